@@ -1,0 +1,81 @@
+/* ringflow/dtype.h - element types and shapes.
+ *
+ * A shape has rank 0..RF_MAX_RANK; RF_UNKNOWN_RANK and RF_UNKNOWN_DIM mark what is
+ * not known while a graph is built. Tensors always have fully defined shapes. */
+#ifndef RINGFLOW_DTYPE_H
+#define RINGFLOW_DTYPE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ringflow/export.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* X(enum, name, size in bytes) */
+#define RF_DTYPE_LIST(X)                                                       \
+  X(RF_FLOAT16, "float16", 2)                                                  \
+  X(RF_BFLOAT16, "bfloat16", 2)                                                \
+  X(RF_FLOAT32, "float32", 4)                                                  \
+  X(RF_FLOAT64, "float64", 8)                                                  \
+  X(RF_INT8, "int8", 1)                                                        \
+  X(RF_UINT8, "uint8", 1)                                                      \
+  X(RF_INT32, "int32", 4)                                                      \
+  X(RF_INT64, "int64", 8)                                                      \
+  X(RF_BOOL, "bool", 1)                                                        \
+  X(RF_RESOURCE, "resource", 8)
+
+typedef enum rf_dtype {
+  RF_DTYPE_INVALID = -1,
+#define RF_X(e, name, size) e,
+  RF_DTYPE_LIST(RF_X)
+#undef RF_X
+      RF_DTYPE_COUNT
+} rf_dtype;
+
+/* Bytes per element; 0 for an invalid dtype. */
+RF_API size_t rf_dtype_size(rf_dtype dtype);
+/* "float32" etc.; "invalid" for an invalid dtype. */
+RF_API const char *rf_dtype_name(rf_dtype dtype);
+/* The dtype named `name`, or RF_DTYPE_INVALID. */
+RF_API rf_dtype rf_dtype_from_name(const char *name);
+RF_API bool rf_dtype_is_float(rf_dtype dtype);
+RF_API bool rf_dtype_is_integer(rf_dtype dtype);
+
+/* Conversions for the two 16-bit float formats (round to nearest even). */
+RF_API float rf_half_to_float(uint16_t h);
+RF_API uint16_t rf_float_to_half(float f);
+RF_API float rf_bfloat16_to_float(uint16_t b);
+RF_API uint16_t rf_float_to_bfloat16(float f);
+
+#define RF_MAX_RANK 8
+#define RF_UNKNOWN_RANK (-1)
+#define RF_UNKNOWN_DIM (-1)
+
+/* A plain value type: copy it freely. */
+typedef struct rf_shape {
+  int rank; /* 0..RF_MAX_RANK, or RF_UNKNOWN_RANK */
+  int64_t dims[RF_MAX_RANK];
+} rf_shape;
+
+/* Builds a shape from `rank` dims (RF_UNKNOWN_DIM allowed). A rank outside
+ * 0..RF_MAX_RANK gives a shape of unknown rank. */
+RF_API rf_shape rf_shape_make(int rank, const int64_t *dims);
+RF_API rf_shape rf_shape_unknown(void);
+RF_API rf_shape rf_shape_scalar(void);
+/* Convenience: rf_shape_of(2, 3, 4) is the shape (3, 4). */
+RF_API rf_shape rf_shape_of(int rank, ...);
+RF_API bool rf_shape_is_fully_defined(const rf_shape *shape);
+/* Elements of a fully defined shape; -1 otherwise. */
+RF_API int64_t rf_shape_num_elements(const rf_shape *shape);
+RF_API bool rf_shape_equal(const rf_shape *a, const rf_shape *b);
+/* Writes "(3, ?, 4)" or "<unknown>" into buf (always NUL-terminated). */
+RF_API void rf_shape_format(const rf_shape *shape, char *buf, size_t len);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,115 @@
+/* ringflow/ops.h - one function per op a user writes.
+ *
+ * Each adds one node to g and returns its (first) output. `name` may be NULL
+ * (a unique name is generated). On error - bad arity, dtype, attribute or shape,
+ * or an error already recorded in g - nothing is added, the invalid output
+ * {NULL, 0} is returned and the graph keeps the first error (rf_graph_status).
+ * Binary arithmetic broadcasts numpy-style. Functions returning rf_node* are
+ * for ops without outputs (targets); NULL on error. */
+#ifndef RINGFLOW_OPS_H
+#define RINGFLOW_OPS_H
+
+#include "ringflow/graph.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- sources, state, plumbing ---- */
+/* The tensor is retained. */
+RF_API rf_output rf_const(rf_graph *g, const char *name, rf_tensor *value);
+RF_API rf_output rf_const_scalar(rf_graph *g, const char *name, rf_dtype dtype,
+                                 double value);
+/* A value given at run time through a feed; `shape` may be partly unknown. */
+RF_API rf_output rf_placeholder(rf_graph *g, const char *name, rf_dtype dtype,
+                                rf_shape shape);
+RF_API rf_output rf_identity(rf_graph *g, const char *name, rf_output x);
+RF_API rf_node *rf_noop(rf_graph *g, const char *name);
+
+/* A variable: state on its device that lives across the session's steps.
+ * Output 0 is a resource handle; read it with rf_read_variable. Reading before
+ * the first assign fails with FAILED_PRECONDITION naming the variable. */
+RF_API rf_output rf_variable(rf_graph *g, const char *name, rf_dtype dtype,
+                             rf_shape shape);
+RF_API rf_output rf_read_variable(rf_graph *g, const char *name, rf_output var);
+RF_API rf_node *rf_assign(rf_graph *g, const char *name, rf_output var,
+                          rf_output value);
+/* var -= alpha * delta (alpha a scalar). */
+RF_API rf_node *rf_apply_gradient_descent(rf_graph *g, const char *name,
+                                          rf_output var, rf_output alpha,
+                                          rf_output delta);
+/* TensorFlow's ApplyAdam: m, v are variables; the rest are scalars except grad.
+ *   lr_t = lr * sqrt(1 - beta2_power) / (1 - beta1_power)
+ *   m = beta1 m + (1 - beta1) g;  v = beta2 v + (1 - beta2) g^2
+ *   var -= lr_t m / (sqrt(v) + epsilon) */
+RF_API rf_node *rf_apply_adam(rf_graph *g, const char *name, rf_output var,
+                              rf_output m, rf_output v, rf_output beta1_power,
+                              rf_output beta2_power, rf_output lr,
+                              rf_output beta1, rf_output beta2,
+                              rf_output epsilon, rf_output grad);
+
+/* ---- arithmetic ---- */
+RF_API rf_output rf_add(rf_graph *g, const char *name, rf_output a,
+                        rf_output b);
+RF_API rf_output rf_sub(rf_graph *g, const char *name, rf_output a,
+                        rf_output b);
+RF_API rf_output rf_mul(rf_graph *g, const char *name, rf_output a,
+                        rf_output b);
+/* Integer division truncates toward zero; division by zero is an error. */
+RF_API rf_output rf_div(rf_graph *g, const char *name, rf_output a,
+                        rf_output b);
+RF_API rf_output rf_neg(rf_graph *g, const char *name, rf_output x);
+/* Sum of n >= 1 tensors of one dtype and shape. */
+RF_API rf_output rf_add_n(rf_graph *g, const char *name, const rf_output *xs,
+                          int n);
+/* (m,k) x (k,n) -> (m,n), after the optional transposes. */
+RF_API rf_output rf_matmul(rf_graph *g, const char *name, rf_output a,
+                           rf_output b, bool transpose_a, bool transpose_b);
+RF_API rf_output rf_cast(rf_graph *g, const char *name, rf_output x,
+                         rf_dtype to);
+RF_API rf_output rf_equal(rf_graph *g, const char *name, rf_output a,
+                          rf_output b);
+
+/* ---- neural network ---- */
+/* x (..., c) + bias (c). */
+RF_API rf_output rf_bias_add(rf_graph *g, const char *name, rf_output x,
+                             rf_output bias);
+RF_API rf_output rf_relu(rf_graph *g, const char *name, rf_output x);
+RF_API rf_output rf_sigmoid(rf_graph *g, const char *name, rf_output x);
+RF_API rf_output rf_tanh(rf_graph *g, const char *name, rf_output x);
+/* Softmax over the last axis. */
+RF_API rf_output rf_softmax(rf_graph *g, const char *name, rf_output x);
+/* logits (b, c) float, labels (b) int32/int64 -> loss (b). Output 1 of the
+ * node is the backprop (b, c). A label outside [0, c) is an error at run time. */
+RF_API rf_output rf_sparse_softmax_cross_entropy(rf_graph *g, const char *name,
+                                                 rf_output logits,
+                                                 rf_output labels);
+
+/* ---- reductions and shapes ---- */
+/* Reduce over `axes` (negative counts from the end); naxes < 0: all axes. */
+RF_API rf_output rf_sum(rf_graph *g, const char *name, rf_output x,
+                        const int64_t *axes, int naxes, bool keep_dims);
+RF_API rf_output rf_mean(rf_graph *g, const char *name, rf_output x,
+                         const int64_t *axes, int naxes, bool keep_dims);
+/* Index of the largest element along `axis` (first on ties), as int64. */
+RF_API rf_output rf_argmax(rf_graph *g, const char *name, rf_output x,
+                           int64_t axis);
+/* `shape` is an int32/int64 vector; one entry may be -1. */
+RF_API rf_output rf_reshape(rf_graph *g, const char *name, rf_output x,
+                            rf_output shape);
+/* rf_reshape with a Const shape built from dims. */
+RF_API rf_output rf_reshape_to(rf_graph *g, const char *name, rf_output x,
+                               int rank, const int64_t *dims);
+/* The shape of x as an int32 or int64 vector. */
+RF_API rf_output rf_shape_of_op(rf_graph *g, const char *name, rf_output x,
+                                rf_dtype out_type);
+/* A tensor of shape `dims` (int32/int64 vector) filled with scalar `value`. */
+RF_API rf_output rf_fill(rf_graph *g, const char *name, rf_output dims,
+                         rf_output value);
+RF_API rf_output rf_zeros_like(rf_graph *g, const char *name, rf_output x);
+RF_API rf_output rf_ones_like(rf_graph *g, const char *name, rf_output x);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

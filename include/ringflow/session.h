@@ -1,0 +1,65 @@
+/* ringflow/session.h - compile a graph once and run it many times.
+ *
+ * A session copies the graph it is given, so the graph may change or be freed
+ * afterwards. Each distinct (feeds, fetches, targets) signature is compiled once
+ * (placement, passes, pruning, partitioning into one part per device) and
+ * cached. Several threads may call rf_session_run at once; each call is one step
+ * with its own step id.
+ *
+ *   rf_session_options o;  rf_session_options_init(&o);  o.num_cpu_devices = 4;
+ *   rf_session *s;  rf_status *st = rf_session_new(g, &o, &s);
+ *   rf_feed feed = {x, x_value};  rf_tensor *y_value;
+ *   st = rf_session_run(s, &feed, 1, &y, 1, NULL, 0, &y_value);
+ */
+#ifndef RINGFLOW_SESSION_H
+#define RINGFLOW_SESSION_H
+
+#include "ringflow/graph.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Fill with rf_session_options_init before setting fields; fields may be added
+ * at the end in later versions. */
+typedef struct rf_session_options {
+  int num_cpu_devices;  /* virtual CPU devices cpu:0..N-1; default 1, max 64 */
+  int num_threads;      /* worker threads shared by all devices; 0: one a core */
+  const char *default_device; /* for nodes with no device and no placed
+                                 input; default "cpu:0" */
+  int64_t collective_timeout_ms; /* default 300000 (5 minutes) */
+} rf_session_options;
+
+RF_API void rf_session_options_init(rf_session_options *opts);
+
+typedef struct rf_session rf_session;
+
+/* A value for one output (a Placeholder's, or any node's) for one run. */
+typedef struct rf_feed {
+  rf_output output;
+  rf_tensor *value; /* borrowed for the run; retained if kept */
+} rf_feed;
+
+/* Makes a session over a copy of g (opts NULL: defaults). On error *out is
+ * untouched. The graph must hold no recorded error. */
+RF_API rf_status *rf_session_new(const rf_graph *g,
+                                 const rf_session_options *opts,
+                                 rf_session **out);
+
+/* Runs one step: computes `fetches` and runs `targets` (nodes of the graph the
+ * session was made from, looked up by name), with `feeds` replacing outputs.
+ * On success outputs[i] holds a new reference to fetch i's value. On error
+ * outputs is untouched and the message names the failing node and device;
+ * every device of the step has stopped when this returns. */
+RF_API rf_status *rf_session_run(rf_session *s, const rf_feed *feeds,
+                                 int nfeeds, const rf_output *fetches,
+                                 int nfetches, rf_node *const *targets,
+                                 int ntargets, rf_tensor **outputs);
+
+/* Frees the session; no run may be in progress. NULL is ignored. */
+RF_API void rf_session_free(rf_session *s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,74 @@
+/* ringflow/tensor.h - reference-counted, immutable-once-produced tensors and the
+ * pluggable host allocator.
+ *
+ * Host buffers are 64-byte aligned. A tensor is writable only by whoever created
+ * it, until it is handed to the library (fed, or returned by a kernel); after that
+ * nobody writes to it, so devices that share an address space share it. */
+#ifndef RINGFLOW_TENSOR_H
+#define RINGFLOW_TENSOR_H
+
+#include "ringflow/dtype.h"
+#include "ringflow/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define RF_TENSOR_ALIGNMENT 64
+
+/* A host allocator: a const table of functions plus its state. Both functions
+ * may be called from any thread at once. alloc returns NULL on failure. */
+typedef struct rf_allocator {
+  void *(*alloc)(void *state, size_t size, size_t alignment);
+  void (*free)(void *state, void *ptr, size_t size);
+  void *state;
+} rf_allocator;
+
+/* The default allocator: caches freed buffers by size class and hands them out
+ * again, so steady-state steps touch no fresh memory. Not owned. */
+RF_API rf_allocator *rf_default_allocator(void);
+
+/* Bytes the default allocator holds cached but unused, and bytes in use. */
+RF_API void rf_default_allocator_stats(size_t *cached, size_t *in_use);
+
+/* Returns the cached buffers of the default allocator to the system. */
+RF_API void rf_default_allocator_trim(void);
+
+typedef struct rf_tensor rf_tensor;
+
+/* Makes a tensor of a fully defined shape with uninitialised contents, from
+ * `allocator` (NULL: the default). On success *out holds one reference. On
+ * error *out is untouched. */
+RF_API rf_status *rf_tensor_new(rf_dtype dtype, const rf_shape *shape,
+                                rf_allocator *allocator, rf_tensor **out);
+
+/* Like rf_tensor_new, then copies rf_shape_num_elements * dtype size bytes from
+ * `data`. */
+RF_API rf_status *rf_tensor_new_copy(rf_dtype dtype, const rf_shape *shape,
+                                     const void *data, rf_tensor **out);
+
+/* A scalar tensor holding `value` converted to dtype (any numeric dtype). */
+RF_API rf_status *rf_tensor_new_scalar(rf_dtype dtype, double value,
+                                       rf_tensor **out);
+
+RF_API rf_tensor *rf_tensor_retain(rf_tensor *t); /* returns t */
+RF_API void rf_tensor_release(rf_tensor *t);      /* NULL is ignored */
+
+RF_API rf_dtype rf_tensor_dtype(const rf_tensor *t);
+RF_API rf_shape rf_tensor_shape(const rf_tensor *t);
+RF_API int64_t rf_tensor_num_elements(const rf_tensor *t);
+RF_API size_t rf_tensor_nbytes(const rf_tensor *t);
+/* Read-only view of the elements, row-major. */
+RF_API const void *rf_tensor_data(const rf_tensor *t);
+/* Writable view; only for the creator before the tensor is handed over. */
+RF_API void *rf_tensor_mutable_data(rf_tensor *t);
+
+/* Element i converted to double (any numeric or bool dtype). */
+RF_API double rf_tensor_get(const rf_tensor *t, int64_t i);
+/* Sets element i from a double (rounding as a C cast; creator only). */
+RF_API void rf_tensor_set(rf_tensor *t, int64_t i, double value);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,82 @@
+/* core/mem.c - allocation wrappers with fault injection. The injection check is
+ * one relaxed atomic load, so it stays on in release builds. */
+#include "core/mem.h"
+
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ringflow/debug.h"
+
+static _Atomic int64_t alloc_count;
+static _Atomic int64_t live_count;
+static _Atomic int64_t fail_at; /* allocation number that starts failing; 0: off */
+
+void rf_debug_fail_allocation_after(int64_t k) {
+  atomic_store(&fail_at, k > 0 ? atomic_load(&alloc_count) + k : 0);
+}
+
+int64_t rf_debug_allocation_count(void) { return atomic_load(&alloc_count); }
+int64_t rf_debug_live_allocations(void) { return atomic_load(&live_count); }
+
+static int should_fail(void) {
+  int64_t n = atomic_fetch_add_explicit(&alloc_count, 1, memory_order_relaxed) + 1;
+  int64_t f = atomic_load_explicit(&fail_at, memory_order_relaxed);
+  return f > 0 && n >= f;
+}
+
+static void *counted(void *p) {
+  if (p) atomic_fetch_add_explicit(&live_count, 1, memory_order_relaxed);
+  return p;
+}
+
+void *rf__malloc(size_t size) {
+  if (should_fail()) return NULL;
+  return counted(malloc(size ? size : 1));
+}
+
+void *rf__calloc(size_t n, size_t size) {
+  if (should_fail()) return NULL;
+  return counted(calloc(n ? n : 1, size ? size : 1));
+}
+
+void *rf__realloc(void *p, size_t size) {
+  if (!p) return rf__malloc(size);
+  if (should_fail()) return NULL;
+  return realloc(p, size ? size : 1);
+}
+
+void rf__free(void *p) {
+  if (!p) return;
+  atomic_fetch_sub_explicit(&live_count, 1, memory_order_relaxed);
+  free(p);
+}
+
+void *rf__aligned_alloc(size_t alignment, size_t size) {
+  if (should_fail()) return NULL;
+  void *p = NULL;
+  if (posix_memalign(&p, alignment, size ? size : alignment) != 0) return NULL;
+  return counted(p);
+}
+
+void rf__aligned_free(void *p) { rf__free(p); }
+
+char *rf__strdup(const char *s) {
+  size_t n = strlen(s) + 1;
+  char *d = rf__malloc(n);
+  if (d) memcpy(d, s, n);
+  return d;
+}
+
+int rf__grow(void *arr_ptr, int *cap, int need, size_t elem) {
+  if (need <= *cap) return 0;
+  int ncap = *cap ? *cap : 4;
+  while (ncap < need) ncap *= 2;
+  void **arr = arr_ptr;
+  void *p = rf__realloc(*arr, (size_t)ncap * elem);
+  if (!p) return -1;
+  *arr = p;
+  *cap = ncap;
+  return 0;
+}

@@ -1,0 +1,143 @@
+/* core/tensor.c - reference-counted tensors. The data buffer comes from an
+ * rf_allocator and goes back to it when the last reference is released. */
+#include "core/tensor.h"
+
+#include <string.h>
+
+#include "core/mem.h"
+#include "core/status.h"
+
+rf_status *rf_tensor_new(rf_dtype dtype, const rf_shape *shape,
+                         rf_allocator *allocator, rf_tensor **out) {
+  if (!shape || !out) return rf__invalid("rf_tensor_new: NULL argument");
+  if (rf_dtype_size(dtype) == 0)
+    return rf__invalid("rf_tensor_new: invalid dtype %d", (int)dtype);
+  if (!rf_shape_is_fully_defined(shape)) {
+    char buf[128];
+    rf_shape_format(shape, buf, sizeof buf);
+    return rf__invalid("rf_tensor_new: shape %s is not fully defined", buf);
+  }
+  int64_t n = rf_shape_num_elements(shape);
+  size_t esize = rf_dtype_size(dtype);
+  if (n > (int64_t)(SIZE_MAX / 2 / esize))
+    return rf__error(RF_RESOURCE_EXHAUSTED, "rf_tensor_new: %lld elements is too many",
+                     (long long)n);
+  if (!allocator) allocator = rf_default_allocator();
+  rf_tensor *t = rf__malloc(sizeof *t);
+  RF_CHECK_ALLOC(t);
+  size_t nbytes = (size_t)n * esize;
+  size_t asize = nbytes < RF_TENSOR_ALIGNMENT ? RF_TENSOR_ALIGNMENT : nbytes;
+  void *data = allocator->alloc(allocator->state, asize, RF_TENSOR_ALIGNMENT);
+  if (!data) {
+    rf__free(t);
+    return rf__error(RF_RESOURCE_EXHAUSTED,
+                     "could not allocate %zu bytes for a %s tensor", nbytes,
+                     rf_dtype_name(dtype));
+  }
+  atomic_init(&t->refs, 1);
+  t->dtype = dtype;
+  t->shape = *shape;
+  t->num_elements = n;
+  t->nbytes = nbytes;
+  t->data = data;
+  t->allocator = allocator;
+  *out = t;
+  return NULL;
+}
+
+rf_status *rf_tensor_new_copy(rf_dtype dtype, const rf_shape *shape,
+                              const void *data, rf_tensor **out) {
+  if (!data && shape && rf_shape_num_elements(shape) > 0)
+    return rf__invalid("rf_tensor_new_copy: NULL data");
+  rf_tensor *t;
+  RF_CHECK(rf_tensor_new(dtype, shape, NULL, &t));
+  if (t->nbytes) memcpy(t->data, data, t->nbytes);
+  *out = t;
+  return NULL;
+}
+
+rf_status *rf_tensor_new_scalar(rf_dtype dtype, double value, rf_tensor **out) {
+  if (dtype == RF_RESOURCE)
+    return rf__invalid("rf_tensor_new_scalar: resource is not a numeric dtype");
+  rf_shape s = rf_shape_scalar();
+  rf_tensor *t;
+  RF_CHECK(rf_tensor_new(dtype, &s, NULL, &t));
+  rf_tensor_set(t, 0, value);
+  *out = t;
+  return NULL;
+}
+
+rf_tensor *rf_tensor_retain(rf_tensor *t) {
+  if (t) atomic_fetch_add_explicit(&t->refs, 1, memory_order_relaxed);
+  return t;
+}
+
+void rf_tensor_release(rf_tensor *t) {
+  if (!t) return;
+  if (atomic_fetch_sub_explicit(&t->refs, 1, memory_order_acq_rel) != 1) return;
+  size_t asize = t->nbytes < RF_TENSOR_ALIGNMENT ? RF_TENSOR_ALIGNMENT : t->nbytes;
+  t->allocator->free(t->allocator->state, t->data, asize);
+  rf__free(t);
+}
+
+rf_dtype rf_tensor_dtype(const rf_tensor *t) {
+  return t ? t->dtype : RF_DTYPE_INVALID;
+}
+
+rf_shape rf_tensor_shape(const rf_tensor *t) {
+  return t ? t->shape : rf_shape_unknown();
+}
+
+int64_t rf_tensor_num_elements(const rf_tensor *t) {
+  return t ? t->num_elements : -1;
+}
+
+size_t rf_tensor_nbytes(const rf_tensor *t) { return t ? t->nbytes : 0; }
+const void *rf_tensor_data(const rf_tensor *t) { return t ? t->data : NULL; }
+void *rf_tensor_mutable_data(rf_tensor *t) { return t ? t->data : NULL; }
+
+double rf_tensor_get(const rf_tensor *t, int64_t i) {
+  if (!t || i < 0 || i >= t->num_elements) return 0.0;
+  const void *d = t->data;
+  switch (t->dtype) {
+    case RF_FLOAT16: return rf_half_to_float(((const uint16_t *)d)[i]);
+    case RF_BFLOAT16: return rf_bfloat16_to_float(((const uint16_t *)d)[i]);
+    case RF_FLOAT32: return ((const float *)d)[i];
+    case RF_FLOAT64: return ((const double *)d)[i];
+    case RF_INT8: return ((const int8_t *)d)[i];
+    case RF_UINT8: return ((const uint8_t *)d)[i];
+    case RF_INT32: return ((const int32_t *)d)[i];
+    case RF_INT64: return (double)((const int64_t *)d)[i];
+    case RF_BOOL: return ((const uint8_t *)d)[i] ? 1.0 : 0.0;
+    default: return 0.0;
+  }
+}
+
+/* Converts without undefined behaviour for out-of-range values. */
+static int64_t clamp_i64(double v, double lo, double hi) {
+  if (v != v) return 0;
+  if (v < lo) return (int64_t)lo;
+  if (v > hi) return (int64_t)hi;
+  return (int64_t)v;
+}
+
+void rf_tensor_set(rf_tensor *t, int64_t i, double v) {
+  if (!t || i < 0 || i >= t->num_elements) return;
+  void *d = t->data;
+  switch (t->dtype) {
+    case RF_FLOAT16: ((uint16_t *)d)[i] = rf_float_to_half((float)v); break;
+    case RF_BFLOAT16: ((uint16_t *)d)[i] = rf_float_to_bfloat16((float)v); break;
+    case RF_FLOAT32: ((float *)d)[i] = (float)v; break;
+    case RF_FLOAT64: ((double *)d)[i] = v; break;
+    case RF_INT8: ((int8_t *)d)[i] = (int8_t)clamp_i64(v, -128, 127); break;
+    case RF_UINT8: ((uint8_t *)d)[i] = (uint8_t)clamp_i64(v, 0, 255); break;
+    case RF_INT32:
+      ((int32_t *)d)[i] = (int32_t)clamp_i64(v, -2147483648.0, 2147483647.0);
+      break;
+    case RF_INT64:
+      ((int64_t *)d)[i] = clamp_i64(v, -9.2233720368547758e18, 9.2233720368547748e18);
+      break;
+    case RF_BOOL: ((uint8_t *)d)[i] = v != 0.0; break;
+    default: break;
+  }
+}

@@ -1,0 +1,112 @@
+/* graph/graph.h - the graph's internal representation, shared by the graph
+ * builder, the op registry, gradients, passes and the runtime.
+ *
+ * Invariants: nodes[i]->id == i for live nodes (removed ones leave NULL);
+ * node names are unique; every edge is in exactly one node's out_edges and one
+ * node's in_edges; data_in[k] is the edge feeding data input k. */
+#ifndef RF_GRAPH_GRAPH_H
+#define RF_GRAPH_GRAPH_H
+
+#include <stdbool.h>
+
+#include "core/hash.h"
+#include "core/status.h"
+#include "graph/attrs.h"
+#include "graph/device_name.h"
+#include "ringflow/graph.h"
+
+struct rf__op_def;
+
+#define RF_CONTROL_SLOT (-1)
+
+typedef struct rf__edge {
+  rf_node *src;
+  int src_out; /* RF_CONTROL_SLOT for a control edge */
+  rf_node *dst;
+  int dst_in; /* RF_CONTROL_SLOT for a control edge */
+} rf__edge;
+
+struct rf_node {
+  int id;
+  char *name;
+  const struct rf__op_def *op;
+  char *requested_device;   /* canonical ("cpu:1") or "" */
+  int assigned_device;      /* session device index after placement; -1 before */
+  int num_inputs;           /* data inputs, variadic lists flattened */
+  rf__edge **data_in;       /* [num_inputs] */
+  int *arg_start;           /* [op->num_inputs + 1]: flattened index of each arg */
+  rf__edge **in_edges;      /* data and control */
+  int num_in_edges, cap_in_edges;
+  rf__edge **out_edges;
+  int num_out_edges, cap_out_edges;
+  int num_outputs;
+  rf_dtype *out_dtypes;     /* [num_outputs] */
+  rf_shape *out_shapes;     /* [num_outputs] */
+  rf__attrs attrs;
+  void *scratch;            /* for the pass or compile stage holding the node */
+  UT_hash_handle hh;        /* by name, in rf_graph.by_name */
+};
+
+#define RF_MAX_DEVICE_SCOPE 32
+
+struct rf_graph {
+  rf_node **nodes; /* by id; NULL where removed */
+  int num_ids, cap_ids;
+  int num_live;
+  rf_node *by_name; /* uthash head */
+  char device_scope[RF_MAX_DEVICE_SCOPE][RF_DEVICE_NAME_MAX];
+  int device_depth;
+  rf_status *error; /* first error from an op function (sticky) */
+  int64_t name_counter;
+};
+
+/* ---- structure edits (used by the builder, gradients and passes) ---- */
+
+/* Makes a node of `op` from resolved parts, without checks or shape inference
+ * (passes use this for internal nodes; users go through rf_node_builder).
+ * name NULL: generated. Takes a copy of attrs. */
+rf_status *rf__graph_add_node(rf_graph *g, const struct rf__op_def *op,
+                              const char *name, const char *device,
+                              const rf_output *inputs, int num_inputs,
+                              const rf__attrs *attrs, rf_node **out);
+/* Adds an edge (control when src_out == dst_in == RF_CONTROL_SLOT). For a data
+ * edge the slot dst_in must be free. */
+rf_status *rf__graph_add_edge(rf_graph *g, rf_node *src, int src_out,
+                              rf_node *dst, int dst_in);
+/* Removes one edge and frees it. */
+void rf__graph_remove_edge(rf_graph *g, rf__edge *e);
+/* Points data input dst_in of dst at (src, src_out) instead. */
+rf_status *rf__graph_update_edge(rf_graph *g, rf_node *dst, int dst_in,
+                                 rf_node *src, int src_out);
+/* Removes a node with all its edges. */
+void rf__graph_remove_node(rf_graph *g, rf_node *n);
+/* Deep copy; node ids are kept, so nodes map by id. */
+rf_status *rf__graph_copy(const rf_graph *g, rf_graph **out);
+/* A name not yet used in g, from base ("MatMul" -> "MatMul_3"), into buf. */
+void rf__graph_unique_name(rf_graph *g, const char *base, char *buf,
+                           size_t len);
+/* True when a control edge src -> dst exists already. */
+bool rf__graph_has_control_edge(const rf_node *src, const rf_node *dst);
+
+/* ---- sticky errors for the op functions ---- */
+
+/* True (and nothing to do) when g already holds an error or is NULL. */
+bool rf__graph_failed(const rf_graph *g);
+/* Keeps st as g's error if it has none yet, else frees st. */
+void rf__graph_record(rf_graph *g, rf_status *st);
+/* Checks each input is valid; records an INVALID_ARGUMENT naming op otherwise. */
+bool rf__graph_inputs_ok(rf_graph *g, const char *op, const rf_output *in, int n);
+/* Finishes b; on error records it in g and returns the invalid output. */
+rf_output rf__finish_output(rf_graph *g, rf_node_builder *b);
+rf_node *rf__finish_node(rf_graph *g, rf_node_builder *b);
+
+/* The device the current scope requests ("" for none). */
+const char *rf__graph_scope_device(const rf_graph *g);
+
+/* Input k's source (data edge), convenience. */
+static inline rf_output rf__input(const rf_node *n, int k) {
+  rf_output o = {n->data_in[k]->src, n->data_in[k]->src_out};
+  return o;
+}
+
+#endif

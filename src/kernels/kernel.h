@@ -1,0 +1,81 @@
+/* kernels/kernel.h - the kernel table and what a kernel sees when it runs.
+ *
+ * A kernel is registered per (op, device type) as a const table of functions
+ * (REGISTER_KERNEL_BUILDER's role). Synchronous kernels return a status;
+ * asynchronous ones (receives, collectives) return at once and call `done`
+ * later from any thread, and must never block the calling thread. Kernels
+ * allocate outputs through the context so the device's allocator is used, and
+ * never write to their inputs. */
+#ifndef RF_KERNELS_KERNEL_H
+#define RF_KERNELS_KERNEL_H
+
+#include <stdint.h>
+
+#include "core/tensor.h"
+#include "graph/graph.h"
+
+struct rf__device; /* runtime/device.h */
+struct rf__step;   /* runtime/step.h */
+
+typedef struct rf__kernel_ctx rf__kernel_ctx;
+
+/* Completion of an asynchronous kernel: st NULL on success (consumed). */
+typedef void (*rf__done_fn)(rf__kernel_ctx *ctx, rf_status *st);
+
+struct rf__kernel_ctx {
+  const rf_node *node;     /* attrs: node->attrs; not owned */
+  void *state;             /* from the kernel's init, per node per session */
+  int num_inputs;
+  rf_tensor *const *inputs; /* borrowed for the call */
+  int num_outputs;
+  rf_tensor **outputs;     /* the kernel stores one new reference per output */
+  struct rf__device *device;
+  struct rf__step *step;
+  void *executor_private;  /* the executor's; kernels leave it alone */
+};
+
+typedef struct rf__kernel_def {
+  const char *op;
+  rf__device_type device_type;
+  /* Optional: reads attrs once per node (at compile time). */
+  rf_status *(*init)(const rf_node *node, void **state);
+  void (*destroy)(void *state); /* optional */
+  /* Exactly one of these two. */
+  rf_status *(*compute)(rf__kernel_ctx *ctx);
+  void (*compute_async)(rf__kernel_ctx *ctx, rf__done_fn done);
+  uint32_t host_memory_inputs;  /* bit k: input k stays in host memory */
+  uint32_t host_memory_outputs;
+} rf__kernel_def;
+
+/* Adds a kernel. ALREADY_EXISTS for a second kernel of the same (op, type). */
+rf_status *rf__kernel_register(const rf__kernel_def *def);
+/* The kernel for (op, type), or NULL. */
+const rf__kernel_def *rf__kernel_find(const char *op, rf__device_type type);
+
+/* Allocates output i with the device's allocator and stores it in
+ * ctx->outputs[i]; *out (optional) gets the same pointer, writable. */
+rf_status *rf__kernel_alloc_output(rf__kernel_ctx *ctx, int i, rf_dtype dtype,
+                                   const rf_shape *shape, rf_tensor **out);
+/* Passes input j through as output i (a new reference; no copy). */
+void rf__kernel_forward_input(rf__kernel_ctx *ctx, int j, int i);
+/* An error naming the node, its op and device: "node 'x' (MatMul) on cpu:1: ". */
+rf_status *rf__kernel_error(const rf__kernel_ctx *ctx, rf_code code,
+                            const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Runs fn over [0, n) split into chunks on the device's thread pool, the
+ * caller taking part; returns when all chunks are done. cost_per_item is a
+ * rough cycle count per item, so small loops run inline. Safe to call from a
+ * pool thread (never deadlocks: the caller runs unclaimed chunks itself). */
+void rf__kernel_parallel_for(rf__kernel_ctx *ctx, int64_t n,
+                             int64_t cost_per_item,
+                             void (*fn)(void *arg, int64_t begin, int64_t end),
+                             void *arg);
+
+/* Runs one node's kernel on its own, synchronously, on a scratch CPU device
+ * (no step, no variables). For tests and constant folding: inputs borrowed,
+ * outputs[] receive new references. */
+rf_status *rf__kernel_run_single(const rf_node *node, rf_tensor *const *inputs,
+                                 rf_tensor **outputs);
+
+#endif

@@ -1,0 +1,130 @@
+/* tests/testutil.c - see testutil.h. */
+#include "testutil.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+void rf_test_assert_ok(rf_status *st, const char *file, int line) {
+  if (!st) return;
+  fprintf(stderr, "%s:%d: unexpected error %s: %s\n", file, line,
+          rf_code_name(rf_status_code(st)), rf_status_message(st));
+  rf_status_free(st);
+  _fail(file, line);
+}
+
+void rf_test_assert_status(rf_status *st, rf_code code, const char *sub,
+                           const char *file, int line) {
+  if (!st) {
+    fprintf(stderr, "%s:%d: expected %s, got OK\n", file, line,
+            rf_code_name(code));
+    _fail(file, line);
+  }
+  int bad = rf_status_code(st) != code ||
+            (sub && !strstr(rf_status_message(st), sub));
+  if (bad) {
+    fprintf(stderr, "%s:%d: expected %s containing \"%s\", got %s: %s\n", file,
+            line, rf_code_name(code), sub ? sub : "", 
+            rf_code_name(rf_status_code(st)), rf_status_message(st));
+    rf_status_free(st);
+    _fail(file, line);
+  }
+  rf_status_free(st);
+}
+
+uint64_t rf_test_seed(void) {
+  static uint64_t seed;
+  if (seed) return seed;
+  const char *env = getenv("RF_TEST_SEED");
+  seed = env ? strtoull(env, NULL, 10) : (uint64_t)time(NULL) * 2654435761u;
+  if (!seed) seed = 1;
+  fprintf(stderr, "RF_TEST_SEED=%llu\n", (unsigned long long)seed);
+  return seed;
+}
+
+uint64_t rf_test_rand(uint64_t *s) {
+  uint64_t x = *s;
+  x ^= x >> 12;
+  x ^= x << 25;
+  x ^= x >> 27;
+  *s = x;
+  return x * 0x2545F4914F6CDD1DULL;
+}
+
+double rf_test_uniform(uint64_t *s, double lo, double hi) {
+  double u = (double)(rf_test_rand(s) >> 11) * (1.0 / 9007199254740992.0);
+  return lo + (hi - lo) * u;
+}
+
+rf_tensor *rf_test_random_tensor(uint64_t *rng, rf_dtype dtype, rf_shape shape,
+                                 double lo, double hi) {
+  rf_tensor *t = NULL;
+  assert_ok(rf_tensor_new(dtype, &shape, NULL, &t));
+  int64_t n = rf_tensor_num_elements(t);
+  for (int64_t i = 0; i < n; i++) {
+    double v = rf_test_uniform(rng, lo, hi);
+    if (rf_dtype_is_integer(dtype)) v = floor(v);
+    if (dtype == RF_BOOL) v = v >= (lo + hi) / 2;
+    rf_tensor_set(t, i, v);
+  }
+  return t;
+}
+
+double *rf_test_to_doubles(const rf_tensor *t) {
+  int64_t n = rf_tensor_num_elements(t);
+  double *d = malloc(sizeof(double) * (size_t)(n > 0 ? n : 1));
+  for (int64_t i = 0; i < n; i++) d[i] = rf_tensor_get(t, i);
+  return d;
+}
+
+double rf_test_tolerance(rf_dtype dtype) {
+  switch (dtype) {
+    case RF_FLOAT16: return 1e-2;
+    case RF_BFLOAT16: return 4e-2;
+    case RF_FLOAT32: return 1e-5;
+    case RF_FLOAT64: return 1e-12;
+    default: return 0;
+  }
+}
+
+void rf_test_assert_near(const rf_tensor *t, rf_shape shape, const double *want,
+                         double tol, const char *file, int line) {
+  if (!t) {
+    fprintf(stderr, "%s:%d: tensor is NULL\n", file, line);
+    _fail(file, line);
+  }
+  rf_shape got = rf_tensor_shape(t);
+  if (!rf_shape_equal(&got, &shape)) {
+    char a[128], b[128];
+    rf_shape_format(&got, a, sizeof a);
+    rf_shape_format(&shape, b, sizeof b);
+    fprintf(stderr, "%s:%d: shape %s, want %s\n", file, line, a, b);
+    _fail(file, line);
+  }
+  int64_t n = rf_tensor_num_elements(t);
+  for (int64_t i = 0; i < n; i++) {
+    double g = rf_tensor_get(t, i), w = want[i];
+    int ok = (isnan(w) && isnan(g)) || g == w ||
+             fabs(g - w) <= tol * (1.0 + fabs(w));
+    if (!ok) {
+      fprintf(stderr, "%s:%d: element %lld of %s tensor: got %.17g, want %.17g (tol %g)\n",
+              file, line, (long long)i, rf_dtype_name(rf_tensor_dtype(t)), g, w,
+              tol);
+      _fail(file, line);
+    }
+  }
+}
+
+void rf_test_run(rf_graph *g, int num_cpu_devices, const rf_feed *feeds,
+                 int nfeeds, const rf_output *fetches, int n, rf_tensor **outs) {
+  assert_graph_ok(g);
+  rf_session_options o;
+  rf_session_options_init(&o);
+  o.num_cpu_devices = num_cpu_devices;
+  rf_session *s = NULL;
+  assert_ok(rf_session_new(g, &o, &s));
+  assert_ok(rf_session_run(s, feeds, nfeeds, fetches, n, NULL, 0, outs));
+  rf_session_free(s);
+}
