@@ -77,7 +77,8 @@ RF_API rf_shape rf_shape_from_array(const int64_t *rank_then_dims);
 #define rf_shape_of(...) rf_shape_from_array((const int64_t[]){__VA_ARGS__})
 #endif
 RF_API bool rf_shape_is_fully_defined(const rf_shape *shape);
-/* Elements of a fully defined shape; -1 otherwise. */
+/* Elements of a fully defined shape; -1 otherwise (or when the count
+ * overflows int64). */
 RF_API int64_t rf_shape_num_elements(const rf_shape *shape);
 RF_API bool rf_shape_equal(const rf_shape *a, const rf_shape *b);
 /* Writes "(3, ?, 4)" or "<unknown>" into buf (always NUL-terminated). */

@@ -47,7 +47,8 @@ bool rf_shape_is_fully_defined(const rf_shape *s) {
 int64_t rf_shape_num_elements(const rf_shape *s) {
   if (!rf_shape_is_fully_defined(s)) return -1;
   int64_t n = 1;
-  for (int i = 0; i < s->rank; i++) n *= s->dims[i];
+  for (int i = 0; i < s->rank; i++)
+    if (__builtin_mul_overflow(n, s->dims[i], &n)) return -1; /* > INT64_MAX */
   return n;
 }
 
