@@ -97,7 +97,7 @@ static const rf__op_spec const_spec = {
 
 /* Registers the test ops once per process (and a Const when the real one is
  * not linked in). */
-static void register_test_ops(void) {
+static inline void register_test_ops(void) {
   static int done;
   if (done) return;
   done = 1;
@@ -108,7 +108,7 @@ static void register_test_ops(void) {
 }
 
 /* A TestSource node of dtype dt and shape s; asserts success. */
-static rf_output src_node(rf_graph *g, const char *name, rf_dtype dt,
+static inline rf_output src_node(rf_graph *g, const char *name, rf_dtype dt,
                           rf_shape s) {
   rf_node_builder *b = rf_node_builder_new(g, "TestSource", name);
   rf_node_builder_attr_dtype(b, "T", dt);
@@ -119,7 +119,7 @@ static rf_output src_node(rf_graph *g, const char *name, rf_dtype dt,
   return o;
 }
 
-static rf_output add_node(rf_graph *g, const char *name, rf_output a,
+static inline rf_output add_node(rf_graph *g, const char *name, rf_output a,
                           rf_output b) {
   rf_node_builder *nb = rf_node_builder_new(g, "TestAdd", name);
   rf_node_builder_input(nb, a);
@@ -130,7 +130,7 @@ static rf_output add_node(rf_graph *g, const char *name, rf_output a,
   return o;
 }
 
-static int count_ptr(rf__edge *const *arr, int n, const rf__edge *e) {
+static inline int count_ptr(rf__edge *const *arr, int n, const rf__edge *e) {
   int c = 0;
   for (int k = 0; k < n; k++) c += arr[k] == e;
   return c;
@@ -138,7 +138,7 @@ static int count_ptr(rf__edge *const *arr, int n, const rf__edge *e) {
 
 /* The invariants of graph.h: ids, unique names found by lookup, every edge in
  * exactly one out_edges and one in_edges, data_in[k] the edge of slot k. */
-static void check_invariants(const rf_graph *g) {
+static inline void check_invariants(const rf_graph *g) {
   int live = 0;
   for (int i = 0; i < g->num_ids; i++) {
     rf_node *n = g->nodes[i];
