@@ -66,8 +66,14 @@ typedef struct rf_shape {
 RF_API rf_shape rf_shape_make(int rank, const int64_t *dims);
 RF_API rf_shape rf_shape_unknown(void);
 RF_API rf_shape rf_shape_scalar(void);
-/* Convenience: rf_shape_of(2, 3, 4) is the shape (3, 4). */
-RF_API rf_shape rf_shape_of(int rank, ...);
+/* rf_shape_of(2, 3, 4) is the shape (3, 4). In C the macro below converts
+ * each dim to int64_t, so plain int literals are safe; the function (for
+ * other languages' bindings) reads `rank` int64_t varargs. */
+RF_API rf_shape(rf_shape_of)(int rank, ...);
+#ifndef __cplusplus
+#define rf_shape_of(rank, ...) \
+  rf_shape_make((rank), (const int64_t[]){0, __VA_ARGS__} + 1)
+#endif
 RF_API bool rf_shape_is_fully_defined(const rf_shape *shape);
 /* Elements of a fully defined shape; -1 otherwise. */
 RF_API int64_t rf_shape_num_elements(const rf_shape *shape);
