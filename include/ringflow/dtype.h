@@ -66,13 +66,15 @@ typedef struct rf_shape {
 RF_API rf_shape rf_shape_make(int rank, const int64_t *dims);
 RF_API rf_shape rf_shape_unknown(void);
 RF_API rf_shape rf_shape_scalar(void);
-/* rf_shape_of(2, 3, 4) is the shape (3, 4). In C the macro below converts
- * each dim to int64_t, so plain int literals are safe; the function (for
- * other languages' bindings) reads `rank` int64_t varargs. */
-RF_API rf_shape(rf_shape_of)(int rank, ...);
+/* Convenience: rf_shape_of(2, 3, 4) is the shape (3, 4); RF_UNKNOWN_DIM (-1)
+ * marks an unknown dim. In C it is a macro that converts every argument to
+ * int64_t (the variadic function reads int64_t, so plain int literals passed
+ * to it directly would be undefined behaviour, and -1 came out as 4294967295). */
+RF_API rf_shape rf_shape_of(int rank, ...);
+/* The rank followed by the dims, as one array (what the macro passes). */
+RF_API rf_shape rf_shape_from_array(const int64_t *rank_then_dims);
 #ifndef __cplusplus
-#define rf_shape_of(rank, ...) \
-  rf_shape_make((rank), (const int64_t[]){0, __VA_ARGS__} + 1)
+#define rf_shape_of(...) rf_shape_from_array((const int64_t[]){__VA_ARGS__})
 #endif
 RF_API bool rf_shape_is_fully_defined(const rf_shape *shape);
 /* Elements of a fully defined shape; -1 otherwise. */
