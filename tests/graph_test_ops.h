@@ -50,7 +50,8 @@ static rf_status *reshape_shape(rf__shape_ctx *c) {
   if (!v) return NULL;
   int64_t dims[RF_MAX_RANK];
   int n = (int)rf_tensor_num_elements(v);
-  for (int k = 0; k < n && k < RF_MAX_RANK; k++) dims[k] = (int64_t)rf_tensor_get(v, k);
+  for (int k = 0; k < n && k < RF_MAX_RANK; k++)
+    dims[k] = (int64_t)rf_tensor_get(v, k);
   c->output_shapes[0] = rf_shape_make(n, dims);
   return NULL;
 }
@@ -91,9 +92,9 @@ static const rf__op_spec test_op_specs[] = {
      .shape = reshape_shape},
 };
 
-static const rf__op_spec const_spec = {
-    .name = "Const", .outputs = "output: dtype",
-    .attrs = "value: tensor; dtype: type"};
+static const rf__op_spec const_spec = {.name = "Const",
+                                       .outputs = "output: dtype",
+                                       .attrs = "value: tensor; dtype: type"};
 
 /* Registers the test ops once per process (and a Const when the real one is
  * not linked in). */
@@ -109,7 +110,7 @@ static inline void register_test_ops(void) {
 
 /* A TestSource node of dtype dt and shape s; asserts success. */
 static inline rf_output src_node(rf_graph *g, const char *name, rf_dtype dt,
-                          rf_shape s) {
+                                 rf_shape s) {
   rf_node_builder *b = rf_node_builder_new(g, "TestSource", name);
   rf_node_builder_attr_dtype(b, "T", dt);
   rf_node_builder_attr_shape(b, "shape", s);
@@ -120,7 +121,7 @@ static inline rf_output src_node(rf_graph *g, const char *name, rf_dtype dt,
 }
 
 static inline rf_output add_node(rf_graph *g, const char *name, rf_output a,
-                          rf_output b) {
+                                 rf_output b) {
   rf_node_builder *nb = rf_node_builder_new(g, "TestAdd", name);
   rf_node_builder_input(nb, a);
   rf_node_builder_input(nb, b);

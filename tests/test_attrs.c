@@ -63,11 +63,14 @@ static void test_typed_reads(void **state) {
   int64_t ints[3] = {4, -5, 6};
   float data[2] = {1.5f, -2};
   rf_tensor *t = vec(data, 2);
-  rf__attr_value vals[] = {
-      rf__attr_int(-7),           rf__attr_float(0.25),
-      rf__attr_bool(true),        rf__attr_string_ref("s"),
-      rf__attr_type_value(RF_INT8), rf__attr_shape(rf_shape_of(2, 3, -1)),
-      rf__attr_tensor_ref(t),     rf__attr_int_list_ref(ints, 3)};
+  rf__attr_value vals[] = {rf__attr_int(-7),
+                           rf__attr_float(0.25),
+                           rf__attr_bool(true),
+                           rf__attr_string_ref("s"),
+                           rf__attr_type_value(RF_INT8),
+                           rf__attr_shape(rf_shape_of(2, 3, -1)),
+                           rf__attr_tensor_ref(t),
+                           rf__attr_int_list_ref(ints, 3)};
   const char *names[] = {"i", "f", "b", "s", "t", "sh", "ten", "il"};
   for (int k = 0; k < 8; k++) assert_ok(rf__attrs_set(&a, names[k], &vals[k]));
   assert_int_equal(refs(t), 2);
@@ -163,17 +166,22 @@ static void test_lists_copy_equal_format(void **state) {
                  z = rf__attr_tensor_ref(t2);
   assert_true(rf__attr_value_equal(&x, &y));
   assert_false(rf__attr_value_equal(&x, &z));
-  const char *want[] = {"[1, 2, 3]",        "[0.5, -1]",
-                        "[true, false, true]", "[x, yy]",
-                        "[float16, bool]",  "[(2), <unknown>]",
+  const char *want[] = {"[1, 2, 3]",
+                        "[0.5, -1]",
+                        "[true, false, true]",
+                        "[x, yy]",
+                        "[float16, bool]",
+                        "[(2), <unknown>]",
                         "[float32(2) [1, 2], float32(2) [1, 3]]"};
   char buf[128];
   for (int k = 0; k < 7; k++) {
     rf__attr_value_format(&a[k], buf, sizeof buf);
     assert_string_equal(buf, want[k]);
   }
-  rf__attr_value sc[] = {rf__attr_int(-3), rf__attr_float(1.5),
-                         rf__attr_bool(false), rf__attr_string_ref("txt"),
+  rf__attr_value sc[] = {rf__attr_int(-3),
+                         rf__attr_float(1.5),
+                         rf__attr_bool(false),
+                         rf__attr_string_ref("txt"),
                          rf__attr_type_value(RF_BFLOAT16),
                          rf__attr_shape(rf_shape_of(2, 2, -1))};
   const char *want_sc[] = {"-3", "1.5", "false", "txt", "bfloat16", "(2, ?)"};

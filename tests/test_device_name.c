@@ -51,12 +51,27 @@ static void test_accepted_forms(void **state) {
 }
 
 static void test_malformed(void **state) {
-  const char *bad[] = {"",        "/",        "tpu:0",    "cpu:-1",
-                       "cpu:x",   "cpu:",     "cpu:1:2",  "cpux",
-                       "cp",      "gpu:1/",   "//cpu:0",  "/task:1",
-                       "task:x/cpu:0", "/task:1/task:2/cpu:0",
-                       "cpu:0/gpu:0", "device:", "device:tpu:1",
-                       " cpu:0",  "cpu:0 ",   "cpu:99999999", "gpu:1.5"};
+  const char *bad[] = {"",
+                       "/",
+                       "tpu:0",
+                       "cpu:-1",
+                       "cpu:x",
+                       "cpu:",
+                       "cpu:1:2",
+                       "cpux",
+                       "cp",
+                       "gpu:1/",
+                       "//cpu:0",
+                       "/task:1",
+                       "task:x/cpu:0",
+                       "/task:1/task:2/cpu:0",
+                       "cpu:0/gpu:0",
+                       "device:",
+                       "device:tpu:1",
+                       " cpu:0",
+                       "cpu:0 ",
+                       "cpu:99999999",
+                       "gpu:1.5"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     rf__device_name d = {5, RF_DEVICE_GPU, 6};
     char want[64];

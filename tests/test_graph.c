@@ -393,7 +393,8 @@ static void test_const_input_values(void **state) {
   rf_node_builder_input(nb, (rf_output){c, 0});
   rf_node *r = NULL;
   assert_ok(rf_node_builder_finish(nb, &r));
-  rf_shape got = rf_output_shape((rf_output){r, 0}), want = rf_shape_of(3, 4, 1, 6);
+  rf_shape got = rf_output_shape((rf_output){r, 0}),
+           want = rf_shape_of(3, 4, 1, 6);
   assert_true(rf_shape_equal(&got, &want));
   /* A non-Const shape input gives no value: unknown shape. */
   rf_output si = src_node(g, "si", RF_INT32, rf_shape_of(1, 3));
@@ -428,8 +429,8 @@ static void test_control_edges_and_cycles(void **state) {
   assert_ok(rf_graph_add_control_edge(g, d.node, c.node));
   assert_status(rf_graph_add_control_edge(g, c.node, d.node),
                 RF_INVALID_ARGUMENT, "would create a cycle");
-  assert_status(rf_graph_add_control_edge(g, NULL, d.node),
-                RF_INVALID_ARGUMENT, NULL);
+  assert_status(rf_graph_add_control_edge(g, NULL, d.node), RF_INVALID_ARGUMENT,
+                NULL);
   rf_graph *other = rf_graph_new();
   rf_output o = src_node(other, "o", RF_FLOAT32, rf_shape_scalar());
   assert_status(rf_graph_add_control_edge(g, o.node, d.node),
@@ -446,8 +447,8 @@ static void test_control_edges_and_cycles(void **state) {
   assert_int_equal(rf_node_num_control_inputs(sink), 2);
   assert_ptr_equal(rf_node_control_input(sink, 0), d.node);
   assert_ptr_equal(rf_node_control_input(sink, 1), a.node);
-  assert_status(rf_graph_add_control_edge(g, sink, a.node),
-                RF_INVALID_ARGUMENT, "would create a cycle");
+  assert_status(rf_graph_add_control_edge(g, sink, a.node), RF_INVALID_ARGUMENT,
+                "would create a cycle");
   check_invariants(g);
   rf_graph_free(other);
   rf_graph_free(g);
@@ -479,10 +480,10 @@ static void test_edge_edits(void **state) {
                 RF_INVALID_ARGUMENT, "already fed");
   assert_ok(rf__graph_add_edge(g, a.node, 0, t.node, 0));
   assert_ptr_equal(rf_node_input(t.node, 0).node, a.node);
-  assert_ok(rf__graph_add_edge(g, b.node, RF_CONTROL_SLOT, s.node,
-                               RF_CONTROL_SLOT));
-  assert_ok(rf__graph_add_edge(g, b.node, RF_CONTROL_SLOT, s.node,
-                               RF_CONTROL_SLOT));
+  assert_ok(
+      rf__graph_add_edge(g, b.node, RF_CONTROL_SLOT, s.node, RF_CONTROL_SLOT));
+  assert_ok(
+      rf__graph_add_edge(g, b.node, RF_CONTROL_SLOT, s.node, RF_CONTROL_SLOT));
   assert_int_equal(rf_node_num_control_inputs(s.node), 1);
   assert_status(rf__graph_add_edge(g, b.node, 0, s.node, RF_CONTROL_SLOT),
                 RF_INVALID_ARGUMENT, "mixes data and control");
@@ -678,7 +679,8 @@ static void test_allocation_failures(void **state) {
     int64_t live = rf_debug_live_allocations();
     rf_debug_fail_allocation_after(k);
     rf_graph *g = rf_graph_new();
-    rf_status *st = g ? build_rich(g) : rf_status_new(RF_RESOURCE_EXHAUSTED, "g");
+    rf_status *st =
+        g ? build_rich(g) : rf_status_new(RF_RESOURCE_EXHAUSTED, "g");
     rf_graph *c = NULL;
     if (!st) st = rf__graph_copy(g, &c);
     rf_debug_fail_allocation_after(0);

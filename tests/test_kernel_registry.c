@@ -31,8 +31,10 @@ static rf_status *cast_init(const rf_node *node, void **state) {
   rf_dtype *d = rf__malloc(sizeof *d);
   RF_CHECK_ALLOC(d);
   rf_status *st = rf__attrs_get_type(&node->attrs, "DstT", d);
-  if (st) rf__free(d);
-  else *state = d;
+  if (st)
+    rf__free(d);
+  else
+    *state = d;
   return st;
 }
 static void cast_destroy(void *state) {
@@ -83,9 +85,9 @@ static const rf__kernel_def cast_kernel = {.op = "TestCast",
                                            .init = cast_init,
                                            .destroy = cast_destroy,
                                            .compute_async = cast_async};
-static const rf__kernel_def reshape_kernel = {
-    .op = "TestReshape", .device_type = RF_DEVICE_CPU,
-    .compute = reshape_compute};
+static const rf__kernel_def reshape_kernel = {.op = "TestReshape",
+                                              .device_type = RF_DEVICE_CPU,
+                                              .compute = reshape_compute};
 static const rf__kernel_def add_gpu = {
     .op = "TestAdd", .device_type = RF_DEVICE_GPU, .compute = add_compute};
 
@@ -152,8 +154,10 @@ static void test_run_single(void **state) {
   rf_node_builder_device(nb, "cpu:3");
   rf_node *bad = NULL;
   assert_ok(rf_node_builder_finish(nb, &bad));
-  rf_tensor *a = rf_test_random_tensor(&rng, RF_FLOAT32, rf_shape_of(1, 2), 0, 1);
-  rf_tensor *b = rf_test_random_tensor(&rng, RF_FLOAT32, rf_shape_of(1, 3), 0, 1);
+  rf_tensor *a =
+      rf_test_random_tensor(&rng, RF_FLOAT32, rf_shape_of(1, 2), 0, 1);
+  rf_tensor *b =
+      rf_test_random_tensor(&rng, RF_FLOAT32, rf_shape_of(1, 3), 0, 1);
   rf_tensor *in[2] = {a, b}, *out = NULL;
   assert_status(rf__kernel_run_single(bad, in, &out), RF_INVALID_ARGUMENT,
                 "node 'bad_add' (TestAdd) on cpu:3: sizes 2 and 3");
@@ -205,8 +209,12 @@ static void test_context_helpers(void **state) {
   memset(&dev, 0, sizeof dev);
   strcpy(dev.canonical, "cpu:5");
   dev.allocator = rf_default_allocator();
-  rf__kernel_ctx ctx = {.node = s.node, .num_inputs = 2, .inputs = in,
-                        .num_outputs = 1, .outputs = outs, .device = &dev};
+  rf__kernel_ctx ctx = {.node = s.node,
+                        .num_inputs = 2,
+                        .inputs = in,
+                        .num_outputs = 1,
+                        .outputs = outs,
+                        .device = &dev};
   rf_status *st = rf__kernel_error(&ctx, RF_INTERNAL, "bad %d", 7);
   assert_status(st, RF_INTERNAL, "node 's' (TestAdd) on cpu:5: bad 7");
   rf_shape sh = rf_shape_of(1, 3);

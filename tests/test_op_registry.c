@@ -19,20 +19,22 @@ static void test_full_spec(void **state) {
       .name = "RegFull",
       .inputs = "a: T, idx: int32, vals: N * T",
       .outputs = "out: T, n: int64, parts: N * U",
-      .attrs = "T: type in {@float, int32}; U: type in {@all} = bool;"
-               " N: int >= 1; alpha: float = -2.5; on: bool = true;"
-               " mode: string in {sum, 'prod', \"max\"} = prod;"
-               " label: string = \"hello world\"; bare: string = word;"
-               " s: shape = ?; s2: shape = [2, ?, 3]; s0: shape = [];"
-               " v: tensor",
+      .attrs =
+          "T: type in {@float, int32}; U: type in {@all} = bool;"
+          " N: int >= 1; alpha: float = -2.5; on: bool = true;"
+          " mode: string in {sum, 'prod', \"max\"} = prod;"
+          " label: string = \"hello world\"; bare: string = word;"
+          " s: shape = ?; s2: shape = [2, ?, 3]; s0: shape = [];"
+          " v: tensor",
       .flags = RF_OP_STATEFUL};
   assert_ok(rf__op_register(&spec));
   rf__op_spec lists = {
       .name = "RegLists",
-      .attrs = " ks: list(int) >= 1 = [1, -2, 3]; ke: list(int) = [];"
-               " fs: list(float) = [0.5, 1e3]; bs: list(bool) = [true, false];"
-               " ss: list(string) = [a, 'b c']; ts: list(type) = [int8, "
-               "float64]; shs: list(shape) = [[1, 2], ?]"};
+      .attrs =
+          " ks: list(int) >= 1 = [1, -2, 3]; ke: list(int) = [];"
+          " fs: list(float) = [0.5, 1e3]; bs: list(bool) = [true, false];"
+          " ss: list(string) = [a, 'b c']; ts: list(type) = [int8, "
+          "float64]; shs: list(shape) = [[1, 2], ?]"};
   assert_ok(rf__op_register(&lists));
   const rf__op_def *op = rf__op_find("RegFull");
   assert_non_null(op);
@@ -91,7 +93,8 @@ static void test_full_spec(void **state) {
   assert_true(d->has_minimum);
   assert_int_equal(attr(op, "ke")->default_value.n, 0);
   d = attr(op, "fs");
-  assert_true(d->default_value.n == 2 && d->default_value.u.floats[1] == 1000.0);
+  assert_true(d->default_value.n == 2 &&
+              d->default_value.u.floats[1] == 1000.0);
   d = attr(op, "bs");
   assert_true(d->default_value.u.bools[0] && !d->default_value.u.bools[1]);
   d = attr(op, "ss");
@@ -109,8 +112,9 @@ static void test_full_spec(void **state) {
 
   /* Groups. */
   rf__op_spec g = {.name = "RegGroups",
-                   .attrs = "A: type in {@int}; B: type in {@numeric, bool}; "
-                            "C: list(type) in {@float}"};
+                   .attrs =
+                       "A: type in {@int}; B: type in {@numeric, bool}; "
+                       "C: list(type) in {@float}"};
   assert_ok(rf__op_register(&g));
   op = rf__op_find("RegGroups");
   assert_int_equal(attr(op, "A")->num_allowed_types, 4);
@@ -122,8 +126,8 @@ static void test_full_spec(void **state) {
 static void test_empty_parts_and_duplicates(void **state) {
   rf__op_spec a = {.name = "RegEmpty"};
   assert_ok(rf__op_register(&a));
-  rf__op_spec b = {.name = "RegEmpty2", .inputs = "", .outputs = " ",
-                   .attrs = " ; "};
+  rf__op_spec b = {
+      .name = "RegEmpty2", .inputs = "", .outputs = " ", .attrs = " ; "};
   assert_ok(rf__op_register(&b));
   const rf__op_def *op = rf__op_find("RegEmpty2");
   assert_int_equal(op->num_inputs + op->num_outputs + op->num_attrs, 0);
@@ -161,7 +165,8 @@ static void test_malformed_specs(void **state) {
       {NULL, NULL, "T: type in {}", "'{}'"},
       {NULL, NULL, "T: type in {float32", "T: type in {float32"},
       {NULL, NULL, "T: type in float32", "'T: type in float32'"},
-      {NULL, NULL, "T: type in {@float} = int32", "'T: type in {@float} = int32'"},
+      {NULL, NULL, "T: type in {@float} = int32",
+       "'T: type in {@float} = int32'"},
       {NULL, NULL, "k: int = abc", "'k: int = abc'"},
       {NULL, NULL, "k: int = 1.5", "'k: int = 1.5'"},
       {NULL, NULL, "k: int >= 2 = 1", "'k: int >= 2 = 1'"},
@@ -191,8 +196,10 @@ static void test_malformed_specs(void **state) {
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     char name[32];
     snprintf(name, sizeof name, "RegBad%zu", i);
-    rf__op_spec s = {.name = name, .inputs = bad[i].inputs,
-                     .outputs = bad[i].outputs, .attrs = bad[i].attrs};
+    rf__op_spec s = {.name = name,
+                     .inputs = bad[i].inputs,
+                     .outputs = bad[i].outputs,
+                     .attrs = bad[i].attrs};
     rf_status *st = rf__op_register(&s);
     if (!st || !strstr(rf_status_message(st), bad[i].quoted))
       fprintf(stderr, "spec %zu: got %s\n", i, rf_status_message(st));
@@ -206,10 +213,13 @@ static void test_registration_allocation_failures(void **state) {
   for (int k = 1;; k++) {
     char name[32];
     snprintf(name, sizeof name, "RegOom%d", k);
-    rf__op_spec s = {.name = name, .inputs = "x: N * T", .outputs = "y: T",
-                     .attrs = "T: type; N: int >= 1; mode: string = fast; "
-                              "ks: list(int) = [1, 2]; "
-                              "ss: list(string) = [a, b]"};
+    rf__op_spec s = {.name = name,
+                     .inputs = "x: N * T",
+                     .outputs = "y: T",
+                     .attrs =
+                         "T: type; N: int >= 1; mode: string = fast; "
+                         "ks: list(int) = [1, 2]; "
+                         "ss: list(string) = [a, b]"};
     int64_t live = rf_debug_live_allocations();
     rf_debug_fail_allocation_after(k);
     rf_status *st = rf__op_register(&s);

@@ -16,18 +16,24 @@
 static double half_ref(uint16_t h) {
   int sign = h >> 15, exp = (h >> 10) & 31, man = h & 1023;
   double v;
-  if (exp == 31) v = man ? NAN : INFINITY;
-  else if (exp == 0) v = ldexp(man, -24);
-  else v = ldexp(1024 + man, exp - 25);
+  if (exp == 31)
+    v = man ? NAN : INFINITY;
+  else if (exp == 0)
+    v = ldexp(man, -24);
+  else
+    v = ldexp(1024 + man, exp - 25);
   return sign ? -v : v;
 }
 
 static double bf16_ref(uint16_t b) {
   int sign = b >> 15, exp = (b >> 7) & 255, man = b & 127;
   double v;
-  if (exp == 255) v = man ? NAN : INFINITY;
-  else if (exp == 0) v = ldexp(man, -133);
-  else v = ldexp(128 + man, exp - 134);
+  if (exp == 255)
+    v = man ? NAN : INFINITY;
+  else if (exp == 0)
+    v = ldexp(man, -133);
+  else
+    v = ldexp(128 + man, exp - 134);
   return sign ? -v : v;
 }
 
@@ -36,13 +42,13 @@ static void test_half_known_patterns(void **state) {
     float f;
     uint16_t h;
   } cases[] = {
-      {0.0f, 0x0000},       {-0.0f, 0x8000},      {1.0f, 0x3c00},
-      {-2.0f, 0xc000},      {0.5f, 0x3800},       {65504.0f, 0x7bff},
-      {65519.0f, 0x7bff},   {65520.0f, 0x7c00},   {1e10f, 0x7c00},
-      {0x1p-24f, 0x0001},   {0x1p-14f, 0x0400},   {0x1p-25f, 0x0000},
-      {0x1.8p-24f, 0x0002}, {0x1p-26f, 0x0000},   {0.1f, 0x2e66},
-      {1.0f / 3, 0x3555},   {1 + 0x1p-11f, 0x3c00}, {1 + 0x3p-11f, 0x3c02},
-      {-INFINITY, 0xfc00},  {INFINITY, 0x7c00},   {0x1.ff8p-15f, 0x03ff},
+      {0.0f, 0x0000},         {-0.0f, 0x8000},        {1.0f, 0x3c00},
+      {-2.0f, 0xc000},        {0.5f, 0x3800},         {65504.0f, 0x7bff},
+      {65519.0f, 0x7bff},     {65520.0f, 0x7c00},     {1e10f, 0x7c00},
+      {0x1p-24f, 0x0001},     {0x1p-14f, 0x0400},     {0x1p-25f, 0x0000},
+      {0x1.8p-24f, 0x0002},   {0x1p-26f, 0x0000},     {0.1f, 0x2e66},
+      {1.0f / 3, 0x3555},     {1 + 0x1p-11f, 0x3c00}, {1 + 0x3p-11f, 0x3c02},
+      {-INFINITY, 0xfc00},    {INFINITY, 0x7c00},     {0x1.ff8p-15f, 0x03ff},
       {0x1.ffcp-15f, 0x0400}, {0x1.ff4p-15f, 0x03fe},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -63,9 +69,9 @@ static void test_bfloat16_known_patterns(void **state) {
     float f;
     uint16_t b;
   } cases[] = {
-      {0.0f, 0x0000},        {-0.0f, 0x8000},        {1.0f, 0x3f80},
-      {-2.0f, 0xc000},       {3.140625f, 0x4049},    {3.14159274f, 0x4049},
-      {1 + 0x1p-8f, 0x3f80}, {1 + 0x3p-8f, 0x3f82},  {INFINITY, 0x7f80},
+      {0.0f, 0x0000},        {-0.0f, 0x8000},         {1.0f, 0x3f80},
+      {-2.0f, 0xc000},       {3.140625f, 0x4049},     {3.14159274f, 0x4049},
+      {1 + 0x1p-8f, 0x3f80}, {1 + 0x3p-8f, 0x3f82},   {INFINITY, 0x7f80},
       {-INFINITY, 0xff80},   {3.4028235e38f, 0x7f80}, {0x1p-133f, 0x0001},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -114,8 +120,8 @@ static void check_nearest(double (*ref)(uint16_t), uint16_t h, double f,
     if (nm < 0 || nm > max_finite) continue;
     double other = fabs(ref((uint16_t)(sign | nm)) - f);
     if (other < err) {
-      fprintf(stderr, "%.17g -> %04x (err %g), neighbour %04x closer (%g)\n",
-              f, h, err, sign | nm, other);
+      fprintf(stderr, "%.17g -> %04x (err %g), neighbour %04x closer (%g)\n", f,
+              h, err, sign | nm, other);
       fail();
     }
     if (other == err) assert_int_equal(mag & 1, 0);
@@ -133,8 +139,8 @@ static void test_rounding_random(void **state) {
     memcpy(&f, &bits, 4);
     check_nearest(half_ref, rf_float_to_half(f), f, 0x7bff);
     memcpy(&bits, &f, 4);
-    bits = (bits & 0x807fffffu) |
-           ((uint32_t)(1 + rf_test_rand(&rng) % 253) << 23);
+    bits =
+        (bits & 0x807fffffu) | ((uint32_t)(1 + rf_test_rand(&rng) % 253) << 23);
     memcpy(&f, &bits, 4);
     check_nearest(bf16_ref, rf_float_to_bfloat16(f), f, 0x7f7f);
   }
@@ -143,8 +149,9 @@ static void test_rounding_random(void **state) {
 /* ---- dtypes, shapes, statuses ---- */
 
 static void test_dtypes(void **state) {
-  const char *names[] = {"float16", "bfloat16", "float32", "float64", "int8",
-                         "uint8",   "int32",    "int64",   "bool",    "resource"};
+  const char *names[] = {"float16", "bfloat16", "float32", "float64",
+                         "int8",    "uint8",    "int32",   "int64",
+                         "bool",    "resource"};
   const size_t sizes[] = {2, 2, 4, 8, 1, 1, 4, 8, 1, 8};
   for (int d = 0; d < RF_DTYPE_COUNT; d++) {
     assert_string_equal(rf_dtype_name((rf_dtype)d), names[d]);
@@ -259,7 +266,8 @@ static void test_tensors_every_dtype(void **state) {
     /* A copy holds the same bytes. */
     rf_tensor *c = NULL;
     assert_ok(rf_tensor_new_copy(dt, &s, rf_tensor_data(t), &c));
-    assert_memory_equal(rf_tensor_data(c), rf_tensor_data(t), rf_tensor_nbytes(t));
+    assert_memory_equal(rf_tensor_data(c), rf_tensor_data(t),
+                        rf_tensor_nbytes(t));
     rf_tensor_release(c);
     /* Scalars. */
     assert_ok(rf_tensor_new_scalar(dt, 1, &c));

@@ -1,7 +1,8 @@
 /* ringflow/dtype.h - element types and shapes.
  *
- * A shape has rank 0..RF_MAX_RANK; RF_UNKNOWN_RANK and RF_UNKNOWN_DIM mark what is
- * not known while a graph is built. Tensors always have fully defined shapes. */
+ * A shape has rank 0..RF_MAX_RANK; RF_UNKNOWN_RANK and RF_UNKNOWN_DIM mark what
+ * is not known while a graph is built. Tensors always have fully defined
+ * shapes. */
 #ifndef RINGFLOW_DTYPE_H
 #define RINGFLOW_DTYPE_H
 
@@ -16,16 +17,16 @@ extern "C" {
 #endif
 
 /* X(enum, name, size in bytes) */
-#define RF_DTYPE_LIST(X)                                                       \
-  X(RF_FLOAT16, "float16", 2)                                                  \
-  X(RF_BFLOAT16, "bfloat16", 2)                                                \
-  X(RF_FLOAT32, "float32", 4)                                                  \
-  X(RF_FLOAT64, "float64", 8)                                                  \
-  X(RF_INT8, "int8", 1)                                                        \
-  X(RF_UINT8, "uint8", 1)                                                      \
-  X(RF_INT32, "int32", 4)                                                      \
-  X(RF_INT64, "int64", 8)                                                      \
-  X(RF_BOOL, "bool", 1)                                                        \
+#define RF_DTYPE_LIST(X)        \
+  X(RF_FLOAT16, "float16", 2)   \
+  X(RF_BFLOAT16, "bfloat16", 2) \
+  X(RF_FLOAT32, "float32", 4)   \
+  X(RF_FLOAT64, "float64", 8)   \
+  X(RF_INT8, "int8", 1)         \
+  X(RF_UINT8, "uint8", 1)       \
+  X(RF_INT32, "int32", 4)       \
+  X(RF_INT64, "int64", 8)       \
+  X(RF_BOOL, "bool", 1)         \
   X(RF_RESOURCE, "resource", 8)
 
 typedef enum rf_dtype {
@@ -69,7 +70,8 @@ RF_API rf_shape rf_shape_scalar(void);
 /* Convenience: rf_shape_of(2, 3, 4) is the shape (3, 4); RF_UNKNOWN_DIM (-1)
  * marks an unknown dim. In C it is a macro that converts every argument to
  * int64_t (the variadic function reads int64_t, so plain int literals passed
- * to it directly would be undefined behaviour, and -1 came out as 4294967295). */
+ * to it directly would be undefined behaviour, and -1 came out as 4294967295).
+ */
 RF_API rf_shape rf_shape_of(int rank, ...);
 /* The rank followed by the dims, as one array (what the macro passes). */
 RF_API rf_shape rf_shape_from_array(const int64_t *rank_then_dims);

@@ -1,4 +1,5 @@
-/* core/shape.c - rf_shape helpers. A shape is a value; nothing here allocates. */
+/* core/shape.c - rf_shape helpers. A shape is a value; nothing here allocates.
+ */
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -13,7 +14,8 @@ rf_shape rf_shape_make(int rank, const int64_t *dims) {
     return s;
   }
   s.rank = rank;
-  for (int i = 0; i < rank; i++) s.dims[i] = dims[i] < 0 ? RF_UNKNOWN_DIM : dims[i];
+  for (int i = 0; i < rank; i++)
+    s.dims[i] = dims[i] < 0 ? RF_UNKNOWN_DIM : dims[i];
   return s;
 }
 

@@ -20,8 +20,8 @@ rf_status *rf_tensor_new(rf_dtype dtype, const rf_shape *shape,
   int64_t n = rf_shape_num_elements(shape);
   size_t esize = rf_dtype_size(dtype);
   if (n < 0 || n > (int64_t)(SIZE_MAX / 2 / esize)) /* n < 0: overflowed */
-    return rf__error(RF_RESOURCE_EXHAUSTED, "rf_tensor_new: %lld elements is too many",
-                     (long long)n);
+    return rf__error(RF_RESOURCE_EXHAUSTED,
+                     "rf_tensor_new: %lld elements is too many", (long long)n);
   if (!allocator) allocator = rf_default_allocator();
   rf_tensor *t = rf__malloc(sizeof *t);
   RF_CHECK_ALLOC(t);
@@ -75,7 +75,8 @@ rf_tensor *rf_tensor_retain(rf_tensor *t) {
 void rf_tensor_release(rf_tensor *t) {
   if (!t) return;
   if (atomic_fetch_sub_explicit(&t->refs, 1, memory_order_acq_rel) != 1) return;
-  size_t asize = t->nbytes < RF_TENSOR_ALIGNMENT ? RF_TENSOR_ALIGNMENT : t->nbytes;
+  size_t asize =
+      t->nbytes < RF_TENSOR_ALIGNMENT ? RF_TENSOR_ALIGNMENT : t->nbytes;
   t->allocator->free(t->allocator->state, t->data, asize);
   rf__free(t);
 }
@@ -126,7 +127,9 @@ void rf_tensor_set(rf_tensor *t, int64_t i, double v) {
   void *d = t->data;
   switch (t->dtype) {
     case RF_FLOAT16: ((uint16_t *)d)[i] = rf_float_to_half((float)v); break;
-    case RF_BFLOAT16: ((uint16_t *)d)[i] = rf_float_to_bfloat16((float)v); break;
+    case RF_BFLOAT16:
+      ((uint16_t *)d)[i] = rf_float_to_bfloat16((float)v);
+      break;
     case RF_FLOAT32: ((float *)d)[i] = (float)v; break;
     case RF_FLOAT64: ((double *)d)[i] = v; break;
     case RF_INT8: ((int8_t *)d)[i] = (int8_t)clamp_i64(v, -128, 127); break;
@@ -135,7 +138,8 @@ void rf_tensor_set(rf_tensor *t, int64_t i, double v) {
       ((int32_t *)d)[i] = (int32_t)clamp_i64(v, -2147483648.0, 2147483647.0);
       break;
     case RF_INT64:
-      ((int64_t *)d)[i] = clamp_i64(v, -9.2233720368547758e18, 9.2233720368547748e18);
+      ((int64_t *)d)[i] =
+          clamp_i64(v, -9.2233720368547758e18, 9.2233720368547748e18);
       break;
     case RF_BOOL: ((uint8_t *)d)[i] = v != 0.0; break;
     default: break;

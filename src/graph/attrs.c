@@ -178,7 +178,8 @@ static void put_tensor(sbuf *b, const rf_tensor *t) {
   int64_t n = rf_tensor_num_elements(t);
   if (n > 8 || rf_tensor_dtype(t) == RF_RESOURCE) return;
   put(b, " [");
-  for (int64_t i = 0; i < n; i++) put(b, "%s%g", i ? ", " : "", rf_tensor_get(t, i));
+  for (int64_t i = 0; i < n; i++)
+    put(b, "%s%g", i ? ", " : "", rf_tensor_get(t, i));
   put(b, "]");
 }
 
@@ -186,7 +187,9 @@ static void put_elem(sbuf *b, const rf__attr_value *v, int i) {
   switch (v->type) {
     case RF_ATTR_INT_LIST: put(b, "%lld", (long long)v->u.ints[i]); break;
     case RF_ATTR_FLOAT_LIST: put(b, "%g", v->u.floats[i]); break;
-    case RF_ATTR_BOOL_LIST: put(b, "%s", v->u.bools[i] ? "true" : "false"); break;
+    case RF_ATTR_BOOL_LIST:
+      put(b, "%s", v->u.bools[i] ? "true" : "false");
+      break;
     case RF_ATTR_STRING_LIST: put(b, "%s", v->u.strings[i]); break;
     case RF_ATTR_TYPE_LIST: put(b, "%s", rf_dtype_name(v->u.types[i])); break;
     case RF_ATTR_SHAPE_LIST: put_shape(b, &v->u.shapes[i]); break;
@@ -253,7 +256,8 @@ rf_status *rf__attrs_set(rf__attrs *a, const char *name,
     rf__attr_value_clear(&copy);
     return rf__oom();
   }
-  memmove(&a->items[i + 1], &a->items[i], sizeof *a->items * (size_t)(a->n - i));
+  memmove(&a->items[i + 1], &a->items[i],
+          sizeof *a->items * (size_t)(a->n - i));
   a->items[i].name = nm;
   a->items[i].value = copy;
   a->n++;
@@ -310,16 +314,17 @@ static rf_status *lookup(const rf__attrs *a, const char *name,
   if (!*v) return rf__error(RF_NOT_FOUND, "attr '%s' not found", name);
   if ((*v)->type != type)
     return rf__invalid("attr '%s' is of type %s, not %s", name,
-                       rf__attr_type_name((*v)->type), rf__attr_type_name(type));
+                       rf__attr_type_name((*v)->type),
+                       rf__attr_type_name(type));
   return NULL;
 }
 
-#define RF_GETTER(fn, ctype, atype, field)                                     \
-  rf_status *fn(const rf__attrs *a, const char *name, ctype *out) {            \
-    const rf__attr_value *v;                                                   \
-    RF_CHECK(lookup(a, name, atype, &v));                                      \
-    if (out) *out = v->u.field;                                                \
-    return NULL;                                                               \
+#define RF_GETTER(fn, ctype, atype, field)                          \
+  rf_status *fn(const rf__attrs *a, const char *name, ctype *out) { \
+    const rf__attr_value *v;                                        \
+    RF_CHECK(lookup(a, name, atype, &v));                           \
+    if (out) *out = v->u.field;                                     \
+    return NULL;                                                    \
   }
 
 RF_GETTER(rf__attrs_get_int, int64_t, RF_ATTR_INT, i)

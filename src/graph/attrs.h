@@ -1,5 +1,6 @@
 /* graph/attrs.h - typed node attributes: a small array of (name, value) kept
- * sorted by name. Values own their memory (strings, lists; tensors retained). */
+ * sorted by name. Values own their memory (strings, lists; tensors retained).
+ */
 #ifndef RF_GRAPH_ATTRS_H
 #define RF_GRAPH_ATTRS_H
 
@@ -9,20 +10,20 @@
 #include "ringflow/tensor.h"
 
 /* X(enum, spec name) - the spec name is what op registrations write. */
-#define RF_ATTR_TYPE_LIST(X)                                                   \
-  X(RF_ATTR_INT, "int")                                                        \
-  X(RF_ATTR_FLOAT, "float")                                                    \
-  X(RF_ATTR_BOOL, "bool")                                                      \
-  X(RF_ATTR_STRING, "string")                                                  \
-  X(RF_ATTR_TYPE, "type")                                                      \
-  X(RF_ATTR_SHAPE, "shape")                                                    \
-  X(RF_ATTR_TENSOR, "tensor")                                                  \
-  X(RF_ATTR_INT_LIST, "list(int)")                                             \
-  X(RF_ATTR_FLOAT_LIST, "list(float)")                                         \
-  X(RF_ATTR_BOOL_LIST, "list(bool)")                                           \
-  X(RF_ATTR_STRING_LIST, "list(string)")                                       \
-  X(RF_ATTR_TYPE_LIST, "list(type)")                                           \
-  X(RF_ATTR_SHAPE_LIST, "list(shape)")                                         \
+#define RF_ATTR_TYPE_LIST(X)             \
+  X(RF_ATTR_INT, "int")                  \
+  X(RF_ATTR_FLOAT, "float")              \
+  X(RF_ATTR_BOOL, "bool")                \
+  X(RF_ATTR_STRING, "string")            \
+  X(RF_ATTR_TYPE, "type")                \
+  X(RF_ATTR_SHAPE, "shape")              \
+  X(RF_ATTR_TENSOR, "tensor")            \
+  X(RF_ATTR_INT_LIST, "list(int)")       \
+  X(RF_ATTR_FLOAT_LIST, "list(float)")   \
+  X(RF_ATTR_BOOL_LIST, "list(bool)")     \
+  X(RF_ATTR_STRING_LIST, "list(string)") \
+  X(RF_ATTR_TYPE_LIST, "list(type)")     \
+  X(RF_ATTR_SHAPE_LIST, "list(shape)")   \
   X(RF_ATTR_TENSOR_LIST, "list(tensor)")
 
 typedef enum rf__attr_type {
@@ -81,7 +82,8 @@ void rf__attrs_clear(rf__attrs *a);
 
 /* Typed reads for kernels, shape and gradient functions. They return NULL on
  * success; NOT_FOUND / INVALID_ARGUMENT (wrong type) name the attribute. */
-rf_status *rf__attrs_get_int(const rf__attrs *a, const char *name, int64_t *out);
+rf_status *rf__attrs_get_int(const rf__attrs *a, const char *name,
+                             int64_t *out);
 rf_status *rf__attrs_get_float(const rf__attrs *a, const char *name,
                                double *out);
 rf_status *rf__attrs_get_bool(const rf__attrs *a, const char *name, bool *out);

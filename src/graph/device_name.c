@@ -110,8 +110,7 @@ void rf__device_name_format(const rf__device_name *d, char *buf, size_t len) {
     snprintf(buf, len, "%s:%d", rf__device_type_name(d->type), d->index);
 }
 
-bool rf__device_name_equal(const rf__device_name *a,
-                           const rf__device_name *b) {
+bool rf__device_name_equal(const rf__device_name *a, const rf__device_name *b) {
   if (!a || !b) return false;
   return a->task == b->task && a->type == b->type && a->index == b->index;
 }

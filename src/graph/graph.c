@@ -234,16 +234,15 @@ rf_status *rf_node_set_device(rf_node *n, const char *device) {
 
 /* ---- attribute reads ---- */
 
-static rf_status *node_attr(const rf_node *n, const char *name,
-                            rf_status *st) {
+static rf_status *node_attr(const rf_node *n, const char *name, rf_status *st) {
   if (!st) return NULL;
   return rf__status_prefix(st, "node '%s' (%s)", n->name, rf__node_op_name(n));
 }
 
-#define RF_NODE_ATTR(fn, ctype, getter)                                        \
-  rf_status *fn(const rf_node *n, const char *name, ctype *out) {              \
-    if (!n || !name || !out) return rf__invalid(#fn ": NULL argument");        \
-    return node_attr(n, name, getter(&n->attrs, name, out));                   \
+#define RF_NODE_ATTR(fn, ctype, getter)                                 \
+  rf_status *fn(const rf_node *n, const char *name, ctype *out) {       \
+    if (!n || !name || !out) return rf__invalid(#fn ": NULL argument"); \
+    return node_attr(n, name, getter(&n->attrs, name, out));            \
   }
 
 RF_NODE_ATTR(rf_node_attr_int, int64_t, rf__attrs_get_int)

@@ -30,21 +30,21 @@ struct rf_node {
   int id;
   char *name;
   const struct rf__op_def *op;
-  char *requested_device;   /* canonical ("cpu:1") or "" */
-  int assigned_device;      /* session device index after placement; -1 before */
-  int num_inputs;           /* data inputs, variadic lists flattened */
-  rf__edge **data_in;       /* [num_inputs] */
-  int *arg_start;           /* [op->num_inputs + 1]: flattened index of each arg */
-  rf__edge **in_edges;      /* data and control */
+  char *requested_device; /* canonical ("cpu:1") or "" */
+  int assigned_device;    /* session device index after placement; -1 before */
+  int num_inputs;         /* data inputs, variadic lists flattened */
+  rf__edge **data_in;     /* [num_inputs] */
+  int *arg_start;      /* [op->num_inputs + 1]: flattened index of each arg */
+  rf__edge **in_edges; /* data and control */
   int num_in_edges, cap_in_edges;
   rf__edge **out_edges;
   int num_out_edges, cap_out_edges;
   int num_outputs;
-  rf_dtype *out_dtypes;     /* [num_outputs] */
-  rf_shape *out_shapes;     /* [num_outputs] */
+  rf_dtype *out_dtypes; /* [num_outputs] */
+  rf_shape *out_shapes; /* [num_outputs] */
   rf__attrs attrs;
-  void *scratch;            /* for the pass or compile stage holding the node */
-  UT_hash_handle hh;        /* by name, in rf_graph.by_name */
+  void *scratch;     /* for the pass or compile stage holding the node */
+  UT_hash_handle hh; /* by name, in rf_graph.by_name */
 };
 
 #define RF_MAX_DEVICE_SCOPE 32
@@ -97,8 +97,10 @@ bool rf__graph_has_control_edge(const rf_node *src, const rf_node *dst);
 bool rf__graph_failed(const rf_graph *g);
 /* Keeps st as g's error if it has none yet, else frees st. */
 void rf__graph_record(rf_graph *g, rf_status *st);
-/* Checks each input is valid; records an INVALID_ARGUMENT naming op otherwise. */
-bool rf__graph_inputs_ok(rf_graph *g, const char *op, const rf_output *in, int n);
+/* Checks each input is valid; records an INVALID_ARGUMENT naming op otherwise.
+ */
+bool rf__graph_inputs_ok(rf_graph *g, const char *op, const rf_output *in,
+                         int n);
 /* Finishes b; on error records it in g and returns the invalid output. */
 rf_output rf__finish_output(rf_graph *g, rf_node_builder *b);
 rf_node *rf__finish_node(rf_graph *g, rf_node_builder *b);

@@ -149,8 +149,10 @@ rf_status *rf__graph_add_node(rf_graph *g, const rf__op_def *op,
   for (int k = 0; k < num_inputs; k++)
     if (!rf__graph_owns(g, inputs[k].node) || inputs[k].index < 0 ||
         inputs[k].index >= inputs[k].node->num_outputs)
-      return rf__invalid("node '%s' (%s): input %d is not an output of a node "
-                         "of this graph", nm, op->name, k);
+      return rf__invalid(
+          "node '%s' (%s): input %d is not an output of a node "
+          "of this graph",
+          nm, op->name, k);
   int arg_sizes[RF_MAX_OP_ARGS];
   rf__attrs a = {NULL, 0, 0};
   if (attrs) RF_CHECK(rf__attrs_copy(attrs, &a));
@@ -201,7 +203,8 @@ static void remove_ptr(rf__edge **arr, int *n, const rf__edge *e) {
 bool rf__graph_has_control_edge(const rf_node *src, const rf_node *dst) {
   if (!src || !dst) return false;
   for (int k = 0; k < dst->num_in_edges; k++)
-    if (dst->in_edges[k]->src == src && dst->in_edges[k]->dst_in == RF_CONTROL_SLOT)
+    if (dst->in_edges[k]->src == src &&
+        dst->in_edges[k]->dst_in == RF_CONTROL_SLOT)
       return true;
   return false;
 }
@@ -212,8 +215,8 @@ rf_status *rf__graph_add_edge(rf_graph *g, rf_node *src, int src_out,
     return rf__invalid("rf__graph_add_edge: node not in this graph");
   bool control = src_out == RF_CONTROL_SLOT;
   if (control != (dst_in == RF_CONTROL_SLOT))
-    return rf__invalid("edge %s -> %s: mixes data and control slots",
-                       src->name, dst->name);
+    return rf__invalid("edge %s -> %s: mixes data and control slots", src->name,
+                       dst->name);
   if (control) {
     if (src == dst)
       return rf__invalid("control edge from node '%s' to itself", src->name);
@@ -264,9 +267,8 @@ rf_status *rf__graph_update_edge(rf_graph *g, rf_node *dst, int dst_in,
                        rf__node_op_name(src), src_out);
   rf__edge *e = dst->data_in[dst_in];
   if (!e) return rf__graph_add_edge(g, src, src_out, dst, dst_in);
-  if (e->src != src &&
-      rf__grow(&src->out_edges, &src->cap_out_edges, src->num_out_edges + 1,
-               sizeof *src->out_edges))
+  if (e->src != src && rf__grow(&src->out_edges, &src->cap_out_edges,
+                                src->num_out_edges + 1, sizeof *src->out_edges))
     return rf__oom();
   if (e->src != src) {
     remove_ptr(e->src->out_edges, &e->src->num_out_edges, e);
@@ -323,8 +325,10 @@ rf_status *rf_graph_add_control_edge(rf_graph *g, rf_node *src, rf_node *dst) {
   if (!g || !src || !dst)
     return rf__invalid("rf_graph_add_control_edge: NULL argument");
   if (!rf__graph_owns(g, src) || !rf__graph_owns(g, dst))
-    return rf__invalid("rf_graph_add_control_edge: node '%s' or '%s' is not "
-                       "in this graph", src->name, dst->name);
+    return rf__invalid(
+        "rf_graph_add_control_edge: node '%s' or '%s' is not "
+        "in this graph",
+        src->name, dst->name);
   if (rf__graph_has_control_edge(src, dst)) return NULL;
   bool cycle;
   RF_CHECK(reaches(g, dst, src, &cycle));
@@ -378,7 +382,8 @@ static rf_status *copy_node(const rf_node *n, rf_node **out) {
   }
   c->id = n->id;
   c->assigned_device = n->assigned_device;
-  memcpy(c->out_shapes, n->out_shapes, sizeof *c->out_shapes * (size_t)n->num_outputs);
+  memcpy(c->out_shapes, n->out_shapes,
+         sizeof *c->out_shapes * (size_t)n->num_outputs);
   *out = c;
   return NULL;
 }
@@ -454,7 +459,8 @@ rf_status *rf__graph_copy(const rf_graph *g, rf_graph **out) {
   if (!st && g->error) {
     c->error = rf_status_new(rf_status_code(g->error), "%s",
                              rf_status_message(g->error));
-    if (c->error == rf__oom() && rf_status_code(g->error) != RF_RESOURCE_EXHAUSTED)
+    if (c->error == rf__oom() &&
+        rf_status_code(g->error) != RF_RESOURCE_EXHAUSTED)
       st = rf__oom();
   }
   if (st) {

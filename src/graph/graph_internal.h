@@ -1,6 +1,7 @@
 /* graph/graph_internal.h - helpers shared by the files of src/graph that build
- * nodes: allocation of an unlinked node, linking it into a graph all-or-nothing,
- * and resolving an op's signature (type and number attrs, output dtypes). */
+ * nodes: allocation of an unlinked node, linking it into a graph
+ * all-or-nothing, and resolving an op's signature (type and number attrs,
+ * output dtypes). */
 #ifndef RF_GRAPH_GRAPH_INTERNAL_H
 #define RF_GRAPH_GRAPH_INTERNAL_H
 

@@ -128,8 +128,7 @@ static void set_attr(rf_node_builder *b, const char *name,
   set_error(b, rf__attrs_set(&b->attrs, name, v));
 }
 
-void rf_node_builder_attr_int(rf_node_builder *b, const char *name,
-                              int64_t v) {
+void rf_node_builder_attr_int(rf_node_builder *b, const char *name, int64_t v) {
   rf__attr_value a = rf__attr_int(v);
   set_attr(b, name, &a);
 }
@@ -184,8 +183,8 @@ void rf_node_builder_attr_tensor(rf_node_builder *b, const char *name,
 void rf_node_builder_attr_int_list(rf_node_builder *b, const char *name,
                                    const int64_t *v, int n) {
   if ((n < 0 || (n > 0 && !v)) && usable(b)) {
-    set_error(b, rf__invalid("node builder '%s': bad list for attr '%s'",
-                             b->op, name ? name : ""));
+    set_error(b, rf__invalid("node builder '%s': bad list for attr '%s'", b->op,
+                             name ? name : ""));
     return;
   }
   rf__attr_value a = rf__attr_int_list_ref(v, n);
@@ -195,8 +194,8 @@ void rf_node_builder_attr_int_list(rf_node_builder *b, const char *name,
 void rf_node_builder_attr_float_list(rf_node_builder *b, const char *name,
                                      const double *v, int n) {
   if ((n < 0 || (n > 0 && !v)) && usable(b)) {
-    set_error(b, rf__invalid("node builder '%s': bad list for attr '%s'",
-                             b->op, name ? name : ""));
+    set_error(b, rf__invalid("node builder '%s': bad list for attr '%s'", b->op,
+                             name ? name : ""));
     return;
   }
   rf__attr_value a = {.type = RF_ATTR_FLOAT_LIST, .n = n};
@@ -227,14 +226,16 @@ static rf_status *match_args(const rf_node_builder *b, const rf__op_def *op,
     for (int i = 0; i < op->num_inputs && used < sizeof list; i++)
       used += (size_t)snprintf(list + used, sizeof list - used, "%s%s",
                                i ? ", " : "", op->inputs[i].name);
-    return rf__invalid("node '%s' (%s): expected %d inputs (%s), got %d",
-                       name, op->name, op->num_inputs, list, b->num_args);
+    return rf__invalid("node '%s' (%s): expected %d inputs (%s), got %d", name,
+                       op->name, op->num_inputs, list, b->num_args);
   }
   for (int i = 0; i < op->num_inputs; i++) {
     const rf__arg_def *a = &op->inputs[i];
     if (b->args[i].list && !a->number_attr[0])
-      return rf__invalid("node '%s' (%s): input '%s' takes one tensor, got a "
-                         "list", name, op->name, a->name);
+      return rf__invalid(
+          "node '%s' (%s): input '%s' takes one tensor, got a "
+          "list",
+          name, op->name, a->name);
     sizes[i] = b->args[i].count;
   }
   for (int k = 0; k < b->num_inputs; k++) {
@@ -243,16 +244,22 @@ static rf_status *match_args(const rf_node_builder *b, const rf__op_def *op,
       return rf__invalid("node '%s' (%s): input %d is invalid (NULL node)",
                          name, op->name, k);
     if (!rf__graph_owns(b->g, in.node))
-      return rf__invalid("node '%s' (%s): input %d comes from node '%s' of "
-                         "another graph", name, op->name, k, in.node->name);
+      return rf__invalid(
+          "node '%s' (%s): input %d comes from node '%s' of "
+          "another graph",
+          name, op->name, k, in.node->name);
     if (in.index < 0 || in.index >= in.node->num_outputs)
-      return rf__invalid("node '%s' (%s): input %d: node '%s' has no output "
-                         "%d", name, op->name, k, in.node->name, in.index);
+      return rf__invalid(
+          "node '%s' (%s): input %d: node '%s' has no output "
+          "%d",
+          name, op->name, k, in.node->name, in.index);
   }
   for (int k = 0; k < b->num_controls; k++)
     if (!rf__graph_owns(b->g, b->controls[k]))
-      return rf__invalid("node '%s' (%s): control input %d is NULL or from "
-                         "another graph", name, op->name, k);
+      return rf__invalid(
+          "node '%s' (%s): control input %d is NULL or from "
+          "another graph",
+          name, op->name, k);
   return NULL;
 }
 
@@ -273,12 +280,15 @@ static rf_status *pick_name(rf_node_builder *b, const rf__op_def *op,
                             char **out) {
   if (b->name) {
     if (!valid_name(b->name))
-      return rf__invalid("node name '%s' (%s) is not valid (letters, digits, "
-                         "'_', '.', and '/', '-' after the first)",
-                         b->name, op->name);
+      return rf__invalid(
+          "node name '%s' (%s) is not valid (letters, digits, "
+          "'_', '.', and '/', '-' after the first)",
+          b->name, op->name);
     if (rf_graph_find_node(b->g, b->name))
-      return rf__error(RF_ALREADY_EXISTS, "node name '%s' is already used "
-                       "(adding a %s node)", b->name, op->name);
+      return rf__error(RF_ALREADY_EXISTS,
+                       "node name '%s' is already used "
+                       "(adding a %s node)",
+                       b->name, op->name);
     *out = rf__strdup(b->name);
   } else {
     size_t len = strlen(op->name) + 24;
@@ -291,8 +301,7 @@ static rf_status *pick_name(rf_node_builder *b, const rf__op_def *op,
 static rf_status *build(rf_node_builder *b, rf_node **out) {
   RF_CHECK(rf__registry_init());
   const rf__op_def *op = rf__op_find(b->op);
-  if (!op)
-    return rf__error(RF_NOT_FOUND, "Op type not registered '%s'", b->op);
+  if (!op) return rf__error(RF_NOT_FOUND, "Op type not registered '%s'", b->op);
   int sizes[RF_MAX_OP_ARGS], num_outputs = 0;
   char *name = NULL, canon[RF_DEVICE_NAME_MAX];
   rf_dtype *in_dt = NULL, *out_dt = NULL;
@@ -308,17 +317,17 @@ static rf_status *build(rf_node_builder *b, rf_node **out) {
   RF_CHECK_GOTO(rf__resolve_signature(op, name, &b->attrs, in_dt, sizes, true,
                                       &num_outputs, &out_dt),
                 st, done);
-  RF_CHECK_GOTO(rf__node_alloc(op, name, canon, sizes, b->num_inputs,
-                               &b->attrs, num_outputs, &out_dt, &n),
+  RF_CHECK_GOTO(rf__node_alloc(op, name, canon, sizes, b->num_inputs, &b->attrs,
+                               num_outputs, &out_dt, &n),
                 st, done);
   st = rf__run_shape_fn(n, b->inputs);
   if (st) {
     st = rf__status_prefix(st, "node '%s' (%s)", name, op->name);
     goto done;
   }
-  RF_CHECK_GOTO(rf__graph_insert(b->g, n, b->inputs, b->controls,
-                                 b->num_controls),
-                st, done);
+  RF_CHECK_GOTO(
+      rf__graph_insert(b->g, n, b->inputs, b->controls, b->num_controls), st,
+      done);
   *out = n;
   n = NULL;
 done:

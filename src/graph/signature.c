@@ -17,8 +17,8 @@ typedef struct sig {
   bool strict;
 } sig;
 
-#define SIG_ERR(s, ...)                                                        \
-  rf__status_prefix(rf__invalid(__VA_ARGS__), "node '%s' (%s)", (s)->node,     \
+#define SIG_ERR(s, ...)                                                    \
+  rf__status_prefix(rf__invalid(__VA_ARGS__), "node '%s' (%s)", (s)->node, \
                     (s)->op->name)
 
 /* The type attr named `name`, set to dt if missing; *expected gets its value
@@ -61,10 +61,11 @@ static rf_status *infer_from_inputs(sig *s, const rf_dtype *in,
       if (s->strict && dt != want) {
         char idx[24] = "";
         if (a->number_attr[0]) snprintf(idx, sizeof idx, "[%d]", j);
-        return rf__invalid("input '%s'%s of node '%s' (%s) has dtype %s, "
-                           "expected %s",
-                           a->name, idx, s->node, s->op->name,
-                           rf_dtype_name(dt), rf_dtype_name(want));
+        return rf__invalid(
+            "input '%s'%s of node '%s' (%s) has dtype %s, "
+            "expected %s",
+            a->name, idx, s->node, s->op->name, rf_dtype_name(dt),
+            rf_dtype_name(want));
       }
     }
   }
@@ -225,8 +226,10 @@ rf_status *rf__infer_arg_sizes(const rf__op_def *op, const char *node_name,
         unknown = i;
         arg_sizes[i] = 0;
       } else {
-        return rf__invalid("node '%s' (%s): attr '%s' is needed to split the "
-                           "inputs", node_name, op->name, a->number_attr);
+        return rf__invalid(
+            "node '%s' (%s): attr '%s' is needed to split the "
+            "inputs",
+            node_name, op->name, a->number_attr);
       }
     }
     known += arg_sizes[i];
@@ -262,12 +265,14 @@ rf_status *rf__run_shape_fn(rf_node *n, const rf_output *inputs) {
     }
   }
   rf__shape_ctx c = {n, ni, dt, sh, vals, n->num_outputs, n->out_shapes};
-  st = n->op->shape(&c);
+  st = n->op->shape(&c); /* c lives only for the call */
   if (st) /* a failed function may have written part of the shapes */
-    for (int k = 0; k < n->num_outputs; k++) n->out_shapes[k] = rf_shape_unknown();
+    for (int k = 0; k < n->num_outputs; k++)
+      n->out_shapes[k] = rf_shape_unknown();
 done:
   rf__free(dt);
   rf__free(sh);
   rf__free(vals);
+  /* cppcheck-suppress returnDanglingLifetime ; st never points into c */
   return st;
 }

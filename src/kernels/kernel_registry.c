@@ -33,9 +33,10 @@ rf_status *rf__kernel_register(const rf__kernel_def *def) {
   if (!def || !def->op)
     return rf__invalid("rf__kernel_register: NULL kernel or op name");
   if ((def->compute == NULL) == (def->compute_async == NULL))
-    return rf__invalid("kernel for op '%s' on %s must have exactly one of "
-                       "compute and compute_async", def->op,
-                       rf__device_type_name(def->device_type));
+    return rf__invalid(
+        "kernel for op '%s' on %s must have exactly one of "
+        "compute and compute_async",
+        def->op, rf__device_type_name(def->device_type));
   if ((int)def->device_type < 0 || def->device_type >= RF_DEVICE_TYPE_COUNT)
     return rf__invalid("kernel for op '%s': bad device type %d", def->op,
                        (int)def->device_type);
@@ -51,9 +52,10 @@ rf_status *rf__kernel_register(const rf__kernel_def *def) {
   kernel_entry *old = NULL;
   HASH_FIND_STR(kernel_table, e->key, old);
   if (old) {
-    st = rf__error(RF_ALREADY_EXISTS, "a kernel for op '%s' on %s is already "
-                   "registered", def->op,
-                   rf__device_type_name(def->device_type));
+    st = rf__error(RF_ALREADY_EXISTS,
+                   "a kernel for op '%s' on %s is already "
+                   "registered",
+                   def->op, rf__device_type_name(def->device_type));
   } else {
     int rf__hash_oom = 0;
     HASH_ADD_STR(kernel_table, key, e);
@@ -99,14 +101,14 @@ rf_status *rf__kernel_alloc_output(rf__kernel_ctx *ctx, int i, rf_dtype dtype,
                                    const rf_shape *shape, rf_tensor **out) {
   if (!ctx || i < 0 || i >= ctx->num_outputs)
     return rf__internal("rf__kernel_alloc_output: output %d out of range", i);
-  rf_allocator *a =
-      ctx->device && ctx->device->allocator ? ctx->device->allocator
-                                            : rf_default_allocator();
+  rf_allocator *a = ctx->device && ctx->device->allocator
+                        ? ctx->device->allocator
+                        : rf_default_allocator();
   rf_tensor *t = NULL;
   rf_status *st = rf_tensor_new(dtype, shape, a, &t);
   if (st) {
-    rf_status *e = rf__kernel_error(ctx, rf_status_code(st), "output %d: %s",
-                                    i, rf_status_message(st));
+    rf_status *e = rf__kernel_error(ctx, rf_status_code(st), "output %d: %s", i,
+                                    rf_status_message(st));
     rf_status_free(st);
     return e;
   }
@@ -155,6 +157,8 @@ static rf_status *run_compute(const rf__kernel_def *k, rf__kernel_ctx *ctx) {
   waiter w = {.done = false, .st = NULL};
   pthread_mutex_init(&w.mu, NULL);
   pthread_cond_init(&w.cv, NULL);
+  /* The waiter lives on this stack until done has been called. */
+  /* cppcheck-suppress autoVariables */
   ctx->executor_private = &w;
   k->compute_async(ctx, async_done);
   pthread_mutex_lock(&w.mu);

@@ -107,8 +107,8 @@ static bool fail(parser *ps, const char *what, span bad) {
   if (!ps->err && parse_oom) ps->err = rf__oom();
   bad = trim(bad);
   if (!ps->err)
-    ps->err = rf__invalid("op '%s': %s in '%.*s'", ps->op, what, (int)bad.n,
-                          bad.p);
+    ps->err =
+        rf__invalid("op '%s': %s in '%.*s'", ps->op, what, (int)bad.n, bad.p);
   return false;
 }
 
@@ -368,7 +368,8 @@ static bool parse_attr(parser *ps, rf__op_def *op, span whole) {
   if (!colon) return fail(ps, "expected 'NAME: TYPE'", whole);
   span name = trim((span){s.p, (size_t)(colon - s.p)});
   if (!is_ident(name)) return fail(ps, "bad attr name", whole);
-  if (op->num_attrs == RF_MAX_OP_ATTRS) return fail(ps, "too many attrs", whole);
+  if (op->num_attrs == RF_MAX_OP_ATTRS)
+    return fail(ps, "too many attrs", whole);
   rf__attr_def *d = &op->attrs[op->num_attrs];
   memset(d, 0, sizeof *d);
   span_copy(name, d->name, sizeof d->name);
@@ -376,7 +377,8 @@ static bool parse_attr(parser *ps, rf__op_def *op, span whole) {
     if (strcmp(op->attrs[k].name, d->name) == 0)
       return fail(ps, "duplicate attr", whole);
   s = trim((span){colon + 1, s.n - (size_t)(colon + 1 - s.p)});
-  if (!parse_attr_type(&s, &d->type)) return fail(ps, "unknown attr type", whole);
+  if (!parse_attr_type(&s, &d->type))
+    return fail(ps, "unknown attr type", whole);
   d->default_value.type = d->type;
   s = trim(s);
   if (starts(s, "in") && s.n > 2 &&
@@ -506,8 +508,8 @@ rf_status *rf__op_register(const rf__op_spec *spec) {
   pthread_mutex_lock(&register_mu);
   rf_status *st = NULL;
   if (rf__op_find(op->name)) {
-    st = rf__error(RF_ALREADY_EXISTS, "op '%s' is already registered",
-                   op->name);
+    st =
+        rf__error(RF_ALREADY_EXISTS, "op '%s' is already registered", op->name);
   } else {
     int rf__hash_oom = 0;
     HASH_ADD_STR(op_table, name, op);
