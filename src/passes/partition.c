@@ -23,8 +23,10 @@ typedef struct partitioner {
   const rf__op_def *send, *recv, *token;
   pair *pairs; /* of the node being split */
   int num_pairs, cap_pairs;
-  rf__edge **edges; /* its crossing out edges */
-  int cap_edges;
+  rf__edge **edges; /* its crossing out edges... */
+  rf_node **recvs;  /* ...their new sources */
+  int *zeros;       /* ...and output indices */
+  int cap_edges, cap_recvs, cap_zeros;
 } partitioner;
 
 /* A readable unique name like "_Send/x_0/cpu_1" (':' would read as an output
@@ -111,37 +113,37 @@ static rf_status *pair_for(partitioner *p, rf_node *src, int src_out, int dev,
   return NULL;
 }
 
-/* Reroutes one crossing edge through its pair's _Recv. */
-static rf_status *reroute(partitioner *p, rf__edge *e) {
-  rf_node *src = e->src, *dst = e->dst, *recv;
-  int dst_in = e->dst_in;
-  RF_CHECK(pair_for(p, src, e->src_out, dst->assigned_device, &recv));
-  if (dst_in != RF_CONTROL_SLOT)
-    return rf__graph_update_edge(p->ctx->graph, dst, dst_in, recv, 0);
-  rf__graph_remove_edge(p->ctx->graph, e);
-  if (rf__graph_has_control_edge(recv, dst)) return NULL;
-  return rf__graph_add_edge(p->ctx->graph, recv, RF_CONTROL_SLOT, dst,
-                            RF_CONTROL_SLOT);
-}
-
 static rf_status *split_node(partitioner *p, rf_node *v) {
-  /* Copy the crossing edges first: rerouting edits v->out_edges. */
+  /* Gather the crossing edges and their new sources, then move them all in
+   * one pass over v's out edges. */
   int n = 0;
+  p->num_pairs = 0;
   for (int k = 0; k < v->num_out_edges; k++) {
     rf__edge *e = v->out_edges[k];
     if (e->dst->assigned_device == v->assigned_device) continue;
-    if (rf__grow(&p->edges, &p->cap_edges, n + 1, sizeof(rf__edge *)))
+    if (rf__grow(&p->edges, &p->cap_edges, n + 1, sizeof(rf__edge *)) ||
+        rf__grow(&p->recvs, &p->cap_recvs, n + 1, sizeof(rf_node *)) ||
+        rf__grow(&p->zeros, &p->cap_zeros, n + 1, sizeof(int)))
       return rf__oom();
-    p->edges[n++] = e;
+    p->edges[n] = e;
+    p->zeros[n] = 0;
+    n++;
   }
-  p->num_pairs = 0;
-  for (int k = 0; k < n; k++) RF_CHECK(reroute(p, p->edges[k]));
-  return NULL;
+  /* Pairs are made after gathering: a control pair adds an out edge to v. */
+  for (int k = 0; k < n; k++) {
+    rf__edge *e = p->edges[k];
+    RF_CHECK(pair_for(p, v, e->src_out, e->dst->assigned_device,
+                      &p->recvs[k]));
+  }
+  return rf__graph_redirect_edges(p->ctx->graph, v, p->edges, p->recvs,
+                                  p->zeros, n);
 }
 
 rf_status *rf__partition(rf__pass_ctx *ctx) {
-  partitioner p = {ctx, rf__op_find("_Send"), rf__op_find("_Recv"),
-                   rf__op_find("_Token"), NULL, 0, 0, NULL, 0};
+  partitioner p = {.ctx = ctx,
+                   .send = rf__op_find("_Send"),
+                   .recv = rf__op_find("_Recv"),
+                   .token = rf__op_find("_Token")};
   if (!p.send || !p.recv || !p.token)
     return rf__internal("partition: the runtime ops _Send, _Recv and _Token "
                         "are not registered");
@@ -152,5 +154,7 @@ rf_status *rf__partition(rf__pass_ctx *ctx) {
     if (g->nodes[i]) st = split_node(&p, g->nodes[i]);
   rf__free(p.pairs);
   rf__free(p.edges);
+  rf__free(p.recvs);
+  rf__free(p.zeros);
   return st;
 }

@@ -9,6 +9,7 @@
  * exists on one device only, so nothing may move its users elsewhere. */
 #include <string.h>
 
+#include "ops/op_registry.h"
 #include "passes/pass_registry.h"
 
 /* Resolves a node's requested device; *dev = -1 when it requests none. The

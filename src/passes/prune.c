@@ -29,8 +29,8 @@ rf_status *rf__prune(rf_graph *g, const char *keep) {
       }
     }
   }
-  for (int i = 0; i < ids; i++)
-    if (g->nodes[i] && !seen[i]) rf__graph_remove_node(g, g->nodes[i]);
+  for (int i = 0; i < ids; i++) seen[i] = !seen[i]; /* now: remove */
+  rf__graph_remove_nodes(g, seen);
   rf__free(seen);
   rf__free(queue);
   return NULL;

@@ -1,6 +1,7 @@
 /* passes/topo.c - topological order by Kahn's algorithm over flat arrays
  * indexed by node id: linear in nodes plus edges. Ties go in id order, so the
  * order (and everything placed from it) is deterministic. */
+#include "ops/op_registry.h"
 #include "passes/pass_registry.h"
 
 rf_status *rf__topological_order(const rf_graph *g, rf_node ***order, int *n) {

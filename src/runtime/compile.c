@@ -20,6 +20,22 @@ void rf__plan_free(rf__plan *p) {
   rf__free(p);
 }
 
+/* Parallel arrays for rf__graph_redirect_edges. */
+typedef struct scratch {
+  rf__edge **edges;
+  rf_node **srcs;
+  int *outs;
+  int cap, cap2, cap3;
+} scratch;
+
+static int scratch_reserve(scratch *t, int n) {
+  if (rf__grow(&t->edges, &t->cap, n, sizeof(rf__edge *)) ||
+      rf__grow(&t->srcs, &t->cap2, n, sizeof(rf_node *)) ||
+      rf__grow(&t->outs, &t->cap3, n, sizeof(int)))
+    return -1;
+  return 0;
+}
+
 /* Adds an internal node with attrs T and index. */
 static rf_status *add_indexed(rf_graph *g, const char *op_name,
                               const char *base, const char *device,
@@ -51,9 +67,9 @@ static rf_status *add_retvals(rf_graph *g, const rf__signature *sig,
 }
 
 /* Points every consumer of fed output i at a new _Arg (on the fed node's
- * requested device, with its inferred shape). */
+ * requested device, with its inferred shape). tmp is scratch. */
 static rf_status *add_arg(rf_graph *g, const rf__signature *sig, int i,
-                          rf__edge ***tmp, int *cap) {
+                          scratch *tmp) {
   rf_node *src = g->nodes[sig->feeds[i].node->id];
   int idx = sig->feeds[i].index;
   char base[512];
@@ -65,13 +81,12 @@ static rf_status *add_arg(rf_graph *g, const rf__signature *sig, int i,
   int n = 0;
   for (int k = 0; k < src->num_out_edges; k++) {
     if (src->out_edges[k]->src_out != idx) continue;
-    if (rf__grow(tmp, cap, n + 1, sizeof(rf__edge *))) return rf__oom();
-    (*tmp)[n++] = src->out_edges[k];
+    if (scratch_reserve(tmp, n + 1)) return rf__oom();
+    tmp->edges[n] = src->out_edges[k];
+    tmp->srcs[n] = arg;
+    tmp->outs[n++] = 0;
   }
-  for (int k = 0; k < n; k++)
-    RF_CHECK(rf__graph_update_edge(g, (*tmp)[k]->dst, (*tmp)[k]->dst_in, arg,
-                                   0));
-  return NULL;
+  return rf__graph_redirect_edges(g, src, tmp->edges, tmp->srcs, tmp->outs, n);
 }
 
 static rf_status *rewrite_io(rf_graph *g, const rf__signature *sig) {
@@ -79,13 +94,12 @@ static rf_status *rewrite_io(rf_graph *g, const rf__signature *sig) {
                                  (size_t)(sig->num_fetches ? sig->num_fetches
                                                            : 1));
   RF_CHECK_ALLOC(retvals);
-  rf__edge **tmp = NULL;
-  int cap = 0;
+  scratch tmp = {0};
   char *keep = NULL;
   rf_status *st = NULL;
   RF_CHECK_GOTO(add_retvals(g, sig, retvals), st, done);
   for (int i = 0; i < sig->num_feeds; i++)
-    RF_CHECK_GOTO(add_arg(g, sig, i, &tmp, &cap), st, done);
+    RF_CHECK_GOTO(add_arg(g, sig, i, &tmp), st, done);
   keep = rf__calloc((size_t)(g->num_ids ? g->num_ids : 1), 1);
   if (!keep) {
     st = rf__oom();
@@ -96,7 +110,9 @@ static rf_status *rewrite_io(rf_graph *g, const rf__signature *sig) {
   st = rf__prune(g, keep);
 done:
   rf__free(retvals);
-  rf__free(tmp);
+  rf__free(tmp.edges);
+  rf__free(tmp.srcs);
+  rf__free(tmp.outs);
   rf__free(keep);
   return st;
 }

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "core/mem.h"
+#include "ops/op_registry.h"
 #include "runtime/executor_internal.h"
 #include "runtime/rendezvous.h"
 
