@@ -10,6 +10,14 @@
 #include "runtime/rendezvous.h"
 #include "runtime/step.h"
 
+/* The runtime ops only make sense inside a session step (not, e.g., in
+ * rf__kernel_run_single). */
+static rf_status *need_step(rf__kernel_ctx *ctx) {
+  if (ctx->step) return NULL;
+  return rf__kernel_error(ctx, RF_FAILED_PRECONDITION,
+                          "this op runs only inside a session step");
+}
+
 /* ---- _Arg, _Retval: state is the index ---- */
 
 static rf_status *index_init(const rf_node *node, void **state) {
@@ -20,6 +28,7 @@ static rf_status *index_init(const rf_node *node, void **state) {
 }
 
 static rf_status *arg_compute(rf__kernel_ctx *ctx) {
+  RF_CHECK(need_step(ctx));
   int64_t i = (intptr_t)ctx->state;
   rf_tensor *v = i < ctx->step->num_feeds ? ctx->step->feeds[i] : NULL;
   if (!v)
@@ -35,6 +44,7 @@ static rf_status *arg_compute(rf__kernel_ctx *ctx) {
 }
 
 static rf_status *retval_compute(rf__kernel_ctx *ctx) {
+  RF_CHECK(need_step(ctx));
   int64_t i = (intptr_t)ctx->state;
   if (i >= ctx->step->num_fetches || ctx->step->fetches[i])
     return rf__kernel_error(ctx, RF_INTERNAL, "fetch index %lld is out of "
@@ -54,6 +64,7 @@ static rf_status *key_init(const rf_node *node, void **state) {
 }
 
 static rf_status *send_compute(rf__kernel_ctx *ctx) {
+  RF_CHECK(need_step(ctx));
   rf_status *st = rf__rendezvous_send(ctx->step->rendezvous, ctx->step->id,
                                       ctx->state, ctx->inputs[0]);
   if (!st) return NULL;
@@ -78,6 +89,11 @@ static void recv_done(void *arg, rf_status *st, rf_tensor *value) {
 
 static void recv_compute_async(rf__kernel_ctx *ctx, rf__done_fn done) {
   ctx->done = done;
+  rf_status *st = need_step(ctx);
+  if (st) {
+    done(ctx, st);
+    return;
+  }
   rf__rendezvous_recv(ctx->step->rendezvous, ctx->step->id, ctx->state,
                       recv_done, ctx);
 }
