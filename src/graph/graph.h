@@ -91,6 +91,23 @@ void rf__graph_unique_name(rf_graph *g, const char *base, char *buf,
 /* True when a control edge src -> dst exists already. */
 bool rf__graph_has_control_edge(const rf_node *src, const rf_node *dst);
 
+/* ---- bulk edits, linear where one-at-a-time edits would be quadratic
+ * (graph_bulk.c; used by the compile stages on large fan-outs) ---- */
+
+/* Moves the source end of edges[k] (all leaving `src`) to (new_src[k],
+ * new_out[k]); control edges stay control edges (new_out ignored). No
+ * new_src[k] may be src. Time O(n + src's out edges). On error (no memory)
+ * the graph is unchanged. */
+rf_status *rf__graph_redirect_edges(rf_graph *g, rf_node *src,
+                                    rf__edge *const *edges,
+                                    rf_node *const *new_src,
+                                    const int *new_out, int n);
+/* Removes every node n with remove[n->id] != 0, with all its edges, in time
+ * linear in the edges touching removed nodes and the edge lists of their
+ * surviving neighbours. Surviving consumers may be left with unfed inputs.
+ * Uses the scratch field of surviving neighbours (left NULL). */
+void rf__graph_remove_nodes(rf_graph *g, const char *remove);
+
 /* ---- sticky errors for the op functions ---- */
 
 /* True (and nothing to do) when g already holds an error or is NULL. */

@@ -32,6 +32,9 @@ struct rf__kernel_ctx {
   struct rf__device *device;
   struct rf__step *step;
   void *executor_private;  /* the executor's; kernels leave it alone */
+  /* For compute_async: the `done` it was passed, also stored here so that a
+   * callback which only gets ctx back (a rendezvous, a collective) finds it. */
+  rf__done_fn done;
 };
 
 typedef struct rf__kernel_def {

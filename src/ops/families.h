@@ -28,4 +28,7 @@ rf_status *rf__register_cpu_nn_kernels(void);
 rf_status *rf__register_cpu_reduction_kernels(void);
 rf_status *rf__register_cpu_runtime_kernels(void);
 
+/* Graph passes (src/passes/passes.c). */
+rf_status *rf__register_passes(void);
+
 #endif

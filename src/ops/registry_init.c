@@ -15,6 +15,7 @@ static rf_status *(*const families[])(void) = {
     rf__register_cpu_array_kernels,  rf__register_cpu_state_kernels,
     rf__register_cpu_math_kernels,   rf__register_cpu_nn_kernels,
     rf__register_cpu_reduction_kernels, rf__register_cpu_runtime_kernels,
+    rf__register_passes,
 };
 
 static void init_once(void) {

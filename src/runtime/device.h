@@ -38,4 +38,19 @@ typedef struct rf__device {
 rf_status *rf__device_variable(rf__device *d, const char *name, rf_dtype dtype,
                                const rf_shape *shape, rf__variable **out);
 
+/* Fills *d as device `index` named `name`, with no variables. allocator and
+ * pool are borrowed. Returns nothing: it cannot fail. */
+void rf__device_init(rf__device *d, int index, const rf__device_name *name,
+                     rf_allocator *allocator, rf__threadpool *pool);
+/* Frees d's variables (releasing their values); d itself is the caller's. */
+void rf__device_destroy(rf__device *d);
+
+/* The index in devices[0..n) of the device named by `name` (parsed), or -1. */
+int rf__device_find(const rf__device *devices, int n,
+                    const rf__device_name *name);
+/* Describes a device list for messages: "cpu:0", "cpu:0..cpu:3",
+ * "cpu:0..cpu:3, gpu:0..gpu:1". */
+void rf__device_list_format(const rf__device *devices, int n, char *buf,
+                            size_t len);
+
 #endif

@@ -1,0 +1,71 @@
+/* passes/pass_registry.h - graph rewrite passes run while a session compiles a
+ * (feeds, fetches, targets) signature, in TensorFlow's REGISTER_OPTIMIZATION
+ * style. Passes register at start-up (rf__register_passes, called by
+ * rf__registry_init) and run in (phase, priority, name) order:
+ *
+ *   prune -> PRE_PLACEMENT -> placement -> POST_PLACEMENT -> partition
+ *         -> POST_PARTITION -> per-device executor plans
+ *
+ * A pass may add, remove and rewire nodes of ctx->graph. From POST_PLACEMENT on
+ * every node it adds must get an assigned_device; from POST_PARTITION on no
+ * data or control edge may cross devices (add _Send/_Recv pairs instead). */
+#ifndef RF_PASSES_PASS_REGISTRY_H
+#define RF_PASSES_PASS_REGISTRY_H
+
+#include "graph/graph.h"
+#include "ringflow/session.h"
+#include "runtime/device.h"
+
+typedef enum rf__pass_phase {
+  RF_PASS_PRE_PLACEMENT,
+  RF_PASS_POST_PLACEMENT,
+  RF_PASS_POST_PARTITION,
+  RF_PASS_PHASE_COUNT
+} rf__pass_phase;
+
+typedef struct rf__pass_ctx {
+  rf_graph *graph;                    /* being compiled; the pass may edit it */
+  const rf__device *devices;          /* the session's; not owned */
+  int num_devices;
+  int default_device;                 /* index into devices */
+  const rf_session_options *options;  /* not owned */
+} rf__pass_ctx;
+
+/* Returns NULL or an error naming the node it concerns (compile fails). */
+typedef rf_status *(*rf__pass_fn)(rf__pass_ctx *ctx);
+
+/* Adds a pass. INVALID_ARGUMENT for a bad phase, NULL fn or empty name;
+ * ALREADY_EXISTS for a second pass of one name. Not thread-safe against
+ * rf__passes_run: register at start-up only. */
+rf_status *rf__pass_register(rf__pass_phase phase, int priority,
+                             const char *name, rf__pass_fn fn);
+
+/* Runs the passes of `phase` in (priority, name) order, stopping at the first
+ * error, which is returned prefixed with "pass '<name>'". */
+rf_status *rf__passes_run(rf__pass_phase phase, rf__pass_ctx *ctx);
+
+/* Number of registered passes of a phase (for tests). */
+int rf__passes_count(rf__pass_phase phase);
+
+/* ---- the fixed compile stages (passes/prune.c, placement.c, partition.c) ---- */
+
+/* Removes every node from which no fetch (_Retval) or target node can be
+ * reached through data and control edges. keep[id] != 0 marks the roots
+ * (fetches and targets) by node id; keep has g->num_ids entries. */
+rf_status *rf__prune(rf_graph *g, const char *keep);
+
+/* Sets assigned_device of every node (see placement.c for the rules).
+ * INVALID_ARGUMENT naming the node for a device the session lacks or a
+ * cycle. */
+rf_status *rf__place(rf__pass_ctx *ctx);
+
+/* Splits every edge crossing devices with _Send/_Recv pairs. Afterwards each
+ * edge joins two nodes of one device. */
+rf_status *rf__partition(rf__pass_ctx *ctx);
+
+/* Nodes of g in a topological order (Kahn's algorithm over data and control
+ * edges): *order gets rf__malloc'ed node pointers, *n their count.
+ * INVALID_ARGUMENT naming a node on a cycle when there is one. */
+rf_status *rf__topological_order(const rf_graph *g, rf_node ***order, int *n);
+
+#endif

@@ -1,0 +1,69 @@
+/* passes/placement.c - gives every node an assigned device, in topological
+ * order so each node's inputs are placed before it:
+ *  1. a requested device, which the session must have;
+ *  2. else a resource consumer (first input of dtype resource: ReadVariable,
+ *     Assign, Apply*) goes where its variable lives;
+ *  3. else the device of its first data input;
+ *  4. else the session's default device.
+ * Rule 2 is rule 3 for such nodes, and must stay so: a variable's state
+ * exists on one device only, so nothing may move its users elsewhere. */
+#include <string.h>
+
+#include "ops/op_registry.h"
+#include "passes/pass_registry.h"
+
+/* Resolves a node's requested device; *dev = -1 when it requests none. The
+ * previous string and result are cached: most graphs repeat a few names. */
+typedef struct resolver {
+  const rf__pass_ctx *ctx;
+  char last[RF_DEVICE_NAME_MAX];
+  int last_dev;
+} resolver;
+
+static rf_status *resolve(resolver *r, const rf_node *n, int *dev) {
+  const char *req = n->requested_device ? n->requested_device : "";
+  *dev = -1;
+  if (!*req) return NULL;
+  if (r->last_dev >= 0 && strcmp(req, r->last) == 0) {
+    *dev = r->last_dev;
+    return NULL;
+  }
+  rf__device_name name;
+  rf_status *st = rf__device_name_parse(req, &name);
+  if (st)
+    return rf__status_prefix(st, "node '%s' (%s)", n->name, n->op->name);
+  int d = rf__device_find(r->ctx->devices, r->ctx->num_devices, &name);
+  if (d < 0) {
+    char list[256];
+    rf__device_list_format(r->ctx->devices, r->ctx->num_devices, list,
+                           sizeof list);
+    return rf__invalid("node '%s' (%s) requests device %s, but the session "
+                       "has %s", n->name, n->op->name, req, list);
+  }
+  if (strlen(req) < sizeof r->last) {
+    strcpy(r->last, req);
+    r->last_dev = d;
+  }
+  *dev = d;
+  return NULL;
+}
+
+rf_status *rf__place(rf__pass_ctx *ctx) {
+  rf_node **order = NULL;
+  int n = 0;
+  RF_CHECK(rf__topological_order(ctx->graph, &order, &n));
+  resolver r = {ctx, "", -1};
+  rf_status *st = NULL;
+  for (int i = 0; i < n; i++) {
+    rf_node *v = order[i];
+    int dev;
+    if ((st = resolve(&r, v, &dev))) break;
+    /* Rules 2 and 3 at once: a resource consumer's input 0 is its variable. */
+    if (dev < 0 && v->num_inputs > 0 && v->data_in[0])
+      dev = v->data_in[0]->src->assigned_device;
+    if (dev < 0) dev = ctx->default_device;
+    v->assigned_device = dev;
+  }
+  rf__free(order);
+  return st;
+}

@@ -1,0 +1,149 @@
+/* runtime/compile.c - turns the session's graph plus one (feeds, fetches,
+ * targets) signature into a runnable plan:
+ *   copy -> _Retval per fetch -> fed outputs rewired to _Arg -> prune
+ *   -> PRE_PLACEMENT passes -> placement -> POST_PLACEMENT passes
+ *   -> partition -> POST_PARTITION passes -> executor plans (kernels bound).
+ * Every stage is linear in nodes plus edges. The copy keeps node ids, so the
+ * signature's nodes (of the session graph) map to the copy by id. */
+#include <stdio.h>
+#include <string.h>
+
+#include "ops/op_registry.h"
+#include "passes/pass_registry.h"
+#include "runtime/session_internal.h"
+
+void rf__plan_free(rf__plan *p) {
+  if (!p) return;
+  rf__executor_free(p->executor);
+  rf_graph_free(p->graph);
+  rf__free(p->signature);
+  rf__free(p);
+}
+
+/* Parallel arrays for rf__graph_redirect_edges. */
+typedef struct scratch {
+  rf__edge **edges;
+  rf_node **srcs;
+  int *outs;
+  int cap, cap2, cap3;
+} scratch;
+
+static int scratch_reserve(scratch *t, int n) {
+  if (rf__grow(&t->edges, &t->cap, n, sizeof(rf__edge *)) ||
+      rf__grow(&t->srcs, &t->cap2, n, sizeof(rf_node *)) ||
+      rf__grow(&t->outs, &t->cap3, n, sizeof(int)))
+    return -1;
+  return 0;
+}
+
+/* Adds an internal node with attrs T and index. */
+static rf_status *add_indexed(rf_graph *g, const char *op_name,
+                              const char *base, const char *device,
+                              const rf_output *in, int nin, rf_dtype dtype,
+                              int index, rf_node **out) {
+  const rf__op_def *op = rf__op_find(op_name);
+  if (!op) return rf__internal("the runtime op %s is not registered", op_name);
+  char name[600];
+  rf__graph_unique_name(g, base, name, sizeof name);
+  rf__attrs attrs = {0};
+  rf__attr_value t = rf__attr_type_value(dtype), i = rf__attr_int(index);
+  rf_status *st = rf__attrs_set(&attrs, "T", &t);
+  if (!st) st = rf__attrs_set(&attrs, "index", &i);
+  if (!st) st = rf__graph_add_node(g, op, name, device, in, nin, &attrs, out);
+  rf__attrs_clear(&attrs);
+  return st;
+}
+
+static rf_status *add_retvals(rf_graph *g, const rf__signature *sig,
+                              rf_node **retvals) {
+  for (int i = 0; i < sig->num_fetches; i++) {
+    rf_output o = {g->nodes[sig->fetches[i].node->id], sig->fetches[i].index};
+    char base[512];
+    snprintf(base, sizeof base, "_retval/%s_%d", o.node->name, o.index);
+    RF_CHECK(add_indexed(g, "_Retval", base, "", &o, 1,
+                         o.node->out_dtypes[o.index], i, &retvals[i]));
+  }
+  return NULL;
+}
+
+/* Points every consumer of fed output i at a new _Arg (on the fed node's
+ * requested device, with its inferred shape). tmp is scratch. */
+static rf_status *add_arg(rf_graph *g, const rf__signature *sig, int i,
+                          scratch *tmp) {
+  rf_node *src = g->nodes[sig->feeds[i].node->id];
+  int idx = sig->feeds[i].index;
+  char base[512];
+  snprintf(base, sizeof base, "_arg/%s_%d", src->name, idx);
+  rf_node *arg;
+  RF_CHECK(add_indexed(g, "_Arg", base, src->requested_device, NULL, 0,
+                       src->out_dtypes[idx], i, &arg));
+  arg->out_shapes[0] = src->out_shapes[idx];
+  int n = 0;
+  for (int k = 0; k < src->num_out_edges; k++) {
+    if (src->out_edges[k]->src_out != idx) continue;
+    if (scratch_reserve(tmp, n + 1)) return rf__oom();
+    tmp->edges[n] = src->out_edges[k];
+    tmp->srcs[n] = arg;
+    tmp->outs[n++] = 0;
+  }
+  return rf__graph_redirect_edges(g, src, tmp->edges, tmp->srcs, tmp->outs, n);
+}
+
+static rf_status *rewrite_io(rf_graph *g, const rf__signature *sig) {
+  rf_node **retvals = rf__malloc(sizeof(rf_node *) *
+                                 (size_t)(sig->num_fetches ? sig->num_fetches
+                                                           : 1));
+  RF_CHECK_ALLOC(retvals);
+  scratch tmp = {0};
+  char *keep = NULL;
+  rf_status *st = NULL;
+  RF_CHECK_GOTO(add_retvals(g, sig, retvals), st, done);
+  for (int i = 0; i < sig->num_feeds; i++)
+    RF_CHECK_GOTO(add_arg(g, sig, i, &tmp), st, done);
+  keep = rf__calloc((size_t)(g->num_ids ? g->num_ids : 1), 1);
+  if (!keep) {
+    st = rf__oom();
+    goto done;
+  }
+  for (int i = 0; i < sig->num_fetches; i++) keep[retvals[i]->id] = 1;
+  for (int i = 0; i < sig->num_targets; i++) keep[sig->targets[i]->id] = 1;
+  st = rf__prune(g, keep);
+done:
+  rf__free(retvals);
+  rf__free(tmp.edges);
+  rf__free(tmp.srcs);
+  rf__free(tmp.outs);
+  rf__free(keep);
+  return st;
+}
+
+static rf_status *compile_graph(rf_session *s, rf_graph *g) {
+  rf__pass_ctx ctx = {g, s->devices, s->num_devices, s->default_device,
+                      &s->opts};
+  RF_CHECK(rf__passes_run(RF_PASS_PRE_PLACEMENT, &ctx));
+  RF_CHECK(rf__place(&ctx));
+  RF_CHECK(rf__passes_run(RF_PASS_POST_PLACEMENT, &ctx));
+  RF_CHECK(rf__partition(&ctx));
+  RF_CHECK(rf__passes_run(RF_PASS_POST_PARTITION, &ctx));
+  return NULL;
+}
+
+rf_status *rf__compile(rf_session *s, const rf__signature *sig,
+                       rf__plan **out) {
+  rf__plan *p = rf__calloc(1, sizeof *p);
+  RF_CHECK_ALLOC(p);
+  p->num_feeds = sig->num_feeds;
+  p->num_fetches = sig->num_fetches;
+  rf_status *st = NULL;
+  RF_CHECK_GOTO(rf__graph_copy(s->graph, &p->graph), st, fail);
+  RF_CHECK_GOTO(rewrite_io(p->graph, sig), st, fail);
+  RF_CHECK_GOTO(compile_graph(s, p->graph), st, fail);
+  RF_CHECK_GOTO(rf__executor_new(p->graph, s->devices, s->num_devices,
+                                 &p->executor),
+                st, fail);
+  *out = p;
+  return NULL;
+fail:
+  rf__plan_free(p);
+  return st;
+}

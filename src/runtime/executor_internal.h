@@ -1,0 +1,90 @@
+/* runtime/executor_internal.h - the executor's data, shared by the plan
+ * builder (executor_plan.c) and the step runner (executor.c).
+ *
+ * Per device, nodes have dense local ids. Node v reads its inputs from
+ * slots[in_base .. in_base+num_in) of the frame and its kernel writes outputs
+ * to outs[out_base .. out_base+num_out). Its out edges are
+ * edges[edge_begin..edge_end): each moves output src_out into a consumer's
+ * slot; the edge marked `take` is the output's last consumer and inherits the
+ * kernel's reference, the others retain. Outputs nobody consumes are listed in
+ * drops[] and released. A frame's pending counts equal init_pending whenever
+ * the frame sits in the cache. */
+#ifndef RF_RUNTIME_EXECUTOR_INTERNAL_H
+#define RF_RUNTIME_EXECUTOR_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+
+#include "kernels/kernel.h"
+#include "runtime/executor.h"
+
+typedef struct xnode {
+  const rf_node *node;
+  const rf__kernel_def *kernel;
+  rf_status *(*compute)(rf__kernel_ctx *ctx); /* NULL for async kernels */
+  void *state;
+  int in_base, num_in;
+  int out_base, num_out;
+  int edge_begin, edge_end; /* data out edges */
+  int ctl_begin, ctl_end;   /* control successors */
+  int drop_begin, drop_end; /* unconsumed outputs */
+  int init_pending;         /* data + control in edges */
+  int async_index;          /* into frame->actx; -1 for sync kernels */
+} xnode;
+
+typedef struct xedge {
+  int src_out;
+  int dst;  /* local id */
+  int slot; /* absolute slot of the consumer's input */
+  int take; /* last consumer of src_out: gets the kernel's reference */
+} xedge;
+
+struct frame;
+
+typedef struct dplan {
+  rf__device *device; /* not owned */
+  int num_nodes, num_slots, num_outs, num_async, num_roots;
+  xnode *nodes;
+  xedge *edges;
+  int *ctl;   /* local ids */
+  int *drops; /* output indices */
+  int *roots; /* nodes with init_pending == 0 */
+  pthread_mutex_t frames_mu;
+  struct frame *free_frames;
+} dplan;
+
+struct rf__executor {
+  int num_plans; /* devices holding nodes */
+  dplan *plans;
+};
+
+/* One device's part of one step. */
+struct run;
+
+typedef struct node_ref { /* a stable argument for async ctx and pool tasks */
+  struct frame *frame;
+  int id;
+} node_ref;
+
+typedef struct frame {
+  dplan *plan;
+  struct run *run;
+  rf__step *step;
+  rf_tensor **slots;   /* [num_slots] */
+  rf_tensor **outs;    /* [num_outs] */
+  atomic_int *pending; /* [num_nodes] */
+  atomic_int outstanding; /* nodes ready or running */
+  rf__kernel_ctx *actx; /* [num_async] */
+  node_ref *refs;       /* [num_nodes] */
+  struct frame *next;   /* in the plan's cache */
+} frame;
+
+/* Frames: taken from the plan's cache or made; returned after the step. */
+frame *rf__frame_acquire(dplan *p);
+void rf__frame_release(dplan *p, frame *f);
+/* Puts a frame back into its pristine state after a cancelled step: releases
+ * leftover tensors and resets pending counts. */
+void rf__frame_scrub(frame *f);
+
+#endif

@@ -1,0 +1,306 @@
+/* runtime/session.c - the public session API: options, devices and pool,
+ * resolving a run's feeds/fetches/targets by name, the compile cache (one
+ * plan per signature string, under a mutex so concurrent runs are safe), and
+ * one step per run with a fresh step id. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/mem.h"
+#include "ops/op_registry.h"
+#include "runtime/session_internal.h"
+#include "runtime/step.h"
+
+#define MAX_CPU_DEVICES 64
+
+void rf_session_options_init(rf_session_options *o) {
+  if (!o) return;
+  memset(o, 0, sizeof *o);
+  o->num_cpu_devices = 1;
+  o->num_threads = 0;
+  o->default_device = "cpu:0";
+  o->collective_timeout_ms = 300000;
+}
+
+static rf_status *check_options(const rf_session_options *o) {
+  if (o->num_cpu_devices < 1 || o->num_cpu_devices > MAX_CPU_DEVICES)
+    return rf__invalid("session options: num_cpu_devices must be in 1..%d, "
+                       "got %d", MAX_CPU_DEVICES, o->num_cpu_devices);
+  if (o->num_threads < 0)
+    return rf__invalid("session options: num_threads must be >= 0, got %d",
+                       o->num_threads);
+  if (o->collective_timeout_ms <= 0)
+    return rf__invalid("session options: collective_timeout_ms must be > 0, "
+                       "got %lld", (long long)o->collective_timeout_ms);
+  return NULL;
+}
+
+/* Devices, pool and rendezvous; the default device must be one of them. */
+static rf_status *make_devices(rf_session *s) {
+  RF_CHECK(rf__threadpool_new(s->opts.num_threads, &s->pool));
+  s->devices = rf__calloc((size_t)s->opts.num_cpu_devices, sizeof(rf__device));
+  RF_CHECK_ALLOC(s->devices);
+  for (int i = 0; i < s->opts.num_cpu_devices; i++) {
+    rf__device_name name = {-1, RF_DEVICE_CPU, i};
+    rf__device_init(&s->devices[i], i, &name, rf_default_allocator(), s->pool);
+    s->num_devices++;
+  }
+  RF_CHECK(rf__rendezvous_new(&s->rendezvous));
+  const char *dd = s->opts.default_device ? s->opts.default_device : "cpu:0";
+  rf__device_name name;
+  rf_status *st = rf__device_name_parse(dd, &name);
+  if (st) return rf__status_prefix(st, "session options: default_device");
+  s->default_device = rf__device_find(s->devices, s->num_devices, &name);
+  if (s->default_device < 0) {
+    char list[256];
+    rf__device_list_format(s->devices, s->num_devices, list, sizeof list);
+    return rf__invalid("session options: default_device %s is not a device "
+                       "of the session (%s)", dd, list);
+  }
+  snprintf(s->default_device_name, sizeof s->default_device_name, "%s",
+           s->devices[s->default_device].canonical);
+  s->opts.default_device = s->default_device_name;
+  return NULL;
+}
+
+rf_status *rf_session_new(const rf_graph *g, const rf_session_options *opts,
+                          rf_session **out) {
+  if (!g || !out) return rf__invalid("rf_session_new: NULL argument");
+  rf_session_options defaults;
+  rf_session_options_init(&defaults);
+  if (!opts) opts = &defaults;
+  RF_CHECK(check_options(opts));
+  RF_CHECK(rf__registry_init());
+  rf_status *st = rf_graph_status(g);
+  if (st)
+    return rf__status_prefix(st, "rf_session_new: the graph holds an error");
+  rf_session *s = rf__calloc(1, sizeof *s);
+  RF_CHECK_ALLOC(s);
+  s->opts = *opts;
+  atomic_init(&s->next_step, 1);
+  pthread_mutex_init(&s->cache_mu, NULL);
+  RF_CHECK_GOTO(make_devices(s), st, fail);
+  RF_CHECK_GOTO(rf__graph_copy(g, &s->graph), st, fail);
+  *out = s;
+  return NULL;
+fail:
+  rf_session_free(s);
+  return st;
+}
+
+void rf_session_free(rf_session *s) {
+  if (!s) return;
+  rf__plan *p, *tmp;
+  HASH_ITER(hh, s->cache, p, tmp) {
+    HASH_DEL(s->cache, p);
+    rf__plan_free(p);
+  }
+  /* Plans first: kernel states may refer to devices or the pool. */
+  rf__threadpool_free(s->pool);
+  for (int i = 0; i < s->num_devices; i++) rf__device_destroy(&s->devices[i]);
+  rf__free(s->devices);
+  rf__rendezvous_free(s->rendezvous);
+  rf_graph_free(s->graph);
+  pthread_mutex_destroy(&s->cache_mu);
+  rf__free(s);
+}
+
+/* ---- resolving a run's request ---- */
+
+/* A growable string for the signature. */
+typedef struct sbuf {
+  char *p;
+  int n, cap;
+  bool oom;
+} sbuf;
+
+static void sb_printf(sbuf *b, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void sb_printf(sbuf *b, const char *fmt, ...) {
+  if (b->oom) return;
+  va_list ap;
+  va_start(ap, fmt);
+  int k = vsnprintf(NULL, 0, fmt, ap);
+  va_end(ap);
+  if (k < 0 || rf__grow(&b->p, &b->cap, b->n + k + 1, 1)) {
+    b->oom = true;
+    return;
+  }
+  va_start(ap, fmt);
+  vsnprintf(b->p + b->n, (size_t)k + 1, fmt, ap);
+  va_end(ap);
+  b->n += k;
+}
+
+static rf_status *find_node(rf_session *s, const rf_node *user, const char *what,
+                            int i, rf_node **out) {
+  if (!user) return rf__invalid("%s %d is not a valid node or output", what, i);
+  rf_node *n = rf_graph_find_node(s->graph, rf_node_name(user));
+  if (!n)
+    return rf__error(RF_NOT_FOUND, "node '%s' is not in the session's graph",
+                     rf_node_name(user));
+  *out = n;
+  return NULL;
+}
+
+static rf_status *find_output(rf_session *s, rf_output user, const char *what,
+                              int i, rf_output *out) {
+  rf_node *n;
+  RF_CHECK(find_node(s, user.node, what, i, &n));
+  if (user.index < 0 || user.index >= n->num_outputs)
+    return rf__invalid("%s %d: node '%s' (%s) has %d outputs, output %d was "
+                       "asked for", what, i, n->name, n->op->name,
+                       n->num_outputs, user.index);
+  *out = (rf_output){n, user.index};
+  return NULL;
+}
+
+static bool shapes_compatible(const rf_shape *want, const rf_shape *got) {
+  if (want->rank == RF_UNKNOWN_RANK) return true;
+  if (want->rank != got->rank) return false;
+  for (int i = 0; i < want->rank; i++)
+    if (want->dims[i] >= 0 && want->dims[i] != got->dims[i]) return false;
+  return true;
+}
+
+static rf_status *check_feed(const rf_output *o, const rf_tensor *v, int i) {
+  const rf_node *n = o->node;
+  if (!v)
+    return rf__invalid("feed %d for node '%s' output %d has no value", i,
+                       n->name, o->index);
+  rf_dtype want = n->out_dtypes[o->index];
+  if (v->dtype != want)
+    return rf__invalid("feed for node '%s' (%s) output %d: a %s tensor was "
+                       "fed, the output is %s", n->name, n->op->name, o->index,
+                       rf_dtype_name(v->dtype), rf_dtype_name(want));
+  if (!shapes_compatible(&n->out_shapes[o->index], &v->shape)) {
+    char a[128], b[128];
+    rf_shape_format(&v->shape, a, sizeof a);
+    rf_shape_format(&n->out_shapes[o->index], b, sizeof b);
+    return rf__invalid("feed for node '%s' (%s) output %d: shape %s is not "
+                       "compatible with the node's shape %s", n->name,
+                       n->op->name, o->index, a, b);
+  }
+  return NULL;
+}
+
+/* Resolves everything into *sig (arrays the caller frees) and the signature
+ * string. */
+static rf_status *resolve(rf_session *s, const rf_feed *feeds, int nfeeds,
+                          const rf_output *fetches, int nfetches,
+                          rf_node *const *targets, int ntargets,
+                          rf_output *fo, rf_output *xo, rf_node **tn,
+                          sbuf *key) {
+  for (int i = 0; i < nfeeds; i++) {
+    RF_CHECK(find_output(s, feeds[i].output, "feed", i, &fo[i]));
+    RF_CHECK(check_feed(&fo[i], feeds[i].value, i));
+    for (int j = 0; j < i; j++)
+      if (fo[j].node == fo[i].node && fo[j].index == fo[i].index)
+        return rf__invalid("node '%s' output %d is fed twice", fo[i].node->name,
+                           fo[i].index);
+    sb_printf(key, "f%zu:%s:%d;", strlen(fo[i].node->name), fo[i].node->name,
+              fo[i].index);
+  }
+  for (int i = 0; i < nfetches; i++) {
+    RF_CHECK(find_output(s, fetches[i], "fetch", i, &xo[i]));
+    sb_printf(key, "o%zu:%s:%d;", strlen(xo[i].node->name), xo[i].node->name,
+              xo[i].index);
+  }
+  for (int i = 0; i < ntargets; i++) {
+    RF_CHECK(find_node(s, targets[i], "target", i, &tn[i]));
+    sb_printf(key, "t%zu:%s;", strlen(tn[i]->name), tn[i]->name);
+  }
+  return key->oom ? rf__oom() : NULL;
+}
+
+/* The cached plan for sig, compiling it on first use. Two threads may both
+ * compile a new signature; the first to finish is kept. */
+static rf_status *get_plan(rf_session *s, const rf__signature *sig,
+                           const char *key, rf__plan **out) {
+  rf__plan *p = NULL;
+  pthread_mutex_lock(&s->cache_mu);
+  HASH_FIND_STR(s->cache, key, p);
+  pthread_mutex_unlock(&s->cache_mu);
+  if (p) {
+    *out = p;
+    return NULL;
+  }
+  rf__plan *mine;
+  RF_CHECK(rf__compile(s, sig, &mine));
+  mine->signature = rf__strdup(key);
+  if (!mine->signature) {
+    rf__plan_free(mine);
+    return rf__oom();
+  }
+  int rf__hash_oom = 0;
+  pthread_mutex_lock(&s->cache_mu);
+  HASH_FIND_STR(s->cache, key, p);
+  if (!p) {
+    HASH_ADD_KEYPTR(hh, s->cache, mine->signature, strlen(mine->signature),
+                    mine);
+    if (!rf__hash_oom) p = mine, mine = NULL;
+  }
+  pthread_mutex_unlock(&s->cache_mu);
+  rf__plan_free(mine);
+  if (!p) return rf__oom();
+  *out = p;
+  return NULL;
+}
+
+/* Runs plan p as one step; on success fetched[] holds new references. */
+static rf_status *run_step(rf_session *s, rf__plan *p, const rf_feed *feeds,
+                           rf_tensor **fed, rf_tensor **fetched) {
+  for (int i = 0; i < p->num_feeds; i++) fed[i] = feeds[i].value;
+  for (int i = 0; i < p->num_fetches; i++) fetched[i] = NULL;
+  rf__step step = {
+      .id = atomic_fetch_add(&s->next_step, 1),
+      .num_feeds = p->num_feeds,
+      .feeds = fed,
+      .num_fetches = p->num_fetches,
+      .fetches = fetched,
+      .rendezvous = s->rendezvous,
+      .collective_timeout_ms = s->opts.collective_timeout_ms,
+  };
+  atomic_init(&step.cancelled, 0);
+  rf_status *st = rf__executor_run(p->executor, &step);
+  for (int i = 0; i < p->num_fetches && !st; i++)
+    if (!fetched[i])
+      st = rf__internal("fetch %d was not produced by the step", i);
+  if (st)
+    for (int i = 0; i < p->num_fetches; i++) {
+      rf_tensor_release(fetched[i]);
+      fetched[i] = NULL;
+    }
+  return st;
+}
+
+rf_status *rf_session_run(rf_session *s, const rf_feed *feeds, int nfeeds,
+                          const rf_output *fetches, int nfetches,
+                          rf_node *const *targets, int ntargets,
+                          rf_tensor **outputs) {
+  if (!s || nfeeds < 0 || nfetches < 0 || ntargets < 0 ||
+      (nfeeds && !feeds) || (nfetches && (!fetches || !outputs)) ||
+      (ntargets && !targets))
+    return rf__invalid("rf_session_run: NULL or negative argument");
+  /* One block for the resolved request and the step's tensor arrays. */
+  size_t words = (size_t)nfeeds * 3 + (size_t)nfetches * 3 + (size_t)ntargets;
+  void **mem = rf__malloc(sizeof(void *) * (words ? words : 1));
+  RF_CHECK_ALLOC(mem);
+  _Static_assert(sizeof(rf_output) <= 2 * sizeof(void *), "rf_output fits");
+  rf_output *fo = (rf_output *)mem;
+  rf_output *xo = (rf_output *)(mem + 2 * (size_t)nfeeds);
+  rf_node **tn = (rf_node **)(mem + 2 * (size_t)(nfeeds + nfetches));
+  rf_tensor **fed = (rf_tensor **)(tn + ntargets);
+  rf_tensor **fetched = fed + nfeeds;
+  sbuf key = {0};
+  rf__plan *p = NULL;
+  rf_status *st = resolve(s, feeds, nfeeds, fetches, nfetches, targets,
+                          ntargets, fo, xo, tn, &key);
+  rf__signature sig = {fo, nfeeds, xo, nfetches, tn, ntargets};
+  if (!st) st = get_plan(s, &sig, key.p ? key.p : "", &p);
+  if (!st) st = run_step(s, p, feeds, fed, fetched);
+  if (!st) memcpy(outputs, fetched, sizeof(rf_tensor *) * (size_t)nfetches);
+  rf__free(key.p);
+  rf__free(mem);
+  return st;
+}

@@ -1,0 +1,276 @@
+/* tests/test_threadpool.c - the worker pool: scheduling, draining on free,
+ * parallel_for coverage and chunking, nesting from pool threads without
+ * deadlock, and allocation failures. */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "testutil.h"
+
+#include "ringflow/debug.h"
+#include "runtime/threadpool.h"
+
+static void sleep_ms(int ms) {
+  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+  nanosleep(&ts, NULL);
+}
+
+static void count_task(void *arg) { atomic_fetch_add((atomic_int *)arg, 1); }
+
+static void test_new_errors(void **state) {
+  rf__threadpool *p = NULL;
+  assert_status(rf__threadpool_new(-1, &p), RF_INVALID_ARGUMENT, "num_threads");
+  assert_null(p);
+  assert_ok(rf__threadpool_new(0, &p));
+  assert_true(rf__threadpool_size(p) >= 1);
+  rf__threadpool_free(p);
+  rf__threadpool_free(NULL);
+  assert_int_equal(rf__threadpool_size(NULL), 0);
+  assert_int_equal(rf__threadpool_idle(NULL), 0);
+}
+
+static void test_free_runs_every_queued_task(void **state) {
+  for (int threads = 1; threads <= 3; threads++) {
+    rf__threadpool *p;
+    assert_ok(rf__threadpool_new(threads, &p));
+    assert_int_equal(rf__threadpool_size(p), threads);
+    atomic_int n = 0;
+    for (int i = 0; i < 1000; i++) assert_ok(rf__threadpool_schedule(p, count_task, &n));
+    rf__threadpool_free(p);
+    assert_int_equal(atomic_load(&n), 1000);
+  }
+}
+
+typedef struct nest {
+  rf__threadpool *p;
+  atomic_int count;
+  int depth;
+} nest;
+
+/* Each task schedules two more until depth runs out: 2^k - 1 tasks in all,
+ * all scheduled from pool threads, some while free() is already draining. */
+typedef struct nest_task {
+  nest *n;
+  int depth;
+} nest_task;
+
+static nest_task nest_slots[1 << 10];
+static atomic_int nest_next;
+
+static void nested(void *arg) {
+  nest_task *t = arg;
+  atomic_fetch_add(&t->n->count, 1);
+  if (t->depth == 0) return;
+  for (int i = 0; i < 2; i++) {
+    nest_task *c = &nest_slots[atomic_fetch_add(&nest_next, 1)];
+    c->n = t->n;
+    c->depth = t->depth - 1;
+    assert_ok(rf__threadpool_schedule(t->n->p, nested, c));
+  }
+}
+
+static void test_tasks_schedule_tasks(void **state) {
+  nest n = {0};
+  assert_ok(rf__threadpool_new(2, &n.p));
+  atomic_store(&nest_next, 1);
+  nest_slots[0] = (nest_task){&n, 8};
+  assert_ok(rf__threadpool_schedule(n.p, nested, &nest_slots[0]));
+  rf__threadpool_free(n.p);
+  assert_int_equal(atomic_load(&n.count), (1 << 9) - 1);
+}
+
+static void test_idle_count(void **state) {
+  rf__threadpool *p;
+  assert_ok(rf__threadpool_new(3, &p));
+  int idle = 0;
+  for (int i = 0; i < 2000 && (idle = rf__threadpool_idle(p)) != 3; i++)
+    sleep_ms(1);
+  assert_int_equal(idle, 3);
+  rf__threadpool_free(p);
+}
+
+/* parallel_for: every index visited exactly once. */
+typedef struct cover {
+  atomic_int *hits;
+  atomic_int calls;
+  pthread_t caller;
+  atomic_int off_caller; /* chunks run by another thread */
+} cover;
+
+static void cover_fn(void *arg, int64_t b, int64_t e) {
+  cover *c = arg;
+  assert_true(b < e);
+  atomic_fetch_add(&c->calls, 1);
+  if (!pthread_equal(pthread_self(), c->caller))
+    atomic_fetch_add(&c->off_caller, 1);
+  for (int64_t i = b; i < e; i++) atomic_fetch_add(&c->hits[i], 1);
+}
+
+static int run_cover(rf__threadpool *p, int64_t n, int64_t cost, int *calls) {
+  cover c = {0};
+  c.hits = calloc((size_t)(n > 0 ? n : 1), sizeof(atomic_int));
+  c.caller = pthread_self();
+  rf__threadpool_parallel_for(p, n, cost, cover_fn, &c);
+  for (int64_t i = 0; i < n; i++) assert_int_equal(atomic_load(&c.hits[i]), 1);
+  free(c.hits);
+  if (calls) *calls = atomic_load(&c.calls);
+  return atomic_load(&c.off_caller);
+}
+
+static void test_parallel_for_covers_each_index_once(void **state) {
+  uint64_t rng = rf_test_seed();
+  rf__threadpool *p;
+  assert_ok(rf__threadpool_new(2, &p));
+  const int64_t sizes[] = {0, 1, 2, 3, 7, 1000, 4097, 100003};
+  for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+    int64_t cost = 1 + (int64_t)(rf_test_rand(&rng) % 100000);
+    run_cover(p, sizes[i], cost, NULL);
+    run_cover(NULL, sizes[i], cost, NULL);
+  }
+  rf__threadpool_free(p);
+}
+
+static void test_parallel_for_small_loops_run_inline(void **state) {
+  rf__threadpool *p;
+  assert_ok(rf__threadpool_new(2, &p));
+  int calls = 0;
+  /* 100 items of 10 cycles: far below one chunk's worth. */
+  assert_int_equal(run_cover(p, 100, 10, &calls), 0);
+  assert_int_equal(calls, 1);
+  /* Large loops are split. */
+  run_cover(p, 100000, 1000, &calls);
+  assert_true(calls > 1);
+  /* A NULL pool always runs inline, in one call. */
+  assert_int_equal(run_cover(NULL, 100000, 1000, &calls), 0);
+  assert_int_equal(calls, 1);
+  rf__threadpool_free(p);
+}
+
+/* A parallel_for inside tasks that occupy every worker must still finish:
+ * the callers run all chunks themselves. */
+typedef struct busy {
+  rf__threadpool *p;
+  atomic_int done;
+} busy;
+
+static void busy_task(void *arg) {
+  busy *b = arg;
+  int ok = 0;
+  run_cover(b->p, 50000, 100000, &ok);
+  atomic_fetch_add(&b->done, 1);
+}
+
+static void test_parallel_for_from_pool_threads(void **state) {
+  rf__threadpool *p;
+  assert_ok(rf__threadpool_new(1, &p));
+  busy b = {p, 0};
+  for (int i = 0; i < 4; i++) assert_ok(rf__threadpool_schedule(p, busy_task, &b));
+  for (int i = 0; i < 20000 && atomic_load(&b.done) < 4; i++) sleep_ms(1);
+  assert_int_equal(atomic_load(&b.done), 4);
+  rf__threadpool_free(p);
+}
+
+/* Nested parallel_for: a chunk calls parallel_for again. */
+typedef struct outer {
+  rf__threadpool *p;
+  atomic_llong sum;
+} outer;
+
+static void inner_fn(void *arg, int64_t b, int64_t e) {
+  outer *o = arg;
+  for (int64_t i = b; i < e; i++) atomic_fetch_add(&o->sum, i);
+}
+
+static void outer_fn(void *arg, int64_t b, int64_t e) {
+  outer *o = arg;
+  for (int64_t i = b; i < e; i++)
+    rf__threadpool_parallel_for(o->p, 1000, 100, inner_fn, o);
+}
+
+static void test_nested_parallel_for(void **state) {
+  outer o = {0};
+  assert_ok(rf__threadpool_new(2, &o.p));
+  rf__threadpool_parallel_for(o.p, 64, 1000000, outer_fn, &o);
+  assert_int_equal(atomic_load(&o.sum), 64LL * (999LL * 1000 / 2));
+  rf__threadpool_free(o.p);
+}
+
+/* A task that holds the only worker until released. */
+typedef struct gate {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int open, entered;
+} gate;
+
+static void gate_task(void *arg) {
+  gate *g = arg;
+  pthread_mutex_lock(&g->mu);
+  g->entered = 1;
+  pthread_cond_broadcast(&g->cv);
+  while (!g->open) pthread_cond_wait(&g->cv, &g->mu);
+  pthread_mutex_unlock(&g->mu);
+}
+
+static void test_schedule_out_of_memory(void **state) {
+  rf__threadpool *p;
+  assert_ok(rf__threadpool_new(1, &p));
+  gate g = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0};
+  assert_ok(rf__threadpool_schedule(p, gate_task, &g));
+  pthread_mutex_lock(&g.mu);
+  while (!g.entered) pthread_cond_wait(&g.cv, &g.mu);
+  pthread_mutex_unlock(&g.mu);
+  /* Fill the ring (64 slots) while the worker is held, then fail growth. */
+  atomic_int n = 0;
+  int scheduled = 0;
+  for (; scheduled < 64; scheduled++)
+    assert_ok(rf__threadpool_schedule(p, count_task, &n));
+  rf_debug_fail_allocation_after(1);
+  assert_status(rf__threadpool_schedule(p, count_task, &n),
+                RF_RESOURCE_EXHAUSTED, NULL);
+  rf_debug_fail_allocation_after(0);
+  assert_ok(rf__threadpool_schedule(p, count_task, &n)); /* grows now */
+  scheduled++;
+  pthread_mutex_lock(&g.mu);
+  g.open = 1;
+  pthread_cond_broadcast(&g.cv);
+  pthread_mutex_unlock(&g.mu);
+  rf__threadpool_free(p);
+  assert_int_equal(atomic_load(&n), scheduled);
+}
+
+static void test_new_out_of_memory_leaks_nothing(void **state) {
+  int64_t live = rf_debug_live_allocations();
+  for (int k = 1;; k++) {
+    rf__threadpool *p = NULL;
+    rf_debug_fail_allocation_after(k);
+    rf_status *st = rf__threadpool_new(2, &p);
+    rf_debug_fail_allocation_after(0);
+    if (!st) {
+      rf__threadpool_free(p);
+      assert_int_equal(rf_debug_live_allocations(), live);
+      break;
+    }
+    assert_status(st, RF_RESOURCE_EXHAUSTED, NULL);
+    assert_null(p);
+    assert_int_equal(rf_debug_live_allocations(), live);
+    assert_true(k < 10);
+  }
+}
+
+int main(void) {
+  rf_test_seed();
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_new_errors),
+      cmocka_unit_test(test_free_runs_every_queued_task),
+      cmocka_unit_test(test_tasks_schedule_tasks),
+      cmocka_unit_test(test_idle_count),
+      cmocka_unit_test(test_parallel_for_covers_each_index_once),
+      cmocka_unit_test(test_parallel_for_small_loops_run_inline),
+      cmocka_unit_test(test_parallel_for_from_pool_threads),
+      cmocka_unit_test(test_nested_parallel_for),
+      cmocka_unit_test(test_schedule_out_of_memory),
+      cmocka_unit_test(test_new_out_of_memory_leaks_nothing),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
