@@ -41,7 +41,31 @@ rf_status *rf_tensor_new(rf_dtype dtype, const rf_shape *shape,
   t->nbytes = nbytes;
   t->data = data;
   t->allocator = allocator;
+  t->base = NULL;
   *out = t;
+  return NULL;
+}
+
+rf_status *rf__tensor_new_view(rf_tensor *t, const rf_shape *shape,
+                               rf_tensor **out) {
+  if (!t || !shape || !out)
+    return rf__invalid("rf__tensor_new_view: NULL argument");
+  if (!rf_shape_is_fully_defined(shape) ||
+      rf_shape_num_elements(shape) != t->num_elements)
+    return rf__invalid("rf__tensor_new_view: shape does not hold %lld elements",
+                       (long long)t->num_elements);
+  rf_tensor *v = rf__malloc(sizeof *v);
+  RF_CHECK_ALLOC(v);
+  atomic_init(&v->refs, 1);
+  v->dtype = t->dtype;
+  v->shape = *shape;
+  v->num_elements = t->num_elements;
+  v->nbytes = t->nbytes;
+  v->data = t->data;
+  v->allocator = t->allocator;
+  /* Views of views point at the owner, so chains stay one link long. */
+  v->base = rf_tensor_retain(t->base ? t->base : t);
+  *out = v;
   return NULL;
 }
 
@@ -75,6 +99,11 @@ rf_tensor *rf_tensor_retain(rf_tensor *t) {
 void rf_tensor_release(rf_tensor *t) {
   if (!t) return;
   if (atomic_fetch_sub_explicit(&t->refs, 1, memory_order_acq_rel) != 1) return;
+  if (t->base) { /* a view: the buffer belongs to base */
+    rf_tensor_release(t->base);
+    rf__free(t);
+    return;
+  }
   size_t asize = t->nbytes < RF_TENSOR_ALIGNMENT ? RF_TENSOR_ALIGNMENT : t->nbytes;
   t->allocator->free(t->allocator->state, t->data, asize);
   rf__free(t);
