@@ -60,14 +60,10 @@ static rf_tensor *run1(rf_graph *g, const rf_feed *feeds, int nfeeds,
 /* Shapes with 0, 1, odd and larger element counts. */
 static rf_shape test_shape(int k) {
   switch (k % 4) {
-    case 0:
-      return rf_shape_of(2, 0, 3);
-    case 1:
-      return rf_shape_scalar();
-    case 2:
-      return rf_shape_of(3, 3, 1, 5);
-    default:
-      return rf_shape_of(2, 17, 33);
+    case 0: return rf_shape_of(2, 0, 3);
+    case 1: return rf_shape_scalar();
+    case 2: return rf_shape_of(3, 3, 1, 5);
+    default: return rf_shape_of(2, 17, 33);
   }
 }
 

@@ -96,9 +96,7 @@ static rf_status *shape_compute(rf__kernel_ctx *ctx) {
 static void fill_bytes(void *restrict dst, const void *restrict value,
                        size_t size, int64_t n) {
   switch (size) {
-    case 1:
-      memset(dst, *(const uint8_t *)value, (size_t)n);
-      break;
+    case 1: memset(dst, *(const uint8_t *)value, (size_t)n); break;
     case 2: {
       uint16_t v, *restrict d = dst;
       memcpy(&v, value, 2);
