@@ -127,7 +127,7 @@ static rf_status *variable_compute(rf__kernel_ctx *ctx) {
 }
 
 static rf_status *read_variable_compute(rf__kernel_ctx *ctx) {
-  rf__variable *v;
+  rf__variable *v = NULL;
   rf_dtype dtype;
   RF_CHECK(get_variable(ctx, 0, &v));
   RF_CHECK(rf__attrs_get_type(&ctx->node->attrs, "dtype", &dtype));
@@ -146,7 +146,7 @@ static rf_status *read_variable_compute(rf__kernel_ctx *ctx) {
 /* The variable keeps a reference to the value (no copy); updates copy it
  * first while anyone else still holds it. */
 static rf_status *assign_compute(rf__kernel_ctx *ctx) {
-  rf__variable *v;
+  rf__variable *v = NULL;
   rf_tensor *value = ctx->inputs[1];
   RF_CHECK(get_variable(ctx, 0, &v));
   if (value->dtype != v->dtype)
@@ -260,7 +260,7 @@ static void adam_chunk(void *arg, int64_t b, int64_t e) {
 /* ---- ApplyGradientDescent, ApplyAdam ---- */
 
 static rf_status *apply_gd_compute(rf__kernel_ctx *ctx) {
-  rf__variable *v;
+  rf__variable *v = NULL;
   const rf_tensor *delta = ctx->inputs[2];
   rf_tensor *dst = NULL;
   RF_CHECK(get_variable(ctx, 0, &v));
