@@ -11,11 +11,6 @@
 #include "ringflow/debug.h"
 #include "testutil.h"
 
-/* rf_shape_of reads int64_t varargs; this takes any integer expressions. */
-#define SHAPE(...)                                                         \
-  rf_shape_make((int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), \
-                (int64_t[]){__VA_ARGS__})
-
 static const rf_dtype all_dtypes[] = {RF_FLOAT16, RF_BFLOAT16, RF_FLOAT32,
                                       RF_FLOAT64, RF_INT8,     RF_UINT8,
                                       RF_INT32,   RF_INT64,    RF_BOOL};
@@ -65,10 +60,10 @@ static rf_tensor *run1(rf_graph *g, const rf_feed *feeds, int nfeeds,
 /* Shapes with 0, 1, odd and larger element counts. */
 static rf_shape test_shape(int k) {
   switch (k % 4) {
-    case 0: return SHAPE(0, 3);
+    case 0: return rf_shape_of(2, 0, 3);
     case 1: return rf_shape_scalar();
-    case 2: return SHAPE(3, 1, 5);
-    default: return SHAPE(17, 33);
+    case 2: return rf_shape_of(3, 3, 1, 5);
+    default: return rf_shape_of(2, 17, 33);
   }
 }
 
@@ -152,7 +147,7 @@ static void test_placeholder_and_identity(void **state) {
 static void test_placeholder_static_shape(void **state) {
   (void)state;
   rf_graph *g = rf_graph_new();
-  rf_shape want = SHAPE(-1, 4);
+  rf_shape want = rf_shape_of(2, -1, 4);
   rf_output x = rf_placeholder(g, "x", RF_FLOAT32, want);
   rf_output y = rf_identity(g, NULL, x);
   assert_graph_ok(g);
@@ -164,7 +159,7 @@ static void test_placeholder_static_shape(void **state) {
 static void test_unfed_placeholder(void **state) {
   (void)state;
   rf_graph *g = rf_graph_new();
-  rf_output x = rf_placeholder(g, "x", RF_FLOAT32, SHAPE(-1, 3));
+  rf_output x = rf_placeholder(g, "x", RF_FLOAT32, rf_shape_of(2, -1, 3));
   rf_output y = rf_identity(g, "y", x);
   rf_tensor *out = NULL;
   assert_status(try_run(g, NULL, 0, &y, 1, &out), RF_INVALID_ARGUMENT,
@@ -192,7 +187,7 @@ static void test_noop(void **state) {
 /* A Const int32 or int64 shape vector. */
 static rf_output shape_const(rf_graph *g, rf_dtype dt, int rank,
                              const int64_t *dims) {
-  rf_shape vs = SHAPE((int64_t)rank);
+  rf_shape vs = rf_shape_of(1, (int64_t)rank);
   rf_tensor *t = NULL;
   assert_ok(rf_tensor_new(dt, &vs, NULL, &t));
   for (int i = 0; i < rank; i++) rf_tensor_set(t, i, (double)dims[i]);
@@ -209,7 +204,7 @@ static void test_reshape_every_dtype(void **state) {
     for (int fed = 0; fed < 2; fed++) {
       rf_dtype it = (d + fed) % 2 ? RF_INT64 : RF_INT32;
       int64_t a = 1 + (int64_t)(rf_test_rand(&rng) % 4), b = 3, c = 5;
-      rf_shape in_shape = SHAPE(a, b, c);
+      rf_shape in_shape = rf_shape_of(3, a, b, c);
       rf_tensor *x = random_of(all_dtypes[d], in_shape);
       int64_t dims[2] = {c, -1};
       rf_graph *g = rf_graph_new();
@@ -217,9 +212,9 @@ static void test_reshape_every_dtype(void **state) {
       rf_output sh, sp = {NULL, 0};
       rf_tensor *sv = NULL;
       if (fed) {
-        sp = rf_placeholder(g, "s", it, SHAPE(2));
+        sp = rf_placeholder(g, "s", it, rf_shape_of(1, 2));
         sh = sp;
-        rf_shape vs = SHAPE(2);
+        rf_shape vs = rf_shape_of(1, 2);
         assert_ok(rf_tensor_new(it, &vs, NULL, &sv));
         rf_tensor_set(sv, 0, (double)c);
         rf_tensor_set(sv, 1, -1);
@@ -230,15 +225,15 @@ static void test_reshape_every_dtype(void **state) {
       int64_t flat = a * b * c;
       rf_output z = rf_reshape_to(g, "z", y, 1, &flat);
       assert_graph_ok(g);
-      rf_shape want = SHAPE(c, a * b), ys = rf_output_shape(y);
-      rf_shape want_static = fed ? SHAPE(-1, -1) : want;
+      rf_shape want = rf_shape_of(2, c, a * b), ys = rf_output_shape(y);
+      rf_shape want_static = fed ? rf_shape_of(2, -1, -1) : want;
       assert_true(rf_shape_equal(&ys, &want_static));
       rf_feed feeds[2] = {{xp, x}, {sp, sv}};
       rf_output fetches[2] = {y, z};
       rf_tensor *outs[2];
       rf_test_run(g, 1, feeds, fed ? 2 : 1, fetches, 2, outs);
       assert_same_values(outs[0], x, want);
-      assert_same_values(outs[1], x, SHAPE(flat));
+      assert_same_values(outs[1], x, rf_shape_of(1, flat));
       for (int i = 0; i < 2; i++) rf_tensor_release(outs[i]);
       rf_tensor_release(x);
       rf_tensor_release(sv);
@@ -251,8 +246,8 @@ static void test_reshape_every_dtype(void **state) {
 static void test_reshape_edge_sizes(void **state) {
   (void)state;
   rf_graph *g = rf_graph_new();
-  rf_tensor *one = random_of(RF_FLOAT32, SHAPE(1, 1, 1));
-  rf_tensor *empty = random_of(RF_INT32, SHAPE(0, 4));
+  rf_tensor *one = random_of(RF_FLOAT32, rf_shape_of(3, 1, 1, 1));
+  rf_tensor *empty = random_of(RF_INT32, rf_shape_of(2, 0, 4));
   rf_output s = rf_reshape_to(g, NULL, rf_const(g, NULL, one), 0, NULL);
   int64_t d[3] = {2, 0, 7};
   rf_output e = rf_reshape_to(g, NULL, rf_const(g, NULL, empty), 3, d);
@@ -260,7 +255,7 @@ static void test_reshape_edge_sizes(void **state) {
   rf_tensor *outs[2];
   rf_test_run(g, 1, NULL, 0, fetches, 2, outs);
   assert_same_values(outs[0], one, rf_shape_scalar());
-  assert_same_values(outs[1], empty, SHAPE(2, 0, 7));
+  assert_same_values(outs[1], empty, rf_shape_of(3, 2, 0, 7));
   for (int i = 0; i < 2; i++) rf_tensor_release(outs[i]);
   rf_tensor_release(one);
   rf_tensor_release(empty);
@@ -282,7 +277,7 @@ static void test_reshape_build_errors(void **state) {
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     rf_graph *g = rf_graph_new();
-    rf_output x = rf_placeholder(g, "x", RF_FLOAT32, SHAPE(2, 3));
+    rf_output x = rf_placeholder(g, "x", RF_FLOAT32, rf_shape_of(2, 2, 3));
     rf_output y = rf_reshape_to(g, "y", x, cases[i].rank, cases[i].dims);
     assert_null(y.node);
     assert_status(rf_graph_status(g), RF_INVALID_ARGUMENT, cases[i].msg);
@@ -290,13 +285,13 @@ static void test_reshape_build_errors(void **state) {
   }
   /* A shape that is not a vector, and one of a float dtype. */
   rf_graph *g = rf_graph_new();
-  rf_output x = rf_placeholder(g, "x", RF_FLOAT32, SHAPE(2, 3));
-  rf_output m = rf_placeholder(g, "m", RF_INT32, SHAPE(1, 2));
+  rf_output x = rf_placeholder(g, "x", RF_FLOAT32, rf_shape_of(2, 2, 3));
+  rf_output m = rf_placeholder(g, "m", RF_INT32, rf_shape_of(2, 1, 2));
   assert_null(rf_reshape(g, "y", x, m).node);
   assert_status(rf_graph_status(g), RF_INVALID_ARGUMENT,
                 "shape must be a vector, got shape (1, 2)");
   rf_graph_clear_status(g);
-  rf_output f = rf_placeholder(g, "f", RF_FLOAT32, SHAPE(2));
+  rf_output f = rf_placeholder(g, "f", RF_FLOAT32, rf_shape_of(1, 2));
   assert_null(rf_reshape(g, "y2", x, f).node);
   assert_status(rf_graph_status(g), RF_INVALID_ARGUMENT, NULL);
   rf_graph_free(g);
@@ -313,13 +308,13 @@ static void test_reshape_run_errors(void **state) {
   rf_output s = rf_placeholder(g, "s", RF_INT64, rf_shape_unknown());
   rf_output z = rf_reshape(g, "z", x, s);
   assert_graph_ok(g);
-  rf_tensor *xv = random_of(RF_FLOAT32, SHAPE(2, 3));
+  rf_tensor *xv = random_of(RF_FLOAT32, rf_shape_of(2, 2, 3));
   rf_feed feed = {x, xv};
   rf_tensor *out = NULL;
   assert_status(try_run(g, &feed, 1, &y, 1, &out), RF_INVALID_ARGUMENT,
                 "cannot reshape a tensor of 6 elements into shape [4, 2]");
   assert_status(try_run(g, &feed, 1, &y, 1, &out), RF_INVALID_ARGUMENT, "'y'");
-  rf_tensor *sv = random_of(RF_INT64, SHAPE(1, 2));
+  rf_tensor *sv = random_of(RF_INT64, rf_shape_of(2, 1, 2));
   rf_feed feeds[2] = {{x, xv}, {s, sv}};
   assert_status(try_run(g, feeds, 2, &z, 1, &out), RF_INVALID_ARGUMENT,
                 "shape must be a vector, got shape (1, 2)");
@@ -341,18 +336,19 @@ static void test_shape_op(void **state) {
       rf_graph *g = rf_graph_new();
       rf_output xp = rf_placeholder(g, "x", all_dtypes[d], rf_shape_unknown());
       rf_output s = rf_shape_of_op(g, "s", xp, ot);
-      rf_output xs = rf_placeholder(g, "xs", all_dtypes[d], SHAPE(-1, 7));
+      rf_output xs =
+          rf_placeholder(g, "xs", all_dtypes[d], rf_shape_of(2, -1, 7));
       rf_output s2 = rf_shape_of_op(g, "s2", xs, ot);
       assert_graph_ok(g);
       assert_int_equal(rf_output_dtype(s), ot);
-      rf_shape s2s = rf_output_shape(s2), vec2 = SHAPE(2);
+      rf_shape s2s = rf_output_shape(s2), vec2 = rf_shape_of(1, 2);
       assert_true(rf_shape_equal(&s2s, &vec2));
       rf_feed feed = {xp, x};
       rf_tensor *out = run1(g, &feed, 1, s);
       double want[RF_MAX_RANK];
       for (int i = 0; i < shape.rank; i++) want[i] = (double)shape.dims[i];
       assert_int_equal(rf_tensor_dtype(out), ot);
-      assert_tensor_near(out, SHAPE((int64_t)shape.rank), want, 0.0);
+      assert_tensor_near(out, rf_shape_of(1, (int64_t)shape.rank), want, 0.0);
       rf_tensor_release(out);
       rf_tensor_release(x);
       rf_graph_free(g);
@@ -393,14 +389,14 @@ static void test_fill_errors(void **state) {
   /* Build time: a matrix of dims, a vector value, negative dims. */
   rf_graph *g = rf_graph_new();
   rf_output v = rf_const_scalar(g, "v", RF_FLOAT32, 1);
-  rf_output md = rf_placeholder(g, "md", RF_INT32, SHAPE(2, 2));
+  rf_output md = rf_placeholder(g, "md", RF_INT32, rf_shape_of(2, 2, 2));
   assert_null(rf_fill(g, "f", md, v).node);
   assert_status(rf_graph_status(g), RF_INVALID_ARGUMENT,
                 "dims must be a vector, got shape (2, 2)");
   rf_graph_clear_status(g);
   int64_t two = 2, neg[2] = {3, -1};
   rf_output vd = shape_const(g, RF_INT32, 1, &two);
-  rf_output vv = rf_placeholder(g, "vv", RF_FLOAT32, SHAPE(2));
+  rf_output vv = rf_placeholder(g, "vv", RF_FLOAT32, rf_shape_of(1, 2));
   assert_null(rf_fill(g, "f", vd, vv).node);
   assert_status(rf_graph_status(g), RF_INVALID_ARGUMENT,
                 "value must be a scalar, got shape (2)");
@@ -413,13 +409,13 @@ static void test_fill_errors(void **state) {
   rf_output ud = rf_placeholder(g, "ud", RF_INT32, rf_shape_unknown());
   rf_output f = rf_fill(g, "f", ud, v);
   assert_graph_ok(g);
-  rf_tensor *mat = random_of(RF_INT32, SHAPE(1, 2));
+  rf_tensor *mat = random_of(RF_INT32, rf_shape_of(2, 1, 2));
   rf_feed feed = {ud, mat};
   rf_tensor *out = NULL;
   assert_status(try_run(g, &feed, 1, &f, 1, &out), RF_INVALID_ARGUMENT,
                 "dims must be a vector, got shape (1, 2)");
   rf_tensor *nd = NULL;
-  rf_shape two_s = SHAPE(2);
+  rf_shape two_s = rf_shape_of(1, 2);
   assert_ok(rf_tensor_new(RF_INT32, &two_s, NULL, &nd));
   rf_tensor_set(nd, 0, 2);
   rf_tensor_set(nd, 1, -4);
@@ -466,25 +462,25 @@ static void test_zeros_ones_like(void **state) {
 static void test_reshape_view(void **state) {
   (void)state;
   rf_graph *g = rf_graph_new();
-  rf_output x = rf_placeholder(g, "x", RF_FLOAT32, SHAPE(4, 6));
+  rf_output x = rf_placeholder(g, "x", RF_FLOAT32, rf_shape_of(2, 4, 6));
   int64_t dims[3] = {2, -1, 3};
   rf_output y = rf_reshape_to(g, "y", x, 3, dims);
   assert_graph_ok(g);
-  rf_tensor *xv = random_of(RF_FLOAT32, SHAPE(4, 6));
+  rf_tensor *xv = random_of(RF_FLOAT32, rf_shape_of(2, 4, 6));
   rf_tensor *sv = NULL, *out = NULL;
-  rf_shape vs = SHAPE(3);
+  rf_shape vs = rf_shape_of(1, 3);
   assert_ok(rf_tensor_new_copy(RF_INT64, &vs, dims, &sv));
   rf_tensor *ins[2] = {xv, sv};
   assert_ok(rf__kernel_run_single(y.node, ins, &out));
   assert_ptr_equal(rf_tensor_data(out), rf_tensor_data(xv));
-  rf_shape want = SHAPE(2, 4, 3), got = rf_tensor_shape(out);
+  rf_shape want = rf_shape_of(3, 2, 4, 3), got = rf_tensor_shape(out);
   assert_true(rf_shape_equal(&got, &want));
   assert_false(rf__tensor_is_sole_owner(out)); /* we still hold xv */
   rf_tensor_release(xv);
   assert_true(rf__tensor_is_sole_owner(out)); /* only the view holds it */
   /* A view of a view points at the owner. */
   rf_tensor *vv = NULL;
-  rf_shape flat = SHAPE(24);
+  rf_shape flat = rf_shape_of(1, 24);
   assert_ok(rf__tensor_new_view(out, &flat, &vv));
   assert_ptr_equal(vv->base, out->base);
   assert_false(rf__tensor_is_sole_owner(out));
@@ -503,16 +499,16 @@ static void test_kernel_allocation_failures(void **state) {
   (void)state;
   rf_graph *g = rf_graph_new();
   rf_output x = rf_placeholder(g, "x", RF_FLOAT16, rf_shape_unknown());
-  rf_output d = rf_placeholder(g, "d", RF_INT32, SHAPE(2));
+  rf_output d = rf_placeholder(g, "d", RF_INT32, rf_shape_of(1, 2));
   rf_output v = rf_placeholder(g, "v", RF_FLOAT16, rf_shape_scalar());
   rf_node *nodes[4] = {
       rf_reshape(g, NULL, x, d).node, rf_fill(g, NULL, d, v).node,
       rf_ones_like(g, NULL, x).node, rf_shape_of_op(g, NULL, x, RF_INT64).node};
   assert_graph_ok(g);
-  rf_tensor *xv = random_of(RF_FLOAT16, SHAPE(3, 4));
+  rf_tensor *xv = random_of(RF_FLOAT16, rf_shape_of(2, 3, 4));
   rf_tensor *dv = NULL, *vv = random_of(RF_FLOAT16, rf_shape_scalar());
   int64_t dims[2] = {4, 3};
-  rf_shape two = SHAPE(2);
+  rf_shape two = rf_shape_of(1, 2);
   assert_ok(rf_tensor_new(RF_INT32, &two, NULL, &dv));
   for (int i = 0; i < 2; i++) rf_tensor_set(dv, i, (double)dims[i]);
   rf_tensor *inputs[4][2] = {{xv, dv}, {dv, vv}, {xv, NULL}, {xv, NULL}};
@@ -553,11 +549,11 @@ static void test_gradients(void **state) {
     rf_output dy = rf_placeholder(g, "dy", dt, rf_shape_unknown());
     rf_output dx;
     assert_ok(rf_gradients(g, &y, 1, &x, 1, &dy, &dx));
-    rf_tensor *xv = random_of(dt, SHAPE(2, 3, 2));
-    rf_tensor *dyv = random_of(dt, SHAPE(6, 2));
+    rf_tensor *xv = random_of(dt, rf_shape_of(3, 2, 3, 2));
+    rf_tensor *dyv = random_of(dt, rf_shape_of(2, 6, 2));
     rf_feed feeds[2] = {{x, xv}, {dy, dyv}};
     rf_tensor *out = run1(g, feeds, 2, dx);
-    assert_same_values(out, dyv, SHAPE(2, 3, 2));
+    assert_same_values(out, dyv, rf_shape_of(3, 2, 3, 2));
     rf_tensor_release(out);
     rf_tensor_release(xv);
     rf_tensor_release(dyv);

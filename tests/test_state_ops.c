@@ -11,11 +11,6 @@
 
 #include "testutil.h"
 
-/* rf_shape_of reads int64_t varargs; this takes any integer expressions. */
-#define SHAPE(...)                                                         \
-  rf_shape_make((int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), \
-                (int64_t[]){__VA_ARGS__})
-
 static const rf_dtype all_dtypes[] = {RF_FLOAT16, RF_BFLOAT16, RF_FLOAT32,
                                       RF_FLOAT64, RF_INT8,     RF_UINT8,
                                       RF_INT32,   RF_INT64,    RF_BOOL};
@@ -108,7 +103,7 @@ static void test_assign_read_every_dtype(void **state) {
   (void)state;
   for (int d = 0; d < NUM_DTYPES; d++) {
     rf_dtype dt = all_dtypes[d];
-    rf_shape shape = SHAPE(3, 5);
+    rf_shape shape = rf_shape_of(2, 3, 5);
     rf_graph *g = rf_graph_new();
     var_graph v = add_variable(g, "v", dt, shape);
     assert_int_equal(rf_output_dtype(v.read), dt);
@@ -136,9 +131,10 @@ static void test_assign_read_every_dtype(void **state) {
 static void test_state_is_per_session(void **state) {
   (void)state;
   rf_graph *g = rf_graph_new();
-  var_graph v = add_variable(g, "v", RF_FLOAT32, SHAPE(4));
+  var_graph v = add_variable(g, "v", RF_FLOAT32, rf_shape_of(1, 4));
   rf_session *s1 = new_session(g, 1), *s2 = new_session(g, 1);
-  rf_tensor *value = rf_test_random_tensor(&rng, RF_FLOAT32, SHAPE(4), -1, 1);
+  rf_tensor *value =
+      rf_test_random_tensor(&rng, RF_FLOAT32, rf_shape_of(1, 4), -1, 1);
   init_variable(s1, &v, value);
   rf_tensor *out = NULL;
   assert_status(rf_session_run(s2, NULL, 0, &v.read, 1, NULL, 0, &out),
@@ -147,7 +143,7 @@ static void test_state_is_per_session(void **state) {
   assert_null(out);
   out = fetch1(s1, v.read);
   double *want = rf_test_to_doubles(value);
-  assert_values(out, want, SHAPE(4), RF_FLOAT32);
+  assert_values(out, want, rf_shape_of(1, 4), RF_FLOAT32);
   free(want);
   rf_tensor_release(out);
   rf_tensor_release(value);
@@ -160,9 +156,9 @@ static void test_uninitialized(void **state) {
   (void)state;
   rf_graph *g = rf_graph_new();
   assert_ok(rf_graph_push_device(g, "cpu:1"));
-  var_graph v = add_variable(g, "weights", RF_FLOAT64, SHAPE(3));
+  var_graph v = add_variable(g, "weights", RF_FLOAT64, rf_shape_of(1, 3));
   rf_output alpha = rf_const_scalar(g, "alpha", RF_FLOAT64, 0.5);
-  rf_output delta = rf_placeholder(g, "delta", RF_FLOAT64, SHAPE(3));
+  rf_output delta = rf_placeholder(g, "delta", RF_FLOAT64, rf_shape_of(1, 3));
   rf_node *apply = rf_apply_gradient_descent(g, "apply", v.var, alpha, delta);
   rf_graph_pop_device(g);
   rf_session *s = new_session(g, 2);
@@ -171,7 +167,8 @@ static void test_uninitialized(void **state) {
                 RF_FAILED_PRECONDITION,
                 "variable 'weights' on cpu:1 is not initialized");
   assert_null(out);
-  rf_tensor *dv = rf_test_random_tensor(&rng, RF_FLOAT64, SHAPE(3), -1, 1);
+  rf_tensor *dv =
+      rf_test_random_tensor(&rng, RF_FLOAT64, rf_shape_of(1, 3), -1, 1);
   rf_feed feed = {delta, dv};
   assert_status(rf_session_run(s, &feed, 1, NULL, 0, &apply, 1, NULL),
                 RF_FAILED_PRECONDITION, "is not initialized");
@@ -185,13 +182,13 @@ static void test_uninitialized(void **state) {
 static void test_assign_errors(void **state) {
   (void)state;
   rf_graph *g = rf_graph_new();
-  rf_output v = rf_variable(g, "v", RF_FLOAT32, SHAPE(2, 3));
-  rf_output f64 = rf_placeholder(g, "f64", RF_FLOAT64, SHAPE(2, 3));
+  rf_output v = rf_variable(g, "v", RF_FLOAT32, rf_shape_of(2, 2, 3));
+  rf_output f64 = rf_placeholder(g, "f64", RF_FLOAT64, rf_shape_of(2, 2, 3));
   assert_null(rf_assign(g, "a", v, f64));
   assert_status(rf_graph_status(g), RF_INVALID_ARGUMENT,
                 "value is float64 but variable 'v' is float32");
   rf_graph_clear_status(g);
-  rf_output vec = rf_placeholder(g, "vec", RF_FLOAT32, SHAPE(3));
+  rf_output vec = rf_placeholder(g, "vec", RF_FLOAT32, rf_shape_of(1, 3));
   assert_null(rf_assign(g, "a", v, vec));
   assert_status(rf_graph_status(g), RF_INVALID_ARGUMENT,
                 "value has shape (3) but variable 'v' has shape (2, 3)");
@@ -215,13 +212,15 @@ static void test_assign_errors(void **state) {
   rf_node_builder_attr_shape(b, "shape", rf_shape_unknown());
   assert_ok(rf_node_builder_finish(b, &r2));
   rf_session *s = new_session(g, 1);
-  rf_tensor *bad = rf_test_random_tensor(&rng, RF_FLOAT32, SHAPE(3), -1, 1);
+  rf_tensor *bad =
+      rf_test_random_tensor(&rng, RF_FLOAT32, rf_shape_of(1, 3), -1, 1);
   rf_feed feed = {any, bad};
   assert_status(rf_session_run(s, &feed, 1, NULL, 0, &a1, 1, NULL),
                 RF_INVALID_ARGUMENT,
                 "cannot assign a value of shape (3) to variable 'v' of shape "
                 "(2, 3)");
-  rf_tensor *d = rf_test_random_tensor(&rng, RF_FLOAT64, SHAPE(2, 3), -1, 1);
+  rf_tensor *d =
+      rf_test_random_tensor(&rng, RF_FLOAT64, rf_shape_of(2, 2, 3), -1, 1);
   rf_feed feed2 = {f64, d};
   assert_status(rf_session_run(s, &feed2, 1, NULL, 0, &a2, 1, NULL),
                 RF_INVALID_ARGUMENT,
@@ -241,15 +240,15 @@ static void test_assign_errors(void **state) {
 static void test_apply_errors(void **state) {
   (void)state;
   rf_graph *g = rf_graph_new();
-  rf_output vi = rf_variable(g, "vi", RF_INT32, SHAPE(3));
+  rf_output vi = rf_variable(g, "vi", RF_INT32, rf_shape_of(1, 3));
   rf_output ai = rf_const_scalar(g, "ai", RF_INT32, 1);
-  rf_output di = rf_placeholder(g, "di", RF_INT32, SHAPE(3));
+  rf_output di = rf_placeholder(g, "di", RF_INT32, rf_shape_of(1, 3));
   assert_null(rf_apply_gradient_descent(g, "gi", vi, ai, di));
   assert_status(rf_graph_status(g), RF_INVALID_ARGUMENT, NULL);
   rf_graph_clear_status(g);
 
-  var_graph v = add_variable(g, "v", RF_FLOAT32, SHAPE(2, 3));
-  rf_output alpha_vec = rf_placeholder(g, "av", RF_FLOAT32, SHAPE(2));
+  var_graph v = add_variable(g, "v", RF_FLOAT32, rf_shape_of(2, 2, 3));
+  rf_output alpha_vec = rf_placeholder(g, "av", RF_FLOAT32, rf_shape_of(1, 2));
   rf_output delta = rf_placeholder(g, "delta", RF_FLOAT32, rf_shape_unknown());
   assert_null(rf_apply_gradient_descent(g, "g1", v.var, alpha_vec, delta));
   assert_status(rf_graph_status(g), RF_INVALID_ARGUMENT,
@@ -263,9 +262,11 @@ static void test_apply_errors(void **state) {
   rf_node *adam = rf_apply_adam(g, "adam", v.var, v.var, v.var, sc[0], sc[1],
                                 sc[2], sc[3], sc[4], sc[5], delta);
   rf_session *s = new_session(g, 1);
-  rf_tensor *init = rf_test_random_tensor(&rng, RF_FLOAT32, SHAPE(2, 3), -1, 1);
+  rf_tensor *init =
+      rf_test_random_tensor(&rng, RF_FLOAT32, rf_shape_of(2, 2, 3), -1, 1);
   init_variable(s, &v, init);
-  rf_tensor *bad = rf_test_random_tensor(&rng, RF_FLOAT32, SHAPE(6), -1, 1);
+  rf_tensor *bad =
+      rf_test_random_tensor(&rng, RF_FLOAT32, rf_shape_of(1, 6), -1, 1);
   rf_feed feed = {delta, bad};
   assert_status(rf_session_run(s, &feed, 1, NULL, 0, &gd, 1, NULL),
                 RF_INVALID_ARGUMENT,
@@ -276,7 +277,7 @@ static void test_apply_errors(void **state) {
   /* The failed updates left the value alone. */
   rf_tensor *out = fetch1(s, v.read);
   double *want = rf_test_to_doubles(init);
-  assert_values(out, want, SHAPE(2, 3), RF_FLOAT32);
+  assert_values(out, want, rf_shape_of(2, 2, 3), RF_FLOAT32);
   free(want);
   rf_tensor_release(out);
   rf_tensor_release(bad);
@@ -291,7 +292,7 @@ static void test_gradient_descent(void **state) {
   (void)state;
   for (int d = 0; d < 4; d++) {
     rf_dtype dt = float_dtypes[d];
-    rf_shape shape = SHAPE(7, 9);
+    rf_shape shape = rf_shape_of(2, 7, 9);
     int64_t n = rf_shape_num_elements(&shape);
     rf_graph *g = rf_graph_new();
     var_graph v = add_variable(g, "v", dt, shape);
@@ -338,16 +339,19 @@ static void test_gradient_descent(void **state) {
 static void test_update_in_place(void **state) {
   (void)state;
   rf_graph *g = rf_graph_new();
-  var_graph v = add_variable(g, "v", RF_FLOAT32, SHAPE(1000));
+  var_graph v = add_variable(g, "v", RF_FLOAT32, rf_shape_of(1, 1000));
   rf_output alpha = rf_const_scalar(g, "alpha", RF_FLOAT32, 0.5);
-  rf_output delta = rf_placeholder(g, "delta", RF_FLOAT32, SHAPE(1000));
+  rf_output delta =
+      rf_placeholder(g, "delta", RF_FLOAT32, rf_shape_of(1, 1000));
   rf_node *apply = rf_apply_gradient_descent(g, "gd", v.var, alpha, delta);
   rf_session *s = new_session(g, 1);
-  rf_tensor *init = rf_test_random_tensor(&rng, RF_FLOAT32, SHAPE(1000), -1, 1);
+  rf_tensor *init =
+      rf_test_random_tensor(&rng, RF_FLOAT32, rf_shape_of(1, 1000), -1, 1);
   init_variable(s, &v, init);
   rf_tensor_release(init);
   rf_feed feed = {delta, NULL};
-  feed.value = rf_test_random_tensor(&rng, RF_FLOAT32, SHAPE(1000), -1, 1);
+  feed.value =
+      rf_test_random_tensor(&rng, RF_FLOAT32, rf_shape_of(1, 1000), -1, 1);
   run_target(s, &feed, 1, apply); /* may copy: the runtime may cache feeds */
   rf_tensor *before = fetch1(s, v.read);
   const void *where = rf_tensor_data(before);
@@ -365,7 +369,7 @@ static void test_update_in_place(void **state) {
  * fetched value is the one from before the update. */
 static void test_snapshot_in_same_run(void **state) {
   (void)state;
-  rf_shape shape = SHAPE(33);
+  rf_shape shape = rf_shape_of(1, 33);
   rf_graph *g = rf_graph_new();
   var_graph v = add_variable(g, "v", RF_FLOAT32, shape);
   rf_output alpha = rf_const_scalar(g, "alpha", RF_FLOAT32, 1.0);
@@ -406,7 +410,7 @@ static void test_adam(void **state) {
     /* The reference uses the scalars as stored in dt. */
     const double lr = stored(dt, 0.05), b1 = stored(dt, 0.9);
     const double b2 = stored(dt, 0.999), eps = stored(dt, 1e-4);
-    rf_shape shape = SHAPE(5, 3);
+    rf_shape shape = rf_shape_of(2, 5, 3);
     int64_t n = rf_shape_num_elements(&shape);
     rf_graph *g = rf_graph_new();
     var_graph x = add_variable(g, "x", dt, shape);
