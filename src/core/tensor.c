@@ -19,9 +19,9 @@ rf_status *rf_tensor_new(rf_dtype dtype, const rf_shape *shape,
   }
   int64_t n = rf_shape_num_elements(shape);
   size_t esize = rf_dtype_size(dtype);
-  if (n < 0 || n > (int64_t)(SIZE_MAX / 2 / esize)) /* n < 0: overflowed */
-    return rf__error(RF_RESOURCE_EXHAUSTED,
-                     "rf_tensor_new: %lld elements is too many", (long long)n);
+  if (n > (int64_t)(SIZE_MAX / 2 / esize))
+    return rf__error(RF_RESOURCE_EXHAUSTED, "rf_tensor_new: %lld elements is too many",
+                     (long long)n);
   if (!allocator) allocator = rf_default_allocator();
   rf_tensor *t = rf__malloc(sizeof *t);
   RF_CHECK_ALLOC(t);
@@ -41,7 +41,31 @@ rf_status *rf_tensor_new(rf_dtype dtype, const rf_shape *shape,
   t->nbytes = nbytes;
   t->data = data;
   t->allocator = allocator;
+  t->base = NULL;
   *out = t;
+  return NULL;
+}
+
+rf_status *rf__tensor_new_view(rf_tensor *t, const rf_shape *shape,
+                               rf_tensor **out) {
+  if (!t || !shape || !out)
+    return rf__invalid("rf__tensor_new_view: NULL argument");
+  if (!rf_shape_is_fully_defined(shape) ||
+      rf_shape_num_elements(shape) != t->num_elements)
+    return rf__invalid("rf__tensor_new_view: shape does not hold %lld elements",
+                       (long long)t->num_elements);
+  rf_tensor *v = rf__malloc(sizeof *v);
+  RF_CHECK_ALLOC(v);
+  atomic_init(&v->refs, 1);
+  v->dtype = t->dtype;
+  v->shape = *shape;
+  v->num_elements = t->num_elements;
+  v->nbytes = t->nbytes;
+  v->data = t->data;
+  v->allocator = t->allocator;
+  /* Views of views point at the owner, so chains stay one link long. */
+  v->base = rf_tensor_retain(t->base ? t->base : t);
+  *out = v;
   return NULL;
 }
 
@@ -75,8 +99,12 @@ rf_tensor *rf_tensor_retain(rf_tensor *t) {
 void rf_tensor_release(rf_tensor *t) {
   if (!t) return;
   if (atomic_fetch_sub_explicit(&t->refs, 1, memory_order_acq_rel) != 1) return;
-  size_t asize =
-      t->nbytes < RF_TENSOR_ALIGNMENT ? RF_TENSOR_ALIGNMENT : t->nbytes;
+  if (t->base) { /* a view: the buffer belongs to base */
+    rf_tensor_release(t->base);
+    rf__free(t);
+    return;
+  }
+  size_t asize = t->nbytes < RF_TENSOR_ALIGNMENT ? RF_TENSOR_ALIGNMENT : t->nbytes;
   t->allocator->free(t->allocator->state, t->data, asize);
   rf__free(t);
 }
@@ -127,9 +155,7 @@ void rf_tensor_set(rf_tensor *t, int64_t i, double v) {
   void *d = t->data;
   switch (t->dtype) {
     case RF_FLOAT16: ((uint16_t *)d)[i] = rf_float_to_half((float)v); break;
-    case RF_BFLOAT16:
-      ((uint16_t *)d)[i] = rf_float_to_bfloat16((float)v);
-      break;
+    case RF_BFLOAT16: ((uint16_t *)d)[i] = rf_float_to_bfloat16((float)v); break;
     case RF_FLOAT32: ((float *)d)[i] = (float)v; break;
     case RF_FLOAT64: ((double *)d)[i] = v; break;
     case RF_INT8: ((int8_t *)d)[i] = (int8_t)clamp_i64(v, -128, 127); break;
@@ -138,8 +164,7 @@ void rf_tensor_set(rf_tensor *t, int64_t i, double v) {
       ((int32_t *)d)[i] = (int32_t)clamp_i64(v, -2147483648.0, 2147483647.0);
       break;
     case RF_INT64:
-      ((int64_t *)d)[i] =
-          clamp_i64(v, -9.2233720368547758e18, 9.2233720368547748e18);
+      ((int64_t *)d)[i] = clamp_i64(v, -9.2233720368547758e18, 9.2233720368547748e18);
       break;
     case RF_BOOL: ((uint8_t *)d)[i] = v != 0.0; break;
     default: break;

@@ -14,12 +14,25 @@ struct rf_tensor {
   size_t nbytes;
   void *data; /* RF_TENSOR_ALIGNMENT-aligned, never NULL */
   rf_allocator *allocator;
+  /* Non-NULL for a view (rf__tensor_new_view): data lies in base's buffer and
+   * the view holds one reference to base instead of owning the buffer. */
+  struct rf_tensor *base;
 };
 
-/* True when the caller holds the only reference, so the buffer may be reused in
- * place (variables update this way without breaking immutability). */
+/* True when the caller holds the only reference to the buffer, so it may be
+ * reused in place (variables update this way without breaking immutability).
+ * A view is sole owner only when its base is too: the buffer is shared. */
 static inline int rf__tensor_is_sole_owner(const rf_tensor *t) {
-  return atomic_load_explicit(&t->refs, memory_order_acquire) == 1;
+  for (; t; t = t->base)
+    if (atomic_load_explicit(&t->refs, memory_order_acquire) != 1) return 0;
+  return 1;
 }
+
+/* A new tensor of `shape` (same number of elements as t) sharing t's buffer
+ * without a copy (Reshape's output); it retains t (or t's base) until it is
+ * released. INVALID_ARGUMENT when the element counts differ; *out untouched
+ * on error. */
+rf_status *rf__tensor_new_view(rf_tensor *t, const rf_shape *shape,
+                               rf_tensor **out);
 
 #endif

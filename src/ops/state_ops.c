@@ -1,0 +1,217 @@
+/* ops/state_ops.c - variables and their updates: Variable, ReadVariable,
+ * Assign, ApplyGradientDescent, ApplyAdam. All are stateful (never pruned as
+ * duplicates, never folded) and not differentiable: users take gradients with
+ * respect to a ReadVariable's output. The builders check dtypes and shapes
+ * against the Variable node when the handle comes straight from one, so most
+ * mistakes fail at build time; the kernels check again at run time. */
+#include <string.h>
+
+#include "ops/families.h"
+#include "ops/op_registry.h"
+#include "ringflow/ops.h"
+
+static const rf_output invalid_output = {NULL, 0};
+
+/* ---- shape functions ---- */
+
+static rf_status *scalar_shape(rf__shape_ctx *c) {
+  c->output_shapes[0] = rf_shape_scalar();
+  return NULL;
+}
+
+static rf_status *read_shape(rf__shape_ctx *c) {
+  return rf__attrs_get_shape(&c->node->attrs, "shape", &c->output_shapes[0]);
+}
+
+/* Inputs [first, first+n) of a known rank must be scalars. */
+static rf_status *check_scalars(rf__shape_ctx *c, int first, int n) {
+  for (int k = first; k < first + n && k < c->num_inputs; k++) {
+    const rf_shape *s = &c->input_shapes[k];
+    if (s->rank > 0) {
+      char buf[128];
+      rf_shape_format(s, buf, sizeof buf);
+      return rf__invalid("input %d must be a scalar, got shape %s", k, buf);
+    }
+  }
+  return NULL;
+}
+
+static rf_status *apply_gd_shape(rf__shape_ctx *c) {
+  return check_scalars(c, 1, 1); /* alpha */
+}
+
+static rf_status *apply_adam_shape(rf__shape_ctx *c) {
+  return check_scalars(c, 3, 6); /* beta1_power .. epsilon */
+}
+
+/* ---- registration ---- */
+
+#define ADAM_INPUTS                                           \
+  "var: resource, m: resource, v: resource, beta1_power: T, " \
+  "beta2_power: T, lr: T, beta1: T, beta2: T, epsilon: T, grad: T"
+
+static const rf__op_spec state_ops[] = {
+    {.name = "Variable",
+     .outputs = "resource: resource",
+     .attrs = "dtype: type in {@all}; shape: shape",
+     .shape = scalar_shape,
+     .flags = RF_OP_STATEFUL | RF_OP_NO_GRADIENT},
+    {.name = "ReadVariable",
+     .inputs = "resource: resource",
+     .outputs = "value: dtype",
+     .attrs = "dtype: type in {@all}; shape: shape",
+     .shape = read_shape,
+     .flags = RF_OP_STATEFUL | RF_OP_NO_GRADIENT},
+    {.name = "Assign",
+     .inputs = "resource: resource, value: dtype",
+     .attrs = "dtype: type in {@all}",
+     .flags = RF_OP_STATEFUL | RF_OP_NO_GRADIENT},
+    {.name = "ApplyGradientDescent",
+     .inputs = "var: resource, alpha: T, delta: T",
+     .attrs = "T: type in {@float}",
+     .shape = apply_gd_shape,
+     .flags = RF_OP_STATEFUL | RF_OP_NO_GRADIENT},
+    {.name = "ApplyAdam",
+     .inputs = ADAM_INPUTS,
+     .attrs = "T: type in {@float}",
+     .shape = apply_adam_shape,
+     .flags = RF_OP_STATEFUL | RF_OP_NO_GRADIENT},
+};
+
+rf_status *rf__register_state_ops(void) {
+  for (size_t i = 0; i < sizeof state_ops / sizeof state_ops[0]; i++)
+    RF_CHECK(rf__op_register(&state_ops[i]));
+  return NULL;
+}
+
+/* ---- public builders ---- */
+
+/* Shapes that could be equal: unknown ranks and dims match anything. */
+static bool shapes_compatible(const rf_shape *a, const rf_shape *b) {
+  if (a->rank < 0 || b->rank < 0) return true;
+  if (a->rank != b->rank) return false;
+  for (int i = 0; i < a->rank; i++)
+    if (a->dims[i] >= 0 && b->dims[i] >= 0 && a->dims[i] != b->dims[i])
+      return false;
+  return true;
+}
+
+/* The dtype and shape of the Variable behind `var`. Returns false (and
+ * records an error) when var is not a resource; *known is false when var does
+ * not come straight from a Variable node (only run time can check then). */
+static bool variable_info(rf_graph *g, const char *op, rf_output var,
+                          bool *known, rf_dtype *dtype, rf_shape *shape) {
+  *known = false;
+  if (rf_output_dtype(var) != RF_RESOURCE) {
+    rf__graph_record(g, rf__invalid("%s: the variable input of %s is a %s "
+                                    "tensor, not a resource",
+                                    op, rf_node_name(var.node),
+                                    rf_dtype_name(rf_output_dtype(var))));
+    return false;
+  }
+  if (strcmp(rf_node_op(var.node), "Variable") != 0) return true;
+  rf_status *st = rf_node_attr_dtype(var.node, "dtype", dtype);
+  if (!st) st = rf_node_attr_shape(var.node, "shape", shape);
+  if (st) {
+    rf__graph_record(g, st);
+    return false;
+  }
+  *known = true;
+  return true;
+}
+
+/* Records an error when `value` cannot be stored in the variable `var`. */
+static bool value_fits(rf_graph *g, const char *op, const char *what,
+                       rf_output var, rf_output value) {
+  bool known;
+  rf_dtype dtype;
+  rf_shape shape, vshape = rf_output_shape(value);
+  if (!variable_info(g, op, var, &known, &dtype, &shape)) return false;
+  if (!known) return true;
+  const char *vname = rf_node_name(var.node);
+  if (rf_output_dtype(value) != dtype) {
+    rf__graph_record(g, rf__invalid("%s: %s is %s but variable '%s' is %s", op,
+                                    what, rf_dtype_name(rf_output_dtype(value)),
+                                    vname, rf_dtype_name(dtype)));
+    return false;
+  }
+  if (!shapes_compatible(&shape, &vshape)) {
+    char a[128], b[128];
+    rf_shape_format(&vshape, a, sizeof a);
+    rf_shape_format(&shape, b, sizeof b);
+    rf__graph_record(g, rf__invalid("%s: %s has shape %s but variable '%s' "
+                                    "has shape %s",
+                                    op, what, a, vname, b));
+    return false;
+  }
+  return true;
+}
+
+rf_output rf_variable(rf_graph *g, const char *name, rf_dtype dtype,
+                      rf_shape shape) {
+  if (rf__graph_failed(g)) return invalid_output;
+  rf_node_builder *b = rf_node_builder_new(g, "Variable", name);
+  rf_node_builder_attr_dtype(b, "dtype", dtype);
+  rf_node_builder_attr_shape(b, "shape", shape);
+  return rf__finish_output(g, b);
+}
+
+rf_output rf_read_variable(rf_graph *g, const char *name, rf_output var) {
+  bool known;
+  rf_dtype dtype;
+  rf_shape shape;
+  if (rf__graph_failed(g) || !rf__graph_inputs_ok(g, "ReadVariable", &var, 1) ||
+      !variable_info(g, "ReadVariable", var, &known, &dtype, &shape))
+    return invalid_output;
+  if (!known) {
+    rf__graph_record(g, rf__invalid("ReadVariable: input %s is not a Variable "
+                                    "node, so its dtype is unknown",
+                                    rf_node_name(var.node)));
+    return invalid_output;
+  }
+  rf_node_builder *b = rf_node_builder_new(g, "ReadVariable", name);
+  rf_node_builder_input(b, var);
+  rf_node_builder_attr_dtype(b, "dtype", dtype);
+  rf_node_builder_attr_shape(b, "shape", shape);
+  return rf__finish_output(g, b);
+}
+
+rf_node *rf_assign(rf_graph *g, const char *name, rf_output var,
+                   rf_output value) {
+  rf_output in[2] = {var, value};
+  if (rf__graph_failed(g) || !rf__graph_inputs_ok(g, "Assign", in, 2) ||
+      !value_fits(g, "Assign", "value", var, value))
+    return NULL;
+  rf_node_builder *b = rf_node_builder_new(g, "Assign", name);
+  rf_node_builder_input(b, var);
+  rf_node_builder_input(b, value);
+  return rf__finish_node(g, b);
+}
+
+rf_node *rf_apply_gradient_descent(rf_graph *g, const char *name, rf_output var,
+                                   rf_output alpha, rf_output delta) {
+  rf_output in[3] = {var, alpha, delta};
+  if (rf__graph_failed(g) ||
+      !rf__graph_inputs_ok(g, "ApplyGradientDescent", in, 3) ||
+      !value_fits(g, "ApplyGradientDescent", "delta", var, delta))
+    return NULL;
+  rf_node_builder *b = rf_node_builder_new(g, "ApplyGradientDescent", name);
+  for (int i = 0; i < 3; i++) rf_node_builder_input(b, in[i]);
+  return rf__finish_node(g, b);
+}
+
+rf_node *rf_apply_adam(rf_graph *g, const char *name, rf_output var,
+                       rf_output m, rf_output v, rf_output beta1_power,
+                       rf_output beta2_power, rf_output lr, rf_output beta1,
+                       rf_output beta2, rf_output epsilon, rf_output grad) {
+  rf_output in[10] = {var, m,     v,     beta1_power, beta2_power,
+                      lr,  beta1, beta2, epsilon,     grad};
+  if (rf__graph_failed(g) || !rf__graph_inputs_ok(g, "ApplyAdam", in, 10) ||
+      !value_fits(g, "ApplyAdam", "grad", var, grad) ||
+      !value_fits(g, "ApplyAdam", "grad", m, grad) ||
+      !value_fits(g, "ApplyAdam", "grad", v, grad))
+    return NULL;
+  rf_node_builder *b = rf_node_builder_new(g, "ApplyAdam", name);
+  for (int i = 0; i < 10; i++) rf_node_builder_input(b, in[i]);
+  return rf__finish_node(g, b);
+}
