@@ -212,20 +212,11 @@ static bool int_has_zero(const rf_tensor *t) {
   for (int64_t i = 0; i < t->num_elements; i++) {
     bool z = false;
     switch (t->dtype) {
-      case RF_INT8:
-        z = ((const int8_t *)d)[i] == 0;
-        break;
-      case RF_UINT8:
-        z = ((const uint8_t *)d)[i] == 0;
-        break;
-      case RF_INT32:
-        z = ((const int32_t *)d)[i] == 0;
-        break;
-      case RF_INT64:
-        z = ((const int64_t *)d)[i] == 0;
-        break;
-      default:
-        break;
+      case RF_INT8: z = ((const int8_t *)d)[i] == 0; break;
+      case RF_UINT8: z = ((const uint8_t *)d)[i] == 0; break;
+      case RF_INT32: z = ((const int32_t *)d)[i] == 0; break;
+      case RF_INT64: z = ((const int64_t *)d)[i] == 0; break;
+      default: break;
     }
     if (z) return true;
   }

@@ -189,19 +189,11 @@ static rf_status *matmul_compute(rf__kernel_ctx *ctx) {
     return st;
   }
   switch (dt) {
-    case RF_FLOAT32:
-      sgemm(&d, a->data, b->data, c->data);
-      break;
-    case RF_FLOAT64:
-      dgemm(&d, a->data, b->data, c->data);
-      break;
+    case RF_FLOAT32: sgemm(&d, a->data, b->data, c->data); break;
+    case RF_FLOAT64: dgemm(&d, a->data, b->data, c->data); break;
     case RF_FLOAT16:
-    case RF_BFLOAT16:
-      gemm_16(&d, a, b, c, scratch);
-      break;
-    default:
-      gemm_int(ctx, &d, a, b, c, scratch);
-      break;
+    case RF_BFLOAT16: gemm_16(&d, a, b, c, scratch); break;
+    default: gemm_int(ctx, &d, a, b, c, scratch); break;
   }
   rf__free(scratch);
   return NULL;
