@@ -1,0 +1,207 @@
+/* kernels/cpu/matmul.c - MatMul on the CPU: C (m,n) = op(A) op(B), where op
+ * transposes when the node's transpose_a/transpose_b say so.
+ *
+ * float32/float64 go to CBLAS (OpenBLAS); float16/bfloat16 widen to float32,
+ * run sgemm and round once per element; int32/int64 use an i-k-j loop over
+ * rows of C (B transposed first when needed so the inner loop is contiguous)
+ * in unsigned arithmetic, which wraps instead of overflowing. */
+#include <cblas.h>
+#include <limits.h>
+#include <string.h>
+
+#include "core/mem.h"
+#include "kernels/cpu/math_kernels.h"
+
+typedef struct mm_dims {
+  bool ta, tb;
+  int64_t m, n, k;
+  int64_t lda, ldb; /* row lengths of A and B as stored */
+} mm_dims;
+
+static void sgemm(const mm_dims *d, const float *a, const float *b, float *c) {
+  cblas_sgemm(CblasRowMajor, d->ta ? CblasTrans : CblasNoTrans,
+              d->tb ? CblasTrans : CblasNoTrans, (int)d->m, (int)d->n,
+              (int)d->k, 1.0f, a, (int)d->lda, b, (int)d->ldb, 0.0f, c,
+              (int)d->n);
+}
+
+static void dgemm(const mm_dims *d, const double *a, const double *b,
+                  double *c) {
+  cblas_dgemm(CblasRowMajor, d->ta ? CblasTrans : CblasNoTrans,
+              d->tb ? CblasTrans : CblasNoTrans, (int)d->m, (int)d->n,
+              (int)d->k, 1.0, a, (int)d->lda, b, (int)d->ldb, 0.0, c,
+              (int)d->n);
+}
+
+/* ---- float16 / bfloat16 through sgemm ---- */
+
+static void widen(const uint16_t *x, float *y, int64_t n, rf_dtype dt) {
+  if (dt == RF_FLOAT16) {
+    for (int64_t i = 0; i < n; i++) y[i] = rf_half_to_float(x[i]);
+  } else {
+    for (int64_t i = 0; i < n; i++) y[i] = rf_bfloat16_to_float(x[i]);
+  }
+}
+
+static void narrow(const float *x, uint16_t *y, int64_t n, rf_dtype dt) {
+  if (dt == RF_FLOAT16) {
+    for (int64_t i = 0; i < n; i++) y[i] = rf_float_to_half(x[i]);
+  } else {
+    for (int64_t i = 0; i < n; i++) y[i] = rf_float_to_bfloat16(x[i]);
+  }
+}
+
+/* buf holds na + nb + nc floats. */
+static void gemm_16(const mm_dims *d, const rf_tensor *a, const rf_tensor *b,
+                    rf_tensor *c, float *buf) {
+  int64_t na = a->num_elements, nb = b->num_elements;
+  widen(a->data, buf, na, a->dtype);
+  widen(b->data, buf + na, nb, b->dtype);
+  sgemm(d, buf, buf + na, buf + na + nb);
+  narrow(buf + na + nb, c->data, c->num_elements, c->dtype);
+}
+
+/* ---- integers: rows of C in parallel ---- */
+
+typedef struct int_job {
+  const mm_dims *d;
+  const void *a, *bt; /* bt: B as (k, n), row-major */
+  void *c;
+} int_job;
+
+/* c[i,:] = sum_k op(A)[i,k] * Bt[k,:] for rows [begin, end). */
+#define INT_ROWS_FN(sfx, T, UT)                                       \
+  static void rows_##sfx(void *arg, int64_t begin, int64_t end) {     \
+    const int_job *j = arg;                                           \
+    const mm_dims *d = j->d;                                          \
+    const T *a = j->a;                                                \
+    const T *bt = j->bt;                                              \
+    T *c = j->c;                                                      \
+    for (int64_t i = begin; i < end; i++) {                           \
+      UT *restrict ci = (UT *)(c + i * d->n);                         \
+      memset(ci, 0, sizeof(T) * (size_t)d->n);                        \
+      for (int64_t k = 0; k < d->k; k++) {                            \
+        UT aik = (UT)(d->ta ? a[k * d->lda + i] : a[i * d->lda + k]); \
+        const UT *restrict bk = (const UT *)(bt + k * d->n);          \
+        for (int64_t jj = 0; jj < d->n; jj++) ci[jj] += aik * bk[jj]; \
+      }                                                               \
+    }                                                                 \
+  }
+INT_ROWS_FN(i32, int32_t, uint32_t)
+INT_ROWS_FN(i64, int64_t, uint64_t)
+
+/* dst (k, n) = src (n, k) transposed. */
+static void transpose(const char *src, char *dst, int64_t n, int64_t k,
+                      size_t esize) {
+  for (int64_t r = 0; r < n; r++)
+    for (int64_t q = 0; q < k; q++)
+      memcpy(dst + (size_t)(q * n + r) * esize,
+             src + (size_t)(r * k + q) * esize, esize);
+}
+
+/* bt: room for B's elements when d->tb, else NULL. */
+static void gemm_int(rf__kernel_ctx *ctx, const mm_dims *d, const rf_tensor *a,
+                     const rf_tensor *b, rf_tensor *c, void *bt) {
+  if (d->tb) transpose(b->data, bt, d->n, d->k, rf_dtype_size(b->dtype));
+  int_job job = {d, a->data, d->tb ? bt : b->data, c->data};
+  rf__kernel_parallel_for(ctx, d->m, d->k * d->n,
+                          a->dtype == RF_INT32 ? rows_i32 : rows_i64, &job);
+}
+
+/* Bytes of scratch the dtype's path needs (0: none). */
+static size_t scratch_bytes(const mm_dims *d, const rf_tensor *a,
+                            const rf_tensor *b) {
+  if (a->dtype == RF_FLOAT16 || a->dtype == RF_BFLOAT16)
+    return sizeof(float) *
+           (size_t)(a->num_elements + b->num_elements + d->m * d->n);
+  if ((a->dtype == RF_INT32 || a->dtype == RF_INT64) && d->tb)
+    return rf_dtype_size(b->dtype) * (size_t)b->num_elements;
+  return 0;
+}
+
+/* ---- the kernel ---- */
+
+static rf_status *check_dims(rf__kernel_ctx *ctx, const rf_tensor *a,
+                             const rf_tensor *b, mm_dims *d) {
+  char sa[128], sb[128];
+  rf_shape_format(&a->shape, sa, sizeof sa);
+  rf_shape_format(&b->shape, sb, sizeof sb);
+  if (a->shape.rank != 2 || b->shape.rank != 2)
+    return rf__kernel_error(ctx, RF_INVALID_ARGUMENT,
+                            "MatMul needs rank-2 inputs, got a %s and b %s", sa,
+                            sb);
+  d->lda = a->shape.dims[1];
+  d->ldb = b->shape.dims[1];
+  d->m = a->shape.dims[d->ta ? 1 : 0];
+  d->k = a->shape.dims[d->ta ? 0 : 1];
+  int64_t kb = b->shape.dims[d->tb ? 1 : 0];
+  d->n = b->shape.dims[d->tb ? 0 : 1];
+  if (d->k != kb)
+    return rf__kernel_error(
+        ctx, RF_INVALID_ARGUMENT,
+        "Matrix size-incompatible: a %s%s and b %s%s have inner dimensions "
+        "%lld and %lld",
+        sa, d->ta ? " transposed" : "", sb, d->tb ? " transposed" : "",
+        (long long)d->k, (long long)kb);
+  const int64_t dims[] = {a->shape.dims[0], a->shape.dims[1], b->shape.dims[0],
+                          b->shape.dims[1]};
+  for (int i = 0; i < 4; i++)
+    if (dims[i] > INT_MAX)
+      return rf__kernel_error(ctx, RF_UNIMPLEMENTED,
+                              "MatMul dimension %lld exceeds BLAS's int range",
+                              (long long)dims[i]);
+  return NULL;
+}
+
+static rf_status *matmul_compute(rf__kernel_ctx *ctx) {
+  const rf_tensor *a = ctx->inputs[0], *b = ctx->inputs[1];
+  mm_dims d;
+  memset(&d, 0, sizeof d);
+  RF_CHECK(rf__attrs_get_bool(&ctx->node->attrs, "transpose_a", &d.ta));
+  RF_CHECK(rf__attrs_get_bool(&ctx->node->attrs, "transpose_b", &d.tb));
+  if (a->dtype != b->dtype)
+    return rf__kernel_error(ctx, RF_INVALID_ARGUMENT,
+                            "MatMul operands have different dtypes %s and %s",
+                            rf_dtype_name(a->dtype), rf_dtype_name(b->dtype));
+  RF_CHECK(check_dims(ctx, a, b, &d));
+  rf_dtype dt = a->dtype;
+  if (dt != RF_FLOAT16 && dt != RF_BFLOAT16 && dt != RF_FLOAT32 &&
+      dt != RF_FLOAT64 && dt != RF_INT32 && dt != RF_INT64)
+    return rf__kernel_error(ctx, RF_UNIMPLEMENTED, "MatMul has no %s kernel",
+                            rf_dtype_name(dt));
+  rf_shape cs = rf_shape_of(2, d.m, d.n);
+  if (d.m == 0 || d.n == 0 || d.k == 0) {
+    /* Nothing to multiply; an empty sum is 0 (all-zero bits in every dtype),
+     * and BLAS would reject the zero leading dimensions. */
+    rf_tensor *c;
+    RF_CHECK(rf__kernel_alloc_output(ctx, 0, dt, &cs, &c));
+    memset(c->data, 0, c->nbytes);
+    return NULL;
+  }
+  /* Scratch first, so a failure leaves no output behind. */
+  size_t sbytes = scratch_bytes(&d, a, b);
+  void *scratch = sbytes ? rf__malloc(sbytes) : NULL;
+  if (sbytes && !scratch) return rf__oom();
+  rf_tensor *c;
+  rf_status *st = rf__kernel_alloc_output(ctx, 0, dt, &cs, &c);
+  if (st) {
+    rf__free(scratch);
+    return st;
+  }
+  switch (dt) {
+    case RF_FLOAT32: sgemm(&d, a->data, b->data, c->data); break;
+    case RF_FLOAT64: dgemm(&d, a->data, b->data, c->data); break;
+    case RF_FLOAT16:
+    case RF_BFLOAT16: gemm_16(&d, a, b, c, scratch); break;
+    default: gemm_int(ctx, &d, a, b, c, scratch); break;
+  }
+  rf__free(scratch);
+  return NULL;
+}
+
+static const rf__kernel_def matmul_kernel = {
+    .op = "MatMul", .device_type = RF_DEVICE_CPU, .compute = matmul_compute};
+
+rf_status *rf__register_cpu_matmul_kernels(void) {
+  return rf__kernel_register(&matmul_kernel);
+}
