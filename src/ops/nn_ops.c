@@ -1,0 +1,311 @@
+/* ops/nn_ops.c - neural-network ops: BiasAdd, Relu, Sigmoid, Tanh, Softmax,
+ * SparseSoftmaxCrossEntropyWithLogits, their internal gradient ops (_ReluGrad,
+ * _SigmoidGrad, _TanhGrad, _SoftmaxGrad, _BiasAddGrad, _SparseXentGrad), shape
+ * functions, gradients and the public builders. Shape checks here run only on
+ * what is known at build time; the kernels repeat them on the real shapes. */
+#include "core/status.h"
+#include "graph/graph.h"
+#include "ops/families.h"
+#include "ops/op_registry.h"
+#include "ringflow/ops.h"
+
+static const rf_output no_output = {NULL, 0};
+
+/* ---- shape helpers ---- */
+
+static void fmt(const rf_shape *s, char *buf, size_t len) {
+  rf_shape_format(s, buf, len);
+}
+
+/* The most specific shape compatible with both a and b; INVALID_ARGUMENT
+ * naming the two arguments when they conflict. */
+static rf_status *merge(const rf_shape *a, const char *an, const rf_shape *b,
+                        const char *bn, rf_shape *out) {
+  if (a->rank < 0 || b->rank < 0) {
+    *out = a->rank < 0 ? *b : *a;
+    return NULL;
+  }
+  bool ok = a->rank == b->rank;
+  rf_shape m = *a;
+  for (int i = 0; ok && i < a->rank; i++) {
+    if (a->dims[i] < 0) m.dims[i] = b->dims[i];
+    else if (b->dims[i] >= 0 && a->dims[i] != b->dims[i]) ok = false;
+  }
+  if (!ok) {
+    char x[96], y[96];
+    fmt(a, x, sizeof x);
+    fmt(b, y, sizeof y);
+    return rf__invalid("%s has shape %s but %s has shape %s", an, x, bn, y);
+  }
+  *out = m;
+  return NULL;
+}
+
+/* INVALID_ARGUMENT unless s has unknown rank or a rank in [lo, hi]. */
+static rf_status *need_rank(const rf_shape *s, const char *what, int lo,
+                            int hi) {
+  if (s->rank < 0 || (s->rank >= lo && s->rank <= hi)) return NULL;
+  char x[96];
+  fmt(s, x, sizeof x);
+  if (lo == hi)
+    return rf__invalid("%s must have rank %d, got shape %s", what, lo, x);
+  return rf__invalid("%s must have rank >= %d, got shape %s", what, lo, x);
+}
+
+/* The last dimension of s, or RF_UNKNOWN_DIM. */
+static int64_t last_dim(const rf_shape *s) {
+  return s->rank > 0 ? s->dims[s->rank - 1] : RF_UNKNOWN_DIM;
+}
+
+/* ---- shape functions ---- */
+
+static rf_status *unary_shape(rf__shape_ctx *c) {
+  c->output_shapes[0] = c->input_shapes[0];
+  return NULL;
+}
+
+/* (a, b) of one shape -> that shape. */
+static rf_status *binary_same_shape(rf__shape_ctx *c) {
+  const rf__op_def *op = c->node->op;
+  return merge(&c->input_shapes[0], op ? op->inputs[0].name : "input 0",
+               &c->input_shapes[1], op ? op->inputs[1].name : "input 1",
+               &c->output_shapes[0]);
+}
+
+static rf_status *softmax_shape(rf__shape_ctx *c) {
+  RF_CHECK(need_rank(&c->input_shapes[0], "logits", 1, RF_MAX_RANK));
+  c->output_shapes[0] = c->input_shapes[0];
+  return NULL;
+}
+
+static rf_status *softmax_grad_shape(rf__shape_ctx *c) {
+  RF_CHECK(need_rank(&c->input_shapes[1], "softmax", 1, RF_MAX_RANK));
+  return binary_same_shape(c);
+}
+
+static rf_status *bias_add_shape(rf__shape_ctx *c) {
+  const rf_shape *x = &c->input_shapes[0], *bias = &c->input_shapes[1];
+  RF_CHECK(need_rank(x, "value", 1, RF_MAX_RANK));
+  RF_CHECK(need_rank(bias, "bias", 1, 1));
+  rf_shape out = *x;
+  int64_t cx = last_dim(x), cb = last_dim(bias);
+  if (cx >= 0 && cb >= 0 && cx != cb) {
+    char a[96], b[96];
+    fmt(x, a, sizeof a);
+    fmt(bias, b, sizeof b);
+    return rf__invalid(
+        "bias of shape %s does not match the last dimension of value %s", b,
+        a);
+  }
+  if (out.rank > 0 && cx < 0) out.dims[out.rank - 1] = cb;
+  c->output_shapes[0] = out;
+  return NULL;
+}
+
+static rf_status *bias_add_grad_shape(rf__shape_ctx *c) {
+  const rf_shape *dy = &c->input_shapes[0];
+  RF_CHECK(need_rank(dy, "out_backprop", 1, RF_MAX_RANK));
+  if (dy->rank > 0) c->output_shapes[0] = rf_shape_of(1, last_dim(dy));
+  else c->output_shapes[0] = rf_shape_of(1, (int64_t)RF_UNKNOWN_DIM);
+  return NULL;
+}
+
+/* Checks a (b) vector against the rows of a (b, c) matrix. */
+static rf_status *rows_match(const rf_shape *vec, const char *vn,
+                             const rf_shape *mat, const char *mn) {
+  RF_CHECK(need_rank(mat, mn, 2, 2));
+  RF_CHECK(need_rank(vec, vn, 1, 1));
+  if (vec->rank == 1 && mat->rank == 2 && vec->dims[0] >= 0 &&
+      mat->dims[0] >= 0 && vec->dims[0] != mat->dims[0]) {
+    char a[96], b[96];
+    fmt(vec, a, sizeof a);
+    fmt(mat, b, sizeof b);
+    return rf__invalid("%s of shape %s does not match the rows of %s %s", vn,
+                       a, mn, b);
+  }
+  return NULL;
+}
+
+/* Batch size from either input, RF_UNKNOWN_DIM if neither knows. */
+static int64_t batch_of(const rf_shape *vec, const rf_shape *mat) {
+  if (mat->rank == 2 && mat->dims[0] >= 0) return mat->dims[0];
+  if (vec->rank == 1) return vec->dims[0];
+  return RF_UNKNOWN_DIM;
+}
+
+static rf_status *xent_shape(rf__shape_ctx *c) {
+  const rf_shape *logits = &c->input_shapes[0], *labels = &c->input_shapes[1];
+  RF_CHECK(rows_match(labels, "labels", logits, "logits"));
+  int64_t b = batch_of(labels, logits);
+  int64_t classes = logits->rank == 2 ? logits->dims[1] : RF_UNKNOWN_DIM;
+  c->output_shapes[0] = rf_shape_of(1, b);
+  c->output_shapes[1] = rf_shape_of(2, b, classes);
+  return NULL;
+}
+
+static rf_status *xent_grad_shape(rf__shape_ctx *c) {
+  const rf_shape *dloss = &c->input_shapes[0], *bp = &c->input_shapes[1];
+  RF_CHECK(rows_match(dloss, "dloss", bp, "backprop"));
+  int64_t classes = bp->rank == 2 ? bp->dims[1] : RF_UNKNOWN_DIM;
+  c->output_shapes[0] = rf_shape_of(2, batch_of(dloss, bp), classes);
+  return NULL;
+}
+
+/* ---- gradients ---- */
+
+/* A node of the internal op `op` over (a, b); b may be invalid (unary). */
+static rf_output build(rf_graph *g, const char *op, rf_output a, rf_output b) {
+  if (rf__graph_failed(g)) return no_output;
+  rf_node_builder *nb = rf_node_builder_new(g, op, NULL);
+  rf_node_builder_input(nb, a);
+  if (b.node) rf_node_builder_input(nb, b);
+  rf_node_builder_attr_dtype(nb, "T", rf_output_dtype(a));
+  return rf__finish_output(g, nb);
+}
+
+static rf_output out0(const rf_node *n) {
+  rf_output o = {(rf_node *)n, 0};
+  return o;
+}
+
+static rf_status *bias_add_grad(rf__grad_ctx *c) {
+  if (!c->dy[0].node) return NULL;
+  c->dx[0] = c->dy[0];
+  c->dx[1] = build(c->g, "_BiasAddGrad", c->dy[0], no_output);
+  return NULL;
+}
+
+static rf_status *relu_grad(rf__grad_ctx *c) {
+  if (!c->dy[0].node) return NULL;
+  c->dx[0] = build(c->g, "_ReluGrad", c->dy[0], rf__input(c->op, 0));
+  return NULL;
+}
+
+static rf_status *sigmoid_grad(rf__grad_ctx *c) {
+  if (!c->dy[0].node) return NULL;
+  c->dx[0] = build(c->g, "_SigmoidGrad", out0(c->op), c->dy[0]);
+  return NULL;
+}
+
+static rf_status *tanh_grad(rf__grad_ctx *c) {
+  if (!c->dy[0].node) return NULL;
+  c->dx[0] = build(c->g, "_TanhGrad", out0(c->op), c->dy[0]);
+  return NULL;
+}
+
+static rf_status *softmax_grad(rf__grad_ctx *c) {
+  if (!c->dy[0].node) return NULL;
+  c->dx[0] = build(c->g, "_SoftmaxGrad", c->dy[0], out0(c->op));
+  return NULL;
+}
+
+/* d loss_i / d logits_ij is the backprop output itself, so the logits get
+ * backprop * dloss[:, None]; labels are integers and get nothing. */
+static rf_status *xent_grad(rf__grad_ctx *c) {
+  if (c->dy[1].node)
+    return rf__error(RF_UNIMPLEMENTED,
+                     "node '%s': gradient of the backprop output of "
+                     "SparseSoftmaxCrossEntropyWithLogits is not supported",
+                     c->op->name);
+  if (!c->dy[0].node) return NULL;
+  rf_output backprop = {c->op, 1};
+  c->dx[0] = build(c->g, "_SparseXentGrad", c->dy[0], backprop);
+  return NULL;
+}
+
+/* ---- registration ---- */
+
+#define FLOATS "T: type in {@float}"
+
+static const rf__op_spec specs[] = {
+    {.name = "BiasAdd", .inputs = "value: T, bias: T", .outputs = "output: T",
+     .attrs = FLOATS, .shape = bias_add_shape, .grad = bias_add_grad},
+    {.name = "Relu", .inputs = "features: T", .outputs = "activations: T",
+     .attrs = "T: type in {@float, int8, int32, int64}", .shape = unary_shape,
+     .grad = relu_grad},
+    {.name = "Sigmoid", .inputs = "x: T", .outputs = "y: T", .attrs = FLOATS,
+     .shape = unary_shape, .grad = sigmoid_grad},
+    {.name = "Tanh", .inputs = "x: T", .outputs = "y: T", .attrs = FLOATS,
+     .shape = unary_shape, .grad = tanh_grad},
+    {.name = "Softmax", .inputs = "logits: T", .outputs = "softmax: T",
+     .attrs = FLOATS, .shape = softmax_shape, .grad = softmax_grad},
+    {.name = "SparseSoftmaxCrossEntropyWithLogits",
+     .inputs = "features: T, labels: Tlabels",
+     .outputs = "loss: T, backprop: T",
+     .attrs = FLOATS "; Tlabels: type in {int32, int64} = int64",
+     .shape = xent_shape, .grad = xent_grad},
+    {.name = "_ReluGrad", .inputs = "gradients: T, features: T",
+     .outputs = "backprops: T",
+     .attrs = "T: type in {@float, int8, int32, int64}",
+     .shape = binary_same_shape},
+    {.name = "_SigmoidGrad", .inputs = "y: T, dy: T", .outputs = "z: T",
+     .attrs = FLOATS, .shape = binary_same_shape},
+    {.name = "_TanhGrad", .inputs = "y: T, dy: T", .outputs = "z: T",
+     .attrs = FLOATS, .shape = binary_same_shape},
+    {.name = "_SoftmaxGrad", .inputs = "grad_softmax: T, softmax: T",
+     .outputs = "output: T", .attrs = FLOATS, .shape = softmax_grad_shape},
+    {.name = "_BiasAddGrad", .inputs = "out_backprop: T",
+     .outputs = "output: T", .attrs = FLOATS, .shape = bias_add_grad_shape},
+    {.name = "_SparseXentGrad", .inputs = "dloss: T, backprop: T",
+     .outputs = "output: T", .attrs = FLOATS, .shape = xent_grad_shape},
+};
+
+rf_status *rf__register_nn_ops(void) {
+  for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++)
+    RF_CHECK(rf__op_register(&specs[i]));
+  return NULL;
+}
+
+/* ---- public builders ---- */
+
+static rf_output unary(rf_graph *g, const char *op, const char *name,
+                       rf_output x) {
+  if (rf__graph_failed(g) || !rf__graph_inputs_ok(g, op, &x, 1))
+    return no_output;
+  rf_node_builder *b = rf_node_builder_new(g, op, name);
+  rf_node_builder_input(b, x);
+  rf_node_builder_attr_dtype(b, "T", rf_output_dtype(x));
+  return rf__finish_output(g, b);
+}
+
+rf_output rf_bias_add(rf_graph *g, const char *name, rf_output x,
+                      rf_output bias) {
+  rf_output in[2] = {x, bias};
+  if (rf__graph_failed(g) || !rf__graph_inputs_ok(g, "BiasAdd", in, 2))
+    return no_output;
+  rf_node_builder *b = rf_node_builder_new(g, "BiasAdd", name);
+  rf_node_builder_input(b, x);
+  rf_node_builder_input(b, bias);
+  rf_node_builder_attr_dtype(b, "T", rf_output_dtype(x));
+  return rf__finish_output(g, b);
+}
+
+rf_output rf_relu(rf_graph *g, const char *name, rf_output x) {
+  return unary(g, "Relu", name, x);
+}
+
+rf_output rf_sigmoid(rf_graph *g, const char *name, rf_output x) {
+  return unary(g, "Sigmoid", name, x);
+}
+
+rf_output rf_tanh(rf_graph *g, const char *name, rf_output x) {
+  return unary(g, "Tanh", name, x);
+}
+
+rf_output rf_softmax(rf_graph *g, const char *name, rf_output x) {
+  return unary(g, "Softmax", name, x);
+}
+
+rf_output rf_sparse_softmax_cross_entropy(rf_graph *g, const char *name,
+                                          rf_output logits, rf_output labels) {
+  rf_output in[2] = {logits, labels};
+  const char *op = "SparseSoftmaxCrossEntropyWithLogits";
+  if (rf__graph_failed(g) || !rf__graph_inputs_ok(g, op, in, 2))
+    return no_output;
+  rf_node_builder *b = rf_node_builder_new(g, op, name);
+  rf_node_builder_input(b, logits);
+  rf_node_builder_input(b, labels);
+  rf_node_builder_attr_dtype(b, "T", rf_output_dtype(logits));
+  rf_node_builder_attr_dtype(b, "Tlabels", rf_output_dtype(labels));
+  return rf__finish_output(g, b);
+}
