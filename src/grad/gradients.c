@@ -305,12 +305,15 @@ static rf_status *call_grad_fn(grad_state *s, rf_node *n) {
     c.dy = s->dy;
   }
   st = op->grad(&c);
-  if (st) {
+  /* The graph's error came first: a later failure is often only its echo
+   * (an invalid output fed to the next node). */
+  if (rf__graph_failed(s->g)) {
+    rf_status_free(st);
+    st = graph_error(s->g, n);
+  } else if (st) {
     st = rf__status_prefix(st, "building the gradient of node '%s' (op '%s')",
                            n->name, op->name);
-    goto done;
   }
-  st = graph_error(s->g, n);
 done:
   rf_graph_pop_device(s->g);
   return st;
