@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "testutil.h"
+#include "ringflow/debug.h"
 /* internal */
 #include "graph/graph.h"
 #include "ops/op_registry.h"
