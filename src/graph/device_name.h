@@ -7,6 +7,7 @@
 #define RF_GRAPH_DEVICE_NAME_H
 
 #include <stdbool.h>
+#include <stddef.h>
 
 #include "ringflow/status.h"
 

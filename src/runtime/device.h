@@ -5,6 +5,7 @@
 
 #include <pthread.h>
 
+#include "core/hash.h"
 #include "core/tensor.h"
 #include "graph/device_name.h"
 #include "runtime/threadpool.h"

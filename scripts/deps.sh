@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Installs the Debian packages ringflow builds, tests and trains with, when any
+# is missing. Needs root (or sudo) the first time; a no-op afterwards.
+set -euo pipefail
+pkgs=(build-essential cmake ninja-build pkg-config libcmocka-dev libopenblas-dev
+      libjansson-dev uthash-dev zlib1g-dev dataset-fashion-mnist
+      libopenmpi-dev openmpi-bin graphviz clang-format cppcheck)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+echo "ringflow: installing ${missing[*]}" >&2
+sudo=""
+[ "$(id -u)" -ne 0 ] && sudo="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
