@@ -394,10 +394,8 @@ static rf_status *backprop_all(grad_state *s, int num_between) {
   if (tail == num_between) return NULL;
   for (int id = 0; id < s->num_ids; id++)
     if ((s->mark[id] & MARK_BETWEEN) && s->pending[id] > 0)
-      return rf__invalid(
-          "rf_gradients: the graph has a cycle through node "
-          "'%s'",
-          node_at(s, id)->name);
+      return rf__invalid("rf_gradients: a cycle runs through node '%s'",
+                         node_at(s, id)->name);
   return rf__internal("rf_gradients: lost track of between nodes");
 }
 
