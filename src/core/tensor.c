@@ -19,9 +19,9 @@ rf_status *rf_tensor_new(rf_dtype dtype, const rf_shape *shape,
   }
   int64_t n = rf_shape_num_elements(shape);
   size_t esize = rf_dtype_size(dtype);
-  if (n > (int64_t)(SIZE_MAX / 2 / esize))
-    return rf__error(RF_RESOURCE_EXHAUSTED, "rf_tensor_new: %lld elements is too many",
-                     (long long)n);
+  if (n < 0 || n > (int64_t)(SIZE_MAX / 2 / esize)) /* n < 0: overflowed */
+    return rf__error(RF_RESOURCE_EXHAUSTED,
+                     "rf_tensor_new: %lld elements is too many", (long long)n);
   if (!allocator) allocator = rf_default_allocator();
   rf_tensor *t = rf__malloc(sizeof *t);
   RF_CHECK_ALLOC(t);
