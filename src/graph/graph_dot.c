@@ -75,7 +75,7 @@ rf_status *rf_graph_to_dot(const rf_graph *g, char **out) {
   put(&b, "digraph ringflow {\n  rankdir=TB;\n  node [shape=ellipse, "
           "fontname=\"Helvetica\", fontsize=10];\n  edge [fontsize=8];\n");
   /* Clusters: walk devices in first-appearance order. */
-  bool *done = calloc((size_t)g->num_ids + 1, 1);
+  bool *done = rf__calloc((size_t)g->num_ids + 1, 1);
   if (!done) return rf__oom();
   int cluster = 0;
   for (int id = 0; id < g->num_ids; id++) {
@@ -95,7 +95,7 @@ rf_status *rf_graph_to_dot(const rf_graph *g, char **out) {
     }
     if (dev[0]) put(&b, "  }\n");
   }
-  free(done);
+  rf__free(done);
   for (int id = 0; id < g->num_ids; id++) {
     const rf_node *n = g->nodes[id];
     if (!n) continue;
