@@ -56,6 +56,14 @@ RF_API rf_status *rf_session_run(rf_session *s, const rf_feed *feeds,
                                  int nfetches, rf_node *const *targets,
                                  int ntargets, rf_tensor **outputs);
 
+/* Runs placement and the PRE/POST_PLACEMENT passes (collective lowering
+ * among them) on a copy of g for a session with `opts`, without pruning, and
+ * returns the copy: every node's device is then its assigned device. For
+ * looking at what a session would run (`ringflow lower`). */
+RF_API rf_status *rf_graph_lower(const rf_graph *g,
+                                 const rf_session_options *opts,
+                                 rf_graph **out);
+
 /* Frees the session; no run may be in progress. NULL is ignored. */
 RF_API void rf_session_free(rf_session *s);
 

@@ -122,6 +122,11 @@ bool rf__graph_inputs_ok(rf_graph *g, const char *op, const rf_output *in,
 rf_output rf__finish_output(rf_graph *g, rf_node_builder *b);
 rf_node *rf__finish_node(rf_graph *g, rf_node_builder *b);
 
+/* Sets any attribute value (copied) on a builder: the generic form of the
+ * rf_node_builder_attr_* setters, for loaders. */
+void rf__node_builder_attr_value(rf_node_builder *b, const char *name,
+                                 const rf__attr_value *v);
+
 /* The device the current scope requests ("" for none). */
 const char *rf__graph_scope_device(const rf_graph *g);
 

@@ -128,7 +128,13 @@ static void set_attr(rf_node_builder *b, const char *name,
   set_error(b, rf__attrs_set(&b->attrs, name, v));
 }
 
-void rf_node_builder_attr_int(rf_node_builder *b, const char *name, int64_t v) {
+void rf__node_builder_attr_value(rf_node_builder *b, const char *name,
+                                 const rf__attr_value *v) {
+  set_attr(b, name, v);
+}
+
+void rf_node_builder_attr_int(rf_node_builder *b, const char *name,
+                              int64_t v) {
   rf__attr_value a = rf__attr_int(v);
   set_attr(b, name, &a);
 }

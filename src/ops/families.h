@@ -19,6 +19,9 @@ rf_status *rf__register_nn_ops(void);        /* BiasAdd, Relu, Sigmoid, Tanh,
                                                 Softmax, SparseSoftmaxCrossEntropy.. */
 rf_status *rf__register_reduction_ops(void); /* Sum, Mean, ArgMax */
 rf_status *rf__register_runtime_ops(void);   /* _Arg, _Retval, _Send, _Recv */
+rf_status *rf__register_collective_ops(void); /* AllReduce, Reduce, Broadcast,
+                                                 AllGather, ReduceScatter and
+                                                 their participants */
 
 /* CPU kernels (src/kernels/cpu/<family>.c). */
 rf_status *rf__register_cpu_array_kernels(void);
@@ -27,6 +30,7 @@ rf_status *rf__register_cpu_math_kernels(void);
 rf_status *rf__register_cpu_nn_kernels(void);
 rf_status *rf__register_cpu_reduction_kernels(void);
 rf_status *rf__register_cpu_runtime_kernels(void);
+rf_status *rf__register_cpu_collective_kernels(void);
 
 /* Graph passes (src/passes/passes.c). */
 rf_status *rf__register_passes(void);

@@ -2,9 +2,20 @@
  * rf__registry_init calls). A pass added to the library adds one line here;
  * placement, pruning and partitioning are fixed compile stages, not passes. */
 #include "ops/families.h"
+#include "passes/lower_collectives.h"
 #include "passes/pass_registry.h"
 
+/* Replaces Reduce and Broadcast by per-device participants, then checks every
+ * collective's participants before anything runs. */
+static rf_status *lower_collectives_pass(rf__pass_ctx *ctx) {
+  rf__device_name names[64];
+  int n = ctx->num_devices < 64 ? ctx->num_devices : 64;
+  for (int i = 0; i < n; i++) names[i] = ctx->devices[i].name;
+  RF_CHECK(rf__lower_collectives(ctx->graph, names, n));
+  return rf__validate_collectives(ctx->graph, names, n);
+}
+
 rf_status *rf__register_passes(void) {
-  /* None yet: collective lowering registers here (phase POST_PLACEMENT). */
-  return NULL;
+  return rf__pass_register(RF_PASS_POST_PLACEMENT, 0, "lower_collectives",
+                           lower_collectives_pass);
 }

@@ -1,6 +1,7 @@
 /* passes/prune.c - keeps only what a step needs: the nodes from which a fetch
  * or target is reachable backwards over data and control edges. One breadth-
  * first walk over arrays indexed by node id: linear in nodes plus edges. */
+#include "passes/lower_collectives.h"
 #include "passes/pass_registry.h"
 
 rf_status *rf__prune(rf_graph *g, const char *keep) {
@@ -19,15 +20,35 @@ rf_status *rf__prune(rf_graph *g, const char *keep) {
       queue[tail++] = g->nodes[i];
     }
   }
-  for (int head = 0; head < tail; head++) {
-    rf_node *v = queue[head];
-    for (int k = 0; k < v->num_in_edges; k++) {
-      rf_node *s = v->in_edges[k]->src;
-      if (!seen[s->id]) {
-        seen[s->id] = 1;
-        queue[tail++] = s;
+  /* Walk back from the roots; then pull in the peers of every collective
+   * reached (a participant alone would wait for them) and walk on. Rounds
+   * repeat only for collectives that feed other collectives. */
+  for (int head = 0;;) {
+    for (; head < tail; head++) {
+      rf_node *v = queue[head];
+      for (int k = 0; k < v->num_in_edges; k++) {
+        rf_node *s = v->in_edges[k]->src;
+        if (!seen[s->id]) {
+          seen[s->id] = 1;
+          queue[tail++] = s;
+        }
       }
     }
+    bool added;
+    rf_status *st = rf__collective_mark_peers(g, seen, &added);
+    if (st || !added) {
+      if (st) {
+        rf__free(seen);
+        rf__free(queue);
+        return st;
+      }
+      break;
+    }
+    for (int i = 0; i < ids; i++)
+      if (seen[i] == 2) {
+        seen[i] = 1;
+        queue[tail++] = g->nodes[i];
+      }
   }
   for (int i = 0; i < ids; i++) seen[i] = !seen[i]; /* now: remove */
   rf__graph_remove_nodes(g, seen);

@@ -147,3 +147,32 @@ fail:
   rf__plan_free(p);
   return st;
 }
+
+/* Placement and the passes up to POST_PLACEMENT on a copy of g, for looking
+ * at (ringflow lower). Requested devices become the assigned ones. */
+rf_status *rf_graph_lower(const rf_graph *g, const rf_session_options *opts,
+                          rf_graph **out) {
+  if (!g || !out) return rf__invalid("rf_graph_lower: NULL argument");
+  rf_session *s;
+  RF_CHECK(rf_session_new(g, opts, &s));
+  rf_graph *copy = NULL;
+  rf__pass_ctx ctx = {NULL, s->devices, s->num_devices, s->default_device,
+                      &s->opts};
+  rf_status *st = rf__graph_copy(s->graph, &copy);
+  ctx.graph = copy;
+  if (!st) st = rf__passes_run(RF_PASS_PRE_PLACEMENT, &ctx);
+  if (!st) st = rf__place(&ctx);
+  if (!st) st = rf__passes_run(RF_PASS_POST_PLACEMENT, &ctx);
+  for (int id = 0; !st && id < copy->num_ids; id++) {
+    rf_node *n = copy->nodes[id];
+    if (n && n->assigned_device >= 0)
+      st = rf_node_set_device(n, s->devices[n->assigned_device].canonical);
+  }
+  rf_session_free(s);
+  if (st) {
+    rf_graph_free(copy);
+    return st;
+  }
+  *out = copy;
+  return NULL;
+}

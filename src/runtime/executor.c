@@ -17,6 +17,7 @@
 #include "ops/op_registry.h"
 #include "runtime/executor_internal.h"
 #include "runtime/rendezvous.h"
+#include "comm/collective.h"
 
 /* The step as a whole: waits for every device's frame. */
 typedef struct run {
@@ -88,6 +89,7 @@ static void record_error(frame *f, rf_status *st) {
   atomic_store(&f->step->cancelled, 1);
   /* first_error lives until the run ends, after every frame is done. */
   rf__rendezvous_abort(f->step->rendezvous, f->step->id, st);
+  rf__collective_cancel_step(f->step->collectives, f->step->id, st);
 }
 
 /* Makes sure a kernel's error names its node, op and device. */

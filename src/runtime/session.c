@@ -9,6 +9,7 @@
 #include "core/mem.h"
 #include "ops/op_registry.h"
 #include "runtime/session_internal.h"
+#include "comm/collective.h"
 #include "runtime/step.h"
 
 #define MAX_CPU_DEVICES 64
@@ -46,6 +47,7 @@ static rf_status *make_devices(rf_session *s) {
     s->num_devices++;
   }
   RF_CHECK(rf__rendezvous_new(&s->rendezvous));
+  RF_CHECK(rf__collective_manager_new(s->pool, &s->collectives));
   const char *dd = s->opts.default_device ? s->opts.default_device : "cpu:0";
   rf__device_name name;
   rf_status *st = rf__device_name_parse(dd, &name);
@@ -100,6 +102,7 @@ void rf_session_free(rf_session *s) {
   for (int i = 0; i < s->num_devices; i++) rf__device_destroy(&s->devices[i]);
   rf__free(s->devices);
   rf__rendezvous_free(s->rendezvous);
+  rf__collective_manager_free(s->collectives);
   rf_graph_free(s->graph);
   pthread_mutex_destroy(&s->cache_mu);
   rf__free(s);
@@ -260,9 +263,11 @@ static rf_status *run_step(rf_session *s, rf__plan *p, const rf_feed *feeds,
       .fetches = fetched,
       .rendezvous = s->rendezvous,
       .collective_timeout_ms = s->opts.collective_timeout_ms,
+      .collectives = s->collectives,
   };
   atomic_init(&step.cancelled, 0);
   rf_status *st = rf__executor_run(p->executor, &step);
+  rf__collective_end_step(s->collectives, step.id);
   for (int i = 0; i < p->num_fetches && !st; i++)
     if (!fetched[i])
       st = rf__internal("fetch %d was not produced by the step", i);

@@ -30,6 +30,7 @@ struct rf_session {
   rf__device *devices;
   int num_devices;
   rf__rendezvous *rendezvous;
+  struct rf__collective_manager *collectives;
   atomic_llong next_step;
   pthread_mutex_t cache_mu;
   rf__plan *cache; /* uthash by signature */

@@ -9,6 +9,7 @@
 #include "core/tensor.h"
 
 struct rf__rendezvous;
+struct rf__collective_manager;
 
 typedef struct rf__step {
   int64_t id;
@@ -19,6 +20,7 @@ typedef struct rf__step {
   struct rf__rendezvous *rendezvous;
   atomic_int cancelled;      /* set once the step has failed or was cancelled */
   int64_t collective_timeout_ms;
+  struct rf__collective_manager *collectives; /* the session's; not owned */
 } rf__step;
 
 #endif

@@ -1,0 +1,83 @@
+/* ringflow/collectives.h - collectives as graph ops, with gradients.
+ *
+ * An all-reduce (all-gather, reduce-scatter) is one node per participating
+ * device; the nodes of one collective share a shared_name and num_devices, and
+ * meet at run time under (shared_name, step id). Reduce and Broadcast are ONE
+ * node each; after placement the lowering pass rewrites them into per-device
+ * participants (_ReduceSend/_ReduceRecv, _BroadcastSend/_BroadcastRecv).
+ * Every input of a collective must have a device ("Device assignment required
+ * for collective ops").
+ *
+ *   rf_output in[2] = {x_on_cpu0, x_on_cpu1}, sum[2];
+ *   rf_all_reduce_n(g, "grads", in, 2, RF_REDUCE_SUM, sum);
+ *   // sum[i] lives on in[i]'s device and holds in[0] + in[1]
+ *
+ * Gradients: all-reduce sum -> all-reduce sum of the incoming gradients
+ * (shared_name + "_grad"); all-reduce avg -> all-reduce avg; reduce sum ->
+ * broadcast of the gradient to every input; broadcast -> reduce sum of the
+ * gradients of every consumer (summed per device first); all-gather and
+ * reduce-scatter(sum) are each other's transpose. Other reductions have no
+ * gradient yet: asking for one is an error naming the reduction. */
+#ifndef RINGFLOW_COLLECTIVES_H
+#define RINGFLOW_COLLECTIVES_H
+
+#include "ringflow/graph.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum rf_reduction {
+  RF_REDUCE_SUM,
+  RF_REDUCE_PROD,
+  RF_REDUCE_MIN,
+  RF_REDUCE_MAX,
+  RF_REDUCE_AVG, /* sum / num_devices; integers truncate */
+} rf_reduction;
+
+/* One all-reduce participant on input's device. shared_name NULL: the node's
+ * name (then every participant must be given the same explicit name scheme;
+ * prefer rf_all_reduce_n). */
+RF_API rf_output rf_all_reduce(rf_graph *g, const char *name, rf_output input,
+                               rf_reduction reduction, int num_devices,
+                               const char *shared_name);
+/* All n participants at once: outputs[i] on the device of inputs[i], shared
+ * name derived from `name` (generated when NULL). On error nothing is added,
+ * outputs is untouched and the graph keeps the error. */
+RF_API void rf_all_reduce_n(rf_graph *g, const char *name,
+                            const rf_output *inputs, int n,
+                            rf_reduction reduction, rf_output *outputs);
+
+/* One node reducing n inputs (on n different devices) to one output on the
+ * node's device (the device scope, else the first input's device). One input
+ * must be on that device. */
+RF_API rf_output rf_reduce(rf_graph *g, const char *name,
+                           const rf_output *inputs, int n,
+                           rf_reduction reduction);
+
+/* One node: its output may feed nodes on any devices, each consuming device
+ * receiving the value. Placed on the input's device unless scoped. */
+RF_API rf_output rf_broadcast(rf_graph *g, const char *name, rf_output input);
+
+/* Participants of an all-gather: inputs of equal shape (d0, ...) -> every
+ * participant gets (n*d0, ...), rank order = device order. */
+RF_API void rf_all_gather_n(rf_graph *g, const char *name,
+                            const rf_output *inputs, int n,
+                            rf_output *outputs);
+/* Participants of a reduce-scatter: inputs (n*d0, ...) -> participant i gets
+ * rows [i*d0, (i+1)*d0) of the reduction. */
+RF_API void rf_reduce_scatter_n(rf_graph *g, const char *name,
+                                const rf_output *inputs, int n,
+                                rf_reduction reduction, rf_output *outputs);
+
+/* Single participants, for graphs built per device. */
+RF_API rf_output rf_all_gather(rf_graph *g, const char *name, rf_output input,
+                               int num_devices, const char *shared_name);
+RF_API rf_output rf_reduce_scatter(rf_graph *g, const char *name,
+                                   rf_output input, rf_reduction reduction,
+                                   int num_devices, const char *shared_name);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

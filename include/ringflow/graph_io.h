@@ -1,0 +1,41 @@
+/* ringflow/graph_io.h - graphs as files: JSON to save and load, DOT to look at.
+ *
+ * The JSON format (docs/GRAPH_FORMAT.md) lists nodes in topological order;
+ * loading rebuilds every node through the node builder, so a malformed or
+ * hostile file gets the same checks as code (unknown ops, bad attrs, arity,
+ * dtypes, shapes, cycles) and an error naming what is wrong - never a crash.
+ *
+ *   char *json;
+ *   rf_status *st = rf_graph_to_json(g, &json);
+ *   rf_graph *copy;
+ *   st = rf_graph_from_json(json, strlen(json), &copy);
+ *   rf_string_free(json);
+ */
+#ifndef RINGFLOW_GRAPH_IO_H
+#define RINGFLOW_GRAPH_IO_H
+
+#include "ringflow/graph.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* *out receives a NUL-terminated string; free it with rf_string_free. */
+RF_API rf_status *rf_graph_to_json(const rf_graph *g, char **out);
+/* Parses len bytes of JSON into a new graph. On error *out is untouched and
+ * the message says where (node name or JSON line/column). */
+RF_API rf_status *rf_graph_from_json(const char *json, size_t len,
+                                     rf_graph **out);
+RF_API rf_status *rf_graph_save(const rf_graph *g, const char *path);
+RF_API rf_status *rf_graph_load(const char *path, rf_graph **out);
+
+/* Graphviz DOT: one cluster per device, collectives highlighted, control
+ * edges dashed. *out is freed with rf_string_free. */
+RF_API rf_status *rf_graph_to_dot(const rf_graph *g, char **out);
+
+RF_API void rf_string_free(char *s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,121 @@
+/* comm/collective.h - what a collective participant offers, and the collective
+ * manager where participants meet.
+ *
+ * Participants meet under the key (shared_name, step id), never shared_name
+ * alone, so concurrent steps of one session cannot mix. When num_devices have
+ * arrived the manager checks that they agree and hands them to the backend of
+ * their device type. Every participant's done callback fires exactly once:
+ * with the result, or with an error that says which field differed, which
+ * devices were missing at the timeout, or why the step was cancelled. */
+#ifndef RF_COMM_COLLECTIVE_H
+#define RF_COMM_COLLECTIVE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/tensor.h"
+#include "runtime/device.h"
+
+/* X(enum, attr name, nccl-tests bus bandwidth factor numerator/denominator) */
+#define RF_COLLECTIVE_KIND_LIST(X)                                             \
+  X(RF_COLL_ALL_REDUCE, "all_reduce")                                          \
+  X(RF_COLL_REDUCE, "reduce")                                                  \
+  X(RF_COLL_BROADCAST, "broadcast")                                            \
+  X(RF_COLL_ALL_GATHER, "all_gather")                                          \
+  X(RF_COLL_REDUCE_SCATTER, "reduce_scatter")
+
+typedef enum rf__collective_kind {
+#define RF_X(e, s) e,
+  RF_COLLECTIVE_KIND_LIST(RF_X)
+#undef RF_X
+      RF_COLL_KIND_COUNT
+} rf__collective_kind;
+
+#define RF_REDUCTION_LIST(X)                                                   \
+  X(RF_RED_SUM, "sum")                                                         \
+  X(RF_RED_PROD, "prod")                                                       \
+  X(RF_RED_MIN, "min")                                                         \
+  X(RF_RED_MAX, "max")                                                         \
+  X(RF_RED_AVG, "avg")
+
+typedef enum rf__reduction {
+#define RF_X(e, s) e,
+  RF_REDUCTION_LIST(RF_X)
+#undef RF_X
+      RF_RED_COUNT
+} rf__reduction;
+
+const char *rf__collective_kind_name(rf__collective_kind k);
+const char *rf__reduction_name(rf__reduction r);
+/* RF_RED_COUNT when the name is unknown. */
+rf__reduction rf__reduction_from_name(const char *name);
+
+/* Called once per participant: st NULL on success (consumed by the callee),
+ * output a new reference (NULL for participants without a result: reduce
+ * senders, the broadcast root). */
+typedef void (*rf__collective_done)(void *arg, rf_status *st,
+                                    rf_tensor *output);
+
+typedef struct rf__coll_participant {
+  rf__collective_kind kind;
+  rf__reduction reduction; /* ignored by broadcast and all-gather */
+  rf_dtype dtype;
+  int num_devices;
+  bool is_root;        /* reduce: the receiver; broadcast: the sender */
+  rf__device *device;  /* not owned */
+  const char *node;    /* the participant node's name, for messages */
+  rf_tensor *input;    /* retained by the manager; NULL for broadcast receivers */
+  rf_shape shape;      /* input shape, or the expected shape of a broadcast
+                          receiver (may be partly unknown) */
+  rf__collective_done done;
+  void *arg;
+} rf__coll_participant;
+
+/* A group of participants that agree, in rank order (by device index). */
+typedef struct rf__coll_group {
+  rf__collective_kind kind;
+  rf__reduction reduction;
+  rf_dtype dtype;
+  int n;
+  int root; /* rank of the root, -1 if none */
+  rf__coll_participant *p; /* [n], sorted by device->index */
+  rf__threadpool *pool;
+  const char *key; /* shared_name, for messages */
+  int64_t step_id;
+} rf__coll_group;
+
+/* A backend runs agreed groups for one device type (comm/cpu, comm/nccl).
+ * run must call every participant's done exactly once, from any thread. */
+typedef struct rf__coll_backend {
+  const char *name;
+  rf__device_type device_type;
+  void (*run)(rf__coll_group *group);
+} rf__coll_backend;
+
+extern const rf__coll_backend rf__cpu_coll_backend;
+
+typedef struct rf__collective_manager rf__collective_manager;
+
+/* pool runs the backends' parallel work (not owned). */
+rf_status *rf__collective_manager_new(rf__threadpool *pool,
+                                      rf__collective_manager **out);
+/* Fails every pending participant with CANCELLED, then frees. */
+void rf__collective_manager_free(rf__collective_manager *m);
+
+/* Adds a participant under (shared_name, step_id). Never blocks. The
+ * participant's done fires once the group has run, or failed, or when
+ * timeout_ms (> 0) passes with participants missing. A non-NULL return means
+ * the participant was refused (bad arguments, no memory): done never fires. */
+rf_status *rf__collective_join(rf__collective_manager *m,
+                               const char *shared_name, int64_t step_id,
+                               int64_t timeout_ms,
+                               const rf__coll_participant *p);
+
+/* Fails every pending participant of step_id with a copy of `why` (or
+ * CANCELLED when NULL), and any that joins that step later. */
+void rf__collective_cancel_step(rf__collective_manager *m, int64_t step_id,
+                                const rf_status *why);
+/* Forgets the step's cancellation record (call when the step has ended). */
+void rf__collective_end_step(rf__collective_manager *m, int64_t step_id);
+
+#endif

@@ -1,0 +1,555 @@
+/* comm/collective_manager.c - where participants of a collective meet.
+ *
+ * Entries live in one table keyed by "shared_name\x1fstep". An entry is
+ * PENDING until num_devices participants arrive (then it leaves the table and
+ * runs) or until it fails (timeout, disagreement, cancellation): a FAILED entry
+ * stays until the step ends so that late participants fail at once instead of
+ * waiting out another timeout. A watchdog thread sleeps until the earliest
+ * deadline. Callbacks always run outside the lock. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "comm/collective.h"
+#include "core/hash.h"
+#include "core/status.h"
+
+enum entry_state { PENDING, FAILED };
+
+typedef struct entry {
+  char *key; /* shared_name \x1f step: the table key */
+  char *shared_name;
+  int64_t step_id;
+  enum entry_state state;
+  int expected, arrived, cap;
+  rf__coll_participant *parts;
+  int64_t deadline_ns; /* 0: none */
+  rf_status *error;    /* FAILED entries */
+  UT_hash_handle hh;
+} entry;
+
+typedef struct cancelled_step {
+  int64_t step_id;
+  rf_status *why;
+} cancelled_step;
+
+struct rf__collective_manager {
+  pthread_mutex_t mu;
+  pthread_cond_t wake; /* the watchdog's */
+  pthread_t watchdog;
+  int stopping;
+  entry *table;
+  cancelled_step *cancelled;
+  int num_cancelled, cap_cancelled;
+  rf__threadpool *pool;
+};
+
+static const char *const kind_names[] = {
+#define RF_X(e, s) s,
+    RF_COLLECTIVE_KIND_LIST(RF_X)
+#undef RF_X
+};
+_Static_assert(sizeof kind_names / sizeof *kind_names == RF_COLL_KIND_COUNT,
+               "one name per kind");
+static const char *const reduction_names[] = {
+#define RF_X(e, s) s,
+    RF_REDUCTION_LIST(RF_X)
+#undef RF_X
+};
+_Static_assert(sizeof reduction_names / sizeof *reduction_names == RF_RED_COUNT,
+               "one name per reduction");
+
+const char *rf__collective_kind_name(rf__collective_kind k) {
+  return (int)k >= 0 && k < RF_COLL_KIND_COUNT ? kind_names[k] : "invalid";
+}
+
+const char *rf__reduction_name(rf__reduction r) {
+  return (int)r >= 0 && r < RF_RED_COUNT ? reduction_names[r] : "invalid";
+}
+
+rf__reduction rf__reduction_from_name(const char *name) {
+  for (int i = 0; name && i < RF_RED_COUNT; i++)
+    if (strcmp(reduction_names[i], name) == 0) return (rf__reduction)i;
+  return RF_RED_COUNT;
+}
+
+static const rf__coll_backend *const backends[] = {
+    &rf__cpu_coll_backend,
+};
+
+static int64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* ---- failing participants (outside the lock) ---- */
+
+static void fail_parts(rf__coll_participant *parts, int n, const rf_status *st) {
+  for (int i = 0; i < n; i++) {
+    rf_status *copy = rf_status_new(rf_status_code(st), "%s", rf_status_message(st));
+    parts[i].done(parts[i].arg, copy, NULL);
+    rf_tensor_release(parts[i].input);
+  }
+}
+
+static void entry_free(entry *e) {
+  rf__free(e->key);
+  rf__free(e->shared_name);
+  rf__free(e->parts);
+  rf_status_free(e->error);
+  rf__free(e);
+}
+
+/* Lists the devices present, e.g. "cpu:0, cpu:2", into buf. */
+static void list_devices(const rf__coll_participant *p, int n, char *buf,
+                         size_t len) {
+  size_t used = 0;
+  buf[0] = '\0';
+  for (int i = 0; i < n && used < len; i++)
+    used += (size_t)snprintf(buf + used, len - used, "%s%s (%s)", i ? ", " : "",
+                             p[i].device->canonical, p[i].node);
+}
+
+/* ---- agreement ---- */
+
+static rf_status *disagree(const char *field, const char *key, int64_t step,
+                           const rf__coll_participant *a, const char *va,
+                           const rf__coll_participant *b, const char *vb) {
+  return rf__invalid(
+      "collective '%s' (step %lld): participants disagree on %s: %s on %s "
+      "(node '%s') but %s on %s (node '%s')",
+      key, (long long)step, field, va, a->device->canonical, a->node, vb,
+      b->device->canonical, b->node);
+}
+
+static rf_status *check_pair(const char *key, int64_t step,
+                             const rf__coll_participant *a,
+                             const rf__coll_participant *b) {
+  char sa[96], sb[96];
+  if (a->kind != b->kind)
+    return disagree("the collective", key, step, a,
+                    rf__collective_kind_name(a->kind), b,
+                    rf__collective_kind_name(b->kind));
+  if (a->num_devices != b->num_devices) {
+    snprintf(sa, sizeof sa, "%d", a->num_devices);
+    snprintf(sb, sizeof sb, "%d", b->num_devices);
+    return disagree("num_devices", key, step, a, sa, b, sb);
+  }
+  if (a->dtype != b->dtype)
+    return disagree("dtype", key, step, a, rf_dtype_name(a->dtype), b,
+                    rf_dtype_name(b->dtype));
+  bool reduces = a->kind == RF_COLL_ALL_REDUCE || a->kind == RF_COLL_REDUCE ||
+                 a->kind == RF_COLL_REDUCE_SCATTER;
+  if (reduces && a->reduction != b->reduction)
+    return disagree("reduction", key, step, a, rf__reduction_name(a->reduction),
+                    b, rf__reduction_name(b->reduction));
+  if (a->device->name.type != b->device->name.type)
+    return disagree("device type", key, step, a,
+                    rf__device_type_name(a->device->name.type), b,
+                    rf__device_type_name(b->device->name.type));
+  if (a->device == b->device)
+    return rf__invalid("collective '%s' (step %lld): device %s joined twice "
+                       "(nodes '%s' and '%s')",
+                       key, (long long)step, a->device->canonical, a->node,
+                       b->node);
+  return NULL;
+}
+
+/* Shapes: every participant that has an input must agree (a broadcast
+ * receiver's expected shape must be compatible with the sender's). */
+static bool shape_compatible(const rf_shape *known, const rf_shape *want) {
+  if (want->rank < 0) return true;
+  if (want->rank != known->rank) return false;
+  for (int i = 0; i < want->rank; i++)
+    if (want->dims[i] >= 0 && want->dims[i] != known->dims[i]) return false;
+  return true;
+}
+
+static rf_status *check_shapes(const rf__coll_group *g) {
+  const rf__coll_participant *ref = g->root >= 0 ? &g->p[g->root] : &g->p[0];
+  char sa[128], sb[128];
+  for (int i = 0; i < g->n; i++) {
+    const rf__coll_participant *p = &g->p[i];
+    bool ok = p->input ? rf_shape_equal(&p->shape, &ref->shape)
+                       : shape_compatible(&ref->shape, &p->shape);
+    if (!ok) {
+      rf_shape_format(&ref->shape, sa, sizeof sa);
+      rf_shape_format(&p->shape, sb, sizeof sb);
+      return disagree("shape", g->key, g->step_id, ref, sa, p, sb);
+    }
+  }
+  if (g->kind == RF_COLL_REDUCE_SCATTER) {
+    int64_t rows = ref->shape.rank > 0 ? ref->shape.dims[0] : 1;
+    if (ref->shape.rank == 0 || rows % g->n != 0)
+      return rf__invalid("collective '%s' (step %lld): reduce_scatter needs a "
+                         "first dimension divisible by %d devices, got %s",
+                         g->key, (long long)g->step_id, g->n,
+                         (rf_shape_format(&ref->shape, sa, sizeof sa), sa));
+  }
+  if (g->kind == RF_COLL_ALL_GATHER && ref->shape.rank == 0)
+    return rf__invalid("collective '%s' (step %lld): all_gather needs inputs of "
+                       "rank >= 1",
+                       g->key, (long long)g->step_id);
+  return NULL;
+}
+
+static rf_status *check_roots(rf__coll_group *g) {
+  bool rooted = g->kind == RF_COLL_REDUCE || g->kind == RF_COLL_BROADCAST;
+  g->root = -1;
+  int roots = 0;
+  for (int i = 0; i < g->n; i++)
+    if (g->p[i].is_root) {
+      roots++;
+      g->root = i;
+    }
+  if (rooted && roots != 1)
+    return rf__invalid("collective '%s' (step %lld): %s needs exactly one root "
+                       "(the %s), found %d",
+                       g->key, (long long)g->step_id,
+                       rf__collective_kind_name(g->kind),
+                       g->kind == RF_COLL_REDUCE ? "receiver" : "sender", roots);
+  if (!rooted) g->root = -1;
+  for (int i = 0; i < g->n; i++) {
+    bool needs_input = !(g->kind == RF_COLL_BROADCAST && i != g->root);
+    if (needs_input && !g->p[i].input)
+      return rf__internal("collective '%s': participant on %s has no input",
+                          g->key, g->p[i].device->canonical);
+  }
+  return NULL;
+}
+
+static int by_device_index(const void *a, const void *b) {
+  const rf__coll_participant *x = a, *y = b;
+  return (x->device->index > y->device->index) - (x->device->index < y->device->index);
+}
+
+/* Validates and runs a complete group; takes ownership of e. */
+static void launch(rf__collective_manager *m, entry *e) {
+  rf__coll_group g = {.kind = e->parts[0].kind,
+                      .reduction = e->parts[0].reduction,
+                      .dtype = e->parts[0].dtype,
+                      .n = e->arrived,
+                      .p = e->parts,
+                      .pool = m->pool,
+                      .key = e->shared_name,
+                      .step_id = e->step_id};
+  qsort(g.p, (size_t)g.n, sizeof *g.p, by_device_index);
+  rf_status *st = NULL;
+  for (int i = 1; i < g.n && !st; i++)
+    st = check_pair(g.key, g.step_id, &g.p[0], &g.p[i]);
+  if (!st) st = check_roots(&g);
+  if (!st) st = check_shapes(&g);
+  const rf__coll_backend *be = NULL;
+  for (size_t i = 0; !st && i < sizeof backends / sizeof *backends; i++)
+    if (backends[i]->device_type == g.p[0].device->name.type) be = backends[i];
+  if (!st && !be)
+    st = rf__error(RF_UNIMPLEMENTED,
+                   "collective '%s': no collective backend for %s devices",
+                   g.key, rf__device_type_name(g.p[0].device->name.type));
+  if (st) {
+    fail_parts(g.p, g.n, st);
+    rf_status_free(st);
+  } else {
+    be->run(&g); /* the backend calls each done and releases nothing */
+    for (int i = 0; i < g.n; i++) rf_tensor_release(g.p[i].input);
+  }
+  e->parts = NULL; /* g.p freed below with e */
+  rf__free(g.p);
+  entry_free(e);
+}
+
+/* ---- the table ---- */
+
+static void make_key(char *buf, size_t len, const char *name, int64_t step) {
+  snprintf(buf, len, "%s\x1f%lld", name, (long long)step);
+}
+
+static const rf_status *step_cancelled(rf__collective_manager *m, int64_t step) {
+  for (int i = 0; i < m->num_cancelled; i++)
+    if (m->cancelled[i].step_id == step) return m->cancelled[i].why;
+  return NULL;
+}
+
+/* Marks a pending entry FAILED with st (consumed), returning its participants
+ * for the caller to fail outside the lock. */
+static rf__coll_participant *fail_entry_locked(entry *e, rf_status *st, int *n) {
+  rf__coll_participant *parts = e->parts;
+  *n = e->arrived;
+  e->parts = NULL;
+  e->arrived = e->cap = 0;
+  e->state = FAILED;
+  e->error = st;
+  e->deadline_ns = 0;
+  return parts;
+}
+
+static entry *entry_new(const char *key, const char *shared_name, int64_t step,
+                        int expected) {
+  entry *e = rf__calloc(1, sizeof *e);
+  if (!e) return NULL;
+  e->key = rf__strdup(key);
+  e->shared_name = rf__strdup(shared_name);
+  e->parts = rf__calloc((size_t)expected, sizeof *e->parts);
+  if (!e->key || !e->shared_name || !e->parts) {
+    entry_free(e);
+    return NULL;
+  }
+  e->step_id = step;
+  e->expected = expected;
+  e->cap = expected;
+  return e;
+}
+
+rf_status *rf__collective_join(rf__collective_manager *m,
+                               const char *shared_name, int64_t step_id,
+                               int64_t timeout_ms,
+                               const rf__coll_participant *p) {
+  if (!m || !shared_name || !p || !p->device || !p->done || !p->node)
+    return rf__invalid("rf__collective_join: NULL argument");
+  if (p->num_devices < 1)
+    return rf__invalid("collective '%s': num_devices must be >= 1, got %d",
+                       shared_name, p->num_devices);
+  char key[512];
+  make_key(key, sizeof key, shared_name, step_id);
+  pthread_mutex_lock(&m->mu);
+  const rf_status *cancelled = step_cancelled(m, step_id);
+  entry *e = NULL;
+  HASH_FIND_STR(m->table, key, e);
+  rf_status *fail_now = NULL;
+  if (cancelled) {
+    fail_now = rf_status_new(rf_status_code(cancelled), "%s",
+                             rf_status_message(cancelled));
+  } else if (e && e->state == FAILED) {
+    fail_now = rf_status_new(rf_status_code(e->error), "%s",
+                             rf_status_message(e->error));
+  } else if (!e) {
+    e = entry_new(key, shared_name, step_id, p->num_devices);
+    int rf__hash_oom = 0;
+    if (e) HASH_ADD_KEYPTR(hh, m->table, e->key, strlen(e->key), e);
+    if (!e || rf__hash_oom) {
+      if (e) entry_free(e);
+      pthread_mutex_unlock(&m->mu);
+      return rf__oom();
+    }
+    if (timeout_ms > 0) {
+      e->deadline_ns = now_ns() + timeout_ms * 1000000;
+      pthread_cond_signal(&m->wake);
+    }
+  }
+  if (fail_now) {
+    pthread_mutex_unlock(&m->mu);
+    rf__coll_participant copy = *p;
+    copy.input = rf_tensor_retain(p->input);
+    fail_parts(&copy, 1, fail_now);
+    rf_status_free(fail_now);
+    return NULL;
+  }
+  if (p->num_devices != e->expected) {
+    /* The group cannot complete consistently: fail everyone who came. */
+    char sa[32], sb[32];
+    snprintf(sa, sizeof sa, "%d", e->parts[0].num_devices);
+    snprintf(sb, sizeof sb, "%d", p->num_devices);
+    rf_status *st = e->arrived
+                        ? disagree("num_devices", shared_name, step_id,
+                                   &e->parts[0], sa, p, sb)
+                        : rf__internal("collective '%s': bad group", shared_name);
+    int n;
+    rf__coll_participant *parts = fail_entry_locked(e, st, &n);
+    pthread_mutex_unlock(&m->mu);
+    rf__coll_participant copy = *p;
+    copy.input = rf_tensor_retain(p->input);
+    fail_parts(parts, n, st);
+    fail_parts(&copy, 1, st);
+    rf__free(parts);
+    return NULL;
+  }
+  e->parts[e->arrived] = *p;
+  e->parts[e->arrived].input = rf_tensor_retain(p->input);
+  e->arrived++;
+  if (e->arrived < e->expected) {
+    pthread_mutex_unlock(&m->mu);
+    return NULL;
+  }
+  HASH_DEL(m->table, e);
+  pthread_mutex_unlock(&m->mu);
+  launch(m, e);
+  return NULL;
+}
+
+/* Fails every pending entry of `step` (step < 0: entries past their deadline),
+ * outside the lock. */
+typedef struct doomed {
+  rf__coll_participant *parts;
+  int n;
+  rf_status *st; /* borrowed from the entry, which outlives the callbacks */
+  rf_status *owned;
+} doomed;
+
+static void expire_locked(rf__collective_manager *m, int64_t now, doomed **out,
+                          int *nout) {
+  int cap = 0;
+  *out = NULL;
+  *nout = 0;
+  entry *e, *tmp;
+  HASH_ITER(hh, m->table, e, tmp) {
+    if (e->state != PENDING || !e->deadline_ns || e->deadline_ns > now) continue;
+    char present[1024];
+    list_devices(e->parts, e->arrived, present, sizeof present);
+    rf_status *st = rf__error(
+        RF_DEADLINE_EXCEEDED,
+        "collective '%s' (step %lld): timed out waiting for %d of %d "
+        "participants; arrived: %s",
+        e->shared_name, (long long)e->step_id, e->expected - e->arrived,
+        e->expected, present);
+    if (rf__grow(out, &cap, *nout + 1, sizeof **out)) {
+      rf_status_free(st);
+      continue; /* retried on the next wake-up */
+    }
+    doomed *d = &(*out)[(*nout)++];
+    d->parts = fail_entry_locked(e, st, &d->n);
+    d->owned = rf_status_new(rf_status_code(st), "%s", rf_status_message(st));
+  }
+}
+
+static void *watchdog_main(void *arg) {
+  rf__collective_manager *m = arg;
+  pthread_mutex_lock(&m->mu);
+  while (!m->stopping) {
+    int64_t now = now_ns(), next = 0;
+    doomed *d;
+    int nd;
+    expire_locked(m, now, &d, &nd);
+    if (nd) {
+      pthread_mutex_unlock(&m->mu);
+      for (int i = 0; i < nd; i++) {
+        fail_parts(d[i].parts, d[i].n, d[i].owned);
+        rf__free(d[i].parts);
+        rf_status_free(d[i].owned);
+      }
+      rf__free(d);
+      pthread_mutex_lock(&m->mu);
+      continue;
+    }
+    entry *e, *tmp;
+    HASH_ITER(hh, m->table, e, tmp) {
+      if (e->state == PENDING && e->deadline_ns &&
+          (!next || e->deadline_ns < next))
+        next = e->deadline_ns;
+    }
+    if (!next) {
+      pthread_cond_wait(&m->wake, &m->mu);
+    } else {
+      struct timespec ts = {next / 1000000000, next % 1000000000};
+      pthread_cond_timedwait(&m->wake, &m->mu, &ts);
+    }
+  }
+  pthread_mutex_unlock(&m->mu);
+  return NULL;
+}
+
+rf_status *rf__collective_manager_new(rf__threadpool *pool,
+                                      rf__collective_manager **out) {
+  if (!out) return rf__invalid("rf__collective_manager_new: NULL out");
+  rf__collective_manager *m = rf__calloc(1, sizeof *m);
+  RF_CHECK_ALLOC(m);
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_mutex_init(&m->mu, NULL);
+  pthread_cond_init(&m->wake, &ca);
+  pthread_condattr_destroy(&ca);
+  m->pool = pool;
+  if (pthread_create(&m->watchdog, NULL, watchdog_main, m) != 0) {
+    pthread_cond_destroy(&m->wake);
+    pthread_mutex_destroy(&m->mu);
+    rf__free(m);
+    return rf__error(RF_RESOURCE_EXHAUSTED,
+                     "could not start the collective watchdog thread");
+  }
+  *out = m;
+  return NULL;
+}
+
+void rf__collective_cancel_step(rf__collective_manager *m, int64_t step_id,
+                                const rf_status *why) {
+  if (!m) return;
+  rf_status *st = why ? rf_status_new(rf_status_code(why), "%s",
+                                      rf_status_message(why))
+                      : rf__error(RF_CANCELLED, "step %lld was cancelled",
+                                  (long long)step_id);
+  if (!st) st = rf__internal("step %lld was cancelled", (long long)step_id);
+  doomed *d = NULL;
+  int nd = 0, cap = 0;
+  pthread_mutex_lock(&m->mu);
+  if (!step_cancelled(m, step_id) &&
+      rf__grow(&m->cancelled, &m->cap_cancelled, m->num_cancelled + 1,
+               sizeof *m->cancelled) == 0) {
+    m->cancelled[m->num_cancelled].step_id = step_id;
+    m->cancelled[m->num_cancelled].why =
+        rf_status_new(rf_status_code(st), "%s", rf_status_message(st));
+    m->num_cancelled++;
+  }
+  entry *e, *tmp;
+  HASH_ITER(hh, m->table, e, tmp) {
+    if (e->step_id != step_id || e->state != PENDING) continue;
+    if (rf__grow(&d, &cap, nd + 1, sizeof *d)) break;
+    rf_status *copy = rf_status_new(rf_status_code(st), "%s", rf_status_message(st));
+    d[nd].parts = fail_entry_locked(e, copy, &d[nd].n);
+    nd++;
+  }
+  pthread_mutex_unlock(&m->mu);
+  for (int i = 0; i < nd; i++) {
+    fail_parts(d[i].parts, d[i].n, st);
+    rf__free(d[i].parts);
+  }
+  rf__free(d);
+  rf_status_free(st);
+}
+
+void rf__collective_end_step(rf__collective_manager *m, int64_t step_id) {
+  if (!m) return;
+  pthread_mutex_lock(&m->mu);
+  for (int i = 0; i < m->num_cancelled; i++) {
+    if (m->cancelled[i].step_id != step_id) continue;
+    rf_status_free(m->cancelled[i].why);
+    m->cancelled[i] = m->cancelled[--m->num_cancelled];
+    break;
+  }
+  entry *e, *tmp;
+  HASH_ITER(hh, m->table, e, tmp) {
+    if (e->step_id == step_id && e->state == FAILED) {
+      HASH_DEL(m->table, e);
+      entry_free(e);
+    }
+  }
+  pthread_mutex_unlock(&m->mu);
+}
+
+void rf__collective_manager_free(rf__collective_manager *m) {
+  if (!m) return;
+  pthread_mutex_lock(&m->mu);
+  m->stopping = 1;
+  pthread_cond_signal(&m->wake);
+  pthread_mutex_unlock(&m->mu);
+  pthread_join(m->watchdog, NULL);
+  entry *e, *tmp;
+  HASH_ITER(hh, m->table, e, tmp) {
+    HASH_DEL(m->table, e);
+    if (e->state == PENDING && e->arrived) {
+      rf_status *st = rf__error(RF_CANCELLED,
+                                "collective '%s': the session is closing",
+                                e->shared_name);
+      fail_parts(e->parts, e->arrived, st);
+      rf_status_free(st);
+    }
+    entry_free(e);
+  }
+  for (int i = 0; i < m->num_cancelled; i++) rf_status_free(m->cancelled[i].why);
+  rf__free(m->cancelled);
+  pthread_cond_destroy(&m->wake);
+  pthread_mutex_destroy(&m->mu);
+  rf__free(m);
+}

@@ -1,0 +1,180 @@
+/* kernels/cpu/collective_kernels.c - the participant kernels of every
+ * collective, and the stubs for Reduce and Broadcast that must have been
+ * lowered away. Participants are asynchronous: they join the session's
+ * collective manager and return at once, so no executor thread ever waits for
+ * another device (8 devices on 2 cores cannot deadlock). */
+#include <string.h>
+
+#include "comm/collective.h"
+#include "kernels/kernel.h"
+#include "ops/families.h"
+#include "ops/op_registry.h"
+#include "runtime/step.h"
+
+typedef struct coll_state {
+  rf__collective_kind kind;
+  rf__reduction reduction;
+  rf_dtype dtype;
+  int num_devices;
+  bool is_root;
+  bool shape_input; /* _BroadcastRecv: input 0 is the shape, on the host */
+  char *shared_name;
+} coll_state;
+
+typedef struct pending {
+  rf__kernel_ctx *ctx;
+  rf__done_fn done;
+} pending;
+
+static rf_status *init_state(const rf_node *n, rf__collective_kind kind,
+                             bool is_root, bool shape_input, void **out) {
+  coll_state *s = rf__calloc(1, sizeof *s);
+  RF_CHECK_ALLOC(s);
+  s->kind = kind;
+  s->is_root = is_root;
+  s->shape_input = shape_input;
+  int64_t nd = 0;
+  const char *red = "sum", *shared = NULL;
+  rf_status *st = rf__attrs_get_type(&n->attrs, "T", &s->dtype);
+  if (!st) st = rf__attrs_get_int(&n->attrs, "num_devices", &nd);
+  if (!st) st = rf__attrs_get_string(&n->attrs, "shared_name", &shared);
+  if (!st && rf__attrs_find(&n->attrs, "reduction"))
+    st = rf__attrs_get_string(&n->attrs, "reduction", &red);
+  if (!st) {
+    s->num_devices = (int)nd;
+    s->reduction = rf__reduction_from_name(red);
+    s->shared_name = rf__strdup(shared);
+    if (!s->shared_name) st = rf__oom();
+  }
+  if (st) {
+    rf__free(s);
+    return st;
+  }
+  *out = s;
+  return NULL;
+}
+
+static void destroy_state(void *state) {
+  coll_state *s = state;
+  if (!s) return;
+  rf__free(s->shared_name);
+  rf__free(s);
+}
+
+#define INIT(fn, kind, root, shape_input)              \
+  static rf_status *fn(const rf_node *n, void **out) { \
+    return init_state(n, kind, root, shape_input, out); \
+  }
+INIT(init_all_reduce, RF_COLL_ALL_REDUCE, false, false)
+INIT(init_all_gather, RF_COLL_ALL_GATHER, false, false)
+INIT(init_reduce_scatter, RF_COLL_REDUCE_SCATTER, false, false)
+INIT(init_reduce_send, RF_COLL_REDUCE, false, false)
+INIT(init_reduce_recv, RF_COLL_REDUCE, true, false)
+INIT(init_broadcast_send, RF_COLL_BROADCAST, true, false)
+INIT(init_broadcast_recv, RF_COLL_BROADCAST, false, true)
+
+static void on_done(void *arg, rf_status *st, rf_tensor *out) {
+  pending *p = arg;
+  rf__kernel_ctx *ctx = p->ctx;
+  rf__done_fn done = p->done;
+  rf__free(p);
+  if (!st && ctx->num_outputs > 0) {
+    if (out) ctx->outputs[0] = out;
+    else st = rf__kernel_error(ctx, RF_INTERNAL, "collective gave no result");
+  } else {
+    rf_tensor_release(out);
+  }
+  if (st) {
+    const char *dev = ctx->device ? ctx->device->canonical : "?";
+    st = rf__status_prefix(st, "node '%s' (%s) on %s", ctx->node->name,
+                           ctx->node->op->name, dev);
+  }
+  done(ctx, st);
+}
+
+/* The shape a _BroadcastRecv expects, from its int32 host input. */
+static rf_status *shape_from_input(rf__kernel_ctx *ctx, rf_shape *out) {
+  const rf_tensor *t = ctx->inputs[0];
+  int64_t rank = rf_tensor_num_elements(t);
+  if (rf_tensor_shape(t).rank != 1 || rank > RF_MAX_RANK)
+    return rf__kernel_error(ctx, RF_INVALID_ARGUMENT,
+                            "the shape input must be a vector of at most %d "
+                            "dims",
+                            RF_MAX_RANK);
+  int64_t dims[RF_MAX_RANK];
+  for (int64_t i = 0; i < rank; i++) dims[i] = (int64_t)rf_tensor_get(t, i);
+  *out = rf_shape_make((int)rank, dims);
+  return NULL;
+}
+
+static void participate(rf__kernel_ctx *ctx, rf__done_fn done) {
+  coll_state *s = ctx->state;
+  rf__step *step = ctx->step;
+  if (!step || !step->collectives || !ctx->device) {
+    done(ctx, rf__kernel_error(ctx, RF_FAILED_PRECONDITION,
+                               "collectives run only inside a session step"));
+    return;
+  }
+  rf__coll_participant p = {.kind = s->kind,
+                            .reduction = s->reduction,
+                            .dtype = s->dtype,
+                            .num_devices = s->num_devices,
+                            .is_root = s->is_root,
+                            .device = ctx->device,
+                            .node = ctx->node->name};
+  if (s->shape_input) {
+    rf_status *st = shape_from_input(ctx, &p.shape);
+    if (st) {
+      done(ctx, st);
+      return;
+    }
+  } else {
+    p.input = ctx->inputs[0];
+    p.shape = rf_tensor_shape(p.input);
+  }
+  pending *pd = rf__malloc(sizeof *pd);
+  if (!pd) {
+    done(ctx, rf__oom());
+    return;
+  }
+  pd->ctx = ctx;
+  pd->done = done;
+  p.done = on_done;
+  p.arg = pd;
+  rf_status *st = rf__collective_join(step->collectives, s->shared_name,
+                                      step->id, step->collective_timeout_ms, &p);
+  if (st) { /* refused: our callback will not fire */
+    rf__free(pd);
+    done(ctx, st);
+  }
+}
+
+static rf_status *must_be_lowered(rf__kernel_ctx *ctx) {
+  return rf__kernel_error(ctx, RF_UNIMPLEMENTED,
+                          "This op should be replaced during graph "
+                          "optimization.");
+}
+
+#define PARTICIPANT(OP, INIT_FN, HOST_IN)                                    \
+  {.op = OP, .device_type = RF_DEVICE_CPU, .init = INIT_FN,                  \
+   .destroy = destroy_state, .compute_async = participate,                   \
+   .host_memory_inputs = HOST_IN}
+
+static const rf__kernel_def kernels[] = {
+    PARTICIPANT("AllReduce", init_all_reduce, 0),
+    PARTICIPANT("AllGather", init_all_gather, 0),
+    PARTICIPANT("ReduceScatter", init_reduce_scatter, 0),
+    PARTICIPANT("_ReduceSend", init_reduce_send, 0),
+    PARTICIPANT("_ReduceRecv", init_reduce_recv, 0),
+    PARTICIPANT("_BroadcastSend", init_broadcast_send, 0),
+    PARTICIPANT("_BroadcastRecv", init_broadcast_recv, 1u),
+    {.op = "Reduce", .device_type = RF_DEVICE_CPU, .compute = must_be_lowered},
+    {.op = "Broadcast", .device_type = RF_DEVICE_CPU,
+     .compute = must_be_lowered},
+};
+
+rf_status *rf__register_cpu_collective_kernels(void) {
+  for (size_t i = 0; i < sizeof kernels / sizeof *kernels; i++)
+    RF_CHECK(rf__kernel_register(&kernels[i]));
+  return NULL;
+}

@@ -1,0 +1,377 @@
+/* ops/collective_ops.c - AllReduce, Reduce, Broadcast, AllGather,
+ * ReduceScatter and the internal participants the lowering pass makes of
+ * Reduce and Broadcast: their signatures, shapes, builders and gradients.
+ * Every collective is stateful: two identical collectives are two meetings. */
+#include <stdio.h>
+#include <string.h>
+
+#include "comm/collective.h"
+#include "ops/families.h"
+#include "ops/op_registry.h"
+#include "ringflow/collectives.h"
+#include "ringflow/ops.h"
+
+#define REDUCTIONS "reduction: string in {sum, prod, min, max, avg}"
+#define COLL_TYPES "T: type in {@numeric}"
+
+static const char *reduction_attr(rf_reduction r) {
+  static const char *const names[] = {"sum", "prod", "min", "max", "avg"};
+  return (int)r >= 0 && r <= RF_REDUCE_AVG ? names[r] : "invalid";
+}
+
+/* ---- shapes ---- */
+
+static rf_status *same_shape(rf__shape_ctx *c) {
+  c->output_shapes[0] = c->input_shapes[0];
+  return NULL;
+}
+
+/* Reduce: every input has the output's shape. */
+static rf_status *reduce_shape(rf__shape_ctx *c) {
+  rf_shape s = c->input_shapes[0];
+  for (int i = 1; i < c->num_inputs; i++) {
+    const rf_shape *o = &c->input_shapes[i];
+    if (s.rank < 0) {
+      s = *o;
+      continue;
+    }
+    if (o->rank < 0) continue;
+    char a[96], b[96];
+    if (o->rank != s.rank) goto bad;
+    for (int d = 0; d < s.rank; d++) {
+      if (s.dims[d] < 0) s.dims[d] = o->dims[d];
+      else if (o->dims[d] >= 0 && o->dims[d] != s.dims[d]) goto bad;
+    }
+    continue;
+  bad:
+    rf_shape_format(&c->input_shapes[0], a, sizeof a);
+    rf_shape_format(o, b, sizeof b);
+    return rf__invalid("inputs 0 and %d have different shapes %s and %s", i, a, b);
+  }
+  c->output_shapes[0] = s;
+  return NULL;
+}
+
+/* The shape input is a Const whenever the broadcast shape was fully known. */
+static rf_status *broadcast_recv_shape(rf__shape_ctx *c) {
+  const rf_tensor *t = c->input_values[0];
+  if (!t) return NULL;
+  int64_t rank = rf_tensor_num_elements(t);
+  if (rf_tensor_shape(t).rank != 1 || rank > RF_MAX_RANK)
+    return rf__invalid("the shape input must be a vector of at most %d dims",
+                       RF_MAX_RANK);
+  int64_t dims[RF_MAX_RANK];
+  for (int64_t i = 0; i < rank; i++) dims[i] = (int64_t)rf_tensor_get(t, i);
+  c->output_shapes[0] = rf_shape_make((int)rank, dims);
+  return NULL;
+}
+
+static rf_status *broadcast_shape(rf__shape_ctx *c) {
+  rf_shape s;
+  RF_CHECK(rf__attrs_get_shape(&c->node->attrs, "shape", &s));
+  c->output_shapes[0] = s.rank >= 0 ? s : c->input_shapes[0];
+  return NULL;
+}
+
+static rf_status *gather_shape(rf__shape_ctx *c, bool gather) {
+  int64_t n;
+  RF_CHECK(rf__attrs_get_int(&c->node->attrs, "num_devices", &n));
+  rf_shape s = c->input_shapes[0];
+  if (s.rank == 0)
+    return rf__invalid("%s needs an input of rank >= 1, got a scalar",
+                       gather ? "AllGather" : "ReduceScatter");
+  if (s.rank > 0 && s.dims[0] >= 0) {
+    if (!gather && s.dims[0] % n != 0)
+      return rf__invalid("ReduceScatter needs a first dimension divisible by "
+                         "num_devices %lld, got %lld",
+                         (long long)n, (long long)s.dims[0]);
+    s.dims[0] = gather ? s.dims[0] * n : s.dims[0] / n;
+  }
+  c->output_shapes[0] = s;
+  return NULL;
+}
+
+static rf_status *all_gather_shape(rf__shape_ctx *c) { return gather_shape(c, true); }
+static rf_status *reduce_scatter_shape(rf__shape_ctx *c) { return gather_shape(c, false); }
+
+/* ---- builders ---- */
+
+static rf_output invalid_output(void) {
+  rf_output o = {NULL, 0};
+  return o;
+}
+
+static bool require_device(rf_graph *g, const char *op, const char *name,
+                           rf_output in) {
+  if (in.node->requested_device[0]) return true;
+  rf__graph_record(g, rf_status_new(RF_INVALID_ARGUMENT,
+                                    "Device assignment required for collective "
+                                    "ops: input '%s' of %s '%s' has no device",
+                                    in.node->name, op, name ? name : "(unnamed)"));
+  return false;
+}
+
+/* A name for a node of `op` that is unique in g: the given one, else fresh. */
+static void node_name(rf_graph *g, const char *given, const char *op, char *buf,
+                      size_t len) {
+  if (given) snprintf(buf, len, "%s", given);
+  else rf__graph_unique_name(g, op, buf, len);
+}
+
+static rf_output participant(rf_graph *g, const char *op, const char *name,
+                             rf_output input, const char *reduction,
+                             int num_devices, const char *shared_name) {
+  if (rf__graph_failed(g) || !rf__graph_inputs_ok(g, op, &input, 1))
+    return invalid_output();
+  if (!require_device(g, op, name, input)) return invalid_output();
+  char nm[256];
+  node_name(g, name, op, nm, sizeof nm);
+  rf_node_builder *b = rf_node_builder_new(g, op, nm);
+  rf_node_builder_input(b, input);
+  const char *scope = rf__graph_scope_device(g);
+  rf_node_builder_device(b, scope[0] ? scope : input.node->requested_device);
+  if (reduction) rf_node_builder_attr_string(b, "reduction", reduction);
+  rf_node_builder_attr_int(b, "num_devices", num_devices);
+  rf_node_builder_attr_string(b, "shared_name", shared_name ? shared_name : nm);
+  return rf__finish_output(g, b);
+}
+
+rf_output rf_all_reduce(rf_graph *g, const char *name, rf_output input,
+                        rf_reduction reduction, int num_devices,
+                        const char *shared_name) {
+  return participant(g, "AllReduce", name, input, reduction_attr(reduction),
+                     num_devices, shared_name);
+}
+
+rf_output rf_all_gather(rf_graph *g, const char *name, rf_output input,
+                        int num_devices, const char *shared_name) {
+  return participant(g, "AllGather", name, input, NULL, num_devices, shared_name);
+}
+
+rf_output rf_reduce_scatter(rf_graph *g, const char *name, rf_output input,
+                            rf_reduction reduction, int num_devices,
+                            const char *shared_name) {
+  return participant(g, "ReduceScatter", name, input, reduction_attr(reduction),
+                     num_devices, shared_name);
+}
+
+/* n participants named <name>_<i> sharing <name>; all or nothing. */
+static void participants_n(rf_graph *g, const char *op, const char *name,
+                           const rf_output *inputs, int n, const char *reduction,
+                           rf_output *outputs) {
+  if (rf__graph_failed(g)) return;
+  if (!inputs || !outputs || n < 1) {
+    rf__graph_record(g, rf__invalid("%s: need n >= 1 inputs and an outputs array",
+                                    op));
+    return;
+  }
+  if (!rf__graph_inputs_ok(g, op, inputs, n)) return;
+  char shared[200], nm[256];
+  node_name(g, name, op, shared, sizeof shared);
+  for (int i = 0; i < n; i++)
+    if (!require_device(g, op, shared, inputs[i])) return;
+  int first_new = g->num_ids;
+  rf_output tmp[64];
+  rf_output *outs = n <= 64 ? tmp : outputs;
+  for (int i = 0; i < n; i++) {
+    snprintf(nm, sizeof nm, "%s_%d", shared, i);
+    outs[i] = participant(g, op, nm, inputs[i], reduction, n, shared);
+    if (!outs[i].node) break;
+  }
+  if (rf__graph_failed(g)) { /* nothing half-built stays behind */
+    for (int id = g->num_ids - 1; id >= first_new; id--)
+      if (g->nodes[id]) rf__graph_remove_node(g, g->nodes[id]);
+    return;
+  }
+  if (outs != outputs) memcpy(outputs, outs, sizeof *outputs * (size_t)n);
+}
+
+void rf_all_reduce_n(rf_graph *g, const char *name, const rf_output *inputs,
+                     int n, rf_reduction reduction, rf_output *outputs) {
+  participants_n(g, "AllReduce", name, inputs, n, reduction_attr(reduction),
+                 outputs);
+}
+
+void rf_all_gather_n(rf_graph *g, const char *name, const rf_output *inputs,
+                     int n, rf_output *outputs) {
+  participants_n(g, "AllGather", name, inputs, n, NULL, outputs);
+}
+
+void rf_reduce_scatter_n(rf_graph *g, const char *name, const rf_output *inputs,
+                         int n, rf_reduction reduction, rf_output *outputs) {
+  participants_n(g, "ReduceScatter", name, inputs, n, reduction_attr(reduction),
+                 outputs);
+}
+
+rf_output rf_reduce(rf_graph *g, const char *name, const rf_output *inputs,
+                    int n, rf_reduction reduction) {
+  if (rf__graph_failed(g)) return invalid_output();
+  if (!inputs || n < 1) {
+    rf__graph_record(g, rf__invalid("Reduce: need n >= 1 inputs"));
+    return invalid_output();
+  }
+  if (!rf__graph_inputs_ok(g, "Reduce", inputs, n)) return invalid_output();
+  for (int i = 0; i < n; i++)
+    if (!require_device(g, "Reduce", name, inputs[i])) return invalid_output();
+  rf_node_builder *b = rf_node_builder_new(g, "Reduce", name);
+  rf_node_builder_input_list(b, inputs, n);
+  const char *scope = rf__graph_scope_device(g);
+  rf_node_builder_device(b, scope[0] ? scope : inputs[0].node->requested_device);
+  rf_node_builder_attr_string(b, "reduction", reduction_attr(reduction));
+  return rf__finish_output(g, b);
+}
+
+rf_output rf_broadcast(rf_graph *g, const char *name, rf_output input) {
+  if (rf__graph_failed(g) || !rf__graph_inputs_ok(g, "Broadcast", &input, 1))
+    return invalid_output();
+  if (!require_device(g, "Broadcast", name, input)) return invalid_output();
+  rf_node_builder *b = rf_node_builder_new(g, "Broadcast", name);
+  rf_node_builder_input(b, input);
+  const char *scope = rf__graph_scope_device(g);
+  rf_node_builder_device(b, scope[0] ? scope : input.node->requested_device);
+  rf_node_builder_attr_shape(b, "shape", rf_output_shape(input));
+  return rf__finish_output(g, b);
+}
+
+/* ---- gradients ---- */
+
+static rf_status *grad_shared_name(const rf_node *op, char *buf, size_t len) {
+  const char *shared;
+  RF_CHECK(rf__attrs_get_string(&op->attrs, "shared_name", &shared));
+  snprintf(buf, len, "%s_grad", shared);
+  return NULL;
+}
+
+static rf_status *all_reduce_grad(rf__grad_ctx *c) {
+  const char *red;
+  int64_t n;
+  char shared[256];
+  RF_CHECK(rf__attrs_get_string(&c->op->attrs, "reduction", &red));
+  RF_CHECK(rf__attrs_get_int(&c->op->attrs, "num_devices", &n));
+  RF_CHECK(grad_shared_name(c->op, shared, sizeof shared));
+  rf_reduction r;
+  if (strcmp(red, "sum") == 0) r = RF_REDUCE_SUM;
+  else if (strcmp(red, "avg") == 0) r = RF_REDUCE_AVG;
+  else
+    return rf__invalid("No gradient defined for AllReduce except sum (and avg): "
+                       "node '%s' uses %s",
+                       c->op->name, red);
+  c->dx[0] = rf_all_reduce(c->g, NULL, c->dy[0], r, (int)n, shared);
+  return NULL;
+}
+
+static rf_status *all_gather_grad(rf__grad_ctx *c) {
+  int64_t n;
+  char shared[256];
+  RF_CHECK(rf__attrs_get_int(&c->op->attrs, "num_devices", &n));
+  RF_CHECK(grad_shared_name(c->op, shared, sizeof shared));
+  c->dx[0] = rf_reduce_scatter(c->g, NULL, c->dy[0], RF_REDUCE_SUM, (int)n, shared);
+  return NULL;
+}
+
+static rf_status *reduce_scatter_grad(rf__grad_ctx *c) {
+  const char *red;
+  int64_t n;
+  char shared[256];
+  RF_CHECK(rf__attrs_get_string(&c->op->attrs, "reduction", &red));
+  RF_CHECK(rf__attrs_get_int(&c->op->attrs, "num_devices", &n));
+  RF_CHECK(grad_shared_name(c->op, shared, sizeof shared));
+  if (strcmp(red, "sum") != 0)
+    return rf__invalid("No gradient defined for ReduceScatter except sum: node "
+                       "'%s' uses %s",
+                       c->op->name, red);
+  c->dx[0] = rf_all_gather(c->g, NULL, c->dy[0], (int)n, shared);
+  return NULL;
+}
+
+/* Reduce(sum): every input's gradient is the incoming gradient, broadcast
+ * from the Reduce's device to wherever the input lives. */
+static rf_status *reduce_grad(rf__grad_ctx *c) {
+  const char *red;
+  RF_CHECK(rf__attrs_get_string(&c->op->attrs, "reduction", &red));
+  if (strcmp(red, "sum") != 0)
+    return rf__invalid("No gradient defined for Reduce except sum: node '%s' "
+                       "uses %s",
+                       c->op->name, red);
+  rf_output b = rf_broadcast(c->g, NULL, c->dy[0]);
+  for (int i = 0; i < c->op->num_inputs; i++) c->dx[i] = b;
+  return NULL;
+}
+
+/* Broadcast: the gradient is the sum of every consumer's gradient, i.e. a
+ * Reduce(sum) on the broadcast's device over the contributions, which are
+ * first summed per device so each device takes part once. */
+static rf_status *broadcast_grad(rf__grad_ctx *c) {
+  int n = c->num_dy_parts[0];
+  const rf_output *parts = c->dy_parts[0];
+  rf_output per_device[64];
+  int ndev = 0;
+  bool used[256] = {false};
+  if (n > 256) return rf__invalid("Broadcast '%s': too many consumers", c->op->name);
+  bool own_device = false;
+  for (int i = 0; i < n && ndev < 64; i++) {
+    if (used[i]) continue;
+    const char *dev = parts[i].node->requested_device;
+    rf_output group[256];
+    int k = 0;
+    for (int j = i; j < n; j++)
+      if (!used[j] && strcmp(parts[j].node->requested_device, dev) == 0) {
+        used[j] = true;
+        group[k++] = parts[j];
+      }
+    RF_CHECK(rf_graph_push_device(c->g, dev));
+    per_device[ndev++] = k == 1 ? group[0] : rf_add_n(c->g, NULL, group, k);
+    rf_graph_pop_device(c->g);
+    if (strcmp(dev, c->op->requested_device) == 0) own_device = true;
+  }
+  if (!own_device) { /* Reduce needs a participant on its own device */
+    if (ndev == 64) return rf__invalid("Broadcast '%s': too many devices", c->op->name);
+    per_device[ndev++] = rf_zeros_like(c->g, NULL, rf__input(c->op, 0));
+  }
+  c->dx[0] = rf_reduce(c->g, NULL, per_device, ndev, RF_REDUCE_SUM);
+  return NULL;
+}
+
+/* ---- registration ---- */
+
+static const rf__op_spec specs[] = {
+    {.name = "AllReduce", .inputs = "input: T", .outputs = "data: T",
+     .attrs = REDUCTIONS "; " COLL_TYPES
+                         "; num_devices: int >= 1; shared_name: string",
+     .shape = same_shape, .grad = all_reduce_grad, .flags = RF_OP_STATEFUL},
+    {.name = "AllGather", .inputs = "input: T", .outputs = "output: T",
+     .attrs = COLL_TYPES "; num_devices: int >= 1; shared_name: string",
+     .shape = all_gather_shape, .grad = all_gather_grad, .flags = RF_OP_STATEFUL},
+    {.name = "ReduceScatter", .inputs = "input: T", .outputs = "output: T",
+     .attrs = REDUCTIONS "; " COLL_TYPES
+                         "; num_devices: int >= 1; shared_name: string",
+     .shape = reduce_scatter_shape, .grad = reduce_scatter_grad,
+     .flags = RF_OP_STATEFUL},
+    {.name = "Reduce", .inputs = "input: num_devices * T", .outputs = "data: T",
+     .attrs = REDUCTIONS "; " COLL_TYPES "; num_devices: int >= 1",
+     .shape = reduce_shape, .grad = reduce_grad, .flags = RF_OP_STATEFUL},
+    {.name = "Broadcast", .inputs = "input: T", .outputs = "output: T",
+     .attrs = COLL_TYPES "; shape: shape",
+     .shape = broadcast_shape, .grad = broadcast_grad,
+     .flags = RF_OP_STATEFUL | RF_OP_GRAD_UNSUMMED},
+    {.name = "_ReduceSend", .inputs = "input: T",
+     .attrs = REDUCTIONS "; " COLL_TYPES
+                         "; num_devices: int >= 1; shared_name: string",
+     .flags = RF_OP_STATEFUL},
+    {.name = "_ReduceRecv", .inputs = "input: T", .outputs = "data: T",
+     .attrs = REDUCTIONS "; " COLL_TYPES
+                         "; num_devices: int >= 1; shared_name: string",
+     .shape = same_shape, .flags = RF_OP_STATEFUL},
+    {.name = "_BroadcastSend", .inputs = "input: T",
+     .attrs = COLL_TYPES "; num_devices: int >= 1; shared_name: string",
+     .flags = RF_OP_STATEFUL},
+    {.name = "_BroadcastRecv", .inputs = "shape: int32", .outputs = "output: T",
+     .attrs = COLL_TYPES "; num_devices: int >= 1; shared_name: string",
+     .shape = broadcast_recv_shape, .flags = RF_OP_STATEFUL},
+};
+
+rf_status *rf__register_collective_ops(void) {
+  for (size_t i = 0; i < sizeof specs / sizeof *specs; i++)
+    RF_CHECK(rf__op_register(&specs[i]));
+  return NULL;
+}

@@ -1,0 +1,145 @@
+/* passes/collective_groups.c - collectives seen as groups of participant nodes
+ * sharing a shared_name: pruning keeps whole groups, and compile checks each
+ * group before anything runs, so a participant missing from the graph is a
+ * compile error naming the group rather than a timeout at run time. */
+#include <stdio.h>
+#include <string.h>
+
+#include "ops/op_registry.h"
+#include "passes/lower_collectives.h"
+
+static const char *const participant_ops[] = {
+    "AllReduce",   "AllGather",      "ReduceScatter",  "_ReduceSend",
+    "_ReduceRecv", "_BroadcastSend", "_BroadcastRecv",
+};
+
+bool rf__is_collective_participant(const rf_node *n) {
+  for (size_t i = 0; i < sizeof participant_ops / sizeof *participant_ops; i++)
+    if (strcmp(n->op->name, participant_ops[i]) == 0) return true;
+  return false;
+}
+
+typedef struct group {
+  const char *shared_name; /* borrowed from a node's attrs */
+  int *ids;
+  int n, cap;
+  UT_hash_handle hh;
+} group;
+
+static void groups_free(group **table) {
+  group *g, *tmp;
+  HASH_ITER(hh, *table, g, tmp) {
+    HASH_DEL(*table, g);
+    rf__free(g->ids);
+    rf__free(g);
+  }
+}
+
+/* Groups participants by shared_name (linear in the graph). */
+static rf_status *build_groups(const rf_graph *graph, group **table) {
+  *table = NULL;
+  for (int id = 0; id < graph->num_ids; id++) {
+    const rf_node *n = graph->nodes[id];
+    if (!n || !rf__is_collective_participant(n)) continue;
+    const char *name;
+    rf_status *st = rf__attrs_get_string(&n->attrs, "shared_name", &name);
+    if (st) {
+      groups_free(table);
+      return st;
+    }
+    group *g = NULL;
+    HASH_FIND_STR(*table, name, g);
+    if (!g) {
+      int rf__hash_oom = 0;
+      g = rf__calloc(1, sizeof *g);
+      if (g) {
+        g->shared_name = name;
+        HASH_ADD_KEYPTR(hh, *table, g->shared_name, strlen(name), g);
+      }
+      if (!g || rf__hash_oom) {
+        rf__free(g);
+        groups_free(table);
+        return rf__oom();
+      }
+    }
+    if (rf__grow(&g->ids, &g->cap, g->n + 1, sizeof *g->ids)) {
+      groups_free(table);
+      return rf__oom();
+    }
+    g->ids[g->n++] = id;
+  }
+  return NULL;
+}
+
+rf_status *rf__collective_mark_peers(const rf_graph *graph, char *keep,
+                                     bool *added) {
+  *added = false;
+  group *table, *g, *tmp;
+  RF_CHECK(build_groups(graph, &table));
+  HASH_ITER(hh, table, g, tmp) {
+    bool any = false;
+    for (int i = 0; i < g->n; i++) any |= keep[g->ids[i]] != 0;
+    if (!any) continue;
+    for (int i = 0; i < g->n; i++) {
+      if (keep[g->ids[i]]) continue;
+      keep[g->ids[i]] = 2;
+      *added = true;
+    }
+  }
+  groups_free(&table);
+  return NULL;
+}
+
+static rf_status *check_group(const rf_graph *graph, const group *g,
+                              const rf__device_name *devices, int num_devices) {
+  const rf_node *first = graph->nodes[g->ids[0]];
+  int64_t want;
+  RF_CHECK(rf__attrs_get_int(&first->attrs, "num_devices", &want));
+  char list[1024] = "";
+  size_t used = 0;
+  for (int i = 0; i < g->n && used < sizeof list; i++) {
+    const rf_node *n = graph->nodes[g->ids[i]];
+    char dev[RF_DEVICE_NAME_MAX] = "<unplaced>";
+    if (n->assigned_device >= 0 && n->assigned_device < num_devices)
+      rf__device_name_format(&devices[n->assigned_device], dev, sizeof dev);
+    used += (size_t)snprintf(list + used, sizeof list - used, "%s'%s' on %s",
+                             i ? ", " : "", n->name, dev);
+  }
+  if (g->n != want)
+    return rf__invalid("collective '%s' expects %lld participants but the graph "
+                       "has %d: %s",
+                       g->shared_name, (long long)want, g->n, list);
+  for (int i = 0; i < g->n; i++) {
+    const rf_node *a = graph->nodes[g->ids[i]];
+    if (a->assigned_device < 0 || a->assigned_device >= num_devices)
+      return rf__internal("collective '%s': participant '%s' is not placed",
+                          g->shared_name, a->name);
+    for (int j = 0; j < i; j++) {
+      const rf_node *b = graph->nodes[g->ids[j]];
+      if (a->assigned_device == b->assigned_device)
+        return rf__invalid("collective '%s' has two participants on one device: "
+                           "%s",
+                           g->shared_name, list);
+      if (devices[a->assigned_device].type != devices[b->assigned_device].type)
+        return rf__error(RF_UNIMPLEMENTED,
+                         "collective '%s' mixes device types (%s): no "
+                         "collective backend supports that",
+                         g->shared_name, list);
+    }
+  }
+  return NULL;
+}
+
+rf_status *rf__validate_collectives(const rf_graph *graph,
+                                    const rf__device_name *devices,
+                                    int num_devices) {
+  group *table, *g, *tmp;
+  RF_CHECK(build_groups(graph, &table));
+  rf_status *st = NULL;
+  HASH_ITER(hh, table, g, tmp) {
+    st = check_group(graph, g, devices, num_devices);
+    if (st) break;
+  }
+  groups_free(&table);
+  return st;
+}

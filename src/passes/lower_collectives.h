@@ -1,0 +1,33 @@
+/* passes/lower_collectives.h - rewriting and checking collectives after
+ * placement (see lower_collectives.c and collective_groups.c). */
+#ifndef RF_PASSES_LOWER_COLLECTIVES_H
+#define RF_PASSES_LOWER_COLLECTIVES_H
+
+#include "graph/graph.h"
+
+#define RF_MAX_LOWER_INPUTS 64
+
+/* Replaces every Reduce and Broadcast of g by per-device participants.
+ * devices[i] names assigned device i. Errors name the node. */
+rf_status *rf__lower_collectives(rf_graph *g, const rf__device_name *devices,
+                                 int num_devices);
+
+/* True for nodes that meet others at run time (AllReduce, AllGather,
+ * ReduceScatter and the lowered participants). */
+bool rf__is_collective_participant(const rf_node *n);
+
+/* keep[id] != 0 marks the nodes a step needs. Marks (with 2) every
+ * unmarked participant of each collective that has a marked participant, so
+ * no participant waits for a peer the step would not run (tensorflow#19690).
+ * *added tells whether anything was newly marked (their inputs then need
+ * marking too). */
+rf_status *rf__collective_mark_peers(const rf_graph *g, char *keep,
+                                     bool *added);
+
+/* Checks every group of participants sharing a shared_name: as many as
+ * num_devices, on distinct devices of one type. Errors name the nodes. */
+rf_status *rf__validate_collectives(const rf_graph *g,
+                                    const rf__device_name *devices,
+                                    int num_devices);
+
+#endif

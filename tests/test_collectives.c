@@ -1,0 +1,433 @@
+/* tests/test_collectives.c - TensorFlow's nccl_ops_test ported to ringflow on
+ * virtual CPU devices: all-reduce sum/prod/min/max (and avg), reduce sum,
+ * broadcast, all-gather and reduce-scatter over the device sets {1,2,0},
+ * {1,0} and 8 devices with a random receiver/sender, every dtype, against
+ * float64 references; gradients; single-device broadcast; all-reduce and
+ * reduce+broadcast agreeing in one run; fetching the output of a Reduce or
+ * Broadcast by its own handle. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ringflow/collectives.h"
+#include "testutil.h"
+
+static const rf_dtype all_dtypes[] = {RF_FLOAT16, RF_BFLOAT16, RF_FLOAT32,
+                                      RF_FLOAT64, RF_INT8,     RF_UINT8,
+                                      RF_INT32,   RF_INT64};
+#define NUM_DTYPES (int)(sizeof all_dtypes / sizeof *all_dtypes)
+
+typedef struct devset {
+  int n;
+  int ids[8];
+} devset;
+
+static const devset device_sets[] = {
+    {3, {1, 2, 0}}, {2, {1, 0}}, {8, {0, 1, 2, 3, 4, 5, 6, 7}}};
+#define NUM_SETS (int)(sizeof device_sets / sizeof *device_sets)
+
+static void device_name(int id, char *buf) { sprintf(buf, "cpu:%d", id); }
+
+/* Values that keep every reduction in range for every dtype. */
+static rf_tensor *random_input(uint64_t *rng, rf_dtype dt, rf_reduction red) {
+  rf_shape s = rf_shape_of(2, (int64_t)3, (int64_t)4);
+  if (red == RF_REDUCE_PROD) return rf_test_random_tensor(rng, dt, s, 1, 2.5);
+  if (rf_dtype_is_float(dt)) return rf_test_random_tensor(rng, dt, s, -2, 2);
+  return rf_test_random_tensor(rng, dt, s, 0, 10);
+}
+
+static double combine(rf_reduction red, double a, double b) {
+  switch (red) {
+    case RF_REDUCE_PROD: return a * b;
+    case RF_REDUCE_MIN: return b < a ? b : a;
+    case RF_REDUCE_MAX: return b > a ? b : a;
+    default: return a + b;
+  }
+}
+
+/* The reference: float64 reduction of the inputs, in input order. */
+static double *reference(rf_tensor **in, int n, rf_reduction red, rf_dtype dt) {
+  int64_t len = rf_tensor_num_elements(in[0]);
+  double *want = calloc((size_t)len, sizeof *want);
+  for (int64_t e = 0; e < len; e++) {
+    double a = rf_tensor_get(in[0], e);
+    for (int k = 1; k < n; k++) a = combine(red, a, rf_tensor_get(in[k], e));
+    if (red == RF_REDUCE_AVG) a = rf_dtype_is_integer(dt) ? trunc(a / n) : a / n;
+    want[e] = a;
+  }
+  return want;
+}
+
+static double tol_for(rf_dtype dt, int n) { return rf_test_tolerance(dt) * n; }
+
+/* Placeholders x_i on each device of the set, fed with inputs. */
+static void placeholders(rf_graph *g, const devset *ds, rf_dtype dt,
+                         rf_output *xs) {
+  for (int i = 0; i < ds->n; i++) {
+    char dev[16], name[16];
+    device_name(ds->ids[i], dev);
+    sprintf(name, "x%d", i);
+    assert_ok(rf_graph_push_device(g, dev));
+    xs[i] = rf_placeholder(g, name, dt, rf_shape_of(2, (int64_t)3, (int64_t)4));
+    rf_graph_pop_device(g);
+  }
+}
+
+static void run(rf_graph *g, const rf_output *xs, rf_tensor **in, int n,
+                const rf_output *fetches, int nf, rf_tensor **out) {
+  rf_feed feeds[8];
+  for (int i = 0; i < n; i++) feeds[i] = (rf_feed){xs[i], in[i]};
+  rf_test_run(g, 8, feeds, n, fetches, nf, out);
+}
+
+static void all_reduce_case(rf_dtype dt, rf_reduction red, const devset *ds,
+                            uint64_t *rng) {
+  rf_graph *g = rf_graph_new();
+  rf_output xs[8], ys[8];
+  rf_tensor *in[8], *out[8];
+  placeholders(g, ds, dt, xs);
+  rf_all_reduce_n(g, "ar", xs, ds->n, red, ys);
+  assert_graph_ok(g);
+  for (int i = 0; i < ds->n; i++) {
+    in[i] = random_input(rng, dt, red);
+    char dev[16];
+    device_name(ds->ids[i], dev);
+    assert_string_equal(rf_node_device(ys[i].node), dev);
+  }
+  run(g, xs, in, ds->n, ys, ds->n, out);
+  double *want = reference(in, ds->n, red, dt);
+  for (int i = 0; i < ds->n; i++) {
+    assert_tensor_near(out[i], rf_tensor_shape(in[0]), want, tol_for(dt, ds->n));
+    /* bit-identical on every device */
+    assert_memory_equal(rf_tensor_data(out[i]), rf_tensor_data(out[0]),
+                        rf_tensor_nbytes(out[0]));
+  }
+  free(want);
+  for (int i = 0; i < ds->n; i++) {
+    rf_tensor_release(in[i]);
+    rf_tensor_release(out[i]);
+  }
+  rf_graph_free(g);
+}
+
+static void test_all_reduce_matrix(void **state) {
+  uint64_t rng = rf_test_seed();
+  for (int r = RF_REDUCE_SUM; r <= RF_REDUCE_AVG; r++)
+    for (int d = 0; d < NUM_DTYPES; d++)
+      for (int s = 0; s < NUM_SETS; s++)
+        all_reduce_case(all_dtypes[d], (rf_reduction)r, &device_sets[s], &rng);
+}
+
+static void reduce_case(rf_dtype dt, const devset *ds, uint64_t *rng) {
+  rf_graph *g = rf_graph_new();
+  rf_output xs[8];
+  rf_tensor *in[8], *out;
+  placeholders(g, ds, dt, xs);
+  int receiver = (int)(rf_test_rand(rng) % (uint64_t)ds->n);
+  char dev[16];
+  device_name(ds->ids[receiver], dev);
+  assert_ok(rf_graph_push_device(g, dev));
+  rf_output y = rf_reduce(g, "reduce", xs, ds->n, RF_REDUCE_SUM);
+  rf_graph_pop_device(g);
+  assert_graph_ok(g);
+  for (int i = 0; i < ds->n; i++) in[i] = random_input(rng, dt, RF_REDUCE_SUM);
+  run(g, xs, in, ds->n, &y, 1, &out); /* fetched by its own handle */
+  double *want = reference(in, ds->n, RF_REDUCE_SUM, dt);
+  assert_tensor_near(out, rf_tensor_shape(in[0]), want, tol_for(dt, ds->n));
+  free(want);
+  for (int i = 0; i < ds->n; i++) rf_tensor_release(in[i]);
+  rf_tensor_release(out);
+  rf_graph_free(g);
+}
+
+static void test_reduce_matrix(void **state) {
+  uint64_t rng = rf_test_seed() + 1;
+  for (int d = 0; d < NUM_DTYPES; d++)
+    for (int s = 0; s < NUM_SETS; s++) reduce_case(all_dtypes[d], &device_sets[s], &rng);
+}
+
+static void broadcast_case(rf_dtype dt, const devset *ds, uint64_t *rng) {
+  rf_graph *g = rf_graph_new();
+  int sender = (int)(rf_test_rand(rng) % (uint64_t)ds->n);
+  char dev[16];
+  device_name(ds->ids[sender], dev);
+  assert_ok(rf_graph_push_device(g, dev));
+  rf_output x = rf_placeholder(g, "x", dt, rf_shape_of(2, (int64_t)3, (int64_t)4));
+  rf_output b = rf_broadcast(g, "bcast", x);
+  rf_graph_pop_device(g);
+  rf_output ys[9];
+  for (int i = 0; i < ds->n; i++) {
+    device_name(ds->ids[i], dev);
+    assert_ok(rf_graph_push_device(g, dev));
+    ys[i] = rf_identity(g, NULL, b);
+    rf_graph_pop_device(g);
+  }
+  ys[ds->n] = b; /* the Broadcast's own handle */
+  assert_graph_ok(g);
+  rf_tensor *in = random_input(rng, dt, RF_REDUCE_SUM), *out[9];
+  rf_feed feed = {x, in};
+  rf_test_run(g, 8, &feed, 1, ys, ds->n + 1, out);
+  double *want = rf_test_to_doubles(in);
+  for (int i = 0; i <= ds->n; i++) {
+    assert_tensor_near(out[i], rf_tensor_shape(in), want, 0);
+    rf_tensor_release(out[i]);
+  }
+  free(want);
+  rf_tensor_release(in);
+  rf_graph_free(g);
+}
+
+static void test_broadcast_matrix(void **state) {
+  uint64_t rng = rf_test_seed() + 2;
+  for (int d = 0; d < NUM_DTYPES; d++)
+    for (int s = 0; s < NUM_SETS; s++)
+      broadcast_case(all_dtypes[d], &device_sets[s], &rng);
+}
+
+static void test_all_gather_reduce_scatter(void **state) {
+  uint64_t rng = rf_test_seed() + 3;
+  for (int d = 0; d < NUM_DTYPES; d++)
+    for (int s = 0; s < NUM_SETS; s++) {
+      const devset *ds = &device_sets[s];
+      rf_dtype dt = all_dtypes[d];
+      rf_graph *g = rf_graph_new();
+      rf_output xs[8], gathered[8], scattered[8];
+      rf_tensor *in[8], *out[16];
+      /* (n*2, 3) inputs so reduce-scatter splits them in n pieces */
+      for (int i = 0; i < ds->n; i++) {
+        char dev[16], name[16];
+        device_name(ds->ids[i], dev);
+        sprintf(name, "x%d", i);
+        assert_ok(rf_graph_push_device(g, dev));
+        xs[i] = rf_placeholder(g, name, dt, rf_shape_of(2, (int64_t)(2 * ds->n), (int64_t)3));
+        rf_graph_pop_device(g);
+        in[i] = rf_test_random_tensor(&rng, dt, rf_shape_of(2, (int64_t)(2 * ds->n), (int64_t)3), 0, 5);
+      }
+      rf_all_gather_n(g, "ag", xs, ds->n, gathered);
+      rf_reduce_scatter_n(g, "rs", xs, ds->n, RF_REDUCE_SUM, scattered);
+      rf_output fetches[16];
+      memcpy(fetches, gathered, sizeof *gathered * (size_t)ds->n);
+      memcpy(fetches + ds->n, scattered, sizeof *scattered * (size_t)ds->n);
+      run(g, xs, in, ds->n, fetches, 2 * ds->n, out);
+      int64_t per = 6 * ds->n; /* elements per input */
+      /* Ranks follow device order: rank[i] = how many devices sort before
+       * participant i's. */
+      int rank[8];
+      for (int i = 0; i < ds->n; i++) {
+        rank[i] = 0;
+        for (int k = 0; k < ds->n; k++) rank[i] += ds->ids[k] < ds->ids[i];
+      }
+      double *want_g = calloc((size_t)(per * ds->n), sizeof(double));
+      for (int k = 0; k < ds->n; k++)
+        for (int64_t e = 0; e < per; e++)
+          want_g[rank[k] * per + e] = rf_tensor_get(in[k], e);
+      double *sum = reference(in, ds->n, RF_REDUCE_SUM, dt);
+      for (int i = 0; i < ds->n; i++) {
+        assert_tensor_near(out[i], rf_shape_of(2, (int64_t)(2 * ds->n * ds->n), (int64_t)3), want_g, 0);
+        assert_tensor_near(out[ds->n + i], rf_shape_of(2, (int64_t)2, (int64_t)3),
+                           sum + 6 * rank[i], tol_for(dt, ds->n));
+      }
+      free(want_g);
+      free(sum);
+      for (int i = 0; i < ds->n; i++) {
+        rf_tensor_release(in[i]);
+        rf_tensor_release(out[i]);
+        rf_tensor_release(out[ds->n + i]);
+      }
+      rf_graph_free(g);
+    }
+}
+
+/* d(sum_i <r_i, allsum(x)_i>)/dx_j = sum_i r_i on every device. */
+static void test_all_reduce_gradient(void **state) {
+  uint64_t rng = rf_test_seed() + 4;
+  for (int s = 0; s < NUM_SETS; s++) {
+    const devset *ds = &device_sets[s];
+    rf_graph *g = rf_graph_new();
+    rf_output xs[8], ys[8], dxs[8], rs[8];
+    rf_tensor *in[8], *rv[8], *out[8];
+    placeholders(g, ds, RF_FLOAT64, xs);
+    rf_all_reduce_n(g, "ar", xs, ds->n, RF_REDUCE_SUM, ys);
+    for (int i = 0; i < ds->n; i++) {
+      rv[i] = rf_test_random_tensor(&rng, RF_FLOAT64, rf_shape_of(2, (int64_t)3, (int64_t)4), -1, 1);
+      char dev[16];
+      device_name(ds->ids[i], dev);
+      assert_ok(rf_graph_push_device(g, dev));
+      rs[i] = rf_const(g, NULL, rv[i]);
+      rf_graph_pop_device(g);
+      in[i] = random_input(&rng, RF_FLOAT64, RF_REDUCE_SUM);
+    }
+    assert_ok(rf_gradients(g, ys, ds->n, xs, ds->n, rs, dxs));
+    run(g, xs, in, ds->n, dxs, ds->n, out);
+    double *want = reference(rv, ds->n, RF_REDUCE_SUM, RF_FLOAT64);
+    for (int i = 0; i < ds->n; i++) {
+      assert_string_equal(rf_node_device(dxs[i].node), rf_node_device(xs[i].node));
+      assert_tensor_near(out[i], rf_shape_of(2, (int64_t)3, (int64_t)4), want, 1e-12);
+      rf_tensor_release(out[i]);
+      rf_tensor_release(in[i]);
+      rf_tensor_release(rv[i]);
+    }
+    free(want);
+    rf_graph_free(g);
+  }
+}
+
+/* Reduce's gradient is the incoming gradient on every input's device;
+ * Broadcast's is the sum of its consumers' gradients. */
+static void test_reduce_and_broadcast_gradients(void **state) {
+  uint64_t rng = rf_test_seed() + 5;
+  for (int s = 0; s < NUM_SETS; s++) {
+    const devset *ds = &device_sets[s];
+    rf_graph *g = rf_graph_new();
+    rf_output xs[8], dxs[8];
+    rf_tensor *in[8], *out[8];
+    placeholders(g, ds, RF_FLOAT64, xs);
+    char dev[16];
+    int recv = (int)(rf_test_rand(&rng) % (uint64_t)ds->n);
+    device_name(ds->ids[recv], dev);
+    assert_ok(rf_graph_push_device(g, dev));
+    rf_output y = rf_reduce(g, "reduce", xs, ds->n, RF_REDUCE_SUM);
+    rf_tensor *rv = rf_test_random_tensor(&rng, RF_FLOAT64, rf_shape_of(2, (int64_t)3, (int64_t)4), -1, 1);
+    rf_output r = rf_const(g, NULL, rv);
+    rf_graph_pop_device(g);
+    assert_ok(rf_gradients(g, &y, 1, xs, ds->n, &r, dxs));
+    for (int i = 0; i < ds->n; i++) in[i] = random_input(&rng, RF_FLOAT64, RF_REDUCE_SUM);
+    run(g, xs, in, ds->n, dxs, ds->n, out);
+    double *want = rf_test_to_doubles(rv);
+    for (int i = 0; i < ds->n; i++) {
+      assert_tensor_near(out[i], rf_shape_of(2, (int64_t)3, (int64_t)4), want, 0);
+      rf_tensor_release(out[i]);
+      rf_tensor_release(in[i]);
+    }
+    free(want);
+    rf_tensor_release(rv);
+    rf_graph_free(g);
+
+    /* broadcast: consumers (two on one device) weighted by r_i */
+    g = rf_graph_new();
+    int sender = (int)(rf_test_rand(&rng) % (uint64_t)ds->n);
+    device_name(ds->ids[sender], dev);
+    assert_ok(rf_graph_push_device(g, dev));
+    rf_output x = rf_placeholder(g, "x", RF_FLOAT64, rf_shape_of(2, (int64_t)3, (int64_t)4));
+    rf_output b = rf_broadcast(g, "bcast", x);
+    rf_graph_pop_device(g);
+    rf_output ys[9], rs[9];
+    rf_tensor *rvs[9];
+    int ny = 0;
+    for (int i = 0; i < ds->n; i++) {
+      device_name(ds->ids[i], dev);
+      assert_ok(rf_graph_push_device(g, dev));
+      for (int twice = 0; twice < (i == 0 ? 2 : 1); twice++) {
+        ys[ny] = rf_identity(g, NULL, b);
+        rvs[ny] = rf_test_random_tensor(&rng, RF_FLOAT64, rf_shape_of(2, (int64_t)3, (int64_t)4), -1, 1);
+        rs[ny] = rf_const(g, NULL, rvs[ny]);
+        ny++;
+      }
+      rf_graph_pop_device(g);
+    }
+    rf_output dx;
+    assert_ok(rf_gradients(g, ys, ny, &x, 1, rs, &dx));
+    rf_tensor *xin = random_input(&rng, RF_FLOAT64, RF_REDUCE_SUM), *dxv;
+    rf_feed feed = {x, xin};
+    rf_test_run(g, 8, &feed, 1, &dx, 1, &dxv);
+    double *sum = reference(rvs, ny, RF_REDUCE_SUM, RF_FLOAT64);
+    assert_tensor_near(dxv, rf_shape_of(2, (int64_t)3, (int64_t)4), sum, 1e-12);
+    free(sum);
+    for (int i = 0; i < ny; i++) rf_tensor_release(rvs[i]);
+    rf_tensor_release(xin);
+    rf_tensor_release(dxv);
+    rf_graph_free(g);
+  }
+}
+
+static void test_single_device_broadcast(void **state) {
+  rf_graph *g = rf_graph_new();
+  assert_ok(rf_graph_push_device(g, "cpu:2"));
+  rf_output x = rf_placeholder(g, "x", RF_FLOAT32, rf_shape_of(1, (int64_t)5));
+  rf_output b = rf_broadcast(g, "bcast", x);
+  rf_output y = rf_identity(g, "y", b);
+  rf_graph_pop_device(g);
+  uint64_t rng = rf_test_seed() + 6;
+  rf_tensor *in = rf_test_random_tensor(&rng, RF_FLOAT32, rf_shape_of(1, (int64_t)5), -1, 1), *out[2];
+  rf_feed feed = {x, in};
+  rf_output f[2] = {y, b};
+  rf_test_run(g, 4, &feed, 1, f, 2, out);
+  double *want = rf_test_to_doubles(in);
+  assert_tensor_near(out[0], rf_shape_of(1, (int64_t)5), want, 0);
+  assert_tensor_near(out[1], rf_shape_of(1, (int64_t)5), want, 0);
+  free(want);
+  rf_tensor_release(in);
+  rf_tensor_release(out[0]);
+  rf_tensor_release(out[1]);
+  rf_graph_free(g);
+}
+
+/* sum through all-reduce and through reduce + broadcast, fetched together. */
+static void test_all_reduce_and_reduce_broadcast_agree(void **state) {
+  uint64_t rng = rf_test_seed() + 7;
+  const devset *ds = &device_sets[0];
+  rf_graph *g = rf_graph_new();
+  rf_output xs[8], ar[8], viab[8];
+  rf_tensor *in[8], *out[16];
+  placeholders(g, ds, RF_FLOAT32, xs);
+  rf_all_reduce_n(g, "ar", xs, ds->n, RF_REDUCE_SUM, ar);
+  char dev[16];
+  device_name(ds->ids[0], dev);
+  assert_ok(rf_graph_push_device(g, dev));
+  rf_output r = rf_reduce(g, "r", xs, ds->n, RF_REDUCE_SUM);
+  rf_output b = rf_broadcast(g, "b", r);
+  rf_graph_pop_device(g);
+  for (int i = 0; i < ds->n; i++) {
+    device_name(ds->ids[i], dev);
+    assert_ok(rf_graph_push_device(g, dev));
+    viab[i] = rf_identity(g, NULL, b);
+    rf_graph_pop_device(g);
+    in[i] = random_input(&rng, RF_FLOAT32, RF_REDUCE_SUM);
+  }
+  rf_output fetches[16];
+  memcpy(fetches, ar, sizeof *ar * (size_t)ds->n);
+  memcpy(fetches + ds->n, viab, sizeof *viab * (size_t)ds->n);
+  run(g, xs, in, ds->n, fetches, 2 * ds->n, out);
+  for (int i = 0; i < ds->n; i++)
+    assert_memory_equal(rf_tensor_data(out[i]), rf_tensor_data(out[ds->n + i]),
+                        rf_tensor_nbytes(out[i]));
+  for (int i = 0; i < 2 * ds->n; i++) rf_tensor_release(out[i]);
+  for (int i = 0; i < ds->n; i++) rf_tensor_release(in[i]);
+  rf_graph_free(g);
+}
+
+/* Fetching one participant runs them all (tensorflow#19690: all_sum hung
+ * unless every output was fetched). */
+static void test_fetching_one_participant_runs_all(void **state) {
+  uint64_t rng = rf_test_seed() + 8;
+  const devset *ds = &device_sets[0];
+  rf_graph *g = rf_graph_new();
+  rf_output xs[8], ys[8];
+  rf_tensor *in[8], *out;
+  placeholders(g, ds, RF_FLOAT64, xs);
+  rf_all_reduce_n(g, "ar", xs, ds->n, RF_REDUCE_MAX, ys);
+  for (int i = 0; i < ds->n; i++) in[i] = random_input(&rng, RF_FLOAT64, RF_REDUCE_MAX);
+  run(g, xs, in, ds->n, &ys[1], 1, &out);
+  double *want = reference(in, ds->n, RF_REDUCE_MAX, RF_FLOAT64);
+  assert_tensor_near(out, rf_shape_of(2, (int64_t)3, (int64_t)4), want, 0);
+  free(want);
+  for (int i = 0; i < ds->n; i++) rf_tensor_release(in[i]);
+  rf_tensor_release(out);
+  rf_graph_free(g);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_all_reduce_matrix),
+      cmocka_unit_test(test_reduce_matrix),
+      cmocka_unit_test(test_broadcast_matrix),
+      cmocka_unit_test(test_all_gather_reduce_scatter),
+      cmocka_unit_test(test_all_reduce_gradient),
+      cmocka_unit_test(test_reduce_and_broadcast_gradients),
+      cmocka_unit_test(test_single_device_broadcast),
+      cmocka_unit_test(test_all_reduce_and_reduce_broadcast_agree),
+      cmocka_unit_test(test_fetching_one_participant_runs_all),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

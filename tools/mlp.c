@@ -1,0 +1,178 @@
+/* tools/mlp.c - builds the training graph described in mlp.h. Everything of a
+ * replica is built under its device's scope; only the gradient collectives
+ * cross devices. Adam's hyper-parameters are per-device constants; the bias
+ * corrections (beta^t) are fed each step by the driver, which counts steps. */
+#include "mlp.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "ringflow/collectives.h"
+
+static rf_output scalar(rf_graph *g, double v) {
+  return rf_const_scalar(g, NULL, RF_FLOAT32, v);
+}
+
+typedef struct vars {
+  rf_output var[2 * MLP_MAX_LAYERS], m[2 * MLP_MAX_LAYERS], v[2 * MLP_MAX_LAYERS];
+} vars;
+
+static rf_shape param_shape(const mlp_config *c, int p) {
+  int layer = p / 2;
+  if (p % 2 == 0)
+    return rf_shape_of(2, c->sizes[layer], c->sizes[layer + 1]);
+  return rf_shape_of(1, c->sizes[layer + 1]);
+}
+
+/* One replica's variables, forward pass, loss and accuracy. */
+static void build_forward(const mlp_config *c, rf_graph *g, int d, vars *vs,
+                          mlp_replica *r, rf_node **inits, int *ninit) {
+  char name[64];
+  r->x = rf_placeholder(g, NULL, RF_FLOAT32,
+                        rf_shape_of(2, c->device_batch, c->sizes[0]));
+  r->y = rf_placeholder(g, NULL, RF_INT32, rf_shape_of(1, c->device_batch));
+  for (int p = 0; p < 2 * c->num_layers; p++) {
+    rf_shape s = param_shape(c, p);
+    snprintf(name, sizeof name, "%s%d_dev%d", p % 2 ? "b" : "W", p / 2, d);
+    vs->var[p] = rf_variable(g, name, RF_FLOAT32, s);
+    snprintf(name, sizeof name, "adam_m%d_dev%d", p, d);
+    vs->m[p] = rf_variable(g, name, RF_FLOAT32, s);
+    snprintf(name, sizeof name, "adam_v%d_dev%d", p, d);
+    vs->v[p] = rf_variable(g, name, RF_FLOAT32, s);
+    r->init[p] = rf_placeholder(g, NULL, RF_FLOAT32, s);
+    rf_output zeros = rf_zeros_like(g, NULL, r->init[p]);
+    inits[(*ninit)++] = rf_assign(g, NULL, vs->var[p], r->init[p]);
+    inits[(*ninit)++] = rf_assign(g, NULL, vs->m[p], zeros);
+    inits[(*ninit)++] = rf_assign(g, NULL, vs->v[p], zeros);
+    r->params[p] = rf_read_variable(g, NULL, vs->var[p]);
+  }
+  rf_output h = r->x;
+  for (int l = 0; l < c->num_layers; l++) {
+    h = rf_bias_add(g, NULL, rf_matmul(g, NULL, h, r->params[2 * l], false, false),
+                    r->params[2 * l + 1]);
+    if (l + 1 < c->num_layers) h = rf_relu(g, NULL, h);
+  }
+  rf_output xent = rf_sparse_softmax_cross_entropy(g, NULL, h, r->y);
+  r->loss = rf_mean(g, NULL, xent, NULL, -1, false);
+  rf_output pred = rf_argmax(g, NULL, h, 1);
+  rf_output right = rf_equal(g, NULL, pred, rf_cast(g, NULL, r->y, RF_INT64));
+  r->correct = rf_cast(g, NULL, right, RF_INT32);
+  r->beta1_power = rf_placeholder(g, NULL, RF_FLOAT32, rf_shape_scalar());
+  r->beta2_power = rf_placeholder(g, NULL, RF_FLOAT32, rf_shape_scalar());
+}
+
+/* Averages the replicas' gradients of parameter p into avg[d] (on device d). */
+static void sync_gradients(const mlp_config *c, rf_graph *g, int p,
+                           rf_output grads[][2 * MLP_MAX_LAYERS],
+                           rf_output *avg) {
+  rf_output per_dev[MLP_MAX_DEVICES];
+  for (int d = 0; d < c->num_devices; d++) per_dev[d] = grads[d][p];
+  char name[64];
+  snprintf(name, sizeof name, "grad_sync_%d", p);
+  if (c->sync == SYNC_ALLREDUCE) {
+    rf_all_reduce_n(g, name, per_dev, c->num_devices, RF_REDUCE_AVG, avg);
+    return;
+  }
+  /* The reference's pair: sum on device 0, broadcast back, scale locally. */
+  rf_graph_push_device(g, c->devices[0]);
+  rf_output sum = rf_reduce(g, name, per_dev, c->num_devices, RF_REDUCE_SUM);
+  rf_output b = rf_broadcast(g, NULL, sum);
+  rf_graph_pop_device(g);
+  for (int d = 0; d < c->num_devices; d++) {
+    rf_graph_push_device(g, c->devices[d]);
+    avg[d] = rf_mul(g, NULL, b, scalar(g, 1.0 / c->num_devices));
+    rf_graph_pop_device(g);
+  }
+}
+
+rf_status *mlp_build(const mlp_config *c, mlp_graph *m) {
+  if (c->num_devices < 1 || c->num_devices > MLP_MAX_DEVICES ||
+      c->num_layers < 1 || c->num_layers > MLP_MAX_LAYERS)
+    return rf_status_new(RF_INVALID_ARGUMENT, "bad model configuration");
+  memset(m, 0, sizeof *m);
+  rf_graph *g = rf_graph_new();
+  if (!g) return rf_status_new(RF_RESOURCE_EXHAUSTED, "out of memory");
+  m->num_params = 2 * c->num_layers;
+  static vars vs[MLP_MAX_DEVICES]; /* large; built once per run */
+  static rf_output grads[MLP_MAX_DEVICES][2 * MLP_MAX_LAYERS];
+  rf_node *inits[MLP_MAX_DEVICES * 6 * MLP_MAX_LAYERS];
+  int ninit = 0;
+  rf_status *st = NULL;
+  for (int d = 0; d < c->num_devices && !st; d++) {
+    st = rf_graph_push_device(g, c->devices[d]);
+    if (st) break;
+    build_forward(c, g, d, &vs[d], &m->rep[d], inits, &ninit);
+    st = rf_graph_status(g);
+    if (!st)
+      st = rf_gradients(g, &m->rep[d].loss, 1, m->rep[d].params, m->num_params,
+                        NULL, grads[d]);
+    rf_graph_pop_device(g);
+  }
+  rf_node *updates[MLP_MAX_DEVICES * 2 * MLP_MAX_LAYERS];
+  int nupd = 0;
+  for (int p = 0; p < m->num_params && !st; p++) {
+    rf_output avg[MLP_MAX_DEVICES];
+    sync_gradients(c, g, p, grads, avg);
+    for (int d = 0; d < c->num_devices; d++) {
+      rf_graph_push_device(g, c->devices[d]);
+      updates[nupd++] = rf_apply_adam(
+          g, NULL, vs[d].var[p], vs[d].m[p], vs[d].v[p], m->rep[d].beta1_power,
+          m->rep[d].beta2_power, scalar(g, c->lr), scalar(g, c->beta1),
+          scalar(g, c->beta2), scalar(g, c->epsilon), avg[d]);
+      rf_graph_pop_device(g);
+    }
+    st = rf_graph_status(g);
+  }
+  if (!st) {
+    m->train_op = rf_noop(g, "train");
+    m->init_op = rf_noop(g, "init");
+    for (int i = 0; i < nupd && !st; i++)
+      st = rf_graph_add_control_edge(g, updates[i], m->train_op);
+    for (int i = 0; i < ninit && !st; i++)
+      st = rf_graph_add_control_edge(g, inits[i], m->init_op);
+    if (!st) st = rf_graph_status(g);
+  }
+  if (st) {
+    rf_graph_free(g);
+    memset(m, 0, sizeof *m);
+    return st;
+  }
+  m->g = g;
+  return NULL;
+}
+
+void mlp_free(mlp_graph *m) {
+  rf_graph_free(m->g);
+  m->g = NULL;
+}
+
+/* splitmix64: a small, good, seedable generator. */
+static uint64_t next_u64(uint64_t *s) {
+  uint64_t z = (*s += 0x9E3779B97F4A7C15ULL);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
+
+rf_status *mlp_initial_values(const mlp_config *c, uint64_t seed,
+                              rf_tensor **init) {
+  uint64_t s = seed;
+  for (int p = 0; p < 2 * c->num_layers; p++) {
+    rf_shape shape = param_shape(c, p);
+    rf_status *st = rf_tensor_new(RF_FLOAT32, &shape, NULL, &init[p]);
+    if (st) {
+      while (p-- > 0) rf_tensor_release(init[p]);
+      return st;
+    }
+    float *w = rf_tensor_mutable_data(init[p]);
+    int64_t n = rf_tensor_num_elements(init[p]);
+    int layer = p / 2;
+    double limit = sqrt(6.0 / (c->sizes[layer] + c->sizes[layer + 1]));
+    for (int64_t i = 0; i < n; i++) {
+      double u = (double)(next_u64(&s) >> 11) * (1.0 / 9007199254740992.0);
+      w[i] = p % 2 ? 0.0f : (float)((2 * u - 1) * limit);
+    }
+  }
+  return NULL;
+}

@@ -1,0 +1,53 @@
+/* tools/mlp.h - the data-parallel training graph of `ringflow train`: one
+ * replica of an MLP per device, its gradient graph from rf_gradients, the
+ * gradients averaged through collectives (all-reduce, or the reference's
+ * reduce + broadcast), and the same Adam update applied on every device, so
+ * the replicas' parameters stay bit-identical. */
+#ifndef RF_TOOLS_MLP_H
+#define RF_TOOLS_MLP_H
+
+#include "ringflow/ringflow.h"
+
+#define MLP_MAX_DEVICES 64
+#define MLP_MAX_LAYERS 8
+
+typedef enum sync_mode { SYNC_ALLREDUCE, SYNC_REDUCE_BROADCAST } sync_mode;
+
+typedef struct mlp_config {
+  int num_devices;
+  char devices[MLP_MAX_DEVICES][32]; /* canonical names, e.g. "cpu:2" */
+  int num_layers;                    /* sizes[0] inputs .. sizes[n] classes */
+  int sizes[MLP_MAX_LAYERS + 1];
+  int device_batch;                  /* rows per device per step */
+  sync_mode sync;
+  double lr, beta1, beta2, epsilon;
+} mlp_config;
+
+/* Per device: the feeds and fetches of one replica. */
+typedef struct mlp_replica {
+  rf_output x, y;            /* placeholders (device_batch, sizes[0]) / labels */
+  rf_output beta1_power, beta2_power; /* scalar placeholders, fed per step */
+  rf_output loss;            /* mean loss of the replica's rows */
+  rf_output correct;         /* per row: 1 when predicted right (int32) */
+  rf_output params[2 * MLP_MAX_LAYERS]; /* reads: W0, b0, W1, b1, ... */
+  rf_output init[2 * MLP_MAX_LAYERS];   /* placeholders for initial values */
+} mlp_replica;
+
+typedef struct mlp_graph {
+  rf_graph *g;
+  int num_params;
+  mlp_replica rep[MLP_MAX_DEVICES];
+  rf_node *train_op; /* runs every replica's update */
+  rf_node *init_op;  /* assigns params from init, zeroes Adam's moments */
+} mlp_graph;
+
+/* Builds the graph; on error everything built is freed. */
+rf_status *mlp_build(const mlp_config *cfg, mlp_graph *out);
+void mlp_free(mlp_graph *m);
+
+/* Glorot-uniform weights and zero biases from seed: the same values for any
+ * device count. init[i] receives new tensors (num_params of them). */
+rf_status *mlp_initial_values(const mlp_config *cfg, uint64_t seed,
+                              rf_tensor **init);
+
+#endif

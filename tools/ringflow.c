@@ -1,0 +1,40 @@
+/* tools/ringflow.c - the `ringflow` command: one binary, one subcommand per
+ * job (train, lower, ...). */
+#include <stdio.h>
+#include <string.h>
+
+#include "tools.h"
+
+static const struct {
+  const char *name;
+  int (*run)(int argc, char **argv);
+  const char *help;
+} commands[] = {
+    {"train", cmd_train, "data-parallel training on Fashion-MNIST"},
+    {"lower", cmd_lower, "print a graph file before and after lowering"},
+};
+
+static void usage(FILE *f) {
+  fprintf(f, "usage: ringflow COMMAND [options]   (ringflow COMMAND --help)\n\n");
+  for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
+    fprintf(f, "  %-8s %s\n", commands[i].name, commands[i].help);
+  fprintf(f, "  %-8s %s\n", "version", "print the version");
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "help") == 0) {
+    usage(argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  if (strcmp(argv[1], "version") == 0 || strcmp(argv[1], "--version") == 0) {
+    printf("ringflow %d.%d.%d\n", RINGFLOW_VERSION_MAJOR, RINGFLOW_VERSION_MINOR,
+           RINGFLOW_VERSION_PATCH);
+    return 0;
+  }
+  for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
+    if (strcmp(argv[1], commands[i].name) == 0)
+      return commands[i].run(argc - 1, argv + 1);
+  fprintf(stderr, "ringflow: unknown command '%s'\n", argv[1]);
+  usage(stderr);
+  return 2;
+}

@@ -1,0 +1,110 @@
+/* tools/tools.c - shared helpers of the `ringflow` command. */
+#include "tools.h"
+
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+int tool_fail(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fputs("ringflow: ", stderr);
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
+  return 2;
+}
+
+int tool_report(rf_status *st) {
+  fprintf(stderr, "ringflow: error (%s): %s\n", rf_code_name(rf_status_code(st)),
+          rf_status_message(st));
+  rf_status_free(st);
+  return 1;
+}
+
+int parse_int(const char *s, int lo, int hi, int *out) {
+  char *end;
+  long v = strtol(s, &end, 10);
+  if (!*s || *end || v < lo || v > hi) return -1;
+  *out = (int)v;
+  return 0;
+}
+
+int parse_devices(const char *spec, char (*names)[32], int max, int *n,
+                  int *max_cpu) {
+  char buf[256];
+  snprintf(buf, sizeof buf, "%s", spec);
+  *n = 0;
+  *max_cpu = 1;
+  for (char *save, *tok = strtok_r(buf, ",", &save); tok;
+       tok = strtok_r(NULL, ",", &save)) {
+    char type[8];
+    int lo, hi, used = 0;
+    if (sscanf(tok, "%7[a-z]:%d-%d%n", type, &lo, &hi, &used) == 3 && !tok[used]) {
+    } else if (sscanf(tok, "%7[a-z]:%d%n", type, &lo, &used) == 2 && !tok[used]) {
+      hi = lo;
+    } else {
+      return tool_fail("--devices: cannot read '%s' (want e.g. cpu:0-3 or cpu:0,cpu:2)", tok);
+    }
+    if (strcmp(type, "cpu") != 0 && strcmp(type, "gpu") != 0)
+      return tool_fail("--devices: unknown device type '%s'", type);
+    if (lo < 0 || hi < lo || hi > 63)
+      return tool_fail("--devices: bad range in '%s'", tok);
+    for (int i = lo; i <= hi; i++) {
+      if (*n >= max) return tool_fail("--devices: more than %d devices", max);
+      snprintf(names[*n], 32, "%s:%d", type, i);
+      for (int k = 0; k < *n; k++)
+        if (strcmp(names[k], names[*n]) == 0)
+          return tool_fail("--devices: %s listed twice", names[*n]);
+      (*n)++;
+      if (strcmp(type, "cpu") == 0 && i + 1 > *max_cpu) *max_cpu = i + 1;
+    }
+  }
+  if (*n == 0) return tool_fail("--devices: no devices in '%s'", spec);
+  return 0;
+}
+
+double now_seconds(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+void progress_init(progress *p, int64_t total, bool quiet) {
+  p->total = total;
+  p->quiet = quiet;
+  p->tty = isatty(fileno(stdout));
+  p->start = p->last_print = now_seconds();
+  p->samples = 0;
+}
+
+void progress_step(progress *p, int epoch, int64_t step, double loss,
+                   int batch) {
+  p->samples += batch;
+  double now = now_seconds();
+  bool last = step == p->total;
+  if (p->quiet || (!last && now - p->last_print < (p->tty ? 0.1 : 5.0))) return;
+  p->last_print = now;
+  double elapsed = now - p->start, rate = p->samples / (elapsed > 0 ? elapsed : 1);
+  double eta = step ? elapsed / (double)step * (double)(p->total - step) : 0;
+  if (p->tty) {
+    int width = 30, filled = (int)(width * step / (p->total ? p->total : 1));
+    printf("\r epoch %d [%.*s%*s] step %lld/%lld  loss %.4f  %.0f samples/s  ETA %.0fs ",
+           epoch, filled, "==============================", width - filled, "",
+           (long long)step, (long long)p->total, loss, rate, eta);
+  } else {
+    printf("epoch %d step %lld/%lld loss %.4f %.0f samples/s ETA %.0fs\n", epoch,
+           (long long)step, (long long)p->total, loss, rate, eta);
+  }
+  fflush(stdout);
+}
+
+void progress_epoch(progress *p, int epoch, double accuracy, double spread) {
+  if (p->tty && !p->quiet) printf("\n");
+  printf("epoch %d: test accuracy %.2f%%, replicas %s (max parameter difference %.3g), %.1f s\n",
+         epoch, 100 * accuracy, spread == 0 ? "bit-identical" : "DIFFER", spread,
+         now_seconds() - p->start);
+  fflush(stdout);
+}

@@ -1,0 +1,54 @@
+/* tools/tools.h - what the `ringflow` subcommands share: error reporting,
+ * argument parsing, device lists and progress output. */
+#ifndef RF_TOOLS_TOOLS_H
+#define RF_TOOLS_TOOLS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "ringflow/ringflow.h"
+
+/* Prints "ringflow: <message>" to stderr; returns 2 (usage error). */
+int tool_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Prints the status (code and message) and frees it; returns 1. */
+int tool_report(rf_status *st);
+
+/* In a function returning rf_status *: return on error. */
+#define RF_TOOL_CHECK(expr)                                                    \
+  do {                                                                         \
+    rf_status *tool_st_ = (expr);                                              \
+    if (tool_st_) return tool_st_;                                             \
+  } while (0)
+/* In a command returning int: report and exit the command on error. */
+#define RF_TOOL_TRY(expr)                                                      \
+  do {                                                                         \
+    rf_status *tool_st_ = (expr);                                              \
+    if (tool_st_) return tool_report(tool_st_);                                \
+  } while (0)
+
+/* Parses a decimal int in [lo, hi]; 0 on success. */
+int parse_int(const char *s, int lo, int hi, int *out);
+/* Parses "cpu:0-3", "cpu:0,cpu:2", "gpu:0-7" into canonical names; *max_cpu
+ * gets the highest CPU index + 1. Reports errors itself; 0 on success. */
+int parse_devices(const char *spec, char (*names)[32], int max, int *n,
+                  int *max_cpu);
+
+/* Progress: a bar redrawn in place on a terminal, plain lines otherwise. */
+typedef struct progress {
+  int64_t total;
+  bool tty, quiet;
+  double start, last_print;
+  double samples;
+} progress;
+
+void progress_init(progress *p, int64_t total_steps, bool quiet);
+void progress_step(progress *p, int epoch, int64_t step, double loss,
+                   int batch);
+void progress_epoch(progress *p, int epoch, double accuracy, double spread);
+double now_seconds(void);
+
+int cmd_train(int argc, char **argv);
+int cmd_lower(int argc, char **argv);
+
+#endif

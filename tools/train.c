@@ -1,0 +1,395 @@
+/* tools/train.c - `ringflow train`: data-parallel training of an MLP on
+ * Fashion-MNIST across virtual CPU devices (or GPUs), with progress, test
+ * accuracy after each epoch, a check that every replica holds the same
+ * parameters, and --check: the same steps on one device for comparison. */
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "idx.h"
+#include "mlp.h"
+#include "tools.h"
+
+#define DEFAULT_DATA "/usr/share/datasets/fashion-mnist"
+
+typedef struct dataset {
+  int n, dim;
+  float *x;   /* n * dim, scaled to [0, 1] */
+  int32_t *y; /* n */
+} dataset;
+
+typedef struct options {
+  char data_dir[512];
+  char devices[256];
+  int epochs, batch, max_steps;
+  double lr;
+  uint64_t seed;
+  sync_mode sync;
+  bool check, quiet;
+} options;
+
+static void dataset_free(dataset *d) {
+  free(d->x);
+  free(d->y);
+}
+
+static rf_status *load_split(const char *dir, const char *prefix, dataset *out) {
+  char ipath[600], lpath[600];
+  snprintf(ipath, sizeof ipath, "%s/%s-images-idx3-ubyte.gz", dir, prefix);
+  snprintf(lpath, sizeof lpath, "%s/%s-labels-idx1-ubyte.gz", dir, prefix);
+  idx_array im, lb;
+  rf_status *st = idx_read(ipath, (size_t)1 << 30, &im);
+  if (st) return st;
+  st = idx_read(lpath, (size_t)1 << 26, &lb);
+  if (st) {
+    idx_free(&im);
+    return st;
+  }
+  if (im.rank != 3 || lb.rank != 1 || im.dims[0] != lb.dims[0]) {
+    st = rf_status_new(RF_DATA_LOSS,
+                       "%s and %s do not describe the same images (ranks %d "
+                       "and %d, counts %lld and %lld)",
+                       ipath, lpath, im.rank, lb.rank, (long long)im.dims[0],
+                       (long long)lb.dims[0]);
+  }
+  for (size_t i = 0; !st && i < lb.size; i++)
+    if (lb.data[i] > 9)
+      st = rf_status_new(RF_DATA_LOSS, "%s: label %zu is %d, outside 0..9",
+                         lpath, i, lb.data[i]);
+  if (!st) {
+    out->n = (int)im.dims[0];
+    out->dim = (int)(im.dims[1] * im.dims[2]);
+    out->x = malloc(sizeof(float) * im.size);
+    out->y = malloc(sizeof(int32_t) * lb.size);
+    if (!out->x || !out->y) st = rf_status_new(RF_RESOURCE_EXHAUSTED, "out of memory");
+    for (size_t i = 0; !st && i < im.size; i++) out->x[i] = im.data[i] / 255.0f;
+    for (size_t i = 0; !st && i < lb.size; i++) out->y[i] = lb.data[i];
+  }
+  idx_free(&im);
+  idx_free(&lb);
+  return st;
+}
+
+/* Rows idx[0..rows) of d into new x/y tensors. */
+static rf_status *batch_tensors(const dataset *d, const int *idx, int rows,
+                                rf_tensor **x, rf_tensor **y) {
+  rf_shape xs = rf_shape_of(2, rows, d->dim), ys = rf_shape_of(1, rows);
+  rf_status *st = rf_tensor_new(RF_FLOAT32, &xs, NULL, x);
+  if (st) return st;
+  st = rf_tensor_new(RF_INT32, &ys, NULL, y);
+  if (st) {
+    rf_tensor_release(*x);
+    return st;
+  }
+  float *px = rf_tensor_mutable_data(*x);
+  int32_t *py = rf_tensor_mutable_data(*y);
+  for (int r = 0; r < rows; r++) {
+    memcpy(px + (size_t)r * d->dim, d->x + (size_t)idx[r] * d->dim,
+           sizeof(float) * (size_t)d->dim);
+    py[r] = d->y[idx[r]];
+  }
+  return NULL;
+}
+
+typedef struct trainer {
+  mlp_config cfg;
+  mlp_graph m;
+  rf_session *s;
+  int64_t step; /* Adam's t */
+} trainer;
+
+static rf_status *trainer_init(trainer *t, const mlp_config *cfg, uint64_t seed,
+                               int max_cpu) {
+  memset(t, 0, sizeof *t);
+  t->cfg = *cfg;
+  rf_status *st = mlp_build(cfg, &t->m);
+  if (st) return st;
+  rf_session_options o;
+  rf_session_options_init(&o);
+  o.num_cpu_devices = max_cpu;
+  st = rf_session_new(t->m.g, &o, &t->s);
+  if (st) return st;
+  rf_tensor *init[2 * MLP_MAX_LAYERS];
+  st = mlp_initial_values(cfg, seed, init);
+  if (st) return st;
+  rf_feed feeds[MLP_MAX_DEVICES * 2 * MLP_MAX_LAYERS];
+  int nf = 0;
+  for (int d = 0; d < cfg->num_devices; d++)
+    for (int p = 0; p < t->m.num_params; p++)
+      feeds[nf++] = (rf_feed){t->m.rep[d].init[p], init[p]};
+  st = rf_session_run(t->s, feeds, nf, NULL, 0, &t->m.init_op, 1, NULL);
+  for (int p = 0; p < t->m.num_params; p++) rf_tensor_release(init[p]);
+  return st;
+}
+
+static void trainer_free(trainer *t) {
+  rf_session_free(t->s);
+  mlp_free(&t->m);
+}
+
+/* One step on the global batch idx[0 .. devices*device_batch); *loss gets the
+ * mean loss over the global batch. */
+static rf_status *train_step(trainer *t, const dataset *d, const int *idx,
+                             double *loss) {
+  int nd = t->cfg.num_devices, rows = t->cfg.device_batch;
+  rf_tensor *x[MLP_MAX_DEVICES], *y[MLP_MAX_DEVICES], *b1, *b2;
+  rf_feed feeds[4 * MLP_MAX_DEVICES];
+  rf_output fetches[MLP_MAX_DEVICES];
+  rf_tensor *losses[MLP_MAX_DEVICES];
+  t->step++;
+  rf_status *st = rf_tensor_new_scalar(RF_FLOAT32, pow(t->cfg.beta1, (double)t->step), &b1);
+  if (st) return st;
+  st = rf_tensor_new_scalar(RF_FLOAT32, pow(t->cfg.beta2, (double)t->step), &b2);
+  if (st) {
+    rf_tensor_release(b1);
+    return st;
+  }
+  int made = 0;
+  for (; made < nd && !st; made++)
+    st = batch_tensors(d, idx + made * rows, rows, &x[made], &y[made]);
+  if (st) made--;
+  for (int i = 0; i < made; i++) {
+    mlp_replica *r = &t->m.rep[i];
+    feeds[4 * i] = (rf_feed){r->x, x[i]};
+    feeds[4 * i + 1] = (rf_feed){r->y, y[i]};
+    feeds[4 * i + 2] = (rf_feed){r->beta1_power, b1};
+    feeds[4 * i + 3] = (rf_feed){r->beta2_power, b2};
+    fetches[i] = r->loss;
+  }
+  if (!st)
+    st = rf_session_run(t->s, feeds, 4 * nd, fetches, nd, &t->m.train_op, 1, losses);
+  if (!st) {
+    double sum = 0;
+    for (int i = 0; i < nd; i++) {
+      sum += rf_tensor_get(losses[i], 0);
+      rf_tensor_release(losses[i]);
+    }
+    *loss = sum / nd;
+  }
+  for (int i = 0; i < made; i++) {
+    rf_tensor_release(x[i]);
+    rf_tensor_release(y[i]);
+  }
+  rf_tensor_release(b1);
+  rf_tensor_release(b2);
+  return st;
+}
+
+/* Test accuracy, data-parallel over the replicas. The last global batch is
+ * padded with row 0 and only its real rows are counted. */
+static rf_status *evaluate(trainer *t, const dataset *d, double *accuracy) {
+  int nd = t->cfg.num_devices, rows = t->cfg.device_batch;
+  int per_step = nd * rows;
+  int64_t correct = 0;
+  int *idx = malloc(sizeof(int) * (size_t)per_step);
+  if (!idx) return rf_status_new(RF_RESOURCE_EXHAUSTED, "out of memory");
+  rf_status *st = NULL;
+  for (int start = 0; start < d->n && !st; start += per_step) {
+    int valid = d->n - start < per_step ? d->n - start : per_step;
+    for (int i = 0; i < per_step; i++) idx[i] = i < valid ? start + i : 0;
+    rf_tensor *x[MLP_MAX_DEVICES], *y[MLP_MAX_DEVICES], *out[MLP_MAX_DEVICES];
+    rf_feed feeds[2 * MLP_MAX_DEVICES];
+    rf_output fetches[MLP_MAX_DEVICES];
+    int made = 0;
+    for (; made < nd && !st; made++)
+      st = batch_tensors(d, idx + made * rows, rows, &x[made], &y[made]);
+    if (st) made--;
+    for (int i = 0; i < made; i++) {
+      feeds[2 * i] = (rf_feed){t->m.rep[i].x, x[i]};
+      feeds[2 * i + 1] = (rf_feed){t->m.rep[i].y, y[i]};
+      fetches[i] = t->m.rep[i].correct;
+    }
+    if (!st) st = rf_session_run(t->s, feeds, 2 * nd, fetches, nd, NULL, 0, out);
+    for (int i = 0; !st && i < nd; i++) {
+      const int32_t *right = rf_tensor_data(out[i]);
+      for (int r = 0; r < rows; r++)
+        if (i * rows + r < valid) correct += right[r];
+      rf_tensor_release(out[i]);
+    }
+    for (int i = 0; i < made; i++) {
+      rf_tensor_release(x[i]);
+      rf_tensor_release(y[i]);
+    }
+  }
+  free(idx);
+  if (!st) *accuracy = (double)correct / (double)d->n;
+  return st;
+}
+
+/* Largest difference between replicas' parameters (0 when bit-identical). */
+static rf_status *replica_spread(trainer *t, double *spread) {
+  int nd = t->cfg.num_devices, np = t->m.num_params;
+  rf_output fetches[MLP_MAX_DEVICES * 2 * MLP_MAX_LAYERS];
+  rf_tensor *out[MLP_MAX_DEVICES * 2 * MLP_MAX_LAYERS];
+  for (int d = 0; d < nd; d++)
+    for (int p = 0; p < np; p++) fetches[d * np + p] = t->m.rep[d].params[p];
+  RF_TOOL_CHECK(rf_session_run(t->s, NULL, 0, fetches, nd * np, NULL, 0, out));
+  double worst = 0;
+  for (int d = 1; d < nd; d++)
+    for (int p = 0; p < np; p++)
+      if (memcmp(rf_tensor_data(out[d * np + p]), rf_tensor_data(out[p]),
+                 rf_tensor_nbytes(out[p])) != 0)
+        for (int64_t i = 0; i < rf_tensor_num_elements(out[p]); i++) {
+          double diff = fabs(rf_tensor_get(out[d * np + p], i) - rf_tensor_get(out[p], i));
+          if (diff > worst || diff != diff) worst = diff;
+        }
+  for (int i = 0; i < nd * np; i++) rf_tensor_release(out[i]);
+  *spread = worst;
+  return NULL;
+}
+
+static rf_status *max_param_diff(trainer *a, trainer *b, double *diff) {
+  int np = a->m.num_params;
+  rf_tensor *pa[2 * MLP_MAX_LAYERS], *pb[2 * MLP_MAX_LAYERS];
+  RF_TOOL_CHECK(rf_session_run(a->s, NULL, 0, a->m.rep[0].params, np, NULL, 0, pa));
+  RF_TOOL_CHECK(rf_session_run(b->s, NULL, 0, b->m.rep[0].params, np, NULL, 0, pb));
+  double worst = 0;
+  for (int p = 0; p < np; p++) {
+    for (int64_t i = 0; i < rf_tensor_num_elements(pa[p]); i++) {
+      double d = fabs(rf_tensor_get(pa[p], i) - rf_tensor_get(pb[p], i));
+      if (d > worst) worst = d;
+    }
+    rf_tensor_release(pa[p]);
+    rf_tensor_release(pb[p]);
+  }
+  *diff = worst;
+  return NULL;
+}
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: ringflow train [options]\n"
+          "  --devices LIST     devices, e.g. cpu:0-3 (default) or cpu:0,cpu:2\n"
+          "  --sync MODE        allreduce (default) or reduce-broadcast\n"
+          "  --epochs N         passes over the training set (default 5)\n"
+          "  --batch N          global batch size (default 128; divisible by "
+          "the device count)\n"
+          "  --lr X             Adam learning rate (default 0.001)\n"
+          "  --seed N           initialisation and shuffling seed (default 1)\n"
+          "  --steps N          stop after N steps (for quick runs)\n"
+          "  --check            also train on one device and report the "
+          "largest differences\n"
+          "  --data DIR         Fashion-MNIST IDX files (default " DEFAULT_DATA
+          ")\n"
+          "  --quiet            no progress output\n");
+}
+
+static int parse_options(int argc, char **argv, options *o) {
+  static const struct option longs[] = {
+      {"devices", required_argument, 0, 'd'}, {"sync", required_argument, 0, 's'},
+      {"epochs", required_argument, 0, 'e'},  {"batch", required_argument, 0, 'b'},
+      {"lr", required_argument, 0, 'l'},      {"seed", required_argument, 0, 'S'},
+      {"steps", required_argument, 0, 'n'},   {"check", no_argument, 0, 'c'},
+      {"data", required_argument, 0, 'D'},    {"quiet", no_argument, 0, 'q'},
+      {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
+  *o = (options){.data_dir = DEFAULT_DATA, .devices = "cpu:0-3", .epochs = 5,
+                 .batch = 128, .lr = 1e-3, .seed = 1, .sync = SYNC_ALLREDUCE};
+  optind = 1;
+  int c;
+  while ((c = getopt_long(argc, argv, "", longs, NULL)) != -1) {
+    switch (c) {
+      case 'd': snprintf(o->devices, sizeof o->devices, "%s", optarg); break;
+      case 's':
+        if (strcmp(optarg, "allreduce") == 0) o->sync = SYNC_ALLREDUCE;
+        else if (strcmp(optarg, "reduce-broadcast") == 0) o->sync = SYNC_REDUCE_BROADCAST;
+        else return tool_fail("--sync must be allreduce or reduce-broadcast, not '%s'", optarg);
+        break;
+      case 'e': if (parse_int(optarg, 1, 100000, &o->epochs)) return tool_fail("--epochs: bad number '%s'", optarg); break;
+      case 'b': if (parse_int(optarg, 1, 1 << 20, &o->batch)) return tool_fail("--batch: bad number '%s'", optarg); break;
+      case 'n': if (parse_int(optarg, 1, 1 << 30, &o->max_steps)) return tool_fail("--steps: bad number '%s'", optarg); break;
+      case 'l': o->lr = strtod(optarg, NULL); if (!(o->lr > 0)) return tool_fail("--lr must be > 0"); break;
+      case 'S': o->seed = strtoull(optarg, NULL, 10); break;
+      case 'c': o->check = true; break;
+      case 'D': snprintf(o->data_dir, sizeof o->data_dir, "%s", optarg); break;
+      case 'q': o->quiet = true; break;
+      case 'h': usage(stdout); return 1;
+      default: usage(stderr); return 2;
+    }
+  }
+  if (optind < argc) return tool_fail("unexpected argument '%s'", argv[optind]);
+  return 0;
+}
+
+static void shuffle(int *idx, int n, uint64_t *state) {
+  for (int i = n - 1; i > 0; i--) {
+    *state = *state * 6364136223846793005ULL + 1442695040888963407ULL;
+    int j = (int)((*state >> 33) % (uint64_t)(i + 1));
+    int tmp = idx[i];
+    idx[i] = idx[j];
+    idx[j] = tmp;
+  }
+}
+
+int cmd_train(int argc, char **argv) {
+  options o;
+  int rc = parse_options(argc, argv, &o);
+  if (rc) return rc == 1 ? 0 : rc;
+  mlp_config cfg = {.num_layers = 3, .sizes = {784, 512, 256, 10}, .lr = o.lr,
+                    .beta1 = 0.9, .beta2 = 0.999, .epsilon = 1e-7, .sync = o.sync};
+  int max_cpu = 0;
+  if (parse_devices(o.devices, cfg.devices, MLP_MAX_DEVICES, &cfg.num_devices, &max_cpu))
+    return 2;
+  if (o.batch % cfg.num_devices)
+    return tool_fail("--batch %d is not divisible by %d devices", o.batch, cfg.num_devices);
+  cfg.device_batch = o.batch / cfg.num_devices;
+  dataset train = {0}, test = {0};
+  RF_TOOL_TRY(load_split(o.data_dir, "train", &train));
+  RF_TOOL_TRY(load_split(o.data_dir, "t10k", &test));
+  trainer t, ref;
+  RF_TOOL_TRY(trainer_init(&t, &cfg, o.seed, max_cpu));
+  mlp_config one = cfg;
+  if (o.check) {
+    one.num_devices = 1;
+    one.device_batch = o.batch;
+    snprintf(one.devices[0], sizeof one.devices[0], "cpu:0");
+    RF_TOOL_TRY(trainer_init(&ref, &one, o.seed, 1));
+  }
+  printf("ringflow train: MLP 784-512-256-10 on %d device%s (%s), %s, global "
+         "batch %d, %d epochs\n",
+         cfg.num_devices, cfg.num_devices > 1 ? "s" : "", o.devices,
+         o.sync == SYNC_ALLREDUCE ? "all-reduce" : "reduce+broadcast", o.batch,
+         o.epochs);
+  int *idx = malloc(sizeof(int) * (size_t)train.n);
+  for (int i = 0; i < train.n; i++) idx[i] = i;
+  uint64_t shuffle_state = o.seed * 2654435761u + 1;
+  int steps_per_epoch = train.n / o.batch;
+  int64_t total = (int64_t)steps_per_epoch * o.epochs, done = 0;
+  if (o.max_steps && o.max_steps < total) total = o.max_steps;
+  progress p;
+  progress_init(&p, total, o.quiet);
+  double worst_loss_diff = 0;
+  for (int e = 0; e < o.epochs && done < total; e++) {
+    shuffle(idx, train.n, &shuffle_state);
+    for (int s = 0; s < steps_per_epoch && done < total; s++, done++) {
+      double loss, ref_loss;
+      RF_TOOL_TRY(train_step(&t, &train, idx + (size_t)s * o.batch, &loss));
+      if (o.check) {
+        RF_TOOL_TRY(train_step(&ref, &train, idx + (size_t)s * o.batch, &ref_loss));
+        if (fabs(loss - ref_loss) > worst_loss_diff) worst_loss_diff = fabs(loss - ref_loss);
+      }
+      progress_step(&p, e + 1, done + 1, loss, o.batch);
+    }
+    double acc = 0, spread = 0;
+    RF_TOOL_TRY(evaluate(&t, &test, &acc));
+    RF_TOOL_TRY(replica_spread(&t, &spread));
+    progress_epoch(&p, e + 1, acc, spread);
+  }
+  if (o.check) {
+    double diff;
+    RF_TOOL_TRY(max_param_diff(&t, &ref, &diff));
+    printf("check against 1 device: largest loss difference %.3g, largest "
+           "parameter difference %.3g\n",
+           worst_loss_diff, diff);
+    trainer_free(&ref);
+  }
+  free(idx);
+  trainer_free(&t);
+  dataset_free(&train);
+  dataset_free(&test);
+  return 0;
+}
