@@ -417,6 +417,86 @@ static void test_fetching_one_participant_runs_all(void **state) {
   rf_graph_free(g);
 }
 
+/* Gradients beyond the reference: avg, prod (with zeros), max and min (ties to
+ * the lowest device index), against float64 derivatives computed here. */
+static double reduce_elems(rf_reduction red, const double *v, int n) {
+  double a = v[0];
+  for (int k = 1; k < n; k++) a = combine(red, a, v[k]);
+  return red == RF_REDUCE_AVG ? a / n : a;
+}
+
+static void test_other_reduction_gradients(void **state) {
+  uint64_t rng = rf_test_seed() + 9;
+  const devset *ds = &device_sets[0]; /* {1, 2, 0} */
+  const rf_reduction reds[] = {RF_REDUCE_AVG, RF_REDUCE_PROD, RF_REDUCE_MAX,
+                               RF_REDUCE_MIN};
+  for (size_t ri = 0; ri < sizeof reds / sizeof *reds; ri++) {
+    rf_reduction red = reds[ri];
+    rf_graph *g = rf_graph_new();
+    rf_output xs[8], ys[8], rs[8], dxs[8];
+    rf_tensor *in[8], *rv[8], *out[8];
+    placeholders(g, ds, RF_FLOAT64, xs);
+    char name[32];
+    sprintf(name, "ar%d", (int)red);
+    rf_all_reduce_n(g, name, xs, ds->n, red, ys);
+    for (int i = 0; i < ds->n; i++) {
+      rv[i] = rf_test_random_tensor(&rng, RF_FLOAT64, rf_shape_of(2, 3, 4), -1, 1);
+      char dev[16];
+      device_name(ds->ids[i], dev);
+      assert_ok(rf_graph_push_device(g, dev));
+      rs[i] = rf_const(g, NULL, rv[i]);
+      rf_graph_pop_device(g);
+      in[i] = rf_test_random_tensor(&rng, RF_FLOAT64, rf_shape_of(2, 3, 4), -2, 2);
+    }
+    /* special cases in element columns: ties (max/min), zeros (prod) */
+    for (int i = 0; i < ds->n; i++) {
+      double *d = rf_tensor_mutable_data(in[i]);
+      d[0] = 1.5;                 /* a tie on every device */
+      d[1] = i == 0 ? 0.0 : d[1]; /* one zero */
+      d[2] = i < 2 ? 0.0 : d[2];  /* two zeros */
+    }
+    assert_ok(rf_gradients(g, ys, ds->n, xs, ds->n, rs, dxs));
+    run(g, xs, in, ds->n, dxs, ds->n, out);
+    for (int e = 0; e < 12; e++) {
+      double v[8], rsum = 0;
+      for (int k = 0; k < ds->n; k++) {
+        v[k] = rf_tensor_get(in[k], e);
+        rsum += rf_tensor_get(rv[k], e);
+      }
+      for (int i = 0; i < ds->n; i++) {
+        double want;
+        if ((red == RF_REDUCE_MAX || red == RF_REDUCE_MIN)) {
+          double ext = reduce_elems(red, v, ds->n);
+          int winner = -1;
+          for (int k = 0; k < ds->n; k++)
+            if (v[k] == ext && (winner < 0 || ds->ids[k] < ds->ids[winner])) winner = k;
+          want = i == winner ? rsum : 0;
+        } else { /* multilinear or linear: central differences are exact */
+          double h = 1e-4, save = v[i];
+          v[i] = save + h;
+          double up = reduce_elems(red, v, ds->n);
+          v[i] = save - h;
+          double down = reduce_elems(red, v, ds->n);
+          v[i] = save;
+          want = rsum * (up - down) / (2 * h);
+        }
+        double got = rf_tensor_get(out[i], e);
+        if (fabs(got - want) > 1e-8 * (1 + fabs(want)))
+          fail_msg("%s gradient, device %d elem %d: got %.12g want %.12g",
+                   red == RF_REDUCE_AVG ? "avg" : red == RF_REDUCE_PROD ? "prod"
+                   : red == RF_REDUCE_MAX ? "max" : "min",
+                   ds->ids[i], e, got, want);
+      }
+    }
+    for (int i = 0; i < ds->n; i++) {
+      rf_tensor_release(in[i]);
+      rf_tensor_release(rv[i]);
+      rf_tensor_release(out[i]);
+    }
+    rf_graph_free(g);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_all_reduce_matrix),
@@ -428,6 +508,7 @@ int main(void) {
       cmocka_unit_test(test_single_device_broadcast),
       cmocka_unit_test(test_all_reduce_and_reduce_broadcast_agree),
       cmocka_unit_test(test_fetching_one_participant_runs_all),
+      cmocka_unit_test(test_other_reduction_gradients),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
