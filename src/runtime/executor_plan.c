@@ -20,7 +20,7 @@ typedef struct builder {
 } builder;
 
 static void plan_destroy(dplan *p) {
-  for (int i = 0; i < p->num_nodes; i++) {
+  for (int i = 0; p->nodes && i < p->num_nodes; i++) {
     xnode *x = &p->nodes[i];
     if (x->state && x->kernel && x->kernel->destroy)
       x->kernel->destroy(x->state);
