@@ -238,6 +238,41 @@ static void test_assign_errors(void **state) {
   rf_graph_free(g);
 }
 
+/* A variable of partly unknown shape takes any value that fits it. */
+static void test_partial_shape(void **state) {
+  (void)state;
+  rf_graph *g = rf_graph_new();
+  rf_output var = rf_variable(g, "v", RF_INT64, rf_shape_of(2, -1, 3));
+  rf_output any = rf_placeholder(g, "any", RF_INT64, rf_shape_unknown());
+  rf_node *assign = rf_assign(g, "assign", var, any);
+  rf_output read = rf_read_variable(g, "read", var);
+  rf_shape rs = rf_output_shape(read), want_static = rf_shape_of(2, -1, 3);
+  assert_true(rf_shape_equal(&rs, &want_static));
+  rf_session *s = new_session(g, 1);
+  for (int rows = 0; rows < 3; rows++) {
+    rf_tensor *value =
+        rf_test_random_tensor(&rng, RF_INT64, rf_shape_of(2, rows, 3), -50, 50);
+    rf_feed feed = {any, value};
+    run_target(s, &feed, 1, assign);
+    rf_tensor *out = fetch1(s, read);
+    double *want = rf_test_to_doubles(value);
+    assert_values(out, want, rf_shape_of(2, rows, 3), RF_INT64);
+    free(want);
+    rf_tensor_release(out);
+    rf_tensor_release(value);
+  }
+  rf_tensor *bad =
+      rf_test_random_tensor(&rng, RF_INT64, rf_shape_of(2, 2, 4), -50, 50);
+  rf_feed feed = {any, bad};
+  assert_status(rf_session_run(s, &feed, 1, NULL, 0, &assign, 1, NULL),
+                RF_INVALID_ARGUMENT,
+                "cannot assign a value of shape (2, 4) to variable 'v' of "
+                "shape (?, 3)");
+  rf_tensor_release(bad);
+  rf_session_free(s);
+  rf_graph_free(g);
+}
+
 static void test_apply_errors(void **state) {
   (void)state;
   rf_graph *g = rf_graph_new();
@@ -546,6 +581,7 @@ int main(void) {
       cmocka_unit_test(test_state_is_per_session),
       cmocka_unit_test(test_uninitialized),
       cmocka_unit_test(test_assign_errors),
+      cmocka_unit_test(test_partial_shape),
       cmocka_unit_test(test_apply_errors),
       cmocka_unit_test(test_gradient_descent),
       cmocka_unit_test(test_update_in_place),
