@@ -60,7 +60,8 @@ static double *ref_reduce(const double *x, const int64_t *dims, int rank,
     if (mask >> k & 1) count *= dims[k];
     else nout *= dims[k];
   }
-  double *fs = calloc((size_t)nout + 1, sizeof(double));
+  /* long double, so the reference is more exact than what it checks. */
+  long double *fs = calloc((size_t)nout + 1, sizeof(long double));
   int64_t *is = calloc((size_t)nout + 1, sizeof(int64_t));
   for (int64_t i = 0; i < total; i++) {
     int64_t rest = i, o = 0, idx[RF_MAX_RANK];
@@ -73,16 +74,17 @@ static double *ref_reduce(const double *x, const int64_t *dims, int rank,
     fs[o] += x[i];
     is[o] += (int64_t)x[i];
   }
+  double *out = calloc((size_t)nout + 1, sizeof(double));
   for (int64_t o = 0; o < nout; o++) {
-    if (rf_dtype_is_float(dt)) {
-      if (mean) fs[o] /= (double)count;
-    } else {
-      fs[o] = wrap_int(dt, mean ? is[o] / count : is[o]);
-    }
+    if (rf_dtype_is_float(dt))
+      out[o] = mean ? (double)(fs[o] / (long double)count) : (double)fs[o];
+    else
+      out[o] = wrap_int(dt, mean ? is[o] / count : is[o]);
   }
+  free(fs);
   free(is);
   *n = nout;
-  return fs;
+  return out;
 }
 
 /* The shape reducing dims over mask gives. */

@@ -4,7 +4,9 @@
  * double / uint64 accumulator buffer; the last reduced group goes first, and
  * a final step converts the accumulators to the output dtype. Contiguous rows
  * (inner == 1) add pairwise in 8 lanes; columns (inner > 1) add blocks of 256
- * columns at once, a loop over r the compiler vectorises. */
+ * columns at once, a loop over r the compiler vectorises. Few long rows, or
+ * few column blocks over many rows, split the rows into fixed chunks whose
+ * partial sums are added afterwards, so large reductions use every thread. */
 #include "kernels/cpu/reduce_sum.h"
 
 #include <math.h>
@@ -167,6 +169,7 @@ typedef struct pass {
   const char *src;
   void *dst; /* 8-byte accumulators */
   int64_t r, inner, nblocks, chunks;
+  int64_t outer, chunk_rows; /* split columns only */
 } pass;
 
 static void run_rows(void *arg, int64_t b, int64_t e) {
@@ -198,12 +201,52 @@ static void run_chunks(void *arg, int64_t b, int64_t e) {
   }
 }
 
+/* Item = (chunk of chunk_rows rows, o, block of columns): partial column
+ * sums, stored chunk-major: dst[(chunk * outer + o) * inner + j]. */
+static void run_col_chunks(void *arg, int64_t b, int64_t e) {
+  const pass *p = arg;
+  for (int64_t it = b; it < e; it++) {
+    int64_t blk = it % p->nblocks, rest = it / p->nblocks;
+    int64_t o = rest % p->outer, ch = rest / p->outer;
+    int64_t j0 = blk * COL_BLOCK, r0 = ch * p->chunk_rows;
+    int64_t len = p->inner - j0 < COL_BLOCK ? p->inner - j0 : COL_BLOCK;
+    int64_t nr = p->r - r0 < p->chunk_rows ? p->r - r0 : p->chunk_rows;
+    const char *src = p->src + (size_t)(((o * p->r + r0) * p->inner + j0) *
+                                        (int64_t)p->ops->size);
+    p->ops->cols(src, nr, p->inner, len,
+                 (char *)p->dst + (size_t)((rest * p->inner) + j0) * 8);
+  }
+}
+
+/* Few column blocks over many rows: the rows split into fixed chunks (the
+ * same whatever the thread count) summed in parallel, then the chunks'
+ * partial sums added in order, column by column. */
+static rf_status *split_cols(rf__kernel_ctx *ctx, pass *p, kind k, int64_t w,
+                             void *dst) {
+  p->chunk_rows = SPLIT_CHUNK / w;
+  p->chunks = (p->r + p->chunk_rows - 1) / p->chunk_rows;
+  int64_t m = p->outer * p->inner;
+  char *partial = rf__malloc((size_t)(p->chunks * m) * 8);
+  RF_CHECK_ALLOC(partial);
+  p->dst = partial;
+  rf__kernel_parallel_for(ctx, p->chunks * p->outer * p->nblocks,
+                          p->chunk_rows * w, run_col_chunks, p);
+  const kind_ops *acc = &kinds[acc_kind(k)];
+  for (int64_t j0 = 0; j0 < m; j0 += COL_BLOCK)
+    acc->cols(partial + j0 * 8, p->chunks, m,
+              m - j0 < COL_BLOCK ? m - j0 : COL_BLOCK, (char *)dst + j0 * 8);
+  rf__free(partial);
+  return NULL;
+}
+
 static rf_status *run_pass(rf__kernel_ctx *ctx, kind k, const void *src,
                            int64_t outer, int64_t r, int64_t inner, void *dst) {
-  pass p = {&kinds[k], src, dst, r, inner, 0, 0};
+  pass p = {&kinds[k], src, dst, r, inner, 0, 0, outer, 0};
   if (inner > 1) {
     p.nblocks = (inner + COL_BLOCK - 1) / COL_BLOCK;
     int64_t w = inner < COL_BLOCK ? inner : COL_BLOCK;
+    if (outer * p.nblocks < 8 && r * w >= 4 * SPLIT_CHUNK)
+      return split_cols(ctx, &p, k, w, dst);
     rf__kernel_parallel_for(ctx, outer * p.nblocks, r * w, run_cols, &p);
     return NULL;
   }
