@@ -55,9 +55,9 @@ static double ref_act(int op, double a, double b) {
     case RELU: return isnan(a) ? a : (a > 0 ? a : 0);
     case SIGMOID: return 1 / (1 + exp(-a));
     case TANH: return tanh(a);
-    case RELU_GRAD: return b > 0 ? a : 0; /* (dy, x) */
+    case RELU_GRAD: return b > 0 ? a : 0;      /* (dy, x) */
     case SIGMOID_GRAD: return b * a * (1 - a); /* (y, dy) */
-    default: return b * (1 - a * a); /* (y, dy) */
+    default: return b * (1 - a * a);           /* (y, dy) */
   }
 }
 
@@ -74,8 +74,8 @@ static rf_output act_node(rf_graph *g, int op, rf_output a, rf_output b) {
 }
 
 static void check_activations(uint64_t *rng, rf_dtype dt) {
-  static const int64_t sizes[][3] = {{1, 1, 0}, {1, 1, 1}, {1, 1, 7},
-                                     {3, 5, 67}};
+  static const int64_t sizes[][3] = {
+      {1, 1, 0}, {1, 1, 1}, {1, 1, 7}, {3, 5, 67}};
   enum { NS = 4 };
   bool is_int = !rf_dtype_is_float(dt);
   rf_graph *g = rf_graph_new();
@@ -83,7 +83,8 @@ static void check_activations(uint64_t *rng, rf_dtype dt) {
   rf_output fetch[NUM_ACT * NS];
   int ops[NUM_ACT * NS], shape_of[NUM_ACT * NS], nfetch = 0;
   for (int s = 0; s < NS; s++) {
-    rf_shape sh = rf_shape_make(s == 3 ? 3 : 1, s == 3 ? sizes[s] : &sizes[s][2]);
+    rf_shape sh =
+        rf_shape_make(s == 3 ? 3 : 1, s == 3 ? sizes[s] : &sizes[s][2]);
     double lo = is_int ? -100 : -6, hi = is_int ? 100 : 6;
     feeds[2 * s] = (rf_feed){rf_placeholder(g, NULL, dt, sh),
                              rf_test_random_tensor(rng, dt, sh, lo, hi)};
@@ -155,19 +156,19 @@ static void test_dtypes_outside_the_op_are_rejected(void **state) {
   rf_shape v = rf_shape_of(1, (int64_t)3);
   assert_status(build_status(0, RF_UINT8, v, RF_FLOAT32, v),
                 RF_INVALID_ARGUMENT, "uint8");
-  assert_status(build_status(0, RF_BOOL, v, RF_FLOAT32, v),
-                RF_INVALID_ARGUMENT, "bool");
+  assert_status(build_status(0, RF_BOOL, v, RF_FLOAT32, v), RF_INVALID_ARGUMENT,
+                "bool");
   assert_status(build_status(1, RF_INT32, v, RF_FLOAT32, v),
                 RF_INVALID_ARGUMENT, "int32");
   assert_status(build_status(2, RF_INT64, v, RF_FLOAT32, v),
                 RF_INVALID_ARGUMENT, "int64");
-  assert_status(build_status(3, RF_INT8, v, RF_FLOAT32, v),
-                RF_INVALID_ARGUMENT, "int8");
-  assert_status(build_status(4, RF_INT32, v, RF_INT32, v),
-                RF_INVALID_ARGUMENT, "int32");
+  assert_status(build_status(3, RF_INT8, v, RF_FLOAT32, v), RF_INVALID_ARGUMENT,
+                "int8");
+  assert_status(build_status(4, RF_INT32, v, RF_INT32, v), RF_INVALID_ARGUMENT,
+                "int32");
   rf_shape m = rf_shape_of(2, (int64_t)3, (int64_t)4);
-  assert_status(build_status(5, RF_INT32, m, RF_INT32, v),
-                RF_INVALID_ARGUMENT, "int32");
+  assert_status(build_status(5, RF_INT32, m, RF_INT32, v), RF_INVALID_ARGUMENT,
+                "int32");
   assert_status(build_status(5, RF_FLOAT32, m, RF_FLOAT32, v),
                 RF_INVALID_ARGUMENT, "float32");
   assert_status(build_status(5, RF_FLOAT32, m, RF_UINT8, v),
@@ -179,8 +180,8 @@ static void test_dtypes_outside_the_op_are_rejected(void **state) {
 static void test_bias_add_and_grad(void **state) {
   (void)state;
   uint64_t rng = rng_for(3);
-  static const int64_t shapes[][4] = {
-      {5}, {1, 1}, {4, 7}, {2, 3, 9}, {2, 1, 3, 33}, {0, 5}, {3, 0}};
+  static const int64_t shapes[][4] = {{5},           {1, 1}, {4, 7}, {2, 3, 9},
+                                      {2, 1, 3, 33}, {0, 5}, {3, 0}};
   static const int ranks[] = {1, 2, 2, 3, 4, 2, 2};
   for (int d = 0; d < 4; d++) {
     rf_dtype dt = floats[d];
@@ -223,17 +224,17 @@ static void test_bias_add_and_grad(void **state) {
 static void test_bias_add_errors(void **state) {
   (void)state;
   rf_shape m = rf_shape_of(2, (int64_t)3, (int64_t)4);
-  assert_status(build_status(4, RF_FLOAT32, m, RF_FLOAT32,
-                             rf_shape_of(1, (int64_t)5)),
-                RF_INVALID_ARGUMENT, "does not match the last dimension");
+  assert_status(
+      build_status(4, RF_FLOAT32, m, RF_FLOAT32, rf_shape_of(1, (int64_t)5)),
+      RF_INVALID_ARGUMENT, "does not match the last dimension");
   assert_status(build_status(4, RF_FLOAT32, m, RF_FLOAT32, m),
                 RF_INVALID_ARGUMENT, "bias must have rank 1");
   assert_status(build_status(4, RF_FLOAT64, rf_shape_scalar(), RF_FLOAT64,
                              rf_shape_of(1, (int64_t)1)),
                 RF_INVALID_ARGUMENT, "value must have rank >= 1");
-  assert_status(build_status(4, RF_FLOAT32, m, RF_FLOAT64,
-                             rf_shape_of(1, (int64_t)4)),
-                RF_INVALID_ARGUMENT, NULL);
+  assert_status(
+      build_status(4, RF_FLOAT32, m, RF_FLOAT64, rf_shape_of(1, (int64_t)4)),
+      RF_INVALID_ARGUMENT, NULL);
   /* Shapes known only at run time. */
   uint64_t rng = rng_for(4);
   rf_graph *g = rf_graph_new();
@@ -242,8 +243,8 @@ static void test_bias_add_errors(void **state) {
   rf_output y = rf_bias_add(g, "badd", xp, bp);
   assert_graph_ok(g);
   rf_tensor *x = rf_test_random_tensor(&rng, RF_FLOAT32, m, 0, 1);
-  rf_tensor *b = rf_test_random_tensor(&rng, RF_FLOAT32,
-                                       rf_shape_of(1, (int64_t)3), 0, 1);
+  rf_tensor *b =
+      rf_test_random_tensor(&rng, RF_FLOAT32, rf_shape_of(1, (int64_t)3), 0, 1);
   rf_feed feeds[2] = {{xp, x}, {bp, b}};
   rf_tensor *out = NULL;
   rf_status *st = try_run(g, feeds, 2, &y, 1, &out);
@@ -273,7 +274,7 @@ static double *ref_softmax(const double *x, int64_t n, int64_t c) {
 static void test_softmax_and_grad(void **state) {
   (void)state;
   uint64_t rng = rng_for(5);
-  static const int64_t shapes[][3] = {{1}, {6}, {3, 7}, {2, 3, 33},
+  static const int64_t shapes[][3] = {{1},    {6},    {3, 7},  {2, 3, 33},
                                       {0, 4}, {4, 1}, {2, 300}};
   static const int ranks[] = {1, 1, 2, 3, 2, 2, 2};
   for (int d = 0; d < 4; d++) {
@@ -409,8 +410,8 @@ static void test_sparse_xent_every_dtype(void **state) {
   for (int d = 0; d < 4; d++)
     for (int l = 0; l < 2; l++)
       for (int s = 0; s < 4; s++)
-        check_xent(&rng, floats[d], l ? RF_INT64 : RF_INT32, bc[s][0],
-                   bc[s][1], s % 2 ? 1000 : -1000);
+        check_xent(&rng, floats[d], l ? RF_INT64 : RF_INT32, bc[s][0], bc[s][1],
+                   s % 2 ? 1000 : -1000);
 }
 
 /* Runs xent on logits (b, c) with nl labels, all shapes unknown until run
@@ -418,8 +419,8 @@ static void test_sparse_xent_every_dtype(void **state) {
 static rf_status *xent_run(rf_dtype lt, const double *labels, int64_t nl,
                            int64_t b, int64_t c) {
   uint64_t rng = rng_for(8);
-  rf_tensor *x = rf_test_random_tensor(&rng, RF_FLOAT32, rf_shape_of(2, b, c),
-                                       -1, 1);
+  rf_tensor *x =
+      rf_test_random_tensor(&rng, RF_FLOAT32, rf_shape_of(2, b, c), -1, 1);
   rf_shape bs = rf_shape_of(1, nl);
   rf_tensor *l;
   assert_ok(rf_tensor_new(lt, &bs, NULL, &l));
@@ -447,8 +448,8 @@ static void test_sparse_xent_errors(void **state) {
   assert_status(st, RF_INVALID_ARGUMENT, "label value 4 at labels[2]");
   assert_status(xent_run(RF_INT64, (double[]){-1, 0}, 2, 2, 3),
                 RF_INVALID_ARGUMENT, "label value -1 at labels[0]");
-  assert_status(xent_run(RF_INT64, (double[]){0}, 1, 1, 0),
-                RF_INVALID_ARGUMENT, "[0, 0)");
+  assert_status(xent_run(RF_INT64, (double[]){0}, 1, 1, 0), RF_INVALID_ARGUMENT,
+                "[0, 0)");
   /* Run time: labels that do not match the batch. */
   assert_status(xent_run(RF_INT32, (double[]){0, 0}, 2, 3, 4),
                 RF_INVALID_ARGUMENT, "labels must be (3)");
@@ -459,9 +460,9 @@ static void test_sparse_xent_errors(void **state) {
                 RF_INVALID_ARGUMENT, "logits must have rank 2");
   assert_status(build_status(5, RF_FLOAT32, m, RF_INT32, m),
                 RF_INVALID_ARGUMENT, "labels must have rank 1");
-  assert_status(build_status(5, RF_FLOAT32, m, RF_INT64,
-                             rf_shape_of(1, (int64_t)4)),
-                RF_INVALID_ARGUMENT, "does not match the rows of logits");
+  assert_status(
+      build_status(5, RF_FLOAT32, m, RF_INT64, rf_shape_of(1, (int64_t)4)),
+      RF_INVALID_ARGUMENT, "does not match the rows of logits");
 }
 
 int main(void) {

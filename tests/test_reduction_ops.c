@@ -57,8 +57,10 @@ static double *ref_reduce(const double *x, const int64_t *dims, int rank,
   int64_t total = 1, count = 1, nout = 1;
   for (int k = 0; k < rank; k++) {
     total *= dims[k];
-    if (mask >> k & 1) count *= dims[k];
-    else nout *= dims[k];
+    if (mask >> k & 1)
+      count *= dims[k];
+    else
+      nout *= dims[k];
   }
   /* long double, so the reference is more exact than what it checks. */
   long double *fs = calloc((size_t)nout + 1, sizeof(long double));
@@ -93,8 +95,10 @@ static rf_shape reduced_shape(const int64_t *dims, int rank, uint32_t mask,
   int64_t out[RF_MAX_RANK];
   int n = 0;
   for (int k = 0; k < rank; k++) {
-    if (!(mask >> k & 1)) out[n++] = dims[k];
-    else if (keep) out[n++] = 1;
+    if (!(mask >> k & 1))
+      out[n++] = dims[k];
+    else if (keep)
+      out[n++] = 1;
   }
   return rf_shape_make(n, out);
 }
@@ -150,7 +154,8 @@ static double *ref_reduce_grad(const double *dy, const int64_t *dims, int rank,
     for (int k = 0; k < rank; k++)
       if (!(mask >> k & 1)) o = o * dims[k] + idx[k];
     double v = dy[o];
-    if (mean) v = rf_dtype_is_float(dt) ? v / (double)count : trunc(v / (double)count);
+    if (mean)
+      v = rf_dtype_is_float(dt) ? v / (double)count : trunc(v / (double)count);
     dx[i] = v;
   }
   return dx;
@@ -161,8 +166,8 @@ static double *ref_reduce_grad(const double *dy, const int64_t *dims, int rank,
 static void check_rank3(uint64_t *rng, rf_dtype dt, const int64_t *dims) {
   enum { N = 8 * 2 * 2 };
   rf_shape xs = rf_shape_make(3, dims);
-  rf_tensor *x = rf_test_random_tensor(rng, dt, xs, dt == RF_UINT8 ? 0 : -100,
-                                       100);
+  rf_tensor *x =
+      rf_test_random_tensor(rng, dt, xs, dt == RF_UINT8 ? 0 : -100, 100);
   if (rf_dtype_is_float(dt)) { /* keep float sums in a comfortable range */
     for (int64_t i = 0; i < rf_tensor_num_elements(x); i++)
       rf_tensor_set(x, i, rf_tensor_get(x, i) / 100.0);
@@ -192,8 +197,8 @@ static void check_rank3(uint64_t *rng, rf_dtype dt, const int64_t *dims) {
     dys[i] = rf_test_random_tensor(rng, dt, want, dt == RF_UINT8 ? 0 : -50, 50);
     rf_output dyp = rf_placeholder(g, NULL, dt, want);
     feeds[nf++] = (rf_feed){dyp, dys[i]};
-    fetch[N + i] = reduce_grad_node(g, mean ? "_MeanGrad" : "_SumGrad", dyp,
-                                    xp, axes, na, false, keep);
+    fetch[N + i] = reduce_grad_node(g, mean ? "_MeanGrad" : "_SumGrad", dyp, xp,
+                                    axes, na, false, keep);
   }
   assert_graph_ok(g);
   rf_tensor *outs[2 * N];
@@ -262,8 +267,10 @@ static void test_ranks_0_to_4_shapes_at_run_time(void **state) {
         rf_output y = mean ? rf_mean(g, "y", xp, axes, na, keep)
                            : rf_sum(g, "y", xp, axes, na, keep);
         rf_shape built = rf_output_shape(y);
-        if (all && !keep) assert_int_equal(built.rank, 0);
-        else assert_int_equal(built.rank, RF_UNKNOWN_RANK);
+        if (all && !keep)
+          assert_int_equal(built.rank, 0);
+        else
+          assert_int_equal(built.rank, RF_UNKNOWN_RANK);
         rf_feed feed = {xp, x};
         rf_tensor *out;
         rf_test_run(g, 1, &feed, 1, &y, 1, &out);
@@ -292,8 +299,9 @@ static rf_tensor *reduce_values(const char *op, rf_dtype dt, int rank,
     rf_tensor_set(x, i, values[i]);
   rf_graph *g = rf_graph_new();
   rf_output c = rf_const(g, "x", x);
-  rf_output y = strcmp(op, "Sum") == 0 ? rf_sum(g, NULL, c, axes, naxes, false)
-                                       : rf_mean(g, NULL, c, axes, naxes, false);
+  rf_output y = strcmp(op, "Sum") == 0
+                    ? rf_sum(g, NULL, c, axes, naxes, false)
+                    : rf_mean(g, NULL, c, axes, naxes, false);
   rf_tensor *out;
   rf_test_run(g, 1, NULL, 0, &y, 1, &out);
   rf_graph_free(g);
@@ -306,15 +314,15 @@ static rf_tensor *reduce_values(const char *op, rf_dtype dt, int rank,
 static void test_integer_wrap_and_truncation(void **state) {
   (void)state;
   int64_t two = 2, three = 3;
-  rf_tensor *t = reduce_values("Sum", RF_INT8, 1, &two, (double[]){100, 100},
-                               NULL, -1);
+  rf_tensor *t =
+      reduce_values("Sum", RF_INT8, 1, &two, (double[]){100, 100}, NULL, -1);
   assert_int_equal(((const int8_t *)rf_tensor_data(t))[0], -56);
   rf_tensor_release(t);
   t = reduce_values("Sum", RF_UINT8, 1, &two, (double[]){200, 100}, NULL, -1);
   assert_int_equal(((const uint8_t *)rf_tensor_data(t))[0], 44);
   rf_tensor_release(t);
-  t = reduce_values("Sum", RF_INT32, 1, &two,
-                    (double[]){2147483647.0, 2.0}, NULL, -1);
+  t = reduce_values("Sum", RF_INT32, 1, &two, (double[]){2147483647.0, 2.0},
+                    NULL, -1);
   assert_int_equal(((const int32_t *)rf_tensor_data(t))[0], -2147483647);
   rf_tensor_release(t);
   /* int64: INT64_MAX + 1 wraps to INT64_MIN, built bit-exactly. */
@@ -330,8 +338,8 @@ static void test_integer_wrap_and_truncation(void **state) {
   rf_graph_free(g);
   rf_tensor_release(x);
   /* Means: (100+100+100)/3 in int8 without overflow; -7/2 -> -3. */
-  t = reduce_values("Mean", RF_INT8, 1, &three, (double[]){100, 100, 100},
-                    NULL, -1);
+  t = reduce_values("Mean", RF_INT8, 1, &three, (double[]){100, 100, 100}, NULL,
+                    -1);
   assert_int_equal(((const int8_t *)rf_tensor_data(t))[0], 100);
   rf_tensor_release(t);
   t = reduce_values("Mean", RF_INT32, 1, &two, (double[]){-3, -4}, NULL, -1);
@@ -494,10 +502,11 @@ static void test_empty_reductions(void **state) {
   assert_ok(rf_tensor_new(RF_FLOAT32, &s, NULL, &xf));
   assert_ok(rf_tensor_new(RF_INT32, &s, NULL, &xi));
   rf_output cf = rf_const(g, "xf", xf), ci = rf_const(g, "xi", xi);
-  rf_output ys[5] = {
-      rf_sum(g, NULL, cf, &axis1, 1, false), rf_mean(g, NULL, cf, &axis1, 1, true),
-      rf_sum(g, NULL, ci, &axis1, 1, false), rf_mean(g, NULL, ci, &axis0, 1, false),
-      rf_argmax(g, NULL, cf, 0)};
+  rf_output ys[5] = {rf_sum(g, NULL, cf, &axis1, 1, false),
+                     rf_mean(g, NULL, cf, &axis1, 1, true),
+                     rf_sum(g, NULL, ci, &axis1, 1, false),
+                     rf_mean(g, NULL, ci, &axis0, 1, false),
+                     rf_argmax(g, NULL, cf, 0)};
   rf_tensor *outs[5];
   rf_test_run(g, 1, NULL, 0, ys, 5, outs);
   double zeros[3] = {0, 0, 0}, nans[3] = {NAN, NAN, NAN};
@@ -549,13 +558,14 @@ static void test_build_time_errors(void **state) {
                 "axis -3 is out of range");
   assert_status(build_error(rf_shape_scalar(), RF_INT8, 2, NULL, 0),
                 RF_INVALID_ARGUMENT, "rank >= 1");
-  assert_status(build_error(rf_shape_of(2, (int64_t)3, (int64_t)0), RF_INT8, 2,
-                            NULL, 1),
-                RF_INVALID_ARGUMENT, "length 0");
+  assert_status(
+      build_error(rf_shape_of(2, (int64_t)3, (int64_t)0), RF_INT8, 2, NULL, 1),
+      RF_INVALID_ARGUMENT, "length 0");
   /* dy of the wrong shape for _SumGrad. */
   rf_graph *g = rf_graph_new();
   rf_output x = rf_placeholder(g, "x", RF_FLOAT32, m);
-  rf_output dy = rf_placeholder(g, "dy", RF_FLOAT32, rf_shape_of(1, (int64_t)4));
+  rf_output dy =
+      rf_placeholder(g, "dy", RF_FLOAT32, rf_shape_of(1, (int64_t)4));
   rf_node_builder *b = rf_node_builder_new(g, "_SumGrad", "dx");
   rf_node_builder_input(b, dy);
   rf_node_builder_input(b, x);
@@ -589,13 +599,12 @@ static rf_status *run_error(rf_tensor *x, int which, const int64_t *axes,
 static void test_run_time_errors(void **state) {
   (void)state;
   uint64_t rng = rng_for(9);
-  rf_tensor *m = rf_test_random_tensor(&rng, RF_FLOAT32,
-                                       rf_shape_of(2, (int64_t)3, (int64_t)4),
-                                       0, 1);
-  rf_tensor *e = rf_test_random_tensor(&rng, RF_INT32,
-                                       rf_shape_of(2, (int64_t)3, (int64_t)0),
-                                       0, 1);
-  rf_tensor *sc = rf_test_random_tensor(&rng, RF_INT64, rf_shape_scalar(), 0, 1);
+  rf_tensor *m = rf_test_random_tensor(
+      &rng, RF_FLOAT32, rf_shape_of(2, (int64_t)3, (int64_t)4), 0, 1);
+  rf_tensor *e = rf_test_random_tensor(
+      &rng, RF_INT32, rf_shape_of(2, (int64_t)3, (int64_t)0), 0, 1);
+  rf_tensor *sc =
+      rf_test_random_tensor(&rng, RF_INT64, rf_shape_scalar(), 0, 1);
   int64_t ax2 = 2, dup[2] = {0, -2}, ax1 = 1;
   rf_status *st = run_error(m, 0, &ax2, 1);
   assert_true(strstr(rf_status_message(st), "red") != NULL);

@@ -22,7 +22,16 @@ enum {
   SPLIT_CHUNK = 32768,  /* a long single row splits into chunks this long */
 };
 
-typedef enum kind { K_F16, K_BF16, K_F32, K_F64, K_I8, K_U8, K_I32, K_I64 } kind;
+typedef enum kind {
+  K_F16,
+  K_BF16,
+  K_F32,
+  K_F64,
+  K_I8,
+  K_U8,
+  K_I32,
+  K_I64
+} kind;
 
 /* What one pass does for one input kind; dst is double* or uint64_t*. */
 typedef struct kind_ops {
@@ -41,62 +50,62 @@ typedef struct kind_ops {
 #define LOAD_UNSIGNED(p, i) ((uint64_t)(p)[i])
 
 /* Float kinds: pairwise sums of rows, two-level sums of columns. */
-#define DEFINE_FLOAT_KIND(NAME, T, LOAD)                                       \
-  static double rowsum_##NAME(const T *x, int64_t n) {                         \
-    if (n > PAIRWISE_BLOCK) {                                                  \
-      int64_t h = ((n / 2) + 7) & ~(int64_t)7;                                 \
-      return rowsum_##NAME(x, h) + rowsum_##NAME(x + h, n - h);                \
-    }                                                                          \
-    double a[8] = {0};                                                         \
-    int64_t i = 0;                                                             \
-    for (; i + 8 <= n; i += 8)                                                 \
-      for (int j = 0; j < 8; j++) a[j] += LOAD(x, i + j);                      \
-    for (int j = 0; i + j < n; j++) a[j] += LOAD(x, i + j);                    \
-    return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));  \
-  }                                                                            \
-  static void rows_##NAME(const void *src, int64_t r, int64_t ob, int64_t oe,  \
-                          void *dst) {                                         \
-    const T *x = src;                                                          \
-    for (int64_t o = ob; o < oe; o++)                                          \
-      ((double *)dst)[o] = rowsum_##NAME(x + o * r, r);                        \
-  }                                                                            \
-  static void cols_##NAME(const void *src, int64_t r, int64_t inner,           \
-                          int64_t len, void *dst) {                            \
-    const T *x = src;                                                          \
-    double acc[COL_BLOCK] = {0}, part[COL_BLOCK];                              \
-    for (int64_t rb = 0; rb < r; rb += ROW_BLOCK) {                            \
-      int64_t re = rb + ROW_BLOCK < r ? rb + ROW_BLOCK : r;                    \
-      for (int64_t j = 0; j < len; j++) part[j] = 0;                           \
-      for (int64_t rr = rb; rr < re; rr++) {                                   \
-        const T *row = x + rr * inner;                                         \
-        for (int64_t j = 0; j < len; j++) part[j] += LOAD(row, j);             \
-      }                                                                        \
-      for (int64_t j = 0; j < len; j++) acc[j] += part[j];                     \
-    }                                                                          \
-    memcpy(dst, acc, (size_t)len * sizeof(double));                            \
+#define DEFINE_FLOAT_KIND(NAME, T, LOAD)                                      \
+  static double rowsum_##NAME(const T *x, int64_t n) {                        \
+    if (n > PAIRWISE_BLOCK) {                                                 \
+      int64_t h = ((n / 2) + 7) & ~(int64_t)7;                                \
+      return rowsum_##NAME(x, h) + rowsum_##NAME(x + h, n - h);               \
+    }                                                                         \
+    double a[8] = {0};                                                        \
+    int64_t i = 0;                                                            \
+    for (; i + 8 <= n; i += 8)                                                \
+      for (int j = 0; j < 8; j++) a[j] += LOAD(x, i + j);                     \
+    for (int j = 0; i + j < n; j++) a[j] += LOAD(x, i + j);                   \
+    return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7])); \
+  }                                                                           \
+  static void rows_##NAME(const void *src, int64_t r, int64_t ob, int64_t oe, \
+                          void *dst) {                                        \
+    const T *x = src;                                                         \
+    for (int64_t o = ob; o < oe; o++)                                         \
+      ((double *)dst)[o] = rowsum_##NAME(x + o * r, r);                       \
+  }                                                                           \
+  static void cols_##NAME(const void *src, int64_t r, int64_t inner,          \
+                          int64_t len, void *dst) {                           \
+    const T *x = src;                                                         \
+    double acc[COL_BLOCK] = {0}, part[COL_BLOCK];                             \
+    for (int64_t rb = 0; rb < r; rb += ROW_BLOCK) {                           \
+      int64_t re = rb + ROW_BLOCK < r ? rb + ROW_BLOCK : r;                   \
+      for (int64_t j = 0; j < len; j++) part[j] = 0;                          \
+      for (int64_t rr = rb; rr < re; rr++) {                                  \
+        const T *row = x + rr * inner;                                        \
+        for (int64_t j = 0; j < len; j++) part[j] += LOAD(row, j);            \
+      }                                                                       \
+      for (int64_t j = 0; j < len; j++) acc[j] += part[j];                    \
+    }                                                                         \
+    memcpy(dst, acc, (size_t)len * sizeof(double));                           \
   }
 
 /* Integer kinds: uint64 sums wrap, so order does not matter. */
-#define DEFINE_INT_KIND(NAME, T, LOAD)                                         \
-  static void rows_##NAME(const void *src, int64_t r, int64_t ob, int64_t oe,  \
-                          void *dst) {                                         \
-    const T *x = src;                                                          \
-    for (int64_t o = ob; o < oe; o++) {                                        \
-      const T *row = x + o * r;                                                \
-      uint64_t s = 0;                                                          \
-      for (int64_t i = 0; i < r; i++) s += LOAD(row, i);                       \
-      ((uint64_t *)dst)[o] = s;                                                \
-    }                                                                          \
-  }                                                                            \
-  static void cols_##NAME(const void *src, int64_t r, int64_t inner,           \
-                          int64_t len, void *dst) {                            \
-    const T *x = src;                                                          \
-    uint64_t acc[COL_BLOCK] = {0};                                             \
-    for (int64_t rr = 0; rr < r; rr++) {                                       \
-      const T *row = x + rr * inner;                                           \
-      for (int64_t j = 0; j < len; j++) acc[j] += LOAD(row, j);                \
-    }                                                                          \
-    memcpy(dst, acc, (size_t)len * sizeof(uint64_t));                          \
+#define DEFINE_INT_KIND(NAME, T, LOAD)                                        \
+  static void rows_##NAME(const void *src, int64_t r, int64_t ob, int64_t oe, \
+                          void *dst) {                                        \
+    const T *x = src;                                                         \
+    for (int64_t o = ob; o < oe; o++) {                                       \
+      const T *row = x + o * r;                                               \
+      uint64_t s = 0;                                                         \
+      for (int64_t i = 0; i < r; i++) s += LOAD(row, i);                      \
+      ((uint64_t *)dst)[o] = s;                                               \
+    }                                                                         \
+  }                                                                           \
+  static void cols_##NAME(const void *src, int64_t r, int64_t inner,          \
+                          int64_t len, void *dst) {                           \
+    const T *x = src;                                                         \
+    uint64_t acc[COL_BLOCK] = {0};                                            \
+    for (int64_t rr = 0; rr < r; rr++) {                                      \
+      const T *row = x + rr * inner;                                          \
+      for (int64_t j = 0; j < len; j++) acc[j] += LOAD(row, j);               \
+    }                                                                         \
+    memcpy(dst, acc, (size_t)len * sizeof(uint64_t));                         \
   }
 
 DEFINE_FLOAT_KIND(f16, uint16_t, LOAD_F16)
@@ -109,10 +118,10 @@ DEFINE_INT_KIND(i32, int32_t, LOAD_SIGNED)
 DEFINE_INT_KIND(i64, int64_t, LOAD_UNSIGNED)
 
 static const kind_ops kinds[] = {
-    [K_F16] = {rows_f16, cols_f16, 2},  [K_BF16] = {rows_bf16, cols_bf16, 2},
-    [K_F32] = {rows_f32, cols_f32, 4},  [K_F64] = {rows_f64, cols_f64, 8},
-    [K_I8] = {rows_i8, cols_i8, 1},     [K_U8] = {rows_u8, cols_u8, 1},
-    [K_I32] = {rows_i32, cols_i32, 4},  [K_I64] = {rows_i64, cols_i64, 8},
+    [K_F16] = {rows_f16, cols_f16, 2}, [K_BF16] = {rows_bf16, cols_bf16, 2},
+    [K_F32] = {rows_f32, cols_f32, 4}, [K_F64] = {rows_f64, cols_f64, 8},
+    [K_I8] = {rows_i8, cols_i8, 1},    [K_U8] = {rows_u8, cols_u8, 1},
+    [K_I32] = {rows_i32, cols_i32, 4}, [K_I64] = {rows_i64, cols_i64, 8},
 };
 
 static kind kind_of(rf_dtype d) {
@@ -183,8 +192,8 @@ static void run_cols(void *arg, int64_t b, int64_t e) {
   for (int64_t it = b; it < e; it++) {
     int64_t o = it / p->nblocks, j0 = (it % p->nblocks) * COL_BLOCK;
     int64_t len = p->inner - j0 < COL_BLOCK ? p->inner - j0 : COL_BLOCK;
-    const char *src = p->src + (size_t)((o * p->r * p->inner + j0) *
-                                        (int64_t)p->ops->size);
+    const char *src =
+        p->src + (size_t)((o * p->r * p->inner + j0) * (int64_t)p->ops->size);
     p->ops->cols(src, p->r, p->inner, len,
                  (char *)p->dst + (size_t)(o * p->inner + j0) * 8);
   }
@@ -196,7 +205,8 @@ static void run_chunks(void *arg, int64_t b, int64_t e) {
   for (int64_t it = b; it < e; it++) {
     int64_t o = it / p->chunks, c0 = (it % p->chunks) * SPLIT_CHUNK;
     int64_t len = p->r - c0 < SPLIT_CHUNK ? p->r - c0 : SPLIT_CHUNK;
-    const char *src = p->src + (size_t)((o * p->r + c0) * (int64_t)p->ops->size);
+    const char *src =
+        p->src + (size_t)((o * p->r + c0) * (int64_t)p->ops->size);
     p->ops->rows(src, len, 0, 1, (char *)p->dst + (size_t)it * 8);
   }
 }
@@ -309,7 +319,9 @@ static void run_finish(void *arg, int64_t b, int64_t e) {
     for (int64_t i = b; i < e; i++) {
       double v = f->mean ? acc[i] / scale : acc[i];
       switch (f->dtype) {
-        case RF_FLOAT16: ((uint16_t *)f->out)[i] = rf_float_to_half((float)v); break;
+        case RF_FLOAT16:
+          ((uint16_t *)f->out)[i] = rf_float_to_half((float)v);
+          break;
         case RF_BFLOAT16:
           ((uint16_t *)f->out)[i] = rf_float_to_bfloat16((float)v);
           break;
@@ -338,8 +350,7 @@ static rf_status *fill_empty(rf__kernel_ctx *ctx, bool mean, rf_tensor *out) {
     return rf__kernel_error(ctx, RF_INVALID_ARGUMENT,
                             "mean of an empty set of %s values is undefined",
                             rf_dtype_name(out->dtype));
-  for (int64_t i = 0; i < out->num_elements; i++)
-    rf_tensor_set(out, i, NAN);
+  for (int64_t i = 0; i < out->num_elements; i++) rf_tensor_set(out, i, NAN);
   return NULL;
 }
 
@@ -373,10 +384,10 @@ rf_status *rf__cpu_reduce_sum(rf__kernel_ctx *ctx, const rf_tensor *x,
     for (int i = j + 1; i < g.n; i++) inner *= g.d[i];
     groups_remove(&g, j);
     j = last_reduced(&g);
-    void *dst = j < 0 && direct ? out->data
-                                : rf__malloc((size_t)(outer * inner) * 8);
-    rf_status *st = dst ? run_pass(ctx, k, src, outer, r, inner, dst)
-                        : rf__oom();
+    void *dst =
+        j < 0 && direct ? out->data : rf__malloc((size_t)(outer * inner) * 8);
+    rf_status *st =
+        dst ? run_pass(ctx, k, src, outer, r, inner, dst) : rf__oom();
     rf__free(buf);
     buf = dst == out->data ? NULL : dst;
     if (st) {

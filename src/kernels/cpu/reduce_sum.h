@@ -31,7 +31,6 @@ typedef struct rf__axis_groups {
   bool reduced[RF_MAX_RANK];
 } rf__axis_groups;
 
-void rf__axis_groups_make(const rf_shape *s, uint32_t mask,
-                          rf__axis_groups *g);
+void rf__axis_groups_make(const rf_shape *s, uint32_t mask, rf__axis_groups *g);
 
 #endif
