@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/kernel.h"
+#include "ringflow/debug.h"
 #include "testutil.h"
 
 static const rf_dtype floats[] = {RF_FLOAT16, RF_BFLOAT16, RF_FLOAT32,
@@ -465,6 +467,49 @@ static void test_sparse_xent_errors(void **state) {
       RF_INVALID_ARGUMENT, "does not match the rows of logits");
 }
 
+/* Every allocation failure inside the kernels of the two-output
+ * cross-entropy and _BiasAddGrad (which sums through scratch buffers) is
+ * RESOURCE_EXHAUSTED and leaks nothing. */
+static void test_allocation_failures(void **state) {
+  (void)state;
+  uint64_t rng = rng_for(9);
+  rf_shape ls = rf_shape_of(2, 6, 5), bs = rf_shape_of(1, 6),
+           big = rf_shape_of(3, 40000, 2, 5);
+  rf_tensor *x = rf_test_random_tensor(&rng, RF_FLOAT32, ls, -1, 1);
+  rf_tensor *l = rf_test_random_tensor(&rng, RF_INT64, bs, 0, 5);
+  rf_tensor *d = rf_test_random_tensor(&rng, RF_BFLOAT16, big, -1, 1);
+  rf_graph *g = rf_graph_new();
+  rf_output xp = rf_placeholder(g, "x", RF_FLOAT32, ls);
+  rf_output lp = rf_placeholder(g, "l", RF_INT64, bs);
+  rf_output dp = rf_placeholder(g, "d", RF_BFLOAT16, big);
+  rf_node *nodes[2] = {rf_sparse_softmax_cross_entropy(g, NULL, xp, lp).node,
+                       internal(g, "_BiasAddGrad", &dp, 1).node};
+  assert_graph_ok(g);
+  rf_tensor *in[2][2] = {{x, l}, {d}};
+  for (int i = 0; i < 2; i++) {
+    rf_tensor *outs[2] = {NULL, NULL};
+    int k;
+    for (k = 1; k < 1000; k++) {
+      rf_default_allocator_trim();
+      int64_t live = rf_debug_live_allocations();
+      rf_debug_fail_allocation_after(k);
+      rf_status *st = rf__kernel_run_single(nodes[i], in[i], outs);
+      rf_debug_fail_allocation_after(0);
+      if (!st) break;
+      assert_status(st, RF_RESOURCE_EXHAUSTED, NULL);
+      rf_default_allocator_trim();
+      assert_int_equal(rf_debug_live_allocations(), live);
+    }
+    assert_true(k > 1 && k < 1000);
+    rf_tensor_release(outs[0]);
+    rf_tensor_release(outs[1]);
+  }
+  rf_tensor_release(x);
+  rf_tensor_release(l);
+  rf_tensor_release(d);
+  rf_graph_free(g);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_activations_every_dtype),
@@ -475,6 +520,7 @@ int main(void) {
       cmocka_unit_test(test_softmax_of_a_scalar_fails),
       cmocka_unit_test(test_sparse_xent_every_dtype),
       cmocka_unit_test(test_sparse_xent_errors),
+      cmocka_unit_test(test_allocation_failures),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/kernel.h"
+#include "ringflow/debug.h"
 #include "testutil.h"
 
 static const rf_dtype numeric[] = {RF_FLOAT16, RF_BFLOAT16, RF_FLOAT32,
@@ -621,6 +623,60 @@ static void test_run_time_errors(void **state) {
   rf_tensor_release(sc);
 }
 
+/* Runs node's kernel with the k-th allocation failing, for k = 1, 2, ...
+ * until it succeeds: every failure is RESOURCE_EXHAUSTED and leaks nothing
+ * (cached allocator buffers are trimmed before counting). */
+static void check_allocation_failures(rf_node *node, rf_tensor *const *in) {
+  rf_tensor *outs[2] = {NULL, NULL};
+  int k;
+  for (k = 1; k < 1000; k++) {
+    rf_default_allocator_trim();
+    int64_t live = rf_debug_live_allocations();
+    rf_debug_fail_allocation_after(k);
+    rf_status *st = rf__kernel_run_single(node, in, outs);
+    rf_debug_fail_allocation_after(0);
+    if (!st) break;
+    assert_status(st, RF_RESOURCE_EXHAUSTED, NULL);
+    rf_default_allocator_trim();
+    assert_int_equal(rf_debug_live_allocations(), live);
+  }
+  assert_true(k > 1 && k < 1000);
+  for (int i = 0; i < rf_node_num_outputs(node); i++)
+    rf_tensor_release(outs[i]);
+}
+
+/* Kernels whose scratch buffers can fail: several passes, split rows, split
+ * columns, the scaled dy of _MeanGrad. */
+static void test_allocation_failures(void **state) {
+  (void)state;
+  uint64_t rng = rng_for(10);
+  rf_shape s4 = rf_shape_of(4, 2, 3, 4, 5), rows = rf_shape_of(2, 3, 140000),
+           cols = rf_shape_of(3, 2, 50000, 3);
+  rf_tensor *x4 = rf_test_random_tensor(&rng, RF_FLOAT32, s4, -1, 1);
+  rf_tensor *xr = rf_test_random_tensor(&rng, RF_INT32, rows, -9, 9);
+  rf_tensor *xc = rf_test_random_tensor(&rng, RF_FLOAT64, cols, -1, 1);
+  rf_graph *g = rf_graph_new();
+  rf_output p4 = rf_placeholder(g, "x4", RF_FLOAT32, s4);
+  rf_output pr = rf_placeholder(g, "xr", RF_INT32, rows);
+  rf_output pc = rf_placeholder(g, "xc", RF_FLOAT64, cols);
+  int64_t a02[2] = {0, 2}, a1 = 1;
+  rf_output m4 = rf_mean(g, NULL, p4, a02, 2, false);
+  rf_output dy = rf_placeholder(g, "dy", RF_FLOAT32, rf_output_shape(m4));
+  rf_output ys[4] = {
+      m4, rf_sum(g, NULL, pr, &a1, 1, false), rf_sum(g, NULL, pc, &a1, 1, true),
+      reduce_grad_node(g, "_MeanGrad", dy, p4, a02, 2, false, false)};
+  assert_graph_ok(g);
+  rf_shape dys = rf_output_shape(m4);
+  rf_tensor *dyv = rf_test_random_tensor(&rng, RF_FLOAT32, dys, -1, 1);
+  rf_tensor *in[4][2] = {{x4}, {xr}, {xc}, {dyv, x4}};
+  for (int i = 0; i < 4; i++) check_allocation_failures(ys[i].node, in[i]);
+  rf_tensor_release(x4);
+  rf_tensor_release(xr);
+  rf_tensor_release(xc);
+  rf_tensor_release(dyv);
+  rf_graph_free(g);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_rank3_every_axes_subset),
@@ -632,6 +688,7 @@ int main(void) {
       cmocka_unit_test(test_empty_reductions),
       cmocka_unit_test(test_build_time_errors),
       cmocka_unit_test(test_run_time_errors),
+      cmocka_unit_test(test_allocation_failures),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
