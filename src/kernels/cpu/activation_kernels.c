@@ -41,6 +41,7 @@ typedef struct ew_op {
   }
 
 /* x: first input, y: second. */
+// clang-format off
 #define RELU(T) (x < 0 ? (T)0 : x)
 #define RELU_GRAD(T) (y > 0 ? x : (T)0)
 DEFINE_UNARY(relu, f32, float, RELU(float))
@@ -58,10 +59,11 @@ DEFINE_UNARY(sigmoid, f64, double, 1.0 / (1.0 + exp(-x)))
 DEFINE_UNARY(tanh, f32, float, tanhf(x))
 DEFINE_UNARY(tanh, f64, double, tanh(x))
 /* (y, dy): x is the forward output, y the incoming gradient. */
-DEFINE_BINARY(sigmoid_grad, f32, float, y *x *(1.0f - x))
-DEFINE_BINARY(sigmoid_grad, f64, double, y *x *(1.0 - x))
-DEFINE_BINARY(tanh_grad, f32, float, y *(1.0f - x * x))
-DEFINE_BINARY(tanh_grad, f64, double, y *(1.0 - x * x))
+DEFINE_BINARY(sigmoid_grad, f32, float, y * x * (1.0f - x))
+DEFINE_BINARY(sigmoid_grad, f64, double, y * x * (1.0 - x))
+DEFINE_BINARY(tanh_grad, f32, float, y * (1.0f - x * x))
+DEFINE_BINARY(tanh_grad, f64, double, y * (1.0 - x * x))
+// clang-format on
 
 static const ew_op relu_op = {relu_f32, relu_f64, relu_i8,
                               relu_i32, relu_i64, 1};
