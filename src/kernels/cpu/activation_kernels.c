@@ -6,6 +6,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "kernels/cpu/half_convert.h"
 #include "kernels/cpu/nn_kernels.h"
 #include "kernels/kernel.h"
 
@@ -86,7 +87,8 @@ typedef struct ew {
 
 static void to_float(const uint16_t *s, float *d, int64_t n, bool bf16) {
   for (int64_t i = 0; i < n; i++)
-    d[i] = bf16 ? rf_bfloat16_to_float(s[i]) : rf_half_to_float(s[i]);
+    d[i] = bf16 ? rf__bfloat16_to_float_inline(s[i])
+                : rf__half_to_float_inline(s[i]);
 }
 
 static void from_float(const float *s, uint16_t *d, int64_t n, bool bf16) {

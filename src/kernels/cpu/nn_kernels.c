@@ -10,13 +10,14 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "kernels/cpu/half_convert.h"
 #include "kernels/cpu/nn_kernels.h"
 #include "kernels/cpu/reduce_sum.h"
 #include "kernels/kernel.h"
 #include "ops/families.h"
 
-#define LOAD_F16(p, i) rf_half_to_float((p)[i])
-#define LOAD_BF16(p, i) rf_bfloat16_to_float((p)[i])
+#define LOAD_F16(p, i) rf__half_to_float_inline((p)[i])
+#define LOAD_BF16(p, i) rf__bfloat16_to_float_inline((p)[i])
 #define LOAD_PLAIN(p, i) ((p)[i])
 #define STORE_F16(p, i, v) ((p)[i] = rf_float_to_half(v))
 #define STORE_BF16(p, i, v) ((p)[i] = rf_float_to_bfloat16(v))

@@ -3,7 +3,7 @@
  * Each pass reduces one group of axes of a (outer, r, inner) view into a
  * double / uint64 accumulator buffer; the last reduced group goes first, and
  * a final step converts the accumulators to the output dtype. Contiguous rows
- * (inner == 1) add pairwise in 8 lanes; columns (inner > 1) add blocks of 256
+ * (inner == 1) add pairwise in 8 lanes; columns (inner > 1) add COL_BLOCK
  * columns at once, a loop over r the compiler vectorises. Few long rows, or
  * few column blocks over many rows, split the rows into fixed chunks whose
  * partial sums are added afterwards, so large reductions use every thread. */
@@ -14,10 +14,11 @@
 
 #include "core/mem.h"
 #include "core/status.h"
+#include "kernels/cpu/half_convert.h"
 
 enum {
   PAIRWISE_BLOCK = 512, /* rows up to this long add in 8 plain lanes */
-  COL_BLOCK = 256,      /* columns summed together, on the stack */
+  COL_BLOCK = 1024,     /* columns summed together, on the stack (16 KiB) */
   ROW_BLOCK = 64,       /* rows added into a partial before the total */
   SPLIT_CHUNK = 32768,  /* a long single row splits into chunks this long */
 };
@@ -43,8 +44,8 @@ typedef struct kind_ops {
   size_t size; /* bytes per input element */
 } kind_ops;
 
-#define LOAD_F16(p, i) ((double)rf_half_to_float((p)[i]))
-#define LOAD_BF16(p, i) ((double)rf_bfloat16_to_float((p)[i]))
+#define LOAD_F16(p, i) ((double)rf__half_to_float_inline((p)[i]))
+#define LOAD_BF16(p, i) ((double)rf__bfloat16_to_float_inline((p)[i]))
 #define LOAD_PLAIN(p, i) ((double)(p)[i])
 #define LOAD_SIGNED(p, i) ((uint64_t)(int64_t)(p)[i])
 #define LOAD_UNSIGNED(p, i) ((uint64_t)(p)[i])

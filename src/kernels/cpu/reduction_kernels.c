@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "core/mem.h"
+#include "kernels/cpu/half_convert.h"
 #include "kernels/cpu/reduce_sum.h"
 #include "ops/families.h"
 #include "ops/reduction_axes.h"
@@ -150,11 +151,11 @@ static rf_status *scaled_copy(const rf_tensor *dy, int64_t count, void **out) {
     switch (dy->dtype) {
       case RF_FLOAT16:
         ((uint16_t *)buf)[i] = rf_float_to_half(
-            (float)(rf_half_to_float(((const uint16_t *)s)[i]) / c));
+            (float)(rf__half_to_float_inline(((const uint16_t *)s)[i]) / c));
         break;
       case RF_BFLOAT16:
-        ((uint16_t *)buf)[i] = rf_float_to_bfloat16(
-            (float)(rf_bfloat16_to_float(((const uint16_t *)s)[i]) / c));
+        ((uint16_t *)buf)[i] = rf_float_to_bfloat16((
+            float)(rf__bfloat16_to_float_inline(((const uint16_t *)s)[i]) / c));
         break;
       case RF_FLOAT32:
         ((float *)buf)[i] = (float)(((const float *)s)[i] / c);
@@ -222,7 +223,7 @@ static rf_status *mean_grad_compute(rf__kernel_ctx *ctx) {
 
 /* ---- ArgMax over one axis: (outer, n, inner) -> (outer, inner) int64 ---- */
 
-enum { ARG_BLOCK = 256 };
+enum { ARG_BLOCK = 1024 }; /* columns at once; 16 KiB of stack */
 
 typedef struct argmax {
   const void *x;
@@ -234,8 +235,8 @@ typedef struct argmax {
  * in numpy); for integers the NaN tests fold away. */
 #define BEATS(v, best) ((v) > (best) || ((v) != (v) && (best) == (best)))
 
-#define LOAD_F16(p, i) rf_half_to_float((p)[i])
-#define LOAD_BF16(p, i) rf_bfloat16_to_float((p)[i])
+#define LOAD_F16(p, i) rf__half_to_float_inline((p)[i])
+#define LOAD_BF16(p, i) rf__bfloat16_to_float_inline((p)[i])
 #define LOAD_PLAIN(p, i) ((p)[i])
 
 /* Items are (o, block of ARG_BLOCK columns), or rows when inner == 1. */
