@@ -510,6 +510,32 @@ static void test_allocation_failures(void **state) {
   rf_graph_free(g);
 }
 
+/* Kernels check the dtypes they read, whatever the graph said. */
+static void test_kernels_check_input_dtypes(void **state) {
+  (void)state;
+  uint64_t rng = rng_for(10);
+  rf_graph *g = rf_graph_new();
+  rf_shape m = rf_shape_of(2, 2, 3), v = rf_shape_of(1, 3);
+  rf_output x = rf_placeholder(g, "x", RF_FLOAT32, m);
+  rf_output b = rf_placeholder(g, "b", RF_FLOAT32, v);
+  rf_node *badd = rf_bias_add(g, "badd", x, b).node;
+  rf_node *sm = rf_softmax(g, "sm", x).node;
+  assert_graph_ok(g);
+  rf_tensor *xt = rf_test_random_tensor(&rng, RF_FLOAT32, m, -1, 1);
+  rf_tensor *bt = rf_test_random_tensor(&rng, RF_FLOAT64, v, -1, 1);
+  rf_tensor *it = rf_test_random_tensor(&rng, RF_INT32, m, -1, 1);
+  rf_tensor *in[2] = {xt, bt}, *out[1] = {NULL};
+  assert_status(rf__kernel_run_single(badd, in, out), RF_INVALID_ARGUMENT,
+                "input 1 has dtype float64; expected float32");
+  assert_status(rf__kernel_run_single(sm, &it, out), RF_INVALID_ARGUMENT,
+                "input 0 has dtype int32");
+  assert_null(out[0]);
+  rf_tensor_release(xt);
+  rf_tensor_release(bt);
+  rf_tensor_release(it);
+  rf_graph_free(g);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_activations_every_dtype),
@@ -521,6 +547,7 @@ int main(void) {
       cmocka_unit_test(test_sparse_xent_every_dtype),
       cmocka_unit_test(test_sparse_xent_errors),
       cmocka_unit_test(test_allocation_failures),
+      cmocka_unit_test(test_kernels_check_input_dtypes),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -181,8 +181,27 @@ static void for_rows(rf__kernel_ctx *ctx, rows *p, int64_t n, int64_t cost,
   rf__kernel_parallel_for(ctx, n / p->c, p->c * cost, fn, p);
 }
 
+/* INVALID_ARGUMENT unless the inputs in `mask` (bit k: input k) share one
+ * float dtype; the graph guarantees it, a mistyped feed must not read past a
+ * buffer. */
+static rf_status *float_inputs(rf__kernel_ctx *ctx, unsigned mask) {
+  rf_dtype dt = RF_DTYPE_INVALID;
+  for (int k = 0; k < ctx->num_inputs; k++) {
+    if (!(mask >> k & 1)) continue;
+    rf_dtype d = ctx->inputs[k]->dtype;
+    if (!rf_dtype_is_float(d) || (dt != RF_DTYPE_INVALID && d != dt))
+      return rf__kernel_error(
+          ctx, RF_INVALID_ARGUMENT, "input %d has dtype %s; expected %s", k,
+          rf_dtype_name(d),
+          dt == RF_DTYPE_INVALID ? "a float dtype" : rf_dtype_name(dt));
+    dt = d;
+  }
+  return NULL;
+}
+
 static rf_status *bias_add_compute(rf__kernel_ctx *ctx) {
   const rf_tensor *x = ctx->inputs[0], *bias = ctx->inputs[1];
+  RF_CHECK(float_inputs(ctx, 3));
   if (x->shape.rank < 1) return shape_error(ctx, "value", x, "of rank >= 1");
   if (bias->shape.rank != 1 || bias->shape.dims[0] != last(x)) {
     char a[96], b[96];
@@ -205,6 +224,7 @@ static rf_status *bias_add_compute(rf__kernel_ctx *ctx) {
 
 static rf_status *bias_add_grad_compute(rf__kernel_ctx *ctx) {
   const rf_tensor *dy = ctx->inputs[0];
+  RF_CHECK(float_inputs(ctx, 1));
   int rank = dy->shape.rank;
   if (rank < 1) return shape_error(ctx, "out_backprop", dy, "of rank >= 1");
   rf_shape shape = rf_shape_of(1, last(dy));
@@ -221,6 +241,7 @@ static rf_status *bias_add_grad_compute(rf__kernel_ctx *ctx) {
 
 static rf_status *softmax_compute(rf__kernel_ctx *ctx) {
   const rf_tensor *x = ctx->inputs[0];
+  RF_CHECK(float_inputs(ctx, 1));
   if (x->shape.rank < 1) return shape_error(ctx, "logits", x, "of rank >= 1");
   rf_tensor *y;
   RF_CHECK(rf__kernel_alloc_output(ctx, 0, x->dtype, &x->shape, &y));
@@ -248,6 +269,7 @@ static rf_status *same_shape(rf__kernel_ctx *ctx, const char *an,
 
 static rf_status *softmax_grad_compute(rf__kernel_ctx *ctx) {
   const rf_tensor *dy = ctx->inputs[0], *y = ctx->inputs[1];
+  RF_CHECK(float_inputs(ctx, 3));
   if (y->shape.rank < 1) return shape_error(ctx, "softmax", y, "of rank >= 1");
   RF_CHECK(same_shape(ctx, "grad_softmax", dy, "softmax", y));
   rf_tensor *out;
@@ -292,6 +314,7 @@ static rf_status *check_labels(rf__kernel_ctx *ctx, const rf_tensor *labels,
 
 static rf_status *xent_compute(rf__kernel_ctx *ctx) {
   const rf_tensor *x = ctx->inputs[0], *labels = ctx->inputs[1];
+  RF_CHECK(float_inputs(ctx, 1));
   RF_CHECK(check_rows(ctx, "labels", labels, "logits", x));
   if (labels->dtype != RF_INT32 && labels->dtype != RF_INT64)
     return rf__kernel_error(ctx, RF_INVALID_ARGUMENT,
@@ -322,6 +345,7 @@ static rf_status *xent_compute(rf__kernel_ctx *ctx) {
 
 static rf_status *xent_grad_compute(rf__kernel_ctx *ctx) {
   const rf_tensor *dloss = ctx->inputs[0], *bp = ctx->inputs[1];
+  RF_CHECK(float_inputs(ctx, 3));
   RF_CHECK(check_rows(ctx, "dloss", dloss, "backprop", bp));
   rf_tensor *out;
   RF_CHECK(rf__kernel_alloc_output(ctx, 0, bp->dtype, &bp->shape, &out));

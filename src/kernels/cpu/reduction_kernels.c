@@ -45,8 +45,18 @@ static rf_status *node_mask(rf__kernel_ctx *ctx, int rank, uint32_t *mask,
 
 /* ---- Sum, Mean ---- */
 
+/* INVALID_ARGUMENT unless t is of a numeric dtype (a mistyped feed must not
+ * be read as another type). */
+static rf_status *numeric(rf__kernel_ctx *ctx, const rf_tensor *t) {
+  if (rf_dtype_is_float(t->dtype) || rf_dtype_is_integer(t->dtype)) return NULL;
+  return rf__kernel_error(ctx, RF_INVALID_ARGUMENT,
+                          "expected a numeric tensor, got %s",
+                          rf_dtype_name(t->dtype));
+}
+
 static rf_status *reduce(rf__kernel_ctx *ctx, bool mean) {
   const rf_tensor *x = ctx->inputs[0];
+  RF_CHECK(numeric(ctx, x));
   uint32_t mask;
   bool keep;
   RF_CHECK(node_mask(ctx, x->shape.rank, &mask, &keep));
@@ -179,6 +189,7 @@ static rf_status *scaled_copy(const rf_tensor *dy, int64_t count, void **out) {
 
 static rf_status *reduce_grad(rf__kernel_ctx *ctx, bool mean) {
   const rf_tensor *dy = ctx->inputs[0], *x = ctx->inputs[1];
+  RF_CHECK(numeric(ctx, x));
   uint32_t mask;
   bool keep;
   RF_CHECK(node_mask(ctx, x->shape.rank, &mask, &keep));
@@ -297,7 +308,7 @@ static rf_status *argmax_impl(rf__kernel_ctx *ctx) {
         ctx, RF_INVALID_ARGUMENT,
         "axis %lld is out of range for an input of rank %d (valid: [%d, %d))",
         (long long)axis, rank, -rank, rank);
-  if (!argmax_fns[x->dtype])
+  if (x->dtype < 0 || !argmax_fns[x->dtype])
     return rf__kernel_error(ctx, RF_UNIMPLEMENTED, "ArgMax of %s",
                             rf_dtype_name(x->dtype));
   int k = (int)(axis < 0 ? axis + rank : axis);
