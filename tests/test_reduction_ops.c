@@ -9,7 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/cpu/half_convert.h"
 #include "kernels/kernel.h"
 #include "ringflow/debug.h"
 #include "testutil.h"
@@ -678,19 +677,6 @@ static void test_allocation_failures(void **state) {
   rf_graph_free(g);
 }
 
-/* The kernels' inline 16-bit float loads give the library's bits exactly. */
-static void test_inline_half_conversions_match(void **state) {
-  (void)state;
-  for (uint32_t i = 0; i < 65536; i++) {
-    float a = rf_half_to_float((uint16_t)i);
-    float b = rf__half_to_float_inline((uint16_t)i);
-    float c = rf_bfloat16_to_float((uint16_t)i);
-    float d = rf__bfloat16_to_float_inline((uint16_t)i);
-    if (memcmp(&a, &b, sizeof a) || memcmp(&c, &d, sizeof c))
-      fail_msg("16-bit pattern 0x%04x converts differently", (unsigned)i);
-  }
-}
-
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_rank3_every_axes_subset),
@@ -703,7 +689,6 @@ int main(void) {
       cmocka_unit_test(test_build_time_errors),
       cmocka_unit_test(test_run_time_errors),
       cmocka_unit_test(test_allocation_failures),
-      cmocka_unit_test(test_inline_half_conversions_match),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

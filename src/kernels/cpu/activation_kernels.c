@@ -6,7 +6,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "kernels/cpu/half_convert.h"
+#include "kernels/cpu/half.h"
 #include "kernels/cpu/nn_kernels.h"
 #include "kernels/kernel.h"
 
@@ -86,14 +86,11 @@ typedef struct ew {
 } ew;
 
 static void to_float(const uint16_t *s, float *d, int64_t n, bool bf16) {
-  for (int64_t i = 0; i < n; i++)
-    d[i] = bf16 ? rf__bfloat16_to_float_inline(s[i])
-                : rf__half_to_float_inline(s[i]);
+  for (int64_t i = 0; i < n; i++) d[i] = bf16 ? rf__bf2f(s[i]) : rf__h2f(s[i]);
 }
 
 static void from_float(const float *s, uint16_t *d, int64_t n, bool bf16) {
-  for (int64_t i = 0; i < n; i++)
-    d[i] = bf16 ? rf_float_to_bfloat16(s[i]) : rf_float_to_half(s[i]);
+  for (int64_t i = 0; i < n; i++) d[i] = bf16 ? rf__f2bf(s[i]) : rf__f2h(s[i]);
 }
 
 /* float16 / bfloat16: through float, BLOCK elements at a time. */

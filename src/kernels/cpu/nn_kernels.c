@@ -10,17 +10,17 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "kernels/cpu/half_convert.h"
+#include "kernels/cpu/half.h"
 #include "kernels/cpu/nn_kernels.h"
 #include "kernels/cpu/reduce_sum.h"
 #include "kernels/kernel.h"
 #include "ops/families.h"
 
-#define LOAD_F16(p, i) rf__half_to_float_inline((p)[i])
-#define LOAD_BF16(p, i) rf__bfloat16_to_float_inline((p)[i])
+#define LOAD_F16(p, i) rf__h2f((p)[i])
+#define LOAD_BF16(p, i) rf__bf2f((p)[i])
 #define LOAD_PLAIN(p, i) ((p)[i])
-#define STORE_F16(p, i, v) ((p)[i] = rf_float_to_half(v))
-#define STORE_BF16(p, i, v) ((p)[i] = rf_float_to_bfloat16(v))
+#define STORE_F16(p, i, v) ((p)[i] = rf__f2h(v))
+#define STORE_BF16(p, i, v) ((p)[i] = rf__f2bf(v))
 #define STORE_PLAIN(p, i, v) ((p)[i] = (v))
 
 /* Row functions per dtype. T: storage, C: compute type, EXACT: T == C, so

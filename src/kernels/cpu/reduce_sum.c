@@ -14,7 +14,7 @@
 
 #include "core/mem.h"
 #include "core/status.h"
-#include "kernels/cpu/half_convert.h"
+#include "kernels/cpu/half.h"
 
 enum {
   PAIRWISE_BLOCK = 512, /* rows up to this long add in 8 plain lanes */
@@ -44,8 +44,8 @@ typedef struct kind_ops {
   size_t size; /* bytes per input element */
 } kind_ops;
 
-#define LOAD_F16(p, i) ((double)rf__half_to_float_inline((p)[i]))
-#define LOAD_BF16(p, i) ((double)rf__bfloat16_to_float_inline((p)[i]))
+#define LOAD_F16(p, i) ((double)rf__h2f((p)[i]))
+#define LOAD_BF16(p, i) ((double)rf__bf2f((p)[i]))
 #define LOAD_PLAIN(p, i) ((double)(p)[i])
 #define LOAD_SIGNED(p, i) ((uint64_t)(int64_t)(p)[i])
 #define LOAD_UNSIGNED(p, i) ((uint64_t)(p)[i])
@@ -320,12 +320,8 @@ static void run_finish(void *arg, int64_t b, int64_t e) {
     for (int64_t i = b; i < e; i++) {
       double v = f->mean ? acc[i] / scale : acc[i];
       switch (f->dtype) {
-        case RF_FLOAT16:
-          ((uint16_t *)f->out)[i] = rf_float_to_half((float)v);
-          break;
-        case RF_BFLOAT16:
-          ((uint16_t *)f->out)[i] = rf_float_to_bfloat16((float)v);
-          break;
+        case RF_FLOAT16: ((uint16_t *)f->out)[i] = rf__f2h((float)v); break;
+        case RF_BFLOAT16: ((uint16_t *)f->out)[i] = rf__f2bf((float)v); break;
         case RF_FLOAT32: ((float *)f->out)[i] = (float)v; break;
         default: ((double *)f->out)[i] = v; break;
       }

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "core/mem.h"
-#include "kernels/cpu/half_convert.h"
+#include "kernels/cpu/half.h"
 #include "kernels/cpu/reduce_sum.h"
 #include "ops/families.h"
 #include "ops/reduction_axes.h"
@@ -160,12 +160,12 @@ static rf_status *scaled_copy(const rf_tensor *dy, int64_t count, void **out) {
   for (int64_t i = 0; i < dy->num_elements; i++) {
     switch (dy->dtype) {
       case RF_FLOAT16:
-        ((uint16_t *)buf)[i] = rf_float_to_half(
-            (float)(rf__half_to_float_inline(((const uint16_t *)s)[i]) / c));
+        ((uint16_t *)buf)[i] =
+            rf__f2h((float)(rf__h2f(((const uint16_t *)s)[i]) / c));
         break;
       case RF_BFLOAT16:
-        ((uint16_t *)buf)[i] = rf_float_to_bfloat16((
-            float)(rf__bfloat16_to_float_inline(((const uint16_t *)s)[i]) / c));
+        ((uint16_t *)buf)[i] =
+            rf__f2bf((float)(rf__bf2f(((const uint16_t *)s)[i]) / c));
         break;
       case RF_FLOAT32:
         ((float *)buf)[i] = (float)(((const float *)s)[i] / c);
@@ -246,8 +246,8 @@ typedef struct argmax {
  * in numpy); for integers the NaN tests fold away. */
 #define BEATS(v, best) ((v) > (best) || ((v) != (v) && (best) == (best)))
 
-#define LOAD_F16(p, i) rf__half_to_float_inline((p)[i])
-#define LOAD_BF16(p, i) rf__bfloat16_to_float_inline((p)[i])
+#define LOAD_F16(p, i) rf__h2f((p)[i])
+#define LOAD_BF16(p, i) rf__bf2f((p)[i])
 #define LOAD_PLAIN(p, i) ((p)[i])
 
 /* Items are (o, block of ARG_BLOCK columns), or rows when inner == 1. */
