@@ -536,6 +536,93 @@ static void test_kernels_check_input_dtypes(void **state) {
   rf_graph_free(g);
 }
 
+/* ---- gradient functions, through rf_gradients ---- */
+
+/* dx = d(sum(y * gy))/dx for y = op(x...), with gy fed: checks the gradient
+ * function of each op builds the right internal op with the right inputs. */
+static void test_gradients_through_rf_gradients(void **state) {
+  (void)state;
+  uint64_t rng = rng_for(11);
+  for (int d = 0; d < 4; d++) {
+    rf_dtype dt = floats[d];
+    int64_t b = 3, c = 5;
+    rf_shape ms = rf_shape_of(2, b, c), vs = rf_shape_of(1, c),
+             bs = rf_shape_of(1, b);
+    rf_graph *g = rf_graph_new();
+    rf_output x = rf_placeholder(g, "x", dt, ms);
+    rf_output bias = rf_placeholder(g, "bias", dt, vs);
+    rf_output labels = rf_placeholder(g, "labels", RF_INT32, bs);
+    rf_output gy = rf_placeholder(g, "gy", dt, ms);
+    rf_output gl = rf_placeholder(g, "gl", dt, bs);
+    enum { NY = 6 };
+    rf_output ys[NY] = {rf_relu(g, "relu", x),
+                        rf_sigmoid(g, "sig", x),
+                        rf_tanh(g, "tanh", x),
+                        rf_softmax(g, "sm", x),
+                        rf_bias_add(g, "badd", x, bias),
+                        rf_sparse_softmax_cross_entropy(g, "xent", x, labels)};
+    rf_output dxs[NY + 2];
+    for (int i = 0; i < NY; i++)
+      assert_ok(rf_gradients(g, &ys[i], 1, &x, 1, i == 5 ? &gl : &gy, &dxs[i]));
+    assert_ok(rf_gradients(g, &ys[4], 1, &bias, 1, &gy, &dxs[NY]));
+    assert_ok(rf_gradients(g, &ys[5], 1, &labels, 1, &gl, &dxs[NY + 1]));
+    assert_null(dxs[NY + 1].node); /* labels get no gradient */
+    /* The backprop output has no gradient function. */
+    rf_output backprop = {ys[5].node, 1}, unused;
+    assert_status(rf_gradients(g, &backprop, 1, &x, 1, &gy, &unused),
+                  RF_UNIMPLEMENTED,
+                  "gradient of the backprop output of "
+                  "SparseSoftmaxCrossEntropyWithLogits is not supported");
+    rf_output fetch[NY + 2] = {dxs[0], dxs[1], dxs[2],  dxs[3],
+                               dxs[4], dxs[5], dxs[NY], backprop};
+    rf_tensor *xv = rf_test_random_tensor(&rng, dt, ms, -3, 3);
+    rf_tensor *bv = rf_test_random_tensor(&rng, dt, vs, -1, 1);
+    rf_tensor *lv = rf_test_random_tensor(&rng, RF_INT32, bs, 0, (double)c);
+    rf_tensor *gyv = rf_test_random_tensor(&rng, dt, ms, -1, 1);
+    rf_tensor *glv = rf_test_random_tensor(&rng, dt, bs, -1, 1);
+    rf_feed feeds[5] = {
+        {x, xv}, {bias, bv}, {labels, lv}, {gy, gyv}, {gl, glv}};
+    rf_tensor *o[NY + 2];
+    rf_test_run(g, 1, feeds, 5, fetch, NY + 2, o);
+    double *xd = rf_test_to_doubles(xv), *gd = rf_test_to_doubles(gyv);
+    double *sm = ref_softmax(xd, b * c, c);
+    double want[NY + 1][15];
+    for (int r = 0; r < b; r++) {
+      double dot = 0;
+      for (int j = 0; j < c; j++) dot += gd[r * c + j] * sm[r * c + j];
+      for (int j = 0; j < c; j++) {
+        int i = r * (int)c + j;
+        double xi = xd[i], gi = gd[i], s = 1 / (1 + exp(-xi)), t = tanh(xi);
+        want[0][i] = xi > 0 ? gi : 0;
+        want[1][i] = gi * s * (1 - s);
+        want[2][i] = gi * (1 - t * t);
+        want[3][i] = (gi - dot) * sm[i];
+        want[4][i] = gi;
+        want[5][i] = rf_tensor_get(o[NY + 1], i) * rf_tensor_get(glv, r);
+      }
+    }
+    for (int j = 0; j < c; j++) {
+      want[6][j] = 0;
+      for (int r = 0; r < b; r++) want[6][j] += gd[r * c + j];
+    }
+    /* Sigmoid/Tanh gradients use the rounded forward output: a looser
+     * bound for the 16-bit types. */
+    double tol = rf_test_tolerance(dt) * (d < 2 ? 4 : 1);
+    for (int i = 0; i < NY; i++) assert_tensor_near(o[i], ms, want[i], tol);
+    assert_tensor_near(o[NY], vs, want[6], tol);
+    for (int i = 0; i < NY + 2; i++) rf_tensor_release(o[i]);
+    free(xd);
+    free(gd);
+    free(sm);
+    rf_tensor_release(xv);
+    rf_tensor_release(bv);
+    rf_tensor_release(lv);
+    rf_tensor_release(gyv);
+    rf_tensor_release(glv);
+    rf_graph_free(g);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_activations_every_dtype),
@@ -548,6 +635,7 @@ int main(void) {
       cmocka_unit_test(test_sparse_xent_errors),
       cmocka_unit_test(test_allocation_failures),
       cmocka_unit_test(test_kernels_check_input_dtypes),
+      cmocka_unit_test(test_gradients_through_rf_gradients),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -677,6 +677,67 @@ static void test_allocation_failures(void **state) {
   rf_graph_free(g);
 }
 
+/* Gradients of Sum and Mean through rf_gradients (weighted by a fed gy),
+ * second-order gradients of _SumGrad / _MeanGrad with respect to their dy,
+ * and ArgMax stopping gradients without an error. */
+static void test_gradients_through_rf_gradients(void **state) {
+  (void)state;
+  uint64_t rng = rng_for(11);
+  int64_t dims[3] = {2, 3, 4}, ax[2] = {-1, 0};
+  rf_shape xs = rf_shape_make(3, dims);
+  rf_graph *g = rf_graph_new();
+  rf_output x = rf_placeholder(g, "x", RF_FLOAT64, xs);
+  rf_output u = rf_placeholder(g, "u", RF_FLOAT64, rf_shape_unknown());
+  rf_output ys[4] = {
+      rf_sum(g, NULL, x, ax, 2, false), rf_mean(g, NULL, x, ax, 2, true),
+      rf_mean(g, NULL, u, NULL, -1, false), rf_argmax(g, NULL, x, 1)};
+  rf_shape gs[3] = {reduced_shape(dims, 3, 5, false),
+                    reduced_shape(dims, 3, 5, true), rf_shape_scalar()};
+  rf_output gys[3], dx[4], ddy[2];
+  for (int i = 0; i < 3; i++) {
+    gys[i] = rf_placeholder(g, NULL, RF_FLOAT64, gs[i]);
+    assert_ok(rf_gradients(g, &ys[i], 1, i == 2 ? &u : &x, 1, &gys[i], &dx[i]));
+  }
+  assert_ok(rf_gradients(g, &ys[3], 1, &x, 1, NULL, &dx[3]));
+  assert_null(dx[3].node);
+  /* d(sum(dx * w))/d(gy) = reduce(w): _SumGrad's own gradient. */
+  rf_output w = rf_placeholder(g, "w", RF_FLOAT64, xs);
+  for (int i = 0; i < 2; i++)
+    assert_ok(rf_gradients(g, &dx[i], 1, &gys[i], 1, &w, &ddy[i]));
+  rf_tensor *xv = rf_test_random_tensor(&rng, RF_FLOAT64, xs, -1, 1);
+  rf_tensor *wv = rf_test_random_tensor(&rng, RF_FLOAT64, xs, -1, 1);
+  rf_tensor *gv[3];
+  rf_feed feeds[6] = {{x, xv}, {u, xv}, {w, wv}};
+  for (int i = 0; i < 3; i++) {
+    gv[i] = rf_test_random_tensor(&rng, RF_FLOAT64, gs[i], -1, 1);
+    feeds[3 + i] = (rf_feed){gys[i], gv[i]};
+  }
+  rf_output fetch[5] = {dx[0], dx[1], dx[2], ddy[0], ddy[1]};
+  rf_tensor *o[5];
+  rf_test_run(g, 1, feeds, 6, fetch, 5, o);
+  for (int i = 0; i < 3; i++) {
+    double *gd = rf_test_to_doubles(gv[i]);
+    double *want =
+        ref_reduce_grad(gd, dims, 3, i == 2 ? 7 : 5, i > 0, RF_FLOAT64);
+    assert_tensor_near(o[i], xs, want, 1e-12);
+    free(want);
+    free(gd);
+  }
+  double *wd = rf_test_to_doubles(wv);
+  for (int i = 0; i < 2; i++) {
+    int64_t n;
+    double *want = ref_reduce(wd, dims, 3, 5, i == 1, RF_FLOAT64, &n);
+    assert_tensor_near(o[3 + i], gs[i], want, 1e-12);
+    free(want);
+  }
+  free(wd);
+  for (int i = 0; i < 5; i++) rf_tensor_release(o[i]);
+  for (int i = 0; i < 3; i++) rf_tensor_release(gv[i]);
+  rf_tensor_release(xv);
+  rf_tensor_release(wv);
+  rf_graph_free(g);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_rank3_every_axes_subset),
@@ -689,6 +750,7 @@ int main(void) {
       cmocka_unit_test(test_build_time_errors),
       cmocka_unit_test(test_run_time_errors),
       cmocka_unit_test(test_allocation_failures),
+      cmocka_unit_test(test_gradients_through_rf_gradients),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
