@@ -378,13 +378,27 @@ static void test_long_sums_are_accurate(void **state) {
   free(v);
 }
 
+/* Runs fetches ys of g once with num_threads pool threads. */
+static void run_threads(rf_graph *g, int num_threads, const rf_feed *feed,
+                        const rf_output *ys, int n, rf_tensor **outs) {
+  rf_session_options o;
+  rf_session_options_init(&o);
+  o.num_threads = num_threads;
+  rf_session *s;
+  assert_graph_ok(g);
+  assert_ok(rf_session_new(g, &o, &s));
+  assert_ok(rf_session_run(s, feed, 1, ys, n, NULL, 0, outs));
+  rf_session_free(s);
+}
+
 /* Shapes that take the parallel paths: few long rows (split into chunks),
- * many short rows, wide column blocks, several separate reduced groups. */
+ * few column blocks over many rows (split too), wide column blocks, several
+ * separate reduced groups. The bits do not depend on the thread count. */
 static void test_large_shapes(void **state) {
   (void)state;
   uint64_t rng = rng_for(5);
   static const int64_t shapes[][3] = {
-      {3, 150001, 1}, {2, 300, 517}, {4099, 3, 2}, {5, 33, 1030}};
+      {3, 150001, 1}, {2, 300, 517}, {2, 20000, 7}, {5, 33, 1030}};
   rf_dtype dts[] = {RF_FLOAT32, RF_INT32, RF_FLOAT64, RF_BFLOAT16};
   for (int si = 0; si < 4; si++) {
     rf_dtype dt = dts[si];
@@ -400,15 +414,9 @@ static void test_large_shapes(void **state) {
       ys[m - 1] = rf_sum(g, NULL, xp, axes, na, false);
     }
     rf_feed feed = {xp, x};
-    rf_tensor *outs[7];
-    rf_session_options o;
-    rf_session_options_init(&o);
-    o.num_threads = 2;
-    rf_session *s;
-    assert_graph_ok(g);
-    assert_ok(rf_session_new(g, &o, &s));
-    assert_ok(rf_session_run(s, &feed, 1, ys, 7, NULL, 0, outs));
-    rf_session_free(s);
+    rf_tensor *outs[7], *serial[7];
+    run_threads(g, 3, &feed, ys, 7, outs);
+    run_threads(g, 1, &feed, ys, 7, serial);
     for (uint32_t m = 1; m < 8; m++) {
       int64_t n;
       double *want = ref_reduce(xd, shapes[si], 3, m, false, dt, &n);
@@ -416,8 +424,14 @@ static void test_large_shapes(void **state) {
        * at its own precision. */
       assert_tensor_near(outs[m - 1], reduced_shape(shapes[si], 3, m, false),
                          want, rf_test_tolerance(dt));
+      assert_int_equal(rf_tensor_nbytes(outs[m - 1]),
+                       rf_tensor_nbytes(serial[m - 1]));
+      assert_memory_equal(rf_tensor_data(outs[m - 1]),
+                          rf_tensor_data(serial[m - 1]),
+                          rf_tensor_nbytes(outs[m - 1]));
       free(want);
       rf_tensor_release(outs[m - 1]);
+      rf_tensor_release(serial[m - 1]);
     }
     free(xd);
     rf_tensor_release(x);
