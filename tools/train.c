@@ -32,7 +32,7 @@ typedef struct options {
   uint64_t seed;
   sync_mode sync;
   bool check, quiet;
-  const char *save, *load;
+  const char *save, *load, *graph_dir, *trace;
 } options;
 
 static void dataset_free(dataset *d) {
@@ -326,6 +326,20 @@ static rf_status *max_param_diff(trainer *a, trainer *b, double *diff) {
   return NULL;
 }
 
+/* The training graph as built and as a session runs it (after placement and
+ * collective lowering). */
+static rf_status *write_graphs(trainer *t, int max_cpu, const char *dir) {
+  rf_session_options o;
+  rf_session_options_init(&o);
+  o.num_cpu_devices = max_cpu;
+  rf_graph *lowered;
+  RF_TOOL_CHECK(rf_graph_lower(t->m.g, &o, &lowered));
+  rf_status *st = tool_write_dot(t->m.g, dir, "train_before_lowering");
+  if (!st) st = tool_write_dot(lowered, dir, "train_after_lowering");
+  rf_graph_free(lowered);
+  return st;
+}
+
 static void usage(FILE *f) {
   fprintf(f,
           "usage: ringflow train [options]\n"
@@ -344,6 +358,10 @@ static void usage(FILE *f) {
           "  --save FILE        write parameters and optimizer state after "
           "training\n"
           "  --load FILE        start from a checkpoint written by --save\n"
+          "  --graph-dir DIR    write the training graph before and after "
+          "lowering as DOT (and SVG with Graphviz)\n"
+          "  --trace FILE       write a Chrome trace (Perfetto) of one "
+          "training step\n"
           "  --quiet            no progress output\n");
 }
 
@@ -355,6 +373,7 @@ static int parse_options(int argc, char **argv, options *o) {
       {"steps", required_argument, 0, 'n'},   {"check", no_argument, 0, 'c'},
       {"data", required_argument, 0, 'D'},    {"quiet", no_argument, 0, 'q'},
       {"save", required_argument, 0, 'w'},    {"load", required_argument, 0, 'r'},
+      {"graph-dir", required_argument, 0, 'g'}, {"trace", required_argument, 0, 't'},
       {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
   *o = (options){.data_dir = DEFAULT_DATA, .devices = "cpu:0-3", .epochs = 5,
                  .batch = 128, .lr = 1e-3, .seed = 1, .sync = SYNC_ALLREDUCE};
@@ -378,6 +397,8 @@ static int parse_options(int argc, char **argv, options *o) {
       case 'q': o->quiet = true; break;
       case 'w': o->save = optarg; break;
       case 'r': o->load = optarg; break;
+      case 'g': o->graph_dir = optarg; break;
+      case 't': o->trace = optarg; break;
       case 'h': usage(stdout); return 1;
       default: usage(stderr); return 2;
     }
@@ -413,6 +434,7 @@ int cmd_train(int argc, char **argv) {
   RF_TOOL_TRY(load_split(o.data_dir, "t10k", &test));
   trainer t, ref;
   RF_TOOL_TRY(trainer_init(&t, &cfg, o.seed, max_cpu));
+  if (o.graph_dir) RF_TOOL_TRY(write_graphs(&t, max_cpu, o.graph_dir));
   if (o.load) {
     RF_TOOL_TRY(trainer_load(&t, o.load));
     printf("loaded %s (step %lld)\n", o.load, (long long)t.step);
