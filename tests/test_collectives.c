@@ -499,6 +499,41 @@ static void test_other_reduction_gradients(void **state) {
   }
 }
 
+/* The participants of a collective form one group for gradients: d loss/d x0
+ * where the loss reads only device 1's all-reduce output still flows through
+ * device 0's participant, and every participant of the gradient's all-reduce
+ * is built (with zeros where no gradient arrives). */
+static void test_gradient_through_peers(void **state) {
+  uint64_t rng = rf_test_seed() + 10;
+  const devset *ds = &device_sets[0];
+  rf_graph *g = rf_graph_new();
+  rf_output xs[8], ys[8];
+  rf_tensor *in[8], *out[2];
+  placeholders(g, ds, RF_FLOAT64, xs);
+  rf_all_reduce_n(g, "ar", xs, ds->n, RF_REDUCE_SUM, ys);
+  char dev[16];
+  device_name(ds->ids[1], dev);
+  assert_ok(rf_graph_push_device(g, dev));
+  rf_output loss = rf_sum(g, NULL, rf_mul(g, NULL, ys[1], ys[1]), NULL, -1, false);
+  rf_graph_pop_device(g);
+  rf_output dx[2];
+  rf_output wrt[2] = {xs[0], xs[2]};
+  assert_ok(rf_gradients(g, &loss, 1, wrt, 2, NULL, dx));
+  assert_non_null(dx[0].node);
+  for (int i = 0; i < ds->n; i++) in[i] = random_input(&rng, RF_FLOAT64, RF_REDUCE_SUM);
+  run(g, xs, in, ds->n, dx, 2, out);
+  /* loss = sum(s^2), s = x0 + x1 + x2: d/dx_i = 2 s */
+  double *sum = reference(in, ds->n, RF_REDUCE_SUM, RF_FLOAT64);
+  for (int e = 0; e < 12; e++) sum[e] *= 2;
+  assert_tensor_near(out[0], rf_shape_of(2, 3, 4), sum, 1e-12);
+  assert_tensor_near(out[1], rf_shape_of(2, 3, 4), sum, 1e-12);
+  free(sum);
+  for (int i = 0; i < ds->n; i++) rf_tensor_release(in[i]);
+  rf_tensor_release(out[0]);
+  rf_tensor_release(out[1]);
+  rf_graph_free(g);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_all_reduce_matrix),
@@ -511,6 +546,7 @@ int main(void) {
       cmocka_unit_test(test_all_reduce_and_reduce_broadcast_agree),
       cmocka_unit_test(test_fetching_one_participant_runs_all),
       cmocka_unit_test(test_other_reduction_gradients),
+      cmocka_unit_test(test_gradient_through_peers),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
