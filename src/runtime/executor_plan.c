@@ -81,7 +81,6 @@ static rf_status *bind_kernel(dplan *p, xnode *x) {
 
 /* Sizes: first pass over the device's nodes (given in id order). */
 static rf_status *size_plan(builder *b, dplan *p, rf_node **nodes, int n) {
-  p->num_nodes = n;
   int slots = 0, outs = 0, edges = 0, ctl = 0, drops = 0;
   for (int i = 0; i < n; i++) {
     rf_node *v = nodes[i];
@@ -105,6 +104,7 @@ static rf_status *size_plan(builder *b, dplan *p, rf_node **nodes, int n) {
   p->roots = rf__malloc(sizeof(int) * (size_t)(n ? n : 1));
   if (!p->nodes || !p->edges || !p->ctl || !p->drops || !p->roots)
     return rf__oom();
+  p->num_nodes = n; /* only now: plan_destroy walks nodes[0..num_nodes) */
   return NULL;
 }
 
