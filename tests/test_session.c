@@ -228,7 +228,7 @@ static void test_run_argument_errors(void **state) {
                 RF_INVALID_ARGUMENT,
                 "node 'x' (TestPlaceholder) output 0: a float32 tensor was "
                 "fed, the output is float64");
-  double d[6] = {0};
+  double d[14] = {0};
   feed.value = rt_tensor(rf_shape_of(2, (int64_t)3, (int64_t)2), d);
   assert_status(rf_session_run(s, &feed, 1, &y, 1, NULL, 0, &out),
                 RF_INVALID_ARGUMENT,
