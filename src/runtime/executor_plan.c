@@ -33,6 +33,8 @@ static void plan_destroy(dplan *p) {
     rf__free(f->pending);
     rf__free(f->actx);
     rf__free(f->refs);
+    rf__free(f->handoff);
+    rf__free(f->batches);
     rf__free(f);
   }
   pthread_mutex_destroy(&p->frames_mu);
@@ -267,12 +269,17 @@ static frame *frame_new(dplan *p) {
   f->actx = rf__calloc((size_t)(p->num_async ? p->num_async : 1),
                        sizeof(rf__kernel_ctx));
   f->refs = rf__malloc(sizeof(node_ref) * (size_t)p->num_nodes);
-  if (!f->slots || !f->outs || !f->pending || !f->actx || !f->refs) {
+  f->handoff = rf__malloc(sizeof(int) * (size_t)p->num_nodes);
+  f->batches = rf__malloc(sizeof(batch) * (size_t)p->num_nodes);
+  if (!f->slots || !f->outs || !f->pending || !f->actx || !f->refs ||
+      !f->handoff || !f->batches) {
     rf__free(f->slots);
     rf__free(f->outs);
     rf__free(f->pending);
     rf__free(f->actx);
     rf__free(f->refs);
+    rf__free(f->handoff);
+    rf__free(f->batches);
     rf__free(f);
     return NULL;
   }
@@ -280,7 +287,8 @@ static frame *frame_new(dplan *p) {
     atomic_init(&f->pending[i], p->nodes[i].init_pending);
     f->refs[i] = (node_ref){f, i};
   }
-  atomic_init(&f->outstanding, 0);
+  atomic_init(&f->holders, 0);
+  atomic_init(&f->handoff_top, 0);
   return f;
 }
 
