@@ -15,6 +15,9 @@
 #include "core/status.h"
 
 static rf__op_def *op_table;
+/* Set when a value's copy could not be allocated, so the parse error becomes
+ * RESOURCE_EXHAUSTED rather than a complaint about the spec. */
+static _Thread_local bool parse_oom;
 static pthread_mutex_t register_mu = PTHREAD_MUTEX_INITIALIZER;
 
 /* ---- text helpers ---- */
@@ -101,6 +104,8 @@ typedef struct parser {
 } parser;
 
 static bool fail(parser *ps, const char *what, span bad) {
+  if (!ps->err && parse_oom) ps->err = rf__oom();
+  bad = trim(bad);
   if (!ps->err)
     ps->err = rf__invalid("op '%s': %s in '%.*s'", ps->op, what, (int)bad.n,
                           bad.p);
@@ -155,7 +160,7 @@ static bool parse_string(span s, char **out) {
   else if (memchr(s.p, '"', s.n) || memchr(s.p, '\'', s.n))
     return false;
   char *c = rf__malloc(s.n + 1);
-  if (!c) return false;
+  if (!c) return parse_oom = true, false;
   span_copy(s, c, s.n + 1);
   *out = c;
   return true;
@@ -251,6 +256,7 @@ static bool parse_list(rf__attr_type t, span s, rf__attr_value *v) {
     tmp.u.ints = arr.i;
     rf_status *st = rf__attr_value_copy(&tmp, v);
     ok = st == NULL;
+    if (st) parse_oom = true; /* the copy fails only for memory */
     rf_status_free(st);
   }
   for (int i = 0; i < n; i++) rf__attr_value_clear(&elems[i]);
@@ -470,6 +476,7 @@ static rf_status *parse_spec(const rf__op_spec *spec, rf__op_def **out) {
   RF_CHECK_ALLOC(op);
   snprintf(op->name, sizeof op->name, "%s", spec->name);
   parser ps = {spec->name, NULL};
+  parse_oom = false;
   span all = trim((span){spec->attrs ? spec->attrs : "",
                          spec->attrs ? strlen(spec->attrs) : 0});
   span seg, rest = all;
