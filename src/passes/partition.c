@@ -113,7 +113,18 @@ static rf_status *pair_for(partitioner *p, rf_node *src, int src_out, int dev,
   return NULL;
 }
 
+/* A POST_PLACEMENT pass may have added nodes without placing them. */
+static rf_status *check_placed(const partitioner *p, const rf_node *v) {
+  if (v->assigned_device >= 0 && v->assigned_device < p->ctx->num_devices)
+    return NULL;
+  return rf__internal("node '%s' (%s) has no device after placement", v->name,
+                      v->op->name);
+}
+
 static rf_status *split_node(partitioner *p, rf_node *v) {
+  RF_CHECK(check_placed(p, v));
+  for (int k = 0; k < v->num_out_edges; k++)
+    RF_CHECK(check_placed(p, v->out_edges[k]->dst));
   /* Gather the crossing edges and their new sources, then move them all in
    * one pass over v's out edges. */
   int n = 0;
