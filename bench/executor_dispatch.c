@@ -41,9 +41,13 @@ static rf_status *scalar_shape(rf__shape_ctx *c) {
 
 static const rf__op_spec specs[] = {
     {.name = "BenchConst", .outputs = "y: float64", .shape = scalar_shape},
-    {.name = "BenchIdentity", .inputs = "x: float64", .outputs = "y: float64",
+    {.name = "BenchIdentity",
+     .inputs = "x: float64",
+     .outputs = "y: float64",
      .shape = scalar_shape},
-    {.name = "BenchAddOne", .inputs = "x: float64", .outputs = "y: float64",
+    {.name = "BenchAddOne",
+     .inputs = "x: float64",
+     .outputs = "y: float64",
      .shape = scalar_shape},
     {.name = "BenchSink", .flags = RF_OP_STATEFUL},
 };
@@ -73,7 +77,8 @@ static rf_status *k_sink(rf__kernel_ctx *ctx) { return NULL; }
 
 static const rf__kernel_def kernels[] = {
     {.op = "BenchConst", .device_type = RF_DEVICE_CPU, .compute = k_const},
-    {.op = "BenchIdentity", .device_type = RF_DEVICE_CPU,
+    {.op = "BenchIdentity",
+     .device_type = RF_DEVICE_CPU,
      .compute = k_identity},
     {.op = "BenchAddOne", .device_type = RF_DEVICE_CPU, .compute = k_add_one},
     {.op = "BenchSink", .device_type = RF_DEVICE_CPU, .compute = k_sink},
@@ -169,8 +174,10 @@ static void bench_dispatch(int n, int threads) {
     z = (rf_output){node(g, "BenchIdentity", &z, dev), 0};
   }
   s = session(g, 4, threads);
-  printf("chain   of %7d %-13s: %6.1f ns/node (4 devices, crossing every "
-         "1000 nodes)\n", n, "BenchIdentity", time_runs(s, &z, NULL, n, 10));
+  printf(
+      "chain   of %7d %-13s: %6.1f ns/node (4 devices, crossing every "
+      "1000 nodes)\n",
+      n, "BenchIdentity", time_runs(s, &z, NULL, n, 10));
   rf_session_free(s);
   rf_graph_free(g);
 }
@@ -204,8 +211,9 @@ int main(int argc, char **argv) {
     printf("executor dispatch (threads=%d; best of 10 runs)\n", threads);
     bench_dispatch(n, threads);
   }
-  printf("compile time (rf__compile: copy, _Retval, prune, place, partition, "
-         "plans)\n");
+  printf(
+      "compile time (rf__compile: copy, _Retval, prune, place, partition, "
+      "plans)\n");
   for (int ndev = 1; ndev <= 4; ndev += 3) {
     double t[3];
     const int sizes[3] = {10000, 100000, 1000000};

@@ -56,12 +56,13 @@ static void *worker_main(void *arg) {
     bool fail = w->id == 3 && r % 7 == 0;
     rf_output fetch[2] = {w->id % 2 ? sh->z : sh->y, sh->bad};
     rf_tensor *out[2] = {NULL, NULL};
-    rf_status *st = rf_session_run(sh->s, &f, 1, fetch, fail ? 2 : 1, NULL, 0,
-                                   out);
+    rf_status *st =
+        rf_session_run(sh->s, &f, 1, fetch, fail ? 2 : 1, NULL, 0, out);
     if (fail) {
       bool good = rf_status_code(st) == RF_INTERNAL &&
-                  strstr(rf_status_message(st), "node 'bad' (TestFail) on "
-                                                "cpu:1: intentional");
+                  strstr(rf_status_message(st),
+                         "node 'bad' (TestFail) on "
+                         "cpu:1: intentional");
       w->errors += good;
       w->wrong += !good;
       rf_status_free(st);
@@ -133,8 +134,8 @@ static void *compile_main(void *arg) {
   for (int rep = 0; rep < 3; rep++) {
     for (int i = c->first; i < c->first + c->count; i++) {
       rf_tensor *out = NULL;
-      rf_status *st = rf_session_run(c->s, NULL, 0, &c->outs[i], 1, NULL, 0,
-                                     &out);
+      rf_status *st =
+          rf_session_run(c->s, NULL, 0, &c->outs[i], 1, NULL, 0, &out);
       if (st || rf_tensor_get(out, 0) != i + 1) c->wrong++;
       rf_status_free(st);
       rf_tensor_release(out);

@@ -33,15 +33,16 @@ static rf_status *bare_error(rf__kernel_ctx *ctx) {
 
 static const rf__op_spec bad_specs[] = {
     {.name = "TestNoOutput", .inputs = "x: float64", .outputs = "y: float64"},
-    {.name = "TestWrongDtype", .inputs = "x: float64",
-     .outputs = "y: float64"},
+    {.name = "TestWrongDtype", .inputs = "x: float64", .outputs = "y: float64"},
     {.name = "TestBareError", .inputs = "x: float64", .outputs = "y: float64"},
 };
 static const rf__kernel_def bad_kernels[] = {
     {.op = "TestNoOutput", .device_type = RF_DEVICE_CPU, .compute = no_output},
-    {.op = "TestWrongDtype", .device_type = RF_DEVICE_CPU,
+    {.op = "TestWrongDtype",
+     .device_type = RF_DEVICE_CPU,
      .compute = wrong_dtype},
-    {.op = "TestBareError", .device_type = RF_DEVICE_CPU,
+    {.op = "TestBareError",
+     .device_type = RF_DEVICE_CPU,
      .compute = bare_error},
 };
 
@@ -155,7 +156,8 @@ static void test_broken_kernels(void **state) {
  * succeeds; each failure is RESOURCE_EXHAUSTED and nothing leaks. */
 static void test_allocation_failures(void **state) {
   rf_graph *g = rf_graph_new();
-  rf_output x = rt_placeholder_node(g, "x", "cpu:0", rf_shape_of(1, (int64_t)3));
+  rf_output x =
+      rt_placeholder_node(g, "x", "cpu:0", rf_shape_of(1, (int64_t)3));
   rf_output y = rt_unary_node(g, "TestAddOne", "y", "cpu:1", x);
   rf_output z = rt_add_node(g, "z", "cpu:2", y, x);
   rf_node_builder *nb = rf_node_builder_new(g, "TestSink", "sink");

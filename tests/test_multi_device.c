@@ -93,7 +93,8 @@ static void test_diamond_across_devices(void **state) {
     rf_tensor *xv = rf_test_random_tensor(&rng, RF_FLOAT64, shape, -5, 5);
     rf_tensor *out = run1(s, x, xv, e);
     double *want = rf_test_to_doubles(xv);
-    for (int i = 0; i < 7; i++) want[i] = (want[i] + 1) + (want[i] + 2) + want[i];
+    for (int i = 0; i < 7; i++)
+      want[i] = (want[i] + 1) + (want[i] + 2) + want[i];
     assert_tensor_near(out, shape, want, 1e-12);
     free(want);
     rf_tensor_release(out);
@@ -208,12 +209,11 @@ static void test_random_dags(void **state) {
       int a = (int)(rf_test_rand(&rng) % (uint64_t)i);
       int b = (int)(rf_test_rand(&rng) % (uint64_t)i);
       if (rf_test_rand(&rng) % 2) {
-        nodes[i] = rt_unary_node(g, "TestAddOne", NULL, dev_name(dev, buf),
-                                 nodes[a]);
+        nodes[i] =
+            rt_unary_node(g, "TestAddOne", NULL, dev_name(dev, buf), nodes[a]);
         ref[i] = ref[a] + 1;
       } else {
-        nodes[i] = rt_add_node(g, NULL, dev_name(dev, buf), nodes[a],
-                               nodes[b]);
+        nodes[i] = rt_add_node(g, NULL, dev_name(dev, buf), nodes[a], nodes[b]);
         ref[i] = ref[a] + ref[b];
       }
     }
@@ -286,8 +286,8 @@ static void test_fan_out_fan_in(void **state) {
   rf_output sum = rt_unary_node(g, "TestAddOne", "s0", "cpu:1", x);
   char buf[16];
   for (int i = 0; i < W; i++) {
-    rf_output leaf = rt_unary_node(g, "TestAddOne", NULL, dev_name(i % 4, buf),
-                                   x);
+    rf_output leaf =
+        rt_unary_node(g, "TestAddOne", NULL, dev_name(i % 4, buf), x);
     sum = rt_add_node(g, NULL, dev_name((i + 1) % 4, buf), sum, leaf);
   }
   rf_session *s = rt_session(g, 4, 2);

@@ -16,8 +16,10 @@
 /* ---- resource ops for placement ---- */
 static const rf__op_spec res_specs[] = {
     {.name = "TestVar", .outputs = "ref: resource", .flags = RF_OP_STATEFUL},
-    {.name = "TestUseVar", .inputs = "ref: resource, x: float64",
-     .outputs = "y: float64", .flags = RF_OP_STATEFUL},
+    {.name = "TestUseVar",
+     .inputs = "ref: resource, x: float64",
+     .outputs = "y: float64",
+     .flags = RF_OP_STATEFUL},
 };
 
 static int setup(void **state) {
@@ -95,9 +97,10 @@ static rf_status *adds_unplaced(rf__pass_ctx *c) {
   rf_status *st = rf__graph_add_node(c->graph, rf__op_find("TestConst"),
                                      "orphan", "", NULL, 0, &a, &n);
   rf__attrs_clear(&a);
-  if (!st) RF_CHECK(rf__graph_add_edge(c->graph, n, RF_CONTROL_SLOT,
-                                       rf_graph_find_node(c->graph, "y"),
-                                       RF_CONTROL_SLOT));
+  if (!st)
+    RF_CHECK(rf__graph_add_edge(c->graph, n, RF_CONTROL_SLOT,
+                                rf_graph_find_node(c->graph, "y"),
+                                RF_CONTROL_SLOT));
   return st;
 }
 
@@ -117,10 +120,10 @@ static void register_passes_once(void) {
   assert_ok(rf__pass_register(RF_PASS_POST_PLACEMENT, 0, "post_c", post_c));
   assert_ok(rf__pass_register(RF_PASS_PRE_PLACEMENT, 5, "pre_z", pre_z));
   assert_ok(rf__pass_register(RF_PASS_POST_PARTITION, 0, "part_p", part_p));
-  assert_ok(rf__pass_register(RF_PASS_POST_PLACEMENT, 9, "unplaced",
-                              adds_unplaced));
-  assert_ok(rf__pass_register(RF_PASS_POST_PARTITION, 9, "crossing",
-                              adds_crossing));
+  assert_ok(
+      rf__pass_register(RF_PASS_POST_PLACEMENT, 9, "unplaced", adds_unplaced));
+  assert_ok(
+      rf__pass_register(RF_PASS_POST_PARTITION, 9, "crossing", adds_crossing));
 }
 
 static void test_pass_registration_errors(void **state) {
@@ -248,8 +251,8 @@ static void test_cycles_are_reported(void **state) {
   rf_output a = rt_unary_node(g, "TestAddOne", "a", NULL, c);
   rf_output b = rt_unary_node(g, "TestAddOne", "b", NULL, a);
   /* The public API refuses cycles; the internal one lets a pass make one. */
-  assert_ok(rf__graph_add_edge(g, b.node, RF_CONTROL_SLOT, a.node,
-                               RF_CONTROL_SLOT));
+  assert_ok(
+      rf__graph_add_edge(g, b.node, RF_CONTROL_SLOT, a.node, RF_CONTROL_SLOT));
   rf_node **order = NULL;
   int n = 0;
   assert_status(rf__topological_order(g, &order, &n), RF_INVALID_ARGUMENT,

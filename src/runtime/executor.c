@@ -128,11 +128,12 @@ static rf_status *name_error(frame *f, const xnode *x, rf_status *st) {
 static rf_status *check_outputs(frame *f, const xnode *x, rf_tensor **out) {
   for (int i = 0; i < x->num_out; i++) {
     if (out[i] && out[i]->dtype == x->node->out_dtypes[i]) continue;
-    return rf__internal("node '%s' (%s) on %s: the kernel %s output %d (%s "
-                        "expected)", x->node->name, x->node->op->name,
-                        f->plan->device->canonical,
-                        out[i] ? "produced a wrong dtype for" : "did not set",
-                        i, rf_dtype_name(x->node->out_dtypes[i]));
+    return rf__internal(
+        "node '%s' (%s) on %s: the kernel %s output %d (%s "
+        "expected)",
+        x->node->name, x->node->op->name, f->plan->device->canonical,
+        out[i] ? "produced a wrong dtype for" : "did not set", i,
+        rf_dtype_name(x->node->out_dtypes[i]));
   }
   return NULL;
 }
@@ -145,8 +146,8 @@ static void batch_task(void *arg);
 /* Moves the top k nodes of s into one batch for a pool worker. False (s
  * unchanged) if the pool refuses. */
 static bool hand_off(frame *f, stack *s, int k) {
-  int begin = atomic_fetch_add_explicit(&f->handoff_top, k,
-                                        memory_order_relaxed);
+  int begin =
+      atomic_fetch_add_explicit(&f->handoff_top, k, memory_order_relaxed);
   if (begin + k > f->plan->num_nodes) { /* only after refused hand-offs */
     atomic_fetch_sub_explicit(&f->handoff_top, k, memory_order_relaxed);
     return false;
@@ -184,8 +185,8 @@ static void offload(frame *f, stack *s) {
 static void make_ready(frame *f, stack *s, int v) {
   if (stack_push(s, v)) return;
   hold(f);
-  rf_status *st = rf__threadpool_schedule(f->plan->device->pool, node_task,
-                                          &f->refs[v]);
+  rf_status *st =
+      rf__threadpool_schedule(f->plan->device->pool, node_task, &f->refs[v]);
   if (!st) return;
   rf_status_free(st);
   let_go(f);
@@ -262,7 +263,11 @@ static void async_done(rf__kernel_ctx *ctx, rf_status *st) {
 static void run_node(frame *f, int v, stack *s) {
   const xnode *x = &f->plan->nodes[v];
   if (atomic_load_explicit(&f->step->cancelled, memory_order_relaxed)) {
-    complete(f, v, NULL, s);
+    rf_tensor **in = f->slots + x->in_base; /* skipped: only drop inputs */
+    for (int i = 0; i < x->num_in; i++) {
+      rf_tensor_release(in[i]);
+      in[i] = NULL;
+    }
     return;
   }
   if (x->compute) {

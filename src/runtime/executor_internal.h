@@ -86,10 +86,10 @@ typedef struct frame {
   node_ref *refs;       /* [num_nodes] */
   /* A node is handed off at most once per step, so num_nodes entries
    * suffice; a batch is described at batches[begin]. */
-  int *handoff;         /* [num_nodes] */
-  batch *batches;       /* [num_nodes] */
+  int *handoff;   /* [num_nodes] */
+  batch *batches; /* [num_nodes] */
   atomic_int handoff_top;
-  struct frame *next;   /* in the plan's cache */
+  struct frame *next; /* in the plan's cache */
 } frame;
 
 /* Frames: taken from the plan's cache or made; returned after the step. */

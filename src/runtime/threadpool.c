@@ -169,8 +169,7 @@ typedef struct pfor {
 } pfor;
 
 static void pfor_release(pfor *w) {
-  if (atomic_fetch_sub_explicit(&w->refs, 1, memory_order_acq_rel) != 1)
-    return;
+  if (atomic_fetch_sub_explicit(&w->refs, 1, memory_order_acq_rel) != 1) return;
   pthread_cond_destroy(&w->cv);
   pthread_mutex_destroy(&w->mu);
   rf__free(w);
@@ -179,14 +178,14 @@ static void pfor_release(pfor *w) {
 /* Runs chunks until none is left unclaimed. */
 static void pfor_work(pfor *w) {
   for (;;) {
-    int64_t c = atomic_fetch_add_explicit(&w->next_chunk, 1,
-                                          memory_order_relaxed);
+    int64_t c =
+        atomic_fetch_add_explicit(&w->next_chunk, 1, memory_order_relaxed);
     if (c >= w->num_chunks) return;
     int64_t b = c * w->chunk;
     int64_t e = b + w->chunk < w->n ? b + w->chunk : w->n;
     w->fn(w->arg, b, e);
-    int64_t done = atomic_fetch_add_explicit(&w->chunks_done, 1,
-                                             memory_order_acq_rel) + 1;
+    int64_t done =
+        atomic_fetch_add_explicit(&w->chunks_done, 1, memory_order_acq_rel) + 1;
     if (done == w->num_chunks) {
       pthread_mutex_lock(&w->mu);
       pthread_cond_broadcast(&w->cv);
@@ -232,7 +231,7 @@ void rf__threadpool_parallel_for(rf__threadpool *p, int64_t n,
   pthread_mutex_init(&w->mu, NULL);
   pthread_cond_init(&w->cv, NULL);
   int helpers = (int)(w->num_chunks - 1 < p->num_threads ? w->num_chunks - 1
-                                                          : p->num_threads);
+                                                         : p->num_threads);
   atomic_init(&w->refs, 1 + helpers);
   for (int i = 0; i < helpers; i++) {
     rf_status *st = rf__threadpool_schedule(p, pfor_helper, w);
