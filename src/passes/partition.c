@@ -3,8 +3,9 @@
  * and a _Recv on the consumer's; one pair per (source output, destination
  * device), shared by all consumers there. A crossing control edge becomes
  * _Token -> _Send (with a control input from the source) and a _Recv with a
- * control edge to the consumer. Rendezvous keys ("<src>:<out>;<device>", or
- * "<src>:ctl;<device>") are unique in the graph because node names are.
+ * control edge to the consumer. Rendezvous keys ("<id>/<src>:<out>;<device>"
+ * or "<id>/<src>:ctl;<device>", the name cut at 200 characters) are unique in
+ * the graph because node ids are; the name is there for people.
  * Linear: each node's out edges are visited once. */
 #include <stdio.h>
 #include <string.h>
@@ -62,9 +63,10 @@ static rf_status *make_pair(partitioner *p, rf_node *src, int src_out, int dev,
   bool control = src_out == RF_CONTROL_SLOT;
   char key[512], name[600];
   if (control)
-    snprintf(key, sizeof key, "%s:ctl;%s", src->name, dname);
+    snprintf(key, sizeof key, "%d/%.200s:ctl;%s", src->id, src->name, dname);
   else
-    snprintf(key, sizeof key, "%s:%d;%s", src->name, src_out, dname);
+    snprintf(key, sizeof key, "%d/%.200s:%d;%s", src->id, src->name, src_out,
+             dname);
   rf_dtype dtype = control ? RF_FLOAT32 : src->out_dtypes[src_out];
   rf_shape shape =
       control ? rf_shape_of(1, (int64_t)0) : src->out_shapes[src_out];
