@@ -7,8 +7,8 @@
 
 rf_status *rf__graph_redirect_edges(rf_graph *g, rf_node *src,
                                     rf__edge *const *edges,
-                                    rf_node *const *new_src,
-                                    const int *new_out, int n) {
+                                    rf_node *const *new_src, const int *new_out,
+                                    int n) {
   (void)g;
   /* Reserve room first (bumping counts so repeated targets add up), so a
    * failure changes nothing. */

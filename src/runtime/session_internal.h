@@ -48,8 +48,7 @@ typedef struct rf__signature {
 
 /* Compiles sig against s's graph: copy, _Retval per fetch, _Arg per feed,
  * prune, passes, placement, partition, executor plans. Errors name the node. */
-rf_status *rf__compile(rf_session *s, const rf__signature *sig,
-                       rf__plan **out);
+rf_status *rf__compile(rf_session *s, const rf__signature *sig, rf__plan **out);
 void rf__plan_free(rf__plan *p);
 
 #endif
