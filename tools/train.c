@@ -465,7 +465,11 @@ int cmd_train(int argc, char **argv) {
     shuffle(idx, train.n, &shuffle_state);
     for (int s = 0; s < steps_per_epoch && done < total; s++, done++) {
       double loss, ref_loss;
+      /* trace a warm step: the 10th, or the last of a shorter run */
+      bool traced = o.trace && done == (total > 10 ? 9 : total - 1);
+      if (traced) RF_TOOL_TRY(rf_session_trace_next_run(t.s, o.trace));
       RF_TOOL_TRY(train_step(&t, &train, idx + (size_t)s * o.batch, &loss));
+      if (traced && !o.quiet) printf("\nwrote a trace of step %lld to %s\n", (long long)done + 1, o.trace);
       if (o.check) {
         RF_TOOL_TRY(train_step(&ref, &train, idx + (size_t)s * o.batch, &ref_loss));
         if (fabs(loss - ref_loss) > worst_loss_diff) worst_loss_diff = fabs(loss - ref_loss);

@@ -20,6 +20,7 @@
 #include "ops/op_registry.h"
 #include "runtime/executor_internal.h"
 #include "runtime/rendezvous.h"
+#include "runtime/trace.h"
 #include "comm/collective.h"
 
 /* The step as a whole: waits for every device's frame. */
@@ -249,6 +250,9 @@ static void complete(frame *f, int v, rf_status *st, stack *s) {
 static void async_done(rf__kernel_ctx *ctx, rf_status *st) {
   node_ref *ref = ctx->executor_private;
   frame *f = ref->frame;
+  if (ctx->step->trace)
+    rf__trace_record(ctx->step->trace, ctx->device->index, ctx->node,
+                     ctx->trace_start, rf__trace_now());
   stack s;
   stack_init(&s);
   complete(f, ref->id, st, &s);
@@ -282,7 +286,15 @@ static void run_node(frame *f, int v, stack *s) {
                           .device = f->plan->device,
                           .step = f->step,
                           .executor_private = &f->refs[v]};
-    complete(f, v, x->compute(&ctx), s);
+    if (!f->step->trace) {
+      complete(f, v, x->compute(&ctx), s);
+      return;
+    }
+    int64_t t0 = rf__trace_now();
+    rf_status *st = x->compute(&ctx);
+    rf__trace_record(f->step->trace, f->plan->device->index, x->node, t0,
+                     rf__trace_now());
+    complete(f, v, st, s);
     return;
   }
   rf__kernel_ctx *ctx = &f->actx[x->async_index];
@@ -295,7 +307,8 @@ static void run_node(frame *f, int v, stack *s) {
                           .device = f->plan->device,
                           .step = f->step,
                           .executor_private = &f->refs[v],
-                          .done = async_done};
+                          .done = async_done,
+                          .trace_start = f->step->trace ? rf__trace_now() : 0};
   hold(f); /* released by async_done */
   x->kernel->compute_async(ctx, async_done);
 }

@@ -11,6 +11,7 @@
 #include "runtime/session_internal.h"
 #include "comm/collective.h"
 #include "runtime/step.h"
+#include "runtime/trace.h"
 
 #define MAX_CPU_DEVICES 64
 
@@ -87,6 +88,7 @@ rf_status *rf_session_new(const rf_graph *g, const rf_session_options *opts,
   s->opts = *opts;
   atomic_init(&s->next_step, 1);
   pthread_mutex_init(&s->cache_mu, NULL);
+  pthread_mutex_init(&s->trace_mu, NULL);
   RF_CHECK_GOTO(make_devices(s), st, fail);
   RF_CHECK_GOTO(rf__graph_copy(g, &s->graph), st, fail);
   *out = s;
@@ -111,7 +113,30 @@ void rf_session_free(rf_session *s) {
   rf__collective_manager_free(s->collectives);
   rf_graph_free(s->graph);
   pthread_mutex_destroy(&s->cache_mu);
+  pthread_mutex_destroy(&s->trace_mu);
+  rf__free(s->trace_path);
   rf__free(s);
+}
+
+rf_status *rf_session_trace_next_run(rf_session *s, const char *path) {
+  if (!s || !path || !path[0])
+    return rf__invalid("rf_session_trace_next_run: NULL argument");
+  char *copy = rf__strdup(path);
+  RF_CHECK_ALLOC(copy);
+  pthread_mutex_lock(&s->trace_mu);
+  rf__free(s->trace_path);
+  s->trace_path = copy;
+  pthread_mutex_unlock(&s->trace_mu);
+  return NULL;
+}
+
+/* The armed trace path, taken by this run (NULL if none). */
+static char *take_trace_path(rf_session *s) {
+  pthread_mutex_lock(&s->trace_mu);
+  char *path = s->trace_path;
+  s->trace_path = NULL;
+  pthread_mutex_unlock(&s->trace_mu);
+  return path;
 }
 
 /* ---- resolving a run's request ---- */
@@ -275,8 +300,14 @@ static rf_status *run_step(rf_session *s, rf__plan *p, const rf_feed *feeds,
       .collectives = s->collectives,
   };
   atomic_init(&step.cancelled, 0);
-  rf_status *st = rf__executor_run(p->executor, &step);
+  char *trace_path = take_trace_path(s);
+  rf_status *st = trace_path ? rf__trace_new(&step.trace) : NULL;
+  if (!st) st = rf__executor_run(p->executor, &step);
   rf__collective_end_step(s->collectives, step.id);
+  if (!st && step.trace)
+    st = rf__trace_write(step.trace, s->devices, s->num_devices, trace_path);
+  rf__trace_free(step.trace);
+  rf__free(trace_path);
   for (int i = 0; i < p->num_fetches && !st; i++)
     if (!fetched[i])
       st = rf__internal("fetch %d was not produced by the step", i);

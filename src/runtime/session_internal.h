@@ -31,6 +31,8 @@ struct rf_session {
   int num_devices;
   rf__rendezvous *rendezvous;
   struct rf__collective_manager *collectives;
+  pthread_mutex_t trace_mu;
+  char *trace_path; /* armed by rf_session_trace_next_run; taken by one run */
   atomic_llong next_step;
   pthread_mutex_t cache_mu;
   rf__plan *cache; /* uthash by signature */
