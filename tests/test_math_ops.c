@@ -414,6 +414,8 @@ static void test_sum_to_shape_of(void **state) {
       {SHAPE(3, 1, 2, 5), SHAPE(1, 2, 1)},
       {SHAPE(300, 7), SHAPE(7)},
       {SHAPE(7, 300), SHAPE(7, 1)},
+      {SHAPE(3, 4, 5, 6), SHAPE(3, 1, 5, 1)},
+      {SHAPE(2, 3, 4, 5, 6), SHAPE(3, 1, 5, 1)},
       {SHAPE(9, 2, 37), SHAPE(9, 1, 37)},
   };
   for (int d = 0; d < NELEM(ref_numeric_dtypes); d++)

@@ -7,14 +7,12 @@
 
 rf_status *rf__register_array_ops(void) { return NULL; }
 rf_status *rf__register_state_ops(void) { return NULL; }
-rf_status *rf__register_math_ops(void) { return NULL; }
 rf_status *rf__register_nn_ops(void) { return NULL; }
 rf_status *rf__register_reduction_ops(void) { return NULL; }
 rf_status *rf__register_runtime_ops(void) { return NULL; }
 
 rf_status *rf__register_cpu_array_kernels(void) { return NULL; }
 rf_status *rf__register_cpu_state_kernels(void) { return NULL; }
-rf_status *rf__register_cpu_math_kernels(void) { return NULL; }
 rf_status *rf__register_cpu_nn_kernels(void) { return NULL; }
 rf_status *rf__register_cpu_reduction_kernels(void) { return NULL; }
 rf_status *rf__register_cpu_runtime_kernels(void) { return NULL; }

@@ -6,10 +6,11 @@
 
 #include "kernels/kernel.h"
 
-rf_status *rf__register_cpu_binary_kernels(void); /* Add Sub Mul Div Equal */
-rf_status *rf__register_cpu_nary_kernels(void);   /* Neg AddN */
-rf_status *rf__register_cpu_matmul_kernels(void); /* MatMul */
-rf_status *rf__register_cpu_cast_kernels(void);   /* Cast */
+/* Add Sub Mul Div Equal _BroadcastToShapeOf */
+rf_status *rf__register_cpu_binary_kernels(void);
+rf_status *rf__register_cpu_nary_kernels(void);         /* Neg AddN */
+rf_status *rf__register_cpu_matmul_kernels(void);       /* MatMul */
+rf_status *rf__register_cpu_cast_kernels(void);         /* Cast */
 rf_status *rf__register_cpu_sum_to_shape_kernels(void); /* _SumToShapeOf */
 
 /* Elements per block for loops that accumulate in a wider type on the stack:
