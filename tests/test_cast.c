@@ -132,10 +132,12 @@ static void test_cast_every_pair(void **state) {
 
 static void test_cast_small_shapes(void **state) {
   uint64_t rng = rf_test_seed() + 1;
-  const rf_shape shapes[] = {
-      rf_shape_scalar(), rf_shape_make(1, (int64_t[]){0}),
-      rf_shape_make(2, (int64_t[]){3, 0}), rf_shape_make(2, (int64_t[]){1, 1}),
-      rf_shape_make(3, (int64_t[]){2, 3, 5})};
+  const rf_shape shapes[] = {rf_shape_scalar(),
+                             rf_shape_make(1, (int64_t[]){0}),
+                             rf_shape_make(2, (int64_t[]){3, 0}),
+                             rf_shape_make(2, (int64_t[]){1, 1}),
+                             rf_shape_make(3, (int64_t[]){2, 3, 5}),
+                             rf_shape_make(1, (int64_t[]){20011})};
   for (int s = 0; s < NELEM(all_dtypes); s++)
     for (int k = 0; k < NELEM(shapes); k++)
       check_from(all_dtypes[s], shapes[k], &rng);

@@ -85,6 +85,10 @@ static int binary_cases(shape_pair *c) {
   PAIR(SHAPE(2, 0, 3), SHAPE(1, 3));          /* empty output */
   PAIR(SHAPE(0, 1), SHAPE(1, 6));             /* empty output */
   PAIR(SHAPE(33, 65), SHAPE(65));             /* many rows */
+  /* Large enough for the thread pool to split the loop. */
+  PAIR(SHAPE(50021), SHAPE(50021));
+  PAIR(SHAPE(250, 201), SHAPE(201));
+  PAIR(SHAPE(250, 1), SHAPE(1, 201));
 #undef PAIR
   return n;
 }
@@ -273,7 +277,8 @@ static void test_neg(void **state) {
   const rf_dtype dts[] = {RF_FLOAT16, RF_BFLOAT16, RF_FLOAT32, RF_FLOAT64,
                           RF_INT8,    RF_INT32,    RF_INT64};
   const rf_shape shapes[] = {rf_shape_scalar(), SHAPE(0),    SHAPE(1),
-                             SHAPE(7),          SHAPE(3, 5), SHAPE(2001)};
+                             SHAPE(7),          SHAPE(3, 5), SHAPE(2001),
+                             SHAPE(50001)};
   for (int d = 0; d < NELEM(dts); d++) {
     for (int s = 0; s < NELEM(shapes); s++) {
       rf_graph *g = rf_graph_new();
@@ -344,8 +349,8 @@ static void check_add_n(rf_dtype dt, int k, rf_shape s, uint64_t *rng) {
 static void test_add_n(void **state) {
   uint64_t rng = rf_test_seed() + 6;
   const int ks[] = {1, 2, 3, 5};
-  const rf_shape shapes[] = {SHAPE(0), rf_shape_scalar(), SHAPE(1), SHAPE(2, 7),
-                             SHAPE(613)};
+  const rf_shape shapes[] = {SHAPE(0),    rf_shape_scalar(), SHAPE(1),
+                             SHAPE(2, 7), SHAPE(613),        SHAPE(30011)};
   for (int d = 0; d < NELEM(ref_numeric_dtypes); d++)
     for (int k = 0; k < NELEM(ks); k++)
       for (int s = 0; s < NELEM(shapes); s++)
@@ -417,6 +422,8 @@ static void test_sum_to_shape_of(void **state) {
       {SHAPE(3, 4, 5, 6), SHAPE(3, 1, 5, 1)},
       {SHAPE(2, 3, 4, 5, 6), SHAPE(3, 1, 5, 1)},
       {SHAPE(9, 2, 37), SHAPE(9, 1, 37)},
+      {SHAPE(40, 1000), SHAPE(40, 1)},
+      {SHAPE(40, 7, 200), SHAPE(40, 1, 200)},
   };
   for (int d = 0; d < NELEM(ref_numeric_dtypes); d++)
     for (int c = 0; c < NELEM(cases); c++)
