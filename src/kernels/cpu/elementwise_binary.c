@@ -61,11 +61,10 @@ typedef void (*row_fn)(const void *a, const void *b, void *o, int64_t n, int sa,
   }
 
 /* X(suffix, dtype, storage, compute, load, store) */
-#define FLOAT_TYPES(X)                                                    \
-  X(f16, RF_FLOAT16, uint16_t, float, rf_half_to_float, rf_float_to_half) \
-  X(bf16, RF_BFLOAT16, uint16_t, float, rf_bfloat16_to_float,             \
-    rf_float_to_bfloat16)                                                 \
-  X(f32, RF_FLOAT32, float, float, ID, ID)                                \
+#define FLOAT_TYPES(X)                                      \
+  X(f16, RF_FLOAT16, uint16_t, float, rf__h2f, rf__f2h)     \
+  X(bf16, RF_BFLOAT16, uint16_t, float, rf__bf2f, rf__f2bf) \
+  X(f32, RF_FLOAT32, float, float, ID, ID)                  \
   X(f64, RF_FLOAT64, double, double, ID, ID)
 
 /* X(suffix, dtype, storage, unsigned of the same width, division) */
