@@ -6,6 +6,7 @@
  * rounds the exact value once; results must match bit for bit in value. */
 #include <stdlib.h>
 
+#include "kernels/cpu/half.h"
 #include "math_ref.h"
 #include "testutil.h"
 
@@ -157,11 +158,41 @@ static void test_cast_errors(void **state) {
   rf_graph_free(g);
 }
 
+/* The kernels' inlined conversions agree with the public ones: every
+ * float16, and floats sampled across all bit patterns (each sample with its
+ * neighbours, so the rounding boundaries are covered). */
+static void test_inline_half_conversions(void **state) {
+  for (uint32_t h = 0; h < 65536; h++) {
+    float a = rf__h2f((uint16_t)h), b = rf_half_to_float((uint16_t)h);
+    if (rf__f2u(a) != rf__f2u(b) && !(isnan(a) && isnan(b)))
+      fail_msg("float16 %#x: %g vs %g", h, a, b);
+    a = rf__bf2f((uint16_t)h), b = rf_bfloat16_to_float((uint16_t)h);
+    if (rf__f2u(a) != rf__f2u(b)) fail_msg("bfloat16 %#x: %g vs %g", h, a, b);
+  }
+  for (uint64_t base = 0; base < (UINT64_C(1) << 32); base += 65521) {
+    for (uint32_t d = 0; d < 8; d++) {
+      /* around the float16 (13 low bits) and bfloat16 (16) halfway points */
+      uint32_t us[] = {(uint32_t)base + d, ((uint32_t)base | 0xfff) + d - 4,
+                       ((uint32_t)base | 0x7fff) + d - 4};
+      for (int k = 0; k < 3; k++) {
+        float f = rf__u2f(us[k]);
+        if (rf__f2h(f) != rf_float_to_half(f))
+          fail_msg("to float16 %#x: %#x vs %#x", us[k], rf__f2h(f),
+                   rf_float_to_half(f));
+        if (rf__f2bf(f) != rf_float_to_bfloat16(f))
+          fail_msg("to bfloat16 %#x: %#x vs %#x", us[k], rf__f2bf(f),
+                   rf_float_to_bfloat16(f));
+      }
+    }
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_cast_every_pair),
       cmocka_unit_test(test_cast_small_shapes),
       cmocka_unit_test(test_cast_errors),
+      cmocka_unit_test(test_inline_half_conversions),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
