@@ -678,6 +678,32 @@ static void test_sum_to_shape_of_errors(void **state) {
   rf_graph_free(g);
 }
 
+/* An invalid input (a failed op's result) is an error naming the op. */
+static void test_invalid_input(void **state) {
+  rf_output (*const fns[])(rf_graph *, const char *, rf_output, rf_output) = {
+      rf_add, rf_sub, rf_mul, rf_div, rf_equal};
+  const char *const names[] = {"Add", "Sub", "Mul", "Div", "Equal"};
+  for (int f = 0; f < NELEM(fns); f++) {
+    rf_graph *g = rf_graph_new();
+    rf_output a = rf_placeholder(g, "a", RF_FLOAT32, SHAPE(2));
+    assert_null(fns[f](g, "z", a, no_output).node);
+    expect_build_error(g, names[f]);
+  }
+  rf_graph *g = rf_graph_new();
+  assert_null(rf_neg(g, "z", no_output).node);
+  expect_build_error(g, "Neg");
+  g = rf_graph_new();
+  assert_null(rf_matmul(g, "z", no_output, no_output, false, false).node);
+  expect_build_error(g, "MatMul");
+  g = rf_graph_new();
+  assert_null(rf_cast(g, "z", no_output, RF_FLOAT32).node);
+  expect_build_error(g, "Cast");
+  g = rf_graph_new();
+  rf_output xs[2] = {rf_placeholder(g, "a", RF_FLOAT32, SHAPE(2)), no_output};
+  assert_null(rf_add_n(g, "z", xs, 2).node);
+  expect_build_error(g, "AddN");
+}
+
 /* An op function on a graph that already failed adds nothing. */
 static void test_sticky_graph_error(void **state) {
   rf_graph *g = rf_graph_new();
@@ -711,6 +737,7 @@ int main(void) {
       cmocka_unit_test(test_integer_division_by_zero),
       cmocka_unit_test(test_sum_to_shape_of_errors),
       cmocka_unit_test(test_broadcast_to_shape_of_errors),
+      cmocka_unit_test(test_invalid_input),
       cmocka_unit_test(test_sticky_graph_error),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
