@@ -37,17 +37,17 @@ static void dgemm(const mm_dims *d, const double *a, const double *b,
 
 static void widen(const uint16_t *x, float *y, int64_t n, rf_dtype dt) {
   if (dt == RF_FLOAT16) {
-    for (int64_t i = 0; i < n; i++) y[i] = rf_half_to_float(x[i]);
+    for (int64_t i = 0; i < n; i++) y[i] = rf__h2f(x[i]);
   } else {
-    for (int64_t i = 0; i < n; i++) y[i] = rf_bfloat16_to_float(x[i]);
+    for (int64_t i = 0; i < n; i++) y[i] = rf__bf2f(x[i]);
   }
 }
 
 static void narrow(const float *x, uint16_t *y, int64_t n, rf_dtype dt) {
   if (dt == RF_FLOAT16) {
-    for (int64_t i = 0; i < n; i++) y[i] = rf_float_to_half(x[i]);
+    for (int64_t i = 0; i < n; i++) y[i] = rf__f2h(x[i]);
   } else {
-    for (int64_t i = 0; i < n; i++) y[i] = rf_float_to_bfloat16(x[i]);
+    for (int64_t i = 0; i < n; i++) y[i] = rf__f2bf(x[i]);
   }
 }
 
