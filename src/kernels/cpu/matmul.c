@@ -7,7 +7,6 @@
  * in unsigned arithmetic, which wraps instead of overflowing. */
 #include <cblas.h>
 #include <limits.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "core/mem.h"
