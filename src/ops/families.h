@@ -32,6 +32,11 @@ rf_status *rf__register_cpu_reduction_kernels(void);
 rf_status *rf__register_cpu_runtime_kernels(void);
 rf_status *rf__register_cpu_collective_kernels(void);
 
+#ifdef RF_HAVE_CUDA
+/* GPU kernels (CUDA builds only). */
+rf_status *rf__register_gpu_runtime_kernels(void); /* src/runtime/gpu/ */
+#endif
+
 /* Graph passes (src/passes/passes.c). */
 rf_status *rf__register_passes(void);
 /* BLAS threading (src/kernels/cpu/blas_threads.c). */

@@ -276,8 +276,17 @@ static void run_node(frame *f, int v, stack *s) {
     }
     return;
   }
+  rf__device *dev = f->plan->device;
+  if (dev->enter) { /* a GPU device: its GPU current on this thread */
+    rf_status *st = dev->enter(dev);
+    if (st) {
+      complete(f, v, st, s);
+      return;
+    }
+  }
   if (x->compute) {
     rf__kernel_ctx ctx = {.node = x->node,
+                          .def = x->kernel,
                           .state = x->state,
                           .num_inputs = x->num_in,
                           .inputs = f->slots + x->in_base,
@@ -299,6 +308,7 @@ static void run_node(frame *f, int v, stack *s) {
   }
   rf__kernel_ctx *ctx = &f->actx[x->async_index];
   *ctx = (rf__kernel_ctx){.node = x->node,
+                          .def = x->kernel,
                           .state = x->state,
                           .num_inputs = x->num_in,
                           .inputs = f->slots + x->in_base,
