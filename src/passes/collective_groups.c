@@ -90,9 +90,45 @@ rf_status *rf__collective_mark_peers(const rf_graph *graph, char *keep,
   return NULL;
 }
 
+/* The collective a participant op takes part in: the lowered halves of one
+ * Reduce (or Broadcast) are one collective. */
+static const char *collective_of(const rf_node *n) {
+  const char *op = n->op->name;
+  if (strncmp(op, "_Reduce", 7) == 0) return "Reduce";
+  if (strncmp(op, "_Broadcast", 10) == 0) return "Broadcast";
+  return op;
+}
+
+/* Participants of one group must agree on what they run: the collective,
+ * num_devices, T and reduction (shapes may be unknown until run time, where
+ * the collective manager checks them). */
+static rf_status *check_agreement(const group *g, const rf_node *a,
+                                  const rf_node *b) {
+  static const char *const attrs[] = {"num_devices", "T", "reduction"};
+  if (strcmp(collective_of(a), collective_of(b)) != 0)
+    return rf__invalid("collective '%s': participants disagree on the "
+                       "collective: '%s' is %s but '%s' is %s",
+                       g->shared_name, a->name, a->op->name, b->name,
+                       b->op->name);
+  for (size_t i = 0; i < sizeof attrs / sizeof *attrs; i++) {
+    const rf__attr_value *va = rf__attrs_find(&a->attrs, attrs[i]);
+    const rf__attr_value *vb = rf__attrs_find(&b->attrs, attrs[i]);
+    if ((!va && !vb) || (va && vb && rf__attr_value_equal(va, vb))) continue;
+    char sa[64] = "none", sb[64] = "none";
+    if (va) rf__attr_value_format(va, sa, sizeof sa);
+    if (vb) rf__attr_value_format(vb, sb, sizeof sb);
+    return rf__invalid("collective '%s': participants disagree on %s: %s on "
+                       "'%s' but %s on '%s'",
+                       g->shared_name, attrs[i], sa, a->name, sb, b->name);
+  }
+  return NULL;
+}
+
 static rf_status *check_group(const rf_graph *graph, const group *g,
                               const rf__device_name *devices, int num_devices) {
   const rf_node *first = graph->nodes[g->ids[0]];
+  for (int i = 1; i < g->n; i++)
+    RF_CHECK(check_agreement(g, first, graph->nodes[g->ids[i]]));
   int64_t want;
   RF_CHECK(rf__attrs_get_int(&first->attrs, "num_devices", &want));
   char list[1024] = "";
