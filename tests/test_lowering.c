@@ -168,7 +168,16 @@ static void test_reduce_structure(void **state) {
   assert_input(send1, 0, node(lg, "x0"), 0);
   assert_input(send0, 0, node(lg, "x2"), 0);
   assert_int_equal(rf_node_num_outputs(send0), 0);
+  /* Names derive from the original's (the lowering once wrote '' and '_1'). */
+  assert_string_equal(rf_node_name(recv), "red/_ReduceRecv");
+  assert_string_equal(rf_node_name(send1), "red/_ReduceSend");
+  assert_string_equal(rf_node_name(send0), "red/_ReduceSend_1");
   rf_node *parts[3] = {recv, send1, send0};
+  for (int i = 0; i < 3; i++) { /* compile's note of the group's devices */
+    const char *devs;
+    assert_ok(rf_node_attr_string(parts[i], "_devices", &devs));
+    assert_string_equal(devs, "cpu:2,cpu:1,cpu:0");
+  }
   for (int i = 0; i < 3; i++) {
     assert_participant_attrs(parts[i], "red", 3, RF_FLOAT64);
     const char *red;
@@ -312,6 +321,10 @@ static void test_broadcast_structure(void **state) {
   rf_node *send = one_on(lg, "_BroadcastSend", "cpu:1");
   rf_node *r2 = one_on(lg, "_BroadcastRecv", "cpu:2");
   rf_node *r3 = one_on(lg, "_BroadcastRecv", "cpu:3");
+  assert_string_equal(rf_node_name(send), "bc/_BroadcastSend");
+  assert_string_equal(rf_node_name(r2), "bc/_BroadcastRecv");
+  assert_string_equal(rf_node_name(r3), "bc/_BroadcastRecv_1");
+  assert_string_equal(rf_node_name(rf_node_input(r3, 0).node), "bc/Const_1");
   assert_input(send, 0, node(lg, "x"), 0);
   rf_node *parts[3] = {send, r2, r3};
   for (int i = 0; i < 3; i++) {

@@ -67,6 +67,10 @@ typedef struct rf__coll_participant {
   rf_tensor *input;    /* retained by the manager; NULL for broadcast receivers */
   rf_shape shape;      /* input shape, or the expected shape of a broadcast
                           receiver (may be partly unknown) */
+  /* Optional (NULL: unknown): every participant's device, comma-separated
+   * ("cpu:0,cpu:2"), so that a timeout names the devices that never came.
+   * Not owned; outlives the step. */
+  const char *group_devices;
   rf__collective_done done;
   void *arg;
 } rf__coll_participant;

@@ -26,6 +26,7 @@ typedef struct entry {
   int expected, arrived, cap;
   rf__coll_participant *parts;
   int64_t deadline_ns; /* 0: none */
+  int64_t timeout_ms;
   rf_status *error;    /* FAILED entries */
   UT_hash_handle hh;
 } entry;
@@ -111,6 +112,27 @@ static void list_devices(const rf__coll_participant *p, int n, char *buf,
   for (int i = 0; i < n && used < len; i++)
     used += (size_t)snprintf(buf + used, len - used, "%s%s (%s)", i ? ", " : "",
                              p[i].device->canonical, p[i].node);
+}
+
+/* Lists the devices of the group (from any participant's group_devices)
+ * that have not arrived, e.g. "cpu:1, cpu:3"; "" when unknown. */
+static void list_missing(const rf__coll_participant *p, int n, char *buf,
+                         size_t len) {
+  const char *all = NULL;
+  for (int i = 0; i < n && !all; i++) all = p[i].group_devices;
+  size_t used = 0;
+  buf[0] = '\0';
+  while (all && *all && used < len) {
+    size_t k = strcspn(all, ",");
+    bool here = false;
+    for (int i = 0; i < n && !here; i++)
+      here = strlen(p[i].device->canonical) == k &&
+             strncmp(p[i].device->canonical, all, k) == 0;
+    if (!here)
+      used += (size_t)snprintf(buf + used, len - used, "%s%.*s",
+                               used ? ", " : "", (int)k, all);
+    all += k + (all[k] == ',');
+  }
 }
 
 /* ---- agreement ---- */
@@ -335,6 +357,7 @@ rf_status *rf__collective_join(rf__collective_manager *m,
       return rf__oom();
     }
     if (timeout_ms > 0) {
+      e->timeout_ms = timeout_ms;
       e->deadline_ns = now_ns() + timeout_ms * 1000000;
       pthread_cond_signal(&m->wake);
     }
@@ -396,14 +419,16 @@ static void expire_locked(rf__collective_manager *m, int64_t now, doomed **out,
   entry *e, *tmp;
   HASH_ITER(hh, m->table, e, tmp) {
     if (e->state != PENDING || !e->deadline_ns || e->deadline_ns > now) continue;
-    char present[1024];
+    char present[1024], missing[1024];
     list_devices(e->parts, e->arrived, present, sizeof present);
+    list_missing(e->parts, e->arrived, missing, sizeof missing);
     rf_status *st = rf__error(
         RF_DEADLINE_EXCEEDED,
-        "collective '%s' (step %lld): timed out waiting for %d of %d "
-        "participants; arrived: %s",
-        e->shared_name, (long long)e->step_id, e->expected - e->arrived,
-        e->expected, present);
+        "collective '%s' (step %lld): timed out after %lld ms waiting for "
+        "%s%s%d of %d participants%s; arrived: %s",
+        e->shared_name, (long long)e->step_id, (long long)e->timeout_ms,
+        missing, missing[0] ? " (" : "", e->expected - e->arrived, e->expected,
+        missing[0] ? ")" : "", present);
     if (rf__grow(out, &cap, *nout + 1, sizeof **out)) {
       rf_status_free(st);
       continue; /* retried on the next wake-up */

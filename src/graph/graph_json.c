@@ -163,6 +163,8 @@ static json_t *node_json(const rf_node *n) {
         json_array_append_new(ctrl, json_string(n->in_edges[i]->src->name)))
       goto fail;
   for (int i = 0; i < n->attrs.n; i++) {
+    /* '_' attrs are compile-time annotations, remade on every compile. */
+    if (n->attrs.items[i].name[0] == '_') continue;
     json_t *v = attr_json(&n->attrs.items[i].value);
     if (!v || json_object_set_new(attrs, n->attrs.items[i].name, v)) goto fail;
   }

@@ -166,7 +166,31 @@ static rf_status *check_group(const rf_graph *graph, const group *g,
   return NULL;
 }
 
-rf_status *rf__validate_collectives(const rf_graph *graph,
+/* Sets attr _devices ("cpu:0,cpu:2") on every participant of a checked
+ * group, so that a timeout at run time can name the devices that never came
+ * (the kernel hands it to the collective manager). */
+static rf_status *annotate_group(rf_graph *graph, const group *g,
+                                 const rf__device_name *devices) {
+  size_t len = (size_t)g->n * RF_DEVICE_NAME_MAX + 1, used = 0;
+  char *list = rf__malloc(len);
+  RF_CHECK_ALLOC(list);
+  list[0] = '\0';
+  for (int i = 0; i < g->n; i++) {
+    char dev[RF_DEVICE_NAME_MAX];
+    rf__device_name_format(&devices[graph->nodes[g->ids[i]]->assigned_device],
+                           dev, sizeof dev);
+    used += (size_t)snprintf(list + used, len - used, "%s%s", i ? "," : "", dev);
+  }
+  rf__attr_value v = rf__attr_string_ref(list);
+  rf_status *st = NULL;
+  for (int i = 0; i < g->n && !st; i++)
+    st = rf__attrs_set(&graph->nodes[g->ids[i]]->attrs, RF_COLLECTIVE_DEVICES_ATTR,
+                       &v);
+  rf__free(list);
+  return st;
+}
+
+rf_status *rf__validate_collectives(rf_graph *graph,
                                     const rf__device_name *devices,
                                     int num_devices) {
   group *table, *g, *tmp;
@@ -174,6 +198,7 @@ rf_status *rf__validate_collectives(const rf_graph *graph,
   rf_status *st = NULL;
   HASH_ITER(hh, table, g, tmp) {
     st = check_group(graph, g, devices, num_devices);
+    if (!st) st = annotate_group(graph, g, devices);
     if (st) break;
   }
   groups_free(&table);

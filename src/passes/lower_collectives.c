@@ -39,9 +39,9 @@ static rf_status *add_node(lower_ctx *c, const char *op_name, const char *base,
                            const rf__attrs *attrs, rf_node **out) {
   const rf__op_def *op = rf__op_find(op_name);
   if (!op) return rf__internal("op %s is not registered", op_name);
-  char name[512], dev[RF_DEVICE_NAME_MAX];
-  snprintf(name, sizeof name, "%s/%s", base, op_name);
-  rf__graph_unique_name(c->g, name, name, sizeof name);
+  char stem[512], name[540], dev[RF_DEVICE_NAME_MAX];
+  snprintf(stem, sizeof stem, "%s/%s", base, op_name);
+  rf__graph_unique_name(c->g, stem, name, sizeof name); /* no aliasing */
   RF_CHECK(rf__graph_add_node(c->g, op, name, dev_name(c, d, dev), inputs, n,
                               attrs, out));
   (*out)->assigned_device = d;

@@ -9,6 +9,7 @@
 #include "kernels/kernel.h"
 #include "ops/families.h"
 #include "ops/op_registry.h"
+#include "passes/lower_collectives.h"
 #include "runtime/step.h"
 
 typedef struct coll_state {
@@ -19,12 +20,15 @@ typedef struct coll_state {
   bool is_root;
   bool shape_input; /* _BroadcastRecv: input 0 is the shape, on the host */
   char *shared_name;
+  char *group_devices; /* from compile's annotation; NULL if absent */
 } coll_state;
 
 typedef struct pending {
   rf__kernel_ctx *ctx;
   rf__done_fn done;
 } pending;
+
+static void destroy_state(void *state);
 
 static rf_status *init_state(const rf_node *n, rf__collective_kind kind,
                              bool is_root, bool shape_input, void **out) {
@@ -40,14 +44,18 @@ static rf_status *init_state(const rf_node *n, rf__collective_kind kind,
   if (!st) st = rf__attrs_get_string(&n->attrs, "shared_name", &shared);
   if (!st && rf__attrs_find(&n->attrs, "reduction"))
     st = rf__attrs_get_string(&n->attrs, "reduction", &red);
+  const char *devices = NULL;
+  if (!st && rf__attrs_find(&n->attrs, RF_COLLECTIVE_DEVICES_ATTR))
+    st = rf__attrs_get_string(&n->attrs, RF_COLLECTIVE_DEVICES_ATTR, &devices);
   if (!st) {
     s->num_devices = (int)nd;
     s->reduction = rf__reduction_from_name(red);
     s->shared_name = rf__strdup(shared);
-    if (!s->shared_name) st = rf__oom();
+    s->group_devices = devices ? rf__strdup(devices) : NULL;
+    if (!s->shared_name || (devices && !s->group_devices)) st = rf__oom();
   }
   if (st) {
-    rf__free(s);
+    destroy_state(s);
     return st;
   }
   *out = s;
@@ -58,6 +66,7 @@ static void destroy_state(void *state) {
   coll_state *s = state;
   if (!s) return;
   rf__free(s->shared_name);
+  rf__free(s->group_devices);
   rf__free(s);
 }
 
@@ -121,7 +130,8 @@ static void participate(rf__kernel_ctx *ctx, rf__done_fn done) {
                             .num_devices = s->num_devices,
                             .is_root = s->is_root,
                             .device = ctx->device,
-                            .node = ctx->node->name};
+                            .node = ctx->node->name,
+                            .group_devices = s->group_devices};
   if (s->shape_input) {
     rf_status *st = shape_from_input(ctx, &p.shape);
     if (st) {
