@@ -2,6 +2,7 @@
  * placement and the POST_PLACEMENT passes (collective lowering), and with
  * --dot DIR writes both as DOT (and SVG when Graphviz's `dot` is installed). */
 #include <getopt.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -36,9 +37,10 @@ static rf_status *write_dot(const rf_graph *g, const char *dir, const char *stem
     rf_string_free(dot);
     return rf_status_new(RF_PERMISSION_DENIED, "cannot write %s", path);
   }
-  fputs(dot, f);
-  fclose(f);
+  bool ok = fputs(dot, f) >= 0;
+  ok = fclose(f) == 0 && ok;
   rf_string_free(dot);
+  if (!ok) return rf_status_new(RF_DATA_LOSS, "writing %s failed", path);
   printf("wrote %s\n", path);
   if (system("command -v dot >/dev/null 2>&1") == 0) {
     char cmd[2200];
