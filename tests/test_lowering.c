@@ -670,6 +670,42 @@ static void test_all_reduce_gradient_structure(void **state) {
   rf_graph_free(g);
 }
 
+/* Names have no length limit: two long names that differ only at the end
+ * are two collectives (the builders once cut names at 199 bytes, merging
+ * them into one group), and so are their gradients. */
+static void test_long_collective_names(void **state) {
+  char a[401], b[401];
+  memset(a, 'g', 400);
+  a[400] = '\0';
+  memcpy(b, a, sizeof a);
+  b[399] = 'h';
+  rf_graph *g = rf_graph_new();
+  rf_shape s = rf_shape_of(1, (int64_t)3);
+  rf_output xs[2] = {ph(g, "x0", "cpu:0", s), ph(g, "x1", "cpu:1", s)};
+  rf_output ya[2], yb[2], dx[2];
+  rf_all_reduce_n(g, a, xs, 2, RF_REDUCE_SUM, ya);
+  rf_all_reduce_n(g, b, xs, 2, RF_REDUCE_SUM, yb);
+  assert_graph_ok(g);
+  const char *sn;
+  assert_ok(rf_node_attr_string(yb[1].node, "shared_name", &sn));
+  assert_string_equal(sn, b);
+  assert_int_equal(strlen(rf_node_name(yb[1].node)), 402);
+  rf_output ys[4] = {ya[0], ya[1], yb[0], yb[1]};
+  assert_ok(rf_gradients(g, ys, 4, xs, 2, NULL, dx));
+  assert_string_equal(rf_node_op(dx[0].node), "AddN");
+  rf_graph *lg = lower(g, 2);
+  rf_graph_free(lg);
+  /* Reduce with a long name lowers to participants named after it. */
+  a[399] = 'r'; /* a Reduce's shared_name is its node name */
+  rf_output r = rf_reduce(g, a, xs, 2, RF_REDUCE_SUM);
+  assert_graph_ok(g);
+  lg = lower(g, 2);
+  rf_node *recv = one_on(lg, "_ReduceRecv", rf_node_device(r.node));
+  assert_int_equal(strlen(rf_node_name(recv)), 400 + strlen("/_ReduceRecv"));
+  rf_graph_free(lg);
+  rf_graph_free(g);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_reduce_structure),
@@ -687,6 +723,7 @@ int main(void) {
       cmocka_unit_test(test_unlowered_stubs_fail_clearly),
       cmocka_unit_test(test_gradients_that_do_not_exist),
       cmocka_unit_test(test_all_reduce_gradient_structure),
+      cmocka_unit_test(test_long_collective_names),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

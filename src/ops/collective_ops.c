@@ -111,21 +111,15 @@ static bool require_device(rf_graph *g, const char *op, const char *name,
   return false;
 }
 
-/* A name for a node of `op` that is unique in g: the given one, else fresh. */
-static void node_name(rf_graph *g, const char *given, const char *op, char *buf,
-                      size_t len) {
-  if (given) snprintf(buf, len, "%s", given);
-  else rf__graph_unique_name(g, op, buf, len);
-}
-
 static rf_output participant(rf_graph *g, const char *op, const char *name,
                              rf_output input, const char *reduction,
                              int num_devices, const char *shared_name) {
   if (rf__graph_failed(g) || !rf__graph_inputs_ok(g, op, &input, 1))
     return invalid_output();
   if (!require_device(g, op, name, input)) return invalid_output();
-  char nm[256];
-  node_name(g, name, op, nm, sizeof nm);
+  char fresh[RF_ARG_NAME_MAX + 64]; /* op names are short */
+  if (!name) rf__graph_unique_name(g, op, fresh, sizeof fresh);
+  const char *nm = name ? name : fresh; /* any length: never cut */
   rf_node_builder *b = rf_node_builder_new(g, op, nm);
   rf_node_builder_input(b, input);
   const char *scope = rf__graph_scope_device(g);
@@ -166,18 +160,26 @@ static void participants_n(rf_graph *g, const char *op, const char *name,
     return;
   }
   if (!rf__graph_inputs_ok(g, op, inputs, n)) return;
-  char shared[200], nm[256];
-  node_name(g, name, op, shared, sizeof shared);
+  char fresh[RF_ARG_NAME_MAX + 64];
+  if (!name) rf__graph_unique_name(g, op, fresh, sizeof fresh);
+  const char *shared = name ? name : fresh;
   for (int i = 0; i < n; i++)
     if (!require_device(g, op, shared, inputs[i])) return;
+  size_t len = strlen(shared) + 16;
+  char *nm = rf__malloc(len);
+  if (!nm) {
+    rf__graph_record(g, rf__oom());
+    return;
+  }
   int first_new = g->num_ids;
   rf_output tmp[64];
   rf_output *outs = n <= 64 ? tmp : outputs;
   for (int i = 0; i < n; i++) {
-    snprintf(nm, sizeof nm, "%s_%d", shared, i);
+    snprintf(nm, len, "%s_%d", shared, i);
     outs[i] = participant(g, op, nm, inputs[i], reduction, n, shared);
     if (!outs[i].node) break;
   }
+  rf__free(nm);
   if (rf__graph_failed(g)) { /* nothing half-built stays behind */
     for (int id = g->num_ids - 1; id >= first_new; id--)
       if (g->nodes[id]) rf__graph_remove_node(g, g->nodes[id]);
@@ -235,20 +237,24 @@ rf_output rf_broadcast(rf_graph *g, const char *name, rf_output input) {
 
 /* ---- gradients ---- */
 
-static rf_status *grad_shared_name(const rf_node *op, char *buf, size_t len) {
+/* shared_name + "_grad", allocated (names have no length limit: a cut name
+ * could meet the forward op's group). */
+static rf_status *grad_shared_name(const rf_node *op, char **out) {
   const char *shared;
   RF_CHECK(rf__attrs_get_string(&op->attrs, "shared_name", &shared));
-  snprintf(buf, len, "%s_grad", shared);
+  size_t len = strlen(shared) + sizeof "_grad";
+  *out = rf__malloc(len);
+  RF_CHECK_ALLOC(*out);
+  snprintf(*out, len, "%s_grad", shared);
   return NULL;
 }
 
 static rf_status *all_reduce_grad(rf__grad_ctx *c) {
   const char *red;
   int64_t n;
-  char shared[256];
+  char *shared;
   RF_CHECK(rf__attrs_get_string(&c->op->attrs, "reduction", &red));
   RF_CHECK(rf__attrs_get_int(&c->op->attrs, "num_devices", &n));
-  RF_CHECK(grad_shared_name(c->op, shared, sizeof shared));
   rf_reduction r;
   if (strcmp(red, "sum") == 0) r = RF_REDUCE_SUM;
   else if (strcmp(red, "avg") == 0) r = RF_REDUCE_AVG;
@@ -256,31 +262,35 @@ static rf_status *all_reduce_grad(rf__grad_ctx *c) {
     return rf__invalid("No gradient defined for AllReduce except sum (and avg): "
                        "node '%s' uses %s",
                        c->op->name, red);
+  RF_CHECK(grad_shared_name(c->op, &shared));
   c->dx[0] = rf_all_reduce(c->g, NULL, c->dy[0], r, (int)n, shared);
+  rf__free(shared);
   return NULL;
 }
 
 static rf_status *all_gather_grad(rf__grad_ctx *c) {
   int64_t n;
-  char shared[256];
+  char *shared;
   RF_CHECK(rf__attrs_get_int(&c->op->attrs, "num_devices", &n));
-  RF_CHECK(grad_shared_name(c->op, shared, sizeof shared));
+  RF_CHECK(grad_shared_name(c->op, &shared));
   c->dx[0] = rf_reduce_scatter(c->g, NULL, c->dy[0], RF_REDUCE_SUM, (int)n, shared);
+  rf__free(shared);
   return NULL;
 }
 
 static rf_status *reduce_scatter_grad(rf__grad_ctx *c) {
   const char *red;
   int64_t n;
-  char shared[256];
+  char *shared;
   RF_CHECK(rf__attrs_get_string(&c->op->attrs, "reduction", &red));
   RF_CHECK(rf__attrs_get_int(&c->op->attrs, "num_devices", &n));
-  RF_CHECK(grad_shared_name(c->op, shared, sizeof shared));
   if (strcmp(red, "sum") != 0)
     return rf__invalid("No gradient defined for ReduceScatter except sum: node "
                        "'%s' uses %s",
                        c->op->name, red);
+  RF_CHECK(grad_shared_name(c->op, &shared));
   c->dx[0] = rf_all_gather(c->g, NULL, c->dy[0], (int)n, shared);
+  rf__free(shared);
   return NULL;
 }
 
@@ -309,8 +319,11 @@ static rf_status *broadcast_grad(rf__grad_ctx *c) {
   bool used[256] = {false};
   if (n > 256) return rf__invalid("Broadcast '%s': too many consumers", c->op->name);
   bool own_device = false;
-  for (int i = 0; i < n && ndev < 64; i++) {
+  for (int i = 0; i < n; i++) {
     if (used[i]) continue;
+    if (ndev == 64)
+      return rf__invalid("Broadcast '%s': consumers on more than 64 devices",
+                         c->op->name);
     const char *dev = parts[i].node->requested_device;
     rf_output group[256];
     int k = 0;

@@ -39,11 +39,16 @@ static rf_status *add_node(lower_ctx *c, const char *op_name, const char *base,
                            const rf__attrs *attrs, rf_node **out) {
   const rf__op_def *op = rf__op_find(op_name);
   if (!op) return rf__internal("op %s is not registered", op_name);
-  char stem[512], name[540], dev[RF_DEVICE_NAME_MAX];
-  snprintf(stem, sizeof stem, "%s/%s", base, op_name);
-  rf__graph_unique_name(c->g, stem, name, sizeof name); /* no aliasing */
-  RF_CHECK(rf__graph_add_node(c->g, op, name, dev_name(c, d, dev), inputs, n,
-                              attrs, out));
+  char dev[RF_DEVICE_NAME_MAX];
+  size_t len = strlen(base) + strlen(op_name) + 32; /* "base/op_<k>" */
+  char *mem = rf__malloc(2 * len), *stem = mem, *name = mem + len;
+  RF_CHECK_ALLOC(mem);
+  snprintf(stem, len, "%s/%s", base, op_name);
+  rf__graph_unique_name(c->g, stem, name, len); /* stem and name apart */
+  rf_status *st = rf__graph_add_node(c->g, op, name, dev_name(c, d, dev), inputs,
+                                     n, attrs, out);
+  rf__free(mem);
+  RF_CHECK(st);
   (*out)->assigned_device = d;
   return NULL;
 }
