@@ -304,7 +304,8 @@ rf_status *rf_session_run(rf_session *s, const rf_feed *feeds, int nfeeds,
   rf__signature sig = {fo, nfeeds, xo, nfetches, tn, ntargets};
   if (!st) st = get_plan(s, &sig, key.p ? key.p : "", &p);
   if (!st) st = run_step(s, p, feeds, fed, fetched);
-  if (!st) memcpy(outputs, fetched, sizeof(rf_tensor *) * (size_t)nfetches);
+  if (!st && nfetches)
+    memcpy(outputs, fetched, sizeof(rf_tensor *) * (size_t)nfetches);
   rf__free(key.p);
   rf__free(mem);
   return st;
