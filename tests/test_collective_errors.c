@@ -212,7 +212,7 @@ static void test_missing_participant_times_out(void **state) {
     make_inputs(&in, xs, 3, vec5, &rng);
     const char *want[] = {"collective 'slowpoke'", "timed out after 100 ms",
                           "waiting for cpu:2 (1 of 3 participants)",
-                          "arrived: cpu:0"};
+                          "arrived: cpu:0 (slowpoke_0), cpu:1 (slowpoke_1)"};
     double dt = expect_error(s, in.feeds, 3, ys, 2, RF_DEADLINE_EXCEEDED, want,
                              4);
     /* The step ends when the slow kernel does; nothing waits any longer. */

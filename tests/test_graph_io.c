@@ -588,6 +588,15 @@ static const bad_case bad_cases[] = {
          "\"shape\": [1], \"data\": \"AA==\"}, 3]}}}]}",
      RF_INVALID_ARGUMENT, "a tensor is"},
     /* collectives checked like code */
+    {HDR "[{\"name\": \"k\", \"op\": \"Const\", \"attrs\": {\"dtype\": "
+         "{\"type\": \"type\", \"value\": \"int32\"}, \"value\": {\"type\": "
+         "\"tensor\", \"value\": {\"dtype\": \"int32\", \"shape\": [1], "
+         "\"data\": \"+////w==\"}}}}, {\"name\": \"r\", \"op\": "
+         "\"_BroadcastRecv\", \"inputs\": [\"k\"], \"attrs\": {\"T\": "
+         "{\"type\": \"type\", \"value\": \"float32\"}, \"num_devices\": "
+         "{\"type\": \"int\", \"value\": 2}, \"shared_name\": {\"type\": "
+         "\"string\", \"value\": \"s\"}}}]}",
+     RF_INVALID_ARGUMENT, "the shape input holds a negative dim -5"},
     {HDR "[" PH("x") ", {\"name\": \"r\", \"op\": \"Reduce\", \"inputs\": "
                      "[[\"x\"]], \"attrs\": {\"reduction\": {\"type\": "
                      "\"string\", \"value\": \"median\"}}}]}",

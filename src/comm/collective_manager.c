@@ -104,6 +104,11 @@ static void entry_free(entry *e) {
   rf__free(e);
 }
 
+static int by_device_index(const void *a, const void *b) {
+  const rf__coll_participant *x = a, *y = b;
+  return (x->device->index > y->device->index) - (x->device->index < y->device->index);
+}
+
 /* Lists the devices present, e.g. "cpu:0, cpu:2", into buf. */
 static void list_devices(const rf__coll_participant *p, int n, char *buf,
                          size_t len) {
@@ -243,10 +248,6 @@ static rf_status *check_roots(rf__coll_group *g) {
   return NULL;
 }
 
-static int by_device_index(const void *a, const void *b) {
-  const rf__coll_participant *x = a, *y = b;
-  return (x->device->index > y->device->index) - (x->device->index < y->device->index);
-}
 
 /* Validates and runs a complete group; takes ownership of e. */
 static void launch(rf__collective_manager *m, entry *e) {
@@ -420,6 +421,8 @@ static void expire_locked(rf__collective_manager *m, int64_t now, doomed **out,
   HASH_ITER(hh, m->table, e, tmp) {
     if (e->state != PENDING || !e->deadline_ns || e->deadline_ns > now) continue;
     char present[1024], missing[1024];
+    /* Device order, not arrival order: the same message every run. */
+    qsort(e->parts, (size_t)e->arrived, sizeof *e->parts, by_device_index);
     list_devices(e->parts, e->arrived, present, sizeof present);
     list_missing(e->parts, e->arrived, missing, sizeof missing);
     rf_status *st = rf__error(

@@ -61,7 +61,12 @@ static rf_status *broadcast_recv_shape(rf__shape_ctx *c) {
     return rf__invalid("the shape input must be a vector of at most %d dims",
                        RF_MAX_RANK);
   int64_t dims[RF_MAX_RANK];
-  for (int64_t i = 0; i < rank; i++) dims[i] = (int64_t)rf_tensor_get(t, i);
+  for (int64_t i = 0; i < rank; i++) {
+    dims[i] = (int64_t)rf_tensor_get(t, i);
+    if (dims[i] < 0)
+      return rf__invalid("the shape input holds a negative dim %lld",
+                         (long long)dims[i]);
+  }
   c->output_shapes[0] = rf_shape_make((int)rank, dims);
   return NULL;
 }

@@ -111,7 +111,13 @@ static rf_status *shape_from_input(rf__kernel_ctx *ctx, rf_shape *out) {
                             "dims",
                             RF_MAX_RANK);
   int64_t dims[RF_MAX_RANK];
-  for (int64_t i = 0; i < rank; i++) dims[i] = (int64_t)rf_tensor_get(t, i);
+  for (int64_t i = 0; i < rank; i++) {
+    dims[i] = (int64_t)rf_tensor_get(t, i);
+    if (dims[i] < 0)
+      return rf__kernel_error(ctx, RF_INVALID_ARGUMENT,
+                              "the shape input holds a negative dim %lld",
+                              (long long)dims[i]);
+  }
   *out = rf_shape_make((int)rank, dims);
   return NULL;
 }
