@@ -277,7 +277,7 @@ static void test_reduce_single_device(void **state) {
   rf_graph *g = rf_graph_new();
   rf_shape s = rf_shape_of(1, (int64_t)3);
   rf_output xs[2] = {ph(g, "p", "cpu:1", s), ph(g, "q", "cpu:1", s)};
-  rf_output r = rf_reduce(g, "r1", xs, 2, RF_REDUCE_MAX);
+  rf_output r = rf_reduce(g, "r1", xs, 2, RF_REDUCE_SUM);
   assert_graph_ok(g);
   assert_string_equal(rf_node_device(r.node), "cpu:1"); /* first input's */
   rf_graph *lg = lower(g, 2);
@@ -288,6 +288,58 @@ static void test_reduce_single_device(void **state) {
   assert_input(recv, 0, one_on(lg, "AddN", "cpu:1"), 0);
   rf_graph_free(lg);
   rf_graph_free(g);
+}
+
+/* Other reductions cannot be combined locally by AddN (the lowering once
+ * summed them: a Reduce(max) of a, b on one device and c on another gave
+ * max(a + b, c)). */
+static void test_reduce_non_sum_inputs_sharing_a_device(void **state) {
+  static const rf_reduction reds[] = {RF_REDUCE_MAX, RF_REDUCE_MIN,
+                                      RF_REDUCE_PROD, RF_REDUCE_AVG};
+  rf_shape s = rf_shape_of(1, (int64_t)3);
+  for (int i = 0; i < 4; i++) {
+    rf_graph *g = rf_graph_new();
+    rf_output xs[3] = {ph(g, "a", "cpu:0", s), ph(g, "b", "cpu:0", s),
+                       ph(g, "c", "cpu:1", s)};
+    rf_reduce(g, "r", xs, 3, reds[i]);
+    assert_graph_ok(g);
+    assert_status(lower_status(g, 2), RF_UNIMPLEMENTED,
+                  "node 'r' (Reduce, ");
+    assert_status(lower_status(g, 2), RF_UNIMPLEMENTED,
+                  "has 2 inputs on cpu:0: only a sum combines inputs");
+    rf_graph_free(g);
+    /* One input per device is fine, and runs: avg divides by 3. */
+    g = rf_graph_new();
+    xs[1] = ph(g, "b", "cpu:1", s);
+    xs[0] = ph(g, "a", "cpu:0", s);
+    xs[2] = ph(g, "c", "cpu:2", s);
+    rf_output r = rf_reduce(g, "r", xs, 3, reds[i]);
+    assert_graph_ok(g);
+    uint64_t rng = rf_test_seed() + 10 + (uint64_t)i;
+    rf_tensor *in[3], *out;
+    rf_feed f[3];
+    double want[3];
+    for (int k = 0; k < 3; k++) {
+      in[k] = rf_test_random_tensor(&rng, RF_FLOAT64, s, 0.5, 2);
+      f[k] = (rf_feed){xs[k], in[k]};
+    }
+    for (int e = 0; e < 3; e++) {
+      double v[3] = {rf_tensor_get(in[0], e), rf_tensor_get(in[1], e),
+                     rf_tensor_get(in[2], e)};
+      double mx = v[0] > v[1] ? v[0] : v[1], mn = v[0] < v[1] ? v[0] : v[1];
+      mx = mx > v[2] ? mx : v[2];
+      mn = mn < v[2] ? mn : v[2];
+      want[e] = reds[i] == RF_REDUCE_MAX    ? mx
+                : reds[i] == RF_REDUCE_MIN  ? mn
+                : reds[i] == RF_REDUCE_PROD ? v[0] * v[1] * v[2]
+                                            : (v[0] + v[1] + v[2]) / 3;
+    }
+    rf_test_run(g, 3, f, 3, &r, 1, &out);
+    assert_tensor_near(out, s, want, 1e-12);
+    rf_tensor_release(out);
+    for (int k = 0; k < 3; k++) rf_tensor_release(in[k]);
+    rf_graph_free(g);
+  }
 }
 
 /* ---- Broadcast ---- */
@@ -711,6 +763,7 @@ int main(void) {
       cmocka_unit_test(test_reduce_structure),
       cmocka_unit_test(test_reduce_sums_inputs_per_device),
       cmocka_unit_test(test_reduce_single_device),
+      cmocka_unit_test(test_reduce_non_sum_inputs_sharing_a_device),
       cmocka_unit_test(test_broadcast_structure),
       cmocka_unit_test(test_broadcast_unknown_shape_uses_one_shape_node),
       cmocka_unit_test(test_single_device_broadcast_removed),

@@ -125,6 +125,19 @@ static rf_status *group_reduce_inputs(lower_ctx *c, rf_node *r, dev_input *out,
       if (rf__input(r, i).node->assigned_device == out[j].device)
         same[k++] = rf__input(r, i);
     if (k == 1) continue;
+    /* Only a sum can be combined locally with AddN: max of (a+b, c) is not
+     * max(a, b, c), and avg would divide by devices, not inputs. */
+    const char *red = "sum";
+    if (rf__attrs_find(&r->attrs, "reduction"))
+      RF_CHECK(rf__attrs_get_string(&r->attrs, "reduction", &red));
+    if (strcmp(red, "sum") != 0) {
+      char dd[RF_DEVICE_NAME_MAX];
+      return rf__error(RF_UNIMPLEMENTED,
+                       "node '%s' (Reduce, %s) has %d inputs on %s: only a sum "
+                       "combines inputs that share a device; give each input "
+                       "its own device",
+                       r->name, red, k, dev_name(c, out[j].device, dd));
+    }
     rf__attrs a = {0};
     rf__attr_value nv = rf__attr_int(k);
     rf_status *st = rf__attrs_set(&a, "N", &nv);
