@@ -27,10 +27,11 @@ static const rf__op_spec all_attrs_op = {
     .name = "TestAllAttrs",
     .inputs = "xs: N * T",
     .outputs = "y: T",
-    .attrs = "N: int >= 0; T: type; i: int; f: float; b: bool; s: string; "
-             "t: type; sh: shape; ten: tensor; li: list(int); "
-             "lf: list(float); lb: list(bool); ls: list(string); "
-             "lt: list(type); lsh: list(shape); lten: list(tensor)"};
+    .attrs =
+        "N: int >= 0; T: type; i: int; f: float; b: bool; s: string; "
+        "t: type; sh: shape; ten: tensor; li: list(int); "
+        "lf: list(float); lb: list(bool); ls: list(string); "
+        "lt: list(type); lsh: list(shape); lten: list(tensor)"};
 
 static void register_ops(void) {
   static int done;
@@ -67,10 +68,13 @@ static rf_node *all_attrs_node(rf_graph *g, const char *name, rf_output *xs,
   rf_node_builder_attr_int(b, "i", INT64_MIN);
   rf_node_builder_attr_float(b, "f", 0.1 + 1e-17);
   rf_node_builder_attr_bool(b, "b", true);
-  rf_node_builder_attr_string(b, "s", "quote \" backslash \\ tab \t uni \xc3\xa9");
+  rf_node_builder_attr_string(b, "s",
+                              "quote \" backslash \\ tab \t uni \xc3\xa9");
   rf_node_builder_attr_dtype(b, "t", RF_BFLOAT16);
-  rf_node_builder_attr_shape(b, "sh", rf_shape_of(3, (int64_t)-1, (int64_t)0, (int64_t)7));
-  rf_tensor *ten = special_tensor(rng, RF_FLOAT16, rf_shape_of(2, (int64_t)2, (int64_t)3));
+  rf_node_builder_attr_shape(
+      b, "sh", rf_shape_of(3, (int64_t)-1, (int64_t)0, (int64_t)7));
+  rf_tensor *ten =
+      special_tensor(rng, RF_FLOAT16, rf_shape_of(2, (int64_t)2, (int64_t)3));
   rf_node_builder_attr_tensor(b, "ten", ten);
   rf_tensor_release(ten);
   int64_t ints[3] = {INT64_MAX, -1, 0};
@@ -97,7 +101,8 @@ static rf_node *all_attrs_node(rf_graph *g, const char *name, rf_output *xs,
   set_value(b, "lsh", v);
   rf_tensor *tens[NUM_DTYPES];
   for (int d = 0; d < NUM_DTYPES; d++)
-    tens[d] = special_tensor(rng, every_dtype[d], rf_shape_of(1, (int64_t)d + 4));
+    tens[d] =
+        special_tensor(rng, every_dtype[d], rf_shape_of(1, (int64_t)d + 4));
   v = (rf__attr_value){.type = RF_ATTR_TENSOR_LIST, .n = NUM_DTYPES};
   v.u.tensors = tens;
   set_value(b, "lten", v);
@@ -117,7 +122,8 @@ static rf_graph *rich_graph(uint64_t *rng) {
     char name[32];
     snprintf(name, sizeof name, "c_%s", rf_dtype_name(every_dtype[d]));
     assert_ok(rf_graph_push_device(g, d % 2 ? "cpu:1" : "cpu:0"));
-    rf_tensor *t = special_tensor(rng, every_dtype[d], rf_shape_of(2, (int64_t)3, (int64_t)5));
+    rf_tensor *t = special_tensor(rng, every_dtype[d],
+                                  rf_shape_of(2, (int64_t)3, (int64_t)5));
     consts[d] = rf_const(g, name, t);
     rf_tensor_release(t);
     rf_graph_pop_device(g);
@@ -129,10 +135,12 @@ static rf_graph *rich_graph(uint64_t *rng) {
   assert_ok(rf_graph_add_control_edge(g, every, empty));
   assert_ok(rf_graph_add_control_edge(g, consts[0].node, empty));
   assert_ok(rf_graph_push_device(g, "cpu:0"));
-  rf_output x0 = rf_placeholder(g, "x0", RF_FLOAT64, rf_shape_of(2, (int64_t)-1, (int64_t)4));
+  rf_output x0 = rf_placeholder(g, "x0", RF_FLOAT64,
+                                rf_shape_of(2, (int64_t)-1, (int64_t)4));
   rf_graph_pop_device(g);
   assert_ok(rf_graph_push_device(g, "cpu:1"));
-  rf_output x1 = rf_placeholder(g, "x1", RF_FLOAT64, rf_shape_of(2, (int64_t)-1, (int64_t)4));
+  rf_output x1 = rf_placeholder(g, "x1", RF_FLOAT64,
+                                rf_shape_of(2, (int64_t)-1, (int64_t)4));
   rf_graph_pop_device(g);
   rf_output xs[2] = {x0, x1}, ar[2];
   rf_all_reduce_n(g, "ar", xs, 2, RF_REDUCE_MAX, ar);
@@ -142,7 +150,8 @@ static rf_graph *rich_graph(uint64_t *rng) {
   rf_identity(g, "bc_on_1", bc);
   rf_graph_pop_device(g);
   rf_noop(g, "sink");
-  assert_ok(rf_graph_add_control_edge(g, ar[1].node, rf_graph_find_node(g, "sink")));
+  assert_ok(
+      rf_graph_add_control_edge(g, ar[1].node, rf_graph_find_node(g, "sink")));
   assert_graph_ok(g);
   return g;
 }
@@ -176,7 +185,8 @@ static void assert_same_structure(const rf_graph *a, const rf_graph *b) {
                           rf_node_name(rf_node_input(y, k).node));
       assert_int_equal(rf_node_input(x, k).index, rf_node_input(y, k).index);
     }
-    assert_int_equal(rf_node_num_control_inputs(x), rf_node_num_control_inputs(y));
+    assert_int_equal(rf_node_num_control_inputs(x),
+                     rf_node_num_control_inputs(y));
     for (int k = 0; k < rf_node_num_control_inputs(x); k++)
       assert_string_equal(rf_node_name(rf_node_control_input(x, k)),
                           rf_node_name(rf_node_control_input(y, k)));
@@ -204,16 +214,20 @@ static void test_round_trip_text_is_stable(void **state) {
     char name[32];
     snprintf(name, sizeof name, "c_%s", rf_dtype_name(every_dtype[d]));
     rf_tensor *a, *b;
-    assert_ok(rf__attrs_get_tensor(&rf_graph_find_node(g, name)->attrs, "value", &a));
-    assert_ok(rf__attrs_get_tensor(&rf_graph_find_node(g2, name)->attrs, "value", &b));
+    assert_ok(
+        rf__attrs_get_tensor(&rf_graph_find_node(g, name)->attrs, "value", &a));
+    assert_ok(rf__attrs_get_tensor(&rf_graph_find_node(g2, name)->attrs,
+                                   "value", &b));
     assert_int_equal(rf_tensor_dtype(a), rf_tensor_dtype(b));
     assert_int_equal(rf_tensor_nbytes(a), rf_tensor_nbytes(b));
-    assert_memory_equal(rf_tensor_data(a), rf_tensor_data(b), rf_tensor_nbytes(a));
+    assert_memory_equal(rf_tensor_data(a), rf_tensor_data(b),
+                        rf_tensor_nbytes(a));
   }
   /* Scalar and list attrs compare equal (nan aside). */
-  rf_node *x = rf_graph_find_node(g, "every"), *y = rf_graph_find_node(g2, "every");
-  static const char *const same[] = {"N", "T", "i", "f", "b", "s", "t", "sh",
-                                     "li", "lb", "ls", "lt", "lsh"};
+  rf_node *x = rf_graph_find_node(g, "every"),
+          *y = rf_graph_find_node(g2, "every");
+  static const char *const same[] = {"N",  "T",  "i",  "f",  "b",  "s",  "t",
+                                     "sh", "li", "lb", "ls", "lt", "lsh"};
   for (size_t k = 0; k < sizeof same / sizeof *same; k++)
     assert_true(rf__attr_value_equal(rf__attrs_find(&x->attrs, same[k]),
                                      rf__attrs_find(&y->attrs, same[k])));
@@ -273,7 +287,8 @@ static void test_long_names(void **state) {
   assert_graph_ok(g);
   char *t1 = to_json(g);
   rf_graph *g2 = from_json(t1);
-  assert_string_equal(rf_node_name(rf_node_input(rf_graph_find_node(g2, "y"), 0).node), name);
+  assert_string_equal(
+      rf_node_name(rf_node_input(rf_graph_find_node(g2, "y"), 0).node), name);
   char *t2 = to_json(g2);
   assert_string_equal(t1, t2);
   (void)y;
@@ -346,7 +361,8 @@ static void test_loaded_graph_runs_the_same(void **state) {
   rf_test_run(g2, 3, f2, 3, &o2, 1, &v2);
   assert_int_equal(rf_tensor_num_elements(v1), 9);
   assert_int_equal(rf_tensor_nbytes(v1), rf_tensor_nbytes(v2));
-  assert_memory_equal(rf_tensor_data(v1), rf_tensor_data(v2), rf_tensor_nbytes(v1));
+  assert_memory_equal(rf_tensor_data(v1), rf_tensor_data(v2),
+                      rf_tensor_nbytes(v1));
   /* and against a float64 reference of the same math */
   double want[9];
   for (int i = 0; i < 3; i++)
@@ -358,7 +374,8 @@ static void test_loaded_graph_runs_the_same(void **state) {
           char name[16];
           snprintf(name, sizeof name, "k%d", d);
           rf_tensor *kt;
-          assert_ok(rf__attrs_get_tensor(&rf_graph_find_node(g, name)->attrs, "value", &kt));
+          assert_ok(rf__attrs_get_tensor(&rf_graph_find_node(g, name)->attrs,
+                                         "value", &kt));
           a += rf_tensor_get(in[d], i * 4 + k) * rf_tensor_get(kt, i * 4 + k);
           rr += rf_tensor_get(in[d], j * 4 + k) * rf_tensor_get(kt, j * 4 + k);
         }
@@ -406,14 +423,16 @@ typedef struct bad_case {
 } bad_case;
 
 #define HDR "{\"format\": \"ringflow-graph\", \"version\": 1, \"nodes\": "
-#define PH(name) \
-  "{\"name\": \"" name "\", \"op\": \"Placeholder\", \"attrs\": {\"dtype\": " \
-  "{\"type\": \"type\", \"value\": \"float32\"}, \"shape\": {\"type\": "      \
+#define PH(name)                                                         \
+  "{\"name\": \"" name                                                   \
+  "\", \"op\": \"Placeholder\", \"attrs\": {\"dtype\": "                 \
+  "{\"type\": \"type\", \"value\": \"float32\"}, \"shape\": {\"type\": " \
   "\"shape\", \"value\": [2]}}}"
-#define CONST(dtype, shape, data)                                              \
-  HDR "[{\"name\": \"k\", \"op\": \"Const\", \"attrs\": {\"dtype\": "          \
-      "{\"type\": \"type\", \"value\": \"" dtype "\"}, \"value\": {\"type\": " \
-      "\"tensor\", \"value\": {\"dtype\": \"" dtype "\", \"shape\": " shape    \
+#define CONST(dtype, shape, data)                                           \
+  HDR "[{\"name\": \"k\", \"op\": \"Const\", \"attrs\": {\"dtype\": "       \
+      "{\"type\": \"type\", \"value\": \"" dtype                            \
+      "\"}, \"value\": {\"type\": "                                         \
+      "\"tensor\", \"value\": {\"dtype\": \"" dtype "\", \"shape\": " shape \
       ", \"data\": \"" data "\"}}}}]}"
 
 static const bad_case bad_cases[] = {
@@ -422,17 +441,19 @@ static const bad_case bad_cases[] = {
     {"hello", RF_INVALID_ARGUMENT, "JSON error at line 1"},
     {"{\"format\": \"ringflow-graph\", ", RF_INVALID_ARGUMENT, "JSON error"},
     {"[1, 2, 3]", RF_INVALID_ARGUMENT, "not a ringflow graph file"},
-    {"{\"format\": \"onnx\", \"version\": 1, \"nodes\": []}", RF_INVALID_ARGUMENT,
-     "not a ringflow graph file"},
+    {"{\"format\": \"onnx\", \"version\": 1, \"nodes\": []}",
+     RF_INVALID_ARGUMENT, "not a ringflow graph file"},
     {"{\"format\": \"ringflow-graph\", \"version\": 2, \"nodes\": []}",
-     RF_INVALID_ARGUMENT, "graph file version 2; this ringflow reads version 1"},
+     RF_INVALID_ARGUMENT,
+     "graph file version 2; this ringflow reads version 1"},
     {"{\"format\": \"ringflow-graph\", \"version\": \"1\", \"nodes\": []}",
      RF_INVALID_ARGUMENT, "not a ringflow graph file"},
     {"{\"format\": \"ringflow-graph\", \"version\": 1}", RF_INVALID_ARGUMENT,
      "not a ringflow graph file"},
     {"{\"format\": \"ringflow-graph\", \"version\": 1, \"nodes\": {}}",
      RF_INVALID_ARGUMENT, "not a ringflow graph file"},
-    {"{\"format\": \"ringflow-graph\", \"version\": 1, \"nodes\": [], \"x\": 1}",
+    {"{\"format\": \"ringflow-graph\", \"version\": 1, \"nodes\": [], \"x\": "
+     "1}",
      RF_INVALID_ARGUMENT, "not a ringflow graph file"},
     {"{\"format\": \"ringflow-graph\", \"format\": \"x\", \"version\": 1, "
      "\"nodes\": []}",
@@ -503,7 +524,8 @@ static const bad_case bad_cases[] = {
      RF_INVALID_ARGUMENT, "dtype"},
     {HDR "[{\"name\": \"x\", \"op\": \"Placeholder\", \"attrs\": {\"dtype\": "
          "{\"type\": \"type\", \"value\": \"float128\"}}}]}",
-     RF_INVALID_ARGUMENT, "graph file, node 0 'x', attr 'dtype': expected a dtype"},
+     RF_INVALID_ARGUMENT,
+     "graph file, node 0 'x', attr 'dtype': expected a dtype"},
     {HDR "[{\"name\": \"x\", \"op\": \"Placeholder\", \"attrs\": {\"dtype\": "
          "{\"type\": \"type\"}}}]}",
      RF_INVALID_ARGUMENT, "attr 'dtype': an attr must be {\"type\": string"},
@@ -559,13 +581,14 @@ static const bad_case bad_cases[] = {
     {CONST("float32", "[2]", "AAAAAA=AAAA="), RF_INVALID_ARGUMENT,
      "not base64"},
     {CONST("float32", "[2]", "AAAAAAAAAA"), RF_INVALID_ARGUMENT, "cannot hold"},
-    {CONST("int8", "[2]", "AA=="), RF_INVALID_ARGUMENT, "not base64 of exactly 2"},
+    {CONST("int8", "[2]", "AA=="), RF_INVALID_ARGUMENT,
+     "not base64 of exactly 2"},
     {CONST("float32", "[1000000000000, 1000000000000]", "AAAA"),
      RF_INVALID_ARGUMENT, "element count overflows int64"},
     {CONST("float32", "[9223372036854775807, 2]", "AAAA"), RF_INVALID_ARGUMENT,
      "element count overflows int64"},
-    {CONST("float32", "[1000000000, 1000000000]", "AAAA"),
-     RF_INVALID_ARGUMENT, "cannot hold 1000000000000000000 float32"},
+    {CONST("float32", "[1000000000, 1000000000]", "AAAA"), RF_INVALID_ARGUMENT,
+     "cannot hold 1000000000000000000 float32"},
     {CONST("float32", "[-1]", ""), RF_INVALID_ARGUMENT,
      "shape must be fully defined"},
     {CONST("float32", "null", ""), RF_INVALID_ARGUMENT,
@@ -615,7 +638,8 @@ static void test_hostile_files(void **state) {
               st ? rf_code_name(rf_status_code(st)) : "OK",
               st ? rf_status_message(st) : "");
     assert_ptr_equal(g, sentinel);
-    if (getenv("RF_SHOW")) fprintf(stderr, "%zu: %s\n", i, rf_status_message(st));
+    if (getenv("RF_SHOW"))
+      fprintf(stderr, "%zu: %s\n", i, rf_status_message(st));
     assert_status(st, c->code, c->message);
   }
 }
@@ -634,8 +658,8 @@ static void test_pathological_inputs(void **state) {
   free(deep);
   /* NUL inside the text */
   const char nul[] = HDR "[{\"name\": \"a\0b\", \"op\": \"NoOp\"}]}";
-  assert_status(rf_graph_from_json(nul, sizeof nul - 1, &g), RF_INVALID_ARGUMENT,
-                "JSON error");
+  assert_status(rf_graph_from_json(nul, sizeof nul - 1, &g),
+                RF_INVALID_ARGUMENT, "JSON error");
   /* Random bytes and random truncations of a real file. */
   uint64_t rng = rf_test_seed() + 5;
   rf_graph *rich = rich_graph(&rng);
@@ -696,10 +720,12 @@ static void test_allocation_failures(void **state) {
 static void test_dot_export(void **state) {
   rf_graph *g = rf_graph_new();
   assert_ok(rf_graph_push_device(g, "cpu:0"));
-  rf_output x0 = rf_placeholder(g, "x0", RF_FLOAT32, rf_shape_of(2, (int64_t)2, (int64_t)3));
+  rf_output x0 = rf_placeholder(g, "x0", RF_FLOAT32,
+                                rf_shape_of(2, (int64_t)2, (int64_t)3));
   rf_graph_pop_device(g);
   assert_ok(rf_graph_push_device(g, "cpu:1"));
-  rf_output x1 = rf_placeholder(g, "x1", RF_FLOAT32, rf_shape_of(2, (int64_t)2, (int64_t)3));
+  rf_output x1 = rf_placeholder(g, "x1", RF_FLOAT32,
+                                rf_shape_of(2, (int64_t)2, (int64_t)3));
   rf_graph_pop_device(g);
   rf_output xs[2] = {x0, x1}, ys[2];
   rf_all_reduce_n(g, "ar", xs, 2, RF_REDUCE_SUM, ys);
@@ -714,10 +740,11 @@ static void test_dot_export(void **state) {
   assert_null(strstr(dot, "cluster_2"));
   assert_non_null(strstr(dot, "label=\"ar_1\\nAllReduce\""));
   char edge[64];
-  snprintf(edge, sizeof edge, "n%d -> n%d [style=dashed", ys[1].node->id, after->id);
+  snprintf(edge, sizeof edge, "n%d -> n%d [style=dashed", ys[1].node->id,
+           after->id);
   assert_non_null(strstr(dot, edge));
-  snprintf(edge, sizeof edge, "n%d -> n%d [label=\"float32(2, 3)\"]", x0.node->id,
-           ys[0].node->id);
+  snprintf(edge, sizeof edge, "n%d -> n%d [label=\"float32(2, 3)\"]",
+           x0.node->id, ys[0].node->id);
   assert_non_null(strstr(dot, edge));
   /* Graphviz accepts it, when installed. */
   if (system("command -v dot >/dev/null 2>&1") == 0) {

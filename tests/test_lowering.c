@@ -53,7 +53,8 @@ static rf_node *one_on(const rf_graph *g, const char *op, const char *device) {
   int n = 0;
   for (int i = 0; i < rf_graph_num_nodes(g); i++) {
     rf_node *x = rf_graph_node(g, i);
-    if (strcmp(rf_node_op(x), op) == 0 && strcmp(rf_node_device(x), device) == 0)
+    if (strcmp(rf_node_op(x), op) == 0 &&
+        strcmp(rf_node_device(x), device) == 0)
       found = x, n++;
   }
   if (n != 1) fprintf(stderr, "%d %s nodes on %s, want 1\n", n, op, device);
@@ -82,7 +83,8 @@ static void assert_control(const rf_node *dst, const rf_node *src) {
 }
 
 /* Asserts input k of n is output `index` of the node named `src`. */
-static void assert_input(const rf_node *n, int k, const rf_node *src, int index) {
+static void assert_input(const rf_node *n, int k, const rf_node *src,
+                         int index) {
   rf_output in = rf_node_input(n, k);
   if (in.node != src || in.index != index)
     fprintf(stderr, "input %d of %s is %s:%d, want %s:%d\n", k, rf_node_name(n),
@@ -105,7 +107,8 @@ static void assert_participant_attrs(const rf_node *n, const char *shared,
   assert_int_equal(dt, t);
 }
 
-static rf_output ph(rf_graph *g, const char *name, const char *dev, rf_shape s) {
+static rf_output ph(rf_graph *g, const char *name, const char *dev,
+                    rf_shape s) {
   assert_ok(rf_graph_push_device(g, dev));
   rf_output x = rf_placeholder(g, name, RF_FLOAT64, s);
   rf_graph_pop_device(g);
@@ -303,8 +306,7 @@ static void test_reduce_non_sum_inputs_sharing_a_device(void **state) {
                        ph(g, "c", "cpu:1", s)};
     rf_reduce(g, "r", xs, 3, reds[i]);
     assert_graph_ok(g);
-    assert_status(lower_status(g, 2), RF_UNIMPLEMENTED,
-                  "node 'r' (Reduce, ");
+    assert_status(lower_status(g, 2), RF_UNIMPLEMENTED, "node 'r' (Reduce, ");
     assert_status(lower_status(g, 2), RF_UNIMPLEMENTED,
                   "has 2 inputs on cpu:0: only a sum combines inputs");
     rf_graph_free(g);
@@ -417,7 +419,8 @@ static void test_broadcast_structure(void **state) {
   rf_feed feed = {x, in};
   const char *names[5] = {"s1", "s2", "t1", "t2", "u1"};
   rf_output f[5];
-  for (int i = 0; i < 5; i++) f[i] = (rf_output){rf_graph_find_node(g, names[i]), 0};
+  for (int i = 0; i < 5; i++)
+    f[i] = (rf_output){rf_graph_find_node(g, names[i]), 0};
   rf_test_run(g, 4, &feed, 1, f, 5, out);
   double *want = rf_test_to_doubles(in);
   for (int i = 0; i < 5; i++) {
@@ -581,8 +584,8 @@ static void test_collective_input_needs_device(void **state) {
 static void test_incomplete_group_is_a_compile_error(void **state) {
   rf_graph *g = rf_graph_new();
   rf_shape s = rf_shape_of(1, (int64_t)3);
-  rf_output a = rf_all_reduce(g, "p0", ph(g, "x0", "cpu:0", s), RF_REDUCE_SUM,
-                              3, "trio");
+  rf_output a =
+      rf_all_reduce(g, "p0", ph(g, "x0", "cpu:0", s), RF_REDUCE_SUM, 3, "trio");
   rf_all_reduce(g, "p1", ph(g, "x1", "cpu:1", s), RF_REDUCE_SUM, 3, "trio");
   assert_graph_ok(g);
   assert_status(lower_status(g, 3), RF_INVALID_ARGUMENT,

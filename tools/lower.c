@@ -27,7 +27,8 @@ static void print_graph(const rf_graph *g, const char *title) {
   }
 }
 
-static rf_status *write_dot(const rf_graph *g, const char *dir, const char *stem) {
+static rf_status *write_dot(const rf_graph *g, const char *dir,
+                            const char *stem) {
   char *dot;
   RF_TOOL_CHECK(rf_graph_to_dot(g, &dot));
   char path[1024];
@@ -59,8 +60,10 @@ int cmd_lower(int argc, char **argv) {
   int ndev = 8, c;
   optind = 1;
   while ((c = getopt_long(argc, argv, "", longs, NULL)) != -1) {
-    if (c == 'd') dot_dir = optarg;
-    else if (c == 'n' && !parse_int(optarg, 1, 64, &ndev)) continue;
+    if (c == 'd')
+      dot_dir = optarg;
+    else if (c == 'n' && !parse_int(optarg, 1, 64, &ndev))
+      continue;
     else {
       fprintf(c == 'h' ? stdout : stderr,
               "usage: ringflow lower GRAPH.json [--devices N] [--dot DIR]\n"
@@ -69,7 +72,8 @@ int cmd_lower(int argc, char **argv) {
       return c == 'h' ? 0 : 2;
     }
   }
-  if (optind + 1 != argc) return tool_fail("lower: give exactly one graph file");
+  if (optind + 1 != argc)
+    return tool_fail("lower: give exactly one graph file");
   rf_graph *g, *lowered;
   RF_TOOL_TRY(rf_graph_load(argv[optind], &g));
   rf_session_options o;

@@ -27,7 +27,7 @@ typedef struct entry {
   rf__coll_participant *parts;
   int64_t deadline_ns; /* 0: none */
   int64_t timeout_ms;
-  rf_status *error;    /* FAILED entries */
+  rf_status *error; /* FAILED entries */
   UT_hash_handle hh;
 } entry;
 
@@ -88,9 +88,11 @@ static int64_t now_ns(void) {
 
 /* ---- failing participants (outside the lock) ---- */
 
-static void fail_parts(rf__coll_participant *parts, int n, const rf_status *st) {
+static void fail_parts(rf__coll_participant *parts, int n,
+                       const rf_status *st) {
   for (int i = 0; i < n; i++) {
-    rf_status *copy = rf_status_new(rf_status_code(st), "%s", rf_status_message(st));
+    rf_status *copy =
+        rf_status_new(rf_status_code(st), "%s", rf_status_message(st));
     parts[i].done(parts[i].arg, copy, NULL);
     rf_tensor_release(parts[i].input);
   }
@@ -106,7 +108,8 @@ static void entry_free(entry *e) {
 
 static int by_device_index(const void *a, const void *b) {
   const rf__coll_participant *x = a, *y = b;
-  return (x->device->index > y->device->index) - (x->device->index < y->device->index);
+  return (x->device->index > y->device->index) -
+         (x->device->index < y->device->index);
 }
 
 /* Lists the devices present, e.g. "cpu:0, cpu:2", into buf. */
@@ -178,10 +181,10 @@ static rf_status *check_pair(const char *key, int64_t step,
                     rf__device_type_name(a->device->name.type), b,
                     rf__device_type_name(b->device->name.type));
   if (a->device == b->device)
-    return rf__invalid("collective '%s' (step %lld): device %s joined twice "
-                       "(nodes '%s' and '%s')",
-                       key, (long long)step, a->device->canonical, a->node,
-                       b->node);
+    return rf__invalid(
+        "collective '%s' (step %lld): device %s joined twice "
+        "(nodes '%s' and '%s')",
+        key, (long long)step, a->device->canonical, a->node, b->node);
   return NULL;
 }
 
@@ -211,15 +214,17 @@ static rf_status *check_shapes(const rf__coll_group *g) {
   if (g->kind == RF_COLL_REDUCE_SCATTER) {
     int64_t rows = ref->shape.rank > 0 ? ref->shape.dims[0] : 1;
     if (ref->shape.rank == 0 || rows % g->n != 0)
-      return rf__invalid("collective '%s' (step %lld): reduce_scatter needs a "
-                         "first dimension divisible by %d devices, got %s",
-                         g->key, (long long)g->step_id, g->n,
-                         (rf_shape_format(&ref->shape, sa, sizeof sa), sa));
+      return rf__invalid(
+          "collective '%s' (step %lld): reduce_scatter needs a "
+          "first dimension divisible by %d devices, got %s",
+          g->key, (long long)g->step_id, g->n,
+          (rf_shape_format(&ref->shape, sa, sizeof sa), sa));
   }
   if (g->kind == RF_COLL_ALL_GATHER && ref->shape.rank == 0)
-    return rf__invalid("collective '%s' (step %lld): all_gather needs inputs of "
-                       "rank >= 1",
-                       g->key, (long long)g->step_id);
+    return rf__invalid(
+        "collective '%s' (step %lld): all_gather needs inputs of "
+        "rank >= 1",
+        g->key, (long long)g->step_id);
   return NULL;
 }
 
@@ -233,11 +238,11 @@ static rf_status *check_roots(rf__coll_group *g) {
       g->root = i;
     }
   if (rooted && roots != 1)
-    return rf__invalid("collective '%s' (step %lld): %s needs exactly one root "
-                       "(the %s), found %d",
-                       g->key, (long long)g->step_id,
-                       rf__collective_kind_name(g->kind),
-                       g->kind == RF_COLL_REDUCE ? "receiver" : "sender", roots);
+    return rf__invalid(
+        "collective '%s' (step %lld): %s needs exactly one root "
+        "(the %s), found %d",
+        g->key, (long long)g->step_id, rf__collective_kind_name(g->kind),
+        g->kind == RF_COLL_REDUCE ? "receiver" : "sender", roots);
   if (!rooted) g->root = -1;
   for (int i = 0; i < g->n; i++) {
     bool needs_input = !(g->kind == RF_COLL_BROADCAST && i != g->root);
@@ -247,7 +252,6 @@ static rf_status *check_roots(rf__coll_group *g) {
   }
   return NULL;
 }
-
 
 /* Validates and runs a complete group; takes ownership of e. */
 static void launch(rf__collective_manager *m, entry *e) {
@@ -290,7 +294,8 @@ static void make_key(char *buf, size_t len, const char *name, int64_t step) {
   snprintf(buf, len, "%s\x1f%lld", name, (long long)step);
 }
 
-static const rf_status *step_cancelled(rf__collective_manager *m, int64_t step) {
+static const rf_status *step_cancelled(rf__collective_manager *m,
+                                       int64_t step) {
   for (int i = 0; i < m->num_cancelled; i++)
     if (m->cancelled[i].step_id == step) return m->cancelled[i].why;
   return NULL;
@@ -298,7 +303,8 @@ static const rf_status *step_cancelled(rf__collective_manager *m, int64_t step) 
 
 /* Marks a pending entry FAILED with st (consumed), returning its participants
  * for the caller to fail outside the lock. */
-static rf__coll_participant *fail_entry_locked(entry *e, rf_status *st, int *n) {
+static rf__coll_participant *fail_entry_locked(entry *e, rf_status *st,
+                                               int *n) {
   rf__coll_participant *parts = e->parts;
   *n = e->arrived;
   e->parts = NULL;
@@ -376,10 +382,10 @@ rf_status *rf__collective_join(rf__collective_manager *m,
     char sa[32], sb[32];
     snprintf(sa, sizeof sa, "%d", e->parts[0].num_devices);
     snprintf(sb, sizeof sb, "%d", p->num_devices);
-    rf_status *st = e->arrived
-                        ? disagree("num_devices", shared_name, step_id,
-                                   &e->parts[0], sa, p, sb)
-                        : rf__internal("collective '%s': bad group", shared_name);
+    rf_status *st =
+        e->arrived ? disagree("num_devices", shared_name, step_id, &e->parts[0],
+                              sa, p, sb)
+                   : rf__internal("collective '%s': bad group", shared_name);
     int n;
     rf__coll_participant *parts = fail_entry_locked(e, st, &n);
     pthread_mutex_unlock(&m->mu);
@@ -419,7 +425,8 @@ static void expire_locked(rf__collective_manager *m, int64_t now, doomed **out,
   *nout = 0;
   entry *e, *tmp;
   HASH_ITER(hh, m->table, e, tmp) {
-    if (e->state != PENDING || !e->deadline_ns || e->deadline_ns > now) continue;
+    if (e->state != PENDING || !e->deadline_ns || e->deadline_ns > now)
+      continue;
     char present[1024], missing[1024];
     /* Device order, not arrival order: the same message every run. */
     qsort(e->parts, (size_t)e->arrived, sizeof *e->parts, by_device_index);
@@ -504,10 +511,10 @@ rf_status *rf__collective_manager_new(rf__threadpool *pool,
 void rf__collective_cancel_step(rf__collective_manager *m, int64_t step_id,
                                 const rf_status *why) {
   if (!m) return;
-  rf_status *st = why ? rf_status_new(rf_status_code(why), "%s",
-                                      rf_status_message(why))
-                      : rf__error(RF_CANCELLED, "step %lld was cancelled",
-                                  (long long)step_id);
+  rf_status *st =
+      why ? rf_status_new(rf_status_code(why), "%s", rf_status_message(why))
+          : rf__error(RF_CANCELLED, "step %lld was cancelled",
+                      (long long)step_id);
   if (!st) st = rf__internal("step %lld was cancelled", (long long)step_id);
   doomed *d = NULL;
   int nd = 0, cap = 0;
@@ -524,7 +531,8 @@ void rf__collective_cancel_step(rf__collective_manager *m, int64_t step_id,
   HASH_ITER(hh, m->table, e, tmp) {
     if (e->step_id != step_id || e->state != PENDING) continue;
     if (rf__grow(&d, &cap, nd + 1, sizeof *d)) break;
-    rf_status *copy = rf_status_new(rf_status_code(st), "%s", rf_status_message(st));
+    rf_status *copy =
+        rf_status_new(rf_status_code(st), "%s", rf_status_message(st));
     d[nd].parts = fail_entry_locked(e, copy, &d[nd].n);
     nd++;
   }
@@ -567,15 +575,16 @@ void rf__collective_manager_free(rf__collective_manager *m) {
   HASH_ITER(hh, m->table, e, tmp) {
     HASH_DEL(m->table, e);
     if (e->state == PENDING && e->arrived) {
-      rf_status *st = rf__error(RF_CANCELLED,
-                                "collective '%s': the session is closing",
-                                e->shared_name);
+      rf_status *st =
+          rf__error(RF_CANCELLED, "collective '%s': the session is closing",
+                    e->shared_name);
       fail_parts(e->parts, e->arrived, st);
       rf_status_free(st);
     }
     entry_free(e);
   }
-  for (int i = 0; i < m->num_cancelled; i++) rf_status_free(m->cancelled[i].why);
+  for (int i = 0; i < m->num_cancelled; i++)
+    rf_status_free(m->cancelled[i].why);
   rf__free(m->cancelled);
   pthread_cond_destroy(&m->wake);
   pthread_mutex_destroy(&m->mu);

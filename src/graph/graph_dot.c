@@ -16,7 +16,8 @@ typedef struct sbuf {
   bool oom;
 } sbuf;
 
-static void put(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void put(sbuf *b, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 static void put(sbuf *b, const char *fmt, ...) {
   if (b->oom) return;
   va_list ap;
@@ -53,9 +54,9 @@ static void put_quoted(sbuf *b, const char *s) {
 
 static bool is_collective(const rf_node *n) {
   static const char *const ops[] = {
-      "AllReduce",   "AllGather",      "ReduceScatter",  "Reduce",
-      "Broadcast",   "_ReduceSend",    "_ReduceRecv",    "_BroadcastSend",
-      "_BroadcastRecv"};
+      "AllReduce",   "AllGather",      "ReduceScatter",
+      "Reduce",      "Broadcast",      "_ReduceSend",
+      "_ReduceRecv", "_BroadcastSend", "_BroadcastRecv"};
   for (size_t i = 0; i < sizeof ops / sizeof *ops; i++)
     if (strcmp(n->op->name, ops[i]) == 0) return true;
   return false;
@@ -77,8 +78,9 @@ static void put_node(sbuf *b, const rf_node *n) {
 rf_status *rf_graph_to_dot(const rf_graph *g, char **out) {
   if (!g || !out) return rf__invalid("rf_graph_to_dot: NULL argument");
   sbuf b = {0};
-  put(&b, "digraph ringflow {\n  rankdir=TB;\n  node [shape=ellipse, "
-          "fontname=\"Helvetica\", fontsize=10];\n  edge [fontsize=8];\n");
+  put(&b,
+      "digraph ringflow {\n  rankdir=TB;\n  node [shape=ellipse, "
+      "fontname=\"Helvetica\", fontsize=10];\n  edge [fontsize=8];\n");
   /* Clusters: walk devices in first-appearance order. */
   bool *done = rf__calloc((size_t)g->num_ids + 1, 1);
   if (!done) {

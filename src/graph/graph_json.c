@@ -56,7 +56,8 @@ static int base64_decode(const char *s, unsigned char *out, size_t want) {
   for (size_t i = 0; i < len; i += 4) {
     int v[4];
     for (int k = 0; k < 4; k++) {
-      v[k] = s[i + k] == '=' && i + 4 == len && k >= 2 ? 0 : b64_value(s[i + k]);
+      v[k] =
+          s[i + k] == '=' && i + 4 == len && k >= 2 ? 0 : b64_value(s[i + k]);
       if (v[k] < 0) return -1;
     }
     uint32_t x = (uint32_t)v[0] << 18 | (uint32_t)v[1] << 12 |
@@ -76,8 +77,11 @@ static int base64_decode(const char *s, unsigned char *out, size_t want) {
 static bool valid_utf8(const char *s) {
   const unsigned char *p = (const unsigned char *)s;
   while (*p) {
-    int n = *p < 0x80 ? 0 : (*p >> 5) == 6 ? 1 : (*p >> 4) == 14 ? 2
-            : (*p >> 3) == 30 ? 3 : -1;
+    int n = *p < 0x80         ? 0
+            : (*p >> 5) == 6  ? 1
+            : (*p >> 4) == 14 ? 2
+            : (*p >> 3) == 30 ? 3
+                              : -1;
     if (n < 0) return false;
     uint32_t cp = n == 0 ? *p : *p & (0x3f >> n);
     for (int k = 1; k <= n; k++) {
@@ -113,9 +117,9 @@ static json_t *tensor_json(const rf_tensor *t) {
   rf_shape s = rf_tensor_shape(t);
   char *data = base64_encode(rf_tensor_data(t), rf_tensor_nbytes(t));
   if (!data) return NULL;
-  json_t *o = json_pack("{s:s, s:o, s:s}", "dtype",
-                        rf_dtype_name(rf_tensor_dtype(t)), "shape",
-                        shape_json(&s), "data", data);
+  json_t *o =
+      json_pack("{s:s, s:o, s:s}", "dtype", rf_dtype_name(rf_tensor_dtype(t)),
+                "shape", shape_json(&s), "data", data);
   rf__free(data);
   return o;
 }
@@ -151,9 +155,10 @@ static rf_status *attr_error(const rf_node *n, const char *name,
                              const rf__attr_value *v, int i) {
   bool str = v->type == RF_ATTR_STRING || v->type == RF_ATTR_STRING_LIST;
   if (str && !valid_utf8(v->type == RF_ATTR_STRING ? v->u.s : v->u.strings[i]))
-    return rf__invalid("cannot save node '%s' (%s): attr '%s' holds a string "
-                       "that is not valid UTF-8",
-                       n->name, n->op->name, name);
+    return rf__invalid(
+        "cannot save node '%s' (%s): attr '%s' holds a string "
+        "that is not valid UTF-8",
+        n->name, n->op->name, name);
   return rf__oom();
 }
 
@@ -190,8 +195,10 @@ static rf_status *node_inputs_json(const rf_node *n, json_t *inputs,
     bool ok = true;
     for (int k = n->arg_start[a]; k < n->arg_start[a + 1]; k++) {
       json_t *src = output_json(rf__input(n, k));
-      if (!variadic) arg = src;
-      else if (json_array_append_new(arg, src)) ok = false; /* src freed */
+      if (!variadic)
+        arg = src;
+      else if (json_array_append_new(arg, src))
+        ok = false; /* src freed */
     }
     if (!ok) json_decref(arg);
     if (!ok || !arg || json_array_append_new(inputs, arg)) return rf__oom();
@@ -329,11 +336,16 @@ static rf_status *read_shape(loader *l, json_t *j, rf_shape *out) {
 
 static rf_status *read_float(loader *l, json_t *j, double *out) {
   const char *s = json_string_value(j);
-  if (json_is_number(j)) *out = json_number_value(j);
-  else if (s && strcmp(s, "nan") == 0) *out = NAN;
-  else if (s && strcmp(s, "inf") == 0) *out = INFINITY;
-  else if (s && strcmp(s, "-inf") == 0) *out = -INFINITY;
-  else return LOAD_ERR(l, "expected a number (or \"nan\", \"inf\", \"-inf\")");
+  if (json_is_number(j))
+    *out = json_number_value(j);
+  else if (s && strcmp(s, "nan") == 0)
+    *out = NAN;
+  else if (s && strcmp(s, "inf") == 0)
+    *out = INFINITY;
+  else if (s && strcmp(s, "-inf") == 0)
+    *out = -INFINITY;
+  else
+    return LOAD_ERR(l, "expected a number (or \"nan\", \"inf\", \"-inf\")");
   return NULL;
 }
 
@@ -352,8 +364,9 @@ static rf_status *read_tensor(loader *l, json_t *j, rf_tensor **out) {
   json_t *jdata = json_object_get(j, "data");
   if (!json_is_object(j) || json_object_size(j) != 3 || !json_is_string(jd) ||
       !js || !json_is_string(jdata))
-    return LOAD_ERR(l, "a tensor is {\"dtype\": string, \"shape\": [ints], "
-                       "\"data\": base64 string}");
+    return LOAD_ERR(l,
+                    "a tensor is {\"dtype\": string, \"shape\": [ints], "
+                    "\"data\": base64 string}");
   const char *dtype = json_string_value(jd), *data = json_string_value(jdata);
   rf_dtype dt = rf_dtype_from_name(dtype);
   if (dt == RF_DTYPE_INVALID || dt == RF_RESOURCE)
@@ -367,8 +380,9 @@ static rf_status *read_tensor(loader *l, json_t *j, rf_tensor **out) {
   size_t have = json_string_length(jdata) / 4 * 3;
   if (n < 0) return LOAD_ERR(l, "a tensor's element count overflows int64");
   if ((uint64_t)n > have / rf_dtype_size(dt))
-    return LOAD_ERR(l, "tensor data (%zu base64 chars) cannot hold %lld %s "
-                       "elements",
+    return LOAD_ERR(l,
+                    "tensor data (%zu base64 chars) cannot hold %lld %s "
+                    "elements",
                     json_string_length(jdata), (long long)n, dtype);
   rf_tensor *t;
   RF_CHECK(rf_tensor_new(dt, &s, NULL, &t));
@@ -400,29 +414,37 @@ static rf_status *read_element(loader *l, rf__attr_type t, json_t *j,
     case RF_ATTR_INT:
     case RF_ATTR_INT_LIST:
       if (!json_is_integer(j)) return LOAD_ERR(l, "expected an integer");
-      if (t == RF_ATTR_INT) v->u.i = json_integer_value(j);
-      else v->u.ints[i] = json_integer_value(j);
+      if (t == RF_ATTR_INT)
+        v->u.i = json_integer_value(j);
+      else
+        v->u.ints[i] = json_integer_value(j);
       return NULL;
     case RF_ATTR_FLOAT: return read_float(l, j, &v->u.f);
     case RF_ATTR_FLOAT_LIST: return read_float(l, j, &v->u.floats[i]);
     case RF_ATTR_BOOL:
     case RF_ATTR_BOOL_LIST:
       if (!json_is_boolean(j)) return LOAD_ERR(l, "expected true or false");
-      if (t == RF_ATTR_BOOL) v->u.b = json_is_true(j);
-      else v->u.bools[i] = json_is_true(j);
+      if (t == RF_ATTR_BOOL)
+        v->u.b = json_is_true(j);
+      else
+        v->u.bools[i] = json_is_true(j);
       return NULL;
     case RF_ATTR_STRING:
     case RF_ATTR_STRING_LIST:
       if (!json_is_string(j)) return LOAD_ERR(l, "expected a string");
-      if (t == RF_ATTR_STRING) v->u.s = (char *)json_string_value(j);
-      else v->u.strings[i] = (char *)json_string_value(j);
+      if (t == RF_ATTR_STRING)
+        v->u.s = (char *)json_string_value(j);
+      else
+        v->u.strings[i] = (char *)json_string_value(j);
       return NULL;
     case RF_ATTR_TYPE:
     case RF_ATTR_TYPE_LIST:
       dt = rf_dtype_from_name(json_string_value(j));
       if (dt == RF_DTYPE_INVALID) return LOAD_ERR(l, "expected a dtype name");
-      if (t == RF_ATTR_TYPE) v->u.type = dt;
-      else v->u.types[i] = dt;
+      if (t == RF_ATTR_TYPE)
+        v->u.type = dt;
+      else
+        v->u.types[i] = dt;
       return NULL;
     case RF_ATTR_SHAPE: return read_shape(l, j, &v->u.shape);
     case RF_ATTR_SHAPE_LIST: return read_shape(l, j, &v->u.shapes[i]);
@@ -490,7 +512,8 @@ static rf_status *read_output(loader *l, json_t *j, rf_output *out) {
   size_t len = json_string_length(j), name_len = len;
   long index = 0;
   const char *colon = strrchr(s, ':');
-  if (colon && colon[1] && strspn(colon + 1, "0123456789") == strlen(colon + 1)) {
+  if (colon && colon[1] &&
+      strspn(colon + 1, "0123456789") == strlen(colon + 1)) {
     if (strlen(colon + 1) > 9)
       return LOAD_ERR(l, "input '%s': output index out of range", s);
     index = strtol(colon + 1, NULL, 10);
@@ -560,14 +583,20 @@ static rf_status *read_fields(loader *l, json_t *j, node_fields *f) {
   l->node = json_string_value(json_object_get(j, "name"));
   json_object_foreach(j, key, v) {
     bool ok = true;
-    if (strcmp(key, "name") == 0) ok = (f->name = json_string_value(v)) != NULL;
-    else if (strcmp(key, "op") == 0) ok = (f->op = json_string_value(v)) != NULL;
+    if (strcmp(key, "name") == 0)
+      ok = (f->name = json_string_value(v)) != NULL;
+    else if (strcmp(key, "op") == 0)
+      ok = (f->op = json_string_value(v)) != NULL;
     else if (strcmp(key, "device") == 0)
       ok = (f->device = json_string_value(v)) != NULL;
-    else if (strcmp(key, "inputs") == 0) ok = json_is_array(f->inputs = v);
-    else if (strcmp(key, "control_inputs") == 0) ok = json_is_array(f->ctrl = v);
-    else if (strcmp(key, "attrs") == 0) ok = json_is_object(f->attrs = v);
-    else return LOAD_ERR(l, "unknown field '%s'", key);
+    else if (strcmp(key, "inputs") == 0)
+      ok = json_is_array(f->inputs = v);
+    else if (strcmp(key, "control_inputs") == 0)
+      ok = json_is_array(f->ctrl = v);
+    else if (strcmp(key, "attrs") == 0)
+      ok = json_is_object(f->attrs = v);
+    else
+      return LOAD_ERR(l, "unknown field '%s'", key);
     if (!ok)
       return LOAD_ERR(l, "field '%s' must be %s", key,
                       strcmp(key, "attrs") == 0 ? "an object"
@@ -613,13 +642,15 @@ static rf_status *read_graph(json_t *root, rf_graph *g) {
       strcmp(json_string_value(format), FORMAT_NAME) != 0 ||
       !json_is_integer(version) || !json_is_array(nodes) ||
       json_object_size(root) != 3)
-    return rf__invalid("not a ringflow graph file (want {\"format\": \"%s\", "
-                       "\"version\": %d, \"nodes\": [...]})",
-                       FORMAT_NAME, FORMAT_VERSION);
+    return rf__invalid(
+        "not a ringflow graph file (want {\"format\": \"%s\", "
+        "\"version\": %d, \"nodes\": [...]})",
+        FORMAT_NAME, FORMAT_VERSION);
   if (json_integer_value(version) != FORMAT_VERSION)
-    return rf__invalid("graph file version %lld; this ringflow reads version "
-                       "%d",
-                       (long long)json_integer_value(version), FORMAT_VERSION);
+    return rf__invalid(
+        "graph file version %lld; this ringflow reads version "
+        "%d",
+        (long long)json_integer_value(version), FORMAT_VERSION);
   loader l = {g, 0, NULL, NULL};
   json_t *n;
   json_array_foreach(nodes, l.index, n) RF_CHECK(read_node(&l, n));
@@ -674,9 +705,11 @@ rf_status *rf_graph_load(const char *path, rf_graph **out) {
     if (got == 0) break;
   }
   if (!st && ferror(f))
-    st = rf__error(RF_DATA_LOSS, "reading %s failed: %s", path, strerror(errno));
+    st =
+        rf__error(RF_DATA_LOSS, "reading %s failed: %s", path, strerror(errno));
   fclose(f);
-  if (!st) st = rf__status_prefix(rf_graph_from_json(buf, len, out), "%s", path);
+  if (!st)
+    st = rf__status_prefix(rf_graph_from_json(buf, len, out), "%s", path);
   rf__free(buf);
   return st;
 }

@@ -39,14 +39,17 @@ static rf_status *reduce_shape(rf__shape_ctx *c) {
     char a[96], b[96];
     if (o->rank != s.rank) goto bad;
     for (int d = 0; d < s.rank; d++) {
-      if (s.dims[d] < 0) s.dims[d] = o->dims[d];
-      else if (o->dims[d] >= 0 && o->dims[d] != s.dims[d]) goto bad;
+      if (s.dims[d] < 0)
+        s.dims[d] = o->dims[d];
+      else if (o->dims[d] >= 0 && o->dims[d] != s.dims[d])
+        goto bad;
     }
     continue;
   bad:
     rf_shape_format(&c->input_shapes[0], a, sizeof a);
     rf_shape_format(o, b, sizeof b);
-    return rf__invalid("inputs 0 and %d have different shapes %s and %s", i, a, b);
+    return rf__invalid("inputs 0 and %d have different shapes %s and %s", i, a,
+                       b);
   }
   c->output_shapes[0] = s;
   return NULL;
@@ -87,17 +90,22 @@ static rf_status *gather_shape(rf__shape_ctx *c, bool gather) {
                        gather ? "AllGather" : "ReduceScatter");
   if (s.rank > 0 && s.dims[0] >= 0) {
     if (!gather && s.dims[0] % n != 0)
-      return rf__invalid("ReduceScatter needs a first dimension divisible by "
-                         "num_devices %lld, got %lld",
-                         (long long)n, (long long)s.dims[0]);
+      return rf__invalid(
+          "ReduceScatter needs a first dimension divisible by "
+          "num_devices %lld, got %lld",
+          (long long)n, (long long)s.dims[0]);
     s.dims[0] = gather ? s.dims[0] * n : s.dims[0] / n;
   }
   c->output_shapes[0] = s;
   return NULL;
 }
 
-static rf_status *all_gather_shape(rf__shape_ctx *c) { return gather_shape(c, true); }
-static rf_status *reduce_scatter_shape(rf__shape_ctx *c) { return gather_shape(c, false); }
+static rf_status *all_gather_shape(rf__shape_ctx *c) {
+  return gather_shape(c, true);
+}
+static rf_status *reduce_scatter_shape(rf__shape_ctx *c) {
+  return gather_shape(c, false);
+}
 
 /* ---- builders ---- */
 
@@ -109,10 +117,11 @@ static rf_output invalid_output(void) {
 static bool require_device(rf_graph *g, const char *op, const char *name,
                            rf_output in) {
   if (in.node->requested_device[0]) return true;
-  rf__graph_record(g, rf_status_new(RF_INVALID_ARGUMENT,
-                                    "Device assignment required for collective "
-                                    "ops: input '%s' of %s '%s' has no device",
-                                    in.node->name, op, name ? name : "(unnamed)"));
+  rf__graph_record(g,
+                   rf_status_new(RF_INVALID_ARGUMENT,
+                                 "Device assignment required for collective "
+                                 "ops: input '%s' of %s '%s' has no device",
+                                 in.node->name, op, name ? name : "(unnamed)"));
   return false;
 }
 
@@ -144,7 +153,8 @@ rf_output rf_all_reduce(rf_graph *g, const char *name, rf_output input,
 
 rf_output rf_all_gather(rf_graph *g, const char *name, rf_output input,
                         int num_devices, const char *shared_name) {
-  return participant(g, "AllGather", name, input, NULL, num_devices, shared_name);
+  return participant(g, "AllGather", name, input, NULL, num_devices,
+                     shared_name);
 }
 
 rf_output rf_reduce_scatter(rf_graph *g, const char *name, rf_output input,
@@ -156,12 +166,12 @@ rf_output rf_reduce_scatter(rf_graph *g, const char *name, rf_output input,
 
 /* n participants named <name>_<i> sharing <name>; all or nothing. */
 static void participants_n(rf_graph *g, const char *op, const char *name,
-                           const rf_output *inputs, int n, const char *reduction,
-                           rf_output *outputs) {
+                           const rf_output *inputs, int n,
+                           const char *reduction, rf_output *outputs) {
   if (rf__graph_failed(g)) return;
   if (!inputs || !outputs || n < 1) {
-    rf__graph_record(g, rf__invalid("%s: need n >= 1 inputs and an outputs array",
-                                    op));
+    rf__graph_record(
+        g, rf__invalid("%s: need n >= 1 inputs and an outputs array", op));
     return;
   }
   if (!rf__graph_inputs_ok(g, op, inputs, n)) return;
@@ -223,7 +233,8 @@ rf_output rf_reduce(rf_graph *g, const char *name, const rf_output *inputs,
   rf_node_builder *b = rf_node_builder_new(g, "Reduce", name);
   rf_node_builder_input_list(b, inputs, n);
   const char *scope = rf__graph_scope_device(g);
-  rf_node_builder_device(b, scope[0] ? scope : inputs[0].node->requested_device);
+  rf_node_builder_device(b,
+                         scope[0] ? scope : inputs[0].node->requested_device);
   rf_node_builder_attr_string(b, "reduction", reduction_attr(reduction));
   return rf__finish_output(g, b);
 }
@@ -261,12 +272,15 @@ static rf_status *all_reduce_grad(rf__grad_ctx *c) {
   RF_CHECK(rf__attrs_get_string(&c->op->attrs, "reduction", &red));
   RF_CHECK(rf__attrs_get_int(&c->op->attrs, "num_devices", &n));
   rf_reduction r;
-  if (strcmp(red, "sum") == 0) r = RF_REDUCE_SUM;
-  else if (strcmp(red, "avg") == 0) r = RF_REDUCE_AVG;
+  if (strcmp(red, "sum") == 0)
+    r = RF_REDUCE_SUM;
+  else if (strcmp(red, "avg") == 0)
+    r = RF_REDUCE_AVG;
   else
-    return rf__invalid("No gradient defined for AllReduce except sum (and avg): "
-                       "node '%s' uses %s",
-                       c->op->name, red);
+    return rf__invalid(
+        "No gradient defined for AllReduce except sum (and avg): "
+        "node '%s' uses %s",
+        c->op->name, red);
   RF_CHECK(grad_shared_name(c->op, &shared));
   c->dx[0] = rf_all_reduce(c->g, NULL, c->dy[0], r, (int)n, shared);
   rf__free(shared);
@@ -278,7 +292,8 @@ static rf_status *all_gather_grad(rf__grad_ctx *c) {
   char *shared;
   RF_CHECK(rf__attrs_get_int(&c->op->attrs, "num_devices", &n));
   RF_CHECK(grad_shared_name(c->op, &shared));
-  c->dx[0] = rf_reduce_scatter(c->g, NULL, c->dy[0], RF_REDUCE_SUM, (int)n, shared);
+  c->dx[0] =
+      rf_reduce_scatter(c->g, NULL, c->dy[0], RF_REDUCE_SUM, (int)n, shared);
   rf__free(shared);
   return NULL;
 }
@@ -290,9 +305,10 @@ static rf_status *reduce_scatter_grad(rf__grad_ctx *c) {
   RF_CHECK(rf__attrs_get_string(&c->op->attrs, "reduction", &red));
   RF_CHECK(rf__attrs_get_int(&c->op->attrs, "num_devices", &n));
   if (strcmp(red, "sum") != 0)
-    return rf__invalid("No gradient defined for ReduceScatter except sum: node "
-                       "'%s' uses %s",
-                       c->op->name, red);
+    return rf__invalid(
+        "No gradient defined for ReduceScatter except sum: node "
+        "'%s' uses %s",
+        c->op->name, red);
   RF_CHECK(grad_shared_name(c->op, &shared));
   c->dx[0] = rf_all_gather(c->g, NULL, c->dy[0], (int)n, shared);
   rf__free(shared);
@@ -305,9 +321,10 @@ static rf_status *reduce_grad(rf__grad_ctx *c) {
   const char *red;
   RF_CHECK(rf__attrs_get_string(&c->op->attrs, "reduction", &red));
   if (strcmp(red, "sum") != 0)
-    return rf__invalid("No gradient defined for Reduce except sum: node '%s' "
-                       "uses %s",
-                       c->op->name, red);
+    return rf__invalid(
+        "No gradient defined for Reduce except sum: node '%s' "
+        "uses %s",
+        c->op->name, red);
   rf_output b = rf_broadcast(c->g, NULL, c->dy[0]);
   for (int i = 0; i < c->op->num_inputs; i++) c->dx[i] = b;
   return NULL;
@@ -322,7 +339,8 @@ static rf_status *broadcast_grad(rf__grad_ctx *c) {
   rf_output per_device[64];
   int ndev = 0;
   bool used[256] = {false};
-  if (n > 256) return rf__invalid("Broadcast '%s': too many consumers", c->op->name);
+  if (n > 256)
+    return rf__invalid("Broadcast '%s': too many consumers", c->op->name);
   bool own_device = false;
   for (int i = 0; i < n; i++) {
     if (used[i]) continue;
@@ -343,7 +361,8 @@ static rf_status *broadcast_grad(rf__grad_ctx *c) {
     if (strcmp(dev, c->op->requested_device) == 0) own_device = true;
   }
   if (!own_device) { /* Reduce needs a participant on its own device */
-    if (ndev == 64) return rf__invalid("Broadcast '%s': too many devices", c->op->name);
+    if (ndev == 64)
+      return rf__invalid("Broadcast '%s': too many devices", c->op->name);
     per_device[ndev++] = rf_zeros_like(c->g, NULL, rf__input(c->op, 0));
   }
   c->dx[0] = rf_reduce(c->g, NULL, per_device, ndev, RF_REDUCE_SUM);
@@ -353,39 +372,65 @@ static rf_status *broadcast_grad(rf__grad_ctx *c) {
 /* ---- registration ---- */
 
 static const rf__op_spec specs[] = {
-    {.name = "AllReduce", .inputs = "input: T", .outputs = "data: T",
+    {.name = "AllReduce",
+     .inputs = "input: T",
+     .outputs = "data: T",
      .attrs = REDUCTIONS "; " COLL_TYPES
                          "; num_devices: int >= 1; shared_name: string",
-     .shape = same_shape, .grad = all_reduce_grad, .flags = RF_OP_STATEFUL},
-    {.name = "AllGather", .inputs = "input: T", .outputs = "output: T",
-     .attrs = COLL_TYPES "; num_devices: int >= 1; shared_name: string",
-     .shape = all_gather_shape, .grad = all_gather_grad, .flags = RF_OP_STATEFUL},
-    {.name = "ReduceScatter", .inputs = "input: T", .outputs = "output: T",
-     .attrs = REDUCTIONS "; " COLL_TYPES
-                         "; num_devices: int >= 1; shared_name: string",
-     .shape = reduce_scatter_shape, .grad = reduce_scatter_grad,
+     .shape = same_shape,
+     .grad = all_reduce_grad,
      .flags = RF_OP_STATEFUL},
-    {.name = "Reduce", .inputs = "input: num_devices * T", .outputs = "data: T",
+    {.name = "AllGather",
+     .inputs = "input: T",
+     .outputs = "output: T",
+     .attrs = COLL_TYPES "; num_devices: int >= 1; shared_name: string",
+     .shape = all_gather_shape,
+     .grad = all_gather_grad,
+     .flags = RF_OP_STATEFUL},
+    {.name = "ReduceScatter",
+     .inputs = "input: T",
+     .outputs = "output: T",
+     .attrs = REDUCTIONS "; " COLL_TYPES
+                         "; num_devices: int >= 1; shared_name: string",
+     .shape = reduce_scatter_shape,
+     .grad = reduce_scatter_grad,
+     .flags = RF_OP_STATEFUL},
+    {.name = "Reduce",
+     .inputs = "input: num_devices * T",
+     .outputs = "data: T",
      .attrs = REDUCTIONS "; " COLL_TYPES "; num_devices: int >= 1",
-     .shape = reduce_shape, .grad = reduce_grad, .flags = RF_OP_STATEFUL},
-    {.name = "Broadcast", .inputs = "input: T", .outputs = "output: T",
+     .shape = reduce_shape,
+     .grad = reduce_grad,
+     .flags = RF_OP_STATEFUL},
+    {.name = "Broadcast",
+     .inputs = "input: T",
+     .outputs = "output: T",
      .attrs = COLL_TYPES "; shape: shape",
-     .shape = broadcast_shape, .grad = broadcast_grad,
+     .shape = broadcast_shape,
+     .grad = broadcast_grad,
      .flags = RF_OP_STATEFUL | RF_OP_GRAD_UNSUMMED},
-    {.name = "_ReduceSend", .inputs = "input: T",
+    {.name = "_ReduceSend",
+     .inputs = "input: T",
      .attrs = REDUCTIONS "; " COLL_TYPES
                          "; num_devices: int >= 1; shared_name: string",
      .flags = RF_OP_STATEFUL},
-    {.name = "_ReduceRecv", .inputs = "input: T", .outputs = "data: T",
+    {.name = "_ReduceRecv",
+     .inputs = "input: T",
+     .outputs = "data: T",
      .attrs = REDUCTIONS "; " COLL_TYPES
                          "; num_devices: int >= 1; shared_name: string",
-     .shape = same_shape, .flags = RF_OP_STATEFUL},
-    {.name = "_BroadcastSend", .inputs = "input: T",
+     .shape = same_shape,
+     .flags = RF_OP_STATEFUL},
+    {.name = "_BroadcastSend",
+     .inputs = "input: T",
      .attrs = COLL_TYPES "; num_devices: int >= 1; shared_name: string",
      .flags = RF_OP_STATEFUL},
-    {.name = "_BroadcastRecv", .inputs = "shape: int32", .outputs = "output: T",
+    {.name = "_BroadcastRecv",
+     .inputs = "shape: int32",
+     .outputs = "output: T",
      .attrs = COLL_TYPES "; num_devices: int >= 1; shared_name: string",
-     .shape = broadcast_recv_shape, .flags = RF_OP_STATEFUL},
+     .shape = broadcast_recv_shape,
+     .flags = RF_OP_STATEFUL},
 };
 
 rf_status *rf__register_collective_ops(void) {

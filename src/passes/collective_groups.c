@@ -106,10 +106,10 @@ static rf_status *check_agreement(const group *g, const rf_node *a,
                                   const rf_node *b) {
   static const char *const attrs[] = {"num_devices", "T", "reduction"};
   if (strcmp(collective_of(a), collective_of(b)) != 0)
-    return rf__invalid("collective '%s': participants disagree on the "
-                       "collective: '%s' is %s but '%s' is %s",
-                       g->shared_name, a->name, a->op->name, b->name,
-                       b->op->name);
+    return rf__invalid(
+        "collective '%s': participants disagree on the "
+        "collective: '%s' is %s but '%s' is %s",
+        g->shared_name, a->name, a->op->name, b->name, b->op->name);
   for (size_t i = 0; i < sizeof attrs / sizeof *attrs; i++) {
     const rf__attr_value *va = rf__attrs_find(&a->attrs, attrs[i]);
     const rf__attr_value *vb = rf__attrs_find(&b->attrs, attrs[i]);
@@ -117,9 +117,10 @@ static rf_status *check_agreement(const group *g, const rf_node *a,
     char sa[64] = "none", sb[64] = "none";
     if (va) rf__attr_value_format(va, sa, sizeof sa);
     if (vb) rf__attr_value_format(vb, sb, sizeof sb);
-    return rf__invalid("collective '%s': participants disagree on %s: %s on "
-                       "'%s' but %s on '%s'",
-                       g->shared_name, attrs[i], sa, a->name, sb, b->name);
+    return rf__invalid(
+        "collective '%s': participants disagree on %s: %s on "
+        "'%s' but %s on '%s'",
+        g->shared_name, attrs[i], sa, a->name, sb, b->name);
   }
   return NULL;
 }
@@ -142,9 +143,10 @@ static rf_status *check_group(const rf_graph *graph, const group *g,
                              i ? ", " : "", n->name, dev);
   }
   if (g->n != want)
-    return rf__invalid("collective '%s' expects %lld participants but the graph "
-                       "has %d: %s",
-                       g->shared_name, (long long)want, g->n, list);
+    return rf__invalid(
+        "collective '%s' expects %lld participants but the graph "
+        "has %d: %s",
+        g->shared_name, (long long)want, g->n, list);
   for (int i = 0; i < g->n; i++) {
     const rf_node *a = graph->nodes[g->ids[i]];
     if (a->assigned_device < 0 || a->assigned_device >= num_devices)
@@ -153,9 +155,10 @@ static rf_status *check_group(const rf_graph *graph, const group *g,
     for (int j = 0; j < i; j++) {
       const rf_node *b = graph->nodes[g->ids[j]];
       if (a->assigned_device == b->assigned_device)
-        return rf__invalid("collective '%s' has two participants on one device: "
-                           "%s",
-                           g->shared_name, list);
+        return rf__invalid(
+            "collective '%s' has two participants on one device: "
+            "%s",
+            g->shared_name, list);
       if (devices[a->assigned_device].type != devices[b->assigned_device].type)
         return rf__error(RF_UNIMPLEMENTED,
                          "collective '%s' mixes device types (%s): no "
@@ -179,13 +182,14 @@ static rf_status *annotate_group(rf_graph *graph, const group *g,
     char dev[RF_DEVICE_NAME_MAX];
     rf__device_name_format(&devices[graph->nodes[g->ids[i]]->assigned_device],
                            dev, sizeof dev);
-    used += (size_t)snprintf(list + used, len - used, "%s%s", i ? "," : "", dev);
+    used +=
+        (size_t)snprintf(list + used, len - used, "%s%s", i ? "," : "", dev);
   }
   rf__attr_value v = rf__attr_string_ref(list);
   rf_status *st = NULL;
   for (int i = 0; i < g->n && !st; i++)
-    st = rf__attrs_set(&graph->nodes[g->ids[i]]->attrs, RF_COLLECTIVE_DEVICES_ATTR,
-                       &v);
+    st = rf__attrs_set(&graph->nodes[g->ids[i]]->attrs,
+                       RF_COLLECTIVE_DEVICES_ATTR, &v);
   rf__free(list);
   return st;
 }

@@ -30,8 +30,7 @@ rf_status *rf__collective_mark_peers(const rf_graph *g, char *keep,
  * RF_COLLECTIVE_DEVICES_ATTR on each participant: its group's devices,
  * comma-separated (internal: attrs starting with '_' are not saved). */
 #define RF_COLLECTIVE_DEVICES_ATTR "_devices"
-rf_status *rf__validate_collectives(rf_graph *g,
-                                    const rf__device_name *devices,
+rf_status *rf__validate_collectives(rf_graph *g, const rf__device_name *devices,
                                     int num_devices);
 
 #endif

@@ -70,8 +70,8 @@ static void destroy_state(void *state) {
   rf__free(s);
 }
 
-#define INIT(fn, kind, root, shape_input)              \
-  static rf_status *fn(const rf_node *n, void **out) { \
+#define INIT(fn, kind, root, shape_input)               \
+  static rf_status *fn(const rf_node *n, void **out) {  \
     return init_state(n, kind, root, shape_input, out); \
   }
 INIT(init_all_reduce, RF_COLL_ALL_REDUCE, false, false)
@@ -88,8 +88,10 @@ static void on_done(void *arg, rf_status *st, rf_tensor *out) {
   rf__done_fn done = p->done;
   rf__free(p);
   if (!st && ctx->num_outputs > 0) {
-    if (out) ctx->outputs[0] = out;
-    else st = rf__kernel_error(ctx, RF_INTERNAL, "collective gave no result");
+    if (out)
+      ctx->outputs[0] = out;
+    else
+      st = rf__kernel_error(ctx, RF_INTERNAL, "collective gave no result");
   } else {
     rf_tensor_release(out);
   }
@@ -157,8 +159,9 @@ static void participate(rf__kernel_ctx *ctx, rf__done_fn done) {
   pd->done = done;
   p.done = on_done;
   p.arg = pd;
-  rf_status *st = rf__collective_join(step->collectives, s->shared_name,
-                                      step->id, step->collective_timeout_ms, &p);
+  rf_status *st =
+      rf__collective_join(step->collectives, s->shared_name, step->id,
+                          step->collective_timeout_ms, &p);
   if (st) { /* refused: our callback will not fire */
     rf__free(pd);
     done(ctx, st);
@@ -171,10 +174,12 @@ static rf_status *must_be_lowered(rf__kernel_ctx *ctx) {
                           "optimization.");
 }
 
-#define PARTICIPANT(OP, INIT_FN, HOST_IN)                                    \
-  {.op = OP, .device_type = RF_DEVICE_CPU, .init = INIT_FN,                  \
-   .destroy = destroy_state, .compute_async = participate,                   \
-   .host_memory_inputs = HOST_IN}
+#define PARTICIPANT(OP, INIT_FN, HOST_IN)                    \
+  {                                                          \
+    .op = OP, .device_type = RF_DEVICE_CPU, .init = INIT_FN, \
+    .destroy = destroy_state, .compute_async = participate,  \
+    .host_memory_inputs = HOST_IN                            \
+  }
 
 static const rf__kernel_def kernels[] = {
     PARTICIPANT("AllReduce", init_all_reduce, 0),
@@ -185,7 +190,8 @@ static const rf__kernel_def kernels[] = {
     PARTICIPANT("_BroadcastSend", init_broadcast_send, 0),
     PARTICIPANT("_BroadcastRecv", init_broadcast_recv, 1u),
     {.op = "Reduce", .device_type = RF_DEVICE_CPU, .compute = must_be_lowered},
-    {.op = "Broadcast", .device_type = RF_DEVICE_CPU,
+    {.op = "Broadcast",
+     .device_type = RF_DEVICE_CPU,
      .compute = must_be_lowered},
 };
 
