@@ -11,6 +11,7 @@
 
 #include "graph/graph.h"
 #include "kernels/kernel.h"
+#include "passes/lower_collectives.h"
 #include "ringflow/collectives.h"
 #include "testutil.h"
 
@@ -725,6 +726,58 @@ static void test_all_reduce_gradient_structure(void **state) {
   rf_graph_free(g);
 }
 
+/* Places every node of g on the device its request names in devs[]. */
+static void place_by_request(rf_graph *g, const rf__device_name *devs, int n) {
+  for (int i = 0; i < rf_graph_num_nodes(g); i++) {
+    rf_node *x = rf_graph_node(g, i);
+    rf__device_name d;
+    assert_ok(rf__device_name_parse(rf_node_device(x), &d));
+    x->assigned_device = -1;
+    for (int k = 0; k < n; k++)
+      if (rf__device_name_equal(&d, &devs[k])) x->assigned_device = k;
+    assert_true(x->assigned_device >= 0);
+  }
+}
+
+/* No backend joins CPU and GPU devices: lowering and validation say so,
+ * naming the node and both devices (the pass run on a device table with a
+ * GPU, as a session with GPUs would have). A CPU-only session refuses a GPU
+ * request outright. */
+static void test_mixed_device_types(void **state) {
+  rf__device_name devs[2];
+  assert_ok(rf__device_name_parse("cpu:0", &devs[0]));
+  assert_ok(rf__device_name_parse("gpu:0", &devs[1]));
+  rf_shape s = rf_shape_of(1, (int64_t)3);
+  for (int which = 0; which < 3; which++) {
+    rf_graph *g = rf_graph_new();
+    rf_output xs[2] = {ph(g, "x0", "cpu:0", s), ph(g, "x1", "gpu:0", s)}, y[2];
+    const char *want = NULL;
+    if (which == 0) {
+      rf_reduce(g, "mixed_reduce", xs, 2, RF_REDUCE_SUM);
+      want = "node 'mixed_reduce' (Reduce) connects cpu:0 and gpu:0";
+    } else if (which == 1) {
+      ident(g, "on_gpu", "gpu:0", rf_broadcast(g, "mixed_bcast", xs[0]));
+      want = "node 'mixed_bcast' (Broadcast) connects cpu:0 and gpu:0";
+    } else {
+      rf_all_reduce_n(g, "mixed_ar", xs, 2, RF_REDUCE_SUM, y);
+      want = "collective 'mixed_ar' mixes device types";
+    }
+    assert_graph_ok(g);
+    place_by_request(g, devs, 2);
+    rf_status *st = rf__lower_collectives(g, devs, 2);
+    if (!st) st = rf__validate_collectives(g, devs, 2);
+    assert_status(st, RF_UNIMPLEMENTED, want);
+    if (which == 2) {
+      rf_graph *copy = NULL;
+      rf_session_options o;
+      rf_session_options_init(&o);
+      o.num_cpu_devices = 2;
+      assert_status(rf_graph_lower(g, &o, &copy), RF_INVALID_ARGUMENT, "gpu:0");
+    }
+    rf_graph_free(g);
+  }
+}
+
 /* Names have no length limit: two long names that differ only at the end
  * are two collectives (the builders once cut names at 199 bytes, merging
  * them into one group), and so are their gradients. */
@@ -780,6 +833,7 @@ int main(void) {
       cmocka_unit_test(test_gradients_that_do_not_exist),
       cmocka_unit_test(test_all_reduce_gradient_structure),
       cmocka_unit_test(test_long_collective_names),
+      cmocka_unit_test(test_mixed_device_types),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
