@@ -44,6 +44,8 @@ static void check_round_trip(const rf_graph *g, const char *what) {
   rf_graph_free(g2);
 }
 
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   rf_graph *g = NULL;
   rf_status *st = rf_graph_from_json((const char *)data, size, &g);

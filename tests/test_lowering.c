@@ -682,31 +682,45 @@ static void test_unlowered_stubs_fail_clearly(void **state) {
 
 static void test_gradients_that_do_not_exist(void **state) {
   static const rf_reduction reds[] = {RF_REDUCE_MAX, RF_REDUCE_MIN,
-                                      RF_REDUCE_PROD};
-  static const char *const red_names[] = {"max", "min", "prod"};
-  rf_shape s = rf_shape_of(1, (int64_t)3);
-  for (int i = 0; i < 3; i++) {
+                                      RF_REDUCE_PROD, RF_REDUCE_AVG};
+  static const char *const red_names[] = {"max", "min", "prod", "avg"};
+  rf_shape s = rf_shape_of(2, (int64_t)4, (int64_t)3);
+  rf_output dx[2];
+  for (int i = 0; i < 4; i++) {
+    /* Reduce: only sum has a gradient. */
     rf_graph *g = rf_graph_new();
     rf_output xs[2] = {ph(g, "x0", "cpu:0", s), ph(g, "x1", "cpu:1", s)}, ys[2];
-    rf_all_reduce_n(g, "ar", xs, 2, reds[i], ys);
+    rf_output r = rf_reduce(g, "r", xs, 2, reds[i]);
     assert_graph_ok(g);
-    rf_output dx[2];
-    rf_status *st = rf_gradients(g, ys, 2, xs, 2, NULL, dx);
+    rf_status *st = rf_gradients(g, &r, 1, xs, 2, NULL, dx);
     assert_non_null(st);
     assert_non_null(strstr(rf_status_message(st), red_names[i]));
     assert_status(st, RF_INVALID_ARGUMENT,
-                  "No gradient defined for AllReduce except sum");
+                  "No gradient defined for Reduce except sum");
     rf_graph_free(g);
-
+    /* ReduceScatter: only sum. */
     g = rf_graph_new();
     xs[0] = ph(g, "x0", "cpu:0", s);
     xs[1] = ph(g, "x1", "cpu:1", s);
-    rf_output r = rf_reduce(g, "r", xs, 2, reds[i]);
+    rf_reduce_scatter_n(g, "rs", xs, 2, reds[i], ys);
     assert_graph_ok(g);
-    assert_status(rf_gradients(g, &r, 1, xs, 2, NULL, dx), RF_INVALID_ARGUMENT,
-                  "No gradient defined for Reduce except sum");
+    assert_status(rf_gradients(g, ys, 2, xs, 2, NULL, dx), RF_INVALID_ARGUMENT,
+                  "No gradient defined for ReduceScatter except sum");
     rf_graph_free(g);
   }
+  /* AllReduce has gradients for every reduction, but only of floats. */
+  rf_graph *g = rf_graph_new();
+  rf_output xs[2], ys[2];
+  for (int i = 0; i < 2; i++) {
+    assert_ok(rf_graph_push_device(g, i ? "cpu:1" : "cpu:0"));
+    xs[i] = rf_placeholder(g, i ? "x1" : "x0", RF_INT32, s);
+    rf_graph_pop_device(g);
+  }
+  rf_all_reduce_n(g, "ar", xs, 2, RF_REDUCE_MAX, ys);
+  assert_graph_ok(g);
+  assert_status(rf_gradients(g, ys, 2, xs, 2, NULL, dx), RF_INVALID_ARGUMENT,
+                "No gradient defined for AllReduce of int32");
+  rf_graph_free(g);
 }
 
 /* A collective op's gradient runs on the op's devices (AllReduce grad is an

@@ -2,10 +2,8 @@
  * placement and the POST_PLACEMENT passes (collective lowering), and with
  * --dot DIR writes both as DOT (and SVG when Graphviz's `dot` is installed). */
 #include <getopt.h>
-#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "ringflow/graph_io.h"
 #include "tools.h"
@@ -27,30 +25,6 @@ static void print_graph(const rf_graph *g, const char *title) {
   }
 }
 
-static rf_status *write_dot(const rf_graph *g, const char *dir,
-                            const char *stem) {
-  char *dot;
-  RF_TOOL_CHECK(rf_graph_to_dot(g, &dot));
-  char path[1024];
-  snprintf(path, sizeof path, "%s/%s.dot", dir, stem);
-  FILE *f = fopen(path, "w");
-  if (!f) {
-    rf_string_free(dot);
-    return rf_status_new(RF_PERMISSION_DENIED, "cannot write %s", path);
-  }
-  bool ok = fputs(dot, f) >= 0;
-  ok = fclose(f) == 0 && ok;
-  rf_string_free(dot);
-  if (!ok) return rf_status_new(RF_DATA_LOSS, "writing %s failed", path);
-  printf("wrote %s\n", path);
-  if (system("command -v dot >/dev/null 2>&1") == 0) {
-    char cmd[2200];
-    snprintf(cmd, sizeof cmd, "dot -Tsvg '%s' -o '%s/%s.svg'", path, dir, stem);
-    if (system(cmd) == 0) printf("wrote %s/%s.svg\n", dir, stem);
-  }
-  return NULL;
-}
-
 int cmd_lower(int argc, char **argv) {
   static const struct option longs[] = {{"dot", required_argument, 0, 'd'},
                                         {"devices", required_argument, 0, 'n'},
@@ -60,10 +34,8 @@ int cmd_lower(int argc, char **argv) {
   int ndev = 8, c;
   optind = 1;
   while ((c = getopt_long(argc, argv, "", longs, NULL)) != -1) {
-    if (c == 'd')
-      dot_dir = optarg;
-    else if (c == 'n' && !parse_int(optarg, 1, 64, &ndev))
-      continue;
+    if (c == 'd') dot_dir = optarg;
+    else if (c == 'n' && !parse_int(optarg, 1, 64, &ndev)) continue;
     else {
       fprintf(c == 'h' ? stdout : stderr,
               "usage: ringflow lower GRAPH.json [--devices N] [--dot DIR]\n"
@@ -72,8 +44,7 @@ int cmd_lower(int argc, char **argv) {
       return c == 'h' ? 0 : 2;
     }
   }
-  if (optind + 1 != argc)
-    return tool_fail("lower: give exactly one graph file");
+  if (optind + 1 != argc) return tool_fail("lower: give exactly one graph file");
   rf_graph *g, *lowered;
   RF_TOOL_TRY(rf_graph_load(argv[optind], &g));
   rf_session_options o;
@@ -87,9 +58,8 @@ int cmd_lower(int argc, char **argv) {
   print_graph(g, "before lowering");
   print_graph(lowered, "after placement and lowering");
   if (dot_dir) {
-    mkdir(dot_dir, 0755);
-    st = write_dot(g, dot_dir, "before");
-    if (!st) st = write_dot(lowered, dot_dir, "after");
+    st = tool_write_dot(g, dot_dir, "before");
+    if (!st) st = tool_write_dot(lowered, dot_dir, "after");
   }
   rf_graph_free(g);
   rf_graph_free(lowered);

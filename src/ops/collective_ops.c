@@ -253,16 +253,87 @@ rf_output rf_broadcast(rf_graph *g, const char *name, rf_output input) {
 
 /* ---- gradients ---- */
 
-/* shared_name + "_grad", allocated (names have no length limit: a cut name
- * could meet the forward op's group). */
+/* a + b, allocated: names have no length limit, and a cut name could meet
+ * another collective's group. NULL when memory runs out. */
+static char *concat(const char *a, const char *b) {
+  size_t len = strlen(a) + strlen(b) + 1;
+  char *s = rf__malloc(len);
+  if (s) snprintf(s, len, "%s%s", a, b);
+  return s;
+}
+
+/* shared_name + "_grad" into *out (the caller frees it). */
 static rf_status *grad_shared_name(const rf_node *op, char **out) {
   const char *shared;
   RF_CHECK(rf__attrs_get_string(&op->attrs, "shared_name", &shared));
-  size_t len = strlen(shared) + sizeof "_grad";
-  *out = rf__malloc(len);
-  RF_CHECK_ALLOC(*out);
-  snprintf(*out, len, "%s_grad", shared);
-  return NULL;
+  *out = concat(shared, "_grad");
+  return *out ? NULL : rf__oom();
+}
+
+/* An all-reduce participant named after shared + suffix; records OOM. */
+static rf_output all_reduce_suffixed(rf_graph *g, rf_output x, rf_reduction r,
+                                     int n, const char *shared,
+                                     const char *suffix) {
+  char *name = concat(shared, suffix);
+  if (!name) {
+    rf__graph_record(g, rf__oom());
+    return invalid_output();
+  }
+  rf_output y = rf_all_reduce(g, NULL, x, r, n, name);
+  rf__free(name);
+  return y;
+}
+
+/* max/min: the summed gradient goes to the participant holding the extremum;
+ * on ties to the one on the lowest device index. The winner is found with one
+ * more all-reduce(min) over "my device index where I hold the extremum".
+ * (PyTorch and Horovod re-apply the forward op here, which is wrong.) */
+static rf_output extremum_mask(rf__grad_ctx *c, int n, const char *shared) {
+  rf_graph *g = c->g;
+  rf_output x = rf__input(c->op, 0), y = {c->op, 0};
+  rf__device_name dev;
+  rf_status *st = rf__device_name_parse(c->op->requested_device, &dev);
+  if (st) {
+    rf__graph_record(g, st);
+    rf_output none = {NULL, 0};
+    return none;
+  }
+  const double big = 2147483647.0;
+  rf_output key = rf_const_scalar(g, NULL, RF_INT32, dev.index);
+  rf_output holds = rf_cast(g, NULL, rf_equal(g, NULL, x, y), RF_INT32);
+  /* holds ? key : big, in int32 arithmetic */
+  rf_output bid =
+      rf_add(g, NULL,
+             rf_mul(g, NULL, holds,
+                    rf_const_scalar(g, NULL, RF_INT32, dev.index - big)),
+             rf_const_scalar(g, NULL, RF_INT32, big));
+  rf_output winner =
+      all_reduce_suffixed(g, bid, RF_REDUCE_MIN, n, shared, "_winner");
+  return rf_cast(g, NULL, rf_equal(g, NULL, winner, key), rf_output_dtype(x));
+}
+
+/* prod: d/dx_i = (sum of dy) * prod_{k != i} x_k, computed as y / x_i where
+ * x_i != 0; where x_i == 0 it is the product of the others' non-zeros if x_i
+ * is the only zero, else 0 (two all-reduces count zeros and multiply the
+ * non-zeros). */
+static rf_output prod_others(rf__grad_ctx *c, int n, const char *shared) {
+  rf_graph *g = c->g;
+  rf_output x = rf__input(c->op, 0), y = {c->op, 0};
+  rf_dtype t = rf_output_dtype(x);
+  rf_output one = rf_const_scalar(g, NULL, t, 1.0);
+  rf_output is_zero = rf_cast(
+      g, NULL, rf_equal(g, NULL, x, rf_const_scalar(g, NULL, t, 0.0)), t);
+  rf_output safe = rf_add(g, NULL, x, is_zero);
+  rf_output zeros =
+      all_reduce_suffixed(g, is_zero, RF_REDUCE_SUM, n, shared, "_zeros");
+  rf_output nz_prod =
+      all_reduce_suffixed(g, safe, RF_REDUCE_PROD, n, shared, "_nonzero_prod");
+  rf_output one_zero = rf_cast(g, NULL, rf_equal(g, NULL, zeros, one), t);
+  rf_output ratio =
+      rf_mul(g, NULL, rf_div(g, NULL, y, safe), rf_sub(g, NULL, one, is_zero));
+  rf_output at_zero =
+      rf_mul(g, NULL, rf_mul(g, NULL, is_zero, one_zero), nz_prod);
+  return rf_add(g, NULL, ratio, at_zero);
 }
 
 static rf_status *all_reduce_grad(rf__grad_ctx *c) {
@@ -271,18 +342,31 @@ static rf_status *all_reduce_grad(rf__grad_ctx *c) {
   char *shared;
   RF_CHECK(rf__attrs_get_string(&c->op->attrs, "reduction", &red));
   RF_CHECK(rf__attrs_get_int(&c->op->attrs, "num_devices", &n));
-  rf_reduction r;
-  if (strcmp(red, "sum") == 0)
-    r = RF_REDUCE_SUM;
-  else if (strcmp(red, "avg") == 0)
-    r = RF_REDUCE_AVG;
-  else
+  if (!rf_dtype_is_float(rf_output_dtype(c->dy[0])))
+    return rf__invalid("No gradient defined for AllReduce of %s: node '%s'",
+                       rf_dtype_name(rf_output_dtype(c->dy[0])), c->op->name);
+  bool extremum = strcmp(red, "max") == 0 || strcmp(red, "min") == 0;
+  if (strcmp(red, "avg") != 0 && strcmp(red, "sum") != 0 && !extremum &&
+      strcmp(red, "prod") != 0)
     return rf__invalid(
-        "No gradient defined for AllReduce except sum (and avg): "
-        "node '%s' uses %s",
-        c->op->name, red);
+        "No gradient defined for AllReduce with reduction '%s' "
+        "(node '%s')",
+        red, c->op->name);
   RF_CHECK(grad_shared_name(c->op, &shared));
-  c->dx[0] = rf_all_reduce(c->g, NULL, c->dy[0], r, (int)n, shared);
+  if (strcmp(red, "avg") == 0) {
+    c->dx[0] =
+        rf_all_reduce(c->g, NULL, c->dy[0], RF_REDUCE_AVG, (int)n, shared);
+    rf__free(shared);
+    return NULL;
+  }
+  rf_output sum =
+      rf_all_reduce(c->g, NULL, c->dy[0], RF_REDUCE_SUM, (int)n, shared);
+  if (strcmp(red, "sum") == 0)
+    c->dx[0] = sum;
+  else if (extremum)
+    c->dx[0] = rf_mul(c->g, NULL, sum, extremum_mask(c, (int)n, shared));
+  else
+    c->dx[0] = rf_mul(c->g, NULL, sum, prod_others(c, (int)n, shared));
   rf__free(shared);
   return NULL;
 }
@@ -379,14 +463,14 @@ static const rf__op_spec specs[] = {
                          "; num_devices: int >= 1; shared_name: string",
      .shape = same_shape,
      .grad = all_reduce_grad,
-     .flags = RF_OP_STATEFUL},
+     .flags = RF_OP_STATEFUL | RF_OP_GROUPED},
     {.name = "AllGather",
      .inputs = "input: T",
      .outputs = "output: T",
      .attrs = COLL_TYPES "; num_devices: int >= 1; shared_name: string",
      .shape = all_gather_shape,
      .grad = all_gather_grad,
-     .flags = RF_OP_STATEFUL},
+     .flags = RF_OP_STATEFUL | RF_OP_GROUPED},
     {.name = "ReduceScatter",
      .inputs = "input: T",
      .outputs = "output: T",
@@ -394,7 +478,7 @@ static const rf__op_spec specs[] = {
                          "; num_devices: int >= 1; shared_name: string",
      .shape = reduce_scatter_shape,
      .grad = reduce_scatter_grad,
-     .flags = RF_OP_STATEFUL},
+     .flags = RF_OP_STATEFUL | RF_OP_GROUPED},
     {.name = "Reduce",
      .inputs = "input: num_devices * T",
      .outputs = "data: T",

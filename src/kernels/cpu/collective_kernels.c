@@ -139,7 +139,8 @@ static void participate(rf__kernel_ctx *ctx, rf__done_fn done) {
                             .is_root = s->is_root,
                             .device = ctx->device,
                             .node = ctx->node->name,
-                            .group_devices = s->group_devices};
+                            .group_devices = s->group_devices,
+                            .step_cancelled = &step->cancelled};
   if (s->shape_input) {
     rf_status *st = shape_from_input(ctx, &p.shape);
     if (st) {
