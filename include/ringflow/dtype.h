@@ -66,8 +66,16 @@ typedef struct rf_shape {
 RF_API rf_shape rf_shape_make(int rank, const int64_t *dims);
 RF_API rf_shape rf_shape_unknown(void);
 RF_API rf_shape rf_shape_scalar(void);
-/* Convenience: rf_shape_of(2, 3, 4) is the shape (3, 4). */
+/* Convenience: rf_shape_of(2, 3, 4) is the shape (3, 4); RF_UNKNOWN_DIM (-1)
+ * marks an unknown dim. In C it is a macro that converts every argument to
+ * int64_t (the variadic function reads int64_t, so plain int literals passed
+ * to it directly would be undefined behaviour, and -1 came out as 4294967295). */
 RF_API rf_shape rf_shape_of(int rank, ...);
+/* The rank followed by the dims, as one array (what the macro passes). */
+RF_API rf_shape rf_shape_from_array(const int64_t *rank_then_dims);
+#ifndef __cplusplus
+#define rf_shape_of(...) rf_shape_from_array((const int64_t[]){__VA_ARGS__})
+#endif
 RF_API bool rf_shape_is_fully_defined(const rf_shape *shape);
 /* Elements of a fully defined shape; -1 otherwise. */
 RF_API int64_t rf_shape_num_elements(const rf_shape *shape);

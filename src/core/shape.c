@@ -20,7 +20,14 @@ rf_shape rf_shape_make(int rank, const int64_t *dims) {
 rf_shape rf_shape_unknown(void) { return rf_shape_make(-1, NULL); }
 rf_shape rf_shape_scalar(void) { return rf_shape_make(0, NULL); }
 
-rf_shape rf_shape_of(int rank, ...) {
+rf_shape rf_shape_from_array(const int64_t *a) {
+  if (!a || a[0] < 0 || a[0] > RF_MAX_RANK) return rf_shape_unknown();
+  return rf_shape_make((int)a[0], a + 1);
+}
+
+/* The function behind the macro, for callers that cannot use it (C++); the
+ * parentheses keep the macro from expanding here. */
+rf_shape(rf_shape_of)(int rank, ...) {
   int64_t dims[RF_MAX_RANK];
   if (rank < 0 || rank > RF_MAX_RANK) return rf_shape_unknown();
   va_list ap;

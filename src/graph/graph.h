@@ -58,6 +58,9 @@ struct rf_graph {
   int device_depth;
   rf_status *error; /* first error from an op function (sticky) */
   int64_t name_counter;
+  /* Next suffix to try per generated-name base (uthash; a hint only: names
+   * are always checked against by_name). */
+  struct rf__name_count *name_counts;
 };
 
 /* ---- structure edits (used by the builder, gradients and passes) ---- */
