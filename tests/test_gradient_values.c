@@ -137,8 +137,8 @@ static void check_fd(const fd_case *c, uint64_t *rng, int devices,
     }
     if (grads) grads[j] = rf_test_to_doubles(got[j]);
     rf_tensor_release(got[j]);
-    rf_tensor_release(feeds[j].value);
   }
+  for (int j = 0; j < c->nx; j++) rf_tensor_release(feeds[j].value);
   rf_session_free(s);
   rf_graph_free(g);
 }
