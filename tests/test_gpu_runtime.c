@@ -83,6 +83,11 @@ static rf_status *gpu_scale_by(rf__kernel_ctx *ctx, double scale) {
   const rf_tensor *x = ctx->inputs[0];
   if (!x->on_gpu)
     return rf__kernel_error(ctx, RF_INTERNAL, "input 0 in host memory");
+  /* Device inputs come from this device's own cache (a _Recv copies into
+   * its own buffer): blocks are reused in this stream's order only. */
+  if (x->allocator != ctx->device->allocator)
+    return rf__kernel_error(ctx, RF_INTERNAL,
+                            "input 0 is memory of another device's cache");
   rf_tensor *y;
   RF_CHECK(rf__kernel_alloc_output(ctx, 0, RF_FLOAT64, &x->shape, &y));
   if (!y->on_gpu)

@@ -244,7 +244,10 @@ static void recv_copied(rf__gpu_notify *n, rf_status *st) {
 static void recv_place(rf__kernel_ctx *ctx, rf_tensor *value) {
   const recv_state *s = ctx->state;
   bool want_device = !s->host_memory;
-  if (value->on_gpu == want_device) { /* already there */
+  /* Host memory is handed over as it is. A device tensor from another
+   * device is always copied: its buffer belongs to the sender's cache and
+   * may only be reused in the sender's stream order. */
+  if (!want_device && !value->on_gpu) {
     ctx->outputs[0] = value;
     ctx->done(ctx, NULL);
     return;
