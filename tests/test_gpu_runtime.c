@@ -149,11 +149,10 @@ static int setup(void **state) {
   rt_register();
   if (done) return 0;
   done = 1;
-  for (size_t i = 0; i < sizeof gpu_test_specs / sizeof gpu_test_specs[0];
-       i++)
+  for (size_t i = 0; i < sizeof gpu_test_specs / sizeof gpu_test_specs[0]; i++)
     assert_ok(rf__op_register(&gpu_test_specs[i]));
-  for (size_t i = 0;
-       i < sizeof gpu_test_kernels / sizeof gpu_test_kernels[0]; i++) {
+  for (size_t i = 0; i < sizeof gpu_test_kernels / sizeof gpu_test_kernels[0];
+       i++) {
     const rf__kernel_def *k = &gpu_test_kernels[i];
     if (!rf__kernel_find(k->op, k->device_type)) /* keep real kernels */
       assert_ok(rf__kernel_register(k));
@@ -221,8 +220,8 @@ static rf_output identity_on(rf_graph *g, const char *name, const char *dev,
   return y;
 }
 
-static rf_output placeholder_on(rf_graph *g, const char *name,
-                                const char *dev, rf_dtype dt) {
+static rf_output placeholder_on(rf_graph *g, const char *name, const char *dev,
+                                rf_dtype dt) {
   assert_ok(rf_graph_push_device(g, dev));
   rf_output x =
       rf_placeholder(g, name, dt, rf_shape_of(1, (int64_t)RF_UNKNOWN_DIM));
@@ -413,7 +412,8 @@ static void test_buffers_reused_across_steps(void **state) {
   rf__gpu_alloc_stats g0[2], g1[2], p0, p1;
   for (int step = 0; step < 8; step++) {
     if (step == 2) {
-      for (int i = 0; i < 2; i++) rf__gpu_device_stats(&s->devices[2 + i], &g0[i]);
+      for (int i = 0; i < 2; i++)
+        rf__gpu_device_stats(&s->devices[2 + i], &g0[i]);
       rf__gpu_pinned_stats(&p0);
     }
     run_chain(s, &c, x);
@@ -422,7 +422,7 @@ static void test_buffers_reused_across_steps(void **state) {
   for (int i = 0; i < 2; i++) {
     rf__gpu_device_stats(&s->devices[2 + i], &g1[i]);
     assert_true(g0[i].fresh > 0);
-    assert_int_equal(g1[i].fresh, g0[i].fresh);  /* no new cudaMalloc */
+    assert_int_equal(g1[i].fresh, g0[i].fresh);    /* no new cudaMalloc */
     assert_true(g1[i].allocs >= g0[i].allocs + 6); /* yet it allocated */
     assert_true(g1[i].cached > 0);
   }

@@ -159,8 +159,7 @@ static rf_status *send_init(const rf_node *node, void **state) {
   rf__device_name dst;
   rf_status *st = semi ? rf__device_name_parse(semi + 1, &dst)
                        : rf__internal("no ';<device>' at its end");
-  if (st)
-    return rf__status_prefix(st, "_Send key '%s': receiving device", key);
+  if (st) return rf__status_prefix(st, "_Send key '%s': receiving device", key);
   send_state *s = rf__malloc(sizeof *s);
   RF_CHECK_ALLOC(s);
   s->key = key;
