@@ -23,13 +23,13 @@ typedef struct rf__variable {
 } rf__variable;
 
 typedef struct rf__device {
-  int index;                /* in the session's device list */
+  int index; /* in the session's device list */
   rf__device_name name;
   char canonical[RF_DEVICE_NAME_MAX];
-  rf_allocator *allocator;  /* host memory for CPU devices; not owned */
-  rf__threadpool *pool;     /* not owned */
+  rf_allocator *allocator; /* host memory for CPU devices; not owned */
+  rf__threadpool *pool;    /* not owned */
   pthread_mutex_t vars_mu;
-  rf__variable *vars;       /* uthash by name */
+  rf__variable *vars; /* uthash by name */
 } rf__device;
 
 /* The variable `name` of the device, created (uninitialised) on first use with

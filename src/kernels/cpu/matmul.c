@@ -52,7 +52,8 @@ static void gemm_rows(void *arg, int64_t r0, int64_t r1) {
   sub.m = r1 - r0;
   size_t es = j->f64 ? sizeof(double) : sizeof(float);
   /* op(A)'s row r is A's row r, or A's column r when transposed */
-  const char *a = (const char *)j->a + (size_t)(sub.ta ? r0 : r0 * sub.lda) * es;
+  const char *a =
+      (const char *)j->a + (size_t)(sub.ta ? r0 : r0 * sub.lda) * es;
   char *c = (char *)j->c + (size_t)(r0 * sub.n) * es;
   if (j->f64)
     dgemm(&sub, (const double *)a, j->b, (double *)c);
@@ -222,8 +223,12 @@ static rf_status *matmul_compute(rf__kernel_ctx *ctx) {
     return st;
   }
   switch (dt) {
-    case RF_FLOAT32: gemm_parallel(ctx, &d, a->data, b->data, c->data, false); break;
-    case RF_FLOAT64: gemm_parallel(ctx, &d, a->data, b->data, c->data, true); break;
+    case RF_FLOAT32:
+      gemm_parallel(ctx, &d, a->data, b->data, c->data, false);
+      break;
+    case RF_FLOAT64:
+      gemm_parallel(ctx, &d, a->data, b->data, c->data, true);
+      break;
     case RF_FLOAT16:
     case RF_BFLOAT16: gemm_16(&d, a, b, c, scratch); break;
     default: gemm_int(ctx, &d, a, b, c, scratch); break;
