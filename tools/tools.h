@@ -15,16 +15,16 @@ int tool_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 int tool_report(rf_status *st);
 
 /* In a function returning rf_status *: return on error. */
-#define RF_TOOL_CHECK(expr)                                                    \
-  do {                                                                         \
-    rf_status *tool_st_ = (expr);                                              \
-    if (tool_st_) return tool_st_;                                             \
+#define RF_TOOL_CHECK(expr)        \
+  do {                             \
+    rf_status *tool_st_ = (expr);  \
+    if (tool_st_) return tool_st_; \
   } while (0)
 /* In a command returning int: report and exit the command on error. */
-#define RF_TOOL_TRY(expr)                                                      \
-  do {                                                                         \
-    rf_status *tool_st_ = (expr);                                              \
-    if (tool_st_) return tool_report(tool_st_);                                \
+#define RF_TOOL_TRY(expr)                       \
+  do {                                          \
+    rf_status *tool_st_ = (expr);               \
+    if (tool_st_) return tool_report(tool_st_); \
   } while (0)
 
 /* Parses a decimal int in [lo, hi]; 0 on success. */
