@@ -8,10 +8,6 @@
 #ifndef RF_CORE_CUDA_CHECK_H
 #define RF_CORE_CUDA_CHECK_H
 
-#ifndef RF_HAVE_CUDA
-#error "core/cuda_check.h is for CUDA builds only (RF_HAVE_CUDA)"
-#endif
-
 #include <cublas_api.h>
 #include <cuda_runtime_api.h>
 #ifdef RF_HAVE_NCCL
