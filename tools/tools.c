@@ -36,11 +36,12 @@ int parse_int(const char *s, int lo, int hi, int *out) {
 }
 
 int parse_devices(const char *spec, char (*names)[32], int max, int *n,
-                  int *max_cpu) {
+                  rf_session_options *opts) {
   char buf[256];
   snprintf(buf, sizeof buf, "%s", spec);
   *n = 0;
-  *max_cpu = 1;
+  opts->num_cpu_devices = 1;
+  opts->num_gpu_devices = 0;
   for (char *save, *tok = strtok_r(buf, ",", &save); tok;
        tok = strtok_r(NULL, ",", &save)) {
     char type[8];
@@ -66,7 +67,10 @@ int parse_devices(const char *spec, char (*names)[32], int max, int *n,
         if (strcmp(names[k], names[*n]) == 0)
           return tool_fail("--devices: %s listed twice", names[*n]);
       (*n)++;
-      if (strcmp(type, "cpu") == 0 && i + 1 > *max_cpu) *max_cpu = i + 1;
+      if (strcmp(type, "cpu") == 0 && i + 1 > opts->num_cpu_devices)
+        opts->num_cpu_devices = i + 1;
+      if (strcmp(type, "gpu") == 0 && i + 1 > opts->num_gpu_devices)
+        opts->num_gpu_devices = i + 1;
     }
   }
   if (*n == 0) return tool_fail("--devices: no devices in '%s'", spec);

@@ -29,10 +29,11 @@ int tool_report(rf_status *st);
 
 /* Parses a decimal int in [lo, hi]; 0 on success. */
 int parse_int(const char *s, int lo, int hi, int *out);
-/* Parses "cpu:0-3", "cpu:0,cpu:2", "gpu:0-7" into canonical names; *max_cpu
- * gets the highest CPU index + 1. Reports errors itself; 0 on success. */
+/* Parses "cpu:0-3", "cpu:0,cpu:2", "gpu:0-7" into canonical names, and sets
+ * the session options' device counts so every named device exists (at least
+ * one CPU device). Reports errors itself; 0 on success. */
 int parse_devices(const char *spec, char (*names)[32], int max, int *n,
-                  int *max_cpu);
+                  rf_session_options *opts);
 
 /* Progress: a bar redrawn in place on a terminal, plain lines otherwise. */
 typedef struct progress {

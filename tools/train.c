@@ -123,14 +123,11 @@ static rf_status *assign_state(trainer *t,
 }
 
 static rf_status *trainer_init(trainer *t, const mlp_config *cfg, uint64_t seed,
-                               int max_cpu) {
+                               const rf_session_options *opts) {
   memset(t, 0, sizeof *t);
   t->cfg = *cfg;
   RF_TOOL_CHECK(mlp_build(cfg, &t->m));
-  rf_session_options o;
-  rf_session_options_init(&o);
-  o.num_cpu_devices = max_cpu;
-  RF_TOOL_CHECK(rf_session_new(t->m.g, &o, &t->s));
+  RF_TOOL_CHECK(rf_session_new(t->m.g, opts, &t->s));
   rf_tensor *state[3][2 * MLP_MAX_LAYERS];
   RF_TOOL_CHECK(mlp_initial_values(cfg, seed, state[0]));
   rf_status *st = mlp_zero_moments(cfg, state[1]);
@@ -361,12 +358,10 @@ static rf_status *max_param_diff(trainer *a, trainer *b, double *diff) {
 
 /* The training graph as built and as a session runs it (after placement and
  * collective lowering). */
-static rf_status *write_graphs(trainer *t, int max_cpu, const char *dir) {
-  rf_session_options o;
-  rf_session_options_init(&o);
-  o.num_cpu_devices = max_cpu;
+static rf_status *write_graphs(trainer *t, const rf_session_options *o,
+                               const char *dir) {
   rf_graph *lowered;
-  RF_TOOL_CHECK(rf_graph_lower(t->m.g, &o, &lowered));
+  RF_TOOL_CHECK(rf_graph_lower(t->m.g, o, &lowered));
   rf_status *st = tool_write_dot(t->m.g, dir, "train_before_lowering");
   if (!st) st = tool_write_dot(lowered, dir, "train_after_lowering");
   rf_graph_free(lowered);
@@ -508,9 +503,11 @@ int cmd_train(int argc, char **argv) {
                     .beta2 = 0.999,
                     .epsilon = 1e-7,
                     .sync = o.sync};
-  int max_cpu = 0;
+  rf_session_options sopts, one_opts;
+  rf_session_options_init(&sopts);
+  rf_session_options_init(&one_opts);
   if (parse_devices(o.devices, cfg.devices, MLP_MAX_DEVICES, &cfg.num_devices,
-                    &max_cpu))
+                    &sopts))
     return 2;
   if (o.batch % cfg.num_devices)
     return tool_fail("--batch %d is not divisible by %d devices", o.batch,
@@ -520,8 +517,8 @@ int cmd_train(int argc, char **argv) {
   RF_TOOL_TRY(load_split(o.data_dir, "train", &train));
   RF_TOOL_TRY(load_split(o.data_dir, "t10k", &test));
   trainer t, ref;
-  RF_TOOL_TRY(trainer_init(&t, &cfg, o.seed, max_cpu));
-  if (o.graph_dir) RF_TOOL_TRY(write_graphs(&t, max_cpu, o.graph_dir));
+  RF_TOOL_TRY(trainer_init(&t, &cfg, o.seed, &sopts));
+  if (o.graph_dir) RF_TOOL_TRY(write_graphs(&t, &sopts, o.graph_dir));
   if (o.load) {
     RF_TOOL_TRY(trainer_load(&t, o.load));
     printf("loaded %s (step %lld)\n", o.load, (long long)t.step);
@@ -530,8 +527,12 @@ int cmd_train(int argc, char **argv) {
   if (o.check) {
     one.num_devices = 1;
     one.device_batch = o.batch;
-    snprintf(one.devices[0], sizeof one.devices[0], "cpu:0");
-    RF_TOOL_TRY(trainer_init(&ref, &one, o.seed, 1));
+    /* the same kind of device as the first of the run, alone */
+    snprintf(one.devices[0], sizeof one.devices[0], "%s", cfg.devices[0]);
+    one_opts.num_cpu_devices = sopts.num_cpu_devices;
+    one_opts.num_gpu_devices =
+        strncmp(cfg.devices[0], "gpu", 3) == 0 ? sopts.num_gpu_devices : 0;
+    RF_TOOL_TRY(trainer_init(&ref, &one, o.seed, &one_opts));
     if (o.load) RF_TOOL_TRY(trainer_load(&ref, o.load));
   }
   printf(
