@@ -42,6 +42,7 @@ rf_status *rf_tensor_new(rf_dtype dtype, const rf_shape *shape,
   t->data = data;
   t->allocator = allocator;
   t->base = NULL;
+  t->on_gpu = 0;
   *out = t;
   return NULL;
 }
@@ -65,6 +66,7 @@ rf_status *rf__tensor_new_view(rf_tensor *t, const rf_shape *shape,
   v->allocator = t->allocator;
   /* Views of views point at the owner, so chains stay one link long. */
   v->base = rf_tensor_retain(t->base ? t->base : t);
+  v->on_gpu = t->on_gpu;
   *out = v;
   return NULL;
 }

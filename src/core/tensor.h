@@ -17,6 +17,7 @@ struct rf_tensor {
   /* Non-NULL for a view (rf__tensor_new_view): data lies in base's buffer and
    * the view holds one reference to base instead of owning the buffer. */
   struct rf_tensor *base;
+  int8_t on_gpu; /* 1: data is device memory of the allocator's GPU */
 };
 
 /* True when the caller holds the only reference to the buffer, so it may be

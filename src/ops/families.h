@@ -32,6 +32,13 @@ rf_status *rf__register_cpu_reduction_kernels(void);
 rf_status *rf__register_cpu_runtime_kernels(void);
 rf_status *rf__register_cpu_collective_kernels(void);
 
+/* GPU kernels (src/kernels/cuda/<family>.cu); only built with RF_HAVE_CUDA. */
+rf_status *rf__register_gpu_array_kernels(void);
+rf_status *rf__register_gpu_state_kernels(void);
+rf_status *rf__register_gpu_math_kernels(void);
+rf_status *rf__register_gpu_nn_kernels(void);
+rf_status *rf__register_gpu_reduction_kernels(void);
+
 /* Graph passes (src/passes/passes.c). */
 rf_status *rf__register_passes(void);
 /* BLAS threading (src/kernels/cpu/blas_threads.c). */

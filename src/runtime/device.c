@@ -20,6 +20,7 @@ void rf__device_init(rf__device *d, int index, const rf__device_name *name,
   d->pool = pool;
   pthread_mutex_init(&d->vars_mu, NULL);
   d->vars = NULL;
+  d->gpu_ordinal = -1;
 }
 
 void rf__device_destroy(rf__device *d) {

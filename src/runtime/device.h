@@ -30,6 +30,10 @@ typedef struct rf__device {
   rf__threadpool *pool;     /* not owned */
   pthread_mutex_t vars_mu;
   rf__variable *vars;       /* uthash by name */
+  /* GPU devices (GPU_DESIGN.md); CPU devices: -1, NULL, NULL. */
+  int gpu_ordinal;          /* the physical GPU this virtual device runs on */
+  void *stream;             /* cudaStream_t, one per virtual device */
+  void *gpu;                /* per-physical-GPU context; not owned */
 } rf__device;
 
 /* The variable `name` of the device, created (uninitialised) on first use with
