@@ -278,6 +278,7 @@ static void test_timeout_names_arrived_devices(void **state) {
   memset(r, 0, sizeof r);
   for (int i = 0; i < 2; i++) {
     rf__coll_participant p = part(RF_COLL_ALL_REDUCE, RF_RED_SUM, RF_FLOAT32, 3, i * 2, a, s, &r[i]);
+    p.group_devices = "cpu:0,cpu:1,cpu:2";
     assert_ok(rf__collective_join(m, "slow", 9, 50, &p));
   }
   for (int spin = 0; spin < 400 && atomic_load(&r[1].fired) == 0; spin++) {
@@ -289,7 +290,9 @@ static void test_timeout_names_arrived_devices(void **state) {
     assert_non_null(r[i].st);
     assert_non_null(strstr(rf_status_message(r[i].st), "cpu:0"));
     assert_non_null(strstr(rf_status_message(r[i].st), "cpu:2"));
-    assert_status(r[i].st, RF_DEADLINE_EXCEEDED, "1 of 3 participants");
+    assert_non_null(strstr(rf_status_message(r[i].st), "after 50 ms"));
+    assert_status(r[i].st, RF_DEADLINE_EXCEEDED,
+                  "waiting for cpu:1 (1 of 3 participants)");
   }
   /* the straggler fails immediately rather than waiting another timeout */
   rf__coll_participant late = part(RF_COLL_ALL_REDUCE, RF_RED_SUM, RF_FLOAT32, 3, 1, a, s, &r[2]);

@@ -60,6 +60,7 @@ static void build_forward(const mlp_config *c, rf_graph *g, int d, vars *vs,
   rf_output pred = rf_argmax(g, NULL, h, 1);
   rf_output right = rf_equal(g, NULL, pred, rf_cast(g, NULL, r->y, RF_INT64));
   r->correct = rf_cast(g, NULL, right, RF_INT32);
+  r->lr = rf_placeholder(g, NULL, RF_FLOAT32, rf_shape_scalar());
   r->beta1_power = rf_placeholder(g, NULL, RF_FLOAT32, rf_shape_scalar());
   r->beta2_power = rf_placeholder(g, NULL, RF_FLOAT32, rf_shape_scalar());
 }
@@ -120,7 +121,7 @@ rf_status *mlp_build(const mlp_config *c, mlp_graph *m) {
       rf_graph_push_device(g, c->devices[d]);
       updates[nupd++] = rf_apply_adam(
           g, NULL, vs[d].var[p], vs[d].m[p], vs[d].v[p], m->rep[d].beta1_power,
-          m->rep[d].beta2_power, scalar(g, c->lr), scalar(g, c->beta1),
+          m->rep[d].beta2_power, m->rep[d].lr, scalar(g, c->beta1),
           scalar(g, c->beta2), scalar(g, c->epsilon), avg[d]);
       rf_graph_pop_device(g);
     }

@@ -20,13 +20,15 @@ typedef struct mlp_config {
   int sizes[MLP_MAX_LAYERS + 1];
   int device_batch;                  /* rows per device per step */
   sync_mode sync;
-  double lr, beta1, beta2, epsilon;
+  double lr, beta1, beta2, epsilon; /* lr: the schedule's starting value */
 } mlp_config;
 
 /* Per device: the feeds and fetches of one replica. */
 typedef struct mlp_replica {
   rf_output x, y;            /* placeholders (device_batch, sizes[0]) / labels */
-  rf_output beta1_power, beta2_power; /* scalar placeholders, fed per step */
+  /* scalar placeholders fed every step: the scheduled learning rate and
+   * Adam's bias corrections beta^t */
+  rf_output lr, beta1_power, beta2_power;
   rf_output loss;            /* mean loss of the replica's rows */
   rf_output correct;         /* per row: 1 when predicted right (int32) */
   rf_output params[2 * MLP_MAX_LAYERS]; /* reads: W0, b0, W1, b1, ... */

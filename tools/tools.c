@@ -124,9 +124,10 @@ rf_status *tool_write_dot(const rf_graph *g, const char *dir, const char *stem) 
     rf_string_free(dot);
     return rf_status_new(RF_PERMISSION_DENIED, "cannot write %s", path);
   }
-  fputs(dot, f);
-  fclose(f);
+  bool ok = fputs(dot, f) >= 0;
+  ok = fclose(f) == 0 && ok;
   rf_string_free(dot);
+  if (!ok) return rf_status_new(RF_DATA_LOSS, "writing %s failed", path);
   printf("wrote %s\n", path);
   if (system("command -v dot >/dev/null 2>&1") == 0) {
     char cmd[2200];

@@ -16,6 +16,9 @@
 #include "mlp.h"
 #include "tools.h"
 
+#ifndef M_PI
+#define M_PI 3.14159265358979323846
+#endif
 #define DEFAULT_DATA "/usr/share/datasets/fashion-mnist"
 
 typedef struct dataset {
@@ -31,7 +34,7 @@ typedef struct options {
   double lr;
   uint64_t seed;
   sync_mode sync;
-  bool check, quiet;
+  bool check, quiet, constant_lr;
   const char *save, *load, *graph_dir, *trace;
 } options;
 
@@ -200,10 +203,10 @@ static void trainer_free(trainer *t) {
 /* One step on the global batch idx[0 .. devices*device_batch); *loss gets the
  * mean loss over the global batch. */
 static rf_status *train_step(trainer *t, const dataset *d, const int *idx,
-                             double *loss) {
+                             double lr, double *loss) {
   int nd = t->cfg.num_devices, rows = t->cfg.device_batch;
-  rf_tensor *x[MLP_MAX_DEVICES], *y[MLP_MAX_DEVICES], *b1, *b2;
-  rf_feed feeds[4 * MLP_MAX_DEVICES];
+  rf_tensor *x[MLP_MAX_DEVICES], *y[MLP_MAX_DEVICES], *b1, *b2, *lrt;
+  rf_feed feeds[5 * MLP_MAX_DEVICES];
   rf_output fetches[MLP_MAX_DEVICES];
   rf_tensor *losses[MLP_MAX_DEVICES];
   t->step++;
@@ -214,20 +217,27 @@ static rf_status *train_step(trainer *t, const dataset *d, const int *idx,
     rf_tensor_release(b1);
     return st;
   }
+  st = rf_tensor_new_scalar(RF_FLOAT32, lr, &lrt);
+  if (st) {
+    rf_tensor_release(b1);
+    rf_tensor_release(b2);
+    return st;
+  }
   int made = 0;
   for (; made < nd && !st; made++)
     st = batch_tensors(d, idx + made * rows, rows, &x[made], &y[made]);
   if (st) made--;
   for (int i = 0; i < made; i++) {
     mlp_replica *r = &t->m.rep[i];
-    feeds[4 * i] = (rf_feed){r->x, x[i]};
-    feeds[4 * i + 1] = (rf_feed){r->y, y[i]};
-    feeds[4 * i + 2] = (rf_feed){r->beta1_power, b1};
-    feeds[4 * i + 3] = (rf_feed){r->beta2_power, b2};
+    feeds[5 * i] = (rf_feed){r->x, x[i]};
+    feeds[5 * i + 1] = (rf_feed){r->y, y[i]};
+    feeds[5 * i + 2] = (rf_feed){r->beta1_power, b1};
+    feeds[5 * i + 3] = (rf_feed){r->beta2_power, b2};
+    feeds[5 * i + 4] = (rf_feed){r->lr, lrt};
     fetches[i] = r->loss;
   }
   if (!st)
-    st = rf_session_run(t->s, feeds, 4 * nd, fetches, nd, &t->m.train_op, 1, losses);
+    st = rf_session_run(t->s, feeds, 5 * nd, fetches, nd, &t->m.train_op, 1, losses);
   if (!st) {
     double sum = 0;
     for (int i = 0; i < nd; i++) {
@@ -242,6 +252,7 @@ static rf_status *train_step(trainer *t, const dataset *d, const int *idx,
   }
   rf_tensor_release(b1);
   rf_tensor_release(b2);
+  rf_tensor_release(lrt);
   return st;
 }
 
@@ -349,6 +360,8 @@ static void usage(FILE *f) {
           "  --batch N          global batch size (default 128; divisible by "
           "the device count)\n"
           "  --lr X             Adam learning rate (default 0.001)\n"
+          "  --schedule S       cosine (default: decays to 0 over the run) or "
+          "constant\n"
           "  --seed N           initialisation and shuffling seed (default 1)\n"
           "  --steps N          stop after N steps (for quick runs)\n"
           "  --check            also train on one device and report the "
@@ -374,6 +387,7 @@ static int parse_options(int argc, char **argv, options *o) {
       {"data", required_argument, 0, 'D'},    {"quiet", no_argument, 0, 'q'},
       {"save", required_argument, 0, 'w'},    {"load", required_argument, 0, 'r'},
       {"graph-dir", required_argument, 0, 'g'}, {"trace", required_argument, 0, 't'},
+      {"schedule", required_argument, 0, 'L'},
       {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
   *o = (options){.data_dir = DEFAULT_DATA, .devices = "cpu:0-3", .epochs = 5,
                  .batch = 128, .lr = 1e-3, .seed = 1, .sync = SYNC_ALLREDUCE};
@@ -398,6 +412,11 @@ static int parse_options(int argc, char **argv, options *o) {
       case 'w': o->save = optarg; break;
       case 'r': o->load = optarg; break;
       case 'g': o->graph_dir = optarg; break;
+      case 'L':
+        if (strcmp(optarg, "constant") == 0) o->constant_lr = true;
+        else if (strcmp(optarg, "cosine") != 0)
+          return tool_fail("--schedule must be cosine or constant, not '%s'", optarg);
+        break;
       case 't': o->trace = optarg; break;
       case 'h': usage(stdout); return 1;
       default: usage(stderr); return 2;
@@ -405,6 +424,13 @@ static int parse_options(int argc, char **argv, options *o) {
   }
   if (optind < argc) return tool_fail("unexpected argument '%s'", argv[optind]);
   return 0;
+}
+
+/* Cosine decay from --lr to 0 over the run (--schedule constant keeps it):
+ * the last epochs settle instead of bouncing around the optimum. */
+static double scheduled_lr(const options *o, int64_t step, int64_t total) {
+  if (o->constant_lr || total <= 1) return o->lr;
+  return o->lr * 0.5 * (1.0 + cos(M_PI * (double)step / (double)total));
 }
 
 static void shuffle(int *idx, int n, uint64_t *state) {
@@ -468,10 +494,11 @@ int cmd_train(int argc, char **argv) {
       /* trace a warm step: the 10th, or the last of a shorter run */
       bool traced = o.trace && done == (total > 10 ? 9 : total - 1);
       if (traced) RF_TOOL_TRY(rf_session_trace_next_run(t.s, o.trace));
-      RF_TOOL_TRY(train_step(&t, &train, idx + (size_t)s * o.batch, &loss));
+      double lr = scheduled_lr(&o, done, total);
+      RF_TOOL_TRY(train_step(&t, &train, idx + (size_t)s * o.batch, lr, &loss));
       if (traced && !o.quiet) printf("\nwrote a trace of step %lld to %s\n", (long long)done + 1, o.trace);
       if (o.check) {
-        RF_TOOL_TRY(train_step(&ref, &train, idx + (size_t)s * o.batch, &ref_loss));
+        RF_TOOL_TRY(train_step(&ref, &train, idx + (size_t)s * o.batch, lr, &ref_loss));
         if (fabs(loss - ref_loss) > worst_loss_diff) worst_loss_diff = fabs(loss - ref_loss);
       }
       progress_step(&p, e + 1, done + 1, loss, o.batch);

@@ -7,6 +7,7 @@
  * with its own step id.
  *
  *   rf_session_options o;  rf_session_options_init(&o);  o.num_cpu_devices = 4;
+ *   o.num_gpu_devices = 0;  (gpu:0..N-1 after the CPU devices; see below)
  *   rf_session *s;  rf_status *st = rf_session_new(g, &o, &s);
  *   rf_feed feed = {x, x_value};  rf_tensor *y_value;
  *   st = rf_session_run(s, &feed, 1, &y, 1, NULL, 0, &y_value);
@@ -28,6 +29,14 @@ typedef struct rf_session_options {
   const char *default_device; /* for nodes with no device and no placed
                                  input; default "cpu:0" */
   int64_t collective_timeout_ms; /* default 300000 (5 minutes) */
+  /* GPU devices gpu:0..N-1 (default 0, max 64), listed after the CPU
+   * devices. gpu:i runs on physical GPU i % (number of GPUs), each with its
+   * own stream, so N may exceed the number of GPUs: gpu:0..7 on one GPU are
+   * eight devices sharing its memory. Values computed on a GPU are copied to
+   * host memory when fetched (every fetched tensor is a host tensor). With
+   * N > 0 and no usable GPU (a build without CUDA, no device, no driver)
+   * rf_session_new fails with FAILED_PRECONDITION "... no GPU: <reason>". */
+  int num_gpu_devices;
 } rf_session_options;
 
 RF_API void rf_session_options_init(rf_session_options *opts);

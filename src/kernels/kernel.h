@@ -36,6 +36,9 @@ struct rf__kernel_ctx {
   /* For compute_async: the `done` it was passed, also stored here so that a
    * callback which only gets ctx back (a rendezvous, a collective) finds it. */
   rf__done_fn done;
+  /* The kernel being run (its host_memory_* bits); NULL outside the
+   * executor. */
+  const struct rf__kernel_def *def;
 };
 
 typedef struct rf__kernel_def {
@@ -47,7 +50,13 @@ typedef struct rf__kernel_def {
   /* Exactly one of these two. */
   rf_status *(*compute)(rf__kernel_ctx *ctx);
   void (*compute_async)(rf__kernel_ctx *ctx, rf__done_fn done);
-  uint32_t host_memory_inputs;  /* bit k: input k stays in host memory */
+  /* GPU kernels: bit k set = input/output k is in host memory (a shape, a
+   * count), not device memory. Partition hands such an input over from other
+   * devices without a device copy (a _Recv with host_memory=true), placement
+   * puts small int32 producers of such inputs on cpu:0, and
+   * rf__kernel_alloc_output makes such outputs host tensors. Ignored on CPU
+   * devices (everything is host memory there). */
+  uint32_t host_memory_inputs;
   uint32_t host_memory_outputs;
 } rf__kernel_def;
 
@@ -57,7 +66,9 @@ rf_status *rf__kernel_register(const rf__kernel_def *def);
 const rf__kernel_def *rf__kernel_find(const char *op, rf__device_type type);
 
 /* Allocates output i with the device's allocator and stores it in
- * ctx->outputs[i]; *out (optional) gets the same pointer, writable. */
+ * ctx->outputs[i]; *out (optional) gets the same pointer, writable. On a GPU
+ * device the tensor is in device memory (on_gpu), unless the kernel declares
+ * output i host memory (host_memory_outputs): then it is a host tensor. */
 rf_status *rf__kernel_alloc_output(rf__kernel_ctx *ctx, int i, rf_dtype dtype,
                                    const rf_shape *shape, rf_tensor **out);
 /* Passes input j through as output i (a new reference; no copy). */

@@ -32,12 +32,16 @@ rf_status *rf__register_cpu_reduction_kernels(void);
 rf_status *rf__register_cpu_runtime_kernels(void);
 rf_status *rf__register_cpu_collective_kernels(void);
 
-/* GPU kernels (src/kernels/cuda/<family>.cu); only built with RF_HAVE_CUDA. */
+#ifdef RF_HAVE_CUDA
+/* GPU kernels (CUDA builds only). */
+rf_status *rf__register_gpu_runtime_kernels(void); /* src/runtime/gpu/ */
+/* src/kernels/cuda/<family>.cu */
 rf_status *rf__register_gpu_array_kernels(void);
 rf_status *rf__register_gpu_state_kernels(void);
 rf_status *rf__register_gpu_math_kernels(void);
 rf_status *rf__register_gpu_nn_kernels(void);
 rf_status *rf__register_gpu_reduction_kernels(void);
+#endif
 
 /* Graph passes (src/passes/passes.c). */
 rf_status *rf__register_passes(void);

@@ -14,9 +14,9 @@
 typedef struct job {
   rf__coll_group *g;
   const void *ins[64 + 1];
-  void **outs;          /* reduce_scatter: one buffer per rank */
-  void *out;            /* all_reduce, reduce, all_gather */
-  int64_t count;        /* elements per input */
+  void **outs;   /* reduce_scatter: one buffer per rank */
+  void *out;     /* all_reduce, reduce, all_gather */
+  int64_t count; /* elements per input */
   int64_t blocks_per_rank;
   size_t esize;
 } job;
@@ -35,7 +35,8 @@ static void scatter_blocks(void *arg, int64_t b, int64_t e) {
   const void *ins[65];
   for (int64_t item = b; item < e; item++) {
     int64_t r = item / j->blocks_per_rank, k = item % j->blocks_per_rank;
-    int64_t lo = k * BLOCK_ELEMS, hi = lo + BLOCK_ELEMS < per ? lo + BLOCK_ELEMS : per;
+    int64_t lo = k * BLOCK_ELEMS,
+            hi = lo + BLOCK_ELEMS < per ? lo + BLOCK_ELEMS : per;
     for (int i = 0; i < j->g->n; i++)
       ins[i] = (const char *)j->ins[i] + (size_t)(r * per) * j->esize;
     rf__cpu_reduce(j->g->dtype, j->g->reduction, ins, j->g->n, j->outs[r], lo,
@@ -48,7 +49,8 @@ static void gather_blocks(void *arg, int64_t b, int64_t e) {
   job *j = arg;
   for (int64_t item = b; item < e; item++) {
     int64_t r = item / j->blocks_per_rank, k = item % j->blocks_per_rank;
-    int64_t lo = k * BLOCK_ELEMS, hi = lo + BLOCK_ELEMS < j->count ? lo + BLOCK_ELEMS : j->count;
+    int64_t lo = k * BLOCK_ELEMS,
+            hi = lo + BLOCK_ELEMS < j->count ? lo + BLOCK_ELEMS : j->count;
     if (hi <= lo) continue;
     memcpy((char *)j->out + (size_t)(r * j->count + lo) * j->esize,
            (const char *)j->ins[r] + (size_t)lo * j->esize,
@@ -58,16 +60,17 @@ static void gather_blocks(void *arg, int64_t b, int64_t e) {
 
 static void finish_all(rf__coll_group *g, rf_status *st, rf_tensor *shared) {
   for (int i = 0; i < g->n; i++) {
-    rf_status *copy = st ? rf_status_new(rf_status_code(st), "%s",
-                                         rf_status_message(st))
-                         : NULL;
+    rf_status *copy =
+        st ? rf_status_new(rf_status_code(st), "%s", rf_status_message(st))
+           : NULL;
     g->p[i].done(g->p[i].arg, copy, shared ? rf_tensor_retain(shared) : NULL);
   }
 }
 
 static rf_status *alloc_like(rf__coll_group *g, int rank, const rf_shape *shape,
                              rf_tensor **out) {
-  rf_status *st = rf_tensor_new(g->dtype, shape, g->p[rank].device->allocator, out);
+  rf_status *st =
+      rf_tensor_new(g->dtype, shape, g->p[rank].device->allocator, out);
   return rf__status_prefix(st, "collective '%s' on %s", g->key,
                            g->p[rank].device->canonical);
 }
@@ -80,13 +83,15 @@ static void run_reducing(rf__coll_group *g, job *j) {
   if (!st) {
     j->out = rf_tensor_mutable_data(out);
     int64_t blocks = (j->count + BLOCK_ELEMS - 1) / BLOCK_ELEMS;
-    rf__threadpool_parallel_for(g->pool, blocks, BLOCK_ELEMS * g->n, reduce_blocks, j);
+    rf__threadpool_parallel_for(g->pool, blocks, BLOCK_ELEMS * g->n,
+                                reduce_blocks, j);
   }
   if (all || st) {
     finish_all(g, st, st ? NULL : out);
   } else { /* reduce: only the root gets the result */
     for (int i = 0; i < g->n; i++)
-      g->p[i].done(g->p[i].arg, NULL, i == g->root ? rf_tensor_retain(out) : NULL);
+      g->p[i].done(g->p[i].arg, NULL,
+                   i == g->root ? rf_tensor_retain(out) : NULL);
   }
   rf_status_free(st);
   rf_tensor_release(out);
@@ -95,7 +100,8 @@ static void run_reducing(rf__coll_group *g, job *j) {
 static void run_broadcast(rf__coll_group *g) {
   rf_tensor *value = g->p[g->root].input;
   for (int i = 0; i < g->n; i++)
-    g->p[i].done(g->p[i].arg, NULL, i == g->root ? NULL : rf_tensor_retain(value));
+    g->p[i].done(g->p[i].arg, NULL,
+                 i == g->root ? NULL : rf_tensor_retain(value));
 }
 
 static void run_all_gather(rf__coll_group *g, job *j) {
@@ -132,17 +138,19 @@ static void run_reduce_scatter(rf__coll_group *g, job *j) {
                                 BLOCK_ELEMS * g->n, scatter_blocks, j);
   }
   for (int r = 0; r < g->n; r++)
-    g->p[r].done(g->p[r].arg,
-                 st ? rf_status_new(rf_status_code(st), "%s", rf_status_message(st)) : NULL,
-                 st ? NULL : rf_tensor_retain(outs[r]));
+    g->p[r].done(
+        g->p[r].arg,
+        st ? rf_status_new(rf_status_code(st), "%s", rf_status_message(st))
+           : NULL,
+        st ? NULL : rf_tensor_retain(outs[r]));
   for (int r = 0; r < g->n; r++) rf_tensor_release(outs[r]);
   rf_status_free(st);
 }
 
 static void cpu_run(rf__coll_group *g) {
   if (g->n > 64) {
-    rf_status *st = rf__invalid("collective '%s': at most 64 CPU participants, got %d",
-                                g->key, g->n);
+    rf_status *st = rf__invalid(
+        "collective '%s': at most 64 CPU participants, got %d", g->key, g->n);
     finish_all(g, st, NULL);
     rf_status_free(st);
     return;

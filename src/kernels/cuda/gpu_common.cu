@@ -1,15 +1,13 @@
-/* kernels/cuda/gpu_common.cu - see gpu_common.cuh: device selection, launch
- * geometry, allocation helpers and the fill kernel shared by the families.
- * The multiprocessor count of each GPU is read once and cached. */
+/* kernels/cuda/gpu_common.cu - see gpu_common.cuh: launch geometry (from
+ * the multiprocessor count the GPU runtime read once), allocation helpers
+ * and the fill kernel shared by the families. */
 #include <string.h>
 
 #include "kernels/cuda/gpu_common.cuh"
 
 namespace rf_gpu {
 
-enum { kMaxGpus = 64, kBlocksPerSm = 8 };
-
-static std::atomic<int> sm_counts[kMaxGpus];
+enum { kBlocksPerSm = 8 }; /* 8 x 256 threads: a full multiprocessor */
 
 rf_status *error(const rf__kernel_ctx *ctx, cudaError_t err, const char *expr,
                  const char *file, int line) {
@@ -25,27 +23,17 @@ rf_status *begin(const rf__kernel_ctx *ctx) {
   if (!ctx->device || ctx->device->gpu_ordinal < 0 || !ctx->device->stream)
     return rf__kernel_error(ctx, RF_INTERNAL,
                             "a GPU kernel ran on a device without a GPU");
-  RF_GPU_CHECK(ctx, cudaSetDevice(ctx->device->gpu_ordinal));
+  /* The executor has made the device's GPU current (rf__device.enter). A
+   * stale error of an earlier call on this thread must not be taken for
+   * this kernel's launch error. */
+  (void)cudaGetLastError();
   return NULL;
 }
 
-static int multiprocessors(int ordinal) {
-  if (ordinal < 0 || ordinal >= kMaxGpus) return 32;
-  int n = sm_counts[ordinal].load(std::memory_order_relaxed);
-  if (n > 0) return n;
-  if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, ordinal) !=
-          cudaSuccess ||
-      n <= 0) {
-    cudaGetLastError(); /* not sticky; clear it for the launch check */
-    n = 32;
-  }
-  sm_counts[ordinal].store(n, std::memory_order_relaxed);
-  return n;
-}
-
 unsigned grid(const rf__kernel_ctx *ctx, int64_t n) {
-  int64_t cap = (int64_t)multiprocessors(ctx->device->gpu_ordinal) *
-                kBlocksPerSm;
+  const rf__gpu_context *g = (const rf__gpu_context *)ctx->device->gpu;
+  int sms = g && g->multiprocessors > 0 ? g->multiprocessors : 32;
+  int64_t cap = (int64_t)sms * kBlocksPerSm;
   int64_t blocks = (n + kThreads - 1) / kThreads;
   if (blocks > cap) blocks = cap;
   return blocks < 1 ? 1u : (unsigned)blocks;
@@ -53,27 +41,20 @@ unsigned grid(const rf__kernel_ctx *ctx, int64_t n) {
 
 rf_status *alloc_output(rf__kernel_ctx *ctx, int i, rf_dtype dtype,
                         const rf_shape *shape, rf_tensor **out) {
-  rf_tensor *t;
-  RF_CHECK(rf__kernel_alloc_output(ctx, i, dtype, shape, &t));
-  t->on_gpu = 1;
-  if (out) *out = t;
-  return NULL;
+  /* On a GPU device this is device memory (on_gpu) unless the kernel
+   * declares output i host memory. */
+  return rf__kernel_alloc_output(ctx, i, dtype, shape, out);
 }
 
 rf_status *new_tensor(rf__kernel_ctx *ctx, rf_dtype dtype,
                       const rf_shape *shape, rf_tensor **out) {
-  rf_tensor *t;
-  rf_status *st = rf_tensor_new(dtype, shape, ctx->device->allocator, &t);
-  if (st) {
-    if (rf_status_code(st) != RF_RESOURCE_EXHAUSTED) return st;
-    rf_status *e = rf__kernel_error(ctx, RF_RESOURCE_EXHAUSTED, "%s",
-                                    rf_status_message(st));
-    rf_status_free(st);
-    return e;
-  }
-  t->on_gpu = 1;
-  *out = t;
-  return NULL;
+  rf_status *st =
+      rf__tensor_new_device(dtype, shape, ctx->device->allocator, out);
+  if (!st || rf_status_code(st) != RF_RESOURCE_EXHAUSTED) return st;
+  rf_status *e = rf__kernel_error(ctx, RF_RESOURCE_EXHAUSTED, "%s",
+                                  rf_status_message(st));
+  rf_status_free(st);
+  return e;
 }
 
 rf_status *alloc_host_output(rf__kernel_ctx *ctx, int i, rf_dtype dtype,

@@ -10,9 +10,13 @@
 #ifndef RF_KERNELS_CUDA_GPU_COMMON_CUH
 #define RF_KERNELS_CUDA_GPU_COMMON_CUH
 
+#include <cublas_v2.h> /* before extern "C": it has C++ overloads */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+#ifdef RF_HAVE_NCCL
+#include <nccl.h>
+#endif
 
 #include <atomic>
 #include <cstdint>
@@ -33,6 +37,7 @@ extern "C" {
 #include "core/status.h"
 #include "kernels/kernel.h"
 #include "runtime/device.h"
+#include "runtime/gpu/gpu.h"
 }
 
 namespace rf_gpu {
@@ -72,9 +77,9 @@ inline cudaStream_t stream(const rf__kernel_ctx *ctx) {
   return (cudaStream_t)ctx->device->stream;
 }
 
-/* Makes the kernel's GPU current on this (pool) thread; every kernel calls
- * it first, since executor threads serve every device. INTERNAL when the
- * context has no GPU device. */
+/* Every kernel calls it first: INTERNAL when the context has no GPU device;
+ * clears a stale CUDA error of this thread. (The executor has already made
+ * the device's GPU current: rf__device.enter.) */
 rf_status *begin(const rf__kernel_ctx *ctx);
 
 /* Blocks for n items: one item a thread, at most what the GPU keeps
@@ -83,8 +88,8 @@ unsigned grid(const rf__kernel_ctx *ctx, int64_t n);
 
 /* ---- memory ---- */
 
-/* rf__kernel_alloc_output on the device's allocator (device memory), the
- * tensor marked on_gpu. */
+/* rf__kernel_alloc_output: device memory (on_gpu) from the device's caching
+ * allocator, or host memory for an output the kernel declares host memory. */
 rf_status *alloc_output(rf__kernel_ctx *ctx, int i, rf_dtype dtype,
                         const rf_shape *shape, rf_tensor **out);
 /* A device tensor that is no output (scratch, a variable's copy). Releasing

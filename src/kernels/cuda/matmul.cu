@@ -8,78 +8,36 @@
  * 16x16 shared-memory tiled kernel in unsigned arithmetic (wraps, as on the
  * CPU).
  *
- * cuBLAS handles: one per (GPU, stream), created on first use and kept for
- * the process (a handle costs a workspace; streams of ended sessions are
- * gone, and a new stream at a reused address is simply that stream). A
- * handle must not be used by two threads at once, so each has a mutex held
- * while a call enqueues. */
+ * cuBLAS runs on the device's handle (rf__device.blas, bound to its stream
+ * by the GPU runtime). */
 #include <cublas_v2.h>
 #include <limits.h>
 
 #include <mutex>
-#include <new>
 
 #include "kernels/cuda/math_kernels.cuh"
-
-extern "C" {
-#include "core/mem.h"
-}
 
 namespace rf_gpu {
 namespace {
 
 /* ---- cuBLAS handles ---- */
 
-struct BlasHandle {
-  int ordinal;
-  cudaStream_t stream;
-  cublasHandle_t handle;
-  std::mutex mu; /* held while a call uses the handle */
-  BlasHandle *next;
-};
+/* cuBLAS allows no two threads in one handle at once, and two kernels of one
+ * device may run at once on different executor threads; each handle maps to
+ * one of these locks (a shared lock only costs waiting). */
+std::mutex blas_locks[16];
 
-std::mutex handles_mu;
-BlasHandle *handles; /* never freed: lives as long as the process */
+std::mutex &blas_lock(const void *handle) {
+  return blas_locks[((uintptr_t)handle >> 4) % 16];
+}
 
 rf_status *blas_error(const rf__kernel_ctx *ctx, cublasStatus_t s,
                       const char *what) {
-  return rf__kernel_error(ctx,
-                          s == CUBLAS_STATUS_ALLOC_FAILED
-                              ? RF_RESOURCE_EXHAUSTED
-                              : RF_INTERNAL,
-                          "%s failed: %s (%d)", what, cublasGetStatusString(s),
-                          (int)s);
-}
-
-/* The handle of ctx's (GPU, stream); the device is current. */
-rf_status *blas_handle(rf__kernel_ctx *ctx, BlasHandle **out) {
-  int ordinal = ctx->device->gpu_ordinal;
-  cudaStream_t s = stream(ctx);
-  std::lock_guard<std::mutex> lock(handles_mu);
-  for (BlasHandle *h = handles; h; h = h->next)
-    if (h->ordinal == ordinal && h->stream == s) {
-      *out = h;
-      return NULL;
-    }
-  void *mem = rf__malloc(sizeof(BlasHandle));
-  RF_CHECK_ALLOC(mem);
-  BlasHandle *h = new (mem) BlasHandle();
-  cublasStatus_t bs = cublasCreate(&h->handle);
-  if (bs == CUBLAS_STATUS_SUCCESS) {
-    bs = cublasSetStream(h->handle, s);
-    if (bs != CUBLAS_STATUS_SUCCESS) cublasDestroy(h->handle);
-  }
-  if (bs != CUBLAS_STATUS_SUCCESS) {
-    h->~BlasHandle();
-    rf__free(mem);
-    return blas_error(ctx, bs, "creating a cuBLAS handle");
-  }
-  h->ordinal = ordinal;
-  h->stream = s;
-  h->next = handles;
-  handles = h;
-  *out = h;
-  return NULL;
+  rf_status *st = rf__cublas_status(s, what, __FILE__, __LINE__);
+  rf_status *e =
+      rf__kernel_error(ctx, rf_status_code(st), "%s", rf_status_message(st));
+  rf_status_free(st);
+  return e;
 }
 
 /* ---- shapes ---- */
@@ -140,12 +98,13 @@ rf_status *gemm(rf__kernel_ctx *ctx, const Dims &d, const rf_tensor *a,
   const float one_f = 1.0f, zero_f = 0.0f;
   const double one_d = 1.0, zero_d = 0.0;
   bool f64 = compute == CUBLAS_COMPUTE_64F;
-  BlasHandle *h;
-  RF_CHECK(blas_handle(ctx, &h));
+  cublasHandle_t h = (cublasHandle_t)ctx->device->blas;
+  if (!h)
+    return rf__kernel_error(ctx, RF_INTERNAL, "the device has no cuBLAS handle");
   cublasStatus_t s;
   {
-    std::lock_guard<std::mutex> lock(h->mu);
-    s = cublasGemmEx(h->handle, d.tb ? CUBLAS_OP_T : CUBLAS_OP_N,
+    std::lock_guard<std::mutex> lock(blas_lock(h));
+    s = cublasGemmEx(h, d.tb ? CUBLAS_OP_T : CUBLAS_OP_N,
                      d.ta ? CUBLAS_OP_T : CUBLAS_OP_N, (int)d.n, (int)d.m,
                      (int)d.k, f64 ? (const void *)&one_d : &one_f, b->data,
                      type, (int)d.ldb, a->data, type, (int)d.lda,
