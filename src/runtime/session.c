@@ -334,6 +334,10 @@ static rf_status *sync_gpus(const rf__plan *p) {
 /* Runs plan p as one step; on success fetched[] holds new references. */
 static rf_status *run_step(rf_session *s, rf__plan *p, const rf_feed *feeds,
                            rf_tensor **fed, rf_tensor **fetched) {
+#ifdef RF_HAVE_CUDA
+  /* The caller's thread runs kernels too: give back its current device. */
+  int prev_gpu = s->gpu ? rf__gpu_current() : -1;
+#endif
   for (int i = 0; i < p->num_feeds; i++) fed[i] = feeds[i].value;
   for (int i = 0; i < p->num_fetches; i++) fetched[i] = NULL;
   rf__step step = {
@@ -355,6 +359,9 @@ static rf_status *run_step(rf_session *s, rf__plan *p, const rf_feed *feeds,
     st = sync_st;
   else
     rf_status_free(sync_st);
+#ifdef RF_HAVE_CUDA
+  rf__gpu_make_current(prev_gpu);
+#endif
   rf__collective_end_step(s->collectives, step.id);
   if (!st && step.trace)
     st = rf__trace_write(step.trace, s->devices, s->num_devices, trace_path);

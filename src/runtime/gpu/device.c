@@ -40,6 +40,18 @@ rf_status *rf__gpu_count(int *out) {
   return NULL;
 }
 
+int rf__gpu_current(void) {
+  int d = -1;
+  if (cudaGetDevice(&d) == cudaSuccess) return d;
+  (void)cudaGetLastError();
+  return -1;
+}
+
+void rf__gpu_make_current(int ordinal) {
+  if (ordinal >= 0 && cudaSetDevice(ordinal) != cudaSuccess)
+    (void)cudaGetLastError();
+}
+
 rf_status *rf__gpu_enter(const rf__device *d) {
   int cur = -1;
   RF_CUDA_CHECK(cudaGetDevice(&cur));
@@ -145,11 +157,11 @@ rf_status *rf__gpu_runtime_new(rf__device *devices, int n,
   RF_CHECK_ALLOC(r);
   r->devices = devices;
   r->num_devices = n;
+  int prev = rf__gpu_current();
   rf_status *st = make_all(r, count);
-  if (st) {
-    rf__gpu_runtime_free(r);
-    return st;
-  }
+  if (st) rf__gpu_runtime_free(r);
+  rf__gpu_make_current(prev);
+  if (st) return st;
   *out = r;
   return NULL;
 }
@@ -165,6 +177,7 @@ static void clear_device(rf__device *d) {
 
 void rf__gpu_runtime_free(rf__gpu_runtime *r) {
   if (!r) return;
+  int prev = rf__gpu_current();
   for (int i = 0; i < r->num_devices; i++) {
     rf__device *d = &r->devices[i];
     if (r->contexts)
@@ -177,6 +190,7 @@ void rf__gpu_runtime_free(rf__gpu_runtime *r) {
     clear_device(d);
   }
   (void)cudaGetLastError();
+  rf__gpu_make_current(prev);
   for (int p = 0; r->contexts && p < r->num_contexts; p++)
     rf__free(r->contexts[p].caches);
   rf__free(r->contexts);

@@ -56,6 +56,12 @@ rf_status *rf__gpu_runtime_new(rf__device *devices, int n,
  * ignored. */
 void rf__gpu_runtime_free(rf__gpu_runtime *r);
 
+/* The calling thread's current CUDA device (-1 when unknown), and setting it
+ * back (ignored for -1): the session's entry points leave the caller's
+ * current device as they found it. */
+int rf__gpu_current(void);
+void rf__gpu_make_current(int ordinal);
+
 /* rf__device.enter for GPU devices: cudaSetDevice when another GPU is current
  * on the calling thread. */
 rf_status *rf__gpu_enter(const rf__device *d);
