@@ -17,11 +17,11 @@ namespace {
 
 template <int D>
 struct Dt;
-#define RF_DT(E, S, L, LOAD)                                          \
-  template <>                                                         \
-  struct Dt<E> {                                                      \
-    using S_t = S;                                                    \
-    static __device__ __forceinline__ L load(S x) { return LOAD; }    \
+#define RF_DT(E, S, L, LOAD)                                       \
+  template <>                                                      \
+  struct Dt<E> {                                                   \
+    using S_t = S;                                                 \
+    static __device__ __forceinline__ L load(S x) { return LOAD; } \
   };
 RF_DT(RF_FLOAT16, __half, float, __half2float(x))
 RF_DT(RF_BFLOAT16, __nv_bfloat16, float, __bfloat162float(x))
@@ -64,9 +64,7 @@ struct To<RF_FLOAT16> {
   static __device__ __half from(float v) { return __float2half_rn(v); }
   static __device__ __half from(double v) { return __double2half(v); }
   /* |v| >= 2^24 overflows float16 whichever way it rounds. */
-  static __device__ __half from(int64_t v) {
-    return __float2half_rn((float)v);
-  }
+  static __device__ __half from(int64_t v) { return __float2half_rn((float)v); }
 };
 template <>
 struct To<RF_BFLOAT16> {
@@ -95,14 +93,14 @@ struct To<RF_FLOAT64> {
   static __device__ double from(double v) { return v; }
   static __device__ double from(int64_t v) { return (double)v; }
 };
-#define RF_TO_INT(E, T, LO, HI)                                       \
-  template <>                                                         \
-  struct To<E> {                                                      \
+#define RF_TO_INT(E, T, LO, HI)                                      \
+  template <>                                                        \
+  struct To<E> {                                                     \
     static __device__ T from(double v) { return sat<T>(v, LO, HI); } \
-    static __device__ T from(float v) { return from((double)v); }     \
-    static __device__ T from(int64_t v) {                             \
-      return (T)(typename Unsigned<T>::type)(uint64_t)v;              \
-    }                                                                 \
+    static __device__ T from(float v) { return from((double)v); }    \
+    static __device__ T from(int64_t v) {                            \
+      return (T)(typename Unsigned<T>::type)(uint64_t)v;             \
+    }                                                                \
   };
 RF_TO_INT(RF_INT8, int8_t, -128.0, 127.0)
 RF_TO_INT(RF_UINT8, uint8_t, 0.0, 255.0)

@@ -66,7 +66,7 @@ struct DivF {
       if (y == -1) return (T)(U)((U)0 - (U)x); /* INT_MIN / -1 wraps */
       return (T)(x / y);
     } else {
-      if (y == 0) return (T)~(T)0;
+      if (y == 0) return (T) ~(T)0;
       return (T)(x / y);
     }
   }
@@ -116,9 +116,9 @@ rf_status *binary_compute(rf__kernel_ctx *ctx, Op op) {
   const rf_tensor *a = ctx->inputs[0], *b = ctx->inputs[1];
   const char *name = op_names[op];
   if (a->dtype != b->dtype)
-    return rf__kernel_error(
-        ctx, RF_INVALID_ARGUMENT, "%s operands have different dtypes %s and %s",
-        name, rf_dtype_name(a->dtype), rf_dtype_name(b->dtype));
+    return rf__kernel_error(ctx, RF_INVALID_ARGUMENT,
+                            "%s operands have different dtypes %s and %s", name,
+                            rf_dtype_name(a->dtype), rf_dtype_name(b->dtype));
   bool ok = is_numeric(a->dtype) || (op == EQUAL && a->dtype == RF_BOOL);
   if (!ok)
     return rf__kernel_error(ctx, RF_UNIMPLEMENTED, "%s has no %s kernel", name,
@@ -145,9 +145,7 @@ rf_status *add_compute(rf__kernel_ctx *c) { return binary_compute(c, ADD); }
 rf_status *sub_compute(rf__kernel_ctx *c) { return binary_compute(c, SUB); }
 rf_status *mul_compute(rf__kernel_ctx *c) { return binary_compute(c, MUL); }
 rf_status *div_compute(rf__kernel_ctx *c) { return binary_compute(c, DIV); }
-rf_status *equal_compute(rf__kernel_ctx *c) {
-  return binary_compute(c, EQUAL);
-}
+rf_status *equal_compute(rf__kernel_ctx *c) { return binary_compute(c, EQUAL); }
 
 /* _BroadcastToShapeOf(x, like): x copied out to like's shape. */
 rf_status *broadcast_to_compute(rf__kernel_ctx *ctx) {

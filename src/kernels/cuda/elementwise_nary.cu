@@ -80,9 +80,8 @@ struct DevicePtrs {
 
 /* The type AddN accumulates T in. */
 template <typename T>
-using AddAcc =
-    typename std::conditional<is_float_v<T>, typename Num<T>::C,
-                              typename Unsigned<T>::type>::type;
+using AddAcc = typename std::conditional<is_float_v<T>, typename Num<T>::C,
+                                         typename Unsigned<T>::type>::type;
 
 template <typename T, typename Src>
 __global__ void add_n_kernel(Src src, int k, int64_t n, T *o) {
@@ -124,16 +123,16 @@ rf_status *add_n_launch(rf__kernel_ctx *ctx, rf_tensor *out) {
                           cudaMemcpyHostToDevice, stream(ctx));
     if (err == cudaSuccess) {
       DevicePtrs<T> p = {(const T *const *)arr->data};
-      add_n_kernel<T>
-          <<<g, kThreads, 0, stream(ctx)>>>(p, k, n, (T *)out->data);
+      add_n_kernel<T><<<g, kThreads, 0, stream(ctx)>>>(p, k, n, (T *)out->data);
       err = cudaGetLastError();
     }
   }
   rf__free(host);
   rf_tensor_release(arr); /* stream-ordered: reused only after the kernel */
   if (st) return st;
-  return err == cudaSuccess ? NULL
-                            : error(ctx, err, "AddN launch", __FILE__, __LINE__);
+  return err == cudaSuccess
+             ? NULL
+             : error(ctx, err, "AddN launch", __FILE__, __LINE__);
 }
 
 rf_status *add_n_compute(rf__kernel_ctx *ctx) {

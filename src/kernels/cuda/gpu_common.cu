@@ -51,8 +51,8 @@ rf_status *new_tensor(rf__kernel_ctx *ctx, rf_dtype dtype,
   rf_status *st =
       rf__tensor_new_device(dtype, shape, ctx->device->allocator, out);
   if (!st || rf_status_code(st) != RF_RESOURCE_EXHAUSTED) return st;
-  rf_status *e = rf__kernel_error(ctx, RF_RESOURCE_EXHAUSTED, "%s",
-                                  rf_status_message(st));
+  rf_status *e =
+      rf__kernel_error(ctx, RF_RESOURCE_EXHAUSTED, "%s", rf_status_message(st));
   rf_status_free(st);
   return e;
 }
@@ -62,8 +62,8 @@ rf_status *alloc_host_output(rf__kernel_ctx *ctx, int i, rf_dtype dtype,
   rf_tensor *t;
   rf_status *st = rf_tensor_new(dtype, shape, NULL, &t);
   if (st) {
-    rf_status *e = rf__kernel_error(ctx, rf_status_code(st), "output %d: %s",
-                                    i, rf_status_message(st));
+    rf_status *e = rf__kernel_error(ctx, rf_status_code(st), "output %d: %s", i,
+                                    rf_status_message(st));
     rf_status_free(st);
     return e;
   }
@@ -88,8 +88,8 @@ rf_status *fill_bits(rf__kernel_ctx *ctx, void *dst, size_t esize, int64_t n,
   }
   return visit_bits(esize, [&](auto tag) -> rf_status * {
     using U = typename decltype(tag)::type;
-    fill_kernel<U><<<grid(ctx, n), kThreads, 0, stream(ctx)>>>((U *)dst, n,
-                                                               (U)bits);
+    fill_kernel<U>
+        <<<grid(ctx, n), kThreads, 0, stream(ctx)>>>((U *)dst, n, (U)bits);
     RF_GPU_LAUNCHED(ctx);
     return NULL;
   });

@@ -54,10 +54,10 @@ rf_status *error(const rf__kernel_ctx *ctx, cudaError_t err, const char *expr,
 }  // namespace rf_gpu
 
 /* Returns from the enclosing kernel function when expr is not cudaSuccess. */
-#define RF_GPU_CHECK(ctx, expr)                                            \
-  do {                                                                     \
-    cudaError_t rf__gpu_err_ = (expr);                                     \
-    if (rf__gpu_err_ != cudaSuccess)                                       \
+#define RF_GPU_CHECK(ctx, expr)                                             \
+  do {                                                                      \
+    cudaError_t rf__gpu_err_ = (expr);                                      \
+    if (rf__gpu_err_ != cudaSuccess)                                        \
       return rf_gpu::error((ctx), rf__gpu_err_, #expr, __FILE__, __LINE__); \
   } while (0)
 

@@ -100,7 +100,8 @@ rf_status *gemm(rf__kernel_ctx *ctx, const Dims &d, const rf_tensor *a,
   bool f64 = compute == CUBLAS_COMPUTE_64F;
   cublasHandle_t h = (cublasHandle_t)ctx->device->blas;
   if (!h)
-    return rf__kernel_error(ctx, RF_INTERNAL, "the device has no cuBLAS handle");
+    return rf__kernel_error(ctx, RF_INTERNAL,
+                            "the device has no cuBLAS handle");
   cublasStatus_t s;
   {
     std::lock_guard<std::mutex> lock(blas_lock(h));
@@ -151,9 +152,8 @@ template <typename T>
 rf_status *int_gemm(rf__kernel_ctx *ctx, const Dims &d, const rf_tensor *a,
                     const rf_tensor *b, rf_tensor *c) {
   int64_t tiles = ((d.m + kTile - 1) / kTile) * ((d.n + kTile - 1) / kTile);
-  int_gemm_kernel<T><<<grid(ctx, tiles * kThreads), kThreads, 0,
-                       stream(ctx)>>>(d, (const T *)a->data,
-                                      (const T *)b->data, (T *)c->data);
+  int_gemm_kernel<T><<<grid(ctx, tiles * kThreads), kThreads, 0, stream(ctx)>>>(
+      d, (const T *)a->data, (const T *)b->data, (T *)c->data);
   RF_GPU_LAUNCHED(ctx);
   return NULL;
 }

@@ -51,10 +51,10 @@ __device__ __forceinline__ C exp_c(C v) {
 }
 
 /* Rows w of a warp-per-row kernel: the loop body sees w and the lane. */
-#define RF_WARP_ROWS(w, lane, rows)                                          \
-  const int lane = threadIdx.x % 32;                                        \
-  for (int64_t w = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32,   \
-               w##_step = (int64_t)gridDim.x * (blockDim.x / 32);           \
+#define RF_WARP_ROWS(w, lane, rows)                                       \
+  const int lane = threadIdx.x % 32;                                      \
+  for (int64_t w = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32, \
+               w##_step = (int64_t)gridDim.x * (blockDim.x / 32);         \
        w < (rows); w += w##_step)
 
 /* Row maximum and sum of exp(x - max) (in double) of x[0, c). */
@@ -136,8 +136,8 @@ __global__ void xent_kernel(const T *x, const L *labels, T *loss, T *bp,
     double s;
     row_stats(xr, c, lane, &m, &s);
     if (lane == 0)
-      loss[w] = Num<T>::store(
-          (C)(log(s) - (double)(Num<T>::load(xr[label]) - m)));
+      loss[w] =
+          Num<T>::store((C)(log(s) - (double)(Num<T>::load(xr[label]) - m)));
     C inv = (C)(1.0 / s);
     for (int64_t j = lane; j < c; j += 32) {
       C p = exp_c(Num<T>::load(xr[j]) - m) * inv;
@@ -148,8 +148,8 @@ __global__ void xent_kernel(const T *x, const L *labels, T *loss, T *bp,
 
 /* out = backprop * dloss[row] */
 template <typename T>
-__global__ void xent_grad_kernel(const T *bp, const T *dloss, T *out,
-                                 int64_t n, int64_t c) {
+__global__ void xent_grad_kernel(const T *bp, const T *dloss, T *out, int64_t n,
+                                 int64_t c) {
   RF_GPU_LOOP(i, n) {
     out[i] = Num<T>::store(Num<T>::load(bp[i]) * Num<T>::load(dloss[i / c]));
   }

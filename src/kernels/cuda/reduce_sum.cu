@@ -17,20 +17,20 @@ namespace rf_gpu {
 namespace {
 
 enum : int64_t {
-  kRowChunk = 8192,     /* r per warp item once rows are split */
-  kRowSplitR = 16384,   /* rows split when longer than this ... */
-  kRowSplitK = 2048,    /* ... and there are fewer outputs than this */
-  kColChunk = 512,      /* r per thread item once columns are split */
+  kRowChunk = 8192,   /* r per warp item once rows are split */
+  kRowSplitR = 16384, /* rows split when longer than this ... */
+  kRowSplitK = 2048,  /* ... and there are fewer outputs than this */
+  kColChunk = 512,    /* r per thread item once columns are split */
   kColSplitR = 4096,
   kColSplitK = 32768,
 };
 
 struct Layout {
-  int nk, nr;                                  /* kept / reduced groups */
-  int64_t kd[RF_MAX_RANK], ks[RF_MAX_RANK];    /* extent, input stride */
+  int nk, nr;                               /* kept / reduced groups */
+  int64_t kd[RF_MAX_RANK], ks[RF_MAX_RANK]; /* extent, input stride */
   int64_t rd[RF_MAX_RANK], rs[RF_MAX_RANK];
-  int64_t K, R;                                /* outputs, reduced count */
-  bool rows;                                   /* last group reduced */
+  int64_t K, R; /* outputs, reduced count */
+  bool rows;    /* last group reduced */
 };
 
 /* Groups of s under mask; false when nothing is reduced (x is the result). */
@@ -130,8 +130,8 @@ __device__ __forceinline__ void chunk(int64_t R, int64_t CH, int64_t c,
 
 /* Rows: warp item w = o * C + c writes out[w] (C == 1: out[o]). */
 template <typename T, typename O, bool FINAL>
-__global__ void rows_kernel(Layout L, int64_t C, int64_t CH, const T *x,
-                            O *out, Finish fin) {
+__global__ void rows_kernel(Layout L, int64_t C, int64_t CH, const T *x, O *out,
+                            Finish fin) {
   using A = Acc<T>;
   int lane = threadIdx.x % 32;
   int64_t items = L.K * C, warps = (int64_t)gridDim.x * (blockDim.x / 32);
@@ -155,8 +155,8 @@ __global__ void rows_kernel(Layout L, int64_t C, int64_t CH, const T *x,
 
 /* Columns: thread item t = c * K + o writes out[t] (C == 1: out[o]). */
 template <typename T, typename O, bool FINAL>
-__global__ void cols_kernel(Layout L, int64_t C, int64_t CH, const T *x,
-                            O *out, Finish fin) {
+__global__ void cols_kernel(Layout L, int64_t C, int64_t CH, const T *x, O *out,
+                            Finish fin) {
   using A = Acc<T>;
   RF_GPU_LOOP(t, L.K * C) {
     int64_t c = t / L.K, o = t - c * L.K, r0, r1;
@@ -176,11 +176,12 @@ template <typename T, typename O, bool FINAL>
 rf_status *launch(rf__kernel_ctx *ctx, const Layout &L, int64_t C, int64_t CH,
                   const T *x, O *out, Finish fin) {
   if (L.rows)
-    rows_kernel<T, O, FINAL><<<grid(ctx, L.K * C * 32), kThreads, 0,
-                               stream(ctx)>>>(L, C, CH, x, out, fin);
+    rows_kernel<T, O, FINAL>
+        <<<grid(ctx, L.K * C * 32), kThreads, 0, stream(ctx)>>>(L, C, CH, x,
+                                                                out, fin);
   else
-    cols_kernel<T, O, FINAL><<<grid(ctx, L.K * C), kThreads, 0,
-                               stream(ctx)>>>(L, C, CH, x, out, fin);
+    cols_kernel<T, O, FINAL><<<grid(ctx, L.K * C), kThreads, 0, stream(ctx)>>>(
+        L, C, CH, x, out, fin);
   RF_GPU_LAUNCHED(ctx);
   return NULL;
 }
@@ -202,13 +203,13 @@ rf_status *reduce_pass(rf__kernel_ctx *ctx, const T *x, const rf_shape &xs,
   int64_t dims[2] = {L.rows ? L.K : C, L.rows ? C : L.K};
   rf_shape ps = rf_shape_make(2, dims);
   rf_tensor *partial;
-  RF_CHECK(new_tensor(ctx, is_float_v<T> ? RF_FLOAT64 : RF_INT64, &ps,
-                      &partial));
+  RF_CHECK(
+      new_tensor(ctx, is_float_v<T> ? RF_FLOAT64 : RF_INT64, &ps, &partial));
   rf_status *st =
       launch<T, A, false>(ctx, L, C, CH, x, (A *)partial->data, fin);
   if (!st)
-    st = reduce_pass<A, O>(ctx, (const A *)partial->data, ps,
-                           L.rows ? 2u : 1u, out, fin);
+    st = reduce_pass<A, O>(ctx, (const A *)partial->data, ps, L.rows ? 2u : 1u,
+                           out, fin);
   rf_tensor_release(partial); /* stream-ordered: reused after the readers */
   return st;
 }

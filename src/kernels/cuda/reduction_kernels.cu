@@ -71,9 +71,7 @@ rf_status *reduce(rf__kernel_ctx *ctx, bool mean) {
 rf_status *sum_impl(rf__kernel_ctx *ctx) { return reduce(ctx, false); }
 rf_status *mean_impl(rf__kernel_ctx *ctx) { return reduce(ctx, true); }
 rf_status *sum_compute(rf__kernel_ctx *ctx) { return guarded(ctx, sum_impl); }
-rf_status *mean_compute(rf__kernel_ctx *ctx) {
-  return guarded(ctx, mean_impl);
-}
+rf_status *mean_compute(rf__kernel_ctx *ctx) { return guarded(ctx, mean_impl); }
 
 /* ---- _SumGrad, _MeanGrad: dx[i] = dy[kept part of i] (/ count) ---- */
 
@@ -154,8 +152,8 @@ rf_status *mean_grad_compute(rf__kernel_ctx *ctx) {
 /* The type values compare in: float for 16-bit floats, int64 for integers
  * (warp shuffles move 4- and 8-byte values). */
 template <typename T>
-using Cmp = typename std::conditional<is_float_v<T>, typename Num<T>::C,
-                                      int64_t>::type;
+using Cmp =
+    typename std::conditional<is_float_v<T>, typename Num<T>::C, int64_t>::type;
 
 constexpr int64_t kNone = INT64_MAX; /* a lane that saw no element */
 
@@ -206,8 +204,8 @@ __global__ void argmax_rows(const T *x, int64_t outer, int64_t n,
 
 /* inner > 1: a thread per output, neighbours reading neighbours. */
 template <typename T>
-__global__ void argmax_cols(const T *x, int64_t outer, int64_t n,
-                            int64_t inner, int64_t *out) {
+__global__ void argmax_cols(const T *x, int64_t outer, int64_t n, int64_t inner,
+                            int64_t *out) {
   using V = Cmp<T>;
   RF_GPU_LOOP(o, outer * inner) {
     int64_t q = o / inner;

@@ -238,8 +238,8 @@ rf_status *gd_launch(rf__kernel_ctx *ctx, rf_tensor *dst,
   return visit_float(delta->dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     gd_kernel<T><<<grid(ctx, n), kThreads, 0, stream(ctx)>>>(
-        (T *)dst->data, (const T *)delta->data,
-        (const T *)ctx->inputs[1]->data, n);
+        (T *)dst->data, (const T *)delta->data, (const T *)ctx->inputs[1]->data,
+        n);
     RF_GPU_LAUNCHED(ctx);
     return (rf_status *)NULL;
   });
@@ -327,11 +327,10 @@ rf_status *apply_adam_compute(rf__kernel_ctx *ctx) {
     RF_CHECK(check_scalar(ctx, 3 + k, scalar_names[k]));
     if (ctx->inputs[3 + k]->dtype != grad->dtype ||
         !rf_dtype_is_float(grad->dtype))
-      return rf__kernel_error(ctx, RF_INVALID_ARGUMENT,
-                              "%s (%s) and grad (%s) must share a float dtype",
-                              scalar_names[k],
-                              rf_dtype_name(ctx->inputs[3 + k]->dtype),
-                              rf_dtype_name(grad->dtype));
+      return rf__kernel_error(
+          ctx, RF_INVALID_ARGUMENT,
+          "%s (%s) and grad (%s) must share a float dtype", scalar_names[k],
+          rf_dtype_name(ctx->inputs[3 + k]->dtype), rf_dtype_name(grad->dtype));
   }
   lock_distinct(sorted, 3, true);
   for (int k = 0; k < 3 && !st; k++)
