@@ -90,10 +90,17 @@ typedef struct rf__coll_group {
   rf__threadpool *pool;
   const char *key; /* shared_name, for messages */
   int64_t step_id;
+  /* The session's collective timeout (0: none). A backend whose launched
+   * work can hang (NCCL) gives up on it after this long. */
+  int64_t timeout_ms;
 } rf__coll_group;
 
-/* A backend runs agreed groups for one device type (comm/cpu, comm/nccl).
- * run must call every participant's done exactly once, from any thread. */
+/* A backend runs agreed groups for one device type (comm/cpu, comm/cuda).
+ * run must call every participant's done exactly once, from any thread. It
+ * may return before that (GPU backends complete from a stream callback), but
+ * the group, its participant array and key are the manager's and freed, and
+ * the inputs released, as soon as run returns: an asynchronous backend copies
+ * what it needs and retains the inputs it still reads. */
 typedef struct rf__coll_backend {
   const char *name;
   rf__device_type device_type;
@@ -101,6 +108,10 @@ typedef struct rf__coll_backend {
 } rf__coll_backend;
 
 extern const rf__coll_backend rf__cpu_coll_backend;
+#ifdef RF_HAVE_CUDA
+/* GPU devices: CUDA kernels or NCCL by placement (comm/cuda/gpu_coll.h). */
+extern const rf__coll_backend rf__gpu_coll_backend;
+#endif
 
 typedef struct rf__collective_manager rf__collective_manager;
 

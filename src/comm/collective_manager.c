@@ -83,6 +83,9 @@ rf__reduction rf__reduction_from_name(const char *name) {
 
 static const rf__coll_backend *const backends[] = {
     &rf__cpu_coll_backend,
+#ifdef RF_HAVE_CUDA
+    &rf__gpu_coll_backend,
+#endif
 };
 
 static int64_t now_ns(void) {
@@ -267,7 +270,8 @@ static void launch(rf__collective_manager *m, entry *e) {
                       .p = e->parts,
                       .pool = m->pool,
                       .key = e->shared_name,
-                      .step_id = e->step_id};
+                      .step_id = e->step_id,
+                      .timeout_ms = e->timeout_ms};
   qsort(g.p, (size_t)g.n, sizeof *g.p, by_device_index);
   rf_status *st = NULL;
   for (int i = 1; i < g.n && !st; i++)
@@ -285,7 +289,7 @@ static void launch(rf__collective_manager *m, entry *e) {
     fail_parts(g.p, g.n, st);
     rf_status_free(st);
   } else {
-    be->run(&g); /* the backend calls each done and releases nothing */
+    be->run(&g); /* calls each done (maybe later); releases nothing */
     for (int i = 0; i < g.n; i++) rf_tensor_release(g.p[i].input);
   }
   e->parts = NULL; /* g.p freed below with e */

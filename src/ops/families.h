@@ -35,6 +35,8 @@ rf_status *rf__register_cpu_collective_kernels(void);
 #ifdef RF_HAVE_CUDA
 /* GPU kernels (CUDA builds only). */
 rf_status *rf__register_gpu_runtime_kernels(void); /* src/runtime/gpu/ */
+/* src/kernels/cpu/collective_kernels.c: the CPU participants, for GPUs */
+rf_status *rf__register_gpu_collective_kernels(void);
 /* src/kernels/cuda/<family>.cu */
 rf_status *rf__register_gpu_array_kernels(void);
 rf_status *rf__register_gpu_state_kernels(void);

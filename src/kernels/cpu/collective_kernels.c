@@ -1,8 +1,9 @@
 /* kernels/cpu/collective_kernels.c - the participant kernels of every
- * collective, and the stubs for Reduce and Broadcast that must have been
- * lowered away. Participants are asynchronous: they join the session's
- * collective manager and return at once, so no executor thread ever waits for
- * another device (8 devices on 2 cores cannot deadlock). */
+ * collective, for CPU and (CUDA builds) GPU devices alike, and the stubs for
+ * Reduce and Broadcast that must have been lowered away. Participants are
+ * asynchronous: they join the session's collective manager and return at once,
+ * so no executor thread ever waits for another device (8 devices on 2 cores
+ * cannot deadlock). */
 #include <string.h>
 
 #include "comm/collective.h"
@@ -175,29 +176,44 @@ static rf_status *must_be_lowered(rf__kernel_ctx *ctx) {
                           "optimization.");
 }
 
-#define PARTICIPANT(OP, INIT_FN, HOST_IN)                    \
-  {                                                          \
-    .op = OP, .device_type = RF_DEVICE_CPU, .init = INIT_FN, \
-    .destroy = destroy_state, .compute_async = participate,  \
-    .host_memory_inputs = HOST_IN                            \
+/* The same kernels serve CPU and GPU devices: a participant only joins the
+ * manager, and the backend of the device type moves the data (on GPUs: on
+ * the participants' streams, the output in the device's memory). The shape
+ * input of _BroadcastRecv is host memory. */
+#define PARTICIPANT(OP, INIT_FN, HOST_IN, TYPE)                               \
+  {                                                                           \
+    .op = OP, .device_type = TYPE, .init = INIT_FN, .destroy = destroy_state, \
+    .compute_async = participate, .host_memory_inputs = HOST_IN               \
+  }
+#define KERNELS(TYPE)                                                        \
+  {                                                                          \
+    PARTICIPANT("AllReduce", init_all_reduce, 0, TYPE),                      \
+        PARTICIPANT("AllGather", init_all_gather, 0, TYPE),                  \
+        PARTICIPANT("ReduceScatter", init_reduce_scatter, 0, TYPE),          \
+        PARTICIPANT("_ReduceSend", init_reduce_send, 0, TYPE),               \
+        PARTICIPANT("_ReduceRecv", init_reduce_recv, 0, TYPE),               \
+        PARTICIPANT("_BroadcastSend", init_broadcast_send, 0, TYPE),         \
+        PARTICIPANT("_BroadcastRecv", init_broadcast_recv, 1u, TYPE),        \
+        {.op = "Reduce", .device_type = TYPE, .compute = must_be_lowered}, { \
+      .op = "Broadcast", .device_type = TYPE, .compute = must_be_lowered     \
+    }                                                                        \
   }
 
-static const rf__kernel_def kernels[] = {
-    PARTICIPANT("AllReduce", init_all_reduce, 0),
-    PARTICIPANT("AllGather", init_all_gather, 0),
-    PARTICIPANT("ReduceScatter", init_reduce_scatter, 0),
-    PARTICIPANT("_ReduceSend", init_reduce_send, 0),
-    PARTICIPANT("_ReduceRecv", init_reduce_recv, 0),
-    PARTICIPANT("_BroadcastSend", init_broadcast_send, 0),
-    PARTICIPANT("_BroadcastRecv", init_broadcast_recv, 1u),
-    {.op = "Reduce", .device_type = RF_DEVICE_CPU, .compute = must_be_lowered},
-    {.op = "Broadcast",
-     .device_type = RF_DEVICE_CPU,
-     .compute = must_be_lowered},
-};
+static const rf__kernel_def cpu_kernels[] = KERNELS(RF_DEVICE_CPU);
 
-rf_status *rf__register_cpu_collective_kernels(void) {
-  for (size_t i = 0; i < sizeof kernels / sizeof *kernels; i++)
-    RF_CHECK(rf__kernel_register(&kernels[i]));
+static rf_status *register_all(const rf__kernel_def *defs, size_t n) {
+  for (size_t i = 0; i < n; i++) RF_CHECK(rf__kernel_register(&defs[i]));
   return NULL;
 }
+
+rf_status *rf__register_cpu_collective_kernels(void) {
+  return register_all(cpu_kernels, sizeof cpu_kernels / sizeof *cpu_kernels);
+}
+
+#ifdef RF_HAVE_CUDA
+static const rf__kernel_def gpu_kernels[] = KERNELS(RF_DEVICE_GPU);
+
+rf_status *rf__register_gpu_collective_kernels(void) {
+  return register_all(gpu_kernels, sizeof gpu_kernels / sizeof *gpu_kernels);
+}
+#endif
