@@ -17,6 +17,9 @@
 #include <string.h>
 
 #include "testutil.h"
+#ifdef RF_HAVE_NCCL
+#include "comm/cuda/gpu_coll.h"
+#endif
 
 /* ---- the hooks test_collectives.c calls ---- */
 
@@ -254,6 +257,54 @@ static void test_large_tensors(void **state) {
   cpu_then_gpu(large_case, EXACT);
 }
 
+/* One participant per collective, sent through NCCL (a one-rank
+ * communicator: NCCL refuses two ranks on one GPU), three steps so the
+ * cached communicator is reused: every result equals the input. This is the
+ * only part of the NCCL backend a one-GPU machine can run. */
+static void test_nccl_one_rank(void **state) {
+  need_gpu();
+#ifdef RF_HAVE_NCCL
+  if (on_cpu()) skip();
+  prefix = "gpu";
+  uint64_t rng = rf_test_seed() + 22;
+  rf_graph *g = rf_graph_new();
+  assert_ok(rf_graph_push_device(g, "gpu:3"));
+  rf_shape shape = rf_shape_of(2, (int64_t)6, (int64_t)5);
+  rf_output x = rf_placeholder(g, "x", RF_FLOAT32, shape), f[4];
+  rf_all_reduce_n(g, "ar", &x, 1, RF_REDUCE_AVG, &f[0]);
+  rf_all_gather_n(g, "ag", &x, 1, &f[1]);
+  rf_reduce_scatter_n(g, "rs", &x, 1, RF_REDUCE_MAX, &f[2]);
+  f[3] = rf_reduce(g, "red", &x, 1, RF_REDUCE_PROD);
+  rf_graph_pop_device(g);
+  assert_graph_ok(g);
+  rf_session_options o = options();
+  rf_session *s = NULL;
+  assert_ok(rf_session_new(g, &o, &s));
+  rf__gpu_coll_nccl_for_single(true);
+  for (int step = 0; step < 3; step++) {
+    rf_tensor *in = rf_test_random_tensor(&rng, RF_FLOAT32, shape, -2, 2);
+    rf_tensor *out[4];
+    rf_feed feed = {x, in};
+    rf_status *st = rf_session_run(s, &feed, 1, f, 4, NULL, 0, out);
+    if (st) rf__gpu_coll_nccl_for_single(false);
+    assert_ok(st);
+    double *want = rf_test_to_doubles(in);
+    for (int i = 0; i < 4; i++) {
+      assert_tensor_near(out[i], shape, want, 0);
+      rf_tensor_release(out[i]);
+    }
+    free(want);
+    rf_tensor_release(in);
+  }
+  rf__gpu_coll_nccl_for_single(false);
+  rf_session_free(s);
+  rf_graph_free(g);
+#else
+  printf("GPU tests skipped: built without NCCL\n");
+  skip();
+#endif
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(gpu_test_all_reduce_matrix),
@@ -269,6 +320,7 @@ int main(void) {
       cmocka_unit_test(gpu_test_gradient_through_peers),
       cmocka_unit_test(test_mismatched_shape),
       cmocka_unit_test(test_large_tensors),
+      cmocka_unit_test(test_nccl_one_rank),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

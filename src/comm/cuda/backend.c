@@ -275,12 +275,16 @@ void rf__cuda_coll_run(rf__coll_group *g) {
 /* ---- the backend ---- */
 
 #ifdef RF_HAVE_NCCL
+static atomic_bool nccl_single; /* tests: one participant goes to NCCL */
+
+void rf__gpu_coll_nccl_for_single(bool on) { atomic_store(&nccl_single, on); }
+
 static bool on_distinct_gpus(const rf__coll_group *g) {
   for (int i = 1; i < g->n; i++)
     for (int k = 0; k < i; k++)
       if (g->p[k].device->gpu_ordinal == g->p[i].device->gpu_ordinal)
         return false;
-  return g->n > 1;
+  return g->n > 1 || atomic_load(&nccl_single);
 }
 #endif
 

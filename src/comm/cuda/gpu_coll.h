@@ -17,6 +17,9 @@ void rf__cuda_coll_run(rf__coll_group *g);
 #ifdef RF_HAVE_NCCL
 /* The NCCL backend (participants on distinct physical GPUs). */
 void rf__nccl_coll_run(rf__coll_group *g);
+/* For tests on one GPU: when on, a group of ONE participant runs through
+ * NCCL (a one-rank communicator) instead of CUDA kernels. Off by default. */
+void rf__gpu_coll_nccl_for_single(bool on);
 #endif
 
 /* Calls every participant's done with a copy of st (no output). */

@@ -417,9 +417,9 @@ static rf_status *launch(nccl_op *op, size_t count) {
     return st;
   }
   atomic_store(&op->pending, g->n);
+  for (int r = 0; r < g->n; r++) op->slots[r].op = op;
   watch(op);
   for (int r = 0; r < g->n; r++) {
-    op->slots[r].op = op;
     const rf__device *d = g->p[r].device;
     st = d->enter(d);
     if (!st) st = rf__gpu_notify_when_done(d, &op->slots[r].notify, slot_done);
