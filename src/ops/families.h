@@ -35,6 +35,12 @@ rf_status *rf__register_cpu_collective_kernels(void);
 #ifdef RF_HAVE_CUDA
 /* GPU kernels (CUDA builds only). */
 rf_status *rf__register_gpu_runtime_kernels(void); /* src/runtime/gpu/ */
+/* src/kernels/cuda/<family>.cu */
+rf_status *rf__register_gpu_array_kernels(void);
+rf_status *rf__register_gpu_state_kernels(void);
+rf_status *rf__register_gpu_math_kernels(void);
+rf_status *rf__register_gpu_nn_kernels(void);
+rf_status *rf__register_gpu_reduction_kernels(void);
 #endif
 
 /* Graph passes (src/passes/passes.c). */
