@@ -50,5 +50,6 @@ double now_seconds(void);
 
 int cmd_train(int argc, char **argv);
 int cmd_lower(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
 
 #endif
