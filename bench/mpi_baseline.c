@@ -67,31 +67,29 @@ static double bus_factor(coll c, int n) {
   }
 }
 
-/* Seconds per op: warm-up, one timed op to choose the count (rank 0 decides
- * for everyone), then `iters` back to back between two barriers. */
+/* Seconds per op: warm-up, then batches of 2, 4, 8... ops between two
+ * barriers until one batch lasts min_time on rank 0 (rank 0 decides for
+ * everyone); the slowest rank's time of that batch. */
 static double time_op(coll c, const bufs *b, long long count, long long per,
                       double min_time, int *iters_out) {
   int rank;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   int warm = count * 4 >= (64ll << 20) ? 1 : 3;
   for (int i = 0; i < warm; i++) run_once(c, b, count, per);
-  MPI_Barrier(MPI_COMM_WORLD);
-  double t0 = MPI_Wtime();
-  run_once(c, b, count, per);
-  MPI_Barrier(MPI_COMM_WORLD);
-  double one = MPI_Wtime() - t0;
-  int iters = one > 0 ? (int)(min_time / one) + 1 : 1000;
-  if (iters < 2) iters = 2;
-  if (iters > 100000) iters = 100000;
-  MPI_Bcast(&iters, 1, MPI_INT, 0, MPI_COMM_WORLD);
-  MPI_Barrier(MPI_COMM_WORLD);
-  t0 = MPI_Wtime();
-  for (int i = 0; i < iters; i++) run_once(c, b, count, per);
-  MPI_Barrier(MPI_COMM_WORLD);
-  double t = (MPI_Wtime() - t0) / iters, worst;
-  MPI_Reduce(&t, &worst, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
-  *iters_out = iters;
-  return rank == 0 ? worst : t;
+  for (int k = 2;; k *= 2) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    double t0 = MPI_Wtime();
+    for (int i = 0; i < k; i++) run_once(c, b, count, per);
+    MPI_Barrier(MPI_COMM_WORLD);
+    double t = MPI_Wtime() - t0, worst = t;
+    MPI_Reduce(&t, &worst, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+    int done = rank == 0 && (worst >= min_time || k >= (1 << 24));
+    MPI_Bcast(&done, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    if (done) {
+      *iters_out = k;
+      return worst / k;
+    }
+  }
 }
 
 static int usage(int rank) {

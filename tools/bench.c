@@ -47,9 +47,10 @@ static int parse_size(const char *s, int64_t *out) {
   else if (*end == 'M' || *end == 'm') mult = 1 << 20, end++;
   else if (*end == 'G' || *end == 'g') mult = 1 << 30, end++;
   if (*end == 'B' || *end == 'b') end++;
-  if (!*s || *end || v < 4 || v * (double)mult > (double)(1ll << 30))
+  double bytes = v * (double)mult;
+  if (!*s || *end || bytes < 4 || bytes > (double)(1ll << 30))
     return -1;
-  *out = (int64_t)(v * (double)mult);
+  *out = (int64_t)bytes;
   return 0;
 }
 

@@ -132,13 +132,14 @@ static double run_job(bench_floor *f, int kind, int64_t count, int iters) {
   return (now_seconds() - t0) / iters;
 }
 
+/* Batches of 2, 4, 8... ops until one lasts min_time. */
 static double time_job(bench_floor *f, int kind, int64_t count,
                        double min_time) {
   run_job(f, kind, count, 2); /* warm the caches */
-  double one = run_job(f, kind, count, 1);
-  int iters = one > 0 ? (int)(min_time / one) + 1 : 1000;
-  iters = iters < 2 ? 2 : iters > 1000000 ? 1000000 : iters;
-  return run_job(f, kind, count, iters);
+  for (int k = 2;; k *= 2) {
+    double t = run_job(f, kind, count, k);
+    if (t * k >= min_time || k >= (1 << 24)) return t;
+  }
 }
 
 void bench_floor_measure(bench_floor *f, int64_t bytes, double min_time,

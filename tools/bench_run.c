@@ -169,7 +169,8 @@ static int64_t allocator_total(void) {
   return (int64_t)(cached + in_use);
 }
 
-/* Warm-up, one timed step to pick the count, then the timed steps. */
+/* Warm-up, then batches of 2, 4, 8... steps until one batch lasts
+ * min_time: that batch is the measurement. */
 static rf_status *measure(setup *su, bench_coll c, int n, double min_time,
                           int *iters, double *seconds, int64_t *fresh) {
   rf_tensor *outs[MAX_DEV];
@@ -181,20 +182,20 @@ static rf_status *measure(setup *su, bench_coll c, int n, double min_time,
     release_all(outs, su->nfetches);
     if (st) return st;
   }
-  double t0 = now_seconds();
-  RF_TOOL_CHECK(step(su, outs));
-  release_all(outs, su->nfetches);
-  double one = now_seconds() - t0;
-  int it = one > 0 ? (int)(min_time / one) + 1 : 1000;
-  it = it < 2 ? 2 : it > 1000000 ? 1000000 : it;
   int64_t before = allocator_total();
-  t0 = now_seconds();
-  for (int i = 0; i < it; i++) {
-    RF_TOOL_CHECK(step(su, outs));
-    release_all(outs, su->nfetches);
+  for (int k = 2;; k *= 2) {
+    double t0 = now_seconds();
+    for (int i = 0; i < k; i++) {
+      RF_TOOL_CHECK(step(su, outs));
+      release_all(outs, su->nfetches);
+    }
+    double t = now_seconds() - t0;
+    if (t >= min_time || k >= (1 << 24)) {
+      *seconds = t / k;
+      *iters = k;
+      break;
+    }
   }
-  *seconds = (now_seconds() - t0) / it;
-  *iters = it;
   *fresh = allocator_total() - before;
   return NULL;
 }
