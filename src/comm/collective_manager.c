@@ -253,7 +253,7 @@ static void launch(rf__collective_manager *m, entry *e) {
     fail_parts(g.p, g.n, st);
     rf_status_free(st);
   } else {
-    be->run(&g); /* the backend calls each done and releases nothing */
+    be->run(&g); /* calls each done; may release (and NULL) inputs */
     for (int i = 0; i < g.n; i++) rf_tensor_release(g.p[i].input);
   }
   e->parts = NULL; /* g.p freed below with e */
