@@ -15,7 +15,7 @@ typedef struct opts {
   int n, threads;
   int64_t lo, hi;
   double min_time;
-  bool quick, csv, no_mpi;
+  bool quick, csv, no_mpi, no_floor;
   int only; /* a bench_coll, or -1 for all */
   const char *mpi_program;
 } opts;
@@ -32,7 +32,8 @@ typedef struct results {
 static const char *const usage_text =
     "usage: ringflow bench [--devices N] [--min SIZE] [--max SIZE] [--quick]\n"
     "                      [--csv] [--min-time SECONDS] [--threads T]\n"
-    "                      [--collective NAME] [--no-mpi] [--mpi-baseline PATH]\n"
+    "                      [--collective NAME] [--no-mpi] [--no-floor]\n"
+    "                      [--mpi-baseline PATH]\n"
     "  times all_reduce (sum), reduce, broadcast, all_gather and reduce_scatter\n"
     "  (float32) on N virtual CPU devices (default 4) at sizes SIZE..SIZE in\n"
     "  steps of x4 (default 1K..256M; K/M/G suffixes), against a 2-thread\n"
@@ -68,7 +69,8 @@ static int parse_args(int argc, char **argv, opts *o, bool *stop) {
       {"csv", no_argument, 0, 'c'},          {"min-time", required_argument, 0, 't'},
       {"threads", required_argument, 0, 'T'}, {"collective", required_argument, 0, 'C'},
       {"no-mpi", no_argument, 0, 'M'},       {"mpi-baseline", required_argument, 0, 'P'},
-      {"help", no_argument, 0, 'h'},         {0, 0, 0, 0}};
+      {"no-floor", no_argument, 0, 'F'},     {"help", no_argument, 0, 'h'},
+      {0, 0, 0, 0}};
   *o = (opts){.n = 4, .lo = 1 << 10, .hi = 256 << 20, .min_time = -1, .only = -1};
   bool max_given = false;
   int c;
@@ -85,6 +87,7 @@ static int parse_args(int argc, char **argv, opts *o, bool *stop) {
       case 'T': bad = parse_int(optarg, 0, 256, &o->threads); break;
       case 'C': bad = (o->only = coll_by_name(optarg)) < 0; break;
       case 'M': o->no_mpi = true; break;
+      case 'F': o->no_floor = true; break;
       case 'P': o->mpi_program = optarg; break;
       case 'h': fputs(usage_text, stdout); *stop = true; return 0;
       default: bad = 1;
@@ -216,6 +219,13 @@ static double mpi_best(const results *r, int c, int i) {
   return a > b ? a : b;
 }
 
+/* v formatted with fmt, or "-" when there is no value (v <= 0). */
+static const char *fmt_or_dash(char buf[16], double v, const char *fmt) {
+  if (v <= 0) return "-";
+  snprintf(buf, 16, fmt, v);
+  return buf;
+}
+
 static void print_summary(const opts *o, const results *r) {
   if (o->csv)
     printf("collective,devices,bytes,iters,time_us,algbw_gbs,busbw_gbs,"
@@ -237,13 +247,19 @@ static void print_summary(const opts *o, const results *r) {
       if (o->csv) {
         printf("%s,%d,%.0f,%d,%.3f,%.4f,%.4f,%.4f,", bench_coll_name((bench_coll)c),
                o->n, x->bytes, x->iters, x->time_us, x->algbw, x->busbw, fl);
-        if (best > 0) printf("%.4f,%.4f,%.3f,%.3f\n", d, m, x->busbw / best, x->busbw / fl);
-        else printf(",,,%.3f\n", x->busbw / fl);
+        if (best > 0) printf("%.4f,%.4f,%.3f,", d, m, x->busbw / best);
+        else printf(",,,");
+        if (fl > 0) printf("%.3f\n", x->busbw / fl);
+        else printf("\n");
         continue;
       }
-      printf("%-15s %12.0f %10.3f %10.3f %10.3f %8.2f %10.3f %8.2f\n",
-             bench_coll_name((bench_coll)c), x->bytes, x->busbw, d, m,
-             best > 0 ? x->busbw / best : 0, fl, x->busbw / fl);
+      char cd[16], cm[16], cr[16], cf[16], cq[16];
+      printf("%-15s %12.0f %10.3f %10s %10s %8s %10s %8s\n",
+             bench_coll_name((bench_coll)c), x->bytes, x->busbw,
+             fmt_or_dash(cd, d, "%.3f"), fmt_or_dash(cm, m, "%.3f"),
+             fmt_or_dash(cr, best > 0 ? x->busbw / best : 0, "%.2f"),
+             fmt_or_dash(cf, fl, "%.3f"),
+             fmt_or_dash(cq, fl > 0 ? x->busbw / fl : 0, "%.2f"));
     }
   }
 }
@@ -264,7 +280,7 @@ int cmd_bench(int argc, char **argv) {
            "bytes (x4); >= %.2f s per size\nmachine: %ld online cores; load "
            "average %s (1/5/15 min) at start\n", o.n, (long long)o.lo,
            (long long)o.hi, o.min_time, sysconf(_SC_NPROCESSORS_ONLN), load);
-  rc = measure_floor(&o, r);
+  rc = o.no_floor ? 0 : measure_floor(&o, r);
   if (!rc) rc = measure_ringflow(&o, r);
   rf_default_allocator_trim();
   if (!rc && !o.no_mpi) measure_mpi(&o, r);

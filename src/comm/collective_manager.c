@@ -41,6 +41,12 @@ struct rf__collective_manager {
   pthread_t watchdog;
   int stopping;
   entry *table;
+  /* When the watchdog will wake next (0: never) and the last timeout a
+   * participant asked for. A join wakes the watchdog only for a deadline
+   * before its wake time; idle, it wakes every max(last_timeout_ns, 1 s),
+   * so a steady stream of steps joins without waking it (a wake-up is a
+   * thread hand-off: ~14 us of a ~55 us 4-device all-reduce step). */
+  int64_t watch_ns, last_timeout_ns;
   cancelled_step *cancelled;
   int num_cancelled, cap_cancelled;
   rf__threadpool *pool;
@@ -78,6 +84,8 @@ rf__reduction rf__reduction_from_name(const char *name) {
 static const rf__coll_backend *const backends[] = {
     &rf__cpu_coll_backend,
 };
+
+#define IDLE_WAKE_NS 1000000000LL
 
 static int64_t now_ns(void) {
   struct timespec ts;
@@ -335,8 +343,10 @@ rf_status *rf__collective_join(rf__collective_manager *m,
       return rf__oom();
     }
     if (timeout_ms > 0) {
-      e->deadline_ns = now_ns() + timeout_ms * 1000000;
-      pthread_cond_signal(&m->wake);
+      m->last_timeout_ns = timeout_ms * 1000000;
+      e->deadline_ns = now_ns() + m->last_timeout_ns;
+      if (!m->watch_ns || e->deadline_ns < m->watch_ns)
+        pthread_cond_signal(&m->wake);
     }
   }
   if (fail_now) {
@@ -439,6 +449,10 @@ static void *watchdog_main(void *arg) {
           (!next || e->deadline_ns < next))
         next = e->deadline_ns;
     }
+    if (!next && m->last_timeout_ns) /* idle: at most once a second */
+      next = now + (m->last_timeout_ns > IDLE_WAKE_NS ? m->last_timeout_ns
+                                                      : IDLE_WAKE_NS);
+    m->watch_ns = next;
     if (!next) {
       pthread_cond_wait(&m->wake, &m->mu);
     } else {
