@@ -34,25 +34,44 @@ static inline rf_status *rt_same_shape(rf__shape_ctx *c) {
 }
 
 static const rf__op_spec rt_op_specs[] = {
-    {.name = "TestConst", .outputs = "output: T",
+    {.name = "TestConst",
+     .outputs = "output: T",
      .attrs = "T: type = float64; value: float = 0; shape: shape = []",
      .shape = rt_shape_attr},
-    {.name = "TestAddOne", .inputs = "x: float64", .outputs = "y: float64",
+    {.name = "TestAddOne",
+     .inputs = "x: float64",
+     .outputs = "y: float64",
      .shape = rt_same_shape},
-    {.name = "TestAdd", .inputs = "a: float64, b: float64",
-     .outputs = "y: float64", .shape = rt_same_shape},
-    {.name = "TestIdentity", .inputs = "x: T", .outputs = "y: T",
-     .attrs = "T: type", .shape = rt_same_shape},
-    {.name = "TestWhere", .inputs = "x: float64", .outputs = "y: float64",
+    {.name = "TestAdd",
+     .inputs = "a: float64, b: float64",
+     .outputs = "y: float64",
      .shape = rt_same_shape},
-    {.name = "TestFail", .inputs = "x: T", .outputs = "y: T",
+    {.name = "TestIdentity",
+     .inputs = "x: T",
+     .outputs = "y: T",
+     .attrs = "T: type",
+     .shape = rt_same_shape},
+    {.name = "TestWhere",
+     .inputs = "x: float64",
+     .outputs = "y: float64",
+     .shape = rt_same_shape},
+    {.name = "TestFail",
+     .inputs = "x: T",
+     .outputs = "y: T",
      .attrs = "T: type; message: string = failed"},
-    {.name = "TestSleep", .inputs = "x: float64", .outputs = "y: float64",
-     .attrs = "ms: int = 10", .shape = rt_same_shape},
-    {.name = "TestPlaceholder", .outputs = "output: T",
-     .attrs = "T: type; shape: shape = ?", .shape = rt_shape_attr,
+    {.name = "TestSleep",
+     .inputs = "x: float64",
+     .outputs = "y: float64",
+     .attrs = "ms: int = 10",
+     .shape = rt_same_shape},
+    {.name = "TestPlaceholder",
+     .outputs = "output: T",
+     .attrs = "T: type; shape: shape = ?",
+     .shape = rt_shape_attr,
      .flags = RF_OP_STATEFUL},
-    {.name = "TestSink", .inputs = "x: T", .attrs = "T: type",
+    {.name = "TestSink",
+     .inputs = "x: T",
+     .attrs = "T: type",
      .flags = RF_OP_STATEFUL},
     {.name = "TestNoInput", .flags = RF_OP_STATEFUL},
 };
@@ -136,12 +155,14 @@ static const rf__kernel_def rt_kernels[] = {
     {.op = "TestConst", .device_type = RF_DEVICE_CPU, .compute = rt_const},
     {.op = "TestAddOne", .device_type = RF_DEVICE_CPU, .compute = rt_add_one},
     {.op = "TestAdd", .device_type = RF_DEVICE_CPU, .compute = rt_add},
-    {.op = "TestIdentity", .device_type = RF_DEVICE_CPU,
+    {.op = "TestIdentity",
+     .device_type = RF_DEVICE_CPU,
      .compute = rt_identity},
     {.op = "TestWhere", .device_type = RF_DEVICE_CPU, .compute = rt_where},
     {.op = "TestFail", .device_type = RF_DEVICE_CPU, .compute = rt_fail},
     {.op = "TestSleep", .device_type = RF_DEVICE_CPU, .compute = rt_sleep},
-    {.op = "TestPlaceholder", .device_type = RF_DEVICE_CPU,
+    {.op = "TestPlaceholder",
+     .device_type = RF_DEVICE_CPU,
      .compute = rt_placeholder},
     {.op = "TestSink", .device_type = RF_DEVICE_CPU, .compute = rt_nothing},
     /* TestNoInput deliberately has no kernel (tests the missing-kernel
@@ -169,8 +190,8 @@ static inline rf_node *rt_finish(rf_node_builder *b) {
 }
 
 static inline rf_output rt_const_node(rf_graph *g, const char *name,
-                               const char *device, double value,
-                               rf_shape shape) {
+                                      const char *device, double value,
+                                      rf_shape shape) {
   rf_node_builder *b = rf_node_builder_new(g, "TestConst", name);
   if (device) rf_node_builder_device(b, device);
   rf_node_builder_attr_float(b, "value", value);
@@ -179,16 +200,18 @@ static inline rf_output rt_const_node(rf_graph *g, const char *name,
 }
 
 /* A one-input op (TestAddOne, TestIdentity, TestWhere, TestSleep, ...). */
-static inline rf_output rt_unary_node(rf_graph *g, const char *op, const char *name,
-                               const char *device, rf_output x) {
+static inline rf_output rt_unary_node(rf_graph *g, const char *op,
+                                      const char *name, const char *device,
+                                      rf_output x) {
   rf_node_builder *b = rf_node_builder_new(g, op, name);
   if (device) rf_node_builder_device(b, device);
   rf_node_builder_input(b, x);
   return (rf_output){rt_finish(b), 0};
 }
 
-static inline rf_output rt_add_node(rf_graph *g, const char *name, const char *device,
-                             rf_output a, rf_output c) {
+static inline rf_output rt_add_node(rf_graph *g, const char *name,
+                                    const char *device, rf_output a,
+                                    rf_output c) {
   rf_node_builder *b = rf_node_builder_new(g, "TestAdd", name);
   if (device) rf_node_builder_device(b, device);
   rf_node_builder_input(b, a);
@@ -197,8 +220,8 @@ static inline rf_output rt_add_node(rf_graph *g, const char *name, const char *d
 }
 
 static inline rf_output rt_fail_node(rf_graph *g, const char *name,
-                              const char *device, rf_output x,
-                              const char *message) {
+                                     const char *device, rf_output x,
+                                     const char *message) {
   rf_node_builder *b = rf_node_builder_new(g, "TestFail", name);
   if (device) rf_node_builder_device(b, device);
   rf_node_builder_input(b, x);
@@ -207,7 +230,8 @@ static inline rf_output rt_fail_node(rf_graph *g, const char *name,
 }
 
 static inline rf_output rt_placeholder_node(rf_graph *g, const char *name,
-                                     const char *device, rf_shape shape) {
+                                            const char *device,
+                                            rf_shape shape) {
   rf_node_builder *b = rf_node_builder_new(g, "TestPlaceholder", name);
   if (device) rf_node_builder_device(b, device);
   rf_node_builder_attr_dtype(b, "T", RF_FLOAT64);

@@ -32,7 +32,9 @@ static void device_name(int id, char *buf) { sprintf(buf, "cpu:%d", id); }
 /* Values that keep every reduction in range for every dtype. */
 static rf_tensor *random_input(uint64_t *rng, rf_dtype dt, rf_reduction red) {
   rf_shape s = rf_shape_of(2, (int64_t)3, (int64_t)4);
-  if (red == RF_REDUCE_PROD) return rf_test_random_tensor(rng, dt, s, 1, 2.5);
+  /* 8-bit products of 8 devices would wrap past 2^8: keep those to ones */
+  if (red == RF_REDUCE_PROD)
+    return rf_test_random_tensor(rng, dt, s, 1, rf_dtype_size(dt) == 1 ? 1.99 : 2.5);
   if (rf_dtype_is_float(dt)) return rf_test_random_tensor(rng, dt, s, -2, 2);
   return rf_test_random_tensor(rng, dt, s, 0, 10);
 }
@@ -417,6 +419,121 @@ static void test_fetching_one_participant_runs_all(void **state) {
   rf_graph_free(g);
 }
 
+/* Gradients beyond the reference: avg, prod (with zeros), max and min (ties to
+ * the lowest device index), against float64 derivatives computed here. */
+static double reduce_elems(rf_reduction red, const double *v, int n) {
+  double a = v[0];
+  for (int k = 1; k < n; k++) a = combine(red, a, v[k]);
+  return red == RF_REDUCE_AVG ? a / n : a;
+}
+
+static void test_other_reduction_gradients(void **state) {
+  uint64_t rng = rf_test_seed() + 9;
+  const devset *ds = &device_sets[0]; /* {1, 2, 0} */
+  const rf_reduction reds[] = {RF_REDUCE_AVG, RF_REDUCE_PROD, RF_REDUCE_MAX,
+                               RF_REDUCE_MIN};
+  for (size_t ri = 0; ri < sizeof reds / sizeof *reds; ri++) {
+    rf_reduction red = reds[ri];
+    rf_graph *g = rf_graph_new();
+    rf_output xs[8], ys[8], rs[8], dxs[8];
+    rf_tensor *in[8], *rv[8], *out[8];
+    placeholders(g, ds, RF_FLOAT64, xs);
+    char name[32];
+    sprintf(name, "ar%d", (int)red);
+    rf_all_reduce_n(g, name, xs, ds->n, red, ys);
+    for (int i = 0; i < ds->n; i++) {
+      rv[i] = rf_test_random_tensor(&rng, RF_FLOAT64, rf_shape_of(2, 3, 4), -1, 1);
+      char dev[16];
+      device_name(ds->ids[i], dev);
+      assert_ok(rf_graph_push_device(g, dev));
+      rs[i] = rf_const(g, NULL, rv[i]);
+      rf_graph_pop_device(g);
+      in[i] = rf_test_random_tensor(&rng, RF_FLOAT64, rf_shape_of(2, 3, 4), -2, 2);
+    }
+    /* special cases in element columns: ties (max/min), zeros (prod) */
+    for (int i = 0; i < ds->n; i++) {
+      double *d = rf_tensor_mutable_data(in[i]);
+      d[0] = 1.5;                 /* a tie on every device */
+      d[1] = i == 0 ? 0.0 : d[1]; /* one zero */
+      d[2] = i < 2 ? 0.0 : d[2];  /* two zeros */
+    }
+    assert_ok(rf_gradients(g, ys, ds->n, xs, ds->n, rs, dxs));
+    run(g, xs, in, ds->n, dxs, ds->n, out);
+    for (int e = 0; e < 12; e++) {
+      double v[8], rsum = 0;
+      for (int k = 0; k < ds->n; k++) {
+        v[k] = rf_tensor_get(in[k], e);
+        rsum += rf_tensor_get(rv[k], e);
+      }
+      for (int i = 0; i < ds->n; i++) {
+        double want;
+        if ((red == RF_REDUCE_MAX || red == RF_REDUCE_MIN)) {
+          double ext = reduce_elems(red, v, ds->n);
+          int winner = -1;
+          for (int k = 0; k < ds->n; k++)
+            if (v[k] == ext && (winner < 0 || ds->ids[k] < ds->ids[winner])) winner = k;
+          want = i == winner ? rsum : 0;
+        } else { /* multilinear or linear: central differences are exact */
+          double h = 1e-4, save = v[i];
+          v[i] = save + h;
+          double up = reduce_elems(red, v, ds->n);
+          v[i] = save - h;
+          double down = reduce_elems(red, v, ds->n);
+          v[i] = save;
+          want = rsum * (up - down) / (2 * h);
+        }
+        double got = rf_tensor_get(out[i], e);
+        if (fabs(got - want) > 1e-8 * (1 + fabs(want)))
+          fail_msg("%s gradient, device %d elem %d: got %.12g want %.12g",
+                   red == RF_REDUCE_AVG ? "avg" : red == RF_REDUCE_PROD ? "prod"
+                   : red == RF_REDUCE_MAX ? "max" : "min",
+                   ds->ids[i], e, got, want);
+      }
+    }
+    for (int i = 0; i < ds->n; i++) {
+      rf_tensor_release(in[i]);
+      rf_tensor_release(rv[i]);
+      rf_tensor_release(out[i]);
+    }
+    rf_graph_free(g);
+  }
+}
+
+/* The participants of a collective form one group for gradients: d loss/d x0
+ * where the loss reads only device 1's all-reduce output still flows through
+ * device 0's participant, and every participant of the gradient's all-reduce
+ * is built (with zeros where no gradient arrives). */
+static void test_gradient_through_peers(void **state) {
+  uint64_t rng = rf_test_seed() + 10;
+  const devset *ds = &device_sets[0];
+  rf_graph *g = rf_graph_new();
+  rf_output xs[8], ys[8];
+  rf_tensor *in[8], *out[2];
+  placeholders(g, ds, RF_FLOAT64, xs);
+  rf_all_reduce_n(g, "ar", xs, ds->n, RF_REDUCE_SUM, ys);
+  char dev[16];
+  device_name(ds->ids[1], dev);
+  assert_ok(rf_graph_push_device(g, dev));
+  rf_output loss = rf_sum(g, NULL, rf_mul(g, NULL, ys[1], ys[1]), NULL, -1, false);
+  rf_graph_pop_device(g);
+  rf_output dx[2];
+  rf_output wrt[2] = {xs[0], xs[2]};
+  assert_ok(rf_gradients(g, &loss, 1, wrt, 2, NULL, dx));
+  assert_non_null(dx[0].node);
+  for (int i = 0; i < ds->n; i++) in[i] = random_input(&rng, RF_FLOAT64, RF_REDUCE_SUM);
+  run(g, xs, in, ds->n, dx, 2, out);
+  /* loss = sum(s^2), s = x0 + x1 + x2: d/dx_i = 2 s */
+  double *sum = reference(in, ds->n, RF_REDUCE_SUM, RF_FLOAT64);
+  for (int e = 0; e < 12; e++) sum[e] *= 2;
+  assert_tensor_near(out[0], rf_shape_of(2, 3, 4), sum, 1e-12);
+  assert_tensor_near(out[1], rf_shape_of(2, 3, 4), sum, 1e-12);
+  free(sum);
+  for (int i = 0; i < ds->n; i++) rf_tensor_release(in[i]);
+  rf_tensor_release(out[0]);
+  rf_tensor_release(out[1]);
+  rf_graph_free(g);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_all_reduce_matrix),
@@ -428,6 +545,8 @@ int main(void) {
       cmocka_unit_test(test_single_device_broadcast),
       cmocka_unit_test(test_all_reduce_and_reduce_broadcast_agree),
       cmocka_unit_test(test_fetching_one_participant_runs_all),
+      cmocka_unit_test(test_other_reduction_gradients),
+      cmocka_unit_test(test_gradient_through_peers),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/kernel.h"
+#include "ringflow/debug.h"
 #include "testutil.h"
 
 static const rf_dtype floats[] = {RF_FLOAT16, RF_BFLOAT16, RF_FLOAT32,
@@ -55,9 +57,9 @@ static double ref_act(int op, double a, double b) {
     case RELU: return isnan(a) ? a : (a > 0 ? a : 0);
     case SIGMOID: return 1 / (1 + exp(-a));
     case TANH: return tanh(a);
-    case RELU_GRAD: return b > 0 ? a : 0; /* (dy, x) */
+    case RELU_GRAD: return b > 0 ? a : 0;      /* (dy, x) */
     case SIGMOID_GRAD: return b * a * (1 - a); /* (y, dy) */
-    default: return b * (1 - a * a); /* (y, dy) */
+    default: return b * (1 - a * a);           /* (y, dy) */
   }
 }
 
@@ -74,8 +76,8 @@ static rf_output act_node(rf_graph *g, int op, rf_output a, rf_output b) {
 }
 
 static void check_activations(uint64_t *rng, rf_dtype dt) {
-  static const int64_t sizes[][3] = {{1, 1, 0}, {1, 1, 1}, {1, 1, 7},
-                                     {3, 5, 67}};
+  static const int64_t sizes[][3] = {
+      {1, 1, 0}, {1, 1, 1}, {1, 1, 7}, {3, 5, 67}};
   enum { NS = 4 };
   bool is_int = !rf_dtype_is_float(dt);
   rf_graph *g = rf_graph_new();
@@ -83,7 +85,8 @@ static void check_activations(uint64_t *rng, rf_dtype dt) {
   rf_output fetch[NUM_ACT * NS];
   int ops[NUM_ACT * NS], shape_of[NUM_ACT * NS], nfetch = 0;
   for (int s = 0; s < NS; s++) {
-    rf_shape sh = rf_shape_make(s == 3 ? 3 : 1, s == 3 ? sizes[s] : &sizes[s][2]);
+    rf_shape sh =
+        rf_shape_make(s == 3 ? 3 : 1, s == 3 ? sizes[s] : &sizes[s][2]);
     double lo = is_int ? -100 : -6, hi = is_int ? 100 : 6;
     feeds[2 * s] = (rf_feed){rf_placeholder(g, NULL, dt, sh),
                              rf_test_random_tensor(rng, dt, sh, lo, hi)};
@@ -155,19 +158,19 @@ static void test_dtypes_outside_the_op_are_rejected(void **state) {
   rf_shape v = rf_shape_of(1, (int64_t)3);
   assert_status(build_status(0, RF_UINT8, v, RF_FLOAT32, v),
                 RF_INVALID_ARGUMENT, "uint8");
-  assert_status(build_status(0, RF_BOOL, v, RF_FLOAT32, v),
-                RF_INVALID_ARGUMENT, "bool");
+  assert_status(build_status(0, RF_BOOL, v, RF_FLOAT32, v), RF_INVALID_ARGUMENT,
+                "bool");
   assert_status(build_status(1, RF_INT32, v, RF_FLOAT32, v),
                 RF_INVALID_ARGUMENT, "int32");
   assert_status(build_status(2, RF_INT64, v, RF_FLOAT32, v),
                 RF_INVALID_ARGUMENT, "int64");
-  assert_status(build_status(3, RF_INT8, v, RF_FLOAT32, v),
-                RF_INVALID_ARGUMENT, "int8");
-  assert_status(build_status(4, RF_INT32, v, RF_INT32, v),
-                RF_INVALID_ARGUMENT, "int32");
+  assert_status(build_status(3, RF_INT8, v, RF_FLOAT32, v), RF_INVALID_ARGUMENT,
+                "int8");
+  assert_status(build_status(4, RF_INT32, v, RF_INT32, v), RF_INVALID_ARGUMENT,
+                "int32");
   rf_shape m = rf_shape_of(2, (int64_t)3, (int64_t)4);
-  assert_status(build_status(5, RF_INT32, m, RF_INT32, v),
-                RF_INVALID_ARGUMENT, "int32");
+  assert_status(build_status(5, RF_INT32, m, RF_INT32, v), RF_INVALID_ARGUMENT,
+                "int32");
   assert_status(build_status(5, RF_FLOAT32, m, RF_FLOAT32, v),
                 RF_INVALID_ARGUMENT, "float32");
   assert_status(build_status(5, RF_FLOAT32, m, RF_UINT8, v),
@@ -179,8 +182,8 @@ static void test_dtypes_outside_the_op_are_rejected(void **state) {
 static void test_bias_add_and_grad(void **state) {
   (void)state;
   uint64_t rng = rng_for(3);
-  static const int64_t shapes[][4] = {
-      {5}, {1, 1}, {4, 7}, {2, 3, 9}, {2, 1, 3, 33}, {0, 5}, {3, 0}};
+  static const int64_t shapes[][4] = {{5},           {1, 1}, {4, 7}, {2, 3, 9},
+                                      {2, 1, 3, 33}, {0, 5}, {3, 0}};
   static const int ranks[] = {1, 2, 2, 3, 4, 2, 2};
   for (int d = 0; d < 4; d++) {
     rf_dtype dt = floats[d];
@@ -223,17 +226,17 @@ static void test_bias_add_and_grad(void **state) {
 static void test_bias_add_errors(void **state) {
   (void)state;
   rf_shape m = rf_shape_of(2, (int64_t)3, (int64_t)4);
-  assert_status(build_status(4, RF_FLOAT32, m, RF_FLOAT32,
-                             rf_shape_of(1, (int64_t)5)),
-                RF_INVALID_ARGUMENT, "does not match the last dimension");
+  assert_status(
+      build_status(4, RF_FLOAT32, m, RF_FLOAT32, rf_shape_of(1, (int64_t)5)),
+      RF_INVALID_ARGUMENT, "does not match the last dimension");
   assert_status(build_status(4, RF_FLOAT32, m, RF_FLOAT32, m),
                 RF_INVALID_ARGUMENT, "bias must have rank 1");
   assert_status(build_status(4, RF_FLOAT64, rf_shape_scalar(), RF_FLOAT64,
                              rf_shape_of(1, (int64_t)1)),
                 RF_INVALID_ARGUMENT, "value must have rank >= 1");
-  assert_status(build_status(4, RF_FLOAT32, m, RF_FLOAT64,
-                             rf_shape_of(1, (int64_t)4)),
-                RF_INVALID_ARGUMENT, NULL);
+  assert_status(
+      build_status(4, RF_FLOAT32, m, RF_FLOAT64, rf_shape_of(1, (int64_t)4)),
+      RF_INVALID_ARGUMENT, NULL);
   /* Shapes known only at run time. */
   uint64_t rng = rng_for(4);
   rf_graph *g = rf_graph_new();
@@ -242,8 +245,8 @@ static void test_bias_add_errors(void **state) {
   rf_output y = rf_bias_add(g, "badd", xp, bp);
   assert_graph_ok(g);
   rf_tensor *x = rf_test_random_tensor(&rng, RF_FLOAT32, m, 0, 1);
-  rf_tensor *b = rf_test_random_tensor(&rng, RF_FLOAT32,
-                                       rf_shape_of(1, (int64_t)3), 0, 1);
+  rf_tensor *b =
+      rf_test_random_tensor(&rng, RF_FLOAT32, rf_shape_of(1, (int64_t)3), 0, 1);
   rf_feed feeds[2] = {{xp, x}, {bp, b}};
   rf_tensor *out = NULL;
   rf_status *st = try_run(g, feeds, 2, &y, 1, &out);
@@ -273,7 +276,7 @@ static double *ref_softmax(const double *x, int64_t n, int64_t c) {
 static void test_softmax_and_grad(void **state) {
   (void)state;
   uint64_t rng = rng_for(5);
-  static const int64_t shapes[][3] = {{1}, {6}, {3, 7}, {2, 3, 33},
+  static const int64_t shapes[][3] = {{1},    {6},    {3, 7},  {2, 3, 33},
                                       {0, 4}, {4, 1}, {2, 300}};
   static const int ranks[] = {1, 1, 2, 3, 2, 2, 2};
   for (int d = 0; d < 4; d++) {
@@ -409,8 +412,8 @@ static void test_sparse_xent_every_dtype(void **state) {
   for (int d = 0; d < 4; d++)
     for (int l = 0; l < 2; l++)
       for (int s = 0; s < 4; s++)
-        check_xent(&rng, floats[d], l ? RF_INT64 : RF_INT32, bc[s][0],
-                   bc[s][1], s % 2 ? 1000 : -1000);
+        check_xent(&rng, floats[d], l ? RF_INT64 : RF_INT32, bc[s][0], bc[s][1],
+                   s % 2 ? 1000 : -1000);
 }
 
 /* Runs xent on logits (b, c) with nl labels, all shapes unknown until run
@@ -418,8 +421,8 @@ static void test_sparse_xent_every_dtype(void **state) {
 static rf_status *xent_run(rf_dtype lt, const double *labels, int64_t nl,
                            int64_t b, int64_t c) {
   uint64_t rng = rng_for(8);
-  rf_tensor *x = rf_test_random_tensor(&rng, RF_FLOAT32, rf_shape_of(2, b, c),
-                                       -1, 1);
+  rf_tensor *x =
+      rf_test_random_tensor(&rng, RF_FLOAT32, rf_shape_of(2, b, c), -1, 1);
   rf_shape bs = rf_shape_of(1, nl);
   rf_tensor *l;
   assert_ok(rf_tensor_new(lt, &bs, NULL, &l));
@@ -447,8 +450,8 @@ static void test_sparse_xent_errors(void **state) {
   assert_status(st, RF_INVALID_ARGUMENT, "label value 4 at labels[2]");
   assert_status(xent_run(RF_INT64, (double[]){-1, 0}, 2, 2, 3),
                 RF_INVALID_ARGUMENT, "label value -1 at labels[0]");
-  assert_status(xent_run(RF_INT64, (double[]){0}, 1, 1, 0),
-                RF_INVALID_ARGUMENT, "[0, 0)");
+  assert_status(xent_run(RF_INT64, (double[]){0}, 1, 1, 0), RF_INVALID_ARGUMENT,
+                "[0, 0)");
   /* Run time: labels that do not match the batch. */
   assert_status(xent_run(RF_INT32, (double[]){0, 0}, 2, 3, 4),
                 RF_INVALID_ARGUMENT, "labels must be (3)");
@@ -459,9 +462,165 @@ static void test_sparse_xent_errors(void **state) {
                 RF_INVALID_ARGUMENT, "logits must have rank 2");
   assert_status(build_status(5, RF_FLOAT32, m, RF_INT32, m),
                 RF_INVALID_ARGUMENT, "labels must have rank 1");
-  assert_status(build_status(5, RF_FLOAT32, m, RF_INT64,
-                             rf_shape_of(1, (int64_t)4)),
-                RF_INVALID_ARGUMENT, "does not match the rows of logits");
+  assert_status(
+      build_status(5, RF_FLOAT32, m, RF_INT64, rf_shape_of(1, (int64_t)4)),
+      RF_INVALID_ARGUMENT, "does not match the rows of logits");
+}
+
+/* Every allocation failure inside the kernels of the two-output
+ * cross-entropy and _BiasAddGrad (which sums through scratch buffers) is
+ * RESOURCE_EXHAUSTED and leaks nothing. */
+static void test_allocation_failures(void **state) {
+  (void)state;
+  uint64_t rng = rng_for(9);
+  rf_shape ls = rf_shape_of(2, 6, 5), bs = rf_shape_of(1, 6),
+           big = rf_shape_of(3, 40000, 2, 5);
+  rf_tensor *x = rf_test_random_tensor(&rng, RF_FLOAT32, ls, -1, 1);
+  rf_tensor *l = rf_test_random_tensor(&rng, RF_INT64, bs, 0, 5);
+  rf_tensor *d = rf_test_random_tensor(&rng, RF_BFLOAT16, big, -1, 1);
+  rf_graph *g = rf_graph_new();
+  rf_output xp = rf_placeholder(g, "x", RF_FLOAT32, ls);
+  rf_output lp = rf_placeholder(g, "l", RF_INT64, bs);
+  rf_output dp = rf_placeholder(g, "d", RF_BFLOAT16, big);
+  rf_node *nodes[2] = {rf_sparse_softmax_cross_entropy(g, NULL, xp, lp).node,
+                       internal(g, "_BiasAddGrad", &dp, 1).node};
+  assert_graph_ok(g);
+  rf_tensor *in[2][2] = {{x, l}, {d}};
+  for (int i = 0; i < 2; i++) {
+    rf_tensor *outs[2] = {NULL, NULL};
+    int k;
+    for (k = 1; k < 1000; k++) {
+      rf_default_allocator_trim();
+      int64_t live = rf_debug_live_allocations();
+      rf_debug_fail_allocation_after(k);
+      rf_status *st = rf__kernel_run_single(nodes[i], in[i], outs);
+      rf_debug_fail_allocation_after(0);
+      if (!st) break;
+      assert_status(st, RF_RESOURCE_EXHAUSTED, NULL);
+      rf_default_allocator_trim();
+      assert_int_equal(rf_debug_live_allocations(), live);
+    }
+    assert_true(k > 1 && k < 1000);
+    rf_tensor_release(outs[0]);
+    rf_tensor_release(outs[1]);
+  }
+  rf_tensor_release(x);
+  rf_tensor_release(l);
+  rf_tensor_release(d);
+  rf_graph_free(g);
+}
+
+/* Kernels check the dtypes they read, whatever the graph said. */
+static void test_kernels_check_input_dtypes(void **state) {
+  (void)state;
+  uint64_t rng = rng_for(10);
+  rf_graph *g = rf_graph_new();
+  rf_shape m = rf_shape_of(2, 2, 3), v = rf_shape_of(1, 3);
+  rf_output x = rf_placeholder(g, "x", RF_FLOAT32, m);
+  rf_output b = rf_placeholder(g, "b", RF_FLOAT32, v);
+  rf_node *badd = rf_bias_add(g, "badd", x, b).node;
+  rf_node *sm = rf_softmax(g, "sm", x).node;
+  assert_graph_ok(g);
+  rf_tensor *xt = rf_test_random_tensor(&rng, RF_FLOAT32, m, -1, 1);
+  rf_tensor *bt = rf_test_random_tensor(&rng, RF_FLOAT64, v, -1, 1);
+  rf_tensor *it = rf_test_random_tensor(&rng, RF_INT32, m, -1, 1);
+  rf_tensor *in[2] = {xt, bt}, *out[1] = {NULL};
+  assert_status(rf__kernel_run_single(badd, in, out), RF_INVALID_ARGUMENT,
+                "input 1 has dtype float64; expected float32");
+  assert_status(rf__kernel_run_single(sm, &it, out), RF_INVALID_ARGUMENT,
+                "input 0 has dtype int32");
+  assert_null(out[0]);
+  rf_tensor_release(xt);
+  rf_tensor_release(bt);
+  rf_tensor_release(it);
+  rf_graph_free(g);
+}
+
+/* ---- gradient functions, through rf_gradients ---- */
+
+/* dx = d(sum(y * gy))/dx for y = op(x...), with gy fed: checks the gradient
+ * function of each op builds the right internal op with the right inputs. */
+static void test_gradients_through_rf_gradients(void **state) {
+  (void)state;
+  uint64_t rng = rng_for(11);
+  for (int d = 0; d < 4; d++) {
+    rf_dtype dt = floats[d];
+    int64_t b = 3, c = 5;
+    rf_shape ms = rf_shape_of(2, b, c), vs = rf_shape_of(1, c),
+             bs = rf_shape_of(1, b);
+    rf_graph *g = rf_graph_new();
+    rf_output x = rf_placeholder(g, "x", dt, ms);
+    rf_output bias = rf_placeholder(g, "bias", dt, vs);
+    rf_output labels = rf_placeholder(g, "labels", RF_INT32, bs);
+    rf_output gy = rf_placeholder(g, "gy", dt, ms);
+    rf_output gl = rf_placeholder(g, "gl", dt, bs);
+    enum { NY = 6 };
+    rf_output ys[NY] = {rf_relu(g, "relu", x),
+                        rf_sigmoid(g, "sig", x),
+                        rf_tanh(g, "tanh", x),
+                        rf_softmax(g, "sm", x),
+                        rf_bias_add(g, "badd", x, bias),
+                        rf_sparse_softmax_cross_entropy(g, "xent", x, labels)};
+    rf_output dxs[NY + 2];
+    for (int i = 0; i < NY; i++)
+      assert_ok(rf_gradients(g, &ys[i], 1, &x, 1, i == 5 ? &gl : &gy, &dxs[i]));
+    assert_ok(rf_gradients(g, &ys[4], 1, &bias, 1, &gy, &dxs[NY]));
+    assert_ok(rf_gradients(g, &ys[5], 1, &labels, 1, &gl, &dxs[NY + 1]));
+    assert_null(dxs[NY + 1].node); /* labels get no gradient */
+    /* The backprop output has no gradient function. */
+    rf_output backprop = {ys[5].node, 1}, unused;
+    assert_status(rf_gradients(g, &backprop, 1, &x, 1, &gy, &unused),
+                  RF_UNIMPLEMENTED,
+                  "gradient of the backprop output of "
+                  "SparseSoftmaxCrossEntropyWithLogits is not supported");
+    rf_output fetch[NY + 2] = {dxs[0], dxs[1], dxs[2],  dxs[3],
+                               dxs[4], dxs[5], dxs[NY], backprop};
+    rf_tensor *xv = rf_test_random_tensor(&rng, dt, ms, -3, 3);
+    rf_tensor *bv = rf_test_random_tensor(&rng, dt, vs, -1, 1);
+    rf_tensor *lv = rf_test_random_tensor(&rng, RF_INT32, bs, 0, (double)c);
+    rf_tensor *gyv = rf_test_random_tensor(&rng, dt, ms, -1, 1);
+    rf_tensor *glv = rf_test_random_tensor(&rng, dt, bs, -1, 1);
+    rf_feed feeds[5] = {
+        {x, xv}, {bias, bv}, {labels, lv}, {gy, gyv}, {gl, glv}};
+    rf_tensor *o[NY + 2];
+    rf_test_run(g, 1, feeds, 5, fetch, NY + 2, o);
+    double *xd = rf_test_to_doubles(xv), *gd = rf_test_to_doubles(gyv);
+    double *sm = ref_softmax(xd, b * c, c);
+    double want[NY + 1][15];
+    for (int r = 0; r < b; r++) {
+      double dot = 0;
+      for (int j = 0; j < c; j++) dot += gd[r * c + j] * sm[r * c + j];
+      for (int j = 0; j < c; j++) {
+        int i = r * (int)c + j;
+        double xi = xd[i], gi = gd[i], s = 1 / (1 + exp(-xi)), t = tanh(xi);
+        want[0][i] = xi > 0 ? gi : 0;
+        want[1][i] = gi * s * (1 - s);
+        want[2][i] = gi * (1 - t * t);
+        want[3][i] = (gi - dot) * sm[i];
+        want[4][i] = gi;
+        want[5][i] = rf_tensor_get(o[NY + 1], i) * rf_tensor_get(glv, r);
+      }
+    }
+    for (int j = 0; j < c; j++) {
+      want[6][j] = 0;
+      for (int r = 0; r < b; r++) want[6][j] += gd[r * c + j];
+    }
+    /* Sigmoid/Tanh gradients use the rounded forward output: a looser
+     * bound for the 16-bit types. */
+    double tol = rf_test_tolerance(dt) * (d < 2 ? 4 : 1);
+    for (int i = 0; i < NY; i++) assert_tensor_near(o[i], ms, want[i], tol);
+    assert_tensor_near(o[NY], vs, want[6], tol);
+    for (int i = 0; i < NY + 2; i++) rf_tensor_release(o[i]);
+    free(xd);
+    free(gd);
+    free(sm);
+    rf_tensor_release(xv);
+    rf_tensor_release(bv);
+    rf_tensor_release(lv);
+    rf_tensor_release(gyv);
+    rf_tensor_release(glv);
+    rf_graph_free(g);
+  }
 }
 
 int main(void) {
@@ -474,6 +633,9 @@ int main(void) {
       cmocka_unit_test(test_softmax_of_a_scalar_fails),
       cmocka_unit_test(test_sparse_xent_every_dtype),
       cmocka_unit_test(test_sparse_xent_errors),
+      cmocka_unit_test(test_allocation_failures),
+      cmocka_unit_test(test_kernels_check_input_dtypes),
+      cmocka_unit_test(test_gradients_through_rf_gradients),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

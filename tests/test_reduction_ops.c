@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/kernel.h"
+#include "ringflow/debug.h"
 #include "testutil.h"
 
 static const rf_dtype numeric[] = {RF_FLOAT16, RF_BFLOAT16, RF_FLOAT32,
@@ -57,10 +59,13 @@ static double *ref_reduce(const double *x, const int64_t *dims, int rank,
   int64_t total = 1, count = 1, nout = 1;
   for (int k = 0; k < rank; k++) {
     total *= dims[k];
-    if (mask >> k & 1) count *= dims[k];
-    else nout *= dims[k];
+    if (mask >> k & 1)
+      count *= dims[k];
+    else
+      nout *= dims[k];
   }
-  double *fs = calloc((size_t)nout + 1, sizeof(double));
+  /* long double, so the reference is more exact than what it checks. */
+  long double *fs = calloc((size_t)nout + 1, sizeof(long double));
   int64_t *is = calloc((size_t)nout + 1, sizeof(int64_t));
   for (int64_t i = 0; i < total; i++) {
     int64_t rest = i, o = 0, idx[RF_MAX_RANK];
@@ -73,16 +78,17 @@ static double *ref_reduce(const double *x, const int64_t *dims, int rank,
     fs[o] += x[i];
     is[o] += (int64_t)x[i];
   }
+  double *out = calloc((size_t)nout + 1, sizeof(double));
   for (int64_t o = 0; o < nout; o++) {
-    if (rf_dtype_is_float(dt)) {
-      if (mean) fs[o] /= (double)count;
-    } else {
-      fs[o] = wrap_int(dt, mean ? is[o] / count : is[o]);
-    }
+    if (rf_dtype_is_float(dt))
+      out[o] = mean ? (double)(fs[o] / (long double)count) : (double)fs[o];
+    else
+      out[o] = wrap_int(dt, mean ? is[o] / count : is[o]);
   }
+  free(fs);
   free(is);
   *n = nout;
-  return fs;
+  return out;
 }
 
 /* The shape reducing dims over mask gives. */
@@ -91,8 +97,10 @@ static rf_shape reduced_shape(const int64_t *dims, int rank, uint32_t mask,
   int64_t out[RF_MAX_RANK];
   int n = 0;
   for (int k = 0; k < rank; k++) {
-    if (!(mask >> k & 1)) out[n++] = dims[k];
-    else if (keep) out[n++] = 1;
+    if (!(mask >> k & 1))
+      out[n++] = dims[k];
+    else if (keep)
+      out[n++] = 1;
   }
   return rf_shape_make(n, out);
 }
@@ -148,7 +156,8 @@ static double *ref_reduce_grad(const double *dy, const int64_t *dims, int rank,
     for (int k = 0; k < rank; k++)
       if (!(mask >> k & 1)) o = o * dims[k] + idx[k];
     double v = dy[o];
-    if (mean) v = rf_dtype_is_float(dt) ? v / (double)count : trunc(v / (double)count);
+    if (mean)
+      v = rf_dtype_is_float(dt) ? v / (double)count : trunc(v / (double)count);
     dx[i] = v;
   }
   return dx;
@@ -159,8 +168,8 @@ static double *ref_reduce_grad(const double *dy, const int64_t *dims, int rank,
 static void check_rank3(uint64_t *rng, rf_dtype dt, const int64_t *dims) {
   enum { N = 8 * 2 * 2 };
   rf_shape xs = rf_shape_make(3, dims);
-  rf_tensor *x = rf_test_random_tensor(rng, dt, xs, dt == RF_UINT8 ? 0 : -100,
-                                       100);
+  rf_tensor *x =
+      rf_test_random_tensor(rng, dt, xs, dt == RF_UINT8 ? 0 : -100, 100);
   if (rf_dtype_is_float(dt)) { /* keep float sums in a comfortable range */
     for (int64_t i = 0; i < rf_tensor_num_elements(x); i++)
       rf_tensor_set(x, i, rf_tensor_get(x, i) / 100.0);
@@ -190,8 +199,8 @@ static void check_rank3(uint64_t *rng, rf_dtype dt, const int64_t *dims) {
     dys[i] = rf_test_random_tensor(rng, dt, want, dt == RF_UINT8 ? 0 : -50, 50);
     rf_output dyp = rf_placeholder(g, NULL, dt, want);
     feeds[nf++] = (rf_feed){dyp, dys[i]};
-    fetch[N + i] = reduce_grad_node(g, mean ? "_MeanGrad" : "_SumGrad", dyp,
-                                    xp, axes, na, false, keep);
+    fetch[N + i] = reduce_grad_node(g, mean ? "_MeanGrad" : "_SumGrad", dyp, xp,
+                                    axes, na, false, keep);
   }
   assert_graph_ok(g);
   rf_tensor *outs[2 * N];
@@ -260,8 +269,10 @@ static void test_ranks_0_to_4_shapes_at_run_time(void **state) {
         rf_output y = mean ? rf_mean(g, "y", xp, axes, na, keep)
                            : rf_sum(g, "y", xp, axes, na, keep);
         rf_shape built = rf_output_shape(y);
-        if (all && !keep) assert_int_equal(built.rank, 0);
-        else assert_int_equal(built.rank, RF_UNKNOWN_RANK);
+        if (all && !keep)
+          assert_int_equal(built.rank, 0);
+        else
+          assert_int_equal(built.rank, RF_UNKNOWN_RANK);
         rf_feed feed = {xp, x};
         rf_tensor *out;
         rf_test_run(g, 1, &feed, 1, &y, 1, &out);
@@ -290,8 +301,9 @@ static rf_tensor *reduce_values(const char *op, rf_dtype dt, int rank,
     rf_tensor_set(x, i, values[i]);
   rf_graph *g = rf_graph_new();
   rf_output c = rf_const(g, "x", x);
-  rf_output y = strcmp(op, "Sum") == 0 ? rf_sum(g, NULL, c, axes, naxes, false)
-                                       : rf_mean(g, NULL, c, axes, naxes, false);
+  rf_output y = strcmp(op, "Sum") == 0
+                    ? rf_sum(g, NULL, c, axes, naxes, false)
+                    : rf_mean(g, NULL, c, axes, naxes, false);
   rf_tensor *out;
   rf_test_run(g, 1, NULL, 0, &y, 1, &out);
   rf_graph_free(g);
@@ -304,15 +316,15 @@ static rf_tensor *reduce_values(const char *op, rf_dtype dt, int rank,
 static void test_integer_wrap_and_truncation(void **state) {
   (void)state;
   int64_t two = 2, three = 3;
-  rf_tensor *t = reduce_values("Sum", RF_INT8, 1, &two, (double[]){100, 100},
-                               NULL, -1);
+  rf_tensor *t =
+      reduce_values("Sum", RF_INT8, 1, &two, (double[]){100, 100}, NULL, -1);
   assert_int_equal(((const int8_t *)rf_tensor_data(t))[0], -56);
   rf_tensor_release(t);
   t = reduce_values("Sum", RF_UINT8, 1, &two, (double[]){200, 100}, NULL, -1);
   assert_int_equal(((const uint8_t *)rf_tensor_data(t))[0], 44);
   rf_tensor_release(t);
-  t = reduce_values("Sum", RF_INT32, 1, &two,
-                    (double[]){2147483647.0, 2.0}, NULL, -1);
+  t = reduce_values("Sum", RF_INT32, 1, &two, (double[]){2147483647.0, 2.0},
+                    NULL, -1);
   assert_int_equal(((const int32_t *)rf_tensor_data(t))[0], -2147483647);
   rf_tensor_release(t);
   /* int64: INT64_MAX + 1 wraps to INT64_MIN, built bit-exactly. */
@@ -328,8 +340,8 @@ static void test_integer_wrap_and_truncation(void **state) {
   rf_graph_free(g);
   rf_tensor_release(x);
   /* Means: (100+100+100)/3 in int8 without overflow; -7/2 -> -3. */
-  t = reduce_values("Mean", RF_INT8, 1, &three, (double[]){100, 100, 100},
-                    NULL, -1);
+  t = reduce_values("Mean", RF_INT8, 1, &three, (double[]){100, 100, 100}, NULL,
+                    -1);
   assert_int_equal(((const int8_t *)rf_tensor_data(t))[0], 100);
   rf_tensor_release(t);
   t = reduce_values("Mean", RF_INT32, 1, &two, (double[]){-3, -4}, NULL, -1);
@@ -366,13 +378,27 @@ static void test_long_sums_are_accurate(void **state) {
   free(v);
 }
 
+/* Runs fetches ys of g once with num_threads pool threads. */
+static void run_threads(rf_graph *g, int num_threads, const rf_feed *feed,
+                        const rf_output *ys, int n, rf_tensor **outs) {
+  rf_session_options o;
+  rf_session_options_init(&o);
+  o.num_threads = num_threads;
+  rf_session *s;
+  assert_graph_ok(g);
+  assert_ok(rf_session_new(g, &o, &s));
+  assert_ok(rf_session_run(s, feed, 1, ys, n, NULL, 0, outs));
+  rf_session_free(s);
+}
+
 /* Shapes that take the parallel paths: few long rows (split into chunks),
- * many short rows, wide column blocks, several separate reduced groups. */
+ * few column blocks over many rows (split too), wide column blocks, several
+ * separate reduced groups. The bits do not depend on the thread count. */
 static void test_large_shapes(void **state) {
   (void)state;
   uint64_t rng = rng_for(5);
   static const int64_t shapes[][3] = {
-      {3, 150001, 1}, {2, 300, 517}, {4099, 3, 2}, {5, 33, 1030}};
+      {3, 150001, 1}, {2, 300, 517}, {2, 20000, 7}, {5, 33, 1030}};
   rf_dtype dts[] = {RF_FLOAT32, RF_INT32, RF_FLOAT64, RF_BFLOAT16};
   for (int si = 0; si < 4; si++) {
     rf_dtype dt = dts[si];
@@ -388,15 +414,9 @@ static void test_large_shapes(void **state) {
       ys[m - 1] = rf_sum(g, NULL, xp, axes, na, false);
     }
     rf_feed feed = {xp, x};
-    rf_tensor *outs[7];
-    rf_session_options o;
-    rf_session_options_init(&o);
-    o.num_threads = 2;
-    rf_session *s;
-    assert_graph_ok(g);
-    assert_ok(rf_session_new(g, &o, &s));
-    assert_ok(rf_session_run(s, &feed, 1, ys, 7, NULL, 0, outs));
-    rf_session_free(s);
+    rf_tensor *outs[7], *serial[7];
+    run_threads(g, 3, &feed, ys, 7, outs);
+    run_threads(g, 1, &feed, ys, 7, serial);
     for (uint32_t m = 1; m < 8; m++) {
       int64_t n;
       double *want = ref_reduce(xd, shapes[si], 3, m, false, dt, &n);
@@ -404,8 +424,14 @@ static void test_large_shapes(void **state) {
        * at its own precision. */
       assert_tensor_near(outs[m - 1], reduced_shape(shapes[si], 3, m, false),
                          want, rf_test_tolerance(dt));
+      assert_int_equal(rf_tensor_nbytes(outs[m - 1]),
+                       rf_tensor_nbytes(serial[m - 1]));
+      assert_memory_equal(rf_tensor_data(outs[m - 1]),
+                          rf_tensor_data(serial[m - 1]),
+                          rf_tensor_nbytes(outs[m - 1]));
       free(want);
       rf_tensor_release(outs[m - 1]);
+      rf_tensor_release(serial[m - 1]);
     }
     free(xd);
     rf_tensor_release(x);
@@ -492,10 +518,11 @@ static void test_empty_reductions(void **state) {
   assert_ok(rf_tensor_new(RF_FLOAT32, &s, NULL, &xf));
   assert_ok(rf_tensor_new(RF_INT32, &s, NULL, &xi));
   rf_output cf = rf_const(g, "xf", xf), ci = rf_const(g, "xi", xi);
-  rf_output ys[5] = {
-      rf_sum(g, NULL, cf, &axis1, 1, false), rf_mean(g, NULL, cf, &axis1, 1, true),
-      rf_sum(g, NULL, ci, &axis1, 1, false), rf_mean(g, NULL, ci, &axis0, 1, false),
-      rf_argmax(g, NULL, cf, 0)};
+  rf_output ys[5] = {rf_sum(g, NULL, cf, &axis1, 1, false),
+                     rf_mean(g, NULL, cf, &axis1, 1, true),
+                     rf_sum(g, NULL, ci, &axis1, 1, false),
+                     rf_mean(g, NULL, ci, &axis0, 1, false),
+                     rf_argmax(g, NULL, cf, 0)};
   rf_tensor *outs[5];
   rf_test_run(g, 1, NULL, 0, ys, 5, outs);
   double zeros[3] = {0, 0, 0}, nans[3] = {NAN, NAN, NAN};
@@ -547,13 +574,14 @@ static void test_build_time_errors(void **state) {
                 "axis -3 is out of range");
   assert_status(build_error(rf_shape_scalar(), RF_INT8, 2, NULL, 0),
                 RF_INVALID_ARGUMENT, "rank >= 1");
-  assert_status(build_error(rf_shape_of(2, (int64_t)3, (int64_t)0), RF_INT8, 2,
-                            NULL, 1),
-                RF_INVALID_ARGUMENT, "length 0");
+  assert_status(
+      build_error(rf_shape_of(2, (int64_t)3, (int64_t)0), RF_INT8, 2, NULL, 1),
+      RF_INVALID_ARGUMENT, "length 0");
   /* dy of the wrong shape for _SumGrad. */
   rf_graph *g = rf_graph_new();
   rf_output x = rf_placeholder(g, "x", RF_FLOAT32, m);
-  rf_output dy = rf_placeholder(g, "dy", RF_FLOAT32, rf_shape_of(1, (int64_t)4));
+  rf_output dy =
+      rf_placeholder(g, "dy", RF_FLOAT32, rf_shape_of(1, (int64_t)4));
   rf_node_builder *b = rf_node_builder_new(g, "_SumGrad", "dx");
   rf_node_builder_input(b, dy);
   rf_node_builder_input(b, x);
@@ -587,13 +615,12 @@ static rf_status *run_error(rf_tensor *x, int which, const int64_t *axes,
 static void test_run_time_errors(void **state) {
   (void)state;
   uint64_t rng = rng_for(9);
-  rf_tensor *m = rf_test_random_tensor(&rng, RF_FLOAT32,
-                                       rf_shape_of(2, (int64_t)3, (int64_t)4),
-                                       0, 1);
-  rf_tensor *e = rf_test_random_tensor(&rng, RF_INT32,
-                                       rf_shape_of(2, (int64_t)3, (int64_t)0),
-                                       0, 1);
-  rf_tensor *sc = rf_test_random_tensor(&rng, RF_INT64, rf_shape_scalar(), 0, 1);
+  rf_tensor *m = rf_test_random_tensor(
+      &rng, RF_FLOAT32, rf_shape_of(2, (int64_t)3, (int64_t)4), 0, 1);
+  rf_tensor *e = rf_test_random_tensor(
+      &rng, RF_INT32, rf_shape_of(2, (int64_t)3, (int64_t)0), 0, 1);
+  rf_tensor *sc =
+      rf_test_random_tensor(&rng, RF_INT64, rf_shape_scalar(), 0, 1);
   int64_t ax2 = 2, dup[2] = {0, -2}, ax1 = 1;
   rf_status *st = run_error(m, 0, &ax2, 1);
   assert_true(strstr(rf_status_message(st), "red") != NULL);
@@ -610,6 +637,121 @@ static void test_run_time_errors(void **state) {
   rf_tensor_release(sc);
 }
 
+/* Runs node's kernel with the k-th allocation failing, for k = 1, 2, ...
+ * until it succeeds: every failure is RESOURCE_EXHAUSTED and leaks nothing
+ * (cached allocator buffers are trimmed before counting). */
+static void check_allocation_failures(rf_node *node, rf_tensor *const *in) {
+  rf_tensor *outs[2] = {NULL, NULL};
+  int k;
+  for (k = 1; k < 1000; k++) {
+    rf_default_allocator_trim();
+    int64_t live = rf_debug_live_allocations();
+    rf_debug_fail_allocation_after(k);
+    rf_status *st = rf__kernel_run_single(node, in, outs);
+    rf_debug_fail_allocation_after(0);
+    if (!st) break;
+    assert_status(st, RF_RESOURCE_EXHAUSTED, NULL);
+    rf_default_allocator_trim();
+    assert_int_equal(rf_debug_live_allocations(), live);
+  }
+  assert_true(k > 1 && k < 1000);
+  for (int i = 0; i < rf_node_num_outputs(node); i++)
+    rf_tensor_release(outs[i]);
+}
+
+/* Kernels whose scratch buffers can fail: several passes, split rows, split
+ * columns, the scaled dy of _MeanGrad. */
+static void test_allocation_failures(void **state) {
+  (void)state;
+  uint64_t rng = rng_for(10);
+  rf_shape s4 = rf_shape_of(4, 2, 3, 4, 5), rows = rf_shape_of(2, 3, 140000),
+           cols = rf_shape_of(3, 2, 50000, 3);
+  rf_tensor *x4 = rf_test_random_tensor(&rng, RF_FLOAT32, s4, -1, 1);
+  rf_tensor *xr = rf_test_random_tensor(&rng, RF_INT32, rows, -9, 9);
+  rf_tensor *xc = rf_test_random_tensor(&rng, RF_FLOAT64, cols, -1, 1);
+  rf_graph *g = rf_graph_new();
+  rf_output p4 = rf_placeholder(g, "x4", RF_FLOAT32, s4);
+  rf_output pr = rf_placeholder(g, "xr", RF_INT32, rows);
+  rf_output pc = rf_placeholder(g, "xc", RF_FLOAT64, cols);
+  int64_t a02[2] = {0, 2}, a1 = 1;
+  rf_output m4 = rf_mean(g, NULL, p4, a02, 2, false);
+  rf_output dy = rf_placeholder(g, "dy", RF_FLOAT32, rf_output_shape(m4));
+  rf_output ys[4] = {
+      m4, rf_sum(g, NULL, pr, &a1, 1, false), rf_sum(g, NULL, pc, &a1, 1, true),
+      reduce_grad_node(g, "_MeanGrad", dy, p4, a02, 2, false, false)};
+  assert_graph_ok(g);
+  rf_shape dys = rf_output_shape(m4);
+  rf_tensor *dyv = rf_test_random_tensor(&rng, RF_FLOAT32, dys, -1, 1);
+  rf_tensor *in[4][2] = {{x4}, {xr}, {xc}, {dyv, x4}};
+  for (int i = 0; i < 4; i++) check_allocation_failures(ys[i].node, in[i]);
+  rf_tensor_release(x4);
+  rf_tensor_release(xr);
+  rf_tensor_release(xc);
+  rf_tensor_release(dyv);
+  rf_graph_free(g);
+}
+
+/* Gradients of Sum and Mean through rf_gradients (weighted by a fed gy),
+ * second-order gradients of _SumGrad / _MeanGrad with respect to their dy,
+ * and ArgMax stopping gradients without an error. */
+static void test_gradients_through_rf_gradients(void **state) {
+  (void)state;
+  uint64_t rng = rng_for(11);
+  int64_t dims[3] = {2, 3, 4}, ax[2] = {-1, 0};
+  rf_shape xs = rf_shape_make(3, dims);
+  rf_graph *g = rf_graph_new();
+  rf_output x = rf_placeholder(g, "x", RF_FLOAT64, xs);
+  rf_output u = rf_placeholder(g, "u", RF_FLOAT64, rf_shape_unknown());
+  rf_output ys[4] = {
+      rf_sum(g, NULL, x, ax, 2, false), rf_mean(g, NULL, x, ax, 2, true),
+      rf_mean(g, NULL, u, NULL, -1, false), rf_argmax(g, NULL, x, 1)};
+  rf_shape gs[3] = {reduced_shape(dims, 3, 5, false),
+                    reduced_shape(dims, 3, 5, true), rf_shape_scalar()};
+  rf_output gys[3], dx[4], ddy[2];
+  for (int i = 0; i < 3; i++) {
+    gys[i] = rf_placeholder(g, NULL, RF_FLOAT64, gs[i]);
+    assert_ok(rf_gradients(g, &ys[i], 1, i == 2 ? &u : &x, 1, &gys[i], &dx[i]));
+  }
+  assert_ok(rf_gradients(g, &ys[3], 1, &x, 1, NULL, &dx[3]));
+  assert_null(dx[3].node);
+  /* d(sum(dx * w))/d(gy) = reduce(w): _SumGrad's own gradient. */
+  rf_output w = rf_placeholder(g, "w", RF_FLOAT64, xs);
+  for (int i = 0; i < 2; i++)
+    assert_ok(rf_gradients(g, &dx[i], 1, &gys[i], 1, &w, &ddy[i]));
+  rf_tensor *xv = rf_test_random_tensor(&rng, RF_FLOAT64, xs, -1, 1);
+  rf_tensor *wv = rf_test_random_tensor(&rng, RF_FLOAT64, xs, -1, 1);
+  rf_tensor *gv[3];
+  rf_feed feeds[6] = {{x, xv}, {u, xv}, {w, wv}};
+  for (int i = 0; i < 3; i++) {
+    gv[i] = rf_test_random_tensor(&rng, RF_FLOAT64, gs[i], -1, 1);
+    feeds[3 + i] = (rf_feed){gys[i], gv[i]};
+  }
+  rf_output fetch[5] = {dx[0], dx[1], dx[2], ddy[0], ddy[1]};
+  rf_tensor *o[5];
+  rf_test_run(g, 1, feeds, 6, fetch, 5, o);
+  for (int i = 0; i < 3; i++) {
+    double *gd = rf_test_to_doubles(gv[i]);
+    double *want =
+        ref_reduce_grad(gd, dims, 3, i == 2 ? 7 : 5, i > 0, RF_FLOAT64);
+    assert_tensor_near(o[i], xs, want, 1e-12);
+    free(want);
+    free(gd);
+  }
+  double *wd = rf_test_to_doubles(wv);
+  for (int i = 0; i < 2; i++) {
+    int64_t n;
+    double *want = ref_reduce(wd, dims, 3, 5, i == 1, RF_FLOAT64, &n);
+    assert_tensor_near(o[3 + i], gs[i], want, 1e-12);
+    free(want);
+  }
+  free(wd);
+  for (int i = 0; i < 5; i++) rf_tensor_release(o[i]);
+  for (int i = 0; i < 3; i++) rf_tensor_release(gv[i]);
+  rf_tensor_release(xv);
+  rf_tensor_release(wv);
+  rf_graph_free(g);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_rank3_every_axes_subset),
@@ -621,6 +763,8 @@ int main(void) {
       cmocka_unit_test(test_empty_reductions),
       cmocka_unit_test(test_build_time_errors),
       cmocka_unit_test(test_run_time_errors),
+      cmocka_unit_test(test_allocation_failures),
+      cmocka_unit_test(test_gradients_through_rf_gradients),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -106,7 +106,8 @@ static void test_abort_fails_waiters_and_later_calls(void **state) {
   rf__rendezvous_recv(r, 6, "a", on_recv, &other); /* another step */
   rf_tensor *t = scalar(1);
   assert_ok(rf__rendezvous_send(r, 5, "stored", t));
-  rf_status *why = rf_status_new(RF_INTERNAL, "node 'f' (TestFail) on cpu:2: boom");
+  rf_status *why =
+      rf_status_new(RF_INTERNAL, "node 'f' (TestFail) on cpu:2: boom");
   rf__rendezvous_abort(r, 5, why);
   rf_status_free(why);
   assert_int_equal(refs(t), 1); /* the stored value was dropped */

@@ -198,7 +198,8 @@ static void test_graph_with_error_is_refused(void **state) {
 
 static void test_run_argument_errors(void **state) {
   rf_graph *g = rf_graph_new();
-  rf_output x = rt_placeholder_node(g, "x", NULL, rf_shape_of(2, (int64_t)2, (int64_t)-1));
+  rf_output x = rt_placeholder_node(g, "x", NULL,
+                                    rf_shape_of(2, (int64_t)2, (int64_t)-1));
   rf_output y = rt_unary_node(g, "TestAddOne", "y", NULL, x);
   rf_session *s = rt_session(g, 1, 1);
   rf_output late = rt_unary_node(g, "TestAddOne", "late", NULL, y);
@@ -228,7 +229,7 @@ static void test_run_argument_errors(void **state) {
                 RF_INVALID_ARGUMENT,
                 "node 'x' (TestPlaceholder) output 0: a float32 tensor was "
                 "fed, the output is float64");
-  double d[6] = {0};
+  double d[14] = {0};
   feed.value = rt_tensor(rf_shape_of(2, (int64_t)3, (int64_t)2), d);
   assert_status(rf_session_run(s, &feed, 1, &y, 1, NULL, 0, &out),
                 RF_INVALID_ARGUMENT,
@@ -278,8 +279,8 @@ static void test_arg_without_feed(void **state) {
   assert_ok(rf__attrs_set(&attrs, "T", &t));
   assert_ok(rf__attrs_set(&attrs, "index", &i));
   rf_node *arg = NULL;
-  assert_ok(rf__graph_add_node(g, rf__op_find("_Arg"), "stray_arg", "", NULL,
-                               0, &attrs, &arg));
+  assert_ok(rf__graph_add_node(g, rf__op_find("_Arg"), "stray_arg", "", NULL, 0,
+                               &attrs, &arg));
   rf__attrs_clear(&attrs);
   rf_session *s = rt_session(g, 1, 1);
   rf_output o = {arg, 0};
@@ -345,10 +346,10 @@ static void test_placement_rules(void **state) {
   o.default_device = "cpu:2";
   rf_session *s = NULL;
   assert_ok(rf_session_new(g, &o, &s));
-  assert_true(run_scalar(s, on_default) == 2);   /* default device */
-  assert_true(run_scalar(s, follows) == 1);      /* its input's device */
-  assert_true(run_scalar(s, explicit3) == 3);    /* requested */
-  assert_true(run_scalar(s, after3) == 303);     /* follows w3 */
+  assert_true(run_scalar(s, on_default) == 2); /* default device */
+  assert_true(run_scalar(s, follows) == 1);    /* its input's device */
+  assert_true(run_scalar(s, explicit3) == 3);  /* requested */
+  assert_true(run_scalar(s, after3) == 303);   /* follows w3 */
   /* A fed output's _Arg sits on the fed node's requested device. */
   rf_tensor *v = NULL;
   assert_ok(rf_tensor_new_scalar(RF_FLOAT64, 7, &v));
@@ -411,14 +412,14 @@ static void test_session_frees_everything(void **state) {
     rf_shape sh = rf_shape_scalar();
     assert_ok(rf__device_variable(&s->devices[1], "v", RF_FLOAT32, &sh, &v));
     rf__variable *again = NULL;
-    assert_ok(rf__device_variable(&s->devices[1], "v", RF_FLOAT32, &sh,
-                                  &again));
+    assert_ok(
+        rf__device_variable(&s->devices[1], "v", RF_FLOAT32, &sh, &again));
     assert_ptr_equal(v, again);
-    assert_status(rf__device_variable(&s->devices[1], "v", RF_INT32, &sh,
-                                      &again),
-                  RF_FAILED_PRECONDITION,
-                  "variable 'v' on cpu:1 holds float32, but int32 was "
-                  "requested");
+    assert_status(
+        rf__device_variable(&s->devices[1], "v", RF_INT32, &sh, &again),
+        RF_FAILED_PRECONDITION,
+        "variable 'v' on cpu:1 holds float32, but int32 was "
+        "requested");
     assert_ok(rf_tensor_new_scalar(RF_FLOAT32, 2, &v->value));
   }
   for (int i = 0; i < 3; i++) {

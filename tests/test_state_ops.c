@@ -5,6 +5,7 @@
  * error path (uninitialised, wrong dtype/shape at build and run time) reports
  * clearly. */
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -237,6 +238,41 @@ static void test_assign_errors(void **state) {
   rf_graph_free(g);
 }
 
+/* A variable of partly unknown shape takes any value that fits it. */
+static void test_partial_shape(void **state) {
+  (void)state;
+  rf_graph *g = rf_graph_new();
+  rf_output var = rf_variable(g, "v", RF_INT64, rf_shape_of(2, -1, 3));
+  rf_output any = rf_placeholder(g, "any", RF_INT64, rf_shape_unknown());
+  rf_node *assign = rf_assign(g, "assign", var, any);
+  rf_output read = rf_read_variable(g, "read", var);
+  rf_shape rs = rf_output_shape(read), want_static = rf_shape_of(2, -1, 3);
+  assert_true(rf_shape_equal(&rs, &want_static));
+  rf_session *s = new_session(g, 1);
+  for (int rows = 0; rows < 3; rows++) {
+    rf_tensor *value =
+        rf_test_random_tensor(&rng, RF_INT64, rf_shape_of(2, rows, 3), -50, 50);
+    rf_feed feed = {any, value};
+    run_target(s, &feed, 1, assign);
+    rf_tensor *out = fetch1(s, read);
+    double *want = rf_test_to_doubles(value);
+    assert_values(out, want, rf_shape_of(2, rows, 3), RF_INT64);
+    free(want);
+    rf_tensor_release(out);
+    rf_tensor_release(value);
+  }
+  rf_tensor *bad =
+      rf_test_random_tensor(&rng, RF_INT64, rf_shape_of(2, 2, 4), -50, 50);
+  rf_feed feed = {any, bad};
+  assert_status(rf_session_run(s, &feed, 1, NULL, 0, &assign, 1, NULL),
+                RF_INVALID_ARGUMENT,
+                "cannot assign a value of shape (2, 4) to variable 'v' of "
+                "shape (?, 3)");
+  rf_tensor_release(bad);
+  rf_session_free(s);
+  rf_graph_free(g);
+}
+
 static void test_apply_errors(void **state) {
   (void)state;
   rf_graph *g = rf_graph_new();
@@ -292,7 +328,7 @@ static void test_gradient_descent(void **state) {
   (void)state;
   for (int d = 0; d < 4; d++) {
     rf_dtype dt = float_dtypes[d];
-    rf_shape shape = rf_shape_of(2, 7, 9);
+    rf_shape shape = rf_shape_of(2, 123, 97);
     int64_t n = rf_shape_num_elements(&shape);
     rf_graph *g = rf_graph_new();
     var_graph v = add_variable(g, "v", dt, shape);
@@ -410,7 +446,8 @@ static void test_adam(void **state) {
     /* The reference uses the scalars as stored in dt. */
     const double lr = stored(dt, 0.05), b1 = stored(dt, 0.9);
     const double b2 = stored(dt, 0.999), eps = stored(dt, 1e-4);
-    rf_shape shape = rf_shape_of(2, 5, 3);
+    /* Large enough for the update to be split over the thread pool. */
+    rf_shape shape = rf_shape_of(2, 37, 211);
     int64_t n = rf_shape_num_elements(&shape);
     rf_graph *g = rf_graph_new();
     var_graph x = add_variable(g, "x", dt, shape);
@@ -474,17 +511,83 @@ static void test_adam(void **state) {
   }
 }
 
+/* Updaters and readers on one session at once: every update lands (the
+ * variable's mutex serialises them) and no reader ever sees a half-written
+ * value (all elements move together, so a torn snapshot shows up). */
+typedef struct concurrent_ctx {
+  rf_session *s;
+  rf_output read;
+  rf_node *apply;
+  int torn;
+} concurrent_ctx;
+
+#define UPDATES_PER_THREAD 25
+
+static void *updater(void *arg) {
+  concurrent_ctx *c = arg;
+  for (int i = 0; i < UPDATES_PER_THREAD; i++)
+    if (rf_session_run(c->s, NULL, 0, NULL, 0, &c->apply, 1, NULL))
+      abort(); /* cannot happen: the graph is fixed and initialised */
+  return NULL;
+}
+
+static void *reader(void *arg) {
+  concurrent_ctx *c = arg;
+  for (int i = 0; i < 2 * UPDATES_PER_THREAD; i++) {
+    rf_tensor *t = NULL;
+    if (rf_session_run(c->s, NULL, 0, &c->read, 1, NULL, 0, &t)) abort();
+    const double *d = rf_tensor_data(t);
+    for (int64_t k = 1; k < rf_tensor_num_elements(t); k++)
+      if (d[k] != d[0]) c->torn = 1;
+    rf_tensor_release(t);
+  }
+  return NULL;
+}
+
+static void test_concurrent_updates(void **state) {
+  (void)state;
+  rf_shape shape = rf_shape_of(1, 4096);
+  rf_graph *g = rf_graph_new();
+  var_graph v = add_variable(g, "v", RF_FLOAT64, shape);
+  rf_output alpha = rf_const_scalar(g, "alpha", RF_FLOAT64, 1.0);
+  rf_node *apply = rf_apply_gradient_descent(g, "gd", v.var, alpha,
+                                             rf_ones_like(g, "ones", v.read));
+  rf_session *s = new_session(g, 1);
+  double start = floor(rf_test_uniform(&rng, 100, 1000));
+  rf_tensor *init = rf_test_random_tensor(&rng, RF_FLOAT64, shape, 0, 0);
+  for (int64_t k = 0; k < 4096; k++) rf_tensor_set(init, k, start);
+  init_variable(s, &v, init);
+  rf_tensor_release(init);
+  concurrent_ctx c = {s, v.read, apply, 0};
+  pthread_t th[3];
+  assert_int_equal(pthread_create(&th[0], NULL, updater, &c), 0);
+  assert_int_equal(pthread_create(&th[1], NULL, updater, &c), 0);
+  assert_int_equal(pthread_create(&th[2], NULL, reader, &c), 0);
+  for (int i = 0; i < 3; i++) pthread_join(th[i], NULL);
+  assert_false(c.torn);
+  rf_tensor *out = fetch1(s, v.read);
+  double *want = malloc(sizeof(double) * 4096);
+  for (int k = 0; k < 4096; k++) want[k] = start - 2 * UPDATES_PER_THREAD;
+  assert_values(out, want, shape, RF_FLOAT64);
+  free(want);
+  rf_tensor_release(out);
+  rf_session_free(s);
+  rf_graph_free(g);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_assign_read_every_dtype),
       cmocka_unit_test(test_state_is_per_session),
       cmocka_unit_test(test_uninitialized),
       cmocka_unit_test(test_assign_errors),
+      cmocka_unit_test(test_partial_shape),
       cmocka_unit_test(test_apply_errors),
       cmocka_unit_test(test_gradient_descent),
       cmocka_unit_test(test_update_in_place),
       cmocka_unit_test(test_snapshot_in_same_run),
       cmocka_unit_test(test_adam),
+      cmocka_unit_test(test_concurrent_updates),
   };
   return cmocka_run_group_tests(tests, setup, NULL);
 }

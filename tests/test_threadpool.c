@@ -36,7 +36,8 @@ static void test_free_runs_every_queued_task(void **state) {
     assert_ok(rf__threadpool_new(threads, &p));
     assert_int_equal(rf__threadpool_size(p), threads);
     atomic_int n = 0;
-    for (int i = 0; i < 1000; i++) assert_ok(rf__threadpool_schedule(p, count_task, &n));
+    for (int i = 0; i < 1000; i++)
+      assert_ok(rf__threadpool_schedule(p, count_task, &n));
     rf__threadpool_free(p);
     assert_int_equal(atomic_load(&n), 1000);
   }
@@ -165,7 +166,8 @@ static void test_parallel_for_from_pool_threads(void **state) {
   rf__threadpool *p;
   assert_ok(rf__threadpool_new(1, &p));
   busy b = {p, 0};
-  for (int i = 0; i < 4; i++) assert_ok(rf__threadpool_schedule(p, busy_task, &b));
+  for (int i = 0; i < 4; i++)
+    assert_ok(rf__threadpool_schedule(p, busy_task, &b));
   for (int i = 0; i < 20000 && atomic_load(&b.done) < 4; i++) sleep_ms(1);
   assert_int_equal(atomic_load(&b.done), 4);
   rf__threadpool_free(p);

@@ -4,7 +4,6 @@
 #include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "ringflow/graph_io.h"
 #include "tools.h"
@@ -24,28 +23,6 @@ static void print_graph(const rf_graph *g, const char *title) {
     if (rf_node_device(n)[0]) printf("  @%s", rf_node_device(n));
     printf("\n");
   }
-}
-
-static rf_status *write_dot(const rf_graph *g, const char *dir, const char *stem) {
-  char *dot;
-  RF_TOOL_CHECK(rf_graph_to_dot(g, &dot));
-  char path[1024];
-  snprintf(path, sizeof path, "%s/%s.dot", dir, stem);
-  FILE *f = fopen(path, "w");
-  if (!f) {
-    rf_string_free(dot);
-    return rf_status_new(RF_PERMISSION_DENIED, "cannot write %s", path);
-  }
-  fputs(dot, f);
-  fclose(f);
-  rf_string_free(dot);
-  printf("wrote %s\n", path);
-  if (system("command -v dot >/dev/null 2>&1") == 0) {
-    char cmd[2200];
-    snprintf(cmd, sizeof cmd, "dot -Tsvg '%s' -o '%s/%s.svg'", path, dir, stem);
-    if (system(cmd) == 0) printf("wrote %s/%s.svg\n", dir, stem);
-  }
-  return NULL;
 }
 
 int cmd_lower(int argc, char **argv) {
@@ -81,9 +58,8 @@ int cmd_lower(int argc, char **argv) {
   print_graph(g, "before lowering");
   print_graph(lowered, "after placement and lowering");
   if (dot_dir) {
-    mkdir(dot_dir, 0755);
-    st = write_dot(g, dot_dir, "before");
-    if (!st) st = write_dot(lowered, dot_dir, "after");
+    st = tool_write_dot(g, dot_dir, "before");
+    if (!st) st = tool_write_dot(lowered, dot_dir, "after");
   }
   rf_graph_free(g);
   rf_graph_free(lowered);

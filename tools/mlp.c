@@ -40,12 +40,14 @@ static void build_forward(const mlp_config *c, rf_graph *g, int d, vars *vs,
     vs->m[p] = rf_variable(g, name, RF_FLOAT32, s);
     snprintf(name, sizeof name, "adam_v%d_dev%d", p, d);
     vs->v[p] = rf_variable(g, name, RF_FLOAT32, s);
-    r->init[p] = rf_placeholder(g, NULL, RF_FLOAT32, s);
-    rf_output zeros = rf_zeros_like(g, NULL, r->init[p]);
-    inits[(*ninit)++] = rf_assign(g, NULL, vs->var[p], r->init[p]);
-    inits[(*ninit)++] = rf_assign(g, NULL, vs->m[p], zeros);
-    inits[(*ninit)++] = rf_assign(g, NULL, vs->v[p], zeros);
+    for (int k = 0; k < 3; k++)
+      r->init[k][p] = rf_placeholder(g, NULL, RF_FLOAT32, s);
+    inits[(*ninit)++] = rf_assign(g, NULL, vs->var[p], r->init[0][p]);
+    inits[(*ninit)++] = rf_assign(g, NULL, vs->m[p], r->init[1][p]);
+    inits[(*ninit)++] = rf_assign(g, NULL, vs->v[p], r->init[2][p]);
     r->params[p] = rf_read_variable(g, NULL, vs->var[p]);
+    r->moments[0][p] = rf_read_variable(g, NULL, vs->m[p]);
+    r->moments[1][p] = rf_read_variable(g, NULL, vs->v[p]);
   }
   rf_output h = r->x;
   for (int l = 0; l < c->num_layers; l++) {
@@ -58,6 +60,7 @@ static void build_forward(const mlp_config *c, rf_graph *g, int d, vars *vs,
   rf_output pred = rf_argmax(g, NULL, h, 1);
   rf_output right = rf_equal(g, NULL, pred, rf_cast(g, NULL, r->y, RF_INT64));
   r->correct = rf_cast(g, NULL, right, RF_INT32);
+  r->lr = rf_placeholder(g, NULL, RF_FLOAT32, rf_shape_scalar());
   r->beta1_power = rf_placeholder(g, NULL, RF_FLOAT32, rf_shape_scalar());
   r->beta2_power = rf_placeholder(g, NULL, RF_FLOAT32, rf_shape_scalar());
 }
@@ -118,7 +121,7 @@ rf_status *mlp_build(const mlp_config *c, mlp_graph *m) {
       rf_graph_push_device(g, c->devices[d]);
       updates[nupd++] = rf_apply_adam(
           g, NULL, vs[d].var[p], vs[d].m[p], vs[d].v[p], m->rep[d].beta1_power,
-          m->rep[d].beta2_power, scalar(g, c->lr), scalar(g, c->beta1),
+          m->rep[d].beta2_power, m->rep[d].lr, scalar(g, c->beta1),
           scalar(g, c->beta2), scalar(g, c->epsilon), avg[d]);
       rf_graph_pop_device(g);
     }
@@ -175,4 +178,22 @@ rf_status *mlp_initial_values(const mlp_config *c, uint64_t seed,
     }
   }
   return NULL;
+}
+
+rf_status *mlp_zero_moments(const mlp_config *c, rf_tensor **out) {
+  for (int p = 0; p < 2 * c->num_layers; p++) {
+    rf_shape shape = param_shape(c, p);
+    rf_status *st = rf_tensor_new(RF_FLOAT32, &shape, NULL, &out[p]);
+    if (st) {
+      while (p-- > 0) rf_tensor_release(out[p]);
+      return st;
+    }
+    memset(rf_tensor_mutable_data(out[p]), 0, rf_tensor_nbytes(out[p]));
+  }
+  return NULL;
+}
+
+void mlp_state_name(int kind, int p, char *buf, size_t len) {
+  static const char *const prefix[] = {"", "m_", "v_"};
+  snprintf(buf, len, "%s%s%d", prefix[kind], p % 2 ? "b" : "W", p / 2);
 }

@@ -20,17 +20,21 @@ typedef struct mlp_config {
   int sizes[MLP_MAX_LAYERS + 1];
   int device_batch;                  /* rows per device per step */
   sync_mode sync;
-  double lr, beta1, beta2, epsilon;
+  double lr, beta1, beta2, epsilon; /* lr: the schedule's starting value */
 } mlp_config;
 
 /* Per device: the feeds and fetches of one replica. */
 typedef struct mlp_replica {
   rf_output x, y;            /* placeholders (device_batch, sizes[0]) / labels */
-  rf_output beta1_power, beta2_power; /* scalar placeholders, fed per step */
+  /* scalar placeholders fed every step: the scheduled learning rate and
+   * Adam's bias corrections beta^t */
+  rf_output lr, beta1_power, beta2_power;
   rf_output loss;            /* mean loss of the replica's rows */
   rf_output correct;         /* per row: 1 when predicted right (int32) */
   rf_output params[2 * MLP_MAX_LAYERS]; /* reads: W0, b0, W1, b1, ... */
-  rf_output init[2 * MLP_MAX_LAYERS];   /* placeholders for initial values */
+  rf_output moments[2][2 * MLP_MAX_LAYERS]; /* reads of Adam's m and v */
+  /* placeholders for the initial values of params, m and v */
+  rf_output init[3][2 * MLP_MAX_LAYERS];
 } mlp_replica;
 
 typedef struct mlp_graph {
@@ -38,7 +42,7 @@ typedef struct mlp_graph {
   int num_params;
   mlp_replica rep[MLP_MAX_DEVICES];
   rf_node *train_op; /* runs every replica's update */
-  rf_node *init_op;  /* assigns params from init, zeroes Adam's moments */
+  rf_node *init_op;  /* assigns params, m and v from the init placeholders */
 } mlp_graph;
 
 /* Builds the graph; on error everything built is freed. */
@@ -49,5 +53,9 @@ void mlp_free(mlp_graph *m);
  * device count. init[i] receives new tensors (num_params of them). */
 rf_status *mlp_initial_values(const mlp_config *cfg, uint64_t seed,
                               rf_tensor **init);
+/* Zero tensors shaped like each parameter (Adam's initial moments). */
+rf_status *mlp_zero_moments(const mlp_config *cfg, rf_tensor **out);
+/* The checkpoint name of param p of kind k (0 param, 1 m, 2 v): "W0", "m_b1". */
+void mlp_state_name(int kind, int p, char *buf, size_t len);
 
 #endif

@@ -5,7 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include "ringflow/graph_io.h"
 
 int tool_fail(const char *fmt, ...) {
   va_list ap;
@@ -108,3 +111,28 @@ void progress_epoch(progress *p, int epoch, double accuracy, double spread) {
          now_seconds() - p->start);
   fflush(stdout);
 }
+
+/* DIR/STEM.dot, and DIR/STEM.svg when Graphviz's `dot` is installed. */
+rf_status *tool_write_dot(const rf_graph *g, const char *dir, const char *stem) {
+  mkdir(dir, 0755); /* may exist already */
+  char *dot;
+  RF_TOOL_CHECK(rf_graph_to_dot(g, &dot));
+  char path[1024];
+  snprintf(path, sizeof path, "%s/%s.dot", dir, stem);
+  FILE *f = fopen(path, "w");
+  if (!f) {
+    rf_string_free(dot);
+    return rf_status_new(RF_PERMISSION_DENIED, "cannot write %s", path);
+  }
+  fputs(dot, f);
+  fclose(f);
+  rf_string_free(dot);
+  printf("wrote %s\n", path);
+  if (system("command -v dot >/dev/null 2>&1") == 0) {
+    char cmd[2200];
+    snprintf(cmd, sizeof cmd, "dot -Tsvg '%s' -o '%s/%s.svg'", path, dir, stem);
+    if (system(cmd) == 0) printf("wrote %s/%s.svg\n", dir, stem);
+  }
+  return NULL;
+}
+

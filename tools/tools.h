@@ -48,6 +48,10 @@ void progress_step(progress *p, int epoch, int64_t step, double loss,
 void progress_epoch(progress *p, int epoch, double accuracy, double spread);
 double now_seconds(void);
 
+/* Writes g as DIR/STEM.dot (creating DIR), and DIR/STEM.svg when Graphviz's
+ * `dot` is installed; prints what it wrote. */
+rf_status *tool_write_dot(const rf_graph *g, const char *dir, const char *stem);
+
 int cmd_train(int argc, char **argv);
 int cmd_lower(int argc, char **argv);
 int cmd_bench(int argc, char **argv);

@@ -11,10 +11,14 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "checkpoint.h"
 #include "idx.h"
 #include "mlp.h"
 #include "tools.h"
 
+#ifndef M_PI
+#define M_PI 3.14159265358979323846
+#endif
 #define DEFAULT_DATA "/usr/share/datasets/fashion-mnist"
 
 typedef struct dataset {
@@ -30,7 +34,8 @@ typedef struct options {
   double lr;
   uint64_t seed;
   sync_mode sync;
-  bool check, quiet;
+  bool check, quiet, constant_lr;
+  const char *save, *load, *graph_dir, *trace;
 } options;
 
 static void dataset_free(dataset *d) {
@@ -103,27 +108,90 @@ typedef struct trainer {
   int64_t step; /* Adam's t */
 } trainer;
 
+/* Assigns every replica's params and Adam moments from state[0..2][p]. */
+static rf_status *assign_state(trainer *t, rf_tensor *state[3][2 * MLP_MAX_LAYERS]) {
+  static rf_feed feeds[MLP_MAX_DEVICES * 6 * MLP_MAX_LAYERS];
+  int nf = 0;
+  for (int d = 0; d < t->cfg.num_devices; d++)
+    for (int k = 0; k < 3; k++)
+      for (int p = 0; p < t->m.num_params; p++)
+        feeds[nf++] = (rf_feed){t->m.rep[d].init[k][p], state[k][p]};
+  return rf_session_run(t->s, feeds, nf, NULL, 0, &t->m.init_op, 1, NULL);
+}
+
 static rf_status *trainer_init(trainer *t, const mlp_config *cfg, uint64_t seed,
                                int max_cpu) {
   memset(t, 0, sizeof *t);
   t->cfg = *cfg;
-  rf_status *st = mlp_build(cfg, &t->m);
-  if (st) return st;
+  RF_TOOL_CHECK(mlp_build(cfg, &t->m));
   rf_session_options o;
   rf_session_options_init(&o);
   o.num_cpu_devices = max_cpu;
-  st = rf_session_new(t->m.g, &o, &t->s);
-  if (st) return st;
-  rf_tensor *init[2 * MLP_MAX_LAYERS];
-  st = mlp_initial_values(cfg, seed, init);
-  if (st) return st;
-  rf_feed feeds[MLP_MAX_DEVICES * 2 * MLP_MAX_LAYERS];
-  int nf = 0;
-  for (int d = 0; d < cfg->num_devices; d++)
-    for (int p = 0; p < t->m.num_params; p++)
-      feeds[nf++] = (rf_feed){t->m.rep[d].init[p], init[p]};
-  st = rf_session_run(t->s, feeds, nf, NULL, 0, &t->m.init_op, 1, NULL);
-  for (int p = 0; p < t->m.num_params; p++) rf_tensor_release(init[p]);
+  RF_TOOL_CHECK(rf_session_new(t->m.g, &o, &t->s));
+  rf_tensor *state[3][2 * MLP_MAX_LAYERS];
+  RF_TOOL_CHECK(mlp_initial_values(cfg, seed, state[0]));
+  rf_status *st = mlp_zero_moments(cfg, state[1]);
+  if (!st) {
+    for (int p = 0; p < t->m.num_params; p++) state[2][p] = rf_tensor_retain(state[1][p]);
+    st = assign_state(t, state);
+    for (int p = 0; p < t->m.num_params; p++) {
+      rf_tensor_release(state[1][p]);
+      rf_tensor_release(state[2][p]);
+    }
+  }
+  for (int p = 0; p < t->m.num_params; p++) rf_tensor_release(state[0][p]);
+  return st;
+}
+
+/* Writes replica 0's params, Adam moments and step count. */
+static rf_status *trainer_save(trainer *t, const char *path) {
+  checkpoint c = {.step = t->step};
+  rf_output fetches[3 * 2 * MLP_MAX_LAYERS];
+  int np = t->m.num_params;
+  for (int p = 0; p < np; p++) {
+    fetches[p] = t->m.rep[0].params[p];
+    fetches[np + p] = t->m.rep[0].moments[0][p];
+    fetches[2 * np + p] = t->m.rep[0].moments[1][p];
+  }
+  RF_TOOL_CHECK(rf_session_run(t->s, NULL, 0, fetches, 3 * np, NULL, 0, c.tensors));
+  c.n = 3 * np;
+  for (int k = 0; k < 3; k++)
+    for (int p = 0; p < np; p++) mlp_state_name(k, p, c.names[k * np + p], CKPT_NAME_MAX);
+  rf_status *st = checkpoint_save(&c, path);
+  checkpoint_clear(&c);
+  return st;
+}
+
+/* Restores a checkpoint after checking it fits the model exactly; on any
+ * mismatch nothing is assigned. */
+static rf_status *trainer_load(trainer *t, const char *path) {
+  checkpoint c;
+  RF_TOOL_CHECK(checkpoint_load(path, &c));
+  int np = t->m.num_params;
+  rf_tensor *state[3][2 * MLP_MAX_LAYERS];
+  rf_status *st = c.n == 3 * np ? NULL
+                  : rf_status_new(RF_INVALID_ARGUMENT, "%s holds %d tensors; this model has %d", path, c.n, 3 * np);
+  for (int k = 0; k < 3 && !st; k++)
+    for (int p = 0; p < np && !st; p++) {
+      char name[CKPT_NAME_MAX];
+      mlp_state_name(k, p, name, sizeof name);
+      int i = k * np + p;
+      rf_shape want = rf_output_shape(t->m.rep[0].params[p]), got = rf_tensor_shape(c.tensors[i]);
+      if (strcmp(c.names[i], name) != 0)
+        st = rf_status_new(RF_INVALID_ARGUMENT, "%s: tensor %d is '%s', expected '%s'", path, i, c.names[i], name);
+      else if (rf_tensor_dtype(c.tensors[i]) != RF_FLOAT32 || !rf_shape_equal(&want, &got)) {
+        char a[64], b[64];
+        rf_shape_format(&got, a, sizeof a);
+        rf_shape_format(&want, b, sizeof b);
+        st = rf_status_new(RF_INVALID_ARGUMENT, "%s: '%s' is %s %s; the model needs float32 %s", path, name,
+                           rf_dtype_name(rf_tensor_dtype(c.tensors[i])), a, b);
+      } else {
+        state[k][p] = c.tensors[i];
+      }
+    }
+  if (!st) st = assign_state(t, state);
+  if (!st) t->step = c.step;
+  checkpoint_clear(&c);
   return st;
 }
 
@@ -135,10 +203,10 @@ static void trainer_free(trainer *t) {
 /* One step on the global batch idx[0 .. devices*device_batch); *loss gets the
  * mean loss over the global batch. */
 static rf_status *train_step(trainer *t, const dataset *d, const int *idx,
-                             double *loss) {
+                             double lr, double *loss) {
   int nd = t->cfg.num_devices, rows = t->cfg.device_batch;
-  rf_tensor *x[MLP_MAX_DEVICES], *y[MLP_MAX_DEVICES], *b1, *b2;
-  rf_feed feeds[4 * MLP_MAX_DEVICES];
+  rf_tensor *x[MLP_MAX_DEVICES], *y[MLP_MAX_DEVICES], *b1, *b2, *lrt;
+  rf_feed feeds[5 * MLP_MAX_DEVICES];
   rf_output fetches[MLP_MAX_DEVICES];
   rf_tensor *losses[MLP_MAX_DEVICES];
   t->step++;
@@ -149,20 +217,27 @@ static rf_status *train_step(trainer *t, const dataset *d, const int *idx,
     rf_tensor_release(b1);
     return st;
   }
+  st = rf_tensor_new_scalar(RF_FLOAT32, lr, &lrt);
+  if (st) {
+    rf_tensor_release(b1);
+    rf_tensor_release(b2);
+    return st;
+  }
   int made = 0;
   for (; made < nd && !st; made++)
     st = batch_tensors(d, idx + made * rows, rows, &x[made], &y[made]);
   if (st) made--;
   for (int i = 0; i < made; i++) {
     mlp_replica *r = &t->m.rep[i];
-    feeds[4 * i] = (rf_feed){r->x, x[i]};
-    feeds[4 * i + 1] = (rf_feed){r->y, y[i]};
-    feeds[4 * i + 2] = (rf_feed){r->beta1_power, b1};
-    feeds[4 * i + 3] = (rf_feed){r->beta2_power, b2};
+    feeds[5 * i] = (rf_feed){r->x, x[i]};
+    feeds[5 * i + 1] = (rf_feed){r->y, y[i]};
+    feeds[5 * i + 2] = (rf_feed){r->beta1_power, b1};
+    feeds[5 * i + 3] = (rf_feed){r->beta2_power, b2};
+    feeds[5 * i + 4] = (rf_feed){r->lr, lrt};
     fetches[i] = r->loss;
   }
   if (!st)
-    st = rf_session_run(t->s, feeds, 4 * nd, fetches, nd, &t->m.train_op, 1, losses);
+    st = rf_session_run(t->s, feeds, 5 * nd, fetches, nd, &t->m.train_op, 1, losses);
   if (!st) {
     double sum = 0;
     for (int i = 0; i < nd; i++) {
@@ -177,6 +252,7 @@ static rf_status *train_step(trainer *t, const dataset *d, const int *idx,
   }
   rf_tensor_release(b1);
   rf_tensor_release(b2);
+  rf_tensor_release(lrt);
   return st;
 }
 
@@ -261,6 +337,20 @@ static rf_status *max_param_diff(trainer *a, trainer *b, double *diff) {
   return NULL;
 }
 
+/* The training graph as built and as a session runs it (after placement and
+ * collective lowering). */
+static rf_status *write_graphs(trainer *t, int max_cpu, const char *dir) {
+  rf_session_options o;
+  rf_session_options_init(&o);
+  o.num_cpu_devices = max_cpu;
+  rf_graph *lowered;
+  RF_TOOL_CHECK(rf_graph_lower(t->m.g, &o, &lowered));
+  rf_status *st = tool_write_dot(t->m.g, dir, "train_before_lowering");
+  if (!st) st = tool_write_dot(lowered, dir, "train_after_lowering");
+  rf_graph_free(lowered);
+  return st;
+}
+
 static void usage(FILE *f) {
   fprintf(f,
           "usage: ringflow train [options]\n"
@@ -270,12 +360,21 @@ static void usage(FILE *f) {
           "  --batch N          global batch size (default 128; divisible by "
           "the device count)\n"
           "  --lr X             Adam learning rate (default 0.001)\n"
+          "  --schedule S       cosine (default: decays to 0 over the run) or "
+          "constant\n"
           "  --seed N           initialisation and shuffling seed (default 1)\n"
           "  --steps N          stop after N steps (for quick runs)\n"
           "  --check            also train on one device and report the "
           "largest differences\n"
           "  --data DIR         Fashion-MNIST IDX files (default " DEFAULT_DATA
           ")\n"
+          "  --save FILE        write parameters and optimizer state after "
+          "training\n"
+          "  --load FILE        start from a checkpoint written by --save\n"
+          "  --graph-dir DIR    write the training graph before and after "
+          "lowering as DOT (and SVG with Graphviz)\n"
+          "  --trace FILE       write a Chrome trace (Perfetto) of one "
+          "training step\n"
           "  --quiet            no progress output\n");
 }
 
@@ -286,6 +385,9 @@ static int parse_options(int argc, char **argv, options *o) {
       {"lr", required_argument, 0, 'l'},      {"seed", required_argument, 0, 'S'},
       {"steps", required_argument, 0, 'n'},   {"check", no_argument, 0, 'c'},
       {"data", required_argument, 0, 'D'},    {"quiet", no_argument, 0, 'q'},
+      {"save", required_argument, 0, 'w'},    {"load", required_argument, 0, 'r'},
+      {"graph-dir", required_argument, 0, 'g'}, {"trace", required_argument, 0, 't'},
+      {"schedule", required_argument, 0, 'L'},
       {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
   *o = (options){.data_dir = DEFAULT_DATA, .devices = "cpu:0-3", .epochs = 5,
                  .batch = 128, .lr = 1e-3, .seed = 1, .sync = SYNC_ALLREDUCE};
@@ -307,12 +409,28 @@ static int parse_options(int argc, char **argv, options *o) {
       case 'c': o->check = true; break;
       case 'D': snprintf(o->data_dir, sizeof o->data_dir, "%s", optarg); break;
       case 'q': o->quiet = true; break;
+      case 'w': o->save = optarg; break;
+      case 'r': o->load = optarg; break;
+      case 'g': o->graph_dir = optarg; break;
+      case 'L':
+        if (strcmp(optarg, "constant") == 0) o->constant_lr = true;
+        else if (strcmp(optarg, "cosine") != 0)
+          return tool_fail("--schedule must be cosine or constant, not '%s'", optarg);
+        break;
+      case 't': o->trace = optarg; break;
       case 'h': usage(stdout); return 1;
       default: usage(stderr); return 2;
     }
   }
   if (optind < argc) return tool_fail("unexpected argument '%s'", argv[optind]);
   return 0;
+}
+
+/* Cosine decay from --lr to 0 over the run (--schedule constant keeps it):
+ * the last epochs settle instead of bouncing around the optimum. */
+static double scheduled_lr(const options *o, int64_t step, int64_t total) {
+  if (o->constant_lr || total <= 1) return o->lr;
+  return o->lr * 0.5 * (1.0 + cos(M_PI * (double)step / (double)total));
 }
 
 static void shuffle(int *idx, int n, uint64_t *state) {
@@ -342,12 +460,18 @@ int cmd_train(int argc, char **argv) {
   RF_TOOL_TRY(load_split(o.data_dir, "t10k", &test));
   trainer t, ref;
   RF_TOOL_TRY(trainer_init(&t, &cfg, o.seed, max_cpu));
+  if (o.graph_dir) RF_TOOL_TRY(write_graphs(&t, max_cpu, o.graph_dir));
+  if (o.load) {
+    RF_TOOL_TRY(trainer_load(&t, o.load));
+    printf("loaded %s (step %lld)\n", o.load, (long long)t.step);
+  }
   mlp_config one = cfg;
   if (o.check) {
     one.num_devices = 1;
     one.device_batch = o.batch;
     snprintf(one.devices[0], sizeof one.devices[0], "cpu:0");
     RF_TOOL_TRY(trainer_init(&ref, &one, o.seed, 1));
+    if (o.load) RF_TOOL_TRY(trainer_load(&ref, o.load));
   }
   printf("ringflow train: MLP 784-512-256-10 on %d device%s (%s), %s, global "
          "batch %d, %d epochs\n",
@@ -367,9 +491,14 @@ int cmd_train(int argc, char **argv) {
     shuffle(idx, train.n, &shuffle_state);
     for (int s = 0; s < steps_per_epoch && done < total; s++, done++) {
       double loss, ref_loss;
-      RF_TOOL_TRY(train_step(&t, &train, idx + (size_t)s * o.batch, &loss));
+      /* trace a warm step: the 10th, or the last of a shorter run */
+      bool traced = o.trace && done == (total > 10 ? 9 : total - 1);
+      if (traced) RF_TOOL_TRY(rf_session_trace_next_run(t.s, o.trace));
+      double lr = scheduled_lr(&o, done, total);
+      RF_TOOL_TRY(train_step(&t, &train, idx + (size_t)s * o.batch, lr, &loss));
+      if (traced && !o.quiet) printf("\nwrote a trace of step %lld to %s\n", (long long)done + 1, o.trace);
       if (o.check) {
-        RF_TOOL_TRY(train_step(&ref, &train, idx + (size_t)s * o.batch, &ref_loss));
+        RF_TOOL_TRY(train_step(&ref, &train, idx + (size_t)s * o.batch, lr, &ref_loss));
         if (fabs(loss - ref_loss) > worst_loss_diff) worst_loss_diff = fabs(loss - ref_loss);
       }
       progress_step(&p, e + 1, done + 1, loss, o.batch);
@@ -378,6 +507,10 @@ int cmd_train(int argc, char **argv) {
     RF_TOOL_TRY(evaluate(&t, &test, &acc));
     RF_TOOL_TRY(replica_spread(&t, &spread));
     progress_epoch(&p, e + 1, acc, spread);
+  }
+  if (o.save) {
+    RF_TOOL_TRY(trainer_save(&t, o.save));
+    printf("saved %s (step %lld)\n", o.save, (long long)t.step);
   }
   if (o.check) {
     double diff;

@@ -12,12 +12,14 @@
  *   rf_all_reduce_n(g, "grads", in, 2, RF_REDUCE_SUM, sum);
  *   // sum[i] lives on in[i]'s device and holds in[0] + in[1]
  *
- * Gradients: all-reduce sum -> all-reduce sum of the incoming gradients
- * (shared_name + "_grad"); all-reduce avg -> all-reduce avg; reduce sum ->
- * broadcast of the gradient to every input; broadcast -> reduce sum of the
- * gradients of every consumer (summed per device first); all-gather and
- * reduce-scatter(sum) are each other's transpose. Other reductions have no
- * gradient yet: asking for one is an error naming the reduction. */
+ * Gradients (float dtypes): all-reduce sum -> all-reduce sum of the incoming
+ * gradients (shared_name + "_grad"); avg -> all-reduce avg; max/min -> the
+ * summed gradient to the participant holding the extremum (ties: lowest
+ * device index); prod -> summed gradient times the product of the other
+ * inputs (zeros handled). Reduce sum -> broadcast of the gradient to every
+ * input; broadcast -> reduce sum of the gradients of every consumer (summed
+ * per device first); all-gather and reduce-scatter(sum) are each other's
+ * transpose. docs/COLLECTIVES.md has the details. */
 #ifndef RINGFLOW_COLLECTIVES_H
 #define RINGFLOW_COLLECTIVES_H
 

@@ -56,6 +56,13 @@ RF_API rf_status *rf_session_run(rf_session *s, const rf_feed *feeds,
                                  int nfetches, rf_node *const *targets,
                                  int ntargets, rf_tensor **outputs);
 
+/* Arms tracing: the next run records every kernel of its step (sends,
+ * receives and collective participants included, one track per device) and
+ * writes a Chrome trace (JSON; open it in Perfetto or chrome://tracing) to
+ * `path` before it returns; a failure to write is that run's error. Later
+ * runs are not traced. The path is copied. */
+RF_API rf_status *rf_session_trace_next_run(rf_session *s, const char *path);
+
 /* Runs placement and the PRE/POST_PLACEMENT passes (collective lowering
  * among them) on a copy of g for a session with `opts`, without pruning, and
  * returns the copy: every node's device is then its assigned device. For

@@ -10,6 +10,7 @@
 #ifndef RF_COMM_COLLECTIVE_H
 #define RF_COMM_COLLECTIVE_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -69,6 +70,9 @@ typedef struct rf__coll_participant {
                           receiver (may be partly unknown) */
   rf__collective_done done;
   void *arg;
+  /* Optional: the step's cancelled flag (set before the step cancels its
+   * collectives); a participant joining a cancelled step fails at once. */
+  const atomic_int *step_cancelled;
 } rf__coll_participant;
 
 /* A group of participants that agree, in rank order (by device index). */

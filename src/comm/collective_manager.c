@@ -27,6 +27,11 @@ typedef struct entry {
   rf__coll_participant *parts;
   int64_t deadline_ns; /* 0: none */
   rf_status *error;    /* FAILED entries */
+  /* Participants failed under the lock wait here, chained through
+   * doomed_next, until they are called outside it (no allocation needed). */
+  rf__coll_participant *doomed;
+  int num_doomed;
+  struct entry *doomed_next;
   UT_hash_handle hh;
 } entry;
 
@@ -281,17 +286,34 @@ static const rf_status *step_cancelled(rf__collective_manager *m, int64_t step) 
   return NULL;
 }
 
-/* Marks a pending entry FAILED with st (consumed), returning its participants
- * for the caller to fail outside the lock. */
-static rf__coll_participant *fail_entry_locked(entry *e, rf_status *st, int *n) {
-  rf__coll_participant *parts = e->parts;
-  *n = e->arrived;
+/* Marks a pending entry FAILED with st (consumed) and chains it on *list;
+ * its participants are failed by fail_doomed once the lock is released. */
+static void doom_locked(entry *e, rf_status *st, entry **list) {
+  e->doomed = e->parts;
+  e->num_doomed = e->arrived;
   e->parts = NULL;
   e->arrived = e->cap = 0;
   e->state = FAILED;
   e->error = st;
   e->deadline_ns = 0;
-  return parts;
+  e->doomed_next = *list;
+  *list = e;
+}
+
+/* Fails the participants of every doomed entry (outside the lock). The
+ * entries stay in the table, FAILED, until their step ends. */
+static void fail_doomed(entry *list) {
+  while (list) {
+    entry *e = list;
+    list = e->doomed_next;
+    rf__coll_participant *parts = e->doomed;
+    int n = e->num_doomed;
+    e->doomed = NULL;
+    e->num_doomed = 0;
+    e->doomed_next = NULL;
+    fail_parts(parts, n, e->error);
+    rf__free(parts);
+  }
 }
 
 static entry *entry_new(const char *key, const char *shared_name, int64_t step,
@@ -327,7 +349,13 @@ rf_status *rf__collective_join(rf__collective_manager *m,
   entry *e = NULL;
   HASH_FIND_STR(m->table, key, e);
   rf_status *fail_now = NULL;
-  if (cancelled) {
+  /* The step's flag is set before rf__collective_cancel_step scans the table
+   * under this lock, so a participant either sees it here or is failed by the
+   * scan: no allocation is needed to cancel. */
+  if (p->step_cancelled && atomic_load(p->step_cancelled)) {
+    fail_now = rf__error(RF_CANCELLED, "collective '%s': step %lld was cancelled",
+                         shared_name, (long long)step_id);
+  } else if (cancelled) {
     fail_now = rf_status_new(rf_status_code(cancelled), "%s",
                              rf_status_message(cancelled));
   } else if (e && e->state == FAILED) {
@@ -366,14 +394,13 @@ rf_status *rf__collective_join(rf__collective_manager *m,
                         ? disagree("num_devices", shared_name, step_id,
                                    &e->parts[0], sa, p, sb)
                         : rf__internal("collective '%s': bad group", shared_name);
-    int n;
-    rf__coll_participant *parts = fail_entry_locked(e, st, &n);
+    entry *doomed = NULL;
+    doom_locked(e, st, &doomed);
     pthread_mutex_unlock(&m->mu);
     rf__coll_participant copy = *p;
     copy.input = rf_tensor_retain(p->input);
-    fail_parts(parts, n, st);
-    fail_parts(&copy, 1, st);
-    rf__free(parts);
+    fail_doomed(doomed);
+    fail_parts(&copy, 1, e->error); /* e lives until this step ends */
     return NULL;
   }
   e->parts[e->arrived] = *p;
@@ -389,21 +416,9 @@ rf_status *rf__collective_join(rf__collective_manager *m,
   return NULL;
 }
 
-/* Fails every pending entry of `step` (step < 0: entries past their deadline),
- * outside the lock. */
-typedef struct doomed {
-  rf__coll_participant *parts;
-  int n;
-  rf_status *st; /* borrowed from the entry, which outlives the callbacks */
-  rf_status *owned;
-} doomed;
-
-static void expire_locked(rf__collective_manager *m, int64_t now, doomed **out,
-                          int *nout) {
-  int cap = 0;
-  *out = NULL;
-  *nout = 0;
-  entry *e, *tmp;
+/* Dooms every pending entry past its deadline. */
+static entry *expire_locked(rf__collective_manager *m, int64_t now) {
+  entry *doomed = NULL, *e, *tmp;
   HASH_ITER(hh, m->table, e, tmp) {
     if (e->state != PENDING || !e->deadline_ns || e->deadline_ns > now) continue;
     char present[1024];
@@ -414,35 +429,24 @@ static void expire_locked(rf__collective_manager *m, int64_t now, doomed **out,
         "participants; arrived: %s",
         e->shared_name, (long long)e->step_id, e->expected - e->arrived,
         e->expected, present);
-    if (rf__grow(out, &cap, *nout + 1, sizeof **out)) {
-      rf_status_free(st);
-      continue; /* retried on the next wake-up */
-    }
-    doomed *d = &(*out)[(*nout)++];
-    d->parts = fail_entry_locked(e, st, &d->n);
-    d->owned = rf_status_new(rf_status_code(st), "%s", rf_status_message(st));
+    doom_locked(e, st, &doomed);
   }
+  return doomed;
 }
 
 static void *watchdog_main(void *arg) {
   rf__collective_manager *m = arg;
   pthread_mutex_lock(&m->mu);
   while (!m->stopping) {
-    int64_t now = now_ns(), next = 0;
-    doomed *d;
-    int nd;
-    expire_locked(m, now, &d, &nd);
-    if (nd) {
+    int64_t now = now_ns();
+    entry *doomed = expire_locked(m, now);
+    if (doomed) {
       pthread_mutex_unlock(&m->mu);
-      for (int i = 0; i < nd; i++) {
-        fail_parts(d[i].parts, d[i].n, d[i].owned);
-        rf__free(d[i].parts);
-        rf_status_free(d[i].owned);
-      }
-      rf__free(d);
+      fail_doomed(doomed);
       pthread_mutex_lock(&m->mu);
       continue;
     }
+    int64_t next = 0;
     entry *e, *tmp;
     HASH_ITER(hh, m->table, e, tmp) {
       if (e->state == PENDING && e->deadline_ns &&
@@ -490,37 +494,28 @@ rf_status *rf__collective_manager_new(rf__threadpool *pool,
 void rf__collective_cancel_step(rf__collective_manager *m, int64_t step_id,
                                 const rf_status *why) {
   if (!m) return;
-  rf_status *st = why ? rf_status_new(rf_status_code(why), "%s",
-                                      rf_status_message(why))
-                      : rf__error(RF_CANCELLED, "step %lld was cancelled",
-                                  (long long)step_id);
-  if (!st) st = rf__internal("step %lld was cancelled", (long long)step_id);
-  doomed *d = NULL;
-  int nd = 0, cap = 0;
+  char msg[1024];
+  snprintf(msg, sizeof msg, "%s",
+           why ? rf_status_message(why) : "the step was cancelled");
+  rf_code code = why ? rf_status_code(why) : RF_CANCELLED;
+  entry *doomed = NULL, *e, *tmp;
   pthread_mutex_lock(&m->mu);
+  /* Best effort (allocates): late joiners of a step without a cancelled flag
+   * fail at once. Steps of a session also carry the flag, which needs no
+   * allocation. */
   if (!step_cancelled(m, step_id) &&
       rf__grow(&m->cancelled, &m->cap_cancelled, m->num_cancelled + 1,
                sizeof *m->cancelled) == 0) {
     m->cancelled[m->num_cancelled].step_id = step_id;
-    m->cancelled[m->num_cancelled].why =
-        rf_status_new(rf_status_code(st), "%s", rf_status_message(st));
+    m->cancelled[m->num_cancelled].why = rf_status_new(code, "%s", msg);
     m->num_cancelled++;
   }
-  entry *e, *tmp;
   HASH_ITER(hh, m->table, e, tmp) {
-    if (e->step_id != step_id || e->state != PENDING) continue;
-    if (rf__grow(&d, &cap, nd + 1, sizeof *d)) break;
-    rf_status *copy = rf_status_new(rf_status_code(st), "%s", rf_status_message(st));
-    d[nd].parts = fail_entry_locked(e, copy, &d[nd].n);
-    nd++;
+    if (e->step_id == step_id && e->state == PENDING)
+      doom_locked(e, rf_status_new(code, "%s", msg), &doomed);
   }
   pthread_mutex_unlock(&m->mu);
-  for (int i = 0; i < nd; i++) {
-    fail_parts(d[i].parts, d[i].n, st);
-    rf__free(d[i].parts);
-  }
-  rf__free(d);
-  rf_status_free(st);
+  fail_doomed(doomed);
 }
 
 void rf__collective_end_step(rf__collective_manager *m, int64_t step_id) {

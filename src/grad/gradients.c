@@ -15,6 +15,7 @@
 
 #include "core/mem.h"
 #include "core/status.h"
+#include "grad/peers.h"
 #include "graph/graph.h"
 #include "ops/op_registry.h"
 #include "ringflow/ops.h"
@@ -39,6 +40,7 @@ typedef struct grad_state {
   rf_output *dy, *dx;
   const rf_output **parts;
   int *num_parts;
+  rf__peers *peers;    /* collective groups (grad/peers.h) */
 } grad_state;
 
 static rf_node *node_at(const grad_state *s, int id) { return s->g->nodes[id]; }
@@ -124,6 +126,7 @@ static rf_status *check_args(rf_graph *g, const rf_output *ys, int ny,
 /* ---- state ---- */
 
 static void state_free(grad_state *s) {
+  rf__peers_free(s->peers);
   if (s->grads)
     for (int i = 0; i < s->out_base[s->num_ids]; i++)
       rf__free(s->grads[i].items);
@@ -183,6 +186,14 @@ static void mark_forward(grad_state *s, const rf_output *xs, int nx) {
   }
   while (head < tail) {
     rf_node *n = node_at(s, s->queue[head++]);
+    /* A collective participant's peers depend on it too (grad/peers.h). */
+    int np;
+    const int *peers = rf__peers_of(s->peers, n->id, &np);
+    for (int i = 0; i < np; i++)
+      if (!(s->mark[peers[i]] & MARK_FORWARD)) {
+        s->mark[peers[i]] |= MARK_FORWARD;
+        s->queue[tail++] = peers[i];
+      }
     for (int e = 0; e < n->num_out_edges; e++) {
       const rf__edge *edge = n->out_edges[e];
       if (edge->src_out == RF_CONTROL_SLOT) continue;
@@ -210,6 +221,15 @@ static int mark_between(grad_state *s, const rf_output *ys, int ny) {
   }
   while (head < tail) {
     rf_node *n = node_at(s, s->queue[head++]);
+    /* Every participant of a needed collective is needed: its gradient is
+     * one participant of the gradient's collective. */
+    int np;
+    const int *peers = rf__peers_of(s->peers, n->id, &np);
+    for (int i = 0; i < np; i++)
+      if (s->mark[peers[i]] == MARK_FORWARD) {
+        s->mark[peers[i]] |= MARK_BETWEEN;
+        s->queue[tail++] = peers[i];
+      }
     for (int k = 0; k < n->num_inputs; k++) {
       int src = n->data_in[k]->src->id;
       if (s->mark[src] == MARK_FORWARD) {
@@ -290,8 +310,15 @@ static rf_status *call_grad_fn(grad_state *s, rf_node *n) {
   rf__grad_ctx c = {.g = s->g, .op = n, .dx = s->dx};
   RF_CHECK(rf_graph_push_device(s->g, device_of(n)));
   rf_status *st = NULL;
+  int np;
+  rf__peers_of(s->peers, n->id, &np);
   for (int o = 0; o < n->num_outputs; o++) {
     contribs *cl = grads_of(s, n, o);
+    if (np && cl->n == 0) { /* a participant still takes part, with zeros */
+      rf_output zeros = rf_zeros_like(s->g, NULL, (rf_output){n, o});
+      RF_CHECK_GOTO(graph_error(s->g, n), st, done);
+      RF_CHECK_GOTO(add_contrib(cl, zeros), st, done);
+    }
     if (!unsummed) RF_CHECK_GOTO(sum_contribs(s, n, o), st, done);
     s->dy[o] = cl->n ? cl->items[0] : (rf_output){NULL, 0};
     s->parts[o] = cl->items;
@@ -359,7 +386,9 @@ static bool has_between_input(grad_state *s, const rf_node *n) {
  * and hands the input gradients to its between producers. Only an x's node
  * can lack a between input, and its gradient function is then not needed. */
 static rf_status *backprop_node(grad_state *s, rf_node *n) {
-  if (!has_out_grads(s, n) || !has_between_input(s, n)) return NULL;
+  int np;
+  rf__peers_of(s->peers, n->id, &np);
+  if (!np && (!has_out_grads(s, n) || !has_between_input(s, n))) return NULL;
   if (n->op->flags & RF_OP_NO_GRADIENT) return NULL;
   if (!n->op->grad)
     return rf__error(RF_NOT_FOUND,
@@ -418,6 +447,7 @@ static rf_status *collect_dx(grad_state *s, rf_output x, rf_output *dx) {
 static rf_status *gradients(grad_state *s, const rf_output *ys, int ny,
                             const rf_output *xs, int nx,
                             const rf_output *grad_ys, rf_output *result) {
+  RF_CHECK(rf__peers_build(s->g, s->num_ids, &s->peers));
   mark_forward(s, xs, nx);
   int num_between = mark_between(s, ys, ny);
   RF_CHECK(count_pending(s));

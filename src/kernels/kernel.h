@@ -32,6 +32,7 @@ struct rf__kernel_ctx {
   struct rf__device *device;
   struct rf__step *step;
   void *executor_private;  /* the executor's; kernels leave it alone */
+  int64_t trace_start;     /* the executor's: when an async kernel started */
   /* For compute_async: the `done` it was passed, also stored here so that a
    * callback which only gets ctx back (a rendezvous, a collective) finds it. */
   rf__done_fn done;

@@ -242,6 +242,58 @@ static rf_status *grad_shared_name(const rf_node *op, char *buf, size_t len) {
   return NULL;
 }
 
+/* max/min: the summed gradient goes to the participant holding the extremum;
+ * on ties to the one on the lowest device index. The winner is found with one
+ * more all-reduce(min) over "my device index where I hold the extremum".
+ * (PyTorch and Horovod re-apply the forward op here, which is wrong.) */
+static rf_output extremum_mask(rf__grad_ctx *c, int n, const char *shared) {
+  rf_graph *g = c->g;
+  rf_output x = rf__input(c->op, 0), y = {c->op, 0};
+  rf__device_name dev;
+  rf_status *st = rf__device_name_parse(c->op->requested_device, &dev);
+  if (st) {
+    rf__graph_record(g, st);
+    rf_output none = {NULL, 0};
+    return none;
+  }
+  const double big = 2147483647.0;
+  rf_output key = rf_const_scalar(g, NULL, RF_INT32, dev.index);
+  rf_output holds = rf_cast(g, NULL, rf_equal(g, NULL, x, y), RF_INT32);
+  /* holds ? key : big, in int32 arithmetic */
+  rf_output bid = rf_add(g, NULL,
+                         rf_mul(g, NULL, holds,
+                                rf_const_scalar(g, NULL, RF_INT32, dev.index - big)),
+                         rf_const_scalar(g, NULL, RF_INT32, big));
+  char name[300];
+  snprintf(name, sizeof name, "%s_winner", shared);
+  rf_output winner = rf_all_reduce(g, NULL, bid, RF_REDUCE_MIN, n, name);
+  return rf_cast(g, NULL, rf_equal(g, NULL, winner, key), rf_output_dtype(x));
+}
+
+/* prod: d/dx_i = (sum of dy) * prod_{k != i} x_k, computed as y / x_i where
+ * x_i != 0; where x_i == 0 it is the product of the others' non-zeros if x_i
+ * is the only zero, else 0 (two all-reduces count zeros and multiply the
+ * non-zeros). */
+static rf_output prod_others(rf__grad_ctx *c, int n, const char *shared) {
+  rf_graph *g = c->g;
+  rf_output x = rf__input(c->op, 0), y = {c->op, 0};
+  rf_dtype t = rf_output_dtype(x);
+  rf_output one = rf_const_scalar(g, NULL, t, 1.0);
+  rf_output is_zero =
+      rf_cast(g, NULL, rf_equal(g, NULL, x, rf_const_scalar(g, NULL, t, 0.0)), t);
+  rf_output safe = rf_add(g, NULL, x, is_zero);
+  char name[300];
+  snprintf(name, sizeof name, "%s_zeros", shared);
+  rf_output zeros = rf_all_reduce(g, NULL, is_zero, RF_REDUCE_SUM, n, name);
+  snprintf(name, sizeof name, "%s_nonzero_prod", shared);
+  rf_output nz_prod = rf_all_reduce(g, NULL, safe, RF_REDUCE_PROD, n, name);
+  rf_output one_zero = rf_cast(g, NULL, rf_equal(g, NULL, zeros, one), t);
+  rf_output ratio = rf_mul(g, NULL, rf_div(g, NULL, y, safe),
+                           rf_sub(g, NULL, one, is_zero));
+  rf_output at_zero = rf_mul(g, NULL, rf_mul(g, NULL, is_zero, one_zero), nz_prod);
+  return rf_add(g, NULL, ratio, at_zero);
+}
+
 static rf_status *all_reduce_grad(rf__grad_ctx *c) {
   const char *red;
   int64_t n;
@@ -249,14 +301,23 @@ static rf_status *all_reduce_grad(rf__grad_ctx *c) {
   RF_CHECK(rf__attrs_get_string(&c->op->attrs, "reduction", &red));
   RF_CHECK(rf__attrs_get_int(&c->op->attrs, "num_devices", &n));
   RF_CHECK(grad_shared_name(c->op, shared, sizeof shared));
-  rf_reduction r;
-  if (strcmp(red, "sum") == 0) r = RF_REDUCE_SUM;
-  else if (strcmp(red, "avg") == 0) r = RF_REDUCE_AVG;
+  if (!rf_dtype_is_float(rf_output_dtype(c->dy[0])))
+    return rf__invalid("No gradient defined for AllReduce of %s: node '%s'",
+                       rf_dtype_name(rf_output_dtype(c->dy[0])), c->op->name);
+  if (strcmp(red, "avg") == 0) {
+    c->dx[0] = rf_all_reduce(c->g, NULL, c->dy[0], RF_REDUCE_AVG, (int)n, shared);
+    return NULL;
+  }
+  rf_output sum = rf_all_reduce(c->g, NULL, c->dy[0], RF_REDUCE_SUM, (int)n, shared);
+  if (strcmp(red, "sum") == 0) c->dx[0] = sum;
+  else if (strcmp(red, "max") == 0 || strcmp(red, "min") == 0)
+    c->dx[0] = rf_mul(c->g, NULL, sum, extremum_mask(c, (int)n, shared));
+  else if (strcmp(red, "prod") == 0)
+    c->dx[0] = rf_mul(c->g, NULL, sum, prod_others(c, (int)n, shared));
   else
-    return rf__invalid("No gradient defined for AllReduce except sum (and avg): "
-                       "node '%s' uses %s",
-                       c->op->name, red);
-  c->dx[0] = rf_all_reduce(c->g, NULL, c->dy[0], r, (int)n, shared);
+    return rf__invalid("No gradient defined for AllReduce with reduction '%s' "
+                       "(node '%s')",
+                       red, c->op->name);
   return NULL;
 }
 
@@ -338,15 +399,17 @@ static const rf__op_spec specs[] = {
     {.name = "AllReduce", .inputs = "input: T", .outputs = "data: T",
      .attrs = REDUCTIONS "; " COLL_TYPES
                          "; num_devices: int >= 1; shared_name: string",
-     .shape = same_shape, .grad = all_reduce_grad, .flags = RF_OP_STATEFUL},
+     .shape = same_shape, .grad = all_reduce_grad,
+     .flags = RF_OP_STATEFUL | RF_OP_GROUPED},
     {.name = "AllGather", .inputs = "input: T", .outputs = "output: T",
      .attrs = COLL_TYPES "; num_devices: int >= 1; shared_name: string",
-     .shape = all_gather_shape, .grad = all_gather_grad, .flags = RF_OP_STATEFUL},
+     .shape = all_gather_shape, .grad = all_gather_grad,
+     .flags = RF_OP_STATEFUL | RF_OP_GROUPED},
     {.name = "ReduceScatter", .inputs = "input: T", .outputs = "output: T",
      .attrs = REDUCTIONS "; " COLL_TYPES
                          "; num_devices: int >= 1; shared_name: string",
      .shape = reduce_scatter_shape, .grad = reduce_scatter_grad,
-     .flags = RF_OP_STATEFUL},
+     .flags = RF_OP_STATEFUL | RF_OP_GROUPED},
     {.name = "Reduce", .inputs = "input: num_devices * T", .outputs = "data: T",
      .attrs = REDUCTIONS "; " COLL_TYPES "; num_devices: int >= 1",
      .shape = reduce_shape, .grad = reduce_grad, .flags = RF_OP_STATEFUL},

@@ -34,5 +34,7 @@ rf_status *rf__register_cpu_collective_kernels(void);
 
 /* Graph passes (src/passes/passes.c). */
 rf_status *rf__register_passes(void);
+/* BLAS threading (src/kernels/cpu/blas_threads.c). */
+rf_status *rf__configure_blas(void);
 
 #endif

@@ -28,8 +28,10 @@ static rf_status *merge(const rf_shape *a, const char *an, const rf_shape *b,
   bool ok = a->rank == b->rank;
   rf_shape m = *a;
   for (int i = 0; ok && i < a->rank; i++) {
-    if (a->dims[i] < 0) m.dims[i] = b->dims[i];
-    else if (b->dims[i] >= 0 && a->dims[i] != b->dims[i]) ok = false;
+    if (a->dims[i] < 0)
+      m.dims[i] = b->dims[i];
+    else if (b->dims[i] >= 0 && a->dims[i] != b->dims[i])
+      ok = false;
   }
   if (!ok) {
     char x[96], y[96];
@@ -94,8 +96,7 @@ static rf_status *bias_add_shape(rf__shape_ctx *c) {
     fmt(x, a, sizeof a);
     fmt(bias, b, sizeof b);
     return rf__invalid(
-        "bias of shape %s does not match the last dimension of value %s", b,
-        a);
+        "bias of shape %s does not match the last dimension of value %s", b, a);
   }
   if (out.rank > 0 && cx < 0) out.dims[out.rank - 1] = cb;
   c->output_shapes[0] = out;
@@ -105,8 +106,10 @@ static rf_status *bias_add_shape(rf__shape_ctx *c) {
 static rf_status *bias_add_grad_shape(rf__shape_ctx *c) {
   const rf_shape *dy = &c->input_shapes[0];
   RF_CHECK(need_rank(dy, "out_backprop", 1, RF_MAX_RANK));
-  if (dy->rank > 0) c->output_shapes[0] = rf_shape_of(1, last_dim(dy));
-  else c->output_shapes[0] = rf_shape_of(1, (int64_t)RF_UNKNOWN_DIM);
+  if (dy->rank > 0)
+    c->output_shapes[0] = rf_shape_of(1, last_dim(dy));
+  else
+    c->output_shapes[0] = rf_shape_of(1, (int64_t)RF_UNKNOWN_DIM);
   return NULL;
 }
 
@@ -120,8 +123,8 @@ static rf_status *rows_match(const rf_shape *vec, const char *vn,
     char a[96], b[96];
     fmt(vec, a, sizeof a);
     fmt(mat, b, sizeof b);
-    return rf__invalid("%s of shape %s does not match the rows of %s %s", vn,
-                       a, mn, b);
+    return rf__invalid("%s of shape %s does not match the rows of %s %s", vn, a,
+                       mn, b);
   }
   return NULL;
 }
@@ -218,36 +221,72 @@ static rf_status *xent_grad(rf__grad_ctx *c) {
 #define FLOATS "T: type in {@float}"
 
 static const rf__op_spec specs[] = {
-    {.name = "BiasAdd", .inputs = "value: T, bias: T", .outputs = "output: T",
-     .attrs = FLOATS, .shape = bias_add_shape, .grad = bias_add_grad},
-    {.name = "Relu", .inputs = "features: T", .outputs = "activations: T",
-     .attrs = "T: type in {@float, int8, int32, int64}", .shape = unary_shape,
+    {.name = "BiasAdd",
+     .inputs = "value: T, bias: T",
+     .outputs = "output: T",
+     .attrs = FLOATS,
+     .shape = bias_add_shape,
+     .grad = bias_add_grad},
+    {.name = "Relu",
+     .inputs = "features: T",
+     .outputs = "activations: T",
+     .attrs = "T: type in {@float, int8, int32, int64}",
+     .shape = unary_shape,
      .grad = relu_grad},
-    {.name = "Sigmoid", .inputs = "x: T", .outputs = "y: T", .attrs = FLOATS,
-     .shape = unary_shape, .grad = sigmoid_grad},
-    {.name = "Tanh", .inputs = "x: T", .outputs = "y: T", .attrs = FLOATS,
-     .shape = unary_shape, .grad = tanh_grad},
-    {.name = "Softmax", .inputs = "logits: T", .outputs = "softmax: T",
-     .attrs = FLOATS, .shape = softmax_shape, .grad = softmax_grad},
+    {.name = "Sigmoid",
+     .inputs = "x: T",
+     .outputs = "y: T",
+     .attrs = FLOATS,
+     .shape = unary_shape,
+     .grad = sigmoid_grad},
+    {.name = "Tanh",
+     .inputs = "x: T",
+     .outputs = "y: T",
+     .attrs = FLOATS,
+     .shape = unary_shape,
+     .grad = tanh_grad},
+    {.name = "Softmax",
+     .inputs = "logits: T",
+     .outputs = "softmax: T",
+     .attrs = FLOATS,
+     .shape = softmax_shape,
+     .grad = softmax_grad},
     {.name = "SparseSoftmaxCrossEntropyWithLogits",
      .inputs = "features: T, labels: Tlabels",
      .outputs = "loss: T, backprop: T",
      .attrs = FLOATS "; Tlabels: type in {int32, int64} = int64",
-     .shape = xent_shape, .grad = xent_grad},
-    {.name = "_ReluGrad", .inputs = "gradients: T, features: T",
+     .shape = xent_shape,
+     .grad = xent_grad},
+    {.name = "_ReluGrad",
+     .inputs = "gradients: T, features: T",
      .outputs = "backprops: T",
      .attrs = "T: type in {@float, int8, int32, int64}",
      .shape = binary_same_shape},
-    {.name = "_SigmoidGrad", .inputs = "y: T, dy: T", .outputs = "z: T",
-     .attrs = FLOATS, .shape = binary_same_shape},
-    {.name = "_TanhGrad", .inputs = "y: T, dy: T", .outputs = "z: T",
-     .attrs = FLOATS, .shape = binary_same_shape},
-    {.name = "_SoftmaxGrad", .inputs = "grad_softmax: T, softmax: T",
-     .outputs = "output: T", .attrs = FLOATS, .shape = softmax_grad_shape},
-    {.name = "_BiasAddGrad", .inputs = "out_backprop: T",
-     .outputs = "output: T", .attrs = FLOATS, .shape = bias_add_grad_shape},
-    {.name = "_SparseXentGrad", .inputs = "dloss: T, backprop: T",
-     .outputs = "output: T", .attrs = FLOATS, .shape = xent_grad_shape},
+    {.name = "_SigmoidGrad",
+     .inputs = "y: T, dy: T",
+     .outputs = "z: T",
+     .attrs = FLOATS,
+     .shape = binary_same_shape},
+    {.name = "_TanhGrad",
+     .inputs = "y: T, dy: T",
+     .outputs = "z: T",
+     .attrs = FLOATS,
+     .shape = binary_same_shape},
+    {.name = "_SoftmaxGrad",
+     .inputs = "grad_softmax: T, softmax: T",
+     .outputs = "output: T",
+     .attrs = FLOATS,
+     .shape = softmax_grad_shape},
+    {.name = "_BiasAddGrad",
+     .inputs = "out_backprop: T",
+     .outputs = "output: T",
+     .attrs = FLOATS,
+     .shape = bias_add_grad_shape},
+    {.name = "_SparseXentGrad",
+     .inputs = "dloss: T, backprop: T",
+     .outputs = "output: T",
+     .attrs = FLOATS,
+     .shape = xent_grad_shape},
 };
 
 rf_status *rf__register_nn_ops(void) {

@@ -271,7 +271,7 @@ static bool add_group(rf__attr_def *d, span item) {
   static const rf_dtype ints[] = {RF_INT8, RF_UINT8, RF_INT32, RF_INT64};
   bool f = span_eq(item, "@float"), i = span_eq(item, "@int");
   bool num = span_eq(item, "@numeric"), all = span_eq(item, "@all");
-  rf_dtype one;
+  rf_dtype one = RF_DTYPE_INVALID;
   if (!(f || i || num || all)) {
     if (!parse_dtype(item, &one)) return false;
   }

@@ -74,6 +74,10 @@ enum {
   RF_OP_GRAD_UNSUMMED = 1u << 1, /* grad fn wants dy_parts, not dy */
   RF_OP_NO_GRADIENT = 1u << 2,   /* not differentiable: gradients stop here
                                     (Shape, ArgMax, Equal...) without error */
+  RF_OP_GROUPED = 1u << 3,       /* a collective participant: its outputs depend
+                                    on the inputs of every node with the same
+                                    "shared_name" attr, though no edge says so;
+                                    gradients treat the group as one */
 };
 
 typedef struct rf__op_spec {

@@ -18,7 +18,8 @@ typedef struct rf__reduction_attrs {
 } rf__reduction_attrs;
 
 /* Reads the three attributes; missing all_axes / keep_dims read as false. */
-rf_status *rf__reduction_attrs_read(const rf__attrs *a, rf__reduction_attrs *out);
+rf_status *rf__reduction_attrs_read(const rf__attrs *a,
+                                    rf__reduction_attrs *out);
 
 /* Bit k of *mask is set when axis k (0 <= k < rank) is reduced.
  * INVALID_ARGUMENT for an axis outside [-rank, rank) or one given twice. */

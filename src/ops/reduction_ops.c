@@ -87,7 +87,8 @@ static rf_status *argmax_shape(rf__shape_ctx *c) {
 
 /* ---- gradients ---- */
 
-static void copy_reduction_attrs(rf_node_builder *b, const rf__reduction_attrs *r) {
+static void copy_reduction_attrs(rf_node_builder *b,
+                                 const rf__reduction_attrs *r) {
   static const int64_t none = 0;
   rf_node_builder_attr_int_list(b, "axes", r->axes ? r->axes : &none, r->naxes);
   rf_node_builder_attr_bool(b, "all_axes", r->all_axes);
@@ -114,15 +115,15 @@ static rf_output build_reduction(rf_graph *g, const char *op, rf_output first,
 /* Sum / Mean: dx = dy broadcast back over the reduced axes (/ count). */
 static rf_status *sum_grad(rf__grad_ctx *c) {
   if (!c->dy[0].node) return NULL;
-  c->dx[0] = build_reduction(c->g, "_SumGrad", c->dy[0], rf__input(c->op, 0),
-                             c->op);
+  c->dx[0] =
+      build_reduction(c->g, "_SumGrad", c->dy[0], rf__input(c->op, 0), c->op);
   return NULL;
 }
 
 static rf_status *mean_grad(rf__grad_ctx *c) {
   if (!c->dy[0].node) return NULL;
-  c->dx[0] = build_reduction(c->g, "_MeanGrad", c->dy[0], rf__input(c->op, 0),
-                             c->op);
+  c->dx[0] =
+      build_reduction(c->g, "_MeanGrad", c->dy[0], rf__input(c->op, 0), c->op);
   return NULL;
 }
 
@@ -143,21 +144,36 @@ static rf_status *mean_grad_grad(rf__grad_ctx *c) {
 /* ---- registration ---- */
 
 static const rf__op_spec specs[] = {
-    {.name = "Sum", .inputs = "input: T", .outputs = "output: T",
+    {.name = "Sum",
+     .inputs = "input: T",
+     .outputs = "output: T",
      .attrs = "T: type in {@numeric}; " REDUCE_ATTRS,
-     .shape = reduce_shape, .grad = sum_grad},
-    {.name = "Mean", .inputs = "input: T", .outputs = "output: T",
+     .shape = reduce_shape,
+     .grad = sum_grad},
+    {.name = "Mean",
+     .inputs = "input: T",
+     .outputs = "output: T",
      .attrs = "T: type in {@numeric}; " REDUCE_ATTRS,
-     .shape = reduce_shape, .grad = mean_grad},
-    {.name = "ArgMax", .inputs = "input: T", .outputs = "output: int64",
-     .attrs = "T: type in {@numeric}; axis: int", .shape = argmax_shape,
+     .shape = reduce_shape,
+     .grad = mean_grad},
+    {.name = "ArgMax",
+     .inputs = "input: T",
+     .outputs = "output: int64",
+     .attrs = "T: type in {@numeric}; axis: int",
+     .shape = argmax_shape,
      .flags = RF_OP_NO_GRADIENT},
-    {.name = "_SumGrad", .inputs = "dy: T, x: T", .outputs = "dx: T",
+    {.name = "_SumGrad",
+     .inputs = "dy: T, x: T",
+     .outputs = "dx: T",
      .attrs = "T: type in {@numeric}; " REDUCE_ATTRS,
-     .shape = reduce_grad_shape, .grad = sum_grad_grad},
-    {.name = "_MeanGrad", .inputs = "dy: T, x: T", .outputs = "dx: T",
+     .shape = reduce_grad_shape,
+     .grad = sum_grad_grad},
+    {.name = "_MeanGrad",
+     .inputs = "dy: T, x: T",
+     .outputs = "dx: T",
      .attrs = "T: type in {@numeric}; " REDUCE_ATTRS,
-     .shape = reduce_grad_shape, .grad = mean_grad_grad},
+     .shape = reduce_grad_shape,
+     .grad = mean_grad_grad},
 };
 
 rf_status *rf__register_reduction_ops(void) {
@@ -174,8 +190,8 @@ static rf_output reduce(rf_graph *g, const char *op, const char *name,
   if (rf__graph_failed(g) || !rf__graph_inputs_ok(g, op, &x, 1))
     return no_output;
   if (naxes > 0 && !axes) {
-    rf__graph_record(g, rf__invalid("%s: axes is NULL but naxes is %d", op,
-                                    naxes));
+    rf__graph_record(
+        g, rf__invalid("%s: axes is NULL but naxes is %d", op, naxes));
     return no_output;
   }
   rf__reduction_attrs r = {axes, naxes < 0 ? 0 : naxes, naxes < 0, keep_dims};

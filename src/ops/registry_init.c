@@ -17,7 +17,7 @@ static rf_status *(*const families[])(void) = {
     rf__register_cpu_math_kernels,   rf__register_cpu_nn_kernels,
     rf__register_cpu_reduction_kernels, rf__register_cpu_runtime_kernels,
     rf__register_cpu_collective_kernels,
-    rf__register_passes,
+    rf__register_passes,             rf__configure_blas,
 };
 
 static void init_once(void) {

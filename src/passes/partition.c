@@ -3,8 +3,9 @@
  * and a _Recv on the consumer's; one pair per (source output, destination
  * device), shared by all consumers there. A crossing control edge becomes
  * _Token -> _Send (with a control input from the source) and a _Recv with a
- * control edge to the consumer. Rendezvous keys ("<src>:<out>;<device>", or
- * "<src>:ctl;<device>") are unique in the graph because node names are.
+ * control edge to the consumer. Rendezvous keys ("<id>/<src>:<out>;<device>"
+ * or "<id>/<src>:ctl;<device>", the name cut at 200 characters) are unique in
+ * the graph because node ids are; the name is there for people.
  * Linear: each node's out edges are visited once. */
 #include <stdio.h>
 #include <string.h>
@@ -48,8 +49,8 @@ static rf_status *add(partitioner *p, const rf__op_def *op, const char *name,
                       int dev, const rf_output *in, int nin,
                       const rf__attrs *attrs, rf_node **out) {
   const char *dname = p->ctx->devices[dev].canonical;
-  RF_CHECK(rf__graph_add_node(p->ctx->graph, op, name, dname, in, nin, attrs,
-                              out));
+  RF_CHECK(
+      rf__graph_add_node(p->ctx->graph, op, name, dname, in, nin, attrs, out));
   (*out)->assigned_device = dev;
   return NULL;
 }
@@ -62,12 +63,13 @@ static rf_status *make_pair(partitioner *p, rf_node *src, int src_out, int dev,
   bool control = src_out == RF_CONTROL_SLOT;
   char key[512], name[600];
   if (control)
-    snprintf(key, sizeof key, "%s:ctl;%s", src->name, dname);
+    snprintf(key, sizeof key, "%d/%.200s:ctl;%s", src->id, src->name, dname);
   else
-    snprintf(key, sizeof key, "%s:%d;%s", src->name, src_out, dname);
+    snprintf(key, sizeof key, "%d/%.200s:%d;%s", src->id, src->name, src_out,
+             dname);
   rf_dtype dtype = control ? RF_FLOAT32 : src->out_dtypes[src_out];
-  rf_shape shape = control ? rf_shape_of(1, (int64_t)0)
-                           : src->out_shapes[src_out];
+  rf_shape shape =
+      control ? rf_shape_of(1, (int64_t)0) : src->out_shapes[src_out];
   rf__attrs attrs = {0};
   rf__attr_value t = rf__attr_type_value(dtype), k = rf__attr_string_ref(key),
                  s = rf__attr_shape(shape);
@@ -79,16 +81,19 @@ static rf_status *make_pair(partitioner *p, rf_node *src, int src_out, int dev,
   if (control) {
     rf__attrs none = {0};
     make_name(g, "_Token", src, src_out, dname, name, sizeof name);
-    RF_CHECK_GOTO(add(p, p->token, name, src->assigned_device, NULL, 0, &none,
-                      &tok), st, done);
+    RF_CHECK_GOTO(
+        add(p, p->token, name, src->assigned_device, NULL, 0, &none, &tok), st,
+        done);
     in = (rf_output){tok, 0};
   }
   make_name(g, "_Send", src, src_out, dname, name, sizeof name);
-  RF_CHECK_GOTO(add(p, p->send, name, src->assigned_device, &in, 1, &attrs,
-                    &send), st, done);
+  RF_CHECK_GOTO(
+      add(p, p->send, name, src->assigned_device, &in, 1, &attrs, &send), st,
+      done);
   if (control)
-    RF_CHECK_GOTO(rf__graph_add_edge(g, src, RF_CONTROL_SLOT, send,
-                                     RF_CONTROL_SLOT), st, done);
+    RF_CHECK_GOTO(
+        rf__graph_add_edge(g, src, RF_CONTROL_SLOT, send, RF_CONTROL_SLOT), st,
+        done);
   RF_CHECK_GOTO(rf__attrs_set(&attrs, "shape", &s), st, done);
   make_name(g, "_Recv", src, src_out, dname, name, sizeof name);
   RF_CHECK_GOTO(add(p, p->recv, name, dev, NULL, 0, &attrs, recv), st, done);
@@ -113,7 +118,18 @@ static rf_status *pair_for(partitioner *p, rf_node *src, int src_out, int dev,
   return NULL;
 }
 
+/* A POST_PLACEMENT pass may have added nodes without placing them. */
+static rf_status *check_placed(const partitioner *p, const rf_node *v) {
+  if (v->assigned_device >= 0 && v->assigned_device < p->ctx->num_devices)
+    return NULL;
+  return rf__internal("node '%s' (%s) has no device after placement", v->name,
+                      v->op->name);
+}
+
 static rf_status *split_node(partitioner *p, rf_node *v) {
+  RF_CHECK(check_placed(p, v));
+  for (int k = 0; k < v->num_out_edges; k++)
+    RF_CHECK(check_placed(p, v->out_edges[k]->dst));
   /* Gather the crossing edges and their new sources, then move them all in
    * one pass over v's out edges. */
   int n = 0;
@@ -132,8 +148,7 @@ static rf_status *split_node(partitioner *p, rf_node *v) {
   /* Pairs are made after gathering: a control pair adds an out edge to v. */
   for (int k = 0; k < n; k++) {
     rf__edge *e = p->edges[k];
-    RF_CHECK(pair_for(p, v, e->src_out, e->dst->assigned_device,
-                      &p->recvs[k]));
+    RF_CHECK(pair_for(p, v, e->src_out, e->dst->assigned_device, &p->recvs[k]));
   }
   return rf__graph_redirect_edges(p->ctx->graph, v, p->edges, p->recvs,
                                   p->zeros, n);
@@ -145,8 +160,9 @@ rf_status *rf__partition(rf__pass_ctx *ctx) {
                    .recv = rf__op_find("_Recv"),
                    .token = rf__op_find("_Token")};
   if (!p.send || !p.recv || !p.token)
-    return rf__internal("partition: the runtime ops _Send, _Recv and _Token "
-                        "are not registered");
+    return rf__internal(
+        "partition: the runtime ops _Send, _Recv and _Token "
+        "are not registered");
   rf_graph *g = ctx->graph;
   int ids = g->num_ids; /* nodes added below need no splitting */
   rf_status *st = NULL;

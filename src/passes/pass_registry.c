@@ -29,15 +29,19 @@ rf_status *rf__pass_register(rf__pass_phase phase, int priority,
   if ((int)phase < 0 || phase >= RF_PASS_PHASE_COUNT)
     return rf__invalid("pass registration: bad phase %d", (int)phase);
   if (!name || !*name || strlen(name) >= PASS_NAME_MAX || !fn)
-    return rf__invalid("pass registration: a pass needs a name (under %d "
-                       "characters) and a function", PASS_NAME_MAX);
+    return rf__invalid(
+        "pass registration: a pass needs a name (under %d "
+        "characters) and a function",
+        PASS_NAME_MAX);
   for (int i = 0; i < num_passes; i++)
     if (strcmp(passes[i].name, name) == 0)
       return rf__error(RF_ALREADY_EXISTS, "pass '%s' is already registered",
                        name);
   if (num_passes == MAX_PASSES)
-    return rf__error(RF_RESOURCE_EXHAUSTED, "pass '%s': the table holds %d "
-                     "passes at most", name, MAX_PASSES);
+    return rf__error(RF_RESOURCE_EXHAUSTED,
+                     "pass '%s': the table holds %d "
+                     "passes at most",
+                     name, MAX_PASSES);
   pass p = {phase, priority, "", fn};
   strcpy(p.name, name);
   int i = num_passes;

@@ -24,11 +24,11 @@ typedef enum rf__pass_phase {
 } rf__pass_phase;
 
 typedef struct rf__pass_ctx {
-  rf_graph *graph;                    /* being compiled; the pass may edit it */
-  const rf__device *devices;          /* the session's; not owned */
+  rf_graph *graph;           /* being compiled; the pass may edit it */
+  const rf__device *devices; /* the session's; not owned */
   int num_devices;
-  int default_device;                 /* index into devices */
-  const rf_session_options *options;  /* not owned */
+  int default_device;                /* index into devices */
+  const rf_session_options *options; /* not owned */
 } rf__pass_ctx;
 
 /* Returns NULL or an error naming the node it concerns (compile fails). */
@@ -47,7 +47,8 @@ rf_status *rf__passes_run(rf__pass_phase phase, rf__pass_ctx *ctx);
 /* Number of registered passes of a phase (for tests). */
 int rf__passes_count(rf__pass_phase phase);
 
-/* ---- the fixed compile stages (passes/prune.c, placement.c, partition.c) ---- */
+/* ---- the fixed compile stages (passes/prune.c, placement.c, partition.c) ----
+ */
 
 /* Removes every node from which no fetch (_Retval) or target node can be
  * reached through data and control edges. keep[id] != 0 marks the roots

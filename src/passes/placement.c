@@ -30,15 +30,16 @@ static rf_status *resolve(resolver *r, const rf_node *n, int *dev) {
   }
   rf__device_name name;
   rf_status *st = rf__device_name_parse(req, &name);
-  if (st)
-    return rf__status_prefix(st, "node '%s' (%s)", n->name, n->op->name);
+  if (st) return rf__status_prefix(st, "node '%s' (%s)", n->name, n->op->name);
   int d = rf__device_find(r->ctx->devices, r->ctx->num_devices, &name);
   if (d < 0) {
     char list[256];
     rf__device_list_format(r->ctx->devices, r->ctx->num_devices, list,
                            sizeof list);
-    return rf__invalid("node '%s' (%s) requests device %s, but the session "
-                       "has %s", n->name, n->op->name, req, list);
+    return rf__invalid(
+        "node '%s' (%s) requests device %s, but the session "
+        "has %s",
+        n->name, n->op->name, req, list);
   }
   if (strlen(req) < sizeof r->last) {
     strcpy(r->last, req);

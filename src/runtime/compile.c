@@ -90,9 +90,8 @@ static rf_status *add_arg(rf_graph *g, const rf__signature *sig, int i,
 }
 
 static rf_status *rewrite_io(rf_graph *g, const rf__signature *sig) {
-  rf_node **retvals = rf__malloc(sizeof(rf_node *) *
-                                 (size_t)(sig->num_fetches ? sig->num_fetches
-                                                           : 1));
+  rf_node **retvals = rf__malloc(
+      sizeof(rf_node *) * (size_t)(sig->num_fetches ? sig->num_fetches : 1));
   RF_CHECK_ALLOC(retvals);
   scratch tmp = {0};
   char *keep = NULL;
@@ -138,9 +137,9 @@ rf_status *rf__compile(rf_session *s, const rf__signature *sig,
   RF_CHECK_GOTO(rf__graph_copy(s->graph, &p->graph), st, fail);
   RF_CHECK_GOTO(rewrite_io(p->graph, sig), st, fail);
   RF_CHECK_GOTO(compile_graph(s, p->graph), st, fail);
-  RF_CHECK_GOTO(rf__executor_new(p->graph, s->devices, s->num_devices,
-                                 &p->executor),
-                st, fail);
+  RF_CHECK_GOTO(
+      rf__executor_new(p->graph, s->devices, s->num_devices, &p->executor), st,
+      fail);
   *out = p;
   return NULL;
 fail:

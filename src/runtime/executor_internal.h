@@ -67,6 +67,11 @@ typedef struct node_ref { /* a stable argument for async ctx and pool tasks */
   int id;
 } node_ref;
 
+typedef struct batch { /* ready nodes handed to a pool worker */
+  struct frame *frame;
+  int begin, n; /* range of frame->handoff */
+} batch;
+
 typedef struct frame {
   dplan *plan;
   struct run *run;
@@ -74,10 +79,17 @@ typedef struct frame {
   rf_tensor **slots;   /* [num_slots] */
   rf_tensor **outs;    /* [num_outs] */
   atomic_int *pending; /* [num_nodes] */
-  atomic_int outstanding; /* nodes ready or running */
+  /* Holders of the frame: running drains, queued tasks and pending async
+   * kernels each hold one; the frame is done when the last lets go. */
+  atomic_int holders;
   rf__kernel_ctx *actx; /* [num_async] */
   node_ref *refs;       /* [num_nodes] */
-  struct frame *next;   /* in the plan's cache */
+  /* A node is handed off at most once per step, so num_nodes entries
+   * suffice; a batch is described at batches[begin]. */
+  int *handoff;   /* [num_nodes] */
+  batch *batches; /* [num_nodes] */
+  atomic_int handoff_top;
+  struct frame *next; /* in the plan's cache */
 } frame;
 
 /* Frames: taken from the plan's cache or made; returned after the step. */

@@ -20,7 +20,7 @@ typedef struct builder {
 } builder;
 
 static void plan_destroy(dplan *p) {
-  for (int i = 0; i < p->num_nodes; i++) {
+  for (int i = 0; p->nodes && i < p->num_nodes; i++) {
     xnode *x = &p->nodes[i];
     if (x->state && x->kernel && x->kernel->destroy)
       x->kernel->destroy(x->state);
@@ -33,6 +33,8 @@ static void plan_destroy(dplan *p) {
     rf__free(f->pending);
     rf__free(f->actx);
     rf__free(f->refs);
+    rf__free(f->handoff);
+    rf__free(f->batches);
     rf__free(f);
   }
   pthread_mutex_destroy(&p->frames_mu);
@@ -61,27 +63,28 @@ static rf_status *bind_kernel(dplan *p, xnode *x) {
   const rf_node *v = x->node;
   const rf__kernel_def *k = rf__kernel_find(v->op->name, p->device->name.type);
   if (!k)
-    return rf__error(RF_NOT_FOUND, "node '%s' (%s): no kernel for op %s is "
-                     "registered for device %s", v->name, v->op->name,
-                     v->op->name, p->device->canonical);
+    return rf__error(RF_NOT_FOUND,
+                     "node '%s' (%s): no kernel for op %s is "
+                     "registered for device %s",
+                     v->name, v->op->name, v->op->name, p->device->canonical);
   if (!k->compute == !k->compute_async)
-    return rf__internal("node '%s' (%s): the %s kernel must have exactly one "
-                        "of compute and compute_async", v->name, v->op->name,
-                        rf__device_type_name(k->device_type));
+    return rf__internal(
+        "node '%s' (%s): the %s kernel must have exactly one "
+        "of compute and compute_async",
+        v->name, v->op->name, rf__device_type_name(k->device_type));
   x->kernel = k;
   x->compute = k->compute;
   if (k->init) {
     rf_status *st = k->init(v, &x->state);
     if (st)
-      return rf__status_prefix(st, "node '%s' (%s) on %s", v->name,
-                               v->op->name, p->device->canonical);
+      return rf__status_prefix(st, "node '%s' (%s) on %s", v->name, v->op->name,
+                               p->device->canonical);
   }
   return NULL;
 }
 
 /* Sizes: first pass over the device's nodes (given in id order). */
 static rf_status *size_plan(builder *b, dplan *p, rf_node **nodes, int n) {
-  p->num_nodes = n;
   int slots = 0, outs = 0, edges = 0, ctl = 0, drops = 0;
   for (int i = 0; i < n; i++) {
     rf_node *v = nodes[i];
@@ -105,6 +108,7 @@ static rf_status *size_plan(builder *b, dplan *p, rf_node **nodes, int n) {
   p->roots = rf__malloc(sizeof(int) * (size_t)(n ? n : 1));
   if (!p->nodes || !p->edges || !p->ctl || !p->drops || !p->roots)
     return rf__oom();
+  p->num_nodes = n; /* only now: plan_destroy walks nodes[0..num_nodes) */
   return NULL;
 }
 
@@ -120,8 +124,8 @@ static void fill_edges(builder *b, dplan *p, const rf_node *v, xnode *x,
     if (e->src_out == RF_CONTROL_SLOT) {
       p->ctl[(*nc)++] = dst;
     } else {
-      p->edges[(*ne)++] = (xedge){e->src_out, dst,
-                                  b->in_base[e->dst->id] + e->dst_in, 0};
+      p->edges[(*ne)++] =
+          (xedge){e->src_out, dst, b->in_base[e->dst->id] + e->dst_in, 0};
     }
   }
   x->edge_end = *ne;
@@ -178,10 +182,11 @@ static rf_status *group_nodes(builder *b, rf_node **by_dev, int *start) {
     for (int k = 0; k < v->num_out_edges; k++) {
       const rf_node *w = v->out_edges[k]->dst;
       if (w->assigned_device != d)
-        return rf__internal("edge '%s' (on %s) -> '%s' (on %s) crosses "
-                            "devices after partitioning", v->name,
-                            b->devices[d].canonical, w->name,
-                            b->devices[w->assigned_device].canonical);
+        return rf__internal(
+            "edge '%s' (on %s) -> '%s' (on %s) crosses "
+            "devices after partitioning",
+            v->name, b->devices[d].canonical, w->name,
+            b->devices[w->assigned_device].canonical);
     }
     if (v->num_outputs > b->max_out) b->max_out = v->num_outputs;
     b->local[i] = b->counts[d]++;
@@ -261,18 +266,23 @@ static frame *frame_new(dplan *p) {
   f->plan = p;
   f->slots = rf__calloc((size_t)(p->num_slots ? p->num_slots : 1),
                         sizeof(rf_tensor *));
-  f->outs = rf__calloc((size_t)(p->num_outs ? p->num_outs : 1),
-                       sizeof(rf_tensor *));
+  f->outs =
+      rf__calloc((size_t)(p->num_outs ? p->num_outs : 1), sizeof(rf_tensor *));
   f->pending = rf__malloc(sizeof(atomic_int) * (size_t)p->num_nodes);
   f->actx = rf__calloc((size_t)(p->num_async ? p->num_async : 1),
                        sizeof(rf__kernel_ctx));
   f->refs = rf__malloc(sizeof(node_ref) * (size_t)p->num_nodes);
-  if (!f->slots || !f->outs || !f->pending || !f->actx || !f->refs) {
+  f->handoff = rf__malloc(sizeof(int) * (size_t)p->num_nodes);
+  f->batches = rf__malloc(sizeof(batch) * (size_t)p->num_nodes);
+  if (!f->slots || !f->outs || !f->pending || !f->actx || !f->refs ||
+      !f->handoff || !f->batches) {
     rf__free(f->slots);
     rf__free(f->outs);
     rf__free(f->pending);
     rf__free(f->actx);
     rf__free(f->refs);
+    rf__free(f->handoff);
+    rf__free(f->batches);
     rf__free(f);
     return NULL;
   }
@@ -280,7 +290,8 @@ static frame *frame_new(dplan *p) {
     atomic_init(&f->pending[i], p->nodes[i].init_pending);
     f->refs[i] = (node_ref){f, i};
   }
-  atomic_init(&f->outstanding, 0);
+  atomic_init(&f->holders, 0);
+  atomic_init(&f->handoff_top, 0);
   return f;
 }
 

@@ -1,8 +1,8 @@
 /* runtime/rendezvous.c - a chained hash table of pending entries keyed by
  * (step, key) under one mutex, plus one record per active step listing its
- * entries (so abort and end_step touch only that step). Entries and step records
- * are recycled through free lists, so a steady-state step allocates nothing.
- * Callbacks always run after the mutex is released. */
+ * entries (so abort and end_step touch only that step). Entries and step
+ * records are recycled through free lists, so a steady-state step allocates
+ * nothing. Callbacks always run after the mutex is released. */
 #include "runtime/rendezvous.h"
 
 #include <pthread.h>
@@ -17,14 +17,14 @@
 typedef struct step_rec step_rec;
 
 typedef struct entry {
-  struct entry *hnext;        /* bucket chain */
+  struct entry *hnext;         /* bucket chain */
   struct entry *sprev, *snext; /* the step's list */
   step_rec *step;
   uint64_t hash;
   char *key; /* small_key or a heap copy */
   char small_key[SMALL_KEY];
-  rf_tensor *value;         /* sent first */
-  rf__rendezvous_fn fn;     /* received first */
+  rf_tensor *value;     /* sent first */
+  rf__rendezvous_fn fn; /* received first */
   void *arg;
 } entry;
 
@@ -180,8 +180,8 @@ static rf_status *copy_status(const rf_status *st) {
 
 /* ---- the API ---- */
 
-rf_status *rf__rendezvous_send(rf__rendezvous *r, int64_t step,
-                               const char *key, rf_tensor *value) {
+rf_status *rf__rendezvous_send(rf__rendezvous *r, int64_t step, const char *key,
+                               rf_tensor *value) {
   uint64_t h = hash_key(step, key);
   callback cb = {0};
   rf_status *st = NULL;
@@ -310,8 +310,10 @@ void rf__rendezvous_end_step(rf__rendezvous *r, int64_t step) {
   pthread_mutex_unlock(&r->mu);
   rf_status_free(aborted);
   if (list) {
-    rf_status *c = rf__error(RF_CANCELLED, "step %lld ended before its "
-                             "tensors were exchanged", (long long)step);
+    rf_status *c = rf__error(RF_CANCELLED,
+                             "step %lld ended before its "
+                             "tensors were exchanged",
+                             (long long)step);
     finish_detached(r, list, c);
     rf_status_free(c);
   }

@@ -29,8 +29,8 @@ void rf__rendezvous_free(rf__rendezvous *r);
 /* Delivers `value` (retained) under (key, step): to a waiting receiver, or
  * stored until one comes. Fails - value untouched - with the step's abort
  * status once the step was aborted, INTERNAL for a second send of one key. */
-rf_status *rf__rendezvous_send(rf__rendezvous *r, int64_t step,
-                               const char *key, rf_tensor *value);
+rf_status *rf__rendezvous_send(rf__rendezvous *r, int64_t step, const char *key,
+                               rf_tensor *value);
 
 /* Asks for the value under (key, step); fn fires when it is there - at once if
  * it already is - or with the abort status if the step is or gets aborted. A
@@ -41,8 +41,7 @@ void rf__rendezvous_recv(rf__rendezvous *r, int64_t step, const char *key,
 /* Fails the step: every receiver waiting in it gets a copy of st now, stored
  * values are dropped, and later sends and receives of the step fail with st.
  * Only the first abort of a step counts. st is borrowed. */
-void rf__rendezvous_abort(rf__rendezvous *r, int64_t step,
-                          const rf_status *st);
+void rf__rendezvous_abort(rf__rendezvous *r, int64_t step, const rf_status *st);
 
 /* Forgets the step: releases values nobody received and fails remaining
  * waiters with CANCELLED. Call when no send or recv of the step can come any

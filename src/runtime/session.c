@@ -11,6 +11,7 @@
 #include "runtime/session_internal.h"
 #include "comm/collective.h"
 #include "runtime/step.h"
+#include "runtime/trace.h"
 
 #define MAX_CPU_DEVICES 64
 
@@ -25,14 +26,18 @@ void rf_session_options_init(rf_session_options *o) {
 
 static rf_status *check_options(const rf_session_options *o) {
   if (o->num_cpu_devices < 1 || o->num_cpu_devices > MAX_CPU_DEVICES)
-    return rf__invalid("session options: num_cpu_devices must be in 1..%d, "
-                       "got %d", MAX_CPU_DEVICES, o->num_cpu_devices);
+    return rf__invalid(
+        "session options: num_cpu_devices must be in 1..%d, "
+        "got %d",
+        MAX_CPU_DEVICES, o->num_cpu_devices);
   if (o->num_threads < 0)
     return rf__invalid("session options: num_threads must be >= 0, got %d",
                        o->num_threads);
   if (o->collective_timeout_ms <= 0)
-    return rf__invalid("session options: collective_timeout_ms must be > 0, "
-                       "got %lld", (long long)o->collective_timeout_ms);
+    return rf__invalid(
+        "session options: collective_timeout_ms must be > 0, "
+        "got %lld",
+        (long long)o->collective_timeout_ms);
   return NULL;
 }
 
@@ -56,8 +61,10 @@ static rf_status *make_devices(rf_session *s) {
   if (s->default_device < 0) {
     char list[256];
     rf__device_list_format(s->devices, s->num_devices, list, sizeof list);
-    return rf__invalid("session options: default_device %s is not a device "
-                       "of the session (%s)", dd, list);
+    return rf__invalid(
+        "session options: default_device %s is not a device "
+        "of the session (%s)",
+        dd, list);
   }
   snprintf(s->default_device_name, sizeof s->default_device_name, "%s",
            s->devices[s->default_device].canonical);
@@ -81,6 +88,7 @@ rf_status *rf_session_new(const rf_graph *g, const rf_session_options *opts,
   s->opts = *opts;
   atomic_init(&s->next_step, 1);
   pthread_mutex_init(&s->cache_mu, NULL);
+  pthread_mutex_init(&s->trace_mu, NULL);
   RF_CHECK_GOTO(make_devices(s), st, fail);
   RF_CHECK_GOTO(rf__graph_copy(g, &s->graph), st, fail);
   *out = s;
@@ -105,7 +113,30 @@ void rf_session_free(rf_session *s) {
   rf__collective_manager_free(s->collectives);
   rf_graph_free(s->graph);
   pthread_mutex_destroy(&s->cache_mu);
+  pthread_mutex_destroy(&s->trace_mu);
+  rf__free(s->trace_path);
   rf__free(s);
+}
+
+rf_status *rf_session_trace_next_run(rf_session *s, const char *path) {
+  if (!s || !path || !path[0])
+    return rf__invalid("rf_session_trace_next_run: NULL argument");
+  char *copy = rf__strdup(path);
+  RF_CHECK_ALLOC(copy);
+  pthread_mutex_lock(&s->trace_mu);
+  rf__free(s->trace_path);
+  s->trace_path = copy;
+  pthread_mutex_unlock(&s->trace_mu);
+  return NULL;
+}
+
+/* The armed trace path, taken by this run (NULL if none). */
+static char *take_trace_path(rf_session *s) {
+  pthread_mutex_lock(&s->trace_mu);
+  char *path = s->trace_path;
+  s->trace_path = NULL;
+  pthread_mutex_unlock(&s->trace_mu);
+  return path;
 }
 
 /* ---- resolving a run's request ---- */
@@ -135,8 +166,8 @@ static void sb_printf(sbuf *b, const char *fmt, ...) {
   b->n += k;
 }
 
-static rf_status *find_node(rf_session *s, const rf_node *user, const char *what,
-                            int i, rf_node **out) {
+static rf_status *find_node(rf_session *s, const rf_node *user,
+                            const char *what, int i, rf_node **out) {
   if (!user) return rf__invalid("%s %d is not a valid node or output", what, i);
   rf_node *n = rf_graph_find_node(s->graph, rf_node_name(user));
   if (!n)
@@ -151,9 +182,10 @@ static rf_status *find_output(rf_session *s, rf_output user, const char *what,
   rf_node *n;
   RF_CHECK(find_node(s, user.node, what, i, &n));
   if (user.index < 0 || user.index >= n->num_outputs)
-    return rf__invalid("%s %d: node '%s' (%s) has %d outputs, output %d was "
-                       "asked for", what, i, n->name, n->op->name,
-                       n->num_outputs, user.index);
+    return rf__invalid(
+        "%s %d: node '%s' (%s) has %d outputs, output %d was "
+        "asked for",
+        what, i, n->name, n->op->name, n->num_outputs, user.index);
   *out = (rf_output){n, user.index};
   return NULL;
 }
@@ -173,16 +205,19 @@ static rf_status *check_feed(const rf_output *o, const rf_tensor *v, int i) {
                        n->name, o->index);
   rf_dtype want = n->out_dtypes[o->index];
   if (v->dtype != want)
-    return rf__invalid("feed for node '%s' (%s) output %d: a %s tensor was "
-                       "fed, the output is %s", n->name, n->op->name, o->index,
-                       rf_dtype_name(v->dtype), rf_dtype_name(want));
+    return rf__invalid(
+        "feed for node '%s' (%s) output %d: a %s tensor was "
+        "fed, the output is %s",
+        n->name, n->op->name, o->index, rf_dtype_name(v->dtype),
+        rf_dtype_name(want));
   if (!shapes_compatible(&n->out_shapes[o->index], &v->shape)) {
     char a[128], b[128];
     rf_shape_format(&v->shape, a, sizeof a);
     rf_shape_format(&n->out_shapes[o->index], b, sizeof b);
-    return rf__invalid("feed for node '%s' (%s) output %d: shape %s is not "
-                       "compatible with the node's shape %s", n->name,
-                       n->op->name, o->index, a, b);
+    return rf__invalid(
+        "feed for node '%s' (%s) output %d: shape %s is not "
+        "compatible with the node's shape %s",
+        n->name, n->op->name, o->index, a, b);
   }
   return NULL;
 }
@@ -191,9 +226,8 @@ static rf_status *check_feed(const rf_output *o, const rf_tensor *v, int i) {
  * string. */
 static rf_status *resolve(rf_session *s, const rf_feed *feeds, int nfeeds,
                           const rf_output *fetches, int nfetches,
-                          rf_node *const *targets, int ntargets,
-                          rf_output *fo, rf_output *xo, rf_node **tn,
-                          sbuf *key) {
+                          rf_node *const *targets, int ntargets, rf_output *fo,
+                          rf_output *xo, rf_node **tn, sbuf *key) {
   for (int i = 0; i < nfeeds; i++) {
     RF_CHECK(find_output(s, feeds[i].output, "feed", i, &fo[i]));
     RF_CHECK(check_feed(&fo[i], feeds[i].value, i));
@@ -266,8 +300,14 @@ static rf_status *run_step(rf_session *s, rf__plan *p, const rf_feed *feeds,
       .collectives = s->collectives,
   };
   atomic_init(&step.cancelled, 0);
-  rf_status *st = rf__executor_run(p->executor, &step);
+  char *trace_path = take_trace_path(s);
+  rf_status *st = trace_path ? rf__trace_new(&step.trace) : NULL;
+  if (!st) st = rf__executor_run(p->executor, &step);
   rf__collective_end_step(s->collectives, step.id);
+  if (!st && step.trace)
+    st = rf__trace_write(step.trace, s->devices, s->num_devices, trace_path);
+  rf__trace_free(step.trace);
+  rf__free(trace_path);
   for (int i = 0; i < p->num_fetches && !st; i++)
     if (!fetched[i])
       st = rf__internal("fetch %d was not produced by the step", i);
@@ -283,9 +323,8 @@ rf_status *rf_session_run(rf_session *s, const rf_feed *feeds, int nfeeds,
                           const rf_output *fetches, int nfetches,
                           rf_node *const *targets, int ntargets,
                           rf_tensor **outputs) {
-  if (!s || nfeeds < 0 || nfetches < 0 || ntargets < 0 ||
-      (nfeeds && !feeds) || (nfetches && (!fetches || !outputs)) ||
-      (ntargets && !targets))
+  if (!s || nfeeds < 0 || nfetches < 0 || ntargets < 0 || (nfeeds && !feeds) ||
+      (nfetches && (!fetches || !outputs)) || (ntargets && !targets))
     return rf__invalid("rf_session_run: NULL or negative argument");
   /* One block for the resolved request and the step's tensor arrays. */
   size_t words = (size_t)nfeeds * 3 + (size_t)nfetches * 3 + (size_t)ntargets;
@@ -304,7 +343,8 @@ rf_status *rf_session_run(rf_session *s, const rf_feed *feeds, int nfeeds,
   rf__signature sig = {fo, nfeeds, xo, nfetches, tn, ntargets};
   if (!st) st = get_plan(s, &sig, key.p ? key.p : "", &p);
   if (!st) st = run_step(s, p, feeds, fed, fetched);
-  if (!st) memcpy(outputs, fetched, sizeof(rf_tensor *) * (size_t)nfetches);
+  if (!st && nfetches)
+    memcpy(outputs, fetched, sizeof(rf_tensor *) * (size_t)nfetches);
   rf__free(key.p);
   rf__free(mem);
   return st;

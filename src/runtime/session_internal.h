@@ -31,6 +31,8 @@ struct rf_session {
   int num_devices;
   rf__rendezvous *rendezvous;
   struct rf__collective_manager *collectives;
+  pthread_mutex_t trace_mu;
+  char *trace_path; /* armed by rf_session_trace_next_run; taken by one run */
   atomic_llong next_step;
   pthread_mutex_t cache_mu;
   rf__plan *cache; /* uthash by signature */
@@ -48,8 +50,7 @@ typedef struct rf__signature {
 
 /* Compiles sig against s's graph: copy, _Retval per fetch, _Arg per feed,
  * prune, passes, placement, partition, executor plans. Errors name the node. */
-rf_status *rf__compile(rf_session *s, const rf__signature *sig,
-                       rf__plan **out);
+rf_status *rf__compile(rf_session *s, const rf__signature *sig, rf__plan **out);
 void rf__plan_free(rf__plan *p);
 
 #endif

@@ -10,6 +10,7 @@
 
 struct rf__rendezvous;
 struct rf__collective_manager;
+struct rf__trace;
 
 typedef struct rf__step {
   int64_t id;
@@ -21,6 +22,7 @@ typedef struct rf__step {
   atomic_int cancelled;      /* set once the step has failed or was cancelled */
   int64_t collective_timeout_ms;
   struct rf__collective_manager *collectives; /* the session's; not owned */
+  struct rf__trace *trace; /* non-NULL: record every kernel of this step */
 } rf__step;
 
 #endif

@@ -24,7 +24,8 @@ struct rf__threadpool {
   task *ring; /* cap slots; count tasks starting at head */
   int cap, head, count;
   bool stop;
-  atomic_int idle;
+  atomic_int idle;   /* workers waiting on cv */
+  atomic_int queued; /* mirrors count, readable without the lock */
   int num_threads, started;
   pthread_t *threads;
 };
@@ -42,6 +43,7 @@ static void *worker_main(void *arg) {
     task t = p->ring[p->head];
     p->head = (p->head + 1) % p->cap;
     p->count--;
+    atomic_store_explicit(&p->queued, p->count, memory_order_relaxed);
     pthread_mutex_unlock(&p->mu);
     t.fn(t.arg);
     pthread_mutex_lock(&p->mu);
@@ -74,6 +76,7 @@ rf_status *rf__threadpool_new(int num_threads, rf__threadpool **out) {
   pthread_mutex_init(&p->mu, NULL);
   pthread_cond_init(&p->cv, NULL);
   atomic_init(&p->idle, 0);
+  atomic_init(&p->queued, 0);
   p->num_threads = num_threads;
   for (int i = 0; i < num_threads; i++) {
     if (pthread_create(&p->threads[i], NULL, worker_main, p) != 0) {
@@ -113,10 +116,14 @@ int rf__threadpool_size(const rf__threadpool *p) {
   return p ? p->num_threads : 0;
 }
 
+/* Waiting workers minus tasks already queued for them: a worker signalled
+ * but not yet awake is not idle, or callers would pile up work for it. */
 int rf__threadpool_idle(const rf__threadpool *p) {
   if (!p) return 0;
-  return atomic_load_explicit(&((rf__threadpool *)p)->idle,
-                              memory_order_relaxed);
+  rf__threadpool *q = (rf__threadpool *)p;
+  int n = atomic_load_explicit(&q->idle, memory_order_relaxed) -
+          atomic_load_explicit(&q->queued, memory_order_relaxed);
+  return n > 0 ? n : 0;
 }
 
 /* Doubles the ring, unrolling it so head becomes 0. Called with mu held. */
@@ -141,6 +148,7 @@ rf_status *rf__threadpool_schedule(rf__threadpool *p, void (*fn)(void *),
   }
   p->ring[(p->head + p->count) % p->cap] = (task){fn, arg};
   p->count++;
+  atomic_store_explicit(&p->queued, p->count, memory_order_relaxed);
   /* Waking only when someone sleeps keeps the busy case cheap. */
   if (atomic_load_explicit(&p->idle, memory_order_relaxed) > 0)
     pthread_cond_signal(&p->cv);
@@ -169,8 +177,7 @@ typedef struct pfor {
 } pfor;
 
 static void pfor_release(pfor *w) {
-  if (atomic_fetch_sub_explicit(&w->refs, 1, memory_order_acq_rel) != 1)
-    return;
+  if (atomic_fetch_sub_explicit(&w->refs, 1, memory_order_acq_rel) != 1) return;
   pthread_cond_destroy(&w->cv);
   pthread_mutex_destroy(&w->mu);
   rf__free(w);
@@ -179,14 +186,14 @@ static void pfor_release(pfor *w) {
 /* Runs chunks until none is left unclaimed. */
 static void pfor_work(pfor *w) {
   for (;;) {
-    int64_t c = atomic_fetch_add_explicit(&w->next_chunk, 1,
-                                          memory_order_relaxed);
+    int64_t c =
+        atomic_fetch_add_explicit(&w->next_chunk, 1, memory_order_relaxed);
     if (c >= w->num_chunks) return;
     int64_t b = c * w->chunk;
     int64_t e = b + w->chunk < w->n ? b + w->chunk : w->n;
     w->fn(w->arg, b, e);
-    int64_t done = atomic_fetch_add_explicit(&w->chunks_done, 1,
-                                             memory_order_acq_rel) + 1;
+    int64_t done =
+        atomic_fetch_add_explicit(&w->chunks_done, 1, memory_order_acq_rel) + 1;
     if (done == w->num_chunks) {
       pthread_mutex_lock(&w->mu);
       pthread_cond_broadcast(&w->cv);
@@ -232,7 +239,7 @@ void rf__threadpool_parallel_for(rf__threadpool *p, int64_t n,
   pthread_mutex_init(&w->mu, NULL);
   pthread_cond_init(&w->cv, NULL);
   int helpers = (int)(w->num_chunks - 1 < p->num_threads ? w->num_chunks - 1
-                                                          : p->num_threads);
+                                                         : p->num_threads);
   atomic_init(&w->refs, 1 + helpers);
   for (int i = 0; i < helpers; i++) {
     rf_status *st = rf__threadpool_schedule(p, pfor_helper, w);

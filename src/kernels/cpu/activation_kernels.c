@@ -6,6 +6,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "kernels/cpu/half.h"
 #include "kernels/cpu/nn_kernels.h"
 #include "kernels/kernel.h"
 
@@ -22,25 +23,26 @@ typedef struct ew_op {
   int64_t cost; /* cycles per element, roughly */
 } ew_op;
 
-#define DEFINE_UNARY(NAME, SUFFIX, T, EXPR)                                    \
-  static void NAME##_##SUFFIX(T *restrict out, const T *a, const T *b,         \
-                              int64_t n) {                                     \
-    (void)b;                                                                   \
-    for (int64_t i = 0; i < n; i++) {                                          \
-      T x = a[i];                                                              \
-      out[i] = (EXPR);                                                         \
-    }                                                                          \
+#define DEFINE_UNARY(NAME, SUFFIX, T, EXPR)                            \
+  static void NAME##_##SUFFIX(T *restrict out, const T *a, const T *b, \
+                              int64_t n) {                             \
+    (void)b;                                                           \
+    for (int64_t i = 0; i < n; i++) {                                  \
+      T x = a[i];                                                      \
+      out[i] = (EXPR);                                                 \
+    }                                                                  \
   }
-#define DEFINE_BINARY(NAME, SUFFIX, T, EXPR)                                   \
-  static void NAME##_##SUFFIX(T *restrict out, const T *a, const T *b,         \
-                              int64_t n) {                                     \
-    for (int64_t i = 0; i < n; i++) {                                          \
-      T x = a[i], y = b[i];                                                    \
-      out[i] = (EXPR);                                                         \
-    }                                                                          \
+#define DEFINE_BINARY(NAME, SUFFIX, T, EXPR)                           \
+  static void NAME##_##SUFFIX(T *restrict out, const T *a, const T *b, \
+                              int64_t n) {                             \
+    for (int64_t i = 0; i < n; i++) {                                  \
+      T x = a[i], y = b[i];                                            \
+      out[i] = (EXPR);                                                 \
+    }                                                                  \
   }
 
 /* x: first input, y: second. */
+// clang-format off
 #define RELU(T) (x < 0 ? (T)0 : x)
 #define RELU_GRAD(T) (y > 0 ? x : (T)0)
 DEFINE_UNARY(relu, f32, float, RELU(float))
@@ -62,34 +64,33 @@ DEFINE_BINARY(sigmoid_grad, f32, float, y * x * (1.0f - x))
 DEFINE_BINARY(sigmoid_grad, f64, double, y * x * (1.0 - x))
 DEFINE_BINARY(tanh_grad, f32, float, y * (1.0f - x * x))
 DEFINE_BINARY(tanh_grad, f64, double, y * (1.0 - x * x))
+// clang-format on
 
-static const ew_op relu_op = {relu_f32, relu_f64, relu_i8, relu_i32, relu_i64,
-                              1};
+static const ew_op relu_op = {relu_f32, relu_f64, relu_i8,
+                              relu_i32, relu_i64, 1};
 static const ew_op relu_grad_op = {relu_grad_f32, relu_grad_f64, relu_grad_i8,
                                    relu_grad_i32, relu_grad_i64, 1};
-static const ew_op sigmoid_op = {sigmoid_f32, sigmoid_f64, NULL, NULL, NULL,
-                                 20};
+static const ew_op sigmoid_op = {sigmoid_f32, sigmoid_f64, NULL,
+                                 NULL,        NULL,        20};
 static const ew_op tanh_op = {tanh_f32, tanh_f64, NULL, NULL, NULL, 20};
-static const ew_op sigmoid_grad_op = {sigmoid_grad_f32, sigmoid_grad_f64, NULL,
-                                      NULL, NULL, 2};
-static const ew_op tanh_grad_op = {tanh_grad_f32, tanh_grad_f64, NULL, NULL,
-                                   NULL, 2};
+static const ew_op sigmoid_grad_op = {
+    sigmoid_grad_f32, sigmoid_grad_f64, NULL, NULL, NULL, 2};
+static const ew_op tanh_grad_op = {tanh_grad_f32, tanh_grad_f64, NULL,
+                                   NULL,          NULL,          2};
 
 typedef struct ew {
   const ew_op *op;
   rf_dtype dtype;
-  const char *a, *b; /* b NULL for unary ops */
-  char *out;
+  const void *a, *b; /* b NULL for unary ops */
+  void *out;
 } ew;
 
 static void to_float(const uint16_t *s, float *d, int64_t n, bool bf16) {
-  for (int64_t i = 0; i < n; i++)
-    d[i] = bf16 ? rf_bfloat16_to_float(s[i]) : rf_half_to_float(s[i]);
+  for (int64_t i = 0; i < n; i++) d[i] = bf16 ? rf__bf2f(s[i]) : rf__h2f(s[i]);
 }
 
 static void from_float(const float *s, uint16_t *d, int64_t n, bool bf16) {
-  for (int64_t i = 0; i < n; i++)
-    d[i] = bf16 ? rf_float_to_bfloat16(s[i]) : rf_float_to_half(s[i]);
+  for (int64_t i = 0; i < n; i++) d[i] = bf16 ? rf__f2bf(s[i]) : rf__f2h(s[i]);
 }
 
 /* float16 / bfloat16: through float, BLOCK elements at a time. */
@@ -112,15 +113,16 @@ static void run_ew(void *arg, int64_t b, int64_t e) {
   int64_t n = e - b;
   switch (p->dtype) {
     case RF_FLOAT32:
-      p->op->f32((float *)p->out + b, AT(p->a, float, b), AT(p->b, float, b), n);
+      p->op->f32((float *)p->out + b, AT(p->a, float, b), AT(p->b, float, b),
+                 n);
       break;
     case RF_FLOAT64:
-      p->op->f64((double *)p->out + b, AT(p->a, double, b),
-                 AT(p->b, double, b), n);
+      p->op->f64((double *)p->out + b, AT(p->a, double, b), AT(p->b, double, b),
+                 n);
       break;
     case RF_INT8:
-      p->op->i8((int8_t *)p->out + b, AT(p->a, int8_t, b),
-                AT(p->b, int8_t, b), n);
+      p->op->i8((int8_t *)p->out + b, AT(p->a, int8_t, b), AT(p->b, int8_t, b),
+                n);
       break;
     case RF_INT32:
       p->op->i32((int32_t *)p->out + b, AT(p->a, int32_t, b),
@@ -158,10 +160,9 @@ static rf_status *elementwise(rf__kernel_ctx *ctx, const ew_op *op) {
     char sa[96], sb[96];
     rf_shape_format(&a->shape, sa, sizeof sa);
     rf_shape_format(&b->shape, sb, sizeof sb);
-    return rf__kernel_error(ctx, RF_INVALID_ARGUMENT,
-                            "inputs differ: %s %s and %s %s",
-                            rf_dtype_name(a->dtype), sa,
-                            rf_dtype_name(b->dtype), sb);
+    return rf__kernel_error(
+        ctx, RF_INVALID_ARGUMENT, "inputs differ: %s %s and %s %s",
+        rf_dtype_name(a->dtype), sa, rf_dtype_name(b->dtype), sb);
   }
   rf_tensor *out;
   RF_CHECK(rf__kernel_alloc_output(ctx, 0, a->dtype, &a->shape, &out));
@@ -193,11 +194,14 @@ static const rf__kernel_def defs[] = {
     {.op = "Relu", .device_type = RF_DEVICE_CPU, .compute = relu_compute},
     {.op = "Sigmoid", .device_type = RF_DEVICE_CPU, .compute = sigmoid_compute},
     {.op = "Tanh", .device_type = RF_DEVICE_CPU, .compute = tanh_compute},
-    {.op = "_ReluGrad", .device_type = RF_DEVICE_CPU,
+    {.op = "_ReluGrad",
+     .device_type = RF_DEVICE_CPU,
      .compute = relu_grad_compute},
-    {.op = "_SigmoidGrad", .device_type = RF_DEVICE_CPU,
+    {.op = "_SigmoidGrad",
+     .device_type = RF_DEVICE_CPU,
      .compute = sigmoid_grad_compute},
-    {.op = "_TanhGrad", .device_type = RF_DEVICE_CPU,
+    {.op = "_TanhGrad",
+     .device_type = RF_DEVICE_CPU,
      .compute = tanh_grad_compute},
 };
 

@@ -121,7 +121,8 @@ static void participate(rf__kernel_ctx *ctx, rf__done_fn done) {
                             .num_devices = s->num_devices,
                             .is_root = s->is_root,
                             .device = ctx->device,
-                            .node = ctx->node->name};
+                            .node = ctx->node->name,
+                            .step_cancelled = &step->cancelled};
   if (s->shape_input) {
     rf_status *st = shape_from_input(ctx, &p.shape);
     if (st) {

@@ -33,21 +33,54 @@ static void dgemm(const mm_dims *d, const double *a, const double *b,
               (int)d->n);
 }
 
+/* ---- row blocks of C across the pool ---- */
+
+/* OpenBLAS runs single-threaded inside ringflow (blas_threads.c), so a big
+ * product is split into blocks of C's rows, one BLAS call each. Block bounds
+ * depend only on the shape and the pool size, so results do not vary from
+ * run to run. */
+typedef struct gemm_job {
+  const mm_dims *d;
+  const void *a, *b;
+  void *c;
+  bool f64;
+} gemm_job;
+
+static void gemm_rows(void *arg, int64_t r0, int64_t r1) {
+  const gemm_job *j = arg;
+  mm_dims sub = *j->d;
+  sub.m = r1 - r0;
+  size_t es = j->f64 ? sizeof(double) : sizeof(float);
+  /* op(A)'s row r is A's row r, or A's column r when transposed */
+  const char *a = (const char *)j->a + (size_t)(sub.ta ? r0 : r0 * sub.lda) * es;
+  char *c = (char *)j->c + (size_t)(r0 * sub.n) * es;
+  if (j->f64)
+    dgemm(&sub, (const double *)a, j->b, (double *)c);
+  else
+    sgemm(&sub, (const float *)a, j->b, (float *)c);
+}
+
+static void gemm_parallel(rf__kernel_ctx *ctx, const mm_dims *d, const void *a,
+                          const void *b, void *c, bool f64) {
+  gemm_job job = {d, a, b, c, f64};
+  rf__kernel_parallel_for(ctx, d->m, d->k * d->n, gemm_rows, &job);
+}
+
 /* ---- float16 / bfloat16 through sgemm ---- */
 
 static void widen(const uint16_t *x, float *y, int64_t n, rf_dtype dt) {
   if (dt == RF_FLOAT16) {
-    for (int64_t i = 0; i < n; i++) y[i] = rf_half_to_float(x[i]);
+    for (int64_t i = 0; i < n; i++) y[i] = rf__h2f(x[i]);
   } else {
-    for (int64_t i = 0; i < n; i++) y[i] = rf_bfloat16_to_float(x[i]);
+    for (int64_t i = 0; i < n; i++) y[i] = rf__bf2f(x[i]);
   }
 }
 
 static void narrow(const float *x, uint16_t *y, int64_t n, rf_dtype dt) {
   if (dt == RF_FLOAT16) {
-    for (int64_t i = 0; i < n; i++) y[i] = rf_float_to_half(x[i]);
+    for (int64_t i = 0; i < n; i++) y[i] = rf__f2h(x[i]);
   } else {
-    for (int64_t i = 0; i < n; i++) y[i] = rf_float_to_bfloat16(x[i]);
+    for (int64_t i = 0; i < n; i++) y[i] = rf__f2bf(x[i]);
   }
 }
 
@@ -189,8 +222,8 @@ static rf_status *matmul_compute(rf__kernel_ctx *ctx) {
     return st;
   }
   switch (dt) {
-    case RF_FLOAT32: sgemm(&d, a->data, b->data, c->data); break;
-    case RF_FLOAT64: dgemm(&d, a->data, b->data, c->data); break;
+    case RF_FLOAT32: gemm_parallel(ctx, &d, a->data, b->data, c->data, false); break;
+    case RF_FLOAT64: gemm_parallel(ctx, &d, a->data, b->data, c->data, true); break;
     case RF_FLOAT16:
     case RF_BFLOAT16: gemm_16(&d, a, b, c, scratch); break;
     default: gemm_int(ctx, &d, a, b, c, scratch); break;

@@ -10,16 +10,17 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "kernels/cpu/half.h"
 #include "kernels/cpu/nn_kernels.h"
 #include "kernels/cpu/reduce_sum.h"
 #include "kernels/kernel.h"
 #include "ops/families.h"
 
-#define LOAD_F16(p, i) rf_half_to_float((p)[i])
-#define LOAD_BF16(p, i) rf_bfloat16_to_float((p)[i])
+#define LOAD_F16(p, i) rf__h2f((p)[i])
+#define LOAD_BF16(p, i) rf__bf2f((p)[i])
 #define LOAD_PLAIN(p, i) ((p)[i])
-#define STORE_F16(p, i, v) ((p)[i] = rf_float_to_half(v))
-#define STORE_BF16(p, i, v) ((p)[i] = rf_float_to_bfloat16(v))
+#define STORE_F16(p, i, v) ((p)[i] = rf__f2h(v))
+#define STORE_BF16(p, i, v) ((p)[i] = rf__f2bf(v))
 #define STORE_PLAIN(p, i, v) ((p)[i] = (v))
 
 /* Row functions per dtype. T: storage, C: compute type, EXACT: T == C, so
@@ -29,54 +30,54 @@
  *   smgrad:  out = (dy - sum(dy * y)) * y
  *   xent:    loss = log(sum) - (x[label] - max); bp = softmax - onehot(label)
  *   xgrad:   out = bp * dloss */
-#define DEFINE_ROWS(NAME, T, C, LOAD, STORE, EXP, EXACT)                       \
-  static void bias_##NAME(const T *x, const T *bias, T *y, int64_t c) {        \
-    for (int64_t j = 0; j < c; j++) STORE(y, j, LOAD(x, j) + LOAD(bias, j));   \
-  }                                                                            \
-  static C rowmax_##NAME(const T *x, int64_t c) {                              \
-    C m = LOAD(x, 0);                                                          \
-    for (int64_t j = 1; j < c; j++) {                                          \
-      C v = LOAD(x, j);                                                        \
-      m = v > m ? v : m;                                                       \
-    }                                                                          \
-    return m;                                                                  \
-  }                                                                            \
-  /* Sum of exp(x - m); stored into e when EXACT. */                           \
-  static double sumexp_##NAME(const T *x, C m, T *e, int64_t c) {              \
-    double s = 0;                                                              \
-    for (int64_t j = 0; j < c; j++) {                                          \
-      C v = EXP(LOAD(x, j) - m);                                               \
-      if (EXACT) STORE(e, j, v);                                               \
-      s += v;                                                                  \
-    }                                                                          \
-    return s;                                                                  \
-  }                                                                            \
-  static void softmax_##NAME(const T *x, T *y, int64_t c) {                    \
-    C m = rowmax_##NAME(x, c);                                                 \
-    C inv = (C)(1.0 / sumexp_##NAME(x, m, y, c));                              \
-    for (int64_t j = 0; j < c; j++)                                            \
-      STORE(y, j, (EXACT ? LOAD(y, j) : EXP(LOAD(x, j) - m)) * inv);           \
-  }                                                                            \
-  static void smgrad_##NAME(const T *dy, const T *y, T *out, int64_t c) {      \
-    double s = 0;                                                              \
-    for (int64_t j = 0; j < c; j++) s += (double)LOAD(dy, j) * LOAD(y, j);     \
-    for (int64_t j = 0; j < c; j++)                                            \
-      STORE(out, j, (C)((LOAD(dy, j) - (C)s) * LOAD(y, j)));                   \
-  }                                                                            \
-  static void xent_##NAME(const T *x, int64_t label, T *loss, T *bp,           \
-                          int64_t c) {                                         \
-    C m = rowmax_##NAME(x, c);                                                 \
-    double s = sumexp_##NAME(x, m, bp, c);                                     \
-    STORE(loss, 0, (C)(log(s) - (double)(LOAD(x, label) - m)));                \
-    C inv = (C)(1.0 / s);                                                      \
-    for (int64_t j = 0; j < c; j++) {                                          \
-      C p = (EXACT ? LOAD(bp, j) : EXP(LOAD(x, j) - m)) * inv;                 \
-      STORE(bp, j, j == label ? p - (C)1 : p);                                 \
-    }                                                                          \
-  }                                                                            \
-  static void xgrad_##NAME(const T *bp, const T *dloss, T *out, int64_t c) {   \
-    C d = LOAD(dloss, 0);                                                      \
-    for (int64_t j = 0; j < c; j++) STORE(out, j, LOAD(bp, j) * d);            \
+#define DEFINE_ROWS(NAME, T, C, LOAD, STORE, EXP, EXACT)                     \
+  static void bias_##NAME(const T *x, const T *bias, T *y, int64_t c) {      \
+    for (int64_t j = 0; j < c; j++) STORE(y, j, LOAD(x, j) + LOAD(bias, j)); \
+  }                                                                          \
+  static C rowmax_##NAME(const T *x, int64_t c) {                            \
+    C m = LOAD(x, 0);                                                        \
+    for (int64_t j = 1; j < c; j++) {                                        \
+      C v = LOAD(x, j);                                                      \
+      m = v > m ? v : m;                                                     \
+    }                                                                        \
+    return m;                                                                \
+  }                                                                          \
+  /* Sum of exp(x - m); stored into e when EXACT. */                         \
+  static double sumexp_##NAME(const T *x, C m, T *e, int64_t c) {            \
+    double s = 0;                                                            \
+    for (int64_t j = 0; j < c; j++) {                                        \
+      C v = EXP(LOAD(x, j) - m);                                             \
+      if (EXACT) STORE(e, j, v);                                             \
+      s += v;                                                                \
+    }                                                                        \
+    return s;                                                                \
+  }                                                                          \
+  static void softmax_##NAME(const T *x, T *y, int64_t c) {                  \
+    C m = rowmax_##NAME(x, c);                                               \
+    C inv = (C)(1.0 / sumexp_##NAME(x, m, y, c));                            \
+    for (int64_t j = 0; j < c; j++)                                          \
+      STORE(y, j, (EXACT ? LOAD(y, j) : EXP(LOAD(x, j) - m)) * inv);         \
+  }                                                                          \
+  static void smgrad_##NAME(const T *dy, const T *y, T *out, int64_t c) {    \
+    double s = 0;                                                            \
+    for (int64_t j = 0; j < c; j++) s += (double)LOAD(dy, j) * LOAD(y, j);   \
+    for (int64_t j = 0; j < c; j++)                                          \
+      STORE(out, j, (C)((LOAD(dy, j) - (C)s) * LOAD(y, j)));                 \
+  }                                                                          \
+  static void xent_##NAME(const T *x, int64_t label, T *loss, T *bp,         \
+                          int64_t c) {                                       \
+    C m = rowmax_##NAME(x, c);                                               \
+    double s = sumexp_##NAME(x, m, bp, c);                                   \
+    STORE(loss, 0, (C)(log(s) - (double)(LOAD(x, label) - m)));              \
+    C inv = (C)(1.0 / s);                                                    \
+    for (int64_t j = 0; j < c; j++) {                                        \
+      C p = (EXACT ? LOAD(bp, j) : EXP(LOAD(x, j) - m)) * inv;               \
+      STORE(bp, j, j == label ? p - (C)1 : p);                               \
+    }                                                                        \
+  }                                                                          \
+  static void xgrad_##NAME(const T *bp, const T *dloss, T *out, int64_t c) { \
+    C d = LOAD(dloss, 0);                                                    \
+    for (int64_t j = 0; j < c; j++) STORE(out, j, LOAD(bp, j) * d);          \
   }
 
 DEFINE_ROWS(f16, uint16_t, float, LOAD_F16, STORE_F16, expf, 0)
@@ -85,14 +86,14 @@ DEFINE_ROWS(f32, float, float, LOAD_PLAIN, STORE_PLAIN, expf, 1)
 DEFINE_ROWS(f64, double, double, LOAD_PLAIN, STORE_PLAIN, exp, 1)
 
 /* Calls FN_<dtype>(args) for a float dtype; pointer args are void *. */
-#define DISPATCH(dt, FN, ...)                                                  \
-  do {                                                                         \
-    switch (dt) {                                                              \
-      case RF_FLOAT16: FN##_f16(__VA_ARGS__); break;                           \
-      case RF_BFLOAT16: FN##_bf16(__VA_ARGS__); break;                         \
-      case RF_FLOAT32: FN##_f32(__VA_ARGS__); break;                           \
-      default: FN##_f64(__VA_ARGS__); break;                                   \
-    }                                                                          \
+#define DISPATCH(dt, FN, ...)                          \
+  do {                                                 \
+    switch (dt) {                                      \
+      case RF_FLOAT16: FN##_f16(__VA_ARGS__); break;   \
+      case RF_BFLOAT16: FN##_bf16(__VA_ARGS__); break; \
+      case RF_FLOAT32: FN##_f32(__VA_ARGS__); break;   \
+      default: FN##_f64(__VA_ARGS__); break;           \
+    }                                                  \
   } while (0)
 
 /* Rows of c elements of one float dtype; what a, b, y, y2 hold depends on
@@ -180,8 +181,27 @@ static void for_rows(rf__kernel_ctx *ctx, rows *p, int64_t n, int64_t cost,
   rf__kernel_parallel_for(ctx, n / p->c, p->c * cost, fn, p);
 }
 
+/* INVALID_ARGUMENT unless the inputs in `mask` (bit k: input k) share one
+ * float dtype; the graph guarantees it, a mistyped feed must not read past a
+ * buffer. */
+static rf_status *float_inputs(rf__kernel_ctx *ctx, unsigned mask) {
+  rf_dtype dt = RF_DTYPE_INVALID;
+  for (int k = 0; k < ctx->num_inputs; k++) {
+    if (!(mask >> k & 1)) continue;
+    rf_dtype d = ctx->inputs[k]->dtype;
+    if (!rf_dtype_is_float(d) || (dt != RF_DTYPE_INVALID && d != dt))
+      return rf__kernel_error(
+          ctx, RF_INVALID_ARGUMENT, "input %d has dtype %s; expected %s", k,
+          rf_dtype_name(d),
+          dt == RF_DTYPE_INVALID ? "a float dtype" : rf_dtype_name(dt));
+    dt = d;
+  }
+  return NULL;
+}
+
 static rf_status *bias_add_compute(rf__kernel_ctx *ctx) {
   const rf_tensor *x = ctx->inputs[0], *bias = ctx->inputs[1];
+  RF_CHECK(float_inputs(ctx, 3));
   if (x->shape.rank < 1) return shape_error(ctx, "value", x, "of rank >= 1");
   if (bias->shape.rank != 1 || bias->shape.dims[0] != last(x)) {
     char a[96], b[96];
@@ -193,14 +213,18 @@ static rf_status *bias_add_compute(rf__kernel_ctx *ctx) {
   }
   rf_tensor *y;
   RF_CHECK(rf__kernel_alloc_output(ctx, 0, x->dtype, &x->shape, &y));
-  rows p = {x->dtype, rf_dtype_size(x->dtype), last(x), x->data, bias->data,
-            y->data, NULL, NULL, false};
+  rows p = {x->dtype,   rf_dtype_size(x->dtype),
+            last(x),    x->data,
+            bias->data, y->data,
+            NULL,       NULL,
+            false};
   for_rows(ctx, &p, x->num_elements, 1, run_bias);
   return NULL;
 }
 
 static rf_status *bias_add_grad_compute(rf__kernel_ctx *ctx) {
   const rf_tensor *dy = ctx->inputs[0];
+  RF_CHECK(float_inputs(ctx, 1));
   int rank = dy->shape.rank;
   if (rank < 1) return shape_error(ctx, "out_backprop", dy, "of rank >= 1");
   rf_shape shape = rf_shape_of(1, last(dy));
@@ -217,11 +241,15 @@ static rf_status *bias_add_grad_compute(rf__kernel_ctx *ctx) {
 
 static rf_status *softmax_compute(rf__kernel_ctx *ctx) {
   const rf_tensor *x = ctx->inputs[0];
+  RF_CHECK(float_inputs(ctx, 1));
   if (x->shape.rank < 1) return shape_error(ctx, "logits", x, "of rank >= 1");
   rf_tensor *y;
   RF_CHECK(rf__kernel_alloc_output(ctx, 0, x->dtype, &x->shape, &y));
-  rows p = {x->dtype, rf_dtype_size(x->dtype), last(x), x->data, NULL,
-            y->data, NULL, NULL, false};
+  rows p = {x->dtype, rf_dtype_size(x->dtype),
+            last(x),  x->data,
+            NULL,     y->data,
+            NULL,     NULL,
+            false};
   for_rows(ctx, &p, x->num_elements, 20, run_softmax);
   return NULL;
 }
@@ -241,12 +269,16 @@ static rf_status *same_shape(rf__kernel_ctx *ctx, const char *an,
 
 static rf_status *softmax_grad_compute(rf__kernel_ctx *ctx) {
   const rf_tensor *dy = ctx->inputs[0], *y = ctx->inputs[1];
+  RF_CHECK(float_inputs(ctx, 3));
   if (y->shape.rank < 1) return shape_error(ctx, "softmax", y, "of rank >= 1");
   RF_CHECK(same_shape(ctx, "grad_softmax", dy, "softmax", y));
   rf_tensor *out;
   RF_CHECK(rf__kernel_alloc_output(ctx, 0, y->dtype, &y->shape, &out));
-  rows p = {y->dtype, rf_dtype_size(y->dtype), last(y), dy->data, y->data,
-            out->data, NULL, NULL, false};
+  rows p = {y->dtype, rf_dtype_size(y->dtype),
+            last(y),  dy->data,
+            y->data,  out->data,
+            NULL,     NULL,
+            false};
   for_rows(ctx, &p, y->num_elements, 4, run_smgrad);
   return NULL;
 }
@@ -282,6 +314,7 @@ static rf_status *check_labels(rf__kernel_ctx *ctx, const rf_tensor *labels,
 
 static rf_status *xent_compute(rf__kernel_ctx *ctx) {
   const rf_tensor *x = ctx->inputs[0], *labels = ctx->inputs[1];
+  RF_CHECK(float_inputs(ctx, 1));
   RF_CHECK(check_rows(ctx, "labels", labels, "logits", x));
   if (labels->dtype != RF_INT32 && labels->dtype != RF_INT64)
     return rf__kernel_error(ctx, RF_INVALID_ARGUMENT,
@@ -297,8 +330,14 @@ static rf_status *xent_compute(rf__kernel_ctx *ctx) {
     ctx->outputs[0] = NULL;
     return st;
   }
-  rows p = {x->dtype, rf_dtype_size(x->dtype), x->shape.dims[1], x->data,
-            NULL, loss->data, bp->data, labels->data,
+  rows p = {x->dtype,
+            rf_dtype_size(x->dtype),
+            x->shape.dims[1],
+            x->data,
+            NULL,
+            loss->data,
+            bp->data,
+            labels->data,
             labels->dtype == RF_INT64};
   for_rows(ctx, &p, x->num_elements, 20, run_xent);
   return NULL;
@@ -306,11 +345,19 @@ static rf_status *xent_compute(rf__kernel_ctx *ctx) {
 
 static rf_status *xent_grad_compute(rf__kernel_ctx *ctx) {
   const rf_tensor *dloss = ctx->inputs[0], *bp = ctx->inputs[1];
+  RF_CHECK(float_inputs(ctx, 3));
   RF_CHECK(check_rows(ctx, "dloss", dloss, "backprop", bp));
   rf_tensor *out;
   RF_CHECK(rf__kernel_alloc_output(ctx, 0, bp->dtype, &bp->shape, &out));
-  rows p = {bp->dtype, rf_dtype_size(bp->dtype), bp->shape.dims[1], bp->data,
-            dloss->data, out->data, NULL, NULL, false};
+  rows p = {bp->dtype,
+            rf_dtype_size(bp->dtype),
+            bp->shape.dims[1],
+            bp->data,
+            dloss->data,
+            out->data,
+            NULL,
+            NULL,
+            false};
   for_rows(ctx, &p, bp->num_elements, 1, run_xgrad);
   return NULL;
 }
@@ -318,16 +365,21 @@ static rf_status *xent_grad_compute(rf__kernel_ctx *ctx) {
 /* ---- registration ---- */
 
 static const rf__kernel_def defs[] = {
-    {.op = "BiasAdd", .device_type = RF_DEVICE_CPU,
+    {.op = "BiasAdd",
+     .device_type = RF_DEVICE_CPU,
      .compute = bias_add_compute},
-    {.op = "_BiasAddGrad", .device_type = RF_DEVICE_CPU,
+    {.op = "_BiasAddGrad",
+     .device_type = RF_DEVICE_CPU,
      .compute = bias_add_grad_compute},
     {.op = "Softmax", .device_type = RF_DEVICE_CPU, .compute = softmax_compute},
-    {.op = "_SoftmaxGrad", .device_type = RF_DEVICE_CPU,
+    {.op = "_SoftmaxGrad",
+     .device_type = RF_DEVICE_CPU,
      .compute = softmax_grad_compute},
     {.op = "SparseSoftmaxCrossEntropyWithLogits",
-     .device_type = RF_DEVICE_CPU, .compute = xent_compute},
-    {.op = "_SparseXentGrad", .device_type = RF_DEVICE_CPU,
+     .device_type = RF_DEVICE_CPU,
+     .compute = xent_compute},
+    {.op = "_SparseXentGrad",
+     .device_type = RF_DEVICE_CPU,
      .compute = xent_grad_compute},
 };
 

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "core/mem.h"
+#include "kernels/cpu/half.h"
 #include "kernels/cpu/reduce_sum.h"
 #include "ops/families.h"
 #include "ops/reduction_axes.h"
@@ -13,8 +14,8 @@
 /* Re-issues a context-free error with the node, op and device in front. */
 static rf_status *at_node(rf__kernel_ctx *ctx, rf_status *st) {
   if (!st || rf_status_code(st) == RF_RESOURCE_EXHAUSTED) return st;
-  rf_status *e = rf__kernel_error(ctx, rf_status_code(st), "%s",
-                                  rf_status_message(st));
+  rf_status *e =
+      rf__kernel_error(ctx, rf_status_code(st), "%s", rf_status_message(st));
   rf_status_free(st);
   return e;
 }
@@ -44,8 +45,18 @@ static rf_status *node_mask(rf__kernel_ctx *ctx, int rank, uint32_t *mask,
 
 /* ---- Sum, Mean ---- */
 
+/* INVALID_ARGUMENT unless t is of a numeric dtype (a mistyped feed must not
+ * be read as another type). */
+static rf_status *numeric(rf__kernel_ctx *ctx, const rf_tensor *t) {
+  if (rf_dtype_is_float(t->dtype) || rf_dtype_is_integer(t->dtype)) return NULL;
+  return rf__kernel_error(ctx, RF_INVALID_ARGUMENT,
+                          "expected a numeric tensor, got %s",
+                          rf_dtype_name(t->dtype));
+}
+
 static rf_status *reduce(rf__kernel_ctx *ctx, bool mean) {
   const rf_tensor *x = ctx->inputs[0];
+  RF_CHECK(numeric(ctx, x));
   uint32_t mask;
   bool keep;
   RF_CHECK(node_mask(ctx, x->shape.rank, &mask, &keep));
@@ -70,7 +81,7 @@ typedef struct bcast {
   const char *dy;
   char *dx;
   size_t es;
-  rf__axis_groups g; /* the last group is the contiguous run */
+  rf__axis_groups g;           /* the last group is the contiguous run */
   int64_t stride[RF_MAX_RANK]; /* in dy elements; 0 for reduced groups */
 } bcast;
 
@@ -150,17 +161,25 @@ static rf_status *scaled_copy(const rf_tensor *dy, int64_t count, void **out) {
     switch (dy->dtype) {
       case RF_FLOAT16:
         ((uint16_t *)buf)[i] =
-            rf_float_to_half((float)(rf_half_to_float(((const uint16_t *)s)[i]) / c));
+            rf__f2h((float)(rf__h2f(((const uint16_t *)s)[i]) / c));
         break;
       case RF_BFLOAT16:
-        ((uint16_t *)buf)[i] = rf_float_to_bfloat16(
-            (float)(rf_bfloat16_to_float(((const uint16_t *)s)[i]) / c));
+        ((uint16_t *)buf)[i] =
+            rf__f2bf((float)(rf__bf2f(((const uint16_t *)s)[i]) / c));
         break;
-      case RF_FLOAT32: ((float *)buf)[i] = (float)(((const float *)s)[i] / c); break;
+      case RF_FLOAT32:
+        ((float *)buf)[i] = (float)(((const float *)s)[i] / c);
+        break;
       case RF_FLOAT64: ((double *)buf)[i] = ((const double *)s)[i] / c; break;
-      case RF_INT8: ((int8_t *)buf)[i] = (int8_t)(((const int8_t *)s)[i] / count); break;
-      case RF_UINT8: ((uint8_t *)buf)[i] = (uint8_t)(((const uint8_t *)s)[i] / count); break;
-      case RF_INT32: ((int32_t *)buf)[i] = (int32_t)(((const int32_t *)s)[i] / count); break;
+      case RF_INT8:
+        ((int8_t *)buf)[i] = (int8_t)(((const int8_t *)s)[i] / count);
+        break;
+      case RF_UINT8:
+        ((uint8_t *)buf)[i] = (uint8_t)(((const uint8_t *)s)[i] / count);
+        break;
+      case RF_INT32:
+        ((int32_t *)buf)[i] = (int32_t)(((const int32_t *)s)[i] / count);
+        break;
       default: ((int64_t *)buf)[i] = ((const int64_t *)s)[i] / count; break;
     }
   }
@@ -170,6 +189,7 @@ static rf_status *scaled_copy(const rf_tensor *dy, int64_t count, void **out) {
 
 static rf_status *reduce_grad(rf__kernel_ctx *ctx, bool mean) {
   const rf_tensor *dy = ctx->inputs[0], *x = ctx->inputs[1];
+  RF_CHECK(numeric(ctx, x));
   uint32_t mask;
   bool keep;
   RF_CHECK(node_mask(ctx, x->shape.rank, &mask, &keep));
@@ -214,7 +234,7 @@ static rf_status *mean_grad_compute(rf__kernel_ctx *ctx) {
 
 /* ---- ArgMax over one axis: (outer, n, inner) -> (outer, inner) int64 ---- */
 
-enum { ARG_BLOCK = 256 };
+enum { ARG_BLOCK = 1024 }; /* columns at once; 16 KiB of stack */
 
 typedef struct argmax {
   const void *x;
@@ -226,37 +246,37 @@ typedef struct argmax {
  * in numpy); for integers the NaN tests fold away. */
 #define BEATS(v, best) ((v) > (best) || ((v) != (v) && (best) == (best)))
 
-#define LOAD_F16(p, i) rf_half_to_float((p)[i])
-#define LOAD_BF16(p, i) rf_bfloat16_to_float((p)[i])
+#define LOAD_F16(p, i) rf__h2f((p)[i])
+#define LOAD_BF16(p, i) rf__bf2f((p)[i])
 #define LOAD_PLAIN(p, i) ((p)[i])
 
 /* Items are (o, block of ARG_BLOCK columns), or rows when inner == 1. */
-#define DEFINE_ARGMAX(NAME, T, C, LOAD)                                        \
-  static void argmax_##NAME(void *arg, int64_t b, int64_t e) {                 \
-    const argmax *p = arg;                                                     \
-    const T *x = p->x;                                                         \
-    for (int64_t it = b; it < e; it++) {                                       \
-      int64_t o = it / p->nblocks, j0 = (it % p->nblocks) * ARG_BLOCK;         \
-      int64_t len = p->inner - j0 < ARG_BLOCK ? p->inner - j0 : ARG_BLOCK;     \
-      const T *base = x + o * p->n * p->inner + j0;                            \
-      C best[ARG_BLOCK];                                                       \
-      int64_t idx[ARG_BLOCK];                                                  \
-      for (int64_t j = 0; j < len; j++) {                                      \
-        best[j] = LOAD(base, j);                                               \
-        idx[j] = 0;                                                            \
-      }                                                                        \
-      for (int64_t r = 1; r < p->n; r++) {                                     \
-        const T *row = base + r * p->inner;                                    \
-        for (int64_t j = 0; j < len; j++) {                                    \
-          C v = LOAD(row, j);                                                  \
-          if (BEATS(v, best[j])) {                                             \
-            best[j] = v;                                                       \
-            idx[j] = r;                                                        \
-          }                                                                    \
-        }                                                                      \
-      }                                                                        \
+#define DEFINE_ARGMAX(NAME, T, C, LOAD)                                       \
+  static void argmax_##NAME(void *arg, int64_t b, int64_t e) {                \
+    const argmax *p = arg;                                                    \
+    const T *x = p->x;                                                        \
+    for (int64_t it = b; it < e; it++) {                                      \
+      int64_t o = it / p->nblocks, j0 = (it % p->nblocks) * ARG_BLOCK;        \
+      int64_t len = p->inner - j0 < ARG_BLOCK ? p->inner - j0 : ARG_BLOCK;    \
+      const T *base = x + o * p->n * p->inner + j0;                           \
+      C best[ARG_BLOCK];                                                      \
+      int64_t idx[ARG_BLOCK];                                                 \
+      for (int64_t j = 0; j < len; j++) {                                     \
+        best[j] = LOAD(base, j);                                              \
+        idx[j] = 0;                                                           \
+      }                                                                       \
+      for (int64_t r = 1; r < p->n; r++) {                                    \
+        const T *row = base + r * p->inner;                                   \
+        for (int64_t j = 0; j < len; j++) {                                   \
+          C v = LOAD(row, j);                                                 \
+          if (BEATS(v, best[j])) {                                            \
+            best[j] = v;                                                      \
+            idx[j] = r;                                                       \
+          }                                                                   \
+        }                                                                     \
+      }                                                                       \
       memcpy(p->out + o * p->inner + j0, idx, (size_t)len * sizeof(int64_t)); \
-    }                                                                          \
+    }                                                                         \
   }
 
 DEFINE_ARGMAX(f16, uint16_t, float, LOAD_F16)
@@ -288,7 +308,7 @@ static rf_status *argmax_impl(rf__kernel_ctx *ctx) {
         ctx, RF_INVALID_ARGUMENT,
         "axis %lld is out of range for an input of rank %d (valid: [%d, %d))",
         (long long)axis, rank, -rank, rank);
-  if (!argmax_fns[x->dtype])
+  if (x->dtype < 0 || !argmax_fns[x->dtype])
     return rf__kernel_error(ctx, RF_UNIMPLEMENTED, "ArgMax of %s",
                             rf_dtype_name(x->dtype));
   int k = (int)(axis < 0 ? axis + rank : axis);
@@ -321,9 +341,11 @@ static const rf__kernel_def defs[] = {
     {.op = "Sum", .device_type = RF_DEVICE_CPU, .compute = sum_compute},
     {.op = "Mean", .device_type = RF_DEVICE_CPU, .compute = mean_compute},
     {.op = "ArgMax", .device_type = RF_DEVICE_CPU, .compute = argmax_compute},
-    {.op = "_SumGrad", .device_type = RF_DEVICE_CPU,
+    {.op = "_SumGrad",
+     .device_type = RF_DEVICE_CPU,
      .compute = sum_grad_compute},
-    {.op = "_MeanGrad", .device_type = RF_DEVICE_CPU,
+    {.op = "_MeanGrad",
+     .device_type = RF_DEVICE_CPU,
      .compute = mean_grad_compute},
 };
 

@@ -32,12 +32,15 @@ static rf_status *arg_compute(rf__kernel_ctx *ctx) {
   int64_t i = (intptr_t)ctx->state;
   rf_tensor *v = i < ctx->step->num_feeds ? ctx->step->feeds[i] : NULL;
   if (!v)
-    return rf__kernel_error(ctx, RF_INTERNAL, "no value was fed for _Arg "
-                            "index %lld (the step has %d feeds)", (long long)i,
-                            ctx->step->num_feeds);
+    return rf__kernel_error(ctx, RF_INTERNAL,
+                            "no value was fed for _Arg "
+                            "index %lld (the step has %d feeds)",
+                            (long long)i, ctx->step->num_feeds);
   if (v->dtype != ctx->node->out_dtypes[0])
-    return rf__kernel_error(ctx, RF_INVALID_ARGUMENT, "fed a %s tensor, "
-                            "expected %s", rf_dtype_name(v->dtype),
+    return rf__kernel_error(ctx, RF_INVALID_ARGUMENT,
+                            "fed a %s tensor, "
+                            "expected %s",
+                            rf_dtype_name(v->dtype),
                             rf_dtype_name(ctx->node->out_dtypes[0]));
   ctx->outputs[0] = rf_tensor_retain(v);
   return NULL;
@@ -47,7 +50,8 @@ static rf_status *retval_compute(rf__kernel_ctx *ctx) {
   RF_CHECK(need_step(ctx));
   int64_t i = (intptr_t)ctx->state;
   if (i >= ctx->step->num_fetches || ctx->step->fetches[i])
-    return rf__kernel_error(ctx, RF_INTERNAL, "fetch index %lld is out of "
+    return rf__kernel_error(ctx, RF_INTERNAL,
+                            "fetch index %lld is out of "
                             "range or already filled (the step fetches %d)",
                             (long long)i, ctx->step->num_fetches);
   ctx->step->fetches[i] = rf_tensor_retain(ctx->inputs[0]);
@@ -68,8 +72,8 @@ static rf_status *send_compute(rf__kernel_ctx *ctx) {
   rf_status *st = rf__rendezvous_send(ctx->step->rendezvous, ctx->step->id,
                                       ctx->state, ctx->inputs[0]);
   if (!st) return NULL;
-  rf_status *e = rf__kernel_error(ctx, rf_status_code(st), "%s",
-                                  rf_status_message(st));
+  rf_status *e =
+      rf__kernel_error(ctx, rf_status_code(st), "%s", rf_status_message(st));
   rf_status_free(st);
   return e;
 }
@@ -77,8 +81,10 @@ static rf_status *send_compute(rf__kernel_ctx *ctx) {
 static void recv_done(void *arg, rf_status *st, rf_tensor *value) {
   rf__kernel_ctx *ctx = arg;
   if (!st && value->dtype != ctx->node->out_dtypes[0]) {
-    st = rf__kernel_error(ctx, RF_INTERNAL, "received a %s tensor, expected "
-                          "%s", rf_dtype_name(value->dtype),
+    st = rf__kernel_error(ctx, RF_INTERNAL,
+                          "received a %s tensor, expected "
+                          "%s",
+                          rf_dtype_name(value->dtype),
                           rf_dtype_name(ctx->node->out_dtypes[0]));
     rf_tensor_release(value);
     value = NULL;
@@ -116,16 +122,27 @@ static rf_status *token_compute(rf__kernel_ctx *ctx) {
 }
 
 static const rf__kernel_def runtime_kernels[] = {
-    {.op = "_Arg", .device_type = RF_DEVICE_CPU, .init = index_init,
+    {.op = "_Arg",
+     .device_type = RF_DEVICE_CPU,
+     .init = index_init,
      .compute = arg_compute},
-    {.op = "_Retval", .device_type = RF_DEVICE_CPU, .init = index_init,
+    {.op = "_Retval",
+     .device_type = RF_DEVICE_CPU,
+     .init = index_init,
      .compute = retval_compute},
-    {.op = "_Send", .device_type = RF_DEVICE_CPU, .init = key_init,
+    {.op = "_Send",
+     .device_type = RF_DEVICE_CPU,
+     .init = key_init,
      .compute = send_compute},
-    {.op = "_Recv", .device_type = RF_DEVICE_CPU, .init = key_init,
+    {.op = "_Recv",
+     .device_type = RF_DEVICE_CPU,
+     .init = key_init,
      .compute_async = recv_compute_async},
-    {.op = "_Token", .device_type = RF_DEVICE_CPU, .init = token_init,
-     .destroy = token_destroy, .compute = token_compute},
+    {.op = "_Token",
+     .device_type = RF_DEVICE_CPU,
+     .init = token_init,
+     .destroy = token_destroy,
+     .compute = token_compute},
 };
 
 rf_status *rf__register_cpu_runtime_kernels(void) {

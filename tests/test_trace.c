@@ -1,0 +1,87 @@
+/* tests/test_trace.c - rf_session_trace_next_run: the next step's kernels
+ * (sends, receives and collective participants too) land in a Chrome trace
+ * with one track per device; only that step is traced; a bad path is that
+ * run's error. */
+#include <jansson.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ringflow/collectives.h"
+#include "testutil.h"
+
+static int count_events(json_t *root, const char *name_prefix, int tid) {
+  json_t *ev = json_object_get(root, "traceEvents"), *e;
+  size_t i;
+  int n = 0;
+  json_array_foreach(ev, i, e) {
+    const char *ph = json_string_value(json_object_get(e, "ph"));
+    const char *name = json_string_value(json_object_get(e, "name"));
+    if (!ph || strcmp(ph, "X") != 0 || !name) continue;
+    if (strncmp(name, name_prefix, strlen(name_prefix)) != 0) continue;
+    if (tid >= 0 && json_integer_value(json_object_get(e, "tid")) != tid) continue;
+    n++;
+  }
+  return n;
+}
+
+static void test_trace_of_one_step(void **state) {
+  rf_graph *g = rf_graph_new();
+  rf_output x[2], y[2];
+  for (int d = 0; d < 2; d++) {
+    rf_graph_push_device(g, d ? "cpu:1" : "cpu:0");
+    x[d] = rf_const_scalar(g, d ? "c1" : "c0", RF_FLOAT32, d + 1);
+    rf_graph_pop_device(g);
+  }
+  rf_all_reduce_n(g, "sum", x, 2, RF_REDUCE_SUM, y);
+  rf_graph_push_device(g, "cpu:0");
+  rf_output z = rf_add(g, "z", y[1], y[0]); /* y[1] crosses devices */
+  rf_graph_pop_device(g);
+  assert_graph_ok(g);
+  rf_session_options o;
+  rf_session_options_init(&o);
+  o.num_cpu_devices = 2;
+  rf_session *s;
+  assert_ok(rf_session_new(g, &o, &s));
+  char path[] = "/tmp/rf_trace_XXXXXX";
+  int fd = mkstemp(path);
+  assert_true(fd >= 0);
+  close(fd);
+  assert_ok(rf_session_trace_next_run(s, path));
+  rf_tensor *out;
+  assert_ok(rf_session_run(s, NULL, 0, &z, 1, NULL, 0, &out));
+  assert_true(rf_tensor_get(out, 0) == 6.0);
+  rf_tensor_release(out);
+  json_error_t err;
+  json_t *root = json_load_file(path, 0, &err);
+  assert_non_null(root);
+  assert_int_equal(count_events(root, "sum_0", 0), 1); /* participant, cpu:0 */
+  assert_int_equal(count_events(root, "sum_1", 1), 1); /* participant, cpu:1 */
+  assert_int_equal(count_events(root, "z", 0), 1);
+  assert_true(count_events(root, "", 1) >= 2);          /* c1, sum_1, a send */
+  json_decref(root);
+  /* the next run is not traced: the file stays as it was */
+  remove(path);
+  assert_ok(rf_session_run(s, NULL, 0, &z, 1, NULL, 0, &out));
+  rf_tensor_release(out);
+  assert_int_equal(access(path, F_OK), -1);
+  /* a path that cannot be written fails that run, and only that run */
+  assert_ok(rf_session_trace_next_run(s, "/nonexistent-dir/trace.json"));
+  out = NULL;
+  assert_status(rf_session_run(s, NULL, 0, &z, 1, NULL, 0, &out),
+                RF_PERMISSION_DENIED, "/nonexistent-dir/trace.json");
+  assert_null(out);
+  assert_ok(rf_session_run(s, NULL, 0, &z, 1, NULL, 0, &out));
+  rf_tensor_release(out);
+  assert_status(rf_session_trace_next_run(s, NULL), RF_INVALID_ARGUMENT, NULL);
+  assert_status(rf_session_trace_next_run(NULL, "x"), RF_INVALID_ARGUMENT, NULL);
+  rf_session_free(s);
+  rf_graph_free(g);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_trace_of_one_step),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
