@@ -93,7 +93,10 @@ typedef struct rf__coll_group {
 } rf__coll_group;
 
 /* A backend runs agreed groups for one device type (comm/cpu, comm/nccl).
- * run must call every participant's done exactly once, from any thread. */
+ * run must call every participant's done exactly once, from any thread. It
+ * may release a participant's input once it has read it (setting p[i].input
+ * to NULL), before the dones: a done can end its step, and a buffer still
+ * referenced after that misses the allocator's cache in the next step. */
 typedef struct rf__coll_backend {
   const char *name;
   rf__device_type device_type;
