@@ -57,7 +57,8 @@ typedef struct nap_job {
 
 static void *nap_main(void *arg) {
   nap_job *n = arg;
-  struct timespec ts = {(time_t)(n->ms / 1000), (long)(n->ms % 1000) * 1000000L};
+  struct timespec ts = {(time_t)(n->ms / 1000),
+                        (long)(n->ms % 1000) * 1000000L};
   nanosleep(&ts, NULL);
   rf__kernel_forward_input(n->ctx, 0, 0);
   n->done(n->ctx, NULL);

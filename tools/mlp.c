@@ -15,13 +15,13 @@ static rf_output scalar(rf_graph *g, double v) {
 }
 
 typedef struct vars {
-  rf_output var[2 * MLP_MAX_LAYERS], m[2 * MLP_MAX_LAYERS], v[2 * MLP_MAX_LAYERS];
+  rf_output var[2 * MLP_MAX_LAYERS], m[2 * MLP_MAX_LAYERS],
+      v[2 * MLP_MAX_LAYERS];
 } vars;
 
 static rf_shape param_shape(const mlp_config *c, int p) {
   int layer = p / 2;
-  if (p % 2 == 0)
-    return rf_shape_of(2, c->sizes[layer], c->sizes[layer + 1]);
+  if (p % 2 == 0) return rf_shape_of(2, c->sizes[layer], c->sizes[layer + 1]);
   return rf_shape_of(1, c->sizes[layer + 1]);
 }
 
@@ -51,7 +51,8 @@ static void build_forward(const mlp_config *c, rf_graph *g, int d, vars *vs,
   }
   rf_output h = r->x;
   for (int l = 0; l < c->num_layers; l++) {
-    h = rf_bias_add(g, NULL, rf_matmul(g, NULL, h, r->params[2 * l], false, false),
+    h = rf_bias_add(g, NULL,
+                    rf_matmul(g, NULL, h, r->params[2 * l], false, false),
                     r->params[2 * l + 1]);
     if (l + 1 < c->num_layers) h = rf_relu(g, NULL, h);
   }

@@ -1,11 +1,11 @@
 /* ringflow/ops.h - one function per op a user writes.
  *
  * Each adds one node to g and returns its (first) output. `name` may be NULL
- * (a unique name is generated). On error - bad arity, dtype, attribute or shape,
- * or an error already recorded in g - nothing is added, the invalid output
- * {NULL, 0} is returned and the graph keeps the first error (rf_graph_status).
- * Binary arithmetic broadcasts numpy-style. Functions returning rf_node* are
- * for ops without outputs (targets); NULL on error. */
+ * (a unique name is generated). On error - bad arity, dtype, attribute or
+ * shape, or an error already recorded in g - nothing is added, the invalid
+ * output {NULL, 0} is returned and the graph keeps the first error
+ * (rf_graph_status). Binary arithmetic broadcasts numpy-style. Functions
+ * returning rf_node* are for ops without outputs (targets); NULL on error. */
 #ifndef RINGFLOW_OPS_H
 #define RINGFLOW_OPS_H
 

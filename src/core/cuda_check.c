@@ -17,11 +17,11 @@ rf_status *rf__cuda_status(cudaError_t e, const char *expr, const char *file,
                            int line) {
   if (e == cudaSuccess) return NULL;
   (void)cudaGetLastError(); /* clear this thread's last error (see header) */
-  rf_code code = e == cudaErrorMemoryAllocation ? RF_RESOURCE_EXHAUSTED
-                                                : RF_INTERNAL;
+  rf_code code =
+      e == cudaErrorMemoryAllocation ? RF_RESOURCE_EXHAUSTED : RF_INTERNAL;
   return rf__error(code, "%s failed: %s (%s) at %s:%d", expr,
-                   cudaGetErrorName(e), cudaGetErrorString(e),
-                   base_name(file), line);
+                   cudaGetErrorName(e), cudaGetErrorString(e), base_name(file),
+                   line);
 }
 
 static const char *cublas_name(cublasStatus_t s) {

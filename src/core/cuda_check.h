@@ -8,10 +8,6 @@
 #ifndef RF_CORE_CUDA_CHECK_H
 #define RF_CORE_CUDA_CHECK_H
 
-#ifndef RF_HAVE_CUDA
-#error "core/cuda_check.h is for CUDA builds only (RF_HAVE_CUDA)"
-#endif
-
 #include <cublas_api.h>
 #include <cuda_runtime_api.h>
 #ifdef RF_HAVE_NCCL
@@ -45,29 +41,29 @@ rf_status *rf__nccl_status(ncclResult_t r, const char *expr, const char *file,
 #endif
 
 #define RF_CUDA_STATUS(expr) rf__cuda_status((expr), #expr, __FILE__, __LINE__)
-#define RF_CUBLAS_STATUS(expr)                                                 \
+#define RF_CUBLAS_STATUS(expr) \
   rf__cublas_status((expr), #expr, __FILE__, __LINE__)
 #define RF_NCCL_STATUS(expr) rf__nccl_status((expr), #expr, __FILE__, __LINE__)
 
-#define RF_CUDA_CHECK(expr)                                                    \
-  do {                                                                         \
-    cudaError_t rf__ce_ = (expr);                                              \
-    if (rf__ce_ != cudaSuccess)                                                \
-      return rf__cuda_status(rf__ce_, #expr, __FILE__, __LINE__);              \
+#define RF_CUDA_CHECK(expr)                                       \
+  do {                                                            \
+    cudaError_t rf__ce_ = (expr);                                 \
+    if (rf__ce_ != cudaSuccess)                                   \
+      return rf__cuda_status(rf__ce_, #expr, __FILE__, __LINE__); \
   } while (0)
 
-#define RF_CUBLAS_CHECK(expr)                                                  \
-  do {                                                                         \
-    cublasStatus_t rf__bs_ = (expr);                                           \
-    if (rf__bs_ != CUBLAS_STATUS_SUCCESS)                                      \
-      return rf__cublas_status(rf__bs_, #expr, __FILE__, __LINE__);            \
+#define RF_CUBLAS_CHECK(expr)                                       \
+  do {                                                              \
+    cublasStatus_t rf__bs_ = (expr);                                \
+    if (rf__bs_ != CUBLAS_STATUS_SUCCESS)                           \
+      return rf__cublas_status(rf__bs_, #expr, __FILE__, __LINE__); \
   } while (0)
 
-#define RF_NCCL_CHECK(expr)                                                    \
-  do {                                                                         \
-    ncclResult_t rf__nr_ = (expr);                                             \
-    if (rf__nr_ != ncclSuccess)                                                \
-      return rf__nccl_status(rf__nr_, #expr, __FILE__, __LINE__);              \
+#define RF_NCCL_CHECK(expr)                                       \
+  do {                                                            \
+    ncclResult_t rf__nr_ = (expr);                                \
+    if (rf__nr_ != ncclSuccess)                                   \
+      return rf__nccl_status(rf__nr_, #expr, __FILE__, __LINE__); \
   } while (0)
 
 #endif

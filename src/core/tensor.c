@@ -119,7 +119,8 @@ void rf_tensor_release(rf_tensor *t) {
     rf__free(t);
     return;
   }
-  size_t asize = t->nbytes < RF_TENSOR_ALIGNMENT ? RF_TENSOR_ALIGNMENT : t->nbytes;
+  size_t asize =
+      t->nbytes < RF_TENSOR_ALIGNMENT ? RF_TENSOR_ALIGNMENT : t->nbytes;
   t->allocator->free(t->allocator->state, t->data, asize);
   rf__free(t);
 }
@@ -176,7 +177,9 @@ void rf_tensor_set(rf_tensor *t, int64_t i, double v) {
   void *d = t->data;
   switch (t->dtype) {
     case RF_FLOAT16: ((uint16_t *)d)[i] = rf_float_to_half((float)v); break;
-    case RF_BFLOAT16: ((uint16_t *)d)[i] = rf_float_to_bfloat16((float)v); break;
+    case RF_BFLOAT16:
+      ((uint16_t *)d)[i] = rf_float_to_bfloat16((float)v);
+      break;
     case RF_FLOAT32: ((float *)d)[i] = (float)v; break;
     case RF_FLOAT64: ((double *)d)[i] = v; break;
     case RF_INT8: ((int8_t *)d)[i] = (int8_t)clamp_i64(v, -128, 127); break;
@@ -185,7 +188,8 @@ void rf_tensor_set(rf_tensor *t, int64_t i, double v) {
       ((int32_t *)d)[i] = (int32_t)clamp_i64(v, -2147483648.0, 2147483647.0);
       break;
     case RF_INT64:
-      ((int64_t *)d)[i] = clamp_i64(v, -9.2233720368547758e18, 9.2233720368547748e18);
+      ((int64_t *)d)[i] =
+          clamp_i64(v, -9.2233720368547758e18, 9.2233720368547748e18);
       break;
     case RF_BOOL: ((uint8_t *)d)[i] = v != 0.0; break;
     default: break;

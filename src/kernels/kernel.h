@@ -23,16 +23,16 @@ typedef struct rf__kernel_ctx rf__kernel_ctx;
 typedef void (*rf__done_fn)(rf__kernel_ctx *ctx, rf_status *st);
 
 struct rf__kernel_ctx {
-  const rf_node *node;     /* attrs: node->attrs; not owned */
-  void *state;             /* from the kernel's init, per node per session */
+  const rf_node *node; /* attrs: node->attrs; not owned */
+  void *state;         /* from the kernel's init, per node per session */
   int num_inputs;
   rf_tensor *const *inputs; /* borrowed for the call */
   int num_outputs;
-  rf_tensor **outputs;     /* the kernel stores one new reference per output */
+  rf_tensor **outputs; /* the kernel stores one new reference per output */
   struct rf__device *device;
   struct rf__step *step;
-  void *executor_private;  /* the executor's; kernels leave it alone */
-  int64_t trace_start;     /* the executor's: when an async kernel started */
+  void *executor_private; /* the executor's; kernels leave it alone */
+  int64_t trace_start;    /* the executor's: when an async kernel started */
   /* For compute_async: the `done` it was passed, also stored here so that a
    * callback which only gets ctx back (a rendezvous, a collective) finds it. */
   rf__done_fn done;
@@ -73,7 +73,8 @@ rf_status *rf__kernel_alloc_output(rf__kernel_ctx *ctx, int i, rf_dtype dtype,
                                    const rf_shape *shape, rf_tensor **out);
 /* Passes input j through as output i (a new reference; no copy). */
 void rf__kernel_forward_input(rf__kernel_ctx *ctx, int j, int i);
-/* An error naming the node, its op and device: "node 'x' (MatMul) on cpu:1: ". */
+/* An error naming the node, its op and device: "node 'x' (MatMul) on cpu:1: ".
+ */
 rf_status *rf__kernel_error(const rf__kernel_ctx *ctx, rf_code code,
                             const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

@@ -8,17 +8,17 @@
 #include "ringflow/status.h"
 
 /* Op definitions (src/ops/<family>.c). */
-rf_status *rf__register_array_ops(void);     /* Const, Placeholder, Identity, NoOp,
-                                                Reshape, Shape, Fill, ZerosLike,
-                                                OnesLike */
-rf_status *rf__register_state_ops(void);     /* Variable, ReadVariable, Assign,
-                                                ApplyGradientDescent, ApplyAdam */
-rf_status *rf__register_math_ops(void);      /* Add, Sub, Mul, Div, Neg, AddN,
-                                                MatMul, Cast, Equal */
-rf_status *rf__register_nn_ops(void);        /* BiasAdd, Relu, Sigmoid, Tanh,
-                                                Softmax, SparseSoftmaxCrossEntropy.. */
-rf_status *rf__register_reduction_ops(void); /* Sum, Mean, ArgMax */
-rf_status *rf__register_runtime_ops(void);   /* _Arg, _Retval, _Send, _Recv */
+rf_status *rf__register_array_ops(void); /* Const, Placeholder, Identity, NoOp,
+                                            Reshape, Shape, Fill, ZerosLike,
+                                            OnesLike */
+rf_status *rf__register_state_ops(void); /* Variable, ReadVariable, Assign,
+                                            ApplyGradientDescent, ApplyAdam */
+rf_status *rf__register_math_ops(void);  /* Add, Sub, Mul, Div, Neg, AddN,
+                                            MatMul, Cast, Equal */
+rf_status *rf__register_nn_ops(void);    /* BiasAdd, Relu, Sigmoid, Tanh,
+                                            Softmax, SparseSoftmaxCrossEntropy.. */
+rf_status *rf__register_reduction_ops(void);  /* Sum, Mean, ArgMax */
+rf_status *rf__register_runtime_ops(void);    /* _Arg, _Retval, _Send, _Recv */
 rf_status *rf__register_collective_ops(void); /* AllReduce, Reduce, Broadcast,
                                                  AllGather, ReduceScatter and
                                                  their participants */

@@ -26,8 +26,8 @@ static bool gpu_host_input(const rf__pass_ctx *ctx, const rf_node *n, int in) {
 static bool outputs_host_already(const rf_node *n) {
   const rf__kernel_def *k = rf__kernel_find(n->op->name, RF_DEVICE_GPU);
   if (!k || n->num_outputs > 32) return false;
-  uint32_t all = n->num_outputs == 32 ? 0xffffffffu
-                                      : ((1u << n->num_outputs) - 1u);
+  uint32_t all =
+      n->num_outputs == 32 ? 0xffffffffu : ((1u << n->num_outputs) - 1u);
   return (k->host_memory_outputs & all) == all;
 }
 
@@ -107,8 +107,8 @@ rf_status *rf__check_host_memory(rf__pass_ctx *ctx) {
           "node '%s' (%s) on %s reads input %d from host memory, but node "
           "'%s' (%s) produces it in device memory on %s (only int32 "
           "producers move to the host by themselves)",
-          v->name, v->op->name, ctx->devices[v->assigned_device].canonical,
-          in, e->src->name, e->src->op->name,
+          v->name, v->op->name, ctx->devices[v->assigned_device].canonical, in,
+          e->src->name, e->src->op->name,
           ctx->devices[e->src->assigned_device].canonical);
     }
   }

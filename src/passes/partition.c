@@ -78,8 +78,8 @@ static rf_status *make_pair(partitioner *p, rf_node *src, int src_out, int dev,
   if (control)
     snprintf(key, sizeof key, "%d/%.200s:ctl;%s", src->id, src->name, dname);
   else
-    snprintf(key, sizeof key, "%d/%.200s:%d%s;%s", src->id, src->name,
-             src_out, host ? "/host" : "", dname);
+    snprintf(key, sizeof key, "%d/%.200s:%d%s;%s", src->id, src->name, src_out,
+             host ? "/host" : "", dname);
   rf_dtype dtype = control ? RF_FLOAT32 : src->out_dtypes[src_out];
   rf_shape shape =
       control ? rf_shape_of(1, (int64_t)0) : src->out_shapes[src_out];

@@ -24,15 +24,15 @@ typedef struct rf__variable {
 } rf__variable;
 
 typedef struct rf__device {
-  int index;                /* in the session's device list */
+  int index; /* in the session's device list */
   rf__device_name name;
   char canonical[RF_DEVICE_NAME_MAX];
   /* Output buffers of the device's kernels: host memory for CPU devices, the
    * GPU caching allocator (device memory) for GPU devices; not owned. */
   rf_allocator *allocator;
-  rf__threadpool *pool;     /* not owned */
+  rf__threadpool *pool; /* not owned */
   pthread_mutex_t vars_mu;
-  rf__variable *vars;       /* uthash by name */
+  rf__variable *vars; /* uthash by name */
 
   /* ---- GPU devices (name.type == RF_DEVICE_GPU; runtime/gpu/gpu.h) ----
    * Virtual device gpu:N runs on physical GPU N % cudaGetDeviceCount(), so

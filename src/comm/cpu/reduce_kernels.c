@@ -17,33 +17,33 @@
 #define OP_UPROD(a, b) ((elem_t)((uelem_t)(a) * (uelem_t)(b)))
 
 /* One function per (type, op): out = reduce(ins) over [b, e). */
-#define DEFINE_REDUCE(NAME, T, U, OP)                                          \
-  static void NAME(const void *const *ins, int n, void *vout, int64_t b,       \
-                   int64_t e) {                                                \
-    typedef T elem_t;                                                          \
-    typedef U uelem_t;                                                         \
-    (void)sizeof(elem_t), (void)sizeof(uelem_t);                               \
-    T *restrict out = (T *)vout;                                               \
-    for (int64_t s = b; s < e; s += BLOCK) {                                   \
-      int64_t t = s + BLOCK < e ? s + BLOCK : e;                               \
-      const T *restrict x0 = (const T *)ins[0];                                \
-      if (n == 1) {                                                            \
-        memcpy(out + s, x0 + s, (size_t)(t - s) * sizeof(T));                  \
-        continue;                                                              \
-      }                                                                        \
-      const T *restrict x1 = (const T *)ins[1];                                \
-      for (int64_t i = s; i < t; i++) out[i] = OP(x0[i], x1[i]);               \
-      for (int k = 2; k < n; k++) {                                            \
-        const T *restrict xk = (const T *)ins[k];                              \
-        for (int64_t i = s; i < t; i++) out[i] = OP(out[i], xk[i]);            \
-      }                                                                        \
-    }                                                                          \
+#define DEFINE_REDUCE(NAME, T, U, OP)                                    \
+  static void NAME(const void *const *ins, int n, void *vout, int64_t b, \
+                   int64_t e) {                                          \
+    typedef T elem_t;                                                    \
+    typedef U uelem_t;                                                   \
+    (void)sizeof(elem_t), (void)sizeof(uelem_t);                         \
+    T *restrict out = (T *)vout;                                         \
+    for (int64_t s = b; s < e; s += BLOCK) {                             \
+      int64_t t = s + BLOCK < e ? s + BLOCK : e;                         \
+      const T *restrict x0 = (const T *)ins[0];                          \
+      if (n == 1) {                                                      \
+        memcpy(out + s, x0 + s, (size_t)(t - s) * sizeof(T));            \
+        continue;                                                        \
+      }                                                                  \
+      const T *restrict x1 = (const T *)ins[1];                          \
+      for (int64_t i = s; i < t; i++) out[i] = OP(x0[i], x1[i]);         \
+      for (int k = 2; k < n; k++) {                                      \
+        const T *restrict xk = (const T *)ins[k];                        \
+        for (int64_t i = s; i < t; i++) out[i] = OP(out[i], xk[i]);      \
+      }                                                                  \
+    }                                                                    \
   }
 
-#define DEFINE_FOUR(PFX, T, U, SUM, PROD)                                      \
-  DEFINE_REDUCE(PFX##_sum, T, U, SUM)                                          \
-  DEFINE_REDUCE(PFX##_prod, T, U, PROD)                                        \
-  DEFINE_REDUCE(PFX##_min, T, U, OP_MIN)                                       \
+#define DEFINE_FOUR(PFX, T, U, SUM, PROD) \
+  DEFINE_REDUCE(PFX##_sum, T, U, SUM)     \
+  DEFINE_REDUCE(PFX##_prod, T, U, PROD)   \
+  DEFINE_REDUCE(PFX##_min, T, U, OP_MIN)  \
   DEFINE_REDUCE(PFX##_max, T, U, OP_MAX)
 
 DEFINE_FOUR(f32, float, float, OP_SUM, OP_PROD)
@@ -89,7 +89,8 @@ static void reduce16(const void *const *ins, int n, void *vout, int64_t b,
 
 typedef void (*reduce_fn)(const void *const *, int, void *, int64_t, int64_t);
 
-#define ROW(PFX) {PFX##_sum, PFX##_prod, PFX##_min, PFX##_max}
+#define ROW(PFX) \
+  { PFX##_sum, PFX##_prod, PFX##_min, PFX##_max }
 /* [dtype][sum, prod, min, max]; avg = sum then divide. */
 static reduce_fn table(rf_dtype d, rf__reduction op) {
   static const reduce_fn f32[] = ROW(f32), f64[] = ROW(f64), i8[] = ROW(i8),
@@ -112,10 +113,10 @@ bool rf__cpu_reduce_supported(rf_dtype dtype, rf__reduction op) {
   return dtype == RF_FLOAT16 || dtype == RF_BFLOAT16 || table(dtype, op);
 }
 
-#define DIVIDE(T, out, b, e, n)                                                \
-  do {                                                                         \
-    T *o = (T *)(out);                                                         \
-    for (int64_t i = (b); i < (e); i++) o[i] = (T)(o[i] / (n));                \
+#define DIVIDE(T, out, b, e, n)                                 \
+  do {                                                          \
+    T *o = (T *)(out);                                          \
+    for (int64_t i = (b); i < (e); i++) o[i] = (T)(o[i] / (n)); \
   } while (0)
 
 bool rf__cpu_reduce(rf_dtype dtype, rf__reduction op, const void *const *ins,

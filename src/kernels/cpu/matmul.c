@@ -50,14 +50,12 @@ static void gemm_rows(void *arg, int64_t r0, int64_t r1) {
   const gemm_job *j = arg;
   mm_dims sub = *j->d;
   sub.m = r1 - r0;
-  size_t es = j->f64 ? sizeof(double) : sizeof(float);
   /* op(A)'s row r is A's row r, or A's column r when transposed */
-  const char *a = (const char *)j->a + (size_t)(sub.ta ? r0 : r0 * sub.lda) * es;
-  char *c = (char *)j->c + (size_t)(r0 * sub.n) * es;
+  int64_t a_off = sub.ta ? r0 : r0 * sub.lda, c_off = r0 * sub.n;
   if (j->f64)
-    dgemm(&sub, (const double *)a, j->b, (double *)c);
+    dgemm(&sub, (const double *)j->a + a_off, j->b, (double *)j->c + c_off);
   else
-    sgemm(&sub, (const float *)a, j->b, (float *)c);
+    sgemm(&sub, (const float *)j->a + a_off, j->b, (float *)j->c + c_off);
 }
 
 static void gemm_parallel(rf__kernel_ctx *ctx, const mm_dims *d, const void *a,
@@ -222,8 +220,12 @@ static rf_status *matmul_compute(rf__kernel_ctx *ctx) {
     return st;
   }
   switch (dt) {
-    case RF_FLOAT32: gemm_parallel(ctx, &d, a->data, b->data, c->data, false); break;
-    case RF_FLOAT64: gemm_parallel(ctx, &d, a->data, b->data, c->data, true); break;
+    case RF_FLOAT32:
+      gemm_parallel(ctx, &d, a->data, b->data, c->data, false);
+      break;
+    case RF_FLOAT64:
+      gemm_parallel(ctx, &d, a->data, b->data, c->data, true);
+      break;
     case RF_FLOAT16:
     case RF_BFLOAT16: gemm_16(&d, a, b, c, scratch); break;
     default: gemm_int(ctx, &d, a, b, c, scratch); break;

@@ -40,7 +40,8 @@ static int size_class(size_t size, size_t *rounded) {
     *rounded = MIN_CLASS_BYTES;
     return 0;
   }
-  int lg = 63 - __builtin_clzll((unsigned long long)(size - 1)); /* 2^lg < size */
+  int lg =
+      63 - __builtin_clzll((unsigned long long)(size - 1)); /* 2^lg < size */
   size_t base = (size_t)1 << lg, step = base / 4;
   size_t k = (size - base + step - 1) / step; /* 1..4 */
   *rounded = base + k * step;

@@ -182,8 +182,7 @@ void rf__gpu_runtime_free(rf__gpu_runtime *r) {
     rf__device *d = &r->devices[i];
     if (r->contexts)
       (void)cudaSetDevice(r->contexts[i % r->num_contexts].ordinal);
-    if (r->streams && r->streams[i])
-      (void)cudaStreamSynchronize(r->streams[i]);
+    if (r->streams && r->streams[i]) (void)cudaStreamSynchronize(r->streams[i]);
     if (r->handles && r->handles[i]) (void)cublasDestroy(r->handles[i]);
     if (r->streams && r->streams[i]) (void)cudaStreamDestroy(r->streams[i]);
     if (r->caches) rf__gpu_cache_free(r->caches[i]);

@@ -9,10 +9,6 @@
 #ifndef RF_RUNTIME_GPU_GPU_H
 #define RF_RUNTIME_GPU_GPU_H
 
-#ifndef RF_HAVE_CUDA
-#error "runtime/gpu/gpu.h is for CUDA builds only (RF_HAVE_CUDA)"
-#endif
-
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>

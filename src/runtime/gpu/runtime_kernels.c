@@ -46,7 +46,9 @@ typedef struct pending {
   rf_tensor *result; /* what the operation produced (owned until used) */
 } pending;
 
-/* Queues `fn` behind the stream's work; on error frees everything. */
+/* Queues `fn` behind the stream's work; on error frees everything - after
+ * waiting for the stream, as a copy already queued may still use the
+ * buffers. */
 static void finish_after_stream(rf__kernel_ctx *ctx, rf_tensor *keep,
                                 rf_tensor *result, rf__gpu_notify_fn fn) {
   pending *p = rf__malloc(sizeof *p);
@@ -56,6 +58,7 @@ static void finish_after_stream(rf__kernel_ctx *ctx, rf_tensor *keep,
     st = rf__gpu_notify_when_done(ctx->device, &p->n, fn);
   }
   if (!st) return;
+  rf_status_free(rf__gpu_sync(ctx->device));
   rf__free(p);
   rf_tensor_release(keep);
   rf_tensor_release(result);
@@ -142,10 +145,13 @@ static void retval_compute_async(rf__kernel_ctx *ctx, rf__done_fn done) {
 
 typedef struct send_state {
   const char *key; /* owned by the node's attrs */
-  bool to_host;    /* the receiving device is a CPU device */
+  /* The receiver wants host memory: it is on a CPU device, or it feeds
+   * host-memory inputs of a GPU kernel. The copy then happens here, on the
+   * stream that produced the value. */
+  bool to_host;
 } send_state;
 
-/* The key ends with ";<receiving device>" (passes/partition.c). */
+/* The key ends with "[/host];<receiving device>" (passes/partition.c). */
 static rf_status *send_init(const rf_node *node, void **state) {
   const char *key;
   RF_CHECK(rf__attrs_get_string(&node->attrs, "key", &key));
@@ -153,12 +159,12 @@ static rf_status *send_init(const rf_node *node, void **state) {
   rf__device_name dst;
   rf_status *st = semi ? rf__device_name_parse(semi + 1, &dst)
                        : rf__internal("no ';<device>' at its end");
-  if (st)
-    return rf__status_prefix(st, "_Send key '%s': receiving device", key);
+  if (st) return rf__status_prefix(st, "_Send key '%s': receiving device", key);
   send_state *s = rf__malloc(sizeof *s);
   RF_CHECK_ALLOC(s);
   s->key = key;
-  s->to_host = dst.type != RF_DEVICE_GPU;
+  s->to_host = dst.type != RF_DEVICE_GPU ||
+               (semi - key >= 5 && strncmp(semi - 5, "/host", 5) == 0);
   *state = s;
   return NULL;
 }
@@ -237,7 +243,10 @@ static void recv_copied(rf__gpu_notify *n, rf_status *st) {
 static void recv_place(rf__kernel_ctx *ctx, rf_tensor *value) {
   const recv_state *s = ctx->state;
   bool want_device = !s->host_memory;
-  if (value->on_gpu == want_device) { /* already there */
+  /* Host memory is handed over as it is. A device tensor from another
+   * device is always copied: its buffer belongs to the sender's cache and
+   * may only be reused in the sender's stream order. */
+  if (!want_device && !value->on_gpu) {
     ctx->outputs[0] = value;
     ctx->done(ctx, NULL);
     return;

@@ -31,8 +31,8 @@ rf_status *rf__gpu_copy(const rf__device *d, rf_tensor *dst,
       st = RF_CUDA_STATUS(cudaMemcpyAsync(dst->data, src->data, src->nbytes,
                                           cudaMemcpyDefault, s));
     else
-      st = RF_CUDA_STATUS(cudaMemcpyPeerAsync(dst->data, to, src->data, from,
-                                              src->nbytes, s));
+      st = RF_CUDA_STATUS(
+          cudaMemcpyPeerAsync(dst->data, to, src->data, from, src->nbytes, s));
   } else {
     /* Default: the pointers say the direction (unified addressing), which
      * also covers reading another GPU's memory from this stream. */
