@@ -19,3 +19,12 @@ for t in "$here"/bin/test_*; do
   fi
 done
 echo "gpu tests: $pass passed, $fail failed"
+# The main job on virtual GPU devices (all on one physical GPU when there is one).
+rf="$here/bin/ringflow"
+data="$here/data"
+if [ -x "$rf" ] && [ -f "$data/train-images-idx3-ubyte.gz" ]; then
+  echo "== ringflow train --devices gpu:0-3 --epochs 1"
+  timeout 600 "$rf" train --data "$data" --devices gpu:0-3 --epochs 1 --quiet 2>&1 | tail -3
+  echo "== ringflow train --devices gpu:0-3 --check --steps 50"
+  timeout 600 "$rf" train --data "$data" --devices gpu:0-3 --check --steps 50 --quiet 2>&1 | tail -2
+fi

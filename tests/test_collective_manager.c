@@ -331,6 +331,42 @@ static void test_timeout_names_arrived_devices(void **state) {
   rf__collective_manager_free(m);
 }
 
+/* The watchdog sleeps until the earliest deadline it knows (or, idle, for
+ * the last timeout used); a participant with an earlier deadline must still
+ * wake it: a 50 ms timeout fires within ~50 ms, not after the 60 s one. */
+static void test_earlier_deadline_wakes_watchdog(void **state) {
+  rf__collective_manager *m;
+  assert_ok(rf__collective_manager_new(NULL, &m));
+  rf_shape s = rf_shape_of(1, (int64_t)2);
+  rf_tensor *a;
+  assert_ok(rf_tensor_new(RF_FLOAT32, &s, NULL, &a));
+  result r[3];
+  memset(r, 0, sizeof r);
+  /* a completed group with a 60 s timeout, then one pending with it */
+  rf__coll_participant done1 = part(RF_COLL_ALL_REDUCE, RF_RED_SUM, RF_FLOAT32, 1, 0, a, s, &r[0]);
+  assert_ok(rf__collective_join(m, "one", 1, 60000, &done1));
+  assert_int_equal(atomic_load(&r[0].fired), 1);
+  assert_null(r[0].st);
+  rf_tensor_release(r[0].out);
+  struct timespec settle = {0, 20000000}; /* let the watchdog go to sleep */
+  nanosleep(&settle, NULL);
+  rf__coll_participant slow = part(RF_COLL_ALL_REDUCE, RF_RED_SUM, RF_FLOAT32, 2, 0, a, s, &r[1]);
+  assert_ok(rf__collective_join(m, "long", 2, 60000, &slow));
+  rf__coll_participant fast = part(RF_COLL_ALL_REDUCE, RF_RED_SUM, RF_FLOAT32, 2, 1, a, s, &r[2]);
+  assert_ok(rf__collective_join(m, "short", 3, 50, &fast));
+  for (int spin = 0; spin < 400 && atomic_load(&r[2].fired) == 0; spin++) {
+    struct timespec ts = {0, 5000000};
+    nanosleep(&ts, NULL);
+  }
+  assert_int_equal(atomic_load(&r[2].fired), 1);
+  assert_status(r[2].st, RF_DEADLINE_EXCEEDED, "'short'");
+  assert_int_equal(atomic_load(&r[1].fired), 0); /* its 60 s are not over */
+  rf__collective_manager_free(m);
+  assert_int_equal(atomic_load(&r[1].fired), 1);
+  assert_status(r[1].st, RF_CANCELLED, NULL);
+  rf_tensor_release(a);
+}
+
 static void test_cancel_releases_pending(void **state) {
   rf__collective_manager *m;
   assert_ok(rf__collective_manager_new(NULL, &m));
@@ -422,6 +458,7 @@ int main(void) {
       cmocka_unit_test(test_disagreement_names_field),
       cmocka_unit_test(test_num_devices_mismatch_fails_at_once),
       cmocka_unit_test(test_timeout_names_arrived_devices),
+      cmocka_unit_test(test_earlier_deadline_wakes_watchdog),
       cmocka_unit_test(test_cancel_releases_pending),
       cmocka_unit_test(test_concurrent_steps_do_not_mix),
   };

@@ -620,7 +620,12 @@ static int build_array(rf_graph *g, const rf_output *in, const void *arg,
       rf_shape ds = shp(1, is32 ? &three : &two);
       assert_ok(rf_tensor_new_copy(is32 ? RF_INT32 : RF_INT64, &ds,
                                    is32 ? (const void *)dims32 : dims64, &t));
-      out[0] = rf_fill(g, NULL, rf_const(g, NULL, t), in[0]);
+      /* Only int32 producers of host-memory inputs move to the host by
+       * themselves: an int64 one is placed there. */
+      if (!is32) assert_ok(rf_graph_push_device(g, "cpu:0"));
+      rf_output dims = rf_const(g, NULL, t);
+      if (!is32) rf_graph_pop_device(g);
+      out[0] = rf_fill(g, NULL, dims, in[0]);
       rf_tensor_release(t);
       return 1;
     }

@@ -599,6 +599,7 @@ static void trim_pinned(void) {
 #ifdef RF_HAVE_CUDA
   rf__gpu_pinned_trim(); /* its free lists count as live allocations */
 #endif
+  rf_default_allocator_trim(); /* so do the host allocator's */
 }
 
 /* The k-th allocation fails, for every k: first through making a session

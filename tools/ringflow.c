@@ -12,6 +12,7 @@ static const struct {
 } commands[] = {
     {"train", cmd_train, "data-parallel training on Fashion-MNIST"},
     {"lower", cmd_lower, "print a graph file before and after lowering"},
+    {"bench", cmd_bench, "time the collectives against memory and OpenMPI"},
 };
 
 static void usage(FILE *f) {

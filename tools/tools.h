@@ -55,5 +55,6 @@ rf_status *tool_write_dot(const rf_graph *g, const char *dir, const char *stem);
 
 int cmd_train(int argc, char **argv);
 int cmd_lower(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
 
 #endif

@@ -97,10 +97,14 @@ typedef struct rf__coll_group {
 
 /* A backend runs agreed groups for one device type (comm/cpu, comm/cuda).
  * run must call every participant's done exactly once, from any thread. It
- * may return before that (GPU backends complete from a stream callback), but
- * the group, its participant array and key are the manager's and freed, and
- * the inputs released, as soon as run returns: an asynchronous backend copies
- * what it needs and retains the inputs it still reads. */
+ * may release a participant's input once it has read it (setting p[i].input
+ * to NULL), before the dones: a done can end its step, and a buffer still
+ * referenced after that misses the allocator's cache in the next step. run
+ * may return before the dones (GPU backends complete from a stream
+ * callback), but the group, its participant array and key are the manager's
+ * and freed, and the inputs released, as soon as run returns: an
+ * asynchronous backend copies what it needs and retains the inputs it still
+ * reads (releasing them before its dones, for the reason above). */
 typedef struct rf__coll_backend {
   const char *name;
   rf__device_type device_type;

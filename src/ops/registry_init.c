@@ -26,8 +26,10 @@ static rf_status *(*const families[])(void) = {
 #ifdef RF_HAVE_CUDA
     rf__register_gpu_runtime_kernels,
     rf__register_gpu_collective_kernels,
-    rf__register_gpu_array_kernels,  rf__register_gpu_state_kernels,
-    rf__register_gpu_math_kernels,   rf__register_gpu_nn_kernels,
+    rf__register_gpu_array_kernels,
+    rf__register_gpu_state_kernels,
+    rf__register_gpu_math_kernels,
+    rf__register_gpu_nn_kernels,
     rf__register_gpu_reduction_kernels,
 #endif
     rf__register_passes,

@@ -1,9 +1,10 @@
 /* passes/host_memory.c - host-memory arguments of GPU kernels (a shape, a
  * count: rf__kernel_def.host_memory_inputs/outputs). Before partition, small
- * int32 producers whose every consumer wants host memory move to cpu:0, so
- * their values never visit the GPU (TensorFlow's rule); after partition, each
- * host-memory input is checked to really come from host memory. Both stages
- * only read kernel defs and the placement, and are linear in the edges. */
+ * int32 and int64 producers (shape vectors) whose every consumer wants host
+ * memory move to cpu:0, so their values never visit the GPU (TensorFlow's
+ * rule); after partition, each host-memory input is checked to really come from
+ * host memory. Both stages only read kernel defs and the placement, and are
+ * linear in the edges. */
 #include <string.h>
 
 #include "kernels/kernel.h"
@@ -38,7 +39,8 @@ static bool may_move(const rf__pass_ctx *ctx, const rf_node *v) {
       strcmp(v->op->name, "_Arg") != 0)
     return false;
   for (int i = 0; i < v->num_outputs; i++)
-    if (v->out_dtypes[i] != RF_INT32) return false;
+    if (v->out_dtypes[i] != RF_INT32 && v->out_dtypes[i] != RF_INT64)
+      return false;
   for (int i = 0; i < v->num_inputs; i++) {
     const rf__edge *e = v->data_in[i];
     if (e && e->src->out_dtypes[e->src_out] == RF_RESOURCE) return false;
@@ -105,7 +107,7 @@ rf_status *rf__check_host_memory(rf__pass_ctx *ctx) {
         continue;
       return rf__invalid(
           "node '%s' (%s) on %s reads input %d from host memory, but node "
-          "'%s' (%s) produces it in device memory on %s (only int32 "
+          "'%s' (%s) produces it in device memory on %s (only int32 and int64 "
           "producers move to the host by themselves)",
           v->name, v->op->name, ctx->devices[v->assigned_device].canonical, in,
           e->src->name, e->src->op->name,

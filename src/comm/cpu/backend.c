@@ -58,12 +58,29 @@ static void gather_blocks(void *arg, int64_t b, int64_t e) {
   }
 }
 
+/* Gives the manager's references to the inputs back as soon as nothing reads
+ * them, and hands each result reference over rather than releasing ours
+ * after the last done: a participant's done may end its step, and a buffer
+ * still referenced here then would not be back in the allocator's cache when
+ * the next step asks for one, which costs a fresh (first-touch) buffer. */
+static void drop_inputs(rf__coll_group *g) {
+  for (int i = 0; i < g->n; i++) {
+    rf_tensor_release(g->p[i].input);
+    g->p[i].input = NULL; /* the manager's release is then a no-op */
+  }
+}
+
+/* Every participant gets st (copied) or one reference to `shared`; takes
+ * ownership of the caller's reference to shared. */
 static void finish_all(rf__coll_group *g, rf_status *st, rf_tensor *shared) {
+  drop_inputs(g);
   for (int i = 0; i < g->n; i++) {
     rf_status *copy =
         st ? rf_status_new(rf_status_code(st), "%s", rf_status_message(st))
            : NULL;
-    g->p[i].done(g->p[i].arg, copy, shared ? rf_tensor_retain(shared) : NULL);
+    rf_tensor *mine =
+        shared && i < g->n - 1 ? rf_tensor_retain(shared) : shared;
+    g->p[i].done(g->p[i].arg, copy, mine);
   }
 }
 
@@ -87,21 +104,25 @@ static void run_reducing(rf__coll_group *g, job *j) {
                                 reduce_blocks, j);
   }
   if (all || st) {
-    finish_all(g, st, st ? NULL : out);
-  } else { /* reduce: only the root gets the result */
+    finish_all(g, st, out);
+  } else { /* reduce: only the root gets the result (our reference) */
+    drop_inputs(g);
     for (int i = 0; i < g->n; i++)
-      g->p[i].done(g->p[i].arg, NULL,
-                   i == g->root ? rf_tensor_retain(out) : NULL);
+      g->p[i].done(g->p[i].arg, NULL, i == g->root ? out : NULL);
   }
   rf_status_free(st);
-  rf_tensor_release(out);
 }
 
 static void run_broadcast(rf__coll_group *g) {
-  rf_tensor *value = g->p[g->root].input;
+  rf_tensor *value = rf_tensor_retain(g->p[g->root].input);
+  int root = g->root, last = root == g->n - 1 ? g->n - 2 : g->n - 1;
+  drop_inputs(g);
   for (int i = 0; i < g->n; i++)
     g->p[i].done(g->p[i].arg, NULL,
-                 i == g->root ? NULL : rf_tensor_retain(value));
+                 i == root   ? NULL
+                 : i == last ? value
+                             : rf_tensor_retain(value));
+  if (g->n == 1) rf_tensor_release(value); /* nobody received it */
 }
 
 static void run_all_gather(rf__coll_group *g, job *j) {
@@ -117,7 +138,6 @@ static void run_all_gather(rf__coll_group *g, job *j) {
   }
   finish_all(g, st, out);
   rf_status_free(st);
-  rf_tensor_release(out);
 }
 
 static void run_reduce_scatter(rf__coll_group *g, job *j) {
@@ -137,14 +157,14 @@ static void run_reduce_scatter(rf__coll_group *g, job *j) {
     rf__threadpool_parallel_for(g->pool, j->blocks_per_rank * g->n,
                                 BLOCK_ELEMS * g->n, scatter_blocks, j);
   }
-  for (int r = 0; r < g->n; r++)
-    g->p[r].done(
-        g->p[r].arg,
-        st ? rf_status_new(rf_status_code(st), "%s", rf_status_message(st))
-           : NULL,
-        st ? NULL : rf_tensor_retain(outs[r]));
-  for (int r = 0; r < g->n; r++) rf_tensor_release(outs[r]);
-  rf_status_free(st);
+  if (st) {
+    for (int r = 0; r < g->n; r++) rf_tensor_release(outs[r]);
+    finish_all(g, st, NULL);
+    rf_status_free(st);
+    return;
+  }
+  drop_inputs(g);
+  for (int r = 0; r < g->n; r++) g->p[r].done(g->p[r].arg, NULL, outs[r]);
 }
 
 static void cpu_run(rf__coll_group *g) {

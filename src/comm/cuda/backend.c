@@ -26,7 +26,11 @@ _Static_assert(RF_RED_SUM == 0 && RF_RED_PROD == 1 && RF_RED_MIN == 2 &&
 
 /* ---- shared by both GPU backends ---- */
 
-void rf__gpu_coll_fail(const rf__coll_group *g, const rf_status *st) {
+void rf__gpu_coll_fail(rf__coll_group *g, const rf_status *st) {
+  for (int i = 0; i < g->n; i++) { /* before the dones: see collective.h */
+    rf_tensor_release(g->p[i].input);
+    g->p[i].input = NULL;
+  }
   for (int i = 0; i < g->n; i++)
     g->p[i].done(g->p[i].arg,
                  rf_status_new(rf_status_code(st), "%s", rf_status_message(st)),
@@ -95,8 +99,9 @@ static void op_free(cuda_op *op) {
   rf__free(op);
 }
 
-/* A copy of g that outlives run(), holding its own input references. */
-static cuda_op *op_new(const rf__coll_group *g) {
+/* A copy of g that outlives run(), taking over the manager's input
+ * references (g's become NULL). */
+static cuda_op *op_new(rf__coll_group *g) {
   cuda_op *op = rf__calloc(1, sizeof *op);
   if (!op) return NULL;
   op->parts = rf__malloc(sizeof *op->parts * (size_t)g->n);
@@ -108,7 +113,7 @@ static cuda_op *op_new(const rf__coll_group *g) {
     return NULL;
   }
   memcpy(op->parts, g->p, sizeof *op->parts * (size_t)g->n);
-  for (int i = 0; i < g->n; i++) rf_tensor_retain(op->parts[i].input);
+  for (int i = 0; i < g->n; i++) g->p[i].input = NULL;
   op->g = *g;
   op->g.p = op->parts;
   op->g.key = op->key;
@@ -119,6 +124,10 @@ static cuda_op *op_new(const rf__coll_group *g) {
  * and st. */
 static void op_finish(cuda_op *op, rf_status *st) {
   rf__coll_group *g = &op->g;
+  for (int i = 0; i < g->n; i++) { /* before the dones: see collective.h */
+    rf_tensor_release(g->p[i].input);
+    g->p[i].input = NULL;
+  }
   for (int i = 0; i < g->n; i++) {
     rf_tensor *out = NULL;
     if (!st) {
@@ -212,35 +221,47 @@ static rf_status *prepare(cuda_op *op, rf__cuda_coll_args *a) {
   return NULL;
 }
 
-/* Makes `waiter`'s stream wait for everything queued so far on d's stream
- * (an event of d's GPU: recording needs the stream's own device). */
-static rf_status *order_after(const rf__device *d, const rf__device *waiter) {
+/* One event per physical GPU involved (recording needs an event of the
+ * stream's own GPU); an event is re-recorded freely, as each wait captures
+ * its state when enqueued. */
+typedef struct events {
+  int n;
+  int ordinal[RF_CUDA_COLL_MAX];
+  cudaEvent_t ev[RF_CUDA_COLL_MAX];
+} events;
+
+/* Makes `waiter`'s stream wait for everything queued so far on d's. */
+static rf_status *order_after(events *es, const rf__device *d,
+                              const rf__device *waiter) {
   if (d->stream == waiter->stream) return NULL;
   RF_CHECK(d->enter(d));
-  cudaEvent_t ev;
-  RF_CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
-  rf_status *st = RF_CUDA_STATUS(cudaEventRecord(ev, (cudaStream_t)d->stream));
-  if (!st)
-    st = RF_CUDA_STATUS(
-        cudaStreamWaitEvent((cudaStream_t)waiter->stream, ev, 0));
-  /* Released once it has fired; the wait already holds what it needs. */
-  (void)cudaEventDestroy(ev);
-  return st;
+  int k = 0;
+  while (k < es->n && es->ordinal[k] != d->gpu_ordinal) k++;
+  if (k == es->n) {
+    RF_CUDA_CHECK(cudaEventCreateWithFlags(&es->ev[k], cudaEventDisableTiming));
+    es->ordinal[es->n++] = d->gpu_ordinal;
+  }
+  RF_CUDA_CHECK(cudaEventRecord(es->ev[k], (cudaStream_t)d->stream));
+  RF_CUDA_CHECK(
+      cudaStreamWaitEvent((cudaStream_t)waiter->stream, es->ev[k], 0));
+  return NULL;
 }
 
 /* Enqueues waits, kernel, waits and the completion callback. *launched is
  * set once the kernel is queued (the caller must then wait for the stream
  * before freeing anything on error). */
-static rf_status *enqueue(cuda_op *op, const rf__cuda_coll_args *a,
+static rf_status *enqueue(cuda_op *op, const rf__cuda_coll_args *a, events *es,
                           bool *launched) {
   rf__coll_group *g = &op->g;
   const rf__device *lead = g->p[leader_of(g)].device;
-  for (int i = 0; i < g->n; i++) RF_CHECK(order_after(g->p[i].device, lead));
+  for (int i = 0; i < g->n; i++)
+    RF_CHECK(order_after(es, g->p[i].device, lead));
   RF_CHECK(lead->enter(lead));
   const rf__gpu_context *ctx = lead->gpu;
   RF_CHECK(rf__cuda_coll_launch(a, lead->stream, ctx->multiprocessors));
   *launched = true;
-  for (int i = 0; i < g->n; i++) RF_CHECK(order_after(lead, g->p[i].device));
+  for (int i = 0; i < g->n; i++)
+    RF_CHECK(order_after(es, lead, g->p[i].device));
   RF_CHECK(lead->enter(lead));
   return rf__gpu_notify_when_done(lead, &op->notify, op_completed);
 }
@@ -262,8 +283,11 @@ void rf__cuda_coll_run(rf__coll_group *g) {
     return;
   }
   bool launched = false;
-  if (!st) st = enqueue(op, &a, &launched);
-  if (!st) return; /* op_completed finishes */
+  events es = {.n = 0};
+  if (!st) st = enqueue(op, &a, &es, &launched);
+  /* Released once recorded work is done; the waits hold what they need. */
+  for (int k = 0; k < es.n; k++) (void)cudaEventDestroy(es.ev[k]);
+  if (!st) return; /* op_completed finishes (op may be gone already) */
   if (launched) {  /* the kernel may still read and write our buffers */
     const rf__device *lead = g->p[leader_of(g)].device;
     rf_status_free(rf__gpu_sync(lead));

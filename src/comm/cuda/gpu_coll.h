@@ -22,8 +22,9 @@ void rf__nccl_coll_run(rf__coll_group *g);
 void rf__gpu_coll_nccl_for_single(bool on);
 #endif
 
-/* Calls every participant's done with a copy of st (no output). */
-void rf__gpu_coll_fail(const rf__coll_group *g, const rf_status *st);
+/* Releases the group's inputs, then calls every participant's done with a
+ * copy of st (no output). */
+void rf__gpu_coll_fail(rf__coll_group *g, const rf_status *st);
 /* The checks both backends share: at most 64 participants, a reduction the
  * CPU backend supports too, inputs in device memory. NULL when fine. */
 rf_status *rf__gpu_coll_check(const rf__coll_group *g);

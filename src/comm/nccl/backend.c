@@ -160,7 +160,9 @@ static void op_free(nccl_op *op) {
   rf__free(op);
 }
 
-static nccl_op *op_new(const rf__coll_group *g) {
+/* A copy of g that outlives run(), taking over the manager's input
+ * references (g's become NULL). */
+static nccl_op *op_new(rf__coll_group *g) {
   nccl_op *op = rf__calloc(1, sizeof *op);
   if (!op) return NULL;
   op->parts = rf__malloc(sizeof *op->parts * (size_t)g->n);
@@ -173,11 +175,20 @@ static nccl_op *op_new(const rf__coll_group *g) {
   }
   pthread_mutex_init(&op->mu, NULL);
   memcpy(op->parts, g->p, sizeof *op->parts * (size_t)g->n);
-  for (int i = 0; i < g->n; i++) rf_tensor_retain(op->parts[i].input);
+  for (int i = 0; i < g->n; i++) g->p[i].input = NULL;
   op->g = *g;
   op->g.p = op->parts;
   op->g.key = op->key;
   return op;
+}
+
+/* Releases the inputs before the dones (see collective.h); only once no
+ * stream reads them any more. */
+static void drop_inputs(nccl_op *op) {
+  for (int i = 0; i < op->g.n; i++) {
+    rf_tensor_release(op->parts[i].input);
+    op->parts[i].input = NULL;
+  }
 }
 
 /* Calls every done once (outputs when st is NULL); consumes st. */
@@ -249,6 +260,7 @@ static void slot_done(rf__gpu_notify *n, rf_status *st) {
   if (st)
     st = rf__status_prefix(st, "collective '%s' (step %lld) through NCCL",
                            op->g.key, (long long)op->g.step_id);
+  drop_inputs(op); /* every stream is past the collective */
   op_report(op, st);
   op_free(op);
 }
@@ -446,6 +458,7 @@ void rf__nccl_coll_run(rf__coll_group *g) {
       (size_t)rf_shape_num_elements(&g->p[g->root >= 0 ? g->root : 0].shape);
   st = alloc_outputs(op);
   if (!st && count == 0) { /* nothing to move */
+    drop_inputs(op);
     op_report(op, NULL);
     op_free(op);
     return;
@@ -453,6 +466,7 @@ void rf__nccl_coll_run(rf__coll_group *g) {
   if (!st) st = set_get(ordinals, g->n, &op->set);
   if (!st) st = launch(op, count);
   if (!st) return; /* the last stream callback reports */
+  drop_inputs(op); /* launch waited for the streams on error */
   op_report(op, rf__status_prefix(st,
                                   "collective '%s' (step %lld) through "
                                   "NCCL",

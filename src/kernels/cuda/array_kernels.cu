@@ -101,6 +101,16 @@ rf_status *identity_compute(rf__kernel_ctx *ctx) {
 
 rf_status *noop_compute(rf__kernel_ctx *ctx) { return NULL; }
 
+/* A host-memory input must arrive in host memory (the runtime's job); never
+ * read a device pointer on the host. */
+rf_status *host_input(const rf__kernel_ctx *ctx, int k) {
+  if (!ctx->inputs[k]->on_gpu) return NULL;
+  return rf__kernel_error(ctx, RF_INTERNAL,
+                          "input %d should be in host memory, got device "
+                          "memory",
+                          k);
+}
+
 /* Prefixes a shape helper's message with the node. */
 rf_status *node_error(const rf__kernel_ctx *ctx, rf_status *st) {
   if (!st || rf_status_code(st) == RF_RESOURCE_EXHAUSTED) return st;
@@ -115,6 +125,7 @@ rf_status *reshape_compute(rf__kernel_ctx *ctx) {
   int64_t dims[RF_MAX_RANK];
   int rank;
   rf_shape shape;
+  RF_CHECK(host_input(ctx, 1));
   rf_status *st = rf__dims_from_tensor(ctx->inputs[1], "shape", dims, &rank);
   if (!st) st = rf__reshape_output_shape(x->num_elements, dims, rank, &shape);
   if (st) return node_error(ctx, st);
@@ -159,6 +170,7 @@ rf_status *fill_compute(rf__kernel_ctx *ctx) {
   int64_t dims[RF_MAX_RANK];
   int rank;
   rf_shape shape;
+  RF_CHECK(host_input(ctx, 0));
   rf_status *st = rf__dims_from_tensor(ctx->inputs[0], "dims", dims, &rank);
   if (!st && value->shape.rank != 0) {
     char buf[128];

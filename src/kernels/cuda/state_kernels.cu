@@ -51,6 +51,18 @@ bool shapes_compatible(const rf_shape *decl, const rf_shape *s) {
   return true;
 }
 
+/* A variable used by GPU kernels holds device memory. A handle may cross
+ * devices (ops placed by hand away from their variable): a host value here
+ * means a CPU kernel assigned it, and reading it on the device would fault. */
+rf_status *device_value(rf__kernel_ctx *ctx, const rf__variable *v,
+                        const rf_tensor *t) {
+  if (!t || t->on_gpu) return NULL;
+  return rf__kernel_error(ctx, RF_INVALID_ARGUMENT,
+                          "variable '%s' holds host memory here; place the "
+                          "ops of a variable on its device",
+                          v->name);
+}
+
 /* v's dtype is T and its value is initialized with `shape`; v->mu held. */
 rf_status *check_update(rf__kernel_ctx *ctx, const rf__variable *v,
                         rf_dtype dtype, const rf_shape *shape,
@@ -60,6 +72,7 @@ rf_status *check_update(rf__kernel_ctx *ctx, const rf__variable *v,
         ctx, RF_INVALID_ARGUMENT, "variable '%s' is %s but %s is %s", v->name,
         rf_dtype_name(v->dtype), what, rf_dtype_name(dtype));
   if (!v->value) return not_initialized(ctx, v);
+  RF_CHECK(device_value(ctx, v, v->value));
   if (!rf_shape_equal(&v->value->shape, shape)) {
     char a[128], b[128];
     rf_shape_format(&v->value->shape, a, sizeof a);
@@ -156,6 +169,11 @@ rf_status *read_variable_compute(rf__kernel_ctx *ctx) {
   rf_tensor *value = rf_tensor_retain(v->value); /* the snapshot */
   pthread_mutex_unlock(&v->mu);
   if (!value) return not_initialized(ctx, v);
+  rf_status *st = device_value(ctx, v, value);
+  if (st) {
+    rf_tensor_release(value);
+    return st;
+  }
   ctx->outputs[0] = value;
   return NULL;
 }
@@ -165,6 +183,7 @@ rf_status *assign_compute(rf__kernel_ctx *ctx) {
   rf__variable *v = NULL;
   rf_tensor *value = ctx->inputs[1];
   RF_CHECK(get_variable(ctx, 0, &v));
+  RF_CHECK(device_value(ctx, v, value));
   if (value->dtype != v->dtype)
     return rf__kernel_error(ctx, RF_INVALID_ARGUMENT,
                             "cannot assign a %s value to variable '%s' of "
