@@ -94,8 +94,9 @@ static double time_op(coll c, const bufs *b, long long count, long long per,
 
 static int usage(int rank) {
   if (rank == 0)
-    fprintf(stderr, "usage: mpirun -np N ringflow-mpi-baseline [--min BYTES] "
-                    "[--max BYTES] [--min-time SECONDS] [--csv]\n");
+    fprintf(stderr,
+            "usage: mpirun -np N ringflow-mpi-baseline [--min BYTES] "
+            "[--max BYTES] [--min-time SECONDS] [--csv]\n");
   return 2;
 }
 
@@ -108,9 +109,12 @@ int main(int argc, char **argv) {
   double min_time = 0.2;
   int csv = 0;
   for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "--csv")) csv = 1;
-    else if (i + 1 < argc && !strcmp(argv[i], "--min")) lo = atoll(argv[++i]);
-    else if (i + 1 < argc && !strcmp(argv[i], "--max")) hi = atoll(argv[++i]);
+    if (!strcmp(argv[i], "--csv"))
+      csv = 1;
+    else if (i + 1 < argc && !strcmp(argv[i], "--min"))
+      lo = atoll(argv[++i]);
+    else if (i + 1 < argc && !strcmp(argv[i], "--max"))
+      hi = atoll(argv[++i]);
     else if (i + 1 < argc && !strcmp(argv[i], "--min-time"))
       min_time = atof(argv[++i]);
     else {
@@ -129,10 +133,12 @@ int main(int argc, char **argv) {
     fprintf(stderr, "mpi_baseline: out of memory for %lld-byte buffers\n", hi);
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
-  for (long long i = 0; i < hi / 4; i++) b.send[i] = (float)(i % 7), b.recv[i] = 0;
+  for (long long i = 0; i < hi / 4; i++)
+    b.send[i] = (float)(i % 7), b.recv[i] = 0;
   if (rank == 0) {
     if (csv)
-      printf("impl,collective,devices,bytes,iters,time_us,algbw_gbs,busbw_gbs\n");
+      printf(
+          "impl,collective,devices,bytes,iters,time_us,algbw_gbs,busbw_gbs\n");
     else
       printf("%-15s %12s %7s %12s %12s %12s\n", "collective", "bytes", "iters",
              "time(us)", "algbw(GB/s)", "busbw(GB/s)");

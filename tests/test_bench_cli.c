@@ -98,13 +98,16 @@ static void quick_text_run(void **state) {
 static void csv_run(void **state) {
   (void)state;
   char *out;
-  int rc = run_tool("bench --csv --devices 2 --min 1K --max 16K --min-time "
-                    "0.002 --no-mpi", &out);
+  int rc = run_tool(
+      "bench --csv --devices 2 --min 1K --max 16K --min-time "
+      "0.002 --no-mpi",
+      &out);
   assert_int_equal(rc, 0);
-  const char *hdr = "collective,devices,bytes,iters,time_us,algbw_gbs,"
-                    "busbw_gbs,floor_busbw_gbs,openmpi_default_busbw_gbs,"
-                    "openmpi_mmap_busbw_gbs,ratio_vs_openmpi_best,"
-                    "ratio_vs_floor\n";
+  const char *hdr =
+      "collective,devices,bytes,iters,time_us,algbw_gbs,"
+      "busbw_gbs,floor_busbw_gbs,openmpi_default_busbw_gbs,"
+      "openmpi_mmap_busbw_gbs,ratio_vs_openmpi_best,"
+      "ratio_vs_floor\n";
   assert_memory_equal(out, hdr, strlen(hdr));
   int rows = 0;
   for (const char *l = out + strlen(hdr); *l; l = strchr(l, '\n') + 1) {
@@ -120,10 +123,11 @@ static void csv_run(void **state) {
 
 static void bad_options(void **state) {
   (void)state;
-  const char *bad[] = {"bench --devices 0", "bench --devices 65",
-                       "bench --min 2", "bench --max 2G", "bench --min 1M --max 1K",
-                       "bench --collective all_to_all", "bench --frobnicate",
-                       "bench extra"};
+  const char *bad[] = {
+      "bench --devices 0",       "bench --devices 65",
+      "bench --min 2",           "bench --max 2G",
+      "bench --min 1M --max 1K", "bench --collective all_to_all",
+      "bench --frobnicate",      "bench extra"};
   for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
     char *out;
     assert_int_equal(run_tool(bad[i], &out), 2);

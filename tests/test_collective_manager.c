@@ -343,16 +343,19 @@ static void test_earlier_deadline_wakes_watchdog(void **state) {
   result r[3];
   memset(r, 0, sizeof r);
   /* a completed group with a 60 s timeout, then one pending with it */
-  rf__coll_participant done1 = part(RF_COLL_ALL_REDUCE, RF_RED_SUM, RF_FLOAT32, 1, 0, a, s, &r[0]);
+  rf__coll_participant done1 =
+      part(RF_COLL_ALL_REDUCE, RF_RED_SUM, RF_FLOAT32, 1, 0, a, s, &r[0]);
   assert_ok(rf__collective_join(m, "one", 1, 60000, &done1));
   assert_int_equal(atomic_load(&r[0].fired), 1);
   assert_null(r[0].st);
   rf_tensor_release(r[0].out);
   struct timespec settle = {0, 20000000}; /* let the watchdog go to sleep */
   nanosleep(&settle, NULL);
-  rf__coll_participant slow = part(RF_COLL_ALL_REDUCE, RF_RED_SUM, RF_FLOAT32, 2, 0, a, s, &r[1]);
+  rf__coll_participant slow =
+      part(RF_COLL_ALL_REDUCE, RF_RED_SUM, RF_FLOAT32, 2, 0, a, s, &r[1]);
   assert_ok(rf__collective_join(m, "long", 2, 60000, &slow));
-  rf__coll_participant fast = part(RF_COLL_ALL_REDUCE, RF_RED_SUM, RF_FLOAT32, 2, 1, a, s, &r[2]);
+  rf__coll_participant fast =
+      part(RF_COLL_ALL_REDUCE, RF_RED_SUM, RF_FLOAT32, 2, 1, a, s, &r[2]);
   assert_ok(rf__collective_join(m, "short", 3, 50, &fast));
   for (int spin = 0; spin < 400 && atomic_load(&r[2].fired) == 0; spin++) {
     struct timespec ts = {0, 5000000};

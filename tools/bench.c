@@ -34,7 +34,8 @@ static const char *const usage_text =
     "                      [--csv] [--min-time SECONDS] [--threads T]\n"
     "                      [--collective NAME] [--no-mpi] [--no-floor]\n"
     "                      [--mpi-baseline PATH]\n"
-    "  times all_reduce (sum), reduce, broadcast, all_gather and reduce_scatter\n"
+    "  times all_reduce (sum), reduce, broadcast, all_gather and "
+    "reduce_scatter\n"
     "  (float32) on N virtual CPU devices (default 4) at sizes SIZE..SIZE in\n"
     "  steps of x4 (default 1K..256M; K/M/G suffixes), against a 2-thread\n"
     "  memory floor and OpenMPI (mpirun -np N --mca btl self,vader).\n"
@@ -44,13 +45,15 @@ static int parse_size(const char *s, int64_t *out) {
   char *end;
   double v = strtod(s, &end);
   int64_t mult = 1;
-  if (*end == 'K' || *end == 'k') mult = 1 << 10, end++;
-  else if (*end == 'M' || *end == 'm') mult = 1 << 20, end++;
-  else if (*end == 'G' || *end == 'g') mult = 1 << 30, end++;
+  if (*end == 'K' || *end == 'k')
+    mult = 1 << 10, end++;
+  else if (*end == 'M' || *end == 'm')
+    mult = 1 << 20, end++;
+  else if (*end == 'G' || *end == 'g')
+    mult = 1 << 30, end++;
   if (*end == 'B' || *end == 'b') end++;
   double bytes = v * (double)mult;
-  if (!*s || *end || bytes < 4 || bytes > (double)(1ll << 30))
-    return -1;
+  if (!*s || *end || bytes < 4 || bytes > (double)(1ll << 30)) return -1;
   *out = (int64_t)bytes;
   return 0;
 }
@@ -64,14 +67,21 @@ static int coll_by_name(const char *s) {
 /* 0: parsed; otherwise the command's exit code (help: 0 with *stop). */
 static int parse_args(int argc, char **argv, opts *o, bool *stop) {
   static const struct option longs[] = {
-      {"devices", required_argument, 0, 'n'}, {"min", required_argument, 0, 'a'},
-      {"max", required_argument, 0, 'b'},     {"quick", no_argument, 0, 'q'},
-      {"csv", no_argument, 0, 'c'},          {"min-time", required_argument, 0, 't'},
-      {"threads", required_argument, 0, 'T'}, {"collective", required_argument, 0, 'C'},
-      {"no-mpi", no_argument, 0, 'M'},       {"mpi-baseline", required_argument, 0, 'P'},
-      {"no-floor", no_argument, 0, 'F'},     {"help", no_argument, 0, 'h'},
+      {"devices", required_argument, 0, 'n'},
+      {"min", required_argument, 0, 'a'},
+      {"max", required_argument, 0, 'b'},
+      {"quick", no_argument, 0, 'q'},
+      {"csv", no_argument, 0, 'c'},
+      {"min-time", required_argument, 0, 't'},
+      {"threads", required_argument, 0, 'T'},
+      {"collective", required_argument, 0, 'C'},
+      {"no-mpi", no_argument, 0, 'M'},
+      {"mpi-baseline", required_argument, 0, 'P'},
+      {"no-floor", no_argument, 0, 'F'},
+      {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
-  *o = (opts){.n = 4, .lo = 1 << 10, .hi = 256 << 20, .min_time = -1, .only = -1};
+  *o = (opts){
+      .n = 4, .lo = 1 << 10, .hi = 256 << 20, .min_time = -1, .only = -1};
   bool max_given = false;
   int c;
   optind = 1;
@@ -89,7 +99,10 @@ static int parse_args(int argc, char **argv, opts *o, bool *stop) {
       case 'M': o->no_mpi = true; break;
       case 'F': o->no_floor = true; break;
       case 'P': o->mpi_program = optarg; break;
-      case 'h': fputs(usage_text, stdout); *stop = true; return 0;
+      case 'h':
+        fputs(usage_text, stdout);
+        *stop = true;
+        return 0;
       default: bad = 1;
     }
     if (bad) {
@@ -98,7 +111,8 @@ static int parse_args(int argc, char **argv, opts *o, bool *stop) {
       return 2;
     }
   }
-  if (optind != argc) return tool_fail("bench: unexpected argument '%s'", argv[optind]);
+  if (optind != argc)
+    return tool_fail("bench: unexpected argument '%s'", argv[optind]);
   if (o->quick && !max_given) o->hi = 4 << 20;
   if (o->min_time < 0) o->min_time = o->quick ? 0.02 : 0.2;
   if (o->hi < o->lo) return tool_fail("bench: --max is below --min");
@@ -123,26 +137,30 @@ static void print_header(void) {
 }
 
 static void print_row(int c, const bench_row *r) {
-  printf("%-15s %12.0f %8d %12.1f %12.3f %12.3f\n", bench_coll_name((bench_coll)c),
-         r->bytes, r->iters, r->time_us, r->algbw, r->busbw);
+  printf("%-15s %12.0f %8d %12.1f %12.3f %12.3f\n",
+         bench_coll_name((bench_coll)c), r->bytes, r->iters, r->time_us,
+         r->algbw, r->busbw);
 }
 
 static int measure_floor(const opts *o, results *r) {
   bench_floor *f;
   RF_TOOL_TRY(bench_floor_new(o->n, o->hi, &f));
   if (!o->csv) {
-    printf("\n# memory floor: plain loops on 2 threads, one barrier per op; "
-           "GB/s = bytes / time\n");
+    printf(
+        "\n# memory floor: plain loops on 2 threads, one barrier per op; "
+        "GB/s = bytes / time\n");
     printf("%12s %12s %12s %12s %12s\n", "bytes", "copy(us)", "copy(GB/s)",
            "sum(us)", "sum(GB/s)");
   }
   for (int i = 0; i < r->nsizes; i++) {
-    bench_floor_measure(f, r->sizes[i], o->min_time, &r->copy_s[i], &r->sum_s[i]);
+    bench_floor_measure(f, r->sizes[i], o->min_time, &r->copy_s[i],
+                        &r->sum_s[i]);
     double b = (double)r->sizes[i];
     if (!o->csv)
       printf("%12lld %12.1f %12.3f %12.1f %12.3f\n", (long long)r->sizes[i],
              r->copy_s[i] * 1e6, b / r->copy_s[i] / 1e9, r->sum_s[i] * 1e6,
-             b / r->sum_s[i] / 1e9), fflush(stdout);
+             b / r->sum_s[i] / 1e9),
+          fflush(stdout);
   }
   if (!o->csv) printf("(sum = %d buffers of `bytes` into one)\n", o->n);
   bench_floor_free(f);
@@ -151,9 +169,10 @@ static int measure_floor(const opts *o, results *r) {
 
 static int measure_ringflow(const opts *o, results *r) {
   if (!o->csv) {
-    printf("\n# ringflow: shared-memory backend, %d virtual CPU devices, "
-           "session pool of %d threads\n", o->n,
-           o->threads ? o->threads : (int)sysconf(_SC_NPROCESSORS_ONLN));
+    printf(
+        "\n# ringflow: shared-memory backend, %d virtual CPU devices, "
+        "session pool of %d threads\n",
+        o->n, o->threads ? o->threads : (int)sysconf(_SC_NPROCESSORS_ONLN));
     print_header();
   }
   char fresh_notes[512] = "";
@@ -167,13 +186,17 @@ static int measure_ringflow(const opts *o, results *r) {
         snprintf(fresh_notes + strlen(fresh_notes), 64, " %s@%lld:+%lld",
                  bench_coll_name((bench_coll)c), (long long)r->sizes[i],
                  (long long)fresh);
-      if (!o->csv && r->rf[c][i].valid) print_row(c, &r->rf[c][i]), fflush(stdout);
+      if (!o->csv && r->rf[c][i].valid)
+        print_row(c, &r->rf[c][i]), fflush(stdout);
     }
     rf_default_allocator_trim(); /* keep memory bounded between collectives */
   }
   if (!o->csv)
-    printf("allocator: %s%s\n", fresh_notes[0] ? "fresh memory taken during timed "
-           "steps:" : "timed steps reused cached buffers only (0 fresh bytes)",
+    printf("allocator: %s%s\n",
+           fresh_notes[0]
+               ? "fresh memory taken during timed "
+                 "steps:"
+               : "timed steps reused cached buffers only (0 fresh bytes)",
            fresh_notes);
   return 0;
 }
@@ -186,10 +209,11 @@ static void measure_mpi(const opts *o, results *r) {
     return;
   }
   for (int k = 0; k < 2; k++) {
-    bench_mpi_args a = {program, o->n, r->sizes, r->nsizes, o->min_time, k == 1};
+    bench_mpi_args a = {program,   o->n,        r->sizes,
+                        r->nsizes, o->min_time, k == 1};
     char command[2048], buf[2048];
-    const char *err = bench_mpi_run(&a, r->mpi[k], command, sizeof command, buf,
-                                    sizeof buf);
+    const char *err =
+        bench_mpi_run(&a, r->mpi[k], command, sizeof command, buf, sizeof buf);
     r->mpi_ran[k] = !err;
     fprintf(note, "\n# OpenMPI, %s: %s\n",
             k ? "MALLOC_MMAP_THRESHOLD_=1073741824" : "default environment",
@@ -199,7 +223,8 @@ static void measure_mpi(const opts *o, results *r) {
     print_header();
     for (int c = 0; c < BC_COUNT; c++)
       for (int i = 0; i < r->nsizes; i++)
-        if (wanted(o, c) && r->mpi[k][c][i].valid) print_row(c, &r->mpi[k][c][i]);
+        if (wanted(o, c) && r->mpi[k][c][i].valid)
+          print_row(c, &r->mpi[k][c][i]);
   }
 }
 
@@ -208,8 +233,8 @@ static void measure_mpi(const opts *o, results *r) {
 static double floor_busbw(const opts *o, const results *r, int c, int i) {
   bool sums = c == BC_ALL_REDUCE || c == BC_REDUCE || c == BC_REDUCE_SCATTER;
   double t = sums ? r->sum_s[i] : r->copy_s[i];
-  return t > 0 ? bench_counted_bytes((bench_coll)c, o->n, r->sizes[i]) / t / 1e9 *
-                     bench_bus_factor((bench_coll)c, o->n)
+  return t > 0 ? bench_counted_bytes((bench_coll)c, o->n, r->sizes[i]) / t /
+                     1e9 * bench_bus_factor((bench_coll)c, o->n)
                : 0;
 }
 
@@ -228,15 +253,17 @@ static const char *fmt_or_dash(char buf[16], double v, const char *fmt) {
 
 static void print_summary(const opts *o, const results *r) {
   if (o->csv)
-    printf("collective,devices,bytes,iters,time_us,algbw_gbs,busbw_gbs,"
-           "floor_busbw_gbs,openmpi_default_busbw_gbs,openmpi_mmap_busbw_gbs,"
-           "ratio_vs_openmpi_best,ratio_vs_floor\n");
+    printf(
+        "collective,devices,bytes,iters,time_us,algbw_gbs,busbw_gbs,"
+        "floor_busbw_gbs,openmpi_default_busbw_gbs,openmpi_mmap_busbw_gbs,"
+        "ratio_vs_openmpi_best,ratio_vs_floor\n");
   else
-    printf("\n# summary (busbw, GB/s): ringflow vs OpenMPI's best setting and vs "
-           "the floor\n# floor = the plain loop an ideal shared-memory collective "
-           "runs, in busbw units\n%-15s %12s %10s %10s %10s %8s %10s %8s\n",
-           "collective", "bytes", "ringflow", "mpi_dflt", "mpi_mmap",
-           "rf/mpi", "floor", "rf/floor");
+    printf(
+        "\n# summary (busbw, GB/s): ringflow vs OpenMPI's best setting and vs "
+        "the floor\n# floor = the plain loop an ideal shared-memory collective "
+        "runs, in busbw units\n%-15s %12s %10s %10s %10s %8s %10s %8s\n",
+        "collective", "bytes", "ringflow", "mpi_dflt", "mpi_mmap", "rf/mpi",
+        "floor", "rf/floor");
   for (int c = 0; c < BC_COUNT; c++) {
     for (int i = 0; i < r->nsizes; i++) {
       const bench_row *x = &r->rf[c][i];
@@ -245,12 +272,17 @@ static void print_summary(const opts *o, const results *r) {
       double d = r->mpi[0][c][i].valid ? r->mpi[0][c][i].busbw : 0;
       double m = r->mpi[1][c][i].valid ? r->mpi[1][c][i].busbw : 0;
       if (o->csv) {
-        printf("%s,%d,%.0f,%d,%.3f,%.4f,%.4f,%.4f,", bench_coll_name((bench_coll)c),
-               o->n, x->bytes, x->iters, x->time_us, x->algbw, x->busbw, fl);
-        if (best > 0) printf("%.4f,%.4f,%.3f,", d, m, x->busbw / best);
-        else printf(",,,");
-        if (fl > 0) printf("%.3f\n", x->busbw / fl);
-        else printf("\n");
+        printf("%s,%d,%.0f,%d,%.3f,%.4f,%.4f,%.4f,",
+               bench_coll_name((bench_coll)c), o->n, x->bytes, x->iters,
+               x->time_us, x->algbw, x->busbw, fl);
+        if (best > 0)
+          printf("%.4f,%.4f,%.3f,", d, m, x->busbw / best);
+        else
+          printf(",,,");
+        if (fl > 0)
+          printf("%.3f\n", x->busbw / fl);
+        else
+          printf("\n");
         continue;
       }
       char cd[16], cm[16], cr[16], cf[16], cq[16];
@@ -276,15 +308,19 @@ int cmd_bench(int argc, char **argv) {
   char load[64];
   load_average(load, sizeof load);
   if (!o.csv)
-    printf("ringflow bench: %d virtual CPU devices, float32, sum; %lld..%lld "
-           "bytes (x4); >= %.2f s per size\nmachine: %ld online cores; load "
-           "average %s (1/5/15 min) at start\n", o.n, (long long)o.lo,
-           (long long)o.hi, o.min_time, sysconf(_SC_NPROCESSORS_ONLN), load);
+    printf(
+        "ringflow bench: %d virtual CPU devices, float32, sum; %lld..%lld "
+        "bytes (x4); >= %.2f s per size\nmachine: %ld online cores; load "
+        "average %s (1/5/15 min) at start\n",
+        o.n, (long long)o.lo, (long long)o.hi, o.min_time,
+        sysconf(_SC_NPROCESSORS_ONLN), load);
   rc = o.no_floor ? 0 : measure_floor(&o, r);
   if (!rc) rc = measure_ringflow(&o, r);
   rf_default_allocator_trim();
-  if (!rc && !o.no_mpi) measure_mpi(&o, r);
-  else if (!rc && !o.csv) printf("\nOpenMPI baseline: skipped (--no-mpi)\n");
+  if (!rc && !o.no_mpi)
+    measure_mpi(&o, r);
+  else if (!rc && !o.csv)
+    printf("\nOpenMPI baseline: skipped (--no-mpi)\n");
   if (!rc) print_summary(&o, r);
   load_average(load, sizeof load);
   if (!rc && !o.csv) printf("load average %s at the end\n", load);

@@ -112,7 +112,8 @@ rf_status *bench_floor_new(int n, int64_t max_bytes, bench_floor **out) {
     bench_floor_free(f);
     return rf_status_new(RF_RESOURCE_EXHAUSTED,
                          "floor: cannot set up %d buffers of %lld bytes and "
-                         "a thread", n + 1, (long long)max_bytes);
+                         "a thread",
+                         n + 1, (long long)max_bytes);
   }
   *out = f;
   return NULL;

@@ -63,7 +63,8 @@ static rf_status *build_graph(setup *su, bench_coll c, int n) {
     snprintf(dev, sizeof dev, "cpu:%d", i);
     snprintf(name, sizeof name, "x%d", i);
     RF_TOOL_CHECK(rf_graph_push_device(su->g, dev));
-    xs[i] = rf_placeholder(su->g, name, RF_FLOAT32, rf_shape_of(1, su->in_count));
+    xs[i] =
+        rf_placeholder(su->g, name, RF_FLOAT32, rf_shape_of(1, su->in_count));
     rf_graph_pop_device(su->g);
     su->feeds[i].output = xs[i];
   }
