@@ -5,6 +5,7 @@
  * compile time, into the kernel state. */
 #include <stdint.h>
 
+#include "kernels/cpu/runtime_kernels.h"
 #include "kernels/kernel.h"
 #include "ops/families.h"
 #include "runtime/rendezvous.h"
@@ -12,7 +13,7 @@
 
 /* The runtime ops only make sense inside a session step (not, e.g., in
  * rf__kernel_run_single). */
-static rf_status *need_step(rf__kernel_ctx *ctx) {
+rf_status *rf__need_step(rf__kernel_ctx *ctx) {
   if (ctx->step) return NULL;
   return rf__kernel_error(ctx, RF_FAILED_PRECONDITION,
                           "this op runs only inside a session step");
@@ -20,7 +21,7 @@ static rf_status *need_step(rf__kernel_ctx *ctx) {
 
 /* ---- _Arg, _Retval: state is the index ---- */
 
-static rf_status *index_init(const rf_node *node, void **state) {
+rf_status *rf__index_init(const rf_node *node, void **state) {
   int64_t index;
   RF_CHECK(rf__attrs_get_int(&node->attrs, "index", &index));
   *state = (void *)(intptr_t)index;
@@ -28,7 +29,7 @@ static rf_status *index_init(const rf_node *node, void **state) {
 }
 
 static rf_status *arg_compute(rf__kernel_ctx *ctx) {
-  RF_CHECK(need_step(ctx));
+  RF_CHECK(rf__need_step(ctx));
   int64_t i = (intptr_t)ctx->state;
   rf_tensor *v = i < ctx->step->num_feeds ? ctx->step->feeds[i] : NULL;
   if (!v)
@@ -47,7 +48,7 @@ static rf_status *arg_compute(rf__kernel_ctx *ctx) {
 }
 
 static rf_status *retval_compute(rf__kernel_ctx *ctx) {
-  RF_CHECK(need_step(ctx));
+  RF_CHECK(rf__need_step(ctx));
   int64_t i = (intptr_t)ctx->state;
   if (i >= ctx->step->num_fetches || ctx->step->fetches[i])
     return rf__kernel_error(ctx, RF_INTERNAL,
@@ -68,7 +69,7 @@ static rf_status *key_init(const rf_node *node, void **state) {
 }
 
 static rf_status *send_compute(rf__kernel_ctx *ctx) {
-  RF_CHECK(need_step(ctx));
+  RF_CHECK(rf__need_step(ctx));
   rf_status *st = rf__rendezvous_send(ctx->step->rendezvous, ctx->step->id,
                                       ctx->state, ctx->inputs[0]);
   if (!st) return NULL;
@@ -101,7 +102,7 @@ static void recv_done(void *arg, rf_status *st, rf_tensor *value) {
 
 static void recv_compute_async(rf__kernel_ctx *ctx, rf__done_fn done) {
   ctx->done = done;
-  rf_status *st = need_step(ctx);
+  rf_status *st = rf__need_step(ctx);
   if (st) {
     done(ctx, st);
     return;
@@ -112,7 +113,7 @@ static void recv_compute_async(rf__kernel_ctx *ctx, rf__done_fn done) {
 
 /* ---- _Token: state is one empty tensor, shared by every step ---- */
 
-static rf_status *token_init(const rf_node *node, void **state) {
+rf_status *rf__token_init(const rf_node *node, void **state) {
   rf_shape empty = rf_shape_of(1, (int64_t)0);
   rf_tensor *t;
   RF_CHECK(rf_tensor_new(RF_FLOAT32, &empty, NULL, &t));
@@ -120,9 +121,9 @@ static rf_status *token_init(const rf_node *node, void **state) {
   return NULL;
 }
 
-static void token_destroy(void *state) { rf_tensor_release(state); }
+void rf__token_destroy(void *state) { rf_tensor_release(state); }
 
-static rf_status *token_compute(rf__kernel_ctx *ctx) {
+rf_status *rf__token_compute(rf__kernel_ctx *ctx) {
   ctx->outputs[0] = rf_tensor_retain(ctx->state);
   return NULL;
 }
@@ -130,11 +131,11 @@ static rf_status *token_compute(rf__kernel_ctx *ctx) {
 static const rf__kernel_def runtime_kernels[] = {
     {.op = "_Arg",
      .device_type = RF_DEVICE_CPU,
-     .init = index_init,
+     .init = rf__index_init,
      .compute = arg_compute},
     {.op = "_Retval",
      .device_type = RF_DEVICE_CPU,
-     .init = index_init,
+     .init = rf__index_init,
      .compute = retval_compute},
     {.op = "_Send",
      .device_type = RF_DEVICE_CPU,
@@ -146,9 +147,9 @@ static const rf__kernel_def runtime_kernels[] = {
      .compute_async = recv_compute_async},
     {.op = "_Token",
      .device_type = RF_DEVICE_CPU,
-     .init = token_init,
-     .destroy = token_destroy,
-     .compute = token_compute},
+     .init = rf__token_init,
+     .destroy = rf__token_destroy,
+     .compute = rf__token_compute},
 };
 
 rf_status *rf__register_cpu_runtime_kernels(void) {

@@ -16,16 +16,11 @@
 #include <string.h>
 
 #include "core/mem.h"
+#include "kernels/cpu/runtime_kernels.h"
 #include "kernels/kernel.h"
 #include "runtime/gpu/gpu.h"
 #include "runtime/rendezvous.h"
 #include "runtime/step.h"
-
-static rf_status *need_step(rf__kernel_ctx *ctx) {
-  if (ctx->step) return NULL;
-  return rf__kernel_error(ctx, RF_FAILED_PRECONDITION,
-                          "this op runs only inside a session step");
-}
 
 /* Wraps a status without the node's name (CUDA, rendezvous) into one naming
  * node, op and device. */
@@ -67,15 +62,8 @@ static void finish_after_stream(rf__kernel_ctx *ctx, rf_tensor *keep,
 
 /* ---- _Arg (synchronous: stream order covers its consumers) ---- */
 
-static rf_status *index_init(const rf_node *node, void **state) {
-  int64_t index;
-  RF_CHECK(rf__attrs_get_int(&node->attrs, "index", &index));
-  *state = (void *)(intptr_t)index;
-  return NULL;
-}
-
 static rf_status *arg_compute(rf__kernel_ctx *ctx) {
-  RF_CHECK(need_step(ctx));
+  RF_CHECK(rf__need_step(ctx));
   int64_t i = (intptr_t)ctx->state;
   rf_tensor *v = i < ctx->step->num_feeds ? ctx->step->feeds[i] : NULL;
   if (!v)
@@ -112,7 +100,7 @@ static void retval_copied(rf__gpu_notify *n, rf_status *st) {
 
 static void retval_compute_async(rf__kernel_ctx *ctx, rf__done_fn done) {
   ctx->done = done;
-  rf_status *st = need_step(ctx);
+  rf_status *st = rf__need_step(ctx);
   int64_t i = (intptr_t)ctx->state;
   if (!st && (i >= ctx->step->num_fetches || ctx->step->fetches[i]))
     st = rf__kernel_error(ctx, RF_INTERNAL,
@@ -185,7 +173,7 @@ static void send_ready(rf__gpu_notify *n, rf_status *st) {
 
 static void send_compute_async(rf__kernel_ctx *ctx, rf__done_fn done) {
   ctx->done = done;
-  rf_status *st = need_step(ctx);
+  rf_status *st = rf__need_step(ctx);
   if (st) {
     done(ctx, st);
     return;
@@ -292,7 +280,7 @@ static void recv_arrived(void *arg, rf_status *st, rf_tensor *value) {
 
 static void recv_compute_async(rf__kernel_ctx *ctx, rf__done_fn done) {
   ctx->done = done;
-  rf_status *st = need_step(ctx);
+  rf_status *st = rf__need_step(ctx);
   if (st) {
     done(ctx, st);
     return;
@@ -302,31 +290,16 @@ static void recv_compute_async(rf__kernel_ctx *ctx, rf__done_fn done) {
                       recv_arrived, ctx);
 }
 
-/* ---- _Token: one empty host tensor shared by every step ---- */
-
-static rf_status *token_init(const rf_node *node, void **state) {
-  rf_shape empty = rf_shape_of(1, (int64_t)0);
-  rf_tensor *t;
-  RF_CHECK(rf_tensor_new(RF_FLOAT32, &empty, NULL, &t));
-  *state = t;
-  return NULL;
-}
-
-static void token_destroy(void *state) { rf_tensor_release(state); }
-
-static rf_status *token_compute(rf__kernel_ctx *ctx) {
-  ctx->outputs[0] = rf_tensor_retain(ctx->state);
-  return NULL;
-}
+/* ---- _Token: the CPU kernel's functions (an empty host tensor) ---- */
 
 static const rf__kernel_def gpu_runtime_kernels[] = {
     {.op = "_Arg",
      .device_type = RF_DEVICE_GPU,
-     .init = index_init,
+     .init = rf__index_init,
      .compute = arg_compute},
     {.op = "_Retval",
      .device_type = RF_DEVICE_GPU,
-     .init = index_init,
+     .init = rf__index_init,
      .compute_async = retval_compute_async},
     {.op = "_Send",
      .device_type = RF_DEVICE_GPU,
@@ -340,9 +313,9 @@ static const rf__kernel_def gpu_runtime_kernels[] = {
      .compute_async = recv_compute_async},
     {.op = "_Token",
      .device_type = RF_DEVICE_GPU,
-     .init = token_init,
-     .destroy = token_destroy,
-     .compute = token_compute,
+     .init = rf__token_init,
+     .destroy = rf__token_destroy,
+     .compute = rf__token_compute,
      .host_memory_outputs = 1u},
 };
 
