@@ -27,11 +27,11 @@ typedef struct dataset {
 typedef struct options {
   char data_dir[512];
   char devices[256];
-  int epochs, batch, max_steps;
+  int epochs, batch, max_steps, warmup;
   double lr;
   uint64_t seed;
   sync_mode sync;
-  bool check, quiet;
+  bool check, quiet, bench;
   const char *save, *load, *graph_dir, *trace;
 } options;
 
@@ -362,6 +362,10 @@ static void usage(FILE *f) {
           "lowering as DOT (and SVG with Graphviz)\n"
           "  --trace FILE       write a Chrome trace (Perfetto) of one "
           "training step\n"
+          "  --bench            time training only: --warmup steps, then --steps "
+          "timed\n"
+          "                     steps (default 100); prints samples_per_sec=...\n"
+          "  --warmup N         untimed steps before a --bench (default 10)\n"
           "  --quiet            no progress output\n");
 }
 
@@ -374,9 +378,11 @@ static int parse_options(int argc, char **argv, options *o) {
       {"data", required_argument, 0, 'D'},    {"quiet", no_argument, 0, 'q'},
       {"save", required_argument, 0, 'w'},    {"load", required_argument, 0, 'r'},
       {"graph-dir", required_argument, 0, 'g'}, {"trace", required_argument, 0, 't'},
+      {"bench", no_argument, 0, 'B'},         {"warmup", required_argument, 0, 'W'},
       {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
   *o = (options){.data_dir = DEFAULT_DATA, .devices = "cpu:0-3", .epochs = 5,
-                 .batch = 128, .lr = 1e-3, .seed = 1, .sync = SYNC_ALLREDUCE};
+                 .batch = 128, .lr = 1e-3, .seed = 1, .sync = SYNC_ALLREDUCE,
+                 .warmup = 10};
   optind = 1;
   int c;
   while ((c = getopt_long(argc, argv, "", longs, NULL)) != -1) {
@@ -399,11 +405,16 @@ static int parse_options(int argc, char **argv, options *o) {
       case 'r': o->load = optarg; break;
       case 'g': o->graph_dir = optarg; break;
       case 't': o->trace = optarg; break;
+      case 'B': o->bench = true; break;
+      case 'W': if (parse_int(optarg, 0, 1 << 30, &o->warmup)) return tool_fail("--warmup: bad number '%s'", optarg); break;
       case 'h': usage(stdout); return 1;
       default: usage(stderr); return 2;
     }
   }
   if (optind < argc) return tool_fail("unexpected argument '%s'", argv[optind]);
+  if (o->bench && (o->check || o->trace || o->save))
+    return tool_fail("--bench times training alone: no --check, --trace or --save");
+  if (o->bench && !o->max_steps) o->max_steps = 100;
   return 0;
 }
 
@@ -415,6 +426,30 @@ static void shuffle(int *idx, int n, uint64_t *state) {
     idx[i] = idx[j];
     idx[j] = tmp;
   }
+}
+
+/* --bench: o->warmup untimed steps, then o->max_steps timed ones over the
+ * same shuffled batches as training, without evaluation; prints one
+ * machine-readable line for bench/train_vs_pytorch.py. */
+static rf_status *bench(trainer *t, const dataset *d, const options *o,
+                        int *idx) {
+  uint64_t state = o->seed * 2654435761u + 1;
+  int per_epoch = d->n / o->batch, s = per_epoch;
+  double start = now_seconds(), loss = 0;
+  for (int i = 0; i < o->warmup + o->max_steps; i++, s++) {
+    if (s == per_epoch) {
+      shuffle(idx, d->n, &state);
+      s = 0;
+    }
+    if (i == o->warmup) start = now_seconds();
+    RF_TOOL_CHECK(train_step(t, d, idx + (size_t)s * o->batch, &loss));
+  }
+  double secs = now_seconds() - start;
+  printf("samples_per_sec=%.1f batch=%d devices=%d steps=%d seconds=%.3f "
+         "loss=%.4f\n",
+         (double)o->max_steps * o->batch / secs, o->batch, t->cfg.num_devices,
+         o->max_steps, secs, loss);
+  return NULL;
 }
 
 int cmd_train(int argc, char **argv) {
@@ -447,13 +482,21 @@ int cmd_train(int argc, char **argv) {
     RF_TOOL_TRY(trainer_init(&ref, &one, o.seed, 1));
     if (o.load) RF_TOOL_TRY(trainer_load(&ref, o.load));
   }
+  int *idx = malloc(sizeof(int) * (size_t)train.n);
+  for (int i = 0; i < train.n; i++) idx[i] = i;
+  if (o.bench) {
+    rf_status *st = bench(&t, &train, &o, idx);
+    free(idx);
+    trainer_free(&t);
+    dataset_free(&train);
+    dataset_free(&test);
+    return st ? tool_report(st) : 0;
+  }
   printf("ringflow train: MLP 784-512-256-10 on %d device%s (%s), %s, global "
          "batch %d, %d epochs\n",
          cfg.num_devices, cfg.num_devices > 1 ? "s" : "", o.devices,
          o.sync == SYNC_ALLREDUCE ? "all-reduce" : "reduce+broadcast", o.batch,
          o.epochs);
-  int *idx = malloc(sizeof(int) * (size_t)train.n);
-  for (int i = 0; i < train.n; i++) idx[i] = i;
   uint64_t shuffle_state = o.seed * 2654435761u + 1;
   int steps_per_epoch = train.n / o.batch;
   int64_t total = (int64_t)steps_per_epoch * o.epochs, done = 0;
