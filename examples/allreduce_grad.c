@@ -23,10 +23,12 @@ int main(void) {
     rf_graph_push_device(g, d ? "cpu:1" : "cpu:0");
     x[d] = rf_placeholder(g, NULL, RF_FLOAT32, rf_shape_of(2, 8, 3));
     w[d] = rf_placeholder(g, NULL, RF_FLOAT32, rf_shape_of(2, 3, 2));
-    rf_output y = rf_relu(g, NULL, rf_matmul(g, NULL, x[d], w[d], false, false));
+    rf_output y =
+        rf_relu(g, NULL, rf_matmul(g, NULL, x[d], w[d], false, false));
     loss[d] = rf_sum(g, NULL, y, NULL, -1, false);
     rf_graph_pop_device(g);
-    if (check(rf_gradients(g, &loss[d], 1, &w[d], 1, NULL, &grads[d]))) return 1;
+    if (check(rf_gradients(g, &loss[d], 1, &w[d], 1, NULL, &grads[d])))
+      return 1;
   }
   rf_all_reduce_n(g, "grad_sum", grads, 2, RF_REDUCE_SUM, synced);
   if (check(rf_graph_status(g))) return 1;

@@ -6,6 +6,7 @@
  * rounds the exact value once; results must match bit for bit in value. */
 #include <stdlib.h>
 
+#include "kernels/cpu/half.h"
 #include "math_ref.h"
 #include "testutil.h"
 
@@ -18,6 +19,7 @@ static const rf_dtype all_dtypes[] = {RF_FLOAT16, RF_BFLOAT16, RF_FLOAT32,
 static const double float_specials[] = {
     NAN, INFINITY, -INFINITY, 0.0, -0.0, 0.5, -0.5, 0.99, -0.99, 1.5, 2.5,
     127.0, 127.9, 128.0, -128.0, -128.9, -129.0, 255.0, 255.5, 256.0, -1.0,
+    -127.5, 126.5, -2147483647.5, 2147483646.5, -9223372036854774784.0,
     2147483647.0, 2147483648.0, -2147483648.0, -2147483649.0, 3e9, -3e9,
     9223372036854775807.0, -9223372036854775808.0, 1e19, -1e19, 65504.0,
     65519.0, 65520.0, 70000.0, 1e-8, -3e-8, 5.960464477539063e-8,
@@ -32,7 +34,8 @@ static const double float_specials[] = {
 /* clang-format off */
 static const int64_t int_specials[] = {
     0, 1, -1, 127, 128, -128, -129, 255, 256, 2047, 2049, 65504, 65520,
-    (1 << 24) + 1, 0x1008001, 0x1018000, -0x1018000, INT32_MAX, INT32_MIN,
+    (1 << 24) + 1, 0x1008001, 0x1010001, -0x1010001, INT32_MAX, INT32_MIN,
+    ((int64_t)1 << 40) + ((int64_t)1 << 32) + 1,
     (int64_t)1 << 53 | 1, ((int64_t)1 << 62) + 1, INT64_MAX, INT64_MIN,
     INT64_MIN + 1};
 /* clang-format on */
@@ -130,10 +133,12 @@ static void test_cast_every_pair(void **state) {
 
 static void test_cast_small_shapes(void **state) {
   uint64_t rng = rf_test_seed() + 1;
-  const rf_shape shapes[] = {
-      rf_shape_scalar(), rf_shape_make(1, (int64_t[]){0}),
-      rf_shape_make(2, (int64_t[]){3, 0}), rf_shape_make(2, (int64_t[]){1, 1}),
-      rf_shape_make(3, (int64_t[]){2, 3, 5})};
+  const rf_shape shapes[] = {rf_shape_scalar(),
+                             rf_shape_make(1, (int64_t[]){0}),
+                             rf_shape_make(2, (int64_t[]){3, 0}),
+                             rf_shape_make(2, (int64_t[]){1, 1}),
+                             rf_shape_make(3, (int64_t[]){2, 3, 5}),
+                             rf_shape_make(1, (int64_t[]){20011})};
   for (int s = 0; s < NELEM(all_dtypes); s++)
     for (int k = 0; k < NELEM(shapes); k++)
       check_from(all_dtypes[s], shapes[k], &rng);
@@ -153,11 +158,41 @@ static void test_cast_errors(void **state) {
   rf_graph_free(g);
 }
 
+/* The kernels' inlined conversions agree with the public ones: every
+ * float16, and floats sampled across all bit patterns (each sample with its
+ * neighbours, so the rounding boundaries are covered). */
+static void test_inline_half_conversions(void **state) {
+  for (uint32_t h = 0; h < 65536; h++) {
+    float a = rf__h2f((uint16_t)h), b = rf_half_to_float((uint16_t)h);
+    if (rf__f2u(a) != rf__f2u(b) && !(isnan(a) && isnan(b)))
+      fail_msg("float16 %#x: %g vs %g", h, a, b);
+    a = rf__bf2f((uint16_t)h), b = rf_bfloat16_to_float((uint16_t)h);
+    if (rf__f2u(a) != rf__f2u(b)) fail_msg("bfloat16 %#x: %g vs %g", h, a, b);
+  }
+  for (uint64_t base = 0; base < (UINT64_C(1) << 32); base += 65521) {
+    for (uint32_t d = 0; d < 8; d++) {
+      /* around the float16 (13 low bits) and bfloat16 (16) halfway points */
+      uint32_t us[] = {(uint32_t)base + d, ((uint32_t)base | 0xfff) + d - 4,
+                       ((uint32_t)base | 0x7fff) + d - 4};
+      for (int k = 0; k < 3; k++) {
+        float f = rf__u2f(us[k]);
+        if (rf__f2h(f) != rf_float_to_half(f))
+          fail_msg("to float16 %#x: %#x vs %#x", us[k], rf__f2h(f),
+                   rf_float_to_half(f));
+        if (rf__f2bf(f) != rf_float_to_bfloat16(f))
+          fail_msg("to bfloat16 %#x: %#x vs %#x", us[k], rf__f2bf(f),
+                   rf_float_to_bfloat16(f));
+      }
+    }
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_cast_every_pair),
       cmocka_unit_test(test_cast_small_shapes),
       cmocka_unit_test(test_cast_errors),
+      cmocka_unit_test(test_inline_half_conversions),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -63,8 +63,10 @@ static rf_status *attempt(rf_tensor *xv, rf_tensor *wv, double *result) {
 
 static void test_every_allocation_failure(void **state) {
   uint64_t rng = rf_test_seed();
-  rf_tensor *xv = rf_test_random_tensor(&rng, RF_FLOAT64, rf_shape_of(2, 2, 3), -1, 1);
-  rf_tensor *wv = rf_test_random_tensor(&rng, RF_FLOAT64, rf_shape_of(2, 3, 3), -1, 1);
+  rf_tensor *xv =
+      rf_test_random_tensor(&rng, RF_FLOAT64, rf_shape_of(2, 2, 3), -1, 1);
+  rf_tensor *wv =
+      rf_test_random_tensor(&rng, RF_FLOAT64, rf_shape_of(2, 3, 3), -1, 1);
   double want = 0, got = 0;
   assert_ok(attempt(xv, wv, &want)); /* warm-up: registries filled */
   int failures = 0;

@@ -85,7 +85,7 @@ static rf_status *two_out_grad(rf__grad_ctx *c) {
 }
 
 static rf_status *failing_grad(rf__grad_ctx *c) {
-  return rf_status_new(RF_UNIMPLEMENTED, "test failure in %s", c->op->name);
+  return rf_status_new(RF_UNIMPLEMENTED, "test failure in %s", c->op->op->name);
 }
 
 static rf_status *sticky_grad(rf__grad_ctx *c) {

@@ -1,9 +1,10 @@
 /* tests/test_math_ops.c - Add, Sub, Mul, Div, Equal, Neg, AddN and the
- * internal _SumToShapeOf through sessions: every dtype each op accepts, fresh
- * random data, shapes with 0, 1 and odd element counts and every broadcast
- * pattern, against references computed in the test (math_ref.h); shape
- * inference with unknown dims; and every error path. Element-wise results of
- * one rounding are compared exactly; sums use rf_test_tolerance. */
+ * internal _SumToShapeOf and _BroadcastToShapeOf through sessions: every dtype
+ * each op accepts, fresh random data, shapes with 0, 1 and odd element counts
+ * and every broadcast pattern, against references computed in the test
+ * (math_ref.h); shape inference with unknown dims; and every error path.
+ * Element-wise results of one rounding are compared exactly; sums use
+ * rf_test_tolerance. */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -85,6 +86,10 @@ static int binary_cases(shape_pair *c) {
   PAIR(SHAPE(2, 0, 3), SHAPE(1, 3));          /* empty output */
   PAIR(SHAPE(0, 1), SHAPE(1, 6));             /* empty output */
   PAIR(SHAPE(33, 65), SHAPE(65));             /* many rows */
+  /* Large enough for the thread pool to split the loop. */
+  PAIR(SHAPE(30011), SHAPE(30011));
+  PAIR(SHAPE(160, 201), SHAPE(201));
+  PAIR(SHAPE(160, 1), SHAPE(1, 201));
 #undef PAIR
   return n;
 }
@@ -273,7 +278,8 @@ static void test_neg(void **state) {
   const rf_dtype dts[] = {RF_FLOAT16, RF_BFLOAT16, RF_FLOAT32, RF_FLOAT64,
                           RF_INT8,    RF_INT32,    RF_INT64};
   const rf_shape shapes[] = {rf_shape_scalar(), SHAPE(0),    SHAPE(1),
-                             SHAPE(7),          SHAPE(3, 5), SHAPE(2001)};
+                             SHAPE(7),          SHAPE(3, 5), SHAPE(2001),
+                             SHAPE(50001)};
   for (int d = 0; d < NELEM(dts); d++) {
     for (int s = 0; s < NELEM(shapes); s++) {
       rf_graph *g = rf_graph_new();
@@ -344,8 +350,8 @@ static void check_add_n(rf_dtype dt, int k, rf_shape s, uint64_t *rng) {
 static void test_add_n(void **state) {
   uint64_t rng = rf_test_seed() + 6;
   const int ks[] = {1, 2, 3, 5};
-  const rf_shape shapes[] = {SHAPE(0), rf_shape_scalar(), SHAPE(1), SHAPE(2, 7),
-                             SHAPE(613)};
+  const rf_shape shapes[] = {SHAPE(0),    rf_shape_scalar(), SHAPE(1),
+                             SHAPE(2, 7), SHAPE(613),        SHAPE(30011)};
   for (int d = 0; d < NELEM(ref_numeric_dtypes); d++)
     for (int k = 0; k < NELEM(ks); k++)
       for (int s = 0; s < NELEM(shapes); s++)
@@ -414,11 +420,58 @@ static void test_sum_to_shape_of(void **state) {
       {SHAPE(3, 1, 2, 5), SHAPE(1, 2, 1)},
       {SHAPE(300, 7), SHAPE(7)},
       {SHAPE(7, 300), SHAPE(7, 1)},
+      {SHAPE(3, 4, 5, 6), SHAPE(3, 1, 5, 1)},
+      {SHAPE(2, 3, 4, 5, 6), SHAPE(3, 1, 5, 1)},
       {SHAPE(9, 2, 37), SHAPE(9, 1, 37)},
+      {SHAPE(40, 1000), SHAPE(40, 1)},
+      {SHAPE(40, 7, 200), SHAPE(40, 1, 200)},
   };
   for (int d = 0; d < NELEM(ref_numeric_dtypes); d++)
     for (int c = 0; c < NELEM(cases); c++)
       check_sum_to(ref_numeric_dtypes[d], cases[c].a, cases[c].b, c % 2, &rng);
+}
+
+/* ---- _BroadcastToShapeOf ---- */
+
+static void check_broadcast_to(rf_dtype dt, rf_shape xs, rf_shape ls, bool hide,
+                               uint64_t *rng) {
+  rf_graph *g = rf_graph_new();
+  rf_output x = rf_placeholder(g, "x", dt, hide ? rf_shape_unknown() : xs);
+  rf_output like =
+      rf_placeholder(g, "like", RF_INT8, hide ? rf_shape_unknown() : ls);
+  rf_output y = rf__broadcast_to_shape_of(g, NULL, x, like);
+  assert_graph_ok(g);
+  rf_tensor *tx = dt == RF_BOOL ? small_values(rng, dt, xs)
+                                : ref_random(rng, dt, xs, -10, 10);
+  rf_tensor *tl = ref_random(rng, RF_INT8, ls, 0, 0);
+  rf_feed feeds[2] = {{x, tx}, {like, tl}};
+  rf_tensor *ty;
+  rf_test_run(g, 1, feeds, 2, &y, 1, &ty);
+  expect_shape(ty, ls);
+  assert_int_equal(rf_tensor_dtype(ty), dt);
+  for (int64_t i = 0; i < rf_tensor_num_elements(ty); i++)
+    expect_exact(ref_get(ty, i), ref_get(tx, ref_bcast_index(&xs, &ls, i)),
+                 "_BroadcastToShapeOf", dt, 0, i);
+  rf_tensor_release(tx);
+  rf_tensor_release(tl);
+  rf_tensor_release(ty);
+  rf_graph_free(g);
+}
+
+static void test_broadcast_to_shape_of(void **state) {
+  uint64_t rng = rf_test_seed() + 12;
+  const shape_pair cases[] = {
+      {SHAPE(3), SHAPE(4, 3)},          {SHAPE(4, 1), SHAPE(4, 3)},
+      {rf_shape_scalar(), SHAPE(2, 3)}, {SHAPE(1, 3), SHAPE(2, 4, 3)},
+      {SHAPE(2, 1, 4), SHAPE(2, 3, 4)}, {SHAPE(2, 3), SHAPE(2, 3)},
+      {SHAPE(3), SHAPE(0, 3)},          {SHAPE(1), SHAPE(5)},
+      {SHAPE(7, 1), SHAPE(7, 3000)},    {SHAPE(3000), SHAPE(20, 3000)},
+  };
+  for (int d = 0; d < NELEM(ref_numeric_dtypes); d++)
+    for (int c = 0; c < NELEM(cases); c++)
+      check_broadcast_to(ref_numeric_dtypes[d], cases[c].a, cases[c].b, c % 2,
+                         &rng);
+  check_broadcast_to(RF_BOOL, SHAPE(4, 1), SHAPE(4, 5), false, &rng);
 }
 
 /* ---- shape inference ---- */
@@ -579,6 +632,29 @@ static void test_integer_division_by_zero(void **state) {
   }
 }
 
+static void test_broadcast_to_shape_of_errors(void **state) {
+  rf_graph *g = rf_graph_new();
+  rf_output x = rf_placeholder(g, "x", RF_FLOAT32, SHAPE(4, 3));
+  rf_output l = rf_placeholder(g, "l", RF_FLOAT32, SHAPE(3));
+  assert_null(rf__broadcast_to_shape_of(g, NULL, x, l).node);
+  expect_build_error(g, "cannot broadcast shape (4, 3) to shape (3)");
+
+  uint64_t rng = rf_test_seed() + 13;
+  g = rf_graph_new();
+  x = rf_placeholder(g, "x", RF_FLOAT32, rf_shape_unknown());
+  l = rf_placeholder(g, "l", RF_FLOAT32, rf_shape_unknown());
+  rf_output y = rf__broadcast_to_shape_of(g, NULL, x, l);
+  rf_tensor *tx = rf_test_random_tensor(&rng, RF_FLOAT32, SHAPE(2), 0, 1);
+  rf_tensor *tl = rf_test_random_tensor(&rng, RF_FLOAT32, SHAPE(2, 3), 0, 1);
+  rf_feed feeds[] = {{x, tx}, {l, tl}};
+  rf_tensor *out = NULL;
+  assert_status(run_once(g, feeds, 2, &y, 1, &out), RF_INVALID_ARGUMENT,
+                "cannot broadcast shape (2) to shape (2, 3)");
+  rf_tensor_release(tx);
+  rf_tensor_release(tl);
+  rf_graph_free(g);
+}
+
 static void test_sum_to_shape_of_errors(void **state) {
   rf_graph *g = rf_graph_new();
   rf_output x = rf_placeholder(g, "x", RF_FLOAT32, SHAPE(4, 3));
@@ -600,6 +676,32 @@ static void test_sum_to_shape_of_errors(void **state) {
   rf_tensor_release(tx);
   rf_tensor_release(tl);
   rf_graph_free(g);
+}
+
+/* An invalid input (a failed op's result) is an error naming the op. */
+static void test_invalid_input(void **state) {
+  rf_output (*const fns[])(rf_graph *, const char *, rf_output, rf_output) = {
+      rf_add, rf_sub, rf_mul, rf_div, rf_equal};
+  const char *const names[] = {"Add", "Sub", "Mul", "Div", "Equal"};
+  for (int f = 0; f < NELEM(fns); f++) {
+    rf_graph *g = rf_graph_new();
+    rf_output a = rf_placeholder(g, "a", RF_FLOAT32, SHAPE(2));
+    assert_null(fns[f](g, "z", a, no_output).node);
+    expect_build_error(g, names[f]);
+  }
+  rf_graph *g = rf_graph_new();
+  assert_null(rf_neg(g, "z", no_output).node);
+  expect_build_error(g, "Neg");
+  g = rf_graph_new();
+  assert_null(rf_matmul(g, "z", no_output, no_output, false, false).node);
+  expect_build_error(g, "MatMul");
+  g = rf_graph_new();
+  assert_null(rf_cast(g, "z", no_output, RF_FLOAT32).node);
+  expect_build_error(g, "Cast");
+  g = rf_graph_new();
+  rf_output xs[2] = {rf_placeholder(g, "a", RF_FLOAT32, SHAPE(2)), no_output};
+  assert_null(rf_add_n(g, "z", xs, 2).node);
+  expect_build_error(g, "AddN");
 }
 
 /* An op function on a graph that already failed adds nothing. */
@@ -625,6 +727,7 @@ int main(void) {
       cmocka_unit_test(test_neg),
       cmocka_unit_test(test_add_n),
       cmocka_unit_test(test_sum_to_shape_of),
+      cmocka_unit_test(test_broadcast_to_shape_of),
       cmocka_unit_test(test_broadcast_shape_inference),
       cmocka_unit_test(test_incompatible_shapes_at_build),
       cmocka_unit_test(test_incompatible_shapes_at_run_time),
@@ -633,6 +736,8 @@ int main(void) {
       cmocka_unit_test(test_add_n_errors),
       cmocka_unit_test(test_integer_division_by_zero),
       cmocka_unit_test(test_sum_to_shape_of_errors),
+      cmocka_unit_test(test_broadcast_to_shape_of_errors),
+      cmocka_unit_test(test_invalid_input),
       cmocka_unit_test(test_sticky_graph_error),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

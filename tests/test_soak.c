@@ -39,7 +39,8 @@ typedef struct replica {
 
 static void build(rf_graph *g, replica *r) {
   rf_output grads[DEVICES][4], synced[4][DEVICES], vars[DEVICES][4];
-  const int64_t shapes[4][2] = {{IN, HIDDEN}, {HIDDEN, 0}, {HIDDEN, CLASSES}, {CLASSES, 0}};
+  const int64_t shapes[4][2] = {
+      {IN, HIDDEN}, {HIDDEN, 0}, {HIDDEN, CLASSES}, {CLASSES, 0}};
   for (int d = 0; d < DEVICES; d++) {
     char dev[8];
     snprintf(dev, sizeof dev, "cpu:%d", d);
@@ -53,9 +54,15 @@ static void build(rf_graph *g, replica *r) {
       vars[d][p] = rf_variable(g, NULL, RF_FLOAT32, s);
       reads[p] = rf_read_variable(g, NULL, vars[d][p]);
     }
-    rf_output h = rf_relu(g, NULL, rf_bias_add(g, NULL, rf_matmul(g, NULL, r[d].x, reads[0], false, false), reads[1]));
-    rf_output logits = rf_bias_add(g, NULL, rf_matmul(g, NULL, h, reads[2], false, false), reads[3]);
-    r[d].loss = rf_mean(g, NULL, rf_sparse_softmax_cross_entropy(g, NULL, logits, r[d].y), NULL, -1, false);
+    rf_output h = rf_relu(
+        g, NULL,
+        rf_bias_add(g, NULL, rf_matmul(g, NULL, r[d].x, reads[0], false, false),
+                    reads[1]));
+    rf_output logits = rf_bias_add(
+        g, NULL, rf_matmul(g, NULL, h, reads[2], false, false), reads[3]);
+    r[d].loss = rf_mean(
+        g, NULL, rf_sparse_softmax_cross_entropy(g, NULL, logits, r[d].y), NULL,
+        -1, false);
     rf_graph_pop_device(g);
     assert_ok(rf_gradients(g, &r[d].loss, 1, reads, 4, NULL, grads[d]));
   }
@@ -72,7 +79,8 @@ static void build(rf_graph *g, replica *r) {
     rf_graph_push_device(g, dev);
     for (int p = 0; p < 4; p++)
       r[d].updates[p] = rf_apply_gradient_descent(
-          g, NULL, vars[d][p], rf_const_scalar(g, NULL, RF_FLOAT32, 0.05), synced[p][d]);
+          g, NULL, vars[d][p], rf_const_scalar(g, NULL, RF_FLOAT32, 0.05),
+          synced[p][d]);
     rf_graph_pop_device(g);
   }
 }
@@ -104,7 +112,8 @@ static void test_memory_stays_flat(void **state) {
   rf_node *init = build_init(g);
   rf_node *train = rf_noop(g, "train");
   for (int d = 0; d < DEVICES; d++)
-    for (int p = 0; p < 4; p++) assert_ok(rf_graph_add_control_edge(g, r[d].updates[p], train));
+    for (int p = 0; p < 4; p++)
+      assert_ok(rf_graph_add_control_edge(g, r[d].updates[p], train));
   assert_graph_ok(g);
   rf_session_options o;
   rf_session_options_init(&o);
@@ -116,8 +125,10 @@ static void test_memory_stays_flat(void **state) {
   rf_tensor *xs[DEVICES], *ys[DEVICES];
   rf_feed feeds[2 * DEVICES];
   for (int d = 0; d < DEVICES; d++) {
-    xs[d] = rf_test_random_tensor(&rng, RF_FLOAT32, rf_shape_of(2, ROWS, IN), 0, 1);
-    ys[d] = rf_test_random_tensor(&rng, RF_INT32, rf_shape_of(1, ROWS), 0, CLASSES);
+    xs[d] =
+        rf_test_random_tensor(&rng, RF_FLOAT32, rf_shape_of(2, ROWS, IN), 0, 1);
+    ys[d] =
+        rf_test_random_tensor(&rng, RF_INT32, rf_shape_of(1, ROWS), 0, CLASSES);
     feeds[2 * d] = (rf_feed){r[d].x, xs[d]};
     feeds[2 * d + 1] = (rf_feed){r[d].y, ys[d]};
   }
@@ -126,7 +137,8 @@ static void test_memory_stays_flat(void **state) {
   double first = 0, last = 0;
   for (int step = 0; step < 2000; step++) {
     rf_tensor *loss;
-    assert_ok(rf_session_run(s, feeds, 2 * DEVICES, &r[0].loss, 1, &train, 1, &loss));
+    assert_ok(
+        rf_session_run(s, feeds, 2 * DEVICES, &r[0].loss, 1, &train, 1, &loss));
     if (step == 0) first = rf_tensor_get(loss, 0);
     last = rf_tensor_get(loss, 0);
     rf_tensor_release(loss);
@@ -137,11 +149,15 @@ static void test_memory_stays_flat(void **state) {
   }
   long rss_end = rss_kib();
   int64_t live_end = rf_debug_live_allocations();
-  fprintf(stderr, "loss %.4f -> %.4f; RSS %ld KiB after warm-up, %ld KiB at the end; live allocations %lld -> %lld\n",
-          first, last, rss_warm, rss_end, (long long)live_warm, (long long)live_end);
+  fprintf(stderr,
+          "loss %.4f -> %.4f; RSS %ld KiB after warm-up, %ld KiB at the end; "
+          "live allocations %lld -> %lld\n",
+          first, last, rss_warm, rss_end, (long long)live_warm,
+          (long long)live_end);
   assert_true(last < first); /* it trains */
   assert_true(live_end <= live_warm + 16);
-  if (!UNDER_SANITIZER) assert_true(rss_end - rss_warm < 1024); /* < 1 MiB over 1,800 steps */
+  if (!UNDER_SANITIZER)
+    assert_true(rss_end - rss_warm < 1024); /* < 1 MiB over 1,800 steps */
   for (int d = 0; d < DEVICES; d++) {
     rf_tensor_release(xs[d]);
     rf_tensor_release(ys[d]);

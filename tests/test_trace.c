@@ -19,7 +19,8 @@ static int count_events(json_t *root, const char *name_prefix, int tid) {
     const char *name = json_string_value(json_object_get(e, "name"));
     if (!ph || strcmp(ph, "X") != 0 || !name) continue;
     if (strncmp(name, name_prefix, strlen(name_prefix)) != 0) continue;
-    if (tid >= 0 && json_integer_value(json_object_get(e, "tid")) != tid) continue;
+    if (tid >= 0 && json_integer_value(json_object_get(e, "tid")) != tid)
+      continue;
     n++;
   }
   return n;
@@ -58,7 +59,7 @@ static void test_trace_of_one_step(void **state) {
   assert_int_equal(count_events(root, "sum_0", 0), 1); /* participant, cpu:0 */
   assert_int_equal(count_events(root, "sum_1", 1), 1); /* participant, cpu:1 */
   assert_int_equal(count_events(root, "z", 0), 1);
-  assert_true(count_events(root, "", 1) >= 2);          /* c1, sum_1, a send */
+  assert_true(count_events(root, "", 1) >= 2); /* c1, sum_1, a send */
   json_decref(root);
   /* the next run is not traced: the file stays as it was */
   remove(path);
@@ -74,7 +75,8 @@ static void test_trace_of_one_step(void **state) {
   assert_ok(rf_session_run(s, NULL, 0, &z, 1, NULL, 0, &out));
   rf_tensor_release(out);
   assert_status(rf_session_trace_next_run(s, NULL), RF_INVALID_ARGUMENT, NULL);
-  assert_status(rf_session_trace_next_run(NULL, "x"), RF_INVALID_ARGUMENT, NULL);
+  assert_status(rf_session_trace_next_run(NULL, "x"), RF_INVALID_ARGUMENT,
+                NULL);
   rf_session_free(s);
   rf_graph_free(g);
 }

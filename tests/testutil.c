@@ -26,7 +26,7 @@ void rf_test_assert_status(rf_status *st, rf_code code, const char *sub,
             (sub && !strstr(rf_status_message(st), sub));
   if (bad) {
     fprintf(stderr, "%s:%d: expected %s containing \"%s\", got %s: %s\n", file,
-            line, rf_code_name(code), sub ? sub : "", 
+            line, rf_code_name(code), sub ? sub : "",
             rf_code_name(rf_status_code(st)), rf_status_message(st));
     rf_status_free(st);
     _fail(file, line);
@@ -109,16 +109,19 @@ void rf_test_assert_near(const rf_tensor *t, rf_shape shape, const double *want,
     int ok = (isnan(w) && isnan(g)) || g == w ||
              fabs(g - w) <= tol * (1.0 + fabs(w));
     if (!ok) {
-      fprintf(stderr, "%s:%d: element %lld of %s tensor: got %.17g, want %.17g (tol %g)\n",
-              file, line, (long long)i, rf_dtype_name(rf_tensor_dtype(t)), g, w,
-              tol);
+      fprintf(
+          stderr,
+          "%s:%d: element %lld of %s tensor: got %.17g, want %.17g (tol %g)\n",
+          file, line, (long long)i, rf_dtype_name(rf_tensor_dtype(t)), g, w,
+          tol);
       _fail(file, line);
     }
   }
 }
 
 void rf_test_run(rf_graph *g, int num_cpu_devices, const rf_feed *feeds,
-                 int nfeeds, const rf_output *fetches, int n, rf_tensor **outs) {
+                 int nfeeds, const rf_output *fetches, int n,
+                 rf_tensor **outs) {
   assert_graph_ok(g);
   rf_session_options o;
   rf_session_options_init(&o);

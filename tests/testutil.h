@@ -18,7 +18,7 @@
 void rf_test_assert_ok(rf_status *st, const char *file, int line);
 /* Asserts st has `code` (and, if sub != NULL, that its message contains sub);
  * frees st. */
-#define assert_status(st, code, sub)                                           \
+#define assert_status(st, code, sub) \
   rf_test_assert_status((st), (code), (sub), __FILE__, __LINE__)
 void rf_test_assert_status(rf_status *st, rf_code code, const char *sub,
                            const char *file, int line);
@@ -43,7 +43,7 @@ double *rf_test_to_doubles(const rf_tensor *t);
 double rf_test_tolerance(rf_dtype dtype);
 /* Asserts t has `shape` and each element is within atol + rtol*|want| of
  * want[i]; on failure prints the first bad index. */
-#define assert_tensor_near(t, shape, want, tol)                                \
+#define assert_tensor_near(t, shape, want, tol) \
   rf_test_assert_near((t), (shape), (want), (tol), __FILE__, __LINE__)
 void rf_test_assert_near(const rf_tensor *t, rf_shape shape, const double *want,
                          double tol, const char *file, int line);

@@ -74,12 +74,14 @@ rf_status *checkpoint_save(const checkpoint *c, const char *path) {
   FILE *f = fopen(tmp, "wb");
   rf_status *st = NULL;
   if (!f) {
-    st = rf_status_new(RF_PERMISSION_DENIED, "cannot write %s: %s", tmp, strerror(errno));
+    st = rf_status_new(RF_PERMISSION_DENIED, "cannot write %s: %s", tmp,
+                       strerror(errno));
   } else {
     int ok = fwrite(b.p, 1, b.len, f) == b.len;
     ok = (fclose(f) == 0) && ok;
     if (!ok || rename(tmp, path) != 0) {
-      st = rf_status_new(RF_DATA_LOSS, "writing %s failed: %s", path, strerror(errno));
+      st = rf_status_new(RF_DATA_LOSS, "writing %s failed: %s", path,
+                         strerror(errno));
       remove(tmp);
     }
   }
@@ -131,16 +133,20 @@ static rf_status *parse_tensor(rbuf *r, checkpoint *c, int i) {
   for (uint64_t d = 0; d < rank; d++) {
     uint64_t v;
     if (take_le(r, 8, &v)) return BAD("'%s': truncated dims", c->names[i]);
-    if (v > (1ull << 40)) return BAD("'%s': dim %llu too large", c->names[i], (unsigned long long)v);
+    if (v > (1ull << 40))
+      return BAD("'%s': dim %llu too large", c->names[i],
+                 (unsigned long long)v);
     dims[d] = (int64_t)v;
     count *= v;
-    if (count > (1ull << 40)) return BAD("'%s': too many elements", c->names[i]);
+    if (count > (1ull << 40))
+      return BAD("'%s': too many elements", c->names[i]);
   }
   if (take_le(r, 8, &nbytes) || nbytes != count * rf_dtype_size((rf_dtype)dt))
     return BAD("'%s': byte count does not match its shape", c->names[i]);
   if (nbytes > r->len - r->at) return BAD("'%s': truncated data", c->names[i]);
   rf_shape s = rf_shape_make((int)rank, dims);
-  rf_status *st = rf_tensor_new_copy((rf_dtype)dt, &s, r->p + r->at, &c->tensors[i]);
+  rf_status *st =
+      rf_tensor_new_copy((rf_dtype)dt, &s, r->p + r->at, &c->tensors[i]);
   if (st) return st;
   r->at += nbytes;
   return NULL;
@@ -148,7 +154,8 @@ static rf_status *parse_tensor(rbuf *r, checkpoint *c, int i) {
 
 rf_status *checkpoint_parse(const uint8_t *buf, size_t len, checkpoint *c) {
   memset(c, 0, sizeof *c);
-  if (len < sizeof MAGIC + 4 + 4 + 8 + 4 || memcmp(buf, MAGIC, sizeof MAGIC) != 0)
+  if (len < sizeof MAGIC + 4 + 4 + 8 + 4 ||
+      memcmp(buf, MAGIC, sizeof MAGIC) != 0)
     return BAD("not a ringflow checkpoint (bad magic or too short)");
   uint32_t stored = (uint32_t)buf[len - 4] | (uint32_t)buf[len - 3] << 8 |
                     (uint32_t)buf[len - 2] << 16 | (uint32_t)buf[len - 1] << 24;
@@ -159,8 +166,12 @@ rf_status *checkpoint_parse(const uint8_t *buf, size_t len, checkpoint *c) {
   take_le(&r, 4, &version);
   take_le(&r, 4, &count);
   take_le(&r, 8, &step);
-  if (version != VERSION) return BAD("version %llu; this ringflow reads version %u", (unsigned long long)version, VERSION);
-  if (count > CKPT_MAX_TENSORS) return BAD("%llu tensors; at most %d", (unsigned long long)count, CKPT_MAX_TENSORS);
+  if (version != VERSION)
+    return BAD("version %llu; this ringflow reads version %u",
+               (unsigned long long)version, VERSION);
+  if (count > CKPT_MAX_TENSORS)
+    return BAD("%llu tensors; at most %d", (unsigned long long)count,
+               CKPT_MAX_TENSORS);
   c->step = (int64_t)step;
   for (uint64_t i = 0; i < count; i++) {
     rf_status *st = parse_tensor(&r, c, (int)i);
@@ -179,7 +190,9 @@ rf_status *checkpoint_parse(const uint8_t *buf, size_t len, checkpoint *c) {
 
 rf_status *checkpoint_load(const char *path, checkpoint *c) {
   FILE *f = fopen(path, "rb");
-  if (!f) return rf_status_new(RF_NOT_FOUND, "cannot open %s: %s", path, strerror(errno));
+  if (!f)
+    return rf_status_new(RF_NOT_FOUND, "cannot open %s: %s", path,
+                         strerror(errno));
   uint8_t *buf = NULL;
   size_t len = 0, cap = 0;
   for (;;) {
@@ -189,7 +202,8 @@ rf_status *checkpoint_load(const char *path, checkpoint *c) {
       if (!p) {
         free(buf);
         fclose(f);
-        return rf_status_new(RF_RESOURCE_EXHAUSTED, "%s: too large to read", path);
+        return rf_status_new(RF_RESOURCE_EXHAUSTED, "%s: too large to read",
+                             path);
       }
       buf = p;
     }
@@ -201,7 +215,8 @@ rf_status *checkpoint_load(const char *path, checkpoint *c) {
   rf_status *st = checkpoint_parse(buf, len, c);
   free(buf);
   if (st) {
-    rf_status *w = rf_status_new(rf_status_code(st), "%s: %s", path, rf_status_message(st));
+    rf_status *w = rf_status_new(rf_status_code(st), "%s: %s", path,
+                                 rf_status_message(st));
     rf_status_free(st);
     return w;
   }

@@ -34,8 +34,10 @@ int cmd_lower(int argc, char **argv) {
   int ndev = 8, c;
   optind = 1;
   while ((c = getopt_long(argc, argv, "", longs, NULL)) != -1) {
-    if (c == 'd') dot_dir = optarg;
-    else if (c == 'n' && !parse_int(optarg, 1, 64, &ndev)) continue;
+    if (c == 'd')
+      dot_dir = optarg;
+    else if (c == 'n' && !parse_int(optarg, 1, 64, &ndev))
+      continue;
     else {
       fprintf(c == 'h' ? stdout : stderr,
               "usage: ringflow lower GRAPH.json [--devices N] [--dot DIR]\n"
@@ -44,7 +46,8 @@ int cmd_lower(int argc, char **argv) {
       return c == 'h' ? 0 : 2;
     }
   }
-  if (optind + 1 != argc) return tool_fail("lower: give exactly one graph file");
+  if (optind + 1 != argc)
+    return tool_fail("lower: give exactly one graph file");
   rf_graph *g, *lowered;
   RF_TOOL_TRY(rf_graph_load(argv[optind], &g));
   rf_session_options o;

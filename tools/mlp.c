@@ -15,13 +15,13 @@ static rf_output scalar(rf_graph *g, double v) {
 }
 
 typedef struct vars {
-  rf_output var[2 * MLP_MAX_LAYERS], m[2 * MLP_MAX_LAYERS], v[2 * MLP_MAX_LAYERS];
+  rf_output var[2 * MLP_MAX_LAYERS], m[2 * MLP_MAX_LAYERS],
+      v[2 * MLP_MAX_LAYERS];
 } vars;
 
 static rf_shape param_shape(const mlp_config *c, int p) {
   int layer = p / 2;
-  if (p % 2 == 0)
-    return rf_shape_of(2, c->sizes[layer], c->sizes[layer + 1]);
+  if (p % 2 == 0) return rf_shape_of(2, c->sizes[layer], c->sizes[layer + 1]);
   return rf_shape_of(1, c->sizes[layer + 1]);
 }
 
@@ -51,7 +51,8 @@ static void build_forward(const mlp_config *c, rf_graph *g, int d, vars *vs,
   }
   rf_output h = r->x;
   for (int l = 0; l < c->num_layers; l++) {
-    h = rf_bias_add(g, NULL, rf_matmul(g, NULL, h, r->params[2 * l], false, false),
+    h = rf_bias_add(g, NULL,
+                    rf_matmul(g, NULL, h, r->params[2 * l], false, false),
                     r->params[2 * l + 1]);
     if (l + 1 < c->num_layers) h = rf_relu(g, NULL, h);
   }
@@ -60,6 +61,7 @@ static void build_forward(const mlp_config *c, rf_graph *g, int d, vars *vs,
   rf_output pred = rf_argmax(g, NULL, h, 1);
   rf_output right = rf_equal(g, NULL, pred, rf_cast(g, NULL, r->y, RF_INT64));
   r->correct = rf_cast(g, NULL, right, RF_INT32);
+  r->lr = rf_placeholder(g, NULL, RF_FLOAT32, rf_shape_scalar());
   r->beta1_power = rf_placeholder(g, NULL, RF_FLOAT32, rf_shape_scalar());
   r->beta2_power = rf_placeholder(g, NULL, RF_FLOAT32, rf_shape_scalar());
 }
@@ -120,7 +122,7 @@ rf_status *mlp_build(const mlp_config *c, mlp_graph *m) {
       rf_graph_push_device(g, c->devices[d]);
       updates[nupd++] = rf_apply_adam(
           g, NULL, vs[d].var[p], vs[d].m[p], vs[d].v[p], m->rep[d].beta1_power,
-          m->rep[d].beta2_power, scalar(g, c->lr), scalar(g, c->beta1),
+          m->rep[d].beta2_power, m->rep[d].lr, scalar(g, c->beta1),
           scalar(g, c->beta2), scalar(g, c->epsilon), avg[d]);
       rf_graph_pop_device(g);
     }

@@ -18,18 +18,20 @@ typedef struct mlp_config {
   char devices[MLP_MAX_DEVICES][32]; /* canonical names, e.g. "cpu:2" */
   int num_layers;                    /* sizes[0] inputs .. sizes[n] classes */
   int sizes[MLP_MAX_LAYERS + 1];
-  int device_batch;                  /* rows per device per step */
+  int device_batch; /* rows per device per step */
   sync_mode sync;
-  double lr, beta1, beta2, epsilon;
+  double lr, beta1, beta2, epsilon; /* lr: the schedule's starting value */
 } mlp_config;
 
 /* Per device: the feeds and fetches of one replica. */
 typedef struct mlp_replica {
-  rf_output x, y;            /* placeholders (device_batch, sizes[0]) / labels */
-  rf_output beta1_power, beta2_power; /* scalar placeholders, fed per step */
-  rf_output loss;            /* mean loss of the replica's rows */
-  rf_output correct;         /* per row: 1 when predicted right (int32) */
-  rf_output params[2 * MLP_MAX_LAYERS]; /* reads: W0, b0, W1, b1, ... */
+  rf_output x, y; /* placeholders (device_batch, sizes[0]) / labels */
+  /* scalar placeholders fed every step: the scheduled learning rate and
+   * Adam's bias corrections beta^t */
+  rf_output lr, beta1_power, beta2_power;
+  rf_output loss;    /* mean loss of the replica's rows */
+  rf_output correct; /* per row: 1 when predicted right (int32) */
+  rf_output params[2 * MLP_MAX_LAYERS];     /* reads: W0, b0, W1, b1, ... */
   rf_output moments[2][2 * MLP_MAX_LAYERS]; /* reads of Adam's m and v */
   /* placeholders for the initial values of params, m and v */
   rf_output init[3][2 * MLP_MAX_LAYERS];
@@ -53,7 +55,8 @@ rf_status *mlp_initial_values(const mlp_config *cfg, uint64_t seed,
                               rf_tensor **init);
 /* Zero tensors shaped like each parameter (Adam's initial moments). */
 rf_status *mlp_zero_moments(const mlp_config *cfg, rf_tensor **out);
-/* The checkpoint name of param p of kind k (0 param, 1 m, 2 v): "W0", "m_b1". */
+/* The checkpoint name of param p of kind k (0 param, 1 m, 2 v): "W0", "m_b1".
+ */
 void mlp_state_name(int kind, int p, char *buf, size_t len);
 
 #endif

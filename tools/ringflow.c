@@ -12,23 +12,26 @@ static const struct {
 } commands[] = {
     {"train", cmd_train, "data-parallel training on Fashion-MNIST"},
     {"lower", cmd_lower, "print a graph file before and after lowering"},
+    {"bench", cmd_bench, "time the collectives against memory and OpenMPI"},
 };
 
 static void usage(FILE *f) {
-  fprintf(f, "usage: ringflow COMMAND [options]   (ringflow COMMAND --help)\n\n");
+  fprintf(f,
+          "usage: ringflow COMMAND [options]   (ringflow COMMAND --help)\n\n");
   for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
     fprintf(f, "  %-8s %s\n", commands[i].name, commands[i].help);
   fprintf(f, "  %-8s %s\n", "version", "print the version");
 }
 
 int main(int argc, char **argv) {
-  if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "help") == 0) {
+  if (argc < 2 || strcmp(argv[1], "--help") == 0 ||
+      strcmp(argv[1], "help") == 0) {
     usage(argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;
   }
   if (strcmp(argv[1], "version") == 0 || strcmp(argv[1], "--version") == 0) {
-    printf("ringflow %d.%d.%d\n", RINGFLOW_VERSION_MAJOR, RINGFLOW_VERSION_MINOR,
-           RINGFLOW_VERSION_PATCH);
+    printf("ringflow %d.%d.%d\n", RINGFLOW_VERSION_MAJOR,
+           RINGFLOW_VERSION_MINOR, RINGFLOW_VERSION_PATCH);
     return 0;
   }
   for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)

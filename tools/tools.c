@@ -21,8 +21,8 @@ int tool_fail(const char *fmt, ...) {
 }
 
 int tool_report(rf_status *st) {
-  fprintf(stderr, "ringflow: error (%s): %s\n", rf_code_name(rf_status_code(st)),
-          rf_status_message(st));
+  fprintf(stderr, "ringflow: error (%s): %s\n",
+          rf_code_name(rf_status_code(st)), rf_status_message(st));
   rf_status_free(st);
   return 1;
 }
@@ -36,20 +36,25 @@ int parse_int(const char *s, int lo, int hi, int *out) {
 }
 
 int parse_devices(const char *spec, char (*names)[32], int max, int *n,
-                  int *max_cpu) {
+                  rf_session_options *opts) {
   char buf[256];
   snprintf(buf, sizeof buf, "%s", spec);
   *n = 0;
-  *max_cpu = 1;
+  opts->num_cpu_devices = 1;
+  opts->num_gpu_devices = 0;
   for (char *save, *tok = strtok_r(buf, ",", &save); tok;
        tok = strtok_r(NULL, ",", &save)) {
     char type[8];
     int lo, hi, used = 0;
-    if (sscanf(tok, "%7[a-z]:%d-%d%n", type, &lo, &hi, &used) == 3 && !tok[used]) {
-    } else if (sscanf(tok, "%7[a-z]:%d%n", type, &lo, &used) == 2 && !tok[used]) {
+    if (sscanf(tok, "%7[a-z]:%d-%d%n", type, &lo, &hi, &used) == 3 &&
+        !tok[used]) {
+    } else if (sscanf(tok, "%7[a-z]:%d%n", type, &lo, &used) == 2 &&
+               !tok[used]) {
       hi = lo;
     } else {
-      return tool_fail("--devices: cannot read '%s' (want e.g. cpu:0-3 or cpu:0,cpu:2)", tok);
+      return tool_fail(
+          "--devices: cannot read '%s' (want e.g. cpu:0-3 or cpu:0,cpu:2)",
+          tok);
     }
     if (strcmp(type, "cpu") != 0 && strcmp(type, "gpu") != 0)
       return tool_fail("--devices: unknown device type '%s'", type);
@@ -62,7 +67,10 @@ int parse_devices(const char *spec, char (*names)[32], int max, int *n,
         if (strcmp(names[k], names[*n]) == 0)
           return tool_fail("--devices: %s listed twice", names[*n]);
       (*n)++;
-      if (strcmp(type, "cpu") == 0 && i + 1 > *max_cpu) *max_cpu = i + 1;
+      if (strcmp(type, "cpu") == 0 && i + 1 > opts->num_cpu_devices)
+        opts->num_cpu_devices = i + 1;
+      if (strcmp(type, "gpu") == 0 && i + 1 > opts->num_gpu_devices)
+        opts->num_gpu_devices = i + 1;
     }
   }
   if (*n == 0) return tool_fail("--devices: no devices in '%s'", spec);
@@ -90,30 +98,36 @@ void progress_step(progress *p, int epoch, int64_t step, double loss,
   bool last = step == p->total;
   if (p->quiet || (!last && now - p->last_print < (p->tty ? 0.1 : 5.0))) return;
   p->last_print = now;
-  double elapsed = now - p->start, rate = p->samples / (elapsed > 0 ? elapsed : 1);
+  double elapsed = now - p->start,
+         rate = p->samples / (elapsed > 0 ? elapsed : 1);
   double eta = step ? elapsed / (double)step * (double)(p->total - step) : 0;
   if (p->tty) {
     int width = 30, filled = (int)(width * step / (p->total ? p->total : 1));
-    printf("\r epoch %d [%.*s%*s] step %lld/%lld  loss %.4f  %.0f samples/s  ETA %.0fs ",
-           epoch, filled, "==============================", width - filled, "",
-           (long long)step, (long long)p->total, loss, rate, eta);
+    printf(
+        "\r epoch %d [%.*s%*s] step %lld/%lld  loss %.4f  %.0f samples/s  ETA "
+        "%.0fs ",
+        epoch, filled, "==============================", width - filled, "",
+        (long long)step, (long long)p->total, loss, rate, eta);
   } else {
-    printf("epoch %d step %lld/%lld loss %.4f %.0f samples/s ETA %.0fs\n", epoch,
-           (long long)step, (long long)p->total, loss, rate, eta);
+    printf("epoch %d step %lld/%lld loss %.4f %.0f samples/s ETA %.0fs\n",
+           epoch, (long long)step, (long long)p->total, loss, rate, eta);
   }
   fflush(stdout);
 }
 
 void progress_epoch(progress *p, int epoch, double accuracy, double spread) {
   if (p->tty && !p->quiet) printf("\n");
-  printf("epoch %d: test accuracy %.2f%%, replicas %s (max parameter difference %.3g), %.1f s\n",
-         epoch, 100 * accuracy, spread == 0 ? "bit-identical" : "DIFFER", spread,
-         now_seconds() - p->start);
+  printf(
+      "epoch %d: test accuracy %.2f%%, replicas %s (max parameter difference "
+      "%.3g), %.1f s\n",
+      epoch, 100 * accuracy, spread == 0 ? "bit-identical" : "DIFFER", spread,
+      now_seconds() - p->start);
   fflush(stdout);
 }
 
 /* DIR/STEM.dot, and DIR/STEM.svg when Graphviz's `dot` is installed. */
-rf_status *tool_write_dot(const rf_graph *g, const char *dir, const char *stem) {
+rf_status *tool_write_dot(const rf_graph *g, const char *dir,
+                          const char *stem) {
   mkdir(dir, 0755); /* may exist already */
   char *dot;
   RF_TOOL_CHECK(rf_graph_to_dot(g, &dot));
@@ -124,9 +138,10 @@ rf_status *tool_write_dot(const rf_graph *g, const char *dir, const char *stem) 
     rf_string_free(dot);
     return rf_status_new(RF_PERMISSION_DENIED, "cannot write %s", path);
   }
-  fputs(dot, f);
-  fclose(f);
+  bool ok = fputs(dot, f) >= 0;
+  ok = fclose(f) == 0 && ok;
   rf_string_free(dot);
+  if (!ok) return rf_status_new(RF_DATA_LOSS, "writing %s failed", path);
   printf("wrote %s\n", path);
   if (system("command -v dot >/dev/null 2>&1") == 0) {
     char cmd[2200];
@@ -135,4 +150,3 @@ rf_status *tool_write_dot(const rf_graph *g, const char *dir, const char *stem) 
   }
   return NULL;
 }
-

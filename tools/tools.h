@@ -15,24 +15,25 @@ int tool_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 int tool_report(rf_status *st);
 
 /* In a function returning rf_status *: return on error. */
-#define RF_TOOL_CHECK(expr)                                                    \
-  do {                                                                         \
-    rf_status *tool_st_ = (expr);                                              \
-    if (tool_st_) return tool_st_;                                             \
+#define RF_TOOL_CHECK(expr)        \
+  do {                             \
+    rf_status *tool_st_ = (expr);  \
+    if (tool_st_) return tool_st_; \
   } while (0)
 /* In a command returning int: report and exit the command on error. */
-#define RF_TOOL_TRY(expr)                                                      \
-  do {                                                                         \
-    rf_status *tool_st_ = (expr);                                              \
-    if (tool_st_) return tool_report(tool_st_);                                \
+#define RF_TOOL_TRY(expr)                       \
+  do {                                          \
+    rf_status *tool_st_ = (expr);               \
+    if (tool_st_) return tool_report(tool_st_); \
   } while (0)
 
 /* Parses a decimal int in [lo, hi]; 0 on success. */
 int parse_int(const char *s, int lo, int hi, int *out);
-/* Parses "cpu:0-3", "cpu:0,cpu:2", "gpu:0-7" into canonical names; *max_cpu
- * gets the highest CPU index + 1. Reports errors itself; 0 on success. */
+/* Parses "cpu:0-3", "cpu:0,cpu:2", "gpu:0-7" into canonical names, and sets
+ * the session options' device counts so every named device exists (at least
+ * one CPU device). Reports errors itself; 0 on success. */
 int parse_devices(const char *spec, char (*names)[32], int max, int *n,
-                  int *max_cpu);
+                  rf_session_options *opts);
 
 /* Progress: a bar redrawn in place on a terminal, plain lines otherwise. */
 typedef struct progress {
@@ -54,5 +55,6 @@ rf_status *tool_write_dot(const rf_graph *g, const char *dir, const char *stem);
 
 int cmd_train(int argc, char **argv);
 int cmd_lower(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
 
 #endif

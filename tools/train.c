@@ -16,6 +16,9 @@
 #include "mlp.h"
 #include "tools.h"
 
+#ifndef M_PI
+#define M_PI 3.14159265358979323846
+#endif
 #define DEFAULT_DATA "/usr/share/datasets/fashion-mnist"
 
 typedef struct dataset {
@@ -31,7 +34,7 @@ typedef struct options {
   double lr;
   uint64_t seed;
   sync_mode sync;
-  bool check, quiet, bench;
+  bool check, quiet, constant_lr, bench;
   const char *save, *load, *graph_dir, *trace;
 } options;
 
@@ -40,7 +43,8 @@ static void dataset_free(dataset *d) {
   free(d->y);
 }
 
-static rf_status *load_split(const char *dir, const char *prefix, dataset *out) {
+static rf_status *load_split(const char *dir, const char *prefix,
+                             dataset *out) {
   char ipath[600], lpath[600];
   snprintf(ipath, sizeof ipath, "%s/%s-images-idx3-ubyte.gz", dir, prefix);
   snprintf(lpath, sizeof lpath, "%s/%s-labels-idx1-ubyte.gz", dir, prefix);
@@ -68,7 +72,8 @@ static rf_status *load_split(const char *dir, const char *prefix, dataset *out) 
     out->dim = (int)(im.dims[1] * im.dims[2]);
     out->x = malloc(sizeof(float) * im.size);
     out->y = malloc(sizeof(int32_t) * lb.size);
-    if (!out->x || !out->y) st = rf_status_new(RF_RESOURCE_EXHAUSTED, "out of memory");
+    if (!out->x || !out->y)
+      st = rf_status_new(RF_RESOURCE_EXHAUSTED, "out of memory");
     for (size_t i = 0; !st && i < im.size; i++) out->x[i] = im.data[i] / 255.0f;
     for (size_t i = 0; !st && i < lb.size; i++) out->y[i] = lb.data[i];
   }
@@ -106,7 +111,8 @@ typedef struct trainer {
 } trainer;
 
 /* Assigns every replica's params and Adam moments from state[0..2][p]. */
-static rf_status *assign_state(trainer *t, rf_tensor *state[3][2 * MLP_MAX_LAYERS]) {
+static rf_status *assign_state(trainer *t,
+                               rf_tensor *state[3][2 * MLP_MAX_LAYERS]) {
   static rf_feed feeds[MLP_MAX_DEVICES * 6 * MLP_MAX_LAYERS];
   int nf = 0;
   for (int d = 0; d < t->cfg.num_devices; d++)
@@ -117,19 +123,17 @@ static rf_status *assign_state(trainer *t, rf_tensor *state[3][2 * MLP_MAX_LAYER
 }
 
 static rf_status *trainer_init(trainer *t, const mlp_config *cfg, uint64_t seed,
-                               int max_cpu) {
+                               const rf_session_options *opts) {
   memset(t, 0, sizeof *t);
   t->cfg = *cfg;
   RF_TOOL_CHECK(mlp_build(cfg, &t->m));
-  rf_session_options o;
-  rf_session_options_init(&o);
-  o.num_cpu_devices = max_cpu;
-  RF_TOOL_CHECK(rf_session_new(t->m.g, &o, &t->s));
+  RF_TOOL_CHECK(rf_session_new(t->m.g, opts, &t->s));
   rf_tensor *state[3][2 * MLP_MAX_LAYERS];
   RF_TOOL_CHECK(mlp_initial_values(cfg, seed, state[0]));
   rf_status *st = mlp_zero_moments(cfg, state[1]);
   if (!st) {
-    for (int p = 0; p < t->m.num_params; p++) state[2][p] = rf_tensor_retain(state[1][p]);
+    for (int p = 0; p < t->m.num_params; p++)
+      state[2][p] = rf_tensor_retain(state[1][p]);
     st = assign_state(t, state);
     for (int p = 0; p < t->m.num_params; p++) {
       rf_tensor_release(state[1][p]);
@@ -150,10 +154,12 @@ static rf_status *trainer_save(trainer *t, const char *path) {
     fetches[np + p] = t->m.rep[0].moments[0][p];
     fetches[2 * np + p] = t->m.rep[0].moments[1][p];
   }
-  RF_TOOL_CHECK(rf_session_run(t->s, NULL, 0, fetches, 3 * np, NULL, 0, c.tensors));
+  RF_TOOL_CHECK(
+      rf_session_run(t->s, NULL, 0, fetches, 3 * np, NULL, 0, c.tensors));
   c.n = 3 * np;
   for (int k = 0; k < 3; k++)
-    for (int p = 0; p < np; p++) mlp_state_name(k, p, c.names[k * np + p], CKPT_NAME_MAX);
+    for (int p = 0; p < np; p++)
+      mlp_state_name(k, p, c.names[k * np + p], CKPT_NAME_MAX);
   rf_status *st = checkpoint_save(&c, path);
   checkpoint_clear(&c);
   return st;
@@ -166,21 +172,30 @@ static rf_status *trainer_load(trainer *t, const char *path) {
   RF_TOOL_CHECK(checkpoint_load(path, &c));
   int np = t->m.num_params;
   rf_tensor *state[3][2 * MLP_MAX_LAYERS];
-  rf_status *st = c.n == 3 * np ? NULL
-                  : rf_status_new(RF_INVALID_ARGUMENT, "%s holds %d tensors; this model has %d", path, c.n, 3 * np);
+  rf_status *st = c.n == 3 * np
+                      ? NULL
+                      : rf_status_new(RF_INVALID_ARGUMENT,
+                                      "%s holds %d tensors; this model has %d",
+                                      path, c.n, 3 * np);
   for (int k = 0; k < 3 && !st; k++)
     for (int p = 0; p < np && !st; p++) {
       char name[CKPT_NAME_MAX];
       mlp_state_name(k, p, name, sizeof name);
       int i = k * np + p;
-      rf_shape want = rf_output_shape(t->m.rep[0].params[p]), got = rf_tensor_shape(c.tensors[i]);
+      rf_shape want = rf_output_shape(t->m.rep[0].params[p]),
+               got = rf_tensor_shape(c.tensors[i]);
       if (strcmp(c.names[i], name) != 0)
-        st = rf_status_new(RF_INVALID_ARGUMENT, "%s: tensor %d is '%s', expected '%s'", path, i, c.names[i], name);
-      else if (rf_tensor_dtype(c.tensors[i]) != RF_FLOAT32 || !rf_shape_equal(&want, &got)) {
+        st = rf_status_new(RF_INVALID_ARGUMENT,
+                           "%s: tensor %d is '%s', expected '%s'", path, i,
+                           c.names[i], name);
+      else if (rf_tensor_dtype(c.tensors[i]) != RF_FLOAT32 ||
+               !rf_shape_equal(&want, &got)) {
         char a[64], b[64];
         rf_shape_format(&got, a, sizeof a);
         rf_shape_format(&want, b, sizeof b);
-        st = rf_status_new(RF_INVALID_ARGUMENT, "%s: '%s' is %s %s; the model needs float32 %s", path, name,
+        st = rf_status_new(RF_INVALID_ARGUMENT,
+                           "%s: '%s' is %s %s; the model needs float32 %s",
+                           path, name,
                            rf_dtype_name(rf_tensor_dtype(c.tensors[i])), a, b);
       } else {
         state[k][p] = c.tensors[i];
@@ -200,18 +215,26 @@ static void trainer_free(trainer *t) {
 /* One step on the global batch idx[0 .. devices*device_batch); *loss gets the
  * mean loss over the global batch. */
 static rf_status *train_step(trainer *t, const dataset *d, const int *idx,
-                             double *loss) {
+                             double lr, double *loss) {
   int nd = t->cfg.num_devices, rows = t->cfg.device_batch;
-  rf_tensor *x[MLP_MAX_DEVICES], *y[MLP_MAX_DEVICES], *b1, *b2;
-  rf_feed feeds[4 * MLP_MAX_DEVICES];
+  rf_tensor *x[MLP_MAX_DEVICES], *y[MLP_MAX_DEVICES], *b1, *b2, *lrt;
+  rf_feed feeds[5 * MLP_MAX_DEVICES];
   rf_output fetches[MLP_MAX_DEVICES];
   rf_tensor *losses[MLP_MAX_DEVICES];
   t->step++;
-  rf_status *st = rf_tensor_new_scalar(RF_FLOAT32, pow(t->cfg.beta1, (double)t->step), &b1);
+  rf_status *st =
+      rf_tensor_new_scalar(RF_FLOAT32, pow(t->cfg.beta1, (double)t->step), &b1);
   if (st) return st;
-  st = rf_tensor_new_scalar(RF_FLOAT32, pow(t->cfg.beta2, (double)t->step), &b2);
+  st =
+      rf_tensor_new_scalar(RF_FLOAT32, pow(t->cfg.beta2, (double)t->step), &b2);
   if (st) {
     rf_tensor_release(b1);
+    return st;
+  }
+  st = rf_tensor_new_scalar(RF_FLOAT32, lr, &lrt);
+  if (st) {
+    rf_tensor_release(b1);
+    rf_tensor_release(b2);
     return st;
   }
   int made = 0;
@@ -220,14 +243,16 @@ static rf_status *train_step(trainer *t, const dataset *d, const int *idx,
   if (st) made--;
   for (int i = 0; i < made; i++) {
     mlp_replica *r = &t->m.rep[i];
-    feeds[4 * i] = (rf_feed){r->x, x[i]};
-    feeds[4 * i + 1] = (rf_feed){r->y, y[i]};
-    feeds[4 * i + 2] = (rf_feed){r->beta1_power, b1};
-    feeds[4 * i + 3] = (rf_feed){r->beta2_power, b2};
+    feeds[5 * i] = (rf_feed){r->x, x[i]};
+    feeds[5 * i + 1] = (rf_feed){r->y, y[i]};
+    feeds[5 * i + 2] = (rf_feed){r->beta1_power, b1};
+    feeds[5 * i + 3] = (rf_feed){r->beta2_power, b2};
+    feeds[5 * i + 4] = (rf_feed){r->lr, lrt};
     fetches[i] = r->loss;
   }
   if (!st)
-    st = rf_session_run(t->s, feeds, 4 * nd, fetches, nd, &t->m.train_op, 1, losses);
+    st = rf_session_run(t->s, feeds, 5 * nd, fetches, nd, &t->m.train_op, 1,
+                        losses);
   if (!st) {
     double sum = 0;
     for (int i = 0; i < nd; i++) {
@@ -242,6 +267,7 @@ static rf_status *train_step(trainer *t, const dataset *d, const int *idx,
   }
   rf_tensor_release(b1);
   rf_tensor_release(b2);
+  rf_tensor_release(lrt);
   return st;
 }
 
@@ -269,7 +295,8 @@ static rf_status *evaluate(trainer *t, const dataset *d, double *accuracy) {
       feeds[2 * i + 1] = (rf_feed){t->m.rep[i].y, y[i]};
       fetches[i] = t->m.rep[i].correct;
     }
-    if (!st) st = rf_session_run(t->s, feeds, 2 * nd, fetches, nd, NULL, 0, out);
+    if (!st)
+      st = rf_session_run(t->s, feeds, 2 * nd, fetches, nd, NULL, 0, out);
     for (int i = 0; !st && i < nd; i++) {
       const int32_t *right = rf_tensor_data(out[i]);
       for (int r = 0; r < rows; r++)
@@ -300,7 +327,8 @@ static rf_status *replica_spread(trainer *t, double *spread) {
       if (memcmp(rf_tensor_data(out[d * np + p]), rf_tensor_data(out[p]),
                  rf_tensor_nbytes(out[p])) != 0)
         for (int64_t i = 0; i < rf_tensor_num_elements(out[p]); i++) {
-          double diff = fabs(rf_tensor_get(out[d * np + p], i) - rf_tensor_get(out[p], i));
+          double diff = fabs(rf_tensor_get(out[d * np + p], i) -
+                             rf_tensor_get(out[p], i));
           if (diff > worst || diff != diff) worst = diff;
         }
   for (int i = 0; i < nd * np; i++) rf_tensor_release(out[i]);
@@ -311,8 +339,10 @@ static rf_status *replica_spread(trainer *t, double *spread) {
 static rf_status *max_param_diff(trainer *a, trainer *b, double *diff) {
   int np = a->m.num_params;
   rf_tensor *pa[2 * MLP_MAX_LAYERS], *pb[2 * MLP_MAX_LAYERS];
-  RF_TOOL_CHECK(rf_session_run(a->s, NULL, 0, a->m.rep[0].params, np, NULL, 0, pa));
-  RF_TOOL_CHECK(rf_session_run(b->s, NULL, 0, b->m.rep[0].params, np, NULL, 0, pb));
+  RF_TOOL_CHECK(
+      rf_session_run(a->s, NULL, 0, a->m.rep[0].params, np, NULL, 0, pa));
+  RF_TOOL_CHECK(
+      rf_session_run(b->s, NULL, 0, b->m.rep[0].params, np, NULL, 0, pb));
   double worst = 0;
   for (int p = 0; p < np; p++) {
     for (int64_t i = 0; i < rf_tensor_num_elements(pa[p]); i++) {
@@ -328,12 +358,10 @@ static rf_status *max_param_diff(trainer *a, trainer *b, double *diff) {
 
 /* The training graph as built and as a session runs it (after placement and
  * collective lowering). */
-static rf_status *write_graphs(trainer *t, int max_cpu, const char *dir) {
-  rf_session_options o;
-  rf_session_options_init(&o);
-  o.num_cpu_devices = max_cpu;
+static rf_status *write_graphs(trainer *t, const rf_session_options *o,
+                               const char *dir) {
   rf_graph *lowered;
-  RF_TOOL_CHECK(rf_graph_lower(t->m.g, &o, &lowered));
+  RF_TOOL_CHECK(rf_graph_lower(t->m.g, o, &lowered));
   rf_status *st = tool_write_dot(t->m.g, dir, "train_before_lowering");
   if (!st) st = tool_write_dot(lowered, dir, "train_after_lowering");
   rf_graph_free(lowered);
@@ -341,47 +369,66 @@ static rf_status *write_graphs(trainer *t, int max_cpu, const char *dir) {
 }
 
 static void usage(FILE *f) {
-  fprintf(f,
-          "usage: ringflow train [options]\n"
-          "  --devices LIST     devices, e.g. cpu:0-3 (default) or cpu:0,cpu:2\n"
-          "  --sync MODE        allreduce (default) or reduce-broadcast\n"
-          "  --epochs N         passes over the training set (default 5)\n"
-          "  --batch N          global batch size (default 128; divisible by "
-          "the device count)\n"
-          "  --lr X             Adam learning rate (default 0.001)\n"
-          "  --seed N           initialisation and shuffling seed (default 1)\n"
-          "  --steps N          stop after N steps (for quick runs)\n"
-          "  --check            also train on one device and report the "
-          "largest differences\n"
-          "  --data DIR         Fashion-MNIST IDX files (default " DEFAULT_DATA
-          ")\n"
-          "  --save FILE        write parameters and optimizer state after "
-          "training\n"
-          "  --load FILE        start from a checkpoint written by --save\n"
-          "  --graph-dir DIR    write the training graph before and after "
-          "lowering as DOT (and SVG with Graphviz)\n"
-          "  --trace FILE       write a Chrome trace (Perfetto) of one "
-          "training step\n"
-          "  --bench            time training only: --warmup steps, then --steps "
-          "timed\n"
-          "                     steps (default 100); prints samples_per_sec=...\n"
-          "  --warmup N         untimed steps before a --bench (default 10)\n"
-          "  --quiet            no progress output\n");
+  fprintf(
+      f,
+      "usage: ringflow train [options]\n"
+      "  --devices LIST     devices, e.g. cpu:0-3 (default) or cpu:0,cpu:2\n"
+      "  --sync MODE        allreduce (default) or reduce-broadcast\n"
+      "  --epochs N         passes over the training set (default 5)\n"
+      "  --batch N          global batch size (default 128; divisible by "
+      "the device count)\n"
+      "  --lr X             Adam learning rate (default 0.001)\n"
+      "  --schedule S       cosine (default: decays to 0 over the run) or "
+      "constant\n"
+      "  --seed N           initialisation and shuffling seed (default 1)\n"
+      "  --steps N          stop after N steps (for quick runs)\n"
+      "  --check            also train on one device and report the "
+      "largest differences\n"
+      "  --data DIR         Fashion-MNIST IDX files (default " DEFAULT_DATA
+      ")\n"
+      "  --save FILE        write parameters and optimizer state after "
+      "training\n"
+      "  --load FILE        start from a checkpoint written by --save\n"
+      "  --graph-dir DIR    write the training graph before and after "
+      "lowering as DOT (and SVG with Graphviz)\n"
+      "  --trace FILE       write a Chrome trace (Perfetto) of one "
+      "training step\n"
+      "  --bench            time training alone: --warmup steps, then --steps "
+      "timed\n"
+      "                     steps (default 100) at a constant --lr; prints\n"
+      "                     samples_per_sec=<x> batch=<b> devices=<n> ...\n"
+      "  --warmup N         untimed steps before a --bench (default 10)\n"
+      "  --quiet            no progress output\n");
 }
 
 static int parse_options(int argc, char **argv, options *o) {
   static const struct option longs[] = {
-      {"devices", required_argument, 0, 'd'}, {"sync", required_argument, 0, 's'},
-      {"epochs", required_argument, 0, 'e'},  {"batch", required_argument, 0, 'b'},
-      {"lr", required_argument, 0, 'l'},      {"seed", required_argument, 0, 'S'},
-      {"steps", required_argument, 0, 'n'},   {"check", no_argument, 0, 'c'},
-      {"data", required_argument, 0, 'D'},    {"quiet", no_argument, 0, 'q'},
-      {"save", required_argument, 0, 'w'},    {"load", required_argument, 0, 'r'},
-      {"graph-dir", required_argument, 0, 'g'}, {"trace", required_argument, 0, 't'},
-      {"bench", no_argument, 0, 'B'},         {"warmup", required_argument, 0, 'W'},
-      {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
-  *o = (options){.data_dir = DEFAULT_DATA, .devices = "cpu:0-3", .epochs = 5,
-                 .batch = 128, .lr = 1e-3, .seed = 1, .sync = SYNC_ALLREDUCE,
+      {"devices", required_argument, 0, 'd'},
+      {"sync", required_argument, 0, 's'},
+      {"epochs", required_argument, 0, 'e'},
+      {"batch", required_argument, 0, 'b'},
+      {"lr", required_argument, 0, 'l'},
+      {"seed", required_argument, 0, 'S'},
+      {"steps", required_argument, 0, 'n'},
+      {"check", no_argument, 0, 'c'},
+      {"data", required_argument, 0, 'D'},
+      {"quiet", no_argument, 0, 'q'},
+      {"save", required_argument, 0, 'w'},
+      {"load", required_argument, 0, 'r'},
+      {"graph-dir", required_argument, 0, 'g'},
+      {"trace", required_argument, 0, 't'},
+      {"schedule", required_argument, 0, 'L'},
+      {"bench", no_argument, 0, 'B'},
+      {"warmup", required_argument, 0, 'W'},
+      {"help", no_argument, 0, 'h'},
+      {0, 0, 0, 0}};
+  *o = (options){.data_dir = DEFAULT_DATA,
+                 .devices = "cpu:0-3",
+                 .epochs = 5,
+                 .batch = 128,
+                 .lr = 1e-3,
+                 .seed = 1,
+                 .sync = SYNC_ALLREDUCE,
                  .warmup = 10};
   optind = 1;
   int c;
@@ -389,14 +436,30 @@ static int parse_options(int argc, char **argv, options *o) {
     switch (c) {
       case 'd': snprintf(o->devices, sizeof o->devices, "%s", optarg); break;
       case 's':
-        if (strcmp(optarg, "allreduce") == 0) o->sync = SYNC_ALLREDUCE;
-        else if (strcmp(optarg, "reduce-broadcast") == 0) o->sync = SYNC_REDUCE_BROADCAST;
-        else return tool_fail("--sync must be allreduce or reduce-broadcast, not '%s'", optarg);
+        if (strcmp(optarg, "allreduce") == 0)
+          o->sync = SYNC_ALLREDUCE;
+        else if (strcmp(optarg, "reduce-broadcast") == 0)
+          o->sync = SYNC_REDUCE_BROADCAST;
+        else
+          return tool_fail(
+              "--sync must be allreduce or reduce-broadcast, not '%s'", optarg);
         break;
-      case 'e': if (parse_int(optarg, 1, 100000, &o->epochs)) return tool_fail("--epochs: bad number '%s'", optarg); break;
-      case 'b': if (parse_int(optarg, 1, 1 << 20, &o->batch)) return tool_fail("--batch: bad number '%s'", optarg); break;
-      case 'n': if (parse_int(optarg, 1, 1 << 30, &o->max_steps)) return tool_fail("--steps: bad number '%s'", optarg); break;
-      case 'l': o->lr = strtod(optarg, NULL); if (!(o->lr > 0)) return tool_fail("--lr must be > 0"); break;
+      case 'e':
+        if (parse_int(optarg, 1, 100000, &o->epochs))
+          return tool_fail("--epochs: bad number '%s'", optarg);
+        break;
+      case 'b':
+        if (parse_int(optarg, 1, 1 << 20, &o->batch))
+          return tool_fail("--batch: bad number '%s'", optarg);
+        break;
+      case 'n':
+        if (parse_int(optarg, 1, 1 << 30, &o->max_steps))
+          return tool_fail("--steps: bad number '%s'", optarg);
+        break;
+      case 'l':
+        o->lr = strtod(optarg, NULL);
+        if (!(o->lr > 0)) return tool_fail("--lr must be > 0");
+        break;
       case 'S': o->seed = strtoull(optarg, NULL, 10); break;
       case 'c': o->check = true; break;
       case 'D': snprintf(o->data_dir, sizeof o->data_dir, "%s", optarg); break;
@@ -404,18 +467,36 @@ static int parse_options(int argc, char **argv, options *o) {
       case 'w': o->save = optarg; break;
       case 'r': o->load = optarg; break;
       case 'g': o->graph_dir = optarg; break;
+      case 'L':
+        if (strcmp(optarg, "constant") == 0)
+          o->constant_lr = true;
+        else if (strcmp(optarg, "cosine") != 0)
+          return tool_fail("--schedule must be cosine or constant, not '%s'",
+                           optarg);
+        break;
       case 't': o->trace = optarg; break;
       case 'B': o->bench = true; break;
-      case 'W': if (parse_int(optarg, 0, 1 << 30, &o->warmup)) return tool_fail("--warmup: bad number '%s'", optarg); break;
+      case 'W':
+        if (parse_int(optarg, 0, 1 << 30, &o->warmup))
+          return tool_fail("--warmup: bad number '%s'", optarg);
+        break;
       case 'h': usage(stdout); return 1;
       default: usage(stderr); return 2;
     }
   }
   if (optind < argc) return tool_fail("unexpected argument '%s'", argv[optind]);
   if (o->bench && (o->check || o->trace || o->save))
-    return tool_fail("--bench times training alone: no --check, --trace or --save");
+    return tool_fail(
+        "--bench times training alone: no --check, --trace or --save");
   if (o->bench && !o->max_steps) o->max_steps = 100;
   return 0;
+}
+
+/* Cosine decay from --lr to 0 over the run (--schedule constant keeps it):
+ * the last epochs settle instead of bouncing around the optimum. */
+static double scheduled_lr(const options *o, int64_t step, int64_t total) {
+  if (o->constant_lr || total <= 1) return o->lr;
+  return o->lr * 0.5 * (1.0 + cos(M_PI * (double)step / (double)total));
 }
 
 static void shuffle(int *idx, int n, uint64_t *state) {
@@ -429,8 +510,8 @@ static void shuffle(int *idx, int n, uint64_t *state) {
 }
 
 /* --bench: o->warmup untimed steps, then o->max_steps timed ones over the
- * same shuffled batches as training, without evaluation; prints one
- * machine-readable line for bench/train_vs_pytorch.py. */
+ * same shuffled batches as training, at a constant learning rate and without
+ * evaluation; prints one machine-readable line (bench/train_vs_pytorch.py). */
 static rf_status *bench(trainer *t, const dataset *d, const options *o,
                         int *idx) {
   uint64_t state = o->seed * 2654435761u + 1;
@@ -442,13 +523,14 @@ static rf_status *bench(trainer *t, const dataset *d, const options *o,
       s = 0;
     }
     if (i == o->warmup) start = now_seconds();
-    RF_TOOL_CHECK(train_step(t, d, idx + (size_t)s * o->batch, &loss));
+    RF_TOOL_CHECK(train_step(t, d, idx + (size_t)s * o->batch, o->lr, &loss));
   }
   double secs = now_seconds() - start;
-  printf("samples_per_sec=%.1f batch=%d devices=%d steps=%d seconds=%.3f "
-         "loss=%.4f\n",
-         (double)o->max_steps * o->batch / secs, o->batch, t->cfg.num_devices,
-         o->max_steps, secs, loss);
+  printf(
+      "samples_per_sec=%.1f batch=%d devices=%d steps=%d seconds=%.3f "
+      "loss=%.4f\n",
+      (double)o->max_steps * o->batch / secs, o->batch, t->cfg.num_devices,
+      o->max_steps, secs, loss);
   return NULL;
 }
 
@@ -456,20 +538,29 @@ int cmd_train(int argc, char **argv) {
   options o;
   int rc = parse_options(argc, argv, &o);
   if (rc) return rc == 1 ? 0 : rc;
-  mlp_config cfg = {.num_layers = 3, .sizes = {784, 512, 256, 10}, .lr = o.lr,
-                    .beta1 = 0.9, .beta2 = 0.999, .epsilon = 1e-7, .sync = o.sync};
-  int max_cpu = 0;
-  if (parse_devices(o.devices, cfg.devices, MLP_MAX_DEVICES, &cfg.num_devices, &max_cpu))
+  mlp_config cfg = {.num_layers = 3,
+                    .sizes = {784, 512, 256, 10},
+                    .lr = o.lr,
+                    .beta1 = 0.9,
+                    .beta2 = 0.999,
+                    .epsilon = 1e-7,
+                    .sync = o.sync};
+  rf_session_options sopts, one_opts;
+  rf_session_options_init(&sopts);
+  rf_session_options_init(&one_opts);
+  if (parse_devices(o.devices, cfg.devices, MLP_MAX_DEVICES, &cfg.num_devices,
+                    &sopts))
     return 2;
   if (o.batch % cfg.num_devices)
-    return tool_fail("--batch %d is not divisible by %d devices", o.batch, cfg.num_devices);
+    return tool_fail("--batch %d is not divisible by %d devices", o.batch,
+                     cfg.num_devices);
   cfg.device_batch = o.batch / cfg.num_devices;
   dataset train = {0}, test = {0};
   RF_TOOL_TRY(load_split(o.data_dir, "train", &train));
   RF_TOOL_TRY(load_split(o.data_dir, "t10k", &test));
   trainer t, ref;
-  RF_TOOL_TRY(trainer_init(&t, &cfg, o.seed, max_cpu));
-  if (o.graph_dir) RF_TOOL_TRY(write_graphs(&t, max_cpu, o.graph_dir));
+  RF_TOOL_TRY(trainer_init(&t, &cfg, o.seed, &sopts));
+  if (o.graph_dir) RF_TOOL_TRY(write_graphs(&t, &sopts, o.graph_dir));
   if (o.load) {
     RF_TOOL_TRY(trainer_load(&t, o.load));
     printf("loaded %s (step %lld)\n", o.load, (long long)t.step);
@@ -478,11 +569,16 @@ int cmd_train(int argc, char **argv) {
   if (o.check) {
     one.num_devices = 1;
     one.device_batch = o.batch;
-    snprintf(one.devices[0], sizeof one.devices[0], "cpu:0");
-    RF_TOOL_TRY(trainer_init(&ref, &one, o.seed, 1));
+    /* the same kind of device as the first of the run, alone */
+    snprintf(one.devices[0], sizeof one.devices[0], "%s", cfg.devices[0]);
+    one_opts.num_cpu_devices = sopts.num_cpu_devices;
+    one_opts.num_gpu_devices =
+        strncmp(cfg.devices[0], "gpu", 3) == 0 ? sopts.num_gpu_devices : 0;
+    RF_TOOL_TRY(trainer_init(&ref, &one, o.seed, &one_opts));
     if (o.load) RF_TOOL_TRY(trainer_load(&ref, o.load));
   }
   int *idx = malloc(sizeof(int) * (size_t)train.n);
+  if (!idx) return tool_fail("out of memory");
   for (int i = 0; i < train.n; i++) idx[i] = i;
   if (o.bench) {
     rf_status *st = bench(&t, &train, &o, idx);
@@ -492,11 +588,12 @@ int cmd_train(int argc, char **argv) {
     dataset_free(&test);
     return st ? tool_report(st) : 0;
   }
-  printf("ringflow train: MLP 784-512-256-10 on %d device%s (%s), %s, global "
-         "batch %d, %d epochs\n",
-         cfg.num_devices, cfg.num_devices > 1 ? "s" : "", o.devices,
-         o.sync == SYNC_ALLREDUCE ? "all-reduce" : "reduce+broadcast", o.batch,
-         o.epochs);
+  printf(
+      "ringflow train: MLP 784-512-256-10 on %d device%s (%s), %s, global "
+      "batch %d, %d epochs\n",
+      cfg.num_devices, cfg.num_devices > 1 ? "s" : "", o.devices,
+      o.sync == SYNC_ALLREDUCE ? "all-reduce" : "reduce+broadcast", o.batch,
+      o.epochs);
   uint64_t shuffle_state = o.seed * 2654435761u + 1;
   int steps_per_epoch = train.n / o.batch;
   int64_t total = (int64_t)steps_per_epoch * o.epochs, done = 0;
@@ -511,11 +608,16 @@ int cmd_train(int argc, char **argv) {
       /* trace a warm step: the 10th, or the last of a shorter run */
       bool traced = o.trace && done == (total > 10 ? 9 : total - 1);
       if (traced) RF_TOOL_TRY(rf_session_trace_next_run(t.s, o.trace));
-      RF_TOOL_TRY(train_step(&t, &train, idx + (size_t)s * o.batch, &loss));
-      if (traced && !o.quiet) printf("\nwrote a trace of step %lld to %s\n", (long long)done + 1, o.trace);
+      double lr = scheduled_lr(&o, done, total);
+      RF_TOOL_TRY(train_step(&t, &train, idx + (size_t)s * o.batch, lr, &loss));
+      if (traced && !o.quiet)
+        printf("\nwrote a trace of step %lld to %s\n", (long long)done + 1,
+               o.trace);
       if (o.check) {
-        RF_TOOL_TRY(train_step(&ref, &train, idx + (size_t)s * o.batch, &ref_loss));
-        if (fabs(loss - ref_loss) > worst_loss_diff) worst_loss_diff = fabs(loss - ref_loss);
+        RF_TOOL_TRY(
+            train_step(&ref, &train, idx + (size_t)s * o.batch, lr, &ref_loss));
+        if (fabs(loss - ref_loss) > worst_loss_diff)
+          worst_loss_diff = fabs(loss - ref_loss);
       }
       progress_step(&p, e + 1, done + 1, loss, o.batch);
     }
@@ -531,9 +633,10 @@ int cmd_train(int argc, char **argv) {
   if (o.check) {
     double diff;
     RF_TOOL_TRY(max_param_diff(&t, &ref, &diff));
-    printf("check against 1 device: largest loss difference %.3g, largest "
-           "parameter difference %.3g\n",
-           worst_loss_diff, diff);
+    printf(
+        "check against 1 device: largest loss difference %.3g, largest "
+        "parameter difference %.3g\n",
+        worst_loss_diff, diff);
     trainer_free(&ref);
   }
   free(idx);

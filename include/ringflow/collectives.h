@@ -64,8 +64,7 @@ RF_API rf_output rf_broadcast(rf_graph *g, const char *name, rf_output input);
 /* Participants of an all-gather: inputs of equal shape (d0, ...) -> every
  * participant gets (n*d0, ...), rank order = device order. */
 RF_API void rf_all_gather_n(rf_graph *g, const char *name,
-                            const rf_output *inputs, int n,
-                            rf_output *outputs);
+                            const rf_output *inputs, int n, rf_output *outputs);
 /* Participants of a reduce-scatter: inputs (n*d0, ...) -> participant i gets
  * rows [i*d0, (i+1)*d0) of the reduction. */
 RF_API void rf_reduce_scatter_n(rf_graph *g, const char *name,

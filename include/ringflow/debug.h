@@ -1,5 +1,6 @@
-/* ringflow/debug.h - hooks for tests: allocation fault injection (Lua's ltests).
- * Not for production use; cheap when unused (one relaxed atomic load). */
+/* ringflow/debug.h - hooks for tests: allocation fault injection (Lua's
+ * ltests). Not for production use; cheap when unused (one relaxed atomic load).
+ */
 #ifndef RINGFLOW_DEBUG_H
 #define RINGFLOW_DEBUG_H
 

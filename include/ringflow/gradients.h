@@ -1,8 +1,8 @@
 /* ringflow/gradients.h - reverse-mode gradients as more graph nodes.
  *
  * Gradient nodes are placed on the devices their forward ops request. Several
- * contributions to one tensor are summed with AddN, except for ops whose gradient
- * wants the contributions un-summed (Broadcast). */
+ * contributions to one tensor are summed with AddN, except for ops whose
+ * gradient wants the contributions un-summed (Broadcast). */
 #ifndef RINGFLOW_GRADIENTS_H
 #define RINGFLOW_GRADIENTS_H
 
@@ -13,9 +13,10 @@ extern "C" {
 #endif
 
 /* Adds nodes computing d(sum of ys)/d(xs[i]) into dxs[i]. grad_ys (NULL: ones
- * of each y's shape) weights each y. dxs[i] is the invalid output {NULL, 0} when
- * no y depends on xs[i]. On error the nodes already added stay in g (unused),
- * dxs is untouched, and the message names the op that has no gradient. */
+ * of each y's shape) weights each y. dxs[i] is the invalid output {NULL, 0}
+ * when no y depends on xs[i]. On error the nodes already added stay in g
+ * (unused), dxs is untouched, and the message names the op that has no
+ * gradient. */
 RF_API rf_status *rf_gradients(rf_graph *g, const rf_output *ys, int ny,
                                const rf_output *xs, int nx,
                                const rf_output *grad_ys, rf_output *dxs);

@@ -4,8 +4,8 @@
  * Two ways to add a node:
  *  - rf_node_builder: a status for every node (for code that must handle each);
  *  - the op functions of ringflow/ops.h: they return an rf_output and keep the
- *    graph's FIRST error, readable with rf_graph_status; once the graph holds an
- *    error they add nothing and return an invalid output (TF's Scope::status).
+ *    graph's FIRST error, readable with rf_graph_status; once the graph holds
+ * an error they add nothing and return an invalid output (TF's Scope::status).
  *
  *   rf_graph *g = rf_graph_new();
  *   rf_graph_push_device(g, "cpu:1");
@@ -95,8 +95,8 @@ RF_API rf_status *rf_node_attr_shape(const rf_node *n, const char *name,
 typedef struct rf_node_builder rf_node_builder;
 
 /* Starts a node of op `op`. name NULL: a unique name is generated from the op.
- * Never returns NULL: errors (NULL graph, unknown op, no memory) are reported by
- * rf_node_builder_finish. */
+ * Never returns NULL: errors (NULL graph, unknown op, no memory) are reported
+ * by rf_node_builder_finish. */
 RF_API rf_node_builder *rf_node_builder_new(rf_graph *g, const char *op,
                                             const char *name);
 RF_API void rf_node_builder_input(rf_node_builder *b, rf_output input);

@@ -1,11 +1,11 @@
 /* ringflow/ops.h - one function per op a user writes.
  *
  * Each adds one node to g and returns its (first) output. `name` may be NULL
- * (a unique name is generated). On error - bad arity, dtype, attribute or shape,
- * or an error already recorded in g - nothing is added, the invalid output
- * {NULL, 0} is returned and the graph keeps the first error (rf_graph_status).
- * Binary arithmetic broadcasts numpy-style. Functions returning rf_node* are
- * for ops without outputs (targets); NULL on error. */
+ * (a unique name is generated). On error - bad arity, dtype, attribute or
+ * shape, or an error already recorded in g - nothing is added, the invalid
+ * output {NULL, 0} is returned and the graph keeps the first error
+ * (rf_graph_status). Binary arithmetic broadcasts numpy-style. Functions
+ * returning rf_node* are for ops without outputs (targets); NULL on error. */
 #ifndef RINGFLOW_OPS_H
 #define RINGFLOW_OPS_H
 
@@ -55,7 +55,9 @@ RF_API rf_output rf_sub(rf_graph *g, const char *name, rf_output a,
                         rf_output b);
 RF_API rf_output rf_mul(rf_graph *g, const char *name, rf_output a,
                         rf_output b);
-/* Integer division truncates toward zero; division by zero is an error. */
+/* Integer division truncates toward zero; division by zero is an error on
+ * CPU devices. On GPU devices it is no error and gives an unspecified value
+ * (as in TensorFlow: finding it would cost a device-to-host wait a step). */
 RF_API rf_output rf_div(rf_graph *g, const char *name, rf_output a,
                         rf_output b);
 RF_API rf_output rf_neg(rf_graph *g, const char *name, rf_output x);
@@ -80,7 +82,9 @@ RF_API rf_output rf_tanh(rf_graph *g, const char *name, rf_output x);
 /* Softmax over the last axis. */
 RF_API rf_output rf_softmax(rf_graph *g, const char *name, rf_output x);
 /* logits (b, c) float, labels (b) int32/int64 -> loss (b). Output 1 of the
- * node is the backprop (b, c). A label outside [0, c) is an error at run time. */
+ * node is the backprop (b, c). A label outside [0, c) is an error at run time
+ * on CPU devices; on GPU devices that row's loss and backprop are NaN (as
+ * TensorFlow's GPU kernel does). */
 RF_API rf_output rf_sparse_softmax_cross_entropy(rf_graph *g, const char *name,
                                                  rf_output logits,
                                                  rf_output labels);
@@ -97,7 +101,8 @@ RF_API rf_output rf_argmax(rf_graph *g, const char *name, rf_output x,
 /* `shape` is an int32/int64 vector; one entry may be -1. */
 RF_API rf_output rf_reshape(rf_graph *g, const char *name, rf_output x,
                             rf_output shape);
-/* rf_reshape with a Const shape built from dims. */
+/* rf_reshape with a Const shape built from dims (int32 when every dim fits,
+ * so on GPU devices the shape stays in host memory by itself). */
 RF_API rf_output rf_reshape_to(rf_graph *g, const char *name, rf_output x,
                                int rank, const int64_t *dims);
 /* The shape of x as an int32 or int64 vector. */

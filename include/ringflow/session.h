@@ -1,12 +1,13 @@
 /* ringflow/session.h - compile a graph once and run it many times.
  *
  * A session copies the graph it is given, so the graph may change or be freed
- * afterwards. Each distinct (feeds, fetches, targets) signature is compiled once
- * (placement, passes, pruning, partitioning into one part per device) and
- * cached. Several threads may call rf_session_run at once; each call is one step
- * with its own step id.
+ * afterwards. Each distinct (feeds, fetches, targets) signature is compiled
+ * once (placement, passes, pruning, partitioning into one part per device) and
+ * cached. Several threads may call rf_session_run at once; each call is one
+ * step with its own step id.
  *
  *   rf_session_options o;  rf_session_options_init(&o);  o.num_cpu_devices = 4;
+ *   o.num_gpu_devices = 0;  (gpu:0..N-1 after the CPU devices; see below)
  *   rf_session *s;  rf_status *st = rf_session_new(g, &o, &s);
  *   rf_feed feed = {x, x_value};  rf_tensor *y_value;
  *   st = rf_session_run(s, &feed, 1, &y, 1, NULL, 0, &y_value);
@@ -23,11 +24,19 @@ extern "C" {
 /* Fill with rf_session_options_init before setting fields; fields may be added
  * at the end in later versions. */
 typedef struct rf_session_options {
-  int num_cpu_devices;  /* virtual CPU devices cpu:0..N-1; default 1, max 64 */
-  int num_threads;      /* worker threads shared by all devices; 0: one a core */
-  const char *default_device; /* for nodes with no device and no placed
-                                 input; default "cpu:0" */
+  int num_cpu_devices; /* virtual CPU devices cpu:0..N-1; default 1, max 64 */
+  int num_threads;     /* worker threads shared by all devices; 0: one a core */
+  const char *default_device;    /* for nodes with no device and no placed
+                                    input; default "cpu:0" */
   int64_t collective_timeout_ms; /* default 300000 (5 minutes) */
+  /* GPU devices gpu:0..N-1 (default 0, max 64), listed after the CPU
+   * devices. gpu:i runs on physical GPU i % (number of GPUs), each with its
+   * own stream, so N may exceed the number of GPUs: gpu:0..7 on one GPU are
+   * eight devices sharing its memory. Values computed on a GPU are copied to
+   * host memory when fetched (every fetched tensor is a host tensor). With
+   * N > 0 and no usable GPU (a build without CUDA, no device, no driver)
+   * rf_session_new fails with FAILED_PRECONDITION "... no GPU: <reason>". */
+  int num_gpu_devices;
 } rf_session_options;
 
 RF_API void rf_session_options_init(rf_session_options *opts);

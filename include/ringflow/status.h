@@ -11,22 +11,22 @@
 extern "C" {
 #endif
 
-#define RF_CODE_LIST(X)                                                        \
-  X(RF_OK, "OK")                                                               \
-  X(RF_CANCELLED, "CANCELLED")                                                 \
-  X(RF_UNKNOWN, "UNKNOWN")                                                     \
-  X(RF_INVALID_ARGUMENT, "INVALID_ARGUMENT")                                   \
-  X(RF_DEADLINE_EXCEEDED, "DEADLINE_EXCEEDED")                                 \
-  X(RF_NOT_FOUND, "NOT_FOUND")                                                 \
-  X(RF_ALREADY_EXISTS, "ALREADY_EXISTS")                                       \
-  X(RF_PERMISSION_DENIED, "PERMISSION_DENIED")                                 \
-  X(RF_RESOURCE_EXHAUSTED, "RESOURCE_EXHAUSTED")                               \
-  X(RF_FAILED_PRECONDITION, "FAILED_PRECONDITION")                             \
-  X(RF_ABORTED, "ABORTED")                                                     \
-  X(RF_OUT_OF_RANGE, "OUT_OF_RANGE")                                           \
-  X(RF_UNIMPLEMENTED, "UNIMPLEMENTED")                                         \
-  X(RF_INTERNAL, "INTERNAL")                                                   \
-  X(RF_UNAVAILABLE, "UNAVAILABLE")                                             \
+#define RF_CODE_LIST(X)                            \
+  X(RF_OK, "OK")                                   \
+  X(RF_CANCELLED, "CANCELLED")                     \
+  X(RF_UNKNOWN, "UNKNOWN")                         \
+  X(RF_INVALID_ARGUMENT, "INVALID_ARGUMENT")       \
+  X(RF_DEADLINE_EXCEEDED, "DEADLINE_EXCEEDED")     \
+  X(RF_NOT_FOUND, "NOT_FOUND")                     \
+  X(RF_ALREADY_EXISTS, "ALREADY_EXISTS")           \
+  X(RF_PERMISSION_DENIED, "PERMISSION_DENIED")     \
+  X(RF_RESOURCE_EXHAUSTED, "RESOURCE_EXHAUSTED")   \
+  X(RF_FAILED_PRECONDITION, "FAILED_PRECONDITION") \
+  X(RF_ABORTED, "ABORTED")                         \
+  X(RF_OUT_OF_RANGE, "OUT_OF_RANGE")               \
+  X(RF_UNIMPLEMENTED, "UNIMPLEMENTED")             \
+  X(RF_INTERNAL, "INTERNAL")                       \
+  X(RF_UNAVAILABLE, "UNAVAILABLE")                 \
   X(RF_DATA_LOSS, "DATA_LOSS")
 
 typedef enum rf_code {
@@ -45,7 +45,8 @@ RF_API rf_code rf_status_code(const rf_status *status);
 /* The message; "" for NULL. Owned by the status. */
 RF_API const char *rf_status_message(const rf_status *status);
 
-/* The code's name, e.g. "INVALID_ARGUMENT"; "UNKNOWN_CODE" when out of range. */
+/* The code's name, e.g. "INVALID_ARGUMENT"; "UNKNOWN_CODE" when out of range.
+ */
 RF_API const char *rf_code_name(rf_code code);
 
 /* Releases a status; NULL is ignored. */

@@ -1,9 +1,10 @@
-/* ringflow/tensor.h - reference-counted, immutable-once-produced tensors and the
- * pluggable host allocator.
+/* ringflow/tensor.h - reference-counted, immutable-once-produced tensors and
+ * the pluggable host allocator.
  *
- * Host buffers are 64-byte aligned. A tensor is writable only by whoever created
- * it, until it is handed to the library (fed, or returned by a kernel); after that
- * nobody writes to it, so devices that share an address space share it. */
+ * Host buffers are 64-byte aligned. A tensor is writable only by whoever
+ * created it, until it is handed to the library (fed, or returned by a kernel);
+ * after that nobody writes to it, so devices that share an address space share
+ * it. */
 #ifndef RINGFLOW_TENSOR_H
 #define RINGFLOW_TENSOR_H
 

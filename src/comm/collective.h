@@ -18,11 +18,11 @@
 #include "runtime/device.h"
 
 /* X(enum, attr name, nccl-tests bus bandwidth factor numerator/denominator) */
-#define RF_COLLECTIVE_KIND_LIST(X)                                             \
-  X(RF_COLL_ALL_REDUCE, "all_reduce")                                          \
-  X(RF_COLL_REDUCE, "reduce")                                                  \
-  X(RF_COLL_BROADCAST, "broadcast")                                            \
-  X(RF_COLL_ALL_GATHER, "all_gather")                                          \
+#define RF_COLLECTIVE_KIND_LIST(X)    \
+  X(RF_COLL_ALL_REDUCE, "all_reduce") \
+  X(RF_COLL_REDUCE, "reduce")         \
+  X(RF_COLL_BROADCAST, "broadcast")   \
+  X(RF_COLL_ALL_GATHER, "all_gather") \
   X(RF_COLL_REDUCE_SCATTER, "reduce_scatter")
 
 typedef enum rf__collective_kind {
@@ -32,11 +32,11 @@ typedef enum rf__collective_kind {
       RF_COLL_KIND_COUNT
 } rf__collective_kind;
 
-#define RF_REDUCTION_LIST(X)                                                   \
-  X(RF_RED_SUM, "sum")                                                         \
-  X(RF_RED_PROD, "prod")                                                       \
-  X(RF_RED_MIN, "min")                                                         \
-  X(RF_RED_MAX, "max")                                                         \
+#define RF_REDUCTION_LIST(X) \
+  X(RF_RED_SUM, "sum")       \
+  X(RF_RED_PROD, "prod")     \
+  X(RF_RED_MIN, "min")       \
+  X(RF_RED_MAX, "max")       \
   X(RF_RED_AVG, "avg")
 
 typedef enum rf__reduction {
@@ -62,12 +62,16 @@ typedef struct rf__coll_participant {
   rf__reduction reduction; /* ignored by broadcast and all-gather */
   rf_dtype dtype;
   int num_devices;
-  bool is_root;        /* reduce: the receiver; broadcast: the sender */
-  rf__device *device;  /* not owned */
-  const char *node;    /* the participant node's name, for messages */
-  rf_tensor *input;    /* retained by the manager; NULL for broadcast receivers */
-  rf_shape shape;      /* input shape, or the expected shape of a broadcast
-                          receiver (may be partly unknown) */
+  bool is_root;       /* reduce: the receiver; broadcast: the sender */
+  rf__device *device; /* not owned */
+  const char *node;   /* the participant node's name, for messages */
+  rf_tensor *input; /* retained by the manager; NULL for broadcast receivers */
+  rf_shape shape;   /* input shape, or the expected shape of a broadcast
+                       receiver (may be partly unknown) */
+  /* Optional (NULL: unknown): every participant's device, comma-separated
+   * ("cpu:0,cpu:2"), so that a timeout names the devices that never came.
+   * Not owned; outlives the step. */
+  const char *group_devices;
   rf__collective_done done;
   void *arg;
   /* Optional: the step's cancelled flag (set before the step cancels its
@@ -81,15 +85,26 @@ typedef struct rf__coll_group {
   rf__reduction reduction;
   rf_dtype dtype;
   int n;
-  int root; /* rank of the root, -1 if none */
+  int root;                /* rank of the root, -1 if none */
   rf__coll_participant *p; /* [n], sorted by device->index */
   rf__threadpool *pool;
   const char *key; /* shared_name, for messages */
   int64_t step_id;
+  /* The session's collective timeout (0: none). A backend whose launched
+   * work can hang (NCCL) gives up on it after this long. */
+  int64_t timeout_ms;
 } rf__coll_group;
 
-/* A backend runs agreed groups for one device type (comm/cpu, comm/nccl).
- * run must call every participant's done exactly once, from any thread. */
+/* A backend runs agreed groups for one device type (comm/cpu, comm/cuda).
+ * run must call every participant's done exactly once, from any thread. It
+ * may release a participant's input once it has read it (setting p[i].input
+ * to NULL), before the dones: a done can end its step, and a buffer still
+ * referenced after that misses the allocator's cache in the next step. run
+ * may return before the dones (GPU backends complete from a stream
+ * callback), but the group, its participant array and key are the manager's
+ * and freed, and the inputs released, as soon as run returns: an
+ * asynchronous backend copies what it needs and retains the inputs it still
+ * reads (releasing them before its dones, for the reason above). */
 typedef struct rf__coll_backend {
   const char *name;
   rf__device_type device_type;
@@ -97,6 +112,10 @@ typedef struct rf__coll_backend {
 } rf__coll_backend;
 
 extern const rf__coll_backend rf__cpu_coll_backend;
+#ifdef RF_HAVE_CUDA
+/* GPU devices: CUDA kernels or NCCL by placement (comm/cuda/gpu_coll.h). */
+extern const rf__coll_backend rf__gpu_coll_backend;
+#endif
 
 typedef struct rf__collective_manager rf__collective_manager;
 

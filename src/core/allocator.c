@@ -32,7 +32,8 @@ static int size_class(size_t size, size_t *rounded) {
     *rounded = MIN_CLASS_BYTES;
     return 0;
   }
-  int lg = 63 - __builtin_clzll((unsigned long long)(size - 1)); /* 2^lg < size */
+  int lg =
+      63 - __builtin_clzll((unsigned long long)(size - 1)); /* 2^lg < size */
   size_t base = (size_t)1 << lg, step = base / 4;
   size_t k = (size - base + step - 1) / step; /* 1..4 */
   *rounded = base + k * step;
@@ -62,7 +63,8 @@ static void trim_locked(caching_allocator *c) {
 
 static void *cache_alloc(void *state, size_t size, size_t alignment) {
   caching_allocator *c = state;
-  if (alignment > RF_TENSOR_ALIGNMENT) return rf__aligned_alloc(alignment, size);
+  if (alignment > RF_TENSOR_ALIGNMENT)
+    return rf__aligned_alloc(alignment, size);
   size_t rounded;
   int cls = size_class(size, &rounded);
   if (cls < 0) return NULL; /* absurd size */

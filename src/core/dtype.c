@@ -54,8 +54,8 @@ float rf_half_to_float(uint16_t h) {
   uint32_t sign = (uint32_t)(h & 0x8000) << 16;
   uint32_t exp = (h >> 10) & 0x1f, man = h & 0x3ff;
   if (exp == 0x1f) return u2f(sign | 0x7f800000u | (man << 13)); /* inf/nan */
-  if (exp == 0) {                                  /* zero or subnormal */
-    float v = (float)man * (1.0f / 16777216.0f);   /* man * 2^-24 */
+  if (exp == 0) {                                /* zero or subnormal */
+    float v = (float)man * (1.0f / 16777216.0f); /* man * 2^-24 */
     return sign ? -v : v;
   }
   return u2f(sign | ((exp + 112) << 23) | (man << 13));

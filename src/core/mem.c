@@ -11,7 +11,8 @@
 
 static _Atomic int64_t alloc_count;
 static _Atomic int64_t live_count;
-static _Atomic int64_t fail_at; /* allocation number that starts failing; 0: off */
+static _Atomic int64_t
+    fail_at; /* allocation number that starts failing; 0: off */
 
 void rf_debug_fail_allocation_after(int64_t k) {
   atomic_store(&fail_at, k > 0 ? atomic_load(&alloc_count) + k : 0);
@@ -21,7 +22,8 @@ int64_t rf_debug_allocation_count(void) { return atomic_load(&alloc_count); }
 int64_t rf_debug_live_allocations(void) { return atomic_load(&live_count); }
 
 static int should_fail(void) {
-  int64_t n = atomic_fetch_add_explicit(&alloc_count, 1, memory_order_relaxed) + 1;
+  int64_t n =
+      atomic_fetch_add_explicit(&alloc_count, 1, memory_order_relaxed) + 1;
   int64_t f = atomic_load_explicit(&fail_at, memory_order_relaxed);
   return f > 0 && n >= f;
 }

@@ -10,7 +10,8 @@ void *rf__calloc(size_t n, size_t size);
 /* On failure returns NULL and leaves p untouched. */
 void *rf__realloc(void *p, size_t size);
 void rf__free(void *p);
-/* 64-byte-aligned (or larger power of two) block; free with rf__aligned_free. */
+/* 64-byte-aligned (or larger power of two) block; free with rf__aligned_free.
+ */
 void *rf__aligned_alloc(size_t alignment, size_t size);
 void rf__aligned_free(void *p);
 char *rf__strdup(const char *s);

@@ -13,8 +13,8 @@ struct rf_status {
   char *message;
 };
 
-static struct rf_status oom_status = {
-    RF_RESOURCE_EXHAUSTED, (char *)"out of memory"};
+static struct rf_status oom_status = {RF_RESOURCE_EXHAUSTED,
+                                      (char *)"out of memory"};
 
 static const char *const code_names[] = {
 #define RF_X(code, name) name,

@@ -20,23 +20,23 @@ rf_status *rf__status_prefix(rf_status *st, const char *fmt, ...)
 
 /* Returns from the enclosing function with the status of expr if it is an
  * error. */
-#define RF_CHECK(expr)                                                         \
-  do {                                                                         \
-    rf_status *rf__st_ = (expr);                                               \
-    if (rf__st_) return rf__st_;                                               \
+#define RF_CHECK(expr)           \
+  do {                           \
+    rf_status *rf__st_ = (expr); \
+    if (rf__st_) return rf__st_; \
   } while (0)
 
 /* Stores an error status in `st` and jumps to `label`. */
-#define RF_CHECK_GOTO(expr, st, label)                                         \
-  do {                                                                         \
-    (st) = (expr);                                                             \
-    if (st) goto label;                                                        \
+#define RF_CHECK_GOTO(expr, st, label) \
+  do {                                 \
+    (st) = (expr);                     \
+    if (st) goto label;                \
   } while (0)
 
 /* Returns RESOURCE_EXHAUSTED when p is NULL. */
-#define RF_CHECK_ALLOC(p)                                                      \
-  do {                                                                         \
-    if (!(p)) return rf__oom();                                                \
+#define RF_CHECK_ALLOC(p)       \
+  do {                          \
+    if (!(p)) return rf__oom(); \
   } while (0)
 
 #endif

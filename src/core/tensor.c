@@ -7,8 +7,9 @@
 #include "core/mem.h"
 #include "core/status.h"
 
-rf_status *rf_tensor_new(rf_dtype dtype, const rf_shape *shape,
-                         rf_allocator *allocator, rf_tensor **out) {
+static rf_status *tensor_new(rf_dtype dtype, const rf_shape *shape,
+                             rf_allocator *allocator, int8_t on_gpu,
+                             rf_tensor **out) {
   if (!shape || !out) return rf__invalid("rf_tensor_new: NULL argument");
   if (rf_dtype_size(dtype) == 0)
     return rf__invalid("rf_tensor_new: invalid dtype %d", (int)dtype);
@@ -31,8 +32,9 @@ rf_status *rf_tensor_new(rf_dtype dtype, const rf_shape *shape,
   if (!data) {
     rf__free(t);
     return rf__error(RF_RESOURCE_EXHAUSTED,
-                     "could not allocate %zu bytes for a %s tensor", nbytes,
-                     rf_dtype_name(dtype));
+                     "could not allocate %zu bytes of %s memory for a %s "
+                     "tensor",
+                     nbytes, on_gpu ? "device" : "host", rf_dtype_name(dtype));
   }
   atomic_init(&t->refs, 1);
   t->dtype = dtype;
@@ -42,8 +44,20 @@ rf_status *rf_tensor_new(rf_dtype dtype, const rf_shape *shape,
   t->data = data;
   t->allocator = allocator;
   t->base = NULL;
+  t->on_gpu = on_gpu;
   *out = t;
   return NULL;
+}
+
+rf_status *rf_tensor_new(rf_dtype dtype, const rf_shape *shape,
+                         rf_allocator *allocator, rf_tensor **out) {
+  return tensor_new(dtype, shape, allocator, 0, out);
+}
+
+rf_status *rf__tensor_new_device(rf_dtype dtype, const rf_shape *shape,
+                                 rf_allocator *allocator, rf_tensor **out) {
+  if (!allocator) return rf__invalid("rf__tensor_new_device: NULL allocator");
+  return tensor_new(dtype, shape, allocator, 1, out);
 }
 
 rf_status *rf__tensor_new_view(rf_tensor *t, const rf_shape *shape,
@@ -64,6 +78,7 @@ rf_status *rf__tensor_new_view(rf_tensor *t, const rf_shape *shape,
   v->data = t->data;
   v->allocator = t->allocator;
   /* Views of views point at the owner, so chains stay one link long. */
+  v->on_gpu = t->on_gpu;
   v->base = rf_tensor_retain(t->base ? t->base : t);
   *out = v;
   return NULL;
@@ -104,7 +119,8 @@ void rf_tensor_release(rf_tensor *t) {
     rf__free(t);
     return;
   }
-  size_t asize = t->nbytes < RF_TENSOR_ALIGNMENT ? RF_TENSOR_ALIGNMENT : t->nbytes;
+  size_t asize =
+      t->nbytes < RF_TENSOR_ALIGNMENT ? RF_TENSOR_ALIGNMENT : t->nbytes;
   t->allocator->free(t->allocator->state, t->data, asize);
   rf__free(t);
 }
@@ -122,11 +138,17 @@ int64_t rf_tensor_num_elements(const rf_tensor *t) {
 }
 
 size_t rf_tensor_nbytes(const rf_tensor *t) { return t ? t->nbytes : 0; }
-const void *rf_tensor_data(const rf_tensor *t) { return t ? t->data : NULL; }
-void *rf_tensor_mutable_data(rf_tensor *t) { return t ? t->data : NULL; }
+/* The public accessors never hand out device memory (users only ever hold
+ * host tensors; this guards against a runtime bug reaching them). */
+const void *rf_tensor_data(const rf_tensor *t) {
+  return t && !t->on_gpu ? t->data : NULL;
+}
+void *rf_tensor_mutable_data(rf_tensor *t) {
+  return t && !t->on_gpu ? t->data : NULL;
+}
 
 double rf_tensor_get(const rf_tensor *t, int64_t i) {
-  if (!t || i < 0 || i >= t->num_elements) return 0.0;
+  if (!t || t->on_gpu || i < 0 || i >= t->num_elements) return 0.0;
   const void *d = t->data;
   switch (t->dtype) {
     case RF_FLOAT16: return rf_half_to_float(((const uint16_t *)d)[i]);
@@ -151,11 +173,13 @@ static int64_t clamp_i64(double v, double lo, double hi) {
 }
 
 void rf_tensor_set(rf_tensor *t, int64_t i, double v) {
-  if (!t || i < 0 || i >= t->num_elements) return;
+  if (!t || t->on_gpu || i < 0 || i >= t->num_elements) return;
   void *d = t->data;
   switch (t->dtype) {
     case RF_FLOAT16: ((uint16_t *)d)[i] = rf_float_to_half((float)v); break;
-    case RF_BFLOAT16: ((uint16_t *)d)[i] = rf_float_to_bfloat16((float)v); break;
+    case RF_BFLOAT16:
+      ((uint16_t *)d)[i] = rf_float_to_bfloat16((float)v);
+      break;
     case RF_FLOAT32: ((float *)d)[i] = (float)v; break;
     case RF_FLOAT64: ((double *)d)[i] = v; break;
     case RF_INT8: ((int8_t *)d)[i] = (int8_t)clamp_i64(v, -128, 127); break;
@@ -164,7 +188,8 @@ void rf_tensor_set(rf_tensor *t, int64_t i, double v) {
       ((int32_t *)d)[i] = (int32_t)clamp_i64(v, -2147483648.0, 2147483647.0);
       break;
     case RF_INT64:
-      ((int64_t *)d)[i] = clamp_i64(v, -9.2233720368547758e18, 9.2233720368547748e18);
+      ((int64_t *)d)[i] =
+          clamp_i64(v, -9.2233720368547758e18, 9.2233720368547748e18);
       break;
     case RF_BOOL: ((uint8_t *)d)[i] = v != 0.0; break;
     default: break;

@@ -1,8 +1,13 @@
-/* core/tensor.h - the tensor object, shared by kernels and the runtime. */
+/* core/tensor.h - the tensor object, shared by kernels and the runtime.
+ * A tensor's buffer is host memory unless on_gpu is set: then data is a
+ * device pointer (from the GPU caching allocator of the device that made it)
+ * that host code must never dereference. Users only ever see host tensors:
+ * the public accessors return NULL / 0 for device tensors. */
 #ifndef RF_CORE_TENSOR_H
 #define RF_CORE_TENSOR_H
 
 #include <stdatomic.h>
+#include <stdint.h>
 
 #include "ringflow/tensor.h"
 
@@ -17,6 +22,9 @@ struct rf_tensor {
   /* Non-NULL for a view (rf__tensor_new_view): data lies in base's buffer and
    * the view holds one reference to base instead of owning the buffer. */
   struct rf_tensor *base;
+  /* 1: data is device memory of `allocator`'s GPU (a view copies its base's
+   * flag); 0: host memory. */
+  int8_t on_gpu;
 };
 
 /* True when the caller holds the only reference to the buffer, so it may be
@@ -34,5 +42,11 @@ static inline int rf__tensor_is_sole_owner(const rf_tensor *t) {
  * on error. */
 rf_status *rf__tensor_new_view(rf_tensor *t, const rf_shape *shape,
                                rf_tensor **out);
+
+/* rf_tensor_new for a device tensor: the buffer comes from `allocator` (a
+ * GPU device's caching allocator, runtime/gpu/gpu.h) and the tensor is
+ * marked on_gpu. Same errors as rf_tensor_new; *out untouched on error. */
+rf_status *rf__tensor_new_device(rf_dtype dtype, const rf_shape *shape,
+                                 rf_allocator *allocator, rf_tensor **out);
 
 #endif

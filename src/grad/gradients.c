@@ -40,7 +40,7 @@ typedef struct grad_state {
   rf_output *dy, *dx;
   const rf_output **parts;
   int *num_parts;
-  rf__peers *peers;    /* collective groups (grad/peers.h) */
+  rf__peers *peers; /* collective groups (grad/peers.h) */
 } grad_state;
 
 static rf_node *node_at(const grad_state *s, int id) { return s->g->nodes[id]; }

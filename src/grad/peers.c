@@ -44,7 +44,8 @@ static void table_free(group **t) {
   }
 }
 
-rf_status *rf__peers_build(const rf_graph *graph, int num_ids, rf__peers **out) {
+rf_status *rf__peers_build(const rf_graph *graph, int num_ids,
+                           rf__peers **out) {
   rf__peers *p = rf__calloc(1, sizeof *p);
   RF_CHECK_ALLOC(p);
   p->num_ids = num_ids;

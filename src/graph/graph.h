@@ -100,8 +100,8 @@ bool rf__graph_has_control_edge(const rf_node *src, const rf_node *dst);
  * the graph is unchanged. */
 rf_status *rf__graph_redirect_edges(rf_graph *g, rf_node *src,
                                     rf__edge *const *edges,
-                                    rf_node *const *new_src,
-                                    const int *new_out, int n);
+                                    rf_node *const *new_src, const int *new_out,
+                                    int n);
 /* Removes every node n with remove[n->id] != 0, with all its edges, in time
  * linear in the edges touching removed nodes and the edge lists of their
  * surviving neighbours. Surviving consumers may be left with unfed inputs.

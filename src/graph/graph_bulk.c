@@ -68,13 +68,19 @@ void rf__graph_remove_nodes(rf_graph *g, const char *remove) {
     }
   }
   /* 2. Free each edge once: every edge touching a removed node is in the
-   * in_edges of its dst, or (dst surviving) the out_edges of a removed src. */
+   * in_edges of its dst, or (dst surviving) the out_edges of a removed src.
+   * Out-edges go first, in a pass of their own: reading an out-edge's dst
+   * after some removed dst's in_edges were freed would touch freed memory. */
+  for (int i = 0; i < g->num_ids; i++) {
+    rf_node *v = g->nodes[i];
+    if (!v || !remove[i]) continue;
+    for (int k = 0; k < v->num_out_edges; k++)
+      if (!remove[v->out_edges[k]->dst->id]) rf__free(v->out_edges[k]);
+  }
   for (int i = 0; i < g->num_ids; i++) {
     rf_node *v = g->nodes[i];
     if (!v || !remove[i]) continue;
     for (int k = 0; k < v->num_in_edges; k++) rf__free(v->in_edges[k]);
-    for (int k = 0; k < v->num_out_edges; k++)
-      if (!remove[v->out_edges[k]->dst->id]) rf__free(v->out_edges[k]);
   }
   /* 3. The nodes. */
   for (int i = 0; i < g->num_ids; i++) {

@@ -16,7 +16,8 @@ typedef struct sbuf {
   bool oom;
 } sbuf;
 
-static void put(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void put(sbuf *b, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 static void put(sbuf *b, const char *fmt, ...) {
   if (b->oom) return;
   va_list ap;
@@ -26,7 +27,7 @@ static void put(sbuf *b, const char *fmt, ...) {
   if (b->len + (size_t)n + 1 > b->cap) {
     size_t cap = b->cap ? b->cap : 4096;
     while (cap < b->len + (size_t)n + 1) cap *= 2;
-    char *s = realloc(b->s, cap); /* freed by rf_string_free */
+    char *s = rf__realloc(b->s, cap); /* freed by rf_string_free */
     if (!s) {
       b->oom = true;
       return;
@@ -40,28 +41,33 @@ static void put(sbuf *b, const char *fmt, ...) {
   b->len += (size_t)n;
 }
 
-/* Quotes a string for DOT (escapes " and \). */
+/* Writes s escaped for the inside of a DOT string (" and \). */
+static void put_escaped(sbuf *b, const char *s) {
+  for (; *s; s++) put(b, "%s%c", (*s == '"' || *s == '\\') ? "\\" : "", *s);
+}
+
 static void put_quoted(sbuf *b, const char *s) {
   put(b, "\"");
-  for (; *s; s++) put(b, "%s%c", (*s == '"' || *s == '\\') ? "\\" : "", *s);
+  put_escaped(b, s);
   put(b, "\"");
 }
 
 static bool is_collective(const rf_node *n) {
   static const char *const ops[] = {
-      "AllReduce",   "AllGather",      "ReduceScatter",  "Reduce",
-      "Broadcast",   "_ReduceSend",    "_ReduceRecv",    "_BroadcastSend",
-      "_BroadcastRecv"};
+      "AllReduce",   "AllGather",      "ReduceScatter",
+      "Reduce",      "Broadcast",      "_ReduceSend",
+      "_ReduceRecv", "_BroadcastSend", "_BroadcastRecv"};
   for (size_t i = 0; i < sizeof ops / sizeof *ops; i++)
     if (strcmp(n->op->name, ops[i]) == 0) return true;
   return false;
 }
 
 static void put_node(sbuf *b, const rf_node *n) {
-  put(b, "    n%d [label=", n->id);
-  char label[640];
-  snprintf(label, sizeof label, "%s\n%s", n->name, n->op->name);
-  put_quoted(b, label);
+  put(b, "    n%d [label=\"", n->id); /* "name\nop": DOT's line break */
+  put_escaped(b, n->name);
+  put(b, "\\n");
+  put_escaped(b, n->op->name);
+  put(b, "\"");
   if (is_collective(n))
     put(b, ", style=filled, fillcolor=\"#f4b183\", shape=box");
   else if (n->op->name[0] == '_')
@@ -72,11 +78,15 @@ static void put_node(sbuf *b, const rf_node *n) {
 rf_status *rf_graph_to_dot(const rf_graph *g, char **out) {
   if (!g || !out) return rf__invalid("rf_graph_to_dot: NULL argument");
   sbuf b = {0};
-  put(&b, "digraph ringflow {\n  rankdir=TB;\n  node [shape=ellipse, "
-          "fontname=\"Helvetica\", fontsize=10];\n  edge [fontsize=8];\n");
+  put(&b,
+      "digraph ringflow {\n  rankdir=TB;\n  node [shape=ellipse, "
+      "fontname=\"Helvetica\", fontsize=10];\n  edge [fontsize=8];\n");
   /* Clusters: walk devices in first-appearance order. */
   bool *done = rf__calloc((size_t)g->num_ids + 1, 1);
-  if (!done) return rf__oom();
+  if (!done) {
+    rf__free(b.s);
+    return rf__oom();
+  }
   int cluster = 0;
   for (int id = 0; id < g->num_ids; id++) {
     const rf_node *first = g->nodes[id];
@@ -114,7 +124,7 @@ rf_status *rf_graph_to_dot(const rf_graph *g, char **out) {
   }
   put(&b, "}\n");
   if (b.oom) {
-    free(b.s);
+    rf__free(b.s);
     return rf__oom();
   }
   *out = b.s;

@@ -20,7 +20,7 @@
 #define FORMAT_NAME "ringflow-graph"
 #define FORMAT_VERSION 1
 
-void rf_string_free(char *s) { free(s); }
+void rf_string_free(char *s) { rf__free(s); }
 
 /* ---- base64 ---- */
 
@@ -56,7 +56,8 @@ static int base64_decode(const char *s, unsigned char *out, size_t want) {
   for (size_t i = 0; i < len; i += 4) {
     int v[4];
     for (int k = 0; k < 4; k++) {
-      v[k] = s[i + k] == '=' && i + 4 == len && k >= 2 ? 0 : b64_value(s[i + k]);
+      v[k] =
+          s[i + k] == '=' && i + 4 == len && k >= 2 ? 0 : b64_value(s[i + k]);
       if (v[k] < 0) return -1;
     }
     uint32_t x = (uint32_t)v[0] << 18 | (uint32_t)v[1] << 12 |
@@ -72,11 +73,37 @@ static int base64_decode(const char *s, unsigned char *out, size_t want) {
 
 /* ---- writing ---- */
 
+/* jansson accepts only UTF-8; a string attr may hold any bytes. */
+static bool valid_utf8(const char *s) {
+  const unsigned char *p = (const unsigned char *)s;
+  while (*p) {
+    int n = *p < 0x80         ? 0
+            : (*p >> 5) == 6  ? 1
+            : (*p >> 4) == 14 ? 2
+            : (*p >> 3) == 30 ? 3
+                              : -1;
+    if (n < 0) return false;
+    uint32_t cp = n == 0 ? *p : *p & (0x3f >> n);
+    for (int k = 1; k <= n; k++) {
+      if ((p[k] & 0xc0) != 0x80) return false;
+      cp = cp << 6 | (p[k] & 0x3f);
+    }
+    static const uint32_t least[4] = {0, 0x80, 0x800, 0x10000};
+    if (cp < least[n] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+      return false;
+    p += n + 1;
+  }
+  return true;
+}
+
 static json_t *shape_json(const rf_shape *s) {
   if (s->rank < 0) return json_null();
   json_t *a = json_array();
   for (int i = 0; a && i < s->rank; i++)
-    json_array_append_new(a, json_integer(s->dims[i]));
+    if (json_array_append_new(a, json_integer(s->dims[i]))) {
+      json_decref(a);
+      return NULL;
+    }
   return a;
 }
 
@@ -90,11 +117,15 @@ static json_t *tensor_json(const rf_tensor *t) {
   rf_shape s = rf_tensor_shape(t);
   char *data = base64_encode(rf_tensor_data(t), rf_tensor_nbytes(t));
   if (!data) return NULL;
-  json_t *o = json_pack("{s:s, s:o, s:s}", "dtype",
-                        rf_dtype_name(rf_tensor_dtype(t)), "shape",
-                        shape_json(&s), "data", data);
+  json_t *o =
+      json_pack("{s:s, s:o, s:s}", "dtype", rf_dtype_name(rf_tensor_dtype(t)),
+                "shape", shape_json(&s), "data", data);
   rf__free(data);
   return o;
+}
+
+static json_t *string_json(const char *s) {
+  return valid_utf8(s) ? json_string(s) : NULL;
 }
 
 static json_t *scalar_json(const rf__attr_value *v, int i) {
@@ -102,14 +133,14 @@ static json_t *scalar_json(const rf__attr_value *v, int i) {
     case RF_ATTR_INT: return json_integer(v->u.i);
     case RF_ATTR_FLOAT: return float_json(v->u.f);
     case RF_ATTR_BOOL: return json_boolean(v->u.b);
-    case RF_ATTR_STRING: return json_string(v->u.s);
+    case RF_ATTR_STRING: return string_json(v->u.s);
     case RF_ATTR_TYPE: return json_string(rf_dtype_name(v->u.type));
     case RF_ATTR_SHAPE: return shape_json(&v->u.shape);
     case RF_ATTR_TENSOR: return tensor_json(v->u.tensor);
     case RF_ATTR_INT_LIST: return json_integer(v->u.ints[i]);
     case RF_ATTR_FLOAT_LIST: return float_json(v->u.floats[i]);
     case RF_ATTR_BOOL_LIST: return json_boolean(v->u.bools[i]);
-    case RF_ATTR_STRING_LIST: return json_string(v->u.strings[i]);
+    case RF_ATTR_STRING_LIST: return string_json(v->u.strings[i]);
     case RF_ATTR_TYPE_LIST: return json_string(rf_dtype_name(v->u.types[i]));
     case RF_ATTR_SHAPE_LIST: return shape_json(&v->u.shapes[i]);
     case RF_ATTR_TENSOR_LIST: return tensor_json(v->u.tensors[i]);
@@ -119,57 +150,98 @@ static json_t *scalar_json(const rf__attr_value *v, int i) {
 
 static bool is_list(rf__attr_type t) { return t >= RF_ATTR_INT_LIST; }
 
-static json_t *attr_json(const rf__attr_value *v) {
+/* Why element i of v could not become JSON. */
+static rf_status *attr_error(const rf_node *n, const char *name,
+                             const rf__attr_value *v, int i) {
+  bool str = v->type == RF_ATTR_STRING || v->type == RF_ATTR_STRING_LIST;
+  if (str && !valid_utf8(v->type == RF_ATTR_STRING ? v->u.s : v->u.strings[i]))
+    return rf__invalid(
+        "cannot save node '%s' (%s): attr '%s' holds a string "
+        "that is not valid UTF-8",
+        n->name, n->op->name, name);
+  return rf__oom();
+}
+
+static rf_status *attr_json(const rf_node *n, const char *name,
+                            const rf__attr_value *v, json_t **out) {
   json_t *value;
   if (is_list(v->type)) {
     value = json_array();
-    for (int i = 0; value && i < v->n; i++)
-      if (json_array_append_new(value, scalar_json(v, i))) {
+    for (int i = 0; value && i < v->n; i++) {
+      json_t *item = scalar_json(v, i);
+      if (!item || json_array_append_new(value, item)) {
         json_decref(value);
-        return NULL;
+        return attr_error(n, name, v, i);
       }
+    }
   } else {
     value = scalar_json(v, 0);
   }
-  if (!value) return NULL;
-  return json_pack("{s:s, s:o}", "type", rf__attr_type_name(v->type), "value",
+  if (!value) return attr_error(n, name, v, 0);
+  *out = json_pack("{s:s, s:o}", "type", rf__attr_type_name(v->type), "value",
                    value);
+  return *out ? NULL : rf__oom();
 }
 
 static json_t *output_json(rf_output o) {
-  char buf[600];
-  snprintf(buf, sizeof buf, "%s:%d", o.node->name, o.index);
-  return json_string(buf);
+  return json_sprintf("%s:%d", o.node->name, o.index);
 }
 
-static json_t *node_json(const rf_node *n) {
-  json_t *inputs = json_array(), *ctrl = json_array(), *attrs = json_object();
-  json_t *o = json_pack("{s:s, s:s, s:s, s:o, s:o, s:o}", "name", n->name, "op",
-                        n->op->name, "device", n->requested_device, "inputs",
-                        inputs, "control_inputs", ctrl, "attrs", attrs);
-  if (!o) return NULL;
+static rf_status *node_inputs_json(const rf_node *n, json_t *inputs,
+                                   json_t *ctrl) {
   for (int a = 0; a < n->op->num_inputs; a++) {
     bool variadic = n->op->inputs[a].number_attr[0] != '\0';
     json_t *arg = variadic ? json_array() : NULL;
+    bool ok = true;
     for (int k = n->arg_start[a]; k < n->arg_start[a + 1]; k++) {
       json_t *src = output_json(rf__input(n, k));
-      if (variadic) json_array_append_new(arg, src);
-      else arg = src;
+      if (!variadic)
+        arg = src;
+      else if (json_array_append_new(arg, src))
+        ok = false; /* src freed */
     }
-    if (!arg || json_array_append_new(inputs, arg)) goto fail;
+    if (!ok) json_decref(arg);
+    if (!ok || !arg || json_array_append_new(inputs, arg)) return rf__oom();
   }
   for (int i = 0; i < n->num_in_edges; i++)
     if (n->in_edges[i]->dst_in == RF_CONTROL_SLOT &&
         json_array_append_new(ctrl, json_string(n->in_edges[i]->src->name)))
-      goto fail;
-  for (int i = 0; i < n->attrs.n; i++) {
-    json_t *v = attr_json(&n->attrs.items[i].value);
-    if (!v || json_object_set_new(attrs, n->attrs.items[i].name, v)) goto fail;
-  }
-  return o;
-fail:
-  json_decref(o);
+      return rf__oom();
   return NULL;
+}
+
+static rf_status *node_json(const rf_node *n, json_t **out) {
+  json_t *inputs = json_array(), *ctrl = json_array(), *attrs = json_object();
+  json_t *o = json_pack("{s:s, s:s, s:s, s:o, s:o, s:o}", "name", n->name, "op",
+                        n->op->name, "device", n->requested_device, "inputs",
+                        inputs, "control_inputs", ctrl, "attrs", attrs);
+  if (!o) return rf__oom(); /* json_pack released the "o" values */
+  rf_status *st = node_inputs_json(n, inputs, ctrl);
+  for (int i = 0; i < n->attrs.n && !st; i++) {
+    const rf__attr *a = &n->attrs.items[i];
+    /* '_' attrs are compile-time annotations, remade on every compile. */
+    if (a->name[0] == '_') continue;
+    json_t *v = NULL;
+    st = attr_json(n, a->name, &a->value, &v);
+    if (!st && json_object_set_new(attrs, a->name, v)) st = rf__oom();
+  }
+  if (st) {
+    json_decref(o);
+    return st;
+  }
+  *out = o;
+  return NULL;
+}
+
+/* jansson's text, copied into the library's allocator for rf_string_free. */
+static rf_status *dump(json_t *root, char **out) {
+  char *text = json_dumps(root, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
+  if (!text) return rf__oom();
+  *out = rf__strdup(text);
+  json_free_t jfree;
+  json_get_alloc_funcs(NULL, &jfree);
+  jfree(text);
+  return *out ? NULL : rf__oom();
 }
 
 rf_status *rf_graph_to_json(const rf_graph *g, char **out) {
@@ -180,15 +252,29 @@ rf_status *rf_graph_to_json(const rf_graph *g, char **out) {
   json_t *root = json_pack("{s:s, s:i, s:o}", "format", FORMAT_NAME, "version",
                            FORMAT_VERSION, "nodes", nodes);
   rf_status *st = root ? NULL : rf__oom();
-  for (int i = 0; i < count && !st; i++)
-    if (json_array_append_new(nodes, node_json(g->nodes[order[i]])))
-      st = rf__oom();
+  for (int i = 0; i < count && !st; i++) {
+    json_t *n = NULL;
+    st = node_json(g->nodes[order[i]], &n);
+    if (!st && json_array_append_new(nodes, n)) st = rf__oom();
+  }
   rf__free(order);
-  char *text = st ? NULL : json_dumps(root, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
+  char *text = NULL;
+  if (!st) st = dump(root, &text);
   json_decref(root);
-  if (!st && !text) st = rf__oom();
   if (!st) *out = text;
   return st;
+}
+
+static rf_code errno_code(int e) {
+  switch (e) {
+    case ENOENT:
+    case ENOTDIR: return RF_NOT_FOUND;
+    case EACCES:
+    case EPERM:
+    case EROFS: return RF_PERMISSION_DENIED;
+    case ENOSPC: return RF_RESOURCE_EXHAUSTED;
+    default: return RF_UNKNOWN;
+  }
 }
 
 rf_status *rf_graph_save(const rf_graph *g, const char *path) {
@@ -197,9 +283,9 @@ rf_status *rf_graph_save(const rf_graph *g, const char *path) {
   RF_CHECK(rf_graph_to_json(g, &text));
   FILE *f = fopen(path, "w");
   if (!f) {
+    int e = errno;
     rf_string_free(text);
-    return rf__error(RF_PERMISSION_DENIED, "cannot write %s: %s", path,
-                     strerror(errno));
+    return rf__error(errno_code(e), "cannot write %s: %s", path, strerror(e));
   }
   size_t len = strlen(text);
   bool ok = fwrite(text, 1, len, f) == len && fputc('\n', f) != EOF;
@@ -213,12 +299,20 @@ rf_status *rf_graph_save(const rf_graph *g, const char *path) {
 
 typedef struct loader {
   rf_graph *g;
-  const char *node; /* the node being read, for messages */
+  size_t index;     /* of the node being read */
+  const char *node; /* its name once known, for messages */
+  const char *attr; /* the attr being read, for messages */
 } loader;
 
-#define LOAD_ERR(l, ...)                                                       \
-  rf__status_prefix(rf__invalid(__VA_ARGS__), "graph file, node '%s'",         \
-                    (l)->node ? (l)->node : "?")
+/* "graph file, node 3 'x', attr 'shape': <message>" */
+#define LOAD_ERR(l, ...) where((l), rf__invalid(__VA_ARGS__))
+
+static rf_status *where(const loader *l, rf_status *st) {
+  return rf__status_prefix(st, "graph file, node %zu%s%s%s%s%s%s", l->index,
+                           l->node ? " '" : "", l->node ? l->node : "",
+                           l->node ? "'" : "", l->attr ? ", attr '" : "",
+                           l->attr ? l->attr : "", l->attr ? "'" : "");
+}
 
 static rf_status *read_shape(loader *l, json_t *j, rf_shape *out) {
   if (json_is_null(j)) {
@@ -242,38 +336,64 @@ static rf_status *read_shape(loader *l, json_t *j, rf_shape *out) {
 
 static rf_status *read_float(loader *l, json_t *j, double *out) {
   const char *s = json_string_value(j);
-  if (json_is_number(j)) *out = json_number_value(j);
-  else if (s && strcmp(s, "nan") == 0) *out = NAN;
-  else if (s && strcmp(s, "inf") == 0) *out = INFINITY;
-  else if (s && strcmp(s, "-inf") == 0) *out = -INFINITY;
-  else return LOAD_ERR(l, "expected a number");
+  if (json_is_number(j))
+    *out = json_number_value(j);
+  else if (s && strcmp(s, "nan") == 0)
+    *out = NAN;
+  else if (s && strcmp(s, "inf") == 0)
+    *out = INFINITY;
+  else if (s && strcmp(s, "-inf") == 0)
+    *out = -INFINITY;
+  else
+    return LOAD_ERR(l, "expected a number (or \"nan\", \"inf\", \"-inf\")");
+  return NULL;
+}
+
+/* Only 0 and 1 are bools: other bytes would be undefined behaviour when a
+ * kernel reads them as C bools. */
+static rf_status *check_bools(loader *l, const rf_tensor *t) {
+  const unsigned char *p = rf_tensor_data(t);
+  for (size_t i = 0; i < rf_tensor_nbytes(t); i++)
+    if (p[i] > 1)
+      return LOAD_ERR(l, "bool tensor element %zu is %u, not 0 or 1", i, p[i]);
   return NULL;
 }
 
 static rf_status *read_tensor(loader *l, json_t *j, rf_tensor **out) {
-  const char *dtype = NULL, *data = NULL;
-  json_t *shape = NULL;
-  if (json_unpack(j, "{s:s, s:o, s:s}", "dtype", &dtype, "shape", &shape,
-                  "data", &data))
-    return LOAD_ERR(l, "a tensor needs dtype, shape and data");
+  json_t *jd = json_object_get(j, "dtype"), *js = json_object_get(j, "shape");
+  json_t *jdata = json_object_get(j, "data");
+  if (!json_is_object(j) || json_object_size(j) != 3 || !json_is_string(jd) ||
+      !js || !json_is_string(jdata))
+    return LOAD_ERR(l,
+                    "a tensor is {\"dtype\": string, \"shape\": [ints], "
+                    "\"data\": base64 string}");
+  const char *dtype = json_string_value(jd), *data = json_string_value(jdata);
   rf_dtype dt = rf_dtype_from_name(dtype);
   if (dt == RF_DTYPE_INVALID || dt == RF_RESOURCE)
     return LOAD_ERR(l, "unknown tensor dtype '%s'", dtype);
   rf_shape s;
-  RF_CHECK(read_shape(l, shape, &s));
+  RF_CHECK(read_shape(l, js, &s));
   if (!rf_shape_is_fully_defined(&s))
     return LOAD_ERR(l, "a tensor's shape must be fully defined");
+  /* Checked before allocating: the text must hold every byte. */
   int64_t n = rf_shape_num_elements(&s);
-  if (n > ((int64_t)1 << 40) / (int64_t)rf_dtype_size(dt) ||
-      strlen(data) / 4 * 3 < (size_t)n * rf_dtype_size(dt))
-    return LOAD_ERR(l, "tensor data does not hold %lld %s elements",
-                    (long long)n, dtype);
+  size_t have = json_string_length(jdata) / 4 * 3;
+  if (n < 0) return LOAD_ERR(l, "a tensor's element count overflows int64");
+  if ((uint64_t)n > have / rf_dtype_size(dt))
+    return LOAD_ERR(l,
+                    "tensor data (%zu base64 chars) cannot hold %lld %s "
+                    "elements",
+                    json_string_length(jdata), (long long)n, dtype);
   rf_tensor *t;
   RF_CHECK(rf_tensor_new(dt, &s, NULL, &t));
   size_t nbytes = rf_tensor_nbytes(t);
-  if (base64_decode(data, rf_tensor_mutable_data(t), nbytes)) {
+  rf_status *st = NULL;
+  if (base64_decode(data, rf_tensor_mutable_data(t), nbytes))
+    st = LOAD_ERR(l, "tensor data is not base64 of exactly %zu bytes", nbytes);
+  if (!st && dt == RF_BOOL) st = check_bools(l, t);
+  if (st) {
     rf_tensor_release(t);
-    return LOAD_ERR(l, "tensor data is not base64 of exactly %zu bytes", nbytes);
+    return st;
   }
   *out = t;
   return NULL;
@@ -294,29 +414,37 @@ static rf_status *read_element(loader *l, rf__attr_type t, json_t *j,
     case RF_ATTR_INT:
     case RF_ATTR_INT_LIST:
       if (!json_is_integer(j)) return LOAD_ERR(l, "expected an integer");
-      if (t == RF_ATTR_INT) v->u.i = json_integer_value(j);
-      else v->u.ints[i] = json_integer_value(j);
+      if (t == RF_ATTR_INT)
+        v->u.i = json_integer_value(j);
+      else
+        v->u.ints[i] = json_integer_value(j);
       return NULL;
     case RF_ATTR_FLOAT: return read_float(l, j, &v->u.f);
     case RF_ATTR_FLOAT_LIST: return read_float(l, j, &v->u.floats[i]);
     case RF_ATTR_BOOL:
     case RF_ATTR_BOOL_LIST:
       if (!json_is_boolean(j)) return LOAD_ERR(l, "expected true or false");
-      if (t == RF_ATTR_BOOL) v->u.b = json_is_true(j);
-      else v->u.bools[i] = json_is_true(j);
+      if (t == RF_ATTR_BOOL)
+        v->u.b = json_is_true(j);
+      else
+        v->u.bools[i] = json_is_true(j);
       return NULL;
     case RF_ATTR_STRING:
     case RF_ATTR_STRING_LIST:
       if (!json_is_string(j)) return LOAD_ERR(l, "expected a string");
-      if (t == RF_ATTR_STRING) v->u.s = (char *)json_string_value(j);
-      else v->u.strings[i] = (char *)json_string_value(j);
+      if (t == RF_ATTR_STRING)
+        v->u.s = (char *)json_string_value(j);
+      else
+        v->u.strings[i] = (char *)json_string_value(j);
       return NULL;
     case RF_ATTR_TYPE:
     case RF_ATTR_TYPE_LIST:
       dt = rf_dtype_from_name(json_string_value(j));
       if (dt == RF_DTYPE_INVALID) return LOAD_ERR(l, "expected a dtype name");
-      if (t == RF_ATTR_TYPE) v->u.type = dt;
-      else v->u.types[i] = dt;
+      if (t == RF_ATTR_TYPE)
+        v->u.type = dt;
+      else
+        v->u.types[i] = dt;
       return NULL;
     case RF_ATTR_SHAPE: return read_shape(l, j, &v->u.shape);
     case RF_ATTR_SHAPE_LIST: return read_shape(l, j, &v->u.shapes[i]);
@@ -326,61 +454,77 @@ static rf_status *read_element(loader *l, rf__attr_type t, json_t *j,
   }
 }
 
+/* Reads a list attr of n elements into v (items allocated here). */
+static rf_status *read_list(loader *l, rf__attr_type t, json_t *value,
+                            rf__attr_value *v) {
+  size_t n = json_array_size(value), done = 0;
+  void *items = rf__calloc(n ? n : 1, sizeof(rf_shape)); /* largest element */
+  RF_CHECK_ALLOC(items);
+  v->n = (int)n;
+  v->u.ints = items; /* every list member of the union aliases items */
+  rf_status *st = NULL;
+  for (; done < n && !st; done++)
+    st = read_element(l, t, json_array_get(value, done), v, (int)done);
+  if (st && t == RF_ATTR_TENSOR_LIST) /* the failed element holds nothing */
+    for (size_t i = 0; i + 1 < done; i++) rf_tensor_release(v->u.tensors[i]);
+  if (st) rf__free(items);
+  return st;
+}
+
 /* Sets one attr on b. Borrowed strings point into the JSON document, which
  * outlives the builder; tensors read here are released after the copy. */
 static rf_status *read_attr(loader *l, rf_node_builder *b, const char *name,
                             json_t *j) {
-  const char *type = NULL;
-  json_t *value = NULL;
-  if (json_unpack(j, "{s:s, s:o}", "type", &type, "value", &value))
-    return LOAD_ERR(l, "attr '%s' needs a type and a value", name);
+  json_t *jt = json_object_get(j, "type"), *value = json_object_get(j, "value");
+  if (!json_is_object(j) || json_object_size(j) != 2 || !json_is_string(jt) ||
+      !value)
+    return LOAD_ERR(l, "an attr must be {\"type\": string, \"value\": ...}");
+  const char *type = json_string_value(jt);
   rf__attr_type t = attr_type_from_name(type);
   if (t == RF_ATTR_TYPE_COUNT)
-    return LOAD_ERR(l, "attr '%s' has unknown type '%s'", name, type);
+    return LOAD_ERR(l, "unknown attr type '%s'", type);
   rf__attr_value v;
   memset(&v, 0, sizeof v);
   v.type = t;
-  rf_status *st = NULL;
-  if (t < RF_ATTR_INT_LIST) {
+  rf_status *st;
+  if (!is_list(t)) {
     st = read_element(l, t, value, &v, 0);
     if (!st) rf__node_builder_attr_value(b, name, &v);
-    if (t == RF_ATTR_TENSOR) rf_tensor_release(v.u.tensor);
-    return rf__status_prefix(st, "attr '%s'", name);
+    if (!st && t == RF_ATTR_TENSOR) rf_tensor_release(v.u.tensor);
+    return st;
   }
-  size_t n = json_array_size(value);
-  if (!json_is_array(value) || n > 1 << 20)
-    return LOAD_ERR(l, "attr '%s' must be an array", name);
-  void *items = rf__calloc(n ? n : 1, sizeof(rf_shape)); /* largest element */
-  RF_CHECK_ALLOC(items);
-  v.n = (int)n;
-  v.u.ints = items; /* every list member of the union aliases items */
-  size_t done = 0;
-  for (; done < n && !st; done++)
-    st = read_element(l, t, json_array_get(value, done), &v, (int)done);
-  if (!st) rf__node_builder_attr_value(b, name, &v);
+  if (!json_is_array(value) || json_array_size(value) > (1u << 20))
+    return LOAD_ERR(l, "a %s value must be an array of at most 2^20 items",
+                    type);
+  RF_CHECK(read_list(l, t, value, &v));
+  rf__node_builder_attr_value(b, name, &v);
   if (t == RF_ATTR_TENSOR_LIST)
-    for (size_t i = 0; i < done; i++) rf_tensor_release(v.u.tensors[i]);
-  rf__free(items);
-  return rf__status_prefix(st, "attr '%s'", name);
+    for (int i = 0; i < v.n; i++) rf_tensor_release(v.u.tensors[i]);
+  rf__free(v.u.ints);
+  return NULL;
 }
 
-/* "name:3" -> (node, 3); "name" -> (node, 0). */
+/* "name:3" -> (node, 3); "name" -> (node, 0). Names may be of any length. */
 static rf_status *read_output(loader *l, json_t *j, rf_output *out) {
+  if (!json_is_string(j))
+    return LOAD_ERR(l, "an input must be a string \"node:index\"");
   const char *s = json_string_value(j);
-  if (!s) return LOAD_ERR(l, "an input must be a string \"node:index\"");
-  char name[512];
-  snprintf(name, sizeof name, "%s", s);
+  size_t len = json_string_length(j), name_len = len;
   long index = 0;
-  char *colon = strrchr(name, ':');
-  if (colon && colon[1] && strspn(colon + 1, "0123456789") == strlen(colon + 1)) {
+  const char *colon = strrchr(s, ':');
+  if (colon && colon[1] &&
+      strspn(colon + 1, "0123456789") == strlen(colon + 1)) {
+    if (strlen(colon + 1) > 9)
+      return LOAD_ERR(l, "input '%s': output index out of range", s);
     index = strtol(colon + 1, NULL, 10);
-    *colon = '\0';
+    name_len = (size_t)(colon - s);
   }
-  rf_node *n = rf_graph_find_node(l->g, name);
+  rf_node *n = NULL;
+  if (strlen(s) == len) HASH_FIND(hh, l->g->by_name, s, name_len, n);
   if (!n) return LOAD_ERR(l, "input '%s' names no earlier node", s);
-  if (index >= rf_node_num_outputs(n))
-    return LOAD_ERR(l, "input '%s': node '%s' has %d outputs", s, name,
-                    rf_node_num_outputs(n));
+  if (index >= n->num_outputs)
+    return LOAD_ERR(l, "input '%s': node '%s' has %d outputs", s, n->name,
+                    n->num_outputs);
   out->node = n;
   out->index = (int)index;
   return NULL;
@@ -397,7 +541,7 @@ static rf_status *read_inputs(loader *l, rf_node_builder *b, json_t *inputs) {
       continue;
     }
     size_t n = json_array_size(arg);
-    if (n > 1 << 16) return LOAD_ERR(l, "input list %zu is too long", i);
+    if (n > (1u << 16)) return LOAD_ERR(l, "input list %zu is too long", i);
     rf_output *list = rf__calloc(n ? n : 1, sizeof *list);
     RF_CHECK_ALLOC(list);
     rf_status *st = NULL;
@@ -410,32 +554,76 @@ static rf_status *read_inputs(loader *l, rf_node_builder *b, json_t *inputs) {
   return NULL;
 }
 
-static rf_status *read_node(loader *l, json_t *j) {
-  const char *name = NULL, *op = NULL, *device = "";
-  json_t *inputs = NULL, *ctrl = NULL, *attrs = NULL;
-  if (json_unpack(j, "{s:s, s:s, s?s, s?o, s?o, s?o}", "name", &name, "op",
-                  &op, "device", &device, "inputs", &inputs, "control_inputs",
-                  &ctrl, "attrs", &attrs))
-    return LOAD_ERR(l, "a node needs a string name and op");
-  l->node = name;
-  if ((inputs && !json_is_array(inputs)) || (ctrl && !json_is_array(ctrl)) ||
-      (attrs && !json_is_object(attrs)))
-    return LOAD_ERR(l, "inputs and control_inputs must be arrays, attrs an "
-                       "object");
-  rf_node_builder *b = rf_node_builder_new(l->g, op, name);
-  rf_node_builder_device(b, device);
-  rf_status *st = inputs ? read_inputs(l, b, inputs) : NULL;
+static rf_status *read_controls(loader *l, rf_node_builder *b, json_t *ctrl) {
   size_t i;
   json_t *c;
-  if (ctrl) json_array_foreach(ctrl, i, c) {
-      rf_node *src = st ? NULL : rf_graph_find_node(l->g, json_string_value(c) ? json_string_value(c) : "");
-      if (!st && !src) st = LOAD_ERR(l, "control input %zu names no earlier node", i);
-      if (!st) rf_node_builder_control_input(b, src);
-    }
+  json_array_foreach(ctrl, i, c) {
+    rf_node *src = json_is_string(c)
+                       ? rf_graph_find_node(l->g, json_string_value(c))
+                       : NULL;
+    if (!src)
+      return LOAD_ERR(l, "control input %zu must name an earlier node", i);
+    rf_node_builder_control_input(b, src);
+  }
+  return NULL;
+}
+
+/* The node object's fields, checked for presence and type. */
+typedef struct node_fields {
+  const char *name, *op, *device;
+  json_t *inputs, *ctrl, *attrs;
+} node_fields;
+
+static rf_status *read_fields(loader *l, json_t *j, node_fields *f) {
+  if (!json_is_object(j)) return LOAD_ERR(l, "a node must be an object");
   const char *key;
   json_t *v;
-  if (attrs) json_object_foreach(attrs, key, v) {
-      if (!st) st = read_attr(l, b, key, v);
+  memset(f, 0, sizeof *f);
+  f->device = "";
+  l->node = json_string_value(json_object_get(j, "name"));
+  json_object_foreach(j, key, v) {
+    bool ok = true;
+    if (strcmp(key, "name") == 0)
+      ok = (f->name = json_string_value(v)) != NULL;
+    else if (strcmp(key, "op") == 0)
+      ok = (f->op = json_string_value(v)) != NULL;
+    else if (strcmp(key, "device") == 0)
+      ok = (f->device = json_string_value(v)) != NULL;
+    else if (strcmp(key, "inputs") == 0)
+      ok = json_is_array(f->inputs = v);
+    else if (strcmp(key, "control_inputs") == 0)
+      ok = json_is_array(f->ctrl = v);
+    else if (strcmp(key, "attrs") == 0)
+      ok = json_is_object(f->attrs = v);
+    else
+      return LOAD_ERR(l, "unknown field '%s'", key);
+    if (!ok)
+      return LOAD_ERR(l, "field '%s' must be %s", key,
+                      strcmp(key, "attrs") == 0 ? "an object"
+                      : strstr(key, "inputs")   ? "an array"
+                                                : "a string");
+  }
+  if (!f->name || !f->op) return LOAD_ERR(l, "a node needs a name and an op");
+  if (!rf__op_find(f->op))
+    return where(l, rf__error(RF_NOT_FOUND, "unknown op '%s'", f->op));
+  return NULL;
+}
+
+static rf_status *read_node(loader *l, json_t *j) {
+  node_fields f;
+  l->node = l->attr = NULL;
+  RF_CHECK(read_fields(l, j, &f));
+  rf_node_builder *b = rf_node_builder_new(l->g, f.op, f.name);
+  rf_node_builder_device(b, f.device);
+  rf_status *st = f.inputs ? read_inputs(l, b, f.inputs) : NULL;
+  if (!st && f.ctrl) st = read_controls(l, b, f.ctrl);
+  const char *key;
+  json_t *v;
+  if (!st && f.attrs) json_object_foreach(f.attrs, key, v) {
+      l->attr = key;
+      st = read_attr(l, b, key, v);
+      l->attr = NULL;
+      if (st) break;
     }
   rf_node *n;
   rf_status *fin = rf_node_builder_finish(b, &n); /* consumes b either way */
@@ -443,26 +631,29 @@ static rf_status *read_node(loader *l, json_t *j) {
     rf_status_free(fin);
     return st;
   }
-  return rf__status_prefix(fin, "graph file");
+  return rf__status_prefix(fin, "graph file, node %zu", l->index);
 }
 
 static rf_status *read_graph(json_t *root, rf_graph *g) {
-  const char *format = NULL;
-  int version = 0;
-  json_t *nodes = NULL;
-  if (json_unpack(root, "{s:s, s:i, s:o}", "format", &format, "version",
-                  &version, "nodes", &nodes) ||
-      strcmp(format, FORMAT_NAME) != 0 || !json_is_array(nodes))
-    return rf__invalid("not a ringflow graph file (want {\"format\": \"%s\", "
-                       "\"version\": %d, \"nodes\": [...]})",
-                       FORMAT_NAME, FORMAT_VERSION);
-  if (version != FORMAT_VERSION)
-    return rf__invalid("graph file version %d; this ringflow reads version %d",
-                       version, FORMAT_VERSION);
-  loader l = {g, NULL};
-  size_t i;
+  json_t *format = json_object_get(root, "format");
+  json_t *version = json_object_get(root, "version");
+  json_t *nodes = json_object_get(root, "nodes");
+  if (!json_is_object(root) || !json_is_string(format) ||
+      strcmp(json_string_value(format), FORMAT_NAME) != 0 ||
+      !json_is_integer(version) || !json_is_array(nodes) ||
+      json_object_size(root) != 3)
+    return rf__invalid(
+        "not a ringflow graph file (want {\"format\": \"%s\", "
+        "\"version\": %d, \"nodes\": [...]})",
+        FORMAT_NAME, FORMAT_VERSION);
+  if (json_integer_value(version) != FORMAT_VERSION)
+    return rf__invalid(
+        "graph file version %lld; this ringflow reads version "
+        "%d",
+        (long long)json_integer_value(version), FORMAT_VERSION);
+  loader l = {g, 0, NULL, NULL};
   json_t *n;
-  json_array_foreach(nodes, i, n) RF_CHECK(read_node(&l, n));
+  json_array_foreach(nodes, l.index, n) RF_CHECK(read_node(&l, n));
   return NULL;
 }
 
@@ -488,7 +679,9 @@ rf_status *rf_graph_from_json(const char *json, size_t len, rf_graph **out) {
 rf_status *rf_graph_load(const char *path, rf_graph **out) {
   if (!path || !out) return rf__invalid("rf_graph_load: NULL argument");
   FILE *f = fopen(path, "rb");
-  if (!f) return rf__error(RF_NOT_FOUND, "cannot open %s: %s", path, strerror(errno));
+  if (!f)
+    return rf__error(errno_code(errno), "cannot open %s: %s", path,
+                     strerror(errno));
   char *buf = NULL;
   size_t len = 0, cap = 0;
   rf_status *st = NULL;
@@ -511,9 +704,12 @@ rf_status *rf_graph_load(const char *path, rf_graph **out) {
     len += got;
     if (got == 0) break;
   }
-  if (!st && ferror(f)) st = rf__error(RF_DATA_LOSS, "reading %s failed", path);
+  if (!st && ferror(f))
+    st =
+        rf__error(RF_DATA_LOSS, "reading %s failed: %s", path, strerror(errno));
   fclose(f);
-  if (!st) st = rf__status_prefix(rf_graph_from_json(buf, len, out), "%s", path);
+  if (!st)
+    st = rf__status_prefix(rf_graph_from_json(buf, len, out), "%s", path);
   rf__free(buf);
   return st;
 }

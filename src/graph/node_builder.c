@@ -133,8 +133,7 @@ void rf__node_builder_attr_value(rf_node_builder *b, const char *name,
   set_attr(b, name, v);
 }
 
-void rf_node_builder_attr_int(rf_node_builder *b, const char *name,
-                              int64_t v) {
+void rf_node_builder_attr_int(rf_node_builder *b, const char *name, int64_t v) {
   rf__attr_value a = rf__attr_int(v);
   set_attr(b, name, &a);
 }

@@ -23,19 +23,22 @@ typedef struct rf__kernel_ctx rf__kernel_ctx;
 typedef void (*rf__done_fn)(rf__kernel_ctx *ctx, rf_status *st);
 
 struct rf__kernel_ctx {
-  const rf_node *node;     /* attrs: node->attrs; not owned */
-  void *state;             /* from the kernel's init, per node per session */
+  const rf_node *node; /* attrs: node->attrs; not owned */
+  void *state;         /* from the kernel's init, per node per session */
   int num_inputs;
   rf_tensor *const *inputs; /* borrowed for the call */
   int num_outputs;
-  rf_tensor **outputs;     /* the kernel stores one new reference per output */
+  rf_tensor **outputs; /* the kernel stores one new reference per output */
   struct rf__device *device;
   struct rf__step *step;
-  void *executor_private;  /* the executor's; kernels leave it alone */
-  int64_t trace_start;     /* the executor's: when an async kernel started */
+  void *executor_private; /* the executor's; kernels leave it alone */
+  int64_t trace_start;    /* the executor's: when an async kernel started */
   /* For compute_async: the `done` it was passed, also stored here so that a
    * callback which only gets ctx back (a rendezvous, a collective) finds it. */
   rf__done_fn done;
+  /* The kernel being run (its host_memory_* bits); NULL outside the
+   * executor. */
+  const struct rf__kernel_def *def;
 };
 
 typedef struct rf__kernel_def {
@@ -47,7 +50,13 @@ typedef struct rf__kernel_def {
   /* Exactly one of these two. */
   rf_status *(*compute)(rf__kernel_ctx *ctx);
   void (*compute_async)(rf__kernel_ctx *ctx, rf__done_fn done);
-  uint32_t host_memory_inputs;  /* bit k: input k stays in host memory */
+  /* GPU kernels: bit k set = input/output k is in host memory (a shape, a
+   * count), not device memory. Partition hands such an input over from other
+   * devices without a device copy (a _Recv with host_memory=true), placement
+   * puts small int32 producers of such inputs on cpu:0, and
+   * rf__kernel_alloc_output makes such outputs host tensors. Ignored on CPU
+   * devices (everything is host memory there). */
+  uint32_t host_memory_inputs;
   uint32_t host_memory_outputs;
 } rf__kernel_def;
 
@@ -57,12 +66,15 @@ rf_status *rf__kernel_register(const rf__kernel_def *def);
 const rf__kernel_def *rf__kernel_find(const char *op, rf__device_type type);
 
 /* Allocates output i with the device's allocator and stores it in
- * ctx->outputs[i]; *out (optional) gets the same pointer, writable. */
+ * ctx->outputs[i]; *out (optional) gets the same pointer, writable. On a GPU
+ * device the tensor is in device memory (on_gpu), unless the kernel declares
+ * output i host memory (host_memory_outputs): then it is a host tensor. */
 rf_status *rf__kernel_alloc_output(rf__kernel_ctx *ctx, int i, rf_dtype dtype,
                                    const rf_shape *shape, rf_tensor **out);
 /* Passes input j through as output i (a new reference; no copy). */
 void rf__kernel_forward_input(rf__kernel_ctx *ctx, int j, int i);
-/* An error naming the node, its op and device: "node 'x' (MatMul) on cpu:1: ". */
+/* An error naming the node, its op and device: "node 'x' (MatMul) on cpu:1: ".
+ */
 rf_status *rf__kernel_error(const rf__kernel_ctx *ctx, rf_code code,
                             const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

@@ -104,8 +104,15 @@ rf_status *rf__kernel_alloc_output(rf__kernel_ctx *ctx, int i, rf_dtype dtype,
   rf_allocator *a = ctx->device && ctx->device->allocator
                         ? ctx->device->allocator
                         : rf_default_allocator();
+  bool device_memory = ctx->device && ctx->device->name.type == RF_DEVICE_GPU;
+  if (device_memory && ctx->def && i < 32 &&
+      (ctx->def->host_memory_outputs >> i & 1u)) {
+    device_memory = false;
+    a = rf_default_allocator();
+  }
   rf_tensor *t = NULL;
-  rf_status *st = rf_tensor_new(dtype, shape, a, &t);
+  rf_status *st = device_memory ? rf__tensor_new_device(dtype, shape, a, &t)
+                                : rf_tensor_new(dtype, shape, a, &t);
   if (st) {
     rf_status *e = rf__kernel_error(ctx, rf_status_code(st), "output %d: %s", i,
                                     rf_status_message(st));
@@ -185,6 +192,7 @@ rf_status *rf__kernel_run_single(const rf_node *node, rf_tensor *const *inputs,
   rf_status *st = k->init ? k->init(node, &state) : NULL;
   if (!st) {
     rf__kernel_ctx ctx = {.node = node,
+                          .def = k,
                           .state = state,
                           .num_inputs = node->num_inputs,
                           .inputs = inputs,

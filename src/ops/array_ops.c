@@ -241,8 +241,17 @@ rf_output rf_reshape_to(rf_graph *g, const char *name, rf_output x, int rank,
     return invalid_output;
   }
   rf_shape vec = rf_shape_of(1, (int64_t)rank);
+  /* int32 when every dim fits (as TensorFlow makes a Python list): a small
+   * int32 shape moves to host memory by itself in GPU graphs. */
+  bool fits = true;
+  int32_t dims32[RF_MAX_RANK];
+  for (int i = 0; i < rank; i++) {
+    fits = fits && dims[i] >= INT32_MIN && dims[i] <= INT32_MAX;
+    dims32[i] = fits ? (int32_t)dims[i] : 0;
+  }
   rf_tensor *t;
-  rf_status *st = rf_tensor_new_copy(RF_INT64, &vec, dims, &t);
+  rf_status *st = fits ? rf_tensor_new_copy(RF_INT32, &vec, dims32, &t)
+                       : rf_tensor_new_copy(RF_INT64, &vec, dims, &t);
   if (st) {
     rf__graph_record(g, rf__status_prefix(st, "rf_reshape_to"));
     return invalid_output;

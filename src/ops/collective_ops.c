@@ -39,14 +39,17 @@ static rf_status *reduce_shape(rf__shape_ctx *c) {
     char a[96], b[96];
     if (o->rank != s.rank) goto bad;
     for (int d = 0; d < s.rank; d++) {
-      if (s.dims[d] < 0) s.dims[d] = o->dims[d];
-      else if (o->dims[d] >= 0 && o->dims[d] != s.dims[d]) goto bad;
+      if (s.dims[d] < 0)
+        s.dims[d] = o->dims[d];
+      else if (o->dims[d] >= 0 && o->dims[d] != s.dims[d])
+        goto bad;
     }
     continue;
   bad:
     rf_shape_format(&c->input_shapes[0], a, sizeof a);
     rf_shape_format(o, b, sizeof b);
-    return rf__invalid("inputs 0 and %d have different shapes %s and %s", i, a, b);
+    return rf__invalid("inputs 0 and %d have different shapes %s and %s", i, a,
+                       b);
   }
   c->output_shapes[0] = s;
   return NULL;
@@ -61,7 +64,12 @@ static rf_status *broadcast_recv_shape(rf__shape_ctx *c) {
     return rf__invalid("the shape input must be a vector of at most %d dims",
                        RF_MAX_RANK);
   int64_t dims[RF_MAX_RANK];
-  for (int64_t i = 0; i < rank; i++) dims[i] = (int64_t)rf_tensor_get(t, i);
+  for (int64_t i = 0; i < rank; i++) {
+    dims[i] = (int64_t)rf_tensor_get(t, i);
+    if (dims[i] < 0)
+      return rf__invalid("the shape input holds a negative dim %lld",
+                         (long long)dims[i]);
+  }
   c->output_shapes[0] = rf_shape_make((int)rank, dims);
   return NULL;
 }
@@ -82,17 +90,22 @@ static rf_status *gather_shape(rf__shape_ctx *c, bool gather) {
                        gather ? "AllGather" : "ReduceScatter");
   if (s.rank > 0 && s.dims[0] >= 0) {
     if (!gather && s.dims[0] % n != 0)
-      return rf__invalid("ReduceScatter needs a first dimension divisible by "
-                         "num_devices %lld, got %lld",
-                         (long long)n, (long long)s.dims[0]);
+      return rf__invalid(
+          "ReduceScatter needs a first dimension divisible by "
+          "num_devices %lld, got %lld",
+          (long long)n, (long long)s.dims[0]);
     s.dims[0] = gather ? s.dims[0] * n : s.dims[0] / n;
   }
   c->output_shapes[0] = s;
   return NULL;
 }
 
-static rf_status *all_gather_shape(rf__shape_ctx *c) { return gather_shape(c, true); }
-static rf_status *reduce_scatter_shape(rf__shape_ctx *c) { return gather_shape(c, false); }
+static rf_status *all_gather_shape(rf__shape_ctx *c) {
+  return gather_shape(c, true);
+}
+static rf_status *reduce_scatter_shape(rf__shape_ctx *c) {
+  return gather_shape(c, false);
+}
 
 /* ---- builders ---- */
 
@@ -104,18 +117,12 @@ static rf_output invalid_output(void) {
 static bool require_device(rf_graph *g, const char *op, const char *name,
                            rf_output in) {
   if (in.node->requested_device[0]) return true;
-  rf__graph_record(g, rf_status_new(RF_INVALID_ARGUMENT,
-                                    "Device assignment required for collective "
-                                    "ops: input '%s' of %s '%s' has no device",
-                                    in.node->name, op, name ? name : "(unnamed)"));
+  rf__graph_record(g,
+                   rf_status_new(RF_INVALID_ARGUMENT,
+                                 "Device assignment required for collective "
+                                 "ops: input '%s' of %s '%s' has no device",
+                                 in.node->name, op, name ? name : "(unnamed)"));
   return false;
-}
-
-/* A name for a node of `op` that is unique in g: the given one, else fresh. */
-static void node_name(rf_graph *g, const char *given, const char *op, char *buf,
-                      size_t len) {
-  if (given) snprintf(buf, len, "%s", given);
-  else rf__graph_unique_name(g, op, buf, len);
 }
 
 static rf_output participant(rf_graph *g, const char *op, const char *name,
@@ -124,8 +131,9 @@ static rf_output participant(rf_graph *g, const char *op, const char *name,
   if (rf__graph_failed(g) || !rf__graph_inputs_ok(g, op, &input, 1))
     return invalid_output();
   if (!require_device(g, op, name, input)) return invalid_output();
-  char nm[256];
-  node_name(g, name, op, nm, sizeof nm);
+  char fresh[RF_ARG_NAME_MAX + 64]; /* op names are short */
+  if (!name) rf__graph_unique_name(g, op, fresh, sizeof fresh);
+  const char *nm = name ? name : fresh; /* any length: never cut */
   rf_node_builder *b = rf_node_builder_new(g, op, nm);
   rf_node_builder_input(b, input);
   const char *scope = rf__graph_scope_device(g);
@@ -145,7 +153,8 @@ rf_output rf_all_reduce(rf_graph *g, const char *name, rf_output input,
 
 rf_output rf_all_gather(rf_graph *g, const char *name, rf_output input,
                         int num_devices, const char *shared_name) {
-  return participant(g, "AllGather", name, input, NULL, num_devices, shared_name);
+  return participant(g, "AllGather", name, input, NULL, num_devices,
+                     shared_name);
 }
 
 rf_output rf_reduce_scatter(rf_graph *g, const char *name, rf_output input,
@@ -157,27 +166,35 @@ rf_output rf_reduce_scatter(rf_graph *g, const char *name, rf_output input,
 
 /* n participants named <name>_<i> sharing <name>; all or nothing. */
 static void participants_n(rf_graph *g, const char *op, const char *name,
-                           const rf_output *inputs, int n, const char *reduction,
-                           rf_output *outputs) {
+                           const rf_output *inputs, int n,
+                           const char *reduction, rf_output *outputs) {
   if (rf__graph_failed(g)) return;
   if (!inputs || !outputs || n < 1) {
-    rf__graph_record(g, rf__invalid("%s: need n >= 1 inputs and an outputs array",
-                                    op));
+    rf__graph_record(
+        g, rf__invalid("%s: need n >= 1 inputs and an outputs array", op));
     return;
   }
   if (!rf__graph_inputs_ok(g, op, inputs, n)) return;
-  char shared[200], nm[256];
-  node_name(g, name, op, shared, sizeof shared);
+  char fresh[RF_ARG_NAME_MAX + 64];
+  if (!name) rf__graph_unique_name(g, op, fresh, sizeof fresh);
+  const char *shared = name ? name : fresh;
   for (int i = 0; i < n; i++)
     if (!require_device(g, op, shared, inputs[i])) return;
+  size_t len = strlen(shared) + 16;
+  char *nm = rf__malloc(len);
+  if (!nm) {
+    rf__graph_record(g, rf__oom());
+    return;
+  }
   int first_new = g->num_ids;
   rf_output tmp[64];
   rf_output *outs = n <= 64 ? tmp : outputs;
   for (int i = 0; i < n; i++) {
-    snprintf(nm, sizeof nm, "%s_%d", shared, i);
+    snprintf(nm, len, "%s_%d", shared, i);
     outs[i] = participant(g, op, nm, inputs[i], reduction, n, shared);
     if (!outs[i].node) break;
   }
+  rf__free(nm);
   if (rf__graph_failed(g)) { /* nothing half-built stays behind */
     for (int id = g->num_ids - 1; id >= first_new; id--)
       if (g->nodes[id]) rf__graph_remove_node(g, g->nodes[id]);
@@ -216,7 +233,8 @@ rf_output rf_reduce(rf_graph *g, const char *name, const rf_output *inputs,
   rf_node_builder *b = rf_node_builder_new(g, "Reduce", name);
   rf_node_builder_input_list(b, inputs, n);
   const char *scope = rf__graph_scope_device(g);
-  rf_node_builder_device(b, scope[0] ? scope : inputs[0].node->requested_device);
+  rf_node_builder_device(b,
+                         scope[0] ? scope : inputs[0].node->requested_device);
   rf_node_builder_attr_string(b, "reduction", reduction_attr(reduction));
   return rf__finish_output(g, b);
 }
@@ -235,11 +253,35 @@ rf_output rf_broadcast(rf_graph *g, const char *name, rf_output input) {
 
 /* ---- gradients ---- */
 
-static rf_status *grad_shared_name(const rf_node *op, char *buf, size_t len) {
+/* a + b, allocated: names have no length limit, and a cut name could meet
+ * another collective's group. NULL when memory runs out. */
+static char *concat(const char *a, const char *b) {
+  size_t len = strlen(a) + strlen(b) + 1;
+  char *s = rf__malloc(len);
+  if (s) snprintf(s, len, "%s%s", a, b);
+  return s;
+}
+
+/* shared_name + "_grad" into *out (the caller frees it). */
+static rf_status *grad_shared_name(const rf_node *op, char **out) {
   const char *shared;
   RF_CHECK(rf__attrs_get_string(&op->attrs, "shared_name", &shared));
-  snprintf(buf, len, "%s_grad", shared);
-  return NULL;
+  *out = concat(shared, "_grad");
+  return *out ? NULL : rf__oom();
+}
+
+/* An all-reduce participant named after shared + suffix; records OOM. */
+static rf_output all_reduce_suffixed(rf_graph *g, rf_output x, rf_reduction r,
+                                     int n, const char *shared,
+                                     const char *suffix) {
+  char *name = concat(shared, suffix);
+  if (!name) {
+    rf__graph_record(g, rf__oom());
+    return invalid_output();
+  }
+  rf_output y = rf_all_reduce(g, NULL, x, r, n, name);
+  rf__free(name);
+  return y;
 }
 
 /* max/min: the summed gradient goes to the participant holding the extremum;
@@ -260,13 +302,13 @@ static rf_output extremum_mask(rf__grad_ctx *c, int n, const char *shared) {
   rf_output key = rf_const_scalar(g, NULL, RF_INT32, dev.index);
   rf_output holds = rf_cast(g, NULL, rf_equal(g, NULL, x, y), RF_INT32);
   /* holds ? key : big, in int32 arithmetic */
-  rf_output bid = rf_add(g, NULL,
-                         rf_mul(g, NULL, holds,
-                                rf_const_scalar(g, NULL, RF_INT32, dev.index - big)),
-                         rf_const_scalar(g, NULL, RF_INT32, big));
-  char name[300];
-  snprintf(name, sizeof name, "%s_winner", shared);
-  rf_output winner = rf_all_reduce(g, NULL, bid, RF_REDUCE_MIN, n, name);
+  rf_output bid =
+      rf_add(g, NULL,
+             rf_mul(g, NULL, holds,
+                    rf_const_scalar(g, NULL, RF_INT32, dev.index - big)),
+             rf_const_scalar(g, NULL, RF_INT32, big));
+  rf_output winner =
+      all_reduce_suffixed(g, bid, RF_REDUCE_MIN, n, shared, "_winner");
   return rf_cast(g, NULL, rf_equal(g, NULL, winner, key), rf_output_dtype(x));
 }
 
@@ -279,69 +321,81 @@ static rf_output prod_others(rf__grad_ctx *c, int n, const char *shared) {
   rf_output x = rf__input(c->op, 0), y = {c->op, 0};
   rf_dtype t = rf_output_dtype(x);
   rf_output one = rf_const_scalar(g, NULL, t, 1.0);
-  rf_output is_zero =
-      rf_cast(g, NULL, rf_equal(g, NULL, x, rf_const_scalar(g, NULL, t, 0.0)), t);
+  rf_output is_zero = rf_cast(
+      g, NULL, rf_equal(g, NULL, x, rf_const_scalar(g, NULL, t, 0.0)), t);
   rf_output safe = rf_add(g, NULL, x, is_zero);
-  char name[300];
-  snprintf(name, sizeof name, "%s_zeros", shared);
-  rf_output zeros = rf_all_reduce(g, NULL, is_zero, RF_REDUCE_SUM, n, name);
-  snprintf(name, sizeof name, "%s_nonzero_prod", shared);
-  rf_output nz_prod = rf_all_reduce(g, NULL, safe, RF_REDUCE_PROD, n, name);
+  rf_output zeros =
+      all_reduce_suffixed(g, is_zero, RF_REDUCE_SUM, n, shared, "_zeros");
+  rf_output nz_prod =
+      all_reduce_suffixed(g, safe, RF_REDUCE_PROD, n, shared, "_nonzero_prod");
   rf_output one_zero = rf_cast(g, NULL, rf_equal(g, NULL, zeros, one), t);
-  rf_output ratio = rf_mul(g, NULL, rf_div(g, NULL, y, safe),
-                           rf_sub(g, NULL, one, is_zero));
-  rf_output at_zero = rf_mul(g, NULL, rf_mul(g, NULL, is_zero, one_zero), nz_prod);
+  rf_output ratio =
+      rf_mul(g, NULL, rf_div(g, NULL, y, safe), rf_sub(g, NULL, one, is_zero));
+  rf_output at_zero =
+      rf_mul(g, NULL, rf_mul(g, NULL, is_zero, one_zero), nz_prod);
   return rf_add(g, NULL, ratio, at_zero);
 }
 
 static rf_status *all_reduce_grad(rf__grad_ctx *c) {
   const char *red;
   int64_t n;
-  char shared[256];
+  char *shared;
   RF_CHECK(rf__attrs_get_string(&c->op->attrs, "reduction", &red));
   RF_CHECK(rf__attrs_get_int(&c->op->attrs, "num_devices", &n));
-  RF_CHECK(grad_shared_name(c->op, shared, sizeof shared));
   if (!rf_dtype_is_float(rf_output_dtype(c->dy[0])))
     return rf__invalid("No gradient defined for AllReduce of %s: node '%s'",
                        rf_dtype_name(rf_output_dtype(c->dy[0])), c->op->name);
+  bool extremum = strcmp(red, "max") == 0 || strcmp(red, "min") == 0;
+  if (strcmp(red, "avg") != 0 && strcmp(red, "sum") != 0 && !extremum &&
+      strcmp(red, "prod") != 0)
+    return rf__invalid(
+        "No gradient defined for AllReduce with reduction '%s' "
+        "(node '%s')",
+        red, c->op->name);
+  RF_CHECK(grad_shared_name(c->op, &shared));
   if (strcmp(red, "avg") == 0) {
-    c->dx[0] = rf_all_reduce(c->g, NULL, c->dy[0], RF_REDUCE_AVG, (int)n, shared);
+    c->dx[0] =
+        rf_all_reduce(c->g, NULL, c->dy[0], RF_REDUCE_AVG, (int)n, shared);
+    rf__free(shared);
     return NULL;
   }
-  rf_output sum = rf_all_reduce(c->g, NULL, c->dy[0], RF_REDUCE_SUM, (int)n, shared);
-  if (strcmp(red, "sum") == 0) c->dx[0] = sum;
-  else if (strcmp(red, "max") == 0 || strcmp(red, "min") == 0)
+  rf_output sum =
+      rf_all_reduce(c->g, NULL, c->dy[0], RF_REDUCE_SUM, (int)n, shared);
+  if (strcmp(red, "sum") == 0)
+    c->dx[0] = sum;
+  else if (extremum)
     c->dx[0] = rf_mul(c->g, NULL, sum, extremum_mask(c, (int)n, shared));
-  else if (strcmp(red, "prod") == 0)
-    c->dx[0] = rf_mul(c->g, NULL, sum, prod_others(c, (int)n, shared));
   else
-    return rf__invalid("No gradient defined for AllReduce with reduction '%s' "
-                       "(node '%s')",
-                       red, c->op->name);
+    c->dx[0] = rf_mul(c->g, NULL, sum, prod_others(c, (int)n, shared));
+  rf__free(shared);
   return NULL;
 }
 
 static rf_status *all_gather_grad(rf__grad_ctx *c) {
   int64_t n;
-  char shared[256];
+  char *shared;
   RF_CHECK(rf__attrs_get_int(&c->op->attrs, "num_devices", &n));
-  RF_CHECK(grad_shared_name(c->op, shared, sizeof shared));
-  c->dx[0] = rf_reduce_scatter(c->g, NULL, c->dy[0], RF_REDUCE_SUM, (int)n, shared);
+  RF_CHECK(grad_shared_name(c->op, &shared));
+  c->dx[0] =
+      rf_reduce_scatter(c->g, NULL, c->dy[0], RF_REDUCE_SUM, (int)n, shared);
+  rf__free(shared);
   return NULL;
 }
 
 static rf_status *reduce_scatter_grad(rf__grad_ctx *c) {
   const char *red;
   int64_t n;
-  char shared[256];
+  char *shared;
   RF_CHECK(rf__attrs_get_string(&c->op->attrs, "reduction", &red));
   RF_CHECK(rf__attrs_get_int(&c->op->attrs, "num_devices", &n));
-  RF_CHECK(grad_shared_name(c->op, shared, sizeof shared));
   if (strcmp(red, "sum") != 0)
-    return rf__invalid("No gradient defined for ReduceScatter except sum: node "
-                       "'%s' uses %s",
-                       c->op->name, red);
+    return rf__invalid(
+        "No gradient defined for ReduceScatter except sum: node "
+        "'%s' uses %s",
+        c->op->name, red);
+  RF_CHECK(grad_shared_name(c->op, &shared));
   c->dx[0] = rf_all_gather(c->g, NULL, c->dy[0], (int)n, shared);
+  rf__free(shared);
   return NULL;
 }
 
@@ -351,9 +405,10 @@ static rf_status *reduce_grad(rf__grad_ctx *c) {
   const char *red;
   RF_CHECK(rf__attrs_get_string(&c->op->attrs, "reduction", &red));
   if (strcmp(red, "sum") != 0)
-    return rf__invalid("No gradient defined for Reduce except sum: node '%s' "
-                       "uses %s",
-                       c->op->name, red);
+    return rf__invalid(
+        "No gradient defined for Reduce except sum: node '%s' "
+        "uses %s",
+        c->op->name, red);
   rf_output b = rf_broadcast(c->g, NULL, c->dy[0]);
   for (int i = 0; i < c->op->num_inputs; i++) c->dx[i] = b;
   return NULL;
@@ -368,10 +423,14 @@ static rf_status *broadcast_grad(rf__grad_ctx *c) {
   rf_output per_device[64];
   int ndev = 0;
   bool used[256] = {false};
-  if (n > 256) return rf__invalid("Broadcast '%s': too many consumers", c->op->name);
+  if (n > 256)
+    return rf__invalid("Broadcast '%s': too many consumers", c->op->name);
   bool own_device = false;
-  for (int i = 0; i < n && ndev < 64; i++) {
+  for (int i = 0; i < n; i++) {
     if (used[i]) continue;
+    if (ndev == 64)
+      return rf__invalid("Broadcast '%s': consumers on more than 64 devices",
+                         c->op->name);
     const char *dev = parts[i].node->requested_device;
     rf_output group[256];
     int k = 0;
@@ -386,7 +445,8 @@ static rf_status *broadcast_grad(rf__grad_ctx *c) {
     if (strcmp(dev, c->op->requested_device) == 0) own_device = true;
   }
   if (!own_device) { /* Reduce needs a participant on its own device */
-    if (ndev == 64) return rf__invalid("Broadcast '%s': too many devices", c->op->name);
+    if (ndev == 64)
+      return rf__invalid("Broadcast '%s': too many devices", c->op->name);
     per_device[ndev++] = rf_zeros_like(c->g, NULL, rf__input(c->op, 0));
   }
   c->dx[0] = rf_reduce(c->g, NULL, per_device, ndev, RF_REDUCE_SUM);
@@ -396,41 +456,65 @@ static rf_status *broadcast_grad(rf__grad_ctx *c) {
 /* ---- registration ---- */
 
 static const rf__op_spec specs[] = {
-    {.name = "AllReduce", .inputs = "input: T", .outputs = "data: T",
+    {.name = "AllReduce",
+     .inputs = "input: T",
+     .outputs = "data: T",
      .attrs = REDUCTIONS "; " COLL_TYPES
                          "; num_devices: int >= 1; shared_name: string",
-     .shape = same_shape, .grad = all_reduce_grad,
+     .shape = same_shape,
+     .grad = all_reduce_grad,
      .flags = RF_OP_STATEFUL | RF_OP_GROUPED},
-    {.name = "AllGather", .inputs = "input: T", .outputs = "output: T",
+    {.name = "AllGather",
+     .inputs = "input: T",
+     .outputs = "output: T",
      .attrs = COLL_TYPES "; num_devices: int >= 1; shared_name: string",
-     .shape = all_gather_shape, .grad = all_gather_grad,
+     .shape = all_gather_shape,
+     .grad = all_gather_grad,
      .flags = RF_OP_STATEFUL | RF_OP_GROUPED},
-    {.name = "ReduceScatter", .inputs = "input: T", .outputs = "output: T",
+    {.name = "ReduceScatter",
+     .inputs = "input: T",
+     .outputs = "output: T",
      .attrs = REDUCTIONS "; " COLL_TYPES
                          "; num_devices: int >= 1; shared_name: string",
-     .shape = reduce_scatter_shape, .grad = reduce_scatter_grad,
+     .shape = reduce_scatter_shape,
+     .grad = reduce_scatter_grad,
      .flags = RF_OP_STATEFUL | RF_OP_GROUPED},
-    {.name = "Reduce", .inputs = "input: num_devices * T", .outputs = "data: T",
+    {.name = "Reduce",
+     .inputs = "input: num_devices * T",
+     .outputs = "data: T",
      .attrs = REDUCTIONS "; " COLL_TYPES "; num_devices: int >= 1",
-     .shape = reduce_shape, .grad = reduce_grad, .flags = RF_OP_STATEFUL},
-    {.name = "Broadcast", .inputs = "input: T", .outputs = "output: T",
+     .shape = reduce_shape,
+     .grad = reduce_grad,
+     .flags = RF_OP_STATEFUL},
+    {.name = "Broadcast",
+     .inputs = "input: T",
+     .outputs = "output: T",
      .attrs = COLL_TYPES "; shape: shape",
-     .shape = broadcast_shape, .grad = broadcast_grad,
+     .shape = broadcast_shape,
+     .grad = broadcast_grad,
      .flags = RF_OP_STATEFUL | RF_OP_GRAD_UNSUMMED},
-    {.name = "_ReduceSend", .inputs = "input: T",
+    {.name = "_ReduceSend",
+     .inputs = "input: T",
      .attrs = REDUCTIONS "; " COLL_TYPES
                          "; num_devices: int >= 1; shared_name: string",
      .flags = RF_OP_STATEFUL},
-    {.name = "_ReduceRecv", .inputs = "input: T", .outputs = "data: T",
+    {.name = "_ReduceRecv",
+     .inputs = "input: T",
+     .outputs = "data: T",
      .attrs = REDUCTIONS "; " COLL_TYPES
                          "; num_devices: int >= 1; shared_name: string",
-     .shape = same_shape, .flags = RF_OP_STATEFUL},
-    {.name = "_BroadcastSend", .inputs = "input: T",
+     .shape = same_shape,
+     .flags = RF_OP_STATEFUL},
+    {.name = "_BroadcastSend",
+     .inputs = "input: T",
      .attrs = COLL_TYPES "; num_devices: int >= 1; shared_name: string",
      .flags = RF_OP_STATEFUL},
-    {.name = "_BroadcastRecv", .inputs = "shape: int32", .outputs = "output: T",
+    {.name = "_BroadcastRecv",
+     .inputs = "shape: int32",
+     .outputs = "output: T",
      .attrs = COLL_TYPES "; num_devices: int >= 1; shared_name: string",
-     .shape = broadcast_recv_shape, .flags = RF_OP_STATEFUL},
+     .shape = broadcast_recv_shape,
+     .flags = RF_OP_STATEFUL},
 };
 
 rf_status *rf__register_collective_ops(void) {

@@ -109,11 +109,17 @@ rf_status *rf__cast_grad(rf__grad_ctx *c) {
   return NULL;
 }
 
-/* The gradient of a sum over broadcast dimensions is the incoming gradient
- * broadcast back: dy + zeros shaped like x. `like` only lends its shape. */
+/* A sum over broadcast dimensions and a broadcast are each other's
+ * gradients; `like` only lends its shape. */
 rf_status *rf__sum_to_shape_of_grad(rf__grad_ctx *c) {
   if (!c->dy[0].node) return NULL;
-  rf_output x = forward_input(c, 0);
-  c->dx[0] = rf_add(c->g, NULL, c->dy[0], rf_zeros_like(c->g, NULL, x));
+  c->dx[0] =
+      rf__broadcast_to_shape_of(c->g, NULL, c->dy[0], forward_input(c, 0));
+  return NULL;
+}
+
+rf_status *rf__broadcast_to_shape_of_grad(rf__grad_ctx *c) {
+  if (!c->dy[0].node) return NULL;
+  c->dx[0] = rf__sum_to_shape_of(c->g, NULL, c->dy[0], forward_input(c, 0));
   return NULL;
 }

@@ -1,7 +1,7 @@
 /* ops/math_ops.c - the math op family: Add, Sub, Mul, Div, Neg, AddN, MatMul,
- * Cast, Equal and the internal _SumToShapeOf; their shape functions and the
- * public op functions of ringflow/ops.h. Gradients live in math_grad.c.
- * Binary ops broadcast numpy-style (ops/broadcast_shape.h). */
+ * Cast, Equal and the internal _SumToShapeOf and _BroadcastToShapeOf; their
+ * shape functions and the public op functions of ringflow/ops.h. Gradients live
+ * in math_grad.c. Binary ops broadcast numpy-style (ops/broadcast_shape.h). */
 #include "ops/math_ops.h"
 
 #include "ops/broadcast_shape.h"
@@ -107,6 +107,28 @@ static rf_status *sum_to_shape_of_shape_fn(rf__shape_ctx *c) {
   return NULL;
 }
 
+/* x must broadcast to `like`: the broadcast of the two is like's shape. */
+static rf_status *broadcast_to_shape_of_shape_fn(rf__shape_ctx *c) {
+  const rf_shape *x = &c->input_shapes[0], *like = &c->input_shapes[1];
+  rf_shape b;
+  bool ok = rf__broadcast_shape(x, like, &b);
+  if (ok && like->rank >= 0 && x->rank > like->rank) ok = false;
+  if (ok && like->rank >= 0 && b.rank >= 0) {
+    for (int i = 0; i < like->rank; i++)
+      if (like->dims[i] >= 0 && b.dims[i] >= 0 && like->dims[i] != b.dims[i])
+        ok = false;
+  }
+  if (!ok) {
+    char sx[128], sl[128];
+    rf_shape_format(x, sx, sizeof sx);
+    rf_shape_format(like, sl, sizeof sl);
+    return rf__invalid(
+        "_BroadcastToShapeOf: cannot broadcast shape %s to shape %s", sx, sl);
+  }
+  c->output_shapes[0] = *like;
+  return NULL;
+}
+
 /* ---- registrations ---- */
 
 #define BINARY_SPEC(op, grad_fn)                                   \
@@ -159,6 +181,12 @@ static const rf__op_spec math_specs[] = {
      .attrs = "T: type in {@numeric}; U: type in {@all}",
      .shape = sum_to_shape_of_shape_fn,
      .grad = rf__sum_to_shape_of_grad},
+    {.name = "_BroadcastToShapeOf",
+     .inputs = "x: T, like: U",
+     .outputs = "y: T",
+     .attrs = "T: type in {@all}; U: type in {@all}",
+     .shape = broadcast_to_shape_of_shape_fn,
+     .grad = rf__broadcast_to_shape_of_grad},
 };
 
 rf_status *rf__register_math_ops(void) {
@@ -252,15 +280,26 @@ rf_output rf_cast(rf_graph *g, const char *name, rf_output x, rf_dtype to) {
   return rf__finish_output(g, b);
 }
 
-rf_output rf__sum_to_shape_of(rf_graph *g, const char *name, rf_output x,
-                              rf_output like) {
+/* An internal op of inputs (x, like) with type attrs T and U. */
+static rf_output shape_of_op(rf_graph *g, const char *op, const char *name,
+                             rf_output x, rf_output like) {
   rf_output in[2] = {x, like};
-  if (rf__graph_failed(g) || !rf__graph_inputs_ok(g, "_SumToShapeOf", in, 2))
+  if (rf__graph_failed(g) || !rf__graph_inputs_ok(g, op, in, 2))
     return invalid_output;
-  rf_node_builder *b = rf_node_builder_new(g, "_SumToShapeOf", name);
+  rf_node_builder *b = rf_node_builder_new(g, op, name);
   rf_node_builder_input(b, x);
   rf_node_builder_input(b, like);
   rf_node_builder_attr_dtype(b, "T", rf_output_dtype(x));
   rf_node_builder_attr_dtype(b, "U", rf_output_dtype(like));
   return rf__finish_output(g, b);
+}
+
+rf_output rf__sum_to_shape_of(rf_graph *g, const char *name, rf_output x,
+                              rf_output like) {
+  return shape_of_op(g, "_SumToShapeOf", name, x, like);
+}
+
+rf_output rf__broadcast_to_shape_of(rf_graph *g, const char *name, rf_output x,
+                                    rf_output like) {
+  return shape_of_op(g, "_BroadcastToShapeOf", name, x, like);
 }

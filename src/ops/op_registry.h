@@ -18,7 +18,8 @@
  * bfloat16, float32, float64), @int (int8, uint8, int32, int64), @numeric
  * (both), @all (numeric and bool). String attrs may list allowed values:
  * "reduction: string in {sum, prod, min, max} = sum". The registry is filled
- * once (rf__registry_init) and read-only afterwards, so lookups take no lock. */
+ * once (rf__registry_init) and read-only afterwards, so lookups take no lock.
+ */
 #ifndef RF_OPS_OP_REGISTRY_H
 #define RF_OPS_OP_REGISTRY_H
 
@@ -53,7 +54,8 @@ typedef struct rf__grad_ctx {
   rf_graph *g;
   rf_node *op; /* the forward node */
   /* Per output: the summed incoming gradient; invalid ({NULL,0}) when none
-   * flows into that output (treat as zero). NULL for RF_OP_GRAD_UNSUMMED ops. */
+   * flows into that output (treat as zero). NULL for RF_OP_GRAD_UNSUMMED ops.
+   */
   const rf_output *dy;
   /* Per output, for RF_OP_GRAD_UNSUMMED ops: the contributions, un-summed. */
   const rf_output *const *dy_parts;
@@ -92,9 +94,9 @@ typedef struct rf__op_spec {
 
 typedef struct rf__arg_def {
   char name[RF_ARG_NAME_MAX];
-  rf_dtype fixed_type;                 /* or RF_DTYPE_INVALID */
-  char type_attr[RF_ARG_NAME_MAX];     /* "" when fixed */
-  char number_attr[RF_ARG_NAME_MAX];   /* "" unless variadic */
+  rf_dtype fixed_type;               /* or RF_DTYPE_INVALID */
+  char type_attr[RF_ARG_NAME_MAX];   /* "" when fixed */
+  char number_attr[RF_ARG_NAME_MAX]; /* "" unless variadic */
 } rf__arg_def;
 
 typedef struct rf__attr_def {

@@ -9,15 +9,31 @@ static pthread_once_t once = PTHREAD_ONCE_INIT;
 static rf_status *init_status;
 
 static rf_status *(*const families[])(void) = {
-    rf__register_array_ops,          rf__register_state_ops,
-    rf__register_math_ops,           rf__register_nn_ops,
-    rf__register_reduction_ops,      rf__register_runtime_ops,
+    rf__register_array_ops,
+    rf__register_state_ops,
+    rf__register_math_ops,
+    rf__register_nn_ops,
+    rf__register_reduction_ops,
+    rf__register_runtime_ops,
     rf__register_collective_ops,
-    rf__register_cpu_array_kernels,  rf__register_cpu_state_kernels,
-    rf__register_cpu_math_kernels,   rf__register_cpu_nn_kernels,
-    rf__register_cpu_reduction_kernels, rf__register_cpu_runtime_kernels,
+    rf__register_cpu_array_kernels,
+    rf__register_cpu_state_kernels,
+    rf__register_cpu_math_kernels,
+    rf__register_cpu_nn_kernels,
+    rf__register_cpu_reduction_kernels,
+    rf__register_cpu_runtime_kernels,
     rf__register_cpu_collective_kernels,
-    rf__register_passes,             rf__configure_blas,
+#ifdef RF_HAVE_CUDA
+    rf__register_gpu_runtime_kernels,
+    rf__register_gpu_collective_kernels,
+    rf__register_gpu_array_kernels,
+    rf__register_gpu_state_kernels,
+    rf__register_gpu_math_kernels,
+    rf__register_gpu_nn_kernels,
+    rf__register_gpu_reduction_kernels,
+#endif
+    rf__register_passes,
+    rf__configure_blas,
 };
 
 static void init_once(void) {

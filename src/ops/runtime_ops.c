@@ -34,7 +34,9 @@ static const rf__op_spec runtime_ops[] = {
      .flags = internal},
     {.name = "_Recv",
      .outputs = "tensor: T",
-     .attrs = "T: type; key: string; shape: shape",
+     /* host_memory: the value feeds a host-memory input of a GPU kernel, so
+      * the receiving GPU device hands over host memory (no device copy). */
+     .attrs = "T: type; key: string; shape: shape; host_memory: bool = false",
      .shape = recv_shape,
      .flags = internal},
     {.name = "_Token",

@@ -90,9 +90,46 @@ rf_status *rf__collective_mark_peers(const rf_graph *graph, char *keep,
   return NULL;
 }
 
+/* The collective a participant op takes part in: the lowered halves of one
+ * Reduce (or Broadcast) are one collective. */
+static const char *collective_of(const rf_node *n) {
+  const char *op = n->op->name;
+  if (strncmp(op, "_Reduce", 7) == 0) return "Reduce";
+  if (strncmp(op, "_Broadcast", 10) == 0) return "Broadcast";
+  return op;
+}
+
+/* Participants of one group must agree on what they run: the collective,
+ * num_devices, T and reduction (shapes may be unknown until run time, where
+ * the collective manager checks them). */
+static rf_status *check_agreement(const group *g, const rf_node *a,
+                                  const rf_node *b) {
+  static const char *const attrs[] = {"num_devices", "T", "reduction"};
+  if (strcmp(collective_of(a), collective_of(b)) != 0)
+    return rf__invalid(
+        "collective '%s': participants disagree on the "
+        "collective: '%s' is %s but '%s' is %s",
+        g->shared_name, a->name, a->op->name, b->name, b->op->name);
+  for (size_t i = 0; i < sizeof attrs / sizeof *attrs; i++) {
+    const rf__attr_value *va = rf__attrs_find(&a->attrs, attrs[i]);
+    const rf__attr_value *vb = rf__attrs_find(&b->attrs, attrs[i]);
+    if ((!va && !vb) || (va && vb && rf__attr_value_equal(va, vb))) continue;
+    char sa[64] = "none", sb[64] = "none";
+    if (va) rf__attr_value_format(va, sa, sizeof sa);
+    if (vb) rf__attr_value_format(vb, sb, sizeof sb);
+    return rf__invalid(
+        "collective '%s': participants disagree on %s: %s on "
+        "'%s' but %s on '%s'",
+        g->shared_name, attrs[i], sa, a->name, sb, b->name);
+  }
+  return NULL;
+}
+
 static rf_status *check_group(const rf_graph *graph, const group *g,
                               const rf__device_name *devices, int num_devices) {
   const rf_node *first = graph->nodes[g->ids[0]];
+  for (int i = 1; i < g->n; i++)
+    RF_CHECK(check_agreement(g, first, graph->nodes[g->ids[i]]));
   int64_t want;
   RF_CHECK(rf__attrs_get_int(&first->attrs, "num_devices", &want));
   char list[1024] = "";
@@ -106,9 +143,10 @@ static rf_status *check_group(const rf_graph *graph, const group *g,
                              i ? ", " : "", n->name, dev);
   }
   if (g->n != want)
-    return rf__invalid("collective '%s' expects %lld participants but the graph "
-                       "has %d: %s",
-                       g->shared_name, (long long)want, g->n, list);
+    return rf__invalid(
+        "collective '%s' expects %lld participants but the graph "
+        "has %d: %s",
+        g->shared_name, (long long)want, g->n, list);
   for (int i = 0; i < g->n; i++) {
     const rf_node *a = graph->nodes[g->ids[i]];
     if (a->assigned_device < 0 || a->assigned_device >= num_devices)
@@ -117,9 +155,10 @@ static rf_status *check_group(const rf_graph *graph, const group *g,
     for (int j = 0; j < i; j++) {
       const rf_node *b = graph->nodes[g->ids[j]];
       if (a->assigned_device == b->assigned_device)
-        return rf__invalid("collective '%s' has two participants on one device: "
-                           "%s",
-                           g->shared_name, list);
+        return rf__invalid(
+            "collective '%s' has two participants on one device: "
+            "%s",
+            g->shared_name, list);
       if (devices[a->assigned_device].type != devices[b->assigned_device].type)
         return rf__error(RF_UNIMPLEMENTED,
                          "collective '%s' mixes device types (%s): no "
@@ -130,7 +169,32 @@ static rf_status *check_group(const rf_graph *graph, const group *g,
   return NULL;
 }
 
-rf_status *rf__validate_collectives(const rf_graph *graph,
+/* Sets attr _devices ("cpu:0,cpu:2") on every participant of a checked
+ * group, so that a timeout at run time can name the devices that never came
+ * (the kernel hands it to the collective manager). */
+static rf_status *annotate_group(rf_graph *graph, const group *g,
+                                 const rf__device_name *devices) {
+  size_t len = (size_t)g->n * RF_DEVICE_NAME_MAX + 1, used = 0;
+  char *list = rf__malloc(len);
+  RF_CHECK_ALLOC(list);
+  list[0] = '\0';
+  for (int i = 0; i < g->n; i++) {
+    char dev[RF_DEVICE_NAME_MAX];
+    rf__device_name_format(&devices[graph->nodes[g->ids[i]]->assigned_device],
+                           dev, sizeof dev);
+    used +=
+        (size_t)snprintf(list + used, len - used, "%s%s", i ? "," : "", dev);
+  }
+  rf__attr_value v = rf__attr_string_ref(list);
+  rf_status *st = NULL;
+  for (int i = 0; i < g->n && !st; i++)
+    st = rf__attrs_set(&graph->nodes[g->ids[i]]->attrs,
+                       RF_COLLECTIVE_DEVICES_ATTR, &v);
+  rf__free(list);
+  return st;
+}
+
+rf_status *rf__validate_collectives(rf_graph *graph,
                                     const rf__device_name *devices,
                                     int num_devices) {
   group *table, *g, *tmp;
@@ -138,6 +202,7 @@ rf_status *rf__validate_collectives(const rf_graph *graph,
   rf_status *st = NULL;
   HASH_ITER(hh, table, g, tmp) {
     st = check_group(graph, g, devices, num_devices);
+    if (!st) st = annotate_group(graph, g, devices);
     if (st) break;
   }
   groups_free(&table);

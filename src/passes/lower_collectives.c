@@ -39,11 +39,16 @@ static rf_status *add_node(lower_ctx *c, const char *op_name, const char *base,
                            const rf__attrs *attrs, rf_node **out) {
   const rf__op_def *op = rf__op_find(op_name);
   if (!op) return rf__internal("op %s is not registered", op_name);
-  char name[512], dev[RF_DEVICE_NAME_MAX];
-  snprintf(name, sizeof name, "%s/%s", base, op_name);
-  rf__graph_unique_name(c->g, name, name, sizeof name);
-  RF_CHECK(rf__graph_add_node(c->g, op, name, dev_name(c, d, dev), inputs, n,
-                              attrs, out));
+  char dev[RF_DEVICE_NAME_MAX];
+  size_t len = strlen(base) + strlen(op_name) + 32; /* "base/op_<k>" */
+  char *mem = rf__malloc(2 * len), *stem = mem, *name = mem + len;
+  RF_CHECK_ALLOC(mem);
+  snprintf(stem, len, "%s/%s", base, op_name);
+  rf__graph_unique_name(c->g, stem, name, len); /* stem and name apart */
+  rf_status *st = rf__graph_add_node(c->g, op, name, dev_name(c, d, dev),
+                                     inputs, n, attrs, out);
+  rf__free(mem);
+  RF_CHECK(st);
   (*out)->assigned_device = d;
   return NULL;
 }
@@ -87,7 +92,8 @@ static rf_status *check_kinds(lower_ctx *c, const rf_node *n, int a, int b) {
   return rf__error(RF_UNIMPLEMENTED,
                    "node '%s' (%s) connects %s and %s: no collective backend "
                    "supports mixed device types",
-                   n->name, n->op->name, dev_name(c, a, da), dev_name(c, b, db));
+                   n->name, n->op->name, dev_name(c, a, da),
+                   dev_name(c, b, db));
 }
 
 /* ---- Reduce ---- */
@@ -104,7 +110,8 @@ static rf_status *group_reduce_inputs(lower_ctx *c, rf_node *r, dev_input *out,
   for (int k = 0; k < r->num_inputs; k++) {
     rf_output in = rf__input(r, k);
     int d = in.node->assigned_device;
-    if (d < 0) return rf__internal("input %d of '%s' is not placed", k, r->name);
+    if (d < 0)
+      return rf__internal("input %d of '%s' is not placed", k, r->name);
     RF_CHECK(check_kinds(c, r, r->assigned_device, d));
     int j = 0;
     while (j < n && out[j].device != d) j++;
@@ -120,13 +127,27 @@ static rf_status *group_reduce_inputs(lower_ctx *c, rf_node *r, dev_input *out,
       if (rf__input(r, i).node->assigned_device == out[j].device)
         same[k++] = rf__input(r, i);
     if (k == 1) continue;
+    /* Only a sum can be combined locally with AddN: max of (a+b, c) is not
+     * max(a, b, c), and avg would divide by devices, not inputs. */
+    const char *red = "sum";
+    if (rf__attrs_find(&r->attrs, "reduction"))
+      RF_CHECK(rf__attrs_get_string(&r->attrs, "reduction", &red));
+    if (strcmp(red, "sum") != 0) {
+      char dd[RF_DEVICE_NAME_MAX];
+      return rf__error(RF_UNIMPLEMENTED,
+                       "node '%s' (Reduce, %s) has %d inputs on %s: only a sum "
+                       "combines inputs that share a device; give each input "
+                       "its own device",
+                       r->name, red, k, dev_name(c, out[j].device, dd));
+    }
     rf__attrs a = {0};
     rf__attr_value nv = rf__attr_int(k);
     rf_status *st = rf__attrs_set(&a, "N", &nv);
     const rf__attr_value *t = rf__attrs_find(&r->attrs, "T");
     if (!st) st = rf__attrs_set(&a, "T", t);
     rf_node *sum = NULL;
-    if (!st) st = add_node(c, "AddN", r->name, out[j].device, same, k, &a, &sum);
+    if (!st)
+      st = add_node(c, "AddN", r->name, out[j].device, same, k, &a, &sum);
     rf__attrs_clear(&a);
     RF_CHECK(st);
     out[j].value.node = sum;
@@ -149,15 +170,17 @@ static rf_status *lower_reduce(lower_ctx *c, rf_node *r) {
   for (int j = 0; j < n; j++)
     if (groups[j].device == D) own = j;
   if (own < 0)
-    return rf__invalid("No input tensor uses the same device as the Reduce op: "
-                       "node '%s' is on %s",
-                       r->name, dev_name(c, D, dd));
+    return rf__invalid(
+        "No input tensor uses the same device as the Reduce op: "
+        "node '%s' is on %s",
+        r->name, dev_name(c, D, dd));
   rf__attrs a = {0};
   rf_status *st = participant_attrs(r, n, &a);
   rf_node *recv = NULL, *sends[RF_MAX_LOWER_INPUTS];
   int nsends = 0;
   if (!st)
-    st = add_node(c, "_ReduceRecv", r->name, D, &groups[own].value, 1, &a, &recv);
+    st = add_node(c, "_ReduceRecv", r->name, D, &groups[own].value, 1, &a,
+                  &recv);
   for (int j = 0; j < n && !st; j++) {
     if (j == own) continue;
     st = add_node(c, "_ReduceSend", r->name, groups[j].device, &groups[j].value,
@@ -168,7 +191,8 @@ static rf_status *lower_reduce(lower_ctx *c, rf_node *r) {
   RF_CHECK(st);
   recv->out_shapes[0] = r->out_shapes[0];
   RF_CHECK(copy_control_inputs(c, r, recv));
-  for (int s = 0; s < nsends; s++) RF_CHECK(copy_control_inputs(c, r, sends[s]));
+  for (int s = 0; s < nsends; s++)
+    RF_CHECK(copy_control_inputs(c, r, sends[s]));
   /* Rewire consumers; out_edges shrinks as edges move, so walk from the end. */
   while (r->num_out_edges > 0) {
     rf__edge *e = r->out_edges[r->num_out_edges - 1];
@@ -196,7 +220,8 @@ static rf_status *shape_source(lower_ctx *c, rf_node *b, int d, rf_output input,
     RF_CHECK(rf_tensor_new(RF_INT32, &vec, NULL, &t));
     for (int i = 0; i < s.rank; i++) rf_tensor_set(t, i, (double)s.dims[i]);
     rf__attrs a = {0};
-    rf__attr_value tv = rf__attr_tensor_ref(t), dt = rf__attr_type_value(RF_INT32);
+    rf__attr_value tv = rf__attr_tensor_ref(t),
+                   dt = rf__attr_type_value(RF_INT32);
     rf_status *st = rf__attrs_set(&a, "value", &tv);
     if (!st) st = rf__attrs_set(&a, "dtype", &dt);
     rf_node *k = NULL;
@@ -235,7 +260,8 @@ static rf_status *remove_broadcast(lower_ctx *c, rf_node *b, rf_output input) {
       RF_CHECK(control(c, input.node, dst));
       rf__graph_remove_edge(c->g, e);
     } else {
-      RF_CHECK(rf__graph_update_edge(c->g, dst, e->dst_in, input.node, input.index));
+      RF_CHECK(
+          rf__graph_update_edge(c->g, dst, e->dst_in, input.node, input.index));
     }
     RF_CHECK(copy_control_inputs(c, b, dst));
   }
@@ -287,7 +313,8 @@ static rf_status *lower_broadcast(lower_ctx *c, rf_node *b) {
       RF_CHECK(control(c, send, dst));
       rf__graph_remove_edge(c->g, e);
     } else if (d == S) {
-      RF_CHECK(rf__graph_update_edge(c->g, dst, e->dst_in, input.node, input.index));
+      RF_CHECK(
+          rf__graph_update_edge(c->g, dst, e->dst_in, input.node, input.index));
       RF_CHECK(control(c, send, dst));
     } else {
       int j = 0;

@@ -25,9 +25,12 @@ rf_status *rf__collective_mark_peers(const rf_graph *g, char *keep,
                                      bool *added);
 
 /* Checks every group of participants sharing a shared_name: as many as
- * num_devices, on distinct devices of one type. Errors name the nodes. */
-rf_status *rf__validate_collectives(const rf_graph *g,
-                                    const rf__device_name *devices,
+ * num_devices, agreeing on the collective, T and reduction, on distinct
+ * devices of one type. Errors name the group and nodes. Then sets attr
+ * RF_COLLECTIVE_DEVICES_ATTR on each participant: its group's devices,
+ * comma-separated (internal: attrs starting with '_' are not saved). */
+#define RF_COLLECTIVE_DEVICES_ATTR "_devices"
+rf_status *rf__validate_collectives(rf_graph *g, const rf__device_name *devices,
                                     int num_devices);
 
 #endif

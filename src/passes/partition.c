@@ -5,17 +5,21 @@
  * _Token -> _Send (with a control input from the source) and a _Recv with a
  * control edge to the consumer. Rendezvous keys ("<id>/<src>:<out>;<device>"
  * or "<id>/<src>:ctl;<device>", the name cut at 200 characters) are unique in
- * the graph because node ids are; the name is there for people.
+ * the graph because node ids are; the name is there for people. Edges into
+ * host-memory inputs of GPU kernels get a pair of their own ("...:<out>/host;
+ * <device>") whose _Recv has host_memory = true.
  * Linear: each node's out edges are visited once. */
 #include <stdio.h>
 #include <string.h>
 
+#include "kernels/kernel.h"
 #include "ops/op_registry.h"
 #include "passes/pass_registry.h"
 
 typedef struct pair {
   int src_out; /* RF_CONTROL_SLOT for control */
   int dev;
+  bool host; /* feeds host-memory inputs of GPU kernels */
   rf_node *recv;
 } pair;
 
@@ -55,9 +59,18 @@ static rf_status *add(partitioner *p, const rf__op_def *op, const char *name,
   return NULL;
 }
 
+/* True when edge e feeds a host-memory input of a GPU kernel. */
+static bool feeds_host_memory(const rf__pass_ctx *ctx, const rf__edge *e) {
+  if (e->dst_in == RF_CONTROL_SLOT || e->dst_in >= 32) return false;
+  const rf__device *d = &ctx->devices[e->dst->assigned_device];
+  if (d->name.type != RF_DEVICE_GPU) return false;
+  const rf__kernel_def *k = rf__kernel_find(e->dst->op->name, RF_DEVICE_GPU);
+  return k && (k->host_memory_inputs >> e->dst_in & 1u);
+}
+
 /* Builds the nodes of one pair; *recv gets the _Recv. */
 static rf_status *make_pair(partitioner *p, rf_node *src, int src_out, int dev,
-                            rf_node **recv) {
+                            bool host, rf_node **recv) {
   rf_graph *g = p->ctx->graph;
   const char *dname = p->ctx->devices[dev].canonical;
   bool control = src_out == RF_CONTROL_SLOT;
@@ -65,8 +78,8 @@ static rf_status *make_pair(partitioner *p, rf_node *src, int src_out, int dev,
   if (control)
     snprintf(key, sizeof key, "%d/%.200s:ctl;%s", src->id, src->name, dname);
   else
-    snprintf(key, sizeof key, "%d/%.200s:%d;%s", src->id, src->name, src_out,
-             dname);
+    snprintf(key, sizeof key, "%d/%.200s:%d%s;%s", src->id, src->name, src_out,
+             host ? "/host" : "", dname);
   rf_dtype dtype = control ? RF_FLOAT32 : src->out_dtypes[src_out];
   rf_shape shape =
       control ? rf_shape_of(1, (int64_t)0) : src->out_shapes[src_out];
@@ -95,6 +108,10 @@ static rf_status *make_pair(partitioner *p, rf_node *src, int src_out, int dev,
         rf__graph_add_edge(g, src, RF_CONTROL_SLOT, send, RF_CONTROL_SLOT), st,
         done);
   RF_CHECK_GOTO(rf__attrs_set(&attrs, "shape", &s), st, done);
+  if (host) {
+    rf__attr_value h = rf__attr_bool(true);
+    RF_CHECK_GOTO(rf__attrs_set(&attrs, "host_memory", &h), st, done);
+  }
   make_name(g, "_Recv", src, src_out, dname, name, sizeof name);
   RF_CHECK_GOTO(add(p, p->recv, name, dev, NULL, 0, &attrs, recv), st, done);
   (*recv)->out_shapes[0] = shape;
@@ -104,17 +121,18 @@ done:
 }
 
 static rf_status *pair_for(partitioner *p, rf_node *src, int src_out, int dev,
-                           rf_node **recv) {
+                           bool host, rf_node **recv) {
   for (int i = 0; i < p->num_pairs; i++) {
-    if (p->pairs[i].src_out == src_out && p->pairs[i].dev == dev) {
-      *recv = p->pairs[i].recv;
+    const pair *q = &p->pairs[i];
+    if (q->src_out == src_out && q->dev == dev && q->host == host) {
+      *recv = q->recv;
       return NULL;
     }
   }
   if (rf__grow(&p->pairs, &p->cap_pairs, p->num_pairs + 1, sizeof(pair)))
     return rf__oom();
-  RF_CHECK(make_pair(p, src, src_out, dev, recv));
-  p->pairs[p->num_pairs++] = (pair){src_out, dev, *recv};
+  RF_CHECK(make_pair(p, src, src_out, dev, host, recv));
+  p->pairs[p->num_pairs++] = (pair){src_out, dev, host, *recv};
   return NULL;
 }
 
@@ -148,7 +166,8 @@ static rf_status *split_node(partitioner *p, rf_node *v) {
   /* Pairs are made after gathering: a control pair adds an out edge to v. */
   for (int k = 0; k < n; k++) {
     rf__edge *e = p->edges[k];
-    RF_CHECK(pair_for(p, v, e->src_out, e->dst->assigned_device, &p->recvs[k]));
+    RF_CHECK(pair_for(p, v, e->src_out, e->dst->assigned_device,
+                      feeds_host_memory(p->ctx, e), &p->recvs[k]));
   }
   return rf__graph_redirect_edges(p->ctx->graph, v, p->edges, p->recvs,
                                   p->zeros, n);

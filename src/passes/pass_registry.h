@@ -61,8 +61,24 @@ rf_status *rf__prune(rf_graph *g, const char *keep);
 rf_status *rf__place(rf__pass_ctx *ctx);
 
 /* Splits every edge crossing devices with _Send/_Recv pairs. Afterwards each
- * edge joins two nodes of one device. */
+ * edge joins two nodes of one device. An edge into a host-memory input of a
+ * GPU kernel (rf__kernel_def.host_memory_inputs) gets its own pair whose
+ * _Recv has host_memory = true. */
 rf_status *rf__partition(rf__pass_ctx *ctx);
+
+/* TensorFlow's "host memory for small int32 tensors": after the
+ * POST_PLACEMENT passes, moves to cpu:0 every node on a GPU device whose
+ * outputs are all int32 and whose data consumers all take them in host
+ * memory (a host-memory input of a GPU kernel, or any CPU kernel), at least
+ * one being a GPU kernel's host-memory input - a Const shape, an _Arg fed
+ * with a shape - unless its GPU kernel already outputs host memory (Shape),
+ * it has no CPU kernel, or it is stateful or a collective participant. */
+rf_status *rf__place_host_memory(rf__pass_ctx *ctx);
+
+/* After partition: every host-memory input of a GPU kernel must come from
+ * host memory (a host-memory output, or a host_memory _Recv).
+ * INVALID_ARGUMENT naming both nodes otherwise. */
+rf_status *rf__check_host_memory(rf__pass_ctx *ctx);
 
 /* Nodes of g in a topological order (Kahn's algorithm over data and control
  * edges): *order gets rf__malloc'ed node pointers, *n their count.

@@ -1,6 +1,7 @@
 /* passes/passes.c - registers the library's graph passes (the family
  * rf__registry_init calls). A pass added to the library adds one line here;
  * placement, pruning and partitioning are fixed compile stages, not passes. */
+#include "core/mem.h"
 #include "ops/families.h"
 #include "passes/lower_collectives.h"
 #include "passes/pass_registry.h"
@@ -8,11 +9,15 @@
 /* Replaces Reduce and Broadcast by per-device participants, then checks every
  * collective's participants before anything runs. */
 static rf_status *lower_collectives_pass(rf__pass_ctx *ctx) {
-  rf__device_name names[64];
-  int n = ctx->num_devices < 64 ? ctx->num_devices : 64;
+  /* Up to 64 CPU plus 64 GPU devices. */
+  int n = ctx->num_devices;
+  rf__device_name *names = rf__malloc(sizeof *names * (size_t)(n ? n : 1));
+  RF_CHECK_ALLOC(names);
   for (int i = 0; i < n; i++) names[i] = ctx->devices[i].name;
-  RF_CHECK(rf__lower_collectives(ctx->graph, names, n));
-  return rf__validate_collectives(ctx->graph, names, n);
+  rf_status *st = rf__lower_collectives(ctx->graph, names, n);
+  if (!st) st = rf__validate_collectives(ctx->graph, names, n);
+  rf__free(names);
+  return st;
 }
 
 rf_status *rf__register_passes(void) {

@@ -15,6 +15,7 @@
 void rf__plan_free(rf__plan *p) {
   if (!p) return;
   rf__executor_free(p->executor);
+  rf__free(p->gpus);
   rf_graph_free(p->graph);
   rf__free(p->signature);
   rf__free(p);
@@ -122,8 +123,24 @@ static rf_status *compile_graph(rf_session *s, rf_graph *g) {
   RF_CHECK(rf__passes_run(RF_PASS_PRE_PLACEMENT, &ctx));
   RF_CHECK(rf__place(&ctx));
   RF_CHECK(rf__passes_run(RF_PASS_POST_PLACEMENT, &ctx));
+  RF_CHECK(rf__place_host_memory(&ctx));
   RF_CHECK(rf__partition(&ctx));
   RF_CHECK(rf__passes_run(RF_PASS_POST_PARTITION, &ctx));
+  return rf__check_host_memory(&ctx);
+}
+
+/* Lists the GPU devices of the plan (synchronised after every step). */
+static rf_status *find_gpus(rf__plan *p) {
+  int n = rf__executor_num_devices(p->executor);
+  for (int i = 0; i < n; i++) {
+    rf__device *d = rf__executor_device(p->executor, i);
+    if (d->name.type != RF_DEVICE_GPU) continue;
+    if (!p->gpus) {
+      p->gpus = rf__malloc(sizeof(rf__device *) * (size_t)n);
+      RF_CHECK_ALLOC(p->gpus);
+    }
+    p->gpus[p->num_gpus++] = d;
+  }
   return NULL;
 }
 
@@ -140,6 +157,7 @@ rf_status *rf__compile(rf_session *s, const rf__signature *sig,
   RF_CHECK_GOTO(
       rf__executor_new(p->graph, s->devices, s->num_devices, &p->executor), st,
       fail);
+  RF_CHECK_GOTO(find_gpus(p), st, fail);
   *out = p;
   return NULL;
 fail:
@@ -162,6 +180,7 @@ rf_status *rf_graph_lower(const rf_graph *g, const rf_session_options *opts,
   if (!st) st = rf__passes_run(RF_PASS_PRE_PLACEMENT, &ctx);
   if (!st) st = rf__place(&ctx);
   if (!st) st = rf__passes_run(RF_PASS_POST_PLACEMENT, &ctx);
+  if (!st) st = rf__place_host_memory(&ctx);
   for (int id = 0; !st && id < copy->num_ids; id++) {
     rf_node *n = copy->nodes[id];
     if (n && n->assigned_device >= 0)

@@ -20,6 +20,8 @@ void rf__device_init(rf__device *d, int index, const rf__device_name *name,
   d->pool = pool;
   pthread_mutex_init(&d->vars_mu, NULL);
   d->vars = NULL;
+  d->gpu_ordinal = -1;
+  d->host_allocator = rf_default_allocator();
 }
 
 void rf__device_destroy(rf__device *d) {

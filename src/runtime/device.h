@@ -1,5 +1,6 @@
 /* runtime/device.h - a device of a session: its name, allocator, thread pool
- * and the variables that live on it across steps. */
+ * and the variables that live on it across steps. A session lists its CPU
+ * devices first (cpu:0..), then its GPU devices (gpu:0..). */
 #ifndef RF_RUNTIME_DEVICE_H
 #define RF_RUNTIME_DEVICE_H
 
@@ -23,13 +24,43 @@ typedef struct rf__variable {
 } rf__variable;
 
 typedef struct rf__device {
-  int index;                /* in the session's device list */
+  int index; /* in the session's device list */
   rf__device_name name;
   char canonical[RF_DEVICE_NAME_MAX];
-  rf_allocator *allocator;  /* host memory for CPU devices; not owned */
-  rf__threadpool *pool;     /* not owned */
+  /* Output buffers of the device's kernels: host memory for CPU devices, the
+   * GPU caching allocator (device memory) for GPU devices; not owned. */
+  rf_allocator *allocator;
+  rf__threadpool *pool; /* not owned */
   pthread_mutex_t vars_mu;
-  rf__variable *vars;       /* uthash by name */
+  rf__variable *vars; /* uthash by name */
+
+  /* ---- GPU devices (name.type == RF_DEVICE_GPU; runtime/gpu/gpu.h) ----
+   * Virtual device gpu:N runs on physical GPU N % cudaGetDeviceCount(), so
+   * several virtual devices may share one GPU; each has its own stream, cuBLAS
+   * handle and allocator cache. Every kernel of a GPU device enqueues its work
+   * on `stream` and returns (the executor treats it as done); stream order
+   * keeps the device consistent, and the session synchronises the streams of
+   * the devices a step used before the step returns. On CPU devices
+   * gpu_ordinal is -1, stream, gpu and blas are NULL, enter is NULL and
+   * host_allocator is the default allocator. */
+  int gpu_ordinal; /* the physical CUDA device (for cudaSetDevice) */
+  void *stream;    /* cudaStream_t, created non-blocking; owned by the
+                      session's GPU runtime */
+  void *gpu;       /* struct rf__gpu_context: the physical GPU's shared state
+                      (properties; shared by its virtual devices) */
+  /* cublasHandle_t of this virtual device, bound to `stream` once when the
+   * device is made: kernels use it as it is and never call cublasSetStream
+   * (one handle per virtual device, so concurrent kernels of different
+   * devices never race on a handle's stream). */
+  void *blas;
+  /* Pinned host memory for device-to-host copies (fetches, sends to CPU
+   * devices); host tensors made from it are ordinary host tensors. */
+  rf_allocator *host_allocator;
+  /* Makes the device's GPU current on the calling thread (cudaSetDevice).
+   * The executor calls it before every kernel of the device; code issuing
+   * CUDA calls for the device on another thread (an asynchronous kernel's
+   * callback, a pool task) calls it first. NULL for CPU devices. */
+  rf_status *(*enter)(const struct rf__device *d);
 } rf__device;
 
 /* The variable `name` of the device, created (uninitialised) on first use with
@@ -38,8 +69,9 @@ typedef struct rf__device {
 rf_status *rf__device_variable(rf__device *d, const char *name, rf_dtype dtype,
                                const rf_shape *shape, rf__variable **out);
 
-/* Fills *d as device `index` named `name`, with no variables. allocator and
- * pool are borrowed. Returns nothing: it cannot fail. */
+/* Fills *d as device `index` named `name`, with no variables and no GPU
+ * state (gpu_ordinal -1; the GPU runtime fills those fields for GPU devices).
+ * allocator and pool are borrowed. Returns nothing: it cannot fail. */
 void rf__device_init(rf__device *d, int index, const rf__device_name *name,
                      rf_allocator *allocator, rf__threadpool *pool);
 /* Frees d's variables (releasing their values); d itself is the caller's. */

@@ -276,8 +276,17 @@ static void run_node(frame *f, int v, stack *s) {
     }
     return;
   }
+  rf__device *dev = f->plan->device;
+  if (dev->enter) { /* a GPU device: its GPU current on this thread */
+    rf_status *st = dev->enter(dev);
+    if (st) {
+      complete(f, v, st, s);
+      return;
+    }
+  }
   if (x->compute) {
     rf__kernel_ctx ctx = {.node = x->node,
+                          .def = x->kernel,
                           .state = x->state,
                           .num_inputs = x->num_in,
                           .inputs = f->slots + x->in_base,
@@ -299,6 +308,7 @@ static void run_node(frame *f, int v, stack *s) {
   }
   rf__kernel_ctx *ctx = &f->actx[x->async_index];
   *ctx = (rf__kernel_ctx){.node = x->node,
+                          .def = x->kernel,
                           .state = x->state,
                           .num_inputs = x->num_in,
                           .inputs = f->slots + x->in_base,
@@ -396,15 +406,15 @@ rf_status *rf__executor_run(rf__executor *x, rf__step *step) {
     atomic_store_explicit(&frames[i]->holders, 1, memory_order_relaxed);
     atomic_store_explicit(&frames[i]->handoff_top, 0, memory_order_relaxed);
   }
-  /* Other devices start on idle workers when there are some; the caller
-   * runs device 0 (and any the pool did not take). */
+  /* Other devices start on the pool, so none waits behind a long kernel of
+   * another device (running them here in turn when no worker happened to be
+   * idle let one slow device hold back every other's start). The caller runs
+   * device 0, and any device the pool could not take. */
   for (int i = n - 1; i >= 1; i--) {
     rf__threadpool *pool = x->plans[i].device->pool;
-    if (rf__threadpool_idle(pool) > 0) {
-      rf_status *st = rf__threadpool_schedule(pool, start_task, frames[i]);
-      if (!st) continue;
-      rf_status_free(st);
-    }
+    rf_status *st = rf__threadpool_schedule(pool, start_task, frames[i]);
+    if (!st) continue;
+    rf_status_free(st);
     start_frame(frames[i]);
   }
   if (n > 0) start_frame(frames[0]);

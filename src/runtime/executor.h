@@ -33,4 +33,8 @@ rf_status *rf__executor_run(rf__executor *x, rf__step *step);
 /* Nodes in all device plans (for tests and benchmarks). */
 int rf__executor_num_nodes(const rf__executor *x);
 
+/* The devices holding nodes of x: i in [0, rf__executor_num_devices(x)). */
+int rf__executor_num_devices(const rf__executor *x);
+rf__device *rf__executor_device(const rf__executor *x, int i);
+
 #endif

@@ -58,6 +58,12 @@ int rf__executor_num_nodes(const rf__executor *x) {
   return n;
 }
 
+int rf__executor_num_devices(const rf__executor *x) { return x->num_plans; }
+
+rf__device *rf__executor_device(const rf__executor *x, int i) {
+  return x->plans[i].device;
+}
+
 /* Finds v's kernel and runs its init. */
 static rf_status *bind_kernel(dplan *p, xnode *x) {
   const rf_node *v = x->node;

@@ -12,8 +12,12 @@
 #include "comm/collective.h"
 #include "runtime/step.h"
 #include "runtime/trace.h"
+#ifdef RF_HAVE_CUDA
+#include "runtime/gpu/gpu.h"
+#endif
 
 #define MAX_CPU_DEVICES 64
+#define MAX_GPU_DEVICES 64
 
 void rf_session_options_init(rf_session_options *o) {
   if (!o) return;
@@ -30,6 +34,10 @@ static rf_status *check_options(const rf_session_options *o) {
         "session options: num_cpu_devices must be in 1..%d, "
         "got %d",
         MAX_CPU_DEVICES, o->num_cpu_devices);
+  if (o->num_gpu_devices < 0 || o->num_gpu_devices > MAX_GPU_DEVICES)
+    return rf__invalid(
+        "session options: num_gpu_devices must be in 0..%d, got %d",
+        MAX_GPU_DEVICES, o->num_gpu_devices);
   if (o->num_threads < 0)
     return rf__invalid("session options: num_threads must be >= 0, got %d",
                        o->num_threads);
@@ -41,16 +49,33 @@ static rf_status *check_options(const rf_session_options *o) {
   return NULL;
 }
 
+/* GPU devices gpu:0..n-1 at devices[0..n), already initialised as plain
+ * devices: streams, handles and allocators (runtime/gpu/device.c). */
+static rf_status *make_gpus(rf_session *s, rf__device *devices, int n) {
+#ifdef RF_HAVE_CUDA
+  rf_status *st = rf__gpu_runtime_new(devices, n, &s->gpu);
+#else
+  (void)devices;
+  rf_status *st =
+      rf__error(RF_FAILED_PRECONDITION, "no GPU: built without CUDA");
+#endif
+  if (!st) return NULL;
+  return rf__status_prefix(st, "session options: num_gpu_devices is %d", n);
+}
+
 /* Devices, pool and rendezvous; the default device must be one of them. */
 static rf_status *make_devices(rf_session *s) {
+  int ncpu = s->opts.num_cpu_devices, ngpu = s->opts.num_gpu_devices;
   RF_CHECK(rf__threadpool_new(s->opts.num_threads, &s->pool));
-  s->devices = rf__calloc((size_t)s->opts.num_cpu_devices, sizeof(rf__device));
+  s->devices = rf__calloc((size_t)(ncpu + ngpu), sizeof(rf__device));
   RF_CHECK_ALLOC(s->devices);
-  for (int i = 0; i < s->opts.num_cpu_devices; i++) {
-    rf__device_name name = {-1, RF_DEVICE_CPU, i};
+  for (int i = 0; i < ncpu + ngpu; i++) {
+    rf__device_name name = {-1, i < ncpu ? RF_DEVICE_CPU : RF_DEVICE_GPU,
+                            i < ncpu ? i : i - ncpu};
     rf__device_init(&s->devices[i], i, &name, rf_default_allocator(), s->pool);
     s->num_devices++;
   }
+  if (ngpu > 0) RF_CHECK(make_gpus(s, s->devices + ncpu, ngpu));
   RF_CHECK(rf__rendezvous_new(&s->rendezvous));
   RF_CHECK(rf__collective_manager_new(s->pool, &s->collectives));
   const char *dd = s->opts.default_device ? s->opts.default_device : "cpu:0";
@@ -111,6 +136,10 @@ void rf_session_free(rf_session *s) {
   rf__free(s->devices);
   rf__rendezvous_free(s->rendezvous);
   rf__collective_manager_free(s->collectives);
+#ifdef RF_HAVE_CUDA
+  /* Last: everything above may still hold device buffers. */
+  rf__gpu_runtime_free(s->gpu);
+#endif
   rf_graph_free(s->graph);
   pthread_mutex_destroy(&s->cache_mu);
   pthread_mutex_destroy(&s->trace_mu);
@@ -284,9 +313,31 @@ static rf_status *get_plan(rf_session *s, const rf__signature *sig,
   return NULL;
 }
 
+/* Waits for the streams of the plan's GPU devices: a step returns only when
+ * its GPU work has run (its fetched values are then complete, and the next
+ * step or the user sees every update). Runs after a failed or cancelled step
+ * as well. The first error (an asynchronous kernel fault) is returned. */
+static rf_status *sync_gpus(const rf__plan *p) {
+  rf_status *first = NULL;
+#ifdef RF_HAVE_CUDA
+  for (int i = 0; i < p->num_gpus; i++) {
+    rf_status *st = rf__gpu_sync(p->gpus[i]);
+    if (!first)
+      first = st;
+    else
+      rf_status_free(st);
+  }
+#endif
+  return first;
+}
+
 /* Runs plan p as one step; on success fetched[] holds new references. */
 static rf_status *run_step(rf_session *s, rf__plan *p, const rf_feed *feeds,
                            rf_tensor **fed, rf_tensor **fetched) {
+#ifdef RF_HAVE_CUDA
+  /* The caller's thread runs kernels too: give back its current device. */
+  int prev_gpu = s->gpu ? rf__gpu_current() : -1;
+#endif
   for (int i = 0; i < p->num_feeds; i++) fed[i] = feeds[i].value;
   for (int i = 0; i < p->num_fetches; i++) fetched[i] = NULL;
   rf__step step = {
@@ -303,6 +354,14 @@ static rf_status *run_step(rf_session *s, rf__plan *p, const rf_feed *feeds,
   char *trace_path = take_trace_path(s);
   rf_status *st = trace_path ? rf__trace_new(&step.trace) : NULL;
   if (!st) st = rf__executor_run(p->executor, &step);
+  rf_status *sync_st = sync_gpus(p);
+  if (!st)
+    st = sync_st;
+  else
+    rf_status_free(sync_st);
+#ifdef RF_HAVE_CUDA
+  rf__gpu_make_current(prev_gpu);
+#endif
   rf__collective_end_step(s->collectives, step.id);
   if (!st && step.trace)
     st = rf__trace_write(step.trace, s->devices, s->num_devices, trace_path);

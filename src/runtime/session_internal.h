@@ -18,6 +18,10 @@ typedef struct rf__plan {
   rf_graph *graph; /* the compiled graph; the executor points into it */
   rf__executor *executor;
   int num_feeds, num_fetches;
+  /* The GPU devices holding nodes of the plan: their streams are synchronised
+   * at the end of every step (rf__malloc'ed; NULL when none). */
+  rf__device **gpus;
+  int num_gpus;
   UT_hash_handle hh;
 } rf__plan;
 
@@ -27,8 +31,9 @@ struct rf_session {
   char default_device_name[RF_DEVICE_NAME_MAX];
   int default_device;
   rf__threadpool *pool;
-  rf__device *devices;
+  rf__device *devices; /* CPU devices first, then GPU devices */
   int num_devices;
+  struct rf__gpu_runtime *gpu; /* streams, handles, caches; NULL: no GPUs */
   rf__rendezvous *rendezvous;
   struct rf__collective_manager *collectives;
   pthread_mutex_t trace_mu;

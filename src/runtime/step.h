@@ -15,11 +15,11 @@ struct rf__trace;
 typedef struct rf__step {
   int64_t id;
   int num_feeds;
-  rf_tensor *const *feeds;   /* by _Arg index; borrowed */
+  rf_tensor *const *feeds; /* by _Arg index; borrowed */
   int num_fetches;
-  rf_tensor **fetches;       /* by _Retval index; filled by _Retval kernels */
+  rf_tensor **fetches; /* by _Retval index; filled by _Retval kernels */
   struct rf__rendezvous *rendezvous;
-  atomic_int cancelled;      /* set once the step has failed or was cancelled */
+  atomic_int cancelled; /* set once the step has failed or was cancelled */
   int64_t collective_timeout_ms;
   struct rf__collective_manager *collectives; /* the session's; not owned */
   struct rf__trace *trace; /* non-NULL: record every kernel of this step */

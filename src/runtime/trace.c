@@ -57,20 +57,21 @@ void rf__trace_record(rf__trace *t, int device, const rf_node *node,
 }
 
 static json_t *thread_name(int tid, const char *name) {
-  return json_pack("{s:s, s:s, s:i, s:i, s:{s:s}}", "name", "thread_name",
-                   "ph", "M", "pid", 0, "tid", tid, "args", "name", name);
+  return json_pack("{s:s, s:s, s:i, s:i, s:{s:s}}", "name", "thread_name", "ph",
+                   "M", "pid", 0, "tid", tid, "args", "name", name);
 }
 
 rf_status *rf__trace_write(const rf__trace *t, const rf__device *devices,
                            int num_devices, const char *path) {
   json_t *events = json_array();
-  json_t *root = json_pack("{s:o, s:s, s:{s:i}}", "traceEvents", events,
-                           "displayTimeUnit", "ns", "otherData", "dropped_events",
-                           t->dropped);
+  json_t *root =
+      json_pack("{s:o, s:s, s:{s:i}}", "traceEvents", events, "displayTimeUnit",
+                "ns", "otherData", "dropped_events", t->dropped);
   if (!root) return rf__oom();
   int failed = 0;
   for (int d = 0; d < num_devices; d++)
-    failed |= json_array_append_new(events, thread_name(d, devices[d].canonical));
+    failed |=
+        json_array_append_new(events, thread_name(d, devices[d].canonical));
   for (int i = 0; i < t->n; i++) {
     const event *e = &t->events[i];
     double ts = (double)(e->start - t->origin) / 1000.0;

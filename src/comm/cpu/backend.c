@@ -14,9 +14,9 @@
 typedef struct job {
   rf__coll_group *g;
   const void *ins[64 + 1];
-  void **outs;          /* reduce_scatter: one buffer per rank */
-  void *out;            /* all_reduce, reduce, all_gather */
-  int64_t count;        /* elements per input */
+  void **outs;   /* reduce_scatter: one buffer per rank */
+  void *out;     /* all_reduce, reduce, all_gather */
+  int64_t count; /* elements per input */
   int64_t blocks_per_rank;
   size_t esize;
 } job;
@@ -35,7 +35,8 @@ static void scatter_blocks(void *arg, int64_t b, int64_t e) {
   const void *ins[65];
   for (int64_t item = b; item < e; item++) {
     int64_t r = item / j->blocks_per_rank, k = item % j->blocks_per_rank;
-    int64_t lo = k * BLOCK_ELEMS, hi = lo + BLOCK_ELEMS < per ? lo + BLOCK_ELEMS : per;
+    int64_t lo = k * BLOCK_ELEMS,
+            hi = lo + BLOCK_ELEMS < per ? lo + BLOCK_ELEMS : per;
     for (int i = 0; i < j->g->n; i++)
       ins[i] = (const char *)j->ins[i] + (size_t)(r * per) * j->esize;
     rf__cpu_reduce(j->g->dtype, j->g->reduction, ins, j->g->n, j->outs[r], lo,
@@ -48,7 +49,8 @@ static void gather_blocks(void *arg, int64_t b, int64_t e) {
   job *j = arg;
   for (int64_t item = b; item < e; item++) {
     int64_t r = item / j->blocks_per_rank, k = item % j->blocks_per_rank;
-    int64_t lo = k * BLOCK_ELEMS, hi = lo + BLOCK_ELEMS < j->count ? lo + BLOCK_ELEMS : j->count;
+    int64_t lo = k * BLOCK_ELEMS,
+            hi = lo + BLOCK_ELEMS < j->count ? lo + BLOCK_ELEMS : j->count;
     if (hi <= lo) continue;
     memcpy((char *)j->out + (size_t)(r * j->count + lo) * j->esize,
            (const char *)j->ins[r] + (size_t)lo * j->esize,
@@ -56,18 +58,36 @@ static void gather_blocks(void *arg, int64_t b, int64_t e) {
   }
 }
 
-static void finish_all(rf__coll_group *g, rf_status *st, rf_tensor *shared) {
+/* Gives the manager's references to the inputs back as soon as nothing reads
+ * them, and hands each result reference over rather than releasing ours
+ * after the last done: a participant's done may end its step, and a buffer
+ * still referenced here then would not be back in the allocator's cache when
+ * the next step asks for one, which costs a fresh (first-touch) buffer. */
+static void drop_inputs(rf__coll_group *g) {
   for (int i = 0; i < g->n; i++) {
-    rf_status *copy = st ? rf_status_new(rf_status_code(st), "%s",
-                                         rf_status_message(st))
-                         : NULL;
-    g->p[i].done(g->p[i].arg, copy, shared ? rf_tensor_retain(shared) : NULL);
+    rf_tensor_release(g->p[i].input);
+    g->p[i].input = NULL; /* the manager's release is then a no-op */
+  }
+}
+
+/* Every participant gets st (copied) or one reference to `shared`; takes
+ * ownership of the caller's reference to shared. */
+static void finish_all(rf__coll_group *g, rf_status *st, rf_tensor *shared) {
+  drop_inputs(g);
+  for (int i = 0; i < g->n; i++) {
+    rf_status *copy =
+        st ? rf_status_new(rf_status_code(st), "%s", rf_status_message(st))
+           : NULL;
+    rf_tensor *mine =
+        shared && i < g->n - 1 ? rf_tensor_retain(shared) : shared;
+    g->p[i].done(g->p[i].arg, copy, mine);
   }
 }
 
 static rf_status *alloc_like(rf__coll_group *g, int rank, const rf_shape *shape,
                              rf_tensor **out) {
-  rf_status *st = rf_tensor_new(g->dtype, shape, g->p[rank].device->allocator, out);
+  rf_status *st =
+      rf_tensor_new(g->dtype, shape, g->p[rank].device->allocator, out);
   return rf__status_prefix(st, "collective '%s' on %s", g->key,
                            g->p[rank].device->canonical);
 }
@@ -80,22 +100,29 @@ static void run_reducing(rf__coll_group *g, job *j) {
   if (!st) {
     j->out = rf_tensor_mutable_data(out);
     int64_t blocks = (j->count + BLOCK_ELEMS - 1) / BLOCK_ELEMS;
-    rf__threadpool_parallel_for(g->pool, blocks, BLOCK_ELEMS * g->n, reduce_blocks, j);
+    rf__threadpool_parallel_for(g->pool, blocks, BLOCK_ELEMS * g->n,
+                                reduce_blocks, j);
   }
   if (all || st) {
-    finish_all(g, st, st ? NULL : out);
-  } else { /* reduce: only the root gets the result */
+    finish_all(g, st, out);
+  } else { /* reduce: only the root gets the result (our reference) */
+    drop_inputs(g);
     for (int i = 0; i < g->n; i++)
-      g->p[i].done(g->p[i].arg, NULL, i == g->root ? rf_tensor_retain(out) : NULL);
+      g->p[i].done(g->p[i].arg, NULL, i == g->root ? out : NULL);
   }
   rf_status_free(st);
-  rf_tensor_release(out);
 }
 
 static void run_broadcast(rf__coll_group *g) {
-  rf_tensor *value = g->p[g->root].input;
+  rf_tensor *value = rf_tensor_retain(g->p[g->root].input);
+  int root = g->root, last = root == g->n - 1 ? g->n - 2 : g->n - 1;
+  drop_inputs(g);
   for (int i = 0; i < g->n; i++)
-    g->p[i].done(g->p[i].arg, NULL, i == g->root ? NULL : rf_tensor_retain(value));
+    g->p[i].done(g->p[i].arg, NULL,
+                 i == root   ? NULL
+                 : i == last ? value
+                             : rf_tensor_retain(value));
+  if (g->n == 1) rf_tensor_release(value); /* nobody received it */
 }
 
 static void run_all_gather(rf__coll_group *g, job *j) {
@@ -111,7 +138,6 @@ static void run_all_gather(rf__coll_group *g, job *j) {
   }
   finish_all(g, st, out);
   rf_status_free(st);
-  rf_tensor_release(out);
 }
 
 static void run_reduce_scatter(rf__coll_group *g, job *j) {
@@ -131,18 +157,20 @@ static void run_reduce_scatter(rf__coll_group *g, job *j) {
     rf__threadpool_parallel_for(g->pool, j->blocks_per_rank * g->n,
                                 BLOCK_ELEMS * g->n, scatter_blocks, j);
   }
-  for (int r = 0; r < g->n; r++)
-    g->p[r].done(g->p[r].arg,
-                 st ? rf_status_new(rf_status_code(st), "%s", rf_status_message(st)) : NULL,
-                 st ? NULL : rf_tensor_retain(outs[r]));
-  for (int r = 0; r < g->n; r++) rf_tensor_release(outs[r]);
-  rf_status_free(st);
+  if (st) {
+    for (int r = 0; r < g->n; r++) rf_tensor_release(outs[r]);
+    finish_all(g, st, NULL);
+    rf_status_free(st);
+    return;
+  }
+  drop_inputs(g);
+  for (int r = 0; r < g->n; r++) g->p[r].done(g->p[r].arg, NULL, outs[r]);
 }
 
 static void cpu_run(rf__coll_group *g) {
   if (g->n > 64) {
-    rf_status *st = rf__invalid("collective '%s': at most 64 CPU participants, got %d",
-                                g->key, g->n);
+    rf_status *st = rf__invalid(
+        "collective '%s': at most 64 CPU participants, got %d", g->key, g->n);
     finish_all(g, st, NULL);
     rf_status_free(st);
     return;

@@ -1,7 +1,11 @@
 /* comm/cpu/reduce_kernels.c - typed reduction loops. Each range is processed
- * in blocks that stay in L1: the block of the output is written once from the
- * first two inputs and then updated in place by each further input, in input
- * order. Signed integer sums and products wrap (computed unsigned: no UB). */
+ * in blocks that stay in L1. The first pass writes the block of the output
+ * from up to four inputs at once, ((x0 op x1) op x2) op x3, and each further
+ * pass folds up to three more inputs into it, in input order, so the result
+ * is the same left-to-right reduction on every device and every run, while
+ * each element of the output is written once per four inputs (one pass per
+ * input was ~2x slower on cache-resident buffers). Signed integer sums and
+ * products wrap (computed unsigned: no UB). */
 #include "comm/cpu/reduce_kernels.h"
 
 #include <string.h>
@@ -16,34 +20,66 @@
 #define OP_USUM(a, b) ((elem_t)((uelem_t)(a) + (uelem_t)(b)))
 #define OP_UPROD(a, b) ((elem_t)((uelem_t)(a) * (uelem_t)(b)))
 
+/* out[s, t) = x0 op x1 [op x2 [op x3]] for m = 2, 3 or 4 inputs. */
+#define FIRST_PASS(OP, m, x, out, s, t)                                     \
+  do {                                                                      \
+    const elem_t *restrict a0 = x[0], *restrict a1 = x[1];                  \
+    if (m == 2) {                                                           \
+      for (int64_t i = s; i < t; i++) out[i] = OP(a0[i], a1[i]);            \
+    } else if (m == 3) {                                                    \
+      const elem_t *restrict a2 = x[2];                                     \
+      for (int64_t i = s; i < t; i++) out[i] = OP(OP(a0[i], a1[i]), a2[i]); \
+    } else {                                                                \
+      const elem_t *restrict a2 = x[2], *restrict a3 = x[3];                \
+      for (int64_t i = s; i < t; i++)                                       \
+        out[i] = OP(OP(OP(a0[i], a1[i]), a2[i]), a3[i]);                    \
+    }                                                                       \
+  } while (0)
+
+/* out[s, t) = ((out op x0) [op x1]) [op x2] for m = 1, 2 or 3 inputs. */
+#define FOLD_PASS(OP, m, x, out, s, t)                                       \
+  do {                                                                       \
+    const elem_t *restrict a0 = x[0];                                        \
+    if (m == 1) {                                                            \
+      for (int64_t i = s; i < t; i++) out[i] = OP(out[i], a0[i]);            \
+    } else if (m == 2) {                                                     \
+      const elem_t *restrict a1 = x[1];                                      \
+      for (int64_t i = s; i < t; i++) out[i] = OP(OP(out[i], a0[i]), a1[i]); \
+    } else {                                                                 \
+      const elem_t *restrict a1 = x[1], *restrict a2 = x[2];                 \
+      for (int64_t i = s; i < t; i++)                                        \
+        out[i] = OP(OP(OP(out[i], a0[i]), a1[i]), a2[i]);                    \
+    }                                                                        \
+  } while (0)
+
 /* One function per (type, op): out = reduce(ins) over [b, e). */
-#define DEFINE_REDUCE(NAME, T, U, OP)                                          \
-  static void NAME(const void *const *ins, int n, void *vout, int64_t b,       \
-                   int64_t e) {                                                \
-    typedef T elem_t;                                                          \
-    typedef U uelem_t;                                                         \
-    (void)sizeof(elem_t), (void)sizeof(uelem_t);                               \
-    T *restrict out = (T *)vout;                                               \
-    for (int64_t s = b; s < e; s += BLOCK) {                                   \
-      int64_t t = s + BLOCK < e ? s + BLOCK : e;                               \
-      const T *restrict x0 = (const T *)ins[0];                                \
-      if (n == 1) {                                                            \
-        memcpy(out + s, x0 + s, (size_t)(t - s) * sizeof(T));                  \
-        continue;                                                              \
-      }                                                                        \
-      const T *restrict x1 = (const T *)ins[1];                                \
-      for (int64_t i = s; i < t; i++) out[i] = OP(x0[i], x1[i]);               \
-      for (int k = 2; k < n; k++) {                                            \
-        const T *restrict xk = (const T *)ins[k];                              \
-        for (int64_t i = s; i < t; i++) out[i] = OP(out[i], xk[i]);            \
-      }                                                                        \
-    }                                                                          \
+#define DEFINE_REDUCE(NAME, T, U, OP)                                    \
+  static void NAME(const void *const *ins, int n, void *vout, int64_t b, \
+                   int64_t e) {                                          \
+    typedef T elem_t;                                                    \
+    typedef U uelem_t;                                                   \
+    (void)sizeof(elem_t), (void)sizeof(uelem_t);                         \
+    T *restrict out = (T *)vout;                                         \
+    const T *const *x = (const T *const *)ins;                           \
+    for (int64_t s = b; s < e; s += BLOCK) {                             \
+      int64_t t = s + BLOCK < e ? s + BLOCK : e;                         \
+      if (n == 1) {                                                      \
+        memcpy(out + s, x[0] + s, (size_t)(t - s) * sizeof(T));          \
+        continue;                                                        \
+      }                                                                  \
+      int m = n < 4 ? n : 4;                                             \
+      FIRST_PASS(OP, m, x, out, s, t);                                   \
+      for (int k = m; k < n; k += 3) {                                   \
+        int r = n - k < 3 ? n - k : 3;                                   \
+        FOLD_PASS(OP, r, (x + k), out, s, t);                            \
+      }                                                                  \
+    }                                                                    \
   }
 
-#define DEFINE_FOUR(PFX, T, U, SUM, PROD)                                      \
-  DEFINE_REDUCE(PFX##_sum, T, U, SUM)                                          \
-  DEFINE_REDUCE(PFX##_prod, T, U, PROD)                                        \
-  DEFINE_REDUCE(PFX##_min, T, U, OP_MIN)                                       \
+#define DEFINE_FOUR(PFX, T, U, SUM, PROD) \
+  DEFINE_REDUCE(PFX##_sum, T, U, SUM)     \
+  DEFINE_REDUCE(PFX##_prod, T, U, PROD)   \
+  DEFINE_REDUCE(PFX##_min, T, U, OP_MIN)  \
   DEFINE_REDUCE(PFX##_max, T, U, OP_MAX)
 
 DEFINE_FOUR(f32, float, float, OP_SUM, OP_PROD)
@@ -89,7 +125,8 @@ static void reduce16(const void *const *ins, int n, void *vout, int64_t b,
 
 typedef void (*reduce_fn)(const void *const *, int, void *, int64_t, int64_t);
 
-#define ROW(PFX) {PFX##_sum, PFX##_prod, PFX##_min, PFX##_max}
+#define ROW(PFX) \
+  { PFX##_sum, PFX##_prod, PFX##_min, PFX##_max }
 /* [dtype][sum, prod, min, max]; avg = sum then divide. */
 static reduce_fn table(rf_dtype d, rf__reduction op) {
   static const reduce_fn f32[] = ROW(f32), f64[] = ROW(f64), i8[] = ROW(i8),
@@ -112,10 +149,10 @@ bool rf__cpu_reduce_supported(rf_dtype dtype, rf__reduction op) {
   return dtype == RF_FLOAT16 || dtype == RF_BFLOAT16 || table(dtype, op);
 }
 
-#define DIVIDE(T, out, b, e, n)                                                \
-  do {                                                                         \
-    T *o = (T *)(out);                                                         \
-    for (int64_t i = (b); i < (e); i++) o[i] = (T)(o[i] / (n));                \
+#define DIVIDE(T, out, b, e, n)                                 \
+  do {                                                          \
+    T *o = (T *)(out);                                          \
+    for (int64_t i = (b); i < (e); i++) o[i] = (T)(o[i] / (n)); \
   } while (0)
 
 bool rf__cpu_reduce(rf_dtype dtype, rf__reduction op, const void *const *ins,

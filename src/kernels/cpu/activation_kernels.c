@@ -81,8 +81,8 @@ static const ew_op tanh_grad_op = {tanh_grad_f32, tanh_grad_f64, NULL,
 typedef struct ew {
   const ew_op *op;
   rf_dtype dtype;
-  const char *a, *b; /* b NULL for unary ops */
-  char *out;
+  const void *a, *b; /* b NULL for unary ops */
+  void *out;
 } ew;
 
 static void to_float(const uint16_t *s, float *d, int64_t n, bool bf16) {

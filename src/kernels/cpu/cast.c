@@ -43,23 +43,19 @@ static double round_u64(uint64_t v, int bits) {
 
 /* ---- stores: one per (destination, load type) ---- */
 
-static uint16_t f16_from_f(float v) { return rf_float_to_half(v); }
-static uint16_t f16_from_d(double v) {
-  return rf_float_to_half(to_float_odd(v));
-}
+static uint16_t f16_from_f(float v) { return rf__f2h(v); }
+static uint16_t f16_from_d(double v) { return rf__f2h(to_float_odd(v)); }
 /* |v| >= 2^24 is far beyond float16's range: (float)v rounds it to a value
  * that still overflows to inf, so one rounding happens. */
-static uint16_t f16_from_i(int64_t v) { return rf_float_to_half((float)v); }
+static uint16_t f16_from_i(int64_t v) { return rf__f2h((float)v); }
 
-static uint16_t bf16_from_f(float v) { return rf_float_to_bfloat16(v); }
-static uint16_t bf16_from_d(double v) {
-  return rf_float_to_bfloat16(to_float_odd(v));
-}
+static uint16_t bf16_from_f(float v) { return rf__f2bf(v); }
+static uint16_t bf16_from_d(double v) { return rf__f2bf(to_float_odd(v)); }
 static uint16_t bf16_from_i(int64_t v) {
   uint64_t m = v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
-  if (m < (UINT64_C(1) << 24)) return rf_float_to_bfloat16((float)v);
+  if (m < (UINT64_C(1) << 24)) return rf__f2bf((float)v);
   double r = round_u64(m, 8); /* exact in float, so the last step is exact */
-  return rf_float_to_bfloat16((float)(v < 0 ? -r : r));
+  return rf__f2bf((float)(v < 0 ? -r : r));
 }
 
 static float f32_from_f(float v) { return v; }
@@ -111,8 +107,8 @@ static uint8_t b8_from_i(int64_t v) { return v != 0; }
 
 /* ---- loads ---- */
 
-#define LOAD_f16(x) rf_half_to_float(x)
-#define LOAD_bf16(x) rf_bfloat16_to_float(x)
+#define LOAD_f16(x) rf__h2f(x)
+#define LOAD_bf16(x) rf__bf2f(x)
 #define LOAD_f32(x) (x)
 #define LOAD_f64(x) (x)
 #define LOAD_i8(x) ((int64_t)(x))

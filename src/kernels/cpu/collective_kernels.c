@@ -1,14 +1,16 @@
 /* kernels/cpu/collective_kernels.c - the participant kernels of every
- * collective, and the stubs for Reduce and Broadcast that must have been
- * lowered away. Participants are asynchronous: they join the session's
- * collective manager and return at once, so no executor thread ever waits for
- * another device (8 devices on 2 cores cannot deadlock). */
+ * collective, for CPU and (CUDA builds) GPU devices alike, and the stubs for
+ * Reduce and Broadcast that must have been lowered away. Participants are
+ * asynchronous: they join the session's collective manager and return at once,
+ * so no executor thread ever waits for another device (8 devices on 2 cores
+ * cannot deadlock). */
 #include <string.h>
 
 #include "comm/collective.h"
 #include "kernels/kernel.h"
 #include "ops/families.h"
 #include "ops/op_registry.h"
+#include "passes/lower_collectives.h"
 #include "runtime/step.h"
 
 typedef struct coll_state {
@@ -19,12 +21,15 @@ typedef struct coll_state {
   bool is_root;
   bool shape_input; /* _BroadcastRecv: input 0 is the shape, on the host */
   char *shared_name;
+  char *group_devices; /* from compile's annotation; NULL if absent */
 } coll_state;
 
 typedef struct pending {
   rf__kernel_ctx *ctx;
   rf__done_fn done;
 } pending;
+
+static void destroy_state(void *state);
 
 static rf_status *init_state(const rf_node *n, rf__collective_kind kind,
                              bool is_root, bool shape_input, void **out) {
@@ -40,14 +45,18 @@ static rf_status *init_state(const rf_node *n, rf__collective_kind kind,
   if (!st) st = rf__attrs_get_string(&n->attrs, "shared_name", &shared);
   if (!st && rf__attrs_find(&n->attrs, "reduction"))
     st = rf__attrs_get_string(&n->attrs, "reduction", &red);
+  const char *devices = NULL;
+  if (!st && rf__attrs_find(&n->attrs, RF_COLLECTIVE_DEVICES_ATTR))
+    st = rf__attrs_get_string(&n->attrs, RF_COLLECTIVE_DEVICES_ATTR, &devices);
   if (!st) {
     s->num_devices = (int)nd;
     s->reduction = rf__reduction_from_name(red);
     s->shared_name = rf__strdup(shared);
-    if (!s->shared_name) st = rf__oom();
+    s->group_devices = devices ? rf__strdup(devices) : NULL;
+    if (!s->shared_name || (devices && !s->group_devices)) st = rf__oom();
   }
   if (st) {
-    rf__free(s);
+    destroy_state(s);
     return st;
   }
   *out = s;
@@ -58,11 +67,12 @@ static void destroy_state(void *state) {
   coll_state *s = state;
   if (!s) return;
   rf__free(s->shared_name);
+  rf__free(s->group_devices);
   rf__free(s);
 }
 
-#define INIT(fn, kind, root, shape_input)              \
-  static rf_status *fn(const rf_node *n, void **out) { \
+#define INIT(fn, kind, root, shape_input)               \
+  static rf_status *fn(const rf_node *n, void **out) {  \
     return init_state(n, kind, root, shape_input, out); \
   }
 INIT(init_all_reduce, RF_COLL_ALL_REDUCE, false, false)
@@ -79,8 +89,10 @@ static void on_done(void *arg, rf_status *st, rf_tensor *out) {
   rf__done_fn done = p->done;
   rf__free(p);
   if (!st && ctx->num_outputs > 0) {
-    if (out) ctx->outputs[0] = out;
-    else st = rf__kernel_error(ctx, RF_INTERNAL, "collective gave no result");
+    if (out)
+      ctx->outputs[0] = out;
+    else
+      st = rf__kernel_error(ctx, RF_INTERNAL, "collective gave no result");
   } else {
     rf_tensor_release(out);
   }
@@ -102,7 +114,13 @@ static rf_status *shape_from_input(rf__kernel_ctx *ctx, rf_shape *out) {
                             "dims",
                             RF_MAX_RANK);
   int64_t dims[RF_MAX_RANK];
-  for (int64_t i = 0; i < rank; i++) dims[i] = (int64_t)rf_tensor_get(t, i);
+  for (int64_t i = 0; i < rank; i++) {
+    dims[i] = (int64_t)rf_tensor_get(t, i);
+    if (dims[i] < 0)
+      return rf__kernel_error(ctx, RF_INVALID_ARGUMENT,
+                              "the shape input holds a negative dim %lld",
+                              (long long)dims[i]);
+  }
   *out = rf_shape_make((int)rank, dims);
   return NULL;
 }
@@ -122,6 +140,7 @@ static void participate(rf__kernel_ctx *ctx, rf__done_fn done) {
                             .is_root = s->is_root,
                             .device = ctx->device,
                             .node = ctx->node->name,
+                            .group_devices = s->group_devices,
                             .step_cancelled = &step->cancelled};
   if (s->shape_input) {
     rf_status *st = shape_from_input(ctx, &p.shape);
@@ -142,8 +161,9 @@ static void participate(rf__kernel_ctx *ctx, rf__done_fn done) {
   pd->done = done;
   p.done = on_done;
   p.arg = pd;
-  rf_status *st = rf__collective_join(step->collectives, s->shared_name,
-                                      step->id, step->collective_timeout_ms, &p);
+  rf_status *st =
+      rf__collective_join(step->collectives, s->shared_name, step->id,
+                          step->collective_timeout_ms, &p);
   if (st) { /* refused: our callback will not fire */
     rf__free(pd);
     done(ctx, st);
@@ -156,26 +176,44 @@ static rf_status *must_be_lowered(rf__kernel_ctx *ctx) {
                           "optimization.");
 }
 
-#define PARTICIPANT(OP, INIT_FN, HOST_IN)                                    \
-  {.op = OP, .device_type = RF_DEVICE_CPU, .init = INIT_FN,                  \
-   .destroy = destroy_state, .compute_async = participate,                   \
-   .host_memory_inputs = HOST_IN}
+/* The same kernels serve CPU and GPU devices: a participant only joins the
+ * manager, and the backend of the device type moves the data (on GPUs: on
+ * the participants' streams, the output in the device's memory). The shape
+ * input of _BroadcastRecv is host memory. */
+#define PARTICIPANT(OP, INIT_FN, HOST_IN, TYPE)                               \
+  {                                                                           \
+    .op = OP, .device_type = TYPE, .init = INIT_FN, .destroy = destroy_state, \
+    .compute_async = participate, .host_memory_inputs = HOST_IN               \
+  }
+#define KERNELS(TYPE)                                                        \
+  {                                                                          \
+    PARTICIPANT("AllReduce", init_all_reduce, 0, TYPE),                      \
+        PARTICIPANT("AllGather", init_all_gather, 0, TYPE),                  \
+        PARTICIPANT("ReduceScatter", init_reduce_scatter, 0, TYPE),          \
+        PARTICIPANT("_ReduceSend", init_reduce_send, 0, TYPE),               \
+        PARTICIPANT("_ReduceRecv", init_reduce_recv, 0, TYPE),               \
+        PARTICIPANT("_BroadcastSend", init_broadcast_send, 0, TYPE),         \
+        PARTICIPANT("_BroadcastRecv", init_broadcast_recv, 1u, TYPE),        \
+        {.op = "Reduce", .device_type = TYPE, .compute = must_be_lowered}, { \
+      .op = "Broadcast", .device_type = TYPE, .compute = must_be_lowered     \
+    }                                                                        \
+  }
 
-static const rf__kernel_def kernels[] = {
-    PARTICIPANT("AllReduce", init_all_reduce, 0),
-    PARTICIPANT("AllGather", init_all_gather, 0),
-    PARTICIPANT("ReduceScatter", init_reduce_scatter, 0),
-    PARTICIPANT("_ReduceSend", init_reduce_send, 0),
-    PARTICIPANT("_ReduceRecv", init_reduce_recv, 0),
-    PARTICIPANT("_BroadcastSend", init_broadcast_send, 0),
-    PARTICIPANT("_BroadcastRecv", init_broadcast_recv, 1u),
-    {.op = "Reduce", .device_type = RF_DEVICE_CPU, .compute = must_be_lowered},
-    {.op = "Broadcast", .device_type = RF_DEVICE_CPU,
-     .compute = must_be_lowered},
-};
+static const rf__kernel_def cpu_kernels[] = KERNELS(RF_DEVICE_CPU);
 
-rf_status *rf__register_cpu_collective_kernels(void) {
-  for (size_t i = 0; i < sizeof kernels / sizeof *kernels; i++)
-    RF_CHECK(rf__kernel_register(&kernels[i]));
+static rf_status *register_all(const rf__kernel_def *defs, size_t n) {
+  for (size_t i = 0; i < n; i++) RF_CHECK(rf__kernel_register(&defs[i]));
   return NULL;
 }
+
+rf_status *rf__register_cpu_collective_kernels(void) {
+  return register_all(cpu_kernels, sizeof cpu_kernels / sizeof *cpu_kernels);
+}
+
+#ifdef RF_HAVE_CUDA
+static const rf__kernel_def gpu_kernels[] = KERNELS(RF_DEVICE_GPU);
+
+rf_status *rf__register_gpu_collective_kernels(void) {
+  return register_all(gpu_kernels, sizeof gpu_kernels / sizeof *gpu_kernels);
+}
+#endif

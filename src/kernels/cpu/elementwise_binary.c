@@ -1,5 +1,5 @@
-/* kernels/cpu/elementwise_binary.c - Add, Sub, Mul, Div and Equal on the CPU,
- * with numpy broadcasting.
+/* kernels/cpu/elementwise_binary.c - Add, Sub, Mul, Div, Equal and the
+ * internal _BroadcastToShapeOf on the CPU, with numpy broadcasting.
  *
  * The operands' shapes are reduced to a plan: size-1 output dims dropped and
  * neighbouring dims merged while both operands stay linear across them, so
@@ -8,6 +8,8 @@
  * have a separate loop per stride pattern so the compiler vectorises each.
  * Integer arithmetic runs in the unsigned type of the same width (wraps, no
  * undefined behaviour); float16/bfloat16 compute in float and round once. */
+#include <string.h>
+
 #include "kernels/cpu/math_kernels.h"
 #include "ops/broadcast_shape.h"
 
@@ -59,11 +61,10 @@ typedef void (*row_fn)(const void *a, const void *b, void *o, int64_t n, int sa,
   }
 
 /* X(suffix, dtype, storage, compute, load, store) */
-#define FLOAT_TYPES(X)                                                    \
-  X(f16, RF_FLOAT16, uint16_t, float, rf_half_to_float, rf_float_to_half) \
-  X(bf16, RF_BFLOAT16, uint16_t, float, rf_bfloat16_to_float,             \
-    rf_float_to_bfloat16)                                                 \
-  X(f32, RF_FLOAT32, float, float, ID, ID)                                \
+#define FLOAT_TYPES(X)                                      \
+  X(f16, RF_FLOAT16, uint16_t, float, rf__h2f, rf__f2h)     \
+  X(bf16, RF_BFLOAT16, uint16_t, float, rf__bf2f, rf__f2bf) \
+  X(f32, RF_FLOAT32, float, float, ID, ID)                  \
   X(f64, RF_FLOAT64, double, double, ID, ID)
 
 /* X(suffix, dtype, storage, unsigned of the same width, division) */
@@ -168,14 +169,14 @@ typedef struct binary_job {
   row_fn fn;
   const char *a, *b;
   char *o;
-  size_t esize, osize;
+  size_t asize, bsize, osize; /* element sizes */
 } binary_job;
 
 static void run_flat(void *arg, int64_t begin, int64_t end) {
   const binary_job *j = arg;
   int64_t sa = j->p->sa[0], sb = j->p->sb[0];
-  j->fn(j->a + (size_t)(begin * sa) * j->esize,
-        j->b + (size_t)(begin * sb) * j->esize, j->o + (size_t)begin * j->osize,
+  j->fn(j->a + (size_t)(begin * sa) * j->asize,
+        j->b + (size_t)(begin * sb) * j->bsize, j->o + (size_t)begin * j->osize,
         end - begin, (int)sa, (int)sb);
 }
 
@@ -193,7 +194,7 @@ static void run_rows(void *arg, int64_t begin, int64_t end) {
     offb += idx[i] * p->sb[i];
   }
   for (int64_t r = begin; r < end; r++) {
-    j->fn(j->a + (size_t)offa * j->esize, j->b + (size_t)offb * j->esize,
+    j->fn(j->a + (size_t)offa * j->asize, j->b + (size_t)offb * j->bsize,
           j->o + (size_t)(r * inner) * j->osize, inner, (int)p->sa[outer],
           (int)p->sb[outer]);
     for (int i = outer - 1; i >= 0; i--) { /* odometer step */
@@ -223,6 +224,30 @@ static bool int_has_zero(const rf_tensor *t) {
   return false;
 }
 
+/* out = fn over a and b broadcast to out's shape (non-empty). */
+static void run_plan(rf__kernel_ctx *ctx, const rf_tensor *a,
+                     const rf_tensor *b, rf_tensor *out, row_fn fn,
+                     int64_t cost) {
+  plan p;
+  plan_make(&a->shape, &b->shape, &out->shape, &p);
+  binary_job job = {&p,
+                    fn,
+                    a->data,
+                    b->data,
+                    out->data,
+                    rf_dtype_size(a->dtype),
+                    rf_dtype_size(b->dtype),
+                    rf_dtype_size(out->dtype)};
+  if (p.rank == 1) {
+    rf__kernel_parallel_for(ctx, p.dims[0], cost, run_flat, &job);
+  } else {
+    int64_t rows = 1;
+    for (int i = 0; i < p.rank - 1; i++) rows *= p.dims[i];
+    rf__kernel_parallel_for(ctx, rows, cost * p.dims[p.rank - 1], run_rows,
+                            &job);
+  }
+}
+
 static rf_status *binary_compute(rf__kernel_ctx *ctx, const binary_op *op) {
   const rf_tensor *a = ctx->inputs[0], *b = ctx->inputs[1];
   if (a->dtype != b->dtype)
@@ -249,25 +274,9 @@ static rf_status *binary_compute(rf__kernel_ctx *ctx, const binary_op *op) {
   rf_tensor *out;
   RF_CHECK(rf__kernel_alloc_output(ctx, 0, odt, &os, &out));
   if (out->num_elements == 0) return NULL;
-  plan p;
-  plan_make(&a->shape, &b->shape, &os, &p);
-  binary_job job = {&p,
-                    fn,
-                    a->data,
-                    b->data,
-                    out->data,
-                    rf_dtype_size(a->dtype),
-                    rf_dtype_size(odt)};
   /* The 16-bit float conversions are function calls, ~8x a plain op. */
-  int64_t cost = op->cost * (rf_dtype_size(a->dtype) == 2 ? 8 : 1);
-  if (p.rank == 1) {
-    rf__kernel_parallel_for(ctx, p.dims[0], cost, run_flat, &job);
-  } else {
-    int64_t rows = 1;
-    for (int i = 0; i < p.rank - 1; i++) rows *= p.dims[i];
-    rf__kernel_parallel_for(ctx, rows, cost * p.dims[p.rank - 1], run_rows,
-                            &job);
-  }
+  run_plan(ctx, a, b, out, fn,
+           op->cost * (rf_dtype_size(a->dtype) == 2 ? 8 : 1));
   return NULL;
 }
 
@@ -287,12 +296,64 @@ static rf_status *equal_compute(rf__kernel_ctx *c) {
   return binary_compute(c, &equal_op);
 }
 
+/* ---- _BroadcastToShapeOf(x, like): x copied out to like's shape ---- */
+
+#define COPY_ROW(T)                                                         \
+  static void copy_##T(const void *va, const void *vb, void *vo, int64_t n, \
+                       int sa, int sb) {                                    \
+    const T *restrict a = va;                                               \
+    T *restrict o = vo;                                                     \
+    if (sa) {                                                               \
+      memcpy(o, a, sizeof(T) * (size_t)n);                                  \
+    } else {                                                                \
+      const T v = a[0];                                                     \
+      for (int64_t i = 0; i < n; i++) o[i] = v;                             \
+    }                                                                       \
+  }
+COPY_ROW(uint8_t)
+COPY_ROW(uint16_t)
+COPY_ROW(uint32_t)
+COPY_ROW(uint64_t)
+
+static rf_status *broadcast_to_compute(rf__kernel_ctx *ctx) {
+  const rf_tensor *x = ctx->inputs[0], *like = ctx->inputs[1];
+  rf_shape os;
+  if (!rf__broadcast_shape(&x->shape, &like->shape, &os) ||
+      !rf_shape_equal(&os, &like->shape)) {
+    char sx[128], sl[128];
+    rf_shape_format(&x->shape, sx, sizeof sx);
+    rf_shape_format(&like->shape, sl, sizeof sl);
+    return rf__kernel_error(ctx, RF_INVALID_ARGUMENT,
+                            "_BroadcastToShapeOf: cannot broadcast shape %s "
+                            "to shape %s",
+                            sx, sl);
+  }
+  if (rf_shape_equal(&x->shape, &like->shape)) {
+    rf__kernel_forward_input(ctx, 0, 0);
+    return NULL;
+  }
+  row_fn fn;
+  switch (rf_dtype_size(x->dtype)) {
+    case 1: fn = copy_uint8_t; break;
+    case 2: fn = copy_uint16_t; break;
+    case 4: fn = copy_uint32_t; break;
+    default: fn = copy_uint64_t; break;
+  }
+  rf_tensor *out;
+  RF_CHECK(rf__kernel_alloc_output(ctx, 0, x->dtype, &os, &out));
+  if (out->num_elements > 0) run_plan(ctx, x, like, out, fn, 1);
+  return NULL;
+}
+
 static const rf__kernel_def binary_kernels[] = {
     {.op = "Add", .device_type = RF_DEVICE_CPU, .compute = add_compute},
     {.op = "Sub", .device_type = RF_DEVICE_CPU, .compute = sub_compute},
     {.op = "Mul", .device_type = RF_DEVICE_CPU, .compute = mul_compute},
     {.op = "Div", .device_type = RF_DEVICE_CPU, .compute = div_compute},
     {.op = "Equal", .device_type = RF_DEVICE_CPU, .compute = equal_compute},
+    {.op = "_BroadcastToShapeOf",
+     .device_type = RF_DEVICE_CPU,
+     .compute = broadcast_to_compute},
 };
 
 rf_status *rf__register_cpu_binary_kernels(void) {

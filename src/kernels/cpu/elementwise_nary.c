@@ -90,8 +90,8 @@ typedef void (*add_n_fn)(rf_tensor *const *in, int k, void *out, int64_t begin,
       for (int64_t i = 0; i < n; i++) o[s + i] = STORE(acc[i]);      \
     }                                                                \
   }
-ADD_N_FN(f16, uint16_t, float, rf_half_to_float, rf_float_to_half)
-ADD_N_FN(bf16, uint16_t, float, rf_bfloat16_to_float, rf_float_to_bfloat16)
+ADD_N_FN(f16, uint16_t, float, rf__h2f, rf__f2h)
+ADD_N_FN(bf16, uint16_t, float, rf__bf2f, rf__f2bf)
 ADD_N_FN(f32, float, float, ID, ID)
 ADD_N_FN(f64, double, double, ID, ID)
 ADD_N_FN(i8, int8_t, uint8_t, (uint8_t), (int8_t))

@@ -1,8 +1,7 @@
 /* kernels/cpu/matmul.c - MatMul on the CPU: C (m,n) = op(A) op(B), where op
  * transposes when the node's transpose_a/transpose_b say so.
  *
- * float32/float64 go to CBLAS (OpenBLAS), large products in blocks of rows
- * across the device's pool; float16/bfloat16 widen to float32,
+ * float32/float64 go to CBLAS (OpenBLAS); float16/bfloat16 widen to float32,
  * run sgemm and round once per element; int32/int64 use an i-k-j loop over
  * rows of C (B transposed first when needed so the inner loop is contiguous)
  * in unsigned arithmetic, which wraps instead of overflowing. */
@@ -35,68 +34,68 @@ static void dgemm(const mm_dims *d, const double *a, const double *b,
               (int)d->n);
 }
 
-/* ---- float32 / float64: blocks of C's rows across the pool ----
- * OpenBLAS runs single-threaded inside ringflow (blas_threads.c), so one
- * device's large product is cut into one block of rows per pool thread and
- * the blocks go through rf__kernel_parallel_for (measured: 1 device on 2
- * cores trains 30-60% faster at batch 256-1024). When other devices keep the
- * pool busy, the calling thread runs the blocks itself. The blocks depend only
- * on the shape and the pool size, never on timing: results are reproducible. */
+/* ---- row blocks of C across the pool ---- */
 
-#define MIN_BLOCK_ROWS 32       /* sgemm stays efficient down to this */
-#define MIN_SPLIT_MACS 1000000  /* smaller products are not worth a handoff */
+/* OpenBLAS runs single-threaded inside ringflow (blas_threads.c), so a big
+ * product is split into blocks of C's rows, one BLAS call each: one block per
+ * pool thread, since every call packs B again and small blocks run sgemm
+ * below its speed (measured on 2 cores, MLP training: 1 device 1.3x faster
+ * at batch 256 than with 4 blocks per thread, 4 devices 1.3x). Products too
+ * small to pay for the handoff stay whole. Block bounds depend only on the
+ * shape and the pool size, so results do not vary from run to run. */
+#define MIN_BLOCK_ROWS 32
+#define MIN_SPLIT_MACS 1000000
 
 typedef struct gemm_job {
-  mm_dims d; /* the whole product */
-  rf_dtype dtype;
+  const mm_dims *d;
   const void *a, *b;
   void *c;
+  bool f64;
   int64_t rows; /* per block */
 } gemm_job;
 
-static void gemm_blocks(void *arg, int64_t begin, int64_t end) {
+static void gemm_rows(void *arg, int64_t blk0, int64_t blk1) {
   const gemm_job *j = arg;
-  mm_dims d = j->d;
-  int64_t lo = begin * j->rows, hi = end * j->rows;
-  if (hi > d.m) hi = d.m;
-  d.m = hi - lo;
-  /* op(A)'s row i is A's row i, or A's column i when A is transposed */
-  int64_t a_off = d.ta ? lo : lo * d.lda, c_off = lo * d.n;
-  if (j->dtype == RF_FLOAT32)
-    sgemm(&d, (const float *)j->a + a_off, j->b, (float *)j->c + c_off);
+  mm_dims sub = *j->d;
+  int64_t r0 = blk0 * j->rows, r1 = blk1 * j->rows;
+  if (r1 > sub.m) r1 = sub.m;
+  sub.m = r1 - r0;
+  /* op(A)'s row r is A's row r, or A's column r when transposed */
+  int64_t a_off = sub.ta ? r0 : r0 * sub.lda, c_off = r0 * sub.n;
+  if (j->f64)
+    dgemm(&sub, (const double *)j->a + a_off, j->b, (double *)j->c + c_off);
   else
-    dgemm(&d, (const double *)j->a + a_off, j->b, (double *)j->c + c_off);
+    sgemm(&sub, (const float *)j->a + a_off, j->b, (float *)j->c + c_off);
 }
 
-static void gemm_float(rf__kernel_ctx *ctx, const mm_dims *d, rf_dtype dt,
-                       const void *a, const void *b, void *c) {
+static void gemm_parallel(rf__kernel_ctx *ctx, const mm_dims *d, const void *a,
+                          const void *b, void *c, bool f64) {
+  int64_t blocks = d->m / MIN_BLOCK_ROWS;
   int64_t threads = ctx->device && ctx->device->pool
                         ? rf__threadpool_size(ctx->device->pool)
                         : 1;
-  int64_t blocks = d->m / MIN_BLOCK_ROWS;
   if (blocks > threads) blocks = threads;
   if (blocks < 1 || (double)d->m * (double)d->n * (double)d->k < MIN_SPLIT_MACS)
     blocks = 1;
-  gemm_job job = {*d, dt, a, b, c, (d->m + blocks - 1) / blocks};
-  rf__kernel_parallel_for(ctx, blocks, job.rows * d->n * d->k, gemm_blocks,
-                          &job);
+  gemm_job job = {d, a, b, c, f64, (d->m + blocks - 1) / blocks};
+  rf__kernel_parallel_for(ctx, blocks, job.rows * d->k * d->n, gemm_rows, &job);
 }
 
 /* ---- float16 / bfloat16 through sgemm ---- */
 
 static void widen(const uint16_t *x, float *y, int64_t n, rf_dtype dt) {
   if (dt == RF_FLOAT16) {
-    for (int64_t i = 0; i < n; i++) y[i] = rf_half_to_float(x[i]);
+    for (int64_t i = 0; i < n; i++) y[i] = rf__h2f(x[i]);
   } else {
-    for (int64_t i = 0; i < n; i++) y[i] = rf_bfloat16_to_float(x[i]);
+    for (int64_t i = 0; i < n; i++) y[i] = rf__bf2f(x[i]);
   }
 }
 
 static void narrow(const float *x, uint16_t *y, int64_t n, rf_dtype dt) {
   if (dt == RF_FLOAT16) {
-    for (int64_t i = 0; i < n; i++) y[i] = rf_float_to_half(x[i]);
+    for (int64_t i = 0; i < n; i++) y[i] = rf__f2h(x[i]);
   } else {
-    for (int64_t i = 0; i < n; i++) y[i] = rf_float_to_bfloat16(x[i]);
+    for (int64_t i = 0; i < n; i++) y[i] = rf__f2bf(x[i]);
   }
 }
 
@@ -239,7 +238,11 @@ static rf_status *matmul_compute(rf__kernel_ctx *ctx) {
   }
   switch (dt) {
     case RF_FLOAT32:
-    case RF_FLOAT64: gemm_float(ctx, &d, dt, a->data, b->data, c->data); break;
+      gemm_parallel(ctx, &d, a->data, b->data, c->data, false);
+      break;
+    case RF_FLOAT64:
+      gemm_parallel(ctx, &d, a->data, b->data, c->data, true);
+      break;
     case RF_FLOAT16:
     case RF_BFLOAT16: gemm_16(&d, a, b, c, scratch); break;
     default: gemm_int(ctx, &d, a, b, c, scratch); break;

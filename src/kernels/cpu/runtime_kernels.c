@@ -80,6 +80,12 @@ static rf_status *send_compute(rf__kernel_ctx *ctx) {
 
 static void recv_done(void *arg, rf_status *st, rf_tensor *value) {
   rf__kernel_ctx *ctx = arg;
+  if (!st && value->on_gpu) { /* a GPU _Send copies to the host first */
+    st = rf__kernel_error(ctx, RF_INTERNAL,
+                          "received device memory on a CPU device");
+    rf_tensor_release(value);
+    value = NULL;
+  }
   if (!st && value->dtype != ctx->node->out_dtypes[0]) {
     st = rf__kernel_error(ctx, RF_INTERNAL,
                           "received a %s tensor, expected "

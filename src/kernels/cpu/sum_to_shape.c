@@ -103,8 +103,8 @@ typedef struct sum_job {
   }
 
 #define ID(v) (v)
-SUM_FN(f16, uint16_t, float, rf_half_to_float)
-SUM_FN(bf16, uint16_t, float, rf_bfloat16_to_float)
+SUM_FN(f16, uint16_t, float, rf__h2f)
+SUM_FN(bf16, uint16_t, float, rf__bf2f)
 SUM_FN(f32, float, float, ID)
 SUM_FN(f64, double, double, ID)
 SUM_FN(i8, int8_t, uint8_t, (uint8_t))
@@ -166,8 +166,8 @@ static rf_status *sum_to_shape_compute(rf__kernel_ctx *ctx) {
   if (half) {
     uint16_t *o = y->data;
     for (int64_t i = 0; i < n; i++)
-      o[i] = x->dtype == RF_FLOAT16 ? rf_float_to_half(scratch[i])
-                                    : rf_float_to_bfloat16(scratch[i]);
+      o[i] =
+          x->dtype == RF_FLOAT16 ? rf__f2h(scratch[i]) : rf__f2bf(scratch[i]);
   }
   rf__free(scratch);
   return NULL;

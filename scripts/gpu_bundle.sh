@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Packs the GPU tests, the `ringflow` tool and the benchmarks with the shared
+# libraries they need (OpenBLAS, jansson, cmocka; CUDA, cuBLAS and NCCL come
+# from the GPU machine) into one archive, for a GPU machine that cannot build
+# ringflow itself (no Debian packages there). scripts/gpu_run.sh runs it.
+#   scripts/gpu_bundle.sh OUT.tar.gz
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=$(realpath -m "$1")
+cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DRF_WITH_CUDA=ON \
+  -DRF_BUILD_BENCH=ON >/dev/null
+ninja -C build-gpu >/dev/null
+stage=$(mktemp -d)
+trap 'rm -rf "$stage"' EXIT
+mkdir -p "$stage/bin" "$stage/lib" "$stage/data"
+for t in build-gpu/tests/test_gpu_* build-gpu/tests/test_collectives \
+         build-gpu/tools/ringflow build-gpu/bench/bench_*; do
+  [ -x "$t" ] && cp "$t" "$stage/bin/"
+done
+strip "$stage"/bin/* 2>/dev/null || true
+for lib in libopenblas.so.0 libjansson.so.4 libcmocka.so.0 libgfortran.so.5 libquadmath.so.0; do
+  path=$(ldd build-gpu/tools/ringflow build-gpu/tests/test_gpu_runtime 2>/dev/null |
+         awk -v l="$lib" '$1 == l {print $3; exit}')
+  [ -n "$path" ] && cp -L "$path" "$stage/lib/"
+done
+cp /usr/share/datasets/fashion-mnist/*.gz "$stage/data/" 2>/dev/null || true
+cp scripts/gpu_run.sh "$stage/"
+tar -C "$stage" -czf "$out" .
+ls -la "$out"

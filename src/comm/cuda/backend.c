@@ -1,0 +1,331 @@
+/* comm/cuda/backend.c - the GPU collective backend: picks CUDA kernels or
+ * NCCL per group, and runs the CUDA-kernel path. That path serves virtual
+ * GPU devices sharing one physical GPU (NCCL refuses two ranks on one GPU):
+ * each participant's stream records an event (its input is ready), the
+ * leader's stream (the root's, else rank 0's) waits for all of them and runs
+ * one kernel that writes every participant's output, records an event that
+ * every other participant's stream waits for, and a stream callback -> pool
+ * task calls the dones. Outputs are allocated from each participant's own
+ * device allocator before the launch, so each is reused only in its own
+ * stream's order, which the final wait puts after the kernel. Inputs stay
+ * retained until the kernel has run. */
+#include <cuda_runtime_api.h>
+#include <string.h>
+
+#include "comm/cpu/reduce_kernels.h"
+#include "comm/cuda/coll_kernels.h"
+#include "comm/cuda/gpu_coll.h"
+#include "core/cuda_check.h"
+#include "core/mem.h"
+#include "core/status.h"
+#include "runtime/gpu/gpu.h"
+
+_Static_assert(RF_RED_SUM == 0 && RF_RED_PROD == 1 && RF_RED_MIN == 2 &&
+                   RF_RED_MAX == 3 && RF_RED_AVG == 4,
+               "coll_kernels.cu numbers the reductions this way");
+
+/* ---- shared by both GPU backends ---- */
+
+void rf__gpu_coll_fail(rf__coll_group *g, const rf_status *st) {
+  for (int i = 0; i < g->n; i++) { /* before the dones: see collective.h */
+    rf_tensor_release(g->p[i].input);
+    g->p[i].input = NULL;
+  }
+  for (int i = 0; i < g->n; i++)
+    g->p[i].done(g->p[i].arg,
+                 rf_status_new(rf_status_code(st), "%s", rf_status_message(st)),
+                 NULL);
+}
+
+static bool reduces(rf__collective_kind k) {
+  return k == RF_COLL_ALL_REDUCE || k == RF_COLL_REDUCE ||
+         k == RF_COLL_REDUCE_SCATTER;
+}
+
+rf_status *rf__gpu_coll_check(const rf__coll_group *g) {
+  if (g->n > RF_CUDA_COLL_MAX)
+    return rf__invalid("collective '%s': at most %d GPU participants, got %d",
+                       g->key, RF_CUDA_COLL_MAX, g->n);
+  if (reduces(g->kind) && !rf__cpu_reduce_supported(g->dtype, g->reduction))
+    return rf__error(RF_UNIMPLEMENTED,
+                     "collective '%s': %s of %s is not supported on GPU "
+                     "devices",
+                     g->key, rf__reduction_name(g->reduction),
+                     rf_dtype_name(g->dtype));
+  for (int i = 0; i < g->n; i++) {
+    const rf_tensor *in = g->p[i].input;
+    if (in && !in->on_gpu && in->nbytes > 0)
+      return rf__internal(
+          "collective '%s': the input of node '%s' on %s is in host memory, "
+          "not device memory",
+          g->key, g->p[i].node, g->p[i].device->canonical);
+  }
+  return NULL;
+}
+
+rf_shape rf__gpu_coll_out_shape(const rf__coll_group *g, int r) {
+  rf_shape s = g->p[g->root >= 0 ? g->root : 0].shape;
+  (void)r;
+  if (g->kind == RF_COLL_ALL_GATHER) s.dims[0] *= g->n;
+  if (g->kind == RF_COLL_REDUCE_SCATTER) s.dims[0] /= g->n;
+  return s;
+}
+
+bool rf__gpu_coll_has_output(const rf__coll_group *g, int r) {
+  switch (g->kind) {
+    case RF_COLL_REDUCE: return r == g->root;
+    case RF_COLL_BROADCAST: return r != g->root;
+    default: return true;
+  }
+}
+
+/* ---- the CUDA-kernel path ---- */
+
+typedef struct cuda_op {
+  rf__gpu_notify notify; /* first: the callback gets it back */
+  rf__coll_group g;      /* g.p = parts, g.key = key */
+  rf__coll_participant *parts;
+  char *key;
+  rf_tensor *outs[RF_CUDA_COLL_MAX]; /* per rank; NULL: no output */
+} cuda_op;
+
+static void op_free(cuda_op *op) {
+  for (int i = 0; i < op->g.n; i++) {
+    rf_tensor_release(op->parts[i].input);
+    rf_tensor_release(op->outs[i]);
+  }
+  rf__free(op->parts);
+  rf__free(op->key);
+  rf__free(op);
+}
+
+/* A copy of g that outlives run(), taking over the manager's input
+ * references (g's become NULL). */
+static cuda_op *op_new(rf__coll_group *g) {
+  cuda_op *op = rf__calloc(1, sizeof *op);
+  if (!op) return NULL;
+  op->parts = rf__malloc(sizeof *op->parts * (size_t)g->n);
+  op->key = rf__strdup(g->key);
+  if (!op->parts || !op->key) {
+    rf__free(op->parts);
+    rf__free(op->key);
+    rf__free(op);
+    return NULL;
+  }
+  memcpy(op->parts, g->p, sizeof *op->parts * (size_t)g->n);
+  for (int i = 0; i < g->n; i++) g->p[i].input = NULL;
+  op->g = *g;
+  op->g.p = op->parts;
+  op->g.key = op->key;
+  return op;
+}
+
+/* Calls every done (outputs on success, copies of st otherwise), frees op
+ * and st. */
+static void op_finish(cuda_op *op, rf_status *st) {
+  rf__coll_group *g = &op->g;
+  for (int i = 0; i < g->n; i++) { /* before the dones: see collective.h */
+    rf_tensor_release(g->p[i].input);
+    g->p[i].input = NULL;
+  }
+  for (int i = 0; i < g->n; i++) {
+    rf_tensor *out = NULL;
+    if (!st) {
+      out = op->outs[i];
+      op->outs[i] = NULL;
+    }
+    g->p[i].done(
+        g->p[i].arg,
+        st ? rf_status_new(rf_status_code(st), "%s", rf_status_message(st))
+           : NULL,
+        out);
+  }
+  rf_status_free(st);
+  op_free(op);
+}
+
+static void op_completed(rf__gpu_notify *n, rf_status *st) {
+  cuda_op *op = (cuda_op *)n;
+  if (st)
+    st = rf__status_prefix(st, "collective '%s' (step %lld)", op->g.key,
+                           (long long)op->g.step_id);
+  op_finish(op, st);
+}
+
+static int leader_of(const rf__coll_group *g) {
+  return g->root >= 0 ? g->root : 0;
+}
+
+/* Every GPU holding a participant or an input must be reachable from the
+ * leader's GPU (the same one, or a peer). */
+static rf_status *check_reach(const rf__coll_group *g) {
+  const rf__device *lead = g->p[leader_of(g)].device;
+  for (int i = 0; i < g->n; i++) {
+    int o = g->p[i].device->gpu_ordinal, can = 1;
+    int t = rf__gpu_tensor_ordinal(g->p[i].input);
+    for (int k = 0; k < 2; k++) {
+      int ord = k ? t : o;
+      if (ord < 0 || ord == lead->gpu_ordinal) continue;
+      RF_CUDA_CHECK(cudaDeviceCanAccessPeer(&can, lead->gpu_ordinal, ord));
+      if (!can)
+        return rf__error(RF_UNIMPLEMENTED,
+                         "collective '%s': %s (physical GPU %d) cannot reach "
+                         "the memory of %s (physical GPU %d) and NCCL cannot "
+                         "run it either (participants must share one GPU or "
+                         "all be on distinct GPUs)",
+                         g->key, lead->canonical, lead->gpu_ordinal,
+                         g->p[i].device->canonical, ord);
+    }
+  }
+  return NULL;
+}
+
+/* Allocates each receiving rank's output from its own device and fills the
+ * kernel's arguments. */
+static rf_status *prepare(cuda_op *op, rf__cuda_coll_args *a) {
+  rf__coll_group *g = &op->g;
+  int lead = leader_of(g);
+  memset(a, 0, sizeof *a);
+  a->dtype = g->dtype;
+  a->op = (int)g->reduction;
+  a->n = g->n;
+  a->count = rf_shape_num_elements(&g->p[lead].shape);
+  switch (g->kind) {
+    case RF_COLL_REDUCE_SCATTER: a->mode = RF_CUDA_COLL_REDUCE_SCATTER; break;
+    case RF_COLL_ALL_GATHER:
+    case RF_COLL_BROADCAST: a->mode = RF_CUDA_COLL_GATHER; break;
+    default: a->mode = RF_CUDA_COLL_REDUCE;
+  }
+  if (g->kind == RF_COLL_BROADCAST) { /* the gather of the root's input */
+    a->n = 1;
+    a->in[0] = g->p[lead].input->data;
+  } else {
+    for (int i = 0; i < g->n; i++) a->in[i] = g->p[i].input->data;
+  }
+  for (int r = 0; r < g->n; r++) {
+    if (!rf__gpu_coll_has_output(g, r)) continue;
+    rf_shape s = rf__gpu_coll_out_shape(g, r);
+    const rf__device *d = g->p[r].device;
+    rf_status *st =
+        rf__tensor_new_device(g->dtype, &s, d->allocator, &op->outs[r]);
+    if (st)
+      return rf__status_prefix(st, "collective '%s': output on %s", g->key,
+                               d->canonical);
+    /* reduce-scatter addresses its outputs by rank; the others list them */
+    if (a->mode == RF_CUDA_COLL_REDUCE_SCATTER)
+      a->out[r] = op->outs[r]->data;
+    else
+      a->out[a->num_outs++] = op->outs[r]->data;
+  }
+  if (a->mode == RF_CUDA_COLL_REDUCE_SCATTER) a->num_outs = g->n;
+  return NULL;
+}
+
+/* One event per physical GPU involved (recording needs an event of the
+ * stream's own GPU); an event is re-recorded freely, as each wait captures
+ * its state when enqueued. */
+typedef struct events {
+  int n;
+  int ordinal[RF_CUDA_COLL_MAX];
+  cudaEvent_t ev[RF_CUDA_COLL_MAX];
+} events;
+
+/* Makes `waiter`'s stream wait for everything queued so far on d's. */
+static rf_status *order_after(events *es, const rf__device *d,
+                              const rf__device *waiter) {
+  if (d->stream == waiter->stream) return NULL;
+  RF_CHECK(d->enter(d));
+  int k = 0;
+  while (k < es->n && es->ordinal[k] != d->gpu_ordinal) k++;
+  if (k == es->n) {
+    RF_CUDA_CHECK(cudaEventCreateWithFlags(&es->ev[k], cudaEventDisableTiming));
+    es->ordinal[es->n++] = d->gpu_ordinal;
+  }
+  RF_CUDA_CHECK(cudaEventRecord(es->ev[k], (cudaStream_t)d->stream));
+  RF_CUDA_CHECK(
+      cudaStreamWaitEvent((cudaStream_t)waiter->stream, es->ev[k], 0));
+  return NULL;
+}
+
+/* Enqueues waits, kernel, waits and the completion callback. *launched is
+ * set once the kernel is queued (the caller must then wait for the stream
+ * before freeing anything on error). */
+static rf_status *enqueue(cuda_op *op, const rf__cuda_coll_args *a, events *es,
+                          bool *launched) {
+  rf__coll_group *g = &op->g;
+  const rf__device *lead = g->p[leader_of(g)].device;
+  for (int i = 0; i < g->n; i++)
+    RF_CHECK(order_after(es, g->p[i].device, lead));
+  RF_CHECK(lead->enter(lead));
+  const rf__gpu_context *ctx = lead->gpu;
+  RF_CHECK(rf__cuda_coll_launch(a, lead->stream, ctx->multiprocessors));
+  *launched = true;
+  for (int i = 0; i < g->n; i++)
+    RF_CHECK(order_after(es, lead, g->p[i].device));
+  RF_CHECK(lead->enter(lead));
+  return rf__gpu_notify_when_done(lead, &op->notify, op_completed);
+}
+
+void rf__cuda_coll_run(rf__coll_group *g) {
+  rf_status *st = rf__gpu_coll_check(g);
+  if (!st) st = check_reach(g);
+  cuda_op *op = st ? NULL : op_new(g);
+  if (!st && !op) st = rf__oom();
+  if (st) {
+    rf__gpu_coll_fail(g, st);
+    rf_status_free(st);
+    return;
+  }
+  rf__cuda_coll_args a;
+  st = prepare(op, &a);
+  if (!st && (a.count == 0 || a.num_outs == 0)) { /* nothing to move */
+    op_finish(op, NULL);
+    return;
+  }
+  bool launched = false;
+  events es = {.n = 0};
+  if (!st) st = enqueue(op, &a, &es, &launched);
+  /* Released once recorded work is done; the waits hold what they need. */
+  for (int k = 0; k < es.n; k++) (void)cudaEventDestroy(es.ev[k]);
+  if (!st) return; /* op_completed finishes (op may be gone already) */
+  if (launched) {  /* the kernel may still read and write our buffers */
+    const rf__device *lead = g->p[leader_of(g)].device;
+    rf_status_free(rf__gpu_sync(lead));
+  }
+  op_finish(op, rf__status_prefix(st, "collective '%s' (step %lld)", g->key,
+                                  (long long)g->step_id));
+}
+
+/* ---- the backend ---- */
+
+#ifdef RF_HAVE_NCCL
+static atomic_bool nccl_single; /* tests: one participant goes to NCCL */
+
+void rf__gpu_coll_nccl_for_single(bool on) { atomic_store(&nccl_single, on); }
+
+static bool on_distinct_gpus(const rf__coll_group *g) {
+  for (int i = 1; i < g->n; i++)
+    for (int k = 0; k < i; k++)
+      if (g->p[k].device->gpu_ordinal == g->p[i].device->gpu_ordinal)
+        return false;
+  return g->n > 1 || atomic_load(&nccl_single);
+}
+#endif
+
+/* NCCL when the participants are all on distinct physical GPUs (and NCCL is
+ * built); otherwise CUDA kernels: on one shared GPU, or over peer access. */
+static void gpu_run(rf__coll_group *g) {
+#ifdef RF_HAVE_NCCL
+  if (on_distinct_gpus(g)) {
+    rf__nccl_coll_run(g);
+    return;
+  }
+#endif
+  rf__cuda_coll_run(g);
+}
+
+const rf__coll_backend rf__gpu_coll_backend = {
+    .name = "cuda/nccl",
+    .device_type = RF_DEVICE_GPU,
+    .run = gpu_run,
+};

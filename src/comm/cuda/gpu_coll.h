@@ -1,0 +1,37 @@
+/* comm/cuda/gpu_coll.h - the GPU collective backends (CUDA builds only).
+ * rf__gpu_coll_backend (comm/collective.h) picks one per group: participants
+ * on ONE physical GPU (virtual GPU devices) or on GPUs that can reach each
+ * other's memory run through CUDA kernels (comm/cuda/backend.c); participants
+ * on DISTINCT physical GPUs run through NCCL when it is built
+ * (comm/nccl/backend.c). Both are asynchronous: run() enqueues on the
+ * participants' streams and returns; a stream callback -> pool task calls
+ * every done. They copy the group and retain what they still use. */
+#ifndef RF_COMM_CUDA_GPU_COLL_H
+#define RF_COMM_CUDA_GPU_COLL_H
+
+#include "comm/collective.h"
+
+/* The CUDA-kernel backend (any GPU participants whose memory the leader's
+ * GPU can reach). */
+void rf__cuda_coll_run(rf__coll_group *g);
+#ifdef RF_HAVE_NCCL
+/* The NCCL backend (participants on distinct physical GPUs). */
+void rf__nccl_coll_run(rf__coll_group *g);
+/* For tests on one GPU: when on, a group of ONE participant runs through
+ * NCCL (a one-rank communicator) instead of CUDA kernels. Off by default. */
+void rf__gpu_coll_nccl_for_single(bool on);
+#endif
+
+/* Releases the group's inputs, then calls every participant's done with a
+ * copy of st (no output). */
+void rf__gpu_coll_fail(rf__coll_group *g, const rf_status *st);
+/* The checks both backends share: at most 64 participants, a reduction the
+ * CPU backend supports too, inputs in device memory. NULL when fine. */
+rf_status *rf__gpu_coll_check(const rf__coll_group *g);
+/* The output shape of rank r (its expected shape for broadcast receivers is
+ * the root's input shape). */
+rf_shape rf__gpu_coll_out_shape(const rf__coll_group *g, int r);
+/* Whether rank r receives an output. */
+bool rf__gpu_coll_has_output(const rf__coll_group *g, int r);
+
+#endif

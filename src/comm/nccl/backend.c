@@ -1,0 +1,475 @@
+/* comm/nccl/backend.c - collectives of GPU participants on distinct physical
+ * GPUs through NCCL (CUDA builds with NCCL only).
+ *
+ * Communicators: one set per ordered list of physical GPUs (rank r on the
+ * GPU of the group's rank r), made once with ncclCommInitAll and cached for
+ * the process. A set's launches are serialised by its mutex, so every rank
+ * sees its set's operations in one order. All ranks of a collective are
+ * launched in one ncclGroupStart/End, each on its participant's stream (stream
+ * order makes the inputs ready and the outputs, allocated from each
+ * participant's own device, safe to reuse). Completion: a stream callback per
+ * participant -> pool task; the last one reads ncclCommGetAsyncError and
+ * calls the dones. A watchdog aborts (ncclCommAbort) the set of a collective
+ * still running after the session's collective timeout, fails its
+ * participants with DEADLINE_EXCEEDED and drops the set from the cache (the
+ * next use rebuilds it); the record itself is freed only after its streams
+ * drained. NVLink SHARP (multicast) stays off: NCCL_NVLS_ENABLE=0 unless the
+ * user set it. */
+#include <nccl.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "comm/cuda/gpu_coll.h"
+#include "core/cuda_check.h"
+#include "core/mem.h"
+#include "core/status.h"
+#include "runtime/gpu/gpu.h"
+
+#define MAX_RANKS 64
+
+/* ---- communicator sets ---- */
+
+typedef struct comm_set {
+  int n;
+  int ordinals[MAX_RANKS];
+  ncclComm_t comms[MAX_RANKS];
+  pthread_mutex_t mu; /* launches, async-error reads and the abort */
+  bool aborted;       /* comms are gone; the set has left the cache */
+  int refs;           /* the cache's + one per collective in flight */
+  struct comm_set *next;
+} comm_set;
+
+static pthread_mutex_t cache_mu = PTHREAD_MUTEX_INITIALIZER;
+static comm_set *cache; /* guarded by cache_mu, as every set's refs */
+
+static void set_unref(comm_set *s) {
+  pthread_mutex_lock(&cache_mu);
+  bool last = --s->refs == 0;
+  pthread_mutex_unlock(&cache_mu);
+  if (!last) return;
+  if (!s->aborted)
+    for (int i = 0; i < s->n; i++) (void)ncclCommDestroy(s->comms[i]);
+  pthread_mutex_destroy(&s->mu);
+  rf__free(s);
+}
+
+/* Aborts s's communicators once and drops s from the cache. */
+static void set_abort(comm_set *s) {
+  pthread_mutex_lock(&cache_mu);
+  bool cached = false;
+  for (comm_set **p = &cache; *p; p = &(*p)->next)
+    if (*p == s) {
+      *p = s->next;
+      cached = true;
+      break;
+    }
+  pthread_mutex_unlock(&cache_mu);
+  pthread_mutex_lock(&s->mu);
+  if (!s->aborted) {
+    s->aborted = true;
+    for (int i = 0; i < s->n; i++) (void)ncclCommAbort(s->comms[i]);
+  }
+  pthread_mutex_unlock(&s->mu);
+  if (cached) set_unref(s); /* the cache's reference */
+}
+
+/* The cached set for ordinals[0..n) (a new reference), made on first use. */
+static rf_status *set_get(const int *ordinals, int n, comm_set **out) {
+  pthread_mutex_lock(&cache_mu);
+  for (comm_set *s = cache; s; s = s->next)
+    if (s->n == n && memcmp(s->ordinals, ordinals, sizeof(int) * n) == 0) {
+      s->refs++;
+      pthread_mutex_unlock(&cache_mu);
+      *out = s;
+      return NULL;
+    }
+  /* Made under the lock: two first uses of one set must not both init. */
+  comm_set *s = rf__calloc(1, sizeof *s);
+  rf_status *st = s ? NULL : rf__oom();
+  if (s) {
+    s->n = n;
+    memcpy(s->ordinals, ordinals, sizeof(int) * n);
+    setenv("NCCL_NVLS_ENABLE", "0", 0); /* no multicast (unless user-set) */
+    int prev = rf__gpu_current();
+    st = RF_NCCL_STATUS(ncclCommInitAll(s->comms, n, s->ordinals));
+    rf__gpu_make_current(prev);
+  }
+  if (!st) {
+    pthread_mutex_init(&s->mu, NULL);
+    s->refs = 2; /* the cache's and the caller's */
+    s->next = cache;
+    cache = s;
+    *out = s;
+  } else {
+    rf__free(s);
+  }
+  pthread_mutex_unlock(&cache_mu);
+  return st;
+}
+
+/* ---- collectives in flight ---- */
+
+typedef struct nccl_op nccl_op;
+
+typedef struct slot {
+  rf__gpu_notify notify; /* first: the callback gets it back */
+  nccl_op *op;
+} slot;
+
+struct nccl_op {
+  rf__coll_group g; /* g.p = parts, g.key = key */
+  rf__coll_participant *parts;
+  char *key;
+  comm_set *set;
+  rf_tensor *outs[MAX_RANKS];
+  slot slots[MAX_RANKS];
+  atomic_int pending;  /* stream callbacks still to come */
+  atomic_int finished; /* the dones were called */
+  pthread_mutex_t mu;  /* error */
+  rf_status *error;    /* the first stream failure */
+  /* the watchdog's list (guarded by wd_mu) */
+  int64_t deadline_ns; /* 0: none */
+  bool listed;
+  nccl_op *next;
+};
+
+static pthread_mutex_t wd_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t wd_wake;
+static pthread_once_t wd_once = PTHREAD_ONCE_INIT;
+static bool wd_started;
+static nccl_op *wd_list;
+
+static int64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static void op_free(nccl_op *op) {
+  for (int i = 0; i < op->g.n; i++) {
+    rf_tensor_release(op->parts[i].input);
+    rf_tensor_release(op->outs[i]);
+  }
+  if (op->set) set_unref(op->set);
+  rf_status_free(op->error);
+  pthread_mutex_destroy(&op->mu);
+  rf__free(op->parts);
+  rf__free(op->key);
+  rf__free(op);
+}
+
+/* A copy of g that outlives run(), taking over the manager's input
+ * references (g's become NULL). */
+static nccl_op *op_new(rf__coll_group *g) {
+  nccl_op *op = rf__calloc(1, sizeof *op);
+  if (!op) return NULL;
+  op->parts = rf__malloc(sizeof *op->parts * (size_t)g->n);
+  op->key = rf__strdup(g->key);
+  if (!op->parts || !op->key) {
+    rf__free(op->parts);
+    rf__free(op->key);
+    rf__free(op);
+    return NULL;
+  }
+  pthread_mutex_init(&op->mu, NULL);
+  memcpy(op->parts, g->p, sizeof *op->parts * (size_t)g->n);
+  for (int i = 0; i < g->n; i++) g->p[i].input = NULL;
+  op->g = *g;
+  op->g.p = op->parts;
+  op->g.key = op->key;
+  return op;
+}
+
+/* Releases the inputs before the dones (see collective.h); only once no
+ * stream reads them any more. */
+static void drop_inputs(nccl_op *op) {
+  for (int i = 0; i < op->g.n; i++) {
+    rf_tensor_release(op->parts[i].input);
+    op->parts[i].input = NULL;
+  }
+}
+
+/* Calls every done once (outputs when st is NULL); consumes st. */
+static void op_report(nccl_op *op, rf_status *st) {
+  if (atomic_exchange(&op->finished, 1)) {
+    rf_status_free(st);
+    return;
+  }
+  for (int i = 0; i < op->g.n; i++) {
+    rf_tensor *out = NULL;
+    if (!st) {
+      out = op->outs[i];
+      op->outs[i] = NULL;
+    }
+    op->parts[i].done(
+        op->parts[i].arg,
+        st ? rf_status_new(rf_status_code(st), "%s", rf_status_message(st))
+           : NULL,
+        out);
+  }
+  rf_status_free(st);
+}
+
+/* The first asynchronous NCCL error of the set's communicators, if any. */
+static rf_status *async_error(comm_set *s) {
+  rf_status *st = NULL;
+  pthread_mutex_lock(&s->mu);
+  if (s->aborted)
+    st = rf__error(RF_ABORTED, "the NCCL communicator was aborted");
+  for (int i = 0; !st && i < s->n; i++) {
+    ncclResult_t r = ncclSuccess;
+    st = RF_NCCL_STATUS(ncclCommGetAsyncError(s->comms[i], &r));
+    if (!st && r != ncclSuccess && r != ncclInProgress) st = RF_NCCL_STATUS(r);
+  }
+  pthread_mutex_unlock(&s->mu);
+  return st;
+}
+
+static void slot_done(rf__gpu_notify *n, rf_status *st) {
+  nccl_op *op = ((slot *)n)->op;
+  if (st) {
+    pthread_mutex_lock(&op->mu);
+    if (!op->error)
+      op->error = st;
+    else
+      rf_status_free(st);
+    pthread_mutex_unlock(&op->mu);
+  }
+  /* Under wd_mu: the watchdog only takes a count of a listed op, so the
+   * last count and the unlisting cannot interleave with it. */
+  pthread_mutex_lock(&wd_mu);
+  bool last = atomic_fetch_sub(&op->pending, 1) == 1;
+  if (last && op->listed) {
+    for (nccl_op **p = &wd_list; *p; p = &(*p)->next)
+      if (*p == op) {
+        *p = op->next;
+        break;
+      }
+    op->listed = false;
+  }
+  pthread_mutex_unlock(&wd_mu);
+  if (!last) return;
+  st = op->error;
+  op->error = NULL;
+  if (!st && !atomic_load(&op->finished)) {
+    st = async_error(op->set);
+    if (st) set_abort(op->set); /* unusable after an async error */
+  }
+  if (st)
+    st = rf__status_prefix(st, "collective '%s' (step %lld) through NCCL",
+                           op->g.key, (long long)op->g.step_id);
+  drop_inputs(op); /* every stream is past the collective */
+  op_report(op, st);
+  op_free(op);
+}
+
+/* ---- the watchdog ---- */
+
+static void *watchdog_main(void *arg) {
+  (void)arg;
+  pthread_mutex_lock(&wd_mu);
+  for (;;) {
+    int64_t now = now_ns(), next = 0;
+    nccl_op *expired = NULL;
+    for (nccl_op **p = &wd_list; *p;) {
+      nccl_op *op = *p;
+      if (op->deadline_ns <= now) {
+        *p = op->next;
+        op->listed = false;
+        op->next = expired;
+        expired = op;
+        atomic_fetch_add(&op->pending, 1); /* kept until we are done */
+      } else {
+        if (!next || op->deadline_ns < next) next = op->deadline_ns;
+        p = &op->next;
+      }
+    }
+    if (expired) {
+      pthread_mutex_unlock(&wd_mu);
+      while (expired) {
+        nccl_op *op = expired;
+        expired = op->next;
+        set_abort(op->set);
+        op_report(op, rf__error(RF_DEADLINE_EXCEEDED,
+                                "collective '%s' (step %lld): NCCL did not "
+                                "finish within %lld ms; its communicator was "
+                                "aborted (rebuilt on next use)",
+                                op->g.key, (long long)op->g.step_id,
+                                (long long)op->g.timeout_ms));
+        slot_done(&op->slots[0].notify, NULL); /* our extra count */
+      }
+      pthread_mutex_lock(&wd_mu);
+      continue;
+    }
+    if (!next) {
+      pthread_cond_wait(&wd_wake, &wd_mu);
+    } else {
+      struct timespec ts = {next / 1000000000, next % 1000000000};
+      pthread_cond_timedwait(&wd_wake, &wd_mu, &ts);
+    }
+  }
+  return NULL;
+}
+
+static void wd_start(void) {
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(&wd_wake, &ca);
+  pthread_condattr_destroy(&ca);
+  pthread_t t;
+  if (pthread_create(&t, NULL, watchdog_main, NULL) == 0) {
+    pthread_detach(t);
+    wd_started = true;
+  }
+}
+
+/* Puts op under the watchdog (nothing when the session has no timeout or
+ * the thread could not start: then a stuck collective waits). */
+static void watch(nccl_op *op) {
+  if (op->g.timeout_ms <= 0) return;
+  pthread_once(&wd_once, wd_start);
+  if (!wd_started) return;
+  pthread_mutex_lock(&wd_mu);
+  op->deadline_ns = now_ns() + op->g.timeout_ms * 1000000;
+  op->listed = true;
+  op->next = wd_list;
+  wd_list = op;
+  pthread_cond_signal(&wd_wake);
+  pthread_mutex_unlock(&wd_mu);
+}
+
+/* ---- launching ---- */
+
+static ncclDataType_t nccl_type(rf_dtype d) {
+  switch (d) {
+    case RF_FLOAT16: return ncclFloat16;
+    case RF_BFLOAT16: return ncclBfloat16;
+    case RF_FLOAT32: return ncclFloat32;
+    case RF_FLOAT64: return ncclFloat64;
+    case RF_INT8: return ncclInt8;
+    case RF_INT32: return ncclInt32;
+    case RF_INT64: return ncclInt64;
+    default: return ncclUint8; /* uint8, bool: bytes */
+  }
+}
+
+static ncclRedOp_t nccl_op_of(rf__reduction r) {
+  switch (r) {
+    case RF_RED_PROD: return ncclProd;
+    case RF_RED_MIN: return ncclMin;
+    case RF_RED_MAX: return ncclMax;
+    case RF_RED_AVG: return ncclAvg;
+    default: return ncclSum;
+  }
+}
+
+/* Enqueues rank r's part of the collective (inside a group). */
+static ncclResult_t issue(nccl_op *op, int r, size_t count) {
+  rf__coll_group *g = &op->g;
+  ncclComm_t c = op->set->comms[r];
+  cudaStream_t s = (cudaStream_t)g->p[r].device->stream;
+  ncclDataType_t t = nccl_type(g->dtype);
+  ncclRedOp_t red = nccl_op_of(g->reduction);
+  const void *in = g->p[r].input ? g->p[r].input->data : NULL;
+  void *out = op->outs[r] ? op->outs[r]->data : NULL;
+  switch (g->kind) {
+    case RF_COLL_ALL_REDUCE: return ncclAllReduce(in, out, count, t, red, c, s);
+    case RF_COLL_REDUCE:
+      return ncclReduce(in, out, count, t, red, g->root, c, s);
+    case RF_COLL_BROADCAST: /* in place at the root, which has no output */
+      return ncclBroadcast(in, r == g->root ? (void *)in : out, count, t,
+                           g->root, c, s);
+    case RF_COLL_ALL_GATHER: return ncclAllGather(in, out, count, t, c, s);
+    case RF_COLL_REDUCE_SCATTER:
+      return ncclReduceScatter(in, out, count / (size_t)g->n, t, red, c, s);
+    default: return ncclInvalidArgument;
+  }
+}
+
+static rf_status *alloc_outputs(nccl_op *op) {
+  rf__coll_group *g = &op->g;
+  for (int r = 0; r < g->n; r++) {
+    if (!rf__gpu_coll_has_output(g, r)) continue;
+    rf_shape s = rf__gpu_coll_out_shape(g, r);
+    const rf__device *d = g->p[r].device;
+    rf_status *st =
+        rf__tensor_new_device(g->dtype, &s, d->allocator, &op->outs[r]);
+    if (st)
+      return rf__status_prefix(st, "collective '%s': output on %s", g->key,
+                               d->canonical);
+  }
+  return NULL;
+}
+
+/* Launches every rank in one group, then the completion callbacks. On error
+ * after the launch the streams are waited for before returning. */
+static rf_status *launch(nccl_op *op, size_t count) {
+  rf__coll_group *g = &op->g;
+  pthread_mutex_lock(&op->set->mu);
+  rf_status *st = op->set->aborted
+                      ? rf__error(RF_ABORTED, "NCCL communicator aborted")
+                      : RF_NCCL_STATUS(ncclGroupStart());
+  bool started = !st;
+  for (int r = 0; !st && r < g->n; r++)
+    st = RF_NCCL_STATUS(issue(op, r, count));
+  if (started) {
+    rf_status *end = RF_NCCL_STATUS(ncclGroupEnd());
+    if (!st)
+      st = end;
+    else
+      rf_status_free(end);
+  }
+  pthread_mutex_unlock(&op->set->mu);
+  if (st) { /* some ranks may be queued without their peers: abort them */
+    set_abort(op->set);
+    for (int r = 0; r < g->n; r++) rf_status_free(rf__gpu_sync(g->p[r].device));
+    return st;
+  }
+  atomic_store(&op->pending, g->n);
+  for (int r = 0; r < g->n; r++) op->slots[r].op = op;
+  watch(op);
+  for (int r = 0; r < g->n; r++) {
+    const rf__device *d = g->p[r].device;
+    st = d->enter(d);
+    if (!st) st = rf__gpu_notify_when_done(d, &op->slots[r].notify, slot_done);
+    if (st) { /* the slot never fires: wait here, then count it done */
+      rf_status_free(rf__gpu_sync(d));
+      slot_done(&op->slots[r].notify, st);
+    }
+  }
+  return NULL;
+}
+
+void rf__nccl_coll_run(rf__coll_group *g) {
+  rf_status *st = rf__gpu_coll_check(g);
+  nccl_op *op = st ? NULL : op_new(g);
+  if (!st && !op) st = rf__oom();
+  if (st) {
+    rf__gpu_coll_fail(g, st);
+    rf_status_free(st);
+    return;
+  }
+  int ordinals[MAX_RANKS];
+  for (int r = 0; r < g->n; r++) ordinals[r] = g->p[r].device->gpu_ordinal;
+  size_t count =
+      (size_t)rf_shape_num_elements(&g->p[g->root >= 0 ? g->root : 0].shape);
+  st = alloc_outputs(op);
+  if (!st && count == 0) { /* nothing to move */
+    drop_inputs(op);
+    op_report(op, NULL);
+    op_free(op);
+    return;
+  }
+  if (!st) st = set_get(ordinals, g->n, &op->set);
+  if (!st) st = launch(op, count);
+  if (!st) return; /* the last stream callback reports */
+  drop_inputs(op); /* launch waited for the streams on error */
+  op_report(op, rf__status_prefix(st,
+                                  "collective '%s' (step %lld) through "
+                                  "NCCL",
+                                  g->key, (long long)g->step_id));
+  op_free(op);
+}

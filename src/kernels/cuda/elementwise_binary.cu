@@ -1,0 +1,195 @@
+/* kernels/cuda/elementwise_binary.cu - Add, Sub, Mul, Div, Equal and the
+ * internal _BroadcastToShapeOf on GPU devices, with numpy broadcasting
+ * (broadcast.cuh). Same arithmetic as the CPU kernels: integers in the
+ * unsigned type of their width (wrapping), float16/bfloat16 in float rounded
+ * once, integer division truncating with x / -1 as wrapping negation.
+ *
+ * One difference, as in TensorFlow: integer division by zero is not an error
+ * on the GPU (finding it would need a device-to-host copy and a wait on every
+ * Div); the quotient is unspecified - currently all bits set. */
+#include "kernels/cuda/broadcast.cuh"
+#include "kernels/cuda/math_kernels.cuh"
+
+extern "C" {
+#include "ops/broadcast_shape.h"
+}
+
+namespace rf_gpu {
+namespace {
+
+template <typename T>
+__device__ __forceinline__ T wrap_add(T x, T y) {
+  using U = typename Unsigned<T>::type;
+  return (T)(U)((U)x + (U)y);
+}
+
+struct AddF {
+  template <typename T>
+  __device__ T operator()(T x, T y) const {
+    if constexpr (is_float_v<T>)
+      return Num<T>::store(Num<T>::load(x) + Num<T>::load(y));
+    else
+      return wrap_add(x, y);
+  }
+};
+
+struct SubF {
+  template <typename T>
+  __device__ T operator()(T x, T y) const {
+    using U = typename Unsigned<T>::type;
+    if constexpr (is_float_v<T>)
+      return Num<T>::store(Num<T>::load(x) - Num<T>::load(y));
+    else
+      return (T)(U)((U)x - (U)y);
+  }
+};
+
+struct MulF {
+  template <typename T>
+  __device__ T operator()(T x, T y) const {
+    using U = typename Unsigned<T>::type;
+    if constexpr (is_float_v<T>)
+      return Num<T>::store(Num<T>::load(x) * Num<T>::load(y));
+    else
+      return (T)(U)((U)x * (U)y);
+  }
+};
+
+struct DivF {
+  template <typename T>
+  __device__ T operator()(T x, T y) const {
+    using U = typename Unsigned<T>::type;
+    if constexpr (is_float_v<T>) {
+      return Num<T>::store(Num<T>::load(x) / Num<T>::load(y));
+    } else if constexpr (std::is_signed<T>::value) {
+      if (y == 0) return (T)-1; /* unspecified (see the file comment) */
+      if (y == -1) return (T)(U)((U)0 - (U)x); /* INT_MIN / -1 wraps */
+      return (T)(x / y);
+    } else {
+      if (y == 0) return (T) ~(T)0;
+      return (T)(x / y);
+    }
+  }
+};
+
+struct EqualF {
+  template <typename T>
+  __device__ uint8_t operator()(T x, T y) const {
+    if constexpr (is_float_v<T>)
+      return Num<T>::load(x) == Num<T>::load(y);
+    else
+      return x == y;
+  }
+};
+
+/* bool operands: any non-zero byte is true. */
+struct EqualBoolF {
+  __device__ uint8_t operator()(uint8_t x, uint8_t y) const {
+    return (x != 0) == (y != 0);
+  }
+};
+
+struct FirstF {
+  template <typename T>
+  __device__ T operator()(T x, T) const {
+    return x;
+  }
+};
+
+enum Op { ADD, SUB, MUL, DIV, EQUAL };
+const char *const op_names[] = {"Add", "Sub", "Mul", "Div", "Equal"};
+
+template <typename T>
+rf_status *launch_op(rf__kernel_ctx *ctx, Op op, const rf_tensor *a,
+                     const rf_tensor *b, rf_tensor *o) {
+  switch (op) {
+    case ADD: return broadcast_launch<T, T, T>(ctx, a, b, o, AddF{});
+    case SUB: return broadcast_launch<T, T, T>(ctx, a, b, o, SubF{});
+    case MUL: return broadcast_launch<T, T, T>(ctx, a, b, o, MulF{});
+    case DIV: return broadcast_launch<T, T, T>(ctx, a, b, o, DivF{});
+    default: return broadcast_launch<T, T, uint8_t>(ctx, a, b, o, EqualF{});
+  }
+}
+
+rf_status *binary_compute(rf__kernel_ctx *ctx, Op op) {
+  RF_CHECK(begin(ctx));
+  const rf_tensor *a = ctx->inputs[0], *b = ctx->inputs[1];
+  const char *name = op_names[op];
+  if (a->dtype != b->dtype)
+    return rf__kernel_error(ctx, RF_INVALID_ARGUMENT,
+                            "%s operands have different dtypes %s and %s", name,
+                            rf_dtype_name(a->dtype), rf_dtype_name(b->dtype));
+  bool ok = is_numeric(a->dtype) || (op == EQUAL && a->dtype == RF_BOOL);
+  if (!ok)
+    return rf__kernel_error(ctx, RF_UNIMPLEMENTED, "%s has no %s kernel", name,
+                            rf_dtype_name(a->dtype));
+  rf_shape os;
+  if (!rf__broadcast_shape(&a->shape, &b->shape, &os)) {
+    char sa[128], sb[128];
+    rf_shape_format(&a->shape, sa, sizeof sa);
+    rf_shape_format(&b->shape, sb, sizeof sb);
+    return rf__kernel_error(ctx, RF_INVALID_ARGUMENT,
+                            "Incompatible shapes: %s vs. %s", sa, sb);
+  }
+  rf_tensor *out;
+  RF_CHECK(alloc_output(ctx, 0, op == EQUAL ? RF_BOOL : a->dtype, &os, &out));
+  if (a->dtype == RF_BOOL)
+    return broadcast_launch<uint8_t, uint8_t, uint8_t>(ctx, a, b, out,
+                                                       EqualBoolF{});
+  return visit_numeric(a->dtype, [&](auto tag) {
+    return launch_op<typename decltype(tag)::type>(ctx, op, a, b, out);
+  });
+}
+
+rf_status *add_compute(rf__kernel_ctx *c) { return binary_compute(c, ADD); }
+rf_status *sub_compute(rf__kernel_ctx *c) { return binary_compute(c, SUB); }
+rf_status *mul_compute(rf__kernel_ctx *c) { return binary_compute(c, MUL); }
+rf_status *div_compute(rf__kernel_ctx *c) { return binary_compute(c, DIV); }
+rf_status *equal_compute(rf__kernel_ctx *c) { return binary_compute(c, EQUAL); }
+
+/* _BroadcastToShapeOf(x, like): x copied out to like's shape. */
+rf_status *broadcast_to_compute(rf__kernel_ctx *ctx) {
+  RF_CHECK(begin(ctx));
+  const rf_tensor *x = ctx->inputs[0], *like = ctx->inputs[1];
+  rf_shape os;
+  if (!rf__broadcast_shape(&x->shape, &like->shape, &os) ||
+      !rf_shape_equal(&os, &like->shape)) {
+    char sx[128], sl[128];
+    rf_shape_format(&x->shape, sx, sizeof sx);
+    rf_shape_format(&like->shape, sl, sizeof sl);
+    return rf__kernel_error(ctx, RF_INVALID_ARGUMENT,
+                            "_BroadcastToShapeOf: cannot broadcast shape %s "
+                            "to shape %s",
+                            sx, sl);
+  }
+  if (rf_shape_equal(&x->shape, &like->shape)) {
+    rf__kernel_forward_input(ctx, 0, 0);
+    return NULL;
+  }
+  rf_tensor *out;
+  RF_CHECK(alloc_output(ctx, 0, x->dtype, &os, &out));
+  /* Only x is read: like's values are not needed (b is x again, unused). */
+  return visit_bits(rf_dtype_size(x->dtype), [&](auto tag) {
+    using U = typename decltype(tag)::type;
+    return broadcast_launch<U, U, U>(ctx, x, x, out, FirstF{});
+  });
+}
+
+const rf__kernel_def defs[] = {
+    {.op = "Add", .device_type = RF_DEVICE_GPU, .compute = add_compute},
+    {.op = "Sub", .device_type = RF_DEVICE_GPU, .compute = sub_compute},
+    {.op = "Mul", .device_type = RF_DEVICE_GPU, .compute = mul_compute},
+    {.op = "Div", .device_type = RF_DEVICE_GPU, .compute = div_compute},
+    {.op = "Equal", .device_type = RF_DEVICE_GPU, .compute = equal_compute},
+    {.op = "_BroadcastToShapeOf",
+     .device_type = RF_DEVICE_GPU,
+     .compute = broadcast_to_compute},
+};
+
+}  // namespace
+}  // namespace rf_gpu
+
+rf_status *rf__register_gpu_binary_kernels(void) {
+  return rf_gpu::register_all(rf_gpu::defs,
+                              sizeof rf_gpu::defs / sizeof rf_gpu::defs[0]);
+}

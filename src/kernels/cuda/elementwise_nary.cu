@@ -1,0 +1,188 @@
+/* kernels/cuda/elementwise_nary.cu - Neg and AddN on GPU devices: flat
+ * grid-stride loops over tensors of one shape. AddN adds its inputs in input
+ * order per element in the compute type (float for float16/bfloat16, the
+ * unsigned type for integers, which wraps) and rounds once, as on the CPU,
+ * so float32/float64 results are bit-identical to the CPU's. Up to
+ * kInlinePtrs input pointers travel in the launch's parameters; more go
+ * through a small device array. */
+#include "kernels/cuda/math_kernels.cuh"
+
+extern "C" {
+#include "core/mem.h"
+}
+
+namespace rf_gpu {
+namespace {
+
+/* ---- Neg ---- */
+
+/* float16/bfloat16: flip the sign bit (exact; NaN stays NaN). */
+__global__ void neg16_kernel(const uint16_t *x, uint16_t *y, int64_t n) {
+  RF_GPU_LOOP(i, n) y[i] = (uint16_t)(x[i] ^ 0x8000u);
+}
+
+/* -x, not 0 - x, for floats (-0 stays distinct); integers wrap. */
+template <typename T>
+__global__ void neg_kernel(const T *x, T *y, int64_t n) {
+  using U = typename Unsigned<T>::type;
+  RF_GPU_LOOP(i, n) {
+    if constexpr (std::is_floating_point<T>::value)
+      y[i] = -x[i];
+    else
+      y[i] = (T)(U)((U)0 - (U)x[i]);
+  }
+}
+
+rf_status *neg_compute(rf__kernel_ctx *ctx) {
+  RF_CHECK(begin(ctx));
+  const rf_tensor *x = ctx->inputs[0];
+  rf_dtype dt = x->dtype;
+  if (!is_numeric(dt) || dt == RF_UINT8)
+    return rf__kernel_error(ctx, RF_UNIMPLEMENTED, "Neg has no %s kernel",
+                            rf_dtype_name(dt));
+  rf_tensor *y;
+  RF_CHECK(alloc_output(ctx, 0, dt, &x->shape, &y));
+  int64_t n = x->num_elements;
+  if (n == 0) return NULL;
+  unsigned g = grid(ctx, n);
+  if (dt == RF_FLOAT16 || dt == RF_BFLOAT16) {
+    neg16_kernel<<<g, kThreads, 0, stream(ctx)>>>((const uint16_t *)x->data,
+                                                  (uint16_t *)y->data, n);
+    RF_GPU_LAUNCHED(ctx);
+    return NULL;
+  }
+  return visit_numeric(dt, [&](auto tag) -> rf_status * {
+    using T = typename decltype(tag)::type;
+    if constexpr (!is_float_v<T> || std::is_floating_point<T>::value) {
+      neg_kernel<T><<<g, kThreads, 0, stream(ctx)>>>((const T *)x->data,
+                                                     (T *)y->data, n);
+      RF_GPU_LAUNCHED(ctx);
+    }
+    return NULL;
+  });
+}
+
+/* ---- AddN ---- */
+
+constexpr int kInlinePtrs = 32;
+
+template <typename T>
+struct InlinePtrs {
+  const T *p[kInlinePtrs];
+  __device__ const T *operator()(int j) const { return p[j]; }
+};
+
+template <typename T>
+struct DevicePtrs {
+  const T *const *p; /* device memory */
+  __device__ const T *operator()(int j) const { return p[j]; }
+};
+
+/* The type AddN accumulates T in. */
+template <typename T>
+using AddAcc = typename std::conditional<is_float_v<T>, typename Num<T>::C,
+                                         typename Unsigned<T>::type>::type;
+
+template <typename T, typename Src>
+__global__ void add_n_kernel(Src src, int k, int64_t n, T *o) {
+  using A = AddAcc<T>;
+  RF_GPU_LOOP(i, n) {
+    A acc = (A)Num<T>::load(src(0)[i]);
+    for (int j = 1; j < k; j++) acc = (A)(acc + (A)Num<T>::load(src(j)[i]));
+    if constexpr (is_float_v<T>)
+      o[i] = Num<T>::store(acc);
+    else
+      o[i] = (T)acc;
+  }
+}
+
+template <typename T>
+rf_status *add_n_launch(rf__kernel_ctx *ctx, rf_tensor *out) {
+  int k = ctx->num_inputs;
+  int64_t n = out->num_elements;
+  unsigned g = grid(ctx, n);
+  if (k <= kInlinePtrs) {
+    InlinePtrs<T> p = {};
+    for (int j = 0; j < k; j++) p.p[j] = (const T *)ctx->inputs[j]->data;
+    add_n_kernel<T><<<g, kThreads, 0, stream(ctx)>>>(p, k, n, (T *)out->data);
+    RF_GPU_LAUNCHED(ctx);
+    return NULL;
+  }
+  /* Many inputs: their pointers in a device array. The host copy may go
+   * as soon as cudaMemcpyAsync returns (pageable memory is staged first). */
+  const void **host = (const void **)rf__malloc(sizeof(void *) * (size_t)k);
+  RF_CHECK_ALLOC(host);
+  for (int j = 0; j < k; j++) host[j] = ctx->inputs[j]->data;
+  int64_t dims[1] = {k};
+  rf_shape s = rf_shape_make(1, dims);
+  rf_tensor *arr = NULL;
+  rf_status *st = new_tensor(ctx, RF_INT64, &s, &arr);
+  cudaError_t err = cudaSuccess;
+  if (!st) {
+    err = cudaMemcpyAsync(arr->data, host, sizeof(void *) * (size_t)k,
+                          cudaMemcpyHostToDevice, stream(ctx));
+    if (err == cudaSuccess) {
+      DevicePtrs<T> p = {(const T *const *)arr->data};
+      add_n_kernel<T><<<g, kThreads, 0, stream(ctx)>>>(p, k, n, (T *)out->data);
+      err = cudaGetLastError();
+    }
+  }
+  rf__free(host);
+  rf_tensor_release(arr); /* stream-ordered: reused only after the kernel */
+  if (st) return st;
+  return err == cudaSuccess
+             ? NULL
+             : error(ctx, err, "AddN launch", __FILE__, __LINE__);
+}
+
+rf_status *add_n_compute(rf__kernel_ctx *ctx) {
+  RF_CHECK(begin(ctx));
+  rf_tensor *const *in = ctx->inputs;
+  int k = ctx->num_inputs;
+  for (int i = 1; i < k; i++) {
+    if (in[i]->dtype != in[0]->dtype)
+      return rf__kernel_error(
+          ctx, RF_INVALID_ARGUMENT, "AddN input %d is %s, input 0 is %s", i,
+          rf_dtype_name(in[i]->dtype), rf_dtype_name(in[0]->dtype));
+    if (!rf_shape_equal(&in[i]->shape, &in[0]->shape)) {
+      char s0[128], si[128];
+      rf_shape_format(&in[0]->shape, s0, sizeof s0);
+      rf_shape_format(&in[i]->shape, si, sizeof si);
+      return rf__kernel_error(
+          ctx, RF_INVALID_ARGUMENT,
+          "AddN inputs must all have one shape: input 0 is %s, input %d is %s",
+          s0, i, si);
+    }
+  }
+  if (!is_numeric(in[0]->dtype))
+    return rf__kernel_error(ctx, RF_UNIMPLEMENTED, "AddN has no %s kernel",
+                            rf_dtype_name(in[0]->dtype));
+  if (k == 1) {
+    rf__kernel_forward_input(ctx, 0, 0);
+    return NULL;
+  }
+  rf_tensor *out;
+  RF_CHECK(alloc_output(ctx, 0, in[0]->dtype, &in[0]->shape, &out));
+  if (out->num_elements == 0) return NULL;
+  rf_status *st = visit_numeric(in[0]->dtype, [&](auto tag) {
+    return add_n_launch<typename decltype(tag)::type>(ctx, out);
+  });
+  if (st) { /* nothing half-written leaves the kernel */
+    rf_tensor_release(ctx->outputs[0]);
+    ctx->outputs[0] = NULL;
+  }
+  return st;
+}
+
+const rf__kernel_def defs[] = {
+    {.op = "Neg", .device_type = RF_DEVICE_GPU, .compute = neg_compute},
+    {.op = "AddN", .device_type = RF_DEVICE_GPU, .compute = add_n_compute},
+};
+
+}  // namespace
+}  // namespace rf_gpu
+
+rf_status *rf__register_gpu_nary_kernels(void) {
+  return rf_gpu::register_all(rf_gpu::defs,
+                              sizeof rf_gpu::defs / sizeof rf_gpu::defs[0]);
+}

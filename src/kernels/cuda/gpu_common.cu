@@ -1,0 +1,103 @@
+/* kernels/cuda/gpu_common.cu - see gpu_common.cuh: launch geometry (from
+ * the multiprocessor count the GPU runtime read once), allocation helpers
+ * and the fill kernel shared by the families. */
+#include <string.h>
+
+#include "kernels/cuda/gpu_common.cuh"
+
+namespace rf_gpu {
+
+enum { kBlocksPerSm = 8 }; /* 8 x 256 threads: a full multiprocessor */
+
+rf_status *error(const rf__kernel_ctx *ctx, cudaError_t err, const char *expr,
+                 const char *file, int line) {
+  rf_status *st = rf__cuda_status(err, expr, file, line);
+  if (!st) return NULL;
+  rf_status *e =
+      rf__kernel_error(ctx, rf_status_code(st), "%s", rf_status_message(st));
+  rf_status_free(st);
+  return e;
+}
+
+rf_status *begin(const rf__kernel_ctx *ctx) {
+  if (!ctx->device || ctx->device->gpu_ordinal < 0 || !ctx->device->stream)
+    return rf__kernel_error(ctx, RF_INTERNAL,
+                            "a GPU kernel ran on a device without a GPU");
+  /* The executor has made the device's GPU current (rf__device.enter). A
+   * stale error of an earlier call on this thread must not be taken for
+   * this kernel's launch error. */
+  (void)cudaGetLastError();
+  return NULL;
+}
+
+unsigned grid(const rf__kernel_ctx *ctx, int64_t n) {
+  const rf__gpu_context *g = (const rf__gpu_context *)ctx->device->gpu;
+  int sms = g && g->multiprocessors > 0 ? g->multiprocessors : 32;
+  int64_t cap = (int64_t)sms * kBlocksPerSm;
+  int64_t blocks = (n + kThreads - 1) / kThreads;
+  if (blocks > cap) blocks = cap;
+  return blocks < 1 ? 1u : (unsigned)blocks;
+}
+
+rf_status *alloc_output(rf__kernel_ctx *ctx, int i, rf_dtype dtype,
+                        const rf_shape *shape, rf_tensor **out) {
+  /* On a GPU device this is device memory (on_gpu) unless the kernel
+   * declares output i host memory. */
+  return rf__kernel_alloc_output(ctx, i, dtype, shape, out);
+}
+
+rf_status *new_tensor(rf__kernel_ctx *ctx, rf_dtype dtype,
+                      const rf_shape *shape, rf_tensor **out) {
+  rf_status *st =
+      rf__tensor_new_device(dtype, shape, ctx->device->allocator, out);
+  if (!st || rf_status_code(st) != RF_RESOURCE_EXHAUSTED) return st;
+  rf_status *e =
+      rf__kernel_error(ctx, RF_RESOURCE_EXHAUSTED, "%s", rf_status_message(st));
+  rf_status_free(st);
+  return e;
+}
+
+rf_status *alloc_host_output(rf__kernel_ctx *ctx, int i, rf_dtype dtype,
+                             const rf_shape *shape, rf_tensor **out) {
+  rf_tensor *t;
+  rf_status *st = rf_tensor_new(dtype, shape, NULL, &t);
+  if (st) {
+    rf_status *e = rf__kernel_error(ctx, rf_status_code(st), "output %d: %s", i,
+                                    rf_status_message(st));
+    rf_status_free(st);
+    return e;
+  }
+  rf_tensor_release(ctx->outputs[i]);
+  ctx->outputs[i] = t;
+  if (out) *out = t;
+  return NULL;
+}
+
+template <typename U>
+__global__ void fill_kernel(U *dst, int64_t n, U v) {
+  RF_GPU_LOOP(i, n) dst[i] = v;
+}
+
+rf_status *fill_bits(rf__kernel_ctx *ctx, void *dst, size_t esize, int64_t n,
+                     uint64_t bits) {
+  if (n <= 0) return NULL;
+  if (esize == 1 || bits == 0) {
+    RF_GPU_CHECK(ctx, cudaMemsetAsync(dst, (int)(bits & 0xff),
+                                      (size_t)n * esize, stream(ctx)));
+    return NULL;
+  }
+  return visit_bits(esize, [&](auto tag) -> rf_status * {
+    using U = typename decltype(tag)::type;
+    fill_kernel<U>
+        <<<grid(ctx, n), kThreads, 0, stream(ctx)>>>((U *)dst, n, (U)bits);
+    RF_GPU_LAUNCHED(ctx);
+    return NULL;
+  });
+}
+
+rf_status *register_all(const rf__kernel_def *defs, size_t n) {
+  for (size_t i = 0; i < n; i++) RF_CHECK(rf__kernel_register(&defs[i]));
+  return NULL;
+}
+
+}  // namespace rf_gpu

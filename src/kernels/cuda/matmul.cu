@@ -1,0 +1,207 @@
+/* kernels/cuda/matmul.cu - MatMul on GPU devices: C (m,n) = op(A) op(B),
+ * op transposing when transpose_a/transpose_b say so.
+ *
+ * float16/bfloat16/float32/float64 go to cublasGemmEx, accumulating in float
+ * (float16/bfloat16/float32: CUBLAS_COMPUTE_32F, never TF32, so results match
+ * the CPU's sgemm to float tolerance) or double. Row-major C = op(A) op(B) is
+ * column-major C^T = op(B)^T op(A)^T, so B goes first. int32/int64 use a
+ * 16x16 shared-memory tiled kernel in unsigned arithmetic (wraps, as on the
+ * CPU).
+ *
+ * cuBLAS runs on the device's handle (rf__device.blas, bound to its stream
+ * by the GPU runtime). */
+#include <cublas_v2.h>
+#include <limits.h>
+
+#include <mutex>
+
+#include "kernels/cuda/math_kernels.cuh"
+
+namespace rf_gpu {
+namespace {
+
+/* ---- cuBLAS handles ---- */
+
+/* cuBLAS allows no two threads in one handle at once, and two kernels of one
+ * device may run at once on different executor threads; each handle maps to
+ * one of these locks (a shared lock only costs waiting). */
+std::mutex blas_locks[16];
+
+std::mutex &blas_lock(const void *handle) {
+  return blas_locks[((uintptr_t)handle >> 4) % 16];
+}
+
+rf_status *blas_error(const rf__kernel_ctx *ctx, cublasStatus_t s,
+                      const char *what) {
+  rf_status *st = rf__cublas_status(s, what, __FILE__, __LINE__);
+  rf_status *e =
+      rf__kernel_error(ctx, rf_status_code(st), "%s", rf_status_message(st));
+  rf_status_free(st);
+  return e;
+}
+
+/* ---- shapes ---- */
+
+struct Dims {
+  bool ta, tb;
+  int64_t m, n, k;
+  int64_t lda, ldb; /* row lengths of A and B as stored */
+};
+
+rf_status *check_dims(rf__kernel_ctx *ctx, const rf_tensor *a,
+                      const rf_tensor *b, Dims *d) {
+  char sa[128], sb[128];
+  rf_shape_format(&a->shape, sa, sizeof sa);
+  rf_shape_format(&b->shape, sb, sizeof sb);
+  if (a->shape.rank != 2 || b->shape.rank != 2)
+    return rf__kernel_error(ctx, RF_INVALID_ARGUMENT,
+                            "MatMul needs rank-2 inputs, got a %s and b %s", sa,
+                            sb);
+  d->lda = a->shape.dims[1];
+  d->ldb = b->shape.dims[1];
+  d->m = a->shape.dims[d->ta ? 1 : 0];
+  d->k = a->shape.dims[d->ta ? 0 : 1];
+  int64_t kb = b->shape.dims[d->tb ? 1 : 0];
+  d->n = b->shape.dims[d->tb ? 0 : 1];
+  if (d->k != kb)
+    return rf__kernel_error(
+        ctx, RF_INVALID_ARGUMENT,
+        "Matrix size-incompatible: a %s%s and b %s%s have inner dimensions "
+        "%lld and %lld",
+        sa, d->ta ? " transposed" : "", sb, d->tb ? " transposed" : "",
+        (long long)d->k, (long long)kb);
+  const int64_t dims[] = {a->shape.dims[0], a->shape.dims[1], b->shape.dims[0],
+                          b->shape.dims[1]};
+  for (int i = 0; i < 4; i++)
+    if (dims[i] > INT_MAX)
+      return rf__kernel_error(ctx, RF_UNIMPLEMENTED,
+                              "MatMul dimension %lld exceeds BLAS's int range",
+                              (long long)dims[i]);
+  return NULL;
+}
+
+/* ---- floats: cublasGemmEx ---- */
+
+rf_status *gemm(rf__kernel_ctx *ctx, const Dims &d, const rf_tensor *a,
+                const rf_tensor *b, rf_tensor *c) {
+  cudaDataType_t type;
+  cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
+  switch (a->dtype) {
+    case RF_FLOAT16: type = CUDA_R_16F; break;
+    case RF_BFLOAT16: type = CUDA_R_16BF; break;
+    case RF_FLOAT32: type = CUDA_R_32F; break;
+    default:
+      type = CUDA_R_64F;
+      compute = CUBLAS_COMPUTE_64F;
+      break;
+  }
+  const float one_f = 1.0f, zero_f = 0.0f;
+  const double one_d = 1.0, zero_d = 0.0;
+  bool f64 = compute == CUBLAS_COMPUTE_64F;
+  cublasHandle_t h = (cublasHandle_t)ctx->device->blas;
+  if (!h)
+    return rf__kernel_error(ctx, RF_INTERNAL,
+                            "the device has no cuBLAS handle");
+  cublasStatus_t s;
+  {
+    std::lock_guard<std::mutex> lock(blas_lock(h));
+    s = cublasGemmEx(h, d.tb ? CUBLAS_OP_T : CUBLAS_OP_N,
+                     d.ta ? CUBLAS_OP_T : CUBLAS_OP_N, (int)d.n, (int)d.m,
+                     (int)d.k, f64 ? (const void *)&one_d : &one_f, b->data,
+                     type, (int)d.ldb, a->data, type, (int)d.lda,
+                     f64 ? (const void *)&zero_d : &zero_f, c->data, type,
+                     (int)d.n, compute, CUBLAS_GEMM_DEFAULT);
+  }
+  if (s != CUBLAS_STATUS_SUCCESS) return blas_error(ctx, s, "cublasGemmEx");
+  return NULL;
+}
+
+/* ---- integers: tiled kernel ---- */
+
+constexpr int kTile = 16; /* kTile * kTile == kThreads */
+
+/* Each block computes 16x16 tiles of C, tile after tile (grid-stride over
+ * tiles; the loop bounds are the block's own, so __syncthreads is safe). */
+template <typename T>
+__global__ void int_gemm_kernel(Dims d, const T *a, const T *b, T *c) {
+  using U = typename Unsigned<T>::type;
+  __shared__ U as[kTile][kTile], bs[kTile][kTile];
+  int tx = threadIdx.x % kTile, ty = threadIdx.x / kTile;
+  int64_t tiles_n = (d.n + kTile - 1) / kTile;
+  int64_t tiles = ((d.m + kTile - 1) / kTile) * tiles_n;
+  for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
+    int64_t row = (t / tiles_n) * kTile + ty, col = (t % tiles_n) * kTile + tx;
+    U acc = 0;
+    for (int64_t k0 = 0; k0 < d.k; k0 += kTile) {
+      int64_t ka = k0 + tx, kb = k0 + ty; /* A's column, B's row */
+      as[ty][tx] = row < d.m && ka < d.k
+                       ? (U)(d.ta ? a[ka * d.lda + row] : a[row * d.lda + ka])
+                       : (U)0;
+      bs[ty][tx] = kb < d.k && col < d.n
+                       ? (U)(d.tb ? b[col * d.ldb + kb] : b[kb * d.ldb + col])
+                       : (U)0;
+      __syncthreads();
+      for (int q = 0; q < kTile; q++) acc += as[ty][q] * bs[q][tx];
+      __syncthreads();
+    }
+    if (row < d.m && col < d.n) c[row * d.n + col] = (T)acc;
+  }
+}
+
+template <typename T>
+rf_status *int_gemm(rf__kernel_ctx *ctx, const Dims &d, const rf_tensor *a,
+                    const rf_tensor *b, rf_tensor *c) {
+  int64_t tiles = ((d.m + kTile - 1) / kTile) * ((d.n + kTile - 1) / kTile);
+  int_gemm_kernel<T><<<grid(ctx, tiles * kThreads), kThreads, 0, stream(ctx)>>>(
+      d, (const T *)a->data, (const T *)b->data, (T *)c->data);
+  RF_GPU_LAUNCHED(ctx);
+  return NULL;
+}
+
+/* ---- the kernel ---- */
+
+rf_status *matmul_impl(rf__kernel_ctx *ctx) {
+  const rf_tensor *a = ctx->inputs[0], *b = ctx->inputs[1];
+  Dims d = {};
+  RF_CHECK(rf__attrs_get_bool(&ctx->node->attrs, "transpose_a", &d.ta));
+  RF_CHECK(rf__attrs_get_bool(&ctx->node->attrs, "transpose_b", &d.tb));
+  if (a->dtype != b->dtype)
+    return rf__kernel_error(ctx, RF_INVALID_ARGUMENT,
+                            "MatMul operands have different dtypes %s and %s",
+                            rf_dtype_name(a->dtype), rf_dtype_name(b->dtype));
+  RF_CHECK(check_dims(ctx, a, b, &d));
+  rf_dtype dt = a->dtype;
+  if (!rf_dtype_is_float(dt) && dt != RF_INT32 && dt != RF_INT64)
+    return rf__kernel_error(ctx, RF_UNIMPLEMENTED, "MatMul has no %s kernel",
+                            rf_dtype_name(dt));
+  int64_t cdims[2] = {d.m, d.n};
+  rf_shape cs = rf_shape_make(2, cdims);
+  rf_tensor *c;
+  RF_CHECK(alloc_output(ctx, 0, dt, &cs, &c));
+  if (d.m == 0 || d.n == 0) return NULL;
+  if (d.k == 0) /* an empty sum is 0: all-zero bits in every dtype */
+    return fill_bits(ctx, c->data, rf_dtype_size(dt), c->num_elements, 0);
+  if (dt == RF_INT32) return int_gemm<int32_t>(ctx, d, a, b, c);
+  if (dt == RF_INT64) return int_gemm<int64_t>(ctx, d, a, b, c);
+  return gemm(ctx, d, a, b, c);
+}
+
+rf_status *matmul_compute(rf__kernel_ctx *ctx) {
+  RF_CHECK(begin(ctx));
+  rf_status *st = matmul_impl(ctx);
+  if (st) { /* nothing half-made leaves the kernel */
+    rf_tensor_release(ctx->outputs[0]);
+    ctx->outputs[0] = NULL;
+  }
+  return st;
+}
+
+const rf__kernel_def matmul_kernel_def = {
+    .op = "MatMul", .device_type = RF_DEVICE_GPU, .compute = matmul_compute};
+
+}  // namespace
+}  // namespace rf_gpu
+
+rf_status *rf__register_gpu_matmul_kernels(void) {
+  return rf__kernel_register(&rf_gpu::matmul_kernel_def);
+}

@@ -1,0 +1,379 @@
+/* kernels/cuda/nn_kernels.cu - GPU kernels of BiasAdd, Softmax,
+ * SparseSoftmaxCrossEntropyWithLogits and their gradient ops; registers the
+ * whole nn family (the activations live in activation_kernels.cu).
+ *
+ * Every op here works on rows of the last axis, with the CPU kernels'
+ * formulas (kernels/cpu/nn_kernels.c): softmax and cross-entropy subtract
+ * the row maximum before exp and add the exps in double; float16/bfloat16
+ * compute in float. A warp handles a row (lane l takes l, l + 32, ...) and
+ * adds its lanes with a fixed xor butterfly, so results are deterministic.
+ *
+ * One difference, as in TensorFlow's GPU kernel: a label outside [0, c) is
+ * not an error on the GPU (checking would need a device-to-host copy and a
+ * wait); that row's loss and backprop are NaN. */
+#include <stdio.h>
+
+#include "kernels/cuda/nn_kernels.cuh"
+#include "kernels/cuda/reduce_sum.cuh"
+
+extern "C" {
+#include "ops/families.h"
+}
+
+namespace rf_gpu {
+namespace {
+
+/* ---- warp helpers ---- */
+
+template <typename V>
+__device__ __forceinline__ V warp_sum(V v) {
+  for (int m = 16; m > 0; m /= 2) v += __shfl_xor_sync(~0u, v, m);
+  return v;
+}
+
+/* Lane maxima never hold NaN (they start at -inf and only take larger
+ * values), so this is symmetric and every lane gets one result. */
+template <typename V>
+__device__ __forceinline__ V warp_max(V v) {
+  for (int m = 16; m > 0; m /= 2) {
+    V w = __shfl_xor_sync(~0u, v, m);
+    v = w > v ? w : v;
+  }
+  return v;
+}
+
+template <typename C>
+__device__ __forceinline__ C exp_c(C v) {
+  if constexpr (std::is_same<C, double>::value)
+    return exp(v);
+  else
+    return expf(v);
+}
+
+/* Rows w of a warp-per-row kernel: the loop body sees w and the lane. */
+#define RF_WARP_ROWS(w, lane, rows)                                       \
+  const int lane = threadIdx.x % 32;                                      \
+  for (int64_t w = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32, \
+               w##_step = (int64_t)gridDim.x * (blockDim.x / 32);         \
+       w < (rows); w += w##_step)
+
+/* Row maximum and sum of exp(x - max) (in double) of x[0, c). */
+template <typename T>
+__device__ __forceinline__ void row_stats(const T *x, int64_t c, int lane,
+                                          typename Num<T>::C *m, double *s) {
+  using C = typename Num<T>::C;
+  C mx = -INFINITY;
+  for (int64_t j = lane; j < c; j += 32) {
+    C v = Num<T>::load(x[j]);
+    mx = v > mx ? v : mx;
+  }
+  mx = warp_max(mx);
+  double sum = 0;
+  for (int64_t j = lane; j < c; j += 32)
+    sum += (double)exp_c(Num<T>::load(x[j]) - mx);
+  *m = mx;
+  *s = warp_sum(sum);
+}
+
+/* ---- kernels ---- */
+
+template <typename T>
+__global__ void bias_kernel(const T *x, const T *bias, T *y, int64_t n,
+                            int64_t c) {
+  RF_GPU_LOOP(i, n) {
+    y[i] = Num<T>::store(Num<T>::load(x[i]) + Num<T>::load(bias[i % c]));
+  }
+}
+
+template <typename T>
+__global__ void softmax_kernel(const T *x, T *y, int64_t rows, int64_t c) {
+  using C = typename Num<T>::C;
+  RF_WARP_ROWS(w, lane, rows) {
+    const T *xr = x + w * c;
+    T *yr = y + w * c;
+    C m;
+    double s;
+    row_stats(xr, c, lane, &m, &s);
+    C inv = (C)(1.0 / s);
+    for (int64_t j = lane; j < c; j += 32)
+      yr[j] = Num<T>::store(exp_c(Num<T>::load(xr[j]) - m) * inv);
+  }
+}
+
+/* out = (dy - sum(dy * y)) * y */
+template <typename T>
+__global__ void softmax_grad_kernel(const T *dy, const T *y, T *out,
+                                    int64_t rows, int64_t c) {
+  using C = typename Num<T>::C;
+  RF_WARP_ROWS(w, lane, rows) {
+    const T *dr = dy + w * c, *yr = y + w * c;
+    double s = 0;
+    for (int64_t j = lane; j < c; j += 32)
+      s += (double)Num<T>::load(dr[j]) * Num<T>::load(yr[j]);
+    s = warp_sum(s);
+    for (int64_t j = lane; j < c; j += 32)
+      out[w * c + j] = Num<T>::store(
+          (C)((Num<T>::load(dr[j]) - (C)s) * Num<T>::load(yr[j])));
+  }
+}
+
+/* loss = log(sum) - (x[label] - max); backprop = softmax - onehot(label). */
+template <typename T, typename L>
+__global__ void xent_kernel(const T *x, const L *labels, T *loss, T *bp,
+                            int64_t rows, int64_t c) {
+  using C = typename Num<T>::C;
+  RF_WARP_ROWS(w, lane, rows) {
+    const T *xr = x + w * c;
+    T *br = bp + w * c;
+    int64_t label = (int64_t)labels[w];
+    if (label < 0 || label >= c) { /* see the file comment */
+      const C nan = (C)NAN;
+      for (int64_t j = lane; j < c; j += 32) br[j] = Num<T>::store(nan);
+      if (lane == 0) loss[w] = Num<T>::store(nan);
+      continue;
+    }
+    C m;
+    double s;
+    row_stats(xr, c, lane, &m, &s);
+    if (lane == 0)
+      loss[w] =
+          Num<T>::store((C)(log(s) - (double)(Num<T>::load(xr[label]) - m)));
+    C inv = (C)(1.0 / s);
+    for (int64_t j = lane; j < c; j += 32) {
+      C p = exp_c(Num<T>::load(xr[j]) - m) * inv;
+      br[j] = Num<T>::store(j == label ? p - (C)1 : p);
+    }
+  }
+}
+
+/* out = backprop * dloss[row] */
+template <typename T>
+__global__ void xent_grad_kernel(const T *bp, const T *dloss, T *out, int64_t n,
+                                 int64_t c) {
+  RF_GPU_LOOP(i, n) {
+    out[i] = Num<T>::store(Num<T>::load(bp[i]) * Num<T>::load(dloss[i / c]));
+  }
+}
+
+/* ---- checks (the CPU kernels' messages) ---- */
+
+rf_status *shape_error(rf__kernel_ctx *ctx, const char *what,
+                       const rf_tensor *t, const char *need) {
+  char s[96];
+  rf_shape_format(&t->shape, s, sizeof s);
+  return rf__kernel_error(ctx, RF_INVALID_ARGUMENT,
+                          "%s must be %s, got shape %s", what, need, s);
+}
+
+int64_t last(const rf_tensor *t) { return t->shape.dims[t->shape.rank - 1]; }
+
+/* INVALID_ARGUMENT unless the inputs in `mask` share one float dtype. */
+rf_status *float_inputs(rf__kernel_ctx *ctx, unsigned mask) {
+  rf_dtype dt = RF_DTYPE_INVALID;
+  for (int k = 0; k < ctx->num_inputs; k++) {
+    if (!(mask >> k & 1)) continue;
+    rf_dtype d = ctx->inputs[k]->dtype;
+    if (!rf_dtype_is_float(d) || (dt != RF_DTYPE_INVALID && d != dt))
+      return rf__kernel_error(
+          ctx, RF_INVALID_ARGUMENT, "input %d has dtype %s; expected %s", k,
+          rf_dtype_name(d),
+          dt == RF_DTYPE_INVALID ? "a float dtype" : rf_dtype_name(dt));
+    dt = d;
+  }
+  return NULL;
+}
+
+rf_status *same_shape(rf__kernel_ctx *ctx, const char *an, const rf_tensor *a,
+                      const char *bn, const rf_tensor *b) {
+  if (rf_shape_equal(&a->shape, &b->shape)) return NULL;
+  char sa[96], sb[96];
+  rf_shape_format(&a->shape, sa, sizeof sa);
+  rf_shape_format(&b->shape, sb, sizeof sb);
+  return rf__kernel_error(ctx, RF_INVALID_ARGUMENT,
+                          "%s has shape %s but %s has shape %s", an, sa, bn,
+                          sb);
+}
+
+/* vec must be (b) and mat (b, c). */
+rf_status *check_rows(rf__kernel_ctx *ctx, const char *vn, const rf_tensor *vec,
+                      const char *mn, const rf_tensor *mat) {
+  if (mat->shape.rank != 2) return shape_error(ctx, mn, mat, "of rank 2");
+  if (vec->shape.rank != 1) return shape_error(ctx, vn, vec, "of rank 1");
+  if (vec->shape.dims[0] == mat->shape.dims[0]) return NULL;
+  char s[96], need[128];
+  rf_shape_format(&mat->shape, s, sizeof s);
+  snprintf(need, sizeof need, "(%lld) to match %s %s",
+           (long long)mat->shape.dims[0], mn, s);
+  return shape_error(ctx, vn, vec, need);
+}
+
+#define RF_LAUNCHED_OK  \
+  RF_GPU_LAUNCHED(ctx); \
+  return (rf_status *)NULL
+
+/* ---- compute functions ---- */
+
+rf_status *bias_add_compute(rf__kernel_ctx *ctx) {
+  RF_CHECK(begin(ctx));
+  const rf_tensor *x = ctx->inputs[0], *bias = ctx->inputs[1];
+  RF_CHECK(float_inputs(ctx, 3));
+  if (x->shape.rank < 1) return shape_error(ctx, "value", x, "of rank >= 1");
+  if (bias->shape.rank != 1 || bias->shape.dims[0] != last(x)) {
+    char a[96], b[96];
+    rf_shape_format(&bias->shape, b, sizeof b);
+    rf_shape_format(&x->shape, a, sizeof a);
+    return rf__kernel_error(
+        ctx, RF_INVALID_ARGUMENT,
+        "bias of shape %s does not match the last dimension of value %s", b, a);
+  }
+  rf_tensor *y;
+  RF_CHECK(alloc_output(ctx, 0, x->dtype, &x->shape, &y));
+  int64_t n = x->num_elements, c = last(x);
+  if (n == 0) return NULL;
+  return visit_float(x->dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    bias_kernel<T><<<grid(ctx, n), kThreads, 0, stream(ctx)>>>(
+        (const T *)x->data, (const T *)bias->data, (T *)y->data, n, c);
+    RF_LAUNCHED_OK;
+  });
+}
+
+rf_status *bias_add_grad_compute(rf__kernel_ctx *ctx) {
+  RF_CHECK(begin(ctx));
+  const rf_tensor *dy = ctx->inputs[0];
+  RF_CHECK(float_inputs(ctx, 1));
+  int rank = dy->shape.rank;
+  if (rank < 1) return shape_error(ctx, "out_backprop", dy, "of rank >= 1");
+  int64_t c = last(dy);
+  rf_shape shape = rf_shape_make(1, &c);
+  rf_tensor *out;
+  RF_CHECK(alloc_output(ctx, 0, dy->dtype, &shape, &out));
+  rf_status *st = reduce_sum(ctx, dy, (1u << (rank - 1)) - 1, false, out);
+  if (st) {
+    rf_tensor_release(out);
+    ctx->outputs[0] = NULL;
+  }
+  return st;
+}
+
+rf_status *softmax_compute(rf__kernel_ctx *ctx) {
+  RF_CHECK(begin(ctx));
+  const rf_tensor *x = ctx->inputs[0];
+  RF_CHECK(float_inputs(ctx, 1));
+  if (x->shape.rank < 1) return shape_error(ctx, "logits", x, "of rank >= 1");
+  rf_tensor *y;
+  RF_CHECK(alloc_output(ctx, 0, x->dtype, &x->shape, &y));
+  int64_t c = last(x);
+  if (c == 0 || x->num_elements == 0) return NULL;
+  int64_t rows = x->num_elements / c;
+  return visit_float(x->dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    softmax_kernel<T><<<grid(ctx, rows * 32), kThreads, 0, stream(ctx)>>>(
+        (const T *)x->data, (T *)y->data, rows, c);
+    RF_LAUNCHED_OK;
+  });
+}
+
+rf_status *softmax_grad_compute(rf__kernel_ctx *ctx) {
+  RF_CHECK(begin(ctx));
+  const rf_tensor *dy = ctx->inputs[0], *y = ctx->inputs[1];
+  RF_CHECK(float_inputs(ctx, 3));
+  if (y->shape.rank < 1) return shape_error(ctx, "softmax", y, "of rank >= 1");
+  RF_CHECK(same_shape(ctx, "grad_softmax", dy, "softmax", y));
+  rf_tensor *out;
+  RF_CHECK(alloc_output(ctx, 0, y->dtype, &y->shape, &out));
+  int64_t c = last(y);
+  if (c == 0 || y->num_elements == 0) return NULL;
+  int64_t rows = y->num_elements / c;
+  return visit_float(y->dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    softmax_grad_kernel<T><<<grid(ctx, rows * 32), kThreads, 0, stream(ctx)>>>(
+        (const T *)dy->data, (const T *)y->data, (T *)out->data, rows, c);
+    RF_LAUNCHED_OK;
+  });
+}
+
+template <typename T, typename L>
+rf_status *xent_launch(rf__kernel_ctx *ctx, const rf_tensor *x,
+                       const rf_tensor *labels, rf_tensor *loss,
+                       rf_tensor *bp) {
+  int64_t rows = x->shape.dims[0], c = x->shape.dims[1];
+  xent_kernel<T, L><<<grid(ctx, rows * 32), kThreads, 0, stream(ctx)>>>(
+      (const T *)x->data, (const L *)labels->data, (T *)loss->data,
+      (T *)bp->data, rows, c);
+  RF_LAUNCHED_OK;
+}
+
+rf_status *xent_compute(rf__kernel_ctx *ctx) {
+  RF_CHECK(begin(ctx));
+  const rf_tensor *x = ctx->inputs[0], *labels = ctx->inputs[1];
+  RF_CHECK(float_inputs(ctx, 1));
+  RF_CHECK(check_rows(ctx, "labels", labels, "logits", x));
+  if (labels->dtype != RF_INT32 && labels->dtype != RF_INT64)
+    return rf__kernel_error(ctx, RF_INVALID_ARGUMENT,
+                            "labels must be int32 or int64, got %s",
+                            rf_dtype_name(labels->dtype));
+  rf_shape bshape = rf_shape_make(1, &x->shape.dims[0]);
+  rf_tensor *loss, *bp;
+  RF_CHECK(alloc_output(ctx, 0, x->dtype, &bshape, &loss));
+  rf_status *st = alloc_output(ctx, 1, x->dtype, &x->shape, &bp);
+  if (!st && x->shape.dims[0] > 0) {
+    bool l64 = labels->dtype == RF_INT64;
+    st = visit_float(x->dtype, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      return l64 ? xent_launch<T, int64_t>(ctx, x, labels, loss, bp)
+                 : xent_launch<T, int32_t>(ctx, x, labels, loss, bp);
+    });
+  }
+  if (st)
+    for (int i = 0; i < 2; i++) {
+      rf_tensor_release(ctx->outputs[i]);
+      ctx->outputs[i] = NULL;
+    }
+  return st;
+}
+
+rf_status *xent_grad_compute(rf__kernel_ctx *ctx) {
+  RF_CHECK(begin(ctx));
+  const rf_tensor *dloss = ctx->inputs[0], *bp = ctx->inputs[1];
+  RF_CHECK(float_inputs(ctx, 3));
+  RF_CHECK(check_rows(ctx, "dloss", dloss, "backprop", bp));
+  rf_tensor *out;
+  RF_CHECK(alloc_output(ctx, 0, bp->dtype, &bp->shape, &out));
+  int64_t n = bp->num_elements, c = bp->shape.dims[1];
+  if (n == 0) return NULL;
+  return visit_float(bp->dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    xent_grad_kernel<T><<<grid(ctx, n), kThreads, 0, stream(ctx)>>>(
+        (const T *)bp->data, (const T *)dloss->data, (T *)out->data, n, c);
+    RF_LAUNCHED_OK;
+  });
+}
+
+const rf__kernel_def defs[] = {
+    {.op = "BiasAdd",
+     .device_type = RF_DEVICE_GPU,
+     .compute = bias_add_compute},
+    {.op = "_BiasAddGrad",
+     .device_type = RF_DEVICE_GPU,
+     .compute = bias_add_grad_compute},
+    {.op = "Softmax", .device_type = RF_DEVICE_GPU, .compute = softmax_compute},
+    {.op = "_SoftmaxGrad",
+     .device_type = RF_DEVICE_GPU,
+     .compute = softmax_grad_compute},
+    {.op = "SparseSoftmaxCrossEntropyWithLogits",
+     .device_type = RF_DEVICE_GPU,
+     .compute = xent_compute},
+    {.op = "_SparseXentGrad",
+     .device_type = RF_DEVICE_GPU,
+     .compute = xent_grad_compute},
+};
+
+}  // namespace
+}  // namespace rf_gpu
+
+rf_status *rf__register_gpu_nn_kernels(void) {
+  RF_CHECK(rf_gpu::register_all(rf_gpu::defs,
+                                sizeof rf_gpu::defs / sizeof rf_gpu::defs[0]));
+  return rf__register_gpu_activation_kernels();
+}

@@ -1,0 +1,200 @@
+/* runtime/gpu/device.c - a session's GPU devices: one context per physical
+ * GPU used (properties, the caches living on it) and, per virtual device
+ * gpu:i (on physical GPU i % count), a non-blocking stream, a cuBLAS handle
+ * bound to it and a caching allocator. Everything is made before the session
+ * runs anything and freed after its last step, so no lock guards it. */
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/cuda_check.h"
+#include "core/mem.h"
+#include "core/status.h"
+#include "runtime/gpu/gpu.h"
+
+struct rf__gpu_runtime {
+  rf__device *devices; /* borrowed: the session's GPU devices */
+  int num_devices;
+  rf__gpu_context *contexts; /* [num_contexts], one per physical GPU used */
+  int num_contexts;
+  rf__gpu_cache **caches; /* [num_devices] */
+  /* Per virtual device, what was made (so a partial runtime frees). */
+  cudaStream_t *streams;
+  cublasHandle_t *handles;
+};
+
+rf_status *rf__gpu_count(int *out) {
+  int n = 0;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    return rf__error(RF_FAILED_PRECONDITION,
+                     "no GPU: cudaGetDeviceCount returned %s (%s)",
+                     cudaGetErrorName(e), cudaGetErrorString(e));
+  }
+  if (n <= 0)
+    return rf__error(RF_FAILED_PRECONDITION,
+                     "no GPU: cudaGetDeviceCount returned 0");
+  *out = n;
+  return NULL;
+}
+
+int rf__gpu_current(void) {
+  int d = -1;
+  if (cudaGetDevice(&d) == cudaSuccess) return d;
+  (void)cudaGetLastError();
+  return -1;
+}
+
+void rf__gpu_make_current(int ordinal) {
+  if (ordinal >= 0 && cudaSetDevice(ordinal) != cudaSuccess)
+    (void)cudaGetLastError();
+}
+
+rf_status *rf__gpu_enter(const rf__device *d) {
+  int cur = -1;
+  RF_CUDA_CHECK(cudaGetDevice(&cur));
+  if (cur != d->gpu_ordinal) RF_CUDA_CHECK(cudaSetDevice(d->gpu_ordinal));
+  return NULL;
+}
+
+rf_status *rf__gpu_sync(const rf__device *d) {
+  rf_status *st = rf__gpu_enter(d);
+  if (!st) st = RF_CUDA_STATUS(cudaStreamSynchronize((cudaStream_t)d->stream));
+  if (!st) return NULL;
+  return rf__status_prefix(st, "%s (physical GPU %d)", d->canonical,
+                           d->gpu_ordinal);
+}
+
+/* Reads the physical GPU's properties into ctx. */
+static rf_status *context_init(rf__gpu_context *ctx, int ordinal) {
+  struct cudaDeviceProp prop;
+  ctx->ordinal = ordinal;
+  RF_CUDA_CHECK(cudaGetDeviceProperties(&prop, ordinal));
+  snprintf(ctx->name, sizeof ctx->name, "%s", prop.name);
+  ctx->cc_major = prop.major;
+  ctx->cc_minor = prop.minor;
+  ctx->multiprocessors = prop.multiProcessorCount;
+  ctx->total_memory = prop.totalGlobalMem;
+  return NULL;
+}
+
+/* Lets every pair of the physical GPUs used read each other's memory where
+ * the hardware can (peer copies then go over NVLink/PCIe directly, else
+ * cudaMemcpyPeerAsync stages through the host). Already enabled is fine. */
+static rf_status *enable_peer_access(rf__gpu_runtime *r) {
+  for (int i = 0; i < r->num_contexts; i++) {
+    int a = r->contexts[i].ordinal;
+    RF_CUDA_CHECK(cudaSetDevice(a));
+    for (int j = 0; j < r->num_contexts; j++) {
+      int b = r->contexts[j].ordinal, can = 0;
+      if (a == b) continue;
+      RF_CUDA_CHECK(cudaDeviceCanAccessPeer(&can, a, b));
+      if (!can) continue;
+      cudaError_t e = cudaDeviceEnablePeerAccess(b, 0);
+      if (e == cudaErrorPeerAccessAlreadyEnabled) {
+        (void)cudaGetLastError();
+        continue;
+      }
+      RF_CUDA_CHECK(e);
+    }
+  }
+  return NULL;
+}
+
+/* Stream, handle and cache of virtual device i. */
+static rf_status *make_device(rf__gpu_runtime *r, int i) {
+  rf__device *d = &r->devices[i];
+  rf__gpu_context *ctx = &r->contexts[i % r->num_contexts];
+  RF_CUDA_CHECK(cudaSetDevice(ctx->ordinal));
+  RF_CUDA_CHECK(
+      cudaStreamCreateWithFlags(&r->streams[i], cudaStreamNonBlocking));
+  RF_CUBLAS_CHECK(cublasCreate(&r->handles[i]));
+  RF_CUBLAS_CHECK(cublasSetStream(r->handles[i], r->streams[i]));
+  RF_CHECK(rf__gpu_cache_new(ctx, r->streams[i], &r->caches[i]));
+  ctx->caches[ctx->num_caches++] = r->caches[i];
+  d->gpu_ordinal = ctx->ordinal;
+  d->stream = r->streams[i];
+  d->gpu = ctx;
+  d->blas = r->handles[i];
+  d->allocator = rf__gpu_cache_allocator(r->caches[i]);
+  d->host_allocator = rf__gpu_pinned_allocator();
+  d->enter = rf__gpu_enter;
+  return NULL;
+}
+
+static rf_status *make_all(rf__gpu_runtime *r, int count) {
+  r->num_contexts = r->num_devices < count ? r->num_devices : count;
+  r->contexts = rf__calloc((size_t)r->num_contexts, sizeof(rf__gpu_context));
+  r->caches = rf__calloc((size_t)r->num_devices, sizeof(rf__gpu_cache *));
+  r->streams = rf__calloc((size_t)r->num_devices, sizeof(cudaStream_t));
+  r->handles = rf__calloc((size_t)r->num_devices, sizeof(cublasHandle_t));
+  if (!r->contexts || !r->caches || !r->streams || !r->handles)
+    return rf__oom();
+  for (int p = 0; p < r->num_contexts; p++) {
+    rf__gpu_context *ctx = &r->contexts[p];
+    int per = (r->num_devices - p + r->num_contexts - 1) / r->num_contexts;
+    ctx->caches = rf__calloc((size_t)per, sizeof(rf__gpu_cache *));
+    RF_CHECK_ALLOC(ctx->caches);
+    RF_CHECK(context_init(ctx, p));
+  }
+  RF_CHECK(enable_peer_access(r));
+  for (int i = 0; i < r->num_devices; i++) {
+    rf_status *st = make_device(r, i);
+    if (st)
+      return rf__status_prefix(st, "%s (physical GPU %d)",
+                               r->devices[i].canonical, i % r->num_contexts);
+  }
+  return NULL;
+}
+
+rf_status *rf__gpu_runtime_new(rf__device *devices, int n,
+                               rf__gpu_runtime **out) {
+  int count;
+  RF_CHECK(rf__gpu_count(&count));
+  rf__gpu_runtime *r = rf__calloc(1, sizeof *r);
+  RF_CHECK_ALLOC(r);
+  r->devices = devices;
+  r->num_devices = n;
+  int prev = rf__gpu_current();
+  rf_status *st = make_all(r, count);
+  if (st) rf__gpu_runtime_free(r);
+  rf__gpu_make_current(prev);
+  if (st) return st;
+  *out = r;
+  return NULL;
+}
+
+/* Puts device d back to "no GPU state" (it keeps its name and variables). */
+static void clear_device(rf__device *d) {
+  d->gpu_ordinal = -1;
+  d->stream = d->gpu = d->blas = NULL;
+  d->allocator = rf_default_allocator();
+  d->host_allocator = rf_default_allocator();
+  d->enter = NULL;
+}
+
+void rf__gpu_runtime_free(rf__gpu_runtime *r) {
+  if (!r) return;
+  int prev = rf__gpu_current();
+  for (int i = 0; i < r->num_devices; i++) {
+    rf__device *d = &r->devices[i];
+    if (r->contexts)
+      (void)cudaSetDevice(r->contexts[i % r->num_contexts].ordinal);
+    if (r->streams && r->streams[i]) (void)cudaStreamSynchronize(r->streams[i]);
+    if (r->handles && r->handles[i]) (void)cublasDestroy(r->handles[i]);
+    if (r->streams && r->streams[i]) (void)cudaStreamDestroy(r->streams[i]);
+    if (r->caches) rf__gpu_cache_free(r->caches[i]);
+    clear_device(d);
+  }
+  (void)cudaGetLastError();
+  rf__gpu_make_current(prev);
+  for (int p = 0; r->contexts && p < r->num_contexts; p++)
+    rf__free(r->contexts[p].caches);
+  rf__free(r->contexts);
+  rf__free(r->caches);
+  rf__free(r->streams);
+  rf__free(r->handles);
+  rf__free(r);
+}

@@ -1,0 +1,155 @@
+/* runtime/gpu/gpu.h - the GPU runtime of a session (CUDA builds only):
+ * virtual GPU devices over physical ones, their caching allocators, pinned
+ * host memory, copies between host and device memory, and completion of
+ * stream work on the thread pool. Invariants: a device block is only reused
+ * by work on the stream of the virtual device whose cache holds it (which is
+ * what makes releasing a tensor right after enqueueing its last reader safe);
+ * no CUDA callback ever calls CUDA or runs library code beyond scheduling a
+ * pool task. */
+#ifndef RF_RUNTIME_GPU_GPU_H
+#define RF_RUNTIME_GPU_GPU_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/tensor.h"
+#include "runtime/device.h"
+#include "runtime/threadpool.h"
+
+/* ---- devices (runtime/gpu/device.c) ---- */
+
+/* One physical GPU used by a session, shared by its virtual devices
+ * (rf__device.gpu points here). */
+typedef struct rf__gpu_context {
+  int ordinal; /* CUDA device */
+  char name[256];
+  int cc_major, cc_minor, multiprocessors;
+  size_t total_memory;
+  /* The caches of the virtual devices on this GPU: a failed cudaMalloc trims
+   * them all (they share the GPU's memory). Fixed once the session is made. */
+  struct rf__gpu_cache **caches;
+  int num_caches;
+} rf__gpu_context;
+
+typedef struct rf__gpu_runtime rf__gpu_runtime;
+
+/* The number of physical GPUs in *out (>= 1). FAILED_PRECONDITION "no GPU:
+ * cudaGetDeviceCount returned ..." when there is none (or no driver). */
+rf_status *rf__gpu_count(int *out);
+
+/* Makes devices[0..n) (already rf__device_init'ed as gpu:0..gpu:n-1) GPU
+ * devices: virtual gpu:i on physical GPU i % count, each with its own
+ * non-blocking stream, cuBLAS handle bound to that stream and caching
+ * allocator; peer access is enabled between the physical GPUs used where
+ * the hardware allows. On error the devices' GPU fields are left empty and
+ * nothing is kept. */
+rf_status *rf__gpu_runtime_new(rf__device *devices, int n,
+                               rf__gpu_runtime **out);
+/* Waits for every stream, then destroys streams, handles and caches. The
+ * devices' variables and every device tensor must be gone (a cache with
+ * blocks still in use is leaked rather than freed under them). NULL is
+ * ignored. */
+void rf__gpu_runtime_free(rf__gpu_runtime *r);
+
+/* The calling thread's current CUDA device (-1 when unknown), and setting it
+ * back (ignored for -1): the session's entry points leave the caller's
+ * current device as they found it. */
+int rf__gpu_current(void);
+void rf__gpu_make_current(int ordinal);
+
+/* rf__device.enter for GPU devices: cudaSetDevice when another GPU is current
+ * on the calling thread. */
+rf_status *rf__gpu_enter(const rf__device *d);
+/* Waits until everything enqueued on d's stream has run; an error (a kernel
+ * fault, reported asynchronously) names the device. */
+rf_status *rf__gpu_sync(const rf__device *d);
+
+/* ---- allocators (runtime/gpu/allocator.c) ---- */
+
+/* A caching allocator over cudaMalloc for one virtual device, or (the one
+ * process-wide instance) over cudaHostAlloc for pinned host memory. Size
+ * classes as the host allocator's (4 per power of two, at least 256 bytes);
+ * freed blocks wait in their class for the next request of that class. When
+ * the CUDA allocation fails, every cache of the same GPU is trimmed (after
+ * the GPU has finished its queued work) and the allocation retried once. */
+typedef struct rf__gpu_cache rf__gpu_cache;
+
+typedef struct rf__gpu_alloc_stats {
+  size_t in_use;      /* bytes handed out (rounded to size classes) */
+  size_t cached;      /* bytes free in the cache */
+  size_t peak_in_use; /* the most in_use has been */
+  int64_t allocs;     /* requests served */
+  int64_t fresh;      /* of which needed a new cudaMalloc/cudaHostAlloc */
+  int64_t trims;      /* times the cache was emptied */
+} rf__gpu_alloc_stats;
+
+/* A cache for device memory of physical GPU `ctx->ordinal`, whose blocks are
+ * used by work on `stream`. */
+rf_status *rf__gpu_cache_new(rf__gpu_context *ctx, void *stream,
+                             rf__gpu_cache **out);
+/* Frees the cached blocks and the cache; leaks the cache instead if blocks
+ * are still in use (a tensor outliving its session would otherwise free into
+ * freed memory). NULL is ignored. */
+void rf__gpu_cache_free(rf__gpu_cache *c);
+/* The cache as an rf_allocator (owned by the cache). */
+rf_allocator *rf__gpu_cache_allocator(rf__gpu_cache *c);
+void rf__gpu_cache_stats(rf__gpu_cache *c, rf__gpu_alloc_stats *out);
+/* Frees every cached block of c (waiting for the GPU first). */
+void rf__gpu_cache_trim(rf__gpu_cache *c);
+
+/* Pinned host memory (process-wide: fetched tensors may outlive sessions).
+ * Its tensors are ordinary host tensors (on_gpu 0). */
+rf_allocator *rf__gpu_pinned_allocator(void);
+void rf__gpu_pinned_stats(rf__gpu_alloc_stats *out);
+void rf__gpu_pinned_trim(void);
+
+/* The stats of GPU device d's allocator (zeros for a CPU device). */
+void rf__gpu_device_stats(const rf__device *d, rf__gpu_alloc_stats *out);
+
+/* The physical GPU holding device tensor t (on_gpu), or -1 when t is not a
+ * tensor of a GPU cache. */
+int rf__gpu_tensor_ordinal(const rf_tensor *t);
+
+/* ---- copies and completion (runtime/gpu/stream.c) ---- */
+
+/* Enqueues on d's stream a copy of src's bytes into dst (same byte size):
+ * host to device, device to host, or device to device (a peer copy when the
+ * two are on different physical GPUs). The copy reads src and writes dst when
+ * the stream gets there: both must live until then (see rf__gpu_notify).
+ * The caller has entered d. Errors name d and the direction. */
+rf_status *rf__gpu_copy(const rf__device *d, rf_tensor *dst,
+                        const rf_tensor *src);
+
+/* A new tensor like src (dtype, shape) in d's device memory (on_gpu), or, for
+ * rf__gpu_new_host, in pinned host memory. */
+rf_status *rf__gpu_new_device(const rf__device *d, const rf_tensor *like,
+                              rf_tensor **out);
+rf_status *rf__gpu_new_host(const rf__device *d, const rf_tensor *like,
+                            rf_tensor **out);
+
+/* Completion of stream work: embed one in the record of an operation. */
+typedef struct rf__gpu_notify rf__gpu_notify;
+typedef void (*rf__gpu_notify_fn)(rf__gpu_notify *n, rf_status *st);
+struct rf__gpu_notify {
+  rf__gpu_notify_fn fn;
+  rf__threadpool *pool;
+  const rf__device *device;
+  int error; /* the cudaError_t the stream callback saw */
+};
+
+/* Calls fn(n, st) on a pool thread once everything enqueued on d's stream so
+ * far has run; st (owned by fn) is NULL, or INTERNAL naming d when the stream
+ * failed (a device fault: the callback still fires, so nothing waits
+ * forever). A CUDA stream callback (cudaStreamAddCallback, which unlike
+ * cudaLaunchHostFunc also fires after a device error) only schedules the
+ * task. n must stay valid until fn runs. On error fn is never called. */
+rf_status *rf__gpu_notify_when_done(const rf__device *d, rf__gpu_notify *n,
+                                    rf__gpu_notify_fn fn);
+
+/* ---- kernels (runtime/gpu/runtime_kernels.c) ---- */
+
+/* GPU kernels of _Arg, _Retval, _Send, _Recv and _Token. */
+rf_status *rf__register_gpu_runtime_kernels(void);
+
+#endif

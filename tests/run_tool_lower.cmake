@@ -1,0 +1,60 @@
+# tests/run_tool_lower.cmake - runs `ringflow lower` on a saved graph and
+# checks that it prints both graphs, writes both as DOT, and fails cleanly on
+# missing and malformed files. Invoked by ctest:
+#   cmake -DTOOL=<ringflow> -DGRAPH=<file.json> -DWORK=<dir> -P run_tool_lower.cmake
+file(REMOVE_RECURSE ${WORK})
+file(MAKE_DIRECTORY ${WORK})
+
+function(expect_contains text what)
+  string(FIND "${text}" "${what}" pos)
+  if(pos EQUAL -1)
+    message(FATAL_ERROR "expected to find '${what}' in:\n${text}")
+  endif()
+endfunction()
+
+execute_process(COMMAND ${TOOL} lower --devices 3 ${GRAPH} --dot ${WORK}/dot
+                OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "ringflow lower failed (${rc}):\n${out}\n${err}")
+endif()
+expect_contains("${out}" "== before lowering (11 nodes)")
+expect_contains("${out}" "total = Reduce(x0:0, x1:0, x2:0)  @cpu:1")
+expect_contains("${out}" "share = Broadcast(total:0)  @cpu:1")
+expect_contains("${out}" "== after placement and lowering (16 nodes)")
+expect_contains("${out}" "total/_ReduceRecv = _ReduceRecv(x1:0)  @cpu:1")
+expect_contains("${out}" "total/_ReduceSend = _ReduceSend(x0:0)  @cpu:0")
+expect_contains("${out}" "share/_BroadcastSend = _BroadcastSend(total/_ReduceRecv:0)")
+expect_contains("${out}" "share/Shape = Shape(total/_ReduceRecv:0)  @cpu:1")
+expect_contains("${out}" "use0 = Add(share/_BroadcastRecv:0, grads_0:0)  @cpu:0")
+expect_contains("${out}" "use1 = Add(total/_ReduceRecv:0, grads_1:0) ^share/_BroadcastSend  @cpu:1")
+foreach(stem before after)
+  if(NOT EXISTS ${WORK}/dot/${stem}.dot)
+    message(FATAL_ERROR "no ${WORK}/dot/${stem}.dot:\n${out}")
+  endif()
+  file(READ ${WORK}/dot/${stem}.dot dot)
+  expect_contains("${dot}" "subgraph cluster_")
+  expect_contains("${dot}" "label=\"cpu:2\"")
+endforeach()
+file(READ ${WORK}/dot/after.dot dot)
+expect_contains("${dot}" "style=dashed")
+
+# Errors: a missing file, a malformed one, a bad option.
+execute_process(COMMAND ${TOOL} lower ${WORK}/missing.json
+                OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
+if(rc EQUAL 0)
+  message(FATAL_ERROR "lower of a missing file succeeded")
+endif()
+expect_contains("${err}" "missing.json")
+file(WRITE ${WORK}/bad.json "{\"format\": \"ringflow-graph\", \"version\": 1, \"nodes\": [{\"name\": \"a\", \"op\": \"Nope\"}]}")
+execute_process(COMMAND ${TOOL} lower ${WORK}/bad.json
+                OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
+if(rc EQUAL 0)
+  message(FATAL_ERROR "lower of a malformed file succeeded")
+endif()
+expect_contains("${err}" "unknown op 'Nope'")
+execute_process(COMMAND ${TOOL} lower --devices 0 ${GRAPH}
+                OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
+if(rc EQUAL 0)
+  message(FATAL_ERROR "lower --devices 0 succeeded")
+endif()
+message(STATUS "ringflow lower: OK")

@@ -1,0 +1,146 @@
+/* tests/test_bench_cli.c - `ringflow bench` keeps working: the quick run on 2
+ * devices exits 0 and prints every section with the nccl-tests columns, one
+ * row per collective and size, busbw = algbw * the nccl-tests factor; the CSV
+ * table is complete; bad options exit 2. Runs the built binary (RF_TOOL). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include "testutil.h"
+
+#ifndef RF_TOOL
+#error "RF_TOOL (the path of the ringflow binary) must be defined"
+#endif
+
+static const char *const colls[] = {"all_reduce", "reduce", "broadcast",
+                                    "all_gather", "reduce_scatter"};
+/* nccl-tests busbw factors for 2 devices, in the order of colls. */
+static const double factors2[] = {1.0, 1.0, 1.0, 0.5, 0.5};
+
+/* Runs `ringflow ARGS`, returns its exit code; *out gets stdout+stderr. */
+static int run_tool(const char *args, char **out) {
+  char cmd[512];
+  snprintf(cmd, sizeof cmd, "%s %s 2>&1", RF_TOOL, args);
+  FILE *p = popen(cmd, "r");
+  assert_non_null(p);
+  size_t cap = 1 << 16, len = 0;
+  char *buf = malloc(cap);
+  assert_non_null(buf);
+  size_t got;
+  while ((got = fread(buf + len, 1, cap - len - 1, p)) > 0) {
+    len += got;
+    if (cap - len < 1024) buf = realloc(buf, cap *= 2), assert_non_null(buf);
+  }
+  buf[len] = 0;
+  int status = pclose(p);
+  *out = buf;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+/* The ringflow section: between "# ringflow" and the next "#" or blank. */
+static void check_ringflow_rows(const char *out) {
+  const char *sec = strstr(out, "# ringflow:");
+  assert_non_null(sec);
+  const char *hdr = strstr(sec, "\ncollective");
+  assert_non_null(hdr);
+  const char *cols[] = {"bytes", "iters", "time(us)", "algbw(GB/s)",
+                        "busbw(GB/s)"};
+  const char *eol = strchr(hdr + 1, '\n');
+  for (int i = 0; i < 5; i++) {
+    const char *at = strstr(hdr, cols[i]);
+    assert_true(at && at < eol);
+  }
+  int rows[5] = {0};
+  const char *line = eol + 1;
+  char name[32];
+  double bytes, us, alg, bus;
+  int iters;
+  while (sscanf(line, "%31s %lf %d %lf %lf %lf", name, &bytes, &iters, &us,
+                &alg, &bus) == 6) {
+    int c = 0;
+    while (c < 5 && strcmp(name, colls[c]) != 0) c++;
+    assert_true(c < 5);
+    assert_true(bytes >= 1024 && bytes <= 4 << 20 && iters >= 2 && us > 0);
+    /* time printed with 1 decimal, bandwidths with 3 */
+    assert_true(fabs(alg - bytes / us / 1e3) <= 0.0006 + alg * 0.06 / us);
+    assert_true(fabs(bus - alg * factors2[c]) <= 0.0011);
+    rows[c]++;
+    line = strchr(line, '\n') + 1;
+  }
+  for (int c = 0; c < 5; c++) assert_int_equal(rows[c], 7); /* 1K..4M, x4 */
+}
+
+static void quick_text_run(void **state) {
+  (void)state;
+  char *out;
+  int rc = run_tool("bench --quick --devices 2 --min-time 0.005", &out);
+  if (rc != 0) fprintf(stderr, "%s", out);
+  assert_int_equal(rc, 0);
+  assert_non_null(strstr(out, "2 virtual CPU devices"));
+  assert_non_null(strstr(out, "# memory floor"));
+  assert_non_null(strstr(out, "copy(GB/s)"));
+  check_ringflow_rows(out);
+  /* OpenMPI ran twice, or says why not. */
+  bool skipped = strstr(out, "OpenMPI baseline: skipped") != NULL;
+  bool ran = strstr(out, "# OpenMPI, default environment: ") &&
+             strstr(out, "# OpenMPI, MALLOC_MMAP_THRESHOLD_=1073741824: ");
+  assert_true(skipped || ran);
+  assert_null(strstr(out, "OpenMPI baseline: failed"));
+  assert_non_null(strstr(out, "# summary"));
+  assert_non_null(strstr(out, "rf/mpi"));
+  assert_non_null(strstr(out, "rf/floor"));
+  assert_non_null(strstr(out, "allocator: "));
+  free(out);
+}
+
+static void csv_run(void **state) {
+  (void)state;
+  char *out;
+  int rc = run_tool("bench --csv --devices 2 --min 1K --max 16K --min-time "
+                    "0.002 --no-mpi", &out);
+  assert_int_equal(rc, 0);
+  const char *hdr = "collective,devices,bytes,iters,time_us,algbw_gbs,"
+                    "busbw_gbs,floor_busbw_gbs,openmpi_default_busbw_gbs,"
+                    "openmpi_mmap_busbw_gbs,ratio_vs_openmpi_best,"
+                    "ratio_vs_floor\n";
+  assert_memory_equal(out, hdr, strlen(hdr));
+  int rows = 0;
+  for (const char *l = out + strlen(hdr); *l; l = strchr(l, '\n') + 1) {
+    int commas = 0;
+    for (const char *p = l; *p && *p != '\n'; p++) commas += *p == ',';
+    assert_int_equal(commas, 11);
+    assert_int_equal(strncmp(l + strcspn(l, ","), ",2,", 3), 0);
+    rows++;
+  }
+  assert_int_equal(rows, 5 * 3); /* 1K, 4K, 16K */
+  free(out);
+}
+
+static void bad_options(void **state) {
+  (void)state;
+  const char *bad[] = {"bench --devices 0", "bench --devices 65",
+                       "bench --min 2", "bench --max 2G", "bench --min 1M --max 1K",
+                       "bench --collective all_to_all", "bench --frobnicate",
+                       "bench extra"};
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    char *out;
+    assert_int_equal(run_tool(bad[i], &out), 2);
+    assert_non_null(strstr(out, "ringflow"));
+    free(out);
+  }
+  char *out;
+  assert_int_equal(run_tool("bench --help", &out), 0);
+  assert_non_null(strstr(out, "usage: ringflow bench"));
+  free(out);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(quick_text_run),
+      cmocka_unit_test(csv_run),
+      cmocka_unit_test(bad_options),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,81 @@
+/* tools/bench.h - what the parts of `ringflow bench` share: the collectives,
+ * one measured row, and the measurements (ringflow sessions in bench_run.c,
+ * the memory floor in bench_floor.c, the OpenMPI baseline in bench_mpi.c).
+ * Sizes follow nccl-tests: the per-rank buffer, the OUTPUT for all-gather and
+ * the INPUT for reduce-scatter. */
+#ifndef RF_TOOLS_BENCH_H
+#define RF_TOOLS_BENCH_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "ringflow/ringflow.h"
+
+typedef enum bench_coll {
+  BC_ALL_REDUCE,
+  BC_REDUCE,
+  BC_BROADCAST,
+  BC_ALL_GATHER,
+  BC_REDUCE_SCATTER,
+  BC_COUNT
+} bench_coll;
+
+#define BENCH_MAX_SIZES 16
+
+/* One measurement; valid false when it was not (or could not be) taken. */
+typedef struct bench_row {
+  bool valid;
+  double bytes; /* as nccl-tests counts them (after rounding to n slices) */
+  int iters;
+  double time_us, algbw, busbw; /* busbw = algbw * bench_bus_factor */
+} bench_row;
+
+/* Collective names as printed ("all_reduce", ...), and back (BC_COUNT if
+ * unknown). */
+const char *bench_coll_name(bench_coll c);
+/* nccl-tests' bus bandwidth factor: 2(n-1)/n, (n-1)/n or 1. */
+double bench_bus_factor(bench_coll c, int n);
+/* The bytes nccl-tests counts for a nominal size: all-gather and
+ * reduce-scatter round down to n equal float slices (0: too small). */
+double bench_counted_bytes(bench_coll c, int n, int64_t nominal);
+/* Fills time, algbw and busbw of a row from seconds per op. */
+void bench_row_set(bench_row *r, bench_coll c, int n, double bytes, int iters,
+                   double seconds);
+
+/* Times one collective through the public API on n virtual CPU devices
+ * (threads: the session's pool size, 0 = one a core) for at least min_time
+ * seconds. *fresh_bytes gets how many bytes the default allocator had to take
+ * from the system during the timed runs (0 when it reused its cache). */
+rf_status *bench_ringflow(bench_coll c, int n, int threads, int64_t bytes,
+                          double min_time, bench_row *out,
+                          int64_t *fresh_bytes);
+
+/* The memory floor on 2 threads: seconds per op of a plain copy of `bytes`
+ * and of a plain sum of n buffers of `bytes` into one, each op ending at a
+ * barrier of the two threads. The buffers are allocated and touched once, at
+ * max_bytes. */
+typedef struct bench_floor bench_floor;
+rf_status *bench_floor_new(int n, int64_t max_bytes, bench_floor **out);
+void bench_floor_measure(bench_floor *f, int64_t bytes, double min_time,
+                         double *copy_s, double *sum_s);
+void bench_floor_free(bench_floor *f);
+
+/* The OpenMPI baseline: runs the ringflow-mpi-baseline program under mpirun
+ * with n ranks (mmap_threshold: with MALLOC_MMAP_THRESHOLD_=1073741824) and
+ * fills rows[c][size index] from its CSV. Returns NULL when the run worked;
+ * otherwise a message (static or in `why`, size why_len) saying why not. */
+typedef struct bench_mpi_args {
+  const char *program; /* the baseline program */
+  int n;
+  const int64_t *sizes; /* nominal sizes, ascending */
+  int nsizes;
+  double min_time;
+  bool mmap_threshold;
+} bench_mpi_args;
+const char *bench_mpi_run(const bench_mpi_args *a,
+                          bench_row (*rows)[BENCH_MAX_SIZES], char *command,
+                          size_t command_len, char *why, size_t why_len);
+/* The baseline program's path, or NULL with *why set when there is none. */
+const char *bench_mpi_find(const char *given, const char **why);
+
+#endif
