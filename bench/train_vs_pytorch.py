@@ -9,8 +9,10 @@ thread count (ringflow's pool has one thread per core; PyTorch gets
 torch.set_num_threads). Neither evaluates during the timed steps; both fetch
 the loss every step.
 
-ringflow runs with 1 device and with 4 virtual devices (data-parallel,
-gradients all-reduced). PyTorch runs the same global batch in one process:
+ringflow runs with 1 device and with 4 virtual devices (data-parallel), the
+latter in each --sync mode given: allreduce (every device applies the whole
+Adam update) and sharded (reduce-scatter, Adam on each device's rows,
+all-gather). PyTorch runs the same global batch in one process:
 that is what a user of this machine would compare against. Its figure is
 measured once per batch and repeat and used for both rows.
 
@@ -128,9 +130,11 @@ def torch_bench(x, y, batch, warmup, steps, seed):
     return steps * batch / secs, last
 
 
-def ringflow_bench(binary, data_dir, batch, devices, warmup, steps, seed):
+def ringflow_bench(binary, data_dir, batch, devices, sync, warmup, steps,
+                   seed):
     spec = "cpu:0" if devices == 1 else f"cpu:0-{devices - 1}"
     cmd = [binary, "train", "--bench", "--quiet", "--devices", spec,
+           "--sync", sync,
            "--batch", str(batch), "--warmup", str(warmup), "--steps",
            str(steps), "--seed", str(seed), "--data", data_dir]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
@@ -186,6 +190,8 @@ def main():
     ap.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
     ap.add_argument("--batches", default="64,256,1024")
     ap.add_argument("--devices", default="1,4")
+    ap.add_argument("--sync", default="allreduce,sharded",
+                    help="ringflow's --sync modes for more than one device")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--warmup", type=int, default=20)
     ap.add_argument("--samples", type=int, default=25600,
@@ -206,6 +212,8 @@ def main():
     torch.set_num_threads(args.threads)
     batches = [int(b) for b in args.batches.split(",")]
     devices = [int(d) for d in args.devices.split(",")]
+    syncs = args.sync.split(",")
+    configs = [(d, s) for d in devices for s in (["-"] if d == 1 else syncs)]
     rf_version = subprocess.run([args.ringflow, "version"], check=True,
                                 capture_output=True, text=True).stdout.strip()
     print(f"machine: {cpu_model()}, {os.cpu_count()} cores; threads "
@@ -216,7 +224,7 @@ def main():
     x, y = load_train(args.data)
     steps = {b: max(100, args.samples // b) for b in batches}
 
-    rf = {(b, d): [] for b in batches for d in devices}
+    rf = {(b, d, s): [] for b in batches for d, s in configs}
     pt = {b: [] for b in batches}
     t0 = time.monotonic()
     while os.getloadavg()[0] >= args.max_load and time.monotonic() - t0 < args.wait:
@@ -239,12 +247,14 @@ def main():
             record(f"batch {b} PyTorch", *measure(
                 lambda: torch_bench(x, y, b, args.warmup, steps[b], args.seed),
                 args.max_others, args.tries), pt[b])
-            for d in devices:
-                record(f"batch {b} ringflow {d} device{'s' if d > 1 else ''}",
-                       *measure(lambda: ringflow_bench(
-                           args.ringflow, args.data, b, d, args.warmup,
-                           steps[b], args.seed), args.max_others, args.tries),
-                       rf[(b, d)])
+            for d, sync in configs:
+                what = f"batch {b} ringflow {d} device" + (
+                    "" if d == 1 else f"s {sync}")
+                record(what, *measure(lambda: ringflow_bench(
+                    args.ringflow, args.data, b, d,
+                    "allreduce" if d == 1 else sync, args.warmup, steps[b],
+                    args.seed), args.max_others, args.tries),
+                    rf[(b, d, sync)])
 
     print(f"\nmedian of {args.repeats}; load average {start_load:.2f} at the "
           f"start; other processes used at most {max(others):.2f} cores "
@@ -252,20 +262,20 @@ def main():
     print("steps: " + ", ".join(f"batch {b}: {args.warmup} warm-up + "
                                 f"{steps[b]} timed" for b in batches))
     print("PyTorch runs each global batch in one process; its figure is the "
-          "same for both device counts.\n")
-    print("| batch | devices | ringflow samples/s | PyTorch samples/s | ratio "
-          "| target | met |")
-    print("|---:|---:|---:|---:|---:|---:|:---:|")
+          "same for every ringflow row.\n")
+    print("| batch | devices | sync | ringflow samples/s | PyTorch samples/s "
+          "| ratio | target | met |")
+    print("|---:|---:|:---|---:|---:|---:|---:|:---:|")
     missed = 0
     for b in batches:
         ptm = statistics.median(pt[b])
-        for d in devices:
-            rfm = statistics.median(rf[(b, d)])
+        for d, sync in configs:
+            rfm = statistics.median(rf[(b, d, sync)])
             ratio = rfm / ptm
             target = TARGETS.get(b)
             met = "-" if target is None else ("yes" if ratio >= target else "NO")
             missed += met == "NO"
-            print(f"| {b} | {d} | {rfm:.0f} | {ptm:.0f} | {ratio:.2f} | "
+            print(f"| {b} | {d} | {sync} | {rfm:.0f} | {ptm:.0f} | {ratio:.2f} | "
                   f"{'-' if target is None else f'{target:.1f}'} | {met} |")
     return 1 if missed else 0
 

@@ -147,20 +147,39 @@ static rf_status *trainer_init(trainer *t, const mlp_config *cfg, uint64_t seed,
 /* Writes replica 0's params, Adam moments and step count. */
 static rf_status *trainer_save(trainer *t, const char *path) {
   checkpoint c = {.step = t->step};
-  rf_output fetches[3 * 2 * MLP_MAX_LAYERS];
   int np = t->m.num_params;
+  /* Sharded moments come from all-gathers, which need every replica's
+   * participant: fetch the other replicas' copies too, and drop them. */
+  int nrep = t->cfg.sync == SYNC_SHARDED ? t->cfg.num_devices : 1;
+  int n = np + 2 * np * nrep;
+  rf_output *fetches = malloc(sizeof *fetches * (size_t)n);
+  rf_tensor **out = malloc(sizeof *out * (size_t)n);
+  if (!fetches || !out) {
+    free(fetches);
+    free(out);
+    return rf_status_new(RF_RESOURCE_EXHAUSTED, "out of memory");
+  }
   for (int p = 0; p < np; p++) {
     fetches[p] = t->m.rep[0].params[p];
-    fetches[np + p] = t->m.rep[0].moments[0][p];
-    fetches[2 * np + p] = t->m.rep[0].moments[1][p];
+    for (int r = 0; r < nrep; r++) {
+      fetches[np + r * 2 * np + p] = t->m.rep[r].moments[0][p];
+      fetches[np + r * 2 * np + np + p] = t->m.rep[r].moments[1][p];
+    }
   }
-  RF_TOOL_CHECK(
-      rf_session_run(t->s, NULL, 0, fetches, 3 * np, NULL, 0, c.tensors));
+  rf_status *st = rf_session_run(t->s, NULL, 0, fetches, n, NULL, 0, out);
+  free(fetches);
+  if (st) {
+    free(out);
+    return st;
+  }
+  memcpy(c.tensors, out, sizeof *out * (size_t)(3 * np));
+  for (int i = 3 * np; i < n; i++) rf_tensor_release(out[i]);
+  free(out);
   c.n = 3 * np;
   for (int k = 0; k < 3; k++)
     for (int p = 0; p < np; p++)
       mlp_state_name(k, p, c.names[k * np + p], CKPT_NAME_MAX);
-  rf_status *st = checkpoint_save(&c, path);
+  st = checkpoint_save(&c, path);
   checkpoint_clear(&c);
   return st;
 }
@@ -373,7 +392,10 @@ static void usage(FILE *f) {
       f,
       "usage: ringflow train [options]\n"
       "  --devices LIST     devices, e.g. cpu:0-3 (default) or cpu:0,cpu:2\n"
-      "  --sync MODE        allreduce (default) or reduce-broadcast\n"
+      "  --sync MODE        allreduce (default), reduce-broadcast, or sharded\n"
+      "                     (reduce-scatter, Adam on each device's rows of "
+      "the\n"
+      "                     parameters, all-gather: one update in all)\n"
       "  --epochs N         passes over the training set (default 5)\n"
       "  --batch N          global batch size (default 128; divisible by "
       "the device count)\n"
@@ -440,9 +462,12 @@ static int parse_options(int argc, char **argv, options *o) {
           o->sync = SYNC_ALLREDUCE;
         else if (strcmp(optarg, "reduce-broadcast") == 0)
           o->sync = SYNC_REDUCE_BROADCAST;
+        else if (strcmp(optarg, "sharded") == 0)
+          o->sync = SYNC_SHARDED;
         else
           return tool_fail(
-              "--sync must be allreduce or reduce-broadcast, not '%s'", optarg);
+              "--sync must be allreduce, reduce-broadcast or sharded, not '%s'",
+              optarg);
         break;
       case 'e':
         if (parse_int(optarg, 1, 100000, &o->epochs))
@@ -534,6 +559,11 @@ static rf_status *bench(trainer *t, const dataset *d, const options *o,
   return NULL;
 }
 
+static const char *const sync_names[] = {
+    [SYNC_ALLREDUCE] = "all-reduce",
+    [SYNC_REDUCE_BROADCAST] = "reduce+broadcast",
+    [SYNC_SHARDED] = "reduce-scatter + sharded Adam + all-gather"};
+
 int cmd_train(int argc, char **argv) {
   options o;
   int rc = parse_options(argc, argv, &o);
@@ -592,8 +622,7 @@ int cmd_train(int argc, char **argv) {
       "ringflow train: MLP 784-512-256-10 on %d device%s (%s), %s, global "
       "batch %d, %d epochs\n",
       cfg.num_devices, cfg.num_devices > 1 ? "s" : "", o.devices,
-      o.sync == SYNC_ALLREDUCE ? "all-reduce" : "reduce+broadcast", o.batch,
-      o.epochs);
+      sync_names[o.sync], o.batch, o.epochs);
   uint64_t shuffle_state = o.seed * 2654435761u + 1;
   int steps_per_epoch = train.n / o.batch;
   int64_t total = (int64_t)steps_per_epoch * o.epochs, done = 0;
