@@ -17,6 +17,7 @@ static rf_output scalar(rf_graph *g, double v) {
 typedef struct vars {
   rf_output var[2 * MLP_MAX_LAYERS], m[2 * MLP_MAX_LAYERS],
       v[2 * MLP_MAX_LAYERS];
+  rf_output rows[2 * MLP_MAX_LAYERS]; /* sharded: this device's rows of var */
 } vars;
 
 static rf_shape param_shape(const mlp_config *c, int p) {
@@ -25,7 +26,22 @@ static rf_shape param_shape(const mlp_config *c, int p) {
   return rf_shape_of(1, c->sizes[layer + 1]);
 }
 
-/* One replica's variables, forward pass, loss and accuracy. */
+/* Whether parameter p's optimizer state is split across the devices: with
+ * --sync sharded, when its rows divide evenly among them. */
+static bool sharded(const mlp_config *c, int p) {
+  return c->sync == SYNC_SHARDED && c->num_devices > 1 &&
+         param_shape(c, p).dims[0] % c->num_devices == 0;
+}
+
+/* The shape of one device's Adam state for parameter p. */
+static rf_shape state_shape(const mlp_config *c, int p) {
+  rf_shape s = param_shape(c, p);
+  if (sharded(c, p)) s.dims[0] /= c->num_devices;
+  return s;
+}
+
+/* One replica's variables, forward pass, loss and accuracy. Sharded
+ * parameters' rows, m and v are initialised by build_sharded. */
 static void build_forward(const mlp_config *c, rf_graph *g, int d, vars *vs,
                           mlp_replica *r, rf_node **inits, int *ninit) {
   char name[64];
@@ -33,19 +49,25 @@ static void build_forward(const mlp_config *c, rf_graph *g, int d, vars *vs,
                         rf_shape_of(2, c->device_batch, c->sizes[0]));
   r->y = rf_placeholder(g, NULL, RF_INT32, rf_shape_of(1, c->device_batch));
   for (int p = 0; p < 2 * c->num_layers; p++) {
-    rf_shape s = param_shape(c, p);
+    rf_shape s = param_shape(c, p), ss = state_shape(c, p);
     snprintf(name, sizeof name, "%s%d_dev%d", p % 2 ? "b" : "W", p / 2, d);
     vs->var[p] = rf_variable(g, name, RF_FLOAT32, s);
     snprintf(name, sizeof name, "adam_m%d_dev%d", p, d);
-    vs->m[p] = rf_variable(g, name, RF_FLOAT32, s);
+    vs->m[p] = rf_variable(g, name, RF_FLOAT32, ss);
     snprintf(name, sizeof name, "adam_v%d_dev%d", p, d);
-    vs->v[p] = rf_variable(g, name, RF_FLOAT32, s);
+    vs->v[p] = rf_variable(g, name, RF_FLOAT32, ss);
     for (int k = 0; k < 3; k++)
       r->init[k][p] = rf_placeholder(g, NULL, RF_FLOAT32, s);
     inits[(*ninit)++] = rf_assign(g, NULL, vs->var[p], r->init[0][p]);
+    r->params[p] = rf_read_variable(g, NULL, vs->var[p]);
+    if (sharded(c, p)) {
+      snprintf(name, sizeof name, "%s%d_rows_dev%d", p % 2 ? "b" : "W", p / 2,
+               d);
+      vs->rows[p] = rf_variable(g, name, RF_FLOAT32, ss);
+      continue;
+    }
     inits[(*ninit)++] = rf_assign(g, NULL, vs->m[p], r->init[1][p]);
     inits[(*ninit)++] = rf_assign(g, NULL, vs->v[p], r->init[2][p]);
-    r->params[p] = rf_read_variable(g, NULL, vs->var[p]);
     r->moments[0][p] = rf_read_variable(g, NULL, vs->m[p]);
     r->moments[1][p] = rf_read_variable(g, NULL, vs->v[p]);
   }
@@ -74,7 +96,7 @@ static void sync_gradients(const mlp_config *c, rf_graph *g, int p,
   for (int d = 0; d < c->num_devices; d++) per_dev[d] = grads[d][p];
   char name[64];
   snprintf(name, sizeof name, "grad_sync_%d", p);
-  if (c->sync == SYNC_ALLREDUCE) {
+  if (c->sync != SYNC_REDUCE_BROADCAST) { /* sharded: only what cannot be */
     rf_all_reduce_n(g, name, per_dev, c->num_devices, RF_REDUCE_AVG, avg);
     return;
   }
@@ -90,6 +112,66 @@ static void sync_gradients(const mlp_config *c, rf_graph *g, int p,
   }
 }
 
+/* --sync sharded, parameter p (ZeRO stage 1): the gradients are
+ * reduce-scattered (averaged), each device runs Adam on its rows of the
+ * parameter with its rows of m and v, and the updated rows are all-gathered
+ * into every replica's parameter. One Adam update in all instead of one per
+ * device, whose memory traffic dominates small batches on shared cores; the
+ * arithmetic per element is the same, so replicas stay bit-identical. */
+static void build_sharded(const mlp_config *c, rf_graph *g, int p,
+                          rf_output grads[][2 * MLP_MAX_LAYERS], vars *vs,
+                          mlp_graph *m, rf_node **updates, int *nupd,
+                          rf_node **inits, int *ninit) {
+  int nd = c->num_devices;
+  rf_output in[MLP_MAX_DEVICES], out[MLP_MAX_DEVICES];
+  char name[64];
+  /* Rows, m and v start as rows of the fed full values: the max of identical
+   * inputs is exact. */
+  for (int k = 0; k < 3; k++) {
+    for (int d = 0; d < nd; d++) in[d] = m->rep[d].init[k][p];
+    snprintf(name, sizeof name, "init_rows_%d_%d", k, p);
+    rf_reduce_scatter_n(g, name, in, nd, RF_REDUCE_MAX, out);
+    for (int d = 0; d < nd; d++) {
+      rf_output var = k == 0 ? vs[d].rows[p] : k == 1 ? vs[d].m[p] : vs[d].v[p];
+      rf_graph_push_device(g, c->devices[d]);
+      inits[(*ninit)++] = rf_assign(g, NULL, var, out[d]);
+      rf_graph_pop_device(g);
+    }
+  }
+  for (int d = 0; d < nd; d++) in[d] = grads[d][p];
+  snprintf(name, sizeof name, "grad_sync_%d", p);
+  rf_reduce_scatter_n(g, name, in, nd, RF_REDUCE_AVG, out);
+  for (int d = 0; d < nd; d++) {
+    mlp_replica *r = &m->rep[d];
+    rf_graph_push_device(g, c->devices[d]);
+    rf_node *adam = rf_apply_adam(
+        g, NULL, vs[d].rows[p], vs[d].m[p], vs[d].v[p], r->beta1_power,
+        r->beta2_power, r->lr, scalar(g, c->beta1), scalar(g, c->beta2),
+        scalar(g, c->epsilon), out[d]);
+    in[d] = rf_read_variable(g, NULL, vs[d].rows[p]);
+    if (adam && in[d].node) rf_graph_add_control_edge(g, adam, in[d].node);
+    rf_graph_pop_device(g);
+  }
+  snprintf(name, sizeof name, "param_gather_%d", p);
+  rf_all_gather_n(g, name, in, nd, out);
+  for (int d = 0; d < nd; d++) {
+    rf_graph_push_device(g, c->devices[d]);
+    updates[(*nupd)++] = rf_assign(g, NULL, vs[d].var[p], out[d]);
+    rf_graph_pop_device(g);
+  }
+  /* Whole moments for checkpoints: fetch them from every replica at once. */
+  for (int k = 0; k < 2; k++) {
+    for (int d = 0; d < nd; d++) {
+      rf_graph_push_device(g, c->devices[d]);
+      in[d] = rf_read_variable(g, NULL, k == 0 ? vs[d].m[p] : vs[d].v[p]);
+      rf_graph_pop_device(g);
+    }
+    snprintf(name, sizeof name, "moment_gather_%d_%d", k, p);
+    rf_all_gather_n(g, name, in, nd, out);
+    for (int d = 0; d < nd; d++) m->rep[d].moments[k][p] = out[d];
+  }
+}
+
 rf_status *mlp_build(const mlp_config *c, mlp_graph *m) {
   if (c->num_devices < 1 || c->num_devices > MLP_MAX_DEVICES ||
       c->num_layers < 1 || c->num_layers > MLP_MAX_LAYERS)
@@ -100,7 +182,7 @@ rf_status *mlp_build(const mlp_config *c, mlp_graph *m) {
   m->num_params = 2 * c->num_layers;
   static vars vs[MLP_MAX_DEVICES]; /* large; built once per run */
   static rf_output grads[MLP_MAX_DEVICES][2 * MLP_MAX_LAYERS];
-  rf_node *inits[MLP_MAX_DEVICES * 6 * MLP_MAX_LAYERS];
+  rf_node *inits[MLP_MAX_DEVICES * 8 * MLP_MAX_LAYERS]; /* 4 per param */
   int ninit = 0;
   rf_status *st = NULL;
   for (int d = 0; d < c->num_devices && !st; d++) {
@@ -116,6 +198,11 @@ rf_status *mlp_build(const mlp_config *c, mlp_graph *m) {
   rf_node *updates[MLP_MAX_DEVICES * 2 * MLP_MAX_LAYERS];
   int nupd = 0;
   for (int p = 0; p < m->num_params && !st; p++) {
+    if (sharded(c, p)) {
+      build_sharded(c, g, p, grads, vs, m, updates, &nupd, inits, &ninit);
+      st = rf_graph_status(g);
+      continue;
+    }
     rf_output avg[MLP_MAX_DEVICES];
     sync_gradients(c, g, p, grads, avg);
     for (int d = 0; d < c->num_devices; d++) {

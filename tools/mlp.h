@@ -11,7 +11,13 @@
 #define MLP_MAX_DEVICES 64
 #define MLP_MAX_LAYERS 8
 
-typedef enum sync_mode { SYNC_ALLREDUCE, SYNC_REDUCE_BROADCAST } sync_mode;
+/* SYNC_SHARDED: reduce-scatter, Adam on each device's rows, all-gather
+ * (mlp.c: build_sharded). */
+typedef enum sync_mode {
+  SYNC_ALLREDUCE,
+  SYNC_REDUCE_BROADCAST,
+  SYNC_SHARDED
+} sync_mode;
 
 typedef struct mlp_config {
   int num_devices;

@@ -30,11 +30,11 @@ typedef struct dataset {
 typedef struct options {
   char data_dir[512];
   char devices[256];
-  int epochs, batch, max_steps;
+  int epochs, batch, max_steps, warmup;
   double lr;
   uint64_t seed;
   sync_mode sync;
-  bool check, quiet, constant_lr;
+  bool check, quiet, constant_lr, bench;
   const char *save, *load, *graph_dir, *trace;
 } options;
 
@@ -147,20 +147,39 @@ static rf_status *trainer_init(trainer *t, const mlp_config *cfg, uint64_t seed,
 /* Writes replica 0's params, Adam moments and step count. */
 static rf_status *trainer_save(trainer *t, const char *path) {
   checkpoint c = {.step = t->step};
-  rf_output fetches[3 * 2 * MLP_MAX_LAYERS];
   int np = t->m.num_params;
+  /* Sharded moments come from all-gathers, which need every replica's
+   * participant: fetch the other replicas' copies too, and drop them. */
+  int nrep = t->cfg.sync == SYNC_SHARDED ? t->cfg.num_devices : 1;
+  int n = np + 2 * np * nrep;
+  rf_output *fetches = malloc(sizeof *fetches * (size_t)n);
+  rf_tensor **out = malloc(sizeof *out * (size_t)n);
+  if (!fetches || !out) {
+    free(fetches);
+    free(out);
+    return rf_status_new(RF_RESOURCE_EXHAUSTED, "out of memory");
+  }
   for (int p = 0; p < np; p++) {
     fetches[p] = t->m.rep[0].params[p];
-    fetches[np + p] = t->m.rep[0].moments[0][p];
-    fetches[2 * np + p] = t->m.rep[0].moments[1][p];
+    for (int r = 0; r < nrep; r++) {
+      fetches[np + r * 2 * np + p] = t->m.rep[r].moments[0][p];
+      fetches[np + r * 2 * np + np + p] = t->m.rep[r].moments[1][p];
+    }
   }
-  RF_TOOL_CHECK(
-      rf_session_run(t->s, NULL, 0, fetches, 3 * np, NULL, 0, c.tensors));
+  rf_status *st = rf_session_run(t->s, NULL, 0, fetches, n, NULL, 0, out);
+  free(fetches);
+  if (st) {
+    free(out);
+    return st;
+  }
+  memcpy(c.tensors, out, sizeof *out * (size_t)(3 * np));
+  for (int i = 3 * np; i < n; i++) rf_tensor_release(out[i]);
+  free(out);
   c.n = 3 * np;
   for (int k = 0; k < 3; k++)
     for (int p = 0; p < np; p++)
       mlp_state_name(k, p, c.names[k * np + p], CKPT_NAME_MAX);
-  rf_status *st = checkpoint_save(&c, path);
+  st = checkpoint_save(&c, path);
   checkpoint_clear(&c);
   return st;
 }
@@ -373,7 +392,10 @@ static void usage(FILE *f) {
       f,
       "usage: ringflow train [options]\n"
       "  --devices LIST     devices, e.g. cpu:0-3 (default) or cpu:0,cpu:2\n"
-      "  --sync MODE        allreduce (default) or reduce-broadcast\n"
+      "  --sync MODE        allreduce (default), reduce-broadcast, or sharded\n"
+      "                     (reduce-scatter, Adam on each device's rows of "
+      "the\n"
+      "                     parameters, all-gather: one update in all)\n"
       "  --epochs N         passes over the training set (default 5)\n"
       "  --batch N          global batch size (default 128; divisible by "
       "the device count)\n"
@@ -393,6 +415,11 @@ static void usage(FILE *f) {
       "lowering as DOT (and SVG with Graphviz)\n"
       "  --trace FILE       write a Chrome trace (Perfetto) of one "
       "training step\n"
+      "  --bench            time training alone: --warmup steps, then --steps "
+      "timed\n"
+      "                     steps (default 100) at a constant --lr; prints\n"
+      "                     samples_per_sec=<x> batch=<b> devices=<n> ...\n"
+      "  --warmup N         untimed steps before a --bench (default 10)\n"
       "  --quiet            no progress output\n");
 }
 
@@ -413,6 +440,8 @@ static int parse_options(int argc, char **argv, options *o) {
       {"graph-dir", required_argument, 0, 'g'},
       {"trace", required_argument, 0, 't'},
       {"schedule", required_argument, 0, 'L'},
+      {"bench", no_argument, 0, 'B'},
+      {"warmup", required_argument, 0, 'W'},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   *o = (options){.data_dir = DEFAULT_DATA,
@@ -421,7 +450,8 @@ static int parse_options(int argc, char **argv, options *o) {
                  .batch = 128,
                  .lr = 1e-3,
                  .seed = 1,
-                 .sync = SYNC_ALLREDUCE};
+                 .sync = SYNC_ALLREDUCE,
+                 .warmup = 10};
   optind = 1;
   int c;
   while ((c = getopt_long(argc, argv, "", longs, NULL)) != -1) {
@@ -432,9 +462,12 @@ static int parse_options(int argc, char **argv, options *o) {
           o->sync = SYNC_ALLREDUCE;
         else if (strcmp(optarg, "reduce-broadcast") == 0)
           o->sync = SYNC_REDUCE_BROADCAST;
+        else if (strcmp(optarg, "sharded") == 0)
+          o->sync = SYNC_SHARDED;
         else
           return tool_fail(
-              "--sync must be allreduce or reduce-broadcast, not '%s'", optarg);
+              "--sync must be allreduce, reduce-broadcast or sharded, not '%s'",
+              optarg);
         break;
       case 'e':
         if (parse_int(optarg, 1, 100000, &o->epochs))
@@ -467,11 +500,20 @@ static int parse_options(int argc, char **argv, options *o) {
                            optarg);
         break;
       case 't': o->trace = optarg; break;
+      case 'B': o->bench = true; break;
+      case 'W':
+        if (parse_int(optarg, 0, 1 << 30, &o->warmup))
+          return tool_fail("--warmup: bad number '%s'", optarg);
+        break;
       case 'h': usage(stdout); return 1;
       default: usage(stderr); return 2;
     }
   }
   if (optind < argc) return tool_fail("unexpected argument '%s'", argv[optind]);
+  if (o->bench && (o->check || o->trace || o->save))
+    return tool_fail(
+        "--bench times training alone: no --check, --trace or --save");
+  if (o->bench && !o->max_steps) o->max_steps = 100;
   return 0;
 }
 
@@ -491,6 +533,36 @@ static void shuffle(int *idx, int n, uint64_t *state) {
     idx[j] = tmp;
   }
 }
+
+/* --bench: o->warmup untimed steps, then o->max_steps timed ones over the
+ * same shuffled batches as training, at a constant learning rate and without
+ * evaluation; prints one machine-readable line (bench/train_vs_pytorch.py). */
+static rf_status *bench(trainer *t, const dataset *d, const options *o,
+                        int *idx) {
+  uint64_t state = o->seed * 2654435761u + 1;
+  int per_epoch = d->n / o->batch, s = per_epoch;
+  double start = now_seconds(), loss = 0;
+  for (int i = 0; i < o->warmup + o->max_steps; i++, s++) {
+    if (s == per_epoch) {
+      shuffle(idx, d->n, &state);
+      s = 0;
+    }
+    if (i == o->warmup) start = now_seconds();
+    RF_TOOL_CHECK(train_step(t, d, idx + (size_t)s * o->batch, o->lr, &loss));
+  }
+  double secs = now_seconds() - start;
+  printf(
+      "samples_per_sec=%.1f batch=%d devices=%d steps=%d seconds=%.3f "
+      "loss=%.4f\n",
+      (double)o->max_steps * o->batch / secs, o->batch, t->cfg.num_devices,
+      o->max_steps, secs, loss);
+  return NULL;
+}
+
+static const char *const sync_names[] = {
+    [SYNC_ALLREDUCE] = "all-reduce",
+    [SYNC_REDUCE_BROADCAST] = "reduce+broadcast",
+    [SYNC_SHARDED] = "reduce-scatter + sharded Adam + all-gather"};
 
 int cmd_train(int argc, char **argv) {
   options o;
@@ -535,14 +607,22 @@ int cmd_train(int argc, char **argv) {
     RF_TOOL_TRY(trainer_init(&ref, &one, o.seed, &one_opts));
     if (o.load) RF_TOOL_TRY(trainer_load(&ref, o.load));
   }
+  int *idx = malloc(sizeof(int) * (size_t)train.n);
+  if (!idx) return tool_fail("out of memory");
+  for (int i = 0; i < train.n; i++) idx[i] = i;
+  if (o.bench) {
+    rf_status *st = bench(&t, &train, &o, idx);
+    free(idx);
+    trainer_free(&t);
+    dataset_free(&train);
+    dataset_free(&test);
+    return st ? tool_report(st) : 0;
+  }
   printf(
       "ringflow train: MLP 784-512-256-10 on %d device%s (%s), %s, global "
       "batch %d, %d epochs\n",
       cfg.num_devices, cfg.num_devices > 1 ? "s" : "", o.devices,
-      o.sync == SYNC_ALLREDUCE ? "all-reduce" : "reduce+broadcast", o.batch,
-      o.epochs);
-  int *idx = malloc(sizeof(int) * (size_t)train.n);
-  for (int i = 0; i < train.n; i++) idx[i] = i;
+      sync_names[o.sync], o.batch, o.epochs);
   uint64_t shuffle_state = o.seed * 2654435761u + 1;
   int steps_per_epoch = train.n / o.batch;
   int64_t total = (int64_t)steps_per_epoch * o.epochs, done = 0;

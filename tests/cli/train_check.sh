@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# ringflow train --check at small size, for both --sync modes: the 4-device
+# ringflow train --check at small size, for every --sync mode: the 4-device
 # data-parallel run must match one device to float tolerance, and the replicas
-# must stay bit-identical. Also: --save/--load round trip and a corrupt file.
+# must stay bit-identical. --sync sharded must save the very checkpoint that
+# all-reduce saves. Also: --save/--load round trip, a corrupt file, and
+# --bench's machine-readable line.
 set -euo pipefail
 ringflow="$1"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-for sync in allreduce reduce-broadcast; do
+for sync in allreduce reduce-broadcast sharded; do
   out=$("$ringflow" train --steps 30 --epochs 1 --batch 64 --check --sync "$sync" --quiet)
   echo "$out"
   echo "$out" | grep -q "replicas bit-identical"
@@ -24,4 +26,17 @@ if "$ringflow" train --devices cpu:0-3 --batch 30 --steps 1 2> "$tmp/err"; then
   echo "an indivisible batch was accepted"; exit 1
 fi
 grep -q "not divisible" "$tmp/err"
+for sync in allreduce sharded; do
+  "$ringflow" train --steps 20 --batch 64 --sync "$sync" --quiet \
+    --save "$tmp/$sync.ckpt" | grep -q "saved"
+done
+cmp "$tmp/allreduce.ckpt" "$tmp/sharded.ckpt"
+"$ringflow" train --devices cpu:0-1 --sync sharded --steps 5 --quiet \
+  --load "$tmp/allreduce.ckpt" | grep -q "loaded .* (step 20)"
+"$ringflow" train --bench --devices cpu:0-1 --batch 32 --warmup 1 --steps 3 |
+  grep -Eq "^samples_per_sec=[0-9.]+ batch=32 devices=2 steps=3 "
+if "$ringflow" train --bench --check 2> "$tmp/err"; then
+  echo "--bench --check was accepted"; exit 1
+fi
+grep -q "times training alone" "$tmp/err"
 echo "train_check: ok"
