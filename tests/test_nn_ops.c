@@ -567,12 +567,7 @@ static void test_gradients_through_rf_gradients(void **state) {
     assert_ok(rf_gradients(g, &ys[4], 1, &bias, 1, &gy, &dxs[NY]));
     assert_ok(rf_gradients(g, &ys[5], 1, &labels, 1, &gl, &dxs[NY + 1]));
     assert_null(dxs[NY + 1].node); /* labels get no gradient */
-    /* The backprop output has no gradient function. */
-    rf_output backprop = {ys[5].node, 1}, unused;
-    assert_status(rf_gradients(g, &backprop, 1, &x, 1, &gy, &unused),
-                  RF_UNIMPLEMENTED,
-                  "gradient of the backprop output of "
-                  "SparseSoftmaxCrossEntropyWithLogits is not supported");
+    rf_output backprop = {ys[5].node, 1};
     rf_output fetch[NY + 2] = {dxs[0], dxs[1], dxs[2],  dxs[3],
                                dxs[4], dxs[5], dxs[NY], backprop};
     rf_tensor *xv = rf_test_random_tensor(&rng, dt, ms, -3, 3);
