@@ -193,7 +193,6 @@ static const rf__kernel_def array_kernels[] = {
 };
 
 rf_status *rf__register_cpu_array_kernels(void) {
-  for (size_t i = 0; i < sizeof array_kernels / sizeof array_kernels[0]; i++)
-    RF_CHECK(rf__kernel_register(&array_kernels[i]));
-  return NULL;
+  return rf__kernel_register_all(
+      array_kernels, sizeof array_kernels / sizeof array_kernels[0]);
 }

@@ -357,7 +357,6 @@ static const rf__kernel_def binary_kernels[] = {
 };
 
 rf_status *rf__register_cpu_binary_kernels(void) {
-  for (size_t i = 0; i < sizeof binary_kernels / sizeof binary_kernels[0]; i++)
-    RF_CHECK(rf__kernel_register(&binary_kernels[i]));
-  return NULL;
+  return rf__kernel_register_all(
+      binary_kernels, sizeof binary_kernels / sizeof binary_kernels[0]);
 }

@@ -156,7 +156,6 @@ static const rf__kernel_def nary_kernels[] = {
 };
 
 rf_status *rf__register_cpu_nary_kernels(void) {
-  for (size_t i = 0; i < sizeof nary_kernels / sizeof nary_kernels[0]; i++)
-    RF_CHECK(rf__kernel_register(&nary_kernels[i]));
-  return NULL;
+  return rf__kernel_register_all(nary_kernels,
+                                 sizeof nary_kernels / sizeof nary_kernels[0]);
 }

@@ -384,7 +384,6 @@ static const rf__kernel_def defs[] = {
 };
 
 rf_status *rf__register_cpu_nn_kernels(void) {
-  for (size_t i = 0; i < sizeof defs / sizeof defs[0]; i++)
-    RF_CHECK(rf__kernel_register(&defs[i]));
+  RF_CHECK(rf__kernel_register_all(defs, sizeof defs / sizeof defs[0]));
   return rf__register_cpu_activation_kernels();
 }

@@ -146,7 +146,7 @@ rf_status *shape_compute(rf__kernel_ctx *ctx) {
                               "out_type int64",
                               i, (long long)s->dims[i]);
   rf_tensor *out;
-  RF_CHECK(alloc_host_output(ctx, 0, out_type, &vec, &out));
+  RF_CHECK(rf__kernel_alloc_host_output(ctx, 0, out_type, &vec, &out));
   for (int i = 0; i < s->rank; i++) {
     if (out_type == RF_INT64)
       ((int64_t *)out->data)[i] = s->dims[i];
@@ -253,6 +253,6 @@ const rf__kernel_def defs[] = {
 }  // namespace rf_gpu
 
 rf_status *rf__register_gpu_array_kernels(void) {
-  return rf_gpu::register_all(rf_gpu::defs,
-                              sizeof rf_gpu::defs / sizeof rf_gpu::defs[0]);
+  return rf__kernel_register_all(rf_gpu::defs,
+                                 sizeof rf_gpu::defs / sizeof rf_gpu::defs[0]);
 }

@@ -373,7 +373,7 @@ const rf__kernel_def defs[] = {
 }  // namespace rf_gpu
 
 rf_status *rf__register_gpu_nn_kernels(void) {
-  RF_CHECK(rf_gpu::register_all(rf_gpu::defs,
-                                sizeof rf_gpu::defs / sizeof rf_gpu::defs[0]));
+  RF_CHECK(rf__kernel_register_all(
+      rf_gpu::defs, sizeof rf_gpu::defs / sizeof rf_gpu::defs[0]));
   return rf__register_gpu_activation_kernels();
 }

@@ -280,6 +280,6 @@ const rf__kernel_def defs[] = {
 }  // namespace rf_gpu
 
 rf_status *rf__register_gpu_reduction_kernels(void) {
-  return rf_gpu::register_all(rf_gpu::defs,
-                              sizeof rf_gpu::defs / sizeof rf_gpu::defs[0]);
+  return rf__kernel_register_all(rf_gpu::defs,
+                                 sizeof rf_gpu::defs / sizeof rf_gpu::defs[0]);
 }
