@@ -11,6 +11,18 @@
 
 #include "kernels/kernel.h"
 
+/* The family's kernels but Const (RF__KERNEL_ROW; Const has an init):
+ * Reshape's shape, Shape's output and Fill's dims are host memory. */
+#define RF_ARRAY_KERNELS(X)                       \
+  X("Placeholder", rf__placeholder_compute, 0, 0) \
+  X("Identity", rf__identity_compute, 0, 0)       \
+  X("NoOp", rf__noop_compute, 0, 0)               \
+  X("Reshape", reshape_compute, 1u << 1, 0)       \
+  X("Shape", shape_compute, 0, 1u << 0)           \
+  X("Fill", fill_compute, 1u << 0, 0)             \
+  X("ZerosLike", zeros_like_compute, 0, 0)        \
+  X("OnesLike", ones_like_compute, 0, 0)
+
 #ifdef __cplusplus
 extern "C" {
 #endif

@@ -60,6 +60,22 @@ typedef struct rf__kernel_def {
   uint32_t host_memory_outputs;
 } rf__kernel_def;
 
+/* Rows of a kernel table from a family's list of kernels X(op, compute,
+ * host_memory_inputs, host_memory_outputs) (RF_NN_KERNELS, ...): the CPU and
+ * GPU files of a family build their tables from the one list, each defining
+ * the compute functions it names, so both devices register the same ops
+ * with the same host-memory arguments. */
+#define RF__KERNEL_ROW(type, op_, fn, in, out) \
+  {.op = op_,                                  \
+   .device_type = type,                        \
+   .compute = fn,                              \
+   .host_memory_inputs = in,                   \
+   .host_memory_outputs = out},
+#define RF__CPU_KERNEL(op_, fn, in, out) \
+  RF__KERNEL_ROW(RF_DEVICE_CPU, op_, fn, in, out)
+#define RF__GPU_KERNEL(op_, fn, in, out) \
+  RF__KERNEL_ROW(RF_DEVICE_GPU, op_, fn, in, out)
+
 /* Adds a kernel. ALREADY_EXISTS for a second kernel of the same (op, type). */
 rf_status *rf__kernel_register(const rf__kernel_def *def);
 /* Adds defs[0, n) in order; stops at the first error. */

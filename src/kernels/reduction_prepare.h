@@ -11,6 +11,14 @@
 
 #include "kernels/kernel.h"
 
+/* The family's kernels (RF__KERNEL_ROW). */
+#define RF_REDUCTION_KERNELS(X)         \
+  X("Sum", sum_compute, 0, 0)           \
+  X("Mean", mean_compute, 0, 0)         \
+  X("ArgMax", argmax_compute, 0, 0)     \
+  X("_SumGrad", sum_grad_compute, 0, 0) \
+  X("_MeanGrad", mean_grad_compute, 0, 0)
+
 #ifdef __cplusplus
 extern "C" {
 #endif

@@ -12,6 +12,14 @@
 #include "kernels/kernel.h"
 #include "runtime/device.h"
 
+/* The family's kernels (RF__KERNEL_ROW); the handles are host memory. */
+#define RF_STATE_KERNELS(X)                               \
+  X("Variable", variable_compute, 0, 1u << 0)             \
+  X("ReadVariable", read_variable_compute, 1u << 0, 0)    \
+  X("Assign", assign_compute, 1u << 0, 0)                 \
+  X("ApplyGradientDescent", apply_gd_compute, 1u << 0, 0) \
+  X("ApplyAdam", apply_adam_compute, 0x7u, 0)
+
 #ifdef __cplusplus
 extern "C" {
 #endif

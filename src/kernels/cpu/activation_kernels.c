@@ -169,20 +169,7 @@ static rf_status *tanh_grad_compute(rf__kernel_ctx *c) {
   return elementwise(c, &tanh_grad_op);
 }
 
-static const rf__kernel_def defs[] = {
-    {.op = "Relu", .device_type = RF_DEVICE_CPU, .compute = relu_compute},
-    {.op = "Sigmoid", .device_type = RF_DEVICE_CPU, .compute = sigmoid_compute},
-    {.op = "Tanh", .device_type = RF_DEVICE_CPU, .compute = tanh_compute},
-    {.op = "_ReluGrad",
-     .device_type = RF_DEVICE_CPU,
-     .compute = relu_grad_compute},
-    {.op = "_SigmoidGrad",
-     .device_type = RF_DEVICE_CPU,
-     .compute = sigmoid_grad_compute},
-    {.op = "_TanhGrad",
-     .device_type = RF_DEVICE_CPU,
-     .compute = tanh_grad_compute},
-};
+static const rf__kernel_def defs[] = {RF_ACTIVATION_KERNELS(RF__CPU_KERNEL)};
 
 rf_status *rf__register_cpu_activation_kernels(void) {
   return rf__kernel_register_all(defs, sizeof defs / sizeof defs[0]);

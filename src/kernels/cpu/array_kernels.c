@@ -26,6 +26,9 @@ static rf_status *const_compute(rf__kernel_ctx *ctx) {
 
 /* Placeholder, Identity, NoOp, Reshape and Shape touch no element:
  * kernels/array_prepare.c. */
+static rf_status *reshape_compute(rf__kernel_ctx *ctx) {
+  return rf__reshape_compute(ctx);
+}
 static rf_status *shape_compute(rf__kernel_ctx *ctx) {
   return rf__shape_compute(ctx, false);
 }
@@ -90,37 +93,13 @@ static rf_status *ones_like_compute(rf__kernel_ctx *ctx) {
 }
 
 static const rf__kernel_def array_kernels[] = {
+    /* Const has an init and a destroy: not in RF_ARRAY_KERNELS */
     {.op = "Const",
      .device_type = RF_DEVICE_CPU,
      .init = const_init,
      .destroy = const_destroy,
      .compute = const_compute},
-    {.op = "Placeholder",
-     .device_type = RF_DEVICE_CPU,
-     .compute = rf__placeholder_compute},
-    {.op = "Identity",
-     .device_type = RF_DEVICE_CPU,
-     .compute = rf__identity_compute},
-    {.op = "NoOp", .device_type = RF_DEVICE_CPU, .compute = rf__noop_compute},
-    {.op = "Reshape",
-     .device_type = RF_DEVICE_CPU,
-     .compute = rf__reshape_compute,
-     .host_memory_inputs = 1u << 1},
-    {.op = "Shape",
-     .device_type = RF_DEVICE_CPU,
-     .compute = shape_compute,
-     .host_memory_outputs = 1u << 0},
-    {.op = "Fill",
-     .device_type = RF_DEVICE_CPU,
-     .compute = fill_compute,
-     .host_memory_inputs = 1u << 0},
-    {.op = "ZerosLike",
-     .device_type = RF_DEVICE_CPU,
-     .compute = zeros_like_compute},
-    {.op = "OnesLike",
-     .device_type = RF_DEVICE_CPU,
-     .compute = ones_like_compute},
-};
+    RF_ARRAY_KERNELS(RF__CPU_KERNEL)};
 
 rf_status *rf__register_cpu_array_kernels(void) {
   return rf__kernel_register_all(

@@ -279,15 +279,7 @@ static rf_status *broadcast_to_compute(rf__kernel_ctx *ctx) {
 }
 
 static const rf__kernel_def binary_kernels[] = {
-    {.op = "Add", .device_type = RF_DEVICE_CPU, .compute = add_compute},
-    {.op = "Sub", .device_type = RF_DEVICE_CPU, .compute = sub_compute},
-    {.op = "Mul", .device_type = RF_DEVICE_CPU, .compute = mul_compute},
-    {.op = "Div", .device_type = RF_DEVICE_CPU, .compute = div_compute},
-    {.op = "Equal", .device_type = RF_DEVICE_CPU, .compute = equal_compute},
-    {.op = "_BroadcastToShapeOf",
-     .device_type = RF_DEVICE_CPU,
-     .compute = broadcast_to_compute},
-};
+    RF_BINARY_KERNELS(RF__CPU_KERNEL)};
 
 rf_status *rf__register_cpu_binary_kernels(void) {
   return rf__kernel_register_all(

@@ -130,10 +130,7 @@ static rf_status *add_n_compute(rf__kernel_ctx *ctx) {
   return NULL;
 }
 
-static const rf__kernel_def nary_kernels[] = {
-    {.op = "Neg", .device_type = RF_DEVICE_CPU, .compute = neg_compute},
-    {.op = "AddN", .device_type = RF_DEVICE_CPU, .compute = add_n_compute},
-};
+static const rf__kernel_def nary_kernels[] = {RF_NARY_KERNELS(RF__CPU_KERNEL)};
 
 rf_status *rf__register_cpu_nary_kernels(void) {
   return rf__kernel_register_all(nary_kernels,

@@ -283,24 +283,7 @@ static rf_status *xent_grad_compute(rf__kernel_ctx *ctx) {
 
 /* ---- registration ---- */
 
-static const rf__kernel_def defs[] = {
-    {.op = "BiasAdd",
-     .device_type = RF_DEVICE_CPU,
-     .compute = bias_add_compute},
-    {.op = "_BiasAddGrad",
-     .device_type = RF_DEVICE_CPU,
-     .compute = bias_add_grad_compute},
-    {.op = "Softmax", .device_type = RF_DEVICE_CPU, .compute = softmax_compute},
-    {.op = "_SoftmaxGrad",
-     .device_type = RF_DEVICE_CPU,
-     .compute = softmax_grad_compute},
-    {.op = "SparseSoftmaxCrossEntropyWithLogits",
-     .device_type = RF_DEVICE_CPU,
-     .compute = xent_compute},
-    {.op = "_SparseXentGrad",
-     .device_type = RF_DEVICE_CPU,
-     .compute = xent_grad_compute},
-};
+static const rf__kernel_def defs[] = {RF_NN_KERNELS(RF__CPU_KERNEL)};
 
 rf_status *rf__register_cpu_nn_kernels(void) {
   RF_CHECK(rf__kernel_register_all(defs, sizeof defs / sizeof defs[0]));

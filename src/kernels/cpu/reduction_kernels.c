@@ -272,17 +272,7 @@ static rf_status *argmax_compute(rf__kernel_ctx *ctx) {
 
 /* ---- registration ---- */
 
-static const rf__kernel_def defs[] = {
-    {.op = "Sum", .device_type = RF_DEVICE_CPU, .compute = sum_compute},
-    {.op = "Mean", .device_type = RF_DEVICE_CPU, .compute = mean_compute},
-    {.op = "ArgMax", .device_type = RF_DEVICE_CPU, .compute = argmax_compute},
-    {.op = "_SumGrad",
-     .device_type = RF_DEVICE_CPU,
-     .compute = sum_grad_compute},
-    {.op = "_MeanGrad",
-     .device_type = RF_DEVICE_CPU,
-     .compute = mean_grad_compute},
-};
+static const rf__kernel_def defs[] = {RF_REDUCTION_KERNELS(RF__CPU_KERNEL)};
 
 rf_status *rf__register_cpu_reduction_kernels(void) {
   return rf__kernel_register_all(defs, sizeof defs / sizeof defs[0]);

@@ -190,27 +190,7 @@ static rf_status *apply_adam_compute(rf__kernel_ctx *ctx) {
 }
 
 static const rf__kernel_def state_kernels[] = {
-    {.op = "Variable",
-     .device_type = RF_DEVICE_CPU,
-     .compute = variable_compute,
-     .host_memory_outputs = 1u << 0},
-    {.op = "ReadVariable",
-     .device_type = RF_DEVICE_CPU,
-     .compute = read_variable_compute,
-     .host_memory_inputs = 1u << 0},
-    {.op = "Assign",
-     .device_type = RF_DEVICE_CPU,
-     .compute = assign_compute,
-     .host_memory_inputs = 1u << 0},
-    {.op = "ApplyGradientDescent",
-     .device_type = RF_DEVICE_CPU,
-     .compute = apply_gd_compute,
-     .host_memory_inputs = 1u << 0},
-    {.op = "ApplyAdam",
-     .device_type = RF_DEVICE_CPU,
-     .compute = apply_adam_compute,
-     .host_memory_inputs = 0x7u}, /* the three handles */
-};
+    RF_STATE_KERNELS(RF__CPU_KERNEL)};
 
 rf_status *rf__register_cpu_state_kernels(void) {
   return rf__kernel_register_all(

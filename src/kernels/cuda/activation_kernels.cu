@@ -120,20 +120,7 @@ rf_status *tanh_grad_compute(rf__kernel_ctx *c) {
   return elementwise<false>(c, TanhGradF{});
 }
 
-const rf__kernel_def defs[] = {
-    {.op = "Relu", .device_type = RF_DEVICE_GPU, .compute = relu_compute},
-    {.op = "Sigmoid", .device_type = RF_DEVICE_GPU, .compute = sigmoid_compute},
-    {.op = "Tanh", .device_type = RF_DEVICE_GPU, .compute = tanh_compute},
-    {.op = "_ReluGrad",
-     .device_type = RF_DEVICE_GPU,
-     .compute = relu_grad_compute},
-    {.op = "_SigmoidGrad",
-     .device_type = RF_DEVICE_GPU,
-     .compute = sigmoid_grad_compute},
-    {.op = "_TanhGrad",
-     .device_type = RF_DEVICE_GPU,
-     .compute = tanh_grad_compute},
-};
+const rf__kernel_def defs[] = {RF_ACTIVATION_KERNELS(RF__GPU_KERNEL)};
 
 }  // namespace
 }  // namespace rf_gpu

@@ -152,37 +152,13 @@ rf_status *ones_like_compute(rf__kernel_ctx *ctx) {
 }
 
 const rf__kernel_def defs[] = {
+    /* Const has an init and a destroy: not in RF_ARRAY_KERNELS */
     {.op = "Const",
      .device_type = RF_DEVICE_GPU,
      .init = const_init,
      .destroy = const_destroy,
      .compute = const_compute},
-    {.op = "Placeholder",
-     .device_type = RF_DEVICE_GPU,
-     .compute = rf__placeholder_compute},
-    {.op = "Identity",
-     .device_type = RF_DEVICE_GPU,
-     .compute = rf__identity_compute},
-    {.op = "NoOp", .device_type = RF_DEVICE_GPU, .compute = rf__noop_compute},
-    {.op = "Reshape",
-     .device_type = RF_DEVICE_GPU,
-     .compute = reshape_compute,
-     .host_memory_inputs = 1u << 1},
-    {.op = "Shape",
-     .device_type = RF_DEVICE_GPU,
-     .compute = shape_compute,
-     .host_memory_outputs = 1u << 0},
-    {.op = "Fill",
-     .device_type = RF_DEVICE_GPU,
-     .compute = fill_compute,
-     .host_memory_inputs = 1u << 0},
-    {.op = "ZerosLike",
-     .device_type = RF_DEVICE_GPU,
-     .compute = zeros_like_compute},
-    {.op = "OnesLike",
-     .device_type = RF_DEVICE_GPU,
-     .compute = ones_like_compute},
-};
+    RF_ARRAY_KERNELS(RF__GPU_KERNEL)};
 
 }  // namespace
 }  // namespace rf_gpu

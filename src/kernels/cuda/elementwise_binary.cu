@@ -146,16 +146,7 @@ rf_status *broadcast_to_compute(rf__kernel_ctx *ctx) {
   });
 }
 
-const rf__kernel_def defs[] = {
-    {.op = "Add", .device_type = RF_DEVICE_GPU, .compute = add_compute},
-    {.op = "Sub", .device_type = RF_DEVICE_GPU, .compute = sub_compute},
-    {.op = "Mul", .device_type = RF_DEVICE_GPU, .compute = mul_compute},
-    {.op = "Div", .device_type = RF_DEVICE_GPU, .compute = div_compute},
-    {.op = "Equal", .device_type = RF_DEVICE_GPU, .compute = equal_compute},
-    {.op = "_BroadcastToShapeOf",
-     .device_type = RF_DEVICE_GPU,
-     .compute = broadcast_to_compute},
-};
+const rf__kernel_def defs[] = {RF_BINARY_KERNELS(RF__GPU_KERNEL)};
 
 }  // namespace
 }  // namespace rf_gpu

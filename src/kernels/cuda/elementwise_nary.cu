@@ -150,10 +150,7 @@ rf_status *add_n_compute(rf__kernel_ctx *ctx) {
   return st;
 }
 
-const rf__kernel_def defs[] = {
-    {.op = "Neg", .device_type = RF_DEVICE_GPU, .compute = neg_compute},
-    {.op = "AddN", .device_type = RF_DEVICE_GPU, .compute = add_n_compute},
-};
+const rf__kernel_def defs[] = {RF_NARY_KERNELS(RF__GPU_KERNEL)};
 
 }  // namespace
 }  // namespace rf_gpu

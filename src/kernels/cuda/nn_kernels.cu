@@ -273,24 +273,7 @@ rf_status *xent_grad_compute(rf__kernel_ctx *ctx) {
   });
 }
 
-const rf__kernel_def defs[] = {
-    {.op = "BiasAdd",
-     .device_type = RF_DEVICE_GPU,
-     .compute = bias_add_compute},
-    {.op = "_BiasAddGrad",
-     .device_type = RF_DEVICE_GPU,
-     .compute = bias_add_grad_compute},
-    {.op = "Softmax", .device_type = RF_DEVICE_GPU, .compute = softmax_compute},
-    {.op = "_SoftmaxGrad",
-     .device_type = RF_DEVICE_GPU,
-     .compute = softmax_grad_compute},
-    {.op = "SparseSoftmaxCrossEntropyWithLogits",
-     .device_type = RF_DEVICE_GPU,
-     .compute = xent_compute},
-    {.op = "_SparseXentGrad",
-     .device_type = RF_DEVICE_GPU,
-     .compute = xent_grad_compute},
-};
+const rf__kernel_def defs[] = {RF_NN_KERNELS(RF__GPU_KERNEL)};
 
 }  // namespace
 }  // namespace rf_gpu

@@ -203,17 +203,7 @@ rf_status *argmax_compute(rf__kernel_ctx *ctx) {
   return guarded(ctx, argmax_impl);
 }
 
-const rf__kernel_def defs[] = {
-    {.op = "Sum", .device_type = RF_DEVICE_GPU, .compute = sum_compute},
-    {.op = "Mean", .device_type = RF_DEVICE_GPU, .compute = mean_compute},
-    {.op = "ArgMax", .device_type = RF_DEVICE_GPU, .compute = argmax_compute},
-    {.op = "_SumGrad",
-     .device_type = RF_DEVICE_GPU,
-     .compute = sum_grad_compute},
-    {.op = "_MeanGrad",
-     .device_type = RF_DEVICE_GPU,
-     .compute = mean_grad_compute},
-};
+const rf__kernel_def defs[] = {RF_REDUCTION_KERNELS(RF__GPU_KERNEL)};
 
 }  // namespace
 }  // namespace rf_gpu

@@ -177,28 +177,7 @@ rf_status *apply_adam_compute(rf__kernel_ctx *ctx) {
   return st;
 }
 
-const rf__kernel_def defs[] = {
-    {.op = "Variable",
-     .device_type = RF_DEVICE_GPU,
-     .compute = variable_compute,
-     .host_memory_outputs = 1u << 0},
-    {.op = "ReadVariable",
-     .device_type = RF_DEVICE_GPU,
-     .compute = read_variable_compute,
-     .host_memory_inputs = 1u << 0},
-    {.op = "Assign",
-     .device_type = RF_DEVICE_GPU,
-     .compute = assign_compute,
-     .host_memory_inputs = 1u << 0},
-    {.op = "ApplyGradientDescent",
-     .device_type = RF_DEVICE_GPU,
-     .compute = apply_gd_compute,
-     .host_memory_inputs = 1u << 0},
-    {.op = "ApplyAdam",
-     .device_type = RF_DEVICE_GPU,
-     .compute = apply_adam_compute,
-     .host_memory_inputs = 0x7u}, /* the three handles */
-};
+const rf__kernel_def defs[] = {RF_STATE_KERNELS(RF__GPU_KERNEL)};
 
 }  // namespace
 }  // namespace rf_gpu
