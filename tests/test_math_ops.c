@@ -314,22 +314,35 @@ static void test_add_n(void **state) {
         check_add_n(ref_numeric_dtypes[d], ks[k], shapes[s], &rng);
 }
 
-/* ---- _SumToShapeOf ---- */
+/* ---- _SumToShapeOf, _BroadcastToShapeOf ---- */
 
-static void check_sum_to(rf_dtype dt, rf_shape xs, rf_shape ls, bool hide,
-                         uint64_t *rng) {
+typedef rf_output (*binary_fn)(rf_graph *, const char *, rf_output, rf_output);
+
+/* op(x, like) on placeholders fed tx and tl (their shapes hidden from the
+ * graph when hide): the result, which must have like's shape. */
+static rf_tensor *run_x_like(binary_fn op, rf_tensor *tx, rf_tensor *tl,
+                             bool hide) {
+  rf_shape xs = rf_tensor_shape(tx), ls = rf_tensor_shape(tl);
   rf_graph *g = rf_graph_new();
-  rf_output x = rf_placeholder(g, "x", dt, hide ? rf_shape_unknown() : xs);
-  rf_output like =
-      rf_placeholder(g, "like", RF_BOOL, hide ? rf_shape_unknown() : ls);
-  rf_output y = rf__sum_to_shape_of(g, NULL, x, like);
+  rf_output x = rf_placeholder(g, "x", rf_tensor_dtype(tx),
+                               hide ? rf_shape_unknown() : xs);
+  rf_output like = rf_placeholder(g, "like", rf_tensor_dtype(tl),
+                                  hide ? rf_shape_unknown() : ls);
+  rf_output y = op(g, NULL, x, like);
   assert_graph_ok(g);
-  rf_tensor *tx = ref_random(rng, dt, xs, -10, 10);
-  rf_tensor *tl = rf_test_random_tensor(rng, RF_BOOL, ls, 0, 1);
   rf_feed feeds[2] = {{x, tx}, {like, tl}};
   rf_tensor *ty;
   rf_test_run(g, 1, feeds, 2, &y, 1, &ty);
   expect_shape(ty, ls);
+  rf_graph_free(g);
+  return ty;
+}
+
+static void check_sum_to(rf_dtype dt, rf_shape xs, rf_shape ls, bool hide,
+                         uint64_t *rng) {
+  rf_tensor *tx = ref_random(rng, dt, xs, -10, 10);
+  rf_tensor *tl = rf_test_random_tensor(rng, RF_BOOL, ls, 0, 1);
+  rf_tensor *ty = run_x_like(rf__sum_to_shape_of, tx, tl, hide);
   int64_t n = rf_tensor_num_elements(ty);
   long double *sum = calloc((size_t)n + 1, sizeof *sum);
   long double *scale = calloc((size_t)n + 1, sizeof *scale);
@@ -355,7 +368,6 @@ static void check_sum_to(rf_dtype dt, rf_shape xs, rf_shape ls, bool hide,
   rf_tensor_release(tx);
   rf_tensor_release(tl);
   rf_tensor_release(ty);
-  rf_graph_free(g);
 }
 
 static void test_sum_to_shape_of(void **state) {
@@ -387,23 +399,12 @@ static void test_sum_to_shape_of(void **state) {
       check_sum_to(ref_numeric_dtypes[d], cases[c].a, cases[c].b, c % 2, &rng);
 }
 
-/* ---- _BroadcastToShapeOf ---- */
-
 static void check_broadcast_to(rf_dtype dt, rf_shape xs, rf_shape ls, bool hide,
                                uint64_t *rng) {
-  rf_graph *g = rf_graph_new();
-  rf_output x = rf_placeholder(g, "x", dt, hide ? rf_shape_unknown() : xs);
-  rf_output like =
-      rf_placeholder(g, "like", RF_INT8, hide ? rf_shape_unknown() : ls);
-  rf_output y = rf__broadcast_to_shape_of(g, NULL, x, like);
-  assert_graph_ok(g);
   rf_tensor *tx = dt == RF_BOOL ? small_values(rng, dt, xs)
                                 : ref_random(rng, dt, xs, -10, 10);
   rf_tensor *tl = ref_random(rng, RF_INT8, ls, 0, 0);
-  rf_feed feeds[2] = {{x, tx}, {like, tl}};
-  rf_tensor *ty;
-  rf_test_run(g, 1, feeds, 2, &y, 1, &ty);
-  expect_shape(ty, ls);
+  rf_tensor *ty = run_x_like(rf__broadcast_to_shape_of, tx, tl, hide);
   assert_int_equal(rf_tensor_dtype(ty), dt);
   for (int64_t i = 0; i < rf_tensor_num_elements(ty); i++)
     expect_exact(ref_get(ty, i), ref_get(tx, ref_bcast_index(&xs, &ls, i)),
@@ -411,7 +412,6 @@ static void check_broadcast_to(rf_dtype dt, rf_shape xs, rf_shape ls, bool hide,
   rf_tensor_release(tx);
   rf_tensor_release(tl);
   rf_tensor_release(ty);
-  rf_graph_free(g);
 }
 
 static void test_broadcast_to_shape_of(void **state) {
@@ -461,8 +461,6 @@ static void test_broadcast_shape_inference(void **state) {
 }
 
 /* ---- errors ---- */
-
-typedef rf_output (*binary_fn)(rf_graph *, const char *, rf_output, rf_output);
 
 static void expect_build_error(rf_graph *g, const char *sub) {
   assert_status(rf_graph_status(g), RF_INVALID_ARGUMENT, sub);
