@@ -12,14 +12,6 @@ namespace rf_gpu {
 namespace {
 
 template <typename C>
-__device__ __forceinline__ C exp_c(C v) {
-  if constexpr (std::is_same<C, double>::value)
-    return exp(v);
-  else
-    return expf(v);
-}
-
-template <typename C>
 __device__ __forceinline__ C tanh_c(C v) {
   if constexpr (std::is_same<C, double>::value)
     return tanh(v);

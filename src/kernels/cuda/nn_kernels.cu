@@ -41,14 +41,6 @@ __device__ __forceinline__ V warp_max(V v) {
   return v;
 }
 
-template <typename C>
-__device__ __forceinline__ C exp_c(C v) {
-  if constexpr (std::is_same<C, double>::value)
-    return exp(v);
-  else
-    return expf(v);
-}
-
 /* Rows w of a warp-per-row kernel: the loop body sees w and the lane. */
 #define RF_WARP_ROWS(w, lane, rows)                                       \
   const int lane = threadIdx.x % 32;                                      \
