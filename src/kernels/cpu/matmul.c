@@ -6,18 +6,15 @@
  * rows of C (B transposed first when needed so the inner loop is contiguous)
  * in unsigned arithmetic, which wraps instead of overflowing. */
 #include <cblas.h>
-#include <limits.h>
 #include <string.h>
 
 #include "core/mem.h"
 #include "kernels/cpu/math_kernels.h"
+#include "kernels/matmul_shape.h"
 #include "runtime/device.h"
 
-typedef struct mm_dims {
-  bool ta, tb;
-  int64_t m, n, k;
-  int64_t lda, ldb; /* row lengths of A and B as stored */
-} mm_dims;
+/* The product's sizes: kernels/matmul_shape.h. */
+typedef rf__matmul_dims mm_dims;
 
 static void sgemm(const mm_dims *d, const float *a, const float *b, float *c) {
   cblas_sgemm(CblasRowMajor, d->ta ? CblasTrans : CblasNoTrans,
@@ -170,55 +167,12 @@ static size_t scratch_bytes(const mm_dims *d, const rf_tensor *a,
 
 /* ---- the kernel ---- */
 
-static rf_status *check_dims(rf__kernel_ctx *ctx, const rf_tensor *a,
-                             const rf_tensor *b, mm_dims *d) {
-  char sa[128], sb[128];
-  rf_shape_format(&a->shape, sa, sizeof sa);
-  rf_shape_format(&b->shape, sb, sizeof sb);
-  if (a->shape.rank != 2 || b->shape.rank != 2)
-    return rf__kernel_error(ctx, RF_INVALID_ARGUMENT,
-                            "MatMul needs rank-2 inputs, got a %s and b %s", sa,
-                            sb);
-  d->lda = a->shape.dims[1];
-  d->ldb = b->shape.dims[1];
-  d->m = a->shape.dims[d->ta ? 1 : 0];
-  d->k = a->shape.dims[d->ta ? 0 : 1];
-  int64_t kb = b->shape.dims[d->tb ? 1 : 0];
-  d->n = b->shape.dims[d->tb ? 0 : 1];
-  if (d->k != kb)
-    return rf__kernel_error(
-        ctx, RF_INVALID_ARGUMENT,
-        "Matrix size-incompatible: a %s%s and b %s%s have inner dimensions "
-        "%lld and %lld",
-        sa, d->ta ? " transposed" : "", sb, d->tb ? " transposed" : "",
-        (long long)d->k, (long long)kb);
-  const int64_t dims[] = {a->shape.dims[0], a->shape.dims[1], b->shape.dims[0],
-                          b->shape.dims[1]};
-  for (int i = 0; i < 4; i++)
-    if (dims[i] > INT_MAX)
-      return rf__kernel_error(ctx, RF_UNIMPLEMENTED,
-                              "MatMul dimension %lld exceeds BLAS's int range",
-                              (long long)dims[i]);
-  return NULL;
-}
-
 static rf_status *matmul_compute(rf__kernel_ctx *ctx) {
   const rf_tensor *a = ctx->inputs[0], *b = ctx->inputs[1];
   mm_dims d;
-  memset(&d, 0, sizeof d);
-  RF_CHECK(rf__attrs_get_bool(&ctx->node->attrs, "transpose_a", &d.ta));
-  RF_CHECK(rf__attrs_get_bool(&ctx->node->attrs, "transpose_b", &d.tb));
-  if (a->dtype != b->dtype)
-    return rf__kernel_error(ctx, RF_INVALID_ARGUMENT,
-                            "MatMul operands have different dtypes %s and %s",
-                            rf_dtype_name(a->dtype), rf_dtype_name(b->dtype));
-  RF_CHECK(check_dims(ctx, a, b, &d));
+  rf_shape cs;
+  RF_CHECK(rf__matmul_prepare(ctx, &d, &cs));
   rf_dtype dt = a->dtype;
-  if (dt != RF_FLOAT16 && dt != RF_BFLOAT16 && dt != RF_FLOAT32 &&
-      dt != RF_FLOAT64 && dt != RF_INT32 && dt != RF_INT64)
-    return rf__kernel_error(ctx, RF_UNIMPLEMENTED, "MatMul has no %s kernel",
-                            rf_dtype_name(dt));
-  rf_shape cs = rf_shape_of(2, d.m, d.n);
   if (d.m == 0 || d.n == 0 || d.k == 0) {
     /* Nothing to multiply; an empty sum is 0 (all-zero bits in every dtype),
      * and BLAS would reject the zero leading dimensions. */
