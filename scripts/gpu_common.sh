@@ -21,6 +21,12 @@ gpu_setup() {
     cat /proc/loadavg
   } > "$logs/machine.txt" 2>&1
   cat "$logs/machine.txt"
+  # Clocks, power and utilisation once a second beside the measurements.
+  dmon_pid=
+  if nvidia-smi dmon -h > /dev/null 2>&1; then
+    nvidia-smi dmon -s pucm -d 1 > "$logs/dmon.log" 2>&1 &
+    dmon_pid=$!
+  fi
   trap gpu_pack EXIT
 }
 
@@ -60,16 +66,22 @@ gpu_tests() {
 }
 
 gpu_pack() {
+  if [ -n "${dmon_pid:-}" ]; then
+    kill "$dmon_pid" 2>/dev/null
+    wait "$dmon_pid" 2>/dev/null
+    dmon_pid=
+  fi
   tar -C "$logs" -czf "$out/logs.tgz" . 2>/dev/null
 }
 
-# gpu_finish NAME...: copies the named logs (benchmark tables) into OUT and
-# prints their summaries last (the device tool returns the output's tail).
+# gpu_finish NAME...: prints the summaries of the named logs (benchmark
+# tables) last (the device tool returns the output's tail); names marked
+# with a leading + are also copied into OUT as NAME.txt.
 gpu_finish() {
   local n
   for n in "$@"; do
+    case $n in +*) n=${n#+}; [ -f "$logs/$n.log" ] && cp "$logs/$n.log" "$out/$n.txt" ;; esac
     [ -f "$logs/$n.log" ] || continue
-    cp "$logs/$n.log" "$out/$n.txt"
     echo "== $n"
     if grep -q "^# summary" "$logs/$n.log"; then
       sed -n '/^# summary/,$p' "$logs/$n.log"

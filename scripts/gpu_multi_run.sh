@@ -13,7 +13,7 @@
 #   - `ringflow train --devices gpu:0-(N-1) --check` for N = 1, 2, 4, 8
 #     (N > G puts several devices on a GPU), then 5 epochs on all G GPUs.
 # Logs are packed into OUT/logs.tgz, the benchmark tables copied beside it.
-#   gpu_multi_run.sh OUT [BUDGET_SECONDS (default 570)]
+#   [MAX=8G] gpu_multi_run.sh OUT [BUDGET_SECONDS (default 570)]
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 out=${1:-$here/out}
@@ -29,8 +29,9 @@ last=$((G - 1))
 
 gpu_tests 240
 
-part bench_nccl 240 "$rf" bench --devices "gpu:0-$last" --min 8 --max 8G --min-time 0.1 --no-executor
-part bench_peer 90 "$rf" bench --devices "gpu:0-$((2 * G - 1))" --min 8 --max 1G --min-time 0.05
+max=${MAX:-8G}
+part bench_nccl 240 "$rf" bench --devices "gpu:0-$last" --min 8 --max "$max" --min-time 0.1 --no-executor
+part bench_peer 90 "$rf" bench --devices "gpu:0-$((2 * G - 1))" --min 8 --max "${MAX:-1G}" --min-time 0.05 --no-executor
 
 if [ -f "$data/train-images-idx3-ubyte.gz" ]; then
   for N in 1 2 4 8; do
@@ -41,4 +42,4 @@ if [ -f "$data/train-images-idx3-ubyte.gz" ]; then
   part train_all 120 "$rf" train --data "$data" --devices "gpu:0-$last" --epochs 5 --quiet
 fi
 
-gpu_finish bench_nccl bench_peer
+gpu_finish +bench_nccl +bench_peer

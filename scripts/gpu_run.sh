@@ -22,8 +22,8 @@ gpu_tests 240
 # NCCL communicator (NCCL refuses two ranks on one GPU), the only raw NCCL
 # comparison one GPU allows; PyTorch's one-rank all-reduce on the same sizes
 # beside it (bench/torch_nccl_overhead.py).
-part bench_gpu4 240 "$rf" bench --devices gpu:0-3 --min 8 --max 512M --min-time 0.1
-part bench_nccl1 150 "$rf" bench --devices gpu:0 --backend nccl --min 8 --max 512M --min-time 0.1 --no-executor
+part bench_gpu4 240 "$rf" bench --devices gpu:0-3 --min 8 --max 512M --min-time 0.1 --trace "$logs/trace_gpu4"
+part bench_nccl1 150 "$rf" bench --devices gpu:0 --backend nccl --min 8 --max 512M --min-time 0.1 --no-executor --trace "$logs/trace_nccl1"
 part torch_nccl1 90 python3 "$here/torch_nccl_overhead.py" --max $((512 << 20))
 part bench_gpu8 90 "$rf" bench --devices gpu:0-7 --min 8 --max 128M --min-time 0.05 --no-executor
 
@@ -33,4 +33,14 @@ if [ -f "$data/train-images-idx3-ubyte.gz" ]; then
   part train_gpu4_check 120 "$rf" train --data "$data" --devices gpu:0-3 --check --steps 50 --quiet
 fi
 
-gpu_finish bench_gpu4 bench_nccl1 torch_nccl1 bench_gpu8
+# 4. With SMOKE_MULTI=1: scripts/gpu_multi_run.sh's flow on this one GPU
+# (small sizes), so issue 6's script has run once before several GPUs are
+# lent; its files go to OUT/multi.
+if [ "${SMOKE_MULTI:-0}" = 1 ] && [ "$(gpu_left)" -gt 60 ]; then
+  MAX=32M bash "$here/gpu_multi_run.sh" "$out/multi" $(($(gpu_left) - 20)) \
+    > "$logs/multi_smoke.log" 2>&1
+  echo "multi smoke: exit $?"
+  grep -E "exit|tests:|physical" "$logs/multi_smoke.log"
+fi
+
+gpu_finish +bench_gpu4 +bench_nccl1 +torch_nccl1 bench_gpu8

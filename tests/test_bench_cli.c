@@ -123,23 +123,24 @@ static void csv_run(void **state) {
   free(out);
 }
 
-/* The GPU collectives table: name bytes time raw ovh algbw busbw ratio
- * raw_busbw mem, consistent with each other, for 2 devices. */
+/* The GPU collectives table: name bytes time raw raw_cb base ovh algbw
+ * busbw ratio raw_busbw mem, consistent with each other, for 2 devices. */
 static void check_gpu_rows(const char *out, int want_rows) {
   const char *hdr = strstr(out, "# collectives\ncollective");
   assert_non_null(hdr);
   const char *line = strchr(strchr(hdr, '\n') + 1, '\n') + 1;
   char name[32];
-  double v[9];
+  double v[11];
   int rows = 0;
-  while (sscanf(line, "%31s %lf %lf %lf %lf %lf %lf %lf %lf %lf", name, &v[0],
-                &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7], &v[8]) == 10) {
+  while (sscanf(line, "%31s %lf %lf %lf %lf %lf %lf %lf %lf %lf %lf %lf", name,
+                &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7], &v[8],
+                &v[9], &v[10]) == 12) {
     int c = 0;
     while (c < 5 && strcmp(name, colls[c]) != 0) c++;
     assert_true(c < 5);
-    double bytes = v[0], us = v[1], raw = v[2], ovh = v[3], alg = v[4],
-           bus = v[5], ratio = v[6];
-    assert_true(bytes >= 8 && us > 0 && raw > 0);
+    double bytes = v[0], us = v[1], raw = v[2], ovh = v[5], alg = v[6],
+           bus = v[7], ratio = v[8];
+    assert_true(bytes >= 8 && us > 0 && raw > 0 && v[3] > 0 && v[4] > 0);
     assert_true(fabs(ovh - (us - raw)) <= 0.16);
     assert_true(fabs(alg - bytes / us / 1e3) <= 0.006 + alg * 0.06 / us);
     assert_true(fabs(bus - alg * factors2[c]) <= 0.011);
@@ -165,6 +166,7 @@ static void gpu_run(void **state) {
   assert_non_null(strstr(out, "2 GPU devices gpu:0..gpu:1"));
   assert_non_null(strstr(out, "backend: "));
   check_gpu_rows(out, 5 * 5); /* 8..2K, x4 */
+  assert_non_null(strstr(out, "allocator: "));
   assert_non_null(strstr(out, "# summary"));
   assert_non_null(strstr(out, "# executor overhead"));
   assert_non_null(strstr(out, "executor overhead "));
@@ -188,7 +190,8 @@ static void bad_options(void **state) {
                        "bench --executor",
                        "bench --devices gpu:0 --max 16G",
                        "bench --devices gpu:0 --executor --no-executor",
-                       "bench --factor 1"};
+                       "bench --factor 1",
+                       "bench --trace /tmp/x"};
   for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
     char *out;
     assert_int_equal(run_tool(bad[i], &out), 2);

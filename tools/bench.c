@@ -18,6 +18,7 @@ typedef struct opts {
   bool gpu; /* --devices gpu:0-N */
   bench_gpu_backend backend;
   bool executor_only, no_executor;
+  const char *trace_prefix;
   int64_t lo, hi;
   double min_time;
   bool quick, csv, no_mpi, no_floor;
@@ -40,7 +41,7 @@ static const char *const usage_text =
     "                      [--min-time SECONDS] [--threads T]\n"
     "                      [--collective NAME] [--no-mpi] [--no-floor]\n"
     "                      [--mpi-baseline PATH] [--backend auto|cuda|nccl]\n"
-    "                      [--executor | --no-executor]\n"
+    "                      [--executor | --no-executor] [--trace PREFIX]\n"
     "  times all_reduce (sum), reduce, broadcast, all_gather and "
     "reduce_scatter\n"
     "  (float32) at sizes SIZE..SIZE in steps of xF (default 4; K/M/G\n"
@@ -51,7 +52,9 @@ static const char *const usage_text =
     "  the raw backend call on the same GPU buffers - the CUDA-kernel entry\n"
     "  when devices share GPUs, NCCL when each has its own (--backend nccl\n"
     "  with gpu:0: a one-rank NCCL communicator) - then the executor's cost\n"
-    "  per GPU node (--executor: only that; --no-executor: not that).\n"
+    "  per GPU node (--executor: only that; --no-executor: not that);\n"
+    "  --trace PREFIX writes a Chrome trace of one step per collective at\n"
+    "  the smallest and largest size (PREFIX_<collective>_<bytes>.json).\n"
     "  --quick: 1K..4M, 0.02 s per size (for tests); --csv: CSV tables.\n";
 
 static int parse_size(const char *s, int64_t *out) {
@@ -121,6 +124,7 @@ static int parse_args(int argc, char **argv, opts *o, bool *stop) {
       {"backend", required_argument, 0, 'B'},
       {"executor", no_argument, 0, 'E'},
       {"no-executor", no_argument, 0, 'X'},
+      {"trace", required_argument, 0, 'R'},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   *o = (opts){.n = 4, .factor = 4, .min_time = -1, .only = -1};
@@ -150,6 +154,7 @@ static int parse_args(int argc, char **argv, opts *o, bool *stop) {
       case 'B': bad = backend_by_name(optarg, &o->backend); break;
       case 'E': o->executor_only = true; break;
       case 'X': o->no_executor = true; break;
+      case 'R': o->trace_prefix = optarg; break;
       case 'h':
         fputs(usage_text, stdout);
         *stop = true;
@@ -170,9 +175,11 @@ static int parse_args(int argc, char **argv, opts *o, bool *stop) {
   if (o->hi < o->lo) return tool_fail("bench: --max is below --min");
   if (!o->gpu && o->hi > (1 << 30))
     return tool_fail("bench: at most 1G on CPU devices");
-  if (!o->gpu && (o->backend || o->executor_only || o->no_executor))
+  if (!o->gpu &&
+      (o->backend || o->executor_only || o->no_executor || o->trace_prefix))
     return tool_fail(
-        "bench: --backend, --executor and --no-executor need GPU devices");
+        "bench: --backend, --executor, --no-executor and --trace need GPU "
+        "devices");
   if (o->executor_only && o->no_executor)
     return tool_fail("bench: --executor and --no-executor exclude each other");
   return 0;
@@ -375,7 +382,8 @@ int cmd_bench(int argc, char **argv) {
                         .only = o.only,
                         .csv = o.csv,
                         .collectives = !o.executor_only,
-                        .executor = !o.no_executor};
+                        .executor = !o.no_executor,
+                        .trace_prefix = o.trace_prefix};
     rc = bench_gpu_main(&g);
     free(r);
     return rc;

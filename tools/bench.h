@@ -98,6 +98,9 @@ typedef struct bench_gpu_opts {
   bool csv;
   bool collectives; /* the collective tables */
   bool executor;    /* the executor-overhead table */
+  /* Non-NULL: one traced session step per collective at the smallest and
+   * largest size, to <trace_prefix>_<collective>_<bytes>.json. */
+  const char *trace_prefix;
 } bench_gpu_opts;
 
 /* Runs and prints the GPU benchmarks: every collective through a session

@@ -56,28 +56,21 @@ static rf_status *calibrate(rf_status *(*f)(void *), void *arg, double target,
   }
 }
 
-rf_status *bench_gpu_time(rf_status *(*fa)(void *), void *a,
-                          rf_status *(*fb)(void *), void *b, double min_time,
-                          double *sa, int *ka, double *sb, int *kb) {
-  double ta[ROUNDS], tb[ROUNDS], t;
-  RF_TOOL_CHECK(batch(fa, a, 3, &t)); /* warm-up */
-  RF_TOOL_CHECK(calibrate(fa, a, min_time / ROUNDS, ka));
-  if (fb) {
-    RF_TOOL_CHECK(batch(fb, b, 3, &t));
-    RF_TOOL_CHECK(calibrate(fb, b, min_time / ROUNDS, kb));
+rf_status *bench_gpu_time(rf_status *(*const *fns)(void *), int n, void *arg,
+                          double min_time, double *seconds, int *iters) {
+  double t[BG_MAX_FNS][ROUNDS], dt;
+  for (int f = 0; f < n; f++) {
+    RF_TOOL_CHECK(batch(fns[f], arg, 3, &dt)); /* warm-up */
+    RF_TOOL_CHECK(calibrate(fns[f], arg, min_time / ROUNDS, &iters[f]));
   }
-  for (int r = 0; r < ROUNDS; r++) { /* alternating: drift hits both */
-    RF_TOOL_CHECK(batch(fa, a, *ka, &t));
-    ta[r] = t / *ka;
-    if (!fb) continue;
-    RF_TOOL_CHECK(batch(fb, b, *kb, &t));
-    tb[r] = t / *kb;
-  }
-  qsort(ta, ROUNDS, sizeof *ta, cmp_double);
-  *sa = ta[ROUNDS / 2];
-  if (fb) {
-    qsort(tb, ROUNDS, sizeof *tb, cmp_double);
-    *sb = tb[ROUNDS / 2];
+  for (int r = 0; r < ROUNDS; r++) /* taking turns: drift hits all alike */
+    for (int f = 0; f < n; f++) {
+      RF_TOOL_CHECK(batch(fns[f], arg, iters[f], &dt));
+      t[f][r] = dt / iters[f];
+    }
+  for (int f = 0; f < n; f++) {
+    qsort(t[f], ROUNDS, sizeof t[f][0], cmp_double);
+    seconds[f] = t[f][ROUNDS / 2];
   }
   return NULL;
 }
@@ -200,7 +193,11 @@ static void print_header(const bench_gpu_opts *o, const gpu_info *gi,
       "session: Variable -> ReadVariable -> collective on every device, "
       "targets only (no host copies), one rf_session_run per call; float32, "
       "sum; same input buffers; median of %d alternating batches of >= "
-      "%.3f s\n",
+      "%.3f s\n"
+      "raw_cb: the raw call completed by a stream callback per stream "
+      "(cudaStreamAddCallback, as the backends complete) instead of "
+      "cudaStreamSynchronize; base: the session step without the collective "
+      "(targets: the ReadVariables); ovh = time - raw; ratio = raw / time\n",
       ROUNDS, o->min_time / ROUNDS);
 }
 
@@ -209,25 +206,51 @@ static void print_header(const bench_gpu_opts *o, const gpu_info *gi,
 typedef struct coll_row {
   bool valid;
   bench_row rf, raw;
-  double traffic; /* bytes through device memory at least */
+  double raw_cb_us, base_us; /* the raw call completed by callbacks; the
+                                session step without the collective */
+  double traffic;            /* bytes through device memory at least */
+  int64_t fresh;             /* cudaMalloc'ed blocks during the timing */
 } coll_row;
 
-static rf_status *measure_one(const bench_gpu_env *env, bench_coll c,
-                              int64_t size, double min_time, coll_row *row) {
+/* One traced session step per collective, at the smallest and the largest
+ * size, to PREFIX_<collective>_<bytes>.json. */
+static rf_status *maybe_trace(const bench_gpu_opts *o, bench_gpu_coll *b,
+                              bench_coll c, int64_t size) {
+  if (!o->trace_prefix ||
+      (size != o->sizes[0] && size != o->sizes[o->nsizes - 1]))
+    return NULL;
+  char path[1024];
+  snprintf(path, sizeof path, "%s_%s_%lld.json", o->trace_prefix,
+           bench_coll_name(c), (long long)size);
+  return bench_gpu_coll_trace(b, path);
+}
+
+static rf_status *measure_one(const bench_gpu_opts *o, const bench_gpu_env *env,
+                              bench_coll c, int64_t size, coll_row *row) {
   bench_gpu_coll *b = NULL;
   RF_TOOL_CHECK(bench_gpu_coll_new(env, c, size, &b));
   if (!b) return NULL; /* too small to split over n ranks */
-  double sa = 0, sb = 0;
-  int ka = 0, kb = 0;
+  static rf_status *(*const fns[])(void *) = {
+      bench_gpu_coll_step, bench_gpu_coll_raw, bench_gpu_coll_raw_cb,
+      bench_gpu_coll_base};
+  double s[4] = {0};
+  int k[4] = {0};
+  int64_t fresh0 = 0, fresh1 = 0;
   rf_status *st = bench_gpu_coll_check(b);
-  if (!st)
-    st = bench_gpu_time(bench_gpu_coll_step, b, bench_gpu_coll_raw, b, min_time,
-                        &sa, &ka, &sb, &kb);
+  if (!st) {
+    bench_gpu_coll_fresh(b, &fresh0);
+    st = bench_gpu_time(fns, 4, b, o->min_time, s, k);
+    bench_gpu_coll_fresh(b, &fresh1);
+  }
+  if (!st) st = maybe_trace(o, b, c, size);
   if (!st) {
     double bytes = bench_counted_bytes(c, env->n, size);
-    bench_row_set(&row->rf, c, env->n, bytes, ka, sa);
-    bench_row_set(&row->raw, c, env->n, bytes, kb, sb);
+    bench_row_set(&row->rf, c, env->n, bytes, k[0], s[0]);
+    bench_row_set(&row->raw, c, env->n, bytes, k[1], s[1]);
+    row->raw_cb_us = s[2] * 1e6;
+    row->base_us = s[3] * 1e6;
     row->traffic = bench_gpu_coll_traffic(b);
+    row->fresh = fresh1 - fresh0;
     row->valid = true;
   }
   bench_gpu_coll_free(b);
@@ -239,11 +262,11 @@ static void print_coll_header(bool csv) {
     printf(
         "collective,devices,backend,bytes,iters,time_us,algbw_gbs,busbw_gbs,"
         "raw_iters,raw_time_us,raw_algbw_gbs,raw_busbw_gbs,ratio,"
-        "overhead_us,mem_gbs\n");
+        "overhead_us,mem_gbs,raw_callback_us,base_step_us,fresh_blocks\n");
   else
-    printf("%-15s %11s %9s %9s %9s %9s %9s %6s %9s %9s\n", "collective",
-           "bytes", "time(us)", "raw(us)", "ovh(us)", "algbw", "busbw", "ratio",
-           "raw_busbw", "mem(GB/s)");
+    printf("%-15s %11s %9s %9s %9s %9s %9s %9s %9s %6s %9s %9s\n", "collective",
+           "bytes", "time(us)", "raw(us)", "raw_cb", "base", "ovh(us)", "algbw",
+           "busbw", "ratio", "raw_busbw", "mem(GB/s)");
 }
 
 static void print_coll_row(const bench_gpu_env *env, int c, const coll_row *r,
@@ -254,16 +277,18 @@ static void print_coll_row(const bench_gpu_env *env, int c, const coll_row *r,
   if (csv)
     printf(
         "%s,%d,%s,%.0f,%d,%.3f,%.4f,%.4f,%d,%.3f,%.4f,%.4f,%.4f,%.3f,"
-        "%.2f\n",
+        "%.2f,%.3f,%.3f,%lld\n",
         bench_coll_name((bench_coll)c), env->n, env->nccl ? "nccl" : "cuda",
         r->rf.bytes, r->rf.iters, r->rf.time_us, r->rf.algbw, r->rf.busbw,
         r->raw.iters, r->raw.time_us, r->raw.algbw, r->raw.busbw, ratio, ovh,
-        mem);
+        mem, r->raw_cb_us, r->base_us, (long long)r->fresh);
   else
-    printf("%-15s %11.0f %9.1f %9.1f %9.1f %9.2f %9.2f %6.3f %9.2f %9.1f\n",
-           bench_coll_name((bench_coll)c), r->rf.bytes, r->rf.time_us,
-           r->raw.time_us, ovh, r->rf.algbw, r->rf.busbw, ratio, r->raw.busbw,
-           mem);
+    printf(
+        "%-15s %11.0f %9.1f %9.1f %9.1f %9.1f %9.1f %9.2f %9.2f %6.3f "
+        "%9.2f %9.1f\n",
+        bench_coll_name((bench_coll)c), r->rf.bytes, r->rf.time_us,
+        r->raw.time_us, r->raw_cb_us, r->base_us, ovh, r->rf.algbw, r->rf.busbw,
+        ratio, r->raw.busbw, mem);
   fflush(stdout);
 }
 
@@ -310,8 +335,8 @@ static int run_collectives(const bench_gpu_opts *o, const bench_gpu_env *env) {
   for (int c = 0; c < BC_COUNT && !rc; c++) {
     if (o->only >= 0 && o->only != c) continue;
     for (int i = 0; i < o->nsizes && !rc; i++) {
-      rf_status *st = measure_one(env, (bench_coll)c, o->sizes[i], o->min_time,
-                                  &rows[c][i]);
+      rf_status *st =
+          measure_one(o, env, (bench_coll)c, o->sizes[i], &rows[c][i]);
       if (st) {
         fprintf(stderr, "ringflow: bench: %s at %lld bytes:\n",
                 bench_coll_name((bench_coll)c), (long long)o->sizes[i]);
@@ -321,7 +346,16 @@ static int run_collectives(const bench_gpu_opts *o, const bench_gpu_env *env) {
       }
     }
   }
-  if (!rc && !o->csv) print_summary(o, rows);
+  if (!rc && !o->csv) {
+    print_summary(o, rows);
+    int64_t fresh = 0;
+    for (int c = 0; c < BC_COUNT; c++)
+      for (int i = 0; i < o->nsizes; i++) fresh += rows[c][i].fresh;
+    printf(
+        "allocator: %lld device blocks taken from cudaMalloc during the "
+        "timed calls (0: every step reused cached buffers)\n",
+        (long long)fresh);
+  }
   free(rows);
   return rc;
 }

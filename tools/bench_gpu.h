@@ -40,6 +40,17 @@ rf_status *bench_gpu_coll_step(void *coll);
  * backend's kernel entry (rf__cuda_coll_launch) on the leader's stream, or
  * one ncclGroupStart/End over every rank. */
 rf_status *bench_gpu_coll_raw(void *coll);
+/* The raw call completed as the GPU backends complete theirs: a stream
+ * callback (cudaStreamAddCallback) per stream wakes the waiting thread. */
+rf_status *bench_gpu_coll_raw_cb(void *coll);
+/* The session step without the collective: each input's ReadVariable as
+ * the target (what a step costs around the collective). */
+rf_status *bench_gpu_coll_base(void *coll);
+/* One session step, traced (Chrome trace JSON at path). */
+rf_status *bench_gpu_coll_trace(bench_gpu_coll *c, const char *path);
+/* Blocks the devices' caching allocators have taken from cudaMalloc so far
+ * (sessions of one collective and size only). */
+void bench_gpu_coll_fresh(const bench_gpu_coll *c, int64_t *blocks);
 /* Checks three elements of every output of the raw call and, when each is at
  * most 64 MiB (fetching copies it to the host), of a session step. */
 rf_status *bench_gpu_coll_check(bench_gpu_coll *c);
@@ -68,11 +79,12 @@ rf_status *bench_gpu_executor(const bench_gpu_env *env, double min_time,
 
 /* ---- timing (bench_gpu.c) ---- */
 
-/* Seconds per call of fa(a) and of fb(b) (fb may be NULL): warm-up calls,
- * then batches sized to last min_time / 5 each, five rounds alternating the
- * two; the medians. iters: calls per batch. */
-rf_status *bench_gpu_time(rf_status *(*fa)(void *), void *a,
-                          rf_status *(*fb)(void *), void *b, double min_time,
-                          double *sa, int *ka, double *sb, int *kb);
+/* Seconds per call of each of n functions on one argument: warm-up calls,
+ * then batches sized to last min_time / 5 each, five rounds in which the
+ * functions take turns (drift hits all alike); the medians. iters: calls
+ * per batch. */
+#define BG_MAX_FNS 4
+rf_status *bench_gpu_time(rf_status *(*const *fns)(void *), int n, void *arg,
+                          double min_time, double *seconds, int *iters);
 
 #endif

@@ -7,6 +7,7 @@
  * internals; only the raw call's outputs are its own. Rank i's input holds
  * i + 1 in every element, so every expected output is exact in float32. */
 #include <cuda_runtime_api.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -30,6 +31,7 @@ struct bench_gpu_coll {
   rf_session *s;
   rf_node *inits[BG_MAX_DEV];
   rf_node *targets[BG_MAX_DEV];
+  rf_node *reads[BG_MAX_DEV]; /* the base step's targets */
   rf_output fetches[BG_MAX_DEV];
   int fetch_rank[BG_MAX_DEV];
   int ntargets, nfetches;
@@ -83,6 +85,7 @@ static rf_output input_of(bench_gpu_coll *b, int i) {
   snprintf(name, sizeof name, "x%d", i);
   rf_output x = rf_read_variable(b->g, name, v);
   rf_graph_pop_device(b->g);
+  b->reads[i] = x.node;
   return x;
 }
 
@@ -190,6 +193,9 @@ static rf_status *alloc_raw_outputs(bench_gpu_coll *b) {
     /* never time or check what a first touch or an old run left there */
     RF_CUDA_CHECK(cudaMemset(b->out[r], 0xff, (size_t)b->out_count * 4));
   }
+  /* The devices' streams are non-blocking: they do not wait for cudaMemset
+   * (legacy default stream) by themselves. */
+  RF_CUDA_CHECK(cudaDeviceSynchronize());
   return NULL;
 }
 
@@ -270,6 +276,11 @@ rf_status *bench_gpu_coll_step(void *coll) {
   return rf_session_run(b->s, NULL, 0, NULL, 0, b->targets, b->ntargets, NULL);
 }
 
+rf_status *bench_gpu_coll_base(void *coll) {
+  bench_gpu_coll *b = coll;
+  return rf_session_run(b->s, NULL, 0, NULL, 0, b->reads, b->nin, NULL);
+}
+
 #ifdef RF_HAVE_NCCL
 /* Rank r's part of the raw NCCL call, as comm/nccl/backend.c issues it. */
 static ncclResult_t nccl_issue(bench_gpu_coll *b, int r) {
@@ -294,35 +305,94 @@ static ncclResult_t nccl_issue(bench_gpu_coll *b, int r) {
     default: return ncclInvalidArgument;
   }
 }
-
-static rf_status *nccl_raw(bench_gpu_coll *b) {
-  RF_NCCL_CHECK(ncclGroupStart());
-  ncclResult_t first = ncclSuccess;
-  for (int r = 0; r < b->n && first == ncclSuccess; r++)
-    first = nccl_issue(b, r);
-  ncclResult_t end = ncclGroupEnd();
-  RF_NCCL_CHECK(first);
-  RF_NCCL_CHECK(end);
-  for (int r = 0; r < b->n; r++) {
-    RF_TOOL_CHECK(b->dev[r]->enter(b->dev[r]));
-    RF_CUDA_CHECK(cudaStreamSynchronize((cudaStream_t)b->dev[r]->stream));
-  }
-  return NULL;
-}
 #endif
 
-rf_status *bench_gpu_coll_raw(void *coll) {
-  bench_gpu_coll *b = coll;
+/* Enqueues the raw call; *nstreams gets how many of dev[0..) it used (the
+ * CUDA path: the leader's only). */
+static rf_status *raw_enqueue(bench_gpu_coll *b, int *nstreams) {
 #ifdef RF_HAVE_NCCL
-  if (b->env->nccl) return nccl_raw(b);
+  if (b->env->nccl) {
+    RF_NCCL_CHECK(ncclGroupStart());
+    ncclResult_t first = ncclSuccess;
+    for (int r = 0; r < b->n && first == ncclSuccess; r++)
+      first = nccl_issue(b, r);
+    ncclResult_t end = ncclGroupEnd();
+    RF_NCCL_CHECK(first);
+    RF_NCCL_CHECK(end);
+    *nstreams = b->n;
+    return NULL;
+  }
 #endif
   const rf__device *lead = b->dev[0]; /* the root, or rank 0 */
   const rf__gpu_context *ctx = lead->gpu;
   RF_TOOL_CHECK(lead->enter(lead));
   RF_TOOL_CHECK(
       rf__cuda_coll_launch(&b->args, lead->stream, ctx->multiprocessors));
-  RF_CUDA_CHECK(cudaStreamSynchronize((cudaStream_t)lead->stream));
+  *nstreams = 1;
   return NULL;
+}
+
+rf_status *bench_gpu_coll_raw(void *coll) {
+  bench_gpu_coll *b = coll;
+  int ns = 0;
+  RF_TOOL_CHECK(raw_enqueue(b, &ns));
+  for (int r = 0; r < ns; r++) {
+    RF_TOOL_CHECK(b->dev[r]->enter(b->dev[r]));
+    RF_CUDA_CHECK(cudaStreamSynchronize((cudaStream_t)b->dev[r]->stream));
+  }
+  return NULL;
+}
+
+/* Completion as the GPU backends see it: a stream callback per stream
+ * signals a waiting thread (instead of cudaStreamSynchronize). */
+typedef struct cb_wait {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int left;
+} cb_wait;
+
+static void CUDART_CB stream_done(cudaStream_t s, cudaError_t e, void *arg) {
+  cb_wait *w = arg;
+  (void)s, (void)e;
+  pthread_mutex_lock(&w->mu);
+  if (--w->left == 0) pthread_cond_signal(&w->cv);
+  pthread_mutex_unlock(&w->mu);
+}
+
+rf_status *bench_gpu_coll_raw_cb(void *coll) {
+  bench_gpu_coll *b = coll;
+  int ns = 0;
+  RF_TOOL_CHECK(raw_enqueue(b, &ns));
+  cb_wait w = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, ns};
+  rf_status *st = NULL;
+  int added = 0;
+  for (int r = 0; r < ns && !st; r++) {
+    st = b->dev[r]->enter(b->dev[r]);
+    if (!st)
+      st = RF_CUDA_STATUS(cudaStreamAddCallback((cudaStream_t)b->dev[r]->stream,
+                                                stream_done, &w, 0));
+    if (!st) added++;
+  }
+  pthread_mutex_lock(&w.mu);
+  w.left -= ns - added; /* callbacks never added never fire */
+  while (w.left > 0) pthread_cond_wait(&w.cv, &w.mu);
+  pthread_mutex_unlock(&w.mu);
+  if (st) rf_status_free(bench_gpu_coll_raw(b)); /* drain */
+  return st;
+}
+
+rf_status *bench_gpu_coll_trace(bench_gpu_coll *b, const char *path) {
+  RF_TOOL_CHECK(rf_session_trace_next_run(b->s, path));
+  return bench_gpu_coll_step(b);
+}
+
+void bench_gpu_coll_fresh(const bench_gpu_coll *b, int64_t *blocks) {
+  *blocks = 0;
+  for (int r = 0; r < b->n; r++) {
+    rf__gpu_alloc_stats st;
+    rf__gpu_device_stats(b->dev[r], &st);
+    *blocks += st.fresh;
+  }
 }
 
 /* Element k of rank r's output. */

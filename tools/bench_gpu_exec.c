@@ -162,10 +162,14 @@ rf_status *bench_gpu_executor(const bench_gpu_env *env, double min_time,
     c.row = r;
     rows[r] = (bench_gpu_exec_row){.nodes = lengths[r]};
     st = check(&c);
-    if (!st)
-      st = bench_gpu_time(session_step, &c, direct_step, &c, min_time,
-                          &rows[r].session_s, &rows[r].session_iters,
-                          &rows[r].direct_s, &rows[r].direct_iters);
+    static rf_status *(*const fns[])(void *) = {session_step, direct_step};
+    double s[2];
+    int k[2];
+    if (!st) st = bench_gpu_time(fns, 2, &c, min_time, s, k);
+    if (!st) {
+      rows[r].session_s = s[0], rows[r].direct_s = s[1];
+      rows[r].session_iters = k[0], rows[r].direct_iters = k[1];
+    }
   }
   teardown(&c);
   return st;
