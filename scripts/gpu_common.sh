@@ -43,10 +43,11 @@ part() {
     return 1
   fi
   [ "$limit" -gt "$left" ] && limit=$left
-  local t0=$SECONDS rc
+  local t0 rc
+  t0=$(date +%s.%N)
   timeout -k 5 "$limit" "$@" > "$logs/$name.log" 2>&1
   rc=$?
-  echo "$name: exit $rc in $((SECONDS - t0)) s"
+  echo "$name: exit $rc in $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }') s"
   [ $rc -ne 0 ] && tail -15 "$logs/$name.log"
   return $rc
 }

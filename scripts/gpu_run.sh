@@ -29,8 +29,11 @@ part bench_gpu8 90 "$rf" bench --devices gpu:0-7 --min 8 --max 128M --min-time 0
 
 # 3. The main job on virtual GPU devices (all on the one physical GPU).
 if [ -f "$data/train-images-idx3-ubyte.gz" ]; then
-  part train_gpu4 120 "$rf" train --data "$data" --devices gpu:0-3 --epochs 1 --quiet
   part train_gpu4_check 120 "$rf" train --data "$data" --devices gpu:0-3 --check --steps 50 --quiet
+  # the defaults (5 epochs, batch 128); the part's line gives the wall time
+  part train_gpu1 120 "$rf" train --data "$data" --devices gpu:0 --quiet
+  part train_gpu4 120 "$rf" train --data "$data" --devices gpu:0-3 --quiet
+  part train_gpu8 120 "$rf" train --data "$data" --devices gpu:0-7 --quiet
 fi
 
 # 4. With SMOKE_MULTI=1: scripts/gpu_multi_run.sh's flow on this one GPU
