@@ -123,8 +123,9 @@ static void csv_run(void **state) {
   free(out);
 }
 
-/* The GPU collectives table: name bytes time raw raw_cb base ovh algbw
- * busbw ratio raw_busbw mem, consistent with each other, for 2 devices. */
+/* The GPU collectives table: name bytes time raw raw_cb raw_nt base ovh
+ * algbw busbw ratio raw_busbw mem, consistent with each other, for 2
+ * devices. */
 static void check_gpu_rows(const char *out, int want_rows) {
   const char *hdr = strstr(out, "# collectives\ncollective");
   assert_non_null(hdr);
@@ -138,9 +139,10 @@ static void check_gpu_rows(const char *out, int want_rows) {
     int c = 0;
     while (c < 5 && strcmp(name, colls[c]) != 0) c++;
     assert_true(c < 5);
-    double bytes = v[0], us = v[1], raw = v[2], ovh = v[5], alg = v[6],
-           bus = v[7], ratio = v[8];
-    assert_true(bytes >= 8 && us > 0 && raw > 0 && v[3] > 0 && v[4] > 0);
+    double bytes = v[0], us = v[1], raw = v[2], ovh = v[6], alg = v[7],
+           bus = v[8], ratio = v[9];
+    assert_true(bytes >= 8 && us > 0 && raw > 0 && v[3] > 0 && v[4] > 0 &&
+                v[5] > 0);
     assert_true(fabs(ovh - (us - raw)) <= 0.16);
     assert_true(fabs(alg - bytes / us / 1e3) <= 0.006 + alg * 0.06 / us);
     assert_true(fabs(bus - alg * factors2[c]) <= 0.011);

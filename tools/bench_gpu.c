@@ -194,8 +194,9 @@ static void print_header(const bench_gpu_opts *o, const gpu_info *gi,
       "targets only (no host copies), one rf_session_run per call; float32, "
       "sum; same input buffers; median of %d alternating batches of >= "
       "%.3f s\n"
-      "raw_cb: the raw call completed by a stream callback per stream "
-      "(cudaStreamAddCallback, as the backends complete) instead of "
+      "raw_cb / raw_nt: the raw call completed by a stream callback per "
+      "stream (cudaStreamAddCallback) / by the runtime's completion thread "
+      "and a pool task (how the backends complete), instead of "
       "cudaStreamSynchronize; base: the session step without the collective "
       "(targets: the ReadVariables); ovh = time - raw; ratio = raw / time\n",
       ROUNDS, o->min_time / ROUNDS);
@@ -206,10 +207,11 @@ static void print_header(const bench_gpu_opts *o, const gpu_info *gi,
 typedef struct coll_row {
   bool valid;
   bench_row rf, raw;
-  double raw_cb_us, base_us; /* the raw call completed by callbacks; the
-                                session step without the collective */
-  double traffic;            /* bytes through device memory at least */
-  int64_t fresh;             /* cudaMalloc'ed blocks during the timing */
+  /* the raw call completed by stream callbacks, and by the runtime's
+   * completion path; the session step without the collective */
+  double raw_cb_us, raw_nt_us, base_us;
+  double traffic; /* bytes through device memory at least */
+  int64_t fresh;  /* cudaMalloc'ed blocks during the timing */
 } coll_row;
 
 /* One traced session step per collective, at the smallest and the largest
@@ -232,14 +234,14 @@ static rf_status *measure_one(const bench_gpu_opts *o, const bench_gpu_env *env,
   if (!b) return NULL; /* too small to split over n ranks */
   static rf_status *(*const fns[])(void *) = {
       bench_gpu_coll_step, bench_gpu_coll_raw, bench_gpu_coll_raw_cb,
-      bench_gpu_coll_base};
-  double s[4] = {0};
-  int k[4] = {0};
+      bench_gpu_coll_raw_nt, bench_gpu_coll_base};
+  double s[5] = {0};
+  int k[5] = {0};
   int64_t fresh0 = 0, fresh1 = 0;
   rf_status *st = bench_gpu_coll_check(b);
   if (!st) {
     bench_gpu_coll_fresh(b, &fresh0);
-    st = bench_gpu_time(fns, 4, b, o->min_time, s, k);
+    st = bench_gpu_time(fns, 5, b, o->min_time, s, k);
     bench_gpu_coll_fresh(b, &fresh1);
   }
   if (!st) st = maybe_trace(o, b, c, size);
@@ -248,7 +250,8 @@ static rf_status *measure_one(const bench_gpu_opts *o, const bench_gpu_env *env,
     bench_row_set(&row->rf, c, env->n, bytes, k[0], s[0]);
     bench_row_set(&row->raw, c, env->n, bytes, k[1], s[1]);
     row->raw_cb_us = s[2] * 1e6;
-    row->base_us = s[3] * 1e6;
+    row->raw_nt_us = s[3] * 1e6;
+    row->base_us = s[4] * 1e6;
     row->traffic = bench_gpu_coll_traffic(b);
     row->fresh = fresh1 - fresh0;
     row->valid = true;
@@ -262,7 +265,8 @@ static void print_coll_header(bool csv) {
     printf(
         "collective,devices,backend,bytes,iters,time_us,algbw_gbs,busbw_gbs,"
         "raw_iters,raw_time_us,raw_algbw_gbs,raw_busbw_gbs,ratio,"
-        "overhead_us,mem_gbs,raw_callback_us,base_step_us,fresh_blocks\n");
+        "overhead_us,mem_gbs,raw_callback_us,raw_notify_us,base_step_us,"
+        "fresh_blocks\n");
   else
     printf("%-15s %11s %9s %9s %9s %9s %9s %9s %9s %6s %9s %9s\n", "collective",
            "bytes", "time(us)", "raw(us)", "raw_cb", "base", "ovh(us)", "algbw",

@@ -40,9 +40,14 @@ rf_status *bench_gpu_coll_step(void *coll);
  * backend's kernel entry (rf__cuda_coll_launch) on the leader's stream, or
  * one ncclGroupStart/End over every rank. */
 rf_status *bench_gpu_coll_raw(void *coll);
-/* The raw call completed as the GPU backends complete theirs: a stream
- * callback (cudaStreamAddCallback) per stream wakes the waiting thread. */
+/* The raw call completed by a stream callback (cudaStreamAddCallback) per
+ * stream waking the waiting thread: how the GPU backends completed before
+ * runtime/gpu/completion.c. */
 rf_status *bench_gpu_coll_raw_cb(void *coll);
+/* The raw call completed as the GPU backends complete theirs now:
+ * rf__gpu_notify_when_done per stream (the completion thread, then a pool
+ * task) waking the waiting thread. */
+rf_status *bench_gpu_coll_raw_nt(void *coll);
 /* The session step without the collective: each input's ReadVariable as
  * the target (what a step costs around the collective). */
 rf_status *bench_gpu_coll_base(void *coll);
@@ -83,7 +88,7 @@ rf_status *bench_gpu_executor(const bench_gpu_env *env, double min_time,
  * then batches sized to last min_time / 5 each, five rounds in which the
  * functions take turns (drift hits all alike); the medians. iters: calls
  * per batch. */
-#define BG_MAX_FNS 4
+#define BG_MAX_FNS 5
 rf_status *bench_gpu_time(rf_status *(*const *fns)(void *), int n, void *arg,
                           double min_time, double *seconds, int *iters);
 

@@ -381,6 +381,50 @@ rf_status *bench_gpu_coll_raw_cb(void *coll) {
   return st;
 }
 
+typedef struct nt_slot {
+  rf__gpu_notify n; /* first: the function gets it back */
+  cb_wait *w;
+  rf_status *st;
+} nt_slot;
+
+static void notified(rf__gpu_notify *n, rf_status *st) {
+  nt_slot *slot = (nt_slot *)n;
+  cb_wait *w = slot->w;
+  pthread_mutex_lock(&w->mu);
+  slot->st = st;
+  if (--w->left == 0) pthread_cond_signal(&w->cv);
+  pthread_mutex_unlock(&w->mu);
+}
+
+/* Completion through the GPU runtime's own path (rf__gpu_notify_when_done:
+ * an event polled by the completion thread, then a pool task), as the
+ * backends complete. */
+rf_status *bench_gpu_coll_raw_nt(void *coll) {
+  bench_gpu_coll *b = coll;
+  int ns = 0;
+  RF_TOOL_CHECK(raw_enqueue(b, &ns));
+  cb_wait w = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, ns};
+  nt_slot slots[BG_MAX_DEV];
+  rf_status *st = NULL;
+  int added = 0;
+  for (int r = 0; r < ns && !st; r++) {
+    slots[r] = (nt_slot){.w = &w};
+    st = rf__gpu_notify_when_done(b->dev[r], &slots[r].n, notified);
+    if (!st) added++;
+  }
+  pthread_mutex_lock(&w.mu);
+  w.left -= ns - added; /* never queued: never called */
+  while (w.left > 0) pthread_cond_wait(&w.cv, &w.mu);
+  pthread_mutex_unlock(&w.mu);
+  for (int r = 0; r < added; r++)
+    if (slots[r].st && !st)
+      st = slots[r].st;
+    else
+      rf_status_free(slots[r].st);
+  if (st && added < ns) rf_status_free(bench_gpu_coll_raw(b)); /* drain */
+  return st;
+}
+
 rf_status *bench_gpu_coll_trace(bench_gpu_coll *b, const char *path) {
   RF_TOOL_CHECK(rf_session_trace_next_run(b->s, path));
   return bench_gpu_coll_step(b);
