@@ -15,7 +15,7 @@ budget=${2:-540}
 gpu_setup
 
 # 1. The tests (each its own process; the GPU ones skip without a GPU).
-gpu_tests 240
+gpu_tests 120
 
 # 2. Collectives and executor overhead. Four virtual devices on the GPU run
 # the CUDA-kernel backend; one device with --backend nccl runs a one-rank
