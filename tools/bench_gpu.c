@@ -268,9 +268,10 @@ static void print_coll_header(bool csv) {
         "overhead_us,mem_gbs,raw_callback_us,raw_notify_us,base_step_us,"
         "fresh_blocks\n");
   else
-    printf("%-15s %11s %9s %9s %9s %9s %9s %9s %9s %6s %9s %9s\n", "collective",
-           "bytes", "time(us)", "raw(us)", "raw_cb", "base", "ovh(us)", "algbw",
-           "busbw", "ratio", "raw_busbw", "mem(GB/s)");
+    printf("%-15s %11s %9s %9s %9s %9s %9s %9s %9s %9s %6s %9s %9s\n",
+           "collective", "bytes", "time(us)", "raw(us)", "raw_cb", "raw_nt",
+           "base", "ovh(us)", "algbw", "busbw", "ratio", "raw_busbw",
+           "mem(GB/s)");
 }
 
 static void print_coll_row(const bench_gpu_env *env, int c, const coll_row *r,
@@ -281,18 +282,18 @@ static void print_coll_row(const bench_gpu_env *env, int c, const coll_row *r,
   if (csv)
     printf(
         "%s,%d,%s,%.0f,%d,%.3f,%.4f,%.4f,%d,%.3f,%.4f,%.4f,%.4f,%.3f,"
-        "%.2f,%.3f,%.3f,%lld\n",
+        "%.2f,%.3f,%.3f,%.3f,%lld\n",
         bench_coll_name((bench_coll)c), env->n, env->nccl ? "nccl" : "cuda",
         r->rf.bytes, r->rf.iters, r->rf.time_us, r->rf.algbw, r->rf.busbw,
         r->raw.iters, r->raw.time_us, r->raw.algbw, r->raw.busbw, ratio, ovh,
-        mem, r->raw_cb_us, r->base_us, (long long)r->fresh);
+        mem, r->raw_cb_us, r->raw_nt_us, r->base_us, (long long)r->fresh);
   else
     printf(
-        "%-15s %11.0f %9.1f %9.1f %9.1f %9.1f %9.1f %9.2f %9.2f %6.3f "
+        "%-15s %11.0f %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f %9.2f %9.2f %6.3f "
         "%9.2f %9.1f\n",
         bench_coll_name((bench_coll)c), r->rf.bytes, r->rf.time_us,
-        r->raw.time_us, r->raw_cb_us, r->base_us, ovh, r->rf.algbw, r->rf.busbw,
-        ratio, r->raw.busbw, mem);
+        r->raw.time_us, r->raw_cb_us, r->raw_nt_us, r->base_us, ovh,
+        r->rf.algbw, r->rf.busbw, ratio, r->raw.busbw, mem);
   fflush(stdout);
 }
 
