@@ -2,14 +2,18 @@
 # Packs the GPU tests, the `ringflow` tool and the benchmarks with the shared
 # libraries they need (OpenBLAS, jansson, cmocka; CUDA, cuBLAS and NCCL come
 # from the GPU machine) into one archive, for a GPU machine that cannot build
-# ringflow itself (no Debian packages there). scripts/gpu_run.sh runs it.
+# ringflow itself (no Debian packages there). On that machine,
+# scripts/gpu_run.sh (one GPU) or scripts/gpu_multi_run.sh (several) runs it:
+#   tar -xzf OUT.tar.gz -C DIR && bash DIR/gpu_run.sh LOGDIR
+# Built for Hopper only (sm_90: the H100/H200 the device tool lends) unless
+# CUDA_ARCHS says otherwise.
 #   scripts/gpu_bundle.sh OUT.tar.gz
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=$(realpath -m "$1")
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DRF_WITH_CUDA=ON \
-  -DRF_BUILD_BENCH=ON >/dev/null
-ninja -C build-gpu >/dev/null
+  -DRF_BUILD_BENCH=ON -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCHS:-90-real}" >/dev/null
+ninja -C build-gpu -j "${JOBS:-2}" >/dev/null
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/bin" "$stage/lib" "$stage/data"
@@ -24,6 +28,7 @@ for lib in libopenblas.so.0 libjansson.so.4 libcmocka.so.0 libgfortran.so.5 libq
   [ -n "$path" ] && cp -L "$path" "$stage/lib/"
 done
 cp /usr/share/datasets/fashion-mnist/*.gz "$stage/data/" 2>/dev/null || true
-cp scripts/gpu_run.sh "$stage/"
+cp scripts/gpu_run.sh scripts/gpu_multi_run.sh scripts/gpu_common.sh \
+  bench/torch_nccl_overhead.py "$stage/"
 tar -C "$stage" -czf "$out" .
 ls -la "$out"

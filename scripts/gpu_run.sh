@@ -1,30 +1,49 @@
 #!/usr/bin/env bash
-# Runs an unpacked scripts/gpu_bundle.sh archive on a GPU machine: every GPU
-# test, then `ringflow train` on virtual GPU devices and the benchmarks.
-# Logs go to $1 (a folder). NVLink multicast stays off.
+# Runs an unpacked scripts/gpu_bundle.sh archive on a machine with one GPU
+# (issue 4): every GPU test, `ringflow bench` on GPU devices (each collective
+# through a session against the raw backend call, and the executor's cost per
+# GPU node), then `ringflow train` on virtual GPU devices. Each part has a time
+# limit inside a total budget, so the run ends by itself; the logs are packed
+# into OUT/logs.tgz and the benchmark tables copied beside it (the device tool
+# returns at most 8 files). NVLink multicast stays off.
+#   gpu_run.sh OUT [BUDGET_SECONDS (default 540)]
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-logs=${1:-$here/logs}
-mkdir -p "$logs"
-export NCCL_NVLS_ENABLE=0
-export LD_LIBRARY_PATH="$here/lib:/usr/local/cuda/lib64:/usr/local/cuda/lib:${LD_LIBRARY_PATH:-}"
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$logs/gpu.txt" 2>&1
-pass=0 fail=0
-for t in "$here"/bin/test_*; do
-  name=$(basename "$t")
-  if timeout 600 "$t" > "$logs/$name.log" 2>&1; then
-    pass=$((pass + 1)); echo "PASS $name"
-  else
-    fail=$((fail + 1)); echo "FAIL $name (exit $?)"; tail -20 "$logs/$name.log"
-  fi
-done
-echo "gpu tests: $pass passed, $fail failed"
-# The main job on virtual GPU devices (all on one physical GPU when there is one).
-rf="$here/bin/ringflow"
-data="$here/data"
-if [ -x "$rf" ] && [ -f "$data/train-images-idx3-ubyte.gz" ]; then
-  echo "== ringflow train --devices gpu:0-3 --epochs 1"
-  timeout 600 "$rf" train --data "$data" --devices gpu:0-3 --epochs 1 --quiet 2>&1 | tail -3
-  echo "== ringflow train --devices gpu:0-3 --check --steps 50"
-  timeout 600 "$rf" train --data "$data" --devices gpu:0-3 --check --steps 50 --quiet 2>&1 | tail -2
+out=${1:-$here/out}
+budget=${2:-540}
+. "$here/gpu_common.sh"
+gpu_setup
+
+# 1. The tests (each its own process; the GPU ones skip without a GPU).
+gpu_tests 120
+
+# 2. Collectives and executor overhead. Four virtual devices on the GPU run
+# the CUDA-kernel backend; one device with --backend nccl runs a one-rank
+# NCCL communicator (NCCL refuses two ranks on one GPU), the only raw NCCL
+# comparison one GPU allows; PyTorch's one-rank all-reduce on the same sizes
+# beside it (bench/torch_nccl_overhead.py).
+part bench_gpu4 240 "$rf" bench --devices gpu:0-3 --min 8 --max 512M --min-time 0.1 --trace "$logs/trace_gpu4"
+part bench_nccl1 150 "$rf" bench --devices gpu:0 --backend nccl --min 8 --max 512M --min-time 0.1 --no-executor --trace "$logs/trace_nccl1"
+part torch_nccl1 90 python3 "$here/torch_nccl_overhead.py" --max $((512 << 20))
+part bench_gpu8 90 "$rf" bench --devices gpu:0-7 --min 8 --max 128M --min-time 0.05 --no-executor
+
+# 3. The main job on virtual GPU devices (all on the one physical GPU).
+if [ -f "$data/train-images-idx3-ubyte.gz" ]; then
+  part train_gpu4_check 120 "$rf" train --data "$data" --devices gpu:0-3 --check --steps 50 --quiet
+  # the defaults (5 epochs, batch 128); the part's line gives the wall time
+  part train_gpu1 120 "$rf" train --data "$data" --devices gpu:0 --quiet
+  part train_gpu4 120 "$rf" train --data "$data" --devices gpu:0-3 --quiet
+  part train_gpu8 120 "$rf" train --data "$data" --devices gpu:0-7 --quiet
 fi
+
+# 4. With SMOKE_MULTI=1: scripts/gpu_multi_run.sh's flow on this one GPU
+# (small sizes), so issue 6's script has run once before several GPUs are
+# lent; its files go to OUT/multi.
+if [ "${SMOKE_MULTI:-0}" = 1 ] && [ "$(gpu_left)" -gt 60 ]; then
+  MAX=32M bash "$here/gpu_multi_run.sh" "$out/multi" $(($(gpu_left) - 20)) \
+    > "$logs/multi_smoke.log" 2>&1
+  echo "multi smoke: exit $?"
+  grep -E "exit|tests:|physical" "$logs/multi_smoke.log"
+fi
+
+gpu_finish +bench_gpu4 +bench_nccl1 +torch_nccl1 bench_gpu8

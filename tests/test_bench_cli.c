@@ -1,7 +1,9 @@
 /* tests/test_bench_cli.c - `ringflow bench` keeps working: the quick run on 2
  * devices exits 0 and prints every section with the nccl-tests columns, one
  * row per collective and size, busbw = algbw * the nccl-tests factor; the CSV
- * table is complete; bad options exit 2. Runs the built binary (RF_TOOL). */
+ * table is complete; bad options exit 2. On GPU devices it either says there
+ * is no GPU (exit 1) or prints consistent rows (time, raw time, overhead,
+ * ratio) and the executor table. Runs the built binary (RF_TOOL). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -121,13 +123,77 @@ static void csv_run(void **state) {
   free(out);
 }
 
+/* The GPU collectives table: name bytes time raw raw_cb raw_nt base ovh
+ * algbw busbw ratio raw_busbw mem, consistent with each other, for 2
+ * devices. */
+static void check_gpu_rows(const char *out, int want_rows) {
+  const char *hdr = strstr(out, "# collectives\ncollective");
+  assert_non_null(hdr);
+  const char *line = strchr(strchr(hdr, '\n') + 1, '\n') + 1;
+  char name[32];
+  double v[11];
+  int rows = 0;
+  while (sscanf(line, "%31s %lf %lf %lf %lf %lf %lf %lf %lf %lf %lf %lf", name,
+                &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7], &v[8],
+                &v[9], &v[10]) == 12) {
+    int c = 0;
+    while (c < 5 && strcmp(name, colls[c]) != 0) c++;
+    assert_true(c < 5);
+    double bytes = v[0], us = v[1], raw = v[2], ovh = v[6], alg = v[7],
+           bus = v[8], ratio = v[9];
+    assert_true(bytes >= 8 && us > 0 && raw > 0 && v[3] > 0 && v[4] > 0 &&
+                v[5] > 0);
+    assert_true(fabs(ovh - (us - raw)) <= 0.16);
+    assert_true(fabs(alg - bytes / us / 1e3) <= 0.006 + alg * 0.06 / us);
+    assert_true(fabs(bus - alg * factors2[c]) <= 0.011);
+    assert_true(fabs(ratio - raw / us) <= 0.001 + ratio * 0.06 / us);
+    rows++;
+    line = strchr(line, '\n') + 1;
+  }
+  assert_int_equal(rows, want_rows);
+}
+
+static void gpu_run(void **state) {
+  (void)state;
+  char *out;
+  int rc = run_tool("bench --devices gpu:0-1 --min 8 --max 2K --min-time 0.005",
+                    &out);
+  if (rc == 1 && strstr(out, "no GPU")) {
+    printf("no GPU here: %s", out);
+    free(out);
+    return;
+  }
+  if (rc != 0) fprintf(stderr, "%s", out);
+  assert_int_equal(rc, 0);
+  assert_non_null(strstr(out, "2 GPU devices gpu:0..gpu:1"));
+  assert_non_null(strstr(out, "backend: "));
+  check_gpu_rows(out, 5 * 5); /* 8..2K, x4 */
+  assert_non_null(strstr(out, "allocator: "));
+  assert_non_null(strstr(out, "# summary"));
+  assert_non_null(strstr(out, "# executor overhead"));
+  assert_non_null(strstr(out, "executor overhead "));
+  free(out);
+}
+
 static void bad_options(void **state) {
   (void)state;
-  const char *bad[] = {
-      "bench --devices 0",       "bench --devices 65",
-      "bench --min 2",           "bench --max 2G",
-      "bench --min 1M --max 1K", "bench --collective all_to_all",
-      "bench --frobnicate",      "bench extra"};
+  const char *bad[] = {"bench --devices 0",
+                       "bench --devices 65",
+                       "bench --min 2",
+                       "bench --max 2G",
+                       "bench --min 1M --max 1K",
+                       "bench --collective all_to_all",
+                       "bench --frobnicate",
+                       "bench extra",
+                       "bench --devices gpu:1-2",
+                       "bench --devices cpu:0,gpu:1",
+                       "bench --devices gpu:0 --backend mpi",
+                       "bench --backend nccl",
+                       "bench --executor",
+                       "bench --devices gpu:0 --max 16G",
+                       "bench --devices gpu:0 --executor --no-executor",
+                       "bench --factor 1",
+                       "bench --trace /tmp/x"};
   for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
     char *out;
     assert_int_equal(run_tool(bad[i], &out), 2);
@@ -144,6 +210,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(quick_text_run),
       cmocka_unit_test(csv_run),
+      cmocka_unit_test(gpu_run),
       cmocka_unit_test(bad_options),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,8 +1,10 @@
 /* tools/bench.c - `ringflow bench`: every collective on N virtual CPU devices
  * at sizes min..max (x4 steps), with, in the same run, a memory-bandwidth
  * floor (bench_floor.c) and OpenMPI at the same sizes (bench_mpi.c, default
- * glibc and MALLOC_MMAP_THRESHOLD_=1 GiB), then a table of ratios. Columns
- * follow nccl-tests: algbw = bytes / time, busbw = algbw * factor. */
+ * glibc and MALLOC_MMAP_THRESHOLD_=1 GiB), then a table of ratios; or, with
+ * --devices gpu:0-N, on GPU devices against the raw backend call
+ * (bench_gpu.c). Columns follow nccl-tests: algbw = bytes / time, busbw =
+ * algbw * factor. */
 #include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,7 +14,11 @@
 #include "tools.h"
 
 typedef struct opts {
-  int n, threads;
+  int n, threads, factor;
+  bool gpu; /* --devices gpu:0-N */
+  bench_gpu_backend backend;
+  bool executor_only, no_executor;
+  const char *trace_prefix;
   int64_t lo, hi;
   double min_time;
   bool quick, csv, no_mpi, no_floor;
@@ -30,16 +36,26 @@ typedef struct results {
 } results;
 
 static const char *const usage_text =
-    "usage: ringflow bench [--devices N] [--min SIZE] [--max SIZE] [--quick]\n"
-    "                      [--csv] [--min-time SECONDS] [--threads T]\n"
+    "usage: ringflow bench [--devices N|cpu:0-N|gpu:0-N] [--min SIZE]\n"
+    "                      [--max SIZE] [--factor F] [--quick] [--csv]\n"
+    "                      [--min-time SECONDS] [--threads T]\n"
     "                      [--collective NAME] [--no-mpi] [--no-floor]\n"
-    "                      [--mpi-baseline PATH]\n"
+    "                      [--mpi-baseline PATH] [--backend auto|cuda|nccl]\n"
+    "                      [--executor | --no-executor] [--trace PREFIX]\n"
     "  times all_reduce (sum), reduce, broadcast, all_gather and "
     "reduce_scatter\n"
-    "  (float32) on N virtual CPU devices (default 4) at sizes SIZE..SIZE in\n"
-    "  steps of x4 (default 1K..256M; K/M/G suffixes), against a 2-thread\n"
-    "  memory floor and OpenMPI (mpirun -np N --mca btl self,vader).\n"
-    "  --quick: 1K..4M, 0.02 s per size (for tests); --csv: one CSV table.\n";
+    "  (float32) at sizes SIZE..SIZE in steps of xF (default 4; K/M/G\n"
+    "  suffixes). On N virtual CPU devices (default 4; sizes 1K..256M, at\n"
+    "  most 1G): against a 2-thread memory floor and OpenMPI (mpirun -np N\n"
+    "  --mca btl self,vader). On GPU devices gpu:0..N-1 (gpu:i on physical\n"
+    "  GPU i % count; sizes 8..512M, at most 8G): through a session against\n"
+    "  the raw backend call on the same GPU buffers - the CUDA-kernel entry\n"
+    "  when devices share GPUs, NCCL when each has its own (--backend nccl\n"
+    "  with gpu:0: a one-rank NCCL communicator) - then the executor's cost\n"
+    "  per GPU node (--executor: only that; --no-executor: not that);\n"
+    "  --trace PREFIX writes a Chrome trace of one step per collective at\n"
+    "  the smallest and largest size (PREFIX_<collective>_<bytes>.json).\n"
+    "  --quick: 1K..4M, 0.02 s per size (for tests); --csv: CSV tables.\n";
 
 static int parse_size(const char *s, int64_t *out) {
   char *end;
@@ -53,9 +69,35 @@ static int parse_size(const char *s, int64_t *out) {
     mult = 1 << 30, end++;
   if (*end == 'B' || *end == 'b') end++;
   double bytes = v * (double)mult;
-  if (!*s || *end || bytes < 4 || bytes > (double)(1ll << 30)) return -1;
+  if (!*s || *end || bytes < 4 || bytes > (double)(1ll << 33)) return -1;
   *out = (int64_t)bytes;
   return 0;
+}
+
+/* --devices "cpu:0-N" or "gpu:0-N": devices 0..N-1 of one type. Reports
+ * its errors; 0 when parsed. */
+static int parse_device_arg(const char *s, opts *o) {
+  char names[64][32];
+  int n;
+  rf_session_options so;
+  if (parse_devices(s, names, 64, &n, &so)) return -1;
+  o->gpu = strncmp(names[0], "gpu:", 4) == 0;
+  for (int i = 0; i < n; i++) {
+    char want[32];
+    snprintf(want, sizeof want, "%s:%d", o->gpu ? "gpu" : "cpu", i);
+    if (strcmp(names[i], want) != 0)
+      return tool_fail("bench: --devices must be %s:0..%s:N-1 in order",
+                       o->gpu ? "gpu" : "cpu", o->gpu ? "gpu" : "cpu");
+  }
+  o->n = n;
+  return 0;
+}
+
+static int backend_by_name(const char *s, bench_gpu_backend *out) {
+  static const char *const names[] = {"auto", "cuda", "nccl"};
+  for (int i = 0; i < 3; i++)
+    if (strcmp(s, names[i]) == 0) return *out = (bench_gpu_backend)i, 0;
+  return -1;
 }
 
 static int coll_by_name(const char *s) {
@@ -78,18 +120,27 @@ static int parse_args(int argc, char **argv, opts *o, bool *stop) {
       {"no-mpi", no_argument, 0, 'M'},
       {"mpi-baseline", required_argument, 0, 'P'},
       {"no-floor", no_argument, 0, 'F'},
+      {"factor", required_argument, 0, 'f'},
+      {"backend", required_argument, 0, 'B'},
+      {"executor", no_argument, 0, 'E'},
+      {"no-executor", no_argument, 0, 'X'},
+      {"trace", required_argument, 0, 'R'},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
-  *o = (opts){
-      .n = 4, .lo = 1 << 10, .hi = 256 << 20, .min_time = -1, .only = -1};
-  bool max_given = false;
+  *o = (opts){.n = 4, .factor = 4, .min_time = -1, .only = -1};
+  bool min_given = false, max_given = false;
   int c;
   optind = 1;
   while ((c = getopt_long(argc, argv, "", longs, NULL)) != -1) {
     int bad = 0;
     switch (c) {
-      case 'n': bad = parse_int(optarg, 1, 64, &o->n); break;
-      case 'a': bad = parse_size(optarg, &o->lo); break;
+      case 'n':
+        if (!strchr(optarg, ':'))
+          bad = parse_int(optarg, 1, 64, &o->n);
+        else if (parse_device_arg(optarg, o))
+          return 2; /* reported */
+        break;
+      case 'a': bad = parse_size(optarg, &o->lo), min_given = true; break;
       case 'b': bad = parse_size(optarg, &o->hi), max_given = true; break;
       case 'q': o->quick = true; break;
       case 'c': o->csv = true; break;
@@ -99,6 +150,11 @@ static int parse_args(int argc, char **argv, opts *o, bool *stop) {
       case 'M': o->no_mpi = true; break;
       case 'F': o->no_floor = true; break;
       case 'P': o->mpi_program = optarg; break;
+      case 'f': bad = parse_int(optarg, 2, 16, &o->factor); break;
+      case 'B': bad = backend_by_name(optarg, &o->backend); break;
+      case 'E': o->executor_only = true; break;
+      case 'X': o->no_executor = true; break;
+      case 'R': o->trace_prefix = optarg; break;
       case 'h':
         fputs(usage_text, stdout);
         *stop = true;
@@ -113,9 +169,19 @@ static int parse_args(int argc, char **argv, opts *o, bool *stop) {
   }
   if (optind != argc)
     return tool_fail("bench: unexpected argument '%s'", argv[optind]);
-  if (o->quick && !max_given) o->hi = 4 << 20;
+  if (!min_given) o->lo = o->quick || !o->gpu ? 1 << 10 : 8;
+  if (!max_given) o->hi = o->quick ? 4 << 20 : o->gpu ? 512 << 20 : 256 << 20;
   if (o->min_time < 0) o->min_time = o->quick ? 0.02 : 0.2;
   if (o->hi < o->lo) return tool_fail("bench: --max is below --min");
+  if (!o->gpu && o->hi > (1 << 30))
+    return tool_fail("bench: at most 1G on CPU devices");
+  if (!o->gpu &&
+      (o->backend || o->executor_only || o->no_executor || o->trace_prefix))
+    return tool_fail(
+        "bench: --backend, --executor, --no-executor and --trace need GPU "
+        "devices");
+  if (o->executor_only && o->no_executor)
+    return tool_fail("bench: --executor and --no-executor exclude each other");
   return 0;
 }
 
@@ -303,8 +369,25 @@ int cmd_bench(int argc, char **argv) {
   if (rc || stop) return rc;
   results *r = calloc(1, sizeof *r);
   if (!r) return tool_fail("bench: out of memory");
-  for (int64_t s = o.lo; s <= o.hi && r->nsizes < BENCH_MAX_SIZES; s *= 4)
+  for (int64_t s = o.lo; s <= o.hi && r->nsizes < BENCH_MAX_SIZES;
+       s *= o.factor)
     r->sizes[r->nsizes++] = s;
+  if (o.gpu) {
+    bench_gpu_opts g = {.n = o.n,
+                        .threads = o.threads,
+                        .backend = o.backend,
+                        .sizes = r->sizes,
+                        .nsizes = r->nsizes,
+                        .min_time = o.min_time,
+                        .only = o.only,
+                        .csv = o.csv,
+                        .collectives = !o.executor_only,
+                        .executor = !o.no_executor,
+                        .trace_prefix = o.trace_prefix};
+    rc = bench_gpu_main(&g);
+    free(r);
+    return rc;
+  }
   char load[64];
   load_average(load, sizeof load);
   if (!o.csv)

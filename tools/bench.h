@@ -1,8 +1,9 @@
 /* tools/bench.h - what the parts of `ringflow bench` share: the collectives,
- * one measured row, and the measurements (ringflow sessions in bench_run.c,
- * the memory floor in bench_floor.c, the OpenMPI baseline in bench_mpi.c).
- * Sizes follow nccl-tests: the per-rank buffer, the OUTPUT for all-gather and
- * the INPUT for reduce-scatter. */
+ * one measured row, and the measurements (ringflow sessions on CPU devices in
+ * bench_run.c, the memory floor in bench_floor.c, the OpenMPI baseline in
+ * bench_mpi.c, GPU devices in bench_gpu*.c). Sizes follow nccl-tests: the
+ * per-rank buffer, the OUTPUT for all-gather and the INPUT for
+ * reduce-scatter. */
 #ifndef RF_TOOLS_BENCH_H
 #define RF_TOOLS_BENCH_H
 
@@ -20,7 +21,7 @@ typedef enum bench_coll {
   BC_COUNT
 } bench_coll;
 
-#define BENCH_MAX_SIZES 16
+#define BENCH_MAX_SIZES 40
 
 /* One measurement; valid false when it was not (or could not be) taken. */
 typedef struct bench_row {
@@ -77,5 +78,36 @@ const char *bench_mpi_run(const bench_mpi_args *a,
                           size_t command_len, char *why, size_t why_len);
 /* The baseline program's path, or NULL with *why set when there is none. */
 const char *bench_mpi_find(const char *given, const char **why);
+
+/* ---- GPU devices (bench_gpu.c; CUDA builds) ---- */
+
+typedef enum bench_gpu_backend {
+  BG_AUTO, /* what the runtime picks: NCCL for distinct GPUs, else CUDA */
+  BG_CUDA, /* the CUDA-kernel backend (devices sharing GPUs) */
+  BG_NCCL, /* NCCL; with one device, a one-rank communicator */
+} bench_gpu_backend;
+
+typedef struct bench_gpu_opts {
+  int n;       /* devices gpu:0..n-1 */
+  int threads; /* the session's pool; 0: one a core */
+  bench_gpu_backend backend;
+  const int64_t *sizes; /* nominal sizes, ascending */
+  int nsizes;
+  double min_time;
+  int only; /* a bench_coll, or -1 for all */
+  bool csv;
+  bool collectives; /* the collective tables */
+  bool executor;    /* the executor-overhead table */
+  /* Non-NULL: one traced session step per collective at the smallest and
+   * largest size, to <trace_prefix>_<collective>_<bytes>.json. */
+  const char *trace_prefix;
+} bench_gpu_opts;
+
+/* Runs and prints the GPU benchmarks: every collective through a session
+ * against the raw backend call on the same buffers and streams, and the
+ * executor's cost per GPU node against calling the same kernel directly.
+ * Returns the command's exit code (1 with a message when there is no GPU or
+ * the build has no CUDA). */
+int bench_gpu_main(const bench_gpu_opts *o);
 
 #endif

@@ -4,7 +4,7 @@
  * each participant's stream records an event (its input is ready), the
  * leader's stream (the root's, else rank 0's) waits for all of them and runs
  * one kernel that writes every participant's output, records an event that
- * every other participant's stream waits for, and a stream callback -> pool
+ * every other participant's stream waits for, and a completion -> pool
  * task calls the dones. Outputs are allocated from each participant's own
  * device allocator before the launch, so each is reused only in its own
  * stream's order, which the final wait puts after the kernel. Inputs stay
@@ -82,7 +82,7 @@ bool rf__gpu_coll_has_output(const rf__coll_group *g, int r) {
 /* ---- the CUDA-kernel path ---- */
 
 typedef struct cuda_op {
-  rf__gpu_notify notify; /* first: the callback gets it back */
+  rf__gpu_notify notify; /* first: the completion gets it back */
   rf__coll_group g;      /* g.p = parts, g.key = key */
   rf__coll_participant *parts;
   char *key;
@@ -247,7 +247,7 @@ static rf_status *order_after(events *es, const rf__device *d,
   return NULL;
 }
 
-/* Enqueues waits, kernel, waits and the completion callback. *launched is
+/* Enqueues waits, kernel, waits and the completion. *launched is
  * set once the kernel is queued (the caller must then wait for the stream
  * before freeing anything on error). */
 static rf_status *enqueue(cuda_op *op, const rf__cuda_coll_args *a, events *es,

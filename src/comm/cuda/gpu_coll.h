@@ -4,7 +4,7 @@
  * other's memory run through CUDA kernels (comm/cuda/backend.c); participants
  * on DISTINCT physical GPUs run through NCCL when it is built
  * (comm/nccl/backend.c). Both are asynchronous: run() enqueues on the
- * participants' streams and returns; a stream callback -> pool task calls
+ * participants' streams and returns; a stream completion -> pool task calls
  * every done. They copy the group and retain what they still use. */
 #ifndef RF_COMM_CUDA_GPU_COLL_H
 #define RF_COMM_CUDA_GPU_COLL_H

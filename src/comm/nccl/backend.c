@@ -7,14 +7,14 @@
  * sees its set's operations in one order. All ranks of a collective are
  * launched in one ncclGroupStart/End, each on its participant's stream (stream
  * order makes the inputs ready and the outputs, allocated from each
- * participant's own device, safe to reuse). Completion: a stream callback per
- * participant -> pool task; the last one reads ncclCommGetAsyncError and
- * calls the dones. A watchdog aborts (ncclCommAbort) the set of a collective
- * still running after the session's collective timeout, fails its
- * participants with DEADLINE_EXCEEDED and drops the set from the cache (the
- * next use rebuilds it); the record itself is freed only after its streams
- * drained. NVLink SHARP (multicast) stays off: NCCL_NVLS_ENABLE=0 unless the
- * user set it. */
+ * participant's own device, safe to reuse). Completion (runtime/gpu/
+ * completion.c) per participant stream -> pool task; the last one reads
+ * ncclCommGetAsyncError and calls the dones. A watchdog aborts (ncclCommAbort)
+ * the set of a collective still running after the session's collective timeout,
+ * fails its participants with DEADLINE_EXCEEDED and drops the set from the
+ * cache (the next use rebuilds it); the record itself is freed only after its
+ * streams drained. NVLink SHARP (multicast) stays off: NCCL_NVLS_ENABLE=0
+ * unless the user set it. */
 #include <nccl.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -114,7 +114,7 @@ static rf_status *set_get(const int *ordinals, int n, comm_set **out) {
 typedef struct nccl_op nccl_op;
 
 typedef struct slot {
-  rf__gpu_notify notify; /* first: the callback gets it back */
+  rf__gpu_notify notify; /* first: the completion gets it back */
   nccl_op *op;
 } slot;
 
@@ -125,7 +125,7 @@ struct nccl_op {
   comm_set *set;
   rf_tensor *outs[MAX_RANKS];
   slot slots[MAX_RANKS];
-  atomic_int pending;  /* stream callbacks still to come */
+  atomic_int pending;  /* stream completions still to come */
   atomic_int finished; /* the dones were called */
   pthread_mutex_t mu;  /* error */
   rf_status *error;    /* the first stream failure */
@@ -404,7 +404,7 @@ static rf_status *alloc_outputs(nccl_op *op) {
   return NULL;
 }
 
-/* Launches every rank in one group, then the completion callbacks. On error
+/* Launches every rank in one group, then the completions. On error
  * after the launch the streams are waited for before returning. */
 static rf_status *launch(nccl_op *op, size_t count) {
   rf__coll_group *g = &op->g;
@@ -465,7 +465,7 @@ void rf__nccl_coll_run(rf__coll_group *g) {
   }
   if (!st) st = set_get(ordinals, g->n, &op->set);
   if (!st) st = launch(op, count);
-  if (!st) return; /* the last stream callback reports */
+  if (!st) return; /* the last stream completion reports */
   drop_inputs(op); /* launch waited for the streams on error */
   op_report(op, rf__status_prefix(st,
                                   "collective '%s' (step %lld) through "

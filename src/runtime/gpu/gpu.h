@@ -4,8 +4,8 @@
  * stream work on the thread pool. Invariants: a device block is only reused
  * by work on the stream of the virtual device whose cache holds it (which is
  * what makes releasing a tensor right after enqueueing its last reader safe);
- * no CUDA callback ever calls CUDA or runs library code beyond scheduling a
- * pool task. */
+ * completion is reported through pool tasks (and no CUDA callback ever calls
+ * CUDA or runs library code beyond scheduling one). */
 #ifndef RF_RUNTIME_GPU_GPU_H
 #define RF_RUNTIME_GPU_GPU_H
 
@@ -111,7 +111,7 @@ void rf__gpu_device_stats(const rf__device *d, rf__gpu_alloc_stats *out);
  * tensor of a GPU cache. */
 int rf__gpu_tensor_ordinal(const rf_tensor *t);
 
-/* ---- copies and completion (runtime/gpu/stream.c) ---- */
+/* ---- copies (runtime/gpu/stream.c) ---- */
 
 /* Enqueues on d's stream a copy of src's bytes into dst (same byte size):
  * host to device, device to host, or device to device (a peer copy when the
@@ -128,6 +128,8 @@ rf_status *rf__gpu_new_device(const rf__device *d, const rf_tensor *like,
 rf_status *rf__gpu_new_host(const rf__device *d, const rf_tensor *like,
                             rf_tensor **out);
 
+/* ---- completion (runtime/gpu/completion.c) ---- */
+
 /* Completion of stream work: embed one in the record of an operation. */
 typedef struct rf__gpu_notify rf__gpu_notify;
 typedef void (*rf__gpu_notify_fn)(rf__gpu_notify *n, rf_status *st);
@@ -135,15 +137,21 @@ struct rf__gpu_notify {
   rf__gpu_notify_fn fn;
   rf__threadpool *pool;
   const rf__device *device;
-  int error; /* the cudaError_t the stream callback saw */
+  int error; /* the cudaError_t the completion saw */
+  /* the completion thread's: the event behind the work, when it was queued,
+   * the next pending entry */
+  void *event;
+  int64_t queued_ns;
+  struct rf__gpu_notify *next;
 };
 
 /* Calls fn(n, st) on a pool thread once everything enqueued on d's stream so
  * far has run; st (owned by fn) is NULL, or INTERNAL naming d when the stream
- * failed (a device fault: the callback still fires, so nothing waits
- * forever). A CUDA stream callback (cudaStreamAddCallback, which unlike
- * cudaLaunchHostFunc also fires after a device error) only schedules the
- * task. n must stay valid until fn runs. On error fn is never called. */
+ * failed (a device fault: fn still runs, so nothing waits forever). An event
+ * recorded on the stream is polled by one process-wide completion thread,
+ * which only schedules the task (a CUDA stream callback when that thread
+ * cannot start). n must stay valid until fn runs. On error fn is never
+ * called. */
 rf_status *rf__gpu_notify_when_done(const rf__device *d, rf__gpu_notify *n,
                                     rf__gpu_notify_fn fn);
 

@@ -35,7 +35,7 @@ static rf_status *named(rf__kernel_ctx *ctx, rf_status *st) {
 /* One stream-ordered operation of an async kernel: completes (fn) on a pool
  * thread once the stream has run it. `keep` is released then. */
 typedef struct pending {
-  rf__gpu_notify n; /* first: the notify callback gets it back */
+  rf__gpu_notify n; /* first: the completion gets it back */
   rf__kernel_ctx *ctx;
   rf_tensor *keep;   /* source buffer kept alive until the copy ran */
   rf_tensor *result; /* what the operation produced (owned until used) */

@@ -1,0 +1,95 @@
+/* tools/bench_gpu.h - the parts of the GPU benchmark of `ringflow bench`
+ * (CUDA builds only): bench_gpu_coll.c sets up one collective at one size on
+ * gpu:0..n-1 and makes its two calls (a session step, and the raw backend
+ * call on the same input buffers and streams), bench_gpu_exec.c times a
+ * chain of GPU kernels through a session and directly, bench_gpu.c times,
+ * checks and prints. Inputs live on the GPUs before timing starts: nothing
+ * is copied between host and device in a timed call. */
+#ifndef RF_TOOLS_BENCH_GPU_H
+#define RF_TOOLS_BENCH_GPU_H
+
+#include "bench.h"
+
+#define BG_MAX_DEV 64
+
+/* What every measurement of one run shares. */
+typedef struct bench_gpu_env {
+  int n, threads;
+  bool nccl;                /* collectives go through NCCL (else CUDA) */
+  int ordinals[BG_MAX_DEV]; /* the physical GPU of gpu:i */
+  void *comms[BG_MAX_DEV];  /* ncclComm_t of the raw calls (NCCL only) */
+  int64_t timeout_ms;       /* the sessions' collective timeout */
+} bench_gpu_env;
+
+/* ---- one collective at one size (bench_gpu_coll.c) ---- */
+
+typedef struct bench_gpu_coll bench_gpu_coll;
+
+/* Builds a graph where each device's input is a Variable (set once, on its
+ * GPU, by an init step: rank i holds i + 1 everywhere) read by ReadVariable
+ * into the collective; a session over gpu:0..n-1; and the raw call's output
+ * buffers. *out is NULL (and NULL returned) when `bytes` is too small to
+ * split over n ranks. */
+rf_status *bench_gpu_coll_new(const bench_gpu_env *env, bench_coll c,
+                              int64_t bytes, bench_gpu_coll **out);
+/* One session step: the collective on every device, its results consumed
+ * on the devices (targets, nothing fetched); the step returns once every
+ * device's stream has finished. `coll` is a bench_gpu_coll. */
+rf_status *bench_gpu_coll_step(void *coll);
+/* The raw call on the same inputs and streams, then a wait for it: the
+ * backend's kernel entry (rf__cuda_coll_launch) on the leader's stream, or
+ * one ncclGroupStart/End over every rank. */
+rf_status *bench_gpu_coll_raw(void *coll);
+/* The raw call completed by a stream callback (cudaStreamAddCallback) per
+ * stream waking the waiting thread: how the GPU backends completed before
+ * runtime/gpu/completion.c. */
+rf_status *bench_gpu_coll_raw_cb(void *coll);
+/* The raw call completed as the GPU backends complete theirs now:
+ * rf__gpu_notify_when_done per stream (the completion thread, then a pool
+ * task) waking the waiting thread. */
+rf_status *bench_gpu_coll_raw_nt(void *coll);
+/* The session step without the collective: each input's ReadVariable as
+ * the target (what a step costs around the collective). */
+rf_status *bench_gpu_coll_base(void *coll);
+/* One session step, traced (Chrome trace JSON at path). */
+rf_status *bench_gpu_coll_trace(bench_gpu_coll *c, const char *path);
+/* Blocks the devices' caching allocators have taken from cudaMalloc so far
+ * (sessions of one collective and size only). */
+void bench_gpu_coll_fresh(const bench_gpu_coll *c, int64_t *blocks);
+/* Checks three elements of every output of the raw call and, when each is at
+ * most 64 MiB (fetching copies it to the host), of a session step. */
+rf_status *bench_gpu_coll_check(bench_gpu_coll *c);
+/* The bytes the collective must move through device memory at least: every
+ * input read once and every output written once. */
+double bench_gpu_coll_traffic(const bench_gpu_coll *c);
+/* NULL is ignored. */
+void bench_gpu_coll_free(bench_gpu_coll *c);
+
+/* ---- executor overhead (bench_gpu_exec.c) ---- */
+
+typedef struct bench_gpu_exec_row {
+  int nodes;        /* Add kernels in the chain */
+  double session_s; /* seconds per session step */
+  double direct_s;  /* seconds per direct loop (launches + one wait) */
+  int session_iters, direct_iters;
+} bench_gpu_exec_row;
+
+#define BG_EXEC_ROWS 4
+
+/* Times chains of 1, 10, 100 and 1000 Add kernels (float32[4]) on gpu:0:
+ * through a session, and as the GPU Add kernel's compute function called in
+ * a loop on gpu:0's stream followed by one cudaStreamSynchronize. */
+rf_status *bench_gpu_executor(const bench_gpu_env *env, double min_time,
+                              bench_gpu_exec_row rows[BG_EXEC_ROWS]);
+
+/* ---- timing (bench_gpu.c) ---- */
+
+/* Seconds per call of each of n functions on one argument: warm-up calls,
+ * then batches sized to last min_time / 5 each, five rounds in which the
+ * functions take turns (drift hits all alike); the medians. iters: calls
+ * per batch. */
+#define BG_MAX_FNS 5
+rf_status *bench_gpu_time(rf_status *(*const *fns)(void *), int n, void *arg,
+                          double min_time, double *seconds, int *iters);
+
+#endif

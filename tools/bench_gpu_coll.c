@@ -1,0 +1,506 @@
+/* tools/bench_gpu_coll.c - one collective at one size on gpu:0..n-1, called
+ * two ways on the same input buffers: a session step (Variable ->
+ * ReadVariable -> collective on every device, targets only, so no value
+ * leaves the GPUs) and the raw backend call on the devices' own streams
+ * (the CUDA-kernel backend's launch entry, or NCCL). The inputs are the
+ * variables' device buffers, which the raw call reads through the session's
+ * internals; only the raw call's outputs are its own. Rank i's input holds
+ * i + 1 in every element, so every expected output is exact in float32. */
+#include <cuda_runtime_api.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench_gpu.h"
+#include "comm/cuda/coll_kernels.h"
+#include "core/cuda_check.h"
+#include "ringflow/collectives.h"
+#include "runtime/gpu/gpu.h"
+#include "runtime/session_internal.h"
+#include "tools.h"
+
+#define FETCH_LIMIT ((int64_t)64 << 20) /* bytes per output a check fetches */
+
+struct bench_gpu_coll {
+  const bench_gpu_env *env;
+  bench_coll c;
+  int n, nin;                  /* ranks; ranks with an input */
+  int64_t in_count, out_count; /* float32 elements per rank */
+  rf_graph *g;
+  rf_status *graph_err; /* the first failed push of a device */
+  rf_session *s;
+  rf_node *inits[BG_MAX_DEV];
+  rf_node *targets[BG_MAX_DEV];
+  rf_node *reads[BG_MAX_DEV]; /* the base step's targets */
+  rf_output fetches[BG_MAX_DEV];
+  int fetch_rank[BG_MAX_DEV];
+  int ntargets, nfetches;
+  rf__device *dev[BG_MAX_DEV]; /* gpu:i of the session */
+  const void *in[BG_MAX_DEV];  /* the variables' device buffers */
+  void *out[BG_MAX_DEV];       /* the raw call's outputs; NULL: none */
+  rf__cuda_coll_args args;     /* the raw call (CUDA path) */
+};
+
+/* Whether rank r receives an output (the GPU backends' rule; the root of
+ * both reduce and broadcast is rank 0 here). */
+static bool has_output(bench_coll c, int r) {
+  if (c == BC_REDUCE) return r == 0;
+  if (c == BC_BROADCAST) return r != 0;
+  return true;
+}
+
+/* Pushes gpu:i as b->g's device (keeping the first error). */
+static void push_gpu(bench_gpu_coll *b, int i) {
+  char dev[16];
+  snprintf(dev, sizeof dev, "gpu:%d", i);
+  rf_status *st = rf_graph_push_device(b->g, dev);
+  if (st && !b->graph_err)
+    b->graph_err = st;
+  else
+    rf_status_free(st);
+}
+
+/* Rank i: a variable filled with i + 1 by an init node, and its read. */
+static rf_output input_of(bench_gpu_coll *b, int i) {
+  char name[32];
+  push_gpu(b, i);
+  rf_shape shape = rf_shape_of(1, b->in_count);
+  snprintf(name, sizeof name, "v%d", i);
+  rf_output v = rf_variable(b->g, name, RF_FLOAT32, shape);
+  rf_tensor *dims = NULL;
+  rf_shape one = rf_shape_of(1, (int64_t)1);
+  rf_output fill = {0};
+  if (!rf_tensor_new(RF_INT64, &one, NULL, &dims)) {
+    rf_tensor_set(dims, 0, (double)b->in_count);
+    snprintf(name, sizeof name, "dims%d", i);
+    rf_output d = rf_const(b->g, name, dims);
+    rf_tensor_release(dims);
+    snprintf(name, sizeof name, "value%d", i);
+    rf_output val = rf_const_scalar(b->g, name, RF_FLOAT32, i + 1);
+    snprintf(name, sizeof name, "fill%d", i);
+    fill = rf_fill(b->g, name, d, val);
+  }
+  snprintf(name, sizeof name, "init%d", i);
+  b->inits[i] = rf_assign(b->g, name, v, fill);
+  snprintf(name, sizeof name, "x%d", i);
+  rf_output x = rf_read_variable(b->g, name, v);
+  rf_graph_pop_device(b->g);
+  b->reads[i] = x.node;
+  return x;
+}
+
+/* y consumed on device i by an Identity (the target). */
+static void consume_on(bench_gpu_coll *b, int i, rf_output y) {
+  char name[32];
+  snprintf(name, sizeof name, "y%d", i);
+  push_gpu(b, i);
+  rf_output o = rf_identity(b->g, name, y);
+  rf_graph_pop_device(b->g);
+  b->targets[b->ntargets++] = o.node;
+  b->fetch_rank[b->nfetches] = i;
+  b->fetches[b->nfetches++] = o;
+}
+
+/* The graph's first error, or NULL. */
+static rf_status *built(bench_gpu_coll *b) {
+  rf_status *st = b->graph_err;
+  b->graph_err = NULL;
+  if (st) return st;
+  return rf_graph_status(b->g);
+}
+
+static rf_status *build(bench_gpu_coll *b) {
+  rf_output xs[BG_MAX_DEV], ys[BG_MAX_DEV];
+  for (int i = 0; i < b->nin; i++) xs[i] = input_of(b, i);
+  int n = b->n;
+  switch (b->c) {
+    case BC_ALL_REDUCE:
+      rf_all_reduce_n(b->g, "coll", xs, n, RF_REDUCE_SUM, ys);
+      break;
+    case BC_ALL_GATHER: rf_all_gather_n(b->g, "coll", xs, n, ys); break;
+    case BC_REDUCE_SCATTER:
+      rf_reduce_scatter_n(b->g, "coll", xs, n, RF_REDUCE_SUM, ys);
+      break;
+    case BC_REDUCE: {
+      push_gpu(b, 0);
+      rf_output r = rf_reduce(b->g, "coll", xs, n, RF_REDUCE_SUM);
+      rf_graph_pop_device(b->g);
+      consume_on(b, 0, r);
+      return built(b);
+    }
+    case BC_BROADCAST: {
+      rf_output y = rf_broadcast(b->g, "coll", xs[0]);
+      for (int i = 0; i < n; i++) consume_on(b, i, y);
+      return built(b);
+    }
+    default: return rf_status_new(RF_INVALID_ARGUMENT, "unknown collective");
+  }
+  /* The participants themselves are the targets. */
+  for (int i = 0; i < n; i++) {
+    b->targets[b->ntargets++] = ys[i].node;
+    b->fetch_rank[b->nfetches] = i;
+    b->fetches[b->nfetches++] = ys[i];
+  }
+  return built(b);
+}
+
+static rf_status *make_session(bench_gpu_coll *b) {
+  rf_session_options o;
+  rf_session_options_init(&o);
+  o.num_cpu_devices = 1;
+  o.num_gpu_devices = b->n;
+  o.num_threads = b->env->threads;
+  o.collective_timeout_ms = b->env->timeout_ms;
+  RF_TOOL_CHECK(rf_session_new(b->g, &o, &b->s));
+  rf_session *s = b->s;
+  for (int i = 0; i < b->n; i++) {
+    b->dev[i] = &s->devices[o.num_cpu_devices + i];
+    if (b->dev[i]->gpu_ordinal != b->env->ordinals[i])
+      return rf_status_new(RF_INTERNAL,
+                           "bench: gpu:%d runs on physical GPU %d, expected "
+                           "%d",
+                           i, b->dev[i]->gpu_ordinal, b->env->ordinals[i]);
+  }
+  return NULL;
+}
+
+/* The variables' device buffers (after the init step). */
+static rf_status *find_inputs(bench_gpu_coll *b) {
+  rf_shape shape = rf_shape_of(1, b->in_count);
+  for (int i = 0; i < b->nin; i++) {
+    char name[32];
+    snprintf(name, sizeof name, "v%d", i);
+    rf__variable *v = NULL;
+    RF_TOOL_CHECK(rf__device_variable(b->dev[i], name, RF_FLOAT32, &shape, &v));
+    pthread_mutex_lock(&v->mu);
+    const rf_tensor *t = v->value;
+    b->in[i] = t && t->on_gpu ? t->data : NULL;
+    pthread_mutex_unlock(&v->mu);
+    if (!b->in[i])
+      return rf_status_new(RF_INTERNAL,
+                           "bench: variable %s on gpu:%d holds no device "
+                           "value after the init step",
+                           name, i);
+  }
+  return NULL;
+}
+
+static rf_status *alloc_raw_outputs(bench_gpu_coll *b) {
+  for (int r = 0; r < b->n; r++) {
+    if (!has_output(b->c, r) || b->out_count == 0) continue;
+    RF_TOOL_CHECK(b->dev[r]->enter(b->dev[r]));
+    RF_CUDA_CHECK(cudaMalloc(&b->out[r], (size_t)b->out_count * 4));
+    /* never time or check what a first touch or an old run left there */
+    RF_CUDA_CHECK(cudaMemset(b->out[r], 0xff, (size_t)b->out_count * 4));
+  }
+  /* The devices' streams are non-blocking: they do not wait for cudaMemset
+   * (legacy default stream) by themselves. */
+  RF_CUDA_CHECK(cudaDeviceSynchronize());
+  return NULL;
+}
+
+/* The CUDA-kernel backend's arguments, as comm/cuda/backend.c makes them. */
+static void cuda_args(bench_gpu_coll *b) {
+  rf__cuda_coll_args *a = &b->args;
+  memset(a, 0, sizeof *a);
+  a->dtype = RF_FLOAT32;
+  a->op = 0; /* RF_RED_SUM */
+  a->n = b->c == BC_BROADCAST ? 1 : b->n;
+  a->count = b->in_count;
+  a->mode = b->c == BC_REDUCE_SCATTER ? RF_CUDA_COLL_REDUCE_SCATTER
+            : b->c == BC_ALL_GATHER || b->c == BC_BROADCAST
+                ? RF_CUDA_COLL_GATHER
+                : RF_CUDA_COLL_REDUCE;
+  for (int i = 0; i < a->n; i++) a->in[i] = b->in[i];
+  for (int r = 0; r < b->n; r++) {
+    if (!b->out[r]) continue;
+    if (a->mode == RF_CUDA_COLL_REDUCE_SCATTER)
+      a->out[r] = b->out[r];
+    else
+      a->out[a->num_outs++] = b->out[r];
+  }
+  if (a->mode == RF_CUDA_COLL_REDUCE_SCATTER) a->num_outs = b->n;
+}
+
+void bench_gpu_coll_free(bench_gpu_coll *b) {
+  if (!b) return;
+  for (int r = 0; r < b->n; r++)
+    if (b->out[r]) {
+      rf_status_free(b->dev[r]->enter(b->dev[r]));
+      (void)cudaFree(b->out[r]);
+    }
+  rf_session_free(b->s);
+  rf_graph_free(b->g);
+  free(b);
+}
+
+rf_status *bench_gpu_coll_new(const bench_gpu_env *env, bench_coll c,
+                              int64_t bytes, bench_gpu_coll **out) {
+  *out = NULL;
+  int n = env->n;
+  int64_t count = bytes / 4, per = count / n;
+  if ((c == BC_ALL_GATHER || c == BC_REDUCE_SCATTER) && per == 0) return NULL;
+  /* A broadcast whose only consumer is its own device is removed by the
+   * lowering: nothing to compare. */
+  if (count == 0 || (c == BC_BROADCAST && n == 1)) return NULL;
+  bench_gpu_coll *b = calloc(1, sizeof *b);
+  if (!b) return rf_status_new(RF_RESOURCE_EXHAUSTED, "bench: no memory");
+  b->env = env;
+  b->c = c;
+  b->n = n;
+  b->nin = c == BC_BROADCAST ? 1 : n; /* broadcast: the root's input */
+  b->in_count = c == BC_ALL_GATHER       ? per
+                : c == BC_REDUCE_SCATTER ? per * n
+                                         : count;
+  b->out_count = c == BC_ALL_GATHER       ? per * n
+                 : c == BC_REDUCE_SCATTER ? per
+                                          : count;
+  b->g = rf_graph_new();
+  rf_status *st =
+      b->g ? build(b) : rf_status_new(RF_RESOURCE_EXHAUSTED, "no memory");
+  if (!st) st = make_session(b);
+  if (!st) st = rf_session_run(b->s, NULL, 0, NULL, 0, b->inits, b->nin, NULL);
+  if (!st) st = find_inputs(b);
+  if (!st) st = alloc_raw_outputs(b);
+  if (st) {
+    bench_gpu_coll_free(b);
+    return st;
+  }
+  cuda_args(b);
+  *out = b;
+  return NULL;
+}
+
+rf_status *bench_gpu_coll_step(void *coll) {
+  bench_gpu_coll *b = coll;
+  return rf_session_run(b->s, NULL, 0, NULL, 0, b->targets, b->ntargets, NULL);
+}
+
+rf_status *bench_gpu_coll_base(void *coll) {
+  bench_gpu_coll *b = coll;
+  return rf_session_run(b->s, NULL, 0, NULL, 0, b->reads, b->nin, NULL);
+}
+
+#ifdef RF_HAVE_NCCL
+/* Rank r's part of the raw NCCL call, as comm/nccl/backend.c issues it. */
+static ncclResult_t nccl_issue(bench_gpu_coll *b, int r) {
+  ncclComm_t comm = (ncclComm_t)b->env->comms[r];
+  cudaStream_t s = (cudaStream_t)b->dev[r]->stream;
+  const void *in = r < b->nin ? b->in[r] : NULL;
+  void *out = b->out[r];
+  size_t count = (size_t)b->in_count;
+  switch (b->c) {
+    case BC_ALL_REDUCE:
+      return ncclAllReduce(in, out, count, ncclFloat32, ncclSum, comm, s);
+    case BC_REDUCE:
+      return ncclReduce(in, out, count, ncclFloat32, ncclSum, 0, comm, s);
+    case BC_BROADCAST: /* in place at the root, which has no output */
+      return ncclBroadcast(in, r == 0 ? (void *)in : out, count, ncclFloat32, 0,
+                           comm, s);
+    case BC_ALL_GATHER:
+      return ncclAllGather(in, out, count, ncclFloat32, comm, s);
+    case BC_REDUCE_SCATTER:
+      return ncclReduceScatter(in, out, count / (size_t)b->n, ncclFloat32,
+                               ncclSum, comm, s);
+    default: return ncclInvalidArgument;
+  }
+}
+#endif
+
+/* Enqueues the raw call; *nstreams gets how many of dev[0..) it used (the
+ * CUDA path: the leader's only). */
+static rf_status *raw_enqueue(bench_gpu_coll *b, int *nstreams) {
+#ifdef RF_HAVE_NCCL
+  if (b->env->nccl) {
+    RF_NCCL_CHECK(ncclGroupStart());
+    ncclResult_t first = ncclSuccess;
+    for (int r = 0; r < b->n && first == ncclSuccess; r++)
+      first = nccl_issue(b, r);
+    ncclResult_t end = ncclGroupEnd();
+    RF_NCCL_CHECK(first);
+    RF_NCCL_CHECK(end);
+    *nstreams = b->n;
+    return NULL;
+  }
+#endif
+  const rf__device *lead = b->dev[0]; /* the root, or rank 0 */
+  const rf__gpu_context *ctx = lead->gpu;
+  RF_TOOL_CHECK(lead->enter(lead));
+  RF_TOOL_CHECK(
+      rf__cuda_coll_launch(&b->args, lead->stream, ctx->multiprocessors));
+  *nstreams = 1;
+  return NULL;
+}
+
+rf_status *bench_gpu_coll_raw(void *coll) {
+  bench_gpu_coll *b = coll;
+  int ns = 0;
+  RF_TOOL_CHECK(raw_enqueue(b, &ns));
+  for (int r = 0; r < ns; r++) {
+    RF_TOOL_CHECK(b->dev[r]->enter(b->dev[r]));
+    RF_CUDA_CHECK(cudaStreamSynchronize((cudaStream_t)b->dev[r]->stream));
+  }
+  return NULL;
+}
+
+/* Completion as the GPU backends see it: a stream callback per stream
+ * signals a waiting thread (instead of cudaStreamSynchronize). */
+typedef struct cb_wait {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int left;
+} cb_wait;
+
+static void CUDART_CB stream_done(cudaStream_t s, cudaError_t e, void *arg) {
+  cb_wait *w = arg;
+  (void)s, (void)e;
+  pthread_mutex_lock(&w->mu);
+  if (--w->left == 0) pthread_cond_signal(&w->cv);
+  pthread_mutex_unlock(&w->mu);
+}
+
+rf_status *bench_gpu_coll_raw_cb(void *coll) {
+  bench_gpu_coll *b = coll;
+  int ns = 0;
+  RF_TOOL_CHECK(raw_enqueue(b, &ns));
+  cb_wait w = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, ns};
+  rf_status *st = NULL;
+  int added = 0;
+  for (int r = 0; r < ns && !st; r++) {
+    st = b->dev[r]->enter(b->dev[r]);
+    if (!st)
+      st = RF_CUDA_STATUS(cudaStreamAddCallback((cudaStream_t)b->dev[r]->stream,
+                                                stream_done, &w, 0));
+    if (!st) added++;
+  }
+  pthread_mutex_lock(&w.mu);
+  w.left -= ns - added; /* callbacks never added never fire */
+  while (w.left > 0) pthread_cond_wait(&w.cv, &w.mu);
+  pthread_mutex_unlock(&w.mu);
+  if (st) rf_status_free(bench_gpu_coll_raw(b)); /* drain */
+  return st;
+}
+
+typedef struct nt_slot {
+  rf__gpu_notify n; /* first: the function gets it back */
+  cb_wait *w;
+  rf_status *st;
+} nt_slot;
+
+static void notified(rf__gpu_notify *n, rf_status *st) {
+  nt_slot *slot = (nt_slot *)n;
+  cb_wait *w = slot->w;
+  pthread_mutex_lock(&w->mu);
+  slot->st = st;
+  if (--w->left == 0) pthread_cond_signal(&w->cv);
+  pthread_mutex_unlock(&w->mu);
+}
+
+/* Completion through the GPU runtime's own path (rf__gpu_notify_when_done:
+ * an event polled by the completion thread, then a pool task), as the
+ * backends complete. */
+rf_status *bench_gpu_coll_raw_nt(void *coll) {
+  bench_gpu_coll *b = coll;
+  int ns = 0;
+  RF_TOOL_CHECK(raw_enqueue(b, &ns));
+  cb_wait w = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, ns};
+  nt_slot slots[BG_MAX_DEV];
+  rf_status *st = NULL;
+  int added = 0;
+  for (int r = 0; r < ns && !st; r++) {
+    slots[r] = (nt_slot){.w = &w};
+    st = rf__gpu_notify_when_done(b->dev[r], &slots[r].n, notified);
+    if (!st) added++;
+  }
+  pthread_mutex_lock(&w.mu);
+  w.left -= ns - added; /* never queued: never called */
+  while (w.left > 0) pthread_cond_wait(&w.cv, &w.mu);
+  pthread_mutex_unlock(&w.mu);
+  for (int r = 0; r < added; r++)
+    if (slots[r].st && !st)
+      st = slots[r].st;
+    else
+      rf_status_free(slots[r].st);
+  if (st && added < ns) rf_status_free(bench_gpu_coll_raw(b)); /* drain */
+  return st;
+}
+
+rf_status *bench_gpu_coll_trace(bench_gpu_coll *b, const char *path) {
+  RF_TOOL_CHECK(rf_session_trace_next_run(b->s, path));
+  return bench_gpu_coll_step(b);
+}
+
+void bench_gpu_coll_fresh(const bench_gpu_coll *b, int64_t *blocks) {
+  *blocks = 0;
+  for (int r = 0; r < b->n; r++) {
+    rf__gpu_alloc_stats st;
+    rf__gpu_device_stats(b->dev[r], &st);
+    *blocks += st.fresh;
+  }
+}
+
+/* Element k of rank r's output. */
+static double expected(const bench_gpu_coll *b, int64_t k) {
+  int n = b->n;
+  switch (b->c) {
+    case BC_BROADCAST: return 1;
+    case BC_ALL_GATHER: return (double)(k / b->in_count + 1);
+    default: return (double)n * (n + 1) / 2; /* sums of 1..n */
+  }
+}
+
+static rf_status *probe(const bench_gpu_coll *b, const char *what, int r,
+                        int64_t m, double (*get)(const void *, int64_t),
+                        const void *src) {
+  int64_t at[3] = {0, m / 2, m - 1};
+  for (int p = 0; p < 3; p++) {
+    double got = get(src, at[p]), want = expected(b, at[p]);
+    if (got != want)
+      return rf_status_new(RF_INTERNAL,
+                           "bench: %s %s on %d GPUs gave %g at element %lld "
+                           "of gpu:%d's output, expected %g",
+                           what, bench_coll_name(b->c), b->n, got,
+                           (long long)at[p], r, want);
+  }
+  return NULL;
+}
+
+static double get_device(const void *src, int64_t k) {
+  float v = -1;
+  if (cudaMemcpy(&v, (const float *)src + k, 4, cudaMemcpyDeviceToHost) !=
+      cudaSuccess) {
+    (void)cudaGetLastError();
+    return -1;
+  }
+  return v;
+}
+
+static double get_tensor(const void *src, int64_t k) {
+  return rf_tensor_get((const rf_tensor *)src, k);
+}
+
+rf_status *bench_gpu_coll_check(bench_gpu_coll *b) {
+  RF_TOOL_CHECK(bench_gpu_coll_raw(b));
+  for (int r = 0; r < b->n; r++) {
+    if (!b->out[r]) continue;
+    RF_TOOL_CHECK(b->dev[r]->enter(b->dev[r]));
+    RF_TOOL_CHECK(probe(b, "raw", r, b->out_count, get_device, b->out[r]));
+  }
+  if (b->out_count * 4 > FETCH_LIMIT) return NULL;
+  rf_tensor *outs[BG_MAX_DEV] = {NULL};
+  RF_TOOL_CHECK(
+      rf_session_run(b->s, NULL, 0, b->fetches, b->nfetches, NULL, 0, outs));
+  rf_status *st = NULL;
+  for (int f = 0; f < b->nfetches && !st; f++)
+    st = probe(b, "session", b->fetch_rank[f], rf_tensor_num_elements(outs[f]),
+               get_tensor, outs[f]);
+  for (int f = 0; f < b->nfetches; f++) rf_tensor_release(outs[f]);
+  return st;
+}
+
+double bench_gpu_coll_traffic(const bench_gpu_coll *b) {
+  double outs = 0;
+  for (int r = 0; r < b->n; r++) outs += has_output(b->c, r);
+  return 4.0 *
+         ((double)b->nin * (double)b->in_count + outs * (double)b->out_count);
+}
