@@ -41,6 +41,23 @@ struct rf__kernel_ctx {
   const struct rf__kernel_def *def;
 };
 
+/* What running a kernel costs the thread that runs it, for the executor's
+ * scheduling (TensorFlow's OpKernel::IsExpensive). A cheap node runs inline
+ * on the thread that made it ready: handing it to another thread (a futex
+ * wake-up and a context switch, ~5-20 us here) would cost more than running
+ * it. Expensive nodes may go to idle pool workers when several are ready. */
+typedef enum rf__kernel_cost {
+  RF_COST_EXPENSIVE = 0, /* the default: real work, or unknown */
+  RF_COST_CHEAP,         /* constant work: forwards a reference, reads a
+                            variable, starts an asynchronous kernel */
+  RF_COST_PER_ELEMENT,   /* a few operations per input element: cheap when
+                            the inputs hold at most RF_CHEAP_MAX_ELEMENTS */
+} rf__kernel_cost;
+
+/* Input elements (all inputs together) up to which an RF_COST_PER_ELEMENT
+ * kernel runs inline: ~2-10 us of work, about what a hand-off costs. */
+#define RF_CHEAP_MAX_ELEMENTS 16384
+
 typedef struct rf__kernel_def {
   const char *op;
   rf__device_type device_type;
@@ -58,6 +75,9 @@ typedef struct rf__kernel_def {
    * devices (everything is host memory there). */
   uint32_t host_memory_inputs;
   uint32_t host_memory_outputs;
+  /* Optional: RF_COST_EXPENSIVE unless set. Asynchronous kernels should be
+   * RF_COST_CHEAP: they only start their work. */
+  rf__kernel_cost cost;
 } rf__kernel_def;
 
 /* Adds a kernel. ALREADY_EXISTS for a second kernel of the same (op, type). */

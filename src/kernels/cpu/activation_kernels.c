@@ -191,17 +191,29 @@ static rf_status *tanh_grad_compute(rf__kernel_ctx *c) {
 }
 
 static const rf__kernel_def defs[] = {
-    {.op = "Relu", .device_type = RF_DEVICE_CPU, .compute = relu_compute},
-    {.op = "Sigmoid", .device_type = RF_DEVICE_CPU, .compute = sigmoid_compute},
-    {.op = "Tanh", .device_type = RF_DEVICE_CPU, .compute = tanh_compute},
+    {.op = "Relu",
+     .device_type = RF_DEVICE_CPU,
+     .cost = RF_COST_PER_ELEMENT,
+     .compute = relu_compute},
+    {.op = "Sigmoid",
+     .device_type = RF_DEVICE_CPU,
+     .cost = RF_COST_PER_ELEMENT,
+     .compute = sigmoid_compute},
+    {.op = "Tanh",
+     .device_type = RF_DEVICE_CPU,
+     .cost = RF_COST_PER_ELEMENT,
+     .compute = tanh_compute},
     {.op = "_ReluGrad",
      .device_type = RF_DEVICE_CPU,
+     .cost = RF_COST_PER_ELEMENT,
      .compute = relu_grad_compute},
     {.op = "_SigmoidGrad",
      .device_type = RF_DEVICE_CPU,
+     .cost = RF_COST_PER_ELEMENT,
      .compute = sigmoid_grad_compute},
     {.op = "_TanhGrad",
      .device_type = RF_DEVICE_CPU,
+     .cost = RF_COST_PER_ELEMENT,
      .compute = tanh_grad_compute},
 };
 

@@ -183,7 +183,8 @@ static rf_status *must_be_lowered(rf__kernel_ctx *ctx) {
 #define PARTICIPANT(OP, INIT_FN, HOST_IN, TYPE)                               \
   {                                                                           \
     .op = OP, .device_type = TYPE, .init = INIT_FN, .destroy = destroy_state, \
-    .compute_async = participate, .host_memory_inputs = HOST_IN               \
+    .compute_async = participate, .host_memory_inputs = HOST_IN,              \
+    .cost = RF_COST_CHEAP                                                     \
   }
 #define KERNELS(TYPE)                                                        \
   {                                                                          \

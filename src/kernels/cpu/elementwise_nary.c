@@ -151,8 +151,14 @@ static rf_status *add_n_compute(rf__kernel_ctx *ctx) {
 }
 
 static const rf__kernel_def nary_kernels[] = {
-    {.op = "Neg", .device_type = RF_DEVICE_CPU, .compute = neg_compute},
-    {.op = "AddN", .device_type = RF_DEVICE_CPU, .compute = add_n_compute},
+    {.op = "Neg",
+     .device_type = RF_DEVICE_CPU,
+     .cost = RF_COST_PER_ELEMENT,
+     .compute = neg_compute},
+    {.op = "AddN",
+     .device_type = RF_DEVICE_CPU,
+     .cost = RF_COST_PER_ELEMENT,
+     .compute = add_n_compute},
 };
 
 rf_status *rf__register_cpu_nary_kernels(void) {

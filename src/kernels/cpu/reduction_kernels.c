@@ -338,14 +338,25 @@ static rf_status *argmax_compute(rf__kernel_ctx *ctx) {
 /* ---- registration ---- */
 
 static const rf__kernel_def defs[] = {
-    {.op = "Sum", .device_type = RF_DEVICE_CPU, .compute = sum_compute},
-    {.op = "Mean", .device_type = RF_DEVICE_CPU, .compute = mean_compute},
-    {.op = "ArgMax", .device_type = RF_DEVICE_CPU, .compute = argmax_compute},
+    {.op = "Sum",
+     .device_type = RF_DEVICE_CPU,
+     .cost = RF_COST_PER_ELEMENT,
+     .compute = sum_compute},
+    {.op = "Mean",
+     .device_type = RF_DEVICE_CPU,
+     .cost = RF_COST_PER_ELEMENT,
+     .compute = mean_compute},
+    {.op = "ArgMax",
+     .device_type = RF_DEVICE_CPU,
+     .cost = RF_COST_PER_ELEMENT,
+     .compute = argmax_compute},
     {.op = "_SumGrad",
      .device_type = RF_DEVICE_CPU,
+     .cost = RF_COST_PER_ELEMENT,
      .compute = sum_grad_compute},
     {.op = "_MeanGrad",
      .device_type = RF_DEVICE_CPU,
+     .cost = RF_COST_PER_ELEMENT,
      .compute = mean_grad_compute},
 };
 
