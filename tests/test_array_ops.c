@@ -8,7 +8,6 @@
 
 #include "core/tensor.h"
 #include "kernels/kernel.h"
-#include "ringflow/debug.h"
 #include "testutil.h"
 
 static const rf_dtype all_dtypes[] = {RF_FLOAT16, RF_BFLOAT16, RF_FLOAT32,
@@ -42,12 +41,8 @@ static void assert_same_values(const rf_tensor *got, const rf_tensor *want,
 /* One run on a fresh session with one device; returns the status. */
 static rf_status *try_run(rf_graph *g, const rf_feed *feeds, int nfeeds,
                           const rf_output *fetches, int n, rf_tensor **outs) {
-  rf_session *s = NULL;
   assert_graph_ok(g);
-  assert_ok(rf_session_new(g, NULL, &s));
-  rf_status *st = rf_session_run(s, feeds, nfeeds, fetches, n, NULL, 0, outs);
-  rf_session_free(s);
-  return st;
+  return rf_test_try_run(g, feeds, nfeeds, fetches, n, outs);
 }
 
 static rf_tensor *run1(rf_graph *g, const rf_feed *feeds, int nfeeds,
@@ -55,6 +50,23 @@ static rf_tensor *run1(rf_graph *g, const rf_feed *feeds, int nfeeds,
   rf_tensor *out = NULL;
   rf_test_run(g, 1, feeds, nfeeds, &fetch, 1, &out);
   return out;
+}
+
+/* Makes n fetches from x in g. */
+typedef void (*build_fn)(rf_graph *g, rf_output x, rf_output *fetches);
+
+/* Runs the n fetches build makes from a placeholder of value's dtype, its
+ * shape known only at run time, fed value: outs[0..n) get the results. */
+static void run_fed(rf_tensor *value, build_fn build, int n, rf_tensor **outs) {
+  rf_graph *g = rf_graph_new();
+  rf_output x =
+      rf_placeholder(g, "x", rf_tensor_dtype(value), rf_shape_unknown());
+  rf_output fetches[4];
+  build(g, x, fetches);
+  assert_graph_ok(g);
+  rf_feed feed = {x, value};
+  rf_test_run(g, 1, &feed, 1, fetches, n, outs);
+  rf_graph_free(g);
 }
 
 /* Shapes with 0, 1, odd and larger element counts. */
@@ -119,6 +131,12 @@ static void test_const_errors(void **state) {
   rf_graph_free(g);
 }
 
+static void build_identity(rf_graph *g, rf_output x, rf_output *fetches) {
+  fetches[0] = x;
+  fetches[1] = rf_identity(g, "y", x);
+  assert_int_equal(rf_output_dtype(fetches[1]), rf_output_dtype(x));
+}
+
 /* Placeholder fed directly and through Identity, every dtype. */
 static void test_placeholder_and_identity(void **state) {
   (void)state;
@@ -126,20 +144,13 @@ static void test_placeholder_and_identity(void **state) {
     for (int k = 0; k < 4; k++) {
       rf_shape shape = test_shape(k);
       rf_tensor *value = random_of(all_dtypes[d], shape);
-      rf_graph *g = rf_graph_new();
-      rf_output x = rf_placeholder(g, "x", all_dtypes[d], rf_shape_unknown());
-      rf_output y = rf_identity(g, "y", x);
-      assert_int_equal(rf_output_dtype(y), all_dtypes[d]);
-      rf_feed feed = {x, value};
-      rf_output fetches[2] = {x, y};
       rf_tensor *outs[2];
-      rf_test_run(g, 1, &feed, 1, fetches, 2, outs);
-      assert_same_values(outs[0], value, shape);
-      assert_same_values(outs[1], value, shape);
-      rf_tensor_release(outs[0]);
-      rf_tensor_release(outs[1]);
+      run_fed(value, build_identity, 2, outs);
+      for (int i = 0; i < 2; i++) {
+        assert_same_values(outs[i], value, shape);
+        rf_tensor_release(outs[i]);
+      }
       rf_tensor_release(value);
-      rf_graph_free(g);
     }
   }
 }
@@ -428,19 +439,19 @@ static void test_fill_errors(void **state) {
   rf_graph_free(g);
 }
 
+static void build_zeros_ones(rf_graph *g, rf_output x, rf_output *fetches) {
+  fetches[0] = rf_zeros_like(g, "z", x);
+  fetches[1] = rf_ones_like(g, "o", x);
+}
+
 static void test_zeros_ones_like(void **state) {
   (void)state;
   for (int d = 0; d < NUM_DTYPES; d++) {
     for (int k = 0; k < 4; k++) {
       rf_shape shape = test_shape(k);
       rf_tensor *x = random_of(all_dtypes[d], shape);
-      rf_graph *g = rf_graph_new();
-      rf_output xp = rf_placeholder(g, "x", all_dtypes[d], rf_shape_unknown());
-      rf_output fetches[2] = {rf_zeros_like(g, "z", xp),
-                              rf_ones_like(g, "o", xp)};
-      rf_feed feed = {xp, x};
       rf_tensor *outs[2];
-      rf_test_run(g, 1, &feed, 1, fetches, 2, outs);
+      run_fed(x, build_zeros_ones, 2, outs);
       int64_t n = rf_shape_num_elements(&shape);
       double *want = calloc((size_t)n + 1, sizeof(double));
       assert_tensor_near(outs[0], shape, want, 0.0);
@@ -452,7 +463,6 @@ static void test_zeros_ones_like(void **state) {
       }
       free(want);
       rf_tensor_release(x);
-      rf_graph_free(g);
     }
   }
 }
@@ -512,25 +522,7 @@ static void test_kernel_allocation_failures(void **state) {
   assert_ok(rf_tensor_new(RF_INT32, &two, NULL, &dv));
   for (int i = 0; i < 2; i++) rf_tensor_set(dv, i, (double)dims[i]);
   rf_tensor *inputs[4][2] = {{xv, dv}, {dv, vv}, {xv, NULL}, {xv, NULL}};
-  for (int n = 0; n < 4; n++) {
-    int failures = 0;
-    for (int k = 1; k < 20; k++) {
-      rf_tensor *out = NULL;
-      int64_t live = rf_debug_live_allocations();
-      rf_debug_fail_allocation_after(k);
-      rf_status *st = rf__kernel_run_single(nodes[n], inputs[n], &out);
-      rf_debug_fail_allocation_after(0);
-      if (!st) {
-        rf_tensor_release(out);
-        break;
-      }
-      failures++;
-      assert_status(st, RF_RESOURCE_EXHAUSTED, NULL);
-      /* <=: a failed allocation may also trim the allocator's cache. */
-      assert_true(rf_debug_live_allocations() <= live);
-    }
-    assert_true(failures > 0);
-  }
+  for (int n = 0; n < 4; n++) rf_test_kernel_under_faults(nodes[n], inputs[n]);
   rf_tensor_release(xv);
   rf_tensor_release(dv);
   rf_tensor_release(vv);

@@ -37,7 +37,8 @@ struct fd_case {
   bool spread;    /* MLP: one device scope per layer */
   bool unknown;   /* placeholders of unknown shape: shapes only known at run
                      time, so gradients take their dynamic-shape paths */
-  build_fn inner; /* second order: f = d sum(inner(x) * r1) / dx */
+  build_fn inner; /* second order: f = d sum(inner(x) * r1) / dx[wrt] */
+  int wrt;
 };
 
 static rf_tensor *random_x(uint64_t *rng, const fd_case *c, int j) {
@@ -457,6 +458,16 @@ static rf_output build_reshape(rf_graph *g, const rf_output *x,
   return rf_reshape_to(g, NULL, x[0], c->rank, c->dims);
 }
 
+/* Fill(dims, x0) with x0 a scalar: its gradient is the sum of dy. */
+static rf_output build_fill(rf_graph *g, const rf_output *x, const fd_case *c) {
+  rf_shape ds = rf_shape_of(1, c->rank);
+  rf_tensor *dims = NULL;
+  assert_ok(rf_tensor_new_copy(RF_INT64, &ds, c->dims, &dims));
+  rf_output f = rf_fill(g, NULL, rf_const(g, NULL, dims), x[0]);
+  rf_tensor_release(dims);
+  return f;
+}
+
 static void test_reshape(void **state) {
   (void)state;
   static const fd_case cases[] = {
@@ -483,13 +494,20 @@ static void test_reshape(void **state) {
        .nx = 1,
        .shapes = {{2, {1, 1}}},
        .rank = 0},
+      {.name = "Fill/value",
+       .build = build_fill,
+       .nx = 1,
+       .shapes = {{0, {0}}},
+       .rank = 2,
+       .dims = {2, 3}},
   };
   check_all(cases, sizeof cases / sizeof cases[0]);
 }
 
 /* ---- second order ---- */
 
-/* f = d sum(inner(x) * r1) / dx0, r1 fixed: the gradients of gradient ops. */
+/* f = d sum(inner(x) * r1) / dx[wrt], r1 fixed: the gradients of gradient
+ * ops. */
 static rf_output build_second(rf_graph *g, const rf_output *x,
                               const fd_case *c) {
   rf_output f = c->inner(g, x, c);
@@ -501,7 +519,28 @@ static rf_output build_second(rf_graph *g, const rf_output *x,
   rf_output y = rf_sum(g, NULL, fr, NULL, -1, false);
   rf_output dx[MAX_X];
   assert_ok(rf_gradients(g, &y, 1, x, c->nx, NULL, dx));
-  return dx[0];
+  return dx[c->wrt];
+}
+
+/* unary(x) * x: the first derivative feeds x into both inputs of the unary
+ * op's gradient op, so the second one goes through both of its gradients. */
+static rf_output build_unary_times_x(rf_graph *g, const rf_output *x,
+                                     const fd_case *c) {
+  return rf_mul(g, NULL, build_unary(g, x, c), x[0]);
+}
+
+/* BiasAdd(x0, x1) * x0: the bias gradient depends on x0. */
+static rf_output build_bias_add_times_x(rf_graph *g, const rf_output *x,
+                                        const fd_case *c) {
+  return rf_mul(g, NULL, rf_bias_add(g, NULL, x[0], x[1]), x[0]);
+}
+
+/* loss * loss: dloss depends on x, so the second derivative goes through
+ * both inputs of _SparseXentGrad and the backprop output. */
+static rf_output build_xent_squared(rf_graph *g, const rf_output *x,
+                                    const fd_case *c) {
+  rf_output l = build_xent(g, x, c);
+  return rf_mul(g, NULL, l, l);
 }
 
 static rf_output build_square_reduce(rf_graph *g, const rf_output *x,
@@ -555,6 +594,52 @@ static void test_second_order(void **state) {
        .naxes = 1,
        .axes = {1},
        .keep_dims = true},
+      {.name = "Relu*x/second order",
+       .build = build_second,
+       .inner = build_unary_times_x,
+       .nx = 1,
+       .shapes = {{2, {3, 4}}},
+       .min_abs = 0.05,
+       .op = RELU},
+      {.name = "Sigmoid*x/second order",
+       .build = build_second,
+       .inner = build_unary_times_x,
+       .nx = 1,
+       .shapes = {{2, {3, 4}}},
+       .lo = {-3},
+       .hi = {3},
+       .op = SIGMOID},
+      {.name = "Tanh*x/second order",
+       .build = build_second,
+       .inner = build_unary_times_x,
+       .nx = 1,
+       .shapes = {{2, {3, 4}}},
+       .lo = {-2},
+       .hi = {2},
+       .op = TANH},
+      {.name = "Softmax*x/second order",
+       .build = build_second,
+       .inner = build_unary_times_x,
+       .nx = 1,
+       .shapes = {{3, {2, 2, 3}}},
+       .lo = {-2},
+       .hi = {2},
+       .op = SOFTMAX},
+      {.name = "BiasAdd*x/second order in the bias",
+       .build = build_second,
+       .inner = build_bias_add_times_x,
+       .wrt = 1,
+       .nx = 2,
+       .shapes = {{2, {3, 4}}, {1, {4}}}},
+      {.name = "SparseSoftmaxCrossEntropy^2/second order",
+       .build = build_second,
+       .inner = build_xent_squared,
+       .nx = 1,
+       .shapes = {{2, {4, 3}}},
+       .lo = {-2},
+       .hi = {2},
+       .dtype = RF_INT32,
+       .labels = {0, 2, 1, 2}},
   };
   check_all(cases, sizeof cases / sizeof cases[0]);
 }
@@ -618,6 +703,20 @@ static void test_mlp(void **state) {
   check_fd(&unknown, &rng, 1, NULL);
 }
 
+/* The MLP's gradient in W1, differentiated again in every parameter (a
+ * gradient penalty): second order through MatMul, BiasAdd, Relu and the
+ * cross-entropy. */
+static void test_mlp_second_order(void **state) {
+  (void)state;
+  uint64_t rng = rf_test_seed();
+  fd_case c = mlp;
+  c.name = "MLP/second order";
+  c.build = build_second;
+  c.inner = build_mlp;
+  c.min_abs = 0.01;
+  check_fd(&c, &rng, 1, NULL);
+}
+
 /* The same MLP over 4 devices: gradient nodes follow their forward nodes,
  * and the gradients equal the single-device ones. */
 static void test_mlp_four_devices(void **state) {
@@ -656,10 +755,15 @@ static void test_mlp_four_devices(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_arithmetic),        cmocka_unit_test(test_unary),
-      cmocka_unit_test(test_add_n_matmul_cast), cmocka_unit_test(test_nn),
-      cmocka_unit_test(test_reductions),        cmocka_unit_test(test_reshape),
-      cmocka_unit_test(test_second_order),      cmocka_unit_test(test_mlp),
+      cmocka_unit_test(test_arithmetic),
+      cmocka_unit_test(test_unary),
+      cmocka_unit_test(test_add_n_matmul_cast),
+      cmocka_unit_test(test_nn),
+      cmocka_unit_test(test_mlp_second_order),
+      cmocka_unit_test(test_reductions),
+      cmocka_unit_test(test_reshape),
+      cmocka_unit_test(test_second_order),
+      cmocka_unit_test(test_mlp),
       cmocka_unit_test(test_mlp_four_devices),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -423,11 +423,17 @@ typedef struct bad_case {
 } bad_case;
 
 #define HDR "{\"format\": \"ringflow-graph\", \"version\": 1, \"nodes\": "
-#define PH(name)                                                         \
+/* A float32 Placeholder node of the given shape attr value. */
+#define PH_SHAPED(name, shape)                                           \
   "{\"name\": \"" name                                                   \
   "\", \"op\": \"Placeholder\", \"attrs\": {\"dtype\": "                 \
   "{\"type\": \"type\", \"value\": \"float32\"}, \"shape\": {\"type\": " \
-  "\"shape\", \"value\": [2]}}}"
+  "\"shape\", \"value\": " shape "}}}"
+#define PH(name) PH_SHAPED(name, "[2]")
+/* A file of one node whose one attr is {"type": type, "value": value}. */
+#define ATTR1(node, op, attr, type, value)                                \
+  HDR "[{\"name\": \"" node "\", \"op\": \"" op "\", \"attrs\": {\"" attr \
+      "\": {\"type\": \"" type "\", \"value\": " value "}}}]}"
 #define CONST(dtype, shape, data)                                           \
   HDR "[{\"name\": \"k\", \"op\": \"Const\", \"attrs\": {\"dtype\": "       \
       "{\"type\": \"type\", \"value\": \"" dtype                            \
@@ -519,19 +525,16 @@ static const bad_case bad_cases[] = {
                      "[[\"x\", \"k\"]]}]}",
      RF_INVALID_ARGUMENT, "input 'k' names no earlier node"},
     /* attrs */
-    {HDR "[{\"name\": \"x\", \"op\": \"Placeholder\", \"attrs\": {\"dtype\": "
-         "{\"type\": \"int\", \"value\": 3}}}]}",
-     RF_INVALID_ARGUMENT, "dtype"},
-    {HDR "[{\"name\": \"x\", \"op\": \"Placeholder\", \"attrs\": {\"dtype\": "
-         "{\"type\": \"type\", \"value\": \"float128\"}}}]}",
+    {ATTR1("x", "Placeholder", "dtype", "int", "3"), RF_INVALID_ARGUMENT,
+     "dtype"},
+    {ATTR1("x", "Placeholder", "dtype", "type", "\"float128\""),
      RF_INVALID_ARGUMENT,
      "graph file, node 0 'x', attr 'dtype': expected a dtype"},
     {HDR "[{\"name\": \"x\", \"op\": \"Placeholder\", \"attrs\": {\"dtype\": "
          "{\"type\": \"type\"}}}]}",
      RF_INVALID_ARGUMENT, "attr 'dtype': an attr must be {\"type\": string"},
-    {HDR "[{\"name\": \"x\", \"op\": \"Placeholder\", \"attrs\": {\"dtype\": "
-         "{\"type\": \"complex\", \"value\": 1}}}]}",
-     RF_INVALID_ARGUMENT, "attr 'dtype': unknown attr type 'complex'"},
+    {ATTR1("x", "Placeholder", "dtype", "complex", "1"), RF_INVALID_ARGUMENT,
+     "attr 'dtype': unknown attr type 'complex'"},
     {HDR "[{\"name\": \"x\", \"op\": \"Placeholder\", \"attrs\": {\"dtype\": "
          "3}}]}",
      RF_INVALID_ARGUMENT, "attr 'dtype': an attr must be"},
@@ -539,36 +542,24 @@ static const bad_case bad_cases[] = {
          "{\"type\": \"type\", \"value\": \"float32\"}, \"bogus\": {\"type\": "
          "\"int\", \"value\": 1}}}]}",
      RF_INVALID_ARGUMENT, "bogus"},
-    {HDR "[{\"name\": \"x\", \"op\": \"Placeholder\", \"attrs\": {\"dtype\": "
-         "{\"type\": \"type\", \"value\": \"float32\"}, \"shape\": {\"type\": "
-         "\"shape\", \"value\": [1,2,3,4,5,6,7,8,9]}}}]}",
-     RF_INVALID_ARGUMENT, "at most 8 ints"},
-    {HDR "[{\"name\": \"x\", \"op\": \"Placeholder\", \"attrs\": {\"dtype\": "
-         "{\"type\": \"type\", \"value\": \"float32\"}, \"shape\": {\"type\": "
-         "\"shape\", \"value\": [-2]}}}]}",
-     RF_INVALID_ARGUMENT, "shape dim 0 is not an integer >= -1"},
-    {HDR "[{\"name\": \"x\", \"op\": \"Placeholder\", \"attrs\": {\"dtype\": "
-         "{\"type\": \"type\", \"value\": \"float32\"}, \"shape\": {\"type\": "
-         "\"shape\", \"value\": [1.5]}}}]}",
-     RF_INVALID_ARGUMENT, "shape dim 0 is not an integer"},
-    {HDR "[{\"name\": \"s\", \"op\": \"Sum\", \"attrs\": {\"axes\": "
-         "{\"type\": \"list(int)\", \"value\": 3}}}]}",
-     RF_INVALID_ARGUMENT, "must be an array"},
-    {HDR "[{\"name\": \"s\", \"op\": \"Sum\", \"attrs\": {\"axes\": "
-         "{\"type\": \"list(int)\", \"value\": [1, \"2\"]}}}]}",
-     RF_INVALID_ARGUMENT, "expected an integer"},
-    {HDR "[{\"name\": \"s\", \"op\": \"NoOp\", \"attrs\": {\"x\": "
-         "{\"type\": \"float\", \"value\": \"NaN!\"}}}]}",
-     RF_INVALID_ARGUMENT, "expected a number"},
-    {HDR "[{\"name\": \"s\", \"op\": \"NoOp\", \"attrs\": {\"x\": "
-         "{\"type\": \"bool\", \"value\": 1}}}]}",
-     RF_INVALID_ARGUMENT, "expected true or false"},
-    {HDR "[{\"name\": \"s\", \"op\": \"NoOp\", \"attrs\": {\"x\": "
-         "{\"type\": \"string\", \"value\": null}}}]}",
-     RF_INVALID_ARGUMENT, "expected a string"},
-    {HDR "[{\"name\": \"s\", \"op\": \"NoOp\", \"attrs\": {\"_devices\": "
-         "{\"type\": \"string\", \"value\": \"cpu:0\"}}}]}",
-     RF_INVALID_ARGUMENT, "_devices"},
+    {HDR "[" PH_SHAPED("x", "[1,2,3,4,5,6,7,8,9]") "]}", RF_INVALID_ARGUMENT,
+     "at most 8 ints"},
+    {HDR "[" PH_SHAPED("x", "[-2]") "]}", RF_INVALID_ARGUMENT,
+     "shape dim 0 is not an integer >= -1"},
+    {HDR "[" PH_SHAPED("x", "[1.5]") "]}", RF_INVALID_ARGUMENT,
+     "shape dim 0 is not an integer"},
+    {ATTR1("s", "Sum", "axes", "list(int)", "3"), RF_INVALID_ARGUMENT,
+     "must be an array"},
+    {ATTR1("s", "Sum", "axes", "list(int)", "[1, \"2\"]"), RF_INVALID_ARGUMENT,
+     "expected an integer"},
+    {ATTR1("s", "NoOp", "x", "float", "\"NaN!\""), RF_INVALID_ARGUMENT,
+     "expected a number"},
+    {ATTR1("s", "NoOp", "x", "bool", "1"), RF_INVALID_ARGUMENT,
+     "expected true or false"},
+    {ATTR1("s", "NoOp", "x", "string", "null"), RF_INVALID_ARGUMENT,
+     "expected a string"},
+    {ATTR1("s", "NoOp", "_devices", "string", "\"cpu:0\""), RF_INVALID_ARGUMENT,
+     "_devices"},
     /* tensors */
     {CONST("float32", "[2]", "AAAAAAAAAA=="), RF_INVALID_ARGUMENT,
      "tensor data is not base64 of exactly 8 bytes"},

@@ -91,6 +91,13 @@ static rf_node *node(rf_graph *g, const char *op, const char *name,
   return rt_finish(b);
 }
 
+/* HmReshape(x, shape) named name on dev. */
+static rf_node *hm_reshape(rf_graph *g, const char *name, const char *dev,
+                           rf_output x, rf_output shape) {
+  rf_output in[2] = {x, shape};
+  return node(g, "HmReshape", name, dev, in, 2);
+}
+
 static rf_output int_const(rf_graph *g, const char *name, const char *dev) {
   rf_node_builder *b = rf_node_builder_new(g, "TestConst", name);
   if (dev) rf_node_builder_device(b, dev);
@@ -117,22 +124,18 @@ static void test_int32_host_producers_move_to_cpu0(void **state) {
   rf_output x = rt_const_node(g, "x", "gpu:1", 1, rf_shape_of(1, 4));
   /* Only a host-memory consumer: moves, although it asked for gpu:1. */
   rf_output s1 = int_const(g, "s1", "gpu:1");
-  rf_output in1[2] = {x, s1};
-  node(g, "HmReshape", "r1", "gpu:1", in1, 2);
+  hm_reshape(g, "r1", "gpu:1", x, s1);
   /* A host-memory consumer and a device-memory one: stays. */
   rf_output s2 = int_const(g, "s2", "gpu:1");
-  rf_output in2[2] = {x, s2};
-  node(g, "HmReshape", "r2", "gpu:1", in2, 2);
+  hm_reshape(g, "r2", "gpu:1", x, s2);
   node(g, "HmUse", "u2", "gpu:1", &s2, 1);
   /* A host-memory consumer plus a CPU consumer: moves. */
   rf_output s3 = int_const(g, "s3", "gpu:0");
-  rf_output in3[2] = {x, s3};
-  node(g, "HmReshape", "r3", "gpu:1", in3, 2);
+  hm_reshape(g, "r3", "gpu:1", x, s3);
   node(g, "TestSink", "k3", "cpu:1", &s3, 1);
   /* Already host memory on the GPU (Shape-like): stays. */
   rf_output s4 = {node(g, "HmShape", "s4", "gpu:1", &x, 1), 0};
-  rf_output in4[2] = {x, s4};
-  node(g, "HmReshape", "r4", "gpu:1", in4, 2);
+  hm_reshape(g, "r4", "gpu:1", x, s4);
   /* Not int32: stays even when consumed only on the host. */
   rf_output f = rt_const_node(g, "f", "gpu:1", 2, rf_shape_scalar());
   node(g, "TestSink", "k5", "cpu:0", &f, 1);
@@ -158,8 +161,7 @@ static void test_rule_needs_gpu_devices_and_cpu0(void **state) {
   rf_graph *g = rf_graph_new();
   rf_output x = rt_const_node(g, "x", "cpu:1", 1, rf_shape_of(1, 4));
   rf_output s = int_const(g, "s", "cpu:1");
-  rf_output in[2] = {x, s};
-  node(g, "HmReshape", "r", "cpu:1", in, 2);
+  hm_reshape(g, "r", "cpu:1", x, s);
   place(g, &v, 2); /* CPU devices only: nothing to do */
   assert_string_equal(dev_of(&v, s.node), "cpu:1");
   rf_graph_free(g);
@@ -194,13 +196,11 @@ static void test_partition_hands_host_memory_over(void **state) {
   /* s on cpu:1 feeds a host-memory input on gpu:1 and a device-memory input
    * on gpu:1: two pairs, one with host_memory. */
   rf_output s = int_const(g, "s", "cpu:1");
-  rf_output in[2] = {x, s};
-  rf_node *r = node(g, "HmReshape", "r", "gpu:1", in, 2);
+  rf_node *r = hm_reshape(g, "r", "gpu:1", x, s);
   rf_node *u = node(g, "HmUse", "u", "gpu:1", &s, 1);
   /* A Shape-like host output of gpu:0 feeding gpu:1's host input. */
   rf_output hs = {node(g, "HmShape", "hs", "gpu:0", &x, 1), 0};
-  rf_output in2[2] = {x, hs};
-  rf_node *r2 = node(g, "HmReshape", "r2", "gpu:1", in2, 2);
+  rf_node *r2 = hm_reshape(g, "r2", "gpu:1", x, hs);
   assert_graph_ok(g);
   place(g, &v, 4);
   rf__pass_ctx ctx = {g, v.d, 4, 0, &v.opts};
@@ -227,8 +227,7 @@ static void test_device_memory_into_a_host_input_is_an_error(void **state) {
   rf_output x = rt_const_node(g, "x", "gpu:0", 1, rf_shape_of(1, 4));
   rf_output s = int_const(g, "s", "gpu:0");
   rf_output d = {node(g, "HmUse", "d", "gpu:0", &s, 1), 0};
-  rf_output in[2] = {x, d};
-  node(g, "HmReshape", "r", "gpu:0", in, 2);
+  hm_reshape(g, "r", "gpu:0", x, d);
   assert_graph_ok(g);
   place(g, &v, 4);
   /* d (int32, with a CPU kernel) moved to the host; pin it back to the GPU

@@ -17,22 +17,47 @@
 
 /* ---- helpers ---- */
 
-static rf_graph *lower(const rf_graph *g, int ndev) {
+/* Session options with ndev CPU devices. */
+static rf_session_options cpus(int ndev) {
   rf_session_options o;
   rf_session_options_init(&o);
   o.num_cpu_devices = ndev;
+  return o;
+}
+
+static rf_graph *lower(const rf_graph *g, int ndev) {
+  rf_session_options o = cpus(ndev);
   rf_graph *out = NULL;
   assert_ok(rf_graph_lower(g, &o, &out));
   return out;
 }
 
 static rf_status *lower_status(const rf_graph *g, int ndev) {
-  rf_session_options o;
-  rf_session_options_init(&o);
-  o.num_cpu_devices = ndev;
+  rf_session_options o = cpus(ndev);
   rf_graph *out = NULL;
   rf_status *st = rf_graph_lower(g, &o, &out);
   assert_null(out);
+  return st;
+}
+
+/* Asserts g (built without error) fails to lower on ndev devices with
+ * INVALID_ARGUMENT containing sub; frees g. */
+static void expect_lower_error(rf_graph *g, int ndev, const char *sub) {
+  assert_graph_ok(g);
+  assert_status(lower_status(g, ndev), RF_INVALID_ARGUMENT, sub);
+  rf_graph_free(g);
+}
+
+/* The status of running fetch once in a session of ndev devices (which
+ * must be made): a collective error shows up on the first run. */
+static rf_status *run_status(rf_graph *g, int ndev, rf_output fetch) {
+  rf_session_options o = cpus(ndev);
+  rf_session *sess;
+  assert_ok(rf_session_new(g, &o, &sess));
+  rf_tensor *out = NULL;
+  rf_status *st = rf_session_run(sess, NULL, 0, &fetch, 1, NULL, 0, &out);
+  assert_null(out);
+  rf_session_free(sess);
   return st;
 }
 
@@ -133,6 +158,27 @@ static rf_node *noop(rf_graph *g, const char *name, const char *dev) {
 
 static rf_tensor *random64(uint64_t *rng, rf_shape s) {
   return rf_test_random_tensor(rng, RF_FLOAT64, s, -3, 3);
+}
+
+/* Runs g on ndev devices with x fed random values of shape s: output 0 of
+ * each node in names[0, n) must be a copy of them. */
+static void expect_copies(rf_graph *g, int ndev, rf_output x, rf_shape s,
+                          const char *const *names, int n, uint64_t salt) {
+  uint64_t rng = rf_test_seed() + salt;
+  rf_tensor *in = random64(&rng, s), *out[8];
+  rf_feed feed = {x, in};
+  rf_output f[8];
+  assert_true(n <= 8);
+  for (int i = 0; i < n; i++)
+    f[i] = (rf_output){rf_graph_find_node(g, names[i]), 0};
+  rf_test_run(g, ndev, &feed, 1, f, n, out);
+  double *want = rf_test_to_doubles(in);
+  for (int i = 0; i < n; i++) {
+    assert_tensor_near(out[i], s, want, 0);
+    rf_tensor_release(out[i]);
+  }
+  free(want);
+  rf_tensor_release(in);
 }
 
 /* ---- Reduce ---- */
@@ -415,21 +461,8 @@ static void test_broadcast_structure(void **state) {
   assert_ptr_not_equal(rf_node_input(r2, 0).node, rf_node_input(r3, 0).node);
   rf_graph_free(lg);
 
-  uint64_t rng = rf_test_seed() + 2;
-  rf_tensor *in = random64(&rng, s), *out[5];
-  rf_feed feed = {x, in};
-  const char *names[5] = {"s1", "s2", "t1", "t2", "u1"};
-  rf_output f[5];
-  for (int i = 0; i < 5; i++)
-    f[i] = (rf_output){rf_graph_find_node(g, names[i]), 0};
-  rf_test_run(g, 4, &feed, 1, f, 5, out);
-  double *want = rf_test_to_doubles(in);
-  for (int i = 0; i < 5; i++) {
-    assert_tensor_near(out[i], s, want, 0);
-    rf_tensor_release(out[i]);
-  }
-  free(want);
-  rf_tensor_release(in);
+  const char *const names[5] = {"s1", "s2", "t1", "t2", "u1"};
+  expect_copies(g, 4, x, s, names, 5, 2);
   rf_graph_free(g);
 }
 
@@ -457,21 +490,8 @@ static void test_broadcast_unknown_shape_uses_one_shape_node(void **state) {
   }
   rf_graph_free(lg);
 
-  uint64_t rng = rf_test_seed() + 3;
-  rf_shape s = rf_shape_of(2, (int64_t)5, (int64_t)3);
-  rf_tensor *in = random64(&rng, s), *out[3];
-  rf_feed feed = {x, in};
-  rf_output f[3] = {{rf_graph_find_node(g, "y1"), 0},
-                    {rf_graph_find_node(g, "y2"), 0},
-                    {rf_graph_find_node(g, "y3"), 0}};
-  rf_test_run(g, 4, &feed, 1, f, 3, out);
-  double *want = rf_test_to_doubles(in);
-  for (int i = 0; i < 3; i++) {
-    assert_tensor_near(out[i], s, want, 0);
-    rf_tensor_release(out[i]);
-  }
-  free(want);
-  rf_tensor_release(in);
+  const char *const names[3] = {"y1", "y2", "y3"};
+  expect_copies(g, 4, x, rf_shape_of(2, (int64_t)5, (int64_t)3), names, 3, 3);
   rf_graph_free(g);
 }
 
@@ -542,16 +562,8 @@ static void test_reduce_without_input_on_its_device(void **state) {
                 "No input tensor uses the same device as the Reduce op");
   assert_status(lower_status(g, 3), RF_INVALID_ARGUMENT, "'misplaced'");
   /* A session reports it before anything runs. */
-  rf_session_options o;
-  rf_session_options_init(&o);
-  o.num_cpu_devices = 3;
-  rf_session *sess;
-  assert_ok(rf_session_new(g, &o, &sess));
-  rf_tensor *out = NULL;
-  assert_status(rf_session_run(sess, NULL, 0, &r, 1, NULL, 0, &out),
-                RF_INVALID_ARGUMENT, "No input tensor uses the same device");
-  assert_null(out);
-  rf_session_free(sess);
+  assert_status(run_status(g, 3, r), RF_INVALID_ARGUMENT,
+                "No input tensor uses the same device");
   rf_graph_free(g);
 }
 
@@ -591,17 +603,10 @@ static void test_incomplete_group_is_a_compile_error(void **state) {
   assert_graph_ok(g);
   assert_status(lower_status(g, 3), RF_INVALID_ARGUMENT,
                 "collective 'trio' expects 3 participants but the graph has 2");
-  rf_session_options o;
-  rf_session_options_init(&o);
-  o.num_cpu_devices = 3;
-  rf_session *sess;
-  assert_ok(rf_session_new(g, &o, &sess));
-  rf_tensor *out = NULL;
-  rf_status *st = rf_session_run(sess, NULL, 0, &a, 1, NULL, 0, &out);
+  rf_status *st = run_status(g, 3, a);
   assert_non_null(st);
   assert_non_null(strstr(rf_status_message(st), "'p1' on cpu:1"));
   assert_status(st, RF_INVALID_ARGUMENT, "'trio'");
-  rf_session_free(sess);
   rf_graph_free(g);
 }
 
@@ -610,19 +615,15 @@ static void test_two_participants_on_one_device(void **state) {
   rf_shape s = rf_shape_of(1, (int64_t)3);
   rf_output xs[2] = {ph(g, "x0", "cpu:1", s), ph(g, "x1", "cpu:1", s)}, ys[2];
   rf_all_reduce_n(g, "dup", xs, 2, RF_REDUCE_SUM, ys);
-  assert_graph_ok(g);
-  assert_status(lower_status(g, 2), RF_INVALID_ARGUMENT,
-                "collective 'dup' has two participants on one device");
+  expect_lower_error(g, 2,
+                     "collective 'dup' has two participants on one device");
   /* A group larger than its num_devices is an error too. */
-  rf_graph *g2 = rf_graph_new();
-  rf_all_reduce(g2, "q0", ph(g2, "y0", "cpu:0", s), RF_REDUCE_SUM, 2, "pair");
-  rf_all_reduce(g2, "q1", ph(g2, "y1", "cpu:1", s), RF_REDUCE_SUM, 2, "pair");
-  rf_all_reduce(g2, "q2", ph(g2, "y2", "cpu:2", s), RF_REDUCE_SUM, 2, "pair");
-  assert_graph_ok(g2);
-  assert_status(lower_status(g2, 3), RF_INVALID_ARGUMENT,
-                "collective 'pair' expects 2 participants but the graph has 3");
-  rf_graph_free(g2);
-  rf_graph_free(g);
+  g = rf_graph_new();
+  rf_all_reduce(g, "q0", ph(g, "y0", "cpu:0", s), RF_REDUCE_SUM, 2, "pair");
+  rf_all_reduce(g, "q1", ph(g, "y1", "cpu:1", s), RF_REDUCE_SUM, 2, "pair");
+  rf_all_reduce(g, "q2", ph(g, "y2", "cpu:2", s), RF_REDUCE_SUM, 2, "pair");
+  expect_lower_error(
+      g, 3, "collective 'pair' expects 2 participants but the graph has 3");
 }
 
 /* Participants of one group that disagree on num_devices or kind. */
@@ -631,30 +632,22 @@ static void test_group_disagreement_at_compile(void **state) {
   rf_shape s = rf_shape_of(2, (int64_t)2, (int64_t)2);
   rf_all_reduce(g, "m0", ph(g, "x0", "cpu:0", s), RF_REDUCE_SUM, 2, "mixed");
   rf_all_gather(g, "m1", ph(g, "x1", "cpu:1", s), 2, "mixed");
-  assert_graph_ok(g);
-  assert_status(lower_status(g, 2), RF_INVALID_ARGUMENT,
-                "collective 'mixed': participants disagree on the collective: "
-                "'m0' is AllReduce but 'm1' is AllGather");
-  rf_graph_free(g);
+  expect_lower_error(g, 2,
+                     "collective 'mixed': participants disagree on the "
+                     "collective: 'm0' is AllReduce but 'm1' is AllGather");
   /* Same kind, different reduction; then different dtype. */
   g = rf_graph_new();
   rf_all_reduce(g, "m0", ph(g, "x0", "cpu:0", s), RF_REDUCE_SUM, 2, "mixed");
   rf_all_reduce(g, "m1", ph(g, "x1", "cpu:1", s), RF_REDUCE_MAX, 2, "mixed");
-  assert_graph_ok(g);
-  assert_status(lower_status(g, 2), RF_INVALID_ARGUMENT,
-                "participants disagree on reduction");
-  rf_graph_free(g);
+  expect_lower_error(g, 2, "participants disagree on reduction");
   g = rf_graph_new();
   rf_all_reduce(g, "m0", ph(g, "x0", "cpu:0", s), RF_REDUCE_SUM, 2, "mixed");
   assert_ok(rf_graph_push_device(g, "cpu:1"));
   rf_output x1 = rf_placeholder(g, "x1", RF_INT32, s);
   rf_graph_pop_device(g);
   rf_all_reduce(g, "m1", x1, RF_REDUCE_SUM, 2, "mixed");
-  assert_graph_ok(g);
-  assert_status(lower_status(g, 2), RF_INVALID_ARGUMENT,
-                "participants disagree on T: float64 on 'm0' but int32 on "
-                "'m1'");
-  rf_graph_free(g);
+  expect_lower_error(
+      g, 2, "participants disagree on T: float64 on 'm0' but int32 on 'm1'");
 }
 
 static void test_unlowered_stubs_fail_clearly(void **state) {
@@ -782,11 +775,7 @@ static void test_mixed_device_types(void **state) {
     if (!st) st = rf__validate_collectives(g, devs, 2);
     assert_status(st, RF_UNIMPLEMENTED, want);
     if (which == 2) {
-      rf_graph *copy = NULL;
-      rf_session_options o;
-      rf_session_options_init(&o);
-      o.num_cpu_devices = 2;
-      assert_status(rf_graph_lower(g, &o, &copy), RF_INVALID_ARGUMENT, "gpu:0");
+      assert_status(lower_status(g, 2), RF_INVALID_ARGUMENT, "gpu:0");
     }
     rf_graph_free(g);
   }

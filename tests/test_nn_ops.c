@@ -9,7 +9,6 @@
 #include <string.h>
 
 #include "kernels/kernel.h"
-#include "ringflow/debug.h"
 #include "testutil.h"
 
 static const rf_dtype floats[] = {RF_FLOAT16, RF_BFLOAT16, RF_FLOAT32,
@@ -17,21 +16,6 @@ static const rf_dtype floats[] = {RF_FLOAT16, RF_BFLOAT16, RF_FLOAT32,
 static const rf_dtype relu_dtypes[] = {RF_FLOAT16, RF_BFLOAT16, RF_FLOAT32,
                                        RF_FLOAT64, RF_INT8,     RF_INT32,
                                        RF_INT64};
-
-static uint64_t rng_for(uint64_t salt) {
-  uint64_t s = rf_test_seed() ^ (salt * 0x9E3779B97F4A7C15ull);
-  return s ? s : 1;
-}
-
-static rf_status *try_run(rf_graph *g, const rf_feed *feeds, int nfeeds,
-                          const rf_output *fetches, int n, rf_tensor **outs) {
-  rf_session *s = NULL;
-  rf_status *st = rf_session_new(g, NULL, &s);
-  if (st) return st;
-  st = rf_session_run(s, feeds, nfeeds, fetches, n, NULL, 0, outs);
-  rf_session_free(s);
-  return st;
-}
 
 /* A node of an internal op over inputs (T from the first). */
 static rf_output internal(rf_graph *g, const char *op, const rf_output *in,
@@ -126,7 +110,7 @@ static void check_activations(uint64_t *rng, rf_dtype dt) {
 
 static void test_activations_every_dtype(void **state) {
   (void)state;
-  uint64_t rng = rng_for(1);
+  uint64_t rng = rf_test_rng(1);
   for (size_t d = 0; d < sizeof relu_dtypes / sizeof relu_dtypes[0]; d++)
     check_activations(&rng, relu_dtypes[d]);
 }
@@ -181,7 +165,7 @@ static void test_dtypes_outside_the_op_are_rejected(void **state) {
 
 static void test_bias_add_and_grad(void **state) {
   (void)state;
-  uint64_t rng = rng_for(3);
+  uint64_t rng = rf_test_rng(3);
   static const int64_t shapes[][4] = {{5},           {1, 1}, {4, 7}, {2, 3, 9},
                                       {2, 1, 3, 33}, {0, 5}, {3, 0}};
   static const int ranks[] = {1, 2, 2, 3, 4, 2, 2};
@@ -238,7 +222,7 @@ static void test_bias_add_errors(void **state) {
       build_status(4, RF_FLOAT32, m, RF_FLOAT64, rf_shape_of(1, (int64_t)4)),
       RF_INVALID_ARGUMENT, NULL);
   /* Shapes known only at run time. */
-  uint64_t rng = rng_for(4);
+  uint64_t rng = rf_test_rng(4);
   rf_graph *g = rf_graph_new();
   rf_output xp = rf_placeholder(g, "x", RF_FLOAT32, rf_shape_unknown());
   rf_output bp = rf_placeholder(g, "b", RF_FLOAT32, rf_shape_unknown());
@@ -249,7 +233,7 @@ static void test_bias_add_errors(void **state) {
       rf_test_random_tensor(&rng, RF_FLOAT32, rf_shape_of(1, (int64_t)3), 0, 1);
   rf_feed feeds[2] = {{xp, x}, {bp, b}};
   rf_tensor *out = NULL;
-  rf_status *st = try_run(g, feeds, 2, &y, 1, &out);
+  rf_status *st = rf_test_try_run(g, feeds, 2, &y, 1, &out);
   assert_null(out);
   assert_true(strstr(rf_status_message(st), "badd") != NULL);
   assert_status(st, RF_INVALID_ARGUMENT, "does not match the last dimension");
@@ -275,7 +259,7 @@ static double *ref_softmax(const double *x, int64_t n, int64_t c) {
 
 static void test_softmax_and_grad(void **state) {
   (void)state;
-  uint64_t rng = rng_for(5);
+  uint64_t rng = rf_test_rng(5);
   static const int64_t shapes[][3] = {{1},    {6},    {3, 7},  {2, 3, 33},
                                       {0, 4}, {4, 1}, {2, 300}};
   static const int ranks[] = {1, 1, 2, 3, 2, 2, 2};
@@ -338,7 +322,7 @@ static void test_softmax_of_a_scalar_fails(void **state) {
   assert_ok(rf_tensor_new_scalar(RF_FLOAT64, 2.0, &x));
   rf_feed feed = {xp, x};
   rf_tensor *out = NULL;
-  rf_status *st = try_run(g, &feed, 1, &y, 1, &out);
+  rf_status *st = rf_test_try_run(g, &feed, 1, &y, 1, &out);
   assert_null(out);
   assert_true(strstr(rf_status_message(st), "probs") != NULL);
   assert_status(st, RF_INVALID_ARGUMENT, "rank >= 1");
@@ -407,7 +391,7 @@ static void check_xent(uint64_t *rng, rf_dtype dt, rf_dtype lt, int64_t b,
 
 static void test_sparse_xent_every_dtype(void **state) {
   (void)state;
-  uint64_t rng = rng_for(7);
+  uint64_t rng = rf_test_rng(7);
   static const int64_t bc[][2] = {{0, 3}, {1, 1}, {5, 10}, {33, 257}};
   for (int d = 0; d < 4; d++)
     for (int l = 0; l < 2; l++)
@@ -420,7 +404,7 @@ static void test_sparse_xent_every_dtype(void **state) {
  * time; returns the status. */
 static rf_status *xent_run(rf_dtype lt, const double *labels, int64_t nl,
                            int64_t b, int64_t c) {
-  uint64_t rng = rng_for(8);
+  uint64_t rng = rf_test_rng(8);
   rf_tensor *x =
       rf_test_random_tensor(&rng, RF_FLOAT32, rf_shape_of(2, b, c), -1, 1);
   rf_shape bs = rf_shape_of(1, nl);
@@ -434,7 +418,7 @@ static rf_status *xent_run(rf_dtype lt, const double *labels, int64_t nl,
   assert_graph_ok(g);
   rf_feed feeds[2] = {{xp, x}, {lp, l}};
   rf_tensor *out = NULL;
-  rf_status *st = try_run(g, feeds, 2, &loss, 1, &out);
+  rf_status *st = rf_test_try_run(g, feeds, 2, &loss, 1, &out);
   assert_null(out);
   rf_tensor_release(x);
   rf_tensor_release(l);
@@ -472,7 +456,7 @@ static void test_sparse_xent_errors(void **state) {
  * RESOURCE_EXHAUSTED and leaks nothing. */
 static void test_allocation_failures(void **state) {
   (void)state;
-  uint64_t rng = rng_for(9);
+  uint64_t rng = rf_test_rng(9);
   rf_shape ls = rf_shape_of(2, 6, 5), bs = rf_shape_of(1, 6),
            big = rf_shape_of(3, 40000, 2, 5);
   rf_tensor *x = rf_test_random_tensor(&rng, RF_FLOAT32, ls, -1, 1);
@@ -486,24 +470,7 @@ static void test_allocation_failures(void **state) {
                        internal(g, "_BiasAddGrad", &dp, 1).node};
   assert_graph_ok(g);
   rf_tensor *in[2][2] = {{x, l}, {d}};
-  for (int i = 0; i < 2; i++) {
-    rf_tensor *outs[2] = {NULL, NULL};
-    int k;
-    for (k = 1; k < 1000; k++) {
-      rf_default_allocator_trim();
-      int64_t live = rf_debug_live_allocations();
-      rf_debug_fail_allocation_after(k);
-      rf_status *st = rf__kernel_run_single(nodes[i], in[i], outs);
-      rf_debug_fail_allocation_after(0);
-      if (!st) break;
-      assert_status(st, RF_RESOURCE_EXHAUSTED, NULL);
-      rf_default_allocator_trim();
-      assert_int_equal(rf_debug_live_allocations(), live);
-    }
-    assert_true(k > 1 && k < 1000);
-    rf_tensor_release(outs[0]);
-    rf_tensor_release(outs[1]);
-  }
+  for (int i = 0; i < 2; i++) rf_test_kernel_under_faults(nodes[i], in[i]);
   rf_tensor_release(x);
   rf_tensor_release(l);
   rf_tensor_release(d);
@@ -513,7 +480,7 @@ static void test_allocation_failures(void **state) {
 /* Kernels check the dtypes they read, whatever the graph said. */
 static void test_kernels_check_input_dtypes(void **state) {
   (void)state;
-  uint64_t rng = rng_for(10);
+  uint64_t rng = rf_test_rng(10);
   rf_graph *g = rf_graph_new();
   rf_shape m = rf_shape_of(2, 2, 3), v = rf_shape_of(1, 3);
   rf_output x = rf_placeholder(g, "x", RF_FLOAT32, m);
@@ -542,7 +509,7 @@ static void test_kernels_check_input_dtypes(void **state) {
  * function of each op builds the right internal op with the right inputs. */
 static void test_gradients_through_rf_gradients(void **state) {
   (void)state;
-  uint64_t rng = rng_for(11);
+  uint64_t rng = rf_test_rng(11);
   for (int d = 0; d < 4; d++) {
     rf_dtype dt = floats[d];
     int64_t b = 3, c = 5;
@@ -567,12 +534,7 @@ static void test_gradients_through_rf_gradients(void **state) {
     assert_ok(rf_gradients(g, &ys[4], 1, &bias, 1, &gy, &dxs[NY]));
     assert_ok(rf_gradients(g, &ys[5], 1, &labels, 1, &gl, &dxs[NY + 1]));
     assert_null(dxs[NY + 1].node); /* labels get no gradient */
-    /* The backprop output has no gradient function. */
-    rf_output backprop = {ys[5].node, 1}, unused;
-    assert_status(rf_gradients(g, &backprop, 1, &x, 1, &gy, &unused),
-                  RF_UNIMPLEMENTED,
-                  "gradient of the backprop output of "
-                  "SparseSoftmaxCrossEntropyWithLogits is not supported");
+    rf_output backprop = {ys[5].node, 1};
     rf_output fetch[NY + 2] = {dxs[0], dxs[1], dxs[2],  dxs[3],
                                dxs[4], dxs[5], dxs[NY], backprop};
     rf_tensor *xv = rf_test_random_tensor(&rng, dt, ms, -3, 3);

@@ -9,8 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/kernel.h"
-#include "ringflow/debug.h"
 #include "testutil.h"
 
 static const rf_dtype numeric[] = {RF_FLOAT16, RF_BFLOAT16, RF_FLOAT32,
@@ -18,24 +16,8 @@ static const rf_dtype numeric[] = {RF_FLOAT16, RF_BFLOAT16, RF_FLOAT32,
                                    RF_INT32,   RF_INT64};
 #define NUM_NUMERIC (int)(sizeof numeric / sizeof numeric[0])
 
-static uint64_t rng_for(uint64_t salt) {
-  uint64_t s = rf_test_seed() ^ (salt * 0x9E3779B97F4A7C15ull);
-  return s ? s : 1;
-}
-
 static int64_t irand(uint64_t *rng, int64_t lo, int64_t hi) {
   return lo + (int64_t)(rf_test_rand(rng) % (uint64_t)(hi - lo + 1));
-}
-
-/* Runs g once with one CPU device; the status instead of an assertion. */
-static rf_status *try_run(rf_graph *g, const rf_feed *feeds, int nfeeds,
-                          const rf_output *fetches, int n, rf_tensor **outs) {
-  rf_session *s = NULL;
-  rf_status *st = rf_session_new(g, NULL, &s);
-  if (st) return st;
-  st = rf_session_run(s, feeds, nfeeds, fetches, n, NULL, 0, outs);
-  rf_session_free(s);
-  return st;
 }
 
 /* The low bits of v as dtype dt stores them (two's complement). */
@@ -49,6 +31,20 @@ static double wrap_int(rf_dtype dt, int64_t v) {
                       (u & 0x80000000u ? 4294967296LL : 0));
     default: return (double)v;
   }
+}
+
+/* The row-major index, among the kept axes (not in mask), of element i of a
+ * tensor of dims: where element i lands in a reduction over mask. */
+static int64_t kept_index(int64_t i, const int64_t *dims, int rank,
+                          uint32_t mask) {
+  int64_t idx[RF_MAX_RANK], o = 0;
+  for (int k = rank - 1; k >= 0; k--) {
+    idx[k] = i % dims[k];
+    i /= dims[k];
+  }
+  for (int k = 0; k < rank; k++)
+    if (!(mask >> k & 1)) o = o * dims[k] + idx[k];
+  return o;
 }
 
 /* Reference Sum / Mean of x (row-major over dims) over the axes in mask:
@@ -68,13 +64,7 @@ static double *ref_reduce(const double *x, const int64_t *dims, int rank,
   long double *fs = calloc((size_t)nout + 1, sizeof(long double));
   int64_t *is = calloc((size_t)nout + 1, sizeof(int64_t));
   for (int64_t i = 0; i < total; i++) {
-    int64_t rest = i, o = 0, idx[RF_MAX_RANK];
-    for (int k = rank - 1; k >= 0; k--) {
-      idx[k] = rest % dims[k];
-      rest /= dims[k];
-    }
-    for (int k = 0; k < rank; k++)
-      if (!(mask >> k & 1)) o = o * dims[k] + idx[k];
+    int64_t o = kept_index(i, dims, rank, mask);
     fs[o] += x[i];
     is[o] += (int64_t)x[i];
   }
@@ -148,14 +138,7 @@ static double *ref_reduce_grad(const double *dy, const int64_t *dims, int rank,
   }
   double *dx = calloc((size_t)total + 1, sizeof(double));
   for (int64_t i = 0; i < total; i++) {
-    int64_t rest = i, o = 0, idx[RF_MAX_RANK];
-    for (int k = rank - 1; k >= 0; k--) {
-      idx[k] = rest % dims[k];
-      rest /= dims[k];
-    }
-    for (int k = 0; k < rank; k++)
-      if (!(mask >> k & 1)) o = o * dims[k] + idx[k];
-    double v = dy[o];
+    double v = dy[kept_index(i, dims, rank, mask)];
     if (mean)
       v = rf_dtype_is_float(dt) ? v / (double)count : trunc(v / (double)count);
     dx[i] = v;
@@ -228,7 +211,7 @@ static void check_rank3(uint64_t *rng, rf_dtype dt, const int64_t *dims) {
 
 static void test_rank3_every_axes_subset(void **state) {
   (void)state;
-  uint64_t rng = rng_for(1);
+  uint64_t rng = rf_test_rng(1);
   for (int d = 0; d < NUM_NUMERIC; d++) {
     int64_t odd[3] = {irand(&rng, 1, 5), irand(&rng, 1, 5), irand(&rng, 2, 7)};
     int64_t with_one[3] = {3, 1, 5};
@@ -244,7 +227,7 @@ static void test_rank3_every_axes_subset(void **state) {
  * run time. */
 static void test_ranks_0_to_4_shapes_at_run_time(void **state) {
   (void)state;
-  uint64_t rng = rng_for(2);
+  uint64_t rng = rf_test_rng(2);
   for (int d = 0; d < NUM_NUMERIC; d++) {
     rf_dtype dt = numeric[d];
     for (int rank = 0; rank <= 4; rank++) {
@@ -396,7 +379,7 @@ static void run_threads(rf_graph *g, int num_threads, const rf_feed *feed,
  * separate reduced groups. The bits do not depend on the thread count. */
 static void test_large_shapes(void **state) {
   (void)state;
-  uint64_t rng = rng_for(5);
+  uint64_t rng = rf_test_rng(5);
   static const int64_t shapes[][3] = {
       {3, 150001, 1}, {2, 300, 517}, {2, 20000, 7}, {5, 33, 1030}};
   rf_dtype dts[] = {RF_FLOAT32, RF_INT32, RF_FLOAT64, RF_BFLOAT16};
@@ -453,7 +436,7 @@ static int64_t ref_argmax(const double *x, int64_t n, int64_t stride) {
 
 static void test_argmax_every_dtype_and_axis(void **state) {
   (void)state;
-  uint64_t rng = rng_for(6);
+  uint64_t rng = rf_test_rng(6);
   for (int d = 0; d < NUM_NUMERIC; d++) {
     rf_dtype dt = numeric[d];
     for (int trial = 0; trial < 6; trial++) {
@@ -606,7 +589,7 @@ static rf_status *run_error(rf_tensor *x, int which, const int64_t *axes,
   assert_graph_ok(g);
   rf_feed feed = {xp, x};
   rf_tensor *out = NULL;
-  rf_status *st = try_run(g, &feed, 1, &y, 1, &out);
+  rf_status *st = rf_test_try_run(g, &feed, 1, &y, 1, &out);
   assert_null(out);
   rf_graph_free(g);
   return st;
@@ -614,7 +597,7 @@ static rf_status *run_error(rf_tensor *x, int which, const int64_t *axes,
 
 static void test_run_time_errors(void **state) {
   (void)state;
-  uint64_t rng = rng_for(9);
+  uint64_t rng = rf_test_rng(9);
   rf_tensor *m = rf_test_random_tensor(
       &rng, RF_FLOAT32, rf_shape_of(2, (int64_t)3, (int64_t)4), 0, 1);
   rf_tensor *e = rf_test_random_tensor(
@@ -637,33 +620,11 @@ static void test_run_time_errors(void **state) {
   rf_tensor_release(sc);
 }
 
-/* Runs node's kernel with the k-th allocation failing, for k = 1, 2, ...
- * until it succeeds: every failure is RESOURCE_EXHAUSTED and leaks nothing
- * (cached allocator buffers are trimmed before counting). */
-static void check_allocation_failures(rf_node *node, rf_tensor *const *in) {
-  rf_tensor *outs[2] = {NULL, NULL};
-  int k;
-  for (k = 1; k < 1000; k++) {
-    rf_default_allocator_trim();
-    int64_t live = rf_debug_live_allocations();
-    rf_debug_fail_allocation_after(k);
-    rf_status *st = rf__kernel_run_single(node, in, outs);
-    rf_debug_fail_allocation_after(0);
-    if (!st) break;
-    assert_status(st, RF_RESOURCE_EXHAUSTED, NULL);
-    rf_default_allocator_trim();
-    assert_int_equal(rf_debug_live_allocations(), live);
-  }
-  assert_true(k > 1 && k < 1000);
-  for (int i = 0; i < rf_node_num_outputs(node); i++)
-    rf_tensor_release(outs[i]);
-}
-
 /* Kernels whose scratch buffers can fail: several passes, split rows, split
  * columns, the scaled dy of _MeanGrad. */
 static void test_allocation_failures(void **state) {
   (void)state;
-  uint64_t rng = rng_for(10);
+  uint64_t rng = rf_test_rng(10);
   rf_shape s4 = rf_shape_of(4, 2, 3, 4, 5), rows = rf_shape_of(2, 3, 140000),
            cols = rf_shape_of(3, 2, 50000, 3);
   rf_tensor *x4 = rf_test_random_tensor(&rng, RF_FLOAT32, s4, -1, 1);
@@ -683,7 +644,7 @@ static void test_allocation_failures(void **state) {
   rf_shape dys = rf_output_shape(m4);
   rf_tensor *dyv = rf_test_random_tensor(&rng, RF_FLOAT32, dys, -1, 1);
   rf_tensor *in[4][2] = {{x4}, {xr}, {xc}, {dyv, x4}};
-  for (int i = 0; i < 4; i++) check_allocation_failures(ys[i].node, in[i]);
+  for (int i = 0; i < 4; i++) rf_test_kernel_under_faults(ys[i].node, in[i]);
   rf_tensor_release(x4);
   rf_tensor_release(xr);
   rf_tensor_release(xc);
@@ -696,7 +657,7 @@ static void test_allocation_failures(void **state) {
  * and ArgMax stopping gradients without an error. */
 static void test_gradients_through_rf_gradients(void **state) {
   (void)state;
-  uint64_t rng = rng_for(11);
+  uint64_t rng = rf_test_rng(11);
   int64_t dims[3] = {2, 3, 4}, ax[2] = {-1, 0};
   rf_shape xs = rf_shape_make(3, dims);
   rf_graph *g = rf_graph_new();

@@ -7,6 +7,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "kernels/kernel.h"
+#include "ringflow/debug.h"
+
 void rf_test_assert_ok(rf_status *st, const char *file, int line) {
   if (!st) return;
   fprintf(stderr, "%s:%d: unexpected error %s: %s\n", file, line,
@@ -42,6 +45,11 @@ uint64_t rf_test_seed(void) {
   if (!seed) seed = 1;
   fprintf(stderr, "RF_TEST_SEED=%llu\n", (unsigned long long)seed);
   return seed;
+}
+
+uint64_t rf_test_rng(uint64_t salt) {
+  uint64_t s = rf_test_seed() ^ (salt * 0x9E3779B97F4A7C15ull);
+  return s ? s : 1;
 }
 
 uint64_t rf_test_rand(uint64_t *s) {
@@ -130,4 +138,36 @@ void rf_test_run(rf_graph *g, int num_cpu_devices, const rf_feed *feeds,
   assert_ok(rf_session_new(g, &o, &s));
   assert_ok(rf_session_run(s, feeds, nfeeds, fetches, n, NULL, 0, outs));
   rf_session_free(s);
+}
+
+rf_status *rf_test_try_run(rf_graph *g, const rf_feed *feeds, int nfeeds,
+                           const rf_output *fetches, int n, rf_tensor **outs) {
+  rf_session *s = NULL;
+  rf_status *st = rf_session_new(g, NULL, &s);
+  if (st) return st;
+  st = rf_session_run(s, feeds, nfeeds, fetches, n, NULL, 0, outs);
+  rf_session_free(s);
+  return st;
+}
+
+void rf_test_kernel_under_faults(const rf_node *node, rf_tensor *const *in) {
+  enum { MAX_OUTS = 8 };
+  int nout = rf_node_num_outputs(node);
+  assert_true(nout <= MAX_OUTS);
+  rf_tensor *outs[MAX_OUTS] = {NULL};
+  int k;
+  for (k = 1; k < 1000; k++) {
+    rf_default_allocator_trim();
+    int64_t live = rf_debug_live_allocations();
+    rf_debug_fail_allocation_after(k);
+    rf_status *st = rf__kernel_run_single(node, in, outs);
+    rf_debug_fail_allocation_after(0);
+    if (!st) break;
+    assert_status(st, RF_RESOURCE_EXHAUSTED, NULL);
+    for (int i = 0; i < nout; i++) assert_null(outs[i]);
+    rf_default_allocator_trim();
+    assert_int_equal(rf_debug_live_allocations(), live);
+  }
+  assert_true(k > 1 && k < 1000);
+  for (int i = 0; i < nout; i++) rf_tensor_release(outs[i]);
 }

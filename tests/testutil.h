@@ -27,6 +27,9 @@ void rf_test_assert_status(rf_status *st, rf_code code, const char *sub,
 
 /* The run's seed (RF_TEST_SEED or the clock), printed once. */
 uint64_t rf_test_seed(void);
+/* A generator state of its own for one test: the run's seed mixed with
+ * salt (never 0). */
+uint64_t rf_test_rng(uint64_t salt);
 /* xorshift64* step; state must be non-zero. */
 uint64_t rf_test_rand(uint64_t *state);
 /* Uniform in [lo, hi). */
@@ -52,5 +55,18 @@ void rf_test_assert_near(const rf_tensor *t, rf_shape shape, const double *want,
  * frees the session. outs receive new references. */
 void rf_test_run(rf_graph *g, int num_cpu_devices, const rf_feed *feeds,
                  int nfeeds, const rf_output *fetches, int n, rf_tensor **outs);
+
+/* The same on a session with default options, returning the status of
+ * making the session or of the run instead of asserting it (for tests of
+ * errors). */
+rf_status *rf_test_try_run(rf_graph *g, const rf_feed *feeds, int nfeeds,
+                           const rf_output *fetches, int n, rf_tensor **outs);
+
+/* Runs node's kernel alone (rf__kernel_run_single) with the k-th
+ * allocation failing, for k = 1, 2, ... until it succeeds: every failure must
+ * be RESOURCE_EXHAUSTED, leave no output and leak nothing (the allocator's
+ * cache is trimmed before counting), and at least one must happen. in is
+ * borrowed; the outputs of the final run are released. */
+void rf_test_kernel_under_faults(const rf_node *node, rf_tensor *const *in);
 
 #endif

@@ -2,7 +2,10 @@
  *
  * Gradient nodes are placed on the devices their forward ops request. Several
  * contributions to one tensor are summed with AddN, except for ops whose
- * gradient wants the contributions un-summed (Broadcast). */
+ * gradient wants the contributions un-summed (Broadcast). Gradient nodes are
+ * ordinary nodes with gradients of their own, so rf_gradients can be applied
+ * to its own results (second order; tests/test_gradient_values.c checks an
+ * MLP's). */
 #ifndef RINGFLOW_GRADIENTS_H
 #define RINGFLOW_GRADIENTS_H
 

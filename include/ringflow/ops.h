@@ -84,7 +84,10 @@ RF_API rf_output rf_softmax(rf_graph *g, const char *name, rf_output x);
 /* logits (b, c) float, labels (b) int32/int64 -> loss (b). Output 1 of the
  * node is the backprop (b, c). A label outside [0, c) is an error at run time
  * on CPU devices; on GPU devices that row's loss and backprop are NaN (as
- * TensorFlow's GPU kernel does). */
+ * TensorFlow's GPU kernel does). Both outputs are differentiable, so
+ * gradients of gradients (a gradient penalty, Hessian-vector products) work
+ * through this op, as through every nn op here; TensorFlow refuses the
+ * backprop output's gradient. */
 RF_API rf_output rf_sparse_softmax_cross_entropy(rf_graph *g, const char *name,
                                                  rf_output logits,
                                                  rf_output labels);

@@ -80,8 +80,30 @@ typedef struct rf__kernel_def {
   rf__kernel_cost cost;
 } rf__kernel_def;
 
+/* Rows of a kernel table from a family's list of kernels X(op, compute,
+ * host_memory_inputs, host_memory_outputs, cost) (RF_NN_KERNELS, ...): the
+ * CPU and GPU files of a family build their tables from the one list, each
+ * defining the compute functions it names, so both devices register the
+ * same ops with the same host-memory arguments. The cost is the CPU
+ * kernel's; GPU rows keep the default (RF_COST_EXPENSIVE, as before costs
+ * existed): a GPU kernel only enqueues work, and which of them pay to
+ * inline has not been measured on a GPU. */
+#define RF__KERNEL_ROW(type, op_, fn, in, out, cost_) \
+  {.op = op_,                                         \
+   .device_type = type,                               \
+   .compute = fn,                                     \
+   .host_memory_inputs = in,                          \
+   .host_memory_outputs = out,                        \
+   .cost = cost_},
+#define RF__CPU_KERNEL(op_, fn, in, out, cost) \
+  RF__KERNEL_ROW(RF_DEVICE_CPU, op_, fn, in, out, cost)
+#define RF__GPU_KERNEL(op_, fn, in, out, cost) \
+  RF__KERNEL_ROW(RF_DEVICE_GPU, op_, fn, in, out, RF_COST_EXPENSIVE)
+
 /* Adds a kernel. ALREADY_EXISTS for a second kernel of the same (op, type). */
 rf_status *rf__kernel_register(const rf__kernel_def *def);
+/* Adds defs[0, n) in order; stops at the first error. */
+rf_status *rf__kernel_register_all(const rf__kernel_def *defs, size_t n);
 /* The kernel for (op, type), or NULL. */
 const rf__kernel_def *rf__kernel_find(const char *op, rf__device_type type);
 
@@ -91,6 +113,15 @@ const rf__kernel_def *rf__kernel_find(const char *op, rf__device_type type);
  * output i host memory (host_memory_outputs): then it is a host tensor. */
 rf_status *rf__kernel_alloc_output(rf__kernel_ctx *ctx, int i, rf_dtype dtype,
                                    const rf_shape *shape, rf_tensor **out);
+/* Output i as a host tensor from the default allocator, whatever the device
+ * (a GPU kernel's handle or shape output); like rf__kernel_alloc_output
+ * otherwise. */
+rf_status *rf__kernel_alloc_host_output(rf__kernel_ctx *ctx, int i,
+                                        rf_dtype dtype, const rf_shape *shape,
+                                        rf_tensor **out);
+/* Releases every output made so far and sets it NULL: a kernel that fails
+ * part-way leaves nothing half-written behind. */
+void rf__kernel_drop_outputs(rf__kernel_ctx *ctx);
 /* Passes input j through as output i (a new reference; no copy). */
 void rf__kernel_forward_input(rf__kernel_ctx *ctx, int j, int i);
 /* An error naming the node, its op and device: "node 'x' (MatMul) on cpu:1: ".
@@ -98,6 +129,11 @@ void rf__kernel_forward_input(rf__kernel_ctx *ctx, int j, int i);
 rf_status *rf__kernel_error(const rf__kernel_ctx *ctx, rf_code code,
                             const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/* st (consumed) re-issued with the node, op and device in front of its
+ * message, for errors of context-free helpers (attrs, shapes); NULL stays
+ * NULL and RESOURCE_EXHAUSTED passes through unchanged. */
+rf_status *rf__kernel_error_at(const rf__kernel_ctx *ctx, rf_status *st);
 
 /* Runs fn over [0, n) split into chunks on the device's thread pool, the
  * caller taking part; returns when all chunks are done. cost_per_item is a

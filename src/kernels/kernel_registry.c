@@ -66,6 +66,11 @@ rf_status *rf__kernel_register(const rf__kernel_def *def) {
   return st;
 }
 
+rf_status *rf__kernel_register_all(const rf__kernel_def *defs, size_t n) {
+  for (size_t i = 0; i < n; i++) RF_CHECK(rf__kernel_register(&defs[i]));
+  return NULL;
+}
+
 const rf__kernel_def *rf__kernel_find(const char *op, rf__device_type type) {
   char key[KEY_MAX];
   if (!op || !make_key(op, type, key)) return NULL;
@@ -97,6 +102,30 @@ rf_status *rf__kernel_error(const rf__kernel_ctx *ctx, rf_code code,
                    n && n->op ? n->op->name : "?", ctx_device(ctx), msg);
 }
 
+rf_status *rf__kernel_error_at(const rf__kernel_ctx *ctx, rf_status *st) {
+  if (!st || rf_status_code(st) == RF_RESOURCE_EXHAUSTED) return st;
+  rf_status *e =
+      rf__kernel_error(ctx, rf_status_code(st), "%s", rf_status_message(st));
+  rf_status_free(st);
+  return e;
+}
+
+/* Stores t as output i, or turns st (t's allocation failed) into an error
+ * naming the node and the output. */
+static rf_status *set_output(rf__kernel_ctx *ctx, int i, rf_status *st,
+                             rf_tensor *t, rf_tensor **out) {
+  if (st) {
+    rf_status *e = rf__kernel_error(ctx, rf_status_code(st), "output %d: %s", i,
+                                    rf_status_message(st));
+    rf_status_free(st);
+    return e;
+  }
+  rf_tensor_release(ctx->outputs[i]);
+  ctx->outputs[i] = t;
+  if (out) *out = t;
+  return NULL;
+}
+
 rf_status *rf__kernel_alloc_output(rf__kernel_ctx *ctx, int i, rf_dtype dtype,
                                    const rf_shape *shape, rf_tensor **out) {
   if (!ctx || i < 0 || i >= ctx->num_outputs)
@@ -113,16 +142,25 @@ rf_status *rf__kernel_alloc_output(rf__kernel_ctx *ctx, int i, rf_dtype dtype,
   rf_tensor *t = NULL;
   rf_status *st = device_memory ? rf__tensor_new_device(dtype, shape, a, &t)
                                 : rf_tensor_new(dtype, shape, a, &t);
-  if (st) {
-    rf_status *e = rf__kernel_error(ctx, rf_status_code(st), "output %d: %s", i,
-                                    rf_status_message(st));
-    rf_status_free(st);
-    return e;
+  return set_output(ctx, i, st, t, out);
+}
+
+rf_status *rf__kernel_alloc_host_output(rf__kernel_ctx *ctx, int i,
+                                        rf_dtype dtype, const rf_shape *shape,
+                                        rf_tensor **out) {
+  if (!ctx || i < 0 || i >= ctx->num_outputs)
+    return rf__internal("rf__kernel_alloc_host_output: output %d out of range",
+                        i);
+  rf_tensor *t = NULL;
+  rf_status *st = rf_tensor_new(dtype, shape, NULL, &t);
+  return set_output(ctx, i, st, t, out);
+}
+
+void rf__kernel_drop_outputs(rf__kernel_ctx *ctx) {
+  for (int i = 0; i < ctx->num_outputs; i++) {
+    rf_tensor_release(ctx->outputs[i]);
+    ctx->outputs[i] = NULL;
   }
-  rf_tensor_release(ctx->outputs[i]);
-  ctx->outputs[i] = t;
-  if (out) *out = t;
-  return NULL;
 }
 
 void rf__kernel_forward_input(rf__kernel_ctx *ctx, int j, int i) {

@@ -106,6 +106,14 @@ static rf_status *reshape_grad(rf__grad_ctx *c) {
   return NULL;
 }
 
+/* Every output element is the value: its gradient is the sum of dy. The
+ * dims input gets none. */
+static rf_status *fill_grad(rf__grad_ctx *c) {
+  if (!c->dy[0].node) return NULL;
+  c->dx[1] = rf_sum(c->g, NULL, c->dy[0], NULL, -1, false);
+  return NULL;
+}
+
 /* ---- registration ---- */
 
 static const rf__op_spec array_ops[] = {
@@ -143,7 +151,7 @@ static const rf__op_spec array_ops[] = {
      .outputs = "output: T",
      .attrs = "T: type in {@all}; index_type: type in {int32, int64} = int32",
      .shape = fill_shape,
-     .flags = RF_OP_NO_GRADIENT},
+     .grad = fill_grad},
     {.name = "ZerosLike",
      .inputs = "x: T",
      .outputs = "y: T",

@@ -203,16 +203,94 @@ static rf_status *softmax_grad(rf__grad_ctx *c) {
 }
 
 /* d loss_i / d logits_ij is the backprop output itself, so the logits get
- * backprop * dloss[:, None]; labels are integers and get nothing. */
+ * backprop * dloss[:, None]; labels are integers and get nothing. The backprop
+ * output is softmax(logits) - onehot(labels), so a gradient G flowing into it
+ * (second order: the gradient of a gradient) reaches the logits as the
+ * softmax's, _SoftmaxGrad(G, softmax(logits)). TensorFlow refuses this case. */
 static rf_status *xent_grad(rf__grad_ctx *c) {
-  if (c->dy[1].node)
-    return rf__error(RF_UNIMPLEMENTED,
-                     "node '%s': gradient of the backprop output of "
-                     "SparseSoftmaxCrossEntropyWithLogits is not supported",
-                     c->op->name);
+  rf_output dloss = no_output, dbackprop = no_output;
+  if (c->dy[0].node) {
+    rf_output backprop = {c->op, 1};
+    dloss = build(c->g, "_SparseXentGrad", c->dy[0], backprop);
+  }
+  if (c->dy[1].node) {
+    rf_output sm = rf_softmax(c->g, NULL, rf__input(c->op, 0));
+    dbackprop = build(c->g, "_SoftmaxGrad", c->dy[1], sm);
+  }
+  c->dx[0] = !dloss.node       ? dbackprop
+             : !dbackprop.node ? dloss
+                               : rf_add(c->g, NULL, dloss, dbackprop);
+  return NULL;
+}
+
+/* ---- second order: gradients of the gradient ops ---- */
+
+/* _ReluGrad(g, x) = g * (x > 0): linear in g, piecewise constant in x. */
+static rf_status *relu_grad_grad(rf__grad_ctx *c) {
   if (!c->dy[0].node) return NULL;
-  rf_output backprop = {c->op, 1};
-  c->dx[0] = build(c->g, "_SparseXentGrad", c->dy[0], backprop);
+  c->dx[0] = build(c->g, "_ReluGrad", c->dy[0], rf__input(c->op, 1));
+  return NULL;
+}
+
+/* z = dy * y * (1 - y): dz/dy = dy (1 - 2y), dz/d dy = y (1 - y). */
+static rf_status *sigmoid_grad_grad(rf__grad_ctx *c) {
+  if (!c->dy[0].node) return NULL;
+  rf_graph *g = c->g;
+  rf_output y = rf__input(c->op, 0), dy = rf__input(c->op, 1);
+  rf_output gb = rf_mul(g, NULL, c->dy[0], dy);
+  rf_output gby = rf_mul(g, NULL, gb, y);
+  c->dx[0] = rf_sub(g, NULL, gb, rf_add(g, NULL, gby, gby));
+  c->dx[1] = build(g, "_SigmoidGrad", y, c->dy[0]);
+  return NULL;
+}
+
+/* z = dy * (1 - y^2): dz/dy = -2 y dy, dz/d dy = 1 - y^2. */
+static rf_status *tanh_grad_grad(rf__grad_ctx *c) {
+  if (!c->dy[0].node) return NULL;
+  rf_graph *g = c->g;
+  rf_output y = rf__input(c->op, 0), dy = rf__input(c->op, 1);
+  rf_output t = rf_mul(g, NULL, rf_mul(g, NULL, c->dy[0], dy), y);
+  c->dx[0] = rf_neg(g, NULL, rf_add(g, NULL, t, t));
+  c->dx[1] = build(g, "_TanhGrad", y, c->dy[0]);
+  return NULL;
+}
+
+/* z = (gs - r) * s with r = sum(gs * s, -1, keep). For an incoming G:
+ * d/d gs = (G - sum(G * s)) * s = _SoftmaxGrad(G, s), and
+ * d/d s = G * (gs - r) - gs * sum(G * s). */
+static rf_status *softmax_grad_grad(rf__grad_ctx *c) {
+  if (!c->dy[0].node) return NULL;
+  rf_graph *g = c->g;
+  rf_output G = c->dy[0];
+  rf_output gs = rf__input(c->op, 0), s = rf__input(c->op, 1);
+  const int64_t last = -1;
+  rf_output r = rf_sum(g, NULL, rf_mul(g, NULL, gs, s), &last, 1, true);
+  rf_output q = rf_sum(g, NULL, rf_mul(g, NULL, G, s), &last, 1, true);
+  c->dx[0] = build(g, "_SoftmaxGrad", G, s);
+  c->dx[1] = rf_sub(g, NULL, rf_mul(g, NULL, G, rf_sub(g, NULL, gs, r)),
+                    rf_mul(g, NULL, gs, q));
+  return NULL;
+}
+
+/* The bias gradient sums over every axis but the last; its transpose
+ * broadcasts G back along them. */
+static rf_status *bias_add_grad_grad(rf__grad_ctx *c) {
+  if (!c->dy[0].node) return NULL;
+  rf_output dy = rf__input(c->op, 0);
+  c->dx[0] = rf_bias_add(c->g, NULL, rf_zeros_like(c->g, NULL, dy), c->dy[0]);
+  return NULL;
+}
+
+/* z = backprop * dloss[:, None]: d/d dloss = sum(G * backprop, 1), and
+ * d/d backprop = G * dloss[:, None] = _SparseXentGrad(dloss, G). */
+static rf_status *xent_grad_grad(rf__grad_ctx *c) {
+  if (!c->dy[0].node) return NULL;
+  rf_graph *g = c->g;
+  rf_output dloss = rf__input(c->op, 0), backprop = rf__input(c->op, 1);
+  const int64_t classes = 1;
+  c->dx[0] =
+      rf_sum(g, NULL, rf_mul(g, NULL, c->dy[0], backprop), &classes, 1, false);
+  c->dx[1] = build(g, "_SparseXentGrad", dloss, c->dy[0]);
   return NULL;
 }
 
@@ -261,32 +339,38 @@ static const rf__op_spec specs[] = {
      .inputs = "gradients: T, features: T",
      .outputs = "backprops: T",
      .attrs = "T: type in {@float, int8, int32, int64}",
-     .shape = binary_same_shape},
+     .shape = binary_same_shape,
+     .grad = relu_grad_grad},
     {.name = "_SigmoidGrad",
      .inputs = "y: T, dy: T",
      .outputs = "z: T",
      .attrs = FLOATS,
-     .shape = binary_same_shape},
+     .shape = binary_same_shape,
+     .grad = sigmoid_grad_grad},
     {.name = "_TanhGrad",
      .inputs = "y: T, dy: T",
      .outputs = "z: T",
      .attrs = FLOATS,
-     .shape = binary_same_shape},
+     .shape = binary_same_shape,
+     .grad = tanh_grad_grad},
     {.name = "_SoftmaxGrad",
      .inputs = "grad_softmax: T, softmax: T",
      .outputs = "output: T",
      .attrs = FLOATS,
-     .shape = softmax_grad_shape},
+     .shape = softmax_grad_shape,
+     .grad = softmax_grad_grad},
     {.name = "_BiasAddGrad",
      .inputs = "out_backprop: T",
      .outputs = "output: T",
      .attrs = FLOATS,
-     .shape = bias_add_grad_shape},
+     .shape = bias_add_grad_shape,
+     .grad = bias_add_grad_grad},
     {.name = "_SparseXentGrad",
      .inputs = "dloss: T, backprop: T",
      .outputs = "output: T",
      .attrs = FLOATS,
-     .shape = xent_grad_shape},
+     .shape = xent_grad_shape,
+     .grad = xent_grad_grad},
 };
 
 rf_status *rf__register_nn_ops(void) {

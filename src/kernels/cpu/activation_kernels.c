@@ -9,11 +9,12 @@
 #include "kernels/cpu/half.h"
 #include "kernels/cpu/nn_kernels.h"
 #include "kernels/kernel.h"
+#include "kernels/nn_prepare.h"
 
 enum { BLOCK = 256 };
 
-/* out[i] = f(a[i], b[i]); b is NULL for unary ops. Missing entries: dtype
- * not supported by the op. */
+/* out[i] = f(a[i], b[i]); b is NULL for unary ops. Every op has f32 and
+ * f64; the integer entries are all set (Relu, _ReluGrad) or all NULL. */
 typedef struct ew_op {
   void (*f32)(float *out, const float *a, const float *b, int64_t n);
   void (*f64)(double *out, const double *a, const double *b, int64_t n);
@@ -136,34 +137,12 @@ static void run_ew(void *arg, int64_t b, int64_t e) {
   }
 }
 
-static bool supports(const ew_op *op, rf_dtype d) {
-  switch (d) {
-    case RF_FLOAT16:
-    case RF_BFLOAT16:
-    case RF_FLOAT32: return op->f32 != NULL;
-    case RF_FLOAT64: return op->f64 != NULL;
-    case RF_INT8: return op->i8 != NULL;
-    case RF_INT32: return op->i32 != NULL;
-    case RF_INT64: return op->i64 != NULL;
-    default: return false;
-  }
-}
-
 /* Runs op over the node's one or two inputs (of one dtype and shape). */
 static rf_status *elementwise(rf__kernel_ctx *ctx, const ew_op *op) {
   const rf_tensor *a = ctx->inputs[0];
   const rf_tensor *b = ctx->num_inputs > 1 ? ctx->inputs[1] : NULL;
-  if (!supports(op, a->dtype))
-    return rf__kernel_error(ctx, RF_UNIMPLEMENTED, "no CPU kernel for %s",
-                            rf_dtype_name(a->dtype));
-  if (b && (b->dtype != a->dtype || !rf_shape_equal(&a->shape, &b->shape))) {
-    char sa[96], sb[96];
-    rf_shape_format(&a->shape, sa, sizeof sa);
-    rf_shape_format(&b->shape, sb, sizeof sb);
-    return rf__kernel_error(
-        ctx, RF_INVALID_ARGUMENT, "inputs differ: %s %s and %s %s",
-        rf_dtype_name(a->dtype), sa, rf_dtype_name(b->dtype), sb);
-  }
+  /* An op has all three integer loops or none (Relu, _ReluGrad: all). */
+  RF_CHECK(rf__activation_prepare(ctx, op->i8 != NULL, "CPU"));
   rf_tensor *out;
   RF_CHECK(rf__kernel_alloc_output(ctx, 0, a->dtype, &a->shape, &out));
   ew p = {op, a->dtype, a->data, b ? b->data : NULL, out->data};
@@ -190,35 +169,8 @@ static rf_status *tanh_grad_compute(rf__kernel_ctx *c) {
   return elementwise(c, &tanh_grad_op);
 }
 
-static const rf__kernel_def defs[] = {
-    {.op = "Relu",
-     .device_type = RF_DEVICE_CPU,
-     .cost = RF_COST_PER_ELEMENT,
-     .compute = relu_compute},
-    {.op = "Sigmoid",
-     .device_type = RF_DEVICE_CPU,
-     .cost = RF_COST_PER_ELEMENT,
-     .compute = sigmoid_compute},
-    {.op = "Tanh",
-     .device_type = RF_DEVICE_CPU,
-     .cost = RF_COST_PER_ELEMENT,
-     .compute = tanh_compute},
-    {.op = "_ReluGrad",
-     .device_type = RF_DEVICE_CPU,
-     .cost = RF_COST_PER_ELEMENT,
-     .compute = relu_grad_compute},
-    {.op = "_SigmoidGrad",
-     .device_type = RF_DEVICE_CPU,
-     .cost = RF_COST_PER_ELEMENT,
-     .compute = sigmoid_grad_compute},
-    {.op = "_TanhGrad",
-     .device_type = RF_DEVICE_CPU,
-     .cost = RF_COST_PER_ELEMENT,
-     .compute = tanh_grad_compute},
-};
+static const rf__kernel_def defs[] = {RF_ACTIVATION_KERNELS(RF__CPU_KERNEL)};
 
 rf_status *rf__register_cpu_activation_kernels(void) {
-  for (size_t i = 0; i < sizeof defs / sizeof defs[0]; i++)
-    RF_CHECK(rf__kernel_register(&defs[i]));
-  return NULL;
+  return rf__kernel_register_all(defs, sizeof defs / sizeof defs[0]);
 }

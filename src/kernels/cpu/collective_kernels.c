@@ -187,19 +187,16 @@ static rf_status *must_be_lowered(rf__kernel_ctx *ctx) {
 
 static const rf__kernel_def cpu_kernels[] = KERNELS(RF_DEVICE_CPU);
 
-static rf_status *register_all(const rf__kernel_def *defs, size_t n) {
-  for (size_t i = 0; i < n; i++) RF_CHECK(rf__kernel_register(&defs[i]));
-  return NULL;
-}
-
 rf_status *rf__register_cpu_collective_kernels(void) {
-  return register_all(cpu_kernels, sizeof cpu_kernels / sizeof *cpu_kernels);
+  return rf__kernel_register_all(cpu_kernels,
+                                 sizeof cpu_kernels / sizeof *cpu_kernels);
 }
 
 #ifdef RF_HAVE_CUDA
 static const rf__kernel_def gpu_kernels[] = KERNELS(RF_DEVICE_GPU);
 
 rf_status *rf__register_gpu_collective_kernels(void) {
-  return register_all(gpu_kernels, sizeof gpu_kernels / sizeof *gpu_kernels);
+  return rf__kernel_register_all(gpu_kernels,
+                                 sizeof gpu_kernels / sizeof *gpu_kernels);
 }
 #endif

@@ -1,17 +1,19 @@
 /* kernels/cpu/elementwise_binary.c - Add, Sub, Mul, Div, Equal and the
  * internal _BroadcastToShapeOf on the CPU, with numpy broadcasting.
  *
- * The operands' shapes are reduced to a plan: size-1 output dims dropped and
- * neighbouring dims merged while both operands stay linear across them, so
- * same-shape and scalar cases become one flat loop and the general case a
- * loop over rows whose inner stride is 0 or 1 for each operand. Row functions
- * have a separate loop per stride pattern so the compiler vectorises each.
- * Integer arithmetic runs in the unsigned type of the same width (wraps, no
- * undefined behaviour); float16/bfloat16 compute in float and round once. */
+ * The operands' shapes are reduced to a plan (kernels/broadcast_plan.h): size-1
+ * output dims dropped and neighbouring dims merged while both operands stay
+ * linear across them, so same-shape and scalar cases become one flat loop and
+ * the general case a loop over rows whose inner stride is 0 or 1 for each
+ * operand. Row functions have a separate loop per stride pattern so the
+ * compiler vectorises each. Integer arithmetic runs in the unsigned type of the
+ * same width (wraps, no undefined behaviour); float16/bfloat16 compute in float
+ * and round once. */
 #include <string.h>
 
+#include "kernels/broadcast_plan.h"
 #include "kernels/cpu/math_kernels.h"
-#include "ops/broadcast_shape.h"
+#include "kernels/math_prepare.h"
 
 /* o[i] = a[i*sa] op b[i*sb] for i < n; sa, sb are 0 or 1. */
 typedef void (*row_fn)(const void *a, const void *b, void *o, int64_t n, int sa,
@@ -115,54 +117,9 @@ static const binary_op equal_op = {
     "Equal", {ARITH_ENTRIES(equal), [RF_BOOL] = equal_bool}, 2, true, false};
 /* clang-format on */
 
-/* ---- the broadcast plan ---- */
+/* ---- running a broadcast plan (kernels/broadcast_plan.h) ---- */
 
-typedef struct plan {
-  int rank; /* >= 1 */
-  int64_t dims[RF_MAX_RANK];
-  int64_t sa[RF_MAX_RANK]; /* element strides; 0 where broadcast */
-  int64_t sb[RF_MAX_RANK];
-} plan;
-
-/* Strides of x's dims aligned to the output's rank (0 for missing or
- * broadcast dims). */
-static void aligned_strides(const rf_shape *x, int rank, int64_t *st) {
-  int64_t s = 1;
-  for (int i = rank - 1; i >= 0; i--) {
-    int k = x->rank - rank + i;
-    int64_t d = k >= 0 ? x->dims[k] : 1;
-    st[i] = d == 1 ? 0 : s;
-    s *= d;
-  }
-}
-
-static void plan_make(const rf_shape *as, const rf_shape *bs,
-                      const rf_shape *os, plan *p) {
-  int64_t sa[RF_MAX_RANK], sb[RF_MAX_RANK];
-  aligned_strides(as, os->rank, sa);
-  aligned_strides(bs, os->rank, sb);
-  p->rank = 0;
-  for (int i = 0; i < os->rank; i++) {
-    int64_t d = os->dims[i];
-    if (d == 1) continue;
-    int r = p->rank;
-    if (r > 0 && p->sa[r - 1] == sa[i] * d && p->sb[r - 1] == sb[i] * d) {
-      p->dims[r - 1] *= d; /* both operands linear across the pair: merge */
-      p->sa[r - 1] = sa[i];
-      p->sb[r - 1] = sb[i];
-      continue;
-    }
-    p->dims[r] = d;
-    p->sa[r] = sa[i];
-    p->sb[r] = sb[i];
-    p->rank++;
-  }
-  if (p->rank == 0) { /* one element */
-    p->rank = 1;
-    p->dims[0] = 1;
-    p->sa[0] = p->sb[0] = 1;
-  }
-}
+typedef rf__broadcast_plan plan;
 
 typedef struct binary_job {
   const plan *p;
@@ -229,7 +186,7 @@ static void run_plan(rf__kernel_ctx *ctx, const rf_tensor *a,
                      const rf_tensor *b, rf_tensor *out, row_fn fn,
                      int64_t cost) {
   plan p;
-  plan_make(&a->shape, &b->shape, &out->shape, &p);
+  rf__broadcast_plan_make(&a->shape, &b->shape, &out->shape, &p);
   binary_job job = {&p,
                     fn,
                     a->data,
@@ -250,22 +207,9 @@ static void run_plan(rf__kernel_ctx *ctx, const rf_tensor *a,
 
 static rf_status *binary_compute(rf__kernel_ctx *ctx, const binary_op *op) {
   const rf_tensor *a = ctx->inputs[0], *b = ctx->inputs[1];
-  if (a->dtype != b->dtype)
-    return rf__kernel_error(
-        ctx, RF_INVALID_ARGUMENT, "%s operands have different dtypes %s and %s",
-        op->name, rf_dtype_name(a->dtype), rf_dtype_name(b->dtype));
-  row_fn fn = op->rows[a->dtype];
-  if (!fn)
-    return rf__kernel_error(ctx, RF_UNIMPLEMENTED, "%s has no %s kernel",
-                            op->name, rf_dtype_name(a->dtype));
   rf_shape os;
-  if (!rf__broadcast_shape(&a->shape, &b->shape, &os)) {
-    char sa[128], sb[128];
-    rf_shape_format(&a->shape, sa, sizeof sa);
-    rf_shape_format(&b->shape, sb, sizeof sb);
-    return rf__kernel_error(ctx, RF_INVALID_ARGUMENT,
-                            "Incompatible shapes: %s vs. %s", sa, sb);
-  }
+  RF_CHECK(rf__binary_prepare(ctx, op->name, op->bool_out, &os));
+  row_fn fn = op->rows[a->dtype]; /* the table has every dtype admitted */
   if (op->int_div && rf_dtype_is_integer(b->dtype) &&
       rf_shape_num_elements(&os) > 0 && int_has_zero(b))
     return rf__kernel_error(ctx, RF_INVALID_ARGUMENT,
@@ -318,20 +262,9 @@ COPY_ROW(uint64_t)
 static rf_status *broadcast_to_compute(rf__kernel_ctx *ctx) {
   const rf_tensor *x = ctx->inputs[0], *like = ctx->inputs[1];
   rf_shape os;
-  if (!rf__broadcast_shape(&x->shape, &like->shape, &os) ||
-      !rf_shape_equal(&os, &like->shape)) {
-    char sx[128], sl[128];
-    rf_shape_format(&x->shape, sx, sizeof sx);
-    rf_shape_format(&like->shape, sl, sizeof sl);
-    return rf__kernel_error(ctx, RF_INVALID_ARGUMENT,
-                            "_BroadcastToShapeOf: cannot broadcast shape %s "
-                            "to shape %s",
-                            sx, sl);
-  }
-  if (rf_shape_equal(&x->shape, &like->shape)) {
-    rf__kernel_forward_input(ctx, 0, 0);
-    return NULL;
-  }
+  bool done;
+  RF_CHECK(rf__broadcast_to_prepare(ctx, &os, &done));
+  if (done) return NULL;
   row_fn fn;
   switch (rf_dtype_size(x->dtype)) {
     case 1: fn = copy_uint8_t; break;
@@ -346,34 +279,9 @@ static rf_status *broadcast_to_compute(rf__kernel_ctx *ctx) {
 }
 
 static const rf__kernel_def binary_kernels[] = {
-    {.op = "Add",
-     .device_type = RF_DEVICE_CPU,
-     .cost = RF_COST_PER_ELEMENT,
-     .compute = add_compute},
-    {.op = "Sub",
-     .device_type = RF_DEVICE_CPU,
-     .cost = RF_COST_PER_ELEMENT,
-     .compute = sub_compute},
-    {.op = "Mul",
-     .device_type = RF_DEVICE_CPU,
-     .cost = RF_COST_PER_ELEMENT,
-     .compute = mul_compute},
-    {.op = "Div",
-     .device_type = RF_DEVICE_CPU,
-     .cost = RF_COST_PER_ELEMENT,
-     .compute = div_compute},
-    {.op = "Equal",
-     .device_type = RF_DEVICE_CPU,
-     .cost = RF_COST_PER_ELEMENT,
-     .compute = equal_compute},
-    {.op = "_BroadcastToShapeOf",
-     .device_type = RF_DEVICE_CPU,
-     .cost = RF_COST_PER_ELEMENT,
-     .compute = broadcast_to_compute},
-};
+    RF_BINARY_KERNELS(RF__CPU_KERNEL)};
 
 rf_status *rf__register_cpu_binary_kernels(void) {
-  for (size_t i = 0; i < sizeof binary_kernels / sizeof binary_kernels[0]; i++)
-    RF_CHECK(rf__kernel_register(&binary_kernels[i]));
-  return NULL;
+  return rf__kernel_register_all(
+      binary_kernels, sizeof binary_kernels / sizeof binary_kernels[0]);
 }

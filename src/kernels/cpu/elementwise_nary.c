@@ -3,6 +3,7 @@
  * the stack in the compute type (float for float16/bfloat16, the unsigned
  * type for integers, which wraps) and rounds once per element. */
 #include "kernels/cpu/math_kernels.h"
+#include "kernels/math_prepare.h"
 
 #define ID(v) (v)
 
@@ -58,10 +59,8 @@ static void run_neg(void *arg, int64_t begin, int64_t end) {
 
 static rf_status *neg_compute(rf__kernel_ctx *ctx) {
   const rf_tensor *x = ctx->inputs[0];
-  neg_fn fn = neg_fns[x->dtype];
-  if (!fn)
-    return rf__kernel_error(ctx, RF_UNIMPLEMENTED, "Neg has no %s kernel",
-                            rf_dtype_name(x->dtype));
+  RF_CHECK(rf__neg_prepare(ctx));
+  neg_fn fn = neg_fns[x->dtype]; /* the table has every dtype admitted */
   rf_tensor *y;
   RF_CHECK(rf__kernel_alloc_output(ctx, 0, x->dtype, &x->shape, &y));
   neg_job job = {fn, x->data, y->data, rf_dtype_size(x->dtype)};
@@ -120,29 +119,10 @@ static void run_add_n(void *arg, int64_t begin, int64_t end) {
 static rf_status *add_n_compute(rf__kernel_ctx *ctx) {
   rf_tensor *const *in = ctx->inputs;
   int k = ctx->num_inputs;
-  for (int i = 1; i < k; i++) {
-    if (in[i]->dtype != in[0]->dtype)
-      return rf__kernel_error(
-          ctx, RF_INVALID_ARGUMENT, "AddN input %d is %s, input 0 is %s", i,
-          rf_dtype_name(in[i]->dtype), rf_dtype_name(in[0]->dtype));
-    if (!rf_shape_equal(&in[i]->shape, &in[0]->shape)) {
-      char s0[128], si[128];
-      rf_shape_format(&in[0]->shape, s0, sizeof s0);
-      rf_shape_format(&in[i]->shape, si, sizeof si);
-      return rf__kernel_error(
-          ctx, RF_INVALID_ARGUMENT,
-          "AddN inputs must all have one shape: input 0 is %s, input %d is %s",
-          s0, i, si);
-    }
-  }
-  add_n_fn fn = add_n_fns[in[0]->dtype];
-  if (!fn)
-    return rf__kernel_error(ctx, RF_UNIMPLEMENTED, "AddN has no %s kernel",
-                            rf_dtype_name(in[0]->dtype));
-  if (k == 1) {
-    rf__kernel_forward_input(ctx, 0, 0);
-    return NULL;
-  }
+  bool done;
+  RF_CHECK(rf__add_n_prepare(ctx, &done));
+  if (done) return NULL;
+  add_n_fn fn = add_n_fns[in[0]->dtype]; /* every dtype admitted */
   rf_tensor *out;
   RF_CHECK(rf__kernel_alloc_output(ctx, 0, in[0]->dtype, &in[0]->shape, &out));
   add_n_job job = {fn, in, k, out->data};
@@ -150,19 +130,9 @@ static rf_status *add_n_compute(rf__kernel_ctx *ctx) {
   return NULL;
 }
 
-static const rf__kernel_def nary_kernels[] = {
-    {.op = "Neg",
-     .device_type = RF_DEVICE_CPU,
-     .cost = RF_COST_PER_ELEMENT,
-     .compute = neg_compute},
-    {.op = "AddN",
-     .device_type = RF_DEVICE_CPU,
-     .cost = RF_COST_PER_ELEMENT,
-     .compute = add_n_compute},
-};
+static const rf__kernel_def nary_kernels[] = {RF_NARY_KERNELS(RF__CPU_KERNEL)};
 
 rf_status *rf__register_cpu_nary_kernels(void) {
-  for (size_t i = 0; i < sizeof nary_kernels / sizeof nary_kernels[0]; i++)
-    RF_CHECK(rf__kernel_register(&nary_kernels[i]));
-  return NULL;
+  return rf__kernel_register_all(nary_kernels,
+                                 sizeof nary_kernels / sizeof nary_kernels[0]);
 }

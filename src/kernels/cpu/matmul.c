@@ -6,33 +6,30 @@
  * rows of C (B transposed first when needed so the inner loop is contiguous)
  * in unsigned arithmetic, which wraps instead of overflowing. */
 #include <cblas.h>
-#include <limits.h>
 #include <string.h>
 
 #include "core/mem.h"
 #include "kernels/cpu/math_kernels.h"
+#include "kernels/matmul_shape.h"
 #include "runtime/device.h"
 
-typedef struct mm_dims {
-  bool ta, tb;
-  int64_t m, n, k;
-  int64_t lda, ldb; /* row lengths of A and B as stored */
-  int64_t ldc;      /* row length of C: n, also for a block of columns */
-} mm_dims;
+/* The product's sizes: kernels/matmul_shape.h. */
+typedef rf__matmul_dims mm_dims;
 
-static void sgemm(const mm_dims *d, const float *a, const float *b, float *c) {
+/* ldc: row length of C as stored (n, or more for a block of C's columns) */
+static void sgemm(const mm_dims *d, const float *a, const float *b, float *c,
+                  int64_t ldc) {
   cblas_sgemm(CblasRowMajor, d->ta ? CblasTrans : CblasNoTrans,
               d->tb ? CblasTrans : CblasNoTrans, (int)d->m, (int)d->n,
               (int)d->k, 1.0f, a, (int)d->lda, b, (int)d->ldb, 0.0f, c,
-              (int)d->ldc);
+              (int)ldc);
 }
 
-static void dgemm(const mm_dims *d, const double *a, const double *b,
-                  double *c) {
+static void dgemm(const mm_dims *d, const double *a, const double *b, double *c,
+                  int64_t ldc) {
   cblas_dgemm(CblasRowMajor, d->ta ? CblasTrans : CblasNoTrans,
               d->tb ? CblasTrans : CblasNoTrans, (int)d->m, (int)d->n,
-              (int)d->k, 1.0, a, (int)d->lda, b, (int)d->ldb, 0.0, c,
-              (int)d->ldc);
+              (int)d->k, 1.0, a, (int)d->lda, b, (int)d->ldb, 0.0, c, (int)ldc);
 }
 
 /* ---- blocks of C across the pool ---- */
@@ -76,14 +73,14 @@ static void gemm_blocks(void *arg, int64_t blk0, int64_t blk1) {
     sub.m = s1 - s0;
     /* op(A)'s row r is A's row r, or A's column r when transposed */
     a_off = sub.ta ? s0 : s0 * sub.lda;
-    c_off = s0 * sub.ldc;
+    c_off = s0 * sub.n;
   }
   if (j->f64)
     dgemm(&sub, (const double *)j->a + a_off, (const double *)j->b + b_off,
-          (double *)j->c + c_off);
+          (double *)j->c + c_off, j->d->n);
   else
     sgemm(&sub, (const float *)j->a + a_off, (const float *)j->b + b_off,
-          (float *)j->c + c_off);
+          (float *)j->c + c_off, j->d->n);
 }
 
 static void gemm_parallel(rf__kernel_ctx *ctx, const mm_dims *d, const void *a,
@@ -126,7 +123,7 @@ static void gemm_16(const mm_dims *d, const rf_tensor *a, const rf_tensor *b,
   int64_t na = a->num_elements, nb = b->num_elements;
   widen(a->data, buf, na, a->dtype);
   widen(b->data, buf + na, nb, b->dtype);
-  sgemm(d, buf, buf + na, buf + na + nb);
+  sgemm(d, buf, buf + na, buf + na + nb, d->n);
   narrow(buf + na + nb, c->data, c->num_elements, c->dtype);
 }
 
@@ -190,56 +187,12 @@ static size_t scratch_bytes(const mm_dims *d, const rf_tensor *a,
 
 /* ---- the kernel ---- */
 
-static rf_status *check_dims(rf__kernel_ctx *ctx, const rf_tensor *a,
-                             const rf_tensor *b, mm_dims *d) {
-  char sa[128], sb[128];
-  rf_shape_format(&a->shape, sa, sizeof sa);
-  rf_shape_format(&b->shape, sb, sizeof sb);
-  if (a->shape.rank != 2 || b->shape.rank != 2)
-    return rf__kernel_error(ctx, RF_INVALID_ARGUMENT,
-                            "MatMul needs rank-2 inputs, got a %s and b %s", sa,
-                            sb);
-  d->lda = a->shape.dims[1];
-  d->ldb = b->shape.dims[1];
-  d->m = a->shape.dims[d->ta ? 1 : 0];
-  d->k = a->shape.dims[d->ta ? 0 : 1];
-  int64_t kb = b->shape.dims[d->tb ? 1 : 0];
-  d->n = b->shape.dims[d->tb ? 0 : 1];
-  d->ldc = d->n;
-  if (d->k != kb)
-    return rf__kernel_error(
-        ctx, RF_INVALID_ARGUMENT,
-        "Matrix size-incompatible: a %s%s and b %s%s have inner dimensions "
-        "%lld and %lld",
-        sa, d->ta ? " transposed" : "", sb, d->tb ? " transposed" : "",
-        (long long)d->k, (long long)kb);
-  const int64_t dims[] = {a->shape.dims[0], a->shape.dims[1], b->shape.dims[0],
-                          b->shape.dims[1]};
-  for (int i = 0; i < 4; i++)
-    if (dims[i] > INT_MAX)
-      return rf__kernel_error(ctx, RF_UNIMPLEMENTED,
-                              "MatMul dimension %lld exceeds BLAS's int range",
-                              (long long)dims[i]);
-  return NULL;
-}
-
 static rf_status *matmul_compute(rf__kernel_ctx *ctx) {
   const rf_tensor *a = ctx->inputs[0], *b = ctx->inputs[1];
   mm_dims d;
-  memset(&d, 0, sizeof d);
-  RF_CHECK(rf__attrs_get_bool(&ctx->node->attrs, "transpose_a", &d.ta));
-  RF_CHECK(rf__attrs_get_bool(&ctx->node->attrs, "transpose_b", &d.tb));
-  if (a->dtype != b->dtype)
-    return rf__kernel_error(ctx, RF_INVALID_ARGUMENT,
-                            "MatMul operands have different dtypes %s and %s",
-                            rf_dtype_name(a->dtype), rf_dtype_name(b->dtype));
-  RF_CHECK(check_dims(ctx, a, b, &d));
+  rf_shape cs;
+  RF_CHECK(rf__matmul_prepare(ctx, &d, &cs));
   rf_dtype dt = a->dtype;
-  if (dt != RF_FLOAT16 && dt != RF_BFLOAT16 && dt != RF_FLOAT32 &&
-      dt != RF_FLOAT64 && dt != RF_INT32 && dt != RF_INT64)
-    return rf__kernel_error(ctx, RF_UNIMPLEMENTED, "MatMul has no %s kernel",
-                            rf_dtype_name(dt));
-  rf_shape cs = rf_shape_of(2, d.m, d.n);
   if (d.m == 0 || d.n == 0 || d.k == 0) {
     /* Nothing to multiply; an empty sum is 0 (all-zero bits in every dtype),
      * and BLAS would reject the zero leading dimensions. */

@@ -7,13 +7,13 @@
  * float16 / bfloat16 compute in float; their exps are recomputed instead of
  * being stored rounded. Labels are all checked before anything is computed. */
 #include <math.h>
-#include <stdio.h>
 #include <string.h>
 
 #include "kernels/cpu/half.h"
 #include "kernels/cpu/nn_kernels.h"
 #include "kernels/cpu/reduce_sum.h"
 #include "kernels/kernel.h"
+#include "kernels/nn_prepare.h"
 #include "ops/families.h"
 
 #define LOAD_F16(p, i) rf__h2f((p)[i])
@@ -162,18 +162,6 @@ static void run_xgrad(void *arg, int64_t b, int64_t e) {
 
 /* ---- kernels ---- */
 
-static rf_status *shape_error(rf__kernel_ctx *ctx, const char *what,
-                              const rf_tensor *t, const char *need) {
-  char s[96];
-  rf_shape_format(&t->shape, s, sizeof s);
-  return rf__kernel_error(ctx, RF_INVALID_ARGUMENT,
-                          "%s must be %s, got shape %s", what, need, s);
-}
-
-static int64_t last(const rf_tensor *t) {
-  return t->shape.dims[t->shape.rank - 1];
-}
-
 /* Runs fn over the rows of p (c elements each, n elements in all). */
 static void for_rows(rf__kernel_ctx *ctx, rows *p, int64_t n, int64_t cost,
                      void (*fn)(void *, int64_t, int64_t)) {
@@ -181,40 +169,14 @@ static void for_rows(rf__kernel_ctx *ctx, rows *p, int64_t n, int64_t cost,
   rf__kernel_parallel_for(ctx, n / p->c, p->c * cost, fn, p);
 }
 
-/* INVALID_ARGUMENT unless the inputs in `mask` (bit k: input k) share one
- * float dtype; the graph guarantees it, a mistyped feed must not read past a
- * buffer. */
-static rf_status *float_inputs(rf__kernel_ctx *ctx, unsigned mask) {
-  rf_dtype dt = RF_DTYPE_INVALID;
-  for (int k = 0; k < ctx->num_inputs; k++) {
-    if (!(mask >> k & 1)) continue;
-    rf_dtype d = ctx->inputs[k]->dtype;
-    if (!rf_dtype_is_float(d) || (dt != RF_DTYPE_INVALID && d != dt))
-      return rf__kernel_error(
-          ctx, RF_INVALID_ARGUMENT, "input %d has dtype %s; expected %s", k,
-          rf_dtype_name(d),
-          dt == RF_DTYPE_INVALID ? "a float dtype" : rf_dtype_name(dt));
-    dt = d;
-  }
-  return NULL;
-}
-
 static rf_status *bias_add_compute(rf__kernel_ctx *ctx) {
   const rf_tensor *x = ctx->inputs[0], *bias = ctx->inputs[1];
-  RF_CHECK(float_inputs(ctx, 3));
-  if (x->shape.rank < 1) return shape_error(ctx, "value", x, "of rank >= 1");
-  if (bias->shape.rank != 1 || bias->shape.dims[0] != last(x)) {
-    char a[96], b[96];
-    rf_shape_format(&bias->shape, b, sizeof b);
-    rf_shape_format(&x->shape, a, sizeof a);
-    return rf__kernel_error(
-        ctx, RF_INVALID_ARGUMENT,
-        "bias of shape %s does not match the last dimension of value %s", b, a);
-  }
+  int64_t c;
+  RF_CHECK(rf__bias_add_prepare(ctx, &c));
   rf_tensor *y;
   RF_CHECK(rf__kernel_alloc_output(ctx, 0, x->dtype, &x->shape, &y));
   rows p = {x->dtype,   rf_dtype_size(x->dtype),
-            last(x),    x->data,
+            c,          x->data,
             bias->data, y->data,
             NULL,       NULL,
             false};
@@ -224,77 +186,42 @@ static rf_status *bias_add_compute(rf__kernel_ctx *ctx) {
 
 static rf_status *bias_add_grad_compute(rf__kernel_ctx *ctx) {
   const rf_tensor *dy = ctx->inputs[0];
-  RF_CHECK(float_inputs(ctx, 1));
-  int rank = dy->shape.rank;
-  if (rank < 1) return shape_error(ctx, "out_backprop", dy, "of rank >= 1");
-  rf_shape shape = rf_shape_of(1, last(dy));
+  rf_shape shape;
+  uint32_t mask;
+  RF_CHECK(rf__bias_add_grad_prepare(ctx, &shape, &mask));
   rf_tensor *out;
   RF_CHECK(rf__kernel_alloc_output(ctx, 0, dy->dtype, &shape, &out));
-  rf_status *st =
-      rf__cpu_reduce_sum(ctx, dy, (1u << (rank - 1)) - 1, false, out);
-  if (st) {
-    rf_tensor_release(out);
-    ctx->outputs[0] = NULL;
-  }
+  rf_status *st = rf__cpu_reduce_sum(ctx, dy, mask, false, out);
+  if (st) rf__kernel_drop_outputs(ctx);
   return st;
 }
 
 static rf_status *softmax_compute(rf__kernel_ctx *ctx) {
   const rf_tensor *x = ctx->inputs[0];
-  RF_CHECK(float_inputs(ctx, 1));
-  if (x->shape.rank < 1) return shape_error(ctx, "logits", x, "of rank >= 1");
+  int64_t c;
+  RF_CHECK(rf__softmax_prepare(ctx, &c));
   rf_tensor *y;
   RF_CHECK(rf__kernel_alloc_output(ctx, 0, x->dtype, &x->shape, &y));
-  rows p = {x->dtype, rf_dtype_size(x->dtype),
-            last(x),  x->data,
-            NULL,     y->data,
-            NULL,     NULL,
-            false};
+  rows p = {
+      x->dtype, rf_dtype_size(x->dtype), c, x->data, NULL, y->data, NULL, NULL,
+      false};
   for_rows(ctx, &p, x->num_elements, 20, run_softmax);
   return NULL;
 }
 
-/* INVALID_ARGUMENT unless a and b have one shape. */
-static rf_status *same_shape(rf__kernel_ctx *ctx, const char *an,
-                             const rf_tensor *a, const char *bn,
-                             const rf_tensor *b) {
-  if (rf_shape_equal(&a->shape, &b->shape)) return NULL;
-  char sa[96], sb[96];
-  rf_shape_format(&a->shape, sa, sizeof sa);
-  rf_shape_format(&b->shape, sb, sizeof sb);
-  return rf__kernel_error(ctx, RF_INVALID_ARGUMENT,
-                          "%s has shape %s but %s has shape %s", an, sa, bn,
-                          sb);
-}
-
 static rf_status *softmax_grad_compute(rf__kernel_ctx *ctx) {
   const rf_tensor *dy = ctx->inputs[0], *y = ctx->inputs[1];
-  RF_CHECK(float_inputs(ctx, 3));
-  if (y->shape.rank < 1) return shape_error(ctx, "softmax", y, "of rank >= 1");
-  RF_CHECK(same_shape(ctx, "grad_softmax", dy, "softmax", y));
+  int64_t c;
+  RF_CHECK(rf__softmax_grad_prepare(ctx, &c));
   rf_tensor *out;
   RF_CHECK(rf__kernel_alloc_output(ctx, 0, y->dtype, &y->shape, &out));
   rows p = {y->dtype, rf_dtype_size(y->dtype),
-            last(y),  dy->data,
+            c,        dy->data,
             y->data,  out->data,
             NULL,     NULL,
             false};
   for_rows(ctx, &p, y->num_elements, 4, run_smgrad);
   return NULL;
-}
-
-/* vec must be (b) and mat (b, c). */
-static rf_status *check_rows(rf__kernel_ctx *ctx, const char *vn,
-                             const rf_tensor *vec, const char *mn,
-                             const rf_tensor *mat) {
-  if (mat->shape.rank != 2) return shape_error(ctx, mn, mat, "of rank 2");
-  if (vec->shape.rank != 1) return shape_error(ctx, vn, vec, "of rank 1");
-  if (vec->shape.dims[0] == mat->shape.dims[0]) return NULL;
-  char s[96], need[128];
-  rf_shape_format(&mat->shape, s, sizeof s);
-  snprintf(need, sizeof need, "(%lld) to match %s %s",
-           (long long)mat->shape.dims[0], mn, s);
-  return shape_error(ctx, vn, vec, need);
 }
 
 static rf_status *check_labels(rf__kernel_ctx *ctx, const rf_tensor *labels,
@@ -314,14 +241,10 @@ static rf_status *check_labels(rf__kernel_ctx *ctx, const rf_tensor *labels,
 
 static rf_status *xent_compute(rf__kernel_ctx *ctx) {
   const rf_tensor *x = ctx->inputs[0], *labels = ctx->inputs[1];
-  RF_CHECK(float_inputs(ctx, 1));
-  RF_CHECK(check_rows(ctx, "labels", labels, "logits", x));
-  if (labels->dtype != RF_INT32 && labels->dtype != RF_INT64)
-    return rf__kernel_error(ctx, RF_INVALID_ARGUMENT,
-                            "labels must be int32 or int64, got %s",
-                            rf_dtype_name(labels->dtype));
-  RF_CHECK(check_labels(ctx, labels, x->shape.dims[1]));
-  rf_shape bshape = rf_shape_of(1, x->shape.dims[0]);
+  rf_shape bshape;
+  int64_t c;
+  RF_CHECK(rf__xent_prepare(ctx, &bshape, &c));
+  RF_CHECK(check_labels(ctx, labels, c));
   rf_tensor *loss, *bp;
   RF_CHECK(rf__kernel_alloc_output(ctx, 0, x->dtype, &bshape, &loss));
   rf_status *st = rf__kernel_alloc_output(ctx, 1, x->dtype, &x->shape, &bp);
@@ -332,7 +255,7 @@ static rf_status *xent_compute(rf__kernel_ctx *ctx) {
   }
   rows p = {x->dtype,
             rf_dtype_size(x->dtype),
-            x->shape.dims[1],
+            c,
             x->data,
             NULL,
             loss->data,
@@ -345,18 +268,14 @@ static rf_status *xent_compute(rf__kernel_ctx *ctx) {
 
 static rf_status *xent_grad_compute(rf__kernel_ctx *ctx) {
   const rf_tensor *dloss = ctx->inputs[0], *bp = ctx->inputs[1];
-  RF_CHECK(float_inputs(ctx, 3));
-  RF_CHECK(check_rows(ctx, "dloss", dloss, "backprop", bp));
+  int64_t c;
+  RF_CHECK(rf__xent_grad_prepare(ctx, &c));
   rf_tensor *out;
   RF_CHECK(rf__kernel_alloc_output(ctx, 0, bp->dtype, &bp->shape, &out));
-  rows p = {bp->dtype,
-            rf_dtype_size(bp->dtype),
-            bp->shape.dims[1],
-            bp->data,
-            dloss->data,
-            out->data,
-            NULL,
-            NULL,
+  rows p = {bp->dtype,   rf_dtype_size(bp->dtype),
+            c,           bp->data,
+            dloss->data, out->data,
+            NULL,        NULL,
             false};
   for_rows(ctx, &p, bp->num_elements, 1, run_xgrad);
   return NULL;
@@ -364,35 +283,9 @@ static rf_status *xent_grad_compute(rf__kernel_ctx *ctx) {
 
 /* ---- registration ---- */
 
-static const rf__kernel_def defs[] = {
-    {.op = "BiasAdd",
-     .device_type = RF_DEVICE_CPU,
-     .cost = RF_COST_PER_ELEMENT,
-     .compute = bias_add_compute},
-    {.op = "_BiasAddGrad",
-     .device_type = RF_DEVICE_CPU,
-     .cost = RF_COST_PER_ELEMENT,
-     .compute = bias_add_grad_compute},
-    {.op = "Softmax",
-     .device_type = RF_DEVICE_CPU,
-     .cost = RF_COST_PER_ELEMENT,
-     .compute = softmax_compute},
-    {.op = "_SoftmaxGrad",
-     .device_type = RF_DEVICE_CPU,
-     .cost = RF_COST_PER_ELEMENT,
-     .compute = softmax_grad_compute},
-    {.op = "SparseSoftmaxCrossEntropyWithLogits",
-     .device_type = RF_DEVICE_CPU,
-     .cost = RF_COST_PER_ELEMENT,
-     .compute = xent_compute},
-    {.op = "_SparseXentGrad",
-     .device_type = RF_DEVICE_CPU,
-     .cost = RF_COST_PER_ELEMENT,
-     .compute = xent_grad_compute},
-};
+static const rf__kernel_def defs[] = {RF_NN_KERNELS(RF__CPU_KERNEL)};
 
 rf_status *rf__register_cpu_nn_kernels(void) {
-  for (size_t i = 0; i < sizeof defs / sizeof defs[0]; i++)
-    RF_CHECK(rf__kernel_register(&defs[i]));
+  RF_CHECK(rf__kernel_register_all(defs, sizeof defs / sizeof defs[0]));
   return rf__register_cpu_activation_kernels();
 }

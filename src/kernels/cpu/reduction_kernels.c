@@ -1,66 +1,33 @@
 /* kernels/cpu/reduction_kernels.c - CPU kernels of Sum, Mean, ArgMax and the
  * gradient ops _SumGrad / _MeanGrad. Axes are re-checked against the run-time
- * rank (the graph may not have known it). Sums go through reduce_sum.c;
- * gradients broadcast dy back over the reduced axes. */
+ * rank (the graph may not have known it; kernels/reduction_prepare.c). Sums
+ * go through reduce_sum.c; gradients broadcast dy back over the reduced axes.
+ */
 #include <math.h>
 #include <string.h>
 
 #include "core/mem.h"
 #include "kernels/cpu/half.h"
 #include "kernels/cpu/reduce_sum.h"
+#include "kernels/reduction_prepare.h"
 #include "ops/families.h"
-#include "ops/reduction_axes.h"
-
-/* Re-issues a context-free error with the node, op and device in front. */
-static rf_status *at_node(rf__kernel_ctx *ctx, rf_status *st) {
-  if (!st || rf_status_code(st) == RF_RESOURCE_EXHAUSTED) return st;
-  rf_status *e =
-      rf__kernel_error(ctx, rf_status_code(st), "%s", rf_status_message(st));
-  rf_status_free(st);
-  return e;
-}
 
 /* Runs impl; on error, drops outputs already made so nothing half-written
  * leaves the kernel. */
 static rf_status *guarded(rf__kernel_ctx *ctx,
                           rf_status *(*impl)(rf__kernel_ctx *)) {
   rf_status *st = impl(ctx);
-  if (st)
-    for (int i = 0; i < ctx->num_outputs; i++) {
-      rf_tensor_release(ctx->outputs[i]);
-      ctx->outputs[i] = NULL;
-    }
+  if (st) rf__kernel_drop_outputs(ctx);
   return st;
-}
-
-/* The node's reduced-axes mask for an input of `rank`. */
-static rf_status *node_mask(rf__kernel_ctx *ctx, int rank, uint32_t *mask,
-                            bool *keep_dims) {
-  rf__reduction_attrs r;
-  RF_CHECK(at_node(ctx, rf__reduction_attrs_read(&ctx->node->attrs, &r)));
-  RF_CHECK(at_node(ctx, rf__reduction_mask(&r, rank, mask)));
-  *keep_dims = r.keep_dims;
-  return NULL;
 }
 
 /* ---- Sum, Mean ---- */
 
-/* INVALID_ARGUMENT unless t is of a numeric dtype (a mistyped feed must not
- * be read as another type). */
-static rf_status *numeric(rf__kernel_ctx *ctx, const rf_tensor *t) {
-  if (rf_dtype_is_float(t->dtype) || rf_dtype_is_integer(t->dtype)) return NULL;
-  return rf__kernel_error(ctx, RF_INVALID_ARGUMENT,
-                          "expected a numeric tensor, got %s",
-                          rf_dtype_name(t->dtype));
-}
-
 static rf_status *reduce(rf__kernel_ctx *ctx, bool mean) {
   const rf_tensor *x = ctx->inputs[0];
-  RF_CHECK(numeric(ctx, x));
   uint32_t mask;
-  bool keep;
-  RF_CHECK(node_mask(ctx, x->shape.rank, &mask, &keep));
-  rf_shape shape = rf__reduced_shape(&x->shape, mask, keep);
+  rf_shape shape;
+  RF_CHECK(rf__reduce_prepare(ctx, &mask, &shape));
   rf_tensor *out;
   RF_CHECK(rf__kernel_alloc_output(ctx, 0, x->dtype, &shape, &out));
   return rf__cpu_reduce_sum(ctx, x, mask, mean, out);
@@ -189,21 +156,8 @@ static rf_status *scaled_copy(const rf_tensor *dy, int64_t count, void **out) {
 
 static rf_status *reduce_grad(rf__kernel_ctx *ctx, bool mean) {
   const rf_tensor *dy = ctx->inputs[0], *x = ctx->inputs[1];
-  RF_CHECK(numeric(ctx, x));
   uint32_t mask;
-  bool keep;
-  RF_CHECK(node_mask(ctx, x->shape.rank, &mask, &keep));
-  rf_shape want = rf__reduced_shape(&x->shape, mask, keep);
-  if (!rf_shape_equal(&dy->shape, &want) || dy->dtype != x->dtype) {
-    char a[96], b[96], c[96];
-    rf_shape_format(&dy->shape, a, sizeof a);
-    rf_shape_format(&x->shape, b, sizeof b);
-    rf_shape_format(&want, c, sizeof c);
-    return rf__kernel_error(ctx, RF_INVALID_ARGUMENT,
-                            "dy %s %s does not match x %s %s reduced to %s",
-                            rf_dtype_name(dy->dtype), a,
-                            rf_dtype_name(x->dtype), b, c);
-  }
+  RF_CHECK(rf__reduce_grad_prepare(ctx, &mask));
   rf_tensor *dx;
   RF_CHECK(rf__kernel_alloc_output(ctx, 0, x->dtype, &x->shape, &dx));
   if (dx->num_elements == 0) return NULL;
@@ -297,37 +251,18 @@ static void (*const argmax_fns[RF_DTYPE_COUNT])(void *, int64_t, int64_t) = {
 
 static rf_status *argmax_impl(rf__kernel_ctx *ctx) {
   const rf_tensor *x = ctx->inputs[0];
-  int64_t axis;
-  RF_CHECK(at_node(ctx, rf__attrs_get_int(&ctx->node->attrs, "axis", &axis)));
-  int rank = x->shape.rank;
-  if (rank == 0)
-    return rf__kernel_error(ctx, RF_INVALID_ARGUMENT,
-                            "ArgMax needs an input of rank >= 1, got a scalar");
-  if (axis < -rank || axis >= rank)
-    return rf__kernel_error(
-        ctx, RF_INVALID_ARGUMENT,
-        "axis %lld is out of range for an input of rank %d (valid: [%d, %d))",
-        (long long)axis, rank, -rank, rank);
-  if (x->dtype < 0 || !argmax_fns[x->dtype])
-    return rf__kernel_error(ctx, RF_UNIMPLEMENTED, "ArgMax of %s",
-                            rf_dtype_name(x->dtype));
-  int k = (int)(axis < 0 ? axis + rank : axis);
-  rf_shape shape = rf__reduced_shape(&x->shape, 1u << k, false);
-  argmax p = {x->data, NULL, x->shape.dims[k], 1, 0};
-  for (int i = k + 1; i < rank; i++) p.inner *= x->shape.dims[i];
-  int64_t outer = 1;
-  for (int i = 0; i < k; i++) outer *= x->shape.dims[i];
-  if (p.n == 0 && outer * p.inner > 0)
-    return rf__kernel_error(ctx, RF_INVALID_ARGUMENT,
-                            "ArgMax over axis %d of length 0", k);
+  rf__argmax_dims d;
+  rf_shape shape;
+  RF_CHECK(rf__argmax_prepare(ctx, &d, &shape)); /* numeric: in argmax_fns */
+  argmax p = {x->data, NULL, d.n, d.inner, 0};
   rf_tensor *out;
   RF_CHECK(rf__kernel_alloc_output(ctx, 0, RF_INT64, &shape, &out));
   if (out->num_elements == 0) return NULL;
   p.out = out->data;
   p.nblocks = (p.inner + ARG_BLOCK - 1) / ARG_BLOCK;
   int64_t w = p.inner < ARG_BLOCK ? p.inner : ARG_BLOCK;
-  rf__kernel_parallel_for(ctx, outer * p.nblocks, p.n * w, argmax_fns[x->dtype],
-                          &p);
+  rf__kernel_parallel_for(ctx, d.outer * p.nblocks, p.n * w,
+                          argmax_fns[x->dtype], &p);
   return NULL;
 }
 
@@ -337,31 +272,8 @@ static rf_status *argmax_compute(rf__kernel_ctx *ctx) {
 
 /* ---- registration ---- */
 
-static const rf__kernel_def defs[] = {
-    {.op = "Sum",
-     .device_type = RF_DEVICE_CPU,
-     .cost = RF_COST_PER_ELEMENT,
-     .compute = sum_compute},
-    {.op = "Mean",
-     .device_type = RF_DEVICE_CPU,
-     .cost = RF_COST_PER_ELEMENT,
-     .compute = mean_compute},
-    {.op = "ArgMax",
-     .device_type = RF_DEVICE_CPU,
-     .cost = RF_COST_PER_ELEMENT,
-     .compute = argmax_compute},
-    {.op = "_SumGrad",
-     .device_type = RF_DEVICE_CPU,
-     .cost = RF_COST_PER_ELEMENT,
-     .compute = sum_grad_compute},
-    {.op = "_MeanGrad",
-     .device_type = RF_DEVICE_CPU,
-     .cost = RF_COST_PER_ELEMENT,
-     .compute = mean_grad_compute},
-};
+static const rf__kernel_def defs[] = {RF_REDUCTION_KERNELS(RF__CPU_KERNEL)};
 
 rf_status *rf__register_cpu_reduction_kernels(void) {
-  for (size_t i = 0; i < sizeof defs / sizeof defs[0]; i++)
-    RF_CHECK(rf__kernel_register(&defs[i]));
-  return NULL;
+  return rf__kernel_register_all(defs, sizeof defs / sizeof defs[0]);
 }

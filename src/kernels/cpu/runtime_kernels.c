@@ -158,8 +158,6 @@ static const rf__kernel_def runtime_kernels[] = {
 };
 
 rf_status *rf__register_cpu_runtime_kernels(void) {
-  for (size_t i = 0; i < sizeof runtime_kernels / sizeof runtime_kernels[0];
-       i++)
-    RF_CHECK(rf__kernel_register(&runtime_kernels[i]));
-  return NULL;
+  return rf__kernel_register_all(
+      runtime_kernels, sizeof runtime_kernels / sizeof runtime_kernels[0]);
 }

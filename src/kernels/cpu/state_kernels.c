@@ -10,57 +10,11 @@
 
 #include "core/status.h"
 #include "kernels/kernel.h"
+#include "kernels/state_prepare.h"
 #include "ops/families.h"
 #include "runtime/device.h"
 
-/* ---- helpers ---- */
-
-static rf_status *get_variable(rf__kernel_ctx *ctx, int k, rf__variable **out) {
-  const rf_tensor *t = ctx->inputs[k];
-  rf__variable *var = NULL;
-  if (t->dtype == RF_RESOURCE && t->num_elements == 1)
-    memcpy(&var, t->data, sizeof var);
-  if (!var)
-    return rf__kernel_error(ctx, RF_INVALID_ARGUMENT,
-                            "input %d is not a variable handle", k);
-  *out = var;
-  return NULL;
-}
-
-static rf_status *not_initialized(rf__kernel_ctx *ctx, const rf__variable *v) {
-  return rf__kernel_error(ctx, RF_FAILED_PRECONDITION,
-                          "variable '%s' on %s is not initialized", v->name,
-                          ctx->device ? ctx->device->canonical : "?");
-}
-
-static bool shapes_compatible(const rf_shape *decl, const rf_shape *s) {
-  if (decl->rank < 0) return true;
-  if (decl->rank != s->rank) return false;
-  for (int i = 0; i < s->rank; i++)
-    if (decl->dims[i] >= 0 && decl->dims[i] != s->dims[i]) return false;
-  return true;
-}
-
-/* Checks v's dtype is T and its value is initialized with `shape`; v->mu
- * held. `what` names the update's operand in messages. */
-static rf_status *check_update(rf__kernel_ctx *ctx, const rf__variable *v,
-                               rf_dtype dtype, const rf_shape *shape,
-                               const char *what) {
-  if (v->dtype != dtype)
-    return rf__kernel_error(
-        ctx, RF_INVALID_ARGUMENT, "variable '%s' is %s but %s is %s", v->name,
-        rf_dtype_name(v->dtype), what, rf_dtype_name(dtype));
-  if (!v->value) return not_initialized(ctx, v);
-  if (!rf_shape_equal(&v->value->shape, shape)) {
-    char a[128], b[128];
-    rf_shape_format(&v->value->shape, a, sizeof a);
-    rf_shape_format(shape, b, sizeof b);
-    return rf__kernel_error(ctx, RF_INVALID_ARGUMENT,
-                            "variable '%s' has shape %s but %s has shape %s",
-                            v->name, a, what, b);
-  }
-  return NULL;
-}
+/* ---- helpers (the checks are kernels/state_prepare.c) ---- */
 
 /* A tensor holding v's value that may be written: the value itself when the
  * variable is its sole owner, else a fresh copy. v->mu held. */
@@ -79,98 +33,16 @@ static rf_status *writable_value(rf__kernel_ctx *ctx, rf__variable *v,
   return NULL;
 }
 
-/* Installs the written tensor from writable_value. v->mu held. */
-static void install_value(rf__variable *v, rf_tensor *t) {
-  if (t == v->value) return;
-  rf_tensor_release(v->value);
-  v->value = t;
-}
-
-/* Undoes writable_value on a failure path. */
-static void drop_value(rf__variable *v, rf_tensor *t) {
-  if (t && t != v->value) rf_tensor_release(t);
-}
-
-static rf_status *check_scalar(rf__kernel_ctx *ctx, int k, const char *what) {
-  if (ctx->inputs[k]->shape.rank == 0) return NULL;
-  char buf[128];
-  rf_shape_format(&ctx->inputs[k]->shape, buf, sizeof buf);
-  return rf__kernel_error(ctx, RF_INVALID_ARGUMENT,
-                          "%s must be a scalar, got shape %s", what, buf);
-}
-
-/* ---- Variable, ReadVariable, Assign ---- */
+/* ---- Variable, ReadVariable, Assign: kernels/state_prepare.c ---- */
 
 static rf_status *variable_compute(rf__kernel_ctx *ctx) {
-  rf_dtype dtype;
-  rf_shape shape;
-  rf__variable *var;
-  RF_CHECK(rf__attrs_get_type(&ctx->node->attrs, "dtype", &dtype));
-  RF_CHECK(rf__attrs_get_shape(&ctx->node->attrs, "shape", &shape));
-  if (!ctx->device)
-    return rf__kernel_error(ctx, RF_FAILED_PRECONDITION,
-                            "variables need a session device");
-  rf_status *st =
-      rf__device_variable(ctx->device, ctx->node->name, dtype, &shape, &var);
-  if (st && st != rf__oom()) {
-    rf_status *e =
-        rf__kernel_error(ctx, rf_status_code(st), "%s", rf_status_message(st));
-    rf_status_free(st);
-    return e;
-  }
-  RF_CHECK(st);
-  rf_shape scalar = rf_shape_scalar();
-  rf_tensor *out;
-  RF_CHECK(rf__kernel_alloc_output(ctx, 0, RF_RESOURCE, &scalar, &out));
-  memcpy(out->data, &var, sizeof var);
-  return NULL;
+  return rf__state_variable_compute(ctx, false);
 }
-
 static rf_status *read_variable_compute(rf__kernel_ctx *ctx) {
-  rf__variable *v = NULL;
-  rf_dtype dtype;
-  RF_CHECK(get_variable(ctx, 0, &v));
-  RF_CHECK(rf__attrs_get_type(&ctx->node->attrs, "dtype", &dtype));
-  if (v->dtype != dtype)
-    return rf__kernel_error(ctx, RF_INVALID_ARGUMENT,
-                            "variable '%s' is %s, not %s", v->name,
-                            rf_dtype_name(v->dtype), rf_dtype_name(dtype));
-  pthread_mutex_lock(&v->mu);
-  rf_tensor *value = rf_tensor_retain(v->value); /* the snapshot */
-  pthread_mutex_unlock(&v->mu);
-  if (!value) return not_initialized(ctx, v);
-  ctx->outputs[0] = value;
-  return NULL;
+  return rf__state_read_variable_compute(ctx, false);
 }
-
-/* The variable keeps a reference to the value (no copy); updates copy it
- * first while anyone else still holds it. */
 static rf_status *assign_compute(rf__kernel_ctx *ctx) {
-  rf__variable *v = NULL;
-  rf_tensor *value = ctx->inputs[1];
-  RF_CHECK(get_variable(ctx, 0, &v));
-  if (value->dtype != v->dtype)
-    return rf__kernel_error(ctx, RF_INVALID_ARGUMENT,
-                            "cannot assign a %s value to variable '%s' of "
-                            "dtype %s",
-                            rf_dtype_name(value->dtype), v->name,
-                            rf_dtype_name(v->dtype));
-  if (!shapes_compatible(&v->shape, &value->shape)) {
-    char a[128], b[128];
-    rf_shape_format(&value->shape, a, sizeof a);
-    rf_shape_format(&v->shape, b, sizeof b);
-    return rf__kernel_error(ctx, RF_INVALID_ARGUMENT,
-                            "cannot assign a value of shape %s to variable "
-                            "'%s' of shape %s",
-                            a, v->name, b);
-  }
-  rf_tensor_retain(value);
-  pthread_mutex_lock(&v->mu);
-  rf_tensor *old = v->value;
-  v->value = value;
-  pthread_mutex_unlock(&v->mu);
-  rf_tensor_release(old);
-  return NULL;
+  return rf__state_assign_compute(ctx, false);
 }
 
 /* ---- update loops: simple loops over contiguous arrays (vectorisable);
@@ -263,10 +135,10 @@ static rf_status *apply_gd_compute(rf__kernel_ctx *ctx) {
   rf__variable *v = NULL;
   const rf_tensor *delta = ctx->inputs[2];
   rf_tensor *dst = NULL;
-  RF_CHECK(get_variable(ctx, 0, &v));
-  RF_CHECK(check_scalar(ctx, 1, "alpha"));
+  RF_CHECK(rf__state_gd_prepare(ctx, false, &v));
   pthread_mutex_lock(&v->mu);
-  rf_status *st = check_update(ctx, v, delta->dtype, &delta->shape, "delta");
+  rf_status *st = rf__state_check_update(ctx, v, delta->dtype, &delta->shape,
+                                         "delta", false);
   if (!st) st = writable_value(ctx, v, &dst);
   if (!st) {
     update_args a = {.dtype = delta->dtype,
@@ -274,38 +146,10 @@ static rf_status *apply_gd_compute(rf__kernel_ctx *ctx) {
                      .delta = delta->data,
                      .alpha = rf_tensor_get(ctx->inputs[1], 0)};
     rf__kernel_parallel_for(ctx, dst->num_elements, 4, gd_chunk, &a);
-    install_value(v, dst);
+    rf__state_install_value(v, dst);
   }
   pthread_mutex_unlock(&v->mu);
   return st;
-}
-
-static void lock_distinct(rf__variable **vs, int n, bool lock) {
-  for (int i = 0; i < n; i++) {
-    if (lock)
-      pthread_mutex_lock(&vs[i]->mu);
-    else
-      pthread_mutex_unlock(&vs[n - 1 - i]->mu);
-  }
-}
-
-/* Adam's three variables, distinct and sorted by address: every kernel locks
- * them in one global order, so two updates can never deadlock. */
-static rf_status *adam_variables(rf__kernel_ctx *ctx, rf__variable **vars,
-                                 rf__variable **sorted) {
-  for (int k = 0; k < 3; k++) RF_CHECK(get_variable(ctx, k, &vars[k]));
-  if (vars[0] == vars[1] || vars[0] == vars[2] || vars[1] == vars[2])
-    return rf__kernel_error(ctx, RF_INVALID_ARGUMENT,
-                            "var, m and v must be three different variables");
-  memcpy(sorted, vars, 3 * sizeof *vars);
-  for (int i = 1; i < 3; i++)
-    for (int j = i; j > 0 && (uintptr_t)sorted[j] < (uintptr_t)sorted[j - 1];
-         j--) {
-      rf__variable *t = sorted[j];
-      sorted[j] = sorted[j - 1];
-      sorted[j - 1] = t;
-    }
-  return NULL;
 }
 
 static void adam_scalars(rf__kernel_ctx *ctx, update_args *a) {
@@ -319,18 +163,15 @@ static void adam_scalars(rf__kernel_ctx *ctx, update_args *a) {
 }
 
 static rf_status *apply_adam_compute(rf__kernel_ctx *ctx) {
-  static const char *const scalar_names[6] = {
-      "beta1_power", "beta2_power", "lr", "beta1", "beta2", "epsilon"};
   rf__variable *vars[3], *sorted[3];
   rf_tensor *dst[3] = {NULL, NULL, NULL};
   const rf_tensor *grad = ctx->inputs[9];
   rf_status *st = NULL;
-  RF_CHECK(adam_variables(ctx, vars, sorted));
-  for (int k = 0; k < 6; k++)
-    RF_CHECK(check_scalar(ctx, 3 + k, scalar_names[k]));
-  lock_distinct(sorted, 3, true);
+  RF_CHECK(rf__state_adam_prepare(ctx, false, vars, sorted));
+  rf__state_lock_distinct(sorted, 3, true);
   for (int k = 0; k < 3 && !st; k++)
-    st = check_update(ctx, vars[k], grad->dtype, &grad->shape, "grad");
+    st = rf__state_check_update(ctx, vars[k], grad->dtype, &grad->shape, "grad",
+                                false);
   for (int k = 0; k < 3 && !st; k++) st = writable_value(ctx, vars[k], &dst[k]);
   if (!st) {
     update_args a = {.dtype = grad->dtype,
@@ -340,42 +181,18 @@ static rf_status *apply_adam_compute(rf__kernel_ctx *ctx) {
                      .delta = grad->data};
     adam_scalars(ctx, &a);
     rf__kernel_parallel_for(ctx, grad->num_elements, 30, adam_chunk, &a);
-    for (int k = 0; k < 3; k++) install_value(vars[k], dst[k]);
+    for (int k = 0; k < 3; k++) rf__state_install_value(vars[k], dst[k]);
   } else {
-    for (int k = 0; k < 3; k++) drop_value(vars[k], dst[k]);
+    for (int k = 0; k < 3; k++) rf__state_drop_value(vars[k], dst[k]);
   }
-  lock_distinct(sorted, 3, false);
+  rf__state_lock_distinct(sorted, 3, false);
   return st;
 }
 
 static const rf__kernel_def state_kernels[] = {
-    {.op = "Variable",
-     .device_type = RF_DEVICE_CPU,
-     .cost = RF_COST_CHEAP,
-     .compute = variable_compute,
-     .host_memory_outputs = 1u << 0},
-    {.op = "ReadVariable",
-     .device_type = RF_DEVICE_CPU,
-     .cost = RF_COST_CHEAP,
-     .compute = read_variable_compute,
-     .host_memory_inputs = 1u << 0},
-    {.op = "Assign",
-     .device_type = RF_DEVICE_CPU,
-     .cost = RF_COST_CHEAP,
-     .compute = assign_compute,
-     .host_memory_inputs = 1u << 0},
-    {.op = "ApplyGradientDescent",
-     .device_type = RF_DEVICE_CPU,
-     .compute = apply_gd_compute,
-     .host_memory_inputs = 1u << 0},
-    {.op = "ApplyAdam",
-     .device_type = RF_DEVICE_CPU,
-     .compute = apply_adam_compute,
-     .host_memory_inputs = 0x7u}, /* the three handles */
-};
+    RF_STATE_KERNELS(RF__CPU_KERNEL)};
 
 rf_status *rf__register_cpu_state_kernels(void) {
-  for (size_t i = 0; i < sizeof state_kernels / sizeof state_kernels[0]; i++)
-    RF_CHECK(rf__kernel_register(&state_kernels[i]));
-  return NULL;
+  return rf__kernel_register_all(
+      state_kernels, sizeof state_kernels / sizeof state_kernels[0]);
 }

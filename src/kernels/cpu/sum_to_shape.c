@@ -11,6 +11,7 @@
 
 #include "core/mem.h"
 #include "kernels/cpu/math_kernels.h"
+#include "kernels/math_prepare.h"
 
 typedef struct sum_plan {
   int ng; /* >= 2: group 0 is outermost */
@@ -20,14 +21,12 @@ typedef struct sum_plan {
   int64_t ostride[RF_MAX_RANK + 1]; /* in output elements; 0 when summed */
 } sum_plan;
 
-/* False when like's shape does not broadcast to x's. */
-static bool plan_make(const rf_shape *x, const rf_shape *like, sum_plan *p) {
-  if (like->rank > x->rank) return false;
+/* like's shape broadcasts to x's (rf__sum_to_shape_prepare checked it). */
+static void plan_make(const rf_shape *x, const rf_shape *like, sum_plan *p) {
   p->ng = 0;
   for (int i = 0; i < x->rank; i++) {
     int k = like->rank - x->rank + i;
     int64_t xd = x->dims[i], ld = k >= 0 ? like->dims[k] : 1;
-    if (ld != xd && ld != 1) return false;
     if (xd == 1) continue;
     bool kept = ld == xd;
     if (p->ng > 0 && p->kept[p->ng - 1] == kept) {
@@ -52,7 +51,6 @@ static bool plan_make(const rf_shape *x, const rf_shape *like, sum_plan *p) {
     xs *= p->size[g];
     if (p->kept[g]) os *= p->size[g];
   }
-  return true;
 }
 
 typedef struct sum_job {
@@ -125,24 +123,12 @@ static void run_sum(void *arg, int64_t begin, int64_t end) {
 
 static rf_status *sum_to_shape_compute(rf__kernel_ctx *ctx) {
   const rf_tensor *x = ctx->inputs[0], *like = ctx->inputs[1];
+  bool done;
+  RF_CHECK(rf__sum_to_shape_prepare(ctx, NULL, &done));
+  if (done) return NULL;
   sum_plan p;
-  if (!plan_make(&x->shape, &like->shape, &p)) {
-    char sx[128], sl[128];
-    rf_shape_format(&x->shape, sx, sizeof sx);
-    rf_shape_format(&like->shape, sl, sizeof sl);
-    return rf__kernel_error(
-        ctx, RF_INVALID_ARGUMENT,
-        "_SumToShapeOf: cannot sum shape %s down to shape %s", sx, sl);
-  }
-  sum_fn fn = sum_fns[x->dtype];
-  if (!fn)
-    return rf__kernel_error(ctx, RF_UNIMPLEMENTED,
-                            "_SumToShapeOf has no %s kernel",
-                            rf_dtype_name(x->dtype));
-  if (rf_shape_equal(&x->shape, &like->shape)) {
-    rf__kernel_forward_input(ctx, 0, 0);
-    return NULL;
-  }
+  plan_make(&x->shape, &like->shape, &p);
+  sum_fn fn = sum_fns[x->dtype]; /* every dtype admitted has one */
   bool half = rf_dtype_size(x->dtype) == 2;
   int64_t n = like->num_elements;
   float *scratch =

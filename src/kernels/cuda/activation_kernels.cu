@@ -6,17 +6,10 @@
  * through, as max(x, 0) does in TensorFlow. Accurate expf/tanhf, never the
  * fast intrinsics, so results match the CPU to float tolerance. */
 #include "kernels/cuda/nn_kernels.cuh"
+#include "kernels/nn_prepare.h"
 
 namespace rf_gpu {
 namespace {
-
-template <typename C>
-__device__ __forceinline__ C exp_c(C v) {
-  if constexpr (std::is_same<C, double>::value)
-    return exp(v);
-  else
-    return expf(v);
-}
 
 template <typename C>
 __device__ __forceinline__ C tanh_c(C v) {
@@ -74,28 +67,12 @@ __global__ void ew_kernel(const T *a, const T *b, T *out, int64_t n, F f) {
 
 /* INTS: int8, int32 and int64 are accepted too (Relu, _ReluGrad); other
  * ops have kernels for the float dtypes only. */
-template <bool INTS>
-bool supports(rf_dtype d) {
-  return rf_dtype_is_float(d) ||
-         (INTS && (d == RF_INT8 || d == RF_INT32 || d == RF_INT64));
-}
-
 template <bool INTS, typename F>
 rf_status *elementwise(rf__kernel_ctx *ctx, F f) {
   RF_CHECK(begin(ctx));
   const rf_tensor *a = ctx->inputs[0];
   const rf_tensor *b = ctx->num_inputs > 1 ? ctx->inputs[1] : NULL;
-  if (!supports<INTS>(a->dtype))
-    return rf__kernel_error(ctx, RF_UNIMPLEMENTED, "no GPU kernel for %s",
-                            rf_dtype_name(a->dtype));
-  if (b && (b->dtype != a->dtype || !rf_shape_equal(&a->shape, &b->shape))) {
-    char sa[96], sb[96];
-    rf_shape_format(&a->shape, sa, sizeof sa);
-    rf_shape_format(&b->shape, sb, sizeof sb);
-    return rf__kernel_error(
-        ctx, RF_INVALID_ARGUMENT, "inputs differ: %s %s and %s %s",
-        rf_dtype_name(a->dtype), sa, rf_dtype_name(b->dtype), sb);
-  }
+  RF_CHECK(rf__activation_prepare(ctx, INTS, "GPU"));
   rf_tensor *out;
   RF_CHECK(alloc_output(ctx, 0, a->dtype, &a->shape, &out));
   int64_t n = a->num_elements;
@@ -103,7 +80,7 @@ rf_status *elementwise(rf__kernel_ctx *ctx, F f) {
   const void *bd = b ? b->data : a->data;
   return visit_numeric(a->dtype, [&](auto tag) -> rf_status * {
     using T = typename decltype(tag)::type;
-    /* Kernels only for the dtypes `supports` admits. */
+    /* Kernels only for the dtypes rf__activation_prepare admits. */
     if constexpr (is_float_v<T> ||
                   (INTS && (std::is_same<T, int8_t>::value ||
                             std::is_same<T, int32_t>::value ||
@@ -135,25 +112,12 @@ rf_status *tanh_grad_compute(rf__kernel_ctx *c) {
   return elementwise<false>(c, TanhGradF{});
 }
 
-const rf__kernel_def defs[] = {
-    {.op = "Relu", .device_type = RF_DEVICE_GPU, .compute = relu_compute},
-    {.op = "Sigmoid", .device_type = RF_DEVICE_GPU, .compute = sigmoid_compute},
-    {.op = "Tanh", .device_type = RF_DEVICE_GPU, .compute = tanh_compute},
-    {.op = "_ReluGrad",
-     .device_type = RF_DEVICE_GPU,
-     .compute = relu_grad_compute},
-    {.op = "_SigmoidGrad",
-     .device_type = RF_DEVICE_GPU,
-     .compute = sigmoid_grad_compute},
-    {.op = "_TanhGrad",
-     .device_type = RF_DEVICE_GPU,
-     .compute = tanh_grad_compute},
-};
+const rf__kernel_def defs[] = {RF_ACTIVATION_KERNELS(RF__GPU_KERNEL)};
 
 }  // namespace
 }  // namespace rf_gpu
 
 rf_status *rf__register_gpu_activation_kernels(void) {
-  return rf_gpu::register_all(rf_gpu::defs,
-                              sizeof rf_gpu::defs / sizeof rf_gpu::defs[0]);
+  return rf__kernel_register_all(rf_gpu::defs,
+                                 sizeof rf_gpu::defs / sizeof rf_gpu::defs[0]);
 }

@@ -7,11 +7,12 @@
 #include <pthread.h>
 #include <string.h>
 
-#include "kernels/cuda/gpu_common.cuh"
+#include "kernels/cuda/gpu_common.cuh" /* first: the C headers in C++ */
+
+#include "kernels/array_prepare.h"
 
 extern "C" {
 #include "core/mem.h"
-#include "ops/array_shapes.h"
 #include "ops/families.h"
 }
 
@@ -28,10 +29,7 @@ struct ConstState {
 
 rf_status *const_init(const rf_node *node, void **state) {
   rf_tensor *value;
-  RF_CHECK(rf__attrs_get_tensor(&node->attrs, "value", &value));
-  if (!value)
-    return rf__invalid("node '%s' (Const): attr value holds no tensor",
-                       node->name);
+  RF_CHECK(rf__const_value(node, &value));
   ConstState *s = (ConstState *)rf__calloc(1, sizeof *s);
   RF_CHECK_ALLOC(s);
   pthread_mutex_init(&s->mu, NULL);
@@ -79,27 +77,9 @@ rf_status *const_compute(rf__kernel_ctx *ctx) {
   return st;
 }
 
-/* ---- Placeholder, Identity, NoOp, Reshape, Shape ---- */
-
-rf_status *placeholder_compute(rf__kernel_ctx *ctx) {
-  rf_dtype dtype = RF_DTYPE_INVALID;
-  rf_shape shape = rf_shape_unknown();
-  rf_status_free(rf__attrs_get_type(&ctx->node->attrs, "dtype", &dtype));
-  rf_status_free(rf__attrs_get_shape(&ctx->node->attrs, "shape", &shape));
-  char buf[128];
-  rf_shape_format(&shape, buf, sizeof buf);
-  return rf__kernel_error(ctx, RF_INVALID_ARGUMENT,
-                          "You must feed a value for placeholder '%s' with "
-                          "dtype %s and shape %s",
-                          ctx->node->name, rf_dtype_name(dtype), buf);
-}
-
-rf_status *identity_compute(rf__kernel_ctx *ctx) {
-  rf__kernel_forward_input(ctx, 0, 0);
-  return NULL;
-}
-
-rf_status *noop_compute(rf__kernel_ctx *ctx) { return NULL; }
+/* ---- Placeholder, Identity, NoOp, Reshape, Shape ----
+ * kernels/array_prepare.c; Reshape's shape and Shape's output are host
+ * memory (the kernels' host-memory bits). */
 
 /* A host-memory input must arrive in host memory (the runtime's job); never
  * read a device pointer on the host. */
@@ -111,49 +91,13 @@ rf_status *host_input(const rf__kernel_ctx *ctx, int k) {
                           k);
 }
 
-/* Prefixes a shape helper's message with the node. */
-rf_status *node_error(const rf__kernel_ctx *ctx, rf_status *st) {
-  if (!st || rf_status_code(st) == RF_RESOURCE_EXHAUSTED) return st;
-  rf_status *out =
-      rf__kernel_error(ctx, rf_status_code(st), "%s", rf_status_message(st));
-  rf_status_free(st);
-  return out;
-}
-
 rf_status *reshape_compute(rf__kernel_ctx *ctx) {
-  rf_tensor *x = ctx->inputs[0];
-  int64_t dims[RF_MAX_RANK];
-  int rank;
-  rf_shape shape;
   RF_CHECK(host_input(ctx, 1));
-  rf_status *st = rf__dims_from_tensor(ctx->inputs[1], "shape", dims, &rank);
-  if (!st) st = rf__reshape_output_shape(x->num_elements, dims, rank, &shape);
-  if (st) return node_error(ctx, st);
-  return rf__tensor_new_view(x, &shape, &ctx->outputs[0]);
+  return rf__reshape_compute(ctx);
 }
 
-/* Reads only the input's shape; the output is a host tensor. */
 rf_status *shape_compute(rf__kernel_ctx *ctx) {
-  const rf_shape *s = &ctx->inputs[0]->shape;
-  rf_dtype out_type;
-  RF_CHECK(rf__attrs_get_type(&ctx->node->attrs, "out_type", &out_type));
-  int64_t len = s->rank;
-  rf_shape vec = rf_shape_make(1, &len);
-  for (int i = 0; i < s->rank; i++)
-    if (out_type != RF_INT64 && s->dims[i] > INT32_MAX)
-      return rf__kernel_error(ctx, RF_INVALID_ARGUMENT,
-                              "dimension %d (%lld) does not fit in int32; use "
-                              "out_type int64",
-                              i, (long long)s->dims[i]);
-  rf_tensor *out;
-  RF_CHECK(alloc_host_output(ctx, 0, out_type, &vec, &out));
-  for (int i = 0; i < s->rank; i++) {
-    if (out_type == RF_INT64)
-      ((int64_t *)out->data)[i] = s->dims[i];
-    else
-      ((int32_t *)out->data)[i] = (int32_t)s->dims[i];
-  }
-  return NULL;
+  return rf__shape_compute(ctx, true);
 }
 
 /* ---- Fill, ZerosLike, OnesLike ---- */
@@ -167,18 +111,9 @@ __global__ void fill_from_kernel(U *dst, int64_t n, const U *value) {
 rf_status *fill_compute(rf__kernel_ctx *ctx) {
   RF_CHECK(begin(ctx));
   const rf_tensor *value = ctx->inputs[1];
-  int64_t dims[RF_MAX_RANK];
-  int rank;
   rf_shape shape;
   RF_CHECK(host_input(ctx, 0));
-  rf_status *st = rf__dims_from_tensor(ctx->inputs[0], "dims", dims, &rank);
-  if (!st && value->shape.rank != 0) {
-    char buf[128];
-    rf_shape_format(&value->shape, buf, sizeof buf);
-    st = rf__invalid("value must be a scalar, got shape %s", buf);
-  }
-  if (!st) st = rf__fill_output_shape(dims, rank, &shape);
-  if (st) return node_error(ctx, st);
+  RF_CHECK(rf__fill_prepare(ctx, &shape));
   rf_tensor *out;
   RF_CHECK(alloc_output(ctx, 0, value->dtype, &shape, &out));
   int64_t n = out->num_elements;
@@ -217,42 +152,18 @@ rf_status *ones_like_compute(rf__kernel_ctx *ctx) {
 }
 
 const rf__kernel_def defs[] = {
+    /* Const has an init and a destroy: not in RF_ARRAY_KERNELS */
     {.op = "Const",
      .device_type = RF_DEVICE_GPU,
      .init = const_init,
      .destroy = const_destroy,
      .compute = const_compute},
-    {.op = "Placeholder",
-     .device_type = RF_DEVICE_GPU,
-     .compute = placeholder_compute},
-    {.op = "Identity",
-     .device_type = RF_DEVICE_GPU,
-     .compute = identity_compute},
-    {.op = "NoOp", .device_type = RF_DEVICE_GPU, .compute = noop_compute},
-    {.op = "Reshape",
-     .device_type = RF_DEVICE_GPU,
-     .compute = reshape_compute,
-     .host_memory_inputs = 1u << 1},
-    {.op = "Shape",
-     .device_type = RF_DEVICE_GPU,
-     .compute = shape_compute,
-     .host_memory_outputs = 1u << 0},
-    {.op = "Fill",
-     .device_type = RF_DEVICE_GPU,
-     .compute = fill_compute,
-     .host_memory_inputs = 1u << 0},
-    {.op = "ZerosLike",
-     .device_type = RF_DEVICE_GPU,
-     .compute = zeros_like_compute},
-    {.op = "OnesLike",
-     .device_type = RF_DEVICE_GPU,
-     .compute = ones_like_compute},
-};
+    RF_ARRAY_KERNELS(RF__GPU_KERNEL)};
 
 }  // namespace
 }  // namespace rf_gpu
 
 rf_status *rf__register_gpu_array_kernels(void) {
-  return rf_gpu::register_all(rf_gpu::defs,
-                              sizeof rf_gpu::defs / sizeof rf_gpu::defs[0]);
+  return rf__kernel_register_all(rf_gpu::defs,
+                                 sizeof rf_gpu::defs / sizeof rf_gpu::defs[0]);
 }

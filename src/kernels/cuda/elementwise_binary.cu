@@ -9,10 +9,7 @@
  * Div); the quotient is unspecified - currently all bits set. */
 #include "kernels/cuda/broadcast.cuh"
 #include "kernels/cuda/math_kernels.cuh"
-
-extern "C" {
-#include "ops/broadcast_shape.h"
-}
+#include "kernels/math_prepare.h"
 
 namespace rf_gpu {
 namespace {
@@ -114,23 +111,8 @@ rf_status *launch_op(rf__kernel_ctx *ctx, Op op, const rf_tensor *a,
 rf_status *binary_compute(rf__kernel_ctx *ctx, Op op) {
   RF_CHECK(begin(ctx));
   const rf_tensor *a = ctx->inputs[0], *b = ctx->inputs[1];
-  const char *name = op_names[op];
-  if (a->dtype != b->dtype)
-    return rf__kernel_error(ctx, RF_INVALID_ARGUMENT,
-                            "%s operands have different dtypes %s and %s", name,
-                            rf_dtype_name(a->dtype), rf_dtype_name(b->dtype));
-  bool ok = is_numeric(a->dtype) || (op == EQUAL && a->dtype == RF_BOOL);
-  if (!ok)
-    return rf__kernel_error(ctx, RF_UNIMPLEMENTED, "%s has no %s kernel", name,
-                            rf_dtype_name(a->dtype));
   rf_shape os;
-  if (!rf__broadcast_shape(&a->shape, &b->shape, &os)) {
-    char sa[128], sb[128];
-    rf_shape_format(&a->shape, sa, sizeof sa);
-    rf_shape_format(&b->shape, sb, sizeof sb);
-    return rf__kernel_error(ctx, RF_INVALID_ARGUMENT,
-                            "Incompatible shapes: %s vs. %s", sa, sb);
-  }
+  RF_CHECK(rf__binary_prepare(ctx, op_names[op], op == EQUAL, &os));
   rf_tensor *out;
   RF_CHECK(alloc_output(ctx, 0, op == EQUAL ? RF_BOOL : a->dtype, &os, &out));
   if (a->dtype == RF_BOOL)
@@ -150,22 +132,11 @@ rf_status *equal_compute(rf__kernel_ctx *c) { return binary_compute(c, EQUAL); }
 /* _BroadcastToShapeOf(x, like): x copied out to like's shape. */
 rf_status *broadcast_to_compute(rf__kernel_ctx *ctx) {
   RF_CHECK(begin(ctx));
-  const rf_tensor *x = ctx->inputs[0], *like = ctx->inputs[1];
+  const rf_tensor *x = ctx->inputs[0];
   rf_shape os;
-  if (!rf__broadcast_shape(&x->shape, &like->shape, &os) ||
-      !rf_shape_equal(&os, &like->shape)) {
-    char sx[128], sl[128];
-    rf_shape_format(&x->shape, sx, sizeof sx);
-    rf_shape_format(&like->shape, sl, sizeof sl);
-    return rf__kernel_error(ctx, RF_INVALID_ARGUMENT,
-                            "_BroadcastToShapeOf: cannot broadcast shape %s "
-                            "to shape %s",
-                            sx, sl);
-  }
-  if (rf_shape_equal(&x->shape, &like->shape)) {
-    rf__kernel_forward_input(ctx, 0, 0);
-    return NULL;
-  }
+  bool done;
+  RF_CHECK(rf__broadcast_to_prepare(ctx, &os, &done));
+  if (done) return NULL;
   rf_tensor *out;
   RF_CHECK(alloc_output(ctx, 0, x->dtype, &os, &out));
   /* Only x is read: like's values are not needed (b is x again, unused). */
@@ -175,21 +146,12 @@ rf_status *broadcast_to_compute(rf__kernel_ctx *ctx) {
   });
 }
 
-const rf__kernel_def defs[] = {
-    {.op = "Add", .device_type = RF_DEVICE_GPU, .compute = add_compute},
-    {.op = "Sub", .device_type = RF_DEVICE_GPU, .compute = sub_compute},
-    {.op = "Mul", .device_type = RF_DEVICE_GPU, .compute = mul_compute},
-    {.op = "Div", .device_type = RF_DEVICE_GPU, .compute = div_compute},
-    {.op = "Equal", .device_type = RF_DEVICE_GPU, .compute = equal_compute},
-    {.op = "_BroadcastToShapeOf",
-     .device_type = RF_DEVICE_GPU,
-     .compute = broadcast_to_compute},
-};
+const rf__kernel_def defs[] = {RF_BINARY_KERNELS(RF__GPU_KERNEL)};
 
 }  // namespace
 }  // namespace rf_gpu
 
 rf_status *rf__register_gpu_binary_kernels(void) {
-  return rf_gpu::register_all(rf_gpu::defs,
-                              sizeof rf_gpu::defs / sizeof rf_gpu::defs[0]);
+  return rf__kernel_register_all(rf_gpu::defs,
+                                 sizeof rf_gpu::defs / sizeof rf_gpu::defs[0]);
 }

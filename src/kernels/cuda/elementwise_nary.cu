@@ -6,6 +6,7 @@
  * kInlinePtrs input pointers travel in the launch's parameters; more go
  * through a small device array. */
 #include "kernels/cuda/math_kernels.cuh"
+#include "kernels/math_prepare.h"
 
 extern "C" {
 #include "core/mem.h"
@@ -37,9 +38,7 @@ rf_status *neg_compute(rf__kernel_ctx *ctx) {
   RF_CHECK(begin(ctx));
   const rf_tensor *x = ctx->inputs[0];
   rf_dtype dt = x->dtype;
-  if (!is_numeric(dt) || dt == RF_UINT8)
-    return rf__kernel_error(ctx, RF_UNIMPLEMENTED, "Neg has no %s kernel",
-                            rf_dtype_name(dt));
+  RF_CHECK(rf__neg_prepare(ctx));
   rf_tensor *y;
   RF_CHECK(alloc_output(ctx, 0, dt, &x->shape, &y));
   int64_t n = x->num_elements;
@@ -138,51 +137,25 @@ rf_status *add_n_launch(rf__kernel_ctx *ctx, rf_tensor *out) {
 rf_status *add_n_compute(rf__kernel_ctx *ctx) {
   RF_CHECK(begin(ctx));
   rf_tensor *const *in = ctx->inputs;
-  int k = ctx->num_inputs;
-  for (int i = 1; i < k; i++) {
-    if (in[i]->dtype != in[0]->dtype)
-      return rf__kernel_error(
-          ctx, RF_INVALID_ARGUMENT, "AddN input %d is %s, input 0 is %s", i,
-          rf_dtype_name(in[i]->dtype), rf_dtype_name(in[0]->dtype));
-    if (!rf_shape_equal(&in[i]->shape, &in[0]->shape)) {
-      char s0[128], si[128];
-      rf_shape_format(&in[0]->shape, s0, sizeof s0);
-      rf_shape_format(&in[i]->shape, si, sizeof si);
-      return rf__kernel_error(
-          ctx, RF_INVALID_ARGUMENT,
-          "AddN inputs must all have one shape: input 0 is %s, input %d is %s",
-          s0, i, si);
-    }
-  }
-  if (!is_numeric(in[0]->dtype))
-    return rf__kernel_error(ctx, RF_UNIMPLEMENTED, "AddN has no %s kernel",
-                            rf_dtype_name(in[0]->dtype));
-  if (k == 1) {
-    rf__kernel_forward_input(ctx, 0, 0);
-    return NULL;
-  }
+  bool done;
+  RF_CHECK(rf__add_n_prepare(ctx, &done));
+  if (done) return NULL;
   rf_tensor *out;
   RF_CHECK(alloc_output(ctx, 0, in[0]->dtype, &in[0]->shape, &out));
   if (out->num_elements == 0) return NULL;
   rf_status *st = visit_numeric(in[0]->dtype, [&](auto tag) {
     return add_n_launch<typename decltype(tag)::type>(ctx, out);
   });
-  if (st) { /* nothing half-written leaves the kernel */
-    rf_tensor_release(ctx->outputs[0]);
-    ctx->outputs[0] = NULL;
-  }
+  if (st) rf__kernel_drop_outputs(ctx); /* nothing half-written leaves */
   return st;
 }
 
-const rf__kernel_def defs[] = {
-    {.op = "Neg", .device_type = RF_DEVICE_GPU, .compute = neg_compute},
-    {.op = "AddN", .device_type = RF_DEVICE_GPU, .compute = add_n_compute},
-};
+const rf__kernel_def defs[] = {RF_NARY_KERNELS(RF__GPU_KERNEL)};
 
 }  // namespace
 }  // namespace rf_gpu
 
 rf_status *rf__register_gpu_nary_kernels(void) {
-  return rf_gpu::register_all(rf_gpu::defs,
-                              sizeof rf_gpu::defs / sizeof rf_gpu::defs[0]);
+  return rf__kernel_register_all(rf_gpu::defs,
+                                 sizeof rf_gpu::defs / sizeof rf_gpu::defs[0]);
 }

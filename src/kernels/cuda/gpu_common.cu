@@ -57,22 +57,6 @@ rf_status *new_tensor(rf__kernel_ctx *ctx, rf_dtype dtype,
   return e;
 }
 
-rf_status *alloc_host_output(rf__kernel_ctx *ctx, int i, rf_dtype dtype,
-                             const rf_shape *shape, rf_tensor **out) {
-  rf_tensor *t;
-  rf_status *st = rf_tensor_new(dtype, shape, NULL, &t);
-  if (st) {
-    rf_status *e = rf__kernel_error(ctx, rf_status_code(st), "output %d: %s", i,
-                                    rf_status_message(st));
-    rf_status_free(st);
-    return e;
-  }
-  rf_tensor_release(ctx->outputs[i]);
-  ctx->outputs[i] = t;
-  if (out) *out = t;
-  return NULL;
-}
-
 template <typename U>
 __global__ void fill_kernel(U *dst, int64_t n, U v) {
   RF_GPU_LOOP(i, n) dst[i] = v;
@@ -93,11 +77,6 @@ rf_status *fill_bits(rf__kernel_ctx *ctx, void *dst, size_t esize, int64_t n,
     RF_GPU_LAUNCHED(ctx);
     return NULL;
   });
-}
-
-rf_status *register_all(const rf__kernel_def *defs, size_t n) {
-  for (size_t i = 0; i < n; i++) RF_CHECK(rf__kernel_register(&defs[i]));
-  return NULL;
 }
 
 }  // namespace rf_gpu

@@ -97,9 +97,6 @@ rf_status *alloc_output(rf__kernel_ctx *ctx, int i, rf_dtype dtype,
  * block only to later work on the same stream. */
 rf_status *new_tensor(rf__kernel_ctx *ctx, rf_dtype dtype,
                       const rf_shape *shape, rf_tensor **out);
-/* A host tensor as output i (host-memory outputs: Shape, handles). */
-rf_status *alloc_host_output(rf__kernel_ctx *ctx, int i, rf_dtype dtype,
-                             const rf_shape *shape, rf_tensor **out);
 
 /* ---- element types ---- */
 
@@ -197,14 +194,9 @@ inline bool is_numeric(rf_dtype d) {
   return rf_dtype_is_float(d) || rf_dtype_is_integer(d);
 }
 
-/* ---- kernel-table helpers ---- */
-
 /* Fills dst[0, n) with one element `bits` (the value's bytes, low first). */
 rf_status *fill_bits(rf__kernel_ctx *ctx, void *dst, size_t esize, int64_t n,
                      uint64_t bits);
-
-/* Registers defs[0, n). */
-rf_status *register_all(const rf__kernel_def *defs, size_t n);
 
 }  // namespace rf_gpu
 

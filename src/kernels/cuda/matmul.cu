@@ -11,11 +11,11 @@
  * cuBLAS runs on the device's handle (rf__device.blas, bound to its stream
  * by the GPU runtime). */
 #include <cublas_v2.h>
-#include <limits.h>
 
 #include <mutex>
 
 #include "kernels/cuda/math_kernels.cuh"
+#include "kernels/matmul_shape.h"
 
 namespace rf_gpu {
 namespace {
@@ -40,45 +40,9 @@ rf_status *blas_error(const rf__kernel_ctx *ctx, cublasStatus_t s,
   return e;
 }
 
-/* ---- shapes ---- */
-
-struct Dims {
-  bool ta, tb;
-  int64_t m, n, k;
-  int64_t lda, ldb; /* row lengths of A and B as stored */
-};
-
-rf_status *check_dims(rf__kernel_ctx *ctx, const rf_tensor *a,
-                      const rf_tensor *b, Dims *d) {
-  char sa[128], sb[128];
-  rf_shape_format(&a->shape, sa, sizeof sa);
-  rf_shape_format(&b->shape, sb, sizeof sb);
-  if (a->shape.rank != 2 || b->shape.rank != 2)
-    return rf__kernel_error(ctx, RF_INVALID_ARGUMENT,
-                            "MatMul needs rank-2 inputs, got a %s and b %s", sa,
-                            sb);
-  d->lda = a->shape.dims[1];
-  d->ldb = b->shape.dims[1];
-  d->m = a->shape.dims[d->ta ? 1 : 0];
-  d->k = a->shape.dims[d->ta ? 0 : 1];
-  int64_t kb = b->shape.dims[d->tb ? 1 : 0];
-  d->n = b->shape.dims[d->tb ? 0 : 1];
-  if (d->k != kb)
-    return rf__kernel_error(
-        ctx, RF_INVALID_ARGUMENT,
-        "Matrix size-incompatible: a %s%s and b %s%s have inner dimensions "
-        "%lld and %lld",
-        sa, d->ta ? " transposed" : "", sb, d->tb ? " transposed" : "",
-        (long long)d->k, (long long)kb);
-  const int64_t dims[] = {a->shape.dims[0], a->shape.dims[1], b->shape.dims[0],
-                          b->shape.dims[1]};
-  for (int i = 0; i < 4; i++)
-    if (dims[i] > INT_MAX)
-      return rf__kernel_error(ctx, RF_UNIMPLEMENTED,
-                              "MatMul dimension %lld exceeds BLAS's int range",
-                              (long long)dims[i]);
-  return NULL;
-}
+/* The product's sizes (kernels/matmul_shape.h); passed to the integer
+ * kernel by value. */
+using Dims = rf__matmul_dims;
 
 /* ---- floats: cublasGemmEx ---- */
 
@@ -162,20 +126,10 @@ rf_status *int_gemm(rf__kernel_ctx *ctx, const Dims &d, const rf_tensor *a,
 
 rf_status *matmul_impl(rf__kernel_ctx *ctx) {
   const rf_tensor *a = ctx->inputs[0], *b = ctx->inputs[1];
-  Dims d = {};
-  RF_CHECK(rf__attrs_get_bool(&ctx->node->attrs, "transpose_a", &d.ta));
-  RF_CHECK(rf__attrs_get_bool(&ctx->node->attrs, "transpose_b", &d.tb));
-  if (a->dtype != b->dtype)
-    return rf__kernel_error(ctx, RF_INVALID_ARGUMENT,
-                            "MatMul operands have different dtypes %s and %s",
-                            rf_dtype_name(a->dtype), rf_dtype_name(b->dtype));
-  RF_CHECK(check_dims(ctx, a, b, &d));
+  Dims d;
+  rf_shape cs;
+  RF_CHECK(rf__matmul_prepare(ctx, &d, &cs));
   rf_dtype dt = a->dtype;
-  if (!rf_dtype_is_float(dt) && dt != RF_INT32 && dt != RF_INT64)
-    return rf__kernel_error(ctx, RF_UNIMPLEMENTED, "MatMul has no %s kernel",
-                            rf_dtype_name(dt));
-  int64_t cdims[2] = {d.m, d.n};
-  rf_shape cs = rf_shape_make(2, cdims);
   rf_tensor *c;
   RF_CHECK(alloc_output(ctx, 0, dt, &cs, &c));
   if (d.m == 0 || d.n == 0) return NULL;
@@ -189,10 +143,7 @@ rf_status *matmul_impl(rf__kernel_ctx *ctx) {
 rf_status *matmul_compute(rf__kernel_ctx *ctx) {
   RF_CHECK(begin(ctx));
   rf_status *st = matmul_impl(ctx);
-  if (st) { /* nothing half-made leaves the kernel */
-    rf_tensor_release(ctx->outputs[0]);
-    ctx->outputs[0] = NULL;
-  }
+  if (st) rf__kernel_drop_outputs(ctx); /* nothing half-made leaves it */
   return st;
 }
 

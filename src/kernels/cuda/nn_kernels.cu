@@ -11,10 +11,9 @@
  * One difference, as in TensorFlow's GPU kernel: a label outside [0, c) is
  * not an error on the GPU (checking would need a device-to-host copy and a
  * wait); that row's loss and backprop are NaN. */
-#include <stdio.h>
-
 #include "kernels/cuda/nn_kernels.cuh"
 #include "kernels/cuda/reduce_sum.cuh"
+#include "kernels/nn_prepare.h"
 
 extern "C" {
 #include "ops/families.h"
@@ -40,14 +39,6 @@ __device__ __forceinline__ V warp_max(V v) {
     v = w > v ? w : v;
   }
   return v;
-}
-
-template <typename C>
-__device__ __forceinline__ C exp_c(C v) {
-  if constexpr (std::is_same<C, double>::value)
-    return exp(v);
-  else
-    return expf(v);
 }
 
 /* Rows w of a warp-per-row kernel: the loop body sees w and the lane. */
@@ -155,58 +146,6 @@ __global__ void xent_grad_kernel(const T *bp, const T *dloss, T *out, int64_t n,
   }
 }
 
-/* ---- checks (the CPU kernels' messages) ---- */
-
-rf_status *shape_error(rf__kernel_ctx *ctx, const char *what,
-                       const rf_tensor *t, const char *need) {
-  char s[96];
-  rf_shape_format(&t->shape, s, sizeof s);
-  return rf__kernel_error(ctx, RF_INVALID_ARGUMENT,
-                          "%s must be %s, got shape %s", what, need, s);
-}
-
-int64_t last(const rf_tensor *t) { return t->shape.dims[t->shape.rank - 1]; }
-
-/* INVALID_ARGUMENT unless the inputs in `mask` share one float dtype. */
-rf_status *float_inputs(rf__kernel_ctx *ctx, unsigned mask) {
-  rf_dtype dt = RF_DTYPE_INVALID;
-  for (int k = 0; k < ctx->num_inputs; k++) {
-    if (!(mask >> k & 1)) continue;
-    rf_dtype d = ctx->inputs[k]->dtype;
-    if (!rf_dtype_is_float(d) || (dt != RF_DTYPE_INVALID && d != dt))
-      return rf__kernel_error(
-          ctx, RF_INVALID_ARGUMENT, "input %d has dtype %s; expected %s", k,
-          rf_dtype_name(d),
-          dt == RF_DTYPE_INVALID ? "a float dtype" : rf_dtype_name(dt));
-    dt = d;
-  }
-  return NULL;
-}
-
-rf_status *same_shape(rf__kernel_ctx *ctx, const char *an, const rf_tensor *a,
-                      const char *bn, const rf_tensor *b) {
-  if (rf_shape_equal(&a->shape, &b->shape)) return NULL;
-  char sa[96], sb[96];
-  rf_shape_format(&a->shape, sa, sizeof sa);
-  rf_shape_format(&b->shape, sb, sizeof sb);
-  return rf__kernel_error(ctx, RF_INVALID_ARGUMENT,
-                          "%s has shape %s but %s has shape %s", an, sa, bn,
-                          sb);
-}
-
-/* vec must be (b) and mat (b, c). */
-rf_status *check_rows(rf__kernel_ctx *ctx, const char *vn, const rf_tensor *vec,
-                      const char *mn, const rf_tensor *mat) {
-  if (mat->shape.rank != 2) return shape_error(ctx, mn, mat, "of rank 2");
-  if (vec->shape.rank != 1) return shape_error(ctx, vn, vec, "of rank 1");
-  if (vec->shape.dims[0] == mat->shape.dims[0]) return NULL;
-  char s[96], need[128];
-  rf_shape_format(&mat->shape, s, sizeof s);
-  snprintf(need, sizeof need, "(%lld) to match %s %s",
-           (long long)mat->shape.dims[0], mn, s);
-  return shape_error(ctx, vn, vec, need);
-}
-
 #define RF_LAUNCHED_OK  \
   RF_GPU_LAUNCHED(ctx); \
   return (rf_status *)NULL
@@ -216,19 +155,11 @@ rf_status *check_rows(rf__kernel_ctx *ctx, const char *vn, const rf_tensor *vec,
 rf_status *bias_add_compute(rf__kernel_ctx *ctx) {
   RF_CHECK(begin(ctx));
   const rf_tensor *x = ctx->inputs[0], *bias = ctx->inputs[1];
-  RF_CHECK(float_inputs(ctx, 3));
-  if (x->shape.rank < 1) return shape_error(ctx, "value", x, "of rank >= 1");
-  if (bias->shape.rank != 1 || bias->shape.dims[0] != last(x)) {
-    char a[96], b[96];
-    rf_shape_format(&bias->shape, b, sizeof b);
-    rf_shape_format(&x->shape, a, sizeof a);
-    return rf__kernel_error(
-        ctx, RF_INVALID_ARGUMENT,
-        "bias of shape %s does not match the last dimension of value %s", b, a);
-  }
+  int64_t c;
+  RF_CHECK(rf__bias_add_prepare(ctx, &c));
   rf_tensor *y;
   RF_CHECK(alloc_output(ctx, 0, x->dtype, &x->shape, &y));
-  int64_t n = x->num_elements, c = last(x);
+  int64_t n = x->num_elements;
   if (n == 0) return NULL;
   return visit_float(x->dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -241,29 +172,23 @@ rf_status *bias_add_compute(rf__kernel_ctx *ctx) {
 rf_status *bias_add_grad_compute(rf__kernel_ctx *ctx) {
   RF_CHECK(begin(ctx));
   const rf_tensor *dy = ctx->inputs[0];
-  RF_CHECK(float_inputs(ctx, 1));
-  int rank = dy->shape.rank;
-  if (rank < 1) return shape_error(ctx, "out_backprop", dy, "of rank >= 1");
-  int64_t c = last(dy);
-  rf_shape shape = rf_shape_make(1, &c);
+  rf_shape shape;
+  uint32_t mask;
+  RF_CHECK(rf__bias_add_grad_prepare(ctx, &shape, &mask));
   rf_tensor *out;
   RF_CHECK(alloc_output(ctx, 0, dy->dtype, &shape, &out));
-  rf_status *st = reduce_sum(ctx, dy, (1u << (rank - 1)) - 1, false, out);
-  if (st) {
-    rf_tensor_release(out);
-    ctx->outputs[0] = NULL;
-  }
+  rf_status *st = reduce_sum(ctx, dy, mask, false, out);
+  if (st) rf__kernel_drop_outputs(ctx);
   return st;
 }
 
 rf_status *softmax_compute(rf__kernel_ctx *ctx) {
   RF_CHECK(begin(ctx));
   const rf_tensor *x = ctx->inputs[0];
-  RF_CHECK(float_inputs(ctx, 1));
-  if (x->shape.rank < 1) return shape_error(ctx, "logits", x, "of rank >= 1");
+  int64_t c;
+  RF_CHECK(rf__softmax_prepare(ctx, &c));
   rf_tensor *y;
   RF_CHECK(alloc_output(ctx, 0, x->dtype, &x->shape, &y));
-  int64_t c = last(x);
   if (c == 0 || x->num_elements == 0) return NULL;
   int64_t rows = x->num_elements / c;
   return visit_float(x->dtype, [&](auto tag) {
@@ -277,12 +202,10 @@ rf_status *softmax_compute(rf__kernel_ctx *ctx) {
 rf_status *softmax_grad_compute(rf__kernel_ctx *ctx) {
   RF_CHECK(begin(ctx));
   const rf_tensor *dy = ctx->inputs[0], *y = ctx->inputs[1];
-  RF_CHECK(float_inputs(ctx, 3));
-  if (y->shape.rank < 1) return shape_error(ctx, "softmax", y, "of rank >= 1");
-  RF_CHECK(same_shape(ctx, "grad_softmax", dy, "softmax", y));
+  int64_t c;
+  RF_CHECK(rf__softmax_grad_prepare(ctx, &c));
   rf_tensor *out;
   RF_CHECK(alloc_output(ctx, 0, y->dtype, &y->shape, &out));
-  int64_t c = last(y);
   if (c == 0 || y->num_elements == 0) return NULL;
   int64_t rows = y->num_elements / c;
   return visit_float(y->dtype, [&](auto tag) {
@@ -307,13 +230,9 @@ rf_status *xent_launch(rf__kernel_ctx *ctx, const rf_tensor *x,
 rf_status *xent_compute(rf__kernel_ctx *ctx) {
   RF_CHECK(begin(ctx));
   const rf_tensor *x = ctx->inputs[0], *labels = ctx->inputs[1];
-  RF_CHECK(float_inputs(ctx, 1));
-  RF_CHECK(check_rows(ctx, "labels", labels, "logits", x));
-  if (labels->dtype != RF_INT32 && labels->dtype != RF_INT64)
-    return rf__kernel_error(ctx, RF_INVALID_ARGUMENT,
-                            "labels must be int32 or int64, got %s",
-                            rf_dtype_name(labels->dtype));
-  rf_shape bshape = rf_shape_make(1, &x->shape.dims[0]);
+  rf_shape bshape;
+  int64_t c;
+  RF_CHECK(rf__xent_prepare(ctx, &bshape, &c));
   rf_tensor *loss, *bp;
   RF_CHECK(alloc_output(ctx, 0, x->dtype, &bshape, &loss));
   rf_status *st = alloc_output(ctx, 1, x->dtype, &x->shape, &bp);
@@ -325,22 +244,18 @@ rf_status *xent_compute(rf__kernel_ctx *ctx) {
                  : xent_launch<T, int32_t>(ctx, x, labels, loss, bp);
     });
   }
-  if (st)
-    for (int i = 0; i < 2; i++) {
-      rf_tensor_release(ctx->outputs[i]);
-      ctx->outputs[i] = NULL;
-    }
+  if (st) rf__kernel_drop_outputs(ctx);
   return st;
 }
 
 rf_status *xent_grad_compute(rf__kernel_ctx *ctx) {
   RF_CHECK(begin(ctx));
   const rf_tensor *dloss = ctx->inputs[0], *bp = ctx->inputs[1];
-  RF_CHECK(float_inputs(ctx, 3));
-  RF_CHECK(check_rows(ctx, "dloss", dloss, "backprop", bp));
+  int64_t c;
+  RF_CHECK(rf__xent_grad_prepare(ctx, &c));
   rf_tensor *out;
   RF_CHECK(alloc_output(ctx, 0, bp->dtype, &bp->shape, &out));
-  int64_t n = bp->num_elements, c = bp->shape.dims[1];
+  int64_t n = bp->num_elements;
   if (n == 0) return NULL;
   return visit_float(bp->dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -350,30 +265,13 @@ rf_status *xent_grad_compute(rf__kernel_ctx *ctx) {
   });
 }
 
-const rf__kernel_def defs[] = {
-    {.op = "BiasAdd",
-     .device_type = RF_DEVICE_GPU,
-     .compute = bias_add_compute},
-    {.op = "_BiasAddGrad",
-     .device_type = RF_DEVICE_GPU,
-     .compute = bias_add_grad_compute},
-    {.op = "Softmax", .device_type = RF_DEVICE_GPU, .compute = softmax_compute},
-    {.op = "_SoftmaxGrad",
-     .device_type = RF_DEVICE_GPU,
-     .compute = softmax_grad_compute},
-    {.op = "SparseSoftmaxCrossEntropyWithLogits",
-     .device_type = RF_DEVICE_GPU,
-     .compute = xent_compute},
-    {.op = "_SparseXentGrad",
-     .device_type = RF_DEVICE_GPU,
-     .compute = xent_grad_compute},
-};
+const rf__kernel_def defs[] = {RF_NN_KERNELS(RF__GPU_KERNEL)};
 
 }  // namespace
 }  // namespace rf_gpu
 
 rf_status *rf__register_gpu_nn_kernels(void) {
-  RF_CHECK(rf_gpu::register_all(rf_gpu::defs,
-                                sizeof rf_gpu::defs / sizeof rf_gpu::defs[0]));
+  RF_CHECK(rf__kernel_register_all(
+      rf_gpu::defs, sizeof rf_gpu::defs / sizeof rf_gpu::defs[0]));
   return rf__register_gpu_activation_kernels();
 }

@@ -1,68 +1,38 @@
 /* kernels/cuda/reduction_kernels.cu - GPU kernels of Sum, Mean, ArgMax and
- * the gradient ops _SumGrad / _MeanGrad. Axes are re-checked against the
- * run-time rank with the CPU's helpers (ops/reduction_axes.h), so both
- * reject the same axes with the same message. Sums go through the
+ * the gradient ops _SumGrad / _MeanGrad. Arguments and axes are checked
+ * by the CPU kernels' code (kernels/reduction_prepare.c), so both reject
+ * the same inputs with the same message. Sums go through the
  * deterministic engine (reduce_sum.cuh); gradients broadcast dy back over
  * the reduced axes (broadcast.cuh); ArgMax returns the first index of the
  * largest value, a NaN counting as the largest (numpy's rule). */
 #include "kernels/cuda/broadcast.cuh"
 #include "kernels/cuda/reduce_sum.cuh"
+#include "kernels/reduction_prepare.h"
 
 extern "C" {
 #include "ops/families.h"
-#include "ops/reduction_axes.h"
+#include "ops/reduction_axes.h" /* rf__reduced_shape */
 }
 
 namespace rf_gpu {
 namespace {
-
-/* Re-issues a context-free error with the node, op and device in front. */
-rf_status *at_node(rf__kernel_ctx *ctx, rf_status *st) {
-  if (!st || rf_status_code(st) == RF_RESOURCE_EXHAUSTED) return st;
-  rf_status *e =
-      rf__kernel_error(ctx, rf_status_code(st), "%s", rf_status_message(st));
-  rf_status_free(st);
-  return e;
-}
 
 /* Runs impl after making the device current; on error drops outputs
  * already made, so nothing half-written leaves the kernel. */
 rf_status *guarded(rf__kernel_ctx *ctx, rf_status *(*impl)(rf__kernel_ctx *)) {
   rf_status *st = begin(ctx);
   if (!st) st = impl(ctx);
-  if (st)
-    for (int i = 0; i < ctx->num_outputs; i++) {
-      rf_tensor_release(ctx->outputs[i]);
-      ctx->outputs[i] = NULL;
-    }
+  if (st) rf__kernel_drop_outputs(ctx);
   return st;
-}
-
-rf_status *node_mask(rf__kernel_ctx *ctx, int rank, uint32_t *mask,
-                     bool *keep_dims) {
-  rf__reduction_attrs r;
-  RF_CHECK(at_node(ctx, rf__reduction_attrs_read(&ctx->node->attrs, &r)));
-  RF_CHECK(at_node(ctx, rf__reduction_mask(&r, rank, mask)));
-  *keep_dims = r.keep_dims;
-  return NULL;
-}
-
-rf_status *numeric(rf__kernel_ctx *ctx, const rf_tensor *t) {
-  if (is_numeric(t->dtype)) return NULL;
-  return rf__kernel_error(ctx, RF_INVALID_ARGUMENT,
-                          "expected a numeric tensor, got %s",
-                          rf_dtype_name(t->dtype));
 }
 
 /* ---- Sum, Mean ---- */
 
 rf_status *reduce(rf__kernel_ctx *ctx, bool mean) {
   const rf_tensor *x = ctx->inputs[0];
-  RF_CHECK(numeric(ctx, x));
   uint32_t mask;
-  bool keep;
-  RF_CHECK(node_mask(ctx, x->shape.rank, &mask, &keep));
-  rf_shape shape = rf__reduced_shape(&x->shape, mask, keep);
+  rf_shape shape;
+  RF_CHECK(rf__reduce_prepare(ctx, &mask, &shape));
   rf_tensor *out;
   RF_CHECK(alloc_output(ctx, 0, x->dtype, &shape, &out));
   return reduce_sum(ctx, x, mask, mean, out);
@@ -100,21 +70,8 @@ struct DivideF {
 
 rf_status *reduce_grad(rf__kernel_ctx *ctx, bool mean) {
   const rf_tensor *dy = ctx->inputs[0], *x = ctx->inputs[1];
-  RF_CHECK(numeric(ctx, x));
   uint32_t mask;
-  bool keep;
-  RF_CHECK(node_mask(ctx, x->shape.rank, &mask, &keep));
-  rf_shape want = rf__reduced_shape(&x->shape, mask, keep);
-  if (!rf_shape_equal(&dy->shape, &want) || dy->dtype != x->dtype) {
-    char a[96], b[96], c[96];
-    rf_shape_format(&dy->shape, a, sizeof a);
-    rf_shape_format(&x->shape, b, sizeof b);
-    rf_shape_format(&want, c, sizeof c);
-    return rf__kernel_error(ctx, RF_INVALID_ARGUMENT,
-                            "dy %s %s does not match x %s %s reduced to %s",
-                            rf_dtype_name(dy->dtype), a,
-                            rf_dtype_name(x->dtype), b, c);
-  }
+  RF_CHECK(rf__reduce_grad_prepare(ctx, &mask));
   rf_tensor *dx;
   RF_CHECK(alloc_output(ctx, 0, x->dtype, &x->shape, &dx));
   int64_t n = dx->num_elements;
@@ -220,28 +177,10 @@ __global__ void argmax_cols(const T *x, int64_t outer, int64_t n, int64_t inner,
 
 rf_status *argmax_impl(rf__kernel_ctx *ctx) {
   const rf_tensor *x = ctx->inputs[0];
-  int64_t axis;
-  RF_CHECK(at_node(ctx, rf__attrs_get_int(&ctx->node->attrs, "axis", &axis)));
-  int rank = x->shape.rank;
-  if (rank == 0)
-    return rf__kernel_error(ctx, RF_INVALID_ARGUMENT,
-                            "ArgMax needs an input of rank >= 1, got a scalar");
-  if (axis < -rank || axis >= rank)
-    return rf__kernel_error(
-        ctx, RF_INVALID_ARGUMENT,
-        "axis %lld is out of range for an input of rank %d (valid: [%d, %d))",
-        (long long)axis, rank, -rank, rank);
-  if (!is_numeric(x->dtype))
-    return rf__kernel_error(ctx, RF_UNIMPLEMENTED, "ArgMax of %s",
-                            rf_dtype_name(x->dtype));
-  int k = (int)(axis < 0 ? axis + rank : axis);
-  rf_shape shape = rf__reduced_shape(&x->shape, 1u << k, false);
-  int64_t n = x->shape.dims[k], inner = 1, outer = 1;
-  for (int i = k + 1; i < rank; i++) inner *= x->shape.dims[i];
-  for (int i = 0; i < k; i++) outer *= x->shape.dims[i];
-  if (n == 0 && outer * inner > 0)
-    return rf__kernel_error(ctx, RF_INVALID_ARGUMENT,
-                            "ArgMax over axis %d of length 0", k);
+  rf__argmax_dims d;
+  rf_shape shape;
+  RF_CHECK(rf__argmax_prepare(ctx, &d, &shape));
+  int64_t n = d.n, inner = d.inner, outer = d.outer;
   rf_tensor *out;
   RF_CHECK(alloc_output(ctx, 0, RF_INT64, &shape, &out));
   if (out->num_elements == 0) return NULL;
@@ -264,22 +203,12 @@ rf_status *argmax_compute(rf__kernel_ctx *ctx) {
   return guarded(ctx, argmax_impl);
 }
 
-const rf__kernel_def defs[] = {
-    {.op = "Sum", .device_type = RF_DEVICE_GPU, .compute = sum_compute},
-    {.op = "Mean", .device_type = RF_DEVICE_GPU, .compute = mean_compute},
-    {.op = "ArgMax", .device_type = RF_DEVICE_GPU, .compute = argmax_compute},
-    {.op = "_SumGrad",
-     .device_type = RF_DEVICE_GPU,
-     .compute = sum_grad_compute},
-    {.op = "_MeanGrad",
-     .device_type = RF_DEVICE_GPU,
-     .compute = mean_grad_compute},
-};
+const rf__kernel_def defs[] = {RF_REDUCTION_KERNELS(RF__GPU_KERNEL)};
 
 }  // namespace
 }  // namespace rf_gpu
 
 rf_status *rf__register_gpu_reduction_kernels(void) {
-  return rf_gpu::register_all(rf_gpu::defs,
-                              sizeof rf_gpu::defs / sizeof rf_gpu::defs[0]);
+  return rf__kernel_register_all(rf_gpu::defs,
+                                 sizeof rf_gpu::defs / sizeof rf_gpu::defs[0]);
 }

@@ -14,7 +14,8 @@
 #include <pthread.h>
 #include <string.h>
 
-#include "kernels/cuda/gpu_common.cuh"
+#include "kernels/cuda/gpu_common.cuh" /* first: the C headers in C++ */
+#include "kernels/state_prepare.h"
 
 extern "C" {
 #include "ops/families.h"
@@ -23,66 +24,7 @@ extern "C" {
 namespace rf_gpu {
 namespace {
 
-/* ---- helpers (the CPU kernels' checks and messages) ---- */
-
-rf_status *get_variable(rf__kernel_ctx *ctx, int k, rf__variable **out) {
-  const rf_tensor *t = ctx->inputs[k];
-  rf__variable *var = NULL;
-  if (t->dtype == RF_RESOURCE && t->num_elements == 1 && !t->on_gpu)
-    memcpy(&var, t->data, sizeof var);
-  if (!var)
-    return rf__kernel_error(ctx, RF_INVALID_ARGUMENT,
-                            "input %d is not a variable handle", k);
-  *out = var;
-  return NULL;
-}
-
-rf_status *not_initialized(rf__kernel_ctx *ctx, const rf__variable *v) {
-  return rf__kernel_error(ctx, RF_FAILED_PRECONDITION,
-                          "variable '%s' on %s is not initialized", v->name,
-                          ctx->device ? ctx->device->canonical : "?");
-}
-
-bool shapes_compatible(const rf_shape *decl, const rf_shape *s) {
-  if (decl->rank < 0) return true;
-  if (decl->rank != s->rank) return false;
-  for (int i = 0; i < s->rank; i++)
-    if (decl->dims[i] >= 0 && decl->dims[i] != s->dims[i]) return false;
-  return true;
-}
-
-/* A variable used by GPU kernels holds device memory. A handle may cross
- * devices (ops placed by hand away from their variable): a host value here
- * means a CPU kernel assigned it, and reading it on the device would fault. */
-rf_status *device_value(rf__kernel_ctx *ctx, const rf__variable *v,
-                        const rf_tensor *t) {
-  if (!t || t->on_gpu) return NULL;
-  return rf__kernel_error(ctx, RF_INVALID_ARGUMENT,
-                          "variable '%s' holds host memory here; place the "
-                          "ops of a variable on its device",
-                          v->name);
-}
-
-/* v's dtype is T and its value is initialized with `shape`; v->mu held. */
-rf_status *check_update(rf__kernel_ctx *ctx, const rf__variable *v,
-                        rf_dtype dtype, const rf_shape *shape,
-                        const char *what) {
-  if (v->dtype != dtype)
-    return rf__kernel_error(
-        ctx, RF_INVALID_ARGUMENT, "variable '%s' is %s but %s is %s", v->name,
-        rf_dtype_name(v->dtype), what, rf_dtype_name(dtype));
-  if (!v->value) return not_initialized(ctx, v);
-  RF_CHECK(device_value(ctx, v, v->value));
-  if (!rf_shape_equal(&v->value->shape, shape)) {
-    char a[128], b[128];
-    rf_shape_format(&v->value->shape, a, sizeof a);
-    rf_shape_format(shape, b, sizeof b);
-    return rf__kernel_error(ctx, RF_INVALID_ARGUMENT,
-                            "variable '%s' has shape %s but %s has shape %s",
-                            v->name, a, what, b);
-  }
-  return NULL;
-}
+/* ---- helpers (the checks are kernels/state_prepare.c) ---- */
 
 /* A device tensor holding v's value that may be written: the value itself
  * when the variable is its sole owner, else a copy made on the stream (so
@@ -109,103 +51,16 @@ rf_status *writable_value(rf__kernel_ctx *ctx, rf__variable *v,
   return NULL;
 }
 
-/* Installs the written tensor from writable_value. v->mu held. The old
- * value goes back to the stream's cache: reused only by later work. */
-void install_value(rf__variable *v, rf_tensor *t) {
-  if (t == v->value) return;
-  rf_tensor_release(v->value);
-  v->value = t;
-}
-
-void drop_value(rf__variable *v, rf_tensor *t) {
-  if (t && t != v->value) rf_tensor_release(t);
-}
-
-rf_status *check_scalar(rf__kernel_ctx *ctx, int k, const char *what) {
-  if (ctx->inputs[k]->shape.rank == 0) return NULL;
-  char buf[128];
-  rf_shape_format(&ctx->inputs[k]->shape, buf, sizeof buf);
-  return rf__kernel_error(ctx, RF_INVALID_ARGUMENT,
-                          "%s must be a scalar, got shape %s", what, buf);
-}
-
-/* ---- Variable, ReadVariable, Assign ---- */
+/* ---- Variable, ReadVariable, Assign: kernels/state_prepare.c ---- */
 
 rf_status *variable_compute(rf__kernel_ctx *ctx) {
-  rf_dtype dtype;
-  rf_shape shape;
-  rf__variable *var;
-  RF_CHECK(rf__attrs_get_type(&ctx->node->attrs, "dtype", &dtype));
-  RF_CHECK(rf__attrs_get_shape(&ctx->node->attrs, "shape", &shape));
-  if (!ctx->device)
-    return rf__kernel_error(ctx, RF_FAILED_PRECONDITION,
-                            "variables need a session device");
-  rf_status *st =
-      rf__device_variable(ctx->device, ctx->node->name, dtype, &shape, &var);
-  if (st && st != rf__oom()) {
-    rf_status *e =
-        rf__kernel_error(ctx, rf_status_code(st), "%s", rf_status_message(st));
-    rf_status_free(st);
-    return e;
-  }
-  RF_CHECK(st);
-  rf_shape scalar = rf_shape_scalar();
-  rf_tensor *out;
-  RF_CHECK(alloc_host_output(ctx, 0, RF_RESOURCE, &scalar, &out));
-  memcpy(out->data, &var, sizeof var);
-  return NULL;
+  return rf__state_variable_compute(ctx, true);
 }
-
 rf_status *read_variable_compute(rf__kernel_ctx *ctx) {
-  rf__variable *v = NULL;
-  rf_dtype dtype;
-  RF_CHECK(get_variable(ctx, 0, &v));
-  RF_CHECK(rf__attrs_get_type(&ctx->node->attrs, "dtype", &dtype));
-  if (v->dtype != dtype)
-    return rf__kernel_error(ctx, RF_INVALID_ARGUMENT,
-                            "variable '%s' is %s, not %s", v->name,
-                            rf_dtype_name(v->dtype), rf_dtype_name(dtype));
-  pthread_mutex_lock(&v->mu);
-  rf_tensor *value = rf_tensor_retain(v->value); /* the snapshot */
-  pthread_mutex_unlock(&v->mu);
-  if (!value) return not_initialized(ctx, v);
-  rf_status *st = device_value(ctx, v, value);
-  if (st) {
-    rf_tensor_release(value);
-    return st;
-  }
-  ctx->outputs[0] = value;
-  return NULL;
+  return rf__state_read_variable_compute(ctx, true);
 }
-
-/* The variable keeps a reference to the (device) value, no copy. */
 rf_status *assign_compute(rf__kernel_ctx *ctx) {
-  rf__variable *v = NULL;
-  rf_tensor *value = ctx->inputs[1];
-  RF_CHECK(get_variable(ctx, 0, &v));
-  RF_CHECK(device_value(ctx, v, value));
-  if (value->dtype != v->dtype)
-    return rf__kernel_error(ctx, RF_INVALID_ARGUMENT,
-                            "cannot assign a %s value to variable '%s' of "
-                            "dtype %s",
-                            rf_dtype_name(value->dtype), v->name,
-                            rf_dtype_name(v->dtype));
-  if (!shapes_compatible(&v->shape, &value->shape)) {
-    char a[128], b[128];
-    rf_shape_format(&value->shape, a, sizeof a);
-    rf_shape_format(&v->shape, b, sizeof b);
-    return rf__kernel_error(ctx, RF_INVALID_ARGUMENT,
-                            "cannot assign a value of shape %s to variable "
-                            "'%s' of shape %s",
-                            a, v->name, b);
-  }
-  rf_tensor_retain(value);
-  pthread_mutex_lock(&v->mu);
-  rf_tensor *old = v->value;
-  v->value = value;
-  pthread_mutex_unlock(&v->mu);
-  rf_tensor_release(old);
-  return NULL;
+  return rf__state_assign_compute(ctx, true);
 }
 
 /* ---- update kernels ---- */
@@ -269,52 +124,18 @@ rf_status *apply_gd_compute(rf__kernel_ctx *ctx) {
   rf__variable *v = NULL;
   const rf_tensor *delta = ctx->inputs[2];
   rf_tensor *dst = NULL;
-  RF_CHECK(get_variable(ctx, 0, &v));
-  RF_CHECK(check_scalar(ctx, 1, "alpha"));
-  if (!rf_dtype_is_float(delta->dtype) || ctx->inputs[1]->dtype != delta->dtype)
-    return rf__kernel_error(ctx, RF_INVALID_ARGUMENT,
-                            "alpha (%s) and delta (%s) must share a float "
-                            "dtype",
-                            rf_dtype_name(ctx->inputs[1]->dtype),
-                            rf_dtype_name(delta->dtype));
+  RF_CHECK(rf__state_gd_prepare(ctx, true, &v));
   pthread_mutex_lock(&v->mu);
-  rf_status *st = check_update(ctx, v, delta->dtype, &delta->shape, "delta");
+  rf_status *st = rf__state_check_update(ctx, v, delta->dtype, &delta->shape,
+                                         "delta", true);
   if (!st) st = writable_value(ctx, v, &dst);
   if (!st) st = gd_launch(ctx, dst, delta);
   if (!st)
-    install_value(v, dst);
+    rf__state_install_value(v, dst);
   else
-    drop_value(v, dst);
+    rf__state_drop_value(v, dst);
   pthread_mutex_unlock(&v->mu);
   return st;
-}
-
-void lock_distinct(rf__variable **vs, int n, bool lock) {
-  for (int i = 0; i < n; i++) {
-    if (lock)
-      pthread_mutex_lock(&vs[i]->mu);
-    else
-      pthread_mutex_unlock(&vs[n - 1 - i]->mu);
-  }
-}
-
-/* Adam's three variables, distinct and sorted by address: every kernel
- * (CPU or GPU) locks them in one global order, so updates never deadlock. */
-rf_status *adam_variables(rf__kernel_ctx *ctx, rf__variable **vars,
-                          rf__variable **sorted) {
-  for (int k = 0; k < 3; k++) RF_CHECK(get_variable(ctx, k, &vars[k]));
-  if (vars[0] == vars[1] || vars[0] == vars[2] || vars[1] == vars[2])
-    return rf__kernel_error(ctx, RF_INVALID_ARGUMENT,
-                            "var, m and v must be three different variables");
-  memcpy(sorted, vars, 3 * sizeof *vars);
-  for (int i = 1; i < 3; i++)
-    for (int j = i; j > 0 && (uintptr_t)sorted[j] < (uintptr_t)sorted[j - 1];
-         j--) {
-      rf__variable *t = sorted[j];
-      sorted[j] = sorted[j - 1];
-      sorted[j - 1] = t;
-    }
-  return NULL;
 }
 
 rf_status *adam_launch(rf__kernel_ctx *ctx, rf_tensor *const *dst,
@@ -334,65 +155,34 @@ rf_status *adam_launch(rf__kernel_ctx *ctx, rf_tensor *const *dst,
 }
 
 rf_status *apply_adam_compute(rf__kernel_ctx *ctx) {
-  static const char *const scalar_names[6] = {
-      "beta1_power", "beta2_power", "lr", "beta1", "beta2", "epsilon"};
   RF_CHECK(begin(ctx));
   rf__variable *vars[3], *sorted[3];
   rf_tensor *dst[3] = {NULL, NULL, NULL};
   const rf_tensor *grad = ctx->inputs[9];
   rf_status *st = NULL;
-  RF_CHECK(adam_variables(ctx, vars, sorted));
-  for (int k = 0; k < 6; k++) {
-    RF_CHECK(check_scalar(ctx, 3 + k, scalar_names[k]));
-    if (ctx->inputs[3 + k]->dtype != grad->dtype ||
-        !rf_dtype_is_float(grad->dtype))
-      return rf__kernel_error(
-          ctx, RF_INVALID_ARGUMENT,
-          "%s (%s) and grad (%s) must share a float dtype", scalar_names[k],
-          rf_dtype_name(ctx->inputs[3 + k]->dtype), rf_dtype_name(grad->dtype));
-  }
-  lock_distinct(sorted, 3, true);
+  RF_CHECK(rf__state_adam_prepare(ctx, true, vars, sorted));
+  rf__state_lock_distinct(sorted, 3, true);
   for (int k = 0; k < 3 && !st; k++)
-    st = check_update(ctx, vars[k], grad->dtype, &grad->shape, "grad");
+    st = rf__state_check_update(ctx, vars[k], grad->dtype, &grad->shape, "grad",
+                                true);
   for (int k = 0; k < 3 && !st; k++) st = writable_value(ctx, vars[k], &dst[k]);
   if (!st) st = adam_launch(ctx, dst, grad);
   for (int k = 0; k < 3; k++) {
     if (!st)
-      install_value(vars[k], dst[k]);
+      rf__state_install_value(vars[k], dst[k]);
     else
-      drop_value(vars[k], dst[k]);
+      rf__state_drop_value(vars[k], dst[k]);
   }
-  lock_distinct(sorted, 3, false);
+  rf__state_lock_distinct(sorted, 3, false);
   return st;
 }
 
-const rf__kernel_def defs[] = {
-    {.op = "Variable",
-     .device_type = RF_DEVICE_GPU,
-     .compute = variable_compute,
-     .host_memory_outputs = 1u << 0},
-    {.op = "ReadVariable",
-     .device_type = RF_DEVICE_GPU,
-     .compute = read_variable_compute,
-     .host_memory_inputs = 1u << 0},
-    {.op = "Assign",
-     .device_type = RF_DEVICE_GPU,
-     .compute = assign_compute,
-     .host_memory_inputs = 1u << 0},
-    {.op = "ApplyGradientDescent",
-     .device_type = RF_DEVICE_GPU,
-     .compute = apply_gd_compute,
-     .host_memory_inputs = 1u << 0},
-    {.op = "ApplyAdam",
-     .device_type = RF_DEVICE_GPU,
-     .compute = apply_adam_compute,
-     .host_memory_inputs = 0x7u}, /* the three handles */
-};
+const rf__kernel_def defs[] = {RF_STATE_KERNELS(RF__GPU_KERNEL)};
 
 }  // namespace
 }  // namespace rf_gpu
 
 rf_status *rf__register_gpu_state_kernels(void) {
-  return rf_gpu::register_all(rf_gpu::defs,
-                              sizeof rf_gpu::defs / sizeof rf_gpu::defs[0]);
+  return rf__kernel_register_all(rf_gpu::defs,
+                                 sizeof rf_gpu::defs / sizeof rf_gpu::defs[0]);
 }

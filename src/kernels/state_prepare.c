@@ -1,0 +1,225 @@
+/* kernels/state_prepare.c - see state_prepare.h: what the CPU and GPU
+ * variable kernels share. Invariant kept by every update: a tensor some
+ * reader may hold is never written (the kernels write in place only when the
+ * variable holds the only reference, else a copy that is swapped in). */
+#include "kernels/state_prepare.h"
+
+#include <stdint.h>
+#include <string.h>
+
+#include "core/status.h"
+
+rf_status *rf__state_get_variable(rf__kernel_ctx *ctx, int k,
+                                  rf__variable **out) {
+  const rf_tensor *t = ctx->inputs[k];
+  rf__variable *var = NULL;
+  /* A handle is host memory on every device (the kernels' host-memory
+   * bits); a device tensor here is no handle. */
+  if (t->dtype == RF_RESOURCE && t->num_elements == 1 && !t->on_gpu)
+    memcpy(&var, t->data, sizeof var);
+  if (!var)
+    return rf__kernel_error(ctx, RF_INVALID_ARGUMENT,
+                            "input %d is not a variable handle", k);
+  *out = var;
+  return NULL;
+}
+
+static rf_status *not_initialized(rf__kernel_ctx *ctx, const rf__variable *v) {
+  return rf__kernel_error(ctx, RF_FAILED_PRECONDITION,
+                          "variable '%s' on %s is not initialized", v->name,
+                          ctx->device ? ctx->device->canonical : "?");
+}
+
+/* On a GPU device a variable holds device memory. A handle may cross devices
+ * (ops placed by hand away from their variable): a host value there means a
+ * CPU kernel assigned it, and reading it on the device would fault. */
+static rf_status *device_value(rf__kernel_ctx *ctx, const rf__variable *v,
+                               const rf_tensor *t, bool on_gpu) {
+  if (!on_gpu || !t || t->on_gpu) return NULL;
+  return rf__kernel_error(ctx, RF_INVALID_ARGUMENT,
+                          "variable '%s' holds host memory here; place the "
+                          "ops of a variable on its device",
+                          v->name);
+}
+
+static bool shapes_compatible(const rf_shape *decl, const rf_shape *s) {
+  if (decl->rank < 0) return true;
+  if (decl->rank != s->rank) return false;
+  for (int i = 0; i < s->rank; i++)
+    if (decl->dims[i] >= 0 && decl->dims[i] != s->dims[i]) return false;
+  return true;
+}
+
+rf_status *rf__state_check_scalar(rf__kernel_ctx *ctx, int k,
+                                  const char *what) {
+  if (ctx->inputs[k]->shape.rank == 0) return NULL;
+  char buf[128];
+  rf_shape_format(&ctx->inputs[k]->shape, buf, sizeof buf);
+  return rf__kernel_error(ctx, RF_INVALID_ARGUMENT,
+                          "%s must be a scalar, got shape %s", what, buf);
+}
+
+rf_status *rf__state_check_update(rf__kernel_ctx *ctx, const rf__variable *v,
+                                  rf_dtype dtype, const rf_shape *shape,
+                                  const char *what, bool on_gpu) {
+  if (v->dtype != dtype)
+    return rf__kernel_error(
+        ctx, RF_INVALID_ARGUMENT, "variable '%s' is %s but %s is %s", v->name,
+        rf_dtype_name(v->dtype), what, rf_dtype_name(dtype));
+  if (!v->value) return not_initialized(ctx, v);
+  RF_CHECK(device_value(ctx, v, v->value, on_gpu));
+  if (!rf_shape_equal(&v->value->shape, shape)) {
+    char a[128], b[128];
+    rf_shape_format(&v->value->shape, a, sizeof a);
+    rf_shape_format(shape, b, sizeof b);
+    return rf__kernel_error(ctx, RF_INVALID_ARGUMENT,
+                            "variable '%s' has shape %s but %s has shape %s",
+                            v->name, a, what, b);
+  }
+  return NULL;
+}
+
+void rf__state_install_value(rf__variable *v, rf_tensor *t) {
+  if (t == v->value) return;
+  rf_tensor_release(v->value);
+  v->value = t;
+}
+
+void rf__state_drop_value(rf__variable *v, rf_tensor *t) {
+  if (t && t != v->value) rf_tensor_release(t);
+}
+
+void rf__state_lock_distinct(rf__variable **vs, int n, bool lock) {
+  for (int i = 0; i < n; i++) {
+    if (lock)
+      pthread_mutex_lock(&vs[i]->mu);
+    else
+      pthread_mutex_unlock(&vs[n - 1 - i]->mu);
+  }
+}
+
+/* On the GPU the update kernels read the scalar at input k in the type of
+ * the updated tensor (input `like`, named like_name). */
+static rf_status *same_float_dtype(rf__kernel_ctx *ctx, int k, const char *what,
+                                   int like, const char *like_name) {
+  rf_dtype d = ctx->inputs[k]->dtype, want = ctx->inputs[like]->dtype;
+  if (rf_dtype_is_float(want) && d == want) return NULL;
+  return rf__kernel_error(ctx, RF_INVALID_ARGUMENT,
+                          "%s (%s) and %s (%s) must share a float dtype", what,
+                          rf_dtype_name(d), like_name, rf_dtype_name(want));
+}
+
+rf_status *rf__state_gd_prepare(rf__kernel_ctx *ctx, bool on_gpu,
+                                rf__variable **v) {
+  RF_CHECK(rf__state_get_variable(ctx, 0, v));
+  RF_CHECK(rf__state_check_scalar(ctx, 1, "alpha"));
+  if (on_gpu) RF_CHECK(same_float_dtype(ctx, 1, "alpha", 2, "delta"));
+  return NULL;
+}
+
+rf_status *rf__state_adam_prepare(rf__kernel_ctx *ctx, bool on_gpu,
+                                  rf__variable **vars, rf__variable **sorted) {
+  static const char *const scalar_names[6] = {
+      "beta1_power", "beta2_power", "lr", "beta1", "beta2", "epsilon"};
+  for (int k = 0; k < 3; k++)
+    RF_CHECK(rf__state_get_variable(ctx, k, &vars[k]));
+  if (vars[0] == vars[1] || vars[0] == vars[2] || vars[1] == vars[2])
+    return rf__kernel_error(ctx, RF_INVALID_ARGUMENT,
+                            "var, m and v must be three different variables");
+  memcpy(sorted, vars, 3 * sizeof *vars);
+  for (int i = 1; i < 3; i++)
+    for (int j = i; j > 0 && (uintptr_t)sorted[j] < (uintptr_t)sorted[j - 1];
+         j--) {
+      rf__variable *t = sorted[j];
+      sorted[j] = sorted[j - 1];
+      sorted[j - 1] = t;
+    }
+  for (int k = 0; k < 6; k++) {
+    RF_CHECK(rf__state_check_scalar(ctx, 3 + k, scalar_names[k]));
+    if (on_gpu)
+      RF_CHECK(same_float_dtype(ctx, 3 + k, scalar_names[k], 9, "grad"));
+  }
+  return NULL;
+}
+
+/* ---- Variable, ReadVariable, Assign ---- */
+
+rf_status *rf__state_variable_compute(rf__kernel_ctx *ctx, bool on_gpu) {
+  rf_dtype dtype;
+  rf_shape shape;
+  rf__variable *var;
+  RF_CHECK(rf__attrs_get_type(&ctx->node->attrs, "dtype", &dtype));
+  RF_CHECK(rf__attrs_get_shape(&ctx->node->attrs, "shape", &shape));
+  if (!ctx->device)
+    return rf__kernel_error(ctx, RF_FAILED_PRECONDITION,
+                            "variables need a session device");
+  rf_status *st =
+      rf__device_variable(ctx->device, ctx->node->name, dtype, &shape, &var);
+  if (st && st != rf__oom()) {
+    rf_status *e =
+        rf__kernel_error(ctx, rf_status_code(st), "%s", rf_status_message(st));
+    rf_status_free(st);
+    return e;
+  }
+  RF_CHECK(st);
+  rf_shape scalar = rf_shape_scalar();
+  rf_tensor *out;
+  if (on_gpu)
+    RF_CHECK(rf__kernel_alloc_host_output(ctx, 0, RF_RESOURCE, &scalar, &out));
+  else
+    RF_CHECK(rf__kernel_alloc_output(ctx, 0, RF_RESOURCE, &scalar, &out));
+  memcpy(out->data, &var, sizeof var);
+  return NULL;
+}
+
+rf_status *rf__state_read_variable_compute(rf__kernel_ctx *ctx, bool on_gpu) {
+  rf__variable *v = NULL;
+  rf_dtype dtype;
+  RF_CHECK(rf__state_get_variable(ctx, 0, &v));
+  RF_CHECK(rf__attrs_get_type(&ctx->node->attrs, "dtype", &dtype));
+  if (v->dtype != dtype)
+    return rf__kernel_error(ctx, RF_INVALID_ARGUMENT,
+                            "variable '%s' is %s, not %s", v->name,
+                            rf_dtype_name(v->dtype), rf_dtype_name(dtype));
+  pthread_mutex_lock(&v->mu);
+  rf_tensor *value = rf_tensor_retain(v->value); /* the snapshot */
+  pthread_mutex_unlock(&v->mu);
+  if (!value) return not_initialized(ctx, v);
+  rf_status *st = device_value(ctx, v, value, on_gpu);
+  if (st) {
+    rf_tensor_release(value);
+    return st;
+  }
+  ctx->outputs[0] = value;
+  return NULL;
+}
+
+/* Updates copy the value first while anyone else still holds it. */
+rf_status *rf__state_assign_compute(rf__kernel_ctx *ctx, bool on_gpu) {
+  rf__variable *v = NULL;
+  rf_tensor *value = ctx->inputs[1];
+  RF_CHECK(rf__state_get_variable(ctx, 0, &v));
+  RF_CHECK(device_value(ctx, v, value, on_gpu));
+  if (value->dtype != v->dtype)
+    return rf__kernel_error(ctx, RF_INVALID_ARGUMENT,
+                            "cannot assign a %s value to variable '%s' of "
+                            "dtype %s",
+                            rf_dtype_name(value->dtype), v->name,
+                            rf_dtype_name(v->dtype));
+  if (!shapes_compatible(&v->shape, &value->shape)) {
+    char a[128], b[128];
+    rf_shape_format(&value->shape, a, sizeof a);
+    rf_shape_format(&v->shape, b, sizeof b);
+    return rf__kernel_error(ctx, RF_INVALID_ARGUMENT,
+                            "cannot assign a value of shape %s to variable "
+                            "'%s' of shape %s",
+                            a, v->name, b);
+  }
+  rf_tensor_retain(value);
+  pthread_mutex_lock(&v->mu);
+  rf_tensor *old = v->value;
+  v->value = value;
+  pthread_mutex_unlock(&v->mu);
+  rf_tensor_release(old);
+  return NULL;
+}
