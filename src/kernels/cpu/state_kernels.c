@@ -62,8 +62,11 @@ typedef struct update_args {
  * floating-point contraction off, so both give the same bits. Measured
  * (401,408 floats, 4 replicas as in `ringflow train`, best of 20, load 6):
  * 0.88-1.05 ns per element against 0.99-1.13 - the loop is mostly bound by
- * its 28 bytes of memory traffic per element. */
-#if defined(__x86_64__) && defined(__has_attribute)
+ * its 28 bytes of memory traffic per element. Sanitizer builds keep the
+ * baseline: the ifunc resolver runs before ThreadSanitizer's runtime is up
+ * and crashes every program. */
+#if defined(__x86_64__) && defined(__has_attribute) && \
+    !defined(__SANITIZE_THREAD__) && !defined(__SANITIZE_ADDRESS__)
 #if __has_attribute(target_clones)
 #define RF_SIMD_CLONES \
   __attribute__((target_clones("arch=x86-64-v3", "default")))
