@@ -13,15 +13,15 @@
 
 /* The family's kernels but Const (RF__KERNEL_ROW; Const has an init):
  * Reshape's shape, Shape's output and Fill's dims are host memory. */
-#define RF_ARRAY_KERNELS(X)                       \
-  X("Placeholder", rf__placeholder_compute, 0, 0) \
-  X("Identity", rf__identity_compute, 0, 0)       \
-  X("NoOp", rf__noop_compute, 0, 0)               \
-  X("Reshape", reshape_compute, 1u << 1, 0)       \
-  X("Shape", shape_compute, 0, 1u << 0)           \
-  X("Fill", fill_compute, 1u << 0, 0)             \
-  X("ZerosLike", zeros_like_compute, 0, 0)        \
-  X("OnesLike", ones_like_compute, 0, 0)
+#define RF_ARRAY_KERNELS(X)                                      \
+  X("Placeholder", rf__placeholder_compute, 0, 0, RF_COST_CHEAP) \
+  X("Identity", rf__identity_compute, 0, 0, RF_COST_CHEAP)       \
+  X("NoOp", rf__noop_compute, 0, 0, RF_COST_CHEAP)               \
+  X("Reshape", reshape_compute, 1u << 1, 0, RF_COST_CHEAP)       \
+  X("Shape", shape_compute, 0, 1u << 0, RF_COST_CHEAP)           \
+  X("Fill", fill_compute, 1u << 0, 0, RF_COST_EXPENSIVE)         \
+  X("ZerosLike", zeros_like_compute, 0, 0, RF_COST_PER_ELEMENT)  \
+  X("OnesLike", ones_like_compute, 0, 0, RF_COST_PER_ELEMENT)
 
 #ifdef __cplusplus
 extern "C" {

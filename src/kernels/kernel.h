@@ -41,6 +41,23 @@ struct rf__kernel_ctx {
   const struct rf__kernel_def *def;
 };
 
+/* What running a kernel costs the thread that runs it, for the executor's
+ * scheduling (TensorFlow's OpKernel::IsExpensive). A cheap node runs inline
+ * on the thread that made it ready: handing it to another thread (a futex
+ * wake-up and a context switch, ~5-20 us here) would cost more than running
+ * it. Expensive nodes may go to idle pool workers when several are ready. */
+typedef enum rf__kernel_cost {
+  RF_COST_EXPENSIVE = 0, /* the default: real work, or unknown */
+  RF_COST_CHEAP,         /* constant work: forwards a reference, reads a
+                            variable, starts an asynchronous kernel */
+  RF_COST_PER_ELEMENT,   /* a few operations per input element: cheap when
+                            the inputs hold at most RF_CHEAP_MAX_ELEMENTS */
+} rf__kernel_cost;
+
+/* Input elements (all inputs together) up to which an RF_COST_PER_ELEMENT
+ * kernel runs inline: ~2-10 us of work, about what a hand-off costs. */
+#define RF_CHEAP_MAX_ELEMENTS 16384
+
 typedef struct rf__kernel_def {
   const char *op;
   rf__device_type device_type;
@@ -58,23 +75,30 @@ typedef struct rf__kernel_def {
    * devices (everything is host memory there). */
   uint32_t host_memory_inputs;
   uint32_t host_memory_outputs;
+  /* Optional: RF_COST_EXPENSIVE unless set. Asynchronous kernels should be
+   * RF_COST_CHEAP: they only start their work. */
+  rf__kernel_cost cost;
 } rf__kernel_def;
 
 /* Rows of a kernel table from a family's list of kernels X(op, compute,
- * host_memory_inputs, host_memory_outputs) (RF_NN_KERNELS, ...): the CPU and
- * GPU files of a family build their tables from the one list, each defining
- * the compute functions it names, so both devices register the same ops
- * with the same host-memory arguments. */
-#define RF__KERNEL_ROW(type, op_, fn, in, out) \
-  {.op = op_,                                  \
-   .device_type = type,                        \
-   .compute = fn,                              \
-   .host_memory_inputs = in,                   \
-   .host_memory_outputs = out},
-#define RF__CPU_KERNEL(op_, fn, in, out) \
-  RF__KERNEL_ROW(RF_DEVICE_CPU, op_, fn, in, out)
-#define RF__GPU_KERNEL(op_, fn, in, out) \
-  RF__KERNEL_ROW(RF_DEVICE_GPU, op_, fn, in, out)
+ * host_memory_inputs, host_memory_outputs, cost) (RF_NN_KERNELS, ...): the
+ * CPU and GPU files of a family build their tables from the one list, each
+ * defining the compute functions it names, so both devices register the
+ * same ops with the same host-memory arguments. The cost is the CPU
+ * kernel's; GPU rows keep the default (RF_COST_EXPENSIVE, as before costs
+ * existed): a GPU kernel only enqueues work, and which of them pay to
+ * inline has not been measured on a GPU. */
+#define RF__KERNEL_ROW(type, op_, fn, in, out, cost_) \
+  {.op = op_,                                         \
+   .device_type = type,                               \
+   .compute = fn,                                     \
+   .host_memory_inputs = in,                          \
+   .host_memory_outputs = out,                        \
+   .cost = cost_},
+#define RF__CPU_KERNEL(op_, fn, in, out, cost) \
+  RF__KERNEL_ROW(RF_DEVICE_CPU, op_, fn, in, out, cost)
+#define RF__GPU_KERNEL(op_, fn, in, out, cost) \
+  RF__KERNEL_ROW(RF_DEVICE_GPU, op_, fn, in, out, RF_COST_EXPENSIVE)
 
 /* Adds a kernel. ALREADY_EXISTS for a second kernel of the same (op, type). */
 rf_status *rf__kernel_register(const rf__kernel_def *def);

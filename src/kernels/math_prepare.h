@@ -13,16 +13,16 @@
 #include "kernels/kernel.h"
 
 /* The kernels of elementwise_binary and elementwise_nary (RF__KERNEL_ROW). */
-#define RF_BINARY_KERNELS(X)      \
-  X("Add", add_compute, 0, 0)     \
-  X("Sub", sub_compute, 0, 0)     \
-  X("Mul", mul_compute, 0, 0)     \
-  X("Div", div_compute, 0, 0)     \
-  X("Equal", equal_compute, 0, 0) \
-  X("_BroadcastToShapeOf", broadcast_to_compute, 0, 0)
-#define RF_NARY_KERNELS(X)    \
-  X("Neg", neg_compute, 0, 0) \
-  X("AddN", add_n_compute, 0, 0)
+#define RF_BINARY_KERNELS(X)                           \
+  X("Add", add_compute, 0, 0, RF_COST_PER_ELEMENT)     \
+  X("Sub", sub_compute, 0, 0, RF_COST_PER_ELEMENT)     \
+  X("Mul", mul_compute, 0, 0, RF_COST_PER_ELEMENT)     \
+  X("Div", div_compute, 0, 0, RF_COST_PER_ELEMENT)     \
+  X("Equal", equal_compute, 0, 0, RF_COST_PER_ELEMENT) \
+  X("_BroadcastToShapeOf", broadcast_to_compute, 0, 0, RF_COST_PER_ELEMENT)
+#define RF_NARY_KERNELS(X)                         \
+  X("Neg", neg_compute, 0, 0, RF_COST_PER_ELEMENT) \
+  X("AddN", add_n_compute, 0, 0, RF_COST_PER_ELEMENT)
 
 #ifdef __cplusplus
 extern "C" {

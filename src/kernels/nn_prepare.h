@@ -14,20 +14,21 @@
 #include "kernels/kernel.h"
 
 /* The family's kernels (RF__KERNEL_ROW): nn_kernels and the activations. */
-#define RF_NN_KERNELS(X)                                       \
-  X("BiasAdd", bias_add_compute, 0, 0)                         \
-  X("_BiasAddGrad", bias_add_grad_compute, 0, 0)               \
-  X("Softmax", softmax_compute, 0, 0)                          \
-  X("_SoftmaxGrad", softmax_grad_compute, 0, 0)                \
-  X("SparseSoftmaxCrossEntropyWithLogits", xent_compute, 0, 0) \
-  X("_SparseXentGrad", xent_grad_compute, 0, 0)
-#define RF_ACTIVATION_KERNELS(X)                \
-  X("Relu", relu_compute, 0, 0)                 \
-  X("Sigmoid", sigmoid_compute, 0, 0)           \
-  X("Tanh", tanh_compute, 0, 0)                 \
-  X("_ReluGrad", relu_grad_compute, 0, 0)       \
-  X("_SigmoidGrad", sigmoid_grad_compute, 0, 0) \
-  X("_TanhGrad", tanh_grad_compute, 0, 0)
+#define RF_NN_KERNELS(X)                                              \
+  X("BiasAdd", bias_add_compute, 0, 0, RF_COST_PER_ELEMENT)           \
+  X("_BiasAddGrad", bias_add_grad_compute, 0, 0, RF_COST_PER_ELEMENT) \
+  X("Softmax", softmax_compute, 0, 0, RF_COST_PER_ELEMENT)            \
+  X("_SoftmaxGrad", softmax_grad_compute, 0, 0, RF_COST_PER_ELEMENT)  \
+  X("SparseSoftmaxCrossEntropyWithLogits", xent_compute, 0, 0,        \
+    RF_COST_PER_ELEMENT)                                              \
+  X("_SparseXentGrad", xent_grad_compute, 0, 0, RF_COST_PER_ELEMENT)
+#define RF_ACTIVATION_KERNELS(X)                                     \
+  X("Relu", relu_compute, 0, 0, RF_COST_PER_ELEMENT)                 \
+  X("Sigmoid", sigmoid_compute, 0, 0, RF_COST_PER_ELEMENT)           \
+  X("Tanh", tanh_compute, 0, 0, RF_COST_PER_ELEMENT)                 \
+  X("_ReluGrad", relu_grad_compute, 0, 0, RF_COST_PER_ELEMENT)       \
+  X("_SigmoidGrad", sigmoid_grad_compute, 0, 0, RF_COST_PER_ELEMENT) \
+  X("_TanhGrad", tanh_grad_compute, 0, 0, RF_COST_PER_ELEMENT)
 
 #ifdef __cplusplus
 extern "C" {

@@ -12,12 +12,12 @@
 #include "kernels/kernel.h"
 
 /* The family's kernels (RF__KERNEL_ROW). */
-#define RF_REDUCTION_KERNELS(X)         \
-  X("Sum", sum_compute, 0, 0)           \
-  X("Mean", mean_compute, 0, 0)         \
-  X("ArgMax", argmax_compute, 0, 0)     \
-  X("_SumGrad", sum_grad_compute, 0, 0) \
-  X("_MeanGrad", mean_grad_compute, 0, 0)
+#define RF_REDUCTION_KERNELS(X)                              \
+  X("Sum", sum_compute, 0, 0, RF_COST_PER_ELEMENT)           \
+  X("Mean", mean_compute, 0, 0, RF_COST_PER_ELEMENT)         \
+  X("ArgMax", argmax_compute, 0, 0, RF_COST_PER_ELEMENT)     \
+  X("_SumGrad", sum_grad_compute, 0, 0, RF_COST_PER_ELEMENT) \
+  X("_MeanGrad", mean_grad_compute, 0, 0, RF_COST_PER_ELEMENT)
 
 #ifdef __cplusplus
 extern "C" {

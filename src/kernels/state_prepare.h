@@ -13,12 +13,12 @@
 #include "runtime/device.h"
 
 /* The family's kernels (RF__KERNEL_ROW); the handles are host memory. */
-#define RF_STATE_KERNELS(X)                               \
-  X("Variable", variable_compute, 0, 1u << 0)             \
-  X("ReadVariable", read_variable_compute, 1u << 0, 0)    \
-  X("Assign", assign_compute, 1u << 0, 0)                 \
-  X("ApplyGradientDescent", apply_gd_compute, 1u << 0, 0) \
-  X("ApplyAdam", apply_adam_compute, 0x7u, 0)
+#define RF_STATE_KERNELS(X)                                                  \
+  X("Variable", variable_compute, 0, 1u << 0, RF_COST_CHEAP)                 \
+  X("ReadVariable", read_variable_compute, 1u << 0, 0, RF_COST_CHEAP)        \
+  X("Assign", assign_compute, 1u << 0, 0, RF_COST_CHEAP)                     \
+  X("ApplyGradientDescent", apply_gd_compute, 1u << 0, 0, RF_COST_EXPENSIVE) \
+  X("ApplyAdam", apply_adam_compute, 0x7u, 0, RF_COST_EXPENSIVE)
 
 #ifdef __cplusplus
 extern "C" {

@@ -1,17 +1,24 @@
 /* runtime/executor.c - runs one step over the device plans.
  *
- * A thread runs ready nodes of a frame from a local stack; a completing node
+ * A thread runs ready nodes of a frame from local stacks; a completing node
  * makes its successors ready (atomic pending counts, skipped for nodes with a
  * single predecessor) and pushes them. Nothing on this path allocates, locks
  * or touches a counter shared with other threads, so a chain costs a kernel
- * call plus a few stores per node. Work leaves the thread only (a) when
- * several nodes are ready and pool workers are idle: a slice of the stack is
- * handed over as one batch; (b) into an asynchronous kernel, whose completion
- * continues on the thread that completes it. The frame counts its holders -
- * running drains, queued batches, pending async kernels - and is done when
- * the last lets go. On the first error the step is marked cancelled and its
- * rendezvous aborted: nodes not yet started are skipped and pending receives
- * fail, so every device drains promptly. */
+ * call plus a few stores per node. Ready nodes are cheap or expensive (the
+ * kernel's rf__kernel_cost, TensorFlow's IsExpensive): cheap ones always run
+ * inline, first; work leaves the thread only (a) when several expensive nodes
+ * are ready (or one waits behind a long run of cheap ones) and pool workers
+ * are idle: a slice of them is handed over as one batch; (b) into an
+ * asynchronous kernel, whose completion continues on the thread that
+ * completes it. A step starts on the calling thread: it runs the cheap start
+ * of every device in turn, keeps the first device's expensive work and hands
+ * every other device's to the pool, so no device's start waits behind
+ * another's long kernel while steps of cheap nodes (a small collective) never
+ * leave the caller. The frame counts its holders - running drains, queued
+ * batches, pending async kernels - and is done when the last lets go. On the
+ * first error the step is marked cancelled and its rendezvous aborted: nodes
+ * not yet started are skipped and pending receives fail, so every device
+ * drains promptly. */
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -32,16 +39,27 @@ typedef struct run {
   rf_status *first_error; /* under mu */
 } run;
 
-#define INLINE_STACK 128
+#define INLINE_STACK 64
 /* Nested async completions (a send firing a receive that runs a send...)
  * deeper than this continue on the pool instead of growing the C stack. */
 #define MAX_INLINE_DEPTH 8
+/* Cheap nodes a thread runs while an expensive one waits before it offers
+ * that one to an idle worker (a long cheap chain must not starve it). */
+#define CHEAP_BEFORE_OFFLOAD 32
+/* Cheap nodes the caller runs to start one device before moving on to the
+ * next device's start: bounds how long any device's start waits. */
+#define START_BUDGET 256
 
 typedef struct stack {
   int *items;
   int n, cap;
   int inline_items[INLINE_STACK];
 } stack;
+
+/* The ready nodes a thread holds, by cost. */
+typedef struct ready {
+  stack cheap, dear;
+} ready;
 
 static _Thread_local int completion_depth;
 
@@ -54,6 +72,18 @@ static void stack_init(stack *s) {
 static void stack_fini(stack *s) {
   if (s->items != s->inline_items) rf__free(s->items);
 }
+
+static void ready_init(ready *rd) {
+  stack_init(&rd->cheap);
+  stack_init(&rd->dear);
+}
+
+static void ready_fini(ready *rd) {
+  stack_fini(&rd->cheap);
+  stack_fini(&rd->dear);
+}
+
+static int ready_count(const ready *rd) { return rd->cheap.n + rd->dear.n; }
 
 static bool stack_push(stack *s, int v) {
   if (s->n == s->cap) {
@@ -70,7 +100,7 @@ static bool stack_push(stack *s, int v) {
   return true;
 }
 
-static void drain(frame *f, stack *s);
+static void drain(frame *f, ready *rd);
 
 /* ---- holders ---- */
 
@@ -146,16 +176,21 @@ static rf_status *check_outputs(frame *f, const xnode *x, rf_tensor **out) {
 static void node_task(void *arg);
 static void batch_task(void *arg);
 
-/* Moves the top k nodes of s into one batch for a pool worker. False (s
- * unchanged) if the pool refuses. */
-static bool hand_off(frame *f, stack *s, int k) {
+/* Moves the top kc cheap and kd expensive nodes of rd into one batch for a
+ * pool worker (cheap ones run first). False (rd unchanged) if the pool
+ * refuses. */
+static bool hand_off(frame *f, ready *rd, int kc, int kd) {
+  int k = kc + kd;
   int begin =
       atomic_fetch_add_explicit(&f->handoff_top, k, memory_order_relaxed);
   if (begin + k > f->plan->num_nodes) { /* only after refused hand-offs */
     atomic_fetch_sub_explicit(&f->handoff_top, k, memory_order_relaxed);
     return false;
   }
-  memcpy(f->handoff + begin, s->items + s->n - k, sizeof(int) * (size_t)k);
+  memcpy(f->handoff + begin, rd->cheap.items + rd->cheap.n - kc,
+         sizeof(int) * (size_t)kc);
+  memcpy(f->handoff + begin + kc, rd->dear.items + rd->dear.n - kd,
+         sizeof(int) * (size_t)kd);
   f->batches[begin] = (batch){f, begin, k};
   hold(f);
   rf_status *st = rf__threadpool_schedule(f->plan->device->pool, batch_task,
@@ -167,25 +202,38 @@ static bool hand_off(frame *f, stack *s, int k) {
     let_go(f); /* cannot be the last: our caller holds the frame */
     return false;
   }
-  s->n -= k;
+  rd->cheap.n -= kc;
+  rd->dear.n -= kd;
   return true;
 }
 
-/* With idle workers, splits the ready nodes beyond the one we run next. */
-static void offload(frame *f, stack *s) {
+/* With idle workers, hands over the expensive nodes beyond `keep` (shared
+ * among the idle workers and this thread). */
+static void offload(frame *f, ready *rd, int keep) {
   int idle = rf__threadpool_idle(f->plan->device->pool);
   if (idle <= 0) return;
-  int k = (s->n - 1) / (idle + 1);
+  int k = (rd->dear.n - keep) / (idle + 1);
   if (k < 1) k = 1;
-  for (; idle > 0 && s->n > 1; idle--) {
-    if (k > s->n - 1) k = s->n - 1;
-    if (!hand_off(f, s, k)) return;
+  for (; idle > 0 && rd->dear.n > keep; idle--) {
+    if (k > rd->dear.n - keep) k = rd->dear.n - keep;
+    if (!hand_off(f, rd, 0, k)) return;
   }
 }
 
-/* Queues ready node v on s; if s cannot grow, a pool worker takes v, or (no
- * memory at all) it runs right here, deeper in the C stack. */
-static void make_ready(frame *f, stack *s, int v) {
+/* Whether ready node x runs inline without a second thought. */
+static bool is_cheap(const frame *f, const xnode *x) {
+  if (x->cost == RF_COST_CHEAP) return true;
+  if (x->cost != RF_COST_PER_ELEMENT) return false;
+  int64_t n = 0; /* every input has arrived: the slots are filled */
+  rf_tensor *const *in = f->slots + x->in_base;
+  for (int i = 0; i < x->num_in; i++) n += in[i] ? in[i]->num_elements : 0;
+  return n <= RF_CHEAP_MAX_ELEMENTS;
+}
+
+/* Queues ready node v on rd; if rd cannot grow, a pool worker takes v, or
+ * (no memory at all) it runs right here, deeper in the C stack. */
+static void make_ready(frame *f, ready *rd, int v) {
+  stack *s = is_cheap(f, &f->plan->nodes[v]) ? &rd->cheap : &rd->dear;
   if (stack_push(s, v)) return;
   hold(f);
   rf_status *st =
@@ -193,9 +241,9 @@ static void make_ready(frame *f, stack *s, int v) {
   if (!st) return;
   rf_status_free(st);
   let_go(f);
-  stack one;
-  stack_init(&one);
-  one.items[one.n++] = v;
+  ready one;
+  ready_init(&one);
+  one.dear.items[one.dear.n++] = v;
   drain(f, &one);
 }
 
@@ -216,7 +264,7 @@ static inline bool arrive(frame *f, int dst) {
 /* Finishes node v: releases its inputs, then hands its outputs to consumers
  * and pushes those now ready - or records the error / drops the outputs of a
  * cancelled step. */
-static void complete(frame *f, int v, rf_status *st, stack *s) {
+static void complete(frame *f, int v, rf_status *st, ready *rd) {
   const dplan *p = f->plan;
   const xnode *x = &p->nodes[v];
   rf_tensor **in = f->slots + x->in_base;
@@ -238,13 +286,13 @@ static void complete(frame *f, int v, rf_status *st, stack *s) {
     const xedge *e = &p->edges[k];
     rf_tensor *t = out[e->src_out];
     f->slots[e->slot] = e->take ? t : rf_tensor_retain(t);
-    if (arrive(f, e->dst)) make_ready(f, s, e->dst);
+    if (arrive(f, e->dst)) make_ready(f, rd, e->dst);
   }
   for (int k = x->drop_begin; k < x->drop_end; k++)
     rf_tensor_release(out[p->drops[k]]);
   for (int i = 0; i < x->num_out; i++) out[i] = NULL;
   for (int k = x->ctl_begin; k < x->ctl_end; k++)
-    if (arrive(f, p->ctl[k])) make_ready(f, s, p->ctl[k]);
+    if (arrive(f, p->ctl[k])) make_ready(f, rd, p->ctl[k]);
 }
 
 static void async_done(rf__kernel_ctx *ctx, rf_status *st) {
@@ -253,20 +301,21 @@ static void async_done(rf__kernel_ctx *ctx, rf_status *st) {
   if (ctx->step->trace)
     rf__trace_record(ctx->step->trace, ctx->device->index, ctx->node,
                      ctx->trace_start, rf__trace_now());
-  stack s;
-  stack_init(&s);
-  complete(f, ref->id, st, &s);
+  ready rd;
+  ready_init(&rd);
+  complete(f, ref->id, st, &rd);
   /* We inherit the hold taken when the kernel started. */
-  if (completion_depth >= MAX_INLINE_DEPTH && s.n > 0) hand_off(f, &s, s.n);
+  if (completion_depth >= MAX_INLINE_DEPTH && ready_count(&rd) > 0)
+    hand_off(f, &rd, rd.cheap.n, rd.dear.n);
   completion_depth++;
-  drain(f, &s);
+  drain(f, &rd);
   completion_depth--;
-  stack_fini(&s);
+  ready_fini(&rd);
   let_go(f);
 }
 
 /* Runs node v (skips it once the step is cancelled). */
-static void run_node(frame *f, int v, stack *s) {
+static void run_node(frame *f, int v, ready *rd) {
   const xnode *x = &f->plan->nodes[v];
   if (atomic_load_explicit(&f->step->cancelled, memory_order_relaxed)) {
     rf_tensor **in = f->slots + x->in_base; /* skipped: only drop inputs */
@@ -280,7 +329,7 @@ static void run_node(frame *f, int v, stack *s) {
   if (dev->enter) { /* a GPU device: its GPU current on this thread */
     rf_status *st = dev->enter(dev);
     if (st) {
-      complete(f, v, st, s);
+      complete(f, v, st, rd);
       return;
     }
   }
@@ -296,14 +345,14 @@ static void run_node(frame *f, int v, stack *s) {
                           .step = f->step,
                           .executor_private = &f->refs[v]};
     if (!f->step->trace) {
-      complete(f, v, x->compute(&ctx), s);
+      complete(f, v, x->compute(&ctx), rd);
       return;
     }
     int64_t t0 = rf__trace_now();
     rf_status *st = x->compute(&ctx);
     rf__trace_record(f->step->trace, f->plan->device->index, x->node, t0,
                      rf__trace_now());
-    complete(f, v, st, s);
+    complete(f, v, st, rd);
     return;
   }
   rf__kernel_ctx *ctx = &f->actx[x->async_index];
@@ -323,21 +372,37 @@ static void run_node(frame *f, int v, stack *s) {
   x->kernel->compute_async(ctx, async_done);
 }
 
-static void drain(frame *f, stack *s) {
-  while (s->n > 0) {
-    if (s->n > 1) offload(f, s);
-    int v = s->items[--s->n];
-    run_node(f, v, s);
+/* Runs rd's nodes and everything they make ready: cheap ones first; an
+ * expensive one is offered to idle workers when another is kept here, or
+ * when it has waited behind CHEAP_BEFORE_OFFLOAD cheap ones. */
+static void drain(frame *f, ready *rd) {
+  int waited = 0;
+  for (;;) {
+    int v;
+    if (rd->cheap.n > 0) {
+      if (rd->dear.n > 0 && ++waited >= CHEAP_BEFORE_OFFLOAD) {
+        offload(f, rd, 0);
+        waited = 0;
+      }
+      v = rd->cheap.items[--rd->cheap.n];
+    } else if (rd->dear.n > 0) {
+      if (rd->dear.n > 1) offload(f, rd, 1);
+      v = rd->dear.items[--rd->dear.n];
+      waited = 0;
+    } else {
+      return;
+    }
+    run_node(f, v, rd);
   }
 }
 
 static void node_task(void *arg) {
   node_ref *ref = arg;
-  stack s;
-  stack_init(&s);
-  s.items[s.n++] = ref->id;
-  drain(ref->frame, &s);
-  stack_fini(&s);
+  ready rd;
+  ready_init(&rd);
+  rd.dear.items[rd.dear.n++] = ref->id;
+  drain(ref->frame, &rd);
+  ready_fini(&rd);
   let_go(ref->frame);
 }
 
@@ -346,34 +411,56 @@ static void node_task(void *arg) {
 static void batch_task(void *arg) {
   batch *b = arg;
   frame *f = b->frame;
-  stack s;
-  stack_init(&s);
+  ready rd;
+  ready_init(&rd);
   for (int i = 0; i < b->n; i++) {
-    run_node(f, f->handoff[b->begin + i], &s);
-    drain(f, &s);
+    run_node(f, f->handoff[b->begin + i], &rd);
+    drain(f, &rd);
   }
-  stack_fini(&s);
+  ready_fini(&rd);
   let_go(f);
 }
 
 /* ---- steps ---- */
 
-/* Runs the device's roots; the frame's initial hold is ours. */
-static void start_frame(frame *f) {
+/* The first part of a device's step, on the caller: makes the roots ready
+ * and runs cheap nodes (at most START_BUDGET); expensive nodes and any cheap
+ * ones beyond the budget stay in rd. */
+static void start_cheap(frame *f, ready *rd) {
   const dplan *p = f->plan;
-  stack s;
-  stack_init(&s);
-  for (int i = 0; i < p->num_roots; i++) {
-    if (stack_push(&s, p->roots[i])) continue;
-    drain(f, &s); /* could not grow: make room by running what we have */
-    s.items[s.n++] = p->roots[i];
-  }
-  drain(f, &s);
-  stack_fini(&s);
-  let_go(f);
+  for (int i = 0; i < p->num_roots; i++) make_ready(f, rd, p->roots[i]);
+  for (int ran = 0; rd->cheap.n > 0 && ran < START_BUDGET; ran++)
+    run_node(f, rd->cheap.items[--rd->cheap.n], rd);
 }
 
-static void start_task(void *arg) { start_frame(arg); }
+/* Starts every device: the cheap start of each in turn on this thread, then
+ * the rest of the first device that has more to do runs here, and that of
+ * every other device is handed to the pool at once, so none waits behind
+ * another device's long kernel. Each frame's initial hold is let go here. */
+static void start_frames(frame **frames, int n) {
+  ready held, other; /* the kept device's rest; any other device's */
+  ready_init(&held);
+  ready_init(&other);
+  frame *mine = NULL;
+  for (int i = 0; i < n; i++) {
+    frame *f = frames[i];
+    ready *rd = mine ? &other : &held;
+    start_cheap(f, rd);
+    if (ready_count(rd) > 0 && !mine) {
+      mine = f; /* run below, after every device has started */
+      continue;
+    }
+    if (ready_count(rd) > 0 && !hand_off(f, rd, rd->cheap.n, rd->dear.n))
+      drain(f, rd); /* the pool refused (no memory): run it here */
+    let_go(f);
+  }
+  if (mine) {
+    drain(mine, &held);
+    let_go(mine);
+  }
+  ready_fini(&held);
+  ready_fini(&other);
+}
 
 /* Frames for every plan, or NULL (none taken) when memory runs out. */
 static frame **acquire_frames(rf__executor *x, frame **few) {
@@ -406,18 +493,7 @@ rf_status *rf__executor_run(rf__executor *x, rf__step *step) {
     atomic_store_explicit(&frames[i]->holders, 1, memory_order_relaxed);
     atomic_store_explicit(&frames[i]->handoff_top, 0, memory_order_relaxed);
   }
-  /* Other devices start on the pool, so none waits behind a long kernel of
-   * another device (running them here in turn when no worker happened to be
-   * idle let one slow device hold back every other's start). The caller runs
-   * device 0, and any device the pool could not take. */
-  for (int i = n - 1; i >= 1; i--) {
-    rf__threadpool *pool = x->plans[i].device->pool;
-    rf_status *st = rf__threadpool_schedule(pool, start_task, frames[i]);
-    if (!st) continue;
-    rf_status_free(st);
-    start_frame(frames[i]);
-  }
-  if (n > 0) start_frame(frames[0]);
+  start_frames(frames, n);
   pthread_mutex_lock(&r.mu);
   while (!r.done) pthread_cond_wait(&r.cv, &r.mu);
   pthread_mutex_unlock(&r.mu);

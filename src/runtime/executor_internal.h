@@ -31,6 +31,7 @@ typedef struct xnode {
   int drop_begin, drop_end; /* unconsumed outputs */
   int init_pending;         /* data + control in edges */
   int async_index;          /* into frame->actx; -1 for sync kernels */
+  rf__kernel_cost cost;     /* the kernel's: decides inline or hand-off */
 } xnode;
 
 typedef struct xedge {

@@ -80,6 +80,7 @@ static rf_status *bind_kernel(dplan *p, xnode *x) {
         v->name, v->op->name, rf__device_type_name(k->device_type));
   x->kernel = k;
   x->compute = k->compute;
+  x->cost = k->cost;
   if (k->init) {
     rf_status *st = k->init(v, &x->state);
     if (st)

@@ -2,7 +2,6 @@
  * resolving a run's feeds/fetches/targets by name, the compile cache (one
  * plan per signature string, under a mutex so concurrent runs are safe), and
  * one step per run with a fresh step id. */
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -177,22 +176,43 @@ typedef struct sbuf {
   bool oom;
 } sbuf;
 
-static void sb_printf(sbuf *b, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-static void sb_printf(sbuf *b, const char *fmt, ...) {
+/* Appends "<tag><strlen(name)>:<name>" and, when index >= 0, ":<index>",
+ * then ";". Not printf: this runs for every feed and fetch of every step,
+ * and vsnprintf was a third of a small all-reduce's step. */
+static void sb_put(sbuf *b, char tag, const char *name, int index) {
   if (b->oom) return;
-  va_list ap;
-  va_start(ap, fmt);
-  int k = vsnprintf(NULL, 0, fmt, ap);
-  va_end(ap);
-  if (k < 0 || rf__grow(&b->p, &b->cap, b->n + k + 1, 1)) {
+  char num[2][24];
+  int len[2] = {0, 0};
+  size_t nlen = strlen(name);
+  for (int k = 0; k < 2; k++) {
+    unsigned long long v = k == 0 ? nlen : (unsigned long long)index;
+    if (k == 1 && index < 0) break;
+    char tmp[24];
+    int t = 0;
+    do tmp[t++] = (char)('0' + v % 10);
+    while ((v /= 10) > 0);
+    while (t > 0) num[k][len[k]++] = tmp[--t];
+  }
+  int need = 1 + len[0] + 1 + (int)nlen + (len[1] ? 1 + len[1] : 0) + 1;
+  if (rf__grow(&b->p, &b->cap, b->n + need + 1, 1)) {
     b->oom = true;
     return;
   }
-  va_start(ap, fmt);
-  vsnprintf(b->p + b->n, (size_t)k + 1, fmt, ap);
-  va_end(ap);
-  b->n += k;
+  char *o = b->p + b->n;
+  *o++ = tag;
+  memcpy(o, num[0], (size_t)len[0]);
+  o += len[0];
+  *o++ = ':';
+  memcpy(o, name, nlen);
+  o += nlen;
+  if (len[1]) {
+    *o++ = ':';
+    memcpy(o, num[1], (size_t)len[1]);
+    o += len[1];
+  }
+  *o++ = ';';
+  *o = '\0';
+  b->n = (int)(o - b->p);
 }
 
 static rf_status *find_node(rf_session *s, const rf_node *user,
@@ -264,17 +284,15 @@ static rf_status *resolve(rf_session *s, const rf_feed *feeds, int nfeeds,
       if (fo[j].node == fo[i].node && fo[j].index == fo[i].index)
         return rf__invalid("node '%s' output %d is fed twice", fo[i].node->name,
                            fo[i].index);
-    sb_printf(key, "f%zu:%s:%d;", strlen(fo[i].node->name), fo[i].node->name,
-              fo[i].index);
+    sb_put(key, 'f', fo[i].node->name, fo[i].index);
   }
   for (int i = 0; i < nfetches; i++) {
     RF_CHECK(find_output(s, fetches[i], "fetch", i, &xo[i]));
-    sb_printf(key, "o%zu:%s:%d;", strlen(xo[i].node->name), xo[i].node->name,
-              xo[i].index);
+    sb_put(key, 'o', xo[i].node->name, xo[i].index);
   }
   for (int i = 0; i < ntargets; i++) {
     RF_CHECK(find_node(s, targets[i], "target", i, &tn[i]));
-    sb_printf(key, "t%zu:%s;", strlen(tn[i]->name), tn[i]->name);
+    sb_put(key, 't', tn[i]->name, -1);
   }
   return key->oom ? rf__oom() : NULL;
 }

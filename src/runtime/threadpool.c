@@ -1,13 +1,19 @@
 /* runtime/threadpool.c - fixed worker threads around one FIFO ring buffer.
  * The ring grows by doubling under the pool's mutex, so scheduling a task never
- * allocates in steady state. parallel_for's caller claims chunks from an atomic
+ * allocates in steady state. A worker that runs out of work spins a little
+ * while (one at a time, yielding the core) before it sleeps, so that work
+ * arriving soon after - a parallel_for's helpers, the next step's devices -
+ * costs no futex wake-up; schedule signals a sleeper only for tasks the
+ * spinner will not take. parallel_for's caller claims chunks from an atomic
  * counter alongside the helpers it queued and only waits for chunks that are
  * already running, so it cannot deadlock even when called from a worker. */
 #include "runtime/threadpool.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/mem.h"
@@ -24,21 +30,59 @@ struct rf__threadpool {
   task *ring; /* cap slots; count tasks starting at head */
   int cap, head, count;
   bool stop;
-  atomic_int idle;   /* workers waiting on cv */
+  bool spinner;      /* a worker is spinning (under mu) */
+  atomic_int idle;   /* workers waiting on cv or spinning */
   atomic_int queued; /* mirrors count, readable without the lock */
+  atomic_bool stopping;
   int num_threads, started;
+  int sleepers; /* workers waiting on cv (under mu) */
   pthread_t *threads;
 };
+
+/* How long an idle worker spins before it sleeps. A futex wake-up and the
+ * context switch cost ~5-20 us on these machines; work often arrives within
+ * that (the helpers of the next parallel_for, the next step's devices). */
+#define SPIN_NS 50000
+
+static int64_t mono_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* Called with mu held and the queue empty; returns with mu held and a task
+ * queued or the pool stopping. One worker at a time spins, with mu released,
+ * polling `queued` and yielding its core to any runnable thread (ours
+ * included: on 2 cores a spinner must not hold up the thread it waits for);
+ * the others, and the spinner after SPIN_NS, sleep on cv. */
+static void wait_for_work(rf__threadpool *p) {
+  if (!p->spinner) {
+    p->spinner = true;
+    atomic_fetch_add_explicit(&p->idle, 1, memory_order_relaxed);
+    pthread_mutex_unlock(&p->mu);
+    int64_t until = mono_ns() + SPIN_NS;
+    while (atomic_load_explicit(&p->queued, memory_order_relaxed) == 0 &&
+           !atomic_load_explicit(&p->stopping, memory_order_relaxed) &&
+           mono_ns() < until)
+      sched_yield();
+    pthread_mutex_lock(&p->mu);
+    atomic_fetch_sub_explicit(&p->idle, 1, memory_order_relaxed);
+    p->spinner = false;
+  }
+  while (p->count == 0 && !p->stop) {
+    p->sleepers++;
+    atomic_fetch_add_explicit(&p->idle, 1, memory_order_relaxed);
+    pthread_cond_wait(&p->cv, &p->mu);
+    atomic_fetch_sub_explicit(&p->idle, 1, memory_order_relaxed);
+    p->sleepers--;
+  }
+}
 
 static void *worker_main(void *arg) {
   rf__threadpool *p = arg;
   pthread_mutex_lock(&p->mu);
   for (;;) {
-    while (p->count == 0 && !p->stop) {
-      atomic_fetch_add_explicit(&p->idle, 1, memory_order_relaxed);
-      pthread_cond_wait(&p->cv, &p->mu);
-      atomic_fetch_sub_explicit(&p->idle, 1, memory_order_relaxed);
-    }
+    if (p->count == 0 && !p->stop) wait_for_work(p);
     if (p->count == 0) break; /* stopping and drained */
     task t = p->ring[p->head];
     p->head = (p->head + 1) % p->cap;
@@ -77,6 +121,7 @@ rf_status *rf__threadpool_new(int num_threads, rf__threadpool **out) {
   pthread_cond_init(&p->cv, NULL);
   atomic_init(&p->idle, 0);
   atomic_init(&p->queued, 0);
+  atomic_init(&p->stopping, false);
   p->num_threads = num_threads;
   for (int i = 0; i < num_threads; i++) {
     if (pthread_create(&p->threads[i], NULL, worker_main, p) != 0) {
@@ -95,6 +140,7 @@ void rf__threadpool_free(rf__threadpool *p) {
   if (!p) return;
   pthread_mutex_lock(&p->mu);
   p->stop = true;
+  atomic_store(&p->stopping, true);
   pthread_cond_broadcast(&p->cv);
   pthread_mutex_unlock(&p->mu);
   for (int i = 0; i < p->started; i++) pthread_join(p->threads[i], NULL);
@@ -116,8 +162,9 @@ int rf__threadpool_size(const rf__threadpool *p) {
   return p ? p->num_threads : 0;
 }
 
-/* Waiting workers minus tasks already queued for them: a worker signalled
- * but not yet awake is not idle, or callers would pile up work for it. */
+/* Waiting (sleeping or spinning) workers minus tasks already queued for
+ * them: a worker signalled but not yet awake is not idle, or callers would
+ * pile up work for it. */
 int rf__threadpool_idle(const rf__threadpool *p) {
   if (!p) return 0;
   rf__threadpool *q = (rf__threadpool *)p;
@@ -149,8 +196,10 @@ rf_status *rf__threadpool_schedule(rf__threadpool *p, void (*fn)(void *),
   p->ring[(p->head + p->count) % p->cap] = (task){fn, arg};
   p->count++;
   atomic_store_explicit(&p->queued, p->count, memory_order_relaxed);
-  /* Waking only when someone sleeps keeps the busy case cheap. */
-  if (atomic_load_explicit(&p->idle, memory_order_relaxed) > 0)
+  /* Waking only when someone sleeps keeps the busy case cheap, and the
+   * spinner (it re-checks the queue under mu before it sleeps) takes one
+   * task without a wake-up. */
+  if (p->sleepers > 0 && p->count > (p->spinner ? 1 : 0))
     pthread_cond_signal(&p->cv);
   pthread_mutex_unlock(&p->mu);
   return NULL;
@@ -215,7 +264,11 @@ void rf__threadpool_parallel_for(rf__threadpool *p, int64_t n,
   if (n <= 0) return;
   if (cost_per_item < 1) cost_per_item = 1;
   double total = (double)n * (double)cost_per_item;
-  int threads = p ? p->num_threads + 1 : 1;
+  /* The caller and num_threads - 1 helpers (at least one): a pool has one
+   * thread per core, and the caller is a worker or keeps a core busy too,
+   * so one more helper only adds a wake-up and a thread fighting for a
+   * core. */
+  int threads = !p ? 1 : p->num_threads > 1 ? p->num_threads : 2;
   int64_t chunks = (int64_t)(total / MIN_CHUNK_COST);
   if (chunks > (int64_t)threads * CHUNKS_PER_THREAD)
     chunks = (int64_t)threads * CHUNKS_PER_THREAD;
@@ -238,8 +291,8 @@ void rf__threadpool_parallel_for(rf__threadpool *p, int64_t n,
   atomic_init(&w->chunks_done, 0);
   pthread_mutex_init(&w->mu, NULL);
   pthread_cond_init(&w->cv, NULL);
-  int helpers = (int)(w->num_chunks - 1 < p->num_threads ? w->num_chunks - 1
-                                                         : p->num_threads);
+  int helpers =
+      (int)(w->num_chunks - 1 < threads - 1 ? w->num_chunks - 1 : threads - 1);
   atomic_init(&w->refs, 1 + helpers);
   for (int i = 0; i < helpers; i++) {
     rf_status *st = rf__threadpool_schedule(p, pfor_helper, w);

@@ -155,6 +155,12 @@ bool rf__cpu_reduce_supported(rf_dtype dtype, rf__reduction op) {
     for (int64_t i = (b); i < (e); i++) o[i] = (T)(o[i] / (n)); \
   } while (0)
 
+#define SCALE(T, out, b, e, r)                                  \
+  do {                                                          \
+    T *o = (T *)(out);                                          \
+    for (int64_t i = (b); i < (e); i++) o[i] = (T)(o[i] * (r)); \
+  } while (0)
+
 bool rf__cpu_reduce(rf_dtype dtype, rf__reduction op, const void *const *ins,
                     int n, void *out, int64_t begin, int64_t end) {
   if (dtype == RF_FLOAT16) {
@@ -170,9 +176,22 @@ bool rf__cpu_reduce(rf_dtype dtype, rf__reduction op, const void *const *ins,
   if (!f) return false;
   f(ins, n, out, begin, end);
   if (op != RF_RED_AVG || n == 1) return true;
+  /* x / 2^k == x * 2^-k exactly (both are x/2^k correctly rounded), and a
+   * multiplication is several times cheaper than a division per element. */
+  bool pow2 = (n & (n - 1)) == 0;
   switch (dtype) {
-    case RF_FLOAT32: DIVIDE(float, out, begin, end, (float)n); break;
-    case RF_FLOAT64: DIVIDE(double, out, begin, end, (double)n); break;
+    case RF_FLOAT32:
+      if (pow2)
+        SCALE(float, out, begin, end, 1.0f / (float)n);
+      else
+        DIVIDE(float, out, begin, end, (float)n);
+      break;
+    case RF_FLOAT64:
+      if (pow2)
+        SCALE(double, out, begin, end, 1.0 / (double)n);
+      else
+        DIVIDE(double, out, begin, end, (double)n);
+      break;
     case RF_INT8: DIVIDE(int8_t, out, begin, end, n); break;
     case RF_UINT8: DIVIDE(uint8_t, out, begin, end, n); break;
     case RF_INT32: DIVIDE(int32_t, out, begin, end, n); break;

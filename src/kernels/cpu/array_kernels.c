@@ -96,6 +96,7 @@ static const rf__kernel_def array_kernels[] = {
     /* Const has an init and a destroy: not in RF_ARRAY_KERNELS */
     {.op = "Const",
      .device_type = RF_DEVICE_CPU,
+     .cost = RF_COST_CHEAP,
      .init = const_init,
      .destroy = const_destroy,
      .compute = const_compute},

@@ -187,8 +187,10 @@ static rf_status *cast_compute(rf__kernel_ctx *ctx) {
   return NULL;
 }
 
-static const rf__kernel_def cast_kernel = {
-    .op = "Cast", .device_type = RF_DEVICE_CPU, .compute = cast_compute};
+static const rf__kernel_def cast_kernel = {.op = "Cast",
+                                           .device_type = RF_DEVICE_CPU,
+                                           .cost = RF_COST_PER_ELEMENT,
+                                           .compute = cast_compute};
 
 rf_status *rf__register_cpu_cast_kernels(void) {
   return rf__kernel_register(&cast_kernel);

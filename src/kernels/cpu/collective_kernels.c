@@ -24,11 +24,6 @@ typedef struct coll_state {
   char *group_devices; /* from compile's annotation; NULL if absent */
 } coll_state;
 
-typedef struct pending {
-  rf__kernel_ctx *ctx;
-  rf__done_fn done;
-} pending;
-
 static void destroy_state(void *state);
 
 static rf_status *init_state(const rf_node *n, rf__collective_kind kind,
@@ -83,11 +78,10 @@ INIT(init_reduce_recv, RF_COLL_REDUCE, true, false)
 INIT(init_broadcast_send, RF_COLL_BROADCAST, true, false)
 INIT(init_broadcast_recv, RF_COLL_BROADCAST, false, true)
 
+/* arg is the participant's ctx; ctx->done the executor's callback. */
 static void on_done(void *arg, rf_status *st, rf_tensor *out) {
-  pending *p = arg;
-  rf__kernel_ctx *ctx = p->ctx;
-  rf__done_fn done = p->done;
-  rf__free(p);
+  rf__kernel_ctx *ctx = arg;
+  rf__done_fn done = ctx->done;
   if (!st && ctx->num_outputs > 0) {
     if (out)
       ctx->outputs[0] = out;
@@ -152,22 +146,13 @@ static void participate(rf__kernel_ctx *ctx, rf__done_fn done) {
     p.input = ctx->inputs[0];
     p.shape = rf_tensor_shape(p.input);
   }
-  pending *pd = rf__malloc(sizeof *pd);
-  if (!pd) {
-    done(ctx, rf__oom());
-    return;
-  }
-  pd->ctx = ctx;
-  pd->done = done;
+  ctx->done = done; /* on_done finds it there: no allocation per join */
   p.done = on_done;
-  p.arg = pd;
+  p.arg = ctx;
   rf_status *st =
       rf__collective_join(step->collectives, s->shared_name, step->id,
                           step->collective_timeout_ms, &p);
-  if (st) { /* refused: our callback will not fire */
-    rf__free(pd);
-    done(ctx, st);
-  }
+  if (st) done(ctx, st); /* refused: our callback will not fire */
 }
 
 static rf_status *must_be_lowered(rf__kernel_ctx *ctx) {
@@ -183,7 +168,8 @@ static rf_status *must_be_lowered(rf__kernel_ctx *ctx) {
 #define PARTICIPANT(OP, INIT_FN, HOST_IN, TYPE)                               \
   {                                                                           \
     .op = OP, .device_type = TYPE, .init = INIT_FN, .destroy = destroy_state, \
-    .compute_async = participate, .host_memory_inputs = HOST_IN               \
+    .compute_async = participate, .host_memory_inputs = HOST_IN,              \
+    .cost = RF_COST_CHEAP                                                     \
   }
 #define KERNELS(TYPE)                                                        \
   {                                                                          \

@@ -16,67 +16,87 @@
 /* The product's sizes: kernels/matmul_shape.h. */
 typedef rf__matmul_dims mm_dims;
 
-static void sgemm(const mm_dims *d, const float *a, const float *b, float *c) {
+/* ldc: row length of C as stored (n, or more for a block of C's columns) */
+static void sgemm(const mm_dims *d, const float *a, const float *b, float *c,
+                  int64_t ldc) {
   cblas_sgemm(CblasRowMajor, d->ta ? CblasTrans : CblasNoTrans,
               d->tb ? CblasTrans : CblasNoTrans, (int)d->m, (int)d->n,
               (int)d->k, 1.0f, a, (int)d->lda, b, (int)d->ldb, 0.0f, c,
-              (int)d->n);
+              (int)ldc);
 }
 
-static void dgemm(const mm_dims *d, const double *a, const double *b,
-                  double *c) {
+static void dgemm(const mm_dims *d, const double *a, const double *b, double *c,
+                  int64_t ldc) {
   cblas_dgemm(CblasRowMajor, d->ta ? CblasTrans : CblasNoTrans,
               d->tb ? CblasTrans : CblasNoTrans, (int)d->m, (int)d->n,
-              (int)d->k, 1.0, a, (int)d->lda, b, (int)d->ldb, 0.0, c,
-              (int)d->n);
+              (int)d->k, 1.0, a, (int)d->lda, b, (int)d->ldb, 0.0, c, (int)ldc);
 }
 
-/* ---- row blocks of C across the pool ---- */
+/* ---- blocks of C across the pool ---- */
 
 /* OpenBLAS runs single-threaded inside ringflow (blas_threads.c), so a big
- * product is split into blocks of C's rows, one BLAS call each: one block per
- * pool thread, since every call packs B again and small blocks run sgemm
- * below its speed (`ringflow train` on 2 cores, against 4 blocks per thread:
- * 1.1-1.25x the samples/s at batch 256 and 1024, on 1 and on 4 devices).
- * Products too small to pay for the handoff stay whole. Block bounds depend
- * only on the shape and the pool size, so results do not vary from run to
- * run. */
-#define MIN_BLOCK_ROWS 32
+ * product is split into blocks of C, one BLAS call each: one block per pool
+ * thread, since small blocks run sgemm below its speed (`ringflow train` on 2
+ * cores, against 4 blocks per thread: 1.1-1.25x the samples/s at batch 256
+ * and 1024, on 1 and on 4 devices). Every call packs the whole of the operand
+ * it shares with the other blocks again, so C is split along its longer
+ * side: blocks of rows share op(B) (k x n), blocks of columns share op(A)
+ * (m x k), and a wide C (n > m: a layer's forward product at a small batch,
+ * where op(B) is the weight matrix) repacks the small op(A) instead of the
+ * weights. Products too small to pay for the handoff stay whole. Block
+ * bounds depend only on the shape and the pool size, so results do not vary
+ * from run to run. */
+#define MIN_BLOCK 32
 #define MIN_SPLIT_MACS 1000000
 
 typedef struct gemm_job {
   const mm_dims *d;
   const void *a, *b;
   void *c;
-  bool f64;
-  int64_t rows; /* per block */
+  bool f64, by_cols;
+  int64_t per; /* rows or columns per block */
 } gemm_job;
 
-static void gemm_rows(void *arg, int64_t blk0, int64_t blk1) {
+static void gemm_blocks(void *arg, int64_t blk0, int64_t blk1) {
   const gemm_job *j = arg;
   mm_dims sub = *j->d;
-  int64_t r0 = blk0 * j->rows, r1 = blk1 * j->rows;
-  if (r1 > sub.m) r1 = sub.m;
-  sub.m = r1 - r0;
-  /* op(A)'s row r is A's row r, or A's column r when transposed */
-  int64_t a_off = sub.ta ? r0 : r0 * sub.lda, c_off = r0 * sub.n;
+  int64_t s0 = blk0 * j->per, s1 = blk1 * j->per;
+  int64_t a_off = 0, b_off = 0, c_off;
+  if (j->by_cols) {
+    if (s1 > sub.n) s1 = sub.n;
+    sub.n = s1 - s0;
+    /* op(B)'s column c is B's column c, or B's row c when transposed */
+    b_off = sub.tb ? s0 * sub.ldb : s0;
+    c_off = s0;
+  } else {
+    if (s1 > sub.m) s1 = sub.m;
+    sub.m = s1 - s0;
+    /* op(A)'s row r is A's row r, or A's column r when transposed */
+    a_off = sub.ta ? s0 : s0 * sub.lda;
+    c_off = s0 * sub.n;
+  }
   if (j->f64)
-    dgemm(&sub, (const double *)j->a + a_off, j->b, (double *)j->c + c_off);
+    dgemm(&sub, (const double *)j->a + a_off, (const double *)j->b + b_off,
+          (double *)j->c + c_off, j->d->n);
   else
-    sgemm(&sub, (const float *)j->a + a_off, j->b, (float *)j->c + c_off);
+    sgemm(&sub, (const float *)j->a + a_off, (const float *)j->b + b_off,
+          (float *)j->c + c_off, j->d->n);
 }
 
 static void gemm_parallel(rf__kernel_ctx *ctx, const mm_dims *d, const void *a,
                           const void *b, void *c, bool f64) {
-  int64_t blocks = d->m / MIN_BLOCK_ROWS;
+  bool by_cols = d->n > d->m;
+  int64_t side = by_cols ? d->n : d->m, other = by_cols ? d->m : d->n;
+  int64_t blocks = side / MIN_BLOCK;
   int64_t threads = ctx->device && ctx->device->pool
                         ? rf__threadpool_size(ctx->device->pool)
                         : 1;
   if (blocks > threads) blocks = threads;
   if (blocks < 1 || (double)d->m * (double)d->n * (double)d->k < MIN_SPLIT_MACS)
     blocks = 1;
-  gemm_job job = {d, a, b, c, f64, (d->m + blocks - 1) / blocks};
-  rf__kernel_parallel_for(ctx, blocks, job.rows * d->k * d->n, gemm_rows, &job);
+  gemm_job job = {d, a, b, c, f64, by_cols, (side + blocks - 1) / blocks};
+  rf__kernel_parallel_for(ctx, blocks, job.per * d->k * other, gemm_blocks,
+                          &job);
 }
 
 /* ---- float16 / bfloat16 through sgemm ---- */
@@ -103,7 +123,7 @@ static void gemm_16(const mm_dims *d, const rf_tensor *a, const rf_tensor *b,
   int64_t na = a->num_elements, nb = b->num_elements;
   widen(a->data, buf, na, a->dtype);
   widen(b->data, buf + na, nb, b->dtype);
-  sgemm(d, buf, buf + na, buf + na + nb);
+  sgemm(d, buf, buf + na, buf + na + nb, d->n);
   narrow(buf + na + nb, c->data, c->num_elements, c->dtype);
 }
 

@@ -162,6 +162,7 @@ static rf_status *sum_to_shape_compute(rf__kernel_ctx *ctx) {
 static const rf__kernel_def sum_to_shape_kernel = {
     .op = "_SumToShapeOf",
     .device_type = RF_DEVICE_CPU,
+    .cost = RF_COST_PER_ELEMENT,
     .compute = sum_to_shape_compute};
 
 rf_status *rf__register_cpu_sum_to_shape_kernels(void) {
