@@ -116,6 +116,7 @@ static void reply(rf__mpi_cmd *c) {
 typedef struct loop {
   rf__job *jobs;          /* attached */
   rf__mpi_cmd *attaching; /* ATTACH commands in progress */
+  rf__mpi_cmd *leaving;   /* DETACH commands waiting for the others */
 } loop;
 
 static void take_command(loop *l, rf__mpi_cmd *c) {
@@ -125,14 +126,10 @@ static void take_command(loop *l, rf__mpi_cmd *c) {
       c->next = l->attaching;
       l->attaching = c;
       break;
-    case RF_CMD_DETACH:
-      for (rf__job **p = &l->jobs; *p; p = &(*p)->next)
-        if (*p == c->job) {
-          *p = c->job->next;
-          break;
-        }
-      rf__mpi_job_detach(c->job);
-      reply(c);
+    case RF_CMD_DETACH: /* the job keeps being polled until it may go */
+      rf__mpi_job_leave_start(c->job);
+      c->next = l->leaving;
+      l->leaving = c;
       break;
     default: rf__mpi_job_command(c); /* frees c */
   }
@@ -157,6 +154,27 @@ static int poll_attaching(loop *l, int64_t now) {
       l->jobs = c->job;
     }
     reply(c);
+  }
+  return progress;
+}
+
+static int poll_leaving(loop *l, int64_t now) {
+  int progress = 0;
+  for (rf__mpi_cmd **p = &l->leaving; *p;) {
+    rf__mpi_cmd *c = *p;
+    if (!rf__mpi_job_may_leave(c->job, now)) {
+      p = &c->next;
+      continue;
+    }
+    *p = c->next;
+    for (rf__job **q = &l->jobs; *q; q = &(*q)->next)
+      if (*q == c->job) {
+        *q = c->job->next;
+        break;
+      }
+    rf__mpi_job_detach(c->job);
+    reply(c);
+    progress++;
   }
   return progress;
 }
@@ -195,8 +213,9 @@ static void run_loop(void) {
     }
     if (stop && !l.attaching) break;
     int64_t now = rf__mpi_now_ns();
-    bool busy = false, waiting = l.attaching != NULL;
+    bool busy = false, waiting = l.attaching || l.leaving;
     progress += poll_attaching(&l, now);
+    progress += poll_leaving(&l, now);
     for (rf__job *j = l.jobs; j; j = j->next)
       progress += rf__mpi_job_poll(j, now, &busy, &waiting);
     if (progress || busy) {
@@ -222,6 +241,11 @@ static void run_loop(void) {
     rf__job *j = l.jobs;
     l.jobs = j->next;
     rf__mpi_job_detach(j);
+  }
+  while (l.leaving) {
+    rf__mpi_cmd *c = l.leaving;
+    l.leaving = c->next;
+    reply(c);
   }
 }
 

@@ -42,12 +42,17 @@ enum {
   RF_MSG_FAILED,      /* member -> coordinator: this task's part failed */
   RF_MSG_STEP_FAILED, /* member -> coordinator: this task's job step failed */
   RF_MSG_GO,          /* coordinator -> members: run it now */
-  RF_MSG_ABORT        /* coordinator -> members: fail it (code, text) */
+  RF_MSG_ABORT,       /* coordinator -> members: fail it (code, text) */
+  RF_MSG_BYE          /* member -> coordinator: this task left the session */
 };
 
 /* The fixed part of a message; name, devices and text follow it. */
 typedef struct rf__mpi_msg {
   int32_t type, task; /* task: the sender */
+  /* The session's number in the job (agreed when it attached): a message
+   * of an earlier session, which MPI may deliver on a new communicator that
+   * reuses the freed one's context id, is dropped. */
+  int64_t epoch;
   int64_t job_step;
   int32_t code; /* FAILED, STEP_FAILED, ABORT: an rf_code */
   /* READY: what this task's participants run */
@@ -112,9 +117,15 @@ struct rf__job {
   rf__mpi_set *sets;        /* by key */
   rf_status *broken;        /* set: no more collectives */
   struct rf__job *next;     /* the engine's list */
-  /* Attaching (job.c): the duplicates, then the exchange of device counts. */
+  int64_t epoch;            /* see rf__mpi_msg */
+  /* Leaving (task 0): it coordinates until every task said BYE (its last
+   * message), so no late task waits for a verdict that never comes. */
+  int byes;
+  int64_t leave_deadline;
+  /* Attaching (job.c): the duplicates, then the exchange of device counts
+   * and of each process's next epoch. */
   MPI_Request attach_req[2];
-  int attach_stage, attach_mine[2];
+  int attach_stage, attach_mine[3];
   int *attach_all;
   int64_t attach_deadline;
   /* Steps of this process in the job (rf__job_begin_step); any thread. */
@@ -169,6 +180,10 @@ void rf__mpi_engine_wake(void);
 void rf__mpi_job_attach_start(rf__mpi_cmd *c);
 bool rf__mpi_job_attach_poll(rf__mpi_cmd *c, int64_t now);
 void rf__mpi_job_detach(rf__job *j);
+/* Leaving: members send BYE and may go at once (true); task 0 may go once
+ * every other task's BYE came or the session's timeout passed. */
+void rf__mpi_job_leave_start(rf__job *j);
+bool rf__mpi_job_may_leave(const rf__job *j, int64_t now);
 /* One round of a job's MPI work; returns how much progressed (0: none).
  * *busy: data in flight (keep polling); *waiting: answers awaited. */
 int rf__mpi_job_poll(rf__job *j, int64_t now, bool *busy, bool *waiting);

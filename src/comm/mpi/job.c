@@ -150,10 +150,14 @@ void rf__job_cancel_step(rf__job *j, int64_t step_id, const rf_status *why) {
 
 /* ---- the engine thread ---- */
 
+/* The next session's epoch in this process (engine thread only). */
+static int next_epoch = 1;
+
 void rf__mpi_job_attach_start(rf__mpi_cmd *c) {
   rf__job *j = c->job;
   j->attach_mine[0] = c->ncpu;
   j->attach_mine[1] = c->ngpu;
+  j->attach_mine[2] = next_epoch;
   j->attach_req[0] = j->attach_req[1] = MPI_REQUEST_NULL;
   j->attach_deadline = rf__mpi_now_ns() + j->timeout_ms * 1000000;
   c->result =
@@ -172,10 +176,10 @@ static rf_status *attach_exchange(rf__job *j) {
   MPI_Comm_size(j->ctl, &j->ntasks);
   j->ncpu = rf__calloc((size_t)j->ntasks, sizeof(int));
   j->ngpu = rf__calloc((size_t)j->ntasks, sizeof(int));
-  j->attach_all = rf__calloc((size_t)j->ntasks * 2, sizeof(int));
+  j->attach_all = rf__calloc((size_t)j->ntasks * 3, sizeof(int));
   if (!j->ncpu || !j->ngpu || !j->attach_all) return rf__oom();
-  return RF_MPI_STATUS(MPI_Iallgather(j->attach_mine, 2, MPI_INT, j->attach_all,
-                                      2, MPI_INT, j->ctl, &j->attach_req[0]));
+  return RF_MPI_STATUS(MPI_Iallgather(j->attach_mine, 3, MPI_INT, j->attach_all,
+                                      3, MPI_INT, j->ctl, &j->attach_req[0]));
 }
 
 bool rf__mpi_job_attach_poll(rf__mpi_cmd *c, int64_t now) {
@@ -194,9 +198,12 @@ bool rf__mpi_job_attach_poll(rf__mpi_cmd *c, int64_t now) {
         RF_MPI_STATUS(MPI_Test(&j->attach_req[0], &done, MPI_STATUS_IGNORE));
     if (!c->result && done) {
       for (int t = 0; t < j->ntasks; t++) {
-        j->ncpu[t] = j->attach_all[2 * t];
-        j->ngpu[t] = j->attach_all[2 * t + 1];
+        j->ncpu[t] = j->attach_all[3 * t];
+        j->ngpu[t] = j->attach_all[3 * t + 1];
+        if (j->attach_all[3 * t + 2] > j->epoch)
+          j->epoch = j->attach_all[3 * t + 2];
       }
+      next_epoch = (int)j->epoch + 1;
       c->result = rf__mpi_post_recv(j);
       return true;
     }
@@ -220,10 +227,22 @@ void rf__mpi_job_detach(rf__job *j) {
   if (j->data != MPI_COMM_NULL) MPI_Comm_free(&j->data);
 }
 
+void rf__mpi_job_leave_start(rf__job *j) {
+  j->leave_deadline = rf__mpi_now_ns() + j->timeout_ms * 1000000;
+  if (j->task == 0) return;
+  rf__mpi_msg h = {.type = RF_MSG_BYE};
+  rf__mpi_send_msg(j, 0, &h, NULL, NULL, NULL);
+}
+
+bool rf__mpi_job_may_leave(const rf__job *j, int64_t now) {
+  return j->task != 0 || j->byes >= j->ntasks - 1 || now >= j->leave_deadline;
+}
+
 static void dispatch(rf__job *j, const rf__mpi_msg_view *v, int64_t now) {
   switch (v->h->type) {
     case RF_MSG_GO:
     case RF_MSG_ABORT: rf__mpi_member_verdict(j, v); break;
+    case RF_MSG_BYE: j->byes++; break;
     default:
       if (j->task == 0) rf__mpi_coord_handle(j, v, now);
   }

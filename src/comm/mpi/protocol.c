@@ -39,6 +39,7 @@ void rf__mpi_send_msg(rf__job *j, int to, const rf__mpi_msg *h,
   rf__mpi_msg *m = (rf__mpi_msg *)buf;
   *m = *h;
   m->task = j->task;
+  m->epoch = j->epoch;
   size_t at = sizeof *m, room = RF_MPI_MSG_MAX - sizeof *m - 3;
   m->name_len = put(buf, &at, name, RF_MPI_NAME_MAX);
   room -= (size_t)m->name_len;
@@ -76,8 +77,8 @@ bool rf__mpi_test_recv(rf__job *j, rf__mpi_msg_view *v) {
     need +=
         (size_t)h->name_len + (size_t)h->devices_len + (size_t)h->text_len + 3;
   if ((size_t)bytes < need || h->name_len < 0 || h->devices_len < 0 ||
-      h->text_len < 0)
-    return false; /* not ours: dropped */
+      h->text_len < 0 || h->epoch != j->epoch)
+    return false; /* not this session's: dropped */
   v->h = h;
   v->name = j->recv_buf + sizeof *h;
   v->devices = v->name + h->name_len + 1;
