@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "comm/mpi/engine.h"
 #include "comm/mpi/mpi_status.h"
@@ -194,9 +195,25 @@ static void sleep_for(int64_t ns) {
   pthread_mutex_unlock(&E.mu);
 }
 
+/* How many idle spins between yields while data is in flight: 4 when the
+ * node runs at least as many ranks as cores, else 64; RF_MPI_YIELD_EVERY
+ * overrides. */
+static int yield_every(void) {
+  static int every;
+  if (every) return every;
+  const char *env = getenv("RF_MPI_YIELD_EVERY");
+  const char *local = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  if (!local) local = getenv("MPI_LOCALNRANKS");
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  every = local && atol(local) >= cores ? 4 : 64;
+  if (env && atoi(env) > 0) every = atoi(env);
+  return every;
+}
+
 static void run_loop(void) {
   loop l = {0};
   int idle = 0;
+  unsigned spins = 0;
   for (;;) {
     pthread_mutex_lock(&E.mu);
     rf__mpi_cmd *cmds = E.head;
@@ -220,7 +237,10 @@ static void run_loop(void) {
       progress += rf__mpi_job_poll(j, now, &busy, &waiting);
     if (progress || busy) {
       idle = 0;
-      if (!progress) sched_yield();
+      /* OpenMPI's nonblocking collectives advance only inside MPI calls:
+       * spin, yielding the core now and then (often when this node runs
+       * more processes than cores: their peers need it). */
+      if (!progress && ++spins % yield_every() == 0) sched_yield();
       continue;
     }
     idle++;

@@ -134,6 +134,10 @@ struct rf__job {
     int64_t step, job_step;
   } * steps;
   int num_steps, cap_steps;
+  /* Steps of this session running here: while any does, the engine looks
+   * at the network at least every millisecond (messages for the coordinator
+   * can come before this process's own part of a collective). */
+  atomic_int active_steps;
 };
 
 /* ---- the engine (engine.c) ---- */

@@ -118,6 +118,8 @@ void rf__job_step_failed(rf__job *j, int64_t job_step, const rf_status *why) {
 }
 
 void rf__job_begin_step(rf__job *j, int64_t step_id, int64_t job_step) {
+  atomic_fetch_add(&j->active_steps, 1);
+  rf__mpi_engine_wake();
   pthread_mutex_lock(&j->mu);
   if (rf__grow(&j->steps, &j->cap_steps, j->num_steps + 1, sizeof *j->steps) ==
       0) {
@@ -129,6 +131,7 @@ void rf__job_begin_step(rf__job *j, int64_t step_id, int64_t job_step) {
 }
 
 void rf__job_end_step(rf__job *j, int64_t step_id) {
+  atomic_fetch_sub(&j->active_steps, 1);
   pthread_mutex_lock(&j->mu);
   for (int i = 0; i < j->num_steps; i++)
     if (j->steps[i].step == step_id) {
@@ -269,6 +272,7 @@ int rf__mpi_job_poll(rf__job *j, int64_t now, bool *busy, bool *waiting) {
     if (!got) break;
   }
   progress += rf__mpi_member_poll(j, now, busy, waiting);
+  if (atomic_load(&j->active_steps) > 0) *waiting = true;
   if (j->task == 0 && rf__mpi_coord_poll(j, now)) *waiting = true;
   if (rf__mpi_poll_sends(j)) *waiting = true;
   return progress;
