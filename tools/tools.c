@@ -10,19 +10,10 @@
 
 #include "ringflow/graph_io.h"
 
-int tool_task = -1;
-
-static void prefix(void) {
-  if (tool_task >= 0)
-    fprintf(stderr, "ringflow[task %d]: ", tool_task);
-  else
-    fputs("ringflow: ", stderr);
-}
-
 int tool_fail(const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  prefix();
+  fputs("ringflow: ", stderr);
   vfprintf(stderr, fmt, ap);
   fputc('\n', stderr);
   va_end(ap);
@@ -30,9 +21,8 @@ int tool_fail(const char *fmt, ...) {
 }
 
 int tool_report(rf_status *st) {
-  prefix();
-  fprintf(stderr, "error (%s): %s\n", rf_code_name(rf_status_code(st)),
-          rf_status_message(st));
+  fprintf(stderr, "ringflow: error (%s): %s\n",
+          rf_code_name(rf_status_code(st)), rf_status_message(st));
   rf_status_free(st);
   return 1;
 }
