@@ -14,12 +14,6 @@
 #include "ringflow/collectives.h"
 #include "runtime_test_ops.h"
 
-static double now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
 static rf_session *session(const rf_graph *g, int ndev, int64_t timeout_ms) {
   rf_session_options o;
   rf_session_options_init(&o);
@@ -144,29 +138,6 @@ static void check_good_group(rf_session *s, const rf_output *xs,
   free_inputs(&in, n);
 }
 
-/* Runs fetches expecting an error of `code` whose message holds every
- * string of subs; returns the elapsed milliseconds. */
-static double expect_error(rf_session *s, const rf_feed *feeds, int nfeeds,
-                           const rf_output *fetches, int nfetches, rf_code code,
-                           const char *const *subs, int nsubs) {
-  rf_tensor *out[8] = {NULL};
-  double t0 = now_ms();
-  rf_status *st =
-      rf_session_run(s, feeds, nfeeds, fetches, nfetches, NULL, 0, out);
-  double dt = now_ms() - t0;
-  if (!st) fprintf(stderr, "the run succeeded after %.0f ms\n", dt);
-  assert_non_null(st);
-  for (int i = 0; i < nsubs; i++) {
-    if (!strstr(rf_status_message(st), subs[i]))
-      fprintf(stderr, "message lacks \"%s\": %s\n", subs[i],
-              rf_status_message(st));
-    assert_non_null(strstr(rf_status_message(st), subs[i]));
-  }
-  for (int i = 0; i < nfetches; i++) assert_null(out[i]);
-  assert_status(st, code, NULL);
-  return dt;
-}
-
 /* ---- a kernel fails on one device before its collective ---- */
 
 static void test_failing_kernel_before_all_reduce(void **state) {
@@ -193,11 +164,13 @@ static void test_failing_kernel_before_all_reduce(void **state) {
     inputs in;
     make_inputs(&in, xs, 3, vec5, &rng);
     const char *want1[] = {"culprit", "boom on cpu:1", "cpu:1"};
-    double dt = expect_error(s, in.feeds, 3, bad, 3, RF_INTERNAL, want1, 3);
+    double dt =
+        rf_test_expect_run_error(s, in.feeds, 3, bad, 3, RF_INTERNAL, want1, 3);
     assert_true(dt < 5000);
     /* Fetching only cpu:0's output still runs (and fails) every peer. */
     const char *want2[] = {"gatekeeper", "no entry"};
-    dt = expect_error(s, in.feeds, 3, &gated[0], 1, RF_INTERNAL, want2, 2);
+    dt = rf_test_expect_run_error(s, in.feeds, 3, &gated[0], 1, RF_INTERNAL,
+                                  want2, 2);
     assert_true(dt < 5000);
     free_inputs(&in, 3);
     check_good_group(s, xs, good, 3, &rng); /* the session still works */
@@ -232,10 +205,12 @@ static void test_failing_kernel_before_reduce_and_broadcast(void **state) {
     inputs in;
     make_inputs(&in, xs, 3, vec5, &rng);
     const char *w1[] = {"sender_fails", "reduce input"};
-    assert_true(expect_error(s, in.feeds, 3, &r, 1, RF_INTERNAL, w1, 2) < 5000);
+    assert_true(rf_test_expect_run_error(s, in.feeds, 3, &r, 1, RF_INTERNAL, w1,
+                                         2) < 5000);
     const char *w2[] = {"root_fails", "bcast input"};
     rf_output f[2] = {b0, b2};
-    assert_true(expect_error(s, in.feeds, 3, f, 2, RF_INTERNAL, w2, 2) < 5000);
+    assert_true(rf_test_expect_run_error(s, in.feeds, 3, f, 2, RF_INTERNAL, w2,
+                                         2) < 5000);
     free_inputs(&in, 3);
     check_good_group(s, xs, good, 3, &rng);
   }
@@ -267,8 +242,8 @@ static void test_missing_participant_times_out(void **state) {
     const char *want[] = {"collective 'slowpoke'", "timed out after 100 ms",
                           "waiting for cpu:2 (1 of 3 participants)",
                           "arrived: cpu:0 (slowpoke_0), cpu:1 (slowpoke_1)"};
-    double dt =
-        expect_error(s, in.feeds, 3, ys, 2, RF_DEADLINE_EXCEEDED, want, 4);
+    double dt = rf_test_expect_run_error(s, in.feeds, 3, ys, 2,
+                                         RF_DEADLINE_EXCEEDED, want, 4);
     /* The step ends when the slow kernel does; nothing waits any longer. */
     assert_true(dt >= 100 && dt < 600 + 3000);
     free_inputs(&in, 3);
@@ -304,10 +279,12 @@ static void test_late_sender_times_out(void **state) {
   rf_output f[2] = {y1, y2};
   const char *w1[] = {"collective 'bc'", "waiting for cpu:0 (1 of 3",
                       "timed out after 100 ms"};
-  double dt = expect_error(s, in.feeds, 3, f, 2, RF_DEADLINE_EXCEEDED, w1, 3);
+  double dt = rf_test_expect_run_error(s, in.feeds, 3, f, 2,
+                                       RF_DEADLINE_EXCEEDED, w1, 3);
   assert_true(dt >= 100 && dt < 500 + 3000);
   const char *w2[] = {"collective 'red'", "waiting for cpu:2 (1 of 3"};
-  dt = expect_error(s, in.feeds, 3, &r, 1, RF_DEADLINE_EXCEEDED, w2, 2);
+  dt = rf_test_expect_run_error(s, in.feeds, 3, &r, 1, RF_DEADLINE_EXCEEDED, w2,
+                                2);
   assert_true(dt >= 100 && dt < 500 + 3000);
   free_inputs(&in, 3);
   check_good_group(s, xs, good, 3, &rng);
@@ -339,8 +316,8 @@ static void test_mismatched_shapes_fail_at_run_time(void **state) {
                         "cpu:0",
                         "cpu:1"};
   for (int round = 0; round < 2; round++)
-    assert_true(expect_error(s, feeds, 2, ys, 2, RF_INVALID_ARGUMENT, want, 6) <
-                5000);
+    assert_true(rf_test_expect_run_error(s, feeds, 2, ys, 2,
+                                         RF_INVALID_ARGUMENT, want, 6) < 5000);
   /* Same session, agreeing shapes: works. */
   rf_tensor *c = rf_test_random_tensor(&rng, RF_FLOAT64,
                                        rf_shape_of(1, (int64_t)3), -1, 1);
@@ -381,7 +358,7 @@ static void test_mismatched_shapes_fail_at_run_time(void **state) {
   rf_feed f2[2] = {{p, a}, {q, b}};
   const char *want2[] = {"disagree on shape", "(2, 3)", "(3, 2)", "cpu:0",
                          "cpu:1"};
-  expect_error(s, f2, 2, ys, 2, RF_INVALID_ARGUMENT, want2, 5);
+  rf_test_expect_run_error(s, f2, 2, ys, 2, RF_INVALID_ARGUMENT, want2, 5);
   rf_tensor_release(a);
   rf_tensor_release(b);
   rf_session_free(s);
@@ -499,12 +476,12 @@ static void test_concurrent_steps_without_cross_talk(void **state) {
                     .steps = 40,
                     .rng = seed + (uint64_t)i * 7919};
   pthread_t th[3];
-  double t0 = now_ms();
+  double t0 = rf_test_now_ms();
   assert_int_equal(pthread_create(&th[0], NULL, good_worker, &w[0]), 0);
   assert_int_equal(pthread_create(&th[1], NULL, good_worker, &w[1]), 0);
   assert_int_equal(pthread_create(&th[2], NULL, bad_worker, &w[2]), 0);
   for (int i = 0; i < 3; i++) pthread_join(th[i], NULL);
-  assert_true(now_ms() - t0 < 30000);
+  assert_true(rf_test_now_ms() - t0 < 30000);
   for (int i = 0; i < 3; i++) assert_int_equal(w[i].failures, 0);
   rf_session_free(s);
   rf_graph_free(g);

@@ -33,12 +33,6 @@ static void dev_name(int i, char *buf, size_t len) {
   snprintf(buf, len, "%s:%d", prefix(), i);
 }
 
-static double now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
 /* ---- test ops on GPU devices ---- */
 
 /* TestNap(x: float64, ms) -> x after ms milliseconds, asynchronously: a
@@ -216,29 +210,6 @@ static void check_good_group(rf_session *s, const rf_output *xs,
   free_inputs(&in, n);
 }
 
-/* Runs fetches expecting an error of `code` whose message holds every
- * string of subs; returns the elapsed milliseconds. */
-static double expect_error(rf_session *s, const rf_feed *feeds, int nfeeds,
-                           const rf_output *fetches, int nfetches, rf_code code,
-                           const char *const *subs, int nsubs) {
-  rf_tensor *out[NDEV] = {NULL};
-  double t0 = now_ms();
-  rf_status *st =
-      rf_session_run(s, feeds, nfeeds, fetches, nfetches, NULL, 0, out);
-  double dt = now_ms() - t0;
-  if (!st) fprintf(stderr, "the run succeeded after %.0f ms\n", dt);
-  assert_non_null(st);
-  for (int i = 0; i < nsubs; i++) {
-    if (!strstr(rf_status_message(st), subs[i]))
-      fprintf(stderr, "message lacks \"%s\": %s\n", subs[i],
-              rf_status_message(st));
-    assert_non_null(strstr(rf_status_message(st), subs[i]));
-  }
-  for (int i = 0; i < nfetches; i++) assert_null(out[i]);
-  assert_status(st, code, NULL);
-  return dt;
-}
-
 /* ---- a participant never arrives ---- */
 
 /* Device 2's participant is held back (a slow kernel gates it) beyond the
@@ -267,8 +238,8 @@ static void test_missing_participant_times_out(void **state) {
     make_inputs(&in, xs, 3, &rng);
     const char *want[] = {"collective 'slowpoke'", "timed out after 100 ms",
                           waiting, arrived};
-    double dt =
-        expect_error(s, in.feeds, 3, ys, 2, RF_DEADLINE_EXCEEDED, want, 4);
+    double dt = rf_test_expect_run_error(s, in.feeds, 3, ys, 2,
+                                         RF_DEADLINE_EXCEEDED, want, 4);
     /* The step ends when the slow kernel does; nothing waits any longer. */
     assert_true(dt >= 100 && dt < 600 + 3000);
     free_inputs(&in, 3);
@@ -308,11 +279,12 @@ static void test_late_sender_times_out(void **state) {
   snprintf(w2, sizeof w2, "waiting for %s (1 of 3", d2);
   rf_output f[2] = {y1, y2};
   const char *want1[] = {"collective 'bc'", w0, "timed out after 100 ms"};
-  double dt =
-      expect_error(s, in.feeds, 3, f, 2, RF_DEADLINE_EXCEEDED, want1, 3);
+  double dt = rf_test_expect_run_error(s, in.feeds, 3, f, 2,
+                                       RF_DEADLINE_EXCEEDED, want1, 3);
   assert_true(dt >= 100 && dt < 500 + 3000);
   const char *want2[] = {"collective 'red'", w2};
-  dt = expect_error(s, in.feeds, 3, &r, 1, RF_DEADLINE_EXCEEDED, want2, 2);
+  dt = rf_test_expect_run_error(s, in.feeds, 3, &r, 1, RF_DEADLINE_EXCEEDED,
+                                want2, 2);
   assert_true(dt >= 100 && dt < 500 + 3000);
   free_inputs(&in, 3);
   check_good_group(s, xs, good, 3, &rng);
@@ -345,8 +317,8 @@ static void test_failing_kernel_before_all_reduce(void **state) {
     inputs in;
     make_inputs(&in, xs, 3, &rng);
     const char *want[] = {"culprit", msg};
-    assert_true(expect_error(s, in.feeds, 3, bad, 3, RF_INTERNAL, want, 2) <
-                5000);
+    assert_true(rf_test_expect_run_error(s, in.feeds, 3, bad, 3, RF_INTERNAL,
+                                         want, 2) < 5000);
     free_inputs(&in, 3);
     check_good_group(s, xs, good, 3, &rng);
   }
@@ -466,12 +438,12 @@ static void test_concurrent_steps_without_cross_talk(void **state) {
                     .steps = 30,
                     .rng = seed + (uint64_t)i * 7919};
   pthread_t th[3];
-  double t0 = now_ms();
+  double t0 = rf_test_now_ms();
   assert_int_equal(pthread_create(&th[0], NULL, good_worker, &w[0]), 0);
   assert_int_equal(pthread_create(&th[1], NULL, good_worker, &w[1]), 0);
   assert_int_equal(pthread_create(&th[2], NULL, bad_worker, &w[2]), 0);
   for (int i = 0; i < 3; i++) pthread_join(th[i], NULL);
-  assert_true(now_ms() - t0 < 60000);
+  assert_true(rf_test_now_ms() - t0 < 60000);
   for (int i = 0; i < 3; i++) assert_int_equal(w[i].failures, 0);
   rf_session_free(s);
   rf_graph_free(g);

@@ -171,3 +171,32 @@ void rf_test_kernel_under_faults(const rf_node *node, rf_tensor *const *in) {
   assert_true(k > 1 && k < 1000);
   for (int i = 0; i < nout; i++) rf_tensor_release(outs[i]);
 }
+
+double rf_test_now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+double rf_test_expect_run_error(rf_session *s, const rf_feed *feeds, int nfeeds,
+                                const rf_output *fetches, int nfetches,
+                                rf_code code, const char *const *subs,
+                                int nsubs) {
+  rf_tensor *out[16] = {NULL};
+  assert_true(nfetches <= 16);
+  double t0 = rf_test_now_ms();
+  rf_status *st =
+      rf_session_run(s, feeds, nfeeds, fetches, nfetches, NULL, 0, out);
+  double dt = rf_test_now_ms() - t0;
+  if (!st) fprintf(stderr, "the run succeeded after %.0f ms\n", dt);
+  assert_non_null(st);
+  for (int i = 0; i < nsubs; i++) {
+    if (!strstr(rf_status_message(st), subs[i]))
+      fprintf(stderr, "message lacks \"%s\": %s\n", subs[i],
+              rf_status_message(st));
+    assert_non_null(strstr(rf_status_message(st), subs[i]));
+  }
+  for (int i = 0; i < nfetches; i++) assert_null(out[i]);
+  assert_status(st, code, NULL);
+  return dt;
+}

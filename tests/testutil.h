@@ -69,4 +69,14 @@ rf_status *rf_test_try_run(rf_graph *g, const rf_feed *feeds, int nfeeds,
  * borrowed; the outputs of the final run are released. */
 void rf_test_kernel_under_faults(const rf_node *node, rf_tensor *const *in);
 
+/* Milliseconds on the monotonic clock. */
+double rf_test_now_ms(void);
+
+/* Runs fetches (at most 16) expecting an error of `code` whose message holds
+ * every string of subs, and no output; returns the elapsed milliseconds. */
+double rf_test_expect_run_error(rf_session *s, const rf_feed *feeds, int nfeeds,
+                                const rf_output *fetches, int nfetches,
+                                rf_code code, const char *const *subs,
+                                int nsubs);
+
 #endif
