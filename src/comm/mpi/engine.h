@@ -61,8 +61,9 @@ typedef struct rf__mpi_msg {
   int32_t rank; /* shape (input, or a receiver's expected shape) */
   int64_t dims[RF_MAX_RANK];
   int64_t timeout_ms;
-  /* GO: the root's task (index in the set) and shape */
-  int32_t root_index;
+  int32_t local_root; /* READY: the root's index among this task's */
+  /* GO: the root's task (index in the set), rank in the job and shape */
+  int32_t root_index, root_rank;
   int32_t name_len, devices_len, text_len;
 } rf__mpi_msg;
 
@@ -82,6 +83,8 @@ typedef struct rf__mpi_set {
   MPI_Comm comm; /* MPI_COMM_NULL until first used; the job's data comm
                     for all tasks */
   bool owned, broken;
+  void *nccl;      /* GPU sets: NCCL's communicators (comm/mpi/gpu.c) */
+  bool nccl_ready; /* made, not just started */
   UT_hash_handle hh;
 } rf__mpi_set;
 
@@ -233,5 +236,17 @@ void rf__mpi_member_free(rf__job *j);
 rf_status *rf__mpi_set_get(rf__job *j, int n, const int *tasks,
                            rf__mpi_set **out);
 void rf__mpi_sets_free(rf__job *j);
+
+/* ---- GPU participants: NCCL (gpu.c) ---- */
+
+/* Allocates a GPU op's outputs (comm/mpi/op.h). */
+rf_status *rf__mpi_gpu_alloc(rf__mpi_op *op);
+/* Issues a GPU op on GO: 1 when launched (or failed: *st), 0 while its
+ * set's communicators are still being made (try again). */
+int rf__mpi_gpu_issue(rf__job *j, rf__mpi_op *op, rf__mpi_set *set,
+                      rf_status **st);
+/* Gives up on a set's communicators (a collective did not finish). */
+void rf__mpi_gpu_abort(rf__mpi_set *set);
+void rf__mpi_gpu_free(rf__mpi_set *set);
 
 #endif

@@ -30,6 +30,14 @@ struct rf__mpi_op {
   rf_tensor *partial;  /* this task's reduction or gathered rows */
   rf_tensor *out;      /* result, or this task's rows of a reduce_scatter */
   bool wide;           /* float16/bfloat16 reduced as float32 */
+  /* GPU participants (gpu.c): NCCL moves everything, outputs per
+   * participant; the launch's completion sets gpu_done (and gpu_status). */
+  bool gpu;
+  int root_rank; /* GO: the root's rank in the job */
+  rf_tensor *gpu_outs[64];
+  atomic_int gpu_done;
+  rf_status *gpu_status;
+  rf__mpi_set *set; /* the set it was issued on */
   /* state */
   atomic_int refs;     /* the preparing thread, the engine, the report */
   atomic_int prepared; /* this task's data are ready to send */
