@@ -280,6 +280,7 @@ static void *engine_main(void *arg) {
   if (!st) run_loop();
   if (!st) rf__mpi_data_fini();
   if (!st && E.own_init) MPI_Finalize();
+  rf__mpi_free_orphans();
   return NULL;
 }
 

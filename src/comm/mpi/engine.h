@@ -211,6 +211,9 @@ bool rf__mpi_test_recv(rf__job *j, rf__mpi_msg_view *v);
 bool rf__mpi_poll_sends(rf__job *j);
 /* Cancels or abandons what is in flight (detach). */
 void rf__mpi_drop_messages(rf__job *j);
+/* Frees the abandoned sends' buffers (the engine, once MPI is finalised or
+ * the process exits). */
+void rf__mpi_free_orphans(void);
 
 /* ---- the coordinator, task 0 (coordinator.c) ---- */
 
