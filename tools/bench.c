@@ -12,10 +12,10 @@
 #include "tools.h"
 
 typedef struct opts {
-  int n, threads;
+  int n, threads, rounds;
   int64_t lo, hi;
   double min_time;
-  bool quick, csv, no_mpi, no_floor;
+  bool quick, csv, no_mpi, no_floor, no_gloo, devices_given;
   int only; /* a bench_coll, or -1 for all */
   const char *mpi_program;
 } opts;
@@ -39,7 +39,12 @@ static const char *const usage_text =
     "  (float32) on N virtual CPU devices (default 4) at sizes SIZE..SIZE in\n"
     "  steps of x4 (default 1K..256M; K/M/G suffixes), against a 2-thread\n"
     "  memory floor and OpenMPI (mpirun -np N --mca btl self,vader).\n"
-    "  --quick: 1K..4M, 0.02 s per size (for tests); --csv: one CSV table.\n";
+    "  --quick: 1K..4M, 0.02 s per size (for tests); --csv: one CSV table.\n"
+    "Under mpirun (mpirun -np N ringflow bench): each collective across the\n"
+    "  N processes (--devices each, default 1) against MPI_Allreduce,\n"
+    "  MPI_Reduce, ... and Gloo (all_reduce, when built) in the same\n"
+    "  processes on the same buffers: medians of --rounds rounds (default\n"
+    "  5) of alternating windows; [--no-gloo].\n";
 
 static int parse_size(const char *s, int64_t *out) {
   char *end;
@@ -78,17 +83,27 @@ static int parse_args(int argc, char **argv, opts *o, bool *stop) {
       {"no-mpi", no_argument, 0, 'M'},
       {"mpi-baseline", required_argument, 0, 'P'},
       {"no-floor", no_argument, 0, 'F'},
+      {"no-gloo", no_argument, 0, 'G'},
+      {"rounds", required_argument, 0, 'R'},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
-  *o = (opts){
-      .n = 4, .lo = 1 << 10, .hi = 256 << 20, .min_time = -1, .only = -1};
+  *o = (opts){.n = 4,
+              .lo = 1 << 10,
+              .hi = 256 << 20,
+              .min_time = -1,
+              .only = -1,
+              .rounds = 5};
   bool max_given = false;
   int c;
   optind = 1;
   while ((c = getopt_long(argc, argv, "", longs, NULL)) != -1) {
     int bad = 0;
     switch (c) {
-      case 'n': bad = parse_int(optarg, 1, 64, &o->n); break;
+      case 'n':
+        bad = parse_int(optarg, 1, 64, &o->n), o->devices_given = true;
+        break;
+      case 'G': o->no_gloo = true; break;
+      case 'R': bad = parse_int(optarg, 1, 15, &o->rounds); break;
       case 'a': bad = parse_size(optarg, &o->lo); break;
       case 'b': bad = parse_size(optarg, &o->hi), max_given = true; break;
       case 'q': o->quick = true; break;
@@ -301,6 +316,22 @@ int cmd_bench(int argc, char **argv) {
   bool stop = false;
   int rc = parse_args(argc, argv, &o, &stop);
   if (rc || stop) return rc;
+#ifdef RF_HAVE_MPI
+  int task = 0, ntasks = 1;
+  RF_TOOL_TRY(rf_job_tasks(&task, &ntasks));
+  if (ntasks > 1) {
+    bench_job_args a = {.devices = o.devices_given ? o.n : 1,
+                        .threads = o.threads,
+                        .only = o.only,
+                        .rounds = o.quick && o.rounds == 5 ? 3 : o.rounds,
+                        .lo = o.lo,
+                        .hi = o.hi,
+                        .min_time = o.min_time,
+                        .csv = o.csv,
+                        .no_gloo = o.no_gloo};
+    return bench_job(&a);
+  }
+#endif
   results *r = calloc(1, sizeof *r);
   if (!r) return tool_fail("bench: out of memory");
   for (int64_t s = o.lo; s <= o.hi && r->nsizes < BENCH_MAX_SIZES; s *= 4)

@@ -78,4 +78,27 @@ const char *bench_mpi_run(const bench_mpi_args *a,
 /* The baseline program's path, or NULL with *why set when there is none. */
 const char *bench_mpi_find(const char *given, const char **why);
 
+/* ---- across processes (bench_job.c; MPI builds) ---- */
+
+/* mpirun -np N ringflow bench: each collective across the job's processes
+ * (devices each) against plain MPI and Gloo, interleaved rounds, medians. */
+typedef struct bench_job_args {
+  int devices, threads, only, rounds; /* only: a bench_coll, or -1 */
+  int64_t lo, hi;
+  double min_time;
+  bool csv, no_gloo;
+} bench_job_args;
+int bench_job(const bench_job_args *a);
+
+/* The Gloo baseline (bench_gloo.cc, when Gloo is built): a context of
+ * `size` processes over loopback TCP, meeting through files in `dir`. false
+ * (with why) when it cannot be made, or without Gloo. */
+typedef struct bench_gloo bench_gloo;
+bool bench_gloo_new(int rank, int size, const char *dir, bench_gloo **out,
+                    char *why, size_t why_len);
+/* out = sum over processes of in (count floats); false on a Gloo error. */
+bool bench_gloo_allreduce(bench_gloo *g, const float *in, float *out,
+                          int64_t count);
+void bench_gloo_free(bench_gloo *g);
+
 #endif

@@ -8,9 +8,10 @@
  * messages, issue and test collectives and check deadlines. While a
  * collective's data is in flight it spins (OpenMPI's nonblocking
  * collectives progress only inside MPI calls), yielding the core to others;
- * while it only waits for answers it backs off to sleeps of up to 1 ms; with
- * nothing pending it sleeps 20 ms between looks at the network, and with no
- * job at all until woken. */
+ * while it waits for answers it spins (yielding) for 2 ms after the last
+ * progress, then backs off to sleeps of up to 1 ms; with nothing pending it
+ * sleeps 20 ms between looks at the network, and with no job at all until
+ * woken. */
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +27,7 @@
 #define IDLE_NS 20000000LL /* nothing pending: look at the network */
 #define BACKOFF_MAX_NS 1000000LL
 #define SPINS_BEFORE_SLEEP 64
+#define SPIN_NS 2000000LL /* waiting: spin this long after progress */
 
 static struct {
   pthread_mutex_t mu;
@@ -214,6 +216,7 @@ static void run_loop(void) {
   loop l = {0};
   int idle = 0;
   unsigned spins = 0;
+  int64_t last_progress = 0;
   for (;;) {
     pthread_mutex_lock(&E.mu);
     rf__mpi_cmd *cmds = E.head;
@@ -237,6 +240,7 @@ static void run_loop(void) {
       progress += rf__mpi_job_poll(j, now, &busy, &waiting);
     if (progress || busy) {
       idle = 0;
+      last_progress = now;
       /* OpenMPI's nonblocking collectives advance only inside MPI calls:
        * spin, yielding the core now and then (often when this node runs
        * more processes than cores: their peers need it). */
@@ -248,8 +252,8 @@ static void run_loop(void) {
       sleep_for(0);
     } else if (!waiting) {
       sleep_for(IDLE_NS);
-    } else if (idle < SPINS_BEFORE_SLEEP) {
-      sched_yield();
+    } else if (idle < SPINS_BEFORE_SLEEP || now - last_progress < SPIN_NS) {
+      sched_yield(); /* an answer is due soon: no wake-up to wait for */
     } else {
       int64_t ns =
           20000LL << (idle - SPINS_BEFORE_SLEEP < 6 ? idle - SPINS_BEFORE_SLEEP

@@ -115,6 +115,7 @@ struct rf__job {
   /* Ops told GO and not issued yet, in GO order: they are issued in this
    * order, which is the same in every process. */
   rf__mpi_op *go_head, *go_tail;
+  int in_flight;            /* ops whose data is moving */
   rf__mpi_centry *centries; /* task 0: collectives being agreed */
   rf__mpi_fstep *failed;    /* task 0: failed job steps */
   rf__mpi_set *sets;        /* by key */
