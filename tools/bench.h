@@ -38,6 +38,10 @@ double bench_bus_factor(bench_coll c, int n);
 /* The bytes nccl-tests counts for a nominal size: all-gather and
  * reduce-scatter round down to n equal float slices (0: too small). */
 double bench_counted_bytes(bench_coll c, int n, int64_t nominal);
+/* Element k of output f when input i holds (k + i) % 7 (i: the device's
+ * rank; broadcast: the root's input, i = 0): small integers, so float sums
+ * are exact. */
+double bench_expected(bench_coll c, int n, int64_t in_count, int f, int64_t k);
 /* Fills time, algbw and busbw of a row from seconds per op. */
 void bench_row_set(bench_row *r, bench_coll c, int n, double bytes, int iters,
                    double seconds);

@@ -39,8 +39,9 @@ typedef struct setup {
   rf_output fetches[MAX_DEV];
   rf_node *target; /* a reduce on another task: this task's senders */
   int nfeeds, nfetches;
-  int64_t in_count; /* elements of each input */
-  void *mpi_out;    /* the baseline's receive buffer */
+  int ranks[MAX_DEV]; /* of the fetches: the output's participant */
+  int64_t in_count;   /* elements of each input */
+  void *mpi_out;      /* the baseline's receive buffer */
 } setup;
 
 static void dev_name(const jb *b, int i, char *buf, size_t len) {
@@ -84,7 +85,9 @@ static rf_status *build(const jb *b, setup *su, bench_coll c) {
   RF_TOOL_CHECK(rf_graph_status(g));
   for (int i = 0; i < b->a->devices; i++) { /* this task's */
     if (first + i < nx) su->feeds[su->nfeeds++].output = xs[first + i];
-    if (c != BC_REDUCE) su->fetches[su->nfetches++] = ys[first + i];
+    if (c == BC_REDUCE) continue;
+    su->ranks[su->nfetches] = first + i;
+    su->fetches[su->nfetches++] = ys[first + i];
   }
   if (c == BC_REDUCE && b->task == 0) su->fetches[su->nfetches++] = ys[0];
   if (c == BC_REDUCE && b->task != 0) su->target = ys[0].node;
@@ -107,10 +110,11 @@ static rf_status *setup_new(const jb *b, bench_coll c, int64_t bytes,
   o.num_threads = b->a->threads;
   RF_TOOL_CHECK(rf_session_new(su->g, &o, &su->s));
   rf_shape shape = rf_shape_of(1, su->in_count);
-  for (int i = 0; i < su->nfeeds; i++) {
+  for (int i = 0; i < su->nfeeds; i++) { /* the device's rank, as expected */
     RF_TOOL_CHECK(rf_tensor_new(RF_FLOAT32, &shape, NULL, &su->feeds[i].value));
     float *d = rf_tensor_mutable_data(su->feeds[i].value);
-    for (int64_t k = 0; k < su->in_count; k++) d[k] = (float)((k + i) % 7);
+    int g = b->task * b->a->devices + i;
+    for (int64_t k = 0; k < su->in_count; k++) d[k] = (float)((k + g) % 7);
   }
   int64_t out = c == BC_ALL_GATHER ? per * b->ntasks : su->in_count;
   su->mpi_out = calloc((size_t)(out > 0 ? out : 1), sizeof(float));
@@ -127,13 +131,34 @@ static void setup_free(setup *su) {
 
 /* ---- the three ways to run it ---- */
 
-static rf_status *rf_op(setup *su) {
+/* ringflow's results, probed, so a broken collective cannot post a time. */
+static rf_status *check(const jb *b, const setup *su, bench_coll c,
+                        rf_tensor **outs) {
+  for (int f = 0; f < su->nfetches; f++) {
+    int64_t m = rf_tensor_num_elements(outs[f]), probe[3] = {0, m / 2, m - 1};
+    for (int p = 0; p < 3 && m > 0; p++) {
+      double want =
+          bench_expected(c, b->n, su->in_count, su->ranks[f], probe[p]);
+      double got = rf_tensor_get(outs[f], probe[p]);
+      if (got != want)
+        return rf_status_new(RF_INTERNAL,
+                             "bench: %s across %d processes gave %g at "
+                             "element %lld, expected %g",
+                             bench_coll_name(c), b->ntasks, got,
+                             (long long)probe[p], want);
+    }
+  }
+  return NULL;
+}
+
+static rf_status *rf_op(const jb *b, setup *su, bench_coll c, bool checked) {
   rf_tensor *outs[MAX_DEV];
   RF_TOOL_CHECK(rf_session_run(su->s, su->feeds, su->nfeeds, su->fetches,
                                su->nfetches, &su->target, su->target ? 1 : 0,
                                outs));
+  rf_status *st = checked ? check(b, su, c, outs) : NULL;
   for (int i = 0; i < su->nfetches; i++) rf_tensor_release(outs[i]);
-  return NULL;
+  return st;
 }
 
 /* MPI on this process's first buffer (one per process, as MPI has). */
@@ -170,7 +195,7 @@ static rf_status *window(const jb *b, setup *su, bench_coll c, int way, int k,
   MPI_Barrier(MPI_COMM_WORLD);
   double t0 = MPI_Wtime();
   for (int i = 0; i < k; i++) {
-    if (way == WAY_RF) RF_TOOL_CHECK(rf_op(su));
+    if (way == WAY_RF) RF_TOOL_CHECK(rf_op(b, su, c, k == 2 && i == 0));
     if (way == WAY_MPI) mpi_op(b, su, c);
     if (way == WAY_GLOO &&
         !bench_gloo_allreduce(b->gloo, rf_tensor_data(su->feeds[0].value),
