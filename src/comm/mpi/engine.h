@@ -1,8 +1,9 @@
 /* comm/mpi/engine.h - how the parts of the MPI job (comm/job.h) share state.
  *
  * One communication thread per process, the engine (engine.c), makes every
- * MPI call; other threads hand it commands and never wait for it, except
- * rf_session_new and rf_session_free (attach and detach). A collective with
+ * MPI call but one kind (a blocking reduce-scatter, on a data thread when MPI
+ * gives MPI_THREAD_MULTIPLE); other threads hand it commands and never wait
+ * for it, except rf_session_new and rf_session_free (attach and detach). A collective with
  * participants in several processes goes:
  *
  *   executor thread: local group complete -> op (member.c): buffers
@@ -116,6 +117,7 @@ struct rf__job {
    * order, which is the same in every process. */
   rf__mpi_op *go_head, *go_tail;
   int in_flight;            /* ops whose data is moving */
+  rf__mpi_op *blocking;     /* on the data thread: nothing else starts */
   rf__mpi_centry *centries; /* task 0: collectives being agreed */
   rf__mpi_fstep *failed;    /* task 0: failed job steps */
   rf__mpi_set *sets;        /* by key */

@@ -5,7 +5,7 @@
  * unique id and MPI broadcasts it on the set's communicator (every member is
  * at the same GO), then each process starts its ranks' initialisation and
  * the GO queue waits (polling) until it is done. Completion comes from the
- * participants' streams (gpu_done); a collective still running at its
+ * participants' streams (async_done); a collective still running at its
  * deadline aborts the set's communicators. Builds without NCCL refuse GPU
  * participants across processes. */
 #include <string.h>
@@ -73,8 +73,8 @@ rf_status *rf__mpi_gpu_alloc(rf__mpi_op *op) {
 
 static void launched_done(void *arg, rf_status *st) {
   rf__mpi_op *op = arg;
-  op->gpu_status = st;
-  atomic_store(&op->gpu_done, 1);
+  op->async_status = st;
+  atomic_store(&op->async_done, 1);
   rf__mpi_engine_wake();
 }
 

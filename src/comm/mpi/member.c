@@ -29,7 +29,7 @@ static void op_free(rf__mpi_op *op) {
   rf_tensor_release(op->partial);
   rf_tensor_release(op->out);
   for (int i = 0; i < op->g.n; i++) rf_tensor_release(op->gpu_outs[i]);
-  rf_status_free(op->gpu_status);
+  rf_status_free(op->async_status);
   rf_status_free(op->report);
   rf__free(op->parts);
   rf__free(op->tasks);
@@ -305,6 +305,12 @@ static int issue(rf__job *j, rf__mpi_op *op, int64_t now) {
   rf_status *st = rf__mpi_set_get(j, op->nset, op->tasks, &set);
   if (!st && op->gpu) {
     if (!rf__mpi_gpu_issue(j, op, set, &st)) return 0;
+  } else if (!st && rf__mpi_op_blocking(op)) {
+    if (j->in_flight > 0) return 0; /* alone on its communicators */
+    op->blocking = true;
+    op->set = set;
+    j->blocking = op;
+    rf__mpi_data_thread_push(op);
   } else if (!st) {
     st = rf__mpi_op_issue(op, set->comm);
   }
@@ -325,14 +331,15 @@ static int issue(rf__job *j, rf__mpi_op *op, int64_t now) {
 static int test(rf__job *j, rf__mpi_op *op, int64_t now) {
   int done = 0;
   rf_status *st = NULL;
-  if (op->gpu) {
-    done = atomic_load(&op->gpu_done);
-    if (done) st = op->gpu_status, op->gpu_status = NULL;
+  if (op->gpu || op->blocking) {
+    done = atomic_load(&op->async_done);
+    if (done) st = op->async_status, op->async_status = NULL;
   } else {
     st = RF_MPI_STATUS(MPI_Test(&op->req, &done, MPI_STATUS_IGNORE));
   }
   if (st || done) {
     j->in_flight--;
+    if (j->blocking == op) j->blocking = NULL;
     /* The last op in flight, none to issue: its participants continue here
      * (they may start the next collective at once). */
     report_on(op, st, !st && j->in_flight == 0 && !j->go_head);
@@ -356,7 +363,9 @@ static int test(rf__job *j, rf__mpi_op *op, int64_t now) {
 int rf__mpi_member_poll(rf__job *j, int64_t now, bool *busy, bool *waiting) {
   int progress = 0;
   /* GO order: an op whose data is not ready holds back the ones after it. */
-  while (j->go_head && atomic_load(&j->go_head->prepared)) {
+  /* A blocking call on the data thread holds the queue: no other collective
+   * of this job may start while it uses the job's communicators. */
+  while (!j->blocking && j->go_head && atomic_load(&j->go_head->prepared)) {
     rf__mpi_op *op = j->go_head, *next = op->go_next; /* issue may drop op */
     if (!issue(j, op, now)) break;
     j->go_head = next;
@@ -397,7 +406,7 @@ void rf__mpi_member_free(rf__job *j) {
     report(op, rf__error(RF_CANCELLED, "collective '%s': the session closed",
                          op->name));
     if (op->state == RF_OP_IN_FLIGHT) { /* MPI may still use its buffers */
-      if (!op->gpu) MPI_Request_free(&op->req);
+      if (!op->gpu && !op->blocking) MPI_Request_free(&op->req);
       continue;
     }
     unref(op);
