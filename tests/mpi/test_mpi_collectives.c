@@ -8,7 +8,9 @@
  * devices' placeholders. To check every output in every process, each
  * fetched value is broadcast (through ringflow) to an Identity on every
  * task, which is what each process fetches: the test's bit-identity checks
- * then compare bytes computed in different processes. Ranks follow device
+ * then compare bytes computed in different processes (an all-reduce and a
+ * reduce + broadcast of the same inputs agree to float tolerance: MPI sums
+ * them in different orders). Ranks follow device
  * order: task, then index. All-reduce sum, prod,
  * min, max, avg; reduce; broadcast; all-gather; reduce-scatter; every dtype;
  * random roots; gradients - against float64 references.
@@ -22,6 +24,7 @@
 #include "mpi_testutil.h"
 
 #define RF_COLLECTIVES_HOOKS
+#define RF_COLLECTIVES_AGREE_TO_TOLERANCE
 /* devices sort by task, then index */
 #define DEVICE_ORDER(id) ((id) % NT * 1000 + (id) / NT)
 static void device_name(int id, char *buf);

@@ -1,10 +1,10 @@
 /* comm/mpi/engine.h - how the parts of the MPI job (comm/job.h) share state.
  *
  * One communication thread per process, the engine (engine.c), makes every
- * MPI call but one kind (a blocking reduce-scatter, on a data thread when MPI
- * gives MPI_THREAD_MULTIPLE); other threads hand it commands and never wait
- * for it, except rf_session_new and rf_session_free (attach and detach). A collective with
- * participants in several processes goes:
+ * MPI call but the blocking reduce and reduce-scatter (on a data thread when
+ * MPI gives MPI_THREAD_MULTIPLE); other threads hand it commands and never wait
+ * for it, except rf_session_new and rf_session_free (attach and detach). A
+ * collective with participants in several processes goes:
  *
  *   executor thread: local group complete -> op (member.c): buffers
  *     allocated, READY queued, this process's part reduced or gathered

@@ -64,8 +64,9 @@ void rf__mpi_op_prepare(rf__mpi_op *op);
 /* Starts the MPI collective on comm (engine thread). */
 rf_status *rf__mpi_op_issue(rf__mpi_op *op, MPI_Comm comm);
 /* Whether op runs as a blocking MPI call on the data thread (data.c):
- * reduce-scatter, whose nonblocking form was slow in OpenMPI 4.1 at 16 MiB,
- * when MPI gives MPI_THREAD_MULTIPLE; RF_MPI_BLOCKING=0 turns it off. */
+ * reduce and reduce-scatter, whose nonblocking forms were slow in OpenMPI
+ * 4.1 at a few MiB, when MPI gives MPI_THREAD_MULTIPLE; RF_MPI_BLOCKING=0
+ * turns it off. */
 bool rf__mpi_op_blocking(const rf__mpi_op *op);
 /* The blocking call itself (the data thread). */
 rf_status *rf__mpi_op_run_blocking(rf__mpi_op *op, MPI_Comm comm);
