@@ -432,9 +432,18 @@ static void test_all_reduce_and_reduce_broadcast_agree(void **state) {
   memcpy(fetches, ar, sizeof *ar * (size_t)ds->n);
   memcpy(fetches + ds->n, viab, sizeof *viab * (size_t)ds->n);
   run(g, xs, in, ds->n, fetches, 2 * ds->n, out);
-  for (int i = 0; i < ds->n; i++)
+  for (int i = 0; i < ds->n; i++) {
+#ifdef RF_COLLECTIVES_AGREE_TO_TOLERANCE
+    /* tests/mpi/: MPI's reduce and all-reduce sum in different orders */
+    double *via = rf_test_to_doubles(out[ds->n + i]);
+    assert_tensor_near(out[i], rf_tensor_shape(out[i]), via,
+                       rf_test_tolerance(RF_FLOAT32) * ds->n);
+    free(via);
+#else
     assert_memory_equal(rf_tensor_data(out[i]), rf_tensor_data(out[ds->n + i]),
                         rf_tensor_nbytes(out[i]));
+#endif
+  }
   for (int i = 0; i < 2 * ds->n; i++) rf_tensor_release(out[i]);
   for (int i = 0; i < ds->n; i++) rf_tensor_release(in[i]);
   rf_graph_free(g);

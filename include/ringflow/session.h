@@ -76,8 +76,8 @@ typedef struct rf_feed {
  * it finalises it when the process exits; a program that initialised MPI
  * finalises it itself, after freeing its sessions, and must have asked for
  * MPI_THREAD_SERIALIZED or more (MPI_THREAD_MULTIPLE if it calls MPI while
- * sessions exist): all of ringflow's MPI calls come from one thread of its
- * own. */
+ * sessions exist): ringflow's MPI calls come from a thread of its own (and a
+ * second one only under MPI_THREAD_MULTIPLE). */
 RF_API rf_status *rf_session_new(const rf_graph *g,
                                  const rf_session_options *opts,
                                  rf_session **out);

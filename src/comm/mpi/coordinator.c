@@ -265,9 +265,15 @@ static void decide(rf__job *j, rf__mpi_centry *e, int64_t now) {
       return;
     }
   }
+  int root_rank = -1; /* the root's rank in the job (NCCL's root) */
+  if (root >= 0) {
+    root_rank = e->descs[root].local_root;
+    for (int i = 0; i < root; i++) root_rank += e->counts[i];
+  }
   rf__mpi_msg go = {.type = RF_MSG_GO,
                     .job_step = e->job_step,
                     .root_index = root,
+                    .root_rank = root_rank,
                     .rank = ref->rank};
   memcpy(go.dims, ref->dims, sizeof go.dims);
   for (int i = 0; i < e->n; i++)

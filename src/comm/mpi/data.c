@@ -6,12 +6,15 @@
  * wrap, as on one process); float min/max propagate NaN like the CPU backend
  * (user-defined MPI ops); float16/bfloat16 are reduced as float32 and
  * rounded once at the end; avg is a sum divided by num_devices at the end.
- * Moving kinds (broadcast, all-gather) are bytes. A reduce is an all-reduce
- * whose result only the root keeps: OpenMPI 4.1's MPI_Ireduce was erratic
- * here (0.3-0.8 s for 1.6 MB in some runs, against a few ms for
- * MPI_Iallreduce). MPI counts are ints: a collective larger than that is
+ * Moving kinds (broadcast, all-gather) are bytes. Reduce and reduce-scatter
+ * run as blocking MPI_Reduce / MPI_Reduce_scatter on a data thread of their
+ * own when MPI allows: OpenMPI 4.1's MPI_Ireduce was erratic here (0.1-0.8 s
+ * for 1.6-16 MiB in some runs) and MPI_Ireduce_scatter took 2x its blocking
+ * form at 16 MiB; otherwise a reduce is an all-reduce whose result only the
+ * root keeps. MPI counts are ints: a collective larger than that is
  * UNIMPLEMENTED. */
 #include <limits.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "comm/cpu/reduce_kernels.h"
@@ -150,6 +153,8 @@ rf_status *rf__mpi_op_alloc(rf__mpi_op *op) {
         rows.dims[0] = rows.dims[0] / op->num_devices * op->counts[op->me];
         return alloc(op, work, &rows, &op->out);
       }
+      if (g->kind == RF_COLL_REDUCE && g->root < 0 && rf__mpi_op_blocking(op))
+        return NULL; /* MPI_Reduce: senders receive nothing */
       return alloc(op, work, &op->shape, &op->out);
     case RF_COLL_ALL_GATHER: {
       rf_shape all = op->shape;
@@ -294,6 +299,32 @@ rf_status *rf__mpi_op_issue(rf__mpi_op *op, MPI_Comm comm) {
     }
     default: return rf__internal("collective '%s': unknown kind", op->name);
   }
+}
+
+bool rf__mpi_op_blocking(const rf__mpi_op *op) {
+  static int off = -1;
+  if (off < 0)
+    off = getenv("RF_MPI_BLOCKING") && !atoi(getenv("RF_MPI_BLOCKING"));
+  bool kind =
+      op->g.kind == RF_COLL_REDUCE || op->g.kind == RF_COLL_REDUCE_SCATTER;
+  return kind && !op->gpu && !off && rf__mpi_data_thread_ready();
+}
+
+rf_status *rf__mpi_op_run_blocking(rf__mpi_op *op, MPI_Comm comm) {
+  rf__coll_group *g = &op->g;
+  MPI_Datatype type;
+  MPI_Op mop;
+  mpi_reduction(g->dtype, g->reduction, &type, &mop);
+  int count = (int)rf_shape_num_elements(&op->shape), counts[64 * 8];
+  void *out = op->out ? rf_tensor_mutable_data(op->out) : NULL;
+  if (g->kind == RF_COLL_REDUCE)
+    return RF_MPI_STATUS(
+        MPI_Reduce(op->send, out, count, type, mop, op->root_index, comm));
+  if (op->nset > (int)(sizeof counts / sizeof *counts))
+    return rf__internal("collective '%s': too many tasks", op->name);
+  per_task(op, count / op->num_devices, counts, NULL);
+  return RF_MPI_STATUS(
+      MPI_Reduce_scatter(op->send, out, counts, type, mop, comm));
 }
 
 /* ---- results ---- */

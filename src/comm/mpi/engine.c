@@ -8,9 +8,10 @@
  * messages, issue and test collectives and check deadlines. While a
  * collective's data is in flight it spins (OpenMPI's nonblocking
  * collectives progress only inside MPI calls), yielding the core to others;
- * while it only waits for answers it backs off to sleeps of up to 1 ms; with
- * nothing pending it sleeps 20 ms between looks at the network, and with no
- * job at all until woken. */
+ * while it waits for answers it spins (yielding) for 2 ms after the last
+ * progress, then backs off to sleeps of up to 1 ms; with nothing pending it
+ * sleeps 20 ms between looks at the network, and with no job at all until
+ * woken. */
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +27,7 @@
 #define IDLE_NS 20000000LL /* nothing pending: look at the network */
 #define BACKOFF_MAX_NS 1000000LL
 #define SPINS_BEFORE_SLEEP 64
+#define SPIN_NS 2000000LL /* waiting: spin this long after progress */
 
 static struct {
   pthread_mutex_t mu;
@@ -38,6 +40,17 @@ static struct {
   atomic_int kicked; /* a command or an op is waiting */
 } E = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
+/* The data thread: blocking collectives, one at a time, in queue order (the
+ * engine queues one only when no other collective of its job is in flight,
+ * so no communicator is used by two threads at once). */
+static struct {
+  pthread_mutex_t mu;
+  pthread_cond_t wake;
+  pthread_t thread;
+  bool started, stop, busy;
+  rf__mpi_op *head, *tail;
+} D = {.mu = PTHREAD_MUTEX_INITIALIZER, .wake = PTHREAD_COND_INITIALIZER};
+
 int64_t rf__mpi_now_ns(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -45,6 +58,8 @@ int64_t rf__mpi_now_ns(void) {
 }
 
 /* ---- MPI itself ---- */
+
+static void data_thread_start(int provided);
 
 static rf_status *init_mpi(void) {
   int init = 0, fin = 0, provided = MPI_THREAD_SINGLE;
@@ -72,7 +87,67 @@ static rf_status *init_mpi(void) {
   MPI_Comm_rank(MPI_COMM_WORLD, &E.world_rank);
   MPI_Comm_size(MPI_COMM_WORLD, &E.world_size);
   rf__mpi_data_init();
+  data_thread_start(provided);
   return NULL;
+}
+
+/* ---- the data thread ---- */
+
+static void *data_main(void *arg) {
+  (void)arg;
+  pthread_mutex_lock(&D.mu);
+  for (;;) {
+    while (!D.head && !D.stop) pthread_cond_wait(&D.wake, &D.mu);
+    if (!D.head) break;
+    rf__mpi_op *op = D.head;
+    D.head = op->data_next;
+    if (!D.head) D.tail = NULL;
+    D.busy = true;
+    pthread_mutex_unlock(&D.mu);
+    op->async_status = rf__mpi_op_run_blocking(op, op->set->comm);
+    atomic_store(&op->async_done, 1);
+    rf__mpi_engine_wake();
+    pthread_mutex_lock(&D.mu);
+    D.busy = false;
+  }
+  pthread_mutex_unlock(&D.mu);
+  return NULL;
+}
+
+bool rf__mpi_data_thread_ready(void) { return D.started; }
+
+void rf__mpi_data_thread_push(rf__mpi_op *op) {
+  op->data_next = NULL;
+  pthread_mutex_lock(&D.mu);
+  if (D.tail)
+    D.tail->data_next = op;
+  else
+    D.head = op;
+  D.tail = op;
+  pthread_cond_signal(&D.wake);
+  pthread_mutex_unlock(&D.mu);
+}
+
+/* Started when MPI allows two threads to call it (engine thread). */
+static void data_thread_start(int provided) {
+  if (provided < MPI_THREAD_MULTIPLE) return;
+  D.started = pthread_create(&D.thread, NULL, data_main, NULL) == 0;
+}
+
+/* Joined unless it is stuck in a collective that never finished (then MPI
+ * is not finalised cleanly either). */
+static void data_thread_stop(void) {
+  if (!D.started) return;
+  pthread_mutex_lock(&D.mu);
+  D.stop = true;
+  bool stuck = D.busy || D.head;
+  pthread_cond_signal(&D.wake);
+  pthread_mutex_unlock(&D.mu);
+  if (stuck)
+    pthread_detach(D.thread);
+  else
+    pthread_join(D.thread, NULL);
+  D.started = false;
 }
 
 /* ---- commands ---- */
@@ -214,6 +289,7 @@ static void run_loop(void) {
   loop l = {0};
   int idle = 0;
   unsigned spins = 0;
+  int64_t last_progress = 0;
   for (;;) {
     pthread_mutex_lock(&E.mu);
     rf__mpi_cmd *cmds = E.head;
@@ -237,6 +313,7 @@ static void run_loop(void) {
       progress += rf__mpi_job_poll(j, now, &busy, &waiting);
     if (progress || busy) {
       idle = 0;
+      last_progress = now;
       /* OpenMPI's nonblocking collectives advance only inside MPI calls:
        * spin, yielding the core now and then (often when this node runs
        * more processes than cores: their peers need it). */
@@ -248,8 +325,8 @@ static void run_loop(void) {
       sleep_for(0);
     } else if (!waiting) {
       sleep_for(IDLE_NS);
-    } else if (idle < SPINS_BEFORE_SLEEP) {
-      sched_yield();
+    } else if (idle < SPINS_BEFORE_SLEEP || now - last_progress < SPIN_NS) {
+      sched_yield(); /* an answer is due soon: no wake-up to wait for */
     } else {
       int64_t ns =
           20000LL << (idle - SPINS_BEFORE_SLEEP < 6 ? idle - SPINS_BEFORE_SLEEP
@@ -278,8 +355,10 @@ static void *engine_main(void *arg) {
   pthread_cond_broadcast(&E.reply);
   pthread_mutex_unlock(&E.mu);
   if (!st) run_loop();
+  data_thread_stop();
   if (!st) rf__mpi_data_fini();
   if (!st && E.own_init) MPI_Finalize();
+  rf__mpi_free_orphans();
   return NULL;
 }
 

@@ -1,9 +1,10 @@
 /* comm/mpi/engine.h - how the parts of the MPI job (comm/job.h) share state.
  *
  * One communication thread per process, the engine (engine.c), makes every
- * MPI call; other threads hand it commands and never wait for it, except
- * rf_session_new and rf_session_free (attach and detach). A collective with
- * participants in several processes goes:
+ * MPI call but the blocking reduce and reduce-scatter (on a data thread when
+ * MPI gives MPI_THREAD_MULTIPLE); other threads hand it commands and never wait
+ * for it, except rf_session_new and rf_session_free (attach and detach). A
+ * collective with participants in several processes goes:
  *
  *   executor thread: local group complete -> op (member.c): buffers
  *     allocated, READY queued, this process's part reduced or gathered
@@ -61,8 +62,9 @@ typedef struct rf__mpi_msg {
   int32_t rank; /* shape (input, or a receiver's expected shape) */
   int64_t dims[RF_MAX_RANK];
   int64_t timeout_ms;
-  /* GO: the root's task (index in the set) and shape */
-  int32_t root_index;
+  int32_t local_root; /* READY: the root's index among this task's */
+  /* GO: the root's task (index in the set), rank in the job and shape */
+  int32_t root_index, root_rank;
   int32_t name_len, devices_len, text_len;
 } rf__mpi_msg;
 
@@ -82,6 +84,8 @@ typedef struct rf__mpi_set {
   MPI_Comm comm; /* MPI_COMM_NULL until first used; the job's data comm
                     for all tasks */
   bool owned, broken;
+  void *nccl;      /* GPU sets: NCCL's communicators (comm/mpi/gpu.c) */
+  bool nccl_ready; /* made, not just started */
   UT_hash_handle hh;
 } rf__mpi_set;
 
@@ -112,6 +116,8 @@ struct rf__job {
   /* Ops told GO and not issued yet, in GO order: they are issued in this
    * order, which is the same in every process. */
   rf__mpi_op *go_head, *go_tail;
+  int in_flight;            /* ops whose data is moving */
+  rf__mpi_op *blocking;     /* on the data thread: nothing else starts */
   rf__mpi_centry *centries; /* task 0: collectives being agreed */
   rf__mpi_fstep *failed;    /* task 0: failed job steps */
   rf__mpi_set *sets;        /* by key */
@@ -208,6 +214,9 @@ bool rf__mpi_test_recv(rf__job *j, rf__mpi_msg_view *v);
 bool rf__mpi_poll_sends(rf__job *j);
 /* Cancels or abandons what is in flight (detach). */
 void rf__mpi_drop_messages(rf__job *j);
+/* Frees the abandoned sends' buffers (the engine, once MPI is finalised or
+ * the process exits). */
+void rf__mpi_free_orphans(void);
 
 /* ---- the coordinator, task 0 (coordinator.c) ---- */
 
@@ -233,5 +242,17 @@ void rf__mpi_member_free(rf__job *j);
 rf_status *rf__mpi_set_get(rf__job *j, int n, const int *tasks,
                            rf__mpi_set **out);
 void rf__mpi_sets_free(rf__job *j);
+
+/* ---- GPU participants: NCCL (gpu.c) ---- */
+
+/* Allocates a GPU op's outputs (comm/mpi/op.h). */
+rf_status *rf__mpi_gpu_alloc(rf__mpi_op *op);
+/* Issues a GPU op on GO: 1 when launched (or failed: *st), 0 while its
+ * set's communicators are still being made (try again). */
+int rf__mpi_gpu_issue(rf__job *j, rf__mpi_op *op, rf__mpi_set *set,
+                      rf_status **st);
+/* Gives up on a set's communicators (a collective did not finish). */
+void rf__mpi_gpu_abort(rf__mpi_set *set);
+void rf__mpi_gpu_free(rf__mpi_set *set);
 
 #endif

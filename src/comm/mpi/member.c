@@ -28,6 +28,8 @@ static void op_free(rf__mpi_op *op) {
   for (int i = 0; i < op->g.n; i++) rf_tensor_release(op->parts[i].input);
   rf_tensor_release(op->partial);
   rf_tensor_release(op->out);
+  for (int i = 0; i < op->g.n; i++) rf_tensor_release(op->gpu_outs[i]);
+  rf_status_free(op->async_status);
   rf_status_free(op->report);
   rf__free(op->parts);
   rf__free(op->tasks);
@@ -48,7 +50,12 @@ static void report_task(void *arg) {
   rf_status *st = op->report;
   op->report = NULL;
   rf_tensor *outs[64] = {0};
-  if (!st) st = rf__mpi_op_outputs(op, outs);
+  if (!st && op->gpu) {
+    memcpy(outs, op->gpu_outs, sizeof *outs * (size_t)op->g.n);
+    memset(op->gpu_outs, 0, sizeof *outs * (size_t)op->g.n);
+  } else if (!st) {
+    st = rf__mpi_op_outputs(op, outs);
+  }
   if (st)
     for (int i = 0; i < op->g.n; i++) {
       rf_tensor_release(outs[i]);
@@ -71,20 +78,25 @@ static void report_task(void *arg) {
   unref(op);
 }
 
-/* Reports st (consumed; NULL: the results) once, from a pool task. */
-static void report(rf__mpi_op *op, rf_status *st) {
+/* Reports st (consumed; NULL: the results) once, from a pool task, or on
+ * this thread when `here` (the engine has nothing else to watch: a thread
+ * hand-off costs a scheduler slice, ~4 ms on a loaded machine). */
+static void report_on(rf__mpi_op *op, rf_status *st, bool here) {
   if (atomic_exchange(&op->reported, 1)) {
     rf_status_free(st);
     return;
   }
   op->report = st;
   atomic_fetch_add(&op->refs, 1);
-  rf_status *sched = rf__threadpool_schedule(op->job->pool, report_task, op);
-  if (sched) {
+  rf_status *sched =
+      here ? NULL : rf__threadpool_schedule(op->job->pool, report_task, op);
+  if (here || sched) {
     rf_status_free(sched);
     report_task(op);
   }
 }
+
+static void report(rf__mpi_op *op, rf_status *st) { report_on(op, st, false); }
 
 static rf_status *copy_status(const rf_status *st) {
   return rf_status_new(rf_status_code(st), "%s", rf_status_message(st));
@@ -130,6 +142,7 @@ static rf__mpi_op *op_new(rf__job *j, rf__coll_group *g, const char *devices,
   const rf__coll_participant *s = speaker(g);
   op->shape = s->shape;
   op->has_input = s->input != NULL;
+  op->gpu = s->device->name.type == RF_DEVICE_GPU;
   atomic_init(&op->refs, 1);
   atomic_init(&op->prepared, 0);
   atomic_init(&op->reported, 0);
@@ -166,7 +179,7 @@ void rf__job_coll_run(rf__job *j, rf__coll_group *g, const char *devices,
         "collective '%s': %d participants here, the group's "
         "devices %s say otherwise",
         op->name, g->n, op->devices);
-  if (!st) st = rf__mpi_op_alloc(op);
+  if (!st) st = op->gpu ? rf__mpi_gpu_alloc(op) : rf__mpi_op_alloc(op);
   rf__mpi_cmd *c = st ? NULL : rf__calloc(1, sizeof *c);
   if (!st && !c) st = rf__oom();
   if (st) {
@@ -178,7 +191,7 @@ void rf__job_coll_run(rf__job *j, rf__coll_group *g, const char *devices,
   c->job = j;
   c->op = op;
   rf__mpi_engine_submit(c);
-  rf__mpi_op_prepare(op); /* while READY travels */
+  if (!op->gpu) rf__mpi_op_prepare(op); /* while READY travels */
   atomic_store(&op->prepared, 1);
   rf__mpi_engine_wake();
   unref(op);
@@ -216,6 +229,7 @@ void rf__mpi_member_ready(rf__job *j, rf__mpi_op *op) {
                    .num_devices = op->num_devices,
                    .local_count = op->g.n,
                    .local_roots = op->g.root >= 0,
+                   .local_root = op->g.root,
                    .has_input = op->has_input,
                    .rank = op->shape.rank,
                    .timeout_ms = op->timeout_ms};
@@ -257,6 +271,7 @@ void rf__mpi_member_verdict(rf__job *j, const rf__mpi_msg_view *v) {
     j->go_head = op;
   j->go_tail = op;
   op->root_index = v->h->root_index;
+  op->root_rank = v->h->root_rank;
   int64_t dims[RF_MAX_RANK];
   int rank = v->h->rank < RF_MAX_RANK ? v->h->rank : RF_MAX_RANK;
   for (int i = 0; i < rank; i++) dims[i] = v->h->dims[i];
@@ -283,10 +298,22 @@ static void break_job(rf__job *j, const rf__mpi_op *op) {
                         op->name, (long long)op->job_step);
 }
 
+/* 1: issued (or failed and dropped); 0: not yet (GPU communicators being
+ * made), the op stays first in the GO queue. */
 static int issue(rf__job *j, rf__mpi_op *op, int64_t now) {
   rf__mpi_set *set = NULL;
   rf_status *st = rf__mpi_set_get(j, op->nset, op->tasks, &set);
-  if (!st) st = rf__mpi_op_issue(op, set->comm);
+  if (!st && op->gpu) {
+    if (!rf__mpi_gpu_issue(j, op, set, &st)) return 0;
+  } else if (!st && rf__mpi_op_blocking(op)) {
+    if (j->in_flight > 0) return 0; /* alone on its communicators */
+    op->blocking = true;
+    op->set = set;
+    j->blocking = op;
+    rf__mpi_data_thread_push(op);
+  } else if (!st) {
+    st = rf__mpi_op_issue(op, set->comm);
+  }
   if (st) {
     if (set) set->broken = true;
     report(op, st);
@@ -295,6 +322,7 @@ static int issue(rf__job *j, rf__mpi_op *op, int64_t now) {
   }
   op->state = RF_OP_IN_FLIGHT;
   op->deadline_ns = now + op->timeout_ms * 1000000;
+  j->in_flight++;
   return 1;
 }
 
@@ -302,9 +330,19 @@ static int issue(rf__job *j, rf__mpi_op *op, int64_t now) {
  * go of its buffers). */
 static int test(rf__job *j, rf__mpi_op *op, int64_t now) {
   int done = 0;
-  rf_status *st = RF_MPI_STATUS(MPI_Test(&op->req, &done, MPI_STATUS_IGNORE));
+  rf_status *st = NULL;
+  if (op->gpu || op->blocking) {
+    done = atomic_load(&op->async_done);
+    if (done) st = op->async_status, op->async_status = NULL;
+  } else {
+    st = RF_MPI_STATUS(MPI_Test(&op->req, &done, MPI_STATUS_IGNORE));
+  }
   if (st || done) {
-    report(op, st);
+    j->in_flight--;
+    if (j->blocking == op) j->blocking = NULL;
+    /* The last op in flight, none to issue: its participants continue here
+     * (they may start the next collective at once). */
+    report_on(op, st, !st && j->in_flight == 0 && !j->go_head);
     drop(j, op);
     return 1;
   }
@@ -316,6 +354,7 @@ static int test(rf__job *j, rf__mpi_op *op, int64_t now) {
                          "process may have died)",
                          op->name, (long long)op->job_step,
                          (long long)op->timeout_ms));
+    if (op->gpu) rf__mpi_gpu_abort(op->set); /* its streams then end */
     break_job(j, op);
   }
   return 0;
@@ -324,11 +363,14 @@ static int test(rf__job *j, rf__mpi_op *op, int64_t now) {
 int rf__mpi_member_poll(rf__job *j, int64_t now, bool *busy, bool *waiting) {
   int progress = 0;
   /* GO order: an op whose data is not ready holds back the ones after it. */
-  while (j->go_head && atomic_load(&j->go_head->prepared)) {
-    rf__mpi_op *op = j->go_head;
-    j->go_head = op->go_next;
-    if (!j->go_head) j->go_tail = NULL;
-    progress += issue(j, op, now);
+  /* A blocking call on the data thread holds the queue: no other collective
+   * of this job may start while it uses the job's communicators. */
+  while (!j->blocking && j->go_head && atomic_load(&j->go_head->prepared)) {
+    rf__mpi_op *op = j->go_head, *next = op->go_next; /* issue may drop op */
+    if (!issue(j, op, now)) break;
+    j->go_head = next;
+    if (!next) j->go_tail = NULL;
+    progress++;
   }
   if (j->go_head) *busy = true;
   rf__mpi_op *op, *tmp;
@@ -364,7 +406,7 @@ void rf__mpi_member_free(rf__job *j) {
     report(op, rf__error(RF_CANCELLED, "collective '%s': the session closed",
                          op->name));
     if (op->state == RF_OP_IN_FLIGHT) { /* MPI may still use its buffers */
-      MPI_Request_free(&op->req);
+      if (!op->gpu && !op->blocking) MPI_Request_free(&op->req);
       continue;
     }
     unref(op);

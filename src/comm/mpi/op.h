@@ -30,6 +30,18 @@ struct rf__mpi_op {
   rf_tensor *partial;  /* this task's reduction or gathered rows */
   rf_tensor *out;      /* result, or this task's rows of a reduce_scatter */
   bool wide;           /* float16/bfloat16 reduced as float32 */
+  /* GPU participants (gpu.c): NCCL moves everything, outputs per
+   * participant. */
+  bool gpu;
+  int root_rank; /* GO: the root's rank in the job */
+  rf_tensor *gpu_outs[64];
+  /* Completed elsewhere (NCCL's streams, or the MPI data thread for a
+   * blocking call): async_done, then async_status. */
+  bool blocking;
+  atomic_int async_done;
+  rf_status *async_status;
+  rf__mpi_set *set;      /* the set it was issued on */
+  rf__mpi_op *data_next; /* the data thread's queue */
   /* state */
   atomic_int refs;     /* the preparing thread, the engine, the report */
   atomic_int prepared; /* this task's data are ready to send */
@@ -51,6 +63,17 @@ rf_status *rf__mpi_op_alloc(rf__mpi_op *op);
 void rf__mpi_op_prepare(rf__mpi_op *op);
 /* Starts the MPI collective on comm (engine thread). */
 rf_status *rf__mpi_op_issue(rf__mpi_op *op, MPI_Comm comm);
+/* Whether op runs as a blocking MPI call on the data thread (data.c):
+ * reduce and reduce-scatter, whose nonblocking forms were slow in OpenMPI
+ * 4.1 at a few MiB, when MPI gives MPI_THREAD_MULTIPLE; RF_MPI_BLOCKING=0
+ * turns it off. */
+bool rf__mpi_op_blocking(const rf__mpi_op *op);
+/* The blocking call itself (the data thread). */
+rf_status *rf__mpi_op_run_blocking(rf__mpi_op *op, MPI_Comm comm);
+/* The data thread (engine.c): runs queued blocking ops one at a time, in
+ * order; each sets async_done and wakes the engine. */
+bool rf__mpi_data_thread_ready(void);
+void rf__mpi_data_thread_push(rf__mpi_op *op);
 /* After completion: participant i's output, a new reference or NULL
  * (post-processing: avg, float16, the rows of reduce_scatter). */
 rf_status *rf__mpi_op_outputs(rf__mpi_op *op, rf_tensor **outs);

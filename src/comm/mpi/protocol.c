@@ -4,6 +4,7 @@
  * travels on its ctl communicator with one tag; one receive from any task is
  * always posted, and MPI keeps the order of two messages between the same
  * two tasks, which is what makes the coordinator's GO order everyone's. */
+#include <sched.h>
 #include <string.h>
 
 #include "comm/mpi/engine.h"
@@ -101,19 +102,33 @@ bool rf__mpi_poll_sends(rf__job *j) {
   return j->sends != NULL;
 }
 
+/* Buffers of sends abandoned at detach: MPI may still read them until it
+ * finalises, so they are freed when the engine stops (engine thread). */
+static rf__mpi_send *orphans;
+
 void rf__mpi_drop_messages(rf__job *j) {
   if (j->recv_req != MPI_REQUEST_NULL) {
     MPI_Cancel(&j->recv_req);
     MPI_Wait(&j->recv_req, MPI_STATUS_IGNORE);
   }
-  /* Sends to tasks that left may never complete: let MPI finish or drop
-   * them (the buffers stay, as MPI may still read them). */
-  for (int spin = 0; spin < 1000 && rf__mpi_poll_sends(j); spin++) {
-  }
+  /* Sends to tasks that left may never complete: give them a moment, then
+   * drop the requests and keep the buffers. */
+  int64_t until = rf__mpi_now_ns() + 200000000;
+  while (rf__mpi_poll_sends(j) && rf__mpi_now_ns() < until) sched_yield();
   while (j->sends) {
     rf__mpi_send *s = j->sends;
     j->sends = s->next;
     MPI_Request_free(&s->req);
+    s->next = orphans;
+    orphans = s;
+  }
+}
+
+void rf__mpi_free_orphans(void) {
+  while (orphans) {
+    rf__mpi_send *s = orphans;
+    orphans = s->next;
+    rf__free(s->buf);
     rf__free(s);
   }
 }

@@ -64,6 +64,7 @@ rf_status *rf__mpi_parse_set(const char *devices, int *n, int **tasks,
 }
 
 static void set_free(rf__mpi_set *s) {
+  if (s->nccl) rf__mpi_gpu_free(s);
   if (s->owned && s->comm != MPI_COMM_NULL) MPI_Comm_free(&s->comm);
   rf__free(s->key);
   rf__free(s->tasks);
