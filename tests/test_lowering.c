@@ -226,7 +226,7 @@ static void test_reduce_structure(void **state) {
   for (int i = 0; i < 3; i++) { /* compile's note of the group's devices */
     const char *devs;
     assert_ok(rf_node_attr_string(parts[i], "_devices", &devs));
-    assert_string_equal(devs, "cpu:2,cpu:1,cpu:0");
+    assert_string_equal(devs, "cpu:0,cpu:1,cpu:2"); /* device order */
   }
   for (int i = 0; i < 3; i++) {
     assert_participant_attrs(parts[i], "red", 3, RF_FLOAT64);

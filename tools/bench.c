@@ -14,14 +14,14 @@
 #include "tools.h"
 
 typedef struct opts {
-  int n, threads, factor;
+  int n, threads, factor, rounds;
   bool gpu; /* --devices gpu:0-N */
   bench_gpu_backend backend;
   bool executor_only, no_executor;
   const char *trace_prefix;
   int64_t lo, hi;
   double min_time;
-  bool quick, csv, no_mpi, no_floor;
+  bool quick, csv, no_mpi, no_floor, no_gloo, devices_given;
   int only; /* a bench_coll, or -1 for all */
   const char *mpi_program;
 } opts;
@@ -55,7 +55,12 @@ static const char *const usage_text =
     "  per GPU node (--executor: only that; --no-executor: not that);\n"
     "  --trace PREFIX writes a Chrome trace of one step per collective at\n"
     "  the smallest and largest size (PREFIX_<collective>_<bytes>.json).\n"
-    "  --quick: 1K..4M, 0.02 s per size (for tests); --csv: CSV tables.\n";
+    "  --quick: 1K..4M, 0.02 s per size (for tests); --csv: CSV tables.\n"
+    "Under mpirun (mpirun -np N ringflow bench): each collective across the\n"
+    "  N processes (--devices each, default 1) against MPI_Allreduce,\n"
+    "  MPI_Reduce, ... and Gloo (all_reduce, when built) in the same\n"
+    "  processes on the same buffers: medians of --rounds rounds (default\n"
+    "  5) of alternating windows; [--no-gloo].\n";
 
 static int parse_size(const char *s, int64_t *out) {
   char *end;
@@ -125,9 +130,11 @@ static int parse_args(int argc, char **argv, opts *o, bool *stop) {
       {"executor", no_argument, 0, 'E'},
       {"no-executor", no_argument, 0, 'X'},
       {"trace", required_argument, 0, 'R'},
+      {"no-gloo", no_argument, 0, 'G'},
+      {"rounds", required_argument, 0, 'r'},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
-  *o = (opts){.n = 4, .factor = 4, .min_time = -1, .only = -1};
+  *o = (opts){.n = 4, .factor = 4, .min_time = -1, .only = -1, .rounds = 5};
   bool min_given = false, max_given = false;
   int c;
   optind = 1;
@@ -139,7 +146,10 @@ static int parse_args(int argc, char **argv, opts *o, bool *stop) {
           bad = parse_int(optarg, 1, 64, &o->n);
         else if (parse_device_arg(optarg, o))
           return 2; /* reported */
+        o->devices_given = true;
         break;
+      case 'G': o->no_gloo = true; break;
+      case 'r': bad = parse_int(optarg, 1, 15, &o->rounds); break;
       case 'a': bad = parse_size(optarg, &o->lo), min_given = true; break;
       case 'b': bad = parse_size(optarg, &o->hi), max_given = true; break;
       case 'q': o->quick = true; break;
@@ -367,6 +377,26 @@ int cmd_bench(int argc, char **argv) {
   bool stop = false;
   int rc = parse_args(argc, argv, &o, &stop);
   if (rc || stop) return rc;
+#ifdef RF_HAVE_MPI
+  int task = 0, ntasks = 1;
+  RF_TOOL_TRY(rf_job_tasks(&task, &ntasks));
+  if (ntasks > 1 && o.gpu)
+    return tool_fail(
+        "bench: across processes only on CPU devices (--devices N); GPU "
+        "devices are benchmarked in one process");
+  if (ntasks > 1) {
+    bench_job_args a = {.devices = o.devices_given ? o.n : 1,
+                        .threads = o.threads,
+                        .only = o.only,
+                        .rounds = o.quick && o.rounds == 5 ? 3 : o.rounds,
+                        .lo = o.lo,
+                        .hi = o.hi,
+                        .min_time = o.min_time,
+                        .csv = o.csv,
+                        .no_gloo = o.no_gloo};
+    return bench_job(&a);
+  }
+#endif
   results *r = calloc(1, sizeof *r);
   if (!r) return tool_fail("bench: out of memory");
   for (int64_t s = o.lo; s <= o.hi && r->nsizes < BENCH_MAX_SIZES;

@@ -39,6 +39,10 @@ double bench_bus_factor(bench_coll c, int n);
 /* The bytes nccl-tests counts for a nominal size: all-gather and
  * reduce-scatter round down to n equal float slices (0: too small). */
 double bench_counted_bytes(bench_coll c, int n, int64_t nominal);
+/* Element k of output f when input i holds (k + i) % 7 (i: the device's
+ * rank; broadcast: the root's input, i = 0): small integers, so float sums
+ * are exact. */
+double bench_expected(bench_coll c, int n, int64_t in_count, int f, int64_t k);
 /* Fills time, algbw and busbw of a row from seconds per op. */
 void bench_row_set(bench_row *r, bench_coll c, int n, double bytes, int iters,
                    double seconds);
@@ -109,5 +113,28 @@ typedef struct bench_gpu_opts {
  * Returns the command's exit code (1 with a message when there is no GPU or
  * the build has no CUDA). */
 int bench_gpu_main(const bench_gpu_opts *o);
+
+/* ---- across processes (bench_job.c; MPI builds) ---- */
+
+/* mpirun -np N ringflow bench: each collective across the job's processes
+ * (devices each) against plain MPI and Gloo, interleaved rounds, medians. */
+typedef struct bench_job_args {
+  int devices, threads, only, rounds; /* only: a bench_coll, or -1 */
+  int64_t lo, hi;
+  double min_time;
+  bool csv, no_gloo;
+} bench_job_args;
+int bench_job(const bench_job_args *a);
+
+/* The Gloo baseline (bench_gloo.cc, when Gloo is built): a context of
+ * `size` processes over loopback TCP, meeting through files in `dir`. false
+ * (with why) when it cannot be made, or without Gloo. */
+typedef struct bench_gloo bench_gloo;
+bool bench_gloo_new(int rank, int size, const char *dir, bench_gloo **out,
+                    char *why, size_t why_len);
+/* out = sum over processes of in (count floats); false on a Gloo error. */
+bool bench_gloo_allreduce(bench_gloo *g, const float *in, float *out,
+                          int64_t count);
+void bench_gloo_free(bench_gloo *g);
 
 #endif

@@ -114,9 +114,7 @@ static rf_status *make_inputs(setup *su) {
   return NULL;
 }
 
-/* Expected element k of fetch f. */
-static double expected(bench_coll c, int n, int64_t in_count, int f,
-                       int64_t k) {
+double bench_expected(bench_coll c, int n, int64_t in_count, int f, int64_t k) {
   double sum = 0;
   switch (c) {
     case BC_ALL_REDUCE:
@@ -141,7 +139,7 @@ static rf_status *check_outputs(bench_coll c, int n, const setup *su,
     int64_t m = rf_tensor_num_elements(outs[f]);
     int64_t probes[3] = {0, m / 2, m - 1};
     for (int p = 0; p < 3; p++) {
-      double want = expected(c, n, su->in_count, f, probes[p]);
+      double want = bench_expected(c, n, su->in_count, f, probes[p]);
       double got = rf_tensor_get(outs[f], probes[p]);
       if (got != want)
         return rf_status_new(RF_INTERNAL,

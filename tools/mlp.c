@@ -172,6 +172,38 @@ static void build_sharded(const mlp_config *c, rf_graph *g, int p,
   }
 }
 
+/* What processes of a job exchange besides gradients (mlp.h); pruned away
+ * unless fetched. */
+static rf_status *build_job_collectives(const mlp_config *c, rf_graph *g,
+                                        mlp_graph *m) {
+  int nd = c->num_devices;
+  rf_output in[MLP_MAX_DEVICES], out[MLP_MAX_DEVICES];
+  for (int d = 0; d < nd; d++) in[d] = m->rep[d].loss;
+  rf_all_reduce_n(g, "job_loss", in, nd, RF_REDUCE_AVG, out);
+  for (int d = 0; d < nd; d++) {
+    m->rep[d].loss_avg = out[d];
+    rf_graph_push_device(g, c->devices[d]);
+    in[d] = m->rep[d].stats_in =
+        rf_placeholder(g, NULL, RF_FLOAT64, rf_shape_of(1, 4));
+    rf_graph_pop_device(g);
+  }
+  rf_all_reduce_n(g, "job_stats_sum", in, nd, RF_REDUCE_SUM, out);
+  for (int d = 0; d < nd; d++) m->rep[d].stats_sum = out[d];
+  rf_all_reduce_n(g, "job_stats_max", in, nd, RF_REDUCE_MAX, out);
+  for (int d = 0; d < nd; d++) m->rep[d].stats_max = out[d];
+  for (int p = 0; p < m->num_params; p++) {
+    char name[32];
+    for (int d = 0; d < nd; d++) in[d] = m->rep[d].params[p];
+    snprintf(name, sizeof name, "job_pmax_%d", p);
+    rf_all_reduce_n(g, name, in, nd, RF_REDUCE_MAX, out);
+    for (int d = 0; d < nd; d++) m->rep[d].pmax[p] = out[d];
+    snprintf(name, sizeof name, "job_pmin_%d", p);
+    rf_all_reduce_n(g, name, in, nd, RF_REDUCE_MIN, out);
+    for (int d = 0; d < nd; d++) m->rep[d].pmin[p] = out[d];
+  }
+  return rf_graph_status(g);
+}
+
 rf_status *mlp_build(const mlp_config *c, mlp_graph *m) {
   if (c->num_devices < 1 || c->num_devices > MLP_MAX_DEVICES ||
       c->num_layers < 1 || c->num_layers > MLP_MAX_LAYERS)
@@ -215,6 +247,7 @@ rf_status *mlp_build(const mlp_config *c, mlp_graph *m) {
     }
     st = rf_graph_status(g);
   }
+  if (!st) st = build_job_collectives(c, g, m);
   if (!st) {
     m->train_op = rf_noop(g, "train");
     m->init_op = rf_noop(g, "init");

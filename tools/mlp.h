@@ -41,6 +41,12 @@ typedef struct mlp_replica {
   rf_output moments[2][2 * MLP_MAX_LAYERS]; /* reads of Adam's m and v */
   /* placeholders for the initial values of params, m and v */
   rf_output init[3][2 * MLP_MAX_LAYERS];
+  /* Across processes (a process fetches only its own replicas): the mean
+   * loss of every replica; a float64 (4) placeholder summed and maxed over
+   * every replica (train_job.c: test counts and parameter hashes); every
+   * replica's elementwise max and min of each parameter. */
+  rf_output loss_avg, stats_in, stats_sum, stats_max;
+  rf_output pmax[2 * MLP_MAX_LAYERS], pmin[2 * MLP_MAX_LAYERS];
 } mlp_replica;
 
 typedef struct mlp_graph {

@@ -10,10 +10,19 @@
 
 #include "ringflow/graph_io.h"
 
+int tool_task = -1;
+
+static void prefix(void) {
+  if (tool_task >= 0)
+    fprintf(stderr, "ringflow[task %d]: ", tool_task);
+  else
+    fputs("ringflow: ", stderr);
+}
+
 int tool_fail(const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  fputs("ringflow: ", stderr);
+  prefix();
   vfprintf(stderr, fmt, ap);
   fputc('\n', stderr);
   va_end(ap);
@@ -21,8 +30,9 @@ int tool_fail(const char *fmt, ...) {
 }
 
 int tool_report(rf_status *st) {
-  fprintf(stderr, "ringflow: error (%s): %s\n",
-          rf_code_name(rf_status_code(st)), rf_status_message(st));
+  prefix();
+  fprintf(stderr, "error (%s): %s\n", rf_code_name(rf_status_code(st)),
+          rf_status_message(st));
   rf_status_free(st);
   return 1;
 }

@@ -9,6 +9,10 @@
 
 #include "ringflow/ringflow.h"
 
+/* This process's task in an MPI job, or -1: messages then start
+ * "ringflow[task N]: ". */
+extern int tool_task;
+
 /* Prints "ringflow: <message>" to stderr; returns 2 (usage error). */
 int tool_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Prints the status (code and message) and frees it; returns 1. */

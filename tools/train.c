@@ -1,7 +1,10 @@
 /* tools/train.c - `ringflow train`: data-parallel training of an MLP on
  * Fashion-MNIST across virtual CPU devices (or GPUs), with progress, test
  * accuracy after each epoch, a check that every replica holds the same
- * parameters, and --check: the same steps on one device for comparison. */
+ * parameters, and --check: the same steps on one device for comparison.
+ * Under mpirun every process trains its --devices' replicas of one job-wide
+ * graph on its rows of each global batch (train_job.c); task 0 prints and
+ * runs --check's single-device reference. */
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
@@ -15,6 +18,7 @@
 #include "idx.h"
 #include "mlp.h"
 #include "tools.h"
+#include "train_job.h"
 
 #ifndef M_PI
 #define M_PI 3.14159265358979323846
@@ -103,29 +107,27 @@ static rf_status *batch_tensors(const dataset *d, const int *idx, int rows,
   return NULL;
 }
 
-typedef struct trainer {
-  mlp_config cfg;
-  mlp_graph m;
-  rf_session *s;
-  int64_t step; /* Adam's t */
-} trainer;
-
 /* Assigns every replica's params and Adam moments from state[0..2][p]. */
 static rf_status *assign_state(trainer *t,
                                rf_tensor *state[3][2 * MLP_MAX_LAYERS]) {
   static rf_feed feeds[MLP_MAX_DEVICES * 6 * MLP_MAX_LAYERS];
   int nf = 0;
-  for (int d = 0; d < t->cfg.num_devices; d++)
+  for (int d = t->first; d < t->first + t->nlocal; d++)
     for (int k = 0; k < 3; k++)
       for (int p = 0; p < t->m.num_params; p++)
         feeds[nf++] = (rf_feed){t->m.rep[d].init[k][p], state[k][p]};
   return rf_session_run(t->s, feeds, nf, NULL, 0, &t->m.init_op, 1, NULL);
 }
 
+/* job: this process's replicas (NULL: all of them, one process). */
 static rf_status *trainer_init(trainer *t, const mlp_config *cfg, uint64_t seed,
-                               const rf_session_options *opts) {
+                               const rf_session_options *opts,
+                               const train_job *job) {
   memset(t, 0, sizeof *t);
   t->cfg = *cfg;
+  t->job = job && job->ntasks > 1;
+  t->first = t->job ? job->first : 0;
+  t->nlocal = t->job ? job->nlocal : cfg->num_devices;
   RF_TOOL_CHECK(mlp_build(cfg, &t->m));
   RF_TOOL_CHECK(rf_session_new(t->m.g, opts, &t->s));
   rf_tensor *state[3][2 * MLP_MAX_LAYERS];
@@ -145,12 +147,14 @@ static rf_status *trainer_init(trainer *t, const mlp_config *cfg, uint64_t seed,
 }
 
 /* Writes replica 0's params, Adam moments and step count. */
-static rf_status *trainer_save(trainer *t, const char *path) {
+/* Every process of a job runs it (sharded moments are all-gathered);
+ * `write` says whether this one writes the file. */
+static rf_status *trainer_save(trainer *t, const char *path, bool write) {
   checkpoint c = {.step = t->step};
   int np = t->m.num_params;
   /* Sharded moments come from all-gathers, which need every replica's
    * participant: fetch the other replicas' copies too, and drop them. */
-  int nrep = t->cfg.sync == SYNC_SHARDED ? t->cfg.num_devices : 1;
+  int nrep = t->cfg.sync == SYNC_SHARDED ? t->nlocal : 1;
   int n = np + 2 * np * nrep;
   rf_output *fetches = malloc(sizeof *fetches * (size_t)n);
   rf_tensor **out = malloc(sizeof *out * (size_t)n);
@@ -160,10 +164,10 @@ static rf_status *trainer_save(trainer *t, const char *path) {
     return rf_status_new(RF_RESOURCE_EXHAUSTED, "out of memory");
   }
   for (int p = 0; p < np; p++) {
-    fetches[p] = t->m.rep[0].params[p];
+    fetches[p] = t->m.rep[t->first].params[p];
     for (int r = 0; r < nrep; r++) {
-      fetches[np + r * 2 * np + p] = t->m.rep[r].moments[0][p];
-      fetches[np + r * 2 * np + np + p] = t->m.rep[r].moments[1][p];
+      fetches[np + r * 2 * np + p] = t->m.rep[t->first + r].moments[0][p];
+      fetches[np + r * 2 * np + np + p] = t->m.rep[t->first + r].moments[1][p];
     }
   }
   rf_status *st = rf_session_run(t->s, NULL, 0, fetches, n, NULL, 0, out);
@@ -179,7 +183,7 @@ static rf_status *trainer_save(trainer *t, const char *path) {
   for (int k = 0; k < 3; k++)
     for (int p = 0; p < np; p++)
       mlp_state_name(k, p, c.names[k * np + p], CKPT_NAME_MAX);
-  st = checkpoint_save(&c, path);
+  st = write ? checkpoint_save(&c, path) : NULL;
   checkpoint_clear(&c);
   return st;
 }
@@ -231,11 +235,12 @@ static void trainer_free(trainer *t) {
   mlp_free(&t->m);
 }
 
-/* One step on the global batch idx[0 .. devices*device_batch); *loss gets the
- * mean loss over the global batch. */
+/* One step on the global batch idx[0 .. devices*device_batch), of which this
+ * process feeds its replicas' rows; *loss gets the mean loss over the global
+ * batch. */
 static rf_status *train_step(trainer *t, const dataset *d, const int *idx,
                              double lr, double *loss) {
-  int nd = t->cfg.num_devices, rows = t->cfg.device_batch;
+  int nd = t->nlocal, rows = t->cfg.device_batch;
   rf_tensor *x[MLP_MAX_DEVICES], *y[MLP_MAX_DEVICES], *b1, *b2, *lrt;
   rf_feed feeds[5 * MLP_MAX_DEVICES];
   rf_output fetches[MLP_MAX_DEVICES];
@@ -258,10 +263,11 @@ static rf_status *train_step(trainer *t, const dataset *d, const int *idx,
   }
   int made = 0;
   for (; made < nd && !st; made++)
-    st = batch_tensors(d, idx + made * rows, rows, &x[made], &y[made]);
+    st = batch_tensors(d, idx + (t->first + made) * rows, rows, &x[made],
+                       &y[made]);
   if (st) made--;
   for (int i = 0; i < made; i++) {
-    mlp_replica *r = &t->m.rep[i];
+    mlp_replica *r = &t->m.rep[t->first + i];
     feeds[5 * i] = (rf_feed){r->x, x[i]};
     feeds[5 * i + 1] = (rf_feed){r->y, y[i]};
     feeds[5 * i + 2] = (rf_feed){r->beta1_power, b1};
@@ -269,16 +275,19 @@ static rf_status *train_step(trainer *t, const dataset *d, const int *idx,
     feeds[5 * i + 4] = (rf_feed){r->lr, lrt};
     fetches[i] = r->loss;
   }
+  /* Across processes the mean comes from an all-reduce of every loss. */
+  int nfetch = t->job ? 1 : nd;
+  if (t->job) fetches[0] = t->m.rep[t->first].loss_avg;
   if (!st)
-    st = rf_session_run(t->s, feeds, 5 * nd, fetches, nd, &t->m.train_op, 1,
+    st = rf_session_run(t->s, feeds, 5 * nd, fetches, nfetch, &t->m.train_op, 1,
                         losses);
   if (!st) {
     double sum = 0;
-    for (int i = 0; i < nd; i++) {
+    for (int i = 0; i < nfetch; i++) {
       sum += rf_tensor_get(losses[i], 0);
       rf_tensor_release(losses[i]);
     }
-    *loss = sum / nd;
+    *loss = sum / nfetch;
   }
   for (int i = 0; i < made; i++) {
     rf_tensor_release(x[i]);
@@ -290,11 +299,12 @@ static rf_status *train_step(trainer *t, const dataset *d, const int *idx,
   return st;
 }
 
-/* Test accuracy, data-parallel over the replicas. The last global batch is
- * padded with row 0 and only its real rows are counted. */
-static rf_status *evaluate(trainer *t, const dataset *d, double *accuracy) {
-  int nd = t->cfg.num_devices, rows = t->cfg.device_batch;
-  int per_step = nd * rows;
+/* Test rows right, data-parallel over this process's replicas (the job adds
+ * the processes' counts up). The last global batch is padded with row 0 and
+ * only its real rows are counted. */
+static rf_status *evaluate(trainer *t, const dataset *d, int64_t *right) {
+  int nd = t->nlocal, rows = t->cfg.device_batch;
+  int per_step = t->cfg.num_devices * rows, skip = t->first * rows;
   int64_t correct = 0;
   int *idx = malloc(sizeof(int) * (size_t)per_step);
   if (!idx) return rf_status_new(RF_RESOURCE_EXHAUSTED, "out of memory");
@@ -307,19 +317,19 @@ static rf_status *evaluate(trainer *t, const dataset *d, double *accuracy) {
     rf_output fetches[MLP_MAX_DEVICES];
     int made = 0;
     for (; made < nd && !st; made++)
-      st = batch_tensors(d, idx + made * rows, rows, &x[made], &y[made]);
+      st = batch_tensors(d, idx + skip + made * rows, rows, &x[made], &y[made]);
     if (st) made--;
     for (int i = 0; i < made; i++) {
-      feeds[2 * i] = (rf_feed){t->m.rep[i].x, x[i]};
-      feeds[2 * i + 1] = (rf_feed){t->m.rep[i].y, y[i]};
-      fetches[i] = t->m.rep[i].correct;
+      feeds[2 * i] = (rf_feed){t->m.rep[t->first + i].x, x[i]};
+      feeds[2 * i + 1] = (rf_feed){t->m.rep[t->first + i].y, y[i]};
+      fetches[i] = t->m.rep[t->first + i].correct;
     }
     if (!st)
       st = rf_session_run(t->s, feeds, 2 * nd, fetches, nd, NULL, 0, out);
     for (int i = 0; !st && i < nd; i++) {
-      const int32_t *right = rf_tensor_data(out[i]);
+      const int32_t *ok = rf_tensor_data(out[i]);
       for (int r = 0; r < rows; r++)
-        if (i * rows + r < valid) correct += right[r];
+        if (skip + i * rows + r < valid) correct += ok[r];
       rf_tensor_release(out[i]);
     }
     for (int i = 0; i < made; i++) {
@@ -328,17 +338,20 @@ static rf_status *evaluate(trainer *t, const dataset *d, double *accuracy) {
     }
   }
   free(idx);
-  if (!st) *accuracy = (double)correct / (double)d->n;
+  if (!st) *right = correct;
   return st;
 }
 
-/* Largest difference between replicas' parameters (0 when bit-identical). */
-static rf_status *replica_spread(trainer *t, double *spread) {
-  int nd = t->cfg.num_devices, np = t->m.num_params;
+/* Largest difference between this process's replicas' parameters (0 when
+ * bit-identical); *params gets the first one's (np new references). */
+static rf_status *replica_spread(trainer *t, double *spread,
+                                 rf_tensor **params) {
+  int nd = t->nlocal, np = t->m.num_params;
   rf_output fetches[MLP_MAX_DEVICES * 2 * MLP_MAX_LAYERS];
   rf_tensor *out[MLP_MAX_DEVICES * 2 * MLP_MAX_LAYERS];
   for (int d = 0; d < nd; d++)
-    for (int p = 0; p < np; p++) fetches[d * np + p] = t->m.rep[d].params[p];
+    for (int p = 0; p < np; p++)
+      fetches[d * np + p] = t->m.rep[t->first + d].params[p];
   RF_TOOL_CHECK(rf_session_run(t->s, NULL, 0, fetches, nd * np, NULL, 0, out));
   double worst = 0;
   for (int d = 1; d < nd; d++)
@@ -350,7 +363,8 @@ static rf_status *replica_spread(trainer *t, double *spread) {
                              rf_tensor_get(out[p], i));
           if (diff > worst || diff != diff) worst = diff;
         }
-  for (int i = 0; i < nd * np; i++) rf_tensor_release(out[i]);
+  for (int p = 0; p < np; p++) params[p] = out[p];
+  for (int i = np; i < nd * np; i++) rf_tensor_release(out[i]);
   *spread = worst;
   return NULL;
 }
@@ -358,8 +372,8 @@ static rf_status *replica_spread(trainer *t, double *spread) {
 static rf_status *max_param_diff(trainer *a, trainer *b, double *diff) {
   int np = a->m.num_params;
   rf_tensor *pa[2 * MLP_MAX_LAYERS], *pb[2 * MLP_MAX_LAYERS];
-  RF_TOOL_CHECK(
-      rf_session_run(a->s, NULL, 0, a->m.rep[0].params, np, NULL, 0, pa));
+  RF_TOOL_CHECK(rf_session_run(a->s, NULL, 0, a->m.rep[a->first].params, np,
+                               NULL, 0, pa));
   RF_TOOL_CHECK(
       rf_session_run(b->s, NULL, 0, b->m.rep[0].params, np, NULL, 0, pb));
   double worst = 0;
@@ -378,11 +392,12 @@ static rf_status *max_param_diff(trainer *a, trainer *b, double *diff) {
 /* The training graph as built and as a session runs it (after placement and
  * collective lowering). */
 static rf_status *write_graphs(trainer *t, const rf_session_options *o,
-                               const char *dir) {
-  rf_graph *lowered;
+                               const char *dir, bool write) {
+  rf_graph *lowered; /* every process of a job lowers (collectively) */
   RF_TOOL_CHECK(rf_graph_lower(t->m.g, o, &lowered));
-  rf_status *st = tool_write_dot(t->m.g, dir, "train_before_lowering");
-  if (!st) st = tool_write_dot(lowered, dir, "train_after_lowering");
+  rf_status *st =
+      write ? tool_write_dot(t->m.g, dir, "train_before_lowering") : NULL;
+  if (!st && write) st = tool_write_dot(lowered, dir, "train_after_lowering");
   rf_graph_free(lowered);
   return st;
 }
@@ -551,11 +566,12 @@ static rf_status *bench(trainer *t, const dataset *d, const options *o,
     RF_TOOL_CHECK(train_step(t, d, idx + (size_t)s * o->batch, o->lr, &loss));
   }
   double secs = now_seconds() - start;
-  printf(
-      "samples_per_sec=%.1f batch=%d devices=%d steps=%d seconds=%.3f "
-      "loss=%.4f\n",
-      (double)o->max_steps * o->batch / secs, o->batch, t->cfg.num_devices,
-      o->max_steps, secs, loss);
+  if (tool_task <= 0)
+    printf(
+        "samples_per_sec=%.1f batch=%d devices=%d steps=%d seconds=%.3f "
+        "loss=%.4f\n",
+        (double)o->max_steps * o->batch / secs, o->batch, t->cfg.num_devices,
+        o->max_steps, secs, loss);
   return NULL;
 }
 
@@ -563,6 +579,20 @@ static const char *const sync_names[] = {
     [SYNC_ALLREDUCE] = "all-reduce",
     [SYNC_REDUCE_BROADCAST] = "reduce+broadcast",
     [SYNC_SHARDED] = "reduce-scatter + sharded Adam + all-gather"};
+
+/* End of an epoch: test accuracy and whether the replicas agree (across
+ * processes, through collectives). */
+static rf_status *end_epoch(trainer *t, const dataset *test, double *acc,
+                            double *spread) {
+  int64_t right = 0;
+  rf_tensor *params[2 * MLP_MAX_LAYERS];
+  RF_TOOL_CHECK(evaluate(t, test, &right));
+  RF_TOOL_CHECK(replica_spread(t, spread, params));
+  rf_status *st = t->job ? train_job_epoch(t, params, &right, spread) : NULL;
+  for (int p = 0; p < t->m.num_params; p++) rf_tensor_release(params[p]);
+  *acc = (double)right / (double)test->n;
+  return st;
+}
 
 int cmd_train(int argc, char **argv) {
   options o;
@@ -578,9 +608,13 @@ int cmd_train(int argc, char **argv) {
   rf_session_options sopts, one_opts;
   rf_session_options_init(&sopts);
   rf_session_options_init(&one_opts);
-  if (parse_devices(o.devices, cfg.devices, MLP_MAX_DEVICES, &cfg.num_devices,
-                    &sopts))
+  char local[MLP_MAX_DEVICES][32];
+  int nlocal;
+  if (parse_devices(o.devices, local, MLP_MAX_DEVICES, &nlocal, &sopts))
     return 2;
+  train_job job;
+  if ((rc = train_job_init(&job, local, nlocal, &cfg))) return rc;
+  bool lead = job.task == 0; /* prints, writes, checks */
   if (o.batch % cfg.num_devices)
     return tool_fail("--batch %d is not divisible by %d devices", o.batch,
                      cfg.num_devices);
@@ -589,22 +623,23 @@ int cmd_train(int argc, char **argv) {
   RF_TOOL_TRY(load_split(o.data_dir, "train", &train));
   RF_TOOL_TRY(load_split(o.data_dir, "t10k", &test));
   trainer t, ref;
-  RF_TOOL_TRY(trainer_init(&t, &cfg, o.seed, &sopts));
-  if (o.graph_dir) RF_TOOL_TRY(write_graphs(&t, &sopts, o.graph_dir));
+  RF_TOOL_TRY(trainer_init(&t, &cfg, o.seed, &sopts, &job));
+  if (o.graph_dir) RF_TOOL_TRY(write_graphs(&t, &sopts, o.graph_dir, lead));
   if (o.load) {
     RF_TOOL_TRY(trainer_load(&t, o.load));
-    printf("loaded %s (step %lld)\n", o.load, (long long)t.step);
+    if (lead) printf("loaded %s (step %lld)\n", o.load, (long long)t.step);
   }
   mlp_config one = cfg;
-  if (o.check) {
+  bool check = o.check && lead;
+  if (check) {
     one.num_devices = 1;
     one.device_batch = o.batch;
     /* the same kind of device as the first of the run, alone */
-    snprintf(one.devices[0], sizeof one.devices[0], "%s", cfg.devices[0]);
+    snprintf(one.devices[0], sizeof one.devices[0], "%s", local[0]);
     one_opts.num_cpu_devices = sopts.num_cpu_devices;
     one_opts.num_gpu_devices =
-        strncmp(cfg.devices[0], "gpu", 3) == 0 ? sopts.num_gpu_devices : 0;
-    RF_TOOL_TRY(trainer_init(&ref, &one, o.seed, &one_opts));
+        strncmp(local[0], "gpu", 3) == 0 ? sopts.num_gpu_devices : 0;
+    RF_TOOL_TRY(trainer_init(&ref, &one, o.seed, &one_opts, NULL));
     if (o.load) RF_TOOL_TRY(trainer_load(&ref, o.load));
   }
   int *idx = malloc(sizeof(int) * (size_t)train.n);
@@ -618,31 +653,37 @@ int cmd_train(int argc, char **argv) {
     dataset_free(&test);
     return st ? tool_report(st) : 0;
   }
-  printf(
-      "ringflow train: MLP 784-512-256-10 on %d device%s (%s), %s, global "
-      "batch %d, %d epochs\n",
-      cfg.num_devices, cfg.num_devices > 1 ? "s" : "", o.devices,
-      sync_names[o.sync], o.batch, o.epochs);
+  char where[320];
+  if (job.ntasks > 1)
+    snprintf(where, sizeof where, "%d processes x %s", job.ntasks, o.devices);
+  else
+    snprintf(where, sizeof where, "%s", o.devices);
+  if (lead)
+    printf(
+        "ringflow train: MLP 784-512-256-10 on %d device%s (%s), %s, global "
+        "batch %d, %d epochs\n",
+        cfg.num_devices, cfg.num_devices > 1 ? "s" : "", where,
+        sync_names[o.sync], o.batch, o.epochs);
   uint64_t shuffle_state = o.seed * 2654435761u + 1;
   int steps_per_epoch = train.n / o.batch;
   int64_t total = (int64_t)steps_per_epoch * o.epochs, done = 0;
   if (o.max_steps && o.max_steps < total) total = o.max_steps;
   progress p;
-  progress_init(&p, total, o.quiet);
+  progress_init(&p, total, o.quiet || !lead);
   double worst_loss_diff = 0;
   for (int e = 0; e < o.epochs && done < total; e++) {
     shuffle(idx, train.n, &shuffle_state);
     for (int s = 0; s < steps_per_epoch && done < total; s++, done++) {
       double loss, ref_loss;
       /* trace a warm step: the 10th, or the last of a shorter run */
-      bool traced = o.trace && done == (total > 10 ? 9 : total - 1);
+      bool traced = o.trace && lead && done == (total > 10 ? 9 : total - 1);
       if (traced) RF_TOOL_TRY(rf_session_trace_next_run(t.s, o.trace));
       double lr = scheduled_lr(&o, done, total);
       RF_TOOL_TRY(train_step(&t, &train, idx + (size_t)s * o.batch, lr, &loss));
       if (traced && !o.quiet)
         printf("\nwrote a trace of step %lld to %s\n", (long long)done + 1,
                o.trace);
-      if (o.check) {
+      if (check) {
         RF_TOOL_TRY(
             train_step(&ref, &train, idx + (size_t)s * o.batch, lr, &ref_loss));
         if (fabs(loss - ref_loss) > worst_loss_diff)
@@ -651,15 +692,14 @@ int cmd_train(int argc, char **argv) {
       progress_step(&p, e + 1, done + 1, loss, o.batch);
     }
     double acc = 0, spread = 0;
-    RF_TOOL_TRY(evaluate(&t, &test, &acc));
-    RF_TOOL_TRY(replica_spread(&t, &spread));
-    progress_epoch(&p, e + 1, acc, spread);
+    RF_TOOL_TRY(end_epoch(&t, &test, &acc, &spread));
+    if (lead) progress_epoch(&p, e + 1, acc, spread);
   }
   if (o.save) {
-    RF_TOOL_TRY(trainer_save(&t, o.save));
-    printf("saved %s (step %lld)\n", o.save, (long long)t.step);
+    RF_TOOL_TRY(trainer_save(&t, o.save, lead));
+    if (lead) printf("saved %s (step %lld)\n", o.save, (long long)t.step);
   }
-  if (o.check) {
+  if (check) {
     double diff;
     RF_TOOL_TRY(max_param_diff(&t, &ref, &diff));
     printf(

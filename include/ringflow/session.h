@@ -11,6 +11,12 @@
  *   rf_session *s;  rf_status *st = rf_session_new(g, &o, &s);
  *   rf_feed feed = {x, x_value};  rf_tensor *y_value;
  *   st = rf_session_run(s, &feed, 1, &y, 1, NULL, 0, &y_value);
+ *
+ * Several processes (builds with MPI; docs/MULTIPROCESS.md): every process of
+ * an MPI job builds the same whole-job graph, whose device names carry a task
+ * part ("/task:1/cpu:0"; a name without one means this process's own device),
+ * and makes the same sessions and runs in the same order. Each process runs
+ * the nodes placed on its own task; collectives meet across processes.
  */
 #ifndef RINGFLOW_SESSION_H
 #define RINGFLOW_SESSION_H
@@ -37,7 +43,19 @@ typedef struct rf_session_options {
    * N > 0 and no usable GPU (a build without CUDA, no device, no driver)
    * rf_session_new fails with FAILED_PRECONDITION "... no GPU: <reason>". */
   int num_gpu_devices;
+  /* Several processes (docs/MULTIPROCESS.md). RF_JOB_AUTO (default): the
+   * session is one task of an MPI job when its graph names a task
+   * ("/task:1/cpu:0") and MPI is initialised or the process was started by
+   * an MPI launcher (mpirun, mpiexec, srun); otherwise it is one process,
+   * task 0 of 1. RF_JOB_SINGLE: always one process. RF_JOB_MPI: always a
+   * task of an MPI job (FAILED_PRECONDITION in builds without MPI). */
+  int job;
+  /* The job's processes: a pointer to an MPI_Comm (not owned; the session
+   * duplicates it); NULL: MPI_COMM_WORLD. Task k is rank k of it. */
+  const void *mpi_comm;
 } rf_session_options;
+
+enum { RF_JOB_AUTO = 0, RF_JOB_SINGLE = 1, RF_JOB_MPI = 2 };
 
 RF_API void rf_session_options_init(rf_session_options *opts);
 
@@ -50,7 +68,16 @@ typedef struct rf_feed {
 } rf_feed;
 
 /* Makes a session over a copy of g (opts NULL: defaults). On error *out is
- * untouched. The graph must hold no recorded error. */
+ * untouched. The graph must hold no recorded error. A session of an MPI job
+ * is made collectively: every process of the job calls rf_session_new, in
+ * the same order, and each learns the others' device counts; a process
+ * that does not come within collective_timeout_ms makes the others fail
+ * with DEADLINE_EXCEEDED. If ringflow initialised MPI itself (nobody had),
+ * it finalises it when the process exits; a program that initialised MPI
+ * finalises it itself, after freeing its sessions, and must have asked for
+ * MPI_THREAD_SERIALIZED or more (MPI_THREAD_MULTIPLE if it calls MPI while
+ * sessions exist): ringflow's MPI calls come from a thread of its own (and a
+ * second one only under MPI_THREAD_MULTIPLE). */
 RF_API rf_status *rf_session_new(const rf_graph *g,
                                  const rf_session_options *opts,
                                  rf_session **out);
@@ -79,6 +106,17 @@ RF_API rf_status *rf_session_trace_next_run(rf_session *s, const char *path);
 RF_API rf_status *rf_graph_lower(const rf_graph *g,
                                  const rf_session_options *opts,
                                  rf_graph **out);
+
+/* Which task of its job the session is: *task in [0, *num_tasks); 0 of 1
+ * for a session of one process. Either pointer may be NULL. */
+RF_API void rf_session_task(const rf_session *s, int *task, int *num_tasks);
+
+/* Which task of MPI_COMM_WORLD this process is, without making a session:
+ * when MPI is initialised or the process was started by an MPI launcher
+ * (MPI is then initialised for ringflow's use, as rf_session_new would),
+ * its rank and size; otherwise, and in builds without MPI, 0 of 1. Errors
+ * (FAILED_PRECONDITION) only when MPI cannot be initialised. */
+RF_API rf_status *rf_job_tasks(int *task, int *num_tasks);
 
 /* Frees the session; no run may be in progress. NULL is ignored. */
 RF_API void rf_session_free(rf_session *s);

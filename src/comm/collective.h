@@ -77,6 +77,12 @@ typedef struct rf__coll_participant {
   /* Optional: the step's cancelled flag (set before the step cancels its
    * collectives); a participant joining a cancelled step fails at once. */
   const atomic_int *step_cancelled;
+  /* Several processes (comm/job.h): how many of the num_devices
+   * participants live in this process (0: all of them). When fewer, the
+   * manager gathers these and hands them to the session's job, which meets
+   * the other processes under (shared_name, job_step). */
+  int task_devices;
+  int64_t job_step;
 } rf__coll_participant;
 
 /* A group of participants that agree, in rank order (by device index). */
@@ -133,6 +139,12 @@ rf_status *rf__collective_join(rf__collective_manager *m,
                                const char *shared_name, int64_t step_id,
                                int64_t timeout_ms,
                                const rf__coll_participant *p);
+
+/* Gives the manager the session's job (comm/job.h; not owned): groups with
+ * participants in other processes go through it. Call before any join. */
+struct rf__job;
+void rf__collective_manager_set_job(rf__collective_manager *m,
+                                    struct rf__job *job);
 
 /* Fails every pending participant of step_id with a copy of `why` (or
  * CANCELLED when NULL), and any that joins that step later. */

@@ -5,7 +5,13 @@
  * runs) or until it fails (timeout, disagreement, cancellation): a FAILED entry
  * stays until the step ends so that late participants fail at once instead of
  * waiting out another timeout. A watchdog thread sleeps until the earliest
- * deadline. Callbacks always run outside the lock. */
+ * deadline. Callbacks always run outside the lock.
+ *
+ * A group with participants in other processes (task_devices < num_devices)
+ * gathers only this process's here, then goes to the session's job
+ * (comm/job.h), which agrees with the other processes and moves the data; a
+ * local failure of such a group is reported to the job so that every
+ * process fails it. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +19,7 @@
 #include <time.h>
 
 #include "comm/collective.h"
+#include "comm/job.h"
 #include "core/hash.h"
 #include "core/status.h"
 
@@ -24,6 +31,9 @@ typedef struct entry {
   int64_t step_id;
   enum entry_state state;
   int expected, arrived, cap;
+  int num_devices; /* of the whole group; expected when not cross */
+  bool cross;      /* participants in other processes too */
+  int64_t job_step;
   rf__coll_participant *parts;
   int64_t deadline_ns; /* 0: none */
   int64_t timeout_ms;
@@ -56,6 +66,7 @@ struct rf__collective_manager {
   cancelled_step *cancelled;
   int num_cancelled, cap_cancelled;
   rf__threadpool *pool;
+  rf__job *job; /* NULL: one process */
 };
 
 static const char *const kind_names[] = {
@@ -138,17 +149,25 @@ static void list_devices(const rf__coll_participant *p, int n, char *buf,
                              p[i].device->canonical, p[i].node);
 }
 
+/* The length of the "/task:K/" prefix of a device name (0: none). */
+static size_t task_prefix(const char *name) {
+  if (strncmp(name, "/task:", 6) != 0) return 0;
+  const char *slash = strchr(name + 1, '/');
+  return slash ? (size_t)(slash - name) + 1 : 0;
+}
+
 /* Lists the devices of the group (from any participant's group_devices)
- * that have not arrived, e.g. "cpu:1, cpu:3"; "" when unknown. */
+ * that have not arrived, e.g. "cpu:1, cpu:3"; "" when unknown. In a group
+ * of several processes only this process's devices (p's task) count. */
 static void list_missing(const rf__coll_participant *p, int n, char *buf,
                          size_t len) {
   const char *all = NULL;
   for (int i = 0; i < n && !all; i++) all = p[i].group_devices;
-  size_t used = 0;
+  size_t used = 0, tp = n > 0 ? task_prefix(p[0].device->canonical) : 0;
   buf[0] = '\0';
   while (all && *all && used < len) {
     size_t k = strcspn(all, ",");
-    bool here = false;
+    bool here = tp && (k < tp || strncmp(all, p[0].device->canonical, tp));
     for (int i = 0; i < n && !here; i++)
       here = strlen(p[i].device->canonical) == k &&
              strncmp(p[i].device->canonical, all, k) == 0;
@@ -214,11 +233,16 @@ static bool shape_compatible(const rf_shape *known, const rf_shape *want) {
   return true;
 }
 
+/* In a group of several processes the root may be elsewhere: receivers are
+ * then checked by the job, against the root's shape. Divisibility counts
+ * every process's participants (num_devices). */
 static rf_status *check_shapes(const rf__coll_group *g) {
   const rf__coll_participant *ref = g->root >= 0 ? &g->p[g->root] : &g->p[0];
   char sa[128], sb[128];
+  int n = g->p[0].num_devices;
   for (int i = 0; i < g->n; i++) {
     const rf__coll_participant *p = &g->p[i];
+    if (!ref->input && !p->input) continue;
     bool ok = p->input ? rf_shape_equal(&p->shape, &ref->shape)
                        : shape_compatible(&ref->shape, &p->shape);
     if (!ok) {
@@ -229,11 +253,11 @@ static rf_status *check_shapes(const rf__coll_group *g) {
   }
   if (g->kind == RF_COLL_REDUCE_SCATTER) {
     int64_t rows = ref->shape.rank > 0 ? ref->shape.dims[0] : 1;
-    if (ref->shape.rank == 0 || rows % g->n != 0)
+    if (ref->shape.rank == 0 || rows % n != 0)
       return rf__invalid(
           "collective '%s' (step %lld): reduce_scatter needs a "
           "first dimension divisible by %d devices, got %s",
-          g->key, (long long)g->step_id, g->n,
+          g->key, (long long)g->step_id, n,
           (rf_shape_format(&ref->shape, sa, sizeof sa), sa));
   }
   if (g->kind == RF_COLL_ALL_GATHER && ref->shape.rank == 0)
@@ -244,7 +268,9 @@ static rf_status *check_shapes(const rf__coll_group *g) {
   return NULL;
 }
 
-static rf_status *check_roots(rf__coll_group *g) {
+/* cross: the root may be in another process (the job checks that there is
+ * exactly one). */
+static rf_status *check_roots(rf__coll_group *g, bool cross) {
   bool rooted = g->kind == RF_COLL_REDUCE || g->kind == RF_COLL_BROADCAST;
   g->root = -1;
   int roots = 0;
@@ -253,7 +279,7 @@ static rf_status *check_roots(rf__coll_group *g) {
       roots++;
       g->root = i;
     }
-  if (rooted && roots != 1)
+  if (rooted && (cross ? roots > 1 : roots != 1))
     return rf__invalid(
         "collective '%s' (step %lld): %s needs exactly one root "
         "(the %s), found %d",
@@ -269,7 +295,8 @@ static rf_status *check_roots(rf__coll_group *g) {
   return NULL;
 }
 
-/* Validates and runs a complete group; takes ownership of e. */
+/* Validates and runs a complete group; takes ownership of e. A group of
+ * several processes goes to the job once this process's part agrees. */
 static void launch(rf__collective_manager *m, entry *e) {
   rf__coll_group g = {.kind = e->parts[0].kind,
                       .reduction = e->parts[0].reduction,
@@ -284,8 +311,22 @@ static void launch(rf__collective_manager *m, entry *e) {
   rf_status *st = NULL;
   for (int i = 1; i < g.n && !st; i++)
     st = check_pair(g.key, g.step_id, &g.p[0], &g.p[i]);
-  if (!st) st = check_roots(&g);
+  if (!st) st = check_roots(&g, e->cross);
   if (!st) st = check_shapes(&g);
+  if (e->cross && m->job) {
+    if (st) {
+      rf__job_coll_failed(m->job, e->shared_name, e->job_step, st);
+      fail_parts(g.p, g.n, st); /* releases the inputs */
+      rf_status_free(st);
+    } else {
+      rf__job_coll_run(m->job, &g, g.p[0].group_devices, e->job_step);
+      for (int i = 0; i < g.n; i++) rf_tensor_release(g.p[i].input);
+    }
+    e->parts = NULL;
+    rf__free(g.p);
+    entry_free(e);
+    return;
+  }
   const rf__coll_backend *be = NULL;
   for (size_t i = 0; !st && i < sizeof backends / sizeof *backends; i++)
     if (backends[i]->device_type == g.p[0].device->name.type) be = backends[i];
@@ -346,9 +387,10 @@ static void doom_locked(entry *e, rf_status *st, entry **list) {
   *list = e;
 }
 
-/* Fails the participants of every doomed entry (outside the lock). The
- * entries stay in the table, FAILED, until their step ends. */
-static void fail_doomed(entry *list) {
+/* Fails the participants of every doomed entry (outside the lock), and
+ * tells the job about groups of several processes. The entries stay in the
+ * table, FAILED, until their step ends. */
+static void fail_doomed(rf__collective_manager *m, entry *list) {
   while (list) {
     entry *e = list;
     list = e->doomed_next;
@@ -357,13 +399,15 @@ static void fail_doomed(entry *list) {
     e->doomed = NULL;
     e->num_doomed = 0;
     e->doomed_next = NULL;
+    if (e->cross && m->job)
+      rf__job_coll_failed(m->job, e->shared_name, e->job_step, e->error);
     fail_parts(parts, n, e->error);
     rf__free(parts);
   }
 }
 
 static entry *entry_new(const char *key, const char *shared_name, int64_t step,
-                        int expected) {
+                        const rf__coll_participant *p, int expected) {
   entry *e = rf__calloc(1, sizeof *e);
   if (!e) return NULL;
   e->key = rf__strdup(key);
@@ -376,6 +420,9 @@ static entry *entry_new(const char *key, const char *shared_name, int64_t step,
   e->step_id = step;
   e->expected = expected;
   e->cap = expected;
+  e->num_devices = p->num_devices;
+  e->cross = expected < p->num_devices;
+  e->job_step = p->job_step;
   return e;
 }
 
@@ -390,6 +437,10 @@ rf_status *rf__collective_join(rf__collective_manager *m,
                        shared_name, p->num_devices);
   char key[512];
   make_key(key, sizeof key, shared_name, step_id);
+  /* This process's share of a group of several processes. */
+  int expected = p->task_devices > 0 && p->task_devices < p->num_devices
+                     ? p->task_devices
+                     : p->num_devices;
   pthread_mutex_lock(&m->mu);
   const rf_status *cancelled = step_cancelled(m, step_id);
   entry *e = NULL;
@@ -409,7 +460,7 @@ rf_status *rf__collective_join(rf__collective_manager *m,
     fail_now = rf_status_new(rf_status_code(e->error), "%s",
                              rf_status_message(e->error));
   } else if (!e) {
-    e = entry_new(key, shared_name, step_id, p->num_devices);
+    e = entry_new(key, shared_name, step_id, p, expected);
     int rf__hash_oom = 0;
     if (e) HASH_ADD_KEYPTR(hh, m->table, e->key, strlen(e->key), e);
     if (!e || rf__hash_oom) {
@@ -433,7 +484,7 @@ rf_status *rf__collective_join(rf__collective_manager *m,
     rf_status_free(fail_now);
     return NULL;
   }
-  if (p->num_devices != e->expected) {
+  if (p->num_devices != e->num_devices || expected != e->expected) {
     /* The group cannot complete consistently: fail everyone who came. */
     char sa[32], sb[32];
     snprintf(sa, sizeof sa, "%d", e->parts[0].num_devices);
@@ -447,7 +498,7 @@ rf_status *rf__collective_join(rf__collective_manager *m,
     pthread_mutex_unlock(&m->mu);
     rf__coll_participant copy = *p;
     copy.input = rf_tensor_retain(p->input);
-    fail_doomed(doomed);
+    fail_doomed(m, doomed);
     fail_parts(&copy, 1, e->error); /* e lives until this step ends */
     return NULL;
   }
@@ -495,7 +546,7 @@ static void *watchdog_main(void *arg) {
     entry *doomed = expire_locked(m, now);
     if (doomed) {
       pthread_mutex_unlock(&m->mu);
-      fail_doomed(doomed);
+      fail_doomed(m, doomed);
       pthread_mutex_lock(&m->mu);
       continue;
     }
@@ -568,7 +619,12 @@ void rf__collective_cancel_step(rf__collective_manager *m, int64_t step_id,
       doom_locked(e, rf_status_new(code, "%s", msg), &doomed);
   }
   pthread_mutex_unlock(&m->mu);
-  fail_doomed(doomed);
+  fail_doomed(m, doomed);
+  if (m->job) rf__job_cancel_step(m->job, step_id, why);
+}
+
+void rf__collective_manager_set_job(rf__collective_manager *m, rf__job *job) {
+  if (m) m->job = job;
 }
 
 void rf__collective_end_step(rf__collective_manager *m, int64_t step_id) {

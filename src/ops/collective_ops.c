@@ -285,8 +285,9 @@ static rf_output all_reduce_suffixed(rf_graph *g, rf_output x, rf_reduction r,
 }
 
 /* max/min: the summed gradient goes to the participant holding the extremum;
- * on ties to the one on the lowest device index. The winner is found with one
- * more all-reduce(min) over "my device index where I hold the extremum".
+ * on ties to the one first in device order (task, then index). The winner is
+ * found with one more all-reduce(min) over "my place in that order where I
+ * hold the extremum".
  * (PyTorch and Horovod re-apply the forward op here, which is wrong.) */
 static rf_output extremum_mask(rf__grad_ctx *c, int n, const char *shared) {
   rf_graph *g = c->g;
@@ -298,15 +299,16 @@ static rf_output extremum_mask(rf__grad_ctx *c, int n, const char *shared) {
     rf_output none = {NULL, 0};
     return none;
   }
+  /* Device order: task, then index (participants share one type). */
   const double big = 2147483647.0;
-  rf_output key = rf_const_scalar(g, NULL, RF_INT32, dev.index);
+  int order = (dev.task > 0 ? dev.task : 0) * 1024 + dev.index;
+  rf_output key = rf_const_scalar(g, NULL, RF_INT32, order);
   rf_output holds = rf_cast(g, NULL, rf_equal(g, NULL, x, y), RF_INT32);
   /* holds ? key : big, in int32 arithmetic */
-  rf_output bid =
-      rf_add(g, NULL,
-             rf_mul(g, NULL, holds,
-                    rf_const_scalar(g, NULL, RF_INT32, dev.index - big)),
-             rf_const_scalar(g, NULL, RF_INT32, big));
+  rf_output bid = rf_add(
+      g, NULL,
+      rf_mul(g, NULL, holds, rf_const_scalar(g, NULL, RF_INT32, order - big)),
+      rf_const_scalar(g, NULL, RF_INT32, big));
   rf_output winner =
       all_reduce_suffixed(g, bid, RF_REDUCE_MIN, n, shared, "_winner");
   return rf_cast(g, NULL, rf_equal(g, NULL, winner, key), rf_output_dtype(x));

@@ -171,9 +171,29 @@ static rf_status *check_group(const rf_graph *graph, const group *g,
 
 /* Sets attr _devices ("cpu:0,cpu:2") on every participant of a checked
  * group, so that a timeout at run time can name the devices that never came
- * (the kernel hands it to the collective manager). */
+ * (the kernel hands it to the collective manager), and _task_devices: the
+ * participants on the node's own task. */
+static bool device_before(const rf__device_name *a, const rf__device_name *b) {
+  if (a->task != b->task) return a->task < b->task;
+  if (a->type != b->type) return a->type < b->type;
+  return a->index < b->index;
+}
+
 static rf_status *annotate_group(rf_graph *graph, const group *g,
                                  const rf__device_name *devices) {
+  /* Device order (task, type, index): every process of a job, whose graphs
+   * may hold the participants in another order, writes the same list. */
+  for (int i = 1; i < g->n; i++)
+    for (int k = i; k > 0; k--) {
+      const rf__device_name *a =
+          &devices[graph->nodes[g->ids[k]]->assigned_device];
+      const rf__device_name *b =
+          &devices[graph->nodes[g->ids[k - 1]]->assigned_device];
+      if (!device_before(a, b)) break;
+      int t = g->ids[k];
+      g->ids[k] = g->ids[k - 1];
+      g->ids[k - 1] = t;
+    }
   size_t len = (size_t)g->n * RF_DEVICE_NAME_MAX + 1, used = 0;
   char *list = rf__malloc(len);
   RF_CHECK_ALLOC(list);
@@ -187,11 +207,33 @@ static rf_status *annotate_group(rf_graph *graph, const group *g,
   }
   rf__attr_value v = rf__attr_string_ref(list);
   rf_status *st = NULL;
-  for (int i = 0; i < g->n && !st; i++)
-    st = rf__attrs_set(&graph->nodes[g->ids[i]]->attrs,
-                       RF_COLLECTIVE_DEVICES_ATTR, &v);
+  for (int i = 0; i < g->n && !st; i++) {
+    rf_node *n = graph->nodes[g->ids[i]];
+    int task = devices[n->assigned_device].task, same = 0;
+    for (int j = 0; j < g->n; j++)
+      same += devices[graph->nodes[g->ids[j]]->assigned_device].task == task;
+    rf__attr_value k = rf__attr_int(same);
+    st = rf__attrs_set(&n->attrs, RF_COLLECTIVE_DEVICES_ATTR, &v);
+    if (!st) st = rf__attrs_set(&n->attrs, RF_COLLECTIVE_TASK_DEVICES_ATTR, &k);
+  }
   rf__free(list);
   return st;
+}
+
+bool rf__has_cross_task_collectives(const rf_graph *graph) {
+  for (int id = 0; id < graph->num_ids; id++) {
+    const rf_node *n = graph->nodes[id];
+    int64_t same = 0, all = 0;
+    if (!n || !rf__is_collective_participant(n) ||
+        !rf__attrs_find(&n->attrs, RF_COLLECTIVE_TASK_DEVICES_ATTR))
+      continue;
+    rf_status *st =
+        rf__attrs_get_int(&n->attrs, RF_COLLECTIVE_TASK_DEVICES_ATTR, &same);
+    if (!st) st = rf__attrs_get_int(&n->attrs, "num_devices", &all);
+    rf_status_free(st);
+    if (!st && same < all) return true;
+  }
+  return false;
 }
 
 rf_status *rf__validate_collectives(rf_graph *graph,

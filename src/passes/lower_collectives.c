@@ -214,7 +214,18 @@ static rf_status *lower_reduce(lower_ctx *c, rf_node *r) {
 static rf_status *shape_source(lower_ctx *c, rf_node *b, int d, rf_output input,
                                rf_node **shape_node, rf_output *out) {
   rf_shape s = b->out_shapes[0];
-  if (rf_shape_is_fully_defined(&s)) { /* a Const on the receiving device */
+  /* A Shape node on the sender cannot feed another process: there the
+   * Const holds the known dims and -1 for the others (the receiver takes the
+   * sender's shape, checked against these). */
+  bool other_task = c->devices[d].task != c->devices[b->assigned_device].task;
+  if (other_task && s.rank < 0) {
+    char dd[RF_DEVICE_NAME_MAX];
+    return rf__invalid(
+        "node '%s' (Broadcast) sends a value of unknown rank to %s, another "
+        "task: across processes the rank must be known",
+        b->name, dev_name(c, d, dd));
+  }
+  if (rf_shape_is_fully_defined(&s) || other_task) { /* a Const there */
     rf_shape vec = rf_shape_of(1, (int64_t)s.rank);
     rf_tensor *t;
     RF_CHECK(rf_tensor_new(RF_INT32, &vec, NULL, &t));
@@ -269,6 +280,77 @@ static rf_status *remove_broadcast(lower_ctx *c, rf_node *b, rf_output input) {
   return NULL;
 }
 
+/* In a job every process must lower a Broadcast alike, whatever its own
+ * step keeps of the consumers: compile recorded every device consuming it
+ * in the whole graph (RF_BROADCAST_RECEIVERS_ATTR), and each gets a
+ * receiver (one nobody here reads still takes part). */
+static rf_status *add_recorded_receivers(lower_ctx *c, rf_node *b, int *others,
+                                         int *nothers) {
+  if (!rf__attrs_find(&b->attrs, RF_BROADCAST_RECEIVERS_ATTR)) return NULL;
+  const char *list;
+  RF_CHECK(rf__attrs_get_string(&b->attrs, RF_BROADCAST_RECEIVERS_ATTR, &list));
+  while (*list) {
+    size_t k = strcspn(list, ",");
+    char name[RF_DEVICE_NAME_MAX + 16];
+    snprintf(name, sizeof name, "%.*s", (int)k, list);
+    list += k + (list[k] == ',');
+    rf__device_name dn;
+    RF_CHECK(rf__device_name_parse(name, &dn));
+    int d = 0;
+    while (d < c->num_devices && !rf__device_name_equal(&c->devices[d], &dn))
+      d++;
+    if (d == c->num_devices)
+      return rf__internal("node '%s' (Broadcast): receiver %s is no device",
+                          b->name, name);
+    int j = 0;
+    while (j < *nothers && others[j] != d) j++;
+    if (d == b->assigned_device || j < *nothers) continue;
+    RF_CHECK(check_kinds(c, b, b->assigned_device, d));
+    if (*nothers == RF_MAX_LOWER_INPUTS)
+      return rf__invalid("node '%s' (Broadcast) feeds more than %d devices",
+                         b->name, RF_MAX_LOWER_INPUTS);
+    others[(*nothers)++] = d;
+  }
+  return NULL;
+}
+
+rf_status *rf__record_broadcast_receivers(rf_graph *g,
+                                          const rf__device_name *devices,
+                                          int num_devices) {
+  for (int id = 0; id < g->num_ids; id++) {
+    rf_node *b = g->nodes[id];
+    if (!b || strcmp(b->op->name, "Broadcast") != 0) continue;
+    size_t len = (size_t)b->num_out_edges * (RF_DEVICE_NAME_MAX + 1) + 1,
+           used = 0;
+    char *list = rf__malloc(len);
+    RF_CHECK_ALLOC(list);
+    list[0] = '\0';
+    for (int i = 0; i < b->num_out_edges; i++) {
+      const rf__edge *e = b->out_edges[i];
+      int d = e->dst->assigned_device;
+      if (e->src_out == RF_CONTROL_SLOT || d == b->assigned_device || d < 0 ||
+          d >= num_devices)
+        continue;
+      char name[RF_DEVICE_NAME_MAX];
+      rf__device_name_format(&devices[d], name, sizeof name);
+      bool seen = false; /* few consumers: a scan is fine */
+      for (const char *p = list; *p && !seen;) {
+        size_t k = strcspn(p, ",");
+        seen = k == strlen(name) && strncmp(p, name, k) == 0;
+        p += k + (p[k] == ',');
+      }
+      if (!seen)
+        used += (size_t)snprintf(list + used, len - used, "%s%s",
+                                 used ? "," : "", name);
+    }
+    rf__attr_value v = rf__attr_string_ref(list);
+    rf_status *st = rf__attrs_set(&b->attrs, RF_BROADCAST_RECEIVERS_ATTR, &v);
+    rf__free(list);
+    RF_CHECK(st);
+  }
+  return NULL;
+}
+
 static rf_status *lower_broadcast(lower_ctx *c, rf_node *b) {
   int S = b->assigned_device;
   rf_output input = rf__input(b, 0);
@@ -286,6 +368,7 @@ static rf_status *lower_broadcast(lower_ctx *c, rf_node *b) {
                          b->name, RF_MAX_LOWER_INPUTS);
     others[nothers++] = d;
   }
+  RF_CHECK(add_recorded_receivers(c, b, others, &nothers));
   if (nothers == 0) return remove_broadcast(c, b, input);
   rf__attrs a = {0};
   rf_status *st = participant_attrs(b, nothers + 1, &a);

@@ -29,6 +29,10 @@ typedef struct rf__pass_ctx {
   int num_devices;
   int default_device;                /* index into devices */
   const rf_session_options *options; /* not owned */
+  /* This process's task in its job (comm/job.h); num_tasks 0 or 1: one
+   * process. In a job, devices lists the other tasks' devices (remote) after
+   * this process's. */
+  int task, num_tasks;
 } rf__pass_ctx;
 
 /* Returns NULL or an error naming the node it concerns (compile fails). */
@@ -65,6 +69,19 @@ rf_status *rf__place(rf__pass_ctx *ctx);
  * GPU kernel (rf__kernel_def.host_memory_inputs) gets its own pair whose
  * _Recv has host_memory = true. */
 rf_status *rf__partition(rf__pass_ctx *ctx);
+
+/* In a job session (ctx->num_tasks > 1): removes the nodes of other tasks
+ * after the POST_PLACEMENT passes ran on the whole job's graph, so the plan
+ * holds this task's nodes only. Control edges between tasks are dropped;
+ * a data edge between tasks, and a feed (_Arg) or fetch (_Retval) on another
+ * task, is INVALID_ARGUMENT naming the nodes. A target on another task
+ * means this task's part of it. Nothing to do for one process. */
+rf_status *rf__split_tasks(rf__pass_ctx *ctx);
+
+/* In a job session, before pruning: places the whole graph and records on
+ * every Broadcast its consumers' devices (passes/lower_collectives.h), so
+ * that every process lowers it alike. */
+rf_status *rf__record_job_broadcasts(rf__pass_ctx *ctx);
 
 /* TensorFlow's "host memory for small int32 tensors": after the
  * POST_PLACEMENT passes, moves to cpu:0 every node on a GPU device whose

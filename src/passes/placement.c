@@ -12,6 +12,13 @@
 #include "ops/op_registry.h"
 #include "passes/pass_registry.h"
 
+#ifdef RF_HAVE_MPI
+#define NO_JOB_HINT \
+  ": start the program with mpirun or srun to run several processes"
+#else
+#define NO_JOB_HINT ": ringflow was built without MPI"
+#endif
+
 /* Resolves a node's requested device; *dev = -1 when it requests none. The
  * previous string and result are cached: most graphs repeat a few names. */
 typedef struct resolver {
@@ -32,8 +39,16 @@ static rf_status *resolve(resolver *r, const rf_node *n, int *dev) {
   rf_status *st = rf__device_name_parse(req, &name);
   if (st) return rf__status_prefix(st, "node '%s' (%s)", n->name, n->op->name);
   int d = rf__device_find(r->ctx->devices, r->ctx->num_devices, &name);
+  int tasks = r->ctx->num_tasks > 1 ? r->ctx->num_tasks : 1;
+  if (d < 0 && name.task >= tasks)
+    return rf__invalid(
+        "node '%s' (%s) requests device %s, but the session is %s (task "
+        "%d of %d)%s",
+        n->name, n->op->name, req,
+        tasks > 1 ? "a job of fewer tasks" : "one process", r->ctx->task, tasks,
+        tasks > 1 ? "" : NO_JOB_HINT);
   if (d < 0) {
-    char list[256];
+    char list[512];
     rf__device_list_format(r->ctx->devices, r->ctx->num_devices, list,
                            sizeof list);
     return rf__invalid(

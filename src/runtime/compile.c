@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "ops/op_registry.h"
+#include "passes/lower_collectives.h"
 #include "passes/pass_registry.h"
 #include "runtime/session_internal.h"
 
@@ -117,13 +118,25 @@ done:
   return st;
 }
 
+/* The passes see every device of the job (this process's first); the
+ * executor only this process's. */
+static rf__pass_ctx pass_ctx(rf_session *s, rf_graph *g) {
+  return (rf__pass_ctx){.graph = g,
+                        .devices = s->devices,
+                        .num_devices = s->num_job_devices,
+                        .default_device = s->default_device,
+                        .options = &s->opts,
+                        .task = s->task,
+                        .num_tasks = s->num_tasks};
+}
+
 static rf_status *compile_graph(rf_session *s, rf_graph *g) {
-  rf__pass_ctx ctx = {g, s->devices, s->num_devices, s->default_device,
-                      &s->opts};
+  rf__pass_ctx ctx = pass_ctx(s, g);
   RF_CHECK(rf__passes_run(RF_PASS_PRE_PLACEMENT, &ctx));
   RF_CHECK(rf__place(&ctx));
   RF_CHECK(rf__passes_run(RF_PASS_POST_PLACEMENT, &ctx));
   RF_CHECK(rf__place_host_memory(&ctx));
+  RF_CHECK(rf__split_tasks(&ctx));
   RF_CHECK(rf__partition(&ctx));
   RF_CHECK(rf__passes_run(RF_PASS_POST_PARTITION, &ctx));
   return rf__check_host_memory(&ctx);
@@ -144,16 +157,39 @@ static rf_status *find_gpus(rf__plan *p) {
   return NULL;
 }
 
+/* In a job, a feed for another task's node is an error even when this
+ * task's part does not need it (its _Arg would just be pruned). */
+static rf_status *check_feeds(const rf_session *s, const rf__signature *sig) {
+  for (int i = 0; s->num_tasks > 1 && i < sig->num_feeds; i++) {
+    const rf_node *n = sig->feeds[i].node;
+    rf__device_name d = {-1, RF_DEVICE_CPU, 0};
+    if (n->requested_device && n->requested_device[0])
+      rf_status_free(rf__device_name_parse(n->requested_device, &d));
+    if (d.task < 0 || d.task == s->task) continue;
+    return rf__invalid(
+        "feed for node '%s' (%s) on %s: a process feeds only nodes of its "
+        "own task (task %d)",
+        n->name, n->op->name, n->requested_device, s->task);
+  }
+  return NULL;
+}
+
 rf_status *rf__compile(rf_session *s, const rf__signature *sig,
                        rf__plan **out) {
+  RF_CHECK(check_feeds(s, sig));
   rf__plan *p = rf__calloc(1, sizeof *p);
   RF_CHECK_ALLOC(p);
   p->num_feeds = sig->num_feeds;
   p->num_fetches = sig->num_fetches;
   rf_status *st = NULL;
   RF_CHECK_GOTO(rf__graph_copy(s->graph, &p->graph), st, fail);
+  if (s->num_tasks > 1) { /* before this process's pruning */
+    rf__pass_ctx ctx = pass_ctx(s, p->graph);
+    RF_CHECK_GOTO(rf__record_job_broadcasts(&ctx), st, fail);
+  }
   RF_CHECK_GOTO(rewrite_io(p->graph, sig), st, fail);
   RF_CHECK_GOTO(compile_graph(s, p->graph), st, fail);
+  p->cross_task = rf__has_cross_task_collectives(p->graph);
   RF_CHECK_GOTO(
       rf__executor_new(p->graph, s->devices, s->num_devices, &p->executor), st,
       fail);
@@ -173,8 +209,7 @@ rf_status *rf_graph_lower(const rf_graph *g, const rf_session_options *opts,
   rf_session *s;
   RF_CHECK(rf_session_new(g, opts, &s));
   rf_graph *copy = NULL;
-  rf__pass_ctx ctx = {NULL, s->devices, s->num_devices, s->default_device,
-                      &s->opts};
+  rf__pass_ctx ctx = pass_ctx(s, NULL);
   rf_status *st = rf__graph_copy(s->graph, &copy);
   ctx.graph = copy;
   if (!st) st = rf__passes_run(RF_PASS_PRE_PLACEMENT, &ctx);

@@ -86,8 +86,9 @@ int rf__device_find(const rf__device *devices, int n,
                     const rf__device_name *name) {
   for (int i = 0; i < n; i++) {
     const rf__device_name *d = &devices[i].name;
-    /* Task -1 (this process) and an explicit task of ours match alike. */
-    bool task_ok = name->task < 0 || d->task < 0 || name->task == d->task;
+    bool task_ok = name->task < 0 ? !devices[i].remote
+                   : d->task < 0  ? name->task == 0
+                                  : name->task == d->task;
     if (task_ok && d->type == name->type && d->index == name->index) return i;
   }
   return -1;
@@ -109,10 +110,12 @@ void rf__device_list_format(const rf__device *devices, int n, char *buf,
     append(buf, len, &pos, "no devices");
     return;
   }
-  /* Runs of one type with consecutive indices print as "first..last". */
+  /* Runs of one task and type with consecutive indices print as
+   * "first..last". */
   for (int i = 0; i < n;) {
     int j = i;
     while (j + 1 < n && devices[j + 1].name.type == devices[i].name.type &&
+           devices[j + 1].name.task == devices[i].name.task &&
            devices[j + 1].name.index == devices[j].name.index + 1)
       j++;
     if (i > 0) append(buf, len, &pos, ", ");

@@ -1,6 +1,9 @@
 /* runtime/device.h - a device of a session: its name, allocator, thread pool
  * and the variables that live on it across steps. A session lists its CPU
- * devices first (cpu:0..), then its GPU devices (gpu:0..). */
+ * devices first (cpu:0..), then its GPU devices (gpu:0..). A session that is
+ * one task of a job (comm/job.h) lists the other tasks' devices after its
+ * own, marked remote: they exist for placement and lowering, and no kernel
+ * ever runs on them. */
 #ifndef RF_RUNTIME_DEVICE_H
 #define RF_RUNTIME_DEVICE_H
 
@@ -25,7 +28,11 @@ typedef struct rf__variable {
 
 typedef struct rf__device {
   int index; /* in the session's device list */
+  /* name.task is -1 in a session of one process; in a job session every
+   * device names its task (its own devices too). */
   rf__device_name name;
+  /* Another task's device: only index, name and canonical are set. */
+  bool remote;
   char canonical[RF_DEVICE_NAME_MAX];
   /* Output buffers of the device's kernels: host memory for CPU devices, the
    * GPU caching allocator (device memory) for GPU devices; not owned. */
@@ -77,7 +84,10 @@ void rf__device_init(rf__device *d, int index, const rf__device_name *name,
 /* Frees d's variables (releasing their values); d itself is the caller's. */
 void rf__device_destroy(rf__device *d);
 
-/* The index in devices[0..n) of the device named by `name` (parsed), or -1. */
+/* The index in devices[0..n) of the device named by `name` (parsed), or -1.
+ * A name without a task means a device of this process (not remote); a
+ * name with task t matches the devices of task t, and in a session of one
+ * process (devices without a task) task 0 is this process. */
 int rf__device_find(const rf__device *devices, int n,
                     const rf__device_name *name);
 /* Describes a device list for messages: "cpu:0", "cpu:0..cpu:3",

@@ -9,6 +9,7 @@
 #include "ops/op_registry.h"
 #include "runtime/session_internal.h"
 #include "comm/collective.h"
+#include "comm/job.h"
 #include "runtime/step.h"
 #include "runtime/trace.h"
 #ifdef RF_HAVE_CUDA
@@ -45,6 +46,69 @@ static rf_status *check_options(const rf_session_options *o) {
         "session options: collective_timeout_ms must be > 0, "
         "got %lld",
         (long long)o->collective_timeout_ms);
+  if (o->job < RF_JOB_AUTO || o->job > RF_JOB_MPI)
+    return rf__invalid(
+        "session options: job must be RF_JOB_AUTO, RF_JOB_SINGLE or "
+        "RF_JOB_MPI, got %d",
+        o->job);
+  return NULL;
+}
+
+/* Whether some node of g asks for a device of a named task. */
+static bool names_a_task(const rf_graph *g) {
+  for (int id = 0; id < g->num_ids; id++) {
+    const rf_node *n = g->nodes[id];
+    rf__device_name name;
+    if (!n || !n->requested_device || !n->requested_device[0]) continue;
+    rf_status *st = rf__device_name_parse(n->requested_device, &name);
+    rf_status_free(st); /* a bad name is placement's error to report */
+    if (!st && name.task >= 0) return true;
+  }
+  return false;
+}
+
+/* Makes the session a task of an MPI job when the options or the graph ask
+ * for it (see rf_session_options.job). */
+static rf_status *join_job(rf_session *s, const rf_graph *g) {
+  const rf_session_options *o = &s->opts;
+  s->task = 0;
+  s->num_tasks = 1;
+  bool want = o->job == RF_JOB_MPI ||
+              (o->job == RF_JOB_AUTO &&
+               (o->mpi_comm || (names_a_task(g) && rf__job_launched())));
+  if (!want) return NULL;
+  rf_status *st =
+      rf__job_attach(o->mpi_comm, o->num_cpu_devices, o->num_gpu_devices,
+                     o->collective_timeout_ms, s->pool, &s->job);
+  if (st) return rf__status_prefix(st, "rf_session_new");
+  s->task = rf__job_task(s->job);
+  s->num_tasks = rf__job_num_tasks(s->job);
+  return NULL;
+}
+
+/* The other tasks' devices, after this process's: name, canonical, remote. */
+static rf_status *add_remote_devices(rf_session *s) {
+  int total = s->num_devices;
+  for (int t = 0; t < s->num_tasks; t++) {
+    int nc, ng;
+    rf__job_devices(s->job, t, &nc, &ng);
+    if (t != s->task) total += nc + ng;
+  }
+  rf__device *all = rf__realloc(s->devices, sizeof(rf__device) * (size_t)total);
+  RF_CHECK_ALLOC(all);
+  s->devices = all;
+  for (int t = 0; t < s->num_tasks; t++) {
+    int nc, ng;
+    rf__job_devices(s->job, t, &nc, &ng);
+    for (int i = 0; t != s->task && i < nc + ng; i++) {
+      rf__device_name name = {t, i < nc ? RF_DEVICE_CPU : RF_DEVICE_GPU,
+                              i < nc ? i : i - nc};
+      rf__device *d = &s->devices[s->num_job_devices];
+      rf__device_init(d, s->num_job_devices, &name, NULL, NULL);
+      d->remote = true;
+      s->num_job_devices++;
+    }
+  }
   return NULL;
 }
 
@@ -62,26 +126,34 @@ static rf_status *make_gpus(rf_session *s, rf__device *devices, int n) {
   return rf__status_prefix(st, "session options: num_gpu_devices is %d", n);
 }
 
-/* Devices, pool and rendezvous; the default device must be one of them. */
-static rf_status *make_devices(rf_session *s) {
+/* Pool, job, devices and rendezvous; the default device must be one of
+ * this process's devices. */
+static rf_status *make_devices(rf_session *s, const rf_graph *g) {
   int ncpu = s->opts.num_cpu_devices, ngpu = s->opts.num_gpu_devices;
   RF_CHECK(rf__threadpool_new(s->opts.num_threads, &s->pool));
+  RF_CHECK(join_job(s, g));
   s->devices = rf__calloc((size_t)(ncpu + ngpu), sizeof(rf__device));
   RF_CHECK_ALLOC(s->devices);
   for (int i = 0; i < ncpu + ngpu; i++) {
-    rf__device_name name = {-1, i < ncpu ? RF_DEVICE_CPU : RF_DEVICE_GPU,
+    rf__device_name name = {s->job ? s->task : -1,
+                            i < ncpu ? RF_DEVICE_CPU : RF_DEVICE_GPU,
                             i < ncpu ? i : i - ncpu};
     rf__device_init(&s->devices[i], i, &name, rf_default_allocator(), s->pool);
     s->num_devices++;
   }
+  s->num_job_devices = s->num_devices;
+  if (s->job) RF_CHECK(add_remote_devices(s));
   if (ngpu > 0) RF_CHECK(make_gpus(s, s->devices + ncpu, ngpu));
   RF_CHECK(rf__rendezvous_new(&s->rendezvous));
   RF_CHECK(rf__collective_manager_new(s->pool, &s->collectives));
+  rf__collective_manager_set_job(s->collectives, s->job);
   const char *dd = s->opts.default_device ? s->opts.default_device : "cpu:0";
   rf__device_name name;
   rf_status *st = rf__device_name_parse(dd, &name);
   if (st) return rf__status_prefix(st, "session options: default_device");
   s->default_device = rf__device_find(s->devices, s->num_devices, &name);
+  if (s->default_device >= 0 && s->devices[s->default_device].remote)
+    s->default_device = -1;
   if (s->default_device < 0) {
     char list[256];
     rf__device_list_format(s->devices, s->num_devices, list, sizeof list);
@@ -111,9 +183,10 @@ rf_status *rf_session_new(const rf_graph *g, const rf_session_options *opts,
   RF_CHECK_ALLOC(s);
   s->opts = *opts;
   atomic_init(&s->next_step, 1);
+  atomic_init(&s->next_job_step, 1);
   pthread_mutex_init(&s->cache_mu, NULL);
   pthread_mutex_init(&s->trace_mu, NULL);
-  RF_CHECK_GOTO(make_devices(s), st, fail);
+  RF_CHECK_GOTO(make_devices(s, g), st, fail);
   RF_CHECK_GOTO(rf__graph_copy(g, &s->graph), st, fail);
   *out = s;
   return NULL;
@@ -129,9 +202,12 @@ void rf_session_free(rf_session *s) {
     HASH_DEL(s->cache, p);
     rf__plan_free(p);
   }
-  /* Plans first: kernel states may refer to devices or the pool. */
+  /* Plans first: kernel states may refer to devices or the pool. The job
+   * next: it may still hand completions to the pool. */
+  if (s->job) rf__job_detach(s->job);
   rf__threadpool_free(s->pool);
-  for (int i = 0; i < s->num_devices; i++) rf__device_destroy(&s->devices[i]);
+  for (int i = 0; i < s->num_job_devices; i++)
+    rf__device_destroy(&s->devices[i]);
   rf__rendezvous_free(s->rendezvous);
   rf__collective_manager_free(s->collectives);
 #ifdef RF_HAVE_CUDA
@@ -145,6 +221,19 @@ void rf_session_free(rf_session *s) {
   pthread_mutex_destroy(&s->trace_mu);
   rf__free(s->trace_path);
   rf__free(s);
+}
+
+void rf_session_task(const rf_session *s, int *task, int *num_tasks) {
+  if (task) *task = s ? s->task : 0;
+  if (num_tasks) *num_tasks = s ? s->num_tasks : 1;
+}
+
+rf_status *rf_job_tasks(int *task, int *num_tasks) {
+  int t = 0, n = 1;
+  if (rf__job_launched()) RF_CHECK(rf__job_world(&t, &n));
+  if (task) *task = t;
+  if (num_tasks) *num_tasks = n;
+  return NULL;
 }
 
 rf_status *rf_session_trace_next_run(rf_session *s, const char *path) {
@@ -352,7 +441,8 @@ static rf_status *sync_gpus(const rf__plan *p) {
 
 /* Runs plan p as one step; on success fetched[] holds new references. */
 static rf_status *run_step(rf_session *s, rf__plan *p, const rf_feed *feeds,
-                           rf_tensor **fed, rf_tensor **fetched) {
+                           rf_tensor **fed, rf_tensor **fetched,
+                           int64_t job_step) {
 #ifdef RF_HAVE_CUDA
   /* The caller's thread runs kernels too: give back its current device. */
   int prev_gpu = s->gpu ? rf__gpu_current() : -1;
@@ -368,8 +458,10 @@ static rf_status *run_step(rf_session *s, rf__plan *p, const rf_feed *feeds,
       .rendezvous = s->rendezvous,
       .collective_timeout_ms = s->opts.collective_timeout_ms,
       .collectives = s->collectives,
+      .job_step = job_step,
   };
   atomic_init(&step.cancelled, 0);
+  if (p->cross_task) rf__job_begin_step(s->job, step.id, job_step);
   char *trace_path = take_trace_path(s);
   rf_status *st = trace_path ? rf__trace_new(&step.trace) : NULL;
   if (!st) st = rf__executor_run(p->executor, &step);
@@ -382,6 +474,7 @@ static rf_status *run_step(rf_session *s, rf__plan *p, const rf_feed *feeds,
   rf__gpu_make_current(prev_gpu);
 #endif
   rf__collective_end_step(s->collectives, step.id);
+  if (p->cross_task) rf__job_end_step(s->job, step.id);
   if (!st && step.trace)
     st = rf__trace_write(step.trace, s->devices, s->num_devices, trace_path);
   rf__trace_free(step.trace);
@@ -404,10 +497,16 @@ rf_status *rf_session_run(rf_session *s, const rf_feed *feeds, int nfeeds,
   if (!s || nfeeds < 0 || nfetches < 0 || ntargets < 0 || (nfeeds && !feeds) ||
       (nfetches && (!fetches || !outputs)) || (ntargets && !targets))
     return rf__invalid("rf_session_run: NULL or negative argument");
+  /* Every run of a job session is a job step, failed or not, so that the
+   * processes' counts stay in step. */
+  int64_t job_step = s->job ? atomic_fetch_add(&s->next_job_step, 1) : -1;
   /* One block for the resolved request and the step's tensor arrays. */
   size_t words = (size_t)nfeeds * 3 + (size_t)nfetches * 3 + (size_t)ntargets;
   void **mem = rf__malloc(sizeof(void *) * (words ? words : 1));
-  RF_CHECK_ALLOC(mem);
+  if (!mem) {
+    if (s->job) rf__job_step_failed(s->job, job_step, rf__oom());
+    return rf__oom();
+  }
   _Static_assert(sizeof(rf_output) <= 2 * sizeof(void *), "rf_output fits");
   rf_output *fo = (rf_output *)mem;
   rf_output *xo = (rf_output *)(mem + 2 * (size_t)nfeeds);
@@ -420,7 +519,11 @@ rf_status *rf_session_run(rf_session *s, const rf_feed *feeds, int nfeeds,
                           ntargets, fo, xo, tn, &key);
   rf__signature sig = {fo, nfeeds, xo, nfetches, tn, ntargets};
   if (!st) st = get_plan(s, &sig, key.p ? key.p : "", &p);
-  if (!st) st = run_step(s, p, feeds, fed, fetched);
+  if (!st) {
+    st = run_step(s, p, feeds, fed, fetched, job_step);
+  } else if (s->job) {
+    rf__job_step_failed(s->job, job_step, st);
+  }
   if (!st && nfetches)
     memcpy(outputs, fetched, sizeof(rf_tensor *) * (size_t)nfetches);
   rf__free(key.p);

@@ -22,6 +22,8 @@ typedef struct rf__plan {
    * at the end of every step (rf__malloc'ed; NULL when none). */
   rf__device **gpus;
   int num_gpus;
+  /* Holds participants of collectives with other tasks of the job. */
+  bool cross_task;
   UT_hash_handle hh;
 } rf__plan;
 
@@ -31,8 +33,14 @@ struct rf_session {
   char default_device_name[RF_DEVICE_NAME_MAX];
   int default_device;
   rf__threadpool *pool;
-  rf__device *devices; /* CPU devices first, then GPU devices */
-  int num_devices;
+  /* CPU devices first, then GPU devices: [0, num_devices) are this
+   * process's; in a job session [num_devices, num_job_devices) are the other
+   * tasks' (remote), in task order. */
+  rf__device *devices;
+  int num_devices, num_job_devices;
+  struct rf__job *job; /* NULL: one process */
+  int task, num_tasks; /* 0 of 1 without a job */
+  atomic_llong next_job_step;
   struct rf__gpu_runtime *gpu; /* streams, handles, caches; NULL: no GPUs */
   rf__rendezvous *rendezvous;
   struct rf__collective_manager *collectives;

@@ -23,6 +23,9 @@ typedef struct rf__step {
   int64_t collective_timeout_ms;
   struct rf__collective_manager *collectives; /* the session's; not owned */
   struct rf__trace *trace; /* non-NULL: record every kernel of this step */
+  /* In a session that is one task of a job: the step's number in the job
+   * (the k-th run of the session in every process); -1 otherwise. */
+  int64_t job_step;
 } rf__step;
 
 #endif

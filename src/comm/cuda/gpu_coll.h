@@ -10,6 +10,9 @@
 #define RF_COMM_CUDA_GPU_COLL_H
 
 #include "comm/collective.h"
+#ifdef RF_HAVE_NCCL
+#include <nccl.h>
+#endif
 
 /* The CUDA-kernel backend (any GPU participants whose memory the leader's
  * GPU can reach). */
@@ -20,6 +23,9 @@ void rf__nccl_coll_run(rf__coll_group *g);
 /* For tests on one GPU: when on, a group of ONE participant runs through
  * NCCL (a one-rank communicator) instead of CUDA kernels. Off by default. */
 void rf__gpu_coll_nccl_for_single(bool on);
+/* NCCL's type and operation for ours (uint8 and bool travel as bytes). */
+ncclDataType_t rf__nccl_type(rf_dtype d);
+ncclRedOp_t rf__nccl_red_op(rf__reduction r);
 #endif
 
 /* Releases the group's inputs, then calls every participant's done with a

@@ -343,7 +343,7 @@ static void watch(nccl_op *op) {
 
 /* ---- launching ---- */
 
-static ncclDataType_t nccl_type(rf_dtype d) {
+ncclDataType_t rf__nccl_type(rf_dtype d) {
   switch (d) {
     case RF_FLOAT16: return ncclFloat16;
     case RF_BFLOAT16: return ncclBfloat16;
@@ -356,7 +356,7 @@ static ncclDataType_t nccl_type(rf_dtype d) {
   }
 }
 
-static ncclRedOp_t nccl_op_of(rf__reduction r) {
+ncclRedOp_t rf__nccl_red_op(rf__reduction r) {
   switch (r) {
     case RF_RED_PROD: return ncclProd;
     case RF_RED_MIN: return ncclMin;
@@ -371,8 +371,8 @@ static ncclResult_t issue(nccl_op *op, int r, size_t count) {
   rf__coll_group *g = &op->g;
   ncclComm_t c = op->set->comms[r];
   cudaStream_t s = (cudaStream_t)g->p[r].device->stream;
-  ncclDataType_t t = nccl_type(g->dtype);
-  ncclRedOp_t red = nccl_op_of(g->reduction);
+  ncclDataType_t t = rf__nccl_type(g->dtype);
+  ncclRedOp_t red = rf__nccl_red_op(g->reduction);
   const void *in = g->p[r].input ? g->p[r].input->data : NULL;
   void *out = op->outs[r] ? op->outs[r]->data : NULL;
   switch (g->kind) {

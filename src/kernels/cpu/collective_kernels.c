@@ -22,6 +22,7 @@ typedef struct coll_state {
   bool shape_input; /* _BroadcastRecv: input 0 is the shape, on the host */
   char *shared_name;
   char *group_devices; /* from compile's annotation; NULL if absent */
+  int task_devices;    /* of the group, on this node's task (0: unknown) */
 } coll_state;
 
 static void destroy_state(void *state);
@@ -43,6 +44,10 @@ static rf_status *init_state(const rf_node *n, rf__collective_kind kind,
   const char *devices = NULL;
   if (!st && rf__attrs_find(&n->attrs, RF_COLLECTIVE_DEVICES_ATTR))
     st = rf__attrs_get_string(&n->attrs, RF_COLLECTIVE_DEVICES_ATTR, &devices);
+  int64_t same = 0;
+  if (!st && rf__attrs_find(&n->attrs, RF_COLLECTIVE_TASK_DEVICES_ATTR))
+    st = rf__attrs_get_int(&n->attrs, RF_COLLECTIVE_TASK_DEVICES_ATTR, &same);
+  s->task_devices = (int)same;
   if (!st) {
     s->num_devices = (int)nd;
     s->reduction = rf__reduction_from_name(red);
@@ -108,9 +113,11 @@ static rf_status *shape_from_input(rf__kernel_ctx *ctx, rf_shape *out) {
                             "dims",
                             RF_MAX_RANK);
   int64_t dims[RF_MAX_RANK];
+  /* -1: a dim the sender decides (a receiver in another process, whose
+   * lowering could not ask the sender's Shape). */
   for (int64_t i = 0; i < rank; i++) {
     dims[i] = (int64_t)rf_tensor_get(t, i);
-    if (dims[i] < 0)
+    if (dims[i] < RF_UNKNOWN_DIM)
       return rf__kernel_error(ctx, RF_INVALID_ARGUMENT,
                               "the shape input holds a negative dim %lld",
                               (long long)dims[i]);
@@ -135,7 +142,9 @@ static void participate(rf__kernel_ctx *ctx, rf__done_fn done) {
                             .device = ctx->device,
                             .node = ctx->node->name,
                             .group_devices = s->group_devices,
-                            .step_cancelled = &step->cancelled};
+                            .step_cancelled = &step->cancelled,
+                            .task_devices = s->task_devices,
+                            .job_step = step->job_step};
   if (s->shape_input) {
     rf_status *st = shape_from_input(ctx, &p.shape);
     if (st) {

@@ -1,0 +1,412 @@
+/* comm/mpi/coordinator.c - task 0 of a job decides, for every collective
+ * that spans several tasks, whether and when it runs. Each task sends READY
+ * with a descriptor of its part; when every task of the group has, and they
+ * agree (collective, num_devices, dtype, reduction, device type, devices,
+ * shapes, exactly one root), task 0 sends GO to all of them - one order for
+ * the whole job, so no communicator ever sees two collectives in different
+ * orders. Otherwise ABORT with a message naming the field, the values and a
+ * device and node of each side; the group's deadline (the session's
+ * collective timeout from its first READY) names the tasks and devices that
+ * never came; a task's local failure (FAILED) or failed step (STEP_FAILED)
+ * fails the group everywhere at once. A failed group is remembered for a
+ * while so late tasks fail at once instead of waiting out the timeout. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "comm/mpi/engine.h"
+#include "core/mem.h"
+#include "core/status.h"
+
+#define FORGET_MIN_NS 10000000000LL /* 10 s */
+
+struct rf__mpi_centry {
+  char *key, *name, *devices;
+  int64_t job_step, timeout_ms;
+  int n; /* tasks of the group (0: unknown, a tombstone) */
+  int *tasks, *counts;
+  rf__mpi_msg *descs; /* [n]; type 0 until that task's READY */
+  char **reps;        /* [n]: "device (node 'x')" of the task */
+  int arrived;
+  int64_t deadline_ns;
+  bool failed;
+  rf_code code;
+  char *msg;
+  int64_t forget_ns;
+  UT_hash_handle hh;
+};
+
+struct rf__mpi_fstep {
+  int64_t job_step, forget_ns;
+  int task;
+  rf_code code;
+  char *msg;
+  struct rf__mpi_fstep *next;
+};
+
+static void entry_free(rf__mpi_centry *e) {
+  for (int i = 0; e->reps && i < e->n; i++) rf__free(e->reps[i]);
+  rf__free(e->reps);
+  rf__free(e->descs);
+  rf__free(e->tasks);
+  rf__free(e->counts);
+  rf__free(e->key);
+  rf__free(e->name);
+  rf__free(e->devices);
+  rf__free(e->msg);
+  rf__free(e);
+}
+
+static int index_of(const rf__mpi_centry *e, int task) {
+  for (int i = 0; i < e->n; i++)
+    if (e->tasks[i] == task) return i;
+  return -1;
+}
+
+static int64_t forget_after(int64_t timeout_ms) {
+  int64_t t = 2 * timeout_ms * 1000000;
+  return t > FORGET_MIN_NS ? t : FORGET_MIN_NS;
+}
+
+static void send_abort(rf__job *j, int to, const rf__mpi_centry *e) {
+  rf__mpi_msg h = {
+      .type = RF_MSG_ABORT, .job_step = e->job_step, .code = (int32_t)e->code};
+  rf__mpi_send_msg(j, to, &h, e->name, NULL, e->msg);
+}
+
+/* Fails e with a message (code, printf format) and tells every task that
+ * reported; later reports get the same answer at once. */
+static void fail(rf__job *j, rf__mpi_centry *e, int64_t now, rf_code code,
+                 const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+static void fail(rf__job *j, rf__mpi_centry *e, int64_t now, rf_code code,
+                 const char *fmt, ...) {
+  if (e->failed) return;
+  char msg[4096];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  e->failed = true;
+  e->code = code;
+  e->msg = rf__strdup(msg);
+  e->forget_ns = now + forget_after(e->timeout_ms);
+  for (int i = 0; i < e->n; i++)
+    if (e->descs[i].type) send_abort(j, e->tasks[i], e);
+}
+
+/* "task 1 (/task:1/cpu:0, /task:1/cpu:1)" for every task of e whose READY
+ * is (or is not: want_arrived false) in. */
+static void list_tasks(const rf__mpi_centry *e, bool want_arrived, char *buf,
+                       size_t len) {
+  size_t used = 0;
+  buf[0] = '\0';
+  for (int i = 0; i < e->n && used < len; i++) {
+    if ((e->descs[i].type != 0) != want_arrived) continue;
+    char prefix[32];
+    int pl = snprintf(prefix, sizeof prefix, "/task:%d/", e->tasks[i]);
+    used += (size_t)snprintf(buf + used, len - used, "%stask %d (",
+                             used ? ", " : "", e->tasks[i]);
+    bool first = true;
+    for (const char *c = e->devices; *c && used < len;) {
+      size_t k = strcspn(c, ",");
+      if (k > (size_t)pl && strncmp(c, prefix, (size_t)pl) == 0) {
+        used += (size_t)snprintf(buf + used, len - used, "%s%.*s",
+                                 first ? "" : ", ", (int)k, c);
+        first = false;
+      }
+      c += k + (c[k] == ',');
+    }
+    if (used < len) used += (size_t)snprintf(buf + used, len - used, ")");
+  }
+}
+
+static rf__mpi_centry *entry_new(rf__job *j, const char *key, const char *name,
+                                 int64_t job_step, const char *devices,
+                                 int64_t timeout_ms, int64_t now) {
+  rf__mpi_centry *e = rf__calloc(1, sizeof *e);
+  if (!e) return NULL;
+  e->key = rf__strdup(key);
+  e->name = rf__strdup(name);
+  e->devices = rf__strdup(devices ? devices : "");
+  bool ok = e->key && e->name && e->devices;
+  if (ok && devices && devices[0]) {
+    rf_status *st = rf__mpi_parse_set(devices, &e->n, &e->tasks, &e->counts);
+    ok = !st;
+    rf_status_free(st);
+    e->descs = ok ? rf__calloc((size_t)e->n, sizeof *e->descs) : NULL;
+    e->reps = ok ? rf__calloc((size_t)e->n, sizeof *e->reps) : NULL;
+    ok = ok && e->descs && e->reps;
+  }
+  int rf__hash_oom = 0;
+  if (ok) HASH_ADD_KEYPTR(hh, j->centries, e->key, strlen(e->key), e);
+  if (!ok || rf__hash_oom) {
+    entry_free(e);
+    return NULL;
+  }
+  e->job_step = job_step;
+  e->timeout_ms = timeout_ms > 0 ? timeout_ms : 300000;
+  e->deadline_ns = now + e->timeout_ms * 1000000;
+  /* A step that already failed on a task of the group. */
+  for (rf__mpi_fstep *f = j->failed; f; f = f->next)
+    if (f->job_step == job_step && index_of(e, f->task) >= 0) {
+      fail(j, e, now, f->code,
+           "collective '%s' (job step %lld): task %d failed that step: %s",
+           name, (long long)job_step, f->task, f->msg);
+      break;
+    }
+  return e;
+}
+
+static rf__mpi_centry *find(rf__job *j, const char *name, int64_t job_step,
+                            char *key, size_t len) {
+  snprintf(key, len, "%s\x1f%lld", name, (long long)job_step);
+  rf__mpi_centry *e = NULL;
+  HASH_FIND_STR(j->centries, key, e);
+  return e;
+}
+
+/* ---- agreement ---- */
+
+static const char *rep(const rf__mpi_centry *e, int i) {
+  return e->reps[i] ? e->reps[i] : "?";
+}
+
+static void shape_text(const rf__mpi_msg *d, char *buf, size_t len) {
+  int64_t dims[RF_MAX_RANK];
+  int rank = d->rank < RF_MAX_RANK ? d->rank : RF_MAX_RANK;
+  for (int i = 0; i < rank; i++) dims[i] = d->dims[i];
+  rf_shape s = rf_shape_make(rank, dims);
+  rf_shape_format(&s, buf, len);
+}
+
+static bool reducing(int kind) {
+  return kind == RF_COLL_ALL_REDUCE || kind == RF_COLL_REDUCE ||
+         kind == RF_COLL_REDUCE_SCATTER;
+}
+
+static bool disagree(rf__job *j, rf__mpi_centry *e, int64_t now, int a, int b,
+                     const char *field, const char *va, const char *vb) {
+  fail(j, e, now, RF_INVALID_ARGUMENT,
+       "collective '%s' (job step %lld): participants disagree on %s: %s on "
+       "%s but %s on %s",
+       e->name, (long long)e->job_step, field, va, rep(e, a), vb, rep(e, b));
+  return false;
+}
+
+/* Task b's descriptor against task a's; false (e failed) on a difference. */
+static bool agree(rf__job *j, rf__mpi_centry *e, int64_t now, int a, int b,
+                  const char *devices_b) {
+  const rf__mpi_msg *x = &e->descs[a], *y = &e->descs[b];
+  char sa[128], sb[128];
+  if (x->kind != y->kind)
+    return disagree(j, e, now, a, b, "the collective",
+                    rf__collective_kind_name(x->kind),
+                    rf__collective_kind_name(y->kind));
+  if (x->num_devices != y->num_devices) {
+    snprintf(sa, sizeof sa, "%d", x->num_devices);
+    snprintf(sb, sizeof sb, "%d", y->num_devices);
+    return disagree(j, e, now, a, b, "num_devices", sa, sb);
+  }
+  if (x->dtype != y->dtype)
+    return disagree(j, e, now, a, b, "dtype", rf_dtype_name(x->dtype),
+                    rf_dtype_name(y->dtype));
+  if (reducing(x->kind) && x->reduction != y->reduction)
+    return disagree(j, e, now, a, b, "reduction",
+                    rf__reduction_name(x->reduction),
+                    rf__reduction_name(y->reduction));
+  if (x->device_type != y->device_type)
+    return disagree(j, e, now, a, b, "device type",
+                    rf__device_type_name(x->device_type),
+                    rf__device_type_name(y->device_type));
+  if (devices_b && strcmp(devices_b, e->devices) != 0)
+    return disagree(j, e, now, a, b, "the group's devices", e->devices,
+                    devices_b);
+  if (x->has_input && y->has_input) {
+    bool same = x->rank == y->rank;
+    for (int i = 0; same && i < x->rank && i < RF_MAX_RANK; i++)
+      same = x->dims[i] == y->dims[i];
+    if (!same) {
+      shape_text(x, sa, sizeof sa);
+      shape_text(y, sb, sizeof sb);
+      return disagree(j, e, now, a, b, "shape", sa, sb);
+    }
+  }
+  return true;
+}
+
+/* Every task is in: roots, receivers' shapes; then GO to all. */
+static void decide(rf__job *j, rf__mpi_centry *e, int64_t now) {
+  int kind = e->descs[0].kind, roots = 0, root = -1, input = -1;
+  for (int i = 0; i < e->n; i++) {
+    roots += e->descs[i].local_roots;
+    if (e->descs[i].local_roots) root = i;
+    if (input < 0 && e->descs[i].has_input) input = i;
+  }
+  bool rooted = kind == RF_COLL_REDUCE || kind == RF_COLL_BROADCAST;
+  if (rooted && roots != 1) {
+    fail(j, e, now, RF_INVALID_ARGUMENT,
+         "collective '%s' (job step %lld): %s needs exactly one root (the "
+         "%s), found %d",
+         e->name, (long long)e->job_step, rf__collective_kind_name(kind),
+         kind == RF_COLL_REDUCE ? "receiver" : "sender", roots);
+    return;
+  }
+  const rf__mpi_msg *ref = &e->descs[root >= 0 ? root : input >= 0 ? input : 0];
+  for (int i = 0; i < e->n; i++) { /* broadcast receivers' expected shapes */
+    const rf__mpi_msg *d = &e->descs[i];
+    bool ok = d->has_input || d->rank < 0 || d->rank == ref->rank;
+    for (int k = 0; ok && !d->has_input && d->rank >= 0 && k < d->rank; k++)
+      ok = d->dims[k] < 0 || d->dims[k] == ref->dims[k];
+    if (!ok) {
+      char sa[128], sb[128];
+      shape_text(ref, sa, sizeof sa);
+      shape_text(d, sb, sizeof sb);
+      disagree(j, e, now, (int)(ref - e->descs), i, "shape", sa, sb);
+      return;
+    }
+  }
+  int root_rank = -1; /* the root's rank in the job (NCCL's root) */
+  if (root >= 0) {
+    root_rank = e->descs[root].local_root;
+    for (int i = 0; i < root; i++) root_rank += e->counts[i];
+  }
+  rf__mpi_msg go = {.type = RF_MSG_GO,
+                    .job_step = e->job_step,
+                    .root_index = root,
+                    .root_rank = root_rank,
+                    .rank = ref->rank};
+  memcpy(go.dims, ref->dims, sizeof go.dims);
+  for (int i = 0; i < e->n; i++)
+    rf__mpi_send_msg(j, e->tasks[i], &go, e->name, NULL, NULL);
+  HASH_DEL(j->centries, e);
+  entry_free(e);
+}
+
+/* ---- messages ---- */
+
+static void on_ready(rf__job *j, const rf__mpi_msg_view *v, int64_t now) {
+  const rf__mpi_msg *h = v->h;
+  char key[RF_MPI_NAME_MAX + 32];
+  rf__mpi_centry *e = find(j, v->name, h->job_step, key, sizeof key);
+  if (!e)
+    e = entry_new(j, key, v->name, h->job_step, v->devices, h->timeout_ms, now);
+  if (!e) { /* no memory: that task times out */
+    return;
+  }
+  if (e->n == 0 && !e->failed) return; /* cannot happen: READY has devices */
+  int i = e->n ? index_of(e, h->task) : -1;
+  if (!e->failed && i < 0)
+    fail(j, e, now, RF_INTERNAL,
+         "collective '%s' (job step %lld): task %d reported for a group of "
+         "devices %s",
+         e->name, (long long)e->job_step, h->task, e->devices);
+  if (e->failed) {
+    send_abort(j, h->task, e);
+    return;
+  }
+  if (e->descs[i].type) return; /* twice: ignored */
+  e->descs[i] = *h;
+  e->reps[i] = rf__strdup(v->text);
+  e->arrived++;
+  int first = -1;
+  for (int k = 0; k < e->n && first < 0; k++)
+    if (k != i && e->descs[k].type) first = k;
+  if (first >= 0 && !agree(j, e, now, first, i, v->devices)) return;
+  if (e->arrived == e->n) decide(j, e, now);
+}
+
+static void on_failed(rf__job *j, const rf__mpi_msg_view *v, int64_t now) {
+  const rf__mpi_msg *h = v->h;
+  char key[RF_MPI_NAME_MAX + 32];
+  rf__mpi_centry *e = find(j, v->name, h->job_step, key, sizeof key);
+  if (!e) e = entry_new(j, key, v->name, h->job_step, NULL, 0, now);
+  if (!e) return;
+  fail(j, e, now, (rf_code)h->code,
+       "collective '%s' (job step %lld) failed on task %d: %s", e->name,
+       (long long)e->job_step, h->task, v->text);
+}
+
+static void on_step_failed(rf__job *j, const rf__mpi_msg_view *v, int64_t now) {
+  const rf__mpi_msg *h = v->h;
+  rf__mpi_fstep *f = rf__calloc(1, sizeof *f);
+  if (f) f->msg = rf__strdup(v->text);
+  if (!f || !f->msg) {
+    rf__free(f);
+    return;
+  }
+  f->job_step = h->job_step;
+  f->task = h->task;
+  f->code = (rf_code)h->code;
+  f->forget_ns = now + forget_after(j->timeout_ms);
+  f->next = j->failed;
+  j->failed = f;
+  rf__mpi_centry *e, *tmp;
+  HASH_ITER(hh, j->centries, e, tmp) {
+    if (e->job_step == f->job_step && !e->failed && index_of(e, f->task) >= 0)
+      fail(j, e, now, f->code,
+           "collective '%s' (job step %lld): task %d failed that step: %s",
+           e->name, (long long)e->job_step, f->task, f->msg);
+  }
+}
+
+void rf__mpi_coord_handle(rf__job *j, const rf__mpi_msg_view *v, int64_t now) {
+  switch (v->h->type) {
+    case RF_MSG_READY: on_ready(j, v, now); break;
+    case RF_MSG_FAILED: on_failed(j, v, now); break;
+    case RF_MSG_STEP_FAILED: on_step_failed(j, v, now); break;
+    default: break;
+  }
+}
+
+bool rf__mpi_coord_poll(rf__job *j, int64_t now) {
+  bool pending = false;
+  rf__mpi_centry *e, *tmp;
+  HASH_ITER(hh, j->centries, e, tmp) {
+    if (!e->failed && e->n && now >= e->deadline_ns) {
+      char missing[2048], present[2048];
+      list_tasks(e, false, missing, sizeof missing);
+      list_tasks(e, true, present, sizeof present);
+      int absent = 0;
+      for (int i = 0; i < e->n; i++)
+        if (!e->descs[i].type) absent += e->counts[i];
+      int all = 0;
+      for (int i = 0; i < e->n; i++) all += e->counts[i];
+      fail(j, e, now, RF_DEADLINE_EXCEEDED,
+           "collective '%s' (job step %lld): timed out after %lld ms "
+           "waiting for %s: %d of %d participants missing; arrived: %s",
+           e->name, (long long)e->job_step, (long long)e->timeout_ms, missing,
+           absent, all, present[0] ? present : "none");
+    }
+    if (e->failed && now >= e->forget_ns) {
+      HASH_DEL(j->centries, e);
+      entry_free(e);
+    } else if (!e->failed) {
+      pending = true;
+    }
+  }
+  for (rf__mpi_fstep **p = &j->failed; *p;) {
+    rf__mpi_fstep *f = *p;
+    if (now < f->forget_ns) {
+      p = &f->next;
+      continue;
+    }
+    *p = f->next;
+    rf__free(f->msg);
+    rf__free(f);
+  }
+  return pending;
+}
+
+void rf__mpi_coord_free(rf__job *j) {
+  rf__mpi_centry *e, *tmp;
+  HASH_ITER(hh, j->centries, e, tmp) {
+    HASH_DEL(j->centries, e);
+    entry_free(e);
+  }
+  while (j->failed) {
+    rf__mpi_fstep *f = j->failed;
+    j->failed = f->next;
+    rf__free(f->msg);
+    rf__free(f);
+  }
+}

@@ -1,0 +1,418 @@
+/* comm/mpi/data.c - the data of a collective across processes, hierarchical:
+ * this process's participants are reduced (or gathered) into one buffer by
+ * the shared-memory backend's kernels, that buffer takes part in one MPI
+ * collective per process, and every local participant shares the result.
+ * Reductions: sums of signed integers go through the unsigned type (they
+ * wrap, as on one process); float min/max propagate NaN like the CPU backend
+ * (user-defined MPI ops); float16/bfloat16 are reduced as float32 and
+ * rounded once at the end; avg is a sum divided by num_devices at the end.
+ * Moving kinds (broadcast, all-gather) are bytes. Reduce and reduce-scatter
+ * run as blocking MPI_Reduce / MPI_Reduce_scatter on a data thread of their
+ * own when MPI allows: OpenMPI 4.1's MPI_Ireduce was erratic here (0.1-0.8 s
+ * for 1.6-16 MiB in some runs) and MPI_Ireduce_scatter took 2x its blocking
+ * form at 16 MiB; otherwise a reduce is an all-reduce whose result only the
+ * root keeps. MPI counts are ints: a collective larger than that is
+ * UNIMPLEMENTED. */
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/cpu/reduce_kernels.h"
+#include "comm/mpi/mpi_status.h"
+#include "comm/mpi/op.h"
+#include "core/status.h"
+
+#define BLOCK_ELEMS 16384
+
+static MPI_Op nan_min_op = MPI_OP_NULL, nan_max_op = MPI_OP_NULL;
+
+#define NAN_MINMAX(T, in, inout, n, LESS)                \
+  do {                                                   \
+    const T *a = (const T *)(in);                        \
+    T *b = (T *)(inout);                                 \
+    for (int i = 0; i < (n); i++)                        \
+      if (LESS(a[i], b[i]) || a[i] != a[i]) b[i] = a[i]; \
+  } while (0)
+#define LT(x, y) ((x) < (y))
+#define GT(x, y) ((x) > (y))
+
+static void nan_min(void *in, void *inout, int *len, MPI_Datatype *dt) {
+  if (*dt == MPI_DOUBLE)
+    NAN_MINMAX(double, in, inout, *len, LT);
+  else
+    NAN_MINMAX(float, in, inout, *len, LT);
+}
+
+static void nan_max(void *in, void *inout, int *len, MPI_Datatype *dt) {
+  if (*dt == MPI_DOUBLE)
+    NAN_MINMAX(double, in, inout, *len, GT);
+  else
+    NAN_MINMAX(float, in, inout, *len, GT);
+}
+
+void rf__mpi_data_init(void) {
+  MPI_Op_create(nan_min, 1, &nan_min_op);
+  MPI_Op_create(nan_max, 1, &nan_max_op);
+}
+
+void rf__mpi_data_fini(void) {
+  if (nan_min_op != MPI_OP_NULL) MPI_Op_free(&nan_min_op);
+  if (nan_max_op != MPI_OP_NULL) MPI_Op_free(&nan_max_op);
+}
+
+static bool reduces(rf__collective_kind k) {
+  return k == RF_COLL_ALL_REDUCE || k == RF_COLL_REDUCE ||
+         k == RF_COLL_REDUCE_SCATTER;
+}
+
+static bool is_16(rf_dtype d) { return d == RF_FLOAT16 || d == RF_BFLOAT16; }
+
+/* The MPI type and operation of a reduction; false if there is none. */
+static bool mpi_reduction(rf_dtype d, rf__reduction r, MPI_Datatype *type,
+                          MPI_Op *op) {
+  bool wraps = r == RF_RED_SUM || r == RF_RED_PROD || r == RF_RED_AVG;
+  switch (d) {
+    case RF_FLOAT16:
+    case RF_BFLOAT16:
+    case RF_FLOAT32: *type = MPI_FLOAT; break;
+    case RF_FLOAT64: *type = MPI_DOUBLE; break;
+    case RF_INT8: *type = wraps ? MPI_UINT8_T : MPI_INT8_T; break;
+    case RF_UINT8: *type = MPI_UINT8_T; break;
+    case RF_INT32: *type = wraps ? MPI_UINT32_T : MPI_INT32_T; break;
+    case RF_INT64: *type = wraps ? MPI_UINT64_T : MPI_INT64_T; break;
+    default: return false;
+  }
+  bool fl = *type == MPI_FLOAT || *type == MPI_DOUBLE;
+  switch (r) {
+    case RF_RED_SUM:
+    case RF_RED_AVG: *op = MPI_SUM; break;
+    case RF_RED_PROD: *op = MPI_PROD; break;
+    case RF_RED_MIN: *op = fl ? nan_min_op : MPI_MIN; break;
+    case RF_RED_MAX: *op = fl ? nan_max_op : MPI_MAX; break;
+    default: return false;
+  }
+  return true;
+}
+
+/* Elements of one participant's input (the root's for broadcast). */
+static int64_t input_elems(const rf__mpi_op *op) {
+  const rf_shape *s = op->g.kind == RF_COLL_BROADCAST && op->g.root < 0
+                          ? &op->root_shape
+                          : &op->shape;
+  return rf_shape_num_elements(s);
+}
+
+static rf_status *alloc(rf__mpi_op *op, rf_dtype dt, const rf_shape *s,
+                        rf_tensor **out) {
+  rf_status *st = rf_tensor_new(dt, s, op->g.p[0].device->allocator, out);
+  return rf__status_prefix(st, "collective '%s' on %s", op->name,
+                           op->g.p[0].device->canonical);
+}
+
+static rf_status *too_large(const rf__mpi_op *op, int64_t n, const char *unit) {
+  if (n <= INT_MAX) return NULL;
+  return rf__error(RF_UNIMPLEMENTED,
+                   "collective '%s': %lld %s in one MPI call; MPI counts "
+                   "are ints (at most %d)",
+                   op->name, (long long)n, unit, INT_MAX);
+}
+
+/* Allocates the receiving side of a broadcast receiver (root shape known). */
+static rf_status *alloc_broadcast_out(rf__mpi_op *op) {
+  if (op->out || op->g.root >= 0) return NULL;
+  RF_CHECK(too_large(op,
+                     rf_shape_num_elements(&op->root_shape) *
+                         (int64_t)rf_dtype_size(op->g.dtype),
+                     "bytes"));
+  return alloc(op, op->g.dtype, &op->root_shape, &op->out);
+}
+
+rf_status *rf__mpi_op_alloc(rf__mpi_op *op) {
+  rf__coll_group *g = &op->g;
+  int64_t elems = rf_shape_num_elements(&op->shape);
+  size_t esize = rf_dtype_size(g->dtype);
+  op->wide = reduces(g->kind) && is_16(g->dtype);
+  rf_dtype work = op->wide ? RF_FLOAT32 : g->dtype;
+  MPI_Datatype type;
+  MPI_Op mop;
+  if (reduces(g->kind) && !mpi_reduction(g->dtype, g->reduction, &type, &mop))
+    return rf__error(RF_UNIMPLEMENTED,
+                     "collective '%s': %s of %s across processes is not "
+                     "supported",
+                     op->name, rf__reduction_name(g->reduction),
+                     rf_dtype_name(g->dtype));
+  switch (g->kind) {
+    case RF_COLL_ALL_REDUCE:
+    case RF_COLL_REDUCE:
+    case RF_COLL_REDUCE_SCATTER:
+      RF_CHECK(too_large(op, elems, "elements"));
+      if (g->n > 1 || op->wide)
+        RF_CHECK(alloc(op, work, &op->shape, &op->partial));
+      if (g->kind == RF_COLL_REDUCE_SCATTER) {
+        rf_shape rows = op->shape;
+        rows.dims[0] = rows.dims[0] / op->num_devices * op->counts[op->me];
+        return alloc(op, work, &rows, &op->out);
+      }
+      if (g->kind == RF_COLL_REDUCE && g->root < 0 && rf__mpi_op_blocking(op))
+        return NULL; /* MPI_Reduce: senders receive nothing */
+      return alloc(op, work, &op->shape, &op->out);
+    case RF_COLL_ALL_GATHER: {
+      rf_shape all = op->shape;
+      all.dims[0] *= op->num_devices;
+      RF_CHECK(
+          too_large(op, rf_shape_num_elements(&all) * (int64_t)esize, "bytes"));
+      return alloc(op, g->dtype, &all, &op->out);
+    }
+    case RF_COLL_BROADCAST:
+      if (g->root >= 0) return too_large(op, elems * (int64_t)esize, "bytes");
+      if (!rf_shape_is_fully_defined(&op->shape)) return NULL; /* at GO */
+      op->root_shape = op->shape;
+      return alloc_broadcast_out(op);
+    default: return rf__internal("collective '%s': unknown kind", op->name);
+  }
+}
+
+/* ---- this task's contribution ---- */
+
+typedef struct local_job {
+  rf__mpi_op *op;
+  const void *ins[64];
+  int64_t count;
+} local_job;
+
+static void reduce16(const local_job *j, int64_t lo, int64_t hi) {
+  const rf__mpi_op *op = j->op;
+  float (*to)(uint16_t) =
+      op->g.dtype == RF_FLOAT16 ? rf_half_to_float : rf_bfloat16_to_float;
+  float *out = rf_tensor_mutable_data(op->partial);
+  for (int64_t i = lo; i < hi; i++) {
+    float a = to(((const uint16_t *)j->ins[0])[i]);
+    for (int k = 1; k < op->g.n; k++) {
+      float v = to(((const uint16_t *)j->ins[k])[i]);
+      switch (op->g.reduction) {
+        case RF_RED_PROD: a = a * v; break;
+        case RF_RED_MIN: a = (v < a || v != v) ? v : a; break;
+        case RF_RED_MAX: a = (v > a || v != v) ? v : a; break;
+        default: a = a + v;
+      }
+    }
+    out[i] = a;
+  }
+}
+
+static void reduce_blocks(void *arg, int64_t b, int64_t e) {
+  const local_job *j = arg;
+  const rf__mpi_op *op = j->op;
+  int64_t lo = b * BLOCK_ELEMS, hi = e * BLOCK_ELEMS;
+  if (hi > j->count) hi = j->count;
+  if (op->wide) {
+    reduce16(j, lo, hi);
+    return;
+  }
+  rf__reduction r =
+      op->g.reduction == RF_RED_AVG ? RF_RED_SUM : op->g.reduction;
+  rf__cpu_reduce(op->g.dtype, r, j->ins, op->g.n,
+                 rf_tensor_mutable_data(op->partial), lo, hi);
+}
+
+/* All-gather: this task's inputs go straight into its rows of the output,
+ * which MPI then completes in place. */
+static void gather_local(rf__mpi_op *op) {
+  size_t bytes = rf_tensor_nbytes(op->g.p[0].input);
+  int before = 0;
+  for (int t = 0; t < op->me; t++) before += op->counts[t];
+  char *dst = (char *)rf_tensor_mutable_data(op->out) + (size_t)before * bytes;
+  for (int i = 0; i < op->g.n; i++)
+    memcpy(dst + (size_t)i * bytes, rf_tensor_data(op->g.p[i].input), bytes);
+}
+
+void rf__mpi_op_prepare(rf__mpi_op *op) {
+  rf__coll_group *g = &op->g;
+  switch (g->kind) {
+    case RF_COLL_ALL_REDUCE:
+    case RF_COLL_REDUCE:
+    case RF_COLL_REDUCE_SCATTER: {
+      if (!op->partial) {
+        op->send = rf_tensor_data(g->p[0].input);
+        break;
+      }
+      local_job j = {.op = op, .count = rf_shape_num_elements(&op->shape)};
+      for (int i = 0; i < g->n; i++) j.ins[i] = rf_tensor_data(g->p[i].input);
+      int64_t blocks = (j.count + BLOCK_ELEMS - 1) / BLOCK_ELEMS;
+      rf__threadpool_parallel_for(g->pool, blocks, BLOCK_ELEMS * g->n,
+                                  reduce_blocks, &j);
+      op->send = rf_tensor_data(op->partial);
+      break;
+    }
+    case RF_COLL_ALL_GATHER: gather_local(op); break;
+    case RF_COLL_BROADCAST:
+      if (g->root >= 0) op->send = rf_tensor_data(g->p[g->root].input);
+      break;
+    default: break;
+  }
+}
+
+/* ---- the MPI call ---- */
+
+/* Per task of the set: count participants' worth of `unit` each. */
+static void per_task(const rf__mpi_op *op, int64_t unit, int *counts,
+                     int *displs) {
+  int64_t at = 0;
+  for (int t = 0; t < op->nset; t++) {
+    counts[t] = (int)(op->counts[t] * unit);
+    if (displs) displs[t] = (int)at;
+    at += op->counts[t] * unit;
+  }
+}
+
+rf_status *rf__mpi_op_issue(rf__mpi_op *op, MPI_Comm comm) {
+  rf__coll_group *g = &op->g;
+  MPI_Datatype type = MPI_BYTE;
+  MPI_Op mop = MPI_SUM;
+  if (reduces(g->kind)) mpi_reduction(g->dtype, g->reduction, &type, &mop);
+  int count = (int)rf_shape_num_elements(&op->shape);
+  void *out = op->out ? rf_tensor_mutable_data(op->out) : NULL;
+  int counts[64 * 8], displs[64 * 8];
+  if (op->nset > (int)(sizeof counts / sizeof *counts))
+    return rf__internal("collective '%s': too many tasks", op->name);
+  switch (g->kind) {
+    case RF_COLL_ALL_REDUCE:
+    case RF_COLL_REDUCE:
+      return RF_MPI_STATUS(
+          MPI_Iallreduce(op->send, out, count, type, mop, comm, &op->req));
+    case RF_COLL_REDUCE_SCATTER:
+      per_task(op, count / op->num_devices, counts, NULL);
+      return RF_MPI_STATUS(MPI_Ireduce_scatter(op->send, out, counts, type, mop,
+                                               comm, &op->req));
+    case RF_COLL_ALL_GATHER:
+      per_task(op, (int64_t)rf_dtype_size(g->dtype) * count, counts, displs);
+      return RF_MPI_STATUS(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_BYTE, out,
+                                           counts, displs, MPI_BYTE, comm,
+                                           &op->req));
+    case RF_COLL_BROADCAST: {
+      RF_CHECK(alloc_broadcast_out(op));
+      int bytes = (int)(input_elems(op) * (int64_t)rf_dtype_size(g->dtype));
+      void *buf =
+          g->root >= 0 ? (void *)op->send : rf_tensor_mutable_data(op->out);
+      return RF_MPI_STATUS(
+          MPI_Ibcast(buf, bytes, MPI_BYTE, op->root_index, comm, &op->req));
+    }
+    default: return rf__internal("collective '%s': unknown kind", op->name);
+  }
+}
+
+bool rf__mpi_op_blocking(const rf__mpi_op *op) {
+  static int off = -1;
+  if (off < 0)
+    off = getenv("RF_MPI_BLOCKING") && !atoi(getenv("RF_MPI_BLOCKING"));
+  bool kind =
+      op->g.kind == RF_COLL_REDUCE || op->g.kind == RF_COLL_REDUCE_SCATTER;
+  return kind && !op->gpu && !off && rf__mpi_data_thread_ready();
+}
+
+rf_status *rf__mpi_op_run_blocking(rf__mpi_op *op, MPI_Comm comm) {
+  rf__coll_group *g = &op->g;
+  MPI_Datatype type;
+  MPI_Op mop;
+  mpi_reduction(g->dtype, g->reduction, &type, &mop);
+  int count = (int)rf_shape_num_elements(&op->shape), counts[64 * 8];
+  void *out = op->out ? rf_tensor_mutable_data(op->out) : NULL;
+  if (g->kind == RF_COLL_REDUCE)
+    return RF_MPI_STATUS(
+        MPI_Reduce(op->send, out, count, type, mop, op->root_index, comm));
+  if (op->nset > (int)(sizeof counts / sizeof *counts))
+    return rf__internal("collective '%s': too many tasks", op->name);
+  per_task(op, count / op->num_devices, counts, NULL);
+  return RF_MPI_STATUS(
+      MPI_Reduce_scatter(op->send, out, counts, type, mop, comm));
+}
+
+/* ---- results ---- */
+
+/* avg: the sum divided by every participant of the job. */
+static void finish_avg(rf__mpi_op *op, rf_tensor *t) {
+  int64_t n = rf_tensor_num_elements(t);
+  int d = op->num_devices;
+  void *p = rf_tensor_mutable_data(t);
+#define DIV(T, DT) \
+  for (int64_t i = 0; i < n; i++) ((T *)p)[i] = (T)(((T *)p)[i] / (DT)d)
+  switch (rf_tensor_dtype(t)) {
+    case RF_FLOAT32: DIV(float, float); break;
+    case RF_FLOAT64: DIV(double, double); break;
+    case RF_INT8: DIV(int8_t, int); break;
+    case RF_UINT8: DIV(uint8_t, int); break;
+    case RF_INT32: DIV(int32_t, int32_t); break;
+    case RF_INT64: DIV(int64_t, int64_t); break;
+    default: break;
+  }
+#undef DIV
+}
+
+/* Elements [offset, offset + |shape|) of src as a new tensor of `shape` on
+ * participant r's device: a copy, or for float16/bfloat16 the float32 sums
+ * rounded once (x 1/n for avg, as the CPU backend scales). */
+static rf_status *convert(rf__mpi_op *op, const rf_tensor *src,
+                          const rf_shape *shape, int64_t offset, int r,
+                          rf_tensor **out) {
+  RF_CHECK(
+      rf_tensor_new(op->g.dtype, shape, op->g.p[r].device->allocator, out));
+  int64_t n = rf_shape_num_elements(shape);
+  if (!op->wide) {
+    size_t es = rf_dtype_size(op->g.dtype);
+    memcpy(rf_tensor_mutable_data(*out),
+           (const char *)rf_tensor_data(src) + (size_t)offset * es,
+           (size_t)n * es);
+    return NULL;
+  }
+  const float *f = (const float *)rf_tensor_data(src) + offset;
+  uint16_t *h = rf_tensor_mutable_data(*out);
+  uint16_t (*from)(float) =
+      op->g.dtype == RF_FLOAT16 ? rf_float_to_half : rf_float_to_bfloat16;
+  bool avg = op->g.reduction == RF_RED_AVG;
+  float scale = 1.0f / (float)op->num_devices;
+  for (int64_t i = 0; i < n; i++) h[i] = from(avg ? f[i] * scale : f[i]);
+  return NULL;
+}
+
+rf_status *rf__mpi_op_outputs(rf__mpi_op *op, rf_tensor **outs) {
+  rf__coll_group *g = &op->g;
+  for (int i = 0; i < g->n; i++) outs[i] = NULL;
+  if (reduces(g->kind) && !op->wide && g->reduction == RF_RED_AVG && op->out)
+    finish_avg(op, op->out);
+  switch (g->kind) {
+    case RF_COLL_ALL_REDUCE:
+    case RF_COLL_REDUCE:
+    case RF_COLL_ALL_GATHER: {
+      if (g->kind == RF_COLL_REDUCE && g->root < 0) return NULL; /* senders */
+      rf_tensor *res = op->out;
+      if (op->wide) {
+        rf_shape s = rf_tensor_shape(op->out);
+        RF_CHECK(convert(op, op->out, &s, 0, 0, &res));
+      }
+      for (int i = 0; i < g->n; i++)
+        if (g->kind != RF_COLL_REDUCE || i == g->root)
+          outs[i] = rf_tensor_retain(res);
+      if (res != op->out) rf_tensor_release(res);
+      return NULL;
+    }
+    case RF_COLL_REDUCE_SCATTER: {
+      if (g->n == 1 && !op->wide) {
+        outs[0] = rf_tensor_retain(op->out);
+        return NULL;
+      }
+      rf_shape rows = rf_tensor_shape(op->out);
+      rows.dims[0] /= g->n;
+      int64_t per = rf_shape_num_elements(&rows);
+      for (int i = 0; i < g->n; i++)
+        RF_CHECK(convert(op, op->out, &rows, i * per, i, &outs[i]));
+      return NULL;
+    }
+    case RF_COLL_BROADCAST: {
+      rf_tensor *v = g->root >= 0 ? g->p[g->root].input : op->out;
+      for (int i = 0; i < g->n; i++)
+        if (i != g->root) outs[i] = rf_tensor_retain(v);
+      return NULL;
+    }
+    default: return rf__internal("collective '%s': unknown kind", op->name);
+  }
+}

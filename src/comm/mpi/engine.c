@@ -1,0 +1,400 @@
+/* comm/mpi/engine.c - the process's communication thread: the only thread
+ * that calls MPI (besides MPI_Initialized). It starts with the first session
+ * of a job (or rf_job_tasks), initialises MPI unless the program did
+ * (asking for MPI_THREAD_MULTIPLE, so the program may call MPI too), and
+ * runs until the process exits, finalising MPI if it initialised it.
+ *
+ * Its loop: take the queued commands, then for every attached job receive
+ * messages, issue and test collectives and check deadlines. While a
+ * collective's data is in flight it spins (OpenMPI's nonblocking
+ * collectives progress only inside MPI calls), yielding the core to others;
+ * while it waits for answers it spins (yielding) for 2 ms after the last
+ * progress, then backs off to sleeps of up to 1 ms; with nothing pending it
+ * sleeps 20 ms between looks at the network, and with no job at all until
+ * woken. */
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "comm/mpi/engine.h"
+#include "comm/mpi/mpi_status.h"
+#include "comm/mpi/op.h"
+#include "core/mem.h"
+#include "core/status.h"
+
+#define IDLE_NS 20000000LL /* nothing pending: look at the network */
+#define BACKOFF_MAX_NS 1000000LL
+#define SPINS_BEFORE_SLEEP 64
+#define SPIN_NS 2000000LL /* waiting: spin this long after progress */
+
+static struct {
+  pthread_mutex_t mu;
+  pthread_cond_t wake, reply; /* the engine's; the callers' */
+  pthread_t thread;
+  bool started, ready, stopping, own_init;
+  rf_status *init_error; /* why MPI cannot be used */
+  int world_rank, world_size;
+  rf__mpi_cmd *head, *tail;
+  atomic_int kicked; /* a command or an op is waiting */
+} E = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+/* The data thread: blocking collectives, one at a time, in queue order (the
+ * engine queues one only when no other collective of its job is in flight,
+ * so no communicator is used by two threads at once). */
+static struct {
+  pthread_mutex_t mu;
+  pthread_cond_t wake;
+  pthread_t thread;
+  bool started, stop, busy;
+  rf__mpi_op *head, *tail;
+} D = {.mu = PTHREAD_MUTEX_INITIALIZER, .wake = PTHREAD_COND_INITIALIZER};
+
+int64_t rf__mpi_now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* ---- MPI itself ---- */
+
+static void data_thread_start(int provided);
+
+static rf_status *init_mpi(void) {
+  int init = 0, fin = 0, provided = MPI_THREAD_SINGLE;
+  MPI_Finalized(&fin);
+  if (fin)
+    return rf__error(RF_FAILED_PRECONDITION,
+                     "MPI was already finalised in this process");
+  MPI_Initialized(&init);
+  if (init) {
+    MPI_Query_thread(&provided);
+    if (provided < MPI_THREAD_SERIALIZED)
+      return rf__error(
+          RF_FAILED_PRECONDITION,
+          "the program initialised MPI with thread level %d; ringflow calls "
+          "MPI from a thread of its own and needs MPI_THREAD_SERIALIZED (or "
+          "MPI_THREAD_MULTIPLE if the program calls MPI while sessions "
+          "exist): use MPI_Init_thread",
+          provided);
+  } else {
+    rf_status *st = RF_MPI_STATUS(
+        MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided));
+    if (st) return st;
+    E.own_init = true;
+  }
+  MPI_Comm_rank(MPI_COMM_WORLD, &E.world_rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &E.world_size);
+  rf__mpi_data_init();
+  data_thread_start(provided);
+  return NULL;
+}
+
+/* ---- the data thread ---- */
+
+static void *data_main(void *arg) {
+  (void)arg;
+  pthread_mutex_lock(&D.mu);
+  for (;;) {
+    while (!D.head && !D.stop) pthread_cond_wait(&D.wake, &D.mu);
+    if (!D.head) break;
+    rf__mpi_op *op = D.head;
+    D.head = op->data_next;
+    if (!D.head) D.tail = NULL;
+    D.busy = true;
+    pthread_mutex_unlock(&D.mu);
+    op->async_status = rf__mpi_op_run_blocking(op, op->set->comm);
+    atomic_store(&op->async_done, 1);
+    rf__mpi_engine_wake();
+    pthread_mutex_lock(&D.mu);
+    D.busy = false;
+  }
+  pthread_mutex_unlock(&D.mu);
+  return NULL;
+}
+
+bool rf__mpi_data_thread_ready(void) { return D.started; }
+
+void rf__mpi_data_thread_push(rf__mpi_op *op) {
+  op->data_next = NULL;
+  pthread_mutex_lock(&D.mu);
+  if (D.tail)
+    D.tail->data_next = op;
+  else
+    D.head = op;
+  D.tail = op;
+  pthread_cond_signal(&D.wake);
+  pthread_mutex_unlock(&D.mu);
+}
+
+/* Started when MPI allows two threads to call it (engine thread). */
+static void data_thread_start(int provided) {
+  if (provided < MPI_THREAD_MULTIPLE) return;
+  D.started = pthread_create(&D.thread, NULL, data_main, NULL) == 0;
+}
+
+/* Joined unless it is stuck in a collective that never finished (then MPI
+ * is not finalised cleanly either). */
+static void data_thread_stop(void) {
+  if (!D.started) return;
+  pthread_mutex_lock(&D.mu);
+  D.stop = true;
+  bool stuck = D.busy || D.head;
+  pthread_cond_signal(&D.wake);
+  pthread_mutex_unlock(&D.mu);
+  if (stuck)
+    pthread_detach(D.thread);
+  else
+    pthread_join(D.thread, NULL);
+  D.started = false;
+}
+
+/* ---- commands ---- */
+
+void rf__mpi_engine_submit(rf__mpi_cmd *c) {
+  c->next = NULL;
+  pthread_mutex_lock(&E.mu);
+  if (E.tail)
+    E.tail->next = c;
+  else
+    E.head = c;
+  E.tail = c;
+  atomic_store(&E.kicked, 1);
+  pthread_cond_signal(&E.wake);
+  pthread_mutex_unlock(&E.mu);
+}
+
+rf_status *rf__mpi_engine_call(rf__mpi_cmd *c) {
+  rf__mpi_engine_submit(c);
+  pthread_mutex_lock(&E.mu);
+  while (!c->done) pthread_cond_wait(&E.reply, &E.mu);
+  pthread_mutex_unlock(&E.mu);
+  return c->result;
+}
+
+void rf__mpi_engine_wake(void) {
+  atomic_store(&E.kicked, 1);
+  pthread_mutex_lock(&E.mu);
+  pthread_cond_signal(&E.wake);
+  pthread_mutex_unlock(&E.mu);
+}
+
+static void reply(rf__mpi_cmd *c) {
+  pthread_mutex_lock(&E.mu);
+  c->done = true;
+  pthread_cond_broadcast(&E.reply);
+  pthread_mutex_unlock(&E.mu);
+}
+
+/* ---- the loop ---- */
+
+typedef struct loop {
+  rf__job *jobs;          /* attached */
+  rf__mpi_cmd *attaching; /* ATTACH commands in progress */
+  rf__mpi_cmd *leaving;   /* DETACH commands waiting for the others */
+} loop;
+
+static void take_command(loop *l, rf__mpi_cmd *c) {
+  switch (c->kind) {
+    case RF_CMD_ATTACH:
+      rf__mpi_job_attach_start(c);
+      c->next = l->attaching;
+      l->attaching = c;
+      break;
+    case RF_CMD_DETACH: /* the job keeps being polled until it may go */
+      rf__mpi_job_leave_start(c->job);
+      c->next = l->leaving;
+      l->leaving = c;
+      break;
+    default: rf__mpi_job_command(c); /* frees c */
+  }
+}
+
+static int poll_attaching(loop *l, int64_t now) {
+  int progress = 0;
+  for (rf__mpi_cmd **p = &l->attaching; *p;) {
+    rf__mpi_cmd *c = *p;
+    if (!rf__mpi_job_attach_poll(c, now)) {
+      p = &c->next;
+      continue;
+    }
+    *p = c->next;
+    progress++;
+    if (c->result) {
+      if (c->job->attach_stage < 2) /* the duplicates may not exist */
+        c->job->ctl = c->job->data = MPI_COMM_NULL;
+      rf__mpi_job_detach(c->job); /* frees what was made */
+    } else {
+      c->job->next = l->jobs;
+      l->jobs = c->job;
+    }
+    reply(c);
+  }
+  return progress;
+}
+
+static int poll_leaving(loop *l, int64_t now) {
+  int progress = 0;
+  for (rf__mpi_cmd **p = &l->leaving; *p;) {
+    rf__mpi_cmd *c = *p;
+    if (!rf__mpi_job_may_leave(c->job, now)) {
+      p = &c->next;
+      continue;
+    }
+    *p = c->next;
+    for (rf__job **q = &l->jobs; *q; q = &(*q)->next)
+      if (*q == c->job) {
+        *q = c->job->next;
+        break;
+      }
+    rf__mpi_job_detach(c->job);
+    reply(c);
+    progress++;
+  }
+  return progress;
+}
+
+/* Waits up to ns (0: until woken) unless something was queued. */
+static void sleep_for(int64_t ns) {
+  pthread_mutex_lock(&E.mu);
+  if (!atomic_load(&E.kicked) && !E.stopping) {
+    if (ns <= 0) {
+      pthread_cond_wait(&E.wake, &E.mu);
+    } else {
+      int64_t t = rf__mpi_now_ns() + ns;
+      struct timespec ts = {t / 1000000000, t % 1000000000};
+      pthread_cond_timedwait(&E.wake, &E.mu, &ts);
+    }
+  }
+  pthread_mutex_unlock(&E.mu);
+}
+
+/* How many idle spins between yields while data is in flight: 4 when the
+ * node runs at least as many ranks as cores, else 64; RF_MPI_YIELD_EVERY
+ * overrides. */
+static int yield_every(void) {
+  static int every;
+  if (every) return every;
+  const char *env = getenv("RF_MPI_YIELD_EVERY");
+  const char *local = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  if (!local) local = getenv("MPI_LOCALNRANKS");
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  every = local && atol(local) >= cores ? 4 : 64;
+  if (env && atoi(env) > 0) every = atoi(env);
+  return every;
+}
+
+static void run_loop(void) {
+  loop l = {0};
+  int idle = 0;
+  unsigned spins = 0;
+  int64_t last_progress = 0;
+  for (;;) {
+    pthread_mutex_lock(&E.mu);
+    rf__mpi_cmd *cmds = E.head;
+    E.head = E.tail = NULL;
+    atomic_store(&E.kicked, 0);
+    bool stop = E.stopping;
+    pthread_mutex_unlock(&E.mu);
+    int progress = 0;
+    while (cmds) {
+      rf__mpi_cmd *c = cmds;
+      cmds = c->next;
+      take_command(&l, c);
+      progress++;
+    }
+    if (stop && !l.attaching) break;
+    int64_t now = rf__mpi_now_ns();
+    bool busy = false, waiting = l.attaching || l.leaving;
+    progress += poll_attaching(&l, now);
+    progress += poll_leaving(&l, now);
+    for (rf__job *j = l.jobs; j; j = j->next)
+      progress += rf__mpi_job_poll(j, now, &busy, &waiting);
+    if (progress || busy) {
+      idle = 0;
+      last_progress = now;
+      /* OpenMPI's nonblocking collectives advance only inside MPI calls:
+       * spin, yielding the core now and then (often when this node runs
+       * more processes than cores: their peers need it). */
+      if (!progress && ++spins % yield_every() == 0) sched_yield();
+      continue;
+    }
+    idle++;
+    if (!l.jobs && !waiting) {
+      sleep_for(0);
+    } else if (!waiting) {
+      sleep_for(IDLE_NS);
+    } else if (idle < SPINS_BEFORE_SLEEP || now - last_progress < SPIN_NS) {
+      sched_yield(); /* an answer is due soon: no wake-up to wait for */
+    } else {
+      int64_t ns =
+          20000LL << (idle - SPINS_BEFORE_SLEEP < 6 ? idle - SPINS_BEFORE_SLEEP
+                                                    : 6);
+      sleep_for(ns < BACKOFF_MAX_NS ? ns : BACKOFF_MAX_NS);
+    }
+  }
+  while (l.jobs) { /* the process is exiting with sessions alive */
+    rf__job *j = l.jobs;
+    l.jobs = j->next;
+    rf__mpi_job_detach(j);
+  }
+  while (l.leaving) {
+    rf__mpi_cmd *c = l.leaving;
+    l.leaving = c->next;
+    reply(c);
+  }
+}
+
+static void *engine_main(void *arg) {
+  (void)arg;
+  rf_status *st = init_mpi();
+  pthread_mutex_lock(&E.mu);
+  E.init_error = st;
+  E.ready = true;
+  pthread_cond_broadcast(&E.reply);
+  pthread_mutex_unlock(&E.mu);
+  if (!st) run_loop();
+  data_thread_stop();
+  if (!st) rf__mpi_data_fini();
+  if (!st && E.own_init) MPI_Finalize();
+  rf__mpi_free_orphans();
+  return NULL;
+}
+
+/* At exit: the engine leaves its jobs and finalises what it initialised. */
+static void engine_atexit(void) {
+  pthread_mutex_lock(&E.mu);
+  E.stopping = true;
+  pthread_cond_signal(&E.wake);
+  pthread_mutex_unlock(&E.mu);
+  pthread_join(E.thread, NULL);
+}
+
+rf_status *rf__mpi_engine_start(int *world_rank, int *world_size) {
+  pthread_mutex_lock(&E.mu);
+  if (!E.started) {
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&E.wake, &ca);
+    pthread_condattr_destroy(&ca);
+    pthread_cond_init(&E.reply, NULL);
+    if (pthread_create(&E.thread, NULL, engine_main, NULL) != 0) {
+      pthread_mutex_unlock(&E.mu);
+      return rf__error(RF_RESOURCE_EXHAUSTED,
+                       "could not start ringflow's MPI thread");
+    }
+    E.started = true;
+    atexit(engine_atexit);
+  }
+  while (!E.ready) pthread_cond_wait(&E.reply, &E.mu);
+  rf_status *st = E.init_error
+                      ? rf_status_new(rf_status_code(E.init_error), "%s",
+                                      rf_status_message(E.init_error))
+                      : NULL;
+  *world_rank = E.world_rank;
+  *world_size = E.world_size;
+  pthread_mutex_unlock(&E.mu);
+  return st;
+}

@@ -1,0 +1,258 @@
+/* comm/mpi/engine.h - how the parts of the MPI job (comm/job.h) share state.
+ *
+ * One communication thread per process, the engine (engine.c), makes every
+ * MPI call but the blocking reduce and reduce-scatter (on a data thread when
+ * MPI gives MPI_THREAD_MULTIPLE); other threads hand it commands and never wait
+ * for it, except rf_session_new and rf_session_free (attach and detach). A
+ * collective with participants in several processes goes:
+ *
+ *   executor thread: local group complete -> op (member.c): buffers
+ *     allocated, READY queued, this process's part reduced or gathered
+ *     (data.c) while the READY travels;
+ *   engine: READY -> task 0, the job's coordinator (coordinator.c), which
+ *     checks that every task's descriptor agrees and answers GO (or ABORT
+ *     with the message naming the field, devices or missing tasks) in ONE
+ *     order for the whole job;
+ *   engine: on GO, the nonblocking MPI collective on the participant set's
+ *     communicator (sets.c), in GO order, so every process issues the
+ *     collectives of a communicator in the same order; polled against the
+ *     deadline; completion -> a pool task calls the participants' dones.
+ *
+ * Ownership: commands belong to the engine once submitted; an op is shared
+ * by its preparing thread, the engine and its report task (refs). */
+#ifndef RF_COMM_MPI_ENGINE_H
+#define RF_COMM_MPI_ENGINE_H
+
+#include <mpi.h>
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "comm/job.h"
+#include "core/hash.h"
+
+#define RF_MPI_TAG_CTL 7 /* every control message, on a job's ctl comm */
+#define RF_MPI_MSG_MAX 16384
+#define RF_MPI_NAME_MAX 1024
+
+int64_t rf__mpi_now_ns(void);
+
+/* ---- control messages (protocol.c) ---- */
+
+enum {
+  RF_MSG_READY = 1,   /* member -> coordinator: this task's part is ready */
+  RF_MSG_FAILED,      /* member -> coordinator: this task's part failed */
+  RF_MSG_STEP_FAILED, /* member -> coordinator: this task's job step failed */
+  RF_MSG_GO,          /* coordinator -> members: run it now */
+  RF_MSG_ABORT,       /* coordinator -> members: fail it (code, text) */
+  RF_MSG_BYE          /* member -> coordinator: this task left the session */
+};
+
+/* The fixed part of a message; name, devices and text follow it. */
+typedef struct rf__mpi_msg {
+  int32_t type, task; /* task: the sender */
+  /* The session's number in the job (agreed when it attached): a message
+   * of an earlier session, which MPI may deliver on a new communicator that
+   * reuses the freed one's context id, is dropped. */
+  int64_t epoch;
+  int64_t job_step;
+  int32_t code; /* FAILED, STEP_FAILED, ABORT: an rf_code */
+  /* READY: what this task's participants run */
+  int32_t kind, dtype, reduction, device_type, num_devices;
+  int32_t local_count, local_roots, has_input;
+  int32_t rank; /* shape (input, or a receiver's expected shape) */
+  int64_t dims[RF_MAX_RANK];
+  int64_t timeout_ms;
+  int32_t local_root; /* READY: the root's index among this task's */
+  /* GO: the root's task (index in the set), rank in the job and shape */
+  int32_t root_index, root_rank;
+  int32_t name_len, devices_len, text_len;
+} rf__mpi_msg;
+
+/* A decoded message: pointers into the receive buffer. */
+typedef struct rf__mpi_msg_view {
+  const rf__mpi_msg *h;
+  const char *name, *devices, *text; /* NUL-terminated copies' bounds */
+} rf__mpi_msg_view;
+
+/* ---- participant sets (sets.c) ---- */
+
+/* The tasks of a group, sorted, and how many participants each holds. */
+typedef struct rf__mpi_set {
+  char *key; /* "0,1,3" */
+  int n;
+  int *tasks, *counts;
+  MPI_Comm comm; /* MPI_COMM_NULL until first used; the job's data comm
+                    for all tasks */
+  bool owned, broken;
+  void *nccl;      /* GPU sets: NCCL's communicators (comm/mpi/gpu.c) */
+  bool nccl_ready; /* made, not just started */
+  UT_hash_handle hh;
+} rf__mpi_set;
+
+/* Parses "/task:0/cpu:0,/task:1/cpu:0" into tasks and counts (rf__malloc'ed
+ * arrays, sorted by task). INVALID_ARGUMENT for a name without a task. */
+rf_status *rf__mpi_parse_set(const char *devices, int *n, int **tasks,
+                             int **counts);
+
+/* ---- a job's state (engine.c, job.c) ---- */
+
+typedef struct rf__mpi_op rf__mpi_op;
+typedef struct rf__mpi_centry rf__mpi_centry;
+typedef struct rf__mpi_fstep rf__mpi_fstep;
+typedef struct rf__mpi_send rf__mpi_send;
+
+struct rf__job {
+  /* Fixed after attach; any thread reads them. */
+  int task, ntasks;
+  int *ncpu, *ngpu; /* [ntasks] */
+  rf__threadpool *pool;
+  int64_t timeout_ms;
+  /* Engine thread only. */
+  MPI_Comm ctl, data;
+  MPI_Request recv_req; /* MPI_REQUEST_NULL when none is posted */
+  char *recv_buf;
+  rf__mpi_send *sends; /* in flight */
+  rf__mpi_op *ops;     /* this task's collectives, by key */
+  /* Ops told GO and not issued yet, in GO order: they are issued in this
+   * order, which is the same in every process. */
+  rf__mpi_op *go_head, *go_tail;
+  int in_flight;            /* ops whose data is moving */
+  rf__mpi_op *blocking;     /* on the data thread: nothing else starts */
+  rf__mpi_centry *centries; /* task 0: collectives being agreed */
+  rf__mpi_fstep *failed;    /* task 0: failed job steps */
+  rf__mpi_set *sets;        /* by key */
+  rf_status *broken;        /* set: no more collectives */
+  struct rf__job *next;     /* the engine's list */
+  int64_t epoch;            /* see rf__mpi_msg */
+  /* Leaving (task 0): it coordinates until every task said BYE (its last
+   * message), so no late task waits for a verdict that never comes. */
+  int byes;
+  int64_t leave_deadline;
+  /* Attaching (job.c): the duplicates, then the exchange of device counts
+   * and of each process's next epoch. */
+  MPI_Request attach_req[2];
+  int attach_stage, attach_mine[3];
+  int *attach_all;
+  int64_t attach_deadline;
+  /* Steps of this process in the job (rf__job_begin_step); any thread. */
+  pthread_mutex_t mu;
+  struct {
+    int64_t step, job_step;
+  } * steps;
+  int num_steps, cap_steps;
+  /* Steps of this session running here: while any does, the engine looks
+   * at the network at least every millisecond (messages for the coordinator
+   * can come before this process's own part of a collective). */
+  atomic_int active_steps;
+};
+
+/* ---- the engine (engine.c) ---- */
+
+typedef enum rf__mpi_cmd_kind {
+  RF_CMD_ATTACH,
+  RF_CMD_DETACH,
+  RF_CMD_READY,       /* op */
+  RF_CMD_FAILED,      /* name, job_step, code, text */
+  RF_CMD_STEP_FAILED, /* job_step, code, text */
+  RF_CMD_CANCEL_STEP  /* step_id, job_step, code, text */
+} rf__mpi_cmd_kind;
+
+typedef struct rf__mpi_cmd {
+  rf__mpi_cmd_kind kind;
+  rf__job *job;
+  rf__mpi_op *op;
+  char *name, *text;
+  int64_t step_id, job_step;
+  rf_code code;
+  /* ATTACH (and DETACH): the caller waits for done */
+  MPI_Comm parent;
+  int ncpu, ngpu;
+  bool done;
+  rf_status *result;
+  struct rf__mpi_cmd *next;
+} rf__mpi_cmd;
+
+/* Starts the engine (once per process: it initialises MPI unless the
+ * program did, and finalises what it initialised at exit). The error when
+ * MPI cannot be used; world rank and size otherwise. */
+rf_status *rf__mpi_engine_start(int *world_rank, int *world_size);
+/* Queues c (the engine owns it from now on) and wakes the engine. */
+void rf__mpi_engine_submit(rf__mpi_cmd *c);
+/* Queues c and waits until the engine marks it done; returns c->result. */
+rf_status *rf__mpi_engine_call(rf__mpi_cmd *c);
+/* Wakes the engine (an op became ready to issue). */
+void rf__mpi_engine_wake(void);
+
+/* ---- jobs on the engine thread (job.c) ---- */
+
+/* Attach/detach steps: start (nonblocking duplicates and exchange), poll
+ * (true when finished; c->result set), detach. */
+void rf__mpi_job_attach_start(rf__mpi_cmd *c);
+bool rf__mpi_job_attach_poll(rf__mpi_cmd *c, int64_t now);
+void rf__mpi_job_detach(rf__job *j);
+/* Leaving: members send BYE and may go at once (true); task 0 may go once
+ * every other task's BYE came or the session's timeout passed. */
+void rf__mpi_job_leave_start(rf__job *j);
+bool rf__mpi_job_may_leave(const rf__job *j, int64_t now);
+/* One round of a job's MPI work; returns how much progressed (0: none).
+ * *busy: data in flight (keep polling); *waiting: answers awaited. */
+int rf__mpi_job_poll(rf__job *j, int64_t now, bool *busy, bool *waiting);
+void rf__mpi_job_command(rf__mpi_cmd *c);
+
+/* ---- messages (protocol.c) ---- */
+
+/* Sends a message to `to` on j->ctl (copied; completes in the background).
+ * Strings may be NULL; they are cut to fit RF_MPI_MSG_MAX. */
+void rf__mpi_send_msg(rf__job *j, int to, const rf__mpi_msg *h,
+                      const char *name, const char *devices, const char *text);
+/* Posts the receive of the next message (j->recv_req). */
+rf_status *rf__mpi_post_recv(rf__job *j);
+/* Tests the receive; true with *v filled when a message arrived (the next
+ * receive must then be posted after handling it). */
+bool rf__mpi_test_recv(rf__job *j, rf__mpi_msg_view *v);
+/* Completes finished sends; true while some are in flight. */
+bool rf__mpi_poll_sends(rf__job *j);
+/* Cancels or abandons what is in flight (detach). */
+void rf__mpi_drop_messages(rf__job *j);
+/* Frees the abandoned sends' buffers (the engine, once MPI is finalised or
+ * the process exits). */
+void rf__mpi_free_orphans(void);
+
+/* ---- the coordinator, task 0 (coordinator.c) ---- */
+
+void rf__mpi_coord_handle(rf__job *j, const rf__mpi_msg_view *v, int64_t now);
+/* Deadlines and forgetting; true while collectives are being agreed. */
+bool rf__mpi_coord_poll(rf__job *j, int64_t now);
+void rf__mpi_coord_free(rf__job *j);
+
+/* ---- this task's collectives (member.c) ---- */
+
+void rf__mpi_member_ready(rf__job *j, rf__mpi_op *op); /* RF_CMD_READY */
+void rf__mpi_member_verdict(rf__job *j, const rf__mpi_msg_view *v);
+void rf__mpi_member_cancel_step(rf__job *j, int64_t step_id,
+                                const rf_status *why);
+/* Issues, tests and times out ops; counts progress. */
+int rf__mpi_member_poll(rf__job *j, int64_t now, bool *busy, bool *waiting);
+void rf__mpi_member_free(rf__job *j);
+
+/* ---- participant sets' communicators (sets.c) ---- */
+
+/* The communicator of the set of tasks[0..n) (a new one is made on first
+ * use, in GO order, so every member makes it at the same point). */
+rf_status *rf__mpi_set_get(rf__job *j, int n, const int *tasks,
+                           rf__mpi_set **out);
+void rf__mpi_sets_free(rf__job *j);
+
+/* ---- GPU participants: NCCL (gpu.c) ---- */
+
+/* Allocates a GPU op's outputs (comm/mpi/op.h). */
+rf_status *rf__mpi_gpu_alloc(rf__mpi_op *op);
+/* Issues a GPU op on GO: 1 when launched (or failed: *st), 0 while its
+ * set's communicators are still being made (try again). */
+int rf__mpi_gpu_issue(rf__job *j, rf__mpi_op *op, rf__mpi_set *set,
+                      rf_status **st);
+/* Gives up on a set's communicators (a collective did not finish). */
+void rf__mpi_gpu_abort(rf__mpi_set *set);
+void rf__mpi_gpu_free(rf__mpi_set *set);
+
+#endif

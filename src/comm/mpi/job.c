@@ -1,0 +1,304 @@
+/* comm/mpi/job.c - comm/job.h over MPI: a session's job (two duplicates of
+ * the job's communicator: ctl for control messages, data for collectives;
+ * both return errors instead of aborting), attaching and detaching on the
+ * engine thread without blocking it (nonblocking duplicates and exchange,
+ * polled against the session's collective timeout), and the calls other
+ * threads make, which only queue commands. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/mpi/engine.h"
+#include "comm/mpi/mpi_status.h"
+#include "core/mem.h"
+#include "core/status.h"
+
+/* ---- any thread ---- */
+
+bool rf__job_launched(void) {
+  static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK",
+                                     "PMI_RANK", "PMI_SIZE", "MPI_LOCALNRANKS"};
+  for (size_t i = 0; i < sizeof vars / sizeof *vars; i++)
+    if (getenv(vars[i])) return true;
+  int init = 0; /* callable from any thread, before and after MPI_Init */
+  MPI_Initialized(&init);
+  return init != 0;
+}
+
+rf_status *rf__job_world(int *task, int *num_tasks) {
+  return rf__mpi_engine_start(task, num_tasks);
+}
+
+static void job_free(rf__job *j) {
+  rf__free(j->ncpu);
+  rf__free(j->ngpu);
+  rf__free(j->recv_buf);
+  rf__free(j->attach_all);
+  rf__free(j->steps);
+  rf_status_free(j->broken);
+  pthread_mutex_destroy(&j->mu);
+  rf__free(j);
+}
+
+rf_status *rf__job_attach(const void *mpi_comm, int num_cpu, int num_gpu,
+                          int64_t timeout_ms, rf__threadpool *pool,
+                          rf__job **out) {
+  int rank, size;
+  RF_CHECK(rf__mpi_engine_start(&rank, &size));
+  rf__job *j = rf__calloc(1, sizeof *j);
+  RF_CHECK_ALLOC(j);
+  pthread_mutex_init(&j->mu, NULL);
+  j->recv_buf = rf__malloc(RF_MPI_MSG_MAX);
+  if (!j->recv_buf) {
+    job_free(j);
+    return rf__oom();
+  }
+  j->pool = pool;
+  j->timeout_ms = timeout_ms;
+  j->ctl = j->data = MPI_COMM_NULL;
+  j->recv_req = MPI_REQUEST_NULL;
+  rf__mpi_cmd c = {
+      .kind = RF_CMD_ATTACH,
+      .job = j,
+      .parent = mpi_comm ? *(const MPI_Comm *)mpi_comm : MPI_COMM_WORLD,
+      .ncpu = num_cpu,
+      .ngpu = num_gpu};
+  rf_status *st = rf__mpi_engine_call(&c);
+  if (st) {
+    job_free(j);
+    return st;
+  }
+  *out = j;
+  return NULL;
+}
+
+void rf__job_detach(rf__job *j) {
+  if (!j) return;
+  rf__mpi_cmd c = {.kind = RF_CMD_DETACH, .job = j};
+  rf_status_free(rf__mpi_engine_call(&c));
+  job_free(j);
+}
+
+int rf__job_task(const rf__job *j) { return j->task; }
+int rf__job_num_tasks(const rf__job *j) { return j->ntasks; }
+
+void rf__job_devices(const rf__job *j, int t, int *num_cpu, int *num_gpu) {
+  *num_cpu = t >= 0 && t < j->ntasks ? j->ncpu[t] : 0;
+  *num_gpu = t >= 0 && t < j->ntasks ? j->ngpu[t] : 0;
+}
+
+/* Queues a notification; dropped when memory runs out (the other tasks
+ * then wait for their timeout instead of failing at once). */
+static void notify(rf__job *j, rf__mpi_cmd_kind kind, const char *name,
+                   int64_t step_id, int64_t job_step, const rf_status *why) {
+  rf__mpi_cmd *c = rf__calloc(1, sizeof *c);
+  if (!c) return;
+  c->kind = kind;
+  c->job = j;
+  c->step_id = step_id;
+  c->job_step = job_step;
+  c->code = why ? rf_status_code(why) : RF_CANCELLED;
+  c->text = rf__strdup(why ? rf_status_message(why) : "the step was cancelled");
+  c->name = name ? rf__strdup(name) : NULL;
+  if (!c->text || (name && !c->name)) {
+    rf__free(c->text);
+    rf__free(c->name);
+    rf__free(c);
+    return;
+  }
+  rf__mpi_engine_submit(c);
+}
+
+void rf__job_coll_failed(rf__job *j, const char *shared_name, int64_t job_step,
+                         const rf_status *why) {
+  notify(j, RF_CMD_FAILED, shared_name, -1, job_step, why);
+}
+
+void rf__job_step_failed(rf__job *j, int64_t job_step, const rf_status *why) {
+  notify(j, RF_CMD_STEP_FAILED, NULL, -1, job_step, why);
+}
+
+void rf__job_begin_step(rf__job *j, int64_t step_id, int64_t job_step) {
+  atomic_fetch_add(&j->active_steps, 1);
+  rf__mpi_engine_wake();
+  pthread_mutex_lock(&j->mu);
+  if (rf__grow(&j->steps, &j->cap_steps, j->num_steps + 1, sizeof *j->steps) ==
+      0) {
+    j->steps[j->num_steps].step = step_id;
+    j->steps[j->num_steps].job_step = job_step;
+    j->num_steps++;
+  }
+  pthread_mutex_unlock(&j->mu);
+}
+
+void rf__job_end_step(rf__job *j, int64_t step_id) {
+  atomic_fetch_sub(&j->active_steps, 1);
+  pthread_mutex_lock(&j->mu);
+  for (int i = 0; i < j->num_steps; i++)
+    if (j->steps[i].step == step_id) {
+      j->steps[i] = j->steps[--j->num_steps];
+      break;
+    }
+  pthread_mutex_unlock(&j->mu);
+}
+
+void rf__job_cancel_step(rf__job *j, int64_t step_id, const rf_status *why) {
+  int64_t job_step = -1;
+  pthread_mutex_lock(&j->mu);
+  for (int i = 0; i < j->num_steps; i++)
+    if (j->steps[i].step == step_id) job_step = j->steps[i].job_step;
+  pthread_mutex_unlock(&j->mu);
+  if (job_step >= 0)
+    notify(j, RF_CMD_CANCEL_STEP, NULL, step_id, job_step, why);
+}
+
+/* ---- the engine thread ---- */
+
+/* The next session's epoch in this process (engine thread only). */
+static int next_epoch = 1;
+
+void rf__mpi_job_attach_start(rf__mpi_cmd *c) {
+  rf__job *j = c->job;
+  j->attach_mine[0] = c->ncpu;
+  j->attach_mine[1] = c->ngpu;
+  j->attach_mine[2] = next_epoch;
+  j->attach_req[0] = j->attach_req[1] = MPI_REQUEST_NULL;
+  j->attach_deadline = rf__mpi_now_ns() + j->timeout_ms * 1000000;
+  c->result =
+      RF_MPI_STATUS(MPI_Comm_idup(c->parent, &j->ctl, &j->attach_req[0]));
+  if (!c->result)
+    c->result =
+        RF_MPI_STATUS(MPI_Comm_idup(c->parent, &j->data, &j->attach_req[1]));
+  j->attach_stage = 1;
+}
+
+/* The duplicates exist: learn rank and size, exchange device counts. */
+static rf_status *attach_exchange(rf__job *j) {
+  MPI_Comm_set_errhandler(j->ctl, MPI_ERRORS_RETURN);
+  MPI_Comm_set_errhandler(j->data, MPI_ERRORS_RETURN);
+  MPI_Comm_rank(j->ctl, &j->task);
+  MPI_Comm_size(j->ctl, &j->ntasks);
+  j->ncpu = rf__calloc((size_t)j->ntasks, sizeof(int));
+  j->ngpu = rf__calloc((size_t)j->ntasks, sizeof(int));
+  j->attach_all = rf__calloc((size_t)j->ntasks * 3, sizeof(int));
+  if (!j->ncpu || !j->ngpu || !j->attach_all) return rf__oom();
+  return RF_MPI_STATUS(MPI_Iallgather(j->attach_mine, 3, MPI_INT, j->attach_all,
+                                      3, MPI_INT, j->ctl, &j->attach_req[0]));
+}
+
+bool rf__mpi_job_attach_poll(rf__mpi_cmd *c, int64_t now) {
+  rf__job *j = c->job;
+  if (c->result) return true;
+  int done = 0;
+  if (j->attach_stage == 1) {
+    c->result = RF_MPI_STATUS(
+        MPI_Testall(2, j->attach_req, &done, MPI_STATUSES_IGNORE));
+    if (!c->result && done) {
+      c->result = attach_exchange(j);
+      j->attach_stage = 2;
+    }
+  } else {
+    c->result =
+        RF_MPI_STATUS(MPI_Test(&j->attach_req[0], &done, MPI_STATUS_IGNORE));
+    if (!c->result && done) {
+      for (int t = 0; t < j->ntasks; t++) {
+        j->ncpu[t] = j->attach_all[3 * t];
+        j->ngpu[t] = j->attach_all[3 * t + 1];
+        if (j->attach_all[3 * t + 2] > j->epoch)
+          j->epoch = j->attach_all[3 * t + 2];
+      }
+      next_epoch = (int)j->epoch + 1;
+      c->result = rf__mpi_post_recv(j);
+      return true;
+    }
+  }
+  if (!c->result && now >= j->attach_deadline)
+    c->result = rf__error(
+        RF_DEADLINE_EXCEEDED,
+        "not every process of the job made this session within %lld ms "
+        "(every process must make the same sessions in the same order); "
+        "MPI may be unusable now",
+        (long long)j->timeout_ms);
+  return c->result != NULL;
+}
+
+void rf__mpi_job_detach(rf__job *j) {
+  rf__mpi_member_free(j);
+  rf__mpi_coord_free(j);
+  rf__mpi_drop_messages(j);
+  rf__mpi_sets_free(j);
+  if (j->ctl != MPI_COMM_NULL) MPI_Comm_free(&j->ctl);
+  if (j->data != MPI_COMM_NULL) MPI_Comm_free(&j->data);
+}
+
+void rf__mpi_job_leave_start(rf__job *j) {
+  j->leave_deadline = rf__mpi_now_ns() + j->timeout_ms * 1000000;
+  if (j->task == 0) return;
+  rf__mpi_msg h = {.type = RF_MSG_BYE};
+  rf__mpi_send_msg(j, 0, &h, NULL, NULL, NULL);
+}
+
+bool rf__mpi_job_may_leave(const rf__job *j, int64_t now) {
+  return j->task != 0 || j->byes >= j->ntasks - 1 || now >= j->leave_deadline;
+}
+
+static void dispatch(rf__job *j, const rf__mpi_msg_view *v, int64_t now) {
+  switch (v->h->type) {
+    case RF_MSG_GO:
+    case RF_MSG_ABORT: rf__mpi_member_verdict(j, v); break;
+    case RF_MSG_BYE: j->byes++; break;
+    default:
+      if (j->task == 0) rf__mpi_coord_handle(j, v, now);
+  }
+}
+
+int rf__mpi_job_poll(rf__job *j, int64_t now, bool *busy, bool *waiting) {
+  int progress = 0;
+  rf__mpi_msg_view v;
+  for (;;) {
+    bool got = rf__mpi_test_recv(j, &v);
+    if (got) {
+      dispatch(j, &v, now);
+      progress++;
+    }
+    if (j->recv_req != MPI_REQUEST_NULL) break;
+    rf_status *st = rf__mpi_post_recv(j);
+    if (st) { /* no more messages can come: everything times out */
+      if (!j->broken)
+        j->broken = st;
+      else
+        rf_status_free(st);
+      break;
+    }
+    if (!got) break;
+  }
+  progress += rf__mpi_member_poll(j, now, busy, waiting);
+  if (atomic_load(&j->active_steps) > 0) *waiting = true;
+  if (j->task == 0 && rf__mpi_coord_poll(j, now)) *waiting = true;
+  if (rf__mpi_poll_sends(j)) *waiting = true;
+  return progress;
+}
+
+static void send_failure(rf__job *j, int type, const rf__mpi_cmd *c) {
+  rf__mpi_msg h = {.type = type, .job_step = c->job_step, .code = c->code};
+  rf__mpi_send_msg(j, 0, &h, c->name, NULL, c->text);
+}
+
+void rf__mpi_job_command(rf__mpi_cmd *c) {
+  rf__job *j = c->job;
+  switch (c->kind) {
+    case RF_CMD_READY: rf__mpi_member_ready(j, c->op); break;
+    case RF_CMD_FAILED: send_failure(j, RF_MSG_FAILED, c); break;
+    case RF_CMD_STEP_FAILED: send_failure(j, RF_MSG_STEP_FAILED, c); break;
+    case RF_CMD_CANCEL_STEP: {
+      rf_status *why = rf_status_new(c->code, "%s", c->text);
+      rf__mpi_member_cancel_step(j, c->step_id, why);
+      rf_status_free(why);
+      send_failure(j, RF_MSG_STEP_FAILED, c);
+      break;
+    }
+    default: break;
+  }
+  rf__free(c->name);
+  rf__free(c->text);
+  rf__free(c);
+}

@@ -1,0 +1,414 @@
+/* comm/mpi/member.c - this task's side of a collective across processes.
+ * The thread that completed the local group makes the op, allocates its
+ * buffers, queues READY and computes the local part while the READY
+ * travels; the engine sends READY, waits for the coordinator's verdict,
+ * issues the MPI collective on GO and polls it. The dones are called once,
+ * from a pool task: with the results, or with the coordinator's ABORT, a
+ * timeout, or the step's cancellation. A task that sent READY follows the
+ * verdict even after its step gave up (the others are waiting in MPI): such
+ * an op lives on, reported, until the verdict or the data is through. */
+#include <stdio.h>
+#include <string.h>
+
+#include "comm/mpi/mpi_status.h"
+#include "comm/mpi/op.h"
+#include "core/mem.h"
+#include "core/status.h"
+
+#define GRACE_MIN_MS 2000
+
+/* How long past the timeout a member waits for the coordinator's verdict:
+ * the coordinator's own deadline runs from the first READY it sees, so it
+ * normally answers (naming who is missing) before this. */
+static int64_t grace_ms(const rf__mpi_op *op) {
+  return op->timeout_ms / 2 > GRACE_MIN_MS ? op->timeout_ms / 2 : GRACE_MIN_MS;
+}
+
+static void op_free(rf__mpi_op *op) {
+  for (int i = 0; i < op->g.n; i++) rf_tensor_release(op->parts[i].input);
+  rf_tensor_release(op->partial);
+  rf_tensor_release(op->out);
+  for (int i = 0; i < op->g.n; i++) rf_tensor_release(op->gpu_outs[i]);
+  rf_status_free(op->async_status);
+  rf_status_free(op->report);
+  rf__free(op->parts);
+  rf__free(op->tasks);
+  rf__free(op->counts);
+  rf__free(op->key);
+  rf__free(op->name);
+  rf__free(op->devices);
+  rf__free(op);
+}
+
+static void unref(rf__mpi_op *op) {
+  if (atomic_fetch_sub(&op->refs, 1) == 1) op_free(op);
+}
+
+/* Calls every done: the results, or a copy of op->report. */
+static void report_task(void *arg) {
+  rf__mpi_op *op = arg;
+  rf_status *st = op->report;
+  op->report = NULL;
+  rf_tensor *outs[64] = {0};
+  if (!st && op->gpu) {
+    memcpy(outs, op->gpu_outs, sizeof *outs * (size_t)op->g.n);
+    memset(op->gpu_outs, 0, sizeof *outs * (size_t)op->g.n);
+  } else if (!st) {
+    st = rf__mpi_op_outputs(op, outs);
+  }
+  if (st)
+    for (int i = 0; i < op->g.n; i++) {
+      rf_tensor_release(outs[i]);
+      outs[i] = NULL;
+    }
+  /* Inputs go back to their allocator before the dones (which can end the
+   * step), unless MPI may still read them (an op that gave up early). */
+  if (atomic_load(&op->refs) == 1)
+    for (int i = 0; i < op->g.n; i++) {
+      rf_tensor_release(op->parts[i].input);
+      op->parts[i].input = NULL;
+    }
+  for (int i = 0; i < op->g.n; i++) {
+    rf_status *copy =
+        st ? rf_status_new(rf_status_code(st), "%s", rf_status_message(st))
+           : NULL;
+    op->parts[i].done(op->parts[i].arg, copy, outs[i]);
+  }
+  rf_status_free(st);
+  unref(op);
+}
+
+/* Reports st (consumed; NULL: the results) once, from a pool task, or on
+ * this thread when `here` (the engine has nothing else to watch: a thread
+ * hand-off costs a scheduler slice, ~4 ms on a loaded machine). */
+static void report_on(rf__mpi_op *op, rf_status *st, bool here) {
+  if (atomic_exchange(&op->reported, 1)) {
+    rf_status_free(st);
+    return;
+  }
+  op->report = st;
+  atomic_fetch_add(&op->refs, 1);
+  rf_status *sched =
+      here ? NULL : rf__threadpool_schedule(op->job->pool, report_task, op);
+  if (here || sched) {
+    rf_status_free(sched);
+    report_task(op);
+  }
+}
+
+static void report(rf__mpi_op *op, rf_status *st) { report_on(op, st, false); }
+
+static rf_status *copy_status(const rf_status *st) {
+  return rf_status_new(rf_status_code(st), "%s", rf_status_message(st));
+}
+
+/* ---- making an op (the thread that completed the local group) ---- */
+
+/* The participant that speaks for this task in messages: the root, else
+ * one with an input, else the first. */
+static const rf__coll_participant *speaker(const rf__coll_group *g) {
+  if (g->root >= 0) return &g->p[g->root];
+  for (int i = 0; i < g->n; i++)
+    if (g->p[i].input) return &g->p[i];
+  return &g->p[0];
+}
+
+static rf__mpi_op *op_new(rf__job *j, rf__coll_group *g, const char *devices,
+                          int64_t job_step) {
+  rf__mpi_op *op = rf__calloc(1, sizeof *op);
+  if (!op) return NULL;
+  char key[RF_MPI_NAME_MAX + 32];
+  snprintf(key, sizeof key, "%s\x1f%lld", g->key, (long long)job_step);
+  op->parts = rf__malloc(sizeof *op->parts * (size_t)g->n);
+  op->key = rf__strdup(key);
+  op->name = rf__strdup(g->key);
+  op->devices = rf__strdup(devices ? devices : "");
+  if (!op->parts || !op->key || !op->name || !op->devices) {
+    op_free(op);
+    return NULL;
+  }
+  memcpy(op->parts, g->p, sizeof *op->parts * (size_t)g->n);
+  for (int i = 0; i < g->n; i++) g->p[i].input = NULL; /* taken over */
+  op->g = *g;
+  op->g.p = op->parts;
+  op->g.key = op->name;
+  op->job = j;
+  op->job_step = job_step;
+  op->step_id = g->step_id;
+  op->timeout_ms = g->timeout_ms > 0 ? g->timeout_ms : 300000;
+  op->num_devices = g->p[0].num_devices;
+  op->req = MPI_REQUEST_NULL;
+  op->root_index = -1;
+  const rf__coll_participant *s = speaker(g);
+  op->shape = s->shape;
+  op->has_input = s->input != NULL;
+  op->gpu = s->device->name.type == RF_DEVICE_GPU;
+  atomic_init(&op->refs, 1);
+  atomic_init(&op->prepared, 0);
+  atomic_init(&op->reported, 0);
+  return op;
+}
+
+/* Fails an op that never reached the engine, and tells the job. */
+static void fail_early(rf__job *j, rf__mpi_op *op, rf_status *st) {
+  rf__job_coll_failed(j, op->name, op->job_step, st);
+  report(op, st);
+  unref(op);
+}
+
+void rf__job_coll_run(rf__job *j, rf__coll_group *g, const char *devices,
+                      int64_t job_step) {
+  rf__mpi_op *op = op_new(j, g, devices, job_step);
+  if (!op) {
+    rf_status *st = rf__oom();
+    rf__job_coll_failed(j, g->key, job_step, st);
+    for (int i = 0; i < g->n; i++) {
+      rf_tensor_release(g->p[i].input);
+      g->p[i].input = NULL;
+      g->p[i].done(g->p[i].arg, rf__oom(), NULL);
+    }
+    return;
+  }
+  rf_status *st =
+      rf__mpi_parse_set(op->devices, &op->nset, &op->tasks, &op->counts);
+  op->me = -1;
+  for (int i = 0; !st && i < op->nset; i++)
+    if (op->tasks[i] == j->task) op->me = i;
+  if (!st && (op->me < 0 || op->counts[op->me] != g->n))
+    st = rf__internal(
+        "collective '%s': %d participants here, the group's "
+        "devices %s say otherwise",
+        op->name, g->n, op->devices);
+  if (!st) st = op->gpu ? rf__mpi_gpu_alloc(op) : rf__mpi_op_alloc(op);
+  rf__mpi_cmd *c = st ? NULL : rf__calloc(1, sizeof *c);
+  if (!st && !c) st = rf__oom();
+  if (st) {
+    fail_early(j, op, st);
+    return;
+  }
+  atomic_fetch_add(&op->refs, 1); /* the engine's */
+  c->kind = RF_CMD_READY;
+  c->job = j;
+  c->op = op;
+  rf__mpi_engine_submit(c);
+  if (!op->gpu) rf__mpi_op_prepare(op); /* while READY travels */
+  atomic_store(&op->prepared, 1);
+  rf__mpi_engine_wake();
+  unref(op);
+}
+
+/* ---- the engine's side ---- */
+
+void rf__mpi_member_ready(rf__job *j, rf__mpi_op *op) {
+  if (j->broken) {
+    report(op, copy_status(j->broken));
+    unref(op);
+    return;
+  }
+  rf__mpi_op *dup = NULL;
+  HASH_FIND_STR(j->ops, op->key, dup);
+  int rf__hash_oom = 0;
+  if (!dup) HASH_ADD_KEYPTR(hh, j->ops, op->key, strlen(op->key), op);
+  if (dup || rf__hash_oom) {
+    report(op, dup ? rf__internal("collective '%s': job step %lld twice",
+                                  op->name, (long long)op->job_step)
+                   : rf__oom());
+    unref(op);
+    return;
+  }
+  op->state = RF_OP_WAIT_VERDICT;
+  op->deadline_ns =
+      rf__mpi_now_ns() + (op->timeout_ms + grace_ms(op)) * 1000000;
+  const rf__coll_participant *s = speaker(&op->g);
+  rf__mpi_msg h = {.type = RF_MSG_READY,
+                   .job_step = op->job_step,
+                   .kind = op->g.kind,
+                   .dtype = op->g.dtype,
+                   .reduction = op->g.reduction,
+                   .device_type = s->device->name.type,
+                   .num_devices = op->num_devices,
+                   .local_count = op->g.n,
+                   .local_roots = op->g.root >= 0,
+                   .local_root = op->g.root,
+                   .has_input = op->has_input,
+                   .rank = op->shape.rank,
+                   .timeout_ms = op->timeout_ms};
+  for (int i = 0; i < op->shape.rank && i < RF_MAX_RANK; i++)
+    h.dims[i] = op->shape.dims[i];
+  char rep[RF_DEVICE_NAME_MAX + 300];
+  snprintf(rep, sizeof rep, "%s (node '%.256s')", s->device->canonical,
+           s->node);
+  rf__mpi_send_msg(j, 0, &h, op->name, op->devices, rep);
+}
+
+static rf__mpi_op *find_op(rf__job *j, const char *name, int64_t job_step) {
+  char key[RF_MPI_NAME_MAX + 32];
+  snprintf(key, sizeof key, "%s\x1f%lld", name, (long long)job_step);
+  rf__mpi_op *op = NULL;
+  HASH_FIND_STR(j->ops, key, op);
+  return op;
+}
+
+static void drop(rf__job *j, rf__mpi_op *op) {
+  HASH_DEL(j->ops, op);
+  unref(op);
+}
+
+void rf__mpi_member_verdict(rf__job *j, const rf__mpi_msg_view *v) {
+  rf__mpi_op *op = find_op(j, v->name, v->h->job_step);
+  if (!op || op->state != RF_OP_WAIT_VERDICT) return;
+  if (v->h->type == RF_MSG_ABORT) {
+    report(op, rf_status_new((rf_code)v->h->code, "%s", v->text));
+    drop(j, op);
+    return;
+  }
+  op->state = RF_OP_GO;
+  op->deadline_ns = 0;
+  op->go_next = NULL;
+  if (j->go_tail)
+    j->go_tail->go_next = op;
+  else
+    j->go_head = op;
+  j->go_tail = op;
+  op->root_index = v->h->root_index;
+  op->root_rank = v->h->root_rank;
+  int64_t dims[RF_MAX_RANK];
+  int rank = v->h->rank < RF_MAX_RANK ? v->h->rank : RF_MAX_RANK;
+  for (int i = 0; i < rank; i++) dims[i] = v->h->dims[i];
+  op->root_shape = rf_shape_make(rank, dims);
+}
+
+void rf__mpi_member_cancel_step(rf__job *j, int64_t step_id,
+                                const rf_status *why) {
+  rf__mpi_op *op, *tmp;
+  HASH_ITER(hh, j->ops, op, tmp) {
+    if (op->step_id == step_id) report(op, copy_status(why));
+  }
+}
+
+/* Marks the job unusable: a collective did not finish, so its
+ * communicator holds an operation that may never complete. */
+static void break_job(rf__job *j, const rf__mpi_op *op) {
+  if (j->broken) return;
+  j->broken = rf__error(RF_FAILED_PRECONDITION,
+                        "an earlier collective across processes ('%s', job "
+                        "step %lld) did not finish; this session cannot run "
+                        "collectives across processes any more: make the "
+                        "sessions again in every process",
+                        op->name, (long long)op->job_step);
+}
+
+/* 1: issued (or failed and dropped); 0: not yet (GPU communicators being
+ * made), the op stays first in the GO queue. */
+static int issue(rf__job *j, rf__mpi_op *op, int64_t now) {
+  rf__mpi_set *set = NULL;
+  rf_status *st = rf__mpi_set_get(j, op->nset, op->tasks, &set);
+  if (!st && op->gpu) {
+    if (!rf__mpi_gpu_issue(j, op, set, &st)) return 0;
+  } else if (!st && rf__mpi_op_blocking(op)) {
+    if (j->in_flight > 0) return 0; /* alone on its communicators */
+    op->blocking = true;
+    op->set = set;
+    j->blocking = op;
+    rf__mpi_data_thread_push(op);
+  } else if (!st) {
+    st = rf__mpi_op_issue(op, set->comm);
+  }
+  if (st) {
+    if (set) set->broken = true;
+    report(op, st);
+    drop(j, op);
+    return 1;
+  }
+  op->state = RF_OP_IN_FLIGHT;
+  op->deadline_ns = now + op->timeout_ms * 1000000;
+  j->in_flight++;
+  return 1;
+}
+
+/* An op in flight: tested, or timed out (it stays, reported, until MPI lets
+ * go of its buffers). */
+static int test(rf__job *j, rf__mpi_op *op, int64_t now) {
+  int done = 0;
+  rf_status *st = NULL;
+  if (op->gpu || op->blocking) {
+    done = atomic_load(&op->async_done);
+    if (done) st = op->async_status, op->async_status = NULL;
+  } else {
+    st = RF_MPI_STATUS(MPI_Test(&op->req, &done, MPI_STATUS_IGNORE));
+  }
+  if (st || done) {
+    j->in_flight--;
+    if (j->blocking == op) j->blocking = NULL;
+    /* The last op in flight, none to issue: its participants continue here
+     * (they may start the next collective at once). */
+    report_on(op, st, !st && j->in_flight == 0 && !j->go_head);
+    drop(j, op);
+    return 1;
+  }
+  if (op->deadline_ns && now >= op->deadline_ns) {
+    op->deadline_ns = 0;
+    report(op, rf__error(RF_DEADLINE_EXCEEDED,
+                         "collective '%s' (job step %lld): the MPI "
+                         "collective did not finish within %lld ms (a "
+                         "process may have died)",
+                         op->name, (long long)op->job_step,
+                         (long long)op->timeout_ms));
+    if (op->gpu) rf__mpi_gpu_abort(op->set); /* its streams then end */
+    break_job(j, op);
+  }
+  return 0;
+}
+
+int rf__mpi_member_poll(rf__job *j, int64_t now, bool *busy, bool *waiting) {
+  int progress = 0;
+  /* GO order: an op whose data is not ready holds back the ones after it. */
+  /* A blocking call on the data thread holds the queue: no other collective
+   * of this job may start while it uses the job's communicators. */
+  while (!j->blocking && j->go_head && atomic_load(&j->go_head->prepared)) {
+    rf__mpi_op *op = j->go_head, *next = op->go_next; /* issue may drop op */
+    if (!issue(j, op, now)) break;
+    j->go_head = next;
+    if (!next) j->go_tail = NULL;
+    progress++;
+  }
+  if (j->go_head) *busy = true;
+  rf__mpi_op *op, *tmp;
+  HASH_ITER(hh, j->ops, op, tmp) {
+    switch (op->state) {
+      case RF_OP_GO: break;
+      case RF_OP_IN_FLIGHT:
+        *busy = true;
+        progress += test(j, op, now);
+        break;
+      default: /* waiting for the verdict */
+        *waiting = true;
+        if (op->deadline_ns && now >= op->deadline_ns) {
+          op->deadline_ns = 0;
+          report(op, rf__error(RF_DEADLINE_EXCEEDED,
+                               "collective '%s' (job step %lld): no verdict "
+                               "from task 0, the job's coordinator, within "
+                               "%lld ms: task 0 has stopped, or does not run "
+                               "this step",
+                               op->name, (long long)op->job_step,
+                               (long long)(op->timeout_ms + grace_ms(op))));
+        }
+    }
+  }
+  return progress;
+}
+
+void rf__mpi_member_free(rf__job *j) {
+  j->go_head = j->go_tail = NULL;
+  rf__mpi_op *op, *tmp;
+  HASH_ITER(hh, j->ops, op, tmp) {
+    HASH_DEL(j->ops, op);
+    report(op, rf__error(RF_CANCELLED, "collective '%s': the session closed",
+                         op->name));
+    if (op->state == RF_OP_IN_FLIGHT) { /* MPI may still use its buffers */
+      if (!op->gpu && !op->blocking) MPI_Request_free(&op->req);
+      continue;
+    }
+    unref(op);
+  }
+}

@@ -1,0 +1,86 @@
+/* comm/mpi/op.h - one collective of this task with other tasks (member.c
+ * runs it, data.c moves its data): this process's participants (in rank
+ * order, inputs retained), the descriptor sent to the coordinator, buffers
+ * and state. Global rank order is task-major: task 0's participants (by
+ * device index), then task 1's, ... */
+#ifndef RF_COMM_MPI_OP_H
+#define RF_COMM_MPI_OP_H
+
+#include "comm/mpi/engine.h"
+
+enum { RF_OP_WAIT_VERDICT, RF_OP_GO, RF_OP_IN_FLIGHT };
+
+struct rf__mpi_op {
+  rf__job *job;
+  char *key, *name, *devices; /* key: name \x1f job step */
+  int64_t job_step, step_id, timeout_ms;
+  rf__coll_group g; /* this process's part: g.p = parts, g.n, g.root */
+  rf__coll_participant *parts;
+  int num_devices; /* of the whole group */
+  /* the participant set: nset tasks (sorted), counts, this task's index */
+  int nset, me;
+  int *tasks, *counts;
+  /* descriptor: an input's shape, else a receiver's expected shape */
+  rf_shape shape;
+  bool has_input;
+  /* data (data.c) */
+  int root_index;      /* GO: the root's task, as an index in the set */
+  rf_shape root_shape; /* GO: the root's input shape */
+  const void *send;    /* what this task contributes */
+  rf_tensor *partial;  /* this task's reduction or gathered rows */
+  rf_tensor *out;      /* result, or this task's rows of a reduce_scatter */
+  bool wide;           /* float16/bfloat16 reduced as float32 */
+  /* GPU participants (gpu.c): NCCL moves everything, outputs per
+   * participant. */
+  bool gpu;
+  int root_rank; /* GO: the root's rank in the job */
+  rf_tensor *gpu_outs[64];
+  /* Completed elsewhere (NCCL's streams, or the MPI data thread for a
+   * blocking call): async_done, then async_status. */
+  bool blocking;
+  atomic_int async_done;
+  rf_status *async_status;
+  rf__mpi_set *set;      /* the set it was issued on */
+  rf__mpi_op *data_next; /* the data thread's queue */
+  /* state */
+  atomic_int refs;     /* the preparing thread, the engine, the report */
+  atomic_int prepared; /* this task's data are ready to send */
+  atomic_int reported; /* the dones were called (or are being) */
+  int state;           /* RF_OP_*; engine thread */
+  int64_t deadline_ns; /* 0: none */
+  MPI_Request req;
+  rf_status *report;   /* the error the report task hands the dones */
+  rf__mpi_op *go_next; /* the job's GO queue */
+  UT_hash_handle hh;
+};
+
+/* Allocates what the op sends and receives (before READY goes out: what
+ * can fail fails here, and the job is told). UNIMPLEMENTED beyond MPI's
+ * int counts. */
+rf_status *rf__mpi_op_alloc(rf__mpi_op *op);
+/* Computes this task's contribution (reduction or gather of the local
+ * inputs) on the calling thread and the pool. */
+void rf__mpi_op_prepare(rf__mpi_op *op);
+/* Starts the MPI collective on comm (engine thread). */
+rf_status *rf__mpi_op_issue(rf__mpi_op *op, MPI_Comm comm);
+/* Whether op runs as a blocking MPI call on the data thread (data.c):
+ * reduce and reduce-scatter, whose nonblocking forms were slow in OpenMPI
+ * 4.1 at a few MiB, when MPI gives MPI_THREAD_MULTIPLE; RF_MPI_BLOCKING=0
+ * turns it off. */
+bool rf__mpi_op_blocking(const rf__mpi_op *op);
+/* The blocking call itself (the data thread). */
+rf_status *rf__mpi_op_run_blocking(rf__mpi_op *op, MPI_Comm comm);
+/* The data thread (engine.c): runs queued blocking ops one at a time, in
+ * order; each sets async_done and wakes the engine. */
+bool rf__mpi_data_thread_ready(void);
+void rf__mpi_data_thread_push(rf__mpi_op *op);
+/* After completion: participant i's output, a new reference or NULL
+ * (post-processing: avg, float16, the rows of reduce_scatter). */
+rf_status *rf__mpi_op_outputs(rf__mpi_op *op, rf_tensor **outs);
+
+/* The MPI operations ringflow defines (NaN-propagating float min/max), made
+ * after MPI_Init and freed before MPI_Finalize, on the engine thread. */
+void rf__mpi_data_init(void);
+void rf__mpi_data_fini(void);
+
+#endif

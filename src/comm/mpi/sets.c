@@ -1,0 +1,150 @@
+/* comm/mpi/sets.c - participant sets: which tasks a collective spans, and
+ * one communicator per set, made once and cached for the job. A set of every
+ * task uses the job's data communicator. A smaller set gets its own
+ * (MPI_Comm_create_group, collective over its members only) when its first
+ * GO arrives: GOs come from one coordinator in one order, so every member
+ * makes its sets' communicators in the same relative order (no two members
+ * can wait on each other). The wait is blocking, but every member has just
+ * reported READY. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/mpi/engine.h"
+#include "comm/mpi/mpi_status.h"
+#include "core/mem.h"
+#include "core/status.h"
+
+static int by_int(const void *a, const void *b) {
+  int x = *(const int *)a, y = *(const int *)b;
+  return (x > y) - (x < y);
+}
+
+rf_status *rf__mpi_parse_set(const char *devices, int *n, int **tasks,
+                             int **counts) {
+  int cap = 1;
+  for (const char *c = devices; *c; c++) cap += *c == ',';
+  int *all = rf__malloc(sizeof(int) * (size_t)cap);
+  RF_CHECK_ALLOC(all);
+  int m = 0;
+  rf_status *st = NULL;
+  for (const char *c = devices; *c && !st;) {
+    size_t k = strcspn(c, ",");
+    char name[RF_DEVICE_NAME_MAX + 16];
+    snprintf(name, sizeof name, "%.*s", (int)k, c);
+    rf__device_name d;
+    st = rf__device_name_parse(name, &d);
+    if (!st && d.task < 0)
+      st = rf__internal("collective device '%s' names no task", name);
+    if (!st) all[m++] = d.task;
+    c += k + (c[k] == ',');
+  }
+  if (!st && m == 0) st = rf__internal("collective with no devices");
+  if (st) {
+    rf__free(all);
+    return st;
+  }
+  qsort(all, (size_t)m, sizeof *all, by_int);
+  *tasks = rf__malloc(sizeof(int) * (size_t)m);
+  *counts = rf__calloc((size_t)m, sizeof(int));
+  if (!*tasks || !*counts) {
+    rf__free(all);
+    rf__free(*tasks);
+    rf__free(*counts);
+    return rf__oom();
+  }
+  int k = 0;
+  for (int i = 0; i < m; i++) {
+    if (i == 0 || all[i] != all[i - 1]) (*tasks)[k++] = all[i];
+    (*counts)[k - 1]++;
+  }
+  *n = k;
+  rf__free(all);
+  return NULL;
+}
+
+static void set_free(rf__mpi_set *s) {
+  if (s->nccl) rf__mpi_gpu_free(s);
+  if (s->owned && s->comm != MPI_COMM_NULL) MPI_Comm_free(&s->comm);
+  rf__free(s->key);
+  rf__free(s->tasks);
+  rf__free(s->counts);
+  rf__free(s);
+}
+
+static rf_status *make_comm(rf__job *j, rf__mpi_set *s) {
+  if (s->n == j->ntasks) {
+    s->comm = j->data;
+    return NULL;
+  }
+  MPI_Group world, sub;
+  rf_status *st = RF_MPI_STATUS(MPI_Comm_group(j->data, &world));
+  if (st) return st;
+  st = RF_MPI_STATUS(MPI_Group_incl(world, s->n, s->tasks, &sub));
+  if (!st) {
+    /* The tag tells concurrent creations apart; one at a time here. */
+    st = RF_MPI_STATUS(MPI_Comm_create_group(j->data, sub, 1, &s->comm));
+    MPI_Group_free(&sub);
+  }
+  MPI_Group_free(&world);
+  if (!st) {
+    s->owned = true;
+    MPI_Comm_set_errhandler(s->comm, MPI_ERRORS_RETURN);
+  }
+  return st;
+}
+
+rf_status *rf__mpi_set_get(rf__job *j, int n, const int *tasks,
+                           rf__mpi_set **out) {
+  char key[64 * 8];
+  size_t used = 0;
+  key[0] = '\0';
+  for (int i = 0; i < n && used < sizeof key; i++)
+    used += (size_t)snprintf(key + used, sizeof key - used, "%s%d",
+                             i ? "," : "", tasks[i]);
+  rf__mpi_set *s = NULL;
+  HASH_FIND_STR(j->sets, key, s);
+  if (!s) {
+    s = rf__calloc(1, sizeof *s);
+    if (s) {
+      s->key = rf__strdup(key);
+      s->tasks = rf__malloc(sizeof(int) * (size_t)n);
+      s->comm = MPI_COMM_NULL;
+    }
+    if (!s || !s->key || !s->tasks) {
+      if (s) set_free(s);
+      return rf__oom();
+    }
+    s->n = n;
+    memcpy(s->tasks, tasks, sizeof(int) * (size_t)n);
+    int rf__hash_oom = 0;
+    HASH_ADD_KEYPTR(hh, j->sets, s->key, strlen(s->key), s);
+    if (rf__hash_oom) {
+      set_free(s);
+      return rf__oom();
+    }
+  }
+  if (s->broken)
+    return rf__error(RF_FAILED_PRECONDITION,
+                     "the communicator of tasks %s failed earlier (a "
+                     "collective on it did not finish); make the session "
+                     "again in every process",
+                     s->key);
+  if (s->comm == MPI_COMM_NULL) {
+    rf_status *st = make_comm(j, s);
+    if (st) {
+      s->broken = true;
+      return st;
+    }
+  }
+  *out = s;
+  return NULL;
+}
+
+void rf__mpi_sets_free(rf__job *j) {
+  rf__mpi_set *s, *tmp;
+  HASH_ITER(hh, j->sets, s, tmp) {
+    HASH_DEL(j->sets, s);
+    set_free(s);
+  }
+}

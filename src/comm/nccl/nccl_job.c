@@ -1,0 +1,253 @@
+/* comm/nccl/nccl_job.c - NCCL across the processes of an MPI job
+ * (nccl_job.h). Communicators are made without blocking
+ * (ncclCommInitRankConfig with blocking = 0, all of a process's ranks in
+ * one group) and polled through ncclCommGetAsyncError, so the MPI engine's
+ * thread keeps watching deadlines. A launch puts every local rank's call in
+ * one ncclGroupStart/End on the participants' own streams (stream order
+ * makes the inputs ready and the outputs safe to reuse); a stream callback
+ * per participant counts down, and the last one reads the communicators'
+ * asynchronous errors and reports. Compiled only with MPI as well. */
+#ifdef RF_HAVE_MPI
+#include "comm/nccl/nccl_job.h"
+
+#include <nccl.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "comm/cuda/gpu_coll.h"
+#include "core/cuda_check.h"
+#include "core/mem.h"
+#include "core/status.h"
+#include "runtime/gpu/gpu.h"
+
+#define MAX_LOCAL 64
+
+_Static_assert(RF_NCCL_ID_BYTES == NCCL_UNIQUE_ID_BYTES, "unique id size");
+
+struct rf__nccl_job_comm {
+  int n;
+  ncclComm_t comms[MAX_LOCAL];
+  rf__device *devs[MAX_LOCAL];
+  bool aborted;
+};
+
+rf_status *rf__nccl_job_unique_id(void *id) {
+  ncclUniqueId u;
+  RF_CHECK(RF_NCCL_STATUS(ncclGetUniqueId(&u)));
+  memcpy(id, &u, sizeof u);
+  return NULL;
+}
+
+/* NCCL refuses two ranks on one GPU: say which participants share one. */
+static rf_status *distinct_gpus(int n, rf__device *const *devs) {
+  for (int i = 0; i < n; i++)
+    for (int k = 0; k < i; k++)
+      if (devs[i]->gpu_ordinal == devs[k]->gpu_ordinal)
+        return rf__error(
+            RF_UNIMPLEMENTED,
+            "%s and %s are both on physical GPU %d: across processes every "
+            "GPU participant is one NCCL rank, and NCCL takes one rank per "
+            "GPU (give each process its own GPUs, one device per GPU)",
+            devs[k]->canonical, devs[i]->canonical, devs[i]->gpu_ordinal);
+  return NULL;
+}
+
+rf_status *rf__nccl_job_comm_start(int nranks, const void *id, int n,
+                                   const int *ranks, rf__device *const *devs,
+                                   rf__nccl_job_comm **out) {
+  if (n < 1 || n > MAX_LOCAL)
+    return rf__invalid("NCCL across processes: %d local ranks (1..%d)", n,
+                       MAX_LOCAL);
+  RF_CHECK(distinct_gpus(n, devs));
+  rf__nccl_job_comm *c = rf__calloc(1, sizeof *c);
+  RF_CHECK_ALLOC(c);
+  c->n = n;
+  memcpy(c->devs, devs, sizeof *devs * (size_t)n);
+  ncclUniqueId u;
+  memcpy(&u, id, sizeof u);
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0; /* the engine polls; a missing peer cannot hang it */
+  setenv("NCCL_NVLS_ENABLE", "0", 0); /* no multicast (unless user-set) */
+  int prev = rf__gpu_current();
+  rf_status *st = RF_NCCL_STATUS(ncclGroupStart());
+  for (int i = 0; i < n && !st; i++) {
+    st = devs[i]->enter(devs[i]);
+    ncclResult_t r =
+        ncclCommInitRankConfig(&c->comms[i], nranks, u, ranks[i], &config);
+    if (!st && r != ncclSuccess && r != ncclInProgress) st = RF_NCCL_STATUS(r);
+  }
+  ncclResult_t end = ncclGroupEnd();
+  if (!st && end != ncclSuccess && end != ncclInProgress)
+    st = RF_NCCL_STATUS(end);
+  rf__gpu_make_current(prev);
+  if (st) {
+    rf__nccl_job_comm_abort(c);
+    rf__free(c);
+    return rf__status_prefix(st, "making NCCL's communicators");
+  }
+  *out = c;
+  return NULL;
+}
+
+rf_status *rf__nccl_job_comm_poll(rf__nccl_job_comm *c, bool *ready) {
+  *ready = true;
+  for (int i = 0; i < c->n; i++) {
+    ncclResult_t r = ncclSuccess;
+    RF_CHECK(RF_NCCL_STATUS(ncclCommGetAsyncError(c->comms[i], &r)));
+    if (r == ncclInProgress) {
+      *ready = false;
+    } else if (r != ncclSuccess) {
+      return rf__status_prefix(RF_NCCL_STATUS(r),
+                               "making NCCL's communicator on %s",
+                               c->devs[i]->canonical);
+    }
+  }
+  return NULL;
+}
+
+void rf__nccl_job_comm_abort(rf__nccl_job_comm *c) {
+  if (!c || c->aborted) return;
+  c->aborted = true;
+  for (int i = 0; i < c->n; i++)
+    if (c->comms[i]) (void)ncclCommAbort(c->comms[i]);
+}
+
+void rf__nccl_job_comm_free(rf__nccl_job_comm *c) {
+  if (!c) return;
+  if (!c->aborted)
+    for (int i = 0; i < c->n; i++)
+      if (c->comms[i]) (void)ncclCommDestroy(c->comms[i]);
+  rf__free(c);
+}
+
+rf_shape rf__nccl_job_out_shape(const rf__coll_group *g, int num_devices,
+                                const rf_shape *root_shape) {
+  rf_shape s = g->kind == RF_COLL_BROADCAST ? *root_shape : g->p[0].shape;
+  if (g->kind == RF_COLL_ALL_GATHER) s.dims[0] *= num_devices;
+  if (g->kind == RF_COLL_REDUCE_SCATTER) s.dims[0] /= num_devices;
+  return s;
+}
+
+/* ---- launches ---- */
+
+typedef struct launch launch;
+typedef struct slot {
+  rf__gpu_notify notify; /* first: the callback gets it back */
+  launch *l;
+} slot;
+
+struct launch {
+  rf__nccl_job_comm *c;
+  void (*done)(void *arg, rf_status *st);
+  void *arg;
+  atomic_int pending;
+  pthread_mutex_t mu;
+  rf_status *error;
+  slot slots[MAX_LOCAL];
+};
+
+static void slot_done(rf__gpu_notify *n, rf_status *st) {
+  launch *l = ((slot *)n)->l;
+  pthread_mutex_lock(&l->mu);
+  if (st && !l->error)
+    l->error = st;
+  else
+    rf_status_free(st);
+  pthread_mutex_unlock(&l->mu);
+  if (atomic_fetch_sub(&l->pending, 1) != 1) return;
+  st = l->error;
+  for (int i = 0; !st && !l->c->aborted && i < l->c->n; i++) {
+    ncclResult_t r = ncclSuccess;
+    st = RF_NCCL_STATUS(ncclCommGetAsyncError(l->c->comms[i], &r));
+    if (!st && r != ncclSuccess && r != ncclInProgress) st = RF_NCCL_STATUS(r);
+  }
+  void (*done)(void *, rf_status *) = l->done;
+  void *arg = l->arg;
+  pthread_mutex_destroy(&l->mu);
+  rf__free(l);
+  done(arg, st);
+}
+
+/* Rank i's part (inside a group). */
+static ncclResult_t issue(const rf__nccl_job_comm *c, const rf__coll_group *g,
+                          int i, int num_devices, int root_rank,
+                          const rf_shape *root_shape, rf_tensor *out) {
+  ncclComm_t comm = c->comms[i];
+  cudaStream_t s = (cudaStream_t)g->p[i].device->stream;
+  ncclDataType_t t = rf__nccl_type(g->dtype);
+  ncclRedOp_t red = rf__nccl_red_op(g->reduction);
+  const rf_tensor *in = g->p[i].input;
+  const void *src = in ? in->data : NULL;
+  void *dst = out ? out->data : NULL;
+  size_t count = (size_t)rf_shape_num_elements(
+      g->kind == RF_COLL_BROADCAST ? root_shape : &g->p[i].shape);
+  switch (g->kind) {
+    case RF_COLL_ALL_REDUCE:
+      return ncclAllReduce(src, dst, count, t, red, comm, s);
+    case RF_COLL_REDUCE:
+      return ncclReduce(src, dst, count, t, red, root_rank, comm, s);
+    case RF_COLL_BROADCAST: /* in place at the root, which has no output */
+      return ncclBroadcast(src, src ? (void *)src : dst, count, t, root_rank,
+                           comm, s);
+    case RF_COLL_ALL_GATHER: return ncclAllGather(src, dst, count, t, comm, s);
+    case RF_COLL_REDUCE_SCATTER:
+      return ncclReduceScatter(src, dst, count / (size_t)num_devices, t, red,
+                               comm, s);
+    default: return ncclInvalidArgument;
+  }
+}
+
+rf_status *rf__nccl_job_launch(rf__nccl_job_comm *c, const rf__coll_group *g,
+                               int num_devices, int root_rank,
+                               const rf_shape *root_shape,
+                               rf_tensor *const *outs,
+                               void (*done)(void *arg, rf_status *st),
+                               void *arg) {
+  if (c->aborted)
+    return rf__error(RF_ABORTED, "collective '%s': NCCL communicator aborted",
+                     g->key);
+  if (g->n != c->n)
+    return rf__internal("collective '%s': %d participants, %d NCCL ranks",
+                        g->key, g->n, c->n);
+  launch *l = rf__calloc(1, sizeof *l);
+  RF_CHECK_ALLOC(l);
+  l->c = c;
+  l->done = done;
+  l->arg = arg;
+  pthread_mutex_init(&l->mu, NULL);
+  atomic_init(&l->pending, g->n);
+  int prev = rf__gpu_current();
+  rf_status *st = RF_NCCL_STATUS(ncclGroupStart());
+  bool started = !st;
+  for (int i = 0; i < g->n && !st; i++) {
+    st = g->p[i].device->enter(g->p[i].device);
+    if (!st)
+      st = RF_NCCL_STATUS(
+          issue(c, g, i, num_devices, root_rank, root_shape, outs[i]));
+  }
+  if (started) {
+    ncclResult_t r = ncclGroupEnd();
+    if (!st && r != ncclSuccess && r != ncclInProgress) st = RF_NCCL_STATUS(r);
+  }
+  if (st) { /* some ranks may be queued without their peers */
+    rf__nccl_job_comm_abort(c);
+    for (int i = 0; i < g->n; i++) rf_status_free(rf__gpu_sync(g->p[i].device));
+    rf__gpu_make_current(prev);
+    pthread_mutex_destroy(&l->mu);
+    rf__free(l);
+    return rf__status_prefix(st, "collective '%s' through NCCL", g->key);
+  }
+  for (int i = 0; i < g->n; i++) {
+    const rf__device *d = g->p[i].device;
+    l->slots[i].l = l;
+    rf_status *e = d->enter(d);
+    if (!e) e = rf__gpu_notify_when_done(d, &l->slots[i].notify, slot_done);
+    if (e) { /* that slot never fires: wait here, then count it */
+      rf_status_free(rf__gpu_sync(d));
+      slot_done(&l->slots[i].notify, e);
+    }
+  }
+  rf__gpu_make_current(prev);
+  return NULL;
+}
+#endif

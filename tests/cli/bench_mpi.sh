@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# `mpirun -np 2 ringflow bench --quick`: every collective across the two
+# processes gets a row with ringflow's, MPI's (and for all_reduce Gloo's, when
+# built) times and ratios; the CSV form parses; task 0 alone prints. Timing
+# itself is not judged here (docs/MULTIPROCESS.md has the figures).
+set -euo pipefail
+ringflow="$1"
+mpirun_sh="$(dirname "$0")/../mpi/mpirun.sh"
+out=$(bash "$mpirun_sh" 2 "$ringflow" bench --quick --max 1K)
+echo "$out"
+if echo "$out" | grep -q "MPI tests skipped"; then exit 0; fi
+echo "$out" | grep -q "^ringflow bench across processes: 2 processes x 1 device"
+[ "$(echo "$out" | grep -c "^ringflow bench across")" -eq 1 ]
+for c in all_reduce reduce broadcast all_gather reduce_scatter; do
+  echo "$out" | grep -Eq "^$c +1024 +[0-9]+ +[0-9.]+ +[0-9.]+ "
+done
+csv=$(bash "$mpirun_sh" 2 "$ringflow" bench --quick --max 1K --csv \
+        --collective all_reduce --no-gloo)
+echo "$csv"
+echo "$csv" | grep -Eq "^all_reduce,2,2,1024,[0-9]+,3,[0-9.]+,[0-9.]+,,"
+echo "bench_mpi: ok"

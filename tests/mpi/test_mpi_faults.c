@@ -1,0 +1,190 @@
+/* tests/mpi/test_mpi_faults.c - collectives across processes that go wrong
+ * (run under mpirun: tests/mpi/mpirun.sh), each an error in every process,
+ * never a hang, and the session works again afterwards:
+ *  - tasks feed different shapes: every process fails naming 'shape', both
+ *    values and a device of each side (with its task);
+ *  - processes that built different graphs (float32 here, float64 there):
+ *    every process fails naming 'dtype';
+ *  - a task skips the step: the others fail within the collective timeout
+ *    naming the missing task and its devices;
+ *  - a kernel fails on task 1 before its collective: the others fail at
+ *    once (not at the timeout) with task 1's error;
+ *  - last, a task leaves (frees its session and exits; task NT-1, or the one
+ *    in RF_TEST_EXIT_TASK: 0 is the coordinator): the others fail within the
+ *    timeout, naming the task. */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "mpi_testutil.h"
+#include "ringflow/collectives.h"
+
+#define assert_contains(msg, sub) \
+  if (!strstr((msg), (sub))) fail_msg("'%s' is not in: %s", (sub), (msg))
+
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* x[t][d] (float, rows unknown) on /task:t/cpu:d, d < 2, reshaped to (rows,
+ * 4) and all-reduced; ys[t*2+d] the results. */
+typedef struct job_graph {
+  rf_graph *g;
+  rf_output x[128], y[128];
+} job_graph;
+
+static void build(job_graph *m, rf_dtype dt) {
+  m->g = rf_graph_new();
+  rf_output r[128];
+  for (int i = 0; i < 2 * NT; i++) {
+    char dev[32];
+    mt_device(i / 2, i % 2, dev, sizeof dev);
+    assert_ok(rf_graph_push_device(m->g, dev));
+    m->x[i] = rf_placeholder(m->g, NULL, dt, rf_shape_of(1, -1));
+    int64_t dims[2] = {-1, 4};
+    r[i] = rf_reshape_to(m->g, NULL, m->x[i], 2, dims);
+    rf_graph_pop_device(m->g);
+  }
+  rf_all_reduce_n(m->g, "ar", r, 2 * NT, RF_REDUCE_SUM, m->y);
+  assert_graph_ok(m->g);
+}
+
+static rf_tensor *ones(rf_dtype dt, int64_t n) {
+  rf_shape s = rf_shape_of(1, n);
+  rf_tensor *t;
+  assert_ok(rf_tensor_new(dt, &s, NULL, &t));
+  for (int64_t i = 0; i < n; i++) rf_tensor_set(t, i, 1);
+  return t;
+}
+
+/* This task's run with n elements fed to each of its devices (n0 to cpu:0);
+ * on success both outputs must be 2*NT everywhere. */
+static rf_status *step(job_graph *m, rf_session *s, rf_dtype dt, int64_t n0,
+                       int64_t n) {
+  rf_tensor *a = ones(dt, n0), *b = ones(dt, n), *out[2] = {0};
+  rf_feed feeds[2] = {{m->x[2 * T], a}, {m->x[2 * T + 1], b}};
+  rf_status *st = rf_session_run(s, feeds, 2, &m->y[2 * T], 2, NULL, 0, out);
+  for (int k = 0; !st && k < 2; k++) {
+    for (int64_t i = 0; i < rf_tensor_num_elements(out[k]); i++)
+      assert_true(rf_tensor_get(out[k], i) == 2 * NT);
+    rf_tensor_release(out[k]);
+  }
+  rf_tensor_release(a);
+  rf_tensor_release(b);
+  return st;
+}
+
+static void test_mismatched_shapes(void **state) {
+  job_graph m;
+  build(&m, RF_FLOAT32);
+  rf_session *s = mt_session(m.g, 2, 30000);
+  assert_ok(step(&m, s, RF_FLOAT32, 8, 8));
+  int64_t n = T == 1 ? 12 : 8; /* (3, 4) on task 1, (2, 4) elsewhere */
+  double t0 = now_ms();
+  rf_status *st = step(&m, s, RF_FLOAT32, n, n);
+  const char *msg = rf_status_message(st);
+  assert_contains(msg, "(2, 4) on /task:");
+  assert_contains(msg, "(3, 4) on /task:1/cpu:0");
+  assert_status(st, RF_INVALID_ARGUMENT, "participants disagree on shape");
+  assert_true(now_ms() - t0 < 15000); /* at once, not at the timeout */
+  assert_ok(step(&m, s, RF_FLOAT32, 4, 4));
+  rf_session_free(s);
+  rf_graph_free(m.g);
+}
+
+static void test_different_graphs(void **state) {
+  rf_dtype dt = T == 1 ? RF_FLOAT64 : RF_FLOAT32;
+  job_graph m;
+  build(&m, dt);
+  rf_session *s = mt_session(m.g, 2, 30000);
+  rf_status *st = step(&m, s, dt, 4, 4);
+  assert_contains(rf_status_message(st), "float64 on /task:1/cpu:0");
+  assert_status(st, RF_INVALID_ARGUMENT, "participants disagree on dtype");
+  rf_session_free(s);
+  rf_graph_free(m.g);
+}
+
+static void test_task_skips_the_step(void **state) {
+  job_graph m;
+  build(&m, RF_FLOAT32);
+  rf_session *s = mt_session(m.g, 2, 2000);
+  int skip = NT - 1;
+  if (T == skip) { /* a step of its own, without the all-reduce */
+    rf_tensor *a = ones(RF_FLOAT32, 4), *out;
+    rf_feed feed = {m.x[2 * T], a};
+    assert_ok(rf_session_run(s, &feed, 1, &m.x[2 * T], 1, NULL, 0, &out));
+    rf_tensor_release(out);
+    rf_tensor_release(a);
+    /* until the others have given up on this step (the next one's deadline
+     * runs from the first task there) */
+    struct timespec ts = {2, 500000000};
+    nanosleep(&ts, NULL);
+  } else {
+    double t0 = now_ms();
+    rf_status *st = step(&m, s, RF_FLOAT32, 4, 4);
+    char want[128];
+    snprintf(want, sizeof want,
+             "waiting for task %d (/task:%d/cpu:0, /task:%d/cpu:1)", skip, skip,
+             skip);
+    assert_contains(rf_status_message(st), "2 of");
+    assert_status(st, RF_DEADLINE_EXCEEDED, want);
+    assert_true(now_ms() - t0 < 15000);
+  }
+  assert_ok(step(&m, s, RF_FLOAT32, 4, 4)); /* everyone again */
+  rf_session_free(s);
+  rf_graph_free(m.g);
+}
+
+static void test_kernel_fails_on_one_task(void **state) {
+  job_graph m;
+  build(&m, RF_FLOAT32);
+  rf_session *s = mt_session(m.g, 2, 60000);
+  double t0 = now_ms();
+  /* task 1's cpu:0 gets 5 elements: its Reshape to (-1, 4) fails */
+  rf_status *st = step(&m, s, RF_FLOAT32, T == 1 ? 5 : 4, 4);
+  if (T == 1) {
+    assert_status(st, RF_INVALID_ARGUMENT, "/task:1/cpu:0");
+  } else {
+    /* "failed on task 1" (its collective) or "task 1 failed that step" */
+    assert_contains(rf_status_message(st), "task 1");
+    assert_contains(rf_status_message(st), "(Reshape) on /task:1/cpu:0");
+    assert_status(st, RF_INVALID_ARGUMENT, "cannot reshape");
+  }
+  assert_true(now_ms() - t0 < 30000); /* the timeout is 60 s */
+  assert_ok(step(&m, s, RF_FLOAT32, 4, 4));
+  rf_session_free(s);
+  rf_graph_free(m.g);
+}
+
+static void test_task_exits(void **state) {
+  const char *env = getenv("RF_TEST_EXIT_TASK");
+  int gone = env ? atoi(env) : NT - 1;
+  job_graph m;
+  build(&m, RF_FLOAT32);
+  rf_session *s = mt_session(m.g, 2, 1000);
+  assert_ok(step(&m, s, RF_FLOAT32, 4, 4));
+  if (T != gone) {
+    double t0 = now_ms();
+    rf_status *st = step(&m, s, RF_FLOAT32, 4, 4);
+    char want[64];
+    snprintf(want, sizeof want, gone ? "waiting for task %d" : "task %d", gone);
+    assert_status(st, RF_DEADLINE_EXCEEDED, want);
+    assert_true(now_ms() - t0 < 15000);
+  }
+  rf_session_free(s); /* the leaving task goes on to exit */
+  rf_graph_free(m.g);
+}
+
+int main(void) {
+  if (mt_init()) return 1;
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_mismatched_shapes),
+      cmocka_unit_test(test_different_graphs),
+      cmocka_unit_test(test_task_skips_the_step),
+      cmocka_unit_test(test_kernel_fails_on_one_task),
+      cmocka_unit_test(test_task_exits),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

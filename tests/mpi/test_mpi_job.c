@@ -1,0 +1,174 @@
+/* tests/mpi/test_mpi_job.c - a session as one task of an MPI job (run under
+ * mpirun, tests/mpi/mpirun.sh): rank and size, the other tasks' devices in
+ * placement, an all-reduce across every task against a float64 reference,
+ * a job session that keeps working across steps, and the errors of a whole
+ * job graph: a fetch or feed on another task, a data edge between tasks, a
+ * task or device the job does not have. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "mpi_testutil.h"
+#include "ringflow/collectives.h"
+
+static void test_tasks(void **state) {
+  int t = -1, n = -1;
+  assert_ok(rf_job_tasks(&t, &n));
+  const char *rank = getenv("OMPI_COMM_WORLD_RANK");
+  const char *size = getenv("OMPI_COMM_WORLD_SIZE");
+  if (rank) assert_int_equal(t, atoi(rank));
+  if (size) assert_int_equal(n, atoi(size));
+  assert_true(t >= 0 && t < n && n >= 2);
+}
+
+/* x[t][d] on /task:t/cpu:d for every task and 2 devices; the all-reduce of
+ * all of them; this task feeds and fetches its two. */
+static void test_all_reduce_every_task(void **state) {
+  uint64_t rng = rf_test_seed();
+  rf_graph *g = rf_graph_new();
+  rf_output xs[128], ys[128];
+  rf_tensor *in[128];
+  int n = 2 * NT;
+  for (int i = 0; i < n; i++) {
+    char dev[32];
+    mt_device(i / 2, i % 2, dev, sizeof dev);
+    assert_ok(rf_graph_push_device(g, dev));
+    xs[i] = rf_placeholder(g, NULL, RF_FLOAT64, rf_shape_of(2, 3, 5));
+    rf_graph_pop_device(g);
+    in[i] =
+        rf_test_random_tensor(&rng, RF_FLOAT64, rf_shape_of(2, 3, 5), -1, 1);
+  }
+  rf_all_reduce_n(g, "sum_all", xs, n, RF_REDUCE_SUM, ys);
+  assert_graph_ok(g);
+  double want[15];
+  for (int e = 0; e < 15; e++) {
+    want[e] = 0;
+    for (int i = 0; i < n; i++) want[e] += rf_tensor_get(in[i], e);
+  }
+  rf_session *s = mt_session(g, 2, 20000);
+  for (int step = 0; step < 3; step++) { /* steps stay in step */
+    rf_feed feeds[2] = {{xs[2 * T], in[2 * T]}, {xs[2 * T + 1], in[2 * T + 1]}};
+    rf_tensor *out[2];
+    assert_ok(rf_session_run(s, feeds, 2, &ys[2 * T], 2, NULL, 0, out));
+    for (int k = 0; k < 2; k++) {
+      assert_tensor_near(out[k], rf_shape_of(2, 3, 5), want, 1e-12);
+      rf_tensor_release(out[k]);
+    }
+  }
+  rf_session_free(s);
+  for (int i = 0; i < n; i++) rf_tensor_release(in[i]);
+  rf_graph_free(g);
+}
+
+/* One placeholder per task (cpu:0) and its Neg; the all-reduce keeps the
+ * job session a job. */
+typedef struct small {
+  rf_graph *g;
+  rf_output x[64], neg[64], y[64];
+} small;
+
+static void small_graph(small *m) {
+  m->g = rf_graph_new();
+  for (int t = 0; t < NT; t++) {
+    char dev[32];
+    mt_device(t, 0, dev, sizeof dev);
+    assert_ok(rf_graph_push_device(m->g, dev));
+    m->x[t] = rf_placeholder(m->g, NULL, RF_FLOAT32, rf_shape_of(1, 4));
+    m->neg[t] = rf_neg(m->g, NULL, m->x[t]);
+    rf_graph_pop_device(m->g);
+  }
+  rf_all_reduce_n(m->g, "ar", m->neg, NT, RF_REDUCE_SUM, m->y);
+  assert_graph_ok(m->g);
+}
+
+static void test_remote_fetch_and_feed_are_errors(void **state) {
+  small m;
+  small_graph(&m);
+  rf_session *s = mt_session(m.g, 1, 20000);
+  int other = (T + 1) % NT;
+  rf_tensor *v, *out;
+  rf_shape shape = rf_shape_of(1, 4);
+  assert_ok(rf_tensor_new(RF_FLOAT32, &shape, NULL, &v));
+  memset(rf_tensor_mutable_data(v), 0, rf_tensor_nbytes(v));
+  rf_feed own = {m.x[T], v}, theirs = {m.x[other], v};
+  assert_status(rf_session_run(s, &own, 1, &m.neg[other], 1, NULL, 0, &out),
+                RF_INVALID_ARGUMENT, "fetches only outputs of its own task");
+  assert_status(rf_session_run(s, &theirs, 1, &m.neg[T], 1, NULL, 0, &out),
+                RF_INVALID_ARGUMENT, "feeds only nodes of its own task");
+  /* A target on another task asks for this task's part of it: none. */
+  assert_ok(rf_session_run(s, &own, 1, NULL, 0, &m.neg[other].node, 1, NULL));
+  /* ... and the session still works: every task runs the same steps. */
+  assert_ok(rf_session_run(s, &own, 1, &m.y[T], 1, NULL, 0, &out));
+  assert_true(rf_tensor_get(out, 0) == 0);
+  rf_tensor_release(out);
+  rf_session_free(s);
+  rf_tensor_release(v);
+  rf_graph_free(m.g);
+}
+
+static void test_data_edge_between_tasks_is_an_error(void **state) {
+  small m;
+  small_graph(&m);
+  char dev[32];
+  mt_device(1, 0, dev, sizeof dev);
+  assert_ok(rf_graph_push_device(m.g, dev));
+  rf_output z = rf_add(m.g, "z", m.neg[0], m.neg[1]);
+  rf_graph_pop_device(m.g);
+  assert_graph_ok(m.g);
+  rf_session *s = mt_session(m.g, 1, 20000);
+  rf_tensor *v, *out;
+  rf_shape shape = rf_shape_of(1, 4);
+  assert_ok(rf_tensor_new(RF_FLOAT32, &shape, NULL, &v));
+  memset(rf_tensor_mutable_data(v), 0, rf_tensor_nbytes(v));
+  rf_feed own = {m.x[T], v};
+  /* task 1 computes z from task 0's Neg: only task 1's run needs it */
+  rf_status *st =
+      rf_session_run(s, &own, 1, T == 1 ? &z : &m.neg[T], 1, NULL, 0, &out);
+  if (T == 1) {
+    assert_status(st, RF_INVALID_ARGUMENT,
+                  "tensors cross processes only through collectives");
+  } else {
+    assert_ok(st);
+    rf_tensor_release(out);
+  }
+  rf_session_free(s);
+  rf_tensor_release(v);
+  rf_graph_free(m.g);
+}
+
+static void test_missing_task_or_device_is_an_error(void **state) {
+  rf_graph *g = rf_graph_new();
+  char dev[32];
+  snprintf(dev, sizeof dev, "/task:%d/cpu:0", NT);
+  assert_ok(rf_graph_push_device(g, dev));
+  rf_output x = rf_placeholder(g, "x", RF_FLOAT32, rf_shape_of(1, 4));
+  rf_graph_pop_device(g);
+  rf_session *s = mt_session(g, 1, 20000);
+  rf_tensor *out;
+  char want[64];
+  snprintf(want, sizeof want, "task %d of %d", T, NT);
+  assert_status(rf_session_run(s, NULL, 0, &x, 1, NULL, 0, &out),
+                RF_INVALID_ARGUMENT, want);
+  rf_session_free(s);
+  rf_graph_free(g);
+  g = rf_graph_new();
+  assert_ok(rf_graph_push_device(g, "/task:1/cpu:3")); /* tasks have 2 */
+  x = rf_placeholder(g, "x", RF_FLOAT32, rf_shape_of(1, 4));
+  rf_graph_pop_device(g);
+  s = mt_session(g, 2, 20000);
+  assert_status(rf_session_run(s, NULL, 0, &x, 1, NULL, 0, &out),
+                RF_INVALID_ARGUMENT, "/task:1/cpu:0../task:1/cpu:1");
+  rf_session_free(s);
+  rf_graph_free(g);
+}
+
+int main(void) {
+  if (mt_init()) return 1;
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_tasks),
+      cmocka_unit_test(test_all_reduce_every_task),
+      cmocka_unit_test(test_remote_fetch_and_feed_are_errors),
+      cmocka_unit_test(test_data_edge_between_tasks_is_an_error),
+      cmocka_unit_test(test_missing_task_or_device_is_an_error),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,99 @@
+/* tools/train_job.c - what `ringflow train` does differently across the
+ * processes of an MPI job (train_job.h). The replicas' bytes are compared
+ * through a 48-bit hash of each process's first replica (exact in a double,
+ * so its max and min over the job tell whether all agree); only when they
+ * do not, every process fetches the elementwise max and min of each
+ * parameter to measure by how much. */
+#include "train_job.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "tools.h"
+
+int train_job_init(train_job *j, char (*local)[32], int nlocal,
+                   mlp_config *cfg) {
+  rf_status *st = rf_job_tasks(&j->task, &j->ntasks);
+  if (st) return tool_report(st);
+  j->nlocal = nlocal;
+  j->first = j->ntasks > 1 ? j->task * nlocal : 0;
+  if (j->ntasks > 1) tool_task = j->task;
+  if ((int64_t)nlocal * j->ntasks > MLP_MAX_DEVICES)
+    return tool_fail("%d tasks x %d devices: at most %d replicas", j->ntasks,
+                     nlocal, MLP_MAX_DEVICES);
+  for (int t = 0; t < j->ntasks; t++)
+    for (int d = 0; d < nlocal; d++) {
+      char *name = cfg->devices[t * nlocal + d];
+      if (j->ntasks > 1)
+        snprintf(name, 32, "/task:%d/%.12s", t, local[d]);
+      else
+        snprintf(name, 32, "%s", local[d]);
+    }
+  cfg->num_devices = nlocal * j->ntasks;
+  return 0;
+}
+
+/* FNV-1a over the tensors' bytes, cut to 48 bits. */
+static double hash48(rf_tensor **t, int n) {
+  uint64_t h = 1469598103934665603ULL;
+  for (int i = 0; i < n; i++) {
+    const unsigned char *b = rf_tensor_data(t[i]);
+    for (size_t k = 0; k < rf_tensor_nbytes(t[i]); k++)
+      h = (h ^ b[k]) * 1099511628211ULL;
+  }
+  return (double)(h >> 16);
+}
+
+/* Largest elementwise max - min of every parameter over the job. */
+static rf_status *job_spread(trainer *t, double *spread) {
+  int np = t->m.num_params;
+  rf_output fetches[4 * MLP_MAX_LAYERS];
+  rf_tensor *out[4 * MLP_MAX_LAYERS];
+  for (int p = 0; p < np; p++) {
+    fetches[p] = t->m.rep[t->first].pmax[p];
+    fetches[np + p] = t->m.rep[t->first].pmin[p];
+  }
+  RF_TOOL_CHECK(rf_session_run(t->s, NULL, 0, fetches, 2 * np, NULL, 0, out));
+  for (int p = 0; p < np; p++)
+    for (int64_t i = 0; i < rf_tensor_num_elements(out[p]); i++) {
+      double d = rf_tensor_get(out[p], i) - rf_tensor_get(out[np + p], i);
+      if (d > *spread || d != d) *spread = d;
+    }
+  for (int i = 0; i < 2 * np; i++) rf_tensor_release(out[i]);
+  return NULL;
+}
+
+rf_status *train_job_epoch(trainer *t, rf_tensor **params, int64_t *right,
+                           double *spread) {
+  double h = hash48(params, t->m.num_params);
+  rf_feed feeds[MLP_MAX_DEVICES];
+  rf_tensor *in[MLP_MAX_DEVICES] = {0}, *out[2];
+  rf_shape s = rf_shape_of(1, 4);
+  rf_status *st = NULL;
+  for (int i = 0; i < t->nlocal && !st; i++) {
+    st = rf_tensor_new(RF_FLOAT64, &s, NULL, &in[i]);
+    if (st) break;
+    double *v = rf_tensor_mutable_data(in[i]);
+    v[0] = i == 0 ? (double)*right : 0;  /* summed */
+    v[1] = *spread, v[2] = h, v[3] = -h; /* maxed */
+    feeds[i] = (rf_feed){t->m.rep[t->first + i].stats_in, in[i]};
+  }
+  rf_output fetches[2] = {t->m.rep[t->first].stats_sum,
+                          t->m.rep[t->first].stats_max};
+  if (!st)
+    st = rf_session_run(t->s, feeds, t->nlocal, fetches, 2, NULL, 0, out);
+  for (int i = 0; i < t->nlocal; i++) rf_tensor_release(in[i]);
+  if (st) return st;
+  *right = (int64_t)llround(rf_tensor_get(out[0], 0));
+  *spread = rf_tensor_get(out[1], 1);
+  bool same = rf_tensor_get(out[1], 2) == -rf_tensor_get(out[1], 3);
+  rf_tensor_release(out[0]);
+  rf_tensor_release(out[1]);
+  /* Every process sees the same maxima, so all take this branch or none. */
+  if (!same) {
+    RF_TOOL_CHECK(job_spread(t, spread));
+    if (*spread == 0) *spread = NAN; /* different bytes, equal values */
+  }
+  return NULL;
+}

@@ -1,0 +1,39 @@
+/* tools/train_job.h - `ringflow train` across the processes of an MPI job
+ * (mpirun -np N ringflow train --devices cpu:0-1): every process builds the
+ * same job-wide graph, whose replicas are "/task:t/<device>" for every task
+ * t and every --devices entry, trains its own replicas on their rows of each
+ * global batch, and exchanges through collectives what one process would
+ * have computed alone (the mean loss, test counts, whether replicas agree). */
+#ifndef RF_TOOLS_TRAIN_JOB_H
+#define RF_TOOLS_TRAIN_JOB_H
+
+#include "mlp.h"
+
+typedef struct train_job {
+  int task, ntasks;
+  int nlocal, first; /* this process's replicas: [first, first + nlocal) */
+} train_job;
+
+typedef struct trainer {
+  mlp_config cfg;
+  mlp_graph m;
+  rf_session *s;
+  int64_t step; /* Adam's t */
+  bool job;     /* replicas in other processes too */
+  int first, nlocal;
+} trainer;
+
+/* Learns this process's task (rf_job_tasks) and, with several, names the
+ * whole job's replicas in cfg (every task has this process's --devices,
+ * local[0..nlocal)). 0, or the command's exit code (reported). */
+int train_job_init(train_job *j, char (*local)[32], int nlocal,
+                   mlp_config *cfg);
+
+/* After an epoch, collectively: *right (test rows right here) becomes the
+ * job's count, *spread (the largest difference among this process's
+ * replicas) the job's, 0 when every replica holds the same bytes. params:
+ * this process's first replica's parameters (borrowed). */
+rf_status *train_job_epoch(trainer *t, rf_tensor **params, int64_t *right,
+                           double *spread);
+
+#endif
