@@ -7,11 +7,11 @@
  * (user-defined MPI ops); float16/bfloat16 are reduced as float32 and
  * rounded once at the end; avg is a sum divided by num_devices at the end.
  * Moving kinds (broadcast, all-gather) are bytes. Reduce and reduce-scatter
- * run as blocking MPI_Reduce / MPI_Reduce_scatter on a data thread of their
- * own when MPI allows: OpenMPI 4.1's MPI_Ireduce was erratic here (0.1-0.8 s
- * for 1.6-16 MiB in some runs) and MPI_Ireduce_scatter took 2x its blocking
- * form at 16 MiB; otherwise a reduce is an all-reduce whose result only the
- * root keeps. MPI counts are ints: a collective larger than that is
+ * run as blocking MPI_Reduce / MPI_Reduce_scatter on the job's data thread
+ * (data_thread.c) when MPI allows: OpenMPI 4.1's MPI_Ireduce was erratic here
+ * (0.1-0.8 s for 1.6-16 MiB in some runs) and MPI_Ireduce_scatter took 2x its
+ * blocking form at 16 MiB; otherwise a reduce is an all-reduce whose result
+ * only the root keeps. MPI counts are ints: a collective larger than that is
  * UNIMPLEMENTED. */
 #include <limits.h>
 #include <stdlib.h>
@@ -132,6 +132,7 @@ rf_status *rf__mpi_op_alloc(rf__mpi_op *op) {
   int64_t elems = rf_shape_num_elements(&op->shape);
   size_t esize = rf_dtype_size(g->dtype);
   op->wide = reduces(g->kind) && is_16(g->dtype);
+  op->blocking = rf__mpi_op_blocking(op);
   rf_dtype work = op->wide ? RF_FLOAT32 : g->dtype;
   MPI_Datatype type;
   MPI_Op mop;
@@ -153,7 +154,7 @@ rf_status *rf__mpi_op_alloc(rf__mpi_op *op) {
         rows.dims[0] = rows.dims[0] / op->num_devices * op->counts[op->me];
         return alloc(op, work, &rows, &op->out);
       }
-      if (g->kind == RF_COLL_REDUCE && g->root < 0 && rf__mpi_op_blocking(op))
+      if (g->kind == RF_COLL_REDUCE && g->root < 0 && op->blocking)
         return NULL; /* MPI_Reduce: senders receive nothing */
       return alloc(op, work, &op->shape, &op->out);
     case RF_COLL_ALL_GATHER: {
@@ -301,13 +302,22 @@ rf_status *rf__mpi_op_issue(rf__mpi_op *op, MPI_Comm comm) {
   }
 }
 
+/* RF_MPI_BLOCKING=0 (read once) keeps every collective nonblocking. */
+static bool blocking_off(void) {
+  static atomic_int off = -1;
+  int v = atomic_load(&off);
+  if (v < 0) {
+    const char *e = getenv("RF_MPI_BLOCKING");
+    v = e && !atoi(e);
+    atomic_store(&off, v);
+  }
+  return v;
+}
+
 bool rf__mpi_op_blocking(const rf__mpi_op *op) {
-  static int off = -1;
-  if (off < 0)
-    off = getenv("RF_MPI_BLOCKING") && !atoi(getenv("RF_MPI_BLOCKING"));
   bool kind =
       op->g.kind == RF_COLL_REDUCE || op->g.kind == RF_COLL_REDUCE_SCATTER;
-  return kind && !op->gpu && !off && rf__mpi_data_thread_ready();
+  return kind && !op->gpu && !blocking_off() && rf__mpi_thread_multiple();
 }
 
 rf_status *rf__mpi_op_run_blocking(rf__mpi_op *op, MPI_Comm comm) {

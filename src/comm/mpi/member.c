@@ -305,12 +305,11 @@ static int issue(rf__job *j, rf__mpi_op *op, int64_t now) {
   rf_status *st = rf__mpi_set_get(j, op->nset, op->tasks, &set);
   if (!st && op->gpu) {
     if (!rf__mpi_gpu_issue(j, op, set, &st)) return 0;
-  } else if (!st && rf__mpi_op_blocking(op)) {
+  } else if (!st && op->blocking) {
     if (j->in_flight > 0) return 0; /* alone on its communicators */
-    op->blocking = true;
     op->set = set;
     j->blocking = op;
-    rf__mpi_data_thread_push(op);
+    rf__mpi_data_thread_run(j, op);
   } else if (!st) {
     st = rf__mpi_op_issue(op, set->comm);
   }
@@ -372,13 +371,22 @@ int rf__mpi_member_poll(rf__job *j, int64_t now, bool *busy, bool *waiting) {
     if (!next) j->go_tail = NULL;
     progress++;
   }
-  if (j->go_head) *busy = true;
+  /* Spin only for what needs MPI calls to move: an op waiting behind a
+   * blocking call or for its data, and ops completed by another thread,
+   * wake the engine when they are through. */
+  if (j->go_head && !j->blocking && atomic_load(&j->go_head->prepared))
+    *busy = true;
+  else if (j->go_head)
+    *waiting = true;
   rf__mpi_op *op, *tmp;
   HASH_ITER(hh, j->ops, op, tmp) {
     switch (op->state) {
       case RF_OP_GO: break;
       case RF_OP_IN_FLIGHT:
-        *busy = true;
+        if (op->gpu || op->blocking)
+          *waiting = true;
+        else
+          *busy = true;
         progress += test(j, op, now);
         break;
       default: /* waiting for the verdict */
