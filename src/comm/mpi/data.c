@@ -1,8 +1,7 @@
 /* comm/mpi/data.c - the data of a collective across processes, hierarchical:
  * this process's participants are reduced (or gathered) into one buffer by
  * the shared-memory backend's kernels, that buffer takes part in one MPI
- * collective per process (an all-reduce in place: no second buffer, no
- * copy inside MPI), and every local participant shares the result.
+ * collective per process, and every local participant shares the result.
  * Reductions: sums of signed integers go through the unsigned type (they
  * wrap, as on one process); float min/max propagate NaN like the CPU backend
  * (user-defined MPI ops); float16/bfloat16 are reduced as float32 and
@@ -157,10 +156,6 @@ rf_status *rf__mpi_op_alloc(rf__mpi_op *op) {
       }
       if (g->kind == RF_COLL_REDUCE && g->root < 0 && op->blocking)
         return NULL; /* MPI_Reduce: senders receive nothing */
-      if (g->kind == RF_COLL_ALL_REDUCE && op->partial) {
-        op->out = rf_tensor_retain(op->partial); /* MPI_IN_PLACE */
-        return NULL;
-      }
       return alloc(op, work, &op->shape, &op->out);
     case RF_COLL_ALL_GATHER: {
       rf_shape all = op->shape;
@@ -283,12 +278,13 @@ rf_status *rf__mpi_op_issue(rf__mpi_op *op, MPI_Comm comm) {
     return rf__internal("collective '%s': too many tasks", op->name);
   switch (g->kind) {
     case RF_COLL_ALL_REDUCE:
-    case RF_COLL_REDUCE: {
-      /* this process's reduction is ours: reduced in place */
-      const void *send = op->send == out ? MPI_IN_PLACE : op->send;
+    case RF_COLL_REDUCE:
+      /* Never MPI_IN_PLACE, though partial is ours: OpenMPI's libnbc then
+       * takes its binomial tree (the whole vector log2(p) times each way)
+       * instead of reduce-scatter + all-gather from 4 processes and 64 KiB
+       * (coll/libnbc/nbc_iallreduce.c). */
       return RF_MPI_STATUS(
-          MPI_Iallreduce(send, out, count, type, mop, comm, &op->req));
-    }
+          MPI_Iallreduce(op->send, out, count, type, mop, comm, &op->req));
     case RF_COLL_REDUCE_SCATTER:
       per_task(op, count / op->num_devices, counts, NULL);
       return RF_MPI_STATUS(MPI_Ireduce_scatter(op->send, out, counts, type, mop,
