@@ -6,14 +6,15 @@
  * wrap, as on one process); float min/max propagate NaN like the CPU backend
  * (user-defined MPI ops); float16/bfloat16 are reduced as float32 and
  * rounded once at the end; avg is a sum divided by num_devices at the end.
- * Moving kinds (broadcast, all-gather) are bytes. Reduce and reduce-scatter
- * run as blocking MPI_Reduce / MPI_Reduce_scatter on the job's data thread
- * (data_thread.c) when MPI allows: OpenMPI 4.1's MPI_Ireduce was erratic here
- * (0.1-0.8 s for 1.6-16 MiB in some runs) and MPI_Ireduce_scatter took 2x its
- * blocking form at 16 MiB; otherwise a reduce is an all-reduce whose result
- * only the root keeps. MPI counts are ints: a collective larger than that is
- * UNIMPLEMENTED. */
+ * Moving kinds (broadcast, all-gather) are bytes. Large reduces and
+ * reduce-scatters run as blocking MPI_Reduce / MPI_Reduce_scatter on the
+ * job's data thread (data_thread.c) when MPI allows: OpenMPI 4.1's MPI_Ireduce
+ * was erratic here (0.1-0.8 s for 1.6-16 MiB in some runs) and
+ * MPI_Ireduce_scatter took 2x its blocking form at 16 MiB; otherwise a reduce
+ * is an all-reduce whose result only the root keeps. MPI counts are ints: a
+ * collective larger than that is UNIMPLEMENTED. */
 #include <limits.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -306,22 +307,41 @@ rf_status *rf__mpi_op_issue(rf__mpi_op *op, MPI_Comm comm) {
   }
 }
 
-/* RF_MPI_BLOCKING=0 (read once) keeps every collective nonblocking. */
-static bool blocking_off(void) {
-  static atomic_int off = -1;
-  int v = atomic_load(&off);
-  if (v < 0) {
+/* RF_MPI_BLOCKING (read once): 0 never blocking, 2 always (reduce and
+ * reduce-scatter of any size: tests run the data thread's path that way),
+ * else by size (below). */
+static int blocking_mode(void) {
+  static atomic_int mode = -1;
+  int m = atomic_load(&mode);
+  if (m < 0) {
     const char *e = getenv("RF_MPI_BLOCKING");
-    v = e && !atoi(e);
-    atomic_store(&off, v);
+    m = e && (atoi(e) == 0 || atoi(e) == 2) ? atoi(e) : 1;
+    atomic_store(&mode, m);
   }
-  return v;
+  return m;
 }
 
+/* From these input sizes on, the blocking call on the data thread beats
+ * the nonblocking one on the engine (4 processes on 2 cores, bench with its
+ * malloc fixed): MPI_Reduce from 1 MiB (0.68-0.94 of MPI_Reduce against
+ * 0.65-0.82 as an all-reduce; below, two thread hand-offs cost more than
+ * they save), MPI_Reduce_scatter at 16 MiB (11.4-11.6 ms against 19-22 ms
+ * for MPI_Ireduce_scatter; at 4 MiB and below the nonblocking form was as
+ * fast or faster). Inputs are agreed before GO, so every process decides
+ * alike. */
+#define REDUCE_BLOCKING_MIN_BYTES (512 << 10)
+#define REDUCE_SCATTER_BLOCKING_MIN_BYTES (8 << 20)
+
 bool rf__mpi_op_blocking(const rf__mpi_op *op) {
+  int mode = blocking_mode();
+  int64_t bytes =
+      rf_shape_num_elements(&op->shape) * (int64_t)rf_dtype_size(op->g.dtype);
+  if (mode == 2) bytes = INT64_MAX;
   bool kind =
-      op->g.kind == RF_COLL_REDUCE || op->g.kind == RF_COLL_REDUCE_SCATTER;
-  return kind && !op->gpu && !blocking_off() && rf__mpi_thread_multiple();
+      (op->g.kind == RF_COLL_REDUCE && bytes >= REDUCE_BLOCKING_MIN_BYTES) ||
+      (op->g.kind == RF_COLL_REDUCE_SCATTER &&
+       bytes >= REDUCE_SCATTER_BLOCKING_MIN_BYTES);
+  return kind && !op->gpu && mode != 0 && rf__mpi_thread_multiple();
 }
 
 rf_status *rf__mpi_op_run_blocking(rf__mpi_op *op, MPI_Comm comm) {

@@ -63,10 +63,11 @@ void rf__mpi_op_prepare(rf__mpi_op *op);
 /* Starts the MPI collective on comm (engine thread). */
 rf_status *rf__mpi_op_issue(rf__mpi_op *op, MPI_Comm comm);
 /* Whether op runs as a blocking MPI call on its job's data thread (data.c):
- * reduce and reduce-scatter, whose nonblocking forms were slow in OpenMPI
- * 4.1 at a few MiB, when MPI gives MPI_THREAD_MULTIPLE; RF_MPI_BLOCKING=0
- * turns it off. Decided once, when the op's buffers are allocated
- * (op->blocking). */
+ * a reduce from 512 KiB, a reduce-scatter from 8 MiB (their nonblocking
+ * forms were slower in OpenMPI 4.1 there), when MPI gives
+ * MPI_THREAD_MULTIPLE; RF_MPI_BLOCKING=0 turns it off, =2 makes every
+ * reduce and reduce-scatter blocking. Decided once, when the op's buffers
+ * are allocated (op->blocking). */
 bool rf__mpi_op_blocking(const rf__mpi_op *op);
 /* The blocking call itself (the data thread). */
 rf_status *rf__mpi_op_run_blocking(rf__mpi_op *op, MPI_Comm comm);
