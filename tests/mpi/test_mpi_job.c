@@ -1,11 +1,13 @@
 /* tests/mpi/test_mpi_job.c - a session as one task of an MPI job (run under
  * mpirun, tests/mpi/mpirun.sh): rank and size, the other tasks' devices in
  * placement, an all-reduce across every task against a float64 reference,
- * a job session that keeps working across steps, two job sessions running
+ * a job session that keeps working across steps, a large all-reduce (the
+ * ring) with the same bytes in every process, two job sessions running
  * reduces (blocking MPI calls on each session's data thread) from two
  * threads at once, and the errors of a whole job graph: a fetch or feed on
  * another task, a data edge between tasks, a task or device the job does
  * not have. */
+#include <mpi.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,6 +61,64 @@ static void test_all_reduce_every_task(void **state) {
   }
   rf_session_free(s);
   for (int i = 0; i < n; i++) rf_tensor_release(in[i]);
+  rf_graph_free(g);
+}
+
+/* FNV-1a of a tensor's bytes. */
+static uint64_t bytes_hash(const rf_tensor *t) {
+  uint64_t h = 1469598103934665603ULL;
+  const unsigned char *b = rf_tensor_data(t);
+  for (size_t k = 0; k < rf_tensor_nbytes(t); k++)
+    h = (h ^ b[k]) * 1099511628211ULL;
+  return h;
+}
+
+/* An all-reduce large enough for OpenMPI's ring (from 256 KiB, see
+ * src/comm/mpi/nbc_algorithm.c), 2 devices a task: near a float64
+ * reference, and the same bytes in every process (compared through MPI
+ * itself, which the library initialised with MPI_THREAD_MULTIPLE). */
+static void test_large_all_reduce_same_bits_everywhere(void **state) {
+  uint64_t rng = rf_test_seed();
+  const int64_t n = (int64_t)1 << 17; /* 512 KiB of float32 */
+  rf_graph *g = rf_graph_new();
+  rf_output xs[128], ys[128];
+  rf_tensor *in[128];
+  int nd = 2 * NT;
+  for (int i = 0; i < nd; i++) {
+    char dev[32];
+    mt_device(i / 2, i % 2, dev, sizeof dev);
+    assert_ok(rf_graph_push_device(g, dev));
+    xs[i] = rf_placeholder(g, NULL, RF_FLOAT32, rf_shape_of(1, n));
+    rf_graph_pop_device(g);
+    in[i] = rf_test_random_tensor(&rng, RF_FLOAT32, rf_shape_of(1, n), -1, 1);
+  }
+  rf_all_reduce_n(g, "big", xs, nd, RF_REDUCE_SUM, ys);
+  assert_graph_ok(g);
+  double *want = malloc(sizeof(double) * (size_t)n);
+  assert_non_null(want);
+  for (int64_t e = 0; e < n; e++) {
+    want[e] = 0;
+    for (int i = 0; i < nd; i++) want[e] += rf_tensor_get(in[i], e);
+  }
+  rf_session *s = mt_session(g, 2, 20000);
+  for (int step = 0; step < 2; step++) {
+    rf_feed feeds[2] = {{xs[2 * T], in[2 * T]}, {xs[2 * T + 1], in[2 * T + 1]}};
+    rf_tensor *out[2];
+    assert_ok(rf_session_run(s, feeds, 2, &ys[2 * T], 2, NULL, 0, out));
+    assert_tensor_near(out[0], rf_shape_of(1, n), want, 1e-4);
+    assert_memory_equal(rf_tensor_data(out[0]), rf_tensor_data(out[1]),
+                        rf_tensor_nbytes(out[0]));
+    unsigned long long h = bytes_hash(out[0]), lo = h, hi = h;
+    MPI_Allreduce(MPI_IN_PLACE, &lo, 1, MPI_UNSIGNED_LONG_LONG, MPI_MIN,
+                  MPI_COMM_WORLD);
+    MPI_Allreduce(MPI_IN_PLACE, &hi, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX,
+                  MPI_COMM_WORLD);
+    assert_true(lo == h && hi == h);
+    for (int k = 0; k < 2; k++) rf_tensor_release(out[k]);
+  }
+  rf_session_free(s);
+  free(want);
+  for (int i = 0; i < nd; i++) rf_tensor_release(in[i]);
   rf_graph_free(g);
 }
 
@@ -143,7 +203,8 @@ static void *reducer_main(void *arg) {
   return NULL;
 }
 
-/* Two sessions, each reducing 512 KiB to a different root 40 times, run from
+/* Two sessions, each reducing 512 KiB (a blocking MPI_Reduce from that size
+ * on) to a different root 40 times, run from
  * two threads at once: each process may start the two sessions' blocking
  * MPI_Reduce calls in either order, and each session's call runs on its own
  * data thread, so neither waits behind the other (with one data thread for
@@ -252,6 +313,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_tasks),
       cmocka_unit_test(test_all_reduce_every_task),
+      cmocka_unit_test(test_large_all_reduce_same_bits_everywhere),
       cmocka_unit_test(test_sessions_reduce_concurrently),
       cmocka_unit_test(test_remote_fetch_and_feed_are_errors),
       cmocka_unit_test(test_data_edge_between_tasks_is_an_error),

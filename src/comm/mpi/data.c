@@ -54,9 +54,11 @@ static void nan_max(void *in, void *inout, int *len, MPI_Datatype *dt) {
 void rf__mpi_data_init(void) {
   MPI_Op_create(nan_min, 1, &nan_min_op);
   MPI_Op_create(nan_max, 1, &nan_max_op);
+  rf__mpi_nbc_init();
 }
 
 void rf__mpi_data_fini(void) {
+  rf__mpi_nbc_fini();
   if (nan_min_op != MPI_OP_NULL) MPI_Op_free(&nan_min_op);
   if (nan_max_op != MPI_OP_NULL) MPI_Op_free(&nan_max_op);
 }
@@ -267,6 +269,21 @@ static void per_task(const rf__mpi_op *op, int64_t unit, int *counts,
   }
 }
 
+/* MPI_Iallreduce of op's contribution into out. Never MPI_IN_PLACE, though
+ * op->partial is ours: left to choose, OpenMPI's libnbc then takes its
+ * binomial tree (the whole vector log2(p) times each way). Large ones take
+ * libnbc's ring (nbc_algorithm.c). */
+static rf_status *iallreduce(rf__mpi_op *op, void *out, int count,
+                             MPI_Datatype type, MPI_Op mop, MPI_Comm comm) {
+  int size = 0;
+  MPI_Type_size(type, &size);
+  bool ring = rf__mpi_nbc_ring_begin((int64_t)count * size);
+  rf_status *st = RF_MPI_STATUS(
+      MPI_Iallreduce(op->send, out, count, type, mop, comm, &op->req));
+  rf__mpi_nbc_ring_end(ring);
+  return st;
+}
+
 rf_status *rf__mpi_op_issue(rf__mpi_op *op, MPI_Comm comm) {
   rf__coll_group *g = &op->g;
   MPI_Datatype type = MPI_BYTE;
@@ -279,13 +296,7 @@ rf_status *rf__mpi_op_issue(rf__mpi_op *op, MPI_Comm comm) {
     return rf__internal("collective '%s': too many tasks", op->name);
   switch (g->kind) {
     case RF_COLL_ALL_REDUCE:
-    case RF_COLL_REDUCE:
-      /* Never MPI_IN_PLACE, though partial is ours: OpenMPI's libnbc then
-       * takes its binomial tree (the whole vector log2(p) times each way)
-       * instead of reduce-scatter + all-gather from 4 processes and 64 KiB
-       * (coll/libnbc/nbc_iallreduce.c). */
-      return RF_MPI_STATUS(
-          MPI_Iallreduce(op->send, out, count, type, mop, comm, &op->req));
+    case RF_COLL_REDUCE: return iallreduce(op, out, count, type, mop, comm);
     case RF_COLL_REDUCE_SCATTER:
       per_task(op, count / op->num_devices, counts, NULL);
       return RF_MPI_STATUS(MPI_Ireduce_scatter(op->send, out, counts, type, mop,

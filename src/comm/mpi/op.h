@@ -88,4 +88,13 @@ rf_status *rf__mpi_op_outputs(rf__mpi_op *op, rf_tensor **outs);
 void rf__mpi_data_init(void);
 void rf__mpi_data_fini(void);
 
+/* OpenMPI's nonblocking all-reduce algorithm for large all-reduces
+ * (nbc_algorithm.c; engine thread): init after MPI_Init, fini before
+ * MPI_Finalize; begin before an MPI_Iallreduce of `bytes` (true when it
+ * chose the ring), end right after the call with begin's answer. */
+void rf__mpi_nbc_init(void);
+void rf__mpi_nbc_fini(void);
+bool rf__mpi_nbc_ring_begin(int64_t bytes);
+void rf__mpi_nbc_ring_end(bool began);
+
 #endif
