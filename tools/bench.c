@@ -389,6 +389,7 @@ int cmd_bench(int argc, char **argv) {
                         .threads = o.threads,
                         .only = o.only,
                         .rounds = o.quick && o.rounds == 5 ? 3 : o.rounds,
+                        .factor = o.factor,
                         .lo = o.lo,
                         .hi = o.hi,
                         .min_time = o.min_time,

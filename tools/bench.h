@@ -120,6 +120,7 @@ int bench_gpu_main(const bench_gpu_opts *o);
  * (devices each) against plain MPI and Gloo, interleaved rounds, medians. */
 typedef struct bench_job_args {
   int devices, threads, only, rounds; /* only: a bench_coll, or -1 */
+  int factor;                         /* sizes lo, lo * factor, ... hi */
   int64_t lo, hi;
   double min_time;
   bool csv, no_gloo;

@@ -11,6 +11,7 @@
  * MPI_THREAD_MULTIPLE, so this thread may call MPI beside ringflow's. */
 #ifdef RF_HAVE_MPI
 #include <dirent.h>
+#include <malloc.h>
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -358,8 +359,25 @@ static bool gloo_connect(jb *b, char *why, size_t why_len) {
   return ok;
 }
 
+/* glibc's malloc, as both sides get it: unless the environment sets it,
+ * blocks up to 32 MiB come from the heap and the heap is not trimmed, so
+ * the temporary buffers MPI allocates in every collective are reused
+ * instead of mapped fresh each call (first touch costs ~10-15 us per 4 KiB
+ * page on these VMs; with glibc's sliding threshold, MPI_Reduce_scatter of
+ * 16 MiB on 4 processes took 28-30 ms against 16-17 ms, and which side paid
+ * depended on the history of the process). Before MPI starts. */
+static const char *fix_malloc(void) {
+  if (getenv("MALLOC_MMAP_THRESHOLD_") || getenv("MALLOC_TRIM_THRESHOLD_") ||
+      getenv("GLIBC_TUNABLES"))
+    return "as the environment sets it";
+  if (mallopt(M_MMAP_THRESHOLD, 32 << 20) && mallopt(M_TRIM_THRESHOLD, 1 << 30))
+    return "heap up to 32 MiB a block, never trimmed (mallopt)";
+  return "glibc's defaults (mallopt refused)";
+}
+
 int bench_job(const bench_job_args *a) {
   jb b = {.a = a};
+  const char *malloc_mode = fix_malloc();
   RF_TOOL_TRY(rf_job_tasks(&b.task, &b.ntasks));
   tool_task = b.task;
   int level = MPI_THREAD_SINGLE;
@@ -379,21 +397,21 @@ int bench_job(const bench_job_args *a) {
   if (lead && !a->csv)
     printf(
         "ringflow bench across processes: %d processes x %d device%s, "
-        "float32, sum; %lld..%lld bytes (x4)\nmachine: %ld online cores; "
+        "float32, sum; %lld..%lld bytes (x%d)\nmachine: %ld online cores; "
         "load average %s (1/5/15 min) at start\n"
         "each figure: the median of %d rounds; a round times the same number "
         "of operations each way (>= %.2f s of ringflow)\n"
-        "Gloo: %s\n\n",
+        "malloc: %s\nGloo: %s\n\n",
         b.ntasks, a->devices, a->devices > 1 ? "s" : "", (long long)a->lo,
-        (long long)a->hi, sysconf(_SC_NPROCESSORS_ONLN), load, a->rounds,
-        a->min_time,
+        (long long)a->hi, a->factor, sysconf(_SC_NPROCESSORS_ONLN), load,
+        a->rounds, a->min_time, malloc_mode,
         b.gloo ? "ring all-reduce, TCP on 127.0.0.1 (1 device per process)"
                : why);
   if (lead) print_header(&b);
   int rc = 0;
   for (int c = 0; c < BC_COUNT && !rc; c++) {
     if (a->only >= 0 && a->only != c) continue;
-    for (int64_t s = a->lo; s <= a->hi && !rc; s *= 4) {
+    for (int64_t s = a->lo; s <= a->hi && !rc; s *= a->factor) {
       if ((c == BC_ALL_GATHER || c == BC_REDUCE_SCATTER) && s / 4 < b.n)
         continue;
       result r;

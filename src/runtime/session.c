@@ -86,17 +86,21 @@ static rf_status *join_job(rf_session *s, const rf_graph *g) {
   return NULL;
 }
 
-/* The other tasks' devices, after this process's: name, canonical, remote. */
-static rf_status *add_remote_devices(rf_session *s) {
-  int total = s->num_devices;
-  for (int t = 0; t < s->num_tasks; t++) {
+/* How many devices the other tasks of the job have (0 without a job). */
+static int remote_device_count(const rf_session *s) {
+  int total = 0;
+  for (int t = 0; s->job && t < s->num_tasks; t++) {
     int nc, ng;
     rf__job_devices(s->job, t, &nc, &ng);
     if (t != s->task) total += nc + ng;
   }
-  rf__device *all = rf__realloc(s->devices, sizeof(rf__device) * (size_t)total);
-  RF_CHECK_ALLOC(all);
-  s->devices = all;
+  return total;
+}
+
+/* The other tasks' devices, after this process's (their room is already
+ * allocated: devices are never moved once initialised, their mutexes
+ * included): name, canonical, remote. */
+static void add_remote_devices(rf_session *s) {
   for (int t = 0; t < s->num_tasks; t++) {
     int nc, ng;
     rf__job_devices(s->job, t, &nc, &ng);
@@ -109,7 +113,6 @@ static rf_status *add_remote_devices(rf_session *s) {
       s->num_job_devices++;
     }
   }
-  return NULL;
 }
 
 /* GPU devices gpu:0..n-1 at devices[0..n), already initialised as plain
@@ -132,7 +135,8 @@ static rf_status *make_devices(rf_session *s, const rf_graph *g) {
   int ncpu = s->opts.num_cpu_devices, ngpu = s->opts.num_gpu_devices;
   RF_CHECK(rf__threadpool_new(s->opts.num_threads, &s->pool));
   RF_CHECK(join_job(s, g));
-  s->devices = rf__calloc((size_t)(ncpu + ngpu), sizeof(rf__device));
+  s->devices = rf__calloc((size_t)(ncpu + ngpu + remote_device_count(s)),
+                          sizeof(rf__device));
   RF_CHECK_ALLOC(s->devices);
   for (int i = 0; i < ncpu + ngpu; i++) {
     rf__device_name name = {s->job ? s->task : -1,
@@ -142,7 +146,7 @@ static rf_status *make_devices(rf_session *s, const rf_graph *g) {
     s->num_devices++;
   }
   s->num_job_devices = s->num_devices;
-  if (s->job) RF_CHECK(add_remote_devices(s));
+  if (s->job) add_remote_devices(s);
   if (ngpu > 0) RF_CHECK(make_gpus(s, s->devices + ncpu, ngpu));
   RF_CHECK(rf__rendezvous_new(&s->rendezvous));
   RF_CHECK(rf__collective_manager_new(s->pool, &s->collectives));

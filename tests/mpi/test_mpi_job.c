@@ -1,9 +1,14 @@
 /* tests/mpi/test_mpi_job.c - a session as one task of an MPI job (run under
  * mpirun, tests/mpi/mpirun.sh): rank and size, the other tasks' devices in
  * placement, an all-reduce across every task against a float64 reference,
- * a job session that keeps working across steps, and the errors of a whole
- * job graph: a fetch or feed on another task, a data edge between tasks, a
- * task or device the job does not have. */
+ * a job session that keeps working across steps, a large all-reduce (the
+ * ring) with the same bytes in every process, two job sessions running
+ * reduces (blocking MPI calls on each session's data thread) from two
+ * threads at once, and the errors of a whole job graph: a fetch or feed on
+ * another task, a data edge between tasks, a task or device the job does
+ * not have. */
+#include <mpi.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -59,6 +64,64 @@ static void test_all_reduce_every_task(void **state) {
   rf_graph_free(g);
 }
 
+/* FNV-1a of a tensor's bytes. */
+static uint64_t bytes_hash(const rf_tensor *t) {
+  uint64_t h = 1469598103934665603ULL;
+  const unsigned char *b = rf_tensor_data(t);
+  for (size_t k = 0; k < rf_tensor_nbytes(t); k++)
+    h = (h ^ b[k]) * 1099511628211ULL;
+  return h;
+}
+
+/* An all-reduce large enough for OpenMPI's ring (from 256 KiB, see
+ * src/comm/mpi/nbc_algorithm.c), 2 devices a task: near a float64
+ * reference, and the same bytes in every process (compared through MPI
+ * itself, which the library initialised with MPI_THREAD_MULTIPLE). */
+static void test_large_all_reduce_same_bits_everywhere(void **state) {
+  uint64_t rng = rf_test_seed();
+  const int64_t n = (int64_t)1 << 17; /* 512 KiB of float32 */
+  rf_graph *g = rf_graph_new();
+  rf_output xs[128], ys[128];
+  rf_tensor *in[128];
+  int nd = 2 * NT;
+  for (int i = 0; i < nd; i++) {
+    char dev[32];
+    mt_device(i / 2, i % 2, dev, sizeof dev);
+    assert_ok(rf_graph_push_device(g, dev));
+    xs[i] = rf_placeholder(g, NULL, RF_FLOAT32, rf_shape_of(1, n));
+    rf_graph_pop_device(g);
+    in[i] = rf_test_random_tensor(&rng, RF_FLOAT32, rf_shape_of(1, n), -1, 1);
+  }
+  rf_all_reduce_n(g, "big", xs, nd, RF_REDUCE_SUM, ys);
+  assert_graph_ok(g);
+  double *want = malloc(sizeof(double) * (size_t)n);
+  assert_non_null(want);
+  for (int64_t e = 0; e < n; e++) {
+    want[e] = 0;
+    for (int i = 0; i < nd; i++) want[e] += rf_tensor_get(in[i], e);
+  }
+  rf_session *s = mt_session(g, 2, 20000);
+  for (int step = 0; step < 2; step++) {
+    rf_feed feeds[2] = {{xs[2 * T], in[2 * T]}, {xs[2 * T + 1], in[2 * T + 1]}};
+    rf_tensor *out[2];
+    assert_ok(rf_session_run(s, feeds, 2, &ys[2 * T], 2, NULL, 0, out));
+    assert_tensor_near(out[0], rf_shape_of(1, n), want, 1e-4);
+    assert_memory_equal(rf_tensor_data(out[0]), rf_tensor_data(out[1]),
+                        rf_tensor_nbytes(out[0]));
+    unsigned long long h = bytes_hash(out[0]), lo = h, hi = h;
+    MPI_Allreduce(MPI_IN_PLACE, &lo, 1, MPI_UNSIGNED_LONG_LONG, MPI_MIN,
+                  MPI_COMM_WORLD);
+    MPI_Allreduce(MPI_IN_PLACE, &hi, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX,
+                  MPI_COMM_WORLD);
+    assert_true(lo == h && hi == h);
+    for (int k = 0; k < 2; k++) rf_tensor_release(out[k]);
+  }
+  rf_session_free(s);
+  free(want);
+  for (int i = 0; i < nd; i++) rf_tensor_release(in[i]);
+  rf_graph_free(g);
+}
+
 /* One placeholder per task (cpu:0) and its Neg; the all-reduce keeps the
  * job session a job. */
 typedef struct small {
@@ -78,6 +141,90 @@ static void small_graph(small *m) {
   }
   rf_all_reduce_n(m->g, "ar", m->neg, NT, RF_REDUCE_SUM, m->y);
   assert_graph_ok(m->g);
+}
+
+/* A reduce of every task's x (cpu:0) to `root`'s, n elements of task t's
+ * x equal to t + 1 + i % 3: the sum is known exactly. */
+typedef struct reducer {
+  rf_graph *g;
+  rf_session *s;
+  rf_output x[64], y;
+  rf_tensor *in;
+  int root, steps;
+  int64_t n;
+  rf_status *error; /* the first failure, or a wrong sum */
+} reducer;
+
+static void reducer_init(reducer *r, const char *name, int root, int64_t n) {
+  memset(r, 0, sizeof *r);
+  r->root = root;
+  r->n = n;
+  r->steps = 40;
+  r->g = rf_graph_new();
+  for (int t = 0; t < NT; t++) {
+    char dev[32];
+    mt_device(t, 0, dev, sizeof dev);
+    assert_ok(rf_graph_push_device(r->g, dev));
+    r->x[t] = rf_placeholder(r->g, NULL, RF_FLOAT64, rf_shape_of(1, n));
+    rf_graph_pop_device(r->g);
+  }
+  char dev[32];
+  mt_device(root, 0, dev, sizeof dev);
+  assert_ok(rf_graph_push_device(r->g, dev));
+  r->y = rf_reduce(r->g, name, r->x, NT, RF_REDUCE_SUM);
+  rf_graph_pop_device(r->g);
+  assert_graph_ok(r->g);
+  rf_shape shape = rf_shape_of(1, n);
+  assert_ok(rf_tensor_new(RF_FLOAT64, &shape, NULL, &r->in));
+  double *d = rf_tensor_mutable_data(r->in);
+  for (int64_t i = 0; i < n; i++) d[i] = T + 1 + (double)(i % 3);
+}
+
+static void *reducer_main(void *arg) {
+  reducer *r = arg;
+  for (int step = 0; step < r->steps && !r->error; step++) {
+    rf_feed feed = {r->x[T], r->in};
+    rf_tensor *out = NULL;
+    r->error =
+        T == r->root
+            ? rf_session_run(r->s, &feed, 1, &r->y, 1, NULL, 0, &out)
+            : rf_session_run(r->s, &feed, 1, NULL, 0, &r->y.node, 1, NULL);
+    for (int64_t i = 0; out && !r->error && i < r->n; i++) {
+      double want = NT * (NT + 1) / 2.0 + NT * (double)(i % 3);
+      if (rf_tensor_get(out, i) != want)
+        r->error =
+            rf_status_new(RF_INTERNAL,
+                          "step %d: element %lld is %g, "
+                          "expected %g",
+                          step, (long long)i, rf_tensor_get(out, i), want);
+    }
+    rf_tensor_release(out);
+  }
+  return NULL;
+}
+
+/* Two sessions, each reducing 512 KiB (a blocking MPI_Reduce from that size
+ * on) to a different root 40 times, run from
+ * two threads at once: each process may start the two sessions' blocking
+ * MPI_Reduce calls in either order, and each session's call runs on its own
+ * data thread, so neither waits behind the other (with one data thread for
+ * the process, two processes that started them in opposite orders would
+ * wait on each other until the timeout). */
+static void test_sessions_reduce_concurrently(void **state) {
+  reducer r[2];
+  reducer_init(&r[0], "reduce_a", 0, (int64_t)1 << 16);
+  reducer_init(&r[1], "reduce_b", NT - 1, (int64_t)1 << 16);
+  for (int k = 0; k < 2; k++) r[k].s = mt_session(r[k].g, 1, 30000);
+  pthread_t th[2];
+  for (int k = 0; k < 2; k++)
+    assert_int_equal(pthread_create(&th[k], NULL, reducer_main, &r[k]), 0);
+  for (int k = 0; k < 2; k++) pthread_join(th[k], NULL);
+  for (int k = 0; k < 2; k++) {
+    assert_ok(r[k].error);
+    rf_session_free(r[k].s);
+    rf_tensor_release(r[k].in);
+    rf_graph_free(r[k].g);
+  }
 }
 
 static void test_remote_fetch_and_feed_are_errors(void **state) {
@@ -166,6 +313,8 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_tasks),
       cmocka_unit_test(test_all_reduce_every_task),
+      cmocka_unit_test(test_large_all_reduce_same_bits_everywhere),
+      cmocka_unit_test(test_sessions_reduce_concurrently),
       cmocka_unit_test(test_remote_fetch_and_feed_are_errors),
       cmocka_unit_test(test_data_edge_between_tasks_is_an_error),
       cmocka_unit_test(test_missing_task_or_device_is_an_error),

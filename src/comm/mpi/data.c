@@ -6,14 +6,15 @@
  * wrap, as on one process); float min/max propagate NaN like the CPU backend
  * (user-defined MPI ops); float16/bfloat16 are reduced as float32 and
  * rounded once at the end; avg is a sum divided by num_devices at the end.
- * Moving kinds (broadcast, all-gather) are bytes. Reduce and reduce-scatter
- * run as blocking MPI_Reduce / MPI_Reduce_scatter on a data thread of their
- * own when MPI allows: OpenMPI 4.1's MPI_Ireduce was erratic here (0.1-0.8 s
- * for 1.6-16 MiB in some runs) and MPI_Ireduce_scatter took 2x its blocking
- * form at 16 MiB; otherwise a reduce is an all-reduce whose result only the
- * root keeps. MPI counts are ints: a collective larger than that is
- * UNIMPLEMENTED. */
+ * Moving kinds (broadcast, all-gather) are bytes. Large reduces and
+ * reduce-scatters run as blocking MPI_Reduce / MPI_Reduce_scatter on the
+ * job's data thread (data_thread.c) when MPI allows: OpenMPI 4.1's MPI_Ireduce
+ * was erratic here (0.1-0.8 s for 1.6-16 MiB in some runs) and
+ * MPI_Ireduce_scatter took 2x its blocking form at 16 MiB; otherwise a reduce
+ * is an all-reduce whose result only the root keeps. MPI counts are ints: a
+ * collective larger than that is UNIMPLEMENTED. */
 #include <limits.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -53,9 +54,11 @@ static void nan_max(void *in, void *inout, int *len, MPI_Datatype *dt) {
 void rf__mpi_data_init(void) {
   MPI_Op_create(nan_min, 1, &nan_min_op);
   MPI_Op_create(nan_max, 1, &nan_max_op);
+  rf__mpi_nbc_init();
 }
 
 void rf__mpi_data_fini(void) {
+  rf__mpi_nbc_fini();
   if (nan_min_op != MPI_OP_NULL) MPI_Op_free(&nan_min_op);
   if (nan_max_op != MPI_OP_NULL) MPI_Op_free(&nan_max_op);
 }
@@ -132,6 +135,7 @@ rf_status *rf__mpi_op_alloc(rf__mpi_op *op) {
   int64_t elems = rf_shape_num_elements(&op->shape);
   size_t esize = rf_dtype_size(g->dtype);
   op->wide = reduces(g->kind) && is_16(g->dtype);
+  op->blocking = rf__mpi_op_blocking(op);
   rf_dtype work = op->wide ? RF_FLOAT32 : g->dtype;
   MPI_Datatype type;
   MPI_Op mop;
@@ -153,7 +157,7 @@ rf_status *rf__mpi_op_alloc(rf__mpi_op *op) {
         rows.dims[0] = rows.dims[0] / op->num_devices * op->counts[op->me];
         return alloc(op, work, &rows, &op->out);
       }
-      if (g->kind == RF_COLL_REDUCE && g->root < 0 && rf__mpi_op_blocking(op))
+      if (g->kind == RF_COLL_REDUCE && g->root < 0 && op->blocking)
         return NULL; /* MPI_Reduce: senders receive nothing */
       return alloc(op, work, &op->shape, &op->out);
     case RF_COLL_ALL_GATHER: {
@@ -265,6 +269,21 @@ static void per_task(const rf__mpi_op *op, int64_t unit, int *counts,
   }
 }
 
+/* MPI_Iallreduce of op's contribution into out. Never MPI_IN_PLACE, though
+ * op->partial is ours: left to choose, OpenMPI's libnbc then takes its
+ * binomial tree (the whole vector log2(p) times each way). Large ones take
+ * libnbc's ring (nbc_algorithm.c). */
+static rf_status *iallreduce(rf__mpi_op *op, void *out, int count,
+                             MPI_Datatype type, MPI_Op mop, MPI_Comm comm) {
+  int size = 0;
+  MPI_Type_size(type, &size);
+  bool ring = rf__mpi_nbc_ring_begin((int64_t)count * size);
+  rf_status *st = RF_MPI_STATUS(
+      MPI_Iallreduce(op->send, out, count, type, mop, comm, &op->req));
+  rf__mpi_nbc_ring_end(ring);
+  return st;
+}
+
 rf_status *rf__mpi_op_issue(rf__mpi_op *op, MPI_Comm comm) {
   rf__coll_group *g = &op->g;
   MPI_Datatype type = MPI_BYTE;
@@ -277,9 +296,7 @@ rf_status *rf__mpi_op_issue(rf__mpi_op *op, MPI_Comm comm) {
     return rf__internal("collective '%s': too many tasks", op->name);
   switch (g->kind) {
     case RF_COLL_ALL_REDUCE:
-    case RF_COLL_REDUCE:
-      return RF_MPI_STATUS(
-          MPI_Iallreduce(op->send, out, count, type, mop, comm, &op->req));
+    case RF_COLL_REDUCE: return iallreduce(op, out, count, type, mop, comm);
     case RF_COLL_REDUCE_SCATTER:
       per_task(op, count / op->num_devices, counts, NULL);
       return RF_MPI_STATUS(MPI_Ireduce_scatter(op->send, out, counts, type, mop,
@@ -301,13 +318,41 @@ rf_status *rf__mpi_op_issue(rf__mpi_op *op, MPI_Comm comm) {
   }
 }
 
+/* RF_MPI_BLOCKING (read once): 0 never blocking, 2 always (reduce and
+ * reduce-scatter of any size: tests run the data thread's path that way),
+ * else by size (below). */
+static int blocking_mode(void) {
+  static atomic_int mode = -1;
+  int m = atomic_load(&mode);
+  if (m < 0) {
+    const char *e = getenv("RF_MPI_BLOCKING");
+    m = e && (atoi(e) == 0 || atoi(e) == 2) ? atoi(e) : 1;
+    atomic_store(&mode, m);
+  }
+  return m;
+}
+
+/* From these input sizes on, the blocking call on the data thread beats
+ * the nonblocking one on the engine (4 processes on 2 cores, bench with its
+ * malloc fixed): MPI_Reduce from 1 MiB (0.68-0.94 of MPI_Reduce against
+ * 0.65-0.82 as an all-reduce; below, two thread hand-offs cost more than
+ * they save), MPI_Reduce_scatter at 16 MiB (11.4-11.6 ms against 19-22 ms
+ * for MPI_Ireduce_scatter; at 4 MiB and below the nonblocking form was as
+ * fast or faster). Inputs are agreed before GO, so every process decides
+ * alike. */
+#define REDUCE_BLOCKING_MIN_BYTES (512 << 10)
+#define REDUCE_SCATTER_BLOCKING_MIN_BYTES (8 << 20)
+
 bool rf__mpi_op_blocking(const rf__mpi_op *op) {
-  static int off = -1;
-  if (off < 0)
-    off = getenv("RF_MPI_BLOCKING") && !atoi(getenv("RF_MPI_BLOCKING"));
+  int mode = blocking_mode();
+  int64_t bytes =
+      rf_shape_num_elements(&op->shape) * (int64_t)rf_dtype_size(op->g.dtype);
+  if (mode == 2) bytes = INT64_MAX;
   bool kind =
-      op->g.kind == RF_COLL_REDUCE || op->g.kind == RF_COLL_REDUCE_SCATTER;
-  return kind && !op->gpu && !off && rf__mpi_data_thread_ready();
+      (op->g.kind == RF_COLL_REDUCE && bytes >= REDUCE_BLOCKING_MIN_BYTES) ||
+      (op->g.kind == RF_COLL_REDUCE_SCATTER &&
+       bytes >= REDUCE_SCATTER_BLOCKING_MIN_BYTES);
+  return kind && !op->gpu && mode != 0 && rf__mpi_thread_multiple();
 }
 
 rf_status *rf__mpi_op_run_blocking(rf__mpi_op *op, MPI_Comm comm) {

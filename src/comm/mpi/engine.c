@@ -1,14 +1,16 @@
-/* comm/mpi/engine.c - the process's communication thread: the only thread
- * that calls MPI (besides MPI_Initialized). It starts with the first session
+/* comm/mpi/engine.c - the process's communication thread: it makes every
+ * MPI call of ringflow's but the blocking collectives of the jobs' data
+ * threads (data_thread.c) and MPI_Initialized. It starts with the first session
  * of a job (or rf_job_tasks), initialises MPI unless the program did
  * (asking for MPI_THREAD_MULTIPLE, so the program may call MPI too), and
  * runs until the process exits, finalising MPI if it initialised it.
  *
  * Its loop: take the queued commands, then for every attached job receive
  * messages, issue and test collectives and check deadlines. While a
- * collective's data is in flight it spins (OpenMPI's nonblocking
+ * nonblocking collective's data is in flight it spins (OpenMPI's nonblocking
  * collectives progress only inside MPI calls), yielding the core to others;
- * while it waits for answers it spins (yielding) for 2 ms after the last
+ * while it waits for answers (or for a data thread or a GPU stream, which
+ * wake it) it spins (yielding) for 2 ms after the last
  * progress, then backs off to sleeps of up to 1 ms; with nothing pending it
  * sleeps 20 ms between looks at the network, and with no job at all until
  * woken. */
@@ -34,22 +36,12 @@ static struct {
   pthread_cond_t wake, reply; /* the engine's; the callers' */
   pthread_t thread;
   bool started, ready, stopping, own_init;
+  bool multiple;         /* MPI_THREAD_MULTIPLE: jobs may have data threads */
   rf_status *init_error; /* why MPI cannot be used */
   int world_rank, world_size;
   rf__mpi_cmd *head, *tail;
   atomic_int kicked; /* a command or an op is waiting */
 } E = {.mu = PTHREAD_MUTEX_INITIALIZER};
-
-/* The data thread: blocking collectives, one at a time, in queue order (the
- * engine queues one only when no other collective of its job is in flight,
- * so no communicator is used by two threads at once). */
-static struct {
-  pthread_mutex_t mu;
-  pthread_cond_t wake;
-  pthread_t thread;
-  bool started, stop, busy;
-  rf__mpi_op *head, *tail;
-} D = {.mu = PTHREAD_MUTEX_INITIALIZER, .wake = PTHREAD_COND_INITIALIZER};
 
 int64_t rf__mpi_now_ns(void) {
   struct timespec ts;
@@ -58,8 +50,6 @@ int64_t rf__mpi_now_ns(void) {
 }
 
 /* ---- MPI itself ---- */
-
-static void data_thread_start(int provided);
 
 static rf_status *init_mpi(void) {
   int init = 0, fin = 0, provided = MPI_THREAD_SINGLE;
@@ -86,69 +76,12 @@ static rf_status *init_mpi(void) {
   }
   MPI_Comm_rank(MPI_COMM_WORLD, &E.world_rank);
   MPI_Comm_size(MPI_COMM_WORLD, &E.world_size);
+  E.multiple = provided >= MPI_THREAD_MULTIPLE;
   rf__mpi_data_init();
-  data_thread_start(provided);
   return NULL;
 }
 
-/* ---- the data thread ---- */
-
-static void *data_main(void *arg) {
-  (void)arg;
-  pthread_mutex_lock(&D.mu);
-  for (;;) {
-    while (!D.head && !D.stop) pthread_cond_wait(&D.wake, &D.mu);
-    if (!D.head) break;
-    rf__mpi_op *op = D.head;
-    D.head = op->data_next;
-    if (!D.head) D.tail = NULL;
-    D.busy = true;
-    pthread_mutex_unlock(&D.mu);
-    op->async_status = rf__mpi_op_run_blocking(op, op->set->comm);
-    atomic_store(&op->async_done, 1);
-    rf__mpi_engine_wake();
-    pthread_mutex_lock(&D.mu);
-    D.busy = false;
-  }
-  pthread_mutex_unlock(&D.mu);
-  return NULL;
-}
-
-bool rf__mpi_data_thread_ready(void) { return D.started; }
-
-void rf__mpi_data_thread_push(rf__mpi_op *op) {
-  op->data_next = NULL;
-  pthread_mutex_lock(&D.mu);
-  if (D.tail)
-    D.tail->data_next = op;
-  else
-    D.head = op;
-  D.tail = op;
-  pthread_cond_signal(&D.wake);
-  pthread_mutex_unlock(&D.mu);
-}
-
-/* Started when MPI allows two threads to call it (engine thread). */
-static void data_thread_start(int provided) {
-  if (provided < MPI_THREAD_MULTIPLE) return;
-  D.started = pthread_create(&D.thread, NULL, data_main, NULL) == 0;
-}
-
-/* Joined unless it is stuck in a collective that never finished (then MPI
- * is not finalised cleanly either). */
-static void data_thread_stop(void) {
-  if (!D.started) return;
-  pthread_mutex_lock(&D.mu);
-  D.stop = true;
-  bool stuck = D.busy || D.head;
-  pthread_cond_signal(&D.wake);
-  pthread_mutex_unlock(&D.mu);
-  if (stuck)
-    pthread_detach(D.thread);
-  else
-    pthread_join(D.thread, NULL);
-  D.started = false;
-}
+bool rf__mpi_thread_multiple(void) { return E.multiple; }
 
 /* ---- commands ---- */
 
@@ -355,7 +288,6 @@ static void *engine_main(void *arg) {
   pthread_cond_broadcast(&E.reply);
   pthread_mutex_unlock(&E.mu);
   if (!st) run_loop();
-  data_thread_stop();
   if (!st) rf__mpi_data_fini();
   if (!st && E.own_init) MPI_Finalize();
   rf__mpi_free_orphans();

@@ -1,10 +1,11 @@
 /* comm/mpi/engine.h - how the parts of the MPI job (comm/job.h) share state.
  *
  * One communication thread per process, the engine (engine.c), makes every
- * MPI call but the blocking reduce and reduce-scatter (on a data thread when
- * MPI gives MPI_THREAD_MULTIPLE); other threads hand it commands and never wait
- * for it, except rf_session_new and rf_session_free (attach and detach). A
- * collective with participants in several processes goes:
+ * MPI call but the blocking collectives (reduce, reduce-scatter: on the
+ * job's data thread, data_thread.c, when MPI gives MPI_THREAD_MULTIPLE);
+ * other threads hand it commands and never wait for it, except
+ * rf_session_new and rf_session_free (attach and detach). A collective with
+ * participants in several processes goes:
  *
  *   executor thread: local group complete -> op (member.c): buffers
  *     allocated, READY queued, this process's part reduced or gathered
@@ -13,10 +14,13 @@
  *     checks that every task's descriptor agrees and answers GO (or ABORT
  *     with the message naming the field, devices or missing tasks) in ONE
  *     order for the whole job;
- *   engine: on GO, the nonblocking MPI collective on the participant set's
+ *   engine: on GO, the MPI collective on the participant set's
  *     communicator (sets.c), in GO order, so every process issues the
- *     collectives of a communicator in the same order; polled against the
- *     deadline; completion -> a pool task calls the participants' dones.
+ *     collectives of a communicator in the same order: nonblocking and
+ *     polled by the engine, or blocking on the job's data thread (alone:
+ *     nothing else of the job starts meanwhile), or NCCL for GPUs (gpu.c);
+ *     against the deadline; completion -> the participants' dones, on the
+ *     engine thread when it has nothing else to watch, else a pool task.
  *
  * Ownership: commands belong to the engine once submitted; an op is shared
  * by its preparing thread, the engine and its report task (refs). */
@@ -100,6 +104,7 @@ typedef struct rf__mpi_op rf__mpi_op;
 typedef struct rf__mpi_centry rf__mpi_centry;
 typedef struct rf__mpi_fstep rf__mpi_fstep;
 typedef struct rf__mpi_send rf__mpi_send;
+typedef struct rf__mpi_data_thread rf__mpi_data_thread;
 
 struct rf__job {
   /* Fixed after attach; any thread reads them. */
@@ -116,14 +121,15 @@ struct rf__job {
   /* Ops told GO and not issued yet, in GO order: they are issued in this
    * order, which is the same in every process. */
   rf__mpi_op *go_head, *go_tail;
-  int in_flight;            /* ops whose data is moving */
-  rf__mpi_op *blocking;     /* on the data thread: nothing else starts */
-  rf__mpi_centry *centries; /* task 0: collectives being agreed */
-  rf__mpi_fstep *failed;    /* task 0: failed job steps */
-  rf__mpi_set *sets;        /* by key */
-  rf_status *broken;        /* set: no more collectives */
-  struct rf__job *next;     /* the engine's list */
-  int64_t epoch;            /* see rf__mpi_msg */
+  int in_flight;        /* ops whose data is moving */
+  rf__mpi_op *blocking; /* on the data thread: nothing else starts */
+  rf__mpi_data_thread *data_thread; /* started at the first blocking op */
+  rf__mpi_centry *centries;         /* task 0: collectives being agreed */
+  rf__mpi_fstep *failed;            /* task 0: failed job steps */
+  rf__mpi_set *sets;                /* by key */
+  rf_status *broken;                /* set: no more collectives */
+  struct rf__job *next;             /* the engine's list */
+  int64_t epoch;                    /* see rf__mpi_msg */
   /* Leaving (task 0): it coordinates until every task said BYE (its last
    * message), so no late task waits for a verdict that never comes. */
   int byes;
@@ -180,8 +186,10 @@ rf_status *rf__mpi_engine_start(int *world_rank, int *world_size);
 void rf__mpi_engine_submit(rf__mpi_cmd *c);
 /* Queues c and waits until the engine marks it done; returns c->result. */
 rf_status *rf__mpi_engine_call(rf__mpi_cmd *c);
-/* Wakes the engine (an op became ready to issue). */
+/* Wakes the engine (an op became ready to issue, or completed elsewhere). */
 void rf__mpi_engine_wake(void);
+/* Whether MPI gives MPI_THREAD_MULTIPLE (after rf__mpi_engine_start). */
+bool rf__mpi_thread_multiple(void);
 
 /* ---- jobs on the engine thread (job.c) ---- */
 

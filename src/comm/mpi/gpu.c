@@ -5,7 +5,9 @@
  * unique id and MPI broadcasts it on the set's communicator (every member is
  * at the same GO), then each process starts its ranks' initialisation and
  * the GO queue waits (polling) until it is done. Completion comes from the
- * participants' streams (async_done); a collective still running at its
+ * GPU runtime's completion thread, as for collectives in one process
+ * (nccl_job.c): a pool task sets async_done and wakes the engine, which
+ * waits for it without spinning; a collective still running at its
  * deadline aborts the set's communicators. Builds without NCCL refuse GPU
  * participants across processes. */
 #include <string.h>

@@ -9,6 +9,7 @@
 
 #include "comm/mpi/engine.h"
 #include "comm/mpi/mpi_status.h"
+#include "comm/mpi/op.h"
 #include "core/mem.h"
 #include "core/status.h"
 
@@ -223,6 +224,7 @@ bool rf__mpi_job_attach_poll(rf__mpi_cmd *c, int64_t now) {
 
 void rf__mpi_job_detach(rf__job *j) {
   rf__mpi_member_free(j);
+  rf__mpi_data_thread_stop(j);
   rf__mpi_coord_free(j);
   rf__mpi_drop_messages(j);
   rf__mpi_sets_free(j);

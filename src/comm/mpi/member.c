@@ -263,7 +263,10 @@ void rf__mpi_member_verdict(rf__job *j, const rf__mpi_msg_view *v) {
     return;
   }
   op->state = RF_OP_GO;
-  op->deadline_ns = 0;
+  /* Waiting to be issued (behind earlier GOs, a blocking call, or its own
+   * data): bounded too, by the same margin as the wait for a verdict. */
+  op->deadline_ns =
+      rf__mpi_now_ns() + (op->timeout_ms + grace_ms(op)) * 1000000;
   op->go_next = NULL;
   if (j->go_tail)
     j->go_tail->go_next = op;
@@ -305,12 +308,11 @@ static int issue(rf__job *j, rf__mpi_op *op, int64_t now) {
   rf_status *st = rf__mpi_set_get(j, op->nset, op->tasks, &set);
   if (!st && op->gpu) {
     if (!rf__mpi_gpu_issue(j, op, set, &st)) return 0;
-  } else if (!st && rf__mpi_op_blocking(op)) {
+  } else if (!st && op->blocking) {
     if (j->in_flight > 0) return 0; /* alone on its communicators */
-    op->blocking = true;
     op->set = set;
     j->blocking = op;
-    rf__mpi_data_thread_push(op);
+    rf__mpi_data_thread_run(j, op);
   } else if (!st) {
     st = rf__mpi_op_issue(op, set->comm);
   }
@@ -362,23 +364,48 @@ static int test(rf__job *j, rf__mpi_op *op, int64_t now) {
 
 int rf__mpi_member_poll(rf__job *j, int64_t now, bool *busy, bool *waiting) {
   int progress = 0;
-  /* GO order: an op whose data is not ready holds back the ones after it. */
-  /* A blocking call on the data thread holds the queue: no other collective
-   * of this job may start while it uses the job's communicators. */
-  while (!j->blocking && j->go_head && atomic_load(&j->go_head->prepared)) {
+  /* GO order: an op whose data is not ready holds back the ones after it.
+   * A blocking call on the data thread holds the queue: no other collective
+   * of this job may start while it uses the job's communicators. A broken
+   * job starts nothing more (its queued ops fail below). */
+  while (!j->blocking && !j->broken && j->go_head &&
+         atomic_load(&j->go_head->prepared)) {
     rf__mpi_op *op = j->go_head, *next = op->go_next; /* issue may drop op */
     if (!issue(j, op, now)) break;
     j->go_head = next;
     if (!next) j->go_tail = NULL;
     progress++;
   }
-  if (j->go_head) *busy = true;
+  /* Spin only for what needs MPI calls to move: an op waiting behind a
+   * blocking call or for its data, and ops completed by another thread,
+   * wake the engine when they are through. */
+  if (j->go_head && !j->blocking && !j->broken &&
+      atomic_load(&j->go_head->prepared))
+    *busy = true;
+  else if (j->go_head && !j->broken)
+    *waiting = true;
   rf__mpi_op *op, *tmp;
   HASH_ITER(hh, j->ops, op, tmp) {
     switch (op->state) {
-      case RF_OP_GO: break;
+      case RF_OP_GO: /* not issued yet: the earlier ones hold it back */
+        if (!atomic_load(&op->reported) &&
+            (j->broken || now >= op->deadline_ns))
+          report(op,
+                 j->broken
+                     ? copy_status(j->broken)
+                     : rf__error(RF_DEADLINE_EXCEEDED,
+                                 "collective '%s' (job step %lld): "
+                                 "could not start within %lld ms: "
+                                 "an earlier collective across "
+                                 "processes has not finished",
+                                 op->name, (long long)op->job_step,
+                                 (long long)(op->timeout_ms + grace_ms(op))));
+        break;
       case RF_OP_IN_FLIGHT:
-        *busy = true;
+        if (op->gpu || op->blocking)
+          *waiting = true;
+        else
+          *busy = true;
         progress += test(j, op, now);
         break;
       default: /* waiting for the verdict */

@@ -35,13 +35,12 @@ struct rf__mpi_op {
   bool gpu;
   int root_rank; /* GO: the root's rank in the job */
   rf_tensor *gpu_outs[64];
-  /* Completed elsewhere (NCCL's streams, or the MPI data thread for a
-   * blocking call): async_done, then async_status. */
+  /* Completed elsewhere (NCCL's streams, or the job's data thread for a
+   * blocking call, decided at allocation): async_done, then async_status. */
   bool blocking;
   atomic_int async_done;
   rf_status *async_status;
-  rf__mpi_set *set;      /* the set it was issued on */
-  rf__mpi_op *data_next; /* the data thread's queue */
+  rf__mpi_set *set; /* the set it was issued on */
   /* state */
   atomic_int refs;     /* the preparing thread, the engine, the report */
   atomic_int prepared; /* this task's data are ready to send */
@@ -63,17 +62,23 @@ rf_status *rf__mpi_op_alloc(rf__mpi_op *op);
 void rf__mpi_op_prepare(rf__mpi_op *op);
 /* Starts the MPI collective on comm (engine thread). */
 rf_status *rf__mpi_op_issue(rf__mpi_op *op, MPI_Comm comm);
-/* Whether op runs as a blocking MPI call on the data thread (data.c):
- * reduce and reduce-scatter, whose nonblocking forms were slow in OpenMPI
- * 4.1 at a few MiB, when MPI gives MPI_THREAD_MULTIPLE; RF_MPI_BLOCKING=0
- * turns it off. */
+/* Whether op runs as a blocking MPI call on its job's data thread (data.c):
+ * a reduce from 512 KiB, a reduce-scatter from 8 MiB (their nonblocking
+ * forms were slower in OpenMPI 4.1 there), when MPI gives
+ * MPI_THREAD_MULTIPLE; RF_MPI_BLOCKING=0 turns it off, =2 makes every
+ * reduce and reduce-scatter blocking. Decided once, when the op's buffers
+ * are allocated (op->blocking). */
 bool rf__mpi_op_blocking(const rf__mpi_op *op);
 /* The blocking call itself (the data thread). */
 rf_status *rf__mpi_op_run_blocking(rf__mpi_op *op, MPI_Comm comm);
-/* The data thread (engine.c): runs queued blocking ops one at a time, in
- * order; each sets async_done and wakes the engine. */
-bool rf__mpi_data_thread_ready(void);
-void rf__mpi_data_thread_push(rf__mpi_op *op);
+/* Hands op (issued on op->set, alone in its job: j->blocking) to j's data
+ * thread (data_thread.c), started on first use; when no thread can be
+ * started the call runs here, on the engine thread. Either way async_status
+ * and async_done are set when it returns, and the engine is woken. */
+void rf__mpi_data_thread_run(rf__job *j, rf__mpi_op *op);
+/* The job is leaving: joins its data thread, or leaves it to finish (and
+ * free itself) when it is stuck in a call that never completed. */
+void rf__mpi_data_thread_stop(rf__job *j);
 /* After completion: participant i's output, a new reference or NULL
  * (post-processing: avg, float16, the rows of reduce_scatter). */
 rf_status *rf__mpi_op_outputs(rf__mpi_op *op, rf_tensor **outs);
@@ -82,5 +87,14 @@ rf_status *rf__mpi_op_outputs(rf__mpi_op *op, rf_tensor **outs);
  * after MPI_Init and freed before MPI_Finalize, on the engine thread. */
 void rf__mpi_data_init(void);
 void rf__mpi_data_fini(void);
+
+/* OpenMPI's nonblocking all-reduce algorithm for large all-reduces
+ * (nbc_algorithm.c; engine thread): init after MPI_Init, fini before
+ * MPI_Finalize; begin before an MPI_Iallreduce of `bytes` (true when it
+ * chose the ring), end right after the call with begin's answer. */
+void rf__mpi_nbc_init(void);
+void rf__mpi_nbc_fini(void);
+bool rf__mpi_nbc_ring_begin(int64_t bytes);
+void rf__mpi_nbc_ring_end(bool began);
 
 #endif

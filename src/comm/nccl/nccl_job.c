@@ -4,13 +4,21 @@
  * one group) and polled through ncclCommGetAsyncError, so the MPI engine's
  * thread keeps watching deadlines. A launch puts every local rank's call in
  * one ncclGroupStart/End on the participants' own streams (stream order
- * makes the inputs ready and the outputs safe to reuse); a stream callback
- * per participant counts down, and the last one reads the communicators'
- * asynchronous errors and reports. Compiled only with MPI as well. */
+ * makes the inputs ready and the outputs safe to reuse). Completion as in
+ * the single-process backend (comm/nccl/backend.c): the GPU runtime's
+ * completion thread (runtime/gpu/completion.c) sees each participant's
+ * stream finish and hands a pool task over; the last one reads the
+ * communicators' asynchronous errors and reports. A communicator's mutex
+ * orders launches, those reads and the abort (the engine aborts a set whose
+ * collective missed its deadline while completions may be reading), and
+ * its references (the set's, one per launch in flight) keep it until the
+ * last completion. Compiled only with MPI as well. */
 #ifdef RF_HAVE_MPI
 #include "comm/nccl/nccl_job.h"
 
 #include <nccl.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -28,8 +36,19 @@ struct rf__nccl_job_comm {
   int n;
   ncclComm_t comms[MAX_LOCAL];
   rf__device *devs[MAX_LOCAL];
-  bool aborted;
+  pthread_mutex_t mu; /* launches, async-error reads and the abort */
+  bool aborted;       /* under mu: the comms are gone */
+  atomic_int refs;    /* the set's + one per launch in flight */
 };
+
+static void comm_unref(rf__nccl_job_comm *c) {
+  if (atomic_fetch_sub(&c->refs, 1) != 1) return;
+  if (!c->aborted)
+    for (int i = 0; i < c->n; i++)
+      if (c->comms[i]) (void)ncclCommDestroy(c->comms[i]);
+  pthread_mutex_destroy(&c->mu);
+  rf__free(c);
+}
 
 rf_status *rf__nccl_job_unique_id(void *id) {
   ncclUniqueId u;
@@ -61,6 +80,8 @@ rf_status *rf__nccl_job_comm_start(int nranks, const void *id, int n,
   RF_CHECK(distinct_gpus(n, devs));
   rf__nccl_job_comm *c = rf__calloc(1, sizeof *c);
   RF_CHECK_ALLOC(c);
+  pthread_mutex_init(&c->mu, NULL);
+  atomic_init(&c->refs, 1);
   c->n = n;
   memcpy(c->devs, devs, sizeof *devs * (size_t)n);
   ncclUniqueId u;
@@ -82,7 +103,7 @@ rf_status *rf__nccl_job_comm_start(int nranks, const void *id, int n,
   rf__gpu_make_current(prev);
   if (st) {
     rf__nccl_job_comm_abort(c);
-    rf__free(c);
+    comm_unref(c);
     return rf__status_prefix(st, "making NCCL's communicators");
   }
   *out = c;
@@ -106,18 +127,18 @@ rf_status *rf__nccl_job_comm_poll(rf__nccl_job_comm *c, bool *ready) {
 }
 
 void rf__nccl_job_comm_abort(rf__nccl_job_comm *c) {
-  if (!c || c->aborted) return;
-  c->aborted = true;
-  for (int i = 0; i < c->n; i++)
-    if (c->comms[i]) (void)ncclCommAbort(c->comms[i]);
+  if (!c) return;
+  pthread_mutex_lock(&c->mu);
+  if (!c->aborted) {
+    c->aborted = true;
+    for (int i = 0; i < c->n; i++)
+      if (c->comms[i]) (void)ncclCommAbort(c->comms[i]);
+  }
+  pthread_mutex_unlock(&c->mu);
 }
 
 void rf__nccl_job_comm_free(rf__nccl_job_comm *c) {
-  if (!c) return;
-  if (!c->aborted)
-    for (int i = 0; i < c->n; i++)
-      if (c->comms[i]) (void)ncclCommDestroy(c->comms[i]);
-  rf__free(c);
+  if (c) comm_unref(c); /* destroyed after the last launch's completion */
 }
 
 rf_shape rf__nccl_job_out_shape(const rf__coll_group *g, int num_devices,
@@ -156,11 +177,17 @@ static void slot_done(rf__gpu_notify *n, rf_status *st) {
   pthread_mutex_unlock(&l->mu);
   if (atomic_fetch_sub(&l->pending, 1) != 1) return;
   st = l->error;
-  for (int i = 0; !st && !l->c->aborted && i < l->c->n; i++) {
+  rf__nccl_job_comm *c = l->c;
+  pthread_mutex_lock(&c->mu);
+  if (!st && c->aborted)
+    st = rf__error(RF_ABORTED, "NCCL's communicator was aborted");
+  for (int i = 0; !st && i < c->n; i++) {
     ncclResult_t r = ncclSuccess;
-    st = RF_NCCL_STATUS(ncclCommGetAsyncError(l->c->comms[i], &r));
+    st = RF_NCCL_STATUS(ncclCommGetAsyncError(c->comms[i], &r));
     if (!st && r != ncclSuccess && r != ncclInProgress) st = RF_NCCL_STATUS(r);
   }
+  pthread_mutex_unlock(&c->mu);
+  comm_unref(c); /* the launch's */
   void (*done)(void *, rf_status *) = l->done;
   void *arg = l->arg;
   pthread_mutex_destroy(&l->mu);
@@ -203,9 +230,6 @@ rf_status *rf__nccl_job_launch(rf__nccl_job_comm *c, const rf__coll_group *g,
                                rf_tensor *const *outs,
                                void (*done)(void *arg, rf_status *st),
                                void *arg) {
-  if (c->aborted)
-    return rf__error(RF_ABORTED, "collective '%s': NCCL communicator aborted",
-                     g->key);
   if (g->n != c->n)
     return rf__internal("collective '%s': %d participants, %d NCCL ranks",
                         g->key, g->n, c->n);
@@ -217,7 +241,10 @@ rf_status *rf__nccl_job_launch(rf__nccl_job_comm *c, const rf__coll_group *g,
   pthread_mutex_init(&l->mu, NULL);
   atomic_init(&l->pending, g->n);
   int prev = rf__gpu_current();
-  rf_status *st = RF_NCCL_STATUS(ncclGroupStart());
+  pthread_mutex_lock(&c->mu);
+  rf_status *st = c->aborted
+                      ? rf__error(RF_ABORTED, "NCCL communicator aborted")
+                      : RF_NCCL_STATUS(ncclGroupStart());
   bool started = !st;
   for (int i = 0; i < g->n && !st; i++) {
     st = g->p[i].device->enter(g->p[i].device);
@@ -229,17 +256,20 @@ rf_status *rf__nccl_job_launch(rf__nccl_job_comm *c, const rf__coll_group *g,
     ncclResult_t r = ncclGroupEnd();
     if (!st && r != ncclSuccess && r != ncclInProgress) st = RF_NCCL_STATUS(r);
   }
+  pthread_mutex_unlock(&c->mu);
   if (st) { /* some ranks may be queued without their peers */
-    rf__nccl_job_comm_abort(c);
-    for (int i = 0; i < g->n; i++) rf_status_free(rf__gpu_sync(g->p[i].device));
+    if (started) rf__nccl_job_comm_abort(c);
+    for (int i = 0; started && i < g->n; i++)
+      rf_status_free(rf__gpu_sync(g->p[i].device));
     rf__gpu_make_current(prev);
     pthread_mutex_destroy(&l->mu);
     rf__free(l);
     return rf__status_prefix(st, "collective '%s' through NCCL", g->key);
   }
+  atomic_fetch_add(&c->refs, 1); /* until the last completion */
+  for (int i = 0; i < g->n; i++) l->slots[i].l = l;
   for (int i = 0; i < g->n; i++) {
     const rf__device *d = g->p[i].device;
-    l->slots[i].l = l;
     rf_status *e = d->enter(d);
     if (!e) e = rf__gpu_notify_when_done(d, &l->slots[i].notify, slot_done);
     if (e) { /* that slot never fires: wait here, then count it */

@@ -30,8 +30,10 @@ rf_status *rf__nccl_job_comm_start(int nranks, const void *id, int n,
                                    rf__nccl_job_comm **out);
 rf_status *rf__nccl_job_comm_poll(rf__nccl_job_comm *c, bool *ready);
 /* Aborts the communicators (a collective did not finish): everything
- * queued on them ends; the set cannot be used again. */
+ * queued on them ends; the set cannot be used again. Any thread. */
 void rf__nccl_job_comm_abort(rf__nccl_job_comm *c);
+/* Drops the set's reference: the communicators are destroyed now, or
+ * after the completion of the last launch still in flight. */
 void rf__nccl_job_comm_free(rf__nccl_job_comm *c);
 
 /* The output shape of a participant of g whose group has num_devices
@@ -42,9 +44,11 @@ rf_shape rf__nccl_job_out_shape(const rf__coll_group *g, int num_devices,
 /* Launches g's collective on this process's participants in one NCCL group,
  * on their streams: inputs g->p[i].input, outputs outs[i] (device tensors;
  * NULL where a participant gets none), root_rank the root's rank in the
- * job (reduce, broadcast). done(arg, st) is called once, from a pool task,
- * when every stream ran it (st: a stream or NCCL error, or NULL). On error
- * done is never called and the streams are waited for. */
+ * job (reduce, broadcast). done(arg, st) is called once, from a pool task
+ * (the GPU runtime's completion, rf__gpu_notify_when_done), when every
+ * stream ran it (st: a stream or NCCL error, ABORTED when the communicators
+ * were aborted meanwhile, or NULL). On error done is never called and the
+ * streams are waited for. */
 rf_status *rf__nccl_job_launch(rf__nccl_job_comm *c, const rf__coll_group *g,
                                int num_devices, int root_rank,
                                const rf_shape *root_shape,

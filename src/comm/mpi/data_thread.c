@@ -1,0 +1,105 @@
+/* comm/mpi/data_thread.c - a job's data thread: the collectives that run as
+ * blocking MPI calls (data.c, rf__mpi_op_blocking), one at a time. Every job
+ * (session) has its own, started at its first such call: with one thread for
+ * the whole process, two processes that queued two sessions' blocking calls
+ * in opposite orders (each session's GO order is its own) would wait on each
+ * other forever. The engine hands a job's thread an op only when no other
+ * collective of that job is in flight, and starts none of the job's until it
+ * is done, so no communicator is ever used by two threads at once. Needs
+ * MPI_THREAD_MULTIPLE (the engine calls MPI meanwhile). Invariant: an op
+ * handed over completes exactly once (async_done, then the engine is woken),
+ * unless the job leaves while it runs: then the thread is left to finish on
+ * its own and frees itself. */
+#include <pthread.h>
+
+#include "comm/mpi/op.h"
+#include "core/mem.h"
+#include "core/status.h"
+
+struct rf__mpi_data_thread {
+  pthread_mutex_t mu;
+  pthread_cond_t wake;
+  pthread_t thread;
+  rf__mpi_op *op; /* handed over, not yet taken */
+  bool busy;      /* in an MPI call */
+  bool stop;
+  bool orphaned; /* its job left during a call: it frees itself */
+};
+
+static void finish(rf__mpi_op *op, rf_status *st) {
+  op->async_status = st;
+  atomic_store(&op->async_done, 1);
+  rf__mpi_engine_wake();
+}
+
+static void *data_main(void *arg) {
+  rf__mpi_data_thread *d = arg;
+  pthread_mutex_lock(&d->mu);
+  for (;;) {
+    while (!d->op && !d->stop) pthread_cond_wait(&d->wake, &d->mu);
+    if (d->stop) break;
+    rf__mpi_op *op = d->op;
+    d->op = NULL;
+    d->busy = true;
+    pthread_mutex_unlock(&d->mu);
+    finish(op, rf__mpi_op_run_blocking(op, op->set->comm));
+    pthread_mutex_lock(&d->mu);
+    d->busy = false;
+  }
+  bool orphaned = d->orphaned;
+  pthread_mutex_unlock(&d->mu);
+  if (orphaned) {
+    pthread_mutex_destroy(&d->mu);
+    pthread_cond_destroy(&d->wake);
+    rf__free(d);
+  }
+  return NULL;
+}
+
+static rf__mpi_data_thread *start(void) {
+  rf__mpi_data_thread *d = rf__calloc(1, sizeof *d);
+  if (!d) return NULL;
+  pthread_mutex_init(&d->mu, NULL);
+  pthread_cond_init(&d->wake, NULL);
+  if (pthread_create(&d->thread, NULL, data_main, d) != 0) {
+    pthread_mutex_destroy(&d->mu);
+    pthread_cond_destroy(&d->wake);
+    rf__free(d);
+    return NULL;
+  }
+  return d;
+}
+
+void rf__mpi_data_thread_run(rf__job *j, rf__mpi_op *op) {
+  if (!j->data_thread) j->data_thread = start();
+  rf__mpi_data_thread *d = j->data_thread;
+  if (!d) { /* no thread to be had: the call blocks the engine instead */
+    finish(op, rf__mpi_op_run_blocking(op, op->set->comm));
+    return;
+  }
+  pthread_mutex_lock(&d->mu);
+  d->op = op;
+  pthread_cond_signal(&d->wake);
+  pthread_mutex_unlock(&d->mu);
+}
+
+void rf__mpi_data_thread_stop(rf__job *j) {
+  rf__mpi_data_thread *d = j->data_thread;
+  if (!d) return;
+  j->data_thread = NULL;
+  pthread_mutex_lock(&d->mu);
+  d->stop = true;
+  d->op = NULL; /* not started: it never will (the op stays unfinished) */
+  bool stuck = d->busy;
+  d->orphaned = stuck;
+  pthread_cond_signal(&d->wake);
+  pthread_mutex_unlock(&d->mu);
+  if (stuck) {
+    pthread_detach(d->thread);
+    return;
+  }
+  pthread_join(d->thread, NULL);
+  pthread_mutex_destroy(&d->mu);
+  pthread_cond_destroy(&d->wake);
+  rf__free(d);
+}
