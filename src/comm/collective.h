@@ -77,6 +77,10 @@ typedef struct rf__coll_participant {
   /* Optional: the step's cancelled flag (set before the step cancels its
    * collectives); a participant joining a cancelled step fails at once. */
   const atomic_int *step_cancelled;
+  /* Optional: the participant's step (not owned; valid until its done
+   * fires). A backend that reports done before its work has run adds a
+   * check there (runtime/step.h). */
+  struct rf__step *step;
 } rf__coll_participant;
 
 /* A group of participants that agree, in rank order (by device index). */

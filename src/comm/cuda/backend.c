@@ -4,11 +4,11 @@
  * each participant's stream records an event (its input is ready), the
  * leader's stream (the root's, else rank 0's) waits for all of them and runs
  * one kernel that writes every participant's output, records an event that
- * every other participant's stream waits for, and a completion -> pool
- * task calls the dones. Outputs are allocated from each participant's own
- * device allocator before the launch, so each is reused only in its own
- * stream's order, which the final wait puts after the kernel. Inputs stay
- * retained until the kernel has run. */
+ * every other participant's stream waits for, and the dones are called at
+ * once (stream order: see gpu_coll.h). Outputs are allocated from each
+ * participant's own device allocator before the launch, and inputs released
+ * after it: either block is reused only in its own device's stream order,
+ * which the final wait puts after the kernel. */
 #include <cuda_runtime_api.h>
 #include <string.h>
 
@@ -25,6 +25,16 @@ _Static_assert(RF_RED_SUM == 0 && RF_RED_PROD == 1 && RF_RED_MIN == 2 &&
                "coll_kernels.cu numbers the reductions this way");
 
 /* ---- shared by both GPU backends ---- */
+
+static atomic_bool wait_for_kernels;
+
+void rf__gpu_coll_wait_for_kernels(bool on) {
+  atomic_store(&wait_for_kernels, on);
+}
+
+bool rf__gpu_coll_stream_ordered(void) {
+  return !atomic_load(&wait_for_kernels);
+}
 
 void rf__gpu_coll_fail(rf__coll_group *g, const rf_status *st) {
   for (int i = 0; i < g->n; i++) { /* before the dones: see collective.h */
@@ -247,11 +257,11 @@ static rf_status *order_after(events *es, const rf__device *d,
   return NULL;
 }
 
-/* Enqueues waits, kernel, waits and the completion. *launched is
- * set once the kernel is queued (the caller must then wait for the stream
- * before freeing anything on error). */
+/* Enqueues waits, kernel, waits, and the completion unless the dones go in
+ * stream order. *launched is set once the kernel is queued (the caller must
+ * then wait for the stream before freeing anything on error). */
 static rf_status *enqueue(cuda_op *op, const rf__cuda_coll_args *a, events *es,
-                          bool *launched) {
+                          bool ordered, bool *launched) {
   rf__coll_group *g = &op->g;
   const rf__device *lead = g->p[leader_of(g)].device;
   for (int i = 0; i < g->n; i++)
@@ -262,6 +272,7 @@ static rf_status *enqueue(cuda_op *op, const rf__cuda_coll_args *a, events *es,
   *launched = true;
   for (int i = 0; i < g->n; i++)
     RF_CHECK(order_after(es, lead, g->p[i].device));
+  if (ordered) return NULL;
   RF_CHECK(lead->enter(lead));
   return rf__gpu_notify_when_done(lead, &op->notify, op_completed);
 }
@@ -282,11 +293,15 @@ void rf__cuda_coll_run(rf__coll_group *g) {
     op_finish(op, NULL);
     return;
   }
-  bool launched = false;
+  bool launched = false, ordered = rf__gpu_coll_stream_ordered();
   events es = {.n = 0};
-  if (!st) st = enqueue(op, &a, &es, &launched);
+  if (!st) st = enqueue(op, &a, &es, ordered, &launched);
   /* Released once recorded work is done; the waits hold what they need. */
   for (int k = 0; k < es.n; k++) (void)cudaEventDestroy(es.ev[k]);
+  if (!st && ordered) { /* every stream now waits for the kernel */
+    op_finish(op, NULL);
+    return;
+  }
   if (!st) return; /* op_completed finishes (op may be gone already) */
   if (launched) {  /* the kernel may still read and write our buffers */
     const rf__device *lead = g->p[leader_of(g)].device;

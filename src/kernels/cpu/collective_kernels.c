@@ -135,7 +135,8 @@ static void participate(rf__kernel_ctx *ctx, rf__done_fn done) {
                             .device = ctx->device,
                             .node = ctx->node->name,
                             .group_devices = s->group_devices,
-                            .step_cancelled = &step->cancelled};
+                            .step_cancelled = &step->cancelled,
+                            .step = step};
   if (s->shape_input) {
     rf_status *st = shape_from_input(ctx, &p.shape);
     if (st) {
