@@ -9,15 +9,16 @@
  * order makes the inputs ready and the outputs, allocated from each
  * participant's own device, safe to reuse), and the dones are called right
  * after the launch (stream order: see gpu_coll.h). The record lives on until
- * both its stream completions (runtime/gpu/completion.c, then a pool task;
- * the last reads ncclCommGetAsyncError) and the step's check (after the
- * step's GPU sync: a watchdog timeout or an asynchronous NCCL error fails the
- * step) have let it go. A watchdog aborts (ncclCommAbort) the set of a
+ * the step's check (after the step's GPU sync) completes it: it reads
+ * ncclCommGetAsyncError, and a watchdog timeout or an asynchronous NCCL
+ * error fails the step. A watchdog aborts (ncclCommAbort) the set of a
  * collective still running after the session's collective timeout, records
  * DEADLINE_EXCEEDED for the step and drops the set from the cache (the next
  * use rebuilds it). With rf__gpu_coll_wait_for_kernels on, or outside a
- * step, the last stream completion calls the dones instead. NVLink SHARP
- * (multicast) stays off: NCCL_NVLS_ENABLE=0 unless the user set it. */
+ * step, a completion per participant stream (runtime/gpu/completion.c, then
+ * a pool task) completes the op instead, and the last calls the dones.
+ * NVLink SHARP (multicast) stays off: NCCL_NVLS_ENABLE=0 unless the user set
+ * it. */
 #include <nccl.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -292,18 +293,16 @@ static void slot_done(rf__gpu_notify *n, rf_status *st) {
 }
 
 /* The step check (after the step's GPU sync, so the collective has run or
- * been aborted): its recorded error, else NCCL's asynchronous one. */
+ * been aborted): completes the op as a stream completion would (NCCL's
+ * asynchronous error is read there), then returns its error. */
 static rf_status *step_check(void *arg) {
   nccl_op *op = arg;
+  slot_done(&op->slots[0].notify, NULL);
   pthread_mutex_lock(&op->mu);
   rf_status *st = op->error ? rf_status_new(rf_status_code(op->error), "%s",
                                             rf_status_message(op->error))
                             : NULL;
   pthread_mutex_unlock(&op->mu);
-  if (!st) {
-    st = async_error(op->set);
-    if (st) set_abort(op->set);
-  }
   if (st)
     st = rf__status_prefix(st, "collective '%s' (step %lld) through NCCL",
                            op->g.key, (long long)op->g.step_id);
@@ -477,11 +476,14 @@ static rf_status *launch(nccl_op *op, size_t count, rf__step *step) {
     for (int r = 0; r < g->n; r++) rf_status_free(rf__gpu_sync(g->p[r].device));
     return st;
   }
-  atomic_store(&op->pending, g->n);
+  /* In stream order the step check is the one completion (the step's sync
+   * has waited for every stream): no event per stream, no completion
+   * thread. */
+  atomic_store(&op->pending, step ? 1 : g->n);
   atomic_store(&op->refs, step ? 3 : 1);
   for (int r = 0; r < g->n; r++) op->slots[r].op = op;
   watch(op);
-  for (int r = 0; r < g->n; r++) {
+  for (int r = 0; !step && r < g->n; r++) {
     const rf__device *d = g->p[r].device;
     st = d->enter(d);
     if (!st) st = rf__gpu_notify_when_done(d, &op->slots[r].notify, slot_done);
