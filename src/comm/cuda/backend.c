@@ -231,47 +231,43 @@ static rf_status *prepare(cuda_op *op, rf__cuda_coll_args *a) {
   return NULL;
 }
 
-/* One event per physical GPU involved (recording needs an event of the
- * stream's own GPU); an event is re-recorded freely, as each wait captures
- * its state when enqueued. */
-typedef struct events {
-  int n;
-  int ordinal[RF_CUDA_COLL_MAX];
-  cudaEvent_t ev[RF_CUDA_COLL_MAX];
-} events;
-
-/* Makes `waiter`'s stream wait for everything queued so far on d's. */
-static rf_status *order_after(events *es, const rf__device *d,
-                              const rf__device *waiter) {
-  if (d->stream == waiter->stream) return NULL;
+/* Makes every participant's stream (other than d's) wait for everything
+ * queued so far on d's, through d's order_event, recorded once. */
+static rf_status *all_wait_for(const rf__device *d, const rf__coll_group *g) {
+  bool any = false;
+  for (int i = 0; i < g->n && !any; i++)
+    any = g->p[i].device->stream != d->stream;
+  if (!any) return NULL;
   RF_CHECK(d->enter(d));
-  int k = 0;
-  while (k < es->n && es->ordinal[k] != d->gpu_ordinal) k++;
-  if (k == es->n) {
-    RF_CUDA_CHECK(cudaEventCreateWithFlags(&es->ev[k], cudaEventDisableTiming));
-    es->ordinal[es->n++] = d->gpu_ordinal;
-  }
-  RF_CUDA_CHECK(cudaEventRecord(es->ev[k], (cudaStream_t)d->stream));
-  RF_CUDA_CHECK(
-      cudaStreamWaitEvent((cudaStream_t)waiter->stream, es->ev[k], 0));
+  cudaEvent_t ev = (cudaEvent_t)d->order_event;
+  RF_CUDA_CHECK(cudaEventRecord(ev, (cudaStream_t)d->stream));
+  for (int i = 0; i < g->n; i++)
+    if (g->p[i].device->stream != d->stream)
+      RF_CUDA_CHECK(
+          cudaStreamWaitEvent((cudaStream_t)g->p[i].device->stream, ev, 0));
   return NULL;
 }
 
 /* Enqueues waits, kernel, waits, and the completion unless the dones go in
  * stream order. *launched is set once the kernel is queued (the caller must
  * then wait for the stream before freeing anything on error). */
-static rf_status *enqueue(cuda_op *op, const rf__cuda_coll_args *a, events *es,
+static rf_status *enqueue(cuda_op *op, const rf__cuda_coll_args *a,
                           bool ordered, bool *launched) {
   rf__coll_group *g = &op->g;
   const rf__device *lead = g->p[leader_of(g)].device;
-  for (int i = 0; i < g->n; i++)
-    RF_CHECK(order_after(es, g->p[i].device, lead));
+  for (int i = 0; i < g->n; i++) { /* the leader waits for every input */
+    const rf__device *d = g->p[i].device;
+    if (d->stream == lead->stream) continue;
+    RF_CHECK(d->enter(d));
+    cudaEvent_t ev = (cudaEvent_t)d->order_event;
+    RF_CUDA_CHECK(cudaEventRecord(ev, (cudaStream_t)d->stream));
+    RF_CUDA_CHECK(cudaStreamWaitEvent((cudaStream_t)lead->stream, ev, 0));
+  }
   RF_CHECK(lead->enter(lead));
   const rf__gpu_context *ctx = lead->gpu;
   RF_CHECK(rf__cuda_coll_launch(a, lead->stream, ctx->multiprocessors));
   *launched = true;
-  for (int i = 0; i < g->n; i++)
-    RF_CHECK(order_after(es, lead, g->p[i].device));
+  RF_CHECK(all_wait_for(lead, g)); /* every stream waits for the kernel */
   if (ordered) return NULL;
   RF_CHECK(lead->enter(lead));
   return rf__gpu_notify_when_done(lead, &op->notify, op_completed);
@@ -294,10 +290,7 @@ void rf__cuda_coll_run(rf__coll_group *g) {
     return;
   }
   bool launched = false, ordered = rf__gpu_coll_stream_ordered();
-  events es = {.n = 0};
-  if (!st) st = enqueue(op, &a, &es, ordered, &launched);
-  /* Released once recorded work is done; the waits hold what they need. */
-  for (int k = 0; k < es.n; k++) (void)cudaEventDestroy(es.ev[k]);
+  if (!st) st = enqueue(op, &a, ordered, &launched);
   if (!st && ordered) { /* every stream now waits for the kernel */
     op_finish(op, NULL);
     return;
