@@ -132,13 +132,16 @@ void rf_session_free(rf_session *s) {
   /* Plans first: kernel states may refer to devices or the pool. */
   rf__threadpool_free(s->pool);
   for (int i = 0; i < s->num_devices; i++) rf__device_destroy(&s->devices[i]);
-  rf__free(s->devices);
   rf__rendezvous_free(s->rendezvous);
   rf__collective_manager_free(s->collectives);
 #ifdef RF_HAVE_CUDA
-  /* Last: everything above may still hold device buffers. */
+  /* After everything above (which may still hold device buffers), before
+   * the device array goes: it clears the devices' GPU fields. (Freeing the
+   * array first wrote into freed memory: glibc's heap checks aborted GPU
+   * sessions on the H200 once the device struct's size changed.) */
   rf__gpu_runtime_free(s->gpu);
 #endif
+  rf__free(s->devices);
   rf_graph_free(s->graph);
   pthread_mutex_destroy(&s->cache_mu);
   pthread_mutex_destroy(&s->trace_mu);
