@@ -21,11 +21,19 @@ gpu_tests 120
 # the CUDA-kernel backend; one device with --backend nccl runs a one-rank
 # NCCL communicator (NCCL refuses two ranks on one GPU), the only raw NCCL
 # comparison one GPU allows; PyTorch's one-rank all-reduce on the same sizes
-# beside it (bench/torch_nccl_overhead.py).
-part bench_gpu4 240 "$rf" bench --devices gpu:0-3 --min 8 --max 512M --min-time 0.1 --trace "$logs/trace_gpu4"
-part bench_nccl1 150 "$rf" bench --devices gpu:0 --backend nccl --min 8 --max 512M --min-time 0.1 --no-executor --trace "$logs/trace_nccl1"
-part torch_nccl1 90 python3 "$here/torch_nccl_overhead.py" --max $((512 << 20))
-part bench_gpu8 90 "$rf" bench --devices gpu:0-7 --min 8 --max 128M --min-time 0.05 --no-executor
+# beside it (bench/torch_nccl_overhead.py). Each once with one collective
+# per step (a step then waits for the GPU at its end, so nothing hides its
+# host work), and once with 8 independent all-reduces per step against 8 raw
+# calls then one wait (how a training step's gradient all-reduces run, and
+# how nccl-tests and PyTorch time back-to-back calls).
+bench=("$rf" bench --min 8 --max 512M --min-time 0.05)
+part bench_gpu4 150 "${bench[@]}" --devices gpu:0-3 --trace "$logs/trace_gpu4"
+part bench_gpu4_k8 60 "${bench[@]}" --devices gpu:0-3 --per-step 8 --collective all_reduce --no-executor
+part bench_nccl1 100 "${bench[@]}" --devices gpu:0 --backend nccl --no-executor --trace "$logs/trace_nccl1"
+part bench_nccl1_k8 50 "${bench[@]}" --devices gpu:0 --backend nccl --per-step 8 --collective all_reduce --no-executor
+part torch_nccl1 60 python3 "$here/torch_nccl_overhead.py" --max $((512 << 20)) --min-time 0.05
+part torch_nccl1_k8 60 python3 "$here/torch_nccl_overhead.py" --max $((512 << 20)) --min-time 0.05 --per-step 8
+part bench_gpu8 70 "$rf" bench --devices gpu:0-7 --min 8 --max 128M --min-time 0.05 --no-executor
 
 # 3. The main job on virtual GPU devices (all on the one physical GPU).
 if [ -f "$data/train-images-idx3-ubyte.gz" ]; then
@@ -46,4 +54,4 @@ if [ "${SMOKE_MULTI:-0}" = 1 ] && [ "$(gpu_left)" -gt 60 ]; then
   grep -E "exit|tests:|physical" "$logs/multi_smoke.log"
 fi
 
-gpu_finish +bench_gpu4 +bench_nccl1 +torch_nccl1 bench_gpu8
+gpu_finish +bench_gpu4 +bench_gpu4_k8 +bench_nccl1 +bench_nccl1_k8 +torch_nccl1 +torch_nccl1_k8 bench_gpu8

@@ -123,9 +123,8 @@ static void csv_run(void **state) {
   free(out);
 }
 
-/* The GPU collectives table: name bytes time raw raw_cb raw_nt base ovh
- * algbw busbw ratio raw_busbw mem, consistent with each other, for 2
- * devices. */
+/* The GPU collectives table: name bytes time raw wait base ovh algbw busbw
+ * ratio raw_busbw mem, consistent with each other, for 2 devices. */
 static void check_gpu_rows(const char *out, int want_rows) {
   const char *hdr = strstr(out, "# collectives\ncollective");
   assert_non_null(hdr);
@@ -139,10 +138,9 @@ static void check_gpu_rows(const char *out, int want_rows) {
     int c = 0;
     while (c < 5 && strcmp(name, colls[c]) != 0) c++;
     assert_true(c < 5);
-    double bytes = v[0], us = v[1], raw = v[2], ovh = v[6], alg = v[7],
-           bus = v[8], ratio = v[9];
-    assert_true(bytes >= 8 && us > 0 && raw > 0 && v[3] > 0 && v[4] > 0 &&
-                v[5] > 0);
+    double bytes = v[0], us = v[1], raw = v[2], ovh = v[5], alg = v[6],
+           bus = v[7], ratio = v[8];
+    assert_true(bytes >= 8 && us > 0 && raw > 0 && v[3] > 0 && v[4] > 0);
     assert_true(fabs(ovh - (us - raw)) <= 0.16);
     assert_true(fabs(alg - bytes / us / 1e3) <= 0.006 + alg * 0.06 / us);
     assert_true(fabs(bus - alg * factors2[c]) <= 0.011);
@@ -173,6 +171,18 @@ static void gpu_run(void **state) {
   assert_non_null(strstr(out, "# executor overhead"));
   assert_non_null(strstr(out, "executor overhead "));
   free(out);
+  /* three collectives per step: the same table, per collective */
+  rc = run_tool(
+      "bench --devices gpu:0-1 --min 8 --max 2K --min-time 0.005 --per-step 3 "
+      "--no-executor",
+      &out);
+  if (rc != 0) fprintf(stderr, "%s", out);
+  assert_int_equal(rc, 0);
+  assert_non_null(strstr(out, "3 independent collectives"));
+  check_gpu_rows(out, 5 * 5);
+  assert_non_null(strstr(out, "# summary (3 collectives per step)"));
+  assert_null(strstr(out, "# executor overhead"));
+  free(out);
 }
 
 static void bad_options(void **state) {
@@ -193,7 +203,10 @@ static void bad_options(void **state) {
                        "bench --devices gpu:0 --max 16G",
                        "bench --devices gpu:0 --executor --no-executor",
                        "bench --factor 1",
-                       "bench --trace /tmp/x"};
+                       "bench --trace /tmp/x",
+                       "bench --per-step 2",
+                       "bench --devices gpu:0 --per-step 0",
+                       "bench --devices gpu:0 --per-step 65"};
   for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
     char *out;
     assert_int_equal(run_tool(bad[i], &out), 2);

@@ -7,7 +7,9 @@
  * arithmetic), to 1e-12 for gradient graphs (other GPU ops may sum in another
  * order). Besides the float64 references inside each test. Plus: a mismatched
  * shape fails naming 'shape' and the session keeps working; large odd-sized
- * tensors (many blocks, byte-granular gathers) agree with the CPU.
+ * tensors (many blocks, byte-granular gathers) agree with the CPU; chains of
+ * dependent collectives and kernels on 64 MiB a device give exact results
+ * (the collectives complete in stream order).
  *
  * With several physical GPUs (gpu:i on GPU i % count) the groups whose
  * devices are on distinct GPUs run through NCCL instead (the sets {1,2,0},
@@ -287,6 +289,97 @@ static void test_large_tensors(void **state) {
   cpu_then_gpu(large_case, EXACT);
 }
 
+/* Collectives complete in stream order (their dones fire at the launch):
+ * on each device a kernel consumes the all-reduce's output right away, a
+ * second all-reduce takes those results, an all-gather the second's, and a
+ * Sum of the gathered values is fetched - on 8M float64 elements a device,
+ * so a missing wait would read half-written buffers. Each step feeds new
+ * values (step + 1) * (i + 1), so stale data from the step before cannot
+ * pass, and buffers released at one step's launches are reused by the
+ * next. n devices on one GPU (the CUDA-kernel backend), or gpu:0 alone
+ * through a one-rank NCCL communicator. */
+static void stream_order_case(int n, bool nccl) {
+  const int64_t count = 8 << 20;
+  rf_graph *g = rf_graph_new();
+  rf_output v[8], xs[8], ys[8], zs[8], ws[8], gs[8], sums[8];
+  rf_tensor *dims = NULL;
+  assert_ok(rf_tensor_new(RF_INT64, &(rf_shape){1, {1}}, NULL, &dims));
+  rf_tensor_set(dims, 0, (double)count);
+  for (int i = 0; i < n; i++) {
+    char dev[16], name[16];
+    device_name(i, dev);
+    assert_ok(rf_graph_push_device(g, dev));
+    sprintf(name, "v%d", i);
+    v[i] = rf_placeholder(g, name, RF_FLOAT64, rf_shape_scalar());
+    sprintf(name, "dims%d", i);
+    xs[i] = rf_fill(g, NULL, rf_const(g, name, dims), v[i]);
+    rf_graph_pop_device(g);
+  }
+  rf_tensor_release(dims);
+  rf_all_reduce_n(g, "first", xs, n, RF_REDUCE_SUM, ys);
+  for (int i = 0; i < n; i++) {
+    char dev[16];
+    device_name(i, dev);
+    assert_ok(rf_graph_push_device(g, dev));
+    zs[i] = rf_add(g, NULL, ys[i], ys[i]);
+    rf_graph_pop_device(g);
+  }
+  rf_all_reduce_n(g, "second", zs, n, RF_REDUCE_SUM, ws);
+  rf_all_gather_n(g, "gather", ws, n, gs);
+  for (int i = 0; i < n; i++) {
+    char dev[16];
+    device_name(i, dev);
+    assert_ok(rf_graph_push_device(g, dev));
+    sums[i] = rf_sum(g, NULL, gs[i], NULL, -1, false);
+    rf_graph_pop_device(g);
+  }
+  assert_graph_ok(g);
+  rf_session_options o = options();
+  rf_session *s = NULL;
+  assert_ok(rf_session_new(g, &o, &s));
+#ifdef RF_HAVE_NCCL
+  rf__gpu_coll_nccl_for_single(nccl);
+#else
+  assert_false(nccl);
+#endif
+  for (int step = 0; step < 4; step++) {
+    rf_tensor *in[8], *out[8];
+    rf_feed feeds[8];
+    double first = 0;
+    for (int i = 0; i < n; i++) {
+      double x = (step + 1) * (i + 1);
+      assert_ok(rf_tensor_new_scalar(RF_FLOAT64, x, &in[i]));
+      feeds[i] = (rf_feed){v[i], in[i]};
+      first += x;
+    }
+    rf_status *st = rf_session_run(s, feeds, n, sums, n, NULL, 0, out);
+#ifdef RF_HAVE_NCCL
+    if (st) rf__gpu_coll_nccl_for_single(false);
+#endif
+    assert_ok(st);
+    double want = 2 * first * n * (double)count * n; /* exact in float64 */
+    for (int i = 0; i < n; i++) {
+      assert_tensor_near(out[i], rf_shape_scalar(), &want, 0);
+      rf_tensor_release(out[i]);
+      rf_tensor_release(in[i]);
+    }
+  }
+#ifdef RF_HAVE_NCCL
+  rf__gpu_coll_nccl_for_single(false);
+#endif
+  rf_session_free(s);
+  rf_graph_free(g);
+}
+
+static void test_stream_order(void **state) {
+  need_gpu();
+  prefix = gpu_prefix();
+  stream_order_case(4, false);
+#ifdef RF_HAVE_NCCL
+  if (!on_cpu()) stream_order_case(1, true);
+#endif
+}
+
 /* One participant per collective, sent through NCCL (a one-rank
  * communicator: NCCL refuses two ranks on one GPU), three steps so the
  * cached communicator is reused: every result equals the input. This is the
@@ -351,6 +444,7 @@ int main(void) {
       cmocka_unit_test(test_mismatched_shape),
       cmocka_unit_test(test_large_tensors),
       cmocka_unit_test(test_nccl_one_rank),
+      cmocka_unit_test(test_stream_order),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

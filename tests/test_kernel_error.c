@@ -2,10 +2,14 @@
  * returns the first error (naming node, op and device) promptly although
  * other devices wait on receives from the failed part; nodes not started are
  * skipped; kernels that break the output contract are caught; errors without
- * a node name get one; the session runs on afterwards; and allocation
- * failures anywhere in new/compile/run return RESOURCE_EXHAUSTED and leak
- * nothing. */
+ * a node name get one; the session runs on afterwards; a step check (work
+ * reported done before it ran: GPU collectives) runs once after the step and
+ * fails it with its error; and allocation failures anywhere in
+ * new/compile/run return RESOURCE_EXHAUSTED and leak nothing. */
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -13,6 +17,7 @@
 
 #include "ringflow/debug.h"
 #include "runtime/session_internal.h"
+#include "runtime/step.h"
 #include "runtime_test_ops.h"
 
 static double now_s(void) {
@@ -31,10 +36,44 @@ static rf_status *bare_error(rf__kernel_ctx *ctx) {
   return rf_status_new(RF_OUT_OF_RANGE, "index 9 out of range");
 }
 
+/* TestLateCheck forwards x and adds a step check, which counts its calls
+ * and fails when x is negative (the error a GPU collective reports after
+ * its step's sync). */
+static atomic_int checks_run;
+
+typedef struct late_check {
+  rf__step_check c;
+  bool fail;
+  int64_t step;
+} late_check;
+
+static rf_status *late_check_fn(void *arg) {
+  late_check *lc = arg;
+  atomic_fetch_add(&checks_run, 1);
+  rf_status *st = lc->fail
+                      ? rf_status_new(RF_ABORTED, "late failure of step %lld",
+                                      (long long)lc->step)
+                      : NULL;
+  free(lc);
+  return st;
+}
+
+static rf_status *late_check_compute(rf__kernel_ctx *ctx) {
+  late_check *lc = malloc(sizeof *lc);
+  if (!lc) return rf__oom();
+  lc->fail = rf_tensor_get(ctx->inputs[0], 0) < 0;
+  lc->step = ctx->step->id;
+  lc->c = (rf__step_check){.fn = late_check_fn, .arg = lc};
+  rf__step_add_check(ctx->step, &lc->c);
+  ctx->outputs[0] = rf_tensor_retain(ctx->inputs[0]);
+  return NULL;
+}
+
 static const rf__op_spec bad_specs[] = {
     {.name = "TestNoOutput", .inputs = "x: float64", .outputs = "y: float64"},
     {.name = "TestWrongDtype", .inputs = "x: float64", .outputs = "y: float64"},
     {.name = "TestBareError", .inputs = "x: float64", .outputs = "y: float64"},
+    {.name = "TestLateCheck", .inputs = "x: float64", .outputs = "y: float64"},
 };
 static const rf__kernel_def bad_kernels[] = {
     {.op = "TestNoOutput", .device_type = RF_DEVICE_CPU, .compute = no_output},
@@ -44,6 +83,9 @@ static const rf__kernel_def bad_kernels[] = {
     {.op = "TestBareError",
      .device_type = RF_DEVICE_CPU,
      .compute = bare_error},
+    {.op = "TestLateCheck",
+     .device_type = RF_DEVICE_CPU,
+     .compute = late_check_compute},
 };
 
 static int setup(void **state) {
@@ -51,7 +93,7 @@ static int setup(void **state) {
   rt_register();
   if (done) return 0;
   done = 1;
-  for (int i = 0; i < 3; i++) {
+  for (int i = 0; i < 4; i++) {
     assert_ok(rf__op_register(&bad_specs[i]));
     assert_ok(rf__kernel_register(&bad_kernels[i]));
   }
@@ -152,6 +194,48 @@ static void test_broken_kernels(void **state) {
   rf_graph_free(g);
 }
 
+/* Step checks on two devices: each runs exactly once per step, after the
+ * step's work; a failing one fails the run with its own error (not
+ * mistaken for a kernel's), and the next steps run normally. */
+static void test_step_checks(void **state) {
+  rf_graph *g = rf_graph_new();
+  rf_output x =
+      rt_placeholder_node(g, "x", "cpu:0", rf_shape_of(1, (int64_t)2));
+  rf_output a = rt_unary_node(g, "TestLateCheck", "a", "cpu:0", x);
+  rf_output b = rt_unary_node(g, "TestLateCheck", "b", "cpu:1", x);
+  rf_output fetch[2] = {a, b};
+  rf_session *s = rt_session(g, 2, 2);
+  for (int rep = 0; rep < 6; rep++) {
+    double v = rep % 3 == 1 ? -1 : 2;
+    rf_tensor *in = NULL;
+    assert_ok(rf_tensor_new(RF_FLOAT64, &(rf_shape){1, {2}}, NULL, &in));
+    rf_tensor_set(in, 0, v);
+    rf_tensor_set(in, 1, v);
+    rf_feed feed = {x, in};
+    rf_tensor *out[2] = {NULL, NULL};
+    atomic_store(&checks_run, 0);
+    rf_status *st = rf_session_run(s, &feed, 1, fetch, 2, NULL, 0, out);
+    assert_int_equal(atomic_load(&checks_run), 2);
+    if (v < 0) {
+      assert_int_equal(rf_status_code(st), RF_ABORTED);
+      assert_non_null(strstr(rf_status_message(st), "late failure of step"));
+      rf_status_free(st);
+      assert_null(out[0]);
+      assert_null(out[1]);
+    } else {
+      assert_ok(st);
+      for (int i = 0; i < 2; i++) {
+        double want[2] = {v, v};
+        assert_tensor_near(out[i], rf_shape_of(1, (int64_t)2), want, 0);
+        rf_tensor_release(out[i]);
+      }
+    }
+    rf_tensor_release(in);
+  }
+  rf_session_free(s);
+  rf_graph_free(g);
+}
+
 /* Fault injection: the k-th allocation fails, for every k until one run
  * succeeds; each failure is RESOURCE_EXHAUSTED and nothing leaks. */
 static void test_allocation_failures(void **state) {
@@ -231,6 +315,7 @@ int main(void) {
       cmocka_unit_test_setup(test_failure_stops_every_device, setup),
       cmocka_unit_test_setup(test_one_error_reported_whole, setup),
       cmocka_unit_test_setup(test_broken_kernels, setup),
+      cmocka_unit_test_setup(test_step_checks, setup),
       cmocka_unit_test_setup(test_allocation_failures, setup),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

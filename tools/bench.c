@@ -19,6 +19,7 @@ typedef struct opts {
   bench_gpu_backend backend;
   bool executor_only, no_executor;
   const char *trace_prefix;
+  int per_step; /* GPU: collectives per session step */
   int64_t lo, hi;
   double min_time;
   bool quick, csv, no_mpi, no_floor, no_gloo, devices_given;
@@ -42,6 +43,7 @@ static const char *const usage_text =
     "                      [--collective NAME] [--no-mpi] [--no-floor]\n"
     "                      [--mpi-baseline PATH] [--backend auto|cuda|nccl]\n"
     "                      [--executor | --no-executor] [--trace PREFIX]\n"
+    "                      [--per-step K]\n"
     "  times all_reduce (sum), reduce, broadcast, all_gather and "
     "reduce_scatter\n"
     "  (float32) at sizes SIZE..SIZE in steps of xF (default 4; K/M/G\n"
@@ -54,7 +56,9 @@ static const char *const usage_text =
     "  with gpu:0: a one-rank NCCL communicator) - then the executor's cost\n"
     "  per GPU node (--executor: only that; --no-executor: not that);\n"
     "  --trace PREFIX writes a Chrome trace of one step per collective at\n"
-    "  the smallest and largest size (PREFIX_<collective>_<bytes>.json).\n"
+    "  the smallest and largest size (PREFIX_<collective>_<bytes>.json);\n"
+    "  --per-step K: K independent collectives of the same inputs per\n"
+    "  session step, against K raw calls then one wait (default 1).\n"
     "  --quick: 1K..4M, 0.02 s per size (for tests); --csv: CSV tables.\n"
     "Under mpirun (mpirun -np N ringflow bench): each collective across the\n"
     "  N processes (--devices each, default 1) against MPI_Allreduce,\n"
@@ -132,9 +136,15 @@ static int parse_args(int argc, char **argv, opts *o, bool *stop) {
       {"trace", required_argument, 0, 'R'},
       {"no-gloo", no_argument, 0, 'G'},
       {"rounds", required_argument, 0, 'r'},
+      {"per-step", required_argument, 0, 'K'},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
-  *o = (opts){.n = 4, .factor = 4, .min_time = -1, .only = -1, .rounds = 5};
+  *o = (opts){.n = 4,
+              .factor = 4,
+              .min_time = -1,
+              .only = -1,
+              .rounds = 5,
+              .per_step = 1};
   bool min_given = false, max_given = false;
   int c;
   optind = 1;
@@ -165,6 +175,7 @@ static int parse_args(int argc, char **argv, opts *o, bool *stop) {
       case 'E': o->executor_only = true; break;
       case 'X': o->no_executor = true; break;
       case 'R': o->trace_prefix = optarg; break;
+      case 'K': bad = parse_int(optarg, 1, 64, &o->per_step); break;
       case 'h':
         fputs(usage_text, stdout);
         *stop = true;
@@ -185,11 +196,11 @@ static int parse_args(int argc, char **argv, opts *o, bool *stop) {
   if (o->hi < o->lo) return tool_fail("bench: --max is below --min");
   if (!o->gpu && o->hi > (1 << 30))
     return tool_fail("bench: at most 1G on CPU devices");
-  if (!o->gpu &&
-      (o->backend || o->executor_only || o->no_executor || o->trace_prefix))
+  if (!o->gpu && (o->backend || o->executor_only || o->no_executor ||
+                  o->trace_prefix || o->per_step != 1))
     return tool_fail(
-        "bench: --backend, --executor, --no-executor and --trace need GPU "
-        "devices");
+        "bench: --backend, --executor, --no-executor, --trace and --per-step "
+        "need GPU devices");
   if (o->executor_only && o->no_executor)
     return tool_fail("bench: --executor and --no-executor exclude each other");
   return 0;
@@ -414,7 +425,8 @@ int cmd_bench(int argc, char **argv) {
                         .csv = o.csv,
                         .collectives = !o.executor_only,
                         .executor = !o.no_executor,
-                        .trace_prefix = o.trace_prefix};
+                        .trace_prefix = o.trace_prefix,
+                        .per_step = o.per_step};
     rc = bench_gpu_main(&g);
     free(r);
     return rc;

@@ -105,6 +105,7 @@ typedef struct bench_gpu_opts {
   /* Non-NULL: one traced session step per collective at the smallest and
    * largest size, to <trace_prefix>_<collective>_<bytes>.json. */
   const char *trace_prefix;
+  int per_step; /* collectives per session step (and raw calls per wait) */
 } bench_gpu_opts;
 
 /* Runs and prints the GPU benchmarks: every collective through a session

@@ -117,6 +117,7 @@ static int setup_env(const bench_gpu_opts *o, const gpu_info *gi,
   env->n = o->n;
   env->threads = o->threads;
   env->timeout_ms = 60000;
+  env->per_step = o->per_step;
   for (int i = 0; i < o->n; i++) env->ordinals[i] = i % gi->count;
   bool nccl_runtime = o->n > 1 && distinct(env); /* the runtime's choice */
 #ifndef RF_HAVE_NCCL
@@ -190,16 +191,19 @@ static void print_header(const bench_gpu_opts *o, const gpu_info *gi,
         "kernel entry rf__cuda_coll_launch on gpu:0's stream, then "
         "cudaStreamSynchronize\n");
   printf(
-      "session: Variable -> ReadVariable -> collective on every device, "
-      "targets only (no host copies), one rf_session_run per call; float32, "
-      "sum; same input buffers; median of %d alternating batches of >= "
-      "%.3f s\n"
-      "raw_cb / raw_nt: the raw call completed by a stream callback per "
-      "stream (cudaStreamAddCallback) / by the runtime's completion thread "
-      "and a pool task (how the backends complete), instead of "
-      "cudaStreamSynchronize; base: the session step without the collective "
-      "(targets: the ReadVariables); ovh = time - raw; ratio = raw / time\n",
-      ROUNDS, o->min_time / ROUNDS);
+      "session: Variable -> ReadVariable -> %d independent collective%s of "
+      "those inputs on every device per step, targets only (no host "
+      "copies), one rf_session_run per step; raw: %d raw call%s, then one "
+      "wait; float32, sum; same input buffers; median of %d alternating "
+      "batches of >= %.3f s\n"
+      "time, raw, wait: microseconds per collective (a step's or a wait's "
+      "time / %d); wait: the session step with each collective's dones "
+      "waiting for its kernel (completion thread + pool task), as before "
+      "the collectives completed in stream order; base: the session step "
+      "without the collectives (targets: the ReadVariables), per step; "
+      "ovh = time - raw; ratio = raw / time\n",
+      o->per_step, o->per_step > 1 ? "s" : "", o->per_step,
+      o->per_step > 1 ? "s" : "", ROUNDS, o->min_time / ROUNDS, o->per_step);
 }
 
 /* ---- collectives ---- */
@@ -207,9 +211,9 @@ static void print_header(const bench_gpu_opts *o, const gpu_info *gi,
 typedef struct coll_row {
   bool valid;
   bench_row rf, raw;
-  /* the raw call completed by stream callbacks, and by the runtime's
-   * completion path; the session step without the collective */
-  double raw_cb_us, raw_nt_us, base_us;
+  /* per collective: the session step with dones after the kernels; the
+   * session step without the collectives (per step) */
+  double wait_us, base_us;
   double traffic; /* bytes through device memory at least */
   int64_t fresh;  /* cudaMalloc'ed blocks during the timing */
 } coll_row;
@@ -233,25 +237,24 @@ static rf_status *measure_one(const bench_gpu_opts *o, const bench_gpu_env *env,
   RF_TOOL_CHECK(bench_gpu_coll_new(env, c, size, &b));
   if (!b) return NULL; /* too small to split over n ranks */
   static rf_status *(*const fns[])(void *) = {
-      bench_gpu_coll_step, bench_gpu_coll_raw, bench_gpu_coll_raw_cb,
-      bench_gpu_coll_raw_nt, bench_gpu_coll_base};
-  double s[5] = {0};
-  int k[5] = {0};
+      bench_gpu_coll_step, bench_gpu_coll_raw, bench_gpu_coll_step_waiting,
+      bench_gpu_coll_base};
+  double s[4] = {0};
+  int k[4] = {0};
   int64_t fresh0 = 0, fresh1 = 0;
   rf_status *st = bench_gpu_coll_check(b);
   if (!st) {
     bench_gpu_coll_fresh(b, &fresh0);
-    st = bench_gpu_time(fns, 5, b, o->min_time, s, k);
+    st = bench_gpu_time(fns, 4, b, o->min_time, s, k);
     bench_gpu_coll_fresh(b, &fresh1);
   }
   if (!st) st = maybe_trace(o, b, c, size);
   if (!st) {
-    double bytes = bench_counted_bytes(c, env->n, size);
-    bench_row_set(&row->rf, c, env->n, bytes, k[0], s[0]);
-    bench_row_set(&row->raw, c, env->n, bytes, k[1], s[1]);
-    row->raw_cb_us = s[2] * 1e6;
-    row->raw_nt_us = s[3] * 1e6;
-    row->base_us = s[4] * 1e6;
+    double bytes = bench_counted_bytes(c, env->n, size), per = env->per_step;
+    bench_row_set(&row->rf, c, env->n, bytes, k[0], s[0] / per);
+    bench_row_set(&row->raw, c, env->n, bytes, k[1], s[1] / per);
+    row->wait_us = s[2] / per * 1e6;
+    row->base_us = s[3] * 1e6;
     row->traffic = bench_gpu_coll_traffic(b);
     row->fresh = fresh1 - fresh0;
     row->valid = true;
@@ -263,15 +266,13 @@ static rf_status *measure_one(const bench_gpu_opts *o, const bench_gpu_env *env,
 static void print_coll_header(bool csv) {
   if (csv)
     printf(
-        "collective,devices,backend,bytes,iters,time_us,algbw_gbs,busbw_gbs,"
-        "raw_iters,raw_time_us,raw_algbw_gbs,raw_busbw_gbs,ratio,"
-        "overhead_us,mem_gbs,raw_callback_us,raw_notify_us,base_step_us,"
-        "fresh_blocks\n");
+        "collective,devices,backend,per_step,bytes,iters,time_us,algbw_gbs,"
+        "busbw_gbs,raw_iters,raw_time_us,raw_algbw_gbs,raw_busbw_gbs,ratio,"
+        "overhead_us,mem_gbs,wait_us,base_step_us,fresh_blocks\n");
   else
-    printf("%-15s %11s %9s %9s %9s %9s %9s %9s %9s %9s %6s %9s %9s\n",
-           "collective", "bytes", "time(us)", "raw(us)", "raw_cb", "raw_nt",
-           "base", "ovh(us)", "algbw", "busbw", "ratio", "raw_busbw",
-           "mem(GB/s)");
+    printf("%-15s %11s %9s %9s %9s %9s %9s %9s %9s %6s %9s %9s\n", "collective",
+           "bytes", "time(us)", "raw(us)", "wait(us)", "base", "ovh(us)",
+           "algbw", "busbw", "ratio", "raw_busbw", "mem(GB/s)");
 }
 
 static void print_coll_row(const bench_gpu_env *env, int c, const coll_row *r,
@@ -281,19 +282,19 @@ static void print_coll_row(const bench_gpu_env *env, int c, const coll_row *r,
   double mem = r->traffic / (r->rf.time_us * 1e-6) / 1e9;
   if (csv)
     printf(
-        "%s,%d,%s,%.0f,%d,%.3f,%.4f,%.4f,%d,%.3f,%.4f,%.4f,%.4f,%.3f,"
-        "%.2f,%.3f,%.3f,%.3f,%lld\n",
+        "%s,%d,%s,%d,%.0f,%d,%.3f,%.4f,%.4f,%d,%.3f,%.4f,%.4f,%.4f,%.3f,"
+        "%.2f,%.3f,%.3f,%lld\n",
         bench_coll_name((bench_coll)c), env->n, env->nccl ? "nccl" : "cuda",
-        r->rf.bytes, r->rf.iters, r->rf.time_us, r->rf.algbw, r->rf.busbw,
-        r->raw.iters, r->raw.time_us, r->raw.algbw, r->raw.busbw, ratio, ovh,
-        mem, r->raw_cb_us, r->raw_nt_us, r->base_us, (long long)r->fresh);
+        env->per_step, r->rf.bytes, r->rf.iters, r->rf.time_us, r->rf.algbw,
+        r->rf.busbw, r->raw.iters, r->raw.time_us, r->raw.algbw, r->raw.busbw,
+        ratio, ovh, mem, r->wait_us, r->base_us, (long long)r->fresh);
   else
     printf(
-        "%-15s %11.0f %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f %9.2f %9.2f %6.3f "
-        "%9.2f %9.1f\n",
+        "%-15s %11.0f %9.1f %9.1f %9.1f %9.1f %9.1f %9.2f %9.2f %6.3f %9.2f "
+        "%9.1f\n",
         bench_coll_name((bench_coll)c), r->rf.bytes, r->rf.time_us,
-        r->raw.time_us, r->raw_cb_us, r->raw_nt_us, r->base_us, ovh,
-        r->rf.algbw, r->rf.busbw, ratio, r->raw.busbw, mem);
+        r->raw.time_us, r->wait_us, r->base_us, ovh, r->rf.algbw, r->rf.busbw,
+        ratio, r->raw.busbw, mem);
   fflush(stdout);
 }
 
@@ -302,8 +303,10 @@ static void print_coll_row(const bench_gpu_env *env, int c, const coll_row *r,
 static void print_summary(const bench_gpu_opts *o,
                           coll_row (*rows)[BENCH_MAX_SIZES]) {
   printf(
-      "\n# summary: busbw ratio (session / raw) at >= 32 MiB, target >= "
-      "0.97; overhead (session - raw) at <= 64 KiB\n");
+      "\n# summary (%d collective%s per step): busbw ratio (session / raw) "
+      "at >= 32 MiB, target >= 0.97; overhead per collective (session - "
+      "raw) at <= 64 KiB\n",
+      o->per_step, o->per_step > 1 ? "s" : "");
   for (int c = 0; c < BC_COUNT; c++) {
     double lo = 0, ovh[BENCH_MAX_SIZES];
     int nbig = 0, nsmall = 0;

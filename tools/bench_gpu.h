@@ -11,6 +11,8 @@
 #include "bench.h"
 
 #define BG_MAX_DEV 64
+#define BG_MAX_PER_STEP 64
+#define BG_MAX_OUT (BG_MAX_DEV * BG_MAX_PER_STEP) /* targets of one step */
 
 /* What every measurement of one run shares. */
 typedef struct bench_gpu_env {
@@ -19,6 +21,7 @@ typedef struct bench_gpu_env {
   int ordinals[BG_MAX_DEV]; /* the physical GPU of gpu:i */
   void *comms[BG_MAX_DEV];  /* ncclComm_t of the raw calls (NCCL only) */
   int64_t timeout_ms;       /* the sessions' collective timeout */
+  int per_step;             /* collectives per session step */
 } bench_gpu_env;
 
 /* ---- one collective at one size (bench_gpu_coll.c) ---- */
@@ -32,22 +35,18 @@ typedef struct bench_gpu_coll bench_gpu_coll;
  * split over n ranks. */
 rf_status *bench_gpu_coll_new(const bench_gpu_env *env, bench_coll c,
                               int64_t bytes, bench_gpu_coll **out);
-/* One session step: the collective on every device, its results consumed
- * on the devices (targets, nothing fetched); the step returns once every
- * device's stream has finished. `coll` is a bench_gpu_coll. */
+/* One session step: the K collectives on every device, their results
+ * consumed on the devices (targets, nothing fetched); the step returns once
+ * every device's stream has finished. `coll` is a bench_gpu_coll. */
 rf_status *bench_gpu_coll_step(void *coll);
-/* The raw call on the same inputs and streams, then a wait for it: the
- * backend's kernel entry (rf__cuda_coll_launch) on the leader's stream, or
- * one ncclGroupStart/End over every rank. */
+/* The same step with rf__gpu_coll_wait_for_kernels on: each collective's
+ * dones wait for its kernel (the completion thread, then a pool task), as
+ * before the GPU collectives completed in stream order. */
+rf_status *bench_gpu_coll_step_waiting(void *coll);
+/* K raw calls on the same inputs and streams, then one wait: the backend's
+ * kernel entry (rf__cuda_coll_launch) on the leader's stream, or one
+ * ncclGroupStart/End over every rank, per call. */
 rf_status *bench_gpu_coll_raw(void *coll);
-/* The raw call completed by a stream callback (cudaStreamAddCallback) per
- * stream waking the waiting thread: how the GPU backends completed before
- * runtime/gpu/completion.c. */
-rf_status *bench_gpu_coll_raw_cb(void *coll);
-/* The raw call completed as the GPU backends complete theirs now:
- * rf__gpu_notify_when_done per stream (the completion thread, then a pool
- * task) waking the waiting thread. */
-rf_status *bench_gpu_coll_raw_nt(void *coll);
 /* The session step without the collective: each input's ReadVariable as
  * the target (what a step costs around the collective). */
 rf_status *bench_gpu_coll_base(void *coll);
@@ -56,8 +55,9 @@ rf_status *bench_gpu_coll_trace(bench_gpu_coll *c, const char *path);
 /* Blocks the devices' caching allocators have taken from cudaMalloc so far
  * (sessions of one collective and size only). */
 void bench_gpu_coll_fresh(const bench_gpu_coll *c, int64_t *blocks);
-/* Checks three elements of every output of the raw call and, when each is at
- * most 64 MiB (fetching copies it to the host), of a session step. */
+/* Checks three elements of every output of the raw call and, when they are
+ * at most 256 MiB together (fetching copies them to the host), of every
+ * output of a session step. */
 rf_status *bench_gpu_coll_check(bench_gpu_coll *c);
 /* The bytes the collective must move through device memory at least: every
  * input read once and every output written once. */

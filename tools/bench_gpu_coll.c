@@ -1,11 +1,12 @@
 /* tools/bench_gpu_coll.c - one collective at one size on gpu:0..n-1, called
  * two ways on the same input buffers: a session step (Variable ->
- * ReadVariable -> collective on every device, targets only, so no value
- * leaves the GPUs) and the raw backend call on the devices' own streams
- * (the CUDA-kernel backend's launch entry, or NCCL). The inputs are the
- * variables' device buffers, which the raw call reads through the session's
- * internals; only the raw call's outputs are its own. Rank i's input holds
- * i + 1 in every element, so every expected output is exact in float32. */
+ * ReadVariable -> K independent collectives of those inputs on every device,
+ * targets only, so no value leaves the GPUs) and K raw backend calls on the
+ * devices' own streams (the CUDA-kernel backend's launch entry, or NCCL),
+ * then one wait. The inputs are the variables' device buffers, which the raw
+ * call reads through the session's internals; only the raw call's outputs
+ * are its own (shared by its K calls). Rank i's input holds i + 1 in every
+ * element, so every expected output is exact in float32. */
 #include <cuda_runtime_api.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -13,13 +14,14 @@
 
 #include "bench_gpu.h"
 #include "comm/cuda/coll_kernels.h"
+#include "comm/cuda/gpu_coll.h"
 #include "core/cuda_check.h"
 #include "ringflow/collectives.h"
 #include "runtime/gpu/gpu.h"
 #include "runtime/session_internal.h"
 #include "tools.h"
 
-#define FETCH_LIMIT ((int64_t)64 << 20) /* bytes per output a check fetches */
+#define FETCH_LIMIT ((int64_t)256 << 20) /* bytes a check fetches at most */
 
 struct bench_gpu_coll {
   const bench_gpu_env *env;
@@ -30,10 +32,11 @@ struct bench_gpu_coll {
   rf_status *graph_err; /* the first failed push of a device */
   rf_session *s;
   rf_node *inits[BG_MAX_DEV];
-  rf_node *targets[BG_MAX_DEV];
+  int k; /* collectives per step */
+  rf_node *targets[BG_MAX_OUT];
   rf_node *reads[BG_MAX_DEV]; /* the base step's targets */
-  rf_output fetches[BG_MAX_DEV];
-  int fetch_rank[BG_MAX_DEV];
+  rf_output fetches[BG_MAX_OUT];
+  int fetch_rank[BG_MAX_OUT];
   int ntargets, nfetches;
   rf__device *dev[BG_MAX_DEV]; /* gpu:i of the session */
   const void *in[BG_MAX_DEV];  /* the variables' device buffers */
@@ -109,29 +112,32 @@ static rf_status *built(bench_gpu_coll *b) {
   return rf_graph_status(b->g);
 }
 
-static rf_status *build(bench_gpu_coll *b) {
-  rf_output xs[BG_MAX_DEV], ys[BG_MAX_DEV];
-  for (int i = 0; i < b->nin; i++) xs[i] = input_of(b, i);
+/* Collective number j (named collJ) of the inputs xs. */
+static rf_status *add_collective(bench_gpu_coll *b, const rf_output *xs,
+                                 int j) {
+  rf_output ys[BG_MAX_DEV];
   int n = b->n;
+  char name[32];
+  snprintf(name, sizeof name, "coll%d", j);
   switch (b->c) {
     case BC_ALL_REDUCE:
-      rf_all_reduce_n(b->g, "coll", xs, n, RF_REDUCE_SUM, ys);
+      rf_all_reduce_n(b->g, name, xs, n, RF_REDUCE_SUM, ys);
       break;
-    case BC_ALL_GATHER: rf_all_gather_n(b->g, "coll", xs, n, ys); break;
+    case BC_ALL_GATHER: rf_all_gather_n(b->g, name, xs, n, ys); break;
     case BC_REDUCE_SCATTER:
-      rf_reduce_scatter_n(b->g, "coll", xs, n, RF_REDUCE_SUM, ys);
+      rf_reduce_scatter_n(b->g, name, xs, n, RF_REDUCE_SUM, ys);
       break;
     case BC_REDUCE: {
       push_gpu(b, 0);
-      rf_output r = rf_reduce(b->g, "coll", xs, n, RF_REDUCE_SUM);
+      rf_output r = rf_reduce(b->g, name, xs, n, RF_REDUCE_SUM);
       rf_graph_pop_device(b->g);
       consume_on(b, 0, r);
-      return built(b);
+      return NULL;
     }
     case BC_BROADCAST: {
-      rf_output y = rf_broadcast(b->g, "coll", xs[0]);
+      rf_output y = rf_broadcast(b->g, name, xs[0]);
       for (int i = 0; i < n; i++) consume_on(b, i, y);
-      return built(b);
+      return NULL;
     }
     default: return rf_status_new(RF_INVALID_ARGUMENT, "unknown collective");
   }
@@ -141,6 +147,13 @@ static rf_status *build(bench_gpu_coll *b) {
     b->fetch_rank[b->nfetches] = i;
     b->fetches[b->nfetches++] = ys[i];
   }
+  return NULL;
+}
+
+static rf_status *build(bench_gpu_coll *b) {
+  rf_output xs[BG_MAX_DEV];
+  for (int i = 0; i < b->nin; i++) xs[i] = input_of(b, i);
+  for (int j = 0; j < b->k; j++) RF_TOOL_CHECK(add_collective(b, xs, j));
   return built(b);
 }
 
@@ -248,6 +261,7 @@ rf_status *bench_gpu_coll_new(const bench_gpu_env *env, bench_coll c,
   b->env = env;
   b->c = c;
   b->n = n;
+  b->k = env->per_step;
   b->nin = c == BC_BROADCAST ? 1 : n; /* broadcast: the root's input */
   b->in_count = c == BC_ALL_GATHER       ? per
                 : c == BC_REDUCE_SCATTER ? per * n
@@ -274,6 +288,13 @@ rf_status *bench_gpu_coll_new(const bench_gpu_env *env, bench_coll c,
 rf_status *bench_gpu_coll_step(void *coll) {
   bench_gpu_coll *b = coll;
   return rf_session_run(b->s, NULL, 0, NULL, 0, b->targets, b->ntargets, NULL);
+}
+
+rf_status *bench_gpu_coll_step_waiting(void *coll) {
+  rf__gpu_coll_wait_for_kernels(true);
+  rf_status *st = bench_gpu_coll_step(coll);
+  rf__gpu_coll_wait_for_kernels(false);
+  return st;
 }
 
 rf_status *bench_gpu_coll_base(void *coll) {
@@ -307,9 +328,9 @@ static ncclResult_t nccl_issue(bench_gpu_coll *b, int r) {
 }
 #endif
 
-/* Enqueues the raw call; *nstreams gets how many of dev[0..) it used (the
+/* Enqueues one raw call; *nstreams gets how many of dev[0..) it used (the
  * CUDA path: the leader's only). */
-static rf_status *raw_enqueue(bench_gpu_coll *b, int *nstreams) {
+static rf_status *raw_enqueue_one(bench_gpu_coll *b, int *nstreams) {
 #ifdef RF_HAVE_NCCL
   if (b->env->nccl) {
     RF_NCCL_CHECK(ncclGroupStart());
@@ -332,6 +353,12 @@ static rf_status *raw_enqueue(bench_gpu_coll *b, int *nstreams) {
   return NULL;
 }
 
+/* Enqueues the step's K raw calls. */
+static rf_status *raw_enqueue(bench_gpu_coll *b, int *nstreams) {
+  for (int j = 0; j < b->k; j++) RF_TOOL_CHECK(raw_enqueue_one(b, nstreams));
+  return NULL;
+}
+
 rf_status *bench_gpu_coll_raw(void *coll) {
   bench_gpu_coll *b = coll;
   int ns = 0;
@@ -341,88 +368,6 @@ rf_status *bench_gpu_coll_raw(void *coll) {
     RF_CUDA_CHECK(cudaStreamSynchronize((cudaStream_t)b->dev[r]->stream));
   }
   return NULL;
-}
-
-/* Completion as the GPU backends see it: a stream callback per stream
- * signals a waiting thread (instead of cudaStreamSynchronize). */
-typedef struct cb_wait {
-  pthread_mutex_t mu;
-  pthread_cond_t cv;
-  int left;
-} cb_wait;
-
-static void CUDART_CB stream_done(cudaStream_t s, cudaError_t e, void *arg) {
-  cb_wait *w = arg;
-  (void)s, (void)e;
-  pthread_mutex_lock(&w->mu);
-  if (--w->left == 0) pthread_cond_signal(&w->cv);
-  pthread_mutex_unlock(&w->mu);
-}
-
-rf_status *bench_gpu_coll_raw_cb(void *coll) {
-  bench_gpu_coll *b = coll;
-  int ns = 0;
-  RF_TOOL_CHECK(raw_enqueue(b, &ns));
-  cb_wait w = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, ns};
-  rf_status *st = NULL;
-  int added = 0;
-  for (int r = 0; r < ns && !st; r++) {
-    st = b->dev[r]->enter(b->dev[r]);
-    if (!st)
-      st = RF_CUDA_STATUS(cudaStreamAddCallback((cudaStream_t)b->dev[r]->stream,
-                                                stream_done, &w, 0));
-    if (!st) added++;
-  }
-  pthread_mutex_lock(&w.mu);
-  w.left -= ns - added; /* callbacks never added never fire */
-  while (w.left > 0) pthread_cond_wait(&w.cv, &w.mu);
-  pthread_mutex_unlock(&w.mu);
-  if (st) rf_status_free(bench_gpu_coll_raw(b)); /* drain */
-  return st;
-}
-
-typedef struct nt_slot {
-  rf__gpu_notify n; /* first: the function gets it back */
-  cb_wait *w;
-  rf_status *st;
-} nt_slot;
-
-static void notified(rf__gpu_notify *n, rf_status *st) {
-  nt_slot *slot = (nt_slot *)n;
-  cb_wait *w = slot->w;
-  pthread_mutex_lock(&w->mu);
-  slot->st = st;
-  if (--w->left == 0) pthread_cond_signal(&w->cv);
-  pthread_mutex_unlock(&w->mu);
-}
-
-/* Completion through the GPU runtime's own path (rf__gpu_notify_when_done:
- * an event polled by the completion thread, then a pool task), as the
- * backends complete. */
-rf_status *bench_gpu_coll_raw_nt(void *coll) {
-  bench_gpu_coll *b = coll;
-  int ns = 0;
-  RF_TOOL_CHECK(raw_enqueue(b, &ns));
-  cb_wait w = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, ns};
-  nt_slot slots[BG_MAX_DEV];
-  rf_status *st = NULL;
-  int added = 0;
-  for (int r = 0; r < ns && !st; r++) {
-    slots[r] = (nt_slot){.w = &w};
-    st = rf__gpu_notify_when_done(b->dev[r], &slots[r].n, notified);
-    if (!st) added++;
-  }
-  pthread_mutex_lock(&w.mu);
-  w.left -= ns - added; /* never queued: never called */
-  while (w.left > 0) pthread_cond_wait(&w.cv, &w.mu);
-  pthread_mutex_unlock(&w.mu);
-  for (int r = 0; r < added; r++)
-    if (slots[r].st && !st)
-      st = slots[r].st;
-    else
-      rf_status_free(slots[r].st);
-  if (st && added < ns) rf_status_free(bench_gpu_coll_raw(b)); /* drain */
-  return st;
 }
 
 rf_status *bench_gpu_coll_trace(bench_gpu_coll *b, const char *path) {
@@ -486,15 +431,16 @@ rf_status *bench_gpu_coll_check(bench_gpu_coll *b) {
     RF_TOOL_CHECK(b->dev[r]->enter(b->dev[r]));
     RF_TOOL_CHECK(probe(b, "raw", r, b->out_count, get_device, b->out[r]));
   }
-  if (b->out_count * 4 > FETCH_LIMIT) return NULL;
-  rf_tensor *outs[BG_MAX_DEV] = {NULL};
-  RF_TOOL_CHECK(
-      rf_session_run(b->s, NULL, 0, b->fetches, b->nfetches, NULL, 0, outs));
-  rf_status *st = NULL;
+  if (b->out_count * 4 * b->nfetches > FETCH_LIMIT) return NULL;
+  rf_tensor **outs = calloc((size_t)b->nfetches, sizeof *outs);
+  if (!outs) return rf_status_new(RF_RESOURCE_EXHAUSTED, "bench: no memory");
+  rf_status *st =
+      rf_session_run(b->s, NULL, 0, b->fetches, b->nfetches, NULL, 0, outs);
   for (int f = 0; f < b->nfetches && !st; f++)
     st = probe(b, "session", b->fetch_rank[f], rf_tensor_num_elements(outs[f]),
                get_tensor, outs[f]);
   for (int f = 0; f < b->nfetches; f++) rf_tensor_release(outs[f]);
+  free(outs);
   return st;
 }
 

@@ -83,6 +83,10 @@ typedef struct rf__coll_participant {
    * the other processes under (shared_name, job_step). */
   int task_devices;
   int64_t job_step;
+  /* Optional: the participant's step (not owned; valid until its done
+   * fires). A backend that reports done before its work has run adds a
+   * check there (runtime/step.h). */
+  struct rf__step *step;
 } rf__coll_participant;
 
 /* A group of participants that agree, in rank order (by device index). */

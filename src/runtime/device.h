@@ -53,8 +53,13 @@ typedef struct rf__device {
   int gpu_ordinal; /* the physical CUDA device (for cudaSetDevice) */
   void *stream;    /* cudaStream_t, created non-blocking; owned by the
                       session's GPU runtime */
-  void *gpu;       /* struct rf__gpu_context: the physical GPU's shared state
-                      (properties; shared by its virtual devices) */
+  /* cudaEvent_t (no timing) recorded only on `stream`, to make another
+   * stream wait for the work queued on this one so far. Any thread may
+   * re-record it: a wait captures the event as it stands when enqueued, and
+   * a later record only marks a later point of the same stream. */
+  void *order_event;
+  void *gpu; /* struct rf__gpu_context: the physical GPU's shared state
+                (properties; shared by its virtual devices) */
   /* cublasHandle_t of this virtual device, bound to `stream` once when the
    * device is made: kernels use it as it is and never call cublasSetStream
    * (one handle per virtual device, so concurrent kernels of different

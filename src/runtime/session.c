@@ -443,6 +443,23 @@ static rf_status *sync_gpus(const rf__plan *p) {
   return first;
 }
 
+/* Runs the step's checks (after sync_gpus: the work they check has run);
+ * the first error, every check called once. */
+static rf_status *run_checks(rf__step *step) {
+  rf_status *first = NULL;
+  rf__step_check *c = atomic_exchange(&step->checks, NULL);
+  while (c) {
+    rf__step_check *next = c->next; /* fn may free c */
+    rf_status *st = c->fn(c->arg);
+    if (!first)
+      first = st;
+    else
+      rf_status_free(st);
+    c = next;
+  }
+  return first;
+}
+
 /* Runs plan p as one step; on success fetched[] holds new references. */
 static rf_status *run_step(rf_session *s, rf__plan *p, const rf_feed *feeds,
                            rf_tensor **fed, rf_tensor **fetched,
@@ -466,10 +483,14 @@ static rf_status *run_step(rf_session *s, rf__plan *p, const rf_feed *feeds,
   };
   atomic_init(&step.cancelled, 0);
   if (p->cross_task) rf__job_begin_step(s->job, step.id, job_step);
+  atomic_init(&step.checks, NULL);
   char *trace_path = take_trace_path(s);
   rf_status *st = trace_path ? rf__trace_new(&step.trace) : NULL;
   if (!st) st = rf__executor_run(p->executor, &step);
   rf_status *sync_st = sync_gpus(p);
+  rf_status *check_st = run_checks(&step);
+  if (!sync_st) sync_st = check_st, check_st = NULL;
+  rf_status_free(check_st);
   if (!st)
     st = sync_st;
   else

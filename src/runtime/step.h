@@ -1,5 +1,6 @@
 /* runtime/step.h - one run of a session: step id, feeds and fetches, the
- * rendezvous for cross-device tensors, and cancellation. */
+ * rendezvous for cross-device tensors, cancellation, and the checks that run
+ * once the step's GPU work has finished. */
 #ifndef RF_RUNTIME_STEP_H
 #define RF_RUNTIME_STEP_H
 
@@ -11,6 +12,17 @@
 struct rf__rendezvous;
 struct rf__collective_manager;
 struct rf__trace;
+
+/* A check of work that reported done before it ran on its GPU streams (a
+ * GPU collective completes in stream order: its consumers are ordered after
+ * it on the streams). The session calls fn(arg) exactly once, after waiting
+ * for the step's GPU streams - also after a failed step - and fails the step
+ * with what it returns (NULL: fine). Embed one in the work's record. */
+typedef struct rf__step_check {
+  rf_status *(*fn)(void *arg);
+  void *arg;
+  struct rf__step_check *next;
+} rf__step_check;
 
 typedef struct rf__step {
   int64_t id;
@@ -26,6 +38,16 @@ typedef struct rf__step {
   /* In a session that is one task of a job: the step's number in the job
    * (the k-th run of the session in every process); -1 otherwise. */
   int64_t job_step;
+  _Atomic(rf__step_check *) checks; /* newest first; see rf__step_check */
 } rf__step;
+
+/* Adds c (filled by the caller, unlinked) to the step's checks. Any thread,
+ * while the step runs (before the done of the kernel that adds it). */
+static inline void rf__step_add_check(rf__step *s, rf__step_check *c) {
+  c->next = atomic_load_explicit(&s->checks, memory_order_relaxed);
+  while (!atomic_compare_exchange_weak_explicit(
+      &s->checks, &c->next, c, memory_order_release, memory_order_relaxed)) {
+  }
+}
 
 #endif

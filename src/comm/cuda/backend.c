@@ -4,11 +4,11 @@
  * each participant's stream records an event (its input is ready), the
  * leader's stream (the root's, else rank 0's) waits for all of them and runs
  * one kernel that writes every participant's output, records an event that
- * every other participant's stream waits for, and a completion -> pool
- * task calls the dones. Outputs are allocated from each participant's own
- * device allocator before the launch, so each is reused only in its own
- * stream's order, which the final wait puts after the kernel. Inputs stay
- * retained until the kernel has run. */
+ * every other participant's stream waits for, and the dones are called at
+ * once (stream order: see gpu_coll.h). Outputs are allocated from each
+ * participant's own device allocator before the launch, and inputs released
+ * after it: either block is reused only in its own device's stream order,
+ * which the final wait puts after the kernel. */
 #include <cuda_runtime_api.h>
 #include <string.h>
 
@@ -25,6 +25,16 @@ _Static_assert(RF_RED_SUM == 0 && RF_RED_PROD == 1 && RF_RED_MIN == 2 &&
                "coll_kernels.cu numbers the reductions this way");
 
 /* ---- shared by both GPU backends ---- */
+
+static atomic_bool wait_for_kernels;
+
+void rf__gpu_coll_wait_for_kernels(bool on) {
+  atomic_store(&wait_for_kernels, on);
+}
+
+bool rf__gpu_coll_stream_ordered(void) {
+  return !atomic_load(&wait_for_kernels);
+}
 
 void rf__gpu_coll_fail(rf__coll_group *g, const rf_status *st) {
   for (int i = 0; i < g->n; i++) { /* before the dones: see collective.h */
@@ -221,47 +231,44 @@ static rf_status *prepare(cuda_op *op, rf__cuda_coll_args *a) {
   return NULL;
 }
 
-/* One event per physical GPU involved (recording needs an event of the
- * stream's own GPU); an event is re-recorded freely, as each wait captures
- * its state when enqueued. */
-typedef struct events {
-  int n;
-  int ordinal[RF_CUDA_COLL_MAX];
-  cudaEvent_t ev[RF_CUDA_COLL_MAX];
-} events;
-
-/* Makes `waiter`'s stream wait for everything queued so far on d's. */
-static rf_status *order_after(events *es, const rf__device *d,
-                              const rf__device *waiter) {
-  if (d->stream == waiter->stream) return NULL;
+/* Makes every participant's stream (other than d's) wait for everything
+ * queued so far on d's, through d's order_event, recorded once. */
+static rf_status *all_wait_for(const rf__device *d, const rf__coll_group *g) {
+  bool any = false;
+  for (int i = 0; i < g->n && !any; i++)
+    any = g->p[i].device->stream != d->stream;
+  if (!any) return NULL;
   RF_CHECK(d->enter(d));
-  int k = 0;
-  while (k < es->n && es->ordinal[k] != d->gpu_ordinal) k++;
-  if (k == es->n) {
-    RF_CUDA_CHECK(cudaEventCreateWithFlags(&es->ev[k], cudaEventDisableTiming));
-    es->ordinal[es->n++] = d->gpu_ordinal;
-  }
-  RF_CUDA_CHECK(cudaEventRecord(es->ev[k], (cudaStream_t)d->stream));
-  RF_CUDA_CHECK(
-      cudaStreamWaitEvent((cudaStream_t)waiter->stream, es->ev[k], 0));
+  cudaEvent_t ev = (cudaEvent_t)d->order_event;
+  RF_CUDA_CHECK(cudaEventRecord(ev, (cudaStream_t)d->stream));
+  for (int i = 0; i < g->n; i++)
+    if (g->p[i].device->stream != d->stream)
+      RF_CUDA_CHECK(
+          cudaStreamWaitEvent((cudaStream_t)g->p[i].device->stream, ev, 0));
   return NULL;
 }
 
-/* Enqueues waits, kernel, waits and the completion. *launched is
- * set once the kernel is queued (the caller must then wait for the stream
- * before freeing anything on error). */
-static rf_status *enqueue(cuda_op *op, const rf__cuda_coll_args *a, events *es,
-                          bool *launched) {
+/* Enqueues waits, kernel, waits, and the completion unless the dones go in
+ * stream order. *launched is set once the kernel is queued (the caller must
+ * then wait for the stream before freeing anything on error). */
+static rf_status *enqueue(cuda_op *op, const rf__cuda_coll_args *a,
+                          bool ordered, bool *launched) {
   rf__coll_group *g = &op->g;
   const rf__device *lead = g->p[leader_of(g)].device;
-  for (int i = 0; i < g->n; i++)
-    RF_CHECK(order_after(es, g->p[i].device, lead));
+  for (int i = 0; i < g->n; i++) { /* the leader waits for every input */
+    const rf__device *d = g->p[i].device;
+    if (d->stream == lead->stream) continue;
+    RF_CHECK(d->enter(d));
+    cudaEvent_t ev = (cudaEvent_t)d->order_event;
+    RF_CUDA_CHECK(cudaEventRecord(ev, (cudaStream_t)d->stream));
+    RF_CUDA_CHECK(cudaStreamWaitEvent((cudaStream_t)lead->stream, ev, 0));
+  }
   RF_CHECK(lead->enter(lead));
   const rf__gpu_context *ctx = lead->gpu;
   RF_CHECK(rf__cuda_coll_launch(a, lead->stream, ctx->multiprocessors));
   *launched = true;
-  for (int i = 0; i < g->n; i++)
-    RF_CHECK(order_after(es, lead, g->p[i].device));
+  RF_CHECK(all_wait_for(lead, g)); /* every stream waits for the kernel */
+  if (ordered) return NULL;
   RF_CHECK(lead->enter(lead));
   return rf__gpu_notify_when_done(lead, &op->notify, op_completed);
 }
@@ -282,11 +289,12 @@ void rf__cuda_coll_run(rf__coll_group *g) {
     op_finish(op, NULL);
     return;
   }
-  bool launched = false;
-  events es = {.n = 0};
-  if (!st) st = enqueue(op, &a, &es, &launched);
-  /* Released once recorded work is done; the waits hold what they need. */
-  for (int k = 0; k < es.n; k++) (void)cudaEventDestroy(es.ev[k]);
+  bool launched = false, ordered = rf__gpu_coll_stream_ordered();
+  if (!st) st = enqueue(op, &a, ordered, &launched);
+  if (!st && ordered) { /* every stream now waits for the kernel */
+    op_finish(op, NULL);
+    return;
+  }
   if (!st) return; /* op_completed finishes (op may be gone already) */
   if (launched) {  /* the kernel may still read and write our buffers */
     const rf__device *lead = g->p[leader_of(g)].device;

@@ -3,9 +3,15 @@
  * on ONE physical GPU (virtual GPU devices) or on GPUs that can reach each
  * other's memory run through CUDA kernels (comm/cuda/backend.c); participants
  * on DISTINCT physical GPUs run through NCCL when it is built
- * (comm/nccl/backend.c). Both are asynchronous: run() enqueues on the
- * participants' streams and returns; a stream completion -> pool task calls
- * every done. They copy the group and retain what they still use. */
+ * (comm/nccl/backend.c). Both complete in stream order, like the GPU
+ * kernels of other ops: run() enqueues on the participants' streams and
+ * calls every done with its output at once, since each output is written
+ * before anything later on its device's stream runs (the CUDA-kernel path
+ * makes every participant's stream wait for the kernel; NCCL writes each
+ * rank's output on that rank's stream), and a value leaving the stream
+ * (_Send, _Retval) waits for the stream first. A failure after the launch
+ * fails the step: a faulting stream at its GPU sync, an NCCL error or
+ * timeout through a step check (runtime/step.h). */
 #ifndef RF_COMM_CUDA_GPU_COLL_H
 #define RF_COMM_CUDA_GPU_COLL_H
 
@@ -27,6 +33,13 @@ void rf__gpu_coll_nccl_for_single(bool on);
 ncclDataType_t rf__nccl_type(rf_dtype d);
 ncclRedOp_t rf__nccl_red_op(rf__reduction r);
 #endif
+
+/* For the benchmark's comparison: when on, the GPU collectives call their
+ * dones only once their work has run on the GPU (a completion -> pool task,
+ * as they did before completing in stream order). Off by default. */
+void rf__gpu_coll_wait_for_kernels(bool on);
+/* Whether the dones fire at the launch (the default) or after the work. */
+bool rf__gpu_coll_stream_ordered(void);
 
 /* Releases the group's inputs, then calls every participant's done with a
  * copy of st (no output). */

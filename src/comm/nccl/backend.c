@@ -7,14 +7,18 @@
  * sees its set's operations in one order. All ranks of a collective are
  * launched in one ncclGroupStart/End, each on its participant's stream (stream
  * order makes the inputs ready and the outputs, allocated from each
- * participant's own device, safe to reuse). Completion (runtime/gpu/
- * completion.c) per participant stream -> pool task; the last one reads
- * ncclCommGetAsyncError and calls the dones. A watchdog aborts (ncclCommAbort)
- * the set of a collective still running after the session's collective timeout,
- * fails its participants with DEADLINE_EXCEEDED and drops the set from the
- * cache (the next use rebuilds it); the record itself is freed only after its
- * streams drained. NVLink SHARP (multicast) stays off: NCCL_NVLS_ENABLE=0
- * unless the user set it. */
+ * participant's own device, safe to reuse), and the dones are called right
+ * after the launch (stream order: see gpu_coll.h). The record lives on until
+ * the step's check (after the step's GPU sync) completes it: it reads
+ * ncclCommGetAsyncError, and a watchdog timeout or an asynchronous NCCL
+ * error fails the step. A watchdog aborts (ncclCommAbort) the set of a
+ * collective still running after the session's collective timeout, records
+ * DEADLINE_EXCEEDED for the step and drops the set from the cache (the next
+ * use rebuilds it). With rf__gpu_coll_wait_for_kernels on, or outside a
+ * step, a completion per participant stream (runtime/gpu/completion.c, then
+ * a pool task) completes the op instead, and the last calls the dones.
+ * NVLink SHARP (multicast) stays off: NCCL_NVLS_ENABLE=0 unless the user set
+ * it. */
 #include <nccl.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -26,6 +30,7 @@
 #include "core/mem.h"
 #include "core/status.h"
 #include "runtime/gpu/gpu.h"
+#include "runtime/step.h"
 
 #define MAX_RANKS 64
 
@@ -127,8 +132,12 @@ struct nccl_op {
   slot slots[MAX_RANKS];
   atomic_int pending;  /* stream completions still to come */
   atomic_int finished; /* the dones were called */
-  pthread_mutex_t mu;  /* error */
-  rf_status *error;    /* the first stream failure */
+  /* holders of a launched op: its stream completions (one), the step check
+   * and the launching thread (in stream order) */
+  atomic_int refs;
+  rf__step_check check;
+  pthread_mutex_t mu; /* error */
+  rf_status *error;   /* the first stream failure, async error or timeout */
   /* the watchdog's list (guarded by wd_mu) */
   int64_t deadline_ns; /* 0: none */
   bool listed;
@@ -158,6 +167,18 @@ static void op_free(nccl_op *op) {
   rf__free(op->parts);
   rf__free(op->key);
   rf__free(op);
+}
+
+static void op_unref(nccl_op *op) {
+  if (atomic_fetch_sub(&op->refs, 1) == 1) op_free(op);
+}
+
+/* Keeps a copy of st as op's error unless it has one. */
+static void keep_error(nccl_op *op, const rf_status *st) {
+  pthread_mutex_lock(&op->mu);
+  if (!op->error)
+    op->error = rf_status_new(rf_status_code(st), "%s", rf_status_message(st));
+  pthread_mutex_unlock(&op->mu);
 }
 
 /* A copy of g that outlives run(), taking over the manager's input
@@ -251,18 +272,42 @@ static void slot_done(rf__gpu_notify *n, rf_status *st) {
   }
   pthread_mutex_unlock(&wd_mu);
   if (!last) return;
-  st = op->error;
-  op->error = NULL;
-  if (!st && !atomic_load(&op->finished)) {
+  pthread_mutex_lock(&op->mu);
+  st = op->error ? rf_status_new(rf_status_code(op->error), "%s",
+                                 rf_status_message(op->error))
+                 : NULL;
+  pthread_mutex_unlock(&op->mu);
+  if (!st) {
     st = async_error(op->set);
-    if (st) set_abort(op->set); /* unusable after an async error */
+    if (st) {
+      set_abort(op->set); /* unusable after an async error */
+      keep_error(op, st); /* for the step check, if it is still to come */
+    }
   }
   if (st)
     st = rf__status_prefix(st, "collective '%s' (step %lld) through NCCL",
                            op->g.key, (long long)op->g.step_id);
-  drop_inputs(op); /* every stream is past the collective */
-  op_report(op, st);
-  op_free(op);
+  drop_inputs(op);   /* every stream is past the collective */
+  op_report(op, st); /* nothing when the dones went in stream order */
+  op_unref(op);
+}
+
+/* The step check (after the step's GPU sync, so the collective has run or
+ * been aborted): completes the op as a stream completion would (NCCL's
+ * asynchronous error is read there), then returns its error. */
+static rf_status *step_check(void *arg) {
+  nccl_op *op = arg;
+  slot_done(&op->slots[0].notify, NULL);
+  pthread_mutex_lock(&op->mu);
+  rf_status *st = op->error ? rf_status_new(rf_status_code(op->error), "%s",
+                                            rf_status_message(op->error))
+                            : NULL;
+  pthread_mutex_unlock(&op->mu);
+  if (st)
+    st = rf__status_prefix(st, "collective '%s' (step %lld) through NCCL",
+                           op->g.key, (long long)op->g.step_id);
+  op_unref(op);
+  return st;
 }
 
 /* ---- the watchdog ---- */
@@ -291,13 +336,15 @@ static void *watchdog_main(void *arg) {
       while (expired) {
         nccl_op *op = expired;
         expired = op->next;
+        rf_status *why = rf__error(RF_DEADLINE_EXCEEDED,
+                                   "collective '%s' (step %lld): NCCL did not "
+                                   "finish within %lld ms; its communicator "
+                                   "was aborted (rebuilt on next use)",
+                                   op->g.key, (long long)op->g.step_id,
+                                   (long long)op->g.timeout_ms);
+        keep_error(op, why); /* before the abort lets the step's sync go */
         set_abort(op->set);
-        op_report(op, rf__error(RF_DEADLINE_EXCEEDED,
-                                "collective '%s' (step %lld): NCCL did not "
-                                "finish within %lld ms; its communicator was "
-                                "aborted (rebuilt on next use)",
-                                op->g.key, (long long)op->g.step_id,
-                                (long long)op->g.timeout_ms));
+        op_report(op, why); /* nothing when the dones went in stream order */
         slot_done(&op->slots[0].notify, NULL); /* our extra count */
       }
       pthread_mutex_lock(&wd_mu);
@@ -404,9 +451,10 @@ static rf_status *alloc_outputs(nccl_op *op) {
   return NULL;
 }
 
-/* Launches every rank in one group, then the completions. On error
- * after the launch the streams are waited for before returning. */
-static rf_status *launch(nccl_op *op, size_t count) {
+/* Launches every rank in one group, then the completions; in stream order
+ * (`step` non-NULL) adds the step check and calls the dones. On error after
+ * the launch the streams are waited for before returning. */
+static rf_status *launch(nccl_op *op, size_t count, rf__step *step) {
   rf__coll_group *g = &op->g;
   pthread_mutex_lock(&op->set->mu);
   rf_status *st = op->set->aborted
@@ -428,10 +476,14 @@ static rf_status *launch(nccl_op *op, size_t count) {
     for (int r = 0; r < g->n; r++) rf_status_free(rf__gpu_sync(g->p[r].device));
     return st;
   }
-  atomic_store(&op->pending, g->n);
+  /* In stream order the step check is the one completion (the step's sync
+   * has waited for every stream): no event per stream, no completion
+   * thread. */
+  atomic_store(&op->pending, step ? 1 : g->n);
+  atomic_store(&op->refs, step ? 3 : 1);
   for (int r = 0; r < g->n; r++) op->slots[r].op = op;
   watch(op);
-  for (int r = 0; r < g->n; r++) {
+  for (int r = 0; !step && r < g->n; r++) {
     const rf__device *d = g->p[r].device;
     st = d->enter(d);
     if (!st) st = rf__gpu_notify_when_done(d, &op->slots[r].notify, slot_done);
@@ -439,6 +491,13 @@ static rf_status *launch(nccl_op *op, size_t count) {
       rf_status_free(rf__gpu_sync(d));
       slot_done(&op->slots[r].notify, st);
     }
+  }
+  if (step) {
+    op->check = (rf__step_check){.fn = step_check, .arg = op};
+    rf__step_add_check(step, &op->check);
+    drop_inputs(op); /* each rank's stream orders its input's reuse */
+    op_report(op, NULL);
+    op_unref(op);
   }
   return NULL;
 }
@@ -464,7 +523,8 @@ void rf__nccl_coll_run(rf__coll_group *g) {
     return;
   }
   if (!st) st = set_get(ordinals, g->n, &op->set);
-  if (!st) st = launch(op, count);
+  rf__step *step = rf__gpu_coll_stream_ordered() ? g->p[0].step : NULL;
+  if (!st) st = launch(op, count, step);
   if (!st) return; /* the last stream completion reports */
   drop_inputs(op); /* launch waited for the streams on error */
   op_report(op, rf__status_prefix(st,

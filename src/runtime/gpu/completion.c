@@ -1,16 +1,18 @@
 /* runtime/gpu/completion.c - completion of stream work, reported on the
- * thread pool. Each notified operation records an event behind its work; one
+ * thread pool, for what must wait for the GPU (_Send, _Retval; collectives
+ * complete in stream order and use it only when rf__gpu_coll_wait_for_kernels
+ * is on). Each notified operation records an event behind its work; one
  * process-wide completion thread polls the pending events (cudaEventQuery)
  * and hands each finished one to its pool as a task, which runs the
- * operation's function. Measured on an H200 (`ringflow bench --devices gpu:0
- * --backend nccl`, raw_cb against raw): a stream callback
- * (cudaStreamAddCallback) took 20-50 us to fire after short work and ~100 us
- * after a 265 us copy, as the driver backs off while it waits; polling sees
- * completion within one pass. While anything is pending the thread spins
- * (yielding the core) for the first SPIN_NS of the oldest wait, then passes
- * every NAP_NS; with nothing pending it sleeps on a condition variable.
- * Invariants: an entry leaves the list exactly once, and its function runs
- * exactly once, after its event completed or the stream failed. */
+ * operation's function. Measured on an H200 (2026-12-02, `ringflow bench
+ * --devices gpu:0 --backend nccl`'s former raw_cb column against raw): a
+ * stream callback (cudaStreamAddCallback) took 20-50 us to fire after short
+ * work and ~100 us after a 265 us copy, as the driver backs off while it
+ * waits; polling sees completion within one pass. While anything is pending the
+ * thread spins (yielding the core) for the first SPIN_NS of the oldest wait,
+ * then passes every NAP_NS; with nothing pending it sleeps on a condition
+ * variable. Invariants: an entry leaves the list exactly once, and its function
+ * runs exactly once, after its event completed or the stream failed. */
 #include <cuda_runtime_api.h>
 #include <pthread.h>
 #include <sched.h>

@@ -22,6 +22,7 @@ struct rf__gpu_runtime {
   /* Per virtual device, what was made (so a partial runtime frees). */
   cudaStream_t *streams;
   cublasHandle_t *handles;
+  cudaEvent_t *events; /* the devices' order_event */
 };
 
 rf_status *rf__gpu_count(int *out) {
@@ -110,12 +111,15 @@ static rf_status *make_device(rf__gpu_runtime *r, int i) {
   RF_CUDA_CHECK(cudaSetDevice(ctx->ordinal));
   RF_CUDA_CHECK(
       cudaStreamCreateWithFlags(&r->streams[i], cudaStreamNonBlocking));
+  RF_CUDA_CHECK(
+      cudaEventCreateWithFlags(&r->events[i], cudaEventDisableTiming));
   RF_CUBLAS_CHECK(cublasCreate(&r->handles[i]));
   RF_CUBLAS_CHECK(cublasSetStream(r->handles[i], r->streams[i]));
   RF_CHECK(rf__gpu_cache_new(ctx, r->streams[i], &r->caches[i]));
   ctx->caches[ctx->num_caches++] = r->caches[i];
   d->gpu_ordinal = ctx->ordinal;
   d->stream = r->streams[i];
+  d->order_event = r->events[i];
   d->gpu = ctx;
   d->blas = r->handles[i];
   d->allocator = rf__gpu_cache_allocator(r->caches[i]);
@@ -130,7 +134,8 @@ static rf_status *make_all(rf__gpu_runtime *r, int count) {
   r->caches = rf__calloc((size_t)r->num_devices, sizeof(rf__gpu_cache *));
   r->streams = rf__calloc((size_t)r->num_devices, sizeof(cudaStream_t));
   r->handles = rf__calloc((size_t)r->num_devices, sizeof(cublasHandle_t));
-  if (!r->contexts || !r->caches || !r->streams || !r->handles)
+  r->events = rf__calloc((size_t)r->num_devices, sizeof(cudaEvent_t));
+  if (!r->contexts || !r->caches || !r->streams || !r->handles || !r->events)
     return rf__oom();
   for (int p = 0; p < r->num_contexts; p++) {
     rf__gpu_context *ctx = &r->contexts[p];
@@ -169,7 +174,7 @@ rf_status *rf__gpu_runtime_new(rf__device *devices, int n,
 /* Puts device d back to "no GPU state" (it keeps its name and variables). */
 static void clear_device(rf__device *d) {
   d->gpu_ordinal = -1;
-  d->stream = d->gpu = d->blas = NULL;
+  d->stream = d->order_event = d->gpu = d->blas = NULL;
   d->allocator = rf_default_allocator();
   d->host_allocator = rf_default_allocator();
   d->enter = NULL;
@@ -184,6 +189,7 @@ void rf__gpu_runtime_free(rf__gpu_runtime *r) {
       (void)cudaSetDevice(r->contexts[i % r->num_contexts].ordinal);
     if (r->streams && r->streams[i]) (void)cudaStreamSynchronize(r->streams[i]);
     if (r->handles && r->handles[i]) (void)cublasDestroy(r->handles[i]);
+    if (r->events && r->events[i]) (void)cudaEventDestroy(r->events[i]);
     if (r->streams && r->streams[i]) (void)cudaStreamDestroy(r->streams[i]);
     if (r->caches) rf__gpu_cache_free(r->caches[i]);
     clear_device(d);
@@ -196,5 +202,6 @@ void rf__gpu_runtime_free(rf__gpu_runtime *r) {
   rf__free(r->caches);
   rf__free(r->streams);
   rf__free(r->handles);
+  rf__free(r->events);
   rf__free(r);
 }
