@@ -4,8 +4,10 @@
  *   _Retval  copies the value to pinned host memory; done after the copy.
  *   _Send    to a CPU device: copies to pinned host memory, then sends it; to
  *            a GPU device: sends the device tensor once the stream has
- *            produced it. Either way the send happens only after everything
- *            queued on the stream before it has run.
+ *            produced it. Either way a device value is sent only after
+ *            everything queued on the stream before it has run; a host-memory
+ *            value (a control edge's token, a shape) is complete when its
+ *            kernel returns, and goes at once.
  *   _Recv    copies what arrives into its own device buffer (host to device,
  *            or device to device / peer), releasing the source only after the
  *            copy ran; with host_memory=true it hands over host memory.
@@ -180,7 +182,12 @@ static void send_compute_async(rf__kernel_ctx *ctx, rf__done_fn done) {
   }
   const send_state *s = ctx->state;
   rf_tensor *in = ctx->inputs[0], *value = NULL;
-  if (s->to_host && in->on_gpu) {
+  if (!in->on_gpu) { /* nothing on the stream to wait for */
+    st = rf__rendezvous_send(ctx->step->rendezvous, ctx->step->id, s->key, in);
+    done(ctx, named(ctx, st));
+    return;
+  }
+  if (s->to_host) {
     st = rf__gpu_new_host(ctx->device, in, &value);
     if (!st) st = rf__gpu_copy(ctx->device, value, in);
   } else {
