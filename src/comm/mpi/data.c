@@ -284,6 +284,15 @@ static rf_status *iallreduce(rf__mpi_op *op, void *out, int count,
   return st;
 }
 
+/* Whether every task of the set holds as many participants: then a
+ * reduce-scatter is the _block form (OpenMPI picks its algorithms for it
+ * apart from the general one's). */
+static bool uniform(const rf__mpi_op *op) {
+  for (int t = 1; t < op->nset; t++)
+    if (op->counts[t] != op->counts[0]) return false;
+  return true;
+}
+
 rf_status *rf__mpi_op_issue(rf__mpi_op *op, MPI_Comm comm) {
   rf__coll_group *g = &op->g;
   MPI_Datatype type = MPI_BYTE;
@@ -298,6 +307,9 @@ rf_status *rf__mpi_op_issue(rf__mpi_op *op, MPI_Comm comm) {
     case RF_COLL_ALL_REDUCE:
     case RF_COLL_REDUCE: return iallreduce(op, out, count, type, mop, comm);
     case RF_COLL_REDUCE_SCATTER:
+      if (uniform(op))
+        return RF_MPI_STATUS(MPI_Ireduce_scatter_block(
+            op->send, out, count / op->nset, type, mop, comm, &op->req));
       per_task(op, count / op->num_devices, counts, NULL);
       return RF_MPI_STATUS(MPI_Ireduce_scatter(op->send, out, counts, type, mop,
                                                comm, &op->req));
@@ -365,6 +377,9 @@ rf_status *rf__mpi_op_run_blocking(rf__mpi_op *op, MPI_Comm comm) {
   if (g->kind == RF_COLL_REDUCE)
     return RF_MPI_STATUS(
         MPI_Reduce(op->send, out, count, type, mop, op->root_index, comm));
+  if (uniform(op))
+    return RF_MPI_STATUS(MPI_Reduce_scatter_block(
+        op->send, out, count / op->nset, type, mop, comm));
   if (op->nset > (int)(sizeof counts / sizeof *counts))
     return rf__internal("collective '%s': too many tasks", op->name);
   per_task(op, count / op->num_devices, counts, NULL);

@@ -288,7 +288,9 @@ static void *engine_main(void *arg) {
   pthread_cond_broadcast(&E.reply);
   pthread_mutex_unlock(&E.mu);
   if (!st) run_loop();
-  if (!st) rf__mpi_data_fini();
+  int finalized = 0; /* by a program that initialised MPI itself */
+  MPI_Finalized(&finalized);
+  if (!st && !finalized) rf__mpi_data_fini();
   if (!st && E.own_init) MPI_Finalize();
   rf__mpi_free_orphans();
   return NULL;
