@@ -27,6 +27,12 @@ for lib in libopenblas.so.0 libjansson.so.4 libcmocka.so.0 libgfortran.so.5 libq
          awk -v l="$lib" '$1 == l {print $3; exit}')
   [ -n "$path" ] && cp -L "$path" "$stage/lib/"
 done
+# Builds with MPI: libmpi and what it loads, for a machine without OpenMPI
+# (gpu_common.sh uses them only then).
+mkdir -p "$stage/lib-mpi"
+ldd build-gpu/tools/ringflow 2>/dev/null |
+  awk '$1 ~ /^lib(mpi|open-rte|open-pal|hwloc|event_core|event_pthreads|udev)[.-]/ {print $3}' |
+  while read -r path; do cp -L "$path" "$stage/lib-mpi/"; done
 cp /usr/share/datasets/fashion-mnist/*.gz "$stage/data/" 2>/dev/null || true
 cp scripts/gpu_run.sh scripts/gpu_multi_run.sh scripts/gpu_common.sh \
   bench/torch_nccl_overhead.py "$stage/"

@@ -11,6 +11,11 @@ gpu_setup() {
   # NVLink multicast can put a shared host's GPUs out of service: keep it off.
   export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
   export LD_LIBRARY_PATH="$here/lib:/usr/local/cuda/lib64:/usr/local/cuda/lib:${LD_LIBRARY_PATH:-}"
+  # Builds with MPI link libmpi: the machine's own when it has one (its
+  # plugins match it), else the copy the bundle carries.
+  if ! ldconfig -p 2>/dev/null | grep -q 'libmpi\.so\.40 '; then
+    export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$here/lib-mpi"
+  fi
   rf="$here/bin/ringflow"
   data="$here/data"
   {
