@@ -59,15 +59,23 @@ static inline __attribute__((always_inline)) AVX512 void tile(
 static AVX512 void tile_rows(int R, int64_t k, const float *a, int64_t sar,
                              int64_t sap, const float *b, int64_t ldb, float *c,
                              int64_t ldc, __mmask16 m0, __mmask16 m1) {
-  switch (R) {
-#define CASE(n) \
-  case n: tile(n, k, a, sar, sap, b, ldb, c, ldc, m0, m1); break;
-    CASE(1)
-    CASE(2)
-    CASE(3) CASE(4) CASE(5) CASE(6) CASE(7) CASE(8)
-#undef CASE
-        default : break;
-  }
+  /* one inlined tile per row count, each with its registers */
+  if (R == 8)
+    tile(8, k, a, sar, sap, b, ldb, c, ldc, m0, m1);
+  else if (R == 7)
+    tile(7, k, a, sar, sap, b, ldb, c, ldc, m0, m1);
+  else if (R == 6)
+    tile(6, k, a, sar, sap, b, ldb, c, ldc, m0, m1);
+  else if (R == 5)
+    tile(5, k, a, sar, sap, b, ldb, c, ldc, m0, m1);
+  else if (R == 4)
+    tile(4, k, a, sar, sap, b, ldb, c, ldc, m0, m1);
+  else if (R == 3)
+    tile(3, k, a, sar, sap, b, ldb, c, ldc, m0, m1);
+  else if (R == 2)
+    tile(2, k, a, sar, sap, b, ldb, c, ldc, m0, m1);
+  else if (R == 1)
+    tile(1, k, a, sar, sap, b, ldb, c, ldc, m0, m1);
 }
 
 /* Masks of the (up to) 32 columns from j0 of n. */
