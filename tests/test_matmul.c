@@ -1,6 +1,6 @@
 /* tests/test_matmul.c - MatMul through sessions: every dtype, all four
- * transpose combinations, empty, 1x1, odd and BLAS-sized shapes (products
- * split into blocks of rows or of columns among them), against a
+ * transpose combinations, empty, 1x1, odd, short-sided and BLAS-sized shapes
+ * (products split into blocks of rows or of columns among them), against a
  * float64 (integers: wrapping) reference computed here; shapes hidden from the
  * graph for half the cases; and the error paths (inner dims, rank, dtypes). */
 #include "math_ref.h"
@@ -15,12 +15,18 @@ typedef struct mnk {
   int64_t m, k, n;
 } mnk;
 
-/* The last two (float32 and float64 only: the BLAS path) are big enough to
- * be split across the pool: by rows (m > n) and by columns (n > m). */
-#define NSPLIT 2
-static const mnk sizes[] = {
-    {1, 1, 1},   {3, 5, 4},   {0, 3, 2},    {2, 0, 3},      {2, 3, 0},
-    {17, 33, 9}, {1, 257, 1}, {40, 70, 65}, {100, 120, 90}, {64, 200, 301}};
+/* {16, 45, 33}, {7, 300, 100} and, transposed, {100, 16, 47} have the short
+ * side that float32 takes through kernels/cpu/sgemm_small.c (few rows of
+ * A B, short sums of A^T B). The last three (float32 and float64 only: the
+ * BLAS path) are big enough to be split across the pool: by rows (m > n) and
+ * by columns (n > m); {16, 200, 600} and {600, 16, 200} are the short-side
+ * kernel's blocks of columns of A B and of rows of A^T B. */
+#define NSPLIT 3
+static const mnk sizes[] = {{1, 1, 1},      {3, 5, 4},      {0, 3, 2},
+                            {2, 0, 3},      {2, 3, 0},      {17, 33, 9},
+                            {1, 257, 1},    {40, 70, 65},   {16, 45, 33},
+                            {7, 300, 100},  {100, 16, 47},  {100, 120, 90},
+                            {64, 200, 301}, {16, 200, 600}, {600, 16, 200}};
 #define NCASES (NELEM(sizes) * 4)
 
 /* op(X)[r][c] where X is stored transposed when t. */

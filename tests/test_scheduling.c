@@ -1,7 +1,8 @@
 /* tests/test_scheduling.c - how the executor places work on threads: cheap
  * nodes run inline on the thread that made them ready (a step of cheap nodes,
  * a small all-reduce included, never leaves the calling thread), an expensive
- * kernel on one device never delays another device's start, and long chains
+ * kernel on one device never delays another device's start, a lone device's
+ * expensive work goes to the pool while the caller waits, and long chains
  * of cheap nodes (on one device, or hopping between two) run without growing
  * the C stack. Test ops are registered here with explicit costs. */
 #include <pthread.h>
@@ -45,6 +46,11 @@ static const rf__op_spec specs[] = {
      .attrs = "want: int = 1",
      .shape = same_shape},
     {.name = "SchedRecord",
+     .inputs = "x: T",
+     .outputs = "y: T",
+     .attrs = "T: type",
+     .shape = same_shape},
+    {.name = "SchedRecordDear",
      .inputs = "x: T",
      .outputs = "y: T",
      .attrs = "T: type",
@@ -119,6 +125,9 @@ static const rf__kernel_def kernels[] = {
      .device_type = RF_DEVICE_CPU,
      .compute = k_record,
      .cost = RF_COST_CHEAP},
+    {.op = "SchedRecordDear",
+     .device_type = RF_DEVICE_CPU,
+     .compute = k_record},
 };
 
 static int setup(void **state) {
@@ -264,6 +273,56 @@ static void test_cheap_step_stays_on_caller(void **state) {
   rf_graph_free(g);
 }
 
+/* The threads that ran device 0's and device 1's SchedRecordDear in each of
+ * `steps` steps of a graph where `devices` (1 or 2) devices each run one. */
+static void record_dear(int devices, int steps, pthread_t *ran0,
+                        pthread_t *ran1) {
+  rf_graph *g = rf_graph_new();
+  rf_output rec[2];
+  for (int d = 0; d < devices; d++) {
+    char dev[16];
+    snprintf(dev, sizeof dev, "cpu:%d", d);
+    rec[d] = unary(g, "SchedRecordDear", dev, const_node(g, dev, d + 1));
+  }
+  rf_session *s = session(g, devices, 2);
+  for (int step = 0; step < steps; step++) {
+    /* let the workers finish the last step and wait for work */
+    struct timespec nap = {0, 2000000};
+    nanosleep(&nap, NULL);
+    rf_tensor *out[2];
+    assert_ok(rf_session_run(s, NULL, 0, rec, devices, NULL, 0, out));
+    for (int d = 0; d < devices; d++) {
+      assert_true(rf_tensor_get(out[d], 0) == d + 1);
+      rf_tensor_release(out[d]);
+    }
+    ran0[step] = recorded[0];
+    if (ran1) ran1[step] = recorded[1];
+  }
+  rf_session_free(s);
+  rf_graph_free(g);
+}
+
+/* A lone device's expensive work goes to an idle pool worker, the caller
+ * only waits (three threads computing on two cores let the kernel stack two
+ * of them on one core); with two devices the caller keeps the first one's
+ * and the second goes to the pool. Idleness is a race with the previous
+ * step's workers, so one step of ten in the pool is enough for the first. */
+static void test_lone_device_goes_to_the_pool(void **state) {
+  (void)state;
+  enum { STEPS = 10 };
+  pthread_t ran0[STEPS], ran1[STEPS];
+  record_dear(1, STEPS, ran0, NULL);
+  int pooled = 0;
+  for (int i = 0; i < STEPS; i++)
+    pooled += !pthread_equal(ran0[i], pthread_self());
+  assert_true(pooled >= 1);
+  record_dear(2, STEPS, ran0, ran1);
+  for (int i = 0; i < STEPS; i++) {
+    assert_true(pthread_equal(ran0[i], pthread_self()));
+    assert_false(pthread_equal(ran1[i], pthread_self()));
+  }
+}
+
 /* 100,000 cheap nodes in a chain on one device, beside a second device:
  * they run inline one after another from a local stack, not recursively. */
 static void test_long_cheap_chain(void **state) {
@@ -316,6 +375,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup(test_slow_device_does_not_delay_starts, setup),
       cmocka_unit_test_setup(test_cheap_step_stays_on_caller, setup),
+      cmocka_unit_test_setup(test_lone_device_goes_to_the_pool, setup),
       cmocka_unit_test_setup(test_long_cheap_chain, setup),
       cmocka_unit_test_setup(test_cheap_chain_across_devices, setup),
   };

@@ -1,15 +1,18 @@
 /* kernels/cpu/matmul.c - MatMul on the CPU: C (m,n) = op(A) op(B), where op
  * transposes when the node's transpose_a/transpose_b say so.
  *
- * float32/float64 go to CBLAS (OpenBLAS); float16/bfloat16 widen to float32,
- * run sgemm and round once per element; int32/int64 use an i-k-j loop over
- * rows of C (B transposed first when needed so the inner loop is contiguous)
- * in unsigned arithmetic, which wraps instead of overflowing. */
+ * float32/float64 go to CBLAS (OpenBLAS), except float32 products (or
+ * blocks of them) with a short side - few rows of A B, a short sum of A^T B
+ * - which kernels/cpu/sgemm_small.c does without packing; float16/bfloat16
+ * widen to float32, run sgemm and round once per element; int32/int64 use an
+ * i-k-j loop over rows of C (B transposed first when needed so the inner loop
+ * is contiguous) in unsigned arithmetic, which wraps instead of overflowing. */
 #include <cblas.h>
 #include <string.h>
 
 #include "core/mem.h"
 #include "kernels/cpu/math_kernels.h"
+#include "kernels/cpu/sgemm_small.h"
 #include "kernels/matmul_shape.h"
 #include "runtime/device.h"
 
@@ -19,6 +22,10 @@ typedef rf__matmul_dims mm_dims;
 /* ldc: row length of C as stored (n, or more for a block of C's columns) */
 static void sgemm(const mm_dims *d, const float *a, const float *b, float *c,
                   int64_t ldc) {
+  if (rf__sgemm_small_fits(d)) {
+    rf__sgemm_small(d, a, b, c, ldc);
+    return;
+  }
   cblas_sgemm(CblasRowMajor, d->ta ? CblasTrans : CblasNoTrans,
               d->tb ? CblasTrans : CblasNoTrans, (int)d->m, (int)d->n,
               (int)d->k, 1.0f, a, (int)d->lda, b, (int)d->ldb, 0.0f, c,
