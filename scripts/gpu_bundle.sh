@@ -22,7 +22,8 @@ for t in build-gpu/tests/test_gpu_* build-gpu/tests/test_collectives \
   [ -x "$t" ] && cp "$t" "$stage/bin/"
 done
 strip "$stage"/bin/* 2>/dev/null || true
-for lib in libopenblas.so.0 libjansson.so.4 libcmocka.so.0 libgfortran.so.5 libquadmath.so.0; do
+for lib in libopenblas.so.0 libjansson.so.4 libcmocka.so.0 libgfortran.so.5 libquadmath.so.0 \
+           libgloo.so.0 libhiredis.so.0.14 libibverbs.so.1; do
   path=$(ldd build-gpu/tools/ringflow build-gpu/tests/test_gpu_runtime 2>/dev/null |
          awk -v l="$lib" '$1 == l {print $3; exit}')
   [ -n "$path" ] && cp -L "$path" "$stage/lib/"
