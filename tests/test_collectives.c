@@ -594,21 +594,24 @@ static void test_gradient_through_peers(void **state) {
   rf_graph_free(g);
 }
 
+/* The matrix's tests: this file's main, and the files that include it with
+ * RF_COLLECTIVES_HOOKS for other device sets (several processes). */
+#define RF_COLLECTIVES_TESTS                                        \
+  cmocka_unit_test(test_all_reduce_matrix),                         \
+      cmocka_unit_test(test_reduce_matrix),                         \
+      cmocka_unit_test(test_broadcast_matrix),                      \
+      cmocka_unit_test(test_all_gather_reduce_scatter),             \
+      cmocka_unit_test(test_all_reduce_gradient),                   \
+      cmocka_unit_test(test_reduce_and_broadcast_gradients),        \
+      cmocka_unit_test(test_single_device_broadcast),               \
+      cmocka_unit_test(test_all_reduce_and_reduce_broadcast_agree), \
+      cmocka_unit_test(test_fetching_one_participant_runs_all),     \
+      cmocka_unit_test(test_other_reduction_gradients),             \
+      cmocka_unit_test(test_gradient_through_peers)
+
 #ifndef RF_COLLECTIVES_HOOKS
 int main(void) {
-  const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_all_reduce_matrix),
-      cmocka_unit_test(test_reduce_matrix),
-      cmocka_unit_test(test_broadcast_matrix),
-      cmocka_unit_test(test_all_gather_reduce_scatter),
-      cmocka_unit_test(test_all_reduce_gradient),
-      cmocka_unit_test(test_reduce_and_broadcast_gradients),
-      cmocka_unit_test(test_single_device_broadcast),
-      cmocka_unit_test(test_all_reduce_and_reduce_broadcast_agree),
-      cmocka_unit_test(test_fetching_one_participant_runs_all),
-      cmocka_unit_test(test_other_reduction_gradients),
-      cmocka_unit_test(test_gradient_through_peers),
-  };
+  const struct CMUnitTest tests[] = {RF_COLLECTIVES_TESTS};
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
 #endif
