@@ -21,7 +21,14 @@ for t in build-gpu/tests/test_gpu_* build-gpu/tests/test_collectives \
          build-gpu/tools/ringflow build-gpu/bench/bench_*; do
   [ -x "$t" ] && cp "$t" "$stage/bin/"
 done
-strip "$stage"/bin/* 2>/dev/null || true
+# MPI builds: the reference matrix across processes, for gpu_multi_run.sh
+# (not in bin/: gpu_tests runs every bin/test_* as one process).
+if [ -x build-gpu/tests/test_mpi_collectives ]; then
+  mkdir -p "$stage/bin-mpi"
+  cp build-gpu/tests/test_mpi_collectives "$stage/bin-mpi/"
+  cp tests/mpi/gpu_ranks.sh "$stage/"
+fi
+strip "$stage"/bin/* "$stage"/bin-mpi/* 2>/dev/null || true
 for lib in libopenblas.so.0 libjansson.so.4 libcmocka.so.0 libgfortran.so.5 libquadmath.so.0 \
            libgloo.so.0 libhiredis.so.0.14 libibverbs.so.1; do
   path=$(ldd build-gpu/tools/ringflow build-gpu/tests/test_gpu_runtime 2>/dev/null |

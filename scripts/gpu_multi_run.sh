@@ -11,7 +11,9 @@
 #     against raw NCCL calls on the same buffers (nccl-tests' algbw/busbw),
 #     then on 2G devices (two per GPU: CUDA kernels over peer access);
 #   - `ringflow train --devices gpu:0-(N-1) --check` for N = 1, 2, 4, 8
-#     (N > G puts several devices on a GPU), then 5 epochs on all G GPUs.
+#     (N > G puts several devices on a GPU), then 5 epochs on all G GPUs;
+#   - across 2 processes under mpirun (issue 7's NCCL path): the reference
+#     matrix (G >= 8) and `ringflow train --check`, each process on G/2 GPUs.
 # Logs are packed into OUT/logs.tgz, the benchmark tables copied beside it.
 #   [MAX=8G] gpu_multi_run.sh OUT [BUDGET_SECONDS (default 570)]
 set -uo pipefail
@@ -40,6 +42,26 @@ if [ -f "$data/train-images-idx3-ubyte.gz" ]; then
     part "train_check_$N" 90 "$rf" train --data "$data" --devices "$devs" --check --steps 100 --quiet
   done
   part train_all 120 "$rf" train --data "$data" --devices "gpu:0-$last" --epochs 5 --quiet
+fi
+
+# Issue 7's GPU half: NCCL communicators across 2 processes (ncclCommInitRank,
+# the unique id over MPI), each process with half the GPUs (gpu_ranks.sh). The
+# reference matrix needs 4 GPUs a process (its 8 devices), the training one.
+half=$((G / 2))
+if [ "$half" -ge 1 ] && command -v mpirun > /dev/null && [ -x "$here/bin-mpi/test_mpi_collectives" ]; then
+  mpi=(mpirun --allow-run-as-root --oversubscribe -np 2 -x LD_LIBRARY_PATH
+       -x NCCL_NVLS_ENABLE -x RF_GPUS_PER_TASK)
+  export RF_GPUS_PER_TASK=$half
+  if [ "$half" -ge 4 ]; then
+    export RF_MPI_TEST_DEVICE=gpu
+    part mpi_gpu_matrix 180 "${mpi[@]}" -x RF_MPI_TEST_DEVICE -x RF_TEST_SEED=1 \
+      "$here/gpu_ranks.sh" "$here/bin-mpi/test_mpi_collectives"
+    unset RF_MPI_TEST_DEVICE
+  fi
+  if [ -f "$data/train-images-idx3-ubyte.gz" ]; then
+    part mpi_gpu_train 120 "${mpi[@]}" "$here/gpu_ranks.sh" "$rf" train --data "$data" \
+      --devices "gpu:0-$((half - 1))" --check --steps 100 --quiet
+  fi
 fi
 
 gpu_finish +bench_nccl +bench_peer
