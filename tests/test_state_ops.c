@@ -511,6 +511,55 @@ static void test_adam(void **state) {
   }
 }
 
+/* Adam treats denormal floats as zero (kernels/cpu/denormal.h): a moment
+ * that would decay into the denormal range becomes 0, a denormal gradient
+ * counts as 0; normal values follow TensorFlow's formula. With IEEE
+ * denormals (RF_FLUSH_DENORMALS=0) m[0] would be 0.9 * 1e-39. */
+static void test_adam_flushes_denormals(void **state) {
+  (void)state;
+#if defined(__x86_64__) || defined(__i386__)
+  rf_shape shape = rf_shape_of(1, 3);
+  rf_graph *g = rf_graph_new();
+  var_graph x = add_variable(g, "x", RF_FLOAT32, shape);
+  var_graph m = add_variable(g, "m", RF_FLOAT32, shape);
+  var_graph v = add_variable(g, "v", RF_FLOAT32, shape);
+  rf_output grad = rf_placeholder(g, "grad", RF_FLOAT32, shape);
+  rf_output one = rf_const_scalar(g, "one", RF_FLOAT32, 0.5);
+  rf_node *adam =
+      rf_apply_adam(g, "adam", x.var, m.var, v.var, one, one,
+                    rf_const_scalar(g, "lr", RF_FLOAT32, 0.1),
+                    rf_const_scalar(g, "b1", RF_FLOAT32, 0.9),
+                    rf_const_scalar(g, "b2", RF_FLOAT32, 0.999),
+                    rf_const_scalar(g, "eps", RF_FLOAT32, 1e-7), grad);
+  rf_session *s = new_session(g, 1);
+  const float xv[3] = {1, 1, 1}, mv[3] = {1e-39f, 0, 0}, zv[3] = {0, 0, 0};
+  const float gv[3] = {0, 1e-40f, 1};
+  rf_tensor *t[4];
+  assert_ok(rf_tensor_new_copy(RF_FLOAT32, &shape, xv, &t[0]));
+  assert_ok(rf_tensor_new_copy(RF_FLOAT32, &shape, mv, &t[1]));
+  assert_ok(rf_tensor_new_copy(RF_FLOAT32, &shape, zv, &t[2]));
+  assert_ok(rf_tensor_new_copy(RF_FLOAT32, &shape, gv, &t[3]));
+  init_variable(s, &x, t[0]);
+  init_variable(s, &m, t[1]);
+  init_variable(s, &v, t[2]);
+  rf_feed feed = {grad, t[3]};
+  run_target(s, &feed, 1, adam);
+  rf_output reads[2] = {m.read, v.read};
+  rf_tensor *outs[2];
+  assert_ok(rf_session_run(s, NULL, 0, reads, 2, NULL, 0, outs));
+  const float *mo = rf_tensor_data(outs[0]), *vo = rf_tensor_data(outs[1]);
+  assert_true(mo[0] == 0.0f); /* 0.9 * 1e-39: denormal, flushed */
+  assert_true(mo[1] == 0.0f && vo[1] == 0.0f); /* the denormal gradient */
+  assert_true(fabs(mo[2] - 0.1) < 1e-6 && fabs(vo[2] - 0.001) < 1e-6);
+  for (int k = 0; k < 2; k++) rf_tensor_release(outs[k]);
+  for (int k = 0; k < 4; k++) rf_tensor_release(t[k]);
+  rf_session_free(s);
+  rf_graph_free(g);
+#else
+  skip();
+#endif
+}
+
 /* Updaters and readers on one session at once: every update lands (the
  * variable's mutex serialises them) and no reader ever sees a half-written
  * value (all elements move together, so a torn snapshot shows up). */
@@ -587,6 +636,7 @@ int main(void) {
       cmocka_unit_test(test_update_in_place),
       cmocka_unit_test(test_snapshot_in_same_run),
       cmocka_unit_test(test_adam),
+      cmocka_unit_test(test_adam_flushes_denormals),
       cmocka_unit_test(test_concurrent_updates),
   };
   return cmocka_run_group_tests(tests, setup, NULL);

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "core/status.h"
+#include "kernels/cpu/denormal.h"
 #include "kernels/kernel.h"
 #include "kernels/state_prepare.h"
 #include "ops/families.h"
@@ -126,6 +127,7 @@ static void gd_chunk(void *arg, int64_t b, int64_t e) {
 
 static void adam_chunk(void *arg, int64_t b, int64_t e) {
   const update_args *a = arg;
+  rf__denormal_scope ftz = rf__denormal_flush_begin(); /* see denormal.h */
   if (a->dtype == RF_FLOAT32) {
     adam_float(a->var, a->m, a->v, a->delta, a, b, e);
   } else if (a->dtype == RF_FLOAT64) {
@@ -147,6 +149,7 @@ static void adam_chunk(void *arg, int64_t b, int64_t e) {
       x[i] = from(to(x[i]) - lr * mi / (sqrtf(vi) + eps));
     }
   }
+  rf__denormal_flush_end(ftz);
 }
 
 /* ---- ApplyGradientDescent, ApplyAdam ---- */
