@@ -206,16 +206,6 @@ static int parse_args(int argc, char **argv, opts *o, bool *stop) {
   return 0;
 }
 
-static void load_average(char *buf, size_t len) {
-  FILE *f = fopen("/proc/loadavg", "r");
-  double a = 0, b = 0, c = 0;
-  if (f && fscanf(f, "%lf %lf %lf", &a, &b, &c) == 3)
-    snprintf(buf, len, "%.2f %.2f %.2f", a, b, c);
-  else
-    snprintf(buf, len, "unknown");
-  if (f) fclose(f);
-}
-
 static bool wanted(const opts *o, int c) { return o->only < 0 || o->only == c; }
 
 static void print_header(void) {
@@ -432,7 +422,7 @@ int cmd_bench(int argc, char **argv) {
     return rc;
   }
   char load[64];
-  load_average(load, sizeof load);
+  tool_load_average(load, sizeof load);
   if (!o.csv)
     printf(
         "ringflow bench: %d virtual CPU devices, float32, sum; %lld..%lld "
@@ -448,7 +438,7 @@ int cmd_bench(int argc, char **argv) {
   else if (!rc && !o.csv)
     printf("\nOpenMPI baseline: skipped (--no-mpi)\n");
   if (!rc) print_summary(&o, r);
-  load_average(load, sizeof load);
+  tool_load_average(load, sizeof load);
   if (!rc && !o.csv) printf("load average %s at the end\n", load);
   free(r);
   return rc;

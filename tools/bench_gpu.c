@@ -161,13 +161,8 @@ static void free_env(bench_gpu_env *env) {
 
 static void print_header(const bench_gpu_opts *o, const gpu_info *gi,
                          const bench_gpu_env *env) {
-  char load[64] = "unknown";
-  FILE *f = fopen("/proc/loadavg", "r");
-  if (f) {
-    if (!fgets(load, sizeof load, f)) snprintf(load, sizeof load, "unknown");
-    load[strcspn(load, "\n")] = 0;
-    fclose(f);
-  }
+  char load[64];
+  tool_load_average(load, sizeof load);
   int used = o->n < gi->count ? o->n : gi->count;
   printf(
       "ringflow bench: %d GPU devices gpu:0..gpu:%d on %d of %d physical "

@@ -300,16 +300,6 @@ static void print_row(const jb *b, bench_coll c, int64_t bytes,
   fflush(stdout);
 }
 
-static void load_average(char *buf, size_t len) {
-  FILE *f = fopen("/proc/loadavg", "r");
-  double x = 0, y = 0, z = 0;
-  if (f && fscanf(f, "%lf %lf %lf", &x, &y, &z) == 3)
-    snprintf(buf, len, "%.2f %.2f %.2f", x, y, z);
-  else
-    snprintf(buf, len, "unknown");
-  if (f) fclose(f);
-}
-
 #ifndef RF_HAVE_GLOO
 bool bench_gloo_new(int rank, int size, const char *dir, bench_gloo **out,
                     char *why, size_t why_len) {
@@ -392,7 +382,7 @@ int bench_job(const bench_job_args *a) {
   char why[512] = "skipped (--no-gloo)";
   if (!a->no_gloo) gloo_connect(&b, why, sizeof why);
   char load[64];
-  load_average(load, sizeof load);
+  tool_load_average(load, sizeof load);
   bool lead = b.task == 0;
   if (lead && !a->csv)
     printf(
@@ -423,7 +413,7 @@ int bench_job(const bench_job_args *a) {
     }
     rf_default_allocator_trim();
   }
-  load_average(load, sizeof load);
+  tool_load_average(load, sizeof load);
   if (lead && !a->csv && !rc) printf("load average %s at the end\n", load);
   bench_gloo_free(b.gloo);
   return rc;

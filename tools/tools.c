@@ -19,6 +19,16 @@ static void prefix(void) {
     fputs("ringflow: ", stderr);
 }
 
+void tool_load_average(char *buf, size_t len) {
+  FILE *f = fopen("/proc/loadavg", "r");
+  double a = 0, b = 0, c = 0;
+  if (f && fscanf(f, "%lf %lf %lf", &a, &b, &c) == 3)
+    snprintf(buf, len, "%.2f %.2f %.2f", a, b, c);
+  else
+    snprintf(buf, len, "unknown");
+  if (f) fclose(f);
+}
+
 int tool_fail(const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);

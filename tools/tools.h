@@ -15,6 +15,9 @@ extern int tool_task;
 
 /* Prints "ringflow: <message>" to stderr; returns 2 (usage error). */
 int tool_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* The 1/5/15-minute load averages as "0.12 0.34 0.56", or "unknown": benches
+ * print them beside their figures. */
+void tool_load_average(char *buf, size_t len);
 /* Prints the status (code and message) and frees it; returns 1. */
 int tool_report(rf_status *st);
 
