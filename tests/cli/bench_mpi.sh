@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `mpirun -np 2 ringflow bench --quick`: every collective across the two
 # processes gets a row with ringflow's, MPI's (and for all_reduce Gloo's, when
-# built) times and ratios; the CSV form parses; task 0 alone prints. Timing
+# built) times and ratios; the CSV form parses; task 0 alone prints; GPU
+# devices are refused with a clear error. Timing
 # itself is not judged here (docs/MULTIPROCESS.md has the figures).
 set -euo pipefail
 ringflow="$1"
@@ -18,4 +19,9 @@ csv=$(bash "$mpirun_sh" 2 "$ringflow" bench --quick --max 1K --csv \
         --collective all_reduce --no-gloo)
 echo "$csv"
 echo "$csv" | grep -Eq "^all_reduce,2,2,1024,[0-9]+,3,[0-9.]+,[0-9.]+,,"
+# GPU devices are benchmarked in one process: across processes, a clear error.
+if err=$(bash "$mpirun_sh" 2 "$ringflow" bench --quick --devices gpu:0-1 2>&1); then
+  echo "bench across processes on GPU devices should fail"; exit 1
+fi
+echo "$err" | grep -q "across processes only on CPU devices"
 echo "bench_mpi: ok"
