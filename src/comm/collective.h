@@ -74,18 +74,16 @@ typedef struct rf__coll_participant {
   const char *group_devices;
   rf__collective_done done;
   void *arg;
-  /* Optional: the step's cancelled flag (set before the step cancels its
-   * collectives); a participant joining a cancelled step fails at once. */
-  const atomic_int *step_cancelled;
   /* Several processes (comm/job.h): how many of the num_devices
    * participants live in this process (0: all of them). When fewer, the
    * manager gathers these and hands them to the session's job, which meets
-   * the other processes under (shared_name, job_step). */
+   * the other processes under (shared_name, the step's job_step). */
   int task_devices;
-  int64_t job_step;
-  /* Optional: the participant's step (not owned; valid until its done
-   * fires). A backend that reports done before its work has run adds a
-   * check there (runtime/step.h). */
+  /* Optional (NULL for a participant without a step, e.g. in tests of the
+   * manager alone): the participant's step (not owned; valid until its done
+   * fires). A participant joining a cancelled step fails at once; a backend
+   * that reports done before its work has run adds a check there
+   * (runtime/step.h). */
   struct rf__step *step;
 } rf__coll_participant;
 

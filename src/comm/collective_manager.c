@@ -22,6 +22,7 @@
 #include "comm/job.h"
 #include "core/hash.h"
 #include "core/status.h"
+#include "runtime/step.h"
 
 enum entry_state { PENDING, FAILED };
 
@@ -422,7 +423,7 @@ static entry *entry_new(const char *key, const char *shared_name, int64_t step,
   e->cap = expected;
   e->num_devices = p->num_devices;
   e->cross = expected < p->num_devices;
-  e->job_step = p->job_step;
+  e->job_step = p->step ? p->step->job_step : -1;
   return e;
 }
 
@@ -449,7 +450,7 @@ rf_status *rf__collective_join(rf__collective_manager *m,
   /* The step's flag is set before rf__collective_cancel_step scans the table
    * under this lock, so a participant either sees it here or is failed by the
    * scan: no allocation is needed to cancel. */
-  if (p->step_cancelled && atomic_load(p->step_cancelled)) {
+  if (p->step && atomic_load(&p->step->cancelled)) {
     fail_now =
         rf__error(RF_CANCELLED, "collective '%s': step %lld was cancelled",
                   shared_name, (long long)step_id);

@@ -142,10 +142,7 @@ static void participate(rf__kernel_ctx *ctx, rf__done_fn done) {
                             .device = ctx->device,
                             .node = ctx->node->name,
                             .group_devices = s->group_devices,
-                            .step_cancelled = &step->cancelled,
                             .task_devices = s->task_devices,
-                            .job_step = step->job_step,
-
                             .step = step};
   if (s->shape_input) {
     rf_status *st = shape_from_input(ctx, &p.shape);
