@@ -1,7 +1,8 @@
 /* tests/test_session.c - the session API on test-only ops: feeds, fetches and
  * targets, pruning, the compile cache, options, placement rules and errors,
- * missing kernels and feeds, and that a session keeps working after a failed
- * run and frees everything. */
+ * missing kernels and feeds, step checks and gpu_sync_on_finish /
+ * rf_session_sync on CPU devices, and that a session keeps working after a
+ * failed run and frees everything. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +11,7 @@
 
 #include "ringflow/debug.h"
 #include "runtime/session_internal.h"
+#include "runtime/step.h"
 #include "runtime_test_ops.h"
 
 static uint64_t rng;
@@ -177,6 +179,100 @@ static void test_options(void **state) {
   assert_int_equal(s->num_devices, 1);
   rf_session_free(s);
   rf_session_free(NULL);
+  rf_graph_free(g);
+}
+
+/* TestCheck(x: float64, message) -> x, adding a step check that fails with
+ * INTERNAL "checked: <message>" (an empty message: passes). */
+static atomic_int checks_run;
+
+typedef struct test_check {
+  rf__step_check c;
+  char message[32];
+} test_check;
+
+static rf_status *test_check_fn(void *arg) {
+  test_check *t = arg;
+  atomic_fetch_add(&checks_run, 1);
+  rf_status *st = t->message[0]
+                      ? rf_status_new(RF_INTERNAL, "checked: %s", t->message)
+                      : NULL;
+  free(t);
+  return st;
+}
+
+static rf_status *test_check_compute(rf__kernel_ctx *ctx) {
+  const char *msg;
+  RF_CHECK(rf__attrs_get_string(&ctx->node->attrs, "message", &msg));
+  test_check *t = calloc(1, sizeof *t);
+  if (!t) return rf__oom();
+  snprintf(t->message, sizeof t->message, "%s", msg);
+  t->c = (rf__step_check){.fn = test_check_fn, .arg = t};
+  rf__step_add_check(ctx->step, &t->c);
+  rf__kernel_forward_input(ctx, 0, 0);
+  return NULL;
+}
+
+static rf_output check_node(rf_graph *g, const char *name, rf_output x,
+                            const char *message) {
+  static int registered;
+  if (!registered) {
+    registered = 1;
+    static const rf__op_spec spec = {.name = "TestCheck",
+                                     .inputs = "x: float64",
+                                     .outputs = "y: float64",
+                                     .attrs = "message: string = ''",
+                                     .shape = rt_same_shape};
+    static const rf__kernel_def def = {.op = "TestCheck",
+                                       .device_type = RF_DEVICE_CPU,
+                                       .compute = test_check_compute};
+    assert_ok(rf__op_register(&spec));
+    assert_ok(rf__kernel_register(&def));
+  }
+  rf_node_builder *b = rf_node_builder_new(g, "TestCheck", name);
+  rf_node_builder_input(b, x);
+  rf_node_builder_attr_string(b, "message", message);
+  return (rf_output){rt_finish(b), 0};
+}
+
+/* gpu_sync_on_finish is on by default and ignored without GPU devices: with
+ * it off a CPU session's steps still end with their work done and their
+ * checks run (a check's error is the step's own); rf_session_sync has
+ * nothing to wait for or report; NULL is refused. */
+static void test_gpu_sync_option_on_cpu(void **state) {
+  rf_session_options o;
+  rf_session_options_init(&o);
+  assert_int_equal(o.gpu_sync_on_finish, 1);
+  o.gpu_sync_on_finish = 0;
+  o.num_cpu_devices = 2;
+  rf_graph *g = rf_graph_new();
+  rf_output c = rt_const_node(g, "c", "cpu:1", 2, rf_shape_of(1, (int64_t)3));
+  rf_output ok =
+      check_node(g, "ok", rt_unary_node(g, "TestAddOne", "y", "cpu:0", c), "");
+  rf_output bad = check_node(g, "bad", c, "cpu trouble");
+  rf_session *s = NULL;
+  assert_ok(rf_session_new(g, &o, &s));
+  assert_ok(rf_session_sync(s)); /* before any run */
+  atomic_store(&checks_run, 0);
+  for (int i = 0; i < 3; i++) {
+    rf_tensor *out = NULL;
+    assert_ok(rf_session_run(s, NULL, 0, &ok, 1, NULL, 0, &out));
+    const double want[3] = {3, 3, 3};
+    assert_tensor_near(out, rf_shape_of(1, (int64_t)3), want, 0);
+    rf_tensor_release(out);
+    assert_int_equal(atomic_load(&checks_run), i + 1); /* already ran */
+  }
+  assert_ok(rf_session_sync(s));
+  rf_tensor *out = NULL;
+  assert_status(rf_session_run(s, NULL, 0, &bad, 1, NULL, 0, &out), RF_INTERNAL,
+                "checked: cpu trouble");
+  assert_null(out);
+  assert_int_equal(atomic_load(&checks_run), 4);
+  assert_ok(rf_session_sync(s)); /* the run reported it; nothing is left */
+  assert_ok(rf_session_run(s, NULL, 0, &ok, 1, NULL, 0, &out));
+  rf_tensor_release(out);
+  rf_session_free(s);
+  assert_status(rf_session_sync(NULL), RF_INVALID_ARGUMENT, "NULL");
   rf_graph_free(g);
 }
 
@@ -439,6 +535,7 @@ int main(void) {
       cmocka_unit_test_setup(test_pruning_runs_only_what_is_needed, setup),
       cmocka_unit_test_setup(test_compile_cache, setup),
       cmocka_unit_test_setup(test_options, setup),
+      cmocka_unit_test_setup(test_gpu_sync_option_on_cpu, setup),
       cmocka_unit_test_setup(test_graph_with_error_is_refused, setup),
       cmocka_unit_test_setup(test_run_argument_errors, setup),
       cmocka_unit_test_setup(test_missing_feed, setup),

@@ -20,6 +20,7 @@ typedef struct opts {
   bool executor_only, no_executor;
   const char *trace_prefix;
   int per_step; /* GPU: collectives per session step */
+  int pipeline; /* GPU: pipelined steps per wait (0: no such columns) */
   int64_t lo, hi;
   double min_time;
   bool quick, csv, no_mpi, no_floor, no_gloo, devices_given;
@@ -43,7 +44,7 @@ static const char *const usage_text =
     "                      [--collective NAME] [--no-mpi] [--no-floor]\n"
     "                      [--mpi-baseline PATH] [--backend auto|cuda|nccl]\n"
     "                      [--executor | --no-executor] [--trace PREFIX]\n"
-    "                      [--per-step K]\n"
+    "                      [--per-step K] [--pipeline T]\n"
     "  times all_reduce (sum), reduce, broadcast, all_gather and "
     "reduce_scatter\n"
     "  (float32) at sizes SIZE..SIZE in steps of xF (default 4; K/M/G\n"
@@ -58,7 +59,10 @@ static const char *const usage_text =
     "  --trace PREFIX writes a Chrome trace of one step per collective at\n"
     "  the smallest and largest size (PREFIX_<collective>_<bytes>.json);\n"
     "  --per-step K: K independent collectives of the same inputs per\n"
-    "  session step, against K raw calls then one wait (default 1).\n"
+    "  session step, against K raw calls then one wait (default 1);\n"
+    "  --pipeline T: also T steps back to back with gpu_sync_on_finish off\n"
+    "  then one rf_session_sync, against T x K raw calls then one wait\n"
+    "  (default 20; 0: not).\n"
     "  --quick: 1K..4M, 0.02 s per size (for tests); --csv: CSV tables.\n"
     "Under mpirun (mpirun -np N ringflow bench): each collective across the\n"
     "  N processes (--devices each, default 1) against MPI_Allreduce,\n"
@@ -137,6 +141,7 @@ static int parse_args(int argc, char **argv, opts *o, bool *stop) {
       {"no-gloo", no_argument, 0, 'G'},
       {"rounds", required_argument, 0, 'r'},
       {"per-step", required_argument, 0, 'K'},
+      {"pipeline", required_argument, 0, 'L'},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   *o = (opts){.n = 4,
@@ -144,7 +149,8 @@ static int parse_args(int argc, char **argv, opts *o, bool *stop) {
               .min_time = -1,
               .only = -1,
               .rounds = 5,
-              .per_step = 1};
+              .per_step = 1,
+              .pipeline = -1};
   bool min_given = false, max_given = false;
   int c;
   optind = 1;
@@ -176,6 +182,7 @@ static int parse_args(int argc, char **argv, opts *o, bool *stop) {
       case 'X': o->no_executor = true; break;
       case 'R': o->trace_prefix = optarg; break;
       case 'K': bad = parse_int(optarg, 1, 64, &o->per_step); break;
+      case 'L': bad = parse_int(optarg, 0, 1000, &o->pipeline); break;
       case 'h':
         fputs(usage_text, stdout);
         *stop = true;
@@ -197,10 +204,11 @@ static int parse_args(int argc, char **argv, opts *o, bool *stop) {
   if (!o->gpu && o->hi > (1 << 30))
     return tool_fail("bench: at most 1G on CPU devices");
   if (!o->gpu && (o->backend || o->executor_only || o->no_executor ||
-                  o->trace_prefix || o->per_step != 1))
+                  o->trace_prefix || o->per_step != 1 || o->pipeline >= 0))
     return tool_fail(
-        "bench: --backend, --executor, --no-executor, --trace and --per-step "
-        "need GPU devices");
+        "bench: --backend, --executor, --no-executor, --trace, --per-step "
+        "and --pipeline need GPU devices");
+  if (o->pipeline < 0) o->pipeline = 20;
   if (o->executor_only && o->no_executor)
     return tool_fail("bench: --executor and --no-executor exclude each other");
   return 0;
@@ -416,7 +424,8 @@ int cmd_bench(int argc, char **argv) {
                         .collectives = !o.executor_only,
                         .executor = !o.no_executor,
                         .trace_prefix = o.trace_prefix,
-                        .per_step = o.per_step};
+                        .per_step = o.per_step,
+                        .pipeline = o.pipeline};
     rc = bench_gpu_main(&g);
     free(r);
     return rc;

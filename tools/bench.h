@@ -106,6 +106,9 @@ typedef struct bench_gpu_opts {
    * largest size, to <trace_prefix>_<collective>_<bytes>.json. */
   const char *trace_prefix;
   int per_step; /* collectives per session step (and raw calls per wait) */
+  /* Session steps per rf_session_sync in the pipelined columns (steps that
+   * return once enqueued), against as many raw calls per wait; 0: none. */
+  int pipeline;
 } bench_gpu_opts;
 
 /* Runs and prints the GPU benchmarks: every collective through a session

@@ -118,6 +118,7 @@ static int setup_env(const bench_gpu_opts *o, const gpu_info *gi,
   env->threads = o->threads;
   env->timeout_ms = 60000;
   env->per_step = o->per_step;
+  env->pipeline = o->pipeline;
   for (int i = 0; i < o->n; i++) env->ordinals[i] = i % gi->count;
   bool nccl_runtime = o->n > 1 && distinct(env); /* the runtime's choice */
 #ifndef RF_HAVE_NCCL
@@ -199,6 +200,18 @@ static void print_header(const bench_gpu_opts *o, const gpu_info *gi,
       "ovh = time - raw; ratio = raw / time\n",
       o->per_step, o->per_step > 1 ? "s" : "", o->per_step,
       o->per_step > 1 ? "s" : "", ROUNDS, o->min_time / ROUNDS, o->per_step);
+  if (o->pipeline > 0)
+    printf(
+        "pipelined: %d session steps back to back with gpu_sync_on_finish "
+        "off (each returns once its GPU work is enqueued), then one "
+        "rf_session_sync, against %d x %d raw call%s back to back, then one "
+        "wait (nccl-tests' timing); pipe, praw: microseconds per collective "
+        "(time / %d); pratio = praw / pipe; prawev: praw with the CUDA-kernel "
+        "backend's cross-stream waits around each call (what the virtual "
+        "devices' streams cost the GPU; NCCL: praw); results checked by a "
+        "fetch after %d pipelined steps\n",
+        o->pipeline, o->pipeline, o->per_step, o->per_step > 1 ? "s" : "",
+        o->pipeline * o->per_step, o->pipeline);
 }
 
 /* ---- collectives ---- */
@@ -209,8 +222,11 @@ typedef struct coll_row {
   /* per collective: the session step with dones after the kernels; the
    * session step without the collectives (per step) */
   double wait_us, base_us;
-  double traffic; /* bytes through device memory at least */
-  int64_t fresh;  /* cudaMalloc'ed blocks during the timing */
+  /* pipelined (--pipeline T): per collective, session and raw */
+  double pipe_us, pipe_raw_us;
+  double pipe_raw_ev_us; /* raw with the backend's cross-stream waits */
+  double traffic;        /* bytes through device memory at least */
+  int64_t fresh;         /* cudaMalloc'ed blocks during the timing */
 } coll_row;
 
 /* One traced session step per collective, at the smallest and the largest
@@ -232,17 +248,21 @@ static rf_status *measure_one(const bench_gpu_opts *o, const bench_gpu_env *env,
   RF_TOOL_CHECK(bench_gpu_coll_new(env, c, size, &b));
   if (!b) return NULL; /* too small to split over n ranks */
   static rf_status *(*const fns[])(void *) = {
-      bench_gpu_coll_step, bench_gpu_coll_raw, bench_gpu_coll_step_waiting,
-      bench_gpu_coll_base};
-  double s[4] = {0};
-  int k[4] = {0};
+      bench_gpu_coll_step, bench_gpu_coll_raw,  bench_gpu_coll_step_waiting,
+      bench_gpu_coll_base, bench_gpu_coll_pipe, bench_gpu_coll_pipe_raw};
+  int nfns = env->pipeline > 0 ? 6 : 4;
+  double s[6] = {0};
+  int k[6] = {0};
   int64_t fresh0 = 0, fresh1 = 0;
-  rf_status *st = bench_gpu_coll_check(b);
+  rf_status *st = bench_gpu_coll_check(b, false);
+  if (!st && env->pipeline > 0) st = bench_gpu_coll_check(b, true);
   if (!st) {
     bench_gpu_coll_fresh(b, &fresh0);
-    st = bench_gpu_time(fns, 4, b, o->min_time, s, k);
+    st = bench_gpu_time(fns, nfns, b, o->min_time, s, k);
     bench_gpu_coll_fresh(b, &fresh1);
   }
+  /* and once more after the timing: the values the timed steps left */
+  if (!st && env->pipeline > 0) st = bench_gpu_coll_check(b, true);
   if (!st) st = maybe_trace(o, b, c, size);
   if (!st) {
     double bytes = bench_counted_bytes(c, env->n, size), per = env->per_step;
@@ -250,6 +270,10 @@ static rf_status *measure_one(const bench_gpu_opts *o, const bench_gpu_env *env,
     bench_row_set(&row->raw, c, env->n, bytes, k[1], s[1] / per);
     row->wait_us = s[2] / per * 1e6;
     row->base_us = s[3] * 1e6;
+    double calls = per * env->pipeline;
+    row->pipe_us = env->pipeline > 0 ? s[4] / calls * 1e6 : 0;
+    row->pipe_raw_us = env->pipeline > 0 ? s[5] / calls * 1e6 : 0;
+    row->pipe_raw_ev_us = nfns > 6 ? s[6] / calls * 1e6 : row->pipe_raw_us;
     row->traffic = bench_gpu_coll_traffic(b);
     row->fresh = fresh1 - fresh0;
     row->valid = true;
@@ -258,27 +282,35 @@ static rf_status *measure_one(const bench_gpu_opts *o, const bench_gpu_env *env,
   return st;
 }
 
-static void print_coll_header(bool csv) {
+static void print_coll_header(bool csv, bool pipe) {
   if (csv)
     printf(
         "collective,devices,backend,per_step,bytes,iters,time_us,algbw_gbs,"
         "busbw_gbs,raw_iters,raw_time_us,raw_algbw_gbs,raw_busbw_gbs,ratio,"
-        "overhead_us,mem_gbs,wait_us,base_step_us,fresh_blocks\n");
+        "overhead_us,mem_gbs,wait_us,base_step_us,fresh_blocks%s\n",
+        pipe ? ",pipeline,pipe_time_us,pipe_raw_time_us,pipe_busbw_gbs,"
+               "pipe_raw_busbw_gbs,pipe_ratio,pipe_raw_events_time_us"
+             : "");
   else
-    printf("%-15s %11s %9s %9s %9s %9s %9s %9s %9s %6s %9s %9s\n", "collective",
-           "bytes", "time(us)", "raw(us)", "wait(us)", "base", "ovh(us)",
-           "algbw", "busbw", "ratio", "raw_busbw", "mem(GB/s)");
+    printf("%-15s %11s %9s %9s %9s %9s %9s %9s %9s %6s %9s %9s%s\n",
+           "collective", "bytes", "time(us)", "raw(us)", "wait(us)", "base",
+           "ovh(us)", "algbw", "busbw", "ratio", "raw_busbw", "mem(GB/s)",
+           pipe ? "  pipe(us)  praw(us) pbusbw pratio  prawev(us)" : "");
 }
 
 static void print_coll_row(const bench_gpu_env *env, int c, const coll_row *r,
                            bool csv) {
+  double pratio = r->pipe_raw_us / r->pipe_us;
+  /* busbw scales as 1 / time: the K = 1 row's, rescaled */
+  double pbus = r->rf.busbw * r->rf.time_us / r->pipe_us;
+  double prbus = r->rf.busbw * r->rf.time_us / r->pipe_raw_us;
   double ratio = r->raw.time_us / r->rf.time_us;
   double ovh = r->rf.time_us - r->raw.time_us;
   double mem = r->traffic / (r->rf.time_us * 1e-6) / 1e9;
   if (csv)
     printf(
         "%s,%d,%s,%d,%.0f,%d,%.3f,%.4f,%.4f,%d,%.3f,%.4f,%.4f,%.4f,%.3f,"
-        "%.2f,%.3f,%.3f,%lld\n",
+        "%.2f,%.3f,%.3f,%lld",
         bench_coll_name((bench_coll)c), env->n, env->nccl ? "nccl" : "cuda",
         env->per_step, r->rf.bytes, r->rf.iters, r->rf.time_us, r->rf.algbw,
         r->rf.busbw, r->raw.iters, r->raw.time_us, r->raw.algbw, r->raw.busbw,
@@ -286,15 +318,52 @@ static void print_coll_row(const bench_gpu_env *env, int c, const coll_row *r,
   else
     printf(
         "%-15s %11.0f %9.1f %9.1f %9.1f %9.1f %9.1f %9.2f %9.2f %6.3f %9.2f "
-        "%9.1f\n",
+        "%9.1f",
         bench_coll_name((bench_coll)c), r->rf.bytes, r->rf.time_us,
         r->raw.time_us, r->wait_us, r->base_us, ovh, r->rf.algbw, r->rf.busbw,
         ratio, r->raw.busbw, mem);
+  if (env->pipeline > 0 && csv)
+    printf(",%d,%.3f,%.3f,%.4f,%.4f,%.4f,%.3f", env->pipeline, r->pipe_us,
+           r->pipe_raw_us, pbus, prbus, pratio, r->pipe_raw_ev_us);
+  else if (env->pipeline > 0)
+    printf(" %9.1f %9.1f %6.1f %6.3f %11.1f", r->pipe_us, r->pipe_raw_us, pbus,
+           pratio, r->pipe_raw_ev_us);
+  printf("\n");
   fflush(stdout);
 }
 
 /* Per collective: the lowest ratio at >= 32 MiB, and the overhead at
  * 8 B..64 KiB (median and range), with the targets. */
+static void print_pipe_summary(const bench_gpu_opts *o,
+                               coll_row (*rows)[BENCH_MAX_SIZES]) {
+  printf(
+      "\n# summary, pipelined (%d steps per rf_session_sync, against %d raw "
+      "calls per wait): busbw ratio at >= 32 MiB, target >= 0.97\n",
+      o->pipeline, o->pipeline * o->per_step);
+  for (int c = 0; c < BC_COUNT; c++) {
+    double lo = 0;
+    int nbig = 0;
+    char list[256] = "", evs[256] = "";
+    for (int i = 0; i < o->nsizes; i++) {
+      const coll_row *r = &rows[c][i];
+      if (!r->valid || o->sizes[i] < (32 << 20)) continue;
+      double q = r->pipe_raw_us / r->pipe_us;
+      lo = nbig++ ? (q < lo ? q : lo) : q;
+      size_t len = strlen(list);
+      snprintf(list + len, sizeof list - len, "%s%.3f", len ? " / " : "", q);
+      len = strlen(evs);
+      snprintf(evs + len, sizeof evs - len, "%s%.3f", len ? " / " : "",
+               r->pipe_raw_ev_us / r->pipe_us);
+    }
+    if (!nbig) continue;
+    printf(
+        "%-15s lowest ratio %.3f over %d sizes (%s): %s; against raw with "
+        "the cross-stream waits: %s\n",
+        bench_coll_name((bench_coll)c), lo, nbig, lo >= 0.97 ? "met" : "missed",
+        list, evs);
+  }
+}
+
 static void print_summary(const bench_gpu_opts *o,
                           coll_row (*rows)[BENCH_MAX_SIZES]) {
   printf(
@@ -333,7 +402,7 @@ static int run_collectives(const bench_gpu_opts *o, const bench_gpu_env *env) {
   coll_row(*rows)[BENCH_MAX_SIZES] = calloc(BC_COUNT, sizeof *rows);
   if (!rows) return tool_fail("bench: out of memory");
   if (!o->csv) printf("\n# collectives\n");
-  print_coll_header(o->csv);
+  print_coll_header(o->csv, o->pipeline > 0);
   int rc = 0;
   for (int c = 0; c < BC_COUNT && !rc; c++) {
     if (o->only >= 0 && o->only != c) continue;
@@ -351,6 +420,7 @@ static int run_collectives(const bench_gpu_opts *o, const bench_gpu_env *env) {
   }
   if (!rc && !o->csv) {
     print_summary(o, rows);
+    if (o->pipeline > 0) print_pipe_summary(o, rows);
     int64_t fresh = 0;
     for (int c = 0; c < BC_COUNT; c++)
       for (int i = 0; i < o->nsizes; i++) fresh += rows[c][i].fresh;

@@ -22,6 +22,7 @@ typedef struct bench_gpu_env {
   void *comms[BG_MAX_DEV];  /* ncclComm_t of the raw calls (NCCL only) */
   int64_t timeout_ms;       /* the sessions' collective timeout */
   int per_step;             /* collectives per session step */
+  int pipeline;             /* steps per wait when pipelined; 0: none */
 } bench_gpu_env;
 
 /* ---- one collective at one size (bench_gpu_coll.c) ---- */
@@ -47,6 +48,18 @@ rf_status *bench_gpu_coll_step_waiting(void *coll);
  * kernel entry (rf__cuda_coll_launch) on the leader's stream, or one
  * ncclGroupStart/End over every rank, per call. */
 rf_status *bench_gpu_coll_raw(void *coll);
+/* `pipeline` session steps back to back with gpu_sync_on_finish off (each
+ * returns once its work is enqueued), then one rf_session_sync; and
+ * `pipeline` times the K raw calls back to back, then one wait (as
+ * nccl-tests times its iterations). */
+rf_status *bench_gpu_coll_pipe(void *coll);
+rf_status *bench_gpu_coll_pipe_raw(void *coll);
+/* The same raw calls, each with the CUDA-kernel backend's cross-stream
+ * waits around it (every other device's stream records an event the
+ * leader waits for; after the kernel they wait for the leader's): what the
+ * virtual devices' streams cost the GPU by themselves. NCCL: as
+ * bench_gpu_coll_pipe_raw. */
+rf_status *bench_gpu_coll_pipe_raw_events(void *coll);
 /* The session step without the collective: each input's ReadVariable as
  * the target (what a step costs around the collective). */
 rf_status *bench_gpu_coll_base(void *coll);
@@ -57,8 +70,10 @@ rf_status *bench_gpu_coll_trace(bench_gpu_coll *c, const char *path);
 void bench_gpu_coll_fresh(const bench_gpu_coll *c, int64_t *blocks);
 /* Checks three elements of every output of the raw call and, when they are
  * at most 256 MiB together (fetching copies them to the host), of every
- * output of a session step. */
-rf_status *bench_gpu_coll_check(bench_gpu_coll *c);
+ * output of a session step; `pipelined`: that step is fetched with
+ * gpu_sync_on_finish off, after `pipeline` pipelined steps, and
+ * rf_session_sync is called after it. */
+rf_status *bench_gpu_coll_check(bench_gpu_coll *c, bool pipelined);
 /* The bytes the collective must move through device memory at least: every
  * input read once and every output written once. */
 double bench_gpu_coll_traffic(const bench_gpu_coll *c);
@@ -88,7 +103,7 @@ rf_status *bench_gpu_executor(const bench_gpu_env *env, double min_time,
  * then batches sized to last min_time / 5 each, five rounds in which the
  * functions take turns (drift hits all alike); the medians. iters: calls
  * per batch. */
-#define BG_MAX_FNS 5
+#define BG_MAX_FNS 7
 rf_status *bench_gpu_time(rf_status *(*const *fns)(void *), int n, void *arg,
                           double min_time, double *seconds, int *iters);
 

@@ -42,6 +42,7 @@ struct bench_gpu_coll {
   const void *in[BG_MAX_DEV];  /* the variables' device buffers */
   void *out[BG_MAX_DEV];       /* the raw call's outputs; NULL: none */
   rf__cuda_coll_args args;     /* the raw call (CUDA path) */
+  bool raw_events; /* the raw call with the backend's cross-stream waits */
 };
 
 /* Whether rank r receives an output (the GPU backends' rule; the root of
@@ -297,6 +298,24 @@ rf_status *bench_gpu_coll_step_waiting(void *coll) {
   return st;
 }
 
+/* The session's gpu_sync_on_finish, switched between the timed calls (one
+ * thread: nothing runs meanwhile). */
+static void sync_on_finish(bench_gpu_coll *b, bool on) {
+  b->s->opts.gpu_sync_on_finish = on;
+}
+
+rf_status *bench_gpu_coll_pipe(void *coll) {
+  bench_gpu_coll *b = coll;
+  sync_on_finish(b, false);
+  rf_status *st = NULL;
+  for (int i = 0; i < b->env->pipeline && !st; i++) st = bench_gpu_coll_step(b);
+  rf_status *sync = rf_session_sync(b->s);
+  sync_on_finish(b, true);
+  if (!st) return sync;
+  rf_status_free(sync);
+  return st;
+}
+
 rf_status *bench_gpu_coll_base(void *coll) {
   bench_gpu_coll *b = coll;
   return rf_session_run(b->s, NULL, 0, NULL, 0, b->reads, b->nin, NULL);
@@ -347,9 +366,25 @@ static rf_status *raw_enqueue_one(bench_gpu_coll *b, int *nstreams) {
   const rf__device *lead = b->dev[0]; /* the root, or rank 0 */
   const rf__gpu_context *ctx = lead->gpu;
   RF_TOOL_CHECK(lead->enter(lead));
+  /* with events: the backend's cross-stream waits around the kernel (each
+   * other device's stream records its order_event, the leader waits for
+   * them; after the kernel they wait for the leader's) */
+  for (int r = 1; b->raw_events && r < b->n; r++) {
+    RF_CUDA_CHECK(cudaEventRecord((cudaEvent_t)b->dev[r]->order_event,
+                                  (cudaStream_t)b->dev[r]->stream));
+    RF_CUDA_CHECK(cudaStreamWaitEvent((cudaStream_t)lead->stream,
+                                      (cudaEvent_t)b->dev[r]->order_event, 0));
+  }
   RF_TOOL_CHECK(
       rf__cuda_coll_launch(&b->args, lead->stream, ctx->multiprocessors));
   *nstreams = 1;
+  if (!b->raw_events || b->n == 1) return NULL;
+  RF_CUDA_CHECK(cudaEventRecord((cudaEvent_t)lead->order_event,
+                                (cudaStream_t)lead->stream));
+  for (int r = 1; r < b->n; r++)
+    RF_CUDA_CHECK(cudaStreamWaitEvent((cudaStream_t)b->dev[r]->stream,
+                                      (cudaEvent_t)lead->order_event, 0));
+  *nstreams = b->n;
   return NULL;
 }
 
@@ -359,15 +394,30 @@ static rf_status *raw_enqueue(bench_gpu_coll *b, int *nstreams) {
   return NULL;
 }
 
-rf_status *bench_gpu_coll_raw(void *coll) {
-  bench_gpu_coll *b = coll;
+/* `calls` times the K raw calls, then one wait of each stream used. */
+static rf_status *raw_calls(bench_gpu_coll *b, int calls) {
   int ns = 0;
-  RF_TOOL_CHECK(raw_enqueue(b, &ns));
+  for (int i = 0; i < calls; i++) RF_TOOL_CHECK(raw_enqueue(b, &ns));
   for (int r = 0; r < ns; r++) {
     RF_TOOL_CHECK(b->dev[r]->enter(b->dev[r]));
     RF_CUDA_CHECK(cudaStreamSynchronize((cudaStream_t)b->dev[r]->stream));
   }
   return NULL;
+}
+
+rf_status *bench_gpu_coll_raw(void *coll) { return raw_calls(coll, 1); }
+
+rf_status *bench_gpu_coll_pipe_raw(void *coll) {
+  bench_gpu_coll *b = coll;
+  return raw_calls(b, b->env->pipeline);
+}
+
+rf_status *bench_gpu_coll_pipe_raw_events(void *coll) {
+  bench_gpu_coll *b = coll;
+  b->raw_events = !b->env->nccl;
+  rf_status *st = raw_calls(b, b->env->pipeline);
+  b->raw_events = false;
+  return st;
 }
 
 rf_status *bench_gpu_coll_trace(bench_gpu_coll *b, const char *path) {
@@ -424,8 +474,8 @@ static double get_tensor(const void *src, int64_t k) {
   return rf_tensor_get((const rf_tensor *)src, k);
 }
 
-rf_status *bench_gpu_coll_check(bench_gpu_coll *b) {
-  RF_TOOL_CHECK(bench_gpu_coll_raw(b));
+rf_status *bench_gpu_coll_check(bench_gpu_coll *b, bool pipelined) {
+  RF_TOOL_CHECK(pipelined ? bench_gpu_coll_pipe_raw(b) : bench_gpu_coll_raw(b));
   for (int r = 0; r < b->n; r++) {
     if (!b->out[r]) continue;
     RF_TOOL_CHECK(b->dev[r]->enter(b->dev[r]));
@@ -434,8 +484,20 @@ rf_status *bench_gpu_coll_check(bench_gpu_coll *b) {
   if (b->out_count * 4 * b->nfetches > FETCH_LIMIT) return NULL;
   rf_tensor **outs = calloc((size_t)b->nfetches, sizeof *outs);
   if (!outs) return rf_status_new(RF_RESOURCE_EXHAUSTED, "bench: no memory");
-  rf_status *st =
-      rf_session_run(b->s, NULL, 0, b->fetches, b->nfetches, NULL, 0, outs);
+  rf_status *st = NULL;
+  if (pipelined) sync_on_finish(b, false);
+  for (int i = 0; pipelined && i < b->env->pipeline && !st; i++)
+    st = bench_gpu_coll_step(b);
+  if (!st)
+    st = rf_session_run(b->s, NULL, 0, b->fetches, b->nfetches, NULL, 0, outs);
+  if (pipelined) {
+    rf_status *sync = rf_session_sync(b->s);
+    sync_on_finish(b, true);
+    if (!st)
+      st = sync;
+    else
+      rf_status_free(sync);
+  }
   for (int f = 0; f < b->nfetches && !st; f++)
     st = probe(b, "session", b->fetch_rank[f], rf_tensor_num_elements(outs[f]),
                get_tensor, outs[f]);

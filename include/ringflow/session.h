@@ -12,6 +12,9 @@
  *   rf_feed feed = {x, x_value};  rf_tensor *y_value;
  *   st = rf_session_run(s, &feed, 1, &y, 1, NULL, 0, &y_value);
  *
+ * GPU sessions may let steps return before their GPU work has run
+ * (gpu_sync_on_finish 0), then wait once with rf_session_sync.
+ *
  * Several processes (builds with MPI; docs/MULTIPROCESS.md): every process of
  * an MPI job builds the same whole-job graph, whose device names carry a task
  * part ("/task:1/cpu:0"; a name without one means this process's own device),
@@ -53,6 +56,21 @@ typedef struct rf_session_options {
   /* The job's processes: a pointer to an MPI_Comm (not owned; the session
    * duplicates it); NULL: MPI_COMM_WORLD. Task k is rank k of it. */
   const void *mpi_comm;
+  /* GPU devices: whether a run waits for its steps' GPU work before it
+   * returns (TensorFlow's sync_on_finish). 1 (default): it does; an error
+   * of that work (a kernel fault, an NCCL error or timeout) is the run's.
+   * 0: a step that succeeds returns once its GPU work is enqueued, so steps
+   * pipeline on the GPUs (many launches, one wait, as in PyTorch); each
+   * device's stream orders the next step's work after it, so results are
+   * the same. Fetched values are still complete when returned (a fetch
+   * waits for the stream that produced it). Runs with a feed placed on a
+   * GPU device (its copy reads the caller's tensor), traced runs, failed
+   * steps and steps with collectives across tasks still wait. An error
+   * found after a step returned (an NCCL error or collective timeout, a
+   * kernel fault) is reported by a later rf_session_run - which then
+   * returns it instead of running its step - or by rf_session_sync. Ignored
+   * by sessions without GPU devices. */
+  int gpu_sync_on_finish;
 } rf_session_options;
 
 enum { RF_JOB_AUTO = 0, RF_JOB_SINGLE = 1, RF_JOB_MPI = 2 };
@@ -86,11 +104,28 @@ RF_API rf_status *rf_session_new(const rf_graph *g,
  * session was made from, looked up by name), with `feeds` replacing outputs.
  * On success outputs[i] holds a new reference to fetch i's value. On error
  * outputs is untouched and the message names the failing node and device;
- * every device of the step has stopped when this returns. */
+ * every device of the step has stopped when this returns. With
+ * gpu_sync_on_finish 0 a step that succeeded may still run on the GPUs,
+ * and the run may instead return an error of an earlier such step (its
+ * own step then does not run; the error is reported once). */
 RF_API rf_status *rf_session_run(rf_session *s, const rf_feed *feeds,
                                  int nfeeds, const rf_output *fetches,
                                  int nfetches, rf_node *const *targets,
                                  int ntargets, rf_tensor **outputs);
+
+/* Waits until the GPU work of every step that has returned has run, then
+ * returns the first error found after its step returned and not yet
+ * reported (see gpu_sync_on_finish), or a failure of a device's stream
+ * (NULL: none). Afterwards every variable update of those steps is done.
+ * With gpu_sync_on_finish on, or without GPU devices, there is nothing to
+ * wait for: it returns at once with NULL. Any thread; steps that start
+ * while it waits are not waited for. NULL s: INVALID_ARGUMENT.
+ *
+ *   o.gpu_sync_on_finish = 0;  ...
+ *   for (int i = 0; i < steps; i++)
+ *     if ((st = rf_session_run(s, NULL, 0, NULL, 0, &train, 1, NULL))) break;
+ *   if (!st) st = rf_session_sync(s);  (the steps' errors, if any) */
+RF_API rf_status *rf_session_sync(rf_session *s);
 
 /* Arms tracing: the next run records every kernel of its step (sends,
  * receives and collective participants included, one track per device) and
@@ -118,7 +153,10 @@ RF_API void rf_session_task(const rf_session *s, int *task, int *num_tasks);
  * (FAILED_PRECONDITION) only when MPI cannot be initialised. */
 RF_API rf_status *rf_job_tasks(int *task, int *num_tasks);
 
-/* Frees the session; no run may be in progress. NULL is ignored. */
+/* Frees the session; no run may be in progress. GPU work of pipelined
+ * steps (gpu_sync_on_finish 0) is waited for first, and an error it left
+ * unreported is dropped (call rf_session_sync first to see it). NULL is
+ * ignored. */
 RF_API void rf_session_free(rf_session *s);
 
 #ifdef __cplusplus

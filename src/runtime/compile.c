@@ -15,6 +15,7 @@
 
 void rf__plan_free(rf__plan *p) {
   if (!p) return;
+  rf__plan_free_spares(p);
   rf__executor_free(p->executor);
   rf__free(p->gpus);
   rf_graph_free(p->graph);
@@ -142,8 +143,16 @@ static rf_status *compile_graph(rf_session *s, rf_graph *g) {
   return rf__check_host_memory(&ctx);
 }
 
-/* Lists the GPU devices of the plan (synchronised after every step). */
-static rf_status *find_gpus(rf__plan *p) {
+/* Lists the GPU devices of the plan (synchronised after every step unless
+ * it pipelines) and whether a feed is placed on one of them. */
+static rf_status *find_gpus(const rf_session *s, rf__plan *p) {
+  for (int id = 0; id < p->graph->num_ids; id++) {
+    const rf_node *n = p->graph->nodes[id];
+    if (n && n->assigned_device >= 0 &&
+        s->devices[n->assigned_device].name.type == RF_DEVICE_GPU &&
+        strcmp(n->op->name, "_Arg") == 0)
+      p->gpu_feeds = true;
+  }
   int n = rf__executor_num_devices(p->executor);
   for (int i = 0; i < n; i++) {
     rf__device *d = rf__executor_device(p->executor, i);
@@ -193,7 +202,7 @@ rf_status *rf__compile(rf_session *s, const rf__signature *sig,
   RF_CHECK_GOTO(
       rf__executor_new(p->graph, s->devices, s->num_devices, &p->executor), st,
       fail);
-  RF_CHECK_GOTO(find_gpus(p), st, fail);
+  RF_CHECK_GOTO(find_gpus(s, p), st, fail);
   *out = p;
   return NULL;
 fail:

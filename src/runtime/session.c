@@ -26,6 +26,7 @@ void rf_session_options_init(rf_session_options *o) {
   o->num_threads = 0;
   o->default_device = "cpu:0";
   o->collective_timeout_ms = 300000;
+  o->gpu_sync_on_finish = 1;
 }
 
 static rf_status *check_options(const rf_session_options *o) {
@@ -190,6 +191,7 @@ rf_status *rf_session_new(const rf_graph *g, const rf_session_options *opts,
   atomic_init(&s->next_job_step, 1);
   pthread_mutex_init(&s->cache_mu, NULL);
   pthread_mutex_init(&s->trace_mu, NULL);
+  rf__session_sync_init(s);
   RF_CHECK_GOTO(make_devices(s, g), st, fail);
   RF_CHECK_GOTO(rf__graph_copy(g, &s->graph), st, fail);
   *out = s;
@@ -201,6 +203,9 @@ fail:
 
 void rf_session_free(rf_session *s) {
   if (!s) return;
+  /* Work of pipelined steps may still run on the GPUs: wait for it (and
+   * drop its errors) before anything it uses goes. */
+  rf__session_sync_free(s);
   rf__plan *p, *tmp;
   HASH_ITER(hh, s->cache, p, tmp) {
     HASH_DEL(s->cache, p);
@@ -425,41 +430,6 @@ static rf_status *get_plan(rf_session *s, const rf__signature *sig,
   return NULL;
 }
 
-/* Waits for the streams of the plan's GPU devices: a step returns only when
- * its GPU work has run (its fetched values are then complete, and the next
- * step or the user sees every update). Runs after a failed or cancelled step
- * as well. The first error (an asynchronous kernel fault) is returned. */
-static rf_status *sync_gpus(const rf__plan *p) {
-  rf_status *first = NULL;
-#ifdef RF_HAVE_CUDA
-  for (int i = 0; i < p->num_gpus; i++) {
-    rf_status *st = rf__gpu_sync(p->gpus[i]);
-    if (!first)
-      first = st;
-    else
-      rf_status_free(st);
-  }
-#endif
-  return first;
-}
-
-/* Runs the step's checks (after sync_gpus: the work they check has run);
- * the first error, every check called once. */
-static rf_status *run_checks(rf__step *step) {
-  rf_status *first = NULL;
-  rf__step_check *c = atomic_exchange(&step->checks, NULL);
-  while (c) {
-    rf__step_check *next = c->next; /* fn may free c */
-    rf_status *st = c->fn(c->arg);
-    if (!first)
-      first = st;
-    else
-      rf_status_free(st);
-    c = next;
-  }
-  return first;
-}
-
 /* Runs plan p as one step; on success fetched[] holds new references. */
 static rf_status *run_step(rf_session *s, rf__plan *p, const rf_feed *feeds,
                            rf_tensor **fed, rf_tensor **fetched,
@@ -485,16 +455,10 @@ static rf_status *run_step(rf_session *s, rf__plan *p, const rf_feed *feeds,
   if (p->cross_task) rf__job_begin_step(s->job, step.id, job_step);
   atomic_init(&step.checks, NULL);
   char *trace_path = take_trace_path(s);
+  step.pipelined = rf__step_may_pipeline(s, p, trace_path != NULL);
   rf_status *st = trace_path ? rf__trace_new(&step.trace) : NULL;
   if (!st) st = rf__executor_run(p->executor, &step);
-  rf_status *sync_st = sync_gpus(p);
-  rf_status *check_st = run_checks(&step);
-  if (!sync_st) sync_st = check_st, check_st = NULL;
-  rf_status_free(check_st);
-  if (!st)
-    st = sync_st;
-  else
-    rf_status_free(sync_st);
+  st = rf__session_end_step(s, p, &step, st);
 #ifdef RF_HAVE_CUDA
   rf__gpu_make_current(prev_gpu);
 #endif
@@ -543,6 +507,8 @@ rf_status *rf_session_run(rf_session *s, const rf_feed *feeds, int nfeeds,
   rf_status *st = resolve(s, feeds, nfeeds, fetches, nfetches, targets,
                           ntargets, fo, xo, tn, &key);
   rf__signature sig = {fo, nfeeds, xo, nfetches, tn, ntargets};
+  /* An error of an earlier pipelined step fails this run instead. */
+  if (!st) st = rf__session_take_deferred(s);
   if (!st) st = get_plan(s, &sig, key.p ? key.p : "", &p);
   if (!st) {
     st = run_step(s, p, feeds, fed, fetched, job_step);

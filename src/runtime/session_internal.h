@@ -5,6 +5,7 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 
 #include "core/hash.h"
 #include "ringflow/session.h"
@@ -24,6 +25,12 @@ typedef struct rf__plan {
   int num_gpus;
   /* Holds participants of collectives with other tasks of the job. */
   bool cross_task;
+  /* Has a feed placed on a GPU device: its copy reads the caller's borrowed
+   * tensor, so the step always waits for the GPU (runtime/session_sync.c). */
+  bool gpu_feeds;
+  /* Records of this plan's pipelined steps that are free for reuse (their
+   * fences are made for `gpus`); guarded by the session's pending_mu. */
+  struct rf__pending_step *spare;
   UT_hash_handle hh;
 } rf__plan;
 
@@ -49,6 +56,14 @@ struct rf_session {
   atomic_llong next_step;
   pthread_mutex_t cache_mu;
   rf__plan *cache; /* uthash by signature */
+  /* Steps that returned before their GPU work ran (gpu_sync_on_finish off)
+   * and whose checks still wait for it, oldest first; the first error of a
+   * check run since, not yet reported (runtime/session_sync.c). */
+  pthread_mutex_t pending_mu;
+  struct rf__pending_step *pending, *pending_tail;
+  atomic_int num_pending;
+  rf_status *deferred_error;
+  atomic_bool has_deferred_error;
 };
 
 /* A run's request, resolved to nodes of the session's graph. */
@@ -65,5 +80,32 @@ typedef struct rf__signature {
  * prune, passes, placement, partition, executor plans. Errors name the node. */
 rf_status *rf__compile(rf_session *s, const rf__signature *sig, rf__plan **out);
 void rf__plan_free(rf__plan *p);
+
+/* ---- the end of a step's GPU work (runtime/session_sync.c) ---- */
+
+struct rf__step;
+
+/* Whether a step of plan p may return before its GPU work has run: the
+ * session's gpu_sync_on_finish is off and the plan has GPU devices, no
+ * GPU feed and no collective with other tasks; a traced step always
+ * waits. */
+bool rf__step_may_pipeline(const rf_session *s, const rf__plan *p, bool traced);
+/* Ends step's GPU part; run_st is the executor's result (consumed). A step
+ * that failed or is not step->pipelined waits for the plan's GPU streams
+ * and runs its checks now (the first error of the three is returned); a
+ * pipelined step that succeeded hands its checks, if any, to the session
+ * behind a fence, and returns NULL. */
+rf_status *rf__session_end_step(rf_session *s, rf__plan *p,
+                                struct rf__step *step, rf_status *run_st);
+/* Runs the checks of pipelined steps whose GPU work has run, without
+ * waiting, then takes the first error of a deferred check not yet reported
+ * (NULL: none). At the start of every run. */
+rf_status *rf__session_take_deferred(rf_session *s);
+/* Session setup and teardown of the above; rf__session_sync_free first
+ * waits for every pending step (its error is dropped). */
+void rf__session_sync_init(rf_session *s);
+void rf__session_sync_free(rf_session *s);
+/* Frees p's spare records (rf__plan_free). */
+void rf__plan_free_spares(rf__plan *p);
 
 #endif

@@ -5,6 +5,7 @@
 #define RF_RUNTIME_STEP_H
 
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "core/tensor.h"
@@ -15,9 +16,12 @@ struct rf__trace;
 
 /* A check of work that reported done before it ran on its GPU streams (a
  * GPU collective completes in stream order: its consumers are ordered after
- * it on the streams). The session calls fn(arg) exactly once, after waiting
- * for the step's GPU streams - also after a failed step - and fails the step
- * with what it returns (NULL: fine). Embed one in the work's record. */
+ * it on the streams). The session calls fn(arg) exactly once, after the
+ * step's GPU streams have passed the step - also after a failed step - and
+ * fails the step with what it returns (NULL: fine). In a pipelined step
+ * (below) that is later, on another thread: from a later run (whose error
+ * it then becomes), rf_session_sync or rf_session_free. Embed one in the
+ * work's record, which must live until fn has run. */
 typedef struct rf__step_check {
   rf_status *(*fn)(void *arg);
   void *arg;
@@ -38,6 +42,11 @@ typedef struct rf__step {
   /* In a session that is one task of a job: the step's number in the job
    * (the k-th run of the session in every process); -1 otherwise. */
   int64_t job_step;
+  /* The session returns once the step's GPU work is enqueued, and runs the
+   * checks later, when its streams have passed the step (gpu_sync_on_finish
+   * off): work a check watches for a timeout must tell by itself whether it
+   * has run (the NCCL backend records events). Failed steps still wait. */
+  bool pipelined;
   _Atomic(rf__step_check *) checks; /* newest first; see rf__step_check */
 } rf__step;
 

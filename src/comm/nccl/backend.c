@@ -14,7 +14,10 @@
  * error fails the step. A watchdog aborts (ncclCommAbort) the set of a
  * collective still running after the session's collective timeout, records
  * DEADLINE_EXCEEDED for the step and drops the set from the cache (the next
- * use rebuilds it). With rf__gpu_coll_wait_for_kernels on, or outside a
+ * use rebuilds it). In a pipelined step (runtime/step.h) the check may come
+ * long after the collective ran: an event per rank, recorded after the
+ * launch, lets the watchdog see that it ran rather than abort it. With
+ * rf__gpu_coll_wait_for_kernels on, or outside a
  * step, a completion per participant stream (runtime/gpu/completion.c, then
  * a pool task) completes the op instead, and the last calls the dones.
  * NVLink SHARP (multicast) stays off: NCCL_NVLS_ENABLE=0 unless the user set
@@ -138,6 +141,12 @@ struct nccl_op {
   rf__step_check check;
   pthread_mutex_t mu; /* error */
   rf_status *error;   /* the first stream failure, async error or timeout */
+  /* In a pipelined step (runtime/step.h): an event per rank recorded after
+   * the launch, for the watchdog to tell a collective that ran from a
+   * stuck one when its check comes late. */
+  cudaEvent_t marks[MAX_RANKS];
+  int mark_gpus[MAX_RANKS]; /* each mark's physical GPU */
+  int num_marks;
   /* the watchdog's list (guarded by wd_mu) */
   int64_t deadline_ns; /* 0: none */
   bool listed;
@@ -156,7 +165,77 @@ static int64_t now_ns(void) {
   return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
+/* ---- marks: events of pipelined collectives, pooled per GPU ---- */
+
+#define MAX_GPUS 64
+
+static pthread_mutex_t mark_mu = PTHREAD_MUTEX_INITIALIZER;
+static cudaEvent_t *spare_marks[MAX_GPUS]; /* guarded by mark_mu */
+static int num_spare[MAX_GPUS], cap_spare[MAX_GPUS];
+
+/* An event of GPU `ordinal` (the current device), reused or made. */
+static cudaEvent_t mark_get(int ordinal) {
+  cudaEvent_t e = NULL;
+  pthread_mutex_lock(&mark_mu);
+  if (ordinal < MAX_GPUS && num_spare[ordinal] > 0)
+    e = spare_marks[ordinal][--num_spare[ordinal]];
+  pthread_mutex_unlock(&mark_mu);
+  if (!e &&
+      cudaEventCreateWithFlags(&e, cudaEventDisableTiming) != cudaSuccess) {
+    (void)cudaGetLastError();
+    e = NULL;
+  }
+  return e;
+}
+
+static void mark_put(int ordinal, cudaEvent_t e) {
+  pthread_mutex_lock(&mark_mu);
+  bool kept = ordinal < MAX_GPUS &&
+              !rf__grow(&spare_marks[ordinal], &cap_spare[ordinal],
+                        num_spare[ordinal] + 1, sizeof(cudaEvent_t));
+  if (kept) spare_marks[ordinal][num_spare[ordinal]++] = e;
+  pthread_mutex_unlock(&mark_mu);
+  if (!kept) (void)cudaEventDestroy(e);
+}
+
+/* Records a mark behind the collective on every rank's stream; none when
+ * one cannot be had (the watchdog then judges by the deadline alone). */
+static void mark(nccl_op *op) {
+  for (int r = 0; r < op->g.n; r++) {
+    const rf__device *d = op->g.p[r].device;
+    rf_status *st = d->enter(d);
+    cudaEvent_t e = st ? NULL : mark_get(d->gpu_ordinal);
+    if (e && cudaEventRecord(e, (cudaStream_t)d->stream) != cudaSuccess) {
+      (void)cudaGetLastError();
+      mark_put(d->gpu_ordinal, e);
+      e = NULL;
+    }
+    rf_status_free(st);
+    if (!e) break;
+    op->mark_gpus[op->num_marks] = d->gpu_ordinal;
+    op->marks[op->num_marks++] = e;
+  }
+  if (op->num_marks == op->g.n) return;
+  for (int r = 0; r < op->num_marks; r++)
+    mark_put(op->mark_gpus[r], op->marks[r]);
+  op->num_marks = 0;
+}
+
+/* Whether every rank's stream has passed op's marks (false without). */
+static bool marks_passed(const nccl_op *op) {
+  for (int r = 0; r < op->num_marks; r++) {
+    if (cudaSetDevice(op->mark_gpus[r]) != cudaSuccess ||
+        cudaEventQuery(op->marks[r]) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return false;
+    }
+  }
+  return op->num_marks > 0;
+}
+
 static void op_free(nccl_op *op) {
+  for (int r = 0; r < op->num_marks; r++)
+    mark_put(op->mark_gpus[r], op->marks[r]);
   for (int i = 0; i < op->g.n; i++) {
     rf_tensor_release(op->parts[i].input);
     rf_tensor_release(op->outs[i]);
@@ -320,7 +399,11 @@ static void *watchdog_main(void *arg) {
     nccl_op *expired = NULL;
     for (nccl_op **p = &wd_list; *p;) {
       nccl_op *op = *p;
-      if (op->deadline_ns <= now) {
+      if (op->deadline_ns <= now && marks_passed(op)) {
+        /* it ran; its check (a later call, pipelined) completes it */
+        *p = op->next;
+        op->listed = false;
+      } else if (op->deadline_ns <= now) {
         *p = op->next;
         op->listed = false;
         op->next = expired;
@@ -482,6 +565,7 @@ static rf_status *launch(nccl_op *op, size_t count, rf__step *step) {
   atomic_store(&op->pending, step ? 1 : g->n);
   atomic_store(&op->refs, step ? 3 : 1);
   for (int r = 0; r < g->n; r++) op->slots[r].op = op;
+  if (step && step->pipelined) mark(op);
   watch(op);
   for (int r = 0; !step && r < g->n; r++) {
     const rf__device *d = g->p[r].device;

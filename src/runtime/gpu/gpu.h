@@ -10,6 +10,7 @@
 #define RF_RUNTIME_GPU_GPU_H
 
 #include <pthread.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -154,6 +155,29 @@ struct rf__gpu_notify {
  * called. */
 rf_status *rf__gpu_notify_when_done(const rf__device *d, rf__gpu_notify *n,
                                     rf__gpu_notify_fn fn);
+
+/* ---- fences (runtime/gpu/fence.c) ---- */
+
+/* One event per device of a list, recorded on each device's stream: a mark
+ * behind everything enqueued there so far. For steps that return before
+ * their GPU work has run (rf_session_options.gpu_sync_on_finish off). */
+typedef struct rf__gpu_fence rf__gpu_fence;
+
+/* A fence for devices[0..n) (the array is borrowed and must outlive it),
+ * its events made on each device's GPU; nothing recorded yet. The calling
+ * thread's current device is left as it was. */
+rf_status *rf__gpu_fence_new(rf__device *const *devices, int n,
+                             rf__gpu_fence **out);
+/* (Re-)records the marks on every device's stream (the caller's current
+ * device may change). */
+rf_status *rf__gpu_fence_record(rf__gpu_fence *f);
+/* Whether every stream has passed its mark, without waiting; true also when
+ * a stream failed (*st: the error naming the device; else NULL). */
+bool rf__gpu_fence_passed(const rf__gpu_fence *f, rf_status **st);
+/* Waits until every stream has passed its mark; the first error. */
+rf_status *rf__gpu_fence_wait(const rf__gpu_fence *f);
+/* NULL is ignored. */
+void rf__gpu_fence_free(rf__gpu_fence *f);
 
 /* ---- kernels (runtime/gpu/runtime_kernels.c) ---- */
 
