@@ -248,11 +248,14 @@ static rf_status *measure_one(const bench_gpu_opts *o, const bench_gpu_env *env,
   RF_TOOL_CHECK(bench_gpu_coll_new(env, c, size, &b));
   if (!b) return NULL; /* too small to split over n ranks */
   static rf_status *(*const fns[])(void *) = {
-      bench_gpu_coll_step, bench_gpu_coll_raw,  bench_gpu_coll_step_waiting,
-      bench_gpu_coll_base, bench_gpu_coll_pipe, bench_gpu_coll_pipe_raw};
-  int nfns = env->pipeline > 0 ? 6 : 4;
-  double s[6] = {0};
-  int k[6] = {0};
+      bench_gpu_coll_step,           bench_gpu_coll_raw,
+      bench_gpu_coll_step_waiting,   bench_gpu_coll_base,
+      bench_gpu_coll_pipe,           bench_gpu_coll_pipe_raw,
+      bench_gpu_coll_pipe_raw_events};
+  /* raw with the cross-stream waits: the CUDA-kernel path only */
+  int nfns = env->pipeline > 0 ? (env->nccl ? 6 : 7) : 4;
+  double s[7] = {0};
+  int k[7] = {0};
   int64_t fresh0 = 0, fresh1 = 0;
   rf_status *st = bench_gpu_coll_check(b, false);
   if (!st && env->pipeline > 0) st = bench_gpu_coll_check(b, true);
