@@ -237,17 +237,18 @@ rf_status *rf__session_take_deferred(rf_session *s) {
 
 rf_status *rf_session_sync(rf_session *s) {
   if (!s) return rf__invalid("rf_session_sync: NULL session");
-  rf_status *first = NULL;
 #ifdef RF_HAVE_CUDA
-  drain(s, INT_MAX);
-  first = rf__session_take_deferred(s);
-  int prev = rf__gpu_current();
-  for (int i = 0; i < s->num_devices; i++)
-    if (s->devices[i].name.type == RF_DEVICE_GPU && s->devices[i].stream)
-      keep_first(&first, rf__gpu_sync(&s->devices[i]));
-  rf__gpu_make_current(prev);
-#else
-  first = rf__session_take_deferred(s);
+  if (atomic_load(&s->num_pending) > 0) drain(s, INT_MAX);
+#endif
+  rf_status *first = rf__session_take_deferred(s);
+#ifdef RF_HAVE_CUDA
+  if (s->gpu) { /* no CUDA call at all in a session without GPUs */
+    int prev = rf__gpu_current();
+    for (int i = 0; i < s->num_devices; i++)
+      if (s->devices[i].name.type == RF_DEVICE_GPU && s->devices[i].stream)
+        keep_first(&first, rf__gpu_sync(&s->devices[i]));
+    rf__gpu_make_current(prev);
+  }
 #endif
   if (first) first = rf__status_prefix(first, "rf_session_sync");
   return first;
