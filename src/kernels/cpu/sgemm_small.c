@@ -9,9 +9,13 @@
  * Measured (CPU time of one call, best of 15, against OpenBLAS 0.3.21 on
  * one thread; the shapes of 4 devices at batch 64): A^T B with k = 16,
  * 784x512 and 512x256: 1.49x and 1.41x; A B with 16 rows, 16x784 * 784x512
- * and 16x512 * 512x256: 1.16x and 1.51x. At 32 rows or k = 32 the two are
- * even, at 64 OpenBLAS is ahead, and a C narrower than one tile (n < 32)
- * goes to BLAS too (0.5-0.9x here).
+ * and 16x512 * 512x256: 1.16x and 1.51x. With B prefetched (PREFETCH_ROWS),
+ * A B stays ahead up to 64 rows (wall time, best of 20, B cached / cycling
+ * over 8: 32x784 * 784x512 177 / 212 against 236 / 292 us, 64 rows 350 /
+ * 415 against 368 / 442 us, 64x512 * 512x256 108 / 123 against 118 / 144
+ * us), so it takes those; A^T B at k = 32 gained 5-7% and at 64 lost, and
+ * `ringflow train` measured the same with it from k = 32, so it keeps k <=
+ * 16. A C narrower than one tile (n < 32) goes to BLAS too (0.5-0.9x).
  * Needs AVX-512F; elsewhere MatMul keeps BLAS. */
 #include "kernels/cpu/sgemm_small.h"
 
