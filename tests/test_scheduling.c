@@ -2,7 +2,9 @@
  * nodes run inline on the thread that made them ready (a step of cheap nodes,
  * a small all-reduce included, never leaves the calling thread), an expensive
  * kernel on one device never delays another device's start, a lone device's
- * expensive work goes to the pool while the caller waits, and long chains
+ * expensive work goes to the pool while the caller waits, the expensive
+ * continuations of a collective's participants go to idle workers (fan-out),
+ * and long chains
  * of cheap nodes (on one device, or hopping between two) run without growing
  * the C stack. Test ops are registered here with explicit costs. */
 #include <pthread.h>
@@ -273,6 +275,55 @@ static void test_cheap_step_stays_on_caller(void **state) {
   rf_graph_free(g);
 }
 
+/* An all-reduce of a small tensor (cheap: it completes on the calling
+ * thread), then on one device a kernel that holds its thread until every
+ * other device has run an expensive kernel after the all-reduce: the thread
+ * that completes the collective delivers each participant's result in turn,
+ * so the step completes only if a device's expensive continuation goes to an
+ * idle worker instead of running before the next participant hears of its
+ * result. For every position of the slow device; values checked too. */
+static void test_collective_completions_fan_out(void **state) {
+  (void)state;
+  enum { N = 4 };
+  for (int slow = 0; slow < N; slow++) {
+    rf_graph *g = rf_graph_new();
+    rf_output xs[N], ys[N], out_nodes[N];
+    for (int d = 0; d < N; d++) {
+      char dev[16];
+      snprintf(dev, sizeof dev, "cpu:%d", d);
+      xs[d] = const_node(g, dev, d + 1);
+    }
+    rf_all_reduce_n(g, "ar", xs, N, RF_REDUCE_SUM, ys);
+    for (int d = 0; d < N; d++) {
+      char dev[16];
+      snprintf(dev, sizeof dev, "cpu:%d", d);
+      if (d != slow) {
+        out_nodes[d] = unary(g, "SchedSet", dev, ys[d]);
+        continue;
+      }
+      rf_node_builder *b = rf_node_builder_new(g, "SchedWait", NULL);
+      rf_node_builder_device(b, dev);
+      rf_node_builder_input(b, ys[d]);
+      rf_node_builder_attr_int(b, "want", N - 1);
+      out_nodes[d] = (rf_output){finish(b), 0};
+    }
+    assert_graph_ok(g);
+    rf_session *s = session(g, N, 2);
+    for (int step = 0; step < 3; step++) {
+      atomic_store(&sets, 0);
+      rf_tensor *out[N];
+      assert_ok(rf_session_run(s, NULL, 0, out_nodes, N, NULL, 0, out));
+      for (int d = 0; d < N; d++) {
+        assert_true(rf_tensor_get(out[d], 0) == N * (N + 1) / 2);
+        rf_tensor_release(out[d]);
+      }
+      assert_int_equal(atomic_load(&sets), N - 1);
+    }
+    rf_session_free(s);
+    rf_graph_free(g);
+  }
+}
+
 /* The threads that ran device 0's and device 1's SchedRecordDear in each of
  * `steps` steps of a graph where `devices` (1 or 2) devices each run one. */
 static void record_dear(int devices, int steps, pthread_t *ran0,
@@ -375,6 +426,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup(test_slow_device_does_not_delay_starts, setup),
       cmocka_unit_test_setup(test_cheap_step_stays_on_caller, setup),
+      cmocka_unit_test_setup(test_collective_completions_fan_out, setup),
       cmocka_unit_test_setup(test_lone_device_goes_to_the_pool, setup),
       cmocka_unit_test_setup(test_long_cheap_chain, setup),
       cmocka_unit_test_setup(test_cheap_chain_across_devices, setup),

@@ -12,7 +12,9 @@
 #define MLP_MAX_LAYERS 8
 
 /* SYNC_SHARDED: reduce-scatter, Adam on each device's rows, all-gather
- * (mlp.c: build_sharded). */
+ * (mlp.c: build_sharded); at most 16 rows per device on CPU devices, each
+ * device computes its rows of a weight's gradient from the whole batch
+ * instead (mlp.c: gathered_gradient). */
 typedef enum sync_mode {
   SYNC_ALLREDUCE,
   SYNC_REDUCE_BROADCAST,

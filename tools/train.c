@@ -17,6 +17,7 @@
 #include "checkpoint.h"
 #include "idx.h"
 #include "mlp.h"
+#include "prefetch.h"
 #include "tools.h"
 #include "train_job.h"
 
@@ -105,6 +106,39 @@ static rf_status *batch_tensors(const dataset *d, const int *idx, int rows,
     py[r] = d->y[idx[r]];
   }
   return NULL;
+}
+
+/* The rows of every replica of this process from the global batch idx: all
+ * or none. */
+static rf_status *replica_batches(const trainer *t, const dataset *d,
+                                  const int *idx, rf_tensor **x,
+                                  rf_tensor **y) {
+  int rows = t->cfg.device_batch;
+  for (int i = 0; i < t->nlocal; i++) {
+    rf_status *st =
+        batch_tensors(d, idx + (t->first + i) * rows, rows, &x[i], &y[i]);
+    if (!st) continue;
+    while (i-- > 0) {
+      rf_tensor_release(x[i]);
+      rf_tensor_release(y[i]);
+    }
+    return st;
+  }
+  return NULL;
+}
+
+static rf_status *feed_batches(void *arg, const int *idx, rf_tensor **x,
+                               rf_tensor **y) {
+  const struct feeder *f = arg;
+  return replica_batches(f->t, f->data, idx, x, y);
+}
+
+/* Starts building the batches of the training set d on a helper thread while
+ * each step runs (train_step's next_idx). Without a thread, steps build their
+ * own. */
+static void trainer_prefetch(trainer *t, const dataset *d) {
+  t->feed = (struct feeder){t, d};
+  t->pf = prefetch_new(feed_batches, &t->feed, t->nlocal);
 }
 
 /* Assigns every replica's params and Adam moments from state[0..2][p]. */
@@ -231,16 +265,18 @@ static rf_status *trainer_load(trainer *t, const char *path) {
 }
 
 static void trainer_free(trainer *t) {
+  prefetch_free(t->pf);
   rf_session_free(t->s);
   mlp_free(&t->m);
 }
 
 /* One step on the global batch idx[0 .. devices*device_batch), of which this
  * process feeds its replicas' rows; *loss gets the mean loss over the global
- * batch. */
+ * batch. next_idx (or NULL): the next step's batch, which t's prefetcher
+ * builds meanwhile; it must stay unchanged until that step. */
 static rf_status *train_step(trainer *t, const dataset *d, const int *idx,
-                             double lr, double *loss) {
-  int nd = t->nlocal, rows = t->cfg.device_batch;
+                             const int *next_idx, double lr, double *loss) {
+  int nd = t->nlocal;
   rf_tensor *x[MLP_MAX_DEVICES], *y[MLP_MAX_DEVICES], *b1, *b2, *lrt;
   rf_feed feeds[5 * MLP_MAX_DEVICES];
   rf_output fetches[MLP_MAX_DEVICES];
@@ -261,11 +297,10 @@ static rf_status *train_step(trainer *t, const dataset *d, const int *idx,
     rf_tensor_release(b2);
     return st;
   }
-  int made = 0;
-  for (; made < nd && !st; made++)
-    st = batch_tensors(d, idx + (t->first + made) * rows, rows, &x[made],
-                       &y[made]);
-  if (st) made--;
+  if (!t->pf || !prefetch_take(t->pf, idx, &st, x, y))
+    st = replica_batches(t, d, idx, x, y);
+  int made = st ? 0 : nd;
+  if (!st && next_idx && t->pf) prefetch_start(t->pf, next_idx);
   for (int i = 0; i < made; i++) {
     mlp_replica *r = &t->m.rep[t->first + i];
     feeds[5 * i] = (rf_feed){r->x, x[i]};
@@ -563,7 +598,10 @@ static rf_status *bench(trainer *t, const dataset *d, const options *o,
       s = 0;
     }
     if (i == o->warmup) start = now_seconds();
-    RF_TOOL_CHECK(train_step(t, d, idx + (size_t)s * o->batch, o->lr, &loss));
+    bool next = s + 1 < per_epoch && i + 1 < o->warmup + o->max_steps;
+    RF_TOOL_CHECK(train_step(t, d, idx + (size_t)s * o->batch,
+                             next ? idx + (size_t)(s + 1) * o->batch : NULL,
+                             o->lr, &loss));
   }
   double secs = now_seconds() - start;
   if (tool_task <= 0)
@@ -624,6 +662,7 @@ int cmd_train(int argc, char **argv) {
   RF_TOOL_TRY(load_split(o.data_dir, "t10k", &test));
   trainer t, ref;
   RF_TOOL_TRY(trainer_init(&t, &cfg, o.seed, &sopts, &job));
+  trainer_prefetch(&t, &train);
   if (o.graph_dir) RF_TOOL_TRY(write_graphs(&t, &sopts, o.graph_dir, lead));
   if (o.load) {
     RF_TOOL_TRY(trainer_load(&t, o.load));
@@ -679,13 +718,17 @@ int cmd_train(int argc, char **argv) {
       bool traced = o.trace && lead && done == (total > 10 ? 9 : total - 1);
       if (traced) RF_TOOL_TRY(rf_session_trace_next_run(t.s, o.trace));
       double lr = scheduled_lr(&o, done, total);
-      RF_TOOL_TRY(train_step(&t, &train, idx + (size_t)s * o.batch, lr, &loss));
+      const int *next = s + 1 < steps_per_epoch && done + 1 < total
+                            ? idx + (size_t)(s + 1) * o.batch
+                            : NULL;
+      RF_TOOL_TRY(
+          train_step(&t, &train, idx + (size_t)s * o.batch, next, lr, &loss));
       if (traced && !o.quiet)
         printf("\nwrote a trace of step %lld to %s\n", (long long)done + 1,
                o.trace);
       if (check) {
-        RF_TOOL_TRY(
-            train_step(&ref, &train, idx + (size_t)s * o.batch, lr, &ref_loss));
+        RF_TOOL_TRY(train_step(&ref, &train, idx + (size_t)s * o.batch, NULL,
+                               lr, &ref_loss));
         if (fabs(loss - ref_loss) > worst_loss_diff)
           worst_loss_diff = fabs(loss - ref_loss);
       }

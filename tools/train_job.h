@@ -21,6 +21,13 @@ typedef struct trainer {
   int64_t step; /* Adam's t */
   bool job;     /* replicas in other processes too */
   int first, nlocal;
+  /* The next step's batch, built while a step runs (NULL: each step builds
+   * its own); train.c's feeder is its argument. */
+  struct prefetch *pf;
+  struct feeder {
+    const struct trainer *t;
+    const void *data; /* train.c's dataset */
+  } feed;
 } trainer;
 
 /* Learns this process's task (rf_job_tasks) and, with several, names the

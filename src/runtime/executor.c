@@ -10,16 +10,17 @@
  * are ready (or one waits behind a long run of cheap ones) and pool workers
  * are idle: a slice of them is handed over as one batch; (b) into an
  * asynchronous kernel, whose completion continues on the thread that
- * completes it. A step starts on the calling thread: it runs the cheap start
- * of every device in turn, keeps the first device's expensive work (unless
- * that device is the only one with any: then it goes to an idle worker) and
- * hands every other device's to the pool, so no device's start waits behind
- * another's long kernel while steps of cheap nodes (a small collective) never
- * leave the caller. The frame counts its holders - running drains, queued
- * batches, pending async kernels - and is done when the last lets go. On the
- * first error the step is marked cancelled and its rendezvous aborted: nodes
- * not yet started are skipped and pending receives fail, so every device
- * drains promptly. */
+ * completes it (on CPU devices its expensive nodes go to the pool: a
+ * collective completes every participant from one thread). A step starts on the
+ * calling thread: it runs the cheap start of every device in turn, keeps the
+ * first device's expensive work (unless that device is the only one with any:
+ * then it goes to an idle worker) and hands every other device's to the pool,
+ * so no device's start waits behind another's long kernel while steps of cheap
+ * nodes (a small collective) never leave the caller. The frame counts its
+ * holders - running drains, queued batches, pending async kernels - and is done
+ * when the last lets go. On the first error the step is marked cancelled and
+ * its rendezvous aborted: nodes not yet started are skipped and pending
+ * receives fail, so every device drains promptly. */
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -296,6 +297,17 @@ static void complete(frame *f, int v, rf_status *st, ready *rd) {
     if (arrive(f, p->ctl[k])) make_ready(f, rd, p->ctl[k]);
 }
 
+/* Continues the step after an async kernel. Fan-out: a collective's
+ * completions are delivered one participant after another by the thread
+ * that completes it, and each used to continue its device inline, so the
+ * next participant heard of its result only after this device's expensive
+ * kernels (a product, Adam) had run: the devices' continuations ran back to
+ * back on one core (`ringflow train --trace`, 4 CPU devices, batch 64,
+ * --sync sharded). On CPU devices the expensive nodes a completion makes
+ * ready go to the pool as one queued batch and this thread keeps the cheap
+ * ones. Handing them over only when a worker was idle still ran a third
+ * device's inline whenever both workers were busy, holding back the fourth
+ * (tests/test_scheduling.c: test_collective_completions_fan_out). */
 static void async_done(rf__kernel_ctx *ctx, rf_status *st) {
   node_ref *ref = ctx->executor_private;
   frame *f = ref->frame;
@@ -308,6 +320,8 @@ static void async_done(rf__kernel_ctx *ctx, rf_status *st) {
   /* We inherit the hold taken when the kernel started. */
   if (completion_depth >= MAX_INLINE_DEPTH && ready_count(&rd) > 0)
     hand_off(f, &rd, rd.cheap.n, rd.dear.n);
+  else if (rd.dear.n > 0 && f->plan->device->name.type == RF_DEVICE_CPU)
+    hand_off(f, &rd, 0, rd.dear.n); /* fan-out, above */
   completion_depth++;
   drain(f, &rd);
   completion_depth--;

@@ -2,7 +2,9 @@
 # ringflow train --check at small size, for every --sync mode: the 4-device
 # data-parallel run must match one device to float tolerance, and the replicas
 # must stay bit-identical. --sync sharded must save the very checkpoint that
-# all-reduce saves. Also: --save/--load round trip, a corrupt file, and
+# all-reduce saves where it reduce-scatters each device's gradients (32 rows
+# per device; at 16 it computes weight gradients from the whole batch, which
+# --check covers). Also: --save/--load round trip, a corrupt file, and
 # --bench's machine-readable line.
 set -euo pipefail
 ringflow="$1"
@@ -27,7 +29,7 @@ if "$ringflow" train --devices cpu:0-3 --batch 30 --steps 1 2> "$tmp/err"; then
 fi
 grep -q "not divisible" "$tmp/err"
 for sync in allreduce sharded; do
-  "$ringflow" train --steps 20 --batch 64 --sync "$sync" --quiet \
+  "$ringflow" train --steps 20 --batch 128 --sync "$sync" --quiet \
     --save "$tmp/$sync.ckpt" | grep -q "saved"
 done
 cmp "$tmp/allreduce.ckpt" "$tmp/sharded.ckpt"

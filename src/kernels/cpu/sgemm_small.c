@@ -9,9 +9,13 @@
  * Measured (CPU time of one call, best of 15, against OpenBLAS 0.3.21 on
  * one thread; the shapes of 4 devices at batch 64): A^T B with k = 16,
  * 784x512 and 512x256: 1.49x and 1.41x; A B with 16 rows, 16x784 * 784x512
- * and 16x512 * 512x256: 1.16x and 1.51x. At 32 rows or k = 32 the two are
- * even, at 64 OpenBLAS is ahead, and a C narrower than one tile (n < 32)
- * goes to BLAS too (0.5-0.9x here).
+ * and 16x512 * 512x256: 1.16x and 1.51x. With B prefetched (PREFETCH_ROWS),
+ * A B stays ahead up to 64 rows (wall time, best of 20, B cached / cycling
+ * over 8: 32x784 * 784x512 177 / 212 against 236 / 292 us, 64 rows 350 /
+ * 415 against 368 / 442 us, 64x512 * 512x256 108 / 123 against 118 / 144
+ * us), so it takes those; A^T B at k = 32 gained 5-7% and at 64 lost, and
+ * `ringflow train` measured the same with it from k = 32, so it keeps k <=
+ * 16. A C narrower than one tile (n < 32) goes to BLAS too (0.5-0.9x).
  * Needs AVX-512F; elsewhere MatMul keeps BLAS. */
 #include "kernels/cpu/sgemm_small.h"
 
@@ -22,6 +26,13 @@
 
 #define TILE_ROWS 8
 #define TILE_COLS 32 /* two vectors of 16 floats */
+/* Rows of B ahead that a tile over a long sum prefetches: the strip's rows
+ * are ldb apart (2 KiB for 512 columns), too far apart for the hardware
+ * prefetchers, which follow accesses within a page. Measured (16 x 784 times
+ * 784 x 512, one thread, best of 30, three runs): 105-126 -> 84-93 us with B
+ * in the caches, 160-164 -> 118-122 us cycling over 8 Bs; 16 rows ahead
+ * gave the same. */
+#define PREFETCH_ROWS 8
 
 #ifdef HAVE_AVX512_TILES
 
@@ -32,13 +43,18 @@
  * b(p, j) = b[p * ldb + j]. R is a constant where this is inlined, so the
  * accumulators live in registers. */
 static inline __attribute__((always_inline)) AVX512 void tile(
-    int R, int64_t k, const float *a, int64_t sar, int64_t sap, const float *b,
-    int64_t ldb, float *c, int64_t ldc, __mmask16 m0, __mmask16 m1) {
+    int R, bool prefetch, int64_t k, const float *a, int64_t sar, int64_t sap,
+    const float *b, int64_t ldb, float *c, int64_t ldc, __mmask16 m0,
+    __mmask16 m1) {
   __m512 acc[TILE_ROWS][2];
 #pragma GCC unroll 8
   for (int r = 0; r < R; r++) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
   for (int64_t p = 0; p < k; p++) {
     const float *bp = b + p * ldb;
+    if (prefetch && p + PREFETCH_ROWS < k) {
+      _mm_prefetch((const char *)(bp + PREFETCH_ROWS * ldb), _MM_HINT_T0);
+      _mm_prefetch((const char *)(bp + PREFETCH_ROWS * ldb + 16), _MM_HINT_T0);
+    }
     __m512 b0 = _mm512_maskz_loadu_ps(m0, bp);
     __m512 b1 = _mm512_maskz_loadu_ps(m1, bp + 16);
     const float *ap = a + p * sap;
@@ -56,26 +72,27 @@ static inline __attribute__((always_inline)) AVX512 void tile(
   }
 }
 
-static AVX512 void tile_rows(int R, int64_t k, const float *a, int64_t sar,
-                             int64_t sap, const float *b, int64_t ldb, float *c,
-                             int64_t ldc, __mmask16 m0, __mmask16 m1) {
+static AVX512 void tile_rows(int R, bool prefetch, int64_t k, const float *a,
+                             int64_t sar, int64_t sap, const float *b,
+                             int64_t ldb, float *c, int64_t ldc, __mmask16 m0,
+                             __mmask16 m1) {
   /* one inlined tile per row count, each with its registers */
   if (R == 8)
-    tile(8, k, a, sar, sap, b, ldb, c, ldc, m0, m1);
+    tile(8, prefetch, k, a, sar, sap, b, ldb, c, ldc, m0, m1);
   else if (R == 7)
-    tile(7, k, a, sar, sap, b, ldb, c, ldc, m0, m1);
+    tile(7, prefetch, k, a, sar, sap, b, ldb, c, ldc, m0, m1);
   else if (R == 6)
-    tile(6, k, a, sar, sap, b, ldb, c, ldc, m0, m1);
+    tile(6, prefetch, k, a, sar, sap, b, ldb, c, ldc, m0, m1);
   else if (R == 5)
-    tile(5, k, a, sar, sap, b, ldb, c, ldc, m0, m1);
+    tile(5, prefetch, k, a, sar, sap, b, ldb, c, ldc, m0, m1);
   else if (R == 4)
-    tile(4, k, a, sar, sap, b, ldb, c, ldc, m0, m1);
+    tile(4, prefetch, k, a, sar, sap, b, ldb, c, ldc, m0, m1);
   else if (R == 3)
-    tile(3, k, a, sar, sap, b, ldb, c, ldc, m0, m1);
+    tile(3, prefetch, k, a, sar, sap, b, ldb, c, ldc, m0, m1);
   else if (R == 2)
-    tile(2, k, a, sar, sap, b, ldb, c, ldc, m0, m1);
+    tile(2, prefetch, k, a, sar, sap, b, ldb, c, ldc, m0, m1);
   else if (R == 1)
-    tile(1, k, a, sar, sap, b, ldb, c, ldc, m0, m1);
+    tile(1, prefetch, k, a, sar, sap, b, ldb, c, ldc, m0, m1);
 }
 
 /* Masks of the (up to) 32 columns from j0 of n. */
@@ -97,7 +114,7 @@ static AVX512 void sgemm_tiles(const rf__matmul_dims *d, const float *a,
       col_masks(j0, d->n, &m0, &m1);
       for (int64_t r0 = 0; r0 < d->m; r0 += TILE_ROWS) {
         int R = (int)(d->m - r0 < TILE_ROWS ? d->m - r0 : TILE_ROWS);
-        tile_rows(R, d->k, a + r0 * sar, sar, sap, b + j0, d->ldb,
+        tile_rows(R, true, d->k, a + r0 * sar, sar, sap, b + j0, d->ldb,
                   c + r0 * ldc + j0, ldc, m0, m1);
       }
     }
@@ -109,7 +126,7 @@ static AVX512 void sgemm_tiles(const rf__matmul_dims *d, const float *a,
     int R = (int)(d->m - r0 < TILE_ROWS ? d->m - r0 : TILE_ROWS);
     for (int64_t j0 = 0; j0 < d->n; j0 += TILE_COLS) {
       col_masks(j0, d->n, &m0, &m1);
-      tile_rows(R, d->k, a + r0 * sar, sar, sap, b + j0, d->ldb,
+      tile_rows(R, false, d->k, a + r0 * sar, sar, sap, b + j0, d->ldb,
                 c + r0 * ldc + j0, ldc, m0, m1);
     }
   }

@@ -11,7 +11,7 @@
 
 /* Rows of C (A B) and rows of B (A^T B) up to which rf__sgemm_small takes
  * a product: where it measured faster than OpenBLAS (sgemm_small.c). */
-#define RF_SGEMM_SMALL_M 16
+#define RF_SGEMM_SMALL_M 64
 #define RF_SGEMM_SMALL_K 16
 
 /* Whether rf__sgemm_small takes products of d's shape on this CPU. */
