@@ -24,7 +24,13 @@ measurement is taken again (up to --tries times) when it exceeds
 and PyTorch's OpenMP threads suffer most from it. The table holds the median
 over repeats. Exit status 1 when a target is missed.
 
+--ddp N adds PyTorch DistributedDataParallel with N processes (gloo, one
+process per device, the global batch split among them) and a column
+comparing ringflow's --sync allreduce on N devices with it; the targets stay
+against single-process PyTorch.
+
 Usage: train_vs_pytorch.py --ringflow build/tools/ringflow [--repeats 3]
+       [--ddp 4]
 """
 import argparse
 import gzip
@@ -130,6 +136,58 @@ def torch_bench(x, y, batch, warmup, steps, seed):
     return steps * batch / secs, last
 
 
+def _ddp_worker(rank, world, init, data_dir, batch, warmup, steps, seed,
+                threads, out):
+    """One rank of PyTorch's DistributedDataParallel over gloo: rows
+    [rank * batch / world, ...) of every global batch, the same batches as
+    torch_bench; rank 0 reports the global samples/s."""
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+    torch.set_num_threads(threads)
+    dist.init_process_group("gloo", init_method=init, rank=rank,
+                            world_size=world)
+    x, y = load_train(data_dir)
+    model = DistributedDataParallel(make_model(seed))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3, betas=(0.9, 0.999),
+                           eps=1e-7)
+    gen = torch.Generator().manual_seed(seed)
+    per, rows = len(x) // batch, batch // world
+    s, perm, start, last = per, None, time.perf_counter(), 0.0
+    for i in range(warmup + steps):
+        if s == per:
+            perm, s = torch.randperm(len(x), generator=gen), 0
+        if i == warmup:
+            dist.barrier()
+            start = time.perf_counter()
+        idx = perm[s * batch + rank * rows:s * batch + (rank + 1) * rows]
+        s += 1
+        opt.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(model(x[idx]), y[idx])
+        loss.backward()
+        opt.step()
+        last = loss.item()
+    dist.barrier()
+    secs = time.perf_counter() - start
+    if rank == 0:
+        out.put((steps * batch / secs, last))
+    dist.destroy_process_group()
+
+
+def ddp_bench(data_dir, batch, world, warmup, steps, seed, threads):
+    """PyTorch DDP with `world` processes (gloo) on the global batch: the
+    like-for-like counterpart of ringflow's --sync allreduce on `world`
+    virtual devices. Each process gets max(1, threads / world) threads."""
+    import tempfile
+    import torch.multiprocessing as mp
+    with tempfile.TemporaryDirectory() as tmp:
+        ctx = mp.get_context("spawn")
+        out = ctx.SimpleQueue()
+        mp.spawn(_ddp_worker, nprocs=world, join=True,
+                 args=(world, f"file://{tmp}/rendezvous", data_dir, batch,
+                       warmup, steps, seed, max(1, threads // world), out))
+        return out.get()
+
+
 def ringflow_bench(binary, data_dir, batch, devices, sync, warmup, steps,
                    seed):
     spec = "cpu:0" if devices == 1 else f"cpu:0-{devices - 1}"
@@ -207,6 +265,10 @@ def main():
                     "cores than this meanwhile")
     ap.add_argument("--tries", type=int, default=5)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--ddp", type=int, default=0, metavar="N",
+                    help="also measure PyTorch DistributedDataParallel with N "
+                    "processes (gloo) and compare --sync allreduce on N "
+                    "devices with it in an extra column (0: not measured)")
     args = ap.parse_args()
 
     torch.set_num_threads(args.threads)
@@ -226,6 +288,7 @@ def main():
 
     rf = {(b, d, s): [] for b in batches for d, s in configs}
     pt = {b: [] for b in batches}
+    ddp = {b: [] for b in batches}
     t0 = time.monotonic()
     while os.getloadavg()[0] >= args.max_load and time.monotonic() - t0 < args.wait:
         time.sleep(10)
@@ -247,6 +310,11 @@ def main():
             record(f"batch {b} PyTorch", *measure(
                 lambda: torch_bench(x, y, b, args.warmup, steps[b], args.seed),
                 args.max_others, args.tries), pt[b])
+            if args.ddp:
+                record(f"batch {b} PyTorch DDP x{args.ddp}", *measure(
+                    lambda: ddp_bench(args.data, b, args.ddp, args.warmup,
+                                      steps[b], args.seed, args.threads),
+                    args.max_others, args.tries), ddp[b])
             for d, sync in configs:
                 what = f"batch {b} ringflow {d} device" + (
                     "" if d == 1 else f"s {sync}")
@@ -263,9 +331,16 @@ def main():
                                 f"{steps[b]} timed" for b in batches))
     print("PyTorch runs each global batch in one process; its figure is the "
           "same for every ringflow row.\n")
+    if args.ddp:
+        print(f"The last column: --sync allreduce on {args.ddp} devices "
+              f"against PyTorch DDP with {args.ddp} processes (gloo, "
+              f"{max(1, args.threads // args.ddp)} thread each) on the same "
+              "global batch; not part of the targets.\n")
+    ddp_head = f" vs DDP x{args.ddp} |" if args.ddp else ""
     print("| batch | devices | sync | ringflow samples/s | PyTorch samples/s "
-          "| ratio | target | met |")
-    print("|---:|---:|:---|---:|---:|---:|---:|:---:|")
+          "| ratio | target | met |" + ddp_head)
+    print("|---:|---:|:---|---:|---:|---:|---:|:---:|" +
+          ("---:|" if args.ddp else ""))
     missed = 0
     for b in batches:
         ptm = statistics.median(pt[b])
@@ -275,8 +350,15 @@ def main():
             target = TARGETS.get(b)
             met = "-" if target is None else ("yes" if ratio >= target else "NO")
             missed += met == "NO"
+            extra = ""
+            if args.ddp:
+                like = d == args.ddp and sync == "allreduce"
+                extra = (f" {rfm / statistics.median(ddp[b]):.2f} "
+                         f"({statistics.median(ddp[b]):.0f}) |" if like
+                         else " - |")
             print(f"| {b} | {d} | {sync} | {rfm:.0f} | {ptm:.0f} | {ratio:.2f} | "
-                  f"{'-' if target is None else f'{target:.1f}'} | {met} |")
+                  f"{'-' if target is None else f'{target:.1f}'} | {met} |"
+                  + extra)
     return 1 if missed else 0
 
 
