@@ -45,25 +45,7 @@ static inline rf_session_options gc_options(int gpu) {
 /* Skips the calling test unless a session can have a GPU device; prints the
  * reason once. */
 static inline void gc_need_gpu(void) {
-  static int probed, ok;
-  if (gc_on_cpu()) return;
-  if (!probed) {
-    probed = 1;
-    rf_graph *g = rf_graph_new();
-    rf_session_options o = gc_options(1);
-    rf_session *s = NULL;
-    rf_status *st = rf_session_new(g, &o, &s);
-    ok = st == NULL;
-    if (st) {
-      assert_int_equal(rf_status_code(st), RF_FAILED_PRECONDITION);
-      printf("GPU tests skipped: %s\n", rf_status_message(st));
-      fflush(stdout);
-      rf_status_free(st);
-    }
-    rf_session_free(s);
-    rf_graph_free(g);
-  }
-  if (!ok) skip();
+  if (!gc_on_cpu()) rf_test_need_gpu();
 }
 
 /* Skips a check of GPU-only behaviour when cpu:1 stands in for the GPU. */

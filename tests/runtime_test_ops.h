@@ -7,6 +7,8 @@
  *   TestWhere(x: float64)       -> x * 100 + the index of the running device
  *   TestFail(x: T, message)     -> fails with INTERNAL "<message>"
  *   TestSleep(x: float64, ms)   -> x, after sleeping ms milliseconds
+ *   TestNap(x: T, ms)           -> x after ms milliseconds, asynchronously
+ *                                  (CPU and GPU devices)
  *   TestPlaceholder(T, shape)   -> fails unless fed, as Placeholder does
  *   TestSink(x: T)              -> nothing (a target)
  *   TestNoInput()               -> nothing (a target without inputs)
@@ -14,7 +16,9 @@
 #ifndef RF_TESTS_RUNTIME_TEST_OPS_H
 #define RF_TESTS_RUNTIME_TEST_OPS_H
 
+#include <pthread.h>
 #include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -63,6 +67,11 @@ static const rf__op_spec rt_op_specs[] = {
      .inputs = "x: float64",
      .outputs = "y: float64",
      .attrs = "ms: int = 10",
+     .shape = rt_same_shape},
+    {.name = "TestNap",
+     .inputs = "x: T",
+     .outputs = "y: T",
+     .attrs = "T: type; ms: int = 100",
      .shape = rt_same_shape},
     {.name = "TestPlaceholder",
      .outputs = "output: T",
@@ -144,6 +153,45 @@ static inline rf_status *rt_sleep(rf__kernel_ctx *ctx) {
   return NULL;
 }
 
+/* TestNap: a thread of its own completes it after ms milliseconds, so no
+ * executor thread waits and the other devices run on whatever the scheduler
+ * does (a synchronous sleep could run inline before the other devices even
+ * start, hiding a timeout). Forwarding the input needs no CUDA call, so the
+ * kernel serves GPU devices as it is. */
+typedef struct rt_nap_job {
+  rf__kernel_ctx *ctx;
+  rf__done_fn done;
+  int64_t ms;
+} rt_nap_job;
+
+static inline void *rt_nap_main(void *arg) {
+  rt_nap_job *n = arg;
+  struct timespec ts = {(time_t)(n->ms / 1000),
+                        (long)(n->ms % 1000) * 1000000L};
+  nanosleep(&ts, NULL);
+  rf__kernel_forward_input(n->ctx, 0, 0);
+  n->done(n->ctx, NULL);
+  free(n);
+  return NULL;
+}
+
+static inline void rt_nap(rf__kernel_ctx *ctx, rf__done_fn done) {
+  rt_nap_job *n = malloc(sizeof *n);
+  rf_status *st =
+      n ? rf__attrs_get_int(&ctx->node->attrs, "ms", &n->ms) : rf__oom();
+  pthread_t t;
+  if (!st) {
+    n->ctx = ctx;
+    n->done = done;
+    if (pthread_create(&t, NULL, rt_nap_main, n) == 0) {
+      pthread_detach(t);
+      return;
+    }
+  }
+  free(n);
+  done(ctx, st ? st : rf__kernel_error(ctx, RF_INTERNAL, "no thread"));
+}
+
 static inline rf_status *rt_placeholder(rf__kernel_ctx *ctx) {
   return rf__kernel_error(ctx, RF_INVALID_ARGUMENT,
                           "a value must be fed for this placeholder");
@@ -161,6 +209,8 @@ static const rf__kernel_def rt_kernels[] = {
     {.op = "TestWhere", .device_type = RF_DEVICE_CPU, .compute = rt_where},
     {.op = "TestFail", .device_type = RF_DEVICE_CPU, .compute = rt_fail},
     {.op = "TestSleep", .device_type = RF_DEVICE_CPU, .compute = rt_sleep},
+    {.op = "TestNap", .device_type = RF_DEVICE_CPU, .compute_async = rt_nap},
+    {.op = "TestNap", .device_type = RF_DEVICE_GPU, .compute_async = rt_nap},
     {.op = "TestPlaceholder",
      .device_type = RF_DEVICE_CPU,
      .compute = rt_placeholder},
@@ -187,6 +237,17 @@ static inline rf_node *rt_finish(rf_node_builder *b) {
   rf_node *n = NULL;
   assert_ok(rf_node_builder_finish(b, &n));
   return n;
+}
+
+/* TestNap(x) on device for ms milliseconds. */
+static inline rf_output rt_nap_node(rf_graph *g, const char *name,
+                                    const char *device, rf_output x,
+                                    int64_t ms) {
+  rf_node_builder *b = rf_node_builder_new(g, "TestNap", name);
+  rf_node_builder_device(b, device);
+  rf_node_builder_input(b, x);
+  rf_node_builder_attr_int(b, "ms", ms);
+  return (rf_output){rt_finish(b), 0};
 }
 
 static inline rf_output rt_const_node(rf_graph *g, const char *name,

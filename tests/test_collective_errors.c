@@ -39,69 +39,6 @@ static void placeholders(rf_graph *g, int n, rf_shape shape, rf_output *xs) {
   }
 }
 
-/* TestNap(x: float64, ms) -> x after ms milliseconds, asynchronously: a
- * thread of its own completes it, so no executor thread waits and the other
- * devices run on whatever the scheduler does (a synchronous sleep could be
- * run inline before the other devices even start, hiding the timeout). */
-typedef struct nap_job {
-  rf__kernel_ctx *ctx;
-  rf__done_fn done;
-  int64_t ms;
-} nap_job;
-
-static void *nap_main(void *arg) {
-  nap_job *n = arg;
-  struct timespec ts = {(time_t)(n->ms / 1000),
-                        (long)(n->ms % 1000) * 1000000L};
-  nanosleep(&ts, NULL);
-  rf__kernel_forward_input(n->ctx, 0, 0);
-  n->done(n->ctx, NULL);
-  free(n);
-  return NULL;
-}
-
-static void nap_kernel(rf__kernel_ctx *ctx, rf__done_fn done) {
-  nap_job *n = malloc(sizeof *n);
-  pthread_t t;
-  rf_status *st = rf__attrs_get_int(&ctx->node->attrs, "ms", &n->ms);
-  n->ctx = ctx;
-  n->done = done;
-  if (!st && pthread_create(&t, NULL, nap_main, n) == 0) {
-    pthread_detach(t);
-    return;
-  }
-  free(n);
-  done(ctx, st ? st : rf__kernel_error(ctx, RF_INTERNAL, "no thread"));
-}
-
-static void register_nap(void) {
-  static int done;
-  if (done) return;
-  done = 1;
-  rt_register();
-  static const rf__op_spec spec = {.name = "TestNap",
-                                   .inputs = "x: float64",
-                                   .outputs = "y: float64",
-                                   .attrs = "ms: int = 100",
-                                   .shape = rt_same_shape};
-  static const rf__kernel_def kernel = {.op = "TestNap",
-                                        .device_type = RF_DEVICE_CPU,
-                                        .compute_async = nap_kernel};
-  assert_ok(rf__op_register(&spec));
-  assert_ok(rf__kernel_register(&kernel));
-}
-
-/* TestNap(x) for ms milliseconds on device. */
-static rf_output sleep_node(rf_graph *g, const char *name, const char *device,
-                            rf_output x, int64_t ms) {
-  register_nap();
-  rf_node_builder *b = rf_node_builder_new(g, "TestNap", name);
-  rf_node_builder_device(b, device);
-  rf_node_builder_input(b, x);
-  rf_node_builder_attr_int(b, "ms", ms);
-  return (rf_output){rt_finish(b), 0};
-}
-
 /* Fresh random inputs for n devices and the float64 sum. */
 typedef struct inputs {
   rf_tensor *t[8];
@@ -231,7 +168,7 @@ static void test_missing_participant_times_out(void **state) {
   rf_output xs[3], ys[3], good[3];
   placeholders(g, 3, vec5, xs);
   rf_all_reduce_n(g, "slowpoke", xs, 3, RF_REDUCE_SUM, ys);
-  rf_output nap = sleep_node(g, "nap", "cpu:2", xs[2], 600);
+  rf_output nap = rt_nap_node(g, "nap", "cpu:2", xs[2], 600);
   assert_ok(rf_graph_add_control_edge(g, nap.node, ys[2].node));
   rf_all_reduce_n(g, "good", xs, 3, RF_REDUCE_SUM, good);
   assert_graph_ok(g);
@@ -262,11 +199,12 @@ static void test_late_sender_times_out(void **state) {
   rf_graph *g = rf_graph_new();
   rf_output xs[3];
   placeholders(g, 3, vec5, xs);
-  rf_output slow0 = sleep_node(g, "nap0", "cpu:0", xs[0], 500);
+  rf_output slow0 = rt_nap_node(g, "nap0", "cpu:0", xs[0], 500);
   rf_output b = rf_broadcast(g, "bc", slow0);
   rf_output y1 = rt_unary_node(g, "TestIdentity", "y1", "cpu:1", b);
   rf_output y2 = rt_unary_node(g, "TestIdentity", "y2", "cpu:2", b);
-  rf_output rin[3] = {xs[0], xs[1], sleep_node(g, "nap2", "cpu:2", xs[2], 500)};
+  rf_output rin[3] = {xs[0], xs[1],
+                      rt_nap_node(g, "nap2", "cpu:2", xs[2], 500)};
   assert_ok(rf_graph_push_device(g, "cpu:1"));
   rf_output r = rf_reduce(g, "red", rin, 3, RF_REDUCE_SUM);
   rf_graph_pop_device(g);

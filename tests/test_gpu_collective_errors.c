@@ -35,59 +35,9 @@ static void dev_name(int i, char *buf, size_t len) {
 
 /* ---- test ops on GPU devices ---- */
 
-/* TestNap(x: float64, ms) -> x after ms milliseconds, asynchronously: a
- * thread of its own completes it (forwarding the device tensor needs no CUDA
- * call), so no executor thread waits and the other devices' participants
- * reach the manager first. */
-typedef struct nap_job {
-  rf__kernel_ctx *ctx;
-  rf__done_fn done;
-  int64_t ms;
-} nap_job;
-
-static void *nap_main(void *arg) {
-  nap_job *n = arg;
-  struct timespec ts = {(time_t)(n->ms / 1000),
-                        (long)(n->ms % 1000) * 1000000L};
-  nanosleep(&ts, NULL);
-  rf__kernel_forward_input(n->ctx, 0, 0);
-  n->done(n->ctx, NULL);
-  free(n);
-  return NULL;
-}
-
-static void nap_kernel(rf__kernel_ctx *ctx, rf__done_fn done) {
-  nap_job *n = malloc(sizeof *n);
-  rf_status *st =
-      n ? rf__attrs_get_int(&ctx->node->attrs, "ms", &n->ms) : rf__oom();
-  pthread_t t;
-  if (!st) {
-    n->ctx = ctx;
-    n->done = done;
-    if (pthread_create(&t, NULL, nap_main, n) == 0) {
-      pthread_detach(t);
-      return;
-    }
-  }
-  free(n);
-  done(ctx, st ? st : rf__kernel_error(ctx, RF_INTERNAL, "no thread"));
-}
-
-static const rf__op_spec nap_spec = {.name = "TestNap",
-                                     .inputs = "x: float64",
-                                     .outputs = "y: float64",
-                                     .attrs = "ms: int = 100",
-                                     .shape = rt_same_shape};
-
 /* The CPU test kernels forward or fail without touching data, so they serve
  * GPU devices as they are. */
 static const rf__kernel_def test_kernels[] = {
-    {.op = "TestNap",
-     .device_type = RF_DEVICE_CPU,
-     .compute_async = nap_kernel},
-    {.op = "TestNap",
-     .device_type = RF_DEVICE_GPU,
-     .compute_async = nap_kernel},
     {.op = "TestFail", .device_type = RF_DEVICE_GPU, .compute = rt_fail},
     {.op = "TestIdentity",
      .device_type = RF_DEVICE_GPU,
@@ -99,7 +49,6 @@ static int setup(void **state) {
   rt_register();
   if (done) return 0;
   done = 1;
-  assert_ok(rf__op_register(&nap_spec));
   for (size_t i = 0; i < sizeof test_kernels / sizeof *test_kernels; i++)
     assert_ok(rf__kernel_register(&test_kernels[i]));
   return 0;
@@ -123,25 +72,7 @@ static rf_session_options options(int64_t timeout_ms) {
 
 /* Skips unless a session can have GPU devices; prints the reason once. */
 static void need_gpu(void) {
-  static int probed, ok;
-  if (on_cpu()) return;
-  if (!probed) {
-    probed = 1;
-    rf_graph *g = rf_graph_new();
-    rf_session_options o = options(1000);
-    rf_session *s = NULL;
-    rf_status *st = rf_session_new(g, &o, &s);
-    ok = st == NULL;
-    if (st) {
-      assert_int_equal(rf_status_code(st), RF_FAILED_PRECONDITION);
-      printf("GPU tests skipped: %s\n", rf_status_message(st));
-      fflush(stdout);
-      rf_status_free(st);
-    }
-    rf_session_free(s);
-    rf_graph_free(g);
-  }
-  if (!ok) skip();
+  if (!on_cpu()) rf_test_need_gpu();
 }
 
 static rf_session *session(const rf_graph *g, int64_t timeout_ms) {
@@ -169,11 +100,7 @@ static rf_output nap_node(rf_graph *g, const char *name, int dev, rf_output x,
                           int64_t ms) {
   char d[16];
   dev_name(dev, d, sizeof d);
-  rf_node_builder *b = rf_node_builder_new(g, "TestNap", name);
-  rf_node_builder_device(b, d);
-  rf_node_builder_input(b, x);
-  rf_node_builder_attr_int(b, "ms", ms);
-  return (rf_output){rt_finish(b), 0};
+  return rt_nap_node(g, name, d, x, ms);
 }
 
 /* Fresh random inputs for n devices and their float64 sum. */

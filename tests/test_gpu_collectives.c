@@ -129,26 +129,7 @@ static void run_session(rf_graph *g, const rf_feed *feeds, int nfeeds,
 /* ---- running every test on CPU, then GPU ---- */
 
 static void need_gpu(void) {
-  static int probed, ok;
-  if (on_cpu()) return;
-  if (!probed) {
-    probed = 1;
-    prefix = "gpu";
-    rf_graph *g = rf_graph_new();
-    rf_session_options o = options();
-    rf_session *s = NULL;
-    rf_status *st = rf_session_new(g, &o, &s);
-    ok = st == NULL;
-    if (st) {
-      assert_int_equal(rf_status_code(st), RF_FAILED_PRECONDITION);
-      printf("GPU tests skipped: %s\n", rf_status_message(st));
-      fflush(stdout);
-      rf_status_free(st);
-    }
-    rf_session_free(s);
-    rf_graph_free(g);
-  }
-  if (!ok) skip();
+  if (!on_cpu()) rf_test_need_gpu();
 }
 
 static const char *gpu_prefix(void) { return on_cpu() ? "cpu" : "gpu"; }

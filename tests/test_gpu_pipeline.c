@@ -110,42 +110,6 @@ static rf_status *late_compute(rf__kernel_ctx *ctx) {
 }
 #endif
 
-/* TestNap(x: T, ms) -> x after ms milliseconds on a thread of its own (no
- * executor thread waits), as in test_gpu_collective_errors.c. */
-typedef struct nap_job {
-  rf__kernel_ctx *ctx;
-  rf__done_fn done;
-  int64_t ms;
-} nap_job;
-
-static void *nap_main(void *arg) {
-  nap_job *n = arg;
-  struct timespec ts = {(time_t)(n->ms / 1000),
-                        (long)(n->ms % 1000) * 1000000L};
-  nanosleep(&ts, NULL);
-  rf__kernel_forward_input(n->ctx, 0, 0);
-  n->done(n->ctx, NULL);
-  free(n);
-  return NULL;
-}
-
-static void nap_kernel(rf__kernel_ctx *ctx, rf__done_fn done) {
-  nap_job *n = malloc(sizeof *n);
-  rf_status *st =
-      n ? rf__attrs_get_int(&ctx->node->attrs, "ms", &n->ms) : rf__oom();
-  pthread_t t;
-  if (!st) {
-    n->ctx = ctx;
-    n->done = done;
-    if (pthread_create(&t, NULL, nap_main, n) == 0) {
-      pthread_detach(t);
-      return;
-    }
-  }
-  free(n);
-  done(ctx, st ? st : rf__kernel_error(ctx, RF_INTERNAL, "no thread"));
-}
-
 static const rf__op_spec test_specs[] = {
     {.name = "TestLateCheck",
      .inputs = "x: T",
@@ -153,23 +117,13 @@ static const rf__op_spec test_specs[] = {
      .attrs = "T: type; message: string = ''; gate: bool = false",
      .shape = rt_same_shape,
      .flags = RF_OP_STATEFUL},
-    {.name = "TestNapT",
-     .inputs = "x: T",
-     .outputs = "y: T",
-     .attrs = "T: type; ms: int = 100",
-     .shape = rt_same_shape},
 };
 
-static const rf__kernel_def test_kernels[] = {
 #ifdef RF_HAVE_CUDA
-    {.op = "TestLateCheck",
-     .device_type = RF_DEVICE_GPU,
-     .compute = late_compute},
+static const rf__kernel_def late_kernel = {.op = "TestLateCheck",
+                                           .device_type = RF_DEVICE_GPU,
+                                           .compute = late_compute};
 #endif
-    {.op = "TestNapT",
-     .device_type = RF_DEVICE_GPU,
-     .compute_async = nap_kernel},
-};
 
 static int setup(void **state) {
   (void)state;
@@ -180,8 +134,9 @@ static int setup(void **state) {
   sem_init(&gate, 0, 0);
   for (size_t i = 0; i < sizeof test_specs / sizeof *test_specs; i++)
     assert_ok(rf__op_register(&test_specs[i]));
-  for (size_t i = 0; i < sizeof test_kernels / sizeof *test_kernels; i++)
-    assert_ok(rf__kernel_register(&test_kernels[i]));
+#ifdef RF_HAVE_CUDA
+  assert_ok(rf__kernel_register(&late_kernel));
+#endif
   return 0;
 }
 
@@ -199,26 +154,7 @@ static rf_session_options options(int ngpu, int sync_on_finish,
 }
 
 /* Skips unless a session can have GPU devices; prints the reason once. */
-static void need_gpu(void) {
-  static int probed, ok;
-  if (!probed) {
-    probed = 1;
-    rf_graph *g = rf_graph_new();
-    rf_session_options o = options(NDEV, 0, 1000);
-    rf_session *s = NULL;
-    rf_status *st = rf_session_new(g, &o, &s);
-    ok = st == NULL;
-    if (st) {
-      assert_int_equal(rf_status_code(st), RF_FAILED_PRECONDITION);
-      printf("GPU tests skipped: %s\n", rf_status_message(st));
-      fflush(stdout);
-      rf_status_free(st);
-    }
-    rf_session_free(s);
-    rf_graph_free(g);
-  }
-  if (!ok) skip();
-}
+static void need_gpu(void) { rf_test_need_gpu(); }
 
 static rf_session *session(const rf_graph *g, int ngpu, int sync_on_finish,
                            int64_t timeout_ms) {
@@ -614,11 +550,7 @@ static void test_missing_participant_in_pipelined_session(void **state) {
     xs[i] = rf_const_scalar(g, name, RF_FLOAT32, i);
     rf_graph_pop_device(g);
   }
-  rf_node_builder *nb = rf_node_builder_new(g, "TestNapT", "nap");
-  rf_node_builder_device(nb, "gpu:2");
-  rf_node_builder_input(nb, xs[2]);
-  rf_node_builder_attr_int(nb, "ms", 600);
-  xs[2] = (rf_output){rt_finish(nb), 0};
+  xs[2] = rt_nap_node(g, "nap", "gpu:2", xs[2], 600);
   rf_all_reduce_n(g, "slowpoke", xs, 3, RF_REDUCE_SUM, ys);
   assert_graph_ok(g);
   rf_session *s = session(g, 3, 0, 100);

@@ -164,30 +164,7 @@ static int setup(void **state) {
 
 /* Skips the calling test unless a session can have GPU devices; prints the
  * reason once. */
-static void need_gpu(void) {
-  static int probed, ok;
-  static char reason[512];
-  if (!probed) {
-    probed = 1;
-    rf_graph *g = rf_graph_new();
-    rf_session_options o;
-    rf_session_options_init(&o);
-    o.num_gpu_devices = 1;
-    rf_session *s = NULL;
-    rf_status *st = rf_session_new(g, &o, &s);
-    ok = st == NULL;
-    if (st) {
-      assert_int_equal(rf_status_code(st), RF_FAILED_PRECONDITION);
-      snprintf(reason, sizeof reason, "%s", rf_status_message(st));
-      printf("GPU tests skipped: %s\n", reason);
-      fflush(stdout);
-      rf_status_free(st);
-    }
-    rf_session_free(s);
-    rf_graph_free(g);
-  }
-  if (!ok) skip();
-}
+static void need_gpu(void) { rf_test_need_gpu(); }
 
 /* ---- helpers ---- */
 

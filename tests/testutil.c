@@ -200,3 +200,26 @@ double rf_test_expect_run_error(rf_session *s, const rf_feed *feeds, int nfeeds,
   assert_status(st, code, NULL);
   return dt;
 }
+
+void rf_test_need_gpu(void) {
+  static int probed, ok;
+  if (!probed) {
+    probed = 1;
+    rf_graph *g = rf_graph_new();
+    rf_session_options o;
+    rf_session_options_init(&o);
+    o.num_gpu_devices = 1;
+    rf_session *s = NULL;
+    rf_status *st = rf_session_new(g, &o, &s);
+    ok = st == NULL;
+    if (st) {
+      assert_int_equal(rf_status_code(st), RF_FAILED_PRECONDITION);
+      printf("GPU tests skipped: %s\n", rf_status_message(st));
+      fflush(stdout);
+      rf_status_free(st);
+    }
+    rf_session_free(s);
+    rf_graph_free(g);
+  }
+  if (!ok) skip();
+}

@@ -69,6 +69,11 @@ rf_status *rf_test_try_run(rf_graph *g, const rf_feed *feeds, int nfeeds,
  * borrowed; the outputs of the final run are released. */
 void rf_test_kernel_under_faults(const rf_node *node, rf_tensor *const *in);
 
+/* Skips the calling test unless a session can have a GPU device (a CUDA
+ * build, a GPU, a driver); the first call prints "GPU tests skipped:
+ * <reason>" when it cannot. */
+void rf_test_need_gpu(void);
+
 /* Milliseconds on the monotonic clock. */
 double rf_test_now_ms(void);
 
