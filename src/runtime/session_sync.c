@@ -126,25 +126,29 @@ static void finish(rf_session *s, rf__pending_step *r) {
 }
 
 #ifdef RF_HAVE_CUDA
+/* Takes the oldest pending step off the list; NULL when there is none, or
+ * (passed_only) when its fence has not passed yet. */
+static rf__pending_step *pop_oldest(rf_session *s, bool passed_only) {
+  pthread_mutex_lock(&s->pending_mu);
+  rf__pending_step *r = s->pending;
+  if (r && passed_only && !rf__gpu_fence_passed(r->fence, &r->fence_error))
+    r = NULL;
+  if (r) {
+    s->pending = r->next;
+    if (!s->pending) s->pending_tail = NULL;
+    atomic_fetch_sub(&s->num_pending, 1);
+  }
+  pthread_mutex_unlock(&s->pending_mu);
+  return r;
+}
+
 /* Finishes the oldest pending steps whose fences have passed, without
  * waiting, up to the first that has not (steps of one plan pass in order;
  * a later one that passed early waits for the next poll). */
 static void poll(rf_session *s) {
   int prev = rf__gpu_current();
-  for (;;) {
-    pthread_mutex_lock(&s->pending_mu);
-    rf__pending_step *r = s->pending;
-    if (r && rf__gpu_fence_passed(r->fence, &r->fence_error)) {
-      s->pending = r->next;
-      if (!s->pending) s->pending_tail = NULL;
-      atomic_fetch_sub(&s->num_pending, 1);
-    } else {
-      r = NULL;
-    }
-    pthread_mutex_unlock(&s->pending_mu);
-    if (!r) break;
-    finish(s, r);
-  }
+  rf__pending_step *r;
+  while ((r = pop_oldest(s, true))) finish(s, r);
   rf__gpu_make_current(prev);
 }
 
@@ -152,16 +156,8 @@ static void poll(rf_session *s) {
  * finishes them. */
 static void drain(rf_session *s, int count) {
   int prev = rf__gpu_current();
-  for (int k = 0; k < count; k++) {
-    pthread_mutex_lock(&s->pending_mu);
-    rf__pending_step *r = s->pending;
-    if (r) {
-      s->pending = r->next;
-      if (!s->pending) s->pending_tail = NULL;
-      atomic_fetch_sub(&s->num_pending, 1);
-    }
-    pthread_mutex_unlock(&s->pending_mu);
-    if (!r) break;
+  rf__pending_step *r;
+  for (int k = 0; k < count && (r = pop_oldest(s, false)); k++) {
     r->fence_error = rf__gpu_fence_wait(r->fence);
     finish(s, r);
   }
