@@ -12,7 +12,10 @@
  *     and the session goes on;
  *   - a one-rank NCCL collective (with NCCL) whose check comes long after
  *     the collective timeout is not mistaken for a stuck one;
- *   - freeing a session with work in flight.
+ *   - freeing a session with work in flight;
+ *   - the leader of a collective of virtual GPUs leaves out its waits for
+ *     streams that enqueued nothing since they waited for it, and only
+ *     those (runtime/gpu/order.h).
  * Without a GPU every test skips ("GPU tests skipped: <reason>"). */
 #include <errno.h>
 #include <pthread.h>
@@ -30,6 +33,8 @@
 #include <cuda_runtime_api.h>
 
 #include "comm/cuda/gpu_coll.h"
+#include "runtime/gpu/gpu.h"
+#include "runtime/gpu/order.h"
 #endif
 
 #define NDEV 4
@@ -76,11 +81,18 @@ static void CUDART_CB wait_gate(void *arg) {
   atomic_fetch_add(&gate_passes, 1);
 }
 
-/* Whether gpu:1's stream of session s is still held (has work left). */
-static bool gpu1_held(const rf_session *s) {
-  const rf__device *d = &s->devices[s->opts.num_cpu_devices + 1];
+/* Whether gpu:i's stream of session s is still held (has work left). */
+static bool gpu_held(const rf_session *s, int i) {
+  const rf__device *d = &s->devices[s->opts.num_cpu_devices + i];
   cudaSetDevice(d->gpu_ordinal);
   return cudaStreamQuery((cudaStream_t)d->stream) == cudaErrorNotReady;
+}
+
+static bool gpu1_held(const rf_session *s) { return gpu_held(s, 1); }
+
+/* gpu:i's order counters (runtime/gpu/order.h). */
+static const rf__gpu_order *gpu_order(const rf_session *s, int i) {
+  return s->devices[s->opts.num_cpu_devices + i].order;
 }
 
 static void CUDART_CB mark_reached(void *arg) {
@@ -95,7 +107,7 @@ static rf_status *late_compute(rf__kernel_ctx *ctx) {
   late *l = calloc(1, sizeof *l);
   if (!l) return rf__oom();
   snprintf(l->message, sizeof l->message, "%s", msg);
-  cudaStream_t s = (cudaStream_t)ctx->device->stream;
+  cudaStream_t s = (cudaStream_t)rf__gpu_kernel_stream(ctx);
   cudaError_t e = gated ? cudaLaunchHostFunc(s, wait_gate, NULL) : cudaSuccess;
   if (e == cudaSuccess) e = cudaLaunchHostFunc(s, mark_reached, l);
   if (e != cudaSuccess) {
@@ -470,6 +482,125 @@ static void test_free_with_work_in_flight(void **state) {
 #endif
 }
 
+/* ---- waits left out (runtime/gpu/order.h) ---- */
+
+#ifdef RF_HAVE_CUDA
+/* Every element of the fetched tensors t[0..n) is sum_i (i + e % 5) + add,
+ * with gpu:2's term 10 more when bumped. */
+static void check_sums(rf_tensor **t, int n, int64_t len, bool bumped) {
+  int64_t bad = 0;
+  for (int i = 0; i < n; i++) {
+    const float *p = t[i]->data;
+    for (int64_t e = 0; e < len; e++) {
+      double want = bumped ? 10 : 0;
+      for (int k = 0; k < NDEV; k++) want += k + e % 5;
+      if (p[e] != want && bad++ == 0)
+        fprintf(stderr, "gpu:%d element %lld: %g, want %g\n", i, (long long)e,
+                p[e], want);
+    }
+    rf_tensor_release(t[i]);
+  }
+  assert_int_equal(bad, 0);
+}
+#endif
+
+/* 4 virtual GPUs all-reduce variable reads: after the first of 20 pipelined
+ * steps the leader (gpu:0) leaves out its 3 waits (the other streams only
+ * waited for it since), and the values are exact. Then gpu:1's input passes
+ * a kernel held at a gate: the leader waits for it again (gpu:0's stream is
+ * still held 50 ms later), and once the gate opens the all-reduce, stored
+ * in variables, is exact. A variable update on gpu:2 (a kernel) makes the
+ * leader wait for gpu:2 again, and the next sum has the new value. */
+static void test_leader_leaves_out_only_needless_waits(void **state) {
+  (void)state;
+  need_gpu();
+#ifdef RF_HAVE_CUDA
+  enum { LEN = 1 << 16 };
+  rf_graph *g = rf_graph_new();
+  rf_shape shape = rf_shape_of(1, (int64_t)LEN);
+  rf_output xs[NDEV], ys[NDEV], held[NDEV], zs[NDEV], ws[NDEV], wread[NDEV];
+  rf_node *init[2 * NDEV], *store[NDEV], *bump = NULL;
+  char name[32], dev[16];
+  for (int i = 0; i < NDEV; i++) {
+    gpu_name(i, dev, sizeof dev);
+    assert_ok(rf_graph_push_device(g, dev));
+    snprintf(name, sizeof name, "v%d", i);
+    rf_output v = rf_variable(g, name, RF_FLOAT32, shape);
+    snprintf(name, sizeof name, "w%d", i);
+    ws[i] = rf_variable(g, name, RF_FLOAT32, shape);
+    rf_tensor *t = filled(LEN, i, 0);
+    snprintf(name, sizeof name, "base%d", i);
+    rf_output base = rf_const(g, name, t);
+    rf_tensor_release(t);
+    snprintf(name, sizeof name, "init_v%d", i);
+    init[2 * i] = rf_assign(g, name, v, base);
+    snprintf(name, sizeof name, "init_w%d", i);
+    init[2 * i + 1] = rf_assign(g, name, ws[i], base);
+    snprintf(name, sizeof name, "x%d", i);
+    xs[i] = held[i] = rf_read_variable(g, name, v);
+    if (i == 2) { /* v2 -= 1 * -10 */
+      t = filled(LEN, -1, -10);
+      rf_output m10 = rf_const(g, "m10", t);
+      rf_tensor_release(t);
+      rf_output one = rf_const_scalar(g, "one", RF_FLOAT32, 1);
+      bump = rf_apply_gradient_descent(g, "bump", v, one, m10);
+    }
+    snprintf(name, sizeof name, "wread%d", i);
+    wread[i] = rf_read_variable(g, name, ws[i]);
+    rf_graph_pop_device(g);
+  }
+  rf_all_reduce_n(g, "idle_sum", xs, NDEV, RF_REDUCE_SUM, ys);
+  held[1] = (rf_output){late_node(g, "held", xs[1], "", true), 0};
+  rf_all_reduce_n(g, "held_sum", held, NDEV, RF_REDUCE_SUM, zs);
+  for (int i = 0; i < NDEV; i++) {
+    gpu_name(i, dev, sizeof dev);
+    assert_ok(rf_graph_push_device(g, dev));
+    snprintf(name, sizeof name, "store%d", i);
+    store[i] = rf_assign(g, name, ws[i], zs[i]);
+    rf_graph_pop_device(g);
+  }
+  assert_graph_ok(g);
+  rf_session *s = session(g, NDEV, 0, 60000);
+  reset_counts();
+  assert_ok(rf_session_run(s, NULL, 0, NULL, 0, init, 2 * NDEV, NULL));
+  rf_node *idle[NDEV];
+  for (int i = 0; i < NDEV; i++) idle[i] = ys[i].node;
+  int64_t skipped0 = atomic_load(&gpu_order(s, 0)->waits_skipped);
+  for (int k = 0; k < 20; k++)
+    assert_ok(rf_session_run(s, NULL, 0, NULL, 0, idle, NDEV, NULL));
+  assert_ok(rf_session_sync(s));
+  int64_t skipped = atomic_load(&gpu_order(s, 0)->waits_skipped) - skipped0;
+  assert_true(skipped >= 3 * 19);
+  rf_tensor *out[NDEV] = {NULL};
+  assert_ok(rf_session_run(s, NULL, 0, ys, NDEV, NULL, 0, out));
+  check_sums(out, NDEV, LEN, false);
+
+  /* a kernel on gpu:1, held: the leader waits for it */
+  int64_t waits0 = atomic_load(&gpu_order(s, 0)->waits);
+  assert_ok(rf_session_run(s, NULL, 0, NULL, 0, store, NDEV, NULL));
+  struct timespec nap = {0, 50 * 1000000L};
+  nanosleep(&nap, NULL);
+  assert_true(gpu_held(s, 1));
+  assert_true(gpu_held(s, 0)); /* its kernel waits behind gpu:1 */
+  assert_true(atomic_load(&gpu_order(s, 0)->waits) > waits0);
+  sem_post(&gate);
+  assert_ok(rf_session_sync(s));
+  assert_int_equal(atomic_load(&gate_passes), 1);
+  assert_ok(rf_session_run(s, NULL, 0, wread, NDEV, NULL, 0, out));
+  check_sums(out, NDEV, LEN, false);
+
+  /* a kernel on gpu:2 changes its input: the leader waits, the sum has it */
+  assert_ok(rf_session_run(s, NULL, 0, NULL, 0, &bump, 1, NULL));
+  waits0 = atomic_load(&gpu_order(s, 0)->waits);
+  assert_ok(rf_session_run(s, NULL, 0, ys, NDEV, NULL, 0, out));
+  assert_true(atomic_load(&gpu_order(s, 0)->waits) > waits0);
+  check_sums(out, NDEV, LEN, true);
+  assert_int_equal(atomic_load(&violations), 0);
+  rf_session_free(s);
+  rf_graph_free(g);
+#endif
+}
+
 /* ---- concurrent callers ---- */
 
 typedef struct worker {
@@ -606,6 +737,7 @@ int main(void) {
                              setup),
       cmocka_unit_test_setup(test_deferred_error_surfaces_once, setup),
       cmocka_unit_test_setup(test_free_with_work_in_flight, setup),
+      cmocka_unit_test_setup(test_leader_leaves_out_only_needless_waits, setup),
       cmocka_unit_test_setup(test_concurrent_pipelined_callers, setup),
       cmocka_unit_test_setup(test_missing_participant_in_pipelined_session,
                              setup),

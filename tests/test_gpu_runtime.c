@@ -93,7 +93,7 @@ static rf_status *gpu_scale_by(rf__kernel_ctx *ctx, double scale) {
   if (!y->on_gpu)
     return rf__kernel_error(ctx, RF_INTERNAL, "output in host memory");
   if (x->num_elements == 0) return NULL;
-  cudaStream_t s = (cudaStream_t)ctx->device->stream;
+  cudaStream_t s = (cudaStream_t)rf__gpu_kernel_stream(ctx);
   RF_CUDA_CHECK(cudaMemcpyAsync(y->data, x->data, x->nbytes,
                                 cudaMemcpyDeviceToDevice, s));
   RF_CUBLAS_CHECK(cublasDscal((cublasHandle_t)ctx->device->blas,

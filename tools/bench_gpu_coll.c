@@ -18,6 +18,7 @@
 #include "core/cuda_check.h"
 #include "ringflow/collectives.h"
 #include "runtime/gpu/gpu.h"
+#include "runtime/gpu/order.h"
 #include "runtime/session_internal.h"
 #include "tools.h"
 
@@ -366,24 +367,20 @@ static rf_status *raw_enqueue_one(bench_gpu_coll *b, int *nstreams) {
   const rf__device *lead = b->dev[0]; /* the root, or rank 0 */
   const rf__gpu_context *ctx = lead->gpu;
   RF_TOOL_CHECK(lead->enter(lead));
-  /* with events: the backend's cross-stream waits around the kernel (each
-   * other device's stream records its order_event, the leader waits for
-   * them; after the kernel they wait for the leader's) */
-  for (int r = 1; b->raw_events && r < b->n; r++) {
-    RF_CUDA_CHECK(cudaEventRecord((cudaEvent_t)b->dev[r]->order_event,
-                                  (cudaStream_t)b->dev[r]->stream));
-    RF_CUDA_CHECK(cudaStreamWaitEvent((cudaStream_t)lead->stream,
-                                      (cudaEvent_t)b->dev[r]->order_event, 0));
-  }
-  RF_TOOL_CHECK(
-      rf__cuda_coll_launch(&b->args, lead->stream, ctx->multiprocessors));
+  /* with events: the backend's cross-stream waits around the kernel, made
+   * as comm/cuda/backend.c makes them (so the leader's wait for a stream
+   * that enqueued nothing since it last waited is left out there too) */
+  for (int r = 1; b->raw_events && r < b->n; r++)
+    RF_TOOL_CHECK(rf__gpu_order_after(b->dev[r], &lead, 1));
+  rf__gpu_enqueue_begin(lead->order);
+  rf_status *st =
+      rf__cuda_coll_launch(&b->args, lead->stream, ctx->multiprocessors);
+  rf__gpu_enqueue_end(lead->order);
+  RF_TOOL_CHECK(st);
   *nstreams = 1;
   if (!b->raw_events || b->n == 1) return NULL;
-  RF_CUDA_CHECK(cudaEventRecord((cudaEvent_t)lead->order_event,
-                                (cudaStream_t)lead->stream));
-  for (int r = 1; r < b->n; r++)
-    RF_CUDA_CHECK(cudaStreamWaitEvent((cudaStream_t)b->dev[r]->stream,
-                                      (cudaEvent_t)lead->order_event, 0));
+  RF_TOOL_CHECK(
+      rf__gpu_order_after(lead, (const rf__device *const *)b->dev, b->n));
   *nstreams = b->n;
   return NULL;
 }

@@ -9,6 +9,7 @@
 #ifndef RF_KERNELS_KERNEL_H
 #define RF_KERNELS_KERNEL_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "core/tensor.h"
@@ -39,6 +40,10 @@ struct rf__kernel_ctx {
   /* The kernel being run (its host_memory_* bits); NULL outside the
    * executor. */
   const struct rf__kernel_def *def;
+  /* Set by rf__gpu_kernel_stream (runtime/gpu/gpu.h): the kernel enqueued
+   * work on its GPU stream, and the executor ends that enqueue when it
+   * returns (runtime/gpu/order.h). */
+  bool stream_taken;
 };
 
 /* What running a kernel costs the thread that runs it, for the executor's

@@ -28,6 +28,7 @@
 #include "core/mem.h"
 #include "ops/op_registry.h"
 #include "runtime/executor_internal.h"
+#include "runtime/gpu/order.h"
 #include "runtime/rendezvous.h"
 #include "runtime/trace.h"
 #include "comm/collective.h"
@@ -311,6 +312,7 @@ static void complete(frame *f, int v, rf_status *st, ready *rd) {
 static void async_done(rf__kernel_ctx *ctx, rf_status *st) {
   node_ref *ref = ctx->executor_private;
   frame *f = ref->frame;
+  if (ctx->stream_taken) rf__gpu_enqueue_end(ctx->device->order);
   if (ctx->step->trace)
     rf__trace_record(ctx->step->trace, ctx->device->index, ctx->node,
                      ctx->trace_start, rf__trace_now());
@@ -359,14 +361,13 @@ static void run_node(frame *f, int v, ready *rd) {
                           .device = f->plan->device,
                           .step = f->step,
                           .executor_private = &f->refs[v]};
-    if (!f->step->trace) {
-      complete(f, v, x->compute(&ctx), rd);
-      return;
-    }
-    int64_t t0 = rf__trace_now();
+    int64_t t0 = f->step->trace ? rf__trace_now() : 0;
     rf_status *st = x->compute(&ctx);
-    rf__trace_record(f->step->trace, f->plan->device->index, x->node, t0,
-                     rf__trace_now());
+    /* before complete() releases the kernel's buffers: runtime/gpu/order.h */
+    if (ctx.stream_taken) rf__gpu_enqueue_end(dev->order);
+    if (f->step->trace)
+      rf__trace_record(f->step->trace, f->plan->device->index, x->node, t0,
+                       rf__trace_now());
     complete(f, v, st, rd);
     return;
   }

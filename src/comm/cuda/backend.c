@@ -1,11 +1,12 @@
 /* comm/cuda/backend.c - the GPU collective backend: picks CUDA kernels or
  * NCCL per group, and runs the CUDA-kernel path. That path serves virtual
  * GPU devices sharing one physical GPU (NCCL refuses two ranks on one GPU):
- * each participant's stream records an event (its input is ready), the
- * leader's stream (the root's, else rank 0's) waits for all of them and runs
- * one kernel that writes every participant's output, records an event that
- * every other participant's stream waits for, and the dones are called at
- * once (stream order: see gpu_coll.h). Outputs are allocated from each
+ * the leader's stream (the root's, else rank 0's) waits for every
+ * participant's stream (its input is ready; left out where nothing was
+ * enqueued since the last such wait: runtime/gpu/order.h) and runs one
+ * kernel that writes every participant's output, every other participant's
+ * stream waits for the kernel, and the dones are called at once (stream
+ * order: see gpu_coll.h). Outputs are allocated from each
  * participant's own device allocator before the launch, and inputs released
  * after it: either block is reused only in its own device's stream order,
  * which the final wait puts after the kernel. */
@@ -19,6 +20,7 @@
 #include "core/mem.h"
 #include "core/status.h"
 #include "runtime/gpu/gpu.h"
+#include "runtime/gpu/order.h"
 
 _Static_assert(RF_RED_SUM == 0 && RF_RED_PROD == 1 && RF_RED_MIN == 2 &&
                    RF_RED_MAX == 3 && RF_RED_AVG == 4,
@@ -231,43 +233,35 @@ static rf_status *prepare(cuda_op *op, rf__cuda_coll_args *a) {
   return NULL;
 }
 
-/* Makes every participant's stream (other than d's) wait for everything
- * queued so far on d's, through d's order_event, recorded once. */
-static rf_status *all_wait_for(const rf__device *d, const rf__coll_group *g) {
-  bool any = false;
-  for (int i = 0; i < g->n && !any; i++)
-    any = g->p[i].device->stream != d->stream;
-  if (!any) return NULL;
-  RF_CHECK(d->enter(d));
-  cudaEvent_t ev = (cudaEvent_t)d->order_event;
-  RF_CUDA_CHECK(cudaEventRecord(ev, (cudaStream_t)d->stream));
-  for (int i = 0; i < g->n; i++)
-    if (g->p[i].device->stream != d->stream)
-      RF_CUDA_CHECK(
-          cudaStreamWaitEvent((cudaStream_t)g->p[i].device->stream, ev, 0));
-  return NULL;
+/* The participants' devices, for rf__gpu_order_after. */
+static int devices_of(const rf__coll_group *g, const rf__device **out) {
+  for (int i = 0; i < g->n; i++) out[i] = g->p[i].device;
+  return g->n;
 }
 
 /* Enqueues waits, kernel, waits, and the completion unless the dones go in
- * stream order. *launched is set once the kernel is queued (the caller must
- * then wait for the stream before freeing anything on error). */
+ * stream order. The leader's wait for a participant is left out when that
+ * stream has enqueued nothing since it last waited for the leader (a
+ * variable read in a loop of pipelined steps: runtime/gpu/order.h). The
+ * kernel counts as an enqueue on the leader's stream. *launched is set once
+ * the kernel is queued (the caller must then wait for the stream before
+ * freeing anything on error). */
 static rf_status *enqueue(cuda_op *op, const rf__cuda_coll_args *a,
                           bool ordered, bool *launched) {
   rf__coll_group *g = &op->g;
   const rf__device *lead = g->p[leader_of(g)].device;
-  for (int i = 0; i < g->n; i++) { /* the leader waits for every input */
-    const rf__device *d = g->p[i].device;
-    if (d->stream == lead->stream) continue;
-    RF_CHECK(d->enter(d));
-    cudaEvent_t ev = (cudaEvent_t)d->order_event;
-    RF_CUDA_CHECK(cudaEventRecord(ev, (cudaStream_t)d->stream));
-    RF_CUDA_CHECK(cudaStreamWaitEvent((cudaStream_t)lead->stream, ev, 0));
-  }
+  for (int i = 0; i < g->n; i++) /* the leader waits for every input */
+    RF_CHECK(rf__gpu_order_after(g->p[i].device, &lead, 1));
   RF_CHECK(lead->enter(lead));
   const rf__gpu_context *ctx = lead->gpu;
-  RF_CHECK(rf__cuda_coll_launch(a, lead->stream, ctx->multiprocessors));
+  rf__gpu_enqueue_begin(lead->order);
+  rf_status *st = rf__cuda_coll_launch(a, lead->stream, ctx->multiprocessors);
+  rf__gpu_enqueue_end(lead->order);
+  RF_CHECK(st);
   *launched = true;
-  RF_CHECK(all_wait_for(lead, g)); /* every stream waits for the kernel */
+  const rf__device *parts[RF_CUDA_COLL_MAX];
+  /* every stream waits for the kernel */
+  RF_CHECK(rf__gpu_order_after(lead, parts, devices_of(g, parts)));
   if (ordered) return NULL;
   RF_CHECK(lead->enter(lead));
   return rf__gpu_notify_when_done(lead, &op->notify, op_completed);

@@ -132,7 +132,8 @@ int rf__mpi_gpu_issue(rf__job *j, rf__mpi_op *op, rf__mpi_set *set,
   op->set = set;
   if (!*st)
     *st = rf__nccl_job_launch(set->nccl, &op->g, op->num_devices, op->root_rank,
-                              &op->root_shape, op->gpu_outs, launched_done, op);
+                              &op->root_shape, op->gpu_outs, op->timeout_ms,
+                              launched_done, op);
   return 1;
 }
 

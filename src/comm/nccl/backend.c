@@ -33,6 +33,7 @@
 #include "core/mem.h"
 #include "core/status.h"
 #include "runtime/gpu/gpu.h"
+#include "runtime/gpu/order.h"
 #include "runtime/step.h"
 
 #define MAX_RANKS 64
@@ -539,6 +540,7 @@ static rf_status *alloc_outputs(nccl_op *op) {
  * the launch the streams are waited for before returning. */
 static rf_status *launch(nccl_op *op, size_t count, rf__step *step) {
   rf__coll_group *g = &op->g;
+  for (int r = 0; r < g->n; r++) rf__gpu_enqueue_begin(g->p[r].device->order);
   pthread_mutex_lock(&op->set->mu);
   rf_status *st = op->set->aborted
                       ? rf__error(RF_ABORTED, "NCCL communicator aborted")
@@ -554,6 +556,7 @@ static rf_status *launch(nccl_op *op, size_t count, rf__step *step) {
       rf_status_free(end);
   }
   pthread_mutex_unlock(&op->set->mu);
+  for (int r = 0; r < g->n; r++) rf__gpu_enqueue_end(g->p[r].device->order);
   if (st) { /* some ranks may be queued without their peers: abort them */
     set_abort(op->set);
     for (int r = 0; r < g->n; r++) rf_status_free(rf__gpu_sync(g->p[r].device));

@@ -18,15 +18,18 @@
 
 #include <nccl.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "comm/cuda/gpu_coll.h"
 #include "core/cuda_check.h"
 #include "core/mem.h"
 #include "core/status.h"
 #include "runtime/gpu/gpu.h"
+#include "runtime/gpu/order.h"
 
 #define MAX_LOCAL 64
 
@@ -224,10 +227,44 @@ static ncclResult_t issue(const rf__nccl_job_comm *c, const rf__coll_group *g,
   }
 }
 
+static int64_t now_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+/* After ncclGroupEnd returned ncclInProgress: a nonblocking communicator
+ * may not have put its kernels on the streams yet (its connections are set
+ * up in the background on first use), and whatever is enqueued behind them
+ * - the completions - must come after. Polls every rank until none is in
+ * progress, for at most timeout_ms. c->mu held. */
+static rf_status *wait_enqueued(rf__nccl_job_comm *c, int64_t timeout_ms) {
+  int64_t deadline = now_ns() + timeout_ms * 1000000;
+  for (;;) {
+    bool busy = false;
+    for (int i = 0; i < c->n; i++) {
+      ncclResult_t r = ncclSuccess;
+      RF_NCCL_CHECK(ncclCommGetAsyncError(c->comms[i], &r));
+      if (r == ncclInProgress)
+        busy = true;
+      else if (r != ncclSuccess)
+        return rf__status_prefix(RF_NCCL_STATUS(r), "%s",
+                                 c->devs[i]->canonical);
+    }
+    if (!busy) return NULL;
+    if (now_ns() > deadline)
+      return rf__error(RF_DEADLINE_EXCEEDED,
+                       "NCCL did not put the launch on the streams within "
+                       "%lld ms",
+                       (long long)timeout_ms);
+    sched_yield();
+  }
+}
+
 rf_status *rf__nccl_job_launch(rf__nccl_job_comm *c, const rf__coll_group *g,
                                int num_devices, int root_rank,
                                const rf_shape *root_shape,
-                               rf_tensor *const *outs,
+                               rf_tensor *const *outs, int64_t timeout_ms,
                                void (*done)(void *arg, rf_status *st),
                                void *arg) {
   if (g->n != c->n)
@@ -241,6 +278,7 @@ rf_status *rf__nccl_job_launch(rf__nccl_job_comm *c, const rf__coll_group *g,
   pthread_mutex_init(&l->mu, NULL);
   atomic_init(&l->pending, g->n);
   int prev = rf__gpu_current();
+  for (int i = 0; i < g->n; i++) rf__gpu_enqueue_begin(g->p[i].device->order);
   pthread_mutex_lock(&c->mu);
   rf_status *st = c->aborted
                       ? rf__error(RF_ABORTED, "NCCL communicator aborted")
@@ -255,8 +293,10 @@ rf_status *rf__nccl_job_launch(rf__nccl_job_comm *c, const rf__coll_group *g,
   if (started) {
     ncclResult_t r = ncclGroupEnd();
     if (!st && r != ncclSuccess && r != ncclInProgress) st = RF_NCCL_STATUS(r);
+    if (!st && r == ncclInProgress) st = wait_enqueued(c, timeout_ms);
   }
   pthread_mutex_unlock(&c->mu);
+  for (int i = 0; i < g->n; i++) rf__gpu_enqueue_end(g->p[i].device->order);
   if (st) { /* some ranks may be queued without their peers */
     if (started) rf__nccl_job_comm_abort(c);
     for (int i = 0; started && i < g->n; i++)

@@ -47,12 +47,15 @@ rf_shape rf__nccl_job_out_shape(const rf__coll_group *g, int num_devices,
  * job (reduce, broadcast). done(arg, st) is called once, from a pool task
  * (the GPU runtime's completion, rf__gpu_notify_when_done), when every
  * stream ran it (st: a stream or NCCL error, ABORTED when the communicators
- * were aborted meanwhile, or NULL). On error done is never called and the
+ * were aborted meanwhile, or NULL). A nonblocking communicator may still be
+ * putting the launch on the streams when ncclGroupEnd returns: the call
+ * polls until it has, for at most timeout_ms (then DEADLINE_EXCEEDED, and
+ * the communicators are aborted). On error done is never called and the
  * streams are waited for. */
 rf_status *rf__nccl_job_launch(rf__nccl_job_comm *c, const rf__coll_group *g,
                                int num_devices, int root_rank,
                                const rf_shape *root_shape,
-                               rf_tensor *const *outs,
+                               rf_tensor *const *outs, int64_t timeout_ms,
                                void (*done)(void *arg, rf_status *st),
                                void *arg);
 

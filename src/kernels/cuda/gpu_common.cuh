@@ -73,8 +73,15 @@ namespace rf_gpu {
 
 /* ---- the device and its stream ---- */
 
-inline cudaStream_t stream(const rf__kernel_ctx *ctx) {
-  return (cudaStream_t)ctx->device->stream;
+/* The only way a kernel reaches its stream and cuBLAS handle: the first
+ * call counts an enqueue on the device (rf__gpu_kernel_stream; without it
+ * a collective could skip waiting for this kernel: runtime/gpu/order.h). */
+inline cudaStream_t stream(rf__kernel_ctx *ctx) {
+  return (cudaStream_t)rf__gpu_kernel_stream(ctx);
+}
+inline cublasHandle_t blas(rf__kernel_ctx *ctx) {
+  (void)rf__gpu_kernel_stream(ctx);
+  return (cublasHandle_t)ctx->device->blas;
 }
 
 /* Every kernel calls it first: INTERNAL when the context has no GPU device;

@@ -62,7 +62,7 @@ rf_status *gemm(rf__kernel_ctx *ctx, const Dims &d, const rf_tensor *a,
   const float one_f = 1.0f, zero_f = 0.0f;
   const double one_d = 1.0, zero_d = 0.0;
   bool f64 = compute == CUBLAS_COMPUTE_64F;
-  cublasHandle_t h = (cublasHandle_t)ctx->device->blas;
+  cublasHandle_t h = blas(ctx);
   if (!h)
     return rf__kernel_error(ctx, RF_INTERNAL,
                             "the device has no cuBLAS handle");

@@ -12,6 +12,7 @@
 #include "core/mem.h"
 #include "core/status.h"
 #include "runtime/gpu/gpu.h"
+#include "runtime/gpu/order.h"
 
 struct rf__gpu_runtime {
   rf__device *devices; /* borrowed: the session's GPU devices */
@@ -22,7 +23,8 @@ struct rf__gpu_runtime {
   /* Per virtual device, what was made (so a partial runtime frees). */
   cudaStream_t *streams;
   cublasHandle_t *handles;
-  cudaEvent_t *events; /* the devices' order_event */
+  cudaEvent_t *events;  /* the devices' order_event */
+  rf__gpu_order *order; /* the devices' order */
 };
 
 rf_status *rf__gpu_count(int *out) {
@@ -122,6 +124,7 @@ static rf_status *make_device(rf__gpu_runtime *r, int i) {
   d->order_event = r->events[i];
   d->gpu = ctx;
   d->blas = r->handles[i];
+  d->order = &r->order[i];
   d->allocator = rf__gpu_cache_allocator(r->caches[i]);
   d->host_allocator = rf__gpu_pinned_allocator();
   d->enter = rf__gpu_enter;
@@ -135,7 +138,9 @@ static rf_status *make_all(rf__gpu_runtime *r, int count) {
   r->streams = rf__calloc((size_t)r->num_devices, sizeof(cudaStream_t));
   r->handles = rf__calloc((size_t)r->num_devices, sizeof(cublasHandle_t));
   r->events = rf__calloc((size_t)r->num_devices, sizeof(cudaEvent_t));
-  if (!r->contexts || !r->caches || !r->streams || !r->handles || !r->events)
+  r->order = rf__calloc((size_t)r->num_devices, sizeof(rf__gpu_order));
+  if (!r->contexts || !r->caches || !r->streams || !r->handles || !r->events ||
+      !r->order)
     return rf__oom();
   for (int p = 0; p < r->num_contexts; p++) {
     rf__gpu_context *ctx = &r->contexts[p];
@@ -175,6 +180,7 @@ rf_status *rf__gpu_runtime_new(rf__device *devices, int n,
 static void clear_device(rf__device *d) {
   d->gpu_ordinal = -1;
   d->stream = d->order_event = d->gpu = d->blas = NULL;
+  d->order = NULL;
   d->allocator = rf_default_allocator();
   d->host_allocator = rf_default_allocator();
   d->enter = NULL;
@@ -203,5 +209,6 @@ void rf__gpu_runtime_free(rf__gpu_runtime *r) {
   rf__free(r->streams);
   rf__free(r->handles);
   rf__free(r->events);
+  rf__free(r->order);
   rf__free(r);
 }

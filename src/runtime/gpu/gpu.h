@@ -66,6 +66,24 @@ rf_status *rf__gpu_enter(const rf__device *d);
  * fault, reported asynchronously) names the device. */
 rf_status *rf__gpu_sync(const rf__device *d);
 
+/* ---- stream order (runtime/gpu/order.c; order.h says why) ---- */
+
+struct rf__kernel_ctx;
+
+/* The stream of ctx's GPU device, for a kernel to enqueue work on (as a
+ * cudaStream_t; the device's cuBLAS handle is bound to it). Kernels reach
+ * their stream only through it: the first call counts an enqueue begun on
+ * the device, which the executor ends when the kernel returns (an
+ * asynchronous kernel: when it reports done). */
+void *rf__gpu_kernel_stream(struct rf__kernel_ctx *ctx);
+
+/* Makes the streams of waiters[0..n) wait for everything enqueued on d's
+ * stream so far (one record of d's order_event), leaving out d's own stream
+ * and any waiter that has waited for all of it already and d's stream has
+ * begun no enqueue since. Any thread; it enters d itself. */
+rf_status *rf__gpu_order_after(const rf__device *d,
+                               const rf__device *const *waiters, int n);
+
 /* ---- allocators (runtime/gpu/allocator.c) ---- */
 
 /* A caching allocator over cudaMalloc for one virtual device, or (the one

@@ -7,6 +7,7 @@
 #include "core/cuda_check.h"
 #include "core/status.h"
 #include "runtime/gpu/gpu.h"
+#include "runtime/gpu/order.h"
 
 static const char *where(const rf_tensor *t) {
   return t->on_gpu ? "device" : "host";
@@ -20,6 +21,7 @@ rf_status *rf__gpu_copy(const rf__device *d, rf_tensor *dst,
   if (src->nbytes == 0) return NULL;
   cudaStream_t s = (cudaStream_t)d->stream;
   rf_status *st = NULL;
+  rf__gpu_enqueue_begin(d->order);
   if (!dst->on_gpu && !src->on_gpu) {
     memcpy(dst->data, src->data, src->nbytes);
   } else if (dst->on_gpu && src->on_gpu) {
@@ -36,6 +38,7 @@ rf_status *rf__gpu_copy(const rf__device *d, rf_tensor *dst,
     st = RF_CUDA_STATUS(cudaMemcpyAsync(dst->data, src->data, src->nbytes,
                                         cudaMemcpyDefault, s));
   }
+  rf__gpu_enqueue_end(d->order);
   if (!st) return NULL;
   return rf__status_prefix(st, "%s: copying %zu bytes from %s to %s memory",
                            d->canonical, src->nbytes, where(src), where(dst));
