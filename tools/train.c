@@ -299,6 +299,13 @@ static rf_status *train_step(trainer *t, const dataset *d, const int *idx,
   }
   if (!t->pf || !prefetch_take(t->pf, idx, &st, x, y))
     st = replica_batches(t, d, idx, x, y);
+  if (st) { /* out of memory, here or on the prefetch thread */
+    rf_status *why =
+        rf_status_new(rf_status_code(st), "the input batch of step %lld: %s",
+                      (long long)t->step, rf_status_message(st));
+    rf_status_free(st);
+    st = why;
+  }
   int made = st ? 0 : nd;
   if (!st && next_idx && t->pf) prefetch_start(t->pf, next_idx);
   for (int i = 0; i < made; i++) {
