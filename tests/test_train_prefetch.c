@@ -11,7 +11,9 @@
  *    naming the step's input batch;
  *  - a step fails while the next batch is being built: exit code 1 with the
  *    step's error, the batch in flight released;
- * and every run, failed or not, releases everything it allocated.
+ * and every run, failed or not, releases everything it allocated. Also the
+ * prefetcher alone: bad counts, a take of another batch, a failed batch
+ * taken, batches built and freed without a take.
  * prefetch_new, prefetch_take and rf_session_run are wrapped (-Wl,--wrap):
  * the wrappers count, fail, or order the prefetch thread after the step
  * thread, so that injected allocation failures hit the batch alone. */
@@ -25,6 +27,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "mlp.h"
 #include "prefetch.h"
 #include "ringflow/debug.h"
 #include "testutil.h"
@@ -295,6 +298,51 @@ static void test_step_fails_with_batch_in_flight(void **state) {
   assert_int_equal(rep->run_leaked, 0);
 }
 
+/* prefetch.c alone (unwrapped): what train never does. */
+static rf_status *one_batch(void *arg, const int *idx, rf_tensor **x,
+                            rf_tensor **y) {
+  if (arg) return rf_status_new(RF_RESOURCE_EXHAUSTED, "no batch %d", idx[0]);
+  rf_shape s = rf_shape_of(1, 3);
+  assert_ok(rf_tensor_new(RF_FLOAT32, &s, NULL, x));
+  assert_ok(rf_tensor_new(RF_INT32, &s, NULL, y));
+  return NULL;
+}
+
+static void test_prefetcher_alone(void **state) {
+  int fails = 1, a[1] = {7}, b[1] = {8};
+  assert_null(__real_prefetch_new(one_batch, NULL, 0));
+  assert_null(__real_prefetch_new(one_batch, NULL, MLP_MAX_DEVICES + 1));
+  assert_null(__real_prefetch_new(one_batch, NULL, -1));
+  rf_default_allocator_trim();
+  int64_t live = rf_debug_live_allocations();
+  /* Freed with a batch built and never taken, failed or not; a take of
+   * another batch leaves everything as it was. */
+  for (int failing = 0; failing < 2; failing++) {
+    prefetch *p = __real_prefetch_new(one_batch, failing ? &fails : NULL, 1);
+    assert_non_null(p);
+    prefetch_start(p, a);
+    rf_status *st = (rf_status *)&fails;
+    rf_tensor *x = NULL, *y = NULL;
+    assert_false(__real_prefetch_take(p, b, &st, &x, &y));
+    assert_true(st == (rf_status *)&fails && !x && !y);
+    prefetch_free(p);
+  }
+  /* A failed batch, taken: its error, no tensors; the next one starts. */
+  prefetch *p = __real_prefetch_new(one_batch, &fails, 1);
+  prefetch_start(p, a);
+  rf_status *st = NULL;
+  rf_tensor *x = NULL, *y = NULL;
+  assert_true(__real_prefetch_take(p, a, &st, &x, &y));
+  assert_status(st, RF_RESOURCE_EXHAUSTED, "no batch 7");
+  assert_true(!x && !y);
+  prefetch_start(p, b);
+  assert_true(__real_prefetch_take(p, b, &st, &x, &y));
+  assert_status(st, RF_RESOURCE_EXHAUSTED, "no batch 8");
+  prefetch_free(p);
+  rf_default_allocator_trim();
+  assert_int_equal(rf_debug_live_allocations(), live);
+}
+
 int main(void) {
   rep = mmap(NULL, sizeof *rep, PROT_READ | PROT_WRITE,
              MAP_SHARED | MAP_ANONYMOUS, -1, 0);
@@ -306,6 +354,7 @@ int main(void) {
       cmocka_unit_test(test_without_prefetcher_same_checkpoint),
       cmocka_unit_test(test_batch_fails_on_prefetch_thread),
       cmocka_unit_test(test_step_fails_with_batch_in_flight),
+      cmocka_unit_test(test_prefetcher_alone), /* threads: after the forks */
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   const char *files[] = {"train-images-idx3-ubyte.gz",
