@@ -1,6 +1,6 @@
 /* tests/test_train_prefetch.c - `ringflow train` (tools/train.c) when its
  * batch prefetch (tools/prefetch.c) or a step fails. Each run is cmd_train in
- * a child process, on 4 CPU devices and a small data set in Fashion-MNIST's
+ * a child process, on 2 CPU devices and a small data set in Fashion-MNIST's
  * format written here:
  *  - prefetch_new fails: every step builds its own batch, and the run saves
  *    the very checkpoint, bit for bit, of a run whose batches came from the
@@ -33,8 +33,8 @@
 #include "testutil.h"
 #include "tools.h"
 
-#define DEVICES 4
-#define STEPS 6 /* within the first epoch: 512 rows / batch 64 = 8 steps */
+#define DEVICES 2
+#define STEPS 4 /* within the first epoch: 512 rows / batch 32 = 16 steps */
 #define FAIL_STEP 3
 
 enum mode { REAL, NO_PREFETCHER, BATCH_FAILS, STEP_FAILS };
@@ -159,7 +159,7 @@ static int train(const char *save, int steps) {
   snprintf(data, sizeof data, "--data=%s", dir);
   snprintf(nsteps, sizeof nsteps, "--steps=%d", steps);
   char *argv[] = {
-      "train", "--devices=cpu:0-3", "--batch=64", "--epochs=1", nsteps,
+      "train", "--devices=cpu:0-1", "--batch=32", "--epochs=1", nsteps,
       data,    "--quiet",           "--save",     (char *)save, NULL};
   int argc = save ? 9 : 7;
   return cmd_train(argc, argv);
@@ -280,7 +280,7 @@ static void test_batch_fails_on_prefetch_thread(void **state) {
                          "step 3: out of memory"));
   assert_true(rep->take_seen);
   assert_int_equal(rep->helper_batches, FAIL_STEP - 1);
-  /* x and y of 4 devices: a tensor and its buffer each */
+  /* x and y of each device: a tensor and its buffer each */
   assert_int_equal(rep->batch_allocs, 4 * DEVICES);
   assert_int_equal(rep->batch_failures, rep->batch_allocs);
   assert_int_equal(rep->wrong_codes, 0);
