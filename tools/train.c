@@ -299,6 +299,13 @@ static rf_status *train_step(trainer *t, const dataset *d, const int *idx,
   }
   if (!t->pf || !prefetch_take(t->pf, idx, &st, x, y))
     st = replica_batches(t, d, idx, x, y);
+  if (st) { /* out of memory, here or on the prefetch thread */
+    rf_status *why =
+        rf_status_new(rf_status_code(st), "the input batch of step %lld: %s",
+                      (long long)t->step, rf_status_message(st));
+    rf_status_free(st);
+    st = why;
+  }
   int made = st ? 0 : nd;
   if (!st && next_idx && t->pf) prefetch_start(t->pf, next_idx);
   for (int i = 0; i < made; i++) {
@@ -632,6 +639,12 @@ static rf_status *end_epoch(trainer *t, const dataset *test, double *acc,
   return st;
 }
 
+/* In cmd_train once it holds anything: keep the error, go to its cleanup. */
+#define TRAIN_TRY(expr)          \
+  do {                           \
+    if ((st = (expr))) goto out; \
+  } while (0)
+
 int cmd_train(int argc, char **argv) {
   options o;
   int rc = parse_options(argc, argv, &o);
@@ -657,15 +670,20 @@ int cmd_train(int argc, char **argv) {
     return tool_fail("--batch %d is not divisible by %d devices", o.batch,
                      cfg.num_devices);
   cfg.device_batch = o.batch / cfg.num_devices;
+  /* From here on everything made is released on every path: a failed step
+   * may leave a batch in flight on the prefetch thread, which reads t and
+   * train (trainer_free stops it before they go). */
   dataset train = {0}, test = {0};
-  RF_TOOL_TRY(load_split(o.data_dir, "train", &train));
-  RF_TOOL_TRY(load_split(o.data_dir, "t10k", &test));
-  trainer t, ref;
-  RF_TOOL_TRY(trainer_init(&t, &cfg, o.seed, &sopts, &job));
+  trainer t = {0}, ref = {0};
+  int *idx = NULL;
+  rf_status *st = NULL;
+  TRAIN_TRY(load_split(o.data_dir, "train", &train));
+  TRAIN_TRY(load_split(o.data_dir, "t10k", &test));
+  TRAIN_TRY(trainer_init(&t, &cfg, o.seed, &sopts, &job));
   trainer_prefetch(&t, &train);
-  if (o.graph_dir) RF_TOOL_TRY(write_graphs(&t, &sopts, o.graph_dir, lead));
+  if (o.graph_dir) TRAIN_TRY(write_graphs(&t, &sopts, o.graph_dir, lead));
   if (o.load) {
-    RF_TOOL_TRY(trainer_load(&t, o.load));
+    TRAIN_TRY(trainer_load(&t, o.load));
     if (lead) printf("loaded %s (step %lld)\n", o.load, (long long)t.step);
   }
   mlp_config one = cfg;
@@ -678,19 +696,15 @@ int cmd_train(int argc, char **argv) {
     one_opts.num_cpu_devices = sopts.num_cpu_devices;
     one_opts.num_gpu_devices =
         strncmp(local[0], "gpu", 3) == 0 ? sopts.num_gpu_devices : 0;
-    RF_TOOL_TRY(trainer_init(&ref, &one, o.seed, &one_opts, NULL));
-    if (o.load) RF_TOOL_TRY(trainer_load(&ref, o.load));
+    TRAIN_TRY(trainer_init(&ref, &one, o.seed, &one_opts, NULL));
+    if (o.load) TRAIN_TRY(trainer_load(&ref, o.load));
   }
-  int *idx = malloc(sizeof(int) * (size_t)train.n);
-  if (!idx) return tool_fail("out of memory");
+  idx = malloc(sizeof(int) * (size_t)train.n);
+  if (!idx) TRAIN_TRY(rf_status_new(RF_RESOURCE_EXHAUSTED, "out of memory"));
   for (int i = 0; i < train.n; i++) idx[i] = i;
   if (o.bench) {
-    rf_status *st = bench(&t, &train, &o, idx);
-    free(idx);
-    trainer_free(&t);
-    dataset_free(&train);
-    dataset_free(&test);
-    return st ? tool_report(st) : 0;
+    st = bench(&t, &train, &o, idx);
+    goto out;
   }
   char where[320];
   if (job.ntasks > 1)
@@ -716,44 +730,45 @@ int cmd_train(int argc, char **argv) {
       double loss, ref_loss;
       /* trace a warm step: the 10th, or the last of a shorter run */
       bool traced = o.trace && lead && done == (total > 10 ? 9 : total - 1);
-      if (traced) RF_TOOL_TRY(rf_session_trace_next_run(t.s, o.trace));
+      if (traced) TRAIN_TRY(rf_session_trace_next_run(t.s, o.trace));
       double lr = scheduled_lr(&o, done, total);
       const int *next = s + 1 < steps_per_epoch && done + 1 < total
                             ? idx + (size_t)(s + 1) * o.batch
                             : NULL;
-      RF_TOOL_TRY(
+      TRAIN_TRY(
           train_step(&t, &train, idx + (size_t)s * o.batch, next, lr, &loss));
       if (traced && !o.quiet)
         printf("\nwrote a trace of step %lld to %s\n", (long long)done + 1,
                o.trace);
       if (check) {
-        RF_TOOL_TRY(train_step(&ref, &train, idx + (size_t)s * o.batch, NULL,
-                               lr, &ref_loss));
+        TRAIN_TRY(train_step(&ref, &train, idx + (size_t)s * o.batch, NULL, lr,
+                             &ref_loss));
         if (fabs(loss - ref_loss) > worst_loss_diff)
           worst_loss_diff = fabs(loss - ref_loss);
       }
       progress_step(&p, e + 1, done + 1, loss, o.batch);
     }
     double acc = 0, spread = 0;
-    RF_TOOL_TRY(end_epoch(&t, &test, &acc, &spread));
+    TRAIN_TRY(end_epoch(&t, &test, &acc, &spread));
     if (lead) progress_epoch(&p, e + 1, acc, spread);
   }
   if (o.save) {
-    RF_TOOL_TRY(trainer_save(&t, o.save, lead));
+    TRAIN_TRY(trainer_save(&t, o.save, lead));
     if (lead) printf("saved %s (step %lld)\n", o.save, (long long)t.step);
   }
   if (check) {
     double diff;
-    RF_TOOL_TRY(max_param_diff(&t, &ref, &diff));
+    TRAIN_TRY(max_param_diff(&t, &ref, &diff));
     printf(
         "check against 1 device: largest loss difference %.3g, largest "
         "parameter difference %.3g\n",
         worst_loss_diff, diff);
-    trainer_free(&ref);
   }
-  free(idx);
+out:
+  trainer_free(&ref);
   trainer_free(&t);
+  free(idx);
   dataset_free(&train);
   dataset_free(&test);
-  return 0;
+  return st ? tool_report(st) : 0;
 }
