@@ -3,23 +3,35 @@
 #   scripts/test.sh                        normal build (build/)
 #   scripts/test.sh --sanitize address,undefined   ASan+UBSan build (build-asan/)
 #   scripts/test.sh --sanitize thread      TSan build of the runtime tests (build-tsan/)
+#   scripts/test.sh --without-cuda         as if no CUDA toolkit were installed (build-nocuda/)
+#   scripts/test.sh --build-only ...       build, run nothing
 # Extra arguments after -- go to ctest (e.g. -- -R session).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/deps.sh
 san=""
 dir=build
-if [ "${1:-}" = "--sanitize" ]; then
-  san="$2"; shift 2
-  case "$san" in
-    thread) dir=build-tsan ;;
-    *) dir=build-asan ;;
+cuda=ON
+build_only=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --sanitize)
+      san="$2"; shift 2
+      case "$san" in
+        thread) dir=build-tsan ;;
+        *) dir=build-asan ;;
+      esac ;;
+    --without-cuda) cuda=OFF; dir=build-nocuda; shift ;;
+    --build-only) build_only=1; shift ;;
+    --) shift; break ;;
+    *) break ;;
   esac
-fi
-[ "${1:-}" = "--" ] && shift
+done
 jobs=$(nproc)
-cmake -S . -B "$dir" -G Ninja -DRF_SANITIZE="$san" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake -S . -B "$dir" -G Ninja -DRF_SANITIZE="$san" -DRF_WITH_CUDA="$cuda" \
+  -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 ninja -C "$dir" -j "$jobs"
+[ "$build_only" = 1 ] && exit 0
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1

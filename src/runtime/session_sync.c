@@ -103,6 +103,7 @@ void rf__plan_free_spares(rf__plan *p) {
   }
 }
 
+#ifdef RF_HAVE_CUDA
 /* Runs r's checks, keeps the first error (the fence's own first) for the
  * next run, and gives r back to its plan. */
 static void finish(rf_session *s, rf__pending_step *r) {
@@ -125,7 +126,6 @@ static void finish(rf_session *s, rf__pending_step *r) {
   pthread_mutex_unlock(&s->pending_mu);
 }
 
-#ifdef RF_HAVE_CUDA
 /* Takes the oldest pending step off the list; NULL when there is none, or
  * (passed_only) when its fence has not passed yet. */
 static rf__pending_step *pop_oldest(rf_session *s, bool passed_only) {
