@@ -88,8 +88,6 @@ static bool gpu_held(const rf_session *s, int i) {
   return cudaStreamQuery((cudaStream_t)d->stream) == cudaErrorNotReady;
 }
 
-static bool gpu1_held(const rf_session *s) { return gpu_held(s, 1); }
-
 /* gpu:i's order counters (runtime/gpu/order.h). */
 static const rf__gpu_order *gpu_order(const rf_session *s, int i) {
   return s->devices[s->opts.num_cpu_devices + i].order;
@@ -406,7 +404,7 @@ static void test_deferred_error_surfaces_once(void **state) {
   reset_counts();
   assert_ok(rf_session_run(s, NULL, 0, NULL, 0, &held, 1, NULL));
   /* returned with the stream held: the step did not wait */
-  assert_true(gpu1_held(s));
+  assert_true(gpu_held(s, 1));
   assert_int_equal(atomic_load(&check_calls), 0);
   assert_int_equal(atomic_load(&gate_passes), 0);
   sem_post(&gate);
@@ -471,7 +469,7 @@ static void test_free_with_work_in_flight(void **state) {
   assert_ok(rf_session_run(s, NULL, 0, NULL, 0, a.init, 2 * NDEV, NULL));
   run_steps(s, &a, 20);
   assert_ok(rf_session_run(s, NULL, 0, NULL, 0, &held, 1, NULL));
-  assert_true(gpu1_held(s));
+  assert_true(gpu_held(s, 1));
   assert_int_equal(atomic_load(&check_calls), 0);
   sem_post(&gate);
   rf_session_free(s);
