@@ -16,6 +16,7 @@
 
 #include "kernels/kernel.h"
 #include "ops/op_registry.h"
+#include "runtime/families.h"
 #include "ringflow/ringflow.h"
 #include "runtime/session_internal.h"
 

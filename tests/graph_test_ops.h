@@ -9,6 +9,7 @@
 
 #include "graph/graph.h"
 #include "ops/op_registry.h"
+#include "runtime/families.h"
 #include "testutil.h"
 
 /* out = attr shape */

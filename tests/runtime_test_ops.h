@@ -25,7 +25,8 @@
 #include "graph/graph.h"
 #include "kernels/kernel.h"
 #include "ops/op_registry.h"
-#include "runtime/device.h"
+#include "runtime/families.h"
+#include "device/device.h"
 #include "testutil.h"
 
 static inline rf_status *rt_shape_attr(rf__shape_ctx *c) {

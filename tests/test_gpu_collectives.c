@@ -29,7 +29,7 @@
 #include "comm/cuda/gpu_coll.h"
 #endif
 #ifdef RF_HAVE_CUDA
-#include "runtime/gpu/gpu.h"
+#include "device/gpu/gpu.h"
 #endif
 
 /* ---- the hooks test_collectives.c calls ---- */

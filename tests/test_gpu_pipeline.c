@@ -15,7 +15,7 @@
  *   - freeing a session with work in flight;
  *   - the leader of a collective of virtual GPUs leaves out its waits for
  *     streams that enqueued nothing since they waited for it, and only
- *     those (runtime/gpu/order.h).
+ *     those (device/gpu/order.h).
  * Without a GPU every test skips ("GPU tests skipped: <reason>"). */
 #include <errno.h>
 #include <pthread.h>
@@ -27,14 +27,14 @@
 
 #include "ringflow/collectives.h"
 #include "runtime/session_internal.h"
-#include "runtime/step.h"
+#include "device/step.h"
 #include "runtime_test_ops.h"
 #ifdef RF_HAVE_CUDA
 #include <cuda_runtime_api.h>
 
 #include "comm/cuda/gpu_coll.h"
-#include "runtime/gpu/gpu.h"
-#include "runtime/gpu/order.h"
+#include "device/gpu/gpu.h"
+#include "device/gpu/order.h"
 #endif
 
 #define NDEV 4
@@ -88,7 +88,7 @@ static bool gpu_held(const rf_session *s, int i) {
   return cudaStreamQuery((cudaStream_t)d->stream) == cudaErrorNotReady;
 }
 
-/* gpu:i's order counters (runtime/gpu/order.h). */
+/* gpu:i's order counters (device/gpu/order.h). */
 static const rf__gpu_order *gpu_order(const rf_session *s, int i) {
   return s->devices[s->opts.num_cpu_devices + i].order;
 }
@@ -480,7 +480,7 @@ static void test_free_with_work_in_flight(void **state) {
 #endif
 }
 
-/* ---- waits left out (runtime/gpu/order.h) ---- */
+/* ---- waits left out (device/gpu/order.h) ---- */
 
 #ifdef RF_HAVE_CUDA
 /* Every element of the fetched tensors t[0..n) is sum_i (i + e % 5) + add,

@@ -22,7 +22,7 @@
 #include <cuda_runtime_api.h>
 
 #include "core/cuda_check.h"
-#include "runtime/gpu/gpu.h"
+#include "device/gpu/gpu.h"
 #endif
 
 /* ---- test ops ---- */

@@ -11,6 +11,7 @@
 /* internal */
 #include "graph/graph.h"
 #include "ops/op_registry.h"
+#include "runtime/families.h"
 
 /* ---- test ops ---- */
 

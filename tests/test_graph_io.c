@@ -12,6 +12,7 @@
 
 #include "graph/graph.h"
 #include "ops/op_registry.h"
+#include "runtime/families.h"
 #include "ringflow/collectives.h"
 #include "ringflow/debug.h"
 #include "ringflow/graph_io.h"

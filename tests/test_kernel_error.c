@@ -17,7 +17,7 @@
 
 #include "ringflow/debug.h"
 #include "runtime/session_internal.h"
-#include "runtime/step.h"
+#include "device/step.h"
 #include "runtime_test_ops.h"
 
 static double now_s(void) {

@@ -9,7 +9,7 @@
 #include "graph_test_ops.h"
 #include "kernels/kernel.h"
 #include "ringflow/debug.h"
-#include "runtime/device.h"
+#include "device/device.h"
 
 /* TestAdd on CPU: a + b elementwise in float64 math, for float32 and int32. */
 static rf_status *add_compute(rf__kernel_ctx *ctx) {

@@ -6,6 +6,7 @@
 #include "math_ref.h"
 #include "ops/math_ops.h"
 #include "ringflow/debug.h"
+#include "runtime/families.h"
 #include "testutil.h"
 
 #define SHAPE(...)                                           \

@@ -11,7 +11,7 @@
 
 #include "core/tensor.h"
 #include "ringflow/debug.h"
-#include "runtime/rendezvous.h"
+#include "device/rendezvous.h"
 
 typedef struct got {
   atomic_int calls;

@@ -14,8 +14,9 @@
 
 #include "kernels/kernel.h"
 #include "ops/op_registry.h"
+#include "runtime/families.h"
 #include "ringflow/collectives.h"
-#include "runtime/device.h"
+#include "device/device.h"
 #include "testutil.h"
 
 static rf_status *scalar_shape(rf__shape_ctx *c) {

@@ -9,7 +9,7 @@
 #include "testutil.h"
 
 #include "ringflow/debug.h"
-#include "runtime/threadpool.h"
+#include "device/threadpool.h"
 
 static void sleep_ms(int ms) {
   struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};

@@ -28,7 +28,7 @@ int bench_gpu_main(const bench_gpu_opts *o) {
 
 #include "comm/cuda/gpu_coll.h"
 #include "core/cuda_check.h"
-#include "runtime/gpu/gpu.h"
+#include "device/gpu/gpu.h"
 
 #define ROUNDS 5
 

@@ -17,8 +17,8 @@
 #include "comm/cuda/gpu_coll.h"
 #include "core/cuda_check.h"
 #include "ringflow/collectives.h"
-#include "runtime/gpu/gpu.h"
-#include "runtime/gpu/order.h"
+#include "device/gpu/gpu.h"
+#include "device/gpu/order.h"
 #include "runtime/session_internal.h"
 #include "tools.h"
 

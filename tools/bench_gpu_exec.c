@@ -12,7 +12,7 @@
 #include "bench_gpu.h"
 #include "core/cuda_check.h"
 #include "kernels/kernel.h"
-#include "runtime/gpu/order.h"
+#include "device/gpu/order.h"
 #include "runtime/session_internal.h"
 #include "tools.h"
 
@@ -114,7 +114,7 @@ static rf_status *direct_chain(chain *c, rf_tensor **last) {
     in[0] = prev;
     out = NULL;
     st = c->add->compute(&ctx);
-    if (ctx.stream_taken) { /* as the executor does: runtime/gpu/order.h */
+    if (ctx.stream_taken) { /* as the executor does: device/gpu/order.h */
       rf__gpu_enqueue_end(c->dev->order);
       ctx.stream_taken = false;
     }

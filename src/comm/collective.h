@@ -15,7 +15,7 @@
 #include <stdint.h>
 
 #include "core/tensor.h"
-#include "runtime/device.h"
+#include "device/device.h"
 
 /* X(enum, attr name, nccl-tests bus bandwidth factor numerator/denominator) */
 #define RF_COLLECTIVE_KIND_LIST(X)    \
@@ -83,7 +83,7 @@ typedef struct rf__coll_participant {
    * manager alone): the participant's step (not owned; valid until its done
    * fires). A participant joining a cancelled step fails at once; a backend
    * that reports done before its work has run adds a check there
-   * (runtime/step.h). */
+   * (device/step.h). */
   struct rf__step *step;
 } rf__coll_participant;
 

@@ -22,7 +22,7 @@
 #include "comm/job.h"
 #include "core/hash.h"
 #include "core/status.h"
-#include "runtime/step.h"
+#include "device/step.h"
 
 enum entry_state { PENDING, FAILED };
 

@@ -13,7 +13,7 @@
 #include <stdint.h>
 
 #include "comm/collective.h"
-#include "runtime/threadpool.h"
+#include "device/threadpool.h"
 
 typedef struct rf__job rf__job;
 

@@ -44,7 +44,7 @@ rf_status *rf__tensor_new_view(rf_tensor *t, const rf_shape *shape,
                                rf_tensor **out);
 
 /* rf_tensor_new for a device tensor: the buffer comes from `allocator` (a
- * GPU device's caching allocator, runtime/gpu/gpu.h) and the tensor is
+ * GPU device's caching allocator, device/gpu/gpu.h) and the tensor is
  * marked on_gpu. Same errors as rf_tensor_new; *out untouched on error. */
 rf_status *rf__tensor_new_device(rf_dtype dtype, const rf_shape *shape,
                                  rf_allocator *allocator, rf_tensor **out);

@@ -18,6 +18,7 @@
 #include "grad/peers.h"
 #include "graph/graph.h"
 #include "ops/op_registry.h"
+#include "ops/op_families.h"
 #include "ringflow/ops.h"
 
 enum { MARK_FORWARD = 1, MARK_BETWEEN = 2 };
@@ -461,7 +462,7 @@ rf_status *rf_gradients(rf_graph *g, const rf_output *ys, int ny,
                         const rf_output *xs, int nx, const rf_output *grad_ys,
                         rf_output *dxs) {
   RF_CHECK(check_args(g, ys, ny, xs, nx, grad_ys, dxs));
-  RF_CHECK(rf__registry_init());
+  RF_CHECK(rf__ops_init());
   grad_state s;
   rf_status *st = state_init(&s, g);
   rf_output *result = NULL;

@@ -15,6 +15,7 @@
 #include "graph/graph.h"
 #include "graph/graph_order.h"
 #include "ops/op_registry.h"
+#include "ops/op_families.h"
 #include "ringflow/graph_io.h"
 
 #define FORMAT_NAME "ringflow-graph"
@@ -659,7 +660,7 @@ static rf_status *read_graph(json_t *root, rf_graph *g) {
 
 rf_status *rf_graph_from_json(const char *json, size_t len, rf_graph **out) {
   if (!json || !out) return rf__invalid("rf_graph_from_json: NULL argument");
-  RF_CHECK(rf__registry_init());
+  RF_CHECK(rf__ops_init());
   json_error_t err;
   json_t *root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &err);
   if (!root)

@@ -10,6 +10,7 @@
 #include "core/mem.h"
 #include "core/status.h"
 #include "graph/graph_internal.h"
+#include "ops/op_families.h"
 
 typedef struct given_arg {
   int start, count;
@@ -304,7 +305,7 @@ static rf_status *pick_name(rf_node_builder *b, const rf__op_def *op,
 }
 
 static rf_status *build(rf_node_builder *b, rf_node **out) {
-  RF_CHECK(rf__registry_init());
+  RF_CHECK(rf__ops_init());
   const rf__op_def *op = rf__op_find(b->op);
   if (!op) return rf__error(RF_NOT_FOUND, "Op type not registered '%s'", b->op);
   int sizes[RF_MAX_OP_ARGS], num_outputs = 0;

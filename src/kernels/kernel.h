@@ -15,8 +15,8 @@
 #include "core/tensor.h"
 #include "graph/graph.h"
 
-struct rf__device; /* runtime/device.h */
-struct rf__step;   /* runtime/step.h */
+struct rf__device; /* device/device.h */
+struct rf__step;   /* device/step.h */
 
 typedef struct rf__kernel_ctx rf__kernel_ctx;
 
@@ -40,11 +40,21 @@ struct rf__kernel_ctx {
   /* The kernel being run (its host_memory_* bits); NULL outside the
    * executor. */
   const struct rf__kernel_def *def;
-  /* Set by rf__gpu_kernel_stream (runtime/gpu/gpu.h): the kernel enqueued
+  /* Set by rf__gpu_kernel_stream (below): the kernel enqueued
    * work on its GPU stream, and the executor ends that enqueue when it
-   * returns (runtime/gpu/order.h). */
+   * returns (device/gpu/order.h). */
   bool stream_taken;
 };
+
+#ifdef RF_HAVE_CUDA
+/* The stream of ctx's GPU device, for a kernel to enqueue work on (as a
+ * cudaStream_t; the device's cuBLAS handle is bound to it). Kernels reach
+ * their stream only through it: the first call counts an enqueue begun on
+ * the device (device/gpu/order.h), which the executor ends when the kernel
+ * returns (an asynchronous kernel: when it reports done).
+ * kernels/cuda/kernel_stream.c. */
+void *rf__gpu_kernel_stream(rf__kernel_ctx *ctx);
+#endif
 
 /* What running a kernel costs the thread that runs it, for the executor's
  * scheduling (TensorFlow's OpKernel::IsExpensive). A cheap node runs inline
@@ -154,7 +164,8 @@ void rf__kernel_parallel_for(rf__kernel_ctx *ctx, int64_t n,
 
 /* Runs one node's kernel on its own, synchronously, on a scratch CPU device
  * (no step, no variables). For tests and constant folding: inputs borrowed,
- * outputs[] receive new references. */
+ * outputs[] receive new references. The kernel table must be filled
+ * (rf__registry_init, runtime/families.h). */
 rf_status *rf__kernel_run_single(const rf_node *node, rf_tensor *const *inputs,
                                  rf_tensor **outputs);
 

@@ -10,8 +10,8 @@
 #include "core/status.h"
 #include "kernels/kernel.h"
 #include "ops/op_registry.h"
-#include "runtime/device.h"
-#include "runtime/threadpool.h"
+#include "device/device.h"
+#include "device/threadpool.h"
 
 #define KEY_MAX 96
 
@@ -219,7 +219,6 @@ rf_status *rf__kernel_run_single(const rf_node *node, rf_tensor *const *inputs,
   if (!node || (node->num_inputs > 0 && !inputs) ||
       (node->num_outputs > 0 && !outputs))
     return rf__invalid("rf__kernel_run_single: NULL argument");
-  RF_CHECK(rf__registry_init());
   const rf__kernel_def *k = rf__kernel_find(node->op->name, RF_DEVICE_CPU);
   if (!k)
     return rf__error(RF_UNIMPLEMENTED, "no CPU kernel for op %s (node '%s')",

@@ -10,7 +10,7 @@
 #include <stdbool.h>
 
 #include "kernels/kernel.h"
-#include "runtime/device.h"
+#include "device/device.h"
 
 /* The family's kernels (RF__KERNEL_ROW); the handles are host memory. */
 #define RF_STATE_KERNELS(X)                                                  \

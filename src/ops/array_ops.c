@@ -4,7 +4,7 @@
  * functions read constant inputs (Reshape's shape, Fill's dims) when they come
  * from a Const, so static shapes stay known through reshapes. */
 #include "ops/array_shapes.h"
-#include "ops/families.h"
+#include "ops/op_families.h"
 #include "ops/op_registry.h"
 #include "ringflow/ops.h"
 

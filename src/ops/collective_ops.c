@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "comm/collective.h"
-#include "ops/families.h"
+#include "ops/op_families.h"
 #include "ops/op_registry.h"
 #include "ringflow/collectives.h"
 #include "ringflow/ops.h"

@@ -5,7 +5,7 @@
 #include "ops/math_ops.h"
 
 #include "ops/broadcast_shape.h"
-#include "ops/families.h"
+#include "ops/op_families.h"
 #include "ringflow/ops.h"
 
 /* ---- shape functions ---- */

@@ -5,7 +5,7 @@
  * what is known at build time; the kernels repeat them on the real shapes. */
 #include "core/status.h"
 #include "graph/graph.h"
-#include "ops/families.h"
+#include "ops/op_families.h"
 #include "ops/op_registry.h"
 #include "ringflow/ops.h"
 

@@ -18,7 +18,7 @@
  * bfloat16, float32, float64), @int (int8, uint8, int32, int64), @numeric
  * (both), @all (numeric and bool). String attrs may list allowed values:
  * "reduction: string in {sum, prod, min, max} = sum". The registry is filled
- * once (rf__registry_init) and read-only afterwards, so lookups take no lock.
+ * once (rf__ops_init, ops/op_families.h) and read-only afterwards, so lookups take no lock.
  */
 #ifndef RF_OPS_OP_REGISTRY_H
 #define RF_OPS_OP_REGISTRY_H
@@ -131,9 +131,5 @@ rf_status *rf__op_register(const rf__op_spec *spec);
 const rf__op_def *rf__op_find(const char *name);
 /* The attr def named `name` in op, or NULL. */
 const rf__attr_def *rf__op_find_attr(const rf__op_def *op, const char *name);
-
-/* Registers every op and kernel once (thread-safe; later calls return the
- * first result). Every public entry point that needs the tables calls it. */
-rf_status *rf__registry_init(void);
 
 #endif

@@ -7,7 +7,7 @@
  * whenever it is known (here at build time, in the kernels at run time). */
 #include "core/status.h"
 #include "graph/graph.h"
-#include "ops/families.h"
+#include "ops/op_families.h"
 #include "ops/op_registry.h"
 #include "ops/reduction_axes.h"
 #include "ringflow/ops.h"

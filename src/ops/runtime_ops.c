@@ -2,7 +2,7 @@
  * (a fed value), _Retval (a fetched value), _Send/_Recv (a tensor crossing
  * devices through the step's rendezvous) and _Token (the empty tensor a
  * crossing control edge sends). Users never build these. */
-#include "ops/families.h"
+#include "ops/op_families.h"
 #include "ops/op_registry.h"
 
 static rf_status *recv_shape(rf__shape_ctx *c) {

@@ -6,7 +6,7 @@
  * mistakes fail at build time; the kernels check again at run time. */
 #include <string.h>
 
-#include "ops/families.h"
+#include "ops/op_families.h"
 #include "ops/op_registry.h"
 #include "ringflow/ops.h"
 

@@ -1,7 +1,7 @@
 /* passes/pass_registry.h - graph rewrite passes run while a session compiles a
  * (feeds, fetches, targets) signature, in TensorFlow's REGISTER_OPTIMIZATION
  * style. Passes register at start-up (rf__register_passes, called by
- * rf__registry_init) and run in (phase, priority, name) order:
+ * rf__registry_init in runtime/registry_init.c) and run in (phase, priority, name) order:
  *
  *   prune -> PRE_PLACEMENT -> placement -> POST_PLACEMENT -> partition
  *         -> POST_PARTITION -> per-device executor plans
@@ -13,8 +13,7 @@
 #define RF_PASSES_PASS_REGISTRY_H
 
 #include "graph/graph.h"
-#include "ringflow/session.h"
-#include "runtime/device.h"
+#include "device/device.h"
 
 typedef enum rf__pass_phase {
   RF_PASS_PRE_PLACEMENT,
@@ -28,7 +27,6 @@ typedef struct rf__pass_ctx {
   const rf__device *devices; /* the session's; not owned */
   int num_devices;
   int default_device;                /* index into devices */
-  const rf_session_options *options; /* not owned */
   /* This process's task in its job (comm/job.h); num_tasks 0 or 1: one
    * process. In a job, devices lists the other tasks' devices (remote) after
    * this process's. */
@@ -47,6 +45,10 @@ rf_status *rf__pass_register(rf__pass_phase phase, int priority,
 /* Runs the passes of `phase` in (priority, name) order, stopping at the first
  * error, which is returned prefixed with "pass '<name>'". */
 rf_status *rf__passes_run(rf__pass_phase phase, rf__pass_ctx *ctx);
+
+/* Registers the library's passes (passes/passes.c; the composition root,
+ * runtime/registry_init.c, calls it once). */
+rf_status *rf__register_passes(void);
 
 /* Number of registered passes of a phase (for tests). */
 int rf__passes_count(rf__pass_phase phase);

@@ -2,7 +2,7 @@
  * rf__registry_init calls). A pass added to the library adds one line here;
  * placement, pruning and partitioning are fixed compile stages, not passes. */
 #include "core/mem.h"
-#include "ops/families.h"
+#include "passes/pass_registry.h"
 #include "passes/lower_collectives.h"
 #include "passes/pass_registry.h"
 

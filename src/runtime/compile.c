@@ -126,7 +126,6 @@ static rf__pass_ctx pass_ctx(rf_session *s, rf_graph *g) {
                         .devices = s->devices,
                         .num_devices = s->num_job_devices,
                         .default_device = s->default_device,
-                        .options = &s->opts,
                         .task = s->task,
                         .num_tasks = s->num_tasks};
 }

@@ -28,8 +28,8 @@
 #include "core/mem.h"
 #include "ops/op_registry.h"
 #include "runtime/executor_internal.h"
-#include "runtime/gpu/order.h"
-#include "runtime/rendezvous.h"
+#include "device/gpu/order.h"
+#include "device/rendezvous.h"
 #include "runtime/trace.h"
 #include "comm/collective.h"
 
@@ -363,7 +363,7 @@ static void run_node(frame *f, int v, ready *rd) {
                           .executor_private = &f->refs[v]};
     int64_t t0 = f->step->trace ? rf__trace_now() : 0;
     rf_status *st = x->compute(&ctx);
-    /* before complete() releases the kernel's buffers: runtime/gpu/order.h */
+    /* before complete() releases the kernel's buffers: device/gpu/order.h */
     if (ctx.stream_taken) rf__gpu_enqueue_end(dev->order);
     if (f->step->trace)
       rf__trace_record(f->step->trace, f->plan->device->index, x->node, t0,

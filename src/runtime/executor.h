@@ -7,8 +7,8 @@
 #define RF_RUNTIME_EXECUTOR_H
 
 #include "graph/graph.h"
-#include "runtime/device.h"
-#include "runtime/step.h"
+#include "device/device.h"
+#include "device/step.h"
 
 typedef struct rf__executor rf__executor;
 

@@ -7,13 +7,14 @@
 
 #include "core/mem.h"
 #include "ops/op_registry.h"
+#include "runtime/families.h"
 #include "runtime/session_internal.h"
 #include "comm/collective.h"
 #include "comm/job.h"
-#include "runtime/step.h"
+#include "device/step.h"
 #include "runtime/trace.h"
 #ifdef RF_HAVE_CUDA
-#include "runtime/gpu/gpu.h"
+#include "device/gpu/gpu.h"
 #endif
 
 #define MAX_CPU_DEVICES 64
@@ -117,7 +118,7 @@ static void add_remote_devices(rf_session *s) {
 }
 
 /* GPU devices gpu:0..n-1 at devices[0..n), already initialised as plain
- * devices: streams, handles and allocators (runtime/gpu/device.c). */
+ * devices: streams, handles and allocators (device/gpu/device.c). */
 static rf_status *make_gpus(rf_session *s, rf__device *devices, int n) {
 #ifdef RF_HAVE_CUDA
   rf_status *st = rf__gpu_runtime_new(devices, n, &s->gpu);

@@ -9,9 +9,9 @@
 
 #include "core/hash.h"
 #include "ringflow/session.h"
-#include "runtime/device.h"
+#include "device/device.h"
 #include "runtime/executor.h"
-#include "runtime/rendezvous.h"
+#include "device/rendezvous.h"
 
 /* One compiled (feeds, fetches, targets) signature. Immutable once cached. */
 typedef struct rf__plan {

@@ -1,13 +1,13 @@
 /* runtime/session_sync.c - the end of a step's GPU work, for the session.
  *
  * By default (rf_session_options.gpu_sync_on_finish) a step waits for the
- * streams of its plan's GPU devices, then runs its checks (runtime/step.h):
+ * streams of its plan's GPU devices, then runs its checks (device/step.h):
  * when it returns, its GPU work has run. With the option off, a step that
  * succeeded returns once its GPU work is enqueued, as PyTorch and
  * nccl-tests launch many calls per wait (TensorFlow's DirectSession has the
  * same knob, sync_on_finish). Stream order already puts the next step's work
  * after it: a device buffer is reused only in its own device's stream order
- * (runtime/gpu/gpu.h), the collectives make every stream they join wait for
+ * (device/gpu/gpu.h), the collectives make every stream they join wait for
  * the collective (comm/cuda/gpu_coll.h), and fetched values leave a stream
  * only once it has produced them (_Retval, _Send). A step whose checks are
  * left (NCCL collectives) puts them in the session's pending list behind a
@@ -26,9 +26,9 @@
 #include "core/mem.h"
 #include "core/status.h"
 #include "runtime/session_internal.h"
-#include "runtime/step.h"
+#include "device/step.h"
 #ifdef RF_HAVE_CUDA
-#include "runtime/gpu/gpu.h"
+#include "device/gpu/gpu.h"
 #endif
 
 /* Pending steps beyond this many make a run wait for the oldest: the list

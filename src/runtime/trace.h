@@ -9,7 +9,7 @@
 #include <stdint.h>
 
 #include "graph/graph.h"
-#include "runtime/device.h"
+#include "device/device.h"
 
 typedef struct rf__trace rf__trace;
 

@@ -3,7 +3,7 @@
  * GPU devices sharing one physical GPU (NCCL refuses two ranks on one GPU):
  * the leader's stream (the root's, else rank 0's) waits for every
  * participant's stream (its input is ready; left out where nothing was
- * enqueued since the last such wait: runtime/gpu/order.h) and runs one
+ * enqueued since the last such wait: device/gpu/order.h) and runs one
  * kernel that writes every participant's output, every other participant's
  * stream waits for the kernel, and the dones are called at once (stream
  * order: see gpu_coll.h). Outputs are allocated from each
@@ -19,8 +19,8 @@
 #include "core/cuda_check.h"
 #include "core/mem.h"
 #include "core/status.h"
-#include "runtime/gpu/gpu.h"
-#include "runtime/gpu/order.h"
+#include "device/gpu/gpu.h"
+#include "device/gpu/order.h"
 
 _Static_assert(RF_RED_SUM == 0 && RF_RED_PROD == 1 && RF_RED_MIN == 2 &&
                    RF_RED_MAX == 3 && RF_RED_AVG == 4,
@@ -242,7 +242,7 @@ static int devices_of(const rf__coll_group *g, const rf__device **out) {
 /* Enqueues waits, kernel, waits, and the completion unless the dones go in
  * stream order. The leader's wait for a participant is left out when that
  * stream has enqueued nothing since it last waited for the leader (a
- * variable read in a loop of pipelined steps: runtime/gpu/order.h). The
+ * variable read in a loop of pipelined steps: device/gpu/order.h). The
  * kernel counts as an enqueue on the leader's stream. *launched is set once
  * the kernel is queued (the caller must then wait for the stream before
  * freeing anything on error). */

@@ -11,7 +11,7 @@
  * rank's output on that rank's stream), and a value leaving the stream
  * (_Send, _Retval) waits for the stream first. A failure after the launch
  * fails the step: a faulting stream at its GPU sync, an NCCL error or
- * timeout through a step check (runtime/step.h). */
+ * timeout through a step check (device/step.h). */
 #ifndef RF_COMM_CUDA_GPU_COLL_H
 #define RF_COMM_CUDA_GPU_COLL_H
 

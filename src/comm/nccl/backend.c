@@ -14,11 +14,11 @@
  * error fails the step. A watchdog aborts (ncclCommAbort) the set of a
  * collective still running after the session's collective timeout, records
  * DEADLINE_EXCEEDED for the step and drops the set from the cache (the next
- * use rebuilds it). In a pipelined step (runtime/step.h) the check may come
+ * use rebuilds it). In a pipelined step (device/step.h) the check may come
  * long after the collective ran: an event per rank, recorded after the
  * launch, lets the watchdog see that it ran rather than abort it. With
  * rf__gpu_coll_wait_for_kernels on, or outside a
- * step, a completion per participant stream (runtime/gpu/completion.c, then
+ * step, a completion per participant stream (device/gpu/completion.c, then
  * a pool task) completes the op instead, and the last calls the dones.
  * NVLink SHARP (multicast) stays off: NCCL_NVLS_ENABLE=0 unless the user set
  * it. */
@@ -32,9 +32,9 @@
 #include "core/cuda_check.h"
 #include "core/mem.h"
 #include "core/status.h"
-#include "runtime/gpu/gpu.h"
-#include "runtime/gpu/order.h"
-#include "runtime/step.h"
+#include "device/gpu/gpu.h"
+#include "device/gpu/order.h"
+#include "device/step.h"
 
 #define MAX_RANKS 64
 
@@ -142,7 +142,7 @@ struct nccl_op {
   rf__step_check check;
   pthread_mutex_t mu; /* error */
   rf_status *error;   /* the first stream failure, async error or timeout */
-  /* In a pipelined step (runtime/step.h): an event per rank recorded after
+  /* In a pipelined step (device/step.h): an event per rank recorded after
    * the launch, for the watchdog to tell a collective that ran from a
    * stuck one when its check comes late. */
   cudaEvent_t marks[MAX_RANKS];

@@ -6,7 +6,7 @@
  * one ncclGroupStart/End on the participants' own streams (stream order
  * makes the inputs ready and the outputs safe to reuse). Completion as in
  * the single-process backend (comm/nccl/backend.c): the GPU runtime's
- * completion thread (runtime/gpu/completion.c) sees each participant's
+ * completion thread (device/gpu/completion.c) sees each participant's
  * stream finish and hands a pool task over; the last one reads the
  * communicators' asynchronous errors and reports. A communicator's mutex
  * orders launches, those reads and the abort (the engine aborts a set whose
@@ -28,8 +28,8 @@
 #include "core/cuda_check.h"
 #include "core/mem.h"
 #include "core/status.h"
-#include "runtime/gpu/gpu.h"
-#include "runtime/gpu/order.h"
+#include "device/gpu/gpu.h"
+#include "device/gpu/order.h"
 
 #define MAX_LOCAL 64
 

@@ -7,7 +7,7 @@
 #include "core/status.h"
 #include "kernels/array_prepare.h"
 #include "kernels/kernel.h"
-#include "ops/families.h"
+#include "kernels/kernel_families.h"
 
 /* Const: the node's value tensor, retained once per session in init. */
 static rf_status *const_init(const rf_node *node, void **state) {

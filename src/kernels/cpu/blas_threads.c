@@ -6,7 +6,7 @@
 #include <cblas.h>
 #include <stdlib.h>
 
-#include "ops/families.h"
+#include "kernels/kernel_families.h"
 
 rf_status *rf__configure_blas(void) {
   const char *env = getenv("RF_BLAS_THREADS");

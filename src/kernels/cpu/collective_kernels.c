@@ -8,10 +8,10 @@
 
 #include "comm/collective.h"
 #include "kernels/kernel.h"
-#include "ops/families.h"
+#include "kernels/kernel_families.h"
 #include "ops/op_registry.h"
 #include "passes/lower_collectives.h"
-#include "runtime/step.h"
+#include "device/step.h"
 
 typedef struct coll_state {
   rf__collective_kind kind;

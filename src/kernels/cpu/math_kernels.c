@@ -2,7 +2,7 @@
  * (one registration function per file, see math_kernels.h). */
 #include "kernels/cpu/math_kernels.h"
 
-#include "ops/families.h"
+#include "kernels/kernel_families.h"
 
 rf_status *rf__register_cpu_math_kernels(void) {
   RF_CHECK(rf__register_cpu_binary_kernels());

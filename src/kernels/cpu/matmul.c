@@ -14,7 +14,7 @@
 #include "kernels/cpu/math_kernels.h"
 #include "kernels/cpu/sgemm_small.h"
 #include "kernels/matmul_shape.h"
-#include "runtime/device.h"
+#include "device/device.h"
 
 /* The product's sizes: kernels/matmul_shape.h. */
 typedef rf__matmul_dims mm_dims;

@@ -14,7 +14,7 @@
 #include "kernels/cpu/reduce_sum.h"
 #include "kernels/kernel.h"
 #include "kernels/nn_prepare.h"
-#include "ops/families.h"
+#include "kernels/kernel_families.h"
 
 #define LOAD_F16(p, i) rf__h2f((p)[i])
 #define LOAD_BF16(p, i) rf__bf2f((p)[i])

@@ -10,7 +10,7 @@
 #include "kernels/cpu/half.h"
 #include "kernels/cpu/reduce_sum.h"
 #include "kernels/reduction_prepare.h"
-#include "ops/families.h"
+#include "kernels/kernel_families.h"
 
 /* Runs impl; on error, drops outputs already made so nothing half-written
  * leaves the kernel. */

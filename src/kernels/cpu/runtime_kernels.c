@@ -7,9 +7,9 @@
 
 #include "kernels/cpu/runtime_kernels.h"
 #include "kernels/kernel.h"
-#include "ops/families.h"
-#include "runtime/rendezvous.h"
-#include "runtime/step.h"
+#include "kernels/kernel_families.h"
+#include "device/rendezvous.h"
+#include "device/step.h"
 
 /* The runtime ops only make sense inside a session step (not, e.g., in
  * rf__kernel_run_single). */

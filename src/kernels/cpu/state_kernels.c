@@ -12,8 +12,8 @@
 #include "kernels/cpu/denormal.h"
 #include "kernels/kernel.h"
 #include "kernels/state_prepare.h"
-#include "ops/families.h"
-#include "runtime/device.h"
+#include "kernels/kernel_families.h"
+#include "device/device.h"
 
 /* ---- helpers (the checks are kernels/state_prepare.c) ---- */
 

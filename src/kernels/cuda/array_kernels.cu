@@ -13,7 +13,7 @@
 
 extern "C" {
 #include "core/mem.h"
-#include "ops/families.h"
+#include "kernels/kernel_families.h"
 }
 
 namespace rf_gpu {

@@ -36,8 +36,8 @@ extern "C" {
 #include "core/cuda_check.h"
 #include "core/status.h"
 #include "kernels/kernel.h"
-#include "runtime/device.h"
-#include "runtime/gpu/gpu.h"
+#include "device/device.h"
+#include "device/gpu/gpu.h"
 }
 
 namespace rf_gpu {
@@ -75,7 +75,7 @@ namespace rf_gpu {
 
 /* The only way a kernel reaches its stream and cuBLAS handle: the first
  * call counts an enqueue on the device (rf__gpu_kernel_stream; without it
- * a collective could skip waiting for this kernel: runtime/gpu/order.h). */
+ * a collective could skip waiting for this kernel: device/gpu/order.h). */
 inline cudaStream_t stream(rf__kernel_ctx *ctx) {
   return (cudaStream_t)rf__gpu_kernel_stream(ctx);
 }

@@ -3,7 +3,7 @@
 #include "kernels/cuda/math_kernels.cuh"
 
 extern "C" {
-#include "ops/families.h"
+#include "kernels/kernel_families.h"
 }
 
 rf_status *rf__register_gpu_math_kernels(void) {

@@ -16,7 +16,7 @@
 #include "kernels/nn_prepare.h"
 
 extern "C" {
-#include "ops/families.h"
+#include "kernels/kernel_families.h"
 }
 
 namespace rf_gpu {

@@ -10,7 +10,7 @@
 #include "kernels/reduction_prepare.h"
 
 extern "C" {
-#include "ops/families.h"
+#include "kernels/kernel_families.h"
 #include "ops/reduction_axes.h" /* rf__reduced_shape */
 }
 

@@ -18,7 +18,7 @@
 #include "kernels/state_prepare.h"
 
 extern "C" {
-#include "ops/families.h"
+#include "kernels/kernel_families.h"
 }
 
 namespace rf_gpu {

@@ -20,9 +20,10 @@
 #include "core/mem.h"
 #include "kernels/cpu/runtime_kernels.h"
 #include "kernels/kernel.h"
-#include "runtime/gpu/gpu.h"
-#include "runtime/rendezvous.h"
-#include "runtime/step.h"
+#include "device/gpu/gpu.h"
+#include "device/rendezvous.h"
+#include "device/step.h"
+#include "runtime/families.h"
 
 /* Wraps a status without the node's name (CUDA, rendezvous) into one naming
  * node, op and device. */

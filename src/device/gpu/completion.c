@@ -1,4 +1,4 @@
-/* runtime/gpu/completion.c - completion of stream work, reported on the
+/* device/gpu/completion.c - completion of stream work, reported on the
  * thread pool, for what must wait for the GPU (_Send, _Retval; collectives
  * complete in stream order and use it only when rf__gpu_coll_wait_for_kernels
  * is on). Each notified operation records an event behind its work; one
@@ -24,7 +24,7 @@
 
 #include "core/cuda_check.h"
 #include "core/status.h"
-#include "runtime/gpu/gpu.h"
+#include "device/gpu/gpu.h"
 
 #define SPIN_NS 2000000 /* spin while the oldest wait is younger than this */
 #define NAP_NS 20000    /* then one pass every this long */

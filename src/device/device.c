@@ -1,7 +1,7 @@
-/* runtime/device.c - session devices and the variables living on them.
+/* device/device.c - session devices and the variables living on them.
  * A variable is created once per (device, name) and never removed before the
  * device is destroyed, so kernels may keep pointers to it across steps. */
-#include "runtime/device.h"
+#include "device/device.h"
 
 #include <stdio.h>
 #include <string.h>

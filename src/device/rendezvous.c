@@ -1,9 +1,9 @@
-/* runtime/rendezvous.c - a chained hash table of pending entries keyed by
+/* device/rendezvous.c - a chained hash table of pending entries keyed by
  * (step, key) under one mutex, plus one record per active step listing its
  * entries (so abort and end_step touch only that step). Entries and step
  * records are recycled through free lists, so a steady-state step allocates
  * nothing. Callbacks always run after the mutex is released. */
-#include "runtime/rendezvous.h"
+#include "device/rendezvous.h"
 
 #include <pthread.h>
 #include <stdbool.h>

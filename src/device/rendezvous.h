@@ -1,4 +1,4 @@
-/* runtime/rendezvous.h - hands tensors between devices of one process, keyed by
+/* device/rendezvous.h - hands tensors between devices of one process, keyed by
  * (key string, step id). Whichever of send and recv comes second completes the
  * pair; recv never blocks a thread (its callback fires when the value arrives
  * or the step is aborted). One rendezvous serves every step of a session.

@@ -1,4 +1,4 @@
-/* runtime/gpu/gpu.h - the GPU runtime of a session (CUDA builds only):
+/* device/gpu/gpu.h - the GPU runtime of a session (CUDA builds only):
  * virtual GPU devices over physical ones, their caching allocators, pinned
  * host memory, copies between host and device memory, and completion of
  * stream work on the thread pool. Invariants: a device block is only reused
@@ -15,10 +15,10 @@
 #include <stdint.h>
 
 #include "core/tensor.h"
-#include "runtime/device.h"
-#include "runtime/threadpool.h"
+#include "device/device.h"
+#include "device/threadpool.h"
 
-/* ---- devices (runtime/gpu/device.c) ---- */
+/* ---- devices (device/gpu/device.c) ---- */
 
 /* One physical GPU used by a session, shared by its virtual devices
  * (rf__device.gpu points here). */
@@ -66,16 +66,7 @@ rf_status *rf__gpu_enter(const rf__device *d);
  * fault, reported asynchronously) names the device. */
 rf_status *rf__gpu_sync(const rf__device *d);
 
-/* ---- stream order (runtime/gpu/order.c; order.h says why) ---- */
-
-struct rf__kernel_ctx;
-
-/* The stream of ctx's GPU device, for a kernel to enqueue work on (as a
- * cudaStream_t; the device's cuBLAS handle is bound to it). Kernels reach
- * their stream only through it: the first call counts an enqueue begun on
- * the device, which the executor ends when the kernel returns (an
- * asynchronous kernel: when it reports done). */
-void *rf__gpu_kernel_stream(struct rf__kernel_ctx *ctx);
+/* ---- stream order (device/gpu/order.c; order.h says why) ---- */
 
 /* Makes the streams of waiters[0..n) wait for everything enqueued on d's
  * stream so far (one record of d's order_event), leaving out d's own stream
@@ -84,7 +75,7 @@ void *rf__gpu_kernel_stream(struct rf__kernel_ctx *ctx);
 rf_status *rf__gpu_order_after(const rf__device *d,
                                const rf__device *const *waiters, int n);
 
-/* ---- allocators (runtime/gpu/allocator.c) ---- */
+/* ---- allocators (device/gpu/allocator.c) ---- */
 
 /* A caching allocator over cudaMalloc for one virtual device, or (the one
  * process-wide instance) over cudaHostAlloc for pinned host memory. Size
@@ -130,7 +121,7 @@ void rf__gpu_device_stats(const rf__device *d, rf__gpu_alloc_stats *out);
  * tensor of a GPU cache. */
 int rf__gpu_tensor_ordinal(const rf_tensor *t);
 
-/* ---- copies (runtime/gpu/stream.c) ---- */
+/* ---- copies (device/gpu/stream.c) ---- */
 
 /* Enqueues on d's stream a copy of src's bytes into dst (same byte size):
  * host to device, device to host, or device to device (a peer copy when the
@@ -147,7 +138,7 @@ rf_status *rf__gpu_new_device(const rf__device *d, const rf_tensor *like,
 rf_status *rf__gpu_new_host(const rf__device *d, const rf_tensor *like,
                             rf_tensor **out);
 
-/* ---- completion (runtime/gpu/completion.c) ---- */
+/* ---- completion (device/gpu/completion.c) ---- */
 
 /* Completion of stream work: embed one in the record of an operation. */
 typedef struct rf__gpu_notify rf__gpu_notify;
@@ -174,7 +165,7 @@ struct rf__gpu_notify {
 rf_status *rf__gpu_notify_when_done(const rf__device *d, rf__gpu_notify *n,
                                     rf__gpu_notify_fn fn);
 
-/* ---- fences (runtime/gpu/fence.c) ---- */
+/* ---- fences (device/gpu/fence.c) ---- */
 
 /* One event per device of a list, recorded on each device's stream: a mark
  * behind everything enqueued there so far. For steps that return before
@@ -196,10 +187,5 @@ bool rf__gpu_fence_passed(const rf__gpu_fence *f, rf_status **st);
 rf_status *rf__gpu_fence_wait(const rf__gpu_fence *f);
 /* NULL is ignored. */
 void rf__gpu_fence_free(rf__gpu_fence *f);
-
-/* ---- kernels (runtime/gpu/runtime_kernels.c) ---- */
-
-/* GPU kernels of _Arg, _Retval, _Send, _Recv and _Token. */
-rf_status *rf__register_gpu_runtime_kernels(void);
 
 #endif

@@ -1,4 +1,4 @@
-/* runtime/gpu/fence.c - fences: one event per device of a list, recorded on
+/* device/gpu/fence.c - fences: one event per device of a list, recorded on
  * each device's stream, marking everything enqueued there so far. A step
  * that returns before its GPU work has run (rf_session_options.
  * gpu_sync_on_finish off) keeps one with its checks: polled (never waited
@@ -8,7 +8,7 @@
 #include "core/cuda_check.h"
 #include "core/mem.h"
 #include "core/status.h"
-#include "runtime/gpu/gpu.h"
+#include "device/gpu/gpu.h"
 
 struct rf__gpu_fence {
   int n;

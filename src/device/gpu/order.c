@@ -1,25 +1,16 @@
-/* runtime/gpu/order.c - cross-stream waits that remember what they covered
- * (see order.h), and the kernels' way to their stream. */
+/* device/gpu/order.c - cross-stream waits that remember what they covered
+ * (see order.h). */
 #include <cuda_runtime_api.h>
 #include <pthread.h>
 
 #include "core/cuda_check.h"
 #include "core/status.h"
-#include "kernels/kernel.h"
-#include "runtime/gpu/gpu.h"
-#include "runtime/gpu/order.h"
+#include "device/gpu/gpu.h"
+#include "device/gpu/order.h"
 
 /* Guards every rf__gpu_order's seen_by and seen_at. Taken only to enqueue
  * the waits of a collective on virtual GPUs: a few CUDA calls. */
 static pthread_mutex_t order_mu = PTHREAD_MUTEX_INITIALIZER;
-
-void *rf__gpu_kernel_stream(rf__kernel_ctx *ctx) {
-  if (!ctx->stream_taken) {
-    ctx->stream_taken = true;
-    rf__gpu_enqueue_begin(ctx->device->order);
-  }
-  return ctx->device->stream;
-}
 
 /* Whether w's stream has waited for every enqueue on d's so far. */
 static bool has_seen(const rf__device *w, const rf__gpu_order *o) {

@@ -1,4 +1,4 @@
-/* runtime/threadpool.c - fixed worker threads around one FIFO ring buffer.
+/* device/threadpool.c - fixed worker threads around one FIFO ring buffer.
  * The ring grows by doubling under the pool's mutex, so scheduling a task never
  * allocates in steady state. A worker that runs out of work spins a little
  * while (one at a time, yielding the core) before it sleeps, so that work
@@ -7,7 +7,7 @@
  * spinner will not take. parallel_for's caller claims chunks from an atomic
  * counter alongside the helpers it queued and only waits for chunks that are
  * already running, so it cannot deadlock even when called from a worker. */
-#include "runtime/threadpool.h"
+#include "device/threadpool.h"
 
 #include <pthread.h>
 #include <sched.h>

@@ -1,4 +1,4 @@
-/* runtime/gpu/device.c - a session's GPU devices: one context per physical
+/* device/gpu/device.c - a session's GPU devices: one context per physical
  * GPU used (properties, the caches living on it) and, per virtual device
  * gpu:i (on physical GPU i % count), a non-blocking stream, a cuBLAS handle
  * bound to it and a caching allocator. Everything is made before the session
@@ -11,8 +11,8 @@
 #include "core/cuda_check.h"
 #include "core/mem.h"
 #include "core/status.h"
-#include "runtime/gpu/gpu.h"
-#include "runtime/gpu/order.h"
+#include "device/gpu/gpu.h"
+#include "device/gpu/order.h"
 
 struct rf__gpu_runtime {
   rf__device *devices; /* borrowed: the session's GPU devices */

@@ -1,4 +1,4 @@
-/* runtime/threadpool.h - a fixed pool of worker threads with one FIFO queue.
+/* device/threadpool.h - a fixed pool of worker threads with one FIFO queue.
  * Tasks never block waiting for other tasks (parallel_for's caller runs the
  * chunks nobody has claimed), so any number of devices share a few threads. */
 #ifndef RF_RUNTIME_THREADPOOL_H

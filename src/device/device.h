@@ -1,4 +1,4 @@
-/* runtime/device.h - a device of a session: its name, allocator, thread pool
+/* device/device.h - a device of a session: its name, allocator, thread pool
  * and the variables that live on it across steps. A session lists its CPU
  * devices first (cpu:0..), then its GPU devices (gpu:0..). A session that is
  * one task of a job (comm/job.h) lists the other tasks' devices after its
@@ -12,7 +12,7 @@
 #include "core/hash.h"
 #include "core/tensor.h"
 #include "graph/device_name.h"
-#include "runtime/threadpool.h"
+#include "device/threadpool.h"
 
 /* A variable's state. The value is replaced (never written) while other
  * references exist, so readers' snapshots stay immutable; when the variable
@@ -41,7 +41,7 @@ typedef struct rf__device {
   pthread_mutex_t vars_mu;
   rf__variable *vars; /* uthash by name */
 
-  /* ---- GPU devices (name.type == RF_DEVICE_GPU; runtime/gpu/gpu.h) ----
+  /* ---- GPU devices (name.type == RF_DEVICE_GPU; device/gpu/gpu.h) ----
    * Virtual device gpu:N runs on physical GPU N % cudaGetDeviceCount(), so
    * several virtual devices may share one GPU; each has its own stream, cuBLAS
    * handle and allocator cache. Every kernel of a GPU device enqueues its work
@@ -65,7 +65,7 @@ typedef struct rf__device {
    * (one handle per virtual device, so concurrent kernels of different
    * devices never race on a handle's stream). */
   void *blas;
-  /* What other streams have waited for of `stream`: runtime/gpu/order.h.
+  /* What other streams have waited for of `stream`: device/gpu/order.h.
    * Owned by the session's GPU runtime; NULL on CPU devices. */
   struct rf__gpu_order *order;
   /* Pinned host memory for device-to-host copies (fetches, sends to CPU

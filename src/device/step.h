@@ -1,4 +1,4 @@
-/* runtime/step.h - one run of a session: step id, feeds and fetches, the
+/* device/step.h - one run of a session: step id, feeds and fetches, the
  * rendezvous for cross-device tensors, cancellation, and the checks that run
  * once the step's GPU work has finished. */
 #ifndef RF_RUNTIME_STEP_H

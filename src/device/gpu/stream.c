@@ -1,13 +1,13 @@
-/* runtime/gpu/stream.c - work on a GPU device's stream: copies between host
+/* device/gpu/stream.c - work on a GPU device's stream: copies between host
  * and device memory (and between GPUs), and tensors for them. Completion of
- * that work is reported by runtime/gpu/completion.c. */
+ * that work is reported by device/gpu/completion.c. */
 #include <cuda_runtime_api.h>
 #include <string.h>
 
 #include "core/cuda_check.h"
 #include "core/status.h"
-#include "runtime/gpu/gpu.h"
-#include "runtime/gpu/order.h"
+#include "device/gpu/gpu.h"
+#include "device/gpu/order.h"
 
 static const char *where(const rf_tensor *t) {
   return t->on_gpu ? "device" : "host";

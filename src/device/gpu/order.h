@@ -1,4 +1,4 @@
-/* runtime/gpu/order.h - what one GPU stream has already waited for on
+/* device/gpu/order.h - what one GPU stream has already waited for on
  * another, so that a cross-stream wait can be left out when it would add
  * nothing.
  *

@@ -1,4 +1,4 @@
-/* runtime/gpu/allocator.c - caching allocators over cudaMalloc (one per
+/* device/gpu/allocator.c - caching allocators over cudaMalloc (one per
  * virtual GPU device) and cudaHostAlloc (pinned host memory, one per
  * process). Blocks are cached by size class; the free lists live outside the
  * blocks (device memory is not host-readable), and each class's list has room
@@ -12,7 +12,7 @@
 #include "core/cuda_check.h"
 #include "core/mem.h"
 #include "core/status.h"
-#include "runtime/gpu/gpu.h"
+#include "device/gpu/gpu.h"
 
 #define MIN_CLASS_BYTES 256 /* cudaMalloc's alignment */
 #define MIN_CLASS_LG 8

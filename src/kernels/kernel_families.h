@@ -1,0 +1,31 @@
+/* kernels/kernel_families.h - the registration function of each kernel
+ * family; the composition root (runtime/registry_init.c) calls them once. */
+#ifndef RF_KERNELS_KERNEL_FAMILIES_H
+#define RF_KERNELS_KERNEL_FAMILIES_H
+
+#include "ringflow/status.h"
+
+/* CPU kernels (src/kernels/cpu/<family>.c). */
+rf_status *rf__register_cpu_array_kernels(void);
+rf_status *rf__register_cpu_state_kernels(void);
+rf_status *rf__register_cpu_math_kernels(void);
+rf_status *rf__register_cpu_nn_kernels(void);
+rf_status *rf__register_cpu_reduction_kernels(void);
+rf_status *rf__register_cpu_runtime_kernels(void);
+rf_status *rf__register_cpu_collective_kernels(void);
+
+#ifdef RF_HAVE_CUDA
+/* src/kernels/cpu/collective_kernels.c: the CPU participants, for GPUs */
+rf_status *rf__register_gpu_collective_kernels(void);
+/* GPU kernels (CUDA builds only): src/kernels/cuda/<family>.cu */
+rf_status *rf__register_gpu_array_kernels(void);
+rf_status *rf__register_gpu_state_kernels(void);
+rf_status *rf__register_gpu_math_kernels(void);
+rf_status *rf__register_gpu_nn_kernels(void);
+rf_status *rf__register_gpu_reduction_kernels(void);
+#endif
+
+/* BLAS threading (src/kernels/cpu/blas_threads.c). */
+rf_status *rf__configure_blas(void);
+
+#endif
