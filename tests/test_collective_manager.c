@@ -43,7 +43,7 @@ static void setup_devices(void) {
   }
 }
 
-static rf__coll_participant part(rf__collective_kind kind, rf__reduction red,
+static rf__coll_participant part(rf__collective_kind kind, rf_reduction red,
                                  rf_dtype dt, int n, int dev, rf_tensor *in,
                                  rf_shape shape, result *r) {
   rf__coll_participant p = {.kind = kind,
@@ -59,20 +59,20 @@ static rf__coll_participant part(rf__collective_kind kind, rf__reduction red,
   return p;
 }
 
-static double reduce_ref(rf__reduction red, const double *v, int n,
+static double reduce_ref(rf_reduction red, const double *v, int n,
                          rf_dtype dt) {
   double a = v[0];
   for (int i = 1; i < n; i++) {
     switch (red) {
-      case RF_RED_SUM:
-      case RF_RED_AVG: a += v[i]; break;
-      case RF_RED_PROD: a *= v[i]; break;
-      case RF_RED_MIN: a = v[i] < a ? v[i] : a; break;
-      case RF_RED_MAX: a = v[i] > a ? v[i] : a; break;
+      case RF_REDUCE_SUM:
+      case RF_REDUCE_AVG: a += v[i]; break;
+      case RF_REDUCE_PROD: a *= v[i]; break;
+      case RF_REDUCE_MIN: a = v[i] < a ? v[i] : a; break;
+      case RF_REDUCE_MAX: a = v[i] > a ? v[i] : a; break;
       default: break;
     }
   }
-  if (red == RF_RED_AVG) a = rf_dtype_is_integer(dt) ? trunc(a / n) : a / n;
+  if (red == RF_REDUCE_AVG) a = rf_dtype_is_integer(dt) ? trunc(a / n) : a / n;
   return a;
 }
 
@@ -82,14 +82,14 @@ static const rf_dtype dtypes[] = {RF_FLOAT16, RF_BFLOAT16, RF_FLOAT32,
 
 /* Values that keep integer sums/products in range for every dtype. */
 static rf_tensor *inputs_for(uint64_t *rng, rf_dtype dt, rf_shape s,
-                             rf__reduction red) {
-  double lo = red == RF_RED_PROD ? 1 : 0, hi = red == RF_RED_PROD ? 3 : 10;
-  if (rf_dtype_is_float(dt) && red != RF_RED_PROD) lo = -4, hi = 4;
-  if (rf_dtype_is_float(dt) && red == RF_RED_PROD) lo = 0.5, hi = 1.5;
+                             rf_reduction red) {
+  double lo = red == RF_REDUCE_PROD ? 1 : 0, hi = red == RF_REDUCE_PROD ? 3 : 10;
+  if (rf_dtype_is_float(dt) && red != RF_REDUCE_PROD) lo = -4, hi = 4;
+  if (rf_dtype_is_float(dt) && red == RF_REDUCE_PROD) lo = 0.5, hi = 1.5;
   return rf_test_random_tensor(rng, dt, s, lo, hi);
 }
 
-static void check_reducing(rf__collective_kind kind, rf__reduction red,
+static void check_reducing(rf__collective_kind kind, rf_reduction red,
                            rf_dtype dt, int n, int64_t count, uint64_t *rng) {
   rf__collective_manager *m;
   assert_ok(rf__collective_manager_new(NULL, &m));
@@ -128,10 +128,10 @@ static void check_reducing(rf__collective_kind kind, rf__reduction red,
         rf_shape one = rf_shape_of(1, (int64_t)1);
         assert_ok(rf_tensor_new(dt, &one, NULL, &w));
         rf_tensor_set(w, 0, want);
-        if (fabs(want) < 1e15 && red != RF_RED_PROD && red != RF_RED_SUM)
+        if (fabs(want) < 1e15 && red != RF_REDUCE_PROD && red != RF_REDUCE_SUM)
           want = rf_tensor_get(w, 0);
         rf_tensor_release(w);
-        if (red == RF_RED_SUM || red == RF_RED_PROD) {
+        if (red == RF_REDUCE_SUM || red == RF_REDUCE_PROD) {
           int bits = (int)rf_dtype_size(dt) * 8;
           if (bits < 64) {
             double mod = ldexp(1.0, bits), wm = fmod(want, mod),
@@ -163,16 +163,16 @@ static void test_reductions_all_dtypes(void **state) {
   uint64_t rng = rf_test_seed();
   const int64_t counts[] = {0, 1, 7, 40001};
   for (size_t d = 0; d < sizeof dtypes / sizeof *dtypes; d++)
-    for (int red = 0; red < RF_RED_COUNT; red++)
+    for (int red = 0; red < (int)RF__REDUCE_COUNT; red++)
       for (int n = 1; n <= MAXDEV; n += (n < 3 ? 1 : 5 - (n == 3)))
         for (size_t c = 0; c < 4; c++) {
           if (counts[c] > 100 && (d % 3 || n != 4))
             continue; /* keep it quick */
-          check_reducing(RF_COLL_ALL_REDUCE, (rf__reduction)red, dtypes[d], n,
+          check_reducing(RF_COLL_ALL_REDUCE, (rf_reduction)red, dtypes[d], n,
                          counts[c], &rng);
-          check_reducing(RF_COLL_REDUCE, (rf__reduction)red, dtypes[d], n,
+          check_reducing(RF_COLL_REDUCE, (rf_reduction)red, dtypes[d], n,
                          counts[c], &rng);
-          check_reducing(RF_COLL_REDUCE_SCATTER, (rf__reduction)red, dtypes[d],
+          check_reducing(RF_COLL_REDUCE_SCATTER, (rf_reduction)red, dtypes[d],
                          n, counts[c], &rng);
         }
 }
@@ -193,12 +193,12 @@ static void test_broadcast_and_all_gather(void **state) {
       rf_shape want =
           rf_shape_of(2, (int64_t)3, (int64_t)-1); /* partly known */
       rf__coll_participant p =
-          part(RF_COLL_BROADCAST, RF_RED_SUM, RF_FLOAT32, n, i,
+          part(RF_COLL_BROADCAST, RF_REDUCE_SUM, RF_FLOAT32, n, i,
                i == root ? src : NULL, i == root ? s : want, &b[i]);
       p.is_root = i == root;
       assert_ok(rf__collective_join(m, "bc", 1, 0, &p));
       gin[i] = rf_test_random_tensor(&rng, RF_INT64, s, -100, 100);
-      rf__coll_participant q = part(RF_COLL_ALL_GATHER, RF_RED_SUM, RF_INT64, n,
+      rf__coll_participant q = part(RF_COLL_ALL_GATHER, RF_REDUCE_SUM, RF_INT64, n,
                                     i, gin[i], s, &g[i]);
       assert_ok(rf__collective_join(m, "ag", 1, 0, &q));
     }
@@ -248,10 +248,10 @@ static void test_disagreement_names_field(void **state) {
     result r[2];
     memset(r, 0, sizeof r);
     rf__coll_participant p0 =
-        part(RF_COLL_ALL_REDUCE, RF_RED_SUM, RF_FLOAT32, 2, 0, a, s, &r[0]);
+        part(RF_COLL_ALL_REDUCE, RF_REDUCE_SUM, RF_FLOAT32, 2, 0, a, s, &r[0]);
     rf__coll_participant p1 =
         part(w == 3 ? RF_COLL_REDUCE_SCATTER : RF_COLL_ALL_REDUCE,
-             w == 2 ? RF_RED_MAX : RF_RED_SUM, dt2, 2, w == 4 ? 0 : 1, b,
+             w == 2 ? RF_REDUCE_MAX : RF_REDUCE_SUM, dt2, 2, w == 4 ? 0 : 1, b,
              w == 1 ? s2 : s, &r[1]);
     assert_ok(rf__collective_join(m, "mix", 3, 0, &p0));
     assert_ok(rf__collective_join(m, "mix", 3, 0, &p1));
@@ -275,11 +275,11 @@ static void test_num_devices_mismatch_fails_at_once(void **state) {
   result r[3];
   memset(r, 0, sizeof r);
   rf__coll_participant p0 =
-      part(RF_COLL_ALL_REDUCE, RF_RED_SUM, RF_FLOAT32, 3, 0, a, s, &r[0]);
+      part(RF_COLL_ALL_REDUCE, RF_REDUCE_SUM, RF_FLOAT32, 3, 0, a, s, &r[0]);
   rf__coll_participant p1 =
-      part(RF_COLL_ALL_REDUCE, RF_RED_SUM, RF_FLOAT32, 2, 1, a, s, &r[1]);
+      part(RF_COLL_ALL_REDUCE, RF_REDUCE_SUM, RF_FLOAT32, 2, 1, a, s, &r[1]);
   rf__coll_participant p2 =
-      part(RF_COLL_ALL_REDUCE, RF_RED_SUM, RF_FLOAT32, 3, 2, a, s, &r[2]);
+      part(RF_COLL_ALL_REDUCE, RF_REDUCE_SUM, RF_FLOAT32, 3, 2, a, s, &r[2]);
   assert_ok(rf__collective_join(m, "nd", 1, 0, &p0));
   assert_ok(rf__collective_join(m, "nd", 1, 0, &p1));
   assert_status(r[0].st, RF_INVALID_ARGUMENT, "num_devices");
@@ -303,7 +303,7 @@ static void test_timeout_names_arrived_devices(void **state) {
   memset(r, 0, sizeof r);
   for (int i = 0; i < 2; i++) {
     rf__coll_participant p =
-        part(RF_COLL_ALL_REDUCE, RF_RED_SUM, RF_FLOAT32, 3, i * 2, a, s, &r[i]);
+        part(RF_COLL_ALL_REDUCE, RF_REDUCE_SUM, RF_FLOAT32, 3, i * 2, a, s, &r[i]);
     p.group_devices = "cpu:0,cpu:1,cpu:2";
     assert_ok(rf__collective_join(m, "slow", 9, 50, &p));
   }
@@ -322,7 +322,7 @@ static void test_timeout_names_arrived_devices(void **state) {
   }
   /* the straggler fails immediately rather than waiting another timeout */
   rf__coll_participant late =
-      part(RF_COLL_ALL_REDUCE, RF_RED_SUM, RF_FLOAT32, 3, 1, a, s, &r[2]);
+      part(RF_COLL_ALL_REDUCE, RF_REDUCE_SUM, RF_FLOAT32, 3, 1, a, s, &r[2]);
   assert_ok(rf__collective_join(m, "slow", 9, 50, &late));
   assert_int_equal(atomic_load(&r[2].fired), 1);
   assert_status(r[2].st, RF_DEADLINE_EXCEEDED, "timed out");
@@ -344,7 +344,7 @@ static void test_earlier_deadline_wakes_watchdog(void **state) {
   memset(r, 0, sizeof r);
   /* a completed group with a 60 s timeout, then one pending with it */
   rf__coll_participant done1 =
-      part(RF_COLL_ALL_REDUCE, RF_RED_SUM, RF_FLOAT32, 1, 0, a, s, &r[0]);
+      part(RF_COLL_ALL_REDUCE, RF_REDUCE_SUM, RF_FLOAT32, 1, 0, a, s, &r[0]);
   assert_ok(rf__collective_join(m, "one", 1, 60000, &done1));
   assert_int_equal(atomic_load(&r[0].fired), 1);
   assert_null(r[0].st);
@@ -352,10 +352,10 @@ static void test_earlier_deadline_wakes_watchdog(void **state) {
   struct timespec settle = {0, 20000000}; /* let the watchdog go to sleep */
   nanosleep(&settle, NULL);
   rf__coll_participant slow =
-      part(RF_COLL_ALL_REDUCE, RF_RED_SUM, RF_FLOAT32, 2, 0, a, s, &r[1]);
+      part(RF_COLL_ALL_REDUCE, RF_REDUCE_SUM, RF_FLOAT32, 2, 0, a, s, &r[1]);
   assert_ok(rf__collective_join(m, "long", 2, 60000, &slow));
   rf__coll_participant fast =
-      part(RF_COLL_ALL_REDUCE, RF_RED_SUM, RF_FLOAT32, 2, 1, a, s, &r[2]);
+      part(RF_COLL_ALL_REDUCE, RF_REDUCE_SUM, RF_FLOAT32, 2, 1, a, s, &r[2]);
   assert_ok(rf__collective_join(m, "short", 3, 50, &fast));
   for (int spin = 0; spin < 400 && atomic_load(&r[2].fired) == 0; spin++) {
     struct timespec ts = {0, 5000000};
@@ -379,11 +379,11 @@ static void test_cancel_releases_pending(void **state) {
   result r[3];
   memset(r, 0, sizeof r);
   rf__coll_participant p =
-      part(RF_COLL_ALL_REDUCE, RF_RED_SUM, RF_FLOAT32, 2, 0, a, s, &r[0]);
+      part(RF_COLL_ALL_REDUCE, RF_REDUCE_SUM, RF_FLOAT32, 2, 0, a, s, &r[0]);
   assert_ok(rf__collective_join(m, "c", 4, 0, &p));
   /* another step's participant with the same name is not touched */
   rf__coll_participant other =
-      part(RF_COLL_ALL_REDUCE, RF_RED_SUM, RF_FLOAT32, 2, 0, a, s, &r[2]);
+      part(RF_COLL_ALL_REDUCE, RF_REDUCE_SUM, RF_FLOAT32, 2, 0, a, s, &r[2]);
   assert_ok(rf__collective_join(m, "c", 5, 0, &other));
   rf_status *why = rf_status_new(RF_ABORTED, "node 'x' failed on cpu:1");
   rf__collective_cancel_step(m, 4, why);
@@ -392,7 +392,7 @@ static void test_cancel_releases_pending(void **state) {
   assert_status(r[0].st, RF_ABORTED, "node 'x' failed");
   assert_int_equal(atomic_load(&r[2].fired), 0);
   rf__coll_participant p1 =
-      part(RF_COLL_ALL_REDUCE, RF_RED_SUM, RF_FLOAT32, 2, 1, a, s, &r[1]);
+      part(RF_COLL_ALL_REDUCE, RF_REDUCE_SUM, RF_FLOAT32, 2, 1, a, s, &r[1]);
   assert_ok(rf__collective_join(m, "c", 4, 0, &p1)); /* after cancel: at once */
   assert_status(r[1].st, RF_ABORTED, "node 'x' failed");
   rf__collective_end_step(m, 4);
@@ -415,7 +415,7 @@ static void *join_steps(void *arg) {
   thread_arg *t = arg;
   for (int step = 0; step < 16; step++) {
     rf_shape s = rf_tensor_shape(t->in[step]);
-    rf__coll_participant p = part(RF_COLL_ALL_REDUCE, RF_RED_SUM, RF_INT64, 4,
+    rf__coll_participant p = part(RF_COLL_ALL_REDUCE, RF_REDUCE_SUM, RF_INT64, 4,
                                   t->dev, t->in[step], s, &t->res[step]);
     rf_status *st = rf__collective_join(t->m, "shared", step, 10000, &p);
     if (st) abort();

@@ -26,7 +26,7 @@
 
 #include "testutil.h"
 #ifdef RF_HAVE_NCCL
-#include "comm/cuda/gpu_coll.h"
+#include "comm/gpu/gpu_coll.h"
 #endif
 #ifdef RF_HAVE_CUDA
 #include "device/gpu/gpu.h"

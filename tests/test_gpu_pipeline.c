@@ -32,7 +32,7 @@
 #ifdef RF_HAVE_CUDA
 #include <cuda_runtime_api.h>
 
-#include "comm/cuda/gpu_coll.h"
+#include "comm/gpu/gpu_coll.h"
 #include "device/gpu/gpu.h"
 #include "device/gpu/order.h"
 #endif

@@ -26,7 +26,7 @@ int bench_gpu_main(const bench_gpu_opts *o) {
 
 #include <cuda_runtime_api.h>
 
-#include "comm/cuda/gpu_coll.h"
+#include "comm/gpu/gpu_coll.h"
 #include "core/cuda_check.h"
 #include "device/gpu/gpu.h"
 

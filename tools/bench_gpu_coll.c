@@ -14,7 +14,7 @@
 
 #include "bench_gpu.h"
 #include "comm/cuda/coll_kernels.h"
-#include "comm/cuda/gpu_coll.h"
+#include "comm/gpu/gpu_coll.h"
 #include "core/cuda_check.h"
 #include "ringflow/collectives.h"
 #include "device/gpu/gpu.h"
@@ -219,7 +219,7 @@ static void cuda_args(bench_gpu_coll *b) {
   rf__cuda_coll_args *a = &b->args;
   memset(a, 0, sizeof *a);
   a->dtype = RF_FLOAT32;
-  a->op = 0; /* RF_RED_SUM */
+  a->op = 0; /* RF_REDUCE_SUM */
   a->n = b->c == BC_BROADCAST ? 1 : b->n;
   a->count = b->in_count;
   a->mode = b->c == BC_REDUCE_SCATTER ? RF_CUDA_COLL_REDUCE_SCATTER

@@ -16,6 +16,7 @@
 
 #include "core/tensor.h"
 #include "device/device.h"
+#include "ops/collective_attrs.h"
 
 /* X(enum, attr name, nccl-tests bus bandwidth factor numerator/denominator) */
 #define RF_COLLECTIVE_KIND_LIST(X)    \
@@ -32,24 +33,7 @@ typedef enum rf__collective_kind {
       RF_COLL_KIND_COUNT
 } rf__collective_kind;
 
-#define RF_REDUCTION_LIST(X) \
-  X(RF_RED_SUM, "sum")       \
-  X(RF_RED_PROD, "prod")     \
-  X(RF_RED_MIN, "min")       \
-  X(RF_RED_MAX, "max")       \
-  X(RF_RED_AVG, "avg")
-
-typedef enum rf__reduction {
-#define RF_X(e, s) e,
-  RF_REDUCTION_LIST(RF_X)
-#undef RF_X
-      RF_RED_COUNT
-} rf__reduction;
-
 const char *rf__collective_kind_name(rf__collective_kind k);
-const char *rf__reduction_name(rf__reduction r);
-/* RF_RED_COUNT when the name is unknown. */
-rf__reduction rf__reduction_from_name(const char *name);
 
 /* Called once per participant: st NULL on success (consumed by the callee),
  * output a new reference (NULL for participants without a result: reduce
@@ -59,7 +43,7 @@ typedef void (*rf__collective_done)(void *arg, rf_status *st,
 
 typedef struct rf__coll_participant {
   rf__collective_kind kind;
-  rf__reduction reduction; /* ignored by broadcast and all-gather */
+  rf_reduction reduction; /* ignored by broadcast and all-gather */
   rf_dtype dtype;
   int num_devices;
   bool is_root;       /* reduce: the receiver; broadcast: the sender */
@@ -90,7 +74,7 @@ typedef struct rf__coll_participant {
 /* A group of participants that agree, in rank order (by device index). */
 typedef struct rf__coll_group {
   rf__collective_kind kind;
-  rf__reduction reduction;
+  rf_reduction reduction;
   rf_dtype dtype;
   int n;
   int root;                /* rank of the root, -1 if none */
@@ -119,9 +103,16 @@ typedef struct rf__coll_backend {
   void (*run)(rf__coll_group *group);
 } rf__coll_backend;
 
+/* Calls parts[0..n)'s dones, each once, in rank order: outs[i] (taken: the
+ * slot becomes NULL; outs NULL means no outputs) when st is NULL, else a
+ * fresh copy of st. st stays the caller's. The one fan-out every backend
+ * uses; release the inputs first (see above). */
+void rf__coll_report(rf__coll_participant *parts, int n, const rf_status *st,
+                     rf_tensor **outs);
+
 extern const rf__coll_backend rf__cpu_coll_backend;
 #ifdef RF_HAVE_CUDA
-/* GPU devices: CUDA kernels or NCCL by placement (comm/cuda/gpu_coll.h). */
+/* GPU devices: CUDA kernels or NCCL by placement (comm/gpu/gpu_coll.h). */
 extern const rf__coll_backend rf__gpu_coll_backend;
 #endif
 

@@ -77,26 +77,9 @@ static const char *const kind_names[] = {
 };
 _Static_assert(sizeof kind_names / sizeof *kind_names == RF_COLL_KIND_COUNT,
                "one name per kind");
-static const char *const reduction_names[] = {
-#define RF_X(e, s) s,
-    RF_REDUCTION_LIST(RF_X)
-#undef RF_X
-};
-_Static_assert(sizeof reduction_names / sizeof *reduction_names == RF_RED_COUNT,
-               "one name per reduction");
 
 const char *rf__collective_kind_name(rf__collective_kind k) {
   return (int)k >= 0 && k < RF_COLL_KIND_COUNT ? kind_names[k] : "invalid";
-}
-
-const char *rf__reduction_name(rf__reduction r) {
-  return (int)r >= 0 && r < RF_RED_COUNT ? reduction_names[r] : "invalid";
-}
-
-rf__reduction rf__reduction_from_name(const char *name) {
-  for (int i = 0; name && i < RF_RED_COUNT; i++)
-    if (strcmp(reduction_names[i], name) == 0) return (rf__reduction)i;
-  return RF_RED_COUNT;
 }
 
 static const rf__coll_backend *const backends[] = {
@@ -116,14 +99,29 @@ static int64_t now_ns(void) {
 
 /* ---- failing participants (outside the lock) ---- */
 
+void rf__coll_report(rf__coll_participant *parts, int n, const rf_status *st,
+                     rf_tensor **outs) {
+  for (int i = 0; i < n; i++) {
+    rf_tensor *out = NULL;
+    if (!st && outs) {
+      out = outs[i];
+      outs[i] = NULL;
+    }
+    parts[i].done(
+        parts[i].arg,
+        st ? rf_status_new(rf_status_code(st), "%s", rf_status_message(st))
+           : NULL,
+        out);
+  }
+}
+
 static void fail_parts(rf__coll_participant *parts, int n,
                        const rf_status *st) {
-  for (int i = 0; i < n; i++) {
-    rf_status *copy =
-        rf_status_new(rf_status_code(st), "%s", rf_status_message(st));
-    parts[i].done(parts[i].arg, copy, NULL);
+  for (int i = 0; i < n; i++) { /* before the dones: see collective.h */
     rf_tensor_release(parts[i].input);
+    parts[i].input = NULL;
   }
+  rf__coll_report(parts, n, st, NULL);
 }
 
 static void entry_free(entry *e) {

@@ -19,7 +19,8 @@ typedef struct rf__once {
   rf_status *status; /* the first failure, kept for the process's life */
 } rf__once;
 
-#define RF_ONCE_INIT {PTHREAD_MUTEX_INITIALIZER, false, NULL}
+#define RF_ONCE_INIT \
+  { PTHREAD_MUTEX_INITIALIZER, false, NULL }
 
 /* Calls fns[0..n) in order, stopping at the first error, on the first call
  * only; every call (any thread, concurrently) returns NULL or a new copy of

@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "comm/collective.h"
+#include "ops/collective_attrs.h"
 #include "ops/op_families.h"
 #include "ops/op_registry.h"
 #include "ringflow/collectives.h"
@@ -13,11 +13,6 @@
 
 #define REDUCTIONS "reduction: string in {sum, prod, min, max, avg}"
 #define COLL_TYPES "T: type in {@numeric}"
-
-static const char *reduction_attr(rf_reduction r) {
-  static const char *const names[] = {"sum", "prod", "min", "max", "avg"};
-  return (int)r >= 0 && r <= RF_REDUCE_AVG ? names[r] : "invalid";
-}
 
 /* ---- shapes ---- */
 
@@ -147,7 +142,7 @@ static rf_output participant(rf_graph *g, const char *op, const char *name,
 rf_output rf_all_reduce(rf_graph *g, const char *name, rf_output input,
                         rf_reduction reduction, int num_devices,
                         const char *shared_name) {
-  return participant(g, "AllReduce", name, input, reduction_attr(reduction),
+  return participant(g, "AllReduce", name, input, rf__reduction_name(reduction),
                      num_devices, shared_name);
 }
 
@@ -160,7 +155,7 @@ rf_output rf_all_gather(rf_graph *g, const char *name, rf_output input,
 rf_output rf_reduce_scatter(rf_graph *g, const char *name, rf_output input,
                             rf_reduction reduction, int num_devices,
                             const char *shared_name) {
-  return participant(g, "ReduceScatter", name, input, reduction_attr(reduction),
+  return participant(g, "ReduceScatter", name, input, rf__reduction_name(reduction),
                      num_devices, shared_name);
 }
 
@@ -205,7 +200,7 @@ static void participants_n(rf_graph *g, const char *op, const char *name,
 
 void rf_all_reduce_n(rf_graph *g, const char *name, const rf_output *inputs,
                      int n, rf_reduction reduction, rf_output *outputs) {
-  participants_n(g, "AllReduce", name, inputs, n, reduction_attr(reduction),
+  participants_n(g, "AllReduce", name, inputs, n, rf__reduction_name(reduction),
                  outputs);
 }
 
@@ -216,7 +211,7 @@ void rf_all_gather_n(rf_graph *g, const char *name, const rf_output *inputs,
 
 void rf_reduce_scatter_n(rf_graph *g, const char *name, const rf_output *inputs,
                          int n, rf_reduction reduction, rf_output *outputs) {
-  participants_n(g, "ReduceScatter", name, inputs, n, reduction_attr(reduction),
+  participants_n(g, "ReduceScatter", name, inputs, n, rf__reduction_name(reduction),
                  outputs);
 }
 
@@ -235,7 +230,7 @@ rf_output rf_reduce(rf_graph *g, const char *name, const rf_output *inputs,
   const char *scope = rf__graph_scope_device(g);
   rf_node_builder_device(b,
                          scope[0] ? scope : inputs[0].node->requested_device);
-  rf_node_builder_attr_string(b, "reduction", reduction_attr(reduction));
+  rf_node_builder_attr_string(b, "reduction", rf__reduction_name(reduction));
   return rf__finish_output(g, b);
 }
 

@@ -6,9 +6,9 @@
 #include "ops/op_families.h"
 
 static const rf__init_fn families[] = {
-    rf__register_array_ops,     rf__register_state_ops,
-    rf__register_math_ops,      rf__register_nn_ops,
-    rf__register_reduction_ops, rf__register_runtime_ops,
+    rf__register_array_ops,      rf__register_state_ops,
+    rf__register_math_ops,       rf__register_nn_ops,
+    rf__register_reduction_ops,  rf__register_runtime_ops,
     rf__register_collective_ops,
 };
 

@@ -4,6 +4,7 @@
 #define RF_PASSES_LOWER_COLLECTIVES_H
 
 #include "graph/graph.h"
+#include "ops/collective_attrs.h"
 
 #define RF_MAX_LOWER_INPUTS 64
 
@@ -26,22 +27,17 @@ rf_status *rf__collective_mark_peers(const rf_graph *g, char *keep,
 
 /* Checks every group of participants sharing a shared_name: as many as
  * num_devices, agreeing on the collective, T and reduction, on distinct
- * devices of one type. Errors name the group and nodes. Then sets attr
- * RF_COLLECTIVE_DEVICES_ATTR on each participant: its group's devices,
- * comma-separated in device order (task, type, index; internal: attrs
- * starting with '_' are not saved). */
-#define RF_COLLECTIVE_DEVICES_ATTR "_devices"
-/* Set with it: how many of the group's participants are on the node's task
- * (all of them in a session of one process). */
-#define RF_COLLECTIVE_TASK_DEVICES_ATTR "_task_devices"
+ * devices of one type. Errors name the group and nodes. Then sets attrs
+ * RF_COLLECTIVE_DEVICES_ATTR and RF_COLLECTIVE_TASK_DEVICES_ATTR on each
+ * participant (ops/collective_attrs.h). */
 rf_status *rf__validate_collectives(rf_graph *g, const rf__device_name *devices,
                                     int num_devices);
 
 /* Sessions of a job (several processes) compile the whole job's graph, but
  * each process prunes it for its own step: before pruning, compile records
- * on every Broadcast (placed) the devices of all its consumers, so that every
- * process lowers it with the same receivers. */
-#define RF_BROADCAST_RECEIVERS_ATTR "_receivers"
+ * on every Broadcast (placed) the devices of all its consumers
+ * (RF_BROADCAST_RECEIVERS_ATTR), so that every process lowers it with the
+ * same receivers. */
 rf_status *rf__record_broadcast_receivers(rf_graph *g,
                                           const rf__device_name *devices,
                                           int num_devices);

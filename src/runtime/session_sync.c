@@ -8,7 +8,7 @@
  * same knob, sync_on_finish). Stream order already puts the next step's work
  * after it: a device buffer is reused only in its own device's stream order
  * (device/gpu/gpu.h), the collectives make every stream they join wait for
- * the collective (comm/cuda/gpu_coll.h), and fetched values leave a stream
+ * the collective (comm/gpu/gpu_coll.h), and fetched values leave a stream
  * only once it has produced them (_Retval, _Send). A step whose checks are
  * left (NCCL collectives) puts them in the session's pending list behind a
  * fence, one event per GPU device of its plan. Every later run polls that

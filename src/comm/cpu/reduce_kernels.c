@@ -94,7 +94,7 @@ typedef float (*to_float_fn)(uint16_t);
 typedef uint16_t (*from_float_fn)(float);
 
 static void reduce16(const void *const *ins, int n, void *vout, int64_t b,
-                     int64_t e, rf__reduction op, to_float_fn to,
+                     int64_t e, rf_reduction op, to_float_fn to,
                      from_float_fn from) {
   uint16_t *out = vout;
   float acc[BLOCK];
@@ -107,19 +107,19 @@ static void reduce16(const void *const *ins, int n, void *vout, int64_t b,
       for (int64_t i = s; i < t; i++) {
         float a = acc[i - s], v = to(xk[i]);
         switch (op) {
-          case RF_RED_SUM:
-          case RF_RED_AVG: a = a + v; break;
-          case RF_RED_PROD: a = a * v; break;
-          case RF_RED_MIN: a = OP_MIN(a, v); break;
-          case RF_RED_MAX: a = OP_MAX(a, v); break;
+          case RF_REDUCE_SUM:
+          case RF_REDUCE_AVG: a = a + v; break;
+          case RF_REDUCE_PROD: a = a * v; break;
+          case RF_REDUCE_MIN: a = OP_MIN(a, v); break;
+          case RF_REDUCE_MAX: a = OP_MAX(a, v); break;
           default: break;
         }
         acc[i - s] = a;
       }
     }
-    float scale = op == RF_RED_AVG ? 1.0f / (float)n : 1.0f;
+    float scale = op == RF_REDUCE_AVG ? 1.0f / (float)n : 1.0f;
     for (int64_t i = s; i < t; i++)
-      out[i] = from(op == RF_RED_AVG ? acc[i - s] * scale : acc[i - s]);
+      out[i] = from(op == RF_REDUCE_AVG ? acc[i - s] * scale : acc[i - s]);
   }
 }
 
@@ -128,10 +128,10 @@ typedef void (*reduce_fn)(const void *const *, int, void *, int64_t, int64_t);
 #define ROW(PFX) \
   { PFX##_sum, PFX##_prod, PFX##_min, PFX##_max }
 /* [dtype][sum, prod, min, max]; avg = sum then divide. */
-static reduce_fn table(rf_dtype d, rf__reduction op) {
+static reduce_fn table(rf_dtype d, rf_reduction op) {
   static const reduce_fn f32[] = ROW(f32), f64[] = ROW(f64), i8[] = ROW(i8),
                          u8[] = ROW(u8), i32[] = ROW(i32), i64[] = ROW(i64);
-  int k = op == RF_RED_AVG ? 0 : (int)op;
+  int k = op == RF_REDUCE_AVG ? 0 : (int)op;
   if (k < 0 || k > 3) return NULL;
   switch (d) {
     case RF_FLOAT32: return f32[k];
@@ -144,8 +144,8 @@ static reduce_fn table(rf_dtype d, rf__reduction op) {
   }
 }
 
-bool rf__cpu_reduce_supported(rf_dtype dtype, rf__reduction op) {
-  if ((int)op < 0 || op >= RF_RED_COUNT) return false;
+bool rf__cpu_reduce_supported(rf_dtype dtype, rf_reduction op) {
+  if ((int)op < 0 || op >= RF__REDUCE_COUNT) return false;
   return dtype == RF_FLOAT16 || dtype == RF_BFLOAT16 || table(dtype, op);
 }
 
@@ -161,7 +161,7 @@ bool rf__cpu_reduce_supported(rf_dtype dtype, rf__reduction op) {
     for (int64_t i = (b); i < (e); i++) o[i] = (T)(o[i] * (r)); \
   } while (0)
 
-bool rf__cpu_reduce(rf_dtype dtype, rf__reduction op, const void *const *ins,
+bool rf__cpu_reduce(rf_dtype dtype, rf_reduction op, const void *const *ins,
                     int n, void *out, int64_t begin, int64_t end) {
   if (dtype == RF_FLOAT16) {
     reduce16(ins, n, out, begin, end, op, rf_half_to_float, rf_float_to_half);
@@ -175,7 +175,7 @@ bool rf__cpu_reduce(rf_dtype dtype, rf__reduction op, const void *const *ins,
   reduce_fn f = table(dtype, op);
   if (!f) return false;
   f(ins, n, out, begin, end);
-  if (op != RF_RED_AVG || n == 1) return true;
+  if (op != RF_REDUCE_AVG || n == 1) return true;
   /* x / 2^k == x * 2^-k exactly (both are x/2^k correctly rounded), and a
    * multiplication is several times cheaper than a division per element. */
   bool pow2 = (n & (n - 1)) == 0;

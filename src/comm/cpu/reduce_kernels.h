@@ -8,9 +8,9 @@
 
 /* out[i] = ins[0][i] op ins[1][i] op ... for i in [begin, end); avg divides the
  * sum by n (integers truncate). false when dtype/op is not supported. */
-bool rf__cpu_reduce(rf_dtype dtype, rf__reduction op, const void *const *ins,
+bool rf__cpu_reduce(rf_dtype dtype, rf_reduction op, const void *const *ins,
                     int n, void *out, int64_t begin, int64_t end);
 /* True when rf__cpu_reduce supports (dtype, op). */
-bool rf__cpu_reduce_supported(rf_dtype dtype, rf__reduction op);
+bool rf__cpu_reduce_supported(rf_dtype dtype, rf_reduction op);
 
 #endif

@@ -1,5 +1,5 @@
-/* comm/cuda/backend.c - the GPU collective backend: picks CUDA kernels or
- * NCCL per group, and runs the CUDA-kernel path. That path serves virtual
+/* comm/cuda/backend.c - the CUDA-kernel path of the GPU collectives
+ * (comm/gpu/gpu_coll.c picks it or NCCL per group). It serves virtual
  * GPU devices sharing one physical GPU (NCCL refuses two ranks on one GPU):
  * the leader's stream (the root's, else rank 0's) waits for every
  * participant's stream (its input is ready; left out where nothing was
@@ -13,83 +13,18 @@
 #include <cuda_runtime_api.h>
 #include <string.h>
 
-#include "comm/cpu/reduce_kernels.h"
 #include "comm/cuda/coll_kernels.h"
-#include "comm/cuda/gpu_coll.h"
+#include "comm/gpu/gpu_coll.h"
 #include "core/cuda_check.h"
 #include "core/mem.h"
 #include "core/status.h"
 #include "device/gpu/gpu.h"
 #include "device/gpu/order.h"
 
-_Static_assert(RF_RED_SUM == 0 && RF_RED_PROD == 1 && RF_RED_MIN == 2 &&
-                   RF_RED_MAX == 3 && RF_RED_AVG == 4,
+_Static_assert(RF_REDUCE_SUM == 0 && RF_REDUCE_PROD == 1 &&
+                   RF_REDUCE_MIN == 2 && RF_REDUCE_MAX == 3 &&
+                   RF_REDUCE_AVG == 4,
                "coll_kernels.cu numbers the reductions this way");
-
-/* ---- shared by both GPU backends ---- */
-
-static atomic_bool wait_for_kernels;
-
-void rf__gpu_coll_wait_for_kernels(bool on) {
-  atomic_store(&wait_for_kernels, on);
-}
-
-bool rf__gpu_coll_stream_ordered(void) {
-  return !atomic_load(&wait_for_kernels);
-}
-
-void rf__gpu_coll_fail(rf__coll_group *g, const rf_status *st) {
-  for (int i = 0; i < g->n; i++) { /* before the dones: see collective.h */
-    rf_tensor_release(g->p[i].input);
-    g->p[i].input = NULL;
-  }
-  for (int i = 0; i < g->n; i++)
-    g->p[i].done(g->p[i].arg,
-                 rf_status_new(rf_status_code(st), "%s", rf_status_message(st)),
-                 NULL);
-}
-
-static bool reduces(rf__collective_kind k) {
-  return k == RF_COLL_ALL_REDUCE || k == RF_COLL_REDUCE ||
-         k == RF_COLL_REDUCE_SCATTER;
-}
-
-rf_status *rf__gpu_coll_check(const rf__coll_group *g) {
-  if (g->n > RF_CUDA_COLL_MAX)
-    return rf__invalid("collective '%s': at most %d GPU participants, got %d",
-                       g->key, RF_CUDA_COLL_MAX, g->n);
-  if (reduces(g->kind) && !rf__cpu_reduce_supported(g->dtype, g->reduction))
-    return rf__error(RF_UNIMPLEMENTED,
-                     "collective '%s': %s of %s is not supported on GPU "
-                     "devices",
-                     g->key, rf__reduction_name(g->reduction),
-                     rf_dtype_name(g->dtype));
-  for (int i = 0; i < g->n; i++) {
-    const rf_tensor *in = g->p[i].input;
-    if (in && !in->on_gpu && in->nbytes > 0)
-      return rf__internal(
-          "collective '%s': the input of node '%s' on %s is in host memory, "
-          "not device memory",
-          g->key, g->p[i].node, g->p[i].device->canonical);
-  }
-  return NULL;
-}
-
-rf_shape rf__gpu_coll_out_shape(const rf__coll_group *g, int r) {
-  rf_shape s = g->p[g->root >= 0 ? g->root : 0].shape;
-  (void)r;
-  if (g->kind == RF_COLL_ALL_GATHER) s.dims[0] *= g->n;
-  if (g->kind == RF_COLL_REDUCE_SCATTER) s.dims[0] /= g->n;
-  return s;
-}
-
-bool rf__gpu_coll_has_output(const rf__coll_group *g, int r) {
-  switch (g->kind) {
-    case RF_COLL_REDUCE: return r == g->root;
-    case RF_COLL_BROADCAST: return r != g->root;
-    default: return true;
-  }
-}
 
 /* ---- the CUDA-kernel path ---- */
 
@@ -140,18 +75,7 @@ static void op_finish(cuda_op *op, rf_status *st) {
     rf_tensor_release(g->p[i].input);
     g->p[i].input = NULL;
   }
-  for (int i = 0; i < g->n; i++) {
-    rf_tensor *out = NULL;
-    if (!st) {
-      out = op->outs[i];
-      op->outs[i] = NULL;
-    }
-    g->p[i].done(
-        g->p[i].arg,
-        st ? rf_status_new(rf_status_code(st), "%s", rf_status_message(st))
-           : NULL,
-        out);
-  }
+  rf__coll_report(g->p, g->n, st, op->outs);
   rf_status_free(st);
   op_free(op);
 }
@@ -297,37 +221,3 @@ void rf__cuda_coll_run(rf__coll_group *g) {
   op_finish(op, rf__status_prefix(st, "collective '%s' (step %lld)", g->key,
                                   (long long)g->step_id));
 }
-
-/* ---- the backend ---- */
-
-#ifdef RF_HAVE_NCCL
-static atomic_bool nccl_single; /* tests: one participant goes to NCCL */
-
-void rf__gpu_coll_nccl_for_single(bool on) { atomic_store(&nccl_single, on); }
-
-static bool on_distinct_gpus(const rf__coll_group *g) {
-  for (int i = 1; i < g->n; i++)
-    for (int k = 0; k < i; k++)
-      if (g->p[k].device->gpu_ordinal == g->p[i].device->gpu_ordinal)
-        return false;
-  return g->n > 1 || atomic_load(&nccl_single);
-}
-#endif
-
-/* NCCL when the participants are all on distinct physical GPUs (and NCCL is
- * built); otherwise CUDA kernels: on one shared GPU, or over peer access. */
-static void gpu_run(rf__coll_group *g) {
-#ifdef RF_HAVE_NCCL
-  if (on_distinct_gpus(g)) {
-    rf__nccl_coll_run(g);
-    return;
-  }
-#endif
-  rf__cuda_coll_run(g);
-}
-
-const rf__coll_backend rf__gpu_coll_backend = {
-    .name = "cuda/nccl",
-    .device_type = RF_DEVICE_GPU,
-    .run = gpu_run,
-};

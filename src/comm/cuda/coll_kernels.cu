@@ -19,7 +19,7 @@
 namespace {
 
 constexpr int kThreads = 256;
-/* rf__reduction's values (comm/collective.h; checked in comm/cuda/backend.c) */
+/* rf_reduction's values (comm/collective.h; checked in comm/cuda/backend.c) */
 enum { kSum = 0, kProd = 1, kMin = 2, kMax = 3, kAvg = 4 };
 
 /* ---- 16-bit floats: the CPU's conversions (core/dtype.c), bit for bit ---- */

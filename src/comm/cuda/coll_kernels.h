@@ -33,7 +33,7 @@ typedef enum rf__cuda_coll_mode {
 typedef struct rf__cuda_coll_args {
   rf__cuda_coll_mode mode;
   rf_dtype dtype;
-  int op; /* rf__reduction (comm/collective.h); unused by GATHER */
+  int op; /* rf_reduction (comm/collective.h); unused by GATHER */
   int n;  /* inputs */
   int num_outs;
   int64_t count; /* elements per input */

@@ -71,9 +71,9 @@ static bool reduces(rf__collective_kind k) {
 static bool is_16(rf_dtype d) { return d == RF_FLOAT16 || d == RF_BFLOAT16; }
 
 /* The MPI type and operation of a reduction; false if there is none. */
-static bool mpi_reduction(rf_dtype d, rf__reduction r, MPI_Datatype *type,
+static bool mpi_reduction(rf_dtype d, rf_reduction r, MPI_Datatype *type,
                           MPI_Op *op) {
-  bool wraps = r == RF_RED_SUM || r == RF_RED_PROD || r == RF_RED_AVG;
+  bool wraps = r == RF_REDUCE_SUM || r == RF_REDUCE_PROD || r == RF_REDUCE_AVG;
   switch (d) {
     case RF_FLOAT16:
     case RF_BFLOAT16:
@@ -87,11 +87,11 @@ static bool mpi_reduction(rf_dtype d, rf__reduction r, MPI_Datatype *type,
   }
   bool fl = *type == MPI_FLOAT || *type == MPI_DOUBLE;
   switch (r) {
-    case RF_RED_SUM:
-    case RF_RED_AVG: *op = MPI_SUM; break;
-    case RF_RED_PROD: *op = MPI_PROD; break;
-    case RF_RED_MIN: *op = fl ? nan_min_op : MPI_MIN; break;
-    case RF_RED_MAX: *op = fl ? nan_max_op : MPI_MAX; break;
+    case RF_REDUCE_SUM:
+    case RF_REDUCE_AVG: *op = MPI_SUM; break;
+    case RF_REDUCE_PROD: *op = MPI_PROD; break;
+    case RF_REDUCE_MIN: *op = fl ? nan_min_op : MPI_MIN; break;
+    case RF_REDUCE_MAX: *op = fl ? nan_max_op : MPI_MAX; break;
     default: return false;
   }
   return true;
@@ -194,9 +194,9 @@ static void reduce16(const local_job *j, int64_t lo, int64_t hi) {
     for (int k = 1; k < op->g.n; k++) {
       float v = to(((const uint16_t *)j->ins[k])[i]);
       switch (op->g.reduction) {
-        case RF_RED_PROD: a = a * v; break;
-        case RF_RED_MIN: a = (v < a || v != v) ? v : a; break;
-        case RF_RED_MAX: a = (v > a || v != v) ? v : a; break;
+        case RF_REDUCE_PROD: a = a * v; break;
+        case RF_REDUCE_MIN: a = (v < a || v != v) ? v : a; break;
+        case RF_REDUCE_MAX: a = (v > a || v != v) ? v : a; break;
         default: a = a + v;
       }
     }
@@ -213,8 +213,8 @@ static void reduce_blocks(void *arg, int64_t b, int64_t e) {
     reduce16(j, lo, hi);
     return;
   }
-  rf__reduction r =
-      op->g.reduction == RF_RED_AVG ? RF_RED_SUM : op->g.reduction;
+  rf_reduction r =
+      op->g.reduction == RF_REDUCE_AVG ? RF_REDUCE_SUM : op->g.reduction;
   rf__cpu_reduce(op->g.dtype, r, j->ins, op->g.n,
                  rf_tensor_mutable_data(op->partial), lo, hi);
 }
@@ -428,7 +428,7 @@ static rf_status *convert(rf__mpi_op *op, const rf_tensor *src,
   uint16_t *h = rf_tensor_mutable_data(*out);
   uint16_t (*from)(float) =
       op->g.dtype == RF_FLOAT16 ? rf_float_to_half : rf_float_to_bfloat16;
-  bool avg = op->g.reduction == RF_RED_AVG;
+  bool avg = op->g.reduction == RF_REDUCE_AVG;
   float scale = 1.0f / (float)op->num_devices;
   for (int64_t i = 0; i < n; i++) h[i] = from(avg ? f[i] * scale : f[i]);
   return NULL;
@@ -437,7 +437,7 @@ static rf_status *convert(rf__mpi_op *op, const rf_tensor *src,
 rf_status *rf__mpi_op_outputs(rf__mpi_op *op, rf_tensor **outs) {
   rf__coll_group *g = &op->g;
   for (int i = 0; i < g->n; i++) outs[i] = NULL;
-  if (reduces(g->kind) && !op->wide && g->reduction == RF_RED_AVG && op->out)
+  if (reduces(g->kind) && !op->wide && g->reduction == RF_REDUCE_AVG && op->out)
     finish_avg(op, op->out);
   switch (g->kind) {
     case RF_COLL_ALL_REDUCE:

@@ -68,12 +68,7 @@ static void report_task(void *arg) {
       rf_tensor_release(op->parts[i].input);
       op->parts[i].input = NULL;
     }
-  for (int i = 0; i < op->g.n; i++) {
-    rf_status *copy =
-        st ? rf_status_new(rf_status_code(st), "%s", rf_status_message(st))
-           : NULL;
-    op->parts[i].done(op->parts[i].arg, copy, outs[i]);
-  }
+  rf__coll_report(op->parts, op->g.n, st, outs);
   rf_status_free(st);
   unref(op);
 }

@@ -28,7 +28,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "comm/cuda/gpu_coll.h"
+#include "comm/gpu/gpu_coll.h"
 #include "core/cuda_check.h"
 #include "core/mem.h"
 #include "core/status.h"
@@ -298,18 +298,7 @@ static void op_report(nccl_op *op, rf_status *st) {
     rf_status_free(st);
     return;
   }
-  for (int i = 0; i < op->g.n; i++) {
-    rf_tensor *out = NULL;
-    if (!st) {
-      out = op->outs[i];
-      op->outs[i] = NULL;
-    }
-    op->parts[i].done(
-        op->parts[i].arg,
-        st ? rf_status_new(rf_status_code(st), "%s", rf_status_message(st))
-           : NULL,
-        out);
-  }
+  rf__coll_report(op->parts, op->g.n, st, op->outs);
   rf_status_free(st);
 }
 
@@ -487,12 +476,12 @@ ncclDataType_t rf__nccl_type(rf_dtype d) {
   }
 }
 
-ncclRedOp_t rf__nccl_red_op(rf__reduction r) {
+ncclRedOp_t rf__nccl_red_op(rf_reduction r) {
   switch (r) {
-    case RF_RED_PROD: return ncclProd;
-    case RF_RED_MIN: return ncclMin;
-    case RF_RED_MAX: return ncclMax;
-    case RF_RED_AVG: return ncclAvg;
+    case RF_REDUCE_PROD: return ncclProd;
+    case RF_REDUCE_MIN: return ncclMin;
+    case RF_REDUCE_MAX: return ncclMax;
+    case RF_REDUCE_AVG: return ncclAvg;
     default: return ncclSum;
   }
 }

@@ -24,7 +24,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "comm/cuda/gpu_coll.h"
+#include "comm/gpu/gpu_coll.h"
 #include "core/cuda_check.h"
 #include "core/mem.h"
 #include "core/status.h"

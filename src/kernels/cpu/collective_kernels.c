@@ -10,12 +10,12 @@
 #include "kernels/kernel.h"
 #include "kernels/kernel_families.h"
 #include "ops/op_registry.h"
-#include "passes/lower_collectives.h"
+#include "ops/collective_attrs.h"
 #include "device/step.h"
 
 typedef struct coll_state {
   rf__collective_kind kind;
-  rf__reduction reduction;
+  rf_reduction reduction;
   rf_dtype dtype;
   int num_devices;
   bool is_root;

@@ -66,20 +66,8 @@ static void finish_after_stream(rf__kernel_ctx *ctx, rf_tensor *keep,
 /* ---- _Arg (synchronous: stream order covers its consumers) ---- */
 
 static rf_status *arg_compute(rf__kernel_ctx *ctx) {
-  RF_CHECK(rf__need_step(ctx));
-  int64_t i = (intptr_t)ctx->state;
-  rf_tensor *v = i < ctx->step->num_feeds ? ctx->step->feeds[i] : NULL;
-  if (!v)
-    return rf__kernel_error(ctx, RF_INTERNAL,
-                            "no value was fed for _Arg index %lld (the step "
-                            "has %d feeds)",
-                            (long long)i, ctx->step->num_feeds);
-  if (v->dtype != ctx->node->out_dtypes[0] || v->on_gpu)
-    return rf__kernel_error(ctx, RF_INVALID_ARGUMENT,
-                            "fed a %s %s tensor, expected a %s host tensor",
-                            rf_dtype_name(v->dtype),
-                            v->on_gpu ? "device" : "host",
-                            rf_dtype_name(ctx->node->out_dtypes[0]));
+  rf_tensor *v;
+  RF_CHECK(rf__arg_fed(ctx, &v));
   rf_tensor *out;
   RF_CHECK(rf__kernel_alloc_output(ctx, 0, v->dtype, &v->shape, &out));
   /* The fed tensor is borrowed until the run returns, and the run waits for

@@ -1,4 +1,4 @@
-/* comm/cuda/gpu_coll.h - the GPU collective backends (CUDA builds only).
+/* comm/gpu/gpu_coll.h - the GPU collective backends (CUDA builds only).
  * rf__gpu_coll_backend (comm/collective.h) picks one per group: participants
  * on ONE physical GPU (virtual GPU devices) or on GPUs that can reach each
  * other's memory run through CUDA kernels (comm/cuda/backend.c); participants
@@ -12,8 +12,8 @@
  * (_Send, _Retval) waits for the stream first. A failure after the launch
  * fails the step: a faulting stream at its GPU sync, an NCCL error or
  * timeout through a step check (device/step.h). */
-#ifndef RF_COMM_CUDA_GPU_COLL_H
-#define RF_COMM_CUDA_GPU_COLL_H
+#ifndef RF_COMM_GPU_GPU_COLL_H
+#define RF_COMM_GPU_GPU_COLL_H
 
 #include "comm/collective.h"
 #ifdef RF_HAVE_NCCL
@@ -31,7 +31,7 @@ void rf__nccl_coll_run(rf__coll_group *g);
 void rf__gpu_coll_nccl_for_single(bool on);
 /* NCCL's type and operation for ours (uint8 and bool travel as bytes). */
 ncclDataType_t rf__nccl_type(rf_dtype d);
-ncclRedOp_t rf__nccl_red_op(rf__reduction r);
+ncclRedOp_t rf__nccl_red_op(rf_reduction r);
 #endif
 
 /* For the benchmark's comparison: when on, the GPU collectives call their
