@@ -83,7 +83,8 @@ static const rf_dtype dtypes[] = {RF_FLOAT16, RF_BFLOAT16, RF_FLOAT32,
 /* Values that keep integer sums/products in range for every dtype. */
 static rf_tensor *inputs_for(uint64_t *rng, rf_dtype dt, rf_shape s,
                              rf_reduction red) {
-  double lo = red == RF_REDUCE_PROD ? 1 : 0, hi = red == RF_REDUCE_PROD ? 3 : 10;
+  double lo = red == RF_REDUCE_PROD ? 1 : 0,
+         hi = red == RF_REDUCE_PROD ? 3 : 10;
   if (rf_dtype_is_float(dt) && red != RF_REDUCE_PROD) lo = -4, hi = 4;
   if (rf_dtype_is_float(dt) && red == RF_REDUCE_PROD) lo = 0.5, hi = 1.5;
   return rf_test_random_tensor(rng, dt, s, lo, hi);
@@ -198,8 +199,8 @@ static void test_broadcast_and_all_gather(void **state) {
       p.is_root = i == root;
       assert_ok(rf__collective_join(m, "bc", 1, 0, &p));
       gin[i] = rf_test_random_tensor(&rng, RF_INT64, s, -100, 100);
-      rf__coll_participant q = part(RF_COLL_ALL_GATHER, RF_REDUCE_SUM, RF_INT64, n,
-                                    i, gin[i], s, &g[i]);
+      rf__coll_participant q = part(RF_COLL_ALL_GATHER, RF_REDUCE_SUM, RF_INT64,
+                                    n, i, gin[i], s, &g[i]);
       assert_ok(rf__collective_join(m, "ag", 1, 0, &q));
     }
     for (int i = 0; i < n; i++) {
@@ -302,8 +303,8 @@ static void test_timeout_names_arrived_devices(void **state) {
   result r[3];
   memset(r, 0, sizeof r);
   for (int i = 0; i < 2; i++) {
-    rf__coll_participant p =
-        part(RF_COLL_ALL_REDUCE, RF_REDUCE_SUM, RF_FLOAT32, 3, i * 2, a, s, &r[i]);
+    rf__coll_participant p = part(RF_COLL_ALL_REDUCE, RF_REDUCE_SUM, RF_FLOAT32,
+                                  3, i * 2, a, s, &r[i]);
     p.group_devices = "cpu:0,cpu:1,cpu:2";
     assert_ok(rf__collective_join(m, "slow", 9, 50, &p));
   }
@@ -415,8 +416,8 @@ static void *join_steps(void *arg) {
   thread_arg *t = arg;
   for (int step = 0; step < 16; step++) {
     rf_shape s = rf_tensor_shape(t->in[step]);
-    rf__coll_participant p = part(RF_COLL_ALL_REDUCE, RF_REDUCE_SUM, RF_INT64, 4,
-                                  t->dev, t->in[step], s, &t->res[step]);
+    rf__coll_participant p = part(RF_COLL_ALL_REDUCE, RF_REDUCE_SUM, RF_INT64,
+                                  4, t->dev, t->in[step], s, &t->res[step]);
     rf_status *st = rf__collective_join(t->m, "shared", step, 10000, &p);
     if (st) abort();
   }

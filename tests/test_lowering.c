@@ -1,10 +1,10 @@
-/* tests/test_lowering.c - the structure of lowered graphs (DESIGN.md §1):
- * what rf_graph_lower makes of Reduce and Broadcast (node kinds, devices,
- * data and control edges, attrs, Const versus Shape), the single-device
- * Broadcast removal, and every compile-time error of collectives: missing
- * device, no input on the Reduce's device, incomplete groups, two participants
- * on one device, unlowered stubs, gradients that do not exist. Lowered graphs
- * also run, against float64 references. */
+/* tests/test_lowering.c - the structure of lowered graphs (docs/COLLECTIVES.md,
+ * "Lowering"): what rf_graph_lower makes of Reduce and Broadcast (node kinds,
+ * devices, data and control edges, attrs, Const versus Shape), the
+ * single-device Broadcast removal, and every compile-time error of collectives:
+ * missing device, no input on the Reduce's device, incomplete groups, two
+ * participants on one device, unlowered stubs, gradients that do not exist.
+ * Lowered graphs also run, against float64 references. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

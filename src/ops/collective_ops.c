@@ -155,8 +155,8 @@ rf_output rf_all_gather(rf_graph *g, const char *name, rf_output input,
 rf_output rf_reduce_scatter(rf_graph *g, const char *name, rf_output input,
                             rf_reduction reduction, int num_devices,
                             const char *shared_name) {
-  return participant(g, "ReduceScatter", name, input, rf__reduction_name(reduction),
-                     num_devices, shared_name);
+  return participant(g, "ReduceScatter", name, input,
+                     rf__reduction_name(reduction), num_devices, shared_name);
 }
 
 /* n participants named <name>_<i> sharing <name>; all or nothing. */
@@ -211,8 +211,8 @@ void rf_all_gather_n(rf_graph *g, const char *name, const rf_output *inputs,
 
 void rf_reduce_scatter_n(rf_graph *g, const char *name, const rf_output *inputs,
                          int n, rf_reduction reduction, rf_output *outputs) {
-  participants_n(g, "ReduceScatter", name, inputs, n, rf__reduction_name(reduction),
-                 outputs);
+  participants_n(g, "ReduceScatter", name, inputs, n,
+                 rf__reduction_name(reduction), outputs);
 }
 
 rf_output rf_reduce(rf_graph *g, const char *name, const rf_output *inputs,

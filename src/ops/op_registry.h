@@ -18,7 +18,8 @@
  * bfloat16, float32, float64), @int (int8, uint8, int32, int64), @numeric
  * (both), @all (numeric and bool). String attrs may list allowed values:
  * "reduction: string in {sum, prod, min, max} = sum". The registry is filled
- * once (rf__ops_init, ops/op_families.h) and read-only afterwards, so lookups take no lock.
+ * once (rf__ops_init, ops/op_families.h) and read-only afterwards, so lookups
+ * take no lock.
  */
 #ifndef RF_OPS_OP_REGISTRY_H
 #define RF_OPS_OP_REGISTRY_H

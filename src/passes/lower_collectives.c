@@ -1,5 +1,6 @@
 /* passes/lower_collectives.c - the POST_PLACEMENT pass that replaces each
- * Reduce and Broadcast node by per-device participants (DESIGN.md §1):
+ * Reduce and Broadcast node by per-device participants (docs/COLLECTIVES.md,
+ * "Lowering"):
  *
  *   Reduce on D   -> _ReduceRecv on D fed by the input on D, one _ReduceSend
  *                    per other device; consumers read the Recv and get a

@@ -1,7 +1,8 @@
 /* passes/pass_registry.h - graph rewrite passes run while a session compiles a
  * (feeds, fetches, targets) signature, in TensorFlow's REGISTER_OPTIMIZATION
  * style. Passes register at start-up (rf__register_passes, called by
- * rf__registry_init in runtime/registry_init.c) and run in (phase, priority, name) order:
+ * rf__registry_init in runtime/registry_init.c) and run in (phase, priority,
+ * name) order:
  *
  *   prune -> PRE_PLACEMENT -> placement -> POST_PLACEMENT -> partition
  *         -> POST_PARTITION -> per-device executor plans
@@ -26,7 +27,7 @@ typedef struct rf__pass_ctx {
   rf_graph *graph;           /* being compiled; the pass may edit it */
   const rf__device *devices; /* the session's; not owned */
   int num_devices;
-  int default_device;                /* index into devices */
+  int default_device; /* index into devices */
   /* This process's task in its job (comm/job.h); num_tasks 0 or 1: one
    * process. In a job, devices lists the other tasks' devices (remote) after
    * this process's. */

@@ -4,7 +4,7 @@
  * dispatch and the float16/bfloat16 conversions (computed in float, rounded
  * to nearest even once, as on the CPU).
  *
- * Execution model (GPU_DESIGN.md): a kernel makes its device current,
+ * Execution model (docs/GPU_KERNELS.md): a kernel makes its device current,
  * enqueues its work on ctx->device->stream and returns; the executor treats
  * it as synchronous. Nothing here waits for the GPU. */
 #ifndef RF_KERNELS_CUDA_GPU_COMMON_CUH
