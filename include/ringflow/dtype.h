@@ -98,7 +98,9 @@ RF_API void rf_shape_format(const rf_shape *shape, char *buf, size_t len);
 #if __cplusplus >= 201103L
 /* rf_shape_of for C++: the array the C macro builds (the rank, then every
  * dim as int64_t), padded with unknown dims so that a rank above the number
- * of dims given reads none past it. */
+ * of dims given reads none past it. extern "C++": programs may include C
+ * headers inside extern "C" { }. */
+extern "C++" {
 template <typename... Dims>
 inline rf_shape rf_shape_of(int64_t rank, Dims... dims) {
   int64_t a[1 + sizeof...(Dims) + RF_MAX_RANK] = {
@@ -106,6 +108,7 @@ inline rf_shape rf_shape_of(int64_t rank, Dims... dims) {
   for (size_t i = 1 + sizeof...(Dims); i < sizeof a / sizeof a[0]; i++)
     a[i] = RF_UNKNOWN_DIM;
   return rf_shape_from_array(a);
+}
 }
 #endif
 #endif
