@@ -67,12 +67,18 @@ typedef struct rf_shape {
 RF_API rf_shape rf_shape_make(int rank, const int64_t *dims);
 RF_API rf_shape rf_shape_unknown(void);
 RF_API rf_shape rf_shape_scalar(void);
-/* Convenience: rf_shape_of(2, 3, 4) is the shape (3, 4); RF_UNKNOWN_DIM (-1)
- * marks an unknown dim. In C it is a macro that converts every argument to
- * int64_t (the variadic function reads int64_t, so plain int literals passed
- * to it directly would be undefined behaviour, and -1 came out as 4294967295).
- */
+/* Convenience: rf_shape_of(2, 3, 4) is the shape (3, 4): the rank, then that
+ * many dims; RF_UNKNOWN_DIM (-1), or any negative dim, marks an unknown dim,
+ * a rank outside 0..RF_MAX_RANK gives a shape of unknown rank, and dims past
+ * the rank are ignored. Every argument is converted to int64_t: in C by a
+ * macro (the variadic function reads int64_t, so plain int literals passed
+ * to it directly would be undefined behaviour, and -1 came out as
+ * 4294967295), in C++ by a function template (below) that gives the same
+ * shapes. In C the call must give at least `rank` dims; in C++ dims not
+ * given are unknown: rf_shape_of(3, 4, 5) is (4, 5, ?). */
+#ifndef __cplusplus
 RF_API rf_shape rf_shape_of(int rank, ...);
+#endif
 /* The rank followed by the dims, as one array (what the macro passes). */
 RF_API rf_shape rf_shape_from_array(const int64_t *rank_then_dims);
 #ifndef __cplusplus
@@ -88,5 +94,22 @@ RF_API void rf_shape_format(const rf_shape *shape, char *buf, size_t len);
 
 #ifdef __cplusplus
 }
+
+#if __cplusplus >= 201103L
+/* rf_shape_of for C++: the array the C macro builds (the rank, then every
+ * dim as int64_t), padded with unknown dims so that a rank above the number
+ * of dims given reads none past it. extern "C++": programs may include C
+ * headers inside extern "C" { }. */
+extern "C++" {
+template <typename... Dims>
+inline rf_shape rf_shape_of(int64_t rank, Dims... dims) {
+  int64_t a[1 + sizeof...(Dims) + RF_MAX_RANK] = {
+      rank, static_cast<int64_t>(dims)...};
+  for (size_t i = 1 + sizeof...(Dims); i < sizeof a / sizeof a[0]; i++)
+    a[i] = RF_UNKNOWN_DIM;
+  return rf_shape_from_array(a);
+}
+}
+#endif
 #endif
 #endif

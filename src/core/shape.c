@@ -27,7 +27,8 @@ rf_shape rf_shape_from_array(const int64_t *a) {
   return rf_shape_make((int)a[0], a + 1);
 }
 
-/* The function behind the macro, for callers that cannot use it (C++); the
+/* The function behind the macro, for C callers that cannot use it (through
+ * a pointer); C++ has an inline template in the header instead. The
  * parentheses keep the macro from expanding here. */
 rf_shape(rf_shape_of)(int rank, ...) {
   int64_t dims[RF_MAX_RANK];
