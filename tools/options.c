@@ -260,7 +260,8 @@ static int parse_one(const tool_cmd *cmd, int argc, char **argv, int *i) {
   char q[256];
   if (arg[1] != '-')
     return tool_usage_error(cmd, "unknown option %s", quoted(arg, q, sizeof q));
-  if (len == 4 && strncmp(name, "help", 4) == 0 && !eq) {
+  if (len == 4 && strncmp(name, "help", 4) == 0) {
+    if (eq) return tool_usage_error(cmd, "--help takes no value");
     tool_print_help(cmd);
     return TOOL_HELP_SHOWN;
   }
