@@ -35,14 +35,13 @@ typedef struct dataset {
 } dataset;
 
 typedef struct options {
-  char data_dir[512];
   tool_devices devices;
   int epochs, batch, max_steps, warmup;
   double lr;
   uint64_t seed;
   sync_mode sync;
   bool check, quiet, constant_lr, bench;
-  const char *save, *load, *graph_dir, *trace, *data_dir_arg;
+  const char *data_dir, *save, *load, *graph_dir, *trace;
 } options;
 
 static void dataset_free(dataset *d) {
@@ -497,7 +496,7 @@ static int parse_options(int argc, char **argv, options *o) {
       TOOL_FLAG("check", &o->check,
                 "also train on one device and report the largest "
                 "differences"),
-      TOOL_STRING("data", &o->data_dir_arg, "DIR",
+      TOOL_STRING("data", &o->data_dir, "DIR",
                   "Fashion-MNIST IDX files (default " DEFAULT_DATA ")"),
       TOOL_STRING("save", &o->save, "FILE",
                   "write parameters and optimizer state after training"),
@@ -531,8 +530,6 @@ static int parse_options(int argc, char **argv, options *o) {
   if (rc) return rc;
   o->sync = (sync_mode)sync;
   o->constant_lr = schedule == 1;
-  if (o->data_dir_arg)
-    snprintf(o->data_dir, sizeof o->data_dir, "%s", o->data_dir_arg);
   if (o->bench && (o->check || o->trace || o->save))
     return tool_usage_error(
         &cmd, "--bench times training alone: no --check, --trace or --save");
