@@ -52,9 +52,26 @@ if(rc EQUAL 0)
   message(FATAL_ERROR "lower of a malformed file succeeded")
 endif()
 expect_contains("${err}" "unknown op 'Nope'")
-execute_process(COMMAND ${TOOL} lower --devices 0 ${GRAPH}
-                OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
-if(rc EQUAL 0)
-  message(FATAL_ERROR "lower --devices 0 succeeded")
+# A bad --devices: a usage error (exit 2), one line naming it.
+foreach(bad 0 65 cpu:3-1 cpu:0,gpu:0)
+  execute_process(COMMAND ${TOOL} lower --devices ${bad} ${GRAPH}
+                  OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
+  if(NOT rc EQUAL 2 OR NOT out STREQUAL "")
+    message(FATAL_ERROR "lower --devices ${bad}: exit ${rc}:\n${out}\n${err}")
+  endif()
+  expect_contains("${err}" "ringflow: lower: --devices '${bad}': ")
+  string(REGEX MATCHALL "\n" lines "${err}")
+  list(LENGTH lines nlines)
+  if(NOT nlines EQUAL 1)
+    message(FATAL_ERROR "lower --devices ${bad}: not one line:\n${err}")
+  endif()
+endforeach()
+# The same devices in the list syntax: the same lowering.
+execute_process(COMMAND ${TOOL} lower --devices cpu:0-2 ${GRAPH}
+                OUTPUT_VARIABLE listed RESULT_VARIABLE rc)
+execute_process(COMMAND ${TOOL} lower --devices 3 ${GRAPH}
+                OUTPUT_VARIABLE counted)
+if(NOT rc EQUAL 0 OR NOT listed STREQUAL counted)
+  message(FATAL_ERROR "lower --devices cpu:0-2 differs from --devices 3:\n${listed}")
 endif()
 message(STATUS "ringflow lower: OK")

@@ -1,21 +1,22 @@
 /* tools/bench.c - `ringflow bench`: every collective on N virtual CPU devices
- * at sizes min..max (x4 steps), with, in the same run, a memory-bandwidth
+ * at sizes min..max (xF steps), with, in the same run, a memory-bandwidth
  * floor (bench_floor.c) and OpenMPI at the same sizes (bench_mpi.c, default
  * glibc and MALLOC_MMAP_THRESHOLD_=1 GiB), then a table of ratios; or, with
  * --devices gpu:0-N, on GPU devices against the raw backend call
  * (bench_gpu.c). Columns follow nccl-tests: algbw = bytes / time, busbw =
  * algbw * factor. */
-#include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "bench.h"
+#include "devices.h"
+#include "options.h"
 #include "tools.h"
 
 typedef struct opts {
-  int n, threads, factor, rounds;
-  bool gpu; /* --devices gpu:0-N */
+  tool_devices devices;
+  int threads, factor, rounds;
   bench_gpu_backend backend;
   bool executor_only, no_executor;
   const char *trace_prefix;
@@ -37,180 +38,129 @@ typedef struct results {
   double copy_s[BENCH_MAX_SIZES], sum_s[BENCH_MAX_SIZES];
 } results;
 
-static const char *const usage_text =
-    "usage: ringflow bench [--devices N|cpu:0-N|gpu:0-N] [--min SIZE]\n"
-    "                      [--max SIZE] [--factor F] [--quick] [--csv]\n"
-    "                      [--min-time SECONDS] [--threads T]\n"
-    "                      [--collective NAME] [--no-mpi] [--no-floor]\n"
-    "                      [--mpi-baseline PATH] [--backend auto|cuda|nccl]\n"
-    "                      [--executor | --no-executor] [--trace PREFIX]\n"
-    "                      [--per-step K] [--pipeline T]\n"
-    "  times all_reduce (sum), reduce, broadcast, all_gather and "
-    "reduce_scatter\n"
-    "  (float32) at sizes SIZE..SIZE in steps of xF (default 4; K/M/G\n"
-    "  suffixes). On N virtual CPU devices (default 4; sizes 1K..256M, at\n"
-    "  most 1G): against a 2-thread memory floor and OpenMPI (mpirun -np N\n"
-    "  --mca btl self,vader). On GPU devices gpu:0..N-1 (gpu:i on physical\n"
-    "  GPU i % count; sizes 8..512M, at most 8G): through a session against\n"
+static const char *const synopsis =
+    "usage: ringflow bench [options]\n"
+    "  times all_reduce (sum), reduce, broadcast, all_gather and\n"
+    "  reduce_scatter (float32) at sizes --min, --min x F, ... up to --max.\n"
+    "  On CPU devices: against a 2-thread memory floor and OpenMPI (mpirun\n"
+    "  -np N --mca btl self,vader), then a table of ratios. On GPU devices\n"
+    "  (gpu:i runs on physical GPU i % count): through a session against\n"
     "  the raw backend call on the same GPU buffers - the CUDA-kernel entry\n"
     "  when devices share GPUs, NCCL when each has its own (--backend nccl\n"
-    "  with gpu:0: a one-rank NCCL communicator) - then the executor's cost\n"
-    "  per GPU node (--executor: only that; --no-executor: not that);\n"
-    "  --trace PREFIX writes a Chrome trace of one step per collective at\n"
-    "  the smallest and largest size (PREFIX_<collective>_<bytes>.json);\n"
-    "  --per-step K: K independent collectives of the same inputs per\n"
-    "  session step, against K raw calls then one wait (default 1);\n"
-    "  --pipeline T: also T steps back to back with gpu_sync_on_finish off\n"
-    "  then one rf_session_sync, against T x K raw calls then one wait\n"
-    "  (default 20; 0: not).\n"
-    "  --quick: 1K..4M, 0.02 s per size (for tests); --csv: CSV tables.\n"
-    "Under mpirun (mpirun -np N ringflow bench): each collective across the\n"
-    "  N processes (--devices each, default 1) against MPI_Allreduce,\n"
+    "  with one device: a one-rank NCCL communicator) - then the executor's\n"
+    "  cost per GPU node on the first device.\n"
+    "  Under mpirun (mpirun -np N ringflow bench): each collective across\n"
+    "  the N processes (CPU devices only) against MPI_Allreduce,\n"
     "  MPI_Reduce, ... and Gloo (all_reduce, when built) in the same\n"
-    "  processes on the same buffers: medians of --rounds rounds (default\n"
-    "  5) of alternating windows; [--no-gloo].\n";
+    "  processes on the same buffers: medians of --rounds rounds of\n"
+    "  alternating windows.\n"
+    "options:\n";
+static const char *const footer =
+    "SIZE: bytes, as 512, 64K, 1.5M or 2G (K, M, G: x1024; a B may follow)\n"
+    "Columns follow nccl-tests: algbw = bytes / time, busbw = algbw x the\n"
+    "collective's bus factor.\n";
 
-static int parse_size(const char *s, int64_t *out) {
-  char *end;
-  double v = strtod(s, &end);
-  int64_t mult = 1;
-  if (*end == 'K' || *end == 'k')
-    mult = 1 << 10, end++;
-  else if (*end == 'M' || *end == 'm')
-    mult = 1 << 20, end++;
-  else if (*end == 'G' || *end == 'g')
-    mult = 1 << 30, end++;
-  if (*end == 'B' || *end == 'b') end++;
-  double bytes = v * (double)mult;
-  if (!*s || *end || bytes < 4 || bytes > (double)(1ll << 33)) return -1;
-  *out = (int64_t)bytes;
-  return 0;
-}
+#define MAX_BYTES (8.0 * (1 << 30)) /* --min, --max */
 
-/* --devices "cpu:0-N" or "gpu:0-N": devices 0..N-1 of one type. Reports
- * its errors; 0 when parsed. */
-static int parse_device_arg(const char *s, opts *o) {
-  char names[64][32];
-  int n;
-  rf_session_options so;
-  if (parse_devices(s, names, 64, &n, &so)) return -1;
-  o->gpu = strncmp(names[0], "gpu:", 4) == 0;
-  for (int i = 0; i < n; i++) {
-    char want[32];
-    snprintf(want, sizeof want, "%s:%d", o->gpu ? "gpu" : "cpu", i);
-    if (strcmp(names[i], want) != 0)
-      return tool_fail("bench: --devices must be %s:0..%s:N-1 in order",
-                       o->gpu ? "gpu" : "cpu", o->gpu ? "gpu" : "cpu");
-  }
-  o->n = n;
-  return 0;
-}
-
-static int backend_by_name(const char *s, bench_gpu_backend *out) {
-  static const char *const names[] = {"auto", "cuda", "nccl"};
-  for (int i = 0; i < 3; i++)
-    if (strcmp(s, names[i]) == 0) return *out = (bench_gpu_backend)i, 0;
-  return -1;
-}
-
-static int coll_by_name(const char *s) {
-  for (int c = 0; c < BC_COUNT; c++)
-    if (strcmp(s, bench_coll_name((bench_coll)c)) == 0) return c;
-  return -1;
-}
+static const char *const backend_choices[] = {"auto", "cuda", "nccl", NULL};
+static const char *coll_choices[BC_COUNT + 1];
 
 /* 0: parsed; otherwise the command's exit code (help: 0 with *stop). */
 static int parse_args(int argc, char **argv, opts *o, bool *stop) {
-  static const struct option longs[] = {
-      {"devices", required_argument, 0, 'n'},
-      {"min", required_argument, 0, 'a'},
-      {"max", required_argument, 0, 'b'},
-      {"quick", no_argument, 0, 'q'},
-      {"csv", no_argument, 0, 'c'},
-      {"min-time", required_argument, 0, 't'},
-      {"threads", required_argument, 0, 'T'},
-      {"collective", required_argument, 0, 'C'},
-      {"no-mpi", no_argument, 0, 'M'},
-      {"mpi-baseline", required_argument, 0, 'P'},
-      {"no-floor", no_argument, 0, 'F'},
-      {"factor", required_argument, 0, 'f'},
-      {"backend", required_argument, 0, 'B'},
-      {"executor", no_argument, 0, 'E'},
-      {"no-executor", no_argument, 0, 'X'},
-      {"trace", required_argument, 0, 'R'},
-      {"no-gloo", no_argument, 0, 'G'},
-      {"rounds", required_argument, 0, 'r'},
-      {"per-step", required_argument, 0, 'K'},
-      {"pipeline", required_argument, 0, 'L'},
-      {"help", no_argument, 0, 'h'},
-      {0, 0, 0, 0}};
-  *o = (opts){.n = 4,
-              .factor = 4,
-              .min_time = -1,
-              .only = -1,
-              .rounds = 5,
-              .per_step = 1,
-              .pipeline = -1};
-  bool min_given = false, max_given = false;
-  int c;
-  optind = 1;
-  while ((c = getopt_long(argc, argv, "", longs, NULL)) != -1) {
-    int bad = 0;
-    switch (c) {
-      case 'n':
-        if (!strchr(optarg, ':'))
-          bad = parse_int(optarg, 1, 64, &o->n);
-        else if (parse_device_arg(optarg, o))
-          return 2; /* reported */
-        o->devices_given = true;
-        break;
-      case 'G': o->no_gloo = true; break;
-      case 'r': bad = parse_int(optarg, 1, 15, &o->rounds); break;
-      case 'a': bad = parse_size(optarg, &o->lo), min_given = true; break;
-      case 'b': bad = parse_size(optarg, &o->hi), max_given = true; break;
-      case 'q': o->quick = true; break;
-      case 'c': o->csv = true; break;
-      case 't': o->min_time = atof(optarg), bad = o->min_time <= 0; break;
-      case 'T': bad = parse_int(optarg, 0, 256, &o->threads); break;
-      case 'C': bad = (o->only = coll_by_name(optarg)) < 0; break;
-      case 'M': o->no_mpi = true; break;
-      case 'F': o->no_floor = true; break;
-      case 'P': o->mpi_program = optarg; break;
-      case 'f': bad = parse_int(optarg, 2, 16, &o->factor); break;
-      case 'B': bad = backend_by_name(optarg, &o->backend); break;
-      case 'E': o->executor_only = true; break;
-      case 'X': o->no_executor = true; break;
-      case 'R': o->trace_prefix = optarg; break;
-      case 'K': bad = parse_int(optarg, 1, 64, &o->per_step); break;
-      case 'L': bad = parse_int(optarg, 0, 1000, &o->pipeline); break;
-      case 'h':
-        fputs(usage_text, stdout);
-        *stop = true;
-        return 0;
-      default: bad = 1;
-    }
-    if (bad) {
-      if (c != '?') tool_fail("bench: bad value '%s'", optarg ? optarg : "");
-      fputs(usage_text, stderr);
-      return 2;
-    }
-  }
-  if (optind != argc)
-    return tool_fail("bench: unexpected argument '%s'", argv[optind]);
-  if (!min_given) o->lo = o->quick || !o->gpu ? 1 << 10 : 8;
-  if (!max_given) o->hi = o->quick ? 4 << 20 : o->gpu ? 512 << 20 : 256 << 20;
-  if (o->min_time < 0) o->min_time = o->quick ? 0.02 : 0.2;
-  if (o->hi < o->lo) return tool_fail("bench: --max is below --min");
-  if (!o->gpu && o->hi > (1 << 30))
-    return tool_fail("bench: at most 1G on CPU devices");
-  if (!o->gpu && (o->backend || o->executor_only || o->no_executor ||
-                  o->trace_prefix || o->per_step != 1 || o->pipeline >= 0))
-    return tool_fail(
-        "bench: --backend, --executor, --no-executor, --trace, --per-step "
-        "and --pipeline need GPU devices");
-  if (o->pipeline < 0) o->pipeline = 20;
+  *o = (opts){
+      .factor = 4, .only = -1, .rounds = 5, .per_step = 1, .pipeline = 20};
+  char why[64];
+  tool_devices_parse("4", &o->devices, why, sizeof why);
+  for (int c = 0; c < BC_COUNT; c++) coll_choices[c] = bench_coll_name(c);
+  int backend = BG_AUTO;
+  bool min_given = false, max_given = false, time_given = false,
+       rounds_given = false, pipeline_given = false;
+  const tool_opt table[] = {
+      TOOL_DEVICES("devices", &o->devices,
+                   "the devices (default 4: cpu:0-3; under mpirun 1: cpu:0 "
+                   "in each process)",
+                   .given = &o->devices_given),
+      TOOL_SIZE("min", &o->lo, "SIZE",
+                "the smallest size (default 1K; 8 on GPU devices)", 4,
+                MAX_BYTES, .given = &min_given),
+      TOOL_SIZE("max", &o->hi, "SIZE",
+                "the largest size (default 256M, at most 1G, on CPU devices; "
+                "512M on GPU devices)",
+                4, MAX_BYTES, .given = &max_given),
+      TOOL_INT("factor", &o->factor, "F",
+               "each size is F times the last (default 4)", 2, 16),
+      TOOL_FLAG("quick", &o->quick,
+                "sizes 1K..4M, 0.02 s per size (for tests)"),
+      TOOL_REAL("min-time", &o->min_time, "SECONDS",
+                "time each size for at least this long (default 0.2; 0.02 "
+                "with --quick)",
+                0, 3600, .given = &time_given),
+      TOOL_INT("threads", &o->threads, "T",
+               "the session's thread pool (default 0: one a core)", 0, 256),
+      TOOL_CHOICE("collective", &o->only, "NAME",
+                  "only this collective (default: all)", coll_choices),
+      TOOL_FLAG("csv", &o->csv, "CSV tables"),
+      TOOL_FLAG("no-mpi", &o->no_mpi, "no OpenMPI baseline"),
+      TOOL_FLAG("no-floor", &o->no_floor, "no memory floor"),
+      TOOL_STRING("mpi-baseline", &o->mpi_program, "PATH",
+                  "the OpenMPI baseline program (default: "
+                  "ringflow-mpi-baseline of the build tree, or next to "
+                  "ringflow)"),
+      TOOL_CHOICE("backend", &backend, "NAME",
+                  "GPU: the backend to compare with (default auto: the "
+                  "runtime's choice)",
+                  backend_choices),
+      TOOL_FLAG("executor", &o->executor_only,
+                "GPU: only the executor's cost per node"),
+      TOOL_FLAG("no-executor", &o->no_executor,
+                "GPU: not the executor's cost per node"),
+      TOOL_STRING("trace", &o->trace_prefix, "PREFIX",
+                  "GPU: a Chrome trace of one step per collective at the "
+                  "smallest and largest size, to "
+                  "PREFIX_<collective>_<bytes>.json"),
+      TOOL_INT("per-step", &o->per_step, "K",
+               "GPU: K independent collectives of the same inputs per "
+               "session step, against K raw calls then one wait (default 1)",
+               1, 64),
+      TOOL_INT("pipeline", &o->pipeline, "T",
+               "GPU: also T steps back to back with gpu_sync_on_finish off, "
+               "then one rf_session_sync, against T x K raw calls then one "
+               "wait (default 20; 0: not)",
+               0, 1000, .given = &pipeline_given),
+      TOOL_INT("rounds", &o->rounds, "R",
+               "under mpirun: the rounds whose medians are printed (default "
+               "5; 3 with --quick)",
+               1, 15, .given = &rounds_given),
+      TOOL_FLAG("no-gloo", &o->no_gloo, "under mpirun: no Gloo baseline"),
+  };
+  const tool_cmd cmd = {"bench", synopsis, footer, table,
+                        (int)(sizeof table / sizeof *table)};
+  char *pos[1];
+  int npos, rc = tool_parse(&cmd, argc, argv, pos, 0, &npos);
+  if (rc == TOOL_HELP_SHOWN) *stop = true;
+  if (rc) return rc == TOOL_HELP_SHOWN ? 0 : rc;
+  o->backend = (bench_gpu_backend)backend;
+  bool gpu = o->devices.gpu;
+  char a[32], b[32];
+  if (!min_given) o->lo = o->quick || !gpu ? 1 << 10 : 8;
+  if (!max_given) o->hi = o->quick ? 4 << 20 : gpu ? 512 << 20 : 256 << 20;
+  if (!time_given) o->min_time = o->quick ? 0.02 : 0.2;
+  if (o->quick && !rounds_given) o->rounds = 3;
+  tool_format_size(o->lo, a, sizeof a);
+  tool_format_size(o->hi, b, sizeof b);
+  if (o->hi < o->lo)
+    return tool_usage_error(&cmd, "--max %s is below --min %s", b, a);
+  if (!gpu && o->hi > (1 << 30))
+    return tool_usage_error(&cmd, "--max %s: at most 1G on CPU devices", b);
+  if (!gpu && (o->backend || o->executor_only || o->no_executor ||
+               o->trace_prefix || o->per_step != 1 || pipeline_given))
+    return tool_usage_error(
+        &cmd,
+        "--backend, --executor, --no-executor, --trace, --per-step and "
+        "--pipeline need GPU devices");
   if (o->executor_only && o->no_executor)
-    return tool_fail("bench: --executor and --no-executor exclude each other");
+    return tool_usage_error(&cmd,
+                            "--executor and --no-executor exclude each other");
   return 0;
 }
 
@@ -229,7 +179,7 @@ static void print_row(int c, const bench_row *r) {
 
 static int measure_floor(const opts *o, results *r) {
   bench_floor *f;
-  RF_TOOL_TRY(bench_floor_new(o->n, o->hi, &f));
+  RF_TOOL_TRY(bench_floor_new(o->devices.n, o->hi, &f));
   if (!o->csv) {
     printf(
         "\n# memory floor: plain loops on 2 threads, one barrier per op; "
@@ -247,7 +197,7 @@ static int measure_floor(const opts *o, results *r) {
              b / r->sum_s[i] / 1e9),
           fflush(stdout);
   }
-  if (!o->csv) printf("(sum = %d buffers of `bytes` into one)\n", o->n);
+  if (!o->csv) printf("(sum = %d buffers of `bytes` into one)\n", o->devices.n);
   bench_floor_free(f);
   return 0;
 }
@@ -257,7 +207,8 @@ static int measure_ringflow(const opts *o, results *r) {
     printf(
         "\n# ringflow: shared-memory backend, %d virtual CPU devices, "
         "session pool of %d threads\n",
-        o->n, o->threads ? o->threads : (int)sysconf(_SC_NPROCESSORS_ONLN));
+        o->devices.n,
+        o->threads ? o->threads : (int)sysconf(_SC_NPROCESSORS_ONLN));
     print_header();
   }
   char fresh_notes[512] = "";
@@ -265,8 +216,9 @@ static int measure_ringflow(const opts *o, results *r) {
     if (!wanted(o, c)) continue;
     for (int i = 0; i < r->nsizes; i++) {
       int64_t fresh = 0;
-      RF_TOOL_TRY(bench_ringflow((bench_coll)c, o->n, o->threads, r->sizes[i],
-                                 o->min_time, &r->rf[c][i], &fresh));
+      RF_TOOL_TRY(bench_ringflow((bench_coll)c, &o->devices, o->threads,
+                                 r->sizes[i], o->min_time, &r->rf[c][i],
+                                 &fresh));
       if (fresh && strlen(fresh_notes) < sizeof fresh_notes - 64)
         snprintf(fresh_notes + strlen(fresh_notes), 64, " %s@%lld:+%lld",
                  bench_coll_name((bench_coll)c), (long long)r->sizes[i],
@@ -294,8 +246,8 @@ static void measure_mpi(const opts *o, results *r) {
     return;
   }
   for (int k = 0; k < 2; k++) {
-    bench_mpi_args a = {program,   o->n,        r->sizes,
-                        r->nsizes, o->min_time, k == 1};
+    bench_mpi_args a = {program,   o->devices.n, r->sizes,
+                        r->nsizes, o->min_time,  k == 1};
     char command[2048], buf[2048];
     const char *err =
         bench_mpi_run(&a, r->mpi[k], command, sizeof command, buf, sizeof buf);
@@ -318,8 +270,8 @@ static void measure_mpi(const opts *o, results *r) {
 static double floor_busbw(const opts *o, const results *r, int c, int i) {
   bool sums = c == BC_ALL_REDUCE || c == BC_REDUCE || c == BC_REDUCE_SCATTER;
   double t = sums ? r->sum_s[i] : r->copy_s[i];
-  return t > 0 ? bench_counted_bytes((bench_coll)c, o->n, r->sizes[i]) / t /
-                     1e9 * bench_bus_factor((bench_coll)c, o->n)
+  return t > 0 ? bench_counted_bytes((bench_coll)c, o->devices.n, r->sizes[i]) /
+                     t / 1e9 * bench_bus_factor((bench_coll)c, o->devices.n)
                : 0;
 }
 
@@ -358,7 +310,7 @@ static void print_summary(const opts *o, const results *r) {
       double m = r->mpi[1][c][i].valid ? r->mpi[1][c][i].busbw : 0;
       if (o->csv) {
         printf("%s,%d,%.0f,%d,%.3f,%.4f,%.4f,%.4f,",
-               bench_coll_name((bench_coll)c), o->n, x->bytes, x->iters,
+               bench_coll_name((bench_coll)c), o->devices.n, x->bytes, x->iters,
                x->time_us, x->algbw, x->busbw, fl);
         if (best > 0)
           printf("%.4f,%.4f,%.3f,", d, m, x->busbw / best);
@@ -389,15 +341,18 @@ int cmd_bench(int argc, char **argv) {
 #ifdef RF_HAVE_MPI
   int task = 0, ntasks = 1;
   RF_TOOL_TRY(rf_job_tasks(&task, &ntasks));
-  if (ntasks > 1 && o.gpu)
+  if (ntasks > 1 && o.devices.gpu)
     return tool_fail(
         "bench: across processes only on CPU devices (--devices N); GPU "
         "devices are benchmarked in one process");
   if (ntasks > 1) {
-    bench_job_args a = {.devices = o.devices_given ? o.n : 1,
+    char why[64];
+    tool_devices one;
+    tool_devices_parse("1", &one, why, sizeof why);
+    bench_job_args a = {.devices = o.devices_given ? &o.devices : &one,
                         .threads = o.threads,
                         .only = o.only,
-                        .rounds = o.quick && o.rounds == 5 ? 3 : o.rounds,
+                        .rounds = o.rounds,
                         .factor = o.factor,
                         .lo = o.lo,
                         .hi = o.hi,
@@ -412,8 +367,8 @@ int cmd_bench(int argc, char **argv) {
   for (int64_t s = o.lo; s <= o.hi && r->nsizes < BENCH_MAX_SIZES;
        s *= o.factor)
     r->sizes[r->nsizes++] = s;
-  if (o.gpu) {
-    bench_gpu_opts g = {.n = o.n,
+  if (o.devices.gpu) {
+    bench_gpu_opts g = {.devices = &o.devices,
                         .threads = o.threads,
                         .backend = o.backend,
                         .sizes = r->sizes,
@@ -430,15 +385,16 @@ int cmd_bench(int argc, char **argv) {
     free(r);
     return rc;
   }
-  char load[64];
+  char load[64], list[256];
   tool_load_average(load, sizeof load);
+  tool_devices_format(&o.devices, list, sizeof list);
   if (!o.csv)
     printf(
-        "ringflow bench: %d virtual CPU devices, float32, sum; %lld..%lld "
-        "bytes (x4); >= %.2f s per size\nmachine: %ld online cores; load "
-        "average %s (1/5/15 min) at start\n",
-        o.n, (long long)o.lo, (long long)o.hi, o.min_time,
-        sysconf(_SC_NPROCESSORS_ONLN), load);
+        "ringflow bench: %d virtual CPU devices %s, float32, sum; "
+        "%lld..%lld bytes (x%d); >= %.2f s per size\nmachine: %ld online "
+        "cores; load average %s (1/5/15 min) at start\n",
+        o.devices.n, list, (long long)o.lo, (long long)o.hi, o.factor,
+        o.min_time, sysconf(_SC_NPROCESSORS_ONLN), load);
   rc = o.no_floor ? 0 : measure_floor(&o, r);
   if (!rc) rc = measure_ringflow(&o, r);
   rf_default_allocator_trim();

@@ -10,6 +10,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "devices.h"
 #include "ringflow/ringflow.h"
 
 typedef enum bench_coll {
@@ -47,12 +48,13 @@ double bench_expected(bench_coll c, int n, int64_t in_count, int f, int64_t k);
 void bench_row_set(bench_row *r, bench_coll c, int n, double bytes, int iters,
                    double seconds);
 
-/* Times one collective through the public API on n virtual CPU devices
- * (threads: the session's pool size, 0 = one a core) for at least min_time
- * seconds. *fresh_bytes gets how many bytes the default allocator had to take
- * from the system during the timed runs (0 when it reused its cache). */
-rf_status *bench_ringflow(bench_coll c, int n, int threads, int64_t bytes,
-                          double min_time, bench_row *out,
+/* Times one collective through the public API on the CPU devices d (rank i
+ * on d->name[i]; threads: the session's pool size, 0 = one a core) for at
+ * least min_time seconds. *fresh_bytes gets how many bytes the default
+ * allocator had to take from the system during the timed runs (0 when it
+ * reused its cache). */
+rf_status *bench_ringflow(bench_coll c, const tool_devices *d, int threads,
+                          int64_t bytes, double min_time, bench_row *out,
                           int64_t *fresh_bytes);
 
 /* The memory floor on 2 threads: seconds per op of a plain copy of `bytes`
@@ -92,8 +94,8 @@ typedef enum bench_gpu_backend {
 } bench_gpu_backend;
 
 typedef struct bench_gpu_opts {
-  int n;       /* devices gpu:0..n-1 */
-  int threads; /* the session's pool; 0: one a core */
+  const tool_devices *devices; /* GPU devices; rank i on devices->name[i] */
+  int threads;                 /* the session's pool; 0: one a core */
   bench_gpu_backend backend;
   const int64_t *sizes; /* nominal sizes, ascending */
   int nsizes;
@@ -121,10 +123,11 @@ int bench_gpu_main(const bench_gpu_opts *o);
 /* ---- across processes (bench_job.c; MPI builds) ---- */
 
 /* mpirun -np N ringflow bench: each collective across the job's processes
- * (devices each) against plain MPI and Gloo, interleaved rounds, medians. */
+ * (--devices each) against plain MPI and Gloo, interleaved rounds, medians. */
 typedef struct bench_job_args {
-  int devices, threads, only, rounds; /* only: a bench_coll, or -1 */
-  int factor;                         /* sizes lo, lo * factor, ... hi */
+  const tool_devices *devices; /* CPU devices of each process */
+  int threads, only, rounds;   /* only: a bench_coll, or -1 */
+  int factor;                  /* sizes lo, lo * factor, ... hi */
   int64_t lo, hi;
   double min_time;
   bool csv, no_gloo;

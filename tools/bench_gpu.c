@@ -1,5 +1,5 @@
 /* tools/bench_gpu.c - `ringflow bench --devices gpu:0-N`: every collective
- * on gpu:0..N-1 through a session against the raw backend call on the same
+ * on the GPU devices through a session against the raw backend call on the same
  * input buffers and streams, in one run (bench_gpu_coll.c), then the
  * executor's cost per GPU node (bench_gpu_exec.c). Which backend: the one
  * the runtime picks - NCCL when every device has its own physical GPU, the
@@ -114,24 +114,27 @@ static bool distinct(const bench_gpu_env *env) {
  * communicators. Exit code 2 on a backend that cannot apply. */
 static int setup_env(const bench_gpu_opts *o, const gpu_info *gi,
                      bench_gpu_env *env) {
-  env->n = o->n;
+  const tool_devices *d = o->devices;
+  env->n = d->n;
+  env->count = d->count;
+  for (int i = 0; i < d->n; i++) env->index[i] = d->index[i];
   env->threads = o->threads;
   env->timeout_ms = 60000;
   env->per_step = o->per_step;
   env->pipeline = o->pipeline;
-  for (int i = 0; i < o->n; i++) env->ordinals[i] = i % gi->count;
-  bool nccl_runtime = o->n > 1 && distinct(env); /* the runtime's choice */
+  for (int i = 0; i < d->n; i++) env->ordinals[i] = d->index[i] % gi->count;
+  bool nccl_runtime = d->n > 1 && distinct(env); /* the runtime's choice */
 #ifndef RF_HAVE_NCCL
   nccl_runtime = false;
   if (o->backend == BG_NCCL)
     return tool_fail("bench: --backend nccl: this build has no NCCL");
 #else
-  if (o->backend == BG_NCCL && !nccl_runtime && o->n > 1)
+  if (o->backend == BG_NCCL && !nccl_runtime && d->n > 1)
     return tool_fail(
         "bench: --backend nccl needs every device on its own GPU (%d devices "
         "on %d GPUs: NCCL refuses two ranks on one GPU)",
-        o->n, gi->count);
-  if (o->backend == BG_NCCL && o->n == 1) {
+        d->n, gi->count);
+  if (o->backend == BG_NCCL && d->n == 1) {
     nccl_runtime = true;
     rf__gpu_coll_nccl_for_single(true);
   }
@@ -164,14 +167,23 @@ static void print_header(const bench_gpu_opts *o, const gpu_info *gi,
                          const bench_gpu_env *env) {
   char load[64];
   tool_load_average(load, sizeof load);
-  int used = o->n < gi->count ? o->n : gi->count;
+  int used = 0; /* distinct physical GPUs */
+  for (int i = 0; i < env->n; i++) {
+    int k = 0;
+    while (k < i && env->ordinals[k] != env->ordinals[i]) k++;
+    used += k == i;
+  }
+  char list[256];
+  if (tool_devices_dense(o->devices))
+    snprintf(list, sizeof list, "gpu:0..gpu:%d", env->n - 1);
+  else
+    tool_devices_format(o->devices, list, sizeof list);
   printf(
-      "ringflow bench: %d GPU devices gpu:0..gpu:%d on %d of %d physical "
-      "GPUs\n"
+      "ringflow bench: %d GPU devices %s on %d of %d physical GPUs\n"
       "gpu: %s, compute capability %d.%d, %d multiprocessors, %.1f GiB\n"
       "versions: CUDA driver %d.%d, runtime %d.%d, NCCL %d (0: none)\n"
       "machine: %ld online cores; load average %s at start\n",
-      o->n, o->n - 1, used, gi->count, gi->name, gi->cc_major, gi->cc_minor,
+      env->n, list, used, gi->count, gi->name, gi->cc_major, gi->cc_minor,
       gi->sms, gi->mem_gib, gi->driver / 1000, gi->driver % 1000 / 10,
       gi->runtime / 1000, gi->runtime % 1000 / 10, gi->nccl,
       sysconf(_SC_NPROCESSORS_ONLN), load);
@@ -180,12 +192,13 @@ static void print_header(const bench_gpu_opts *o, const gpu_info *gi,
         "backend: NCCL (%s); raw call: ncclGroupStart, one nccl<Collective> "
         "per rank on its device's stream, ncclGroupEnd, cudaStreamSynchronize "
         "of every stream, on a communicator of its own (ncclCommInitAll)\n",
-        o->n == 1 ? "one-rank communicator" : "one rank per GPU");
+        env->n == 1 ? "one-rank communicator" : "one rank per GPU");
   else
     printf(
         "backend: CUDA kernels (devices share GPUs); raw call: the backend's "
-        "kernel entry rf__cuda_coll_launch on gpu:0's stream, then "
-        "cudaStreamSynchronize\n");
+        "kernel entry rf__cuda_coll_launch on gpu:%d's stream, then "
+        "cudaStreamSynchronize\n",
+        env->index[0]);
   printf(
       "session: Variable -> ReadVariable -> %d independent collective%s of "
       "those inputs on every device per step, targets only (no host "
@@ -454,11 +467,13 @@ static int run_executor(const bench_gpu_opts *o, const bench_gpu_env *env) {
     return 0;
   }
   printf(
-      "\n# executor overhead: a chain of N Add kernels (float32[4]) on gpu:0\n"
+      "\n# executor overhead: a chain of N Add kernels (float32[4]) on "
+      "gpu:%d\n"
       "# session: one rf_session_run targeting the chain's end (waits for the "
       "stream)\n"
-      "# direct: the GPU Add kernel's compute function N times on gpu:0's "
-      "stream, one cudaStreamSynchronize\n");
+      "# direct: the GPU Add kernel's compute function N times on gpu:%d's "
+      "stream, one cudaStreamSynchronize\n",
+      env->index[0], env->index[0]);
   printf("%6s %14s %14s %12s\n", "N", "session(us)", "direct(us)",
          "difference");
   for (int r = 0; r < BG_EXEC_ROWS; r++)

@@ -1,10 +1,10 @@
 /* tools/bench_gpu.h - the parts of the GPU benchmark of `ringflow bench`
  * (CUDA builds only): bench_gpu_coll.c sets up one collective at one size on
- * gpu:0..n-1 and makes its two calls (a session step, and the raw backend
- * call on the same input buffers and streams), bench_gpu_exec.c times a
- * chain of GPU kernels through a session and directly, bench_gpu.c times,
- * checks and prints. Inputs live on the GPUs before timing starts: nothing
- * is copied between host and device in a timed call. */
+ * the --devices (rank i on gpu:index[i]) and makes its two calls (a session
+ * step, and the raw backend call on the same input buffers and streams),
+ * bench_gpu_exec.c times a chain of GPU kernels through a session and directly,
+ * bench_gpu.c times, checks and prints. Inputs live on the GPUs before timing
+ * starts: nothing is copied between host and device in a timed call. */
 #ifndef RF_TOOLS_BENCH_GPU_H
 #define RF_TOOLS_BENCH_GPU_H
 
@@ -17,8 +17,10 @@
 /* What every measurement of one run shares. */
 typedef struct bench_gpu_env {
   int n, threads;
+  int index[BG_MAX_DEV];    /* rank i runs on gpu:index[i] */
+  int count;                /* the session's GPU devices: gpu:0..count-1 */
   bool nccl;                /* collectives go through NCCL (else CUDA) */
-  int ordinals[BG_MAX_DEV]; /* the physical GPU of gpu:i */
+  int ordinals[BG_MAX_DEV]; /* the physical GPU of rank i */
   void *comms[BG_MAX_DEV];  /* ncclComm_t of the raw calls (NCCL only) */
   int64_t timeout_ms;       /* the sessions' collective timeout */
   int per_step;             /* collectives per session step */
@@ -31,7 +33,7 @@ typedef struct bench_gpu_coll bench_gpu_coll;
 
 /* Builds a graph where each device's input is a Variable (set once, on its
  * GPU, by an init step: rank i holds i + 1 everywhere) read by ReadVariable
- * into the collective; a session over gpu:0..n-1; and the raw call's output
+ * into the collective; a session over env's devices; and the raw call's output
  * buffers. *out is NULL (and NULL returned) when `bytes` is too small to
  * split over n ranks. */
 rf_status *bench_gpu_coll_new(const bench_gpu_env *env, bench_coll c,
@@ -91,9 +93,10 @@ typedef struct bench_gpu_exec_row {
 
 #define BG_EXEC_ROWS 4
 
-/* Times chains of 1, 10, 100 and 1000 Add kernels (float32[4]) on gpu:0:
- * through a session, and as the GPU Add kernel's compute function called in
- * a loop on gpu:0's stream followed by one cudaStreamSynchronize. */
+/* Times chains of 1, 10, 100 and 1000 Add kernels (float32[4]) on the first
+ * device (gpu:index[0]): through a session, and as the GPU Add kernel's
+ * compute function called in a loop on its stream followed by one
+ * cudaStreamSynchronize. */
 rf_status *bench_gpu_executor(const bench_gpu_env *env, double min_time,
                               bench_gpu_exec_row rows[BG_EXEC_ROWS]);
 

@@ -1,5 +1,5 @@
-/* tools/bench_gpu_coll.c - one collective at one size on gpu:0..n-1, called
- * two ways on the same input buffers: a session step (Variable ->
+/* tools/bench_gpu_coll.c - one collective at one size on the GPU devices,
+ * called two ways on the same input buffers: a session step (Variable ->
  * ReadVariable -> K independent collectives of those inputs on every device,
  * targets only, so no value leaves the GPUs) and K raw backend calls on the
  * devices' own streams (the CUDA-kernel backend's launch entry, or NCCL),
@@ -39,7 +39,7 @@ struct bench_gpu_coll {
   rf_output fetches[BG_MAX_OUT];
   int fetch_rank[BG_MAX_OUT];
   int ntargets, nfetches;
-  rf__device *dev[BG_MAX_DEV]; /* gpu:i of the session */
+  rf__device *dev[BG_MAX_DEV]; /* rank i's device of the session */
   const void *in[BG_MAX_DEV];  /* the variables' device buffers */
   void *out[BG_MAX_DEV];       /* the raw call's outputs; NULL: none */
   rf__cuda_coll_args args;     /* the raw call (CUDA path) */
@@ -54,10 +54,10 @@ static bool has_output(bench_coll c, int r) {
   return true;
 }
 
-/* Pushes gpu:i as b->g's device (keeping the first error). */
+/* Pushes rank i's device as b->g's device (keeping the first error). */
 static void push_gpu(bench_gpu_coll *b, int i) {
   char dev[16];
-  snprintf(dev, sizeof dev, "gpu:%d", i);
+  snprintf(dev, sizeof dev, "gpu:%d", b->env->index[i]);
   rf_status *st = rf_graph_push_device(b->g, dev);
   if (st && !b->graph_err)
     b->graph_err = st;
@@ -163,18 +163,19 @@ static rf_status *make_session(bench_gpu_coll *b) {
   rf_session_options o;
   rf_session_options_init(&o);
   o.num_cpu_devices = 1;
-  o.num_gpu_devices = b->n;
+  o.num_gpu_devices = b->env->count;
   o.num_threads = b->env->threads;
   o.collective_timeout_ms = b->env->timeout_ms;
   RF_TOOL_CHECK(rf_session_new(b->g, &o, &b->s));
   rf_session *s = b->s;
   for (int i = 0; i < b->n; i++) {
-    b->dev[i] = &s->devices[o.num_cpu_devices + i];
+    b->dev[i] = &s->devices[o.num_cpu_devices + b->env->index[i]];
     if (b->dev[i]->gpu_ordinal != b->env->ordinals[i])
       return rf_status_new(RF_INTERNAL,
                            "bench: gpu:%d runs on physical GPU %d, expected "
                            "%d",
-                           i, b->dev[i]->gpu_ordinal, b->env->ordinals[i]);
+                           b->env->index[i], b->dev[i]->gpu_ordinal,
+                           b->env->ordinals[i]);
   }
   return NULL;
 }
@@ -195,7 +196,7 @@ static rf_status *find_inputs(bench_gpu_coll *b) {
       return rf_status_new(RF_INTERNAL,
                            "bench: variable %s on gpu:%d holds no device "
                            "value after the init step",
-                           name, i);
+                           name, b->env->index[i]);
   }
   return NULL;
 }
@@ -452,7 +453,7 @@ static rf_status *probe(const bench_gpu_coll *b, const char *what, int r,
                            "bench: %s %s on %d GPUs gave %g at element %lld "
                            "of gpu:%d's output, expected %g",
                            what, bench_coll_name(b->c), b->n, got,
-                           (long long)at[p], r, want);
+                           (long long)at[p], b->env->index[r], want);
   }
   return NULL;
 }

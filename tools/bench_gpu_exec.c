@@ -1,7 +1,8 @@
 /* tools/bench_gpu_exec.c - what the executor costs per GPU node: a chain
- * y_k = Add(y_{k-1}, x) of float32[4] tensors on gpu:0 (x a variable set on
- * the GPU by an init step, y_0 = x), run through a session step that targets
- * y_N (the step waits for gpu:0's stream), against the GPU Add kernel's own
+ * y_k = Add(y_{k-1}, x) of float32[4] tensors on the first --devices device
+ * (x a variable set on the GPU by an init step, y_0 = x), run through a
+ * session step that targets y_N (the step waits for the device's stream),
+ * against the GPU Add kernel's own
  * compute function called N times in a loop on the same device and stream
  * with one cudaStreamSynchronize at the end: the same launches and the same
  * caching allocator, without the executor. Both chains end at N + 1, which
@@ -23,7 +24,7 @@ static const int lengths[BG_EXEC_ROWS] = {1, 10, 100, MAX_CHAIN};
 typedef struct chain {
   rf_graph *g;
   rf_session *s;
-  rf__device *dev; /* the session's gpu:0 */
+  rf__device *dev; /* the session's device of the chain */
   rf_node *init;
   rf_output ends[BG_EXEC_ROWS]; /* y_N for each length */
   const rf__kernel_def *add;
@@ -33,8 +34,10 @@ typedef struct chain {
   int row;      /* the length being timed */
 } chain;
 
-static rf_status *build(chain *c) {
-  RF_TOOL_CHECK(rf_graph_push_device(c->g, "gpu:0"));
+static rf_status *build(chain *c, int gpu) {
+  char dev[16];
+  snprintf(dev, sizeof dev, "gpu:%d", gpu);
+  RF_TOOL_CHECK(rf_graph_push_device(c->g, dev));
   rf_shape four = rf_shape_of(1, (int64_t)4);
   rf_output v = rf_variable(c->g, "v", RF_FLOAT32, four);
   rf_tensor *dims = NULL;
@@ -59,14 +62,14 @@ static rf_status *build(chain *c) {
 static rf_status *setup(chain *c, const bench_gpu_env *env) {
   c->g = rf_graph_new();
   if (!c->g) return rf_status_new(RF_RESOURCE_EXHAUSTED, "bench: no memory");
-  RF_TOOL_CHECK(build(c));
+  RF_TOOL_CHECK(build(c, env->index[0]));
   rf_session_options o;
   rf_session_options_init(&o);
   o.num_cpu_devices = 1;
-  o.num_gpu_devices = 1;
+  o.num_gpu_devices = env->index[0] + 1;
   o.num_threads = env->threads;
   RF_TOOL_CHECK(rf_session_new(c->g, &o, &c->s));
-  c->dev = &c->s->devices[o.num_cpu_devices];
+  c->dev = &c->s->devices[o.num_cpu_devices + env->index[0]];
   RF_TOOL_CHECK(rf_session_run(c->s, NULL, 0, NULL, 0, &c->init, 1, NULL));
   rf__variable *v = NULL;
   rf_shape four = rf_shape_of(1, (int64_t)4);

@@ -46,13 +46,14 @@ typedef struct setup {
 } setup;
 
 static void dev_name(const jb *b, int i, char *buf, size_t len) {
-  snprintf(buf, len, "/task:%d/cpu:%d", i / b->a->devices, i % b->a->devices);
+  int per = b->a->devices->n;
+  snprintf(buf, len, "/task:%d/%s", i / per, b->a->devices->name[i % per]);
 }
 
 static rf_status *build(const jb *b, setup *su, bench_coll c) {
   rf_graph *g = su->g;
   rf_output xs[MAX_DEV], ys[MAX_DEV];
-  int first = b->task * b->a->devices, nx = c == BC_BROADCAST ? 1 : b->n;
+  int first = b->task * b->a->devices->n, nx = c == BC_BROADCAST ? 1 : b->n;
   char dev[48];
   for (int i = 0; i < nx; i++) {
     dev_name(b, i, dev, sizeof dev);
@@ -84,7 +85,7 @@ static rf_status *build(const jb *b, setup *su, bench_coll c) {
     default: return rf_status_new(RF_INVALID_ARGUMENT, "unknown collective");
   }
   RF_TOOL_CHECK(rf_graph_status(g));
-  for (int i = 0; i < b->a->devices; i++) { /* this task's */
+  for (int i = 0; i < b->a->devices->n; i++) { /* this task's */
     if (first + i < nx) su->feeds[su->nfeeds++].output = xs[first + i];
     if (c == BC_REDUCE) continue;
     su->ranks[su->nfetches] = first + i;
@@ -107,14 +108,14 @@ static rf_status *setup_new(const jb *b, bench_coll c, int64_t bytes,
   RF_TOOL_CHECK(build(b, su, c));
   rf_session_options o;
   rf_session_options_init(&o);
-  o.num_cpu_devices = b->a->devices;
+  tool_devices_session(b->a->devices, &o);
   o.num_threads = b->a->threads;
   RF_TOOL_CHECK(rf_session_new(su->g, &o, &su->s));
   rf_shape shape = rf_shape_of(1, su->in_count);
   for (int i = 0; i < su->nfeeds; i++) { /* the device's rank, as expected */
     RF_TOOL_CHECK(rf_tensor_new(RF_FLOAT32, &shape, NULL, &su->feeds[i].value));
     float *d = rf_tensor_mutable_data(su->feeds[i].value);
-    int g = b->task * b->a->devices + i;
+    int g = b->task * b->a->devices->n + i;
     for (int64_t k = 0; k < su->in_count; k++) d[k] = (float)((k + g) % 7);
   }
   int64_t out = c == BC_ALL_GATHER ? per * b->ntasks : su->in_count;
@@ -224,7 +225,7 @@ typedef struct result {
 static rf_status *measure(const jb *b, bench_coll c, int64_t bytes, result *r) {
   setup su;
   rf_status *st = setup_new(b, c, bytes, &su);
-  bool gloo = b->gloo && c == BC_ALL_REDUCE && b->a->devices == 1;
+  bool gloo = b->gloo && c == BC_ALL_REDUCE && b->a->devices->n == 1;
   int ways = gloo ? 3 : 2, k = 1;
   double t[NUM_WAYS][MAX_ROUNDS];
   memset(r, 0, sizeof *r);
@@ -377,7 +378,7 @@ int bench_job(const bench_job_args *a) {
         "bench: MPI gives thread level %d; this bench calls MPI "
         "beside ringflow's thread and needs MPI_THREAD_MULTIPLE",
         level);
-  b.n = b.ntasks * a->devices;
+  b.n = b.ntasks * a->devices->n;
   if (b.n > MAX_DEV) return tool_fail("bench: at most %d devices", MAX_DEV);
   char why[512] = "skipped (--no-gloo)";
   if (!a->no_gloo) gloo_connect(&b, why, sizeof why);
@@ -392,7 +393,7 @@ int bench_job(const bench_job_args *a) {
         "each figure: the median of %d rounds; a round times the same number "
         "of operations each way (>= %.2f s of ringflow)\n"
         "malloc: %s\nGloo: %s\n\n",
-        b.ntasks, a->devices, a->devices > 1 ? "s" : "", (long long)a->lo,
+        b.ntasks, a->devices->n, a->devices->n > 1 ? "s" : "", (long long)a->lo,
         (long long)a->hi, a->factor, sysconf(_SC_NPROCESSORS_ONLN), load,
         a->rounds, a->min_time, malloc_mode,
         b.gloo ? "ring all-reduce, TCP on 127.0.0.1 (1 device per process)"

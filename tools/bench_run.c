@@ -55,14 +55,14 @@ typedef struct setup {
   int64_t in_count; /* elements of each input */
 } setup;
 
-static rf_status *build_graph(setup *su, bench_coll c, int n) {
+static rf_status *build_graph(setup *su, bench_coll c, const tool_devices *d) {
   rf_output xs[MAX_DEV];
-  char dev[32], name[32];
+  char name[32];
+  int n = d->n;
   su->nfeeds = c == BC_BROADCAST ? 1 : n; /* broadcast: the root's input */
   for (int i = 0; i < su->nfeeds; i++) {
-    snprintf(dev, sizeof dev, "cpu:%d", i);
     snprintf(name, sizeof name, "x%d", i);
-    RF_TOOL_CHECK(rf_graph_push_device(su->g, dev));
+    RF_TOOL_CHECK(rf_graph_push_device(su->g, d->name[i]));
     xs[i] =
         rf_placeholder(su->g, name, RF_FLOAT32, rf_shape_of(1, su->in_count));
     rf_graph_pop_device(su->g);
@@ -81,9 +81,8 @@ static rf_status *build_graph(setup *su, bench_coll c, int n) {
       /* One consumer per device: each device receives the value. */
       rf_output y = rf_broadcast(su->g, "coll", xs[0]);
       for (int i = 0; i < n; i++) {
-        snprintf(dev, sizeof dev, "cpu:%d", i);
         snprintf(name, sizeof name, "y%d", i);
-        RF_TOOL_CHECK(rf_graph_push_device(su->g, dev));
+        RF_TOOL_CHECK(rf_graph_push_device(su->g, d->name[i]));
         su->fetches[i] = rf_identity(su->g, name, y);
         rf_graph_pop_device(su->g);
       }
@@ -199,11 +198,13 @@ static rf_status *measure(setup *su, bench_coll c, int n, double min_time,
   return NULL;
 }
 
-rf_status *bench_ringflow(bench_coll c, int n, int threads, int64_t bytes,
-                          double min_time, bench_row *out,
+rf_status *bench_ringflow(bench_coll c, const tool_devices *d, int threads,
+                          int64_t bytes, double min_time, bench_row *out,
                           int64_t *fresh_bytes) {
-  if (n < 1 || n > MAX_DEV)
-    return rf_status_new(RF_INVALID_ARGUMENT, "bench: 1..%d devices", MAX_DEV);
+  int n = d->n;
+  if (n < 1 || n > MAX_DEV || d->gpu)
+    return rf_status_new(RF_INVALID_ARGUMENT, "bench: 1..%d CPU devices",
+                         MAX_DEV);
   int64_t count = bytes / 4, per = count / n;
   if ((c == BC_ALL_GATHER || c == BC_REDUCE_SCATTER) && per == 0)
     return NULL; /* too small to split: no row */
@@ -213,10 +214,10 @@ rf_status *bench_ringflow(bench_coll c, int n, int threads, int64_t bytes,
   double counted = bench_counted_bytes(c, n, bytes);
   su.g = rf_graph_new();
   if (!su.g) return rf_status_new(RF_RESOURCE_EXHAUSTED, "bench: no memory");
-  rf_status *st = build_graph(&su, c, n);
+  rf_status *st = build_graph(&su, c, d);
   rf_session_options o;
   rf_session_options_init(&o);
-  o.num_cpu_devices = n;
+  tool_devices_session(d, &o);
   o.num_threads = threads;
   if (!st) st = rf_session_new(su.g, &o, &su.s);
   if (!st) st = make_inputs(&su);

@@ -1,10 +1,8 @@
 /* tools/lower.c - `ringflow lower GRAPH.json`: prints a graph before and after
  * placement and the POST_PLACEMENT passes (collective lowering), and with
  * --dot DIR writes both as DOT (and SVG when Graphviz's `dot` is installed). */
-#include <getopt.h>
-#include <stdlib.h>
-#include <string.h>
-
+#include "devices.h"
+#include "options.h"
 #include "ringflow/graph_io.h"
 #include "tools.h"
 
@@ -26,33 +24,35 @@ static void print_graph(const rf_graph *g, const char *title) {
 }
 
 int cmd_lower(int argc, char **argv) {
-  static const struct option longs[] = {{"dot", required_argument, 0, 'd'},
-                                        {"devices", required_argument, 0, 'n'},
-                                        {"help", no_argument, 0, 'h'},
-                                        {0, 0, 0, 0}};
   const char *dot_dir = NULL;
-  int ndev = 8, c;
-  optind = 1;
-  while ((c = getopt_long(argc, argv, "", longs, NULL)) != -1) {
-    if (c == 'd')
-      dot_dir = optarg;
-    else if (c == 'n' && !parse_int(optarg, 1, 64, &ndev))
-      continue;
-    else {
-      fprintf(c == 'h' ? stdout : stderr,
-              "usage: ringflow lower GRAPH.json [--devices N] [--dot DIR]\n"
-              "  prints the graph, then the graph after placement on N virtual "
-              "CPU devices (default 8) and collective lowering\n");
-      return c == 'h' ? 0 : 2;
-    }
-  }
-  if (optind + 1 != argc)
-    return tool_fail("lower: give exactly one graph file");
+  tool_devices devices;
+  char why[64];
+  tool_devices_parse("8", &devices, why, sizeof why);
+  const tool_opt opts[] = {
+      TOOL_DEVICES("devices", &devices,
+                   "the session's devices: of their type, every device up to "
+                   "the highest index listed (default 8: cpu:0-7; a session "
+                   "always has cpu:0)"),
+      TOOL_STRING("dot", &dot_dir, "DIR",
+                  "also write both graphs as DIR/before.dot and "
+                  "DIR/after.dot (and SVG with Graphviz)"),
+  };
+  const tool_cmd cmd = {
+      "lower",
+      "usage: ringflow lower GRAPH.json [options]\n"
+      "  prints the graph in GRAPH.json, then the graph after placement on\n"
+      "  --devices and collective lowering\n"
+      "options:\n",
+      NULL, opts, (int)(sizeof opts / sizeof *opts)};
+  char *pos[1];
+  int npos, rc = tool_parse(&cmd, argc, argv, pos, 1, &npos);
+  if (rc) return rc == TOOL_HELP_SHOWN ? 0 : rc;
+  if (npos != 1) return tool_usage_error(&cmd, "no graph file given");
   rf_graph *g, *lowered;
-  RF_TOOL_TRY(rf_graph_load(argv[optind], &g));
+  RF_TOOL_TRY(rf_graph_load(pos[0], &g));
   rf_session_options o;
   rf_session_options_init(&o);
-  o.num_cpu_devices = ndev;
+  tool_devices_session(&devices, &o);
   rf_status *st = rf_graph_lower(g, &o, &lowered);
   if (st) {
     rf_graph_free(g);

@@ -21,6 +21,10 @@ static void usage(FILE *f) {
   for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
     fprintf(f, "  %-8s %s\n", commands[i].name, commands[i].help);
   fprintf(f, "  %-8s %s\n", "version", "print the version");
+  fprintf(f,
+          "\nexit status: 0 done, 1 an error while running (its message on "
+          "stderr),\n2 a usage error (one line on stderr naming the option "
+          "or argument)\n");
 }
 
 int main(int argc, char **argv) {
@@ -37,7 +41,5 @@ int main(int argc, char **argv) {
   for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
     if (strcmp(argv[1], commands[i].name) == 0)
       return commands[i].run(argc - 1, argv + 1);
-  fprintf(stderr, "ringflow: unknown command '%s'\n", argv[1]);
-  usage(stderr);
-  return 2;
+  return tool_fail("unknown command '%.200s'; see ringflow --help", argv[1]);
 }

@@ -47,56 +47,6 @@ int tool_report(rf_status *st) {
   return 1;
 }
 
-int parse_int(const char *s, int lo, int hi, int *out) {
-  char *end;
-  long v = strtol(s, &end, 10);
-  if (!*s || *end || v < lo || v > hi) return -1;
-  *out = (int)v;
-  return 0;
-}
-
-int parse_devices(const char *spec, char (*names)[32], int max, int *n,
-                  rf_session_options *opts) {
-  char buf[256];
-  snprintf(buf, sizeof buf, "%s", spec);
-  *n = 0;
-  opts->num_cpu_devices = 1;
-  opts->num_gpu_devices = 0;
-  for (char *save, *tok = strtok_r(buf, ",", &save); tok;
-       tok = strtok_r(NULL, ",", &save)) {
-    char type[8];
-    int lo, hi, used = 0;
-    if (sscanf(tok, "%7[a-z]:%d-%d%n", type, &lo, &hi, &used) == 3 &&
-        !tok[used]) {
-    } else if (sscanf(tok, "%7[a-z]:%d%n", type, &lo, &used) == 2 &&
-               !tok[used]) {
-      hi = lo;
-    } else {
-      return tool_fail(
-          "--devices: cannot read '%s' (want e.g. cpu:0-3 or cpu:0,cpu:2)",
-          tok);
-    }
-    if (strcmp(type, "cpu") != 0 && strcmp(type, "gpu") != 0)
-      return tool_fail("--devices: unknown device type '%s'", type);
-    if (lo < 0 || hi < lo || hi > 63)
-      return tool_fail("--devices: bad range in '%s'", tok);
-    for (int i = lo; i <= hi; i++) {
-      if (*n >= max) return tool_fail("--devices: more than %d devices", max);
-      snprintf(names[*n], 32, "%s:%d", type, i);
-      for (int k = 0; k < *n; k++)
-        if (strcmp(names[k], names[*n]) == 0)
-          return tool_fail("--devices: %s listed twice", names[*n]);
-      (*n)++;
-      if (strcmp(type, "cpu") == 0 && i + 1 > opts->num_cpu_devices)
-        opts->num_cpu_devices = i + 1;
-      if (strcmp(type, "gpu") == 0 && i + 1 > opts->num_gpu_devices)
-        opts->num_gpu_devices = i + 1;
-    }
-  }
-  if (*n == 0) return tool_fail("--devices: no devices in '%s'", spec);
-  return 0;
-}
-
 double now_seconds(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);

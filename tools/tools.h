@@ -1,5 +1,5 @@
 /* tools/tools.h - what the `ringflow` subcommands share: error reporting,
- * argument parsing, device lists and progress output. */
+ * progress output, DOT files (options: options.h; --devices: devices.h). */
 #ifndef RF_TOOLS_TOOLS_H
 #define RF_TOOLS_TOOLS_H
 
@@ -33,14 +33,6 @@ int tool_report(rf_status *st);
     rf_status *tool_st_ = (expr);               \
     if (tool_st_) return tool_report(tool_st_); \
   } while (0)
-
-/* Parses a decimal int in [lo, hi]; 0 on success. */
-int parse_int(const char *s, int lo, int hi, int *out);
-/* Parses "cpu:0-3", "cpu:0,cpu:2", "gpu:0-7" into canonical names, and sets
- * the session options' device counts so every named device exists (at least
- * one CPU device). Reports errors itself; 0 on success. */
-int parse_devices(const char *spec, char (*names)[32], int max, int *n,
-                  rf_session_options *opts);
 
 /* Progress: a bar redrawn in place on a terminal, plain lines otherwise. */
 typedef struct progress {

@@ -15,8 +15,10 @@
 #include <unistd.h>
 
 #include "checkpoint.h"
+#include "devices.h"
 #include "idx.h"
 #include "mlp.h"
+#include "options.h"
 #include "prefetch.h"
 #include "tools.h"
 #include "train_job.h"
@@ -33,14 +35,13 @@ typedef struct dataset {
 } dataset;
 
 typedef struct options {
-  char data_dir[512];
-  char devices[256];
+  tool_devices devices;
   int epochs, batch, max_steps, warmup;
   double lr;
   uint64_t seed;
   sync_mode sync;
   bool check, quiet, constant_lr, bench;
-  const char *save, *load, *graph_dir, *trace;
+  const char *data_dir, *save, *load, *graph_dir, *trace;
 } options;
 
 static void dataset_free(dataset *d) {
@@ -444,133 +445,95 @@ static rf_status *write_graphs(trainer *t, const rf_session_options *o,
   return st;
 }
 
-static void usage(FILE *f) {
-  fprintf(
-      f,
-      "usage: ringflow train [options]\n"
-      "  --devices LIST     devices, e.g. cpu:0-3 (default) or cpu:0,cpu:2\n"
-      "  --sync MODE        allreduce (default), reduce-broadcast, or sharded\n"
-      "                     (reduce-scatter, Adam on each device's rows of "
-      "the\n"
-      "                     parameters, all-gather: one update in all)\n"
-      "  --epochs N         passes over the training set (default 5)\n"
-      "  --batch N          global batch size (default 128; divisible by "
-      "the device count)\n"
-      "  --lr X             Adam learning rate (default 0.001)\n"
-      "  --schedule S       cosine (default: decays to 0 over the run) or "
-      "constant\n"
-      "  --seed N           initialisation and shuffling seed (default 1)\n"
-      "  --steps N          stop after N steps (for quick runs)\n"
-      "  --check            also train on one device and report the "
-      "largest differences\n"
-      "  --data DIR         Fashion-MNIST IDX files (default " DEFAULT_DATA
-      ")\n"
-      "  --save FILE        write parameters and optimizer state after "
-      "training\n"
-      "  --load FILE        start from a checkpoint written by --save\n"
-      "  --graph-dir DIR    write the training graph before and after "
-      "lowering as DOT (and SVG with Graphviz)\n"
-      "  --trace FILE       write a Chrome trace (Perfetto) of one "
-      "training step\n"
-      "  --bench            time training alone: --warmup steps, then --steps "
-      "timed\n"
-      "                     steps (default 100) at a constant --lr; prints\n"
-      "                     samples_per_sec=<x> batch=<b> devices=<n> ...\n"
-      "  --warmup N         untimed steps before a --bench (default 10)\n"
-      "  --quiet            no progress output\n");
-}
+static const char *const sync_choices[] = {
+    [SYNC_ALLREDUCE] = "allreduce",
+    [SYNC_REDUCE_BROADCAST] = "reduce-broadcast",
+    [SYNC_SHARDED] = "sharded",
+    NULL};
+static const char *const schedule_choices[] = {"cosine", "constant", NULL};
 
+/* 0: parsed; otherwise the command's exit code (TOOL_HELP_SHOWN: 0). */
 static int parse_options(int argc, char **argv, options *o) {
-  static const struct option longs[] = {
-      {"devices", required_argument, 0, 'd'},
-      {"sync", required_argument, 0, 's'},
-      {"epochs", required_argument, 0, 'e'},
-      {"batch", required_argument, 0, 'b'},
-      {"lr", required_argument, 0, 'l'},
-      {"seed", required_argument, 0, 'S'},
-      {"steps", required_argument, 0, 'n'},
-      {"check", no_argument, 0, 'c'},
-      {"data", required_argument, 0, 'D'},
-      {"quiet", no_argument, 0, 'q'},
-      {"save", required_argument, 0, 'w'},
-      {"load", required_argument, 0, 'r'},
-      {"graph-dir", required_argument, 0, 'g'},
-      {"trace", required_argument, 0, 't'},
-      {"schedule", required_argument, 0, 'L'},
-      {"bench", no_argument, 0, 'B'},
-      {"warmup", required_argument, 0, 'W'},
-      {"help", no_argument, 0, 'h'},
-      {0, 0, 0, 0}};
   *o = (options){.data_dir = DEFAULT_DATA,
-                 .devices = "cpu:0-3",
                  .epochs = 5,
                  .batch = 128,
                  .lr = 1e-3,
                  .seed = 1,
                  .sync = SYNC_ALLREDUCE,
                  .warmup = 10};
-  optind = 1;
-  int c;
-  while ((c = getopt_long(argc, argv, "", longs, NULL)) != -1) {
-    switch (c) {
-      case 'd': snprintf(o->devices, sizeof o->devices, "%s", optarg); break;
-      case 's':
-        if (strcmp(optarg, "allreduce") == 0)
-          o->sync = SYNC_ALLREDUCE;
-        else if (strcmp(optarg, "reduce-broadcast") == 0)
-          o->sync = SYNC_REDUCE_BROADCAST;
-        else if (strcmp(optarg, "sharded") == 0)
-          o->sync = SYNC_SHARDED;
-        else
-          return tool_fail(
-              "--sync must be allreduce, reduce-broadcast or sharded, not '%s'",
-              optarg);
-        break;
-      case 'e':
-        if (parse_int(optarg, 1, 100000, &o->epochs))
-          return tool_fail("--epochs: bad number '%s'", optarg);
-        break;
-      case 'b':
-        if (parse_int(optarg, 1, 1 << 20, &o->batch))
-          return tool_fail("--batch: bad number '%s'", optarg);
-        break;
-      case 'n':
-        if (parse_int(optarg, 1, 1 << 30, &o->max_steps))
-          return tool_fail("--steps: bad number '%s'", optarg);
-        break;
-      case 'l':
-        o->lr = strtod(optarg, NULL);
-        if (!(o->lr > 0)) return tool_fail("--lr must be > 0");
-        break;
-      case 'S': o->seed = strtoull(optarg, NULL, 10); break;
-      case 'c': o->check = true; break;
-      case 'D': snprintf(o->data_dir, sizeof o->data_dir, "%s", optarg); break;
-      case 'q': o->quiet = true; break;
-      case 'w': o->save = optarg; break;
-      case 'r': o->load = optarg; break;
-      case 'g': o->graph_dir = optarg; break;
-      case 'L':
-        if (strcmp(optarg, "constant") == 0)
-          o->constant_lr = true;
-        else if (strcmp(optarg, "cosine") != 0)
-          return tool_fail("--schedule must be cosine or constant, not '%s'",
-                           optarg);
-        break;
-      case 't': o->trace = optarg; break;
-      case 'B': o->bench = true; break;
-      case 'W':
-        if (parse_int(optarg, 0, 1 << 30, &o->warmup))
-          return tool_fail("--warmup: bad number '%s'", optarg);
-        break;
-      case 'h': usage(stdout); return 1;
-      default: usage(stderr); return 2;
-    }
-  }
-  if (optind < argc) return tool_fail("unexpected argument '%s'", argv[optind]);
+  char why[64];
+  tool_devices_parse("cpu:0-3", &o->devices, why, sizeof why);
+  int sync = SYNC_ALLREDUCE, schedule = 0;
+  bool steps_given = false;
+  const tool_opt opts[] = {
+      TOOL_DEVICES("devices", &o->devices,
+                   "the devices to train on, one replica each (default "
+                   "cpu:0-3)"),
+      TOOL_CHOICE("sync", &sync, "MODE",
+                  "how the replicas combine gradients (default allreduce): "
+                  "an all-reduce; a reduce then a broadcast; or sharded: a "
+                  "reduce-scatter, Adam on each device's rows of the "
+                  "parameters, an all-gather (one update in all)",
+                  sync_choices),
+      TOOL_INT("epochs", &o->epochs, "N",
+               "passes over the training set (default 5)", 1, 100000),
+      TOOL_INT("batch", &o->batch, "N",
+               "global batch size (default 128), divisible by the device "
+               "count and at most the training set's rows",
+               1, 1 << 20),
+      TOOL_REAL("lr", &o->lr, "X", "Adam learning rate (default 0.001)", 0,
+                INFINITY),
+      TOOL_CHOICE("schedule", &schedule, "S",
+                  "the learning rate over the run (default cosine: decays "
+                  "to 0; constant: --lr throughout)",
+                  schedule_choices),
+      TOOL_UINT64("seed", &o->seed, "N",
+                  "initialisation and shuffling seed (default 1)"),
+      TOOL_INT("steps", &o->max_steps, "N",
+               "stop after N steps (default: all of --epochs; with --bench, "
+               "100)",
+               1, 1 << 30, .given = &steps_given),
+      TOOL_FLAG("check", &o->check,
+                "also train on one device and report the largest "
+                "differences"),
+      TOOL_STRING("data", &o->data_dir, "DIR",
+                  "Fashion-MNIST IDX files (default " DEFAULT_DATA ")"),
+      TOOL_STRING("save", &o->save, "FILE",
+                  "write parameters and optimizer state after training"),
+      TOOL_STRING("load", &o->load, "FILE",
+                  "start from a checkpoint written by --save"),
+      TOOL_STRING("graph-dir", &o->graph_dir, "DIR",
+                  "write the training graph before and after lowering as DOT "
+                  "(and SVG with Graphviz)"),
+      TOOL_STRING("trace", &o->trace, "FILE",
+                  "write a Chrome trace (Perfetto) of one training step"),
+      TOOL_FLAG("bench", &o->bench,
+                "time training alone: --warmup steps, then --steps timed "
+                "steps at a constant --lr; prints samples_per_sec=<x> "
+                "batch=<b> devices=<n> ..."),
+      TOOL_INT("warmup", &o->warmup, "N",
+               "untimed steps before a --bench (default 10)", 0, 1 << 30),
+      TOOL_FLAG("quiet", &o->quiet, "no progress output"),
+  };
+  const tool_cmd cmd = {
+      "train",
+      "usage: ringflow train [options]\n"
+      "  trains an MLP (784-512-256-10) data-parallel on Fashion-MNIST, one\n"
+      "  replica on each of --devices; after each epoch it prints the test\n"
+      "  accuracy and whether the replicas' parameters are bit-identical.\n"
+      "  Under mpirun every process trains its --devices' replicas of one\n"
+      "  job-wide graph; task 0 prints.\n"
+      "options:\n",
+      NULL, opts, (int)(sizeof opts / sizeof *opts)};
+  char *pos[1];
+  int npos, rc = tool_parse(&cmd, argc, argv, pos, 0, &npos);
+  if (rc) return rc;
+  o->sync = (sync_mode)sync;
+  o->constant_lr = schedule == 1;
   if (o->bench && (o->check || o->trace || o->save))
-    return tool_fail(
-        "--bench times training alone: no --check, --trace or --save");
-  if (o->bench && !o->max_steps) o->max_steps = 100;
+    return tool_usage_error(
+        &cmd, "--bench times training alone: no --check, --trace or --save");
+  if (o->bench && !steps_given) o->max_steps = 100;
   return 0;
 }
 
@@ -648,7 +611,7 @@ static rf_status *end_epoch(trainer *t, const dataset *test, double *acc,
 int cmd_train(int argc, char **argv) {
   options o;
   int rc = parse_options(argc, argv, &o);
-  if (rc) return rc == 1 ? 0 : rc;
+  if (rc) return rc == TOOL_HELP_SHOWN ? 0 : rc;
   mlp_config cfg = {.num_layers = 3,
                     .sizes = {784, 512, 256, 10},
                     .lr = o.lr,
@@ -659,16 +622,13 @@ int cmd_train(int argc, char **argv) {
   rf_session_options sopts, one_opts;
   rf_session_options_init(&sopts);
   rf_session_options_init(&one_opts);
-  char local[MLP_MAX_DEVICES][32];
-  int nlocal;
-  if (parse_devices(o.devices, local, MLP_MAX_DEVICES, &nlocal, &sopts))
-    return 2;
+  tool_devices_session(&o.devices, &sopts);
   train_job job;
-  if ((rc = train_job_init(&job, local, nlocal, &cfg))) return rc;
+  if ((rc = train_job_init(&job, &o.devices, &cfg))) return rc;
   bool lead = job.task == 0; /* prints, writes, checks */
   if (o.batch % cfg.num_devices)
-    return tool_fail("--batch %d is not divisible by %d devices", o.batch,
-                     cfg.num_devices);
+    return tool_fail("train: --batch %d is not divisible by %d devices",
+                     o.batch, cfg.num_devices);
   cfg.device_batch = o.batch / cfg.num_devices;
   /* From here on everything made is released on every path: a failed step
    * may leave a batch in flight on the prefetch thread, which reads t and
@@ -678,6 +638,11 @@ int cmd_train(int argc, char **argv) {
   int *idx = NULL;
   rf_status *st = NULL;
   TRAIN_TRY(load_split(o.data_dir, "train", &train));
+  if (o.batch > train.n) { /* not one step per epoch */
+    rc = tool_fail("train: --batch %d is more than the %d training rows in %s",
+                   o.batch, train.n, o.data_dir);
+    goto out;
+  }
   TRAIN_TRY(load_split(o.data_dir, "t10k", &test));
   TRAIN_TRY(trainer_init(&t, &cfg, o.seed, &sopts, &job));
   trainer_prefetch(&t, &train);
@@ -692,10 +657,9 @@ int cmd_train(int argc, char **argv) {
     one.num_devices = 1;
     one.device_batch = o.batch;
     /* the same kind of device as the first of the run, alone */
-    snprintf(one.devices[0], sizeof one.devices[0], "%s", local[0]);
+    snprintf(one.devices[0], sizeof one.devices[0], "%s", o.devices.name[0]);
     one_opts.num_cpu_devices = sopts.num_cpu_devices;
-    one_opts.num_gpu_devices =
-        strncmp(local[0], "gpu", 3) == 0 ? sopts.num_gpu_devices : 0;
+    one_opts.num_gpu_devices = sopts.num_gpu_devices;
     TRAIN_TRY(trainer_init(&ref, &one, o.seed, &one_opts, NULL));
     if (o.load) TRAIN_TRY(trainer_load(&ref, o.load));
   }
@@ -706,11 +670,12 @@ int cmd_train(int argc, char **argv) {
     st = bench(&t, &train, &o, idx);
     goto out;
   }
-  char where[320];
+  char where[320], list[256];
+  tool_devices_format(&o.devices, list, sizeof list);
   if (job.ntasks > 1)
-    snprintf(where, sizeof where, "%d processes x %s", job.ntasks, o.devices);
+    snprintf(where, sizeof where, "%d processes x %s", job.ntasks, list);
   else
-    snprintf(where, sizeof where, "%s", o.devices);
+    snprintf(where, sizeof where, "%s", list);
   if (lead)
     printf(
         "ringflow train: MLP 784-512-256-10 on %d device%s (%s), %s, global "
@@ -770,5 +735,5 @@ out:
   free(idx);
   dataset_free(&train);
   dataset_free(&test);
-  return st ? tool_report(st) : 0;
+  return st ? tool_report(st) : rc;
 }

@@ -12,8 +12,8 @@
 
 #include "tools.h"
 
-int train_job_init(train_job *j, char (*local)[32], int nlocal,
-                   mlp_config *cfg) {
+int train_job_init(train_job *j, const tool_devices *local, mlp_config *cfg) {
+  int nlocal = local->n;
   rf_status *st = rf_job_tasks(&j->task, &j->ntasks);
   if (st) return tool_report(st);
   j->nlocal = nlocal;
@@ -26,9 +26,9 @@ int train_job_init(train_job *j, char (*local)[32], int nlocal,
     for (int d = 0; d < nlocal; d++) {
       char *name = cfg->devices[t * nlocal + d];
       if (j->ntasks > 1)
-        snprintf(name, 32, "/task:%d/%.12s", t, local[d]);
+        snprintf(name, 32, "/task:%d/%s", t, local->name[d]);
       else
-        snprintf(name, 32, "%s", local[d]);
+        snprintf(name, 32, "%s", local->name[d]);
     }
   cfg->num_devices = nlocal * j->ntasks;
   return 0;

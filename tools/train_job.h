@@ -7,6 +7,7 @@
 #ifndef RF_TOOLS_TRAIN_JOB_H
 #define RF_TOOLS_TRAIN_JOB_H
 
+#include "devices.h"
 #include "mlp.h"
 
 typedef struct train_job {
@@ -32,9 +33,8 @@ typedef struct trainer {
 
 /* Learns this process's task (rf_job_tasks) and, with several, names the
  * whole job's replicas in cfg (every task has this process's --devices,
- * local[0..nlocal)). 0, or the command's exit code (reported). */
-int train_job_init(train_job *j, char (*local)[32], int nlocal,
-                   mlp_config *cfg);
+ * local). 0, or the command's exit code (reported). */
+int train_job_init(train_job *j, const tool_devices *local, mlp_config *cfg);
 
 /* After an epoch, collectively: *right (test rows right here) becomes the
  * job's count, *spread (the largest difference among this process's

@@ -4,8 +4,8 @@
 # must stay bit-identical. --sync sharded must save the very checkpoint that
 # all-reduce saves where it reduce-scatters each device's gradients (32 rows
 # per device; at 16 it computes weight gradients from the whole batch, which
-# --check covers). Also: --save/--load round trip, a corrupt file, and
-# --bench's machine-readable line.
+# --check covers). Also: --save/--load round trip, a corrupt file,
+# --bench's machine-readable line, and batch sizes the data cannot give.
 set -euo pipefail
 ringflow="$1"
 tmp=$(mktemp -d)
@@ -28,6 +28,13 @@ if "$ringflow" train --devices cpu:0-3 --batch 30 --steps 1 2> "$tmp/err"; then
   echo "an indivisible batch was accepted"; exit 1
 fi
 grep -q "not divisible" "$tmp/err"
+if "$ringflow" train --devices 2 --batch 60002 --steps 1 2> "$tmp/err"; then
+  echo "a batch larger than the training set was accepted"; exit 1
+fi
+grep -q "more than the 60000 training rows" "$tmp/err"
+# --devices N is cpu:0..N-1, as in lower and bench
+"$ringflow" train --devices 2 --steps 1 --epochs 1 --quiet |
+  grep -q "on 2 devices (cpu:0-1)"
 for sync in allreduce sharded; do
   "$ringflow" train --steps 20 --batch 128 --sync "$sync" --quiet \
     --save "$tmp/$sync.ckpt" | grep -q "saved"
