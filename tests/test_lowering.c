@@ -717,7 +717,8 @@ static void test_gradients_that_do_not_exist(void **state) {
 }
 
 /* A collective op's gradient runs on the op's devices (AllReduce grad is an
- * AllReduce with shared_name + "_grad"). */
+ * AllReduce with shared_name + "#grad1": the graph's first gradient
+ * construction, ops/collective_names.h). */
 static void test_all_reduce_gradient_structure(void **state) {
   rf_graph *g = rf_graph_new();
   rf_shape s = rf_shape_of(1, (int64_t)3);
@@ -728,7 +729,7 @@ static void test_all_reduce_gradient_structure(void **state) {
   for (int i = 0; i < 2; i++) {
     assert_string_equal(rf_node_op(dx[i].node), "AllReduce");
     assert_string_equal(rf_node_device(dx[i].node), rf_node_device(xs[i].node));
-    assert_participant_attrs(dx[i].node, "ar_grad", 2, RF_FLOAT64);
+    assert_participant_attrs(dx[i].node, "ar#grad1", 2, RF_FLOAT64);
   }
   rf_graph_free(g);
 }

@@ -13,13 +13,19 @@
  *   // sum[i] lives on in[i]'s device and holds in[0] + in[1]
  *
  * Gradients (float dtypes): all-reduce sum -> all-reduce sum of the incoming
- * gradients (shared_name + "_grad"); avg -> all-reduce avg; max/min -> the
- * summed gradient to the participant holding the extremum (ties: lowest
+ * gradients, shared_name "X#grad<k>" for collective X, k one more than any
+ * k already in the graph's shared names: every rf_gradients call gets
+ * collectives of its own, the same in every process building the same
+ * graph); avg -> all-reduce avg; max/min -> the summed gradient to the
+ * participant holding the extremum (ties: lowest
  * device index); prod -> summed gradient times the product of the other
  * inputs (zeros handled). Reduce sum -> broadcast of the gradient to every
  * input; broadcast -> reduce sum of the gradients of every consumer (summed
  * per device first); all-gather and reduce-scatter(sum) are each other's
- * transpose. docs/COLLECTIVES.md has the details. */
+ * transpose. docs/COLLECTIVES.md has the details.
+ *
+ * '#' is reserved for those names: a shared_name holding it is refused
+ * (INVALID_ARGUMENT, recorded in the graph). */
 #ifndef RINGFLOW_COLLECTIVES_H
 #define RINGFLOW_COLLECTIVES_H
 
