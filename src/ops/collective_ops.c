@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "comm/collective.h"
+#include "ops/array_shapes.h"
 #include "ops/collective_names.h"
 #include "ops/families.h"
 #include "ops/op_registry.h"
@@ -56,22 +57,19 @@ static rf_status *reduce_shape(rf__shape_ctx *c) {
   return NULL;
 }
 
-/* The shape input is a Const whenever the broadcast shape was fully known. */
+/* The shape input is a Const whenever the broadcast shape was fully known:
+ * int32, or int64 when a dim does not fit in int32. */
 static rf_status *broadcast_recv_shape(rf__shape_ctx *c) {
   const rf_tensor *t = c->input_values[0];
   if (!t) return NULL;
-  int64_t rank = rf_tensor_num_elements(t);
-  if (rf_tensor_shape(t).rank != 1 || rank > RF_MAX_RANK)
-    return rf__invalid("the shape input must be a vector of at most %d dims",
-                       RF_MAX_RANK);
   int64_t dims[RF_MAX_RANK];
-  for (int64_t i = 0; i < rank; i++) {
-    dims[i] = (int64_t)rf_tensor_get(t, i);
+  int rank;
+  RF_CHECK(rf__dims_from_tensor(t, "the shape input", dims, &rank));
+  for (int i = 0; i < rank; i++)
     if (dims[i] < 0)
       return rf__invalid("the shape input holds a negative dim %lld",
                          (long long)dims[i]);
-  }
-  c->output_shapes[0] = rf_shape_make((int)rank, dims);
+  c->output_shapes[0] = rf_shape_make(rank, dims);
   return NULL;
 }
 
@@ -489,9 +487,11 @@ static const rf__op_spec specs[] = {
      .attrs = COLL_TYPES "; num_devices: int >= 1; shared_name: string",
      .flags = RF_OP_STATEFUL},
     {.name = "_BroadcastRecv",
-     .inputs = "shape: int32",
+     .inputs = "shape: Tshape",
      .outputs = "output: T",
-     .attrs = COLL_TYPES "; num_devices: int >= 1; shared_name: string",
+     .attrs = COLL_TYPES
+     "; Tshape: type in {int32, int64} = int32; num_devices: int >= 1; "
+     "shared_name: string",
      .shape = broadcast_recv_shape,
      .flags = RF_OP_STATEFUL},
 };
