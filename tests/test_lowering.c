@@ -635,7 +635,8 @@ static void test_group_disagreement_at_compile(void **state) {
   rf_all_gather(g, "m1", ph(g, "x1", "cpu:1", s), 2, "mixed");
   expect_lower_error(g, 2,
                      "collective 'mixed': participants disagree on the "
-                     "collective: 'm0' is AllReduce but 'm1' is AllGather");
+                     "collective: AllReduce on cpu:0 (node 'm0', AllReduce) "
+                     "but AllGather on cpu:1 (node 'm1', AllGather)");
   /* Same kind, different reduction; then different dtype. */
   g = rf_graph_new();
   rf_all_reduce(g, "m0", ph(g, "x0", "cpu:0", s), RF_REDUCE_SUM, 2, "mixed");
@@ -647,8 +648,9 @@ static void test_group_disagreement_at_compile(void **state) {
   rf_output x1 = rf_placeholder(g, "x1", RF_INT32, s);
   rf_graph_pop_device(g);
   rf_all_reduce(g, "m1", x1, RF_REDUCE_SUM, 2, "mixed");
-  expect_lower_error(
-      g, 2, "participants disagree on T: float64 on 'm0' but int32 on 'm1'");
+  expect_lower_error(g, 2,
+                     "participants disagree on T: float64 on cpu:0 (node 'm0', "
+                     "AllReduce) but int32 on cpu:1 (node 'm1', AllReduce)");
 }
 
 static void test_unlowered_stubs_fail_clearly(void **state) {
