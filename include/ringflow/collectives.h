@@ -50,15 +50,20 @@ RF_API rf_output rf_all_reduce(rf_graph *g, const char *name, rf_output input,
                                rf_reduction reduction, int num_devices,
                                const char *shared_name);
 /* All n participants at once: outputs[i] on the device of inputs[i], shared
- * name derived from `name` (generated when NULL). On error nothing is added,
- * outputs is untouched and the graph keeps the error. */
+ * name derived from `name` (generated when NULL). The inputs must share one
+ * dtype (else INVALID_ARGUMENT naming both inputs, their dtypes and devices;
+ * likewise for rf_all_gather_n, rf_reduce_scatter_n and rf_reduce). On error
+ * nothing is added, outputs is untouched and the graph keeps the error. */
 RF_API void rf_all_reduce_n(rf_graph *g, const char *name,
                             const rf_output *inputs, int n,
                             rf_reduction reduction, rf_output *outputs);
 
 /* One node reducing n inputs (on n different devices) to one output on the
  * node's device (the device scope, else the first input's device). One input
- * must be on that device. */
+ * must be on that device: else INVALID_ARGUMENT here ("No input tensor uses
+ * the same device as the Reduce op: node 'r' is on cpu:0, its inputs on
+ * cpu:1, cpu:2"), or when the session compiles for a device changed later
+ * (or one whose task only the job decides: "cpu:0" against "/task:1/cpu:0"). */
 RF_API rf_output rf_reduce(rf_graph *g, const char *name,
                            const rf_output *inputs, int n,
                            rf_reduction reduction);

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "comm/collective.h"
+#include "graph/device_name.h"
 #include "ops/array_shapes.h"
 #include "ops/collective_names.h"
 #include "ops/families.h"
@@ -126,6 +127,70 @@ static bool require_device(rf_graph *g, const char *op, const char *name,
 
 /* internal: a gradient's participant, whose shared_name may hold the
  * reserved character (ops/collective_names.h). */
+/* The n inputs of one collective share a dtype: otherwise records
+ * INVALID_ARGUMENT naming input 0 and the first that differs, with their
+ * dtypes and devices. */
+static bool same_dtype(rf_graph *g, const char *op, const char *name,
+                       const rf_output *in, int n) {
+  rf_dtype t = rf_output_dtype(in[0]);
+  for (int i = 1; i < n; i++) {
+    rf_dtype u = rf_output_dtype(in[i]);
+    if (u == t) continue;
+    rf__graph_record(
+        g, rf__invalid("%s '%s': inputs disagree on dtype: input 0 (node "
+                       "'%s') is %s on %s but input %d (node '%s') is %s on %s",
+                       op, name ? name : "(unnamed)", in[0].node->name,
+                       rf_dtype_name(t), in[0].node->requested_device, i,
+                       in[i].node->name, rf_dtype_name(u),
+                       in[i].node->requested_device));
+    return false;
+  }
+  return true;
+}
+
+/* Whether devices a and b may be one device. A name without a task is this
+ * process's, which only the job decides: it may be any task's. */
+static bool may_be_same_device(const rf__device_name *a,
+                               const rf__device_name *b) {
+  return a->type == b->type && a->index == b->index &&
+         (a->task == b->task || a->task < 0 || b->task < 0);
+}
+
+/* A Reduce on `dev` needs an input there (its receiver's): known at build
+ * time, since every input has a device. Otherwise records INVALID_ARGUMENT
+ * (the lowering checks it again for a device changed later). */
+static bool reduce_has_own_input(rf_graph *g, const char *name, const char *dev,
+                                 const rf_output *in, int n) {
+  rf__device_name d, e;
+  rf_status *bad = rf__device_name_parse(dev, &d);
+  if (bad) { /* the builder reports it */
+    rf_status_free(bad);
+    return true;
+  }
+  char list[512] = "";
+  size_t used = 0;
+  for (int i = 0; i < n; i++) {
+    const char *x = in[i].node->requested_device;
+    rf_status *st = rf__device_name_parse(x, &e);
+    if (st) {
+      rf_status_free(st);
+      return true;
+    }
+    if (may_be_same_device(&d, &e)) return true;
+    bool listed = false; /* few inputs: a scan is fine */
+    for (int k = 0; k < i && !listed; k++)
+      listed = strcmp(in[k].node->requested_device, x) == 0;
+    if (!listed && used < sizeof list)
+      used += (size_t)snprintf(list + used, sizeof list - used, "%s%s",
+                               used ? ", " : "", x);
+  }
+  rf__graph_record(g, rf__invalid("No input tensor uses the same device as the "
+                                  "Reduce op: node '%s' is on %s, its inputs "
+                                  "on %s",
+                                  name ? name : "(unnamed)", dev, list));
+  return false;
+}
+
 static rf_output participant(rf_graph *g, const char *op, const char *name,
                              rf_output input, const char *reduction,
                              int num_devices, const char *shared_name,
@@ -183,6 +248,7 @@ static void participants_n(rf_graph *g, const char *op, const char *name,
   const char *shared = name ? name : fresh;
   for (int i = 0; i < n; i++)
     if (!require_device(g, op, shared, inputs[i])) return;
+  if (!same_dtype(g, op, shared, inputs, n)) return;
   size_t len = strlen(shared) + 16;
   char *nm = rf__malloc(len);
   if (!nm) {
@@ -233,11 +299,14 @@ rf_output rf_reduce(rf_graph *g, const char *name, const rf_output *inputs,
   if (!rf__graph_inputs_ok(g, "Reduce", inputs, n)) return invalid_output();
   for (int i = 0; i < n; i++)
     if (!require_device(g, "Reduce", name, inputs[i])) return invalid_output();
+  const char *scope = rf__graph_scope_device(g);
+  const char *dev = scope[0] ? scope : inputs[0].node->requested_device;
+  if (!same_dtype(g, "Reduce", name, inputs, n) ||
+      !reduce_has_own_input(g, name, dev, inputs, n))
+    return invalid_output();
   rf_node_builder *b = rf_node_builder_new(g, "Reduce", name);
   rf_node_builder_input_list(b, inputs, n);
-  const char *scope = rf__graph_scope_device(g);
-  rf_node_builder_device(b,
-                         scope[0] ? scope : inputs[0].node->requested_device);
+  rf_node_builder_device(b, dev);
   rf_node_builder_attr_string(b, "reduction", reduction_attr(reduction));
   return rf__finish_output(g, b);
 }
