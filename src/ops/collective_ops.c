@@ -125,8 +125,6 @@ static bool require_device(rf_graph *g, const char *op, const char *name,
   return false;
 }
 
-/* internal: a gradient's participant, whose shared_name may hold the
- * reserved character (ops/collective_names.h). */
 /* The n inputs of one collective share a dtype: otherwise records
  * INVALID_ARGUMENT naming input 0 and the first that differs, with their
  * dtypes and devices. */
@@ -191,6 +189,8 @@ static bool reduce_has_own_input(rf_graph *g, const char *name, const char *dev,
   return false;
 }
 
+/* internal: a gradient's participant, whose shared_name may hold the
+ * reserved character (ops/collective_names.h). */
 static rf_output participant(rf_graph *g, const char *op, const char *name,
                              rf_output input, const char *reduction,
                              int num_devices, const char *shared_name,
