@@ -13,13 +13,19 @@
  *   // sum[i] lives on in[i]'s device and holds in[0] + in[1]
  *
  * Gradients (float dtypes): all-reduce sum -> all-reduce sum of the incoming
- * gradients (shared_name + "_grad"); avg -> all-reduce avg; max/min -> the
- * summed gradient to the participant holding the extremum (ties: lowest
+ * gradients, shared_name "X#grad<k>" for collective X, k one more than any
+ * k already in the graph's shared names: every rf_gradients call gets
+ * collectives of its own, the same in every process building the same
+ * graph); avg -> all-reduce avg; max/min -> the summed gradient to the
+ * participant holding the extremum (ties: lowest
  * device index); prod -> summed gradient times the product of the other
  * inputs (zeros handled). Reduce sum -> broadcast of the gradient to every
  * input; broadcast -> reduce sum of the gradients of every consumer (summed
  * per device first); all-gather and reduce-scatter(sum) are each other's
- * transpose. docs/COLLECTIVES.md has the details. */
+ * transpose. docs/COLLECTIVES.md has the details.
+ *
+ * '#' is reserved for those names: a shared_name holding it is refused
+ * (INVALID_ARGUMENT, recorded in the graph). */
 #ifndef RINGFLOW_COLLECTIVES_H
 #define RINGFLOW_COLLECTIVES_H
 
@@ -44,15 +50,20 @@ RF_API rf_output rf_all_reduce(rf_graph *g, const char *name, rf_output input,
                                rf_reduction reduction, int num_devices,
                                const char *shared_name);
 /* All n participants at once: outputs[i] on the device of inputs[i], shared
- * name derived from `name` (generated when NULL). On error nothing is added,
- * outputs is untouched and the graph keeps the error. */
+ * name derived from `name` (generated when NULL). The inputs must share one
+ * dtype (else INVALID_ARGUMENT naming both inputs, their dtypes and devices;
+ * likewise for rf_all_gather_n, rf_reduce_scatter_n and rf_reduce). On error
+ * nothing is added, outputs is untouched and the graph keeps the error. */
 RF_API void rf_all_reduce_n(rf_graph *g, const char *name,
                             const rf_output *inputs, int n,
                             rf_reduction reduction, rf_output *outputs);
 
 /* One node reducing n inputs (on n different devices) to one output on the
  * node's device (the device scope, else the first input's device). One input
- * must be on that device. */
+ * must be on that device: else INVALID_ARGUMENT here ("No input tensor uses
+ * the same device as the Reduce op: node 'r' is on cpu:0, its inputs on
+ * cpu:1, cpu:2"), or when the session compiles for a device changed later
+ * (or one whose task only the job decides: "cpu:0" against "/task:1/cpu:0"). */
 RF_API rf_output rf_reduce(rf_graph *g, const char *name,
                            const rf_output *inputs, int n,
                            rf_reduction reduction);

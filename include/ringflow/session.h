@@ -86,7 +86,11 @@ typedef struct rf_feed {
 } rf_feed;
 
 /* Makes a session over a copy of g (opts NULL: defaults). On error *out is
- * untouched. The graph must hold no recorded error. A session of an MPI job
+ * untouched. The graph must hold no recorded error, and every node's
+ * requested device must be one the session has: otherwise INVALID_ARGUMENT
+ * naming the node, op and device and the session's devices ("node 'y'
+ * (Identity) requests device cpu:9, but the session has cpu:0..cpu:3 (4
+ * devices)"), before any run. A session of an MPI job
  * is made collectively: every process of the job calls rf_session_new, in
  * the same order, and each learns the others' device counts; a process
  * that does not come within collective_timeout_ms makes the others fail

@@ -347,10 +347,15 @@ static void launch(rf__collective_manager *m, entry *e) {
 
 /* ---- the table ---- */
 
-/* "name\x1fstep", truncated to len like snprintf. Not printf: every
- * participant of every collective makes its key (snprintf was a tenth of a
- * 1 KiB all-reduce step). */
-static void make_key(char *buf, size_t len, const char *name, int64_t step) {
+/* Bytes a key needs beyond its name: '\x1f', a sign, 19 digits, the NUL. */
+#define KEY_EXTRA 22
+
+/* "name\x1fstep" into buf, which holds name_len + KEY_EXTRA bytes: names of
+ * any length stay whole (a cut name would meet another collective). Not
+ * printf: every participant of every collective makes its key (snprintf was
+ * a tenth of a 1 KiB all-reduce step). */
+static void make_key(char *buf, const char *name, size_t name_len,
+                     int64_t step) {
   char digits[24];
   int nd = 0;
   unsigned long long v =
@@ -358,10 +363,10 @@ static void make_key(char *buf, size_t len, const char *name, int64_t step) {
   do digits[nd++] = (char)('0' + v % 10);
   while ((v /= 10) > 0);
   if (step < 0) digits[nd++] = '-';
-  size_t n = 0;
-  for (; *name && n + 1 < len; name++) buf[n++] = *name;
-  if (n + 1 < len) buf[n++] = '\x1f';
-  while (nd > 0 && n + 1 < len) buf[n++] = digits[--nd];
+  memcpy(buf, name, name_len);
+  size_t n = name_len;
+  buf[n++] = '\x1f';
+  while (nd > 0) buf[n++] = digits[--nd];
   buf[n] = '\0';
 }
 
@@ -425,17 +430,9 @@ static entry *entry_new(const char *key, const char *shared_name, int64_t step,
   return e;
 }
 
-rf_status *rf__collective_join(rf__collective_manager *m,
-                               const char *shared_name, int64_t step_id,
-                               int64_t timeout_ms,
-                               const rf__coll_participant *p) {
-  if (!m || !shared_name || !p || !p->device || !p->done || !p->node)
-    return rf__invalid("rf__collective_join: NULL argument");
-  if (p->num_devices < 1)
-    return rf__invalid("collective '%s': num_devices must be >= 1, got %d",
-                       shared_name, p->num_devices);
-  char key[512];
-  make_key(key, sizeof key, shared_name, step_id);
+static rf_status *join(rf__collective_manager *m, const char *key,
+                       const char *shared_name, int64_t step_id,
+                       int64_t timeout_ms, const rf__coll_participant *p) {
   /* This process's share of a group of several processes. */
   int expected = p->task_devices > 0 && p->task_devices < p->num_devices
                      ? p->task_devices
@@ -512,6 +509,27 @@ rf_status *rf__collective_join(rf__collective_manager *m,
   pthread_mutex_unlock(&m->mu);
   launch(m, e);
   return NULL;
+}
+
+rf_status *rf__collective_join(rf__collective_manager *m,
+                               const char *shared_name, int64_t step_id,
+                               int64_t timeout_ms,
+                               const rf__coll_participant *p) {
+  if (!m || !shared_name || !p || !p->device || !p->done || !p->node)
+    return rf__invalid("rf__collective_join: NULL argument");
+  if (p->num_devices < 1)
+    return rf__invalid("collective '%s': num_devices must be >= 1, got %d",
+                       shared_name, p->num_devices);
+  /* Short names (nearly all) need no allocation for their key. */
+  size_t len = strlen(shared_name);
+  char small[256];
+  char *key =
+      len + KEY_EXTRA <= sizeof small ? small : rf__malloc(len + KEY_EXTRA);
+  if (!key) return rf__oom();
+  make_key(key, shared_name, len, step_id);
+  rf_status *st = join(m, key, shared_name, step_id, timeout_ms, p);
+  if (key != small) rf__free(key);
+  return st;
 }
 
 /* Dooms every pending entry past its deadline. */

@@ -16,6 +16,7 @@
 #include "core/mem.h"
 #include "core/status.h"
 #include "grad/peers.h"
+#include "ops/collective_names.h"
 #include "graph/graph.h"
 #include "ops/op_registry.h"
 #include "ops/op_families.h"
@@ -41,7 +42,8 @@ typedef struct grad_state {
   rf_output *dy, *dx;
   const rf_output **parts;
   int *num_parts;
-  rf__peers *peers; /* collective groups (grad/peers.h) */
+  rf__peers *peers;     /* collective groups (grad/peers.h) */
+  int64_t construction; /* names this call's collectives (collective_names.h) */
 } grad_state;
 
 static rf_node *node_at(const grad_state *s, int id) { return s->g->nodes[id]; }
@@ -308,7 +310,8 @@ static rf_status *seed_ys(grad_state *s, const rf_output *ys, int ny,
 static rf_status *call_grad_fn(grad_state *s, rf_node *n) {
   const rf__op_def *op = n->op;
   bool unsummed = (op->flags & RF_OP_GRAD_UNSUMMED) != 0;
-  rf__grad_ctx c = {.g = s->g, .op = n, .dx = s->dx};
+  rf__grad_ctx c = {
+      .g = s->g, .op = n, .dx = s->dx, .construction = s->construction};
   RF_CHECK(rf_graph_push_device(s->g, device_of(n)));
   rf_status *st = NULL;
   int np;
@@ -449,6 +452,7 @@ static rf_status *gradients(grad_state *s, const rf_output *ys, int ny,
                             const rf_output *xs, int nx,
                             const rf_output *grad_ys, rf_output *result) {
   RF_CHECK(rf__peers_build(s->g, s->num_ids, &s->peers));
+  s->construction = rf__grad_next_construction(s->g);
   mark_forward(s, xs, nx);
   int num_between = mark_between(s, ys, ny);
   RF_CHECK(count_pending(s));

@@ -126,6 +126,9 @@ rf_node *rf__finish_node(rf_graph *g, rf_node_builder *b);
  * rf_node_builder_attr_* setters, for loaders. */
 void rf__node_builder_attr_value(rf_node_builder *b, const char *name,
                                  const rf__attr_value *v);
+/* Lets b's shared_name hold RF_RESERVED_NAME_CHAR: for the gradient
+ * builder, which makes those names, and loaders of saved graphs. */
+void rf__node_builder_allow_reserved(rf_node_builder *b);
 
 /* The device the current scope requests ("" for none). */
 const char *rf__graph_scope_device(const rf_graph *g);

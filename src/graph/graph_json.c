@@ -616,6 +616,7 @@ static rf_status *read_node(loader *l, json_t *j) {
   RF_CHECK(read_fields(l, j, &f));
   rf_node_builder *b = rf_node_builder_new(l->g, f.op, f.name);
   rf_node_builder_device(b, f.device);
+  rf__node_builder_allow_reserved(b); /* a saved graph's gradients */
   rf_status *st = f.inputs ? read_inputs(l, b, f.inputs) : NULL;
   if (!st && f.ctrl) st = read_controls(l, b, f.ctrl);
   const char *key;

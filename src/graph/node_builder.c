@@ -28,6 +28,7 @@ struct rf_node_builder {
   int num_controls, cap_controls;
   rf__attrs attrs;
   rf_status *error; /* first problem seen by a setter */
+  bool reserved_ok; /* may use RF_RESERVED_NAME_CHAR in a shared_name */
 };
 
 static rf_node_builder oom_builder;
@@ -134,6 +135,10 @@ void rf__node_builder_attr_value(rf_node_builder *b, const char *name,
   set_attr(b, name, v);
 }
 
+void rf__node_builder_allow_reserved(rf_node_builder *b) {
+  if (usable(b)) b->reserved_ok = true;
+}
+
 void rf_node_builder_attr_int(rf_node_builder *b, const char *name, int64_t v) {
   rf__attr_value a = rf__attr_int(v);
   set_attr(b, name, &a);
@@ -221,6 +226,21 @@ static bool valid_name(const char *s) {
     if (!ok) return false;
   }
   return true;
+}
+
+/* A collective's shared_name may not hold the character reserved for the
+ * collectives rf_gradients makes, unless the builder is one of those (or a
+ * loader rebuilding a saved graph). */
+static rf_status *check_shared_name(const rf_node_builder *b,
+                                    const rf__op_def *op, const char *name) {
+  if (b->reserved_ok || !(op->flags & RF_OP_GROUPED)) return NULL;
+  const rf__attr_value *v = rf__attrs_find(&b->attrs, "shared_name");
+  if (!v || v->type != RF_ATTR_STRING || !strchr(v->u.s, RF_RESERVED_NAME_CHAR))
+    return NULL;
+  return rf__invalid(
+      "node '%s' (%s): shared_name '%s' holds '%c', which is reserved for the "
+      "collectives rf_gradients makes",
+      name, op->name, v->u.s, RF_RESERVED_NAME_CHAR);
 }
 
 /* Checks the given arguments against op's inputs; fills per-arg sizes. */
@@ -315,6 +335,7 @@ static rf_status *build(rf_node_builder *b, rf_node **out) {
   rf_status *st = NULL;
   RF_CHECK_GOTO(pick_name(b, op, &name), st, done);
   RF_CHECK_GOTO(match_args(b, op, name, sizes), st, done);
+  RF_CHECK_GOTO(check_shared_name(b, op, name), st, done);
   RF_CHECK_GOTO(resolve_device(b, name, op->name, canon), st, done);
   in_dt = rf__malloc(sizeof *in_dt * (size_t)(b->num_inputs + 1));
   if (!in_dt) RF_CHECK_GOTO(rf__oom(), st, done);

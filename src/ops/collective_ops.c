@@ -5,7 +5,10 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "graph/device_name.h"
+#include "ops/array_shapes.h"
 #include "ops/collective_attrs.h"
+#include "ops/collective_names.h"
 #include "ops/op_families.h"
 #include "ops/op_registry.h"
 #include "ringflow/collectives.h"
@@ -50,22 +53,19 @@ static rf_status *reduce_shape(rf__shape_ctx *c) {
   return NULL;
 }
 
-/* The shape input is a Const whenever the broadcast shape was fully known. */
+/* The shape input is a Const whenever the broadcast shape was fully known:
+ * int32, or int64 when a dim does not fit in int32. */
 static rf_status *broadcast_recv_shape(rf__shape_ctx *c) {
   const rf_tensor *t = c->input_values[0];
   if (!t) return NULL;
-  int64_t rank = rf_tensor_num_elements(t);
-  if (rf_tensor_shape(t).rank != 1 || rank > RF_MAX_RANK)
-    return rf__invalid("the shape input must be a vector of at most %d dims",
-                       RF_MAX_RANK);
   int64_t dims[RF_MAX_RANK];
-  for (int64_t i = 0; i < rank; i++) {
-    dims[i] = (int64_t)rf_tensor_get(t, i);
+  int rank;
+  RF_CHECK(rf__dims_from_tensor(t, "the shape input", dims, &rank));
+  for (int i = 0; i < rank; i++)
     if (dims[i] < 0)
       return rf__invalid("the shape input holds a negative dim %lld",
                          (long long)dims[i]);
-  }
-  c->output_shapes[0] = rf_shape_make((int)rank, dims);
+  c->output_shapes[0] = rf_shape_make(rank, dims);
   return NULL;
 }
 
@@ -120,9 +120,76 @@ static bool require_device(rf_graph *g, const char *op, const char *name,
   return false;
 }
 
+/* The n inputs of one collective share a dtype: otherwise records
+ * INVALID_ARGUMENT naming input 0 and the first that differs, with their
+ * dtypes and devices. */
+static bool same_dtype(rf_graph *g, const char *op, const char *name,
+                       const rf_output *in, int n) {
+  rf_dtype t = rf_output_dtype(in[0]);
+  for (int i = 1; i < n; i++) {
+    rf_dtype u = rf_output_dtype(in[i]);
+    if (u == t) continue;
+    rf__graph_record(
+        g, rf__invalid("%s '%s': inputs disagree on dtype: input 0 (node "
+                       "'%s') is %s on %s but input %d (node '%s') is %s on %s",
+                       op, name ? name : "(unnamed)", in[0].node->name,
+                       rf_dtype_name(t), in[0].node->requested_device, i,
+                       in[i].node->name, rf_dtype_name(u),
+                       in[i].node->requested_device));
+    return false;
+  }
+  return true;
+}
+
+/* Whether devices a and b may be one device. A name without a task is this
+ * process's, which only the job decides: it may be any task's. */
+static bool may_be_same_device(const rf__device_name *a,
+                               const rf__device_name *b) {
+  return a->type == b->type && a->index == b->index &&
+         (a->task == b->task || a->task < 0 || b->task < 0);
+}
+
+/* A Reduce on `dev` needs an input there (its receiver's): known at build
+ * time, since every input has a device. Otherwise records INVALID_ARGUMENT
+ * (the lowering checks it again for a device changed later). */
+static bool reduce_has_own_input(rf_graph *g, const char *name, const char *dev,
+                                 const rf_output *in, int n) {
+  rf__device_name d, e;
+  rf_status *bad = rf__device_name_parse(dev, &d);
+  if (bad) { /* the builder reports it */
+    rf_status_free(bad);
+    return true;
+  }
+  char list[512] = "";
+  size_t used = 0;
+  for (int i = 0; i < n; i++) {
+    const char *x = in[i].node->requested_device;
+    rf_status *st = rf__device_name_parse(x, &e);
+    if (st) {
+      rf_status_free(st);
+      return true;
+    }
+    if (may_be_same_device(&d, &e)) return true;
+    bool listed = false; /* few inputs: a scan is fine */
+    for (int k = 0; k < i && !listed; k++)
+      listed = strcmp(in[k].node->requested_device, x) == 0;
+    if (!listed && used < sizeof list)
+      used += (size_t)snprintf(list + used, sizeof list - used, "%s%s",
+                               used ? ", " : "", x);
+  }
+  rf__graph_record(g, rf__invalid("No input tensor uses the same device as the "
+                                  "Reduce op: node '%s' is on %s, its inputs "
+                                  "on %s",
+                                  name ? name : "(unnamed)", dev, list));
+  return false;
+}
+
+/* internal: a gradient's participant, whose shared_name may hold the
+ * reserved character (ops/collective_names.h). */
 static rf_output participant(rf_graph *g, const char *op, const char *name,
                              rf_output input, const char *reduction,
-                             int num_devices, const char *shared_name) {
+                             int num_devices, const char *shared_name,
+                             bool internal) {
   if (rf__graph_failed(g) || !rf__graph_inputs_ok(g, op, &input, 1))
     return invalid_output();
   if (!require_device(g, op, name, input)) return invalid_output();
@@ -130,6 +197,7 @@ static rf_output participant(rf_graph *g, const char *op, const char *name,
   if (!name) rf__graph_unique_name(g, op, fresh, sizeof fresh);
   const char *nm = name ? name : fresh; /* any length: never cut */
   rf_node_builder *b = rf_node_builder_new(g, op, nm);
+  if (internal) rf__node_builder_allow_reserved(b);
   rf_node_builder_input(b, input);
   const char *scope = rf__graph_scope_device(g);
   rf_node_builder_device(b, scope[0] ? scope : input.node->requested_device);
@@ -143,20 +211,21 @@ rf_output rf_all_reduce(rf_graph *g, const char *name, rf_output input,
                         rf_reduction reduction, int num_devices,
                         const char *shared_name) {
   return participant(g, "AllReduce", name, input, rf__reduction_name(reduction),
-                     num_devices, shared_name);
+                     num_devices, shared_name, false);
 }
 
 rf_output rf_all_gather(rf_graph *g, const char *name, rf_output input,
                         int num_devices, const char *shared_name) {
   return participant(g, "AllGather", name, input, NULL, num_devices,
-                     shared_name);
+                     shared_name, false);
 }
 
 rf_output rf_reduce_scatter(rf_graph *g, const char *name, rf_output input,
                             rf_reduction reduction, int num_devices,
                             const char *shared_name) {
   return participant(g, "ReduceScatter", name, input,
-                     rf__reduction_name(reduction), num_devices, shared_name);
+                     rf__reduction_name(reduction), num_devices, shared_name,
+                     false);
 }
 
 /* n participants named <name>_<i> sharing <name>; all or nothing. */
@@ -175,6 +244,7 @@ static void participants_n(rf_graph *g, const char *op, const char *name,
   const char *shared = name ? name : fresh;
   for (int i = 0; i < n; i++)
     if (!require_device(g, op, shared, inputs[i])) return;
+  if (!same_dtype(g, op, shared, inputs, n)) return;
   size_t len = strlen(shared) + 16;
   char *nm = rf__malloc(len);
   if (!nm) {
@@ -186,7 +256,7 @@ static void participants_n(rf_graph *g, const char *op, const char *name,
   rf_output *outs = n <= 64 ? tmp : outputs;
   for (int i = 0; i < n; i++) {
     snprintf(nm, len, "%s_%d", shared, i);
-    outs[i] = participant(g, op, nm, inputs[i], reduction, n, shared);
+    outs[i] = participant(g, op, nm, inputs[i], reduction, n, shared, false);
     if (!outs[i].node) break;
   }
   rf__free(nm);
@@ -225,11 +295,14 @@ rf_output rf_reduce(rf_graph *g, const char *name, const rf_output *inputs,
   if (!rf__graph_inputs_ok(g, "Reduce", inputs, n)) return invalid_output();
   for (int i = 0; i < n; i++)
     if (!require_device(g, "Reduce", name, inputs[i])) return invalid_output();
+  const char *scope = rf__graph_scope_device(g);
+  const char *dev = scope[0] ? scope : inputs[0].node->requested_device;
+  if (!same_dtype(g, "Reduce", name, inputs, n) ||
+      !reduce_has_own_input(g, name, dev, inputs, n))
+    return invalid_output();
   rf_node_builder *b = rf_node_builder_new(g, "Reduce", name);
   rf_node_builder_input_list(b, inputs, n);
-  const char *scope = rf__graph_scope_device(g);
-  rf_node_builder_device(b,
-                         scope[0] ? scope : inputs[0].node->requested_device);
+  rf_node_builder_device(b, dev);
   rf_node_builder_attr_string(b, "reduction", rf__reduction_name(reduction));
   return rf__finish_output(g, b);
 }
@@ -248,35 +321,28 @@ rf_output rf_broadcast(rf_graph *g, const char *name, rf_output input) {
 
 /* ---- gradients ---- */
 
-/* a + b, allocated: names have no length limit, and a cut name could meet
- * another collective's group. NULL when memory runs out. */
-static char *concat(const char *a, const char *b) {
-  size_t len = strlen(a) + strlen(b) + 1;
-  char *s = rf__malloc(len);
-  if (s) snprintf(s, len, "%s%s", a, b);
-  return s;
-}
-
-/* shared_name + "_grad" into *out (the caller frees it). */
-static rf_status *grad_shared_name(const rf_node *op, char **out) {
+/* The participant of construction c's gradient collective for c->op (and,
+ * with what, of one of its helpers): named by ops/collective_names.h. */
+static rf_output grad_participant(rf__grad_ctx *c, const char *op, rf_output x,
+                                  const char *reduction, const char *what) {
   const char *shared;
-  RF_CHECK(rf__attrs_get_string(&op->attrs, "shared_name", &shared));
-  *out = concat(shared, "_grad");
-  return *out ? NULL : rf__oom();
-}
-
-/* An all-reduce participant named after shared + suffix; records OOM. */
-static rf_output all_reduce_suffixed(rf_graph *g, rf_output x, rf_reduction r,
-                                     int n, const char *shared,
-                                     const char *suffix) {
-  char *name = concat(shared, suffix);
-  if (!name) {
-    rf__graph_record(g, rf__oom());
+  int64_t n;
+  rf_status *st = rf__attrs_get_string(&c->op->attrs, "shared_name", &shared);
+  if (!st) st = rf__attrs_get_int(&c->op->attrs, "num_devices", &n);
+  char *name = st ? NULL : rf__grad_shared_name(shared, c->construction, what);
+  if (!st && !name) st = rf__oom();
+  if (st) {
+    rf__graph_record(c->g, st);
     return invalid_output();
   }
-  rf_output y = rf_all_reduce(g, NULL, x, r, n, name);
+  rf_output y = participant(c->g, op, NULL, x, reduction, (int)n, name, true);
   rf__free(name);
   return y;
+}
+
+static rf_output grad_all_reduce(rf__grad_ctx *c, rf_output x, rf_reduction r,
+                                 const char *what) {
+  return grad_participant(c, "AllReduce", x, rf__reduction_name(r), what);
 }
 
 /* max/min: the summed gradient goes to the participant holding the extremum;
@@ -284,7 +350,7 @@ static rf_output all_reduce_suffixed(rf_graph *g, rf_output x, rf_reduction r,
  * found with one more all-reduce(min) over "my place in that order where I
  * hold the extremum".
  * (PyTorch and Horovod re-apply the forward op here, which is wrong.) */
-static rf_output extremum_mask(rf__grad_ctx *c, int n, const char *shared) {
+static rf_output extremum_mask(rf__grad_ctx *c) {
   rf_graph *g = c->g;
   rf_output x = rf__input(c->op, 0), y = {c->op, 0};
   rf__device_name dev;
@@ -304,8 +370,7 @@ static rf_output extremum_mask(rf__grad_ctx *c, int n, const char *shared) {
       g, NULL,
       rf_mul(g, NULL, holds, rf_const_scalar(g, NULL, RF_INT32, order - big)),
       rf_const_scalar(g, NULL, RF_INT32, big));
-  rf_output winner =
-      all_reduce_suffixed(g, bid, RF_REDUCE_MIN, n, shared, "_winner");
+  rf_output winner = grad_all_reduce(c, bid, RF_REDUCE_MIN, "winner");
   return rf_cast(g, NULL, rf_equal(g, NULL, winner, key), rf_output_dtype(x));
 }
 
@@ -313,7 +378,7 @@ static rf_output extremum_mask(rf__grad_ctx *c, int n, const char *shared) {
  * x_i != 0; where x_i == 0 it is the product of the others' non-zeros if x_i
  * is the only zero, else 0 (two all-reduces count zeros and multiply the
  * non-zeros). */
-static rf_output prod_others(rf__grad_ctx *c, int n, const char *shared) {
+static rf_output prod_others(rf__grad_ctx *c) {
   rf_graph *g = c->g;
   rf_output x = rf__input(c->op, 0), y = {c->op, 0};
   rf_dtype t = rf_output_dtype(x);
@@ -321,10 +386,8 @@ static rf_output prod_others(rf__grad_ctx *c, int n, const char *shared) {
   rf_output is_zero = rf_cast(
       g, NULL, rf_equal(g, NULL, x, rf_const_scalar(g, NULL, t, 0.0)), t);
   rf_output safe = rf_add(g, NULL, x, is_zero);
-  rf_output zeros =
-      all_reduce_suffixed(g, is_zero, RF_REDUCE_SUM, n, shared, "_zeros");
-  rf_output nz_prod =
-      all_reduce_suffixed(g, safe, RF_REDUCE_PROD, n, shared, "_nonzero_prod");
+  rf_output zeros = grad_all_reduce(c, is_zero, RF_REDUCE_SUM, "zeros");
+  rf_output nz_prod = grad_all_reduce(c, safe, RF_REDUCE_PROD, "nonzero_prod");
   rf_output one_zero = rf_cast(g, NULL, rf_equal(g, NULL, zeros, one), t);
   rf_output ratio =
       rf_mul(g, NULL, rf_div(g, NULL, y, safe), rf_sub(g, NULL, one, is_zero));
@@ -335,10 +398,7 @@ static rf_output prod_others(rf__grad_ctx *c, int n, const char *shared) {
 
 static rf_status *all_reduce_grad(rf__grad_ctx *c) {
   const char *red;
-  int64_t n;
-  char *shared;
   RF_CHECK(rf__attrs_get_string(&c->op->attrs, "reduction", &red));
-  RF_CHECK(rf__attrs_get_int(&c->op->attrs, "num_devices", &n));
   if (!rf_dtype_is_float(rf_output_dtype(c->dy[0])))
     return rf__invalid("No gradient defined for AllReduce of %s: node '%s'",
                        rf_dtype_name(rf_output_dtype(c->dy[0])), c->op->name);
@@ -349,50 +409,35 @@ static rf_status *all_reduce_grad(rf__grad_ctx *c) {
         "No gradient defined for AllReduce with reduction '%s' "
         "(node '%s')",
         red, c->op->name);
-  RF_CHECK(grad_shared_name(c->op, &shared));
   if (strcmp(red, "avg") == 0) {
-    c->dx[0] =
-        rf_all_reduce(c->g, NULL, c->dy[0], RF_REDUCE_AVG, (int)n, shared);
-    rf__free(shared);
+    c->dx[0] = grad_all_reduce(c, c->dy[0], RF_REDUCE_AVG, NULL);
     return NULL;
   }
-  rf_output sum =
-      rf_all_reduce(c->g, NULL, c->dy[0], RF_REDUCE_SUM, (int)n, shared);
+  rf_output sum = grad_all_reduce(c, c->dy[0], RF_REDUCE_SUM, NULL);
   if (strcmp(red, "sum") == 0)
     c->dx[0] = sum;
   else if (extremum)
-    c->dx[0] = rf_mul(c->g, NULL, sum, extremum_mask(c, (int)n, shared));
+    c->dx[0] = rf_mul(c->g, NULL, sum, extremum_mask(c));
   else
-    c->dx[0] = rf_mul(c->g, NULL, sum, prod_others(c, (int)n, shared));
-  rf__free(shared);
+    c->dx[0] = rf_mul(c->g, NULL, sum, prod_others(c));
   return NULL;
 }
 
 static rf_status *all_gather_grad(rf__grad_ctx *c) {
-  int64_t n;
-  char *shared;
-  RF_CHECK(rf__attrs_get_int(&c->op->attrs, "num_devices", &n));
-  RF_CHECK(grad_shared_name(c->op, &shared));
-  c->dx[0] =
-      rf_reduce_scatter(c->g, NULL, c->dy[0], RF_REDUCE_SUM, (int)n, shared);
-  rf__free(shared);
+  c->dx[0] = grad_participant(c, "ReduceScatter", c->dy[0],
+                              rf__reduction_name(RF_REDUCE_SUM), NULL);
   return NULL;
 }
 
 static rf_status *reduce_scatter_grad(rf__grad_ctx *c) {
   const char *red;
-  int64_t n;
-  char *shared;
   RF_CHECK(rf__attrs_get_string(&c->op->attrs, "reduction", &red));
-  RF_CHECK(rf__attrs_get_int(&c->op->attrs, "num_devices", &n));
   if (strcmp(red, "sum") != 0)
     return rf__invalid(
         "No gradient defined for ReduceScatter except sum: node "
         "'%s' uses %s",
         c->op->name, red);
-  RF_CHECK(grad_shared_name(c->op, &shared));
-  c->dx[0] = rf_all_gather(c->g, NULL, c->dy[0], (int)n, shared);
-  rf__free(shared);
+  c->dx[0] = grad_participant(c, "AllGather", c->dy[0], NULL, NULL);
   return NULL;
 }
 
@@ -507,9 +552,11 @@ static const rf__op_spec specs[] = {
      .attrs = COLL_TYPES "; num_devices: int >= 1; shared_name: string",
      .flags = RF_OP_STATEFUL},
     {.name = "_BroadcastRecv",
-     .inputs = "shape: int32",
+     .inputs = "shape: Tshape",
      .outputs = "output: T",
-     .attrs = COLL_TYPES "; num_devices: int >= 1; shared_name: string",
+     .attrs = COLL_TYPES
+     "; Tshape: type in {int32, int64} = int32; num_devices: int >= 1; "
+     "shared_name: string",
      .shape = broadcast_recv_shape,
      .flags = RF_OP_STATEFUL},
 };

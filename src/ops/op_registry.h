@@ -64,6 +64,9 @@ typedef struct rf__grad_ctx {
   /* Per flattened input: set by the function; left invalid means "no
    * gradient flows to this input". */
   rf_output *dx;
+  /* This rf_gradients call's number in the graph, for the names of the
+   * collectives it makes (ops/collective_names.h). */
+  int64_t construction;
 } rf__grad_ctx;
 
 /* Builds gradient nodes in c->g (the builder has already pushed the forward
@@ -82,6 +85,11 @@ enum {
                                     "shared_name" attr, though no edge says so;
                                     gradients treat the group as one */
 };
+
+/* Reserved in the shared_name of RF_OP_GROUPED ops for the collectives
+ * rf_gradients makes ("ar#grad1", ops/collective_names.h): the node builder
+ * refuses it in names users give, so those never meet a gradient's. */
+#define RF_RESERVED_NAME_CHAR '#'
 
 typedef struct rf__op_spec {
   const char *name;

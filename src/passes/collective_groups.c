@@ -99,17 +99,40 @@ static const char *collective_of(const rf_node *n) {
   return op;
 }
 
+/* "cpu:1" for n's assigned device into buf, "<unplaced>" before placement. */
+static const char *device_of(const rf_node *n, const rf__device_name *devices,
+                             int num_devices, char *buf) {
+  if (n->assigned_device < 0 || n->assigned_device >= num_devices)
+    return "<unplaced>";
+  rf__device_name_format(&devices[n->assigned_device], buf, RF_DEVICE_NAME_MAX);
+  return buf;
+}
+
+/* The disagreement on field between a and b, naming both values, nodes (with
+ * their ops) and devices, as the collective manager does at run time. */
+static rf_status *disagree(const group *g, const char *field, const char *va,
+                           const rf_node *a, const char *vb, const rf_node *b,
+                           const rf__device_name *devices, int num_devices) {
+  char da[RF_DEVICE_NAME_MAX], db[RF_DEVICE_NAME_MAX];
+  return rf__invalid(
+      "collective '%s': participants disagree on %s: %s on %s (node '%s', %s) "
+      "but %s on %s (node '%s', %s)",
+      g->shared_name, field, va, device_of(a, devices, num_devices, da),
+      a->name, a->op->name, vb, device_of(b, devices, num_devices, db), b->name,
+      b->op->name);
+}
+
 /* Participants of one group must agree on what they run: the collective,
  * num_devices, T and reduction (shapes may be unknown until run time, where
  * the collective manager checks them). */
 static rf_status *check_agreement(const group *g, const rf_node *a,
-                                  const rf_node *b) {
+                                  const rf_node *b,
+                                  const rf__device_name *devices,
+                                  int num_devices) {
   static const char *const attrs[] = {"num_devices", "T", "reduction"};
   if (strcmp(collective_of(a), collective_of(b)) != 0)
-    return rf__invalid(
-        "collective '%s': participants disagree on the "
-        "collective: '%s' is %s but '%s' is %s",
-        g->shared_name, a->name, a->op->name, b->name, b->op->name);
+    return disagree(g, "the collective", a->op->name, a, b->op->name, b,
+                    devices, num_devices);
   for (size_t i = 0; i < sizeof attrs / sizeof *attrs; i++) {
     const rf__attr_value *va = rf__attrs_find(&a->attrs, attrs[i]);
     const rf__attr_value *vb = rf__attrs_find(&b->attrs, attrs[i]);
@@ -117,10 +140,7 @@ static rf_status *check_agreement(const group *g, const rf_node *a,
     char sa[64] = "none", sb[64] = "none";
     if (va) rf__attr_value_format(va, sa, sizeof sa);
     if (vb) rf__attr_value_format(vb, sb, sizeof sb);
-    return rf__invalid(
-        "collective '%s': participants disagree on %s: %s on "
-        "'%s' but %s on '%s'",
-        g->shared_name, attrs[i], sa, a->name, sb, b->name);
+    return disagree(g, attrs[i], sa, a, sb, b, devices, num_devices);
   }
   return NULL;
 }
@@ -129,18 +149,18 @@ static rf_status *check_group(const rf_graph *graph, const group *g,
                               const rf__device_name *devices, int num_devices) {
   const rf_node *first = graph->nodes[g->ids[0]];
   for (int i = 1; i < g->n; i++)
-    RF_CHECK(check_agreement(g, first, graph->nodes[g->ids[i]]));
+    RF_CHECK(check_agreement(g, first, graph->nodes[g->ids[i]], devices,
+                             num_devices));
   int64_t want;
   RF_CHECK(rf__attrs_get_int(&first->attrs, "num_devices", &want));
   char list[1024] = "";
   size_t used = 0;
   for (int i = 0; i < g->n && used < sizeof list; i++) {
     const rf_node *n = graph->nodes[g->ids[i]];
-    char dev[RF_DEVICE_NAME_MAX] = "<unplaced>";
-    if (n->assigned_device >= 0 && n->assigned_device < num_devices)
-      rf__device_name_format(&devices[n->assigned_device], dev, sizeof dev);
+    char dev[RF_DEVICE_NAME_MAX];
     used += (size_t)snprintf(list + used, sizeof list - used, "%s'%s' on %s",
-                             i ? ", " : "", n->name, dev);
+                             i ? ", " : "", n->name,
+                             device_of(n, devices, num_devices, dev));
   }
   if (g->n != want)
     return rf__invalid(

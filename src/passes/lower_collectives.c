@@ -8,13 +8,15 @@
  *   Broadcast on S -> _BroadcastSend on S; consumers on S read the input
  *                    directly; each other consuming device gets one
  *                    _BroadcastRecv whose shape is a Const on that device when
- *                    fully known, else one Shape node on S. A Broadcast whose
+ *                    fully known (int32, int64 when a dim passes INT32_MAX),
+ *                    else one Shape node on S (int64). A Broadcast whose
  *                    consumers are all on S is removed.
  *
  * Beyond the reference: several Reduce inputs on one device are summed there
  * first (AddN), so every device takes part once. Control inputs of the
  * original node go to every new node; the shared_name is the original name.
  * Errors name the node and devices and are raised before anything runs. */
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -212,6 +214,17 @@ static rf_status *lower_reduce(lower_ctx *c, rf_node *r) {
 
 /* ---- Broadcast ---- */
 
+/* The dtype of a Const holding s: int64 when a dim does not fit in int32
+ * (an int32 Const would saturate it and the receiver would expect another
+ * shape than the sender's). */
+static rf_dtype const_shape_dtype(const rf_shape *s) {
+  for (int i = 0; i < s->rank; i++)
+    if (s->dims[i] > INT32_MAX) return RF_INT64;
+  return RF_INT32;
+}
+
+/* A receiver's expected shape: a Const on its device, or the sender's Shape
+ * (int64: its dims are known only at run time, and may be anything). */
 static rf_status *shape_source(lower_ctx *c, rf_node *b, int d, rf_output input,
                                rf_node **shape_node, rf_output *out) {
   rf_shape s = b->out_shapes[0];
@@ -228,12 +241,18 @@ static rf_status *shape_source(lower_ctx *c, rf_node *b, int d, rf_output input,
   }
   if (rf_shape_is_fully_defined(&s) || other_task) { /* a Const there */
     rf_shape vec = rf_shape_of(1, (int64_t)s.rank);
+    rf_dtype type = const_shape_dtype(&s);
     rf_tensor *t;
-    RF_CHECK(rf_tensor_new(RF_INT32, &vec, NULL, &t));
-    for (int i = 0; i < s.rank; i++) rf_tensor_set(t, i, (double)s.dims[i]);
+    RF_CHECK(rf_tensor_new(type, &vec, NULL, &t));
+    void *v = rf_tensor_mutable_data(t);
+    for (int i = 0; i < s.rank; i++) {
+      if (type == RF_INT64)
+        ((int64_t *)v)[i] = s.dims[i];
+      else
+        ((int32_t *)v)[i] = (int32_t)s.dims[i];
+    }
     rf__attrs a = {0};
-    rf__attr_value tv = rf__attr_tensor_ref(t),
-                   dt = rf__attr_type_value(RF_INT32);
+    rf__attr_value tv = rf__attr_tensor_ref(t), dt = rf__attr_type_value(type);
     rf_status *st = rf__attrs_set(&a, "value", &tv);
     if (!st) st = rf__attrs_set(&a, "dtype", &dt);
     rf_node *k = NULL;
@@ -248,7 +267,7 @@ static rf_status *shape_source(lower_ctx *c, rf_node *b, int d, rf_output input,
   }
   if (!*shape_node) { /* one Shape node on the sender, shared by all */
     rf__attrs a = {0};
-    rf__attr_value ot = rf__attr_type_value(RF_INT32);
+    rf__attr_value ot = rf__attr_type_value(RF_INT64);
     rf__attr_value t = rf__attr_type_value(rf_output_dtype(input));
     rf_status *st = rf__attrs_set(&a, "out_type", &ot);
     if (!st) st = rf__attrs_set(&a, "T", &t);
@@ -379,6 +398,11 @@ static rf_status *lower_broadcast(lower_ctx *c, rf_node *b) {
   for (int j = 0; j < nothers && !st; j++) {
     rf_output shape;
     st = shape_source(c, b, others[j], input, &shape_node, &shape);
+    if (!st) { /* the shape's dtype */
+      rf__attr_value ts =
+          rf__attr_type_value(shape.node->out_dtypes[shape.index]);
+      st = rf__attrs_set(&a, "Tshape", &ts);
+    }
     if (!st)
       st = add_node(c, "_BroadcastRecv", b->name, others[j], &shape, 1, &a,
                     &recvs[j]);

@@ -67,6 +67,12 @@ rf_status *rf__prune(rf_graph *g, const char *keep);
  * cycle. */
 rf_status *rf__place(rf__pass_ctx *ctx);
 
+/* Checks that every node's requested device is one of ctx's (rule 1 of
+ * placement, for the whole graph at once: rf_session_new refuses a graph that
+ * names a device the session lacks rather than its first run). The same
+ * INVALID_ARGUMENT as rf__place, naming the node, op and device. */
+rf_status *rf__check_requested_devices(const rf__pass_ctx *ctx);
+
 /* Splits every edge crossing devices with _Send/_Recv pairs. Afterwards each
  * edge joins two nodes of one device. An edge into a host-memory input of a
  * GPU kernel (rf__kernel_def.host_memory_inputs) gets its own pair whose

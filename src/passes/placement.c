@@ -51,10 +51,11 @@ static rf_status *resolve(resolver *r, const rf_node *n, int *dev) {
     char list[512];
     rf__device_list_format(r->ctx->devices, r->ctx->num_devices, list,
                            sizeof list);
+    int nd = r->ctx->num_devices;
     return rf__invalid(
         "node '%s' (%s) requests device %s, but the session "
-        "has %s",
-        n->name, n->op->name, req, list);
+        "has %s (%d device%s)",
+        n->name, n->op->name, req, list, nd, nd == 1 ? "" : "s");
   }
   if (strlen(req) < sizeof r->last) {
     strcpy(r->last, req);
@@ -82,4 +83,14 @@ rf_status *rf__place(rf__pass_ctx *ctx) {
   }
   rf__free(order);
   return st;
+}
+
+rf_status *rf__check_requested_devices(const rf__pass_ctx *ctx) {
+  resolver r = {ctx, "", -1};
+  for (int id = 0; id < ctx->graph->num_ids; id++) {
+    const rf_node *n = ctx->graph->nodes[id];
+    int dev;
+    if (n) RF_CHECK(resolve(&r, n, &dev));
+  }
+  return NULL;
 }

@@ -130,6 +130,11 @@ static rf__pass_ctx pass_ctx(rf_session *s, rf_graph *g) {
                         .num_tasks = s->num_tasks};
 }
 
+rf_status *rf__session_check_devices(rf_session *s) {
+  rf__pass_ctx ctx = pass_ctx(s, s->graph);
+  return rf__check_requested_devices(&ctx);
+}
+
 static rf_status *compile_graph(rf_session *s, rf_graph *g) {
   rf__pass_ctx ctx = pass_ctx(s, g);
   RF_CHECK(rf__passes_run(RF_PASS_PRE_PLACEMENT, &ctx));

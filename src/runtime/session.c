@@ -195,6 +195,7 @@ rf_status *rf_session_new(const rf_graph *g, const rf_session_options *opts,
   rf__session_sync_init(s);
   RF_CHECK_GOTO(make_devices(s, g), st, fail);
   RF_CHECK_GOTO(rf__graph_copy(g, &s->graph), st, fail);
+  RF_CHECK_GOTO(rf__session_check_devices(s), st, fail);
   *out = s;
   return NULL;
 fail:

@@ -80,6 +80,10 @@ typedef struct rf__signature {
  * prune, passes, placement, partition, executor plans. Errors name the node. */
 rf_status *rf__compile(rf_session *s, const rf__signature *sig, rf__plan **out);
 void rf__plan_free(rf__plan *p);
+/* Every node of s's graph requests a device s has (or none): what
+ * rf_session_new can refuse before any run. Errors name the node, op and
+ * device and how many devices s has. */
+rf_status *rf__session_check_devices(rf_session *s);
 
 /* ---- the end of a step's GPU work (runtime/session_sync.c) ---- */
 

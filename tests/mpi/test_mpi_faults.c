@@ -4,7 +4,8 @@
  *  - tasks feed different shapes: every process fails naming 'shape', both
  *    values and a device of each side (with its task);
  *  - processes that built different graphs (float32 here, float64 there):
- *    every process fails naming 'dtype';
+ *    every process fails naming 'dtype'; in dtype, reduction or the
+ *    collective: the error names both values, nodes and devices;
  *  - a task skips the step: the others fail within the collective timeout
  *    naming the missing task and its devices;
  *  - a kernel fails on task 1 before its collective: the others fail at
@@ -35,7 +36,9 @@ typedef struct job_graph {
   rf_output x[128], y[128];
 } job_graph;
 
-static void build(job_graph *m, rf_dtype dt) {
+typedef enum { AR_SUM, AR_MAX, GATHER } coll_kind;
+
+static void build_kind(job_graph *m, rf_dtype dt, coll_kind kind) {
   m->g = rf_graph_new();
   rf_output r[128];
   for (int i = 0; i < 2 * NT; i++) {
@@ -47,9 +50,15 @@ static void build(job_graph *m, rf_dtype dt) {
     r[i] = rf_reshape_to(m->g, NULL, m->x[i], 2, dims);
     rf_graph_pop_device(m->g);
   }
-  rf_all_reduce_n(m->g, "ar", r, 2 * NT, RF_REDUCE_SUM, m->y);
+  if (kind == GATHER)
+    rf_all_gather_n(m->g, "ar", r, 2 * NT, m->y);
+  else
+    rf_all_reduce_n(m->g, "ar", r, 2 * NT,
+                    kind == AR_MAX ? RF_REDUCE_MAX : RF_REDUCE_SUM, m->y);
   assert_graph_ok(m->g);
 }
+
+static void build(job_graph *m, rf_dtype dt) { build_kind(m, dt, AR_SUM); }
 
 static rf_tensor *ones(rf_dtype dt, int64_t n) {
   rf_shape s = rf_shape_of(1, n);
@@ -104,6 +113,47 @@ static void test_different_graphs(void **state) {
   assert_status(st, RF_INVALID_ARGUMENT, "participants disagree on dtype");
   rf_session_free(s);
   rf_graph_free(m.g);
+}
+
+/* Task 1 built a graph that differs in one field: every process's error
+ * names the field, both values, and a node and device of each side (task 1
+ * and one other task, whichever the coordinator compared first). */
+static void test_disagreements_name_both_sides(void **state) {
+  static const struct {
+    const char *field, *mine, *theirs;
+    rf_dtype dt;
+    coll_kind kind;
+  } cases[] = {
+      {"dtype", "float32", "float64", RF_FLOAT64, AR_SUM},
+      {"reduction", "sum", "max", RF_FLOAT32, AR_MAX},
+      {"the collective", "all_reduce", "all_gather", RF_FLOAT32, GATHER},
+  };
+  for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+    job_graph m;
+    build_kind(&m, T == 1 ? cases[c].dt : RF_FLOAT32,
+               T == 1 ? cases[c].kind : AR_SUM);
+    rf_session *s = mt_session(m.g, 2, 30000);
+    rf_status *st = step(&m, s, T == 1 ? cases[c].dt : RF_FLOAT32, 4, 4);
+    assert_non_null(st);
+    const char *msg = rf_status_message(st);
+    char want[160];
+    snprintf(want, sizeof want,
+             "participants disagree on %s: ", cases[c].field);
+    assert_contains(msg, want);
+    snprintf(want, sizeof want, "%s on /task:1/cpu:0 (node 'ar_2')",
+             cases[c].theirs);
+    assert_contains(msg, want);
+    bool other = false;
+    for (int t = 0; t < NT && !other; t++) {
+      snprintf(want, sizeof want, "%s on /task:%d/cpu:0 (node 'ar_%d')",
+               cases[c].mine, t, 2 * t);
+      other = t != 1 && strstr(msg, want);
+    }
+    if (!other) fail_msg("no other task's side in: %s", msg);
+    assert_status(st, RF_INVALID_ARGUMENT, NULL);
+    rf_session_free(s);
+    rf_graph_free(m.g);
+  }
 }
 
 static void test_task_skips_the_step(void **state) {
@@ -182,6 +232,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_mismatched_shapes),
       cmocka_unit_test(test_different_graphs),
+      cmocka_unit_test(test_disagreements_name_both_sides),
       cmocka_unit_test(test_task_skips_the_step),
       cmocka_unit_test(test_kernel_fails_on_one_task),
       cmocka_unit_test(test_task_exits),

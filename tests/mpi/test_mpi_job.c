@@ -6,7 +6,7 @@
  * reduces (blocking MPI calls on each session's data thread) from two
  * threads at once, and the errors of a whole job graph: a fetch or feed on
  * another task, a data edge between tasks, a task or device the job does
- * not have. */
+ * not have; collective names of 600 to 100000 characters. */
 #include <mpi.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -282,29 +282,95 @@ static void test_data_edge_between_tasks_is_an_error(void **state) {
   rf_graph_free(m.g);
 }
 
+/* Collective names of any length stay whole across processes (keys and
+ * control messages): two all-reduces over every task whose names share all
+ * but their last character are two collectives, each with its own sum. */
+static void test_long_names_across_tasks(void **state) {
+  static const size_t lens[] = {600, 5000, 100000};
+  uint64_t rng = rf_test_seed() + 11;
+  for (size_t c = 0; c < sizeof lens / sizeof *lens; c++) {
+    size_t len = lens[c];
+    char *names[2];
+    rf_graph *g = rf_graph_new();
+    int n = 2 * NT;
+    rf_output xs[2][128], ys[2][128];
+    rf_tensor *in[2][128];
+    for (int k = 0; k < 2; k++) {
+      names[k] = malloc(len + 1);
+      memset(names[k], 'n', len - 1);
+      names[k][len - 1] = (char)('a' + k);
+      names[k][len] = '\0';
+      for (int i = 0; i < n; i++) {
+        char dev[32];
+        mt_device(i / 2, i % 2, dev, sizeof dev);
+        assert_ok(rf_graph_push_device(g, dev));
+        xs[k][i] = rf_placeholder(g, NULL, RF_FLOAT64, rf_shape_of(1, 3));
+        rf_graph_pop_device(g);
+        in[k][i] =
+            rf_test_random_tensor(&rng, RF_FLOAT64, rf_shape_of(1, 3), -1, 1);
+      }
+      rf_all_reduce_n(g, names[k], xs[k], n, RF_REDUCE_SUM, ys[k]);
+    }
+    assert_graph_ok(g);
+    rf_session *s = mt_session(g, 2, 20000);
+    rf_feed feeds[4];
+    rf_output fetch[4];
+    for (int k = 0; k < 2; k++)
+      for (int d = 0; d < 2; d++) {
+        feeds[2 * k + d] = (rf_feed){xs[k][2 * T + d], in[k][2 * T + d]};
+        fetch[2 * k + d] = ys[k][2 * T + d];
+      }
+    rf_tensor *out[4];
+    rf_status *st = rf_session_run(s, feeds, 4, fetch, 4, NULL, 0, out);
+    if (st) {
+      const char *m = rf_status_message(st);
+      size_t k = strlen(m);
+      fail_msg("names of %zu characters: ...%s", len,
+               k > 300 ? m + k - 300 : m);
+    }
+    for (int k = 0; k < 2; k++) {
+      double want[3] = {0};
+      for (int i = 0; i < n; i++)
+        for (int e = 0; e < 3; e++) want[e] += rf_tensor_get(in[k][i], e);
+      for (int d = 0; d < 2; d++) {
+        assert_tensor_near(out[2 * k + d], rf_shape_of(1, 3), want, 1e-12);
+        rf_tensor_release(out[2 * k + d]);
+      }
+      for (int i = 0; i < n; i++) rf_tensor_release(in[k][i]);
+      free(names[k]);
+    }
+    rf_session_free(s);
+    rf_graph_free(g);
+  }
+}
+
+/* Known before any run: rf_session_new refuses the graph in every process
+ * (each builds the same graph, so each says the same). */
 static void test_missing_task_or_device_is_an_error(void **state) {
   rf_graph *g = rf_graph_new();
   char dev[32];
   snprintf(dev, sizeof dev, "/task:%d/cpu:0", NT);
   assert_ok(rf_graph_push_device(g, dev));
-  rf_output x = rf_placeholder(g, "x", RF_FLOAT32, rf_shape_of(1, 4));
+  rf_placeholder(g, "x", RF_FLOAT32, rf_shape_of(1, 4));
   rf_graph_pop_device(g);
-  rf_session *s = mt_session(g, 1, 20000);
-  rf_tensor *out;
+  rf_session_options o;
+  rf_session_options_init(&o);
+  o.num_cpu_devices = 1;
+  o.collective_timeout_ms = 20000;
+  rf_session *s = NULL;
   char want[64];
   snprintf(want, sizeof want, "task %d of %d", T, NT);
-  assert_status(rf_session_run(s, NULL, 0, &x, 1, NULL, 0, &out),
-                RF_INVALID_ARGUMENT, want);
-  rf_session_free(s);
+  assert_status(rf_session_new(g, &o, &s), RF_INVALID_ARGUMENT, want);
+  assert_null(s);
   rf_graph_free(g);
   g = rf_graph_new();
   assert_ok(rf_graph_push_device(g, "/task:1/cpu:3")); /* tasks have 2 */
-  x = rf_placeholder(g, "x", RF_FLOAT32, rf_shape_of(1, 4));
+  rf_placeholder(g, "x", RF_FLOAT32, rf_shape_of(1, 4));
   rf_graph_pop_device(g);
-  s = mt_session(g, 2, 20000);
-  assert_status(rf_session_run(s, NULL, 0, &x, 1, NULL, 0, &out),
-                RF_INVALID_ARGUMENT, "/task:1/cpu:0../task:1/cpu:1");
-  rf_session_free(s);
+  o.num_cpu_devices = 2;
+  assert_status(rf_session_new(g, &o, &s), RF_INVALID_ARGUMENT,
+                "/task:1/cpu:0../task:1/cpu:1");
+  assert_null(s);
   rf_graph_free(g);
 }
 
@@ -318,6 +384,7 @@ int main(void) {
       cmocka_unit_test(test_remote_fetch_and_feed_are_errors),
       cmocka_unit_test(test_data_edge_between_tasks_is_an_error),
       cmocka_unit_test(test_missing_task_or_device_is_an_error),
+      cmocka_unit_test(test_long_names_across_tasks),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -157,11 +157,18 @@ static rf__mpi_centry *entry_new(rf__job *j, const char *key, const char *name,
   return e;
 }
 
-static rf__mpi_centry *find(rf__job *j, const char *name, int64_t job_step,
-                            char *key, size_t len) {
-  snprintf(key, len, "%s\x1f%lld", name, (long long)job_step);
+/* The entry of (name, job_step), made when absent (devices NULL: a
+ * tombstone for a failure that came first); NULL without memory. */
+static rf__mpi_centry *find_or_make(rf__job *j, const char *name,
+                                    int64_t job_step, const char *devices,
+                                    int64_t timeout_ms, int64_t now) {
+  char buf[256];
+  char *key = rf__mpi_key(name, job_step, buf, sizeof buf);
+  if (!key) return NULL;
   rf__mpi_centry *e = NULL;
   HASH_FIND_STR(j->centries, key, e);
+  if (!e) e = entry_new(j, key, name, job_step, devices, timeout_ms, now);
+  rf__mpi_key_free(key, buf);
   return e;
 }
 
@@ -286,10 +293,8 @@ static void decide(rf__job *j, rf__mpi_centry *e, int64_t now) {
 
 static void on_ready(rf__job *j, const rf__mpi_msg_view *v, int64_t now) {
   const rf__mpi_msg *h = v->h;
-  char key[RF_MPI_NAME_MAX + 32];
-  rf__mpi_centry *e = find(j, v->name, h->job_step, key, sizeof key);
-  if (!e)
-    e = entry_new(j, key, v->name, h->job_step, v->devices, h->timeout_ms, now);
+  rf__mpi_centry *e =
+      find_or_make(j, v->name, h->job_step, v->devices, h->timeout_ms, now);
   if (!e) { /* no memory: that task times out */
     return;
   }
@@ -317,9 +322,7 @@ static void on_ready(rf__job *j, const rf__mpi_msg_view *v, int64_t now) {
 
 static void on_failed(rf__job *j, const rf__mpi_msg_view *v, int64_t now) {
   const rf__mpi_msg *h = v->h;
-  char key[RF_MPI_NAME_MAX + 32];
-  rf__mpi_centry *e = find(j, v->name, h->job_step, key, sizeof key);
-  if (!e) e = entry_new(j, key, v->name, h->job_step, NULL, 0, now);
+  rf__mpi_centry *e = find_or_make(j, v->name, h->job_step, NULL, 0, now);
   if (!e) return;
   fail(j, e, now, (rf_code)h->code,
        "collective '%s' (job step %lld) failed on task %d: %s", e->name,

@@ -35,8 +35,8 @@
 #include "core/hash.h"
 
 #define RF_MPI_TAG_CTL 7 /* every control message, on a job's ctl comm */
-#define RF_MPI_MSG_MAX 16384
-#define RF_MPI_NAME_MAX 1024
+/* A message's text (an error) is cut here; names and devices never are. */
+#define RF_MPI_TEXT_MAX 16384
 
 int64_t rf__mpi_now_ns(void);
 
@@ -114,8 +114,8 @@ struct rf__job {
   int64_t timeout_ms;
   /* Engine thread only. */
   MPI_Comm ctl, data;
-  MPI_Request recv_req; /* MPI_REQUEST_NULL when none is posted */
-  char *recv_buf;
+  char *recv_buf; /* the last message received, grown to fit */
+  size_t recv_cap;
   rf__mpi_send *sends; /* in flight */
   rf__mpi_op *ops;     /* this task's collectives, by key */
   /* Ops told GO and not issued yet, in GO order: they are issued in this
@@ -210,14 +210,20 @@ void rf__mpi_job_command(rf__mpi_cmd *c);
 /* ---- messages (protocol.c) ---- */
 
 /* Sends a message to `to` on j->ctl (copied; completes in the background).
- * Strings may be NULL; they are cut to fit RF_MPI_MSG_MAX. */
+ * Strings may be NULL; name and devices go whole, text is cut at
+ * RF_MPI_TEXT_MAX. Without memory nothing is sent (the peer times out). */
 void rf__mpi_send_msg(rf__job *j, int to, const rf__mpi_msg *h,
                       const char *name, const char *devices, const char *text);
-/* Posts the receive of the next message (j->recv_req). */
-rf_status *rf__mpi_post_recv(rf__job *j);
-/* Tests the receive; true with *v filled when a message arrived (the next
- * receive must then be posted after handling it). */
-bool rf__mpi_test_recv(rf__job *j, rf__mpi_msg_view *v);
+/* Receives the next message if one came: 1 with *v filled (valid until the
+ * next call), 0 when none came, -1 when one came that is dropped (another
+ * session's, malformed, or no memory for it). An MPI error is *err (and 0):
+ * no more messages can come. */
+int rf__mpi_recv(rf__job *j, rf__mpi_msg_view *v, rf_status **err);
+/* "name\x1fjob_step": the key of a collective of a job step, in buf when it
+ * fits in len bytes, else rf__malloc'ed (names have any length); NULL
+ * without memory. Release with rf__mpi_key_free(key, buf). */
+char *rf__mpi_key(const char *name, int64_t job_step, char *buf, size_t len);
+void rf__mpi_key_free(char *key, const char *buf);
 /* Completes finished sends; true while some are in flight. */
 bool rf__mpi_poll_sends(rf__job *j);
 /* Cancels or abandons what is in flight (detach). */

@@ -48,15 +48,9 @@ rf_status *rf__job_attach(const void *mpi_comm, int num_cpu, int num_gpu,
   rf__job *j = rf__calloc(1, sizeof *j);
   RF_CHECK_ALLOC(j);
   pthread_mutex_init(&j->mu, NULL);
-  j->recv_buf = rf__malloc(RF_MPI_MSG_MAX);
-  if (!j->recv_buf) {
-    job_free(j);
-    return rf__oom();
-  }
   j->pool = pool;
   j->timeout_ms = timeout_ms;
   j->ctl = j->data = MPI_COMM_NULL;
-  j->recv_req = MPI_REQUEST_NULL;
   rf__mpi_cmd c = {
       .kind = RF_CMD_ATTACH,
       .job = j,
@@ -208,7 +202,6 @@ bool rf__mpi_job_attach_poll(rf__mpi_cmd *c, int64_t now) {
           j->epoch = j->attach_all[3 * t + 2];
       }
       next_epoch = (int)j->epoch + 1;
-      c->result = rf__mpi_post_recv(j);
       return true;
     }
   }
@@ -256,22 +249,17 @@ static void dispatch(rf__job *j, const rf__mpi_msg_view *v, int64_t now) {
 int rf__mpi_job_poll(rf__job *j, int64_t now, bool *busy, bool *waiting) {
   int progress = 0;
   rf__mpi_msg_view v;
-  for (;;) {
-    bool got = rf__mpi_test_recv(j, &v);
-    if (got) {
+  for (int got = 1; got;) {
+    rf_status *st = NULL;
+    got = rf__mpi_recv(j, &v, &st);
+    if (st && !j->broken) /* no more messages can come: all time out */
+      j->broken = st;
+    else
+      rf_status_free(st);
+    if (got > 0) {
       dispatch(j, &v, now);
       progress++;
     }
-    if (j->recv_req != MPI_REQUEST_NULL) break;
-    rf_status *st = rf__mpi_post_recv(j);
-    if (st) { /* no more messages can come: everything times out */
-      if (!j->broken)
-        j->broken = st;
-      else
-        rf_status_free(st);
-      break;
-    }
-    if (!got) break;
   }
   progress += rf__mpi_member_poll(j, now, busy, waiting);
   if (atomic_load(&j->active_steps) > 0) *waiting = true;

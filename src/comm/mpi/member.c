@@ -112,10 +112,8 @@ static rf__mpi_op *op_new(rf__job *j, rf__coll_group *g, const char *devices,
                           int64_t job_step) {
   rf__mpi_op *op = rf__calloc(1, sizeof *op);
   if (!op) return NULL;
-  char key[RF_MPI_NAME_MAX + 32];
-  snprintf(key, sizeof key, "%s\x1f%lld", g->key, (long long)job_step);
   op->parts = rf__malloc(sizeof *op->parts * (size_t)g->n);
-  op->key = rf__strdup(key);
+  op->key = rf__mpi_key(g->key, job_step, NULL, 0);
   op->name = rf__strdup(g->key);
   op->devices = rf__strdup(devices ? devices : "");
   if (!op->parts || !op->key || !op->name || !op->devices) {
@@ -236,11 +234,13 @@ void rf__mpi_member_ready(rf__job *j, rf__mpi_op *op) {
   rf__mpi_send_msg(j, 0, &h, op->name, op->devices, rep);
 }
 
+/* NULL also without memory for a long name's key (the op then times out). */
 static rf__mpi_op *find_op(rf__job *j, const char *name, int64_t job_step) {
-  char key[RF_MPI_NAME_MAX + 32];
-  snprintf(key, sizeof key, "%s\x1f%lld", name, (long long)job_step);
+  char buf[256];
+  char *key = rf__mpi_key(name, job_step, buf, sizeof buf);
   rf__mpi_op *op = NULL;
-  HASH_FIND_STR(j->ops, key, op);
+  if (key) HASH_FIND_STR(j->ops, key, op);
+  rf__mpi_key_free(key, buf);
   return op;
 }
 

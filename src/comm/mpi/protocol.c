@@ -1,10 +1,16 @@
 /* comm/mpi/protocol.c - the control messages between tasks (engine.h):
  * a fixed header, then the collective's name, its devices and a text, each
- * NUL-terminated, in at most RF_MPI_MSG_MAX bytes. Every message of a job
- * travels on its ctl communicator with one tag; one receive from any task is
- * always posted, and MPI keeps the order of two messages between the same
- * two tasks, which is what makes the coordinator's GO order everyone's. */
+ * NUL-terminated. Names and devices travel whole (a cut name could meet
+ * another collective), so a message is as long as it needs; only the text
+ * is cut, at RF_MPI_TEXT_MAX. Every message of a job travels on its ctl
+ * communicator with one tag; the engine probes for the next one from any
+ * task (MPI_Improbe) and receives it into a buffer grown to fit, and MPI
+ * keeps the order of two messages between the same two tasks, which is what
+ * makes the coordinator's GO order everyone's. */
+#include <limits.h>
 #include <sched.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "comm/mpi/engine.h"
@@ -28,10 +34,17 @@ static int32_t put(char *buf, size_t *at, const char *s, size_t max) {
   return (int32_t)n;
 }
 
+static size_t len_of(const char *s, size_t max) {
+  size_t n = s ? strlen(s) : 0;
+  return n < max ? n : max;
+}
+
 void rf__mpi_send_msg(rf__job *j, int to, const rf__mpi_msg *h,
                       const char *name, const char *devices, const char *text) {
+  size_t size = sizeof *h + len_of(name, INT32_MAX) +
+                len_of(devices, INT32_MAX) + len_of(text, RF_MPI_TEXT_MAX) + 3;
   rf__mpi_send *s = rf__calloc(1, sizeof *s);
-  char *buf = rf__malloc(RF_MPI_MSG_MAX);
+  char *buf = size <= INT_MAX ? rf__malloc(size) : NULL;
   if (!s || !buf) { /* the peer times out instead: nothing else to do */
     rf__free(s);
     rf__free(buf);
@@ -41,12 +54,10 @@ void rf__mpi_send_msg(rf__job *j, int to, const rf__mpi_msg *h,
   *m = *h;
   m->task = j->task;
   m->epoch = j->epoch;
-  size_t at = sizeof *m, room = RF_MPI_MSG_MAX - sizeof *m - 3;
-  m->name_len = put(buf, &at, name, RF_MPI_NAME_MAX);
-  room -= (size_t)m->name_len;
-  m->devices_len = put(buf, &at, devices, room / 2);
-  room -= (size_t)m->devices_len;
-  m->text_len = put(buf, &at, text, room);
+  size_t at = sizeof *m;
+  m->name_len = put(buf, &at, name, INT32_MAX);
+  m->devices_len = put(buf, &at, devices, INT32_MAX);
+  m->text_len = put(buf, &at, text, RF_MPI_TEXT_MAX);
   s->buf = buf;
   if (MPI_Isend(buf, (int)at, MPI_BYTE, to, RF_MPI_TAG_CTL, j->ctl, &s->req) !=
       MPI_SUCCESS) {
@@ -58,20 +69,35 @@ void rf__mpi_send_msg(rf__job *j, int to, const rf__mpi_msg *h,
   j->sends = s;
 }
 
-rf_status *rf__mpi_post_recv(rf__job *j) {
-  return RF_MPI_STATUS(MPI_Irecv(j->recv_buf, RF_MPI_MSG_MAX, MPI_BYTE,
-                                 MPI_ANY_SOURCE, RF_MPI_TAG_CTL, j->ctl,
-                                 &j->recv_req));
+/* Room for bytes in j->recv_buf; false without memory. */
+static bool recv_room(rf__job *j, size_t bytes) {
+  if (bytes <= j->recv_cap && j->recv_buf) return true;
+  size_t cap = bytes < 4096 ? 4096 : bytes;
+  char *b = rf__malloc(cap);
+  if (!b) return false;
+  rf__free(j->recv_buf);
+  j->recv_buf = b;
+  j->recv_cap = cap;
+  return true;
 }
 
-bool rf__mpi_test_recv(rf__job *j, rf__mpi_msg_view *v) {
-  if (j->recv_req == MPI_REQUEST_NULL) return false;
-  int done = 0, bytes = 0;
+int rf__mpi_recv(rf__job *j, rf__mpi_msg_view *v, rf_status **err) {
+  int found = 0, bytes = 0;
+  MPI_Message msg;
   MPI_Status status;
-  if (MPI_Test(&j->recv_req, &done, &status) != MPI_SUCCESS || !done)
-    return false;
+  *err = RF_MPI_STATUS(MPI_Improbe(MPI_ANY_SOURCE, RF_MPI_TAG_CTL, j->ctl,
+                                   &found, &msg, &status));
+  if (*err || !found) return 0;
   MPI_Get_count(&status, MPI_BYTE, &bytes);
-  j->recv_req = MPI_REQUEST_NULL;
+  if (bytes < 0 ||
+      !recv_room(j, (size_t)bytes)) { /* lost: its peer times out */
+    char none;
+    MPI_Mrecv(&none, 0, MPI_BYTE, &msg, MPI_STATUS_IGNORE);
+    return -1;
+  }
+  *err = RF_MPI_STATUS(
+      MPI_Mrecv(j->recv_buf, bytes, MPI_BYTE, &msg, MPI_STATUS_IGNORE));
+  if (*err) return 0;
   const rf__mpi_msg *h = (const rf__mpi_msg *)j->recv_buf;
   size_t need = sizeof *h;
   if ((size_t)bytes >= need)
@@ -79,12 +105,12 @@ bool rf__mpi_test_recv(rf__job *j, rf__mpi_msg_view *v) {
         (size_t)h->name_len + (size_t)h->devices_len + (size_t)h->text_len + 3;
   if ((size_t)bytes < need || h->name_len < 0 || h->devices_len < 0 ||
       h->text_len < 0 || h->epoch != j->epoch)
-    return false; /* not this session's: dropped */
+    return -1; /* not this session's: dropped */
   v->h = h;
   v->name = j->recv_buf + sizeof *h;
   v->devices = v->name + h->name_len + 1;
   v->text = v->devices + h->devices_len + 1;
-  return true;
+  return 1;
 }
 
 bool rf__mpi_poll_sends(rf__job *j) {
@@ -107,10 +133,6 @@ bool rf__mpi_poll_sends(rf__job *j) {
 static rf__mpi_send *orphans;
 
 void rf__mpi_drop_messages(rf__job *j) {
-  if (j->recv_req != MPI_REQUEST_NULL) {
-    MPI_Cancel(&j->recv_req);
-    MPI_Wait(&j->recv_req, MPI_STATUS_IGNORE);
-  }
   /* Sends to tasks that left may never complete: give them a moment, then
    * drop the requests and keep the buffers. */
   int64_t until = rf__mpi_now_ns() + 200000000;
@@ -131,4 +153,15 @@ void rf__mpi_free_orphans(void) {
     rf__free(s->buf);
     rf__free(s);
   }
+}
+
+char *rf__mpi_key(const char *name, int64_t job_step, char *buf, size_t len) {
+  size_t need = strlen(name) + 24; /* '\x1f', a sign, 19 digits, NUL */
+  char *key = need <= len ? buf : rf__malloc(need);
+  if (key) snprintf(key, need, "%s\x1f%lld", name, (long long)job_step);
+  return key;
+}
+
+void rf__mpi_key_free(char *key, const char *buf) {
+  if (key != buf) rf__free(key);
 }

@@ -9,6 +9,7 @@
 #include "comm/collective.h"
 #include "kernels/kernel.h"
 #include "kernels/kernel_families.h"
+#include "ops/array_shapes.h"
 #include "ops/op_registry.h"
 #include "ops/collective_attrs.h"
 #include "device/step.h"
@@ -103,26 +104,21 @@ static void on_done(void *arg, rf_status *st, rf_tensor *out) {
   done(ctx, st);
 }
 
-/* The shape a _BroadcastRecv expects, from its int32 host input. */
+/* The shape a _BroadcastRecv expects, from its int32 or int64 host input. */
 static rf_status *shape_from_input(rf__kernel_ctx *ctx, rf_shape *out) {
-  const rf_tensor *t = ctx->inputs[0];
-  int64_t rank = rf_tensor_num_elements(t);
-  if (rf_tensor_shape(t).rank != 1 || rank > RF_MAX_RANK)
-    return rf__kernel_error(ctx, RF_INVALID_ARGUMENT,
-                            "the shape input must be a vector of at most %d "
-                            "dims",
-                            RF_MAX_RANK);
   int64_t dims[RF_MAX_RANK];
+  int rank;
+  rf_status *st =
+      rf__dims_from_tensor(ctx->inputs[0], "the shape input", dims, &rank);
+  if (st) return rf__kernel_error_at(ctx, st);
   /* -1: a dim the sender decides (a receiver in another process, whose
    * lowering could not ask the sender's Shape). */
-  for (int64_t i = 0; i < rank; i++) {
-    dims[i] = (int64_t)rf_tensor_get(t, i);
+  for (int i = 0; i < rank; i++)
     if (dims[i] < RF_UNKNOWN_DIM)
       return rf__kernel_error(ctx, RF_INVALID_ARGUMENT,
                               "the shape input holds a negative dim %lld",
                               (long long)dims[i]);
-  }
-  *out = rf_shape_make((int)rank, dims);
+  *out = rf_shape_make(rank, dims);
   return NULL;
 }
 

@@ -1,5 +1,6 @@
 /* kernels/cpu/nn_kernels.h - the nn kernel family is split over two files;
- * rf__register_cpu_nn_kernels (ops/families.h) registers both halves. */
+ * rf__register_cpu_nn_kernels (kernels/kernel_families.h) registers both
+ * halves. */
 #ifndef RF_KERNELS_CPU_NN_KERNELS_H
 #define RF_KERNELS_CPU_NN_KERNELS_H
 

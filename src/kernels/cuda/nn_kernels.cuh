@@ -1,6 +1,6 @@
 /* kernels/cuda/nn_kernels.cuh - the GPU nn kernel family is split over two
- * files; rf__register_gpu_nn_kernels (ops/families.h, in nn_kernels.cu)
- * registers both halves, which share exp_c. */
+ * files; rf__register_gpu_nn_kernels (kernels/kernel_families.h, in
+ * nn_kernels.cu) registers both halves, which share exp_c. */
 #ifndef RF_KERNELS_CUDA_NN_KERNELS_CUH
 #define RF_KERNELS_CUDA_NN_KERNELS_CUH
 
