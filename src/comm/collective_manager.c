@@ -21,6 +21,7 @@
 #include "comm/collective.h"
 #include "comm/job.h"
 #include "core/hash.h"
+#include "core/shape.h"
 #include "core/status.h"
 #include "runtime/step.h"
 
@@ -234,6 +235,17 @@ static bool shape_compatible(const rf_shape *known, const rf_shape *want) {
   return true;
 }
 
+/* Whether n inputs of shape s (rank >= 1) gather into a shape a tensor may
+ * have. */
+static bool gather_fits(const rf_shape *s, int n) {
+  rf_shape all = *s;
+  if (!rf__dim_mul(s->dims[0], n, &all.dims[0])) return false;
+  rf_status *st = rf__shape_check(&all);
+  bool ok = st == NULL;
+  rf_status_free(st);
+  return ok;
+}
+
 /* In a group of several processes the root may be elsewhere: receivers are
  * then checked by the job, against the root's shape. Divisibility counts
  * every process's participants (num_devices). */
@@ -266,6 +278,13 @@ static rf_status *check_shapes(const rf__coll_group *g) {
         "collective '%s' (step %lld): all_gather needs inputs of "
         "rank >= 1",
         g->key, (long long)g->step_id);
+  /* Checked once here: every backend multiplies the rows by n. */
+  if (g->kind == RF_COLL_ALL_GATHER && !gather_fits(&ref->shape, n))
+    return rf__invalid(
+        "collective '%s' (step %lld): all_gather of %d inputs of shape %s "
+        "overflows int64",
+        g->key, (long long)g->step_id, n,
+        (rf_shape_format(&ref->shape, sa, sizeof sa), sa));
   return NULL;
 }
 
