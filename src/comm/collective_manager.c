@@ -120,8 +120,7 @@ static int64_t now_ns(void) {
 static void fail_parts(rf__coll_participant *parts, int n,
                        const rf_status *st) {
   for (int i = 0; i < n; i++) {
-    rf_status *copy =
-        rf_status_new(rf_status_code(st), "%s", rf_status_message(st));
+    rf_status *copy = rf__status_copy(st);
     parts[i].done(parts[i].arg, copy, NULL);
     rf_tensor_release(parts[i].input);
   }
@@ -474,11 +473,9 @@ rf_status *rf__collective_join(rf__collective_manager *m,
         rf__error(RF_CANCELLED, "collective '%s': step %lld was cancelled",
                   shared_name, (long long)step_id);
   } else if (cancelled) {
-    fail_now = rf_status_new(rf_status_code(cancelled), "%s",
-                             rf_status_message(cancelled));
+    fail_now = rf__status_copy(cancelled);
   } else if (e && e->state == FAILED) {
-    fail_now = rf_status_new(rf_status_code(e->error), "%s",
-                             rf_status_message(e->error));
+    fail_now = rf__status_copy(e->error);
   } else if (!e) {
     e = entry_new(key, shared_name, step_id, p, expected);
     int rf__hash_oom = 0;
@@ -618,9 +615,7 @@ rf_status *rf__collective_manager_new(rf__threadpool *pool,
 void rf__collective_cancel_step(rf__collective_manager *m, int64_t step_id,
                                 const rf_status *why) {
   if (!m) return;
-  char msg[1024];
-  snprintf(msg, sizeof msg, "%s",
-           why ? rf_status_message(why) : "the step was cancelled");
+  const char *msg = why ? rf_status_message(why) : "the step was cancelled";
   rf_code code = why ? rf_status_code(why) : RF_CANCELLED;
   entry *doomed = NULL, *e, *tmp;
   pthread_mutex_lock(&m->mu);
@@ -631,12 +626,12 @@ void rf__collective_cancel_step(rf__collective_manager *m, int64_t step_id,
       rf__grow(&m->cancelled, &m->cap_cancelled, m->num_cancelled + 1,
                sizeof *m->cancelled) == 0) {
     m->cancelled[m->num_cancelled].step_id = step_id;
-    m->cancelled[m->num_cancelled].why = rf_status_new(code, "%s", msg);
+    m->cancelled[m->num_cancelled].why = rf__status_text(code, msg);
     m->num_cancelled++;
   }
   HASH_ITER(hh, m->table, e, tmp) {
     if (e->step_id == step_id && e->state == PENDING)
-      doom_locked(e, rf_status_new(code, "%s", msg), &doomed);
+      doom_locked(e, rf__status_text(code, msg), &doomed);
   }
   pthread_mutex_unlock(&m->mu);
   fail_doomed(m, doomed);

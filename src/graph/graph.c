@@ -44,8 +44,7 @@ void rf_graph_free(rf_graph *g) {
 rf_status *rf_graph_status(const rf_graph *g) {
   if (!g) return rf__invalid("rf_graph_status: NULL graph");
   if (!g->error) return NULL;
-  return rf_status_new(rf_status_code(g->error), "%s",
-                       rf_status_message(g->error));
+  return rf__status_copy(g->error);
 }
 
 void rf_graph_clear_status(rf_graph *g) {

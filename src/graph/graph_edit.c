@@ -457,8 +457,7 @@ rf_status *rf__graph_copy(const rf_graph *g, rf_graph **out) {
   rf_status *st = copy_nodes(g, c);
   if (!st) st = copy_edges(g, c);
   if (!st && g->error) {
-    c->error = rf_status_new(rf_status_code(g->error), "%s",
-                             rf_status_message(g->error));
+    c->error = rf__status_copy(g->error);
     if (c->error == rf__oom() &&
         rf_status_code(g->error) != RF_RESOURCE_EXHAUSTED)
       st = rf__oom();

@@ -47,6 +47,5 @@ rf_status *rf__registry_init(void) {
   pthread_once(&once, init_once);
   if (!init_status) return NULL;
   /* Hand out a copy: the caller frees what it gets. */
-  return rf_status_new(rf_status_code(init_status), "%s",
-                       rf_status_message(init_status));
+  return rf__status_copy(init_status);
 }

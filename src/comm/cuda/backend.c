@@ -44,9 +44,7 @@ void rf__gpu_coll_fail(rf__coll_group *g, const rf_status *st) {
     g->p[i].input = NULL;
   }
   for (int i = 0; i < g->n; i++)
-    g->p[i].done(g->p[i].arg,
-                 rf_status_new(rf_status_code(st), "%s", rf_status_message(st)),
-                 NULL);
+    g->p[i].done(g->p[i].arg, rf__status_copy(st), NULL);
 }
 
 static bool reduces(rf__collective_kind k) {
@@ -146,11 +144,7 @@ static void op_finish(cuda_op *op, rf_status *st) {
       out = op->outs[i];
       op->outs[i] = NULL;
     }
-    g->p[i].done(
-        g->p[i].arg,
-        st ? rf_status_new(rf_status_code(st), "%s", rf_status_message(st))
-           : NULL,
-        out);
+    g->p[i].done(g->p[i].arg, st ? rf__status_copy(st) : NULL, out);
   }
   rf_status_free(st);
   op_free(op);

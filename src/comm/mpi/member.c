@@ -69,9 +69,7 @@ static void report_task(void *arg) {
       op->parts[i].input = NULL;
     }
   for (int i = 0; i < op->g.n; i++) {
-    rf_status *copy =
-        st ? rf_status_new(rf_status_code(st), "%s", rf_status_message(st))
-           : NULL;
+    rf_status *copy = st ? rf__status_copy(st) : NULL;
     op->parts[i].done(op->parts[i].arg, copy, outs[i]);
   }
   rf_status_free(st);
@@ -99,7 +97,7 @@ static void report_on(rf__mpi_op *op, rf_status *st, bool here) {
 static void report(rf__mpi_op *op, rf_status *st) { report_on(op, st, false); }
 
 static rf_status *copy_status(const rf_status *st) {
-  return rf_status_new(rf_status_code(st), "%s", rf_status_message(st));
+  return rf__status_copy(st);
 }
 
 /* ---- making an op (the thread that completed the local group) ---- */
@@ -258,7 +256,7 @@ void rf__mpi_member_verdict(rf__job *j, const rf__mpi_msg_view *v) {
   rf__mpi_op *op = find_op(j, v->name, v->h->job_step);
   if (!op || op->state != RF_OP_WAIT_VERDICT) return;
   if (v->h->type == RF_MSG_ABORT) {
-    report(op, rf_status_new((rf_code)v->h->code, "%s", v->text));
+    report(op, rf__status_text((rf_code)v->h->code, v->text));
     drop(j, op);
     return;
   }
