@@ -137,18 +137,18 @@ static void test_combined_shapes(void **state) {
     rf_output out;
   } cases[7];
   int n = 0;
-#define CASE(expr)                     \
-  do {                                 \
-    cases[n].what = #expr;             \
-    cases[n++].out = (expr);           \
+#define CASE(expr)                      \
+  do {                                  \
+    cases[n].what = #expr;              \
+    cases[n++].out = (expr);            \
     expect_graph_error(g, "overflows"); \
-    rf_graph_clear_status(g);          \
+    rf_graph_clear_status(g);           \
   } while (0)
-  CASE(rf_add(g, NULL, tall, wide));                          /* broadcast */
+  CASE(rf_add(g, NULL, tall, wide)); /* broadcast */
   CASE(rf_mul(g, NULL, tall, wide));
-  CASE(rf_matmul(g, NULL, tall, wide, false, false));         /* (m, n) */
-  CASE(rf_bias_add(g, NULL, tall_q, bias));                   /* merge */
-  CASE(rf_add_n(g, NULL, (rf_output[]){tall_q, q_wide}, 2));  /* merge */
+  CASE(rf_matmul(g, NULL, tall, wide, false, false));        /* (m, n) */
+  CASE(rf_bias_add(g, NULL, tall_q, bias));                  /* merge */
+  CASE(rf_add_n(g, NULL, (rf_output[]){tall_q, q_wide}, 2)); /* merge */
   CASE(rf_sparse_softmax_cross_entropy(g, NULL, q_wide, labels));
   CASE(rf_equal(g, NULL, tall, wide));
 #undef CASE
@@ -254,9 +254,9 @@ static void test_run_time(void **state) {
   "{\"name\": \"" name "\", \"op\": \"Placeholder\", \"device\": \"" dev \
   "\", \"attrs\": {\"dtype\": {\"type\": \"type\", \"value\": "          \
   "\"float32\"}, \"shape\": {\"type\": \"shape\", \"value\": " shape "}}}"
-#define BIN(name, op, a, b)                                            \
-  "{\"name\": \"" name "\", \"op\": \"" op "\", \"inputs\": [\"" a \
-  "\", \"" b "\"]}"
+#define BIN(name, op, a, b)                                                   \
+  "{\"name\": \"" name "\", \"op\": \"" op "\", \"inputs\": [\"" a "\", \"" b \
+  "\"]}"
 
 static const struct {
   const char *json, *sub;
@@ -269,39 +269,50 @@ static const struct {
          "\"shape\", \"value\": [" P_STR ", -1, 2]}}}]}",
      "overflows int64"},
     /* the all-gather of the issue */
-    {HDR PH("a", "cpu:0", "[" P_STR "]") "," PH("b", "cpu:1", "[" P_STR "]")
-         ", {\"name\": \"g0\", \"op\": \"AllGather\", \"device\": \"cpu:0\", "
-         "\"inputs\": [\"a\"], \"attrs\": {\"num_devices\": {\"type\": "
-         "\"int\", \"value\": 2}, \"shared_name\": {\"type\": \"string\", "
-         "\"value\": \"g\"}}}]}",
+    {HDR PH("a", "cpu:0", "[" P_STR "]") "," PH(
+         "b", "cpu:1",
+         "[" P_STR
+         "]") ", {\"name\": \"g0\", \"op\": \"AllGather\", \"device\": "
+              "\"cpu:0\", "
+              "\"inputs\": [\"a\"], \"attrs\": {\"num_devices\": {\"type\": "
+              "\"int\", \"value\": 2}, \"shared_name\": {\"type\": \"string\", "
+              "\"value\": \"g\"}}}]}",
      "overflows int64"},
     /* broadcasting math, matmul, merges, nn */
-    {HDR PH("a", "", "[" P_STR ", 1]") "," PH("b", "", "[1, 4]")
-         "," BIN("s", "Add", "a", "b") "]}",
+    {HDR PH("a", "", "[" P_STR ", 1]") "," PH("b", "", "[1, 4]") "," BIN(
+         "s", "Add", "a", "b") "]}",
      "overflows int64"},
-    {HDR PH("a", "", "[" P_STR ", 1]") "," PH("b", "", "[1, 4]")
-         "," BIN("s", "MatMul", "a", "b") "]}",
+    {HDR PH("a", "", "[" P_STR ", 1]") "," PH("b", "", "[1, 4]") "," BIN(
+         "s", "MatMul", "a", "b") "]}",
      "overflows int64"},
-    {HDR PH("a", "", "[" P_STR ", -1]") "," PH("b", "", "[4]")
-         "," BIN("s", "BiasAdd", "a", "b") "]}",
+    {HDR PH("a", "", "[" P_STR ", -1]") "," PH("b", "", "[4]") "," BIN(
+         "s", "BiasAdd", "a", "b") "]}",
      "overflows int64"},
-    {HDR PH("a", "", "[" P_STR ", -1]") "," PH("b", "", "[-1, 4]")
-         ", {\"name\": \"s\", \"op\": \"AddN\", \"inputs\": [[\"a\", \"b\"]]}]}",
+    {HDR PH("a", "", "[" P_STR ", -1]") "," PH(
+         "b", "", "[-1, 4]") ", {\"name\": \"s\", \"op\": \"AddN\", "
+                             "\"inputs\": [[\"a\", \"b\"]]}]}",
      "overflows int64"},
     /* Reduce merges the shapes of its inputs */
-    {HDR PH("a", "cpu:0", "[" P_STR ", -1]") "," PH("b", "cpu:1", "[-1, 4]")
-         ", {\"name\": \"r\", \"op\": \"Reduce\", \"device\": \"cpu:0\", "
-         "\"inputs\": [[\"a\", \"b\"]], \"attrs\": {\"reduction\": "
-         "{\"type\": \"string\", \"value\": \"sum\"}}}]}",
+    {HDR PH("a", "cpu:0", "[" P_STR ", -1]") "," PH(
+         "b", "cpu:1",
+         "[-1, 4]") ", {\"name\": \"r\", \"op\": \"Reduce\", \"device\": "
+                    "\"cpu:0\", "
+                    "\"inputs\": [[\"a\", \"b\"]], \"attrs\": {\"reduction\": "
+                    "{\"type\": \"string\", \"value\": \"sum\"}}}]}",
      "overflows int64"},
     /* Reshape to a Const shape [2^62, 4] (int64, little-endian) */
-    {HDR PH("x", "", "[-1]")
-         ", {\"name\": \"k\", \"op\": \"Const\", \"attrs\": {\"dtype\": "
-         "{\"type\": \"type\", \"value\": \"int64\"}, \"value\": {\"type\": "
-         "\"tensor\", \"value\": {\"dtype\": \"int64\", \"shape\": [2], "
-         "\"data\": \"AAAAAAAAAEAEAAAAAAAAAA==\"}}}}, {\"name\": \"r\", "
-         "\"op\": \"Reshape\", \"inputs\": [\"x\", \"k\"], \"attrs\": "
-         "{\"Tshape\": {\"type\": \"type\", \"value\": \"int64\"}}}]}",
+    {HDR PH(
+         "x", "",
+         "[-1]") ", {\"name\": \"k\", \"op\": \"Const\", \"attrs\": "
+                 "{\"dtype\": "
+                 "{\"type\": \"type\", \"value\": \"int64\"}, \"value\": "
+                 "{\"type\": "
+                 "\"tensor\", \"value\": {\"dtype\": \"int64\", \"shape\": "
+                 "[2], "
+                 "\"data\": \"AAAAAAAAAEAEAAAAAAAAAA==\"}}}}, {\"name\": "
+                 "\"r\", "
+                 "\"op\": \"Reshape\", \"inputs\": [\"x\", \"k\"], \"attrs\": "
+                 "{\"Tshape\": {\"type\": \"type\", \"value\": \"int64\"}}}]}",
      "overflows int64"},
     /* tensors: a Const's own shape */
     {HDR "{\"name\": \"k\", \"op\": \"Const\", \"attrs\": {\"dtype\": "

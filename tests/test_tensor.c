@@ -340,8 +340,8 @@ static void test_tensor_conversions_and_errors(void **state) {
    * tensor can have that shape. */
   rf_shape wrap = rf_shape_of(2, (int64_t)1 << 40, (int64_t)1 << 30);
   assert_int_equal(rf_shape_num_elements(&wrap), -1);
-  assert_status(rf_tensor_new(RF_FLOAT64, &wrap, NULL, &t),
-                RF_INVALID_ARGUMENT, "element count overflows int64");
+  assert_status(rf_tensor_new(RF_FLOAT64, &wrap, NULL, &t), RF_INVALID_ARGUMENT,
+                "element count overflows int64");
   assert_ptr_equal(t, keep);
   /* NULL tensors read as empty. */
   assert_int_equal(rf_tensor_dtype(NULL), RF_DTYPE_INVALID);

@@ -160,8 +160,8 @@ static rf_status *check_value(sig *s, const rf__attr_def *d,
   if (d->type == RF_ATTR_SHAPE || d->type == RF_ATTR_SHAPE_LIST) {
     int n = d->type == RF_ATTR_SHAPE ? 1 : v->n;
     for (int k = 0; k < n; k++) {
-      rf_status *st = rf__shape_check(d->type == RF_ATTR_SHAPE ? &v->u.shape
-                                                               : &v->u.shapes[k]);
+      rf_status *st = rf__shape_check(
+          d->type == RF_ATTR_SHAPE ? &v->u.shape : &v->u.shapes[k]);
       if (st)
         return rf__status_prefix(st, "node '%s' (%s): attr '%s'", s->node,
                                  s->op->name, d->name);
