@@ -522,7 +522,10 @@ static rf_status *read_output(loader *l, json_t *j, rf_output *out) {
     name_len = (size_t)(colon - s);
   }
   rf_node *n = NULL;
-  if (strlen(s) == len) HASH_FIND(hh, l->g->by_name, s, name_len, n);
+  int id = strlen(s) == len
+               ? rf__name_index_find(&l->g->names, l->g->nodes, s, name_len)
+               : -1;
+  if (id >= 0) n = l->g->nodes[id];
   if (!n) return LOAD_ERR(l, "input '%s' names no earlier node", s);
   if (index >= n->num_outputs)
     return LOAD_ERR(l, "input '%s': node '%s' has %d outputs", s, n->name,
