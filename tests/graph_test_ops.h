@@ -171,7 +171,7 @@ static inline void check_invariants(const rf_graph *g) {
       if (n->data_in[k]) assert_int_equal(n->data_in[k]->dst_in, k);
   }
   assert_int_equal(live, g->num_live);
-  assert_int_equal(HASH_COUNT(g->by_name), live);
+  assert_int_equal(g->names.count, live);
 }
 
 #endif

@@ -628,6 +628,115 @@ static void test_copy(void **state) {
   rf_graph_free(c);
 }
 
+/* Control edges have no slot to find their copy by: a sink with many control
+ * inputs and a source with many control outputs keep both edge orders. */
+static void test_copy_control_fans(void **state) {
+  rf_graph *g = rf_graph_new();
+  enum { N = 600 };
+  rf_node *nodes[N];
+  for (int i = 0; i < N; i++)
+    nodes[i] = src_node(g, NULL, RF_FLOAT32, rf_shape_scalar()).node;
+  rf_node *hub = src_node(g, "hub", RF_FLOAT32, rf_shape_scalar()).node;
+  rf_node *sink = src_node(g, "sink", RF_FLOAT32, rf_shape_scalar()).node;
+  /* In an order of their own, unlike ids: the copy must not sort. */
+  for (int i = 0; i < N; i++) {
+    int k = (int)((i * 7919L) % N);
+    assert_ok(rf_graph_add_control_edge(g, nodes[k], sink));
+    assert_ok(rf_graph_add_control_edge(g, hub, nodes[(k + 1) % N]));
+    if (i % 3 == 0)
+      add_node(g, NULL, (rf_output){nodes[k], 0}, (rf_output){hub, 0});
+  }
+  rf__graph_remove_node(g, nodes[5]); /* a hole */
+  rf_graph *c = NULL;
+  assert_ok(rf__graph_copy(g, &c));
+  check_invariants(c);
+  assert_same_graph(g, c);
+  rf_graph_free(g);
+  rf_graph_free(c);
+}
+
+/* A chain of n TestAdd nodes; the library allocations its copy makes. */
+static int64_t copy_allocations(int n) {
+  rf_graph *g = rf_graph_new();
+  rf_output y = src_node(g, NULL, RF_FLOAT32, rf_shape_scalar());
+  for (int i = 0; i < n; i++) y = add_node(g, NULL, y, y);
+  rf_graph *c = NULL;
+  int64_t before = rf_debug_allocation_count();
+  assert_ok(rf__graph_copy(g, &c));
+  int64_t used = rf_debug_allocation_count() - before;
+  rf_graph_free(c);
+  rf_graph_free(g);
+  return used;
+}
+
+/* A compile copies the session's graph, so a copy must cost the same per
+ * node at any size (docs/PERFORMANCE.md: the name hash rebuilt at every
+ * copy, rehashing everything at each doubling, made it grow with the
+ * graph). Counted without a clock: the same number of allocations for each
+ * further 1000 nodes, none of them a table growing. */
+static void test_copy_is_linear(void **state) {
+  int64_t a[5];
+  for (int i = 0; i < 5; i++) a[i] = copy_allocations(1000 * (i + 1));
+  for (int i = 1; i < 4; i++)
+    if (a[i + 1] - a[i] != a[1] - a[0])
+      fail_msg(
+          "copies of 1000..5000 nodes made %lld, %lld, %lld, %lld, %lld "
+          "allocations: not the same number per 1000 nodes",
+          (long long)a[0], (long long)a[1], (long long)a[2], (long long)a[3],
+          (long long)a[4]);
+}
+
+/* The name index: lookups stay short (probing stays near each name's home
+ * slot) for names that differ only at their end, and after removals. */
+static void test_name_index(void **state) {
+  enum { N = 100000 };
+  static char names[N][320];
+  rf_node **nodes = calloc(N, sizeof *nodes);
+  rf_node *store = calloc(N, sizeof *store);
+  assert_non_null(nodes);
+  assert_non_null(store);
+  char prefix[301];
+  memset(prefix, 'p', 300);
+  prefix[300] = '\0';
+  rf__name_index x = {NULL, 0, 0};
+  for (int i = 0; i < N; i++) {
+    /* Half "Op_<i>" (generated names), half one long prefix and a number. */
+    snprintf(names[i], sizeof names[i], "%s_%d", i % 2 ? "MatMul" : prefix, i);
+    store[i].name = names[i];
+    store[i].id = i;
+    nodes[i] = &store[i];
+    assert_int_equal(rf__name_index_add(&x, names[i], i), 0);
+  }
+  uint32_t max;
+  uint64_t sum;
+  rf__name_index_displacement(&x, &max, &sum);
+  if (max > 64 || sum > (uint64_t)N)
+    fail_msg(
+        "%d names: a lookup probes up to %u slots past home (%.2f on "
+        "average)",
+        N, max, (double)sum / N);
+  /* Remove every third name; the others stay found, the removed do not. */
+  for (int i = 0; i < N; i += 3) rf__name_index_remove(&x, names[i], i);
+  for (int i = 0; i < N; i++) {
+    int want = i % 3 ? i : -1;
+    assert_int_equal(rf__name_index_find(&x, nodes, names[i], strlen(names[i])),
+                     want);
+  }
+  assert_int_equal(x.count, N - (N + 2) / 3);
+  rf__name_index_displacement(&x, &max, &sum);
+  assert_true(max <= 64 && sum <= (uint64_t)N);
+  /* A copy answers the same. */
+  rf__name_index y;
+  assert_int_equal(rf__name_index_copy(&y, &x), 0);
+  assert_int_equal(rf__name_index_find(&y, nodes, names[4], strlen(names[4])),
+                   4);
+  assert_int_equal(rf__name_index_find(&y, nodes, "MatMul", 6), -1);
+  rf__name_index_free(&x);
+  rf__name_index_free(&y);
+  free(nodes);
+  free(store);
+}
+
 static void test_sticky_errors(void **state) {
   rf_graph *g = rf_graph_new();
   rf_output x = src_node(g, "x", RF_FLOAT32, rf_shape_scalar());
@@ -740,6 +849,9 @@ int main(void) {
       cmocka_unit_test(test_control_edges_and_cycles),
       cmocka_unit_test(test_edge_edits),
       cmocka_unit_test(test_copy),
+      cmocka_unit_test(test_copy_control_fans),
+      cmocka_unit_test(test_copy_is_linear),
+      cmocka_unit_test(test_name_index),
       cmocka_unit_test(test_sticky_errors),
       cmocka_unit_test(test_allocation_failures),
       cmocka_unit_test(test_null_arguments),

@@ -85,8 +85,11 @@ RF_API rf_shape rf_shape_from_array(const int64_t *rank_then_dims);
 #define rf_shape_of(...) rf_shape_from_array((const int64_t[]){__VA_ARGS__})
 #endif
 RF_API bool rf_shape_is_fully_defined(const rf_shape *shape);
-/* Elements of a fully defined shape; -1 otherwise (or when the count
- * overflows int64). */
+/* Elements of a fully defined shape; -1 otherwise, and -1 for a shape no
+ * tensor may have: its nonzero dims multiply past INT64_MAX (zeros are left
+ * out, so that every stride of a tensor fits in int64: (0, 2^62, 4) is
+ * refused too). Every shape the library builds, loads or infers is held to
+ * the same rule; breaking it is an INVALID_ARGUMENT error. */
 RF_API int64_t rf_shape_num_elements(const rf_shape *shape);
 RF_API bool rf_shape_equal(const rf_shape *a, const rf_shape *b);
 /* Writes "(3, ?, 4)" or "<unknown>" into buf (always NUL-terminated). */

@@ -39,6 +39,14 @@ typedef enum rf_code {
 /* An error: a code and a message naming the node, op and device involved. */
 typedef struct rf_status rf_status;
 
+/* Messages quote what users named (nodes, ops, devices, collectives, attrs,
+ * files). A quoted string longer than RF_STATUS_QUOTE_MAX bytes is cut to its
+ * first RF_STATUS_QUOTE_MAX bytes (never inside a UTF-8 character) followed
+ * by "... (N bytes)", N its whole length, so a message stays short whatever
+ * the names: a node named by 100 MB of 'a' appears as
+ * "node 'aaa...a... (104857600 bytes)'". */
+#define RF_STATUS_QUOTE_MAX 200
+
 /* The status's code; RF_OK for NULL. */
 RF_API rf_code rf_status_code(const rf_status *status);
 
@@ -53,7 +61,8 @@ RF_API const char *rf_code_name(rf_code code);
 RF_API void rf_status_free(rf_status *status);
 
 /* Makes a status with a printf-style message (for user kernels and callbacks).
- * Returns NULL when code is RF_OK. If memory runs out, returns a shared static
+ * Each %s argument is capped as above (RF_STATUS_QUOTE_MAX). Returns NULL
+ * when code is RF_OK. If memory runs out, returns a shared static
  * RESOURCE_EXHAUSTED status that rf_status_free ignores. */
 RF_API rf_status *rf_status_new(rf_code code, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));

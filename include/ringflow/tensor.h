@@ -39,7 +39,10 @@ typedef struct rf_tensor rf_tensor;
 
 /* Makes a tensor of a fully defined shape with uninitialised contents, from
  * `allocator` (NULL: the default). On success *out holds one reference. On
- * error *out is untouched. */
+ * error *out is untouched: INVALID_ARGUMENT for a shape that is not fully
+ * defined or not valid (rank past RF_MAX_RANK, or nonzero dims multiplying
+ * past INT64_MAX, see rf_shape_num_elements), RESOURCE_EXHAUSTED when the
+ * bytes cannot be had. */
 RF_API rf_status *rf_tensor_new(rf_dtype dtype, const rf_shape *shape,
                                 rf_allocator *allocator, rf_tensor **out);
 

@@ -21,6 +21,7 @@
 #include "comm/collective.h"
 #include "comm/job.h"
 #include "core/hash.h"
+#include "core/shape.h"
 #include "core/status.h"
 #include "device/step.h"
 
@@ -107,11 +108,7 @@ void rf__coll_report(rf__coll_participant *parts, int n, const rf_status *st,
       out = outs[i];
       outs[i] = NULL;
     }
-    parts[i].done(
-        parts[i].arg,
-        st ? rf_status_new(rf_status_code(st), "%s", rf_status_message(st))
-           : NULL,
-        out);
+    parts[i].done(parts[i].arg, st ? rf__status_copy(st) : NULL, out);
   }
 }
 
@@ -232,6 +229,17 @@ static bool shape_compatible(const rf_shape *known, const rf_shape *want) {
   return true;
 }
 
+/* Whether n inputs of shape s (rank >= 1) gather into a shape a tensor may
+ * have. */
+static bool gather_fits(const rf_shape *s, int n) {
+  rf_shape all = *s;
+  if (!rf__dim_mul(s->dims[0], n, &all.dims[0])) return false;
+  rf_status *st = rf__shape_check(&all);
+  bool ok = st == NULL;
+  rf_status_free(st);
+  return ok;
+}
+
 /* In a group of several processes the root may be elsewhere: receivers are
  * then checked by the job, against the root's shape. Divisibility counts
  * every process's participants (num_devices). */
@@ -264,6 +272,13 @@ static rf_status *check_shapes(const rf__coll_group *g) {
         "collective '%s' (step %lld): all_gather needs inputs of "
         "rank >= 1",
         g->key, (long long)g->step_id);
+  /* Checked once here: every backend multiplies the rows by n. */
+  if (g->kind == RF_COLL_ALL_GATHER && !gather_fits(&ref->shape, n))
+    return rf__invalid(
+        "collective '%s' (step %lld): all_gather of %d inputs of shape %s "
+        "overflows int64",
+        g->key, (long long)g->step_id, n,
+        (rf_shape_format(&ref->shape, sa, sizeof sa), sa));
   return NULL;
 }
 
@@ -450,11 +465,9 @@ static rf_status *join(rf__collective_manager *m, const char *key,
         rf__error(RF_CANCELLED, "collective '%s': step %lld was cancelled",
                   shared_name, (long long)step_id);
   } else if (cancelled) {
-    fail_now = rf_status_new(rf_status_code(cancelled), "%s",
-                             rf_status_message(cancelled));
+    fail_now = rf__status_copy(cancelled);
   } else if (e && e->state == FAILED) {
-    fail_now = rf_status_new(rf_status_code(e->error), "%s",
-                             rf_status_message(e->error));
+    fail_now = rf__status_copy(e->error);
   } else if (!e) {
     e = entry_new(key, shared_name, step_id, p, expected);
     int rf__hash_oom = 0;
@@ -615,9 +628,7 @@ rf_status *rf__collective_manager_new(rf__threadpool *pool,
 void rf__collective_cancel_step(rf__collective_manager *m, int64_t step_id,
                                 const rf_status *why) {
   if (!m) return;
-  char msg[1024];
-  snprintf(msg, sizeof msg, "%s",
-           why ? rf_status_message(why) : "the step was cancelled");
+  const char *msg = why ? rf_status_message(why) : "the step was cancelled";
   rf_code code = why ? rf_status_code(why) : RF_CANCELLED;
   entry *doomed = NULL, *e, *tmp;
   pthread_mutex_lock(&m->mu);
@@ -628,12 +639,12 @@ void rf__collective_cancel_step(rf__collective_manager *m, int64_t step_id,
       rf__grow(&m->cancelled, &m->cap_cancelled, m->num_cancelled + 1,
                sizeof *m->cancelled) == 0) {
     m->cancelled[m->num_cancelled].step_id = step_id;
-    m->cancelled[m->num_cancelled].why = rf_status_new(code, "%s", msg);
+    m->cancelled[m->num_cancelled].why = rf__status_text(code, msg);
     m->num_cancelled++;
   }
   HASH_ITER(hh, m->table, e, tmp) {
     if (e->step_id == step_id && e->state == PENDING)
-      doom_locked(e, rf_status_new(code, "%s", msg), &doomed);
+      doom_locked(e, rf__status_text(code, msg), &doomed);
   }
   pthread_mutex_unlock(&m->mu);
   fail_doomed(m, doomed);

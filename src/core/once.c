@@ -2,6 +2,8 @@
  * that sees it set also sees every table the functions filled. */
 #include "core/once.h"
 
+#include "core/status.h"
+
 rf_status *rf__once_run(rf__once *o, const rf__init_fn *fns, size_t n) {
   if (!atomic_load_explicit(&o->done, memory_order_acquire)) {
     pthread_mutex_lock(&o->mu);
@@ -13,6 +15,5 @@ rf_status *rf__once_run(rf__once *o, const rf__init_fn *fns, size_t n) {
   }
   if (!o->status) return NULL;
   /* Hand out a copy: the caller frees what it gets. */
-  return rf_status_new(rf_status_code(o->status), "%s",
-                       rf_status_message(o->status));
+  return rf__status_copy(o->status);
 }

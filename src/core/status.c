@@ -1,11 +1,13 @@
 /* core/status.c - the rf_status object. The out-of-memory status is a static
- * object so that reporting an allocation failure never allocates. */
+ * object so that reporting an allocation failure never allocates. Messages
+ * are formatted by core/format.c, which caps every quoted string. */
 #include "core/status.h"
 
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "core/format.h"
 #include "core/mem.h"
 
 struct rf_status {
@@ -43,44 +45,56 @@ void rf_status_free(rf_status *s) {
   rf__free(s);
 }
 
-static rf_status *status_vnew(rf_code code, const char *fmt, va_list ap) {
-  va_list ap2;
-  va_copy(ap2, ap);
-  int n = vsnprintf(NULL, 0, fmt, ap2);
-  va_end(ap2);
-  if (n < 0) n = 0;
-  rf_status *s = rf__malloc(sizeof *s);
-  char *msg = rf__malloc((size_t)n + 1);
-  if (!s || !msg) {
-    rf__free(s);
+/* A status owning msg (from rf__malloc); NULL msg means memory ran out. */
+static rf_status *status_take(rf_code code, char *msg) {
+  rf_status *s = msg ? rf__malloc(sizeof *s) : NULL;
+  if (!s) {
     rf__free(msg);
     return &oom_status;
   }
-  vsnprintf(msg, (size_t)n + 1, fmt, ap);
   s->code = code;
   s->message = msg;
   return s;
 }
 
-rf_status *rf_status_new(rf_code code, const char *fmt, ...) {
+rf_status *rf__status_vnew(rf_code code, const char *fmt, va_list ap) {
   if (code == RF_OK) return NULL;
-  if (!fmt) fmt = "";
+  return status_take(code, rf__vformat(fmt ? fmt : "", ap));
+}
+
+rf_status *rf_status_new(rf_code code, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  rf_status *s = status_vnew(code, fmt, ap);
+  rf_status *s = rf__status_vnew(code, fmt, ap);
   va_end(ap);
   return s;
 }
 
+rf_status *rf__status_text(rf_code code, const char *text) {
+  if (code == RF_OK) return NULL;
+  return status_take(code, rf__strdup(text ? text : ""));
+}
+
+rf_status *rf__status_copy(const rf_status *st) {
+  if (!st || st == &oom_status) return (rf_status *)st;
+  return rf__status_text(st->code, st->message);
+}
+
 rf_status *rf__status_prefix(rf_status *st, const char *fmt, ...) {
   if (!st || st == &oom_status) return st;
-  char prefix[512];
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(prefix, sizeof prefix, fmt, ap);
+  char *prefix = rf__vformat(fmt, ap);
   va_end(ap);
-  rf_status *out = rf_status_new(st->code, "%s: %s", prefix, st->message);
-  if (out == &oom_status) return st;
-  rf_status_free(st);
-  return out;
+  size_t np = prefix ? strlen(prefix) : 0, nm = strlen(st->message);
+  char *msg = prefix ? rf__malloc(np + 2 + nm + 1) : NULL;
+  if (msg) { /* st's message goes in whole: it was capped when made */
+    memcpy(msg, prefix, np);
+    memcpy(msg + np, ": ", 2);
+    memcpy(msg + np + 2, st->message, nm + 1);
+    rf__free(st->message);
+    st->message = msg;
+  }
+  rf__free(prefix);
+  return st; /* without memory: the message as it was */
 }

@@ -1,7 +1,12 @@
 /* core/status.h - internal helpers around rf_status: construction and the
- * propagation macros every layer uses. */
+ * propagation macros every layer uses. Every message is formatted with each
+ * %s argument capped at RF_STATUS_QUOTE_MAX bytes (core/format.h), so a huge
+ * node, op, device, collective, attr or file name cannot make a huge
+ * message. */
 #ifndef RF_CORE_STATUS_H
 #define RF_CORE_STATUS_H
+
+#include <stdarg.h>
 
 #include "ringflow/status.h"
 
@@ -13,8 +18,22 @@
 /* The shared status returned when memory runs out. */
 rf_status *rf__oom(void);
 
-/* Prefixes "<prefix>: " to st's message (st may be NULL); returns st or a new
- * status replacing it (the old one is freed). */
+/* rf_status_new with a va_list. */
+rf_status *rf__status_vnew(rf_code code, const char *fmt, va_list ap);
+
+/* A status holding `text` whole (copied), for messages made elsewhere (another
+ * status, another process); RF_OK gives NULL. */
+rf_status *rf__status_text(rf_code code, const char *text);
+
+/* A new status with st's code and whole message (st itself when NULL or the
+ * shared out-of-memory status). Carry a message into another through this or
+ * rf__status_prefix, never through "%s": %s arguments are capped at
+ * RF_STATUS_QUOTE_MAX bytes (core/format.h). */
+rf_status *rf__status_copy(const rf_status *st);
+
+/* Prefixes "<prefix>: " to st's message (st may be NULL) and returns st. The
+ * prefix's %s arguments are capped; st's message is kept whole. When memory
+ * runs out the message stays as it was. */
 rf_status *rf__status_prefix(rf_status *st, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 

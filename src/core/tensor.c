@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "core/mem.h"
+#include "core/shape.h"
 #include "core/status.h"
 
 static rf_status *tensor_new(rf_dtype dtype, const rf_shape *shape,
@@ -13,14 +14,15 @@ static rf_status *tensor_new(rf_dtype dtype, const rf_shape *shape,
   if (!shape || !out) return rf__invalid("rf_tensor_new: NULL argument");
   if (rf_dtype_size(dtype) == 0)
     return rf__invalid("rf_tensor_new: invalid dtype %d", (int)dtype);
-  if (!rf_shape_is_fully_defined(shape)) {
+  int64_t n = rf_shape_num_elements(shape); /* -1: unknown or invalid */
+  if (n < 0) {
+    RF_CHECK(rf__status_prefix(rf__shape_check(shape), "rf_tensor_new"));
     char buf[128];
     rf_shape_format(shape, buf, sizeof buf);
     return rf__invalid("rf_tensor_new: shape %s is not fully defined", buf);
   }
-  int64_t n = rf_shape_num_elements(shape);
   size_t esize = rf_dtype_size(dtype);
-  if (n < 0 || n > (int64_t)(SIZE_MAX / 2 / esize)) /* n < 0: overflowed */
+  if (n > (int64_t)(SIZE_MAX / 2 / esize))
     return rf__error(RF_RESOURCE_EXHAUSTED,
                      "rf_tensor_new: %lld elements is too many", (long long)n);
   if (!allocator) allocator = rf_default_allocator();

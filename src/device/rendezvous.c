@@ -175,7 +175,7 @@ static void remove_entry(rf__rendezvous *r, entry *e) {
 }
 
 static rf_status *copy_status(const rf_status *st) {
-  return rf_status_new(rf_status_code(st), "%s", rf_status_message(st));
+  return rf__status_copy(st);
 }
 
 /* ---- the API ---- */

@@ -28,7 +28,7 @@ void rf_graph_free(rf_graph *g) {
     for (int k = 0; k < n->num_in_edges; k++) rf__free(n->in_edges[k]);
     n->num_in_edges = 0;
   }
-  HASH_CLEAR(hh, g->by_name);
+  rf__name_index_free(&g->names);
   for (int i = 0; i < g->num_ids; i++) rf__node_free(g->nodes[i]);
   rf__free(g->nodes);
   rf__name_count *c, *tmp;
@@ -44,8 +44,7 @@ void rf_graph_free(rf_graph *g) {
 rf_status *rf_graph_status(const rf_graph *g) {
   if (!g) return rf__invalid("rf_graph_status: NULL graph");
   if (!g->error) return NULL;
-  return rf_status_new(rf_status_code(g->error), "%s",
-                       rf_status_message(g->error));
+  return rf__status_copy(g->error);
 }
 
 void rf_graph_clear_status(rf_graph *g) {
@@ -95,9 +94,7 @@ const char *rf__graph_scope_device(const rf_graph *g) {
 /* ---- names ---- */
 
 static bool name_used(const rf_graph *g, const char *name) {
-  rf_node *n = NULL;
-  HASH_FIND_STR(g->by_name, name, n);
-  return n != NULL;
+  return rf__name_index_find(&g->names, g->nodes, name, strlen(name)) >= 0;
 }
 
 /* The counter for base, created on first use; NULL if memory runs out (the
@@ -142,9 +139,8 @@ void rf__graph_unique_name(rf_graph *g, const char *base, char *buf,
 
 rf_node *rf_graph_find_node(const rf_graph *g, const char *name) {
   if (!g || !name) return NULL;
-  rf_node *n = NULL;
-  HASH_FIND_STR(g->by_name, name, n);
-  return n;
+  int id = rf__name_index_find(&g->names, g->nodes, name, strlen(name));
+  return id >= 0 ? g->nodes[id] : NULL;
 }
 
 int rf_graph_num_nodes(const rf_graph *g) { return g ? g->num_live : 0; }

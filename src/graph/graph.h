@@ -13,6 +13,7 @@
 #include "core/status.h"
 #include "graph/attrs.h"
 #include "graph/device_name.h"
+#include "graph/name_index.h"
 #include "ringflow/graph.h"
 
 struct rf__op_def;
@@ -43,8 +44,7 @@ struct rf_node {
   rf_dtype *out_dtypes; /* [num_outputs] */
   rf_shape *out_shapes; /* [num_outputs] */
   rf__attrs attrs;
-  void *scratch;     /* for the pass or compile stage holding the node */
-  UT_hash_handle hh; /* by name, in rf_graph.by_name */
+  void *scratch; /* for the pass or compile stage holding the node */
 };
 
 #define RF_MAX_DEVICE_SCOPE 32
@@ -53,13 +53,13 @@ struct rf_graph {
   rf_node **nodes; /* by id; NULL where removed */
   int num_ids, cap_ids;
   int num_live;
-  rf_node *by_name; /* uthash head */
+  rf__name_index names; /* id by name (graph/name_index.h) */
   char device_scope[RF_MAX_DEVICE_SCOPE][RF_DEVICE_NAME_MAX];
   int device_depth;
   rf_status *error; /* first error from an op function (sticky) */
   int64_t name_counter;
   /* Next suffix to try per generated-name base (uthash; a hint only: names
-   * are always checked against by_name). */
+   * are always checked against names). */
   struct rf__name_count *name_counts;
 };
 

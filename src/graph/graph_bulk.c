@@ -90,7 +90,7 @@ void rf__graph_remove_nodes(rf_graph *g, const char *remove) {
       if (v->scratch == (void *)remove) v->scratch = NULL;
       continue;
     }
-    HASH_DELETE(hh, g->by_name, v);
+    rf__name_index_remove(&g->names, v->name, v->id);
     g->nodes[i] = NULL;
     g->num_live--;
     rf__node_free(v);

@@ -4,8 +4,8 @@
  * leaves the graph as it was (the invariants of graph.h hold after each call;
  * rf__graph_remove_node may leave consumers' data inputs unfed, which the
  * pass doing it must repair). */
+#include <stdint.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "core/mem.h"
@@ -115,9 +115,7 @@ rf_status *rf__graph_insert(rf_graph *g, rf_node *n, const rf_output *inputs,
     if (!reserve_out(edges[reserved]->src)) goto oom;
   for (int k = 0; k < ne; k++) edges[k]->src->num_out_edges--;
   reserved = 0;
-  int rf__hash_oom = 0;
-  HASH_ADD_KEYPTR(hh, g->by_name, n->name, strlen(n->name), n);
-  if (rf__hash_oom) goto oom;
+  if (rf__name_index_add(&g->names, n->name, g->num_ids)) goto oom;
   n->id = g->num_ids++;
   g->nodes[n->id] = n;
   g->num_live++;
@@ -283,7 +281,7 @@ void rf__graph_remove_node(rf_graph *g, rf_node *n) {
   if (!rf__graph_owns(g, n)) return;
   while (n->num_in_edges) rf__graph_remove_edge(g, n->in_edges[0]);
   while (n->num_out_edges) rf__graph_remove_edge(g, n->out_edges[0]);
-  HASH_DELETE(hh, g->by_name, n);
+  rf__name_index_remove(&g->names, n->name, n->id);
   g->nodes[n->id] = NULL;
   g->num_live--;
   rf__node_free(n);
@@ -340,15 +338,42 @@ rf_status *rf_graph_add_control_edge(rf_graph *g, rf_node *src, rf_node *dst) {
 
 /* ---- deep copy ---- */
 
-typedef struct edge_pair {
-  const rf__edge *old;
-  rf__edge *neu;
-} edge_pair;
+/* Old control edge -> its copy. Data edges are found through data_in; a
+ * control edge has no slot, so the copy looks it up here: open addressing
+ * by address, linear in the edges (a sort and a binary search per edge had
+ * been O(E log E), with cache misses at every step on large graphs). */
+typedef struct edge_map {
+  struct {
+    const rf__edge *old;
+    rf__edge *neu;
+  } * slots;
+  size_t mask;
+} edge_map;
 
-static int pair_cmp(const void *a, const void *b) {
-  const rf__edge *x = ((const edge_pair *)a)->old;
-  const rf__edge *y = ((const edge_pair *)b)->old;
-  return x < y ? -1 : x > y;
+static size_t edge_home(const edge_map *m, const rf__edge *e) {
+  return (size_t)(((uint64_t)(uintptr_t)e * 0x9e3779b97f4a7c15ull) >> 32) &
+         m->mask;
+}
+
+static int edge_map_init(edge_map *m, int n) {
+  size_t cap = 16;
+  while (cap < 2 * (size_t)n) cap *= 2;
+  m->slots = rf__calloc(cap, sizeof *m->slots);
+  m->mask = cap - 1;
+  return m->slots ? 0 : -1;
+}
+
+static void edge_map_put(edge_map *m, const rf__edge *old, rf__edge *neu) {
+  size_t i = edge_home(m, old);
+  while (m->slots[i].old) i = (i + 1) & m->mask;
+  m->slots[i].old = old;
+  m->slots[i].neu = neu;
+}
+
+static rf__edge *edge_map_get(const edge_map *m, const rf__edge *old) {
+  size_t i = edge_home(m, old);
+  while (m->slots[i].old != old) i = (i + 1) & m->mask;
+  return m->slots[i].neu;
 }
 
 static rf_status *copy_node(const rf_node *n, rf_node **out) {
@@ -390,12 +415,12 @@ static rf_status *copy_node(const rf_node *n, rf_node **out) {
 
 /* Copies every edge keeping the order of both in_edges and out_edges. */
 static rf_status *copy_edges(const rf_graph *g, rf_graph *c) {
-  int total = 0;
+  int controls = 0;
   for (int i = 0; i < g->num_ids; i++)
-    if (g->nodes[i]) total += g->nodes[i]->num_in_edges;
-  edge_pair *pairs = rf__malloc(sizeof *pairs * (size_t)(total + 1));
-  RF_CHECK_ALLOC(pairs);
-  int np = 0;
+    for (int k = 0; g->nodes[i] && k < g->nodes[i]->num_in_edges; k++)
+      controls += g->nodes[i]->in_edges[k]->dst_in == RF_CONTROL_SLOT;
+  edge_map map;
+  if (edge_map_init(&map, controls)) return rf__oom();
   for (int i = 0; i < g->num_ids; i++) {
     const rf_node *n = g->nodes[i];
     if (!n) continue;
@@ -404,28 +429,33 @@ static rf_status *copy_edges(const rf_graph *g, rf_graph *c) {
       const rf__edge *e = n->in_edges[k];
       rf__edge *ce = edge_new(c->nodes[e->src->id], e->src_out, cn, e->dst_in);
       if (!ce) {
-        rf__free(pairs);
+        rf__free(map.slots);
         return rf__oom(); /* edges already made are freed with the copy */
       }
       cn->in_edges[cn->num_in_edges++] = ce;
-      if (e->dst_in != RF_CONTROL_SLOT) cn->data_in[e->dst_in] = ce;
-      pairs[np++] = (edge_pair){e, ce};
+      if (e->dst_in != RF_CONTROL_SLOT)
+        cn->data_in[e->dst_in] = ce;
+      else
+        edge_map_put(&map, e, ce);
     }
   }
-  qsort(pairs, (size_t)np, sizeof *pairs, pair_cmp);
   for (int i = 0; i < g->num_ids; i++) {
     const rf_node *n = g->nodes[i];
     if (!n) continue;
+    rf_node *cn = c->nodes[i];
     for (int k = 0; k < n->num_out_edges; k++) {
-      edge_pair key = {n->out_edges[k], NULL};
-      edge_pair *p = bsearch(&key, pairs, (size_t)np, sizeof *pairs, pair_cmp);
-      c->nodes[i]->out_edges[c->nodes[i]->num_out_edges++] = p->neu;
+      const rf__edge *e = n->out_edges[k];
+      cn->out_edges[cn->num_out_edges++] =
+          e->dst_in == RF_CONTROL_SLOT
+              ? edge_map_get(&map, e)
+              : c->nodes[e->dst->id]->data_in[e->dst_in];
     }
   }
-  rf__free(pairs);
+  rf__free(map.slots);
   return NULL;
 }
 
+/* Nodes keep their ids, so the name index is copied whole. */
 static rf_status *copy_nodes(const rf_graph *g, rf_graph *c) {
   c->nodes = rf__calloc((size_t)g->num_ids + 1, sizeof *c->nodes);
   RF_CHECK_ALLOC(c->nodes);
@@ -434,16 +464,9 @@ static rf_status *copy_nodes(const rf_graph *g, rf_graph *c) {
   for (int i = 0; i < g->num_ids; i++) {
     if (!g->nodes[i]) continue;
     RF_CHECK(copy_node(g->nodes[i], &c->nodes[i]));
-    int rf__hash_oom = 0;
-    rf_node *cn = c->nodes[i];
-    HASH_ADD_KEYPTR(hh, c->by_name, cn->name, strlen(cn->name), cn);
-    if (rf__hash_oom) {
-      rf__node_free(cn);
-      c->nodes[i] = NULL;
-      return rf__oom();
-    }
     c->num_live++;
   }
+  if (rf__name_index_copy(&c->names, &g->names)) return rf__oom();
   return NULL;
 }
 
@@ -457,8 +480,7 @@ rf_status *rf__graph_copy(const rf_graph *g, rf_graph **out) {
   rf_status *st = copy_nodes(g, c);
   if (!st) st = copy_edges(g, c);
   if (!st && g->error) {
-    c->error = rf_status_new(rf_status_code(g->error), "%s",
-                             rf_status_message(g->error));
+    c->error = rf__status_copy(g->error);
     if (c->error == rf__oom() &&
         rf_status_code(g->error) != RF_RESOURCE_EXHAUSTED)
       st = rf__oom();

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/shape.h"
 #include "graph/graph.h"
 #include "graph/graph_order.h"
 #include "ops/op_registry.h"
@@ -331,7 +332,9 @@ static rf_status *read_shape(loader *l, json_t *j, rf_shape *out) {
       return LOAD_ERR(l, "shape dim %zu is not an integer >= -1", i);
     dims[i] = json_integer_value(d);
   }
-  *out = rf_shape_make((int)n, dims);
+  rf_shape s = rf_shape_make((int)n, dims);
+  RF_CHECK(where(l, rf__shape_check(&s)));
+  *out = s;
   return NULL;
 }
 
@@ -377,9 +380,8 @@ static rf_status *read_tensor(loader *l, json_t *j, rf_tensor **out) {
   if (!rf_shape_is_fully_defined(&s))
     return LOAD_ERR(l, "a tensor's shape must be fully defined");
   /* Checked before allocating: the text must hold every byte. */
-  int64_t n = rf_shape_num_elements(&s);
+  int64_t n = rf_shape_num_elements(&s); /* >= 0: read_shape checked it */
   size_t have = json_string_length(jdata) / 4 * 3;
-  if (n < 0) return LOAD_ERR(l, "a tensor's element count overflows int64");
   if ((uint64_t)n > have / rf_dtype_size(dt))
     return LOAD_ERR(l,
                     "tensor data (%zu base64 chars) cannot hold %lld %s "
@@ -521,7 +523,10 @@ static rf_status *read_output(loader *l, json_t *j, rf_output *out) {
     name_len = (size_t)(colon - s);
   }
   rf_node *n = NULL;
-  if (strlen(s) == len) HASH_FIND(hh, l->g->by_name, s, name_len, n);
+  int id = strlen(s) == len
+               ? rf__name_index_find(&l->g->names, l->g->nodes, s, name_len)
+               : -1;
+  if (id >= 0) n = l->g->nodes[id];
   if (!n) return LOAD_ERR(l, "input '%s' names no earlier node", s);
   if (index >= n->num_outputs)
     return LOAD_ERR(l, "input '%s': node '%s' has %d outputs", s, n->name,

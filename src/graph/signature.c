@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/mem.h"
+#include "core/shape.h"
 #include "core/status.h"
 #include "graph/graph_internal.h"
 
@@ -156,6 +157,16 @@ static rf_status *check_value(sig *s, const rf__attr_def *d,
       return SIG_ERR(s, "attr '%s' is '%s', not one of {%s}", d->name, v->u.s,
                      buf);
   }
+  if (d->type == RF_ATTR_SHAPE || d->type == RF_ATTR_SHAPE_LIST) {
+    int n = d->type == RF_ATTR_SHAPE ? 1 : v->n;
+    for (int k = 0; k < n; k++) {
+      rf_status *st = rf__shape_check(
+          d->type == RF_ATTR_SHAPE ? &v->u.shape : &v->u.shapes[k]);
+      if (st)
+        return rf__status_prefix(st, "node '%s' (%s): attr '%s'", s->node,
+                                 s->op->name, d->name);
+    }
+  }
   if (d->has_minimum) {
     int64_t got = d->type == RF_ATTR_INT ? v->u.i : v->n;
     if (got < d->minimum)
@@ -266,6 +277,10 @@ rf_status *rf__run_shape_fn(rf_node *n, const rf_output *inputs) {
   }
   rf__shape_ctx c = {n, ni, dt, sh, vals, n->num_outputs, n->out_shapes};
   st = n->op->shape(&c); /* c lives only for the call */
+  /* Whatever a function combined (broadcasts, merges, products), no output
+   * may get a shape that no tensor can have. */
+  for (int k = 0; !st && k < n->num_outputs; k++)
+    st = rf__status_prefix(rf__shape_check(&n->out_shapes[k]), "output %d", k);
   if (st) /* a failed function may have written part of the shapes */
     for (int k = 0; k < n->num_outputs; k++)
       n->out_shapes[k] = rf_shape_unknown();

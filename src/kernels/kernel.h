@@ -148,9 +148,9 @@ rf_status *rf__kernel_error(const rf__kernel_ctx *ctx, rf_code code,
                             const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-/* st (consumed) re-issued with the node, op and device in front of its
- * message, for errors of context-free helpers (attrs, shapes); NULL stays
- * NULL and RESOURCE_EXHAUSTED passes through unchanged. */
+/* st (consumed) with the node, op and device in front of its whole message,
+ * for errors of context-free helpers (attrs, shapes, CUDA, the rendezvous);
+ * NULL stays NULL and the shared out-of-memory status passes through. */
 rf_status *rf__kernel_error_at(const rf__kernel_ctx *ctx, rf_status *st);
 
 /* Runs fn over [0, n) split into chunks on the device's thread pool, the

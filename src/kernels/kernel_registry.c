@@ -89,37 +89,28 @@ static const char *ctx_device(const rf__kernel_ctx *ctx) {
   return "cpu:0";
 }
 
-rf_status *rf__kernel_error(const rf__kernel_ctx *ctx, rf_code code,
-                            const char *fmt, ...) {
-  char msg[1024];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
-  va_end(ap);
-  if (!ctx) return rf__error(code, "%s", msg);
+rf_status *rf__kernel_error_at(const rf__kernel_ctx *ctx, rf_status *st) {
+  if (!ctx) return st;
   const rf_node *n = ctx->node;
-  return rf__error(code, "node '%s' (%s) on %s: %s", n ? n->name : "?",
-                   n && n->op ? n->op->name : "?", ctx_device(ctx), msg);
+  return rf__status_prefix(st, "node '%s' (%s) on %s", n ? n->name : "?",
+                           n && n->op ? n->op->name : "?", ctx_device(ctx));
 }
 
-rf_status *rf__kernel_error_at(const rf__kernel_ctx *ctx, rf_status *st) {
-  if (!st || rf_status_code(st) == RF_RESOURCE_EXHAUSTED) return st;
-  rf_status *e =
-      rf__kernel_error(ctx, rf_status_code(st), "%s", rf_status_message(st));
-  rf_status_free(st);
-  return e;
+rf_status *rf__kernel_error(const rf__kernel_ctx *ctx, rf_code code,
+                            const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  rf_status *st = rf__status_vnew(code, fmt, ap);
+  va_end(ap);
+  return rf__kernel_error_at(ctx, st);
 }
 
 /* Stores t as output i, or turns st (t's allocation failed) into an error
  * naming the node and the output. */
 static rf_status *set_output(rf__kernel_ctx *ctx, int i, rf_status *st,
                              rf_tensor *t, rf_tensor **out) {
-  if (st) {
-    rf_status *e = rf__kernel_error(ctx, rf_status_code(st), "output %d: %s", i,
-                                    rf_status_message(st));
-    rf_status_free(st);
-    return e;
-  }
+  if (st)
+    return rf__kernel_error_at(ctx, rf__status_prefix(st, "output %d", i));
   rf_tensor_release(ctx->outputs[i]);
   ctx->outputs[i] = t;
   if (out) *out = t;

@@ -3,6 +3,7 @@
  * same inputs with the same message, in the same order. */
 #include "kernels/math_prepare.h"
 
+#include "core/shape.h"
 #include "ops/broadcast_shape.h"
 
 static bool numeric(rf_dtype d) {
@@ -26,7 +27,8 @@ rf_status *rf__binary_prepare(rf__kernel_ctx *ctx, const char *op, bool compare,
     return rf__kernel_error(ctx, RF_INVALID_ARGUMENT,
                             "Incompatible shapes: %s vs. %s", sa, sb);
   }
-  return NULL;
+  /* Each input fits; their broadcast may not: (2^62, 1) + (1, 4). */
+  return rf__kernel_error_at(ctx, rf__shape_check(out_shape));
 }
 
 rf_status *rf__broadcast_to_prepare(rf__kernel_ctx *ctx, rf_shape *out_shape,

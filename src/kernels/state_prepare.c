@@ -155,13 +155,7 @@ rf_status *rf__state_variable_compute(rf__kernel_ctx *ctx, bool on_gpu) {
                             "variables need a session device");
   rf_status *st =
       rf__device_variable(ctx->device, ctx->node->name, dtype, &shape, &var);
-  if (st && st != rf__oom()) {
-    rf_status *e =
-        rf__kernel_error(ctx, rf_status_code(st), "%s", rf_status_message(st));
-    rf_status_free(st);
-    return e;
-  }
-  RF_CHECK(st);
+  RF_CHECK(rf__kernel_error_at(ctx, st));
   rf_shape scalar = rf_shape_scalar();
   rf_tensor *out;
   if (on_gpu)

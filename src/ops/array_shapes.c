@@ -4,6 +4,7 @@
 
 #include <stdio.h>
 
+#include "core/shape.h"
 #include "core/status.h"
 
 rf_status *rf__dims_from_tensor(const rf_tensor *t, const char *what,
@@ -41,7 +42,6 @@ rf_status *rf__reshape_output_shape(int64_t num_in, const int64_t *dims,
                                     int rank, rf_shape *out) {
   char buf[160];
   int unknown_at = -1;
-  int64_t known = 1; /* product of the dims other than -1 */
   rf__format_dims(dims, rank, buf, sizeof buf);
   for (int i = 0; i < rank; i++) {
     if (dims[i] == -1) {
@@ -50,11 +50,13 @@ rf_status *rf__reshape_output_shape(int64_t num_in, const int64_t *dims,
       unknown_at = i;
     } else if (dims[i] < 0) {
       return rf__invalid("dimension %d of shape %s is negative", i, buf);
-    } else if (__builtin_mul_overflow(known, dims[i], &known)) {
-      return rf__invalid("shape %s has too many elements", buf);
     }
   }
   rf_shape s = rf_shape_make(rank, dims); /* -1 becomes unknown */
+  RF_CHECK(rf__shape_check(&s));
+  int64_t known = 1; /* product of the dims other than -1: fits, as checked */
+  for (int i = 0; i < rank; i++)
+    if (i != unknown_at) known *= dims[i];
   if (unknown_at >= 0 && num_in >= 0) {
     if (known == 0 || num_in % known != 0)
       return rf__invalid(
@@ -72,14 +74,12 @@ rf_status *rf__reshape_output_shape(int64_t num_in, const int64_t *dims,
 }
 
 rf_status *rf__fill_output_shape(const int64_t *dims, int rank, rf_shape *out) {
-  int64_t n = 1;
   char buf[160];
   rf__format_dims(dims, rank, buf, sizeof buf);
-  for (int i = 0; i < rank; i++) {
+  for (int i = 0; i < rank; i++)
     if (dims[i] < 0) return rf__invalid("dims %s has a negative entry", buf);
-    if (__builtin_mul_overflow(n, dims[i], &n))
-      return rf__invalid("dims %s has too many elements", buf);
-  }
-  *out = rf_shape_make(rank, dims);
+  rf_shape s = rf_shape_make(rank, dims);
+  RF_CHECK(rf__shape_check(&s));
+  *out = s;
   return NULL;
 }

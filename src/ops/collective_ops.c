@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/shape.h"
 #include "graph/device_name.h"
 #include "ops/array_shapes.h"
 #include "ops/collective_attrs.h"
@@ -89,7 +90,16 @@ static rf_status *gather_shape(rf__shape_ctx *c, bool gather) {
           "ReduceScatter needs a first dimension divisible by "
           "num_devices %lld, got %lld",
           (long long)n, (long long)s.dims[0]);
-    s.dims[0] = gather ? s.dims[0] * n : s.dims[0] / n;
+    if (!gather) {
+      s.dims[0] /= n;
+    } else if (!rf__dim_mul(s.dims[0], n, &s.dims[0])) {
+      char buf[200];
+      rf_shape_format(&c->input_shapes[0], buf, sizeof buf);
+      return rf__invalid(
+          "AllGather of %lld devices: %lld x %lld rows overflows int64 "
+          "(input shape %s)",
+          (long long)n, (long long)n, (long long)s.dims[0], buf);
+    }
   }
   c->output_shapes[0] = s;
   return NULL;

@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/format.h"
 #include "core/mem.h"
 #include "ops/op_registry.h"
 #include "runtime/executor_internal.h"
@@ -153,9 +154,11 @@ static void record_error(frame *f, rf_status *st) {
 
 /* Makes sure a kernel's error names its node, op and device. */
 static rf_status *name_error(frame *f, const xnode *x, rf_status *st) {
-  char tag[300];
-  snprintf(tag, sizeof tag, "node '%s'", x->node->name);
-  if (strstr(rf_status_message(st), tag)) return st;
+  char *tag =
+      rf__format("node '%s'", x->node->name); /* quoted as messages do */
+  bool named = tag && strstr(rf_status_message(st), tag);
+  rf__free(tag);
+  if (named) return st;
   return rf__status_prefix(st, "node '%s' (%s) on %s", x->node->name,
                            x->node->op->name, f->plan->device->canonical);
 }

@@ -88,9 +88,7 @@ static void drop_inputs(rf__coll_group *g) {
 static void finish_all(rf__coll_group *g, rf_status *st, rf_tensor *shared) {
   drop_inputs(g);
   for (int i = 0; i < g->n; i++) {
-    rf_status *copy =
-        st ? rf_status_new(rf_status_code(st), "%s", rf_status_message(st))
-           : NULL;
+    rf_status *copy = st ? rf__status_copy(st) : NULL;
     rf_tensor *mine =
         shared && i < g->n - 1 ? rf_tensor_retain(shared) : shared;
     g->p[i].done(g->p[i].arg, copy, mine);

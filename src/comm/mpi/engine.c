@@ -323,10 +323,7 @@ rf_status *rf__mpi_engine_start(int *world_rank, int *world_size) {
     atexit(engine_atexit);
   }
   while (!E.ready) pthread_cond_wait(&E.reply, &E.mu);
-  rf_status *st = E.init_error
-                      ? rf_status_new(rf_status_code(E.init_error), "%s",
-                                      rf_status_message(E.init_error))
-                      : NULL;
+  rf_status *st = E.init_error ? rf__status_copy(E.init_error) : NULL;
   *world_rank = E.world_rank;
   *world_size = E.world_size;
   pthread_mutex_unlock(&E.mu);

@@ -280,7 +280,7 @@ void rf__mpi_job_command(rf__mpi_cmd *c) {
     case RF_CMD_FAILED: send_failure(j, RF_MSG_FAILED, c); break;
     case RF_CMD_STEP_FAILED: send_failure(j, RF_MSG_STEP_FAILED, c); break;
     case RF_CMD_CANCEL_STEP: {
-      rf_status *why = rf_status_new(c->code, "%s", c->text);
+      rf_status *why = rf__status_text(c->code, c->text);
       rf__mpi_member_cancel_step(j, c->step_id, why);
       rf_status_free(why);
       send_failure(j, RF_MSG_STEP_FAILED, c);

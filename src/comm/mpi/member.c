@@ -94,7 +94,7 @@ static void report_on(rf__mpi_op *op, rf_status *st, bool here) {
 static void report(rf__mpi_op *op, rf_status *st) { report_on(op, st, false); }
 
 static rf_status *copy_status(const rf_status *st) {
-  return rf_status_new(rf_status_code(st), "%s", rf_status_message(st));
+  return rf__status_copy(st);
 }
 
 /* ---- making an op (the thread that completed the local group) ---- */
@@ -253,7 +253,7 @@ void rf__mpi_member_verdict(rf__job *j, const rf__mpi_msg_view *v) {
   rf__mpi_op *op = find_op(j, v->name, v->h->job_step);
   if (!op || op->state != RF_OP_WAIT_VERDICT) return;
   if (v->h->type == RF_MSG_ABORT) {
-    report(op, rf_status_new((rf_code)v->h->code, "%s", v->text));
+    report(op, rf__status_text((rf_code)v->h->code, v->text));
     drop(j, op);
     return;
   }

@@ -256,8 +256,7 @@ static void op_unref(nccl_op *op) {
 /* Keeps a copy of st as op's error unless it has one. */
 static void keep_error(nccl_op *op, const rf_status *st) {
   pthread_mutex_lock(&op->mu);
-  if (!op->error)
-    op->error = rf_status_new(rf_status_code(st), "%s", rf_status_message(st));
+  if (!op->error) op->error = rf__status_copy(st);
   pthread_mutex_unlock(&op->mu);
 }
 
@@ -342,9 +341,7 @@ static void slot_done(rf__gpu_notify *n, rf_status *st) {
   pthread_mutex_unlock(&wd_mu);
   if (!last) return;
   pthread_mutex_lock(&op->mu);
-  st = op->error ? rf_status_new(rf_status_code(op->error), "%s",
-                                 rf_status_message(op->error))
-                 : NULL;
+  st = op->error ? rf__status_copy(op->error) : NULL;
   pthread_mutex_unlock(&op->mu);
   if (!st) {
     st = async_error(op->set);
@@ -368,9 +365,7 @@ static rf_status *step_check(void *arg) {
   nccl_op *op = arg;
   slot_done(&op->slots[0].notify, NULL);
   pthread_mutex_lock(&op->mu);
-  rf_status *st = op->error ? rf_status_new(rf_status_code(op->error), "%s",
-                                            rf_status_message(op->error))
-                            : NULL;
+  rf_status *st = op->error ? rf__status_copy(op->error) : NULL;
   pthread_mutex_unlock(&op->mu);
   if (st)
     st = rf__status_prefix(st, "collective '%s' (step %lld) through NCCL",

@@ -80,10 +80,7 @@ static rf_status *send_compute(rf__kernel_ctx *ctx) {
   rf_status *st = rf__rendezvous_send(ctx->step->rendezvous, ctx->step->id,
                                       ctx->state, ctx->inputs[0]);
   if (!st) return NULL;
-  rf_status *e =
-      rf__kernel_error(ctx, rf_status_code(st), "%s", rf_status_message(st));
-  rf_status_free(st);
-  return e;
+  return rf__kernel_error_at(ctx, st);
 }
 
 static void recv_done(void *arg, rf_status *st, rf_tensor *value) {

@@ -13,10 +13,7 @@ rf_status *error(const rf__kernel_ctx *ctx, cudaError_t err, const char *expr,
                  const char *file, int line) {
   rf_status *st = rf__cuda_status(err, expr, file, line);
   if (!st) return NULL;
-  rf_status *e =
-      rf__kernel_error(ctx, rf_status_code(st), "%s", rf_status_message(st));
-  rf_status_free(st);
-  return e;
+  return rf__kernel_error_at(ctx, st);
 }
 
 rf_status *begin(const rf__kernel_ctx *ctx) {
@@ -51,10 +48,7 @@ rf_status *new_tensor(rf__kernel_ctx *ctx, rf_dtype dtype,
   rf_status *st =
       rf__tensor_new_device(dtype, shape, ctx->device->allocator, out);
   if (!st || rf_status_code(st) != RF_RESOURCE_EXHAUSTED) return st;
-  rf_status *e =
-      rf__kernel_error(ctx, RF_RESOURCE_EXHAUSTED, "%s", rf_status_message(st));
-  rf_status_free(st);
-  return e;
+  return rf__kernel_error_at(ctx, st);
 }
 
 template <typename U>

@@ -34,10 +34,7 @@ std::mutex &blas_lock(const void *handle) {
 rf_status *blas_error(const rf__kernel_ctx *ctx, cublasStatus_t s,
                       const char *what) {
   rf_status *st = rf__cublas_status(s, what, __FILE__, __LINE__);
-  rf_status *e =
-      rf__kernel_error(ctx, rf_status_code(st), "%s", rf_status_message(st));
-  rf_status_free(st);
-  return e;
+  return rf__kernel_error_at(ctx, st);
 }
 
 /* The product's sizes (kernels/matmul_shape.h); passed to the integer

@@ -29,10 +29,7 @@
  * node, op and device. */
 static rf_status *named(rf__kernel_ctx *ctx, rf_status *st) {
   if (!st) return NULL;
-  rf_status *e =
-      rf__kernel_error(ctx, rf_status_code(st), "%s", rf_status_message(st));
-  rf_status_free(st);
-  return e;
+  return rf__kernel_error_at(ctx, st);
 }
 
 /* One stream-ordered operation of an async kernel: completes (fn) on a pool
