@@ -2,6 +2,7 @@
  * object so that reporting an allocation failure never allocates. */
 #include "core/status.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -83,4 +84,16 @@ rf_status *rf__status_prefix(rf_status *st, const char *fmt, ...) {
   if (out == &oom_status) return st;
   rf_status_free(st);
   return out;
+}
+
+rf_code rf__errno_code(int e) {
+  switch (e) {
+    case ENOENT:
+    case ENOTDIR: return RF_NOT_FOUND;
+    case EACCES:
+    case EPERM:
+    case EROFS: return RF_PERMISSION_DENIED;
+    case ENOSPC: return RF_RESOURCE_EXHAUSTED;
+    default: return RF_UNKNOWN;
+  }
 }

@@ -13,6 +13,10 @@
 /* The shared status returned when memory runs out. */
 rf_status *rf__oom(void);
 
+/* The code for a failed file operation's errno (ENOENT: NOT_FOUND, EACCES:
+ * PERMISSION_DENIED, ENOSPC: RESOURCE_EXHAUSTED, ...; UNKNOWN otherwise). */
+rf_code rf__errno_code(int e);
+
 /* Prefixes "<prefix>: " to st's message (st may be NULL); returns st or a new
  * status replacing it (the old one is freed). */
 rf_status *rf__status_prefix(rf_status *st, const char *fmt, ...)
