@@ -68,7 +68,9 @@ static const char *const usage_text =
     "  N processes (--devices each, default 1) against MPI_Allreduce,\n"
     "  MPI_Reduce, ... and Gloo (all_reduce, when built) in the same\n"
     "  processes on the same buffers: medians of --rounds rounds (default\n"
-    "  5) of alternating windows; [--no-gloo].\n";
+    "  5) of alternating windows; [--no-gloo].\n"
+    "RF_LOG=debug|info|warn|error prints ringflow's log messages to "
+    "stderr.\n";
 
 static int parse_size(const char *s, int64_t *out) {
   char *end;

@@ -42,7 +42,12 @@ int cmd_lower(int argc, char **argv) {
       fprintf(c == 'h' ? stdout : stderr,
               "usage: ringflow lower GRAPH.json [--devices N] [--dot DIR]\n"
               "  prints the graph, then the graph after placement on N virtual "
-              "CPU devices (default 8) and collective lowering\n");
+              "CPU devices (default 8) and collective lowering\n"
+              "  RF_LOG=debug prints why each node went where and what each "
+              "collective\n"
+              "  became to stderr; RF_DUMP_GRAPH_DIR=DIR writes the graph "
+              "before and after\n"
+              "  each phase as JSON and DOT\n");
       return c == 'h' ? 0 : 2;
     }
   }

@@ -34,6 +34,11 @@ int tool_report(rf_status *st);
     if (tool_st_) return tool_report(tool_st_); \
   } while (0)
 
+/* RF_LOG=debug|info|warn|error: installs a log sink (ringflow/log.h) that
+ * prints "ringflow: <level>: <message>" lines to stderr. Unset or empty:
+ * nothing. Any other value: reports it and returns 2; 0 otherwise. */
+int tool_log_from_env(void);
+
 /* Parses a decimal int in [lo, hi]; 0 on success. */
 int parse_int(const char *s, int lo, int hi, int *out);
 /* Parses "cpu:0-3", "cpu:0,cpu:2", "gpu:0-7" into canonical names, and sets

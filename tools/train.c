@@ -477,7 +477,12 @@ static void usage(FILE *f) {
       "                     steps (default 100) at a constant --lr; prints\n"
       "                     samples_per_sec=<x> batch=<b> devices=<n> ...\n"
       "  --warmup N         untimed steps before a --bench (default 10)\n"
-      "  --quiet            no progress output\n");
+      "  --quiet            no progress output\n"
+      "environment: RF_LOG=debug|info|warn|error prints ringflow's log "
+      "messages\n"
+      "  (placement, lowering, collectives, timeouts) to stderr; "
+      "RF_DUMP_GRAPH_DIR=DIR\n"
+      "  writes each compile's graph before and after every phase\n");
 }
 
 static int parse_options(int argc, char **argv, options *o) {

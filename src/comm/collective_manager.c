@@ -575,8 +575,7 @@ static void *watchdog_main(void *arg) {
       pthread_mutex_unlock(&m->mu);
       /* The entries stay until their step ends, after the dones below. */
       for (entry *e = doomed; e && rf__log_on(RF_LOG_WARN); e = e->doomed_next)
-        rf__log_write(RF_LOG_WARN, "collective: %s",
-                      rf_status_message(e->error));
+        rf__log_write(RF_LOG_WARN, "%s", rf_status_message(e->error));
       fail_doomed(m, doomed);
       pthread_mutex_lock(&m->mu);
       continue;

@@ -71,6 +71,7 @@ void rf__log_write(rf_log_level level, const char *fmt, ...) {
 rf_status *rf__log_status(rf_log_level level, const char *what,
                           rf_status *st) {
   if (st && rf__log_on(level))
-    rf__log_write(level, "%s: %s", what, rf_status_message(st));
+    rf__log_write(level, "%s%s%s", what ? what : "", what ? ": " : "",
+                  rf_status_message(st));
   return st;
 }

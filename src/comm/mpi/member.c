@@ -352,7 +352,7 @@ static int test(rf__job *j, rf__mpi_op *op, int64_t now) {
   if (op->deadline_ns && now >= op->deadline_ns) {
     op->deadline_ns = 0;
     report(op, rf__log_status(
-                   RF_LOG_WARN, "collective",
+                   RF_LOG_WARN, NULL,
                    rf__error(RF_DEADLINE_EXCEEDED,
                              "collective '%s' (job step %lld): the MPI "
                              "collective did not finish within %lld ms (a "
@@ -397,7 +397,7 @@ int rf__mpi_member_poll(rf__job *j, int64_t now, bool *busy, bool *waiting) {
                  j->broken
                      ? copy_status(j->broken)
                      : rf__log_status(
-                           RF_LOG_WARN, "collective",
+                           RF_LOG_WARN, NULL,
                            rf__error(RF_DEADLINE_EXCEEDED,
                                      "collective '%s' (job step %lld): "
                                      "could not start within %lld ms: "
@@ -419,7 +419,7 @@ int rf__mpi_member_poll(rf__job *j, int64_t now, bool *busy, bool *waiting) {
         if (op->deadline_ns && now >= op->deadline_ns) {
           op->deadline_ns = 0;
           report(op, rf__log_status(
-                         RF_LOG_WARN, "collective",
+                         RF_LOG_WARN, NULL,
                          rf__error(RF_DEADLINE_EXCEEDED,
                                    "collective '%s' (job step %lld): no "
                                    "verdict from task 0, the job's "
