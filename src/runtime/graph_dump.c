@@ -90,7 +90,8 @@ static rf_status *write_file(const rf__graph_dump *d, const char *path,
     return rf__error(rf__errno_code(errno), "graph dumps (%s): cannot write %s: %s",
                      d->source, path, strerror(errno));
   size_t len = strlen(text);
-  bool ok = fwrite(text, 1, len, f) == len && fputc('\n', f) != EOF;
+  bool ok = fwrite(text, 1, len, f) == len &&
+            (len && text[len - 1] == '\n' ? true : fputc('\n', f) != EOF);
   ok = fclose(f) == 0 && ok;
   if (!ok)
     return rf__error(RF_DATA_LOSS, "graph dumps (%s): writing %s failed",
