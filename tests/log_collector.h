@@ -21,7 +21,8 @@ typedef struct log_collector {
 static log_collector logs = {PTHREAD_MUTEX_INITIALIZER, 0, 0, NULL, NULL};
 
 /* The callback: user is the collector. */
-static inline void log_collect(rf_log_level level, const char *msg, void *user) {
+static inline void log_collect(rf_log_level level, const char *msg,
+                               void *user) {
   log_collector *c = user;
   pthread_mutex_lock(&c->mu);
   if (c->n == c->cap) {
@@ -48,13 +49,14 @@ static inline void logs_start(rf_log_level level) {
 }
 
 /* Messages of `level` (-1: any) holding every non-NULL sub. */
-static inline int logs_count(int level, const char *a, const char *b, const char *c) {
+static inline int logs_count(int level, const char *a, const char *b,
+                             const char *c) {
   int k = 0;
   pthread_mutex_lock(&logs.mu);
   for (int i = 0; i < logs.n; i++) {
     const char *m = logs.msgs[i];
-    if ((level < 0 || (int)logs.levels[i] == level) &&
-        (!a || strstr(m, a)) && (!b || strstr(m, b)) && (!c || strstr(m, c)))
+    if ((level < 0 || (int)logs.levels[i] == level) && (!a || strstr(m, a)) &&
+        (!b || strstr(m, b)) && (!c || strstr(m, c)))
       k++;
   }
   pthread_mutex_unlock(&logs.mu);
@@ -82,7 +84,7 @@ static inline void logs_print(void) {
 #define assert_logged(level, a, b, c) \
   logs_expect((level), (a), (b), (c), __FILE__, __LINE__)
 static inline void logs_expect(rf_log_level level, const char *a, const char *b,
-                        const char *c, const char *file, int line) {
+                               const char *c, const char *file, int line) {
   if (logs_count((int)level, a, b, c) > 0) return;
   logs_print();
   fprintf(stderr, "no %s message with \"%s\" \"%s\" \"%s\"\n",

@@ -22,8 +22,8 @@
 static const rf_shape vec4 = {1, {4}};
 
 static const char *const phases[] = {
-    "prune",     "pre_placement", "placement",  "post_placement",
-    "host_memory", "task_split",  "partition",  "post_partition"};
+    "prune",       "pre_placement", "placement", "post_placement",
+    "host_memory", "task_split",    "partition", "post_partition"};
 #define NUM_PHASES 8
 
 /* A fresh directory under the system's temporary one. */
@@ -173,8 +173,10 @@ static void assert_dot(const char *text) {
   bool quoted = false;
   for (const char *p = text; *p; p++) {
     if (quoted) {
-      if (*p == '\\' && p[1]) p++;
-      else if (*p == '"') quoted = false;
+      if (*p == '\\' && p[1])
+        p++;
+      else if (*p == '"')
+        quoted = false;
       continue;
     }
     if (*p == '"') quoted = true;

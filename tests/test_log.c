@@ -147,8 +147,8 @@ static void test_debug_and_info_from_compile_and_run(void **state) {
   /* the groups, at compile time and when they form at run time */
   assert_logged(RF_LOG_DEBUG, "collective: 'grad_sum' (AllReduce)",
                 "4 participants on cpu:0,cpu:1,cpu:2,cpu:3", NULL);
-  assert_logged(RF_LOG_DEBUG, "collective: 'total' (Reduce)",
-                "4 participants", NULL);
+  assert_logged(RF_LOG_DEBUG, "collective: 'total' (Reduce)", "4 participants",
+                NULL);
   assert_logged(RF_LOG_DEBUG, "collective: group 'grad_sum' step ",
                 "formed: all_reduce sum float64 on cpu:0, cpu:1, cpu:2, cpu:3",
                 NULL);
@@ -224,8 +224,8 @@ static void test_timeout_warns_and_failed_step_is_an_error(void **state) {
   run_timeout();
   assert_logged(RF_LOG_WARN, "collective 'slowpoke' (step ",
                 "timed out after 100 ms waiting for cpu:2", NULL);
-  assert_logged(RF_LOG_ERROR, "run: step ", " failed: ",
-                "collective 'slowpoke'");
+  assert_logged(RF_LOG_ERROR, "run: step ",
+                " failed: ", "collective 'slowpoke'");
   assert_lines();
 }
 
@@ -328,6 +328,17 @@ static void test_long_names_are_cut(void **state) {
   rf_graph_free(g);
 }
 
+/* The example of ringflow/log.h, as written there. */
+static void to_stderr(rf_log_level level, const char *msg, void *user) {
+  fprintf(stderr, "ringflow %s: %s\n", rf_log_level_name(level), msg);
+}
+
+static void test_header_example(void **state) {
+  (void)state;
+  rf_set_log_callback(RF_LOG_INFO, to_stderr, NULL); /* (NULL fn: off) */
+  compile_and_run(8);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_teardown(test_debug_and_info_from_compile_and_run,
@@ -337,6 +348,7 @@ int main(void) {
       cmocka_unit_test_teardown(test_nothing_below_the_level, logs_stop),
       cmocka_unit_test_teardown(test_null_stops_delivery, logs_stop),
       cmocka_unit_test_teardown(test_long_names_are_cut, logs_stop),
+      cmocka_unit_test_teardown(test_header_example, logs_stop),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -21,14 +21,15 @@ static void usage(FILE *f) {
   for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
     fprintf(f, "  %-8s %s\n", commands[i].name, commands[i].help);
   fprintf(f, "  %-8s %s\n", "version", "print the version");
-  fprintf(f,
-          "\nenvironment:\n"
-          "  RF_LOG=debug|info|warn|error  print ringflow's log messages of "
-          "that level\n"
-          "                                and above to stderr (default: none)\n"
-          "  RF_DUMP_GRAPH_DIR=DIR         write each compile's graph before "
-          "and after\n"
-          "                                every phase to DIR as JSON and DOT\n");
+  fprintf(
+      f,
+      "\nenvironment:\n"
+      "  RF_LOG=debug|info|warn|error  print ringflow's log messages of "
+      "that level\n"
+      "                                and above to stderr (default: none)\n"
+      "  RF_DUMP_GRAPH_DIR=DIR         write each compile's graph before "
+      "and after\n"
+      "                                every phase to DIR as JSON and DOT\n");
 }
 
 int main(int argc, char **argv) {

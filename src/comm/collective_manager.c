@@ -310,8 +310,8 @@ static void log_formed(const rf__coll_group *g, const entry *e) {
                  g->kind == RF_COLL_REDUCE_SCATTER;
   char cross[64] = "";
   if (e->cross)
-    snprintf(cross, sizeof cross, " (%d of %d devices, with other tasks)",
-             g->n, e->num_devices);
+    snprintf(cross, sizeof cross, " (%d of %d devices, with other tasks)", g->n,
+             e->num_devices);
   rf__log_write(RF_LOG_DEBUG,
                 "collective: group '%.200s' step %lld formed: %s%s%s %s on "
                 "%s%s",

@@ -18,8 +18,8 @@
 atomic_int rf__log_threshold = RF__LOG_OFF;
 
 static pthread_rwlock_t sink_lock = PTHREAD_RWLOCK_INITIALIZER;
-static rf_log_fn sink_fn;   /* under sink_lock */
-static void *sink_user;     /* under sink_lock */
+static rf_log_fn sink_fn;            /* under sink_lock */
+static void *sink_user;              /* under sink_lock */
 static int sink_level = RF__LOG_OFF; /* under sink_lock */
 
 static const char *const level_names[] = {"debug", "info", "warn", "error"};
@@ -58,18 +58,18 @@ void rf__log_write(rf_log_level level, const char *fmt, ...) {
   int n = vsnprintf(line, sizeof line, fmt, ap);
   va_end(ap);
   if (n < 0) return;
-  size_t len = strlen(line);
   if ((size_t)n >= sizeof line) /* cut: say so */
-    memcpy(line + sizeof line - 4, "...", 4), len = sizeof line - 1;
+    memcpy(line + sizeof line - 4, "...", 4);
+  /* One line without a trailing newline, whatever a name holds. */
+  size_t len = strlen(line);
   while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r'))
-    line[--len] = '\0'; /* one line, no trailing newline */
-  for (size_t i = 0; i < len; i++) /* a name may hold a newline */
+    line[--len] = '\0';
+  for (size_t i = 0; i < len; i++)
     if (line[i] == '\n' || line[i] == '\r') line[i] = ' ';
   deliver(level, line);
 }
 
-rf_status *rf__log_status(rf_log_level level, const char *what,
-                          rf_status *st) {
+rf_status *rf__log_status(rf_log_level level, const char *what, rf_status *st) {
   if (st && rf__log_on(level))
     rf__log_write(level, "%s%s%s", what ? what : "", what ? ": " : "",
                   rf_status_message(st));

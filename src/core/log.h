@@ -25,15 +25,14 @@ static inline bool rf__log_on(rf_log_level level) {
 void rf__log_write(rf_log_level level, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
-#define RF__LOG(level, ...)                                \
-  do {                                                     \
+#define RF__LOG(level, ...)                                   \
+  do {                                                        \
     if (rf__log_on(level)) rf__log_write(level, __VA_ARGS__); \
   } while (0)
 
 /* Logs "<what>: <st's message>" (what NULL: the message alone) at level and
  * returns st unchanged (NULL logs nothing), for an error that also goes its
  * usual way (a timeout that fails its participants): wrap where it is made. */
-rf_status *rf__log_status(rf_log_level level, const char *what,
-                          rf_status *st);
+rf_status *rf__log_status(rf_log_level level, const char *what, rf_status *st);
 
 #endif

@@ -273,7 +273,8 @@ rf_status *rf_graph_save(const rf_graph *g, const char *path) {
   if (!f) {
     int e = errno;
     rf_string_free(text);
-    return rf__error(rf__errno_code(e), "cannot write %s: %s", path, strerror(e));
+    return rf__error(rf__errno_code(e), "cannot write %s: %s", path,
+                     strerror(e));
   }
   size_t len = strlen(text);
   bool ok = fwrite(text, 1, len, f) == len && fputc('\n', f) != EOF;

@@ -158,7 +158,7 @@ static const struct {
   const char *name;
   rf_status *(*run)(rf__pass_ctx *ctx);
 } phases[] = {
-    {"pre_placement", pre_placement},  {"placement", rf__place},
+    {"pre_placement", pre_placement},   {"placement", rf__place},
     {"post_placement", post_placement}, {"host_memory", rf__place_host_memory},
     {"task_split", rf__split_tasks},    {"partition", rf__partition},
     {"post_partition", post_partition},
@@ -170,8 +170,8 @@ static const struct {
 static rf_status *run_phases(rf__pass_ctx *ctx, int n,
                              const rf__graph_dump *dump) {
   for (int i = 0; i < n; i++) {
-    RF_CHECK(rf__graph_dump_phase(dump, ctx->graph, i + 1, phases[i].name,
-                                  false));
+    RF_CHECK(
+        rf__graph_dump_phase(dump, ctx->graph, i + 1, phases[i].name, false));
     int before = ctx->graph->num_live;
     RF_CHECK(phases[i].run(ctx));
     RF__LOG(RF_LOG_DEBUG, "compile %ld: phase %s: %d nodes before, %d after",
@@ -200,12 +200,12 @@ static void log_partition_sizes(const rf_session *s, const rf_graph *g,
     if (!count[d]) continue;
     used_devices++;
     if (used < sizeof list)
-      used += (size_t)snprintf(list + used, sizeof list - used, "%s%s %d",
-                               used ? ", " : "", s->devices[d].canonical,
-                               count[d]);
+      used +=
+          (size_t)snprintf(list + used, sizeof list - used, "%s%s %d",
+                           used ? ", " : "", s->devices[d].canonical, count[d]);
   }
-  rf__log_write(RF_LOG_INFO, "compile %ld: %d nodes on %d devices: %s",
-                compile, g->num_live, used_devices, list);
+  rf__log_write(RF_LOG_INFO, "compile %ld: %d nodes on %d devices: %s", compile,
+                g->num_live, used_devices, list);
   rf__free(count);
 }
 
@@ -258,9 +258,8 @@ rf_status *rf__compile(rf_session *s, const rf__signature *sig,
           compile, sig->num_feeds, sig->num_fetches, sig->num_targets,
           s->graph->num_live);
   rf__graph_dump dump;
-  RF_CHECK(rf__graph_dump_begin(&dump, s->opts.dump_graph_dir, compile,
-                                s->task, s->num_tasks, s->devices,
-                                s->num_job_devices));
+  RF_CHECK(rf__graph_dump_begin(&dump, s->opts.dump_graph_dir, compile, s->task,
+                                s->num_tasks, s->devices, s->num_job_devices));
   rf__plan *p = rf__calloc(1, sizeof *p);
   rf_status *st = p ? NULL : rf__oom();
   if (st) goto fail;
@@ -302,9 +301,9 @@ rf_status *rf_graph_lower(const rf_graph *g, const rf_session_options *opts,
   rf_graph *copy = NULL;
   rf__pass_ctx ctx = pass_ctx(s, NULL, compile);
   rf__graph_dump dump;
-  rf_status *st = rf__graph_dump_begin(&dump, s->opts.dump_graph_dir, compile,
-                                       s->task, s->num_tasks, s->devices,
-                                       s->num_job_devices);
+  rf_status *st =
+      rf__graph_dump_begin(&dump, s->opts.dump_graph_dir, compile, s->task,
+                           s->num_tasks, s->devices, s->num_job_devices);
   if (!st) st = rf__graph_copy(s->graph, &copy);
   ctx.graph = copy;
   if (!st) st = run_phases(&ctx, LOWER_PHASES, &dump);

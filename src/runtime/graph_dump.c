@@ -87,8 +87,9 @@ static rf_status *write_file(const rf__graph_dump *d, const char *path,
                              const char *text) {
   FILE *f = fopen(path, "w");
   if (!f)
-    return rf__error(rf__errno_code(errno), "graph dumps (%s): cannot write %s: %s",
-                     d->source, path, strerror(errno));
+    return rf__error(rf__errno_code(errno),
+                     "graph dumps (%s): cannot write %s: %s", d->source, path,
+                     strerror(errno));
   size_t len = strlen(text);
   bool ok = fwrite(text, 1, len, f) == len &&
             (len && text[len - 1] == '\n' ? true : fputc('\n', f) != EOF);

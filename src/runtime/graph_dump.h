@@ -16,10 +16,10 @@
 #include "runtime/device.h"
 
 typedef struct rf__graph_dump {
-  char *dir; /* NULL: not dumping */
+  char *dir;          /* NULL: not dumping */
   const char *source; /* where dir came from, for messages */
   long compile;
-  int task; /* -1: a session of one process */
+  int task;                  /* -1: a session of one process */
   const rf__device *devices; /* not owned */
   int num_devices;
 } rf__graph_dump;

@@ -393,19 +393,19 @@ int rf__mpi_member_poll(rf__job *j, int64_t now, bool *busy, bool *waiting) {
       case RF_OP_GO: /* not issued yet: the earlier ones hold it back */
         if (!atomic_load(&op->reported) &&
             (j->broken || now >= op->deadline_ns))
-          report(op,
-                 j->broken
-                     ? copy_status(j->broken)
-                     : rf__log_status(
-                           RF_LOG_WARN, NULL,
-                           rf__error(RF_DEADLINE_EXCEEDED,
-                                     "collective '%s' (job step %lld): "
-                                     "could not start within %lld ms: "
-                                     "an earlier collective across "
-                                     "processes has not finished",
-                                     op->name, (long long)op->job_step,
-                                     (long long)(op->timeout_ms +
-                                                 grace_ms(op)))));
+          report(
+              op,
+              j->broken
+                  ? copy_status(j->broken)
+                  : rf__log_status(
+                        RF_LOG_WARN, NULL,
+                        rf__error(RF_DEADLINE_EXCEEDED,
+                                  "collective '%s' (job step %lld): "
+                                  "could not start within %lld ms: "
+                                  "an earlier collective across "
+                                  "processes has not finished",
+                                  op->name, (long long)op->job_step,
+                                  (long long)(op->timeout_ms + grace_ms(op)))));
         break;
       case RF_OP_IN_FLIGHT:
         if (op->gpu || op->blocking)
@@ -418,16 +418,16 @@ int rf__mpi_member_poll(rf__job *j, int64_t now, bool *busy, bool *waiting) {
         *waiting = true;
         if (op->deadline_ns && now >= op->deadline_ns) {
           op->deadline_ns = 0;
-          report(op, rf__log_status(
-                         RF_LOG_WARN, NULL,
-                         rf__error(RF_DEADLINE_EXCEEDED,
-                                   "collective '%s' (job step %lld): no "
-                                   "verdict from task 0, the job's "
-                                   "coordinator, within %lld ms: task 0 has "
-                                   "stopped, or does not run this step",
-                                   op->name, (long long)op->job_step,
-                                   (long long)(op->timeout_ms +
-                                               grace_ms(op)))));
+          report(op,
+                 rf__log_status(
+                     RF_LOG_WARN, NULL,
+                     rf__error(RF_DEADLINE_EXCEEDED,
+                               "collective '%s' (job step %lld): no "
+                               "verdict from task 0, the job's "
+                               "coordinator, within %lld ms: task 0 has "
+                               "stopped, or does not run this step",
+                               op->name, (long long)op->job_step,
+                               (long long)(op->timeout_ms + grace_ms(op)))));
         }
     }
   }
