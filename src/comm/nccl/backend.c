@@ -117,7 +117,6 @@ static rf_status *set_get(const int *ordinals, int n, comm_set **out) {
     int prev = rf__gpu_current();
     st = RF_NCCL_STATUS(ncclCommInitAll(s->comms, n, s->ordinals));
     rf__gpu_make_current(prev);
-    if (!st && rf__log_on(RF_LOG_INFO)) log_made(s);
   }
   if (!st) {
     pthread_mutex_init(&s->mu, NULL);
@@ -129,6 +128,7 @@ static rf_status *set_get(const int *ordinals, int n, comm_set **out) {
     rf__free(s);
   }
   pthread_mutex_unlock(&cache_mu);
+  if (!st && rf__log_on(RF_LOG_INFO)) log_made(*out); /* outside the lock */
   return st;
 }
 
