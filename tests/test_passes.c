@@ -233,7 +233,7 @@ static void test_resource_consumers_follow_their_variable(void **state) {
   rf_node *after = add(g, "TestAddOne", "after", NULL, &after_in, 1);
   rf_node *free_node = add(g, "TestConst", "free", NULL, NULL, 0);
   rf_session *s = rt_session(g, 4, 1);
-  rf__pass_ctx ctx = {s->graph, s->devices, s->num_devices, 0, 0, 1};
+  rf__pass_ctx ctx = {s->graph, s->devices, s->num_devices, 0, 0, 1, 0};
   assert_ok(rf__place(&ctx));
   const rf_graph *sg = s->graph;
   assert_int_equal(sg->nodes[var->id]->assigned_device, 2);

@@ -41,7 +41,10 @@ int cmd_lower(int argc, char **argv) {
       "lower",
       "usage: ringflow lower GRAPH.json [options]\n"
       "  prints the graph in GRAPH.json, then the graph after placement on\n"
-      "  --devices and collective lowering\n"
+      "  --devices and collective lowering. RF_LOG=debug prints why each\n"
+      "  node went where and what each collective became to stderr;\n"
+      "  RF_DUMP_GRAPH_DIR=DIR writes the graph before and after each\n"
+      "  phase as JSON and DOT\n"
       "options:\n",
       NULL, opts, (int)(sizeof opts / sizeof *opts)};
   char *pos[1];

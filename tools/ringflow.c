@@ -21,6 +21,15 @@ static void usage(FILE *f) {
   for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
     fprintf(f, "  %-8s %s\n", commands[i].name, commands[i].help);
   fprintf(f, "  %-8s %s\n", "version", "print the version");
+  fprintf(
+      f,
+      "\nenvironment:\n"
+      "  RF_LOG=debug|info|warn|error  print ringflow's log messages of "
+      "that level\n"
+      "                                and above to stderr (default: none)\n"
+      "  RF_DUMP_GRAPH_DIR=DIR         write each compile's graph before "
+      "and after\n"
+      "                                every phase to DIR as JSON and DOT\n");
   fprintf(f,
           "\nexit status: 0 done, 1 an error while running (its message on "
           "stderr),\n2 a usage error (one line on stderr naming the option "
@@ -38,8 +47,10 @@ int main(int argc, char **argv) {
            RINGFLOW_VERSION_MINOR, RINGFLOW_VERSION_PATCH);
     return 0;
   }
-  for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
-    if (strcmp(argv[1], commands[i].name) == 0)
-      return commands[i].run(argc - 1, argv + 1);
+  for (size_t i = 0; i < sizeof commands / sizeof *commands; i++) {
+    if (strcmp(argv[1], commands[i].name) != 0) continue;
+    int rc = tool_log_from_env();
+    return rc ? rc : commands[i].run(argc - 1, argv + 1);
+  }
   return tool_fail("unknown command '%.200s'; see ringflow --help", argv[1]);
 }

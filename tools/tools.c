@@ -47,6 +47,28 @@ int tool_report(rf_status *st) {
   return 1;
 }
 
+/* One fprintf per line: stdio's lock keeps lines of several threads whole.
+ * tool_task is set before any session logs. */
+static void log_to_stderr(rf_log_level level, const char *msg, void *user) {
+  (void)user;
+  if (tool_task >= 0)
+    fprintf(stderr, "ringflow[task %d]: %s: %s\n", tool_task,
+            rf_log_level_name(level), msg);
+  else
+    fprintf(stderr, "ringflow: %s: %s\n", rf_log_level_name(level), msg);
+}
+
+int tool_log_from_env(void) {
+  const char *v = getenv("RF_LOG");
+  if (!v || !*v) return 0;
+  for (int l = RF_LOG_DEBUG; l <= RF_LOG_ERROR; l++) {
+    if (strcmp(v, rf_log_level_name((rf_log_level)l)) != 0) continue;
+    rf_status *st = rf_set_log_callback((rf_log_level)l, log_to_stderr, NULL);
+    return st ? tool_report(st) : 0;
+  }
+  return tool_fail("RF_LOG=%.200s: want debug, info, warn or error", v);
+}
+
 double now_seconds(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -34,6 +34,11 @@ int tool_report(rf_status *st);
     if (tool_st_) return tool_report(tool_st_); \
   } while (0)
 
+/* RF_LOG=debug|info|warn|error: installs a log sink (ringflow/log.h) that
+ * prints "ringflow: <level>: <message>" lines to stderr. Unset or empty:
+ * nothing. Any other value: reports it and returns 2; 0 otherwise. */
+int tool_log_from_env(void);
+
 /* Progress: a bar redrawn in place on a terminal, plain lines otherwise. */
 typedef struct progress {
   int64_t total;

@@ -524,7 +524,11 @@ static int parse_options(int argc, char **argv, options *o) {
       "  Under mpirun every process trains its --devices' replicas of one\n"
       "  job-wide graph; task 0 prints.\n"
       "options:\n",
-      NULL, opts, (int)(sizeof opts / sizeof *opts)};
+      "RF_LOG=debug|info|warn|error prints ringflow's log messages\n"
+      "(placement, lowering, collectives, timeouts) to stderr;\n"
+      "RF_DUMP_GRAPH_DIR=DIR writes each compile's graph before and after\n"
+      "every phase.\n",
+      opts, (int)(sizeof opts / sizeof *opts)};
   char *pos[1];
   int npos, rc = tool_parse(&cmd, argc, argv, pos, 0, &npos);
   if (rc) return rc;

@@ -5,6 +5,7 @@
 #include "ringflow/dtype.h"
 #include "ringflow/gradients.h"
 #include "ringflow/graph.h"
+#include "ringflow/log.h"
 #include "ringflow/ops.h"
 #include "ringflow/session.h"
 #include "ringflow/status.h"

@@ -71,6 +71,22 @@ typedef struct rf_session_options {
    * returns it instead of running its step - or by rf_session_sync. Ignored
    * by sessions without GPU devices. */
   int gpu_sync_on_finish;
+  /* Graph dumps, for debugging: each compile (of a run's signature, or
+   * rf_graph_lower) writes the graph before and after every phase (prune,
+   * pre_placement, placement, post_placement, host_memory, task_split,
+   * partition, post_partition) into this directory as JSON
+   * (rf_graph_from_json loads it) and DOT, named
+   *   <compile>_<nn>_<phase>_{before,after}.{json,dot}
+   * (compile: a process-wide count, 6 digits; nn: the phase, 2 digits;
+   * "task<k>_" first in a job of several processes); from placement on a
+   * node's device is its assigned one. NULL (default): the environment
+   * variable RF_DUMP_GRAPH_DIR, when set and not empty, names the
+   * directory; "": no dumps, whatever the environment says. The directory
+   * (and its parents) is made when missing. Dumps were asked for, so one
+   * that cannot be made or written fails the compile - rf_session_run or
+   * rf_graph_lower returns an error naming the path - rather than go
+   * missing unnoticed. Copied by rf_session_new. */
+  const char *dump_graph_dir;
 } rf_session_options;
 
 enum { RF_JOB_AUTO = 0, RF_JOB_SINGLE = 1, RF_JOB_MPI = 2 };

@@ -21,6 +21,7 @@
 #include "comm/collective.h"
 #include "comm/job.h"
 #include "core/hash.h"
+#include "core/log.h"
 #include "core/shape.h"
 #include "core/status.h"
 #include "device/step.h"
@@ -309,6 +310,30 @@ static rf_status *check_roots(rf__coll_group *g, bool cross) {
   return NULL;
 }
 
+/* "collective: group 'g' step 7 formed: all_reduce sum float32 on cpu:0,
+ * cpu:1" (debug), once the group agrees. */
+static void log_formed(const rf__coll_group *g, const entry *e) {
+  char devs[2048];
+  size_t used = 0;
+  devs[0] = '\0';
+  for (int i = 0; i < g->n && used < sizeof devs; i++)
+    used += (size_t)snprintf(devs + used, sizeof devs - used, "%s%s",
+                             i ? ", " : "", g->p[i].device->canonical);
+  bool reduces = g->kind == RF_COLL_ALL_REDUCE || g->kind == RF_COLL_REDUCE ||
+                 g->kind == RF_COLL_REDUCE_SCATTER;
+  char cross[64] = "";
+  if (e->cross)
+    snprintf(cross, sizeof cross, " (%d of %d devices, with other tasks)", g->n,
+             e->num_devices);
+  rf__log_write(RF_LOG_DEBUG,
+                "collective: group '%.200s' step %lld formed: %s%s%s %s on "
+                "%s%s",
+                g->key, (long long)g->step_id,
+                rf__collective_kind_name(g->kind), reduces ? " " : "",
+                reduces ? rf__reduction_name(g->reduction) : "",
+                rf_dtype_name(g->dtype), devs, cross);
+}
+
 /* Validates and runs a complete group; takes ownership of e. A group of
  * several processes goes to the job once this process's part agrees. */
 static void launch(rf__collective_manager *m, entry *e) {
@@ -327,6 +352,7 @@ static void launch(rf__collective_manager *m, entry *e) {
     st = check_pair(g.key, g.step_id, &g.p[0], &g.p[i]);
   if (!st) st = check_roots(&g, e->cross);
   if (!st) st = check_shapes(&g);
+  if (!st && rf__log_on(RF_LOG_DEBUG)) log_formed(&g, e);
   if (e->cross && m->job) {
     if (st) {
       rf__job_coll_failed(m->job, e->shared_name, e->job_step, st);
@@ -576,6 +602,9 @@ static void *watchdog_main(void *arg) {
     entry *doomed = expire_locked(m, now);
     if (doomed) {
       pthread_mutex_unlock(&m->mu);
+      /* The entries stay until their step ends, after the dones below. */
+      for (entry *e = doomed; e && rf__log_on(RF_LOG_WARN); e = e->doomed_next)
+        rf__log_write(RF_LOG_WARN, "%s", rf_status_message(e->error));
       fail_doomed(m, doomed);
       pthread_mutex_lock(&m->mu);
       continue;

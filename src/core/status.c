@@ -3,6 +3,7 @@
  * are formatted by core/format.c, which caps every quoted string. */
 #include "core/status.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -97,4 +98,16 @@ rf_status *rf__status_prefix(rf_status *st, const char *fmt, ...) {
   }
   rf__free(prefix);
   return st; /* without memory: the message as it was */
+}
+
+rf_code rf__errno_code(int e) {
+  switch (e) {
+    case ENOENT:
+    case ENOTDIR: return RF_NOT_FOUND;
+    case EACCES:
+    case EPERM:
+    case EROFS: return RF_PERMISSION_DENIED;
+    case ENOSPC: return RF_RESOURCE_EXHAUSTED;
+    default: return RF_UNKNOWN;
+  }
 }

@@ -18,6 +18,10 @@
 /* The shared status returned when memory runs out. */
 rf_status *rf__oom(void);
 
+/* The code for a failed file operation's errno (ENOENT: NOT_FOUND, EACCES:
+ * PERMISSION_DENIED, ENOSPC: RESOURCE_EXHAUSTED, ...; UNKNOWN otherwise). */
+rf_code rf__errno_code(int e);
+
 /* rf_status_new with a va_list. */
 rf_status *rf__status_vnew(rf_code code, const char *fmt, va_list ap);
 

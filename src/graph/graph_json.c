@@ -267,18 +267,6 @@ rf_status *rf_graph_to_json(const rf_graph *g, char **out) {
   return st;
 }
 
-static rf_code errno_code(int e) {
-  switch (e) {
-    case ENOENT:
-    case ENOTDIR: return RF_NOT_FOUND;
-    case EACCES:
-    case EPERM:
-    case EROFS: return RF_PERMISSION_DENIED;
-    case ENOSPC: return RF_RESOURCE_EXHAUSTED;
-    default: return RF_UNKNOWN;
-  }
-}
-
 rf_status *rf_graph_save(const rf_graph *g, const char *path) {
   if (!g || !path) return rf__invalid("rf_graph_save: NULL argument");
   char *text;
@@ -287,7 +275,8 @@ rf_status *rf_graph_save(const rf_graph *g, const char *path) {
   if (!f) {
     int e = errno;
     rf_string_free(text);
-    return rf__error(errno_code(e), "cannot write %s: %s", path, strerror(e));
+    return rf__error(rf__errno_code(e), "cannot write %s: %s", path,
+                     strerror(e));
   }
   size_t len = strlen(text);
   bool ok = fwrite(text, 1, len, f) == len && fputc('\n', f) != EOF;
@@ -687,7 +676,7 @@ rf_status *rf_graph_load(const char *path, rf_graph **out) {
   if (!path || !out) return rf__invalid("rf_graph_load: NULL argument");
   FILE *f = fopen(path, "rb");
   if (!f)
-    return rf__error(errno_code(errno), "cannot open %s: %s", path,
+    return rf__error(rf__errno_code(errno), "cannot open %s: %s", path,
                      strerror(errno));
   char *buf = NULL;
   size_t len = 0, cap = 0;

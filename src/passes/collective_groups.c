@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/log.h"
 #include "ops/op_registry.h"
 #include "passes/lower_collectives.h"
 
@@ -225,6 +226,8 @@ static rf_status *annotate_group(rf_graph *graph, const group *g,
     used +=
         (size_t)snprintf(list + used, len - used, "%s%s", i ? "," : "", dev);
   }
+  RF__LOG(RF_LOG_DEBUG, "collective: '%.200s' (%s): %d participants on %s",
+          g->shared_name, collective_of(graph->nodes[g->ids[0]]), g->n, list);
   rf__attr_value v = rf__attr_string_ref(list);
   rf_status *st = NULL;
   for (int i = 0; i < g->n && !st; i++) {

@@ -7,6 +7,7 @@
  * linear in the edges. */
 #include <string.h>
 
+#include "core/log.h"
 #include "kernels/kernel.h"
 #include "ops/op_registry.h"
 #include "passes/pass_registry.h"
@@ -73,8 +74,17 @@ rf_status *rf__place_host_memory(rf__pass_ctx *ctx) {
   RF_CHECK(rf__topological_order(ctx->graph, &order, &n));
   /* Consumers first: a node moved to the host makes its own int32 inputs
    * host-memory consumers' inputs only if they qualify by themselves. */
-  for (int i = n - 1; i >= 0; i--)
-    if (may_move(ctx, order[i])) order[i]->assigned_device = cpu0;
+  for (int i = n - 1; i >= 0; i--) {
+    rf_node *v = order[i];
+    if (!may_move(ctx, v)) continue;
+    RF__LOG(RF_LOG_DEBUG,
+            "place: compile %ld: node '%.200s' (%s) moves from %s to %s: its "
+            "consumers read it in host memory",
+            ctx->compile, v->name, v->op->name,
+            ctx->devices[v->assigned_device].canonical,
+            ctx->devices[cpu0].canonical);
+    v->assigned_device = cpu0;
+  }
   rf__free(order);
   return NULL;
 }

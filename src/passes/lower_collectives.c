@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/log.h"
 #include "graph/graph.h"
 #include "ops/op_registry.h"
 #include "passes/lower_collectives.h"
@@ -53,6 +54,8 @@ static rf_status *add_node(lower_ctx *c, const char *op_name, const char *base,
   rf__free(mem);
   RF_CHECK(st);
   (*out)->assigned_device = d;
+  RF__LOG(RF_LOG_DEBUG, "lower: collective '%.200s' gets %s '%.200s' on %s",
+          base, op_name, (*out)->name, dev_name(c, d, dev));
   return NULL;
 }
 
@@ -284,6 +287,11 @@ static rf_status *shape_source(lower_ctx *c, rf_node *b, int d, rf_output input,
 
 /* A Broadcast consumed only on its own device disappears. */
 static rf_status *remove_broadcast(lower_ctx *c, rf_node *b, rf_output input) {
+  char dd[RF_DEVICE_NAME_MAX];
+  RF__LOG(RF_LOG_DEBUG,
+          "lower: Broadcast '%.200s' removed: every consumer is on its device "
+          "%s",
+          b->name, dev_name(c, b->assigned_device, dd));
   while (b->num_out_edges > 0) {
     rf__edge *e = b->out_edges[b->num_out_edges - 1];
     rf_node *dst = e->dst;

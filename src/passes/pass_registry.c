@@ -5,6 +5,8 @@
 
 #include <string.h>
 
+#include "core/log.h"
+
 #define MAX_PASSES 64
 #define PASS_NAME_MAX 64
 
@@ -57,6 +59,8 @@ rf_status *rf__pass_register(rf__pass_phase phase, int priority,
 rf_status *rf__passes_run(rf__pass_phase phase, rf__pass_ctx *ctx) {
   for (int i = 0; i < num_passes; i++) {
     if (passes[i].phase != phase) continue;
+    RF__LOG(RF_LOG_DEBUG, "compile %ld: pass '%s'", ctx->compile,
+            passes[i].name);
     rf_status *st = passes[i].fn(ctx);
     if (st) return rf__status_prefix(st, "pass '%s'", passes[i].name);
   }

@@ -32,6 +32,7 @@ typedef struct rf__pass_ctx {
    * process. In a job, devices lists the other tasks' devices (remote) after
    * this process's. */
   int task, num_tasks;
+  long compile; /* this process's compile number, for log messages */
 } rf__pass_ctx;
 
 /* Returns NULL or an error naming the node it concerns (compile fails). */

@@ -9,6 +9,7 @@
  * exists on one device only, so nothing may move its users elsewhere. */
 #include <string.h>
 
+#include "core/log.h"
 #include "ops/op_registry.h"
 #include "passes/pass_registry.h"
 
@@ -65,23 +66,53 @@ static rf_status *resolve(resolver *r, const rf_node *n, int *dev) {
   return NULL;
 }
 
+/* Why a node went where it did, for the log. */
+enum rule { REQUESTED, VARIABLE, INPUT, DEFAULT, NUM_RULES };
+static const char *const rule_names[] = {"requested", "its variable",
+                                         "its first input", "default device"};
+
+static void log_placed(const rf__pass_ctx *ctx, const rf_node *v,
+                       enum rule why) {
+  const rf_node *src = why == VARIABLE || why == INPUT ? v->data_in[0]->src : 0;
+  rf__log_write(RF_LOG_DEBUG,
+                "place: compile %ld: node '%.200s' (%s) on %s: %s%s%.200s%s",
+                ctx->compile, v->name, v->op->name,
+                ctx->devices[v->assigned_device].canonical, rule_names[why],
+                src ? " '" : "", src ? src->name : "", src ? "' is there" : "");
+}
+
 rf_status *rf__place(rf__pass_ctx *ctx) {
   rf_node **order = NULL;
   int n = 0;
   RF_CHECK(rf__topological_order(ctx->graph, &order, &n));
   resolver r = {ctx, "", -1};
   rf_status *st = NULL;
+  bool debug = rf__log_on(RF_LOG_DEBUG);
+  int by_rule[NUM_RULES] = {0};
   for (int i = 0; i < n; i++) {
     rf_node *v = order[i];
     int dev;
     if ((st = resolve(&r, v, &dev))) break;
+    enum rule why = REQUESTED;
     /* Rules 2 and 3 at once: a resource consumer's input 0 is its variable. */
-    if (dev < 0 && v->num_inputs > 0 && v->data_in[0])
-      dev = v->data_in[0]->src->assigned_device;
-    if (dev < 0) dev = ctx->default_device;
+    if (dev < 0 && v->num_inputs > 0 && v->data_in[0]) {
+      const rf__edge *e = v->data_in[0];
+      dev = e->src->assigned_device;
+      why = e->src->out_dtypes[e->src_out] == RF_RESOURCE ? VARIABLE : INPUT;
+    }
+    if (dev < 0) dev = ctx->default_device, why = DEFAULT;
     v->assigned_device = dev;
+    by_rule[why]++;
+    if (debug) log_placed(ctx, v, why);
   }
   rf__free(order);
+  if (!st)
+    RF__LOG(RF_LOG_INFO,
+            "place: compile %ld: %d nodes: %d requested, %d by variable, %d "
+            "by input, %d on the default device %s",
+            ctx->compile, n, by_rule[REQUESTED], by_rule[VARIABLE],
+            by_rule[INPUT], by_rule[DEFAULT],
+            ctx->devices[ctx->default_device].canonical);
   return st;
 }
 

@@ -4,14 +4,23 @@
  *   -> PRE_PLACEMENT passes -> placement -> POST_PLACEMENT passes
  *   -> partition -> POST_PARTITION passes -> executor plans (kernels bound).
  * Every stage is linear in nodes plus edges. The copy keeps node ids, so the
- * signature's nodes (of the session graph) map to the copy by id. */
+ * signature's nodes (of the session graph) map to the copy by id. Each phase
+ * is logged (core/log.h) and, when asked, dumped before and after
+ * (runtime/graph_dump.h). */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "core/log.h"
 #include "ops/op_registry.h"
 #include "passes/lower_collectives.h"
 #include "passes/pass_registry.h"
+#include "runtime/graph_dump.h"
 #include "runtime/session_internal.h"
+
+/* Compiles (and rf_graph_lower calls) of this process, numbered from 1:
+ * log messages and graph dump files name them. */
+static atomic_long next_compile = 1;
 
 void rf__plan_free(rf__plan *p) {
   if (!p) return;
@@ -121,30 +130,87 @@ done:
 
 /* The passes see every device of the job (this process's first); the
  * executor only this process's. */
-static rf__pass_ctx pass_ctx(rf_session *s, rf_graph *g) {
+static rf__pass_ctx pass_ctx(rf_session *s, rf_graph *g, long compile) {
   return (rf__pass_ctx){.graph = g,
                         .devices = s->devices,
                         .num_devices = s->num_job_devices,
                         .default_device = s->default_device,
                         .task = s->task,
-                        .num_tasks = s->num_tasks};
+                        .num_tasks = s->num_tasks,
+                        .compile = compile};
 }
 
 rf_status *rf__session_check_devices(rf_session *s) {
-  rf__pass_ctx ctx = pass_ctx(s, s->graph);
+  rf__pass_ctx ctx = pass_ctx(s, s->graph, 0);
   return rf__check_requested_devices(&ctx);
 }
 
-static rf_status *compile_graph(rf_session *s, rf_graph *g) {
-  rf__pass_ctx ctx = pass_ctx(s, g);
-  RF_CHECK(rf__passes_run(RF_PASS_PRE_PLACEMENT, &ctx));
-  RF_CHECK(rf__place(&ctx));
-  RF_CHECK(rf__passes_run(RF_PASS_POST_PLACEMENT, &ctx));
-  RF_CHECK(rf__place_host_memory(&ctx));
-  RF_CHECK(rf__split_tasks(&ctx));
-  RF_CHECK(rf__partition(&ctx));
-  RF_CHECK(rf__passes_run(RF_PASS_POST_PARTITION, &ctx));
-  return rf__check_host_memory(&ctx);
+static rf_status *pre_placement(rf__pass_ctx *ctx) {
+  return rf__passes_run(RF_PASS_PRE_PLACEMENT, ctx);
+}
+static rf_status *post_placement(rf__pass_ctx *ctx) {
+  return rf__passes_run(RF_PASS_POST_PLACEMENT, ctx);
+}
+static rf_status *post_partition(rf__pass_ctx *ctx) {
+  RF_CHECK(rf__passes_run(RF_PASS_POST_PARTITION, ctx));
+  return rf__check_host_memory(ctx);
+}
+
+/* The phases after pruning, in order (each logged and dumped before and
+ * after); rf_graph_lower runs the first LOWER_PHASES. */
+static const struct {
+  const char *name;
+  rf_status *(*run)(rf__pass_ctx *ctx);
+} phases[] = {
+    {"pre_placement", pre_placement},   {"placement", rf__place},
+    {"post_placement", post_placement}, {"host_memory", rf__place_host_memory},
+    {"task_split", rf__split_tasks},    {"partition", rf__partition},
+    {"post_partition", post_partition},
+};
+#define NUM_PHASES ((int)(sizeof phases / sizeof *phases))
+#define LOWER_PHASES 4
+
+/* Phase i is number i + 1 in the dumps: 00 is pruning. */
+static rf_status *run_phases(rf__pass_ctx *ctx, int n,
+                             const rf__graph_dump *dump) {
+  for (int i = 0; i < n; i++) {
+    RF_CHECK(
+        rf__graph_dump_phase(dump, ctx->graph, i + 1, phases[i].name, false));
+    int before = ctx->graph->num_live;
+    RF_CHECK(phases[i].run(ctx));
+    RF__LOG(RF_LOG_DEBUG, "compile %ld: phase %s: %d nodes before, %d after",
+            ctx->compile, phases[i].name, before, ctx->graph->num_live);
+    RF_CHECK(
+        rf__graph_dump_phase(dump, ctx->graph, i + 1, phases[i].name, true));
+  }
+  return NULL;
+}
+
+/* "compile N: 14 nodes on 2 devices: cpu:0 8, cpu:1 6" (this process's
+ * part after partition). */
+static void log_partition_sizes(const rf_session *s, const rf_graph *g,
+                                long compile) {
+  int *count = rf__calloc((size_t)s->num_job_devices + 1, sizeof *count);
+  if (!count) return; /* a log line is not worth an error */
+  for (int id = 0; id < g->num_ids; id++) {
+    const rf_node *n = g->nodes[id];
+    if (n && n->assigned_device >= 0 && n->assigned_device < s->num_job_devices)
+      count[n->assigned_device]++;
+  }
+  char list[2048] = "";
+  size_t used = 0;
+  int used_devices = 0;
+  for (int d = 0; d < s->num_job_devices; d++) {
+    if (!count[d]) continue;
+    used_devices++;
+    if (used < sizeof list)
+      used +=
+          (size_t)snprintf(list + used, sizeof list - used, "%s%s %d",
+                           used ? ", " : "", s->devices[d].canonical, count[d]);
+  }
+  rf__log_write(RF_LOG_INFO, "compile %ld: %d nodes on %d devices: %s", compile,
+                g->num_live, used_devices, list);
+  rf__free(count);
 }
 
 /* Lists the GPU devices of the plan (synchronised after every step unless
@@ -190,26 +256,40 @@ static rf_status *check_feeds(const rf_session *s, const rf__signature *sig) {
 rf_status *rf__compile(rf_session *s, const rf__signature *sig,
                        rf__plan **out) {
   RF_CHECK(check_feeds(s, sig));
+  long compile = atomic_fetch_add(&next_compile, 1);
+  RF__LOG(RF_LOG_DEBUG,
+          "compile %ld: %d feeds, %d fetches, %d targets of a %d-node graph",
+          compile, sig->num_feeds, sig->num_fetches, sig->num_targets,
+          s->graph->num_live);
+  rf__graph_dump dump;
+  RF_CHECK(rf__graph_dump_begin(&dump, s->opts.dump_graph_dir, compile, s->task,
+                                s->num_tasks, s->devices, s->num_job_devices));
   rf__plan *p = rf__calloc(1, sizeof *p);
-  RF_CHECK_ALLOC(p);
+  rf_status *st = p ? NULL : rf__oom();
+  if (st) goto fail;
   p->num_feeds = sig->num_feeds;
   p->num_fetches = sig->num_fetches;
-  rf_status *st = NULL;
   RF_CHECK_GOTO(rf__graph_copy(s->graph, &p->graph), st, fail);
-  if (s->num_tasks > 1) { /* before this process's pruning */
-    rf__pass_ctx ctx = pass_ctx(s, p->graph);
+  rf__pass_ctx ctx = pass_ctx(s, p->graph, compile);
+  if (s->num_tasks > 1) /* before this process's pruning */
     RF_CHECK_GOTO(rf__record_job_broadcasts(&ctx), st, fail);
-  }
+  RF_CHECK_GOTO(rf__graph_dump_phase(&dump, p->graph, 0, "prune", false), st,
+                fail);
   RF_CHECK_GOTO(rewrite_io(p->graph, sig), st, fail);
-  RF_CHECK_GOTO(compile_graph(s, p->graph), st, fail);
+  RF_CHECK_GOTO(rf__graph_dump_phase(&dump, p->graph, 0, "prune", true), st,
+                fail);
+  RF_CHECK_GOTO(run_phases(&ctx, NUM_PHASES, &dump), st, fail);
+  if (rf__log_on(RF_LOG_INFO)) log_partition_sizes(s, p->graph, compile);
   p->cross_task = rf__has_cross_task_collectives(p->graph);
   RF_CHECK_GOTO(
       rf__executor_new(p->graph, s->devices, s->num_devices, &p->executor), st,
       fail);
   RF_CHECK_GOTO(find_gpus(s, p), st, fail);
+  rf__graph_dump_end(&dump);
   *out = p;
   return NULL;
 fail:
+  rf__graph_dump_end(&dump);
   rf__plan_free(p);
   return st;
 }
@@ -221,14 +301,17 @@ rf_status *rf_graph_lower(const rf_graph *g, const rf_session_options *opts,
   if (!g || !out) return rf__invalid("rf_graph_lower: NULL argument");
   rf_session *s;
   RF_CHECK(rf_session_new(g, opts, &s));
+  long compile = atomic_fetch_add(&next_compile, 1);
   rf_graph *copy = NULL;
-  rf__pass_ctx ctx = pass_ctx(s, NULL);
-  rf_status *st = rf__graph_copy(s->graph, &copy);
+  rf__pass_ctx ctx = pass_ctx(s, NULL, compile);
+  rf__graph_dump dump;
+  rf_status *st =
+      rf__graph_dump_begin(&dump, s->opts.dump_graph_dir, compile, s->task,
+                           s->num_tasks, s->devices, s->num_job_devices);
+  if (!st) st = rf__graph_copy(s->graph, &copy);
   ctx.graph = copy;
-  if (!st) st = rf__passes_run(RF_PASS_PRE_PLACEMENT, &ctx);
-  if (!st) st = rf__place(&ctx);
-  if (!st) st = rf__passes_run(RF_PASS_POST_PLACEMENT, &ctx);
-  if (!st) st = rf__place_host_memory(&ctx);
+  if (!st) st = run_phases(&ctx, LOWER_PHASES, &dump);
+  rf__graph_dump_end(&dump);
   for (int id = 0; !st && id < copy->num_ids; id++) {
     rf_node *n = copy->nodes[id];
     if (n && n->assigned_device >= 0)

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/log.h"
 #include "core/mem.h"
 #include "ops/op_registry.h"
 #include "runtime/families.h"
@@ -188,6 +189,14 @@ rf_status *rf_session_new(const rf_graph *g, const rf_session_options *opts,
   rf_session *s = rf__calloc(1, sizeof *s);
   RF_CHECK_ALLOC(s);
   s->opts = *opts;
+  if (opts->dump_graph_dir) {
+    s->opts.dump_graph_dir = s->dump_graph_dir =
+        rf__strdup(opts->dump_graph_dir);
+    if (!s->dump_graph_dir) {
+      rf__free(s);
+      return rf__oom();
+    }
+  }
   atomic_init(&s->next_step, 1);
   atomic_init(&s->next_job_step, 1);
   pthread_mutex_init(&s->cache_mu, NULL);
@@ -196,6 +205,12 @@ rf_status *rf_session_new(const rf_graph *g, const rf_session_options *opts,
   RF_CHECK_GOTO(make_devices(s, g), st, fail);
   RF_CHECK_GOTO(rf__graph_copy(g, &s->graph), st, fail);
   RF_CHECK_GOTO(rf__session_check_devices(s), st, fail);
+  if (rf__log_on(RF_LOG_INFO)) {
+    char list[1024];
+    rf__device_list_format(s->devices, s->num_devices, list, sizeof list);
+    rf__log_write(RF_LOG_INFO, "session: devices %s (task %d of %d)", list,
+                  s->task, s->num_tasks);
+  }
   *out = s;
   return NULL;
 fail:
@@ -231,6 +246,7 @@ void rf_session_free(rf_session *s) {
   pthread_mutex_destroy(&s->cache_mu);
   pthread_mutex_destroy(&s->trace_mu);
   rf__free(s->trace_path);
+  rf__free(s->dump_graph_dir);
   rf__free(s);
 }
 
@@ -461,6 +477,9 @@ static rf_status *run_step(rf_session *s, rf__plan *p, const rf_feed *feeds,
   rf_status *st = trace_path ? rf__trace_new(&step.trace) : NULL;
   if (!st) st = rf__executor_run(p->executor, &step);
   st = rf__session_end_step(s, p, &step, st);
+  if (st)
+    RF__LOG(RF_LOG_ERROR, "run: step %lld failed: %s", (long long)step.id,
+            rf_status_message(st));
 #ifdef RF_HAVE_CUDA
   rf__gpu_make_current(prev_gpu);
 #endif

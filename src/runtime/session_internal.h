@@ -35,8 +35,9 @@ typedef struct rf__plan {
 } rf__plan;
 
 struct rf_session {
-  rf_graph *graph; /* the session's copy of the user's graph */
-  rf_session_options opts;
+  rf_graph *graph;         /* the session's copy of the user's graph */
+  rf_session_options opts; /* its strings point at the session's copies */
+  char *dump_graph_dir;    /* opts.dump_graph_dir's copy */
   char default_device_name[RF_DEVICE_NAME_MAX];
   int default_device;
   rf__threadpool *pool;

@@ -23,6 +23,7 @@
 #include <limits.h>
 #include <pthread.h>
 
+#include "core/log.h"
 #include "core/mem.h"
 #include "core/status.h"
 #include "runtime/session_internal.h"
@@ -257,6 +258,8 @@ void rf__session_sync_init(rf_session *s) {
 }
 
 void rf__session_sync_free(rf_session *s) {
-  rf_status_free(rf_session_sync(s));
+  rf_status_free(rf__log_status(
+      RF_LOG_ERROR, "session: freed, dropping an unreported error of a step",
+      rf_session_sync(s)));
   pthread_mutex_destroy(&s->pending_mu);
 }

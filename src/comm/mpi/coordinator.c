@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "comm/mpi/engine.h"
+#include "core/log.h"
 #include "core/mem.h"
 #include "core/status.h"
 
@@ -88,6 +89,7 @@ static void fail(rf__job *j, rf__mpi_centry *e, int64_t now, rf_code code,
   va_end(ap);
   e->failed = true;
   e->code = code;
+  if (code == RF_DEADLINE_EXCEEDED) RF__LOG(RF_LOG_WARN, "%s", msg);
   e->msg = rf__strdup(msg);
   e->forget_ns = now + forget_after(e->timeout_ms);
   for (int i = 0; i < e->n; i++)

@@ -14,6 +14,7 @@
 
 #include "comm/mpi/mpi_status.h"
 #include "comm/mpi/op.h"
+#include "core/log.h"
 #include "core/status.h"
 #ifdef RF_HAVE_NCCL
 #include "comm/nccl/nccl_job.h"
@@ -122,10 +123,12 @@ int rf__mpi_gpu_issue(rf__job *j, rf__mpi_op *op, rf__mpi_set *set,
       op->deadline_ns = rf__mpi_now_ns() + op->timeout_ms * 1000000;
     if (rf__mpi_now_ns() < op->deadline_ns) return 0;
     rf__mpi_gpu_abort(set);
-    *st = rf__error(RF_DEADLINE_EXCEEDED,
-                    "collective '%s': NCCL's communicators were not made "
-                    "within %lld ms",
-                    op->name, (long long)op->timeout_ms);
+    *st = rf__log_status(
+        RF_LOG_WARN, "nccl",
+        rf__error(RF_DEADLINE_EXCEEDED,
+                  "collective '%s': NCCL's communicators were not made "
+                  "within %lld ms",
+                  op->name, (long long)op->timeout_ms));
     return 1;
   }
   *st = alloc_outputs(op); /* a broadcast receiver's, now the shape is known */

@@ -10,6 +10,7 @@
 #include "comm/mpi/engine.h"
 #include "comm/mpi/mpi_status.h"
 #include "comm/mpi/op.h"
+#include "core/log.h"
 #include "core/mem.h"
 #include "core/status.h"
 
@@ -206,12 +207,13 @@ bool rf__mpi_job_attach_poll(rf__mpi_cmd *c, int64_t now) {
     }
   }
   if (!c->result && now >= j->attach_deadline)
-    c->result = rf__error(
-        RF_DEADLINE_EXCEEDED,
-        "not every process of the job made this session within %lld ms "
-        "(every process must make the same sessions in the same order); "
-        "MPI may be unusable now",
-        (long long)j->timeout_ms);
+    c->result = rf__log_status(
+        RF_LOG_WARN, "job",
+        rf__error(RF_DEADLINE_EXCEEDED,
+                  "not every process of the job made this session within "
+                  "%lld ms (every process must make the same sessions in the "
+                  "same order); MPI may be unusable now",
+                  (long long)j->timeout_ms));
   return c->result != NULL;
 }
 

@@ -13,6 +13,7 @@
 #include "comm/mpi/mpi_status.h"
 #include "comm/mpi/op.h"
 #include "core/mem.h"
+#include "core/log.h"
 #include "core/status.h"
 
 #define GRACE_MIN_MS 2000
@@ -345,12 +346,14 @@ static int test(rf__job *j, rf__mpi_op *op, int64_t now) {
   }
   if (op->deadline_ns && now >= op->deadline_ns) {
     op->deadline_ns = 0;
-    report(op, rf__error(RF_DEADLINE_EXCEEDED,
-                         "collective '%s' (job step %lld): the MPI "
-                         "collective did not finish within %lld ms (a "
-                         "process may have died)",
-                         op->name, (long long)op->job_step,
-                         (long long)op->timeout_ms));
+    report(op, rf__log_status(
+                   RF_LOG_WARN, NULL,
+                   rf__error(RF_DEADLINE_EXCEEDED,
+                             "collective '%s' (job step %lld): the MPI "
+                             "collective did not finish within %lld ms (a "
+                             "process may have died)",
+                             op->name, (long long)op->job_step,
+                             (long long)op->timeout_ms)));
     if (op->gpu) rf__mpi_gpu_abort(op->set); /* its streams then end */
     break_job(j, op);
   }
@@ -385,16 +388,19 @@ int rf__mpi_member_poll(rf__job *j, int64_t now, bool *busy, bool *waiting) {
       case RF_OP_GO: /* not issued yet: the earlier ones hold it back */
         if (!atomic_load(&op->reported) &&
             (j->broken || now >= op->deadline_ns))
-          report(op,
-                 j->broken
-                     ? copy_status(j->broken)
-                     : rf__error(RF_DEADLINE_EXCEEDED,
-                                 "collective '%s' (job step %lld): "
-                                 "could not start within %lld ms: "
-                                 "an earlier collective across "
-                                 "processes has not finished",
-                                 op->name, (long long)op->job_step,
-                                 (long long)(op->timeout_ms + grace_ms(op))));
+          report(
+              op,
+              j->broken
+                  ? copy_status(j->broken)
+                  : rf__log_status(
+                        RF_LOG_WARN, NULL,
+                        rf__error(RF_DEADLINE_EXCEEDED,
+                                  "collective '%s' (job step %lld): "
+                                  "could not start within %lld ms: "
+                                  "an earlier collective across "
+                                  "processes has not finished",
+                                  op->name, (long long)op->job_step,
+                                  (long long)(op->timeout_ms + grace_ms(op)))));
         break;
       case RF_OP_IN_FLIGHT:
         if (op->gpu || op->blocking)
@@ -407,13 +413,16 @@ int rf__mpi_member_poll(rf__job *j, int64_t now, bool *busy, bool *waiting) {
         *waiting = true;
         if (op->deadline_ns && now >= op->deadline_ns) {
           op->deadline_ns = 0;
-          report(op, rf__error(RF_DEADLINE_EXCEEDED,
-                               "collective '%s' (job step %lld): no verdict "
-                               "from task 0, the job's coordinator, within "
-                               "%lld ms: task 0 has stopped, or does not run "
-                               "this step",
+          report(op,
+                 rf__log_status(
+                     RF_LOG_WARN, NULL,
+                     rf__error(RF_DEADLINE_EXCEEDED,
+                               "collective '%s' (job step %lld): no "
+                               "verdict from task 0, the job's "
+                               "coordinator, within %lld ms: task 0 has "
+                               "stopped, or does not run this step",
                                op->name, (long long)op->job_step,
-                               (long long)(op->timeout_ms + grace_ms(op))));
+                               (long long)(op->timeout_ms + grace_ms(op)))));
         }
     }
   }

@@ -24,12 +24,14 @@
  * it. */
 #include <nccl.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "comm/gpu/gpu_coll.h"
 #include "core/cuda_check.h"
+#include "core/log.h"
 #include "core/mem.h"
 #include "core/status.h"
 #include "device/gpu/gpu.h"
@@ -84,6 +86,17 @@ static void set_abort(comm_set *s) {
   if (cached) set_unref(s); /* the cache's reference */
 }
 
+/* "nccl: made communicators for 4 ranks on GPUs 0, 1, 2, 3" (info). */
+static void log_made(const comm_set *s) {
+  char gpus[MAX_RANKS * 12] = "";
+  size_t used = 0;
+  for (int i = 0; i < s->n && used < sizeof gpus; i++)
+    used += (size_t)snprintf(gpus + used, sizeof gpus - used, "%s%d",
+                             i ? ", " : "", s->ordinals[i]);
+  rf__log_write(RF_LOG_INFO, "nccl: made communicators for %d ranks on GPUs %s",
+                s->n, gpus);
+}
+
 /* The cached set for ordinals[0..n) (a new reference), made on first use. */
 static rf_status *set_get(const int *ordinals, int n, comm_set **out) {
   pthread_mutex_lock(&cache_mu);
@@ -115,6 +128,7 @@ static rf_status *set_get(const int *ordinals, int n, comm_set **out) {
     rf__free(s);
   }
   pthread_mutex_unlock(&cache_mu);
+  if (!st && rf__log_on(RF_LOG_INFO)) log_made(*out); /* outside the lock */
   return st;
 }
 
@@ -404,12 +418,14 @@ static void *watchdog_main(void *arg) {
       while (expired) {
         nccl_op *op = expired;
         expired = op->next;
-        rf_status *why = rf__error(RF_DEADLINE_EXCEEDED,
-                                   "collective '%s' (step %lld): NCCL did not "
-                                   "finish within %lld ms; its communicator "
-                                   "was aborted (rebuilt on next use)",
-                                   op->g.key, (long long)op->g.step_id,
-                                   (long long)op->g.timeout_ms);
+        rf_status *why = rf__log_status(
+            RF_LOG_WARN, "nccl",
+            rf__error(RF_DEADLINE_EXCEEDED,
+                      "collective '%s' (step %lld): NCCL did not finish "
+                      "within %lld ms; its communicator was aborted (rebuilt "
+                      "on next use)",
+                      op->g.key, (long long)op->g.step_id,
+                      (long long)op->g.timeout_ms));
         keep_error(op, why); /* before the abort lets the step's sync go */
         set_abort(op->set);
         op_report(op, why); /* nothing when the dones went in stream order */

@@ -26,6 +26,7 @@
 
 #include "comm/gpu/gpu_coll.h"
 #include "core/cuda_check.h"
+#include "core/log.h"
 #include "core/mem.h"
 #include "core/status.h"
 #include "device/gpu/gpu.h"
@@ -74,6 +75,19 @@ static rf_status *distinct_gpus(int n, rf__device *const *devs) {
   return NULL;
 }
 
+/* "nccl: making communicators for ranks 2 (gpu:0), 3 (gpu:1) of 4" (info);
+ * ready once rf__nccl_job_comm_poll says so. */
+static void log_start(int nranks, int n, const int *ranks,
+                      rf__device *const *devs) {
+  char list[MAX_LOCAL * (RF_DEVICE_NAME_MAX + 16)] = "";
+  size_t used = 0;
+  for (int i = 0; i < n && used < sizeof list; i++)
+    used += (size_t)snprintf(list + used, sizeof list - used, "%s%d (%s)",
+                             i ? ", " : "", ranks[i], devs[i]->canonical);
+  rf__log_write(RF_LOG_INFO, "nccl: making communicators for ranks %s of %d",
+                list, nranks);
+}
+
 rf_status *rf__nccl_job_comm_start(int nranks, const void *id, int n,
                                    const int *ranks, rf__device *const *devs,
                                    rf__nccl_job_comm **out) {
@@ -109,6 +123,7 @@ rf_status *rf__nccl_job_comm_start(int nranks, const void *id, int n,
     comm_unref(c);
     return rf__status_prefix(st, "making NCCL's communicators");
   }
+  if (rf__log_on(RF_LOG_INFO)) log_start(nranks, n, ranks, devs);
   *out = c;
   return NULL;
 }
@@ -253,10 +268,12 @@ static rf_status *wait_enqueued(rf__nccl_job_comm *c, int64_t timeout_ms) {
     }
     if (!busy) return NULL;
     if (now_ns() > deadline)
-      return rf__error(RF_DEADLINE_EXCEEDED,
-                       "NCCL did not put the launch on the streams within "
-                       "%lld ms",
-                       (long long)timeout_ms);
+      return rf__log_status(
+          RF_LOG_WARN, "nccl",
+          rf__error(RF_DEADLINE_EXCEEDED,
+                    "NCCL did not put the launch on the streams within "
+                    "%lld ms",
+                    (long long)timeout_ms));
     sched_yield();
   }
 }
