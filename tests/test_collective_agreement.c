@@ -210,12 +210,7 @@ static void test_run_time_shapes_through_a_session(void **state) {
                      ph(g, "cpu:1", RF_FLOAT32, any)},
             ys[2];
   rf_all_reduce_n(g, "sh", xs, 2, RF_REDUCE_SUM, ys);
-  assert_graph_ok(g);
-  rf_session_options o;
-  rf_session_options_init(&o);
-  o.num_cpu_devices = 2;
-  rf_session *s;
-  assert_ok(rf_session_new(g, &o, &s));
+  rf_session *s = rf_test_cpu_session(g, 2);
   rf_shape s4 = rf_shape_of(1, (int64_t)4), s6 = rf_shape_of(1, (int64_t)6);
   rf_tensor *a, *b, *out[2] = {NULL, NULL};
   assert_ok(rf_tensor_new(RF_FLOAT32, &s4, NULL, &a));

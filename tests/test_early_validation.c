@@ -122,11 +122,7 @@ static void test_reduce_moved_later_fails_at_compile(void **state) {
   rf_output r = rf_reduce(g, "moved", xs, 2, RF_REDUCE_SUM);
   assert_graph_ok(g);
   assert_ok(rf_node_set_device(r.node, "cpu:0"));
-  rf_session_options o;
-  rf_session_options_init(&o);
-  o.num_cpu_devices = 3;
-  rf_session *s;
-  assert_ok(rf_session_new(g, &o, &s));
+  rf_session *s = rf_test_cpu_session(g, 3);
   rf_tensor *out = NULL;
   assert_status(rf_session_run(s, NULL, 0, &r, 1, NULL, 0, &out),
                 RF_INVALID_ARGUMENT,

@@ -18,12 +18,7 @@ static void test_task_zero_is_this_process(void **state) {
     rf_graph_pop_device(g);
   }
   rf_all_reduce_n(g, "ar", x, 2, RF_REDUCE_SUM, y);
-  assert_graph_ok(g);
-  rf_session_options o;
-  rf_session_options_init(&o);
-  o.num_cpu_devices = 2;
-  rf_session *s;
-  assert_ok(rf_session_new(g, &o, &s));
+  rf_session *s = rf_test_cpu_session(g, 2);
   int t = -1, n = -1;
   rf_session_task(s, &t, &n);
   assert_int_equal(t, 0);

@@ -300,11 +300,7 @@ static void test_long_names_are_cut(void **state) {
   assert_graph_ok(g);
   logs_start(RF_LOG_DEBUG);
   rf_tensor *out[2];
-  rf_session_options o;
-  rf_session_options_init(&o);
-  o.num_cpu_devices = 2;
-  rf_session *s;
-  assert_ok(rf_session_new(g, &o, &s));
+  rf_session *s = rf_test_cpu_session(g, 2);
   uint64_t rng = rf_test_rng(6);
   rf_tensor *t[2];
   rf_feed feeds[2];

@@ -109,12 +109,7 @@ static void test_shared_name(void **state) {
   /* One participant of a collective that expects two. */
   rf_output y = rf_all_reduce(g, "ar", x, RF_REDUCE_SUM, 2, shared);
   rf_graph_pop_device(g);
-  assert_graph_ok(g);
-  rf_session_options o;
-  rf_session_options_init(&o);
-  o.num_cpu_devices = 2;
-  rf_session *s;
-  assert_ok(rf_session_new(g, &o, &s));
+  rf_session *s = rf_test_cpu_session(g, 2);
   rf_tensor *t;
   assert_ok(rf_tensor_new(RF_FLOAT32, &(rf_shape){1, {2}}, NULL, &t));
   rf_feed f = {x, t};

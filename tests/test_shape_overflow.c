@@ -213,12 +213,7 @@ static void test_run_time(void **state) {
     rf_graph_pop_device(g);
   }
   rf_all_gather_n(g, "gather", in, 2, out);
-  assert_graph_ok(g);
-  rf_session_options o;
-  rf_session_options_init(&o);
-  o.num_cpu_devices = 2;
-  rf_session *s;
-  assert_ok(rf_session_new(g, &o, &s));
+  rf_session *s = rf_test_cpu_session(g, 2);
   rf_tensor *ta = empty_tensor(rf_shape_of(3, P, 1, 0));
   rf_tensor *tb = empty_tensor(rf_shape_of(3, 1, 4, 0));
   rf_feed feeds[2] = {{a, ta}, {b, tb}};

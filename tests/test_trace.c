@@ -38,12 +38,7 @@ static void test_trace_of_one_step(void **state) {
   rf_graph_push_device(g, "cpu:0");
   rf_output z = rf_add(g, "z", y[1], y[0]); /* y[1] crosses devices */
   rf_graph_pop_device(g);
-  assert_graph_ok(g);
-  rf_session_options o;
-  rf_session_options_init(&o);
-  o.num_cpu_devices = 2;
-  rf_session *s;
-  assert_ok(rf_session_new(g, &o, &s));
+  rf_session *s = rf_test_cpu_session(g, 2);
   char path[] = "/tmp/rf_trace_XXXXXX";
   int fd = mkstemp(path);
   assert_true(fd >= 0);

@@ -127,15 +127,20 @@ void rf_test_assert_near(const rf_tensor *t, rf_shape shape, const double *want,
   }
 }
 
-void rf_test_run(rf_graph *g, int num_cpu_devices, const rf_feed *feeds,
-                 int nfeeds, const rf_output *fetches, int n,
-                 rf_tensor **outs) {
+rf_session *rf_test_cpu_session(const rf_graph *g, int num_cpu_devices) {
   assert_graph_ok(g);
   rf_session_options o;
   rf_session_options_init(&o);
   o.num_cpu_devices = num_cpu_devices;
   rf_session *s = NULL;
   assert_ok(rf_session_new(g, &o, &s));
+  return s;
+}
+
+void rf_test_run(rf_graph *g, int num_cpu_devices, const rf_feed *feeds,
+                 int nfeeds, const rf_output *fetches, int n,
+                 rf_tensor **outs) {
+  rf_session *s = rf_test_cpu_session(g, num_cpu_devices);
   assert_ok(rf_session_run(s, feeds, nfeeds, fetches, n, NULL, 0, outs));
   rf_session_free(s);
 }

@@ -51,6 +51,10 @@ double rf_test_tolerance(rf_dtype dtype);
 void rf_test_assert_near(const rf_tensor *t, rf_shape shape, const double *want,
                          double tol, const char *file, int line);
 
+/* A session of num_cpu_devices CPU devices (default options otherwise) on g,
+ * which must hold no error; fails the test when it cannot be made. */
+rf_session *rf_test_cpu_session(const rf_graph *g, int num_cpu_devices);
+
 /* Makes a session (num_cpu_devices devices), runs once fetching n outputs,
  * frees the session. outs receive new references. */
 void rf_test_run(rf_graph *g, int num_cpu_devices, const rf_feed *feeds,
