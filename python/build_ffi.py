@@ -46,10 +46,12 @@ def preprocess(cc, include_dir):
 def integer_macros(include_dir):
     """#define NAME <integer> of the headers, as cdef constants."""
     names = []
-    for h in HEADERS:
-        with open(os.path.join(include_dir, h)) as f:
+    folder = os.path.join(include_dir, "ringflow")
+    for h in sorted(os.listdir(folder)):
+        with open(os.path.join(folder, h)) as f:
             for line in f:
-                m = re.match(r"#define\s+(R[A-Z0-9_]+)\s+\(?-?\d+\)?\s*$", line)
+                m = re.match(r"#define\s+(R[A-Z0-9_]+)\s+\(?-?\d+\)?\s*$",
+                             line)
                 if m:
                     names.append(m.group(1))
     return "".join(f"#define {n} ...\n" for n in names)
