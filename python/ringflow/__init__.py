@@ -32,7 +32,7 @@ from ringflow.ops import (add, add_n, apply_adam, apply_gradient_descent,
                           reduce_sum, relu, reshape, shape, sigmoid, softmax,
                           sparse_softmax_cross_entropy_with_logits, subtract,
                           tanh, zeros_like)
-from ringflow.session import Session, job_tasks
+from ringflow.session import Session, job_tasks, lower
 from ringflow.variables import (Variable, global_variables,
                                 global_variables_initializer)
 
@@ -46,11 +46,12 @@ __all__ = [
     "apply_gradient_descent", "argmax", "as_dtype", "assign", "bfloat16",
     "bias_add", "bool", "cast", "constant", "convert_to_tensor", "device",
     "divide", "equal", "fill", "float16", "float32", "float64",
-    "get_default_graph", "global_variables", "global_variables_initializer",
-    "gradients", "group", "identity", "int8", "int32", "int64", "job_tasks",
-    "matmul", "multiply", "negative", "no_op", "ones_like", "placeholder",
-    "reduce_mean", "reduce_sum", "relu", "reset_default_graph", "reshape",
-    "resource", "shape", "sigmoid", "softmax",
-    "sparse_softmax_cross_entropy_with_logits", "subtract", "tanh", "uint8",
-    "zeros_like",
+    "get_default_graph", "global_variables",
+    "global_variables_initializer", "gradients", "group", "identity",
+    "int8", "int32", "int64", "job_tasks", "lower", "matmul", "multiply",
+    "negative", "no_op", "ones_like", "placeholder", "reduce_mean",
+    "reduce_sum", "relu", "reset_default_graph", "reshape", "resource",
+    "shape", "sigmoid", "softmax",
+    "sparse_softmax_cross_entropy_with_logits", "subtract", "tanh",
+    "uint8", "zeros_like",
 ]

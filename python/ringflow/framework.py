@@ -100,8 +100,13 @@ class Graph:
         data = json.encode("utf-8")
         out = ffi.new("rf_graph **")
         check(lib.rf_graph_from_json(data, len(data), out))
+        return cls._wrap(out[0])
+
+    @classmethod
+    def _wrap(cls, c_graph) -> "Graph":
+        """A Graph owning the C graph c_graph."""
         g = cls.__new__(cls)
-        g._c = ffi.gc(out[0], lib.rf_graph_free)
+        g._c = ffi.gc(c_graph, lib.rf_graph_free)
         g._lock = threading.RLock()
         g._variables = []
         return g
@@ -109,12 +114,11 @@ class Graph:
     def _error(self) -> Exception:
         """The error the graph recorded (then cleared, so building goes
         on), as an exception."""
+        from ringflow import errors
         st = lib.rf_graph_status(self._c)
         lib.rf_graph_clear_status(self._c)
         if st == ffi.NULL:
-            from ringflow import errors
             return errors.InternalError("an op failed without an error")
-        from ringflow import errors
         return errors._from_status(st)
 
     def _output(self, fn, *args) -> "Tensor":

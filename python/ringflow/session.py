@@ -11,7 +11,7 @@ from ringflow import _convert
 from ringflow._lib import c_name, check, ffi, lib
 from ringflow.framework import Graph, Operation, Tensor, get_default_graph
 
-__all__ = ["Session", "job_tasks"]
+__all__ = ["Session", "job_tasks", "lower"]
 
 _JOBS = {"auto": lib.RF_JOB_AUTO, "single": lib.RF_JOB_SINGLE,
          "mpi": lib.RF_JOB_MPI}
@@ -44,23 +44,12 @@ class Session:
                  threads: int = 0, default_device: Optional[str] = None,
                  job: str = "auto", gpu_sync_on_finish: bool = True) -> None:
         self._graph = graph if graph is not None else get_default_graph()
-        opts = ffi.new("rf_session_options *")
-        lib.rf_session_options_init(opts)
-        opts.num_cpu_devices = int(cpu_devices)
-        opts.num_gpu_devices = int(gpu_devices)
-        opts.num_threads = int(threads)
-        if timeout is not None:
-            opts.collective_timeout_ms = int(round(float(timeout) * 1000))
-        dev = c_name(default_device)
-        if default_device is not None:
-            opts.default_device = dev
-        if job not in _JOBS:
-            raise ValueError(f"job must be one of {', '.join(_JOBS)}")
-        opts.job = _JOBS[job]
-        opts.gpu_sync_on_finish = 1 if gpu_sync_on_finish else 0
+        opts, keep = _options(cpu_devices, gpu_devices, timeout, threads,
+                              default_device, job, gpu_sync_on_finish)
         out = ffi.new("rf_session **")
         with self._graph._lock:
             check(lib.rf_session_new(self._graph._c, opts, out))
+        del keep
         self._c = out[0]
 
     @property
@@ -157,6 +146,44 @@ class Session:
 
     def __del__(self) -> None:
         self.close()
+
+
+def _options(cpu_devices: int = 1, gpu_devices: int = 0,
+             timeout: Optional[float] = None, threads: int = 0,
+             default_device: Optional[str] = None, job: str = "auto",
+             gpu_sync_on_finish: bool = True):
+    """rf_session_options (and what its pointers point to, to keep alive
+    while they are used)."""
+    opts = ffi.new("rf_session_options *")
+    lib.rf_session_options_init(opts)
+    opts.num_cpu_devices = int(cpu_devices)
+    opts.num_gpu_devices = int(gpu_devices)
+    opts.num_threads = int(threads)
+    if timeout is not None:
+        opts.collective_timeout_ms = int(round(float(timeout) * 1000))
+    dev = c_name(default_device)
+    if default_device is not None:
+        opts.default_device = dev
+    if job not in _JOBS:
+        raise ValueError(f"job must be one of {', '.join(_JOBS)}")
+    opts.job = _JOBS[job]
+    opts.gpu_sync_on_finish = 1 if gpu_sync_on_finish else 0
+    return opts, dev
+
+
+def lower(graph: Optional[Graph] = None, **options: Any) -> Graph:
+    """What a session with `options` (Session's keyword arguments) would
+    run: a copy of `graph` (default: the default graph) after placement and
+    the passes that lower collectives, each node's device its assigned one.
+    Raises what Session() and compiling would (UnimplementedError for a
+    collective joining CPU and GPU devices)."""
+    graph = graph if graph is not None else get_default_graph()
+    opts, keep = _options(**options)
+    out = ffi.new("rf_graph **")
+    with graph._lock:
+        check(lib.rf_graph_lower(graph._c, opts, out))
+    del keep
+    return Graph._wrap(out[0])
 
 
 def _flatten(fetches: Any, flat: List[Any]) -> Callable[[Callable], Any]:
