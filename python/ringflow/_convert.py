@@ -78,10 +78,18 @@ def as_array(value: Any, dtype: Any = None) -> np.ndarray:
                     f"(NumPy reads it as {arr.dtype})")
 
 
+def _c_contiguous(arr: np.ndarray) -> np.ndarray:
+    """arr, or a C-contiguous aligned copy of it (np.ascontiguousarray
+    would turn a 0-d array into a 1-d one)."""
+    if arr.flags.c_contiguous and arr.flags.aligned:
+        return arr
+    return arr.copy(order="C")
+
+
 def copy_to_c(arr: np.ndarray):
     """A new rf_tensor holding a copy of arr (owned by the returned cdata,
     released when it is collected)."""
-    arr = np.ascontiguousarray(arr)
+    arr = _c_contiguous(arr)
     out = ffi.new("rf_tensor **")
     shape = ffi.new("rf_shape *", c_shape(arr.shape))
     check(lib.rf_tensor_new_copy(dtypes.to_c(arr.dtype), shape,
@@ -94,11 +102,7 @@ def feed_to_c(value: Any, dtype: dtypes.DType):
     C-contiguous and aligned to its item size is wrapped, not copied (the
     tensor keeps it alive); anything else is converted to such an array
     first, as np.asarray(value, dtype) does. Owned by the returned cdata."""
-    arr = np.asarray(value, dtype=dtype)
-    if not arr.flags.c_contiguous or not arr.flags.aligned:
-        arr = np.ascontiguousarray(arr)
-        if not arr.flags.aligned:
-            arr = arr.copy()
+    arr = _c_contiguous(np.asarray(value, dtype=dtype))
     shape = ffi.new("rf_shape *", c_shape(arr.shape))
     out = ffi.new("rf_tensor **")
     key = next(_keys)

@@ -292,7 +292,8 @@ def _handle(ref: Any) -> Tensor:
 def assign(ref: Any, value: Any, name: Optional[str] = None) -> Operation:
     """An op setting variable `ref` to `value` when run (the value is
     shared, not copied). A dtype or shape that differs from the variable's
-    fails the run with InvalidArgumentError."""
+    is an InvalidArgumentError now, or when the run finds it (a value whose
+    shape is known only then)."""
     h = _handle(ref)
     value = convert_to_tensor(value, _value_dtype(ref, value), graph=h.graph)
     return h.graph._node(lib.rf_assign, c_name(name), h._c, value._c)

@@ -7,11 +7,16 @@ the C library runs it with the GIL released.
 
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from ringflow import _convert
+from ringflow import _convert, errors
 from ringflow._lib import c_name, check, ffi, lib
 from ringflow.framework import Graph, Operation, Tensor, get_default_graph
 
 __all__ = ["Session", "job_tasks", "lower"]
+
+_NOT_IN_SESSION = (
+    " (a session runs a copy of its graph made when the Session was made: "
+    "nodes added to the graph after the Session are not in it, so build "
+    "everything, global_variables_initializer() included, first)")
 
 _JOBS = {"auto": lib.RF_JOB_AUTO, "single": lib.RF_JOB_SINGLE,
          "mpi": lib.RF_JOB_MPI}
@@ -108,9 +113,15 @@ class Session:
         for i, op in enumerate(targets):
             c_targets[i] = op._c
         outs = ffi.new("rf_tensor *[]", max(len(tensors), 1))
-        check(lib.rf_session_run(self._live(), c_feeds, len(feeds),
-                                 c_fetches, len(tensors), c_targets,
-                                 len(targets), outs))
+        try:
+            check(lib.rf_session_run(self._live(), c_feeds, len(feeds),
+                                     c_fetches, len(tensors), c_targets,
+                                     len(targets), outs))
+        except errors.NotFoundError as e:
+            if "is not in the session's graph" in e.message:
+                e.message += _NOT_IN_SESSION
+                e.args = (e.message,)
+            raise
         values = iter([_convert.to_numpy(outs[i])
                        for i in range(len(tensors))])
         del keep

@@ -109,8 +109,8 @@ class Variable:
 
     def assign(self, value: Any, name: Optional[str] = None) -> Operation:
         """An op setting the variable to `value` (converted to its dtype
-        when not a Tensor) when run; a differing dtype or shape fails the
-        run with InvalidArgumentError."""
+        when not a Tensor) when run; a differing dtype or shape is an
+        InvalidArgumentError (now, or from the run when only it knows)."""
         return ops.assign(self, value, name=name)
 
     def _as_tensor(self) -> Tensor:
