@@ -3,9 +3,10 @@ collectives.h, docs/COLLECTIVES.md).
 
 Each input must be on a device (a device scope when it was built): else
 InvalidArgumentError "Device assignment required for collective ops". The
-participants of one collective meet when a session runs them; a
-participant that is not run (its output neither fetched nor needed) makes
-the others fail with DeadlineExceededError after the session's timeout.
+participants of one collective meet when a session runs them (a run that
+needs one runs them all); participants that do not all come within the
+session's timeout fail with DeadlineExceededError naming the missing
+devices.
 Reductions: "sum", "prod", "min", "max", "avg" (sum / n; integers
 truncate). Gradients: see ringflow.gradients and docs/COLLECTIVES.md.
 """

@@ -15,6 +15,15 @@ def _as_list(v: Any) -> List[Any]:
     return list(v) if isinstance(v, (list, tuple)) else [v]
 
 
+def _grad_y(g: Any, gy: Any, y: Tensor) -> Tensor:
+    """grad_y as a Tensor: a value becomes a Const of y's dtype on y's
+    device."""
+    if isinstance(gy, Tensor) or hasattr(gy, "_as_tensor"):
+        return convert_to_tensor(gy, graph=g)
+    with g.device(y.device):
+        return convert_to_tensor(gy, y.dtype, graph=g)
+
+
 def gradients(ys: Any, xs: Any, grad_ys: Any = None,
               colocate_gradients_with_ops: bool = True
               ) -> List[Optional[Tensor]]:
@@ -22,7 +31,8 @@ def gradients(ys: Any, xs: Any, grad_ys: Any = None,
 
     ys, xs: a Tensor (or Variable, standing for its value) or a list of
       them. grad_ys: None (ones of each y's shape) or one tensor per y,
-      weighting it (Python values take the y's dtype).
+      weighting it (an array or Python value becomes a constant of the
+      y's dtype on the y's device).
     Returns one Tensor per x, None for an x no y depends on. Gradient nodes
     go on the devices of the forward ops (colocate_gradients_with_ops is
     always on; the argument is accepted for TensorFlow's signature).
@@ -40,9 +50,7 @@ def gradients(ys: Any, xs: Any, grad_ys: Any = None,
             raise ValueError(f"{len(grad_ys)} grad_ys for {len(ys)} ys")
         if any(gy is None for gy in grad_ys):
             raise ValueError("grad_ys must be all tensors or None")
-        gys = outputs_array([
-            convert_to_tensor(gy, None if isinstance(gy, Tensor) else y.dtype,
-                              graph=g) for gy, y in zip(grad_ys, ys)])
+        gys = outputs_array([_grad_y(g, gy, y) for gy, y in zip(grad_ys, ys)])
     dxs = ffi.new("rf_output[]", max(len(xs), 1))
     with g._lock:
         st = lib.rf_gradients(g._c, outputs_array(ys), len(ys),

@@ -24,9 +24,8 @@ def all_sum(tensors: Sequence[Any],
     """Returns a list of tensors with the all-reduce sum across `tensors`.
 
     tensors: the inputs, each assigned to a device (same dtype and shape).
-    Tensor i of the result is on the device of tensors[i]. If only some of
-    the results are evaluated, the others' participants never come and the
-    run fails with DeadlineExceededError after the session's timeout.
+    Tensor i of the result is on the device of tensors[i]. A run that
+    needs one result runs every participant (where the reference hangs).
     Raises InvalidArgumentError (a ValueError) for an empty list ("need n
     >= 1 inputs") or an input without a device ("Device assignment
     required for collective ops").
