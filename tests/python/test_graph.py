@@ -302,3 +302,21 @@ def test_json_round_trip():
     with rf.Session(g, cpu_devices=2) as sess:
         np.testing.assert_array_equal(
             sess.run(y, {g.get_tensor_by_name("x:0"): [1.0, 2.0]}), [2, 4])
+
+
+def test_fetch_structures():
+    """Lists, tuples, named tuples and dicts, nested, come back with the
+    same structure; Operations give None."""
+    import collections
+    Pair = collections.namedtuple("Pair", "a b")
+    x = rf.constant(1.0)
+    y = rf.constant([2, 3])
+    op = rf.no_op()
+    with rf.Session() as sess:
+        got = sess.run({"p": Pair(x, [y, op]), "t": (x,), "x": x})
+        assert sess.run([]) == [] and sess.run(op) is None
+    assert isinstance(got["p"], Pair) and got["p"].b[1] is None
+    assert got["p"].a == 1.0 and list(got["p"].b[0]) == [2, 3]
+    assert isinstance(got["t"], tuple) and got["t"][0] == 1.0
+    with pytest.raises(TypeError, match="cannot fetch"):
+        sess.run("x:0")
