@@ -19,6 +19,7 @@ style (docs/PYTHON.md):
 
 from ringflow._lib import lib as _lib
 from ringflow import collectives, errors, nccl, nn
+from ringflow.dlpack import from_dlpack
 from ringflow.dtypes import (bfloat16, bool, float16, float32, float64,
                              int8, int32, int64, resource, uint8, as_dtype)
 from ringflow.framework import (Graph, Operation, Tensor, convert_to_tensor,
@@ -45,7 +46,7 @@ __all__ = [
     "errors", "nccl", "nn", "add", "add_n", "apply_adam",
     "apply_gradient_descent", "argmax", "as_dtype", "assign", "bfloat16",
     "bias_add", "bool", "cast", "constant", "convert_to_tensor", "device",
-    "divide", "equal", "fill", "float16", "float32", "float64",
+    "divide", "equal", "fill", "float16", "float32", "from_dlpack", "float64",
     "get_default_graph", "global_variables",
     "global_variables_initializer", "gradients", "group", "identity",
     "int8", "int32", "int64", "job_tasks", "lower", "matmul", "multiply",

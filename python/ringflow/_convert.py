@@ -100,8 +100,12 @@ def copy_to_c(arr: np.ndarray):
 def feed_to_c(value: Any, dtype: dtypes.DType):
     """An rf_tensor for a fed value. An array of `dtype` that is
     C-contiguous and aligned to its item size is wrapped, not copied (the
-    tensor keeps it alive); anything else is converted to such an array
-    first, as np.asarray(value, dtype) does. Owned by the returned cdata."""
+    tensor keeps it alive); so is a DLPack producer's memory (a CPU PyTorch
+    tensor) taken through np.from_dlpack; anything else is converted to such
+    an array first, as np.asarray(value, dtype) does. Owned by the returned
+    cdata."""
+    if not isinstance(value, np.ndarray) and hasattr(value, "__dlpack__"):
+        value = np.from_dlpack(value)  # a view: no copy
     arr = _c_contiguous(np.asarray(value, dtype=dtype))
     shape = ffi.new("rf_shape *", c_shape(arr.shape))
     out = ffi.new("rf_tensor **")
