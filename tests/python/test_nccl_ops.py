@@ -263,7 +263,7 @@ def test_broadcast_to_gpu_error():
         with rf.Session(g, cpu_devices=1, gpu_devices=1) as sess:
             with pytest.raises(rf.errors.UnimplementedError,
                                match="node 'bcast' \\(Broadcast\\) connects "
-                               "cpu:0 and gpu:0") as e:
+                               "gpu:0 and cpu:0") as e:
                 sess.run(y)
             assert e.value.node_name == "bcast"
 
