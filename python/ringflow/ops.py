@@ -245,12 +245,13 @@ def argmax(input: Any, axis: int = 0, name: Optional[str] = None) -> Tensor:
 
 def reshape(tensor: Any, shape: Any, name: Optional[str] = None) -> Tensor:
     """tensor with the same elements in `shape`: a list of dims (one may be
-    -1) or an int32/int64 vector Tensor. No copy."""
+    -1; [] or () for a scalar; an int n is [n]) or an int32/int64 vector
+    Tensor. No copy."""
     g = graph_of([tensor, shape])
     tensor = convert_to_tensor(tensor, graph=g)
     if isinstance(shape, Tensor):
         return g._output(lib.rf_reshape, c_name(name), tensor._c, shape._c)
-    dims = [int(d) for d in np.atleast_1d(shape)] if np.ndim(shape) else []
+    dims = [int(d) for d in np.atleast_1d(shape)]  # () is a scalar
     return g._output(lib.rf_reshape_to, c_name(name), tensor._c, len(dims),
                      ffi.new("int64_t[]", dims or [0]))
 

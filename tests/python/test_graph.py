@@ -181,6 +181,8 @@ def test_reductions_and_shapes(rng):
         assert g.shape == w.shape
         np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-12)
     assert outs[5].dtype == np.int64 and outs[8].dtype == np.int32
+    one = rf.constant([5.0])
+    assert rf.reshape(one, ()).shape == () and rf.reshape(x, 24).shape == (24,)
 
 
 def test_building_errors_leave_the_graph_usable():
