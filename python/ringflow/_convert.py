@@ -9,7 +9,6 @@ thread drops it: cffi takes the GIL for the callback)."""
 import itertools
 from typing import Any, Optional, Sequence, Tuple
 
-import ml_dtypes
 import numpy as np
 
 from ringflow import dtypes
@@ -93,28 +92,42 @@ def copy_to_c(arr: np.ndarray):
     out = ffi.new("rf_tensor **")
     shape = ffi.new("rf_shape *", c_shape(arr.shape))
     check(lib.rf_tensor_new_copy(dtypes.to_c(arr.dtype), shape,
-                                 ffi.cast("void *", arr.ctypes.data), out))
+                                 _address(arr), out))
     return ffi.gc(out[0], lib.rf_tensor_release)
 
 
-def feed_to_c(value: Any, dtype: dtypes.DType):
-    """An rf_tensor for a fed value. An array of `dtype` that is
-    C-contiguous and aligned to its item size is wrapped, not copied (the
-    tensor keeps it alive); so is a DLPack producer's memory (a CPU PyTorch
-    tensor) taken through np.from_dlpack; anything else is converted to such
-    an array first, as np.asarray(value, dtype) does. Owned by the returned
-    cdata."""
-    if not isinstance(value, np.ndarray) and hasattr(value, "__dlpack__"):
-        value = np.from_dlpack(value)  # a view: no copy
-    arr = _c_contiguous(np.asarray(value, dtype=dtype))
-    shape = ffi.new("rf_shape *", c_shape(arr.shape))
+def _address(arr: np.ndarray):
+    """arr's data as a void * (through the buffer protocol when NumPy
+    offers it for the dtype, the cheaper way)."""
+    try:
+        return ffi.cast("void *", ffi.from_buffer(arr))
+    except (TypeError, ValueError, BufferError):
+        return ffi.cast("void *", arr.ctypes.data)
+
+
+def feed_to_c(value: Any, dtype: np.dtype, code: int):
+    """An rf_tensor for a value fed to an output of `dtype` (rf_dtype
+    `code`). An array of that dtype that is C-contiguous and aligned to its
+    item size is wrapped, not copied (the tensor keeps it alive); so is a
+    DLPack producer's memory (a CPU PyTorch tensor) taken through
+    np.from_dlpack; anything else is converted to such an array first, as
+    np.asarray(value, dtype) does. Owned by the returned cdata."""
+    arr = value
+    if not (type(value) is np.ndarray and value.dtype == dtype and
+            value.flags.c_contiguous and value.flags.aligned):
+        if not isinstance(value, np.ndarray) and hasattr(value, "__dlpack__"):
+            value = np.from_dlpack(value)  # a view: no copy
+        arr = _c_contiguous(np.asarray(value, dtype=dtype))
+    if arr.ndim <= lib.RF_MAX_RANK:
+        shape = ffi.new("rf_shape *", (arr.ndim, arr.shape))
+    else:
+        shape = ffi.new("rf_shape *", c_shape(arr.shape))  # ValueError
     out = ffi.new("rf_tensor **")
     key = next(_keys)
     _kept[key] = arr
     try:
         check(lib.rf_tensor_new_external(
-            dtypes.to_c(arr.dtype), shape,
-            ffi.cast("void *", arr.ctypes.data), lib._rf_py_release,
+            code, shape, _address(arr), lib._rf_py_release,
             ffi.cast("void *", key), out))
     except BaseException:
         del _kept[key]  # refused: the callback never fires
@@ -136,16 +149,21 @@ class _TensorMemory:
             "typestr": typestr, "version": 3}
 
 
+# rf_dtype -> (typestr of the array interface, the dtype to view it as).
+_TYPESTR = {code: (("<u2", dt) if dt == dtypes.bfloat16 else (dt.str, None))
+            for code, dt in dtypes._FROM_RF.items() if dt is not
+            dtypes.resource}
+
+
 def to_numpy(tensor) -> np.ndarray:
     """A read-only array over an rf_tensor's memory, without a copy. Takes
     over the caller's reference (`tensor` is a plain rf_tensor *)."""
     tensor = ffi.gc(tensor, lib.rf_tensor_release)
-    dt = dtypes.from_c(lib.rf_tensor_dtype(tensor))
-    shape = py_shape(lib.rf_tensor_shape(tensor))
-    if dt == dtypes.bfloat16:  # no typestr of its own: its bits as uint16
-        arr = np.asarray(_TensorMemory(tensor, "<u2", shape))
-        return arr.view(ml_dtypes.bfloat16)
-    return np.asarray(_TensorMemory(tensor, dt.str, shape))
+    typestr, view = _TYPESTR[lib.rf_tensor_dtype(tensor)]
+    s = lib.rf_tensor_shape(tensor)
+    arr = np.asarray(_TensorMemory(tensor, typestr, s.dims[0:s.rank]))
+    # bfloat16 has no typestr of its own: its bits as uint16, viewed.
+    return arr if view is None else arr.view(view)
 
 
 def tensor_memory(arr: np.ndarray) -> Optional[int]:

@@ -244,7 +244,7 @@ class Tensor:
     are the same output (use ringflow.equal for elements), so tensors can
     be dict keys (feed_dict)."""
 
-    __slots__ = ("_graph", "_node", "_index", "_c")
+    __slots__ = ("_graph", "_node", "_index", "_c", "_code")
 
     # NumPy arrays on the left of an operator defer to Tensor's operators.
     __array_priority__ = 100
@@ -254,6 +254,7 @@ class Tensor:
         self._node = node
         self._index = index
         self._c = ffi.new("rf_output *", (node, index))[0]
+        self._code = lib.rf_output_dtype(self._c)  # fixed once built
 
     @property
     def graph(self) -> Graph:
@@ -278,7 +279,7 @@ class Tensor:
     @property
     def dtype(self) -> dtypes.DType:
         """The element type, as a NumPy dtype (or ringflow.resource)."""
-        return dtypes.from_c(lib.rf_output_dtype(self._c))
+        return dtypes.from_c(self._code)
 
     @property
     def shape(self) -> _convert.Shape:

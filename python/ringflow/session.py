@@ -102,7 +102,7 @@ class Session:
             if not isinstance(key, Tensor):
                 raise TypeError(f"feed_dict keys must be Tensors, not "
                                 f"{key!r}")
-            t = _convert.feed_to_c(value, key.dtype)
+            t = _convert.feed_to_c(value, key.dtype, key._code)
             keep.append(t)
             c_feeds[i].output = key._c
             c_feeds[i].value = t
