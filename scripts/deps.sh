@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Installs the Debian packages ringflow builds, tests and trains with, when any
-# is missing. Needs root (or sudo) the first time; a no-op afterwards.
+# is missing (the Python packages go into a virtual environment:
+# scripts/python_env.sh). Needs root (or sudo) the first time; a no-op afterwards.
 set -euo pipefail
 pkgs=(build-essential cmake ninja-build pkg-config libcmocka-dev libopenblas-dev
       libjansson-dev uthash-dev zlib1g-dev dataset-fashion-mnist
-      libopenmpi-dev openmpi-bin libgloo-dev graphviz clang-format cppcheck)
+      libopenmpi-dev openmpi-bin libgloo-dev graphviz clang-format cppcheck
+      python3-dev python3-venv)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Formatting (the committed .clang-format) and static analysis (cppcheck), both
-# with zero findings.
+# with zero findings; ruff (pyproject.toml's rules) on the Python code.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/deps.sh
@@ -10,4 +10,8 @@ cppcheck --quiet --error-exitcode=1 --std=c11 --enable=warning,performance,porta
   --inline-suppr --suppress=missingIncludeSystem -D__GNUC__ -Iinclude -Isrc \
   --include=/usr/include/uthash.h \
   -i build -i build-asan -i build-tsan src include tools 2>&1
-echo "lint: clang-format and cppcheck clean"
+# The Python package and its tests: PEP 8 and pyflakes (ruff, in .venv).
+[ -x .venv/bin/python ] || "${PYTHON:-python3}" -m venv .venv
+.venv/bin/pip install -q --disable-pip-version-check "ruff>=0.4"
+.venv/bin/ruff check python tests/python
+echo "lint: clang-format, cppcheck and ruff clean"

@@ -5,7 +5,10 @@
 #   scripts/test.sh --sanitize thread      TSan build of the runtime tests (build-tsan/)
 #   scripts/test.sh --without-cuda         as if no CUDA toolkit were installed (build-nocuda/)
 #   scripts/test.sh --build-only ...       build, run nothing
+#   scripts/test.sh --no-python ...        skip the Python package and its tests
 # Extra arguments after -- go to ctest (e.g. -- -R session).
+# Without a sanitizer, the Python package is then built and installed into
+# .venv (scripts/python_env.sh) and its tests (tests/python) run with pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/deps.sh
@@ -13,6 +16,7 @@ san=""
 dir=build
 cuda=ON
 build_only=0
+python=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --sanitize)
@@ -23,6 +27,7 @@ while [ $# -gt 0 ]; do
       esac ;;
     --without-cuda) cuda=OFF; dir=build-nocuda; shift ;;
     --build-only) build_only=1; shift ;;
+    --no-python) python=0; shift ;;
     --) shift; break ;;
     *) break ;;
   esac
@@ -41,3 +46,13 @@ if [ "$san" = "thread" ]; then
   args=(-L concurrency)
 fi
 ctest --test-dir "$dir" --output-on-failure -j "$jobs" "${args[@]}" "$@"
+if [ -z "$san" ] && [ "$python" = 1 ]; then
+  bash scripts/python_env.sh -C cmake.define.RF_WITH_CUDA="$cuda"
+  rc=0
+  .venv/bin/python -m pytest tests/python -q -rs || rc=$?
+  if [ "$rc" = 5 ]; then
+    echo "test.sh: pytest collected no tests" >&2
+    exit 1
+  fi
+  exit "$rc"
+fi

@@ -1,10 +1,11 @@
 /* ringflow/tensor.h - reference-counted, immutable-once-produced tensors and
  * the pluggable host allocator.
  *
- * Host buffers are 64-byte aligned. A tensor is writable only by whoever
- * created it, until it is handed to the library (fed, or returned by a kernel);
- * after that nobody writes to it, so devices that share an address space share
- * it. */
+ * Host buffers are 64-byte aligned (those of rf_tensor_new_external, the
+ * caller's memory, only to their dtype's size). A tensor is writable only by
+ * whoever created it, until it is handed to the library (fed, or returned by a
+ * kernel); after that nobody writes to it, so devices that share an address
+ * space share it. */
 #ifndef RINGFLOW_TENSOR_H
 #define RINGFLOW_TENSOR_H
 
@@ -54,6 +55,36 @@ RF_API rf_status *rf_tensor_new_copy(rf_dtype dtype, const rf_shape *shape,
 /* A scalar tensor holding `value` converted to dtype (any numeric dtype). */
 RF_API rf_status *rf_tensor_new_scalar(rf_dtype dtype, double value,
                                        rf_tensor **out);
+
+/* Called once when the last reference to a tensor of rf_tensor_new_external
+ * goes, with the data and arg it was given, from whichever thread releases
+ * it last (a session's worker thread included). */
+typedef void (*rf_tensor_release_fn)(void *data, void *arg);
+
+/* A tensor over caller-owned memory, without a copy (TF_NewTensor's
+ * deallocator): `data` holds rf_shape_num_elements * dtype size bytes,
+ * aligned to the dtype's size (64-byte alignment is not needed). The library
+ * only reads it, from any thread, and never writes it: a variable assigned
+ * such a tensor updates a copy. The caller must not write it either until
+ * release(data, arg) is called (release may be NULL), which happens once the
+ * tensor, every view of it and every value sharing it are released - a
+ * variable may hold it past the run it was fed to. On success *out holds
+ * one reference. On error *out is untouched and release is not called:
+ * INVALID_ARGUMENT for NULL data (whatever the shape), shape or out,
+ * misaligned data, a resource or invalid dtype, or a shape rf_tensor_new
+ * refuses; RESOURCE_EXHAUSTED when memory runs out.
+ *
+ *   static void unpin(void *data, void *arg) { free(data); }
+ *   float *buf = malloc(12 * sizeof *buf);   (filled by the caller)
+ *   rf_shape s = rf_shape_of(2, 3, 4);
+ *   rf_tensor *t;
+ *   rf_status *st = rf_tensor_new_external(RF_FLOAT32, &s, buf, unpin,
+ *                                          NULL, &t);
+ *   (feed t; rf_tensor_release(t) frees buf once nothing holds it) */
+RF_API rf_status *rf_tensor_new_external(rf_dtype dtype, const rf_shape *shape,
+                                         void *data,
+                                         rf_tensor_release_fn release,
+                                         void *arg, rf_tensor **out);
 
 RF_API rf_tensor *rf_tensor_retain(rf_tensor *t); /* returns t */
 RF_API void rf_tensor_release(rf_tensor *t);      /* NULL is ignored */

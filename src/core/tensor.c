@@ -47,6 +47,9 @@ static rf_status *tensor_new(rf_dtype dtype, const rf_shape *shape,
   t->allocator = allocator;
   t->base = NULL;
   t->on_gpu = on_gpu;
+  t->external = 0;
+  t->release = NULL;
+  t->release_arg = NULL;
   *out = t;
   return NULL;
 }
@@ -54,6 +57,52 @@ static rf_status *tensor_new(rf_dtype dtype, const rf_shape *shape,
 rf_status *rf_tensor_new(rf_dtype dtype, const rf_shape *shape,
                          rf_allocator *allocator, rf_tensor **out) {
   return tensor_new(dtype, shape, allocator, 0, out);
+}
+
+rf_status *rf_tensor_new_external(rf_dtype dtype, const rf_shape *shape,
+                                  void *data, rf_tensor_release_fn release,
+                                  void *arg, rf_tensor **out) {
+  if (!shape || !out || !data)
+    return rf__invalid("rf_tensor_new_external: NULL %s",
+                       !data ? "data" : "argument");
+  size_t esize = rf_dtype_size(dtype);
+  if (esize == 0 || dtype == RF_RESOURCE)
+    return rf__invalid("rf_tensor_new_external: %s dtype %d",
+                       esize ? "the resource" : "invalid", (int)dtype);
+  int64_t n = rf_shape_num_elements(shape);
+  if (n < 0) {
+    RF_CHECK(
+        rf__status_prefix(rf__shape_check(shape), "rf_tensor_new_external"));
+    char buf[128];
+    rf_shape_format(shape, buf, sizeof buf);
+    return rf__invalid("rf_tensor_new_external: shape %s is not fully defined",
+                       buf);
+  }
+  /* Kernels read elements through typed pointers. */
+  if ((uintptr_t)data % esize)
+    return rf__invalid(
+        "rf_tensor_new_external: data %p is not aligned to "
+        "the %zu bytes of a %s",
+        data, esize, rf_dtype_name(dtype));
+  if (n > (int64_t)(SIZE_MAX / 2 / esize))
+    return rf__invalid("rf_tensor_new_external: %lld elements is too many",
+                       (long long)n);
+  rf_tensor *t = rf__malloc(sizeof *t);
+  RF_CHECK_ALLOC(t);
+  atomic_init(&t->refs, 1);
+  t->dtype = dtype;
+  t->shape = *shape;
+  t->num_elements = n;
+  t->nbytes = (size_t)n * esize;
+  t->data = data;
+  t->allocator = NULL;
+  t->base = NULL;
+  t->on_gpu = 0;
+  t->external = 1;
+  t->release = release;
+  t->release_arg = arg;
+  *out = t;
+  return NULL;
 }
 
 rf_status *rf__tensor_new_device(rf_dtype dtype, const rf_shape *shape,
@@ -81,6 +130,9 @@ rf_status *rf__tensor_new_view(rf_tensor *t, const rf_shape *shape,
   v->allocator = t->allocator;
   /* Views of views point at the owner, so chains stay one link long. */
   v->on_gpu = t->on_gpu;
+  v->external = 0; /* the base gives the memory back */
+  v->release = NULL;
+  v->release_arg = NULL;
   v->base = rf_tensor_retain(t->base ? t->base : t);
   *out = v;
   return NULL;
@@ -118,6 +170,11 @@ void rf_tensor_release(rf_tensor *t) {
   if (atomic_fetch_sub_explicit(&t->refs, 1, memory_order_acq_rel) != 1) return;
   if (t->base) { /* a view: the buffer belongs to base */
     rf_tensor_release(t->base);
+    rf__free(t);
+    return;
+  }
+  if (t->external) {
+    if (t->release) t->release(t->data, t->release_arg);
     rf__free(t);
     return;
   }

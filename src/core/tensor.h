@@ -17,7 +17,9 @@ struct rf_tensor {
   rf_shape shape; /* fully defined */
   int64_t num_elements;
   size_t nbytes;
-  void *data; /* RF_TENSOR_ALIGNMENT-aligned, never NULL */
+  /* RF_TENSOR_ALIGNMENT-aligned (external memory: aligned to the dtype's
+   * size), never NULL */
+  void *data;
   rf_allocator *allocator;
   /* Non-NULL for a view (rf__tensor_new_view): data lies in base's buffer and
    * the view holds one reference to base instead of owning the buffer. */
@@ -25,14 +27,22 @@ struct rf_tensor {
   /* 1: data is device memory of `allocator`'s GPU (a view copies its base's
    * flag); 0: host memory. */
   int8_t on_gpu;
+  /* 1: data is the caller's memory (rf_tensor_new_external), never written
+   * by the library and given back through release (allocator is NULL). */
+  int8_t external;
+  rf_tensor_release_fn release;
+  void *release_arg;
 };
 
 /* True when the caller holds the only reference to the buffer, so it may be
  * reused in place (variables update this way without breaking immutability).
- * A view is sole owner only when its base is too: the buffer is shared. */
+ * A view is sole owner only when its base is too: the buffer is shared. The
+ * caller's memory (external) is never the library's to write. */
 static inline int rf__tensor_is_sole_owner(const rf_tensor *t) {
   for (; t; t = t->base)
-    if (atomic_load_explicit(&t->refs, memory_order_acquire) != 1) return 0;
+    if (t->external ||
+        atomic_load_explicit(&t->refs, memory_order_acquire) != 1)
+      return 0;
   return 1;
 }
 

@@ -1,0 +1,177 @@
+"""Values across the C boundary: shapes, NumPy arrays in (fed without a
+copy through rf_tensor_new_external) and out (arrays over the fetched
+tensor's memory, which they keep alive).
+
+Fed arrays are kept in `_kept` until the C library calls _rf_py_release
+for them (when the last reference to their tensor goes, from whichever
+thread drops it: cffi takes the GIL for the callback)."""
+
+import itertools
+from typing import Any, Optional, Sequence, Tuple
+
+import numpy as np
+
+from ringflow import dtypes
+from ringflow._lib import check, ffi, lib
+
+Shape = Optional[Tuple[Optional[int], ...]]
+
+_kept = {}
+_keys = itertools.count(1)
+
+
+@ffi.def_extern()
+def _rf_py_release(data, arg):
+    _kept.pop(int(ffi.cast("uintptr_t", arg)), None)
+
+
+def c_shape(shape: Any):
+    """An rf_shape (cdata struct) from None (unknown rank) or a sequence of
+    dims, None or -1 marking an unknown one."""
+    s = ffi.new("rf_shape *")
+    if shape is None:
+        s.rank = lib.RF_UNKNOWN_RANK
+        return s[0]
+    dims = [-1 if d is None else int(d) for d in shape]
+    if len(dims) > lib.RF_MAX_RANK:
+        raise ValueError(f"shape {tuple(shape)} has rank {len(dims)}; "
+                         f"ringflow's ranks go up to {lib.RF_MAX_RANK}")
+    s.rank = len(dims)
+    for i, d in enumerate(dims):
+        if d < -1:
+            raise ValueError(f"shape {tuple(shape)}: dim {d} is negative")
+        s.dims[i] = d
+    return s[0]
+
+
+def py_shape(s) -> Shape:
+    """An rf_shape as a tuple (None for unknown dims), or None for an
+    unknown rank."""
+    if s.rank < 0:
+        return None
+    return tuple(None if s.dims[i] < 0 else int(s.dims[i])
+                 for i in range(s.rank))
+
+
+def as_array(value: Any, dtype: Any = None) -> np.ndarray:
+    """`value` as an array of a ringflow dtype: `dtype` when given (converted
+    by NumPy); else an array's own dtype, and for Python values
+    TensorFlow's defaults (float32, int32 unless out of its range, bool)."""
+    if dtype is not None:
+        return np.asarray(value, dtype=dtypes.as_dtype(dtype))
+    if isinstance(value, (np.ndarray, np.generic)):
+        arr = np.asarray(value)
+        dtypes.as_dtype(arr.dtype)  # TypeError for dtypes ringflow lacks
+        return arr
+    arr = np.asarray(value)
+    if arr.dtype.kind == "f":
+        return arr.astype(np.float32)
+    if arr.dtype.kind in "iu":
+        info = np.iinfo(np.int32)
+        small = arr.size == 0 or (arr.min() >= info.min and
+                                  arr.max() <= info.max)
+        return arr.astype(np.int32 if small else np.int64)
+    if arr.dtype.kind == "b":
+        return arr
+    raise TypeError(f"cannot make a ringflow tensor of {value!r} "
+                    f"(NumPy reads it as {arr.dtype})")
+
+
+def _c_contiguous(arr: np.ndarray) -> np.ndarray:
+    """arr, or a C-contiguous aligned copy of it (np.ascontiguousarray
+    would turn a 0-d array into a 1-d one)."""
+    if arr.flags.c_contiguous and arr.flags.aligned:
+        return arr
+    return arr.copy(order="C")
+
+
+def copy_to_c(arr: np.ndarray):
+    """A new rf_tensor holding a copy of arr (owned by the returned cdata,
+    released when it is collected)."""
+    arr = _c_contiguous(arr)
+    out = ffi.new("rf_tensor **")
+    shape = ffi.new("rf_shape *", c_shape(arr.shape))
+    check(lib.rf_tensor_new_copy(dtypes.to_c(arr.dtype), shape,
+                                 _address(arr), out))
+    return ffi.gc(out[0], lib.rf_tensor_release)
+
+
+def _address(arr: np.ndarray):
+    """arr's data as a void * (through the buffer protocol when NumPy
+    offers it for the dtype, the cheaper way)."""
+    try:
+        return ffi.cast("void *", ffi.from_buffer(arr))
+    except (TypeError, ValueError, BufferError):
+        return ffi.cast("void *", arr.ctypes.data)
+
+
+def feed_to_c(value: Any, dtype: np.dtype, code: int):
+    """An rf_tensor for a value fed to an output of `dtype` (rf_dtype
+    `code`). An array of that dtype that is C-contiguous and aligned to its
+    item size is wrapped, not copied (the tensor keeps it alive); so is a
+    DLPack producer's memory (a CPU PyTorch tensor) taken through
+    np.from_dlpack; anything else is converted to such an array first, as
+    np.asarray(value, dtype) does. Owned by the returned cdata."""
+    arr = value
+    if not (type(value) is np.ndarray and value.dtype == dtype and
+            value.flags.c_contiguous and value.flags.aligned):
+        if not isinstance(value, np.ndarray) and hasattr(value, "__dlpack__"):
+            value = np.from_dlpack(value)  # a view: no copy
+        arr = _c_contiguous(np.asarray(value, dtype=dtype))
+    if arr.ndim <= lib.RF_MAX_RANK:
+        shape = ffi.new("rf_shape *", (arr.ndim, arr.shape))
+    else:
+        shape = ffi.new("rf_shape *", c_shape(arr.shape))  # ValueError
+    out = ffi.new("rf_tensor **")
+    key = next(_keys)
+    _kept[key] = arr
+    try:
+        check(lib.rf_tensor_new_external(
+            code, shape, _address(arr), lib._rf_py_release,
+            ffi.cast("void *", key), out))
+    except BaseException:
+        del _kept[key]  # refused: the callback never fires
+        raise
+    return ffi.gc(out[0], lib.rf_tensor_release)
+
+
+class _TensorMemory:
+    """The memory of a fetched tensor, for np.asarray: the array's base,
+    holding the tensor's reference until the last array over it goes."""
+
+    __slots__ = ("_tensor", "__array_interface__")
+
+    def __init__(self, tensor, typestr: str, shape: Sequence[int]) -> None:
+        self._tensor = tensor
+        data = int(ffi.cast("uintptr_t", lib.rf_tensor_data(tensor)))
+        self.__array_interface__ = {
+            "data": (data, True), "shape": tuple(shape),
+            "typestr": typestr, "version": 3}
+
+
+# rf_dtype -> (typestr of the array interface, the dtype to view it as).
+_TYPESTR = {code: (("<u2", dt) if dt == dtypes.bfloat16 else (dt.str, None))
+            for code, dt in dtypes._FROM_RF.items() if dt is not
+            dtypes.resource}
+
+
+def to_numpy(tensor) -> np.ndarray:
+    """A read-only array over an rf_tensor's memory, without a copy. Takes
+    over the caller's reference (`tensor` is a plain rf_tensor *)."""
+    tensor = ffi.gc(tensor, lib.rf_tensor_release)
+    typestr, view = _TYPESTR[lib.rf_tensor_dtype(tensor)]
+    s = lib.rf_tensor_shape(tensor)
+    arr = np.asarray(_TensorMemory(tensor, typestr, s.dims[0:s.rank]))
+    # bfloat16 has no typestr of its own: its bits as uint16, viewed.
+    return arr if view is None else arr.view(view)
+
+
+def tensor_memory(arr: np.ndarray) -> Optional[int]:
+    """The address of the rf_tensor (as an int) whose memory `arr` is,
+    when arr came from to_numpy; None otherwise."""
+    base = arr
+    while isinstance(base, np.ndarray):
+        base = base.base
+    if isinstance(base, _TensorMemory):
+        return int(ffi.cast("uintptr_t", base._tensor))
+    return None

@@ -1,0 +1,107 @@
+"""Collectives as graph ops, with gradients (include/ringflow/
+collectives.h, docs/COLLECTIVES.md).
+
+Each input must be on a device (a device scope when it was built): else
+InvalidArgumentError "Device assignment required for collective ops". The
+participants of one collective meet when a session runs them (a run that
+needs one runs them all); participants that do not all come within the
+session's timeout fail with DeadlineExceededError naming the missing
+devices.
+Reductions: "sum", "prod", "min", "max", "avg" (sum / n; integers
+truncate). Gradients: see ringflow.gradients and docs/COLLECTIVES.md.
+"""
+
+from typing import Any, List, Optional, Sequence, Union
+
+from ringflow._lib import c_name, ffi, lib
+from ringflow.framework import (Tensor, convert_to_tensor, graph_of,
+                                outputs_array)
+
+__all__ = ["all_reduce", "reduce", "broadcast", "all_gather",
+           "reduce_scatter", "REDUCTIONS"]
+
+REDUCTIONS = {"sum": lib.RF_REDUCE_SUM, "prod": lib.RF_REDUCE_PROD,
+              "min": lib.RF_REDUCE_MIN, "max": lib.RF_REDUCE_MAX,
+              "avg": lib.RF_REDUCE_AVG}
+
+Reduction = Union[str, int]
+
+
+def _reduction(reduction: Reduction) -> int:
+    if reduction in REDUCTIONS.values() and not isinstance(reduction, str):
+        return int(reduction)
+    try:
+        return REDUCTIONS[reduction]
+    except (KeyError, TypeError):
+        raise ValueError(f"unknown reduction {reduction!r}; one of "
+                         + ", ".join(REDUCTIONS)) from None
+
+
+def _participants(fn, tensors: Sequence[Any], name: Optional[str],
+                  *reduction: int) -> List[Tensor]:
+    """Calls an rf_*_n builder: one participant per input, all or none."""
+    tensors = list(tensors)
+    g = graph_of(tensors)
+    ins = [convert_to_tensor(t, graph=g) for t in tensors]
+    outs = ffi.new("rf_output[]", max(len(ins), 1))
+    with g._lock:
+        fn(g._c, c_name(name), outputs_array(ins), len(ins), *reduction,
+           outs)
+        if outs[0].node == ffi.NULL:
+            raise g._error()
+    return [Tensor(g, outs[i].node, outs[i].index) for i in range(len(ins))]
+
+
+def all_reduce(tensors: Sequence[Any], reduction: Reduction = "sum",
+               name: Optional[str] = None) -> List[Tensor]:
+    """The all-reduce of `tensors` (one per device, one dtype and shape).
+
+    Returns one tensor per input, on that input's device, each holding the
+    reduction of all inputs (bit-identical on every device). `name` names
+    the collective (the participants are "<name>_<i>"); generated when
+    None. Raises InvalidArgumentError for no inputs, an input without a
+    device, or inputs of different dtypes (naming them and their devices).
+    """
+    return _participants(lib.rf_all_reduce_n, tensors, name,
+                         _reduction(reduction))
+
+
+def reduce(tensors: Sequence[Any], reduction: Reduction = "sum",
+           name: Optional[str] = None) -> Tensor:
+    """One node reducing `tensors` (on different devices) to one output.
+
+    The output is on the current device scope's device, else the first
+    input's; one input must be on that device, else InvalidArgumentError
+    "No input tensor uses the same device as the Reduce op".
+    """
+    tensors = list(tensors)
+    g = graph_of(tensors)
+    ins = [convert_to_tensor(t, graph=g) for t in tensors]
+    return g._output(lib.rf_reduce, c_name(name), outputs_array(ins),
+                     len(ins), _reduction(reduction))
+
+
+def broadcast(tensor: Any, name: Optional[str] = None) -> Tensor:
+    """One node sending `tensor` to every device that consumes the result.
+
+    Placed on the current device scope's device, else the input's; the
+    output may feed ops on any devices of the same kind (a CPU-GPU mix is
+    an UnimplementedError when a session compiles it).
+    """
+    t = convert_to_tensor(tensor)
+    return t.graph._output(lib.rf_broadcast, c_name(name), t._c)
+
+
+def all_gather(tensors: Sequence[Any],
+               name: Optional[str] = None) -> List[Tensor]:
+    """Participants of an all-gather: inputs of one shape (d0, ...) ->
+    every participant gets (n * d0, ...), in the order of `tensors`."""
+    return _participants(lib.rf_all_gather_n, tensors, name)
+
+
+def reduce_scatter(tensors: Sequence[Any], reduction: Reduction = "sum",
+                   name: Optional[str] = None) -> List[Tensor]:
+    """Participants of a reduce-scatter: inputs of one shape (n * d0, ...)
+    -> participant i gets rows [i * d0, (i + 1) * d0) of the reduction."""
+    return _participants(lib.rf_reduce_scatter_n, tensors, name,
+                         _reduction(reduction))
