@@ -7,8 +7,10 @@
 #   scripts/test.sh --build-only ...       build, run nothing
 #   scripts/test.sh --no-python ...        skip the Python package and its tests
 # Extra arguments after -- go to ctest (e.g. -- -R session).
-# Without a sanitizer, the Python package is then built and installed into
-# .venv (scripts/python_env.sh) and its tests (tests/python) run with pytest.
+# Then the Python package is built and installed (scripts/python_env.sh) and
+# its tests (tests/python) run with pytest: into .venv on the normal build,
+# into .venv-asan built with the sanitizers under --sanitize address,undefined
+# (not under TSan).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/deps.sh
@@ -46,13 +48,27 @@ if [ "$san" = "thread" ]; then
   args=(-L concurrency)
 fi
 ctest --test-dir "$dir" --output-on-failure -j "$jobs" "${args[@]}" "$@"
-if [ -z "$san" ] && [ "$python" = 1 ]; then
+[ "$python" = 1 ] || exit 0
+[ "$san" = thread ] && exit 0
+# The Python package and its tests: in .venv on the normal build; under
+# ASan+UBSan in .venv-asan, a package built with the sanitizers and run with
+# libasan preloaded (the interpreter is not instrumented; its own
+# allocations live until exit, so leak checks stay off there).
+pyrun=()
+if [ -z "$san" ]; then
+  venv=.venv
   bash scripts/python_env.sh -C cmake.define.RF_WITH_CUDA="$cuda"
-  rc=0
-  .venv/bin/python -m pytest tests/python -q -rs || rc=$?
-  if [ "$rc" = 5 ]; then
-    echo "test.sh: pytest collected no tests" >&2
-    exit 1
-  fi
-  exit "$rc"
+else
+  venv=.venv-asan
+  VENV=$venv bash scripts/python_env.sh -C cmake.define.RF_WITH_CUDA="$cuda" \
+    -C cmake.define.RF_SANITIZE="$san" -C build-dir=build-py-asan
+  pyrun=(env LD_PRELOAD="$(cc -print-file-name=libasan.so)"
+         ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:protect_shadow_gap=0)
 fi
+rc=0
+"${pyrun[@]}" "$venv/bin/python" -m pytest tests/python -q -rs || rc=$?
+if [ "$rc" = 5 ]; then
+  echo "test.sh: pytest collected no tests" >&2
+  exit 1
+fi
+exit "$rc"
