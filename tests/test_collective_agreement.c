@@ -17,6 +17,7 @@
 
 #include "comm/collective.h"
 #include "ringflow/collectives.h"
+#include "coll_result.h"
 #include "testutil.h"
 
 #define assert_contains(msg, sub) \
@@ -101,18 +102,8 @@ static void test_compile_time_names_both_sides(void **state) {
 
 /* ---- run time: the collective manager ---- */
 
-typedef struct result {
-  atomic_int fired;
-  rf_status *st;
-  rf_tensor *out;
-} result;
-
-static void on_done(void *arg, rf_status *st, rf_tensor *out) {
-  result *r = arg;
-  r->st = st;
-  r->out = out;
-  atomic_fetch_add(&r->fired, 1);
-}
+/* What a participant's done delivered (tests/coll_result.h). */
+typedef rf_test_coll_result result;
 
 static rf__device devs[3];
 
@@ -172,7 +163,7 @@ static void test_run_time_names_both_sides(void **state) {
                                .node = "na",
                                .input = a,
                                .shape = s,
-                               .done = on_done,
+                               .done = rf_test_coll_done,
                                .arg = &r[0]};
     rf__coll_participant p1 = p0;
     p1.kind = f == R_COLLECTIVE ? RF_COLL_REDUCE_SCATTER : k0;

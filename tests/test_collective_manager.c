@@ -12,22 +12,13 @@
 
 #include "comm/collective.h"
 #include "core/status.h"
+#include "coll_result.h"
 #include "testutil.h"
 
 #define MAXDEV 8
 
-typedef struct result {
-  atomic_int fired;
-  rf_status *st;
-  rf_tensor *out;
-} result;
-
-static void on_done(void *arg, rf_status *st, rf_tensor *out) {
-  result *r = arg;
-  r->st = st;
-  r->out = out;
-  atomic_fetch_add(&r->fired, 1);
-}
+/* What a participant's done delivered (tests/coll_result.h). */
+typedef rf_test_coll_result result;
 
 static rf__device devs[MAXDEV];
 
@@ -54,7 +45,7 @@ static rf__coll_participant part(rf__collective_kind kind, rf_reduction red,
                             .node = "node",
                             .input = in,
                             .shape = shape,
-                            .done = on_done,
+                            .done = rf_test_coll_done,
                             .arg = r};
   return p;
 }
