@@ -43,6 +43,7 @@ ldd build-gpu/tools/ringflow 2>/dev/null |
   while read -r path; do cp -L "$path" "$stage/lib-mpi/"; done
 cp /usr/share/datasets/fashion-mnist/*.gz "$stage/data/" 2>/dev/null || true
 cp scripts/gpu_run.sh scripts/gpu_multi_run.sh scripts/gpu_common.sh \
-  bench/torch_nccl_overhead.py "$stage/"
+  scripts/gpu_step_profile.sh bench/torch_nccl_overhead.py \
+  bench/gpu_train_vs_pytorch.py bench/ncu_step_table.py "$stage/"
 tar -C "$stage" -czf "$out" .
 ls -la "$out"

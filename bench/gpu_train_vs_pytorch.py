@@ -1,0 +1,157 @@
+#!/usr/bin/env python3
+"""GPU training throughput of `ringflow train --devices gpu:0` against
+PyTorch on the same GPU, in one run (issue 19).
+
+Both train the MLP 784-512-256-10 (ReLU, softmax cross-entropy, Adam lr 1e-3,
+eps 1e-7) with the training set on the GPU, each batch gathered there from a
+per-epoch permutation, and the loss fetched to the host every step. PyTorch
+runs in up to three settings a user would pick: eager with the default Adam
+(foreach), eager with fused Adam (fused=True), and torch.compile of the
+forward and backward with fused Adam (--compile; it compiles once per batch
+size, which costs tens of seconds). The table gives each and ringflow's ratio
+against PyTorch eager (the issue's target) and against the best of them.
+
+Each configuration runs --warmup untimed steps then --steps timed steps, and
+the figure is the best of --repeats runs (interleaved). Exit status 1 when
+the issue's target (1.5x PyTorch eager at every batch) is missed.
+
+Usage: gpu_train_vs_pytorch.py --ringflow PATH [--data DIR]
+       [--batches 128,1024,8192] [--compile]
+"""
+import argparse
+import gzip
+import os
+import re
+import struct
+import subprocess
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+TARGET = 1.5  # ringflow / PyTorch eager, issue 19
+
+
+def read_idx(path):
+    with gzip.open(path, "rb") as f:
+        data = f.read()
+    _, _, rank = struct.unpack(">HBB", data[:4])
+    dims = struct.unpack(">" + "I" * rank, data[4:4 + 4 * rank])
+    return np.frombuffer(data, np.uint8, offset=4 + 4 * rank).reshape(dims)
+
+
+def load_train(data_dir, dev):
+    x = read_idx(os.path.join(data_dir, "train-images-idx3-ubyte.gz"))
+    y = read_idx(os.path.join(data_dir, "train-labels-idx1-ubyte.gz"))
+    x = torch.from_numpy(x.reshape(len(x), -1).astype(np.float32) / 255.0)
+    return x.to(dev), torch.from_numpy(y.astype(np.int64)).to(dev)
+
+
+def make_model(seed, dev):
+    torch.manual_seed(seed)
+    sizes, layers = [784, 512, 256, 10], []
+    for i in range(3):
+        lin = torch.nn.Linear(sizes[i], sizes[i + 1])
+        torch.nn.init.xavier_uniform_(lin.weight)
+        torch.nn.init.zeros_(lin.bias)
+        layers += [lin] + ([torch.nn.ReLU()] if i < 2 else [])
+    return torch.nn.Sequential(*layers).to(dev)
+
+
+def torch_bench(x, y, batch, warmup, steps, seed, mode):
+    dev = x.device
+    model = make_model(seed, dev)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3, betas=(0.9, 0.999),
+                           eps=1e-7, fused=(mode != "eager"))
+
+    def step(xb, yb):
+        loss = F.cross_entropy(model(xb), yb)
+        loss.backward()
+        return loss
+
+    if mode == "compile":
+        step = torch.compile(step)
+    gen = torch.Generator(device=dev).manual_seed(seed)
+    per_epoch = len(x) // batch
+    s, perm = per_epoch, None
+    start = time.perf_counter()
+    for i in range(warmup + steps):
+        if s == per_epoch:
+            perm, s = torch.randperm(len(x), generator=gen, device=dev), 0
+        if i == warmup:
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+        idx = perm[s * batch:(s + 1) * batch]
+        s += 1
+        opt.zero_grad(set_to_none=True)
+        loss = step(x[idx], y[idx])
+        opt.step()
+        last = loss.item()
+    torch.cuda.synchronize()
+    return steps * batch / (time.perf_counter() - start), last
+
+
+def ringflow_bench(binary, data_dir, batch, warmup, steps, seed, extra):
+    cmd = [binary, "train", "--bench", "--quiet", "--devices", "gpu:0",
+           "--batch", str(batch), "--warmup", str(warmup), "--steps",
+           str(steps), "--seed", str(seed), "--data", data_dir] + extra
+    out = subprocess.run(cmd, check=True, capture_output=True,
+                         text=True).stdout
+    m = re.search(r"samples_per_sec=([0-9.]+).*loss=([0-9.naif-]+)", out)
+    if not m:
+        sys.exit(f"no samples_per_sec= line from {' '.join(cmd)}:\n{out}")
+    return float(m.group(1)), float(m.group(2))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--ringflow", required=True)
+    ap.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
+    ap.add_argument("--batches", default="128,256,1024,4096,8192")
+    ap.add_argument("--warmup", type=int, default=30)
+    ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--compile", action="store_true",
+                    help="also torch.compile (slow to start)")
+    ap.add_argument("--ringflow-args", default="",
+                    help="extra ringflow train arguments, space-separated")
+    a = ap.parse_args()
+    if not torch.cuda.is_available():
+        print("gpu_train_vs_pytorch: skipped, no CUDA GPU for PyTorch")
+        return 0
+    dev = torch.device("cuda:0")
+    x, y = load_train(a.data, dev)
+    modes = ["eager", "fused"] + (["compile"] if a.compile else [])
+    print(f"# {torch.cuda.get_device_name(0)}, PyTorch {torch.__version__}, "
+          f"warmup {a.warmup}, steps {a.steps}, best of {a.repeats}")
+    print("# summary")
+    hdr = "| batch | ringflow samples/s | step µs | " + " | ".join(
+        f"PyTorch {m}" for m in modes) + " | vs eager | vs best |"
+    print(hdr)
+    print("|" + "---|" * (hdr.count("|") - 1))
+    missed = False
+    extra = a.ringflow_args.split()
+    for batch in [int(b) for b in a.batches.split(",")]:
+        rf, pt = 0.0, {m: 0.0 for m in modes}
+        for _ in range(a.repeats):
+            rf = max(rf, ringflow_bench(a.ringflow, a.data, batch, a.warmup,
+                                        a.steps, a.seed, extra)[0])
+            for m in modes:
+                pt[m] = max(pt[m], torch_bench(x, y, batch, a.warmup, a.steps,
+                                               a.seed, m)[0])
+        best = max(pt.values())
+        vs_eager = rf / pt["eager"]
+        missed |= vs_eager < TARGET
+        print(f"| {batch} | {rf / 1e6:.3f}M | {batch / rf * 1e6:.0f} | " +
+              " | ".join(f"{pt[m] / 1e6:.3f}M" for m in modes) +
+              f" | {vs_eager:.2f}x | {rf / best:.2f}x |", flush=True)
+    print(f"target: >= {TARGET}x PyTorch eager at every batch: "
+          f"{'MISSED' if missed else 'met'}")
+    return 1 if missed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
