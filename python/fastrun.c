@@ -247,8 +247,7 @@ static PyArrayObject *feed_array(Runner *self, PyObject *value, int i) {
 }
 
 /* A tensor over the array (which it pins); steals the array reference. */
-static int feed_tensor(Runner *self, PyArrayObject *a, int i,
-                       rf_tensor **out) {
+static int feed_tensor(Runner *self, PyArrayObject *a, int i, rf_tensor **out) {
   int nd = PyArray_NDIM(a);
   if (nd > RF_MAX_RANK) {
     PyErr_Format(PyExc_ValueError,
@@ -260,13 +259,12 @@ static int feed_tensor(Runner *self, PyArrayObject *a, int i,
   rf_shape s;
   s.rank = nd;
   for (int k = 0; k < nd; k++) s.dims[k] = (int64_t)PyArray_DIMS(a)[k];
-  rf_status *st =
-      rf_tensor_new_external(self->feed_codes[i], &s, PyArray_DATA(a),
-                             unpin_array, a, out);
+  rf_status *st = rf_tensor_new_external(self->feed_codes[i], &s,
+                                         PyArray_DATA(a), unpin_array, a, out);
   if (st) {
     Py_DECREF(a); /* refused: the release never comes */
-    PyObject *r = PyObject_CallFunction(self->raise_status, "N",
-                                        PyLong_FromVoidPtr(st));
+    PyObject *r =
+        PyObject_CallFunction(self->raise_status, "N", PyLong_FromVoidPtr(st));
     Py_XDECREF(r);
     return -1;
   }
@@ -288,8 +286,8 @@ static PyObject *runner_call(Runner *self, PyObject *args, PyObject *kw) {
   if (!s) return NULL;
   rf_feed feeds_s[STACK_SLOTS];
   rf_tensor *outs_s[STACK_SLOTS];
-  rf_feed *feeds = nf <= STACK_SLOTS ? feeds_s : PyMem_Malloc(
-                                                     sizeof *feeds * nf);
+  rf_feed *feeds =
+      nf <= STACK_SLOTS ? feeds_s : PyMem_Malloc(sizeof *feeds * nf);
   rf_tensor **outs =
       nx <= STACK_SLOTS ? outs_s : PyMem_Malloc(sizeof *outs * nx);
   PyObject *result = NULL;
@@ -309,8 +307,8 @@ static PyObject *runner_call(Runner *self, PyObject *args, PyObject *kw) {
                       self->num_targets, outs);
   Py_END_ALLOW_THREADS;
   if (st) {
-    PyObject *r = PyObject_CallFunction(self->raise_status, "N",
-                                        PyLong_FromVoidPtr(st));
+    PyObject *r =
+        PyObject_CallFunction(self->raise_status, "N", PyLong_FromVoidPtr(st));
     Py_XDECREF(r);
     goto done;
   }
@@ -348,8 +346,10 @@ static PyTypeObject RunnerType = {
 };
 
 static struct PyModuleDef fastrun_module = {
-    PyModuleDef_HEAD_INIT, .m_name = "ringflow._fastrun",
-    .m_doc = "the per-step path of Session.run in C", .m_size = -1,
+    PyModuleDef_HEAD_INIT,
+    .m_name = "ringflow._fastrun",
+    .m_doc = "the per-step path of Session.run in C",
+    .m_size = -1,
 };
 
 PyMODINIT_FUNC PyInit__fastrun(void) {
