@@ -86,6 +86,274 @@ static PyObject *wrap_tensor(rf_tensor *t, PyArray_Descr *descr) {
   return arr;
 }
 
+/* ---- GPU memory through DLPack (legacy "dltensor" capsules, DLPack 0.8) ----
+ */
+
+typedef struct {
+  int32_t device_type, device_id;
+} DLDevice;
+typedef struct {
+  uint8_t code, bits;
+  uint16_t lanes;
+} DLDataType;
+typedef struct {
+  void *data;
+  DLDevice device;
+  int32_t ndim;
+  DLDataType dtype;
+  int64_t *shape, *strides;
+  uint64_t byte_offset;
+} DLTensor;
+typedef struct DLManagedTensor {
+  DLTensor dl_tensor;
+  void *manager_ctx;
+  void (*deleter)(struct DLManagedTensor *self);
+} DLManagedTensor;
+
+enum { kDLInt = 0, kDLUInt = 1, kDLFloat = 2, kDLBfloat = 4, kDLBool = 6 };
+enum { kDLCUDA = 2 };
+
+/* The DLPack type of each rf_dtype (RF_DTYPE_LIST's order), and back. */
+static const DLDataType DL_TYPES[] = {
+    [RF_FLOAT16] = {kDLFloat, 16, 1}, [RF_BFLOAT16] = {kDLBfloat, 16, 1},
+    [RF_FLOAT32] = {kDLFloat, 32, 1}, [RF_FLOAT64] = {kDLFloat, 64, 1},
+    [RF_INT8] = {kDLInt, 8, 1},       [RF_UINT8] = {kDLUInt, 8, 1},
+    [RF_INT32] = {kDLInt, 32, 1},     [RF_INT64] = {kDLInt, 64, 1},
+    [RF_BOOL] = {kDLBool, 8, 1},
+};
+
+static rf_dtype from_dl_type(DLDataType t) {
+  for (int c = 0; c < (int)(sizeof DL_TYPES / sizeof *DL_TYPES); c++)
+    if (DL_TYPES[c].bits && DL_TYPES[c].code == t.code &&
+        DL_TYPES[c].bits == t.bits && t.lanes == 1)
+      return (rf_dtype)c;
+  return RF_DTYPE_INVALID;
+}
+
+/* A tensor in a GPU's memory (rf_tensor_new_external_gpu) as Python sees it:
+ * made by from_dlpack, fed to GPU devices, exported again by __dlpack__. */
+typedef struct {
+  PyObject_HEAD rf_tensor *tensor;
+  void *data; /* the device pointer it was made with (the library hands
+               * out none) */
+  int gpu;
+  PyObject *dtype; /* the np.dtype */
+} GpuTensor;
+
+static void gpu_tensor_dealloc(GpuTensor *self) {
+  rf_tensor_release(self->tensor);
+  Py_XDECREF(self->dtype);
+  Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *gpu_tensor_shape(GpuTensor *self, void *closure) {
+  (void)closure;
+  rf_shape s = rf_tensor_shape(self->tensor);
+  PyObject *t = PyTuple_New(s.rank);
+  for (int i = 0; t && i < s.rank; i++) {
+    PyObject *d = PyLong_FromLongLong(s.dims[i]);
+    if (!d) {
+      Py_DECREF(t);
+      return NULL;
+    }
+    PyTuple_SET_ITEM(t, i, d);
+  }
+  return t;
+}
+
+static PyObject *gpu_tensor_dtype(GpuTensor *self, void *closure) {
+  (void)closure;
+  Py_INCREF(self->dtype);
+  return self->dtype;
+}
+
+static PyObject *gpu_tensor_gpu(GpuTensor *self, void *closure) {
+  (void)closure;
+  return PyLong_FromLong(self->gpu);
+}
+
+static PyObject *gpu_tensor_address(GpuTensor *self, void *closure) {
+  (void)closure;
+  return PyLong_FromVoidPtr(self->tensor);
+}
+
+/* An exported DLManagedTensor with its shape and strides, holding the
+ * GpuTensor. */
+typedef struct {
+  DLManagedTensor m;
+  int64_t dims[2 * RF_MAX_RANK];
+} Exported;
+
+static void exported_delete(DLManagedTensor *m) {
+  PyGILState_STATE g = PyGILState_Ensure();
+  Py_DECREF((PyObject *)m->manager_ctx);
+  PyGILState_Release(g);
+  PyMem_RawFree(m);
+}
+
+static void capsule_unused(PyObject *capsule) {
+  /* Never consumed (renamed "used_dltensor" when it is): ours to delete. */
+  if (!PyCapsule_IsValid(capsule, "dltensor")) return;
+  DLManagedTensor *m = PyCapsule_GetPointer(capsule, "dltensor");
+  if (m && m->deleter) m->deleter(m);
+}
+
+static PyObject *gpu_tensor_dlpack(GpuTensor *self, PyObject *args,
+                                   PyObject *kw) {
+  /* stream, max_version, dl_device, copy: ringflow never writes this
+   * memory, so there is nothing for a consumer's stream to wait for, and
+   * the legacy capsule is what every consumer takes. */
+  (void)args;
+  (void)kw;
+  Exported *e = PyMem_RawCalloc(1, sizeof *e);
+  if (!e) return PyErr_NoMemory();
+  rf_shape s = rf_tensor_shape(self->tensor);
+  rf_dtype code = rf_tensor_dtype(self->tensor);
+  int64_t stride = 1;
+  for (int i = s.rank - 1; i >= 0; i--) {
+    e->dims[i] = s.dims[i];
+    e->dims[RF_MAX_RANK + i] = stride;
+    stride *= s.dims[i] > 0 ? s.dims[i] : 1;
+  }
+  DLTensor *t = &e->m.dl_tensor;
+  t->data = self->data;
+  t->device = (DLDevice){kDLCUDA, self->gpu};
+  t->ndim = s.rank;
+  t->dtype = DL_TYPES[code];
+  t->shape = e->dims;
+  t->strides = e->dims + RF_MAX_RANK;
+  Py_INCREF(self);
+  e->m.manager_ctx = self;
+  e->m.deleter = exported_delete;
+  PyObject *capsule = PyCapsule_New(&e->m, "dltensor", capsule_unused);
+  if (!capsule) exported_delete(&e->m);
+  return capsule;
+}
+
+static PyObject *gpu_tensor_dlpack_device(GpuTensor *self, PyObject *unused) {
+  (void)unused;
+  return Py_BuildValue("(ii)", kDLCUDA, self->gpu);
+}
+
+static PyGetSetDef gpu_tensor_getset[] = {
+    {"shape", (getter)gpu_tensor_shape, NULL, "the dims, a tuple", NULL},
+    {"dtype", (getter)gpu_tensor_dtype, NULL, "the NumPy dtype", NULL},
+    {"gpu", (getter)gpu_tensor_gpu, NULL,
+     "the physical GPU holding the memory (DLPack's device_id)", NULL},
+    {"_address", (getter)gpu_tensor_address, NULL, "the rf_tensor * as an int",
+     NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyMethodDef gpu_tensor_methods[] = {
+    {"__dlpack__", (PyCFunction)(void (*)(void))gpu_tensor_dlpack,
+     METH_VARARGS | METH_KEYWORDS,
+     "a DLPack capsule of the device memory (no copy)"},
+    {"__dlpack_device__", (PyCFunction)gpu_tensor_dlpack_device, METH_NOARGS,
+     "(kDLCUDA, the GPU)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject GpuTensorType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "ringflow.GpuTensor",
+    .tp_basicsize = sizeof(GpuTensor),
+    .tp_dealloc = (destructor)gpu_tensor_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+    .tp_doc = "a tensor in a GPU's memory, from DLPack (ringflow.dlpack)",
+    .tp_getset = gpu_tensor_getset,
+    .tp_methods = gpu_tensor_methods,
+};
+
+/* The release of a tensor over an imported capsule: the producer's deleter,
+ * with the GIL (a Python producer's deleter needs it). */
+static void delete_imported(void *data, void *arg) {
+  (void)data;
+  DLManagedTensor *m = arg;
+  PyGILState_STATE g = PyGILState_Ensure();
+  /* A failed run releases its feeds with its exception set: the deleter
+   * may run Python code, which must not see it. */
+  PyObject *type, *value, *tb;
+  PyErr_Fetch(&type, &value, &tb);
+  if (m->deleter) m->deleter(m);
+  PyErr_Restore(type, value, tb);
+  PyGILState_Release(g);
+}
+
+/* gpu_tensor_from_capsule(capsule, dtypes, cls) -> cls instance: the
+ * memory of a kDLCUDA "dltensor" capsule as an rf_tensor, without a copy
+ * (the capsule is consumed). dtypes: {rf_dtype: np.dtype}. */
+static PyObject *gpu_tensor_from_capsule(PyObject *mod, PyObject *args) {
+  (void)mod;
+  PyObject *capsule, *descrs;
+  PyTypeObject *cls;
+  if (!PyArg_ParseTuple(args, "OO!O!", &capsule, &PyDict_Type, &descrs,
+                        &PyType_Type, &cls))
+    return NULL;
+  if (!PyType_IsSubtype(cls, &GpuTensorType)) {
+    PyErr_SetString(PyExc_TypeError, "cls must be a GpuTensor type");
+    return NULL;
+  }
+  DLManagedTensor *m = PyCapsule_GetPointer(capsule, "dltensor");
+  if (!m) return NULL; /* ValueError: not an unused DLPack capsule */
+  DLTensor *t = &m->dl_tensor;
+  if (t->device.device_type != kDLCUDA) {
+    PyErr_Format(PyExc_BufferError,
+                 "DLPack device type %d is not CUDA (%d): host memory goes "
+                 "through np.from_dlpack",
+                 (int)t->device.device_type, kDLCUDA);
+    return NULL;
+  }
+  rf_dtype code = from_dl_type(t->dtype);
+  if (code == RF_DTYPE_INVALID) {
+    PyErr_Format(PyExc_TypeError,
+                 "DLPack type (code %d, %d bits, %d lanes) has no ringflow "
+                 "dtype",
+                 t->dtype.code, t->dtype.bits, t->dtype.lanes);
+    return NULL;
+  }
+  if (t->ndim < 0 || t->ndim > RF_MAX_RANK) {
+    PyErr_Format(PyExc_ValueError,
+                 "a DLPack tensor of rank %d; ringflow's ranks go up to %d",
+                 (int)t->ndim, RF_MAX_RANK);
+    return NULL;
+  }
+  rf_shape s = {.rank = t->ndim};
+  int64_t n = 1, stride = 1;
+  for (int i = 0; i < t->ndim; i++) n *= (s.dims[i] = t->shape[i]);
+  for (int i = t->ndim - 1; t->strides && n > 0 && i >= 0; i--) {
+    if (t->shape[i] != 1 && t->strides[i] != stride) {
+      PyErr_SetString(PyExc_BufferError,
+                      "a DLPack tensor that is not C-contiguous: make it "
+                      "contiguous on its device first");
+      return NULL;
+    }
+    stride *= t->shape[i];
+  }
+  char *data = (char *)t->data + t->byte_offset;
+  /* An empty tensor may have no memory at all; never read. */
+  if (!t->data && n == 0) data = (char *)(uintptr_t)RF_TENSOR_ALIGNMENT;
+  PyObject *key = PyLong_FromLong(code);
+  if (!key) return NULL;
+  PyObject *dtype = PyDict_GetItem(descrs, key); /* borrowed */
+  Py_DECREF(key);
+  GpuTensor *self = (GpuTensor *)cls->tp_alloc(cls, 0);
+  if (!self) return NULL;
+  rf_status *st = rf_tensor_new_external_gpu(
+      code, &s, t->device.device_id, data, delete_imported, m, &self->tensor);
+  if (st) {
+    PyErr_SetString(PyExc_ValueError, rf_status_message(st));
+    rf_status_free(st);
+    Py_DECREF(self);
+    return NULL;
+  }
+  PyCapsule_SetName(capsule, "used_dltensor"); /* the tensor deletes it */
+  self->data = data;
+  self->gpu = t->device.device_id;
+  self->dtype = dtype ? dtype : Py_None;
+  Py_INCREF(self->dtype);
+  return (PyObject *)self;
+}
+
 /* ---- fed arrays ---- */
 
 /* The release of a tensor over a fed array: drops the array's pin, from
@@ -93,7 +361,10 @@ static PyObject *wrap_tensor(rf_tensor *t, PyArray_Descr *descr) {
 static void unpin_array(void *data, void *arg) {
   (void)data;
   PyGILState_STATE g = PyGILState_Ensure();
+  PyObject *type, *value, *tb; /* as delete_imported */
+  PyErr_Fetch(&type, &value, &tb);
   Py_DECREF((PyObject *)arg);
+  PyErr_Restore(type, value, tb);
   PyGILState_Release(g);
 }
 
@@ -225,7 +496,7 @@ static rf_session *live_session(Runner *self) {
 /* value as an array the fed tensor can wrap: itself when it is a
  * C-contiguous aligned ndarray of the dtype, else convert(value, dtype).
  * New reference. */
-static PyArrayObject *feed_array(Runner *self, PyObject *value, int i) {
+static PyObject *feed_array(Runner *self, PyObject *value, int i) {
   PyArray_Descr *want = self->feed_descrs[i];
   if (PyArray_CheckExact(value)) {
     PyArrayObject *a = (PyArrayObject *)value;
@@ -233,17 +504,18 @@ static PyArrayObject *feed_array(Runner *self, PyObject *value, int i) {
     if ((d == want || PyArray_EquivTypes(d, want)) &&
         PyArray_CHKFLAGS(a, NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_ALIGNED)) {
       Py_INCREF(value);
-      return a;
+      return value;
     }
   }
   PyObject *arr =
       PyObject_CallFunctionObjArgs(self->convert, value, want, NULL);
-  if (arr && !PyArray_CheckExact(arr)) {
+  if (arr && !PyArray_CheckExact(arr) &&
+      !PyObject_TypeCheck(arr, &GpuTensorType)) {
     Py_DECREF(arr);
     PyErr_SetString(PyExc_TypeError, "Runner: convert gave no ndarray");
     return NULL;
   }
-  return (PyArrayObject *)arr;
+  return arr;
 }
 
 /* A tensor over the array (which it pins); steals the array reference. */
@@ -297,9 +569,21 @@ static PyObject *runner_call(Runner *self, PyObject *args, PyObject *kw) {
     goto done;
   }
   for (; made < nf; made++) {
-    PyArrayObject *a = feed_array(self, PyTuple_GET_ITEM(args, made), made);
-    if (!a || feed_tensor(self, a, made, &feeds[made].value) < 0) goto done;
     feeds[made].output = self->feed_outputs[made];
+    PyObject *v = PyTuple_GET_ITEM(args, made);
+    if (PyObject_TypeCheck(v, &GpuTensorType)) {
+      feeds[made].value = rf_tensor_retain(((GpuTensor *)v)->tensor);
+      continue;
+    }
+    PyObject *a = feed_array(self, v, made);
+    if (a && PyObject_TypeCheck(a, &GpuTensorType)) { /* converted */
+      feeds[made].value = rf_tensor_retain(((GpuTensor *)a)->tensor);
+      Py_DECREF(a);
+      continue;
+    }
+    if (!a ||
+        feed_tensor(self, (PyArrayObject *)a, made, &feeds[made].value) < 0)
+      goto done;
   }
   rf_status *st;
   Py_BEGIN_ALLOW_THREADS;
@@ -345,23 +629,34 @@ static PyTypeObject RunnerType = {
     .tp_new = PyType_GenericNew,
 };
 
+static PyMethodDef fastrun_functions[] = {
+    {"gpu_tensor_from_capsule", gpu_tensor_from_capsule, METH_VARARGS,
+     "gpu_tensor_from_capsule(capsule, dtypes, cls): a kDLCUDA capsule's "
+     "memory as a GpuTensor, without a copy"},
+    {NULL, NULL, 0, NULL},
+};
+
 static struct PyModuleDef fastrun_module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "ringflow._fastrun",
-    .m_doc = "the per-step path of Session.run in C",
+    .m_doc = "the per-step path of Session.run in C, and GPU DLPack",
     .m_size = -1,
+    .m_methods = fastrun_functions,
 };
 
 PyMODINIT_FUNC PyInit__fastrun(void) {
   import_array();
-  if (PyType_Ready(&TensorRefType) < 0 || PyType_Ready(&RunnerType) < 0)
+  if (PyType_Ready(&TensorRefType) < 0 || PyType_Ready(&RunnerType) < 0 ||
+      PyType_Ready(&GpuTensorType) < 0)
     return NULL;
   PyObject *m = PyModule_Create(&fastrun_module);
   if (!m) return NULL;
   Py_INCREF(&RunnerType);
   Py_INCREF(&TensorRefType);
+  Py_INCREF(&GpuTensorType);
   if (PyModule_AddObject(m, "Runner", (PyObject *)&RunnerType) < 0 ||
-      PyModule_AddObject(m, "TensorRef", (PyObject *)&TensorRefType) < 0) {
+      PyModule_AddObject(m, "TensorRef", (PyObject *)&TensorRefType) < 0 ||
+      PyModule_AddObject(m, "GpuTensor", (PyObject *)&GpuTensorType) < 0) {
     Py_DECREF(m);
     return NULL;
   }

@@ -11,7 +11,7 @@ from typing import Any, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ringflow import _fastrun, dtypes
+from ringflow import _fastrun, dlpack, dtypes
 from ringflow._lib import check, ffi, lib
 
 Shape = Optional[Tuple[Optional[int], ...]]
@@ -105,15 +105,18 @@ def _address(arr: np.ndarray):
         return ffi.cast("void *", arr.ctypes.data)
 
 
-def feed_array(value: Any, dtype: np.dtype) -> np.ndarray:
+def feed_array(value: Any, dtype: np.dtype) -> Any:
     """A value fed to an output of `dtype` as an array a tensor can wrap
     (C-contiguous, aligned, of that dtype): a DLPack producer's memory (a
     CPU PyTorch tensor) through np.from_dlpack, a view; anything else as
-    np.asarray(value, dtype) makes it, copied when not C-contiguous. The
+    np.asarray(value, dtype) makes it, copied when not C-contiguous. A
+    producer of GPU memory gives a dlpack.GpuTensor (fed as it is). The
     prepared runs of ringflow/_fastrun call it for values that are not
     such an array already."""
     if not isinstance(value, np.ndarray) and hasattr(value, "__dlpack__"):
-        value = np.from_dlpack(value)  # a view: no copy
+        value = dlpack.from_dlpack(value)  # a view: no copy
+        if isinstance(value, dlpack.GpuTensor):
+            return value
     return _c_contiguous(np.asarray(value, dtype=dtype))
 
 
@@ -128,6 +131,9 @@ def feed_to_c(value: Any, dtype: np.dtype, code: int):
     if not (type(value) is np.ndarray and value.dtype == dtype and
             value.flags.c_contiguous and value.flags.aligned):
         arr = feed_array(value, dtype)
+        if isinstance(arr, dlpack.GpuTensor):
+            return ffi.gc(lib.rf_tensor_retain(
+                ffi.cast("rf_tensor *", arr._address)), lib.rf_tensor_release)
     if arr.ndim <= lib.RF_MAX_RANK:
         shape = ffi.new("rf_shape *", (arr.ndim, arr.shape))
     else:
