@@ -130,17 +130,21 @@ class Session:
         depends only on fetches and feed_list (the fetch structure, the
         C-side arrays, the dtypes to convert to) done once here. It is the
         fastest way to run one step many times (bench/python_run_overhead.py
-        measures it). Several threads may call it at once; it stays valid
-        while the session is open (RuntimeError after close()).
+        measures it). Several threads may call it at once. It keeps the
+        session alive, and stays valid until the session is closed
+        (RuntimeError after close()).
         """
-        call, _ = self._prepare(fetches, list(feed_list or ()))
+        call, _ = self._prepare(fetches, list(feed_list or ()), self)
         return call
 
-    def _prepare(self, fetches: Any, feed_keys: List[Any]
+    def _prepare(self, fetches: Any, feed_keys: List[Any],
+                 owner: Optional["Session"] = None
                  ) -> Tuple[Callable[..., Any], bool]:
         """(a function of the feed values running one step, whether it
         may be cached under the ids of fetches' items and feed_keys: when
-        fetches is a leaf, or a list or tuple of leaves)."""
+        fetches is a leaf, or a list or tuple of leaves). The function
+        holds `owner` (make_callable's session; run()'s cache holds none,
+        which would be a cycle)."""
         flat: List[Any] = []
         rebuild = _flatten(fetches, flat)
         self._live()
@@ -172,7 +176,7 @@ class Session:
             len(targets), mode, _convert.feed_array, _raise_status,
             (fetches if leaf else tuple(fetches) if isinstance(
                 fetches, (list, tuple)) else None, tuple(flat),
-             tuple(feed_keys)))
+             tuple(feed_keys), owner))
         # A list of tensors comes back as the runner's list itself.
         if leaf or (leaves and type(fetches) is list and
                     len(tensors) == len(flat)):

@@ -123,6 +123,16 @@ def test_callable_errors():
         f(np.ones((2, 2), np.float32))
 
 
+def test_callable_keeps_its_session():
+    """A callable of a session nobody else holds still runs; closing the
+    session ends it."""
+    x = rf.placeholder(rf.float64, (2,))
+    y = x * 3.0
+    f = rf.Session().make_callable(y, [x])
+    gc.collect()
+    np.testing.assert_array_equal(f(np.array([1.0, 2.0])), [3, 6])
+
+
 def test_callable_of_a_node_added_after_the_session():
     x = rf.placeholder(rf.float32, ())
     with rf.Session() as sess:
