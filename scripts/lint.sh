@@ -13,6 +13,6 @@ cppcheck --quiet --error-exitcode=1 --std=c11 --enable=warning,performance,porta
 # The Python package and its tests: PEP 8 and pyflakes (ruff, in .venv).
 [ -x .venv/bin/python ] || "${PYTHON:-python3}" -m venv .venv
 .venv/bin/pip install -q --disable-pip-version-check "ruff>=0.4"
-.venv/bin/ruff check python tests/python bench/python_run_overhead.py \
-  bench/gpu_train_vs_pytorch.py bench/ncu_step_table.py
+.venv/bin/ruff check python tests/python examples/python \
+  bench/python_run_overhead.py bench/gpu_train_vs_pytorch.py bench/ncu_step_table.py
 echo "lint: clang-format, cppcheck and ruff clean"

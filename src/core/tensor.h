@@ -27,6 +27,10 @@ struct rf_tensor {
   /* 1: data is device memory of `allocator`'s GPU (a view copies its base's
    * flag); 0: host memory. */
   int8_t on_gpu;
+  /* The physical GPU of external device memory (rf_tensor_new_external_gpu)
+   * and of views of it; -1 otherwise (a cache's tensors know their GPU
+   * through the allocator: rf__gpu_tensor_ordinal). */
+  int16_t gpu;
   /* 1: data is the caller's memory (rf_tensor_new_external), never written
    * by the library and given back through release (allocator is NULL). */
   int8_t external;
