@@ -593,6 +593,8 @@ static void argument_errors(void **state) {
   assert_ok(rf_checkpoint_set_metadata(c, "k", "2"));
   assert_string_equal(rf_checkpoint_metadata(c, "k"), "2");
   assert_null(rf_checkpoint_metadata(c, "none"));
+  assert_string_equal(rf_checkpoint_metadata_key(c, 0), "k");
+  assert_null(rf_checkpoint_metadata_key(c, 1));
   assert_null(rf_checkpoint_name(c, 1));
   assert_null(rf_checkpoint_tensor(c, -1));
   assert_status(rf_checkpoint_save(c, NULL), RF_INVALID_ARGUMENT, NULL);

@@ -73,6 +73,9 @@ RF_API rf_status *rf_checkpoint_set_metadata(rf_checkpoint *c, const char *key,
 /* The value of metadata `key`, owned by c; NULL when absent. */
 RF_API const char *rf_checkpoint_metadata(const rf_checkpoint *c,
                                           const char *key);
+/* The i-th metadata key (in file order; the "ringflow." keys are not
+ * listed), owned by c; NULL for i out of range. */
+RF_API const char *rf_checkpoint_metadata_key(const rf_checkpoint *c, int i);
 
 /* The number of tensors, and the i-th (0 <= i < count, in file order) name
  * and tensor, both owned by c (NULL for i out of range). */
@@ -80,9 +83,10 @@ RF_API int rf_checkpoint_count(const rf_checkpoint *c);
 RF_API const char *rf_checkpoint_name(const rf_checkpoint *c, int i);
 RF_API rf_tensor *rf_checkpoint_tensor(const rf_checkpoint *c, int i);
 
-/* Value checks for rf_checkpoint_get (floating dtypes; others pass). */
-#define RF_CHECKPOINT_FINITE 1u      /* no NaN or infinity */
-#define RF_CHECKPOINT_NONNEGATIVE 2u /* no element below zero */
+/* Value checks for rf_checkpoint_get (floating dtypes; others pass):
+ * FINITE, no NaN or infinity; NONNEGATIVE, no element below zero. */
+#define RF_CHECKPOINT_FINITE 1
+#define RF_CHECKPOINT_NONNEGATIVE 2
 
 /* The tensor named `name`, checked: *out is borrowed from c. dtype
  * (RF_DTYPE_INVALID: any) and shape (NULL: any) must match exactly, and

@@ -147,6 +147,10 @@ const char *rf_checkpoint_metadata(const rf_checkpoint *c, const char *key) {
   return NULL;
 }
 
+const char *rf_checkpoint_metadata_key(const rf_checkpoint *c, int i) {
+  return c && i >= 0 && i < c->nmeta ? c->meta[2 * i] : NULL;
+}
+
 int rf_checkpoint_count(const rf_checkpoint *c) { return c ? c->n : 0; }
 
 const char *rf_checkpoint_name(const rf_checkpoint *c, int i) {
