@@ -102,6 +102,35 @@ static rf_checkpoint *sample(uint64_t *rng) {
   return c;
 }
 
+/* The example of ringflow/checkpoint.h, as written there. */
+static void header_example(void **state) {
+  (void)state;
+  char *cwd = getcwd(NULL, 0);
+  assert_int_equal(chdir(dir), 0);
+  rf_tensor *w_value;
+  rf_shape ws = rf_shape_of(2, 784, 512);
+  assert_ok(rf_tensor_new(RF_FLOAT32, &ws, NULL, &w_value));
+  memset(rf_tensor_mutable_data(w_value), 0, rf_tensor_nbytes(w_value));
+  rf_checkpoint *c;
+  rf_checkpoint_new(&c);
+  rf_checkpoint_add(c, "w", w_value);
+  rf_checkpoint_set_step(c, 100);
+  rf_status *st = rf_checkpoint_save(c, "model.safetensors");
+  assert_ok(st);
+  rf_checkpoint_free(c);
+  st = rf_checkpoint_load("model.safetensors", &c);
+  assert_ok(st);
+  rf_tensor *w;
+  rf_shape s = rf_shape_of(2, 784, 512);
+  st = rf_checkpoint_get(c, "w", RF_FLOAT32, &s, RF_CHECKPOINT_FINITE, &w);
+  assert_ok(st);
+  assert_int_equal(rf_checkpoint_step(c), 100);
+  rf_checkpoint_free(c);
+  rf_tensor_release(w_value);
+  assert_int_equal(chdir(cwd), 0);
+  free(cwd);
+}
+
 static void round_trip_every_dtype(void **state) {
   (void)state;
   uint64_t rng = rf_test_rng(1);
@@ -648,6 +677,7 @@ static void allocation_failures(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(header_example, setup, teardown),
       cmocka_unit_test_setup_teardown(round_trip_every_dtype, setup, teardown),
       cmocka_unit_test_setup_teardown(file_is_safetensors, setup, teardown),
       cmocka_unit_test_setup_teardown(planted_symlinks_are_not_followed, setup,
