@@ -605,6 +605,10 @@ static void argument_errors(void **state) {
   assert_status(rf_checkpoint_add(c, "__metadata__", t), RF_INVALID_ARGUMENT,
                 "reserved");
   assert_status(rf_checkpoint_add(c, "x", NULL), RF_INVALID_ARGUMENT, NULL);
+  assert_status(rf_checkpoint_add(c, "bad\xff", t), RF_INVALID_ARGUMENT,
+                "not UTF-8");
+  assert_status(rf_checkpoint_set_metadata(c, "k", "\xc3"), RF_INVALID_ARGUMENT,
+                "not UTF-8");
   rf_shape sc = rf_shape_scalar();
   assert_ok(rf_tensor_new(RF_RESOURCE, &sc, NULL, &r));
   assert_status(rf_checkpoint_add(c, "r", r), RF_INVALID_ARGUMENT,

@@ -55,8 +55,8 @@ RF_API void rf_checkpoint_free(rf_checkpoint *c);
 /* Appends tensor t under `name` (retained; the data is written by
  * rf_checkpoint_save, so nobody may write t meanwhile). INVALID_ARGUMENT for
  * NULL arguments, a name that is empty, longer than RF_CHECKPOINT_NAME_MAX,
- * "__metadata__" or already in c, or a tensor of a dtype with no safetensors
- * name (resource); RESOURCE_EXHAUSTED. On error c is unchanged. */
+ * not UTF-8, "__metadata__" or already in c, or a tensor of a dtype with no
+ * safetensors name (resource); RESOURCE_EXHAUSTED. On error c is unchanged. */
 RF_API rf_status *rf_checkpoint_add(rf_checkpoint *c, const char *name,
                                     rf_tensor *t);
 /* Sets the step: 0..RF_CHECKPOINT_STEP_MAX, else INVALID_ARGUMENT and c is
@@ -66,7 +66,8 @@ RF_API rf_status *rf_checkpoint_set_step(rf_checkpoint *c, int64_t step);
 RF_API int64_t rf_checkpoint_step(const rf_checkpoint *c);
 /* Sets (or replaces) metadata key -> value, both copied. INVALID_ARGUMENT
  * for NULL arguments, an empty key, a key longer than
- * RF_CHECKPOINT_NAME_MAX or starting with "ringflow."; RESOURCE_EXHAUSTED.
+ * RF_CHECKPOINT_NAME_MAX or starting with "ringflow.", a key or value that
+ * is not UTF-8; RESOURCE_EXHAUSTED.
  * On error c is unchanged. */
 RF_API rf_status *rf_checkpoint_set_metadata(rf_checkpoint *c, const char *key,
                                              const char *value);

@@ -5,6 +5,7 @@
 #include <inttypes.h>
 #include <jansson.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <zlib.h>
@@ -65,6 +66,13 @@ rf_status *rf__ckpt_append(rf_checkpoint *c, const char *name, rf_tensor *t) {
   return NULL;
 }
 
+/* Whether s is UTF-8, which JSON strings must be (jansson checks). */
+static bool utf8(const char *s) {
+  json_t *j = json_string(s);
+  json_decref(j);
+  return j != NULL;
+}
+
 static int find(const rf_checkpoint *c, const char *name) {
   for (int i = 0; i < c->n; i++)
     if (!strcmp(c->e[i].name, name)) return i;
@@ -80,6 +88,8 @@ rf_status *rf_checkpoint_add(rf_checkpoint *c, const char *name, rf_tensor *t) {
                        len, RF_CHECKPOINT_NAME_MAX);
   if (!strcmp(name, "__metadata__"))
     return rf__invalid("checkpoint tensor name '__metadata__' is reserved");
+  if (!utf8(name))
+    return rf__invalid("checkpoint tensor name '%s' is not UTF-8", name);
   if (!rf__ckpt_dtype_name(rf_tensor_dtype(t)))
     return rf__invalid("checkpoint tensor '%s': dtype %s cannot be saved", name,
                        rf_dtype_name(rf_tensor_dtype(t)));
@@ -137,6 +147,8 @@ rf_status *rf_checkpoint_set_metadata(rf_checkpoint *c, const char *key,
   if (!strncmp(key, RF__CKPT_RESERVED, strlen(RF__CKPT_RESERVED)))
     return rf__invalid("checkpoint metadata key '%s' is reserved (ringflow.*)",
                        key);
+  if (!utf8(key) || !utf8(value))
+    return rf__invalid("checkpoint metadata '%s' is not UTF-8", key);
   return rf__ckpt_put_meta(c, key, value);
 }
 
