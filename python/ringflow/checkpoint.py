@@ -21,7 +21,8 @@ UnimplementedError (a dtype ringflow lacks, such as I16),
 ResourceExhaustedError (disk full, out of memory).
 """
 
-from typing import Any, Dict, List, Mapping, NamedTuple, Optional
+import os
+from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Union
 
 import numpy as np
 
@@ -52,7 +53,10 @@ def _new():
     return ffi.gc(out[0], lib.rf_checkpoint_free)
 
 
-def save(path: str, tensors: Mapping[str, Any], step: Optional[int] = None,
+Path = Union[str, "os.PathLike[str]"]
+
+
+def save(path: Path, tensors: Mapping[str, Any], step: Optional[int] = None,
          metadata: Optional[Mapping[str, str]] = None) -> None:
     """Writes `tensors` (name -> array or value; converted as
     ringflow.constant does, so floats become float32 unless an array says
@@ -72,13 +76,13 @@ def save(path: str, tensors: Mapping[str, Any], step: Optional[int] = None,
         check(lib.rf_checkpoint_set_step(c, int(step)))
     for key, value in (metadata or {}).items():
         check(lib.rf_checkpoint_set_metadata(c, c_name(key), c_name(value)))
-    check(lib.rf_checkpoint_save(c, path.encode("utf-8")))
+    check(lib.rf_checkpoint_save(c, os.fsencode(path)))
     del keep
 
 
-def _open(path: str):
+def _open(path: Path):
     out = ffi.new("rf_checkpoint **")
-    check(lib.rf_checkpoint_load(str(path).encode("utf-8"), out))
+    check(lib.rf_checkpoint_load(os.fsencode(path), out))
     return ffi.gc(out[0], lib.rf_checkpoint_free)
 
 
@@ -86,7 +90,7 @@ def _array(t) -> np.ndarray:
     return to_numpy(lib.rf_tensor_retain(t))
 
 
-def load(path: str) -> Checkpoint:
+def load(path: Path) -> Checkpoint:
     """Reads a safetensors file (ringflow's, or any writer's for the dtypes
     save lists); raises the errors of the module doc."""
     c = _open(path)
@@ -109,7 +113,7 @@ def _variables(sess, variables):
     return list(variables)
 
 
-def save_variables(sess, path: str, variables: Optional[List[Any]] = None,
+def save_variables(sess, path: Path, variables: Optional[List[Any]] = None,
                    step: Optional[int] = None,
                    metadata: Optional[Mapping[str, str]] = None) -> None:
     """Saves the values the Variables (default: every Variable of the
@@ -122,7 +126,7 @@ def save_variables(sess, path: str, variables: Optional[List[Any]] = None,
          metadata)
 
 
-def restore_variables(sess, path: str,
+def restore_variables(sess, path: Path,
                       variables: Optional[List[Any]] = None,
                       finite: bool = False) -> Optional[int]:
     """Assigns each Variable (default: every Variable of the session's

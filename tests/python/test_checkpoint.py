@@ -94,7 +94,7 @@ def test_python_save_reads_in_safetensors(tmp_path, rng):
         assert theirs[name].dtype == want.dtype
         assert theirs[name].shape == want.shape
         np.testing.assert_array_equal(theirs[name], want)
-    back = rf.checkpoint.load(path)
+    back = rf.checkpoint.load(tmp_path / "py.safetensors")  # a PathLike too
     assert back.step == 42 and back.metadata == {"who": "test"}
     assert list(back.tensors) == list(values)  # file order is save order
     for name, want in values.items():
