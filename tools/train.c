@@ -14,7 +14,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "checkpoint.h"
 #include "devices.h"
 #include "idx.h"
 #include "mlp.h"
@@ -36,7 +35,7 @@ typedef struct dataset {
 
 typedef struct options {
   tool_devices devices;
-  int epochs, batch, max_steps, warmup;
+  int epochs, batch, max_steps, warmup, save_every;
   double lr;
   uint64_t seed;
   sync_mode sync;
@@ -181,87 +180,80 @@ static rf_status *trainer_init(trainer *t, const mlp_config *cfg, uint64_t seed,
   return st;
 }
 
-/* Writes replica 0's params, Adam moments and step count. */
-/* Every process of a job runs it (sharded moments are all-gathered);
- * `write` says whether this one writes the file. */
+/* Writes replica 0's params, Adam moments and step count as safetensors
+ * (ringflow/checkpoint.h: atomic, fsynced). Every process of a job runs it
+ * (sharded moments are all-gathered); `write` says whether this one writes
+ * the file. */
 static rf_status *trainer_save(trainer *t, const char *path, bool write) {
-  checkpoint c = {.step = t->step};
   int np = t->m.num_params;
   /* Sharded moments come from all-gathers, which need every replica's
    * participant: fetch the other replicas' copies too, and drop them. */
   int nrep = t->cfg.sync == SYNC_SHARDED ? t->nlocal : 1;
   int n = np + 2 * np * nrep;
   rf_output *fetches = malloc(sizeof *fetches * (size_t)n);
-  rf_tensor **out = malloc(sizeof *out * (size_t)n);
-  if (!fetches || !out) {
-    free(fetches);
-    free(out);
-    return rf_status_new(RF_RESOURCE_EXHAUSTED, "out of memory");
-  }
-  for (int p = 0; p < np; p++) {
+  rf_tensor **out = calloc((size_t)n, sizeof *out);
+  rf_checkpoint *c = NULL;
+  rf_status *st = fetches && out
+                      ? rf_checkpoint_new(&c)
+                      : rf_status_new(RF_RESOURCE_EXHAUSTED, "out of memory");
+  for (int p = 0; p < np && !st; p++) {
     fetches[p] = t->m.rep[t->first].params[p];
     for (int r = 0; r < nrep; r++) {
       fetches[np + r * 2 * np + p] = t->m.rep[t->first + r].moments[0][p];
       fetches[np + r * 2 * np + np + p] = t->m.rep[t->first + r].moments[1][p];
     }
   }
-  rf_status *st = rf_session_run(t->s, NULL, 0, fetches, n, NULL, 0, out);
-  free(fetches);
-  if (st) {
-    free(out);
-    return st;
+  if (!st) st = rf_session_run(t->s, NULL, 0, fetches, n, NULL, 0, out);
+  /* out[k * np + p]: kind k (param, m, v) of param p, as mlp_state_name */
+  for (int i = 0; i < 3 * np && !st; i++) {
+    char name[32];
+    mlp_state_name(i / np, i % np, name, sizeof name);
+    st = rf_checkpoint_add(c, name, out[i]);
   }
-  memcpy(c.tensors, out, sizeof *out * (size_t)(3 * np));
-  for (int i = 3 * np; i < n; i++) rf_tensor_release(out[i]);
+  if (!st) st = rf_checkpoint_set_step(c, t->step);
+  if (!st && write) st = rf_checkpoint_save(c, path);
+  for (int i = 0; i < n && out; i++) rf_tensor_release(out[i]);
+  rf_checkpoint_free(c);
+  free(fetches);
   free(out);
-  c.n = 3 * np;
-  for (int k = 0; k < 3; k++)
-    for (int p = 0; p < np; p++)
-      mlp_state_name(k, p, c.names[k * np + p], CKPT_NAME_MAX);
-  st = write ? checkpoint_save(&c, path) : NULL;
-  checkpoint_clear(&c);
   return st;
 }
 
-/* Restores a checkpoint after checking it fits the model exactly; on any
- * mismatch nothing is assigned. */
+/* Restores a checkpoint after checking it fits the model exactly (names,
+ * dtypes, shapes) and holds a state training can go on from: finite
+ * parameters and moments, second moments >= 0, a step (0..2^53, which the
+ * reader checks); on any mismatch nothing is assigned. */
 static rf_status *trainer_load(trainer *t, const char *path) {
-  checkpoint c;
-  RF_TOOL_CHECK(checkpoint_load(path, &c));
+  rf_checkpoint *c;
+  RF_TOOL_CHECK(rf_checkpoint_load(path, &c));
   int np = t->m.num_params;
   rf_tensor *state[3][2 * MLP_MAX_LAYERS];
-  rf_status *st = c.n == 3 * np
-                      ? NULL
-                      : rf_status_new(RF_INVALID_ARGUMENT,
-                                      "%s holds %d tensors; this model has %d",
-                                      path, c.n, 3 * np);
+  rf_status *st = NULL;
+  if (rf_checkpoint_count(c) != 3 * np)
+    st = rf_status_new(RF_INVALID_ARGUMENT,
+                       "%s holds %d tensors; this model has %d", path,
+                       rf_checkpoint_count(c), 3 * np);
+  else if (rf_checkpoint_step(c) < 0)
+    st = rf_status_new(RF_INVALID_ARGUMENT,
+                       "%s has no step (metadata ringflow.step)", path);
   for (int k = 0; k < 3 && !st; k++)
     for (int p = 0; p < np && !st; p++) {
-      char name[CKPT_NAME_MAX];
+      char name[32];
       mlp_state_name(k, p, name, sizeof name);
-      int i = k * np + p;
-      rf_shape want = rf_output_shape(t->m.rep[0].params[p]),
-               got = rf_tensor_shape(c.tensors[i]);
-      if (strcmp(c.names[i], name) != 0)
-        st = rf_status_new(RF_INVALID_ARGUMENT,
-                           "%s: tensor %d is '%s', expected '%s'", path, i,
-                           c.names[i], name);
-      else if (rf_tensor_dtype(c.tensors[i]) != RF_FLOAT32 ||
-               !rf_shape_equal(&want, &got)) {
-        char a[64], b[64];
-        rf_shape_format(&got, a, sizeof a);
-        rf_shape_format(&want, b, sizeof b);
-        st = rf_status_new(RF_INVALID_ARGUMENT,
-                           "%s: '%s' is %s %s; the model needs float32 %s",
-                           path, name,
-                           rf_dtype_name(rf_tensor_dtype(c.tensors[i])), a, b);
-      } else {
-        state[k][p] = c.tensors[i];
-      }
+      rf_shape want = rf_output_shape(t->m.rep[0].params[p]);
+      unsigned checks =
+          RF_CHECKPOINT_FINITE | (k == 2 ? RF_CHECKPOINT_NONNEGATIVE : 0);
+      st = rf_checkpoint_get(c, name, RF_FLOAT32, &want, checks, &state[k][p]);
     }
+  if (st) { /* name the file: the library's message names the tensor */
+    rf_status *w = rf_status_new(rf_status_code(st), "%s: %s", path,
+                                 rf_status_message(st));
+    rf_status_free(st);
+    st = w;
+  }
   if (!st) st = assign_state(t, state);
-  if (!st) t->step = c.step;
-  checkpoint_clear(&c);
+  if (!st) t->step = rf_checkpoint_step(c);
+  rf_checkpoint_free(c);
   return st;
 }
 
@@ -499,7 +491,13 @@ static int parse_options(int argc, char **argv, options *o) {
       TOOL_STRING("data", &o->data_dir, "DIR",
                   "Fashion-MNIST IDX files (default " DEFAULT_DATA ")"),
       TOOL_STRING("save", &o->save, "FILE",
-                  "write parameters and optimizer state after training"),
+                  "write parameters and optimizer state as safetensors at "
+                  "the end (replacing FILE atomically); its directory is "
+                  "checked at start-up"),
+      TOOL_INT("save-every", &o->save_every, "N",
+               "with --save, also save every N steps (default 0: only at "
+               "the end)",
+               0, 1 << 30),
       TOOL_STRING("load", &o->load, "FILE",
                   "start from a checkpoint written by --save"),
       TOOL_STRING("graph-dir", &o->graph_dir, "DIR",
@@ -538,6 +536,8 @@ static int parse_options(int argc, char **argv, options *o) {
     return tool_usage_error(
         &cmd, "--bench times training alone: no --check, --trace or --save");
   if (o->bench && !steps_given) o->max_steps = 100;
+  if (o->save_every && !o->save)
+    return tool_usage_error(&cmd, "--save-every needs --save FILE");
   return 0;
 }
 
@@ -641,6 +641,9 @@ int cmd_train(int argc, char **argv) {
   trainer t = {0}, ref = {0};
   int *idx = NULL;
   rf_status *st = NULL;
+  int64_t saved_at = -1; /* the step of the last --save */
+  /* a run must not end by failing to save: check the path first */
+  if (o.save && lead) TRAIN_TRY(rf_checkpoint_check_path(o.save));
   TRAIN_TRY(load_split(o.data_dir, "train", &train));
   if (o.batch > train.n) { /* not one step per epoch */
     rc = tool_fail("train: --batch %d is more than the %d training rows in %s",
@@ -716,13 +719,19 @@ int cmd_train(int argc, char **argv) {
           worst_loss_diff = fabs(loss - ref_loss);
       }
       progress_step(&p, e + 1, done + 1, loss, o.batch);
+      if (o.save_every && (done + 1) % o.save_every == 0) {
+        TRAIN_TRY(trainer_save(&t, o.save, lead));
+        saved_at = t.step;
+        if (lead && !o.quiet)
+          printf("\nsaved %s (step %lld)\n", o.save, (long long)t.step);
+      }
     }
     double acc = 0, spread = 0;
     TRAIN_TRY(end_epoch(&t, &test, &acc, &spread));
     if (lead) progress_epoch(&p, e + 1, acc, spread);
   }
   if (o.save) {
-    TRAIN_TRY(trainer_save(&t, o.save, lead));
+    if (saved_at != t.step) TRAIN_TRY(trainer_save(&t, o.save, lead));
     if (lead) printf("saved %s (step %lld)\n", o.save, (long long)t.step);
   }
   if (check) {

@@ -19,6 +19,7 @@ style (docs/PYTHON.md):
 
 from ringflow._lib import lib as _lib
 from ringflow import collectives, errors, nccl, nn
+from ringflow import checkpoint as checkpoint
 from ringflow.dlpack import GpuTensor, from_dlpack
 from ringflow.dtypes import (bfloat16, bool, float16, float32, float64,
                              int8, int32, int64, resource, uint8, as_dtype)
