@@ -14,6 +14,10 @@ rf_status *rf__register_cpu_reduction_kernels(void);
 rf_status *rf__register_cpu_runtime_kernels(void);
 rf_status *rf__register_cpu_collective_kernels(void);
 
+/* conv family: src/kernels/cpu/{conv,pool}.c */
+rf_status *rf__register_cpu_conv_kernels(void);
+rf_status *rf__register_cpu_pool_kernels(void);
+
 #ifdef RF_HAVE_CUDA
 /* src/kernels/cpu/collective_kernels.c: the CPU participants, for GPUs */
 rf_status *rf__register_gpu_collective_kernels(void);

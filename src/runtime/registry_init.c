@@ -17,6 +17,9 @@ static const rf__init_fn families[] = {
     rf__register_cpu_reduction_kernels,
     rf__register_cpu_runtime_kernels,
     rf__register_cpu_collective_kernels,
+    /* conv */
+    rf__register_cpu_conv_kernels,
+    rf__register_cpu_pool_kernels,
 #ifdef RF_HAVE_CUDA
     rf__register_gpu_runtime_kernels,
     rf__register_gpu_collective_kernels,
