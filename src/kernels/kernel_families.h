@@ -27,6 +27,9 @@ rf_status *rf__register_gpu_state_kernels(void);
 rf_status *rf__register_gpu_math_kernels(void);
 rf_status *rf__register_gpu_nn_kernels(void);
 rf_status *rf__register_gpu_reduction_kernels(void);
+/* conv family: src/kernels/cuda/{conv,pool}.cu */
+rf_status *rf__register_gpu_conv_kernels(void);
+rf_status *rf__register_gpu_pool_kernels(void);
 #endif
 
 /* BLAS threading (src/kernels/cpu/blas_threads.c). */

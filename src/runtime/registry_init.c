@@ -28,6 +28,9 @@ static const rf__init_fn families[] = {
     rf__register_gpu_math_kernels,
     rf__register_gpu_nn_kernels,
     rf__register_gpu_reduction_kernels,
+    /* conv */
+    rf__register_gpu_conv_kernels,
+    rf__register_gpu_pool_kernels,
 #endif
     rf__register_passes,
     rf__configure_blas,
