@@ -22,10 +22,10 @@ typedef struct conv_job {
   const rf__conv_geom *g;
   bool f64, direct; /* direct: col is the image itself */
   size_t es;
-  const char *x, *w, *dy; /* the op's inputs that exist */
-  char *y;                /* output */
-  char *col;              /* scratch: one col a block */
-  char *partial;          /* filter grad: one (K, oc) a block but block 0 */
+  const void *x, *w, *dy; /* the op's inputs that exist */
+  void *y;                /* output */
+  void *col;              /* scratch: one col a block */
+  void *partial;          /* filter grad: one (K, oc) a block but block 0 */
   int64_t per;            /* images a block */
   int64_t n_blocks;
 } conv_job;
@@ -34,7 +34,7 @@ static int64_t patch(const rf__conv_geom *g) { return g->kh * g->kw * g->c; }
 static int64_t pixels(const rf__conv_geom *g) { return g->oh * g->ow; }
 
 /* col (oh*ow, kh*kw*c) of image x (h, w, c). */
-static void im2col(const rf__conv_geom *g, const char *x, char *col,
+static void im2col(const rf__conv_geom *g, const void *x, void *col,
                    size_t es) {
   size_t row = (size_t)g->c * es;
   char *out = col;
@@ -47,7 +47,9 @@ static void im2col(const rf__conv_geom *g, const char *x, char *col,
           if (ih < 0 || ih >= g->h || iw < 0 || iw >= g->w)
             memset(out, 0, row);
           else
-            memcpy(out, x + (size_t)((ih * g->w + iw) * g->c) * es, row);
+            memcpy(out,
+                   (const char *)x + (size_t)((ih * g->w + iw) * g->c) * es,
+                   row);
         }
       }
 }
@@ -85,13 +87,18 @@ static void gemm(bool f64, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
                 (int)lda, b, (int)ldb, (float)beta, c, (int)n);
 }
 
-static const char *image(const conv_job *j, const char *base, int64_t img,
-                         int64_t per_image) {
-  return base + (size_t)(img * per_image) * j->es;
+/* Element `at` of base (elements of j's dtype). */
+static void *elem(const conv_job *j, const void *base, int64_t at) {
+  return (char *)base + (size_t)at * j->es;
 }
 
-static char *col_of(const conv_job *j, int64_t blk) {
-  return j->col + (size_t)(blk * pixels(j->g) * patch(j->g)) * j->es;
+static void *image(const conv_job *j, const void *base, int64_t img,
+                   int64_t per_image) {
+  return elem(j, base, img * per_image);
+}
+
+static void *col_of(const conv_job *j, int64_t blk) {
+  return elem(j, j->col, blk * pixels(j->g) * patch(j->g));
 }
 
 /* Block blk's images [first, last). */
@@ -109,11 +116,11 @@ static void forward_blocks(void *arg, int64_t b0, int64_t b1) {
     int64_t first, last;
     block_images(j, blk, &first, &last);
     for (int64_t n = first; n < last; n++) {
-      const char *x = image(j, j->x, n, in_size);
-      char *col = j->direct ? (char *)x : col_of(j, blk);
+      const void *x = image(j, j->x, n, in_size);
+      void *col = j->direct ? (void *)x : col_of(j, blk);
       if (!j->direct) im2col(g, x, col, j->es);
       gemm(j->f64, false, false, pixels(g), g->oc, patch(g), col, patch(g),
-           j->w, g->oc, 0.0, (char *)image(j, j->y, n, out_size));
+           j->w, g->oc, 0.0, image(j, j->y, n, out_size));
     }
   }
 }
@@ -126,8 +133,8 @@ static void input_grad_blocks(void *arg, int64_t b0, int64_t b1) {
     int64_t first, last;
     block_images(j, blk, &first, &last);
     for (int64_t n = first; n < last; n++) {
-      char *dx = (char *)image(j, j->y, n, in_size);
-      char *col = j->direct ? dx : col_of(j, blk);
+      void *dx = image(j, j->y, n, in_size);
+      void *col = j->direct ? dx : col_of(j, blk);
       gemm(j->f64, false, true, pixels(g), patch(g), g->oc,
            image(j, j->dy, n, out_size), g->oc, j->w, g->oc, 0.0, col);
       if (j->direct) continue;
@@ -148,11 +155,12 @@ static void filter_grad_blocks(void *arg, int64_t b0, int64_t b1) {
   for (int64_t blk = b0; blk < b1; blk++) {
     int64_t first, last;
     block_images(j, blk, &first, &last);
-    char *dw = blk == 0 ? j->y : j->partial + (size_t)(blk - 1) * dw_bytes;
+    void *dw =
+        blk == 0 ? j->y : elem(j, j->partial, (blk - 1) * patch(g) * g->oc);
     memset(dw, 0, dw_bytes);
     for (int64_t n = first; n < last; n++) {
-      const char *x = image(j, j->x, n, in_size);
-      char *col = j->direct ? (char *)x : col_of(j, blk);
+      const void *x = image(j, j->x, n, in_size);
+      void *col = j->direct ? (void *)x : col_of(j, blk);
       if (!j->direct) im2col(g, x, col, j->es);
       gemm(j->f64, true, false, patch(g), g->oc, pixels(g), col, patch(g),
            image(j, j->dy, n, out_size), g->oc, 1.0, dw);
@@ -291,7 +299,7 @@ static rf_status *conv2d_backprop_filter_compute(rf__kernel_ctx *ctx) {
   run_blocks(ctx, &j, filter_grad_blocks);
   int64_t m = dw->num_elements;
   for (int64_t b = 1; b < j.n_blocks; b++) {
-    const char *p = j.partial + (size_t)(b - 1) * bytes;
+    const void *p = elem(&j, j.partial, (b - 1) * m);
     if (j.f64)
       for (int64_t i = 0; i < m; i++)
         ((double *)dw->data)[i] += ((const double *)p)[i];
