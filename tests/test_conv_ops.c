@@ -481,6 +481,42 @@ static void test_run_errors(void **state) {
   }
 }
 
+/* Every allocation of the kernels (output, im2col scratch) failing in turn:
+ * RESOURCE_EXHAUSTED, no output, nothing leaked. */
+static void test_allocation_failures(void **state) {
+  (void)state;
+  uint64_t rng = rf_test_rng(7);
+  const wcase *c = &conv_cases[0];
+  rf_tensor *x = rf_test_random_tensor(&rng, RF_FLOAT32, x_shape(c), -1, 1);
+  rf_tensor *f = rf_test_random_tensor(&rng, RF_FLOAT32, f_shape(c), -1, 1);
+  rf_tensor *dy =
+      rf_test_random_tensor(&rng, RF_FLOAT32, y_shape(c, false), -1, 1);
+  rf_graph *g = rf_graph_new();
+  rf_output xp = rf_placeholder(g, "x", RF_FLOAT32, x_shape(c));
+  rf_output fp = rf_placeholder(g, "f", RF_FLOAT32, f_shape(c));
+  rf_output dp = rf_placeholder(g, "dy", RF_FLOAT32, y_shape(c, false));
+  rf_output sp = rf_placeholder(g, "s", RF_INT32, rf_shape_of(1, 4));
+  int64_t s[4] = {1, 1, 1, 1};
+  rf_node *nodes[4] = {
+      conv(g, c, xp, fp).node,
+      rf_conv2d_backprop_input(g, NULL, sp, fp, dp, s, "SAME", NULL).node,
+      rf_conv2d_backprop_filter(g, NULL, xp, sp, dp, s, "SAME", NULL).node,
+      pool(g, c, xp, true).node};
+  assert_graph_ok(g);
+  int32_t xd[4] = {(int32_t)c->n, (int32_t)c->h, (int32_t)c->w, (int32_t)c->c};
+  int32_t fd[4] = {(int32_t)c->kh, (int32_t)c->kw, (int32_t)c->c,
+                   (int32_t)c->oc};
+  rf_shape v = rf_shape_of(1, 4);
+  rf_tensor *xs, *fs;
+  assert_ok(rf_tensor_new_copy(RF_INT32, &v, xd, &xs));
+  assert_ok(rf_tensor_new_copy(RF_INT32, &v, fd, &fs));
+  rf_tensor *in[4][3] = {{x, f}, {xs, f, dy}, {x, fs, dy}, {x}};
+  for (int i = 0; i < 4; i++) rf_test_kernel_under_faults(nodes[i], in[i]);
+  rf_tensor *all[5] = {x, f, dy, xs, fs};
+  for (int i = 0; i < 5; i++) rf_tensor_release(all[i]);
+  rf_graph_free(g);
+}
+
 /* A graph saved to JSON and loaded back keeps the new ops and attrs. */
 static void test_json_round_trip(void **state) {
   (void)state;
@@ -522,6 +558,7 @@ int main(void) {
       cmocka_unit_test(test_pool_gradients),
       cmocka_unit_test(test_build_errors),
       cmocka_unit_test(test_run_errors),
+      cmocka_unit_test(test_allocation_failures),
       cmocka_unit_test(test_json_round_trip),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
