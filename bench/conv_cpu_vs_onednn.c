@@ -10,8 +10,11 @@
  * ringflow gets `threads` pool threads (OpenBLAS single-threaded inside,
  * blas_threads.c); oneDNN (its Debian build threads with OpenMP) gets
  * OMP_NUM_THREADS=threads. oneDNN sees plain nhwc / hwio memory, the layout
- * ringflow's tensors have, and picks its best implementation for it. */
+ * ringflow's tensors have, and picks its best implementation for it; a
+ * third figure lets oneDNN choose its own (blocked) layouts, without the
+ * reorders from and to NHWC that using them in ringflow would add. */
 #include <oneapi/dnnl/dnnl.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -97,12 +100,6 @@ typedef struct dn {
   dnnl_stream_t st;
 } dn;
 
-static dnnl_memory_t mem(dn *d, const dnnl_memory_desc_t *md, void *p) {
-  dnnl_memory_t m;
-  dcheck(dnnl_memory_create(&m, md, d->eng, p), "memory");
-  return m;
-}
-
 static double best_of(dn *d, dnnl_primitive_t p, int nargs,
                       const dnnl_exec_arg_t *args, int reps) {
   double best = 1e30;
@@ -116,15 +113,36 @@ static double best_of(dn *d, dnnl_primitive_t p, int nargs,
   return best * 1e3;
 }
 
-static void time_onednn(dn *d, const layer *L, int reps, double *ms,
-                        rf_tensor *const *in, void *out_y, void *out_dx,
-                        void *out_dw) {
+/* The memory for pd's argument `what`: over `plain` when given, else a
+ * zeroed buffer of oneDNN's own in the layout pd chose. */
+static dnnl_memory_t arg_mem(dn *d, const_dnnl_primitive_desc_t pd,
+                             dnnl_query_t what, void *plain) {
+  const dnnl_memory_desc_t *md = dnnl_primitive_desc_query_md(pd, what, 0);
+  dnnl_memory_t m;
+  dcheck(
+      dnnl_memory_create(&m, md, d->eng, plain ? plain : DNNL_MEMORY_ALLOCATE),
+      "memory");
+  if (!plain) {
+    void *p;
+    dcheck(dnnl_memory_get_data_handle(m, &p), "handle");
+    memset(p, 0, dnnl_memory_desc_get_size(md));
+  }
+  return m;
+}
+
+/* blocked: every layout left to oneDNN (format_tag any); the reorders to
+ * and from NHWC that ringflow would need are not timed. */
+static void time_onednn(dn *d, const layer *L, bool blocked, int reps,
+                        double *ms, rf_tensor *const *in, void *out_y,
+                        void *out_dx, void *out_dw) {
   dnnl_memory_desc_t src, wei, dst;
   dnnl_dims_t sd = {L->n, L->c, L->h, L->w}, wd = {L->oc, L->c, L->k, L->k};
   dnnl_dims_t dd = {L->n, L->oc, L->h, L->w};
-  dcheck(dnnl_memory_desc_init_by_tag(&src, 4, sd, dnnl_f32, dnnl_nhwc), "md");
-  dcheck(dnnl_memory_desc_init_by_tag(&wei, 4, wd, dnnl_f32, dnnl_hwio), "md");
-  dcheck(dnnl_memory_desc_init_by_tag(&dst, 4, dd, dnnl_f32, dnnl_nhwc), "md");
+  dnnl_format_tag_t act = blocked ? dnnl_format_tag_any : dnnl_nhwc;
+  dnnl_format_tag_t filt = blocked ? dnnl_format_tag_any : dnnl_hwio;
+  dcheck(dnnl_memory_desc_init_by_tag(&src, 4, sd, dnnl_f32, act), "md");
+  dcheck(dnnl_memory_desc_init_by_tag(&wei, 4, wd, dnnl_f32, filt), "md");
+  dcheck(dnnl_memory_desc_init_by_tag(&dst, 4, dd, dnnl_f32, act), "md");
   dnnl_dims_t strides = {1, 1}, pad = {(L->k - 1) / 2, (L->k - 1) / 2};
   dnnl_convolution_desc_t fd, bd, wdsc;
   dcheck(dnnl_convolution_forward_desc_init(&fd, dnnl_forward_training,
@@ -146,17 +164,26 @@ static void time_onednn(dn *d, const layer *L, int reps, double *ms,
   dcheck(dnnl_primitive_create(&fp, fpd), "fwd");
   dcheck(dnnl_primitive_create(&bp, bpd), "bwd");
   dcheck(dnnl_primitive_create(&wp, wpd), "bww");
-  dnnl_memory_t x = mem(d, &src, (void *)rf_tensor_data(in[0]));
-  dnnl_memory_t w = mem(d, &wei, (void *)rf_tensor_data(in[1]));
-  dnnl_memory_t dy = mem(d, &dst, (void *)rf_tensor_data(in[2]));
-  dnnl_memory_t y = mem(d, &dst, out_y), dx = mem(d, &src, out_dx);
-  dnnl_memory_t dw = mem(d, &wei, out_dw);
+  /* plain: the NHWC tensors themselves; blocked: oneDNN's own zeroed
+   * buffers in the layouts it chose */
+  void *px = blocked ? NULL : (void *)rf_tensor_data(in[0]);
+  void *pw = blocked ? NULL : (void *)rf_tensor_data(in[1]);
+  void *pdy = blocked ? NULL : (void *)rf_tensor_data(in[2]);
   dnnl_exec_arg_t fa[3] = {
-      {DNNL_ARG_SRC, x}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_DST, y}};
+      {DNNL_ARG_SRC, arg_mem(d, fpd, dnnl_query_src_md, px)},
+      {DNNL_ARG_WEIGHTS, arg_mem(d, fpd, dnnl_query_weights_md, pw)},
+      {DNNL_ARG_DST,
+       arg_mem(d, fpd, dnnl_query_dst_md, blocked ? NULL : out_y)}};
   dnnl_exec_arg_t ba[3] = {
-      {DNNL_ARG_DIFF_DST, dy}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_DIFF_SRC, dx}};
+      {DNNL_ARG_DIFF_DST, arg_mem(d, bpd, dnnl_query_diff_dst_md, pdy)},
+      {DNNL_ARG_WEIGHTS, arg_mem(d, bpd, dnnl_query_weights_md, pw)},
+      {DNNL_ARG_DIFF_SRC,
+       arg_mem(d, bpd, dnnl_query_diff_src_md, blocked ? NULL : out_dx)}};
   dnnl_exec_arg_t wa[3] = {
-      {DNNL_ARG_SRC, x}, {DNNL_ARG_DIFF_DST, dy}, {DNNL_ARG_DIFF_WEIGHTS, dw}};
+      {DNNL_ARG_SRC, arg_mem(d, wpd, dnnl_query_src_md, px)},
+      {DNNL_ARG_DIFF_DST, arg_mem(d, wpd, dnnl_query_diff_dst_md, pdy)},
+      {DNNL_ARG_DIFF_WEIGHTS,
+       arg_mem(d, wpd, dnnl_query_diff_weights_md, blocked ? NULL : out_dw)}};
   ms[0] = best_of(d, fp, 3, fa, reps);
   ms[1] = best_of(d, bp, 3, ba, reps);
   ms[2] = best_of(d, wp, 3, wa, reps);
@@ -166,8 +193,11 @@ static void time_onednn(dn *d, const layer *L, int reps, double *ms,
   dnnl_primitive_desc_query(wpd, dnnl_query_impl_info_str, 0, &impl[2]);
   printf("#   oneDNN implementations: %s / %s / %s\n", impl[0], impl[1],
          impl[2]);
-  dnnl_memory_t ms_[6] = {x, w, dy, y, dx, dw};
-  for (int i = 0; i < 6; i++) dnnl_memory_destroy(ms_[i]);
+  for (int i = 0; i < 3; i++) {
+    dnnl_memory_destroy(fa[i].memory);
+    dnnl_memory_destroy(ba[i].memory);
+    dnnl_memory_destroy(wa[i].memory);
+  }
   dnnl_primitive_destroy(fp), dnnl_primitive_destroy(bp);
   dnnl_primitive_destroy(wp);
   dnnl_primitive_desc_destroy(fpd), dnnl_primitive_desc_destroy(bpd);
@@ -187,29 +217,34 @@ int main(int argc, char **argv) {
                                  {64, 14, 14, 32, 5, 64},
                                  {256, 28, 28, 1, 5, 32},
                                  {256, 14, 14, 32, 5, 64}};
-  printf("# %d threads, best of %d; ms per call (ringflow / oneDNN)\n", threads,
-         reps);
-  printf("%-28s %18s %18s %18s\n", "layer", "forward", "input grad",
+  printf(
+      "# %d threads, best of %d; ms per call: ringflow / oneDNN on NHWC / "
+      "oneDNN in its own layouts (reorders not timed)\n",
+      threads, reps);
+  printf("%-26s %24s %24s %24s\n", "layer", "forward", "input grad",
          "filter grad");
   for (int i = 0; i < 4; i++) {
     const layer *L = &layers[i];
     rf_tensor *in[3] = {randn(rf_shape_of(4, L->n, L->h, L->w, L->c)),
                         randn(rf_shape_of(4, L->k, L->k, L->c, L->oc)),
                         randn(rf_shape_of(4, L->n, L->h, L->w, L->oc))};
-    double r[3], o[3];
+    double r[3], o[3], b[3];
     time_ringflow(L, threads, reps, r, in);
     int64_t ny = L->n * L->h * L->w * L->oc, nx = L->n * L->h * L->w * L->c;
     int64_t nw = L->k * L->k * L->c * L->oc;
     float *y = malloc(sizeof(float) * (size_t)ny);
     float *dx = malloc(sizeof(float) * (size_t)nx);
     float *dw = malloc(sizeof(float) * (size_t)nw);
-    time_onednn(&d, L, reps, o, in, y, dx, dw);
+    time_onednn(&d, L, false, reps, o, in, y, dx, dw);
+    time_onednn(&d, L, true, reps, b, in, y, dx, dw);
     char name[64];
     snprintf(name, sizeof name, "b%lld %lldx%lldx%lld k%lld oc%lld",
              (long long)L->n, (long long)L->h, (long long)L->w, (long long)L->c,
              (long long)L->k, (long long)L->oc);
-    printf("%-28s %8.2f / %7.2f %8.2f / %7.2f %8.2f / %7.2f\n", name, r[0],
-           o[0], r[1], o[1], r[2], o[2]);
+    printf(
+        "%-26s %7.2f / %6.2f / %6.2f %7.2f / %6.2f / %6.2f "
+        "%7.2f / %6.2f / %6.2f\n",
+        name, r[0], o[0], b[0], r[1], o[1], b[1], r[2], o[2], b[2]);
     free(y), free(dx), free(dw);
     for (int k = 0; k < 3; k++) rf_tensor_release(in[k]);
   }
