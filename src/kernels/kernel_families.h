@@ -14,6 +14,10 @@ rf_status *rf__register_cpu_reduction_kernels(void);
 rf_status *rf__register_cpu_runtime_kernels(void);
 rf_status *rf__register_cpu_collective_kernels(void);
 
+/* conv family: src/kernels/cpu/{conv,pool}.c */
+rf_status *rf__register_cpu_conv_kernels(void);
+rf_status *rf__register_cpu_pool_kernels(void);
+
 #ifdef RF_HAVE_CUDA
 /* src/kernels/cpu/collective_kernels.c: the CPU participants, for GPUs */
 rf_status *rf__register_gpu_collective_kernels(void);
@@ -23,6 +27,9 @@ rf_status *rf__register_gpu_state_kernels(void);
 rf_status *rf__register_gpu_math_kernels(void);
 rf_status *rf__register_gpu_nn_kernels(void);
 rf_status *rf__register_gpu_reduction_kernels(void);
+/* conv family: src/kernels/cuda/{conv,pool}.cu */
+rf_status *rf__register_gpu_conv_kernels(void);
+rf_status *rf__register_gpu_pool_kernels(void);
 #endif
 
 /* BLAS threading (src/kernels/cpu/blas_threads.c). */

@@ -17,6 +17,9 @@ static const rf__init_fn families[] = {
     rf__register_cpu_reduction_kernels,
     rf__register_cpu_runtime_kernels,
     rf__register_cpu_collective_kernels,
+    /* conv */
+    rf__register_cpu_conv_kernels,
+    rf__register_cpu_pool_kernels,
 #ifdef RF_HAVE_CUDA
     rf__register_gpu_runtime_kernels,
     rf__register_gpu_collective_kernels,
@@ -25,6 +28,9 @@ static const rf__init_fn families[] = {
     rf__register_gpu_math_kernels,
     rf__register_gpu_nn_kernels,
     rf__register_gpu_reduction_kernels,
+    /* conv */
+    rf__register_gpu_conv_kernels,
+    rf__register_gpu_pool_kernels,
 #endif
     rf__register_passes,
     rf__configure_blas,
