@@ -49,28 +49,32 @@ static void dataset_free(dataset *d) {
   free(d->y);
 }
 
+/* "DIR/PREFIX-KIND", malloc'ed (--data may be of any length), or NULL. */
+static char *split_path(const char *dir, const char *prefix, const char *kind) {
+  int len = snprintf(NULL, 0, "%s/%s-%s", dir, prefix, kind);
+  char *p = len < 0 ? NULL : malloc((size_t)len + 1);
+  if (p) snprintf(p, (size_t)len + 1, "%s/%s-%s", dir, prefix, kind);
+  return p;
+}
+
 /* Loads DIR/PREFIX-{images,labels}-*.gz: at least one image, each of
  * `dim` pixels (28x28 for the model), labels 0..9. */
 static rf_status *load_split(const char *dir, const char *prefix, int dim,
                              dataset *out) {
-  char ipath[600], lpath[600];
-  snprintf(ipath, sizeof ipath, "%s/%s-images-idx3-ubyte.gz", dir, prefix);
-  snprintf(lpath, sizeof lpath, "%s/%s-labels-idx1-ubyte.gz", dir, prefix);
-  idx_array im, lb;
-  rf_status *st = idx_read(ipath, (size_t)1 << 30, &im);
-  if (st) return st;
-  st = idx_read(lpath, (size_t)1 << 26, &lb);
+  char *ipath = split_path(dir, prefix, "images-idx3-ubyte.gz"),
+       *lpath = split_path(dir, prefix, "labels-idx1-ubyte.gz");
+  idx_array im = {0}, lb = {0};
+  rf_status *st = ipath && lpath
+                      ? idx_read(ipath, (size_t)1 << 30, &im)
+                      : rf_status_new(RF_RESOURCE_EXHAUSTED, "out of memory");
+  if (!st) st = idx_read(lpath, (size_t)1 << 26, &lb);
   if (st) {
     idx_free(&im);
+    free(ipath);
+    free(lpath);
     return st;
   }
-  if (im.rank != 3 || lb.rank != 1 || im.dims[0] != lb.dims[0]) {
-    st = rf_status_new(RF_DATA_LOSS,
-                       "%s and %s do not describe the same images (ranks %d "
-                       "and %d, counts %lld and %lld)",
-                       ipath, lpath, im.rank, lb.rank, (long long)im.dims[0],
-                       (long long)lb.dims[0]);
-  }
+  st = idx_check_labelled(&im, ipath, &lb, lpath, 10);
   if (!st && im.dims[0] == 0) /* no step, no accuracy */
     st = rf_status_new(RF_INVALID_ARGUMENT, "%s holds no images", ipath);
   if (!st && im.dims[1] * im.dims[2] != dim)
@@ -79,10 +83,6 @@ static rf_status *load_split(const char *dir, const char *prefix, int dim,
                       "%s: images are %lldx%lld; the model takes 28x28 (%d "
                       "inputs)",
                       ipath, (long long)im.dims[1], (long long)im.dims[2], dim);
-  for (size_t i = 0; !st && i < lb.size; i++)
-    if (lb.data[i] > 9)
-      st = rf_status_new(RF_DATA_LOSS, "%s: label %zu is %d, outside 0..9",
-                         lpath, i, lb.data[i]);
   if (!st) {
     out->n = (int)im.dims[0];
     out->dim = (int)(im.dims[1] * im.dims[2]);
@@ -95,6 +95,8 @@ static rf_status *load_split(const char *dir, const char *prefix, int dim,
   }
   idx_free(&im);
   idx_free(&lb);
+  free(ipath);
+  free(lpath);
   return st;
 }
 
