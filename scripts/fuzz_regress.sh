@@ -13,11 +13,12 @@ build="${2:-build-fuzz}"
 bash scripts/deps.sh
 launcher=()
 command -v ccache > /dev/null && launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache)
+mkdir -p "$build"
 CC=clang CXX=clang++ cmake -S . -B "$build" -G Ninja -DRF_FUZZ=ON \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRF_WITH_MPI=OFF -DRF_BUILD_TESTS=OFF \
   -DRF_BUILD_BENCH=OFF -DRF_BUILD_TOOLS=OFF -DRF_BUILD_EXAMPLES=OFF \
-  "${launcher[@]}" > "$build.configure.log" ||
-  { cat "$build.configure.log"; exit 1; }
+  "${launcher[@]}" > "$build/configure.log" ||
+  { cat "$build/configure.log"; exit 1; }
 names=()
 for src in fuzz/fuzz_*.c; do names+=("$(basename "$src" .c)"); done
 ninja -C "$build" "${names[@]}"
