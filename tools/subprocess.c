@@ -48,26 +48,34 @@ static bool plain(const char *s) {
   return true;
 }
 
+/* Appends n bytes of s to buf (used bytes so far), as many as fit before
+ * the terminating 0. */
+static void append(char *buf, size_t len, size_t *used, const char *s,
+                   size_t n) {
+  size_t room = len - 1 - *used;
+  if (n > room) n = room;
+  memcpy(buf + *used, s, n);
+  *used += n;
+  buf[*used] = 0;
+}
+
 void tool_format_argv(const char *const argv[], char *buf, size_t len) {
   size_t used = 0;
+  if (len == 0) return;
   buf[0] = 0;
-  for (int i = 0; argv[i] && used + 1 < len; i++) {
-    if (i) buf[used++] = ' ';
+  for (int i = 0; argv[i]; i++) {
+    if (i) append(buf, len, &used, " ", 1);
     if (plain(argv[i])) {
-      used += (size_t)snprintf(buf + used, len - used, "%s", argv[i]);
+      append(buf, len, &used, argv[i], strlen(argv[i]));
       continue;
     }
-    buf[used++] = '\'';
-    for (const char *c = argv[i]; *c && used + 5 < len; c++) {
-      if (*c == '\'') { /* ' closes, \' is a quote, ' reopens */
-        memcpy(buf + used, "'\\''", 4);
-        used += 4;
-      } else {
-        buf[used++] = *c;
-      }
+    append(buf, len, &used, "'", 1);
+    for (const char *c = argv[i]; *c; c++) {
+      if (*c == '\'') /* ' closes, \' is a quote, ' reopens */
+        append(buf, len, &used, "'\\''", 4);
+      else
+        append(buf, len, &used, c, 1);
     }
-    if (used + 1 < len) buf[used++] = '\'';
-    buf[used] = 0;
+    append(buf, len, &used, "'", 1);
   }
-  if (used >= len) buf[len - 1] = 0;
 }
