@@ -29,7 +29,7 @@ typedef struct source {
 static rf_status *source_read(source *s, void *dst, size_t n, size_t *got) {
   if (!s->f) {
     *got = n < s->len - s->pos ? n : s->len - s->pos;
-    memcpy(dst, s->buf + s->pos, *got);
+    if (*got) memcpy(dst, s->buf + s->pos, *got);
     s->pos += *got;
     return NULL;
   }
@@ -103,12 +103,12 @@ static rf_status *read_data(source *s, uint64_t count, idx_array *a) {
   while (!st && len < count) {
     if (len == cap) {
       size_t grown = cap * 2 < count ? cap * 2 : (size_t)count;
-      uint8_t *more = realloc(data, grown);
-      if (!more) {
+      uint8_t *bigger = realloc(data, grown);
+      if (!bigger) {
         st = rf_status_new(RF_RESOURCE_EXHAUSTED, "IDX: out of memory");
         break;
       }
-      data = more;
+      data = bigger;
       cap = grown;
     }
     size_t want = cap - len, got;
