@@ -39,7 +39,7 @@ typedef struct options {
   double lr;
   uint64_t seed;
   sync_mode sync;
-  bool check, quiet, constant_lr, bench;
+  bool check, quiet, constant_lr, bench, allow_nonfinite;
   const char *data_dir, *save, *load, *graph_dir, *trace;
 } options;
 
@@ -48,30 +48,40 @@ static void dataset_free(dataset *d) {
   free(d->y);
 }
 
-static rf_status *load_split(const char *dir, const char *prefix,
+/* "DIR/PREFIX-KIND", malloc'ed (--data may be of any length), or NULL. */
+static char *split_path(const char *dir, const char *prefix, const char *kind) {
+  int len = snprintf(NULL, 0, "%s/%s-%s", dir, prefix, kind);
+  char *p = len < 0 ? NULL : malloc((size_t)len + 1);
+  if (p) snprintf(p, (size_t)len + 1, "%s/%s-%s", dir, prefix, kind);
+  return p;
+}
+
+/* Loads DIR/PREFIX-{images,labels}-*.gz: at least one image, each of
+ * `dim` pixels (28x28 for the model), labels 0..9. */
+static rf_status *load_split(const char *dir, const char *prefix, int dim,
                              dataset *out) {
-  char ipath[600], lpath[600];
-  snprintf(ipath, sizeof ipath, "%s/%s-images-idx3-ubyte.gz", dir, prefix);
-  snprintf(lpath, sizeof lpath, "%s/%s-labels-idx1-ubyte.gz", dir, prefix);
-  idx_array im, lb;
-  rf_status *st = idx_read(ipath, (size_t)1 << 30, &im);
-  if (st) return st;
-  st = idx_read(lpath, (size_t)1 << 26, &lb);
+  char *ipath = split_path(dir, prefix, "images-idx3-ubyte.gz"),
+       *lpath = split_path(dir, prefix, "labels-idx1-ubyte.gz");
+  idx_array im = {0}, lb = {0};
+  rf_status *st = ipath && lpath
+                      ? idx_read(ipath, (size_t)1 << 30, &im)
+                      : rf_status_new(RF_RESOURCE_EXHAUSTED, "out of memory");
+  if (!st) st = idx_read(lpath, (size_t)1 << 26, &lb);
   if (st) {
     idx_free(&im);
+    free(ipath);
+    free(lpath);
     return st;
   }
-  if (im.rank != 3 || lb.rank != 1 || im.dims[0] != lb.dims[0]) {
-    st = rf_status_new(RF_DATA_LOSS,
-                       "%s and %s do not describe the same images (ranks %d "
-                       "and %d, counts %lld and %lld)",
-                       ipath, lpath, im.rank, lb.rank, (long long)im.dims[0],
-                       (long long)lb.dims[0]);
-  }
-  for (size_t i = 0; !st && i < lb.size; i++)
-    if (lb.data[i] > 9)
-      st = rf_status_new(RF_DATA_LOSS, "%s: label %zu is %d, outside 0..9",
-                         lpath, i, lb.data[i]);
+  st = idx_check_labelled(&im, ipath, &lb, lpath, 10);
+  if (!st && im.dims[0] == 0) /* no step, no accuracy */
+    st = rf_status_new(RF_INVALID_ARGUMENT, "%s holds no images", ipath);
+  if (!st && im.dims[1] * im.dims[2] != dim)
+    st =
+        rf_status_new(RF_INVALID_ARGUMENT,
+                      "%s: images are %lldx%lld; the model takes 28x28 (%d "
+                      "inputs)",
+                      ipath, (long long)im.dims[1], (long long)im.dims[2], dim);
   if (!st) {
     out->n = (int)im.dims[0];
     out->dim = (int)(im.dims[1] * im.dims[2]);
@@ -84,6 +94,8 @@ static rf_status *load_split(const char *dir, const char *prefix,
   }
   idx_free(&im);
   idx_free(&lb);
+  free(ipath);
+  free(lpath);
   return st;
 }
 
@@ -511,6 +523,9 @@ static int parse_options(int argc, char **argv, options *o) {
                 "batch=<b> devices=<n> ..."),
       TOOL_INT("warmup", &o->warmup, "N",
                "untimed steps before a --bench (default 10)", 0, 1 << 30),
+      TOOL_FLAG("allow-nonfinite", &o->allow_nonfinite,
+                "keep training after a NaN or infinite loss (default: stop "
+                "with an error naming the step)"),
       TOOL_FLAG("quiet", &o->quiet, "no progress output"),
   };
   const tool_cmd cmd = {
@@ -548,6 +563,20 @@ static double scheduled_lr(const options *o, int64_t step, int64_t total) {
   return o->lr * 0.5 * (1.0 + cos(M_PI * (double)step / (double)total));
 }
 
+/* A NaN or infinite loss: the parameters are garbage from here on, so stop
+ * (every process of a job sees the same all-reduced loss and stops at the
+ * same step), unless --allow-nonfinite. */
+static rf_status *check_loss(const options *o, const trainer *t, double loss) {
+  if (isfinite(loss) || o->allow_nonfinite) return NULL;
+  return rf_status_new(RF_OUT_OF_RANGE,
+                       "non-finite loss: the loss is %s at step %lld; "
+                       "stopped, nothing saved (--allow-nonfinite trains on)",
+                       isnan(loss) ? "nan"
+                       : loss > 0  ? "inf"
+                                   : "-inf",
+                       (long long)t->step);
+}
+
 static void shuffle(int *idx, int n, uint64_t *state) {
   for (int i = n - 1; i > 0; i--) {
     *state = *state * 6364136223846793005ULL + 1442695040888963407ULL;
@@ -576,6 +605,7 @@ static rf_status *bench(trainer *t, const dataset *d, const options *o,
     RF_TOOL_CHECK(train_step(t, d, idx + (size_t)s * o->batch,
                              next ? idx + (size_t)(s + 1) * o->batch : NULL,
                              o->lr, &loss));
+    RF_TOOL_CHECK(check_loss(o, t, loss));
   }
   double secs = now_seconds() - start;
   if (tool_task <= 0)
@@ -644,13 +674,13 @@ int cmd_train(int argc, char **argv) {
   int64_t saved_at = -1; /* the step of the last --save */
   /* a run must not end by failing to save: check the path first */
   if (o.save && lead) TRAIN_TRY(rf_checkpoint_check_path(o.save));
-  TRAIN_TRY(load_split(o.data_dir, "train", &train));
+  TRAIN_TRY(load_split(o.data_dir, "train", cfg.sizes[0], &train));
   if (o.batch > train.n) { /* not one step per epoch */
     rc = tool_fail("train: --batch %d is more than the %d training rows in %s",
                    o.batch, train.n, o.data_dir);
     goto out;
   }
-  TRAIN_TRY(load_split(o.data_dir, "t10k", &test));
+  TRAIN_TRY(load_split(o.data_dir, "t10k", cfg.sizes[0], &test));
   TRAIN_TRY(trainer_init(&t, &cfg, o.seed, &sopts, &job));
   trainer_prefetch(&t, &train);
   if (o.graph_dir) TRAIN_TRY(write_graphs(&t, &sopts, o.graph_dir, lead));
@@ -709,6 +739,7 @@ int cmd_train(int argc, char **argv) {
                             : NULL;
       TRAIN_TRY(
           train_step(&t, &train, idx + (size_t)s * o.batch, next, lr, &loss));
+      TRAIN_TRY(check_loss(&o, &t, loss));
       if (traced && !o.quiet)
         printf("\nwrote a trace of step %lld to %s\n", (long long)done + 1,
                o.trace);
