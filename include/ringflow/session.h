@@ -87,7 +87,27 @@ typedef struct rf_session_options {
    * rf_graph_lower returns an error naming the path - rather than go
    * missing unnoticed. Copied by rf_session_new. */
   const char *dump_graph_dir;
+  /* Gradient bucketing (docs/COLLECTIVES.md, "Buckets"): at compile time,
+   * after placement, all-reduces that agree on dtype, reduction, wire dtype
+   * and ordered device set, have one fully known shape and are joined by
+   * no path in the step graph are fused into one all-reduce of at most this
+   * many bytes per device (slices padded to 64 bytes), in the order their
+   * inputs become ready. Results are bit-identical to unfused ones on CPU
+   * devices and CUDA-kernel GPU groups. 0: no fusion. Default
+   * RF_DEFAULT_BUCKET_BYTES; < 0: INVALID_ARGUMENT. Sessions of several
+   * processes do not fuse. */
+  int64_t collective_bucket_bytes;
+  /* Wire dtype of float32 all-reduces: RF_FLOAT32 (default: none),
+   * RF_BFLOAT16 or RF_FLOAT16 - each participant casts its input to it and
+   * the result back to float32 (rounding errors: docs/PERFORMANCE.md). An
+   * AllReduce's own comm_dtype attr ("auto", "float32", "bfloat16",
+   * "float16"; rf_all_reduce_set_comm_dtype) overrides it. Other dtypes:
+   * INVALID_ARGUMENT. */
+  rf_dtype collective_comm_dtype;
 } rf_session_options;
+
+/* collective_bucket_bytes after rf_session_options_init. */
+#define RF_DEFAULT_BUCKET_BYTES ((int64_t)4 << 20)
 
 enum { RF_JOB_AUTO = 0, RF_JOB_SINGLE = 1, RF_JOB_MPI = 2 };
 

@@ -131,13 +131,17 @@ done:
 /* The passes see every device of the job (this process's first); the
  * executor only this process's. */
 static rf__pass_ctx pass_ctx(rf_session *s, rf_graph *g, long compile) {
-  return (rf__pass_ctx){.graph = g,
-                        .devices = s->devices,
-                        .num_devices = s->num_job_devices,
-                        .default_device = s->default_device,
-                        .task = s->task,
-                        .num_tasks = s->num_tasks,
-                        .compile = compile};
+  return (rf__pass_ctx){
+      .graph = g,
+      .devices = s->devices,
+      .num_devices = s->num_job_devices,
+      .default_device = s->default_device,
+      .task = s->task,
+      .num_tasks = s->num_tasks,
+      .compile = compile,
+      .bucket_bytes = s->opts.collective_bucket_bytes,
+      .narrow_comm = s->opts.collective_comm_dtype != RF_FLOAT32,
+      .comm_dtype = s->opts.collective_comm_dtype};
 }
 
 rf_status *rf__session_check_devices(rf_session *s) {

@@ -29,6 +29,8 @@ void rf_session_options_init(rf_session_options *o) {
   o->default_device = "cpu:0";
   o->collective_timeout_ms = 300000;
   o->gpu_sync_on_finish = 1;
+  o->collective_bucket_bytes = RF_DEFAULT_BUCKET_BYTES;
+  o->collective_comm_dtype = RF_FLOAT32;
 }
 
 static rf_status *check_options(const rf_session_options *o) {
@@ -49,6 +51,17 @@ static rf_status *check_options(const rf_session_options *o) {
         "session options: collective_timeout_ms must be > 0, "
         "got %lld",
         (long long)o->collective_timeout_ms);
+  if (o->collective_bucket_bytes < 0)
+    return rf__invalid(
+        "session options: collective_bucket_bytes must be >= 0, got %lld",
+        (long long)o->collective_bucket_bytes);
+  if (o->collective_comm_dtype != RF_FLOAT32 &&
+      o->collective_comm_dtype != RF_BFLOAT16 &&
+      o->collective_comm_dtype != RF_FLOAT16)
+    return rf__invalid(
+        "session options: collective_comm_dtype must be RF_FLOAT32, "
+        "RF_BFLOAT16 or RF_FLOAT16, got %s (%d)",
+        rf_dtype_name(o->collective_comm_dtype), (int)o->collective_comm_dtype);
   if (o->job < RF_JOB_AUTO || o->job > RF_JOB_MPI)
     return rf__invalid(
         "session options: job must be RF_JOB_AUTO, RF_JOB_SINGLE or "
