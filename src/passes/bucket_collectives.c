@@ -447,7 +447,8 @@ static rf_status *assign(bucket_ctx *c, group **ready, int n, int64_t limit,
     int k = 0;
     while (k < nopen && !same_key(buckets[open[k]].groups[0], x)) k++;
     bucket *b = k < nopen ? &buckets[open[k]] : NULL;
-    if (b && b->n < MAX_PER_BUCKET && sz <= limit / es - b->elems &&
+    if (b && limit > 0 && b->n < MAX_PER_BUCKET &&
+        sz <= limit / es - b->elems &&
         independent(c, b->groups[0]->members[0]->id, x->members[0]->id)) {
       b->groups[b->n++] = x;
       b->elems += sz;
