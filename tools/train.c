@@ -519,8 +519,9 @@ static int parse_options(int argc, char **argv, options *o) {
                "untimed steps before a --bench (default 10)", 0, 1 << 30),
       TOOL_FLAG("quiet", &o->quiet, "no progress output"),
       TOOL_INT("bucket-mb", &o->bucket_mb, "N",
-               "fuse the gradient all-reduces into buckets of up to N MiB "
-               "(0: one all-reduce per gradient; default 4)",
+               "fuse independent gradient all-reduces into buckets of up to "
+               "N MiB (0: one all-reduce per gradient; default: the "
+               "session's 4 KiB)",
                0, 1 << 20),
       TOOL_CHOICE("comm-dtype", &o->comm_dtype, "T",
                   "the dtype gradients travel in: fp32 (default), or bf16 "

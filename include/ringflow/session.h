@@ -106,8 +106,11 @@ typedef struct rf_session_options {
   rf_dtype collective_comm_dtype;
 } rf_session_options;
 
-/* collective_bucket_bytes after rf_session_options_init. */
-#define RF_DEFAULT_BUCKET_BYTES ((int64_t)4 << 20)
+/* collective_bucket_bytes after rf_session_options_init: 4 KiB. On CPU
+ * devices a bucket's one copy in costs about what the ~1 us per collective
+ * it saves is worth from ~1-2 KiB tensors up, so small buckets fuse only the
+ * small tensors that gain (docs/PERFORMANCE.md, "Gradient buckets"). */
+#define RF_DEFAULT_BUCKET_BYTES ((int64_t)4 << 10)
 
 enum { RF_JOB_AUTO = 0, RF_JOB_SINGLE = 1, RF_JOB_MPI = 2 };
 

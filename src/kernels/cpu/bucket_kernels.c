@@ -91,10 +91,13 @@ static rf_status *unpack_compute(rf__kernel_ctx *ctx) {
 }
 
 static const rf__kernel_def cpu_kernels[] = {
+    /* Cheap: run inline like the all-reduce it feeds (below 1 MiB the
+     * collective stays on one thread too); handing it to a pool worker cost
+     * more than the copy (bench_bucket_allreduce, docs/PERFORMANCE.md). */
     {.op = "_BucketPack",
      .device_type = RF_DEVICE_CPU,
      .compute = pack_compute,
-     .cost = RF_COST_PER_ELEMENT},
+     .cost = RF_COST_CHEAP},
     {.op = "_BucketUnpack",
      .device_type = RF_DEVICE_CPU,
      .compute = unpack_compute,
