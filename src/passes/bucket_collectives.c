@@ -455,9 +455,12 @@ static rf_status *assign(bucket_ctx *c, group **ready, int n, int64_t limit,
       unite(c, b->groups[0]->members[0]->id, x->members[0]->id);
       continue;
     }
-    if (k == nopen) nopen++;
-    open[k] = *nbuckets;
     buckets[(*nbuckets)++] = (bucket){.groups = {x}, .n = 1, .elems = sz};
+    /* One larger than a bucket stays alone and leaves the open bucket open
+     * for the small ones after it. */
+    if (limit <= 0 || sz > limit / es) continue;
+    if (k == nopen) nopen++;
+    open[k] = *nbuckets - 1;
   }
   rf__free(open);
   return NULL;
