@@ -349,13 +349,12 @@ static rf_status *rewrite_rank(bucket_ctx *c, const bucket *b, int r,
   const group *x0 = b->groups[0];
   rf_node *m0 = x0->members[r];
   int d = m0->assigned_device;
-  rf_output ins[MAX_PER_BUCKET], v;
+  rf_output ins[MAX_PER_BUCKET], v = rf__input(m0, 0);
   for (int j = 0; j < b->n; j++)
     ins[j] = rf__input(b->groups[j]->members[r], 0);
   rf_node *first = NULL, *pack = NULL, *unpack = NULL, *ar = NULL;
   rf__attrs a = {0};
   rf_status *st = NULL;
-  v = ins[0];
   if (b->n > 1) {
     st = layout_attrs(b, false, &a);
     if (!st) st = add(c, "_BucketPack", m0->name, d, ins, b->n, &a, &pack);
@@ -365,7 +364,7 @@ static rf_status *rewrite_rank(bucket_ctx *c, const bucket *b, int r,
     v = (rf_output){pack, 0};
   }
   if (x0->wire != x0->type) RF_CHECK(add_cast(c, m0->name, d, v, x0->wire, &v));
-  first = pack ? pack : v.node != ins[0].node ? v.node : NULL;
+  first = pack ? pack : v.node != m0->data_in[0]->src ? v.node : NULL;
   rf__attr_value t = rf__attr_type_value(x0->wire);
   rf__attr_value red = rf__attr_string_ref(x0->reduction);
   rf__attr_value nd = rf__attr_int(x0->n);
