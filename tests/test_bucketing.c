@@ -23,6 +23,8 @@
 #define MAXF (MAXC * NDEV)
 
 static uint64_t rng;
+/* "cpu", or "gpu" for the GPU variant of the random graphs */
+static const char *dev_type = "cpu";
 
 static int setup(void **state) {
   (void)state;
@@ -34,6 +36,7 @@ static rf_session_options options(int64_t bucket_bytes) {
   rf_session_options o;
   rf_session_options_init(&o);
   o.num_cpu_devices = NDEV;
+  if (strcmp(dev_type, "gpu") == 0) o.num_gpu_devices = NDEV;
   o.num_threads = 2;
   o.collective_timeout_ms = 30000; /* a fusing mistake would hang */
   o.collective_bucket_bytes = bucket_bytes;
@@ -56,7 +59,7 @@ static void case_free(case_graph *c) {
 
 static rf_output feed(case_graph *c, rf_dtype t, rf_shape s, int d) {
   char dev[16];
-  snprintf(dev, sizeof dev, "cpu:%d", d);
+  snprintf(dev, sizeof dev, "%s:%d", dev_type, d);
   assert_ok(rf_graph_push_device(c->g, dev));
   rf_output x = rf_placeholder(c->g, NULL, t, s);
   rf_graph_pop_device(c->g);
@@ -73,7 +76,7 @@ static rf_output feed(case_graph *c, rf_dtype t, rf_shape s, int d) {
 /* a + b on device d. */
 static rf_output add_on(case_graph *c, int d, rf_output a, rf_output b) {
   char dev[16];
-  snprintf(dev, sizeof dev, "cpu:%d", d);
+  snprintf(dev, sizeof dev, "%s:%d", dev_type, d);
   assert_ok(rf_graph_push_device(c->g, dev));
   rf_output y = rf_add(c->g, NULL, a, b);
   rf_graph_pop_device(c->g);
@@ -211,6 +214,29 @@ static void test_random_graphs_fused_match_unfused_bitwise(void **state) {
     }
   }
   assert_true(fused_somewhere > 0); /* the test exercised fusion */
+}
+
+/* The same on 4 virtual GPU devices (one GPU): _BucketPack's copies on the
+ * devices' streams, the CUDA-kernel collectives, views of device memory. */
+static void test_random_graphs_on_gpus(void **state) {
+  rf_test_need_gpu();
+  dev_type = "gpu";
+  for (size_t ti = 0; ti < sizeof dtypes / sizeof *dtypes; ti++) {
+    case_graph c;
+    int K = random_case(&c, dtypes[ti]);
+    rf_session_options off = options(0), on = options(1 << 20);
+    rf_tensor *a[MAXF], *b[MAXF];
+    run(&c, &off, a);
+    run(&c, &on, b);
+    char what[96];
+    snprintf(what, sizeof what, "GPU, %s, %d collectives, %d after fusing",
+             rf_dtype_name(dtypes[ti]), K, count_all_reduces(c.g, &on));
+    assert_same_bits(a, b, c.nfetches, what);
+    release_all(a, c.nfetches);
+    release_all(b, c.nfetches);
+    case_free(&c);
+  }
+  dev_type = "cpu";
 }
 
 /* ---- the rewrite: how many collectives are left ---- */
@@ -439,7 +465,7 @@ static void test_comm_dtype_equals_casts_by_hand(void **state) {
     run(&h, &off, want);
     for (int bucket = 0; bucket < 2; bucket++) {
       rf_session_options o = options(bucket ? 1 << 20 : 0);
-      o.collective_comm_dtype = wires[wi];
+      o.collective_comm_dtype = rf_dtype_name(wires[wi]);
       assert_int_equal(count_all_reduces(c.g, &o), bucket ? 1 : 3);
       run(&c, &o, got);
       assert_same_bits(want, got, n, "comm dtype");
@@ -450,7 +476,7 @@ static void test_comm_dtype_equals_casts_by_hand(void **state) {
     for (int d = 0; d < NDEV; d++)
       assert_ok(rf_all_reduce_set_comm_dtype(c.fetches[d].node, RF_FLOAT32));
     rf_session_options o = options(0);
-    o.collective_comm_dtype = wires[wi];
+    o.collective_comm_dtype = rf_dtype_name(wires[wi]);
     run(&c, &o, got);
     assert_same_bits(exact, got, NDEV, "comm_dtype float32 attr");
     assert_same_bits(want + NDEV, got + NDEV, n - NDEV, "the others narrow");
@@ -486,11 +512,11 @@ static void test_comm_dtype_errors(void **state) {
   assert_ok(rf_node_attr_string(z.node, "comm_dtype", &v));
   assert_string_equal(v, "float32");
   rf_session_options o = options(0);
-  o.collective_comm_dtype = RF_INT32;
+  o.collective_comm_dtype = "int32";
   rf_session *s = NULL;
   assert_status(rf_session_new(g, &o, &s), RF_INVALID_ARGUMENT,
-                "collective_comm_dtype must be RF_FLOAT32, RF_BFLOAT16 or "
-                "RF_FLOAT16, got int32");
+                "collective_comm_dtype must be NULL, \"float32\", "
+                "\"bfloat16\" or \"float16\", got \"int32\"");
   o = options(-1);
   assert_status(rf_session_new(g, &o, &s), RF_INVALID_ARGUMENT,
                 "collective_bucket_bytes must be >= 0, got -1");
@@ -535,7 +561,7 @@ static void test_log_says_which_copies_happen(void **state) {
   rf_tensor *out[3 * NDEV];
   run(&c, &o, out);
   release_all(out, 3 * NDEV);
-  o.collective_comm_dtype = RF_BFLOAT16;
+  o.collective_comm_dtype = "bfloat16";
   run(&c, &o, out);
   release_all(out, 3 * NDEV);
   assert_ok(rf_set_log_callback(RF_LOG_ERROR, NULL, NULL));
@@ -553,6 +579,7 @@ static void test_log_says_which_copies_happen(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_random_graphs_fused_match_unfused_bitwise),
+      cmocka_unit_test(test_random_graphs_on_gpus),
       cmocka_unit_test(test_collectives_left_match_the_bucket_size),
       cmocka_unit_test(test_dependent_collectives_never_fuse),
       cmocka_unit_test(test_path_through_another_collective_keeps_apart),

@@ -49,7 +49,7 @@ int cmd_lower(int argc, char **argv) {
   int64_t bucket_bytes = RF_DEFAULT_BUCKET_BYTES;
   int comm = 0;
   static const char *const comm_choices[] = {"fp32", "bf16", "fp16", NULL};
-  static const rf_dtype comm_dtypes[] = {RF_FLOAT32, RF_BFLOAT16, RF_FLOAT16};
+  static const char *const comm_dtypes[] = {"float32", "bfloat16", "float16"};
   tool_devices devices;
   char why[64];
   tool_devices_parse("8", &devices, why, sizeof why);

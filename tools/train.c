@@ -453,7 +453,7 @@ static const char *const sync_choices[] = {
     NULL};
 static const char *const schedule_choices[] = {"cosine", "constant", NULL};
 static const char *const comm_choices[] = {"fp32", "bf16", "fp16", NULL};
-static const rf_dtype comm_dtypes[] = {RF_FLOAT32, RF_BFLOAT16, RF_FLOAT16};
+static const char *const comm_dtypes[] = {"float32", "bfloat16", "float16"};
 
 /* 0: parsed; otherwise the command's exit code (TOOL_HELP_SHOWN: 0). */
 static int parse_options(int argc, char **argv, options *o) {

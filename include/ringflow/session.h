@@ -97,13 +97,14 @@ typedef struct rf_session_options {
    * RF_DEFAULT_BUCKET_BYTES; < 0: INVALID_ARGUMENT. Sessions of several
    * processes do not fuse. */
   int64_t collective_bucket_bytes;
-  /* Wire dtype of float32 all-reduces: RF_FLOAT32 (default: none),
-   * RF_BFLOAT16 or RF_FLOAT16 - each participant casts its input to it and
-   * the result back to float32 (rounding errors: docs/PERFORMANCE.md). An
-   * AllReduce's own comm_dtype attr ("auto", "float32", "bfloat16",
-   * "float16"; rf_all_reduce_set_comm_dtype) overrides it. Other dtypes:
-   * INVALID_ARGUMENT. */
-  rf_dtype collective_comm_dtype;
+  /* Wire dtype of float32 all-reduces, by name: NULL (default) or
+   * "float32": none; "bfloat16" or "float16": each participant casts its
+   * input to it and the result back to float32 (accuracy:
+   * docs/PERFORMANCE.md). A name, so that options left zero never narrow.
+   * An AllReduce's own comm_dtype attr ("auto", "float32", "bfloat16",
+   * "float16"; rf_all_reduce_set_comm_dtype) overrides it. Any other
+   * string: INVALID_ARGUMENT. Need not outlive rf_session_new. */
+  const char *collective_comm_dtype;
 } rf_session_options;
 
 /* collective_bucket_bytes after rf_session_options_init: 4 KiB. On CPU

@@ -30,7 +30,6 @@ void rf_session_options_init(rf_session_options *o) {
   o->collective_timeout_ms = 300000;
   o->gpu_sync_on_finish = 1;
   o->collective_bucket_bytes = RF_DEFAULT_BUCKET_BYTES;
-  o->collective_comm_dtype = RF_FLOAT32;
 }
 
 static rf_status *check_options(const rf_session_options *o) {
@@ -55,13 +54,14 @@ static rf_status *check_options(const rf_session_options *o) {
     return rf__invalid(
         "session options: collective_bucket_bytes must be >= 0, got %lld",
         (long long)o->collective_bucket_bytes);
-  if (o->collective_comm_dtype != RF_FLOAT32 &&
-      o->collective_comm_dtype != RF_BFLOAT16 &&
-      o->collective_comm_dtype != RF_FLOAT16)
+  rf_dtype comm = o->collective_comm_dtype
+                      ? rf_dtype_from_name(o->collective_comm_dtype)
+                      : RF_FLOAT32;
+  if (comm != RF_FLOAT32 && comm != RF_BFLOAT16 && comm != RF_FLOAT16)
     return rf__invalid(
-        "session options: collective_comm_dtype must be RF_FLOAT32, "
-        "RF_BFLOAT16 or RF_FLOAT16, got %s (%d)",
-        rf_dtype_name(o->collective_comm_dtype), (int)o->collective_comm_dtype);
+        "session options: collective_comm_dtype must be NULL, \"float32\", "
+        "\"bfloat16\" or \"float16\", got \"%s\"",
+        o->collective_comm_dtype);
   if (o->job < RF_JOB_AUTO || o->job > RF_JOB_MPI)
     return rf__invalid(
         "session options: job must be RF_JOB_AUTO, RF_JOB_SINGLE or "
@@ -202,6 +202,11 @@ rf_status *rf_session_new(const rf_graph *g, const rf_session_options *opts,
   rf_session *s = rf__calloc(1, sizeof *s);
   RF_CHECK_ALLOC(s);
   s->opts = *opts;
+  /* checked above: one of three names, kept as the library's own string */
+  s->opts.collective_comm_dtype =
+      opts->collective_comm_dtype
+          ? rf_dtype_name(rf_dtype_from_name(opts->collective_comm_dtype))
+          : NULL;
   if (opts->dump_graph_dir) {
     s->opts.dump_graph_dir = s->dump_graph_dir =
         rf__strdup(opts->dump_graph_dir);
