@@ -488,6 +488,22 @@ static void test_comm_dtype_equals_casts_by_hand(void **state) {
   }
 }
 
+/* Participants that disagree on comm_dtype: the collective stays float32
+ * (exact), rather than meeting with two dtypes. */
+static void test_disagreeing_comm_dtype_stays_float32(void **state) {
+  case_graph c;
+  independent_case(&c, 2, 300, RF_REDUCE_SUM);
+  rf_tensor *exact[2 * NDEV], *got[2 * NDEV];
+  rf_session_options o = options(1 << 20);
+  run(&c, &o, exact);
+  assert_ok(rf_all_reduce_set_comm_dtype(c.fetches[1].node, RF_BFLOAT16));
+  run(&c, &o, got);
+  assert_same_bits(exact, got, 2 * NDEV, "disagreeing comm_dtype");
+  release_all(exact, 2 * NDEV);
+  release_all(got, 2 * NDEV);
+  case_free(&c);
+}
+
 static void test_comm_dtype_errors(void **state) {
   rf_graph *g = rf_graph_new();
   assert_ok(rf_graph_push_device(g, "cpu:0"));
@@ -586,6 +602,7 @@ int main(void) {
       cmocka_unit_test(test_only_alike_collectives_fuse),
       cmocka_unit_test(test_gradients_of_fused_collectives),
       cmocka_unit_test(test_comm_dtype_equals_casts_by_hand),
+      cmocka_unit_test(test_disagreeing_comm_dtype_stays_float32),
       cmocka_unit_test(test_comm_dtype_errors),
       cmocka_unit_test(test_log_says_which_copies_happen),
   };
