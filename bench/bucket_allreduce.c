@@ -11,7 +11,11 @@
  * are Consts, so a step is the collectives (and packing) alone.
  *
  *   bench_bucket_allreduce [devices=4] [min=4096] [max=65536] [steps=50]
- *                          [rounds=5] [bucket=4194304] */
+ *                          [rounds=5] [bucket=RF_DEFAULT_BUCKET_BYTES]
+ *                          [type=cpu|gpu]
+ *
+ * type gpu: virtual GPU devices gpu:0..devices-1 (on the physical GPUs in
+ * turn; one GPU: the CUDA-kernel collectives). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +27,8 @@
 
 #define MAXK 256
 #define MAXD 8
+
+static const char *dev_type = "cpu";
 
 static void check(rf_status *st, const char *what) {
   if (!st) return;
@@ -54,7 +60,7 @@ static void build(setup *x, int devices, const int64_t *counts, int n,
     rf_output in[MAXD], out[MAXD];
     for (int d = 0; d < devices; d++) {
       char dev[16];
-      snprintf(dev, sizeof dev, "cpu:%d", d);
+      snprintf(dev, sizeof dev, "%s:%d", dev_type, d);
       check(rf_graph_push_device(x->g, dev), "device");
       rf_shape s = rf_shape_of(1, counts[k]);
       rf_tensor *t;
@@ -74,7 +80,10 @@ static void build(setup *x, int devices, const int64_t *counts, int n,
   check(rf_graph_status(x->g), "graph");
   rf_session_options o;
   rf_session_options_init(&o);
-  o.num_cpu_devices = devices;
+  if (strcmp(dev_type, "gpu") == 0)
+    o.num_gpu_devices = devices;
+  else
+    o.num_cpu_devices = devices;
   o.collective_bucket_bytes = bucket;
   check(rf_session_new(x->g, &o, &x->s), "session");
 }
@@ -97,18 +106,20 @@ int main(int argc, char **argv) {
   int steps = argc > 4 ? atoi(argv[4]) : 50;
   int rounds = argc > 5 ? atoi(argv[5]) : 5;
   int64_t bucket = argc > 6 ? atoll(argv[6]) : RF_DEFAULT_BUCKET_BYTES;
+  if (argc > 7) dev_type = argv[7];
   if (devices < 1 || devices > MAXD || lo < 4 || hi < lo || steps < 1 ||
-      rounds < 1 || bucket < 0) {
+      rounds < 1 || bucket < 0 ||
+      (strcmp(dev_type, "cpu") != 0 && strcmp(dev_type, "gpu") != 0)) {
     fprintf(stderr,
             "usage: %s [devices] [min] [max] [steps] [rounds] "
-            "[bucket]\n",
+            "[bucket] [cpu|gpu]\n",
             argv[0]);
     return 2;
   }
   printf(
-      "# %d CPU devices, float32 tensors of %.0f..%.0f bytes, bucket %lld "
+      "# %d %s devices, float32 tensors of %.0f..%.0f bytes, bucket %lld "
       "bytes, best of %d rounds of %d steps, us per step\n",
-      devices, lo, hi, (long long)bucket, rounds, steps);
+      devices, dev_type, lo, hi, (long long)bucket, rounds, steps);
   printf("%5s %10s %9s %9s %9s %10s %12s %9s\n", "K", "bytes", "unfused",
          "fused", "one", "fused/one", "unfused/fus", "saved/us");
   static const int ks[] = {16, 64, 256};
