@@ -178,10 +178,11 @@ RF_API rf_status *rf_session_sync(rf_session *s);
  * runs are not traced. The path is copied. */
 RF_API rf_status *rf_session_trace_next_run(rf_session *s, const char *path);
 
-/* Runs placement and the PRE/POST_PLACEMENT passes (collective lowering
- * among them) on a copy of g for a session with `opts`, without pruning, and
- * returns the copy: every node's device is then its assigned device. For
- * looking at what a session would run (`ringflow lower`). */
+/* Runs placement and the PRE/POST_PLACEMENT passes (bucketing by
+ * opts->collective_bucket_bytes and collective lowering among them) on a copy
+ * of g for a session with `opts`, without pruning, and returns the copy: every
+ * node's device is then its assigned device. For looking at what a session
+ * would run (`ringflow lower`). */
 RF_API rf_status *rf_graph_lower(const rf_graph *g,
                                  const rf_session_options *opts,
                                  rf_graph **out);
