@@ -524,8 +524,9 @@ static int parse_options(int argc, char **argv, options *o) {
                "session's 4 KiB)",
                0, 1 << 20),
       TOOL_CHOICE("comm-dtype", &o->comm_dtype, "T",
-                  "the dtype gradients travel in: fp32 (default), or bf16 "
-                  "or fp16, cast back to fp32 after the all-reduce",
+                  "the dtype gradients travel in with --sync allreduce: fp32 "
+                  "(default), or bf16 or fp16, cast back to fp32 after the "
+                  "all-reduce",
                   comm_choices),
   };
   const tool_cmd cmd = {
