@@ -41,6 +41,7 @@ typedef struct options {
   sync_mode sync;
   bool check, quiet, constant_lr, bench, allow_nonfinite;
   const char *data_dir, *save, *load, *graph_dir, *trace;
+  int bucket_mb, comm_dtype; /* -1: the library's default; comm_choices */
 } options;
 
 static void dataset_free(dataset *d) {
@@ -455,6 +456,8 @@ static const char *const sync_choices[] = {
     [SYNC_SHARDED] = "sharded",
     NULL};
 static const char *const schedule_choices[] = {"cosine", "constant", NULL};
+static const char *const comm_choices[] = {"fp32", "bf16", "fp16", NULL};
+static const char *const comm_dtypes[] = {"float32", "bfloat16", "float16"};
 
 /* 0: parsed; otherwise the command's exit code (TOOL_HELP_SHOWN: 0). */
 static int parse_options(int argc, char **argv, options *o) {
@@ -464,7 +467,8 @@ static int parse_options(int argc, char **argv, options *o) {
                  .lr = 1e-3,
                  .seed = 1,
                  .sync = SYNC_ALLREDUCE,
-                 .warmup = 10};
+                 .warmup = 10,
+                 .bucket_mb = -1};
   char why[64];
   tool_devices_parse("cpu:0-3", &o->devices, why, sizeof why);
   int sync = SYNC_ALLREDUCE, schedule = 0;
@@ -527,6 +531,16 @@ static int parse_options(int argc, char **argv, options *o) {
                 "keep training after a NaN or infinite loss (default: stop "
                 "with an error naming the step)"),
       TOOL_FLAG("quiet", &o->quiet, "no progress output"),
+      TOOL_INT("bucket-mb", &o->bucket_mb, "N",
+               "fuse independent gradient all-reduces into buckets of up to "
+               "N MiB (0: one all-reduce per gradient; default: the "
+               "session's 4 KiB)",
+               0, 1 << 20),
+      TOOL_CHOICE("comm-dtype", &o->comm_dtype, "T",
+                  "the dtype gradients travel in with --sync allreduce: fp32 "
+                  "(default), or bf16 or fp16, cast back to fp32 after the "
+                  "all-reduce",
+                  comm_choices),
   };
   const tool_cmd cmd = {
       "train",
@@ -657,6 +671,9 @@ int cmd_train(int argc, char **argv) {
   rf_session_options_init(&sopts);
   rf_session_options_init(&one_opts);
   tool_devices_session(&o.devices, &sopts);
+  if (o.bucket_mb >= 0)
+    sopts.collective_bucket_bytes = (int64_t)o.bucket_mb << 20;
+  sopts.collective_comm_dtype = comm_dtypes[o.comm_dtype];
   train_job job;
   if ((rc = train_job_init(&job, &o.devices, &cfg))) return rc;
   bool lead = job.task == 0; /* prints, writes, checks */

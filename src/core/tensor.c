@@ -137,14 +137,31 @@ rf_status *rf__tensor_new_view(rf_tensor *t, const rf_shape *shape,
       rf_shape_num_elements(shape) != t->num_elements)
     return rf__invalid("rf__tensor_new_view: shape does not hold %lld elements",
                        (long long)t->num_elements);
+  return rf__tensor_new_slice(t, 0, shape, out);
+}
+
+rf_status *rf__tensor_new_slice(rf_tensor *t, int64_t offset,
+                                const rf_shape *shape, rf_tensor **out) {
+  if (!t || !shape || !out)
+    return rf__invalid("rf__tensor_new_slice: NULL argument");
+  int64_t n =
+      rf_shape_is_fully_defined(shape) ? rf_shape_num_elements(shape) : -1;
+  size_t esize = rf_dtype_size(t->dtype);
+  if (n < 0 || offset < 0 || offset > t->num_elements ||
+      n > t->num_elements - offset ||
+      ((size_t)offset * esize) % RF_TENSOR_ALIGNMENT != 0)
+    return rf__invalid(
+        "rf__tensor_new_slice: %lld elements at offset %lld do not fit an "
+        "aligned slice of %lld",
+        (long long)n, (long long)offset, (long long)t->num_elements);
   rf_tensor *v = rf__malloc(sizeof *v);
   RF_CHECK_ALLOC(v);
   atomic_init(&v->refs, 1);
   v->dtype = t->dtype;
   v->shape = *shape;
-  v->num_elements = t->num_elements;
-  v->nbytes = t->nbytes;
-  v->data = t->data;
+  v->num_elements = n;
+  v->nbytes = (size_t)n * esize;
+  v->data = (char *)t->data + (size_t)offset * esize;
   v->allocator = t->allocator;
   /* Views of views point at the owner, so chains stay one link long. */
   v->on_gpu = t->on_gpu;

@@ -57,6 +57,14 @@ static inline int rf__tensor_is_sole_owner(const rf_tensor *t) {
 rf_status *rf__tensor_new_view(rf_tensor *t, const rf_shape *shape,
                                rf_tensor **out);
 
+/* A view of `shape` on t's elements [offset, offset + its count): no copy,
+ * t (or its base) retained (a bucket's unpacked results,
+ * passes/bucket_collectives.c). The slice must lie inside t and start on an
+ * RF_TENSOR_ALIGNMENT boundary, so views keep the alignment every buffer
+ * has; otherwise INVALID_ARGUMENT and *out untouched. */
+rf_status *rf__tensor_new_slice(rf_tensor *t, int64_t offset,
+                                const rf_shape *shape, rf_tensor **out);
+
 /* rf_tensor_new for a device tensor: the buffer comes from `allocator` (a
  * GPU device's caching allocator, device/gpu/gpu.h) and the tensor is
  * marked on_gpu. Same errors as rf_tensor_new; *out untouched on error. */

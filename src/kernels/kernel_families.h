@@ -13,6 +13,11 @@ rf_status *rf__register_cpu_nn_kernels(void);
 rf_status *rf__register_cpu_reduction_kernels(void);
 rf_status *rf__register_cpu_runtime_kernels(void);
 rf_status *rf__register_cpu_collective_kernels(void);
+/* _BucketPack/_BucketUnpack, CPU and GPU (kernels/cpu/bucket_kernels.c). */
+rf_status *rf__register_cpu_bucket_kernels(void);
+#ifdef RF_HAVE_CUDA
+rf_status *rf__register_gpu_bucket_kernels(void);
+#endif
 
 /* conv family: src/kernels/cpu/{conv,pool}.c */
 rf_status *rf__register_cpu_conv_kernels(void);

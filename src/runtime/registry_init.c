@@ -20,7 +20,9 @@ static const rf__init_fn families[] = {
     /* conv */
     rf__register_cpu_conv_kernels,
     rf__register_cpu_pool_kernels,
+    rf__register_cpu_bucket_kernels,
 #ifdef RF_HAVE_CUDA
+    rf__register_gpu_bucket_kernels,
     rf__register_gpu_runtime_kernels,
     rf__register_gpu_collective_kernels,
     rf__register_gpu_array_kernels,
