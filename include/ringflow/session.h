@@ -35,8 +35,8 @@ extern "C" {
 typedef struct rf_session_options {
   int num_cpu_devices; /* virtual CPU devices cpu:0..N-1; default 1, max 64 */
   int num_threads;     /* worker threads shared by all devices; 0: one a core */
-  const char *default_device;    /* for nodes with no device and no placed
-                                    input; default "cpu:0" */
+  const char *default_device; /* for nodes with no device and no placed
+                                 input; default "cpu:0" */
   /* How long a collective waits for its participants (default 300000, 5
    * minutes): a device that never comes, and in a job a process that died
    * or stopped, fails the step with DEADLINE_EXCEEDED naming it within
