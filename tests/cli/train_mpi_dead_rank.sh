@@ -13,7 +13,8 @@ if ! command -v mpirun >/dev/null 2>&1; then
   exit 0
 fi
 timeout_s=4
-bound_s=$((timeout_s + 8)) # the timeout, 2 s grace, 3 s exit wait, slack
+bound_s=$((timeout_s + 12)) # the timeout, 2 s grace, 3 s exit wait; slack for
+                             # sanitizer builds on a loaded machine
 np=3
 work=$(mktemp -d)
 trap 'kill -9 $(cat "$work"/pid.* 2>/dev/null) 2>/dev/null || true; rm -rf "$work"' EXIT
