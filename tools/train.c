@@ -36,7 +36,7 @@ typedef struct dataset {
 typedef struct options {
   tool_devices devices;
   int epochs, batch, max_steps, warmup, save_every;
-  double lr;
+  double lr, collective_timeout; /* seconds */
   uint64_t seed;
   sync_mode sync;
   bool check, quiet, constant_lr, bench, allow_nonfinite;
@@ -465,6 +465,7 @@ static int parse_options(int argc, char **argv, options *o) {
                  .epochs = 5,
                  .batch = 128,
                  .lr = 1e-3,
+                 .collective_timeout = 60,
                  .seed = 1,
                  .sync = SYNC_ALLREDUCE,
                  .warmup = 10,
@@ -501,6 +502,12 @@ static int parse_options(int argc, char **argv, options *o) {
                "stop after N steps (default: all of --epochs; with --bench, "
                "100)",
                1, 1 << 30, .given = &steps_given),
+      TOOL_REAL("collective-timeout", &o->collective_timeout, "SECONDS",
+                "how long a collective waits for its participants (in other "
+                "processes too) before the run fails naming who is missing; "
+                "a process of the job that died or stopped is reported within "
+                "it (default 60)",
+                0, 86400),
       TOOL_FLAG("check", &o->check,
                 "also train on one device and report the largest "
                 "differences"),
@@ -674,6 +681,9 @@ int cmd_train(int argc, char **argv) {
   if (o.bucket_mb >= 0)
     sopts.collective_bucket_bytes = (int64_t)o.bucket_mb << 20;
   sopts.collective_comm_dtype = comm_dtypes[o.comm_dtype];
+  sopts.collective_timeout_ms = llround(o.collective_timeout * 1000);
+  if (sopts.collective_timeout_ms < 1) sopts.collective_timeout_ms = 1;
+  one_opts.collective_timeout_ms = sopts.collective_timeout_ms;
   train_job job;
   if ((rc = train_job_init(&job, &o.devices, &cfg))) return rc;
   bool lead = job.task == 0; /* prints, writes, checks */
@@ -791,10 +801,14 @@ int cmd_train(int argc, char **argv) {
         worst_loss_diff, diff);
   }
 out:
+  /* The error first: after a process of the job died, freeing the session
+   * may take a moment (or, for a program's own MPI_Finalize, forever). */
+  fflush(stdout);
+  if (st) rc = tool_report(st);
   trainer_free(&ref);
   trainer_free(&t);
   free(idx);
   dataset_free(&train);
   dataset_free(&test);
-  return st ? tool_report(st) : rc;
+  return rc;
 }

@@ -35,9 +35,13 @@ extern "C" {
 typedef struct rf_session_options {
   int num_cpu_devices; /* virtual CPU devices cpu:0..N-1; default 1, max 64 */
   int num_threads;     /* worker threads shared by all devices; 0: one a core */
-  const char *default_device;    /* for nodes with no device and no placed
-                                    input; default "cpu:0" */
-  int64_t collective_timeout_ms; /* default 300000 (5 minutes) */
+  const char *default_device; /* for nodes with no device and no placed
+                                 input; default "cpu:0" */
+  /* How long a collective waits for its participants (default 300000, 5
+   * minutes): a device that never comes, and in a job a process that died
+   * or stopped, fails the step with DEADLINE_EXCEEDED naming it within
+   * this (plus 2 s when the job's task 0 is the one gone). */
+  int64_t collective_timeout_ms;
   /* GPU devices gpu:0..N-1 (default 0, max 64), listed after the CPU
    * devices. gpu:i runs on physical GPU i % (number of GPUs), each with its
    * own stream, so N may exceed the number of GPUs: gpu:0..7 on one GPU are
@@ -197,6 +201,19 @@ RF_API void rf_session_task(const rf_session *s, int *task, int *num_tasks);
  * its rank and size; otherwise, and in builds without MPI, 0 of 1. Errors
  * (FAILED_PRECONDITION) only when MPI cannot be initialised. */
 RF_API rf_status *rf_job_tasks(int *task, int *num_tasks);
+
+/* Ending a job after a process died. The library never exits or aborts
+ * the process. When ringflow initialised MPI (the program had not), it
+ * finalises MPI at exit only once every process of MPI_COMM_WORLD has
+ * reached its own exit (a barrier, since MPI_Finalize waits for every
+ * process and would hang on a dead one); after a collective across
+ * processes failed with DEADLINE_EXCEEDED (and none over every task has
+ * completed since) it waits at most 3 s for that, then leaves MPI
+ * unfinalised and lets the process exit with the program's own status. A
+ * program that initialised MPI itself finalises it itself: after such a
+ * DEADLINE_EXCEEDED it should call MPI_Abort, or exit without
+ * MPI_Finalize, instead. rf_session_free does not wait for a process that a
+ * timed-out collective of the session was waiting for. */
 
 /* Frees the session; no run may be in progress. GPU work of pipelined
  * steps (gpu_sync_on_finish 0) is waited for first, and an error it left
