@@ -38,6 +38,9 @@ typedef struct fs_plan {
    * first failures, which would read as leaks. A first pass, transient,
    * every k up to first_n, checks codes but not leaks. */
   bool warm_up;
+  /* Called clean before each attempt, before live allocations are counted,
+   * and again before they are counted after it (NULL: nothing). */
+  void (*prepare)(void *arg);
 } fs_plan;
 
 typedef struct fs_result {
@@ -54,6 +57,7 @@ static inline void fs_arm(fs_mode mode, int64_t k) {
 static inline fs_result fs_sweep(const fs_plan *p, fs_mode mode) {
   fs_result r = {0, 0, 0};
   /* the allocations of a clean attempt set the stride */
+  if (p->prepare) p->prepare(p->arg);
   int64_t c0 = rf_debug_allocation_count();
   rf_status *st = p->attempt(p->arg);
   if (st && (p->also_ok == RF_OK || rf_status_code(st) != p->also_ok))
@@ -67,6 +71,7 @@ static inline fs_result fs_sweep(const fs_plan *p, fs_mode mode) {
     stride = (total - p->first_n) / p->max_attempts + 1;
   bool verbose = getenv("RF_TEST_VERBOSE") != NULL;
   for (int64_t k = 1; p->warm_up && k <= p->first_n; k++) {
+    if (p->prepare) p->prepare(p->arg);
     rf_debug_fail_allocation_once(k);
     st = p->attempt(p->arg);
     rf_debug_fail_allocation_after(0);
@@ -80,6 +85,7 @@ static inline fs_result fs_sweep(const fs_plan *p, fs_mode mode) {
   const char *only = getenv("RF_TEST_K");
   int64_t k0 = only ? atoll(only) : 1;
   for (int64_t k = k0;; k += k < p->first_n ? 1 : stride) {
+    if (p->prepare) p->prepare(p->arg);
     rf_default_allocator_trim();
     int64_t live = rf_debug_live_allocations();
     int64_t count = rf_debug_allocation_count();
@@ -95,6 +101,9 @@ static inline fs_result fs_sweep(const fs_plan *p, fs_mode mode) {
     char msg[512];
     snprintf(msg, sizeof msg, "%s", st ? rf_status_message(st) : "ok");
     rf_status_free(st);
+    /* the same state as when live was counted (variables hold as many
+     * tensors) */
+    if (p->prepare) p->prepare(p->arg);
     rf_default_allocator_trim();
     int64_t leaked = rf_debug_live_allocations() - live;
     if (p->check_leaks && leaked)

@@ -90,8 +90,12 @@ static void test_all_reduce_graph(void **state) {
   c.xv = rf_test_random_tensor(&rng, RF_FLOAT64, rf_shape_of(2, 2, 3), -1, 1);
   c.wv = rf_test_random_tensor(&rng, RF_FLOAT64, rf_shape_of(2, 3, 3), -1, 1);
   assert_ok(ar_attempt_result(&c, &c.want)); /* warm-up: registries filled */
-  fs_plan p = {
-      "all-reduce graph", ar_attempt, &c, 400, 300, RF_OK, true, false};
+  fs_plan p = {.what = "all-reduce graph",
+               .attempt = ar_attempt,
+               .arg = &c,
+               .first_n = 400,
+               .max_attempts = 300,
+               .check_leaks = true};
   fs_result r = fs_sweep(&p, FS_AFTER);
   assert_true(r.failures > 100);
   r = fs_sweep(&p, FS_ONCE);
@@ -264,20 +268,23 @@ static void test_gather_scatter_gradients(void **state) {
   gs_case c;
   gs_setup(&c, 11);
   assert_ok(gs_lifecycle(&c)); /* warm-up */
-  fs_plan p = {
-      "gather/scatter session", gs_lifecycle, &c, 300, 250, RF_OK, true, false};
+  fs_plan p = {.what = "gather/scatter session",
+               .attempt = gs_lifecycle,
+               .arg = &c,
+               .first_n = 300,
+               .max_attempts = 250,
+               .check_leaks = true};
   assert_true(fs_sweep(&p, FS_AFTER).failures > 100);
   assert_true(fs_sweep(&p, FS_ONCE).failures > 100);
   /* the runs of one session, several in a row: a failed one, then one that
    * must succeed (the plan is compiled: the step's own allocations fail) */
-  fs_plan q = {"gather/scatter runs",
-               gs_run_then_again,
-               &c,
-               200,
-               200,
-               RF_OK,
-               true,
-               true};
+  fs_plan q = {.what = "gather/scatter runs",
+               .attempt = gs_run_then_again,
+               .arg = &c,
+               .first_n = 200,
+               .max_attempts = 200,
+               .check_leaks = true,
+               .warm_up = true};
   assert_true(fs_sweep(&q, FS_AFTER).failures > 20);
   assert_true(fs_sweep(&q, FS_ONCE).failures > 20);
   gs_teardown(&c);
@@ -331,14 +338,13 @@ static void test_concurrent_runs(void **state) {
   concurrent_case cc = {.c = &c};
   pthread_barrier_init(&cc.go, NULL, 2);
   assert_ok(concurrent_attempt(&cc)); /* warm-up */
-  fs_plan p = {"two concurrent runs",
-               concurrent_attempt,
-               &cc,
-               100,
-               150,
-               RF_OK,
-               true,
-               true};
+  fs_plan p = {.what = "two concurrent runs",
+               .attempt = concurrent_attempt,
+               .arg = &cc,
+               .first_n = 100,
+               .max_attempts = 150,
+               .check_leaks = true,
+               .warm_up = true};
   assert_true(fs_sweep(&p, FS_AFTER).failures > 20);
   assert_true(fs_sweep(&p, FS_ONCE).failures > 20);
   pthread_barrier_destroy(&cc.go);
@@ -477,18 +483,23 @@ static void test_collective_timeout(void **state) {
   wd_good_run(&c, c.s);
   rf_status_free(wd_late_run(&c, c.s)); /* warm-up: plans compiled */
   /* an attempt that gets to the step waits for the timeout */
-  fs_plan p = {"collective timeout, whole session",
-               wd_lifecycle,
-               &c,
-               100,
-               200,
-               RF_DEADLINE_EXCEEDED,
-               true,
-               false};
+  fs_plan p = {.what = "collective timeout, whole session",
+               .attempt = wd_lifecycle,
+               .arg = &c,
+               .first_n = 100,
+               .max_attempts = 200,
+               .also_ok = RF_DEADLINE_EXCEEDED,
+               .check_leaks = true};
   fs_sweep(&p, FS_AFTER);
   fs_sweep(&p, FS_ONCE);
-  fs_plan q = {"collective timeout, runs", wd_runs, &c,  100, 100,
-               RF_DEADLINE_EXCEEDED,       true,    true};
+  fs_plan q = {.what = "collective timeout, runs",
+               .attempt = wd_runs,
+               .arg = &c,
+               .first_n = 100,
+               .max_attempts = 100,
+               .also_ok = RF_DEADLINE_EXCEEDED,
+               .check_leaks = true,
+               .warm_up = true};
   assert_true(fs_sweep(&q, FS_AFTER).failures > 5);
   assert_true(fs_sweep(&q, FS_ONCE).failures > 5);
   rf_session_free(c.s);
