@@ -9,7 +9,10 @@
  *  - a collective that times out (the watchdog's error path).
  * Each attempt must end in RESOURCE_EXHAUSTED (or succeed with the right
  * values, or the timeout's DEADLINE_EXCEEDED), never crash or hang, and leak
- * nothing; after a failed run the same session must run correctly. */
+ * nothing; after a failed run the same session must run correctly.
+ * Run time: every k up to a bound (100 to 400), then a stride that keeps
+ * each sweep to a few hundred attempts (2 cores, ASan and TSan in CI);
+ * RF_TEST_FULL_SWEEP=1 takes every k (about 10 s here without sanitizers). */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -6,7 +6,7 @@
  * device applies ApplyAdam to its replica; an Assign counts the steps
  * (steps = steps + 1, on cpu:0). Each step also fetches w_0 as it read it.
  *
- * What the library guarantees (docs/ERRORS.md, include/ringflow/ops.h):
+ * What the library guarantees (include/ringflow/ops.h, docs/ARCHITECTURE.md):
  * each update op (Assign, ApplyGradientDescent, ApplyAdam) is all or
  * nothing - after a failed step every op's variables hold either their
  * values from before the step or the op's complete update, never a mix (an
@@ -14,7 +14,9 @@
  * A failed step may have applied some of its update ops and not others (the
  * replicas may then differ). The tests check exactly that against a float64
  * reference, and that the next clean step is right from whatever state the
- * failure left. */
+ * failure left. Run time: every k of the steps (about 220 allocations);
+ * the session's whole life (about 4700) every k up to 200, then a stride
+ * for about 250 more (RF_TEST_FULL_SWEEP=1: every k). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
