@@ -28,7 +28,12 @@ RF_API rf_node *rf_noop(rf_graph *g, const char *name);
 
 /* A variable: state on its device that lives across the session's steps.
  * Output 0 is a resource handle; read it with rf_read_variable. Reading before
- * the first assign fails with FAILED_PRECONDITION naming the variable. */
+ * the first assign fails with FAILED_PRECONDITION naming the variable.
+ * Updates (rf_assign, rf_apply_gradient_descent, rf_apply_adam) are each all
+ * or nothing: an update op that fails (out of memory, a bad input) leaves
+ * every variable it names as it was, and ApplyAdam's var, m and v change
+ * together. A failed step may have applied some of its update ops and not
+ * others. */
 RF_API rf_output rf_variable(rf_graph *g, const char *name, rf_dtype dtype,
                              rf_shape shape);
 RF_API rf_output rf_read_variable(rf_graph *g, const char *name, rf_output var);

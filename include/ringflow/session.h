@@ -152,7 +152,9 @@ RF_API rf_status *rf_session_new(const rf_graph *g,
  * session was made from, looked up by name), with `feeds` replacing outputs.
  * On success outputs[i] holds a new reference to fetch i's value. On error
  * outputs is untouched and the message names the failing node and device;
- * every device of the step has stopped when this returns. With
+ * every device of the step has stopped when this returns, and the session
+ * can run again (out of memory included: RESOURCE_EXHAUSTED); the step's
+ * variable updates are each applied whole or not at all (see rf_variable). With
  * gpu_sync_on_finish 0 a step that succeeded may still run on the GPUs,
  * and the run may instead return an error of an earlier such step (its
  * own step then does not run; the error is reported once). */

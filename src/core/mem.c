@@ -14,12 +14,18 @@
 
 static _Atomic int64_t alloc_count;
 static _Atomic int64_t live_count;
-static _Atomic int64_t
-    fail_at; /* allocation number that starts failing; 0: off */
+/* The failure setting in one word, so that an allocation sees one setting
+ * whole: (first failing allocation number << 1) | only_that_one; 0: off. */
+static _Atomic int64_t fail_spec;
 
-void rf_debug_fail_allocation_after(int64_t k) {
-  atomic_store(&fail_at, k > 0 ? atomic_load(&alloc_count) + k : 0);
+static void set_failure(int64_t k, int once) {
+  if (k > INT64_MAX / 4) k = INT64_MAX / 4; /* never reached; no overflow */
+  int64_t first = k > 0 ? atomic_load(&alloc_count) + k : 0;
+  atomic_store(&fail_spec, first > 0 ? first * 2 + once : 0);
 }
+
+void rf_debug_fail_allocation_after(int64_t k) { set_failure(k, 0); }
+void rf_debug_fail_allocation_once(int64_t k) { set_failure(k, 1); }
 
 int64_t rf_debug_allocation_count(void) { return atomic_load(&alloc_count); }
 int64_t rf_debug_live_allocations(void) { return atomic_load(&live_count); }
@@ -27,8 +33,10 @@ int64_t rf_debug_live_allocations(void) { return atomic_load(&live_count); }
 static int should_fail(void) {
   int64_t n =
       atomic_fetch_add_explicit(&alloc_count, 1, memory_order_relaxed) + 1;
-  int64_t f = atomic_load_explicit(&fail_at, memory_order_relaxed);
-  return f > 0 && n >= f;
+  int64_t spec = atomic_load_explicit(&fail_spec, memory_order_relaxed);
+  if (!spec) return 0;
+  int64_t first = spec >> 1;
+  return (spec & 1) ? n == first : n >= first;
 }
 
 static void *counted(void *p) {

@@ -97,7 +97,8 @@ typedef struct rf__mpi_set {
 } rf__mpi_set;
 
 /* Parses "/task:0/cpu:0,/task:1/cpu:0" into tasks and counts (rf__malloc'ed
- * arrays, sorted by task). INVALID_ARGUMENT for a name without a task. */
+ * arrays, sorted by task). INVALID_ARGUMENT for a name without a task. On
+ * error *n, *tasks and *counts are untouched. */
 rf_status *rf__mpi_parse_set(const char *devices, int *n, int **tasks,
                              int **counts);
 
@@ -233,9 +234,12 @@ void rf__mpi_job_command(rf__mpi_cmd *c);
 
 /* Sends a message to `to` on j->ctl (copied; completes in the background).
  * Strings may be NULL; name and devices go whole, text is cut at
- * RF_MPI_TEXT_MAX. Without memory nothing is sent (the peer times out). */
-void rf__mpi_send_msg(rf__job *j, int to, const rf__mpi_msg *h,
-                      const char *name, const char *devices, const char *text);
+ * RF_MPI_TEXT_MAX. Returns RF_OK, or why nothing was sent
+ * (RESOURCE_EXHAUSTED: no memory; UNAVAILABLE: MPI_Isend failed): the peer
+ * then times out unless the caller does better. */
+rf_code rf__mpi_send_msg(rf__job *j, int to, const rf__mpi_msg *h,
+                         const char *name, const char *devices,
+                         const char *text);
 /* Receives the next message if one came: 1 with *v filled (valid until the
  * next call), 0 when none came, -1 when one came that is dropped (another
  * session's, malformed, or no memory for it). An MPI error is *err (and 0):

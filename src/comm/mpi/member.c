@@ -237,7 +237,21 @@ void rf__mpi_member_ready(rf__job *j, rf__mpi_op *op) {
   char rep[RF_DEVICE_NAME_MAX + 300];
   snprintf(rep, sizeof rep, "%s (node '%.256s')", s->device->canonical,
            s->node);
-  rf__mpi_send_msg(j, 0, &h, op->name, op->devices, rep);
+  rf_code sent = rf__mpi_send_msg(j, 0, &h, op->name, op->devices, rep);
+  if (sent == RF_OK) return;
+  /* READY unsent: fail here at once (not after waiting for a verdict that
+   * cannot come, as if task 0 had stopped), and tell the job (that needs
+   * memory too: else the others time out waiting for this task). */
+  rf_status *st = rf__error(
+      sent,
+      "collective '%s' (job step %lld): could not send "
+      "this task's READY to task 0 (%s)",
+      op->name, (long long)op->job_step,
+      sent == RF_RESOURCE_EXHAUSTED ? "out of memory" : "MPI_Isend failed");
+  rf__job_coll_failed(j, op->name, op->job_step, st);
+  HASH_DEL(j->ops, op);
+  report(op, st);
+  unref(op);
 }
 
 /* NULL also without memory for a long name's key (the op then times out). */

@@ -39,16 +39,17 @@ static size_t len_of(const char *s, size_t max) {
   return n < max ? n : max;
 }
 
-void rf__mpi_send_msg(rf__job *j, int to, const rf__mpi_msg *h,
-                      const char *name, const char *devices, const char *text) {
+rf_code rf__mpi_send_msg(rf__job *j, int to, const rf__mpi_msg *h,
+                         const char *name, const char *devices,
+                         const char *text) {
   size_t size = sizeof *h + len_of(name, INT32_MAX) +
                 len_of(devices, INT32_MAX) + len_of(text, RF_MPI_TEXT_MAX) + 3;
   rf__mpi_send *s = rf__calloc(1, sizeof *s);
   char *buf = size <= INT_MAX ? rf__malloc(size) : NULL;
-  if (!s || !buf) { /* the peer times out instead: nothing else to do */
+  if (!s || !buf) { /* the peer times out instead */
     rf__free(s);
     rf__free(buf);
-    return;
+    return RF_RESOURCE_EXHAUSTED;
   }
   rf__mpi_msg *m = (rf__mpi_msg *)buf;
   *m = *h;
@@ -63,10 +64,11 @@ void rf__mpi_send_msg(rf__job *j, int to, const rf__mpi_msg *h,
       MPI_SUCCESS) {
     rf__free(buf);
     rf__free(s);
-    return;
+    return RF_UNAVAILABLE;
   }
   s->next = j->sends;
   j->sends = s;
+  return RF_OK;
 }
 
 /* Room for bytes in j->recv_buf; false without memory. */

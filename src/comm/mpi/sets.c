@@ -45,20 +45,24 @@ rf_status *rf__mpi_parse_set(const char *devices, int *n, int **tasks,
     return st;
   }
   qsort(all, (size_t)m, sizeof *all, by_int);
-  *tasks = rf__malloc(sizeof(int) * (size_t)m);
-  *counts = rf__calloc((size_t)m, sizeof(int));
-  if (!*tasks || !*counts) {
+  /* Out of memory, *tasks and *counts stay untouched: the caller frees
+   * what they hold (freeing them here left them dangling: a double free). */
+  int *t = rf__malloc(sizeof(int) * (size_t)m);
+  int *cnt = rf__calloc((size_t)m, sizeof(int));
+  if (!t || !cnt) {
     rf__free(all);
-    rf__free(*tasks);
-    rf__free(*counts);
+    rf__free(t);
+    rf__free(cnt);
     return rf__oom();
   }
   int k = 0;
   for (int i = 0; i < m; i++) {
-    if (i == 0 || all[i] != all[i - 1]) (*tasks)[k++] = all[i];
-    (*counts)[k - 1]++;
+    if (i == 0 || all[i] != all[i - 1]) t[k++] = all[i];
+    cnt[k - 1]++;
   }
   *n = k;
+  *tasks = t;
+  *counts = cnt;
   rf__free(all);
   return NULL;
 }
