@@ -5,6 +5,11 @@
 # ringflow itself (no Debian packages there). On that machine,
 # scripts/gpu_run.sh (one GPU) or scripts/gpu_multi_run.sh (several) runs it:
 #   tar -xzf OUT.tar.gz -C DIR && bash DIR/gpu_run.sh LOGDIR
+# An OUT ending in .xz is packed with xz -9 instead: its 64 MiB window finds
+# the library that every statically linked test binary repeats, which makes
+# the archive about half as large (the device tool carries at most 64 MiB);
+# unpack it with `tar -xJf`, or where xz is missing:
+#   python3 -c "import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])" OUT.tar.xz DIR
 # Built for Hopper only (sm_90: the H100/H200 the device tool lends) unless
 # CUDA_ARCHS says otherwise.
 #   scripts/gpu_bundle.sh OUT.tar.gz
@@ -46,5 +51,8 @@ cp /usr/share/datasets/fashion-mnist/*.gz "$stage/data/" 2>/dev/null || true
 cp scripts/gpu_run.sh scripts/gpu_multi_run.sh scripts/gpu_common.sh \
   scripts/gpu_step_profile.sh bench/torch_nccl_overhead.py \
   bench/gpu_train_vs_pytorch.py bench/ncu_step_table.py "$stage/"
-tar -C "$stage" -czf "$out" .
+case $out in
+  *.xz) XZ_OPT=-9 tar -C "$stage" -cJf "$out" . ;;
+  *) tar -C "$stage" -czf "$out" . ;;
+esac
 ls -la "$out"
