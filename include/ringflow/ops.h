@@ -117,6 +117,57 @@ RF_API rf_output rf_fill(rf_graph *g, const char *name, rf_output dims,
 RF_API rf_output rf_zeros_like(rf_graph *g, const char *name, rf_output x);
 RF_API rf_output rf_ones_like(rf_graph *g, const char *name, rf_output x);
 
+/* ---- moving elements (Transpose, Concat, Split, Slice, ExpandDims,
+ * Squeeze, Pad, Tile) ----
+ * Every dtype. Index arguments are attrs fixed when the node is built (not
+ * tensors, unlike TensorFlow's perm/begin/paddings inputs), so output shapes
+ * are known at build time where the input's are. An axis may be negative
+ * (counts from the end). Empty tensors work. A bad argument - an axis out of
+ * range, a window outside the input, a result past INT64_MAX elements - is
+ * INVALID_ARGUMENT naming the node and op, when the node is built if the
+ * shapes are known then, else when it runs. Gradients flow to the float
+ * input through each; gradients of those gradients too. */
+/* y[i0, .., in-1] = x[ip0, ..] with y's dim k = x's dim perm[k]; perm[0, n)
+ * a permutation of 0..rank-1. perm NULL: the dims reversed (x's rank must
+ * be known when the node is built). Always copies. */
+RF_API rf_output rf_transpose(rf_graph *g, const char *name, rf_output x,
+                              const int64_t *perm, int n);
+/* values[0, n) (n >= 1, one dtype and rank, equal dims except along axis)
+ * joined along axis; rank >= 1. */
+RF_API rf_output rf_concat(rf_graph *g, const char *name,
+                           const rf_output *values, int n, int64_t axis);
+/* x cut along axis into num_split equal pieces (the dim must divide);
+ * outputs[0, num_split) receive them. Returns the node, NULL on error
+ * (outputs then invalid). */
+RF_API rf_node *rf_split(rf_graph *g, const char *name, rf_output x,
+                         int num_split, int64_t axis, rf_output *outputs);
+/* Same with piece i size_splits[i] wide (each >= 0, one may be -1: what is
+ * left); the sizes must add up to x's dim (TensorFlow's SplitV). NULL
+ * size_splits: equal pieces. */
+RF_API rf_node *rf_split_v(rf_graph *g, const char *name, rf_output x,
+                           const int64_t *size_splits, int num_split,
+                           int64_t axis, rf_output *outputs);
+/* x[begin[k] : begin[k] + size[k]] in each of its n == rank dims; size[k]
+ * -1: to the end of dim k. begin >= 0; the window must lie inside x. */
+RF_API rf_output rf_slice(rf_graph *g, const char *name, rf_output x,
+                          const int64_t *begin, const int64_t *size, int n);
+/* x with a dim of size 1 inserted at axis in [-rank-1, rank] (-1: last).
+ * No copy (a view). */
+RF_API rf_output rf_expand_dims(rf_graph *g, const char *name, rf_output x,
+                                int64_t axis);
+/* x without its dims axes[0, n), each of size 1; n == 0: without every dim of
+ * size 1. No copy (a view). */
+RF_API rf_output rf_squeeze(rf_graph *g, const char *name, rf_output x,
+                            const int64_t *axes, int n);
+/* x with paddings[2k] elements before and paddings[2k+1] after dim k (each
+ * >= 0; n == 2 * rank entries), set to constant_value converted to x's dtype
+ * (TensorFlow's PadV2 in CONSTANT mode). */
+RF_API rf_output rf_pad(rf_graph *g, const char *name, rf_output x,
+                        const int64_t *paddings, int n, double constant_value);
+/* x repeated multiples[k] (>= 0) times along dim k; n == rank. */
+RF_API rf_output rf_tile(rf_graph *g, const char *name, rf_output x,
+                         const int64_t *multiples, int n);
+
 #ifdef __cplusplus
 }
 #endif

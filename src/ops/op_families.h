@@ -22,6 +22,10 @@ rf_status *rf__register_runtime_ops(void);    /* _Arg, _Retval, _Send, _Recv */
 rf_status *rf__register_collective_ops(void); /* AllReduce, Reduce, Broadcast,
                                                  AllGather, ReduceScatter and
                                                  their participants */
+rf_status *rf__register_shape_ops(void); /* Transpose, Concat, Split, Slice,
+                                            ExpandDims, Squeeze, Pad, Tile,
+                                            _TileGrad, _PadTo, _SliceTo,
+                                            _SplitLike */
 
 /* Registers every op family once (thread-safe; later calls return the first
  * result as a new status the caller frees). Every entry point that looks up

@@ -17,6 +17,7 @@ static const rf__init_fn families[] = {
     rf__register_cpu_reduction_kernels,
     rf__register_cpu_runtime_kernels,
     rf__register_cpu_collective_kernels,
+    rf__register_cpu_shape_kernels,
 #ifdef RF_HAVE_CUDA
     rf__register_gpu_runtime_kernels,
     rf__register_gpu_collective_kernels,
@@ -25,6 +26,7 @@ static const rf__init_fn families[] = {
     rf__register_gpu_math_kernels,
     rf__register_gpu_nn_kernels,
     rf__register_gpu_reduction_kernels,
+    rf__register_gpu_shape_kernels,
 #endif
     rf__register_passes,
     rf__configure_blas,
