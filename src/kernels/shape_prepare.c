@@ -333,6 +333,8 @@ rf_status *rf__shape_job_prepare(rf__kernel_ctx *ctx, rf__shape_job *job) {
 rf_status *rf__tile_grad_prepare(rf__kernel_ctx *ctx, rf_shape *shape,
                                  const int64_t **multiples, int *rank) {
   rf_status *st = list(ctx, "multiples", multiples, rank);
-  if (!st) st = rf__tile_grad_shape(in_shape(ctx, 0), *multiples, *rank, shape);
+  if (!st)
+    st = rf__tile_grad_shape(in_shape(ctx, 0), in_shape(ctx, 1), *multiples,
+                             *rank, shape);
   return rf__kernel_error_at(ctx, st);
 }

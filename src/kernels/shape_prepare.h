@@ -65,9 +65,8 @@ extern "C" {
 rf_status *rf__shape_job_prepare(rf__kernel_ctx *ctx, rf__shape_job *job);
 void rf__shape_job_free(rf__shape_job *job);
 
-/* _TileGrad(dy): *shape = x's (dy's dims divided by multiples), *plan the
- * copy of Tile(x) (src: x, dst: dy): the gradient of x's element at
- * src index sums dy over the plan's tile dims. multiples/rank: the attr. */
+/* _TileGrad(dy, like): *shape = like's (x's), checked against dy's;
+ * multiples/rank: the attr. */
 rf_status *rf__tile_grad_prepare(rf__kernel_ctx *ctx, rf_shape *shape,
                                  const int64_t **multiples, int *rank);
 

@@ -268,16 +268,23 @@ rf_status *rf__tile_shape(const rf_shape *in, const int64_t *multiples, int n,
   return finish(s, out);
 }
 
-rf_status *rf__tile_grad_shape(const rf_shape *dy, const int64_t *multiples,
-                               int n, rf_shape *out) {
-  RF_CHECK(check_multiples(dy, multiples, n, 1));
+rf_status *rf__tile_grad_shape(const rf_shape *dy, const rf_shape *like,
+                               const int64_t *multiples, int n, rf_shape *out) {
+  RF_CHECK(check_multiples(dy, multiples, n, 0));
+  RF_CHECK(check_multiples(like, multiples, n, 0));
   rf_shape s = blank(n);
   for (int i = 0; i < n; i++) {
     int64_t d = dy->rank < 0 ? UNK : dy->dims[i];
-    if (d >= 0 && d % multiples[i] != 0)
-      return rf__invalid("dimension %d (%lld) is not a multiple of %lld", i,
-                         (long long)d, (long long)multiples[i]);
-    s.dims[i] = d < 0 ? UNK : d / multiples[i];
+    int64_t x = like->rank < 0 ? UNK : like->dims[i], tiled;
+    if (d >= 0 && x >= 0 &&
+        (!rf__dim_mul(x, multiples[i], &tiled) || tiled != d))
+      return rf__invalid("dimension %d: dy has %lld, x %lld tiled %lld times",
+                         i, (long long)d, (long long)x,
+                         (long long)multiples[i]);
+    /* x's dim, else what dy's gives when the multiple is not 0 */
+    s.dims[i] = x >= 0                       ? x
+                : d >= 0 && multiples[i] > 0 ? d / multiples[i]
+                                             : UNK;
   }
   return finish(s, out);
 }

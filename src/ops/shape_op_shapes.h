@@ -51,9 +51,11 @@ rf_status *rf__pad_shape(const rf_shape *in, const int64_t *paddings, int n,
 rf_status *rf__tile_shape(const rf_shape *in, const int64_t *multiples, int n,
                           rf_shape *out);
 
-/* Tile's gradient: out[i] = dy[i] / multiples[i] (each > 0 must divide). */
-rf_status *rf__tile_grad_shape(const rf_shape *dy, const int64_t *multiples,
-                               int n, rf_shape *out);
+/* Tile's gradient: out = like's shape (x's), where dy[i] must be like[i] *
+ * multiples[i]; like's unknown dims come from dy where the multiple is not 0.
+ */
+rf_status *rf__tile_grad_shape(const rf_shape *dy, const rf_shape *like,
+                               const int64_t *multiples, int n, rf_shape *out);
 
 /* _SliceTo / _PadTo: the window like.dims at begin[0, n) must lie inside
  * big (n == rank); checks only the dims that are known. */

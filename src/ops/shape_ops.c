@@ -90,7 +90,8 @@ static rf_status *tile_grad_shape(rf__shape_ctx *c) {
   const int64_t *m;
   int n;
   RF_CHECK(ints(c->node, "multiples", &m, &n));
-  return rf__tile_grad_shape(&c->input_shapes[0], m, n, &c->output_shapes[0]);
+  return rf__tile_grad_shape(&c->input_shapes[0], &c->input_shapes[1], m, n,
+                             &c->output_shapes[0]);
 }
 
 /* _PadTo(x, like): x placed at begin inside zeros of like's shape. */
@@ -259,7 +260,8 @@ static rf_status *tile_grad(rf__grad_ctx *c) {
   const int64_t *m;
   int n;
   RF_CHECK(ints(c->op, "multiples", &m, &n));
-  rf_node_builder *b = internal(c->g, "_TileGrad", c->dy, 1);
+  rf_output in[2] = {c->dy[0], rf__input(c->op, 0)};
+  rf_node_builder *b = internal(c->g, "_TileGrad", in, 2);
   rf_node_builder_attr_int_list(b, "multiples", m, n);
   c->dx[0] = rf__finish_output(c->g, b);
   return NULL;
@@ -343,7 +345,8 @@ static const rf__op_spec shape_ops[] = {
      .shape = tile_shape,
      .grad = tile_grad},
     {.name = "_TileGrad",
-     ONE_IN_OUT,
+     .inputs = "dy: T, like: T",
+     .outputs = "dx: T",
      .attrs = "T: type in {@numeric}; multiples: list(int)",
      .shape = tile_grad_shape,
      .grad = tile_grad_grad},
