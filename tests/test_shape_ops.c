@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ringflow/graph_io.h"
 #include "testutil.h"
 
 static const rf_dtype all_dtypes[] = {RF_FLOAT16, RF_BFLOAT16, RF_FLOAT32,
@@ -525,6 +526,56 @@ static void test_kernel_faults(void **state) {
   rf_graph_free(g);
 }
 
+/* Every shape op and the gradient ops rf_gradients adds for them survive a
+ * JSON round trip (the loader checks and re-infers them) and compute the
+ * same values after it. */
+static void test_json_round_trip(void **state) {
+  (void)state;
+  uint64_t rng = rf_test_rng(6);
+  rf_graph *g = rf_graph_new();
+  rf_output x = rf_placeholder(g, "x", RF_FLOAT64, rf_shape_of(3, 2, 3, 1));
+  rf_output p[2];
+  rf_split_v(g, "sp", x, (int64_t[]){1, 2}, 2, 1, p);
+  rf_output t = rf_transpose(g, "tr", p[1], (int64_t[]){2, 0, 1}, 3);
+  rf_output parts[2] = {rf_squeeze(g, "sq", t, NULL, 0),
+                        rf_slice(g, "sl", rf_squeeze(g, NULL, p[0], NULL, 0),
+                                 (int64_t[]){0}, (int64_t[]){-1}, 1)};
+  parts[1] = rf_expand_dims(g, "ex", parts[1], 0);
+  parts[1] = rf_tile(g, "ti", parts[1], (int64_t[]){2, 1}, 2);
+  parts[1] = rf_pad(g, "pa", parts[1], (int64_t[]){0, 0, 0, 1}, 4, 2.5);
+  rf_output cat = rf_concat(g, "cat", (rf_output[]){parts[0], parts[1]}, 2, -1);
+  rf_output y = rf_sum(g, "y", rf_mul(g, NULL, cat, cat), NULL, -1, false);
+  rf_output dx;
+  assert_ok(rf_gradients(g, &y, 1, &x, 1, NULL, &dx));
+  assert_graph_ok(g);
+  char *json = NULL;
+  assert_ok(rf_graph_to_json(g, &json));
+  rf_graph *g2 = NULL;
+  assert_ok(rf_graph_from_json(json, strlen(json), &g2));
+  rf_string_free(json);
+  rf_tensor *tx =
+      rf_test_random_tensor(&rng, RF_FLOAT64, rf_shape_of(3, 2, 3, 1), -1, 1);
+  rf_tensor *a[2], *b[2];
+  rf_output f1[2] = {cat, dx};
+  rf_feed feed = {x, tx};
+  rf_test_run(g, 1, &feed, 1, f1, 2, a);
+  rf_output f2[2] = {{rf_graph_find_node(g2, "cat"), 0},
+                     {rf_graph_find_node(g2, rf_node_name(dx.node)), dx.index}};
+  rf_feed feed2 = {{rf_graph_find_node(g2, "x"), 0}, tx};
+  rf_test_run(g2, 1, &feed2, 1, f2, 2, b);
+  for (int i = 0; i < 2; i++) {
+    rf_shape sa = rf_tensor_shape(a[i]), sb = rf_tensor_shape(b[i]);
+    assert_true(rf_shape_equal(&sa, &sb));
+    assert_memory_equal(rf_tensor_data(a[i]), rf_tensor_data(b[i]),
+                        (size_t)rf_tensor_num_elements(a[i]) * 8);
+    rf_tensor_release(a[i]);
+    rf_tensor_release(b[i]);
+  }
+  rf_tensor_release(tx);
+  rf_graph_free(g2);
+  rf_graph_free(g);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_values_every_dtype),
@@ -533,6 +584,7 @@ int main(void) {
       cmocka_unit_test(test_build_errors),
       cmocka_unit_test(test_run_errors),
       cmocka_unit_test(test_kernel_faults),
+      cmocka_unit_test(test_json_round_trip),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
