@@ -1,0 +1,133 @@
+"""Array ops with TensorFlow 1 names: transpose, concat, split, slice,
+expand_dims, squeeze, pad, tile (include/ringflow/ops.h).
+
+Each adds a node to the graph of its tensor inputs (else the default graph)
+on the device of the current device scope. Index arguments (perm, axis,
+begin, size, paddings, multiples, size splits) are Python ints or int
+sequences fixed when the node is built (TensorFlow also takes Tensors
+there; ringflow does not). Every dtype works; gradients flow through each op
+to float inputs. Shape errors raise InvalidArgumentError (a ValueError)
+naming the node and op, now when the shapes are known, else from
+Session.run.
+"""
+
+from typing import Any, List, Optional, Sequence, Union
+
+import numpy as np
+
+from ringflow._lib import c_name, ffi, lib
+from ringflow.framework import (Tensor, convert_to_tensor, graph_of,
+                                outputs_array)
+
+__all__ = ["transpose", "concat", "split", "slice", "expand_dims",
+           "squeeze", "pad", "tile"]
+
+
+def _ints(values: Any):
+    """A C int64 array of `values` (an int or int sequence) and its
+    length."""
+    v = [int(x) for x in np.atleast_1d(np.asarray(values, dtype=np.int64))]
+    return ffi.new("int64_t[]", v or [0]), len(v)
+
+
+def _one(x: Any):
+    g = graph_of([x])
+    return g, convert_to_tensor(x, graph=g)
+
+
+def transpose(a: Any, perm: Optional[Sequence[int]] = None,
+              name: Optional[str] = None) -> Tensor:
+    """a with its dims permuted: output dim k is a's dim perm[k]; perm
+    None reverses them (a's rank must then be known when the node is
+    built). Always copies."""
+    g, a = _one(a)
+    if perm is None:
+        return g._output(lib.rf_transpose, c_name(name), a._c, ffi.NULL, 0)
+    p, n = _ints(perm)
+    return g._output(lib.rf_transpose, c_name(name), a._c, p, n)
+
+
+def concat(values: Sequence[Any], axis: int,
+           name: Optional[str] = None) -> Tensor:
+    """values (one or more tensors of one dtype and rank >= 1, equal dims
+    off `axis`) joined along axis."""
+    values = list(values)
+    g = graph_of(values)
+    ts = [convert_to_tensor(v, graph=g) for v in values]
+    return g._output(lib.rf_concat, c_name(name), outputs_array(ts), len(ts),
+                     int(axis))
+
+
+def split(value: Any, num_or_size_splits: Union[int, Sequence[int]],
+          axis: int = 0, num: Optional[int] = None,
+          name: Optional[str] = None) -> List[Tensor]:
+    """value cut along axis: an int n gives n equal pieces (the dim must
+    divide); a list gives pieces of those sizes (one may be -1: what is
+    left), adding up to the dim. Returns the list of pieces."""
+    g, value = _one(value)
+    if isinstance(num_or_size_splits, (int, np.integer)):
+        n, sizes = int(num_or_size_splits), ffi.NULL
+    else:
+        sizes, n = _ints(num_or_size_splits)
+        if num is not None and int(num) != n:
+            raise ValueError(f"num={num} but {n} size splits were given")
+    outs = ffi.new("rf_output[]", max(n, 1))
+    op = g._node(lib.rf_split_v, c_name(name), value._c, sizes, n, int(axis),
+                 outs)
+    return op.outputs
+
+
+def slice(input_: Any, begin: Sequence[int], size: Sequence[int],
+          name: Optional[str] = None) -> Tensor:
+    """input_[begin[k] : begin[k] + size[k]] in every dim; size -1: to the
+    end of that dim."""
+    g, x = _one(input_)
+    b, nb = _ints(begin)
+    s, ns = _ints(size)
+    if nb != ns:
+        raise ValueError(f"begin has {nb} entries but size {ns}")
+    return g._output(lib.rf_slice, c_name(name), x._c, b, s, nb)
+
+
+def expand_dims(input: Any, axis: int, name: Optional[str] = None) -> Tensor:
+    """input with a dim of size 1 inserted at axis (-1: last). No copy."""
+    g, x = _one(input)
+    return g._output(lib.rf_expand_dims, c_name(name), x._c, int(axis))
+
+
+def squeeze(input: Any, axis: Union[None, int, Sequence[int]] = None,
+            name: Optional[str] = None) -> Tensor:
+    """input without the size-1 dims `axis` (None: every size-1 dim). No
+    copy."""
+    g, x = _one(input)
+    if axis is None or (not isinstance(axis, (int, np.integer)) and
+                        len(axis) == 0):
+        return g._output(lib.rf_squeeze, c_name(name), x._c, ffi.NULL, 0)
+    a, n = _ints(axis)
+    return g._output(lib.rf_squeeze, c_name(name), x._c, a, n)
+
+
+def pad(tensor: Any, paddings: Sequence[Sequence[int]],
+        mode: str = "CONSTANT", constant_values: Any = 0,
+        name: Optional[str] = None) -> Tensor:
+    """tensor with paddings[k][0] elements before and paddings[k][1] after
+    dim k, set to constant_values (converted to tensor's dtype). Only mode
+    "CONSTANT" (NotImplementedError otherwise)."""
+    if str(mode).upper() != "CONSTANT":
+        raise NotImplementedError(f"pad mode {mode!r}: only CONSTANT")
+    g, x = _one(tensor)
+    p = np.asarray(paddings, dtype=np.int64)
+    if p.ndim != 2 or (p.size and p.shape[1] != 2):
+        raise ValueError(f"paddings must be a list of [before, after] pairs, "
+                         f"got shape {p.shape}")
+    c, n = _ints(p.reshape(-1))
+    return g._output(lib.rf_pad, c_name(name), x._c, c, n,
+                     float(constant_values))
+
+
+def tile(input: Any, multiples: Sequence[int],
+         name: Optional[str] = None) -> Tensor:
+    """input repeated multiples[k] (>= 0) times along dim k."""
+    g, x = _one(input)
+    m, n = _ints(multiples)
+    return g._output(lib.rf_tile, c_name(name), x._c, m, n)

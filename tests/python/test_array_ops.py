@@ -1,0 +1,101 @@
+"""ringflow.array_ops (transpose, concat, split, slice, expand_dims,
+squeeze, pad, tile) against NumPy on random data of several dtypes,
+gradients against NumPy's adjoints in float64, and the errors."""
+
+import numpy as np
+import pytest
+
+import ringflow as rf
+
+DTYPES = [np.float32, np.float64, np.int32, np.int64, np.uint8, np.bool_]
+
+
+def _data(rng, shape, dtype):
+    if dtype == np.bool_:
+        return rng.integers(0, 2, shape).astype(bool)
+    if np.issubdtype(dtype, np.integer):
+        return rng.integers(0, 100, shape).astype(dtype)
+    return rng.standard_normal(shape).astype(dtype)
+
+
+def _run(fetches, feeds):
+    with rf.Session() as sess:
+        return sess.run(fetches, feeds)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_values_against_numpy(dtype, rng):
+    x = _data(rng, (2, 1, 3), dtype)
+    y = _data(rng, (2, 4, 3), dtype)
+    px = rf.placeholder(x.dtype, (None, None, 3))
+    py = rf.placeholder(y.dtype, y.shape)
+    got = _run([
+        rf.transpose(px, [2, 0, 1]),
+        rf.transpose(px),
+        rf.concat([px, py], axis=-2),
+        rf.slice(py, [1, 1, 0], [-1, 2, 2]),
+        rf.expand_dims(px, 0),
+        rf.squeeze(px),
+        rf.squeeze(px, axis=[1]),
+        rf.pad(px, [[0, 1], [2, 0], [1, 1]], constant_values=1),
+        rf.tile(px, [2, 3, 0]),
+    ] + rf.split(py, [1, -1, 2], axis=1) + rf.split(py, 2, axis=1),
+        {px: x, py: y})
+    want = [
+        np.transpose(x, [2, 0, 1]), np.transpose(x),
+        np.concatenate([x, y], axis=-2), y[1:, 1:3, 0:2],
+        np.expand_dims(x, 0), np.squeeze(x), np.squeeze(x, axis=1),
+        np.pad(x, [[0, 1], [2, 0], [1, 1]], constant_values=1),
+        np.tile(x, [2, 3, 0]),
+    ] + np.split(y, [1, 2], axis=1) + np.split(y, 2, axis=1)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype
+        np.testing.assert_array_equal(g, w)
+
+
+def test_static_shapes():
+    x = rf.placeholder(rf.float32, (2, None, 3))
+    assert rf.transpose(x, [2, 0, 1]).shape == (3, 2, None)
+    assert rf.pad(x, [[1, 1], [0, 0], [0, 2]]).shape == (4, None, 5)
+    assert rf.tile(x, [1, 2, 3]).shape == (2, None, 9)
+    assert rf.expand_dims(x, -1).shape == (2, None, 3, 1)
+    assert [t.shape for t in rf.split(x, 3, axis=2)] == [(2, None, 1)] * 3
+
+
+def test_gradients_against_numpy(rng):
+    x = rng.standard_normal((2, 3, 1))
+    px = rf.placeholder(rf.float64, x.shape)
+    parts = rf.split(rf.tile(rf.transpose(px, [1, 0, 2]), [1, 1, 2]), 3,
+                     axis=0)
+    y = rf.concat([rf.pad(rf.squeeze(parts[2], [0]), [[0, 0], [1, 0]]),
+                   rf.slice(rf.squeeze(parts[0], [0]), [0, 1], [2, 1])],
+                  axis=1)
+    r = rng.standard_normal((2, 4))
+    (dx,) = rf.gradients([rf.reduce_sum(y * r)], [px])
+    got = _run(dx, {px: x})
+    # The adjoint by hand: y = [pad(t[2]) | t[0][:, 1:2]], t = tile(x^T).
+    dt = np.zeros((3, 2, 2))
+    dt[2] += r[:, 1:3]
+    dt[0][:, 1:2] += r[:, 3:4]
+    want = np.transpose(dt.sum(axis=2, keepdims=True), [1, 0, 2])
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
+def test_errors():
+    x = rf.placeholder(rf.float32, (2, 3))
+    with pytest.raises(rf.errors.InvalidArgumentError, match="Transpose"):
+        rf.transpose(x, [0, 0])
+    with pytest.raises(rf.errors.InvalidArgumentError, match="evenly"):
+        rf.split(x, 2, axis=1)
+    with pytest.raises(rf.errors.InvalidArgumentError, match="outside"):
+        rf.slice(x, [0, 2], [1, 2])
+    with pytest.raises(NotImplementedError):
+        rf.pad(x, [[0, 0], [1, 1]], mode="REFLECT")
+    with pytest.raises(ValueError):
+        rf.pad(x, [0, 1])
+    y = rf.placeholder(rf.float32, None)
+    s = rf.slice(y, [0, 2], [1, 2])
+    with rf.Session() as sess:
+        with pytest.raises(rf.errors.InvalidArgumentError, match="Slice"):
+            sess.run(s, {y: np.zeros((2, 3), np.float32)})
