@@ -168,6 +168,30 @@ RF_API rf_output rf_pad(rf_graph *g, const char *name, rf_output x,
 RF_API rf_output rf_tile(rf_graph *g, const char *name, rf_output x,
                          const int64_t *multiples, int n);
 
+/* ---- picking by index or condition ---- */
+/* params[..., indices[j...], ...] along axis (an embedding lookup with axis
+ * 0): output shape params[:axis] + indices + params[axis+1:]; indices int32
+ * or int64, params any dtype. An index outside [0, params dim) fails the run
+ * with INVALID_ARGUMENT on CPU devices; on GPU devices that output slice is
+ * zeros (as TensorFlow's GPU kernel does). The gradient w.r.t. params is
+ * dense: dy scattered back onto params' shape, summed where an index repeats
+ * (on GPU devices in an unspecified order: float sums may differ in the last
+ * bits from run to run). */
+RF_API rf_output rf_gather(rf_graph *g, const char *name, rf_output params,
+                           rf_output indices, int64_t axis);
+/* indices (uint8, int32 or int64) with a new dim of `depth` (>= 0) at axis
+ * (-1: last), on_value where the index equals the position and off_value
+ * elsewhere (an index outside [0, depth): all off), as `dtype`. No
+ * gradient. */
+RF_API rf_output rf_one_hot(rf_graph *g, const char *name, rf_output indices,
+                            int64_t depth, double on_value, double off_value,
+                            int64_t axis, rf_dtype dtype);
+/* t where condition (bool) is true, else e; the three broadcast
+ * numpy-style (TensorFlow's SelectV2, tf.where with x and y). Gradients
+ * flow to t and e, summed down to their shapes. */
+RF_API rf_output rf_select(rf_graph *g, const char *name, rf_output condition,
+                           rf_output t, rf_output e);
+
 #ifdef __cplusplus
 }
 #endif

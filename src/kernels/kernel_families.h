@@ -14,6 +14,7 @@ rf_status *rf__register_cpu_reduction_kernels(void);
 rf_status *rf__register_cpu_runtime_kernels(void);
 rf_status *rf__register_cpu_collective_kernels(void);
 rf_status *rf__register_cpu_shape_kernels(void); /* shape_kernels.c */
+rf_status *rf__register_cpu_index_kernels(void); /* index_kernels.c */
 
 #ifdef RF_HAVE_CUDA
 /* src/kernels/cpu/collective_kernels.c: the CPU participants, for GPUs */
@@ -25,6 +26,7 @@ rf_status *rf__register_gpu_math_kernels(void);
 rf_status *rf__register_gpu_nn_kernels(void);
 rf_status *rf__register_gpu_reduction_kernels(void);
 rf_status *rf__register_gpu_shape_kernels(void); /* shape_kernels.cu */
+rf_status *rf__register_gpu_index_kernels(void); /* index_kernels.cu */
 #endif
 
 /* BLAS threading (src/kernels/cpu/blas_threads.c). */

@@ -26,6 +26,8 @@ rf_status *rf__register_shape_ops(void); /* Transpose, Concat, Split, Slice,
                                             ExpandDims, Squeeze, Pad, Tile,
                                             _TileGrad, _PadTo, _SliceTo,
                                             _SplitLike */
+rf_status *rf__register_index_ops(void); /* Gather, _GatherGrad, OneHot,
+                                            Select */
 
 /* Registers every op family once (thread-safe; later calls return the first
  * result as a new status the caller frees). Every entry point that looks up
