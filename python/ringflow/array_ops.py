@@ -1,5 +1,6 @@
 """Array ops with TensorFlow 1 names: transpose, concat, split, slice,
-expand_dims, squeeze, pad, tile (include/ringflow/ops.h).
+expand_dims, squeeze, pad, tile, gather, one_hot, where
+(include/ringflow/ops.h).
 
 Each adds a node to the graph of its tensor inputs (else the default graph)
 on the device of the current device scope. Index arguments (perm, axis,
@@ -15,12 +16,13 @@ from typing import Any, List, Optional, Sequence, Union
 
 import numpy as np
 
+from ringflow import dtypes
 from ringflow._lib import c_name, ffi, lib
 from ringflow.framework import (Tensor, convert_to_tensor, graph_of,
                                 outputs_array)
 
 __all__ = ["transpose", "concat", "split", "slice", "expand_dims",
-           "squeeze", "pad", "tile"]
+           "squeeze", "pad", "tile", "gather", "one_hot", "where"]
 
 
 def _ints(values: Any):
@@ -131,3 +133,48 @@ def tile(input: Any, multiples: Sequence[int],
     g, x = _one(input)
     m, n = _ints(multiples)
     return g._output(lib.rf_tile, c_name(name), x._c, m, n)
+
+
+def gather(params: Any, indices: Any, axis: int = 0,
+           name: Optional[str] = None) -> Tensor:
+    """params[..., indices, ...] along axis (an embedding lookup with axis
+    0): shape params.shape[:axis] + indices.shape + params.shape[axis+1:].
+    indices int32 or int64 (Python ints become int32). An index out of
+    range fails the run on CPU devices (InvalidArgumentError) and gives
+    zeros on GPU devices. The gradient w.r.t. params is dense (a
+    scatter-add; summed where an index repeats)."""
+    g = graph_of([params, indices])
+    params = convert_to_tensor(params, graph=g)
+    indices = convert_to_tensor(indices, graph=g)
+    return g._output(lib.rf_gather, c_name(name), params._c, indices._c,
+                     int(axis))
+
+
+def one_hot(indices: Any, depth: int, on_value: Any = 1, off_value: Any = 0,
+            axis: int = -1, dtype: Any = dtypes.float32,
+            name: Optional[str] = None) -> Tensor:
+    """indices (uint8, int32 or int64) with a new dim of `depth` at axis
+    (-1: last): on_value where the index equals the position, off_value
+    elsewhere (an index outside [0, depth): all off), as `dtype`."""
+    g, x = _one(indices)
+    return g._output(lib.rf_one_hot, c_name(name), x._c, int(depth),
+                     float(on_value), float(off_value), int(axis),
+                     dtypes.to_c(dtype))
+
+
+def where(condition: Any, x: Any = None, y: Any = None,
+          name: Optional[str] = None) -> Tensor:
+    """x where condition (bool) is true, else y; the three broadcast
+    NumPy-style (tf.where in TF 2 / SelectV2). Gradients flow to x and y.
+    The one-argument form (coordinates of true elements) is not supported
+    (NotImplementedError)."""
+    if x is None or y is None:
+        raise NotImplementedError("where(condition) without x and y")
+    g = graph_of([condition, x, y])
+    like = next((v for v in (x, y) if isinstance(v, Tensor) or
+                 hasattr(v, "_as_tensor")), None)
+    dt = convert_to_tensor(like, graph=g).dtype if like is not None else None
+    c = convert_to_tensor(condition, dtypes.bool, graph=g)
+    x = convert_to_tensor(x, dt, graph=g)
+    y = convert_to_tensor(y, dt, graph=g)
+    return g._output(lib.rf_select, c_name(name), c._c, x._c, y._c)

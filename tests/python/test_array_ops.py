@@ -1,6 +1,7 @@
 """ringflow.array_ops (transpose, concat, split, slice, expand_dims,
-squeeze, pad, tile) against NumPy on random data of several dtypes,
-gradients against NumPy's adjoints in float64, and the errors."""
+squeeze, pad, tile, gather, one_hot, where) against NumPy on random data
+of several dtypes, gradients against NumPy's adjoints in float64, and the
+errors."""
 
 import numpy as np
 import pytest
@@ -99,3 +100,57 @@ def test_errors():
     with rf.Session() as sess:
         with pytest.raises(rf.errors.InvalidArgumentError, match="Slice"):
             sess.run(s, {y: np.zeros((2, 3), np.float32)})
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_gather_one_hot_where(dtype, rng):
+    p = _data(rng, (5, 3), dtype)
+    idx = rng.integers(0, 5, (2, 4)).astype(np.int32)
+    c = rng.integers(0, 2, (2, 1)).astype(bool)
+    x = _data(rng, (3,), dtype)
+    y = _data(rng, (2, 3), dtype)
+    pp = rf.placeholder(p.dtype, p.shape)
+    got = _run([rf.gather(pp, idx), rf.gather(pp, idx[0] % 3, axis=-1),
+                rf.one_hot(idx, 6, dtype=dtype),
+                rf.one_hot(idx, 4, on_value=5, off_value=2, axis=0,
+                           dtype=dtype),
+                rf.where(c, x, y)], {pp: p})
+    eye = np.eye(6, dtype=dtype)
+    oh = np.where(np.arange(4)[:, None, None] == idx[None], 5, 2)
+    want = [p[idx], np.take(p, idx[0] % 3, axis=-1), eye[idx],
+            oh.astype(dtype), np.where(c, x, y)]
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype
+        np.testing.assert_array_equal(g, w)
+
+
+def test_gather_where_gradients(rng):
+    p = rng.standard_normal((4, 2))
+    idx = np.array([3, 0, 3], np.int64)
+    pp = rf.placeholder(rf.float64, p.shape)
+    r = rng.standard_normal((3, 2))
+    (dp,) = rf.gradients([rf.reduce_sum(rf.gather(pp, idx) * r)], [pp])
+    want = np.zeros_like(p)
+    np.add.at(want, idx, r)
+    np.testing.assert_allclose(_run(dp, {pp: p}), want, rtol=1e-12)
+    c = rng.integers(0, 2, (2, 1)).astype(bool)
+    x = rf.placeholder(rf.float64, (3,))
+    y = rf.placeholder(rf.float64, (2, 3))
+    r2 = rng.standard_normal((2, 3))
+    dx, dy = rf.gradients([rf.reduce_sum(rf.where(c, x, y) * r2)], [x, y])
+    gx, gy = _run([dx, dy], {x: np.zeros(3), y: np.zeros((2, 3))})
+    np.testing.assert_allclose(gx, np.where(c, r2, 0).sum(axis=0))
+    np.testing.assert_allclose(gy, np.where(c, 0, r2))
+
+
+def test_gather_out_of_range():
+    p = rf.placeholder(rf.float32, (3, 2))
+    i = rf.placeholder(rf.int32, (2,))
+    y = rf.gather(p, i, name="emb")
+    with rf.Session() as sess:
+        with pytest.raises(rf.errors.InvalidArgumentError,
+                           match=r"emb.*indices\[1\] = 3"):
+            sess.run(y, {p: np.zeros((3, 2), np.float32),
+                         i: np.array([0, 3], np.int32)})
+    with pytest.raises(NotImplementedError):
+        rf.where(True)
