@@ -13,8 +13,9 @@ rf_status *rf__register_cpu_nn_kernels(void);
 rf_status *rf__register_cpu_reduction_kernels(void);
 rf_status *rf__register_cpu_runtime_kernels(void);
 rf_status *rf__register_cpu_collective_kernels(void);
-rf_status *rf__register_cpu_shape_kernels(void); /* shape_kernels.c */
-rf_status *rf__register_cpu_index_kernels(void); /* index_kernels.c */
+rf_status *rf__register_cpu_shape_kernels(void);  /* shape_kernels.c */
+rf_status *rf__register_cpu_index_kernels(void);  /* index_kernels.c */
+rf_status *rf__register_cpu_linalg_kernels(void); /* batch_matmul.c */
 
 #ifdef RF_HAVE_CUDA
 /* src/kernels/cpu/collective_kernels.c: the CPU participants, for GPUs */
@@ -25,8 +26,9 @@ rf_status *rf__register_gpu_state_kernels(void);
 rf_status *rf__register_gpu_math_kernels(void);
 rf_status *rf__register_gpu_nn_kernels(void);
 rf_status *rf__register_gpu_reduction_kernels(void);
-rf_status *rf__register_gpu_shape_kernels(void); /* shape_kernels.cu */
-rf_status *rf__register_gpu_index_kernels(void); /* index_kernels.cu */
+rf_status *rf__register_gpu_shape_kernels(void);  /* shape_kernels.cu */
+rf_status *rf__register_gpu_index_kernels(void);  /* index_kernels.cu */
+rf_status *rf__register_gpu_linalg_kernels(void); /* batch_matmul.cu */
 #endif
 
 /* BLAS threading (src/kernels/cpu/blas_threads.c). */
