@@ -154,3 +154,35 @@ def test_gather_out_of_range():
                          i: np.array([0, 3], np.int32)})
     with pytest.raises(NotImplementedError):
         rf.where(True)
+
+
+@pytest.mark.parametrize("ta,tb", [(False, False), (True, False),
+                                   (False, True), (True, True)])
+def test_batched_matmul(ta, tb, rng):
+    a = rng.standard_normal((2, 1, 3, 4))
+    b = rng.standard_normal((3, 4, 5))
+    if ta:
+        a = np.swapaxes(a, -1, -2)
+    if tb:
+        b = np.swapaxes(b, -1, -2)
+    pa = rf.placeholder(rf.float64, a.shape)
+    pb = rf.placeholder(rf.float64, b.shape)
+    z = rf.matmul(pa, pb, transpose_a=ta, transpose_b=tb)
+    assert z.op.type == "BatchMatMul"
+    assert z.shape == (2, 3, 3, 5)
+    r = rng.standard_normal(z.shape)
+    da, db = rf.gradients([rf.reduce_sum(z * r)], [pa, pb])
+    got, ga, gb = _run([z, da, db], {pa: a, pb: b})
+    op_a = np.swapaxes(a, -1, -2) if ta else a
+    op_b = np.swapaxes(b, -1, -2) if tb else b
+    np.testing.assert_allclose(got, op_a @ op_b, rtol=1e-12)
+    # adjoints by hand, summed over the broadcast batch dims
+    want_a = (r @ np.swapaxes(op_b, -1, -2)).sum(axis=1, keepdims=True)
+    want_b = (np.swapaxes(op_a, -1, -2) @ r).sum(axis=0)
+    np.testing.assert_allclose(ga, np.swapaxes(want_a, -1, -2) if ta
+                               else want_a, rtol=1e-10)
+    np.testing.assert_allclose(gb, np.swapaxes(want_b, -1, -2) if tb
+                               else want_b, rtol=1e-10)
+    # rank 2 stays MatMul
+    assert rf.matmul(rf.placeholder(rf.float32, (2, 3)),
+                     rf.placeholder(rf.float32, (3, 4))).op.type == "MatMul"
