@@ -204,6 +204,20 @@ RF_API rf_output rf_select(rf_graph *g, const char *name, rf_output condition,
 RF_API rf_output rf_batch_matmul(rf_graph *g, const char *name, rf_output x,
                                  rf_output y, bool adj_x, bool adj_y);
 
+/* ---- activations ---- */
+/* GELU of a float x, as TensorFlow's tf.nn.gelu: approximate false, the
+ * exact 0.5 x (1 + erf(x / sqrt(2))); true, the tanh approximation
+ * 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))). Gradients of first
+ * and second order. */
+RF_API rf_output rf_gelu(rf_graph *g, const char *name, rf_output x,
+                         bool approximate);
+/* Softmax along `axis` (negative from the end) of x, whose rank must be
+ * known when the node is built: the last axis is rf_softmax itself; another
+ * is transposed to the end and back (two copies). `name` names the last
+ * node. */
+RF_API rf_output rf_softmax_axis(rf_graph *g, const char *name, rf_output x,
+                                 int64_t axis);
+
 #ifdef __cplusplus
 }
 #endif

@@ -29,6 +29,7 @@ rf_status *rf__register_shape_ops(void);  /* Transpose, Concat, Split, Slice,
 rf_status *rf__register_index_ops(void);  /* Gather, _GatherGrad, OneHot,
                                              Select */
 rf_status *rf__register_linalg_ops(void); /* BatchMatMul */
+rf_status *rf__register_gelu_ops(void);   /* Gelu, _GeluGrad, _GeluSecond */
 
 /* Registers every op family once (thread-safe; later calls return the first
  * result as a new status the caller frees). Every entry point that looks up

@@ -20,6 +20,7 @@ static const rf__init_fn families[] = {
     rf__register_cpu_shape_kernels,
     rf__register_cpu_index_kernels,
     rf__register_cpu_linalg_kernels,
+    rf__register_cpu_gelu_kernels,
 #ifdef RF_HAVE_CUDA
     rf__register_gpu_runtime_kernels,
     rf__register_gpu_collective_kernels,
@@ -31,6 +32,7 @@ static const rf__init_fn families[] = {
     rf__register_gpu_shape_kernels,
     rf__register_gpu_index_kernels,
     rf__register_gpu_linalg_kernels,
+    rf__register_gpu_gelu_kernels,
 #endif
     rf__register_passes,
     rf__configure_blas,
