@@ -1,5 +1,5 @@
 """Array ops with TensorFlow 1 names: transpose, concat, split, slice,
-expand_dims, squeeze, pad, tile, gather, one_hot, where
+expand_dims, squeeze, pad, tile, gather, one_hot, where, gelu
 (include/ringflow/ops.h).
 
 Each adds a node to the graph of its tensor inputs (else the default graph)
@@ -22,7 +22,7 @@ from ringflow.framework import (Tensor, convert_to_tensor, graph_of,
                                 outputs_array)
 
 __all__ = ["transpose", "concat", "split", "slice", "expand_dims",
-           "squeeze", "pad", "tile", "gather", "one_hot", "where"]
+           "squeeze", "pad", "tile", "gather", "one_hot", "where", "gelu"]
 
 
 def _ints(values: Any):
@@ -178,3 +178,12 @@ def where(condition: Any, x: Any = None, y: Any = None,
     x = convert_to_tensor(x, dt, graph=g)
     y = convert_to_tensor(y, dt, graph=g)
     return g._output(lib.rf_select, c_name(name), c._c, x._c, y._c)
+
+
+def gelu(features: Any, approximate: bool = False,
+         name: Optional[str] = None) -> Tensor:
+    """GELU of a float tensor, as tf.nn.gelu: approximate False, the exact
+    0.5 x (1 + erf(x / sqrt(2))); True, the tanh approximation
+    0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))."""
+    g, x = _one(features)
+    return g._output(lib.rf_gelu, c_name(name), x._c, bool(approximate))

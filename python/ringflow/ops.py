@@ -198,9 +198,13 @@ def tanh(x: Any, name: Optional[str] = None) -> Tensor:
     return _unary(lib.rf_tanh, x, name)
 
 
-def softmax(logits: Any, name: Optional[str] = None) -> Tensor:
-    """Softmax over the last axis; float dtypes."""
-    return _unary(lib.rf_softmax, logits, name)
+def softmax(logits: Any, axis: Optional[int] = None,
+            name: Optional[str] = None) -> Tensor:
+    """Softmax over `axis` (None or -1: the last; another axis needs the
+    rank known when the node is built); float dtypes."""
+    if axis is None or axis == -1:
+        return _unary(lib.rf_softmax, logits, name)
+    return _unary(lib.rf_softmax_axis, logits, name, int(axis))
 
 
 def sparse_softmax_cross_entropy_with_logits(

@@ -3,6 +3,8 @@ squeeze, pad, tile, gather, one_hot, where) against NumPy on random data
 of several dtypes, gradients against NumPy's adjoints in float64, and the
 errors."""
 
+import math
+
 import numpy as np
 import pytest
 
@@ -186,3 +188,28 @@ def test_batched_matmul(ta, tb, rng):
     # rank 2 stays MatMul
     assert rf.matmul(rf.placeholder(rf.float32, (2, 3)),
                      rf.placeholder(rf.float32, (3, 4))).op.type == "MatMul"
+
+
+def _gelu_np(x, approximate):
+    if approximate:
+        c = np.sqrt(2 / np.pi)
+        return 0.5 * x * (1 + np.tanh(c * (x + 0.044715 * x**3)))
+    return 0.5 * x * (1 + np.vectorize(math.erf)(x / np.sqrt(2)))
+
+
+@pytest.mark.parametrize("approximate", [False, True])
+def test_gelu_and_softmax_axis(approximate, rng):
+    x = rng.standard_normal((2, 3, 4))
+    px = rf.placeholder(rf.float64, x.shape)
+    y = rf.gelu(px, approximate=approximate)
+    sm = rf.nn.softmax(px, axis=1)
+    (dx,) = rf.gradients([rf.reduce_sum(y)], [px])
+    got, gsm, gdx = _run([y, sm, dx], {px: x})
+    np.testing.assert_allclose(got, _gelu_np(x, approximate), rtol=1e-13)
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    np.testing.assert_allclose(gsm, e / e.sum(axis=1, keepdims=True),
+                               rtol=1e-12)
+    h = 1e-6
+    fd = (_gelu_np(x + h, approximate) -
+          _gelu_np(x - h, approximate)) / (2 * h)
+    np.testing.assert_allclose(gdx, fd, rtol=1e-6, atol=1e-8)
