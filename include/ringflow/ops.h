@@ -218,6 +218,22 @@ RF_API rf_output rf_gelu(rf_graph *g, const char *name, rf_output x,
 RF_API rf_output rf_softmax_axis(rf_graph *g, const char *name, rf_output x,
                                  int64_t axis);
 
+/* ---- regularization ---- */
+/* Dropout of a float x: each element kept with probability 1 - rate (rate
+ * in [0, 1)) and scaled by 1 / (1 - rate), else 0. Output 1 of the node is
+ * the mask (0 or 1 / (1 - rate)); the gradient is dy * mask. The decisions
+ * are stateless and reproducible: element i's comes from Philox4x32-10
+ * keyed by `seed` (low and high 32 bits) with the counter (i / 4 low and
+ * high 32 bits, step bits 0..31, step bits 32..55 | device << 24), word
+ * i % 4, kept when its top 24 bits / 2^24 >= rate; step is the step's
+ * number in the job for a session that is a task of one, else the
+ * session's run number (1 for the first rf_session_run); device is the
+ * node's device's index in the session's device list. So a replica on
+ * another device drops other elements, and the same (seed, step, device)
+ * drops the same ones on CPU and GPU. */
+RF_API rf_output rf_dropout(rf_graph *g, const char *name, rf_output x,
+                            double rate, int64_t seed);
+
 #ifdef __cplusplus
 }
 #endif

@@ -21,6 +21,7 @@ static const rf__init_fn families[] = {
     rf__register_cpu_index_kernels,
     rf__register_cpu_linalg_kernels,
     rf__register_cpu_gelu_kernels,
+    rf__register_cpu_dropout_kernels,
 #ifdef RF_HAVE_CUDA
     rf__register_gpu_runtime_kernels,
     rf__register_gpu_collective_kernels,
@@ -33,6 +34,7 @@ static const rf__init_fn families[] = {
     rf__register_gpu_index_kernels,
     rf__register_gpu_linalg_kernels,
     rf__register_gpu_gelu_kernels,
+    rf__register_gpu_dropout_kernels,
 #endif
     rf__register_passes,
     rf__configure_blas,
