@@ -228,9 +228,10 @@ RF_API rf_output rf_softmax_axis(rf_graph *g, const char *name, rf_output x,
  * i % 4, kept when its top 24 bits / 2^24 >= rate; step is the step's
  * number in the job for a session that is a task of one, else the
  * session's run number (1 for the first rf_session_run); device is the
- * node's device's index in the session's device list. So a replica on
- * another device drops other elements, and the same (seed, step, device)
- * drops the same ones on CPU and GPU. */
+ * node's device's index in this process's device list of the session (cpu:k
+ * is k, gpu:k is num_cpu_devices + k). So a replica on another device drops
+ * other elements, a re-run of the same step the same ones, and the CPU and
+ * GPU kernels give the same decisions for the same key. */
 RF_API rf_output rf_dropout(rf_graph *g, const char *name, rf_output x,
                             double rate, int64_t seed);
 
