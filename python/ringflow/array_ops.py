@@ -1,5 +1,5 @@
 """Array ops with TensorFlow 1 names: transpose, concat, split, slice,
-expand_dims, squeeze, pad, tile, gather, one_hot, where, gelu
+expand_dims, squeeze, pad, tile, gather, one_hot, where, gelu, dropout
 (include/ringflow/ops.h).
 
 Each adds a node to the graph of its tensor inputs (else the default graph)
@@ -22,7 +22,8 @@ from ringflow.framework import (Tensor, convert_to_tensor, graph_of,
                                 outputs_array)
 
 __all__ = ["transpose", "concat", "split", "slice", "expand_dims",
-           "squeeze", "pad", "tile", "gather", "one_hot", "where", "gelu"]
+           "squeeze", "pad", "tile", "gather", "one_hot", "where", "gelu",
+           "dropout"]
 
 
 def _ints(values: Any):
@@ -187,3 +188,16 @@ def gelu(features: Any, approximate: bool = False,
     0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))."""
     g, x = _one(features)
     return g._output(lib.rf_gelu, c_name(name), x._c, bool(approximate))
+
+
+def dropout(x: Any, rate: float, seed: int = 0,
+            name: Optional[str] = None) -> Tensor:
+    """x with each element kept (scaled by 1 / (1 - rate)) or zeroed, rate
+    in [0, 1); float dtypes. The decisions are a pure function of (seed,
+    the session's step, the device), reproducible across runs and replicas
+    (include/ringflow/ops.h gives the exact key); the node's output 1 is
+    the mask. Unlike tf.nn.dropout, `seed` is required to vary the
+    pattern between layers."""
+    g, t = _one(x)
+    return g._output(lib.rf_dropout, c_name(name), t._c, float(rate),
+                     int(seed))

@@ -213,3 +213,20 @@ def test_gelu_and_softmax_axis(approximate, rng):
     fd = (_gelu_np(x + h, approximate) -
           _gelu_np(x - h, approximate)) / (2 * h)
     np.testing.assert_allclose(gdx, fd, rtol=1e-6, atol=1e-8)
+
+
+def test_dropout(rng):
+    x = rng.uniform(0.5, 2, (64, 64))
+    px = rf.placeholder(rf.float64, x.shape)
+    y = rf.dropout(px, 0.5, seed=3)
+    (dx,) = rf.gradients([rf.reduce_sum(y)], [px])
+    with rf.Session() as sess:
+        a, mask, g = sess.run([y, y.op.outputs[1], dx], {px: x})
+        b = sess.run(y, {px: x})
+    assert set(np.unique(mask)) <= {0.0, 2.0}
+    np.testing.assert_array_equal(a, x * mask)
+    np.testing.assert_array_equal(g, mask)
+    assert 0.4 < (mask > 0).mean() < 0.6
+    assert not np.array_equal(a, b)  # the next step drops others
+    with rf.Session() as sess:  # a new session replays step 1
+        np.testing.assert_array_equal(sess.run(y, {px: x}), a)
