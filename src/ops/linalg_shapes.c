@@ -21,7 +21,7 @@ rf_status *rf__batch_matmul_shape(const rf_shape *x, const rf_shape *y,
   rf_shape_format(y, b, sizeof b);
   if ((x->rank >= 0 && x->rank < 2) || (y->rank >= 0 && y->rank < 2))
     return rf__invalid("x %s and y %s must have rank >= 2", a, b);
-  if (x->rank < 0 || y->rank < 0) {
+  if (x->rank < 2 || y->rank < 2) { /* here: a rank is unknown */
     *out = rf_shape_unknown();
     return NULL;
   }
