@@ -3,11 +3,14 @@
 H200's ceilings (issue 19 item 1).
 
 Input: `ncu --csv --page raw --print-units base --metrics M ...` over a run of
-consecutive kernel launches that spans more than one training step, with
+consecutive kernel launches that spans several training steps, with
 M = gpu__time_duration.sum, dram__bytes_read.sum, dram__bytes_write.sum and
 the fp32 instruction counts smsp__sass_thread_inst_executed_op_{ffma,fadd,
-fmul}_pred_on.sum. The step is found as the shortest period of the kernel-name
-sequence; the table sums one period per kernel name: launches, time, DRAM
+fmul}_pred_on.sum. The executor's threads may launch a step's independent
+kernels in a different order each step, so the steps in the window are
+counted by a kernel that runs once per step (--marker, by default the
+cross-entropy forward), and the table gives per-step averages per kernel
+name over the whole window: launches, time, DRAM
 bytes, fp32 FLOPs (2 per FMA), and the achieved rates as a share of the
 ceilings (--bw, --flops: by default the device-to-device copy bandwidth
 measured on these machines, 4.3 TB/s, and the fp32 non-tensor peak,
@@ -49,15 +52,6 @@ def num(d, k):
         return 0.0
 
 
-def period(names):
-    """The shortest p with names[i] == names[i + p] over the whole run."""
-    n = len(names)
-    for p in range(1, n // 2 + 1):
-        if all(names[i] == names[i + p] for i in range(n - p)):
-            return p
-    return n
-
-
 def short(name, width=60):
     name = name.split("(")[0]
     return name if len(name) <= width else name[:width - 3] + "..."
@@ -71,22 +65,25 @@ def main():
     ap.add_argument("--bw", type=float, default=4.3e12)
     ap.add_argument("--flops", type=float, default=66.9e12)
     ap.add_argument("--title", default="")
+    ap.add_argument("--marker", default="xent_kernel",
+                    help="a kernel name part launched once per step")
     a = ap.parse_args()
     ks = rows(a.csv)
     if not ks:
         sys.exit(f"{a.csv}: no kernel rows")
-    names = [k["Kernel Name"] for k in ks]
-    p = period(names)
-    step = ks[:p]
+    steps = sum(1 for k in ks if a.marker in k["Kernel Name"])
+    if steps == 0:
+        sys.exit(f"{a.csv}: no launch of {a.marker!r}")
     agg = OrderedDict()
-    for k in step:
+    for k in ks:
         e = agg.setdefault(short(k["Kernel Name"]), [0, 0.0, 0.0, 0.0])
-        e[0] += 1
-        e[1] += num(k, TIME) / 1e3  # ns -> us
-        e[2] += num(k, RD) + num(k, WR)
-        e[3] += 2 * num(k, FFMA) + num(k, FADD) + num(k, FMUL)
+        e[0] += 1 / steps
+        e[1] += num(k, TIME) / 1e3 / steps  # ns -> us
+        e[2] += (num(k, RD) + num(k, WR)) / steps
+        e[3] += (2 * num(k, FFMA) + num(k, FADD) + num(k, FMUL)) / steps
     total = sum(e[1] for e in agg.values())
-    print(f"## {a.title} ({p} kernels per step, {len(ks)} profiled)")
+    print(f"## {a.title} ({len(ks) / steps:.1f} kernels per step, "
+          f"{len(ks)} profiled over {steps} steps)")
     print("| kernel | launches | µs | share | MB | GB/s | % bw | GFLOP | "
           "TFLOP/s | % fp32 | bound |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
@@ -94,7 +91,7 @@ def main():
         s = us * 1e-6
         bw, fr = (b / s, fl / s) if s > 0 else (0.0, 0.0)
         pb, pf = 100 * bw / a.bw, 100 * fr / a.flops
-        print(f"| `{name}` | {n} | {us:.1f} | {100 * us / total:.0f}% | "
+        print(f"| `{name}` | {n:.1f} | {us:.1f} | {100 * us / total:.0f}% | "
               f"{b / 1e6:.2f} | {bw / 1e9:.0f} | {pb:.0f}% | {fl / 1e9:.2f} | "
               f"{fr / 1e12:.1f} | {pf:.0f}% | "
               f"{'memory' if pb >= pf else 'compute'} |")

@@ -6,6 +6,7 @@
  * DOT export works; and lowering it (placement and collective passes on four
  * virtual CPU devices) gives a graph or an error, and a lowered graph round
  * trips too. A broken promise aborts, which libFuzzer reports as a crash. */
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,6 +43,64 @@ static void check_round_trip(const rf_graph *g, const char *what) {
   rf_string_free(a);
   rf_string_free(b);
   rf_graph_free(g2);
+}
+
+/* Structure-aware mutation: half the time, one integer of the file (a dim,
+ * num_devices, an index) becomes a value at a limit of int32, int64 or
+ * uint64. Byte mutations alone rarely turn a dim into 2^62 and keep it, as
+ * the all-gather overflow needed (2 x 2^62 rows): libFuzzer keeps only
+ * inputs with new coverage, and an overflow adds none until it crashes. */
+static const char *const limits[] = {
+    "0",
+    "1",
+    "-1",
+    "2",
+    "3",
+    "4",
+    "-2",
+    "2147483647",
+    "2147483648",
+    "4294967295",
+    "4294967296",
+    "1099511627776",
+    "2305843009213693952",
+    "4611686018427387904",
+    "4611686018427387905",
+    "9223372036854775807",
+    "9223372036854775808",
+    "-9223372036854775808",
+    "18446744073709551616",
+};
+
+size_t LLVMFuzzerMutate(uint8_t *data, size_t size, size_t max_size);
+size_t LLVMFuzzerCustomMutator(uint8_t *data, size_t size, size_t max_size,
+                               unsigned int seed);
+
+static bool digit(uint8_t c) { return c >= '0' && c <= '9'; }
+
+size_t LLVMFuzzerCustomMutator(uint8_t *data, size_t size, size_t max_size,
+                               unsigned int seed) {
+  uint64_t r = (uint64_t)seed * 6364136223846793005ULL + 1442695040888963407ULL;
+  size_t count = 0;
+  for (size_t i = 0; i < size; i++)
+    if (digit(data[i]) && (i == 0 || !digit(data[i - 1]))) count++;
+  if ((r >> 62) & 1 || count == 0)
+    return LLVMFuzzerMutate(data, size, max_size);
+  size_t k = (size_t)((r >> 20) % count), start = 0;
+  for (size_t i = 0, seen = 0; i < size; i++)
+    if (digit(data[i]) && (i == 0 || !digit(data[i - 1])) && seen++ == k) {
+      start = i;
+      break;
+    }
+  if (start > 0 && data[start - 1] == '-') start--;
+  size_t end = start + 1;
+  while (end < size && digit(data[end])) end++;
+  const char *v = limits[(r >> 40) % (sizeof limits / sizeof *limits)];
+  size_t vl = strlen(v), grown = size - (end - start) + vl;
+  if (grown > max_size) return LLVMFuzzerMutate(data, size, max_size);
+  memmove(data + start + vl, data + end, size - end);
+  memcpy(data + start, v, vl);
+  return grown;
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

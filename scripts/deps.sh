@@ -6,7 +6,8 @@ set -euo pipefail
 pkgs=(build-essential cmake ninja-build pkg-config libcmocka-dev libopenblas-dev
       libjansson-dev uthash-dev zlib1g-dev dataset-fashion-mnist
       libopenmpi-dev openmpi-bin libgloo-dev graphviz clang-format cppcheck
-      python3-dev python3-venv)
+      python3-dev python3-venv libdnnl-dev
+      clang libclang-rt-dev) # the fuzz build (libFuzzer, sanitizers): docs/FUZZING.md
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

@@ -25,7 +25,7 @@ fi
 # so it needs no download and reuses build-py/ from the last build.
 "$venv/bin/pip" install -q --disable-pip-version-check \
   "scikit-build-core>=0.10" "cffi>=1.15" "numpy>=1.22" "ml_dtypes>=0.2" \
-  "pytest>=7" "ruff>=0.4"
+  "pytest>=7" "ruff>=0.4" "safetensors>=0.4"
 if [ -z "${CMAKE_C_COMPILER_LAUNCHER:-}" ] && command -v ccache >/dev/null; then
   export CMAKE_C_COMPILER_LAUNCHER=ccache CMAKE_CXX_COMPILER_LAUNCHER=ccache
   export CMAKE_CUDA_COMPILER_LAUNCHER=ccache

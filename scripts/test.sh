@@ -66,7 +66,8 @@ else
          ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:protect_shadow_gap=0)
 fi
 rc=0
-"${pyrun[@]}" "$venv/bin/python" -m pytest tests/python -q -rs || rc=$?
+RF_RINGFLOW_BIN="$PWD/$dir/tools/ringflow" \
+  "${pyrun[@]}" "$venv/bin/python" -m pytest tests/python -q -rs || rc=$?
 if [ "$rc" = 5 ]; then
   echo "test.sh: pytest collected no tests" >&2
   exit 1

@@ -2,7 +2,10 @@
  * (rf_tensor_new_external): no copy on the way in or out of a session, the
  * release callback called once when the last reference goes and never on
  * error, the memory never written by the library (a variable assigned it
- * updates a copy), the argument checks and allocation failures. */
+ * updates a copy), the argument checks and allocation failures; and
+ * tensors over GPU memory (rf_tensor_new_external_gpu) where no GPU is
+ * needed: their checks, release, no host view, and a CPU device refusing
+ * them (tests/test_gpu_external.c feeds them to GPUs). */
 #include <stdint.h>
 #include <string.h>
 
@@ -188,6 +191,53 @@ static void test_allocation_failure(void **state) {
   assert_int_equal(r.calls, 1);
 }
 
+/* A device pointer is only recorded: never read on the host, released once,
+ * refused by a CPU device's placeholder with a message naming the node. */
+static void test_gpu_memory(void **state) {
+  _Alignas(8) unsigned char bytes[64] = {0}; /* stands for device memory */
+  released r = {0, NULL};
+  rf_shape s = rf_shape_of(2, 2, 4);
+  rf_tensor *t = NULL;
+  assert_status(
+      rf_tensor_new_external_gpu(RF_FLOAT32, &s, -1, bytes, on_release, &r, &t),
+      RF_INVALID_ARGUMENT, "GPU -1 is not a GPU");
+  assert_status(rf_tensor_new_external_gpu(RF_FLOAT32, &s, 1 << 20, bytes,
+                                           on_release, &r, &t),
+                RF_INVALID_ARGUMENT, "is not a GPU");
+  assert_status(
+      rf_tensor_new_external_gpu(RF_FLOAT32, &s, 0, NULL, on_release, &r, &t),
+      RF_INVALID_ARGUMENT, "rf_tensor_new_external_gpu: NULL data");
+  assert_status(rf_tensor_new_external_gpu(RF_FLOAT64, &s, 0, bytes + 4,
+                                           on_release, &r, &t),
+                RF_INVALID_ARGUMENT, "rf_tensor_new_external_gpu: data 0x");
+  assert_null(t);
+  assert_int_equal(r.calls, 0);
+  assert_ok(
+      rf_tensor_new_external_gpu(RF_FLOAT32, &s, 3, bytes, on_release, &r, &t));
+  assert_null(rf_tensor_data(t)); /* device memory: no host view */
+  assert_null(rf_tensor_mutable_data(t));
+  assert_int_equal(rf_tensor_nbytes(t), 32);
+
+  rf_graph *g = rf_graph_new();
+  rf_output x = rf_placeholder(g, "x", RF_FLOAT32, rf_shape_of(2, 2, 4));
+  rf_output y = rf_identity(g, "y", x);
+  assert_graph_ok(g);
+  rf_session *sess = NULL;
+  assert_ok(rf_session_new(g, NULL, &sess));
+  rf_feed feed = {x, t};
+  rf_tensor *out = NULL;
+  assert_status(rf_session_run(sess, &feed, 1, &y, 1, NULL, 0, &out),
+                RF_INVALID_ARGUMENT,
+                "fed a float32 device tensor, expected float32 in host memory");
+  assert_null(out);
+  rf_session_free(sess);
+  rf_graph_free(g);
+  assert_int_equal(r.calls, 0);
+  rf_tensor_release(t);
+  assert_int_equal(r.calls, 1);
+  assert_ptr_equal(r.data, bytes);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_wraps_without_copy),
@@ -195,6 +245,7 @@ int main(void) {
       cmocka_unit_test(test_variable_update_never_writes_it),
       cmocka_unit_test(test_errors),
       cmocka_unit_test(test_allocation_failure),
+      cmocka_unit_test(test_gpu_memory),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

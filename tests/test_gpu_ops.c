@@ -462,9 +462,17 @@ static void test_sum_mean(void **state) {
   static const struct {
     int rank, naxes;
     int64_t dims[3], axes[2];
-  } big[] = {{2, 1, {3, 40000}, {1}}, {2, 1, {50000, 3}, {0}},
-             {1, -1, {100000}, {0}},  {3, 2, {7, 3000, 5}, {0, 2}},
-             {2, 1, {0, 3}, {0}},     {2, -1, {3, 0}, {0}}};
+  } big[] = {{2, 1, {3, 40000}, {1}},
+             {2, 1, {50000, 3}, {0}},
+             {1, -1, {100000}, {0}},
+             {3, 2, {7, 3000, 5}, {0, 2}},
+             {2, 1, {0, 3}, {0}},
+             {2, -1, {3, 0}, {0}},
+             /* columns split into chunks to fill the GPU (an MLP's bias
+              * gradients), with outputs that don't fill the last tile */
+             {2, 1, {1024, 512}, {0}},
+             {2, 1, {8192, 10}, {0}},
+             {3, 1, {513, 3, 37}, {0}}};
   static const rf_dtype big_types[] = {RF_FLOAT16, RF_FLOAT32, RF_FLOAT64,
                                        RF_INT8,    RF_INT32,   RF_INT64};
   for (int d = 0; d < GC_COUNT(big_types); d++)

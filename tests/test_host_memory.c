@@ -108,7 +108,8 @@ static rf_output int_const(rf_graph *g, const char *name, const char *dev) {
 
 /* Placement and the host-memory rule on a copy-free graph. */
 static void place(rf_graph *g, devs *v, int n) {
-  rf__pass_ctx ctx = {g, v->d, n, 0, 0, 1, 0};
+  rf__pass_ctx ctx = {
+      .graph = g, .devices = v->d, .num_devices = n, .num_tasks = 1};
   assert_ok(rf__place(&ctx));
   assert_ok(rf__place_host_memory(&ctx));
 }
@@ -203,7 +204,8 @@ static void test_partition_hands_host_memory_over(void **state) {
   rf_node *r2 = hm_reshape(g, "r2", "gpu:1", x, hs);
   assert_graph_ok(g);
   place(g, &v, 4);
-  rf__pass_ctx ctx = {g, v.d, 4, 0, 0, 1, 0};
+  rf__pass_ctx ctx = {
+      .graph = g, .devices = v.d, .num_devices = 4, .num_tasks = 1};
   assert_ok(rf__partition(&ctx));
   assert_ok(rf__check_host_memory(&ctx));
   const rf_node *rh = recv_of(r, 1), *rd = recv_of(u, 0);
@@ -234,7 +236,8 @@ static void test_device_memory_into_a_host_input_is_an_error(void **state) {
    * to get what a producer that cannot move leads to. */
   assert_string_equal(dev_of(&v, d.node), "cpu:0");
   d.node->assigned_device = 2;
-  rf__pass_ctx ctx = {g, v.d, 4, 0, 0, 1, 0};
+  rf__pass_ctx ctx = {
+      .graph = g, .devices = v.d, .num_devices = 4, .num_tasks = 1};
   assert_ok(rf__partition(&ctx));
   assert_status(rf__check_host_memory(&ctx), RF_INVALID_ARGUMENT,
                 "node 'r' (HmReshape) on gpu:0 reads input 1 from host "

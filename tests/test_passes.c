@@ -136,8 +136,9 @@ static void test_pass_registration_errors(void **state) {
   assert_status(rf__pass_register(RF_PASS_PRE_PLACEMENT, 3, "post_a", post_a),
                 RF_ALREADY_EXISTS, "pass 'post_a' is already registered");
   assert_int_equal(rf__passes_count(RF_PASS_PRE_PLACEMENT), 1);
-  /* the test's 4 plus the library's lower_collectives */
-  assert_int_equal(rf__passes_count(RF_PASS_POST_PLACEMENT), 5);
+  /* the test's 4 plus the library's bucket_collectives and
+   * lower_collectives */
+  assert_int_equal(rf__passes_count(RF_PASS_POST_PLACEMENT), 6);
   assert_int_equal(rf__passes_count(RF_PASS_POST_PARTITION), 2);
 }
 
@@ -233,7 +234,10 @@ static void test_resource_consumers_follow_their_variable(void **state) {
   rf_node *after = add(g, "TestAddOne", "after", NULL, &after_in, 1);
   rf_node *free_node = add(g, "TestConst", "free", NULL, NULL, 0);
   rf_session *s = rt_session(g, 4, 1);
-  rf__pass_ctx ctx = {s->graph, s->devices, s->num_devices, 0, 0, 1, 0};
+  rf__pass_ctx ctx = {.graph = s->graph,
+                      .devices = s->devices,
+                      .num_devices = s->num_devices,
+                      .num_tasks = 1};
   assert_ok(rf__place(&ctx));
   const rf_graph *sg = s->graph;
   assert_int_equal(sg->nodes[var->id]->assigned_device, 2);

@@ -3,6 +3,7 @@
  * n ranks over shared memory (--mca btl self,vader) and reads back its CSV.
  * The default run unsets MALLOC_MMAP_THRESHOLD_ so "default" means glibc's
  * default; the other run sets it to 1 GiB for every rank (-x). */
+#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +12,7 @@
 #include <unistd.h>
 
 #include "bench.h"
+#include "subprocess.h"
 
 #define MMAP_ENV "MALLOC_MMAP_THRESHOLD_=1073741824"
 
@@ -81,19 +83,86 @@ static bool take_row(const bench_mpi_args *a, const char *line,
   return false;
 }
 
+/* This environment without MALLOC_MMAP_THRESHOLD_ (the default run), in a
+ * malloc'ed array of environ's strings; NULL if out of memory. */
+static char **environ_without_mmap_threshold(void) {
+  extern char **environ;
+  size_t n = 0;
+  while (environ[n]) n++;
+  char **env = malloc(sizeof *env * (n + 1));
+  if (!env) return NULL;
+  size_t k = 0;
+  for (size_t i = 0; i < n; i++)
+    if (strncmp(environ[i], "MALLOC_MMAP_THRESHOLD_=", 23) != 0)
+      env[k++] = environ[i];
+  env[k] = NULL;
+  return env;
+}
+
+/* mpirun with an argument vector, its stdout and stderr through a pipe: no
+ * shell reads the program's path. */
+static FILE *start_mpirun(const bench_mpi_args *a, char *command,
+                          size_t command_len, pid_t *pid) {
+  char np[16], lo[32], hi[32], min_time[32];
+  snprintf(np, sizeof np, "%d", a->n);
+  snprintf(lo, sizeof lo, "%lld", (long long)a->sizes[0]);
+  snprintf(hi, sizeof hi, "%lld", (long long)a->sizes[a->nsizes - 1]);
+  snprintf(min_time, sizeof min_time, "%g", a->min_time);
+  const char *argv[] = {"mpirun",
+                        "--allow-run-as-root",
+                        "--oversubscribe",
+                        "-np",
+                        np,
+                        "--mca",
+                        "btl",
+                        "self,vader",
+                        a->program,
+                        "--min",
+                        lo,
+                        "--max",
+                        hi,
+                        "--min-time",
+                        min_time,
+                        "--csv",
+                        NULL,
+                        NULL,
+                        NULL};
+  if (a->mmap_threshold) { /* -x MMAP_ENV before the program */
+    memmove(argv + 10, argv + 8, sizeof *argv * 8);
+    argv[8] = "-x";
+    argv[9] = MMAP_ENV;
+  }
+  size_t used = 0;
+  if (!a->mmap_threshold)
+    used = (size_t)snprintf(command, command_len,
+                            "env -u MALLOC_MMAP_THRESHOLD_ ");
+  if (used < command_len)
+    tool_format_argv(argv, command + used, command_len - used);
+  char **env = a->mmap_threshold ? NULL : environ_without_mmap_threshold();
+  int fds[2];
+  if ((!a->mmap_threshold && !env) || pipe(fds) != 0) {
+    free(env);
+    return NULL;
+  }
+  /* Only the dup2'ed copies reach mpirun (and its ranks). */
+  fcntl(fds[0], F_SETFD, FD_CLOEXEC);
+  fcntl(fds[1], F_SETFD, FD_CLOEXEC);
+  int err = tool_spawn(argv, env, fds[1], pid);
+  free(env);
+  close(fds[1]);
+  FILE *p = err ? NULL : fdopen(fds[0], "r");
+  if (!p) {
+    close(fds[0]);
+    if (!err) tool_wait(*pid);
+  }
+  return p;
+}
+
 const char *bench_mpi_run(const bench_mpi_args *a,
                           bench_row (*rows)[BENCH_MAX_SIZES], char *command,
                           size_t command_len, char *why, size_t why_len) {
-  snprintf(command, command_len,
-           "%smpirun --allow-run-as-root --oversubscribe -np %d --mca btl "
-           "self,vader%s %s --min %lld --max %lld --min-time %g --csv",
-           a->mmap_threshold ? "" : "env -u MALLOC_MMAP_THRESHOLD_ ", a->n,
-           a->mmap_threshold ? " -x " MMAP_ENV : "", a->program,
-           (long long)a->sizes[0], (long long)a->sizes[a->nsizes - 1],
-           a->min_time);
-  char full[4096];
-  snprintf(full, sizeof full, "%s 2>&1", command);
-  FILE *p = popen(full, "r");
+  pid_t pid;
+  FILE *p = start_mpirun(a, command, command_len, &pid);
   if (!p) return "cannot start mpirun";
   char line[1024];
   size_t used = 0;
@@ -108,7 +177,8 @@ const char *bench_mpi_run(const bench_mpi_args *a,
       used += strlen(why + used);
     }
   }
-  int status = pclose(p);
+  fclose(p);
+  int status = tool_wait(pid);
   if (status == 0 && taken > 0) return NULL;
   char head[160];
   snprintf(head, sizeof head, "mpirun %s %d, %d rows read; its output:\n",

@@ -1,6 +1,10 @@
-/* tools/idx.c - IDX reader. The whole file is inflated into memory first
- * (gzread handles plain files too), then parsed and checked: magic, type,
- * rank, dims, and that the data is exactly as long as the dims say. */
+/* tools/idx.c - IDX reader. The header is read first and checked (magic,
+ * type, rank, dims whose product is at most max_bytes); then the data is
+ * read in chunks, from memory or through zlib (gzread reads plain files
+ * too), into a buffer that grows with what has arrived, up to the declared
+ * size. A stream that ends early or goes on past the dims is refused, so
+ * memory follows the data really there, never the stream's or the dims'
+ * claims (a gzip bomb stops one byte past its dims). */
 #include "idx.h"
 
 #include <errno.h>
@@ -8,53 +12,145 @@
 #include <string.h>
 #include <zlib.h>
 
+#define IDX_CHECK(expr)      \
+  do {                       \
+    rf_status *st_ = (expr); \
+    if (st_) return st_;     \
+  } while (0)
+
+/* What the reader reads from: a gzip (or plain) file, or memory. */
+typedef struct source {
+  gzFile f;
+  const uint8_t *buf;
+  size_t len, pos;
+} source;
+
+/* Reads up to n bytes into dst; *got < n only at the end. */
+static rf_status *source_read(source *s, void *dst, size_t n, size_t *got) {
+  if (!s->f) {
+    *got = n < s->len - s->pos ? n : s->len - s->pos;
+    if (*got) memcpy(dst, s->buf + s->pos, *got);
+    s->pos += *got;
+    return NULL;
+  }
+  *got = 0;
+  while (*got < n) {
+    size_t want = n - *got < (1u << 30) ? n - *got : (1u << 30);
+    int r = gzread(s->f, (uint8_t *)dst + *got, (unsigned)want);
+    if (r < 0) {
+      int errnum;
+      return rf_status_new(RF_DATA_LOSS, "corrupt gzip data: %s",
+                           gzerror(s->f, &errnum));
+    }
+    if (r == 0) break;
+    *got += (size_t)r;
+  }
+  return NULL;
+}
+
 static uint32_t be32(const uint8_t *p) {
   return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 |
          p[3];
 }
 
-rf_status *idx_parse(const uint8_t *buf, size_t len, size_t max_bytes,
-                     idx_array *out) {
-  if (len < 4)
+/* The header: rank and dims into a, the data's size into *count. */
+static rf_status *read_header(source *s, size_t max_bytes, idx_array *a,
+                              uint64_t *count) {
+  uint8_t h[4 + 4 * IDX_MAX_DIMS];
+  size_t got;
+  IDX_CHECK(source_read(s, h, 4, &got));
+  if (got < 4)
     return rf_status_new(
-        RF_DATA_LOSS, "IDX: file is %zu bytes, shorter than its header", len);
-  if (buf[0] != 0 || buf[1] != 0)
+        RF_DATA_LOSS, "IDX: file is %zu bytes, shorter than its header", got);
+  if (h[0] != 0 || h[1] != 0)
     return rf_status_new(RF_DATA_LOSS, "IDX: bad magic %02x %02x (want 00 00)",
-                         buf[0], buf[1]);
-  if (buf[2] != 0x08)
+                         h[0], h[1]);
+  if (h[2] != 0x08)
     return rf_status_new(
         RF_UNIMPLEMENTED,
         "IDX: element type 0x%02x; only unsigned bytes (0x08) are supported",
-        buf[2]);
-  int rank = buf[3];
+        h[2]);
+  int rank = h[3];
   if (rank < 1 || rank > IDX_MAX_DIMS)
     return rf_status_new(RF_DATA_LOSS, "IDX: rank %d outside 1..%d", rank,
                          IDX_MAX_DIMS);
   size_t header = 4 + 4 * (size_t)rank;
-  if (len < header)
-    return rf_status_new(
-        RF_DATA_LOSS, "IDX: truncated header (%zu of %zu bytes)", len, header);
-  idx_array a = {.rank = rank};
-  uint64_t count = 1;
+  IDX_CHECK(source_read(s, h + 4, header - 4, &got));
+  if (got < header - 4)
+    return rf_status_new(RF_DATA_LOSS,
+                         "IDX: truncated header (%zu of %zu bytes)", 4 + got,
+                         header);
+  *a = (idx_array){.rank = rank};
+  /* Each factor is below 2^32 and the product so far at most max_bytes:
+   * no overflow. */
+  *count = 1;
   for (int i = 0; i < rank; i++) {
-    a.dims[i] = be32(buf + 4 + 4 * i);
-    count *= (uint64_t)a.dims[i];
-    if (count > max_bytes)
+    a->dims[i] = be32(h + 4 + 4 * i);
+    *count *= (uint64_t)a->dims[i];
+    if (*count > max_bytes)
       return rf_status_new(RF_RESOURCE_EXHAUSTED,
                            "IDX: data would exceed %zu bytes", max_bytes);
   }
-  if (len - header != count)
-    return rf_status_new(
+  return NULL;
+}
+
+/* The data: count bytes exactly, into a buffer that grows as they arrive. */
+static rf_status *read_data(source *s, uint64_t count, idx_array *a) {
+  size_t cap = count < (1u << 20) ? (size_t)count : (1u << 20), len = 0;
+  uint8_t *data = malloc(cap ? cap : 1);
+  if (!data) return rf_status_new(RF_RESOURCE_EXHAUSTED, "IDX: out of memory");
+  rf_status *st = NULL;
+  while (!st && len < count) {
+    if (len == cap) {
+      size_t grown = cap * 2 < count ? cap * 2 : (size_t)count;
+      uint8_t *bigger = realloc(data, grown);
+      if (!bigger) {
+        st = rf_status_new(RF_RESOURCE_EXHAUSTED, "IDX: out of memory");
+        break;
+      }
+      data = bigger;
+      cap = grown;
+    }
+    size_t want = cap - len, got;
+    st = source_read(s, data + len, want, &got);
+    len += got;
+    if (got < want) break; /* the end, or an error */
+  }
+  uint8_t extra;
+  size_t more = 0;
+  if (!st && len == count) st = source_read(s, &extra, 1, &more);
+  if (!st && len < count)
+    st = rf_status_new(
         RF_DATA_LOSS,
         "IDX: %zu bytes of data, but the dims say %llu (truncated or corrupt)",
-        len - header, (unsigned long long)count);
-  a.data = malloc(count ? count : 1);
-  if (!a.data)
-    return rf_status_new(RF_RESOURCE_EXHAUSTED, "IDX: out of memory");
-  memcpy(a.data, buf + header, count);
-  a.size = count;
+        len, (unsigned long long)count);
+  if (!st && more)
+    st = rf_status_new(RF_DATA_LOSS,
+                       "IDX: more than the %llu bytes of data its dims say "
+                       "(corrupt)",
+                       (unsigned long long)count);
+  if (st) {
+    free(data);
+    return st;
+  }
+  a->data = data;
+  a->size = (size_t)count;
+  return NULL;
+}
+
+static rf_status *read_idx(source *s, size_t max_bytes, idx_array *out) {
+  idx_array a;
+  uint64_t count;
+  IDX_CHECK(read_header(s, max_bytes, &a, &count));
+  IDX_CHECK(read_data(s, count, &a));
   *out = a;
   return NULL;
+}
+
+rf_status *idx_parse(const uint8_t *buf, size_t len, size_t max_bytes,
+                     idx_array *out) {
+  source s = {.buf = buf, .len = len};
+  return read_idx(&s, max_bytes, out);
 }
 
 rf_status *idx_read(const char *path, size_t max_bytes, idx_array *out) {
@@ -62,47 +158,32 @@ rf_status *idx_read(const char *path, size_t max_bytes, idx_array *out) {
   if (!f)
     return rf_status_new(RF_NOT_FOUND, "cannot open %s: %s", path,
                          strerror(errno));
-  size_t cap = 1 << 20, len = 0;
-  uint8_t *buf = malloc(cap);
-  rf_status *st =
-      buf ? NULL : rf_status_new(RF_RESOURCE_EXHAUSTED, "out of memory");
-  while (!st) {
-    if (len == cap) {
-      if (cap > max_bytes + 64) {
-        st = rf_status_new(RF_RESOURCE_EXHAUSTED, "%s: more than %zu bytes",
-                           path, max_bytes);
-        break;
-      }
-      uint8_t *nb = realloc(buf, cap * 2);
-      if (!nb) {
-        st = rf_status_new(RF_RESOURCE_EXHAUSTED, "out of memory");
-        break;
-      }
-      buf = nb;
-      cap *= 2;
-    }
-    int got = gzread(f, buf + len, (unsigned)(cap - len));
-    if (got < 0) {
-      int errnum;
-      const char *msg = gzerror(f, &errnum);
-      st = rf_status_new(RF_DATA_LOSS, "%s: corrupt gzip data: %s", path, msg);
-      break;
-    }
-    if (got == 0) break;
-    len += (size_t)got;
-  }
+  source s = {.f = f};
+  rf_status *st = read_idx(&s, max_bytes, out);
   gzclose(f);
-  if (!st) {
-    st = idx_parse(buf, len, max_bytes, out);
-    if (st) {
-      rf_status *wrapped = rf_status_new(rf_status_code(st), "%s: %s", path,
-                                         rf_status_message(st));
-      rf_status_free(st);
-      st = wrapped;
-    }
-  }
-  free(buf);
-  return st;
+  if (!st) return NULL;
+  rf_status *wrapped =
+      rf_status_new(rf_status_code(st), "%s: %s", path, rf_status_message(st));
+  rf_status_free(st);
+  return wrapped;
+}
+
+rf_status *idx_check_labelled(const idx_array *images, const char *images_name,
+                              const idx_array *labels, const char *labels_name,
+                              int classes) {
+  if (images->rank != 3 || labels->rank != 1 ||
+      images->dims[0] != labels->dims[0])
+    return rf_status_new(RF_DATA_LOSS,
+                         "%s and %s do not describe the same images (ranks %d "
+                         "and %d, counts %lld and %lld)",
+                         images_name, labels_name, images->rank, labels->rank,
+                         (long long)images->dims[0],
+                         (long long)labels->dims[0]);
+  for (size_t i = 0; i < labels->size; i++)
+    if (labels->data[i] >= classes)
+      return rf_status_new(RF_DATA_LOSS, "%s: label %zu is %d, outside 0..%d",
+                           labels_name, i, labels->data[i], classes - 1);
+  return NULL;
 }
 
 void idx_free(idx_array *a) {

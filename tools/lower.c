@@ -1,6 +1,8 @@
 /* tools/lower.c - `ringflow lower GRAPH.json`: prints a graph before and after
  * placement and the POST_PLACEMENT passes (collective lowering), and with
  * --dot DIR writes both as DOT (and SVG when Graphviz's `dot` is installed). */
+#include <string.h>
+
 #include "devices.h"
 #include "options.h"
 #include "ringflow/graph_io.h"
@@ -23,8 +25,31 @@ static void print_graph(const rf_graph *g, const char *title) {
   }
 }
 
+/* One line per bucket participant: what it fused and which copies it
+ * costs (the pass always lays slices out for zero-copy views out). */
+static void print_buckets(const rf_graph *g) {
+  for (int i = 0; i < rf_graph_num_nodes(g); i++) {
+    const rf_node *n = rf_graph_node(g, i);
+    if (strcmp(rf_node_op(n), "_BucketPack") != 0) continue;
+    int64_t k = 0, total = 0;
+    rf_dtype t = RF_FLOAT32;
+    rf_status_free(rf_node_attr_int(n, "N", &k));
+    rf_status_free(rf_node_attr_int(n, "total", &total));
+    rf_status_free(rf_node_attr_dtype(n, "T", &t));
+    printf(
+        "bucket %s: %lld all-reduces, %lld bytes of %s: one copy in "
+        "(_BucketPack), zero-copy views out (_BucketUnpack)\n",
+        rf_node_device(n), (long long)k,
+        (long long)total * (long long)rf_dtype_size(t), rf_dtype_name(t));
+  }
+}
+
 int cmd_lower(int argc, char **argv) {
   const char *dot_dir = NULL;
+  int64_t bucket_bytes = RF_DEFAULT_BUCKET_BYTES;
+  int comm = 0;
+  static const char *const comm_choices[] = {"fp32", "bf16", "fp16", NULL};
+  static const char *const comm_dtypes[] = {"float32", "bfloat16", "float16"};
   tool_devices devices;
   char why[64];
   tool_devices_parse("8", &devices, why, sizeof why);
@@ -36,13 +61,21 @@ int cmd_lower(int argc, char **argv) {
       TOOL_STRING("dot", &dot_dir, "DIR",
                   "also write both graphs as DIR/before.dot and "
                   "DIR/after.dot (and SVG with Graphviz)"),
+      TOOL_SIZE("bucket-bytes", &bucket_bytes, "N",
+                "fuse independent all-reduces into buckets of up to N bytes "
+                "(0: none; default 4K)",
+                0, (double)(INT64_C(1) << 40)),
+      TOOL_CHOICE("comm-dtype", &comm, "T",
+                  "the wire dtype of float32 all-reduces (default fp32)",
+                  comm_choices),
   };
   const tool_cmd cmd = {
       "lower",
       "usage: ringflow lower GRAPH.json [options]\n"
       "  prints the graph in GRAPH.json, then the graph after placement on\n"
-      "  --devices and collective lowering. RF_LOG=debug prints why each\n"
-      "  node went where and what each collective became to stderr;\n"
+      "  --devices, bucketing and collective lowering, then one line per\n"
+      "  bucket. RF_LOG=debug prints why each node went where and what\n"
+      "  each collective became to stderr;\n"
       "  RF_DUMP_GRAPH_DIR=DIR writes the graph before and after each\n"
       "  phase as JSON and DOT\n"
       "options:\n",
@@ -56,6 +89,8 @@ int cmd_lower(int argc, char **argv) {
   rf_session_options o;
   rf_session_options_init(&o);
   tool_devices_session(&devices, &o);
+  o.collective_bucket_bytes = bucket_bytes;
+  o.collective_comm_dtype = comm_dtypes[comm];
   rf_status *st = rf_graph_lower(g, &o, &lowered);
   if (st) {
     rf_graph_free(g);
@@ -63,6 +98,7 @@ int cmd_lower(int argc, char **argv) {
   }
   print_graph(g, "before lowering");
   print_graph(lowered, "after placement and lowering");
+  print_buckets(lowered);
   if (dot_dir) {
     st = tool_write_dot(g, dot_dir, "before");
     if (!st) st = tool_write_dot(lowered, dot_dir, "after");

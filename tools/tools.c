@@ -1,14 +1,17 @@
 /* tools/tools.c - shared helpers of the `ringflow` command. */
 #include "tools.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "ringflow/graph_io.h"
+#include "subprocess.h"
 
 int tool_task = -1;
 
@@ -117,28 +120,57 @@ void progress_epoch(progress *p, int epoch, double accuracy, double spread) {
   fflush(stdout);
 }
 
+/* "DIR/STEM.EXT", malloc'ed (any length), or NULL. A relative DIR starting
+ * with '-' gets "./" in front, so that dot never reads the path as an
+ * option. */
+static char *dir_file(const char *dir, const char *stem, const char *ext) {
+  const char *lead = dir[0] == '-' ? "./" : "";
+  int len = snprintf(NULL, 0, "%s%s/%s.%s", lead, dir, stem, ext);
+  char *p = len < 0 ? NULL : malloc((size_t)len + 1);
+  if (p) snprintf(p, (size_t)len + 1, "%s%s/%s.%s", lead, dir, stem, ext);
+  return p;
+}
+
+/* Graphviz's dot renders DOT to SVG, run without a shell. Not installed
+ * (ENOENT): no SVG, silently, as documented; any other failure: a note. */
+static void write_svg(const char *dot_path, const char *svg_path) {
+  const char *argv[] = {"dot", "-Tsvg", "-o", svg_path, dot_path, NULL};
+  pid_t pid;
+  int err = tool_spawn(argv, NULL, -1, &pid);
+  if (err == ENOENT) return;
+  int status = err ? -1 : tool_wait(pid);
+  if (status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 0)
+    printf("wrote %s\n", svg_path);
+  else
+    fprintf(stderr, "ringflow: no %s: Graphviz's dot %s\n", svg_path,
+            err ? strerror(err) : "failed");
+}
+
 /* DIR/STEM.dot, and DIR/STEM.svg when Graphviz's `dot` is installed. */
 rf_status *tool_write_dot(const rf_graph *g, const char *dir,
                           const char *stem) {
   mkdir(dir, 0755); /* may exist already */
-  char *dot;
-  RF_TOOL_CHECK(rf_graph_to_dot(g, &dot));
-  char path[1024];
-  snprintf(path, sizeof path, "%s/%s.dot", dir, stem);
-  FILE *f = fopen(path, "w");
-  if (!f) {
-    rf_string_free(dot);
-    return rf_status_new(RF_PERMISSION_DENIED, "cannot write %s", path);
+  char *dot = NULL, *path = dir_file(dir, stem, "dot"),
+       *svg = dir_file(dir, stem, "svg");
+  rf_status *st = path && svg
+                      ? rf_graph_to_dot(g, &dot)
+                      : rf_status_new(RF_RESOURCE_EXHAUSTED, "out of memory");
+  FILE *f = st ? NULL : fopen(path, "w");
+  if (!st && !f)
+    st = rf_status_new(RF_PERMISSION_DENIED, "cannot write %s: %s", path,
+                       strerror(errno));
+  if (f) {
+    bool ok = fputs(dot, f) >= 0;
+    ok = fclose(f) == 0 && ok;
+    if (!ok) st = rf_status_new(RF_DATA_LOSS, "writing %s failed", path);
   }
-  bool ok = fputs(dot, f) >= 0;
-  ok = fclose(f) == 0 && ok;
   rf_string_free(dot);
-  if (!ok) return rf_status_new(RF_DATA_LOSS, "writing %s failed", path);
-  printf("wrote %s\n", path);
-  if (system("command -v dot >/dev/null 2>&1") == 0) {
-    char cmd[2200];
-    snprintf(cmd, sizeof cmd, "dot -Tsvg '%s' -o '%s/%s.svg'", path, dir, stem);
-    if (system(cmd) == 0) printf("wrote %s/%s.svg\n", dir, stem);
+  if (!st) {
+    printf("wrote %s\n", path);
+    fflush(stdout); /* before dot's own messages */
+    write_svg(path, svg);
   }
-  return NULL;
+  free(path);
+  free(svg);
+  return st;
 }

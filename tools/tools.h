@@ -54,7 +54,8 @@ void progress_epoch(progress *p, int epoch, double accuracy, double spread);
 double now_seconds(void);
 
 /* Writes g as DIR/STEM.dot (creating DIR), and DIR/STEM.svg when Graphviz's
- * `dot` is installed; prints what it wrote. */
+ * `dot` is installed (run without a shell: tools/subprocess.h); prints what
+ * it wrote. DIR may be any length and hold any characters. */
 rf_status *tool_write_dot(const rf_graph *g, const char *dir, const char *stem);
 
 int cmd_train(int argc, char **argv);

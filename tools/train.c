@@ -14,7 +14,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "checkpoint.h"
 #include "devices.h"
 #include "idx.h"
 #include "mlp.h"
@@ -36,12 +35,13 @@ typedef struct dataset {
 
 typedef struct options {
   tool_devices devices;
-  int epochs, batch, max_steps, warmup;
-  double lr;
+  int epochs, batch, max_steps, warmup, save_every;
+  double lr, collective_timeout; /* seconds */
   uint64_t seed;
   sync_mode sync;
-  bool check, quiet, constant_lr, bench;
+  bool check, quiet, constant_lr, bench, allow_nonfinite;
   const char *data_dir, *save, *load, *graph_dir, *trace;
+  int bucket_mb, comm_dtype; /* -1: the library's default; comm_choices */
 } options;
 
 static void dataset_free(dataset *d) {
@@ -49,30 +49,40 @@ static void dataset_free(dataset *d) {
   free(d->y);
 }
 
-static rf_status *load_split(const char *dir, const char *prefix,
+/* "DIR/PREFIX-KIND", malloc'ed (--data may be of any length), or NULL. */
+static char *split_path(const char *dir, const char *prefix, const char *kind) {
+  int len = snprintf(NULL, 0, "%s/%s-%s", dir, prefix, kind);
+  char *p = len < 0 ? NULL : malloc((size_t)len + 1);
+  if (p) snprintf(p, (size_t)len + 1, "%s/%s-%s", dir, prefix, kind);
+  return p;
+}
+
+/* Loads DIR/PREFIX-{images,labels}-*.gz: at least one image, each of
+ * `dim` pixels (28x28 for the model), labels 0..9. */
+static rf_status *load_split(const char *dir, const char *prefix, int dim,
                              dataset *out) {
-  char ipath[600], lpath[600];
-  snprintf(ipath, sizeof ipath, "%s/%s-images-idx3-ubyte.gz", dir, prefix);
-  snprintf(lpath, sizeof lpath, "%s/%s-labels-idx1-ubyte.gz", dir, prefix);
-  idx_array im, lb;
-  rf_status *st = idx_read(ipath, (size_t)1 << 30, &im);
-  if (st) return st;
-  st = idx_read(lpath, (size_t)1 << 26, &lb);
+  char *ipath = split_path(dir, prefix, "images-idx3-ubyte.gz"),
+       *lpath = split_path(dir, prefix, "labels-idx1-ubyte.gz");
+  idx_array im = {0}, lb = {0};
+  rf_status *st = ipath && lpath
+                      ? idx_read(ipath, (size_t)1 << 30, &im)
+                      : rf_status_new(RF_RESOURCE_EXHAUSTED, "out of memory");
+  if (!st) st = idx_read(lpath, (size_t)1 << 26, &lb);
   if (st) {
     idx_free(&im);
+    free(ipath);
+    free(lpath);
     return st;
   }
-  if (im.rank != 3 || lb.rank != 1 || im.dims[0] != lb.dims[0]) {
-    st = rf_status_new(RF_DATA_LOSS,
-                       "%s and %s do not describe the same images (ranks %d "
-                       "and %d, counts %lld and %lld)",
-                       ipath, lpath, im.rank, lb.rank, (long long)im.dims[0],
-                       (long long)lb.dims[0]);
-  }
-  for (size_t i = 0; !st && i < lb.size; i++)
-    if (lb.data[i] > 9)
-      st = rf_status_new(RF_DATA_LOSS, "%s: label %zu is %d, outside 0..9",
-                         lpath, i, lb.data[i]);
+  st = idx_check_labelled(&im, ipath, &lb, lpath, 10);
+  if (!st && im.dims[0] == 0) /* no step, no accuracy */
+    st = rf_status_new(RF_INVALID_ARGUMENT, "%s holds no images", ipath);
+  if (!st && im.dims[1] * im.dims[2] != dim)
+    st =
+        rf_status_new(RF_INVALID_ARGUMENT,
+                      "%s: images are %lldx%lld; the model takes 28x28 (%d "
+                      "inputs)",
+                      ipath, (long long)im.dims[1], (long long)im.dims[2], dim);
   if (!st) {
     out->n = (int)im.dims[0];
     out->dim = (int)(im.dims[1] * im.dims[2]);
@@ -85,6 +95,8 @@ static rf_status *load_split(const char *dir, const char *prefix,
   }
   idx_free(&im);
   idx_free(&lb);
+  free(ipath);
+  free(lpath);
   return st;
 }
 
@@ -181,87 +193,80 @@ static rf_status *trainer_init(trainer *t, const mlp_config *cfg, uint64_t seed,
   return st;
 }
 
-/* Writes replica 0's params, Adam moments and step count. */
-/* Every process of a job runs it (sharded moments are all-gathered);
- * `write` says whether this one writes the file. */
+/* Writes replica 0's params, Adam moments and step count as safetensors
+ * (ringflow/checkpoint.h: atomic, fsynced). Every process of a job runs it
+ * (sharded moments are all-gathered); `write` says whether this one writes
+ * the file. */
 static rf_status *trainer_save(trainer *t, const char *path, bool write) {
-  checkpoint c = {.step = t->step};
   int np = t->m.num_params;
   /* Sharded moments come from all-gathers, which need every replica's
    * participant: fetch the other replicas' copies too, and drop them. */
   int nrep = t->cfg.sync == SYNC_SHARDED ? t->nlocal : 1;
   int n = np + 2 * np * nrep;
   rf_output *fetches = malloc(sizeof *fetches * (size_t)n);
-  rf_tensor **out = malloc(sizeof *out * (size_t)n);
-  if (!fetches || !out) {
-    free(fetches);
-    free(out);
-    return rf_status_new(RF_RESOURCE_EXHAUSTED, "out of memory");
-  }
-  for (int p = 0; p < np; p++) {
+  rf_tensor **out = calloc((size_t)n, sizeof *out);
+  rf_checkpoint *c = NULL;
+  rf_status *st = fetches && out
+                      ? rf_checkpoint_new(&c)
+                      : rf_status_new(RF_RESOURCE_EXHAUSTED, "out of memory");
+  for (int p = 0; p < np && !st; p++) {
     fetches[p] = t->m.rep[t->first].params[p];
     for (int r = 0; r < nrep; r++) {
       fetches[np + r * 2 * np + p] = t->m.rep[t->first + r].moments[0][p];
       fetches[np + r * 2 * np + np + p] = t->m.rep[t->first + r].moments[1][p];
     }
   }
-  rf_status *st = rf_session_run(t->s, NULL, 0, fetches, n, NULL, 0, out);
-  free(fetches);
-  if (st) {
-    free(out);
-    return st;
+  if (!st) st = rf_session_run(t->s, NULL, 0, fetches, n, NULL, 0, out);
+  /* out[k * np + p]: kind k (param, m, v) of param p, as mlp_state_name */
+  for (int i = 0; i < 3 * np && !st; i++) {
+    char name[32];
+    mlp_state_name(i / np, i % np, name, sizeof name);
+    st = rf_checkpoint_add(c, name, out[i]);
   }
-  memcpy(c.tensors, out, sizeof *out * (size_t)(3 * np));
-  for (int i = 3 * np; i < n; i++) rf_tensor_release(out[i]);
+  if (!st) st = rf_checkpoint_set_step(c, t->step);
+  if (!st && write) st = rf_checkpoint_save(c, path);
+  for (int i = 0; i < n && out; i++) rf_tensor_release(out[i]);
+  rf_checkpoint_free(c);
+  free(fetches);
   free(out);
-  c.n = 3 * np;
-  for (int k = 0; k < 3; k++)
-    for (int p = 0; p < np; p++)
-      mlp_state_name(k, p, c.names[k * np + p], CKPT_NAME_MAX);
-  st = write ? checkpoint_save(&c, path) : NULL;
-  checkpoint_clear(&c);
   return st;
 }
 
-/* Restores a checkpoint after checking it fits the model exactly; on any
- * mismatch nothing is assigned. */
+/* Restores a checkpoint after checking it fits the model exactly (names,
+ * dtypes, shapes) and holds a state training can go on from: finite
+ * parameters and moments, second moments >= 0, a step (0..2^53, which the
+ * reader checks); on any mismatch nothing is assigned. */
 static rf_status *trainer_load(trainer *t, const char *path) {
-  checkpoint c;
-  RF_TOOL_CHECK(checkpoint_load(path, &c));
+  rf_checkpoint *c;
+  RF_TOOL_CHECK(rf_checkpoint_load(path, &c));
   int np = t->m.num_params;
   rf_tensor *state[3][2 * MLP_MAX_LAYERS];
-  rf_status *st = c.n == 3 * np
-                      ? NULL
-                      : rf_status_new(RF_INVALID_ARGUMENT,
-                                      "%s holds %d tensors; this model has %d",
-                                      path, c.n, 3 * np);
+  rf_status *st = NULL;
+  if (rf_checkpoint_count(c) != 3 * np)
+    st = rf_status_new(RF_INVALID_ARGUMENT,
+                       "%s holds %d tensors; this model has %d", path,
+                       rf_checkpoint_count(c), 3 * np);
+  else if (rf_checkpoint_step(c) < 0)
+    st = rf_status_new(RF_INVALID_ARGUMENT,
+                       "%s has no step (metadata ringflow.step)", path);
   for (int k = 0; k < 3 && !st; k++)
     for (int p = 0; p < np && !st; p++) {
-      char name[CKPT_NAME_MAX];
+      char name[32];
       mlp_state_name(k, p, name, sizeof name);
-      int i = k * np + p;
-      rf_shape want = rf_output_shape(t->m.rep[0].params[p]),
-               got = rf_tensor_shape(c.tensors[i]);
-      if (strcmp(c.names[i], name) != 0)
-        st = rf_status_new(RF_INVALID_ARGUMENT,
-                           "%s: tensor %d is '%s', expected '%s'", path, i,
-                           c.names[i], name);
-      else if (rf_tensor_dtype(c.tensors[i]) != RF_FLOAT32 ||
-               !rf_shape_equal(&want, &got)) {
-        char a[64], b[64];
-        rf_shape_format(&got, a, sizeof a);
-        rf_shape_format(&want, b, sizeof b);
-        st = rf_status_new(RF_INVALID_ARGUMENT,
-                           "%s: '%s' is %s %s; the model needs float32 %s",
-                           path, name,
-                           rf_dtype_name(rf_tensor_dtype(c.tensors[i])), a, b);
-      } else {
-        state[k][p] = c.tensors[i];
-      }
+      rf_shape want = rf_output_shape(t->m.rep[0].params[p]);
+      unsigned checks =
+          RF_CHECKPOINT_FINITE | (k == 2 ? RF_CHECKPOINT_NONNEGATIVE : 0);
+      st = rf_checkpoint_get(c, name, RF_FLOAT32, &want, checks, &state[k][p]);
     }
+  if (st) { /* name the file: the library's message names the tensor */
+    rf_status *w = rf_status_new(rf_status_code(st), "%s: %s", path,
+                                 rf_status_message(st));
+    rf_status_free(st);
+    st = w;
+  }
   if (!st) st = assign_state(t, state);
-  if (!st) t->step = c.step;
-  checkpoint_clear(&c);
+  if (!st) t->step = rf_checkpoint_step(c);
+  rf_checkpoint_free(c);
   return st;
 }
 
@@ -451,6 +456,8 @@ static const char *const sync_choices[] = {
     [SYNC_SHARDED] = "sharded",
     NULL};
 static const char *const schedule_choices[] = {"cosine", "constant", NULL};
+static const char *const comm_choices[] = {"fp32", "bf16", "fp16", NULL};
+static const char *const comm_dtypes[] = {"float32", "bfloat16", "float16"};
 
 /* 0: parsed; otherwise the command's exit code (TOOL_HELP_SHOWN: 0). */
 static int parse_options(int argc, char **argv, options *o) {
@@ -458,9 +465,11 @@ static int parse_options(int argc, char **argv, options *o) {
                  .epochs = 5,
                  .batch = 128,
                  .lr = 1e-3,
+                 .collective_timeout = 60,
                  .seed = 1,
                  .sync = SYNC_ALLREDUCE,
-                 .warmup = 10};
+                 .warmup = 10,
+                 .bucket_mb = -1};
   char why[64];
   tool_devices_parse("cpu:0-3", &o->devices, why, sizeof why);
   int sync = SYNC_ALLREDUCE, schedule = 0;
@@ -493,13 +502,25 @@ static int parse_options(int argc, char **argv, options *o) {
                "stop after N steps (default: all of --epochs; with --bench, "
                "100)",
                1, 1 << 30, .given = &steps_given),
+      TOOL_REAL("collective-timeout", &o->collective_timeout, "SECONDS",
+                "how long a collective waits for its participants (in other "
+                "processes too) before the run fails naming who is missing; "
+                "a process of the job that died or stopped is reported within "
+                "it (default 60)",
+                0, 86400),
       TOOL_FLAG("check", &o->check,
                 "also train on one device and report the largest "
                 "differences"),
       TOOL_STRING("data", &o->data_dir, "DIR",
                   "Fashion-MNIST IDX files (default " DEFAULT_DATA ")"),
       TOOL_STRING("save", &o->save, "FILE",
-                  "write parameters and optimizer state after training"),
+                  "write parameters and optimizer state as safetensors at "
+                  "the end (replacing FILE atomically); its directory is "
+                  "checked at start-up"),
+      TOOL_INT("save-every", &o->save_every, "N",
+               "with --save, also save every N steps (default 0: only at "
+               "the end)",
+               0, 1 << 30),
       TOOL_STRING("load", &o->load, "FILE",
                   "start from a checkpoint written by --save"),
       TOOL_STRING("graph-dir", &o->graph_dir, "DIR",
@@ -513,7 +534,20 @@ static int parse_options(int argc, char **argv, options *o) {
                 "batch=<b> devices=<n> ..."),
       TOOL_INT("warmup", &o->warmup, "N",
                "untimed steps before a --bench (default 10)", 0, 1 << 30),
+      TOOL_FLAG("allow-nonfinite", &o->allow_nonfinite,
+                "keep training after a NaN or infinite loss (default: stop "
+                "with an error naming the step)"),
       TOOL_FLAG("quiet", &o->quiet, "no progress output"),
+      TOOL_INT("bucket-mb", &o->bucket_mb, "N",
+               "fuse independent gradient all-reduces into buckets of up to "
+               "N MiB (0: one all-reduce per gradient; default: the "
+               "session's 4 KiB)",
+               0, 1 << 20),
+      TOOL_CHOICE("comm-dtype", &o->comm_dtype, "T",
+                  "the dtype gradients travel in with --sync allreduce: fp32 "
+                  "(default), or bf16 or fp16, cast back to fp32 after the "
+                  "all-reduce",
+                  comm_choices),
   };
   const tool_cmd cmd = {
       "train",
@@ -538,6 +572,8 @@ static int parse_options(int argc, char **argv, options *o) {
     return tool_usage_error(
         &cmd, "--bench times training alone: no --check, --trace or --save");
   if (o->bench && !steps_given) o->max_steps = 100;
+  if (o->save_every && !o->save)
+    return tool_usage_error(&cmd, "--save-every needs --save FILE");
   return 0;
 }
 
@@ -546,6 +582,20 @@ static int parse_options(int argc, char **argv, options *o) {
 static double scheduled_lr(const options *o, int64_t step, int64_t total) {
   if (o->constant_lr || total <= 1) return o->lr;
   return o->lr * 0.5 * (1.0 + cos(M_PI * (double)step / (double)total));
+}
+
+/* A NaN or infinite loss: the parameters are garbage from here on, so stop
+ * (every process of a job sees the same all-reduced loss and stops at the
+ * same step), unless --allow-nonfinite. */
+static rf_status *check_loss(const options *o, const trainer *t, double loss) {
+  if (isfinite(loss) || o->allow_nonfinite) return NULL;
+  return rf_status_new(RF_OUT_OF_RANGE,
+                       "non-finite loss: the loss is %s at step %lld; "
+                       "stopped, nothing saved (--allow-nonfinite trains on)",
+                       isnan(loss) ? "nan"
+                       : loss > 0  ? "inf"
+                                   : "-inf",
+                       (long long)t->step);
 }
 
 static void shuffle(int *idx, int n, uint64_t *state) {
@@ -576,6 +626,7 @@ static rf_status *bench(trainer *t, const dataset *d, const options *o,
     RF_TOOL_CHECK(train_step(t, d, idx + (size_t)s * o->batch,
                              next ? idx + (size_t)(s + 1) * o->batch : NULL,
                              o->lr, &loss));
+    RF_TOOL_CHECK(check_loss(o, t, loss));
   }
   double secs = now_seconds() - start;
   if (tool_task <= 0)
@@ -627,6 +678,12 @@ int cmd_train(int argc, char **argv) {
   rf_session_options_init(&sopts);
   rf_session_options_init(&one_opts);
   tool_devices_session(&o.devices, &sopts);
+  if (o.bucket_mb >= 0)
+    sopts.collective_bucket_bytes = (int64_t)o.bucket_mb << 20;
+  sopts.collective_comm_dtype = comm_dtypes[o.comm_dtype];
+  sopts.collective_timeout_ms = llround(o.collective_timeout * 1000);
+  if (sopts.collective_timeout_ms < 1) sopts.collective_timeout_ms = 1;
+  one_opts.collective_timeout_ms = sopts.collective_timeout_ms;
   train_job job;
   if ((rc = train_job_init(&job, &o.devices, &cfg))) return rc;
   bool lead = job.task == 0; /* prints, writes, checks */
@@ -641,13 +698,16 @@ int cmd_train(int argc, char **argv) {
   trainer t = {0}, ref = {0};
   int *idx = NULL;
   rf_status *st = NULL;
-  TRAIN_TRY(load_split(o.data_dir, "train", &train));
+  int64_t saved_at = -1; /* the step of the last --save */
+  /* a run must not end by failing to save: check the path first */
+  if (o.save && lead) TRAIN_TRY(rf_checkpoint_check_path(o.save));
+  TRAIN_TRY(load_split(o.data_dir, "train", cfg.sizes[0], &train));
   if (o.batch > train.n) { /* not one step per epoch */
     rc = tool_fail("train: --batch %d is more than the %d training rows in %s",
                    o.batch, train.n, o.data_dir);
     goto out;
   }
-  TRAIN_TRY(load_split(o.data_dir, "t10k", &test));
+  TRAIN_TRY(load_split(o.data_dir, "t10k", cfg.sizes[0], &test));
   TRAIN_TRY(trainer_init(&t, &cfg, o.seed, &sopts, &job));
   trainer_prefetch(&t, &train);
   if (o.graph_dir) TRAIN_TRY(write_graphs(&t, &sopts, o.graph_dir, lead));
@@ -706,6 +766,7 @@ int cmd_train(int argc, char **argv) {
                             : NULL;
       TRAIN_TRY(
           train_step(&t, &train, idx + (size_t)s * o.batch, next, lr, &loss));
+      TRAIN_TRY(check_loss(&o, &t, loss));
       if (traced && !o.quiet)
         printf("\nwrote a trace of step %lld to %s\n", (long long)done + 1,
                o.trace);
@@ -716,13 +777,19 @@ int cmd_train(int argc, char **argv) {
           worst_loss_diff = fabs(loss - ref_loss);
       }
       progress_step(&p, e + 1, done + 1, loss, o.batch);
+      if (o.save_every && (done + 1) % o.save_every == 0) {
+        TRAIN_TRY(trainer_save(&t, o.save, lead));
+        saved_at = t.step;
+        if (lead && !o.quiet)
+          printf("\nsaved %s (step %lld)\n", o.save, (long long)t.step);
+      }
     }
     double acc = 0, spread = 0;
     TRAIN_TRY(end_epoch(&t, &test, &acc, &spread));
     if (lead) progress_epoch(&p, e + 1, acc, spread);
   }
   if (o.save) {
-    TRAIN_TRY(trainer_save(&t, o.save, lead));
+    if (saved_at != t.step) TRAIN_TRY(trainer_save(&t, o.save, lead));
     if (lead) printf("saved %s (step %lld)\n", o.save, (long long)t.step);
   }
   if (check) {
@@ -734,10 +801,14 @@ int cmd_train(int argc, char **argv) {
         worst_loss_diff, diff);
   }
 out:
+  /* The error first: after a process of the job died, freeing the session
+   * may take a moment (or, for a program's own MPI_Finalize, forever). */
+  fflush(stdout);
+  if (st) rc = tool_report(st);
   trainer_free(&ref);
   trainer_free(&t);
   free(idx);
   dataset_free(&train);
   dataset_free(&test);
-  return st ? tool_report(st) : rc;
+  return rc;
 }

@@ -82,6 +82,17 @@ RF_API void rf_reduce_scatter_n(rf_graph *g, const char *name,
                                 const rf_output *inputs, int n,
                                 rf_reduction reduction, rf_output *outputs);
 
+/* The wire dtype of one all-reduce participant (its "comm_dtype" attr;
+ * set it on every participant of the collective alike): RF_BFLOAT16 or
+ * RF_FLOAT16 cast a float32 all-reduce's input to that dtype for the
+ * collective and its result back to float32; RF_FLOAT32 keeps full
+ * precision whatever rf_session_options.collective_comm_dtype says;
+ * RF_DTYPE_INVALID ("auto", the default) follows that option. Returns
+ * NULL, or INVALID_ARGUMENT naming the node (not an AllReduce, another
+ * dtype, or a narrowing dtype for a non-float32 all-reduce) and leaves the
+ * node unchanged. docs/COLLECTIVES.md, "Reduced-precision communication". */
+RF_API rf_status *rf_all_reduce_set_comm_dtype(rf_node *node, rf_dtype dtype);
+
 /* Single participants, for graphs built per device. */
 RF_API rf_output rf_all_gather(rf_graph *g, const char *name, rf_output input,
                                int num_devices, const char *shared_name);

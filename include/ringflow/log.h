@@ -17,7 +17,8 @@
  *          communicators made (which GPUs, or ranks across processes)
  *   warn   a collective timed out (collective manager, NCCL's watchdog, an
  *          MPI job; the error its participants fail with), a job's
- *          processes did not all make a session in time
+ *          processes did not all make a session in time, MPI left
+ *          unfinalised at exit after a process of the job may have died
  *   error  run: a step failed (the error rf_session_run also returns);
  *          session: rf_session_free dropped an unreported error of a
  *          pipelined step

@@ -73,7 +73,8 @@ RF_API rf_output rf_equal(rf_graph *g, const char *name, rf_output a,
                           rf_output b);
 
 /* ---- neural network ---- */
-/* x (..., c) + bias (c). */
+/* x (..., c) + bias (c): any rank >= 1, so NHWC activations (n, h, w, c)
+ * get one bias per channel. */
 RF_API rf_output rf_bias_add(rf_graph *g, const char *name, rf_output x,
                              rf_output bias);
 RF_API rf_output rf_relu(rf_graph *g, const char *name, rf_output x);
@@ -91,6 +92,42 @@ RF_API rf_output rf_softmax(rf_graph *g, const char *name, rf_output x);
 RF_API rf_output rf_sparse_softmax_cross_entropy(rf_graph *g, const char *name,
                                                  rf_output logits,
                                                  rf_output labels);
+
+/* ---- convolution and pooling (NHWC, as TensorFlow) ----
+ * input (n, h, w, c); filter (kh, kw, c, out_channels); strides, ksize and
+ * dilations are 4 ints (batch, height, width, channels) with 1 over batch
+ * and channels; padding "SAME" (output ceil(h / stride), zeros around, split
+ * with the smaller half before) or "VALID" (no padding; a window larger than
+ * a nonzero input is an error). float32 and float64. Invalid attrs or sizes
+ * (a stride below 1, another padding, a filter whose in_channels differ from
+ * the input's, an output over 2^63 - 1 elements) are INVALID_ARGUMENT naming
+ * the node and op, at build time where the shapes are known, else at run
+ * time. */
+/* -> (n, oh, ow, out_channels). dilations NULL: all 1. */
+RF_API rf_output rf_conv2d(rf_graph *g, const char *name, rf_output input,
+                           rf_output filter, const int64_t strides[4],
+                           const char *padding, const int64_t dilations[4]);
+/* The gradient of rf_conv2d with respect to its input: input_sizes is an
+ * int32 vector (n, h, w, c); out_backprop (n, oh, ow, out_channels). */
+RF_API rf_output rf_conv2d_backprop_input(
+    rf_graph *g, const char *name, rf_output input_sizes, rf_output filter,
+    rf_output out_backprop, const int64_t strides[4], const char *padding,
+    const int64_t dilations[4]);
+/* The gradient of rf_conv2d with respect to its filter: filter_sizes is an
+ * int32 vector (kh, kw, c, out_channels). */
+RF_API rf_output rf_conv2d_backprop_filter(
+    rf_graph *g, const char *name, rf_output input, rf_output filter_sizes,
+    rf_output out_backprop, const int64_t strides[4], const char *padding,
+    const int64_t dilations[4]);
+/* Max / mean over each window -> (n, oh, ow, c). AvgPool divides by the
+ * number of input elements in the window (padding not counted); MaxPool's
+ * gradient goes to the first maximum of each window (row-major). */
+RF_API rf_output rf_max_pool(rf_graph *g, const char *name, rf_output input,
+                             const int64_t ksize[4], const int64_t strides[4],
+                             const char *padding);
+RF_API rf_output rf_avg_pool(rf_graph *g, const char *name, rf_output input,
+                             const int64_t ksize[4], const int64_t strides[4],
+                             const char *padding);
 
 /* ---- reductions and shapes ---- */
 /* Reduce over `axes` (negative counts from the end); naxes < 0: all axes. */

@@ -2,6 +2,7 @@
 #ifndef RINGFLOW_RINGFLOW_H
 #define RINGFLOW_RINGFLOW_H
 
+#include "ringflow/checkpoint.h"
 #include "ringflow/dtype.h"
 #include "ringflow/gradients.h"
 #include "ringflow/graph.h"

@@ -35,9 +35,13 @@ extern "C" {
 typedef struct rf_session_options {
   int num_cpu_devices; /* virtual CPU devices cpu:0..N-1; default 1, max 64 */
   int num_threads;     /* worker threads shared by all devices; 0: one a core */
-  const char *default_device;    /* for nodes with no device and no placed
-                                    input; default "cpu:0" */
-  int64_t collective_timeout_ms; /* default 300000 (5 minutes) */
+  const char *default_device; /* for nodes with no device and no placed
+                                 input; default "cpu:0" */
+  /* How long a collective waits for its participants (default 300000, 5
+   * minutes): a device that never comes, and in a job a process that died
+   * or stopped, fails the step with DEADLINE_EXCEEDED naming it within
+   * this (plus 2 s when the job's task 0 is the one gone). */
+  int64_t collective_timeout_ms;
   /* GPU devices gpu:0..N-1 (default 0, max 64), listed after the CPU
    * devices. gpu:i runs on physical GPU i % (number of GPUs), each with its
    * own stream, so N may exceed the number of GPUs: gpu:0..7 on one GPU are
@@ -87,7 +91,31 @@ typedef struct rf_session_options {
    * rf_graph_lower returns an error naming the path - rather than go
    * missing unnoticed. Copied by rf_session_new. */
   const char *dump_graph_dir;
+  /* Gradient bucketing (docs/COLLECTIVES.md, "Buckets"): at compile time,
+   * after placement, all-reduces that agree on dtype, reduction, wire dtype
+   * and ordered device set, have one fully known shape and are joined by
+   * no path in the step graph are fused into one all-reduce of at most this
+   * many bytes per device (slices padded to 64 bytes), in the order their
+   * inputs become ready. Results are bit-identical to unfused ones on CPU
+   * devices and CUDA-kernel GPU groups. 0: no fusion. Default
+   * RF_DEFAULT_BUCKET_BYTES; < 0: INVALID_ARGUMENT. Sessions of several
+   * processes do not fuse. */
+  int64_t collective_bucket_bytes;
+  /* Wire dtype of float32 all-reduces, by name: NULL (default) or
+   * "float32": none; "bfloat16" or "float16": each participant casts its
+   * input to it and the result back to float32 (accuracy:
+   * docs/PERFORMANCE.md). A name, so that options left zero never narrow.
+   * An AllReduce's own comm_dtype attr ("auto", "float32", "bfloat16",
+   * "float16"; rf_all_reduce_set_comm_dtype) overrides it. Any other
+   * string: INVALID_ARGUMENT. Need not outlive rf_session_new. */
+  const char *collective_comm_dtype;
 } rf_session_options;
+
+/* collective_bucket_bytes after rf_session_options_init: 4 KiB. On CPU
+ * devices a bucket's one copy in costs about what the ~1 us per collective
+ * it saves is worth from ~1-2 KiB tensors up, so small buckets fuse only the
+ * small tensors that gain (docs/PERFORMANCE.md, "Gradient buckets"). */
+#define RF_DEFAULT_BUCKET_BYTES ((int64_t)4 << 10)
 
 enum { RF_JOB_AUTO = 0, RF_JOB_SINGLE = 1, RF_JOB_MPI = 2 };
 
@@ -154,10 +182,11 @@ RF_API rf_status *rf_session_sync(rf_session *s);
  * runs are not traced. The path is copied. */
 RF_API rf_status *rf_session_trace_next_run(rf_session *s, const char *path);
 
-/* Runs placement and the PRE/POST_PLACEMENT passes (collective lowering
- * among them) on a copy of g for a session with `opts`, without pruning, and
- * returns the copy: every node's device is then its assigned device. For
- * looking at what a session would run (`ringflow lower`). */
+/* Runs placement and the PRE/POST_PLACEMENT passes (bucketing by
+ * opts->collective_bucket_bytes and collective lowering among them) on a copy
+ * of g for a session with `opts`, without pruning, and returns the copy: every
+ * node's device is then its assigned device. For looking at what a session
+ * would run (`ringflow lower`). */
 RF_API rf_status *rf_graph_lower(const rf_graph *g,
                                  const rf_session_options *opts,
                                  rf_graph **out);
@@ -172,6 +201,19 @@ RF_API void rf_session_task(const rf_session *s, int *task, int *num_tasks);
  * its rank and size; otherwise, and in builds without MPI, 0 of 1. Errors
  * (FAILED_PRECONDITION) only when MPI cannot be initialised. */
 RF_API rf_status *rf_job_tasks(int *task, int *num_tasks);
+
+/* Ending a job after a process died. The library never exits or aborts
+ * the process. When ringflow initialised MPI (the program had not), it
+ * finalises MPI at exit only once every process of MPI_COMM_WORLD has
+ * reached its own exit (a barrier, since MPI_Finalize waits for every
+ * process and would hang on a dead one); after a collective across
+ * processes failed with DEADLINE_EXCEEDED (and none over every task has
+ * completed since) it waits at most 3 s for that, then leaves MPI
+ * unfinalised and lets the process exit with the program's own status. A
+ * program that initialised MPI itself finalises it itself: after such a
+ * DEADLINE_EXCEEDED it should call MPI_Abort, or exit without
+ * MPI_Finalize, instead. rf_session_free does not wait for a process that a
+ * timed-out collective of the session was waiting for. */
 
 /* Frees the session; no run may be in progress. GPU work of pipelined
  * steps (gpu_sync_on_finish 0) is waited for first, and an error it left

@@ -86,6 +86,29 @@ RF_API rf_status *rf_tensor_new_external(rf_dtype dtype, const rf_shape *shape,
                                          rf_tensor_release_fn release,
                                          void *arg, rf_tensor **out);
 
+/* Like rf_tensor_new_external, over CUDA device memory of physical GPU
+ * `gpu` (0-based, as cudaSetDevice counts; DLPack's kDLCUDA device_id):
+ * `data` is a device pointer, aligned to the dtype's size, never read or
+ * written on the host. Such a tensor can be fed only to outputs on GPU
+ * devices (a CPU device's placeholder fails the run with INVALID_ARGUMENT
+ * "fed a <dtype> device tensor, expected <dtype> in host memory"): the GPU
+ * device copies it into its own memory on its stream (device to device,
+ * or peer to peer from another GPU), after the work queued on the GPU's
+ * legacy default stream before the run - so a producer that has ordered its
+ * writes before that stream (DLPack's __dlpack__(stream=1)) or finished
+ * them needs no other synchronisation. The library never writes the memory;
+ * release comes as for rf_tensor_new_external. rf_tensor_data and
+ * rf_tensor_mutable_data return NULL for it. Made without checking that the
+ * GPU exists (also in builds without CUDA, where no session can read it).
+ * Errors: those of rf_tensor_new_external (naming
+ * rf_tensor_new_external_gpu), and INVALID_ARGUMENT for gpu < 0 or past
+ * 32767. */
+RF_API rf_status *rf_tensor_new_external_gpu(rf_dtype dtype,
+                                             const rf_shape *shape, int gpu,
+                                             void *data,
+                                             rf_tensor_release_fn release,
+                                             void *arg, rf_tensor **out);
+
 RF_API rf_tensor *rf_tensor_retain(rf_tensor *t); /* returns t */
 RF_API void rf_tensor_release(rf_tensor *t);      /* NULL is ignored */
 

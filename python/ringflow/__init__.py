@@ -19,10 +19,11 @@ style (docs/PYTHON.md):
 
 from ringflow._lib import lib as _lib
 from ringflow import collectives, errors, nccl, nn
+from ringflow import checkpoint as checkpoint
 from ringflow.array_ops import (concat, dropout, expand_dims, gather, gelu,
                                 one_hot, pad, slice, split, squeeze, tile,
                                 transpose, where)
-from ringflow.dlpack import from_dlpack
+from ringflow.dlpack import GpuTensor, from_dlpack
 from ringflow.dtypes import (bfloat16, bool, float16, float32, float64,
                              int8, int32, int64, resource, uint8, as_dtype)
 from ringflow.framework import (Graph, Operation, Tensor, convert_to_tensor,
@@ -45,7 +46,8 @@ __version__ = "%d.%d.%d" % (_lib.RINGFLOW_VERSION_MAJOR,
                             _lib.RINGFLOW_VERSION_PATCH)
 
 __all__ = [
-    "Graph", "Operation", "Tensor", "Session", "Variable", "collectives",
+    "Graph", "GpuTensor", "Operation", "Tensor", "Session", "Variable",
+    "collectives",
     "errors", "nccl", "nn", "add", "add_n", "apply_adam",
     "apply_gradient_descent", "argmax", "as_dtype", "assign", "bfloat16",
     "bias_add", "bool", "cast", "constant", "convert_to_tensor", "device",

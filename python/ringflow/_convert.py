@@ -11,7 +11,7 @@ from typing import Any, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ringflow import dtypes
+from ringflow import _fastrun, dlpack, dtypes
 from ringflow._lib import check, ffi, lib
 
 Shape = Optional[Tuple[Optional[int], ...]]
@@ -105,6 +105,21 @@ def _address(arr: np.ndarray):
         return ffi.cast("void *", arr.ctypes.data)
 
 
+def feed_array(value: Any, dtype: np.dtype) -> Any:
+    """A value fed to an output of `dtype` as an array a tensor can wrap
+    (C-contiguous, aligned, of that dtype): a DLPack producer's memory (a
+    CPU PyTorch tensor) through np.from_dlpack, a view; anything else as
+    np.asarray(value, dtype) makes it, copied when not C-contiguous. A
+    producer of GPU memory gives a dlpack.GpuTensor (fed as it is). The
+    prepared runs of ringflow/_fastrun call it for values that are not
+    such an array already."""
+    if not isinstance(value, np.ndarray) and hasattr(value, "__dlpack__"):
+        value = dlpack.from_dlpack(value)  # a view: no copy
+        if isinstance(value, dlpack.GpuTensor):
+            return value
+    return _c_contiguous(np.asarray(value, dtype=dtype))
+
+
 def feed_to_c(value: Any, dtype: np.dtype, code: int):
     """An rf_tensor for a value fed to an output of `dtype` (rf_dtype
     `code`). An array of that dtype that is C-contiguous and aligned to its
@@ -115,9 +130,10 @@ def feed_to_c(value: Any, dtype: np.dtype, code: int):
     arr = value
     if not (type(value) is np.ndarray and value.dtype == dtype and
             value.flags.c_contiguous and value.flags.aligned):
-        if not isinstance(value, np.ndarray) and hasattr(value, "__dlpack__"):
-            value = np.from_dlpack(value)  # a view: no copy
-        arr = _c_contiguous(np.asarray(value, dtype=dtype))
+        arr = feed_array(value, dtype)
+        if isinstance(arr, dlpack.GpuTensor):
+            return ffi.gc(lib.rf_tensor_retain(
+                ffi.cast("rf_tensor *", arr._address)), lib.rf_tensor_release)
     if arr.ndim <= lib.RF_MAX_RANK:
         shape = ffi.new("rf_shape *", (arr.ndim, arr.shape))
     else:
@@ -168,10 +184,12 @@ def to_numpy(tensor) -> np.ndarray:
 
 def tensor_memory(arr: np.ndarray) -> Optional[int]:
     """The address of the rf_tensor (as an int) whose memory `arr` is,
-    when arr came from to_numpy; None otherwise."""
+    when arr was fetched (or came from to_numpy); None otherwise."""
     base = arr
     while isinstance(base, np.ndarray):
         base = base.base
+    if isinstance(base, _fastrun.TensorRef):
+        return base.address
     if isinstance(base, _TensorMemory):
         return int(ffi.cast("uintptr_t", base._tensor))
     return None

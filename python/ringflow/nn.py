@@ -1,7 +1,99 @@
-"""ringflow.nn: the neural-network ops under TensorFlow's tf.nn names."""
+"""ringflow.nn: the neural-network ops under TensorFlow's tf.nn names.
 
-from ringflow.ops import (bias_add, relu, sigmoid, softmax,
+Convolution and pooling work on NHWC tensors (batch, height, width,
+channels) of float32 or float64, with filters (height, width, in_channels,
+out_channels), as TensorFlow's defaults. `strides`, `ksize` and `dilations`
+may be one int (every spatial axis), two (height, width) or four (batch,
+height, width, channels: 1 at batch and channels); `padding` is "SAME" or
+"VALID". Bad attrs or shapes raise InvalidArgumentError (a ValueError)
+naming the node and op when the graph is built, or from Session.run when the
+shapes are known only then."""
+
+from typing import Any, Optional, Sequence, Union
+
+from ringflow._lib import c_name, ffi, lib
+from ringflow.framework import Tensor, convert_to_tensor, graph_of
+from ringflow.ops import (bias_add as _bias_add, relu, sigmoid, softmax,
                           sparse_softmax_cross_entropy_with_logits, tanh)
 
-__all__ = ["bias_add", "relu", "sigmoid", "softmax",
-           "sparse_softmax_cross_entropy_with_logits", "tanh"]
+__all__ = ["avg_pool2d", "bias_add", "conv2d", "max_pool2d", "relu",
+           "sigmoid", "softmax", "sparse_softmax_cross_entropy_with_logits",
+           "tanh"]
+
+Ints = Union[int, Sequence[int]]
+
+
+def _four(value: Ints, what: str):
+    """TensorFlow's spelling of a window attr as the C library's 4 ints."""
+    v = [int(value)] if isinstance(value, int) else [int(x) for x in value]
+    if len(v) == 1:
+        v = [1, v[0], v[0], 1]
+    elif len(v) == 2:
+        v = [1, v[0], v[1], 1]
+    elif len(v) != 4:
+        raise ValueError(f"{what} must have 1, 2 or 4 entries, got {len(v)}")
+    return ffi.new("int64_t[4]", v)
+
+
+def _nhwc(data_format: Optional[str]) -> None:
+    if data_format not in (None, "NHWC"):
+        raise ValueError(f"data_format must be NHWC, got {data_format!r}")
+
+
+def _padding(padding: Any) -> bytes:
+    if not isinstance(padding, str):
+        raise ValueError("padding must be 'SAME' or 'VALID' (explicit "
+                         "paddings are not supported)")
+    return padding.encode("utf-8")
+
+
+def conv2d(input: Any, filters: Any, strides: Ints, padding: str,
+           data_format: str = "NHWC", dilations: Optional[Ints] = None,
+           name: Optional[str] = None) -> Tensor:
+    """2-D convolution (cross-correlation, as TensorFlow): input (n, h, w, c)
+    and filters (kh, kw, c, out_channels) of one float dtype ->
+    (n, oh, ow, out_channels). SAME: oh = ceil(h / stride); VALID:
+    oh = (h - (kh - 1) * dilation - 1) // stride + 1."""
+    _nhwc(data_format)
+    g = graph_of([input, filters])
+    x = convert_to_tensor(input, graph=g)
+    f = convert_to_tensor(filters, x.dtype, graph=g)
+    d = _four(dilations, "dilations") if dilations is not None else ffi.NULL
+    return g._output(lib.rf_conv2d, c_name(name), x._c, f._c,
+                     _four(strides, "strides"), _padding(padding), d)
+
+
+def _pool(fn, input: Any, ksize: Ints, strides: Ints, padding: str,
+          data_format: str, name: Optional[str]) -> Tensor:
+    _nhwc(data_format)
+    g = graph_of([input])
+    x = convert_to_tensor(input, graph=g)
+    return g._output(fn, c_name(name), x._c, _four(ksize, "ksize"),
+                     _four(strides, "strides"), _padding(padding))
+
+
+def max_pool2d(input: Any, ksize: Ints, strides: Ints, padding: str,
+               data_format: str = "NHWC",
+               name: Optional[str] = None) -> Tensor:
+    """The largest element of each window (padding takes no part; NaN
+    propagates) -> (n, oh, ow, c). Its gradient goes to each window's first
+    maximum."""
+    return _pool(lib.rf_max_pool, input, ksize, strides, padding,
+                 data_format, name)
+
+
+def avg_pool2d(input: Any, ksize: Ints, strides: Ints, padding: str,
+               data_format: str = "NHWC",
+               name: Optional[str] = None) -> Tensor:
+    """The mean of each window over the input elements in it (padding not
+    counted, as TensorFlow) -> (n, oh, ow, c)."""
+    return _pool(lib.rf_avg_pool, input, ksize, strides, padding,
+                 data_format, name)
+
+
+def bias_add(value: Any, bias: Any, data_format: Optional[str] = None,
+             name: Optional[str] = None) -> Tensor:
+    """value (..., c) + bias (c), for any rank >= 1: an NHWC activation gets
+    one bias per channel. Float dtypes."""
+    _nhwc(data_format if data_format != "N...C" else None)
+    return _bias_add(value, bias, name=name)

@@ -5,9 +5,9 @@ threads may call run() on one session at once: each call is one step, and
 the C library runs it with the GIL released.
 """
 
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from ringflow import _convert, errors
+from ringflow import _convert, _fastrun, dtypes, errors
 from ringflow._lib import c_name, check, ffi, lib
 from ringflow.framework import Graph, Operation, Tensor, get_default_graph
 
@@ -17,6 +17,10 @@ _NOT_IN_SESSION = (
     " (a session runs a copy of its graph made when the Session was made: "
     "nodes added to the graph after the Session are not in it, so build "
     "everything, global_variables_initializer() included, first)")
+
+# Prepared runs a session keeps for run() (the signatures it was called
+# with); past this many it starts again.
+_MAX_CALLS = 256
 
 _JOBS = {"auto": lib.RF_JOB_AUTO, "single": lib.RF_JOB_SINGLE,
          "mpi": lib.RF_JOB_MPI}
@@ -56,6 +60,11 @@ class Session:
             check(lib.rf_session_new(self._graph._c, opts, out))
         del keep
         self._c = out[0]
+        # What prepared runs read the rf_session * from (0 once closed):
+        # they hold it, not the Session, which they would keep alive.
+        self._handle = _Handle()
+        self._handle._addr = int(ffi.cast("uintptr_t", self._c))
+        self._calls: Dict[Any, Callable[..., Any]] = {}
 
     @property
     def graph(self) -> Graph:
@@ -91,42 +100,93 @@ class Session:
         DeadlineExceededError for a collective missing participants...).
         The session stays usable after an error.
         """
+        feeds = feed_dict if feed_dict is not None else {}
+        if not isinstance(feeds, dict):
+            raise TypeError(f"feed_dict must be a dict, not "
+                            f"{type(feeds).__name__}")
+        # A prepared run per signature, found by the ids of what it was
+        # prepared from (which the entry keeps alive, so that the ids stay
+        # theirs): no flattening or conversion of the request per step.
+        kind = type(fetches)
+        if kind is list or kind is tuple:
+            key = (kind, *map(id, fetches), None, *map(id, feeds))
+        else:
+            key = (id(fetches), None, *map(id, feeds))
+        call = self._calls.get(key)
+        if call is None:
+            call, cacheable = self._prepare(fetches, list(feeds))
+            if cacheable:
+                if len(self._calls) >= _MAX_CALLS:
+                    self._calls.clear()
+                self._calls[key] = call
+        return call(*feeds.values())
+
+    def make_callable(self, fetches: Any,
+                      feed_list: Optional[Sequence[Any]] = None
+                      ) -> Callable[..., Any]:
+        """A function running `fetches` with the values of `feed_list`, as
+        TensorFlow's Session.make_callable: f(*feed_values) is
+        run(fetches, dict(zip(feed_list, feed_values))), with the work that
+        depends only on fetches and feed_list (the fetch structure, the
+        C-side arrays, the dtypes to convert to) done once here. It is the
+        fastest way to run one step many times (bench/python_run_overhead.py
+        measures it). Several threads may call it at once. It keeps the
+        session alive, and stays valid until the session is closed
+        (RuntimeError after close()).
+        """
+        call, _ = self._prepare(fetches, list(feed_list or ()), self)
+        return call
+
+    def _prepare(self, fetches: Any, feed_keys: List[Any],
+                 owner: Optional["Session"] = None
+                 ) -> Tuple[Callable[..., Any], bool]:
+        """(a function of the feed values running one step, whether it
+        may be cached under the ids of fetches' items and feed_keys: when
+        fetches is a leaf, or a list or tuple of leaves). The function
+        holds `owner` (make_callable's session; run()'s cache holds none,
+        which would be a cycle)."""
         flat: List[Any] = []
         rebuild = _flatten(fetches, flat)
+        self._live()
         tensors = [f for f in flat if isinstance(f, Tensor)]
         targets = [f for f in flat if isinstance(f, Operation)]
-        feeds = list((feed_dict or {}).items())
-        c_feeds = ffi.new("rf_feed[]", max(len(feeds), 1))
-        keep = []  # the fed tensors, until the run returns
-        for i, (key, value) in enumerate(feeds):
+        for key in feed_keys:
             if not isinstance(key, Tensor):
                 raise TypeError(f"feed_dict keys must be Tensors, not "
                                 f"{key!r}")
-            t = _convert.feed_to_c(value, key.dtype, key._code)
-            keep.append(t)
-            c_feeds[i].output = key._c
-            c_feeds[i].value = t
-        c_fetches = ffi.new("rf_output[]", max(len(tensors), 1))
-        for i, t in enumerate(tensors):
-            c_fetches[i] = t._c
-        c_targets = ffi.new("rf_node *[]", max(len(targets), 1))
-        for i, op in enumerate(targets):
-            c_targets[i] = op._c
-        outs = ffi.new("rf_tensor *[]", max(len(tensors), 1))
-        try:
-            check(lib.rf_session_run(self._live(), c_feeds, len(feeds),
-                                     c_fetches, len(tensors), c_targets,
-                                     len(targets), outs))
-        except errors.NotFoundError as e:
-            if "is not in the session's graph" in e.message:
-                e.message += _NOT_IN_SESSION
-                e.args = (e.message,)
-            raise
-        values = iter([_convert.to_numpy(outs[i])
-                       for i in range(len(tensors))])
-        del keep
-        return rebuild(lambda f: next(values) if isinstance(f, Tensor)
-                       else None)
+        for t in tensors:
+            if t.dtype is dtypes.resource:
+                raise TypeError(f"cannot fetch {t.name}: a resource (a "
+                                "variable's handle) has no value to fetch")
+        c_feeds = ffi.new("rf_output[]", [k._c for k in feed_keys] or 1)
+        c_fetches = ffi.new("rf_output[]", [t._c for t in tensors] or 1)
+        c_targets = ffi.new("rf_node *[]", [op._c for op in targets] or 1)
+        leaf = _is_leaf(fetches)
+        leaves = isinstance(fetches, (list, tuple)) and all(
+            _is_leaf(f) for f in fetches)
+        if leaf:
+            mode = 1 if tensors else 2
+        else:
+            mode = 0
+        runner = _fastrun.Runner(
+            self._handle, _address(c_feeds),
+            tuple(k._code for k in feed_keys),
+            tuple(k.dtype for k in feed_keys), _address(c_fetches),
+            tuple(t.dtype for t in tensors), _address(c_targets),
+            len(targets), mode, _convert.feed_array, _raise_status,
+            (fetches if leaf else tuple(fetches) if isinstance(
+                fetches, (list, tuple)) else None, tuple(flat),
+             tuple(feed_keys), owner))
+        # A list of tensors comes back as the runner's list itself.
+        if leaf or (leaves and type(fetches) is list and
+                    len(tensors) == len(flat)):
+            return runner, True
+
+        def call(*values: Any) -> Any:
+            got = iter(runner(*values))
+            return rebuild(lambda f: next(got) if isinstance(f, Tensor)
+                           else None)
+        return call, leaves
 
     def sync(self) -> None:
         """Waits for the GPU work of returned steps (gpu_sync_on_finish
@@ -142,6 +202,8 @@ class Session:
         """Frees the session (no run may be in progress); idempotent."""
         c, self._c = getattr(self, "_c", None), None
         if c is not None:
+            self._handle._addr = 0
+            self._calls = {}
             lib.rf_session_free(c)
 
     def _live(self):
@@ -157,6 +219,27 @@ class Session:
 
     def __del__(self) -> None:
         self.close()
+
+
+class _Handle:
+    """The rf_session * of an open session as an int, 0 once closed."""
+
+    __slots__ = ("_addr",)
+
+
+def _address(cdata) -> int:
+    return int(ffi.cast("uintptr_t", cdata))
+
+
+def _raise_status(address: int) -> None:
+    """Raises the exception of the rf_status * at `address` (freeing it);
+    what a prepared run calls when the C library refuses its step."""
+    e = errors._from_status(ffi.cast("rf_status *", address))
+    if (isinstance(e, errors.NotFoundError) and
+            "is not in the session's graph" in e.message):
+        e.message += _NOT_IN_SESSION
+        e.args = (e.message,)
+    raise e
 
 
 def _options(cpu_devices: int = 1, gpu_devices: int = 0,
@@ -195,6 +278,11 @@ def lower(graph: Optional[Graph] = None, **options: Any) -> Graph:
         check(lib.rf_graph_lower(graph._c, opts, out))
     del keep
     return Graph._wrap(out[0])
+
+
+def _is_leaf(fetch: Any) -> bool:
+    return isinstance(fetch, (Tensor, Operation)) or hasattr(
+        fetch, "_as_tensor")
 
 
 def _flatten(fetches: Any, flat: List[Any]) -> Callable[[Callable], Any]:

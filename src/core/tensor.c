@@ -47,6 +47,7 @@ static rf_status *tensor_new(rf_dtype dtype, const rf_shape *shape,
   t->allocator = allocator;
   t->base = NULL;
   t->on_gpu = on_gpu;
+  t->gpu = -1;
   t->external = 0;
   t->release = NULL;
   t->release_arg = NULL;
@@ -59,34 +60,33 @@ rf_status *rf_tensor_new(rf_dtype dtype, const rf_shape *shape,
   return tensor_new(dtype, shape, allocator, 0, out);
 }
 
-rf_status *rf_tensor_new_external(rf_dtype dtype, const rf_shape *shape,
-                                  void *data, rf_tensor_release_fn release,
-                                  void *arg, rf_tensor **out) {
+/* rf_tensor_new_external (gpu -1) and rf_tensor_new_external_gpu; `fn`
+ * names the caller in messages. */
+static rf_status *new_external(const char *fn, rf_dtype dtype,
+                               const rf_shape *shape, int gpu, void *data,
+                               rf_tensor_release_fn release, void *arg,
+                               rf_tensor **out) {
   if (!shape || !out || !data)
-    return rf__invalid("rf_tensor_new_external: NULL %s",
-                       !data ? "data" : "argument");
+    return rf__invalid("%s: NULL %s", fn, !data ? "data" : "argument");
   size_t esize = rf_dtype_size(dtype);
   if (esize == 0 || dtype == RF_RESOURCE)
-    return rf__invalid("rf_tensor_new_external: %s dtype %d",
+    return rf__invalid("%s: %s dtype %d", fn,
                        esize ? "the resource" : "invalid", (int)dtype);
   int64_t n = rf_shape_num_elements(shape);
   if (n < 0) {
-    RF_CHECK(
-        rf__status_prefix(rf__shape_check(shape), "rf_tensor_new_external"));
+    RF_CHECK(rf__status_prefix(rf__shape_check(shape), "%s", fn));
     char buf[128];
     rf_shape_format(shape, buf, sizeof buf);
-    return rf__invalid("rf_tensor_new_external: shape %s is not fully defined",
-                       buf);
+    return rf__invalid("%s: shape %s is not fully defined", fn, buf);
   }
   /* Kernels read elements through typed pointers. */
   if ((uintptr_t)data % esize)
     return rf__invalid(
-        "rf_tensor_new_external: data %p is not aligned to "
+        "%s: data %p is not aligned to "
         "the %zu bytes of a %s",
-        data, esize, rf_dtype_name(dtype));
+        fn, data, esize, rf_dtype_name(dtype));
   if (n > (int64_t)(SIZE_MAX / 2 / esize))
-    return rf__invalid("rf_tensor_new_external: %lld elements is too many",
-                       (long long)n);
+    return rf__invalid("%s: %lld elements is too many", fn, (long long)n);
   rf_tensor *t = rf__malloc(sizeof *t);
   RF_CHECK_ALLOC(t);
   atomic_init(&t->refs, 1);
@@ -97,12 +97,30 @@ rf_status *rf_tensor_new_external(rf_dtype dtype, const rf_shape *shape,
   t->data = data;
   t->allocator = NULL;
   t->base = NULL;
-  t->on_gpu = 0;
+  t->on_gpu = gpu >= 0;
+  t->gpu = (int16_t)gpu;
   t->external = 1;
   t->release = release;
   t->release_arg = arg;
   *out = t;
   return NULL;
+}
+
+rf_status *rf_tensor_new_external(rf_dtype dtype, const rf_shape *shape,
+                                  void *data, rf_tensor_release_fn release,
+                                  void *arg, rf_tensor **out) {
+  return new_external("rf_tensor_new_external", dtype, shape, -1, data, release,
+                      arg, out);
+}
+
+rf_status *rf_tensor_new_external_gpu(rf_dtype dtype, const rf_shape *shape,
+                                      int gpu, void *data,
+                                      rf_tensor_release_fn release, void *arg,
+                                      rf_tensor **out) {
+  if (gpu < 0 || gpu > INT16_MAX)
+    return rf__invalid("rf_tensor_new_external_gpu: GPU %d is not a GPU", gpu);
+  return new_external("rf_tensor_new_external_gpu", dtype, shape, gpu, data,
+                      release, arg, out);
 }
 
 rf_status *rf__tensor_new_device(rf_dtype dtype, const rf_shape *shape,
@@ -119,17 +137,35 @@ rf_status *rf__tensor_new_view(rf_tensor *t, const rf_shape *shape,
       rf_shape_num_elements(shape) != t->num_elements)
     return rf__invalid("rf__tensor_new_view: shape does not hold %lld elements",
                        (long long)t->num_elements);
+  return rf__tensor_new_slice(t, 0, shape, out);
+}
+
+rf_status *rf__tensor_new_slice(rf_tensor *t, int64_t offset,
+                                const rf_shape *shape, rf_tensor **out) {
+  if (!t || !shape || !out)
+    return rf__invalid("rf__tensor_new_slice: NULL argument");
+  int64_t n =
+      rf_shape_is_fully_defined(shape) ? rf_shape_num_elements(shape) : -1;
+  size_t esize = rf_dtype_size(t->dtype);
+  if (n < 0 || offset < 0 || offset > t->num_elements ||
+      n > t->num_elements - offset ||
+      ((size_t)offset * esize) % RF_TENSOR_ALIGNMENT != 0)
+    return rf__invalid(
+        "rf__tensor_new_slice: %lld elements at offset %lld do not fit an "
+        "aligned slice of %lld",
+        (long long)n, (long long)offset, (long long)t->num_elements);
   rf_tensor *v = rf__malloc(sizeof *v);
   RF_CHECK_ALLOC(v);
   atomic_init(&v->refs, 1);
   v->dtype = t->dtype;
   v->shape = *shape;
-  v->num_elements = t->num_elements;
-  v->nbytes = t->nbytes;
-  v->data = t->data;
+  v->num_elements = n;
+  v->nbytes = (size_t)n * esize;
+  v->data = (char *)t->data + (size_t)offset * esize;
   v->allocator = t->allocator;
   /* Views of views point at the owner, so chains stay one link long. */
   v->on_gpu = t->on_gpu;
+  v->gpu = t->gpu;
   v->external = 0; /* the base gives the memory back */
   v->release = NULL;
   v->release_arg = NULL;

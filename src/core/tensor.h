@@ -27,6 +27,10 @@ struct rf_tensor {
   /* 1: data is device memory of `allocator`'s GPU (a view copies its base's
    * flag); 0: host memory. */
   int8_t on_gpu;
+  /* The physical GPU of external device memory (rf_tensor_new_external_gpu)
+   * and of views of it; -1 otherwise (a cache's tensors know their GPU
+   * through the allocator: rf__gpu_tensor_ordinal). */
+  int16_t gpu;
   /* 1: data is the caller's memory (rf_tensor_new_external), never written
    * by the library and given back through release (allocator is NULL). */
   int8_t external;
@@ -52,6 +56,14 @@ static inline int rf__tensor_is_sole_owner(const rf_tensor *t) {
  * on error. */
 rf_status *rf__tensor_new_view(rf_tensor *t, const rf_shape *shape,
                                rf_tensor **out);
+
+/* A view of `shape` on t's elements [offset, offset + its count): no copy,
+ * t (or its base) retained (a bucket's unpacked results,
+ * passes/bucket_collectives.c). The slice must lie inside t and start on an
+ * RF_TENSOR_ALIGNMENT boundary, so views keep the alignment every buffer
+ * has; otherwise INVALID_ARGUMENT and *out untouched. */
+rf_status *rf__tensor_new_slice(rf_tensor *t, int64_t offset,
+                                const rf_shape *shape, rf_tensor **out);
 
 /* rf_tensor_new for a device tensor: the buffer comes from `allocator` (a
  * GPU device's caching allocator, device/gpu/gpu.h) and the tensor is

@@ -13,6 +13,15 @@ rf_status *rf__register_cpu_nn_kernels(void);
 rf_status *rf__register_cpu_reduction_kernels(void);
 rf_status *rf__register_cpu_runtime_kernels(void);
 rf_status *rf__register_cpu_collective_kernels(void);
+/* _BucketPack/_BucketUnpack, CPU and GPU (kernels/cpu/bucket_kernels.c). */
+rf_status *rf__register_cpu_bucket_kernels(void);
+#ifdef RF_HAVE_CUDA
+rf_status *rf__register_gpu_bucket_kernels(void);
+#endif
+
+/* conv family: src/kernels/cpu/{conv,pool}.c */
+rf_status *rf__register_cpu_conv_kernels(void);
+rf_status *rf__register_cpu_pool_kernels(void);
 rf_status *rf__register_cpu_shape_kernels(void);   /* shape_kernels.c */
 rf_status *rf__register_cpu_index_kernels(void);   /* index_kernels.c */
 rf_status *rf__register_cpu_linalg_kernels(void);  /* batch_matmul.c */
@@ -28,6 +37,9 @@ rf_status *rf__register_gpu_state_kernels(void);
 rf_status *rf__register_gpu_math_kernels(void);
 rf_status *rf__register_gpu_nn_kernels(void);
 rf_status *rf__register_gpu_reduction_kernels(void);
+/* conv family: src/kernels/cuda/{conv,pool}.cu */
+rf_status *rf__register_gpu_conv_kernels(void);
+rf_status *rf__register_gpu_pool_kernels(void);
 rf_status *rf__register_gpu_shape_kernels(void);   /* shape_kernels.cu */
 rf_status *rf__register_gpu_index_kernels(void);   /* index_kernels.cu */
 rf_status *rf__register_gpu_linalg_kernels(void);  /* batch_matmul.cu */

@@ -112,6 +112,22 @@ static rf_status *reduce_scatter_shape(rf__shape_ctx *c) {
   return gather_shape(c, false);
 }
 
+/* _BucketPack: (total); _BucketUnpack: attr shapes. */
+static rf_status *bucket_pack_shape(rf__shape_ctx *c) {
+  int64_t total;
+  RF_CHECK(rf__attrs_get_int(&c->node->attrs, "total", &total));
+  c->output_shapes[0] = rf_shape_of(1, total);
+  return NULL;
+}
+
+static rf_status *bucket_unpack_shape(rf__shape_ctx *c) {
+  const rf__attr_value *v = rf__attrs_find(&c->node->attrs, "shapes");
+  if (!v || v->type != RF_ATTR_SHAPE_LIST || v->n != c->num_outputs)
+    return rf__invalid("shapes must list one shape per output");
+  for (int i = 0; i < c->num_outputs; i++) c->output_shapes[i] = v->u.shapes[i];
+  return NULL;
+}
+
 /* ---- builders ---- */
 
 static rf_output invalid_output(void) {
@@ -511,8 +527,12 @@ static const rf__op_spec specs[] = {
     {.name = "AllReduce",
      .inputs = "input: T",
      .outputs = "data: T",
-     .attrs = REDUCTIONS "; " COLL_TYPES
-                         "; num_devices: int >= 1; shared_name: string",
+     /* comm_dtype: the wire dtype of a float32 all-reduce (COLLECTIVES.md,
+      * "Reduced-precision communication"); auto: the session's. */
+     .attrs = REDUCTIONS
+     "; " COLL_TYPES
+     "; num_devices: int >= 1; shared_name: string; comm_dtype: string in "
+     "{auto, float32, bfloat16, float16} = auto",
      .shape = same_shape,
      .grad = all_reduce_grad,
      .flags = RF_OP_STATEFUL | RF_OP_GROUPED},
@@ -569,6 +589,23 @@ static const rf__op_spec specs[] = {
      "shared_name: string",
      .shape = broadcast_recv_shape,
      .flags = RF_OP_STATEFUL},
+    /* A bucket of fused all-reduces (passes/bucket_collectives.c): Pack
+     * copies its N inputs into one flat tensor, each at the element offset
+     * `offsets` gives (64-byte aligned; the gaps are zeros), Unpack hands out
+     * zero-copy views of the reduced tensor at the same offsets. */
+    {.name = "_BucketPack",
+     .inputs = "inputs: N * T",
+     .outputs = "packed: T",
+     .attrs = COLL_TYPES "; N: int >= 1; offsets: list(int); total: int >= 0",
+     .shape = bucket_pack_shape,
+     .flags = RF_OP_NO_GRADIENT},
+    {.name = "_BucketUnpack",
+     .inputs = "packed: T",
+     .outputs = "outputs: N * T",
+     .attrs = COLL_TYPES "; N: int >= 1; offsets: list(int); shapes: "
+                         "list(shape)",
+     .shape = bucket_unpack_shape,
+     .flags = RF_OP_NO_GRADIENT},
 };
 
 rf_status *rf__register_collective_ops(void) {

@@ -22,6 +22,10 @@ rf_status *rf__register_runtime_ops(void);    /* _Arg, _Retval, _Send, _Recv */
 rf_status *rf__register_collective_ops(void); /* AllReduce, Reduce, Broadcast,
                                                  AllGather, ReduceScatter and
                                                  their participants */
+/* conv family: ops/conv_ops.c */
+rf_status *rf__register_conv_ops(void);    /* Conv2D, Conv2DBackpropInput,
+                                              Conv2DBackpropFilter, MaxPool,
+                                              MaxPoolGrad, AvgPool, AvgPoolGrad */
 rf_status *rf__register_shape_ops(void);   /* Transpose, Concat, Split, Slice,
                                               ExpandDims, Squeeze, Pad, Tile,
                                               _TileGrad, _PadTo, _SliceTo,

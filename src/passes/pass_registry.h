@@ -33,6 +33,12 @@ typedef struct rf__pass_ctx {
    * this process's. */
   int task, num_tasks;
   long compile; /* this process's compile number, for log messages */
+  /* rf_session_options.collective_bucket_bytes and collective_comm_dtype
+   * (passes/bucket_collectives.h); a context left zero fuses and narrows
+   * nothing. */
+  int64_t bucket_bytes;
+  bool narrow_comm;    /* comm_dtype is not float32 */
+  rf_dtype comm_dtype; /* when narrow_comm */
 } rf__pass_ctx;
 
 /* Returns NULL or an error naming the node it concerns (compile fails). */

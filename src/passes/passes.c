@@ -2,7 +2,7 @@
  * rf__registry_init calls). A pass added to the library adds one line here;
  * placement, pruning and partitioning are fixed compile stages, not passes. */
 #include "core/mem.h"
-#include "passes/pass_registry.h"
+#include "passes/bucket_collectives.h"
 #include "passes/lower_collectives.h"
 #include "passes/pass_registry.h"
 
@@ -21,6 +21,9 @@ static rf_status *lower_collectives_pass(rf__pass_ctx *ctx) {
 }
 
 rf_status *rf__register_passes(void) {
+  /* Buckets first: lowering then checks the fused groups like any other. */
+  RF_CHECK(rf__pass_register(RF_PASS_POST_PLACEMENT, -10, "bucket_collectives",
+                             rf__bucket_collectives));
   return rf__pass_register(RF_PASS_POST_PLACEMENT, 0, "lower_collectives",
                            lower_collectives_pass);
 }

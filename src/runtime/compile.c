@@ -128,6 +128,13 @@ done:
   return st;
 }
 
+/* The session's wire dtype of float32 all-reduces (a name checked by
+ * rf_session_new; NULL: float32). */
+static rf_dtype comm_dtype(const rf_session *s) {
+  const char *name = s->opts.collective_comm_dtype;
+  return name ? rf_dtype_from_name(name) : RF_FLOAT32;
+}
+
 /* The passes see every device of the job (this process's first); the
  * executor only this process's. */
 static rf__pass_ctx pass_ctx(rf_session *s, rf_graph *g, long compile) {
@@ -137,7 +144,10 @@ static rf__pass_ctx pass_ctx(rf_session *s, rf_graph *g, long compile) {
                         .default_device = s->default_device,
                         .task = s->task,
                         .num_tasks = s->num_tasks,
-                        .compile = compile};
+                        .compile = compile,
+                        .bucket_bytes = s->opts.collective_bucket_bytes,
+                        .narrow_comm = comm_dtype(s) != RF_FLOAT32,
+                        .comm_dtype = comm_dtype(s)};
 }
 
 rf_status *rf__session_check_devices(rf_session *s) {

@@ -17,12 +17,17 @@ static const rf__init_fn families[] = {
     rf__register_cpu_reduction_kernels,
     rf__register_cpu_runtime_kernels,
     rf__register_cpu_collective_kernels,
+    /* conv */
+    rf__register_cpu_conv_kernels,
+    rf__register_cpu_pool_kernels,
+    rf__register_cpu_bucket_kernels,
     rf__register_cpu_shape_kernels,
     rf__register_cpu_index_kernels,
     rf__register_cpu_linalg_kernels,
     rf__register_cpu_gelu_kernels,
     rf__register_cpu_dropout_kernels,
 #ifdef RF_HAVE_CUDA
+    rf__register_gpu_bucket_kernels,
     rf__register_gpu_runtime_kernels,
     rf__register_gpu_collective_kernels,
     rf__register_gpu_array_kernels,
@@ -30,6 +35,9 @@ static const rf__init_fn families[] = {
     rf__register_gpu_math_kernels,
     rf__register_gpu_nn_kernels,
     rf__register_gpu_reduction_kernels,
+    /* conv */
+    rf__register_gpu_conv_kernels,
+    rf__register_gpu_pool_kernels,
     rf__register_gpu_shape_kernels,
     rf__register_gpu_index_kernels,
     rf__register_gpu_linalg_kernels,

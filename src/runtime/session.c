@@ -29,6 +29,7 @@ void rf_session_options_init(rf_session_options *o) {
   o->default_device = "cpu:0";
   o->collective_timeout_ms = 300000;
   o->gpu_sync_on_finish = 1;
+  o->collective_bucket_bytes = RF_DEFAULT_BUCKET_BYTES;
 }
 
 static rf_status *check_options(const rf_session_options *o) {
@@ -49,6 +50,18 @@ static rf_status *check_options(const rf_session_options *o) {
         "session options: collective_timeout_ms must be > 0, "
         "got %lld",
         (long long)o->collective_timeout_ms);
+  if (o->collective_bucket_bytes < 0)
+    return rf__invalid(
+        "session options: collective_bucket_bytes must be >= 0, got %lld",
+        (long long)o->collective_bucket_bytes);
+  rf_dtype comm = o->collective_comm_dtype
+                      ? rf_dtype_from_name(o->collective_comm_dtype)
+                      : RF_FLOAT32;
+  if (comm != RF_FLOAT32 && comm != RF_BFLOAT16 && comm != RF_FLOAT16)
+    return rf__invalid(
+        "session options: collective_comm_dtype must be NULL, \"float32\", "
+        "\"bfloat16\" or \"float16\", got \"%s\"",
+        o->collective_comm_dtype);
   if (o->job < RF_JOB_AUTO || o->job > RF_JOB_MPI)
     return rf__invalid(
         "session options: job must be RF_JOB_AUTO, RF_JOB_SINGLE or "
@@ -189,6 +202,11 @@ rf_status *rf_session_new(const rf_graph *g, const rf_session_options *opts,
   rf_session *s = rf__calloc(1, sizeof *s);
   RF_CHECK_ALLOC(s);
   s->opts = *opts;
+  /* checked above: one of three names, kept as the library's own string */
+  s->opts.collective_comm_dtype =
+      opts->collective_comm_dtype
+          ? rf_dtype_name(rf_dtype_from_name(opts->collective_comm_dtype))
+          : NULL;
   if (opts->dump_graph_dir) {
     s->opts.dump_graph_dir = s->dump_graph_dir =
         rf__strdup(opts->dump_graph_dir);

@@ -375,7 +375,14 @@ bool rf__mpi_coord_poll(rf__job *j, int64_t now) {
       for (int i = 0; i < e->n; i++)
         if (!e->descs[i].type) absent += e->counts[i];
       int all = 0;
-      for (int i = 0; i < e->n; i++) all += e->counts[i];
+      for (int i = 0; i < e->n; i++) {
+        all += e->counts[i];
+        int t = e->tasks[i];
+        if (!e->descs[i].type && t > 0 && t < j->ntasks &&
+            j->peers[t] == RF_PEER_OK)
+          j->peers[t] = RF_PEER_LOST; /* until it is heard from again */
+      }
+      rf__mpi_peer_suspect(j, now);
       fail(j, e, now, RF_DEADLINE_EXCEEDED,
            "collective '%s' (job step %lld): timed out after %lld ms "
            "waiting for %s: %d of %d participants missing; arrived: %s",

@@ -8,12 +8,18 @@
  * Its loop: take the queued commands, then for every attached job receive
  * messages, issue and test collectives and check deadlines. While a
  * nonblocking collective's data is in flight it spins (OpenMPI's nonblocking
- * collectives progress only inside MPI calls), yielding the core to others;
- * while it waits for answers (or for a data thread or a GPU stream, which
- * wake it) it spins (yielding) for 2 ms after the last
- * progress, then backs off to sleeps of up to 1 ms; with nothing pending it
- * sleeps 20 ms between looks at the network, and with no job at all until
- * woken. */
+ * collectives progress only inside MPI calls), yielding the core to others,
+ * for 2 ms plus 8 ns a byte of the largest one in flight; while it waits for
+ * answers (or for a data thread or a GPU stream, which wake it) it spins
+ * (yielding) for 2 ms after the last progress. Past that, nothing is moving
+ * (a process stopped or died): it sleeps 20 us, doubling up to 1 ms, between
+ * looks, woken at once by new work; with nothing pending it sleeps 20 ms
+ * between looks at the network, and with no job at all until woken.
+ *
+ * At exit it finalises MPI only once every process has reached its own exit
+ * (a barrier): MPI_Finalize waits for every process, so after a peer may
+ * have died (rf__mpi_peer_suspect) it waits RF_MPI_EXIT_WAIT_MS for the
+ * barrier and otherwise leaves MPI as it is rather than hang on the dead. */
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,13 +29,21 @@
 #include "comm/mpi/engine.h"
 #include "comm/mpi/mpi_status.h"
 #include "comm/mpi/op.h"
+#include "core/log.h"
 #include "core/mem.h"
 #include "core/status.h"
 
 #define IDLE_NS 20000000LL /* nothing pending: look at the network */
+#define BACKOFF_MIN_NS 20000LL
 #define BACKOFF_MAX_NS 1000000LL
 #define SPINS_BEFORE_SLEEP 64
 #define SPIN_NS 2000000LL /* waiting: spin this long after progress */
+/* Data in flight: spin SPIN_NS plus this per byte of the largest collective
+ * (a link of 125 MB/s) before taking it for stalled: a transfer moves only
+ * while MPI is called. */
+#define BUSY_NS_PER_BYTE 8
+/* After a peer may have died: how long the exit waits for the others. */
+#define RF_MPI_EXIT_WAIT_MS 3000
 
 static struct {
   pthread_mutex_t mu;
@@ -40,8 +54,10 @@ static struct {
   rf_status *init_error; /* why MPI cannot be used */
   int world_rank, world_size;
   rf__mpi_cmd *head, *tail;
-  atomic_int kicked; /* a command or an op is waiting */
-} E = {.mu = PTHREAD_MUTEX_INITIALIZER};
+  atomic_int kicked;  /* a command or an op is waiting */
+  MPI_Comm exit_comm; /* own_init: the exit barrier's */
+  int suspects;       /* engine thread: peers that may be dead */
+} E = {.mu = PTHREAD_MUTEX_INITIALIZER, .exit_comm = MPI_COMM_NULL};
 
 int64_t rf__mpi_now_ns(void) {
   struct timespec ts;
@@ -73,6 +89,11 @@ static rf_status *init_mpi(void) {
         MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided));
     if (st) return st;
     E.own_init = true;
+    /* Every process initialises here, so every one makes it. */
+    if (MPI_Comm_dup(MPI_COMM_WORLD, &E.exit_comm) == MPI_SUCCESS)
+      MPI_Comm_set_errhandler(E.exit_comm, MPI_ERRORS_RETURN);
+    else
+      E.exit_comm = MPI_COMM_NULL;
   }
   MPI_Comm_rank(MPI_COMM_WORLD, &E.world_rank);
   MPI_Comm_size(MPI_COMM_WORLD, &E.world_size);
@@ -82,6 +103,23 @@ static rf_status *init_mpi(void) {
 }
 
 bool rf__mpi_thread_multiple(void) { return E.multiple; }
+
+void rf__mpi_peer_suspect(rf__job *j, int64_t now) {
+  if (j && j->suspect) {
+    j->suspect_ns = now;
+    return;
+  }
+  E.suspects++;
+  if (!j) return;
+  j->suspect = true;
+  j->suspect_ns = now;
+}
+
+void rf__mpi_peer_resolved(rf__job *j, int64_t issued_ns) {
+  if (!j->suspect || issued_ns <= j->suspect_ns) return;
+  j->suspect = false;
+  E.suspects--;
+}
 
 /* ---- commands ---- */
 
@@ -218,9 +256,16 @@ static int yield_every(void) {
   return every;
 }
 
+/* How long to sleep after `sleeps` sleeps without progress: 20 us,
+ * doubling, at most 1 ms. */
+static int64_t backoff_ns(int sleeps) {
+  int64_t ns = BACKOFF_MIN_NS << (sleeps < 6 ? sleeps : 6);
+  return ns < BACKOFF_MAX_NS ? ns : BACKOFF_MAX_NS;
+}
+
 static void run_loop(void) {
   loop l = {0};
-  int idle = 0;
+  int idle = 0, sleeps = 0;
   unsigned spins = 0;
   int64_t last_progress = 0;
   for (;;) {
@@ -240,31 +285,35 @@ static void run_loop(void) {
     if (stop && !l.attaching) break;
     int64_t now = rf__mpi_now_ns();
     bool busy = false, waiting = l.attaching || l.leaving;
+    int64_t busy_bytes = 0;
     progress += poll_attaching(&l, now);
     progress += poll_leaving(&l, now);
-    for (rf__job *j = l.jobs; j; j = j->next)
+    for (rf__job *j = l.jobs; j; j = j->next) {
       progress += rf__mpi_job_poll(j, now, &busy, &waiting);
-    if (progress || busy) {
-      idle = 0;
+      if (j->busy_bytes > busy_bytes) busy_bytes = j->busy_bytes;
+    }
+    if (progress) {
+      idle = sleeps = 0;
       last_progress = now;
-      /* OpenMPI's nonblocking collectives advance only inside MPI calls:
-       * spin, yielding the core now and then (often when this node runs
-       * more processes than cores: their peers need it). */
-      if (!progress && ++spins % yield_every() == 0) sched_yield();
+      continue;
+    }
+    /* OpenMPI's nonblocking collectives advance only inside MPI calls:
+     * spin while data is in flight, yielding the core now and then (often
+     * when this node runs more processes than cores: their peers need
+     * it), until it has stalled for longer than its size explains. */
+    if (busy && now - last_progress < SPIN_NS + busy_bytes * BUSY_NS_PER_BYTE) {
+      if (++spins % yield_every() == 0) sched_yield();
       continue;
     }
     idle++;
-    if (!l.jobs && !waiting) {
-      sleep_for(0);
-    } else if (!waiting) {
-      sleep_for(IDLE_NS);
-    } else if (idle < SPINS_BEFORE_SLEEP || now - last_progress < SPIN_NS) {
+    if (!busy && !waiting) {
+      sleeps = 0;
+      sleep_for(l.jobs ? IDLE_NS : 0);
+    } else if (!busy &&
+               (idle < SPINS_BEFORE_SLEEP || now - last_progress < SPIN_NS)) {
       sched_yield(); /* an answer is due soon: no wake-up to wait for */
     } else {
-      int64_t ns =
-          20000LL << (idle - SPINS_BEFORE_SLEEP < 6 ? idle - SPINS_BEFORE_SLEEP
-                                                    : 6);
-      sleep_for(ns < BACKOFF_MAX_NS ? ns : BACKOFF_MAX_NS);
+      sleep_for(backoff_ns(sleeps++)); /* stalled: new work wakes it */
     }
   }
   while (l.jobs) { /* the process is exiting with sessions alive */
@@ -279,6 +328,24 @@ static void run_loop(void) {
   }
 }
 
+/* Whether every process reached its exit (own_init): a barrier, waited for
+ * as long as it takes, or RF_MPI_EXIT_WAIT_MS once a peer may be dead. */
+static bool all_at_exit(void) {
+  MPI_Request req;
+  if (E.exit_comm == MPI_COMM_NULL ||
+      MPI_Ibarrier(E.exit_comm, &req) != MPI_SUCCESS)
+    return false;
+  int64_t until = rf__mpi_now_ns() + RF_MPI_EXIT_WAIT_MS * 1000000LL;
+  for (int sleeps = 0;; sleeps++) {
+    int done = 0;
+    if (MPI_Test(&req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) return false;
+    if (done) return true;
+    if (E.suspects > 0 && rf__mpi_now_ns() >= until) return false;
+    struct timespec ts = {0, backoff_ns(sleeps)};
+    nanosleep(&ts, NULL);
+  }
+}
+
 static void *engine_main(void *arg) {
   (void)arg;
   rf_status *st = init_mpi();
@@ -290,9 +357,25 @@ static void *engine_main(void *arg) {
   if (!st) run_loop();
   int finalized = 0; /* by a program that initialised MPI itself */
   MPI_Finalized(&finalized);
-  if (!st && !finalized) rf__mpi_data_fini();
-  if (!st && E.own_init) MPI_Finalize();
-  rf__mpi_free_orphans();
+  if (!st && E.own_init) {
+    /* A process that does not come may be dead: MPI_Finalize would wait
+     * for it forever. MPI is then left as it is, for the process to exit. */
+    if (all_at_exit()) {
+      rf__mpi_data_fini();
+      MPI_Comm_free(&E.exit_comm);
+      MPI_Finalize();
+      rf__mpi_free_orphans();
+    } else {
+      RF__LOG(RF_LOG_WARN,
+              "not finalising MPI: a process of the job did not reach its "
+              "exit within %d ms after a collective timed out (it may have "
+              "died)",
+              RF_MPI_EXIT_WAIT_MS);
+    }
+  } else {
+    if (!st && !finalized) rf__mpi_data_fini();
+    rf__mpi_free_orphans();
+  }
   return NULL;
 }
 

@@ -48,7 +48,10 @@ enum {
   RF_MSG_STEP_FAILED, /* member -> coordinator: this task's job step failed */
   RF_MSG_GO,          /* coordinator -> members: run it now */
   RF_MSG_ABORT,       /* coordinator -> members: fail it (code, text) */
-  RF_MSG_BYE          /* member -> coordinator: this task left the session */
+  RF_MSG_BYE,         /* member -> coordinator: this task left the session */
+  /* A collective did not finish: is each task of it still there? */
+  RF_MSG_PING, /* member -> member: name, job_step */
+  RF_MSG_PONG  /* the answer, from the engine thread (not the stuck MPI) */
 };
 
 /* The fixed part of a message; name, devices and text follow it. */
@@ -128,11 +131,21 @@ struct rf__job {
   rf__mpi_fstep *failed;            /* task 0: failed job steps */
   rf__mpi_set *sets;                /* by key */
   rf_status *broken;                /* set: no more collectives */
-  struct rf__job *next;             /* the engine's list */
-  int64_t epoch;                    /* see rf__mpi_msg */
+  /* A peer may be dead: a collective timed out waiting for other tasks
+   * (rf__mpi_peer_suspect), and none spanning every task has completed
+   * since (rf__mpi_peer_resolved). Counted in the engine's exit decision. */
+  bool suspect;
+  int64_t suspect_ns;
+  /* Bytes of the largest nonblocking collective in flight (member.c): how
+   * long the engine spins for it before it backs off. */
+  int64_t busy_bytes;
+  struct rf__job *next; /* the engine's list */
+  int64_t epoch;        /* see rf__mpi_msg */
   /* Leaving (task 0): it coordinates until every task said BYE (its last
-   * message), so no late task waits for a verdict that never comes. */
-  int byes;
+   * message), so no late task waits for a verdict that never comes; a task
+   * that a collective timed out waiting for, and that has sent nothing
+   * since, is not waited for (it may be dead). */
+  unsigned char *peers; /* [ntasks]: RF_PEER_* (task 0) */
   int64_t leave_deadline;
   /* Attaching (job.c): the duplicates, then the exchange of device counts
    * and of each process's next epoch. */
@@ -151,6 +164,8 @@ struct rf__job {
    * can come before this process's own part of a collective). */
   atomic_int active_steps;
 };
+
+enum { RF_PEER_OK, RF_PEER_LEFT, RF_PEER_LOST };
 
 /* ---- the engine (engine.c) ---- */
 
@@ -190,6 +205,13 @@ rf_status *rf__mpi_engine_call(rf__mpi_cmd *c);
 void rf__mpi_engine_wake(void);
 /* Whether MPI gives MPI_THREAD_MULTIPLE (after rf__mpi_engine_start). */
 bool rf__mpi_thread_multiple(void);
+/* A collective of j (NULL: a session's making) timed out waiting for other
+ * processes: one may be dead. Until rf__mpi_peer_resolved (a collective
+ * spanning every task of j, issued after now, completed), the engine
+ * finalises MPI at exit only if every process reaches its exit within
+ * RF_MPI_EXIT_WAIT_MS (engine.c). Engine thread. */
+void rf__mpi_peer_suspect(rf__job *j, int64_t now);
+void rf__mpi_peer_resolved(rf__job *j, int64_t issued_ns);
 
 /* ---- jobs on the engine thread (job.c) ---- */
 
@@ -242,7 +264,8 @@ void rf__mpi_coord_free(rf__job *j);
 /* ---- this task's collectives (member.c) ---- */
 
 void rf__mpi_member_ready(rf__job *j, rf__mpi_op *op); /* RF_CMD_READY */
-void rf__mpi_member_verdict(rf__job *j, const rf__mpi_msg_view *v);
+void rf__mpi_member_verdict(rf__job *j, const rf__mpi_msg_view *v, int64_t now);
+void rf__mpi_member_pong(rf__job *j, const rf__mpi_msg_view *v);
 void rf__mpi_member_cancel_step(rf__job *j, int64_t step_id,
                                 const rf_status *why);
 /* Issues, tests and times out ops; counts progress. */

@@ -35,6 +35,7 @@ static void job_free(rf__job *j) {
   rf__free(j->ngpu);
   rf__free(j->recv_buf);
   rf__free(j->attach_all);
+  rf__free(j->peers);
   rf__free(j->steps);
   rf_status_free(j->broken);
   pthread_mutex_destroy(&j->mu);
@@ -176,7 +177,8 @@ static rf_status *attach_exchange(rf__job *j) {
   j->ncpu = rf__calloc((size_t)j->ntasks, sizeof(int));
   j->ngpu = rf__calloc((size_t)j->ntasks, sizeof(int));
   j->attach_all = rf__calloc((size_t)j->ntasks * 3, sizeof(int));
-  if (!j->ncpu || !j->ngpu || !j->attach_all) return rf__oom();
+  j->peers = rf__calloc((size_t)j->ntasks, 1);
+  if (!j->ncpu || !j->ngpu || !j->attach_all || !j->peers) return rf__oom();
   return RF_MPI_STATUS(MPI_Iallgather(j->attach_mine, 3, MPI_INT, j->attach_all,
                                       3, MPI_INT, j->ctl, &j->attach_req[0]));
 }
@@ -206,7 +208,8 @@ bool rf__mpi_job_attach_poll(rf__mpi_cmd *c, int64_t now) {
       return true;
     }
   }
-  if (!c->result && now >= j->attach_deadline)
+  if (!c->result && now >= j->attach_deadline) {
+    rf__mpi_peer_suspect(NULL, now); /* MPI is left mid-collective */
     c->result = rf__log_status(
         RF_LOG_WARN, "job",
         rf__error(RF_DEADLINE_EXCEEDED,
@@ -214,6 +217,7 @@ bool rf__mpi_job_attach_poll(rf__mpi_cmd *c, int64_t now) {
                   "%lld ms (every process must make the same sessions in the "
                   "same order); MPI may be unusable now",
                   (long long)j->timeout_ms));
+  }
   return c->result != NULL;
 }
 
@@ -235,14 +239,28 @@ void rf__mpi_job_leave_start(rf__job *j) {
 }
 
 bool rf__mpi_job_may_leave(const rf__job *j, int64_t now) {
-  return j->task != 0 || j->byes >= j->ntasks - 1 || now >= j->leave_deadline;
+  /* After a timeout the others may be dead: their verdicts go unsaid. */
+  if (j->task != 0 || j->suspect || now >= j->leave_deadline) return true;
+  for (int t = 1; t < j->ntasks; t++)
+    if (j->peers[t] == RF_PEER_OK) return false;
+  return true; /* every other task left, or may be dead */
 }
 
 static void dispatch(rf__job *j, const rf__mpi_msg_view *v, int64_t now) {
+  int from = v->h->task;
+  if (j->task == 0 && from > 0 && from < j->ntasks &&
+      j->peers[from] != RF_PEER_LEFT) /* alive after all */
+    j->peers[from] = v->h->type == RF_MSG_BYE ? RF_PEER_LEFT : RF_PEER_OK;
   switch (v->h->type) {
     case RF_MSG_GO:
-    case RF_MSG_ABORT: rf__mpi_member_verdict(j, v); break;
-    case RF_MSG_BYE: j->byes++; break;
+    case RF_MSG_ABORT: rf__mpi_member_verdict(j, v, now); break;
+    case RF_MSG_BYE: break;
+    case RF_MSG_PING: {
+      rf__mpi_msg h = {.type = RF_MSG_PONG, .job_step = v->h->job_step};
+      rf__mpi_send_msg(j, from, &h, v->name, NULL, NULL);
+      break;
+    }
+    case RF_MSG_PONG: rf__mpi_member_pong(j, v); break;
     default:
       if (j->task == 0) rf__mpi_coord_handle(j, v, now);
   }

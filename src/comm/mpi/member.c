@@ -16,13 +16,17 @@
 #include "core/log.h"
 #include "core/status.h"
 
-#define GRACE_MIN_MS 2000
+#define GRACE_MS 2000
+#define PROBE_MS 1000 /* how long a timed-out op waits for PONGs */
 
 /* How long past the timeout a member waits for the coordinator's verdict:
- * the coordinator's own deadline runs from the first READY it sees, so it
- * normally answers (naming who is missing) before this. */
+ * the coordinator's own deadline runs from the first READY it sees (no
+ * later than this one's, plus its travel), so it normally answers (naming
+ * who is missing) before this. Fixed, so that a dead coordinator is found
+ * within the timeout plus 2 s whatever the timeout. */
 static int64_t grace_ms(const rf__mpi_op *op) {
-  return op->timeout_ms / 2 > GRACE_MIN_MS ? op->timeout_ms / 2 : GRACE_MIN_MS;
+  (void)op;
+  return GRACE_MS;
 }
 
 static void op_free(rf__mpi_op *op) {
@@ -33,6 +37,7 @@ static void op_free(rf__mpi_op *op) {
   rf_status_free(op->async_status);
   rf_status_free(op->report);
   rf__free(op->parts);
+  rf__free(op->answered);
   rf__free(op->tasks);
   rf__free(op->counts);
   rf__free(op->key);
@@ -250,10 +255,13 @@ static void drop(rf__job *j, rf__mpi_op *op) {
   unref(op);
 }
 
-void rf__mpi_member_verdict(rf__job *j, const rf__mpi_msg_view *v) {
+void rf__mpi_member_verdict(rf__job *j, const rf__mpi_msg_view *v,
+                            int64_t now) {
   rf__mpi_op *op = find_op(j, v->name, v->h->job_step);
   if (!op || op->state != RF_OP_WAIT_VERDICT) return;
   if (v->h->type == RF_MSG_ABORT) {
+    /* Timed out waiting for some task: it may be dead. */
+    if (v->h->code == RF_DEADLINE_EXCEEDED) rf__mpi_peer_suspect(j, now);
     report(op, rf__status_text((rf_code)v->h->code, v->text));
     drop(j, op);
     return;
@@ -287,7 +295,8 @@ void rf__mpi_member_cancel_step(rf__job *j, int64_t step_id,
 
 /* Marks the job unusable: a collective did not finish, so its
  * communicator holds an operation that may never complete. */
-static void break_job(rf__job *j, const rf__mpi_op *op) {
+static void break_job(rf__job *j, const rf__mpi_op *op, int64_t now) {
+  rf__mpi_peer_suspect(j, now);
   if (j->broken) return;
   j->broken = rf__error(RF_FAILED_PRECONDITION,
                         "an earlier collective across processes ('%s', job "
@@ -320,8 +329,77 @@ static int issue(rf__job *j, rf__mpi_op *op, int64_t now) {
   }
   op->state = RF_OP_IN_FLIGHT;
   op->deadline_ns = now + op->timeout_ms * 1000000;
+  op->issued_ns = now;
+  size_t in = op->partial ? rf_tensor_nbytes(op->partial) : 0,
+         out = op->out ? rf_tensor_nbytes(op->out) : 0;
+  op->bytes = (int64_t)(in > out ? in : out);
   j->in_flight++;
   return 1;
+}
+
+/* Asks every other task of op's set whether it is there: its engine
+ * answers even while the collective is stuck, unless it died or stopped. */
+static void probe(rf__job *j, rf__mpi_op *op, int64_t now) {
+  op->probe_ns = now + PROBE_MS * 1000000;
+  op->answered = op->nset > 0 ? rf__calloc((size_t)op->nset, 1) : NULL;
+  if (!op->answered) return; /* no names then */
+  op->answered[op->me] = 1;
+  rf__mpi_msg h = {.type = RF_MSG_PING, .job_step = op->job_step};
+  for (int i = 0; i < op->nset; i++)
+    if (i != op->me)
+      rf__mpi_send_msg(j, op->tasks[i], &h, op->name, NULL, NULL);
+}
+
+void rf__mpi_member_pong(rf__job *j, const rf__mpi_msg_view *v) {
+  rf__mpi_op *op = find_op(j, v->name, v->h->job_step);
+  if (!op || !op->answered) return;
+  for (int i = 0; i < op->nset; i++)
+    if (op->tasks[i] == v->h->task) op->answered[i] = 1;
+}
+
+/* "task 2, task 5" of op's set that did not answer the probe; on task 0
+ * they are marked lost (not waited for when it leaves). */
+static void silent_tasks(rf__job *j, const rf__mpi_op *op, char *buf,
+                         size_t len) {
+  size_t used = 0;
+  buf[0] = '\0';
+  for (int i = 0; op->answered && i < op->nset && used < len; i++) {
+    if (op->answered[i]) continue;
+    int t = op->tasks[i];
+    used += (size_t)snprintf(buf + used, len - used, "%stask %d",
+                             used ? ", " : "", t);
+    if (j->task == 0 && t > 0 && t < j->ntasks && j->peers &&
+        j->peers[t] == RF_PEER_OK)
+      j->peers[t] = RF_PEER_LOST;
+  }
+}
+
+/* The deadline of an op in flight passed: probe first, then report. */
+static void time_out(rf__job *j, rf__mpi_op *op, int64_t now) {
+  if (!op->probe_ns) {
+    probe(j, op, now);
+    op->deadline_ns = op->probe_ns;
+    return;
+  }
+  op->deadline_ns = 0;
+  char silent[512], why[640];
+  silent_tasks(j, op, silent, sizeof silent);
+  if (silent[0])
+    snprintf(why, sizeof why, "%s did not answer within %d ms: died or stopped",
+             silent, PROBE_MS);
+  else
+    snprintf(why, sizeof why, "%s",
+             op->answered ? "every task of it still answers: MPI is stuck"
+                          : "a process may have died");
+  report(op, rf__log_status(
+                 RF_LOG_WARN, NULL,
+                 rf__error(RF_DEADLINE_EXCEEDED,
+                           "collective '%s' (job step %lld): the MPI "
+                           "collective did not finish within %lld ms (%s)",
+                           op->name, (long long)op->job_step,
+                           (long long)op->timeout_ms, why)));
+  if (op->gpu) rf__mpi_gpu_abort(op->set); /* its streams then end */
+  break_job(j, op, now);
 }
 
 /* An op in flight: tested, or timed out (it stays, reported, until MPI lets
@@ -338,25 +416,15 @@ static int test(rf__job *j, rf__mpi_op *op, int64_t now) {
   if (st || done) {
     j->in_flight--;
     if (j->blocking == op) j->blocking = NULL;
+    if (!st && op->nset == j->ntasks) /* every task is alive */
+      rf__mpi_peer_resolved(j, op->issued_ns);
     /* The last op in flight, none to issue: its participants continue here
      * (they may start the next collective at once). */
     report_on(op, st, !st && j->in_flight == 0 && !j->go_head);
     drop(j, op);
     return 1;
   }
-  if (op->deadline_ns && now >= op->deadline_ns) {
-    op->deadline_ns = 0;
-    report(op, rf__log_status(
-                   RF_LOG_WARN, NULL,
-                   rf__error(RF_DEADLINE_EXCEEDED,
-                             "collective '%s' (job step %lld): the MPI "
-                             "collective did not finish within %lld ms (a "
-                             "process may have died)",
-                             op->name, (long long)op->job_step,
-                             (long long)op->timeout_ms)));
-    if (op->gpu) rf__mpi_gpu_abort(op->set); /* its streams then end */
-    break_job(j, op);
-  }
+  if (op->deadline_ns && now >= op->deadline_ns) time_out(j, op, now);
   return 0;
 }
 
@@ -383,9 +451,12 @@ int rf__mpi_member_poll(rf__job *j, int64_t now, bool *busy, bool *waiting) {
   else if (j->go_head && !j->broken)
     *waiting = true;
   rf__mpi_op *op, *tmp;
+  j->busy_bytes = 0;
   HASH_ITER(hh, j->ops, op, tmp) {
     switch (op->state) {
       case RF_OP_GO: /* not issued yet: the earlier ones hold it back */
+        if (!atomic_load(&op->reported) && !j->broken && now >= op->deadline_ns)
+          rf__mpi_peer_suspect(j, now);
         if (!atomic_load(&op->reported) &&
             (j->broken || now >= op->deadline_ns))
           report(
@@ -403,16 +474,19 @@ int rf__mpi_member_poll(rf__job *j, int64_t now, bool *busy, bool *waiting) {
                                   (long long)(op->timeout_ms + grace_ms(op)))));
         break;
       case RF_OP_IN_FLIGHT:
-        if (op->gpu || op->blocking)
+        if (op->gpu || op->blocking) {
           *waiting = true;
-        else
+        } else {
           *busy = true;
+          if (op->bytes > j->busy_bytes) j->busy_bytes = op->bytes;
+        }
         progress += test(j, op, now);
         break;
       default: /* waiting for the verdict */
         *waiting = true;
         if (op->deadline_ns && now >= op->deadline_ns) {
           op->deadline_ns = 0;
+          rf__mpi_peer_suspect(j, now); /* task 0 may be dead */
           report(op,
                  rf__log_status(
                      RF_LOG_WARN, NULL,
@@ -429,6 +503,12 @@ int rf__mpi_member_poll(rf__job *j, int64_t now, bool *busy, bool *waiting) {
   return progress;
 }
 
+/* Nonblocking collectives that never finished, kept to the end: MPI may
+ * still write their buffers, and OpenMPI refuses to free an active
+ * collective's request (an error on MPI_COMM_WORLD, fatal by default).
+ * Reachable from here, so no leak checker counts them. Engine thread. */
+static rf__mpi_op *abandoned;
+
 void rf__mpi_member_free(rf__job *j) {
   j->go_head = j->go_tail = NULL;
   rf__mpi_op *op, *tmp;
@@ -437,7 +517,16 @@ void rf__mpi_member_free(rf__job *j) {
     report(op, rf__error(RF_CANCELLED, "collective '%s': the session closed",
                          op->name));
     if (op->state == RF_OP_IN_FLIGHT) { /* MPI may still use its buffers */
-      if (!op->gpu && !op->blocking) MPI_Request_free(&op->req);
+      int done = 0;
+      if (!op->gpu && !op->blocking &&
+          (MPI_Test(&op->req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS ||
+           !done)) {
+        rf__mpi_peer_suspect(NULL, rf__mpi_now_ns()); /* unfinished */
+        op->go_next = abandoned;
+        abandoned = op;
+      } else if (done) {
+        unref(op);
+      }
       continue;
     }
     unref(op);

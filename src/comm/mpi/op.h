@@ -47,6 +47,13 @@ struct rf__mpi_op {
   atomic_int reported; /* the dones were called (or are being) */
   int state;           /* RF_OP_*; engine thread */
   int64_t deadline_ns; /* 0: none */
+  int64_t issued_ns;   /* when its MPI collective started */
+  /* It did not finish in time: the other tasks of its set were asked
+   * whether they are there (PING) until probe_ns; answered[i]: task
+   * tasks[i] did. */
+  int64_t probe_ns;
+  unsigned char *answered;
+  int64_t bytes; /* what it moves, about: the engine's spin budget */
   MPI_Request req;
   rf_status *report;   /* the error the report task hands the dones */
   rf__mpi_op *go_next; /* the job's GO queue */

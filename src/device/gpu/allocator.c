@@ -221,6 +221,7 @@ void rf__gpu_device_stats(const rf__device *d, rf__gpu_alloc_stats *out) {
 }
 
 int rf__gpu_tensor_ordinal(const rf_tensor *t) {
+  if (t && t->on_gpu && t->gpu >= 0) return t->gpu; /* external memory */
   if (!t || !t->on_gpu || !t->allocator || t->allocator->alloc != cache_alloc)
     return -1;
   const rf__gpu_cache *c = t->allocator->state;

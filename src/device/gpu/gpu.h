@@ -117,8 +117,8 @@ void rf__gpu_pinned_trim(void);
 /* The stats of GPU device d's allocator (zeros for a CPU device). */
 void rf__gpu_device_stats(const rf__device *d, rf__gpu_alloc_stats *out);
 
-/* The physical GPU holding device tensor t (on_gpu), or -1 when t is not a
- * tensor of a GPU cache. */
+/* The physical GPU holding device tensor t (on_gpu): its cache's, or the one
+ * given to rf_tensor_new_external_gpu; -1 for host memory. */
 int rf__gpu_tensor_ordinal(const rf_tensor *t);
 
 /* ---- copies (device/gpu/stream.c) ---- */
@@ -130,6 +130,12 @@ int rf__gpu_tensor_ordinal(const rf_tensor *t);
  * The caller has entered d. Errors name d and the direction. */
 rf_status *rf__gpu_copy(const rf__device *d, rf_tensor *dst,
                         const rf_tensor *src);
+
+/* Makes d's stream wait (on the GPU, not the host) for the work queued so
+ * far on the legacy default stream of physical GPU `gpu`: what a producer
+ * of external device memory fed to d may still be writing there
+ * (rf_tensor_new_external_gpu). The caller has entered d, and is left so. */
+rf_status *rf__gpu_wait_legacy_stream(const rf__device *d, int gpu);
 
 /* A new tensor like src (dtype, shape) in d's device memory (on_gpu), or, for
  * rf__gpu_new_host, in pinned host memory. */

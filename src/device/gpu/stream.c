@@ -44,6 +44,28 @@ rf_status *rf__gpu_copy(const rf__device *d, rf_tensor *dst,
                            d->canonical, src->nbytes, where(src), where(dst));
 }
 
+rf_status *rf__gpu_wait_legacy_stream(const rf__device *d, int gpu) {
+  /* The event belongs to (and is recorded on) the producer's GPU; a stream
+   * of another GPU may wait for it. */
+  if (gpu != d->gpu_ordinal) rf__gpu_make_current(gpu);
+  cudaEvent_t ev = NULL;
+  rf_status *st =
+      RF_CUDA_STATUS(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+  if (!st) st = RF_CUDA_STATUS(cudaEventRecord(ev, cudaStreamLegacy));
+  if (gpu != d->gpu_ordinal) rf__gpu_make_current(d->gpu_ordinal);
+  if (!st) {
+    rf__gpu_enqueue_begin(d->order);
+    st = RF_CUDA_STATUS(cudaStreamWaitEvent((cudaStream_t)d->stream, ev, 0));
+    rf__gpu_enqueue_end(d->order);
+  }
+  if (ev) cudaEventDestroy(ev); /* freed once the wait no longer needs it */
+  if (!st) return NULL;
+  return rf__status_prefix(st,
+                           "%s: waiting for the legacy default stream of GPU "
+                           "%d (fed device memory)",
+                           d->canonical, gpu);
+}
+
 rf_status *rf__gpu_new_device(const rf__device *d, const rf_tensor *like,
                               rf_tensor **out) {
   return rf__tensor_new_device(like->dtype, &like->shape, d->allocator, out);

@@ -28,7 +28,8 @@ rf_status *rf__index_init(const rf_node *node, void **state) {
   return NULL;
 }
 
-rf_status *rf__arg_fed(rf__kernel_ctx *ctx, rf_tensor **value) {
+rf_status *rf__arg_fed(rf__kernel_ctx *ctx, bool device_memory_ok,
+                       rf_tensor **value) {
   RF_CHECK(rf__need_step(ctx));
   int64_t i = (intptr_t)ctx->state;
   rf_tensor *v = i < ctx->step->num_feeds ? ctx->step->feeds[i] : NULL;
@@ -37,7 +38,7 @@ rf_status *rf__arg_fed(rf__kernel_ctx *ctx, rf_tensor **value) {
                             "no value was fed for _Arg "
                             "index %lld (the step has %d feeds)",
                             (long long)i, ctx->step->num_feeds);
-  if (v->dtype != ctx->node->out_dtypes[0] || v->on_gpu)
+  if (v->dtype != ctx->node->out_dtypes[0] || (v->on_gpu && !device_memory_ok))
     return rf__kernel_error(ctx, RF_INVALID_ARGUMENT,
                             "fed a %s%s tensor, expected %s%s",
                             rf_dtype_name(v->dtype), v->on_gpu ? " device" : "",
@@ -49,7 +50,7 @@ rf_status *rf__arg_fed(rf__kernel_ctx *ctx, rf_tensor **value) {
 
 static rf_status *arg_compute(rf__kernel_ctx *ctx) {
   rf_tensor *v;
-  RF_CHECK(rf__arg_fed(ctx, &v));
+  RF_CHECK(rf__arg_fed(ctx, false, &v));
   ctx->outputs[0] = rf_tensor_retain(v);
   return NULL;
 }

@@ -13,7 +13,8 @@ rf_status *rf__index_init(const rf_node *node, void **state);
 /* _Arg's fed value, borrowed: the step's feed at the node's index, checked
  * against the node's dtype and to be in host memory (INVALID_ARGUMENT naming
  * both dtypes; INTERNAL when the step has no such feed). */
-rf_status *rf__arg_fed(rf__kernel_ctx *ctx, rf_tensor **value);
+rf_status *rf__arg_fed(rf__kernel_ctx *ctx, bool device_memory_ok,
+                       rf_tensor **value);
 /* _Token: one empty host tensor made at init and shared by every step. */
 rf_status *rf__token_init(const rf_node *node, void **state);
 void rf__token_destroy(void *state);

@@ -5,10 +5,13 @@
  * (both row-major over their groups) give the input offset kept(o) + red(r).
  * When the last group is reduced (rows), a warp adds each output: lane l
  * takes r = l, l + 32, ... in order, then a fixed xor butterfly adds the
- * lanes. When it is kept (columns), one thread adds each output in order,
- * neighbouring threads reading neighbouring elements. Long reductions over
- * few outputs first add fixed chunks of r into partial sums (a (K, C) or
- * (C, K) accumulator tensor), then reduce those the same way. */
+ * lanes. When it is kept (columns), eight threads add each output: thread
+ * j of the eight takes r = j, j + 8, ... in order, and the eight partial sums
+ * are then added in order; 32 neighbouring outputs share a block, so
+ * neighbouring threads read neighbouring elements. Long reductions over few
+ * outputs first add fixed chunks of r into partial sums (a (K, C) or (C, K)
+ * accumulator tensor), then reduce those the same way. Every split depends
+ * on the shape alone, so the order of the additions does too. */
 #include "kernels/cuda/reduce_sum.cuh"
 
 #include <utility>
@@ -20,10 +23,17 @@ enum : int64_t {
   kRowChunk = 8192,   /* r per warp item once rows are split */
   kRowSplitR = 16384, /* rows split when longer than this ... */
   kRowSplitK = 2048,  /* ... and there are fewer outputs than this */
-  kColChunk = 512,    /* r per thread item once columns are split */
-  kColSplitR = 4096,
-  kColSplitK = 32768,
+  /* Columns: a block of kColTile outputs x kColWays threads each. Columns
+   * longer than kColChunk are split into chunks of at least kColChunk when
+   * that brings the items (output x chunk) towards kColItems, enough to
+   * fill the GPU (a column of 1024 over 512 outputs was one thread each
+   * adding 1024 values: 100 us for a 2 MB read). */
+  kColTile = 32,
+  kColWays = 8,
+  kColChunk = 512,
+  kColItems = 8192,
 };
+static_assert(kColTile * kColWays == kThreads, "one column tile per block");
 
 struct Layout {
   int nk, nr;                               /* kept / reduced groups */
@@ -153,22 +163,35 @@ __global__ void rows_kernel(Layout L, int64_t C, int64_t CH, const T *x, O *out,
   }
 }
 
-/* Columns: thread item t = c * K + o writes out[t] (C == 1: out[o]). */
+/* Columns: item t = c * K + o writes out[t] (C == 1: out[o]); a block takes
+ * kColTile consecutive items at a time, kColWays threads per item. */
 template <typename T, typename O, bool FINAL>
 __global__ void cols_kernel(Layout L, int64_t C, int64_t CH, const T *x, O *out,
                             Finish fin) {
   using A = Acc<T>;
-  RF_GPU_LOOP(t, L.K * C) {
-    int64_t c = t / L.K, o = t - c * L.K, r0, r1;
-    chunk(L.R, CH, c, &r0, &r1);
-    const T *base = x + offset(L.nk, L.kd, L.ks, o);
+  __shared__ A part[kColWays][kColTile];
+  int lane = threadIdx.x % kColTile, way = threadIdx.x / kColTile;
+  int64_t items = L.K * C, tiles = (items + kColTile - 1) / kColTile;
+  for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    int64_t t = tile * kColTile + lane;
     A acc = 0;
-    for (int64_t r = r0; r < r1; r++)
-      acc += acc_load(base[offset(L.nr, L.rd, L.rs, r)]);
-    if constexpr (FINAL)
-      out[t] = fin.template operator()<O>(acc);
-    else
-      out[t] = acc;
+    if (t < items) {
+      int64_t c = t / L.K, o = t - c * L.K, r0, r1;
+      chunk(L.R, CH, c, &r0, &r1);
+      const T *base = x + offset(L.nk, L.kd, L.ks, o);
+      for (int64_t r = r0 + way; r < r1; r += kColWays)
+        acc += acc_load(base[offset(L.nr, L.rd, L.rs, r)]);
+    }
+    part[way][lane] = acc;
+    __syncthreads();
+    if (way == 0 && t < items) {
+      for (int j = 1; j < kColWays; j++) acc += part[j][lane];
+      if constexpr (FINAL)
+        out[t] = fin.template operator()<O>(acc);
+      else
+        out[t] = acc;
+    }
+    __syncthreads(); /* part is reused by the next tile */
   }
 }
 
@@ -180,8 +203,9 @@ rf_status *launch(rf__kernel_ctx *ctx, const Layout &L, int64_t C, int64_t CH,
         <<<grid(ctx, L.K * C * 32), kThreads, 0, stream(ctx)>>>(L, C, CH, x,
                                                                 out, fin);
   else
-    cols_kernel<T, O, FINAL><<<grid(ctx, L.K * C), kThreads, 0, stream(ctx)>>>(
-        L, C, CH, x, out, fin);
+    cols_kernel<T, O, FINAL>
+        <<<grid(ctx, L.K * C * kColWays), kThreads, 0, stream(ctx)>>>(
+            L, C, CH, x, out, fin);
   RF_GPU_LAUNCHED(ctx);
   return NULL;
 }
@@ -196,7 +220,11 @@ rf_status *reduce_pass(rf__kernel_ctx *ctx, const T *x, const rf_shape &xs,
   layout_make(&xs, mask, &L);
   int64_t CH = L.R;
   if (L.rows && L.R > kRowSplitR && L.K < kRowSplitK) CH = kRowChunk;
-  if (!L.rows && L.R > kColSplitR && L.K < kColSplitK) CH = kColChunk;
+  if (!L.rows && L.R > kColChunk && L.K < kColItems) {
+    int64_t want = (kColItems + L.K - 1) / L.K; /* chunks per column */
+    CH = (L.R + want - 1) / want;
+    if (CH < kColChunk) CH = kColChunk;
+  }
   if (CH == L.R) return launch<T, O, true>(ctx, L, 1, CH, x, out, fin);
   int64_t C = (L.R + CH - 1) / CH;
   /* Partials: (K, C) for rows, (C, K) for columns; reduce the C axis. */

@@ -1,6 +1,8 @@
 /* runtime/gpu/runtime_kernels.c - GPU kernels of the runtime ops. They move
  * values between host and device memory on the device's stream:
- *   _Arg     copies the fed host tensor to the device (stream-ordered).
+ *   _Arg     copies the fed tensor to the device (stream-ordered): host
+ *            memory, or the caller's device memory (after the legacy
+ *            default stream's work: rf_tensor_new_external_gpu).
  *   _Retval  copies the value to pinned host memory; done after the copy.
  *   _Send    to a CPU device: copies to pinned host memory, then sends it; to
  *            a GPU device: sends the device tensor once the stream has
@@ -64,7 +66,12 @@ static void finish_after_stream(rf__kernel_ctx *ctx, rf_tensor *keep,
 
 static rf_status *arg_compute(rf__kernel_ctx *ctx) {
   rf_tensor *v;
-  RF_CHECK(rf__arg_fed(ctx, &v));
+  RF_CHECK(rf__arg_fed(ctx, true, &v));
+  /* Device memory fed by the caller (rf_tensor_new_external_gpu) may still
+   * be written by its producer's work ordered before the legacy stream. */
+  if (v->on_gpu)
+    RF_CHECK(named(ctx, rf__gpu_wait_legacy_stream(ctx->device,
+                                                   rf__gpu_tensor_ordinal(v))));
   rf_tensor *out;
   RF_CHECK(rf__kernel_alloc_output(ctx, 0, v->dtype, &v->shape, &out));
   /* The fed tensor is borrowed until the run returns, and the run waits for

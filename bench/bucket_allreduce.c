@@ -1,0 +1,163 @@
+/* bench/bucket_allreduce.c - what gradient bucketing saves: K all-reduces of
+ * float32 tensors of log-uniform random sizes in [min, max] bytes on
+ * `devices` virtual CPU devices, run as one step
+ *   unfused  collective_bucket_bytes 0: K collectives
+ *   fused    collective_bucket_bytes = bucket (default 4 MiB)
+ *   one      one all-reduce of all K tensors' bytes together
+ * Steps of the three alternate (rounds of `steps` steps each, best round
+ * reported, so a busy machine hurts all three alike). Prints per K the time
+ * per step of each, fused/one, unfused/fused, and the fixed cost per
+ * collective that fusing saved: (unfused - fused) / (K - buckets). Inputs
+ * are Consts, so a step is the collectives (and packing) alone.
+ *
+ *   bench_bucket_allreduce [devices=4] [min=4096] [max=65536] [steps=50]
+ *                          [rounds=5] [bucket=RF_DEFAULT_BUCKET_BYTES]
+ *                          [type=cpu|gpu]
+ *
+ * type gpu: virtual GPU devices gpu:0..devices-1 (on the physical GPUs in
+ * turn; one GPU: the CUDA-kernel collectives). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "ringflow/collectives.h"
+#include "ringflow/ringflow.h"
+
+#define MAXK 256
+#define MAXD 8
+
+static const char *dev_type = "cpu";
+
+static void check(rf_status *st, const char *what) {
+  if (!st) return;
+  fprintf(stderr, "%s: %s\n", what, rf_status_message(st));
+  exit(1);
+}
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+typedef struct setup {
+  rf_graph *g;
+  rf_session *s;
+  rf_feed feeds[MAXK * MAXD];
+  int nfeeds;
+  rf_node *targets[MAXK * MAXD];
+  int ntargets;
+} setup;
+
+/* n all-reduces of counts[k] elements on `devices` devices. */
+static void build(setup *x, int devices, const int64_t *counts, int n,
+                  int64_t bucket) {
+  memset(x, 0, sizeof *x);
+  x->g = rf_graph_new();
+  for (int k = 0; k < n; k++) {
+    rf_output in[MAXD], out[MAXD];
+    for (int d = 0; d < devices; d++) {
+      char dev[16];
+      snprintf(dev, sizeof dev, "%s:%d", dev_type, d);
+      check(rf_graph_push_device(x->g, dev), "device");
+      rf_shape s = rf_shape_of(1, counts[k]);
+      rf_tensor *t;
+      check(rf_tensor_new(RF_FLOAT32, &s, NULL, &t), "tensor");
+      float *p = rf_tensor_mutable_data(t);
+      for (int64_t i = 0; i < counts[k]; i++) p[i] = (float)(i % 7) - 3.0f;
+      /* a Const: no feed's cost in the step, only the collectives' */
+      in[d] = rf_const(x->g, NULL, t);
+      rf_graph_pop_device(x->g);
+      x->feeds[x->nfeeds++] = (rf_feed){in[d], t};
+    }
+    char name[32];
+    snprintf(name, sizeof name, "g%d", k);
+    rf_all_reduce_n(x->g, name, in, devices, RF_REDUCE_SUM, out);
+    for (int d = 0; d < devices; d++) x->targets[x->ntargets++] = out[d].node;
+  }
+  check(rf_graph_status(x->g), "graph");
+  rf_session_options o;
+  rf_session_options_init(&o);
+  if (strcmp(dev_type, "gpu") == 0)
+    o.num_gpu_devices = devices;
+  else
+    o.num_cpu_devices = devices;
+  o.collective_bucket_bytes = bucket;
+  check(rf_session_new(x->g, &o, &x->s), "session");
+}
+
+static void step(setup *x) {
+  check(rf_session_run(x->s, NULL, 0, NULL, 0, x->targets, x->ntargets, NULL),
+        "run");
+}
+
+static void teardown(setup *x) {
+  rf_session_free(x->s);
+  for (int i = 0; i < x->nfeeds; i++) rf_tensor_release(x->feeds[i].value);
+  rf_graph_free(x->g);
+}
+
+int main(int argc, char **argv) {
+  int devices = argc > 1 ? atoi(argv[1]) : 4;
+  double lo = argc > 2 ? atof(argv[2]) : 4096,
+         hi = argc > 3 ? atof(argv[3]) : 65536;
+  int steps = argc > 4 ? atoi(argv[4]) : 50;
+  int rounds = argc > 5 ? atoi(argv[5]) : 5;
+  int64_t bucket = argc > 6 ? atoll(argv[6]) : RF_DEFAULT_BUCKET_BYTES;
+  if (argc > 7) dev_type = argv[7];
+  if (devices < 1 || devices > MAXD || lo < 4 || hi < lo || steps < 1 ||
+      rounds < 1 || bucket < 0 ||
+      (strcmp(dev_type, "cpu") != 0 && strcmp(dev_type, "gpu") != 0)) {
+    fprintf(stderr,
+            "usage: %s [devices] [min] [max] [steps] [rounds] "
+            "[bucket] [cpu|gpu]\n",
+            argv[0]);
+    return 2;
+  }
+  printf(
+      "# %d %s devices, float32 tensors of %.0f..%.0f bytes, bucket %lld "
+      "bytes, best of %d rounds of %d steps, us per step\n",
+      devices, dev_type, lo, hi, (long long)bucket, rounds, steps);
+  printf("%5s %10s %9s %9s %9s %10s %12s %9s\n", "K", "bytes", "unfused",
+         "fused", "one", "fused/one", "unfused/fus", "saved/us");
+  static const int ks[] = {16, 64, 256};
+  unsigned seed = 18;
+  for (int ki = 0; ki < 3; ki++) {
+    int K = ks[ki];
+    int64_t counts[MAXK], total = 0, slices = 0, buckets = 1, in_bucket = 0;
+    for (int k = 0; k < K; k++) {
+      double u = (double)rand_r(&seed) / RAND_MAX;
+      counts[k] = (int64_t)(exp(log(lo) + u * (log(hi) - log(lo))) / 4);
+      total += counts[k];
+      /* as the pass packs them: 64-byte slices, greedily */
+      int64_t b = (counts[k] * 4 + 63) / 64 * 64;
+      if (in_bucket && in_bucket + b > bucket) buckets++, in_bucket = 0;
+      in_bucket += b;
+      slices += b;
+    }
+    if (bucket == 0) buckets = K;
+    setup x[3];
+    build(&x[0], devices, counts, K, 0);
+    build(&x[1], devices, counts, K, bucket);
+    build(&x[2], devices, &total, 1, 0);
+    double best[3] = {INFINITY, INFINITY, INFINITY};
+    for (int i = 0; i < 3; i++)
+      for (int w = 0; w < 5; w++) step(&x[i]);
+    for (int r = 0; r < rounds; r++)
+      for (int i = 0; i < 3; i++) {
+        double t0 = now_s();
+        for (int s = 0; s < steps; s++) step(&x[i]);
+        double us = (now_s() - t0) / steps * 1e6;
+        if (us < best[i]) best[i] = us;
+      }
+    printf("%5d %10lld %9.1f %9.1f %9.1f %10.2f %12.2f %9.2f\n", K,
+           (long long)total * 4, best[0], best[1], best[2], best[1] / best[2],
+           best[0] / best[1],
+           K > buckets ? (best[0] - best[1]) / (double)(K - buckets) : 0.0);
+    for (int i = 0; i < 3; i++) teardown(&x[i]);
+    (void)slices;
+  }
+  return 0;
+}

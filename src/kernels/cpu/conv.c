@@ -1,0 +1,320 @@
+/* kernels/cpu/conv.c - Conv2D, Conv2DBackpropInput and Conv2DBackpropFilter
+ * on the CPU (NHWC, filter HWIO) as im2col + OpenBLAS gemm, one image at a
+ * time: an image's patches form col (oh*ow, kh*kw*c), row-major in the
+ * filter's (kh, kw, c) order, so the filter is already the (K, oc) matrix.
+ *   forward:  y_n = col_n W;  input grad: dx_n = col2im(dy_n W^T);
+ *   filter grad: dW = sum_n col_n^T dy_n.
+ * A 1x1 window with stride 1 and no padding uses the image itself as col.
+ * OpenBLAS runs single-threaded (blas_threads.c); images are split into one
+ * block per pool thread. The filter gradient's blocks each sum their images
+ * into their own buffer, added in block order: the result depends only on
+ * the shapes and the pool size, not on scheduling. */
+#include <cblas.h>
+#include <limits.h>
+#include <string.h>
+
+#include "core/mem.h"
+#include "device/device.h"
+#include "kernels/conv_prepare.h"
+#include "kernels/kernel_families.h"
+
+typedef struct conv_job {
+  const rf__conv_geom *g;
+  bool f64, direct; /* direct: col is the image itself */
+  size_t es;
+  const void *x, *w, *dy; /* the op's inputs that exist */
+  void *y;                /* output */
+  void *col;              /* scratch: one col a block */
+  void *partial;          /* filter grad: one (K, oc) a block but block 0 */
+  int64_t per;            /* images a block */
+  int64_t n_blocks;
+} conv_job;
+
+static int64_t patch(const rf__conv_geom *g) { return g->kh * g->kw * g->c; }
+static int64_t pixels(const rf__conv_geom *g) { return g->oh * g->ow; }
+
+/* col (oh*ow, kh*kw*c) of image x (h, w, c). */
+static void im2col(const rf__conv_geom *g, const void *x, void *col,
+                   size_t es) {
+  size_t row = (size_t)g->c * es;
+  char *out = col;
+  for (int64_t oh = 0; oh < g->oh; oh++)
+    for (int64_t ow = 0; ow < g->ow; ow++)
+      for (int64_t i = 0; i < g->kh; i++) {
+        int64_t ih = oh * g->sh - g->pt + i * g->dh;
+        for (int64_t j = 0; j < g->kw; j++, out += row) {
+          int64_t iw = ow * g->sw - g->pl + j * g->dw;
+          if (ih < 0 || ih >= g->h || iw < 0 || iw >= g->w)
+            memset(out, 0, row);
+          else
+            memcpy(out,
+                   (const char *)x + (size_t)((ih * g->w + iw) * g->c) * es,
+                   row);
+        }
+      }
+}
+
+/* dx (h, w, c) = the sum of col's patches at their places (dx zeroed). */
+#define DEFINE_COL2IM(NAME, T)                                             \
+  static void col2im_##NAME(const rf__conv_geom *g, const T *col, T *dx) { \
+    const T *in = col;                                                     \
+    for (int64_t oh = 0; oh < g->oh; oh++)                                 \
+      for (int64_t ow = 0; ow < g->ow; ow++)                               \
+        for (int64_t i = 0; i < g->kh; i++) {                              \
+          int64_t ih = oh * g->sh - g->pt + i * g->dh;                     \
+          for (int64_t j = 0; j < g->kw; j++, in += g->c) {                \
+            int64_t iw = ow * g->sw - g->pl + j * g->dw;                   \
+            if (ih < 0 || ih >= g->h || iw < 0 || iw >= g->w) continue;    \
+            T *o = dx + (ih * g->w + iw) * g->c;                           \
+            for (int64_t k = 0; k < g->c; k++) o[k] += in[k];              \
+          }                                                                \
+        }                                                                  \
+  }
+DEFINE_COL2IM(f32, float)
+DEFINE_COL2IM(f64, double)
+
+/* C (m, n) = op(A) op(B) + beta C, row-major, lda/ldb their row lengths. */
+static void gemm(bool f64, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                 const void *a, int64_t lda, const void *b, int64_t ldb,
+                 double beta, void *c) {
+  CBLAS_TRANSPOSE oa = ta ? CblasTrans : CblasNoTrans;
+  CBLAS_TRANSPOSE ob = tb ? CblasTrans : CblasNoTrans;
+  if (f64)
+    cblas_dgemm(CblasRowMajor, oa, ob, (int)m, (int)n, (int)k, 1.0, a, (int)lda,
+                b, (int)ldb, beta, c, (int)n);
+  else
+    cblas_sgemm(CblasRowMajor, oa, ob, (int)m, (int)n, (int)k, 1.0f, a,
+                (int)lda, b, (int)ldb, (float)beta, c, (int)n);
+}
+
+/* Element `at` of base (elements of j's dtype). */
+static void *elem(const conv_job *j, const void *base, int64_t at) {
+  return (char *)base + (size_t)at * j->es;
+}
+
+static void *image(const conv_job *j, const void *base, int64_t img,
+                   int64_t per_image) {
+  return elem(j, base, img * per_image);
+}
+
+static void *col_of(const conv_job *j, int64_t blk) {
+  return elem(j, j->col, blk * pixels(j->g) * patch(j->g));
+}
+
+/* Block blk's images [first, last). */
+static void block_images(const conv_job *j, int64_t blk, int64_t *first,
+                         int64_t *last) {
+  *first = blk * j->per;
+  *last = *first + j->per < j->g->n ? *first + j->per : j->g->n;
+}
+
+static void forward_blocks(void *arg, int64_t b0, int64_t b1) {
+  const conv_job *j = arg;
+  const rf__conv_geom *g = j->g;
+  int64_t in_size = g->h * g->w * g->c, out_size = pixels(g) * g->oc;
+  for (int64_t blk = b0; blk < b1; blk++) {
+    int64_t first, last;
+    block_images(j, blk, &first, &last);
+    for (int64_t n = first; n < last; n++) {
+      const void *x = image(j, j->x, n, in_size);
+      void *col = j->direct ? (void *)x : col_of(j, blk);
+      if (!j->direct) im2col(g, x, col, j->es);
+      gemm(j->f64, false, false, pixels(g), g->oc, patch(g), col, patch(g),
+           j->w, g->oc, 0.0, image(j, j->y, n, out_size));
+    }
+  }
+}
+
+static void input_grad_blocks(void *arg, int64_t b0, int64_t b1) {
+  const conv_job *j = arg;
+  const rf__conv_geom *g = j->g;
+  int64_t in_size = g->h * g->w * g->c, out_size = pixels(g) * g->oc;
+  for (int64_t blk = b0; blk < b1; blk++) {
+    int64_t first, last;
+    block_images(j, blk, &first, &last);
+    for (int64_t n = first; n < last; n++) {
+      void *dx = image(j, j->y, n, in_size);
+      void *col = j->direct ? dx : col_of(j, blk);
+      gemm(j->f64, false, true, pixels(g), patch(g), g->oc,
+           image(j, j->dy, n, out_size), g->oc, j->w, g->oc, 0.0, col);
+      if (j->direct) continue;
+      memset(dx, 0, (size_t)in_size * j->es);
+      if (j->f64)
+        col2im_f64(g, (const double *)col, (double *)dx);
+      else
+        col2im_f32(g, (const float *)col, (float *)dx);
+    }
+  }
+}
+
+static void filter_grad_blocks(void *arg, int64_t b0, int64_t b1) {
+  const conv_job *j = arg;
+  const rf__conv_geom *g = j->g;
+  int64_t in_size = g->h * g->w * g->c, out_size = pixels(g) * g->oc;
+  size_t dw_bytes = (size_t)(patch(g) * g->oc) * j->es;
+  for (int64_t blk = b0; blk < b1; blk++) {
+    int64_t first, last;
+    block_images(j, blk, &first, &last);
+    void *dw =
+        blk == 0 ? j->y : elem(j, j->partial, (blk - 1) * patch(g) * g->oc);
+    memset(dw, 0, dw_bytes);
+    for (int64_t n = first; n < last; n++) {
+      const void *x = image(j, j->x, n, in_size);
+      void *col = j->direct ? (void *)x : col_of(j, blk);
+      if (!j->direct) im2col(g, x, col, j->es);
+      gemm(j->f64, true, false, patch(g), g->oc, pixels(g), col, patch(g),
+           image(j, j->dy, n, out_size), g->oc, 1.0, dw);
+    }
+  }
+}
+
+/* ---- kernels ---- */
+
+/* Fills j's sizes and scratch for g; the caller frees j->col and
+ * j->partial. */
+static rf_status *job_make(rf__kernel_ctx *ctx, const rf__conv_geom *g,
+                           rf_dtype dt, bool partials, conv_job *j) {
+  memset(j, 0, sizeof *j);
+  j->g = g;
+  j->f64 = dt == RF_FLOAT64;
+  j->es = rf_dtype_size(dt);
+  j->direct = g->kh == 1 && g->kw == 1 && g->sh == 1 && g->sw == 1 &&
+              g->pt == 0 && g->pl == 0 && g->oh == g->h && g->ow == g->w;
+  int64_t big = pixels(g) > patch(g) ? pixels(g) : patch(g);
+  if (big > INT_MAX || g->oc > INT_MAX ||
+      (double)pixels(g) * (double)patch(g) > (double)INT64_MAX / 16)
+    return rf__kernel_error(ctx, RF_UNIMPLEMENTED,
+                            "an image's patches (%lld x %lld) are too large "
+                            "for the CPU kernel's BLAS calls",
+                            (long long)pixels(g), (long long)patch(g));
+  int64_t threads = ctx->device && ctx->device->pool
+                        ? rf__threadpool_size(ctx->device->pool)
+                        : 1;
+  j->n_blocks = g->n < threads ? g->n : threads;
+  if (j->n_blocks < 1) j->n_blocks = 1;
+  j->per = (g->n + j->n_blocks - 1) / j->n_blocks;
+  if (j->per < 1) j->per = 1;
+  j->n_blocks = g->n > 0 ? (g->n + j->per - 1) / j->per : 1;
+  size_t col = j->direct ? 0 : (size_t)(pixels(g) * patch(g)) * j->es;
+  size_t part = partials ? (size_t)(patch(g) * g->oc) * j->es : 0;
+  j->col = col ? rf__malloc(col * (size_t)j->n_blocks) : NULL;
+  j->partial = part && j->n_blocks > 1
+                   ? rf__malloc(part * (size_t)(j->n_blocks - 1))
+                   : NULL;
+  if ((col && !j->col) || (part && j->n_blocks > 1 && !j->partial)) {
+    rf__free(j->col);
+    rf__free(j->partial);
+    return rf__kernel_error(ctx, RF_RESOURCE_EXHAUSTED,
+                            "no memory for the convolution's scratch");
+  }
+  return NULL;
+}
+
+static void job_free(conv_job *j) {
+  rf__free(j->col);
+  rf__free(j->partial);
+}
+
+static void run_blocks(rf__kernel_ctx *ctx, conv_job *j,
+                       void (*fn)(void *, int64_t, int64_t)) {
+  const rf__conv_geom *g = j->g;
+  int64_t cost = j->per * pixels(g) * patch(g) * g->oc;
+  rf__kernel_parallel_for(ctx, j->n_blocks, cost > 0 ? cost : 1, fn, j);
+}
+
+static rf_status *conv2d_compute(rf__kernel_ctx *ctx) {
+  const rf_tensor *x = ctx->inputs[0], *w = ctx->inputs[1];
+  rf__conv_geom g;
+  RF_CHECK(rf__conv2d_prepare(ctx, &g));
+  rf_shape s = rf_shape_of(4, g.n, g.oh, g.ow, g.oc);
+  rf_tensor *y;
+  RF_CHECK(rf__kernel_alloc_output(ctx, 0, x->dtype, &s, &y));
+  if (y->num_elements == 0) return NULL;
+  if (patch(&g) == 0) {
+    memset(y->data, 0, (size_t)y->num_elements * rf_dtype_size(x->dtype));
+    return NULL;
+  }
+  conv_job j;
+  rf_status *st = job_make(ctx, &g, x->dtype, false, &j);
+  if (st) {
+    rf__kernel_drop_outputs(ctx);
+    return st;
+  }
+  j.x = x->data;
+  j.w = w->data;
+  j.y = y->data;
+  run_blocks(ctx, &j, forward_blocks);
+  job_free(&j);
+  return NULL;
+}
+
+static rf_status *conv2d_backprop_input_compute(rf__kernel_ctx *ctx) {
+  const rf_tensor *w = ctx->inputs[1], *dy = ctx->inputs[2];
+  rf__conv_geom g;
+  RF_CHECK(rf__conv2d_backprop_input_prepare(ctx, &g));
+  rf_shape s = rf_shape_of(4, g.n, g.h, g.w, g.c);
+  rf_tensor *dx;
+  RF_CHECK(rf__kernel_alloc_output(ctx, 0, w->dtype, &s, &dx));
+  if (dx->num_elements == 0) return NULL;
+  if (pixels(&g) == 0 || g.oc == 0) {
+    memset(dx->data, 0, (size_t)dx->num_elements * rf_dtype_size(w->dtype));
+    return NULL;
+  }
+  conv_job j;
+  rf_status *st = job_make(ctx, &g, w->dtype, false, &j);
+  if (st) {
+    rf__kernel_drop_outputs(ctx);
+    return st;
+  }
+  j.w = w->data;
+  j.dy = dy->data;
+  j.y = dx->data;
+  run_blocks(ctx, &j, input_grad_blocks);
+  job_free(&j);
+  return NULL;
+}
+
+static rf_status *conv2d_backprop_filter_compute(rf__kernel_ctx *ctx) {
+  const rf_tensor *x = ctx->inputs[0], *dy = ctx->inputs[2];
+  rf__conv_geom g;
+  RF_CHECK(rf__conv2d_backprop_filter_prepare(ctx, &g));
+  rf_shape s = rf_shape_of(4, g.kh, g.kw, g.c, g.oc);
+  rf_tensor *dw;
+  RF_CHECK(rf__kernel_alloc_output(ctx, 0, x->dtype, &s, &dw));
+  size_t bytes = (size_t)dw->num_elements * rf_dtype_size(x->dtype);
+  if (dw->num_elements == 0) return NULL;
+  if (g.n == 0 || pixels(&g) == 0) {
+    memset(dw->data, 0, bytes);
+    return NULL;
+  }
+  conv_job j;
+  rf_status *st = job_make(ctx, &g, x->dtype, true, &j);
+  if (st) {
+    rf__kernel_drop_outputs(ctx);
+    return st;
+  }
+  j.x = x->data;
+  j.dy = dy->data;
+  j.y = dw->data;
+  run_blocks(ctx, &j, filter_grad_blocks);
+  int64_t m = dw->num_elements;
+  for (int64_t b = 1; b < j.n_blocks; b++) {
+    const void *p = elem(&j, j.partial, (b - 1) * m);
+    if (j.f64)
+      for (int64_t i = 0; i < m; i++)
+        ((double *)dw->data)[i] += ((const double *)p)[i];
+    else
+      for (int64_t i = 0; i < m; i++)
+        ((float *)dw->data)[i] += ((const float *)p)[i];
+  }
+  job_free(&j);
+  return NULL;
+}
+
+/* ---- registration ---- */
+
+static const rf__kernel_def defs[] = {RF_CONV_KERNELS(RF__CPU_KERNEL)};
+
+rf_status *rf__register_cpu_conv_kernels(void) {
+  return rf__kernel_register_all(defs, sizeof defs / sizeof defs[0]);
+}

@@ -1,0 +1,186 @@
+/* kernels/cpu/pool.c - MaxPool, AvgPool and their gradients on the CPU
+ * (NHWC). A window's padded positions take no part: MaxPool takes the
+ * largest input element in it (NaN when one is NaN), AvgPool divides by the
+ * count of input elements in it. MaxPoolGrad sends each output's gradient to
+ * the first maximum of its window in (row, column) order, found again from
+ * the input; the GPU kernels pick the same one. Forward passes split output
+ * rows over the pool; gradients split images (their scatters stay inside an
+ * image), so every result is the same whatever the thread count. */
+#include <math.h>
+#include <string.h>
+
+#include "kernels/conv_prepare.h"
+#include "kernels/kernel_families.h"
+
+typedef struct pool_job {
+  const rf__conv_geom *g;
+  const void *x, *y, *dy; /* inputs that exist */
+  void *out;
+} pool_job;
+
+/* Window [h0, h1) x [w0, w1) of output (oh, ow), clipped to the input. */
+static void window(const rf__conv_geom *g, int64_t oh, int64_t ow, int64_t *h0,
+                   int64_t *h1, int64_t *w0, int64_t *w1) {
+  int64_t hs = oh * g->sh - g->pt, ws = ow * g->sw - g->pl;
+  *h0 = hs < 0 ? 0 : hs;
+  *w0 = ws < 0 ? 0 : ws;
+  *h1 = hs + g->kh < g->h ? hs + g->kh : g->h;
+  *w1 = ws + g->kw < g->w ? ws + g->kw : g->w;
+}
+
+/* Index (h * w + w) in its image of the first maximum of output (oh, ow)'s
+ * window for channel k; -1 for an empty window. NaN counts as the maximum. */
+#define DEFINE_POOL(NAME, T)                                                   \
+  static int64_t argmax_##NAME(const rf__conv_geom *g, const T *x, int64_t oh, \
+                               int64_t ow, int64_t k) {                        \
+    int64_t h0, h1, w0, w1, best = -1;                                         \
+    window(g, oh, ow, &h0, &h1, &w0, &w1);                                     \
+    T m = 0;                                                                   \
+    for (int64_t ih = h0; ih < h1; ih++)                                       \
+      for (int64_t iw = w0; iw < w1; iw++) {                                   \
+        T v = x[(ih * g->w + iw) * g->c + k];                                  \
+        if (best < 0 || (!isnan(m) && (v > m || isnan(v)))) {                  \
+          m = v;                                                               \
+          best = ih * g->w + iw;                                               \
+        }                                                                      \
+      }                                                                        \
+    return best;                                                               \
+  }                                                                            \
+  /* rows r = (n, oh) of the output */                                         \
+  static void max_rows_##NAME(void *arg, int64_t r0, int64_t r1) {             \
+    const pool_job *j = arg;                                                   \
+    const rf__conv_geom *g = j->g;                                             \
+    for (int64_t r = r0; r < r1; r++) {                                        \
+      int64_t n = r / g->oh, oh = r % g->oh;                                   \
+      const T *x = (const T *)j->x + n * g->h * g->w * g->c;                   \
+      T *y = (T *)j->out + r * g->ow * g->c;                                   \
+      for (int64_t ow = 0; ow < g->ow; ow++)                                   \
+        for (int64_t k = 0; k < g->c; k++) {                                   \
+          int64_t a = argmax_##NAME(g, x, oh, ow, k);                          \
+          y[ow * g->c + k] = a < 0 ? (T)0 : x[a * g->c + k];                   \
+        }                                                                      \
+    }                                                                          \
+  }                                                                            \
+  static void avg_rows_##NAME(void *arg, int64_t r0, int64_t r1) {             \
+    const pool_job *j = arg;                                                   \
+    const rf__conv_geom *g = j->g;                                             \
+    for (int64_t r = r0; r < r1; r++) {                                        \
+      int64_t n = r / g->oh, oh = r % g->oh;                                   \
+      const T *x = (const T *)j->x + n * g->h * g->w * g->c;                   \
+      T *y = (T *)j->out + r * g->ow * g->c;                                   \
+      for (int64_t ow = 0; ow < g->ow; ow++) {                                 \
+        int64_t h0, h1, w0, w1;                                                \
+        window(g, oh, ow, &h0, &h1, &w0, &w1);                                 \
+        T *o = y + ow * g->c;                                                  \
+        for (int64_t k = 0; k < g->c; k++) o[k] = 0;                           \
+        for (int64_t ih = h0; ih < h1; ih++)                                   \
+          for (int64_t iw = w0; iw < w1; iw++)                                 \
+            for (int64_t k = 0; k < g->c; k++)                                 \
+              o[k] += x[(ih * g->w + iw) * g->c + k];                          \
+        int64_t cnt = (h1 - h0) * (w1 - w0);                                   \
+        for (int64_t k = 0; k < g->c && cnt > 0; k++) o[k] /= (T)cnt;          \
+      }                                                                        \
+    }                                                                          \
+  }                                                                            \
+  static void max_grad_images_##NAME(void *arg, int64_t n0, int64_t n1) {      \
+    const pool_job *j = arg;                                                   \
+    const rf__conv_geom *g = j->g;                                             \
+    int64_t in = g->h * g->w * g->c, out = g->oh * g->ow * g->c;               \
+    for (int64_t n = n0; n < n1; n++) {                                        \
+      const T *x = (const T *)j->x + n * in, *dy = (const T *)j->dy + n * out; \
+      T *dx = (T *)j->out + n * in;                                            \
+      memset(dx, 0, sizeof(T) * (size_t)in);                                   \
+      for (int64_t oh = 0; oh < g->oh; oh++)                                   \
+        for (int64_t ow = 0; ow < g->ow; ow++)                                 \
+          for (int64_t k = 0; k < g->c; k++) {                                 \
+            int64_t a = argmax_##NAME(g, x, oh, ow, k);                        \
+            if (a >= 0) dx[a * g->c + k] += dy[(oh * g->ow + ow) * g->c + k];  \
+          }                                                                    \
+    }                                                                          \
+  }                                                                            \
+  static void avg_grad_images_##NAME(void *arg, int64_t n0, int64_t n1) {      \
+    const pool_job *j = arg;                                                   \
+    const rf__conv_geom *g = j->g;                                             \
+    int64_t in = g->h * g->w * g->c, out = g->oh * g->ow * g->c;               \
+    for (int64_t n = n0; n < n1; n++) {                                        \
+      const T *dy = (const T *)j->dy + n * out;                                \
+      T *dx = (T *)j->out + n * in;                                            \
+      memset(dx, 0, sizeof(T) * (size_t)in);                                   \
+      for (int64_t oh = 0; oh < g->oh; oh++)                                   \
+        for (int64_t ow = 0; ow < g->ow; ow++) {                               \
+          int64_t h0, h1, w0, w1;                                              \
+          window(g, oh, ow, &h0, &h1, &w0, &w1);                               \
+          int64_t cnt = (h1 - h0) * (w1 - w0);                                 \
+          const T *d = dy + (oh * g->ow + ow) * g->c;                          \
+          for (int64_t ih = h0; ih < h1; ih++)                                 \
+            for (int64_t iw = w0; iw < w1; iw++)                               \
+              for (int64_t k = 0; k < g->c; k++)                               \
+                dx[(ih * g->w + iw) * g->c + k] += d[k] / (T)cnt;              \
+        }                                                                      \
+    }                                                                          \
+  }
+DEFINE_POOL(f32, float)
+DEFINE_POOL(f64, double)
+
+/* ---- kernels ---- */
+
+typedef void (*part_fn)(void *, int64_t, int64_t);
+
+/* Output `shape` of x's dtype; runs fn over `items` (rows or images). */
+static rf_status *run(rf__kernel_ctx *ctx, const rf__conv_geom *g,
+                      const rf_shape *shape, pool_job *j, int64_t items,
+                      int64_t cost, part_fn f32, part_fn f64) {
+  rf_dtype dt = ctx->inputs[ctx->num_inputs - 1]->dtype;
+  rf_tensor *out;
+  RF_CHECK(rf__kernel_alloc_output(ctx, 0, dt, shape, &out));
+  j->g = g;
+  j->out = out->data;
+  if (out->num_elements == 0 || items == 0) return NULL;
+  rf__kernel_parallel_for(ctx, items, cost > 0 ? cost : 1,
+                          dt == RF_FLOAT64 ? f64 : f32, j);
+  return NULL;
+}
+
+static rf_status *max_pool_compute(rf__kernel_ctx *ctx) {
+  rf__conv_geom g;
+  RF_CHECK(rf__pool_prepare(ctx, &g));
+  rf_shape s = rf_shape_of(4, g.n, g.oh, g.ow, g.c);
+  pool_job j = {.x = ctx->inputs[0]->data};
+  return run(ctx, &g, &s, &j, g.n * g.oh, g.ow * g.c * g.kh * g.kw,
+             max_rows_f32, max_rows_f64);
+}
+
+static rf_status *avg_pool_compute(rf__kernel_ctx *ctx) {
+  rf__conv_geom g;
+  RF_CHECK(rf__pool_prepare(ctx, &g));
+  rf_shape s = rf_shape_of(4, g.n, g.oh, g.ow, g.c);
+  pool_job j = {.x = ctx->inputs[0]->data};
+  return run(ctx, &g, &s, &j, g.n * g.oh, g.ow * g.c * g.kh * g.kw,
+             avg_rows_f32, avg_rows_f64);
+}
+
+static rf_status *max_pool_grad_compute(rf__kernel_ctx *ctx) {
+  rf__conv_geom g;
+  RF_CHECK(rf__max_pool_grad_prepare(ctx, &g));
+  rf_shape s = ctx->inputs[0]->shape;
+  pool_job j = {.x = ctx->inputs[0]->data, .dy = ctx->inputs[2]->data};
+  return run(ctx, &g, &s, &j, g.n, g.oh * g.ow * g.c * g.kh * g.kw,
+             max_grad_images_f32, max_grad_images_f64);
+}
+
+static rf_status *avg_pool_grad_compute(rf__kernel_ctx *ctx) {
+  rf__conv_geom g;
+  RF_CHECK(rf__avg_pool_grad_prepare(ctx, &g));
+  rf_shape s = rf_shape_of(4, g.n, g.h, g.w, g.c);
+  pool_job j = {.dy = ctx->inputs[1]->data};
+  return run(ctx, &g, &s, &j, g.n, g.oh * g.ow * g.c * g.kh * g.kw,
+             avg_grad_images_f32, avg_grad_images_f64);
+}
+
+/* ---- registration ---- */
+
+static const rf__kernel_def defs[] = {RF_POOL_KERNELS(RF__CPU_KERNEL)};
+
+rf_status *rf__register_cpu_pool_kernels(void) {
+  return rf__kernel_register_all(defs, sizeof defs / sizeof defs[0]);
+}

@@ -1,0 +1,180 @@
+/* kernels/cuda/conv.cu - Conv2D, Conv2DBackpropInput and Conv2DBackpropFilter
+ * on the GPU (NHWC, filter HWIO), as direct kernels that always work (no
+ * cuDNN): a thread per output element for the forward pass, a thread per
+ * input element gathering from the outputs its windows reach for the input
+ * gradient, and a block per filter element summing over every output
+ * position for the filter gradient (a fixed tree in shared memory). Nothing
+ * is added atomically, so results are the same from run to run. float32
+ * and float64, summed in their own type. */
+#include "kernels/cuda/gpu_common.cuh"
+
+extern "C" {
+#include "kernels/conv_prepare.h"
+#include "kernels/kernel_families.h"
+}
+
+namespace rf_gpu {
+namespace {
+
+using G = rf__conv_geom;
+
+/* y (n, oh, ow, oc) = sum over the window and channels of x * f. */
+template <typename T>
+__global__ void conv_forward(G g, const T *x, const T *f, T *y, int64_t n) {
+  RF_GPU_LOOP(e, n) {
+    int64_t o = e % g.oc, r = e / g.oc;
+    int64_t ow = r % g.ow;
+    r /= g.ow;
+    int64_t oh = r % g.oh, b = r / g.oh;
+    T s = 0;
+    for (int64_t i = 0; i < g.kh; i++) {
+      int64_t ih = oh * g.sh - g.pt + i * g.dh;
+      if (ih < 0 || ih >= g.h) continue;
+      for (int64_t j = 0; j < g.kw; j++) {
+        int64_t iw = ow * g.sw - g.pl + j * g.dw;
+        if (iw < 0 || iw >= g.w) continue;
+        const T *xp = x + ((b * g.h + ih) * g.w + iw) * g.c;
+        const T *fp = f + (i * g.kw + j) * g.c * g.oc + o;
+        for (int64_t k = 0; k < g.c; k++) s += xp[k] * fp[k * g.oc];
+      }
+    }
+    y[e] = s;
+  }
+}
+
+/* dx (n, h, w, c): for each window position (i, j) that puts this input
+ * element under an output (oh, ow), sum dy[oh, ow, :] f[i, j, c, :]. */
+template <typename T>
+__global__ void conv_input_grad(G g, const T *f, const T *dy, T *dx,
+                                int64_t n) {
+  RF_GPU_LOOP(e, n) {
+    int64_t k = e % g.c, r = e / g.c;
+    int64_t iw = r % g.w;
+    r /= g.w;
+    int64_t ih = r % g.h, b = r / g.h;
+    T s = 0;
+    for (int64_t i = 0; i < g.kh; i++) {
+      int64_t th = ih + g.pt - i * g.dh;
+      if (th < 0 || th % g.sh != 0 || th / g.sh >= g.oh) continue;
+      int64_t oh = th / g.sh;
+      for (int64_t j = 0; j < g.kw; j++) {
+        int64_t tw = iw + g.pl - j * g.dw;
+        if (tw < 0 || tw % g.sw != 0 || tw / g.sw >= g.ow) continue;
+        int64_t ow = tw / g.sw;
+        const T *d = dy + ((b * g.oh + oh) * g.ow + ow) * g.oc;
+        const T *fp = f + ((i * g.kw + j) * g.c + k) * g.oc;
+        for (int64_t o = 0; o < g.oc; o++) s += d[o] * fp[o];
+      }
+    }
+    dx[e] = s;
+  }
+}
+
+/* dw (kh, kw, c, oc): block e sums x * dy over every (n, oh, ow). */
+template <typename T>
+__global__ void conv_filter_grad(G g, const T *x, const T *dy, T *dw,
+                                 int64_t n) {
+  __shared__ T part[kThreads];
+  int64_t positions = g.n * g.oh * g.ow;
+  for (int64_t e = blockIdx.x; e < n; e += gridDim.x) {
+    int64_t o = e % g.oc, r = e / g.oc;
+    int64_t k = r % g.c;
+    r /= g.c;
+    int64_t j = r % g.kw, i = r / g.kw;
+    T s = 0;
+    for (int64_t p = threadIdx.x; p < positions; p += blockDim.x) {
+      int64_t ow = p % g.ow, q = p / g.ow;
+      int64_t oh = q % g.oh, b = q / g.oh;
+      int64_t ih = oh * g.sh - g.pt + i * g.dh;
+      int64_t iw = ow * g.sw - g.pl + j * g.dw;
+      if (ih < 0 || ih >= g.h || iw < 0 || iw >= g.w) continue;
+      s += x[((b * g.h + ih) * g.w + iw) * g.c + k] * dy[p * g.oc + o];
+    }
+    part[threadIdx.x] = s;
+    __syncthreads();
+    for (int m = kThreads / 2; m > 0; m /= 2) {
+      if ((int)threadIdx.x < m) part[threadIdx.x] += part[threadIdx.x + m];
+      __syncthreads();
+    }
+    if (threadIdx.x == 0) dw[e] = part[0];
+    __syncthreads();
+  }
+}
+
+/* Calls f(Tag<T>{}) for float32 or float64 (what the ops allow). */
+template <typename F>
+rf_status *visit(rf_dtype dt, F &&f) {
+  return dt == RF_FLOAT64 ? f(Tag<double>{}) : f(Tag<float>{});
+}
+
+unsigned blocks_for(int64_t n) {
+  const int64_t cap = 65535;
+  return (unsigned)(n < cap ? (n > 0 ? n : 1) : cap);
+}
+
+rf_status *conv2d_compute(rf__kernel_ctx *ctx) {
+  RF_CHECK(begin(ctx));
+  const rf_tensor *x = ctx->inputs[0], *f = ctx->inputs[1];
+  G g;
+  RF_CHECK(rf__conv2d_prepare(ctx, &g));
+  rf_shape s = rf_shape_of(4, g.n, g.oh, g.ow, g.oc);
+  rf_tensor *y;
+  RF_CHECK(alloc_output(ctx, 0, x->dtype, &s, &y));
+  int64_t n = y->num_elements;
+  if (n == 0) return NULL;
+  return visit(x->dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    conv_forward<T><<<grid(ctx, n), kThreads, 0, stream(ctx)>>>(
+        g, (const T *)x->data, (const T *)f->data, (T *)y->data, n);
+    RF_GPU_LAUNCHED(ctx);
+    return (rf_status *)NULL;
+  });
+}
+
+rf_status *conv2d_backprop_input_compute(rf__kernel_ctx *ctx) {
+  RF_CHECK(begin(ctx));
+  const rf_tensor *f = ctx->inputs[1], *dy = ctx->inputs[2];
+  G g;
+  RF_CHECK(rf__conv2d_backprop_input_prepare(ctx, &g));
+  rf_shape s = rf_shape_of(4, g.n, g.h, g.w, g.c);
+  rf_tensor *dx;
+  RF_CHECK(alloc_output(ctx, 0, f->dtype, &s, &dx));
+  int64_t n = dx->num_elements;
+  if (n == 0) return NULL;
+  return visit(f->dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    conv_input_grad<T><<<grid(ctx, n), kThreads, 0, stream(ctx)>>>(
+        g, (const T *)f->data, (const T *)dy->data, (T *)dx->data, n);
+    RF_GPU_LAUNCHED(ctx);
+    return (rf_status *)NULL;
+  });
+}
+
+rf_status *conv2d_backprop_filter_compute(rf__kernel_ctx *ctx) {
+  RF_CHECK(begin(ctx));
+  const rf_tensor *x = ctx->inputs[0], *dy = ctx->inputs[2];
+  G g;
+  RF_CHECK(rf__conv2d_backprop_filter_prepare(ctx, &g));
+  rf_shape s = rf_shape_of(4, g.kh, g.kw, g.c, g.oc);
+  rf_tensor *dw;
+  RF_CHECK(alloc_output(ctx, 0, x->dtype, &s, &dw));
+  int64_t n = dw->num_elements;
+  if (n == 0) return NULL;
+  return visit(x->dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    conv_filter_grad<T><<<blocks_for(n), kThreads, 0, stream(ctx)>>>(
+        g, (const T *)x->data, (const T *)dy->data, (T *)dw->data, n);
+    RF_GPU_LAUNCHED(ctx);
+    return (rf_status *)NULL;
+  });
+}
+
+const rf__kernel_def defs[] = {RF_CONV_KERNELS(RF__GPU_KERNEL)};
+
+}  // namespace
+}  // namespace rf_gpu
+
+rf_status *rf__register_gpu_conv_kernels(void) {
+  return rf__kernel_register_all(rf_gpu::defs,
+                                 sizeof rf_gpu::defs / sizeof rf_gpu::defs[0]);
+}

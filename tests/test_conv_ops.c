@@ -1,0 +1,565 @@
+/* tests/test_conv_ops.c - Conv2D, Conv2DBackpropInput, Conv2DBackpropFilter,
+ * MaxPool, AvgPool and their gradients (NHWC), run through sessions: outputs
+ * against float64 references computed here (float32 and float64), gradients
+ * built by rf_gradients against central finite differences in float64, on
+ * edge cases (size-1 dims, an input smaller than the window with SAME
+ * padding, stride > window, dilation > 1, batch 0, 1x1 windows), and every
+ * error at build and at run time naming the node and op. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ringflow/graph_io.h"
+#include "testutil.h"
+
+/* One windowed op's case: input (n, h, w, c), window kh x kw (conv: filter
+ * (kh, kw, c, oc)), strides, dilations, padding. */
+typedef struct wcase {
+  const char *name;
+  int64_t n, h, w, c, kh, kw, oc, sh, sw, dh, dw;
+  bool same;
+} wcase;
+
+static const wcase conv_cases[] = {
+    {"3x3 SAME", 2, 5, 6, 3, 3, 3, 4, 1, 1, 1, 1, true},
+    {"3x2 VALID stride 2x1", 2, 7, 6, 2, 3, 2, 3, 2, 1, 1, 1, false},
+    {"stride > window", 1, 7, 8, 2, 2, 2, 2, 3, 3, 1, 1, true},
+    {"dilation 2 SAME", 1, 7, 6, 2, 3, 3, 2, 1, 1, 2, 2, true},
+    {"dilation 2x3 VALID stride 2", 2, 8, 9, 1, 2, 3, 2, 2, 2, 2, 3, false},
+    {"input smaller than window SAME", 1, 2, 3, 2, 5, 5, 2, 1, 1, 1, 1, true},
+    {"size-1 dims", 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, true},
+    {"1x1 direct", 2, 3, 3, 4, 1, 1, 2, 1, 1, 1, 1, false},
+    {"1x1 stride 2", 1, 5, 5, 2, 1, 1, 3, 2, 2, 1, 1, true},
+    {"batch 0", 0, 4, 4, 2, 3, 3, 2, 1, 1, 1, 1, true},
+};
+#define NCONV ((int)(sizeof conv_cases / sizeof conv_cases[0]))
+
+static const wcase pool_cases[] = {
+    {"3x3 stride 2 SAME", 2, 5, 5, 2, 3, 3, 0, 2, 2, 1, 1, true},
+    {"2x2 stride 2 VALID", 1, 6, 5, 3, 2, 2, 0, 2, 2, 1, 1, false},
+    {"3x3 stride 1 SAME", 1, 4, 5, 2, 3, 3, 0, 1, 1, 1, 1, true},
+    {"stride > window", 1, 8, 7, 1, 2, 2, 0, 3, 3, 1, 1, true},
+    {"input smaller than window SAME", 1, 2, 2, 2, 5, 4, 0, 1, 1, 1, 1, true},
+    {"size-1 dims", 1, 1, 1, 1, 1, 1, 0, 1, 1, 1, 1, false},
+    {"batch 0", 0, 4, 4, 2, 2, 2, 0, 2, 2, 1, 1, true},
+};
+#define NPOOL ((int)(sizeof pool_cases / sizeof pool_cases[0]))
+
+/* ---- geometry and references (float64) ---- */
+
+static int64_t out_dim(int64_t in, int64_t k, int64_t s, int64_t d, bool same,
+                       int64_t *pad) {
+  int64_t eff = (k - 1) * d + 1;
+  if (!same) {
+    *pad = 0;
+    return in == 0 ? 0 : (in - eff) / s + 1;
+  }
+  int64_t o = (in + s - 1) / s, need = (o - 1) * s + eff - in;
+  *pad = need > 0 ? need / 2 : 0;
+  return o;
+}
+
+typedef struct geo {
+  int64_t oh, ow, pt, pl;
+} geo;
+
+static geo geo_of(const wcase *c) {
+  geo g;
+  g.oh = out_dim(c->h, c->kh, c->sh, c->dh, c->same, &g.pt);
+  g.ow = out_dim(c->w, c->kw, c->sw, c->dw, c->same, &g.pl);
+  return g;
+}
+
+static double *conv_ref(const wcase *c, const double *x, const double *f) {
+  geo g = geo_of(c);
+  double *y = calloc((size_t)(c->n * g.oh * g.ow * c->oc) + 1, sizeof *y);
+  for (int64_t n = 0; n < c->n; n++)
+    for (int64_t oh = 0; oh < g.oh; oh++)
+      for (int64_t ow = 0; ow < g.ow; ow++)
+        for (int64_t o = 0; o < c->oc; o++) {
+          double s = 0;
+          for (int64_t i = 0; i < c->kh; i++)
+            for (int64_t j = 0; j < c->kw; j++) {
+              int64_t ih = oh * c->sh - g.pt + i * c->dh;
+              int64_t iw = ow * c->sw - g.pl + j * c->dw;
+              if (ih < 0 || ih >= c->h || iw < 0 || iw >= c->w) continue;
+              for (int64_t k = 0; k < c->c; k++)
+                s += x[((n * c->h + ih) * c->w + iw) * c->c + k] *
+                     f[((i * c->kw + j) * c->c + k) * c->oc + o];
+            }
+          y[((n * g.oh + oh) * g.ow + ow) * c->oc + o] = s;
+        }
+  return y;
+}
+
+static double *pool_ref(const wcase *c, const double *x, bool max) {
+  geo g = geo_of(c);
+  double *y = calloc((size_t)(c->n * g.oh * g.ow * c->c) + 1, sizeof *y);
+  for (int64_t n = 0; n < c->n; n++)
+    for (int64_t oh = 0; oh < g.oh; oh++)
+      for (int64_t ow = 0; ow < g.ow; ow++)
+        for (int64_t k = 0; k < c->c; k++) {
+          double s = max ? -INFINITY : 0;
+          int cnt = 0;
+          for (int64_t i = 0; i < c->kh; i++)
+            for (int64_t j = 0; j < c->kw; j++) {
+              int64_t ih = oh * c->sh - g.pt + i, iw = ow * c->sw - g.pl + j;
+              if (ih < 0 || ih >= c->h || iw < 0 || iw >= c->w) continue;
+              double v = x[((n * c->h + ih) * c->w + iw) * c->c + k];
+              s = max ? fmax(s, v) : s + v;
+              cnt++;
+            }
+          y[((n * g.oh + oh) * g.ow + ow) * c->c + k] = max ? s : s / cnt;
+        }
+  return y;
+}
+
+/* ---- builders ---- */
+
+static rf_shape x_shape(const wcase *c) {
+  return rf_shape_of(4, c->n, c->h, c->w, c->c);
+}
+static rf_shape f_shape(const wcase *c) {
+  return rf_shape_of(4, c->kh, c->kw, c->c, c->oc);
+}
+static rf_shape y_shape(const wcase *c, bool pool) {
+  geo g = geo_of(c);
+  return rf_shape_of(4, c->n, g.oh, g.ow, pool ? c->c : c->oc);
+}
+
+static rf_output conv(rf_graph *g, const wcase *c, rf_output x, rf_output f) {
+  int64_t s[4] = {1, c->sh, c->sw, 1}, d[4] = {1, c->dh, c->dw, 1};
+  return rf_conv2d(g, NULL, x, f, s, c->same ? "SAME" : "VALID", d);
+}
+
+static rf_output pool(rf_graph *g, const wcase *c, rf_output x, bool max) {
+  int64_t k[4] = {1, c->kh, c->kw, 1}, s[4] = {1, c->sh, c->sw, 1};
+  const char *p = c->same ? "SAME" : "VALID";
+  return max ? rf_max_pool(g, NULL, x, k, s, p)
+             : rf_avg_pool(g, NULL, x, k, s, p);
+}
+
+static rf_output sizes_const(rf_graph *g, rf_shape s) {
+  int32_t d[4];
+  for (int i = 0; i < 4; i++) d[i] = (int32_t)s.dims[i];
+  rf_shape v = rf_shape_of(1, (int64_t)4);
+  rf_tensor *t;
+  assert_ok(rf_tensor_new_copy(RF_INT32, &v, d, &t));
+  rf_output o = rf_const(g, NULL, t);
+  rf_tensor_release(t);
+  return o;
+}
+
+/* ---- forward against the references ---- */
+
+static void test_conv2d_forward(void **state) {
+  (void)state;
+  uint64_t rng = rf_test_rng(1);
+  static const rf_dtype dts[] = {RF_FLOAT32, RF_FLOAT64};
+  for (int d = 0; d < 2; d++)
+    for (int k = 0; k < NCONV; k++) {
+      const wcase *c = &conv_cases[k];
+      rf_tensor *x = rf_test_random_tensor(&rng, dts[d], x_shape(c), -1, 1);
+      rf_tensor *f = rf_test_random_tensor(&rng, dts[d], f_shape(c), -1, 1);
+      rf_graph *g = rf_graph_new();
+      rf_output xp = rf_placeholder(g, "x", dts[d], x_shape(c));
+      rf_output fp = rf_placeholder(g, "f", dts[d], f_shape(c));
+      rf_output y = conv(g, c, xp, fp);
+      assert_graph_ok(g);
+      rf_shape built = rf_output_shape(y), want_shape = y_shape(c, false);
+      assert_true(rf_shape_equal(&built, &want_shape));
+      rf_feed feeds[2] = {{xp, x}, {fp, f}};
+      rf_tensor *out;
+      rf_test_run(g, 1, feeds, 2, &y, 1, &out);
+      double *xd = rf_test_to_doubles(x), *fd = rf_test_to_doubles(f);
+      double *want = conv_ref(c, xd, fd);
+      print_message("Conv2D %s %s\n", c->name, rf_dtype_name(dts[d]));
+      assert_tensor_near(out, want_shape, want,
+                         dts[d] == RF_FLOAT32 ? 1e-5 : 1e-12);
+      free(xd), free(fd), free(want);
+      rf_tensor_release(out), rf_tensor_release(x), rf_tensor_release(f);
+      rf_graph_free(g);
+    }
+}
+
+static void test_pool_forward(void **state) {
+  (void)state;
+  uint64_t rng = rf_test_rng(2);
+  static const rf_dtype dts[] = {RF_FLOAT32, RF_FLOAT64};
+  for (int d = 0; d < 2; d++)
+    for (int k = 0; k < NPOOL; k++)
+      for (int max = 0; max < 2; max++) {
+        const wcase *c = &pool_cases[k];
+        rf_tensor *x = rf_test_random_tensor(&rng, dts[d], x_shape(c), -1, 1);
+        rf_graph *g = rf_graph_new();
+        rf_output xp = rf_placeholder(g, "x", dts[d], x_shape(c));
+        rf_output y = pool(g, c, xp, max);
+        assert_graph_ok(g);
+        rf_shape built = rf_output_shape(y), want_shape = y_shape(c, true);
+        assert_true(rf_shape_equal(&built, &want_shape));
+        rf_feed feed = {xp, x};
+        rf_tensor *out;
+        rf_test_run(g, 1, &feed, 1, &y, 1, &out);
+        double *xd = rf_test_to_doubles(x);
+        double *want = pool_ref(c, xd, max);
+        print_message("%s %s %s\n", max ? "MaxPool" : "AvgPool", c->name,
+                      rf_dtype_name(dts[d]));
+        assert_tensor_near(out, want_shape, want,
+                           dts[d] == RF_FLOAT32 ? 1e-6 : 1e-14);
+        free(xd), free(want);
+        rf_tensor_release(out), rf_tensor_release(x);
+        rf_graph_free(g);
+      }
+}
+
+/* MaxPool passes NaN through, as the CPU and GPU kernels document. */
+static void test_max_pool_nan(void **state) {
+  (void)state;
+  rf_graph *g = rf_graph_new();
+  rf_shape s = rf_shape_of(4, 1, 2, 2, 1);
+  rf_output xp = rf_placeholder(g, "x", RF_FLOAT32, s);
+  int64_t k[4] = {1, 2, 2, 1};
+  rf_output y = rf_max_pool(g, "p", xp, k, k, "VALID");
+  float v[4] = {1, NAN, 3, 2};
+  rf_tensor *x;
+  assert_ok(rf_tensor_new_copy(RF_FLOAT32, &s, v, &x));
+  rf_feed feed = {xp, x};
+  rf_tensor *out;
+  rf_test_run(g, 1, &feed, 1, &y, 1, &out);
+  assert_true(isnan(rf_tensor_get(out, 0)));
+  rf_tensor_release(out), rf_tensor_release(x);
+  rf_graph_free(g);
+}
+
+/* ---- gradients against finite differences ---- */
+
+enum { F_CONV, F_MAX, F_AVG, F_BP_INPUT, F_BP_FILTER, F_AVG_GRAD };
+
+/* f(x[0..nx)) of kind on case c. */
+static rf_output build_f(rf_graph *g, int kind, const wcase *c,
+                         const rf_output *x) {
+  int64_t s[4] = {1, c->sh, c->sw, 1}, d[4] = {1, c->dh, c->dw, 1};
+  int64_t k[4] = {1, c->kh, c->kw, 1};
+  const char *p = c->same ? "SAME" : "VALID";
+  switch (kind) {
+    case F_CONV: return conv(g, c, x[0], x[1]);
+    case F_MAX: return pool(g, c, x[0], true);
+    case F_AVG: return pool(g, c, x[0], false);
+    case F_BP_INPUT: /* (filter, out_backprop) */
+      return rf_conv2d_backprop_input(g, "bpi", sizes_const(g, x_shape(c)),
+                                      x[0], x[1], s, p, d);
+    case F_BP_FILTER: /* (input, out_backprop) */
+      return rf_conv2d_backprop_filter(
+          g, "bpf", x[0], sizes_const(g, f_shape(c)), x[1], s, p, d);
+    default: { /* AvgPoolGrad(grad) */
+      rf_node_builder *b = rf_node_builder_new(g, "AvgPoolGrad", "apg");
+      rf_node_builder_input(b, sizes_const(g, x_shape(c)));
+      rf_node_builder_input(b, x[0]);
+      rf_node_builder_attr_dtype(b, "T", RF_FLOAT64);
+      rf_node_builder_attr_int_list(b, "ksize", k, 4);
+      rf_node_builder_attr_int_list(b, "strides", s, 4);
+      rf_node_builder_attr_string(b, "padding", p);
+      rf_node *node = NULL;
+      assert_ok(rf_node_builder_finish(b, &node));
+      return (rf_output){node, 0};
+    }
+  }
+}
+
+static int inputs_of(int kind, const wcase *c, rf_shape *shapes) {
+  switch (kind) {
+    case F_CONV: shapes[0] = x_shape(c), shapes[1] = f_shape(c); return 2;
+    case F_MAX:
+    case F_AVG: shapes[0] = x_shape(c); return 1;
+    case F_BP_INPUT:
+      shapes[0] = f_shape(c), shapes[1] = y_shape(c, false);
+      return 2;
+    case F_BP_FILTER:
+      shapes[0] = x_shape(c), shapes[1] = y_shape(c, false);
+      return 2;
+    default: shapes[0] = y_shape(c, true); return 1;
+  }
+}
+
+static double run_scalar(rf_session *s, rf_feed *feeds, int n, rf_output y) {
+  rf_tensor *v = NULL;
+  assert_ok(rf_session_run(s, feeds, n, &y, 1, NULL, 0, &v));
+  double r = rf_tensor_get(v, 0);
+  rf_tensor_release(v);
+  return r;
+}
+
+/* d sum(f(x) * r) / dx_j from rf_gradients against central differences;
+ * `unknown`: placeholders of unknown shape (run-time shape paths). */
+static void check_fd(int kind, const wcase *c, bool unknown, uint64_t *rng) {
+  rf_shape shapes[2];
+  int nx = inputs_of(kind, c, shapes);
+  rf_graph *g = rf_graph_new();
+  rf_output x[2], dx[2];
+  rf_feed feeds[2];
+  for (int j = 0; j < nx; j++) {
+    x[j] = rf_placeholder(g, j ? "x1" : "x0", RF_FLOAT64,
+                          unknown ? rf_shape_unknown() : shapes[j]);
+    feeds[j] = (rf_feed){
+        x[j], rf_test_random_tensor(rng, RF_FLOAT64, shapes[j], -1, 1)};
+  }
+  print_message("fd kind %d %s%s\n", kind, c->name, unknown ? " unknown" : "");
+  rf_output f = build_f(g, kind, c, x);
+  assert_graph_ok(g);
+  rf_shape fs = kind == F_CONV || kind == F_BP_INPUT || kind == F_BP_FILTER ||
+                        kind == F_AVG_GRAD
+                    ? (kind == F_CONV        ? y_shape(c, false)
+                       : kind == F_BP_INPUT  ? x_shape(c)
+                       : kind == F_BP_FILTER ? f_shape(c)
+                                             : x_shape(c))
+                    : y_shape(c, true);
+  rf_tensor *r = rf_test_random_tensor(rng, RF_FLOAT64, fs, -1, 1);
+  rf_output y =
+      rf_sum(g, "y", rf_mul(g, "fr", f, rf_const(g, "r", r)), NULL, -1, false);
+  rf_tensor_release(r);
+  assert_ok(rf_gradients(g, &y, 1, x, nx, NULL, dx));
+  assert_graph_ok(g);
+  rf_session *s = rf_test_cpu_session(g, 1);
+  rf_tensor *got[2] = {NULL, NULL};
+  assert_ok(rf_session_run(s, feeds, nx, dx, nx, NULL, 0, got));
+  for (int j = 0; j < nx; j++) {
+    rf_shape gs = rf_tensor_shape(got[j]);
+    assert_true(rf_shape_equal(&gs, &shapes[j]));
+    for (int64_t i = 0; i < rf_shape_num_elements(&shapes[j]); i++) {
+      double *d = rf_tensor_mutable_data(feeds[j].value), h = 1e-6;
+      double keep = d[i];
+      d[i] = keep + h;
+      double yp = run_scalar(s, feeds, nx, y);
+      d[i] = keep - h;
+      double ym = run_scalar(s, feeds, nx, y);
+      d[i] = keep;
+      double want = (yp - ym) / (2 * h), have = rf_tensor_get(got[j], i);
+      if (!(fabs(have - want) <= 1e-6 * fmax(1.0, fabs(want))))
+        fail_msg(
+            "kind %d, %s%s: d y / d x%d[%lld]: finite difference %.12g, "
+            "gradient %.12g",
+            kind, c->name, unknown ? " (unknown shapes)" : "", j, (long long)i,
+            want, have);
+    }
+    rf_tensor_release(got[j]);
+  }
+  for (int j = 0; j < nx; j++) rf_tensor_release(feeds[j].value);
+  rf_session_free(s);
+  rf_graph_free(g);
+}
+
+static void test_conv2d_gradients(void **state) {
+  (void)state;
+  uint64_t rng = rf_test_rng(3);
+  for (int k = 0; k < NCONV; k++)
+    for (int unknown = 0; unknown < 2; unknown++)
+      check_fd(F_CONV, &conv_cases[k], unknown, &rng);
+}
+
+/* The backprop ops' own gradients: gradients of gradients through a conv. */
+static void test_conv2d_backprop_gradients(void **state) {
+  (void)state;
+  uint64_t rng = rf_test_rng(4);
+  for (int k = 0; k < NCONV; k++) {
+    check_fd(F_BP_INPUT, &conv_cases[k], false, &rng);
+    check_fd(F_BP_FILTER, &conv_cases[k], false, &rng);
+  }
+}
+
+static void test_pool_gradients(void **state) {
+  (void)state;
+  uint64_t rng = rf_test_rng(5);
+  for (int k = 0; k < NPOOL; k++)
+    for (int unknown = 0; unknown < 2; unknown++) {
+      check_fd(F_MAX, &pool_cases[k], unknown, &rng);
+      check_fd(F_AVG, &pool_cases[k], unknown, &rng);
+    }
+  for (int k = 0; k < NPOOL; k++) check_fd(F_AVG_GRAD, &pool_cases[k], 0, &rng);
+}
+
+/* ---- errors ---- */
+
+/* Builds Conv2D over placeholders of xs and fs with the attrs given;
+ * returns the graph's status. */
+static rf_status *conv_status(rf_shape xs, rf_shape fs, rf_dtype dt,
+                              const int64_t *strides, int nstrides,
+                              const char *padding, const int64_t *dil) {
+  rf_graph *g = rf_graph_new();
+  rf_output x = rf_placeholder(g, "x", dt, xs);
+  rf_output f = rf_placeholder(g, "f", dt, fs);
+  rf_node_builder *b = rf_node_builder_new(g, "Conv2D", "myconv");
+  rf_node_builder_input(b, x);
+  rf_node_builder_input(b, f);
+  rf_node_builder_attr_dtype(b, "T", dt);
+  rf_node_builder_attr_int_list(b, "strides", strides, nstrides);
+  rf_node_builder_attr_string(b, "padding", padding);
+  if (dil) rf_node_builder_attr_int_list(b, "dilations", dil, 4);
+  rf_node *n = NULL;
+  rf_status *st = rf_node_builder_finish(b, &n);
+  rf_graph_free(g);
+  return st;
+}
+
+static void test_build_errors(void **state) {
+  (void)state;
+  rf_shape xs = rf_shape_of(4, 2, 8, 8, 3), fs = rf_shape_of(4, 3, 3, 3, 4);
+  const int64_t s1[4] = {1, 1, 1, 1}, s0[4] = {1, 0, 1, 1},
+                sb[4] = {2, 1, 1, 1};
+  assert_ok(conv_status(xs, fs, RF_FLOAT32, s1, 4, "SAME", NULL));
+  assert_status(conv_status(xs, fs, RF_FLOAT32, s0, 4, "SAME", NULL),
+                RF_INVALID_ARGUMENT, "'strides' must be >= 1");
+  assert_status(conv_status(xs, fs, RF_FLOAT32, s0, 4, "SAME", NULL),
+                RF_INVALID_ARGUMENT, "myconv");
+  assert_status(conv_status(xs, fs, RF_FLOAT32, s0, 4, "SAME", NULL),
+                RF_INVALID_ARGUMENT, "Conv2D");
+  assert_status(conv_status(xs, fs, RF_FLOAT32, sb, 4, "SAME", NULL),
+                RF_INVALID_ARGUMENT, "batch and channel");
+  assert_status(conv_status(xs, fs, RF_FLOAT32, s1, 3, "SAME", NULL),
+                RF_INVALID_ARGUMENT, "4 entries");
+  assert_status(conv_status(xs, fs, RF_FLOAT32, s1, 4, "FULL", NULL),
+                RF_INVALID_ARGUMENT, "padding");
+  assert_status(conv_status(xs, rf_shape_of(4, 3, 3, 2, 4), RF_FLOAT32, s1, 4,
+                            "SAME", NULL),
+                RF_INVALID_ARGUMENT, "in_channels");
+  assert_status(conv_status(xs, rf_shape_of(4, 9, 3, 3, 4), RF_FLOAT32, s1, 4,
+                            "VALID", NULL),
+                RF_INVALID_ARGUMENT, "larger than the input");
+  const int64_t dz[4] = {1, 0, 1, 1}, dhuge[4] = {1, INT64_MAX / 2, 1, 1};
+  assert_status(conv_status(xs, fs, RF_FLOAT32, s1, 4, "SAME", dz),
+                RF_INVALID_ARGUMENT, "'dilations' must be >= 1");
+  assert_status(conv_status(xs, fs, RF_FLOAT32, s1, 4, "SAME", dhuge),
+                RF_INVALID_ARGUMENT, "overflows");
+  assert_status(conv_status(xs, fs, RF_FLOAT16, s1, 4, "SAME", NULL),
+                RF_INVALID_ARGUMENT, "float16");
+  /* (2^31, 2^31, 1, 1) * 4 channels: 2^64 output elements */
+  rf_shape big = rf_shape_of(4, (int64_t)1 << 31, (int64_t)1 << 31, 1, 1);
+  assert_status(conv_status(big, rf_shape_of(4, 1, 1, 1, 4), RF_FLOAT32, s1, 4,
+                            "SAME", NULL),
+                RF_INVALID_ARGUMENT, "2^63 - 1");
+  /* pools: ksize 0 */
+  rf_graph *g = rf_graph_new();
+  rf_output x = rf_placeholder(g, "x", RF_FLOAT32, xs);
+  const int64_t k0[4] = {1, 0, 2, 1};
+  rf_output y = rf_max_pool(g, "mp", x, k0, s1, "SAME");
+  assert_null(y.node);
+  assert_status(rf_graph_status(g), RF_INVALID_ARGUMENT, "'ksize' must be");
+  rf_graph_free(g);
+}
+
+/* Shapes known only at run time: the kernels reject what the builder
+ * could not see, naming the node and op. */
+static void test_run_errors(void **state) {
+  (void)state;
+  uint64_t rng = rf_test_rng(6);
+  const int64_t s1[4] = {1, 1, 1, 1};
+  struct {
+    rf_shape xs, fs;
+    const char *padding, *sub;
+  } cases[] = {
+      {rf_shape_of(4, 1, 4, 4, 3), rf_shape_of(4, 3, 3, 2, 2), "SAME",
+       "in_channels"},
+      {rf_shape_of(4, 1, 2, 4, 2), rf_shape_of(4, 3, 3, 2, 2), "VALID",
+       "larger than the input"},
+      {rf_shape_of(3, 1, 4, 4), rf_shape_of(4, 3, 3, 2, 2), "SAME", "rank 4"},
+  };
+  for (int k = 0; k < 3; k++) {
+    rf_graph *g = rf_graph_new();
+    rf_output x = rf_placeholder(g, "x", RF_FLOAT32, rf_shape_unknown());
+    rf_output f = rf_placeholder(g, "f", RF_FLOAT32, rf_shape_unknown());
+    rf_output y = rf_conv2d(g, "runconv", x, f, s1, cases[k].padding, NULL);
+    assert_graph_ok(g);
+    rf_tensor *xv = rf_test_random_tensor(&rng, RF_FLOAT32, cases[k].xs, -1, 1);
+    rf_tensor *fv = rf_test_random_tensor(&rng, RF_FLOAT32, cases[k].fs, -1, 1);
+    rf_feed feeds[2] = {{x, xv}, {f, fv}};
+    rf_session *s = rf_test_cpu_session(g, 1);
+    const char *subs[3] = {"runconv", "Conv2D", cases[k].sub};
+    rf_test_expect_run_error(s, feeds, 2, &y, 1, RF_INVALID_ARGUMENT, subs, 3);
+    rf_session_free(s);
+    rf_tensor_release(xv), rf_tensor_release(fv);
+    rf_graph_free(g);
+  }
+}
+
+/* Every allocation of the kernels (output, im2col scratch) failing in turn:
+ * RESOURCE_EXHAUSTED, no output, nothing leaked. */
+static void test_allocation_failures(void **state) {
+  (void)state;
+  uint64_t rng = rf_test_rng(7);
+  const wcase *c = &conv_cases[0];
+  rf_tensor *x = rf_test_random_tensor(&rng, RF_FLOAT32, x_shape(c), -1, 1);
+  rf_tensor *f = rf_test_random_tensor(&rng, RF_FLOAT32, f_shape(c), -1, 1);
+  rf_tensor *dy =
+      rf_test_random_tensor(&rng, RF_FLOAT32, y_shape(c, false), -1, 1);
+  rf_graph *g = rf_graph_new();
+  rf_output xp = rf_placeholder(g, "x", RF_FLOAT32, x_shape(c));
+  rf_output fp = rf_placeholder(g, "f", RF_FLOAT32, f_shape(c));
+  rf_output dp = rf_placeholder(g, "dy", RF_FLOAT32, y_shape(c, false));
+  rf_output sp = rf_placeholder(g, "s", RF_INT32, rf_shape_of(1, 4));
+  int64_t s[4] = {1, 1, 1, 1};
+  rf_node *nodes[4] = {
+      conv(g, c, xp, fp).node,
+      rf_conv2d_backprop_input(g, NULL, sp, fp, dp, s, "SAME", NULL).node,
+      rf_conv2d_backprop_filter(g, NULL, xp, sp, dp, s, "SAME", NULL).node,
+      pool(g, c, xp, true).node};
+  assert_graph_ok(g);
+  int32_t xd[4] = {(int32_t)c->n, (int32_t)c->h, (int32_t)c->w, (int32_t)c->c};
+  int32_t fd[4] = {(int32_t)c->kh, (int32_t)c->kw, (int32_t)c->c,
+                   (int32_t)c->oc};
+  rf_shape v = rf_shape_of(1, 4);
+  rf_tensor *xs, *fs;
+  assert_ok(rf_tensor_new_copy(RF_INT32, &v, xd, &xs));
+  assert_ok(rf_tensor_new_copy(RF_INT32, &v, fd, &fs));
+  rf_tensor *in[4][3] = {{x, f}, {xs, f, dy}, {x, fs, dy}, {x}};
+  for (int i = 0; i < 4; i++) rf_test_kernel_under_faults(nodes[i], in[i]);
+  rf_tensor *all[5] = {x, f, dy, xs, fs};
+  for (int i = 0; i < 5; i++) rf_tensor_release(all[i]);
+  rf_graph_free(g);
+}
+
+/* A graph saved to JSON and loaded back keeps the new ops and attrs. */
+static void test_json_round_trip(void **state) {
+  (void)state;
+  rf_graph *g = rf_graph_new();
+  const wcase *c = &conv_cases[4];
+  rf_output x = rf_placeholder(g, "x", RF_FLOAT32, x_shape(c));
+  rf_output f = rf_placeholder(g, "f", RF_FLOAT32, f_shape(c));
+  rf_output y = conv(g, c, x, f);
+  rf_output p = pool(g, &pool_cases[0], y, true);
+  rf_output a = pool(g, &pool_cases[0], y, false);
+  rf_output sum = rf_add(g, "sum", p, a);
+  rf_output dx[2], xs[2] = {x, f};
+  assert_ok(rf_gradients(g, &sum, 1, xs, 2, NULL, dx));
+  assert_graph_ok(g);
+  char *json = NULL;
+  assert_ok(rf_graph_to_json(g, &json));
+  rf_graph *h = NULL;
+  assert_ok(rf_graph_from_json(json, strlen(json), &h));
+  char *again = NULL;
+  assert_ok(rf_graph_to_json(h, &again));
+  assert_string_equal(json, again);
+  assert_non_null(strstr(json, "\"dilations\""));
+  assert_non_null(strstr(json, "Conv2DBackpropFilter"));
+  assert_non_null(strstr(json, "MaxPoolGrad"));
+  assert_non_null(strstr(json, "AvgPoolGrad"));
+  rf_string_free(json);
+  rf_string_free(again);
+  rf_graph_free(h);
+  rf_graph_free(g);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_conv2d_forward),
+      cmocka_unit_test(test_pool_forward),
+      cmocka_unit_test(test_max_pool_nan),
+      cmocka_unit_test(test_conv2d_gradients),
+      cmocka_unit_test(test_conv2d_backprop_gradients),
+      cmocka_unit_test(test_pool_gradients),
+      cmocka_unit_test(test_build_errors),
+      cmocka_unit_test(test_run_errors),
+      cmocka_unit_test(test_allocation_failures),
+      cmocka_unit_test(test_json_round_trip),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
