@@ -159,6 +159,124 @@ RF_API rf_output rf_fill(rf_graph *g, const char *name, rf_output dims,
 RF_API rf_output rf_zeros_like(rf_graph *g, const char *name, rf_output x);
 RF_API rf_output rf_ones_like(rf_graph *g, const char *name, rf_output x);
 
+/* ---- moving elements (Transpose, Concat, Split, Slice, ExpandDims,
+ * Squeeze, Pad, Tile) ----
+ * Every dtype. Index arguments are attrs fixed when the node is built (not
+ * tensors, unlike TensorFlow's perm/begin/paddings inputs), so output shapes
+ * are known at build time where the input's are. An axis may be negative
+ * (counts from the end). Empty tensors work. A bad argument - an axis out of
+ * range, a window outside the input, a result past INT64_MAX elements - is
+ * INVALID_ARGUMENT naming the node and op, when the node is built if the
+ * shapes are known then, else when it runs. Gradients flow to the float
+ * input through each; gradients of those gradients too. */
+/* y[i0, .., in-1] = x[ip0, ..] with y's dim k = x's dim perm[k]; perm[0, n)
+ * a permutation of 0..rank-1. perm NULL: the dims reversed (x's rank must
+ * be known when the node is built). Always copies. */
+RF_API rf_output rf_transpose(rf_graph *g, const char *name, rf_output x,
+                              const int64_t *perm, int n);
+/* values[0, n) (n >= 1, one dtype and rank, equal dims except along axis)
+ * joined along axis; rank >= 1. */
+RF_API rf_output rf_concat(rf_graph *g, const char *name,
+                           const rf_output *values, int n, int64_t axis);
+/* x cut along axis into num_split equal pieces (the dim must divide);
+ * outputs[0, num_split) receive them. Returns the node, NULL on error
+ * (outputs then invalid). */
+RF_API rf_node *rf_split(rf_graph *g, const char *name, rf_output x,
+                         int num_split, int64_t axis, rf_output *outputs);
+/* Same with piece i size_splits[i] wide (each >= 0, one may be -1: what is
+ * left); the sizes must add up to x's dim (TensorFlow's SplitV). NULL
+ * size_splits: equal pieces. */
+RF_API rf_node *rf_split_v(rf_graph *g, const char *name, rf_output x,
+                           const int64_t *size_splits, int num_split,
+                           int64_t axis, rf_output *outputs);
+/* x[begin[k] : begin[k] + size[k]] in each of its n == rank dims; size[k]
+ * -1: to the end of dim k. begin >= 0; the window must lie inside x. */
+RF_API rf_output rf_slice(rf_graph *g, const char *name, rf_output x,
+                          const int64_t *begin, const int64_t *size, int n);
+/* x with a dim of size 1 inserted at axis in [-rank-1, rank] (-1: last).
+ * No copy (a view). */
+RF_API rf_output rf_expand_dims(rf_graph *g, const char *name, rf_output x,
+                                int64_t axis);
+/* x without its dims axes[0, n), each of size 1; n == 0: without every dim of
+ * size 1. No copy (a view). */
+RF_API rf_output rf_squeeze(rf_graph *g, const char *name, rf_output x,
+                            const int64_t *axes, int n);
+/* x with paddings[2k] elements before and paddings[2k+1] after dim k (each
+ * >= 0; n == 2 * rank entries), set to constant_value converted to x's dtype
+ * (TensorFlow's PadV2 in CONSTANT mode). */
+RF_API rf_output rf_pad(rf_graph *g, const char *name, rf_output x,
+                        const int64_t *paddings, int n, double constant_value);
+/* x repeated multiples[k] (>= 0) times along dim k; n == rank. */
+RF_API rf_output rf_tile(rf_graph *g, const char *name, rf_output x,
+                         const int64_t *multiples, int n);
+
+/* ---- picking by index or condition ---- */
+/* params[..., indices[j...], ...] along axis (an embedding lookup with axis
+ * 0): output shape params[:axis] + indices + params[axis+1:]; indices int32
+ * or int64, params any dtype. An index outside [0, params dim) fails the run
+ * with INVALID_ARGUMENT on CPU devices; on GPU devices that output slice is
+ * zeros (as TensorFlow's GPU kernel does). The gradient w.r.t. params is
+ * dense: dy scattered back onto params' shape, summed where an index repeats
+ * (on GPU devices in an unspecified order: float sums may differ in the last
+ * bits from run to run). */
+RF_API rf_output rf_gather(rf_graph *g, const char *name, rf_output params,
+                           rf_output indices, int64_t axis);
+/* indices (uint8, int32 or int64) with a new dim of `depth` (>= 0) at axis
+ * (-1: last), on_value where the index equals the position and off_value
+ * elsewhere (an index outside [0, depth): all off), as `dtype`. No
+ * gradient. */
+RF_API rf_output rf_one_hot(rf_graph *g, const char *name, rf_output indices,
+                            int64_t depth, double on_value, double off_value,
+                            int64_t axis, rf_dtype dtype);
+/* t where condition (bool) is true, else e; the three broadcast
+ * numpy-style (TensorFlow's SelectV2, tf.where with x and y). Gradients
+ * flow to t and e, summed down to their shapes. */
+RF_API rf_output rf_select(rf_graph *g, const char *name, rf_output condition,
+                           rf_output t, rf_output e);
+
+/* ---- batched products ---- */
+/* x (..., m, k) times y (..., k, n) -> (batch..., m, n) for float dtypes;
+ * adj_x / adj_y transpose x's / y's last two dims first. Ranks >= 2; the
+ * batch dims (all but the last two) broadcast numpy-style (TensorFlow's
+ * BatchMatMulV2, tf.matmul on batches). CPU: one OpenBLAS sgemm/dgemm per
+ * batch (float16/bfloat16 through float32); GPU: cuBLAS, strided-batched
+ * when each operand's batch is whole or broadcast as a whole, else one
+ * GEMM per batch. Gradients flow to x and y, summed over the broadcast
+ * batch dims. */
+RF_API rf_output rf_batch_matmul(rf_graph *g, const char *name, rf_output x,
+                                 rf_output y, bool adj_x, bool adj_y);
+
+/* ---- activations ---- */
+/* GELU of a float x, as TensorFlow's tf.nn.gelu: approximate false, the
+ * exact 0.5 x (1 + erf(x / sqrt(2))); true, the tanh approximation
+ * 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))). Gradients of first
+ * and second order. */
+RF_API rf_output rf_gelu(rf_graph *g, const char *name, rf_output x,
+                         bool approximate);
+/* Softmax along `axis` (negative from the end) of x, whose rank must be
+ * known when the node is built: the last axis is rf_softmax itself; another
+ * is transposed to the end and back (two copies). `name` names the last
+ * node. */
+RF_API rf_output rf_softmax_axis(rf_graph *g, const char *name, rf_output x,
+                                 int64_t axis);
+
+/* ---- regularization ---- */
+/* Dropout of a float x: each element kept with probability 1 - rate (rate
+ * in [0, 1)) and scaled by 1 / (1 - rate), else 0. Output 1 of the node is
+ * the mask (0 or 1 / (1 - rate)); the gradient is dy * mask. The decisions
+ * are stateless and reproducible: element i's comes from Philox4x32-10
+ * keyed by `seed` (low and high 32 bits) with the counter (i / 4 low and
+ * high 32 bits, step bits 0..31, step bits 32..55 | device << 24), word
+ * i % 4, kept when its top 24 bits / 2^24 >= rate; step is the step's
+ * number in the job for a session that is a task of one, else the
+ * session's run number (1 for the first rf_session_run); device is the
+ * node's device's index in this process's device list of the session (cpu:k
+ * is k, gpu:k is num_cpu_devices + k). So a replica on another device drops
+ * other elements, a re-run of the same step the same ones, and the CPU and
+ * GPU kernels give the same decisions for the same key. */
+RF_API rf_output rf_dropout(rf_graph *g, const char *name, rf_output x,
+                            double rate, int64_t seed);
+
 #ifdef __cplusplus
 }
 #endif

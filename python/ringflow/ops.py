@@ -153,11 +153,17 @@ def add_n(inputs: Sequence[Any], name: Optional[str] = None) -> Tensor:
 def matmul(a: Any, b: Any, transpose_a: bool = False,
            transpose_b: bool = False, name: Optional[str] = None) -> Tensor:
     """The matrix product (m, k) x (k, n) -> (m, n), after the optional
-    transposes; float dtypes and int32/int64."""
+    transposes; float dtypes and int32/int64. Operands of a known rank
+    other than 2 multiply batch by batch: (..., m, k) x (..., k, n) with
+    the batch dims broadcast (BatchMatMul, float dtypes; the transposes
+    swap the last two dims)."""
     g = graph_of([a, b])
     a, b = (convert_to_tensor(v, graph=g) for v in (a, b))
-    return g._output(lib.rf_matmul, c_name(name), a._c, b._c,
-                     bool(transpose_a), bool(transpose_b))
+    fn = lib.rf_matmul
+    if any(t.shape is not None and len(t.shape) != 2 for t in (a, b)):
+        fn = lib.rf_batch_matmul
+    return g._output(fn, c_name(name), a._c, b._c, bool(transpose_a),
+                     bool(transpose_b))
 
 
 def cast(x: Any, dtype: Any, name: Optional[str] = None) -> Tensor:
@@ -192,9 +198,13 @@ def tanh(x: Any, name: Optional[str] = None) -> Tensor:
     return _unary(lib.rf_tanh, x, name)
 
 
-def softmax(logits: Any, name: Optional[str] = None) -> Tensor:
-    """Softmax over the last axis; float dtypes."""
-    return _unary(lib.rf_softmax, logits, name)
+def softmax(logits: Any, axis: Optional[int] = None,
+            name: Optional[str] = None) -> Tensor:
+    """Softmax over `axis` (None or -1: the last; another axis needs the
+    rank known when the node is built); float dtypes."""
+    if axis is None or axis == -1:
+        return _unary(lib.rf_softmax, logits, name)
+    return _unary(lib.rf_softmax_axis, logits, name, int(axis))
 
 
 def sparse_softmax_cross_entropy_with_logits(

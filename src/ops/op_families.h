@@ -23,9 +23,18 @@ rf_status *rf__register_collective_ops(void); /* AllReduce, Reduce, Broadcast,
                                                  AllGather, ReduceScatter and
                                                  their participants */
 /* conv family: ops/conv_ops.c */
-rf_status *rf__register_conv_ops(void); /* Conv2D, Conv2DBackpropInput,
-                                           Conv2DBackpropFilter, MaxPool,
-                                           MaxPoolGrad, AvgPool, AvgPoolGrad */
+rf_status *rf__register_conv_ops(void);    /* Conv2D, Conv2DBackpropInput,
+                                              Conv2DBackpropFilter, MaxPool,
+                                              MaxPoolGrad, AvgPool, AvgPoolGrad */
+rf_status *rf__register_shape_ops(void);   /* Transpose, Concat, Split, Slice,
+                                              ExpandDims, Squeeze, Pad, Tile,
+                                              _TileGrad, _PadTo, _SliceTo,
+                                              _SplitLike */
+rf_status *rf__register_index_ops(void);   /* Gather, _GatherGrad, OneHot,
+                                              Select */
+rf_status *rf__register_linalg_ops(void);  /* BatchMatMul */
+rf_status *rf__register_gelu_ops(void);    /* Gelu, _GeluGrad, _GeluSecond */
+rf_status *rf__register_dropout_ops(void); /* Dropout */
 
 /* Registers every op family once (thread-safe; later calls return the first
  * result as a new status the caller frees). Every entry point that looks up

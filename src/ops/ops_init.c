@@ -10,6 +10,9 @@ static const rf__init_fn families[] = {
     rf__register_math_ops,       rf__register_nn_ops,
     rf__register_reduction_ops,  rf__register_runtime_ops,
     rf__register_collective_ops, rf__register_conv_ops,
+    rf__register_shape_ops,      rf__register_index_ops,
+    rf__register_linalg_ops,     rf__register_gelu_ops,
+    rf__register_dropout_ops,
 };
 
 rf_status *rf__ops_init(void) {

@@ -21,6 +21,11 @@ static const rf__init_fn families[] = {
     rf__register_cpu_conv_kernels,
     rf__register_cpu_pool_kernels,
     rf__register_cpu_bucket_kernels,
+    rf__register_cpu_shape_kernels,
+    rf__register_cpu_index_kernels,
+    rf__register_cpu_linalg_kernels,
+    rf__register_cpu_gelu_kernels,
+    rf__register_cpu_dropout_kernels,
 #ifdef RF_HAVE_CUDA
     rf__register_gpu_bucket_kernels,
     rf__register_gpu_runtime_kernels,
@@ -33,6 +38,11 @@ static const rf__init_fn families[] = {
     /* conv */
     rf__register_gpu_conv_kernels,
     rf__register_gpu_pool_kernels,
+    rf__register_gpu_shape_kernels,
+    rf__register_gpu_index_kernels,
+    rf__register_gpu_linalg_kernels,
+    rf__register_gpu_gelu_kernels,
+    rf__register_gpu_dropout_kernels,
 #endif
     rf__register_passes,
     rf__configure_blas,

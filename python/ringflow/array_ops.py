@@ -1,0 +1,203 @@
+"""Array ops with TensorFlow 1 names: transpose, concat, split, slice,
+expand_dims, squeeze, pad, tile, gather, one_hot, where, gelu, dropout
+(include/ringflow/ops.h).
+
+Each adds a node to the graph of its tensor inputs (else the default graph)
+on the device of the current device scope. Index arguments (perm, axis,
+begin, size, paddings, multiples, size splits) are Python ints or int
+sequences fixed when the node is built (TensorFlow also takes Tensors
+there; ringflow does not). Every dtype works; gradients flow through each op
+to float inputs. Shape errors raise InvalidArgumentError (a ValueError)
+naming the node and op, now when the shapes are known, else from
+Session.run.
+"""
+
+from typing import Any, List, Optional, Sequence, Union
+
+import numpy as np
+
+from ringflow import dtypes
+from ringflow._lib import c_name, ffi, lib
+from ringflow.framework import (Tensor, convert_to_tensor, graph_of,
+                                outputs_array)
+
+__all__ = ["transpose", "concat", "split", "slice", "expand_dims",
+           "squeeze", "pad", "tile", "gather", "one_hot", "where", "gelu",
+           "dropout"]
+
+
+def _ints(values: Any):
+    """A C int64 array of `values` (an int or int sequence) and its
+    length."""
+    v = [int(x) for x in np.atleast_1d(np.asarray(values, dtype=np.int64))]
+    return ffi.new("int64_t[]", v or [0]), len(v)
+
+
+def _one(x: Any):
+    g = graph_of([x])
+    return g, convert_to_tensor(x, graph=g)
+
+
+def transpose(a: Any, perm: Optional[Sequence[int]] = None,
+              name: Optional[str] = None) -> Tensor:
+    """a with its dims permuted: output dim k is a's dim perm[k]; perm
+    None reverses them (a's rank must then be known when the node is
+    built). Always copies."""
+    g, a = _one(a)
+    if perm is None:
+        return g._output(lib.rf_transpose, c_name(name), a._c, ffi.NULL, 0)
+    p, n = _ints(perm)
+    return g._output(lib.rf_transpose, c_name(name), a._c, p, n)
+
+
+def concat(values: Sequence[Any], axis: int,
+           name: Optional[str] = None) -> Tensor:
+    """values (one or more tensors of one dtype and rank >= 1, equal dims
+    off `axis`) joined along axis."""
+    values = list(values)
+    g = graph_of(values)
+    ts = [convert_to_tensor(v, graph=g) for v in values]
+    return g._output(lib.rf_concat, c_name(name), outputs_array(ts), len(ts),
+                     int(axis))
+
+
+def split(value: Any, num_or_size_splits: Union[int, Sequence[int]],
+          axis: int = 0, num: Optional[int] = None,
+          name: Optional[str] = None) -> List[Tensor]:
+    """value cut along axis: an int n gives n equal pieces (the dim must
+    divide); a list gives pieces of those sizes (one may be -1: what is
+    left), adding up to the dim. Returns the list of pieces."""
+    g, value = _one(value)
+    if isinstance(num_or_size_splits, (int, np.integer)):
+        n, sizes = int(num_or_size_splits), ffi.NULL
+    else:
+        sizes, n = _ints(num_or_size_splits)
+        if num is not None and int(num) != n:
+            raise ValueError(f"num={num} but {n} size splits were given")
+    outs = ffi.new("rf_output[]", max(n, 1))
+    op = g._node(lib.rf_split_v, c_name(name), value._c, sizes, n, int(axis),
+                 outs)
+    return op.outputs
+
+
+def slice(input_: Any, begin: Sequence[int], size: Sequence[int],
+          name: Optional[str] = None) -> Tensor:
+    """input_[begin[k] : begin[k] + size[k]] in every dim; size -1: to the
+    end of that dim."""
+    g, x = _one(input_)
+    b, nb = _ints(begin)
+    s, ns = _ints(size)
+    if nb != ns:
+        raise ValueError(f"begin has {nb} entries but size {ns}")
+    return g._output(lib.rf_slice, c_name(name), x._c, b, s, nb)
+
+
+def expand_dims(input: Any, axis: int, name: Optional[str] = None) -> Tensor:
+    """input with a dim of size 1 inserted at axis (-1: last). No copy."""
+    g, x = _one(input)
+    return g._output(lib.rf_expand_dims, c_name(name), x._c, int(axis))
+
+
+def squeeze(input: Any, axis: Union[None, int, Sequence[int]] = None,
+            name: Optional[str] = None) -> Tensor:
+    """input without the size-1 dims `axis` (None: every size-1 dim). No
+    copy."""
+    g, x = _one(input)
+    if axis is None or (not isinstance(axis, (int, np.integer)) and
+                        len(axis) == 0):
+        return g._output(lib.rf_squeeze, c_name(name), x._c, ffi.NULL, 0)
+    a, n = _ints(axis)
+    return g._output(lib.rf_squeeze, c_name(name), x._c, a, n)
+
+
+def pad(tensor: Any, paddings: Sequence[Sequence[int]],
+        mode: str = "CONSTANT", constant_values: Any = 0,
+        name: Optional[str] = None) -> Tensor:
+    """tensor with paddings[k][0] elements before and paddings[k][1] after
+    dim k, set to constant_values (converted to tensor's dtype). Only mode
+    "CONSTANT" (NotImplementedError otherwise)."""
+    if str(mode).upper() != "CONSTANT":
+        raise NotImplementedError(f"pad mode {mode!r}: only CONSTANT")
+    g, x = _one(tensor)
+    p = np.asarray(paddings, dtype=np.int64)
+    if p.ndim != 2 or (p.size and p.shape[1] != 2):
+        raise ValueError(f"paddings must be a list of [before, after] pairs, "
+                         f"got shape {p.shape}")
+    c, n = _ints(p.reshape(-1))
+    return g._output(lib.rf_pad, c_name(name), x._c, c, n,
+                     float(constant_values))
+
+
+def tile(input: Any, multiples: Sequence[int],
+         name: Optional[str] = None) -> Tensor:
+    """input repeated multiples[k] (>= 0) times along dim k."""
+    g, x = _one(input)
+    m, n = _ints(multiples)
+    return g._output(lib.rf_tile, c_name(name), x._c, m, n)
+
+
+def gather(params: Any, indices: Any, axis: int = 0,
+           name: Optional[str] = None) -> Tensor:
+    """params[..., indices, ...] along axis (an embedding lookup with axis
+    0): shape params.shape[:axis] + indices.shape + params.shape[axis+1:].
+    indices int32 or int64 (Python ints become int32). An index out of
+    range fails the run on CPU devices (InvalidArgumentError) and gives
+    zeros on GPU devices. The gradient w.r.t. params is dense (a
+    scatter-add; summed where an index repeats)."""
+    g = graph_of([params, indices])
+    params = convert_to_tensor(params, graph=g)
+    indices = convert_to_tensor(indices, graph=g)
+    return g._output(lib.rf_gather, c_name(name), params._c, indices._c,
+                     int(axis))
+
+
+def one_hot(indices: Any, depth: int, on_value: Any = 1, off_value: Any = 0,
+            axis: int = -1, dtype: Any = dtypes.float32,
+            name: Optional[str] = None) -> Tensor:
+    """indices (uint8, int32 or int64) with a new dim of `depth` at axis
+    (-1: last): on_value where the index equals the position, off_value
+    elsewhere (an index outside [0, depth): all off), as `dtype`."""
+    g, x = _one(indices)
+    return g._output(lib.rf_one_hot, c_name(name), x._c, int(depth),
+                     float(on_value), float(off_value), int(axis),
+                     dtypes.to_c(dtype))
+
+
+def where(condition: Any, x: Any = None, y: Any = None,
+          name: Optional[str] = None) -> Tensor:
+    """x where condition (bool) is true, else y; the three broadcast
+    NumPy-style (tf.where in TF 2 / SelectV2). Gradients flow to x and y.
+    The one-argument form (coordinates of true elements) is not supported
+    (NotImplementedError)."""
+    if x is None or y is None:
+        raise NotImplementedError("where(condition) without x and y")
+    g = graph_of([condition, x, y])
+    like = next((v for v in (x, y) if isinstance(v, Tensor) or
+                 hasattr(v, "_as_tensor")), None)
+    dt = convert_to_tensor(like, graph=g).dtype if like is not None else None
+    c = convert_to_tensor(condition, dtypes.bool, graph=g)
+    x = convert_to_tensor(x, dt, graph=g)
+    y = convert_to_tensor(y, dt, graph=g)
+    return g._output(lib.rf_select, c_name(name), c._c, x._c, y._c)
+
+
+def gelu(features: Any, approximate: bool = False,
+         name: Optional[str] = None) -> Tensor:
+    """GELU of a float tensor, as tf.nn.gelu: approximate False, the exact
+    0.5 x (1 + erf(x / sqrt(2))); True, the tanh approximation
+    0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))."""
+    g, x = _one(features)
+    return g._output(lib.rf_gelu, c_name(name), x._c, bool(approximate))
+
+
+def dropout(x: Any, rate: float, seed: int = 0,
+            name: Optional[str] = None) -> Tensor:
+    """x with each element kept (scaled by 1 / (1 - rate)) or zeroed, rate
+    in [0, 1); float dtypes. The decisions are a pure function of (seed,
+    the session's step, the device), reproducible across runs and replicas
+    (include/ringflow/ops.h gives the exact key); the node's output 1 is
+    the mask. Unlike tf.nn.dropout, `seed` is required to vary the
+    pattern between layers."""
+    g, t = _one(x)
+    return g._output(lib.rf_dropout, c_name(name), t._c, float(rate),
+                     int(seed))
