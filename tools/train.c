@@ -489,7 +489,7 @@ static int parse_options(int argc, char **argv, options *o) {
       TOOL_CHOICE("model", &model, "M",
                   "the network (default mlp: 784-512-256-10; cnn: conv "
                   "5x5x32, max pool 2x2, conv 5x5x64, max pool 2x2, dense "
-                  "1024, dense 10, on 28x28x1 images)",
+                  "1024, dense 10, on 28x28x1 images; no dropout yet)",
                   model_choices),
       TOOL_CHOICE("sync", &sync, "MODE",
                   "how the replicas combine gradients (default allreduce): "
