@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cnn.h"
 #include "ringflow/collectives.h"
 
 static rf_output scalar(rf_graph *g, double v) {
@@ -24,7 +25,15 @@ typedef struct vars {
   rf_output in[MLP_MAX_LAYERS], z[MLP_MAX_LAYERS];
 } vars;
 
+/* Every per-parameter array is sized for the MLP's largest. */
+_Static_assert(CNN_NUM_PARAMS <= 2 * MLP_MAX_LAYERS, "CNN parameters");
+
+int mlp_num_params(const mlp_config *c) {
+  return c->model == MODEL_CNN ? CNN_NUM_PARAMS : 2 * c->num_layers;
+}
+
 static rf_shape param_shape(const mlp_config *c, int p) {
+  if (c->model == MODEL_CNN) return cnn_param_shape(p);
   int layer = p / 2;
   if (p % 2 == 0) return rf_shape_of(2, c->sizes[layer], c->sizes[layer + 1]);
   return rf_shape_of(1, c->sizes[layer + 1]);
@@ -52,7 +61,8 @@ static bool sharded(const mlp_config *c, int p) {
  * against 40.8k and at 256 46.4k against 58.9k, where the padded inputs
  * cost more (their selection products grow with the square of the rows). */
 static bool gathered(const mlp_config *c, int p) {
-  if (p % 2 || !sharded(c, p) || c->device_batch > GATHER_MAX_ROWS)
+  if (c->model != MODEL_MLP || p % 2 || !sharded(c, p) ||
+      c->device_batch > GATHER_MAX_ROWS)
     return false;
   for (int d = 0; d < c->num_devices; d++)
     if (strncmp(c->devices[d], "cpu:", 4) != 0) return false;
@@ -72,9 +82,11 @@ static void build_forward(const mlp_config *c, rf_graph *g, int d, vars *vs,
                           mlp_replica *r, rf_node **inits, int *ninit) {
   char name[64];
   r->x = rf_placeholder(g, NULL, RF_FLOAT32,
-                        rf_shape_of(2, c->device_batch, c->sizes[0]));
+                        c->model == MODEL_CNN
+                            ? cnn_input_shape(c->device_batch)
+                            : rf_shape_of(2, c->device_batch, c->sizes[0]));
   r->y = rf_placeholder(g, NULL, RF_INT32, rf_shape_of(1, c->device_batch));
-  for (int p = 0; p < 2 * c->num_layers; p++) {
+  for (int p = 0; p < mlp_num_params(c); p++) {
     rf_shape s = param_shape(c, p), ss = state_shape(c, p);
     snprintf(name, sizeof name, "%s%d_dev%d", p % 2 ? "b" : "W", p / 2, d);
     vs->var[p] = rf_variable(g, name, RF_FLOAT32, s);
@@ -98,7 +110,8 @@ static void build_forward(const mlp_config *c, rf_graph *g, int d, vars *vs,
     r->moments[1][p] = rf_read_variable(g, NULL, vs->v[p]);
   }
   rf_output h = r->x;
-  for (int l = 0; l < c->num_layers; l++) {
+  if (c->model == MODEL_CNN) h = cnn_logits(g, h, r->params);
+  for (int l = 0; c->model == MODEL_MLP && l < c->num_layers; l++) {
     vs->in[l] = h;
     vs->z[l] = rf_matmul(g, NULL, h, r->params[2 * l], false, false);
     h = rf_bias_add(g, NULL, vs->z[l], r->params[2 * l + 1]);
@@ -292,12 +305,13 @@ static rf_status *build_job_collectives(const mlp_config *c, rf_graph *g,
 
 rf_status *mlp_build(const mlp_config *c, mlp_graph *m) {
   if (c->num_devices < 1 || c->num_devices > MLP_MAX_DEVICES ||
-      c->num_layers < 1 || c->num_layers > MLP_MAX_LAYERS)
+      (c->model == MODEL_MLP &&
+       (c->num_layers < 1 || c->num_layers > MLP_MAX_LAYERS)))
     return rf_status_new(RF_INVALID_ARGUMENT, "bad model configuration");
   memset(m, 0, sizeof *m);
   rf_graph *g = rf_graph_new();
   if (!g) return rf_status_new(RF_RESOURCE_EXHAUSTED, "out of memory");
-  m->num_params = 2 * c->num_layers;
+  m->num_params = mlp_num_params(c);
   static vars vs[MLP_MAX_DEVICES]; /* large; built once per run */
   static rf_output grads[MLP_MAX_DEVICES][2 * MLP_MAX_LAYERS];
   rf_node *inits[MLP_MAX_DEVICES * 8 * MLP_MAX_LAYERS]; /* 4 per param */
@@ -372,7 +386,7 @@ static uint64_t next_u64(uint64_t *s) {
 rf_status *mlp_initial_values(const mlp_config *c, uint64_t seed,
                               rf_tensor **init) {
   uint64_t s = seed;
-  for (int p = 0; p < 2 * c->num_layers; p++) {
+  for (int p = 0; p < mlp_num_params(c); p++) {
     rf_shape shape = param_shape(c, p);
     rf_status *st = rf_tensor_new(RF_FLOAT32, &shape, NULL, &init[p]);
     if (st) {
@@ -381,8 +395,9 @@ rf_status *mlp_initial_values(const mlp_config *c, uint64_t seed,
     }
     float *w = rf_tensor_mutable_data(init[p]);
     int64_t n = rf_tensor_num_elements(init[p]);
-    int layer = p / 2;
-    double limit = sqrt(6.0 / (c->sizes[layer] + c->sizes[layer + 1]));
+    int fan_in = c->sizes[p / 2], fan_out = c->sizes[p / 2 + 1];
+    if (c->model == MODEL_CNN) cnn_fans(p, &fan_in, &fan_out);
+    double limit = sqrt(6.0 / (fan_in + fan_out));
     for (int64_t i = 0; i < n; i++) {
       double u = (double)(next_u64(&s) >> 11) * (1.0 / 9007199254740992.0);
       w[i] = p % 2 ? 0.0f : (float)((2 * u - 1) * limit);
@@ -392,7 +407,7 @@ rf_status *mlp_initial_values(const mlp_config *c, uint64_t seed,
 }
 
 rf_status *mlp_zero_moments(const mlp_config *c, rf_tensor **out) {
-  for (int p = 0; p < 2 * c->num_layers; p++) {
+  for (int p = 0; p < mlp_num_params(c); p++) {
     rf_shape shape = param_shape(c, p);
     rf_status *st = rf_tensor_new(RF_FLOAT32, &shape, NULL, &out[p]);
     if (st) {

@@ -1,8 +1,8 @@
 /* tools/mlp.h - the data-parallel training graph of `ringflow train`: one
- * replica of an MLP per device, its gradient graph from rf_gradients, the
- * gradients averaged through collectives (all-reduce, or the reference's
- * reduce + broadcast), and the same Adam update applied on every device, so
- * the replicas' parameters stay bit-identical. */
+ * replica of the model (an MLP, or cnn.h's network) per device, its gradient
+ * graph from rf_gradients, the gradients averaged through collectives
+ * (all-reduce, or the reference's reduce + broadcast), and the same Adam update
+ * applied on every device, so the replicas' parameters stay bit-identical. */
 #ifndef RF_TOOLS_MLP_H
 #define RF_TOOLS_MLP_H
 
@@ -21,7 +21,11 @@ typedef enum sync_mode {
   SYNC_SHARDED
 } sync_mode;
 
+/* The network each replica computes (`ringflow train --model`). */
+typedef enum model_kind { MODEL_MLP, MODEL_CNN } model_kind;
+
 typedef struct mlp_config {
+  model_kind model; /* MODEL_CNN ignores num_layers and sizes */
   int num_devices;
   char devices[MLP_MAX_DEVICES][32]; /* canonical names, e.g. "cpu:2" */
   int num_layers;                    /* sizes[0] inputs .. sizes[n] classes */
@@ -33,7 +37,9 @@ typedef struct mlp_config {
 
 /* Per device: the feeds and fetches of one replica. */
 typedef struct mlp_replica {
-  rf_output x, y; /* placeholders (device_batch, sizes[0]) / labels */
+  /* placeholders: the inputs, (device_batch, sizes[0]) for the MLP and
+   * cnn_input_shape(device_batch) for the CNN, and the labels */
+  rf_output x, y;
   /* scalar placeholders fed every step: the scheduled learning rate and
    * Adam's bias corrections beta^t */
   rf_output lr, beta1_power, beta2_power;
@@ -62,6 +68,9 @@ typedef struct mlp_graph {
 /* Builds the graph; on error everything built is freed. */
 rf_status *mlp_build(const mlp_config *cfg, mlp_graph *out);
 void mlp_free(mlp_graph *m);
+
+/* The number of parameters (weights and biases) of cfg's model. */
+int mlp_num_params(const mlp_config *cfg);
 
 /* Glorot-uniform weights and zero biases from seed: the same values for any
  * device count. init[i] receives new tensors (num_params of them). */

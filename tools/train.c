@@ -1,4 +1,5 @@
-/* tools/train.c - `ringflow train`: data-parallel training of an MLP on
+/* tools/train.c - `ringflow train`: data-parallel training of an MLP (or
+ * with --model cnn, cnn.h's convolutional network) on
  * Fashion-MNIST across virtual CPU devices (or GPUs), with progress, test
  * accuracy after each epoch, a check that every replica holds the same
  * parameters, and --check: the same steps on one device for comparison.
@@ -39,6 +40,7 @@ typedef struct options {
   double lr, collective_timeout; /* seconds */
   uint64_t seed;
   sync_mode sync;
+  model_kind model;
   bool check, quiet, constant_lr, bench, allow_nonfinite;
   const char *data_dir, *save, *load, *graph_dir, *trace;
   int bucket_mb, comm_dtype; /* -1: the library's default; comm_choices */
@@ -100,10 +102,12 @@ static rf_status *load_split(const char *dir, const char *prefix, int dim,
   return st;
 }
 
-/* Rows idx[0..rows) of d into new x/y tensors. */
-static rf_status *batch_tensors(const dataset *d, const int *idx, int rows,
+/* Rows idx[0..rows) of d into new x/y tensors, x shaped xs (rows first: the
+ * model's input placeholder). */
+static rf_status *batch_tensors(const dataset *d, const int *idx, rf_shape xs,
                                 rf_tensor **x, rf_tensor **y) {
-  rf_shape xs = rf_shape_of(2, rows, d->dim), ys = rf_shape_of(1, rows);
+  int rows = (int)xs.dims[0];
+  rf_shape ys = rf_shape_of(1, rows);
   rf_status *st = rf_tensor_new(RF_FLOAT32, &xs, NULL, x);
   if (st) return st;
   st = rf_tensor_new(RF_INT32, &ys, NULL, y);
@@ -127,9 +131,10 @@ static rf_status *replica_batches(const trainer *t, const dataset *d,
                                   const int *idx, rf_tensor **x,
                                   rf_tensor **y) {
   int rows = t->cfg.device_batch;
+  rf_shape xs = rf_output_shape(t->m.rep[t->first].x);
   for (int i = 0; i < t->nlocal; i++) {
     rf_status *st =
-        batch_tensors(d, idx + (t->first + i) * rows, rows, &x[i], &y[i]);
+        batch_tensors(d, idx + (t->first + i) * rows, xs, &x[i], &y[i]);
     if (!st) continue;
     while (i-- > 0) {
       rf_tensor_release(x[i]);
@@ -353,6 +358,7 @@ static rf_status *train_step(trainer *t, const dataset *d, const int *idx,
 static rf_status *evaluate(trainer *t, const dataset *d, int64_t *right) {
   int nd = t->nlocal, rows = t->cfg.device_batch;
   int per_step = t->cfg.num_devices * rows, skip = t->first * rows;
+  rf_shape xs = rf_output_shape(t->m.rep[t->first].x);
   int64_t correct = 0;
   int *idx = malloc(sizeof(int) * (size_t)per_step);
   if (!idx) return rf_status_new(RF_RESOURCE_EXHAUSTED, "out of memory");
@@ -365,7 +371,7 @@ static rf_status *evaluate(trainer *t, const dataset *d, int64_t *right) {
     rf_output fetches[MLP_MAX_DEVICES];
     int made = 0;
     for (; made < nd && !st; made++)
-      st = batch_tensors(d, idx + skip + made * rows, rows, &x[made], &y[made]);
+      st = batch_tensors(d, idx + skip + made * rows, xs, &x[made], &y[made]);
     if (st) made--;
     for (int i = 0; i < made; i++) {
       feeds[2 * i] = (rf_feed){t->m.rep[t->first + i].x, x[i]};
@@ -458,6 +464,8 @@ static const char *const sync_choices[] = {
 static const char *const schedule_choices[] = {"cosine", "constant", NULL};
 static const char *const comm_choices[] = {"fp32", "bf16", "fp16", NULL};
 static const char *const comm_dtypes[] = {"float32", "bfloat16", "float16"};
+static const char *const model_choices[] = {
+    [MODEL_MLP] = "mlp", [MODEL_CNN] = "cnn", NULL};
 
 /* 0: parsed; otherwise the command's exit code (TOOL_HELP_SHOWN: 0). */
 static int parse_options(int argc, char **argv, options *o) {
@@ -472,12 +480,17 @@ static int parse_options(int argc, char **argv, options *o) {
                  .bucket_mb = -1};
   char why[64];
   tool_devices_parse("cpu:0-3", &o->devices, why, sizeof why);
-  int sync = SYNC_ALLREDUCE, schedule = 0;
+  int sync = SYNC_ALLREDUCE, schedule = 0, model = MODEL_MLP;
   bool steps_given = false;
   const tool_opt opts[] = {
       TOOL_DEVICES("devices", &o->devices,
                    "the devices to train on, one replica each (default "
                    "cpu:0-3)"),
+      TOOL_CHOICE("model", &model, "M",
+                  "the network (default mlp: 784-512-256-10; cnn: conv "
+                  "5x5x32, max pool 2x2, conv 5x5x64, max pool 2x2, dense "
+                  "1024, dense 10, on 28x28x1 images; no dropout yet)",
+                  model_choices),
       TOOL_CHOICE("sync", &sync, "MODE",
                   "how the replicas combine gradients (default allreduce): "
                   "an all-reduce; a reduce then a broadcast; or sharded: a "
@@ -552,9 +565,10 @@ static int parse_options(int argc, char **argv, options *o) {
   const tool_cmd cmd = {
       "train",
       "usage: ringflow train [options]\n"
-      "  trains an MLP (784-512-256-10) data-parallel on Fashion-MNIST, one\n"
-      "  replica on each of --devices; after each epoch it prints the test\n"
-      "  accuracy and whether the replicas' parameters are bit-identical.\n"
+      "  trains an MLP (784-512-256-10) or a CNN (--model cnn) data-parallel\n"
+      "  on Fashion-MNIST, one replica on each of --devices; after each\n"
+      "  epoch it prints the test accuracy and whether the replicas'\n"
+      "  parameters are bit-identical.\n"
       "  Under mpirun every process trains its --devices' replicas of one\n"
       "  job-wide graph; task 0 prints.\n"
       "options:\n",
@@ -567,6 +581,7 @@ static int parse_options(int argc, char **argv, options *o) {
   int npos, rc = tool_parse(&cmd, argc, argv, pos, 0, &npos);
   if (rc) return rc;
   o->sync = (sync_mode)sync;
+  o->model = (model_kind)model;
   o->constant_lr = schedule == 1;
   if (o->bench && (o->check || o->trace || o->save))
     return tool_usage_error(
@@ -667,7 +682,8 @@ int cmd_train(int argc, char **argv) {
   options o;
   int rc = parse_options(argc, argv, &o);
   if (rc) return rc == TOOL_HELP_SHOWN ? 0 : rc;
-  mlp_config cfg = {.num_layers = 3,
+  mlp_config cfg = {.model = o.model,
+                    .num_layers = 3,
                     .sizes = {784, 512, 256, 10},
                     .lr = o.lr,
                     .beta1 = 0.9,
@@ -742,8 +758,10 @@ int cmd_train(int argc, char **argv) {
     snprintf(where, sizeof where, "%s", list);
   if (lead)
     printf(
-        "ringflow train: MLP 784-512-256-10 on %d device%s (%s), %s, global "
-        "batch %d, %d epochs\n",
+        "ringflow train: %s on %d device%s (%s), %s, global batch %d, %d "
+        "epochs\n",
+        o.model == MODEL_CNN ? "CNN 28x28x1-c32-p-c64-p-1024-10"
+                             : "MLP 784-512-256-10",
         cfg.num_devices, cfg.num_devices > 1 ? "s" : "", where,
         sync_names[o.sync], o.batch, o.epochs);
   uint64_t shuffle_state = o.seed * 2654435761u + 1;

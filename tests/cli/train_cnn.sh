@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# ringflow train --model cnn at small size: for every --sync mode the 4-device
+# data-parallel run must match one device to float tolerance with the
+# replicas bit-identical; its checkpoint holds the CNN's tensors (NHWC
+# filters) and loads back (through --bench, which also times it), and the
+# MLP refuses it; --model mlp names the default; an unknown model is a usage
+# error. Few steps and small batches: evaluating the test set dominates.
+set -euo pipefail
+ringflow="$1"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+for sync in allreduce reduce-broadcast sharded; do
+  out=$("$ringflow" train --model cnn --devices cpu:0-3 --steps 20 --epochs 1 \
+    --batch 32 --check --sync "$sync" --quiet --save "$tmp/$sync.ckpt")
+  echo "$out"
+  echo "$out" | grep -q "CNN 28x28x1-c32-p-c64-p-1024-10 on 4 devices"
+  echo "$out" | grep -q "replicas bit-identical"
+  diff=$(echo "$out" | sed -n 's/.*largest parameter difference \([^ ]*\).*/\1/p')
+  awk -v d="$diff" 'BEGIN { exit !(d != "" && d < 1e-4) }' ||
+    { echo "difference '$diff' too large"; exit 1; }
+done
+# the checkpoint: the CNN's parameters and both Adam moments, by shape
+python3 - "$tmp/allreduce.ckpt" <<'PY'
+import json, struct, sys
+b = open(sys.argv[1], "rb").read()
+h = json.loads(b[8:8 + struct.unpack("<Q", b[:8])[0]])
+want = {"W0": [5, 5, 1, 32], "b0": [32], "W1": [5, 5, 32, 64], "b1": [64],
+        "W2": [3136, 1024], "b2": [1024], "W3": [1024, 10], "b3": [10]}
+for k in ("", "m_", "v_"):
+    for name, shape in want.items():
+        got = h[k + name]
+        assert got["dtype"] == "F32" and got["shape"] == shape, (k + name, got)
+assert len(h) == 25, sorted(h)  # 24 tensors and __metadata__
+assert h["__metadata__"]["ringflow.step"] == "20", h["__metadata__"]
+PY
+"$ringflow" train --model cnn --devices cpu:0-1 --bench --warmup 0 --steps 1 \
+  --batch 16 --load "$tmp/allreduce.ckpt" > "$tmp/out"
+grep -q "loaded .* (step 20)" "$tmp/out"
+grep -Eq "^samples_per_sec=[0-9.]+ batch=16 devices=2 steps=1 " "$tmp/out"
+if "$ringflow" train --steps 1 --quiet --load "$tmp/allreduce.ckpt" 2> "$tmp/err"; then
+  echo "the MLP loaded a CNN checkpoint"; exit 1
+fi
+grep -q "holds 24 tensors; this model has 18" "$tmp/err"
+"$ringflow" train --model mlp --devices 2 --steps 1 --epochs 1 --quiet |
+  grep -q "MLP 784-512-256-10 on 2 devices"
+set +e
+"$ringflow" train --model bogus --steps 1 2> "$tmp/err"
+rc=$?
+set -e
+[ "$rc" = 2 ] || { echo "--model bogus exited $rc, not 2"; exit 1; }
+grep -q "\-\-model 'bogus': not one of the choices; allowed: mlp or cnn" "$tmp/err"
+echo "train_cnn: ok"

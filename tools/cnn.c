@@ -1,0 +1,62 @@
+/* tools/cnn.c - the network of cnn.h: conv 5x5x32 SAME + bias + relu, max
+ * pool 2x2, conv 5x5x64 SAME + bias + relu, max pool 2x2, flatten, dense
+ * 1024 + relu, dense 10 (the TensorFlow tutorial's network for MNIST, less
+ * its dropout: see cnn_logits). */
+#include "cnn.h"
+
+#define SIDE 28     /* input images are SIDE x SIDE x 1 */
+#define KERNEL 5    /* both convolutions' window */
+#define C1 32       /* first convolution's channels */
+#define C2 64       /* second's */
+#define HIDDEN 1024 /* dense layer's units */
+#define CLASSES 10
+#define FLAT ((SIDE / 4) * (SIDE / 4) * C2) /* after two 2x2 pools: 3136 */
+
+rf_shape cnn_input_shape(int rows) {
+  return rf_shape_of(4, rows, SIDE, SIDE, 1);
+}
+
+rf_shape cnn_param_shape(int p) {
+  switch (p) {
+    case 0: return rf_shape_of(4, KERNEL, KERNEL, 1, C1);
+    case 1: return rf_shape_of(1, C1);
+    case 2: return rf_shape_of(4, KERNEL, KERNEL, C1, C2);
+    case 3: return rf_shape_of(1, C2);
+    case 4: return rf_shape_of(2, FLAT, HIDDEN);
+    case 5: return rf_shape_of(1, HIDDEN);
+    case 6: return rf_shape_of(2, HIDDEN, CLASSES);
+    default: return rf_shape_of(1, CLASSES);
+  }
+}
+
+void cnn_fans(int p, int *fan_in, int *fan_out) {
+  static const int in[] = {KERNEL * KERNEL * 1, KERNEL * KERNEL * C1, FLAT,
+                           HIDDEN};
+  static const int out[] = {KERNEL * KERNEL * C1, KERNEL * KERNEL * C2, HIDDEN,
+                            CLASSES};
+  *fan_in = in[p / 2];
+  *fan_out = out[p / 2];
+}
+
+/* conv SAME + bias + relu, then a 2x2 max pool of stride 2. */
+static rf_output conv_block(rf_graph *g, rf_output x, rf_output w,
+                            rf_output b) {
+  static const int64_t one[4] = {1, 1, 1, 1}, two[4] = {1, 2, 2, 1};
+  rf_output h = rf_conv2d(g, NULL, x, w, one, "SAME", NULL);
+  h = rf_relu(g, NULL, rf_bias_add(g, NULL, h, b));
+  return rf_max_pool(g, NULL, h, two, two, "SAME");
+}
+
+rf_output cnn_logits(rf_graph *g, rf_output x, const rf_output *params) {
+  rf_output h = conv_block(g, x, params[0], params[1]);
+  h = conv_block(g, h, params[2], params[3]);
+  const int64_t flat[2] = {-1, FLAT};
+  h = rf_reshape_to(g, NULL, h, 2, flat);
+  h = rf_matmul(g, NULL, h, params[4], false, false);
+  h = rf_relu(g, NULL, rf_bias_add(g, NULL, h, params[5]));
+  /* Dropout (rate 0.5 while training, none when evaluating) belongs here,
+   * once the op exists: it needs a training flag fed by train.c, since the
+   * same replica graph computes the test accuracy. */
+  h = rf_matmul(g, NULL, h, params[6], false, false);
+  return rf_bias_add(g, NULL, h, params[7]);
+}
