@@ -14,24 +14,6 @@ typedef struct drop_args {
   rf_tensor *y, *mask;
 } drop_args;
 
-static double load(rf_dtype dt, const void *p, int64_t i) {
-  switch (dt) {
-    case RF_FLOAT16: return rf__h2f(((const uint16_t *)p)[i]);
-    case RF_BFLOAT16: return rf__bf2f(((const uint16_t *)p)[i]);
-    case RF_FLOAT32: return ((const float *)p)[i];
-    default: return ((const double *)p)[i];
-  }
-}
-
-static void store(rf_dtype dt, void *p, int64_t i, double v) {
-  switch (dt) {
-    case RF_FLOAT16: ((uint16_t *)p)[i] = rf__f2h((float)v); break;
-    case RF_BFLOAT16: ((uint16_t *)p)[i] = rf__f2bf((float)v); break;
-    case RF_FLOAT32: ((float *)p)[i] = (float)v; break;
-    default: ((double *)p)[i] = v; break;
-  }
-}
-
 static void drop_range(void *arg, int64_t begin, int64_t end) {
   const drop_args *a = arg;
   const rf__dropout_key *k = a->k;
@@ -40,8 +22,8 @@ static void drop_range(void *arg, int64_t begin, int64_t end) {
     double m = rf__dropout_keep(k->seed, k->step, k->device, i, k->rate)
                    ? k->scale
                    : 0.0;
-    store(dt, a->mask->data, i, m);
-    store(dt, a->y->data, i, m * load(dt, a->x->data, i));
+    rf__float_store(dt, a->mask->data, i, m);
+    rf__float_store(dt, a->y->data, i, m * rf__float_load(dt, a->x->data, i));
   }
 }
 

@@ -7,24 +7,6 @@
 #include "kernels/kernel.h"
 #include "kernels/kernel_families.h"
 
-static double load(rf_dtype dt, const void *p, int64_t i) {
-  switch (dt) {
-    case RF_FLOAT16: return rf__h2f(((const uint16_t *)p)[i]);
-    case RF_BFLOAT16: return rf__bf2f(((const uint16_t *)p)[i]);
-    case RF_FLOAT32: return ((const float *)p)[i];
-    default: return ((const double *)p)[i];
-  }
-}
-
-static void store(rf_dtype dt, void *p, int64_t i, double v) {
-  switch (dt) {
-    case RF_FLOAT16: ((uint16_t *)p)[i] = rf__f2h((float)v); break;
-    case RF_BFLOAT16: ((uint16_t *)p)[i] = rf__f2bf((float)v); break;
-    case RF_FLOAT32: ((float *)p)[i] = (float)v; break;
-    default: ((double *)p)[i] = v; break;
-  }
-}
-
 typedef struct gelu_args {
   const rf_tensor *dy, *x; /* dy NULL: no factor */
   rf_tensor *out;
@@ -36,9 +18,9 @@ static void gelu_range(void *arg, int64_t begin, int64_t end) {
   const gelu_args *a = arg;
   rf_dtype dt = a->x->dtype;
   for (int64_t i = begin; i < end; i++) {
-    double v = rf__gelu(load(dt, a->x->data, i), a->approx, a->which);
-    if (a->dy) v *= load(dt, a->dy->data, i);
-    store(dt, a->out->data, i, v);
+    double v = rf__gelu(rf__float_load(dt, a->x->data, i), a->approx, a->which);
+    if (a->dy) v *= rf__float_load(dt, a->dy->data, i);
+    rf__float_store(dt, a->out->data, i, v);
   }
 }
 

@@ -9,6 +9,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "ringflow/dtype.h"
+
 static inline uint32_t rf__f2u(float f) {
   uint32_t u;
   memcpy(&u, &f, sizeof u);
@@ -61,6 +63,27 @@ static inline uint16_t rf__f2bf(float x) {
   uint32_t u = rf__f2u(x);
   if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
   return (uint16_t)((u + 0x7fff + ((u >> 16) & 1)) >> 16);
+}
+
+/* Element i of a float tensor of dtype dt (float16, bfloat16, float32 or
+ * float64) as a double, and back with one rounding: for kernels that compute
+ * every float dtype in double one element at a time. */
+static inline double rf__float_load(rf_dtype dt, const void *p, int64_t i) {
+  switch (dt) {
+    case RF_FLOAT16: return rf__h2f(((const uint16_t *)p)[i]);
+    case RF_BFLOAT16: return rf__bf2f(((const uint16_t *)p)[i]);
+    case RF_FLOAT32: return ((const float *)p)[i];
+    default: return ((const double *)p)[i];
+  }
+}
+
+static inline void rf__float_store(rf_dtype dt, void *p, int64_t i, double v) {
+  switch (dt) {
+    case RF_FLOAT16: ((uint16_t *)p)[i] = rf__f2h((float)v); break;
+    case RF_BFLOAT16: ((uint16_t *)p)[i] = rf__f2bf((float)v); break;
+    case RF_FLOAT32: ((float *)p)[i] = (float)v; break;
+    default: ((double *)p)[i] = v; break;
+  }
 }
 
 #endif

@@ -65,24 +65,6 @@ static rf_status *gather_compute(rf__kernel_ctx *ctx) {
 
 /* ---- _GatherGrad ---- */
 
-static double load(rf_dtype dt, const void *p, int64_t i) {
-  switch (dt) {
-    case RF_FLOAT16: return rf__h2f(((const uint16_t *)p)[i]);
-    case RF_BFLOAT16: return rf__bf2f(((const uint16_t *)p)[i]);
-    case RF_FLOAT32: return ((const float *)p)[i];
-    default: return ((const double *)p)[i];
-  }
-}
-
-static void store(rf_dtype dt, void *p, int64_t i, double v) {
-  switch (dt) {
-    case RF_FLOAT16: ((uint16_t *)p)[i] = rf__f2h((float)v); break;
-    case RF_BFLOAT16: ((uint16_t *)p)[i] = rf__f2bf((float)v); break;
-    case RF_FLOAT32: ((float *)p)[i] = (float)v; break;
-    default: ((double *)p)[i] = v; break;
-  }
-}
-
 typedef struct scatter_args {
   const rf__gather_dims *d;
   const rf_tensor *dy, *idx;
@@ -98,7 +80,7 @@ static void scatter_outer(void *arg, int64_t begin, int64_t end) {
       double *dst = a->acc + (o * d->n + index_at(a->idx, j)) * d->inner;
       int64_t src = (o * d->k + j) * d->inner;
       for (int64_t i = 0; i < d->inner; i++)
-        dst[i] += load(a->dy->dtype, a->dy->data, src + i);
+        dst[i] += rf__float_load(a->dy->dtype, a->dy->data, src + i);
     }
 }
 
@@ -120,7 +102,7 @@ static rf_status *gather_grad_compute(rf__kernel_ctx *ctx) {
   rf__kernel_parallel_for(ctx, d.outer, (d.k + 1) * d.inner + 8, scatter_outer,
                           &a);
   for (int64_t i = 0; i < out->num_elements; i++)
-    store(dy->dtype, out->data, i, acc[i]);
+    rf__float_store(dy->dtype, out->data, i, acc[i]);
   rf__free(acc);
   return NULL;
 }

@@ -119,24 +119,6 @@ typedef struct tile_grad_args {
   int64_t dy_strides[RF_MAX_RANK];
 } tile_grad_args;
 
-static double load(rf_dtype dt, const void *p, int64_t i) {
-  switch (dt) {
-    case RF_FLOAT16: return rf__h2f(((const uint16_t *)p)[i]);
-    case RF_BFLOAT16: return rf__bf2f(((const uint16_t *)p)[i]);
-    case RF_FLOAT32: return ((const float *)p)[i];
-    default: return ((const double *)p)[i];
-  }
-}
-
-static void store(rf_dtype dt, void *p, int64_t i, double v) {
-  switch (dt) {
-    case RF_FLOAT16: ((uint16_t *)p)[i] = rf__f2h((float)v); break;
-    case RF_BFLOAT16: ((uint16_t *)p)[i] = rf__f2bf((float)v); break;
-    case RF_FLOAT32: ((float *)p)[i] = (float)v; break;
-    default: ((double *)p)[i] = v; break;
-  }
-}
-
 static uint64_t load_int(rf_dtype dt, const void *p, int64_t i) {
   switch (dt) {
     case RF_INT8: return (uint64_t)((const int8_t *)p)[i];
@@ -176,12 +158,12 @@ static void tile_grad_rows(void *arg, int64_t begin, int64_t end) {
         tr /= a->m[k];
       }
       if (fl)
-        sum += load(dt, a->dy->data, off);
+        sum += rf__float_load(dt, a->dy->data, off);
       else
         isum += load_int(dt, a->dy->data, off);
     }
     if (fl)
-      store(dt, a->dx->data, j, sum);
+      rf__float_store(dt, a->dx->data, j, sum);
     else
       store_int(dt, a->dx->data, j, isum);
   }
