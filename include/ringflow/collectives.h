@@ -50,7 +50,10 @@ RF_API rf_output rf_all_reduce(rf_graph *g, const char *name, rf_output input,
                                rf_reduction reduction, int num_devices,
                                const char *shared_name);
 /* All n participants at once: outputs[i] on the device of inputs[i], shared
- * name derived from `name` (generated when NULL). The inputs must share one
+ * name derived from `name` (participants <name>_0 ... <name>_<n-1>); when
+ * NULL, generated: "AllReduce", "AllReduce_1", ... (likewise "AllGather",
+ * "ReduceScatter"), the first whose participant names are all free, so every
+ * unnamed call is a collective of its own. The inputs must share one
  * dtype (else INVALID_ARGUMENT naming both inputs, their dtypes and devices;
  * likewise for rf_all_gather_n, rf_reduce_scatter_n and rf_reduce). On error
  * nothing is added, outputs is untouched and the graph keeps the error. */

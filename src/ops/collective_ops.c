@@ -255,6 +255,27 @@ rf_output rf_reduce_scatter(rf_graph *g, const char *name, rf_output input,
 }
 
 /* n participants named <name>_<i> sharing <name>; all or nothing. */
+/* A shared name for n participants built without a name: op, op_1, op_2 ...,
+ * the first that no node has and whose participant names (<shared>_<i>) are
+ * free too. (A node named op never exists - the participants are op_0 ... -
+ * so unique-naming op alone gave every unnamed collective the same name.) */
+static void fresh_shared_name(rf_graph *g, const char *op, int n, char *buf,
+                              size_t len) {
+  char part[RF_ARG_NAME_MAX + 96];
+  for (long long k = 0;; k++) {
+    if (k == 0)
+      snprintf(buf, len, "%s", op);
+    else
+      snprintf(buf, len, "%s_%lld", op, k);
+    bool free_name = !rf_graph_find_node(g, buf);
+    for (int i = 0; i < n && free_name; i++) {
+      snprintf(part, sizeof part, "%s_%d", buf, i);
+      free_name = !rf_graph_find_node(g, part);
+    }
+    if (free_name) return;
+  }
+}
+
 static void participants_n(rf_graph *g, const char *op, const char *name,
                            const rf_output *inputs, int n,
                            const char *reduction, rf_output *outputs) {
@@ -266,7 +287,7 @@ static void participants_n(rf_graph *g, const char *op, const char *name,
   }
   if (!rf__graph_inputs_ok(g, op, inputs, n)) return;
   char fresh[RF_ARG_NAME_MAX + 64];
-  if (!name) rf__graph_unique_name(g, op, fresh, sizeof fresh);
+  if (!name) fresh_shared_name(g, op, n, fresh, sizeof fresh);
   const char *shared = name ? name : fresh;
   for (int i = 0; i < n; i++)
     if (!require_device(g, op, shared, inputs[i])) return;

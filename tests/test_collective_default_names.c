@@ -1,0 +1,123 @@
+/* tests/test_collective_default_names.c - collectives built without a name
+ * (rf_all_reduce_n, rf_all_gather_n and rf_reduce_scatter_n with name NULL)
+ * get a generated shared name of their own each time: several in one graph,
+ * and one beside a user's collective named like a generated name, each
+ * reduce their own inputs, against sums computed here. */
+#include <stdio.h>
+
+#include "ringflow/collectives.h"
+#include "testutil.h"
+
+#define N 3    /* devices */
+#define ROWS 2 /* per device */
+
+typedef void (*build_fn)(rf_graph *g, const char *name, const rf_output *in,
+                         rf_output *out);
+
+static void all_reduce(rf_graph *g, const char *name, const rf_output *in,
+                       rf_output *out) {
+  rf_all_reduce_n(g, name, in, N, RF_REDUCE_SUM, out);
+}
+static void all_gather(rf_graph *g, const char *name, const rf_output *in,
+                       rf_output *out) {
+  rf_all_gather_n(g, name, in, N, out);
+}
+static void reduce_scatter(rf_graph *g, const char *name, const rf_output *in,
+                           rf_output *out) {
+  rf_reduce_scatter_n(g, name, in, N, RF_REDUCE_SUM, out);
+}
+
+/* Collective c's input on device d: constants distinct per (c, d, row). */
+static double value(int c, int d, int r) { return 100.0 * c + 10.0 * d + r; }
+
+/* Builds `count` collectives of one kind on cpu:0..N-1, named names[c]
+ * (NULL: generated), runs them and checks every device's result. */
+static void check(build_fn build, int kind, const char *const *names,
+                  int count) {
+  rf_graph *g = rf_graph_new();
+  rf_output outs[4][N];
+  for (int c = 0; c < count; c++) {
+    rf_output in[N];
+    for (int d = 0; d < N; d++) {
+      char dev[16];
+      snprintf(dev, sizeof dev, "cpu:%d", d);
+      assert_ok(rf_graph_push_device(g, dev));
+      rf_shape shape = rf_shape_of(1, N * ROWS);
+      rf_tensor *t;
+      assert_ok(rf_tensor_new(RF_FLOAT64, &shape, NULL, &t));
+      for (int r = 0; r < N * ROWS; r++) rf_tensor_set(t, r, value(c, d, r));
+      in[d] = rf_const(g, NULL, t);
+      rf_tensor_release(t);
+      rf_graph_pop_device(g);
+    }
+    build(g, names[c], in, outs[c]);
+  }
+  rf_status *st = rf_graph_status(g);
+  assert_ok(st);
+  rf_output fetch[4 * N];
+  for (int c = 0; c < count; c++)
+    for (int d = 0; d < N; d++) fetch[c * N + d] = outs[c][d];
+  rf_tensor *got[4 * N];
+  rf_test_run(g, N, NULL, 0, fetch, count * N, got);
+  for (int c = 0; c < count; c++)
+    for (int d = 0; d < N; d++) {
+      const rf_tensor *t = got[c * N + d];
+      double want[N * N * ROWS];
+      int64_t len = 0;
+      if (kind == 0) { /* all-reduce: the sum over devices */
+        for (int r = 0; r < N * ROWS; r++) {
+          want[r] = 0;
+          for (int e = 0; e < N; e++) want[r] += value(c, e, r);
+        }
+        len = N * ROWS;
+      } else if (kind == 1) { /* all-gather: every device's input in order */
+        for (int e = 0; e < N; e++)
+          for (int r = 0; r < N * ROWS; r++)
+            want[e * N * ROWS + r] = value(c, e, r);
+        len = N * N * ROWS;
+      } else { /* reduce-scatter: device d's rows of the sum */
+        for (int r = 0; r < ROWS; r++) {
+          want[r] = 0;
+          for (int e = 0; e < N; e++) want[r] += value(c, e, d * ROWS + r);
+        }
+        len = ROWS;
+      }
+      rf_test_assert_near(t, rf_shape_of(1, len), want, 0, __FILE__, __LINE__);
+    }
+  for (int i = 0; i < count * N; i++) rf_tensor_release(got[i]);
+  rf_graph_free(g);
+}
+
+static const char *const unnamed[] = {NULL, NULL, NULL};
+
+static void test_two_unnamed_all_reduces(void **state) {
+  (void)state;
+  check(all_reduce, 0, unnamed, 3);
+}
+
+static void test_two_unnamed_all_gathers(void **state) {
+  (void)state;
+  check(all_gather, 1, unnamed, 3);
+}
+
+static void test_two_unnamed_reduce_scatters(void **state) {
+  (void)state;
+  check(reduce_scatter, 2, unnamed, 3);
+}
+
+/* Users' collectives named like generated ones, then unnamed ones. */
+static void test_beside_user_names(void **state) {
+  (void)state;
+  const char *names[] = {"AllReduce", "AllReduce_1", NULL, NULL};
+  check(all_reduce, 0, names, 4);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_two_unnamed_all_reduces),
+      cmocka_unit_test(test_two_unnamed_all_gathers),
+      cmocka_unit_test(test_two_unnamed_reduce_scatters),
+      cmocka_unit_test(test_beside_user_names),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
