@@ -13,10 +13,10 @@
  * it is freed (per attempt the counts differ between processes; ASan's
  * LeakSanitizer also checks at exit).
  *
- * Not yet in CI: RF_TEST_INJECT_TASK=0, failures in the job's coordinator:
- * a READY it cannot record (coordinator.c on_ready, no memory) makes its own
- * step time out blaming the other task, and later steps find the session
- * broken ("an earlier collective ... did not finish").
+ * RF_TEST_INJECT_TASK=0 (ctest: test_mpi_fault_injection_coordinator):
+ * failures in the job's coordinator, which must fail the collective at once
+ * (RESOURCE_EXHAUSTED on task 0, never DEADLINE_EXCEEDED) and never send GO
+ * to only some tasks (the next step would find the session broken).
  *
  * Not swept: rf_session_new. A process whose rf_session_new fails before
  * the job's attach leaves the others' attach pending: they fail with

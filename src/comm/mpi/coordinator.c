@@ -69,10 +69,65 @@ static int64_t forget_after(int64_t timeout_ms) {
   return t > FORGET_MIN_NS ? t : FORGET_MIN_NS;
 }
 
-static void send_abort(rf__job *j, int to, const rf__mpi_centry *e) {
+/* ABORT to task `to`. Unsent to this task (no memory for the message):
+ * handed to its member here, so that its collective fails at once instead
+ * of waiting for a verdict; another task then times out. */
+static void abort_task(rf__job *j, int to, const char *name, int64_t job_step,
+                       rf_code code, const char *text) {
   rf__mpi_msg h = {
-      .type = RF_MSG_ABORT, .job_step = e->job_step, .code = (int32_t)e->code};
-  rf__mpi_send_msg(j, to, &h, e->name, NULL, e->msg);
+      .type = RF_MSG_ABORT, .job_step = job_step, .code = (int32_t)code};
+  if (rf__mpi_send_msg(j, to, &h, name, NULL, text) == RF_OK || to != j->task)
+    return;
+  h.task = j->task;
+  h.epoch = j->epoch;
+  rf__mpi_msg_view v = {&h, name, "", text ? text : ""};
+  rf__mpi_member_verdict(j, &v, rf__mpi_now_ns());
+}
+
+static void send_abort(rf__job *j, int to, const rf__mpi_centry *e) {
+  abort_task(j, to, e->name, e->job_step, e->code, e->msg);
+}
+
+/* ---- collectives it had no memory to record ---- */
+
+static uint64_t name_hash(const char *name) { /* FNV-1a */
+  uint64_t x = 14695981039346656037ULL;
+  for (const unsigned char *c = (const unsigned char *)name; *c; c++)
+    x = (x ^ *c) * 1099511628211ULL;
+  return x;
+}
+
+static bool oom_known(const rf__job *j, const char *name, int64_t job_step,
+                      int64_t now) {
+  uint64_t x = name_hash(name);
+  int n = j->num_oom < 8 ? j->num_oom : 8;
+  for (int i = 0; i < n; i++)
+    if (j->oom[i].job_step == job_step && j->oom[i].name_hash == x &&
+        now < j->oom[i].forget_ns)
+      return true;
+  return false;
+}
+
+/* A READY that task 0 had no memory to record: without a record its group
+ * would wait for it until the deadline and blame the others. It fails the
+ * collective at once: ABORT to the sender, and to every later READY of it
+ * (remembered in a fixed table: no memory is needed). */
+static void oom_ready(rf__job *j, const rf__mpi_msg_view *v, int64_t now) {
+  if (!oom_known(j, v->name, v->h->job_step, now)) {
+    int i = j->num_oom++ % 8;
+    j->oom[i].job_step = v->h->job_step;
+    j->oom[i].name_hash = name_hash(v->name);
+    j->oom[i].forget_ns =
+        now +
+        forget_after(v->h->timeout_ms > 0 ? v->h->timeout_ms : j->timeout_ms);
+  }
+  char msg[512];
+  snprintf(msg, sizeof msg,
+           "collective '%.200s' (job step %lld): out of memory on task 0, "
+           "the job's coordinator",
+           v->name, (long long)v->h->job_step);
+  abort_task(j, v->h->task, v->name, v->h->job_step, RF_RESOURCE_EXHAUSTED,
+             msg);
 }
 
 /* Fails e with a message (code, printf format) and tells every task that
@@ -285,8 +340,16 @@ static void decide(rf__job *j, rf__mpi_centry *e, int64_t now) {
                     .root_rank = root_rank,
                     .rank = ref->rank};
   memcpy(go.dims, ref->dims, sizeof go.dims);
-  for (int i = 0; i < e->n; i++)
-    rf__mpi_send_msg(j, e->tasks[i], &go, e->name, NULL, NULL);
+  /* GO to every task or to none: a task without it would leave the others
+   * in the MPI collective until it times out and breaks the session. */
+  if (rf__mpi_send_msg_all(j, e->n, e->tasks, &go, e->name, NULL, NULL) ==
+      RF_RESOURCE_EXHAUSTED) {
+    fail(j, e, now, RF_RESOURCE_EXHAUSTED,
+         "collective '%s' (job step %lld): out of memory on task 0, the "
+         "job's coordinator",
+         e->name, (long long)e->job_step);
+    return;
+  }
   HASH_DEL(j->centries, e);
   entry_free(e);
 }
@@ -295,9 +358,14 @@ static void decide(rf__job *j, rf__mpi_centry *e, int64_t now) {
 
 static void on_ready(rf__job *j, const rf__mpi_msg_view *v, int64_t now) {
   const rf__mpi_msg *h = v->h;
+  if (oom_known(j, v->name, h->job_step, now)) {
+    oom_ready(j, v, now);
+    return;
+  }
   rf__mpi_centry *e =
       find_or_make(j, v->name, h->job_step, v->devices, h->timeout_ms, now);
-  if (!e) { /* no memory: that task times out */
+  if (!e) {
+    oom_ready(j, v, now);
     return;
   }
   if (e->n == 0 && !e->failed) return; /* cannot happen: READY has devices */

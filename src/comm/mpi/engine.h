@@ -130,8 +130,15 @@ struct rf__job {
   rf__mpi_data_thread *data_thread; /* started at the first blocking op */
   rf__mpi_centry *centries;         /* task 0: collectives being agreed */
   rf__mpi_fstep *failed;            /* task 0: failed job steps */
-  rf__mpi_set *sets;                /* by key */
-  rf_status *broken;                /* set: no more collectives */
+  /* task 0: collectives it had no memory to record (coordinator.c), kept
+   * without allocating so that their later READYs fail at once too */
+  struct {
+    int64_t job_step, forget_ns;
+    uint64_t name_hash;
+  } oom[8];
+  int num_oom;
+  rf__mpi_set *sets; /* by key */
+  rf_status *broken; /* set: no more collectives */
   /* A peer may be dead: a collective timed out waiting for other tasks
    * (rf__mpi_peer_suspect), and none spanning every task has completed
    * since (rf__mpi_peer_resolved). Counted in the engine's exit decision. */
@@ -240,6 +247,12 @@ void rf__mpi_job_command(rf__mpi_cmd *c);
 rf_code rf__mpi_send_msg(rf__job *j, int to, const rf__mpi_msg *h,
                          const char *name, const char *devices,
                          const char *text);
+/* Sends one message to each of to[0..n): all of them, or (without memory
+ * for every copy) none and RESOURCE_EXHAUSTED; UNAVAILABLE when an
+ * MPI_Isend failed (the others went). */
+rf_code rf__mpi_send_msg_all(rf__job *j, int n, const int *to,
+                             const rf__mpi_msg *h, const char *name,
+                             const char *devices, const char *text);
 /* Receives the next message if one came: 1 with *v filled (valid until the
  * next call), 0 when none came, -1 when one came that is dropped (another
  * session's, malformed, or no memory for it). An MPI error is *err (and 0):

@@ -39,17 +39,18 @@ static size_t len_of(const char *s, size_t max) {
   return n < max ? n : max;
 }
 
-rf_code rf__mpi_send_msg(rf__job *j, int to, const rf__mpi_msg *h,
-                         const char *name, const char *devices,
-                         const char *text) {
+/* A message's send, its buffer filled; NULL without memory. */
+static rf__mpi_send *send_new(rf__job *j, const rf__mpi_msg *h,
+                              const char *name, const char *devices,
+                              const char *text, int *len) {
   size_t size = sizeof *h + len_of(name, INT32_MAX) +
                 len_of(devices, INT32_MAX) + len_of(text, RF_MPI_TEXT_MAX) + 3;
   rf__mpi_send *s = rf__calloc(1, sizeof *s);
   char *buf = size <= INT_MAX ? rf__malloc(size) : NULL;
-  if (!s || !buf) { /* the peer times out instead */
+  if (!s || !buf) {
     rf__free(s);
     rf__free(buf);
-    return RF_RESOURCE_EXHAUSTED;
+    return NULL;
   }
   rf__mpi_msg *m = (rf__mpi_msg *)buf;
   *m = *h;
@@ -60,15 +61,59 @@ rf_code rf__mpi_send_msg(rf__job *j, int to, const rf__mpi_msg *h,
   m->devices_len = put(buf, &at, devices, INT32_MAX);
   m->text_len = put(buf, &at, text, RF_MPI_TEXT_MAX);
   s->buf = buf;
-  if (MPI_Isend(buf, (int)at, MPI_BYTE, to, RF_MPI_TAG_CTL, j->ctl, &s->req) !=
+  *len = (int)at;
+  return s;
+}
+
+/* Starts s (consumed) to `to`. */
+static rf_code send_post(rf__job *j, int to, rf__mpi_send *s, int len) {
+  if (MPI_Isend(s->buf, len, MPI_BYTE, to, RF_MPI_TAG_CTL, j->ctl, &s->req) !=
       MPI_SUCCESS) {
-    rf__free(buf);
+    rf__free(s->buf);
     rf__free(s);
     return RF_UNAVAILABLE;
   }
   s->next = j->sends;
   j->sends = s;
   return RF_OK;
+}
+
+rf_code rf__mpi_send_msg(rf__job *j, int to, const rf__mpi_msg *h,
+                         const char *name, const char *devices,
+                         const char *text) {
+  int len = 0;
+  rf__mpi_send *s = send_new(j, h, name, devices, text, &len);
+  if (!s) return RF_RESOURCE_EXHAUSTED; /* the peer times out instead */
+  return send_post(j, to, s, len);
+}
+
+rf_code rf__mpi_send_msg_all(rf__job *j, int n, const int *to,
+                             const rf__mpi_msg *h, const char *name,
+                             const char *devices, const char *text) {
+  rf__mpi_send *ready = NULL; /* all made before any is sent */
+  int len = 0;
+  for (int i = 0; i < n; i++) {
+    rf__mpi_send *s = send_new(j, h, name, devices, text, &len);
+    if (!s) {
+      while (ready) {
+        rf__mpi_send *r = ready;
+        ready = r->next;
+        rf__free(r->buf);
+        rf__free(r);
+      }
+      return RF_RESOURCE_EXHAUSTED;
+    }
+    s->next = ready;
+    ready = s;
+  }
+  rf_code code = RF_OK;
+  for (int i = n - 1; i >= 0; i--) { /* ready holds them last first */
+    rf__mpi_send *s = ready;
+    ready = s->next;
+    rf_code c = send_post(j, to[i], s, len);
+    if (c != RF_OK) code = c;
+  }
+  return code;
 }
 
 /* Room for bytes in j->recv_buf; false without memory. */
