@@ -62,4 +62,5 @@ __all__ = [
     "uint8", "zeros_like",
 ]
 __all__ += ["concat", "dropout", "expand_dims", "gather", "gelu",
-            "layer_norm", "one_hot", "pad", "slice", "split", "squeeze", "tile", "transpose", "where"]
+            "layer_norm", "one_hot", "pad", "slice", "split", "squeeze",
+            "tile", "transpose", "where"]
