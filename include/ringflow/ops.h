@@ -277,6 +277,21 @@ RF_API rf_output rf_softmax_axis(rf_graph *g, const char *name, rf_output x,
 RF_API rf_output rf_dropout(rf_graph *g, const char *name, rf_output x,
                             double rate, int64_t seed);
 
+/* ---- normalization ---- */
+/* Layer normalization over the last axis of a float x of rank >= 1 (shape
+ * [..., C]), as torch.nn.LayerNorm(C): each row r of C elements gives
+ * y[r, j] = (x[r, j] - mean_r) / sqrt(var_r + epsilon) * gamma[j] + beta[j],
+ * var_r the biased variance (divided by C); gamma and beta have shape [C]
+ * and x's dtype; epsilon >= 0 (PyTorch's default is 1e-5; Keras's is 1e-3).
+ * Statistics are computed in double and each output rounded once (float16
+ * and bfloat16 included). Rows may be 0 (empty batch); C may be 1 (y is
+ * then beta). Gradients for x, gamma and beta (dgamma and dbeta summed over
+ * the rows in a fixed order, so they are deterministic); no second-order
+ * gradient. Errors (INVALID_ARGUMENT): x of rank 0, gamma or beta not [C],
+ * epsilon < 0, a non-float dtype. */
+RF_API rf_output rf_layer_norm(rf_graph *g, const char *name, rf_output x,
+                               rf_output gamma, rf_output beta, double epsilon);
+
 #ifdef __cplusplus
 }
 #endif

@@ -21,8 +21,8 @@ from ringflow._lib import lib as _lib
 from ringflow import collectives, errors, nccl, nn
 from ringflow import checkpoint as checkpoint
 from ringflow.array_ops import (concat, dropout, expand_dims, gather, gelu,
-                                one_hot, pad, slice, split, squeeze, tile,
-                                transpose, where)
+                                layer_norm, one_hot, pad, slice, split,
+                                squeeze, tile, transpose, where)
 from ringflow.dlpack import GpuTensor, from_dlpack
 from ringflow.dtypes import (bfloat16, bool, float16, float32, float64,
                              int8, int32, int64, resource, uint8, as_dtype)
@@ -61,5 +61,6 @@ __all__ = [
     "sparse_softmax_cross_entropy_with_logits", "subtract", "tanh",
     "uint8", "zeros_like",
 ]
-__all__ += ["concat", "dropout", "expand_dims", "gather", "gelu", "one_hot",
-            "pad", "slice", "split", "squeeze", "tile", "transpose", "where"]
+__all__ += ["concat", "dropout", "expand_dims", "gather", "gelu",
+            "layer_norm", "one_hot", "pad", "slice", "split", "squeeze",
+            "tile", "transpose", "where"]

@@ -1,6 +1,6 @@
 """Array ops with TensorFlow 1 names: transpose, concat, split, slice,
-expand_dims, squeeze, pad, tile, gather, one_hot, where, gelu, dropout
-(include/ringflow/ops.h).
+expand_dims, squeeze, pad, tile, gather, one_hot, where, gelu, dropout,
+layer_norm (include/ringflow/ops.h).
 
 Each adds a node to the graph of its tensor inputs (else the default graph)
 on the device of the current device scope. Index arguments (perm, axis,
@@ -23,7 +23,7 @@ from ringflow.framework import (Tensor, convert_to_tensor, graph_of,
 
 __all__ = ["transpose", "concat", "split", "slice", "expand_dims",
            "squeeze", "pad", "tile", "gather", "one_hot", "where", "gelu",
-           "dropout"]
+           "dropout", "layer_norm"]
 
 
 def _ints(values: Any):
@@ -201,3 +201,18 @@ def dropout(x: Any, rate: float, seed: int = 0,
     g, t = _one(x)
     return g._output(lib.rf_dropout, c_name(name), t._c, float(rate),
                      int(seed))
+
+
+def layer_norm(x: Any, gamma: Any, beta: Any, epsilon: float = 1e-5,
+               name: Optional[str] = None) -> Tensor:
+    """Layer normalization over the last axis, as torch.nn.LayerNorm:
+    (x - mean) / sqrt(var + epsilon) * gamma + beta per row, var the
+    biased variance; x float of rank >= 1, shape (..., C); gamma and beta
+    (C,) of x's dtype; epsilon >= 0 (PyTorch's default 1e-5). Gradients
+    for x, gamma and beta."""
+    g = graph_of([x, gamma, beta])
+    x = convert_to_tensor(x, graph=g)
+    gamma = convert_to_tensor(gamma, x.dtype, graph=g)
+    beta = convert_to_tensor(beta, x.dtype, graph=g)
+    return g._output(lib.rf_layer_norm, c_name(name), x._c, gamma._c,
+                     beta._c, float(epsilon))

@@ -22,11 +22,12 @@ rf_status *rf__register_gpu_bucket_kernels(void);
 /* conv family: src/kernels/cpu/{conv,pool}.c */
 rf_status *rf__register_cpu_conv_kernels(void);
 rf_status *rf__register_cpu_pool_kernels(void);
-rf_status *rf__register_cpu_shape_kernels(void);   /* shape_kernels.c */
-rf_status *rf__register_cpu_index_kernels(void);   /* index_kernels.c */
-rf_status *rf__register_cpu_linalg_kernels(void);  /* batch_matmul.c */
-rf_status *rf__register_cpu_gelu_kernels(void);    /* gelu.c */
-rf_status *rf__register_cpu_dropout_kernels(void); /* dropout.c */
+rf_status *rf__register_cpu_shape_kernels(void);      /* shape_kernels.c */
+rf_status *rf__register_cpu_index_kernels(void);      /* index_kernels.c */
+rf_status *rf__register_cpu_linalg_kernels(void);     /* batch_matmul.c */
+rf_status *rf__register_cpu_gelu_kernels(void);       /* gelu.c */
+rf_status *rf__register_cpu_dropout_kernels(void);    /* dropout.c */
+rf_status *rf__register_cpu_layer_norm_kernels(void); /* layer_norm.c */
 
 #ifdef RF_HAVE_CUDA
 /* src/kernels/cpu/collective_kernels.c: the CPU participants, for GPUs */
@@ -40,11 +41,12 @@ rf_status *rf__register_gpu_reduction_kernels(void);
 /* conv family: src/kernels/cuda/{conv,pool}.cu */
 rf_status *rf__register_gpu_conv_kernels(void);
 rf_status *rf__register_gpu_pool_kernels(void);
-rf_status *rf__register_gpu_shape_kernels(void);   /* shape_kernels.cu */
-rf_status *rf__register_gpu_index_kernels(void);   /* index_kernels.cu */
-rf_status *rf__register_gpu_linalg_kernels(void);  /* batch_matmul.cu */
-rf_status *rf__register_gpu_gelu_kernels(void);    /* gelu.cu */
-rf_status *rf__register_gpu_dropout_kernels(void); /* dropout.cu */
+rf_status *rf__register_gpu_shape_kernels(void);      /* shape_kernels.cu */
+rf_status *rf__register_gpu_index_kernels(void);      /* index_kernels.cu */
+rf_status *rf__register_gpu_linalg_kernels(void);     /* batch_matmul.cu */
+rf_status *rf__register_gpu_gelu_kernels(void);       /* gelu.cu */
+rf_status *rf__register_gpu_dropout_kernels(void);    /* dropout.cu */
+rf_status *rf__register_gpu_layer_norm_kernels(void); /* layer_norm.cu */
 #endif
 
 /* BLAS threading (src/kernels/cpu/blas_threads.c). */

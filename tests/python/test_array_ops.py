@@ -230,3 +230,47 @@ def test_dropout(rng):
     assert not np.array_equal(a, b)  # the next step drops others
     with rf.Session() as sess:  # a new session replays step 1
         np.testing.assert_array_equal(sess.run(y, {px: x}), a)
+
+
+def _layer_norm_np(x, gamma, beta, eps):
+    m = x.mean(axis=-1, keepdims=True)
+    v = ((x - m) ** 2).mean(axis=-1, keepdims=True)
+    return (x - m) / np.sqrt(v + eps) * gamma + beta
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 5), (4, 1), (0, 6)])
+def test_layer_norm(shape, rng):
+    x = rng.standard_normal(shape)
+    c = shape[-1]
+    gamma, beta = rng.uniform(0.5, 2, c), rng.standard_normal(c)
+    r = rng.standard_normal(shape)
+    px = rf.placeholder(rf.float64, shape)
+    pg = rf.placeholder(rf.float64, (c,))
+    pb = rf.placeholder(rf.float64, (c,))
+    y = rf.layer_norm(px, pg, pb, epsilon=1e-3)
+    assert y.op.type == "LayerNorm"
+    grads = rf.gradients([rf.reduce_sum(y * r)], [px, pg, pb])
+    feed = {px: x, pg: gamma, pb: beta}
+    got, *g = _run([y] + grads, feed)
+    np.testing.assert_allclose(got, _layer_norm_np(x, gamma, beta, 1e-3),
+                               rtol=1e-12, atol=1e-12)
+    h = 1e-6
+    for k, a in enumerate((x, gamma, beta)):
+        fd = np.zeros_like(a)
+        for i in np.ndindex(a.shape):
+            args = [x, gamma, beta]
+            lo, hi = a.copy(), a.copy()
+            lo[i] -= h
+            hi[i] += h
+            args[k] = hi
+            f1 = (_layer_norm_np(*args, 1e-3) * r).sum()
+            args[k] = lo
+            f0 = (_layer_norm_np(*args, 1e-3) * r).sum()
+            fd[i] = (f1 - f0) / (2 * h)
+        np.testing.assert_allclose(g[k], fd, rtol=1e-6, atol=1e-8)
+
+
+def test_layer_norm_errors():
+    px = rf.placeholder(rf.float32, (2, 3))
+    with pytest.raises(rf.errors.InvalidArgumentError, match="gamma"):
+        rf.layer_norm(px, np.ones(4, np.float32), np.zeros(3, np.float32))
