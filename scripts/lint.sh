@@ -9,7 +9,7 @@ clang-format --dry-run --Werror $files
 cppcheck --quiet --error-exitcode=1 --std=c11 --enable=warning,performance,portability \
   --inline-suppr --suppress=missingIncludeSystem -D__GNUC__ -Iinclude -Isrc \
   --include=/usr/include/uthash.h \
-  -i build -i build-asan -i build-tsan src include tools 2>&1
+  -i build -i build-asan -i build-tsan -i build-asan-nocuda -i build-tsan-nocuda src include tools 2>&1
 # No shell: the library runs no program, and the command runs others only
 # through tools/subprocess.c (posix_spawnp with an argument vector).
 if grep -nE '\b(system|popen|exec[lv]p?e?|posix_spawnp?)[[:space:]]*\(' \

@@ -3,7 +3,8 @@
 #   scripts/test.sh                        normal build (build/)
 #   scripts/test.sh --sanitize address,undefined   ASan+UBSan build (build-asan/)
 #   scripts/test.sh --sanitize thread      TSan build of the runtime tests (build-tsan/)
-#   scripts/test.sh --without-cuda         as if no CUDA toolkit were installed (build-nocuda/)
+#   scripts/test.sh --without-cuda         as if no CUDA toolkit were installed (build-nocuda/;
+#                                          with --sanitize: build-asan-nocuda/, build-tsan-nocuda/)
 #   scripts/test.sh --build-only ...       build, run nothing
 #   scripts/test.sh --no-python ...        skip the Python package and its tests
 # Extra arguments after -- go to ctest (e.g. -- -R session).
@@ -22,18 +23,22 @@ python=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --sanitize)
-      san="$2"; shift 2
-      case "$san" in
-        thread) dir=build-tsan ;;
-        *) dir=build-asan ;;
-      esac ;;
-    --without-cuda) cuda=OFF; dir=build-nocuda; shift ;;
+      san="$2"; shift 2 ;;
+    --without-cuda) cuda=OFF; shift ;;
     --build-only) build_only=1; shift ;;
     --no-python) python=0; shift ;;
     --) shift; break ;;
     *) break ;;
   esac
 done
+case "$san" in
+  "") dir=build ;;
+  thread) dir=build-tsan ;;
+  *) dir=build-asan ;;
+esac
+if [ "$cuda" = OFF ]; then
+  [ -z "$san" ] && dir=build-nocuda || dir=$dir-nocuda
+fi
 jobs=$(nproc)
 cmake -S . -B "$dir" -G Ninja -DRF_SANITIZE="$san" -DRF_WITH_CUDA="$cuda" \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
@@ -61,7 +66,7 @@ if [ -z "$san" ]; then
 else
   venv=.venv-asan
   VENV=$venv bash scripts/python_env.sh -C cmake.define.RF_WITH_CUDA="$cuda" \
-    -C cmake.define.RF_SANITIZE="$san" -C build-dir=build-py-asan
+    -C cmake.define.RF_SANITIZE="$san" -C build-dir="build-py-${dir#build-}"
   pyrun=(env LD_PRELOAD="$(cc -print-file-name=libasan.so)"
          ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:protect_shadow_gap=0)
 fi
