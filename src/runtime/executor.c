@@ -363,7 +363,9 @@ static void run_node(frame *f, int v, ready *rd) {
                           .outputs = f->outs + x->out_base,
                           .device = f->plan->device,
                           .step = f->step,
-                          .executor_private = &f->refs[v]};
+                          .executor_private = &f->refs[v],
+                          .output_home =
+                              x->has_home ? rf__executor_output_home : NULL};
     int64_t t0 = f->step->trace ? rf__trace_now() : 0;
     rf_status *st = x->compute(&ctx);
     /* before complete() releases the kernel's buffers: device/gpu/order.h */
@@ -385,6 +387,8 @@ static void run_node(frame *f, int v, ready *rd) {
                           .device = f->plan->device,
                           .step = f->step,
                           .executor_private = &f->refs[v],
+                          .output_home =
+                              x->has_home ? rf__executor_output_home : NULL,
                           .done = async_done,
                           .trace_start = f->step->trace ? rf__trace_now() : 0};
   hold(f); /* released by async_done */
