@@ -651,8 +651,8 @@ static void test_producers_write_into_the_bucket(void **state) {
   assert_ok(rf_session_new(c.g, &o, &s));
   for (int step = 0; step < 3; step++) { /* frames are reused */
     rf_tensor *out[2 * K * NDEV];
-    assert_ok(rf_session_run(s, c.feeds, c.nfeeds, c.fetches, c.nfetches,
-                             NULL, 0, out));
+    assert_ok(rf_session_run(s, c.feeds, c.nfeeds, c.fetches, c.nfetches, NULL,
+                             0, out));
     for (int k = 0; k < K; k++) {
       const float *x[NDEV];
       for (int d = 0; d < NDEV; d++)
@@ -672,8 +672,9 @@ static void test_producers_write_into_the_bucket(void **state) {
   }
   rf_session_free(s);
   assert_ok(rf_set_log_callback(RF_LOG_ERROR, NULL, NULL));
-  assert_true(logged("3 of 3 inputs written in place by their producers, 0 "
-                     "copied in (0 bytes)"));
+  assert_true(
+      logged("3 of 3 inputs written in place by their producers, 0 "
+             "copied in (0 bytes)"));
   logs_clear(&logs);
   case_free(&c);
 }
@@ -695,8 +696,9 @@ static void test_log_says_which_copies_happen(void **state) {
              "72 padding: producers write into the bucket, zero-copy views "
              "out (_BucketUnpack)"));
   /* Fed placeholders are forwarded, not allocated: the pack copies them. */
-  assert_true(logged("0 of 3 inputs written in place by their producers, 3 "
-                     "copied in (3000 bytes)"));
+  assert_true(
+      logged("0 of 3 inputs written in place by their producers, 3 "
+             "copied in (3000 bytes)"));
   assert_true(
       logged("zero-copy views out (_BucketUnpack), cast to bfloat16 "
              "for the wire and back"));

@@ -554,7 +554,7 @@ static int parse_options(int argc, char **argv, options *o) {
       TOOL_INT("bucket-mb", &o->bucket_mb, "N",
                "fuse independent gradient all-reduces into buckets of up to "
                "N MiB (0: one all-reduce per gradient; default: the "
-               "session's 4 KiB)",
+               "session's 1 MiB)",
                0, 1 << 20),
       TOOL_CHOICE("comm-dtype", &o->comm_dtype, "T",
                   "the dtype gradients travel in with --sync allreduce: fp32 "

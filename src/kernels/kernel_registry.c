@@ -132,8 +132,8 @@ rf_status *rf__kernel_alloc_output(rf__kernel_ctx *ctx, int i, rf_dtype dtype,
   }
   rf_tensor *t = NULL;
   /* A reserved place is memory of the device's own kind. */
-  bool own_kind = device_memory || !ctx->device ||
-                  ctx->device->name.type != RF_DEVICE_GPU;
+  bool own_kind =
+      device_memory || !ctx->device || ctx->device->name.type != RF_DEVICE_GPU;
   if (ctx->output_home && own_kind &&
       (t = ctx->output_home(ctx, i, dtype, shape)) != NULL)
     return set_output(ctx, i, NULL, t, out);

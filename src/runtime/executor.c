@@ -354,18 +354,18 @@ static void run_node(frame *f, int v, ready *rd) {
     }
   }
   if (x->compute) {
-    rf__kernel_ctx ctx = {.node = x->node,
-                          .def = x->kernel,
-                          .state = x->state,
-                          .num_inputs = x->num_in,
-                          .inputs = f->slots + x->in_base,
-                          .num_outputs = x->num_out,
-                          .outputs = f->outs + x->out_base,
-                          .device = f->plan->device,
-                          .step = f->step,
-                          .executor_private = &f->refs[v],
-                          .output_home =
-                              x->has_home ? rf__executor_output_home : NULL};
+    rf__kernel_ctx ctx = {
+        .node = x->node,
+        .def = x->kernel,
+        .state = x->state,
+        .num_inputs = x->num_in,
+        .inputs = f->slots + x->in_base,
+        .num_outputs = x->num_out,
+        .outputs = f->outs + x->out_base,
+        .device = f->plan->device,
+        .step = f->step,
+        .executor_private = &f->refs[v],
+        .output_home = x->has_home ? rf__executor_output_home : NULL};
     int64_t t0 = f->step->trace ? rf__trace_now() : 0;
     rf_status *st = x->compute(&ctx);
     /* before complete() releases the kernel's buffers: device/gpu/order.h */
@@ -377,20 +377,20 @@ static void run_node(frame *f, int v, ready *rd) {
     return;
   }
   rf__kernel_ctx *ctx = &f->actx[x->async_index];
-  *ctx = (rf__kernel_ctx){.node = x->node,
-                          .def = x->kernel,
-                          .state = x->state,
-                          .num_inputs = x->num_in,
-                          .inputs = f->slots + x->in_base,
-                          .num_outputs = x->num_out,
-                          .outputs = f->outs + x->out_base,
-                          .device = f->plan->device,
-                          .step = f->step,
-                          .executor_private = &f->refs[v],
-                          .output_home =
-                              x->has_home ? rf__executor_output_home : NULL,
-                          .done = async_done,
-                          .trace_start = f->step->trace ? rf__trace_now() : 0};
+  *ctx = (rf__kernel_ctx){
+      .node = x->node,
+      .def = x->kernel,
+      .state = x->state,
+      .num_inputs = x->num_in,
+      .inputs = f->slots + x->in_base,
+      .num_outputs = x->num_out,
+      .outputs = f->outs + x->out_base,
+      .device = f->plan->device,
+      .step = f->step,
+      .executor_private = &f->refs[v],
+      .output_home = x->has_home ? rf__executor_output_home : NULL,
+      .done = async_done,
+      .trace_start = f->step->trace ? rf__trace_now() : 0};
   hold(f); /* released by async_done */
   x->kernel->compute_async(ctx, async_done);
 }

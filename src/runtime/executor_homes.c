@@ -62,7 +62,8 @@ rf_status *rf__plan_homes(dplan *p) {
       p->num_buckets++;
   if (p->num_buckets == 0) return NULL;
   p->buckets = rf__calloc((size_t)p->num_buckets, sizeof(xbucket));
-  p->homes = rf__malloc(sizeof(xhome) * (size_t)(p->num_outs ? p->num_outs : 1));
+  p->homes =
+      rf__malloc(sizeof(xhome) * (size_t)(p->num_outs ? p->num_outs : 1));
   source *from =
       rf__malloc(sizeof(source) * (size_t)(p->num_slots ? p->num_slots : 1));
   if (!p->buckets || !p->homes || !from) {
@@ -95,16 +96,15 @@ rf_status *rf__plan_homes(dplan *p) {
 
 /* This step's tensor of bucket b, made by the first caller. */
 static rf_tensor *bucket_tensor(frame *f, int b) {
-  rf_tensor *t = atomic_load_explicit(&f->bucket_tensors[b],
-                                      memory_order_acquire);
+  rf_tensor *t =
+      atomic_load_explicit(&f->bucket_tensors[b], memory_order_acquire);
   if (t) return t;
   const xbucket *bk = &f->plan->buckets[b];
   rf__device *dev = f->plan->device;
   rf_shape s = rf_shape_of(1, bk->total);
-  rf_status *st =
-      dev->name.type == RF_DEVICE_GPU
-          ? rf__tensor_new_device(bk->dtype, &s, dev->allocator, &t)
-          : rf_tensor_new(bk->dtype, &s, dev->allocator, &t);
+  rf_status *st = dev->name.type == RF_DEVICE_GPU
+                      ? rf__tensor_new_device(bk->dtype, &s, dev->allocator, &t)
+                      : rf_tensor_new(bk->dtype, &s, dev->allocator, &t);
   if (st) { /* the caller allocates as usual, and reports a failure */
     rf_status_free(st);
     return NULL;
