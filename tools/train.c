@@ -49,7 +49,7 @@ typedef struct options {
   sync_mode sync;
   model_kind model;
   feed_mode feed;
-  bool check, quiet, constant_lr, bench, allow_nonfinite;
+  bool check, quiet, constant_lr, bench, allow_nonfinite, tf32;
   const char *data_dir, *save, *load, *graph_dir, *trace;
   int bucket_mb, comm_dtype; /* -1: the library's default; comm_choices */
 } options;
@@ -655,6 +655,11 @@ static int parse_options(int argc, char **argv, options *o) {
                 "keep training after a NaN or infinite loss (default: stop "
                 "with an error naming the step)"),
       TOOL_FLAG("quiet", &o->quiet, "no progress output"),
+      TOOL_FLAG("tf32", &o->tf32,
+                "let float32 matrix products on GPU devices use TF32 tensor "
+                "cores (rf_session_options.allow_tf32: faster, about 3 "
+                "decimal digits per input; default off, as in PyTorch; CPU "
+                "devices ignore it)"),
       TOOL_INT("bucket-mb", &o->bucket_mb, "N",
                "fuse independent gradient all-reduces into buckets of up to "
                "N MiB (0: one all-reduce per gradient; default: the "
@@ -805,6 +810,7 @@ int cmd_train(int argc, char **argv) {
   sopts.collective_timeout_ms = llround(o.collective_timeout * 1000);
   if (sopts.collective_timeout_ms < 1) sopts.collective_timeout_ms = 1;
   one_opts.collective_timeout_ms = sopts.collective_timeout_ms;
+  sopts.allow_tf32 = one_opts.allow_tf32 = o.tf32;
   train_job job;
   if ((rc = train_job_init(&job, &o.devices, &cfg))) return rc;
   bool lead = job.task == 0; /* prints, writes, checks */
