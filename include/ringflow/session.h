@@ -109,6 +109,19 @@ typedef struct rf_session_options {
    * "float16"; rf_all_reduce_set_comm_dtype) overrides it. Any other
    * string: INVALID_ARGUMENT. Need not outlive rf_session_new. */
   const char *collective_comm_dtype;
+
+  /* ---- TF32 matrix products ----
+   * GPU devices: 1 lets float32 matrix products (MatMul and BatchMatMul,
+   * so also their gradients) use TF32 tensor cores (cuBLAS compute type
+   * CUBLAS_COMPUTE_32F_FAST_TF32): the inputs are rounded to 10 mantissa
+   * bits and the products summed in float32, so a result may differ from
+   * the float32 one by up to about 2^-10 times the sum of |a_ik * b_kj|
+   * over its k terms, for several times the speed on large products.
+   * 0 (default): plain float32, as PyTorch's default
+   * (torch.backends.cuda.matmul.allow_tf32 = False). Other dtypes, and CPU
+   * devices (whose float32 products are float32), ignore it. Any other
+   * value: INVALID_ARGUMENT. */
+  int allow_tf32;
 } rf_session_options;
 
 /* collective_bucket_bytes after rf_session_options_init: 1 MiB. The
