@@ -60,21 +60,23 @@ int64_t rf__mpi_algorithm_bytes(const rf__mpi_op *op) {
   return op->g.kind == RF_COLL_ALL_GATHER ? bytes * op->num_devices : bytes;
 }
 
-static rf__mpi_algorithm by_size(rf__collective_kind kind, int64_t bytes) {
-  int64_t from = INT64_MAX;
-  rf__mpi_algorithm above = RF_MPI_RING;
+int64_t rf__mpi_algorithm_threshold(rf__collective_kind kind,
+                                    rf__mpi_algorithm *above) {
+  *above = RF_MPI_RING;
   switch (kind) {
-    case RF_COLL_REDUCE:
-      from = REDUCE_MIN_BYTES;
-      above = RF_MPI_BLOCKING;
-      break;
-    case RF_COLL_REDUCE_SCATTER: from = REDUCE_SCATTER_MIN_BYTES; break;
-    case RF_COLL_ALL_GATHER: from = ALL_GATHER_MIN_BYTES; break;
-    case RF_COLL_ALL_REDUCE: from = ALL_REDUCE_MIN_BYTES; break;
-    case RF_COLL_BROADCAST: from = BROADCAST_MIN_BYTES; break;
-    default: break;
+    case RF_COLL_REDUCE: *above = RF_MPI_BLOCKING; return REDUCE_MIN_BYTES;
+    case RF_COLL_REDUCE_SCATTER: return REDUCE_SCATTER_MIN_BYTES;
+    case RF_COLL_ALL_GATHER: return ALL_GATHER_MIN_BYTES;
+    case RF_COLL_ALL_REDUCE: return ALL_REDUCE_MIN_BYTES;
+    case RF_COLL_BROADCAST: return BROADCAST_MIN_BYTES;
+    default: return INT64_MAX;
   }
-  return bytes >= from ? above : RF_MPI_NBC;
+}
+
+static rf__mpi_algorithm by_size(rf__collective_kind kind, int64_t bytes) {
+  rf__mpi_algorithm above;
+  return bytes >= rf__mpi_algorithm_threshold(kind, &above) ? above
+                                                             : RF_MPI_NBC;
 }
 
 rf_status *rf__mpi_algorithm_choose(const rf__mpi_op *op,
@@ -92,6 +94,11 @@ rf_status *rf__mpi_algorithm_choose(const rf__mpi_op *op,
     a = RF_MPI_NBC;
   *out = a;
   return NULL;
+}
+
+void rf__mpi_algorithm_force(rf__mpi_algorithm a) {
+  read_forced(); /* the environment, once, before this overrides it */
+  atomic_store(&forced, (int)a);
 }
 
 void rf__mpi_algorithm_count(rf__mpi_algorithm a) {

@@ -26,6 +26,17 @@
 #define BLOCK_ELEMS 16384
 
 static MPI_Op nan_min_op = MPI_OP_NULL, nan_max_op = MPI_OP_NULL;
+/* Sums of 8-bit integers wrap: OpenMPI 4.1.4's vectorised MPI_SUM on
+ * MPI_UINT8_T (its op/avx component, from 16 elements) saturates at 255
+ * instead, so ringflow sums them with an operation of its own. */
+static MPI_Op sum8_op = MPI_OP_NULL;
+
+static void sum8(void *in, void *inout, int *len, MPI_Datatype *dt) {
+  (void)dt;
+  const uint8_t *a = in;
+  uint8_t *b = inout;
+  for (int i = 0; i < *len; i++) b[i] = (uint8_t)(a[i] + b[i]);
+}
 
 #define NAN_MINMAX(T, in, inout, n, LESS)                \
   do {                                                   \
@@ -54,6 +65,7 @@ static void nan_max(void *in, void *inout, int *len, MPI_Datatype *dt) {
 void rf__mpi_data_init(void) {
   MPI_Op_create(nan_min, 1, &nan_min_op);
   MPI_Op_create(nan_max, 1, &nan_max_op);
+  MPI_Op_create(sum8, 1, &sum8_op);
   rf__mpi_nbc_init();
 }
 
@@ -61,6 +73,7 @@ void rf__mpi_data_fini(void) {
   rf__mpi_nbc_fini();
   if (nan_min_op != MPI_OP_NULL) MPI_Op_free(&nan_min_op);
   if (nan_max_op != MPI_OP_NULL) MPI_Op_free(&nan_max_op);
+  if (sum8_op != MPI_OP_NULL) MPI_Op_free(&sum8_op);
 }
 
 static bool reduces(rf__collective_kind k) {
@@ -88,7 +101,7 @@ static bool mpi_reduction(rf_dtype d, rf_reduction r, MPI_Datatype *type,
   bool fl = *type == MPI_FLOAT || *type == MPI_DOUBLE;
   switch (r) {
     case RF_REDUCE_SUM:
-    case RF_REDUCE_AVG: *op = MPI_SUM; break;
+    case RF_REDUCE_AVG: *op = *type == MPI_UINT8_T ? sum8_op : MPI_SUM; break;
     case RF_REDUCE_PROD: *op = MPI_PROD; break;
     case RF_REDUCE_MIN: *op = fl ? nan_min_op : MPI_MIN; break;
     case RF_REDUCE_MAX: *op = fl ? nan_max_op : MPI_MAX; break;

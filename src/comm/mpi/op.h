@@ -84,9 +84,16 @@ rf_status *rf__mpi_op_issue(rf__mpi_op *op, MPI_Comm comm);
  * unknown RF_MPI_ALGORITHM. */
 rf_status *rf__mpi_algorithm_choose(const rf__mpi_op *op,
                                     rf__mpi_algorithm *out);
+/* The table: from this size in bytes (INT64_MAX: never) a kind takes
+ * *above instead of RF_MPI_NBC. */
+int64_t rf__mpi_algorithm_threshold(rf__collective_kind kind,
+                                    rf__mpi_algorithm *above);
 /* The size the choice goes by: the whole vector in bytes. */
 int64_t rf__mpi_algorithm_bytes(const rf__mpi_op *op);
 const char *rf__mpi_algorithm_name(rf__mpi_algorithm a);
+/* Forces a (RF_MPI_AUTO: the table) from now on, over RF_MPI_ALGORITHM;
+ * collectives allocated later take it (tests). */
+void rf__mpi_algorithm_force(rf__mpi_algorithm a);
 /* Collectives this process ran with each algorithm (tests). */
 void rf__mpi_algorithm_count(rf__mpi_algorithm a);
 int64_t rf__mpi_algorithm_runs(rf__mpi_algorithm a);
