@@ -20,16 +20,27 @@
 #include "comm/mpi/op.h"
 #include "core/status.h"
 
-/* From these sizes on, the data thread's algorithm beats the nonblocking
- * call on the communication thread (4 and 2 processes on 2 cores, `mpirun
- * -np N ringflow bench` with RF_MPI_ALGORITHM forced each way, best of
- * several interleaved runs; docs/PERFORMANCE.md). Below, MPI's nonblocking
- * call saves the data thread's two hand-offs. */
-#define REDUCE_MIN_BYTES (512 << 10)         /* MPI_Reduce */
-#define REDUCE_SCATTER_MIN_BYTES (512 << 10) /* ring */
-#define ALL_GATHER_MIN_BYTES INT64_MAX       /* never: nbc throughout */
-#define ALL_REDUCE_MIN_BYTES INT64_MAX       /* never: libnbc's ring */
-#define BROADCAST_MIN_BYTES INT64_MAX        /* never */
+/* From these sizes on, the data thread's algorithm beats MPI's nonblocking
+ * call on the communication thread (below, that call saves the data
+ * thread's two hand-offs, 10-80 us). Chosen from the fastest of 30 single
+ * runs of each algorithm alone, interleaved, 2 and 4 processes on 2 cores
+ * (docs/PERFORMANCE.md, "Per-size algorithms"):
+ *   reduce: MPI_Reduce from 256 KiB (4 processes: 111 us against 240-271
+ *     for MPI_Ireduce or the all-reduce; 2 processes: 32 against 96-126);
+ *   reduce-scatter: ringflow's ring from 1 MiB (2 processes: 63 us against
+ *     176-183 at 1 MiB, 659 against 1,248-2,239 at 4 MiB; 4 processes:
+ *     even at 1 MiB, 4,881 against 4,997-5,737 at 4 MiB and 24.2 ms
+ *     against 36.6-53.0 at 16 MiB);
+ *   all-reduce: never (libnbc's ring, taken from 256 KiB, was as fast as
+ *     ringflow's: 1,600 against 1,662 us at 1 MiB, 39.2 against 38.4 ms at
+ *     16 MiB, 4 processes), nor all-gather (MPI_Iallgatherv in place was
+ *     the fastest or within 10% at every size), nor broadcast (libnbc's
+ *     own choice within 10% of the best up to 4 MiB). */
+#define REDUCE_MIN_BYTES (256 << 10)       /* MPI_Reduce */
+#define REDUCE_SCATTER_MIN_BYTES (1 << 20) /* ring */
+#define ALL_GATHER_MIN_BYTES INT64_MAX
+#define ALL_REDUCE_MIN_BYTES INT64_MAX
+#define BROADCAST_MIN_BYTES INT64_MAX
 
 static atomic_int forced = -1; /* -1 unread; RF_MPI_AUTO..RF_MPI_RING; -2 bad */
 static atomic_llong runs[RF_MPI_RING + 1];
@@ -76,7 +87,7 @@ int64_t rf__mpi_algorithm_threshold(rf__collective_kind kind,
 static rf__mpi_algorithm by_size(rf__collective_kind kind, int64_t bytes) {
   rf__mpi_algorithm above;
   return bytes >= rf__mpi_algorithm_threshold(kind, &above) ? above
-                                                             : RF_MPI_NBC;
+                                                            : RF_MPI_NBC;
 }
 
 rf_status *rf__mpi_algorithm_choose(const rf__mpi_op *op,
