@@ -43,7 +43,9 @@ static int max_count(const int *counts, int p) {
   return m;
 }
 
+/* Chunk c of base (NULL for an empty tensor's NULL: no offset on it). */
 static char *at(const void *base, const int *displs, int c, int esize) {
+  if (!base) return NULL;
   return (char *)base + (size_t)displs[c] * (size_t)esize;
 }
 
@@ -153,7 +155,7 @@ int rf__mpi_ring_broadcast(void *buf, int bytes, int root, MPI_Comm comm,
   MPI_Comm_rank(comm, &r);
   rf__mpi_ring_chunks(bytes, p, counts, displs);
   int rc = MPI_Scatterv(buf, counts, displs, MPI_BYTE,
-                        r == root ? MPI_IN_PLACE : (char *)buf + displs[r],
+                        r == root ? MPI_IN_PLACE : at(buf, displs, r, 1),
                         counts[r], MPI_BYTE, root, comm);
   if (rc != MPI_SUCCESS) return rc;
   return all_gather(buf, counts, displs, MPI_BYTE, comm, root);
