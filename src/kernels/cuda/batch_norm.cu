@@ -1,0 +1,203 @@
+/* kernels/cuda/batch_norm.cu - GPU kernels of BatchNorm, BatchNormInference
+ * and their gradients for the float dtypes, x [R, C] (rows = every axis but
+ * the last). One thread per channel computes its statistics in double,
+ * summing the rows in row order as the CPU kernel does (neighbouring threads
+ * read neighbouring channels, so the loads coalesce in NHWC); then one
+ * thread per element. No atomics: every result is deterministic. */
+#include "kernels/cuda/gpu_common.cuh" /* first: the C headers in C++ */
+
+extern "C" {
+#include "kernels/kernel_families.h"
+}
+
+namespace rf_gpu {
+namespace {
+
+enum Mode { kTrain, kInfer, kTrainGrad, kInferGrad };
+
+template <typename T>
+__device__ __forceinline__ double ld(const T *p, int64_t i) {
+  return (double)Num<T>::load(p[i]);
+}
+
+template <typename T>
+__device__ __forceinline__ T st(double v) {
+  return Num<T>::store((typename Num<T>::C)v);
+}
+
+template <typename T>
+struct Args {
+  const T *x, *dy, *gamma, *beta, *mean, *var, *dmean, *dvar;
+  T *out, *o1, *o2, *o3, *o4;
+  double eps;
+  int64_t rows, c;
+  double *st; /* per channel: mean, rstd, sum dy, sum dy * xhat */
+};
+
+/* Channel j's statistics and channel outputs, as channels_range on CPU. */
+template <typename T>
+__global__ void channels_kernel(Args<T> a, Mode m) {
+  RF_GPU_LOOP(j, a.c) {
+    int64_t c = a.c, R = a.rows;
+    double mu, rs;
+    if (m == kInfer || m == kInferGrad) {
+      mu = ld(a.mean, j);
+      rs = 1.0 / sqrt(ld(a.var, j) + a.eps);
+    } else {
+      double s = 0, v = 0;
+      for (int64_t r = 0; r < R; r++) s += ld(a.x, r * c + j);
+      mu = s / (double)R; /* NaN for R = 0 */
+      for (int64_t r = 0; r < R; r++) {
+        double d = ld(a.x, r * c + j) - mu;
+        v += d * d;
+      }
+      v /= (double)R;
+      rs = 1.0 / sqrt(v + a.eps);
+      if (m == kTrain) {
+        a.o1[j] = st<T>(mu);
+        a.o2[j] = st<T>(v);
+      }
+    }
+    double sdy = 0, sdyx = 0;
+    if (m == kTrainGrad || m == kInferGrad) {
+      for (int64_t r = 0; r < R; r++) {
+        double d = ld(a.dy, r * c + j);
+        sdy += d;
+        sdyx += d * (ld(a.x, r * c + j) - mu) * rs;
+      }
+      a.o1[j] = st<T>(sdyx);
+      a.o2[j] = st<T>(sdy);
+    }
+    if (m == kInferGrad) {
+      double gm = ld(a.gamma, j);
+      a.o3[j] = st<T>(-gm * rs * sdy);
+      a.o4[j] = st<T>(-0.5 * gm * rs * rs * sdyx);
+    }
+    a.st[4 * j] = mu;
+    a.st[4 * j + 1] = rs;
+    a.st[4 * j + 2] = sdy;
+    a.st[4 * j + 3] = sdyx;
+  }
+}
+
+/* y or dx per element, as rows_range on CPU. */
+template <typename T>
+__global__ void elements_kernel(Args<T> a, Mode m, int64_t n) {
+  RF_GPU_LOOP(i, n) {
+    int64_t j = i % a.c;
+    const double *s = a.st + 4 * j;
+    double R = (double)a.rows;
+    double xc = ld(a.x, i) - s[0], gm = ld(a.gamma, j), v;
+    if (m == kTrain || m == kInfer)
+      v = xc * s[1] * gm + ld(a.beta, j);
+    else if (m == kInferGrad)
+      v = ld(a.dy, i) * gm * s[1];
+    else
+      v = gm * s[1] * (ld(a.dy, i) - s[2] / R - xc * s[1] * s[3] / R) +
+          ld(a.dmean, j) / R + ld(a.dvar, j) * 2 * xc / R;
+    a.out[i] = st<T>(v);
+  }
+}
+
+rf_status *run(rf__kernel_ctx *ctx, Mode m) {
+  RF_CHECK(begin(ctx));
+  double eps;
+  RF_CHECK(rf__attrs_get_float(&ctx->node->attrs, "epsilon", &eps));
+  bool grad = m == kTrainGrad || m == kInferGrad;
+  const rf_tensor *x = ctx->inputs[grad ? 1 : 0];
+  if (x->shape.rank < 2)
+    return rf__kernel_error(ctx, RF_INVALID_ARGUMENT,
+                            "x has rank %d, not >= 2 ([..., C])",
+                            x->shape.rank);
+  int64_t c = x->shape.dims[x->shape.rank - 1];
+  int nin = m == kTrain ? 3 : 5;
+  for (int k = grad ? 2 : 1; k < nin; k++) {
+    const rf_tensor *p = ctx->inputs[k];
+    if (p->shape.rank != 1 || p->shape.dims[0] != c)
+      return rf__kernel_error(ctx, RF_INVALID_ARGUMENT,
+                              "input %d is not [C] for x's last dim C = %lld",
+                              k, (long long)c);
+  }
+  if (grad && !rf_shape_equal(&ctx->inputs[0]->shape, &x->shape))
+    return rf__kernel_error(ctx, RF_INVALID_ARGUMENT,
+                            "dy and x have different shapes");
+  rf_dtype dt = x->dtype;
+  rf_tensor *out, *o[4] = {NULL, NULL, NULL, NULL}, *stats;
+  RF_CHECK(alloc_output(ctx, 0, dt, &x->shape, &out));
+  rf_shape cs = rf_shape_of(1, c);
+  int nout = m == kInfer ? 1 : m == kInferGrad ? 5 : 3;
+  for (int k = 1; k < nout; k++)
+    RF_CHECK(alloc_output(ctx, k, dt, &cs, &o[k - 1]));
+  if (c == 0) return NULL;
+  rf_shape ss = rf_shape_of(1, 4 * c);
+  RF_CHECK(new_tensor(ctx, RF_FLOAT64, &ss, &stats));
+  int64_t n = x->num_elements;
+  rf_status *status = visit_float(dt, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    Args<T> a = {};
+    const rf_tensor *const *in = ctx->inputs;
+    a.x = (const T *)x->data;
+    if (grad) {
+      a.dy = (const T *)in[0]->data;
+      a.gamma = (const T *)in[2]->data;
+      if (m == kTrainGrad) {
+        a.dmean = (const T *)in[3]->data;
+        a.dvar = (const T *)in[4]->data;
+      } else {
+        a.mean = (const T *)in[3]->data;
+        a.var = (const T *)in[4]->data;
+      }
+    } else {
+      a.gamma = (const T *)in[1]->data;
+      a.beta = (const T *)in[2]->data;
+      if (m == kInfer) {
+        a.mean = (const T *)in[3]->data;
+        a.var = (const T *)in[4]->data;
+      }
+    }
+    a.out = (T *)out->data;
+    T **os[4] = {&a.o1, &a.o2, &a.o3, &a.o4};
+    for (int k = 0; k < 4; k++)
+      if (o[k]) *os[k] = (T *)o[k]->data;
+    a.eps = eps;
+    a.rows = n / c;
+    a.c = c;
+    a.st = (double *)stats->data;
+    channels_kernel<T><<<grid(ctx, c), kThreads, 0, stream(ctx)>>>(a, m);
+    RF_GPU_LAUNCHED(ctx);
+    if (n > 0) {
+      elements_kernel<T><<<grid(ctx, n), kThreads, 0, stream(ctx)>>>(a, m, n);
+      RF_GPU_LAUNCHED(ctx);
+    }
+    return (rf_status *)NULL;
+  });
+  rf_tensor_release(stats); /* safe once enqueued: gpu_common.cuh */
+  return status;
+}
+
+rf_status *bn_compute(rf__kernel_ctx *ctx) { return run(ctx, kTrain); }
+rf_status *bn_infer_compute(rf__kernel_ctx *ctx) { return run(ctx, kInfer); }
+rf_status *bn_grad_compute(rf__kernel_ctx *ctx) {
+  return run(ctx, kTrainGrad);
+}
+rf_status *bn_infer_grad_compute(rf__kernel_ctx *ctx) {
+  return run(ctx, kInferGrad);
+}
+
+const rf__kernel_def defs[] = {
+    RF__GPU_KERNEL("BatchNorm", bn_compute, 0, 0, RF_COST_PER_ELEMENT)
+        RF__GPU_KERNEL("BatchNormInference", bn_infer_compute, 0, 0,
+                       RF_COST_PER_ELEMENT)
+            RF__GPU_KERNEL("_BatchNormGrad", bn_grad_compute, 0, 0,
+                           RF_COST_PER_ELEMENT)
+                RF__GPU_KERNEL("_BatchNormInferenceGrad",
+                               bn_infer_grad_compute, 0, 0,
+                               RF_COST_PER_ELEMENT)};
+
+}  // namespace
+}  // namespace rf_gpu
+
+rf_status *rf__register_gpu_batch_norm_kernels(void) {
+  return rf__kernel_register_all(rf_gpu::defs,
+                                 sizeof rf_gpu::defs / sizeof rf_gpu::defs[0]);
+}
