@@ -56,9 +56,9 @@ static void test_training_values(void **state) {
       rf_tensor *bt = rf_test_random_tensor(&rng, dts[d], cs, -1, 1);
       rf_graph *g = rf_graph_new();
       rf_output px = rf_placeholder(g, "x", dts[d], s), out[3];
-      out[0] = rf_batch_norm_training(g, "bn", px, rf_const(g, NULL, gm),
-                                      rf_const(g, NULL, bt), 1e-3, &out[1],
-                                      &out[2]);
+      out[0] =
+          rf_batch_norm_training(g, "bn", px, rf_const(g, NULL, gm),
+                                 rf_const(g, NULL, bt), 1e-3, &out[1], &out[2]);
       assert_graph_ok(g);
       rf_feed f = {px, x};
       rf_tensor *got[3];
@@ -99,9 +99,8 @@ static void test_inference_values(void **state) {
       rf_graph *g = rf_graph_new();
       rf_output in[5];
       for (int i = 0; i < 5; i++) in[i] = rf_const(g, NULL, t[i]);
-      rf_output y =
-          rf_batch_norm_inference(g, NULL, in[0], in[1], in[2], in[3], in[4],
-                                  0.01);
+      rf_output y = rf_batch_norm_inference(g, NULL, in[0], in[1], in[2], in[3],
+                                            in[4], 0.01);
       assert_graph_ok(g);
       rf_tensor *got;
       rf_test_run(g, 1, NULL, 0, &y, 1, &got);
@@ -109,10 +108,9 @@ static void test_inference_values(void **state) {
       for (int i = 0; i < 5; i++) dd[i] = rf_test_to_doubles(t[i]);
       bn_ref(dd[0], n / c, c, dd[1], dd[2], dd[3], dd[4], 0.01, want, NULL,
              NULL);
-      assert_tensor_near(got, s,
-                         want,
-                         dts[d] == RF_FLOAT64 ? 1e-12
-                                              : 4 * rf_test_tolerance(dts[d]));
+      assert_tensor_near(
+          got, s, want,
+          dts[d] == RF_FLOAT64 ? 1e-12 : 4 * rf_test_tolerance(dts[d]));
       rf_tensor_release(got);
       for (int i = 0; i < 5; i++) {
         free(dd[i]);
@@ -148,9 +146,10 @@ static void check_fd(rf_graph *g, rf_feed *f, int nf, rf_output loss,
       f[k].value = orig;
       double want = (v[0] - v[1]) / 2e-6, have = rf_tensor_get(got[k], i);
       if (!(fabs(have - want) <= 1e-6 * fmax(1, fabs(want))))
-        fail_msg("%s: d input %d [%lld]: finite difference %.12g, gradient "
-                 "%.12g",
-                 what, k, (long long)i, want, have);
+        fail_msg(
+            "%s: d input %d [%lld]: finite difference %.12g, gradient "
+            "%.12g",
+            what, k, (long long)i, want, have);
     }
   }
   for (int k = 0; k < nf; k++) rf_tensor_release(got[k]);
@@ -177,13 +176,13 @@ static void fd_training(rf_shape s, bool unknown, bool stats, uint64_t *rng) {
                   {in[1], rf_test_random_tensor(rng, RF_FLOAT64, cs, 0.5, 2)},
                   {in[2], rf_test_random_tensor(rng, RF_FLOAT64, cs, -1, 1)}};
   rf_output m, v;
-  rf_output y = rf_batch_norm_training(g, NULL, in[0], in[1], in[2], 0.01, &m,
-                                       &v);
+  rf_output y =
+      rf_batch_norm_training(g, NULL, in[0], in[1], in[2], 0.01, &m, &v);
   rf_output l = weighted(g, rng, y, s);
   if (stats)
-    l = rf_add(g, NULL, l,
-               rf_add(g, NULL, weighted(g, rng, m, cs),
-                      weighted(g, rng, v, cs)));
+    l = rf_add(
+        g, NULL, l,
+        rf_add(g, NULL, weighted(g, rng, m, cs), weighted(g, rng, v, cs)));
   rf_output dx[3];
   assert_graph_ok(g);
   assert_ok(rf_gradients(g, &l, 1, in, 3, NULL, dx));
@@ -324,8 +323,7 @@ static void test_moving_averages(void **state) {
     rf_tensor *y;
     assert_ok(rf_session_run(sess, &f, 1, &tr.y, 1, &tr.update, 1, &y));
     double want[30], m[C], v[C];
-    bn_ref(rf_tensor_data(f.value), 10, C, gd, bd, NULL, NULL, eps, want, m,
-           v);
+    bn_ref(rf_tensor_data(f.value), 10, C, gd, bd, NULL, NULL, eps, want, m, v);
     assert_tensor_near(y, s, want, 1e-12);
     for (int j = 0; j < C; j++) {
       wm[j] = mom * wm[j] + (1 - mom) * m[j];
@@ -341,8 +339,7 @@ static void test_moving_averages(void **state) {
   assert_tensor_near(got[0], cs, wm, 1e-12);
   assert_tensor_near(got[1], cs, wv, 1e-12);
   double want[30];
-  bn_ref(rf_tensor_data(f.value), 10, C, gd, bd, wm, wv, eps, want, NULL,
-         NULL);
+  bn_ref(rf_tensor_data(f.value), 10, C, gd, bd, wm, wv, eps, want, NULL, NULL);
   assert_tensor_near(got[2], s, want, 1e-12);
   for (int i = 0; i < 3; i++) rf_tensor_release(got[i]);
   rf_tensor_release(f.value);
@@ -422,8 +419,9 @@ static void test_sync_matches_single(void **state) {
     rf_tensor *wi;
     assert_ok(rf_tensor_new_copy(RF_FLOAT64, &ss, wd + row * per_row, &wi));
     row += slice_rows[i];
-    parts[i] = rf_sum(g4, NULL, rf_mul(g4, NULL, r4[i].y, rf_const(g4, NULL, wi)),
-                      NULL, -1, false);
+    parts[i] =
+        rf_sum(g4, NULL, rf_mul(g4, NULL, r4[i].y, rf_const(g4, NULL, wi)),
+               NULL, -1, false);
     rf_tensor_release(wi);
     in4[i] = xs[i];
     upd4[i] = r4[i].update;
@@ -435,7 +433,8 @@ static void test_sync_matches_single(void **state) {
   rf_output l4 = rf_add_n(g4, NULL, parts, NDEV);
   assert_ok(rf_gradients(g4, &l4, 1, in4, NDEV + 2, NULL, d4));
   assert_graph_ok(g4);
-  rf_session *s1 = rf_test_cpu_session(g1, 1), *s4 = rf_test_cpu_session(g4, NDEV);
+  rf_session *s1 = rf_test_cpu_session(g1, 1),
+             *s4 = rf_test_cpu_session(g4, NDEV);
   assert_ok(rf_session_run(s1, NULL, 0, NULL, 0, init1, 2, NULL));
   assert_ok(rf_session_run(s4, NULL, 0, NULL, 0, init4, 2 * NDEV, NULL));
   for (int step = 0; step < 2; step++) {
@@ -464,8 +463,8 @@ static void test_sync_matches_single(void **state) {
     f4[NDEV + 1] = (rf_feed){bt4, bv};
     fetch4[2 * NDEV] = d4[NDEV];
     fetch4[2 * NDEV + 1] = d4[NDEV + 1];
-    assert_ok(rf_session_run(s4, f4, NDEV + 2, fetch4, 2 * NDEV + 2, upd4, NDEV,
-                             o4));
+    assert_ok(
+        rf_session_run(s4, f4, NDEV + 2, fetch4, 2 * NDEV + 2, upd4, NDEV, o4));
     /* y and dx: slice i of the single-device results */
     const double *y1 = rf_tensor_data(o1[0]), *dx1 = rf_tensor_data(o1[1]);
     row = 0;
@@ -519,8 +518,8 @@ static void test_unsynced_per_device(void **state) {
     rf_shape s = rf_shape_of(2, 4 + i, SC);
     rf_output x = rf_placeholder(g, NULL, RF_FLOAT64, s);
     /* slices of different means, so per-device and global differ */
-    f[i] = (rf_feed){x, rf_test_random_tensor(&rng, RF_FLOAT64, s, 3 * i,
-                                              3 * i + 2)};
+    f[i] = (rf_feed){
+        x, rf_test_random_tensor(&rng, RF_FLOAT64, s, 3 * i, 3 * i + 2)};
     rf_batch_norm_result r;
     rf_batch_norm(g, NULL, x, rf_const(g, NULL, gm), rf_const(g, NULL, bt),
                   (rf_output){NULL, 0}, (rf_output){NULL, 0}, true, 0.99, 1e-3,
@@ -578,25 +577,24 @@ static void test_errors(void **state) {
   rf_output x1 = rf_placeholder(g, "x1", RF_FLOAT32, rf_shape_of(1, 3));
   rf_output xi = rf_placeholder(g, "xi", RF_INT32, rf_shape_of(2, 2, 3));
   rf_output ci = rf_placeholder(g, "ci", RF_INT32, rf_shape_of(1, 3));
-  assert_null(rf_batch_norm_training(g, "bad", x, c4, c3, 1e-3, NULL, NULL)
-                  .node);
+  assert_null(
+      rf_batch_norm_training(g, "bad", x, c4, c3, 1e-3, NULL, NULL).node);
   rf_status *st = rf_graph_status(g);
   assert_non_null(strstr(rf_status_message(st), "'bad' (BatchNorm)"));
   rf_status_free(st);
   expect_graph_error(g, "gamma (4) must be [C]");
-  assert_null(rf_batch_norm_training(g, NULL, x1, c3, c3, 1e-3, NULL, NULL)
-                  .node);
+  assert_null(
+      rf_batch_norm_training(g, NULL, x1, c3, c3, 1e-3, NULL, NULL).node);
   expect_graph_error(g, "rank >= 2");
   assert_null(rf_batch_norm_training(g, NULL, x, c3, c3, -1, NULL, NULL).node);
   expect_graph_error(g, "epsilon -1");
-  assert_null(rf_batch_norm_training(g, NULL, xi, ci, ci, 1e-3, NULL, NULL)
-                  .node);
-  expect_graph_error(g, "int32");
-  assert_null(rf_batch_norm_training(g, NULL, x, d3, c3, 1e-3, NULL, NULL)
-                  .node);
-  expect_graph_error(g, NULL);
   assert_null(
-      rf_batch_norm_inference(g, "inf", x, c3, c3, c3, c4, 1e-3).node);
+      rf_batch_norm_training(g, NULL, xi, ci, ci, 1e-3, NULL, NULL).node);
+  expect_graph_error(g, "int32");
+  assert_null(
+      rf_batch_norm_training(g, NULL, x, d3, c3, 1e-3, NULL, NULL).node);
+  expect_graph_error(g, NULL);
+  assert_null(rf_batch_norm_inference(g, "inf", x, c3, c3, c3, c4, 1e-3).node);
   expect_graph_error(g, "variance (4) must be [C]");
   assert_null(rf_batch_norm_inference(g, NULL, x, c3, c3, c4, v3, 1e-3).node);
   expect_graph_error(g, "mean (4)");
@@ -627,8 +625,8 @@ static void test_errors(void **state) {
   rf_session *sess = rf_test_cpu_session(g, 1);
   uint64_t rng = rf_test_rng(69);
   rf_feed f[3] = {
-      {x, rf_test_random_tensor(&rng, RF_FLOAT32, rf_shape_of(3, 2, 2, 3), -1,
-                                1)},
+      {x,
+       rf_test_random_tensor(&rng, RF_FLOAT32, rf_shape_of(3, 2, 2, 3), -1, 1)},
       {u, rf_test_random_tensor(&rng, RF_FLOAT32, rf_shape_of(1, 2), -1, 1)},
       {c3, rf_test_random_tensor(&rng, RF_FLOAT32, rf_shape_of(1, 3), -1, 1)}};
   const char *subs[] = {"late", "BatchNorm", "cpu:0", "not [C]"};

@@ -33,8 +33,8 @@ rf_node *rf_moving_average_update(rf_graph *g, const char *name,
   }
   rf_output old = rf_read_variable(g, NULL, variable);
   rf_output keep = rf_mul(g, NULL, old, rf_const_scalar(g, NULL, dt, momentum));
-  rf_output add = rf_mul(g, NULL, value,
-                         rf_const_scalar(g, NULL, dt, 1 - momentum));
+  rf_output add =
+      rf_mul(g, NULL, value, rf_const_scalar(g, NULL, dt, 1 - momentum));
   rf_node *a = rf_assign(g, name, variable, rf_add(g, NULL, keep, add));
   rf_graph_pop_device(g);
   return a;
@@ -95,8 +95,8 @@ void rf_batch_norm(rf_graph *g, const char *name, rf_output x, rf_output gamma,
                                  &r.variance);
     if (!valid(r.y)) return;
     if (valid(moving_mean)) {
-      r.update = rf__batch_norm_updates(g, moving_mean, moving_variance,
-                                        r.mean, r.variance, momentum);
+      r.update = rf__batch_norm_updates(g, moving_mean, moving_variance, r.mean,
+                                        r.variance, momentum);
       if (!r.update) return;
     }
   } else {

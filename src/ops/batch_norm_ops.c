@@ -115,8 +115,7 @@ static rf_status *batch_norm_grad(rf__grad_ctx *c) {
   double eps;
   RF_CHECK(rf__attrs_get_float(&c->op->attrs, "epsilon", &eps));
   rf_output in[5] = {dy_or_zeros(c, 0), rf__input(c->op, 0),
-                     rf__input(c->op, 1), dy_or_zeros(c, 1),
-                     dy_or_zeros(c, 2)};
+                     rf__input(c->op, 1), dy_or_zeros(c, 1), dy_or_zeros(c, 2)};
   if (!rf__graph_inputs_ok(c->g, "_BatchNormGrad", in, 5))
     return NULL; /* recorded in the graph */
   rf_node_builder *b = rf_node_builder_new(c->g, "_BatchNormGrad", NULL);

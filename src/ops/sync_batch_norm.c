@@ -22,8 +22,8 @@
 #define RF_SYNC_BN_MAX_DEVICES 1024
 
 static void refuse(rf_graph *g, const char *name, const char *what) {
-  rf__graph_record(g, rf__invalid("rf_sync_batch_norm_n '%s': %s",
-                                  name ? name : "", what));
+  rf__graph_record(
+      g, rf__invalid("rf_sync_batch_norm_n '%s': %s", name ? name : "", what));
 }
 
 /* Checks what the builders below cannot: n, the arrays, one float dtype and
@@ -90,8 +90,7 @@ static rf_output count_of(rf_graph *g, rf_output x, rf_dtype dt, bool known,
 
 void rf_sync_batch_norm_n(rf_graph *g, const char *name, int n,
                           const rf_output *xs, const rf_output *gammas,
-                          const rf_output *betas,
-                          const rf_output *moving_means,
+                          const rf_output *betas, const rf_output *moving_means,
                           const rf_output *moving_variances, double momentum,
                           double epsilon, rf_batch_norm_result *outs) {
   if (rf__graph_failed(g)) return;
@@ -121,15 +120,15 @@ void rf_sync_batch_norm_n(rf_graph *g, const char *name, int n,
             *Q = N + n, *mean = Q + n;
   char buf[256];
   /* each replica's nodes on its x's device */
-#define RF_ON_DEVICE(i, body)                                              \
-  do {                                                                     \
+#define RF_ON_DEVICE(i, body)                                             \
+  do {                                                                    \
     rf_status *pst = rf_graph_push_device(g, rf_node_device(xs[i].node)); \
-    if (pst) {                                                             \
-      rf__graph_record(g, pst);                                            \
-      goto done;                                                           \
-    }                                                                      \
-    body;                                                                  \
-    rf_graph_pop_device(g);                                                \
+    if (pst) {                                                            \
+      rf__graph_record(g, pst);                                           \
+      goto done;                                                          \
+    }                                                                     \
+    body;                                                                 \
+    rf_graph_pop_device(g);                                               \
   } while (0)
   for (int i = 0; i < n; i++)
     RF_ON_DEVICE(i, {
@@ -169,9 +168,8 @@ void rf_sync_batch_norm_n(rf_graph *g, const char *name, int n,
     });
     if (rf__graph_failed(g)) goto done;
     if (moving_means) {
-      r.update = rf__batch_norm_updates(g, moving_means[i],
-                                        moving_variances[i], r.mean,
-                                        r.variance, momentum);
+      r.update = rf__batch_norm_updates(g, moving_means[i], moving_variances[i],
+                                        r.mean, r.variance, momentum);
       if (!r.update) goto done;
     }
     outs[i] = r;

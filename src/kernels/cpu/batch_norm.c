@@ -40,8 +40,8 @@ typedef struct bn_args {
   mode m;
   rf_dtype dt;
   const void *x, *dy, *gamma, *beta, *mean, *var, *dmean, *dvar;
-  void *out;                                      /* y or dx */
-  void *o1, *o2, *o3, *o4;                        /* outputs 1..4 */
+  void *out;               /* y or dx */
+  void *o1, *o2, *o3, *o4; /* outputs 1..4 */
   double eps;
   int64_t rows, c;
   /* per channel: mean, 1 / sqrt(var + eps), sum dy, sum dy * xhat */
@@ -114,7 +114,8 @@ static void rows_range(void *arg, int64_t begin, int64_t end) {
         case BN_INFER: v = xc * s[1] * gm + load(dt, a->beta, j); break;
         case BN_INFER_GRAD: v = load(dt, a->dy, i) * gm * s[1]; break;
         default:
-          v = gm * s[1] * (load(dt, a->dy, i) - s[2] / R - xc * s[1] * s[3] / R) +
+          v = gm * s[1] *
+                  (load(dt, a->dy, i) - s[2] / R - xc * s[1] * s[3] / R) +
               load(dt, a->dmean, j) / R + load(dt, a->dvar, j) * 2 * xc / R;
           break;
       }
@@ -197,12 +198,11 @@ static rf_status *bn_infer_grad_compute(rf__kernel_ctx *ctx) {
   return run(ctx, BN_INFER_GRAD);
 }
 
-#define RF_BATCH_NORM_KERNELS(X)                                            \
-  X("BatchNorm", bn_compute, 0, 0, RF_COST_PER_ELEMENT)                     \
-  X("BatchNormInference", bn_infer_compute, 0, 0, RF_COST_PER_ELEMENT)      \
-  X("_BatchNormGrad", bn_grad_compute, 0, 0, RF_COST_PER_ELEMENT)           \
-  X("_BatchNormInferenceGrad", bn_infer_grad_compute, 0, 0,                 \
-    RF_COST_PER_ELEMENT)
+#define RF_BATCH_NORM_KERNELS(X)                                       \
+  X("BatchNorm", bn_compute, 0, 0, RF_COST_PER_ELEMENT)                \
+  X("BatchNormInference", bn_infer_compute, 0, 0, RF_COST_PER_ELEMENT) \
+  X("_BatchNormGrad", bn_grad_compute, 0, 0, RF_COST_PER_ELEMENT)      \
+  X("_BatchNormInferenceGrad", bn_infer_grad_compute, 0, 0, RF_COST_PER_ELEMENT)
 
 static const rf__kernel_def defs[] = {RF_BATCH_NORM_KERNELS(RF__CPU_KERNEL)};
 

@@ -177,9 +177,7 @@ rf_status *run(rf__kernel_ctx *ctx, Mode m) {
 
 rf_status *bn_compute(rf__kernel_ctx *ctx) { return run(ctx, kTrain); }
 rf_status *bn_infer_compute(rf__kernel_ctx *ctx) { return run(ctx, kInfer); }
-rf_status *bn_grad_compute(rf__kernel_ctx *ctx) {
-  return run(ctx, kTrainGrad);
-}
+rf_status *bn_grad_compute(rf__kernel_ctx *ctx) { return run(ctx, kTrainGrad); }
 rf_status *bn_infer_grad_compute(rf__kernel_ctx *ctx) {
   return run(ctx, kInferGrad);
 }
@@ -190,9 +188,8 @@ const rf__kernel_def defs[] = {
                        RF_COST_PER_ELEMENT)
             RF__GPU_KERNEL("_BatchNormGrad", bn_grad_compute, 0, 0,
                            RF_COST_PER_ELEMENT)
-                RF__GPU_KERNEL("_BatchNormInferenceGrad",
-                               bn_infer_grad_compute, 0, 0,
-                               RF_COST_PER_ELEMENT)};
+                RF__GPU_KERNEL("_BatchNormInferenceGrad", bn_infer_grad_compute,
+                               0, 0, RF_COST_PER_ELEMENT)};
 
 }  // namespace
 }  // namespace rf_gpu
