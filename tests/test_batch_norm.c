@@ -629,7 +629,7 @@ static void test_errors(void **state) {
        rf_test_random_tensor(&rng, RF_FLOAT32, rf_shape_of(3, 2, 2, 3), -1, 1)},
       {u, rf_test_random_tensor(&rng, RF_FLOAT32, rf_shape_of(1, 2), -1, 1)},
       {c3, rf_test_random_tensor(&rng, RF_FLOAT32, rf_shape_of(1, 3), -1, 1)}};
-  const char *subs[] = {"late", "BatchNorm", "cpu:0", "not [C]"};
+  const char *subs[] = {"late", "BatchNorm", "cpu:0", "gamma is not [C]"};
   rf_test_expect_run_error(sess, f, 3, &y, 1, RF_INVALID_ARGUMENT, subs, 4);
   for (int i = 0; i < 3; i++) rf_tensor_release(f[i].value);
   rf_session_free(sess);

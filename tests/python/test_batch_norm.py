@@ -64,8 +64,9 @@ def test_moving_averages_and_inference(rng):
                         momentum=mom, epsilon=eps)
     assert inf.y.op.type == "BatchNormInference"
     wm, wv = np.zeros(c), np.ones(c)
+    init = rf.global_variables_initializer()
     with rf.Session() as sess:
-        sess.run(rf.global_variables_initializer())
+        sess.run(init)
         for _ in range(3):
             x = rng.standard_normal((5, 2, c)) * 2 + 1
             y, _ = sess.run([tr.y, tr.update], {px: x})

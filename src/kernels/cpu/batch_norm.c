@@ -123,6 +123,16 @@ static void rows_range(void *arg, int64_t begin, int64_t end) {
     }
 }
 
+/* Input k's name in the op's signature, for errors. */
+static const char *input_name(mode m, int k) {
+  static const char *const fwd[] = {"x", "gamma", "beta", "mean", "variance"};
+  static const char *const tg[] = {"dy", "x", "gamma", "dmean", "dvariance"};
+  static const char *const ig[] = {"dy", "x", "gamma", "mean", "variance"};
+  return m == BN_TRAIN || m == BN_INFER ? fwd[k]
+         : m == BN_TRAIN_GRAD           ? tg[k]
+                                        : ig[k];
+}
+
 static rf_status *run(rf__kernel_ctx *ctx, mode m) {
   bn_args a = {.m = m};
   RF_CHECK(rf__attrs_get_float(&ctx->node->attrs, "epsilon", &a.eps));
@@ -138,8 +148,8 @@ static rf_status *run(rf__kernel_ctx *ctx, mode m) {
     const rf_tensor *p = ctx->inputs[k];
     if (p->shape.rank != 1 || p->shape.dims[0] != a.c)
       return rf__kernel_error(ctx, RF_INVALID_ARGUMENT,
-                              "input %d is not [C] for x's last dim C = %lld",
-                              k, (long long)a.c);
+                              "%s is not [C] for x's last dim C = %lld",
+                              input_name(m, k), (long long)a.c);
   }
   if (grad && !rf_shape_equal(&ctx->inputs[0]->shape, &x->shape))
     return rf__kernel_error(ctx, RF_INVALID_ARGUMENT,

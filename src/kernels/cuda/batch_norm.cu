@@ -99,6 +99,14 @@ __global__ void elements_kernel(Args<T> a, Mode m, int64_t n) {
   }
 }
 
+/* Input k's name in the op's signature, for errors. */
+const char *input_name(Mode m, int k) {
+  static const char *const fwd[] = {"x", "gamma", "beta", "mean", "variance"};
+  static const char *const tg[] = {"dy", "x", "gamma", "dmean", "dvariance"};
+  static const char *const ig[] = {"dy", "x", "gamma", "mean", "variance"};
+  return m == kTrain || m == kInfer ? fwd[k] : m == kTrainGrad ? tg[k] : ig[k];
+}
+
 rf_status *run(rf__kernel_ctx *ctx, Mode m) {
   RF_CHECK(begin(ctx));
   double eps;
@@ -115,8 +123,8 @@ rf_status *run(rf__kernel_ctx *ctx, Mode m) {
     const rf_tensor *p = ctx->inputs[k];
     if (p->shape.rank != 1 || p->shape.dims[0] != c)
       return rf__kernel_error(ctx, RF_INVALID_ARGUMENT,
-                              "input %d is not [C] for x's last dim C = %lld",
-                              k, (long long)c);
+                              "%s is not [C] for x's last dim C = %lld",
+                              input_name(m, k), (long long)c);
   }
   if (grad && !rf_shape_equal(&ctx->inputs[0]->shape, &x->shape))
     return rf__kernel_error(ctx, RF_INVALID_ARGUMENT,
