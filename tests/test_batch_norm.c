@@ -433,6 +433,12 @@ static void test_sync_matches_single(void **state) {
   rf_output l4 = rf_add_n(g4, NULL, parts, NDEV);
   assert_ok(rf_gradients(g4, &l4, 1, in4, NDEV + 2, NULL, d4));
   assert_graph_ok(g4);
+  /* forward: sums, counts, squared deviations; backward: the gradients of
+   * the sums and of the squared deviations (none for the counts) */
+  int all_reduces = 0;
+  for (int i = 0; i < rf_graph_num_nodes(g4); i++)
+    all_reduces += !strcmp(rf_node_op(rf_graph_node(g4, i)), "AllReduce");
+  assert_int_equal(all_reduces, 5 * NDEV);
   rf_session *s1 = rf_test_cpu_session(g1, 1),
              *s4 = rf_test_cpu_session(g4, NDEV);
   assert_ok(rf_session_run(s1, NULL, 0, NULL, 0, init1, 2, NULL));
