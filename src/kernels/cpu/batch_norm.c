@@ -1,8 +1,8 @@
 /* kernels/cpu/batch_norm.c - CPU kernels of BatchNorm, BatchNormInference
  * and their gradients for the float dtypes, x [R, C] (rows = every axis but
- * the last). Per-channel statistics in double, each channel summing its rows
- * in row order (so results do not depend on the thread count); outputs
- * rounded once. */
+ * the last). Per-channel statistics in double: partial sums over fixed
+ * chunks of rows (contiguous reads), then the chunks in order, so results do
+ * not depend on the thread count; outputs rounded once. */
 #include <math.h>
 #include <stdlib.h>
 
@@ -29,6 +29,41 @@ static void store(rf_dtype dt, void *p, int64_t i, double v) {
   }
 }
 
+/* Elements [off, off + n) as doubles, and back: one dtype switch per run
+ * of elements, so the loops over them vectorize. */
+static void load_run(rf_dtype dt, const void *p, int64_t off, int n,
+                     double *out) {
+  switch (dt) {
+    case RF_FLOAT32:
+      for (int i = 0; i < n; i++) out[i] = ((const float *)p)[off + i];
+      break;
+    case RF_FLOAT64:
+      for (int i = 0; i < n; i++) out[i] = ((const double *)p)[off + i];
+      break;
+    default:
+      for (int i = 0; i < n; i++) out[i] = load(dt, p, off + i);
+      break;
+  }
+}
+
+static void store_run(rf_dtype dt, void *p, int64_t off, int n,
+                      const double *v) {
+  switch (dt) {
+    case RF_FLOAT32:
+      for (int i = 0; i < n; i++) ((float *)p)[off + i] = (float)v[i];
+      break;
+    case RF_FLOAT64:
+      for (int i = 0; i < n; i++) ((double *)p)[off + i] = v[i];
+      break;
+    default:
+      for (int i = 0; i < n; i++) store(dt, p, off + i, v[i]);
+      break;
+  }
+}
+
+/* Channels are processed in blocks of this many (stack buffers). */
+#define RF_BN_BLOCK 256
+
 typedef enum mode {
   BN_TRAIN,      /* BatchNorm(x, gamma, beta) -> y, mean, variance */
   BN_INFER,      /* BatchNormInference(x, gamma, beta, mean, variance) -> y */
@@ -46,52 +81,106 @@ typedef struct bn_args {
   int64_t rows, c;
   /* per channel: mean, 1 / sqrt(var + eps), sum dy, sum dy * xhat */
   double *st;
+  /* per chunk of RF_BN_CHUNK rows: two partial sums per channel */
+  double *part;
+  int64_t chunks;
+  int pass;
 } bn_args;
 
-/* Channel j's statistics, and the channel outputs. */
-static void channels_range(void *arg, int64_t begin, int64_t end) {
+/* Rows per chunk: fixed, so the sums (chunks in order, each chunk's rows
+ * in order) do not depend on the thread count. Chunks of whole rows keep
+ * the reads contiguous in NHWC; the GPU kernel chunks alike. */
+#define RF_BN_CHUNK 64
+
+enum { PASS_SUM, PASS_SQ, PASS_GRAD };
+
+/* Partial sums of chunks [begin, end): x; (x - mean)^2; dy and
+ * dy * xhat. */
+static void chunks_range(void *arg, int64_t begin, int64_t end) {
   const bn_args *a = arg;
-  rf_dtype dt = a->dt;
-  int64_t c = a->c, R = a->rows;
-  for (int64_t j = begin; j < end; j++) {
-    double m, rs;
-    if (a->m == BN_INFER || a->m == BN_INFER_GRAD) {
-      m = load(dt, a->mean, j);
-      rs = 1.0 / sqrt(load(dt, a->var, j) + a->eps);
-    } else {
-      double s = 0, v = 0;
-      for (int64_t r = 0; r < R; r++) s += load(dt, a->x, r * c + j);
-      m = s / (double)R; /* NaN for R = 0 */
-      for (int64_t r = 0; r < R; r++) {
-        double d = load(dt, a->x, r * c + j) - m;
-        v += d * d;
+  int64_t c = a->c;
+  double xb[RF_BN_BLOCK], db[RF_BN_BLOCK];
+  for (int64_t k = begin; k < end; k++) {
+    double *p = a->part + k * 2 * c;
+    for (int64_t j = 0; j < 2 * c; j++) p[j] = 0;
+    int64_t r1 =
+        (k + 1) * RF_BN_CHUNK < a->rows ? (k + 1) * RF_BN_CHUNK : a->rows;
+    for (int64_t r = k * RF_BN_CHUNK; r < r1; r++)
+      for (int64_t j0 = 0; j0 < c; j0 += RF_BN_BLOCK) {
+        int n = (int)(c - j0 < RF_BN_BLOCK ? c - j0 : RF_BN_BLOCK);
+        const double *st = a->st + 4 * j0;
+        double *p0 = p + j0, *p1 = p + c + j0;
+        load_run(a->dt, a->x, r * c + j0, n, xb);
+        if (a->pass == PASS_SUM) {
+          for (int j = 0; j < n; j++) p0[j] += xb[j];
+        } else if (a->pass == PASS_SQ) {
+          for (int j = 0; j < n; j++) {
+            double d = xb[j] - st[4 * j];
+            p0[j] += d * d;
+          }
+        } else {
+          load_run(a->dt, a->dy, r * c + j0, n, db);
+          for (int j = 0; j < n; j++) {
+            p0[j] += db[j];
+            p1[j] += db[j] * (xb[j] - st[4 * j]) * st[4 * j + 1];
+          }
+        }
       }
-      v /= (double)R;
-      rs = 1.0 / sqrt(v + a->eps);
+  }
+}
+
+/* The pass's per-channel totals, the chunks summed in order, into
+ * st[4 j + slot] (and st[4 j + slot + 1] for the second sum). */
+static void run_pass(rf__kernel_ctx *ctx, bn_args *a, int pass, int slot) {
+  a->pass = pass;
+  rf__kernel_parallel_for(ctx, a->chunks, 8 * RF_BN_CHUNK * a->c, chunks_range,
+                          a);
+  for (int64_t j = 0; j < a->c; j++) {
+    double s0 = 0, s1 = 0;
+    for (int64_t k = 0; k < a->chunks; k++) {
+      s0 += a->part[k * 2 * a->c + j];
+      s1 += a->part[k * 2 * a->c + a->c + j];
+    }
+    a->st[4 * j + slot] = s0;
+    if (pass == PASS_GRAD) a->st[4 * j + slot + 1] = s1;
+  }
+}
+
+/* Every channel's statistics (st) and channel outputs. */
+static void channel_stats(rf__kernel_ctx *ctx, bn_args *a) {
+  rf_dtype dt = a->dt;
+  int64_t c = a->c;
+  double R = (double)a->rows;
+  if (a->m == BN_INFER || a->m == BN_INFER_GRAD) {
+    for (int64_t j = 0; j < c; j++) {
+      a->st[4 * j] = load(dt, a->mean, j);
+      a->st[4 * j + 1] = 1.0 / sqrt(load(dt, a->var, j) + a->eps);
+    }
+  } else {
+    run_pass(ctx, a, PASS_SUM, 0);
+    for (int64_t j = 0; j < c; j++) a->st[4 * j] /= R; /* NaN for R = 0 */
+    run_pass(ctx, a, PASS_SQ, 1);
+    for (int64_t j = 0; j < c; j++) {
+      double v = a->st[4 * j + 1] / R;
+      a->st[4 * j + 1] = 1.0 / sqrt(v + a->eps);
       if (a->m == BN_TRAIN) {
-        store(dt, a->o1, j, m);
+        store(dt, a->o1, j, a->st[4 * j]);
         store(dt, a->o2, j, v);
       }
     }
-    double sdy = 0, sdyx = 0;
-    if (a->m == BN_TRAIN_GRAD || a->m == BN_INFER_GRAD) {
-      for (int64_t r = 0; r < R; r++) {
-        double d = load(dt, a->dy, r * c + j);
-        sdy += d;
-        sdyx += d * (load(dt, a->x, r * c + j) - m) * rs;
-      }
-      store(dt, a->o1, j, sdyx); /* dgamma */
-      store(dt, a->o2, j, sdy);  /* dbeta */
-    }
+  }
+  if (a->m == BN_TRAIN || a->m == BN_INFER) return;
+  run_pass(ctx, a, PASS_GRAD, 2);
+  for (int64_t j = 0; j < c; j++) {
+    double rs = a->st[4 * j + 1], sdy = a->st[4 * j + 2],
+           sdyx = a->st[4 * j + 3];
+    store(dt, a->o1, j, sdyx); /* dgamma */
+    store(dt, a->o2, j, sdy);  /* dbeta */
     if (a->m == BN_INFER_GRAD) {
       double gm = load(dt, a->gamma, j);
       store(dt, a->o3, j, -gm * rs * sdy);             /* dmean */
       store(dt, a->o4, j, -0.5 * gm * rs * rs * sdyx); /* dvariance */
     }
-    a->st[4 * j] = m;
-    a->st[4 * j + 1] = rs;
-    a->st[4 * j + 2] = sdy;
-    a->st[4 * j + 3] = sdyx;
   }
 }
 
@@ -100,27 +189,45 @@ static void channels_range(void *arg, int64_t begin, int64_t end) {
  * + dmean / R + dvariance * 2 (x - mean) / R. */
 static void rows_range(void *arg, int64_t begin, int64_t end) {
   const bn_args *a = arg;
-  rf_dtype dt = a->dt;
   int64_t c = a->c;
   double R = (double)a->rows;
-  for (int64_t r = begin; r < end; r++)
-    for (int64_t j = 0; j < c; j++) {
-      const double *s = a->st + 4 * j;
-      int64_t i = r * c + j;
-      double xc = load(dt, a->x, i) - s[0], v;
-      double gm = load(dt, a->gamma, j);
-      switch (a->m) {
-        case BN_TRAIN:
-        case BN_INFER: v = xc * s[1] * gm + load(dt, a->beta, j); break;
-        case BN_INFER_GRAD: v = load(dt, a->dy, i) * gm * s[1]; break;
-        default:
-          v = gm * s[1] *
-                  (load(dt, a->dy, i) - s[2] / R - xc * s[1] * s[3] / R) +
-              load(dt, a->dmean, j) / R + load(dt, a->dvar, j) * 2 * xc / R;
-          break;
+  double xb[RF_BN_BLOCK], db[RF_BN_BLOCK], gb[RF_BN_BLOCK], bb[RF_BN_BLOCK],
+      vb[RF_BN_BLOCK];
+  for (int64_t j0 = 0; j0 < c; j0 += RF_BN_BLOCK) {
+    int n = (int)(c - j0 < RF_BN_BLOCK ? c - j0 : RF_BN_BLOCK);
+    const double *st = a->st + 4 * j0;
+    load_run(a->dt, a->gamma, j0, n, gb);
+    if (a->m == BN_TRAIN || a->m == BN_INFER)
+      load_run(a->dt, a->beta, j0, n, bb);
+    if (a->m == BN_TRAIN_GRAD) { /* bb: dmean / R, vb: 2 dvariance / R */
+      load_run(a->dt, a->dmean, j0, n, bb);
+      load_run(a->dt, a->dvar, j0, n, vb);
+      for (int j = 0; j < n; j++) {
+        bb[j] /= R;
+        vb[j] *= 2 / R;
       }
-      store(dt, a->out, i, v);
     }
+    for (int64_t r = begin; r < end; r++) {
+      int64_t off = r * c + j0;
+      load_run(a->dt, a->x, off, n, xb);
+      if (a->m == BN_TRAIN_GRAD || a->m == BN_INFER_GRAD)
+        load_run(a->dt, a->dy, off, n, db);
+      for (int j = 0; j < n; j++) {
+        const double *s = st + 4 * j;
+        double xc = xb[j] - s[0];
+        switch (a->m) {
+          case BN_TRAIN:
+          case BN_INFER: xb[j] = xc * s[1] * gb[j] + bb[j]; break;
+          case BN_INFER_GRAD: xb[j] = db[j] * gb[j] * s[1]; break;
+          default:
+            xb[j] = gb[j] * s[1] * (db[j] - s[2] / R - xc * s[1] * s[3] / R) +
+                    bb[j] + vb[j] * xc;
+            break;
+        }
+      }
+      store_run(a->dt, a->out, off, n, xb);
+    }
+  }
 }
 
 /* Input k's name in the op's signature, for errors. */
@@ -186,14 +293,21 @@ static rf_status *run(rf__kernel_ctx *ctx, mode m) {
     RF_CHECK(rf__kernel_alloc_output(ctx, k, a.dt, &cs, &t));
     *o[k - 1] = t->data;
   }
-  a.st = malloc(sizeof(double) * 4 * (size_t)(a.c ? a.c : 1));
-  if (!a.st)
+  a.chunks = (a.rows + RF_BN_CHUNK - 1) / RF_BN_CHUNK;
+  size_t cc = (size_t)(a.c ? a.c : 1);
+  a.st = malloc(sizeof(double) * 4 * cc);
+  a.part = malloc(sizeof(double) * 2 * cc * (size_t)(a.chunks ? a.chunks : 1));
+  if (!a.st || !a.part) {
+    free(a.st);
+    free(a.part);
     return rf__kernel_error(ctx, RF_RESOURCE_EXHAUSTED,
                             "no memory for %lld channels' statistics",
                             (long long)a.c);
-  rf__kernel_parallel_for(ctx, a.c, 8 * a.rows + 8, channels_range, &a);
+  }
+  channel_stats(ctx, &a);
   rf__kernel_parallel_for(ctx, a.rows, 10 * a.c, rows_range, &a);
   free(a.st);
+  free(a.part);
   return NULL;
 }
 
