@@ -1,9 +1,10 @@
 /* kernels/cuda/batch_norm.cu - GPU kernels of BatchNorm, BatchNormInference
  * and their gradients for the float dtypes, x [R, C] (rows = every axis but
- * the last). One thread per channel computes its statistics in double,
- * summing the rows in row order as the CPU kernel does (neighbouring threads
- * read neighbouring channels, so the loads coalesce in NHWC); then one
- * thread per element. No atomics: every result is deterministic. */
+ * the last). Statistics in double as on the CPU: one thread per (chunk of
+ * 64 rows, channel) sums its rows in order (neighbouring threads read
+ * neighbouring channels, so the loads coalesce in NHWC), then one thread per
+ * channel sums the chunks in order; then one thread per element. No
+ * atomics: every result is deterministic. */
 #include "kernels/cuda/gpu_common.cuh" /* first: the C headers in C++ */
 
 extern "C" {
@@ -34,49 +35,82 @@ struct Args {
   double *st; /* per channel: mean, rstd, sum dy, sum dy * xhat */
 };
 
-/* Channel j's statistics and channel outputs, as channels_range on CPU. */
+/* Rows per chunk, as on the CPU (kernels/cpu/batch_norm.c): partial sums
+ * over fixed chunks of rows, then the chunks in order, whatever the grid. */
+constexpr int64_t kChunk = 64;
+
+enum Pass { kSum, kSq, kGrad };
+
+/* One thread per (chunk, channel): its rows in order; neighbouring threads
+ * read neighbouring channels. part[k][0][j], part[k][1][j]: x; (x - mean)^2;
+ * dy and dy * xhat. */
 template <typename T>
-__global__ void channels_kernel(Args<T> a, Mode m) {
-  RF_GPU_LOOP(j, a.c) {
-    int64_t c = a.c, R = a.rows;
-    double mu, rs;
-    if (m == kInfer || m == kInferGrad) {
-      mu = ld(a.mean, j);
-      rs = 1.0 / sqrt(ld(a.var, j) + a.eps);
-    } else {
-      double s = 0, v = 0;
-      for (int64_t r = 0; r < R; r++) s += ld(a.x, r * c + j);
-      mu = s / (double)R; /* NaN for R = 0 */
-      for (int64_t r = 0; r < R; r++) {
-        double d = ld(a.x, r * c + j) - mu;
-        v += d * d;
+__global__ void chunks_kernel(Args<T> a, Pass pass, double *part,
+                              int64_t chunks) {
+  RF_GPU_LOOP(i, chunks * a.c) {
+    int64_t k = i / a.c, j = i % a.c, c = a.c;
+    int64_t r1 = (k + 1) * kChunk < a.rows ? (k + 1) * kChunk : a.rows;
+    /* the mean is known from the second pass on, rstd in the third */
+    double mu = pass == kSum ? 0 : a.st[4 * j];
+    double rs = pass == kGrad ? a.st[4 * j + 1] : 0, p0 = 0, p1 = 0;
+    for (int64_t r = k * kChunk; r < r1; r++) {
+      double xv = ld(a.x, r * c + j);
+      if (pass == kSum) {
+        p0 += xv;
+      } else if (pass == kSq) {
+        p0 += (xv - mu) * (xv - mu);
+      } else {
+        double d = ld(a.dy, r * c + j);
+        p0 += d;
+        p1 += d * (xv - mu) * rs;
       }
-      v /= (double)R;
-      rs = 1.0 / sqrt(v + a.eps);
+    }
+    part[k * 2 * c + j] = p0;
+    part[k * 2 * c + c + j] = p1;
+  }
+}
+
+/* One thread per channel: the pass's totals (chunks in order) and what
+ * follows from them, as channel_stats on the CPU. */
+template <typename T>
+__global__ void totals_kernel(Args<T> a, Mode m, Pass pass, const double *part,
+                              int64_t chunks) {
+  RF_GPU_LOOP(j, a.c) {
+    int64_t c = a.c;
+    double s0 = 0, s1 = 0, R = (double)a.rows;
+    for (int64_t k = 0; k < chunks; k++) {
+      s0 += part[k * 2 * c + j];
+      s1 += part[k * 2 * c + c + j];
+    }
+    if (pass == kSum) {
+      a.st[4 * j] = s0 / R; /* NaN for R = 0 */
+    } else if (pass == kSq) {
+      double v = s0 / R;
+      a.st[4 * j + 1] = 1.0 / sqrt(v + a.eps);
       if (m == kTrain) {
-        a.o1[j] = st<T>(mu);
+        a.o1[j] = st<T>(a.st[4 * j]);
         a.o2[j] = st<T>(v);
       }
-    }
-    double sdy = 0, sdyx = 0;
-    if (m == kTrainGrad || m == kInferGrad) {
-      for (int64_t r = 0; r < R; r++) {
-        double d = ld(a.dy, r * c + j);
-        sdy += d;
-        sdyx += d * (ld(a.x, r * c + j) - mu) * rs;
+    } else {
+      a.st[4 * j + 2] = s0;
+      a.st[4 * j + 3] = s1;
+      a.o1[j] = st<T>(s1); /* dgamma */
+      a.o2[j] = st<T>(s0); /* dbeta */
+      if (m == kInferGrad) {
+        double gm = ld(a.gamma, j), rs = a.st[4 * j + 1];
+        a.o3[j] = st<T>(-gm * rs * s0);
+        a.o4[j] = st<T>(-0.5 * gm * rs * rs * s1);
       }
-      a.o1[j] = st<T>(sdyx);
-      a.o2[j] = st<T>(sdy);
     }
-    if (m == kInferGrad) {
-      double gm = ld(a.gamma, j);
-      a.o3[j] = st<T>(-gm * rs * sdy);
-      a.o4[j] = st<T>(-0.5 * gm * rs * rs * sdyx);
-    }
-    a.st[4 * j] = mu;
-    a.st[4 * j + 1] = rs;
-    a.st[4 * j + 2] = sdy;
-    a.st[4 * j + 3] = sdyx;
+  }
+}
+
+/* Inference: the given statistics. */
+template <typename T>
+__global__ void given_kernel(Args<T> a) {
+  RF_GPU_LOOP(j, a.c) {
+    a.st[4 * j] = ld(a.mean, j);
+    a.st[4 * j + 1] = 1.0 / sqrt(ld(a.var, j) + a.eps);
   }
 }
 
@@ -130,16 +164,22 @@ rf_status *run(rf__kernel_ctx *ctx, Mode m) {
     return rf__kernel_error(ctx, RF_INVALID_ARGUMENT,
                             "dy and x have different shapes");
   rf_dtype dt = x->dtype;
-  rf_tensor *out, *o[4] = {NULL, NULL, NULL, NULL}, *stats;
+  rf_tensor *out, *o[4] = {NULL, NULL, NULL, NULL}, *stats, *part;
   RF_CHECK(alloc_output(ctx, 0, dt, &x->shape, &out));
   rf_shape cs = rf_shape_of(1, c);
   int nout = m == kInfer ? 1 : m == kInferGrad ? 5 : 3;
   for (int k = 1; k < nout; k++)
     RF_CHECK(alloc_output(ctx, k, dt, &cs, &o[k - 1]));
   if (c == 0) return NULL;
-  rf_shape ss = rf_shape_of(1, 4 * c);
+  int64_t n = x->num_elements, chunks = (n / c + kChunk - 1) / kChunk;
+  rf_shape ss = rf_shape_of(1, 4 * c),
+           ps = rf_shape_of(1, 2 * c * (chunks ? chunks : 1));
   RF_CHECK(new_tensor(ctx, RF_FLOAT64, &ss, &stats));
-  int64_t n = x->num_elements;
+  rf_status *pst = new_tensor(ctx, RF_FLOAT64, &ps, &part);
+  if (pst) {
+    rf_tensor_release(stats);
+    return pst;
+  }
   rf_status *status = visit_float(dt, [&](auto tag) {
     using T = typename decltype(tag)::type;
     Args<T> a = {};
@@ -171,8 +211,26 @@ rf_status *run(rf__kernel_ctx *ctx, Mode m) {
     a.rows = n / c;
     a.c = c;
     a.st = (double *)stats->data;
-    channels_kernel<T><<<grid(ctx, c), kThreads, 0, stream(ctx)>>>(a, m);
-    RF_GPU_LAUNCHED(ctx);
+    double *pp = (double *)part->data;
+    auto pass = [&](Pass ps) -> rf_status * {
+      if (chunks > 0) {
+        chunks_kernel<T><<<grid(ctx, chunks * c), kThreads, 0, stream(ctx)>>>(
+            a, ps, pp, chunks);
+        RF_GPU_LAUNCHED(ctx);
+      }
+      totals_kernel<T>
+          <<<grid(ctx, c), kThreads, 0, stream(ctx)>>>(a, m, ps, pp, chunks);
+      RF_GPU_LAUNCHED(ctx);
+      return NULL;
+    };
+    if (m == kInfer || m == kInferGrad) {
+      given_kernel<T><<<grid(ctx, c), kThreads, 0, stream(ctx)>>>(a);
+      RF_GPU_LAUNCHED(ctx);
+    } else {
+      RF_CHECK(pass(kSum));
+      RF_CHECK(pass(kSq));
+    }
+    if (grad) RF_CHECK(pass(kGrad));
     if (n > 0) {
       elements_kernel<T><<<grid(ctx, n), kThreads, 0, stream(ctx)>>>(a, m, n);
       RF_GPU_LAUNCHED(ctx);
@@ -180,6 +238,7 @@ rf_status *run(rf__kernel_ctx *ctx, Mode m) {
     return (rf_status *)NULL;
   });
   rf_tensor_release(stats); /* safe once enqueued: gpu_common.cuh */
+  rf_tensor_release(part);
   return status;
 }
 
