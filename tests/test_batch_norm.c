@@ -506,6 +506,62 @@ static void test_sync_matches_single(void **state) {
   rf_graph_free(g4);
 }
 
+/* Synchronized batch norm of the narrower float dtypes (statistics in
+ * float32 for float16 and bfloat16) over 2 devices against the float64
+ * reference over the whole batch. */
+static void test_sync_dtypes(void **state) {
+  (void)state;
+  uint64_t rng = rf_test_rng(70);
+  const rf_dtype dts[] = {RF_FLOAT16, RF_BFLOAT16, RF_FLOAT32};
+  rf_shape cs = rf_shape_of(1, SC),
+           sh[2] = {rf_shape_of(2, 5, SC), rf_shape_of(2, 3, SC)};
+  for (int d = 0; d < 3; d++) {
+    rf_graph *g = rf_graph_new();
+    rf_tensor *gm = rf_test_random_tensor(&rng, dts[d], cs, 0.5, 2);
+    rf_tensor *bt = rf_test_random_tensor(&rng, dts[d], cs, -1, 1);
+    rf_output xs[2], gms[2], bts[2];
+    rf_feed f[2];
+    assert_ok(rf_graph_push_device(g, "cpu:0"));
+    gms[0] = gms[1] = rf_const(g, NULL, gm);
+    bts[0] = bts[1] = rf_const(g, NULL, bt);
+    rf_graph_pop_device(g);
+    double whole[24];
+    for (int i = 0; i < 2; i++) {
+      assert_ok(rf_graph_push_device(g, i ? "cpu:1" : "cpu:0"));
+      xs[i] = rf_placeholder(g, NULL, dts[d], sh[i]);
+      rf_graph_pop_device(g);
+      f[i] =
+          (rf_feed){xs[i], rf_test_random_tensor(&rng, dts[d], sh[i], -2, 6)};
+      double *xd = rf_test_to_doubles(f[i].value);
+      memcpy(whole + (i ? 5 * SC : 0), xd,
+             sizeof(double) * rf_shape_num_elements(&sh[i]));
+      free(xd);
+    }
+    rf_batch_norm_result r[2];
+    rf_sync_batch_norm_n(g, NULL, 2, xs, gms, bts, NULL, NULL, 0.9, 1e-3, r);
+    assert_graph_ok(g);
+    rf_output fetch[4] = {r[0].y, r[1].y, r[0].mean, r[1].variance};
+    rf_tensor *got[4];
+    rf_test_run(g, 2, f, 2, fetch, 4, got);
+    double *gd = rf_test_to_doubles(gm), *bd = rf_test_to_doubles(bt), want[24],
+           m[SC], v[SC];
+    bn_ref(whole, 8, SC, gd, bd, NULL, NULL, 1e-3, want, m, v);
+    double tol = 4 * rf_test_tolerance(dts[d]);
+    assert_tensor_near(got[0], sh[0], want, tol);
+    assert_tensor_near(got[1], sh[1], want + 5 * SC, tol);
+    assert_int_equal(rf_tensor_dtype(got[2]), dts[d]);
+    assert_tensor_near(got[2], cs, m, tol);
+    assert_tensor_near(got[3], cs, v, tol);
+    for (int i = 0; i < 4; i++) rf_tensor_release(got[i]);
+    for (int i = 0; i < 2; i++) rf_tensor_release(f[i].value);
+    free(gd);
+    free(bd);
+    rf_tensor_release(gm);
+    rf_tensor_release(bt);
+    rf_graph_free(g);
+  }
+}
+
 /* The default under data parallelism: rf_batch_norm on each replica uses
  * that replica's statistics (which differ from the global batch's). */
 static void test_unsynced_per_device(void **state) {
@@ -651,6 +707,7 @@ int main(void) {
       cmocka_unit_test(test_empty_batch),
       cmocka_unit_test(test_moving_averages),
       cmocka_unit_test(test_sync_matches_single),
+      cmocka_unit_test(test_sync_dtypes),
       cmocka_unit_test(test_unsynced_per_device),
       cmocka_unit_test(test_second_order_refused),
       cmocka_unit_test(test_errors),
