@@ -38,6 +38,8 @@ typedef struct options {
   tool_devices devices;
   int epochs, batch, max_steps, warmup, save_every;
   double lr, collective_timeout; /* seconds */
+  int optimizer;                 /* optimizer_kind */
+  double weight_decay, momentum; /* AdamW's, momentum's */
   uint64_t seed;
   sync_mode sync;
   model_kind model;
@@ -159,13 +161,14 @@ static void trainer_prefetch(trainer *t, const dataset *d) {
   t->pf = prefetch_new(feed_batches, &t->feed, t->nlocal);
 }
 
-/* Assigns every replica's params and Adam moments from state[0..2][p]. */
+/* Assigns every replica's params and optimizer slots from
+ * state[0..slots][p]. */
 static rf_status *assign_state(trainer *t,
                                rf_tensor *state[3][2 * MLP_MAX_LAYERS]) {
   static rf_feed feeds[MLP_MAX_DEVICES * 6 * MLP_MAX_LAYERS];
   int nf = 0;
   for (int d = t->first; d < t->first + t->nlocal; d++)
-    for (int k = 0; k < 3; k++)
+    for (int k = 0; k <= mlp_num_slots(&t->cfg); k++)
       for (int p = 0; p < t->m.num_params; p++)
         feeds[nf++] = (rf_feed){t->m.rep[d].init[k][p], state[k][p]};
   return rf_session_run(t->s, feeds, nf, NULL, 0, &t->m.init_op, 1, NULL);
@@ -185,29 +188,29 @@ static rf_status *trainer_init(trainer *t, const mlp_config *cfg, uint64_t seed,
   rf_tensor *state[3][2 * MLP_MAX_LAYERS];
   RF_TOOL_CHECK(mlp_initial_values(cfg, seed, state[0]));
   rf_status *st = mlp_zero_moments(cfg, state[1]);
+  int nslots = mlp_num_slots(cfg);
   if (!st) {
-    for (int p = 0; p < t->m.num_params; p++)
-      state[2][p] = rf_tensor_retain(state[1][p]);
+    for (int k = 2; k <= nslots; k++)
+      for (int p = 0; p < t->m.num_params; p++)
+        state[k][p] = rf_tensor_retain(state[1][p]);
     st = assign_state(t, state);
-    for (int p = 0; p < t->m.num_params; p++) {
-      rf_tensor_release(state[1][p]);
-      rf_tensor_release(state[2][p]);
-    }
+    for (int k = 1; k <= nslots; k++)
+      for (int p = 0; p < t->m.num_params; p++) rf_tensor_release(state[k][p]);
   }
   for (int p = 0; p < t->m.num_params; p++) rf_tensor_release(state[0][p]);
   return st;
 }
 
-/* Writes replica 0's params, Adam moments and step count as safetensors
+/* Writes replica 0's params, optimizer slots and step count as safetensors
  * (ringflow/checkpoint.h: atomic, fsynced). Every process of a job runs it
  * (sharded moments are all-gathered); `write` says whether this one writes
  * the file. */
 static rf_status *trainer_save(trainer *t, const char *path, bool write) {
-  int np = t->m.num_params;
+  int np = t->m.num_params, ns = mlp_num_slots(&t->cfg);
   /* Sharded moments come from all-gathers, which need every replica's
    * participant: fetch the other replicas' copies too, and drop them. */
   int nrep = t->cfg.sync == SYNC_SHARDED ? t->nlocal : 1;
-  int n = np + 2 * np * nrep;
+  int n = np + ns * np * nrep;
   rf_output *fetches = malloc(sizeof *fetches * (size_t)n);
   rf_tensor **out = calloc((size_t)n, sizeof *out);
   rf_checkpoint *c = NULL;
@@ -216,16 +219,16 @@ static rf_status *trainer_save(trainer *t, const char *path, bool write) {
                       : rf_status_new(RF_RESOURCE_EXHAUSTED, "out of memory");
   for (int p = 0; p < np && !st; p++) {
     fetches[p] = t->m.rep[t->first].params[p];
-    for (int r = 0; r < nrep; r++) {
-      fetches[np + r * 2 * np + p] = t->m.rep[t->first + r].moments[0][p];
-      fetches[np + r * 2 * np + np + p] = t->m.rep[t->first + r].moments[1][p];
-    }
+    for (int r = 0; r < nrep; r++)
+      for (int k = 0; k < ns; k++)
+        fetches[np + (r * ns + k) * np + p] =
+            t->m.rep[t->first + r].moments[k][p];
   }
   if (!st) st = rf_session_run(t->s, NULL, 0, fetches, n, NULL, 0, out);
-  /* out[k * np + p]: kind k (param, m, v) of param p, as mlp_state_name */
-  for (int i = 0; i < 3 * np && !st; i++) {
+  /* out[k * np + p]: kind k (param, slots) of param p, as mlp_state_name */
+  for (int i = 0; i < (1 + ns) * np && !st; i++) {
     char name[32];
-    mlp_state_name(i / np, i % np, name, sizeof name);
+    mlp_state_name(&t->cfg, i / np, i % np, name, sizeof name);
     st = rf_checkpoint_add(c, name, out[i]);
   }
   if (!st) st = rf_checkpoint_set_step(c, t->step);
@@ -238,26 +241,26 @@ static rf_status *trainer_save(trainer *t, const char *path, bool write) {
 }
 
 /* Restores a checkpoint after checking it fits the model exactly (names,
- * dtypes, shapes) and holds a state training can go on from: finite
- * parameters and moments, second moments >= 0, a step (0..2^53, which the
- * reader checks); on any mismatch nothing is assigned. */
+ * dtypes, shapes, the optimizer's slots) and holds a state training can go
+ * on from: finite parameters and slots, second moments >= 0, a step (0..2^53,
+ * which the reader checks); on any mismatch nothing is assigned. */
 static rf_status *trainer_load(trainer *t, const char *path) {
   rf_checkpoint *c;
   RF_TOOL_CHECK(rf_checkpoint_load(path, &c));
-  int np = t->m.num_params;
+  int np = t->m.num_params, nk = 1 + mlp_num_slots(&t->cfg);
   rf_tensor *state[3][2 * MLP_MAX_LAYERS];
   rf_status *st = NULL;
-  if (rf_checkpoint_count(c) != 3 * np)
+  if (rf_checkpoint_count(c) != nk * np)
     st = rf_status_new(RF_INVALID_ARGUMENT,
                        "%s holds %d tensors; this model has %d", path,
-                       rf_checkpoint_count(c), 3 * np);
+                       rf_checkpoint_count(c), nk * np);
   else if (rf_checkpoint_step(c) < 0)
     st = rf_status_new(RF_INVALID_ARGUMENT,
                        "%s has no step (metadata ringflow.step)", path);
-  for (int k = 0; k < 3 && !st; k++)
+  for (int k = 0; k < nk && !st; k++)
     for (int p = 0; p < np && !st; p++) {
       char name[32];
-      mlp_state_name(k, p, name, sizeof name);
+      mlp_state_name(&t->cfg, k, p, name, sizeof name);
       rf_shape want = rf_output_shape(t->m.rep[0].params[p]);
       unsigned checks =
           RF_CHECKPOINT_FINITE | (k == 2 ? RF_CHECKPOINT_NONNEGATIVE : 0);
@@ -464,6 +467,10 @@ static const char *const sync_choices[] = {
 static const char *const schedule_choices[] = {"cosine", "constant", NULL};
 static const char *const comm_choices[] = {"fp32", "bf16", "fp16", NULL};
 static const char *const comm_dtypes[] = {"float32", "bfloat16", "float16"};
+static const char *const optimizer_choices[] = {[OPT_ADAM] = "adam",
+                                                [OPT_ADAMW] = "adamw",
+                                                [OPT_MOMENTUM] = "momentum",
+                                                NULL};
 static const char *const model_choices[] = {
     [MODEL_MLP] = "mlp", [MODEL_CNN] = "cnn", NULL};
 
@@ -473,6 +480,8 @@ static int parse_options(int argc, char **argv, options *o) {
                  .epochs = 5,
                  .batch = 128,
                  .lr = 1e-3,
+                 .weight_decay = 0.01,
+                 .momentum = 0.9,
                  .collective_timeout = 60,
                  .seed = 1,
                  .sync = SYNC_ALLREDUCE,
@@ -481,7 +490,8 @@ static int parse_options(int argc, char **argv, options *o) {
   char why[64];
   tool_devices_parse("cpu:0-3", &o->devices, why, sizeof why);
   int sync = SYNC_ALLREDUCE, schedule = 0, model = MODEL_MLP;
-  bool steps_given = false;
+  bool steps_given = false, lr_given = false, wd_given = false,
+       momentum_given = false;
   const tool_opt opts[] = {
       TOOL_DEVICES("devices", &o->devices,
                    "the devices to train on, one replica each (default "
@@ -494,7 +504,7 @@ static int parse_options(int argc, char **argv, options *o) {
       TOOL_CHOICE("sync", &sync, "MODE",
                   "how the replicas combine gradients (default allreduce): "
                   "an all-reduce; a reduce then a broadcast; or sharded: a "
-                  "reduce-scatter, Adam on each device's rows of the "
+                  "reduce-scatter, the optimizer on each device's rows of the "
                   "parameters, an all-gather (one update in all)",
                   sync_choices),
       TOOL_INT("epochs", &o->epochs, "N",
@@ -503,8 +513,24 @@ static int parse_options(int argc, char **argv, options *o) {
                "global batch size (default 128), divisible by the device "
                "count and at most the training set's rows",
                1, 1 << 20),
-      TOOL_REAL("lr", &o->lr, "X", "Adam learning rate (default 0.001)", 0,
-                INFINITY),
+      TOOL_REAL("lr", &o->lr, "X",
+                "learning rate (default 0.001; 0.1 with --optimizer "
+                "momentum)",
+                0, INFINITY, .given = &lr_given),
+      TOOL_CHOICE("optimizer", &o->optimizer, "O",
+                  "the update every device applies (default adam: "
+                  "TensorFlow's Adam, beta1 0.9, beta2 0.999, epsilon 1e-7; "
+                  "adamw: PyTorch's AdamW, the same with decoupled "
+                  "--weight-decay; momentum: SGD with --momentum, "
+                  "TensorFlow's ApplyMomentum)",
+                  optimizer_choices),
+      TOOL_REAL("weight-decay", &o->weight_decay, "X",
+                "AdamW's decoupled weight decay (default 0.01, PyTorch's)", 0,
+                INFINITY, .given = &wd_given, .min_included = true),
+      TOOL_REAL("momentum", &o->momentum, "X",
+                "the momentum of --optimizer momentum (default 0.9; 0: "
+                "plain SGD)",
+                0, 1, .given = &momentum_given, .min_included = true),
       TOOL_CHOICE("schedule", &schedule, "S",
                   "the learning rate over the run (default cosine: decays "
                   "to 0; constant: --lr throughout)",
@@ -587,6 +613,11 @@ static int parse_options(int argc, char **argv, options *o) {
     return tool_usage_error(
         &cmd, "--bench times training alone: no --check, --trace or --save");
   if (o->bench && !steps_given) o->max_steps = 100;
+  if (wd_given && o->optimizer != OPT_ADAMW)
+    return tool_usage_error(&cmd, "--weight-decay needs --optimizer adamw");
+  if (momentum_given && o->optimizer != OPT_MOMENTUM)
+    return tool_usage_error(&cmd, "--momentum needs --optimizer momentum");
+  if (!lr_given && o->optimizer == OPT_MOMENTUM) o->lr = 0.1;
   if (o->save_every && !o->save)
     return tool_usage_error(&cmd, "--save-every needs --save FILE");
   return 0;
@@ -656,7 +687,7 @@ static rf_status *bench(trainer *t, const dataset *d, const options *o,
 static const char *const sync_names[] = {
     [SYNC_ALLREDUCE] = "all-reduce",
     [SYNC_REDUCE_BROADCAST] = "reduce+broadcast",
-    [SYNC_SHARDED] = "reduce-scatter + sharded Adam + all-gather"};
+    [SYNC_SHARDED] = "reduce-scatter + sharded update + all-gather"};
 
 /* End of an epoch: test accuracy and whether the replicas agree (across
  * processes, through collectives). */
@@ -689,6 +720,9 @@ int cmd_train(int argc, char **argv) {
                     .beta1 = 0.9,
                     .beta2 = 0.999,
                     .epsilon = 1e-7,
+                    .optimizer = (optimizer_kind)o.optimizer,
+                    .weight_decay = o.weight_decay,
+                    .momentum = o.momentum,
                     .sync = o.sync};
   rf_session_options sopts, one_opts;
   rf_session_options_init(&sopts);
