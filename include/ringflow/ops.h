@@ -223,6 +223,25 @@ RF_API rf_node *rf_split_v(rf_graph *g, const char *name, rf_output x,
  * -1: to the end of dim k. begin >= 0; the window must lie inside x. */
 RF_API rf_output rf_slice(rf_graph *g, const char *name, rf_output x,
                           const int64_t *begin, const int64_t *size, int n);
+/* TensorFlow's tf.strided_slice without ellipsis and new axes: for each dim
+ * k < n, the elements begin[k], begin[k] + strides[k], ... before end[k]
+ * (Python's x[begin:end:stride]; dims from n on are taken whole). Negative
+ * begin/end count from the end of the dim; then they are clamped to
+ * [0, dim] (stride > 0) or [-1, dim - 1] (stride < 0), so an empty range
+ * gives a dim of size 0. Bit k of begin_mask (end_mask) ignores begin[k]
+ * (end[k]): the range starts (ends) at the dim's first or last element in
+ * the stride's direction. Bit k of shrink_axis_mask takes only element
+ * begin[k] (from the end when negative; it must lie in the dim, and
+ * strides[k] be positive) and drops the dim from the output. strides NULL:
+ * all 1. Every dtype; differentiable (the gradient scatters dy into zeros of
+ * x's shape: _StridedSliceGrad). INVALID_ARGUMENT at build time (or at run
+ * time for dims known only then): n > x's rank, a stride 0, a mask bit at
+ * or past n, a shrunk index outside its dim. */
+RF_API rf_output rf_strided_slice(rf_graph *g, const char *name, rf_output x,
+                                  const int64_t *begin, const int64_t *end,
+                                  const int64_t *strides, int n,
+                                  int64_t begin_mask, int64_t end_mask,
+                                  int64_t shrink_axis_mask);
 /* x with a dim of size 1 inserted at axis in [-rank-1, rank] (-1: last).
  * No copy (a view). */
 RF_API rf_output rf_expand_dims(rf_graph *g, const char *name, rf_output x,

@@ -22,7 +22,8 @@ from ringflow import collectives, errors, nccl, nn
 from ringflow import checkpoint as checkpoint
 from ringflow.array_ops import (concat, dropout, expand_dims, gather, gelu,
                                 layer_norm, one_hot, pad, slice, split,
-                                squeeze, tile, transpose, where)
+                                squeeze, strided_slice, tile, transpose,
+                                where)
 from ringflow.dlpack import GpuTensor, from_dlpack
 from ringflow.dtypes import (bfloat16, bool, float16, float32, float64,
                              int8, int32, int64, resource, uint8, as_dtype)
@@ -65,4 +66,4 @@ __all__ = [
 ]
 __all__ += ["concat", "dropout", "expand_dims", "gather", "gelu",
             "layer_norm", "one_hot", "pad", "slice", "split", "squeeze",
-            "tile", "transpose", "where"]
+            "strided_slice", "tile", "transpose", "where"]
