@@ -124,7 +124,11 @@ static void build_forward(const mlp_config *c, rf_graph *g, int d, vars *vs,
     }
   }
   rf_output h = r->x;
-  if (c->model == MODEL_CNN) h = cnn_logits(g, h, r->params);
+  r->training = (rf_output){NULL, 0};
+  if (c->model == MODEL_CNN && c->dropout > 0)
+    r->training = rf_placeholder(g, NULL, RF_BOOL, rf_shape_scalar());
+  if (c->model == MODEL_CNN)
+    h = cnn_logits(g, h, r->params, c->dropout, r->training);
   for (int l = 0; c->model == MODEL_MLP && l < c->num_layers; l++) {
     vs->in[l] = h;
     vs->z[l] = rf_matmul(g, NULL, h, r->params[2 * l], false, false);

@@ -35,6 +35,7 @@ typedef enum model_kind { MODEL_MLP, MODEL_CNN } model_kind;
 
 typedef struct mlp_config {
   model_kind model; /* MODEL_CNN ignores num_layers and sizes */
+  double dropout;   /* MODEL_CNN: the dense layer's dropout rate (0: none) */
   int num_devices;
   char devices[MLP_MAX_DEVICES][32]; /* canonical names, e.g. "cpu:2" */
   int num_layers;                    /* sizes[0] inputs .. sizes[n] classes */
@@ -55,6 +56,9 @@ typedef struct mlp_replica {
   /* scalar placeholders fed every step: the scheduled learning rate and
    * Adam's bias corrections beta^t (unused by momentum) */
   rf_output lr, beta1_power, beta2_power;
+  /* with cfg.dropout > 0: a bool scalar placeholder, true in training steps
+   * and false when evaluating (else no node) */
+  rf_output training;
   rf_output loss;    /* mean loss of the replica's rows */
   rf_output correct; /* per row: 1 when predicted right (int32) */
   rf_output params[2 * MLP_MAX_LAYERS]; /* reads: W0, b0, W1, b1, ... */

@@ -39,6 +39,7 @@ typedef struct options {
   int epochs, batch, max_steps, warmup, save_every;
   double lr, collective_timeout; /* seconds */
   int optimizer;                 /* optimizer_kind */
+  double dropout;                /* the CNN's dense layer's rate */
   double weight_decay, momentum; /* AdamW's, momentum's */
   uint64_t seed;
   sync_mode sync;
@@ -284,6 +285,19 @@ static void trainer_free(trainer *t) {
   mlp_free(&t->m);
 }
 
+/* The CNN's dropout switch (mlp.h: training) of this process's replicas,
+ * fed `on` into feeds[*nf ..]; nothing without dropout. *flag: a new
+ * reference the caller releases (NULL when none was needed). */
+static rf_status *feed_training(const trainer *t, bool on, rf_feed *feeds,
+                                int *nf, rf_tensor **flag) {
+  *flag = NULL;
+  if (!t->m.rep[t->first].training.node) return NULL;
+  RF_TOOL_CHECK(rf_tensor_new_scalar(RF_BOOL, on, flag));
+  for (int i = 0; i < t->nlocal; i++)
+    feeds[(*nf)++] = (rf_feed){t->m.rep[t->first + i].training, *flag};
+  return NULL;
+}
+
 /* One step on the global batch idx[0 .. devices*device_batch), of which this
  * process feeds its replicas' rows; *loss gets the mean loss over the global
  * batch. next_idx (or NULL): the next step's batch, which t's prefetcher
@@ -291,8 +305,9 @@ static void trainer_free(trainer *t) {
 static rf_status *train_step(trainer *t, const dataset *d, const int *idx,
                              const int *next_idx, double lr, double *loss) {
   int nd = t->nlocal;
-  rf_tensor *x[MLP_MAX_DEVICES], *y[MLP_MAX_DEVICES], *b1, *b2, *lrt;
-  rf_feed feeds[5 * MLP_MAX_DEVICES];
+  rf_tensor *x[MLP_MAX_DEVICES], *y[MLP_MAX_DEVICES], *b1, *b2, *lrt, *on;
+  rf_feed feeds[6 * MLP_MAX_DEVICES];
+  int nf = 5 * nd;
   rf_output fetches[MLP_MAX_DEVICES];
   rf_tensor *losses[MLP_MAX_DEVICES];
   t->step++;
@@ -334,8 +349,13 @@ static rf_status *train_step(trainer *t, const dataset *d, const int *idx,
   /* Across processes the mean comes from an all-reduce of every loss. */
   int nfetch = t->job ? 1 : nd;
   if (t->job) fetches[0] = t->m.rep[t->first].loss_avg;
+  rf_status *fst = feed_training(t, true, feeds, &nf, &on);
   if (!st)
-    st = rf_session_run(t->s, feeds, 5 * nd, fetches, nfetch, &t->m.train_op, 1,
+    st = fst;
+  else
+    rf_status_free(fst);
+  if (!st)
+    st = rf_session_run(t->s, feeds, nf, fetches, nfetch, &t->m.train_op, 1,
                         losses);
   if (!st) {
     double sum = 0;
@@ -352,6 +372,7 @@ static rf_status *train_step(trainer *t, const dataset *d, const int *idx,
   rf_tensor_release(b1);
   rf_tensor_release(b2);
   rf_tensor_release(lrt);
+  rf_tensor_release(on);
   return st;
 }
 
@@ -370,9 +391,10 @@ static rf_status *evaluate(trainer *t, const dataset *d, int64_t *right) {
     int valid = d->n - start < per_step ? d->n - start : per_step;
     for (int i = 0; i < per_step; i++) idx[i] = i < valid ? start + i : 0;
     rf_tensor *x[MLP_MAX_DEVICES], *y[MLP_MAX_DEVICES], *out[MLP_MAX_DEVICES];
-    rf_feed feeds[2 * MLP_MAX_DEVICES];
+    rf_feed feeds[3 * MLP_MAX_DEVICES];
     rf_output fetches[MLP_MAX_DEVICES];
-    int made = 0;
+    rf_tensor *off = NULL;
+    int made = 0, nf = 2 * nd;
     for (; made < nd && !st; made++)
       st = batch_tensors(d, idx + skip + made * rows, xs, &x[made], &y[made]);
     if (st) made--;
@@ -381,8 +403,9 @@ static rf_status *evaluate(trainer *t, const dataset *d, int64_t *right) {
       feeds[2 * i + 1] = (rf_feed){t->m.rep[t->first + i].y, y[i]};
       fetches[i] = t->m.rep[t->first + i].correct;
     }
-    if (!st)
-      st = rf_session_run(t->s, feeds, 2 * nd, fetches, nd, NULL, 0, out);
+    if (!st) st = feed_training(t, false, feeds, &nf, &off);
+    if (!st) st = rf_session_run(t->s, feeds, nf, fetches, nd, NULL, 0, out);
+    rf_tensor_release(off);
     for (int i = 0; !st && i < nd; i++) {
       const int32_t *ok = rf_tensor_data(out[i]);
       for (int r = 0; r < rows; r++)
@@ -482,6 +505,7 @@ static int parse_options(int argc, char **argv, options *o) {
                  .lr = 1e-3,
                  .weight_decay = 0.01,
                  .momentum = 0.9,
+                 .dropout = 0.5,
                  .collective_timeout = 60,
                  .seed = 1,
                  .sync = SYNC_ALLREDUCE,
@@ -491,7 +515,7 @@ static int parse_options(int argc, char **argv, options *o) {
   tool_devices_parse("cpu:0-3", &o->devices, why, sizeof why);
   int sync = SYNC_ALLREDUCE, schedule = 0, model = MODEL_MLP;
   bool steps_given = false, lr_given = false, wd_given = false,
-       momentum_given = false;
+       momentum_given = false, dropout_given = false;
   const tool_opt opts[] = {
       TOOL_DEVICES("devices", &o->devices,
                    "the devices to train on, one replica each (default "
@@ -499,7 +523,7 @@ static int parse_options(int argc, char **argv, options *o) {
       TOOL_CHOICE("model", &model, "M",
                   "the network (default mlp: 784-512-256-10; cnn: conv "
                   "5x5x32, max pool 2x2, conv 5x5x64, max pool 2x2, dense "
-                  "1024, dense 10, on 28x28x1 images; no dropout yet)",
+                  "1024 with --dropout, dense 10, on 28x28x1 images)",
                   model_choices),
       TOOL_CHOICE("sync", &sync, "MODE",
                   "how the replicas combine gradients (default allreduce): "
@@ -547,6 +571,11 @@ static int parse_options(int argc, char **argv, options *o) {
                 "a process of the job that died or stopped is reported within "
                 "it (default 60)",
                 0, 86400),
+      TOOL_REAL("dropout", &o->dropout, "RATE",
+                "--model cnn: the dense 1024 layer's dropout rate while "
+                "training (default 0.5; 0: none; none with --check, whose one "
+                "device cannot draw the replicas' per-device masks)",
+                0, 0.99, .given = &dropout_given, .min_included = true),
       TOOL_FLAG("check", &o->check,
                 "also train on one device and report the largest "
                 "differences"),
@@ -618,6 +647,9 @@ static int parse_options(int argc, char **argv, options *o) {
   if (momentum_given && o->optimizer != OPT_MOMENTUM)
     return tool_usage_error(&cmd, "--momentum needs --optimizer momentum");
   if (!lr_given && o->optimizer == OPT_MOMENTUM) o->lr = 0.1;
+  if (dropout_given && o->model != MODEL_CNN)
+    return tool_usage_error(&cmd, "--dropout needs --model cnn");
+  if (o->check) o->dropout = 0;
   if (o->save_every && !o->save)
     return tool_usage_error(&cmd, "--save-every needs --save FILE");
   return 0;
@@ -723,6 +755,7 @@ int cmd_train(int argc, char **argv) {
                     .optimizer = (optimizer_kind)o.optimizer,
                     .weight_decay = o.weight_decay,
                     .momentum = o.momentum,
+                    .dropout = o.dropout,
                     .sync = o.sync};
   rf_session_options sopts, one_opts;
   rf_session_options_init(&sopts);

@@ -302,8 +302,8 @@ static rf_status *apply_update(rf__kernel_ctx *ctx,
   update_args a = {.dtype = grad->dtype, .delta = grad->data};
   int n = spec->nvars;
   RF_CHECK(rf__state_update_prepare(ctx, false, spec, vars, sorted));
-  RF_CHECK(scalars(ctx, &a));
-  rf_status *st = NULL;
+  rf_status *st = scalars(ctx, &a);
+  if (st) return rf__kernel_error_at(ctx, st);
   rf__state_lock_distinct(sorted, n, true);
   for (int k = 0; k < n && !st; k++)
     st = rf__state_check_update(ctx, vars[k], grad->dtype, &grad->shape, "grad",
