@@ -194,6 +194,11 @@ static void test_op_functions(void **state) {
   assert_null(rf_apply_gradient_descent(NULL, NULL, none, none, none));
   assert_null(rf_apply_adam(NULL, NULL, none, none, none, none, none, none,
                             none, none, none, none));
+  assert_null(rf_apply_adamw(NULL, NULL, none, none, none, none, none, none,
+                             none, none, none, none, none));
+  assert_null(
+      rf_apply_momentum(NULL, NULL, none, none, none, none, none, false));
+  NO_OUTPUT(rf_strided_slice(NULL, NULL, none, NULL, NULL, NULL, 0, 0, 0, 0));
   NO_OUTPUT(rf_add(NULL, NULL, none, none));
   NO_OUTPUT(rf_sub(NULL, NULL, none, none));
   NO_OUTPUT(rf_mul(NULL, NULL, none, none));

@@ -1,7 +1,7 @@
 /* tools/cnn.c - the network of cnn.h: conv 5x5x32 SAME + bias + relu, max
  * pool 2x2, conv 5x5x64 SAME + bias + relu, max pool 2x2, flatten, dense
- * 1024 + relu, dense 10 (the TensorFlow tutorial's network for MNIST, less
- * its dropout: see cnn_logits). */
+ * 1024 + relu + dropout while training, dense 10 (the TensorFlow tutorial's
+ * network for MNIST). */
 #include "cnn.h"
 
 #define SIDE 28     /* input images are SIDE x SIDE x 1 */
@@ -47,16 +47,18 @@ static rf_output conv_block(rf_graph *g, rf_output x, rf_output w,
   return rf_max_pool(g, NULL, h, two, two, "SAME");
 }
 
-rf_output cnn_logits(rf_graph *g, rf_output x, const rf_output *params) {
+rf_output cnn_logits(rf_graph *g, rf_output x, const rf_output *params,
+                     double dropout, rf_output training) {
   rf_output h = conv_block(g, x, params[0], params[1]);
   h = conv_block(g, h, params[2], params[3]);
   const int64_t flat[2] = {-1, FLAT};
   h = rf_reshape_to(g, NULL, h, 2, flat);
   h = rf_matmul(g, NULL, h, params[4], false, false);
   h = rf_relu(g, NULL, rf_bias_add(g, NULL, h, params[5]));
-  /* Dropout (rate 0.5 while training, none when evaluating) belongs here,
-   * once the op exists: it needs a training flag fed by train.c, since the
-   * same replica graph computes the test accuracy. */
+  /* One graph trains and evaluates: `training` picks the dropped-out
+   * activations or the plain ones (whose gradient is then zero). */
+  if (dropout > 0)
+    h = rf_select(g, NULL, training, rf_dropout(g, NULL, h, dropout, 17), h);
   h = rf_matmul(g, NULL, h, params[6], false, false);
   return rf_bias_add(g, NULL, h, params[7]);
 }

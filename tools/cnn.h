@@ -1,6 +1,6 @@
 /* tools/cnn.h - the convolutional network of `ringflow train --model cnn`:
  * its parameters' shapes and initial scale, and one replica's forward pass
- * to logits. mlp.c builds the replicas, gradients, synchronisation and Adam
+ * to logits. mlp.c builds the replicas, gradients, synchronisation and update
  * around it exactly as for the MLP. */
 #ifndef RF_TOOLS_CNN_H
 #define RF_TOOLS_CNN_H
@@ -18,7 +18,10 @@ rf_shape cnn_param_shape(int p);
 /* The fan-in and fan-out of parameter p's layer (Glorot-uniform scale). */
 void cnn_fans(int p, int *fan_in, int *fan_out);
 /* The logits (rows, 10) of x (cnn_input_shape) under params[0..8), built in
- * g under the current device scope; failures are recorded in g. */
-rf_output cnn_logits(rf_graph *g, rf_output x, const rf_output *params);
+ * g under the current device scope; failures are recorded in g. dropout >
+ * 0: the dense 1024 layer's activations are dropped at that rate where the
+ * bool scalar `training` is true (unused when dropout is 0). */
+rf_output cnn_logits(rf_graph *g, rf_output x, const rf_output *params,
+                     double dropout, rf_output training);
 
 #endif

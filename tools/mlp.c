@@ -1,8 +1,9 @@
 /* tools/mlp.c - builds the training graph described in mlp.h. Everything of a
  * replica is built under its device's scope; only collectives cross devices
- * (the gradients', and the layer inputs' of gathered_gradient). Adam's
- * hyper-parameters are per-device constants; the bias corrections (beta^t) are
- * fed each step by the driver, which counts steps. */
+ * (the gradients', and the layer inputs' of gathered_gradient). The
+ * optimizer's hyper-parameters are per-device constants; the learning rate
+ * and Adam's bias corrections (beta^t) are fed each step by the driver, which
+ * counts steps. */
 #include "mlp.h"
 
 #include <math.h>
@@ -27,6 +28,10 @@ typedef struct vars {
 
 /* Every per-parameter array is sized for the MLP's largest. */
 _Static_assert(CNN_NUM_PARAMS <= 2 * MLP_MAX_LAYERS, "CNN parameters");
+
+int mlp_num_slots(const mlp_config *c) {
+  return c->optimizer == OPT_MOMENTUM ? 1 : 2;
+}
 
 int mlp_num_params(const mlp_config *c) {
   return c->model == MODEL_CNN ? CNN_NUM_PARAMS : 2 * c->num_layers;
@@ -69,7 +74,7 @@ static bool gathered(const mlp_config *c, int p) {
   return true;
 }
 
-/* The shape of one device's Adam state for parameter p. */
+/* The shape of one device's optimizer state for parameter p. */
 static rf_shape state_shape(const mlp_config *c, int p) {
   rf_shape s = param_shape(c, p);
   if (sharded(c, p)) s.dims[0] /= c->num_devices;
@@ -118,16 +123,23 @@ static void build_forward(const mlp_config *c, rf_graph *g, int d, vars *vs,
                           mlp_replica *r, rf_node **inits, int *ninit,
                           rf_node **loads) {
   char name[64];
+  int nslots = mlp_num_slots(c);
   build_inputs(c, g, d, r, loads);
   for (int p = 0; p < mlp_num_params(c); p++) {
     rf_shape s = param_shape(c, p), ss = state_shape(c, p);
     snprintf(name, sizeof name, "%s%d_dev%d", p % 2 ? "b" : "W", p / 2, d);
     vs->var[p] = rf_variable(g, name, RF_FLOAT32, s);
-    snprintf(name, sizeof name, "adam_m%d_dev%d", p, d);
+    static const char *const slot1[] = {[OPT_ADAM] = "adam_m",
+                                        [OPT_ADAMW] = "adamw_m",
+                                        [OPT_MOMENTUM] = "momentum_accum"};
+    snprintf(name, sizeof name, "%s%d_dev%d", slot1[c->optimizer], p, d);
     vs->m[p] = rf_variable(g, name, RF_FLOAT32, ss);
-    snprintf(name, sizeof name, "adam_v%d_dev%d", p, d);
-    vs->v[p] = rf_variable(g, name, RF_FLOAT32, ss);
-    for (int k = 0; k < 3; k++)
+    if (nslots == 2) {
+      snprintf(name, sizeof name, "%s%d_dev%d",
+               c->optimizer == OPT_ADAMW ? "adamw_v" : "adam_v", p, d);
+      vs->v[p] = rf_variable(g, name, RF_FLOAT32, ss);
+    }
+    for (int k = 0; k <= nslots; k++)
       r->init[k][p] = rf_placeholder(g, NULL, RF_FLOAT32, s);
     inits[(*ninit)++] = rf_assign(g, NULL, vs->var[p], r->init[0][p]);
     r->params[p] = rf_read_variable(g, NULL, vs->var[p]);
@@ -138,12 +150,18 @@ static void build_forward(const mlp_config *c, rf_graph *g, int d, vars *vs,
       continue;
     }
     inits[(*ninit)++] = rf_assign(g, NULL, vs->m[p], r->init[1][p]);
-    inits[(*ninit)++] = rf_assign(g, NULL, vs->v[p], r->init[2][p]);
     r->moments[0][p] = rf_read_variable(g, NULL, vs->m[p]);
-    r->moments[1][p] = rf_read_variable(g, NULL, vs->v[p]);
+    if (nslots == 2) {
+      inits[(*ninit)++] = rf_assign(g, NULL, vs->v[p], r->init[2][p]);
+      r->moments[1][p] = rf_read_variable(g, NULL, vs->v[p]);
+    }
   }
   rf_output h = r->x;
-  if (c->model == MODEL_CNN) h = cnn_logits(g, h, r->params);
+  r->training = (rf_output){NULL, 0};
+  if (c->model == MODEL_CNN && c->dropout > 0)
+    r->training = rf_placeholder(g, NULL, RF_BOOL, rf_shape_scalar());
+  if (c->model == MODEL_CNN)
+    h = cnn_logits(g, h, r->params, c->dropout, r->training);
   for (int l = 0; c->model == MODEL_MLP && l < c->num_layers; l++) {
     vs->in[l] = h;
     vs->z[l] = rf_matmul(g, NULL, h, r->params[2 * l], false, false);
@@ -158,6 +176,27 @@ static void build_forward(const mlp_config *c, rf_graph *g, int d, vars *vs,
   r->lr = rf_placeholder(g, NULL, RF_FLOAT32, rf_shape_scalar());
   r->beta1_power = rf_placeholder(g, NULL, RF_FLOAT32, rf_shape_scalar());
   r->beta2_power = rf_placeholder(g, NULL, RF_FLOAT32, rf_shape_scalar());
+}
+
+/* The optimizer's update of var (slots m, v) by grad on replica r's device
+ * (--optimizer; v unused by momentum). */
+static rf_node *apply_update(const mlp_config *c, rf_graph *g,
+                             const mlp_replica *r, rf_output var, rf_output m,
+                             rf_output v, rf_output grad) {
+  switch (c->optimizer) {
+    case OPT_MOMENTUM:
+      return rf_apply_momentum(g, NULL, var, m, r->lr, grad,
+                               scalar(g, c->momentum), false);
+    case OPT_ADAMW:
+      return rf_apply_adamw(g, NULL, var, m, v, r->beta1_power, r->beta2_power,
+                            r->lr, scalar(g, c->beta1), scalar(g, c->beta2),
+                            scalar(g, c->epsilon), scalar(g, c->weight_decay),
+                            grad);
+    default:
+      return rf_apply_adam(g, NULL, var, m, v, r->beta1_power, r->beta2_power,
+                           r->lr, scalar(g, c->beta1), scalar(g, c->beta2),
+                           scalar(g, c->epsilon), grad);
+  }
 }
 
 /* Averages the replicas' gradients of parameter p into avg[d] (on device d). */
@@ -238,9 +277,10 @@ static void gathered_gradient(const mlp_config *c, rf_graph *g, int p,
 }
 
 /* --sync sharded, parameter p (ZeRO stage 1): the gradients are
- * reduce-scattered (averaged), each device runs Adam on its rows of the
- * parameter with its rows of m and v, and the updated rows are all-gathered
- * into every replica's parameter. One Adam update in all instead of one per
+ * reduce-scattered (averaged), each device runs the optimizer on its rows of
+ * the parameter with its rows of the slots, and the updated rows are
+ * all-gathered into every replica's parameter. One update in all instead of
+ * one per
  * device, whose memory traffic dominates small batches on shared cores; the
  * arithmetic per element is the same as --sync allreduce's (the same bits),
  * except that a gathered weight's gradient sums over the whole batch in
@@ -250,12 +290,12 @@ static void build_sharded(const mlp_config *c, rf_graph *g, int p,
                           rf_output grads[][2 * MLP_MAX_LAYERS], vars *vs,
                           mlp_graph *m, rf_node **updates, int *nupd,
                           rf_node **inits, int *ninit) {
-  int nd = c->num_devices;
+  int nd = c->num_devices, nslots = mlp_num_slots(c);
   rf_output in[MLP_MAX_DEVICES], out[MLP_MAX_DEVICES];
   char name[64];
-  /* Rows, m and v start as rows of the fed full values: the max of identical
-   * inputs is exact. */
-  for (int k = 0; k < 3; k++) {
+  /* Rows and slots start as rows of the fed full values: the max of
+   * identical inputs is exact. */
+  for (int k = 0; k <= nslots; k++) {
     for (int d = 0; d < nd; d++) in[d] = m->rep[d].init[k][p];
     snprintf(name, sizeof name, "init_rows_%d_%d", k, p);
     rf_reduce_scatter_n(g, name, in, nd, RF_REDUCE_MAX, out);
@@ -276,12 +316,10 @@ static void build_sharded(const mlp_config *c, rf_graph *g, int p,
   for (int d = 0; d < nd; d++) {
     mlp_replica *r = &m->rep[d];
     rf_graph_push_device(g, c->devices[d]);
-    rf_node *adam = rf_apply_adam(
-        g, NULL, vs[d].rows[p], vs[d].m[p], vs[d].v[p], r->beta1_power,
-        r->beta2_power, r->lr, scalar(g, c->beta1), scalar(g, c->beta2),
-        scalar(g, c->epsilon), out[d]);
+    rf_node *up =
+        apply_update(c, g, r, vs[d].rows[p], vs[d].m[p], vs[d].v[p], out[d]);
     in[d] = rf_read_variable(g, NULL, vs[d].rows[p]);
-    if (adam && in[d].node) rf_graph_add_control_edge(g, adam, in[d].node);
+    if (up && in[d].node) rf_graph_add_control_edge(g, up, in[d].node);
     rf_graph_pop_device(g);
   }
   snprintf(name, sizeof name, "param_gather_%d", p);
@@ -291,8 +329,8 @@ static void build_sharded(const mlp_config *c, rf_graph *g, int p,
     updates[(*nupd)++] = rf_assign(g, NULL, vs[d].var[p], out[d]);
     rf_graph_pop_device(g);
   }
-  /* Whole moments for checkpoints: fetch them from every replica at once. */
-  for (int k = 0; k < 2; k++) {
+  /* Whole slots for checkpoints: fetch them from every replica at once. */
+  for (int k = 0; k < nslots; k++) {
     for (int d = 0; d < nd; d++) {
       rf_graph_push_device(g, c->devices[d]);
       in[d] = rf_read_variable(g, NULL, k == 0 ? vs[d].m[p] : vs[d].v[p]);
@@ -377,10 +415,8 @@ rf_status *mlp_build(const mlp_config *c, mlp_graph *m) {
     sync_gradients(c, g, p, grads, avg);
     for (int d = 0; d < c->num_devices; d++) {
       rf_graph_push_device(g, c->devices[d]);
-      updates[nupd++] = rf_apply_adam(
-          g, NULL, vs[d].var[p], vs[d].m[p], vs[d].v[p], m->rep[d].beta1_power,
-          m->rep[d].beta2_power, m->rep[d].lr, scalar(g, c->beta1),
-          scalar(g, c->beta2), scalar(g, c->epsilon), avg[d]);
+      updates[nupd++] = apply_update(c, g, &m->rep[d], vs[d].var[p], vs[d].m[p],
+                                     vs[d].v[p], avg[d]);
       rf_graph_pop_device(g);
     }
     st = rf_graph_status(g);
@@ -456,7 +492,10 @@ rf_status *mlp_zero_moments(const mlp_config *c, rf_tensor **out) {
   return NULL;
 }
 
-void mlp_state_name(int kind, int p, char *buf, size_t len) {
+void mlp_state_name(const mlp_config *c, int kind, int p, char *buf,
+                    size_t len) {
   static const char *const prefix[] = {"", "m_", "v_"};
-  snprintf(buf, len, "%s%s%d", prefix[kind], p % 2 ? "b" : "W", p / 2);
+  const char *pre =
+      c->optimizer == OPT_MOMENTUM && kind == 1 ? "accum_" : prefix[kind];
+  snprintf(buf, len, "%s%s%d", pre, p % 2 ? "b" : "W", p / 2);
 }

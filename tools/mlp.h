@@ -1,8 +1,9 @@
 /* tools/mlp.h - the data-parallel training graph of `ringflow train`: one
  * replica of the model (an MLP, or cnn.h's network) per device, its gradient
  * graph from rf_gradients, the gradients averaged through collectives
- * (all-reduce, or the reference's reduce + broadcast), and the same Adam update
- * applied on every device, so the replicas' parameters stay bit-identical. */
+ * (all-reduce, or the reference's reduce + broadcast), and the same optimizer
+ * update (Adam, AdamW or momentum) applied on every device, so the replicas'
+ * parameters stay bit-identical. */
 #ifndef RF_TOOLS_MLP_H
 #define RF_TOOLS_MLP_H
 
@@ -21,11 +22,20 @@ typedef enum sync_mode {
   SYNC_SHARDED
 } sync_mode;
 
+/* The update every device applies (`ringflow train --optimizer`): Adam and
+ * AdamW keep two slots per parameter (m, v), momentum one (accum). */
+typedef enum optimizer_kind {
+  OPT_ADAM,
+  OPT_ADAMW,
+  OPT_MOMENTUM
+} optimizer_kind;
+
 /* The network each replica computes (`ringflow train --model`). */
 typedef enum model_kind { MODEL_MLP, MODEL_CNN } model_kind;
 
 typedef struct mlp_config {
   model_kind model; /* MODEL_CNN ignores num_layers and sizes */
+  double dropout;   /* MODEL_CNN: the dense layer's dropout rate (0: none) */
   int num_devices;
   char devices[MLP_MAX_DEVICES][32]; /* canonical names, e.g. "cpu:2" */
   int num_layers;                    /* sizes[0] inputs .. sizes[n] classes */
@@ -37,6 +47,9 @@ typedef struct mlp_config {
   int data_rows;
   sync_mode sync;
   double lr, beta1, beta2, epsilon; /* lr: the schedule's starting value */
+  optimizer_kind optimizer;
+  double weight_decay; /* AdamW's */
+  double momentum;     /* momentum's */
 } mlp_config;
 
 /* Per device: the feeds and fetches of one replica. */
@@ -50,13 +63,17 @@ typedef struct mlp_replica {
    * and labels (data_rows) int32, assigned by data_op */
   rf_output idx, data_init[2];
   /* scalar placeholders fed every step: the scheduled learning rate and
-   * Adam's bias corrections beta^t */
+   * Adam's bias corrections beta^t (unused by momentum) */
   rf_output lr, beta1_power, beta2_power;
+  /* with cfg.dropout > 0: a bool scalar placeholder, true in training steps
+   * and false when evaluating (else no node) */
+  rf_output training;
   rf_output loss;    /* mean loss of the replica's rows */
   rf_output correct; /* per row: 1 when predicted right (int32) */
-  rf_output params[2 * MLP_MAX_LAYERS];     /* reads: W0, b0, W1, b1, ... */
-  rf_output moments[2][2 * MLP_MAX_LAYERS]; /* reads of Adam's m and v */
-  /* placeholders for the initial values of params, m and v */
+  rf_output params[2 * MLP_MAX_LAYERS]; /* reads: W0, b0, W1, b1, ... */
+  /* reads of the optimizer's slots: m and v, or momentum's accum */
+  rf_output moments[2][2 * MLP_MAX_LAYERS];
+  /* placeholders for the initial values of params and the slots */
   rf_output init[3][2 * MLP_MAX_LAYERS];
   /* Across processes (a process fetches only its own replicas): the mean
    * loss of every replica; a float64 (4) placeholder summed and maxed over
@@ -86,10 +103,13 @@ int mlp_num_params(const mlp_config *cfg);
  * device count. init[i] receives new tensors (num_params of them). */
 rf_status *mlp_initial_values(const mlp_config *cfg, uint64_t seed,
                               rf_tensor **init);
-/* Zero tensors shaped like each parameter (Adam's initial moments). */
+/* The optimizer's slots per parameter: 2 (m, v) or 1 (accum). */
+int mlp_num_slots(const mlp_config *cfg);
+/* Zero tensors shaped like each parameter (the slots' initial values). */
 rf_status *mlp_zero_moments(const mlp_config *cfg, rf_tensor **out);
-/* The checkpoint name of param p of kind k (0 param, 1 m, 2 v): "W0", "m_b1".
- */
-void mlp_state_name(int kind, int p, char *buf, size_t len);
+/* The checkpoint name of param p of kind k (0 param, then the slots: 1 m,
+ * 2 v, or 1 accum): "W0", "m_b1", "accum_W2". */
+void mlp_state_name(const mlp_config *cfg, int kind, int p, char *buf,
+                    size_t len);
 
 #endif

@@ -68,7 +68,8 @@ static const char *read_real(const tool_opt *o, const char *s, double *out) {
   double v = strtod(s, &end);
   if (end == s || *end) return "not a number";
   if (!isfinite(v)) return "not finite";
-  if (errno == ERANGE || !(v > o->min) || v > o->max) return "out of range";
+  bool low = o->min_included ? !(v >= o->min) : !(v > o->min);
+  if (errno == ERANGE || low || v > o->max) return "out of range";
   *out = v;
   return NULL;
 }
@@ -139,9 +140,11 @@ void tool_opt_allowed(const tool_opt *o, char *buf, size_t len) {
     case TOOL_OPT_UINT64: snprintf(buf, len, "0..%" PRIu64, UINT64_MAX); break;
     case TOOL_OPT_REAL:
       if (isinf(o->max))
-        snprintf(buf, len, "a finite number > %g", o->min);
+        snprintf(buf, len, "a finite number %s %g",
+                 o->min_included ? ">=" : ">", o->min);
       else
-        snprintf(buf, len, "a number > %g and <= %g", o->min, o->max);
+        snprintf(buf, len, "a number %s %g and <= %g",
+                 o->min_included ? ">=" : ">", o->min, o->max);
       break;
     case TOOL_OPT_SIZE:
       tool_format_size((int64_t)o->min, a, sizeof a);

@@ -19,7 +19,7 @@ typedef enum tool_opt_kind {
   TOOL_OPT_FLAG,    /* bool: takes no value */
   TOOL_OPT_INT,     /* int: a decimal integer in [min, max] */
   TOOL_OPT_UINT64,  /* uint64_t: a decimal integer in 0..2^64-1 */
-  TOOL_OPT_REAL,    /* double: a finite number > min and <= max */
+  TOOL_OPT_REAL,    /* double: a finite number > min (or >= min) and <= max */
   TOOL_OPT_SIZE,    /* int64_t: bytes, as 512, 64K, 1.5M or 8GB (K, M, G:
                        x1024), a whole number in [min, max] */
   TOOL_OPT_STRING,  /* const char *: any text (a path) */
@@ -30,11 +30,12 @@ typedef enum tool_opt_kind {
 typedef struct tool_opt {
   const char *name; /* "lr" for --lr */
   tool_opt_kind kind;
-  void *out;        /* where the value goes; the kind says its type */
-  const char *arg;  /* the value's name in --help: "N", "X", "FILE" */
-  const char *help; /* what it does (and its default); "\n" breaks lines */
-  double min, max;  /* INT, SIZE, REAL (REAL: min excluded; max may be
-                       INFINITY) */
+  void *out;         /* where the value goes; the kind says its type */
+  const char *arg;   /* the value's name in --help: "N", "X", "FILE" */
+  const char *help;  /* what it does (and its default); "\n" breaks lines */
+  double min, max;   /* INT, SIZE, REAL (REAL: min excluded unless
+                        min_included; max may be INFINITY) */
+  bool min_included; /* REAL: min itself is allowed (a weight decay of 0) */
   const char *const *choices; /* CHOICE: NULL-terminated */
   bool *given;                /* optional: set true when it is given */
 } tool_opt;

@@ -45,6 +45,9 @@ typedef struct options {
   tool_devices devices;
   int epochs, batch, max_steps, warmup, save_every;
   double lr, collective_timeout; /* seconds */
+  int optimizer;                 /* optimizer_kind */
+  double dropout;                /* the CNN's dense layer's rate */
+  double weight_decay, momentum; /* AdamW's, momentum's */
   uint64_t seed;
   sync_mode sync;
   model_kind model;
@@ -208,13 +211,14 @@ static void trainer_prefetch(trainer *t, const dataset *d) {
   t->pf = prefetch_new(feed_batches, &t->feed, t->nlocal);
 }
 
-/* Assigns every replica's params and Adam moments from state[0..2][p]. */
+/* Assigns every replica's params and optimizer slots from
+ * state[0..slots][p]. */
 static rf_status *assign_state(trainer *t,
                                rf_tensor *state[3][2 * MLP_MAX_LAYERS]) {
   static rf_feed feeds[MLP_MAX_DEVICES * 6 * MLP_MAX_LAYERS];
   int nf = 0;
   for (int d = t->first; d < t->first + t->nlocal; d++)
-    for (int k = 0; k < 3; k++)
+    for (int k = 0; k <= mlp_num_slots(&t->cfg); k++)
       for (int p = 0; p < t->m.num_params; p++)
         feeds[nf++] = (rf_feed){t->m.rep[d].init[k][p], state[k][p]};
   return rf_session_run(t->s, feeds, nf, NULL, 0, &t->m.init_op, 1, NULL);
@@ -234,29 +238,29 @@ static rf_status *trainer_init(trainer *t, const mlp_config *cfg, uint64_t seed,
   rf_tensor *state[3][2 * MLP_MAX_LAYERS];
   RF_TOOL_CHECK(mlp_initial_values(cfg, seed, state[0]));
   rf_status *st = mlp_zero_moments(cfg, state[1]);
+  int nslots = mlp_num_slots(cfg);
   if (!st) {
-    for (int p = 0; p < t->m.num_params; p++)
-      state[2][p] = rf_tensor_retain(state[1][p]);
+    for (int k = 2; k <= nslots; k++)
+      for (int p = 0; p < t->m.num_params; p++)
+        state[k][p] = rf_tensor_retain(state[1][p]);
     st = assign_state(t, state);
-    for (int p = 0; p < t->m.num_params; p++) {
-      rf_tensor_release(state[1][p]);
-      rf_tensor_release(state[2][p]);
-    }
+    for (int k = 1; k <= nslots; k++)
+      for (int p = 0; p < t->m.num_params; p++) rf_tensor_release(state[k][p]);
   }
   for (int p = 0; p < t->m.num_params; p++) rf_tensor_release(state[0][p]);
   return st;
 }
 
-/* Writes replica 0's params, Adam moments and step count as safetensors
+/* Writes replica 0's params, optimizer slots and step count as safetensors
  * (ringflow/checkpoint.h: atomic, fsynced). Every process of a job runs it
  * (sharded moments are all-gathered); `write` says whether this one writes
  * the file. */
 static rf_status *trainer_save(trainer *t, const char *path, bool write) {
-  int np = t->m.num_params;
+  int np = t->m.num_params, ns = mlp_num_slots(&t->cfg);
   /* Sharded moments come from all-gathers, which need every replica's
    * participant: fetch the other replicas' copies too, and drop them. */
   int nrep = t->cfg.sync == SYNC_SHARDED ? t->nlocal : 1;
-  int n = np + 2 * np * nrep;
+  int n = np + ns * np * nrep;
   rf_output *fetches = malloc(sizeof *fetches * (size_t)n);
   rf_tensor **out = calloc((size_t)n, sizeof *out);
   rf_checkpoint *c = NULL;
@@ -265,16 +269,16 @@ static rf_status *trainer_save(trainer *t, const char *path, bool write) {
                       : rf_status_new(RF_RESOURCE_EXHAUSTED, "out of memory");
   for (int p = 0; p < np && !st; p++) {
     fetches[p] = t->m.rep[t->first].params[p];
-    for (int r = 0; r < nrep; r++) {
-      fetches[np + r * 2 * np + p] = t->m.rep[t->first + r].moments[0][p];
-      fetches[np + r * 2 * np + np + p] = t->m.rep[t->first + r].moments[1][p];
-    }
+    for (int r = 0; r < nrep; r++)
+      for (int k = 0; k < ns; k++)
+        fetches[np + (r * ns + k) * np + p] =
+            t->m.rep[t->first + r].moments[k][p];
   }
   if (!st) st = rf_session_run(t->s, NULL, 0, fetches, n, NULL, 0, out);
-  /* out[k * np + p]: kind k (param, m, v) of param p, as mlp_state_name */
-  for (int i = 0; i < 3 * np && !st; i++) {
+  /* out[k * np + p]: kind k (param, slots) of param p, as mlp_state_name */
+  for (int i = 0; i < (1 + ns) * np && !st; i++) {
     char name[32];
-    mlp_state_name(i / np, i % np, name, sizeof name);
+    mlp_state_name(&t->cfg, i / np, i % np, name, sizeof name);
     st = rf_checkpoint_add(c, name, out[i]);
   }
   if (!st) st = rf_checkpoint_set_step(c, t->step);
@@ -287,26 +291,26 @@ static rf_status *trainer_save(trainer *t, const char *path, bool write) {
 }
 
 /* Restores a checkpoint after checking it fits the model exactly (names,
- * dtypes, shapes) and holds a state training can go on from: finite
- * parameters and moments, second moments >= 0, a step (0..2^53, which the
- * reader checks); on any mismatch nothing is assigned. */
+ * dtypes, shapes, the optimizer's slots) and holds a state training can go
+ * on from: finite parameters and slots, second moments >= 0, a step (0..2^53,
+ * which the reader checks); on any mismatch nothing is assigned. */
 static rf_status *trainer_load(trainer *t, const char *path) {
   rf_checkpoint *c;
   RF_TOOL_CHECK(rf_checkpoint_load(path, &c));
-  int np = t->m.num_params;
+  int np = t->m.num_params, nk = 1 + mlp_num_slots(&t->cfg);
   rf_tensor *state[3][2 * MLP_MAX_LAYERS];
   rf_status *st = NULL;
-  if (rf_checkpoint_count(c) != 3 * np)
+  if (rf_checkpoint_count(c) != nk * np)
     st = rf_status_new(RF_INVALID_ARGUMENT,
                        "%s holds %d tensors; this model has %d", path,
-                       rf_checkpoint_count(c), 3 * np);
+                       rf_checkpoint_count(c), nk * np);
   else if (rf_checkpoint_step(c) < 0)
     st = rf_status_new(RF_INVALID_ARGUMENT,
                        "%s has no step (metadata ringflow.step)", path);
-  for (int k = 0; k < 3 && !st; k++)
+  for (int k = 0; k < nk && !st; k++)
     for (int p = 0; p < np && !st; p++) {
       char name[32];
-      mlp_state_name(k, p, name, sizeof name);
+      mlp_state_name(&t->cfg, k, p, name, sizeof name);
       rf_shape want = rf_output_shape(t->m.rep[0].params[p]);
       unsigned checks =
           RF_CHECKPOINT_FINITE | (k == 2 ? RF_CHECKPOINT_NONNEGATIVE : 0);
@@ -372,6 +376,19 @@ static rf_status *trainer_start(trainer *t, mlp_config *cfg, const options *o,
   return st;
 }
 
+/* The CNN's dropout switch (mlp.h: training) of this process's replicas,
+ * fed `on` into feeds[*nf ..]; nothing without dropout. *flag: a new
+ * reference the caller releases (NULL when none was needed). */
+static rf_status *feed_training(const trainer *t, bool on, rf_feed *feeds,
+                                int *nf, rf_tensor **flag) {
+  *flag = NULL;
+  if (!t->m.rep[t->first].training.node) return NULL;
+  RF_TOOL_CHECK(rf_tensor_new_scalar(RF_BOOL, on, flag));
+  for (int i = 0; i < t->nlocal; i++)
+    feeds[(*nf)++] = (rf_feed){t->m.rep[t->first + i].training, *flag};
+  return NULL;
+}
+
 /* One step on the global batch idx[0 .. devices*device_batch), of which this
  * process feeds its replicas' rows; *loss gets the mean loss over the global
  * batch. next_idx (or NULL): the next step's batch, which t's prefetcher
@@ -379,8 +396,8 @@ static rf_status *trainer_start(trainer *t, mlp_config *cfg, const options *o,
 static rf_status *train_step(trainer *t, const dataset *d, const int *idx,
                              const int *next_idx, double lr, double *loss) {
   int nd = t->nlocal;
-  rf_tensor *x[MLP_MAX_DEVICES], *y[MLP_MAX_DEVICES], *b1, *b2, *lrt;
-  rf_feed feeds[5 * MLP_MAX_DEVICES];
+  rf_tensor *x[MLP_MAX_DEVICES], *y[MLP_MAX_DEVICES], *b1, *b2, *lrt, *on;
+  rf_feed feeds[6 * MLP_MAX_DEVICES];
   rf_output fetches[MLP_MAX_DEVICES];
   rf_tensor *losses[MLP_MAX_DEVICES];
   t->step++;
@@ -421,6 +438,11 @@ static rf_status *train_step(trainer *t, const dataset *d, const int *idx,
   /* Across processes the mean comes from an all-reduce of every loss. */
   int nfetch = t->job ? 1 : nd;
   if (t->job) fetches[0] = t->m.rep[t->first].loss_avg;
+  rf_status *fst = feed_training(t, true, feeds, &nf, &on);
+  if (!st)
+    st = fst;
+  else
+    rf_status_free(fst);
   if (!st)
     st = rf_session_run(t->s, feeds, nf, fetches, nfetch, &t->m.train_op, 1,
                         losses);
@@ -439,6 +461,7 @@ static rf_status *train_step(trainer *t, const dataset *d, const int *idx,
   rf_tensor_release(b1);
   rf_tensor_release(b2);
   rf_tensor_release(lrt);
+  rf_tensor_release(on);
   return st;
 }
 
@@ -457,8 +480,9 @@ static rf_status *evaluate(trainer *t, const dataset *d, int64_t *right) {
     int valid = d->n - start < per_step ? d->n - start : per_step;
     for (int i = 0; i < per_step; i++) idx[i] = i < valid ? start + i : 0;
     rf_tensor *x[MLP_MAX_DEVICES], *y[MLP_MAX_DEVICES], *out[MLP_MAX_DEVICES];
-    rf_feed feeds[2 * MLP_MAX_DEVICES];
+    rf_feed feeds[3 * MLP_MAX_DEVICES];
     rf_output fetches[MLP_MAX_DEVICES];
+    rf_tensor *off = NULL;
     int made = 0, nf = 0;
     for (; made < nd && !st; made++)
       st =
@@ -468,7 +492,9 @@ static rf_status *evaluate(trainer *t, const dataset *d, int64_t *right) {
       nf += input_feeds(&t->m.rep[t->first + i], x[i], y[i], &feeds[nf]);
       fetches[i] = t->m.rep[t->first + i].correct;
     }
+    if (!st) st = feed_training(t, false, feeds, &nf, &off);
     if (!st) st = rf_session_run(t->s, feeds, nf, fetches, nd, NULL, 0, out);
+    rf_tensor_release(off);
     for (int i = 0; !st && i < nd; i++) {
       const int32_t *ok = rf_tensor_data(out[i]);
       for (int r = 0; r < rows; r++)
@@ -557,6 +583,10 @@ static const char *const feed_choices[] = {[FEED_AUTO] = "auto",
                                            [FEED_INDICES] = "indices",
                                            [FEED_BATCHES] = "batches",
                                            NULL};
+static const char *const optimizer_choices[] = {[OPT_ADAM] = "adam",
+                                                [OPT_ADAMW] = "adamw",
+                                                [OPT_MOMENTUM] = "momentum",
+                                                NULL};
 static const char *const model_choices[] = {
     [MODEL_MLP] = "mlp", [MODEL_CNN] = "cnn", NULL};
 
@@ -566,6 +596,9 @@ static int parse_options(int argc, char **argv, options *o) {
                  .epochs = 5,
                  .batch = 128,
                  .lr = 1e-3,
+                 .weight_decay = 0.01,
+                 .momentum = 0.9,
+                 .dropout = 0.5,
                  .collective_timeout = 60,
                  .seed = 1,
                  .sync = SYNC_ALLREDUCE,
@@ -574,7 +607,8 @@ static int parse_options(int argc, char **argv, options *o) {
   char why[64];
   tool_devices_parse("cpu:0-3", &o->devices, why, sizeof why);
   int sync = SYNC_ALLREDUCE, schedule = 0, model = MODEL_MLP, feed = FEED_AUTO;
-  bool steps_given = false;
+  bool steps_given = false, lr_given = false, wd_given = false,
+       momentum_given = false, dropout_given = false;
   const tool_opt opts[] = {
       TOOL_DEVICES("devices", &o->devices,
                    "the devices to train on, one replica each (default "
@@ -582,12 +616,12 @@ static int parse_options(int argc, char **argv, options *o) {
       TOOL_CHOICE("model", &model, "M",
                   "the network (default mlp: 784-512-256-10; cnn: conv "
                   "5x5x32, max pool 2x2, conv 5x5x64, max pool 2x2, dense "
-                  "1024, dense 10, on 28x28x1 images; no dropout yet)",
+                  "1024 with --dropout, dense 10, on 28x28x1 images)",
                   model_choices),
       TOOL_CHOICE("sync", &sync, "MODE",
                   "how the replicas combine gradients (default allreduce): "
                   "an all-reduce; a reduce then a broadcast; or sharded: a "
-                  "reduce-scatter, Adam on each device's rows of the "
+                  "reduce-scatter, the optimizer on each device's rows of the "
                   "parameters, an all-gather (one update in all)",
                   sync_choices),
       TOOL_INT("epochs", &o->epochs, "N",
@@ -596,8 +630,24 @@ static int parse_options(int argc, char **argv, options *o) {
                "global batch size (default 128), divisible by the device "
                "count and at most the training set's rows",
                1, 1 << 20),
-      TOOL_REAL("lr", &o->lr, "X", "Adam learning rate (default 0.001)", 0,
-                INFINITY),
+      TOOL_REAL("lr", &o->lr, "X",
+                "learning rate (default 0.001; 0.1 with --optimizer "
+                "momentum)",
+                0, INFINITY, .given = &lr_given),
+      TOOL_CHOICE("optimizer", &o->optimizer, "O",
+                  "the update every device applies (default adam: "
+                  "TensorFlow's Adam, beta1 0.9, beta2 0.999, epsilon 1e-7; "
+                  "adamw: PyTorch's AdamW, the same with decoupled "
+                  "--weight-decay; momentum: SGD with --momentum, "
+                  "TensorFlow's ApplyMomentum)",
+                  optimizer_choices),
+      TOOL_REAL("weight-decay", &o->weight_decay, "X",
+                "AdamW's decoupled weight decay (default 0.01, PyTorch's)", 0,
+                INFINITY, .given = &wd_given, .min_included = true),
+      TOOL_REAL("momentum", &o->momentum, "X",
+                "the momentum of --optimizer momentum (default 0.9; 0: "
+                "plain SGD)",
+                0, 1, .given = &momentum_given, .min_included = true),
       TOOL_CHOICE("schedule", &schedule, "S",
                   "the learning rate over the run (default cosine: decays "
                   "to 0; constant: --lr throughout)",
@@ -614,6 +664,11 @@ static int parse_options(int argc, char **argv, options *o) {
                 "a process of the job that died or stopped is reported within "
                 "it (default 60)",
                 0, 86400),
+      TOOL_REAL("dropout", &o->dropout, "RATE",
+                "--model cnn: the dense 1024 layer's dropout rate while "
+                "training (default 0.5; 0: none; none with --check, whose one "
+                "device cannot draw the replicas' per-device masks)",
+                0, 0.99, .given = &dropout_given, .min_included = true),
       TOOL_FLAG("check", &o->check,
                 "also train on one device and report the largest "
                 "differences"),
@@ -621,7 +676,9 @@ static int parse_options(int argc, char **argv, options *o) {
                   "Fashion-MNIST IDX files (default " DEFAULT_DATA ")"),
       TOOL_CHOICE("feed", &feed, "MODE",
                   "where each step's rows come from (the same rows and "
-                  "results either way). indices: the training and test "
+                  "results either way, except the CNN's dropout masks: "
+                  "dropout's random key counts session runs, and the "
+                  "upload is one). indices: the training and test "
                   "sets are copied once onto every device (220 MB each; "
                   "CPU devices share the host's copy) and a step sends "
                   "only its rows' indices, gathered on the device; "
@@ -697,6 +754,14 @@ static int parse_options(int argc, char **argv, options *o) {
     return tool_usage_error(
         &cmd, "--bench times training alone: no --check, --trace or --save");
   if (o->bench && !steps_given) o->max_steps = 100;
+  if (wd_given && o->optimizer != OPT_ADAMW)
+    return tool_usage_error(&cmd, "--weight-decay needs --optimizer adamw");
+  if (momentum_given && o->optimizer != OPT_MOMENTUM)
+    return tool_usage_error(&cmd, "--momentum needs --optimizer momentum");
+  if (!lr_given && o->optimizer == OPT_MOMENTUM) o->lr = 0.1;
+  if (dropout_given && o->model != MODEL_CNN)
+    return tool_usage_error(&cmd, "--dropout needs --model cnn");
+  if (o->check) o->dropout = 0;
   if (o->save_every && !o->save)
     return tool_usage_error(&cmd, "--save-every needs --save FILE");
   return 0;
@@ -766,7 +831,7 @@ static rf_status *bench(trainer *t, const dataset *d, const options *o,
 static const char *const sync_names[] = {
     [SYNC_ALLREDUCE] = "all-reduce",
     [SYNC_REDUCE_BROADCAST] = "reduce+broadcast",
-    [SYNC_SHARDED] = "reduce-scatter + sharded Adam + all-gather"};
+    [SYNC_SHARDED] = "reduce-scatter + sharded update + all-gather"};
 
 /* End of an epoch: test accuracy and whether the replicas agree (across
  * processes, through collectives). */
@@ -799,6 +864,10 @@ int cmd_train(int argc, char **argv) {
                     .beta1 = 0.9,
                     .beta2 = 0.999,
                     .epsilon = 1e-7,
+                    .optimizer = (optimizer_kind)o.optimizer,
+                    .weight_decay = o.weight_decay,
+                    .momentum = o.momentum,
+                    .dropout = o.dropout,
                     .sync = o.sync};
   rf_session_options sopts, one_opts;
   rf_session_options_init(&sopts);

@@ -29,11 +29,11 @@ RF_API rf_node *rf_noop(rf_graph *g, const char *name);
 /* A variable: state on its device that lives across the session's steps.
  * Output 0 is a resource handle; read it with rf_read_variable. Reading before
  * the first assign fails with FAILED_PRECONDITION naming the variable.
- * Updates (rf_assign, rf_apply_gradient_descent, rf_apply_adam) are each all
- * or nothing: an update op that fails (out of memory, a bad input) leaves
- * every variable it names as it was, and ApplyAdam's var, m and v change
- * together. A failed step may have applied some of its update ops and not
- * others. */
+ * Updates (rf_assign, rf_apply_gradient_descent, rf_apply_adam,
+ * rf_apply_adamw, rf_apply_momentum) are each all or nothing: an update op
+ * that fails (out of memory, a bad input) leaves every variable it names as
+ * it was, and an update's var and slots (m and v; accum) change together. A
+ * failed step may have applied some of its update ops and not others. */
 RF_API rf_output rf_variable(rf_graph *g, const char *name, rf_dtype dtype,
                              rf_shape shape);
 RF_API rf_output rf_read_variable(rf_graph *g, const char *name, rf_output var);
@@ -52,6 +52,36 @@ RF_API rf_node *rf_apply_adam(rf_graph *g, const char *name, rf_output var,
                               rf_output beta2_power, rf_output lr,
                               rf_output beta1, rf_output beta2,
                               rf_output epsilon, rf_output grad);
+/* AdamW, Adam with decoupled weight decay (Loshchilov & Hutter), exactly as
+ * PyTorch's torch.optim.AdamW: m, v are variables; the rest are scalars
+ * except grad. With var the value before the step,
+ *   m = beta1 m + (1 - beta1) g;  v = beta2 v + (1 - beta2) g^2
+ *   m_hat = m / (1 - beta1_power);  v_hat = v / (1 - beta2_power)
+ *   var -= lr (m_hat / (sqrt(v_hat) + epsilon) + weight_decay var)
+ * computed as var (1 - lr weight_decay) - lr / (1 - beta1_power) m /
+ * (sqrt(v) / sqrt(1 - beta2_power) + epsilon). epsilon is added to
+ * sqrt(v_hat), not to sqrt(v) as in rf_apply_adam, so weight_decay 0 is
+ * PyTorch's Adam, which differs from TensorFlow's in epsilon's place.
+ * beta1_power, beta2_power: beta1^t, beta2^t at step t >= 1. INVALID_ARGUMENT
+ * at build time for a non-scalar scalar input or a grad whose dtype or shape
+ * differs from a variable's, at run time also when two handles are one
+ * variable. */
+RF_API rf_node *rf_apply_adamw(rf_graph *g, const char *name, rf_output var,
+                               rf_output m, rf_output v, rf_output beta1_power,
+                               rf_output beta2_power, rf_output lr,
+                               rf_output beta1, rf_output beta2,
+                               rf_output epsilon, rf_output weight_decay,
+                               rf_output grad);
+/* TensorFlow's ApplyMomentum (SGD with momentum): accum is a variable; lr
+ * and momentum are scalars; grad has var's shape and dtype.
+ *   accum = momentum accum + grad
+ *   var -= lr accum                                (use_nesterov false)
+ *   var -= lr grad + lr momentum accum             (use_nesterov true)
+ * Errors as rf_apply_adamw's ("var and accum must be two different
+ * variables" at run time). */
+RF_API rf_node *rf_apply_momentum(rf_graph *g, const char *name, rf_output var,
+                                  rf_output accum, rf_output lr, rf_output grad,
+                                  rf_output momentum, bool use_nesterov);
 
 /* ---- arithmetic ---- */
 RF_API rf_output rf_add(rf_graph *g, const char *name, rf_output a,
@@ -193,6 +223,25 @@ RF_API rf_node *rf_split_v(rf_graph *g, const char *name, rf_output x,
  * -1: to the end of dim k. begin >= 0; the window must lie inside x. */
 RF_API rf_output rf_slice(rf_graph *g, const char *name, rf_output x,
                           const int64_t *begin, const int64_t *size, int n);
+/* TensorFlow's tf.strided_slice without ellipsis and new axes: for each dim
+ * k < n, the elements begin[k], begin[k] + strides[k], ... before end[k]
+ * (Python's x[begin:end:stride]; dims from n on are taken whole). Negative
+ * begin/end count from the end of the dim; then they are clamped to
+ * [0, dim] (stride > 0) or [-1, dim - 1] (stride < 0), so an empty range
+ * gives a dim of size 0. Bit k of begin_mask (end_mask) ignores begin[k]
+ * (end[k]): the range starts (ends) at the dim's first or last element in
+ * the stride's direction. Bit k of shrink_axis_mask takes only element
+ * begin[k] (from the end when negative; it must lie in the dim, and
+ * strides[k] be positive) and drops the dim from the output. strides NULL:
+ * all 1. Every dtype; differentiable (the gradient scatters dy into zeros of
+ * x's shape: _StridedSliceGrad). INVALID_ARGUMENT at build time (or at run
+ * time for dims known only then): n > x's rank, a stride 0, a mask bit at
+ * or past n, a shrunk index outside its dim. */
+RF_API rf_output rf_strided_slice(rf_graph *g, const char *name, rf_output x,
+                                  const int64_t *begin, const int64_t *end,
+                                  const int64_t *strides, int n,
+                                  int64_t begin_mask, int64_t end_mask,
+                                  int64_t shrink_axis_mask);
 /* x with a dim of size 1 inserted at axis in [-rank-1, rank] (-1: last).
  * No copy (a view). */
 RF_API rf_output rf_expand_dims(rf_graph *g, const char *name, rf_output x,

@@ -22,7 +22,8 @@ from ringflow import collectives, errors, nccl, nn
 from ringflow import checkpoint as checkpoint
 from ringflow.array_ops import (concat, dropout, expand_dims, gather, gelu,
                                 layer_norm, one_hot, pad, slice, split,
-                                squeeze, tile, transpose, where)
+                                squeeze, strided_slice, tile, transpose,
+                                where)
 from ringflow.dlpack import GpuTensor, from_dlpack
 from ringflow.dtypes import (bfloat16, bool, float16, float32, float64,
                              int8, int32, int64, resource, uint8, as_dtype)
@@ -30,7 +31,8 @@ from ringflow.framework import (Graph, Operation, Tensor, convert_to_tensor,
                                 device, get_default_graph,
                                 reset_default_graph)
 from ringflow.gradients import gradients
-from ringflow.ops import (add, add_n, apply_adam, apply_gradient_descent,
+from ringflow.ops import (add, add_n, apply_adam, apply_adamw,
+                          apply_gradient_descent, apply_momentum,
                           argmax, assign, bias_add, cast, constant, divide,
                           equal, fill, group, identity, matmul, multiply,
                           negative, no_op, ones_like, placeholder, reduce_mean,
@@ -48,8 +50,9 @@ __version__ = "%d.%d.%d" % (_lib.RINGFLOW_VERSION_MAJOR,
 __all__ = [
     "Graph", "GpuTensor", "Operation", "Tensor", "Session", "Variable",
     "collectives",
-    "errors", "nccl", "nn", "add", "add_n", "apply_adam",
-    "apply_gradient_descent", "argmax", "as_dtype", "assign", "bfloat16",
+    "errors", "nccl", "nn", "add", "add_n", "apply_adam", "apply_adamw",
+    "apply_gradient_descent", "apply_momentum", "argmax", "as_dtype",
+    "assign", "bfloat16",
     "bias_add", "bool", "cast", "constant", "convert_to_tensor", "device",
     "divide", "equal", "fill", "float16", "float32", "from_dlpack", "float64",
     "get_default_graph", "global_variables",
@@ -63,7 +66,7 @@ __all__ = [
 ]
 __all__ += ["concat", "dropout", "expand_dims", "gather", "gelu",
             "layer_norm", "one_hot", "pad", "slice", "split", "squeeze",
-            "tile", "transpose", "where"]
+            "strided_slice", "tile", "transpose", "where"]
 from ringflow.batch_norm import (BatchNormResult, batch_norm,  # noqa: E402
                                  sync_batch_norm)
 __all__ += ["BatchNormResult", "batch_norm", "sync_batch_norm"]

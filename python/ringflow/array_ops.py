@@ -21,7 +21,8 @@ from ringflow._lib import c_name, ffi, lib
 from ringflow.framework import (Tensor, convert_to_tensor, graph_of,
                                 outputs_array)
 
-__all__ = ["transpose", "concat", "split", "slice", "expand_dims",
+__all__ = ["transpose", "concat", "split", "slice", "strided_slice",
+           "expand_dims",
            "squeeze", "pad", "tile", "gather", "one_hot", "where", "gelu",
            "dropout", "layer_norm"]
 
@@ -90,6 +91,31 @@ def slice(input_: Any, begin: Sequence[int], size: Sequence[int],
     if nb != ns:
         raise ValueError(f"begin has {nb} entries but size {ns}")
     return g._output(lib.rf_slice, c_name(name), x._c, b, s, nb)
+
+
+def strided_slice(input_: Any, begin: Sequence[int], end: Sequence[int],
+                  strides: Optional[Sequence[int]] = None,
+                  begin_mask: int = 0, end_mask: int = 0,
+                  shrink_axis_mask: int = 0,
+                  name: Optional[str] = None) -> Tensor:
+    """TensorFlow's tf.strided_slice without ellipsis_mask and
+    new_axis_mask: input_[begin[k]:end[k]:strides[k]] in each dim k <
+    len(begin) (Python's rules: negative indices from the end, clamped),
+    dims after that whole. Bit k of begin_mask / end_mask leaves begin[k] /
+    end[k] out (Python's None); bit k of shrink_axis_mask takes element
+    begin[k] alone and drops the dim. strides None: all 1. Every dtype;
+    differentiable. InvalidArgumentError for a zero stride, more entries
+    than input_'s rank, a mask bit at or past them, or a shrunk index
+    outside its dim."""
+    g, x = _one(input_)
+    b, nb = _ints(begin)
+    e, ne = _ints(end)
+    s, ns = _ints([1] * nb if strides is None else strides)
+    if not nb == ne == ns:
+        raise ValueError(f"begin, end and strides have {nb}, {ne} and {ns} "
+                         "entries")
+    return g._output(lib.rf_strided_slice, c_name(name), x._c, b, e, s, nb,
+                     int(begin_mask), int(end_mask), int(shrink_axis_mask))
 
 
 def expand_dims(input: Any, axis: int, name: Optional[str] = None) -> Tensor:

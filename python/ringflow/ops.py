@@ -28,7 +28,8 @@ __all__ = [
     "equal", "bias_add", "relu", "sigmoid", "tanh", "softmax",
     "sparse_softmax_cross_entropy_with_logits", "reduce_sum", "reduce_mean",
     "argmax", "reshape", "shape", "fill", "zeros_like", "ones_like",
-    "assign", "apply_gradient_descent", "apply_adam",
+    "assign", "apply_gradient_descent", "apply_adam", "apply_adamw",
+    "apply_momentum",
 ]
 
 Axis = Union[None, int, Sequence[int]]
@@ -345,6 +346,42 @@ def apply_adam(var: Any, m: Any, v: Any, beta1_power: Any, beta2_power: Any,
                       grad)]
     return g._node(lib.rf_apply_adam, c_name(name),
                    *[t._c for t in hs + rest])
+
+
+def apply_adamw(var: Any, m: Any, v: Any, beta1_power: Any, beta2_power: Any,
+                lr: Any, beta1: Any, beta2: Any, epsilon: Any,
+                weight_decay: Any, grad: Any,
+                name: Optional[str] = None) -> Operation:
+    """AdamW (decoupled weight decay) on variables var, m, v as PyTorch's
+    torch.optim.AdamW; the rest are scalars except grad (var's shape):
+    m = beta1 m + (1 - beta1) grad; v = beta2 v + (1 - beta2) grad^2;
+    m_hat = m / (1 - beta1_power); v_hat = v / (1 - beta2_power);
+    var -= lr (m_hat / (sqrt(v_hat) + epsilon) + weight_decay var), var the
+    value before the step. Raises InvalidArgumentError for non-scalar
+    hyper-parameters or a grad of another dtype or shape."""
+    hs = [_handle(x) for x in (var, m, v)]
+    g = hs[0].graph
+    rest = [convert_to_tensor(x, _value_dtype(var, x), graph=g)
+            for x in (beta1_power, beta2_power, lr, beta1, beta2, epsilon,
+                      weight_decay, grad)]
+    return g._node(lib.rf_apply_adamw, c_name(name),
+                   *[t._c for t in hs + rest])
+
+
+def apply_momentum(var: Any, accum: Any, lr: Any, grad: Any, momentum: Any,
+                   use_nesterov: bool = False,
+                   name: Optional[str] = None) -> Operation:
+    """TensorFlow's ApplyMomentum on variables var and accum (one shape and
+    dtype); lr and momentum are scalars, grad has var's shape:
+    accum = momentum accum + grad; var -= lr accum, or with use_nesterov
+    var -= lr grad + lr momentum accum. Raises InvalidArgumentError as
+    apply_adamw does."""
+    hs = [_handle(x) for x in (var, accum)]
+    g = hs[0].graph
+    lr, grad, momentum = (convert_to_tensor(x, _value_dtype(var, x), graph=g)
+                          for x in (lr, grad, momentum))
+    return g._node(lib.rf_apply_momentum, c_name(name), hs[0]._c, hs[1]._c,
+                   lr._c, grad._c, momentum._c, bool(use_nesterov))
 
 
 # ---- operators of Tensor (and Variable) ----

@@ -10,6 +10,7 @@
 #include "core/status.h"
 #include "ops/op_registry.h"
 #include "ops/shape_op_shapes.h"
+#include "ops/strided_slice_spec.h"
 
 void rf__contiguous_strides(const rf_shape *s, int64_t *strides) {
   int64_t st = 1;
@@ -306,6 +307,41 @@ static rf_status *tile_plan(rf__kernel_ctx *ctx, rf__shape_job *job) {
   return NULL;
 }
 
+/* StridedSlice (x to the slice) and _StridedSliceGrad (dy into zeros shaped
+ * like x): one copy whose x side starts at the slice's first element and
+ * steps by the strides (negative ones too) over the kept dims. */
+static rf_status *strided_slice_plan(rf__kernel_ctx *ctx, rf__shape_job *job,
+                                     bool grad) {
+  rf__strided_slice_args a;
+  int64_t start[RF_MAX_RANK], step[RF_MAX_RANK], count[RF_MAX_RANK];
+  rf_shape sliced;
+  const rf_shape *x = in_shape(ctx, grad ? 1 : 0);
+  RF_CHECK(rf__strided_slice_args_get(&ctx->node->attrs, &a));
+  RF_CHECK(rf__strided_slice_spec(&a, x, start, step, count, &sliced));
+  if (grad && !rf_shape_equal(&sliced, in_shape(ctx, 0))) {
+    char s1[128], s2[128];
+    rf_shape_format(in_shape(ctx, 0), s1, sizeof s1);
+    rf_shape_format(&sliced, s2, sizeof s2);
+    return rf__invalid("dy has shape %s but the slice has shape %s", s1, s2);
+  }
+  RF_CHECK(alloc_job(job, 1, 1));
+  job->out_shapes[0] = grad ? *x : sliced;
+  job->fill = grad; /* zero bits are 0 in every dtype */
+  side xs = whole(x, NULL), on_x = {{0}, 0}, dense = whole(&sliced, NULL);
+  int k = 0;
+  for (int i = 0; i < x->rank; i++) {
+    on_x.offset += start[i] * xs.strides[i];
+    if (i < a.n && (a.shrink_axis_mask >> i & 1)) continue;
+    on_x.strides[k++] = step[i] * xs.strides[i];
+  }
+  if (rf_shape_num_elements(&sliced) == 0) return NULL; /* offsets unused */
+  if (grad)
+    add_plan(job, 0, &dense, 0, &on_x, &sliced);
+  else
+    add_plan(job, 0, &on_x, 0, &dense, &sliced);
+  return NULL;
+}
+
 rf_status *rf__shape_job_prepare(rf__kernel_ctx *ctx, rf__shape_job *job) {
   const char *op = ctx->node->op->name;
   rf_status *st;
@@ -325,6 +361,8 @@ rf_status *rf__shape_job_prepare(rf__kernel_ctx *ctx, rf__shape_job *job) {
     st = pad_plan(ctx, job);
   else if (!strcmp(op, "Tile"))
     st = tile_plan(ctx, job);
+  else if (!strcmp(op, "StridedSlice") || !strcmp(op, "_StridedSliceGrad"))
+    st = strided_slice_plan(ctx, job, op[0] == '_');
   else
     st = rf__error(RF_INTERNAL, "no shape-op plan for op %s", op);
   return rf__kernel_error_at(ctx, st);

@@ -30,19 +30,21 @@ typedef struct rf__copy_plan {
 } rf__copy_plan;
 
 /* The ops the plans cover; the kernel lists of both devices come from it. */
-#define RF_SHAPE_KERNELS(X)                                    \
-  X("Transpose", shape_op_compute, 0, 0, RF_COST_PER_ELEMENT)  \
-  X("Concat", shape_op_compute, 0, 0, RF_COST_PER_ELEMENT)     \
-  X("Split", shape_op_compute, 0, 0, RF_COST_PER_ELEMENT)      \
-  X("Slice", shape_op_compute, 0, 0, RF_COST_PER_ELEMENT)      \
-  X("ExpandDims", shape_op_compute, 0, 0, RF_COST_CHEAP)       \
-  X("Squeeze", shape_op_compute, 0, 0, RF_COST_CHEAP)          \
-  X("Pad", shape_op_compute, 0, 0, RF_COST_PER_ELEMENT)        \
-  X("Tile", shape_op_compute, 0, 0, RF_COST_PER_ELEMENT)       \
-  X("_PadTo", shape_op_compute, 0, 0, RF_COST_PER_ELEMENT)     \
-  X("_SliceTo", shape_op_compute, 0, 0, RF_COST_PER_ELEMENT)   \
-  X("_SplitLike", shape_op_compute, 0, 0, RF_COST_PER_ELEMENT) \
-  X("_TileGrad", tile_grad_compute, 0, 0, RF_COST_PER_ELEMENT)
+#define RF_SHAPE_KERNELS(X)                                      \
+  X("Transpose", shape_op_compute, 0, 0, RF_COST_PER_ELEMENT)    \
+  X("Concat", shape_op_compute, 0, 0, RF_COST_PER_ELEMENT)       \
+  X("Split", shape_op_compute, 0, 0, RF_COST_PER_ELEMENT)        \
+  X("Slice", shape_op_compute, 0, 0, RF_COST_PER_ELEMENT)        \
+  X("ExpandDims", shape_op_compute, 0, 0, RF_COST_CHEAP)         \
+  X("Squeeze", shape_op_compute, 0, 0, RF_COST_CHEAP)            \
+  X("Pad", shape_op_compute, 0, 0, RF_COST_PER_ELEMENT)          \
+  X("Tile", shape_op_compute, 0, 0, RF_COST_PER_ELEMENT)         \
+  X("_PadTo", shape_op_compute, 0, 0, RF_COST_PER_ELEMENT)       \
+  X("_SliceTo", shape_op_compute, 0, 0, RF_COST_PER_ELEMENT)     \
+  X("_SplitLike", shape_op_compute, 0, 0, RF_COST_PER_ELEMENT)   \
+  X("_TileGrad", tile_grad_compute, 0, 0, RF_COST_PER_ELEMENT)   \
+  X("StridedSlice", shape_op_compute, 0, 0, RF_COST_PER_ELEMENT) \
+  X("_StridedSliceGrad", shape_op_compute, 0, 0, RF_COST_PER_ELEMENT)
 
 typedef struct rf__shape_job {
   int num_outputs;

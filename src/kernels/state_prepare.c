@@ -117,27 +117,52 @@ rf_status *rf__state_gd_prepare(rf__kernel_ctx *ctx, bool on_gpu,
   return NULL;
 }
 
-rf_status *rf__state_adam_prepare(rf__kernel_ctx *ctx, bool on_gpu,
-                                  rf__variable **vars, rf__variable **sorted) {
-  static const char *const scalar_names[6] = {
-      "beta1_power", "beta2_power", "lr", "beta1", "beta2", "epsilon"};
-  for (int k = 0; k < 3; k++)
+static const int adam_scalars[7] = {3, 4, 5, 6, 7, 8, 9};
+static const char *const adam_names[7] = {
+    "beta1_power", "beta2_power", "lr",          "beta1",
+    "beta2",       "epsilon",     "weight_decay"};
+static const int momentum_scalars[2] = {2, 4};
+static const char *const momentum_names[2] = {"lr", "momentum"};
+
+const rf__state_update_spec rf__state_adam_spec = {
+    3,          6, adam_scalars,
+    adam_names, 9, "var, m and v must be three different variables"};
+const rf__state_update_spec rf__state_adamw_spec = {
+    3,          7,  adam_scalars,
+    adam_names, 10, "var, m and v must be three different variables"};
+const rf__state_update_spec rf__state_momentum_spec = {
+    2,
+    2,
+    momentum_scalars,
+    momentum_names,
+    3,
+    "var and accum must be two different variables"};
+
+rf_status *rf__state_update_prepare(rf__kernel_ctx *ctx, bool on_gpu,
+                                    const rf__state_update_spec *spec,
+                                    rf__variable **vars,
+                                    rf__variable **sorted) {
+  int n = spec->nvars;
+  for (int k = 0; k < n; k++)
     RF_CHECK(rf__state_get_variable(ctx, k, &vars[k]));
-  if (vars[0] == vars[1] || vars[0] == vars[2] || vars[1] == vars[2])
-    return rf__kernel_error(ctx, RF_INVALID_ARGUMENT,
-                            "var, m and v must be three different variables");
-  memcpy(sorted, vars, 3 * sizeof *vars);
-  for (int i = 1; i < 3; i++)
+  for (int i = 0; i < n; i++)
+    for (int j = i + 1; j < n; j++)
+      if (vars[i] == vars[j])
+        return rf__kernel_error(ctx, RF_INVALID_ARGUMENT, "%s", spec->distinct);
+  memcpy(sorted, vars, (size_t)n * sizeof *vars);
+  for (int i = 1; i < n; i++)
     for (int j = i; j > 0 && (uintptr_t)sorted[j] < (uintptr_t)sorted[j - 1];
          j--) {
       rf__variable *t = sorted[j];
       sorted[j] = sorted[j - 1];
       sorted[j - 1] = t;
     }
-  for (int k = 0; k < 6; k++) {
-    RF_CHECK(rf__state_check_scalar(ctx, 3 + k, scalar_names[k]));
+  for (int k = 0; k < spec->nscalars; k++) {
+    int in = spec->scalar_inputs[k];
+    RF_CHECK(rf__state_check_scalar(ctx, in, spec->scalar_names[k]));
     if (on_gpu)
-      RF_CHECK(same_float_dtype(ctx, 3 + k, scalar_names[k], 9, "grad"));
+      RF_CHECK(
+          same_float_dtype(ctx, in, spec->scalar_names[k], spec->grad, "grad"));
   }
   return NULL;
 }

@@ -1,9 +1,10 @@
 /* kernels/state_prepare.h - the device-independent half of the variable
  * kernels (kernels/cpu/state_kernels.c, kernels/cuda/state_kernels.cu):
- * reading handles, the argument checks with their messages, ApplyAdam's lock
- * order, and Variable / ReadVariable / Assign, which touch no element.
- * `on_gpu`: the kernel's device keeps variable values in device memory
- * (handles are host memory everywhere). Usable from C and CUDA C++. */
+ * reading handles, the argument checks with their messages, the lock order
+ * of updates with several variables (ApplyAdam, ApplyAdamW, ApplyMomentum), and
+ * Variable / ReadVariable / Assign, which touch no element. `on_gpu`: the
+ * kernel's device keeps variable values in device memory (handles are host
+ * memory everywhere). Usable from C and CUDA C++. */
 #ifndef RF_KERNELS_STATE_PREPARE_H
 #define RF_KERNELS_STATE_PREPARE_H
 
@@ -18,7 +19,9 @@
   X("ReadVariable", read_variable_compute, 1u << 0, 0, RF_COST_CHEAP)        \
   X("Assign", assign_compute, 1u << 0, 0, RF_COST_CHEAP)                     \
   X("ApplyGradientDescent", apply_gd_compute, 1u << 0, 0, RF_COST_EXPENSIVE) \
-  X("ApplyAdam", apply_adam_compute, 0x7u, 0, RF_COST_EXPENSIVE)
+  X("ApplyAdam", apply_adam_compute, 0x7u, 0, RF_COST_EXPENSIVE)             \
+  X("ApplyMomentum", apply_momentum_compute, 0x3u, 0, RF_COST_EXPENSIVE)     \
+  X("ApplyAdamW", apply_adamw_compute, 0x7u, 0, RF_COST_EXPENSIVE)
 
 #ifdef __cplusplus
 extern "C" {
@@ -49,12 +52,33 @@ void rf__state_lock_distinct(rf__variable **vs, int n, bool lock);
  * delta's type). */
 rf_status *rf__state_gd_prepare(rf__kernel_ctx *ctx, bool on_gpu,
                                 rf__variable **v);
-/* ApplyAdam's: three distinct handles (vars in input order, sorted by
- * address: every kernel, CPU or GPU, locks them in that one global order, so
- * updates never deadlock) and six scalars, on_gpu each of grad's float
- * dtype. */
-rf_status *rf__state_adam_prepare(rf__kernel_ctx *ctx, bool on_gpu,
-                                  rf__variable **vars, rf__variable **sorted);
+/* The operands of an update with several variables: handles at inputs
+ * [0, nvars), scalars at inputs scalar_inputs[k] named scalar_names[k], the
+ * gradient at input `grad`; `distinct` is the message when two handles are
+ * one variable. */
+typedef struct rf__state_update_spec {
+  int nvars; /* at most 3 */
+  int nscalars;
+  const int *scalar_inputs;
+  const char *const *scalar_names;
+  int grad;
+  const char *distinct;
+} rf__state_update_spec;
+
+/* An update's checks before its lock: nvars distinct handles (vars in input
+ * order, sorted by address: every kernel, CPU or GPU, locks them in that one
+ * global order, so updates never deadlock) and scalar inputs, on_gpu each of
+ * grad's float dtype. */
+rf_status *rf__state_update_prepare(rf__kernel_ctx *ctx, bool on_gpu,
+                                    const rf__state_update_spec *spec,
+                                    rf__variable **vars, rf__variable **sorted);
+
+/* The specs of ApplyAdam (var, m, v; beta1_power, beta2_power, lr, beta1,
+ * beta2, epsilon; grad), ApplyAdamW (ApplyAdam's, then weight_decay before
+ * grad) and ApplyMomentum (var, accum; lr, grad, momentum). */
+extern const rf__state_update_spec rf__state_adam_spec;
+extern const rf__state_update_spec rf__state_adamw_spec;
+extern const rf__state_update_spec rf__state_momentum_spec;
 
 /* The kernels that touch no element. Variable outputs its handle in host
  * memory; ReadVariable outputs a snapshot (a new reference to the value);

@@ -1,9 +1,10 @@
 /* ops/state_ops.c - variables and their updates: Variable, ReadVariable,
- * Assign, ApplyGradientDescent, ApplyAdam. All are stateful (never pruned as
- * duplicates, never folded) and not differentiable: users take gradients with
- * respect to a ReadVariable's output. The builders check dtypes and shapes
- * against the Variable node when the handle comes straight from one, so most
- * mistakes fail at build time; the kernels check again at run time. */
+ * Assign, ApplyGradientDescent, ApplyAdam, ApplyAdamW, ApplyMomentum. All are
+ * stateful (never pruned as duplicates, never folded) and not differentiable:
+ * users take gradients with respect to a ReadVariable's output. The builders
+ * check dtypes and shapes against the Variable node when the handle comes
+ * straight from one, so most mistakes fail at build time; the kernels check
+ * again at run time. */
 #include <string.h>
 
 #include "ops/op_families.h"
@@ -44,11 +45,25 @@ static rf_status *apply_adam_shape(rf__shape_ctx *c) {
   return check_scalars(c, 3, 6); /* beta1_power .. epsilon */
 }
 
+static rf_status *apply_adamw_shape(rf__shape_ctx *c) {
+  return check_scalars(c, 3, 7); /* beta1_power .. weight_decay */
+}
+
+static rf_status *apply_momentum_shape(rf__shape_ctx *c) {
+  RF_CHECK(check_scalars(c, 2, 1)); /* lr */
+  return check_scalars(c, 4, 1);    /* momentum */
+}
+
 /* ---- registration ---- */
 
 #define ADAM_INPUTS                                           \
   "var: resource, m: resource, v: resource, beta1_power: T, " \
   "beta2_power: T, lr: T, beta1: T, beta2: T, epsilon: T, grad: T"
+
+#define ADAMW_INPUTS                                          \
+  "var: resource, m: resource, v: resource, beta1_power: T, " \
+  "beta2_power: T, lr: T, beta1: T, beta2: T, epsilon: T, "   \
+  "weight_decay: T, grad: T"
 
 static const rf__op_spec state_ops[] = {
     {.name = "Variable",
@@ -75,6 +90,16 @@ static const rf__op_spec state_ops[] = {
      .inputs = ADAM_INPUTS,
      .attrs = "T: type in {@float}",
      .shape = apply_adam_shape,
+     .flags = RF_OP_STATEFUL | RF_OP_NO_GRADIENT},
+    {.name = "ApplyMomentum",
+     .inputs = "var: resource, accum: resource, lr: T, grad: T, momentum: T",
+     .attrs = "T: type in {@float}; use_nesterov: bool = false",
+     .shape = apply_momentum_shape,
+     .flags = RF_OP_STATEFUL | RF_OP_NO_GRADIENT},
+    {.name = "ApplyAdamW",
+     .inputs = ADAMW_INPUTS,
+     .attrs = "T: type in {@float}",
+     .shape = apply_adamw_shape,
      .flags = RF_OP_STATEFUL | RF_OP_NO_GRADIENT},
 };
 
@@ -213,5 +238,36 @@ rf_node *rf_apply_adam(rf_graph *g, const char *name, rf_output var,
     return NULL;
   rf_node_builder *b = rf_node_builder_new(g, "ApplyAdam", name);
   for (int i = 0; i < 10; i++) rf_node_builder_input(b, in[i]);
+  return rf__finish_node(g, b);
+}
+
+rf_node *rf_apply_adamw(rf_graph *g, const char *name, rf_output var,
+                        rf_output m, rf_output v, rf_output beta1_power,
+                        rf_output beta2_power, rf_output lr, rf_output beta1,
+                        rf_output beta2, rf_output epsilon,
+                        rf_output weight_decay, rf_output grad) {
+  rf_output in[11] = {var,   m,     v,       beta1_power,  beta2_power, lr,
+                      beta1, beta2, epsilon, weight_decay, grad};
+  if (rf__graph_failed(g) || !rf__graph_inputs_ok(g, "ApplyAdamW", in, 11) ||
+      !value_fits(g, "ApplyAdamW", "grad", var, grad) ||
+      !value_fits(g, "ApplyAdamW", "grad", m, grad) ||
+      !value_fits(g, "ApplyAdamW", "grad", v, grad))
+    return NULL;
+  rf_node_builder *b = rf_node_builder_new(g, "ApplyAdamW", name);
+  for (int i = 0; i < 11; i++) rf_node_builder_input(b, in[i]);
+  return rf__finish_node(g, b);
+}
+
+rf_node *rf_apply_momentum(rf_graph *g, const char *name, rf_output var,
+                           rf_output accum, rf_output lr, rf_output grad,
+                           rf_output momentum, bool use_nesterov) {
+  rf_output in[5] = {var, accum, lr, grad, momentum};
+  if (rf__graph_failed(g) || !rf__graph_inputs_ok(g, "ApplyMomentum", in, 5) ||
+      !value_fits(g, "ApplyMomentum", "grad", var, grad) ||
+      !value_fits(g, "ApplyMomentum", "grad", accum, grad))
+    return NULL;
+  rf_node_builder *b = rf_node_builder_new(g, "ApplyMomentum", name);
+  for (int i = 0; i < 5; i++) rf_node_builder_input(b, in[i]);
+  rf_node_builder_attr_bool(b, "use_nesterov", use_nesterov);
   return rf__finish_node(g, b);
 }

@@ -4,7 +4,11 @@
 # replicas bit-identical; its checkpoint holds the CNN's tensors (NHWC
 # filters) and loads back (through --bench, which also times it), and the
 # MLP refuses it; --model mlp names the default; an unknown model is a usage
-# error. Few steps and small batches: evaluating the test set dominates.
+# error. --check trains without dropout (one device cannot draw the replicas'
+# masks); --bench with it trains other values than without (dropout acts
+# while training); --dropout is a usage error outside its range or without
+# --model cnn. Few steps and small
+# batches: evaluating the test set dominates.
 set -euo pipefail
 ringflow="$1"
 tmp=$(mktemp -d)
@@ -41,6 +45,23 @@ if "$ringflow" train --steps 1 --quiet --load "$tmp/allreduce.ckpt" 2> "$tmp/err
   echo "the MLP loaded a CNN checkpoint"; exit 1
 fi
 grep -q "holds 24 tensors; this model has 18" "$tmp/err"
+for rate in 0 0.5; do
+  "$ringflow" train --model cnn --devices cpu:0-1 --bench --warmup 0 --steps 3 \
+    --batch 16 --dropout "$rate" > "$tmp/drop$rate"
+done
+loss0=$(sed -n 's/.* loss=\([^ ]*\).*/\1/p' "$tmp/drop0")
+loss5=$(sed -n 's/.* loss=\([^ ]*\).*/\1/p' "$tmp/drop0.5")
+[ -n "$loss0" ] && [ -n "$loss5" ] && [ "$loss0" != "$loss5" ] ||
+  { echo "dropout changed nothing: loss '$loss0' and '$loss5'"; exit 1; }
+set +e
+"$ringflow" train --model cnn --dropout 1 --steps 1 2> "$tmp/err"
+rc1=$?
+"$ringflow" train --dropout 0.5 --steps 1 2>> "$tmp/err"
+rc2=$?
+set -e
+[ "$rc1" = 2 ] && [ "$rc2" = 2 ] || { echo "exit $rc1 $rc2, not 2"; exit 1; }
+grep -q "\-\-dropout '1': out of range" "$tmp/err"
+grep -q "\-\-dropout needs \-\-model cnn" "$tmp/err"
 "$ringflow" train --model mlp --devices 2 --steps 1 --epochs 1 --quiet |
   grep -q "MLP 784-512-256-10 on 2 devices"
 set +e

@@ -274,3 +274,32 @@ def test_layer_norm_errors():
     px = rf.placeholder(rf.float32, (2, 3))
     with pytest.raises(rf.errors.InvalidArgumentError, match="gamma"):
         rf.layer_norm(px, np.ones(4, np.float32), np.zeros(3, np.float32))
+
+
+def test_strided_slice_matches_numpy(rng):
+    a = rng.standard_normal((4, 1, 6))
+    x = rf.placeholder(rf.float64, (4, 1, 6))
+    y = rf.strided_slice(x, [-1, 0, 1], [0, 1, 100], [-2, 1, 2])
+    full = rf.strided_slice(x, [0, 0], [0, 0], None, begin_mask=3,
+                            end_mask=1)
+    one = rf.strided_slice(x, [2, 0, -1], [0, 0, 0], [1, 1, 1],
+                           end_mask=0b010, shrink_axis_mask=0b101)
+    empty = rf.strided_slice(x, [3], [1], [1])
+    dx, = rf.gradients(rf.reduce_sum(y * 2.0), [x])
+    with rf.Session() as sess:
+        got = sess.run([y, full, one, empty, dx], {x: a})
+    np.testing.assert_array_equal(got[0], a[-1:0:-2, 0:1, 1:100:2])
+    np.testing.assert_array_equal(got[1], a[:, :0])
+    np.testing.assert_array_equal(got[2], a[2, :, -1])
+    assert got[3].shape == (0, 1, 6)
+    want = np.zeros_like(a)
+    want[-1:0:-2, 0:1, 1:100:2] = 2.0
+    np.testing.assert_array_equal(got[4], want)
+
+
+def test_strided_slice_errors():
+    x = rf.placeholder(rf.float32, (2, 3))
+    with pytest.raises(rf.errors.InvalidArgumentError, match="stride 0"):
+        rf.strided_slice(x, [0], [1], [0])
+    with pytest.raises(ValueError, match="entries"):
+        rf.strided_slice(x, [0, 1], [1], [1])

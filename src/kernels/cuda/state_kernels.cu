@@ -9,8 +9,9 @@
  * variable device's stream, so they are ordered after every earlier reader
  * on that stream; readers on other devices hold a reference until their
  * copy is done, which keeps the update off their value. The scalar inputs
- * (alpha, Adam's betas, lr, epsilon) are device scalars read by the update
- * kernels themselves, in double as the CPU reads them. */
+ * (alpha, the optimizers' betas, lr, epsilon, weight decay, momentum) are
+ * device scalars read by the update kernels themselves, in double as the CPU
+ * reads them. */
 #include <pthread.h>
 #include <string.h>
 
@@ -103,7 +104,49 @@ __global__ void adam_kernel(T *x, T *m, T *v, const T *g, AdamScalars<T> s,
   }
 }
 
-/* ---- ApplyGradientDescent, ApplyAdam ---- */
+/* AdamW's five scalars after Adam's (device pointers) and PyTorch's
+ * formula (ops.h: rf_apply_adamw), the factors in double as on the CPU:
+ *   x = x (1 - lr wd) - lr / (1 - beta1_power) m /
+ *       (sqrt(v) / sqrt(1 - beta2_power) + epsilon). */
+template <typename T>
+__global__ void adamw_kernel(T *x, T *m, T *v, const T *g, AdamScalars<T> s,
+                             const T *weight_decay, int64_t n) {
+  using C = typename Num<T>::C;
+  auto rd = [](const T *p) { return (double)Num<T>::load(*p); };
+  const double b1p = rd(s.beta1_power), b2p = rd(s.beta2_power);
+  const double lr = rd(s.lr);
+  const C step = (C)(lr / (1 - b1p)), bc2 = (C)sqrt(1 - b2p);
+  const C decay = (C)(1 - lr * rd(weight_decay));
+  const C b1 = (C)rd(s.beta1), b2 = (C)rd(s.beta2), eps = (C)rd(s.epsilon);
+  const C c1 = 1 - b1, c2 = 1 - b2;
+  RF_GPU_LOOP(i, n) {
+    C gi = Num<T>::load(g[i]);
+    C mi = b1 * Num<T>::load(m[i]) + c1 * gi;
+    C vi = b2 * Num<T>::load(v[i]) + c2 * gi * gi;
+    m[i] = Num<T>::store(mi);
+    v[i] = Num<T>::store(vi);
+    x[i] = Num<T>::store(Num<T>::load(x[i]) * decay -
+                         step * mi / (sqrt(vi) / bc2 + eps));
+  }
+}
+
+/* TensorFlow's ApplyMomentum: acc = mu acc + g; x -= lr acc, or with
+ * Nesterov x -= g lr + acc mu lr. */
+template <typename T>
+__global__ void momentum_kernel(T *x, T *acc, const T *g, const T *lr_p,
+                                const T *mu_p, bool nesterov, int64_t n) {
+  using C = typename Num<T>::C;
+  const C lr = Num<T>::load(*lr_p), mu = Num<T>::load(*mu_p);
+  RF_GPU_LOOP(i, n) {
+    C gi = Num<T>::load(g[i]);
+    C ai = mu * Num<T>::load(acc[i]) + gi;
+    acc[i] = Num<T>::store(ai);
+    x[i] = Num<T>::store(Num<T>::load(x[i]) -
+                         (nesterov ? gi * lr + ai * mu * lr : lr * ai));
+  }
+}
+
+/* ---- ApplyGradientDescent, ApplyAdam, ApplyAdamW, ApplyMomentum ---- */
 
 rf_status *gd_launch(rf__kernel_ctx *ctx, rf_tensor *dst,
                      const rf_tensor *delta) {
@@ -138,43 +181,73 @@ rf_status *apply_gd_compute(rf__kernel_ctx *ctx) {
   return st;
 }
 
-rf_status *adam_launch(rf__kernel_ctx *ctx, rf_tensor *const *dst,
-                       const rf_tensor *grad) {
+/* Launches the update of spec's variables (dst: their writable values,
+ * var first) on grad's elements. */
+rf_status *update_launch(rf__kernel_ctx *ctx, const rf__state_update_spec *spec,
+                         rf_tensor *const *dst, const rf_tensor *grad) {
   int64_t n = grad->num_elements;
+  bool nesterov = false;
+  if (spec == &rf__state_momentum_spec)
+    RF_CHECK(rf__attrs_get_bool(&ctx->node->attrs, "use_nesterov", &nesterov));
   if (n == 0) return NULL;
   return visit_float(grad->dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     auto in = [&](int k) { return (const T *)ctx->inputs[k]->data; };
-    AdamScalars<T> s = {in(3), in(4), in(5), in(6), in(7), in(8)};
-    adam_kernel<T><<<grid(ctx, n), kThreads, 0, stream(ctx)>>>(
-        (T *)dst[0]->data, (T *)dst[1]->data, (T *)dst[2]->data,
-        (const T *)grad->data, s, n);
+    T *x = (T *)dst[0]->data, *m = (T *)dst[1]->data;
+    const T *g = (const T *)grad->data;
+    if (spec == &rf__state_momentum_spec) {
+      momentum_kernel<T><<<grid(ctx, n), kThreads, 0, stream(ctx)>>>(
+          x, m, g, in(2), in(4), nesterov, n);
+    } else {
+      AdamScalars<T> s = {in(3), in(4), in(5), in(6), in(7), in(8)};
+      T *v = (T *)dst[2]->data;
+      if (spec == &rf__state_adamw_spec)
+        adamw_kernel<T><<<grid(ctx, n), kThreads, 0, stream(ctx)>>>(
+            x, m, v, g, s, in(9), n);
+      else
+        adam_kernel<T>
+            <<<grid(ctx, n), kThreads, 0, stream(ctx)>>>(x, m, v, g, s, n);
+    }
     RF_GPU_LAUNCHED(ctx);
     return (rf_status *)NULL;
   });
 }
 
-rf_status *apply_adam_compute(rf__kernel_ctx *ctx) {
+/* An update of spec's variables, all or nothing (kernels/cpu's rules). */
+rf_status *apply_update(rf__kernel_ctx *ctx,
+                        const rf__state_update_spec *spec) {
   RF_CHECK(begin(ctx));
   rf__variable *vars[3], *sorted[3];
   rf_tensor *dst[3] = {NULL, NULL, NULL};
-  const rf_tensor *grad = ctx->inputs[9];
+  const rf_tensor *grad = ctx->inputs[spec->grad];
   rf_status *st = NULL;
-  RF_CHECK(rf__state_adam_prepare(ctx, true, vars, sorted));
-  rf__state_lock_distinct(sorted, 3, true);
-  for (int k = 0; k < 3 && !st; k++)
+  int nv = spec->nvars;
+  RF_CHECK(rf__state_update_prepare(ctx, true, spec, vars, sorted));
+  rf__state_lock_distinct(sorted, nv, true);
+  for (int k = 0; k < nv && !st; k++)
     st = rf__state_check_update(ctx, vars[k], grad->dtype, &grad->shape, "grad",
                                 true);
-  for (int k = 0; k < 3 && !st; k++) st = writable_value(ctx, vars[k], &dst[k]);
-  if (!st) st = adam_launch(ctx, dst, grad);
-  for (int k = 0; k < 3; k++) {
+  for (int k = 0; k < nv && !st; k++)
+    st = writable_value(ctx, vars[k], &dst[k]);
+  if (!st) st = update_launch(ctx, spec, dst, grad);
+  for (int k = 0; k < nv; k++) {
     if (!st)
       rf__state_install_value(vars[k], dst[k]);
     else
       rf__state_drop_value(vars[k], dst[k]);
   }
-  rf__state_lock_distinct(sorted, 3, false);
+  rf__state_lock_distinct(sorted, nv, false);
   return st;
+}
+
+rf_status *apply_adam_compute(rf__kernel_ctx *ctx) {
+  return apply_update(ctx, &rf__state_adam_spec);
+}
+rf_status *apply_adamw_compute(rf__kernel_ctx *ctx) {
+  return apply_update(ctx, &rf__state_adamw_spec);
+}
+rf_status *apply_momentum_compute(rf__kernel_ctx *ctx) {
+  return apply_update(ctx, &rf__state_momentum_spec);
 }
 
 const rf__kernel_def defs[] = {RF_STATE_KERNELS(RF__GPU_KERNEL)};
