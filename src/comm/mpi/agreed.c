@@ -2,7 +2,7 @@
  * time a collective runs, its READY asks task 0 to keep it agreed (NEW);
  * when every task asked, GO says so and every member, at that GO's place in
  * the GO order, duplicates the set's communicator for this collective alone
- * (MPI_Comm_idup). From then on each op of that name skips READY/GO: the
+ * (MPI_Comm_dup). From then on each op of that name skips READY/GO: the
  * entry's ops run one after another, in this process's order of arrival, as
  * a check then the data, both on the entry's communicator:
  *
@@ -35,6 +35,7 @@
  * its check) and its name's later ops wait behind it until it pairs.
  * Blocking (data thread) and GPU collectives are never kept: their checks
  * say "changed" and they always go through task 0. */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -142,8 +143,12 @@ static void route(rf__job *j, rf__mpi_op *op, int64_t now) {
 }
 
 /* The entry leaves the table; its queued ops go to task 0 (in order: the
- * first may ask for a new entry, the others then wait on it). */
-static void unlist(rf__job *j, rf__mpi_agreed *a, int64_t now) {
+ * first may ask for a new entry, the others then wait on it). Ops of a
+ * job step before `stale` (a check paired them with a later step: some
+ * task is past them) go without asking, so later steps need not wait for
+ * their verdict. */
+static void unlist(rf__job *j, rf__mpi_agreed *a, int64_t now,
+                   int64_t stale) {
   HASH_DEL(j->agreed, a);
   rf__mpi_op *ops = a->head;
   a->head = a->tail = NULL;
@@ -158,7 +163,13 @@ static void unlist(rf__job *j, rf__mpi_agreed *a, int64_t now) {
     ops = op->agreed_next;
     op->agreed = NULL;
     op->agreed_next = NULL;
-    route(j, op, now);
+    if (op->job_step < stale) {
+      op->agree = RF_AGREE_NO;
+      op->fresh = NULL;
+      rf__mpi_member_send_ready(j, op);
+    } else {
+      route(j, op, now);
+    }
   }
 }
 
@@ -212,7 +223,7 @@ void rf__mpi_agreed_verdict(rf__job *j, rf__mpi_op *op, bool go, int agree) {
   }
   if (a) { /* not kept: the ops waiting on it go to task 0 */
     op->fresh = NULL;
-    unlist(j, a, rf__mpi_now_ns());
+    unlist(j, a, rf__mpi_now_ns(), INT64_MIN);
     return;
   }
   a = find(j, op->name);
@@ -225,11 +236,16 @@ void rf__mpi_agreed_issued(rf__job *j, rf__mpi_op *op, MPI_Comm set_comm,
   rf__mpi_agreed *a = op->fresh;
   if (!a || st) return; /* a failed issue: rf__mpi_agreed_verdict */
   op->fresh = NULL;
-  if (MPI_Comm_idup(set_comm, &a->comm, &a->comm_req) != MPI_SUCCESS) {
-    a->comm = MPI_COMM_NULL; /* the others' idup waits: they time out */
-    unlist(j, a, rf__mpi_now_ns());
+  /* Blocking, like sets.c's MPI_Comm_create_group: every member is at this
+   * GO now. (MPI_Comm_idup, several pending on one communicator beside
+   * nonblocking collectives, broke OpenMPI 4.1's schedules: MPI_ERR_TRUNCATE
+   * in the reference matrix.) */
+  if (MPI_Comm_dup(set_comm, &a->comm) != MPI_SUCCESS) {
+    a->comm = MPI_COMM_NULL; /* the others' checks time out, named */
+    unlist(j, a, rf__mpi_now_ns(), INT64_MIN);
     return;
   }
+  MPI_Comm_set_errhandler(a->comm, MPI_ERRORS_RETURN);
   a->state = ACTIVE;
 }
 
@@ -392,8 +408,6 @@ static int run_entry(rf__job *j, rf__mpi_agreed *a, int64_t now, int *progress,
     } else if (!done) {
       if (a->head) *busy = true;
       return 0;
-    } else {
-      MPI_Comm_set_errhandler(a->comm, MPI_ERRORS_RETURN);
     }
   }
   while (a->head && !a->comm_failed) {
@@ -420,7 +434,7 @@ static int run_entry(rf__job *j, rf__mpi_agreed *a, int64_t now, int *progress,
       (*progress)++;
       const int64_t *c = op->checked;
       if (c[2] != -c[3]) { /* steps differ: every member retires it */
-        unlist(j, a, now);
+        unlist(j, a, now, c[2]);
         return 1;
       }
       if (c[0] != -c[1] || c[4]) { /* a descriptor differs: task 0 */
@@ -440,7 +454,7 @@ static int run_entry(rf__job *j, rf__mpi_agreed *a, int64_t now, int *progress,
     (*progress)++;
   }
   if (a->comm_failed && a->head) { /* this task can run none of them */
-    unlist(j, a, now);
+    unlist(j, a, now, INT64_MIN);
     return 1;
   }
   late_queued(a, now, waiting);
