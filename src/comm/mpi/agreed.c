@@ -147,8 +147,7 @@ static void route(rf__job *j, rf__mpi_op *op, int64_t now) {
  * job step before `stale` (a check paired them with a later step: some
  * task is past them) go without asking, so later steps need not wait for
  * their verdict. */
-static void unlist(rf__job *j, rf__mpi_agreed *a, int64_t now,
-                   int64_t stale) {
+static void unlist(rf__job *j, rf__mpi_agreed *a, int64_t now, int64_t stale) {
   HASH_DEL(j->agreed, a);
   rf__mpi_op *ops = a->head;
   a->head = a->tail = NULL;
@@ -267,9 +266,9 @@ static void check_start(rf__job *j, rf__mpi_agreed *a, rf__mpi_op *op,
   int64_t t = op->timeout_ms, early = t / 2 < PROBE_MS ? t / 2 : PROBE_MS;
   op->deadline_ns = op->arrived_ns + (t - early) * 1000000;
   if (op->deadline_ns < now) op->deadline_ns = now;
-  rf_status *st = RF_MPI_STATUS(MPI_Iallreduce(op->check, op->checked, 5,
-                                               MPI_INT64_T, MPI_MAX, a->comm,
-                                               &op->check_req));
+  rf_status *st =
+      RF_MPI_STATUS(MPI_Iallreduce(op->check, op->checked, 5, MPI_INT64_T,
+                                   MPI_MAX, a->comm, &op->check_req));
   if (st) { /* this task cannot take part: its check is the others' timeout */
     op->check_req = MPI_REQUEST_NULL;
     op->state = RF_OP_QUEUED;

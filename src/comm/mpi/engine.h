@@ -129,8 +129,8 @@ struct rf__job {
   /* Ops told GO and not issued yet, in GO order: they are issued in this
    * order, which is the same in every process. */
   rf__mpi_op *go_head, *go_tail;
-  int in_flight;        /* ops whose data is moving (agreed ones apart) */
-  int fast_in_flight;   /* agreed ops whose data is moving (agreed.c) */
+  int in_flight;      /* ops whose data is moving (agreed ones apart) */
+  int fast_in_flight; /* agreed ops whose data is moving (agreed.c) */
   /* Collectives agreed once (agreed.c), by name; retired ones are kept
    * until the job leaves (a check of theirs may still be pending). */
   rf__mpi_agreed *agreed, *retired;

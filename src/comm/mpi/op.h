@@ -64,7 +64,7 @@ struct rf__mpi_op {
   unsigned char *answered;
   int64_t bytes; /* what it moves, about: the engine's spin budget */
   MPI_Request req;
-  rf_status *report;   /* the error the report task hands the dones */
+  rf_status *report; /* the error the report task hands the dones */
   /* Agreed once (agreed.c): the entry it is queued or issued on, the next
    * op of its queue, the check (this task's digest, job step, whether its
    * descriptor is the agreed one) and its result, when it reached the
