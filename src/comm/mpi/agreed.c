@@ -54,7 +54,6 @@ struct rf__mpi_agreed {
   char *name;
   int state;
   MPI_Comm comm;
-  MPI_Request comm_req; /* the MPI_Comm_idup, until done */
   bool comm_failed;
   rf__mpi_msg desc; /* this task's descriptor when agreed */
   char *devices;
@@ -191,7 +190,6 @@ bool rf__mpi_agreed_take(rf__job *j, rf__mpi_op *op, int64_t now) {
     a->name = rf__strdup(op->name);
     a->devices = rf__strdup(op->devices);
     a->comm = MPI_COMM_NULL;
-    a->comm_req = MPI_REQUEST_NULL;
   }
   int rf__hash_oom = 0;
   if (a && a->name && a->devices)
@@ -398,17 +396,6 @@ static void late_queued(rf__mpi_agreed *a, int64_t now, bool *waiting) {
 /* Runs a's queue as far as it goes; 1 when a left the table. */
 static int run_entry(rf__job *j, rf__mpi_agreed *a, int64_t now, int *progress,
                      bool *busy, bool *waiting) {
-  if (a->comm_req != MPI_REQUEST_NULL) {
-    int done = 0;
-    if (MPI_Test(&a->comm_req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) {
-      a->comm_req = MPI_REQUEST_NULL;
-      a->comm = MPI_COMM_NULL;
-      a->comm_failed = true;
-    } else if (!done) {
-      if (a->head) *busy = true;
-      return 0;
-    }
-  }
   while (a->head && !a->comm_failed) {
     rf__mpi_op *op = a->head;
     if (op->state == RF_OP_QUEUED) {
@@ -468,33 +455,13 @@ int rf__mpi_agreed_poll(rf__job *j, int64_t now, bool *busy, bool *waiting) {
       late_queued(a, now, waiting);
       continue;
     }
-    if (a->head || a->comm_req != MPI_REQUEST_NULL)
+    if (a->head)
       run_entry(j, a, now, &progress, busy, waiting);
   }
   return progress;
 }
 
-/* Entries whose MPI_Comm_idup never finished: MPI may still write their
- * comm, so they stay (reachable) until the process exits. Engine thread. */
-static rf__mpi_agreed *orphans;
-
 static void entry_release(rf__mpi_agreed *a) {
-  /* The idup started at a GO that every member got: it finishes unless a
-   * member is gone. Give it a moment. */
-  int64_t until = rf__mpi_now_ns() + 200000000;
-  while (a->comm_req != MPI_REQUEST_NULL) {
-    int done = 0;
-    if (MPI_Test(&a->comm_req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) {
-      a->comm_req = MPI_REQUEST_NULL;
-      a->comm = MPI_COMM_NULL;
-    }
-    if (done || rf__mpi_now_ns() >= until) break;
-  }
-  if (a->comm_req != MPI_REQUEST_NULL) {
-    a->next = orphans;
-    orphans = a;
-    return;
-  }
   /* An unfinished check keeps the communicator (MPI owns it). */
   bool stuck = false;
   for (rf__mpi_op *op = a->head; op; op = op->agreed_next)

@@ -22,6 +22,11 @@
  *     against the deadline; completion -> the participants' dones, on the
  *     engine thread when it has nothing else to watch, else a pool task.
  *
+ * That is a collective's first step. Once agreed (agreed.c), its later
+ * steps skip READY/GO: the engine runs a check all-reduce and then the data
+ * on the collective's own communicator, and falls back to READY when the
+ * check finds a difference.
+ *
  * Ownership: commands belong to the engine once submitted; an op is shared
  * by its preparing thread, the engine and its report task (refs). */
 #ifndef RF_COMM_MPI_ENGINE_H
