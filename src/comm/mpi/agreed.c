@@ -459,8 +459,7 @@ int rf__mpi_agreed_poll(rf__job *j, int64_t now, bool *busy, bool *waiting) {
       late_queued(a, now, waiting);
       continue;
     }
-    if (a->head)
-      run_entry(j, a, now, &progress, busy, waiting);
+    if (a->head) run_entry(j, a, now, &progress, busy, waiting);
   }
   return progress;
 }
