@@ -41,6 +41,11 @@ RF_API void rf_debug_fail_allocation_once(int64_t k);
 RF_API int64_t rf_debug_allocation_count(void);
 /* Library allocations currently live (allocations minus frees). */
 RF_API int64_t rf_debug_live_allocations(void);
+/* Control messages this process has sent to other processes of an MPI job
+ * since start-up (READY, GO, ABORT, PING, ... of docs/MULTIPROCESS.md; not
+ * the collectives' data): a collective agreed in an earlier step sends
+ * none. Atomic, any thread; 0 without MPI. */
+RF_API int64_t rf_debug_control_messages(void);
 
 #ifdef __cplusplus
 }

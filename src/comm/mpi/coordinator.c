@@ -334,11 +334,16 @@ static void decide(rf__job *j, rf__mpi_centry *e, int64_t now) {
     root_rank = e->descs[root].local_root;
     for (int i = 0; i < root; i++) root_rank += e->counts[i];
   }
+  /* Kept agreed (agreed.c) only when every task asked alike. */
+  int agree = e->descs[0].agree;
+  for (int i = 1; i < e->n; i++)
+    if (e->descs[i].agree != agree) agree = RF_AGREE_NO;
   rf__mpi_msg go = {.type = RF_MSG_GO,
                     .job_step = e->job_step,
                     .root_index = root,
                     .root_rank = root_rank,
-                    .rank = ref->rank};
+                    .rank = ref->rank,
+                    .agree = agree};
   memcpy(go.dims, ref->dims, sizeof go.dims);
   /* GO to every task or to none: a task without it would leave the others
    * in the MPI collective until it times out and breaks the session. */

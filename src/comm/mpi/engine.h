@@ -23,6 +23,11 @@
  *     against the deadline; completion -> the participants' dones, on the
  *     engine thread when it has nothing else to watch, else a pool task.
  *
+ * That is a collective's first step. Once agreed (agreed.c), its later
+ * steps skip READY/GO: the engine runs a check all-reduce and then the data
+ * on the collective's own communicator, and falls back to READY when the
+ * check finds a difference.
+ *
  * Ownership: commands belong to the engine once submitted; an op is shared
  * by its preparing thread, the engine and its report task (refs). */
 #ifndef RF_COMM_MPI_ENGINE_H
@@ -73,6 +78,9 @@ typedef struct rf__mpi_msg {
   int32_t local_root; /* READY: the root's index among this task's */
   /* GO: the root's task (index in the set), rank in the job and shape */
   int32_t root_index, root_rank;
+  /* READY: whether this task can keep the collective agreed (agreed.c):
+   * RF_AGREE_*; GO: the coordinator's decision, the same for every task. */
+  int32_t agree;
   int32_t name_len, devices_len, text_len;
 } rf__mpi_msg;
 
@@ -110,6 +118,7 @@ typedef struct rf__mpi_centry rf__mpi_centry;
 typedef struct rf__mpi_fstep rf__mpi_fstep;
 typedef struct rf__mpi_send rf__mpi_send;
 typedef struct rf__mpi_data_thread rf__mpi_data_thread;
+typedef struct rf__mpi_agreed rf__mpi_agreed;
 
 struct rf__job {
   /* Fixed after attach; any thread reads them. */
@@ -126,7 +135,11 @@ struct rf__job {
   /* Ops told GO and not issued yet, in GO order: they are issued in this
    * order, which is the same in every process. */
   rf__mpi_op *go_head, *go_tail;
-  int in_flight;        /* ops whose data is moving */
+  int in_flight;      /* ops whose data is moving (agreed ones apart) */
+  int fast_in_flight; /* agreed ops whose data is moving (agreed.c) */
+  /* Collectives agreed once (agreed.c), by name; retired ones are kept
+   * until the job leaves (a check of theirs may still be pending). */
+  rf__mpi_agreed *agreed, *retired;
   rf__mpi_op *blocking; /* on the data thread: nothing else starts */
   rf__mpi_data_thread *data_thread; /* started at the first blocking op */
   rf__mpi_centry *centries;         /* task 0: collectives being agreed */
@@ -271,6 +284,18 @@ void rf__mpi_drop_messages(rf__job *j);
 /* Frees the abandoned sends' buffers (the engine, once MPI is finalised or
  * the process exits). */
 void rf__mpi_free_orphans(void);
+
+/* ---- collectives agreed once (agreed.c) ---- */
+
+/* READY's agree field: NO (run this one through task 0 only), NEW (keep it
+ * agreed: a communicator of its own is made at GO), UPDATE (it is agreed
+ * already: its descriptor changed the same way everywhere). GO's: the
+ * decision, NEW only when every task said NEW, UPDATE when every task said
+ * UPDATE. */
+enum { RF_AGREE_NO, RF_AGREE_NEW, RF_AGREE_UPDATE };
+
+/* Whether collectives are kept agreed (RF_MPI_AGREE_ONCE=0: never). */
+bool rf__mpi_agree_once(void);
 
 /* ---- the coordinator, task 0 (coordinator.c) ---- */
 

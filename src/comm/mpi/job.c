@@ -222,6 +222,7 @@ bool rf__mpi_job_attach_poll(rf__mpi_cmd *c, int64_t now) {
 }
 
 void rf__mpi_job_detach(rf__job *j) {
+  rf__mpi_agreed_free(j); /* before its ops go */
   rf__mpi_member_free(j);
   rf__mpi_data_thread_stop(j);
   rf__mpi_coord_free(j);
@@ -256,7 +257,11 @@ static void dispatch(rf__job *j, const rf__mpi_msg_view *v, int64_t now) {
     case RF_MSG_ABORT: rf__mpi_member_verdict(j, v, now); break;
     case RF_MSG_BYE: break;
     case RF_MSG_PING: {
-      rf__mpi_msg h = {.type = RF_MSG_PONG, .job_step = v->h->job_step};
+      /* code 1: this task has reached the collective; 2: not (yet) */
+      rf__mpi_msg h = {
+          .type = RF_MSG_PONG,
+          .job_step = v->h->job_step,
+          .code = rf__mpi_member_has(j, v->name, v->h->job_step) ? 1 : 2};
       rf__mpi_send_msg(j, from, &h, v->name, NULL, NULL);
       break;
     }

@@ -99,6 +99,10 @@ static void report_on(rf__mpi_op *op, rf_status *st, bool here) {
 
 static void report(rf__mpi_op *op, rf_status *st) { report_on(op, st, false); }
 
+void rf__mpi_member_report(rf__mpi_op *op, rf_status *st) { report(op, st); }
+
+int64_t rf__mpi_member_grace_ms(void) { return GRACE_MS; }
+
 static rf_status *copy_status(const rf_status *st) {
   return rf__status_copy(st);
 }
@@ -137,6 +141,7 @@ static rf__mpi_op *op_new(rf__job *j, rf__coll_group *g, const char *devices,
   op->timeout_ms = g->timeout_ms > 0 ? g->timeout_ms : 300000;
   op->num_devices = g->p[0].num_devices;
   op->req = MPI_REQUEST_NULL;
+  op->check_req = MPI_REQUEST_NULL;
   op->root_index = -1;
   const rf__coll_participant *s = speaker(g);
   op->shape = s->shape;
@@ -215,25 +220,38 @@ void rf__mpi_member_ready(rf__job *j, rf__mpi_op *op) {
     unref(op);
     return;
   }
+  /* Agreed in an earlier step: no READY (agreed.c). */
+  if (rf__mpi_agreed_take(j, op, rf__mpi_now_ns())) return;
+  rf__mpi_member_send_ready(j, op);
+}
+
+void rf__mpi_member_describe(const rf__mpi_op *op, rf__mpi_msg *h) {
+  const rf__coll_participant *s = speaker(&op->g);
+  *h = (rf__mpi_msg){.type = RF_MSG_READY,
+                     .job_step = op->job_step,
+                     .kind = op->g.kind,
+                     .dtype = op->g.dtype,
+                     .reduction = op->g.reduction,
+                     .device_type = s->device->name.type,
+                     .num_devices = op->num_devices,
+                     .local_count = op->g.n,
+                     .local_roots = op->g.root >= 0,
+                     .local_root = op->g.root,
+                     .has_input = op->has_input,
+                     .rank = op->shape.rank,
+                     .timeout_ms = op->timeout_ms,
+                     .agree = op->agree};
+  for (int i = 0; i < op->shape.rank && i < RF_MAX_RANK; i++)
+    h->dims[i] = op->shape.dims[i];
+}
+
+void rf__mpi_member_send_ready(rf__job *j, rf__mpi_op *op) {
   op->state = RF_OP_WAIT_VERDICT;
   op->deadline_ns =
       rf__mpi_now_ns() + (op->timeout_ms + grace_ms(op)) * 1000000;
   const rf__coll_participant *s = speaker(&op->g);
-  rf__mpi_msg h = {.type = RF_MSG_READY,
-                   .job_step = op->job_step,
-                   .kind = op->g.kind,
-                   .dtype = op->g.dtype,
-                   .reduction = op->g.reduction,
-                   .device_type = s->device->name.type,
-                   .num_devices = op->num_devices,
-                   .local_count = op->g.n,
-                   .local_roots = op->g.root >= 0,
-                   .local_root = op->g.root,
-                   .has_input = op->has_input,
-                   .rank = op->shape.rank,
-                   .timeout_ms = op->timeout_ms};
-  for (int i = 0; i < op->shape.rank && i < RF_MAX_RANK; i++)
-    h.dims[i] = op->shape.dims[i];
+  rf__mpi_msg h;
+  rf__mpi_member_describe(op, &h);
   char rep[RF_DEVICE_NAME_MAX + 300];
   snprintf(rep, sizeof rep, "%s (node '%.256s')", s->device->canonical,
            s->node);
@@ -249,6 +267,7 @@ void rf__mpi_member_ready(rf__job *j, rf__mpi_op *op) {
       op->name, (long long)op->job_step,
       sent == RF_RESOURCE_EXHAUSTED ? "out of memory" : "MPI_Isend failed");
   rf__job_coll_failed(j, op->name, op->job_step, st);
+  rf__mpi_agreed_verdict(j, op, false, RF_AGREE_NO); /* not kept */
   HASH_DEL(j->ops, op);
   report(op, st);
   unref(op);
@@ -269,6 +288,12 @@ static void drop(rf__job *j, rf__mpi_op *op) {
   unref(op);
 }
 
+void rf__mpi_member_drop(rf__job *j, rf__mpi_op *op) { drop(j, op); }
+
+bool rf__mpi_member_has(rf__job *j, const char *name, int64_t job_step) {
+  return find_op(j, name, job_step) != NULL;
+}
+
 void rf__mpi_member_verdict(rf__job *j, const rf__mpi_msg_view *v,
                             int64_t now) {
   rf__mpi_op *op = find_op(j, v->name, v->h->job_step);
@@ -276,6 +301,7 @@ void rf__mpi_member_verdict(rf__job *j, const rf__mpi_msg_view *v,
   if (v->h->type == RF_MSG_ABORT) {
     /* Timed out waiting for some task: it may be dead. */
     if (v->h->code == RF_DEADLINE_EXCEEDED) rf__mpi_peer_suspect(j, now);
+    rf__mpi_agreed_verdict(j, op, false, RF_AGREE_NO);
     report(op, rf__status_text((rf_code)v->h->code, v->text));
     drop(j, op);
     return;
@@ -297,6 +323,7 @@ void rf__mpi_member_verdict(rf__job *j, const rf__mpi_msg_view *v,
   int rank = v->h->rank < RF_MAX_RANK ? v->h->rank : RF_MAX_RANK;
   for (int i = 0; i < rank; i++) dims[i] = v->h->dims[i];
   op->root_shape = rf_shape_make(rank, dims);
+  rf__mpi_agreed_verdict(j, op, true, v->h->agree);
 }
 
 void rf__mpi_member_cancel_step(rf__job *j, int64_t step_id,
@@ -334,8 +361,10 @@ static int issue(rf__job *j, rf__mpi_op *op, int64_t now) {
     rf__mpi_data_thread_run(j, op);
   } else if (!st) {
     st = rf__mpi_op_issue(op, set->comm);
+    rf__mpi_agreed_issued(j, op, set->comm, st);
   }
   if (st) {
+    rf__mpi_agreed_verdict(j, op, false, RF_AGREE_NO); /* not kept */
     if (set) set->broken = true;
     report(op, st);
     drop(j, op);
@@ -353,7 +382,7 @@ static int issue(rf__job *j, rf__mpi_op *op, int64_t now) {
 
 /* Asks every other task of op's set whether it is there: its engine
  * answers even while the collective is stuck, unless it died or stopped. */
-static void probe(rf__job *j, rf__mpi_op *op, int64_t now) {
+void rf__mpi_member_probe(rf__job *j, rf__mpi_op *op, int64_t now) {
   op->probe_ns = now + PROBE_MS * 1000000;
   op->answered = op->nset > 0 ? rf__calloc((size_t)op->nset, 1) : NULL;
   if (!op->answered) return; /* no names then */
@@ -368,7 +397,7 @@ void rf__mpi_member_pong(rf__job *j, const rf__mpi_msg_view *v) {
   rf__mpi_op *op = find_op(j, v->name, v->h->job_step);
   if (!op || !op->answered) return;
   for (int i = 0; i < op->nset; i++)
-    if (op->tasks[i] == v->h->task) op->answered[i] = 1;
+    if (op->tasks[i] == v->h->task) op->answered[i] = v->h->code == 2 ? 2 : 1;
 }
 
 /* "task 2, task 5" of op's set that did not answer the probe; on task 0
@@ -391,7 +420,7 @@ static void silent_tasks(rf__job *j, const rf__mpi_op *op, char *buf,
 /* The deadline of an op in flight passed: probe first, then report. */
 static void time_out(rf__job *j, rf__mpi_op *op, int64_t now) {
   if (!op->probe_ns) {
-    probe(j, op, now);
+    rf__mpi_member_probe(j, op, now);
     op->deadline_ns = op->probe_ns;
     return;
   }
@@ -428,13 +457,17 @@ static int test(rf__job *j, rf__mpi_op *op, int64_t now) {
     st = RF_MPI_STATUS(MPI_Test(&op->req, &done, MPI_STATUS_IGNORE));
   }
   if (st || done) {
-    j->in_flight--;
+    if (op->fast)
+      j->fast_in_flight--;
+    else
+      j->in_flight--;
     if (j->blocking == op) j->blocking = NULL;
     if (!st && op->nset == j->ntasks) /* every task is alive */
       rf__mpi_peer_resolved(j, op->issued_ns);
     /* The last op in flight, none to issue: its participants continue here
      * (they may start the next collective at once). */
-    report_on(op, st, !st && j->in_flight == 0 && !j->go_head);
+    report_on(op, st,
+              !st && j->in_flight + j->fast_in_flight == 0 && !j->go_head);
     drop(j, op);
     return 1;
   }
@@ -464,10 +497,14 @@ int rf__mpi_member_poll(rf__job *j, int64_t now, bool *busy, bool *waiting) {
     *busy = true;
   else if (j->go_head && !j->broken)
     *waiting = true;
-  rf__mpi_op *op, *tmp;
   j->busy_bytes = 0;
+  progress += rf__mpi_agreed_poll(j, now, busy, waiting);
+  rf__mpi_op *op, *tmp;
   HASH_ITER(hh, j->ops, op, tmp) {
     switch (op->state) {
+      case RF_OP_QUEUED:
+      case RF_OP_CHECK:
+      case RF_OP_PASSED: break; /* agreed.c */
       case RF_OP_GO: /* not issued yet: the earlier ones hold it back */
         if (!atomic_load(&op->reported) && !j->broken && now >= op->deadline_ns)
           rf__mpi_peer_suspect(j, now);
@@ -530,6 +567,15 @@ void rf__mpi_member_free(rf__job *j) {
     HASH_DEL(j->ops, op);
     report(op, rf__error(RF_CANCELLED, "collective '%s': the session closed",
                          op->name));
+    if (op->state == RF_OP_CHECK) { /* MPI may still write its check */
+      int done = 0;
+      if (MPI_Test(&op->check_req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS ||
+          !done) {
+        op->go_next = abandoned;
+        abandoned = op;
+        continue;
+      }
+    }
     if (op->state == RF_OP_IN_FLIGHT) { /* MPI may still use its buffers */
       int done = 0;
       if (!op->gpu && !op->blocking &&

@@ -8,7 +8,16 @@
 
 #include "comm/mpi/engine.h"
 
-enum { RF_OP_WAIT_VERDICT, RF_OP_GO, RF_OP_IN_FLIGHT };
+enum {
+  RF_OP_WAIT_VERDICT, /* READY sent to task 0 */
+  RF_OP_GO,           /* told GO, waiting in the GO queue */
+  RF_OP_IN_FLIGHT,    /* its MPI collective is running */
+  /* Agreed once (agreed.c): queued on its name's entry, its check running,
+   * its check passed (the data go next on the entry's communicator). */
+  RF_OP_QUEUED,
+  RF_OP_CHECK,
+  RF_OP_PASSED
+};
 
 /* How a collective's data moves (algorithm.c); RF_MPI_AUTO only as the
  * forced value "none". */
@@ -65,10 +74,59 @@ struct rf__mpi_op {
   unsigned char *answered;
   int64_t bytes; /* what it moves, about: the engine's spin budget */
   MPI_Request req;
-  rf_status *report;   /* the error the report task hands the dones */
+  rf_status *report; /* the error the report task hands the dones */
+  /* Agreed once (agreed.c): the entry it is queued or issued on, the next
+   * op of its queue, the check (this task's digest, job step, whether its
+   * descriptor is the agreed one) and its result, when it reached the
+   * engine; fresh: READY said NEW, the entry to keep at GO; agree: what
+   * READY said (RF_AGREE_*). fast: its data move on the entry's comm. */
+  rf__mpi_agreed *agreed, *fresh;
+  rf__mpi_op *agreed_next;
+  int64_t check[5], checked[5];
+  MPI_Request check_req;
+  int64_t arrived_ns;
+  int agree;
+  bool fast;
   rf__mpi_op *go_next; /* the job's GO queue */
   UT_hash_handle hh;
 };
+
+/* ---- member.c, for agreed.c (engine thread) ---- */
+
+/* This task's descriptor of op (what READY carries). */
+void rf__mpi_member_describe(const rf__mpi_op *op, rf__mpi_msg *h);
+/* Sends op's READY to task 0 (op->agree says how it may be kept) and waits
+ * for the verdict; an unsent READY fails op at once. */
+void rf__mpi_member_send_ready(rf__job *j, rf__mpi_op *op);
+/* Reports st (consumed) to op's participants once, from a pool task. */
+void rf__mpi_member_report(rf__mpi_op *op, rf_status *st);
+/* Removes op from the job (its engine reference goes). */
+void rf__mpi_member_drop(rf__job *j, rf__mpi_op *op);
+/* Asks every other task of op's set whether it is there (PING); answered
+ * comes back by PONG (1: it has op, 2: it has not reached it). */
+void rf__mpi_member_probe(rf__job *j, rf__mpi_op *op, int64_t now);
+/* Whether this task has reached collective (name, job_step). */
+bool rf__mpi_member_has(rf__job *j, const char *name, int64_t job_step);
+/* How long past its timeout a queued op may wait to start. */
+int64_t rf__mpi_member_grace_ms(void);
+
+/* ---- agreed.c (engine thread) ---- */
+
+/* Takes op when its name is agreed (or being agreed by an earlier step):
+ * true, op is queued there. False: op goes to task 0 (READY); op->agree
+ * and op->fresh say whether it asks to be kept agreed. */
+bool rf__mpi_agreed_take(rf__job *j, rf__mpi_op *op, int64_t now);
+/* The verdict for op came (go: GO with decision `agree`, else ABORT). */
+void rf__mpi_agreed_verdict(rf__job *j, rf__mpi_op *op, bool go, int agree);
+/* op was issued on its set's communicator (st: or failed to): an op told
+ * NEW makes its name's communicator now, in GO order. */
+void rf__mpi_agreed_issued(rf__job *j, rf__mpi_op *op, MPI_Comm set_comm,
+                           const rf_status *st);
+/* Checks and issues the agreed ops; counts progress. */
+int rf__mpi_agreed_poll(rf__job *j, int64_t now, bool *busy, bool *waiting);
+/* Leaving: frees every entry (communicators with a check that never
+ * finished are kept, as MPI may still use them). */
+void rf__mpi_agreed_free(rf__job *j);
 
 /* Allocates what the op sends and receives (before READY goes out: what
  * can fail fails here, and the job is told). UNIMPLEMENTED beyond MPI's

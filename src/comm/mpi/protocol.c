@@ -15,6 +15,7 @@
 
 #include "comm/mpi/engine.h"
 #include "comm/mpi/mpi_status.h"
+#include "core/debug_counters.h"
 #include "core/mem.h"
 #include "core/status.h"
 
@@ -75,6 +76,7 @@ static rf_code send_post(rf__job *j, int to, rf__mpi_send *s, int len) {
   }
   s->next = j->sends;
   j->sends = s;
+  rf__debug_count_control_message();
   return RF_OK;
 }
 

@@ -1,0 +1,487 @@
+/* comm/mpi/agreed.c - collectives agreed once, run many times. The first
+ * time a collective runs, its READY asks task 0 to keep it agreed (NEW);
+ * when every task asked, GO says so and every member, at that GO's place in
+ * the GO order, duplicates the set's communicator for this collective alone
+ * (MPI_Comm_dup). From then on each op of that name skips READY/GO: the
+ * entry's ops run one after another, in this process's order of arrival, as
+ * a check then the data, both on the entry's communicator:
+ *
+ *   check: MPI_Iallreduce(MAX) of {digest, -digest, job step, -job step,
+ *          changed} - the digest of this task's descriptor (collective,
+ *          dtype, reduction, device type, devices, shape), the job step,
+ *          and whether the descriptor differs from the one agreed here;
+ *   pass (every digest and step equal, nothing changed): the data go at
+ *          once, with the agreed root and shape;
+ *   same step, something differs: this op goes to task 0 as before (READY
+ *          with UPDATE), which names the field that differs or, when every
+ *          task changed alike (a new batch size), answers GO UPDATE: the
+ *          entry keeps the new descriptor;
+ *   steps differ (a task skipped a step, failed, or timed out): every
+ *          member sees the same result, so every member retires the entry
+ *          at the same check; its ops go to task 0 and are agreed anew.
+ *
+ * Order: a communicator of its own per collective, so collectives of
+ * different names never meet on one communicator and may start in any
+ * order; ops of one name go in order, check and data, and every process
+ * issues the checks of a name in the same sequence (one per op), so checks
+ * always pair; a check pairing two different job steps fails and retires.
+ * Whether an entry exists is decided by GO and by check results, which
+ * every task sees alike: an op arriving while an earlier op of its name
+ * waits for a NEW verdict waits with it (concurrent steps of a session).
+ *
+ * A check that does not finish: the others are asked (PING) before the
+ * timeout, and at the timeout the op fails naming the tasks that have not
+ * reached the collective or did not answer; the op stays queued (MPI owns
+ * its check) and its name's later ops wait behind it until it pairs.
+ * Blocking (data thread) and GPU collectives are never kept: their checks
+ * say "changed" and they always go through task 0. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/mpi/mpi_status.h"
+#include "comm/mpi/op.h"
+#include "core/log.h"
+#include "core/mem.h"
+#include "core/status.h"
+
+#define PROBE_MS 1000 /* the probe ends at the timeout, at most this early */
+
+enum { PENDING, ACTIVE };
+
+struct rf__mpi_agreed {
+  char *name;
+  int state;
+  MPI_Comm comm;
+  bool comm_failed;
+  rf__mpi_msg desc; /* this task's descriptor when agreed */
+  char *devices;
+  int root_index, root_rank;
+  rf_shape root_shape;
+  int64_t digest;
+  rf__mpi_op *head, *tail; /* its ops, in arrival order */
+  rf__mpi_agreed *next;    /* the retired list */
+  UT_hash_handle hh;
+};
+
+bool rf__mpi_agree_once(void) {
+  static int on = -1;
+  if (on < 0) {
+    const char *env = getenv("RF_MPI_AGREE_ONCE");
+    on = !(env && strcmp(env, "0") == 0);
+  }
+  return on;
+}
+
+static uint64_t fnv(uint64_t x, const void *p, size_t n) {
+  for (const unsigned char *c = p; n--; c++) x = (x ^ *c) * 1099511628211ULL;
+  return x;
+}
+
+/* The fields every task must agree on (coordinator.c's agree()). */
+static int64_t digest(const rf__mpi_msg *d, const char *devices) {
+  int32_t f[5] = {d->kind, d->dtype, d->reduction, d->device_type,
+                  d->num_devices};
+  uint64_t x = fnv(14695981039346656037ULL, f, sizeof f);
+  x = fnv(x, devices, strlen(devices));
+  if (d->has_input) {
+    x = fnv(x, &d->rank, sizeof d->rank);
+    x = fnv(x, d->dims, sizeof d->dims[0] * (size_t)d->rank);
+  }
+  return (int64_t)(x >> 2); /* its negation fits */
+}
+
+static bool same(const rf__mpi_msg *a, const rf__mpi_msg *b) {
+  if (a->kind != b->kind || a->dtype != b->dtype ||
+      a->reduction != b->reduction || a->device_type != b->device_type ||
+      a->num_devices != b->num_devices || a->local_count != b->local_count ||
+      a->local_roots != b->local_roots || a->local_root != b->local_root ||
+      a->has_input != b->has_input || a->rank != b->rank)
+    return false;
+  for (int i = 0; i < a->rank && i < RF_MAX_RANK; i++)
+    if (a->dims[i] != b->dims[i]) return false;
+  return true;
+}
+
+static bool keepable(const rf__mpi_op *op) { return !op->gpu && !op->blocking; }
+
+static rf__mpi_agreed *find(rf__job *j, const char *name) {
+  rf__mpi_agreed *a = NULL;
+  HASH_FIND_STR(j->agreed, name, a);
+  return a;
+}
+
+static void entry_free(rf__mpi_agreed *a) {
+  rf__free(a->name);
+  rf__free(a->devices);
+  rf__free(a);
+}
+
+static void enqueue(rf__mpi_agreed *a, rf__mpi_op *op) {
+  op->agreed = a;
+  op->agreed_next = NULL;
+  if (a->tail)
+    a->tail->agreed_next = op;
+  else
+    a->head = op;
+  a->tail = op;
+}
+
+static rf__mpi_op *dequeue(rf__mpi_agreed *a) {
+  rf__mpi_op *op = a->head;
+  a->head = op->agreed_next;
+  if (!a->head) a->tail = NULL;
+  op->agreed_next = NULL;
+  op->agreed = NULL;
+  return op;
+}
+
+static void route(rf__job *j, rf__mpi_op *op, int64_t now) {
+  if (!rf__mpi_agreed_take(j, op, now)) rf__mpi_member_send_ready(j, op);
+}
+
+/* The entry leaves the table; its queued ops go to task 0 (in order: the
+ * first may ask for a new entry, the others then wait on it). Ops of a
+ * job step before `stale` (a check paired them with a later step: some
+ * task is past them) go without asking, so later steps need not wait for
+ * their verdict. */
+static void unlist(rf__job *j, rf__mpi_agreed *a, int64_t now, int64_t stale) {
+  HASH_DEL(j->agreed, a);
+  rf__mpi_op *ops = a->head;
+  a->head = a->tail = NULL;
+  if (a->state == ACTIVE) {
+    a->next = j->retired;
+    j->retired = a;
+  } else {
+    entry_free(a);
+  }
+  while (ops) {
+    rf__mpi_op *op = ops;
+    ops = op->agreed_next;
+    op->agreed = NULL;
+    op->agreed_next = NULL;
+    if (op->job_step < stale) {
+      op->agree = RF_AGREE_NO;
+      op->fresh = NULL;
+      rf__mpi_member_send_ready(j, op);
+    } else {
+      route(j, op, now);
+    }
+  }
+}
+
+bool rf__mpi_agreed_take(rf__job *j, rf__mpi_op *op, int64_t now) {
+  op->agree = RF_AGREE_NO;
+  op->fresh = NULL;
+  rf__mpi_agreed *a = find(j, op->name);
+  if (a) {
+    op->state = RF_OP_QUEUED;
+    op->arrived_ns = now;
+    op->deadline_ns = 0;
+    enqueue(a, op);
+    rf__mpi_engine_wake();
+    return true;
+  }
+  if (!rf__mpi_agree_once() || !keepable(op)) return false;
+  /* Ask to keep it: the entry waits for the verdict (no memory: not kept). */
+  a = rf__calloc(1, sizeof *a);
+  if (a) {
+    a->name = rf__strdup(op->name);
+    a->devices = rf__strdup(op->devices);
+    a->comm = MPI_COMM_NULL;
+  }
+  int rf__hash_oom = 0;
+  if (a && a->name && a->devices)
+    HASH_ADD_KEYPTR(hh, j->agreed, a->name, strlen(a->name), a);
+  if (!a || !a->name || !a->devices || rf__hash_oom) {
+    if (a) entry_free(a);
+    return false;
+  }
+  a->state = PENDING;
+  op->fresh = a;
+  op->agree = RF_AGREE_NEW;
+  return false;
+}
+
+static void keep_descriptor(rf__mpi_agreed *a, const rf__mpi_op *op) {
+  rf__mpi_member_describe(op, &a->desc);
+  a->root_index = op->root_index;
+  a->root_rank = op->root_rank;
+  a->root_shape = op->root_shape;
+  a->digest = digest(&a->desc, a->devices);
+}
+
+void rf__mpi_agreed_verdict(rf__job *j, rf__mpi_op *op, bool go, int agree) {
+  rf__mpi_agreed *a = op->fresh;
+  if (a && go && agree == RF_AGREE_NEW) {
+    keep_descriptor(a, op); /* made when op is issued, in GO order */
+    return;
+  }
+  if (a) { /* not kept: the ops waiting on it go to task 0 */
+    op->fresh = NULL;
+    unlist(j, a, rf__mpi_now_ns(), INT64_MIN);
+    return;
+  }
+  a = find(j, op->name);
+  if (go && agree == RF_AGREE_UPDATE && a && a->state == ACTIVE)
+    keep_descriptor(a, op); /* every task changed alike */
+}
+
+void rf__mpi_agreed_issued(rf__job *j, rf__mpi_op *op, MPI_Comm set_comm,
+                           const rf_status *st) {
+  rf__mpi_agreed *a = op->fresh;
+  if (!a || st) return; /* a failed issue: rf__mpi_agreed_verdict */
+  op->fresh = NULL;
+  /* Blocking, like sets.c's MPI_Comm_create_group: every member is at this
+   * GO now. (MPI_Comm_idup, several pending on one communicator beside
+   * nonblocking collectives, broke OpenMPI 4.1's schedules: MPI_ERR_TRUNCATE
+   * in the reference matrix.) */
+  if (MPI_Comm_dup(set_comm, &a->comm) != MPI_SUCCESS) {
+    a->comm = MPI_COMM_NULL; /* the others' checks time out, named */
+    unlist(j, a, rf__mpi_now_ns(), INT64_MIN);
+    return;
+  }
+  MPI_Comm_set_errhandler(a->comm, MPI_ERRORS_RETURN);
+  a->state = ACTIVE;
+}
+
+/* ---- the check ---- */
+
+static void check_start(rf__job *j, rf__mpi_agreed *a, rf__mpi_op *op,
+                        int64_t now) {
+  rf__mpi_msg d;
+  rf__mpi_member_describe(op, &d);
+  bool changed =
+      !keepable(op) || !same(&d, &a->desc) || strcmp(op->devices, a->devices);
+  int64_t x = digest(&d, op->devices);
+  op->check[0] = x;
+  op->check[1] = -x;
+  op->check[2] = op->job_step;
+  op->check[3] = -op->job_step;
+  op->check[4] = changed;
+  op->state = RF_OP_CHECK;
+  int64_t t = op->timeout_ms, early = t / 2 < PROBE_MS ? t / 2 : PROBE_MS;
+  op->deadline_ns = op->arrived_ns + (t - early) * 1000000;
+  if (op->deadline_ns < now) op->deadline_ns = now;
+  rf_status *st =
+      RF_MPI_STATUS(MPI_Iallreduce(op->check, op->checked, 5, MPI_INT64_T,
+                                   MPI_MAX, a->comm, &op->check_req));
+  if (st) { /* this task cannot take part: its check is the others' timeout */
+    op->check_req = MPI_REQUEST_NULL;
+    op->state = RF_OP_QUEUED;
+    op->deadline_ns = 0;
+    a->comm_failed = true;
+    rf__mpi_member_report(op, st);
+    (void)j;
+  }
+}
+
+/* "task 1 (/task:1/cpu:0, /task:1/cpu:1)" of op's tasks whose answer is
+ * (want: 1) or is not (want: 0) "it has reached the collective". */
+static int list_tasks(const rf__mpi_op *op, int want, char *buf, size_t len) {
+  size_t used = 0;
+  int count = 0;
+  buf[0] = '\0';
+  for (int i = 0; i < op->nset && used < len; i++) {
+    if ((op->answered[i] == 1) != (want == 1)) continue;
+    count += op->counts[i];
+    char prefix[32];
+    int pl = snprintf(prefix, sizeof prefix, "/task:%d/", op->tasks[i]);
+    used += (size_t)snprintf(buf + used, len - used, "%stask %d (",
+                             used ? ", " : "", op->tasks[i]);
+    bool first = true;
+    for (const char *c = op->devices; *c && used < len;) {
+      size_t k = strcspn(c, ",");
+      if (k > (size_t)pl && strncmp(c, prefix, (size_t)pl) == 0) {
+        used += (size_t)snprintf(buf + used, len - used, "%s%.*s",
+                                 first ? "" : ", ", (int)k, c);
+        first = false;
+      }
+      c += k + (c[k] == ',');
+    }
+    if (used < len) used += (size_t)snprintf(buf + used, len - used, ")");
+  }
+  return count;
+}
+
+/* The check did not finish: probe before the timeout, name at it. */
+static void check_late(rf__job *j, rf__mpi_op *op, int64_t now) {
+  if (!op->probe_ns) {
+    rf__mpi_member_probe(j, op, now);
+    op->deadline_ns = op->arrived_ns + op->timeout_ms * 1000000;
+    if (op->deadline_ns <= now) op->deadline_ns = op->probe_ns;
+    return;
+  }
+  op->deadline_ns = 0; /* reported once; the op waits for its check */
+  rf__mpi_peer_suspect(j, now);
+  char missing[2048], present[2048], silent[512];
+  size_t used = 0;
+  silent[0] = '\0';
+  int absent = 0, all = 0;
+  if (op->answered) {
+    absent = list_tasks(op, 0, missing, sizeof missing);
+    list_tasks(op, 1, present, sizeof present);
+    for (int i = 0; i < op->nset && used < sizeof silent; i++)
+      if (!op->answered[i])
+        used += (size_t)snprintf(silent + used, sizeof silent - used,
+                                 "%stask %d", used ? ", " : "", op->tasks[i]);
+  } else {
+    snprintf(missing, sizeof missing, "other tasks");
+    snprintf(present, sizeof present, "unknown");
+  }
+  for (int i = 0; i < op->nset; i++) all += op->counts[i];
+  char tail[700] = "";
+  if (silent[0])
+    snprintf(tail, sizeof tail,
+             " (%s did not answer within %d ms: died or stopped)", silent,
+             PROBE_MS);
+  rf__mpi_member_report(
+      op, rf__log_status(
+              RF_LOG_WARN, NULL,
+              rf__error(RF_DEADLINE_EXCEEDED,
+                        "collective '%s' (job step %lld): timed out after "
+                        "%lld ms waiting for %s: %d of %d participants "
+                        "missing; arrived: %s%s",
+                        op->name, (long long)op->job_step,
+                        (long long)op->timeout_ms, missing, absent, all,
+                        present[0] ? present : "none", tail)));
+}
+
+/* The data of a passed op, on the entry's communicator. */
+static void issue_data(rf__job *j, rf__mpi_agreed *a, rf__mpi_op *op,
+                       int64_t now) {
+  op->root_index = a->root_index;
+  op->root_rank = a->root_rank;
+  op->root_shape = a->root_shape;
+  rf_status *st = rf__mpi_op_issue(op, a->comm);
+  if (st) { /* the others wait in their data: they time out, named */
+    a->comm_failed = true;
+    rf__mpi_member_report(op, st);
+    rf__mpi_member_drop(j, op);
+    return;
+  }
+  op->fast = true;
+  op->state = RF_OP_IN_FLIGHT;
+  op->deadline_ns = now + op->timeout_ms * 1000000;
+  op->issued_ns = now;
+  size_t in = op->partial ? rf_tensor_nbytes(op->partial) : 0,
+         out = op->out ? rf_tensor_nbytes(op->out) : 0;
+  op->bytes = (int64_t)(in > out ? in : out);
+  j->fast_in_flight++;
+}
+
+/* Ops waiting behind the head (or behind a verdict): bounded like the GO
+ * queue, reported once and kept in order. */
+static void late_queued(rf__mpi_agreed *a, int64_t now, bool *waiting) {
+  for (rf__mpi_op *op = a->head; op; op = op->agreed_next) {
+    if (op->state == RF_OP_CHECK) continue;
+    *waiting = true;
+    int64_t limit =
+        op->arrived_ns + (op->timeout_ms + rf__mpi_member_grace_ms()) * 1000000;
+    if (now >= limit && !atomic_load(&op->reported))
+      rf__mpi_member_report(
+          op, rf__log_status(
+                  RF_LOG_WARN, NULL,
+                  rf__error(RF_DEADLINE_EXCEEDED,
+                            "collective '%s' (job step %lld): could not start "
+                            "within %lld ms: an earlier step's collective of "
+                            "that name has not finished",
+                            op->name, (long long)op->job_step,
+                            (long long)(op->timeout_ms +
+                                        rf__mpi_member_grace_ms()))));
+  }
+}
+
+/* Runs a's queue as far as it goes; 1 when a left the table. */
+static int run_entry(rf__job *j, rf__mpi_agreed *a, int64_t now, int *progress,
+                     bool *busy, bool *waiting) {
+  while (a->head && !a->comm_failed) {
+    rf__mpi_op *op = a->head;
+    if (op->state == RF_OP_QUEUED) {
+      check_start(j, a, op, now);
+      (*progress)++;
+      if (op->state != RF_OP_CHECK) break;
+    }
+    if (op->state == RF_OP_CHECK) {
+      int done = 0;
+      rf_status *st =
+          RF_MPI_STATUS(MPI_Test(&op->check_req, &done, MPI_STATUS_IGNORE));
+      if (st) {
+        a->comm_failed = true;
+        rf__mpi_member_report(op, st);
+        break;
+      }
+      if (!done) {
+        /* Not busy: the others may still be computing their part, and a
+         * spinning engine takes their cores (4 processes on 2 cores: 1.5-3x
+         * slower training); like a wait for GO, it spins 2 ms, then backs
+         * off. */
+        *waiting = true;
+        if (op->deadline_ns && now >= op->deadline_ns) check_late(j, op, now);
+        break;
+      }
+      (*progress)++;
+      const int64_t *c = op->checked;
+      if (c[2] != -c[3]) { /* steps differ: every member retires it */
+        unlist(j, a, now, c[2]);
+        return 1;
+      }
+      if (c[0] != -c[1] || c[4]) { /* a descriptor differs: task 0 */
+        dequeue(a);
+        op->agree = keepable(op) ? RF_AGREE_UPDATE : RF_AGREE_NO;
+        rf__mpi_member_send_ready(j, op);
+        continue;
+      }
+      op->state = RF_OP_PASSED;
+    }
+    if (!atomic_load(&op->prepared)) { /* its data: being computed */
+      *waiting = true;
+      break;
+    }
+    dequeue(a);
+    issue_data(j, a, op, now);
+    (*progress)++;
+  }
+  if (a->comm_failed && a->head) { /* this task can run none of them */
+    unlist(j, a, now, INT64_MIN);
+    return 1;
+  }
+  late_queued(a, now, waiting);
+  return 0;
+}
+
+int rf__mpi_agreed_poll(rf__job *j, int64_t now, bool *busy, bool *waiting) {
+  int progress = 0;
+  rf__mpi_agreed *a, *tmp;
+  HASH_ITER(hh, j->agreed, a, tmp) {
+    if (a->state == PENDING) {
+      late_queued(a, now, waiting);
+      continue;
+    }
+    if (a->head) run_entry(j, a, now, &progress, busy, waiting);
+  }
+  return progress;
+}
+
+static void entry_release(rf__mpi_agreed *a) {
+  /* An unfinished check keeps the communicator (MPI owns it). */
+  bool stuck = false;
+  for (rf__mpi_op *op = a->head; op; op = op->agreed_next)
+    if (op->state == RF_OP_CHECK) stuck = true;
+  if (!stuck && a->comm != MPI_COMM_NULL) MPI_Comm_free(&a->comm);
+  entry_free(a);
+}
+
+void rf__mpi_agreed_free(rf__job *j) {
+  rf__mpi_agreed *a, *tmp;
+  HASH_ITER(hh, j->agreed, a, tmp) {
+    HASH_DEL(j->agreed, a);
+    entry_release(a);
+  }
+  while (j->retired) {
+    a = j->retired;
+    j->retired = a->next;
+    entry_release(a);
+  }
+}

@@ -1,0 +1,192 @@
+/* tests/mpi/test_mpi_agreed.c - collectives agreed once, run many times
+ * (docs/MULTIPROCESS.md, "Agreed once"), under mpirun:
+ *  - after the first step, steps with the same descriptors send no control
+ *    message (rf_debug_control_messages) and give the float64 reference;
+ *  - every task changes its shape in a late step: it goes through task 0
+ *    again, the result is right, and the new shape is then kept agreed;
+ *  - one task changes its shape in a late step: every process fails naming
+ *    the shape, both values and the task, at once;
+ *  - one task skips a late step: the others fail within the timeout naming
+ *    it and its devices, and the next step works. */
+#include <string.h>
+#include <time.h>
+
+#include "mpi_testutil.h"
+#include "ringflow/collectives.h"
+#include "ringflow/debug.h"
+
+#define assert_contains(msg, sub) \
+  if (!strstr((msg), (sub))) fail_msg("'%s' is not in: %s", (sub), (msg))
+
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* x[t][d] (float64, length unknown) on /task:t/cpu:d, d < 2, reshaped to
+ * (rows, 4), all-reduced (sum) as "ar" and all-gathered as "ag". */
+typedef struct job_graph {
+  rf_graph *g;
+  rf_output x[128], ar[128], ag[128];
+} job_graph;
+
+static void build(job_graph *m) {
+  m->g = rf_graph_new();
+  rf_output r[128];
+  for (int i = 0; i < 2 * NT; i++) {
+    char dev[32];
+    mt_device(i / 2, i % 2, dev, sizeof dev);
+    assert_ok(rf_graph_push_device(m->g, dev));
+    m->x[i] = rf_placeholder(m->g, NULL, RF_FLOAT64, rf_shape_of(1, -1));
+    int64_t dims[2] = {-1, 4};
+    r[i] = rf_reshape_to(m->g, NULL, m->x[i], 2, dims);
+    rf_graph_pop_device(m->g);
+  }
+  rf_all_reduce_n(m->g, "ar", r, 2 * NT, RF_REDUCE_SUM, m->ar);
+  rf_all_gather_n(m->g, "ag", r, 2 * NT, m->ag);
+  assert_graph_ok(m->g);
+}
+
+/* Participant i's value at element e of job step k: small integers, so the
+ * float64 sums are exact whatever the order. */
+static double value(int i, int64_t e, int k, unsigned seed) {
+  return (double)((seed + 7u * (unsigned)i + 13u * (unsigned)e +
+                   31u * (unsigned)k) %
+                  1000u);
+}
+
+/* This task's run of job step k, n elements per device; checks both
+ * collectives against the reference on success. */
+static rf_status *step(job_graph *m, rf_session *s, int k, int64_t n) {
+  unsigned seed = (unsigned)rf_test_seed();
+  rf_tensor *in[2], *out[4] = {0};
+  rf_feed feeds[2];
+  for (int d = 0; d < 2; d++) {
+    int i = 2 * T + d;
+    rf_shape sh = rf_shape_of(1, n);
+    assert_ok(rf_tensor_new(RF_FLOAT64, &sh, NULL, &in[d]));
+    double *p = rf_tensor_mutable_data(in[d]);
+    for (int64_t e = 0; e < n; e++) p[e] = value(i, e, k, seed);
+    feeds[d] = (rf_feed){m->x[i], in[d]};
+  }
+  rf_output fetch[4] = {m->ar[2 * T], m->ar[2 * T + 1], m->ag[2 * T],
+                        m->ag[2 * T + 1]};
+  rf_status *st = rf_session_run(s, feeds, 2, fetch, 4, NULL, 0, out);
+  for (int f = 0; !st && f < 4; f++) {
+    const double *y = rf_tensor_data(out[f]);
+    if (f < 2) {
+      assert_int_equal(rf_tensor_num_elements(out[f]), n);
+      for (int64_t e = 0; e < n; e++) {
+        double want = 0;
+        for (int i = 0; i < 2 * NT; i++) want += value(i, e, k, seed);
+        assert_true(y[e] == want);
+      }
+    } else {
+      assert_int_equal(rf_tensor_num_elements(out[f]), n * 2 * NT);
+      for (int i = 0; i < 2 * NT; i++)
+        for (int64_t e = 0; e < n; e++)
+          assert_true(y[i * n + e] == value(i, e, k, seed));
+    }
+  }
+  for (int f = 0; f < 4; f++) rf_tensor_release(out[f]);
+  rf_tensor_release(in[0]);
+  rf_tensor_release(in[1]);
+  return st;
+}
+
+static void test_steady_state_sends_no_message(void **state) {
+  job_graph m;
+  build(&m);
+  rf_session *s = mt_session(m.g, 2, 30000);
+  int64_t before = rf_debug_control_messages();
+  assert_ok(step(&m, s, 0, 8)); /* agreed through task 0 */
+  assert_true(rf_debug_control_messages() > before);
+  before = rf_debug_control_messages();
+  for (int k = 1; k < 6; k++) assert_ok(step(&m, s, k, 8));
+  assert_int_equal(rf_debug_control_messages() - before, 0);
+  rf_session_free(s);
+  rf_graph_free(m.g);
+}
+
+static void test_shape_change_everywhere_falls_back(void **state) {
+  job_graph m;
+  build(&m);
+  rf_session *s = mt_session(m.g, 2, 30000);
+  for (int k = 0; k < 3; k++) assert_ok(step(&m, s, k, 8));
+  int64_t before = rf_debug_control_messages();
+  assert_ok(step(&m, s, 3, 12)); /* (3, 4) everywhere: through task 0 */
+  assert_true(rf_debug_control_messages() > before);
+  before = rf_debug_control_messages();
+  for (int k = 4; k < 7; k++) assert_ok(step(&m, s, k, 12));
+  assert_int_equal(rf_debug_control_messages() - before, 0); /* kept */
+  assert_ok(step(&m, s, 7, 4));
+  assert_ok(step(&m, s, 8, 4));
+  rf_session_free(s);
+  rf_graph_free(m.g);
+}
+
+static void test_late_change_in_one_task_is_named(void **state) {
+  job_graph m;
+  build(&m);
+  rf_session *s = mt_session(m.g, 2, 30000);
+  for (int k = 0; k < 4; k++) assert_ok(step(&m, s, k, 8));
+  double t0 = now_ms();
+  rf_status *st = step(&m, s, 4, T == 1 ? 12 : 8);
+  const char *msg = rf_status_message(st);
+  assert_contains(msg, "(2, 4) on /task:");
+  assert_contains(msg, "(3, 4) on /task:1/cpu:0");
+  assert_status(st, RF_INVALID_ARGUMENT, "participants disagree on shape");
+  assert_true(now_ms() - t0 < 15000); /* at once, not at the timeout */
+  assert_ok(step(&m, s, 5, 8));
+  assert_ok(step(&m, s, 6, 8));
+  rf_session_free(s);
+  rf_graph_free(m.g);
+}
+
+static void test_task_skipping_a_late_step_is_named(void **state) {
+  job_graph m;
+  build(&m);
+  const int64_t timeout = 2000;
+  rf_session *s = mt_session(m.g, 2, timeout);
+  for (int k = 0; k < 3; k++) assert_ok(step(&m, s, k, 8));
+  int skip = NT - 1;
+  if (T == skip) { /* a step of its own, without the collectives */
+    rf_tensor *a, *out;
+    rf_shape sh = rf_shape_of(1, 4);
+    assert_ok(rf_tensor_new(RF_FLOAT64, &sh, NULL, &a));
+    memset(rf_tensor_mutable_data(a), 0, rf_tensor_nbytes(a));
+    rf_feed feed = {m.x[2 * T], a};
+    assert_ok(rf_session_run(s, &feed, 1, &m.x[2 * T], 1, NULL, 0, &out));
+    rf_tensor_release(out);
+    rf_tensor_release(a);
+    struct timespec ts = {2, 500000000}; /* the others give up meanwhile */
+    nanosleep(&ts, NULL);
+  } else {
+    double t0 = now_ms();
+    rf_status *st = step(&m, s, 3, 8);
+    char want[128];
+    snprintf(want, sizeof want,
+             "waiting for task %d (/task:%d/cpu:0, /task:%d/cpu:1)", skip, skip,
+             skip);
+    assert_contains(rf_status_message(st), "2 of");
+    assert_status(st, RF_DEADLINE_EXCEEDED, want);
+    /* named within the timeout (and some slack for a loaded machine) */
+    assert_true(now_ms() - t0 < (double)timeout + 1000);
+  }
+  assert_ok(step(&m, s, 4, 8)); /* everyone again */
+  assert_ok(step(&m, s, 5, 8));
+  rf_session_free(s);
+  rf_graph_free(m.g);
+}
+
+int main(void) {
+  if (mt_init()) return 1;
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_steady_state_sends_no_message),
+      cmocka_unit_test(test_shape_change_everywhere_falls_back),
+      cmocka_unit_test(test_late_change_in_one_task_is_named),
+      cmocka_unit_test(test_task_skipping_a_late_step_is_named),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
