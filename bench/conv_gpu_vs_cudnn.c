@@ -14,7 +14,9 @@
  * (gpu_sync_on_finish 0) then waited for once: ms per op = wall time /
  * (steps x per), after two untimed steps. cuDNN: `reps` calls between two
  * CUDA events after three untimed ones. The ratio is cuDNN's time over
- * ringflow's (>= 1: ringflow as fast). */
+ * ringflow's (>= 1: ringflow as fast). A second table does the same for
+ * the network's 2x2 max pools (MaxPool and MaxPoolGrad, ringflow's direct
+ * kernels against cudnnPoolingForward / cudnnPoolingBackward). */
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
 #include <stdio.h>
@@ -243,6 +245,119 @@ static void time_cudnn(cudnnHandle_t h, const layer *L, rf_dtype dt, int reps,
   cudnnDestroyConvolutionDescriptor(cd);
 }
 
+/* ---- max pool 2x2 stride 2 ---- */
+
+static void time_ringflow_pool(const layer *L, rf_dtype dt, int reps, void *x,
+                               void *y, void *dy, double ms[2]) {
+  rf_shape xs = rf_shape_of(4, L->n, L->h, L->w, L->c);
+  rf_shape ys = rf_shape_of(4, L->n, L->h / 2, L->w / 2, L->c);
+  const int64_t k[4] = {1, 2, 2, 1};
+  for (int kind = 0; kind < 2; kind++) {
+    rf_graph *g = rf_graph_new();
+    check(rf_graph_push_device(g, "gpu:0"), "device");
+    rf_output px = rf_placeholder(g, "x", dt, xs);
+    rf_output py = rf_placeholder(g, "y", dt, ys);
+    rf_output pdy = rf_placeholder(g, "dy", dt, ys);
+    rf_node *ops[PER];
+    for (int i = 0; i < PER; i++) {
+      if (kind == 0) {
+        ops[i] = rf_max_pool(g, NULL, px, k, k, "SAME").node;
+        continue;
+      }
+      rf_node_builder *b = rf_node_builder_new(g, "MaxPoolGrad", NULL);
+      rf_node_builder_input(b, px);
+      rf_node_builder_input(b, py);
+      rf_node_builder_input(b, pdy);
+      rf_node_builder_attr_dtype(b, "T", dt);
+      rf_node_builder_attr_int_list(b, "ksize", k, 4);
+      rf_node_builder_attr_int_list(b, "strides", k, 4);
+      rf_node_builder_attr_string(b, "padding", "SAME");
+      check(rf_node_builder_finish(b, &ops[i]), "MaxPoolGrad");
+    }
+    check(rf_graph_status(g), "graph");
+    rf_session_options o;
+    rf_session_options_init(&o);
+    o.num_gpu_devices = 1;
+    o.gpu_sync_on_finish = 0;
+    rf_session *sess;
+    check(rf_session_new(g, &o, &sess), "session");
+    rf_tensor *t[3];
+    check(rf_tensor_new_external_gpu(dt, &xs, 0, x, no_release, NULL, &t[0]),
+          "x");
+    check(rf_tensor_new_external_gpu(dt, &ys, 0, y, no_release, NULL, &t[1]),
+          "y");
+    check(rf_tensor_new_external_gpu(dt, &ys, 0, dy, no_release, NULL, &t[2]),
+          "dy");
+    rf_feed feeds[3] = {{px, t[0]}, {py, t[1]}, {pdy, t[2]}};
+    int steps = reps / PER > 2 ? reps / PER : 2;
+    double t0 = 0;
+    for (int r = 0; r < steps + 2; r++) {
+      if (r == 2) {
+        check(rf_session_sync(sess), "sync");
+        t0 = now_s();
+      }
+      check(rf_session_run(sess, feeds, kind ? 3 : 1, NULL, 0, ops, PER, NULL),
+            "run");
+    }
+    check(rf_session_sync(sess), "sync");
+    ms[kind] = (now_s() - t0) * 1e3 / (steps * PER);
+    for (int i = 0; i < 3; i++) rf_tensor_release(t[i]);
+    rf_session_free(sess);
+    rf_graph_free(g);
+  }
+}
+
+static void time_cudnn_pool(cudnnHandle_t h, const layer *L, rf_dtype dt,
+                            int reps, void *x, void *y, void *dy,
+                            double ms[2]) {
+  cudnnDataType_t t = dt == RF_FLOAT32 ? CUDNN_DATA_FLOAT : CUDNN_DATA_BFLOAT16;
+  cudnnTensorDescriptor_t xd, yd;
+  cudnnPoolingDescriptor_t pd;
+  dcheck(cudnnCreateTensorDescriptor(&xd), "desc");
+  dcheck(cudnnCreateTensorDescriptor(&yd), "desc");
+  dcheck(cudnnCreatePoolingDescriptor(&pd), "desc");
+  dcheck(cudnnSetTensor4dDescriptor(xd, CUDNN_TENSOR_NHWC, t, L->n, L->c, L->h,
+                                    L->w),
+         "x");
+  dcheck(cudnnSetTensor4dDescriptor(yd, CUDNN_TENSOR_NHWC, t, L->n, L->c,
+                                    L->h / 2, L->w / 2),
+         "y");
+  dcheck(cudnnSetPooling2dDescriptor(pd, CUDNN_POOLING_MAX, CUDNN_PROPAGATE_NAN,
+                                     2, 2, 0, 0, 2, 2),
+         "pool");
+  void *out, *dx;
+  size_t es = rf_dtype_size(dt);
+  ccheck(cudaMalloc(&out, es * (size_t)L->n * (L->h / 2) * (L->w / 2) * L->c),
+         "y");
+  ccheck(cudaMalloc(&dx, es * (size_t)L->n * L->h * L->w * L->c), "dx");
+  const float one = 1, zero = 0;
+  cudaEvent_t e0, e1;
+  ccheck(cudaEventCreate(&e0), "event");
+  ccheck(cudaEventCreate(&e1), "event");
+  for (int kind = 0; kind < 2; kind++) {
+    for (int r = 0; r < reps + 3; r++) {
+      if (r == 3) ccheck(cudaEventRecord(e0, 0), "record");
+      if (kind == 0)
+        dcheck(cudnnPoolingForward(h, pd, &one, xd, x, &zero, yd, out), "fwd");
+      else
+        dcheck(cudnnPoolingBackward(h, pd, &one, yd, out, yd, dy, xd, x, &zero,
+                                    xd, dx),
+               "bwd");
+    }
+    ccheck(cudaEventRecord(e1, 0), "record");
+    ccheck(cudaEventSynchronize(e1), "sync");
+    float t_ms = 0;
+    ccheck(cudaEventElapsedTime(&t_ms, e0, e1), "elapsed");
+    ms[kind] = t_ms / reps;
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  cudaFree(out), cudaFree(dx);
+  cudnnDestroyTensorDescriptor(xd);
+  cudnnDestroyTensorDescriptor(yd);
+  cudnnDestroyPoolingDescriptor(pd);
+}
+
 int main(int argc, char **argv) {
   int reps = argc > 1 ? atoi(argv[1]) : 50;
   int ngpu = 0;
@@ -286,6 +401,31 @@ int main(int argc, char **argv) {
       cudaFree(x), cudaFree(w), cudaFree(dy);
     }
   printf("worst ratio %.2fx (target >= 0.9x)\n", worst);
+  static const layer pools[] = {{128, 28, 28, 32, 2, 32},
+                                {128, 14, 14, 64, 2, 64},
+                                {1024, 28, 28, 32, 2, 32},
+                                {1024, 14, 14, 64, 2, 64}};
+  printf(
+      "\n| max pool 2x2 | dtype | MaxPool | ratio | MaxPoolGrad | ratio |\n"
+      "|---|---|---|---|---|---|\n");
+  for (int d = 0; d < 2; d++)
+    for (int i = 0; i < 4; i++) {
+      const layer *L = &pools[i];
+      int64_t nx = (int64_t)L->n * L->h * L->w * L->c, ny = nx / 4;
+      void *x = dev_random(dts[d], nx);
+      void *y = dev_random(dts[d], ny);
+      void *dy = dev_random(dts[d], ny);
+      double r[2], c[2];
+      time_ringflow_pool(L, dts[d], reps, x, y, dy, r);
+      time_cudnn_pool(h, L, dts[d], reps, x, y, dy, c);
+      printf(
+          "| b%d %dx%dx%d | %s | %.3f / %.3f | %.2fx | %.3f / %.3f | "
+          "%.2fx |\n",
+          L->n, L->h, L->w, L->c, rf_dtype_name(dts[d]), r[0], c[0],
+          c[0] / r[0], r[1], c[1], c[1] / r[1]);
+      fflush(stdout);
+      cudaFree(x), cudaFree(y), cudaFree(dy);
+    }
   cudnnDestroy(h);
   return 0;
 }
