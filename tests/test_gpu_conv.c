@@ -28,6 +28,8 @@ static const wcase cases[] = {
     {0, 4, 4, 2, 3, 3, 2, 1, 1, 1, 1, true},
     {8, 28, 28, 3, 5, 5, 16, 1, 1, 1, 1, true}, /* a CNN's first layer */
     {4, 14, 14, 16, 5, 5, 8, 2, 2, 1, 1, true},
+    {3, 8, 6, 5, 2, 2, 4, 2, 2, 1, 1, true}, /* 2x2 windows tiling */
+    {2, 7, 9, 3, 2, 3, 2, 2, 3, 1, 1, true}, /* disjoint, SAME padded */
 };
 #define NCASES ((int)(sizeof cases / sizeof cases[0]))
 

@@ -29,6 +29,11 @@ namespace {
 
 /* The most workspace the search offers the algorithms. */
 constexpr size_t kFindWorkspaceCap = size_t(1) << 30;
+/* A deterministic algorithm (same bits on every run) is taken over a faster
+ * one that is not (cuDNN's filter gradients add with atomics) unless it is
+ * slower by more than this factor: a 6x slower filter gradient (seen on the
+ * CNN's first layer, docs/PERFORMANCE.md) is not worth the bits. */
+constexpr float kDeterministicSlack = 1.1f;
 
 rf_status *dnn_error(const rf__kernel_ctx *ctx, cudnnStatus_t s,
                      const char *expr) {
@@ -109,12 +114,10 @@ rf_status *describe(const rf__kernel_ctx *ctx, const rf__conv_geom &g,
   return NULL;
 }
 
-/* Whether a search result may be used: ran, for float32 no TF32, and with
- * `strict` deterministic (replicas and reruns give the same bits). */
+/* Whether a search result may be used: ran and, for float32, no TF32. */
 template <typename Perf>
-bool usable(const Perf &p, rf_dtype dtype, bool strict) {
+bool usable(const Perf &p, rf_dtype dtype) {
   if (p.status != CUDNN_STATUS_SUCCESS) return false;
-  if (strict && p.determinism != CUDNN_DETERMINISTIC) return false;
   return dtype != RF_FLOAT32 || p.mathType == CUDNN_FMA_MATH ||
          p.mathType == CUDNN_DEFAULT_MATH;
 }
@@ -149,18 +152,24 @@ struct Ops {
   }
 
   /* The perf list (best first) of a search or of the heuristics; picks the
-   * first usable entry into e, deterministic if there is one. Returns
-   * NOT_SUPPORTED when none is. */
+   * fastest usable entry into e, or the fastest deterministic one when it
+   * is within kDeterministicSlack of that (a search's times; the heuristics'
+   * list has none, and their first usable entry is taken). Returns
+   * NOT_SUPPORTED when none is usable. */
   template <typename Perf>
   cudnnStatus_t pick(const Perf *p, int got, rf_dtype dtype) const {
-    for (int strict = 1; strict >= 0; strict--)
-      for (int i = 0; i < got; i++)
-        if (usable(p[i], dtype, strict)) {
-          e->algo = (int)p[i].algo;
-          e->workspace = p[i].memory;
-          return cudnnSetConvolutionMathType(e->conv, p[i].mathType);
-        }
-    return CUDNN_STATUS_NOT_SUPPORTED;
+    int best = -1, det = -1;
+    for (int i = 0; i < got; i++) {
+      if (!usable(p[i], dtype)) continue;
+      if (best < 0) best = i;
+      if (det < 0 && p[i].determinism == CUDNN_DETERMINISTIC) det = i;
+    }
+    if (best < 0) return CUDNN_STATUS_NOT_SUPPORTED;
+    if (det >= 0 && p[det].time <= p[best].time * kDeterministicSlack)
+      best = det;
+    e->algo = (int)p[best].algo;
+    e->workspace = p[best].memory;
+    return cudnnSetConvolutionMathType(e->conv, p[best].mathType);
   }
 
   cudnnStatus_t find(const void *a, const void *b, void *out, void *ws,
