@@ -157,7 +157,8 @@ def main():
     x, y = load_train(a.data, dev)
     modes = ["eager", "fused"] + (["compile"] if a.compile else [])
     print(f"# {torch.cuda.get_device_name(0)}, PyTorch {torch.__version__}, "
-          f"model {a.model}, warmup {a.warmup}, steps {a.steps}, best of {a.repeats}")
+          f"model {a.model}, warmup {a.warmup}, steps {a.steps}, "
+          f"best of {a.repeats}")
     print("# summary")
     hdr = "| batch | ringflow samples/s | step µs | " + " | ".join(
         f"PyTorch {m}" for m in modes) + " | vs eager | vs best |"
