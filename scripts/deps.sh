@@ -2,6 +2,10 @@
 # Installs the Debian packages ringflow builds, tests and trains with, when any
 # is missing (the Python packages go into a virtual environment:
 # scripts/python_env.sh). Needs root (or sudo) the first time; a no-op afterwards.
+# The GPU build's dependencies are not Debian packages: the CUDA toolkit
+# (nvcc, cuBLAS), optionally NCCL, and optionally cuDNN 9 for convolutions
+# (in the toolkit's folders, or `pip install nvidia-cudnn-cu13` and
+# -DCUDNN_ROOT=<site-packages>/nvidia/cudnn; README.md's GPU section).
 set -euo pipefail
 pkgs=(build-essential cmake ninja-build pkg-config libcmocka-dev libopenblas-dev
       libjansson-dev uthash-dev zlib1g-dev dataset-fashion-mnist

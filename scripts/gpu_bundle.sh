@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Packs the GPU tests, the `ringflow` tool and the benchmarks with the shared
 # libraries they need (OpenBLAS, jansson, cmocka; CUDA, cuBLAS and NCCL come
-# from the GPU machine) into one archive, for a GPU machine that cannot build
+# from the GPU machine, and cuDNN 9 from its nvidia-cudnn-cu13 wheel, which
+# gpu_common.sh puts on LD_LIBRARY_PATH: cuDNN is too large to carry) into one archive, for a GPU machine that cannot build
 # ringflow itself (no Debian packages there). On that machine,
 # scripts/gpu_run.sh (one GPU) or scripts/gpu_multi_run.sh (several) runs it:
 #   tar -xzf OUT.tar.gz -C DIR && bash DIR/gpu_run.sh LOGDIR

@@ -4,6 +4,19 @@
 # within the caller's budget, the test loop, and packing the logs into OUT.
 # The caller sets here (the bundle), out and budget (seconds).
 
+# The lib folder of the nvidia-cudnn-cu13 wheel of the machine's python3
+# (nvidia.cudnn may be a namespace package: no __file__), or nothing.
+gpu_cudnn_lib() {
+  python3 - 2>/dev/null <<'PY' || true
+import os
+import nvidia.cudnn as m
+for d in ([os.path.dirname(m.__file__)] if getattr(m, "__file__", None) else []) + list(getattr(m, "__path__", [])):
+    if os.path.isdir(os.path.join(d, "lib")):
+        print(os.path.join(d, "lib"))
+        break
+PY
+}
+
 gpu_setup() {
   start=$SECONDS
   logs=$(mktemp -d)
@@ -11,6 +24,11 @@ gpu_setup() {
   # NVLink multicast can put a shared host's GPUs out of service: keep it off.
   export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
   export LD_LIBRARY_PATH="$here/lib:/usr/local/cuda/lib64:/usr/local/cuda/lib:${LD_LIBRARY_PATH:-}"
+  # cuDNN 9 (GPU convolutions) is not in the bundle (too large for the
+  # device tool's 64 MiB): the GPU machine's nvidia-cudnn-cu13 wheel has it.
+  local cudnn
+  cudnn=$(gpu_cudnn_lib)
+  [ -n "$cudnn" ] && export LD_LIBRARY_PATH="$cudnn:$LD_LIBRARY_PATH"
   # Builds with MPI link libmpi: the machine's own when it has one (its
   # plugins match it), else the copy the bundle carries.
   if ! ldconfig -p 2>/dev/null | grep -q 'libmpi\.so\.40 '; then

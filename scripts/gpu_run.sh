@@ -44,6 +44,14 @@ if [ -f "$data/train-images-idx3-ubyte.gz" ]; then
   part train_gpu8 120 "$rf" train --data "$data" --devices gpu:0-7 --quiet
 fi
 
+# 3b. Convolutions (issue 17): Conv2D and its gradients against cuDNN called
+# directly, and the CNN against PyTorch eager at batch 128 and 1024.
+part conv_vs_cudnn 120 "$here/bin/bench_conv_gpu_vs_cudnn"
+if [ -f "$data/train-images-idx3-ubyte.gz" ]; then
+  part cnn_vs_torch 240 python3 "$here/gpu_train_vs_pytorch.py" --ringflow "$rf" \
+    --data "$data" --model cnn --batches 128,1024 --repeats 2 --steps 100
+fi
+
 # 4. With SMOKE_MULTI=1: scripts/gpu_multi_run.sh's flow on this one GPU
 # (small sizes), so issue 6's script has run once before several GPUs are
 # lent; its files go to OUT/multi.
@@ -54,4 +62,4 @@ if [ "${SMOKE_MULTI:-0}" = 1 ] && [ "$(gpu_left)" -gt 60 ]; then
   grep -E "exit|tests:|physical" "$logs/multi_smoke.log"
 fi
 
-gpu_finish +bench_gpu4 +bench_gpu4_k8 +bench_nccl1 +bench_nccl1_k8 +torch_nccl1 +torch_nccl1_k8 bench_gpu8
+gpu_finish +bench_gpu4 +bench_gpu4_k8 +bench_nccl1 +bench_nccl1_k8 +torch_nccl1 +torch_nccl1_k8 bench_gpu8 conv_vs_cudnn cnn_vs_torch

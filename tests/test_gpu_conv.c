@@ -3,7 +3,12 @@
  * against the CPU kernels (tests/gpu_compare.h), float32 and float64, over
  * the edge cases of test_conv_ops.c: size-1 dims, an input smaller than the
  * window, stride > window, dilation > 1, batch 0, 1x1 windows. Skips without
- * a GPU; RF_GPU_TEST_ON_CPU=1 runs it with cpu:1 standing in. */
+ * a GPU; RF_GPU_TEST_ON_CPU=1 runs it with cpu:1 standing in.
+ *
+ * float16 and bfloat16 run on GPUs only (through cuDNN where it takes the
+ * padding, else the direct kernels): their results are checked against the
+ * CPU's float64 kernels on the same (rounded) values, and a CPU device must
+ * refuse them with UNIMPLEMENTED. */
 #include "gpu_compare.h"
 
 typedef struct wcase {
@@ -23,6 +28,8 @@ static const wcase cases[] = {
     {0, 4, 4, 2, 3, 3, 2, 1, 1, 1, 1, true},
     {8, 28, 28, 3, 5, 5, 16, 1, 1, 1, 1, true}, /* a CNN's first layer */
     {4, 14, 14, 16, 5, 5, 8, 2, 2, 1, 1, true},
+    {3, 8, 6, 5, 2, 2, 4, 2, 2, 1, 1, true}, /* 2x2 windows tiling */
+    {2, 7, 9, 3, 2, 3, 2, 2, 3, 1, 1, true}, /* disjoint, SAME padded */
 };
 #define NCASES ((int)(sizeof cases / sizeof cases[0]))
 
@@ -139,10 +146,174 @@ static void test_pool(void **state) {
   gc_run(set);
 }
 
+/* Builds case k with `build` over placeholders of dtype dt on `device`;
+ * feeds in[] (converted to dt); the fetches go to outs. */
+static int run_half_case(gc_build build, int k, rf_dtype dt, int nin,
+                         rf_tensor *const *in, const char *device,
+                         rf_tensor **outs, rf_status **err) {
+  rf_graph *g = rf_graph_new();
+  assert_ok(rf_graph_push_device(g, device));
+  rf_output ph[4], out[GC_MAX_OUT];
+  rf_feed feeds[4];
+  rf_tensor *conv[4];
+  for (int i = 0; i < nin; i++) {
+    rf_shape sh = rf_tensor_shape(in[i]);
+    ph[i] = rf_placeholder(g, NULL, dt, sh);
+    double *v = rf_test_to_doubles(in[i]);
+    assert_ok(rf_tensor_new(dt, &sh, NULL, &conv[i]));
+    for (int64_t j = 0; j < rf_tensor_num_elements(in[i]); j++) {
+      void *d = rf_tensor_mutable_data(conv[i]);
+      if (dt == RF_FLOAT64)
+        ((double *)d)[j] = v[j];
+      else if (dt == RF_FLOAT16)
+        ((uint16_t *)d)[j] = rf_float_to_half((float)v[j]);
+      else
+        ((uint16_t *)d)[j] = rf_float_to_bfloat16((float)v[j]);
+    }
+    free(v);
+    feeds[i] = (rf_feed){ph[i], conv[i]};
+  }
+  int nout = build(g, ph, &k, out);
+  assert_ok(rf_graph_status(g));
+  rf_session_options o = gc_options(strcmp(device, "cpu:0") != 0);
+  rf_session *sess = NULL;
+  assert_ok(rf_session_new(g, &o, &sess));
+  *err = rf_session_run(sess, feeds, nin, out, nout, NULL, 0, outs);
+  rf_session_free(sess);
+  rf_graph_free(g);
+  for (int i = 0; i < nin; i++) rf_tensor_release(conv[i]);
+  return nout;
+}
+
+/* Case k of `build` in dt on the GPU against float64 on the CPU, over
+ * inputs in[] whose values dt holds exactly. */
+static void half_check(gc_build build, int k, rf_dtype dt, int nin,
+                       rf_tensor *const *in, const char *what) {
+  rf_tensor *want[GC_MAX_OUT], *have[GC_MAX_OUT];
+  rf_status *err = NULL;
+  int n = run_half_case(build, k, RF_FLOAT64, nin, in, "cpu:0", want, &err);
+  assert_ok(err);
+  run_half_case(build, k, dt, nin, in, gc_device(), have, &err);
+  if (!gc_real_gpu()) { /* cpu:1 stands in: it must refuse */
+    assert_status(err, RF_UNIMPLEMENTED, "runs on GPU devices only");
+    for (int i = 0; i < n; i++) rf_tensor_release(want[i]);
+    return;
+  }
+  assert_ok(err);
+  /* One rounding of a float sum: half an ulp of the result, plus slack. */
+  double tol = dt == RF_FLOAT16 ? 1e-3 : 8e-3;
+  for (int i = 0; i < n; i++) {
+    assert_int_equal(rf_tensor_dtype(have[i]), dt);
+    int64_t m = rf_tensor_num_elements(want[i]);
+    assert_int_equal(rf_tensor_num_elements(have[i]), m);
+    for (int64_t j = 0; j < m; j++) {
+      double w = rf_tensor_get(want[i], j), h = rf_tensor_get(have[i], j);
+      if (fabs(h - w) > tol * (1.0 + fabs(w))) {
+        fprintf(stderr,
+                "%s case %d %s output %d element %lld: %.9g, want %.9g\n", what,
+                k, rf_dtype_name(dt), i, (long long)j, h, w);
+        fail();
+      }
+    }
+    rf_tensor_release(want[i]);
+    rf_tensor_release(have[i]);
+  }
+}
+
+/* Inputs drawn in dt (so exact in it), then widened to float64. */
+static rf_tensor *half_random(uint64_t *rng, rf_dtype dt, rf_shape s) {
+  rf_tensor *t = gc_random(rng, dt, s, -1, 1);
+  double *v = rf_test_to_doubles(t);
+  rf_tensor *d;
+  assert_ok(rf_tensor_new_copy(RF_FLOAT64, &s, v, &d));
+  free(v);
+  rf_tensor_release(t);
+  return d;
+}
+
+static void test_conv_half(void **state) {
+  (void)state;
+  gc_need_gpu();
+  uint64_t rng = gc_rng(23);
+  static const rf_dtype dts[] = {RF_FLOAT16, RF_BFLOAT16};
+  for (int d = 0; d < 2; d++)
+    for (int k = 0; k < NCASES; k++) {
+      const wcase *c = &cases[k];
+      int64_t oh = out_dim(c->h, c->kh, c->sh, c->dh, c->same);
+      int64_t ow = out_dim(c->w, c->kw, c->sw, c->dw, c->same);
+      rf_tensor *in[3] = {
+          half_random(&rng, dts[d], rf_shape_of(4, c->n, c->h, c->w, c->c)),
+          half_random(&rng, dts[d], rf_shape_of(4, c->kh, c->kw, c->c, c->oc)),
+          half_random(&rng, dts[d], rf_shape_of(4, c->n, oh, ow, c->oc))};
+      half_check(build_conv, k, dts[d], 3, in, "conv");
+      for (int i = 0; i < 3; i++) rf_tensor_release(in[i]);
+    }
+}
+
+static void test_pool_half(void **state) {
+  (void)state;
+  gc_need_gpu();
+  uint64_t rng = gc_rng(24);
+  static const rf_dtype dts[] = {RF_FLOAT16, RF_BFLOAT16};
+  for (int d = 0; d < 2; d++)
+    for (int k = 0; k < NCASES; k++) {
+      const wcase *c = &cases[k];
+      if (c->dh != 1 || c->dw != 1) continue;
+      int64_t oh = out_dim(c->h, c->kh, c->sh, 1, c->same);
+      int64_t ow = out_dim(c->w, c->kw, c->sw, 1, c->same);
+      rf_tensor *in[2] = {
+          half_random(&rng, dts[d], rf_shape_of(4, c->n, c->h, c->w, c->c)),
+          half_random(&rng, dts[d], rf_shape_of(4, c->n, oh, ow, c->c))};
+      half_check(build_pool, k, dts[d], 2, in, "pool");
+      for (int i = 0; i < 2; i++) rf_tensor_release(in[i]);
+    }
+}
+
+/* CPU devices have no half-precision convolution or pooling: every op of
+ * the family fails the run with UNIMPLEMENTED naming the dtype and the op. */
+static void test_half_on_cpu_refused(void **state) {
+  (void)state;
+  uint64_t rng = gc_rng(25);
+  static const rf_dtype dts[] = {RF_FLOAT16, RF_BFLOAT16};
+  const int k = 0;
+  const wcase *c = &cases[k];
+  for (int d = 0; d < 2; d++)
+    for (int pool = 0; pool < 2; pool++) {
+      int64_t oc = pool ? c->c : c->oc;
+      rf_tensor *in[3] = {
+          half_random(&rng, dts[d], rf_shape_of(4, c->n, c->h, c->w, c->c)),
+          pool ? half_random(&rng, dts[d], rf_shape_of(4, c->n, c->h, c->w, oc))
+               : half_random(&rng, dts[d],
+                             rf_shape_of(4, c->kh, c->kw, c->c, c->oc)),
+          half_random(&rng, dts[d], rf_shape_of(4, c->n, c->h, c->w, oc))};
+      int nin = pool ? 2 : 3;
+      if (pool) {
+        rf_tensor_release(in[1]);
+        in[1] = in[2];
+        in[2] = NULL;
+      }
+      rf_tensor *outs[GC_MAX_OUT];
+      rf_status *err = NULL;
+      run_half_case(pool ? build_pool : build_conv, k, dts[d], nin, in, "cpu:0",
+                    outs, &err);
+      char want[64];
+      snprintf(want, sizeof want,
+               "has dtype %s, which runs on GPU devices only",
+               rf_dtype_name(dts[d]));
+      assert_non_null(err);
+      assert_non_null(strstr(rf_status_message(err), pool ? "Pool" : "Conv2D"));
+      assert_status(err, RF_UNIMPLEMENTED, want);
+      for (int i = 0; i < 3; i++) rf_tensor_release(in[i]);
+    }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_conv),
       cmocka_unit_test(test_pool),
+      cmocka_unit_test(test_conv_half),
+      cmocka_unit_test(test_pool_half),
+      cmocka_unit_test(test_half_on_cpu_refused),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

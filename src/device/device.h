@@ -48,8 +48,8 @@ typedef struct rf__device {
    * on `stream` and returns (the executor treats it as done); stream order
    * keeps the device consistent, and the session synchronises the streams of
    * the devices a step used before the step returns. On CPU devices
-   * gpu_ordinal is -1, stream, gpu, blas and order are NULL, enter is NULL and
-   * host_allocator is the default allocator. */
+   * gpu_ordinal is -1, stream, gpu, blas, dnn and order are NULL, enter is NULL
+   * and host_allocator is the default allocator. */
   int gpu_ordinal; /* the physical CUDA device (for cudaSetDevice) */
   void *stream;    /* cudaStream_t, created non-blocking; owned by the
                       session's GPU runtime */
@@ -65,6 +65,9 @@ typedef struct rf__device {
    * (one handle per virtual device, so concurrent kernels of different
    * devices never race on a handle's stream). */
   void *blas;
+  /* cudnnHandle_t of this virtual device, bound to `stream` as `blas` is;
+   * NULL in builds without cuDNN (RF_WITH_CUDNN). */
+  void *dnn;
   /* What other streams have waited for of `stream`: device/gpu/order.h.
    * Owned by the session's GPU runtime; NULL on CPU devices. */
   struct rf__gpu_order *order;

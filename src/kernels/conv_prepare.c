@@ -5,22 +5,35 @@
 
 #include <stdio.h>
 
+#include "device/device.h"
+
 static rf_status *err(rf__kernel_ctx *ctx, rf_status *st) {
   return rf__kernel_error_at(ctx, st);
 }
 
-/* Inputs in `mask` (bit k: input k) share one dtype, float32 or float64. */
+/* Inputs in `mask` (bit k: input k) share one dtype: float32 or float64,
+ * and on GPU devices also float16 or bfloat16 (the CPU kernels have no
+ * half-precision loops: a CPU graph casts to float32 around the op). */
 static rf_status *float_inputs(rf__kernel_ctx *ctx, unsigned mask) {
+  bool gpu = ctx->device && ctx->device->name.type == RF_DEVICE_GPU;
   rf_dtype dt = RF_DTYPE_INVALID;
   for (int k = 0; k < ctx->num_inputs; k++) {
     if (!(mask >> k & 1)) continue;
     rf_dtype d = ctx->inputs[k]->dtype;
-    if ((d != RF_FLOAT32 && d != RF_FLOAT64) ||
+    bool half = d == RF_FLOAT16 || d == RF_BFLOAT16;
+    if (half && !gpu && dt == RF_DTYPE_INVALID)
+      return rf__kernel_error(ctx, RF_UNIMPLEMENTED,
+                              "input %d has dtype %s, which runs on GPU "
+                              "devices only; on CPU use float32 or float64",
+                              k, rf_dtype_name(d));
+    if ((d != RF_FLOAT32 && d != RF_FLOAT64 && !half) ||
         (dt != RF_DTYPE_INVALID && d != dt))
-      return rf__kernel_error(
-          ctx, RF_INVALID_ARGUMENT, "input %d has dtype %s; expected %s", k,
-          rf_dtype_name(d),
-          dt == RF_DTYPE_INVALID ? "float32 or float64" : rf_dtype_name(dt));
+      return rf__kernel_error(ctx, RF_INVALID_ARGUMENT,
+                              "input %d has dtype %s; expected %s", k,
+                              rf_dtype_name(d),
+                              dt != RF_DTYPE_INVALID ? rf_dtype_name(dt)
+                              : gpu ? "float16, bfloat16, float32 or float64"
+                                    : "float32 or float64");
     dt = d;
   }
   return NULL;

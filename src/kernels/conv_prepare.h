@@ -28,7 +28,8 @@
 extern "C" {
 #endif
 
-/* Conv2D(input, filter): float32/float64, both rank 4, the filter's dim 2
+/* Conv2D(input, filter): float32/float64 (GPUs: also float16/bfloat16;
+ * CPUs: UNIMPLEMENTED for those), both rank 4, the filter's dim 2
  * the input's channels. */
 rf_status *rf__conv2d_prepare(rf__kernel_ctx *ctx, rf__conv_geom *g);
 /* Conv2DBackpropInput(input_sizes, filter, out_backprop): the output is

@@ -309,7 +309,8 @@ static rf_status *avg_pool_grad_grad(rf__grad_ctx *c) {
 
 /* ---- registration ---- */
 
-#define T_ATTR "T: type in {float32, float64}; "
+/* float16/bfloat16 run on GPU devices only (kernels/conv_prepare.c). */
+#define T_ATTR "T: type in {float16, bfloat16, float32, float64}; "
 #define WINDOW                                             \
   "strides: list(int); padding: string in {SAME, VALID}; " \
   "data_format: string in {NHWC} = NHWC"

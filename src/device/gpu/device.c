@@ -1,10 +1,14 @@
 /* device/gpu/device.c - a session's GPU devices: one context per physical
  * GPU used (properties, the caches living on it) and, per virtual device
  * gpu:i (on physical GPU i % count), a non-blocking stream, a cuBLAS handle
- * bound to it and a caching allocator. Everything is made before the session
+ * bound to it (and a cuDNN handle, in builds with cuDNN) and a caching
+ * allocator. Everything is made before the session
  * runs anything and freed after its last step, so no lock guards it. */
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
+#ifdef RF_HAVE_CUDNN
+#include <cudnn.h>
+#endif
 #include <stdio.h>
 #include <string.h>
 
@@ -23,6 +27,7 @@ struct rf__gpu_runtime {
   /* Per virtual device, what was made (so a partial runtime frees). */
   cudaStream_t *streams;
   cublasHandle_t *handles;
+  void **dnn;           /* cudnnHandle_t, builds with cuDNN */
   cudaEvent_t *events;  /* the devices' order_event */
   rf__gpu_order *order; /* the devices' order */
 };
@@ -117,6 +122,20 @@ static rf_status *make_device(rf__gpu_runtime *r, int i) {
       cudaEventCreateWithFlags(&r->events[i], cudaEventDisableTiming));
   RF_CUBLAS_CHECK(cublasCreate(&r->handles[i]));
   RF_CUBLAS_CHECK(cublasSetStream(r->handles[i], r->streams[i]));
+#ifdef RF_HAVE_CUDNN
+  cudnnHandle_t dnn = NULL;
+  cudnnStatus_t ds = cudnnCreate(&dnn);
+  if (ds == CUDNN_STATUS_SUCCESS) {
+    r->dnn[i] = dnn;
+    ds = cudnnSetStream(dnn, r->streams[i]);
+  }
+  if (ds != CUDNN_STATUS_SUCCESS)
+    return rf__error(RF_INTERNAL,
+                     "cudnnCreate/cudnnSetStream failed: %s (cuDNN 9's "
+                     "libraries must be on the library path)",
+                     cudnnGetErrorString(ds));
+  d->dnn = r->dnn[i];
+#endif
   RF_CHECK(rf__gpu_cache_new(ctx, r->streams[i], &r->caches[i]));
   ctx->caches[ctx->num_caches++] = r->caches[i];
   d->gpu_ordinal = ctx->ordinal;
@@ -138,9 +157,10 @@ static rf_status *make_all(rf__gpu_runtime *r, int count) {
   r->streams = rf__calloc((size_t)r->num_devices, sizeof(cudaStream_t));
   r->handles = rf__calloc((size_t)r->num_devices, sizeof(cublasHandle_t));
   r->events = rf__calloc((size_t)r->num_devices, sizeof(cudaEvent_t));
+  r->dnn = rf__calloc((size_t)r->num_devices, sizeof(void *));
   r->order = rf__calloc((size_t)r->num_devices, sizeof(rf__gpu_order));
   if (!r->contexts || !r->caches || !r->streams || !r->handles || !r->events ||
-      !r->order)
+      !r->dnn || !r->order)
     return rf__oom();
   for (int p = 0; p < r->num_contexts; p++) {
     rf__gpu_context *ctx = &r->contexts[p];
@@ -179,7 +199,7 @@ rf_status *rf__gpu_runtime_new(rf__device *devices, int n,
 /* Puts device d back to "no GPU state" (it keeps its name and variables). */
 static void clear_device(rf__device *d) {
   d->gpu_ordinal = -1;
-  d->stream = d->order_event = d->gpu = d->blas = NULL;
+  d->stream = d->order_event = d->gpu = d->blas = d->dnn = NULL;
   d->order = NULL;
   d->allocator = rf_default_allocator();
   d->host_allocator = rf_default_allocator();
@@ -195,6 +215,9 @@ void rf__gpu_runtime_free(rf__gpu_runtime *r) {
       (void)cudaSetDevice(r->contexts[i % r->num_contexts].ordinal);
     if (r->streams && r->streams[i]) (void)cudaStreamSynchronize(r->streams[i]);
     if (r->handles && r->handles[i]) (void)cublasDestroy(r->handles[i]);
+#ifdef RF_HAVE_CUDNN
+    if (r->dnn && r->dnn[i]) (void)cudnnDestroy((cudnnHandle_t)r->dnn[i]);
+#endif
     if (r->events && r->events[i]) (void)cudaEventDestroy(r->events[i]);
     if (r->streams && r->streams[i]) (void)cudaStreamDestroy(r->streams[i]);
     if (r->caches) rf__gpu_cache_free(r->caches[i]);
@@ -208,6 +231,7 @@ void rf__gpu_runtime_free(rf__gpu_runtime *r) {
   rf__free(r->caches);
   rf__free(r->streams);
   rf__free(r->handles);
+  rf__free(r->dnn);
   rf__free(r->events);
   rf__free(r->order);
   rf__free(r);

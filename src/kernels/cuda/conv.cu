@@ -1,12 +1,19 @@
 /* kernels/cuda/conv.cu - Conv2D, Conv2DBackpropInput and Conv2DBackpropFilter
- * on the GPU (NHWC, filter HWIO), as direct kernels that always work (no
- * cuDNN): a thread per output element for the forward pass, a thread per
- * input element gathering from the outputs its windows reach for the input
- * gradient, and a block per filter element summing over every output
- * position for the filter gradient (a fixed tree in shared memory). Nothing
- * is added atomically, so results are the same from run to run. float32
- * and float64, summed in their own type. */
+ * on the GPU (NHWC, filter HWIO). In builds with cuDNN (RF_WITH_CUDNN)
+ * float32, float16 and bfloat16 go through cuDNN (conv_dnn.cu) whenever its
+ * symmetric padding can express the op's (dnn_conv_fits). Everything else
+ * (float64, TensorFlow's asymmetric SAME padding, empty tensors, builds
+ * without cuDNN) runs the direct kernels here: a thread per output element
+ * for the forward pass, a thread per input element gathering from the
+ * outputs its windows reach for the input gradient, and a block per filter
+ * element summing over every output position for the filter gradient (a
+ * fixed tree in shared memory). Nothing is added atomically, so results are
+ * the same from run to run. float16/bfloat16 sum in float (Num<T>). */
 #include "kernels/cuda/gpu_common.cuh"
+
+#ifdef RF_HAVE_CUDNN
+#include "kernels/cuda/conv_dnn.cuh"
+#endif
 
 extern "C" {
 #include "kernels/conv_prepare.h"
@@ -26,7 +33,7 @@ __global__ void conv_forward(G g, const T *x, const T *f, T *y, int64_t n) {
     int64_t ow = r % g.ow;
     r /= g.ow;
     int64_t oh = r % g.oh, b = r / g.oh;
-    T s = 0;
+    typename Num<T>::C s = 0;
     for (int64_t i = 0; i < g.kh; i++) {
       int64_t ih = oh * g.sh - g.pt + i * g.dh;
       if (ih < 0 || ih >= g.h) continue;
@@ -35,10 +42,11 @@ __global__ void conv_forward(G g, const T *x, const T *f, T *y, int64_t n) {
         if (iw < 0 || iw >= g.w) continue;
         const T *xp = x + ((b * g.h + ih) * g.w + iw) * g.c;
         const T *fp = f + (i * g.kw + j) * g.c * g.oc + o;
-        for (int64_t k = 0; k < g.c; k++) s += xp[k] * fp[k * g.oc];
+        for (int64_t k = 0; k < g.c; k++)
+          s += Num<T>::load(xp[k]) * Num<T>::load(fp[k * g.oc]);
       }
     }
-    y[e] = s;
+    y[e] = Num<T>::store(s);
   }
 }
 
@@ -52,7 +60,7 @@ __global__ void conv_input_grad(G g, const T *f, const T *dy, T *dx,
     int64_t iw = r % g.w;
     r /= g.w;
     int64_t ih = r % g.h, b = r / g.h;
-    T s = 0;
+    typename Num<T>::C s = 0;
     for (int64_t i = 0; i < g.kh; i++) {
       int64_t th = ih + g.pt - i * g.dh;
       if (th < 0 || th % g.sh != 0 || th / g.sh >= g.oh) continue;
@@ -63,10 +71,11 @@ __global__ void conv_input_grad(G g, const T *f, const T *dy, T *dx,
         int64_t ow = tw / g.sw;
         const T *d = dy + ((b * g.oh + oh) * g.ow + ow) * g.oc;
         const T *fp = f + ((i * g.kw + j) * g.c + k) * g.oc;
-        for (int64_t o = 0; o < g.oc; o++) s += d[o] * fp[o];
+        for (int64_t o = 0; o < g.oc; o++)
+          s += Num<T>::load(d[o]) * Num<T>::load(fp[o]);
       }
     }
-    dx[e] = s;
+    dx[e] = Num<T>::store(s);
   }
 }
 
@@ -74,21 +83,23 @@ __global__ void conv_input_grad(G g, const T *f, const T *dy, T *dx,
 template <typename T>
 __global__ void conv_filter_grad(G g, const T *x, const T *dy, T *dw,
                                  int64_t n) {
-  __shared__ T part[kThreads];
+  using C = typename Num<T>::C;
+  __shared__ C part[kThreads];
   int64_t positions = g.n * g.oh * g.ow;
   for (int64_t e = blockIdx.x; e < n; e += gridDim.x) {
     int64_t o = e % g.oc, r = e / g.oc;
     int64_t k = r % g.c;
     r /= g.c;
     int64_t j = r % g.kw, i = r / g.kw;
-    T s = 0;
+    C s = 0;
     for (int64_t p = threadIdx.x; p < positions; p += blockDim.x) {
       int64_t ow = p % g.ow, q = p / g.ow;
       int64_t oh = q % g.oh, b = q / g.oh;
       int64_t ih = oh * g.sh - g.pt + i * g.dh;
       int64_t iw = ow * g.sw - g.pl + j * g.dw;
       if (ih < 0 || ih >= g.h || iw < 0 || iw >= g.w) continue;
-      s += x[((b * g.h + ih) * g.w + iw) * g.c + k] * dy[p * g.oc + o];
+      s += Num<T>::load(x[((b * g.h + ih) * g.w + iw) * g.c + k]) *
+           Num<T>::load(dy[p * g.oc + o]);
     }
     part[threadIdx.x] = s;
     __syncthreads();
@@ -96,16 +107,31 @@ __global__ void conv_filter_grad(G g, const T *x, const T *dy, T *dw,
       if ((int)threadIdx.x < m) part[threadIdx.x] += part[threadIdx.x + m];
       __syncthreads();
     }
-    if (threadIdx.x == 0) dw[e] = part[0];
+    if (threadIdx.x == 0) dw[e] = Num<T>::store(part[0]);
     __syncthreads();
   }
 }
 
-/* Calls f(Tag<T>{}) for float32 or float64 (what the ops allow). */
+/* Calls f(Tag<T>{}) for the float dtypes the ops allow on GPUs. */
 template <typename F>
 rf_status *visit(rf_dtype dt, F &&f) {
-  return dt == RF_FLOAT64 ? f(Tag<double>{}) : f(Tag<float>{});
+  switch (dt) {
+    case RF_FLOAT64: return f(Tag<double>{});
+    case RF_FLOAT16: return f(Tag<__half>{});
+    case RF_BFLOAT16: return f(Tag<__nv_bfloat16>{});
+    default: return f(Tag<float>{});
+  }
 }
+
+/* cuDNN's turn when it takes g (conv_dnn.cuh); false: the direct kernel's. */
+#ifdef RF_HAVE_CUDNN
+bool use_dnn(const G &g, rf_dtype dt) { return dnn_conv_fits(g, dt); }
+#define RF_CONV_DNN(ctx, kind, g, dt, a, b, out) \
+  dnn_conv(ctx, ConvKind::kind, g, dt, a, b, out)
+#else
+bool use_dnn(const G &, rf_dtype) { return false; }
+#define RF_CONV_DNN(ctx, kind, g, dt, a, b, out) ((rf_status *)NULL)
+#endif
 
 unsigned blocks_for(int64_t n) {
   const int64_t cap = 65535;
@@ -122,6 +148,8 @@ rf_status *conv2d_compute(rf__kernel_ctx *ctx) {
   RF_CHECK(alloc_output(ctx, 0, x->dtype, &s, &y));
   int64_t n = y->num_elements;
   if (n == 0) return NULL;
+  if (use_dnn(g, x->dtype))
+    return RF_CONV_DNN(ctx, kForward, g, x->dtype, x->data, f->data, y->data);
   return visit(x->dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     conv_forward<T><<<grid(ctx, n), kThreads, 0, stream(ctx)>>>(
@@ -141,6 +169,9 @@ rf_status *conv2d_backprop_input_compute(rf__kernel_ctx *ctx) {
   RF_CHECK(alloc_output(ctx, 0, f->dtype, &s, &dx));
   int64_t n = dx->num_elements;
   if (n == 0) return NULL;
+  if (use_dnn(g, f->dtype))
+    return RF_CONV_DNN(ctx, kBackwardData, g, f->dtype, f->data, dy->data,
+                       dx->data);
   return visit(f->dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     conv_input_grad<T><<<grid(ctx, n), kThreads, 0, stream(ctx)>>>(
@@ -160,6 +191,9 @@ rf_status *conv2d_backprop_filter_compute(rf__kernel_ctx *ctx) {
   RF_CHECK(alloc_output(ctx, 0, x->dtype, &s, &dw));
   int64_t n = dw->num_elements;
   if (n == 0) return NULL;
+  if (use_dnn(g, x->dtype))
+    return RF_CONV_DNN(ctx, kBackwardFilter, g, x->dtype, x->data, dy->data,
+                       dw->data);
   return visit(x->dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     conv_filter_grad<T><<<blocks_for(n), kThreads, 0, stream(ctx)>>>(

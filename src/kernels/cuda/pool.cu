@@ -5,7 +5,9 @@
  * maximum of each window in (row, column) order. Gradients gather: a thread
  * per input element visits the windows that hold it in (oh, ow) order, the
  * order in which the CPU scatters, so both add the same terms in the same
- * order and no atomics are needed. */
+ * order and no atomics are needed (MaxPoolGrad over disjoint windows, the
+ * CNN's 2x2 stride 2, scatters instead: max_pool_grad_disjoint).
+ * float16/bfloat16 (GPU only) compute in float (Num<T>) and round once. */
 #include "kernels/cuda/gpu_common.cuh"
 
 extern "C" {
@@ -35,10 +37,10 @@ __device__ int64_t argmax(const G &g, const T *x, int64_t oh, int64_t ow,
                           int64_t k) {
   int64_t h0, h1, w0, w1, best = -1;
   window(g, oh, ow, &h0, &h1, &w0, &w1);
-  T m = 0;
+  typename Num<T>::C m = 0;
   for (int64_t ih = h0; ih < h1; ih++)
     for (int64_t iw = w0; iw < w1; iw++) {
-      T v = x[(ih * g.w + iw) * g.c + k];
+      typename Num<T>::C v = Num<T>::load(x[(ih * g.w + iw) * g.c + k]);
       if (best < 0 || (!isnan(m) && (v > m || isnan(v)))) {
         m = v;
         best = ih * g.w + iw;
@@ -58,16 +60,18 @@ __global__ void pool_forward(G g, const T *x, T *y, int64_t n) {
     const T *img = x + b * g.h * g.w * g.c;
     if (kMax) {
       int64_t a = argmax(g, img, oh, ow, k);
-      y[e] = a < 0 ? (T)0 : img[a * g.c + k];
+      y[e] = a < 0 ? Num<T>::store(0) : img[a * g.c + k];
       continue;
     }
     int64_t h0, h1, w0, w1;
     window(g, oh, ow, &h0, &h1, &w0, &w1);
-    T s = 0;
+    using C = typename Num<T>::C;
+    C s = 0;
     for (int64_t ih = h0; ih < h1; ih++)
-      for (int64_t iw = w0; iw < w1; iw++) s += img[(ih * g.w + iw) * g.c + k];
+      for (int64_t iw = w0; iw < w1; iw++)
+        s += Num<T>::load(img[(ih * g.w + iw) * g.c + k]);
     int64_t cnt = (h1 - h0) * (w1 - w0);
-    y[e] = cnt > 0 ? s / (T)cnt : s;
+    y[e] = Num<T>::store(cnt > 0 ? s / (C)cnt : s);
   }
 }
 
@@ -90,25 +94,56 @@ __global__ void pool_grad(G g, const T *x, const T *dy, T *dx, int64_t n) {
     if (ow1 > g.ow) ow1 = g.ow;
     const T *img = kMax ? x + b * g.h * g.w * g.c : nullptr;
     const T *d = dy + b * g.oh * g.ow * g.c;
-    T s = 0;
+    using C = typename Num<T>::C;
+    C s = 0;
     for (int64_t oh = oh0; oh < oh1; oh++)
       for (int64_t ow = ow0; ow < ow1; ow++) {
-        T v = d[(oh * g.ow + ow) * g.c + k];
+        C v = Num<T>::load(d[(oh * g.ow + ow) * g.c + k]);
         if (kMax) {
           if (argmax(g, img, oh, ow, k) == ih * g.w + iw) s += v;
         } else {
           int64_t h0, h1, w0, w1;
           window(g, oh, ow, &h0, &h1, &w0, &w1);
-          s += v / (T)((h1 - h0) * (w1 - w0));
+          s += v / (C)((h1 - h0) * (w1 - w0));
         }
       }
-    dx[e] = s;
+    dx[e] = Num<T>::store(s);
+  }
+}
+
+/* Calls f(Tag<T>{}) for the float dtypes the ops allow on GPUs. */
+/* MaxPoolGrad when no two windows share an input element (stride >= window
+ * on both axes): a thread per output element finds its window's argmax once
+ * and writes the whole window, dy at the argmax and 0 elsewhere, so x is
+ * read once rather than once per window visit. Elements in no window are
+ * zeroed before (by the caller) unless the windows tile the input. */
+template <typename T>
+__global__ void max_pool_grad_disjoint(G g, const T *x, const T *dy, T *dx,
+                                       int64_t n) {
+  RF_GPU_LOOP(e, n) {
+    int64_t k = e % g.c, r = e / g.c;
+    int64_t ow = r % g.ow;
+    r /= g.ow;
+    int64_t oh = r % g.oh, b = r / g.oh;
+    int64_t off = b * g.h * g.w * g.c;
+    int64_t a = argmax(g, x + off, oh, ow, k);
+    int64_t h0, h1, w0, w1;
+    window(g, oh, ow, &h0, &h1, &w0, &w1);
+    T v = dy[e], zero = Num<T>::store(0);
+    for (int64_t ih = h0; ih < h1; ih++)
+      for (int64_t iw = w0; iw < w1; iw++)
+        dx[off + (ih * g.w + iw) * g.c + k] = ih * g.w + iw == a ? v : zero;
   }
 }
 
 template <typename F>
 rf_status *visit(rf_dtype dt, F &&f) {
-  return dt == RF_FLOAT64 ? f(Tag<double>{}) : f(Tag<float>{});
+  switch (dt) {
+    case RF_FLOAT64: return f(Tag<double>{});
+    case RF_FLOAT16: return f(Tag<__half>{});
+    case RF_BFLOAT16: return f(Tag<__nv_bfloat16>{});
+    default: return f(Tag<float>{});
+  }
 }
 
 template <bool kMax>
@@ -143,6 +178,22 @@ rf_status *backward(rf__kernel_ctx *ctx, const G &g, const rf_tensor *x,
   RF_CHECK(alloc_output(ctx, 0, dy->dtype, &s, &dx));
   int64_t n = dx->num_elements;
   if (n == 0) return NULL;
+  if (kMax && g.sh >= g.kh && g.sw >= g.kw) {
+    bool tiled = g.pt == 0 && g.pl == 0 && g.sh == g.kh && g.sw == g.kw &&
+                 g.oh * g.sh == g.h && g.ow * g.sw == g.w;
+    if (!tiled)
+      RF_GPU_CHECK(
+          ctx, cudaMemsetAsync(dx->data, 0, rf_tensor_nbytes(dx), stream(ctx)));
+    int64_t m = dy->num_elements;
+    if (m == 0) return NULL;
+    return visit(dy->dtype, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      max_pool_grad_disjoint<T><<<grid(ctx, m), kThreads, 0, stream(ctx)>>>(
+          g, (const T *)x->data, (const T *)dy->data, (T *)dx->data, m);
+      RF_GPU_LAUNCHED(ctx);
+      return (rf_status *)NULL;
+    });
+  }
   return visit(dy->dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     pool_grad<T, kMax><<<grid(ctx, n), kThreads, 0, stream(ctx)>>>(

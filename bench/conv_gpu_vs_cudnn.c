@@ -1,0 +1,431 @@
+/* bench/conv_gpu_vs_cudnn.c - ringflow's GPU Conv2D, Conv2DBackpropInput and
+ * Conv2DBackpropFilter (kernels/cuda/conv.cu, through cuDNN) against cuDNN
+ * called directly on the same NHWC tensors with the fastest algorithm its
+ * search finds (deterministic or not; float32 without TF32 on both sides),
+ * for the convolutions of `ringflow train --model cnn` (issue 17): 5x5x32 on
+ * 28x28x1 and 5x5x64 on 14x14x32, SAME, stride 1, at batch 128 and 1024, in
+ * float32 and bfloat16. cuDNN takes the filter in its own KRSC layout here;
+ * ringflow transposes its HWIO filter on every call, which is counted.
+ *
+ *   bench_conv_gpu_vs_cudnn [reps=50]
+ *
+ * ringflow: one step holds `per` copies of the op over the same inputs (fed
+ * once a step as device tensors) and steps are enqueued back to back
+ * (gpu_sync_on_finish 0) then waited for once: ms per op = wall time /
+ * (steps x per), after two untimed steps. cuDNN: `reps` calls between two
+ * CUDA events after three untimed ones. The ratio is cuDNN's time over
+ * ringflow's (>= 1: ringflow as fast). A second table does the same for
+ * the network's 2x2 max pools (MaxPool and MaxPoolGrad, ringflow's direct
+ * kernels against cudnnPoolingForward / cudnnPoolingBackward). */
+#include <cuda_runtime_api.h>
+#include <cudnn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "ringflow/ringflow.h"
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void check(rf_status *st, const char *what) {
+  if (!st) return;
+  fprintf(stderr, "%s: %s\n", what, rf_status_message(st));
+  exit(1);
+}
+
+static void ccheck(cudaError_t e, const char *what) {
+  if (e == cudaSuccess) return;
+  fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(e));
+  exit(1);
+}
+
+static void dcheck(cudnnStatus_t s, const char *what) {
+  if (s == CUDNN_STATUS_SUCCESS) return;
+  fprintf(stderr, "%s: %s\n", what, cudnnGetErrorString(s));
+  exit(1);
+}
+
+typedef struct layer {
+  int n, h, w, c, k, oc;
+} layer;
+
+/* A device buffer of n elements of dt, uniform in [-0.5, 0.5). */
+static void *dev_random(rf_dtype dt, int64_t n) {
+  size_t es = rf_dtype_size(dt);
+  void *h = malloc(es * (size_t)n), *d;
+  for (int64_t i = 0; i < n; i++) {
+    float v = (float)rand() / (float)RAND_MAX - 0.5f;
+    if (dt == RF_FLOAT32)
+      ((float *)h)[i] = v;
+    else
+      ((uint16_t *)h)[i] = rf_float_to_bfloat16(v);
+  }
+  ccheck(cudaMalloc(&d, es * (size_t)n), "cudaMalloc");
+  ccheck(cudaMemcpy(d, h, es * (size_t)n, cudaMemcpyHostToDevice), "copy");
+  free(h);
+  return d;
+}
+
+static void no_release(void *data, void *arg) {
+  (void)data;
+  (void)arg;
+}
+
+/* ---- ringflow ---- */
+
+enum { PER = 16 };
+
+/* ms per op for kinds 0 (forward), 1 (input grad), 2 (filter grad). */
+static void time_ringflow(const layer *L, rf_dtype dt, int reps, void *x,
+                          void *w, void *dy, double ms[3]) {
+  rf_shape xs = rf_shape_of(4, L->n, L->h, L->w, L->c);
+  rf_shape ws = rf_shape_of(4, L->k, L->k, L->c, L->oc);
+  rf_shape ys = rf_shape_of(4, L->n, L->h, L->w, L->oc);
+  for (int kind = 0; kind < 3; kind++) {
+    rf_graph *g = rf_graph_new();
+    check(rf_graph_push_device(g, "gpu:0"), "device");
+    rf_output px = rf_placeholder(g, "x", dt, xs);
+    rf_output pw = rf_placeholder(g, "w", dt, ws);
+    rf_output pdy = rf_placeholder(g, "dy", dt, ys);
+    const int64_t s[4] = {1, 1, 1, 1};
+    rf_node *ops[PER];
+    for (int i = 0; i < PER; i++) {
+      rf_output o;
+      if (kind == 0)
+        o = rf_conv2d(g, NULL, px, pw, s, "SAME", NULL);
+      else if (kind == 1)
+        o = rf_conv2d_backprop_input(g, NULL,
+                                     rf_shape_of_op(g, NULL, px, RF_INT32), pw,
+                                     pdy, s, "SAME", NULL);
+      else
+        o = rf_conv2d_backprop_filter(g, NULL, px,
+                                      rf_shape_of_op(g, NULL, pw, RF_INT32),
+                                      pdy, s, "SAME", NULL);
+      ops[i] = o.node;
+    }
+    check(rf_graph_status(g), "graph");
+    rf_session_options o;
+    rf_session_options_init(&o);
+    o.num_gpu_devices = 1;
+    o.gpu_sync_on_finish = 0;
+    rf_session *sess;
+    check(rf_session_new(g, &o, &sess), "session");
+    rf_tensor *t[3];
+    check(rf_tensor_new_external_gpu(dt, &xs, 0, x, no_release, NULL, &t[0]),
+          "x");
+    check(rf_tensor_new_external_gpu(dt, &ws, 0, w, no_release, NULL, &t[1]),
+          "w");
+    check(rf_tensor_new_external_gpu(dt, &ys, 0, dy, no_release, NULL, &t[2]),
+          "dy");
+    rf_feed feeds[3] = {{px, t[0]}, {pw, t[1]}, {pdy, t[2]}};
+    int steps = reps / PER > 2 ? reps / PER : 2;
+    double t0 = 0;
+    for (int r = 0; r < steps + 2; r++) {
+      if (r == 2) {
+        check(rf_session_sync(sess), "sync");
+        t0 = now_s();
+      }
+      check(rf_session_run(sess, feeds, 3, NULL, 0, ops, PER, NULL), "run");
+    }
+    check(rf_session_sync(sess), "sync");
+    ms[kind] = (now_s() - t0) * 1e3 / (steps * PER);
+    for (int i = 0; i < 3; i++) rf_tensor_release(t[i]);
+    rf_session_free(sess);
+    rf_graph_free(g);
+  }
+}
+
+/* ---- cuDNN ---- */
+
+static void time_cudnn(cudnnHandle_t h, const layer *L, rf_dtype dt, int reps,
+                       void *x, void *w, void *dy, double ms[3]) {
+  cudnnDataType_t t = dt == RF_FLOAT32 ? CUDNN_DATA_FLOAT : CUDNN_DATA_BFLOAT16;
+  cudnnTensorDescriptor_t xd, yd;
+  cudnnFilterDescriptor_t wd;
+  cudnnConvolutionDescriptor_t cd;
+  dcheck(cudnnCreateTensorDescriptor(&xd), "desc");
+  dcheck(cudnnCreateTensorDescriptor(&yd), "desc");
+  dcheck(cudnnCreateFilterDescriptor(&wd), "desc");
+  dcheck(cudnnCreateConvolutionDescriptor(&cd), "desc");
+  dcheck(cudnnSetTensor4dDescriptor(xd, CUDNN_TENSOR_NHWC, t, L->n, L->c, L->h,
+                                    L->w),
+         "x");
+  dcheck(cudnnSetTensor4dDescriptor(yd, CUDNN_TENSOR_NHWC, t, L->n, L->oc, L->h,
+                                    L->w),
+         "y");
+  dcheck(cudnnSetFilter4dDescriptor(wd, t, CUDNN_TENSOR_NHWC, L->oc, L->c, L->k,
+                                    L->k),
+         "w");
+  int p = L->k / 2;
+  dcheck(cudnnSetConvolution2dDescriptor(
+             cd, p, p, 1, 1, 1, 1, CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
+         "conv");
+  dcheck(cudnnSetConvolutionMathType(
+             cd, dt == RF_FLOAT32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH),
+         "math");
+  size_t es = rf_dtype_size(dt);
+  void *y, *dx, *dw, *ws;
+  size_t wsb = (size_t)1 << 30;
+  ccheck(cudaMalloc(&y, es * (size_t)L->n * L->h * L->w * L->oc), "y");
+  ccheck(cudaMalloc(&dx, es * (size_t)L->n * L->h * L->w * L->c), "dx");
+  ccheck(cudaMalloc(&dw, es * (size_t)L->k * L->k * L->c * L->oc), "dw");
+  ccheck(cudaMalloc(&ws, wsb), "ws");
+  const float one = 1, zero = 0;
+  cudaEvent_t e0, e1;
+  ccheck(cudaEventCreate(&e0), "event");
+  ccheck(cudaEventCreate(&e1), "event");
+  for (int kind = 0; kind < 3; kind++) {
+    int got = 0, algo = 0;
+    size_t mem = 0;
+    cudnnMathType_t math = CUDNN_DEFAULT_MATH;
+    if (kind == 0) {
+      cudnnConvolutionFwdAlgoPerf_t pf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+      dcheck(cudnnFindConvolutionForwardAlgorithmEx(
+                 h, xd, x, wd, w, cd, yd, y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
+                 &got, pf, ws, wsb),
+             "find");
+      algo = pf[0].algo, mem = pf[0].memory, math = pf[0].mathType;
+    } else if (kind == 1) {
+      cudnnConvolutionBwdDataAlgoPerf_t
+          pf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+      dcheck(cudnnFindConvolutionBackwardDataAlgorithmEx(
+                 h, wd, w, yd, dy, cd, xd, dx,
+                 CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &got, pf, ws, wsb),
+             "find");
+      algo = pf[0].algo, mem = pf[0].memory, math = pf[0].mathType;
+    } else {
+      cudnnConvolutionBwdFilterAlgoPerf_t
+          pf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+      dcheck(cudnnFindConvolutionBackwardFilterAlgorithmEx(
+                 h, xd, x, yd, dy, cd, wd, dw,
+                 CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &got, pf, ws, wsb),
+             "find");
+      algo = pf[0].algo, mem = pf[0].memory, math = pf[0].mathType;
+    }
+    if (dt == RF_FLOAT32 && math != CUDNN_FMA_MATH &&
+        math != CUDNN_DEFAULT_MATH)
+      math = CUDNN_FMA_MATH; /* keep TF32 out */
+    dcheck(cudnnSetConvolutionMathType(cd, math), "math");
+    for (int r = 0; r < reps + 3; r++) {
+      if (r == 3) ccheck(cudaEventRecord(e0, 0), "record");
+      if (kind == 0)
+        dcheck(cudnnConvolutionForward(h, &one, xd, x, wd, w, cd,
+                                       (cudnnConvolutionFwdAlgo_t)algo, ws, mem,
+                                       &zero, yd, y),
+               "fwd");
+      else if (kind == 1)
+        dcheck(cudnnConvolutionBackwardData(h, &one, wd, w, yd, dy, cd,
+                                            (cudnnConvolutionBwdDataAlgo_t)algo,
+                                            ws, mem, &zero, xd, dx),
+               "bwd data");
+      else
+        dcheck(
+            cudnnConvolutionBackwardFilter(
+                h, &one, xd, x, yd, dy, cd,
+                (cudnnConvolutionBwdFilterAlgo_t)algo, ws, mem, &zero, wd, dw),
+            "bwd filter");
+    }
+    ccheck(cudaEventRecord(e1, 0), "record");
+    ccheck(cudaEventSynchronize(e1), "sync");
+    float t_ms = 0;
+    ccheck(cudaEventElapsedTime(&t_ms, e0, e1), "elapsed");
+    ms[kind] = t_ms / reps;
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  cudaFree(y), cudaFree(dx), cudaFree(dw), cudaFree(ws);
+  cudnnDestroyTensorDescriptor(xd);
+  cudnnDestroyTensorDescriptor(yd);
+  cudnnDestroyFilterDescriptor(wd);
+  cudnnDestroyConvolutionDescriptor(cd);
+}
+
+/* ---- max pool 2x2 stride 2 ---- */
+
+static void time_ringflow_pool(const layer *L, rf_dtype dt, int reps, void *x,
+                               void *y, void *dy, double ms[2]) {
+  rf_shape xs = rf_shape_of(4, L->n, L->h, L->w, L->c);
+  rf_shape ys = rf_shape_of(4, L->n, L->h / 2, L->w / 2, L->c);
+  const int64_t k[4] = {1, 2, 2, 1};
+  for (int kind = 0; kind < 2; kind++) {
+    rf_graph *g = rf_graph_new();
+    check(rf_graph_push_device(g, "gpu:0"), "device");
+    rf_output px = rf_placeholder(g, "x", dt, xs);
+    rf_output py = rf_placeholder(g, "y", dt, ys);
+    rf_output pdy = rf_placeholder(g, "dy", dt, ys);
+    rf_node *ops[PER];
+    for (int i = 0; i < PER; i++) {
+      if (kind == 0) {
+        ops[i] = rf_max_pool(g, NULL, px, k, k, "SAME").node;
+        continue;
+      }
+      rf_node_builder *b = rf_node_builder_new(g, "MaxPoolGrad", NULL);
+      rf_node_builder_input(b, px);
+      rf_node_builder_input(b, py);
+      rf_node_builder_input(b, pdy);
+      rf_node_builder_attr_dtype(b, "T", dt);
+      rf_node_builder_attr_int_list(b, "ksize", k, 4);
+      rf_node_builder_attr_int_list(b, "strides", k, 4);
+      rf_node_builder_attr_string(b, "padding", "SAME");
+      check(rf_node_builder_finish(b, &ops[i]), "MaxPoolGrad");
+    }
+    check(rf_graph_status(g), "graph");
+    rf_session_options o;
+    rf_session_options_init(&o);
+    o.num_gpu_devices = 1;
+    o.gpu_sync_on_finish = 0;
+    rf_session *sess;
+    check(rf_session_new(g, &o, &sess), "session");
+    rf_tensor *t[3];
+    check(rf_tensor_new_external_gpu(dt, &xs, 0, x, no_release, NULL, &t[0]),
+          "x");
+    check(rf_tensor_new_external_gpu(dt, &ys, 0, y, no_release, NULL, &t[1]),
+          "y");
+    check(rf_tensor_new_external_gpu(dt, &ys, 0, dy, no_release, NULL, &t[2]),
+          "dy");
+    rf_feed feeds[3] = {{px, t[0]}, {py, t[1]}, {pdy, t[2]}};
+    int steps = reps / PER > 2 ? reps / PER : 2;
+    double t0 = 0;
+    for (int r = 0; r < steps + 2; r++) {
+      if (r == 2) {
+        check(rf_session_sync(sess), "sync");
+        t0 = now_s();
+      }
+      check(rf_session_run(sess, feeds, kind ? 3 : 1, NULL, 0, ops, PER, NULL),
+            "run");
+    }
+    check(rf_session_sync(sess), "sync");
+    ms[kind] = (now_s() - t0) * 1e3 / (steps * PER);
+    for (int i = 0; i < 3; i++) rf_tensor_release(t[i]);
+    rf_session_free(sess);
+    rf_graph_free(g);
+  }
+}
+
+static void time_cudnn_pool(cudnnHandle_t h, const layer *L, rf_dtype dt,
+                            int reps, void *x, void *y, void *dy,
+                            double ms[2]) {
+  cudnnDataType_t t = dt == RF_FLOAT32 ? CUDNN_DATA_FLOAT : CUDNN_DATA_BFLOAT16;
+  cudnnTensorDescriptor_t xd, yd;
+  cudnnPoolingDescriptor_t pd;
+  dcheck(cudnnCreateTensorDescriptor(&xd), "desc");
+  dcheck(cudnnCreateTensorDescriptor(&yd), "desc");
+  dcheck(cudnnCreatePoolingDescriptor(&pd), "desc");
+  dcheck(cudnnSetTensor4dDescriptor(xd, CUDNN_TENSOR_NHWC, t, L->n, L->c, L->h,
+                                    L->w),
+         "x");
+  dcheck(cudnnSetTensor4dDescriptor(yd, CUDNN_TENSOR_NHWC, t, L->n, L->c,
+                                    L->h / 2, L->w / 2),
+         "y");
+  dcheck(cudnnSetPooling2dDescriptor(pd, CUDNN_POOLING_MAX, CUDNN_PROPAGATE_NAN,
+                                     2, 2, 0, 0, 2, 2),
+         "pool");
+  void *out, *dx;
+  size_t es = rf_dtype_size(dt);
+  ccheck(cudaMalloc(&out, es * (size_t)L->n * (L->h / 2) * (L->w / 2) * L->c),
+         "y");
+  ccheck(cudaMalloc(&dx, es * (size_t)L->n * L->h * L->w * L->c), "dx");
+  const float one = 1, zero = 0;
+  cudaEvent_t e0, e1;
+  ccheck(cudaEventCreate(&e0), "event");
+  ccheck(cudaEventCreate(&e1), "event");
+  for (int kind = 0; kind < 2; kind++) {
+    for (int r = 0; r < reps + 3; r++) {
+      if (r == 3) ccheck(cudaEventRecord(e0, 0), "record");
+      if (kind == 0)
+        dcheck(cudnnPoolingForward(h, pd, &one, xd, x, &zero, yd, out), "fwd");
+      else
+        dcheck(cudnnPoolingBackward(h, pd, &one, yd, out, yd, dy, xd, x, &zero,
+                                    xd, dx),
+               "bwd");
+    }
+    ccheck(cudaEventRecord(e1, 0), "record");
+    ccheck(cudaEventSynchronize(e1), "sync");
+    float t_ms = 0;
+    ccheck(cudaEventElapsedTime(&t_ms, e0, e1), "elapsed");
+    ms[kind] = t_ms / reps;
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  cudaFree(out), cudaFree(dx);
+  cudnnDestroyTensorDescriptor(xd);
+  cudnnDestroyTensorDescriptor(yd);
+  cudnnDestroyPoolingDescriptor(pd);
+}
+
+int main(int argc, char **argv) {
+  int reps = argc > 1 ? atoi(argv[1]) : 50;
+  int ngpu = 0;
+  if (cudaGetDeviceCount(&ngpu) != cudaSuccess || ngpu < 1) {
+    printf("bench_conv_gpu_vs_cudnn: skipped, no GPU\n");
+    return 0;
+  }
+  cudnnHandle_t h;
+  dcheck(cudnnCreate(&h), "cudnnCreate");
+  static const layer layers[] = {{128, 28, 28, 1, 5, 32},
+                                 {128, 14, 14, 32, 5, 64},
+                                 {1024, 28, 28, 1, 5, 32},
+                                 {1024, 14, 14, 32, 5, 64}};
+  static const rf_dtype dts[] = {RF_FLOAT32, RF_BFLOAT16};
+  printf(
+      "# cuDNN %zu, %d reps; ms per call: ringflow / cuDNN direct "
+      "(ratio = cuDNN / ringflow)\n",
+      cudnnGetVersion(), reps);
+  printf("# summary\n");
+  printf(
+      "| layer | dtype | forward | ratio | input grad | ratio | filter grad "
+      "| ratio |\n|---|---|---|---|---|---|---|---|\n");
+  double worst = 1e9;
+  for (int d = 0; d < 2; d++)
+    for (int i = 0; i < 4; i++) {
+      const layer *L = &layers[i];
+      void *x = dev_random(dts[d], (int64_t)L->n * L->h * L->w * L->c);
+      void *w = dev_random(dts[d], (int64_t)L->k * L->k * L->c * L->oc);
+      void *dy = dev_random(dts[d], (int64_t)L->n * L->h * L->w * L->oc);
+      double r[3], c[3];
+      time_ringflow(L, dts[d], reps, x, w, dy, r);
+      time_cudnn(h, L, dts[d], reps, x, w, dy, c);
+      printf("| b%d %dx%dx%d k%d oc%d | %s", L->n, L->h, L->w, L->c, L->k,
+             L->oc, rf_dtype_name(dts[d]));
+      for (int k = 0; k < 3; k++) {
+        printf(" | %.3f / %.3f | %.2fx", r[k], c[k], c[k] / r[k]);
+        if (c[k] / r[k] < worst) worst = c[k] / r[k];
+      }
+      printf(" |\n");
+      fflush(stdout);
+      cudaFree(x), cudaFree(w), cudaFree(dy);
+    }
+  printf("worst ratio %.2fx (target >= 0.9x)\n", worst);
+  static const layer pools[] = {{128, 28, 28, 32, 2, 32},
+                                {128, 14, 14, 64, 2, 64},
+                                {1024, 28, 28, 32, 2, 32},
+                                {1024, 14, 14, 64, 2, 64}};
+  printf(
+      "\n| max pool 2x2 | dtype | MaxPool | ratio | MaxPoolGrad | ratio |\n"
+      "|---|---|---|---|---|---|\n");
+  for (int d = 0; d < 2; d++)
+    for (int i = 0; i < 4; i++) {
+      const layer *L = &pools[i];
+      int64_t nx = (int64_t)L->n * L->h * L->w * L->c, ny = nx / 4;
+      void *x = dev_random(dts[d], nx);
+      void *y = dev_random(dts[d], ny);
+      void *dy = dev_random(dts[d], ny);
+      double r[2], c[2];
+      time_ringflow_pool(L, dts[d], reps, x, y, dy, r);
+      time_cudnn_pool(h, L, dts[d], reps, x, y, dy, c);
+      printf(
+          "| b%d %dx%dx%d | %s | %.3f / %.3f | %.2fx | %.3f / %.3f | "
+          "%.2fx |\n",
+          L->n, L->h, L->w, L->c, rf_dtype_name(dts[d]), r[0], c[0],
+          c[0] / r[0], r[1], c[1], c[1] / r[1]);
+      fflush(stdout);
+      cudaFree(x), cudaFree(y), cudaFree(dy);
+    }
+  cudnnDestroy(h);
+  return 0;
+}

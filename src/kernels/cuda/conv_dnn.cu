@@ -1,0 +1,432 @@
+/* kernels/cuda/conv_dnn.cu - see conv_dnn.cuh. cuDNN takes NHWC data but
+ * only KRSC (out, h, w, in) filters, so the ops' HWIO filter, a (kh kw c) x
+ * oc matrix, is transposed into a scratch tensor before the forward pass and
+ * the input gradient, and the filter gradient is computed in KRSC and
+ * transposed back. Descriptors and the chosen algorithm live in a
+ * process-wide cache (cuDNN's own state is process-wide too), one entry per
+ * GPU, kind, dtype and geometry, found once: cudnnFind*Ex times the
+ * algorithms on the device's stream with a workspace from the device's
+ * allocator and waits for them (the first step of each shape only). While
+ * the stream is being captured into a CUDA graph nothing may wait, so
+ * cuDNN's heuristics choose instead, for good (run one step uncaptured
+ * first to have the search). A step itself only enqueues: scratch from the
+ * device's allocator, the transposes and the cuDNN call. */
+#ifdef RF_HAVE_CUDNN
+
+#include <cudnn.h>
+
+#include <cstring>
+#include <mutex>
+
+#include "kernels/cuda/conv_dnn.cuh"
+
+extern "C" {
+#include "core/hash.h"
+}
+
+namespace rf_gpu {
+namespace {
+
+/* The most workspace the search offers the algorithms. */
+constexpr size_t kFindWorkspaceCap = size_t(1) << 30;
+/* A deterministic algorithm (same bits on every run) is taken over a faster
+ * one that is not (cuDNN's filter gradients add with atomics) unless it is
+ * slower by more than this factor: a 6x slower filter gradient (seen on the
+ * CNN's first layer, docs/PERFORMANCE.md) is not worth the bits. */
+constexpr float kDeterministicSlack = 1.1f;
+
+rf_status *dnn_error(const rf__kernel_ctx *ctx, cudnnStatus_t s,
+                     const char *expr) {
+  rf_code code = s == CUDNN_STATUS_ALLOC_FAILED    ? RF_RESOURCE_EXHAUSTED
+                 : s == CUDNN_STATUS_NOT_SUPPORTED ? RF_UNIMPLEMENTED
+                                                   : RF_INTERNAL;
+  return rf__kernel_error(ctx, code, "cuDNN: %s failed: %s", expr,
+                          cudnnGetErrorString(s));
+}
+
+#define RF_DNN_CHECK(ctx, expr)                    \
+  do {                                             \
+    cudnnStatus_t rf__dnn_st_ = (expr);            \
+    if (rf__dnn_st_ != CUDNN_STATUS_SUCCESS)       \
+      return dnn_error((ctx), rf__dnn_st_, #expr); \
+  } while (0)
+
+/* All int64, so the key has no padding bytes. */
+struct Key {
+  int64_t ordinal, kind, dtype;
+  int64_t n, h, w, c, kh, kw, oc, sh, sw, dh, dw, pt, pl;
+};
+
+struct Entry {
+  Key key;
+  cudnnTensorDescriptor_t x, y;
+  cudnnFilterDescriptor_t f;
+  cudnnConvolutionDescriptor_t conv;
+  int algo;         /* the kind's cudnnConvolution*Algo_t */
+  size_t workspace; /* bytes the algorithm needs */
+  bool chosen;      /* algo and workspace are set: the entry is fixed */
+  UT_hash_handle hh;
+};
+
+std::mutex cache_mu;
+Entry *cache = nullptr; /* never freed: process-wide, as cuDNN's state */
+
+cudnnDataType_t data_type(rf_dtype dt) {
+  return dt == RF_FLOAT16    ? CUDNN_DATA_HALF
+         : dt == RF_BFLOAT16 ? CUDNN_DATA_BFLOAT16
+                             : CUDNN_DATA_FLOAT;
+}
+
+void entry_free(Entry *e) {
+  if (e->x) cudnnDestroyTensorDescriptor(e->x);
+  if (e->y) cudnnDestroyTensorDescriptor(e->y);
+  if (e->f) cudnnDestroyFilterDescriptor(e->f);
+  if (e->conv) cudnnDestroyConvolutionDescriptor(e->conv);
+  delete e;
+}
+
+rf_status *describe(const rf__kernel_ctx *ctx, const rf__conv_geom &g,
+                    rf_dtype dtype, Entry *e) {
+  cudnnDataType_t t = data_type(dtype);
+  RF_DNN_CHECK(ctx, cudnnCreateTensorDescriptor(&e->x));
+  RF_DNN_CHECK(ctx, cudnnCreateTensorDescriptor(&e->y));
+  RF_DNN_CHECK(ctx, cudnnCreateFilterDescriptor(&e->f));
+  RF_DNN_CHECK(ctx, cudnnCreateConvolutionDescriptor(&e->conv));
+  RF_DNN_CHECK(ctx,
+               cudnnSetTensor4dDescriptor(e->x, CUDNN_TENSOR_NHWC, t, (int)g.n,
+                                          (int)g.c, (int)g.h, (int)g.w));
+  RF_DNN_CHECK(ctx,
+               cudnnSetTensor4dDescriptor(e->y, CUDNN_TENSOR_NHWC, t, (int)g.n,
+                                          (int)g.oc, (int)g.oh, (int)g.ow));
+  RF_DNN_CHECK(ctx,
+               cudnnSetFilter4dDescriptor(e->f, t, CUDNN_TENSOR_NHWC, (int)g.oc,
+                                          (int)g.c, (int)g.kh, (int)g.kw));
+  /* TensorFlow's Conv2D is a cross-correlation; float accumulation for
+   * every dtype (float16/bfloat16: cuDNN's pseudo-half configurations). */
+  RF_DNN_CHECK(
+      ctx, cudnnSetConvolution2dDescriptor(
+               e->conv, (int)g.pt, (int)g.pl, (int)g.sh, (int)g.sw, (int)g.dh,
+               (int)g.dw, CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+  /* float32 in plain fp32 (as MatMul: no TF32); halves on tensor cores. */
+  RF_DNN_CHECK(ctx, cudnnSetConvolutionMathType(
+                        e->conv, dtype == RF_FLOAT32 ? CUDNN_FMA_MATH
+                                                     : CUDNN_TENSOR_OP_MATH));
+  return NULL;
+}
+
+/* Whether a search result may be used: ran and, for float32, no TF32. */
+template <typename Perf>
+bool usable(const Perf &p, rf_dtype dtype) {
+  if (p.status != CUDNN_STATUS_SUCCESS) return false;
+  return dtype != RF_FLOAT32 || p.mathType == CUDNN_FMA_MATH ||
+         p.mathType == CUDNN_DEFAULT_MATH;
+}
+
+/* Per-kind calls: workspace size of an algorithm, search, heuristics, run. */
+struct Ops {
+  cudnnHandle_t h;
+  Entry *e;
+  ConvKind kind;
+
+  cudnnStatus_t workspace(int algo, size_t *bytes) const {
+    switch (kind) {
+      case ConvKind::kForward:
+        return cudnnGetConvolutionForwardWorkspaceSize(
+            h, e->x, e->f, e->conv, e->y, (cudnnConvolutionFwdAlgo_t)algo,
+            bytes);
+      case ConvKind::kBackwardData:
+        return cudnnGetConvolutionBackwardDataWorkspaceSize(
+            h, e->f, e->y, e->conv, e->x, (cudnnConvolutionBwdDataAlgo_t)algo,
+            bytes);
+      default:
+        return cudnnGetConvolutionBackwardFilterWorkspaceSize(
+            h, e->x, e->y, e->conv, e->f, (cudnnConvolutionBwdFilterAlgo_t)algo,
+            bytes);
+    }
+  }
+  int algo_count() const {
+    return kind == ConvKind::kForward ? (int)CUDNN_CONVOLUTION_FWD_ALGO_COUNT
+           : kind == ConvKind::kBackwardData
+               ? (int)CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT
+               : (int)CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT;
+  }
+
+  /* The perf list (best first) of a search or of the heuristics; picks the
+   * fastest usable entry into e, or the fastest deterministic one when it
+   * is within kDeterministicSlack of that (a search's times; the heuristics'
+   * list has none, and their first usable entry is taken). Returns
+   * NOT_SUPPORTED when none is usable. */
+  template <typename Perf>
+  cudnnStatus_t pick(const Perf *p, int got, rf_dtype dtype) const {
+    int best = -1, det = -1;
+    for (int i = 0; i < got; i++) {
+      if (!usable(p[i], dtype)) continue;
+      if (best < 0) best = i;
+      if (det < 0 && p[i].determinism == CUDNN_DETERMINISTIC) det = i;
+    }
+    if (best < 0) return CUDNN_STATUS_NOT_SUPPORTED;
+    if (det >= 0 && p[det].time <= p[best].time * kDeterministicSlack)
+      best = det;
+    e->algo = (int)p[best].algo;
+    e->workspace = p[best].memory;
+    return cudnnSetConvolutionMathType(e->conv, p[best].mathType);
+  }
+
+  cudnnStatus_t find(const void *a, const void *b, void *out, void *ws,
+                     size_t ws_bytes, rf_dtype dtype) const {
+    int got = 0;
+    cudnnStatus_t s;
+    switch (kind) {
+      case ConvKind::kForward: {
+        cudnnConvolutionFwdAlgoPerf_t p[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+        s = cudnnFindConvolutionForwardAlgorithmEx(h, e->x, a, e->f, b, e->conv,
+                                                   e->y, out, algo_count(),
+                                                   &got, p, ws, ws_bytes);
+        return s != CUDNN_STATUS_SUCCESS ? s : pick(p, got, dtype);
+      }
+      case ConvKind::kBackwardData: {
+        cudnnConvolutionBwdDataAlgoPerf_t
+            p[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+        s = cudnnFindConvolutionBackwardDataAlgorithmEx(
+            h, e->f, a, e->y, b, e->conv, e->x, out, algo_count(), &got, p, ws,
+            ws_bytes);
+        return s != CUDNN_STATUS_SUCCESS ? s : pick(p, got, dtype);
+      }
+      default: {
+        cudnnConvolutionBwdFilterAlgoPerf_t
+            p[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+        s = cudnnFindConvolutionBackwardFilterAlgorithmEx(
+            h, e->x, a, e->y, b, e->conv, e->f, out, algo_count(), &got, p, ws,
+            ws_bytes);
+        return s != CUDNN_STATUS_SUCCESS ? s : pick(p, got, dtype);
+      }
+    }
+  }
+
+  cudnnStatus_t heuristics(rf_dtype dtype) const {
+    int got = 0;
+    cudnnStatus_t s;
+    switch (kind) {
+      case ConvKind::kForward: {
+        cudnnConvolutionFwdAlgoPerf_t p[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+        s = cudnnGetConvolutionForwardAlgorithm_v7(h, e->x, e->f, e->conv, e->y,
+                                                   algo_count(), &got, p);
+        return s != CUDNN_STATUS_SUCCESS ? s : pick(p, got, dtype);
+      }
+      case ConvKind::kBackwardData: {
+        cudnnConvolutionBwdDataAlgoPerf_t
+            p[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+        s = cudnnGetConvolutionBackwardDataAlgorithm_v7(
+            h, e->f, e->y, e->conv, e->x, algo_count(), &got, p);
+        return s != CUDNN_STATUS_SUCCESS ? s : pick(p, got, dtype);
+      }
+      default: {
+        cudnnConvolutionBwdFilterAlgoPerf_t
+            p[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+        s = cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+            h, e->x, e->y, e->conv, e->f, algo_count(), &got, p);
+        return s != CUDNN_STATUS_SUCCESS ? s : pick(p, got, dtype);
+      }
+    }
+  }
+
+  cudnnStatus_t run(const void *a, const void *b, void *out, void *ws) const {
+    const float one = 1.0f, zero = 0.0f;
+    switch (kind) {
+      case ConvKind::kForward:
+        return cudnnConvolutionForward(h, &one, e->x, a, e->f, b, e->conv,
+                                       (cudnnConvolutionFwdAlgo_t)e->algo, ws,
+                                       e->workspace, &zero, e->y, out);
+      case ConvKind::kBackwardData:
+        return cudnnConvolutionBackwardData(
+            h, &one, e->f, a, e->y, b, e->conv,
+            (cudnnConvolutionBwdDataAlgo_t)e->algo, ws, e->workspace, &zero,
+            e->x, out);
+      default:
+        return cudnnConvolutionBackwardFilter(
+            h, &one, e->x, a, e->y, b, e->conv,
+            (cudnnConvolutionBwdFilterAlgo_t)e->algo, ws, e->workspace, &zero,
+            e->f, out);
+    }
+  }
+};
+
+/* Runs the search for e (a, b, out as dnn_conv's, the filter in KRSC). */
+rf_status *search(rf__kernel_ctx *ctx, const Ops &ops, rf_dtype dtype,
+                  const void *a, const void *b, void *out) {
+  size_t most = 0;
+  for (int algo = 0; algo < ops.algo_count(); algo++) {
+    size_t bytes = 0;
+    if (ops.workspace(algo, &bytes) == CUDNN_STATUS_SUCCESS && bytes > most)
+      most = bytes;
+  }
+  if (most > kFindWorkspaceCap) most = kFindWorkspaceCap;
+  rf_tensor *ws = nullptr;
+  if (most > 0) {
+    rf_shape s = rf_shape_of(1, (int64_t)most);
+    rf_status *st = new_tensor(ctx, RF_UINT8, &s, &ws);
+    if (st && rf_status_code(st) != RF_RESOURCE_EXHAUSTED) return st;
+    if (st) { /* search within what fits: no workspace at all */
+      rf_status_free(st);
+      ws = nullptr;
+      most = 0;
+    }
+  }
+  cudnnStatus_t s = ops.find(a, b, out, ws ? ws->data : nullptr, most, dtype);
+  rf_tensor_release(ws);
+  RF_DNN_CHECK(ctx, s);
+  ops.e->chosen = true;
+  return NULL;
+}
+
+template <typename U>
+__global__ void transpose(const U *src, U *dst, int64_t rows, int64_t cols) {
+  RF_GPU_LOOP(i, rows * cols) {
+    int64_t r = i / cols, c = i % cols;
+    dst[c * rows + r] = src[i];
+  }
+}
+
+/* dst (cols x rows) = src (rows x cols)^T, elements of esize bytes. */
+rf_status *transpose2d(rf__kernel_ctx *ctx, const void *src, void *dst,
+                       int64_t rows, int64_t cols, size_t esize) {
+  int64_t n = rows * cols;
+  if (esize == 2)
+    transpose<uint16_t><<<grid(ctx, n), kThreads, 0, stream(ctx)>>>(
+        (const uint16_t *)src, (uint16_t *)dst, rows, cols);
+  else
+    transpose<uint32_t><<<grid(ctx, n), kThreads, 0, stream(ctx)>>>(
+        (const uint32_t *)src, (uint32_t *)dst, rows, cols);
+  RF_GPU_LAUNCHED(ctx);
+  return NULL;
+}
+
+/* The cache entry of (ctx's GPU, kind, dtype, g), made on first use. */
+rf_status *lookup(rf__kernel_ctx *ctx, ConvKind kind, const rf__conv_geom &g,
+                  rf_dtype dtype, Entry **out) {
+  Key k;
+  std::memset(&k, 0, sizeof k);
+  k = Key{ctx->device->gpu_ordinal,
+          (int64_t)kind,
+          (int64_t)dtype,
+          g.n,
+          g.h,
+          g.w,
+          g.c,
+          g.kh,
+          g.kw,
+          g.oc,
+          g.sh,
+          g.sw,
+          g.dh,
+          g.dw,
+          g.pt,
+          g.pl};
+  std::lock_guard<std::mutex> lock(cache_mu);
+  Entry *e = nullptr;
+  HASH_FIND(hh, cache, &k, sizeof k, e);
+  if (!e) {
+    e = new (std::nothrow) Entry();
+    if (!e)
+      return rf__kernel_error(ctx, RF_RESOURCE_EXHAUSTED, "out of memory");
+    e->key = k;
+    rf_status *st = describe(ctx, g, dtype, e);
+    if (st) {
+      entry_free(e);
+      return st;
+    }
+    int rf__hash_oom = 0;
+    HASH_ADD(hh, cache, key, sizeof(Key), e);
+    if (rf__hash_oom) {
+      entry_free(e);
+      return rf__kernel_error(ctx, RF_RESOURCE_EXHAUSTED, "out of memory");
+    }
+  }
+  *out = e;
+  return NULL;
+}
+
+}  // namespace
+
+bool dnn_conv_fits(const rf__conv_geom &g, rf_dtype dtype) {
+  if (dtype != RF_FLOAT32 && dtype != RF_FLOAT16 && dtype != RF_BFLOAT16)
+    return false;
+  const int64_t big = INT32_MAX;
+  if (g.n <= 0 || g.h <= 0 || g.w <= 0 || g.c <= 0 || g.oc <= 0 || g.oh <= 0 ||
+      g.ow <= 0)
+    return false;
+  if (g.n * g.h * g.w * g.c > big || g.n * g.oh * g.ow * g.oc > big ||
+      g.kh * g.kw * g.c * g.oc > big)
+    return false;
+  /* The output size cuDNN derives with pt (pl) on both sides must be the
+   * op's: then the extra row (column) TensorFlow pads after is never read
+   * and both compute the same windows. */
+  int64_t eh = g.h + 2 * g.pt - ((g.kh - 1) * g.dh + 1);
+  int64_t ew = g.w + 2 * g.pl - ((g.kw - 1) * g.dw + 1);
+  return eh >= 0 && ew >= 0 && eh / g.sh + 1 == g.oh && ew / g.sw + 1 == g.ow;
+}
+
+rf_status *dnn_conv(rf__kernel_ctx *ctx, ConvKind kind, const rf__conv_geom &g,
+                    rf_dtype dtype, const void *a, const void *b, void *out) {
+  cudaStream_t st = stream(ctx); /* counts the enqueue */
+  cudnnHandle_t h = (cudnnHandle_t)ctx->device->dnn;
+  if (!h)
+    return rf__kernel_error(ctx, RF_INTERNAL,
+                            "the GPU device has no cuDNN handle");
+  Entry *e;
+  RF_CHECK(lookup(ctx, kind, g, dtype, &e));
+  Ops ops{h, e, kind};
+
+  size_t esize = rf_dtype_size(dtype);
+  int64_t rows = g.kh * g.kw * g.c, cols = g.oc; /* HWIO as a matrix */
+  rf_shape fs = rf_shape_of(1, rows * cols);
+  rf_tensor *krsc = nullptr, *ws = nullptr;
+  rf_status *err = new_tensor(ctx, dtype, &fs, &krsc);
+  if (!err && kind != ConvKind::kBackwardFilter)
+    err = transpose2d(ctx, kind == ConvKind::kForward ? b : a, krsc->data, rows,
+                      cols, esize);
+  const void *fa = kind == ConvKind::kBackwardData ? krsc ? krsc->data : a : a;
+  const void *fb = kind == ConvKind::kForward ? krsc ? krsc->data : b : b;
+  void *fout = kind == ConvKind::kBackwardFilter && krsc ? krsc->data : out;
+
+  if (!err) {
+    /* The search and the cache entry's algorithm: under the lock, so two
+     * devices never search the same entry at once. */
+    std::lock_guard<std::mutex> lock(cache_mu);
+    if (!e->chosen) {
+      cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+      if (cudaStreamIsCapturing(st, &cs) != cudaSuccess) {
+        (void)cudaGetLastError();
+        cs = cudaStreamCaptureStatusActive;
+      }
+      if (cs == cudaStreamCaptureStatusNone) {
+        err = search(ctx, ops, dtype, fa, fb, fout);
+      } else {
+        cudnnStatus_t s = ops.heuristics(dtype);
+        if (s != CUDNN_STATUS_SUCCESS)
+          err = dnn_error(ctx, s, "cudnnGetConvolution*Algorithm_v7");
+        else
+          e->chosen = true;
+      }
+    }
+  }
+  /* Once chosen, an entry never changes: read without the lock. */
+  size_t bytes = e->workspace;
+  if (!err && bytes > 0) {
+    rf_shape s = rf_shape_of(1, (int64_t)bytes);
+    err = new_tensor(ctx, RF_UINT8, &s, &ws);
+  }
+  if (!err) {
+    cudnnStatus_t s = ops.run(fa, fb, fout, ws ? ws->data : nullptr);
+    if (s != CUDNN_STATUS_SUCCESS) err = dnn_error(ctx, s, "cudnnConvolution*");
+  }
+  if (!err && kind == ConvKind::kBackwardFilter)
+    err = transpose2d(ctx, krsc->data, out, cols, rows, esize);
+  rf_tensor_release(ws);
+  rf_tensor_release(krsc);
+  return err;
+}
+
+}  // namespace rf_gpu
+
+#endif /* RF_HAVE_CUDNN */

@@ -1,0 +1,37 @@
+/* kernels/cuda/conv_dnn.cuh - Conv2D and its two gradients through cuDNN 9
+ * (conv_dnn.cu), for kernels/cuda/conv.cu. Builds with cuDNN only
+ * (RF_HAVE_CUDNN). */
+#ifndef RF_KERNELS_CUDA_CONV_DNN_CUH
+#define RF_KERNELS_CUDA_CONV_DNN_CUH
+
+#include "kernels/cuda/gpu_common.cuh"
+
+extern "C" {
+#include "ops/conv_geometry.h"
+}
+
+namespace rf_gpu {
+
+enum class ConvKind { kForward, kBackwardData, kBackwardFilter };
+
+/* Whether cuDNN can compute g in dtype: float32, float16 or bfloat16, with
+ * TensorFlow's padding symmetric (SAME with an even total, or VALID) on both
+ * axes; cuDNN takes one padding per axis, for both sides. */
+bool dnn_conv_fits(const rf__conv_geom &g, rf_dtype dtype);
+
+/* One convolution of geometry g on the device's stream (filter HWIO, as the
+ * ops define it):
+ *   kForward:        a = x, b = filter, out = y
+ *   kBackwardData:   a = filter, b = dy, out = dx
+ *   kBackwardFilter: a = x, b = dy, out = dfilter
+ * float16 and bfloat16 accumulate in float32; float32 never uses TF32. The
+ * algorithm of each (GPU, kind, dtype, geometry) is chosen once per process
+ * by cudnnFind*Ex and cached: the fastest deterministic algorithm unless
+ * one that is not (atomics: the last bits may differ from run to run) is
+ * more than 1.1x faster. */
+rf_status *dnn_conv(rf__kernel_ctx *ctx, ConvKind kind, const rf__conv_geom &g,
+                    rf_dtype dtype, const void *a, const void *b, void *out);
+
+}  // namespace rf_gpu
+
+#endif
