@@ -54,6 +54,30 @@ static void window(const rf__conv_geom *g, int64_t oh, int64_t ow, int64_t *h0,
       }                                                                        \
     return true;                                                               \
   }                                                                            \
+  /* As max_##NAME, and at[k] = the place in the window (row-major, as T) of   \
+   * the element max_##NAME takes last: the first maximum, or the first NaN.   \
+   * Selects on T-wide values only: the loop vectorises. */                    \
+  static bool argmax_##NAME(const rf__conv_geom *g, const T *x, int64_t oh,    \
+                            int64_t ow, int64_t k0, int64_t kn, T *m, T *at) { \
+    int64_t h0, h1, w0, w1;                                                    \
+    window(g, oh, ow, &h0, &h1, &w0, &w1);                                     \
+    if (h0 >= h1 || w0 >= w1) return false;                                    \
+    const T *v = x + (h0 * g->w + w0) * g->c + k0;                             \
+    for (int64_t k = 0; k < kn; k++) m[k] = v[k], at[k] = 0;                   \
+    T p = 0;                                                                   \
+    for (int64_t ih = h0; ih < h1; ih++)                                       \
+      for (int64_t iw = ih == h0 ? w0 + 1 : w0; iw < w1; iw++) {               \
+        v = x + (ih * g->w + iw) * g->c + k0;                                  \
+        p += 1;                                                                \
+        for (int64_t k = 0; k < kn; k++) {                                     \
+          T a = m[k], b = v[k];                                                \
+          bool take = a == a && (b > a || b != b);                             \
+          m[k] = take ? b : a;                                                 \
+          at[k] = take ? p : at[k];                                            \
+        }                                                                      \
+      }                                                                        \
+    return true;                                                               \
+  }                                                                            \
   /* rows r = (n, oh) of the output */                                         \
   static void max_rows_##NAME(void *arg, int64_t r0, int64_t r1) {             \
     const pool_job *j = arg;                                                   \
@@ -71,15 +95,12 @@ static void window(const rf__conv_geom *g, int64_t oh, int64_t ow, int64_t *h0,
         }                                                                      \
     }                                                                          \
   }                                                                            \
-  /* Each output's gradient goes to the first window element equal to the      \
-   * maximum (the first NaN when the maximum is NaN): the element max_##NAME   \
-   * took last. */                                                             \
+  /* Each output's gradient goes to the element argmax_##NAME finds. */        \
   static void max_grad_images_##NAME(void *arg, int64_t n0, int64_t n1) {      \
     const pool_job *j = arg;                                                   \
     const rf__conv_geom *g = j->g;                                             \
     int64_t in = g->h * g->w * g->c, out = g->oh * g->ow * g->c;               \
-    T m[CH];                                                                   \
-    unsigned char done[CH];                                                    \
+    T m[CH], at[CH];                                                           \
     for (int64_t n = n0; n < n1; n++) {                                        \
       const T *x = (const T *)j->x + n * in, *dy = (const T *)j->dy + n * out; \
       T *dx = (T *)j->out + n * in;                                            \
@@ -88,21 +109,19 @@ static void window(const rf__conv_geom *g, int64_t oh, int64_t ow, int64_t *h0,
         for (int64_t ow = 0; ow < g->ow; ow++)                                 \
           for (int64_t k0 = 0; k0 < g->c; k0 += CH) {                          \
             int64_t kn = g->c - k0 < CH ? g->c - k0 : CH;                      \
-            if (!max_##NAME(g, x, oh, ow, k0, kn, m)) continue;                \
+            if (!argmax_##NAME(g, x, oh, ow, k0, kn, m, at)) continue;         \
             const T *d = dy + (oh * g->ow + ow) * g->c + k0;                   \
             int64_t h0, h1, w0, w1;                                            \
             window(g, oh, ow, &h0, &h1, &w0, &w1);                             \
-            memset(done, 0, sizeof done);                                      \
+            T p = 0;                                                           \
             for (int64_t ih = h0; ih < h1; ih++)                               \
-              for (int64_t iw = w0; iw < w1; iw++) {                           \
-                const T *v = x + (ih * g->w + iw) * g->c + k0;                 \
+              for (int64_t iw = w0; iw < w1; iw++, p += 1) {                   \
                 T *o = dx + (ih * g->w + iw) * g->c + k0;                      \
-                for (int64_t k = 0; k < kn; k++) {                             \
-                  T a = m[k], b = v[k];                                        \
-                  unsigned char hit =                                          \
-                      !done[k] && (b == a || (a != a && b != b));              \
-                  if (hit) o[k] += d[k];                                       \
-                  done[k] |= hit;                                              \
+                for (int64_t k = 0; k < kn;                                    \
+                     k++) { /* d[k] read on every path, so GCC turns the       \
+                             * choice into a select and vectorises */                                                      \
+                  T dk = d[k];                                                 \
+                  o[k] += at[k] == p ? dk : (T)0;                              \
                 }                                                              \
               }                                                                \
           }                                                                    \
