@@ -95,11 +95,17 @@ static void window(const rf__conv_geom *g, int64_t oh, int64_t ow, int64_t *h0,
         }                                                                      \
     }                                                                          \
   }                                                                            \
-  /* Each output's gradient goes to the element argmax_##NAME finds. */        \
+  /* Each output's gradient goes to the element argmax_##NAME finds (the       \
+   * first maximum, or the first NaN). Window places are counted in T, exact   \
+   * up to 2^24 for float; a larger window finds the same element as the       \
+   * first one equal to the maximum (rest[k]: 1 until channel k's gradient is  \
+   * placed), which GCC vectorises less well. Selects on T-wide values, every  \
+   * operand read on every path, let GCC vectorise the loops. */               \
   static void max_grad_images_##NAME(void *arg, int64_t n0, int64_t n1) {      \
     const pool_job *j = arg;                                                   \
     const rf__conv_geom *g = j->g;                                             \
     int64_t in = g->h * g->w * g->c, out = g->oh * g->ow * g->c;               \
+    bool by_place = g->kh * g->kw <= ((int64_t)1 << 24);                       \
     T m[CH], at[CH];                                                           \
     for (int64_t n = n0; n < n1; n++) {                                        \
       const T *x = (const T *)j->x + n * in, *dy = (const T *)j->dy + n * out; \
@@ -109,19 +115,31 @@ static void window(const rf__conv_geom *g, int64_t oh, int64_t ow, int64_t *h0,
         for (int64_t ow = 0; ow < g->ow; ow++)                                 \
           for (int64_t k0 = 0; k0 < g->c; k0 += CH) {                          \
             int64_t kn = g->c - k0 < CH ? g->c - k0 : CH;                      \
-            if (!argmax_##NAME(g, x, oh, ow, k0, kn, m, at)) continue;         \
+            bool some = by_place ? argmax_##NAME(g, x, oh, ow, k0, kn, m, at)  \
+                                 : max_##NAME(g, x, oh, ow, k0, kn, m);        \
+            if (!some) continue;                                               \
             const T *d = dy + (oh * g->ow + ow) * g->c + k0;                   \
             int64_t h0, h1, w0, w1;                                            \
             window(g, oh, ow, &h0, &h1, &w0, &w1);                             \
             T p = 0;                                                           \
+            if (!by_place)                                                     \
+              for (int64_t k = 0; k < kn; k++) at[k] = 1;                      \
             for (int64_t ih = h0; ih < h1; ih++)                               \
               for (int64_t iw = w0; iw < w1; iw++, p += 1) {                   \
+                const T *v = x + (ih * g->w + iw) * g->c + k0;                 \
                 T *o = dx + (ih * g->w + iw) * g->c + k0;                      \
-                for (int64_t k = 0; k < kn;                                    \
-                     k++) { /* d[k] read on every path, so GCC turns the       \
-                             * choice into a select and vectorises */                                                      \
-                  T dk = d[k];                                                 \
-                  o[k] += at[k] == p ? dk : (T)0;                              \
+                if (by_place) {                                                \
+                  for (int64_t k = 0; k < kn; k++) {                           \
+                    T dk = d[k];                                               \
+                    o[k] += at[k] == p ? dk : (T)0;                            \
+                  }                                                            \
+                  continue;                                                    \
+                }                                                              \
+                for (int64_t k = 0; k < kn; k++) {                             \
+                  T a = m[k], b = v[k], dk = d[k], r = at[k];                  \
+                  bool hit = r != 0 && (b == a || (a != a && b != b));         \
+                  o[k] += hit ? dk : (T)0;                                     \
+                  at[k] = hit ? (T)0 : r;                                      \
                 }                                                              \
               }                                                                \
           }                                                                    \
