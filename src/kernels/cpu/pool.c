@@ -31,8 +31,8 @@ static void window(const rf__conv_geom *g, int64_t oh, int64_t ow, int64_t *h0,
 /* The windows are walked with the channels innermost, CH at a time, so
  * the loops over channels read contiguous memory and vectorise (a walk per
  * channel, as before, read one element per window position: pooling took
- * 17% of a CNN training step). max_##NAME keeps the running maximum: an
- * element replaces it when larger or NaN, unless it is NaN already. */
+ * 11% of a CNN training step's CPU time). max_##NAME keeps the running maximum:
+ * an element replaces it when larger or NaN, unless it is NaN already. */
 #define CH 64
 #define DEFINE_POOL(NAME, T)                                                   \
   /* m[k] = the maximum of output (oh, ow)'s window for channels k0 + k, k <   \
