@@ -5,7 +5,10 @@
  * stride 1, at batch 64 and 256. Forward, input gradient and filter gradient
  * are timed apart; each figure is the best of `reps` calls, in ms.
  *
- *   bench_conv_cpu_vs_onednn [threads=2] [reps=10]
+ *   bench_conv_cpu_vs_onednn [threads=2] [reps=10] [ringflow]
+ *
+ * "ringflow" as the third argument times ringflow alone (oneDNN's columns
+ * print as -): for before/after figures of ringflow's kernels.
  *
  * ringflow gets `threads` pool threads (OpenBLAS single-threaded inside,
  * blas_threads.c); oneDNN (its Debian build threads with OpenMP) gets
@@ -25,6 +28,14 @@
 static double now_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* CPU time of the whole process (all threads): on a loaded machine it
+ * moves far less than wall time. */
+static double cpu_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
   return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
@@ -56,7 +67,7 @@ static rf_tensor *randn(rf_shape s) {
 /* ---- ringflow ---- */
 
 static void time_ringflow(const layer *L, int threads, int reps, double *ms,
-                          rf_tensor *const *in) {
+                          double *cpu_ms, rf_tensor *const *in) {
   rf_graph *g = rf_graph_new();
   rf_output x = rf_placeholder(g, "x", RF_FLOAT32, rf_tensor_shape(in[0]));
   rf_output w = rf_placeholder(g, "w", RF_FLOAT32, rf_tensor_shape(in[1]));
@@ -78,16 +89,18 @@ static void time_ringflow(const layer *L, int threads, int reps, double *ms,
   check(rf_session_new(g, &o, &sess), "session");
   rf_feed feeds[3] = {{x, in[0]}, {w, in[1]}, {dy, in[2]}};
   for (int k = 0; k < 3; k++) {
-    double best = 1e30;
+    double best = 1e30, best_cpu = 1e30;
     for (int r = 0; r < reps + 1; r++) {
       rf_tensor *out;
-      double t0 = now_s();
+      double t0 = now_s(), c0 = cpu_s();
       check(rf_session_run(sess, feeds, 3, &f[k], 1, NULL, 0, &out), "run");
-      double t = now_s() - t0;
+      double t = now_s() - t0, c = cpu_s() - c0;
       rf_tensor_release(out);
       if (r > 0 && t < best) best = t;
+      if (r > 0 && c < best_cpu) best_cpu = c;
     }
     ms[k] = best * 1e3;
+    cpu_ms[k] = best_cpu * 1e3;
   }
   rf_session_free(sess);
   rf_graph_free(g);
@@ -207,6 +220,7 @@ static void time_onednn(dn *d, const layer *L, bool blocked, int reps,
 int main(int argc, char **argv) {
   int threads = argc > 1 ? atoi(argv[1]) : 2;
   int reps = argc > 2 ? atoi(argv[2]) : 10;
+  bool only_rf = argc > 3 && strcmp(argv[3], "ringflow") == 0;
   char nt[16];
   snprintf(nt, sizeof nt, "%d", threads);
   setenv("OMP_NUM_THREADS", nt, 1); /* before oneDNN starts OpenMP */
@@ -228,15 +242,17 @@ int main(int argc, char **argv) {
     rf_tensor *in[3] = {randn(rf_shape_of(4, L->n, L->h, L->w, L->c)),
                         randn(rf_shape_of(4, L->k, L->k, L->c, L->oc)),
                         randn(rf_shape_of(4, L->n, L->h, L->w, L->oc))};
-    double r[3], o[3], b[3];
-    time_ringflow(L, threads, reps, r, in);
+    double r[3], rc[3], o[3] = {-1, -1, -1}, b[3] = {-1, -1, -1};
+    time_ringflow(L, threads, reps, r, rc, in);
     int64_t ny = L->n * L->h * L->w * L->oc, nx = L->n * L->h * L->w * L->c;
     int64_t nw = L->k * L->k * L->c * L->oc;
     float *y = malloc(sizeof(float) * (size_t)ny);
     float *dx = malloc(sizeof(float) * (size_t)nx);
     float *dw = malloc(sizeof(float) * (size_t)nw);
-    time_onednn(&d, L, false, reps, o, in, y, dx, dw);
-    time_onednn(&d, L, true, reps, b, in, y, dx, dw);
+    if (!only_rf) {
+      time_onednn(&d, L, false, reps, o, in, y, dx, dw);
+      time_onednn(&d, L, true, reps, b, in, y, dx, dw);
+    }
     char name[64];
     snprintf(name, sizeof name, "b%lld %lldx%lldx%lld k%lld oc%lld",
              (long long)L->n, (long long)L->h, (long long)L->w, (long long)L->c,
@@ -245,6 +261,9 @@ int main(int argc, char **argv) {
         "%-26s %7.2f / %6.2f / %6.2f %7.2f / %6.2f / %6.2f "
         "%7.2f / %6.2f / %6.2f\n",
         name, r[0], o[0], b[0], r[1], o[1], b[1], r[2], o[2], b[2]);
+    if (only_rf)
+      printf("%-26s %7.2f %24.2f %24.2f   (ringflow: CPU ms, all threads)\n",
+             "", rc[0], rc[1], rc[2]);
     free(y), free(dx), free(dw);
     for (int k = 0; k < 3; k++) rf_tensor_release(in[k]);
   }

@@ -232,6 +232,69 @@ static void test_max_pool_nan(void **state) {
   rf_graph_free(g);
 }
 
+/* MaxPoolGrad with ties and NaNs, over more channels than the CPU kernel
+ * handles at once (70) and overlapping windows: each output's gradient goes
+ * to the first maximum of its window in (row, column) order, the first NaN
+ * when the window holds one, as the kernels document. */
+static void test_max_pool_grad_ties(void **state) {
+  (void)state;
+  const wcase c = {"ties", 2, 5, 6, 70, 3, 3, 0, 2, 2, 1, 1, true};
+  geo ge = geo_of(&c);
+  rf_shape xs = x_shape(&c), ys = y_shape(&c, true);
+  int64_t nx = c.n * c.h * c.w * c.c, ny = c.n * ge.oh * ge.ow * c.c;
+  uint64_t rng = rf_test_rng(7);
+  float *xv = malloc(sizeof *xv * (size_t)nx);
+  for (int64_t i = 0; i < nx; i++) { /* values 0..2, about 1 in 40 NaN */
+    uint64_t r = rf_test_rand(&rng) % 120;
+    xv[i] = r < 3 ? NAN : (float)(r % 3);
+  }
+  rf_tensor *x, *dy = rf_test_random_tensor(&rng, RF_FLOAT32, ys, -1, 1);
+  assert_ok(rf_tensor_new_copy(RF_FLOAT32, &xs, xv, &x));
+  rf_graph *g = rf_graph_new();
+  rf_output xp = rf_placeholder(g, "x", RF_FLOAT32, xs);
+  rf_output dyp = rf_placeholder(g, "dy", RF_FLOAT32, ys);
+  rf_output y = pool(g, &c, xp, true), dx;
+  assert_ok(rf_gradients(g, &y, 1, &xp, 1, &dyp, &dx));
+  assert_graph_ok(g);
+  rf_feed feeds[2] = {{xp, x}, {dyp, dy}};
+  rf_output fetch[2] = {y, dx};
+  rf_tensor *out[2];
+  rf_test_run(g, 1, feeds, 2, fetch, 2, out);
+  double *d = rf_test_to_doubles(dy);
+  double *want_y = calloc((size_t)ny, sizeof *want_y);
+  double *want_dx = calloc((size_t)nx, sizeof *want_dx);
+  for (int64_t n = 0; n < c.n; n++)
+    for (int64_t oh = 0; oh < ge.oh; oh++)
+      for (int64_t ow = 0; ow < ge.ow; ow++)
+        for (int64_t k = 0; k < c.c; k++) {
+          int64_t best = -1;
+          for (int64_t i = 0; i < c.kh; i++)
+            for (int64_t j = 0; j < c.kw; j++) {
+              int64_t ih = oh * c.sh - ge.pt + i, iw = ow * c.sw - ge.pl + j;
+              if (ih < 0 || ih >= c.h || iw < 0 || iw >= c.w) continue;
+              int64_t at = ((n * c.h + ih) * c.w + iw) * c.c + k;
+              if (best < 0 ||
+                  (!isnan(xv[best]) && (xv[at] > xv[best] || isnan(xv[at]))))
+                best = at;
+            }
+          int64_t o = ((n * ge.oh + oh) * ge.ow + ow) * c.c + k;
+          want_y[o] = xv[best];
+          want_dx[best] += d[o];
+        }
+  for (int64_t i = 0; i < ny; i++) {
+    double got = rf_tensor_get(out[0], i);
+    if (isnan(want_y[i]))
+      assert_true(isnan(got));
+    else
+      assert_true(got == want_y[i]);
+  }
+  assert_tensor_near(out[1], xs, want_dx, 1e-6);
+  free(xv), free(d), free(want_y), free(want_dx);
+  rf_tensor_release(out[0]), rf_tensor_release(out[1]);
+  rf_tensor_release(x), rf_tensor_release(dy);
+  rf_graph_free(g);
+}
+
 /* ---- gradients against finite differences ---- */
 
 enum { F_CONV, F_MAX, F_AVG, F_BP_INPUT, F_BP_FILTER, F_AVG_GRAD };
@@ -554,6 +617,7 @@ int main(void) {
       cmocka_unit_test(test_conv2d_forward),
       cmocka_unit_test(test_pool_forward),
       cmocka_unit_test(test_max_pool_nan),
+      cmocka_unit_test(test_max_pool_grad_ties),
       cmocka_unit_test(test_conv2d_gradients),
       cmocka_unit_test(test_conv2d_backprop_gradients),
       cmocka_unit_test(test_pool_gradients),

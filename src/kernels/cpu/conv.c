@@ -33,25 +33,48 @@ typedef struct conv_job {
 static int64_t patch(const rf__conv_geom *g) { return g->kh * g->kw * g->c; }
 static int64_t pixels(const rf__conv_geom *g) { return g->oh * g->ow; }
 
-/* col (oh*ow, kh*kw*c) of image x (h, w, c). */
+/* col (oh*ow, kh*kw*c) of image x (h, w, c). Without dilation along w a
+ * window row's kw pixels lie side by side in x: one copy of kw*c elements,
+ * less the part in the padding (a copy per pixel made im2col of a 1-channel
+ * image cost more than its gemm). */
 static void im2col(const rf__conv_geom *g, const void *x, void *col,
                    size_t es) {
-  size_t row = (size_t)g->c * es;
+  size_t px = (size_t)g->c * es;
   char *out = col;
   for (int64_t oh = 0; oh < g->oh; oh++)
-    for (int64_t ow = 0; ow < g->ow; ow++)
+    for (int64_t ow = 0; ow < g->ow; ow++) {
+      int64_t w0 = ow * g->sw - g->pl;
+      /* window columns [j0, j1) fall inside the image (dw == 1) */
+      int64_t j0 = w0 < 0 ? -w0 : 0;
+      int64_t j1 = g->w - w0 < g->kw ? g->w - w0 : g->kw;
+      if (j0 > g->kw) j0 = g->kw;
+      if (j1 < j0) j1 = j0;
       for (int64_t i = 0; i < g->kh; i++) {
         int64_t ih = oh * g->sh - g->pt + i * g->dh;
-        for (int64_t j = 0; j < g->kw; j++, out += row) {
-          int64_t iw = ow * g->sw - g->pl + j * g->dw;
-          if (ih < 0 || ih >= g->h || iw < 0 || iw >= g->w)
-            memset(out, 0, row);
-          else
-            memcpy(out,
-                   (const char *)x + (size_t)((ih * g->w + iw) * g->c) * es,
-                   row);
+        if (ih < 0 || ih >= g->h) {
+          memset(out, 0, px * (size_t)g->kw);
+          out += px * (size_t)g->kw;
+          continue;
+        }
+        const char *row = (const char *)x + (size_t)(ih * g->w * g->c) * es;
+        if (g->dw == 1) {
+          memset(out, 0, px * (size_t)j0);
+          if (j1 > j0)
+            memcpy(out + px * (size_t)j0, row + px * (size_t)(w0 + j0),
+                   px * (size_t)(j1 - j0));
+          memset(out + px * (size_t)j1, 0, px * (size_t)(g->kw - j1));
+          out += px * (size_t)g->kw;
+        } else {
+          for (int64_t j = 0; j < g->kw; j++, out += px) {
+            int64_t iw = w0 + j * g->dw;
+            if (iw < 0 || iw >= g->w)
+              memset(out, 0, px);
+            else
+              memcpy(out, row + px * (size_t)iw, px);
+          }
         }
       }
+    }
 }
 
 /* dx (h, w, c) = the sum of col's patches at their places (dx zeroed). */
