@@ -4,7 +4,9 @@
  * the values, another shape runs without the graph and says why (and is
  * captured in its place when repeated), a dropped graph is captured again,
  * a feed in device memory is never captured; and the reasons a plan is
- * never captured: no GPU device, a CPU device in the step, Dropout. The GPU
+ * never captured: no GPU device, a CPU device in the step (but not one that
+ * only runs the step's control plumbing: a NoOp target and the tokens of
+ * crossing control edges), Dropout. The GPU
  * side: test_gpu_graphs.c. */
 #include <string.h>
 
@@ -124,6 +126,24 @@ static void test_never_captured_reasons(void **state) {
   const char *why = reason_with_fake_gpu(s, buf, sizeof buf);
   assert_non_null(why);
   assert_non_null(strstr(why, "a CPU device in the step (cpu:0 runs"));
+  rf_session_free(s);
+  rf_graph_free(g);
+  /* A NoOp target on cpu:0 after the GPU's work: control plumbing only
+   * (_Token, _Send and _Recv of the crossing control edge, the NoOp) */
+  g = rf_graph_new();
+  assert_ok(rf_graph_push_device(g, "cpu:1"));
+  x = rf_placeholder(g, "x", RF_FLOAT32, sh);
+  y = rf_neg(g, "y", x);
+  rf_graph_pop_device(g);
+  assert_ok(rf_graph_push_device(g, "cpu:0"));
+  rf_node *train = rf_noop(g, "train");
+  rf_graph_pop_device(g);
+  assert_ok(rf_graph_add_control_edge(g, y.node, train));
+  s = two_cpu_session(g);
+  f = (rf_feed){x, fed};
+  assert_ok(rf_session_run(s, &f, 1, &y, 1, &train, 1, &out));
+  rf_tensor_release(out);
+  assert_null(reason_with_fake_gpu(s, buf, sizeof buf));
   rf_session_free(s);
   rf_graph_free(g);
   /* Dropout on the (stand-in) GPU device: its mask follows the step */

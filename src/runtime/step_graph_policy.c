@@ -6,6 +6,7 @@
 
 #include "core/mem.h"
 #include "core/status.h"
+#include "graph/attrs.h"
 #include "ops/op_registry.h"
 #include "runtime/step_graph.h"
 
@@ -14,9 +15,30 @@
  * captured step's value. */
 static const char *const per_step_ops[] = {"Dropout"};
 
+/* A _Send or _Recv of a crossing control edge: its key ends with
+ * ":ctl;<device>" (passes/partition.c). It passes an empty host tensor and
+ * enqueues nothing on a GPU. */
+static bool token_pair(const rf_node *n) {
+  const char *key = NULL;
+  if (strcmp(n->op->name, "_Send") && strcmp(n->op->name, "_Recv"))
+    return false;
+  rf_status *st = rf__attrs_get_string(&n->attrs, "key", &key);
+  rf_status_free(st);
+  const char *semi = st ? NULL : strrchr(key, ';');
+  return semi && semi - key >= 4 && strncmp(semi - 4, ":ctl", 4) == 0;
+}
+
+/* Host work that makes no value: a step's control plumbing (a NoOp target,
+ * crossing control edges). The capture runs it; a replay has no need to. */
+static bool plumbing(const rf_node *n) {
+  return !strcmp(n->op->name, "NoOp") || !strcmp(n->op->name, "_Token") ||
+         token_pair(n);
+}
+
+/* Why node n of a GPU device keeps its step from being replayed. */
 static const char *node_reason(const rf_node *n, char *buf, size_t len) {
   const char *op = n->op->name;
-  if (!strcmp(op, "_Send") || !strcmp(op, "_Recv")) {
+  if ((!strcmp(op, "_Send") || !strcmp(op, "_Recv")) && !token_pair(n)) {
     snprintf(buf, len,
              "node '%.200s' (%s) passes a value between devices, which waits "
              "on the host",
@@ -38,20 +60,6 @@ const char *rf__graph_unsupported(const rf_session *s, const rf__plan *p,
                                   char *buf, size_t len) {
   if (p->num_gpus == 0) return "no GPU device in the step";
   if (p->cross_task) return "collectives across tasks of the job";
-  int ndev = rf__executor_num_devices(p->executor);
-  for (int i = 0; i < ndev; i++) {
-    const rf__device *d = rf__executor_device(p->executor, i);
-    if (d->name.type == RF_DEVICE_GPU) continue;
-    int nodes = 0;
-    for (int id = 0; id < p->graph->num_ids; id++) {
-      const rf_node *n = p->graph->nodes[id];
-      if (n && n->assigned_device == d->index) nodes++;
-    }
-    snprintf(buf, len,
-             "a CPU device in the step (%s runs %d of its nodes on the host)",
-             d->canonical, nodes);
-    return buf;
-  }
   for (int i = 1; i < p->num_gpus; i++)
     if (p->gpus[i]->gpu_ordinal != p->gpus[0]->gpu_ordinal) {
       snprintf(buf, len,
@@ -63,10 +71,19 @@ const char *rf__graph_unsupported(const rf_session *s, const rf__plan *p,
     }
   for (int id = 0; id < p->graph->num_ids; id++) {
     const rf_node *n = p->graph->nodes[id];
-    const char *why = n ? node_reason(n, buf, len) : NULL;
-    if (why) return why;
+    if (!n || n->assigned_device < 0) continue;
+    const rf__device *d = &s->devices[n->assigned_device];
+    if (d->name.type == RF_DEVICE_GPU) {
+      const char *why = node_reason(n, buf, len);
+      if (why) return why;
+    } else if (!plumbing(n)) {
+      snprintf(buf, len,
+               "a CPU device in the step (%s runs node '%.200s' (%s) on the "
+               "host)",
+               d->canonical, n->name, n->op->name);
+      return buf;
+    }
   }
-  (void)s;
   return NULL;
 }
 

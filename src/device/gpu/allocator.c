@@ -251,11 +251,12 @@ void rf__gpu_cache_capture_begin(rf__gpu_cache *c) {
 }
 
 rf_status *rf__gpu_cache_capture_end(rf__gpu_cache *c, bool keep,
-                                     rf__gpu_held **out) {
+                                     rf__gpu_held **out, bool *trimmed) {
   *out = NULL;
   pthread_mutex_lock(&c->mu);
   rf_status *st = NULL;
-  if (keep && c->stats.trims != c->capture_trims)
+  *trimmed = c->stats.trims != c->capture_trims;
+  if (keep && *trimmed)
     st = rf__error(RF_RESOURCE_EXHAUSTED,
                    "device memory ran short during the capture (the cache "
                    "was emptied)");

@@ -113,14 +113,16 @@ void rf__gpu_cache_trim(rf__gpu_cache *c);
  * temporaries) are set aside: with keep, capture_end takes them out of the
  * free lists into *out (counted in use) until rf__gpu_held_release puts
  * them back, so no other tensor is given memory a replay writes; without
- * keep (a failed capture) they stay free. RESOURCE_EXHAUSTED (and nothing
- * held) when the cache was trimmed meanwhile or *out cannot be had. */
+ * keep (a failed capture) they stay free. *trimmed: the cache was emptied
+ * meanwhile (a failed cudaMalloc), so blocks the capture recorded may be
+ * gone: the graph must not run. RESOURCE_EXHAUSTED (and nothing held) then,
+ * or when *out cannot be had. */
 typedef struct rf__gpu_held rf__gpu_held;
 /* d's device cache (NULL for a CPU device). */
 rf__gpu_cache *rf__gpu_device_cache(const rf__device *d);
 void rf__gpu_cache_capture_begin(rf__gpu_cache *c);
 rf_status *rf__gpu_cache_capture_end(rf__gpu_cache *c, bool keep,
-                                     rf__gpu_held **out);
+                                     rf__gpu_held **out, bool *trimmed);
 /* NULL is ignored. Only once the graph's replays have run, or in the
  * stream order of the cache's device after them. */
 void rf__gpu_held_release(rf__gpu_held *h);

@@ -47,7 +47,6 @@ struct rf__step_graph {
   const char *never; /* why the plan is never captured (never_buf) */
   char never_buf[512];
   bool told_never;
-  int failures; /* captures whose step failed in a row */
   cudaGraphExec_t exec;
   cudaEvent_t ev; /* the capture's fork; then the end of each launch */
   bool kept;      /* this run launched the kept graph: copy its fetches */
@@ -177,9 +176,11 @@ static bool holds(const rf__step_graph *g, const rf__plan *p,
 /* For each variable whose value the captured step swapped for a new buffer:
  * a copy of the new buffer into the old one before everything else in the
  * graph, so that the graph's reads (of the old buffer) see the variable as
- * it is at each launch. The old buffer must be one the graph holds. */
+ * it is at each launch. The old buffer must be one the graph holds. NULL
+ * when done; a reason never to capture the step; or NULL with *oom set. */
 static const char *pin_vars(rf__step_graph *g, const rf__plan *p,
-                            cudaGraph_t graph, char *buf, size_t len) {
+                            cudaGraph_t graph, char *buf, size_t len,
+                            rf_status **oom) {
   cudaGraphNode_t *roots = NULL, *from = NULL;
   size_t nroots = 0;
   const char *why = NULL;
@@ -197,11 +198,19 @@ static const char *pin_vars(rf__step_graph *g, const rf__plan *p,
     }
     if (!roots) {
       cudaError_t e = cudaGraphGetRootNodes(graph, NULL, &nroots);
-      roots = e == cudaSuccess ? rf__calloc(nroots + 1, sizeof *roots) : NULL;
-      from = roots ? rf__calloc(nroots + 1, sizeof *from) : NULL;
-      if (!from || cudaGraphGetRootNodes(graph, roots, &nroots) != cudaSuccess)
+      if (e == cudaSuccess) {
+        roots = rf__calloc(nroots + 1, sizeof *roots);
+        from = rf__calloc(nroots + 1, sizeof *from);
+        if (!roots || !from) {
+          *oom = rf__oom();
+          break;
+        }
+        e = cudaGraphGetRootNodes(graph, roots, &nroots);
+      }
+      if (e != cudaSuccess) {
         why = "the captured graph's first nodes could not be listed";
-      if (why) break;
+        break;
+      }
     }
     cudaGraphNode_t copy;
     cudaError_t e =
@@ -210,6 +219,13 @@ static const char *pin_vars(rf__step_graph *g, const rf__plan *p,
     for (size_t r = 0; r < nroots; r++) from[r] = copy;
     if (e == cudaSuccess && nroots)
       e = cudaGraphAddDependencies(graph, from, roots, NULL, nroots);
+    /* Before this first launch the old buffer holds the value and the new
+     * one nothing: copy it over first, in the variable's stream order. */
+    rf__gpu_enqueue_begin(s->d->order);
+    if (e == cudaSuccess)
+      e = cudaMemcpyAsync(now->data, s->data, now->nbytes,
+                          cudaMemcpyDeviceToDevice, (cudaStream_t)s->d->stream);
+    rf__gpu_enqueue_end(s->d->order);
     if (e != cudaSuccess) {
       snprintf(buf, len, "adding the copy of variable '%.200s' failed: %s",
                s->v->name, cudaGetErrorString(e));
@@ -323,8 +339,9 @@ static rf_status *begin_capture(rf__step_graph *g, const rf__plan *p) {
   bracket(p, false);
   for (int i = 0; i < p->num_gpus; i++) {
     rf__gpu_held *h;
-    rf_status_free(
-        rf__gpu_cache_capture_end(rf__gpu_device_cache(p->gpus[i]), false, &h));
+    bool trimmed;
+    rf_status_free(rf__gpu_cache_capture_end(rf__gpu_device_cache(p->gpus[i]),
+                                             false, &h, &trimmed));
   }
   return rf__error(RF_INTERNAL, "%s: starting the capture: %s", o->canonical,
                    cudaGetErrorString(e));
@@ -357,13 +374,21 @@ static cudaGraph_t end_capture(rf__step_graph *g, const rf__plan *p,
   (void)cudaGetLastError();
   bracket(p, false);
   *held_st = NULL;
+  bool trimmed = false;
   for (int i = 0; i < p->num_gpus; i++) {
+    bool t;
     rf_status *st = rf__gpu_cache_capture_end(rf__gpu_device_cache(p->gpus[i]),
-                                              graph != NULL, &g->held[i]);
+                                              graph != NULL, &g->held[i], &t);
+    trimmed |= t;
     if (st && !*held_st)
       *held_st = st;
     else
       rf_status_free(st);
+  }
+  if (trimmed && graph) { /* it may name blocks given back to CUDA */
+    (void)cudaGraphDestroy(graph);
+    graph = NULL;
+    e = cudaErrorMemoryAllocation;
   }
   *err = e;
   return graph;
@@ -456,15 +481,14 @@ static bool capture(rf_session *s, rf__plan *p, rf__step_graph *g,
   cudaError_t e;
   rf_status *held_st;
   cudaGraph_t graph = end_capture(g, p, &e, &held_st);
-  const char *not_kept = atomic_load(&step->not_replayable);
-  if (!not_kept && atomic_load(&step->checks))
-    not_kept = "its collectives are checked after each step (NCCL)";
-  if (!not_kept && held_st) {
-    snprintf(why, sizeof why, "%s", rf_status_message(held_st));
-    not_kept = why;
-  }
-  rf_status_free(held_st);
-  if (graph && !not_kept) not_kept = pin_vars(g, p, graph, why, sizeof why);
+  /* never: a reason the step is never captured; transient: only this
+   * capture is not kept (out of memory) */
+  const char *never = atomic_load(&step->not_replayable);
+  if (!never && atomic_load(&step->checks))
+    never = "its collectives are checked after each step (NCCL)";
+  rf_status *transient = held_st;
+  if (graph && !never && !transient)
+    never = pin_vars(g, p, graph, why, sizeof why, &transient);
   cudaGraphExec_t exec = NULL;
   if (graph) {
     e = cudaGraphInstantiate(&exec, graph, 0);
@@ -473,6 +497,7 @@ static bool capture(rf_session *s, rf__plan *p, rf__step_graph *g,
     (void)cudaGetLastError();
   }
   if (!exec) {
+    rf_status_free(transient);
     /* Nothing of the step ran. Variables the step swapped for new buffers
      * now hold unwritten ones: a failed capture may not go unnoticed. */
     release_held(g, p);
@@ -482,7 +507,10 @@ static bool capture(rf_session *s, rf__plan *p, rf__step_graph *g,
     snprintf(why, sizeof why, "capturing it failed: %s%s",
              run ? rf_status_message(run) : cudaGetErrorString(e),
              swapped ? " (variables it updated were lost)" : "");
-    give_up(p, g, why);
+    if (run) /* the step's own failure: a later run captures again */
+      RF__LOG(RF_LOG_INFO, "gpu graphs: plan '%s': %s", p->signature, why);
+    else
+      give_up(p, g, why);
     rf__graph_capture_end(s);
     if (!swapped) {
       rf_status_free(run);
@@ -493,7 +521,11 @@ static bool capture(rf_session *s, rf__plan *p, rf__step_graph *g,
     rf_status_free(run);
     return true;
   }
-  bool keep = !run && !not_kept;
+  bool keep = !run && !never && !transient;
+  if (transient)
+    RF__LOG(RF_LOG_INFO, "gpu graphs: plan '%s': the capture is not kept: %s",
+            p->signature, rf_status_message(transient));
+  rf_status_free(transient);
   if (keep && take_fetches(g, step)) keep = false;
   /* The launch is the step: what was enqueued before an error runs, as it
    * would have without the graph. */
@@ -506,16 +538,13 @@ static bool capture(rf_session *s, rf__plan *p, rf__step_graph *g,
       g->outs[i] = NULL;
     }
     g->num_vars = 0;
-    if (not_kept) give_up(p, g, not_kept);
-    if (run && ++g->failures >= 3)
-      give_up(p, g, "its step failed in three captures in a row");
+    if (never) give_up(p, g, never);
     g->kept = false;
     rf__graph_capture_end(s);
     *out = run ? run : st2;
     if (run) rf_status_free(st2);
     return true;
   }
-  g->failures = 0;
   g->exec = exec;
   g->kept = true;
   rf__graph_captured(&g->shapes);
