@@ -28,17 +28,68 @@ static bool token_pair(const rf_node *n) {
   return semi && semi - key >= 4 && strncmp(semi - 4, ":ctl", 4) == 0;
 }
 
-/* Host work that makes no value: a step's control plumbing (a NoOp target,
- * crossing control edges). The capture runs it; a replay has no need to. */
-static bool plumbing(const rf_node *n) {
-  return !strcmp(n->op->name, "NoOp") || !strcmp(n->op->name, "_Token") ||
-         token_pair(n);
+/* Host values a capture may bake into its graph: what the CPU devices of
+ * the step compute from constants alone (a Reshape's shape, a NoOp target,
+ * the tokens of crossing control edges) is the same at every launch. A node
+ * of a CPU device qualifies when it is a NoOp, _Token, Const or token pair,
+ * or has data inputs, all of which qualify, and is no _Arg, _Recv (of a
+ * value) or _Retval. seen[id]: 0 not yet, 1 yes, 2 no, 3 being looked at. */
+static bool fixed_on_host(const rf__plan *p, const rf_node *n, char *seen) {
+  if (seen[n->id] == 1 || seen[n->id] == 2) return seen[n->id] == 1;
+  if (seen[n->id] == 3) return false; /* a cycle: no graph has one */
+  const char *op = n->op->name;
+  bool ok;
+  if (!strcmp(op, "NoOp") || !strcmp(op, "_Token") || !strcmp(op, "Const") ||
+      token_pair(n)) {
+    ok = true;
+  } else if (n->num_inputs == 0 || !strcmp(op, "_Arg") ||
+             !strcmp(op, "_Recv") || !strcmp(op, "_Retval")) {
+    ok = false;
+  } else {
+    seen[n->id] = 3;
+    ok = true;
+    for (int i = 0; i < n->num_inputs && ok; i++)
+      ok = fixed_on_host(p, n->data_in[i]->src, seen);
+  }
+  seen[n->id] = ok ? 1 : 2;
+  return ok;
+}
+
+/* The _Send of a _Recv's key, or NULL. */
+static const rf_node *sender_of(const rf__plan *p, const rf_node *recv) {
+  const char *key = NULL, *other = NULL;
+  rf_status_free(rf__attrs_get_string(&recv->attrs, "key", &key));
+  for (int id = 0; key && id < p->graph->num_ids; id++) {
+    const rf_node *n = p->graph->nodes[id];
+    if (!n || strcmp(n->op->name, "_Send")) continue;
+    rf_status *st = rf__attrs_get_string(&n->attrs, "key", &other);
+    rf_status_free(st);
+    if (!st && !strcmp(key, other)) return n;
+  }
+  return NULL;
+}
+
+/* A GPU _Recv of a host value a CPU device computes from constants, kept in
+ * host memory (host_memory: no copy, no wait). */
+static bool fixed_host_input(const rf_session *s, const rf__plan *p,
+                             const rf_node *recv, char *seen) {
+  bool host = false;
+  if (rf__attrs_find(&recv->attrs, "host_memory"))
+    rf_status_free(rf__attrs_get_bool(&recv->attrs, "host_memory", &host));
+  const rf_node *send = host ? sender_of(p, recv) : NULL;
+  return send && send->assigned_device >= 0 &&
+         s->devices[send->assigned_device].name.type != RF_DEVICE_GPU &&
+         fixed_on_host(p, send, seen);
 }
 
 /* Why node n of a GPU device keeps its step from being replayed. */
-static const char *node_reason(const rf_node *n, char *buf, size_t len) {
+static const char *node_reason(const rf_session *s, const rf__plan *p,
+                               const rf_node *n, char *seen, char *buf,
+                               size_t len) {
   const char *op = n->op->name;
-  if ((!strcmp(op, "_Send") || !strcmp(op, "_Recv")) && !token_pair(n)) {
+  bool send = !strcmp(op, "_Send"), recv = !strcmp(op, "_Recv");
+  if ((send || recv) && !token_pair(n) &&
+      !(recv && fixed_host_input(s, p, n, seen))) {
     snprintf(buf, len,
              "node '%.200s' (%s) passes a value between devices, which waits "
              "on the host",
@@ -56,10 +107,8 @@ static const char *node_reason(const rf_node *n, char *buf, size_t len) {
   return NULL;
 }
 
-const char *rf__graph_unsupported(const rf_session *s, const rf__plan *p,
-                                  char *buf, size_t len) {
-  if (p->num_gpus == 0) return "no GPU device in the step";
-  if (p->cross_task) return "collectives across tasks of the job";
+static const char *plan_reason(const rf_session *s, const rf__plan *p,
+                               char *seen, char *buf, size_t len) {
   for (int i = 1; i < p->num_gpus; i++)
     if (p->gpus[i]->gpu_ordinal != p->gpus[0]->gpu_ordinal) {
       snprintf(buf, len,
@@ -74,17 +123,28 @@ const char *rf__graph_unsupported(const rf_session *s, const rf__plan *p,
     if (!n || n->assigned_device < 0) continue;
     const rf__device *d = &s->devices[n->assigned_device];
     if (d->name.type == RF_DEVICE_GPU) {
-      const char *why = node_reason(n, buf, len);
+      const char *why = node_reason(s, p, n, seen, buf, len);
       if (why) return why;
-    } else if (!plumbing(n)) {
+    } else if (!fixed_on_host(p, n, seen)) {
       snprintf(buf, len,
                "a CPU device in the step (%s runs node '%.200s' (%s) on the "
-               "host)",
+               "host, on values that may change)",
                d->canonical, n->name, n->op->name);
       return buf;
     }
   }
   return NULL;
+}
+
+const char *rf__graph_unsupported(const rf_session *s, const rf__plan *p,
+                                  char *buf, size_t len) {
+  if (p->num_gpus == 0) return "no GPU device in the step";
+  if (p->cross_task) return "collectives across tasks of the job";
+  char *seen = rf__calloc((size_t)p->graph->num_ids + 1, 1);
+  if (!seen) return "out of memory while looking at the step";
+  const char *why = plan_reason(s, p, seen, buf, len);
+  rf__free(seen);
+  return why;
 }
 
 /* ---- shapes ---- */
