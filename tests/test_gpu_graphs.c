@@ -2,13 +2,13 @@
  * (rf_session_options.gpu_graphs; the decision alone, without a GPU:
  * test_step_graph_policy.c). On a GPU: MLP training steps (`ringflow train`'s
  * graph: Adam, loss fetched, new batch and learning rate every step) on gpu:0
- * and on virtual gpu:0-3 with all-reduce give bit-identical losses and
- *     parameters with and without graphs, and the log says the step was
- *     captured; a shape change falls back (the log says so) and is then
- *     captured anew; a step that fails during its capture or its replay
- *     (out of memory, injected) is reported and the session goes on with
- *     the right values; a CPU device in the step runs without the graph
- *     and the log says why.
+ * and on virtual gpu:0-3 with all-reduce (a small MLP, and `ringflow train`'s
+ * own at batch 128) give bit-identical losses and parameters with and without
+ * graphs, and the log says the step was captured; a shape change falls back
+ * (the log says so) and is then captured anew; a step that fails during its
+ * capture or its replay (out of memory, injected) is reported and the session
+ * goes on with the right values; a CPU device in the step runs without the
+ * graph and the log says why.
  * GPU tests print "GPU tests skipped: <reason>" without a GPU. */
 #include <math.h>
 #include <pthread.h>
@@ -98,7 +98,8 @@ static rf_tensor *scalar(double v) {
   return t;
 }
 
-/* Trains `ringflow train`'s MLP (IN-HID-CLASSES, Adam, all-reduce) on
+/* Trains `ringflow train`'s MLP (IN-HID-CLASSES, or with full its own
+ * 784-512-256-10 at a global batch of 128; Adam, all-reduce) on
  * gpu:0..ndev-1 for STEPS steps of fresh random batches, graphs on or off;
  * fills r with every step's losses and the final parameters. With
  * fail_at > 0, the step after step fail_at (1-based) starts from the
@@ -106,18 +107,24 @@ static rf_tensor *scalar(double v) {
  * allocation failing for k = 1, 2, ... until it succeeds (each failure must
  * be RESOURCE_EXHAUSTED; a failed step may have applied some updates, as
  * without graphs: hence the reset). */
-static void train(int ndev, int graphs, int fail_at, bool inject,
+static void train(int ndev, int graphs, int fail_at, bool inject, bool full,
                   run_result *r) {
   mlp_config cfg = {.model = MODEL_MLP,
                     .num_devices = ndev,
-                    .num_layers = 2,
+                    .num_layers = full ? 3 : 2,
                     .sizes = {IN, HID, CLASSES},
-                    .device_batch = 8,
+                    .device_batch = full ? 32 : 8,
                     .sync = SYNC_ALLREDUCE,
                     .lr = 0.01,
                     .beta1 = 0.9,
                     .beta2 = 0.999,
                     .epsilon = 1e-7};
+  if (full) { /* `ringflow train`'s model and batch 128 */
+    int sizes[4] = {784, 512, 256, 10};
+    memcpy(cfg.sizes, sizes, sizeof sizes);
+    cfg.device_batch = 128 / ndev;
+  }
+  const int in = cfg.sizes[0], rows = cfg.device_batch;
   for (int d = 0; d < ndev; d++)
     snprintf(cfg.devices[d], sizeof cfg.devices[d], "gpu:%d", d);
   mlp_graph m;
@@ -125,7 +132,7 @@ static void train(int ndev, int graphs, int fail_at, bool inject,
   rf_session_options o;
   rf_session_options_init(&o);
   o.num_gpu_devices = ndev;
-  o.num_threads = 2;
+  o.num_threads = full ? 0 : 2; /* full: one thread a core, as the tool */
   o.gpu_graphs = graphs;
   rf_session *s = NULL;
   assert_ok(rf_session_new(m.g, &o, &s));
@@ -150,15 +157,16 @@ static void train(int ndev, int graphs, int fail_at, bool inject,
               *b2 = scalar(pow(0.999, step + 1));
     rf_tensor *lr = scalar(0.01 / (1 + step));
     for (int d = 0; d < ndev; d++) {
-      int64_t xd[2] = {8, IN}, yd[1] = {8};
+      int64_t xd[2] = {rows, in}, yd[1] = {rows};
       rf_shape xs = rf_shape_make(2, xd), ys = rf_shape_make(1, yd);
       assert_ok(rf_tensor_new(RF_FLOAT32, &xs, NULL, &x[d]));
       assert_ok(rf_tensor_new(RF_INT32, &ys, NULL, &y[d]));
       float *xp = rf_tensor_mutable_data(x[d]);
       int32_t *yp = rf_tensor_mutable_data(y[d]);
-      for (int i = 0; i < 8 * IN; i++)
+      for (int i = 0; i < rows * in; i++)
         xp[i] = (float)(next_rand(&rng) % 1000) / 1000.0f;
-      for (int i = 0; i < 8; i++) yp[i] = (int32_t)(next_rand(&rng) % CLASSES);
+      for (int i = 0; i < rows; i++)
+        yp[i] = (int32_t)(next_rand(&rng) % CLASSES);
       const mlp_replica *rep = &m.rep[d];
       feeds[5 * d] = (rf_feed){rep->x, x[d]};
       feeds[5 * d + 1] = (rf_feed){rep->y, y[d]};
@@ -222,12 +230,12 @@ static void expect_identical(run_result *a, run_result *b, int ndev, int skip) {
   }
 }
 
-static void mlp_bit_identical(int ndev) {
+static void mlp_bit_identical(int ndev, bool full) {
   rf_test_need_gpu();
   static run_result plain, graphed;
-  train(ndev, 0, 0, false, &plain);
+  train(ndev, 0, 0, false, full, &plain);
   log_start();
-  train(ndev, 1, 0, false, &graphed);
+  train(ndev, 1, 0, false, full, &graphed);
   log_stop();
   expect_log("gpu graphs: captured the step", true);
   expect_log("not captured", false);
@@ -236,12 +244,20 @@ static void mlp_bit_identical(int ndev) {
 
 static void test_mlp_gpu0(void **state) {
   (void)state;
-  mlp_bit_identical(1);
+  mlp_bit_identical(1, false);
 }
 
 static void test_mlp_gpu0_3_allreduce(void **state) {
   (void)state;
-  mlp_bit_identical(4);
+  mlp_bit_identical(4, false);
+}
+
+/* `ringflow train --devices gpu:0-3 --batch 128`'s step (784-512-256-10,
+ * one pool thread a core): its first launch faulted on the H200
+ * (docs/PERFORMANCE.md, "CUDA graphs of steps"). */
+static void test_mlp_gpu0_3_full_size(void **state) {
+  (void)state;
+  mlp_bit_identical(4, true);
 }
 
 /* Out of memory while the step is captured (step 2 is the capture) and
@@ -252,9 +268,9 @@ static void test_errors_in_capture_and_replay(void **state) {
   rf_test_need_gpu();
   static run_result plain, failed;
   for (int at = 2; at <= 4; at += 2) {
-    train(1, 0, at, false, &plain); /* the same reset, no failure */
+    train(1, 0, at, false, false, &plain); /* the same reset, no failure */
     log_start();
-    train(1, 1, at, true, &failed);
+    train(1, 1, at, true, false, &failed);
     log_stop();
     expect_log("gpu graphs: captured the step", true);
     expect_identical(&plain, &failed, 1, at);
@@ -351,6 +367,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_mlp_gpu0),
       cmocka_unit_test(test_mlp_gpu0_3_allreduce),
+      cmocka_unit_test(test_mlp_gpu0_3_full_size),
       cmocka_unit_test(test_errors_in_capture_and_replay),
       cmocka_unit_test(test_shape_change_falls_back),
       cmocka_unit_test(test_cpu_device_falls_back),

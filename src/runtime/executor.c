@@ -365,7 +365,10 @@ static void run_node(frame *f, int v, ready *rd) {
                           .step = f->step,
                           .executor_private = &f->refs[v]};
     int64_t t0 = f->step->trace ? rf__trace_now() : 0;
+    bool serial = f->step->capturing && dev->enter; /* device.h: capture_mu */
+    if (serial) pthread_mutex_lock(&dev->capture_mu);
     rf_status *st = x->compute(&ctx);
+    if (serial) pthread_mutex_unlock(&dev->capture_mu);
     /* before complete() releases the kernel's buffers: device/gpu/order.h */
     if (ctx.stream_taken) rf__gpu_enqueue_end(dev->order);
     if (f->step->trace)
