@@ -8,15 +8,19 @@
  * reported, so a busy machine hurts all three alike). Prints per K the time
  * per step of each, fused/one, unfused/fused, and the fixed cost per
  * collective that fusing saved: (unfused - fused) / (K - buckets). Inputs
- * are Consts, so a step is the collectives (and packing) alone.
+ * `const`: Consts, so a step is the collectives (and packing) alone; the
+ * pack copies every input. Inputs `computed`: each is c + c, a kernel run
+ * every step, as gradients are, that writes straight into its slice of the
+ * bucket (runtime/executor_homes.c); `one` then adds all of it too.
  *
  *   bench_bucket_allreduce [devices=4] [min=4096] [max=65536] [steps=50]
  *                          [rounds=5] [bucket=RF_DEFAULT_BUCKET_BYTES]
- *                          [type=cpu|gpu]
+ *                          [type=cpu|gpu] [inputs=const|computed]
  *
  * type gpu: virtual GPU devices gpu:0..devices-1 (on the physical GPUs in
  * turn; one GPU: the CUDA-kernel collectives). */
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +33,7 @@
 #define MAXD 8
 
 static const char *dev_type = "cpu";
+static bool computed; /* inputs c + c, not c */
 
 static void check(rf_status *st, const char *what) {
   if (!st) return;
@@ -69,6 +74,7 @@ static void build(setup *x, int devices, const int64_t *counts, int n,
       for (int64_t i = 0; i < counts[k]; i++) p[i] = (float)(i % 7) - 3.0f;
       /* a Const: no feed's cost in the step, only the collectives' */
       in[d] = rf_const(x->g, NULL, t);
+      if (computed) in[d] = rf_add(x->g, NULL, in[d], in[d]);
       rf_graph_pop_device(x->g);
       x->feeds[x->nfeeds++] = (rf_feed){in[d], t};
     }
@@ -107,19 +113,22 @@ int main(int argc, char **argv) {
   int rounds = argc > 5 ? atoi(argv[5]) : 5;
   int64_t bucket = argc > 6 ? atoll(argv[6]) : RF_DEFAULT_BUCKET_BYTES;
   if (argc > 7) dev_type = argv[7];
+  const char *inputs = argc > 8 ? argv[8] : "const";
+  computed = strcmp(inputs, "computed") == 0;
   if (devices < 1 || devices > MAXD || lo < 4 || hi < lo || steps < 1 ||
       rounds < 1 || bucket < 0 ||
-      (strcmp(dev_type, "cpu") != 0 && strcmp(dev_type, "gpu") != 0)) {
+      (strcmp(dev_type, "cpu") != 0 && strcmp(dev_type, "gpu") != 0) ||
+      (!computed && strcmp(inputs, "const") != 0)) {
     fprintf(stderr,
             "usage: %s [devices] [min] [max] [steps] [rounds] "
-            "[bucket] [cpu|gpu]\n",
+            "[bucket] [cpu|gpu] [const|computed]\n",
             argv[0]);
     return 2;
   }
   printf(
       "# %d %s devices, float32 tensors of %.0f..%.0f bytes, bucket %lld "
-      "bytes, best of %d rounds of %d steps, us per step\n",
-      devices, dev_type, lo, hi, (long long)bucket, rounds, steps);
+      "bytes, %s inputs, best of %d rounds of %d steps, us per step\n",
+      devices, dev_type, lo, hi, (long long)bucket, inputs, rounds, steps);
   printf("%5s %10s %9s %9s %9s %10s %12s %9s\n", "K", "bytes", "unfused",
          "fused", "one", "fused/one", "unfused/fus", "saved/us");
   static const int ks[] = {16, 64, 256};

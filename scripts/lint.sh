@@ -21,5 +21,6 @@ fi
 [ -x .venv/bin/python ] || "${PYTHON:-python3}" -m venv .venv
 .venv/bin/pip install -q --disable-pip-version-check "ruff>=0.4"
 .venv/bin/ruff check python tests/python examples/python \
-  bench/python_run_overhead.py bench/gpu_train_vs_pytorch.py bench/ncu_step_table.py
+  bench/python_run_overhead.py bench/gpu_train_vs_pytorch.py bench/ncu_step_table.py \
+  bench/bucket_vs_ddp.py
 echo "lint: clang-format, cppcheck, no shell and ruff clean"

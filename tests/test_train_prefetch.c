@@ -158,10 +158,12 @@ static int train(const char *save, int steps) {
   char data[128], nsteps[16];
   snprintf(data, sizeof data, "--data=%s", dir);
   snprintf(nsteps, sizeof nsteps, "--steps=%d", steps);
+  /* --feed batches: the path with the prefetcher */
   char *argv[] = {
       "train", "--devices=cpu:0-1", "--batch=32", "--epochs=1", nsteps,
-      data,    "--quiet",           "--save",     (char *)save, NULL};
-  int argc = save ? 9 : 7;
+      data,    "--feed=batches",    "--quiet",    "--save",     (char *)save,
+      NULL};
+  int argc = save ? 10 : 8;
   return cmd_train(argc, argv);
 }
 

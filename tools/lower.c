@@ -63,7 +63,7 @@ int cmd_lower(int argc, char **argv) {
                   "DIR/after.dot (and SVG with Graphviz)"),
       TOOL_SIZE("bucket-bytes", &bucket_bytes, "N",
                 "fuse independent all-reduces into buckets of up to N bytes "
-                "(0: none; default 4K)",
+                "(0: none; default 1M)",
                 0, (double)(INT64_C(1) << 40)),
       TOOL_CHOICE("comm-dtype", &comm, "T",
                   "the wire dtype of float32 all-reduces (default fp32)",

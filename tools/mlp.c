@@ -76,16 +76,49 @@ static rf_shape state_shape(const mlp_config *c, int p) {
   return s;
 }
 
+static rf_shape input_shape(const mlp_config *c, int rows) {
+  return c->model == MODEL_CNN ? cnn_input_shape(rows)
+                               : rf_shape_of(2, rows, c->sizes[0]);
+}
+
+/* Replica d's batch: fed, or (data_rows) gathered on its device from its
+ * own copy of the data set by the fed row indices, so that a step moves
+ * only the indices to the device. loads[0..1] get the data's assigns. */
+static void build_inputs(const mlp_config *c, rf_graph *g, int d,
+                         mlp_replica *r, rf_node **loads) {
+  rf_shape ys = rf_shape_of(1, c->device_batch);
+  if (c->data_rows == 0) {
+    r->x = rf_placeholder(g, NULL, RF_FLOAT32, input_shape(c, c->device_batch));
+    r->y = rf_placeholder(g, NULL, RF_INT32, ys);
+    return;
+  }
+  rf_shape shapes[2] = {rf_shape_of(2, c->data_rows, c->sizes[0]),
+                        rf_shape_of(1, c->data_rows)};
+  rf_dtype dtypes[2] = {RF_FLOAT32, RF_INT32};
+  rf_output rows[2];
+  r->idx = rf_placeholder(g, NULL, RF_INT32, ys);
+  for (int k = 0; k < 2; k++) {
+    char name[64];
+    snprintf(name, sizeof name, "data_%s_dev%d", k ? "labels" : "images", d);
+    rf_output var = rf_variable(g, name, dtypes[k], shapes[k]);
+    r->data_init[k] = rf_placeholder(g, NULL, dtypes[k], shapes[k]);
+    loads[k] = rf_assign(g, NULL, var, r->data_init[k]);
+    rows[k] = rf_gather(g, NULL, rf_read_variable(g, NULL, var), r->idx, 0);
+  }
+  rf_shape xs = input_shape(c, c->device_batch);
+  r->x = c->model == MODEL_CNN
+             ? rf_reshape_to(g, NULL, rows[0], xs.rank, xs.dims)
+             : rows[0];
+  r->y = rows[1];
+}
+
 /* One replica's variables, forward pass, loss and accuracy. Sharded
  * parameters' rows, m and v are initialised by build_sharded. */
 static void build_forward(const mlp_config *c, rf_graph *g, int d, vars *vs,
-                          mlp_replica *r, rf_node **inits, int *ninit) {
+                          mlp_replica *r, rf_node **inits, int *ninit,
+                          rf_node **loads) {
   char name[64];
-  r->x = rf_placeholder(g, NULL, RF_FLOAT32,
-                        c->model == MODEL_CNN
-                            ? cnn_input_shape(c->device_batch)
-                            : rf_shape_of(2, c->device_batch, c->sizes[0]));
-  r->y = rf_placeholder(g, NULL, RF_INT32, rf_shape_of(1, c->device_batch));
+  build_inputs(c, g, d, r, loads);
   for (int p = 0; p < mlp_num_params(c); p++) {
     rf_shape s = param_shape(c, p), ss = state_shape(c, p);
     snprintf(name, sizeof name, "%s%d_dev%d", p % 2 ? "b" : "W", p / 2, d);
@@ -315,12 +348,13 @@ rf_status *mlp_build(const mlp_config *c, mlp_graph *m) {
   static vars vs[MLP_MAX_DEVICES]; /* large; built once per run */
   static rf_output grads[MLP_MAX_DEVICES][2 * MLP_MAX_LAYERS];
   rf_node *inits[MLP_MAX_DEVICES * 8 * MLP_MAX_LAYERS]; /* 4 per param */
+  rf_node *loads[MLP_MAX_DEVICES * 2] = {0};            /* with data_rows */
   int ninit = 0;
   rf_status *st = NULL;
   for (int d = 0; d < c->num_devices && !st; d++) {
     st = rf_graph_push_device(g, c->devices[d]);
     if (st) break;
-    build_forward(c, g, d, &vs[d], &m->rep[d], inits, &ninit);
+    build_forward(c, g, d, &vs[d], &m->rep[d], inits, &ninit, &loads[2 * d]);
     st = rf_graph_status(g);
     /* gathered weights: the gradient of their product instead */
     rf_output xs[2 * MLP_MAX_LAYERS];
@@ -359,6 +393,9 @@ rf_status *mlp_build(const mlp_config *c, mlp_graph *m) {
       st = rf_graph_add_control_edge(g, updates[i], m->train_op);
     for (int i = 0; i < ninit && !st; i++)
       st = rf_graph_add_control_edge(g, inits[i], m->init_op);
+    if (c->data_rows > 0) m->data_op = rf_noop(g, "load_data");
+    for (int i = 0; c->data_rows > 0 && i < 2 * c->num_devices && !st; i++)
+      st = rf_graph_add_control_edge(g, loads[i], m->data_op);
     if (!st) st = rf_graph_status(g);
   }
   if (st) {

@@ -31,15 +31,24 @@ typedef struct mlp_config {
   int num_layers;                    /* sizes[0] inputs .. sizes[n] classes */
   int sizes[MLP_MAX_LAYERS + 1];
   int device_batch; /* rows per device per step */
+  /* > 0: every replica keeps its own copy of the data set, this many rows
+   * (data_init), and gathers its batch from it by fed row indices (idx);
+   * 0: its batch is fed (x and y are placeholders). */
+  int data_rows;
   sync_mode sync;
   double lr, beta1, beta2, epsilon; /* lr: the schedule's starting value */
 } mlp_config;
 
 /* Per device: the feeds and fetches of one replica. */
 typedef struct mlp_replica {
-  /* placeholders: the inputs, (device_batch, sizes[0]) for the MLP and
-   * cnn_input_shape(device_batch) for the CNN, and the labels */
+  /* the inputs, (device_batch, sizes[0]) for the MLP and
+   * cnn_input_shape(device_batch) for the CNN, and the labels (int32):
+   * placeholders, or with data_rows the rows idx of the replica's data */
   rf_output x, y;
+  /* with data_rows: the batch's row indices (int32, device_batch), and
+   * placeholders for the data set's images (data_rows, sizes[0]) float32
+   * and labels (data_rows) int32, assigned by data_op */
+  rf_output idx, data_init[2];
   /* scalar placeholders fed every step: the scheduled learning rate and
    * Adam's bias corrections beta^t */
   rf_output lr, beta1_power, beta2_power;
@@ -63,6 +72,7 @@ typedef struct mlp_graph {
   mlp_replica rep[MLP_MAX_DEVICES];
   rf_node *train_op; /* runs every replica's update */
   rf_node *init_op;  /* assigns params, m and v from the init placeholders */
+  rf_node *data_op;  /* with data_rows: assigns the replicas' data sets */
 } mlp_graph;
 
 /* Builds the graph; on error everything built is freed. */

@@ -28,11 +28,18 @@
 #endif
 #define DEFAULT_DATA "/usr/share/datasets/fashion-mnist"
 
+/* The training or test set: rows [first, first + n) of xt (N, dim) and yt
+ * (N), which hold the training rows, then the test rows (the devices' copy
+ * with --feed indices); x and y point at the set's own. */
 typedef struct dataset {
-  int n, dim;
+  int n, dim, first;
   float *x;   /* n * dim, scaled to [0, 1] */
   int32_t *y; /* n */
+  rf_tensor *xt, *yt;
 } dataset;
+
+/* --feed: where a step's rows come from (parse_options' feed_choices). */
+typedef enum feed_mode { FEED_AUTO, FEED_INDICES, FEED_BATCHES } feed_mode;
 
 typedef struct options {
   tool_devices devices;
@@ -41,15 +48,16 @@ typedef struct options {
   uint64_t seed;
   sync_mode sync;
   model_kind model;
-  bool check, quiet, constant_lr, bench, allow_nonfinite;
+  feed_mode feed;
+  bool check, quiet, constant_lr, bench, allow_nonfinite, tf32;
   const char *data_dir, *save, *load, *graph_dir, *trace;
   int bucket_mb, comm_dtype; /* -1: the library's default; comm_choices */
   int gpu_graphs;            /* graph_choices: the session's default, off, on */
 } options;
 
 static void dataset_free(dataset *d) {
-  free(d->x);
-  free(d->y);
+  rf_tensor_release(d->xt);
+  rf_tensor_release(d->yt);
 }
 
 /* "DIR/PREFIX-KIND", malloc'ed (--data may be of any length), or NULL. */
@@ -60,55 +68,83 @@ static char *split_path(const char *dir, const char *prefix, const char *kind) {
   return p;
 }
 
-/* Loads DIR/PREFIX-{images,labels}-*.gz: at least one image, each of
- * `dim` pixels (28x28 for the model), labels 0..9. */
+/* Reads DIR/PREFIX-{images,labels}-*.gz: at least one image, each of
+ * `dim` pixels (28x28 for the model), labels 0..9. On error im and lb hold
+ * nothing. */
 static rf_status *load_split(const char *dir, const char *prefix, int dim,
-                             dataset *out) {
+                             idx_array *im, idx_array *lb) {
   char *ipath = split_path(dir, prefix, "images-idx3-ubyte.gz"),
        *lpath = split_path(dir, prefix, "labels-idx1-ubyte.gz");
-  idx_array im = {0}, lb = {0};
   rf_status *st = ipath && lpath
-                      ? idx_read(ipath, (size_t)1 << 30, &im)
+                      ? idx_read(ipath, (size_t)1 << 30, im)
                       : rf_status_new(RF_RESOURCE_EXHAUSTED, "out of memory");
-  if (!st) st = idx_read(lpath, (size_t)1 << 26, &lb);
-  if (st) {
-    idx_free(&im);
-    free(ipath);
-    free(lpath);
-    return st;
-  }
-  st = idx_check_labelled(&im, ipath, &lb, lpath, 10);
-  if (!st && im.dims[0] == 0) /* no step, no accuracy */
+  if (!st) st = idx_read(lpath, (size_t)1 << 26, lb);
+  if (!st) st = idx_check_labelled(im, ipath, lb, lpath, 10);
+  if (!st && im->dims[0] == 0) /* no step, no accuracy */
     st = rf_status_new(RF_INVALID_ARGUMENT, "%s holds no images", ipath);
-  if (!st && im.dims[1] * im.dims[2] != dim)
-    st =
-        rf_status_new(RF_INVALID_ARGUMENT,
-                      "%s: images are %lldx%lld; the model takes 28x28 (%d "
-                      "inputs)",
-                      ipath, (long long)im.dims[1], (long long)im.dims[2], dim);
-  if (!st) {
-    out->n = (int)im.dims[0];
-    out->dim = (int)(im.dims[1] * im.dims[2]);
-    out->x = malloc(sizeof(float) * im.size);
-    out->y = malloc(sizeof(int32_t) * lb.size);
-    if (!out->x || !out->y)
-      st = rf_status_new(RF_RESOURCE_EXHAUSTED, "out of memory");
-    for (size_t i = 0; !st && i < im.size; i++) out->x[i] = im.data[i] / 255.0f;
-    for (size_t i = 0; !st && i < lb.size; i++) out->y[i] = lb.data[i];
+  if (!st && im->dims[1] * im->dims[2] != dim)
+    st = rf_status_new(RF_INVALID_ARGUMENT,
+                       "%s: images are %lldx%lld; the model takes 28x28 (%d "
+                       "inputs)",
+                       ipath, (long long)im->dims[1], (long long)im->dims[2],
+                       dim);
+  if (st) {
+    idx_free(im);
+    idx_free(lb);
   }
-  idx_free(&im);
-  idx_free(&lb);
   free(ipath);
   free(lpath);
   return st;
 }
 
+/* The training set from im[0], lb[0] and the test set from im[1], lb[1]
+ * (load_split's), in one pair of tensors (dataset). */
+static rf_status *make_datasets(const idx_array *im, const idx_array *lb,
+                                int dim, dataset *train, dataset *test) {
+  int n = (int)(im[0].dims[0] + im[1].dims[0]);
+  rf_shape xs = rf_shape_of(2, n, dim), ys = rf_shape_of(1, n);
+  rf_tensor *xt, *yt;
+  RF_TOOL_CHECK(rf_tensor_new(RF_FLOAT32, &xs, NULL, &xt));
+  rf_status *st = rf_tensor_new(RF_INT32, &ys, NULL, &yt);
+  if (st) {
+    rf_tensor_release(xt);
+    return st;
+  }
+  float *x = rf_tensor_mutable_data(xt);
+  int32_t *y = rf_tensor_mutable_data(yt);
+  dataset *sets[2] = {train, test};
+  for (int k = 0, first = 0; k < 2; first += sets[k]->n, k++) {
+    dataset *d = sets[k];
+    *d = (dataset){.n = (int)im[k].dims[0],
+                   .dim = dim,
+                   .first = first,
+                   .x = x + (size_t)first * dim,
+                   .y = y + first,
+                   .xt = rf_tensor_retain(xt),
+                   .yt = rf_tensor_retain(yt)};
+    for (size_t i = 0; i < im[k].size; i++) d->x[i] = im[k].data[i] / 255.0f;
+    for (size_t i = 0; i < lb[k].size; i++) d->y[i] = lb[k].data[i];
+  }
+  rf_tensor_release(xt);
+  rf_tensor_release(yt);
+  return NULL;
+}
+
 /* Rows idx[0..rows) of d into new x/y tensors, x shaped xs (rows first: the
- * model's input placeholder). */
-static rf_status *batch_tensors(const dataset *d, const int *idx, rf_shape xs,
-                                rf_tensor **x, rf_tensor **y) {
+ * model's input placeholder). With the data on the devices (data_rows) *x
+ * gets the rows' indices in the devices' copy instead, and *y NULL. */
+static rf_status *batch_tensors(const trainer *t, const dataset *d,
+                                const int *idx, rf_shape xs, rf_tensor **x,
+                                rf_tensor **y) {
   int rows = (int)xs.dims[0];
   rf_shape ys = rf_shape_of(1, rows);
+  if (t->cfg.data_rows) {
+    *y = NULL;
+    RF_TOOL_CHECK(rf_tensor_new(RF_INT32, &ys, NULL, x));
+    int32_t *p = rf_tensor_mutable_data(*x);
+    for (int r = 0; r < rows; r++) p[r] = d->first + idx[r];
+    return NULL;
+  }
   rf_status *st = rf_tensor_new(RF_FLOAT32, &xs, NULL, x);
   if (st) return st;
   st = rf_tensor_new(RF_INT32, &ys, NULL, y);
@@ -135,7 +171,7 @@ static rf_status *replica_batches(const trainer *t, const dataset *d,
   rf_shape xs = rf_output_shape(t->m.rep[t->first].x);
   for (int i = 0; i < t->nlocal; i++) {
     rf_status *st =
-        batch_tensors(d, idx + (t->first + i) * rows, xs, &x[i], &y[i]);
+        batch_tensors(t, d, idx + (t->first + i) * rows, xs, &x[i], &y[i]);
     if (!st) continue;
     while (i-- > 0) {
       rf_tensor_release(x[i]);
@@ -150,6 +186,19 @@ static rf_status *feed_batches(void *arg, const int *idx, rf_tensor **x,
                                rf_tensor **y) {
   const struct feeder *f = arg;
   return replica_batches(f->t, f->data, idx, x, y);
+}
+
+/* Feeds of replica r's batch_tensors x and y (y NULL: x holds indices);
+ * returns how many. */
+static int input_feeds(const mlp_replica *r, rf_tensor *x, rf_tensor *y,
+                       rf_feed *feeds) {
+  if (!y) {
+    feeds[0] = (rf_feed){r->idx, x};
+    return 1;
+  }
+  feeds[0] = (rf_feed){r->x, x};
+  feeds[1] = (rf_feed){r->y, y};
+  return 2;
 }
 
 /* Starts building the batches of the training set d on a helper thread while
@@ -282,6 +331,48 @@ static void trainer_free(trainer *t) {
   mlp_free(&t->m);
 }
 
+/* With cfg.data_rows: copies d's tensors (every row, training and test)
+ * into each of this process's replicas' variables, on their devices (CPU
+ * devices keep a reference to d's, shared; a GPU device copies them). */
+static rf_status *trainer_load_data(trainer *t, const dataset *d) {
+  rf_feed feeds[2 * MLP_MAX_DEVICES];
+  int nf = 0;
+  for (int i = t->first; i < t->first + t->nlocal; i++) {
+    feeds[nf++] = (rf_feed){t->m.rep[i].data_init[0], d->xt};
+    feeds[nf++] = (rf_feed){t->m.rep[i].data_init[1], d->yt};
+  }
+  return rf_session_run(t->s, feeds, nf, NULL, 0, &t->m.data_op, 1, NULL);
+}
+
+/* trainer_init, then the data sets onto the devices (--feed indices, auto)
+ * or the batch prefetcher (batches). When the copies do not fit (out of
+ * memory), --feed auto says so on stderr and feeds batches: cfg->data_rows
+ * becomes 0. Not in a job of several processes, whose graphs must agree. */
+static rf_status *trainer_start(trainer *t, mlp_config *cfg, const options *o,
+                                const rf_session_options *so,
+                                const train_job *job, const dataset *d,
+                                bool lead) {
+  cfg->data_rows =
+      o->feed == FEED_BATCHES ? 0 : (int)rf_tensor_num_elements(d->yt);
+  rf_status *st = trainer_init(t, cfg, o->seed, so, job);
+  if (!st && cfg->data_rows) st = trainer_load_data(t, d);
+  bool alone = !job || job->ntasks <= 1;
+  if (st && cfg->data_rows && o->feed == FEED_AUTO && alone &&
+      rf_status_code(st) == RF_RESOURCE_EXHAUSTED) {
+    if (lead)
+      fprintf(stderr,
+              "ringflow train: the data set does not fit on the devices "
+              "(%s); feeding each step's batch from host memory instead\n",
+              rf_status_message(st));
+    rf_status_free(st);
+    trainer_free(t);
+    cfg->data_rows = 0;
+    st = trainer_init(t, cfg, o->seed, so, job);
+  }
+  if (!st && !cfg->data_rows) trainer_prefetch(t, d);
+  return st;
+}
+
 /* One step on the global batch idx[0 .. devices*device_batch), of which this
  * process feeds its replicas' rows; *loss gets the mean loss over the global
  * batch. next_idx (or NULL): the next step's batch, which t's prefetcher
@@ -318,22 +409,21 @@ static rf_status *train_step(trainer *t, const dataset *d, const int *idx,
     rf_status_free(st);
     st = why;
   }
-  int made = st ? 0 : nd;
+  int made = st ? 0 : nd, nf = 0;
   if (!st && next_idx && t->pf) prefetch_start(t->pf, next_idx);
   for (int i = 0; i < made; i++) {
     mlp_replica *r = &t->m.rep[t->first + i];
-    feeds[5 * i] = (rf_feed){r->x, x[i]};
-    feeds[5 * i + 1] = (rf_feed){r->y, y[i]};
-    feeds[5 * i + 2] = (rf_feed){r->beta1_power, b1};
-    feeds[5 * i + 3] = (rf_feed){r->beta2_power, b2};
-    feeds[5 * i + 4] = (rf_feed){r->lr, lrt};
+    nf += input_feeds(r, x[i], y[i], &feeds[nf]);
+    feeds[nf++] = (rf_feed){r->beta1_power, b1};
+    feeds[nf++] = (rf_feed){r->beta2_power, b2};
+    feeds[nf++] = (rf_feed){r->lr, lrt};
     fetches[i] = r->loss;
   }
   /* Across processes the mean comes from an all-reduce of every loss. */
   int nfetch = t->job ? 1 : nd;
   if (t->job) fetches[0] = t->m.rep[t->first].loss_avg;
   if (!st)
-    st = rf_session_run(t->s, feeds, 5 * nd, fetches, nfetch, &t->m.train_op, 1,
+    st = rf_session_run(t->s, feeds, nf, fetches, nfetch, &t->m.train_op, 1,
                         losses);
   if (!st) {
     double sum = 0;
@@ -370,17 +460,16 @@ static rf_status *evaluate(trainer *t, const dataset *d, int64_t *right) {
     rf_tensor *x[MLP_MAX_DEVICES], *y[MLP_MAX_DEVICES], *out[MLP_MAX_DEVICES];
     rf_feed feeds[2 * MLP_MAX_DEVICES];
     rf_output fetches[MLP_MAX_DEVICES];
-    int made = 0;
+    int made = 0, nf = 0;
     for (; made < nd && !st; made++)
-      st = batch_tensors(d, idx + skip + made * rows, xs, &x[made], &y[made]);
+      st =
+          batch_tensors(t, d, idx + skip + made * rows, xs, &x[made], &y[made]);
     if (st) made--;
     for (int i = 0; i < made; i++) {
-      feeds[2 * i] = (rf_feed){t->m.rep[t->first + i].x, x[i]};
-      feeds[2 * i + 1] = (rf_feed){t->m.rep[t->first + i].y, y[i]};
+      nf += input_feeds(&t->m.rep[t->first + i], x[i], y[i], &feeds[nf]);
       fetches[i] = t->m.rep[t->first + i].correct;
     }
-    if (!st)
-      st = rf_session_run(t->s, feeds, 2 * nd, fetches, nd, NULL, 0, out);
+    if (!st) st = rf_session_run(t->s, feeds, nf, fetches, nd, NULL, 0, out);
     for (int i = 0; !st && i < nd; i++) {
       const int32_t *ok = rf_tensor_data(out[i]);
       for (int r = 0; r < rows; r++)
@@ -466,6 +555,10 @@ static const char *const schedule_choices[] = {"cosine", "constant", NULL};
 static const char *const comm_choices[] = {"fp32", "bf16", "fp16", NULL};
 static const char *const graph_choices[] = {"default", "off", "on", NULL};
 static const char *const comm_dtypes[] = {"float32", "bfloat16", "float16"};
+static const char *const feed_choices[] = {[FEED_AUTO] = "auto",
+                                           [FEED_INDICES] = "indices",
+                                           [FEED_BATCHES] = "batches",
+                                           NULL};
 static const char *const model_choices[] = {
     [MODEL_MLP] = "mlp", [MODEL_CNN] = "cnn", NULL};
 
@@ -482,7 +575,7 @@ static int parse_options(int argc, char **argv, options *o) {
                  .bucket_mb = -1};
   char why[64];
   tool_devices_parse("cpu:0-3", &o->devices, why, sizeof why);
-  int sync = SYNC_ALLREDUCE, schedule = 0, model = MODEL_MLP;
+  int sync = SYNC_ALLREDUCE, schedule = 0, model = MODEL_MLP, feed = FEED_AUTO;
   bool steps_given = false;
   const tool_opt opts[] = {
       TOOL_DEVICES("devices", &o->devices,
@@ -528,6 +621,17 @@ static int parse_options(int argc, char **argv, options *o) {
                 "differences"),
       TOOL_STRING("data", &o->data_dir, "DIR",
                   "Fashion-MNIST IDX files (default " DEFAULT_DATA ")"),
+      TOOL_CHOICE("feed", &feed, "MODE",
+                  "where each step's rows come from (the same rows and "
+                  "results either way). indices: the training and test "
+                  "sets are copied once onto every device (220 MB each; "
+                  "CPU devices share the host's copy) and a step sends "
+                  "only its rows' indices, gathered on the device; "
+                  "batches: a step's images and labels are copied from "
+                  "host memory; auto (default): indices, or batches with a "
+                  "line on stderr when the copies do not fit in device "
+                  "memory (in an MPI job that is an error)",
+                  feed_choices),
       TOOL_STRING("save", &o->save, "FILE",
                   "write parameters and optimizer state as safetensors at "
                   "the end (replacing FILE atomically); its directory is "
@@ -546,17 +650,22 @@ static int parse_options(int argc, char **argv, options *o) {
       TOOL_FLAG("bench", &o->bench,
                 "time training alone: --warmup steps, then --steps timed "
                 "steps at a constant --lr; prints samples_per_sec=<x> "
-                "batch=<b> devices=<n> ..."),
+                "batch=<b> devices=<n> ... feed=<indices|batches>"),
       TOOL_INT("warmup", &o->warmup, "N",
                "untimed steps before a --bench (default 10)", 0, 1 << 30),
       TOOL_FLAG("allow-nonfinite", &o->allow_nonfinite,
                 "keep training after a NaN or infinite loss (default: stop "
                 "with an error naming the step)"),
       TOOL_FLAG("quiet", &o->quiet, "no progress output"),
+      TOOL_FLAG("tf32", &o->tf32,
+                "let float32 matrix products on GPU devices use TF32 tensor "
+                "cores (rf_session_options.allow_tf32: faster, about 3 "
+                "decimal digits per input; default off, as in PyTorch; CPU "
+                "devices ignore it)"),
       TOOL_INT("bucket-mb", &o->bucket_mb, "N",
                "fuse independent gradient all-reduces into buckets of up to "
                "N MiB (0: one all-reduce per gradient; default: the "
-               "session's 4 KiB)",
+               "session's 1 MiB)",
                0, 1 << 20),
       TOOL_CHOICE("comm-dtype", &o->comm_dtype, "T",
                   "the dtype gradients travel in with --sync allreduce: fp32 "
@@ -589,6 +698,7 @@ static int parse_options(int argc, char **argv, options *o) {
   if (rc) return rc;
   o->sync = (sync_mode)sync;
   o->model = (model_kind)model;
+  o->feed = (feed_mode)feed;
   o->constant_lr = schedule == 1;
   if (o->bench && (o->check || o->trace || o->save))
     return tool_usage_error(
@@ -654,9 +764,9 @@ static rf_status *bench(trainer *t, const dataset *d, const options *o,
   if (tool_task <= 0)
     printf(
         "samples_per_sec=%.1f batch=%d devices=%d steps=%d seconds=%.3f "
-        "loss=%.4f\n",
+        "loss=%.4f feed=%s\n",
         (double)o->max_steps * o->batch / secs, o->batch, t->cfg.num_devices,
-        o->max_steps, secs, loss);
+        o->max_steps, secs, loss, t->cfg.data_rows ? "indices" : "batches");
   return NULL;
 }
 
@@ -708,6 +818,7 @@ int cmd_train(int argc, char **argv) {
   sopts.collective_timeout_ms = llround(o.collective_timeout * 1000);
   if (sopts.collective_timeout_ms < 1) sopts.collective_timeout_ms = 1;
   one_opts.collective_timeout_ms = sopts.collective_timeout_ms;
+  sopts.allow_tf32 = one_opts.allow_tf32 = o.tf32;
   train_job job;
   if ((rc = train_job_init(&job, &o.devices, &cfg))) return rc;
   bool lead = job.task == 0; /* prints, writes, checks */
@@ -719,21 +830,28 @@ int cmd_train(int argc, char **argv) {
    * may leave a batch in flight on the prefetch thread, which reads t and
    * train (trainer_free stops it before they go). */
   dataset train = {0}, test = {0};
+  idx_array im[2] = {{0}}, lb[2] = {{0}}; /* the training and test files */
   trainer t = {0}, ref = {0};
   int *idx = NULL;
   rf_status *st = NULL;
   int64_t saved_at = -1; /* the step of the last --save */
   /* a run must not end by failing to save: check the path first */
   if (o.save && lead) TRAIN_TRY(rf_checkpoint_check_path(o.save));
-  TRAIN_TRY(load_split(o.data_dir, "train", cfg.sizes[0], &train));
-  if (o.batch > train.n) { /* not one step per epoch */
-    rc = tool_fail("train: --batch %d is more than the %d training rows in %s",
-                   o.batch, train.n, o.data_dir);
+  TRAIN_TRY(load_split(o.data_dir, "train", cfg.sizes[0], &im[0], &lb[0]));
+  if (o.batch > im[0].dims[0]) { /* not one step per epoch */
+    rc = tool_fail(
+        "train: --batch %d is more than the %lld training rows in "
+        "%s",
+        o.batch, (long long)im[0].dims[0], o.data_dir);
     goto out;
   }
-  TRAIN_TRY(load_split(o.data_dir, "t10k", cfg.sizes[0], &test));
-  TRAIN_TRY(trainer_init(&t, &cfg, o.seed, &sopts, &job));
-  trainer_prefetch(&t, &train);
+  TRAIN_TRY(load_split(o.data_dir, "t10k", cfg.sizes[0], &im[1], &lb[1]));
+  TRAIN_TRY(make_datasets(im, lb, cfg.sizes[0], &train, &test));
+  for (int k = 0; k < 2; k++) {
+    idx_free(&im[k]);
+    idx_free(&lb[k]);
+  }
+  TRAIN_TRY(trainer_start(&t, &cfg, &o, &sopts, &job, &train, lead));
   if (o.graph_dir) TRAIN_TRY(write_graphs(&t, &sopts, o.graph_dir, lead));
   if (o.load) {
     TRAIN_TRY(trainer_load(&t, o.load));
@@ -748,7 +866,7 @@ int cmd_train(int argc, char **argv) {
     snprintf(one.devices[0], sizeof one.devices[0], "%s", o.devices.name[0]);
     one_opts.num_cpu_devices = sopts.num_cpu_devices;
     one_opts.num_gpu_devices = sopts.num_gpu_devices;
-    TRAIN_TRY(trainer_init(&ref, &one, o.seed, &one_opts, NULL));
+    TRAIN_TRY(trainer_start(&ref, &one, &o, &one_opts, NULL, &train, lead));
     if (o.load) TRAIN_TRY(trainer_load(&ref, o.load));
   }
   idx = malloc(sizeof(int) * (size_t)train.n);
@@ -836,5 +954,9 @@ out:
   free(idx);
   dataset_free(&train);
   dataset_free(&test);
+  for (int k = 0; k < 2; k++) {
+    idx_free(&im[k]);
+    idx_free(&lb[k]);
+  }
   return rc;
 }

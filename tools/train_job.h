@@ -23,7 +23,8 @@ typedef struct trainer {
   bool job;     /* replicas in other processes too */
   int first, nlocal;
   /* The next step's batch, built while a step runs (NULL: each step builds
-   * its own); train.c's feeder is its argument. */
+   * its own, or feeds indices with cfg.data_rows); train.c's feeder is its
+   * argument. */
   struct prefetch *pf;
   struct feeder {
     const struct trainer *t;

@@ -292,6 +292,114 @@ RF_API rf_output rf_dropout(rf_graph *g, const char *name, rf_output x,
 RF_API rf_output rf_layer_norm(rf_graph *g, const char *name, rf_output x,
                                rf_output gamma, rf_output beta, double epsilon);
 
+/* Batch normalization over every axis but the last: x is [..., C] of rank
+ * >= 2 (NHWC [N, H, W, C] or [N, C]); C, the last axis, is the channel axis.
+ * For each channel j, over the R = num_elements / C rows r:
+ *   y[r, j] = (x[r, j] - mean[j]) / sqrt(variance[j] + epsilon) * gamma[j]
+ *             + beta[j],
+ * variance the biased variance (sum of squared deviations / R), as
+ * TensorFlow's FusedBatchNorm and Keras's BatchNormalization normalise.
+ * gamma, beta, mean and variance are [C] with x's dtype; every float dtype
+ * (float16, bfloat16, float32, float64; statistics computed in double, each
+ * output rounded once); epsilon >= 0 (Keras's default is 1e-3, PyTorch's
+ * 1e-5). Errors (INVALID_ARGUMENT, naming the node and op): x of rank < 2,
+ * a parameter not [C] for x's last dim C (at run time, naming the device
+ * too, where a shape is only known then), epsilon < 0, a non-float or
+ * mixed dtype.
+ *
+ * Training mode: mean and variance are the batch's statistics, returned as
+ * outputs 1 and 2 of the BatchNorm node (*batch_mean and *batch_variance
+ * when not NULL; variance biased). An empty batch (R = 0) gives an empty y
+ * and NaN statistics. Gradients for x, gamma and beta go through the batch
+ * statistics (and gradients that reach batch_mean or batch_variance are
+ * included); dgamma and dbeta are summed over the rows in a fixed order, so
+ * they are deterministic; no second-order gradient. */
+RF_API rf_output rf_batch_norm_training(rf_graph *g, const char *name,
+                                        rf_output x, rf_output gamma,
+                                        rf_output beta, double epsilon,
+                                        rf_output *batch_mean,
+                                        rf_output *batch_variance);
+/* Inference mode (BatchNormInference): normalise with given statistics,
+ * usually the moving averages. Gradients for x, gamma, beta, mean and
+ * variance (the statistics taken as inputs, not recomputed). */
+RF_API rf_output rf_batch_norm_inference(rf_graph *g, const char *name,
+                                         rf_output x, rf_output gamma,
+                                         rf_output beta, rf_output mean,
+                                         rf_output variance, double epsilon);
+/* An assign node (a target: run it with the step) setting the variable
+ *   variable = momentum * variable + (1 - momentum) * value,
+ * placed on the variable's device; value has the variable's dtype and
+ * shape. momentum in [0, 1] (Keras's default is 0.99; PyTorch's momentum m
+ * is 1 - m here), else INVALID_ARGUMENT recorded in g and NULL. */
+RF_API rf_node *rf_moving_average_update(rf_graph *g, const char *name,
+                                         rf_output variable, rf_output value,
+                                         double momentum);
+
+typedef struct rf_batch_norm_result {
+  rf_output y;
+  /* The statistics y was normalised with: training, the batch mean and
+   * biased variance; inference, the values read from the moving
+   * variables. */
+  rf_output mean, variance;
+  /* Training with moving variables: a NoOp target that runs both moving
+   * average updates (rf_moving_average_update with the batch mean and the
+   * batch's biased variance); the user runs it with each training step, it
+   * does not run by itself. NULL otherwise. */
+  rf_node *update;
+} rf_batch_norm_result;
+
+/* Batch normalization as a layer, as Keras's BatchNormalization. The moving
+ * statistics are variables (rf_variable handles, [C], x's dtype, e.g.
+ * assigned zeros and ones before training): moving_mean holds the moving
+ * average of the batch means, moving_variance that of the batches' biased
+ * variances (Keras's convention; PyTorch and TF's fused kernel store the
+ * unbiased variance there instead). training: y =
+ * rf_batch_norm_training(...) and out->update updates the moving averages
+ * with `momentum`; moving_mean and moving_variance may then both be invalid
+ * ({NULL, 0}: no update). Inference: y = rf_batch_norm_inference with the
+ * variables' values (both required). On error (as rf_batch_norm_training,
+ * or momentum outside [0, 1], or moving variables missing) the graph keeps
+ * the error and *out is all invalid/NULL; nodes made before the error
+ * stay. */
+RF_API void rf_batch_norm(rf_graph *g, const char *name, rf_output x,
+                          rf_output gamma, rf_output beta,
+                          rf_output moving_mean, rf_output moving_variance,
+                          bool training, double momentum, double epsilon,
+                          rf_batch_norm_result *out);
+
+/* Synchronized batch norm (training mode) over n replicas, n in 1..1024:
+ * xs[i] ([..., C], on device i; a known rank >= 2, one float dtype and rank
+ * for all, C alike; the other dims may differ, so uneven batch slices are
+ * fine) is normalised with the statistics of the global batch, the
+ * concatenation of all xs along the rows, so every replica gets the y (and
+ * gradients) single-device batch norm gives for its rows of that batch.
+ * Under data parallelism plain rf_batch_norm per replica (per-device
+ * statistics) is the default; this is the option. Built from
+ * ringflow's collectives (rf_all_reduce_n, so each x needs a device): per
+ * device the per-channel sums and row counts, all-reduced to the global
+ * mean; then per device the sums of squared deviations from that mean,
+ * all-reduced to the global biased variance (two passes, no E[x^2] -
+ * mean^2 cancellation); y_i = rf_batch_norm_inference(xs[i], gammas[i],
+ * betas[i], mean, variance). Statistics of float16/bfloat16 x are computed
+ * in float32. rf_gradients differentiates through the all-reduces: the
+ * backward pass all-reduces the gradients of the sums (the gradient
+ * statistics dx needs), and the gradient of gammas[i]/betas[i] is replica
+ * i's part (pass one gamma output to every replica to get the sum).
+ * name (NULL: generated) names the collectives <name>_sum, <name>_count,
+ * <name>_sqdev and the normalisation nodes <name>_<i>. moving_means and
+ * moving_variances: per-replica variables (both NULL: no update); each
+ * outs[i].update updates replica i's with the global statistics. outs[i]:
+ * as rf_batch_norm's, on device i. Errors as rf_batch_norm's, plus n out of
+ * range, NULL arrays, x's of another dtype or rank (INVALID_ARGUMENT naming
+ * the x, its device, dtype and shape), and the collective builders'. */
+RF_API void rf_sync_batch_norm_n(rf_graph *g, const char *name, int n,
+                                 const rf_output *xs, const rf_output *gammas,
+                                 const rf_output *betas,
+                                 const rf_output *moving_means,
+                                 const rf_output *moving_variances,
+                                 double momentum, double epsilon,
+                                 rf_batch_norm_result *outs);
+
 #ifdef __cplusplus
 }
 #endif

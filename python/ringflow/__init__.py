@@ -64,3 +64,6 @@ __all__ = [
 __all__ += ["concat", "dropout", "expand_dims", "gather", "gelu",
             "layer_norm", "one_hot", "pad", "slice", "split", "squeeze",
             "tile", "transpose", "where"]
+from ringflow.batch_norm import (BatchNormResult, batch_norm,  # noqa: E402
+                                 sync_batch_norm)
+__all__ += ["BatchNormResult", "batch_norm", "sync_batch_norm"]

@@ -40,6 +40,11 @@ class Session:
       process runs under an MPI launcher), "single" or "mpi".
     gpu_sync_on_finish: False lets runs return once their GPU work is
       queued (see sync()).
+    bucket_bytes: independent all-reduces are fused into buckets of at most
+      this many bytes per device (0: none; None: the library's default,
+      1 MiB; docs/COLLECTIVES.md, "Buckets").
+    comm_dtype: the dtype float32 all-reduces travel in: None or "float32"
+      (full precision), "bfloat16" or "float16".
     Raises InvalidArgumentError when a node requests a device the session
     lacks (naming node, op and device), FailedPreconditionError for GPU
     devices without a usable GPU ("no GPU: <reason>").
@@ -51,10 +56,13 @@ class Session:
     def __init__(self, graph: Optional[Graph] = None, cpu_devices: int = 1,
                  gpu_devices: int = 0, timeout: Optional[float] = None,
                  threads: int = 0, default_device: Optional[str] = None,
-                 job: str = "auto", gpu_sync_on_finish: bool = True) -> None:
+                 job: str = "auto", gpu_sync_on_finish: bool = True,
+                 bucket_bytes: Optional[int] = None,
+                 comm_dtype: Optional[str] = None) -> None:
         self._graph = graph if graph is not None else get_default_graph()
         opts, keep = _options(cpu_devices, gpu_devices, timeout, threads,
-                              default_device, job, gpu_sync_on_finish)
+                              default_device, job, gpu_sync_on_finish,
+                              bucket_bytes, comm_dtype)
         out = ffi.new("rf_session **")
         with self._graph._lock:
             check(lib.rf_session_new(self._graph._c, opts, out))
@@ -245,7 +253,9 @@ def _raise_status(address: int) -> None:
 def _options(cpu_devices: int = 1, gpu_devices: int = 0,
              timeout: Optional[float] = None, threads: int = 0,
              default_device: Optional[str] = None, job: str = "auto",
-             gpu_sync_on_finish: bool = True):
+             gpu_sync_on_finish: bool = True,
+             bucket_bytes: Optional[int] = None,
+             comm_dtype: Optional[str] = None):
     """rf_session_options (and what its pointers point to, to keep alive
     while they are used)."""
     opts = ffi.new("rf_session_options *")
@@ -255,14 +265,21 @@ def _options(cpu_devices: int = 1, gpu_devices: int = 0,
     opts.num_threads = int(threads)
     if timeout is not None:
         opts.collective_timeout_ms = int(round(float(timeout) * 1000))
-    dev = c_name(default_device)
-    if default_device is not None:
-        opts.default_device = dev
+    # char arrays that cffi owns: a struct's char * field takes a cdata
+    # pointer, not bytes; the caller keeps them alive while opts is used.
+    dev = ffi.new("char[]", c_name(default_device)) \
+        if default_device is not None else ffi.NULL
+    opts.default_device = dev
     if job not in _JOBS:
         raise ValueError(f"job must be one of {', '.join(_JOBS)}")
     opts.job = _JOBS[job]
     opts.gpu_sync_on_finish = 1 if gpu_sync_on_finish else 0
-    return opts, dev
+    if bucket_bytes is not None:
+        opts.collective_bucket_bytes = int(bucket_bytes)
+    wire = ffi.new("char[]", c_name(comm_dtype)) \
+        if comm_dtype is not None else ffi.NULL
+    opts.collective_comm_dtype = wire
+    return opts, (dev, wire)
 
 
 def lower(graph: Optional[Graph] = None, **options: Any) -> Graph:

@@ -81,6 +81,9 @@ typedef struct rf__device {
    * CUDA calls for the device on another thread (an asynchronous kernel's
    * callback, a pool task) calls it first. NULL for CPU devices. */
   rf_status *(*enter)(const struct rf__device *d);
+  /* float32 matrix products may use TF32 (rf_session_options.allow_tf32);
+   * read by the GPU product kernels, false on CPU devices. */
+  bool allow_tf32;
 } rf__device;
 
 /* The variable `name` of the device, created (uninitialised) on first use with

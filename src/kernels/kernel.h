@@ -44,6 +44,13 @@ struct rf__kernel_ctx {
    * work on its GPU stream, and the executor ends that enqueue when it
    * returns (device/gpu/order.h). */
   bool stream_taken;
+  /* Set by the executor for a node one of whose outputs has a place
+   * reserved in a bucket of fused all-reduces (runtime/executor_homes.c):
+   * a new reference to a tensor of `dtype` and `shape` in that place, to
+   * use as output i, or NULL to allocate as usual. rf__kernel_alloc_output
+   * asks it, so a producer writes straight into the bucket. */
+  rf_tensor *(*output_home)(struct rf__kernel_ctx *ctx, int i, rf_dtype dtype,
+                            const rf_shape *shape);
 };
 
 #ifdef RF_HAVE_CUDA
@@ -128,7 +135,10 @@ const rf__kernel_def *rf__kernel_find(const char *op, rf__device_type type);
 /* Allocates output i with the device's allocator and stores it in
  * ctx->outputs[i]; *out (optional) gets the same pointer, writable. On a GPU
  * device the tensor is in device memory (on_gpu), unless the kernel declares
- * output i host memory (host_memory_outputs): then it is a host tensor. */
+ * output i host memory (host_memory_outputs): then it is a host tensor.
+ * Where the executor reserved a place for the output (ctx->output_home),
+ * the tensor is a view of that place instead: same dtype, shape and memory
+ * kind, so the kernel cannot tell. */
 rf_status *rf__kernel_alloc_output(rf__kernel_ctx *ctx, int i, rf_dtype dtype,
                                    const rf_shape *shape, rf_tensor **out);
 /* Output i as a host tensor from the default allocator, whatever the device

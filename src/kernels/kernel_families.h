@@ -28,6 +28,7 @@ rf_status *rf__register_cpu_linalg_kernels(void);     /* batch_matmul.c */
 rf_status *rf__register_cpu_gelu_kernels(void);       /* gelu.c */
 rf_status *rf__register_cpu_dropout_kernels(void);    /* dropout.c */
 rf_status *rf__register_cpu_layer_norm_kernels(void); /* layer_norm.c */
+rf_status *rf__register_cpu_batch_norm_kernels(void); /* batch_norm.c */
 
 #ifdef RF_HAVE_CUDA
 /* src/kernels/cpu/collective_kernels.c: the CPU participants, for GPUs */
@@ -47,6 +48,7 @@ rf_status *rf__register_gpu_linalg_kernels(void);     /* batch_matmul.cu */
 rf_status *rf__register_gpu_gelu_kernels(void);       /* gelu.cu */
 rf_status *rf__register_gpu_dropout_kernels(void);    /* dropout.cu */
 rf_status *rf__register_gpu_layer_norm_kernels(void); /* layer_norm.cu */
+rf_status *rf__register_gpu_batch_norm_kernels(void); /* batch_norm.cu */
 #endif
 
 /* BLAS threading (src/kernels/cpu/blas_threads.c). */

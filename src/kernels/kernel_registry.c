@@ -131,6 +131,12 @@ rf_status *rf__kernel_alloc_output(rf__kernel_ctx *ctx, int i, rf_dtype dtype,
     a = rf_default_allocator();
   }
   rf_tensor *t = NULL;
+  /* A reserved place is memory of the device's own kind. */
+  bool own_kind =
+      device_memory || !ctx->device || ctx->device->name.type != RF_DEVICE_GPU;
+  if (ctx->output_home && own_kind &&
+      (t = ctx->output_home(ctx, i, dtype, shape)) != NULL)
+    return set_output(ctx, i, NULL, t, out);
   rf_status *st = device_memory ? rf__tensor_new_device(dtype, shape, a, &t)
                                 : rf_tensor_new(dtype, shape, a, &t);
   return set_output(ctx, i, st, t, out);

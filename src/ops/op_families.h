@@ -36,6 +36,7 @@ rf_status *rf__register_linalg_ops(void);  /* BatchMatMul */
 rf_status *rf__register_gelu_ops(void);    /* Gelu, _GeluGrad, _GeluSecond */
 rf_status *rf__register_dropout_ops(void); /* Dropout */
 rf_status *rf__register_layer_norm_ops(void); /* LayerNorm, _LayerNormGrad */
+rf_status *rf__register_batch_norm_ops(void); /* BatchNorm, ...Inference */
 
 /* Registers every op family once (thread-safe; later calls return the first
  * result as a new status the caller frees). Every entry point that looks up

@@ -13,6 +13,7 @@ static const rf__init_fn families[] = {
     rf__register_shape_ops,      rf__register_index_ops,
     rf__register_linalg_ops,     rf__register_gelu_ops,
     rf__register_dropout_ops,    rf__register_layer_norm_ops,
+    rf__register_batch_norm_ops,
 };
 
 rf_status *rf__ops_init(void) {

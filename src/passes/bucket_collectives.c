@@ -17,7 +17,9 @@
  * become ready (topological order), so the first bucket of a backward pass
  * holds the last layer's gradients and meets while earlier layers still
  * compute. Slices start on 64-byte boundaries, so _BucketUnpack's outputs
- * are views of the reduced tensor (no copy out); the one copy is the pack. */
+ * are views of the reduced tensor (no copy out), and the producers of the
+ * pack's inputs write straight into their slices (runtime/executor_homes.c);
+ * the pack copies only inputs that were forwarded rather than produced. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -406,8 +408,8 @@ static void log_bucket(const bucket_ctx *c, const bucket *b,
   if (b->n > 1)
     rf__log_write(RF_LOG_INFO,
                   "compile %ld: bucket '%.200s': %d all-reduces (%s, %s) on %d "
-                  "devices, %lld bytes + %lld padding: one copy in "
-                  "(_BucketPack), zero-copy views out (_BucketUnpack)%s",
+                  "devices, %lld bytes + %lld padding: producers write into "
+                  "the bucket, zero-copy views out (_BucketUnpack)%s",
                   c->pc->compile, shared_name, b->n, rf_dtype_name(x->type),
                   x->reduction, x->n, (long long)(data * (int64_t)es),
                   (long long)((b->elems - data) * (int64_t)es), cast);

@@ -334,6 +334,22 @@ static void async_done(rf__kernel_ctx *ctx, rf_status *st) {
   let_go(f);
 }
 
+/* The context node v's kernel runs with. */
+static rf__kernel_ctx node_ctx(frame *f, const xnode *x, int v) {
+  return (rf__kernel_ctx){
+      .node = x->node,
+      .def = x->kernel,
+      .state = x->state,
+      .num_inputs = x->num_in,
+      .inputs = f->slots + x->in_base,
+      .num_outputs = x->num_out,
+      .outputs = f->outs + x->out_base,
+      .device = f->plan->device,
+      .step = f->step,
+      .executor_private = &f->refs[v],
+      .output_home = x->has_home ? rf__executor_output_home : NULL};
+}
+
 /* Runs node v (skips it once the step is cancelled). */
 static void run_node(frame *f, int v, ready *rd) {
   const xnode *x = &f->plan->nodes[v];
@@ -353,17 +369,8 @@ static void run_node(frame *f, int v, ready *rd) {
       return;
     }
   }
+  rf__kernel_ctx ctx = node_ctx(f, x, v);
   if (x->compute) {
-    rf__kernel_ctx ctx = {.node = x->node,
-                          .def = x->kernel,
-                          .state = x->state,
-                          .num_inputs = x->num_in,
-                          .inputs = f->slots + x->in_base,
-                          .num_outputs = x->num_out,
-                          .outputs = f->outs + x->out_base,
-                          .device = f->plan->device,
-                          .step = f->step,
-                          .executor_private = &f->refs[v]};
     int64_t t0 = f->step->trace ? rf__trace_now() : 0;
     bool serial = f->step->capturing && dev->enter; /* device.h: capture_mu */
     if (serial) pthread_mutex_lock(&dev->capture_mu);
@@ -377,21 +384,13 @@ static void run_node(frame *f, int v, ready *rd) {
     complete(f, v, st, rd);
     return;
   }
-  rf__kernel_ctx *ctx = &f->actx[x->async_index];
-  *ctx = (rf__kernel_ctx){.node = x->node,
-                          .def = x->kernel,
-                          .state = x->state,
-                          .num_inputs = x->num_in,
-                          .inputs = f->slots + x->in_base,
-                          .num_outputs = x->num_out,
-                          .outputs = f->outs + x->out_base,
-                          .device = f->plan->device,
-                          .step = f->step,
-                          .executor_private = &f->refs[v],
-                          .done = async_done,
-                          .trace_start = f->step->trace ? rf__trace_now() : 0};
+  /* An async kernel's context outlives this call: it lives in the frame. */
+  rf__kernel_ctx *actx = &f->actx[x->async_index];
+  *actx = ctx;
+  actx->done = async_done;
+  actx->trace_start = f->step->trace ? rf__trace_now() : 0;
   hold(f); /* released by async_done */
-  x->kernel->compute_async(ctx, async_done);
+  x->kernel->compute_async(actx, async_done);
 }
 
 /* Runs rd's nodes and everything they make ready: cheap ones first; an

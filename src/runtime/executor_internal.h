@@ -32,6 +32,7 @@ typedef struct xnode {
   int init_pending;         /* data + control in edges */
   int async_index;          /* into frame->actx; -1 for sync kernels */
   rf__kernel_cost cost;     /* the kernel's: decides inline or hand-off */
+  bool has_home;            /* an output has a place in a bucket */
 } xnode;
 
 typedef struct xedge {
@@ -43,6 +44,22 @@ typedef struct xedge {
 
 struct frame;
 
+/* A bucket of fused all-reduces on this device: its _BucketPack node, whose
+ * output is one flat tensor of `total` elements that the producers of the
+ * pack's inputs write into directly (runtime/executor_homes.c). */
+typedef struct xbucket {
+  int pack; /* local id */
+  rf_dtype dtype;
+  int64_t total;
+} xbucket;
+
+/* The place reserved for one output: elements [offset, offset + capacity)
+ * of bucket `bucket`'s tensor; bucket -1: none. */
+typedef struct xhome {
+  int bucket;
+  int64_t offset, capacity;
+} xhome;
+
 typedef struct dplan {
   rf__device *device; /* not owned */
   int num_nodes, num_slots, num_outs, num_async, num_roots;
@@ -51,6 +68,9 @@ typedef struct dplan {
   int *ctl;   /* local ids */
   int *drops; /* output indices */
   int *roots; /* nodes with init_pending == 0 */
+  int num_buckets;
+  xbucket *buckets; /* [num_buckets] */
+  xhome *homes;     /* [num_outs], or NULL without buckets */
   pthread_mutex_t frames_mu;
   struct frame *free_frames;
 } dplan;
@@ -90,8 +110,22 @@ typedef struct frame {
   int *handoff;   /* [num_nodes] */
   batch *batches; /* [num_nodes] */
   atomic_int handoff_top;
-  struct frame *next; /* in the plan's cache */
+  /* This step's tensor of each bucket, made by the first producer that
+   * writes into it and taken by the pack; NULL before and after. */
+  _Atomic(rf_tensor *) *bucket_tensors; /* [num_buckets] */
+  struct frame *next;                   /* in the plan's cache */
 } frame;
+
+/* Reserves places in each bucket's tensor for the outputs that feed its
+ * _BucketPack directly (runtime/executor_homes.c); after the plan's nodes
+ * and edges are built. */
+rf_status *rf__plan_homes(dplan *p);
+/* ctx->output_home for nodes with has_home: a view of output i's place in
+ * this step's bucket tensor (made on first use), or NULL. */
+rf_tensor *rf__executor_output_home(rf__kernel_ctx *ctx, int i, rf_dtype dtype,
+                                    const rf_shape *shape);
+/* Releases bucket tensors a step left behind (a cancelled step). */
+void rf__frame_drop_buckets(struct frame *f);
 
 /* Frames: taken from the plan's cache or made; returned after the step. */
 frame *rf__frame_acquire(dplan *p);

@@ -35,9 +35,12 @@ static void plan_destroy(dplan *p) {
     rf__free(f->refs);
     rf__free(f->handoff);
     rf__free(f->batches);
+    rf__free(f->bucket_tensors);
     rf__free(f);
   }
   pthread_mutex_destroy(&p->frames_mu);
+  rf__free(p->buckets);
+  rf__free(p->homes);
   rf__free(p->nodes);
   rf__free(p->edges);
   rf__free(p->ctl);
@@ -173,7 +176,7 @@ static rf_status *build_plan(builder *b, dplan *p, rf__device *dev,
     RF_CHECK(bind_kernel(p, x));
     x->async_index = x->compute ? -1 : p->num_async++;
   }
-  return NULL;
+  return rf__plan_homes(p);
 }
 
 /* Groups live nodes by device in id order; checks no edge crosses devices. */
@@ -281,8 +284,10 @@ static frame *frame_new(dplan *p) {
   f->refs = rf__malloc(sizeof(node_ref) * (size_t)p->num_nodes);
   f->handoff = rf__malloc(sizeof(int) * (size_t)p->num_nodes);
   f->batches = rf__malloc(sizeof(batch) * (size_t)p->num_nodes);
+  f->bucket_tensors = rf__malloc(sizeof(_Atomic(rf_tensor *)) *
+                                 (size_t)(p->num_buckets ? p->num_buckets : 1));
   if (!f->slots || !f->outs || !f->pending || !f->actx || !f->refs ||
-      !f->handoff || !f->batches) {
+      !f->handoff || !f->batches || !f->bucket_tensors) {
     rf__free(f->slots);
     rf__free(f->outs);
     rf__free(f->pending);
@@ -290,9 +295,12 @@ static frame *frame_new(dplan *p) {
     rf__free(f->refs);
     rf__free(f->handoff);
     rf__free(f->batches);
+    rf__free(f->bucket_tensors);
     rf__free(f);
     return NULL;
   }
+  for (int b = 0; b < p->num_buckets; b++)
+    atomic_init(&f->bucket_tensors[b], NULL);
   for (int i = 0; i < p->num_nodes; i++) {
     atomic_init(&f->pending[i], p->nodes[i].init_pending);
     f->refs[i] = (node_ref){f, i};
@@ -311,6 +319,7 @@ frame *rf__frame_acquire(dplan *p) {
 }
 
 void rf__frame_release(dplan *p, frame *f) {
+  rf__frame_drop_buckets(f);
   f->run = NULL;
   f->step = NULL;
   pthread_mutex_lock(&p->frames_mu);

@@ -27,6 +27,7 @@ static const rf__init_fn families[] = {
     rf__register_cpu_gelu_kernels,
     rf__register_cpu_dropout_kernels,
     rf__register_cpu_layer_norm_kernels,
+    rf__register_cpu_batch_norm_kernels,
 #ifdef RF_HAVE_CUDA
     rf__register_gpu_bucket_kernels,
     rf__register_gpu_runtime_kernels,
@@ -45,6 +46,7 @@ static const rf__init_fn families[] = {
     rf__register_gpu_gelu_kernels,
     rf__register_gpu_dropout_kernels,
     rf__register_gpu_layer_norm_kernels,
+    rf__register_gpu_batch_norm_kernels,
 #endif
     rf__register_passes,
     rf__configure_blas,

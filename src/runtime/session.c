@@ -64,6 +64,9 @@ static rf_status *check_options(const rf_session_options *o) {
         "session options: collective_comm_dtype must be NULL, \"float32\", "
         "\"bfloat16\" or \"float16\", got \"%s\"",
         o->collective_comm_dtype);
+  if (o->allow_tf32 != 0 && o->allow_tf32 != 1)
+    return rf__invalid("session options: allow_tf32 must be 0 or 1, got %d",
+                       o->allow_tf32);
   if (o->job < RF_JOB_AUTO || o->job > RF_JOB_MPI)
     return rf__invalid(
         "session options: job must be RF_JOB_AUTO, RF_JOB_SINGLE or "
@@ -166,6 +169,8 @@ static rf_status *make_devices(rf_session *s, const rf_graph *g) {
   s->num_job_devices = s->num_devices;
   if (s->job) add_remote_devices(s);
   if (ngpu > 0) RF_CHECK(make_gpus(s, s->devices + ncpu, ngpu));
+  for (int i = ncpu; i < ncpu + ngpu; i++)
+    s->devices[i].allow_tf32 = s->opts.allow_tf32 == 1;
   RF_CHECK(rf__rendezvous_new(&s->rendezvous));
   RF_CHECK(rf__collective_manager_new(s->pool, &s->collectives));
   rf__collective_manager_set_job(s->collectives, s->job);

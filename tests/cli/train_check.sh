@@ -4,7 +4,8 @@
 # must stay bit-identical. --sync sharded must save the very checkpoint that
 # all-reduce saves where it reduce-scatters each device's gradients (32 rows
 # per device; at 16 it computes weight gradients from the whole batch, which
-# --check covers). Also: --save/--load round trip, --save-every, the save
+# --check covers). Also: --tf32 (no change on CPU devices), --save/--load
+# round trip, --save-every, the save
 # path checked at start-up, corrupt files and states training cannot go on
 # from (NaN, infinite, negative second moments, bad steps),
 # --bench's machine-readable line, and batch sizes the data cannot give.
@@ -98,6 +99,10 @@ for sync in allreduce sharded; do
     --save "$tmp/$sync.ckpt" | grep -q "saved"
 done
 cmp "$tmp/allreduce.ckpt" "$tmp/sharded.ckpt"
+# --tf32 changes nothing on CPU devices: the same checkpoint, bit for bit
+"$ringflow" train --steps 20 --batch 128 --quiet --tf32 \
+  --save "$tmp/tf32.ckpt" | grep -q "saved"
+cmp "$tmp/allreduce.ckpt" "$tmp/tf32.ckpt"
 "$ringflow" train --devices cpu:0-1 --sync sharded --steps 5 --quiet \
   --load "$tmp/allreduce.ckpt" | grep -q "loaded .* (step 20)"
 "$ringflow" train --bench --devices cpu:0-1 --batch 32 --warmup 1 --steps 3 |

@@ -203,8 +203,8 @@ static void *reducer_main(void *arg) {
   return NULL;
 }
 
-/* Two sessions, each reducing 512 KiB (a blocking MPI_Reduce from that size
- * on) to a different root 40 times, run from
+/* Two sessions, each reducing 512 KiB (a blocking MPI_Reduce: from 256 KiB
+ * on, src/comm/mpi/algorithm.c) to a different root 40 times, run from
  * two threads at once: each process may start the two sessions' blocking
  * MPI_Reduce calls in either order, and each session's call runs on its own
  * data thread, so neither waits behind the other (with one data thread for

@@ -6,13 +6,13 @@
  * wrap, as on one process); float min/max propagate NaN like the CPU backend
  * (user-defined MPI ops); float16/bfloat16 are reduced as float32 and
  * rounded once at the end; avg is a sum divided by num_devices at the end.
- * Moving kinds (broadcast, all-gather) are bytes. Large reduces and
- * reduce-scatters run as blocking MPI_Reduce / MPI_Reduce_scatter on the
- * job's data thread (data_thread.c) when MPI allows: OpenMPI 4.1's MPI_Ireduce
- * was erratic here (0.1-0.8 s for 1.6-16 MiB in some runs) and
- * MPI_Ireduce_scatter took 2x its blocking form at 16 MiB; otherwise a reduce
- * is an all-reduce whose result only the root keeps. MPI counts are ints: a
- * collective larger than that is UNIMPLEMENTED. */
+ * Moving kinds (broadcast, all-gather) are bytes. The algorithm is chosen
+ * by kind and size (algorithm.c): MPI's nonblocking collective on the
+ * communication thread (a reduce is then an all-reduce whose result only
+ * the root keeps: OpenMPI 4.1's MPI_Ireduce was slow and erratic here), or
+ * MPI's blocking collective or ringflow's ring (ring.c) on the job's data
+ * thread (data_thread.c). MPI counts are ints: a collective larger than
+ * that is UNIMPLEMENTED. */
 #include <limits.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -26,6 +26,17 @@
 #define BLOCK_ELEMS 16384
 
 static MPI_Op nan_min_op = MPI_OP_NULL, nan_max_op = MPI_OP_NULL;
+/* Sums of 8-bit integers wrap: OpenMPI 4.1.4's vectorised MPI_SUM on
+ * MPI_UINT8_T (its op/avx component, from 16 elements) saturates at 255
+ * instead, so ringflow sums them with an operation of its own. */
+static MPI_Op sum8_op = MPI_OP_NULL;
+
+static void sum8(void *in, void *inout, int *len, MPI_Datatype *dt) {
+  (void)dt;
+  const uint8_t *a = in;
+  uint8_t *b = inout;
+  for (int i = 0; i < *len; i++) b[i] = (uint8_t)(a[i] + b[i]);
+}
 
 #define NAN_MINMAX(T, in, inout, n, LESS)                \
   do {                                                   \
@@ -54,6 +65,7 @@ static void nan_max(void *in, void *inout, int *len, MPI_Datatype *dt) {
 void rf__mpi_data_init(void) {
   MPI_Op_create(nan_min, 1, &nan_min_op);
   MPI_Op_create(nan_max, 1, &nan_max_op);
+  MPI_Op_create(sum8, 1, &sum8_op);
   rf__mpi_nbc_init();
 }
 
@@ -61,6 +73,7 @@ void rf__mpi_data_fini(void) {
   rf__mpi_nbc_fini();
   if (nan_min_op != MPI_OP_NULL) MPI_Op_free(&nan_min_op);
   if (nan_max_op != MPI_OP_NULL) MPI_Op_free(&nan_max_op);
+  if (sum8_op != MPI_OP_NULL) MPI_Op_free(&sum8_op);
 }
 
 static bool reduces(rf__collective_kind k) {
@@ -88,7 +101,7 @@ static bool mpi_reduction(rf_dtype d, rf_reduction r, MPI_Datatype *type,
   bool fl = *type == MPI_FLOAT || *type == MPI_DOUBLE;
   switch (r) {
     case RF_REDUCE_SUM:
-    case RF_REDUCE_AVG: *op = MPI_SUM; break;
+    case RF_REDUCE_AVG: *op = *type == MPI_UINT8_T ? sum8_op : MPI_SUM; break;
     case RF_REDUCE_PROD: *op = MPI_PROD; break;
     case RF_REDUCE_MIN: *op = fl ? nan_min_op : MPI_MIN; break;
     case RF_REDUCE_MAX: *op = fl ? nan_max_op : MPI_MAX; break;
@@ -135,7 +148,8 @@ rf_status *rf__mpi_op_alloc(rf__mpi_op *op) {
   int64_t elems = rf_shape_num_elements(&op->shape);
   size_t esize = rf_dtype_size(g->dtype);
   op->wide = reduces(g->kind) && is_16(g->dtype);
-  op->blocking = rf__mpi_op_blocking(op);
+  RF_CHECK(rf__mpi_algorithm_choose(op, &op->algo));
+  op->blocking = op->algo != RF_MPI_NBC;
   rf_dtype work = op->wide ? RF_FLOAT32 : g->dtype;
   MPI_Datatype type;
   MPI_Op mop;
@@ -158,7 +172,7 @@ rf_status *rf__mpi_op_alloc(rf__mpi_op *op) {
         return alloc(op, work, &rows, &op->out);
       }
       if (g->kind == RF_COLL_REDUCE && g->root < 0 && op->blocking)
-        return NULL; /* MPI_Reduce: senders receive nothing */
+        return NULL; /* MPI_Reduce, ring: senders receive nothing */
       return alloc(op, work, &op->shape, &op->out);
     case RF_COLL_ALL_GATHER: {
       rf_shape all = op->shape;
@@ -303,6 +317,7 @@ rf_status *rf__mpi_op_issue(rf__mpi_op *op, MPI_Comm comm) {
   int counts[64 * 8], displs[64 * 8];
   if (op->nset > (int)(sizeof counts / sizeof *counts))
     return rf__internal("collective '%s': too many tasks", op->name);
+  rf__mpi_algorithm_count(RF_MPI_NBC);
   switch (g->kind) {
     case RF_COLL_ALL_REDUCE:
     case RF_COLL_REDUCE: return iallreduce(op, out, count, type, mop, comm);
@@ -330,61 +345,79 @@ rf_status *rf__mpi_op_issue(rf__mpi_op *op, MPI_Comm comm) {
   }
 }
 
-/* RF_MPI_BLOCKING (read once): 0 never blocking, 2 always (reduce and
- * reduce-scatter of any size: tests run the data thread's path that way),
- * else by size (below). */
-static int blocking_mode(void) {
-  static atomic_int mode = -1;
-  int m = atomic_load(&mode);
-  if (m < 0) {
-    const char *e = getenv("RF_MPI_BLOCKING");
-    m = e && (atoi(e) == 0 || atoi(e) == 2) ? atoi(e) : 1;
-    atomic_store(&mode, m);
+/* MPI's blocking collective: OpenMPI's tuned module picks its algorithm. */
+static int run_mpi(rf__mpi_op *op, void *out, int count, MPI_Datatype type,
+                   MPI_Op mop, MPI_Comm comm, int *counts, int *displs) {
+  rf__coll_group *g = &op->g;
+  switch (g->kind) {
+    case RF_COLL_ALL_REDUCE:
+      return MPI_Allreduce(op->send, out, count, type, mop, comm);
+    case RF_COLL_REDUCE:
+      return MPI_Reduce(op->send, out, count, type, mop, op->root_index, comm);
+    case RF_COLL_REDUCE_SCATTER:
+      if (uniform(op))
+        return MPI_Reduce_scatter_block(op->send, out, count / op->nset, type,
+                                        mop, comm);
+      per_task(op, count / op->num_devices, counts, NULL);
+      return MPI_Reduce_scatter(op->send, out, counts, type, mop, comm);
+    case RF_COLL_ALL_GATHER:
+      per_task(op, (int64_t)rf_dtype_size(g->dtype) * count, counts, displs);
+      return MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_BYTE, out, counts, displs,
+                            MPI_BYTE, comm);
+    default: { /* broadcast */
+      int bytes = (int)(input_elems(op) * (int64_t)rf_dtype_size(g->dtype));
+      void *buf = g->root >= 0 ? (void *)op->send : out;
+      return MPI_Bcast(buf, bytes, MPI_BYTE, op->root_index, comm);
+    }
   }
-  return m;
 }
 
-/* From these input sizes on, the blocking call on the data thread beats
- * the nonblocking one on the engine (4 processes on 2 cores, bench with its
- * malloc fixed): MPI_Reduce from 1 MiB (0.68-0.94 of MPI_Reduce against
- * 0.65-0.82 as an all-reduce; below, two thread hand-offs cost more than
- * they save), MPI_Reduce_scatter at 16 MiB (11.4-11.6 ms against 19-22 ms
- * for MPI_Ireduce_scatter; at 4 MiB and below the nonblocking form was as
- * fast or faster). Inputs are agreed before GO, so every process decides
- * alike. */
-#define REDUCE_BLOCKING_MIN_BYTES (512 << 10)
-#define REDUCE_SCATTER_BLOCKING_MIN_BYTES (8 << 20)
-
-bool rf__mpi_op_blocking(const rf__mpi_op *op) {
-  int mode = blocking_mode();
-  int64_t bytes =
-      rf_shape_num_elements(&op->shape) * (int64_t)rf_dtype_size(op->g.dtype);
-  if (mode == 2) bytes = INT64_MAX;
-  bool kind =
-      (op->g.kind == RF_COLL_REDUCE && bytes >= REDUCE_BLOCKING_MIN_BYTES) ||
-      (op->g.kind == RF_COLL_REDUCE_SCATTER &&
-       bytes >= REDUCE_SCATTER_BLOCKING_MIN_BYTES);
-  return kind && !op->gpu && mode != 0 && rf__mpi_thread_multiple();
+/* ringflow's ring (ring.c). */
+static int run_ring(rf__mpi_op *op, void *out, int count, MPI_Datatype type,
+                    MPI_Op mop, MPI_Comm comm, int *counts, int *displs) {
+  rf__coll_group *g = &op->g;
+  switch (g->kind) {
+    case RF_COLL_ALL_REDUCE:
+      return rf__mpi_ring_all_reduce(op->send, out, count, type, mop, comm,
+                                     counts, displs);
+    case RF_COLL_REDUCE:
+      return rf__mpi_ring_reduce(op->send, out, count, type, mop,
+                                 op->root_index, comm, counts, displs);
+    case RF_COLL_REDUCE_SCATTER:
+      per_task(op, count / op->num_devices, counts, displs);
+      return rf__mpi_ring_reduce_scatter(op->send, out, counts, displs, type,
+                                         mop, comm);
+    case RF_COLL_ALL_GATHER:
+      per_task(op, (int64_t)rf_dtype_size(g->dtype) * count, counts, displs);
+      return rf__mpi_ring_all_gather(out, counts, displs, MPI_BYTE, comm);
+    default: { /* broadcast */
+      int bytes = (int)(input_elems(op) * (int64_t)rf_dtype_size(g->dtype));
+      void *buf = g->root >= 0 ? (void *)op->send : out;
+      return rf__mpi_ring_broadcast(buf, bytes, op->root_index, comm, counts,
+                                    displs);
+    }
+  }
 }
 
 rf_status *rf__mpi_op_run_blocking(rf__mpi_op *op, MPI_Comm comm) {
   rf__coll_group *g = &op->g;
-  MPI_Datatype type;
-  MPI_Op mop;
-  mpi_reduction(g->dtype, g->reduction, &type, &mop);
-  int count = (int)rf_shape_num_elements(&op->shape), counts[64 * 8];
-  void *out = op->out ? rf_tensor_mutable_data(op->out) : NULL;
-  if (g->kind == RF_COLL_REDUCE)
-    return RF_MPI_STATUS(
-        MPI_Reduce(op->send, out, count, type, mop, op->root_index, comm));
-  if (uniform(op))
-    return RF_MPI_STATUS(MPI_Reduce_scatter_block(
-        op->send, out, count / op->nset, type, mop, comm));
+  MPI_Datatype type = MPI_BYTE;
+  MPI_Op mop = MPI_SUM;
+  if (reduces(g->kind)) mpi_reduction(g->dtype, g->reduction, &type, &mop);
+  int count = (int)rf_shape_num_elements(&op->shape);
+  int counts[64 * 8], displs[64 * 8];
   if (op->nset > (int)(sizeof counts / sizeof *counts))
     return rf__internal("collective '%s': too many tasks", op->name);
-  per_task(op, count / op->num_devices, counts, NULL);
-  return RF_MPI_STATUS(
-      MPI_Reduce_scatter(op->send, out, counts, type, mop, comm));
+  if (g->kind == RF_COLL_BROADCAST) RF_CHECK(alloc_broadcast_out(op));
+  void *out = op->out ? rf_tensor_mutable_data(op->out) : NULL;
+  rf__mpi_algorithm_count(op->algo);
+  int rc = op->algo == RF_MPI_RING
+               ? run_ring(op, out, count, type, mop, comm, counts, displs)
+               : run_mpi(op, out, count, type, mop, comm, counts, displs);
+  if (rc == MPI_SUCCESS) return NULL;
+  return rf__mpi_status(
+      rc, op->algo == RF_MPI_RING ? "ringflow's ring" : "MPI's blocking call",
+      __FILE__, __LINE__);
 }
 
 /* ---- results ---- */

@@ -1,5 +1,6 @@
 /* comm/mpi/data_thread.c - a job's data thread: the collectives that run as
- * blocking MPI calls (data.c, rf__mpi_op_blocking), one at a time. Every job
+ * blocking calls (MPI's blocking collectives and ringflow's rings: data.c,
+ * algorithm.c), one at a time. Every job
  * (session) has its own, started at its first such call: with one thread for
  * the whole process, two processes that queued two sessions' blocking calls
  * in opposite orders (each session's GO order is its own) would wait on each

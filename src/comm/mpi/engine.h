@@ -1,7 +1,8 @@
 /* comm/mpi/engine.h - how the parts of the MPI job (comm/job.h) share state.
  *
  * One communication thread per process, the engine (engine.c), makes every
- * MPI call but the blocking collectives (reduce, reduce-scatter: on the
+ * MPI call but the blocking collectives (MPI's blocking calls and ringflow's
+ * rings, by kind and size: algorithm.c; on the
  * job's data thread, data_thread.c, when MPI gives MPI_THREAD_MULTIPLE);
  * other threads hand it commands and never wait for it, except
  * rf_session_new and rf_session_free (attach and detach). A collective with

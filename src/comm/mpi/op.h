@@ -10,6 +10,15 @@
 
 enum { RF_OP_WAIT_VERDICT, RF_OP_GO, RF_OP_IN_FLIGHT };
 
+/* How a collective's data moves (algorithm.c); RF_MPI_AUTO only as the
+ * forced value "none". */
+typedef enum rf__mpi_algorithm {
+  RF_MPI_AUTO,
+  RF_MPI_NBC,      /* MPI's nonblocking collective, communication thread */
+  RF_MPI_BLOCKING, /* MPI's blocking collective, the job's data thread */
+  RF_MPI_RING      /* ringflow's ring (ring.c), the job's data thread */
+} rf__mpi_algorithm;
+
 struct rf__mpi_op {
   rf__job *job;
   char *key, *name, *devices; /* key: name \x1f job step */
@@ -37,7 +46,8 @@ struct rf__mpi_op {
   rf_tensor *gpu_outs[64];
   /* Completed elsewhere (NCCL's streams, or the job's data thread for a
    * blocking call, decided at allocation): async_done, then async_status. */
-  bool blocking;
+  bool blocking;          /* algo is BLOCKING or RING */
+  rf__mpi_algorithm algo; /* decided at allocation (algorithm.c) */
   atomic_int async_done;
   rf_status *async_status;
   rf__mpi_set *set; /* the set it was issued on */
@@ -69,15 +79,44 @@ rf_status *rf__mpi_op_alloc(rf__mpi_op *op);
 void rf__mpi_op_prepare(rf__mpi_op *op);
 /* Starts the MPI collective on comm (engine thread). */
 rf_status *rf__mpi_op_issue(rf__mpi_op *op, MPI_Comm comm);
-/* Whether op runs as a blocking MPI call on its job's data thread (data.c):
- * a reduce from 512 KiB, a reduce-scatter from 8 MiB (their nonblocking
- * forms were slower in OpenMPI 4.1 there), when MPI gives
- * MPI_THREAD_MULTIPLE; RF_MPI_BLOCKING=0 turns it off, =2 makes every
- * reduce and reduce-scatter blocking. Decided once, when the op's buffers
- * are allocated (op->blocking). */
-bool rf__mpi_op_blocking(const rf__mpi_op *op);
-/* The blocking call itself (the data thread). */
+/* The algorithm of op (algorithm.c: by kind and size, or RF_MPI_ALGORITHM),
+ * decided once when its buffers are allocated; INVALID_ARGUMENT for an
+ * unknown RF_MPI_ALGORITHM. */
+rf_status *rf__mpi_algorithm_choose(const rf__mpi_op *op,
+                                    rf__mpi_algorithm *out);
+/* The table: from this size in bytes (INT64_MAX: never) a kind takes
+ * *above instead of RF_MPI_NBC. */
+int64_t rf__mpi_algorithm_threshold(rf__collective_kind kind,
+                                    rf__mpi_algorithm *above);
+/* The size the choice goes by: the whole vector in bytes. */
+int64_t rf__mpi_algorithm_bytes(const rf__mpi_op *op);
+const char *rf__mpi_algorithm_name(rf__mpi_algorithm a);
+/* Forces a (RF_MPI_AUTO: the table) from now on, over RF_MPI_ALGORITHM;
+ * collectives allocated later take it (tests). */
+void rf__mpi_algorithm_force(rf__mpi_algorithm a);
+/* Collectives this process ran with each algorithm (tests). */
+void rf__mpi_algorithm_count(rf__mpi_algorithm a);
+int64_t rf__mpi_algorithm_runs(rf__mpi_algorithm a);
+/* The data thread's call itself, BLOCKING or RING (the data thread). */
 rf_status *rf__mpi_op_run_blocking(rf__mpi_op *op, MPI_Comm comm);
+/* ringflow's rings (ring.c), blocking, on comm: an MPI error code.
+ * counts/displs: per process of comm, in elements of type (bytes for
+ * broadcast); the all-reduce, reduce and broadcast fill them (room for the
+ * communicator's size each). */
+void rf__mpi_ring_chunks(int64_t n, int p, int *counts, int *displs);
+int rf__mpi_ring_reduce_scatter(const void *send, void *out, const int *counts,
+                                const int *displs, MPI_Datatype type, MPI_Op op,
+                                MPI_Comm comm);
+int rf__mpi_ring_all_gather(void *buf, const int *counts, const int *displs,
+                            MPI_Datatype type, MPI_Comm comm);
+int rf__mpi_ring_all_reduce(const void *send, void *out, int count,
+                            MPI_Datatype type, MPI_Op op, MPI_Comm comm,
+                            int *counts, int *displs);
+int rf__mpi_ring_reduce(const void *send, void *out, int count,
+                        MPI_Datatype type, MPI_Op op, int root, MPI_Comm comm,
+                        int *counts, int *displs);
+int rf__mpi_ring_broadcast(void *buf, int bytes, int root, MPI_Comm comm,
+                           int *counts, int *displs);
 /* Hands op (issued on op->set, alone in its job: j->blocking) to j's data
  * thread (data_thread.c), started on first use; when no thread can be
  * started the call runs here, on the engine thread. Either way async_status

@@ -1,13 +1,20 @@
 /* kernels/cpu/bucket_kernels.c - the kernels of a bucket of fused
- * all-reduces (passes/bucket_collectives.c). _BucketPack copies its inputs
- * into one flat tensor at the offsets the pass chose (the one copy in; the
- * gaps that keep each slice 64-byte aligned are zeros, so the reduction
- * never reads uninitialised memory). _BucketUnpack copies nothing: each
- * output is a view of the reduced tensor (rf__tensor_new_slice), on CPU and
- * GPU devices alike (host work only). */
+ * all-reduces (passes/bucket_collectives.c). _BucketPack lays its inputs
+ * out in one flat tensor at the offsets the pass chose. Its output is
+ * normally the tensor the inputs' producers already wrote into
+ * (runtime/executor_homes.c): an input found at its place is not copied;
+ * the others are (one copy in). The gaps that keep each slice 64-byte
+ * aligned are zeroed, so the reduction never reads uninitialised memory.
+ * The first step logs how many inputs were in place. _BucketUnpack copies
+ * nothing: each output is a view of the reduced tensor
+ * (rf__tensor_new_slice), on CPU and GPU devices alike (host work only). */
+#include <stdatomic.h>
 #include <string.h>
 
+#include "core/log.h"
+#include "core/mem.h"
 #include "core/status.h"
+#include "device/device.h"
 #include "kernels/kernel.h"
 #include "kernels/kernel_families.h"
 #ifdef RF_HAVE_CUDA
@@ -37,6 +44,35 @@ static rf_status *read_offsets(rf__kernel_ctx *ctx, int n,
   return NULL;
 }
 
+/* Per pack node: whether its first step has been logged. */
+typedef struct pack_state {
+  atomic_bool logged;
+} pack_state;
+
+static rf_status *pack_init(const rf_node *node, void **state) {
+  (void)node;
+  pack_state *s = rf__malloc(sizeof *s);
+  RF_CHECK_ALLOC(s);
+  atomic_init(&s->logged, false);
+  *state = s;
+  return NULL;
+}
+
+static void pack_destroy(void *state) { rf__free(state); }
+
+/* Once per node: how many inputs the producers wrote in place. */
+static void log_first_step(rf__kernel_ctx *ctx, int copied, size_t bytes) {
+  pack_state *s = ctx->state;
+  if (!s || !rf__log_on(RF_LOG_INFO) ||
+      atomic_exchange_explicit(&s->logged, true, memory_order_relaxed))
+    return;
+  rf__log_write(RF_LOG_INFO,
+                "bucket '%.200s' on %s: %d of %d inputs written in place by "
+                "their producers, %d copied in (%zu bytes)",
+                ctx->node->name, ctx->device ? ctx->device->canonical : "?",
+                ctx->num_inputs - copied, ctx->num_inputs, copied, bytes);
+}
+
 /* Allocates the packed output and checks the layout; *offsets the attr's. */
 static rf_status *pack_prepare(rf__kernel_ctx *ctx, rf_tensor **out,
                                const int64_t **offsets) {
@@ -55,16 +91,22 @@ static rf_status *pack_compute(rf__kernel_ctx *ctx) {
   rf_tensor *out;
   const int64_t *offsets;
   RF_CHECK(pack_prepare(ctx, &out, &offsets));
-  size_t esize = rf_dtype_size(out->dtype), end = 0;
+  size_t esize = rf_dtype_size(out->dtype), end = 0, bytes = 0;
   char *p = out->data;
+  int copied = 0;
   for (int i = 0; i < ctx->num_inputs; i++) {
     const rf_tensor *x = ctx->inputs[i];
     size_t at = (size_t)offsets[i] * esize;
     memset(p + end, 0, at - end);
-    memcpy(p + at, x->data, x->nbytes);
+    if (x->data != p + at && x->nbytes > 0) {
+      memcpy(p + at, x->data, x->nbytes);
+      copied++;
+      bytes += x->nbytes;
+    }
     end = at + x->nbytes;
   }
   memset(p + end, 0, out->nbytes - end);
+  log_first_step(ctx, copied, bytes);
   return NULL;
 }
 
@@ -96,6 +138,8 @@ static const rf__kernel_def cpu_kernels[] = {
      * more than the copy (bench_bucket_allreduce, docs/PERFORMANCE.md). */
     {.op = "_BucketPack",
      .device_type = RF_DEVICE_CPU,
+     .init = pack_init,
+     .destroy = pack_destroy,
      .compute = pack_compute,
      .cost = RF_COST_CHEAP},
     {.op = "_BucketUnpack",
@@ -110,29 +154,41 @@ rf_status *rf__register_cpu_bucket_kernels(void) {
 }
 
 #ifdef RF_HAVE_CUDA
-/* The same layout on the device's stream: one memset of the whole bucket
- * (the gaps) and one device-to-device copy per input, in stream order after
- * the inputs' producers. */
+/* The same layout on the device's stream, in stream order after the
+ * inputs' producers: a memset of each nonempty gap and a device-to-device
+ * copy of each input not already in place. */
 static rf_status *gpu_pack_compute(rf__kernel_ctx *ctx) {
   rf_tensor *out;
   const int64_t *offsets;
   RF_CHECK(pack_prepare(ctx, &out, &offsets));
   cudaStream_t stream = rf__gpu_kernel_stream(ctx);
-  size_t esize = rf_dtype_size(out->dtype);
-  rf_status *st =
-      RF_CUDA_STATUS(cudaMemsetAsync(out->data, 0, out->nbytes, stream));
-  for (int i = 0; i < ctx->num_inputs && !st; i++) {
+  size_t esize = rf_dtype_size(out->dtype), end = 0, bytes = 0;
+  char *p = out->data;
+  int copied = 0;
+  rf_status *st = NULL;
+  for (int i = 0; i <= ctx->num_inputs && !st; i++) {
+    size_t at = i < ctx->num_inputs ? (size_t)offsets[i] * esize : out->nbytes;
+    if (at > end)
+      st = RF_CUDA_STATUS(cudaMemsetAsync(p + end, 0, at - end, stream));
+    if (i == ctx->num_inputs || st) break;
     const rf_tensor *x = ctx->inputs[i];
-    st = RF_CUDA_STATUS(
-        cudaMemcpyAsync((char *)out->data + (size_t)offsets[i] * esize, x->data,
-                        x->nbytes, cudaMemcpyDeviceToDevice, stream));
+    if (x->data != p + at && x->nbytes > 0) {
+      st = RF_CUDA_STATUS(cudaMemcpyAsync(p + at, x->data, x->nbytes,
+                                          cudaMemcpyDeviceToDevice, stream));
+      copied++;
+      bytes += x->nbytes;
+    }
+    end = at + x->nbytes;
   }
+  if (!st) log_first_step(ctx, copied, bytes);
   return rf__kernel_error_at(ctx, st);
 }
 
 static const rf__kernel_def gpu_kernels[] = {
     {.op = "_BucketPack",
      .device_type = RF_DEVICE_GPU,
+     .init = pack_init,
+     .destroy = pack_destroy,
      .compute = gpu_pack_compute},
     {.op = "_BucketUnpack",
      .device_type = RF_DEVICE_GPU,

@@ -42,7 +42,9 @@ rf_status *batch_matmul_compute(rf__kernel_ctx *ctx) {
                         : dt == RF_FLOAT32  ? CUDA_R_32F
                                             : CUDA_R_64F;
   bool f64 = dt == RF_FLOAT64;
-  cublasComputeType_t compute = f64 ? CUBLAS_COMPUTE_64F : CUBLAS_COMPUTE_32F;
+  cublasComputeType_t compute = f64                ? CUBLAS_COMPUTE_64F
+                                : dt == RF_FLOAT32 ? gemm_compute_32f(ctx)
+                                                   : CUBLAS_COMPUTE_32F;
   const float one_f = 1.0f, zero_f = 0.0f;
   const double one_d = 1.0, zero_d = 0.0;
   const void *one = f64 ? (const void *)&one_d : &one_f;

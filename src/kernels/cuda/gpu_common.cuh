@@ -83,6 +83,13 @@ inline cublasHandle_t blas(rf__kernel_ctx *ctx) {
   (void)rf__gpu_kernel_stream(ctx);
   return (cublasHandle_t)ctx->device->blas;
 }
+/* The cuBLAS compute type of a float32 product on ctx's device: TF32 tensor
+ * cores when its session allows them (rf_session_options.allow_tf32),
+ * plain float32 otherwise. */
+inline cublasComputeType_t gemm_compute_32f(const rf__kernel_ctx *ctx) {
+  return ctx->device && ctx->device->allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                                : CUBLAS_COMPUTE_32F;
+}
 
 /* Every kernel calls it first: INTERNAL when the context has no GPU device;
  * clears a stale CUDA error of this thread. (The executor has already made

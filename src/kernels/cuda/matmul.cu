@@ -2,8 +2,9 @@
  * op transposing when transpose_a/transpose_b say so.
  *
  * float16/bfloat16/float32/float64 go to cublasGemmEx, accumulating in float
- * (float16/bfloat16/float32: CUBLAS_COMPUTE_32F, never TF32, so results match
- * the CPU's sgemm to float tolerance) or double. Row-major C = op(A) op(B) is
+ * (float16/bfloat16/float32: CUBLAS_COMPUTE_32F, so results match the CPU's
+ * sgemm to float tolerance; float32 on TF32 tensor cores only when the
+ * session allows it: gemm_compute_32f) or double. Row-major C = op(A) op(B) is
  * column-major C^T = op(B)^T op(A)^T, so B goes first. int32/int64 use a
  * 16x16 shared-memory tiled kernel in unsigned arithmetic (wraps, as on the
  * CPU).
@@ -50,7 +51,10 @@ rf_status *gemm(rf__kernel_ctx *ctx, const Dims &d, const rf_tensor *a,
   switch (a->dtype) {
     case RF_FLOAT16: type = CUDA_R_16F; break;
     case RF_BFLOAT16: type = CUDA_R_16BF; break;
-    case RF_FLOAT32: type = CUDA_R_32F; break;
+    case RF_FLOAT32:
+      type = CUDA_R_32F;
+      compute = gemm_compute_32f(ctx);
+      break;
     default:
       type = CUDA_R_64F;
       compute = CUBLAS_COMPUTE_64F;

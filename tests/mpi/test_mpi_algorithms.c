@@ -1,0 +1,332 @@
+/* tests/mpi/test_mpi_algorithms.c - the algorithms that move a collective's
+ * data across processes (src/comm/mpi/algorithm.c): every kind run with
+ * each algorithm forced in turn (MPI's nonblocking call, MPI's blocking
+ * call on the data thread, ringflow's ring) and with the table's own choice,
+ * at sizes on both sides of each kind's threshold, odd sizes that the
+ * processes do not divide, empty tensors, every dtype and reduction at a
+ * small size. Task 0 has two devices and every other task one, so the
+ * processes' shares differ. Inputs are small integers, so every reduction
+ * order gives the same value: each algorithm's result must match the
+ * float64 (integer) reference and the other algorithms' bytes exactly, and
+ * an all-reduce's bytes must be the same in every process. The counters
+ * of the library show that the forced algorithm is the one that ran. */
+#include <mpi.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/mpi/op.h"
+#include "mpi_testutil.h"
+#include "ringflow/collectives.h"
+#include "ringflow/ops.h"
+
+#define MAX_DEV 65
+
+typedef struct kase {
+  rf__collective_kind kind;
+  rf_dtype dtype;
+  rf_reduction red;
+  int64_t rows, cols; /* per participant; reduce_scatter: rows per device */
+} kase;
+
+static int ndev_of(int t) { return t == 0 ? 2 : 1; }
+static int first_dev(int t) { return t == 0 ? 0 : t + 1; }
+static int num_devices(void) { return NT + 1; }
+static int task_of(int i) { return i < 2 ? 0 : i - 1; }
+
+static bool is_unsigned(rf_dtype d) { return d == RF_UINT8; }
+
+/* Participant i's input: small integers (unsigned: 0..2, else -2..2). */
+static rf_tensor *input(const kase *c, int i, uint64_t salt) {
+  int64_t rows =
+      c->kind == RF_COLL_REDUCE_SCATTER ? c->rows * num_devices() : c->rows;
+  rf_shape s = rf_shape_of(2, rows, c->cols);
+  rf_tensor *t = NULL;
+  assert_ok(rf_tensor_new(c->dtype, &s, NULL, &t));
+  uint64_t rng = rf_test_rng(salt * 131 + (uint64_t)i + 1);
+  int64_t n = rf_tensor_num_elements(t);
+  for (int64_t e = 0; e < n; e++) {
+    int v = (int)(rf_test_rand(&rng) % 5) - 2;
+    if (is_unsigned(c->dtype)) v = v < 0 ? -v : v;
+    rf_tensor_set(t, e, v);
+  }
+  return t;
+}
+
+static double combine(rf_reduction r, double a, double v) {
+  switch (r) {
+    case RF_REDUCE_PROD: return a * v;
+    case RF_REDUCE_MIN: return v < a ? v : a;
+    case RF_REDUCE_MAX: return v > a ? v : a;
+    default: return a + v;
+  }
+}
+
+/* The reduction of element e over every participant (exact: small
+ * integers), avg divided as the dtype divides. */
+static double reduced(const kase *c, rf_tensor **in, int64_t e) {
+  double a = rf_tensor_get(in[0], e);
+  for (int i = 1; i < num_devices(); i++)
+    a = combine(c->red, a, rf_tensor_get(in[i], e));
+  if (c->red != RF_REDUCE_AVG) return a;
+  bool integer = c->dtype == RF_INT8 || c->dtype == RF_UINT8 ||
+                 c->dtype == RF_INT32 || c->dtype == RF_INT64;
+  double q = a / num_devices();
+  return integer ? (double)(int64_t)q : q;
+}
+
+/* What participant i must get, as doubles (malloc'ed), and its count. */
+static double *expected(const kase *c, rf_tensor **in, int i, int root,
+                        int64_t *count) {
+  int D = num_devices();
+  int64_t n = rf_tensor_num_elements(in[0]);
+  double *w = malloc(sizeof(double) * (size_t)(n * D + 1));
+  assert_non_null(w);
+  switch (c->kind) {
+    case RF_COLL_ALL_REDUCE:
+    case RF_COLL_REDUCE:
+      for (int64_t e = 0; e < n; e++) w[e] = reduced(c, in, e);
+      *count = n;
+      break;
+    case RF_COLL_REDUCE_SCATTER: {
+      int64_t per = n / D;
+      for (int64_t e = 0; e < per; e++) w[e] = reduced(c, in, i * per + e);
+      *count = per;
+      break;
+    }
+    case RF_COLL_ALL_GATHER:
+      for (int d = 0; d < D; d++)
+        for (int64_t e = 0; e < n; e++) w[d * n + e] = rf_tensor_get(in[d], e);
+      *count = n * D;
+      break;
+    default: /* broadcast */
+      for (int64_t e = 0; e < n; e++) w[e] = rf_tensor_get(in[root], e);
+      *count = n;
+  }
+  return w;
+}
+
+/* Runs c once with algorithm a; this task's outputs (NULL where it fetches
+ * nothing) into outs[0..2). */
+static void run_case(const kase *c, rf__mpi_algorithm a, uint64_t salt,
+                     rf_tensor **outs) {
+  int D = num_devices();
+  rf__mpi_algorithm_force(a);
+  rf_graph *g = rf_graph_new();
+  rf_output xs[MAX_DEV], ys[MAX_DEV];
+  rf_tensor *in[MAX_DEV];
+  for (int i = 0; i < D; i++) {
+    char dev[32];
+    mt_device(task_of(i), i - first_dev(task_of(i)), dev, sizeof dev);
+    in[i] = input(c, i, salt);
+    rf_shape s = rf_tensor_shape(in[i]);
+    assert_ok(rf_graph_push_device(g, dev));
+    xs[i] = rf_placeholder(g, NULL, c->dtype, s);
+    rf_graph_pop_device(g);
+  }
+  int root = c->kind == RF_COLL_BROADCAST ? 0 : D - 1;
+  switch (c->kind) {
+    case RF_COLL_ALL_REDUCE: rf_all_reduce_n(g, "c", xs, D, c->red, ys); break;
+    case RF_COLL_ALL_GATHER: rf_all_gather_n(g, "c", xs, D, ys); break;
+    case RF_COLL_REDUCE_SCATTER:
+      rf_reduce_scatter_n(g, "c", xs, D, c->red, ys);
+      break;
+    case RF_COLL_REDUCE: {
+      char dev[32];
+      mt_device(NT - 1, 0, dev, sizeof dev);
+      assert_ok(rf_graph_push_device(g, dev));
+      ys[root] = rf_reduce(g, "c", xs, D, c->red);
+      rf_graph_pop_device(g);
+      break;
+    }
+    default: { /* broadcast from participant 0 to an Identity on the rest */
+      rf_output b = rf_broadcast(g, "c", xs[0]);
+      for (int i = 1; i < D; i++) {
+        char dev[32];
+        mt_device(task_of(i), i - first_dev(task_of(i)), dev, sizeof dev);
+        assert_ok(rf_graph_push_device(g, dev));
+        ys[i] = rf_identity(g, NULL, b);
+        rf_graph_pop_device(g);
+      }
+      ys[0] = ys[1];
+    }
+  }
+  assert_graph_ok(g);
+  rf_session *s = mt_session(g, ndev_of(T), 20000);
+  rf_feed feeds[2];
+  rf_output fetch[2];
+  int nf = 0, nfetch = 0, mine[2];
+  for (int k = 0; k < ndev_of(T); k++) {
+    int i = first_dev(T) + k;
+    feeds[nf++] = (rf_feed){xs[i], in[i]};
+    bool gets = c->kind == RF_COLL_REDUCE      ? i == root
+                : c->kind == RF_COLL_BROADCAST ? i != root
+                                               : true;
+    if (gets) {
+      mine[nfetch] = k;
+      fetch[nfetch++] = ys[i];
+    }
+  }
+  rf_tensor *got[2] = {NULL, NULL};
+  outs[0] = outs[1] = NULL;
+  int64_t before = rf__mpi_algorithm_runs(a);
+  if (nfetch)
+    assert_ok(rf_session_run(s, feeds, nf, fetch, nfetch, NULL, 0, got));
+  else
+    assert_ok(rf_session_run(s, feeds, nf, NULL, 0, &ys[root].node, 1, NULL));
+  if (a != RF_MPI_AUTO) assert_true(rf__mpi_algorithm_runs(a) > before);
+  for (int k = 0; k < nfetch; k++) {
+    int i = first_dev(T) + mine[k];
+    int64_t n = 0;
+    double *w = expected(c, in, i, root, &n);
+    assert_int_equal(rf_tensor_num_elements(got[k]), n);
+    for (int64_t e = 0; e < n; e++) {
+      double v = rf_tensor_get(got[k], e), want = w[e];
+      double tol = c->red == RF_REDUCE_AVG ? rf_test_tolerance(c->dtype) : 0;
+      if (!(v == want ||
+            (tol > 0 && v - want <= tol * (1 + (want < 0 ? -want : want)) &&
+             want - v <= tol * (1 + (want < 0 ? -want : want)))))
+        fail_msg("%s %s, %s: participant %d element %lld is %g, expected %g",
+                 rf__collective_kind_name(c->kind), rf_dtype_name(c->dtype),
+                 rf__mpi_algorithm_name(a), i, (long long)e, v, want);
+    }
+    free(w);
+    outs[mine[k]] = got[k];
+  }
+  rf_session_free(s);
+  for (int i = 0; i < D; i++) rf_tensor_release(in[i]);
+  rf_graph_free(g);
+  rf__mpi_algorithm_force(RF_MPI_AUTO);
+}
+
+static uint64_t bytes_hash(const rf_tensor *t) {
+  uint64_t h = 1469598103934665603ULL;
+  const unsigned char *b = rf_tensor_data(t);
+  for (size_t k = 0; k < rf_tensor_nbytes(t); k++)
+    h = (h ^ b[k]) * 1099511628211ULL;
+  return h;
+}
+
+/* c with every algorithm: the same bytes from each (and, for an
+ * all-reduce, in every process). */
+static void check_case(const kase *c, uint64_t salt) {
+  static const rf__mpi_algorithm algos[] = {RF_MPI_AUTO, RF_MPI_NBC,
+                                            RF_MPI_BLOCKING, RF_MPI_RING};
+  rf_tensor *first[2] = {NULL, NULL};
+  for (size_t a = 0; a < sizeof algos / sizeof *algos; a++) {
+    rf_tensor *outs[2];
+    run_case(c, algos[a], salt, outs);
+    if (c->kind == RF_COLL_ALL_REDUCE) { /* every task fetches outs[0] */
+      unsigned long long h = bytes_hash(outs[0]), lo = h, hi = h;
+      MPI_Allreduce(MPI_IN_PLACE, &lo, 1, MPI_UNSIGNED_LONG_LONG, MPI_MIN,
+                    MPI_COMM_WORLD);
+      MPI_Allreduce(MPI_IN_PLACE, &hi, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX,
+                    MPI_COMM_WORLD);
+      assert_true(lo == h && hi == h);
+    }
+    for (int k = 0; k < 2; k++) {
+      if (!outs[k]) continue;
+      if (!first[k]) {
+        first[k] = outs[k];
+        continue;
+      }
+      assert_int_equal(rf_tensor_nbytes(outs[k]), rf_tensor_nbytes(first[k]));
+      if (rf_tensor_nbytes(outs[k]) > 0)
+        assert_memory_equal(rf_tensor_data(outs[k]), rf_tensor_data(first[k]),
+                            rf_tensor_nbytes(outs[k]));
+      rf_tensor_release(outs[k]);
+    }
+  }
+  for (int k = 0; k < 2; k++)
+    if (first[k]) rf_tensor_release(first[k]);
+}
+
+static const rf__collective_kind kinds[] = {
+    RF_COLL_ALL_REDUCE, RF_COLL_REDUCE, RF_COLL_BROADCAST, RF_COLL_ALL_GATHER,
+    RF_COLL_REDUCE_SCATTER};
+
+/* Every dtype and reduction, odd small sizes and empty tensors. */
+static void test_small_every_dtype(void **state) {
+  static const rf_dtype dtypes[] = {RF_FLOAT32,  RF_FLOAT64, RF_FLOAT16,
+                                    RF_BFLOAT16, RF_INT8,    RF_UINT8,
+                                    RF_INT32,    RF_INT64};
+  uint64_t salt = 1;
+  for (size_t k = 0; k < sizeof kinds / sizeof *kinds; k++) {
+    bool reduces =
+        kinds[k] != RF_COLL_BROADCAST && kinds[k] != RF_COLL_ALL_GATHER;
+    for (size_t d = 0; d < sizeof dtypes / sizeof *dtypes; d++)
+      for (int r = 0; r < (reduces ? 5 : 1); r++) {
+        kase c = {kinds[k], dtypes[d], (rf_reduction)r, 3, 7};
+        check_case(&c, salt++);
+      }
+    kase empty = {kinds[k], RF_FLOAT32, RF_REDUCE_SUM, 0, 5};
+    check_case(&empty, salt++);
+  }
+}
+
+/* Each kind just below and just above its threshold (512 KiB when it has
+ * none), odd element counts. */
+static void test_both_sides_of_thresholds(void **state) {
+  uint64_t salt = 1000;
+  for (size_t k = 0; k < sizeof kinds / sizeof *kinds; k++) {
+    rf__mpi_algorithm above;
+    int64_t from = rf__mpi_algorithm_threshold(kinds[k], &above);
+    if (from == INT64_MAX) from = 512 << 10;
+    /* the size the choice goes by: all-gather's output, else the input */
+    int64_t per = kinds[k] == RF_COLL_ALL_GATHER ? from / num_devices() : from;
+    int64_t elems[2] = {per / 4 - 3, per / 4 + 5};
+    for (int side = 0; side < 2; side++) {
+      int64_t cols = elems[side] | 1;
+      kase c = {kinds[k], RF_FLOAT32, RF_REDUCE_SUM, 1, cols};
+      if (kinds[k] == RF_COLL_REDUCE_SCATTER)
+        c.cols = (cols / num_devices()) | 1;
+      check_case(&c, salt++);
+      kase i = {kinds[k], RF_INT32, RF_REDUCE_MAX, 1, c.cols};
+      check_case(&i, salt++);
+    }
+  }
+}
+
+/* An unknown RF_MPI_ALGORITHM fails the collective in every process,
+ * naming the variable (the ctest entry test_mpi_algorithms_bad_env sets it
+ * to "bad"; the library reads it once, so this runs alone). */
+static void test_unknown_algorithm_is_an_error(void **state) {
+  rf_graph *g = rf_graph_new();
+  rf_output xs[64], ys[64];
+  for (int t = 0; t < NT; t++) {
+    char dev[32];
+    mt_device(t, 0, dev, sizeof dev);
+    assert_ok(rf_graph_push_device(g, dev));
+    xs[t] = rf_placeholder(g, NULL, RF_FLOAT32, rf_shape_of(1, 4));
+    rf_graph_pop_device(g);
+  }
+  rf_all_reduce_n(g, "ar", xs, NT, RF_REDUCE_SUM, ys);
+  assert_graph_ok(g);
+  rf_session *s = mt_session(g, 1, 20000);
+  rf_shape shape = rf_shape_of(1, 4);
+  rf_tensor *x = NULL, *out = NULL;
+  assert_ok(rf_tensor_new(RF_FLOAT32, &shape, NULL, &x));
+  memset(rf_tensor_mutable_data(x), 0, rf_tensor_nbytes(x));
+  rf_feed feed = {xs[T], x};
+  assert_status(rf_session_run(s, &feed, 1, &ys[T], 1, NULL, 0, &out),
+                RF_INVALID_ARGUMENT,
+                "RF_MPI_ALGORITHM is 'bad'; expected auto, nbc, blocking or "
+                "ring");
+  rf_tensor_release(x);
+  rf_session_free(s);
+  rf_graph_free(g);
+}
+
+int main(void) {
+  if (mt_init()) return 0;
+  const char *e = getenv("RF_MPI_ALGORITHM");
+  if (e && strcmp(e, "bad") == 0) {
+    const struct CMUnitTest bad[] = {
+        cmocka_unit_test(test_unknown_algorithm_is_an_error)};
+    return cmocka_run_group_tests(bad, NULL, NULL);
+  }
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_small_every_dtype),
+      cmocka_unit_test(test_both_sides_of_thresholds),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
