@@ -55,6 +55,7 @@ typedef struct options {
   bool check, quiet, constant_lr, bench, allow_nonfinite, tf32;
   const char *data_dir, *save, *load, *graph_dir, *trace;
   int bucket_mb, comm_dtype; /* -1: the library's default; comm_choices */
+  int gpu_graphs;            /* graph_choices: the session's default, off, on */
 } options;
 
 static void dataset_free(dataset *d) {
@@ -578,6 +579,7 @@ static const char *const sync_choices[] = {
     NULL};
 static const char *const schedule_choices[] = {"cosine", "constant", NULL};
 static const char *const comm_choices[] = {"fp32", "bf16", "fp16", NULL};
+static const char *const graph_choices[] = {"default", "off", "on", NULL};
 static const char *const comm_dtypes[] = {"float32", "bfloat16", "float16"};
 static const char *const feed_choices[] = {[FEED_AUTO] = "auto",
                                            [FEED_INDICES] = "indices",
@@ -727,6 +729,11 @@ static int parse_options(int argc, char **argv, options *o) {
                   "(default), or bf16 or fp16, cast back to fp32 after the "
                   "all-reduce",
                   comm_choices),
+      TOOL_CHOICE("gpu-graphs", &o->gpu_graphs, "S",
+                  "GPU devices: replay each training step as one CUDA graph "
+                  "(on), or run its kernels one by one (off); default: the "
+                  "session's default (rf_session_options.gpu_graphs)",
+                  graph_choices),
   };
   const tool_cmd cmd = {
       "train",
@@ -876,6 +883,7 @@ int cmd_train(int argc, char **argv) {
   if (o.bucket_mb >= 0)
     sopts.collective_bucket_bytes = (int64_t)o.bucket_mb << 20;
   sopts.collective_comm_dtype = comm_dtypes[o.comm_dtype];
+  if (o.gpu_graphs) sopts.gpu_graphs = o.gpu_graphs == 2;
   sopts.collective_timeout_ms = llround(o.collective_timeout * 1000);
   if (sopts.collective_timeout_ms < 1) sopts.collective_timeout_ms = 1;
   one_opts.collective_timeout_ms = sopts.collective_timeout_ms;

@@ -122,7 +122,34 @@ typedef struct rf_session_options {
    * devices (whose float32 products are float32), ignore it. Any other
    * value: INVALID_ARGUMENT. */
   int allow_tf32;
+  /* ---- CUDA graphs of steps (issue 19) ----
+   * GPU devices: 1 replays a step as one CUDA graph. The second run of a
+   * (feeds, fetches, targets) signature whose feeds have the shapes of the
+   * first is captured (its GPU work recorded once, collectives of virtual
+   * GPUs included) and launched; later runs with those shapes copy the
+   * feeds into the graph's buffers, launch it and copy the fetches out,
+   * with results bit-identical to runs without it. A run with other feed
+   * shapes runs without the graph (that shape repeated is captured in its
+   * place). A step is never captured, and runs as without graphs, when it
+   * has a CPU device, GPU devices on several physical GPUs, values passed
+   * between devices (_Send/_Recv), Dropout (its mask follows the step
+   * number), collectives across tasks, a fetched value made on the host,
+   * a feed in device memory, or when its capture fails; traced runs and
+   * runs while another run of the session is under way are not captured
+   * either. Each reason goes to the log sink (rf_set_log_callback, info:
+   * "gpu graphs: ..."). Errors are reported as without graphs; a capture
+   * whose step fails launches what it enqueued, as a run without graphs
+   * would have run it, and is tried again on a later run. The memory a
+   * graph's step used stays its own while the plan lives.
+   * 0: never. Default RF_DEFAULT_GPU_GRAPHS; ignored without GPU devices. */
+  int gpu_graphs;
 } rf_session_options;
+
+/* gpu_graphs after rf_session_options_init: off. On one H200 a replayed
+ * batch-128 MLP step on gpu:0 is 3.4x faster, but the same training step
+ * on four virtual GPUs still faults at its first launch (docs/PERFORMANCE.md,
+ * "CUDA graphs of steps"): on once proven on every device count. */
+#define RF_DEFAULT_GPU_GRAPHS 0
 
 /* collective_bucket_bytes after rf_session_options_init: 1 MiB. The
  * producers of a bucket's gradients write straight into it (no copy in), so

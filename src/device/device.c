@@ -19,6 +19,7 @@ void rf__device_init(rf__device *d, int index, const rf__device_name *name,
   d->allocator = allocator;
   d->pool = pool;
   pthread_mutex_init(&d->vars_mu, NULL);
+  pthread_mutex_init(&d->capture_mu, NULL);
   d->vars = NULL;
   d->gpu_ordinal = -1;
   d->host_allocator = rf_default_allocator();
@@ -34,6 +35,7 @@ void rf__device_destroy(rf__device *d) {
     rf__free(v);
   }
   pthread_mutex_destroy(&d->vars_mu);
+  pthread_mutex_destroy(&d->capture_mu);
 }
 
 static rf__variable *variable_new(const char *name, rf_dtype dtype,

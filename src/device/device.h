@@ -40,6 +40,11 @@ typedef struct rf__device {
   rf__threadpool *pool; /* not owned */
   pthread_mutex_t vars_mu;
   rf__variable *vars; /* uthash by name */
+  /* While a step is captured as a CUDA graph (rf__step.capturing), the
+   * executor runs the device's kernels one at a time under this lock: the
+   * capture then records each stream's work in one host order, and no two
+   * threads use the device's cuBLAS handle at once while cuBLAS records. */
+  pthread_mutex_t capture_mu;
 
   /* ---- GPU devices (name.type == RF_DEVICE_GPU; device/gpu/gpu.h) ----
    * Virtual device gpu:N runs on physical GPU N % cudaGetDeviceCount(), so

@@ -48,6 +48,15 @@ typedef struct rf__step {
    * has run (the NCCL backend records events). Failed steps still wait. */
   bool pipelined;
   _Atomic(rf__step_check *) checks; /* newest first; see rf__step_check */
+  /* The step's GPU work is being captured into a CUDA graph
+   * (rf_session_options.gpu_graphs; runtime/gpu/step_graph.c): it is
+   * recorded, not run, and replayed later. A kernel that would wait for its
+   * stream on the host treats the work as done (the graph keeps the order),
+   * and one whose result would not be replayed (a value made on the host)
+   * says why in `not_replayable` (a static string): the step then runs
+   * normally and the plan is not captured again. */
+  bool capturing;
+  _Atomic(const char *) not_replayable;
 } rf__step;
 
 /* Adds c (filled by the caller, unlinked) to the step's checks. Any thread,

@@ -17,6 +17,7 @@
 #include "passes/pass_registry.h"
 #include "runtime/graph_dump.h"
 #include "runtime/session_internal.h"
+#include "runtime/step_graph.h"
 
 /* Compiles (and rf_graph_lower calls) of this process, numbered from 1:
  * log messages and graph dump files name them. */
@@ -25,6 +26,9 @@ static atomic_long next_compile = 1;
 void rf__plan_free(rf__plan *p) {
   if (!p) return;
   rf__plan_free_spares(p);
+#ifdef RF_HAVE_CUDA
+  rf__step_graph_free(p->step_graph); /* waits for its last launch */
+#endif
   rf__executor_free(p->executor);
   rf__free(p->gpus);
   rf_graph_free(p->graph);
@@ -295,6 +299,10 @@ rf_status *rf__compile(rf_session *s, const rf__signature *sig,
       rf__executor_new(p->graph, s->devices, s->num_devices, &p->executor), st,
       fail);
   RF_CHECK_GOTO(find_gpus(s, p), st, fail);
+#ifdef RF_HAVE_CUDA
+  if (s->opts.gpu_graphs && p->num_gpus > 0)
+    RF_CHECK_GOTO(rf__step_graph_new(s, p, &p->step_graph), st, fail);
+#endif
   rf__graph_dump_end(&dump);
   *out = p;
   return NULL;

@@ -372,7 +372,10 @@ static void run_node(frame *f, int v, ready *rd) {
   rf__kernel_ctx ctx = node_ctx(f, x, v);
   if (x->compute) {
     int64_t t0 = f->step->trace ? rf__trace_now() : 0;
+    bool serial = f->step->capturing && dev->enter; /* device.h: capture_mu */
+    if (serial) pthread_mutex_lock(&dev->capture_mu);
     rf_status *st = x->compute(&ctx);
+    if (serial) pthread_mutex_unlock(&dev->capture_mu);
     /* before complete() releases the kernel's buffers: device/gpu/order.h */
     if (ctx.stream_taken) rf__gpu_enqueue_end(dev->order);
     if (f->step->trace)

@@ -13,6 +13,7 @@
 #include "comm/collective.h"
 #include "comm/job.h"
 #include "device/step.h"
+#include "runtime/step_graph.h"
 #include "runtime/trace.h"
 #ifdef RF_HAVE_CUDA
 #include "device/gpu/gpu.h"
@@ -30,6 +31,7 @@ void rf_session_options_init(rf_session_options *o) {
   o->collective_timeout_ms = 300000;
   o->gpu_sync_on_finish = 1;
   o->collective_bucket_bytes = RF_DEFAULT_BUCKET_BYTES;
+  o->gpu_graphs = RF_DEFAULT_GPU_GRAPHS;
 }
 
 static rf_status *check_options(const rf_session_options *o) {
@@ -224,6 +226,8 @@ rf_status *rf_session_new(const rf_graph *g, const rf_session_options *opts,
   atomic_init(&s->next_job_step, 1);
   pthread_mutex_init(&s->cache_mu, NULL);
   pthread_mutex_init(&s->trace_mu, NULL);
+  pthread_mutex_init(&s->graph_mu, NULL);
+  pthread_cond_init(&s->graph_cv, NULL);
   rf__session_sync_init(s);
   RF_CHECK_GOTO(make_devices(s, g), st, fail);
   RF_CHECK_GOTO(rf__graph_copy(g, &s->graph), st, fail);
@@ -268,6 +272,8 @@ void rf_session_free(rf_session *s) {
   rf_graph_free(s->graph);
   pthread_mutex_destroy(&s->cache_mu);
   pthread_mutex_destroy(&s->trace_mu);
+  pthread_mutex_destroy(&s->graph_mu);
+  pthread_cond_destroy(&s->graph_cv);
   rf__free(s->trace_path);
   rf__free(s->dump_graph_dir);
   rf__free(s);
@@ -498,8 +504,16 @@ static rf_status *run_step(rf_session *s, rf__plan *p, const rf_feed *feeds,
   char *trace_path = take_trace_path(s);
   step.pipelined = rf__step_may_pipeline(s, p, trace_path != NULL);
   rf_status *st = trace_path ? rf__trace_new(&step.trace) : NULL;
-  if (!st) st = rf__executor_run(p->executor, &step);
+  bool graph = false; /* the step ran as a CUDA graph (step_graph.h) */
+#ifdef RF_HAVE_CUDA
+  if (!st && !trace_path && p->step_graph)
+    graph = rf__step_graph_run(s, p, &step, feeds, &st);
+#endif
+  if (!st && !graph) st = rf__executor_run(p->executor, &step);
   st = rf__session_end_step(s, p, &step, st);
+#ifdef RF_HAVE_CUDA
+  if (graph) st = rf__step_graph_finish(s, p, &step, st);
+#endif
   if (st)
     RF__LOG(RF_LOG_ERROR, "run: step %lld failed: %s", (long long)step.id,
             rf_status_message(st));
@@ -555,7 +569,10 @@ rf_status *rf_session_run(rf_session *s, const rf_feed *feeds, int nfeeds,
   if (!st) st = rf__session_take_deferred(s);
   if (!st) st = get_plan(s, &sig, key.p ? key.p : "", &p);
   if (!st) {
+    bool count = p->step_graph != NULL; /* captures wait for no other run */
+    if (count) rf__graph_run_begin(s);
     st = run_step(s, p, feeds, fed, fetched, job_step);
+    if (count) rf__graph_run_end(s);
   } else if (s->job) {
     rf__job_step_failed(s->job, job_step, st);
   }

@@ -31,6 +31,9 @@ typedef struct rf__plan {
   /* Records of this plan's pipelined steps that are free for reuse (their
    * fences are made for `gpus`); guarded by the session's pending_mu. */
   struct rf__pending_step *spare;
+  /* The step as a CUDA graph (gpu_graphs on, CUDA builds, GPU devices in
+   * the plan): runtime/step_graph.h. NULL otherwise. */
+  struct rf__step_graph *step_graph;
   UT_hash_handle hh;
 } rf__plan;
 
@@ -65,6 +68,12 @@ struct rf_session {
   atomic_int num_pending;
   rf_status *deferred_error;
   atomic_bool has_deferred_error;
+  /* Runs under way and whether one captures its step as a CUDA graph
+   * (gpu_graphs; runtime/step_graph.h). */
+  pthread_mutex_t graph_mu;
+  pthread_cond_t graph_cv;
+  int graph_runs;
+  bool graph_capturing;
 };
 
 /* A run's request, resolved to nodes of the session's graph. */

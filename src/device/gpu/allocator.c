@@ -4,7 +4,11 @@
  * blocks (device memory is not host-readable), and each class's list has room
  * for every block of the class ever made, so freeing never allocates. A block
  * freed to a device cache is only reused by that device's stream, whose order
- * puts the reuse after every earlier reader. */
+ * puts the reuse after every earlier reader. While a step is captured as a
+ * CUDA graph, the blocks freed meanwhile are the graph's: they leave the free
+ * lists at the end of the capture and come back only when the graph goes
+ * (runtime/gpu/step_graph.c), so nothing else is ever handed memory a replay
+ * writes. */
 #include <cuda_runtime_api.h>
 #include <pthread.h>
 #include <string.h>
@@ -22,6 +26,9 @@ typedef struct bucket {
   void **blocks; /* the free ones: blocks[0..n) */
   int n, cap;
   int64_t live; /* blocks of this class that exist (free + in use) */
+  /* While capturing: blocks[held..n) were freed during the capture (a
+   * capture's allocations take those first, as the stack's top) */
+  int held;
 } bucket;
 
 struct rf__gpu_cache {
@@ -32,6 +39,17 @@ struct rf__gpu_cache {
   bucket classes[NUM_CLASSES];
   rf__gpu_alloc_stats stats;
   rf_allocator iface;
+  int64_t capture_trims; /* stats.trims when the capture began */
+};
+
+struct rf__gpu_held {
+  rf__gpu_cache *cache;
+  int n;
+  struct held_block {
+    void *ptr;
+    int cls;
+    size_t rounded;
+  } blocks[];
 };
 
 /* Class index and rounded size: 256, 320, 384, 448, 512, 640, ... */
@@ -47,6 +65,13 @@ static int size_class(size_t size, size_t *rounded) {
   *rounded = base + k * step;
   int cls = (lg - MIN_CLASS_LG) * 4 + (int)k;
   return cls < NUM_CLASSES ? cls : -1;
+}
+
+/* The bytes of class cls's blocks (size_class's inverse). */
+static size_t class_bytes(int cls) {
+  if (cls == 0) return MIN_CLASS_BYTES;
+  size_t base = (size_t)1 << (MIN_CLASS_LG + (cls - 1) / 4);
+  return base + (size_t)((cls - 1) % 4 + 1) * (base / 4);
 }
 
 /* ---- raw blocks ---- */
@@ -96,6 +121,7 @@ static void trim_locked(rf__gpu_cache *c) {
     bucket *b = &c->classes[i];
     b->live -= b->n;
     b->n = 0;
+    b->held = 0;
     if (b->live == 0) { /* nothing of this class left: drop the list too */
       rf__free(b->blocks);
       b->blocks = NULL;
@@ -135,6 +161,7 @@ static void *cache_alloc(void *state, size_t size, size_t alignment) {
   void *p = NULL;
   if (b->n > 0) {
     p = b->blocks[--b->n];
+    if (b->held > b->n) b->held = b->n; /* a block from before the capture */
     c->stats.cached -= rounded;
   } else if (b->live == b->cap &&
              rf__grow(&b->blocks, &b->cap, b->cap + 1, sizeof(void *))) {
@@ -207,6 +234,84 @@ void rf__gpu_cache_free(rf__gpu_cache *c) {
 }
 
 rf_allocator *rf__gpu_cache_allocator(rf__gpu_cache *c) { return &c->iface; }
+
+rf__gpu_cache *rf__gpu_device_cache(const rf__device *d) {
+  if (d && d->allocator && d->allocator->alloc == cache_alloc)
+    return d->allocator->state;
+  return NULL;
+}
+
+/* ---- capture (step graphs) ---- */
+
+void rf__gpu_cache_capture_begin(rf__gpu_cache *c) {
+  pthread_mutex_lock(&c->mu);
+  for (int i = 0; i < NUM_CLASSES; i++) c->classes[i].held = c->classes[i].n;
+  c->capture_trims = c->stats.trims;
+  pthread_mutex_unlock(&c->mu);
+}
+
+rf_status *rf__gpu_cache_capture_end(rf__gpu_cache *c, bool keep,
+                                     rf__gpu_held **out, bool *trimmed) {
+  *out = NULL;
+  pthread_mutex_lock(&c->mu);
+  rf_status *st = NULL;
+  *trimmed = c->stats.trims != c->capture_trims;
+  if (keep && *trimmed)
+    st = rf__error(RF_RESOURCE_EXHAUSTED,
+                   "device memory ran short during the capture (the cache "
+                   "was emptied)");
+  int n = 0;
+  for (int i = 0; i < NUM_CLASSES; i++)
+    n += c->classes[i].n - c->classes[i].held;
+  rf__gpu_held *h = NULL;
+  if (keep && !st) {
+    h = rf__malloc(sizeof *h + sizeof(struct held_block) * (size_t)n);
+    if (!h) st = rf__oom();
+  }
+  if (h) {
+    h->cache = c;
+    h->n = 0;
+    for (int i = 0; i < NUM_CLASSES; i++) {
+      bucket *b = &c->classes[i];
+      for (int k = b->held; k < b->n; k++) {
+        size_t r = class_bytes(i);
+        h->blocks[h->n++] = (struct held_block){b->blocks[k], i, r};
+        c->stats.cached -= r;
+        c->stats.in_use += r;
+      }
+      b->n = b->held;
+    }
+    *out = h;
+  }
+  pthread_mutex_unlock(&c->mu);
+  return st;
+}
+
+void rf__gpu_held_release(rf__gpu_held *h) {
+  if (!h) return;
+  rf__gpu_cache *c = h->cache;
+  pthread_mutex_lock(&c->mu);
+  for (int k = 0; k < h->n; k++) {
+    bucket *b = &c->classes[h->blocks[k].cls];
+    b->blocks[b->n++] = h->blocks[k].ptr; /* cap >= live > n */
+    c->stats.cached += h->blocks[k].rounded;
+    c->stats.in_use -= h->blocks[k].rounded;
+  }
+  pthread_mutex_unlock(&c->mu);
+  rf__free(h);
+}
+
+bool rf__gpu_held_has(const rf__gpu_held *h, const void *ptr) {
+  for (int k = 0; h && k < h->n; k++)
+    if (h->blocks[k].ptr == ptr) return true;
+  return false;
+}
+
+size_t rf__gpu_held_bytes(const rf__gpu_held *h) {
+  size_t bytes = 0;
+  for (int k = 0; h && k < h->n; k++) bytes += h->blocks[k].rounded;
+  return bytes;
+}
 
 void rf__gpu_cache_stats(rf__gpu_cache *c, rf__gpu_alloc_stats *out) {
   pthread_mutex_lock(&c->mu);

@@ -108,6 +108,28 @@ void rf__gpu_cache_stats(rf__gpu_cache *c, rf__gpu_alloc_stats *out);
 /* Frees every cached block of c (waiting for the GPU first). */
 void rf__gpu_cache_trim(rf__gpu_cache *c);
 
+/* ---- blocks a CUDA graph of a step holds (runtime/gpu/step_graph.c) ----
+ * Between capture_begin and capture_end, the blocks freed to c (the step's
+ * temporaries) are set aside: with keep, capture_end takes them out of the
+ * free lists into *out (counted in use) until rf__gpu_held_release puts
+ * them back, so no other tensor is given memory a replay writes; without
+ * keep (a failed capture) they stay free. *trimmed: the cache was emptied
+ * meanwhile (a failed cudaMalloc), so blocks the capture recorded may be
+ * gone: the graph must not run. RESOURCE_EXHAUSTED (and nothing held) then,
+ * or when *out cannot be had. */
+typedef struct rf__gpu_held rf__gpu_held;
+/* d's device cache (NULL for a CPU device). */
+rf__gpu_cache *rf__gpu_device_cache(const rf__device *d);
+void rf__gpu_cache_capture_begin(rf__gpu_cache *c);
+rf_status *rf__gpu_cache_capture_end(rf__gpu_cache *c, bool keep,
+                                     rf__gpu_held **out, bool *trimmed);
+/* NULL is ignored. Only once the graph's replays have run, or in the
+ * stream order of the cache's device after them. */
+void rf__gpu_held_release(rf__gpu_held *h);
+size_t rf__gpu_held_bytes(const rf__gpu_held *h);
+/* Whether h holds the block at ptr. */
+bool rf__gpu_held_has(const rf__gpu_held *h, const void *ptr);
+
 /* Pinned host memory (process-wide: fetched tensors may outlive sessions).
  * Its tensors are ordinary host tensors (on_gpu 0). */
 rf_allocator *rf__gpu_pinned_allocator(void);

@@ -3,7 +3,9 @@
  *   _Arg     copies the fed tensor to the device (stream-ordered): host
  *            memory, or the caller's device memory (after the legacy
  *            default stream's work: rf_tensor_new_external_gpu).
- *   _Retval  copies the value to pinned host memory; done after the copy.
+ *   _Retval  copies the value to pinned host memory; done after the copy
+ *            (at once while the step is captured as a CUDA graph: the
+ *            session reads the buffer after each launch).
  *   _Send    to a CPU device: copies to pinned host memory, then sends it; to
  *            a GPU device: sends the device tensor once the stream has
  *            produced it. Either way a device value is sent only after
@@ -107,7 +109,10 @@ static void retval_compute_async(rf__kernel_ctx *ctx, rf__done_fn done) {
     return;
   }
   rf_tensor *in = ctx->inputs[0];
-  if (!in->on_gpu) { /* a host-memory output: nothing to copy */
+  if (!in->on_gpu) {          /* a host-memory output: nothing to copy */
+    if (ctx->step->capturing) /* a replay would hand back this same value */
+      atomic_store(&ctx->step->not_replayable,
+                   "a fetched value is made on the host");
     ctx->step->fetches[i] = rf_tensor_retain(in);
     done(ctx, NULL);
     return;
@@ -118,6 +123,11 @@ static void retval_compute_async(rf__kernel_ctx *ctx, rf__done_fn done) {
   if (st) {
     rf_tensor_release(host);
     done(ctx, named(ctx, st));
+    return;
+  }
+  if (ctx->step->capturing) { /* the copy is recorded; each launch makes it */
+    ctx->step->fetches[i] = host;
+    done(ctx, NULL);
     return;
   }
   /* The input stays alive (the executor holds it) until done. */

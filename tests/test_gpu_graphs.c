@@ -1,0 +1,376 @@
+/* tests/test_gpu_graphs.c - steps replayed as CUDA graphs
+ * (rf_session_options.gpu_graphs; the decision alone, without a GPU:
+ * test_step_graph_policy.c). On a GPU: MLP training steps (`ringflow train`'s
+ * graph: Adam, loss fetched, new batch and learning rate every step) on gpu:0
+ * and on virtual gpu:0-3 with all-reduce (a small MLP, and `ringflow train`'s
+ * own at batch 128) give bit-identical losses and parameters with and without
+ * graphs, and the log says the step was captured; a shape change falls back
+ * (the log says so) and is then captured anew; a step that fails during its
+ * capture or its replay (out of memory, injected) is reported and the session
+ * goes on with the right values; a CPU device in the step runs without the
+ * graph and the log says why.
+ * GPU tests print "GPU tests skipped: <reason>" without a GPU. */
+#include <math.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mlp.h"
+#include "ringflow/debug.h"
+#include "ringflow/log.h"
+#include "testutil.h"
+
+/* ---- the log ---- */
+
+static pthread_mutex_t log_mu = PTHREAD_MUTEX_INITIALIZER;
+static char log_text[1 << 16];
+static size_t log_len;
+
+static void on_log(rf_log_level level, const char *msg, void *user) {
+  (void)level;
+  (void)user;
+  if (strncmp(msg, "gpu graphs:", 11) != 0) return;
+  pthread_mutex_lock(&log_mu);
+  int n = snprintf(log_text + log_len, sizeof log_text - log_len, "%s\n", msg);
+  if (n > 0 && log_len + (size_t)n < sizeof log_text) log_len += (size_t)n;
+  pthread_mutex_unlock(&log_mu);
+}
+
+static void log_start(void) {
+  pthread_mutex_lock(&log_mu);
+  log_len = 0;
+  log_text[0] = '\0';
+  pthread_mutex_unlock(&log_mu);
+  assert_ok(rf_set_log_callback(RF_LOG_INFO, on_log, NULL));
+}
+
+/* Whether the log since log_start holds sub; the log is printed if not
+ * expected. */
+static bool logged(const char *sub) {
+  pthread_mutex_lock(&log_mu);
+  bool yes = strstr(log_text, sub) != NULL;
+  pthread_mutex_unlock(&log_mu);
+  return yes;
+}
+
+static void log_stop(void) {
+  assert_ok(rf_set_log_callback(RF_LOG_INFO, NULL, NULL));
+}
+
+static void expect_log(const char *sub, bool want) {
+  if (logged(sub) != want) {
+    fprintf(stderr, "log:\n%s", log_text);
+    fail_msg("the log %s \"%s\"", want ? "lacks" : "holds", sub);
+  }
+}
+
+static rf_tensor *zeros(int64_t rows, int64_t cols) {
+  int64_t dims[2] = {rows, cols};
+  rf_shape sh = rf_shape_make(2, dims);
+  rf_tensor *t = NULL;
+  assert_ok(rf_tensor_new(RF_FLOAT32, &sh, NULL, &t));
+  memset(rf_tensor_mutable_data(t), 0, rf_tensor_nbytes(t));
+  return t;
+}
+
+/* ---- MLP training on GPUs ---- */
+
+enum { IN = 24, HID = 16, CLASSES = 10, STEPS = 7 };
+
+typedef struct run_result {
+  float loss[STEPS][8];
+  rf_tensor *params[8 * 2 * MLP_MAX_LAYERS];
+  int nparams;
+} run_result;
+
+static uint64_t next_rand(uint64_t *s) {
+  *s ^= *s << 13;
+  *s ^= *s >> 7;
+  *s ^= *s << 17;
+  return *s;
+}
+
+static rf_tensor *scalar(double v) {
+  rf_tensor *t = NULL;
+  assert_ok(rf_tensor_new_scalar(RF_FLOAT32, v, &t));
+  return t;
+}
+
+/* Trains `ringflow train`'s MLP (IN-HID-CLASSES, or with full its own
+ * 784-512-256-10 at a global batch of 128; Adam, all-reduce) on
+ * gpu:0..ndev-1 for STEPS steps of fresh random batches, graphs on or off;
+ * fills r with every step's losses and the final parameters. With
+ * fail_at > 0, the step after step fail_at (1-based) starts from the
+ * initial state again, and with inject step fail_at runs with the k-th
+ * allocation failing for k = 1, 2, ... until it succeeds (each failure must
+ * be RESOURCE_EXHAUSTED; a failed step may have applied some updates, as
+ * without graphs: hence the reset). */
+static void train(int ndev, int graphs, int fail_at, bool inject, bool full,
+                  run_result *r) {
+  mlp_config cfg = {.model = MODEL_MLP,
+                    .num_devices = ndev,
+                    .num_layers = full ? 3 : 2,
+                    .sizes = {IN, HID, CLASSES},
+                    .device_batch = full ? 32 : 8,
+                    .sync = SYNC_ALLREDUCE,
+                    .lr = 0.01,
+                    .beta1 = 0.9,
+                    .beta2 = 0.999,
+                    .epsilon = 1e-7};
+  if (full) { /* `ringflow train`'s model and batch 128 */
+    int sizes[4] = {784, 512, 256, 10};
+    memcpy(cfg.sizes, sizes, sizeof sizes);
+    cfg.device_batch = 128 / ndev;
+  }
+  const int in = cfg.sizes[0], rows = cfg.device_batch;
+  for (int d = 0; d < ndev; d++)
+    snprintf(cfg.devices[d], sizeof cfg.devices[d], "gpu:%d", d);
+  mlp_graph m;
+  assert_ok(mlp_build(&cfg, &m));
+  rf_session_options o;
+  rf_session_options_init(&o);
+  o.num_gpu_devices = ndev;
+  o.num_threads = full ? 0 : 2; /* full: one thread a core, as the tool */
+  o.gpu_graphs = graphs;
+  rf_session *s = NULL;
+  assert_ok(rf_session_new(m.g, &o, &s));
+  rf_tensor *state[3][2 * MLP_MAX_LAYERS];
+  assert_ok(mlp_initial_values(&cfg, 5, state[0]));
+  assert_ok(mlp_zero_moments(&cfg, state[1]));
+  rf_feed init[8 * 3 * 2 * MLP_MAX_LAYERS];
+  int ni = 0;
+  for (int d = 0; d < ndev; d++)
+    for (int k = 0; k < 3; k++)
+      for (int p = 0; p < m.num_params; p++)
+        init[ni++] = (rf_feed){m.rep[d].init[k][p], state[k < 2 ? k : 1][p]};
+  assert_ok(rf_session_run(s, init, ni, NULL, 0, &m.init_op, 1, NULL));
+  uint64_t rng = 0x9e3779b97f4a7c15ull;
+  for (int step = 0; step < STEPS; step++) {
+    if (fail_at && step == fail_at) /* fail_at is 1-based: the next step */
+      assert_ok(rf_session_run(s, init, ni, NULL, 0, &m.init_op, 1, NULL));
+    rf_feed feeds[5 * 8];
+    rf_output fetches[8];
+    rf_tensor *x[8], *y[8], *lossv[8];
+    rf_tensor *b1 = scalar(pow(0.9, step + 1)),
+              *b2 = scalar(pow(0.999, step + 1));
+    rf_tensor *lr = scalar(0.01 / (1 + step));
+    for (int d = 0; d < ndev; d++) {
+      int64_t xd[2] = {rows, in}, yd[1] = {rows};
+      rf_shape xs = rf_shape_make(2, xd), ys = rf_shape_make(1, yd);
+      assert_ok(rf_tensor_new(RF_FLOAT32, &xs, NULL, &x[d]));
+      assert_ok(rf_tensor_new(RF_INT32, &ys, NULL, &y[d]));
+      float *xp = rf_tensor_mutable_data(x[d]);
+      int32_t *yp = rf_tensor_mutable_data(y[d]);
+      for (int i = 0; i < rows * in; i++)
+        xp[i] = (float)(next_rand(&rng) % 1000) / 1000.0f;
+      for (int i = 0; i < rows; i++)
+        yp[i] = (int32_t)(next_rand(&rng) % CLASSES);
+      const mlp_replica *rep = &m.rep[d];
+      feeds[5 * d] = (rf_feed){rep->x, x[d]};
+      feeds[5 * d + 1] = (rf_feed){rep->y, y[d]};
+      feeds[5 * d + 2] = (rf_feed){rep->beta1_power, b1};
+      feeds[5 * d + 3] = (rf_feed){rep->beta2_power, b2};
+      feeds[5 * d + 4] = (rf_feed){rep->lr, lr};
+      fetches[d] = rep->loss;
+    }
+    rf_status *st = NULL;
+    for (int64_t k = 1; inject && step + 1 == fail_at; k++) {
+      rf_debug_fail_allocation_once(k);
+      st = rf_session_run(s, feeds, 5 * ndev, fetches, ndev, &m.train_op, 1,
+                          lossv);
+      rf_debug_fail_allocation_once(0);
+      if (!st) break;
+      assert_int_equal(rf_status_code(st), RF_RESOURCE_EXHAUSTED);
+      rf_status_free(st);
+      assert_true(k < 100000);
+    }
+    if (!inject || step + 1 != fail_at)
+      assert_ok(rf_session_run(s, feeds, 5 * ndev, fetches, ndev, &m.train_op,
+                               1, lossv));
+    for (int d = 0; d < ndev; d++) {
+      r->loss[step][d] = ((const float *)rf_tensor_data(lossv[d]))[0];
+      rf_tensor_release(lossv[d]);
+      rf_tensor_release(x[d]);
+      rf_tensor_release(y[d]);
+    }
+    rf_tensor_release(b1);
+    rf_tensor_release(b2);
+    rf_tensor_release(lr);
+  }
+  for (int k = 0; k < 2; k++)
+    for (int p = 0; p < m.num_params; p++) rf_tensor_release(state[k][p]);
+  rf_output reads[8 * 2 * MLP_MAX_LAYERS];
+  r->nparams = 0;
+  for (int d = 0; d < ndev; d++)
+    for (int p = 0; p < m.num_params; p++)
+      reads[r->nparams++] = m.rep[d].params[p];
+  assert_ok(rf_session_run(s, NULL, 0, reads, r->nparams, NULL, 0, r->params));
+  rf_session_free(s);
+  mlp_free(&m);
+}
+
+/* skip: a step whose losses are not compared (0: none; 1-based). */
+static void expect_identical(run_result *a, run_result *b, int ndev, int skip) {
+  for (int step = 0; step < STEPS; step++)
+    for (int d = 0; d < ndev && step + 1 != skip; d++)
+      if (memcmp(&a->loss[step][d], &b->loss[step][d], sizeof(float)))
+        fail_msg("step %d, gpu:%d: loss %.9g with graphs, %.9g without", step,
+                 d, (double)b->loss[step][d], (double)a->loss[step][d]);
+  assert_int_equal(a->nparams, b->nparams);
+  for (int i = 0; i < a->nparams; i++) {
+    assert_int_equal(rf_tensor_nbytes(a->params[i]),
+                     rf_tensor_nbytes(b->params[i]));
+    if (memcmp(rf_tensor_data(a->params[i]), rf_tensor_data(b->params[i]),
+               rf_tensor_nbytes(a->params[i])))
+      fail_msg("parameter %d differs with graphs", i);
+    rf_tensor_release(a->params[i]);
+    rf_tensor_release(b->params[i]);
+  }
+}
+
+static void mlp_bit_identical(int ndev, bool full) {
+  rf_test_need_gpu();
+  static run_result plain, graphed;
+  train(ndev, 0, 0, false, full, &plain);
+  log_start();
+  train(ndev, 1, 0, false, full, &graphed);
+  log_stop();
+  expect_log("gpu graphs: captured the step", true);
+  expect_log("not captured", false);
+  expect_identical(&plain, &graphed, ndev, 0);
+}
+
+static void test_mlp_gpu0(void **state) {
+  (void)state;
+  mlp_bit_identical(1, false);
+}
+
+static void test_mlp_gpu0_3_allreduce(void **state) {
+  (void)state;
+  mlp_bit_identical(4, false);
+}
+
+/* `ringflow train --devices gpu:0-3 --batch 128`'s step (784-512-256-10,
+ * one pool thread a core): its first launch faulted on the H200
+ * (docs/PERFORMANCE.md, "CUDA graphs of steps"). */
+static void test_mlp_gpu0_3_full_size(void **state) {
+  (void)state;
+  mlp_bit_identical(4, true);
+}
+
+/* Out of memory while the step is captured (step 2 is the capture) and
+ * while it is replayed (step 4): each failure is reported, and the run
+ * that follows and every later step match a session without graphs. */
+static void test_errors_in_capture_and_replay(void **state) {
+  (void)state;
+  rf_test_need_gpu();
+  static run_result plain, failed;
+  for (int at = 2; at <= 4; at += 2) {
+    train(1, 0, at, false, false, &plain); /* the same reset, no failure */
+    log_start();
+    train(1, 1, at, true, false, &failed);
+    log_stop();
+    expect_log("gpu graphs: captured the step", true);
+    expect_identical(&plain, &failed, 1, at);
+  }
+}
+
+/* ---- fallbacks on a GPU ---- */
+
+/* y = 2x + 1 over rows of 4, on `dev`; z = -y on zdev. */
+static void test_shape_change_falls_back(void **state) {
+  (void)state;
+  rf_test_need_gpu();
+  int64_t dims[2] = {-1, 4};
+  rf_shape sh = rf_shape_make(2, dims);
+  rf_graph *g = rf_graph_new();
+  assert_ok(rf_graph_push_device(g, "gpu:0"));
+  rf_output x = rf_placeholder(g, "x", RF_FLOAT32, sh);
+  rf_output two = rf_const_scalar(g, "two", RF_FLOAT32, 2.0);
+  rf_output one = rf_const_scalar(g, "one", RF_FLOAT32, 1.0);
+  rf_output y = rf_add(g, "y", rf_mul(g, "x2", x, two), one);
+  rf_graph_pop_device(g);
+  rf_session_options o;
+  rf_session_options_init(&o);
+  o.num_gpu_devices = 1;
+  o.gpu_graphs = 1;
+  rf_session *s = NULL;
+  assert_ok(rf_session_new(g, &o, &s));
+  log_start();
+  const int64_t rows[] = {3, 3, 3, 3, 5, 5, 5, 3};
+  uint64_t rng = 77;
+  for (size_t k = 0; k < sizeof rows / sizeof rows[0]; k++) {
+    rf_tensor *v = zeros(rows[k], 4), *out = NULL;
+    float *p = rf_tensor_mutable_data(v);
+    for (int64_t i = 0; i < rows[k] * 4; i++)
+      p[i] = (float)(int)(next_rand(&rng) % 100) - 50.0f;
+    rf_feed f = {x, v};
+    assert_ok(rf_session_run(s, &f, 1, &y, 1, NULL, 0, &out));
+    assert_int_equal(rf_tensor_shape(out).dims[0], rows[k]);
+    const float *q = rf_tensor_data(out);
+    for (int64_t i = 0; i < rows[k] * 4; i++) assert_true(q[i] == 2 * p[i] + 1);
+    rf_tensor_release(out);
+    rf_tensor_release(v);
+    if (k == 3) expect_log("captured the step", true);
+    if (k == 4)
+      expect_log("feed 0 has shape (5, 4), the graph was captured with (3, 4)",
+                 true);
+  }
+  expect_log("feed 0 has shape (3, 4), the graph was captured with (5, 4)",
+             true);
+  log_stop();
+  rf_session_free(s);
+  rf_graph_free(g);
+}
+
+static void test_cpu_device_falls_back(void **state) {
+  (void)state;
+  rf_test_need_gpu();
+  int64_t dims[1] = {6};
+  rf_shape sh = rf_shape_make(1, dims);
+  rf_graph *g = rf_graph_new();
+  assert_ok(rf_graph_push_device(g, "cpu:0"));
+  rf_output x = rf_placeholder(g, "x", RF_FLOAT32, sh);
+  rf_output y = rf_neg(g, "y", x);
+  rf_graph_pop_device(g);
+  assert_ok(rf_graph_push_device(g, "gpu:0"));
+  rf_output z = rf_neg(g, "z", y);
+  rf_graph_pop_device(g);
+  rf_session_options o;
+  rf_session_options_init(&o);
+  o.num_gpu_devices = 1;
+  o.gpu_graphs = 1;
+  rf_session *s = NULL;
+  assert_ok(rf_session_new(g, &o, &s));
+  log_start();
+  for (int k = 0; k < 3; k++) {
+    rf_tensor *v = NULL, *out = NULL;
+    assert_ok(rf_tensor_new(RF_FLOAT32, &sh, NULL, &v));
+    memset(rf_tensor_mutable_data(v), 0, rf_tensor_nbytes(v));
+    ((float *)rf_tensor_mutable_data(v))[k] = (float)k + 0.5f;
+    rf_feed f = {x, v};
+    assert_ok(rf_session_run(s, &f, 1, &z, 1, NULL, 0, &out));
+    assert_true(((const float *)rf_tensor_data(out))[k] == (float)k + 0.5f);
+    rf_tensor_release(out);
+    rf_tensor_release(v);
+  }
+  log_stop();
+  expect_log("is not captured: a CPU device in the step (cpu:0 runs", true);
+  expect_log("captured the step", false);
+  rf_session_free(s);
+  rf_graph_free(g);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_mlp_gpu0),
+      cmocka_unit_test(test_mlp_gpu0_3_allreduce),
+      cmocka_unit_test(test_mlp_gpu0_3_full_size),
+      cmocka_unit_test(test_errors_in_capture_and_replay),
+      cmocka_unit_test(test_shape_change_falls_back),
+      cmocka_unit_test(test_cpu_device_falls_back),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
