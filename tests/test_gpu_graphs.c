@@ -237,8 +237,14 @@ static void mlp_bit_identical(int ndev, bool full) {
   log_start();
   train(ndev, 1, 0, false, full, &graphed);
   log_stop();
-  expect_log("gpu graphs: captured the step", true);
-  expect_log("not captured", false);
+  if (logged("on several physical GPUs")) {
+    /* gpu:i runs on GPU i % G: with several GPUs the step's collectives go
+     * through NCCL across them, which a capture does not take (yet). */
+    expect_log("gpu graphs: captured the step", false);
+  } else {
+    expect_log("gpu graphs: captured the step", true);
+    expect_log("not captured", false);
+  }
   expect_identical(&plain, &graphed, ndev, 0);
 }
 
