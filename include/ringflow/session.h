@@ -146,9 +146,11 @@ typedef struct rf_session_options {
 } rf_session_options;
 
 /* gpu_graphs after rf_session_options_init: off. On one H200 a replayed
- * batch-128 MLP step on gpu:0 is 3.4x faster, but the same training step
- * on four virtual GPUs still faults at its first launch (docs/PERFORMANCE.md,
- * "CUDA graphs of steps"): on once proven on every device count. */
+ * batch-128 MLP step on gpu:0 is 4.5x faster, but the training step on 4
+ * or 8 virtual GPUs of one GPU faulted (cudaErrorIllegalAddress) in 13 of
+ * 16 runs of `ringflow train --gpu-graphs on` (docs/PERFORMANCE.md, "CUDA
+ * graphs of steps"): use it with one GPU device per physical GPU until
+ * that is fixed. */
 #define RF_DEFAULT_GPU_GRAPHS 0
 
 /* collective_bucket_bytes after rf_session_options_init: 1 MiB. The
