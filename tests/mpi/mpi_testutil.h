@@ -13,7 +13,8 @@
 
 static int T, NT; /* this task, tasks in the job */
 
-/* "/task:t/cpu:d" */
+/* "/task:t/cpu:d": MT_DEVICE_LEN bytes hold it for any two ints. */
+#define MT_DEVICE_LEN 48
 static inline void mt_device(int t, int d, char *buf, size_t len) {
   snprintf(buf, len, "/task:%d/cpu:%d", t, d);
 }

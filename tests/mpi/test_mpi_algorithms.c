@@ -115,7 +115,7 @@ static void run_case(const kase *c, rf__mpi_algorithm a, uint64_t salt,
   rf_output xs[MAX_DEV], ys[MAX_DEV];
   rf_tensor *in[MAX_DEV];
   for (int i = 0; i < D; i++) {
-    char dev[32];
+    char dev[MT_DEVICE_LEN];
     mt_device(task_of(i), i - first_dev(task_of(i)), dev, sizeof dev);
     in[i] = input(c, i, salt);
     rf_shape s = rf_tensor_shape(in[i]);
@@ -131,7 +131,7 @@ static void run_case(const kase *c, rf__mpi_algorithm a, uint64_t salt,
       rf_reduce_scatter_n(g, "c", xs, D, c->red, ys);
       break;
     case RF_COLL_REDUCE: {
-      char dev[32];
+      char dev[MT_DEVICE_LEN];
       mt_device(NT - 1, 0, dev, sizeof dev);
       assert_ok(rf_graph_push_device(g, dev));
       ys[root] = rf_reduce(g, "c", xs, D, c->red);
@@ -141,7 +141,7 @@ static void run_case(const kase *c, rf__mpi_algorithm a, uint64_t salt,
     default: { /* broadcast from participant 0 to an Identity on the rest */
       rf_output b = rf_broadcast(g, "c", xs[0]);
       for (int i = 1; i < D; i++) {
-        char dev[32];
+        char dev[MT_DEVICE_LEN];
         mt_device(task_of(i), i - first_dev(task_of(i)), dev, sizeof dev);
         assert_ok(rf_graph_push_device(g, dev));
         ys[i] = rf_identity(g, NULL, b);
@@ -293,7 +293,7 @@ static void test_unknown_algorithm_is_an_error(void **state) {
   rf_graph *g = rf_graph_new();
   rf_output xs[64], ys[64];
   for (int t = 0; t < NT; t++) {
-    char dev[32];
+    char dev[MT_DEVICE_LEN];
     mt_device(t, 0, dev, sizeof dev);
     assert_ok(rf_graph_push_device(g, dev));
     xs[t] = rf_placeholder(g, NULL, RF_FLOAT32, rf_shape_of(1, 4));

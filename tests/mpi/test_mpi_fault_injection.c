@@ -49,7 +49,7 @@ static void build(job *j) {
   j->g = rf_graph_new();
   int n = 2 * NT;
   for (int i = 0; i < n; i++) {
-    char dev[32];
+    char dev[MT_DEVICE_LEN];
     mt_device(i / 2, i % 2, dev, sizeof dev);
     assert_ok(rf_graph_push_device(j->g, dev));
     j->x[i] = rf_placeholder(j->g, NULL, RF_FLOAT64, rf_shape_of(1, 4));

@@ -42,7 +42,7 @@ static void build_kind(job_graph *m, rf_dtype dt, coll_kind kind) {
   m->g = rf_graph_new();
   rf_output r[128];
   for (int i = 0; i < 2 * NT; i++) {
-    char dev[32];
+    char dev[MT_DEVICE_LEN];
     mt_device(i / 2, i % 2, dev, sizeof dev);
     assert_ok(rf_graph_push_device(m->g, dev));
     m->x[i] = rf_placeholder(m->g, NULL, dt, rf_shape_of(1, -1));

@@ -71,7 +71,7 @@ static void test_no_spin_while_a_task_is_stopped(void **state) {
   rf_graph *g = rf_graph_new();
   rf_output x[64], y[64];
   for (int t = 0; t < NT; t++) {
-    char dev[32];
+    char dev[MT_DEVICE_LEN];
     mt_device(t, 0, dev, sizeof dev);
     assert_ok(rf_graph_push_device(g, dev));
     x[t] = rf_placeholder(g, NULL, RF_FLOAT64, rf_shape_of(1, -1));

@@ -34,7 +34,7 @@ static void test_all_reduce_every_task(void **state) {
   rf_tensor *in[128];
   int n = 2 * NT;
   for (int i = 0; i < n; i++) {
-    char dev[32];
+    char dev[MT_DEVICE_LEN];
     mt_device(i / 2, i % 2, dev, sizeof dev);
     assert_ok(rf_graph_push_device(g, dev));
     xs[i] = rf_placeholder(g, NULL, RF_FLOAT64, rf_shape_of(2, 3, 5));
@@ -85,7 +85,7 @@ static void test_large_all_reduce_same_bits_everywhere(void **state) {
   rf_tensor *in[128];
   int nd = 2 * NT;
   for (int i = 0; i < nd; i++) {
-    char dev[32];
+    char dev[MT_DEVICE_LEN];
     mt_device(i / 2, i % 2, dev, sizeof dev);
     assert_ok(rf_graph_push_device(g, dev));
     xs[i] = rf_placeholder(g, NULL, RF_FLOAT32, rf_shape_of(1, n));
@@ -132,7 +132,7 @@ typedef struct small {
 static void small_graph(small *m) {
   m->g = rf_graph_new();
   for (int t = 0; t < NT; t++) {
-    char dev[32];
+    char dev[MT_DEVICE_LEN];
     mt_device(t, 0, dev, sizeof dev);
     assert_ok(rf_graph_push_device(m->g, dev));
     m->x[t] = rf_placeholder(m->g, NULL, RF_FLOAT32, rf_shape_of(1, 4));
@@ -162,13 +162,13 @@ static void reducer_init(reducer *r, const char *name, int root, int64_t n) {
   r->steps = 40;
   r->g = rf_graph_new();
   for (int t = 0; t < NT; t++) {
-    char dev[32];
+    char dev[MT_DEVICE_LEN];
     mt_device(t, 0, dev, sizeof dev);
     assert_ok(rf_graph_push_device(r->g, dev));
     r->x[t] = rf_placeholder(r->g, NULL, RF_FLOAT64, rf_shape_of(1, n));
     rf_graph_pop_device(r->g);
   }
-  char dev[32];
+  char dev[MT_DEVICE_LEN];
   mt_device(root, 0, dev, sizeof dev);
   assert_ok(rf_graph_push_device(r->g, dev));
   r->y = rf_reduce(r->g, name, r->x, NT, RF_REDUCE_SUM);
@@ -255,7 +255,7 @@ static void test_remote_fetch_and_feed_are_errors(void **state) {
 static void test_data_edge_between_tasks_is_an_error(void **state) {
   small m;
   small_graph(&m);
-  char dev[32];
+  char dev[MT_DEVICE_LEN];
   mt_device(1, 0, dev, sizeof dev);
   assert_ok(rf_graph_push_device(m.g, dev));
   rf_output z = rf_add(m.g, "z", m.neg[0], m.neg[1]);
@@ -301,7 +301,7 @@ static void test_long_names_across_tasks(void **state) {
       names[k][len - 1] = (char)('a' + k);
       names[k][len] = '\0';
       for (int i = 0; i < n; i++) {
-        char dev[32];
+        char dev[MT_DEVICE_LEN];
         mt_device(i / 2, i % 2, dev, sizeof dev);
         assert_ok(rf_graph_push_device(g, dev));
         xs[k][i] = rf_placeholder(g, NULL, RF_FLOAT64, rf_shape_of(1, 3));
@@ -348,7 +348,7 @@ static void test_long_names_across_tasks(void **state) {
  * (each builds the same graph, so each says the same). */
 static void test_missing_task_or_device_is_an_error(void **state) {
   rf_graph *g = rf_graph_new();
-  char dev[32];
+  char dev[MT_DEVICE_LEN];
   snprintf(dev, sizeof dev, "/task:%d/cpu:0", NT);
   assert_ok(rf_graph_push_device(g, dev));
   rf_placeholder(g, "x", RF_FLOAT32, rf_shape_of(1, 4));
