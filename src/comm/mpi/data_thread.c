@@ -93,13 +93,15 @@ void rf__mpi_data_thread_stop(rf__job *j) {
   d->op = NULL; /* not started: it never will (the op stays unfinished) */
   bool stuck = d->busy;
   d->orphaned = stuck;
+  /* Read before unlocking: an orphaned thread frees d once it sees stop. */
+  pthread_t thread = d->thread;
   pthread_cond_signal(&d->wake);
   pthread_mutex_unlock(&d->mu);
   if (stuck) {
-    pthread_detach(d->thread);
+    pthread_detach(thread);
     return;
   }
-  pthread_join(d->thread, NULL);
+  pthread_join(thread, NULL);
   pthread_mutex_destroy(&d->mu);
   pthread_cond_destroy(&d->wake);
   rf__free(d);
