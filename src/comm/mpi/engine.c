@@ -256,6 +256,18 @@ static int yield_every(void) {
   return every;
 }
 
+/* Whether a stalled wait may sleep: RF_MPI_BACKOFF=0 makes it spin
+ * (yielding) as the thread did before the backoff, for measuring what the
+ * backoff costs. */
+static bool backoff_enabled(void) {
+  static int enabled = -1;
+  if (enabled < 0) {
+    const char *env = getenv("RF_MPI_BACKOFF");
+    enabled = !(env && strcmp(env, "0") == 0);
+  }
+  return enabled;
+}
+
 /* How long to sleep after `sleeps` sleeps without progress: 20 us,
  * doubling, at most 1 ms. */
 static int64_t backoff_ns(int sleeps) {
@@ -301,7 +313,9 @@ static void run_loop(void) {
      * spin while data is in flight, yielding the core now and then (often
      * when this node runs more processes than cores: their peers need
      * it), until it has stalled for longer than its size explains. */
-    if (busy && now - last_progress < SPIN_NS + busy_bytes * BUSY_NS_PER_BYTE) {
+    if (busy &&
+        (now - last_progress < SPIN_NS + busy_bytes * BUSY_NS_PER_BYTE ||
+         !backoff_enabled())) {
       if (++spins % yield_every() == 0) sched_yield();
       continue;
     }
@@ -309,8 +323,8 @@ static void run_loop(void) {
     if (!busy && !waiting) {
       sleeps = 0;
       sleep_for(l.jobs ? IDLE_NS : 0);
-    } else if (!busy &&
-               (idle < SPINS_BEFORE_SLEEP || now - last_progress < SPIN_NS)) {
+    } else if (!busy && (idle < SPINS_BEFORE_SLEEP ||
+                         now - last_progress < SPIN_NS || !backoff_enabled())) {
       sched_yield(); /* an answer is due soon: no wake-up to wait for */
     } else {
       sleep_for(backoff_ns(sleeps++)); /* stalled: new work wakes it */
