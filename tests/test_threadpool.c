@@ -1,7 +1,9 @@
 /* tests/test_threadpool.c - the worker pool: scheduling, draining on free,
  * parallel_for coverage and chunking, nesting from pool threads without
  * deadlock, and allocation failures. */
+#define _GNU_SOURCE
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <time.h>
@@ -28,6 +30,25 @@ static void test_new_errors(void **state) {
   rf__threadpool_free(NULL);
   assert_int_equal(rf__threadpool_size(NULL), 0);
   assert_int_equal(rf__threadpool_idle(NULL), 0);
+}
+
+/* num_threads 0 counts the cores the process may run on, not the machine's:
+ * under taskset or a cpuset a pool of every online core oversubscribes. */
+static void test_default_size_follows_affinity(void **state) {
+  cpu_set_t old, one;
+  assert_int_equal(sched_getaffinity(0, sizeof old, &old), 0);
+  int first = 0;
+  while (!CPU_ISSET(first, &old)) first++;
+  CPU_ZERO(&one);
+  CPU_SET(first, &one);
+  assert_int_equal(sched_setaffinity(0, sizeof one, &one), 0);
+  rf__threadpool *p = NULL;
+  rf_status *st = rf__threadpool_new(0, &p);
+  int size = rf__threadpool_size(p);
+  rf__threadpool_free(p);
+  assert_int_equal(sched_setaffinity(0, sizeof old, &old), 0);
+  assert_ok(st);
+  assert_int_equal(size, 1);
 }
 
 static void test_free_runs_every_queued_task(void **state) {
@@ -264,6 +285,7 @@ int main(void) {
   rf_test_seed();
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_new_errors),
+      cmocka_unit_test(test_default_size_follows_affinity),
       cmocka_unit_test(test_free_runs_every_queued_task),
       cmocka_unit_test(test_tasks_schedule_tasks),
       cmocka_unit_test(test_idle_count),

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/cores.h"
 #include "bench.h"
 #include "devices.h"
 #include "options.h"
@@ -208,8 +209,7 @@ static int measure_ringflow(const opts *o, results *r) {
     printf(
         "\n# ringflow: shared-memory backend, %d virtual CPU devices, "
         "session pool of %d threads\n",
-        o->devices.n,
-        o->threads ? o->threads : (int)sysconf(_SC_NPROCESSORS_ONLN));
+        o->devices.n, o->threads ? o->threads : rf__usable_cores());
     print_header();
   }
   char fresh_notes[512] = "";

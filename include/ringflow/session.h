@@ -34,7 +34,9 @@ extern "C" {
  * at the end in later versions. */
 typedef struct rf_session_options {
   int num_cpu_devices; /* virtual CPU devices cpu:0..N-1; default 1, max 64 */
-  int num_threads;     /* worker threads shared by all devices; 0: one a core */
+  int num_threads;     /* worker threads shared by all devices; 0: one per core
+                          the process may run on (its CPU affinity: taskset,
+                          cpusets and container limits count) */
   const char *default_device; /* for nodes with no device and no placed
                                  input; default "cpu:0" */
   /* How long a collective waits for its participants (default 300000, 5

@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/cores.h"
 #include "core/mem.h"
 #include "core/status.h"
 
@@ -96,16 +97,11 @@ static void *worker_main(void *arg) {
   return NULL;
 }
 
-static int online_cores(void) {
-  long n = sysconf(_SC_NPROCESSORS_ONLN);
-  return n > 0 ? (int)n : 1;
-}
-
 rf_status *rf__threadpool_new(int num_threads, rf__threadpool **out) {
   if (num_threads < 0)
     return rf__invalid("thread pool: num_threads must be >= 0, got %d",
                        num_threads);
-  if (num_threads == 0) num_threads = online_cores();
+  if (num_threads == 0) num_threads = rf__usable_cores();
   rf__threadpool *p = rf__calloc(1, sizeof *p);
   RF_CHECK_ALLOC(p);
   p->cap = 64;

@@ -29,6 +29,7 @@
 #include "comm/mpi/engine.h"
 #include "comm/mpi/mpi_status.h"
 #include "comm/mpi/op.h"
+#include "core/cores.h"
 #include "core/log.h"
 #include "core/mem.h"
 #include "core/status.h"
@@ -250,7 +251,7 @@ static int yield_every(void) {
   const char *env = getenv("RF_MPI_YIELD_EVERY");
   const char *local = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
   if (!local) local = getenv("MPI_LOCALNRANKS");
-  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  long cores = rf__usable_cores();
   every = local && atol(local) >= cores ? 4 : 64;
   if (env && atoi(env) > 0) every = atoi(env);
   return every;
