@@ -6,7 +6,9 @@
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "testutil.h"
 
@@ -49,6 +51,32 @@ static void test_default_size_follows_affinity(void **state) {
   assert_int_equal(sched_setaffinity(0, sizeof old, &old), 0);
   assert_ok(st);
   assert_int_equal(size, 1);
+}
+
+/* Under an MPI launcher that left every process the whole machine, the
+ * node's ranks share its cores instead of each taking all of them. */
+static void test_default_size_shares_cores_between_local_ranks(void **state) {
+  cpu_set_t set;
+  assert_int_equal(sched_getaffinity(0, sizeof set, &set), 0);
+  long online = sysconf(_SC_NPROCESSORS_ONLN);
+  if (online < 2 || CPU_COUNT(&set) != online) {
+    skip(); /* bound already: the mask is the share */
+    return;
+  }
+  const char *had = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  char *saved = had ? strdup(had) : NULL;
+  setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "2", 1);
+  rf__threadpool *p = NULL;
+  rf_status *st = rf__threadpool_new(0, &p);
+  int size = rf__threadpool_size(p);
+  rf__threadpool_free(p);
+  if (saved)
+    setenv("OMPI_COMM_WORLD_LOCAL_SIZE", saved, 1);
+  else
+    unsetenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  free(saved);
+  assert_ok(st);
+  assert_int_equal(size, online / 2);
 }
 
 static void test_free_runs_every_queued_task(void **state) {
@@ -286,6 +314,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_new_errors),
       cmocka_unit_test(test_default_size_follows_affinity),
+      cmocka_unit_test(test_default_size_shares_cores_between_local_ranks),
       cmocka_unit_test(test_free_runs_every_queued_task),
       cmocka_unit_test(test_tasks_schedule_tasks),
       cmocka_unit_test(test_idle_count),

@@ -36,7 +36,10 @@ typedef struct rf_session_options {
   int num_cpu_devices; /* virtual CPU devices cpu:0..N-1; default 1, max 64 */
   int num_threads;     /* worker threads shared by all devices; 0: one per core
                           the process may run on (its CPU affinity: taskset,
-                          cpusets and container limits count) */
+                          cpusets and container limits count), divided by the
+                          processes an MPI launcher started on this node when
+                          it did not bind them (OMPI_COMM_WORLD_LOCAL_SIZE or
+                          MPI_LOCALNRANKS), at least 1 */
   const char *default_device; /* for nodes with no device and no placed
                                  input; default "cpu:0" */
   /* How long a collective waits for its participants (default 300000, 5

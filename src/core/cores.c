@@ -3,7 +3,13 @@
 #include "core/cores.h"
 
 #include <sched.h>
+#include <stdlib.h>
 #include <unistd.h>
+
+static int online_cores(void) {
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? (int)n : 1;
+}
 
 int rf__usable_cores(void) {
   cpu_set_t set;
@@ -12,6 +18,15 @@ int rf__usable_cores(void) {
     int n = CPU_COUNT(&set);
     if (n > 0) return n;
   }
-  long n = sysconf(_SC_NPROCESSORS_ONLN);
-  return n > 0 ? (int)n : 1;
+  return online_cores();
+}
+
+int rf__cores_for_this_process(void) {
+  int usable = rf__usable_cores();
+  const char *local = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  if (!local) local = getenv("MPI_LOCALNRANKS");
+  long ranks = local ? strtol(local, NULL, 10) : 1;
+  if (ranks <= 1 || usable < online_cores()) return usable;
+  long share = usable / ranks;
+  return share > 0 ? (int)share : 1;
 }

@@ -9,4 +9,11 @@
  * slower. */
 int rf__usable_cores(void);
 
+/* This process's share of them: rf__usable_cores() divided by the number
+ * of processes the MPI launcher started on this node
+ * (OMPI_COMM_WORLD_LOCAL_SIZE or MPI_LOCALNRANKS) when the launcher left
+ * every process the whole machine (`--bind-to none`), at least 1. Bound
+ * processes already see only their own cores. */
+int rf__cores_for_this_process(void);
+
 #endif

@@ -101,7 +101,7 @@ rf_status *rf__threadpool_new(int num_threads, rf__threadpool **out) {
   if (num_threads < 0)
     return rf__invalid("thread pool: num_threads must be >= 0, got %d",
                        num_threads);
-  if (num_threads == 0) num_threads = rf__usable_cores();
+  if (num_threads == 0) num_threads = rf__cores_for_this_process();
   rf__threadpool *p = rf__calloc(1, sizeof *p);
   RF_CHECK_ALLOC(p);
   p->cap = 64;

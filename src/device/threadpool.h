@@ -10,7 +10,7 @@
 
 typedef struct rf__threadpool rf__threadpool;
 
-/* num_threads 0: one per usable core (core/cores.h: the affinity mask). */
+/* num_threads 0: rf__cores_for_this_process() (core/cores.h). */
 rf_status *rf__threadpool_new(int num_threads, rf__threadpool **out);
 /* Runs every queued task, then joins the threads. */
 void rf__threadpool_free(rf__threadpool *p);
