@@ -29,6 +29,11 @@ long=$(printf 'x%.0s' $(seq 1 200))
 mkdir -p "$long/$long/$long/$long/$long"
 "$ringflow" lower --devices 3 "$graph" --dot "$long/$long/$long/$long/$long/$long" > out
 [ -s "$long/$long/$long/$long/$long/$long/after.dot" ]
+# A --dot directory that cannot be made: an error naming it, not a file.
+if "$ringflow" lower --devices 3 "$graph" --dot "no/such/parent" > out 2> err; then
+  echo "--dot into a missing parent succeeded"; exit 1
+fi
+grep -qF "cannot create the directory no/such/parent" err || { cat err; exit 1; }
 if [ -n "$baseline" ] && command -v mpirun > /dev/null; then
   prog="b;touch pwned;#"
   ln -s "$baseline" "$prog"
