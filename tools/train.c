@@ -85,7 +85,9 @@ static rf_status *load_split(const char *dir, const char *prefix, int dim,
   if (!st) st = idx_check_labelled(im, ipath, lb, lpath, 10);
   if (!st && im->dims[0] == 0) /* no step, no accuracy */
     st = rf_status_new(RF_INVALID_ARGUMENT, "%s holds no images", ipath);
-  if (!st && im->dims[1] * im->dims[2] != dim)
+  /* 28x28 exactly: the CNN reads each row as a 28x28 image. */
+  if (!st && (im->dims[1] != 28 || im->dims[2] != 28 ||
+              im->dims[1] * im->dims[2] != dim))
     st = rf_status_new(RF_INVALID_ARGUMENT,
                        "%s: images are %lldx%lld; the model takes 28x28 (%d "
                        "inputs)",

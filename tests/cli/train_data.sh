@@ -11,22 +11,23 @@ trap 'rm -rf "$tmp"' EXIT
 
 byte() { printf "\\$(printf %03o "$1")"; }
 be32() { byte $(($1 >> 24 & 255)); byte $(($1 >> 16 & 255)); byte $(($1 >> 8 & 255)); byte $(($1 & 255)); }
-# images DIR PREFIX N [SIDE]: N random SIDE x SIDE images (default 28x28)
+# images DIR PREFIX N [ROWS [COLS]]: N random ROWS x COLS images (default
+# 28x28; COLS defaults to ROWS)
 images() {
-  local side="${4:-28}"
-  { byte 0; byte 0; byte 8; byte 3; be32 "$3"; be32 "$side"; be32 "$side"
-    head -c $(($3 * side * side)) /dev/urandom; } | gzip > "$1/$2-images-idx3-ubyte.gz"
+  local rows="${4:-28}" cols="${5:-${4:-28}}"
+  { byte 0; byte 0; byte 8; byte 3; be32 "$3"; be32 "$rows"; be32 "$cols"
+    head -c $(($3 * rows * cols)) /dev/urandom; } | gzip > "$1/$2-images-idx3-ubyte.gz"
 }
 # labels DIR PREFIX N: labels 0, 1, ..., 9, 0, ...
 labels() {
   { byte 0; byte 0; byte 8; byte 1; be32 "$3"
     for ((i = 0; i < $3; i++)); do byte $((i % 10)); done; } | gzip > "$1/$2-labels-idx1-ubyte.gz"
 }
-# dataset NAME TRAIN_ROWS TEST_ROWS [SIDE]
+# dataset NAME TRAIN_ROWS TEST_ROWS [ROWS [COLS]]
 dataset() {
   mkdir -p "$tmp/$1"
-  images "$tmp/$1" train "$2" "${4:-28}"; labels "$tmp/$1" train "$2"
-  images "$tmp/$1" t10k "$3" "${4:-28}"; labels "$tmp/$1" t10k "$3"
+  images "$tmp/$1" train "$2" "${4:-28}" "${5:-${4:-28}}"; labels "$tmp/$1" train "$2"
+  images "$tmp/$1" t10k "$3" "${4:-28}" "${5:-${4:-28}}"; labels "$tmp/$1" t10k "$3"
 }
 # fails RC WHAT EXPECTED ARGS...: ringflow train ARGS must exit RC (1: an
 # error while running; 2: an option the data cannot give), print EXPECTED on
@@ -56,6 +57,10 @@ fails 1 "an empty test set" "t10k-images-idx3-ubyte.gz holds no images" \
 dataset small_images 8 4 3
 fails 1 "images of the wrong size" "images are 3x3; the model takes 28x28 (784 inputs)" \
   --data "$tmp/small_images" --devices 1 --batch 4
+# 784 pixels that are not 28x28 (the CNN would read them as 28x28)
+dataset long_images 8 4 16 49
+fails 1 "images of 784 pixels, not 28x28" "images are 16x49; the model takes 28x28" \
+  --data "$tmp/long_images" --devices 1 --batch 4
 
 # A learning rate that overflows the parameters within a few steps.
 dataset ok 64 16
