@@ -17,8 +17,10 @@ Two uses:
 
 What the model assumes:
   - one core per process (no oversubscription) and a network without
-    contention: messages of one round travel at once, each costing alpha
-    (one-way latency) + bytes / beta;
+    contention, except task 0's own link: messages of one round between
+    different pairs travel at once, each costing alpha (one-way latency) +
+    bytes / beta; the READYs into task 0 and its GOs out cross its link one
+    after another;
   - task 0's communication thread handles its control messages one at a
     time: `recv` µs of CPU to take one READY off the queue (probe, receive,
     match), `send` µs to post one GO; the other tasks' READYs leave at once
@@ -30,6 +32,8 @@ What the model assumes:
   - MPI_Comm_dup (the first step's communicator of each kept collective,
     and the session's own) is two such all-reductions (OpenMPI's context
     id agreement; more when ids collide) plus `dup` µs of local work;
+  - rf_session_new: two duplicates at once (one dup's time) and an
+    all-gather of 12 bytes a task (log2 N rounds, doubling);
   - READY is the 168-byte header + the name (3 bytes) + the group's device
     names ("/task:t/cpu:0," each), GO the header + the name; a collective's
     READYs from all N tasks and N GOs go through task 0; the check is 40
@@ -66,24 +70,28 @@ def rounds(n):
 
 def star(n, a, rng):
     """One collective through task 0: each task's READY (task 0's own too)
-    reaches task 0's queue; task 0 serves it FIFO, then posts N GOs one by
-    one. Returns (latency of the last GO's arrival, task 0 CPU)."""
-    arrivals = []
-    for t in range(n):
-        leave = rng.uniform(0, a.skew)
-        wire = 0 if t == 0 else a.alpha + ready_bytes(n) / (a.beta * 1e3)
-        heapq.heappush(arrivals, leave + wire)
+    crosses task 0's link (one at a time: bytes / beta each) into its queue;
+    task 0 serves the queue FIFO, then posts N GOs one by one, each leaving
+    by its link. Returns (latency of the last GO's arrival, task 0 CPU)."""
+    leaves = sorted((rng.uniform(0, a.skew), t) for t in range(n))
+    link, queue = 0.0, []
+    for leave, t in leaves:
+        if t == 0:
+            heapq.heappush(queue, leave)
+            continue
+        link = max(link, leave + a.alpha) + ready_bytes(n) / (a.beta * 1e3)
+        heapq.heappush(queue, link)
     clock, cpu = 0.0, 0.0
-    while arrivals:
-        at = heapq.heappop(arrivals)
-        clock = max(clock, at) + a.recv
+    while queue:
+        clock = max(clock, heapq.heappop(queue)) + a.recv
         cpu += a.recv
-    last = clock
+    last = out = clock
     for t in range(n):
         clock += a.send
         cpu += a.send
-        wire = 0 if t == 0 else a.alpha + go_bytes() / (a.beta * 1e3)
-        last = max(last, clock + wire)
+        if t:
+            out = max(out, clock) + go_bytes() / (a.beta * 1e3)
+            last = max(last, out + a.alpha)
     return last, cpu
 
 
@@ -98,6 +106,15 @@ def check(n, a, rng):
 def dup(n, a):
     r = rounds(n)
     return 2 * r * (a.alpha + a.round) + a.dup
+
+
+def session(n, a):
+    """rf_session_new's MPI part: two communicator duplicates (control and
+    data, at once) and an all-gather of 12 bytes a task (recursive
+    doubling: log2 N rounds, the message doubling each round)."""
+    gather = sum(a.alpha + a.round + 12 * 2**i / (a.beta * 1e3)
+                 for i in range(rounds(n)))
+    return dup(n, a) + gather
 
 
 def model(a):
@@ -119,11 +136,9 @@ def model(a):
         r = rounds(n)
         rows[n] = (lat_s, cpu_s, lat_c, cpu_c, lat_d)
         # first step, either path: READY/GO (+ the dup when kept)
-        print("| %d | first step, agree-once | %d + %d | %s | %.0f | 1 out, 1 in "
-              "| %.0f (+ dup %.0f) |" % (n, n, n, f"{n * ready_bytes(n):,}",
-                                         cpu_s, lat_s, lat_d))
-        print("| %d | steady, READY/GO | %d + %d | %s | %.0f | 1 out, 1 in "
-              "| %.0f |" % (n, n, n, f"{n * ready_bytes(n):,}", cpu_s, lat_s))
+        print("| %d | first step (both); READY/GO every step | %d + %d | %s "
+              "| %.0f | 1 out, 1 in | %.0f (agree-once: + dup %.0f) |"
+              % (n, n, n, f"{n * ready_bytes(n):,}", cpu_s, lat_s, lat_d))
         print("| %d | steady, agree-once | %d + %d | %d | %.1f | %d out, %d in "
               "| %.1f |" % (n, r, r, 40 * r, cpu_c, r, r, lat_c))
     print()
@@ -131,7 +146,7 @@ def model(a):
     print()
     print("| N | READY/GO: task 0 CPU µs | agree-once: task 0 CPU µs "
           "| READY/GO latency µs | agree-once latency µs | first step, "
-          "agree-once: latency µs (of it, dups) | session's dup µs |")
+          "agree-once: latency µs (of it, dups) | session creation µs |")
     print("|---|---|---|---|---|---|---|")
     for n, (lat_s, cpu_s, lat_c, cpu_c, lat_d) in rows.items():
         # collectives of a step: their READYs queue at task 0 behind each
@@ -139,7 +154,7 @@ def model(a):
         print("| %d | %.0f | %.1f | %.0f | %.1f | %.0f (%.0f) | %.0f |"
               % (n, a.coll * cpu_s, a.coll * cpu_c, a.coll * cpu_s + lat_s -
                  cpu_s, lat_c, a.coll * cpu_s + lat_s - cpu_s + a.coll * lat_d,
-                 a.coll * lat_d, lat_d))
+                 a.coll * lat_d, session(n, a)))
 
 
 def summary(files):
