@@ -139,8 +139,9 @@ def model(a):
         print("| %d | first step (both); READY/GO every step | %d + %d | %s "
               "| %.0f | 1 out, 1 in | %.0f (agree-once: + dup %.0f) |"
               % (n, n, n, f"{n * ready_bytes(n):,}", cpu_s, lat_s, lat_d))
-        print("| %d | steady, agree-once | %d + %d | %d | %.1f | %d out, %d in "
-              "| %.1f |" % (n, r, r, 40 * r, cpu_c, r, r, lat_c))
+        print("| %d | steady, agree-once | %d + %d | %d | %.1f "
+              "| %d out, %d in | %.1f |"
+              % (n, r, r, 40 * r, cpu_c, r, r, lat_c))
     print()
     print("Per step of %d collectives (the data not counted):" % a.coll)
     print()
@@ -199,10 +200,11 @@ def summary(files):
             rows = d.get(ph, [])
             if not rows:
                 continue
-            print("| %d | %s | %d | %s | %s | %.0f | %.0f | %.0f | %.0f | %.0f "
-                  "| %.0f |" % (n, path, len(rows), load, ph, med(rows, 2),
-                                med(rows, 3), med(rows, 6), med(rows, 1),
-                                med(rows, 5), med(rows, 0)))
+            print("| %d | %s | %d | %s | %s | %.0f | %.0f | %.0f | %.0f "
+                  "| %.0f | %.0f |"
+                  % (n, path, len(rows), load, ph, med(rows, 2),
+                     med(rows, 3), med(rows, 6), med(rows, 1),
+                     med(rows, 5), med(rows, 0)))
     print()
     print("| N | path | 40-byte MPI_Allreduce µs | MPI_Comm_dup µs | star "
           "(task 0 and N-1 600-byte messages each way) µs | task 0 CPU per "
