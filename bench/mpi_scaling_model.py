@@ -9,11 +9,12 @@ Two uses:
 
   python3 bench/mpi_scaling_model.py model [--alpha US] [--recv US]
       [--send US] [--round US] [--dup US] [--beta GBPS] [--coll C]
-      [--skew US] [--slow X]
+      [--skew US]
       the protocol of each path (docs/MULTIPROCESS.md, "How a collective
       runs") replayed for N = 2 .. 1,024 processes, one device each, as a
       discrete-event simulation fed by per-message costs (defaults: the
-      figures measured here at N = 2, see docs/SCALING.md).
+      figures measured on the development VM, docs/SCALING.md: one host's
+      shared memory).
 
 What the model assumes:
   - one core per process (no oversubscription) and a network without
@@ -26,12 +27,15 @@ What the model assumes:
     match), `send` µs to post one GO; the other tasks' READYs leave at once
     at times spread uniformly over `skew` µs (how far apart the processes
     reach the collective), so task 0 serves a queue;
-  - MPI's small all-reduce (the check, 40 bytes) is recursive doubling:
-    ceil(log2 N) rounds (plus 2 when N is not a power of two), each one
-    alpha + `round` µs of CPU in every process;
+  - the check (MPI_Iallreduce of 40 bytes) is libnbc's binomial tree, as
+    OpenMPI 4.1 picks it below 64 KiB: reduce to rank 0 (task 0), then
+    broadcast, 2 ceil(log2 N) rounds, each alpha + `round` µs of CPU;
+    task 0, the root, receives ceil(log2 N) messages and sends as many;
   - MPI_Comm_dup (the first step's communicator of each kept collective,
-    and the session's own) is two such all-reductions (OpenMPI's context
-    id agreement; more when ids collide) plus `dup` µs of local work;
+    and the session's own) is two blocking all-reductions (recursive
+    doubling: log2 N rounds, 2 more when N is not a power of two; OpenMPI's
+    context id agreement, more when ids collide) plus `dup` µs of local
+    work;
   - rf_session_new: two duplicates at once (one dup's time) and an
     all-gather of 12 bytes a task (log2 N rounds, doubling);
   - READY is the 168-byte header + the name (3 bytes) + the group's device
@@ -64,8 +68,19 @@ def go_bytes():
 
 
 def rounds(n):
+    """Recursive doubling (MPI_Allreduce's small-message choice): log2 N
+    rounds, 2 more when N is not a power of two."""
     r = math.ceil(math.log2(n)) if n > 1 else 0
     return r + (2 if n & (n - 1) else 0)
+
+
+def tree(n):
+    """libnbc's binomial all-reduce (MPI_Iallreduce below 64 KiB, the
+    check): a reduce up a binomial tree to rank 0 (task 0), then a
+    broadcast down it: 2 ceil(log2 N) rounds; rank 0 receives and sends
+    ceil(log2 N) messages, the others one up and one down plus their
+    children's."""
+    return math.ceil(math.log2(n)) if n > 1 else 0
 
 
 def star(n, a, rng):
@@ -97,9 +112,10 @@ def star(n, a, rng):
 
 def check(n, a, rng):
     """The steady state's check: every process joins when it arrives, then
-    rounds of recursive doubling. Returns (latency, CPU of any process)."""
+    the binomial tree's rounds. Returns (latency, task 0's CPU: the root's
+    ceil(log2 N) receives and as many sends)."""
     start = max(rng.uniform(0, a.skew) for _ in range(n))
-    r = rounds(n)
+    r = 2 * tree(n)
     return start + r * (a.alpha + 40 / (a.beta * 1e3) + a.round), r * a.round
 
 
@@ -133,14 +149,14 @@ def model(a):
         lat_s, cpu_s = star(n, a, rng)
         lat_c, cpu_c = check(n, a, rng)
         lat_d = dup(n, a)
-        r = rounds(n)
+        r = tree(n)
         rows[n] = (lat_s, cpu_s, lat_c, cpu_c, lat_d)
         # first step, either path: READY/GO (+ the dup when kept)
         print("| %d | first step (both); READY/GO every step | %d + %d | %s "
               "| %.0f | 1 out, 1 in | %.0f (agree-once: + dup %.0f) |"
               % (n, n, n, f"{n * ready_bytes(n):,}", cpu_s, lat_s, lat_d))
         print("| %d | steady, agree-once | %d + %d | %d | %.1f "
-              "| %d out, %d in | %.1f |"
+              "| 1-%d out, 1-%d in | %.1f |"
               % (n, r, r, 40 * r, cpu_c, r, r, lat_c))
     print()
     print("Per step of %d collectives (the data not counted):" % a.coll)
@@ -224,11 +240,11 @@ def main():
     s = sub.add_parser("summary")
     s.add_argument("files", nargs="+")
     m = sub.add_parser("model")
-    m.add_argument("--alpha", type=float, default=1.0)
+    m.add_argument("--alpha", type=float, default=0.5)
     m.add_argument("--recv", type=float, default=0.6)
-    m.add_argument("--send", type=float, default=5.0)
+    m.add_argument("--send", type=float, default=2.1)
     m.add_argument("--round", type=float, default=0.3)
-    m.add_argument("--dup", type=float, default=5.0)
+    m.add_argument("--dup", type=float, default=6.0)
     m.add_argument("--beta", type=float, default=5.0)
     m.add_argument("--coll", type=int, default=5)
     m.add_argument("--skew", type=float, default=0.0)
