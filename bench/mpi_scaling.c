@@ -19,7 +19,8 @@
  * CPU (its thread's clock, which the load hardly changes) to receive one
  * 600-byte message from a full queue and to post one.
  *   mpirun --oversubscribe --bind-to none --mca btl self,vader -np 4 \
- *     build-nc/bench/bench_mpi_scaling 200        (S steps)
+ *     build-nc/bench/bench_mpi_scaling 200 [each]   (S steps; each: a row
+ *                                                   for every process)
  * bench/mpi_scaling.sh runs it for N = 2, 4, 8, 16 and both paths. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -207,6 +208,7 @@ int main(int argc, char **argv) {
     return 2;
   }
   int steps = argc > 1 ? atoi(argv[1]) : 200;
+  bool each = argc > 2 && strcmp(argv[2], "each") == 0;
   if (steps < 2) steps = 2;
 
   rf_output x, fetch[8];
@@ -300,6 +302,13 @@ int main(int argc, char **argv) {
           "%9.1f sent %6.2f\n",
           phase[ph], z[0] * 1e6, z[1] * 1e6, z[2], sent_others, mean[0] * 1e6,
           mean[1] * 1e6, mean[2], max[1] * 1e6, max[2]);
+    }
+    for (int t = 0; each && t < N; t++) { /* every process's own row */
+      const double *z = &all[t * 9];
+      printf(
+          "task %d: create cpu %.1f us sent %.0f | first cpu %.1f us sent "
+          "%.0f | steady cpu %.1f us sent %.2f\n",
+          t, z[1] * 1e6, z[2], z[4] * 1e6, z[5], z[7] * 1e6, z[8]);
     }
     printf(
         "raw    allreduce40B %.1f us  comm_dup %.1f us  star600B %.1f us  "
