@@ -1,19 +1,29 @@
 /* tests/mpi/test_mpi_agreed.c - collectives agreed once, run many times
- * (docs/MULTIPROCESS.md, "Agreed once"), under mpirun:
- *  - after the first step, steps with the same descriptors send no control
- *    message (rf_debug_control_messages) and give the float64 reference;
- *  - every task changes its shape in a late step: it goes through task 0
- *    again, the result is right, and the new shape is then kept agreed;
- *  - one task changes its shape in a late step: every process fails naming
- *    the shape, both values and the task, at once;
+ * (docs/MULTIPROCESS.md, "Agreed once"), under mpirun; test_mpi_agreed_off
+ * runs it again with RF_MPI_AGREE_ONCE=0 (every step through task 0), where
+ * the same checks hold except the message counts, which then show the
+ * round trip every step:
+ *  - the first step sends one READY per collective from every task and one
+ *    GO per task from task 0; later steps with the same descriptors send
+ *    none (rf_debug_control_messages), or the same again without agree-once,
+ *    and give the float64 reference; likewise for all five kinds;
+ *  - every task changes its shape in a late step, or in every step: it goes
+ *    through task 0 again, the result is right, and a shape that stays is
+ *    then kept agreed;
+ *  - one task (task 1, task 0, the last) changes its shape in a late step:
+ *    every process fails naming the shape, both values and the task, at
+ *    once, and the next steps work (and are steady again);
  *  - one task skips a late step: the others fail within the timeout naming
  *    it and its devices, and the next step works. */
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "mpi_testutil.h"
 #include "ringflow/collectives.h"
 #include "ringflow/debug.h"
+
+static bool once; /* agree-once on (RF_MPI_AGREE_ONCE not 0) */
 
 #define assert_contains(msg, sub) \
   if (!strstr((msg), (sub))) fail_msg("'%s' is not in: %s", (sub), (msg))
@@ -95,18 +105,99 @@ static rf_status *step(job_graph *m, rf_session *s, int k, int64_t n) {
   return st;
 }
 
+/* Control messages this process sends for a step of `ncoll` collectives
+ * over every task that goes through task 0: a READY each, and task 0 a GO
+ * to every task (itself included) each. */
+static int64_t round_trip(int ncoll) {
+  return T == 0 ? ncoll * (1 + NT) : ncoll;
+}
+
+/* Runs job step k (n elements) and returns the control messages it sent. */
+static int64_t counted_step(job_graph *m, rf_session *s, int k, int64_t n) {
+  int64_t before = rf_debug_control_messages();
+  assert_ok(step(m, s, k, n));
+  return rf_debug_control_messages() - before;
+}
+
 static void test_steady_state_sends_no_message(void **state) {
   job_graph m;
   build(&m);
   rf_session *s = mt_session(m.g, 2, 30000);
-  int64_t before = rf_debug_control_messages();
-  assert_ok(step(&m, s, 0, 8)); /* agreed through task 0 */
-  assert_true(rf_debug_control_messages() > before);
-  before = rf_debug_control_messages();
-  for (int k = 1; k < 6; k++) assert_ok(step(&m, s, k, 8));
-  assert_int_equal(rf_debug_control_messages() - before, 0);
+  /* the first step: agreed through task 0 */
+  assert_int_equal(counted_step(&m, s, 0, 8), round_trip(2));
+  for (int k = 1; k < 6; k++) /* no round trip, unless agree-once is off */
+    assert_int_equal(counted_step(&m, s, k, 8), once ? 0 : round_trip(2));
   rf_session_free(s);
   rf_graph_free(m.g);
+}
+
+/* Reduce to the last task, broadcast from task 0, reduce-scatter, one
+ * device a task: after the first step no message either. */
+static void test_every_kind_steady(void **state) {
+  enum { ROWS = 3 };
+  rf_output x[64], rs[64], here_bc = {0};
+  assert_true(NT <= 64);
+  rf_graph *g = rf_graph_new();
+  for (int t = 0; t < NT; t++) {
+    char dev[MT_DEVICE_LEN];
+    mt_device(t, 0, dev, sizeof dev);
+    assert_ok(rf_graph_push_device(g, dev));
+    x[t] = rf_placeholder(g, NULL, RF_FLOAT64, rf_shape_of(2, NT * ROWS, 2));
+    rf_graph_pop_device(g);
+  }
+  char last[MT_DEVICE_LEN];
+  mt_device(NT - 1, 0, last, sizeof last);
+  assert_ok(rf_graph_push_device(g, last));
+  rf_output red = rf_reduce(g, "rd", x, NT, RF_REDUCE_SUM);
+  rf_graph_pop_device(g);
+  rf_output bc = rf_broadcast(g, "bc", x[0]);
+  for (int t = 0; t < NT; t++) {
+    char dev[MT_DEVICE_LEN];
+    mt_device(t, 0, dev, sizeof dev);
+    assert_ok(rf_graph_push_device(g, dev));
+    rf_output y = rf_identity(g, NULL, bc);
+    rf_graph_pop_device(g);
+    if (t == T) here_bc = y;
+  }
+  rf_reduce_scatter_n(g, "rs", x, NT, RF_REDUCE_SUM, rs);
+  assert_graph_ok(g);
+  rf_session *s = mt_session(g, 1, 30000);
+  unsigned seed = (unsigned)rf_test_seed();
+  const int64_t n = NT * ROWS * 2;
+  for (int k = 0; k < 5; k++) {
+    rf_tensor *in, *out[3] = {0};
+    rf_shape sh = rf_shape_of(2, NT * ROWS, 2);
+    assert_ok(rf_tensor_new(RF_FLOAT64, &sh, NULL, &in));
+    double *p = rf_tensor_mutable_data(in);
+    for (int64_t e = 0; e < n; e++) p[e] = value(T, e, k, seed);
+    rf_feed feed = {x[T], in};
+    rf_output fetch[3] = {here_bc, rs[T], red};
+    bool root = T == NT - 1;
+    int64_t before = rf_debug_control_messages();
+    assert_ok(rf_session_run(s, &feed, 1, fetch, root ? 3 : 2,
+                             root ? NULL : &red.node, root ? 0 : 1, out));
+    int64_t sent = rf_debug_control_messages() - before;
+    assert_int_equal(sent, k == 0 || !once ? round_trip(3) : 0);
+    const double *b = rf_tensor_data(out[0]), *r = rf_tensor_data(out[1]);
+    for (int64_t e = 0; e < n; e++) assert_true(b[e] == value(0, e, k, seed));
+    for (int64_t e = 0; e < ROWS * 2; e++) {
+      double want = 0;
+      for (int t = 0; t < NT; t++) want += value(t, T * ROWS * 2 + e, k, seed);
+      assert_true(r[e] == want);
+    }
+    if (root) {
+      const double *y = rf_tensor_data(out[2]);
+      for (int64_t e = 0; e < n; e++) {
+        double want = 0;
+        for (int t = 0; t < NT; t++) want += value(t, e, k, seed);
+        assert_true(y[e] == want);
+      }
+    }
+    for (int f = 0; f < 3; f++) rf_tensor_release(out[f]);
+    rf_tensor_release(in);
+  }
+  rf_session_free(s);
+  rf_graph_free(g);
 }
 
 static void test_shape_change_everywhere_falls_back(void **state) {
@@ -114,16 +205,44 @@ static void test_shape_change_everywhere_falls_back(void **state) {
   build(&m);
   rf_session *s = mt_session(m.g, 2, 30000);
   for (int k = 0; k < 3; k++) assert_ok(step(&m, s, k, 8));
-  int64_t before = rf_debug_control_messages();
-  assert_ok(step(&m, s, 3, 12)); /* (3, 4) everywhere: through task 0 */
-  assert_true(rf_debug_control_messages() > before);
-  before = rf_debug_control_messages();
-  for (int k = 4; k < 7; k++) assert_ok(step(&m, s, k, 12));
-  assert_int_equal(rf_debug_control_messages() - before, 0); /* kept */
+  /* (3, 4) everywhere: through task 0 */
+  assert_int_equal(counted_step(&m, s, 3, 12), round_trip(2));
+  for (int k = 4; k < 7; k++) /* kept */
+    assert_int_equal(counted_step(&m, s, k, 12), once ? 0 : round_trip(2));
   assert_ok(step(&m, s, 7, 4));
   assert_ok(step(&m, s, 8, 4));
   rf_session_free(s);
   rf_graph_free(m.g);
+}
+
+/* A new shape in every step, the same in every task: each goes through
+ * task 0 and gives the right result; a shape that then stays is kept. */
+static void test_shape_changing_every_step(void **state) {
+  job_graph m;
+  build(&m);
+  rf_session *s = mt_session(m.g, 2, 30000);
+  const int64_t n[] = {8, 12, 4, 16, 8, 20};
+  for (int k = 0; k < 6; k++)
+    assert_int_equal(counted_step(&m, s, k, n[k]), round_trip(2));
+  for (int k = 6; k < 9; k++)
+    assert_int_equal(counted_step(&m, s, k, 20), once ? 0 : round_trip(2));
+  rf_session_free(s);
+  rf_graph_free(m.g);
+}
+
+/* Task `who` feeds (3, 4) where the others feed (2, 4), in job step k:
+ * every process fails at once, naming the shape, both values and a device
+ * of each side (who's among them). */
+static void changed_in_one_task(job_graph *m, rf_session *s, int k, int who) {
+  double t0 = now_ms();
+  rf_status *st = step(m, s, k, T == who ? 12 : 8);
+  const char *msg = rf_status_message(st);
+  char want[64];
+  snprintf(want, sizeof want, "(3, 4) on /task:%d/cpu:", who);
+  assert_contains(msg, want);
+  assert_contains(msg, "(2, 4) on /task:");
+  assert_status(st, RF_INVALID_ARGUMENT, "participants disagree on shape");
+  assert_true(now_ms() - t0 < 15000); /* at once, not at the timeout */
 }
 
 static void test_late_change_in_one_task_is_named(void **state) {
@@ -131,15 +250,17 @@ static void test_late_change_in_one_task_is_named(void **state) {
   build(&m);
   rf_session *s = mt_session(m.g, 2, 30000);
   for (int k = 0; k < 4; k++) assert_ok(step(&m, s, k, 8));
-  double t0 = now_ms();
-  rf_status *st = step(&m, s, 4, T == 1 ? 12 : 8);
-  const char *msg = rf_status_message(st);
-  assert_contains(msg, "(2, 4) on /task:");
-  assert_contains(msg, "(3, 4) on /task:1/cpu:0");
-  assert_status(st, RF_INVALID_ARGUMENT, "participants disagree on shape");
-  assert_true(now_ms() - t0 < 15000); /* at once, not at the timeout */
+  changed_in_one_task(&m, s, 4, 1);
   assert_ok(step(&m, s, 5, 8));
   assert_ok(step(&m, s, 6, 8));
+  /* the coordinator itself, then the last task */
+  changed_in_one_task(&m, s, 7, 0);
+  assert_ok(step(&m, s, 8, 8));
+  changed_in_one_task(&m, s, 9, NT - 1);
+  assert_ok(step(&m, s, 10, 8));
+  assert_ok(step(&m, s, 11, 8));
+  /* agreed again: steady */
+  assert_int_equal(counted_step(&m, s, 12, 8), once ? 0 : round_trip(2));
   rf_session_free(s);
   rf_graph_free(m.g);
 }
@@ -182,9 +303,14 @@ static void test_task_skipping_a_late_step_is_named(void **state) {
 
 int main(void) {
   if (mt_init()) return 1;
+  const char *env = getenv("RF_MPI_AGREE_ONCE");
+  once = !(env && strcmp(env, "0") == 0);
+  if (T == 0) printf("agree-once %s\n", once ? "on" : "off");
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_steady_state_sends_no_message),
+      cmocka_unit_test(test_every_kind_steady),
       cmocka_unit_test(test_shape_change_everywhere_falls_back),
+      cmocka_unit_test(test_shape_changing_every_step),
       cmocka_unit_test(test_late_change_in_one_task_is_named),
       cmocka_unit_test(test_task_skipping_a_late_step_is_named),
   };
