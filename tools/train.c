@@ -305,11 +305,11 @@ static rf_status *trainer_load(trainer *t, const char *path) {
   rf_status *st = NULL;
   if (rf_checkpoint_count(c) != nk * np)
     st = rf_status_new(RF_INVALID_ARGUMENT,
-                       "%s holds %d tensors; this model has %d", path,
+                       "holds %d tensors; this model has %d",
                        rf_checkpoint_count(c), nk * np);
   else if (rf_checkpoint_step(c) < 0)
     st = rf_status_new(RF_INVALID_ARGUMENT,
-                       "%s has no step (metadata ringflow.step)", path);
+                       "has no step (metadata ringflow.step)");
   for (int k = 0; k < nk && !st; k++)
     for (int p = 0; p < np && !st; p++) {
       char name[32];
@@ -319,7 +319,7 @@ static rf_status *trainer_load(trainer *t, const char *path) {
           RF_CHECKPOINT_FINITE | (k == 2 ? RF_CHECKPOINT_NONNEGATIVE : 0);
       st = rf_checkpoint_get(c, name, RF_FLOAT32, &want, checks, &state[k][p]);
     }
-  if (st) { /* name the file: the library's message names the tensor */
+  if (st) { /* name the file once: the library's message names the tensor */
     rf_status *w = rf_status_new(rf_status_code(st), "%s: %s", path,
                                  rf_status_message(st));
     rf_status_free(st);

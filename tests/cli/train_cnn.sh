@@ -44,7 +44,8 @@ grep -Eq "^samples_per_sec=[0-9.]+ batch=16 devices=2 steps=1 " "$tmp/out"
 if "$ringflow" train --steps 1 --quiet --load "$tmp/allreduce.ckpt" 2> "$tmp/err"; then
   echo "the MLP loaded a CNN checkpoint"; exit 1
 fi
-grep -q "holds 24 tensors; this model has 18" "$tmp/err"
+grep -q "ckpt: holds 24 tensors; this model has 18" "$tmp/err"
+if grep -q "ckpt: .*ckpt" "$tmp/err"; then echo "the path twice"; exit 1; fi
 for rate in 0 0.5; do
   "$ringflow" train --model cnn --devices cpu:0-1 --bench --warmup 0 --steps 3 \
     --batch 16 --dropout "$rate" > "$tmp/drop$rate"
