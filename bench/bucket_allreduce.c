@@ -2,20 +2,34 @@
  * float32 tensors of log-uniform random sizes in [min, max] bytes on
  * `devices` virtual CPU devices, run as one step
  *   unfused  collective_bucket_bytes 0: K collectives
- *   fused    collective_bucket_bytes = bucket (default 4 MiB)
+ *   fused    collective_bucket_bytes = bucket (default 1 MiB)
  *   one      one all-reduce of all K tensors' bytes together
- * Steps of the three alternate (rounds of `steps` steps each, best round
+ *   inK, in1 the inputs of unfused and of one alone (below)
+ * Steps of the five alternate (rounds of `steps` steps each, best round
  * reported, so a busy machine hurts all three alike). Prints per K the time
  * per step of each, fused/one, unfused/fused, and the fixed cost per
  * collective that fusing saved: (unfused - fused) / (K - buckets). Inputs
  * `const`: Consts, so a step is the collectives (and packing) alone; the
- * pack copies every input. Inputs `computed`: each is c + c, a kernel run
- * every step, as gradients are, that writes straight into its slice of the
- * bucket (runtime/executor_homes.c); `one` then adds all of it too.
+ * pack copies every input (a Const is forwarded, not made), which `one`
+ * does not: const measures the one-copy-in fallback of forwarded inputs. Inputs
+ * `computed`: each is c + c, a kernel run every step, as gradients are, that
+ * writes straight into its slice of the bucket (runtime/executor_homes.c);
+ * `one` then adds all of it too.
+ *
+ * Like with like: the fused step runs K producers (K Consts or K adds per
+ * device), `one` runs one of K times the size, so part of fused/one is the
+ * executor's cost per node of the K producers, which a real step has with
+ * or without buckets. `inK` and `in1` time those inputs alone, without the
+ * collectives, and `net` = (fused - inK) / (one - in1) compares what the
+ * collectives themselves cost: the bucket (pack, all-reduce, unpack) against
+ * one all-reduce of the same bytes.
  *
  *   bench_bucket_allreduce [devices=4] [min=4096] [max=65536] [steps=50]
  *                          [rounds=5] [bucket=RF_DEFAULT_BUCKET_BYTES]
  *                          [type=cpu|gpu] [inputs=const|computed]
+ *                          [only=all|unfused|fused|one|inK|in1]
+ *
+ * only: time one configuration (for a profiler; the others print 0).
  *
  * type gpu: virtual GPU devices gpu:0..devices-1 (on the physical GPUs in
  * turn; one GPU: the CUDA-kernel collectives). */
@@ -31,6 +45,7 @@
 
 #define MAXK 256
 #define MAXD 8
+#define NC 5 /* configurations: unfused, fused, one, inK, in1 */
 
 static const char *dev_type = "cpu";
 static bool computed; /* inputs c + c, not c */
@@ -57,8 +72,10 @@ typedef struct setup {
 } setup;
 
 /* n all-reduces of counts[k] elements on `devices` devices. */
+/* With reduce false the same inputs are the targets, and no collective:
+ * what producing them costs alone. */
 static void build(setup *x, int devices, const int64_t *counts, int n,
-                  int64_t bucket) {
+                  int64_t bucket, bool reduce) {
   memset(x, 0, sizeof *x);
   x->g = rf_graph_new();
   for (int k = 0; k < n; k++) {
@@ -80,8 +97,9 @@ static void build(setup *x, int devices, const int64_t *counts, int n,
     }
     char name[32];
     snprintf(name, sizeof name, "g%d", k);
-    rf_all_reduce_n(x->g, name, in, devices, RF_REDUCE_SUM, out);
-    for (int d = 0; d < devices; d++) x->targets[x->ntargets++] = out[d].node;
+    if (reduce) rf_all_reduce_n(x->g, name, in, devices, RF_REDUCE_SUM, out);
+    for (int d = 0; d < devices; d++)
+      x->targets[x->ntargets++] = reduce ? out[d].node : in[d].node;
   }
   check(rf_graph_status(x->g), "graph");
   rf_session_options o;
@@ -115,13 +133,22 @@ int main(int argc, char **argv) {
   if (argc > 7) dev_type = argv[7];
   const char *inputs = argc > 8 ? argv[8] : "const";
   computed = strcmp(inputs, "computed") == 0;
+  const char *only = argc > 9 ? argv[9] : "all";
+  static const char *const names[NC] = {"unfused", "fused", "one", "inK",
+                                        "in1"};
+  bool timed[NC], any = false;
+  for (int i = 0; i < NC; i++) {
+    timed[i] = strcmp(only, "all") == 0 || strcmp(only, names[i]) == 0;
+    any |= timed[i];
+  }
   if (devices < 1 || devices > MAXD || lo < 4 || hi < lo || steps < 1 ||
       rounds < 1 || bucket < 0 ||
       (strcmp(dev_type, "cpu") != 0 && strcmp(dev_type, "gpu") != 0) ||
-      (!computed && strcmp(inputs, "const") != 0)) {
+      (!computed && strcmp(inputs, "const") != 0) || !any) {
     fprintf(stderr,
             "usage: %s [devices] [min] [max] [steps] [rounds] "
-            "[bucket] [cpu|gpu] [const|computed]\n",
+            "[bucket] [cpu|gpu] [const|computed] "
+            "[all|unfused|fused|one|inK|in1]\n",
             argv[0]);
     return 2;
   }
@@ -129,8 +156,9 @@ int main(int argc, char **argv) {
       "# %d %s devices, float32 tensors of %.0f..%.0f bytes, bucket %lld "
       "bytes, %s inputs, best of %d rounds of %d steps, us per step\n",
       devices, dev_type, lo, hi, (long long)bucket, inputs, rounds, steps);
-  printf("%5s %10s %9s %9s %9s %10s %12s %9s\n", "K", "bytes", "unfused",
-         "fused", "one", "fused/one", "unfused/fus", "saved/us");
+  printf("%5s %10s %9s %9s %9s %9s %9s %10s %6s %12s %9s\n", "K", "bytes",
+         "unfused", "fused", "one", "inK", "in1", "fused/one", "net",
+         "unfused/fus", "saved/us");
   static const int ks[] = {16, 64, 256};
   unsigned seed = 18;
   for (int ki = 0; ki < 3; ki++) {
@@ -147,25 +175,33 @@ int main(int argc, char **argv) {
       slices += b;
     }
     if (bucket == 0) buckets = K;
-    setup x[3];
-    build(&x[0], devices, counts, K, 0);
-    build(&x[1], devices, counts, K, bucket);
-    build(&x[2], devices, &total, 1, 0);
-    double best[3] = {INFINITY, INFINITY, INFINITY};
-    for (int i = 0; i < 3; i++)
-      for (int w = 0; w < 5; w++) step(&x[i]);
+    setup x[NC];
+    build(&x[0], devices, counts, K, 0, true);
+    build(&x[1], devices, counts, K, bucket, true);
+    build(&x[2], devices, &total, 1, 0, true);
+    build(&x[3], devices, counts, K, 0, false);
+    build(&x[4], devices, &total, 1, 0, false);
+    double best[NC] = {0};
+    for (int i = 0; i < NC; i++)
+      for (int w = 0; timed[i] && w < 5; w++) step(&x[i]);
+    for (int i = 0; i < NC; i++)
+      if (timed[i]) best[i] = INFINITY;
     for (int r = 0; r < rounds; r++)
-      for (int i = 0; i < 3; i++) {
+      for (int i = 0; i < NC; i++) {
+        if (!timed[i]) continue;
         double t0 = now_s();
         for (int s = 0; s < steps; s++) step(&x[i]);
         double us = (now_s() - t0) / steps * 1e6;
         if (us < best[i]) best[i] = us;
       }
-    printf("%5d %10lld %9.1f %9.1f %9.1f %10.2f %12.2f %9.2f\n", K,
-           (long long)total * 4, best[0], best[1], best[2], best[1] / best[2],
-           best[0] / best[1],
-           K > buckets ? (best[0] - best[1]) / (double)(K - buckets) : 0.0);
-    for (int i = 0; i < 3; i++) teardown(&x[i]);
+    printf(
+        "%5d %10lld %9.1f %9.1f %9.1f %9.1f %9.1f %10.2f %6.2f %12.2f "
+        "%9.2f\n",
+        K, (long long)total * 4, best[0], best[1], best[2], best[3], best[4],
+        best[1] / best[2], (best[1] - best[3]) / (best[2] - best[4]),
+        best[0] / best[1],
+        K > buckets ? (best[0] - best[1]) / (double)(K - buckets) : 0.0);
+    for (int i = 0; i < NC; i++) teardown(&x[i]);
     (void)slices;
   }
   return 0;

@@ -103,8 +103,9 @@ typedef struct rf_session_options {
    * many bytes per device (slices padded to 64 bytes), in the order their
    * inputs become ready. Results are bit-identical to unfused ones on CPU
    * devices and CUDA-kernel GPU groups. 0: no fusion. Default
-   * RF_DEFAULT_BUCKET_BYTES; < 0: INVALID_ARGUMENT. Sessions of several
-   * processes do not fuse. */
+   * RF_DEFAULT_BUCKET_BYTES; < 0: INVALID_ARGUMENT. In a job of several
+   * processes every process fuses alike (decided on the whole job's
+   * graph). */
   int64_t collective_bucket_bytes;
   /* Wire dtype of float32 all-reduces, by name: NULL (default) or
    * "float32": none; "bfloat16" or "float16": each participant casts its

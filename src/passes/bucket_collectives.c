@@ -19,7 +19,17 @@
  * compute. Slices start on 64-byte boundaries, so _BucketUnpack's outputs
  * are views of the reduced tensor (no copy out), and the producers of the
  * pack's inputs write straight into their slices (runtime/executor_homes.c);
- * the pack copies only inputs that were forwarded rather than produced. */
+ * the pack copies only inputs that were forwarded rather than produced.
+ *
+ * In a job every process compiles the whole job's graph but prunes it for
+ * its own feeds and fetches, so readiness order and paths may differ
+ * between processes. The buckets are therefore decided once per compile
+ * before pruning, on the whole job's placed graph, which is the same in
+ * every process (rf__bucket_collectives_plan records them on the
+ * participants), and the pass after pruning fuses what was recorded: the
+ * present members of each bucket, in the recorded order. Every process
+ * whose task takes part in a collective keeps it (else unfused it would
+ * hang too), so they all fuse alike. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -149,7 +159,7 @@ static const rf__attr_value *attr(const rf_node *n, const char *name,
 }
 
 /* Whether group x can be rewritten at all: complete, consistent, one shape,
- * distinct devices of one type in this process, at most MAX_RANKS. Anything
+ * distinct devices of one type (of any task), at most MAX_RANKS. Anything
  * else is left alone, for the group checks after lowering to report. */
 static bool well_formed(const bucket_ctx *c, const group *x) {
   const rf_node *m0 = x->members[0];
@@ -162,7 +172,7 @@ static bool well_formed(const bucket_ctx *c, const group *x) {
     const rf_node *m = x->members[r];
     const rf__attr_value *red = attr(m, "reduction", RF_ATTR_STRING);
     int d = m->assigned_device;
-    if (d < 0 || d >= c->pc->num_devices || c->pc->devices[d].remote ||
+    if (d < 0 || d >= c->pc->num_devices ||
         (r > 0 && x->members[r - 1]->assigned_device >= d) || !red ||
         strcmp(red->u.s, red0->u.s) != 0 ||
         !rf_shape_equal(&m->out_shapes[0], &m0->out_shapes[0]) ||
@@ -467,7 +477,9 @@ static rf_status *assign(bucket_ctx *c, group **ready, int n, int64_t limit,
   return NULL;
 }
 
-static rf_status *run(bucket_ctx *c) {
+/* The groups of c's graph, in readiness order, into buckets (*out gets
+ * rf__malloc'ed buckets, *n their count). */
+static rf_status *decide(bucket_ctx *c, bucket **out, int *n) {
   rf_node **order = NULL;
   int norder = 0;
   RF_CHECK(rf__topological_order(c->g, &order, &norder));
@@ -477,27 +489,126 @@ static rf_status *run(bucket_ctx *c) {
   group **ready = rf__malloc(sizeof *ready * (size_t)(c->num_groups + 1));
   bucket *buckets = rf__malloc(sizeof *buckets * (size_t)(c->num_groups + 1));
   if (!ready || !buckets) st = rf__oom();
-  int n = 0, nbuckets = 0;
+  int nready = 0;
+  *n = 0;
   for (int i = 0; !st && i < c->num_groups; i++)
-    if (c->groups[i].fusable) ready[n++] = &c->groups[i];
-  if (!st) qsort(ready, (size_t)n, sizeof *ready, by_ready);
-  /* Pack and unpack need kernels on the devices (CPU and GPU have them). */
-  int64_t limit = c->pc->bucket_bytes;
-  if (!st) st = assign(c, ready, n, limit, buckets, &nbuckets);
+    if (c->groups[i].fusable) ready[nready++] = &c->groups[i];
+  if (!st) qsort(ready, (size_t)nready, sizeof *ready, by_ready);
+  if (!st) st = assign(c, ready, nready, c->pc->bucket_bytes, buckets, n);
+  rf__free(ready);
+  if (st) rf__free(buckets);
+  *out = st ? NULL : buckets;
+  return st;
+}
+
+/* The plan's attr on a job's participants: [bucket, slot in it]. */
+#define PLAN_ATTR "_bucket"
+
+/* The recorded place of fusable group x, or false when its participants
+ * carry none (or disagree: a graph edited by hand). */
+static bool planned(const group *x, int64_t *where) {
+  for (int r = 0; r < x->n; r++) {
+    const rf__attr_value *v = attr(x->members[r], PLAN_ATTR, RF_ATTR_INT_LIST);
+    if (!v || v->n != 2 ||
+        (r > 0 && (v->u.ints[0] != where[0] || v->u.ints[1] != where[1])))
+      return false;
+    where[0] = v->u.ints[0], where[1] = v->u.ints[1];
+  }
+  return true;
+}
+
+typedef struct placed {
+  group *x;
+  int64_t where[2];
+} placed;
+
+static int by_place(const void *a, const void *b) {
+  const placed *x = a, *y = b;
+  for (int i = 0; i < 2; i++)
+    if (x->where[i] != y->where[i]) return x->where[i] < y->where[i] ? -1 : 1;
+  return 0;
+}
+
+/* In a job: the buckets the plan recorded, of the groups this compile kept,
+ * in the recorded order; unrecorded groups alone. */
+static rf_status *recorded(bucket_ctx *c, bucket **out, int *n) {
+  rf_node **order = NULL;
+  int norder = 0;
+  RF_CHECK(rf__topological_order(c->g, &order, &norder));
+  rf_status *st = collect(c, order, norder);
+  rf__free(order);
+  RF_CHECK(st);
+  placed *p = rf__malloc(sizeof *p * (size_t)(c->num_groups + 1));
+  bucket *buckets = rf__malloc(sizeof *buckets * (size_t)(c->num_groups + 1));
+  if (!p || !buckets) {
+    rf__free(p);
+    rf__free(buckets);
+    return rf__oom();
+  }
+  int np = 0;
+  *n = 0;
+  for (int i = 0; i < c->num_groups; i++) {
+    group *x = &c->groups[i];
+    if (!x->fusable) continue;
+    p[np] = (placed){.x = x, .where = {-1, i}};
+    if (!planned(x, p[np].where)) p[np].where[0] = -1 - i; /* alone */
+    np++;
+  }
+  qsort(p, (size_t)np, sizeof *p, by_place);
+  for (int i = 0; i < np; i++) {
+    bucket *b = *n ? &buckets[*n - 1] : NULL;
+    if (b && i > 0 && p[i].where[0] >= 0 &&
+        p[i].where[0] == p[i - 1].where[0] && b->n < MAX_PER_BUCKET &&
+        same_key(b->groups[0], p[i].x)) {
+      b->groups[b->n++] = p[i].x;
+      b->elems += slice_elems(p[i].x);
+      continue;
+    }
+    buckets[(*n)++] =
+        (bucket){.groups = {p[i].x}, .n = 1, .elems = slice_elems(p[i].x)};
+  }
+  rf__free(p);
+  *out = buckets;
+  return NULL;
+}
+
+static rf_status *run(bucket_ctx *c) {
+  bucket *buckets = NULL;
+  int nbuckets = 0;
+  RF_CHECK(c->pc->num_tasks > 1 ? recorded(c, &buckets, &nbuckets)
+                                : decide(c, &buckets, &nbuckets));
+  rf_status *st = NULL;
   for (int i = 0; !st && i < nbuckets; i++) {
     bucket *b = &buckets[i];
     if (b->n > 1 || b->groups[0]->wire != b->groups[0]->type)
       st = rewrite(c, b);
   }
-  rf__free(ready);
   rf__free(buckets);
   return st;
 }
 
-rf_status *rf__bucket_collectives(rf__pass_ctx *ctx) {
+/* Records on every participant of a bucket of two or more groups its place:
+ * [bucket, slot]. */
+static rf_status *record(bucket_ctx *c) {
+  bucket *buckets = NULL;
+  int nbuckets = 0;
+  RF_CHECK(decide(c, &buckets, &nbuckets));
+  rf_status *st = NULL;
+  for (int i = 0; !st && i < nbuckets; i++)
+    for (int j = 0; !st && buckets[i].n > 1 && j < buckets[i].n; j++) {
+      const group *x = buckets[i].groups[j];
+      int64_t where[2] = {i, j};
+      rf__attr_value v = rf__attr_int_list_ref(where, 2);
+      for (int r = 0; !st && r < x->n; r++)
+        st = rf__attrs_set(&x->members[r]->attrs, PLAN_ATTR, &v);
+    }
+  rf__free(buckets);
+  return st;
+}
+
+/* Runs fn with a bucket_ctx over ctx's graph. */
+static rf_status *with_ctx(rf__pass_ctx *ctx, rf_status *(*fn)(bucket_ctx *c)) {
   rf_graph *g = ctx->graph;
-  /* In a job every process would have to fuse alike; left out for now. */
-  if (ctx->num_tasks > 1) return NULL;
   bucket_ctx c = {.pc = ctx, .g = g};
   size_t ids = (size_t)g->num_ids + 1;
   c.groups = rf__malloc(sizeof *c.groups * ids);
@@ -506,11 +617,19 @@ rf_status *rf__bucket_collectives(rf__pass_ctx *ctx) {
   c.seen = rf__calloc(ids, sizeof *c.seen);
   c.stack = rf__malloc(sizeof *c.stack * ids);
   rf_status *st =
-      c.groups && c.uf && c.ring && c.seen && c.stack ? run(&c) : rf__oom();
+      c.groups && c.uf && c.ring && c.seen && c.stack ? fn(&c) : rf__oom();
   rf__free(c.groups);
   rf__free(c.uf);
   rf__free(c.ring);
   rf__free(c.seen);
   rf__free(c.stack);
   return st ? rf__status_prefix(st, "bucketing collectives") : NULL;
+}
+
+rf_status *rf__bucket_collectives(rf__pass_ctx *ctx) {
+  return with_ctx(ctx, run);
+}
+
+rf_status *rf__bucket_collectives_plan(rf__pass_ctx *ctx) {
+  return with_ctx(ctx, record);
 }

@@ -13,6 +13,7 @@
 
 #include "core/log.h"
 #include "ops/op_registry.h"
+#include "passes/bucket_collectives.h"
 #include "passes/lower_collectives.h"
 #include "passes/pass_registry.h"
 #include "runtime/graph_dump.h"
@@ -285,8 +286,10 @@ rf_status *rf__compile(rf_session *s, const rf__signature *sig,
   p->num_fetches = sig->num_fetches;
   RF_CHECK_GOTO(rf__graph_copy(s->graph, &p->graph), st, fail);
   rf__pass_ctx ctx = pass_ctx(s, p->graph, compile);
-  if (s->num_tasks > 1) /* before this process's pruning */
+  if (s->num_tasks > 1) { /* before this process's pruning */
     RF_CHECK_GOTO(rf__record_job_broadcasts(&ctx), st, fail);
+    RF_CHECK_GOTO(rf__bucket_collectives_plan(&ctx), st, fail);
+  }
   RF_CHECK_GOTO(rf__graph_dump_phase(&dump, p->graph, 0, "prune", false), st,
                 fail);
   RF_CHECK_GOTO(rewrite_io(p->graph, sig), st, fail);
@@ -328,6 +331,8 @@ rf_status *rf_graph_lower(const rf_graph *g, const rf_session_options *opts,
                            s->num_tasks, s->devices, s->num_job_devices);
   if (!st) st = rf__graph_copy(s->graph, &copy);
   ctx.graph = copy;
+  if (!st && s->num_tasks > 1) st = rf__record_job_broadcasts(&ctx);
+  if (!st && s->num_tasks > 1) st = rf__bucket_collectives_plan(&ctx);
   if (!st) st = run_phases(&ctx, LOWER_PHASES, &dump);
   rf__graph_dump_end(&dump);
   for (int id = 0; !st && id < copy->num_ids; id++) {

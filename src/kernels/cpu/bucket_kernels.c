@@ -3,8 +3,9 @@
  * out in one flat tensor at the offsets the pass chose. Its output is
  * normally the tensor the inputs' producers already wrote into
  * (runtime/executor_homes.c): an input found at its place is not copied;
- * the others are (one copy in). The gaps that keep each slice 64-byte
- * aligned are zeroed, so the reduction never reads uninitialised memory.
+ * the others are (one copy in). On the CPU the gaps that keep each slice
+ * 64-byte aligned are zeroed, so the reduction never reads uninitialised
+ * memory (memset is cheap there; on a GPU it is a launch, see below).
  * The first step logs how many inputs were in place. _BucketUnpack copies
  * nothing: each output is a view of the reduced tensor
  * (rf__tensor_new_slice), on CPU and GPU devices alike (host work only). */
@@ -155,22 +156,24 @@ rf_status *rf__register_cpu_bucket_kernels(void) {
 
 #ifdef RF_HAVE_CUDA
 /* The same layout on the device's stream, in stream order after the
- * inputs' producers: a memset of each nonempty gap and a device-to-device
- * copy of each input not already in place. */
+ * inputs' producers: a device-to-device copy of each input not already in
+ * place. Unlike on the CPU the gaps are not zeroed: each would take its own
+ * cudaMemsetAsync (about one per input, a launch as dear as an unfused
+ * all-reduce's: ~240 a device and step for 256 gradients), and nothing
+ * reads them - the reduction (and a wire Cast) is element by element, so a
+ * gap's bytes reach only the same gap of the result, which no view of
+ * _BucketUnpack covers. */
 static rf_status *gpu_pack_compute(rf__kernel_ctx *ctx) {
   rf_tensor *out;
   const int64_t *offsets;
   RF_CHECK(pack_prepare(ctx, &out, &offsets));
   cudaStream_t stream = rf__gpu_kernel_stream(ctx);
-  size_t esize = rf_dtype_size(out->dtype), end = 0, bytes = 0;
+  size_t esize = rf_dtype_size(out->dtype), bytes = 0;
   char *p = out->data;
   int copied = 0;
   rf_status *st = NULL;
-  for (int i = 0; i <= ctx->num_inputs && !st; i++) {
-    size_t at = i < ctx->num_inputs ? (size_t)offsets[i] * esize : out->nbytes;
-    if (at > end)
-      st = RF_CUDA_STATUS(cudaMemsetAsync(p + end, 0, at - end, stream));
-    if (i == ctx->num_inputs || st) break;
+  for (int i = 0; i < ctx->num_inputs && !st; i++) {
+    size_t at = (size_t)offsets[i] * esize;
     const rf_tensor *x = ctx->inputs[i];
     if (x->data != p + at && x->nbytes > 0) {
       st = RF_CUDA_STATUS(cudaMemcpyAsync(p + at, x->data, x->nbytes,
@@ -178,7 +181,6 @@ static rf_status *gpu_pack_compute(rf__kernel_ctx *ctx) {
       copied++;
       bytes += x->nbytes;
     }
-    end = at + x->nbytes;
   }
   if (!st) log_first_step(ctx, copied, bytes);
   return rf__kernel_error_at(ctx, st);
