@@ -141,7 +141,8 @@ typedef struct rf_session_options {
    * whose step fails launches what it enqueued, as a run without graphs
    * would have run it, and is tried again on a later run. The memory a
    * graph's step used stays its own while the plan lives.
-   * 0: never. Default RF_DEFAULT_GPU_GRAPHS; ignored without GPU devices. */
+   * 0: never. Default RF_DEFAULT_GPU_GRAPHS; ignored without GPU devices.
+   * Any other value: INVALID_ARGUMENT. */
   int gpu_graphs;
 } rf_session_options;
 
