@@ -50,7 +50,8 @@ ldd build-gpu/tools/ringflow 2>/dev/null |
   while read -r path; do cp -L "$path" "$stage/lib-mpi/"; done
 cp /usr/share/datasets/fashion-mnist/*.gz "$stage/data/" 2>/dev/null || true
 cp scripts/gpu_run.sh scripts/gpu_multi_run.sh scripts/gpu_common.sh \
-  scripts/gpu_step_profile.sh bench/torch_nccl_overhead.py \
+  scripts/gpu_step_profile.sh scripts/gpu_graph_stress.sh \
+  bench/torch_nccl_overhead.py \
   bench/gpu_train_vs_pytorch.py bench/ncu_step_table.py "$stage/"
 case $out in
   *.xz) XZ_OPT=-9 tar -C "$stage" -cJf "$out" . ;;

@@ -8,7 +8,9 @@
  * (the log says so) and is then captured anew; a step that fails during its
  * capture or its replay (out of memory, injected) is reported and the session
  * goes on with the right values; a CPU device in the step runs without the
- * graph and the log says why.
+ * graph and the log says why; AddN of more inputs than a launch's
+ * parameters hold (their pointers in a device array) is captured and its
+ * replays read this step's inputs.
  * GPU tests print "GPU tests skipped: <reason>" without a GPU. */
 #include <math.h>
 #include <pthread.h>
@@ -99,7 +101,7 @@ static rf_tensor *scalar(double v) {
 }
 
 /* Trains `ringflow train`'s MLP (IN-HID-CLASSES, or with full its own
- * 784-512-256-10 at a global batch of 128; Adam, all-reduce) on
+ * 784-512-256-10 at a global batch of `batch`, 0: 128; Adam, all-reduce) on
  * gpu:0..ndev-1 for STEPS steps of fresh random batches, graphs on or off;
  * fills r with every step's losses and the final parameters. With
  * fail_at > 0, the step after step fail_at (1-based) starts from the
@@ -108,7 +110,7 @@ static rf_tensor *scalar(double v) {
  * be RESOURCE_EXHAUSTED; a failed step may have applied some updates, as
  * without graphs: hence the reset). */
 static void train(int ndev, int graphs, int fail_at, bool inject, bool full,
-                  run_result *r) {
+                  int batch, run_result *r) {
   mlp_config cfg = {.model = MODEL_MLP,
                     .num_devices = ndev,
                     .num_layers = full ? 3 : 2,
@@ -122,7 +124,7 @@ static void train(int ndev, int graphs, int fail_at, bool inject, bool full,
   if (full) { /* `ringflow train`'s model and batch 128 */
     int sizes[4] = {784, 512, 256, 10};
     memcpy(cfg.sizes, sizes, sizeof sizes);
-    cfg.device_batch = 128 / ndev;
+    cfg.device_batch = (batch ? batch : 128) / ndev;
   }
   const int in = cfg.sizes[0], rows = cfg.device_batch;
   for (int d = 0; d < ndev; d++)
@@ -230,13 +232,7 @@ static void expect_identical(run_result *a, run_result *b, int ndev, int skip) {
   }
 }
 
-static void mlp_bit_identical(int ndev, bool full) {
-  rf_test_need_gpu();
-  static run_result plain, graphed;
-  train(ndev, 0, 0, false, full, &plain);
-  log_start();
-  train(ndev, 1, 0, false, full, &graphed);
-  log_stop();
+static void check_graphed(run_result *plain, run_result *graphed, int ndev) {
   if (logged("on several physical GPUs")) {
     /* gpu:i runs on GPU i % G: with several GPUs the step's collectives go
      * through NCCL across them, which a capture does not take (yet). */
@@ -245,7 +241,25 @@ static void mlp_bit_identical(int ndev, bool full) {
     expect_log("gpu graphs: captured the step", true);
     expect_log("not captured", false);
   }
-  expect_identical(&plain, &graphed, ndev, 0);
+  expect_identical(plain, graphed, ndev, 0);
+}
+
+/* `captures` times: a run with graphs (a session of its own, so its step
+ * is captured anew) against one without. */
+static void mlp_bit_identical_n(int ndev, bool full, int batch, int captures) {
+  rf_test_need_gpu();
+  static run_result plain, graphed;
+  for (int c = 0; c < captures; c++) {
+    train(ndev, 0, 0, false, full, batch, &plain);
+    log_start();
+    train(ndev, 1, 0, false, full, batch, &graphed);
+    log_stop();
+    check_graphed(&plain, &graphed, ndev);
+  }
+}
+
+static void mlp_bit_identical(int ndev, bool full) {
+  mlp_bit_identical_n(ndev, full, 0, 1);
 }
 
 static void test_mlp_gpu0(void **state) {
@@ -266,6 +280,16 @@ static void test_mlp_gpu0_3_full_size(void **state) {
   mlp_bit_identical(4, true);
 }
 
+/* `ringflow train --bench --devices gpu:0-7 --batch 1024 --gpu-graphs on`'s
+ * step, captured 3 times: 13 of 16 such runs faulted on the H200
+ * (cudaErrorIllegalAddress) while the CUDA-kernel collectives and _Retval
+ * enqueued on streams whose device was inside a cuBLAS call (device.h:
+ * capture_mu). */
+static void test_mlp_gpu0_7_batch_1024(void **state) {
+  (void)state;
+  mlp_bit_identical_n(8, true, 1024, 3);
+}
+
 /* Out of memory while the step is captured (step 2 is the capture) and
  * while it is replayed (step 4): each failure is reported, and the run
  * that follows and every later step match a session without graphs. */
@@ -274,9 +298,9 @@ static void test_errors_in_capture_and_replay(void **state) {
   rf_test_need_gpu();
   static run_result plain, failed;
   for (int at = 2; at <= 4; at += 2) {
-    train(1, 0, at, false, false, &plain); /* the same reset, no failure */
+    train(1, 0, at, false, false, 0, &plain); /* the same reset, no failure */
     log_start();
-    train(1, 1, at, true, false, &failed);
+    train(1, 1, at, true, false, 0, &failed);
     log_stop();
     expect_log("gpu graphs: captured the step", true);
     expect_identical(&plain, &failed, 1, at);
@@ -331,6 +355,60 @@ static void test_shape_change_falls_back(void **state) {
   rf_graph_free(g);
 }
 
+/* y = AddN(x * 1, x * 2, ..., x * 40) = 820 x on gpu:0: more inputs than
+ * AddN passes in its launch's parameters (32). Their pointers used to be
+ * copied from a host array freed at once, which a capture recorded and each
+ * replay read; now the step is captured and every replay sums the inputs
+ * of its own step (exact: small integers). */
+static void test_add_n_many_inputs(void **state) {
+  (void)state;
+  rf_test_need_gpu();
+  enum { K = 40 };
+  int64_t dims[2] = {3, 5};
+  rf_shape sh = rf_shape_make(2, dims);
+  rf_graph *g = rf_graph_new();
+  assert_ok(rf_graph_push_device(g, "gpu:0"));
+  rf_output x = rf_placeholder(g, "x", RF_FLOAT32, sh);
+  rf_output terms[K];
+  for (int k = 0; k < K; k++) {
+    char name[32];
+    snprintf(name, sizeof name, "c%d", k);
+    rf_output c = rf_const_scalar(g, name, RF_FLOAT32, k + 1);
+    snprintf(name, sizeof name, "t%d", k);
+    terms[k] = rf_mul(g, name, x, c);
+  }
+  rf_output y = rf_add_n(g, "y", terms, K);
+  rf_graph_pop_device(g);
+  rf_session_options o;
+  rf_session_options_init(&o);
+  o.num_gpu_devices = 1;
+  o.gpu_graphs = 1;
+  rf_session *s = NULL;
+  assert_ok(rf_session_new(g, &o, &s));
+  log_start();
+  uint64_t rng = 91;
+  for (int step = 0; step < 6; step++) {
+    rf_tensor *v = zeros(3, 5), *out = NULL;
+    float *p = rf_tensor_mutable_data(v);
+    for (int i = 0; i < 15; i++)
+      p[i] = (float)(int)(next_rand(&rng) % 200) - 100.0f;
+    rf_feed f = {x, v};
+    assert_ok(rf_session_run(s, &f, 1, &y, 1, NULL, 0, &out));
+    const float *q = rf_tensor_data(out);
+    for (int i = 0; i < 15; i++)
+      if (q[i] != 820.0f * p[i])
+        fail_msg("step %d, element %d: %g, expected %g", step, i, (double)q[i],
+                 820.0 * p[i]);
+    rf_tensor_release(out);
+    rf_tensor_release(v);
+  }
+  log_stop();
+  expect_log("gpu graphs: captured the step", true);
+  expect_log("not captured", false);
+  rf_session_free(s);
+  rf_graph_free(g);
+}
+
 static void test_cpu_device_falls_back(void **state) {
   (void)state;
   rf_test_need_gpu();
@@ -374,9 +452,11 @@ int main(void) {
       cmocka_unit_test(test_mlp_gpu0),
       cmocka_unit_test(test_mlp_gpu0_3_allreduce),
       cmocka_unit_test(test_mlp_gpu0_3_full_size),
+      cmocka_unit_test(test_mlp_gpu0_7_batch_1024),
       cmocka_unit_test(test_errors_in_capture_and_replay),
       cmocka_unit_test(test_shape_change_falls_back),
       cmocka_unit_test(test_cpu_device_falls_back),
+      cmocka_unit_test(test_add_n_many_inputs),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

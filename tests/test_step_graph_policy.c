@@ -6,8 +6,9 @@
  * a feed in device memory is never captured; and the reasons a plan is
  * never captured: no GPU device, a CPU device in the step (but not one that
  * only runs the step's control plumbing: a NoOp target and the tokens of
- * crossing control edges), Dropout. The GPU
- * side: test_gpu_graphs.c. */
+ * crossing control edges), Dropout; the option's values (0 or 1, else
+ * INVALID_ARGUMENT). The GPU side: test_gpu_graphs.c. */
+#include <stdio.h>
 #include <string.h>
 
 #include "core/tensor.h"
@@ -164,10 +165,65 @@ static void test_never_captured_reasons(void **state) {
   rf_tensor_release(fed);
 }
 
+/* RF_GPU_GRAPH_DEBUG's words, and the error naming one it does not know. */
+static void test_debug_words(void **state) {
+  (void)state;
+  int f = -1;
+  assert_ok(rf__graph_debug_parse(NULL, &f));
+  assert_int_equal(f, 0);
+  assert_ok(rf__graph_debug_parse("", &f));
+  assert_int_equal(f, 0);
+  assert_ok(rf__graph_debug_parse("sync", &f));
+  assert_int_equal(f, RF__GRAPH_DEBUG_SYNC);
+  assert_ok(rf__graph_debug_parse("serial,workspace,", &f));
+  assert_int_equal(f, RF__GRAPH_DEBUG_SERIAL | RF__GRAPH_DEBUG_WORKSPACE);
+  assert_ok(rf__graph_debug_parse("workspace,,sync,serial", &f));
+  assert_int_equal(f, RF__GRAPH_DEBUG_SYNC | RF__GRAPH_DEBUG_SERIAL |
+                          RF__GRAPH_DEBUG_WORKSPACE);
+  assert_status(rf__graph_debug_parse("sync,synchronous", &f),
+                RF_INVALID_ARGUMENT,
+                "RF_GPU_GRAPH_DEBUG: 'synchronous' is not one of sync, "
+                "serial, workspace");
+  assert_status(rf__graph_debug_parse("syn", &f), RF_INVALID_ARGUMENT,
+                "'syn' is not one of");
+}
+
+/* gpu_graphs is 0 or 1 (default 0); a session refuses anything else. */
+static void test_option_values(void **state) {
+  (void)state;
+  rf_session_options o;
+  rf_session_options_init(&o);
+  assert_int_equal(o.gpu_graphs, RF_DEFAULT_GPU_GRAPHS);
+  rf_graph *g = rf_graph_new();
+  rf_output c = rf_const_scalar(g, "c", RF_FLOAT32, 1);
+  const int bad[] = {2, -1, 255};
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    rf_session_options_init(&o);
+    o.gpu_graphs = bad[i];
+    rf_session *s = (rf_session *)&o; /* untouched on error */
+    char want[64];
+    snprintf(want, sizeof want, "gpu_graphs must be 0 or 1, got %d", bad[i]);
+    assert_status(rf_session_new(g, &o, &s), RF_INVALID_ARGUMENT, want);
+    assert_ptr_equal(s, (rf_session *)&o);
+  }
+  rf_session_options_init(&o);
+  o.gpu_graphs = 1; /* no GPU device in the session: ignored */
+  rf_session *s = NULL;
+  assert_ok(rf_session_new(g, &o, &s));
+  rf_tensor *out = NULL;
+  assert_ok(rf_session_run(s, NULL, 0, &c, 1, NULL, 0, &out));
+  assert_true(rf_tensor_get(out, 0) == 1.0);
+  rf_tensor_release(out);
+  rf_session_free(s);
+  rf_graph_free(g);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_decide_by_shapes),
       cmocka_unit_test(test_never_captured_reasons),
+      cmocka_unit_test(test_option_values),
+      cmocka_unit_test(test_debug_words),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -147,7 +147,13 @@ typedef struct rf_session_options {
    * whose step fails launches what it enqueued, as a run without graphs
    * would have run it, and is tried again on a later run. The memory a
    * graph's step used stays its own while the plan lives.
-   * 0: never. Default RF_DEFAULT_GPU_GRAPHS; ignored without GPU devices. */
+   * 0: never. Default RF_DEFAULT_GPU_GRAPHS; ignored without GPU devices.
+   * Any other value: INVALID_ARGUMENT. For finding faults of replayed
+   * steps, the environment variable RF_GPU_GRAPH_DEBUG (comma-separated:
+   * sync, serial, workspace; docs/PERFORMANCE.md) changes how they are
+   * captured and launched, never their values; with gpu_graphs 1 and GPU
+   * devices, another word in it makes rf_session_new fail with
+   * INVALID_ARGUMENT ("RF_GPU_GRAPH_DEBUG: 'x' is not one of ..."). */
   int gpu_graphs;
 } rf_session_options;
 
@@ -155,8 +161,9 @@ typedef struct rf_session_options {
  * batch-128 MLP step on gpu:0 is 4.5x faster, but the training step on 4
  * or 8 virtual GPUs of one GPU faulted (cudaErrorIllegalAddress) in 13 of
  * 16 runs of `ringflow train --gpu-graphs on` (docs/PERFORMANCE.md, "CUDA
- * graphs of steps"): use it with one GPU device per physical GPU until
- * that is fixed. */
+ * graphs of steps"). The cause is fixed (waits and kernels of the
+ * virtual-GPU collectives enqueued while cuBLAS rewrote the same stream's
+ * capture dependencies), not yet proven on a GPU: off until it is. */
 #define RF_DEFAULT_GPU_GRAPHS 0
 
 /* collective_bucket_bytes after rf_session_options_init: 1 MiB. The

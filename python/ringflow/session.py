@@ -45,6 +45,13 @@ class Session:
       1 MiB; docs/COLLECTIVES.md, "Buckets").
     comm_dtype: the dtype float32 all-reduces travel in: None or "float32"
       (full precision), "bfloat16" or "float16".
+    allow_tf32: True lets float32 matrix products on GPU devices use TF32
+      tensor cores (rf_session_options.allow_tf32); None: the library's
+      default (off). CPU devices ignore it.
+    gpu_graphs: True replays a repeated step on GPU devices as one CUDA
+      graph (rf_session_options.gpu_graphs; docs/PERFORMANCE.md, "CUDA
+      graphs of steps"); None: the library's default (off). Ignored
+      without GPU devices; a step that cannot be captured runs as without.
     Raises InvalidArgumentError when a node requests a device the session
     lacks (naming node, op and device), FailedPreconditionError for GPU
     devices without a usable GPU ("no GPU: <reason>").
@@ -58,11 +65,14 @@ class Session:
                  threads: int = 0, default_device: Optional[str] = None,
                  job: str = "auto", gpu_sync_on_finish: bool = True,
                  bucket_bytes: Optional[int] = None,
-                 comm_dtype: Optional[str] = None) -> None:
+                 comm_dtype: Optional[str] = None,
+                 allow_tf32: Optional[bool] = None,
+                 gpu_graphs: Optional[bool] = None) -> None:
         self._graph = graph if graph is not None else get_default_graph()
         opts, keep = _options(cpu_devices, gpu_devices, timeout, threads,
                               default_device, job, gpu_sync_on_finish,
-                              bucket_bytes, comm_dtype)
+                              bucket_bytes, comm_dtype, allow_tf32,
+                              gpu_graphs)
         out = ffi.new("rf_session **")
         with self._graph._lock:
             check(lib.rf_session_new(self._graph._c, opts, out))
@@ -255,7 +265,9 @@ def _options(cpu_devices: int = 1, gpu_devices: int = 0,
              default_device: Optional[str] = None, job: str = "auto",
              gpu_sync_on_finish: bool = True,
              bucket_bytes: Optional[int] = None,
-             comm_dtype: Optional[str] = None):
+             comm_dtype: Optional[str] = None,
+             allow_tf32: Optional[bool] = None,
+             gpu_graphs: Optional[bool] = None):
     """rf_session_options (and what its pointers point to, to keep alive
     while they are used)."""
     opts = ffi.new("rf_session_options *")
@@ -279,7 +291,21 @@ def _options(cpu_devices: int = 1, gpu_devices: int = 0,
     wire = ffi.new("char[]", c_name(comm_dtype)) \
         if comm_dtype is not None else ffi.NULL
     opts.collective_comm_dtype = wire
+    # Switches: the value as an int, checked by the library (0 or 1), so
+    # that True/False and 0/1 work and anything else fails as in C.
+    if allow_tf32 is not None:
+        opts.allow_tf32 = _switch(allow_tf32)
+    if gpu_graphs is not None:
+        opts.gpu_graphs = _switch(gpu_graphs)
     return opts, (dev, wire)
+
+
+def _switch(value: Any) -> int:
+    """An on/off option as the C int: bools and ints as they are (the
+    library refuses what is not 0 or 1), anything else a TypeError."""
+    if isinstance(value, (bool, int)):
+        return int(value)
+    raise TypeError(f"expected True or False, not {type(value).__name__}")
 
 
 def lower(graph: Optional[Graph] = None, **options: Any) -> Graph:

@@ -40,10 +40,19 @@ typedef struct rf__device {
   rf__threadpool *pool; /* not owned */
   pthread_mutex_t vars_mu;
   rf__variable *vars; /* uthash by name */
-  /* While a step is captured as a CUDA graph (rf__step.capturing), the
-   * executor runs the device's kernels one at a time under this lock: the
-   * capture then records each stream's work in one host order, and no two
-   * threads use the device's cuBLAS handle at once while cuBLAS records. */
+  /* While a step is captured as a CUDA graph (rf__step.capturing), every
+   * CUDA call that enqueues on `stream` is made under this lock: the
+   * executor runs the device's kernels one at a time under it, and the
+   * async kernels that enqueue there (_Retval's copy, the CUDA-kernel
+   * collectives' waits and kernel, which take it for every participant in
+   * device order) take it themselves. cuBLAS and cuBLASLt add their
+   * workspaces' memory nodes to a capturing stream by reading its
+   * dependencies (cuStreamGetCaptureInfo) and then setting them
+   * (cuStreamUpdateCaptureDependencies): a wait or kernel another thread
+   * enqueued on the stream in between is dropped from the stream's order,
+   * and the graph runs it unordered with what follows (the faults of
+   * captured steps on virtual GPUs, docs/PERFORMANCE.md). Never held
+   * while waiting for anything but another holder's enqueue. */
   pthread_mutex_t capture_mu;
 
   /* ---- GPU devices (name.type == RF_DEVICE_GPU; device/gpu/gpu.h) ----

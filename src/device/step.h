@@ -56,6 +56,10 @@ typedef struct rf__step {
    * says why in `not_replayable` (a static string): the step then runs
    * normally and the plan is not captured again. */
   bool capturing;
+  /* While capturing: the executor enqueues the kernels of all the step's
+   * devices one at a time, not one at a time per device (a debugging
+   * switch: RF_GPU_GRAPH_DEBUG=serial, runtime/step_graph.h). */
+  bool capture_serial;
   _Atomic(const char *) not_replayable;
 } rf__step;
 

@@ -67,6 +67,41 @@ typedef struct ready {
 
 static _Thread_local int completion_depth;
 
+/* RF_GPU_GRAPH_DEBUG=serial (rf__step.capture_serial): one lock for every
+ * kernel of a captured step, sync and async. Recursive: an async kernel's
+ * done may run the next nodes on the same thread while it is held. */
+static pthread_mutex_t serial_mu;
+static pthread_once_t serial_once = PTHREAD_ONCE_INIT;
+
+static void serial_init(void) {
+  pthread_mutexattr_t a;
+  pthread_mutexattr_init(&a);
+  pthread_mutexattr_settype(&a, PTHREAD_MUTEX_RECURSIVE);
+  pthread_mutex_init(&serial_mu, &a);
+  pthread_mutexattr_destroy(&a);
+}
+
+/* Takes (or, with lock false, lets go of) what serialises the enqueues of
+ * node kernels on dev while f's step is captured: the device's capture_mu
+ * (device.h), or the one lock above with capture_serial. sync: a kernel
+ * that returns when enqueued (async kernels only take the one lock). */
+static void capture_lock(const frame *f, rf__device *dev, bool sync,
+                         bool lock) {
+  if (!f->step->capturing || !dev->enter) return;
+  if (f->step->capture_serial) {
+    pthread_once(&serial_once, serial_init);
+    if (lock)
+      pthread_mutex_lock(&serial_mu);
+    else
+      pthread_mutex_unlock(&serial_mu);
+  } else if (sync) {
+    if (lock)
+      pthread_mutex_lock(&dev->capture_mu);
+    else
+      pthread_mutex_unlock(&dev->capture_mu);
+  }
+}
+
 static void stack_init(stack *s) {
   s->items = s->inline_items;
   s->n = 0;
@@ -372,10 +407,9 @@ static void run_node(frame *f, int v, ready *rd) {
   rf__kernel_ctx ctx = node_ctx(f, x, v);
   if (x->compute) {
     int64_t t0 = f->step->trace ? rf__trace_now() : 0;
-    bool serial = f->step->capturing && dev->enter; /* device.h: capture_mu */
-    if (serial) pthread_mutex_lock(&dev->capture_mu);
+    capture_lock(f, dev, true, true);
     rf_status *st = x->compute(&ctx);
-    if (serial) pthread_mutex_unlock(&dev->capture_mu);
+    capture_lock(f, dev, true, false);
     /* before complete() releases the kernel's buffers: device/gpu/order.h */
     if (ctx.stream_taken) rf__gpu_enqueue_end(dev->order);
     if (f->step->trace)
@@ -389,8 +423,12 @@ static void run_node(frame *f, int v, ready *rd) {
   *actx = ctx;
   actx->done = async_done;
   actx->trace_start = f->step->trace ? rf__trace_now() : 0;
-  hold(f); /* released by async_done */
+  hold(f);                        /* released by async_done */
+  const rf__step *step = f->step; /* f may be done when compute_async ends */
+  bool serial = step->capturing && step->capture_serial && dev->enter;
+  if (serial) capture_lock(f, dev, false, true);
   x->kernel->compute_async(actx, async_done);
+  if (serial) pthread_mutex_unlock(&serial_mu);
 }
 
 /* Runs rd's nodes and everything they make ready: cheap ones first; an

@@ -3,6 +3,7 @@
  * plan per signature string, under a mutex so concurrent runs are safe), and
  * one step per run with a fresh step id. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/log.h"
@@ -67,6 +68,9 @@ static rf_status *check_options(const rf_session_options *o) {
   if (o->allow_tf32 != 0 && o->allow_tf32 != 1)
     return rf__invalid("session options: allow_tf32 must be 0 or 1, got %d",
                        o->allow_tf32);
+  if (o->gpu_graphs != 0 && o->gpu_graphs != 1)
+    return rf__invalid("session options: gpu_graphs must be 0 or 1, got %d",
+                       o->gpu_graphs);
   if (o->job < RF_JOB_AUTO || o->job > RF_JOB_MPI)
     return rf__invalid(
         "session options: job must be RF_JOB_AUTO, RF_JOB_SINGLE or "
@@ -150,6 +154,22 @@ static rf_status *make_gpus(rf_session *s, rf__device *devices, int n) {
   return rf__status_prefix(st, "session options: num_gpu_devices is %d", n);
 }
 
+/* RF_GPU_GRAPH_DEBUG (runtime/step_graph.h), for a session that may
+ * capture steps; "workspace" is applied to the GPU devices here. */
+static rf_status *graph_debug(rf_session *s) {
+  if (!s->opts.gpu_graphs || !s->gpu) return NULL;
+  RF_CHECK(
+      rf__graph_debug_parse(getenv("RF_GPU_GRAPH_DEBUG"), &s->graph_debug));
+#ifdef RF_HAVE_CUDA
+  if (s->graph_debug & RF__GRAPH_DEBUG_WORKSPACE)
+    RF_CHECK(rf__gpu_blas_workspaces(s->gpu, RF_GPU_BLAS_WORKSPACE_BYTES));
+#endif
+  if (s->graph_debug)
+    RF__LOG(RF_LOG_INFO, "gpu graphs: RF_GPU_GRAPH_DEBUG=%s",
+            getenv("RF_GPU_GRAPH_DEBUG"));
+  return NULL;
+}
+
 /* Pool, job, devices and rendezvous; the default device must be one of
  * this process's devices. */
 static rf_status *make_devices(rf_session *s, const rf_graph *g) {
@@ -230,6 +250,7 @@ rf_status *rf_session_new(const rf_graph *g, const rf_session_options *opts,
   pthread_cond_init(&s->graph_cv, NULL);
   rf__session_sync_init(s);
   RF_CHECK_GOTO(make_devices(s, g), st, fail);
+  RF_CHECK_GOTO(graph_debug(s), st, fail);
   RF_CHECK_GOTO(rf__graph_copy(g, &s->graph), st, fail);
   RF_CHECK_GOTO(rf__session_check_devices(s), st, fail);
   if (rf__log_on(RF_LOG_INFO)) {

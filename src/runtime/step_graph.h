@@ -63,6 +63,28 @@ void rf__graph_run_end(rf_session *s);
 bool rf__graph_capture_begin(rf_session *s);
 void rf__graph_capture_end(rf_session *s);
 
+/* Switches for finding what makes a replayed step fault, from the
+ * environment variable RF_GPU_GRAPH_DEBUG (comma-separated words; read by
+ * sessions with gpu_graphs on; docs/PERFORMANCE.md, "CUDA graphs of
+ * steps"). They change how a step is captured or launched, never its
+ * values. */
+enum {
+  /* "sync": the host waits for every launch of a step's graph, and a
+   * fault is reported by that launch, numbered (1: the capture's own) */
+  RF__GRAPH_DEBUG_SYNC = 1,
+  /* "serial": while a step is captured, its kernels are enqueued one at a
+   * time across all its devices (collectives and fetches included), not
+   * one at a time per device */
+  RF__GRAPH_DEBUG_SERIAL = 2,
+  /* "workspace": each GPU device's cuBLAS handle gets a workspace of its
+   * own (cublasSetWorkspace), so a capture records no cuBLAS memory nodes
+   * (cudaMallocAsync/cudaFreeAsync inside the graph) */
+  RF__GRAPH_DEBUG_WORKSPACE = 4,
+};
+/* The flags of text (NULL or empty: 0); INVALID_ARGUMENT naming the word
+ * that is none of the above. */
+rf_status *rf__graph_debug_parse(const char *text, int *flags);
+
 #ifdef RF_HAVE_CUDA
 /* The plan's graph state (gpu/step_graph.c), made at the plan's first run
  * with graphs on; freed with the plan (after its last launch ran). */

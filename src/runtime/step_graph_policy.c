@@ -147,6 +147,33 @@ const char *rf__graph_unsupported(const rf_session *s, const rf__plan *p,
   return why;
 }
 
+/* ---- RF_GPU_GRAPH_DEBUG ---- */
+
+rf_status *rf__graph_debug_parse(const char *text, int *flags) {
+  static const struct {
+    const char *word;
+    int flag;
+  } words[] = {{"sync", RF__GRAPH_DEBUG_SYNC},
+               {"serial", RF__GRAPH_DEBUG_SERIAL},
+               {"workspace", RF__GRAPH_DEBUG_WORKSPACE}};
+  *flags = 0;
+  for (const char *w = text; w && *w;) {
+    size_t n = strcspn(w, ",");
+    int flag = 0;
+    for (size_t i = 0; i < sizeof words / sizeof words[0] && n; i++)
+      if (strlen(words[i].word) == n && !strncmp(w, words[i].word, n))
+        flag = words[i].flag;
+    if (n && !flag)
+      return rf__invalid(
+          "RF_GPU_GRAPH_DEBUG: '%.*s' is not one of sync, serial, workspace "
+          "(comma-separated)",
+          (int)(n > 64 ? 64 : n), w);
+    *flags |= flag;
+    w += n + (w[n] == ',');
+  }
+  return NULL;
+}
+
 /* ---- shapes ---- */
 
 rf_status *rf__graph_shapes_init(rf__graph_shapes *g, int num_feeds) {

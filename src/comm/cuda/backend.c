@@ -9,8 +9,14 @@
  * order: see gpu_coll.h). Outputs are allocated from each
  * participant's own device allocator before the launch, and inputs released
  * after it: either block is reused only in its own device's stream order,
- * which the final wait puts after the kernel. */
+ * which the final wait puts after the kernel. The waits and the kernel are
+ * enqueued holding every participant's capture_mu (device/device.h): while
+ * a step is captured as a CUDA graph, another thread may be inside a cuBLAS
+ * call on one of these streams, and cuBLAS edits a capturing stream's
+ * dependencies by read-modify-write, which drops what we enqueue there
+ * meanwhile from the stream's order. */
 #include <cuda_runtime_api.h>
+#include <pthread.h>
 #include <string.h>
 
 #include "comm/cuda/coll_kernels.h"
@@ -163,6 +169,20 @@ static int devices_of(const rf__coll_group *g, const rf__device **out) {
   return g->n;
 }
 
+/* Takes (lock) or lets go of the capture_mu of every participant's device,
+ * in device order (g->p is sorted by device index). Uncontended outside
+ * captures: the executor takes a capture_mu only while capturing. */
+static void hold_streams(const rf__coll_group *g, bool lock) {
+  for (int i = 0; i < g->n; i++) {
+    rf__device *d = g->p[i].device;
+    if (i && d == g->p[i - 1].device) continue;
+    if (lock)
+      pthread_mutex_lock(&d->capture_mu);
+    else
+      pthread_mutex_unlock(&d->capture_mu);
+  }
+}
+
 /* Enqueues waits, kernel, waits, and the completion unless the dones go in
  * stream order. The leader's wait for a participant is left out when that
  * stream has enqueued nothing since it last waited for the leader (a
@@ -170,8 +190,8 @@ static int devices_of(const rf__coll_group *g, const rf__device **out) {
  * kernel counts as an enqueue on the leader's stream. *launched is set once
  * the kernel is queued (the caller must then wait for the stream before
  * freeing anything on error). */
-static rf_status *enqueue(cuda_op *op, const rf__cuda_coll_args *a,
-                          bool ordered, bool *launched) {
+static rf_status *enqueue_held(cuda_op *op, const rf__cuda_coll_args *a,
+                               bool ordered, bool *launched) {
   rf__coll_group *g = &op->g;
   const rf__device *lead = g->p[leader_of(g)].device;
   for (int i = 0; i < g->n; i++) /* the leader waits for every input */
@@ -189,6 +209,15 @@ static rf_status *enqueue(cuda_op *op, const rf__cuda_coll_args *a,
   if (ordered) return NULL;
   RF_CHECK(lead->enter(lead));
   return rf__gpu_notify_when_done(lead, &op->notify, op_completed);
+}
+
+/* enqueue_held under the participants' capture_mu (top of the file). */
+static rf_status *enqueue(cuda_op *op, const rf__cuda_coll_args *a,
+                          bool ordered, bool *launched) {
+  hold_streams(&op->g, true);
+  rf_status *st = enqueue_held(op, a, ordered, launched);
+  hold_streams(&op->g, false);
+  return st;
 }
 
 void rf__cuda_coll_run(rf__coll_group *g) {

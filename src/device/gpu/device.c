@@ -30,6 +30,7 @@ struct rf__gpu_runtime {
   void **dnn;           /* cudnnHandle_t, builds with cuDNN */
   cudaEvent_t *events;  /* the devices' order_event */
   rf__gpu_order *order; /* the devices' order */
+  void **workspaces;    /* cuBLAS workspaces (rf__gpu_blas_workspaces) */
 };
 
 rf_status *rf__gpu_count(int *out) {
@@ -215,6 +216,7 @@ void rf__gpu_runtime_free(rf__gpu_runtime *r) {
       (void)cudaSetDevice(r->contexts[i % r->num_contexts].ordinal);
     if (r->streams && r->streams[i]) (void)cudaStreamSynchronize(r->streams[i]);
     if (r->handles && r->handles[i]) (void)cublasDestroy(r->handles[i]);
+    if (r->workspaces && r->workspaces[i]) (void)cudaFree(r->workspaces[i]);
 #ifdef RF_HAVE_CUDNN
     if (r->dnn && r->dnn[i]) (void)cudnnDestroy((cudnnHandle_t)r->dnn[i]);
 #endif
@@ -234,5 +236,32 @@ void rf__gpu_runtime_free(rf__gpu_runtime *r) {
   rf__free(r->dnn);
   rf__free(r->events);
   rf__free(r->order);
+  rf__free(r->workspaces);
   rf__free(r);
+}
+
+rf_status *rf__gpu_blas_workspaces(rf__gpu_runtime *r, size_t bytes) {
+  if (!r->workspaces) {
+    r->workspaces = rf__calloc((size_t)r->num_devices, sizeof(void *));
+    RF_CHECK_ALLOC(r->workspaces);
+  }
+  int prev = rf__gpu_current();
+  rf_status *st = NULL;
+  for (int i = 0; i < r->num_devices && !st; i++) {
+    if (r->workspaces[i]) continue;
+    st =
+        RF_CUDA_STATUS(cudaSetDevice(r->contexts[i % r->num_contexts].ordinal));
+    if (!st) st = RF_CUDA_STATUS(cudaMalloc(&r->workspaces[i], bytes));
+    if (!st) {
+      cublasStatus_t b =
+          cublasSetWorkspace(r->handles[i], r->workspaces[i], bytes);
+      if (b != CUBLAS_STATUS_SUCCESS)
+        st = rf__cublas_status(b, "cublasSetWorkspace", __FILE__, __LINE__);
+    }
+    if (st)
+      st = rf__status_prefix(st, "%s: a cuBLAS workspace of %zu bytes",
+                             r->devices[i].canonical, bytes);
+  }
+  rf__gpu_make_current(prev);
+  return st;
 }

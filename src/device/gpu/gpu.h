@@ -53,6 +53,16 @@ rf_status *rf__gpu_runtime_new(rf__device *devices, int n,
  * ignored. */
 void rf__gpu_runtime_free(rf__gpu_runtime *r);
 
+/* Gives every device's cuBLAS handle a workspace of `bytes` of its own
+ * (cudaMalloc; cublasSetWorkspace), freed with the runtime, instead of
+ * cuBLAS's default pool: captured products then record no memory nodes
+ * (cuBLAS allocates with cudaMallocAsync while a stream is captured). For
+ * RF_GPU_GRAPH_DEBUG=workspace (runtime/step_graph.h). Devices that have
+ * one keep it. */
+rf_status *rf__gpu_blas_workspaces(rf__gpu_runtime *r, size_t bytes);
+/* cuBLAS's recommended workspace on Hopper (32 MiB; 4 MiB elsewhere). */
+#define RF_GPU_BLAS_WORKSPACE_BYTES ((size_t)32 << 20)
+
 /* The calling thread's current CUDA device (-1 when unknown), and setting it
  * back (ignored for -1): the session's entry points leave the caller's
  * current device as they found it. */

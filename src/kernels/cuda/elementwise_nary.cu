@@ -4,13 +4,13 @@
  * unsigned type for integers, which wraps) and rounds once, as on the CPU,
  * so float32/float64 results are bit-identical to the CPU's. Up to
  * kInlinePtrs input pointers travel in the launch's parameters; more go
- * through a small device array. */
+ * through a small device array, which launches filling it (kInlinePtrs
+ * pointers each, in their parameters) write: a launch's parameters are
+ * copied when it is enqueued or captured, so nothing on the host has to
+ * outlive the call. (A copy from a host array did: captured into a CUDA
+ * graph, each replay read the array freed after the capture.) */
 #include "kernels/cuda/math_kernels.cuh"
 #include "kernels/math_prepare.h"
-
-extern "C" {
-#include "core/mem.h"
-}
 
 namespace rf_gpu {
 namespace {
@@ -77,6 +77,16 @@ struct DevicePtrs {
   __device__ const T *operator()(int j) const { return p[j]; }
 };
 
+/* Up to kInlinePtrs pointers, by value, for a launch that stores them. */
+struct PtrChunk {
+  const void *p[kInlinePtrs];
+  int n;
+};
+
+__global__ void put_ptrs_kernel(PtrChunk c, const void **dst) {
+  if (threadIdx.x < (unsigned)c.n) dst[threadIdx.x] = c.p[threadIdx.x];
+}
+
 /* The type AddN accumulates T in. */
 template <typename T>
 using AddAcc = typename std::conditional<is_float_v<T>, typename Num<T>::C,
@@ -107,28 +117,27 @@ rf_status *add_n_launch(rf__kernel_ctx *ctx, rf_tensor *out) {
     RF_GPU_LAUNCHED(ctx);
     return NULL;
   }
-  /* Many inputs: their pointers in a device array. The host copy may go
-   * as soon as cudaMemcpyAsync returns (pageable memory is staged first). */
-  const void **host = (const void **)rf__malloc(sizeof(void *) * (size_t)k);
-  RF_CHECK_ALLOC(host);
-  for (int j = 0; j < k; j++) host[j] = ctx->inputs[j]->data;
+  /* Many inputs: their pointers in a device array, filled on the stream
+   * from launch parameters (see the top of the file). */
   int64_t dims[1] = {k};
   rf_shape s = rf_shape_make(1, dims);
   rf_tensor *arr = NULL;
-  rf_status *st = new_tensor(ctx, RF_INT64, &s, &arr);
+  RF_CHECK(new_tensor(ctx, RF_INT64, &s, &arr));
+  const void **dev = (const void **)arr->data;
   cudaError_t err = cudaSuccess;
-  if (!st) {
-    err = cudaMemcpyAsync(arr->data, host, sizeof(void *) * (size_t)k,
-                          cudaMemcpyHostToDevice, stream(ctx));
-    if (err == cudaSuccess) {
-      DevicePtrs<T> p = {(const T *const *)arr->data};
-      add_n_kernel<T><<<g, kThreads, 0, stream(ctx)>>>(p, k, n, (T *)out->data);
-      err = cudaGetLastError();
-    }
+  for (int j0 = 0; j0 < k && err == cudaSuccess; j0 += kInlinePtrs) {
+    PtrChunk c = {};
+    c.n = k - j0 < kInlinePtrs ? k - j0 : kInlinePtrs;
+    for (int j = 0; j < c.n; j++) c.p[j] = ctx->inputs[j0 + j]->data;
+    put_ptrs_kernel<<<1, kInlinePtrs, 0, stream(ctx)>>>(c, dev + j0);
+    err = cudaGetLastError();
   }
-  rf__free(host);
+  if (err == cudaSuccess) {
+    DevicePtrs<T> p = {(const T *const *)arr->data};
+    add_n_kernel<T><<<g, kThreads, 0, stream(ctx)>>>(p, k, n, (T *)out->data);
+    err = cudaGetLastError();
+  }
   rf_tensor_release(arr); /* stream-ordered: reused only after the kernel */
-  if (st) return st;
   return err == cudaSuccess
              ? NULL
              : error(ctx, err, "AddN launch", __FILE__, __LINE__);

@@ -18,6 +18,7 @@
  *   _Token   the empty host tensor of a crossing control edge.
  * A rendezvous value is always complete when sent, so receivers never wait
  * for the sender's stream. */
+#include <pthread.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -118,8 +119,14 @@ static void retval_compute_async(rf__kernel_ctx *ctx, rf__done_fn done) {
     return;
   }
   rf_tensor *host = NULL;
-  st = rf__gpu_new_host(ctx->device, in, &host);
-  if (!st) st = rf__gpu_copy(ctx->device, host, in);
+  /* An async kernel runs outside the executor's capture_mu: while a step
+   * is captured, take it for the copy (device/device.h says why). */
+  rf__device *d = ctx->device;
+  bool capturing = ctx->step->capturing;
+  if (capturing) pthread_mutex_lock(&d->capture_mu);
+  st = rf__gpu_new_host(d, in, &host);
+  if (!st) st = rf__gpu_copy(d, host, in);
+  if (capturing) pthread_mutex_unlock(&d->capture_mu);
   if (st) {
     rf_tensor_release(host);
     done(ctx, named(ctx, st));

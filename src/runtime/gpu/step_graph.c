@@ -56,6 +56,8 @@ struct rf__step_graph {
   rf__gpu_held **held; /* per GPU device of the plan */
   var_snap *vars;
   int num_vars, cap_vars;
+  int debug;        /* RF_GPU_GRAPH_DEBUG's flags (step_graph.h) */
+  int64_t launches; /* of the kept graph; 1: the capture's own */
 };
 
 rf_status *rf__step_graph_new(rf_session *s, rf__plan *p,
@@ -66,6 +68,7 @@ rf_status *rf__step_graph_new(rf_session *s, rf__plan *p,
   g->num_feeds = p->num_feeds;
   g->num_fetches = p->num_fetches;
   g->num_gpus = p->num_gpus;
+  g->debug = s->graph_debug;
   rf_status *st = rf__graph_shapes_init(&g->shapes, p->num_feeds);
   g->staging = rf__calloc((size_t)p->num_feeds + 1, sizeof(rf_tensor *));
   g->outs = rf__calloc((size_t)p->num_fetches + 1, sizeof(rf_tensor *));
@@ -276,7 +279,8 @@ static cudaError_t link_streams(rf__step_graph *g, const rf__plan *p,
 }
 
 /* Launches exec after the plan's streams' earlier work; every stream of the
- * plan then waits for it (g->ev marks its end). */
+ * plan then waits for it (g->ev marks its end). With RF_GPU_GRAPH_DEBUG=sync
+ * the host waits for it here, so that a fault names this launch. */
 static rf_status *launch(rf__step_graph *g, const rf__plan *p,
                          cudaGraphExec_t exec) {
   const rf__device *o = origin_of(p);
@@ -286,13 +290,58 @@ static rf_status *launch(rf__step_graph *g, const rf__plan *p,
   if (e == cudaSuccess) e = cudaGraphLaunch(exec, (cudaStream_t)o->stream);
   if (e == cudaSuccess) e = link_streams(g, p, false);
   bracket(p, false);
+  int64_t n = ++g->launches;
+  bool waited = e == cudaSuccess && (g->debug & RF__GRAPH_DEBUG_SYNC);
+  if (waited) e = cudaEventSynchronize(g->ev);
   if (e == cudaSuccess) return NULL;
   (void)cudaGetLastError();
-  return rf__error(RF_INTERNAL, "%s: launching the step's CUDA graph: %s (%s)",
-                   o->canonical, cudaGetErrorName(e), cudaGetErrorString(e));
+  return rf__error(RF_INTERNAL,
+                   "%s: %s launch %lld of the step's CUDA graph of plan "
+                   "'%s' (%s): %s (%s)",
+                   o->canonical, waited ? "running" : "enqueueing",
+                   (long long)n, p->signature,
+                   n == 1 ? "the capture's own" : "a replay",
+                   cudaGetErrorName(e), cudaGetErrorString(e));
 }
 
 /* ---- capture ---- */
+
+/* What the captured graph holds, for the log: its nodes by type (memory
+ * nodes would be cuBLAS's workspaces: RF_GPU_GRAPH_DEBUG=workspace). */
+static void describe(cudaGraph_t graph, char *buf, size_t len) {
+  size_t n = 0;
+  cudaGraphNode_t *nodes = NULL;
+  cudaError_t e = cudaGraphGetNodes(graph, NULL, &n);
+  if (e == cudaSuccess && n) {
+    nodes = rf__calloc(n, sizeof *nodes);
+    e = nodes ? cudaGraphGetNodes(graph, nodes, &n) : cudaErrorMemoryAllocation;
+  }
+  size_t kernels = 0, copies = 0, sets = 0, allocs = 0, frees = 0, empty = 0,
+         other = 0;
+  for (size_t i = 0; e == cudaSuccess && i < n; i++) {
+    enum cudaGraphNodeType t = cudaGraphNodeTypeCount;
+    if (cudaGraphNodeGetType(nodes[i], &t) != cudaSuccess)
+      t = cudaGraphNodeTypeCount;
+    switch (t) {
+      case cudaGraphNodeTypeKernel: kernels++; break;
+      case cudaGraphNodeTypeMemcpy: copies++; break;
+      case cudaGraphNodeTypeMemset: sets++; break;
+      case cudaGraphNodeTypeMemAlloc: allocs++; break;
+      case cudaGraphNodeTypeMemFree: frees++; break;
+      case cudaGraphNodeTypeEmpty: empty++; break;
+      default: other++;
+    }
+  }
+  rf__free(nodes);
+  (void)cudaGetLastError();
+  if (e != cudaSuccess)
+    snprintf(buf, len, "nodes not listed: %s", cudaGetErrorString(e));
+  else
+    snprintf(buf, len,
+             "%zu nodes: %zu kernels, %zu copies, %zu memsets, %zu memory "
+             "allocations, %zu memory frees, %zu empty, %zu other",
+             n, kernels, copies, sets, allocs, frees, empty, other);
+}
 
 /* Pinned buffers holding this run's feeds (made anew when a shape moved). */
 static rf_status *stage_feeds(rf__step_graph *g, rf_tensor *const *feeds,
@@ -463,6 +512,7 @@ static bool capture(rf_session *s, rf__plan *p, rf__step_graph *g,
   }
   rf_tensor *const *fed = step->feeds;
   drop(g, p->num_gpus);
+  g->launches = 0;
   rf_status *st = stage_feeds(g, fed, true);
   if (!st) st = snapshot_vars(g, p);
   if (!st) st = begin_capture(g, p);
@@ -474,9 +524,10 @@ static bool capture(rf_session *s, rf__plan *p, rf__step_graph *g,
     return false;
   }
   step->capturing = true;
+  step->capture_serial = (g->debug & RF__GRAPH_DEBUG_SERIAL) != 0;
   step->feeds = g->staging;
   rf_status *run = rf__executor_run(p->executor, step);
-  step->capturing = false;
+  step->capturing = step->capture_serial = false;
   step->feeds = fed;
   cudaError_t e;
   rf_status *held_st;
@@ -489,6 +540,8 @@ static bool capture(rf_session *s, rf__plan *p, rf__step_graph *g,
   rf_status *transient = held_st;
   if (graph && !never && !transient)
     never = pin_vars(g, p, graph, why, sizeof why, &transient);
+  char nodes[256] = "";
+  if (graph && rf__log_on(RF_LOG_INFO)) describe(graph, nodes, sizeof nodes);
   cudaGraphExec_t exec = NULL;
   if (graph) {
     e = cudaGraphInstantiate(&exec, graph, 0);
@@ -554,8 +607,8 @@ static bool capture(rf_session *s, rf__plan *p, rf__step_graph *g,
       bytes += rf__gpu_held_bytes(g->held[i]);
     rf__log_write(RF_LOG_INFO,
                   "gpu graphs: captured the step of plan '%s' on %d GPU "
-                  "device(s); it holds %zu bytes of device memory",
-                  p->signature, p->num_gpus, bytes);
+                  "device(s); it holds %zu bytes of device memory; %s",
+                  p->signature, p->num_gpus, bytes, nodes);
   }
   rf__graph_capture_end(s);
   *out = NULL;

@@ -1,0 +1,67 @@
+"""Session(allow_tf32=..., gpu_graphs=...): the C options' switches from
+Python. Each reaches the session (the library refuses a value other than
+0 or 1, naming the option); on CPU devices both are documented as ignored,
+so a small MLP step gives the same bits with them on as off, against NumPy
+in float64; on a GPU (skipped without one), a repeated step replayed as a
+CUDA graph gives the same bits as without."""
+
+import numpy as np
+import pytest
+
+import ringflow as rf
+from ringflow import errors
+
+
+def build(device):
+    """y = relu(x w1) w2 on `device`, w fixed."""
+    rng = np.random.default_rng(11)
+    w1 = rng.standard_normal((8, 16)).astype(np.float32)
+    w2 = rng.standard_normal((16, 4)).astype(np.float32)
+    g = rf.Graph()
+    with g.as_default(), rf.device(device):
+        x = rf.placeholder(np.float32, (None, 8))
+        h = rf.nn.relu(rf.matmul(x, rf.constant(w1)))
+        y = rf.matmul(h, rf.constant(w2))
+    return g, x, y, w1, w2
+
+
+def steps(device, gpu_devices=0, **switches):
+    g, x, y, w1, w2 = build(device)
+    rng = np.random.default_rng(5)
+    xs = [rng.standard_normal((6, 8)).astype(np.float32) for _ in range(4)]
+    with rf.Session(g, gpu_devices=gpu_devices, **switches) as s:
+        ys = [s.run(y, {x: v}) for v in xs]
+    return xs, ys, w1, w2
+
+
+@pytest.mark.parametrize("name", ["allow_tf32", "gpu_graphs"])
+def test_values_reach_the_session(name):
+    g, _, _, _, _ = build("cpu:0")
+    for bad in (2, -1):
+        with pytest.raises(errors.InvalidArgumentError,
+                           match=f"{name} must be 0 or 1, got {bad}"):
+            rf.Session(g, **{name: bad})
+    with pytest.raises(TypeError):
+        rf.Session(g, **{name: "on"})
+    for ok in (True, False, 0, 1, None):
+        rf.Session(g, **{name: ok}).close()
+
+
+def test_cpu_ignores_them():
+    xs, plain, w1, w2 = steps("cpu:0")
+    _, switched, _, _ = steps("cpu:0", allow_tf32=True, gpu_graphs=True)
+    for x, a, b in zip(xs, plain, switched):
+        assert a.tobytes() == b.tobytes()
+        want = np.maximum(x.astype(np.float64) @ w1, 0) @ w2
+        np.testing.assert_allclose(b, want, rtol=1e-5, atol=1e-5)
+
+
+def test_gpu_graphs_same_bits():
+    try:
+        steps("gpu:0", gpu_devices=1)
+    except errors.FailedPreconditionError as e:
+        pytest.skip(f"no GPU: {e}")
+    _, plain, _, _ = steps("gpu:0", gpu_devices=1, gpu_graphs=False)
+    _, graphed, _, _ = steps("gpu:0", gpu_devices=1, gpu_graphs=True)
+    for a, b in zip(plain, graphed):
+        assert a.tobytes() == b.tobytes()
