@@ -319,6 +319,29 @@ static void test_never_grouped(void **state) {
   rf_graph_free(m.g);
 }
 
+/* Scalars given as a Const per update (as tools/mlp.c builds them): equal
+ * values group, another value does not. */
+static void test_equal_consts_group(void **state) {
+  (void)state;
+  rf_graph *g = rf_graph_new();
+  rf_shape sh = rf_shape_of(1, (int64_t)4);
+  for (int p = 0; p < 4; p++) {
+    rf_output var = rf_variable(g, NULL, RF_FLOAT32, sh);
+    rf_output acc = rf_variable(g, NULL, RF_FLOAT32, sh);
+    rf_output grad = rf_placeholder(g, NULL, RF_FLOAT32, sh);
+    double mu = p == 3 ? 0.8 : 0.9; /* the last one differs */
+    rf_apply_momentum(g, NULL, var, acc,
+                      rf_const_scalar(g, NULL, RF_FLOAT32, 0.01), grad,
+                      rf_const_scalar(g, NULL, RF_FLOAT32, mu), false);
+  }
+  assert_graph_ok(g);
+  rf_session_options on = options(1, 1, 0);
+  int64_t members;
+  assert_int_equal(multi_nodes(g, &on, &members), 1);
+  assert_int_equal(members, 3);
+  rf_graph_free(g);
+}
+
 /* ---- allocation failures: the group moves together ---- */
 
 typedef struct fault_case {
@@ -430,6 +453,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup(test_bit_identical, setup),
       cmocka_unit_test_setup(test_never_grouped, setup),
+      cmocka_unit_test_setup(test_equal_consts_group, setup),
       cmocka_unit_test_setup(test_all_or_nothing_under_faults, setup),
       cmocka_unit_test_setup(test_gpu, setup),
   };

@@ -1,16 +1,16 @@
 /* passes/group_updates.c - the POST_PLACEMENT pass that turns the optimizer
  * updates of a step into multi-tensor updates (docs/PERFORMANCE.md,
  * "Multi-tensor optimizer updates"): ApplyAdam, ApplyAdamW and ApplyMomentum
- * nodes of one op, dtype and device that read the same scalar inputs (and
- * use_nesterov) become one _MultiApplyAdam / _MultiApplyAdamW /
- * _MultiApplyMomentum, which updates every tensor in one kernel (one launch
- * on a GPU) with the element loops of the single op, so the results are
- * bit-identical. Only updates whose handles come straight from Variable
- * nodes of their own device join (distinct variables, handles in host
- * memory), and a group grows only by an update that no path joins to it in
- * the graph where every group made so far is one vertex, so grouping never
- * makes a cycle. The update stays all or nothing: every variable of the
- * group is updated or none (kernels/state_prepare.h). */
+ * nodes of one op, dtype and device that read the same scalar inputs (one
+ * node's output, or Consts of one value) and use_nesterov become one
+ * _MultiApplyAdam / _MultiApplyAdamW / _MultiApplyMomentum, which updates every
+ * tensor in one kernel (one launch on a GPU) with the element loops of the
+ * single op, so the results are bit-identical. Only updates whose handles come
+ * straight from Variable nodes of their own device join (distinct variables,
+ * handles in host memory), and a group grows only by an update that no path
+ * joins to it in the graph where every group made so far is one vertex, so
+ * grouping never makes a cycle. The update stays all or nothing: every variable
+ * of the group is updated or none (kernels/state_prepare.h). */
 #include <stdio.h>
 #include <string.h>
 
@@ -72,6 +72,21 @@ static int64_t attr_number(const rf_node *n, const char *name) {
                                    : -2;
 }
 
+/* Whether x and y are Const nodes of one value, bit for bit (a model
+ * builder's scalar(g, beta1) per update: the same hyper-parameter). */
+static bool same_const(const rf_node *x, const rf_node *y) {
+  rf_tensor *a = NULL, *b = NULL;
+  if (strcmp(x->op->name, "Const") != 0 || strcmp(y->op->name, "Const") != 0)
+    return false;
+  rf_status *st = rf__attrs_get_tensor(&x->attrs, "value", &a);
+  if (!st) st = rf__attrs_get_tensor(&y->attrs, "value", &b);
+  bool found = !st;
+  rf_status_free(st);
+  return found && a && b && a->dtype == b->dtype &&
+         rf_shape_equal(&a->shape, &b->shape) && a->nbytes == b->nbytes &&
+         memcmp(a->data, b->data, a->nbytes) == 0;
+}
+
 /* Whether a and b (updates of one kind) may share a node: same device,
  * dtype, use_nesterov and scalar inputs. */
 static bool same_key(const rf_node *a, const rf_node *b,
@@ -83,7 +98,9 @@ static bool same_key(const rf_node *a, const rf_node *b,
   for (int k = 0; k < spec->nscalars; k++) {
     const rf__edge *x = a->data_in[spec->scalar_inputs[k]];
     const rf__edge *y = b->data_in[spec->scalar_inputs[k]];
-    if (x->src != y->src || x->src_out != y->src_out) return false;
+    if ((x->src != y->src || x->src_out != y->src_out) &&
+        !same_const(x->src, y->src))
+      return false;
   }
   return true;
 }
