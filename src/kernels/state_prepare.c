@@ -226,6 +226,7 @@ rf_status *rf__state_update_run(rf__kernel_ctx *ctx, bool on_gpu,
       rf__state_drop_value(u.vars[k], u.dst[k]);
   }
   lock_all(u.sorted, nv, false);
+  /* cppcheck-suppress returnDanglingLifetime ; st never points into u */
   return st;
 }
 
