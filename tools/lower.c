@@ -44,10 +44,26 @@ static void print_buckets(const rf_graph *g) {
   }
 }
 
+/* One line per multi-tensor optimizer update (passes/group_updates.c). */
+static void print_update_groups(const rf_graph *g) {
+  for (int i = 0; i < rf_graph_num_nodes(g); i++) {
+    const rf_node *n = rf_graph_node(g, i);
+    if (strncmp(rf_node_op(n), "_MultiApply", 11) != 0) continue;
+    int64_t k = 0;
+    rf_dtype t = RF_FLOAT32;
+    rf_status_free(rf_node_attr_int(n, "N", &k));
+    rf_status_free(rf_node_attr_dtype(n, "T", &t));
+    printf("updates %s: %lld %s updates of %s as one %s\n", rf_node_device(n),
+           (long long)k, rf_node_op(n) + strlen("_MultiApply"),
+           rf_dtype_name(t), rf_node_op(n));
+  }
+}
+
 int cmd_lower(int argc, char **argv) {
   const char *dot_dir = NULL;
   int64_t bucket_bytes = RF_DEFAULT_BUCKET_BYTES;
-  int comm = 0;
+  int comm = 0, group = 0;
+  static const char *const group_choices[] = {"on", "off", NULL};
   static const char *const comm_choices[] = {"fp32", "bf16", "fp16", NULL};
   static const char *const comm_dtypes[] = {"float32", "bfloat16", "float16"};
   tool_devices devices;
@@ -68,14 +84,19 @@ int cmd_lower(int argc, char **argv) {
       TOOL_CHOICE("comm-dtype", &comm, "T",
                   "the wire dtype of float32 all-reduces (default fp32)",
                   comm_choices),
+      TOOL_CHOICE("group-updates", &group, "S",
+                  "group the optimizer updates of each device into "
+                  "multi-tensor updates (default on)",
+                  group_choices),
   };
   const tool_cmd cmd = {
       "lower",
       "usage: ringflow lower GRAPH.json [options]\n"
       "  prints the graph in GRAPH.json, then the graph after placement on\n"
-      "  --devices, bucketing and collective lowering, then one line per\n"
-      "  bucket. RF_LOG=debug prints why each node went where and what\n"
-      "  each collective became to stderr;\n"
+      "  --devices, bucketing, update grouping and collective lowering,\n"
+      "  then one line per bucket and per multi-tensor update.\n"
+      "  RF_LOG=debug prints why each node went where and what each\n"
+      "  collective became to stderr;\n"
       "  RF_DUMP_GRAPH_DIR=DIR writes the graph before and after each\n"
       "  phase as JSON and DOT\n"
       "options:\n",
@@ -91,6 +112,7 @@ int cmd_lower(int argc, char **argv) {
   tool_devices_session(&devices, &o);
   o.collective_bucket_bytes = bucket_bytes;
   o.collective_comm_dtype = comm_dtypes[comm];
+  o.group_optimizer_updates = group == 0;
   rf_status *st = rf_graph_lower(g, &o, &lowered);
   if (st) {
     rf_graph_free(g);
@@ -99,6 +121,7 @@ int cmd_lower(int argc, char **argv) {
   print_graph(g, "before lowering");
   print_graph(lowered, "after placement and lowering");
   print_buckets(lowered);
+  print_update_groups(lowered);
   if (dot_dir) {
     st = tool_write_dot(g, dot_dir, "before");
     if (!st) st = tool_write_dot(lowered, dot_dir, "after");

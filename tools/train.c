@@ -56,6 +56,7 @@ typedef struct options {
   const char *data_dir, *save, *load, *graph_dir, *trace;
   int bucket_mb, comm_dtype; /* -1: the library's default; comm_choices */
   int gpu_graphs;            /* graph_choices: the session's default, off, on */
+  int group_updates;         /* graph_choices: the session's default, off, on */
 } options;
 
 static void dataset_free(dataset *d) {
@@ -736,6 +737,12 @@ static int parse_options(int argc, char **argv, options *o) {
                   "(on), or run its kernels one by one (off); default: the "
                   "session's default (rf_session_options.gpu_graphs)",
                   graph_choices),
+      TOOL_CHOICE("group-updates", &o->group_updates, "S",
+                  "run the optimizer updates of a device as one multi-tensor "
+                  "update (on) or one update per parameter (off); default: "
+                  "the session's default (on: "
+                  "rf_session_options.group_optimizer_updates)",
+                  graph_choices),
   };
   const tool_cmd cmd = {
       "train",
@@ -886,6 +893,7 @@ int cmd_train(int argc, char **argv) {
     sopts.collective_bucket_bytes = (int64_t)o.bucket_mb << 20;
   sopts.collective_comm_dtype = comm_dtypes[o.comm_dtype];
   if (o.gpu_graphs) sopts.gpu_graphs = o.gpu_graphs == 2;
+  if (o.group_updates) sopts.group_optimizer_updates = o.group_updates == 2;
   sopts.collective_timeout_ms = llround(o.collective_timeout * 1000);
   if (sopts.collective_timeout_ms < 1) sopts.collective_timeout_ms = 1;
   one_opts.collective_timeout_ms = sopts.collective_timeout_ms;

@@ -33,7 +33,10 @@ RF_API rf_node *rf_noop(rf_graph *g, const char *name);
  * rf_apply_adamw, rf_apply_momentum) are each all or nothing: an update op
  * that fails (out of memory, a bad input) leaves every variable it names as
  * it was, and an update's var and slots (m and v; accum) change together. A
- * failed step may have applied some of its update ops and not others. */
+ * failed step may have applied some of its update ops and not others. The
+ * Adam, AdamW and momentum updates a session groups into one node
+ * (rf_session_options.group_optimizer_updates) are all or nothing
+ * together: every variable of the group is updated, or none is. */
 RF_API rf_output rf_variable(rf_graph *g, const char *name, rf_dtype dtype,
                              rf_shape shape);
 RF_API rf_output rf_read_variable(rf_graph *g, const char *name, rf_output var);

@@ -155,6 +155,22 @@ typedef struct rf_session_options {
    * devices, another word in it makes rf_session_new fail with
    * INVALID_ARGUMENT ("RF_GPU_GRAPH_DEBUG: 'x' is not one of ..."). */
   int gpu_graphs;
+  /* ---- multi-tensor optimizer updates (issue 19) ----
+   * 1 (default): at compile time, after placement, the ApplyAdam,
+   * ApplyAdamW and ApplyMomentum nodes of one op, dtype and device that
+   * read the same scalar inputs (the same node outputs: beta powers, lr,
+   * betas, epsilon, weight decay, momentum) and the same use_nesterov, whose
+   * handles come straight from Variable nodes of that device, and that no
+   * path of data or control edges joins, run as one internal node
+   * (_MultiApplyAdam, _MultiApplyAdamW, _MultiApplyMomentum; at most 64
+   * updates each): one kernel for all their tensors, one launch on a GPU.
+   * Results are bit-identical to the updates run one by one, and the
+   * variables keep their names (checkpoints see no difference). The
+   * grouped updates are applied all or nothing together: a failed one
+   * leaves every variable of its group as it was (see rf_variable).
+   * 0: each update runs as its own kernel. Any other value:
+   * INVALID_ARGUMENT. */
+  int group_optimizer_updates;
 } rf_session_options;
 
 /* gpu_graphs after rf_session_options_init: off. On one H200 a replayed

@@ -5,6 +5,7 @@
 #include "kernels/state_prepare.h"
 
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/status.h"
@@ -89,15 +90,6 @@ void rf__state_drop_value(rf__variable *v, rf_tensor *t) {
   if (t && t != v->value) rf_tensor_release(t);
 }
 
-void rf__state_lock_distinct(rf__variable **vs, int n, bool lock) {
-  for (int i = 0; i < n; i++) {
-    if (lock)
-      pthread_mutex_lock(&vs[i]->mu);
-    else
-      pthread_mutex_unlock(&vs[n - 1 - i]->mu);
-  }
-}
-
 /* On the GPU the update kernels read the scalar at input k in the type of
  * the updated tensor (input `like`, named like_name). */
 static rf_status *same_float_dtype(rf__kernel_ctx *ctx, int k, const char *what,
@@ -138,33 +130,104 @@ const rf__state_update_spec rf__state_momentum_spec = {
     3,
     "var and accum must be two different variables"};
 
-rf_status *rf__state_update_prepare(rf__kernel_ctx *ctx, bool on_gpu,
-                                    const rf__state_update_spec *spec,
-                                    rf__variable **vars,
-                                    rf__variable **sorted) {
-  int n = spec->nvars;
-  for (int k = 0; k < n; k++)
-    RF_CHECK(rf__state_get_variable(ctx, k, &vars[k]));
+int rf__state_input(const rf__state_update_spec *spec, int n, int j, int i) {
+  if (j < spec->nvars) return j * n + i;
+  int k = spec->nvars * n + (j - spec->nvars); /* lists before j count once */
+  if (j < spec->grad) return k;
+  return j == spec->grad ? k + i : k + n - 1;
+}
+
+const rf_tensor *rf__state_grad(const rf__kernel_ctx *ctx,
+                                const rf__state_update *u, int i) {
+  return ctx->inputs[rf__state_input(u->spec, u->n, u->spec->grad, i)];
+}
+
+const rf_tensor *rf__state_scalar(const rf__kernel_ctx *ctx,
+                                  const rf__state_update *u, int j) {
+  return ctx->inputs[rf__state_input(u->spec, u->n, j, 0)];
+}
+
+static int by_address(const void *a, const void *b) {
+  uintptr_t x = (uintptr_t) * (rf__variable *const *)a;
+  uintptr_t y = (uintptr_t) * (rf__variable *const *)b;
+  return (x > y) - (x < y);
+}
+
+/* The checks before the lock: distinct handles (within one tensor's update
+ * spec->distinct says so; across tensors the pass never groups one
+ * variable twice), scalar inputs, on_gpu each of grad's float dtype. */
+static rf_status *update_prepare(rf__kernel_ctx *ctx, bool on_gpu,
+                                 rf__state_update *u) {
+  const rf__state_update_spec *spec = u->spec;
+  int n = u->n, nv = spec->nvars * n;
+  for (int k = 0; k < nv; k++)
+    RF_CHECK(rf__state_get_variable(ctx, k, &u->vars[k]));
   for (int i = 0; i < n; i++)
-    for (int j = i + 1; j < n; j++)
-      if (vars[i] == vars[j])
-        return rf__kernel_error(ctx, RF_INVALID_ARGUMENT, "%s", spec->distinct);
-  memcpy(sorted, vars, (size_t)n * sizeof *vars);
-  for (int i = 1; i < n; i++)
-    for (int j = i; j > 0 && (uintptr_t)sorted[j] < (uintptr_t)sorted[j - 1];
-         j--) {
-      rf__variable *t = sorted[j];
-      sorted[j] = sorted[j - 1];
-      sorted[j - 1] = t;
-    }
+    for (int a = 0; a < spec->nvars; a++)
+      for (int b = a + 1; b < spec->nvars; b++)
+        if (u->vars[a * n + i] == u->vars[b * n + i])
+          return rf__kernel_error(ctx, RF_INVALID_ARGUMENT, "%s",
+                                  spec->distinct);
+  memcpy(u->sorted, u->vars, (size_t)nv * sizeof *u->vars);
+  qsort(u->sorted, (size_t)nv, sizeof *u->sorted, by_address);
+  for (int k = 1; k < nv; k++)
+    if (u->sorted[k] == u->sorted[k - 1])
+      return rf__kernel_error(ctx, RF_INVALID_ARGUMENT,
+                              "variable '%s' is updated twice by one node",
+                              u->sorted[k]->name);
+  int grad0 = rf__state_input(spec, n, spec->grad, 0);
   for (int k = 0; k < spec->nscalars; k++) {
-    int in = spec->scalar_inputs[k];
+    int in = rf__state_input(spec, n, spec->scalar_inputs[k], 0);
     RF_CHECK(rf__state_check_scalar(ctx, in, spec->scalar_names[k]));
     if (on_gpu)
-      RF_CHECK(
-          same_float_dtype(ctx, in, spec->scalar_names[k], spec->grad, "grad"));
+      RF_CHECK(same_float_dtype(ctx, in, spec->scalar_names[k], grad0, "grad"));
   }
   return NULL;
+}
+
+static void lock_all(rf__variable **vs, int n, bool lock) {
+  for (int i = 0; i < n; i++) {
+    if (lock)
+      pthread_mutex_lock(&vs[i]->mu);
+    else
+      pthread_mutex_unlock(&vs[n - 1 - i]->mu);
+  }
+}
+
+rf_status *rf__state_update_run(rf__kernel_ctx *ctx, bool on_gpu,
+                                const rf__state_update_spec *spec,
+                                rf__state_writable_fn writable,
+                                rf__state_compute_fn compute, const void *arg) {
+  rf__state_update u;
+  u.spec = spec;
+  /* N lists of nvars handles and a gradient, and the scalars once. */
+  u.n = (ctx->num_inputs - spec->nscalars) / (spec->nvars + 1);
+  if (u.n < 1 || u.n > RF_STATE_MAX_TENSORS ||
+      u.n * (spec->nvars + 1) + spec->nscalars != ctx->num_inputs)
+    return rf__kernel_error(ctx, RF_INTERNAL,
+                            "an update of %d inputs is not 1 to %d tensors",
+                            ctx->num_inputs, RF_STATE_MAX_TENSORS);
+  int nv = spec->nvars * u.n;
+  RF_CHECK(update_prepare(ctx, on_gpu, &u));
+  for (int k = 0; k < nv; k++) u.dst[k] = NULL;
+  rf_status *st = NULL;
+  lock_all(u.sorted, nv, true);
+  for (int k = 0; k < nv && !st; k++) {
+    const rf_tensor *g = rf__state_grad(ctx, &u, k % u.n);
+    st = rf__state_check_update(ctx, u.vars[k], g->dtype, &g->shape, "grad",
+                                on_gpu);
+  }
+  for (int k = 0; k < nv && !st; k++) st = writable(ctx, u.vars[k], &u.dst[k]);
+  if (!st) st = compute(ctx, &u, arg);
+  for (int k = 0; k < nv; k++) {
+    if (!st)
+      rf__state_install_value(u.vars[k], u.dst[k]);
+    else
+      rf__state_drop_value(u.vars[k], u.dst[k]);
+  }
+  lock_all(u.sorted, nv, false);
+  /* cppcheck-suppress returnDanglingLifetime ; st never points into u */
+  return st;
 }
 
 /* ---- Variable, ReadVariable, Assign ---- */

@@ -13,7 +13,11 @@
 #include "kernels/kernel.h"
 #include "device/device.h"
 
-/* The family's kernels (RF__KERNEL_ROW); the handles are host memory. */
+/* The family's kernels (RF__KERNEL_ROW); the handles are host memory. The
+ * _MultiApply* ops (passes/group_updates.c) run the same kernels over N
+ * tensors; their handles come straight from Variable nodes of their own
+ * device (host memory there), so they need no host-memory bits, which
+ * cover only inputs 0-31. */
 #define RF_STATE_KERNELS(X)                                                  \
   X("Variable", variable_compute, 0, 1u << 0, RF_COST_CHEAP)                 \
   X("ReadVariable", read_variable_compute, 1u << 0, 0, RF_COST_CHEAP)        \
@@ -21,7 +25,10 @@
   X("ApplyGradientDescent", apply_gd_compute, 1u << 0, 0, RF_COST_EXPENSIVE) \
   X("ApplyAdam", apply_adam_compute, 0x7u, 0, RF_COST_EXPENSIVE)             \
   X("ApplyMomentum", apply_momentum_compute, 0x3u, 0, RF_COST_EXPENSIVE)     \
-  X("ApplyAdamW", apply_adamw_compute, 0x7u, 0, RF_COST_EXPENSIVE)
+  X("ApplyAdamW", apply_adamw_compute, 0x7u, 0, RF_COST_EXPENSIVE)           \
+  X("_MultiApplyAdam", apply_adam_compute, 0, 0, RF_COST_EXPENSIVE)          \
+  X("_MultiApplyAdamW", apply_adamw_compute, 0, 0, RF_COST_EXPENSIVE)        \
+  X("_MultiApplyMomentum", apply_momentum_compute, 0, 0, RF_COST_EXPENSIVE)
 
 #ifdef __cplusplus
 extern "C" {
@@ -44,8 +51,6 @@ rf_status *rf__state_check_update(rf__kernel_ctx *ctx, const rf__variable *v,
 void rf__state_install_value(rf__variable *v, rf_tensor *t);
 /* Undoes the writable copy t on a failure path (NULL: nothing); v->mu held. */
 void rf__state_drop_value(rf__variable *v, rf_tensor *t);
-/* Locks (lock) or unlocks vs[0, n) in order (unlocking in reverse). */
-void rf__state_lock_distinct(rf__variable **vs, int n, bool lock);
 
 /* ApplyGradientDescent's checks before its lock: the handle, a scalar alpha
  * and, on_gpu, alpha and delta of one float dtype (the GPU reads alpha in
@@ -65,20 +70,60 @@ typedef struct rf__state_update_spec {
   const char *distinct;
 } rf__state_update_spec;
 
-/* An update's checks before its lock: nvars distinct handles (vars in input
- * order, sorted by address: every kernel, CPU or GPU, locks them in that one
- * global order, so updates never deadlock) and scalar inputs, on_gpu each of
- * grad's float dtype. */
-rf_status *rf__state_update_prepare(rf__kernel_ctx *ctx, bool on_gpu,
-                                    const rf__state_update_spec *spec,
-                                    rf__variable **vars, rf__variable **sorted);
-
 /* The specs of ApplyAdam (var, m, v; beta1_power, beta2_power, lr, beta1,
  * beta2, epsilon; grad), ApplyAdamW (ApplyAdam's, then weight_decay before
  * grad) and ApplyMomentum (var, accum; lr, grad, momentum). */
 extern const rf__state_update_spec rf__state_adam_spec;
 extern const rf__state_update_spec rf__state_adamw_spec;
 extern const rf__state_update_spec rf__state_momentum_spec;
+
+/* The most tensors one update node takes: the grouping pass puts at most
+ * this many into a _MultiApply* node, the kernels keep their operands on
+ * the stack, and one GPU launch takes them all. */
+#define RF_STATE_MAX_TENSORS 64
+
+/* Input j of spec's op for tensor i of n: the _MultiApply* ops take each
+ * handle and the gradient as lists of n ("var: N * resource, ..., grad:
+ * N * T"), the scalars once, in the single op's order (n = 1: j). */
+int rf__state_input(const rf__state_update_spec *spec, int n, int j, int i);
+
+/* An update of n tensors (1 for ApplyAdam, ApplyAdamW, ApplyMomentum; N for
+ * their _MultiApply* forms), as rf__state_update_run hands it to `compute`:
+ * variable k of tensor i and its writable value at [k * n + i]. */
+typedef struct rf__state_update {
+  const rf__state_update_spec *spec;
+  int n;
+  rf__variable *vars[3 * RF_STATE_MAX_TENSORS];
+  rf__variable *sorted[3 * RF_STATE_MAX_TENSORS]; /* by address */
+  rf_tensor *dst[3 * RF_STATE_MAX_TENSORS];
+} rf__state_update;
+
+/* Gradient and scalar j (a spec input index) of an update. */
+const rf_tensor *rf__state_grad(const rf__kernel_ctx *ctx,
+                                const rf__state_update *u, int i);
+const rf_tensor *rf__state_scalar(const rf__kernel_ctx *ctx,
+                                  const rf__state_update *u, int j);
+
+/* A writable copy of v's value (or the value, when v holds the only
+ * reference); v->mu held. */
+typedef rf_status *(*rf__state_writable_fn)(rf__kernel_ctx *ctx,
+                                            rf__variable *v, rf_tensor **out);
+/* Writes the update into u->dst; may fail only before writing anything. */
+typedef rf_status *(*rf__state_compute_fn)(rf__kernel_ctx *ctx,
+                                           const rf__state_update *u,
+                                           const void *arg);
+
+/* Runs the update of every tensor of ctx's node, all or nothing: checks
+ * the handles (distinct: every variable of every tensor), the scalars (on
+ * the GPU of grad's float dtype), locks every variable in the one global
+ * order (by address, so updates never deadlock), checks each variable
+ * against its gradient, takes every writable value, then computes and
+ * installs them all. Any failure before `compute` returns writes nothing
+ * and leaves every variable as it was. */
+rf_status *rf__state_update_run(rf__kernel_ctx *ctx, bool on_gpu,
+                                const rf__state_update_spec *spec,
+                                rf__state_writable_fn writable,
+                                rf__state_compute_fn compute, const void *arg);
 
 /* The kernels that touch no element. Variable outputs its handle in host
  * memory; ReadVariable outputs a snapshot (a new reference to the value);

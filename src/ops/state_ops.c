@@ -1,5 +1,6 @@
 /* ops/state_ops.c - variables and their updates: Variable, ReadVariable,
- * Assign, ApplyGradientDescent, ApplyAdam, ApplyAdamW, ApplyMomentum. All are
+ * Assign, ApplyGradientDescent, ApplyAdam, ApplyAdamW, ApplyMomentum (and
+ * the internal _MultiApply* forms of the last three). All are
  * stateful (never pruned as duplicates, never folded) and not differentiable:
  * users take gradients with respect to a ReadVariable's output. The builders
  * check dtypes and shapes against the Variable node when the handle comes
@@ -54,6 +55,29 @@ static rf_status *apply_momentum_shape(rf__shape_ctx *c) {
   return check_scalars(c, 4, 1);    /* momentum */
 }
 
+/* _MultiApply*: nvars lists of N handles, `before` scalars, the N
+ * gradients, `after` scalars. */
+static rf_status *multi_shape(rf__shape_ctx *c, int nvars, int before,
+                              int after) {
+  int64_t n;
+  RF_CHECK(rf__attrs_get_int(&c->node->attrs, "N", &n));
+  int first = nvars * (int)n;
+  RF_CHECK(check_scalars(c, first, before));
+  return check_scalars(c, first + before + (int)n, after);
+}
+
+static rf_status *multi_adam_shape(rf__shape_ctx *c) {
+  return multi_shape(c, 3, 6, 0);
+}
+
+static rf_status *multi_adamw_shape(rf__shape_ctx *c) {
+  return multi_shape(c, 3, 7, 0);
+}
+
+static rf_status *multi_momentum_shape(rf__shape_ctx *c) {
+  return multi_shape(c, 2, 1, 1);
+}
+
 /* ---- registration ---- */
 
 #define ADAM_INPUTS                                           \
@@ -64,6 +88,11 @@ static rf_status *apply_momentum_shape(rf__shape_ctx *c) {
   "var: resource, m: resource, v: resource, beta1_power: T, " \
   "beta2_power: T, lr: T, beta1: T, beta2: T, epsilon: T, "   \
   "weight_decay: T, grad: T"
+
+#define MULTI_ADAM_INPUTS(extra)                                          \
+  "var: N * resource, m: N * resource, v: N * resource, beta1_power: T, " \
+  "beta2_power: T, lr: T, beta1: T, beta2: T, epsilon: T, " extra         \
+  "grad: N * T"
 
 static const rf__op_spec state_ops[] = {
     {.name = "Variable",
@@ -100,6 +129,25 @@ static const rf__op_spec state_ops[] = {
      .inputs = ADAMW_INPUTS,
      .attrs = "T: type in {@float}",
      .shape = apply_adamw_shape,
+     .flags = RF_OP_STATEFUL | RF_OP_NO_GRADIENT},
+    /* N updates of one kind with the same scalars as one node
+     * (passes/group_updates.c): each handle and the gradient become lists,
+     * the scalars stay single, in the order of the op above. */
+    {.name = "_MultiApplyAdam",
+     .inputs = MULTI_ADAM_INPUTS(""),
+     .attrs = "T: type in {@float}; N: int >= 1",
+     .shape = multi_adam_shape,
+     .flags = RF_OP_STATEFUL | RF_OP_NO_GRADIENT},
+    {.name = "_MultiApplyMomentum",
+     .inputs = "var: N * resource, accum: N * resource, lr: T, grad: N * T, "
+               "momentum: T",
+     .attrs = "T: type in {@float}; N: int >= 1; use_nesterov: bool = false",
+     .shape = multi_momentum_shape,
+     .flags = RF_OP_STATEFUL | RF_OP_NO_GRADIENT},
+    {.name = "_MultiApplyAdamW",
+     .inputs = MULTI_ADAM_INPUTS("weight_decay: T, "),
+     .attrs = "T: type in {@float}; N: int >= 1",
+     .shape = multi_adamw_shape,
      .flags = RF_OP_STATEFUL | RF_OP_NO_GRADIENT},
 };
 

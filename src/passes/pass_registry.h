@@ -39,6 +39,8 @@ typedef struct rf__pass_ctx {
   int64_t bucket_bytes;
   bool narrow_comm;    /* comm_dtype is not float32 */
   rf_dtype comm_dtype; /* when narrow_comm */
+  /* rf_session_options.group_optimizer_updates (passes/group_updates.c). */
+  bool group_updates;
 } rf__pass_ctx;
 
 /* Returns NULL or an error naming the node it concerns (compile fails). */
@@ -53,6 +55,11 @@ rf_status *rf__pass_register(rf__pass_phase phase, int priority,
 /* Runs the passes of `phase` in (priority, name) order, stopping at the first
  * error, which is returned prefixed with "pass '<name>'". */
 rf_status *rf__passes_run(rf__pass_phase phase, rf__pass_ctx *ctx);
+
+/* POST_PLACEMENT: optimizer updates of one kind, dtype, device and scalars
+ * with no path between them become one _MultiApply* node (when
+ * ctx->group_updates). */
+rf_status *rf__group_updates(rf__pass_ctx *ctx);
 
 /* Registers the library's passes (passes/passes.c; the composition root,
  * runtime/registry_init.c, calls it once). */

@@ -24,6 +24,8 @@ rf_status *rf__register_passes(void) {
   /* Buckets first: lowering then checks the fused groups like any other. */
   RF_CHECK(rf__pass_register(RF_PASS_POST_PLACEMENT, -10, "bucket_collectives",
                              rf__bucket_collectives));
+  RF_CHECK(rf__pass_register(RF_PASS_POST_PLACEMENT, -5, "group_updates",
+                             rf__group_updates));
   return rf__pass_register(RF_PASS_POST_PLACEMENT, 0, "lower_collectives",
                            lower_collectives_pass);
 }

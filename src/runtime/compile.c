@@ -152,7 +152,8 @@ static rf__pass_ctx pass_ctx(rf_session *s, rf_graph *g, long compile) {
                         .compile = compile,
                         .bucket_bytes = s->opts.collective_bucket_bytes,
                         .narrow_comm = comm_dtype(s) != RF_FLOAT32,
-                        .comm_dtype = comm_dtype(s)};
+                        .comm_dtype = comm_dtype(s),
+                        .group_updates = s->opts.group_optimizer_updates};
 }
 
 rf_status *rf__session_check_devices(rf_session *s) {

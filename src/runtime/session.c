@@ -33,6 +33,7 @@ void rf_session_options_init(rf_session_options *o) {
   o->gpu_sync_on_finish = 1;
   o->collective_bucket_bytes = RF_DEFAULT_BUCKET_BYTES;
   o->gpu_graphs = RF_DEFAULT_GPU_GRAPHS;
+  o->group_optimizer_updates = 1;
 }
 
 static rf_status *check_options(const rf_session_options *o) {
@@ -65,6 +66,10 @@ static rf_status *check_options(const rf_session_options *o) {
         "session options: collective_comm_dtype must be NULL, \"float32\", "
         "\"bfloat16\" or \"float16\", got \"%s\"",
         o->collective_comm_dtype);
+  if (o->group_optimizer_updates != 0 && o->group_optimizer_updates != 1)
+    return rf__invalid(
+        "session options: group_optimizer_updates must be 0 or 1, got %d",
+        o->group_optimizer_updates);
   if (o->allow_tf32 != 0 && o->allow_tf32 != 1)
     return rf__invalid("session options: allow_tf32 must be 0 or 1, got %d",
                        o->allow_tf32);

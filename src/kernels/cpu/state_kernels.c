@@ -59,6 +59,7 @@ typedef struct update_args {
   double momentum;        /* Momentum's */
   bool nesterov;          /* Momentum's */
   double decay, bc2_sqrt; /* AdamW's 1 - lr wd and sqrt(1 - beta2_power) */
+  bool adamw;
 } update_args;
 
 /* Adam's loops are built twice, for x86-64-v3 (AVX2: 8 floats per square
@@ -154,40 +155,16 @@ static void gd_chunk(void *arg, int64_t b, int64_t e) {
   }
 }
 
+/* Adam and AdamW (a->adamw: PyTorch's decoupled weight decay). */
 static void adam_chunk(void *arg, int64_t b, int64_t e) {
   const update_args *a = arg;
   rf__denormal_scope ftz = rf__denormal_flush_begin(); /* see denormal.h */
   if (a->dtype == RF_FLOAT32) {
-    adam_float(a->var, a->m, a->v, a->delta, a, b, e);
+    (a->adamw ? adamw_float : adam_float)(a->var, a->m, a->v, a->delta, a, b,
+                                          e);
   } else if (a->dtype == RF_FLOAT64) {
-    adam_double(a->var, a->m, a->v, a->delta, a, b, e);
-  } else {
-    to_float_fn to;
-    from_float_fn from;
-    half_conv(a->dtype, &to, &from);
-    uint16_t *x = a->var, *m = a->m, *v = a->v;
-    const uint16_t *g = a->delta;
-    float lr = (float)a->alpha, b1 = (float)a->beta1, b2 = (float)a->beta2;
-    float eps = (float)a->epsilon;
-    for (int64_t i = b; i < e; i++) {
-      float gi = to(g[i]);
-      float mi = b1 * to(m[i]) + (1 - b1) * gi;
-      float vi = b2 * to(v[i]) + (1 - b2) * gi * gi;
-      m[i] = from(mi);
-      v[i] = from(vi);
-      x[i] = from(to(x[i]) - lr * mi / (sqrtf(vi) + eps));
-    }
-  }
-  rf__denormal_flush_end(ftz);
-}
-
-static void adamw_chunk(void *arg, int64_t b, int64_t e) {
-  const update_args *a = arg;
-  rf__denormal_scope ftz = rf__denormal_flush_begin(); /* as Adam's */
-  if (a->dtype == RF_FLOAT32) {
-    adamw_float(a->var, a->m, a->v, a->delta, a, b, e);
-  } else if (a->dtype == RF_FLOAT64) {
-    adamw_double(a->var, a->m, a->v, a->delta, a, b, e);
+    (a->adamw ? adamw_double : adam_double)(a->var, a->m, a->v, a->delta, a, b,
+                                            e);
   } else {
     to_float_fn to;
     from_float_fn from;
@@ -203,7 +180,9 @@ static void adamw_chunk(void *arg, int64_t b, int64_t e) {
       float vi = b2 * to(v[i]) + (1 - b2) * gi * gi;
       m[i] = from(mi);
       v[i] = from(vi);
-      x[i] = from(to(x[i]) * decay - step * mi / (sqrtf(vi) / bc2 + eps));
+      float xi = to(x[i]);
+      x[i] = from(a->adamw ? xi * decay - step * mi / (sqrtf(vi) / bc2 + eps)
+                           : xi - step * mi / (sqrtf(vi) + eps));
     }
   }
   rf__denormal_flush_end(ftz);
@@ -253,87 +232,95 @@ static rf_status *apply_gd_compute(rf__kernel_ctx *ctx) {
   return st;
 }
 
-static double input_scalar(rf__kernel_ctx *ctx, int k) {
-  return rf_tensor_get(ctx->inputs[k], 0);
+/* Scalar j (the single op's input index) of an update, as double. */
+static double input_scalar(rf__kernel_ctx *ctx, const rf__state_update *u,
+                           int j) {
+  return rf_tensor_get(rf__state_scalar(ctx, u, j), 0);
 }
 
-/* Each update's scalars, read after the checks (apply_update). */
-typedef rf_status *(*scalars_fn)(rf__kernel_ctx *ctx, update_args *a);
+/* Each update's scalars, read after the checks (rf__state_update_run). */
+typedef rf_status *(*scalars_fn)(rf__kernel_ctx *ctx, const rf__state_update *u,
+                                 update_args *a);
 
-static rf_status *adam_scalars(rf__kernel_ctx *ctx, update_args *a) {
-  double b1p = input_scalar(ctx, 3), b2p = input_scalar(ctx, 4);
-  a->alpha = input_scalar(ctx, 5) * sqrt(1 - b2p) / (1 - b1p);
-  a->beta1 = input_scalar(ctx, 6);
-  a->beta2 = input_scalar(ctx, 7);
-  a->epsilon = input_scalar(ctx, 8);
+static rf_status *adam_scalars(rf__kernel_ctx *ctx, const rf__state_update *u,
+                               update_args *a) {
+  double b1p = input_scalar(ctx, u, 3), b2p = input_scalar(ctx, u, 4);
+  a->alpha = input_scalar(ctx, u, 5) * sqrt(1 - b2p) / (1 - b1p);
+  a->beta1 = input_scalar(ctx, u, 6);
+  a->beta2 = input_scalar(ctx, u, 7);
+  a->epsilon = input_scalar(ctx, u, 8);
   return NULL;
 }
 
 /* PyTorch's AdamW: var = var (1 - lr wd) - lr / (1 - beta1_power) * m /
  * (sqrt(v) / sqrt(1 - beta2_power) + epsilon), the moments updated first. */
-static rf_status *adamw_scalars(rf__kernel_ctx *ctx, update_args *a) {
-  double b1p = input_scalar(ctx, 3), b2p = input_scalar(ctx, 4);
-  double lr = input_scalar(ctx, 5);
+static rf_status *adamw_scalars(rf__kernel_ctx *ctx, const rf__state_update *u,
+                                update_args *a) {
+  double b1p = input_scalar(ctx, u, 3), b2p = input_scalar(ctx, u, 4);
+  double lr = input_scalar(ctx, u, 5);
   a->alpha = lr / (1 - b1p);
   a->bc2_sqrt = sqrt(1 - b2p);
-  a->beta1 = input_scalar(ctx, 6);
-  a->beta2 = input_scalar(ctx, 7);
-  a->epsilon = input_scalar(ctx, 8);
-  a->decay = 1 - lr * input_scalar(ctx, 9);
+  a->beta1 = input_scalar(ctx, u, 6);
+  a->beta2 = input_scalar(ctx, u, 7);
+  a->epsilon = input_scalar(ctx, u, 8);
+  a->decay = 1 - lr * input_scalar(ctx, u, 9);
+  a->adamw = true;
   return NULL;
 }
 
-static rf_status *momentum_scalars(rf__kernel_ctx *ctx, update_args *a) {
-  a->alpha = input_scalar(ctx, 2);
-  a->momentum = input_scalar(ctx, 4);
+static rf_status *momentum_scalars(rf__kernel_ctx *ctx,
+                                   const rf__state_update *u, update_args *a) {
+  a->alpha = input_scalar(ctx, u, 2);
+  a->momentum = input_scalar(ctx, u, 4);
   return rf__attrs_get_bool(&ctx->node->attrs, "use_nesterov", &a->nesterov);
 }
 
-/* An update of spec's variables (var, then its slots) by `chunk` over
- * grad's elements; all or nothing. */
-static rf_status *apply_update(rf__kernel_ctx *ctx,
-                               const rf__state_update_spec *spec,
-                               scalars_fn scalars,
-                               void (*chunk)(void *, int64_t, int64_t),
-                               int64_t cost) {
-  rf__variable *vars[3], *sorted[3];
-  rf_tensor *dst[3] = {NULL, NULL, NULL};
-  const rf_tensor *grad = ctx->inputs[spec->grad];
-  update_args a = {.dtype = grad->dtype, .delta = grad->data};
-  int n = spec->nvars;
-  RF_CHECK(rf__state_update_prepare(ctx, false, spec, vars, sorted));
-  rf_status *st = scalars(ctx, &a);
+/* How one kind of update computes: its scalars, its loop over a range of
+ * elements, and that loop's cost per element. */
+typedef struct update_kind {
+  scalars_fn scalars;
+  void (*chunk)(void *, int64_t, int64_t);
+  int64_t cost;
+} update_kind;
+
+/* Each tensor in turn, with the element loops of the ungrouped op, so a
+ * _MultiApply* node gives the bits of its ops one by one. */
+static rf_status *update_compute(rf__kernel_ctx *ctx, const rf__state_update *u,
+                                 const void *arg) {
+  const update_kind *kind = arg;
+  int n = u->n;
+  update_args a = {.dtype = rf__state_grad(ctx, u, 0)->dtype};
+  rf_status *st = kind->scalars(ctx, u, &a);
   if (st) return rf__kernel_error_at(ctx, st);
-  rf__state_lock_distinct(sorted, n, true);
-  for (int k = 0; k < n && !st; k++)
-    st = rf__state_check_update(ctx, vars[k], grad->dtype, &grad->shape, "grad",
-                                false);
-  for (int k = 0; k < n && !st; k++) st = writable_value(ctx, vars[k], &dst[k]);
-  if (!st) {
-    a.var = dst[0]->data;
-    a.m = dst[1]->data;
-    a.v = n > 2 ? dst[2]->data : NULL;
-    rf__kernel_parallel_for(ctx, grad->num_elements, cost, chunk, &a);
-    for (int k = 0; k < n; k++) rf__state_install_value(vars[k], dst[k]);
-  } else {
-    for (int k = 0; k < n; k++) rf__state_drop_value(vars[k], dst[k]);
+  for (int i = 0; i < n; i++) {
+    const rf_tensor *grad = rf__state_grad(ctx, u, i);
+    a.delta = grad->data;
+    a.var = u->dst[i]->data;
+    a.m = u->dst[n + i]->data;
+    a.v = u->spec->nvars > 2 ? u->dst[2 * n + i]->data : NULL;
+    rf__kernel_parallel_for(ctx, grad->num_elements, kind->cost, kind->chunk,
+                            &a);
   }
-  rf__state_lock_distinct(sorted, n, false);
-  return st;
+  return NULL;
 }
 
+static const update_kind adam_kind = {adam_scalars, adam_chunk, 30};
+static const update_kind adamw_kind = {adamw_scalars, adam_chunk, 34};
+static const update_kind momentum_kind = {momentum_scalars, momentum_chunk, 8};
+
 static rf_status *apply_adam_compute(rf__kernel_ctx *ctx) {
-  return apply_update(ctx, &rf__state_adam_spec, adam_scalars, adam_chunk, 30);
+  return rf__state_update_run(ctx, false, &rf__state_adam_spec, writable_value,
+                              update_compute, &adam_kind);
 }
 
 static rf_status *apply_adamw_compute(rf__kernel_ctx *ctx) {
-  return apply_update(ctx, &rf__state_adamw_spec, adamw_scalars, adamw_chunk,
-                      34);
+  return rf__state_update_run(ctx, false, &rf__state_adamw_spec, writable_value,
+                              update_compute, &adamw_kind);
 }
 
 static rf_status *apply_momentum_compute(rf__kernel_ctx *ctx) {
-  return apply_update(ctx, &rf__state_momentum_spec, momentum_scalars,
-                      momentum_chunk, 8);
+  return rf__state_update_run(ctx, false, &rf__state_momentum_spec,
+                              writable_value, update_compute, &momentum_kind);
 }
 
 static const rf__kernel_def state_kernels[] = {

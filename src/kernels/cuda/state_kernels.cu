@@ -76,74 +76,169 @@ __global__ void gd_kernel(T *x, const T *d, const T *alpha, int64_t n) {
   }
 }
 
-/* Adam's six scalars, device pointers in input order. */
-template <typename T>
-struct AdamScalars {
-  const T *beta1_power, *beta2_power, *lr, *beta1, *beta2, *epsilon;
+/* ---- multi-tensor updates: one launch for every tensor of a node ----
+ *
+ * ApplyAdam, ApplyAdamW, ApplyMomentum and their _MultiApply* forms (N
+ * tensors, passes/group_updates.c) all launch multi_kernel once: its
+ * argument holds each tensor's arrays (var, its slots, grad) and the first
+ * of its chunks of kChunk elements; each block takes chunks in turn, finds
+ * their tensor by binary search and runs the one element function of its
+ * update. One node's tensors in one launch keep the update all or nothing:
+ * RF_STATE_MAX_TENSORS of them fit the 4 KB of kernel parameters every
+ * CUDA device takes (PyTorch's multi_tensor_apply splits a list the same
+ * way; the grouping pass splits longer lists into several nodes). */
+
+constexpr int64_t kChunk = 8 * kThreads;
+
+template <typename T, int D>
+struct TensorList {
+  T *p[D][RF_STATE_MAX_TENSORS]; /* var, its slots, then grad (read only) */
+  int64_t n[RF_STATE_MAX_TENSORS];
+  int64_t chunk_start[RF_STATE_MAX_TENSORS + 1];
+  int count;
 };
+static_assert(sizeof(TensorList<double, 4>) + 128 <= 4096,
+              "a node's tensors and scalars fit one launch");
 
-/* lr_t = lr * sqrt(1 - beta2_power) / (1 - beta1_power), in double, then
- *   m = beta1 m + (1 - beta1) g;  v = beta2 v + (1 - beta2) g^2
- *   x -= lr_t m / (sqrt(v) + epsilon)  in T's compute type. */
-template <typename T>
-__global__ void adam_kernel(T *x, T *m, T *v, const T *g, AdamScalars<T> s,
-                            int64_t n) {
+/* Adam's (and AdamW's) scalars, device pointers in input order: read by
+ * the kernel, in double as on the CPU, so a captured step reads each
+ * replay's values. */
+template <typename T, bool W>
+struct AdamOp {
   using C = typename Num<T>::C;
-  auto rd = [](const T *p) { return (double)Num<T>::load(*p); };
-  const double b1p = rd(s.beta1_power), b2p = rd(s.beta2_power);
-  const C lr = (C)(rd(s.lr) * sqrt(1 - b2p) / (1 - b1p));
-  const C b1 = (C)rd(s.beta1), b2 = (C)rd(s.beta2), eps = (C)rd(s.epsilon);
-  const C c1 = 1 - b1, c2 = 1 - b2;
-  RF_GPU_LOOP(i, n) {
-    C gi = Num<T>::load(g[i]);
-    C mi = b1 * Num<T>::load(m[i]) + c1 * gi;
-    C vi = b2 * Num<T>::load(v[i]) + c2 * gi * gi;
-    m[i] = Num<T>::store(mi);
-    v[i] = Num<T>::store(vi);
-    x[i] = Num<T>::store(Num<T>::load(x[i]) - lr * mi / (sqrt(vi) + eps));
+  const T *beta1_power, *beta2_power, *lr, *beta1, *beta2, *epsilon;
+  const T *weight_decay; /* W only */
+  struct Run {
+    C step, b1, b2, eps, c1, c2, decay, bc2;
+    /* Adam: lr_t = lr sqrt(1 - beta2_power) / (1 - beta1_power), then
+     *   m = beta1 m + (1 - beta1) g;  v = beta2 v + (1 - beta2) g^2
+     *   x -= lr_t m / (sqrt(v) + epsilon).
+     * AdamW, PyTorch's formula (ops.h: rf_apply_adamw):
+     *   x = x (1 - lr wd) - lr / (1 - beta1_power) m /
+     *       (sqrt(v) / sqrt(1 - beta2_power) + epsilon). */
+    __device__ void operator()(T *const *p, int64_t i) const {
+      C gi = Num<T>::load(p[3][i]);
+      C mi = b1 * Num<T>::load(p[1][i]) + c1 * gi;
+      C vi = b2 * Num<T>::load(p[2][i]) + c2 * gi * gi;
+      p[1][i] = Num<T>::store(mi);
+      p[2][i] = Num<T>::store(vi);
+      C xi = Num<T>::load(p[0][i]);
+      p[0][i] =
+          Num<T>::store(W ? xi * decay - step * mi / (sqrt(vi) / bc2 + eps)
+                          : xi - step * mi / (sqrt(vi) + eps));
+    }
+  };
+  __device__ Run load() const {
+    auto rd = [](const T *q) { return (double)Num<T>::load(*q); };
+    const double b1p = rd(beta1_power), b2p = rd(beta2_power), l = rd(lr);
+    Run r;
+    r.b1 = (C)rd(beta1), r.b2 = (C)rd(beta2), r.eps = (C)rd(epsilon);
+    r.c1 = 1 - r.b1, r.c2 = 1 - r.b2;
+    if (W) {
+      r.step = (C)(l / (1 - b1p)), r.bc2 = (C)sqrt(1 - b2p);
+      r.decay = (C)(1 - l * rd(weight_decay));
+    } else {
+      r.step = (C)(l * sqrt(1 - b2p) / (1 - b1p));
+      r.bc2 = r.decay = 1;
+    }
+    return r;
   }
-}
-
-/* AdamW's five scalars after Adam's (device pointers) and PyTorch's
- * formula (ops.h: rf_apply_adamw), the factors in double as on the CPU:
- *   x = x (1 - lr wd) - lr / (1 - beta1_power) m /
- *       (sqrt(v) / sqrt(1 - beta2_power) + epsilon). */
-template <typename T>
-__global__ void adamw_kernel(T *x, T *m, T *v, const T *g, AdamScalars<T> s,
-                             const T *weight_decay, int64_t n) {
-  using C = typename Num<T>::C;
-  auto rd = [](const T *p) { return (double)Num<T>::load(*p); };
-  const double b1p = rd(s.beta1_power), b2p = rd(s.beta2_power);
-  const double lr = rd(s.lr);
-  const C step = (C)(lr / (1 - b1p)), bc2 = (C)sqrt(1 - b2p);
-  const C decay = (C)(1 - lr * rd(weight_decay));
-  const C b1 = (C)rd(s.beta1), b2 = (C)rd(s.beta2), eps = (C)rd(s.epsilon);
-  const C c1 = 1 - b1, c2 = 1 - b2;
-  RF_GPU_LOOP(i, n) {
-    C gi = Num<T>::load(g[i]);
-    C mi = b1 * Num<T>::load(m[i]) + c1 * gi;
-    C vi = b2 * Num<T>::load(v[i]) + c2 * gi * gi;
-    m[i] = Num<T>::store(mi);
-    v[i] = Num<T>::store(vi);
-    x[i] = Num<T>::store(Num<T>::load(x[i]) * decay -
-                         step * mi / (sqrt(vi) / bc2 + eps));
-  }
-}
+};
 
 /* TensorFlow's ApplyMomentum: acc = mu acc + g; x -= lr acc, or with
  * Nesterov x -= g lr + acc mu lr. */
 template <typename T>
-__global__ void momentum_kernel(T *x, T *acc, const T *g, const T *lr_p,
-                                const T *mu_p, bool nesterov, int64_t n) {
+struct MomentumOp {
   using C = typename Num<T>::C;
-  const C lr = Num<T>::load(*lr_p), mu = Num<T>::load(*mu_p);
-  RF_GPU_LOOP(i, n) {
-    C gi = Num<T>::load(g[i]);
-    C ai = mu * Num<T>::load(acc[i]) + gi;
-    acc[i] = Num<T>::store(ai);
-    x[i] = Num<T>::store(Num<T>::load(x[i]) -
-                         (nesterov ? gi * lr + ai * mu * lr : lr * ai));
+  const T *lr, *momentum;
+  bool nesterov;
+  struct Run {
+    C lr, mu;
+    bool nesterov;
+    __device__ void operator()(T *const *p, int64_t i) const {
+      C gi = Num<T>::load(p[2][i]);
+      C ai = mu * Num<T>::load(p[1][i]) + gi;
+      p[1][i] = Num<T>::store(ai);
+      p[0][i] = Num<T>::store(Num<T>::load(p[0][i]) -
+                              (nesterov ? gi * lr + ai * mu * lr : lr * ai));
+    }
+  };
+  __device__ Run load() const {
+    return Run{Num<T>::load(*lr), Num<T>::load(*momentum), nesterov};
   }
+};
+
+template <typename T, int D, typename Op>
+__global__ void multi_kernel(const __grid_constant__ TensorList<T, D> l,
+                             const Op op) {
+  const typename Op::Run run = op.load();
+  const int64_t total = l.chunk_start[l.count];
+  for (int64_t c = blockIdx.x; c < total; c += gridDim.x) {
+    int lo = 0, hi = l.count - 1; /* the last tensor starting at or before c */
+    while (lo < hi) {
+      int mid = (lo + hi + 1) / 2;
+      if (l.chunk_start[mid] <= c)
+        lo = mid;
+      else
+        hi = mid - 1;
+    }
+    T *p[D];
+    for (int d = 0; d < D; d++) p[d] = l.p[d][lo];
+    const int64_t b = (c - l.chunk_start[lo]) * kChunk;
+    const int64_t e = b + kChunk < l.n[lo] ? b + kChunk : l.n[lo];
+    for (int64_t i = b + threadIdx.x; i < e; i += blockDim.x) run(p, i);
+  }
+}
+
+/* One launch of op over u's tensors (D arrays each: its variables' writable
+ * values, then grad); empty tensors are left out. */
+template <typename T, int D, typename Op>
+rf_status *multi_launch(rf__kernel_ctx *ctx, const rf__state_update *u,
+                        const Op &op) {
+  TensorList<T, D> l;
+  int n = u->n, count = 0;
+  int64_t chunks = 0;
+  for (int i = 0; i < n; i++) {
+    const rf_tensor *g = rf__state_grad(ctx, u, i);
+    if (g->num_elements == 0) continue;
+    for (int d = 0; d + 1 < D; d++)
+      l.p[d][count] = (T *)u->dst[d * n + i]->data;
+    l.p[D - 1][count] = (T *)g->data;
+    l.n[count] = g->num_elements;
+    l.chunk_start[count++] = chunks;
+    chunks += (g->num_elements + kChunk - 1) / kChunk;
+  }
+  if (count == 0) return NULL;
+  l.count = count;
+  l.chunk_start[count] = chunks;
+  multi_kernel<T, D, Op>
+      <<<grid(ctx, chunks * kThreads), kThreads, 0, stream(ctx)>>>(l, op);
+  RF_GPU_LAUNCHED(ctx);
+  return NULL;
+}
+
+/* The launch of an update's kind (spec) in grad's dtype. */
+rf_status *update_compute(rf__kernel_ctx *ctx, const rf__state_update *u,
+                          const void *) {
+  const rf__state_update_spec *spec = u->spec;
+  bool nesterov = false;
+  if (spec == &rf__state_momentum_spec)
+    RF_CHECK(rf__attrs_get_bool(&ctx->node->attrs, "use_nesterov", &nesterov));
+  return visit_float(rf__state_grad(ctx, u, 0)->dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    auto in = [&](int j) {
+      return (const T *)rf__state_scalar(ctx, u, j)->data;
+    };
+    if (spec == &rf__state_momentum_spec)
+      return multi_launch<T, 3>(ctx, u, MomentumOp<T>{in(2), in(4), nesterov});
+    if (spec == &rf__state_adamw_spec)
+      return multi_launch<T, 4>(
+          ctx, u,
+          AdamOp<T, true>{in(3), in(4), in(5), in(6), in(7), in(8), in(9)});
+    return multi_launch<T, 4>(
+        ctx, u,
+        AdamOp<T, false>{in(3), in(4), in(5), in(6), in(7), in(8), nullptr});
+  });
 }
 
 /* ---- ApplyGradientDescent, ApplyAdam, ApplyAdamW, ApplyMomentum ---- */
@@ -181,63 +276,12 @@ rf_status *apply_gd_compute(rf__kernel_ctx *ctx) {
   return st;
 }
 
-/* Launches the update of spec's variables (dst: their writable values,
- * var first) on grad's elements. */
-rf_status *update_launch(rf__kernel_ctx *ctx, const rf__state_update_spec *spec,
-                         rf_tensor *const *dst, const rf_tensor *grad) {
-  int64_t n = grad->num_elements;
-  bool nesterov = false;
-  if (spec == &rf__state_momentum_spec)
-    RF_CHECK(rf__attrs_get_bool(&ctx->node->attrs, "use_nesterov", &nesterov));
-  if (n == 0) return NULL;
-  return visit_float(grad->dtype, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    auto in = [&](int k) { return (const T *)ctx->inputs[k]->data; };
-    T *x = (T *)dst[0]->data, *m = (T *)dst[1]->data;
-    const T *g = (const T *)grad->data;
-    if (spec == &rf__state_momentum_spec) {
-      momentum_kernel<T><<<grid(ctx, n), kThreads, 0, stream(ctx)>>>(
-          x, m, g, in(2), in(4), nesterov, n);
-    } else {
-      AdamScalars<T> s = {in(3), in(4), in(5), in(6), in(7), in(8)};
-      T *v = (T *)dst[2]->data;
-      if (spec == &rf__state_adamw_spec)
-        adamw_kernel<T><<<grid(ctx, n), kThreads, 0, stream(ctx)>>>(
-            x, m, v, g, s, in(9), n);
-      else
-        adam_kernel<T>
-            <<<grid(ctx, n), kThreads, 0, stream(ctx)>>>(x, m, v, g, s, n);
-    }
-    RF_GPU_LAUNCHED(ctx);
-    return (rf_status *)NULL;
-  });
-}
-
-/* An update of spec's variables, all or nothing (kernels/cpu's rules). */
+/* An update of a node's tensors, all or nothing (kernels/state_prepare.h). */
 rf_status *apply_update(rf__kernel_ctx *ctx,
                         const rf__state_update_spec *spec) {
   RF_CHECK(begin(ctx));
-  rf__variable *vars[3], *sorted[3];
-  rf_tensor *dst[3] = {NULL, NULL, NULL};
-  const rf_tensor *grad = ctx->inputs[spec->grad];
-  rf_status *st = NULL;
-  int nv = spec->nvars;
-  RF_CHECK(rf__state_update_prepare(ctx, true, spec, vars, sorted));
-  rf__state_lock_distinct(sorted, nv, true);
-  for (int k = 0; k < nv && !st; k++)
-    st = rf__state_check_update(ctx, vars[k], grad->dtype, &grad->shape, "grad",
-                                true);
-  for (int k = 0; k < nv && !st; k++)
-    st = writable_value(ctx, vars[k], &dst[k]);
-  if (!st) st = update_launch(ctx, spec, dst, grad);
-  for (int k = 0; k < nv; k++) {
-    if (!st)
-      rf__state_install_value(vars[k], dst[k]);
-    else
-      rf__state_drop_value(vars[k], dst[k]);
-  }
-  rf__state_lock_distinct(sorted, nv, false);
-  return st;
+  return rf__state_update_run(ctx, true, spec, writable_value, update_compute,
+                              NULL);
 }
 
 rf_status *apply_adam_compute(rf__kernel_ctx *ctx) {

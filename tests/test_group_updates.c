@@ -1,0 +1,461 @@
+/* tests/test_group_updates.c - multi-tensor optimizer updates
+ * (rf_session_options.group_optimizer_updates, passes/group_updates.c):
+ * ApplyAdam, ApplyAdamW and ApplyMomentum (plain and Nesterov) of several
+ * variables of random shapes (empty ones included) run several steps on
+ * fresh random data with grouping on and off; the variables must be
+ * bit-identical, float32 and float64, and the lowered graph must hold one
+ * _MultiApply* node for them. Updates that differ in a scalar input, dtype,
+ * use_nesterov or device, or that a path joins, are never grouped; a
+ * grouped update under allocation failures (tests/fault_sweep.h) moves
+ * every variable of the group together or none; a GPU run (skipped without
+ * one) matches the CPU. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fault_sweep.h"
+#include "testutil.h"
+
+#define MAXP 8
+
+typedef enum { ADAM, ADAMW, MOMENTUM, NESTEROV } kind;
+static const char *const kind_names[] = {"Adam", "AdamW", "Momentum",
+                                         "Nesterov"};
+
+typedef struct model {
+  rf_graph *g;
+  kind k;
+  rf_dtype dt;
+  int n, nslots; /* variables per parameter: 3 (Adam) or 2 */
+  rf_shape shapes[MAXP];
+  rf_output init[MAXP][3], read[MAXP][3], grad[MAXP];
+  rf_output hp[7]; /* b1p, b2p, lr, b1, b2, eps, wd; momentum: lr, mu */
+  rf_node *assign[3 * MAXP], *update[MAXP];
+} model;
+
+static uint64_t rng;
+
+static int setup(void **state) {
+  (void)state;
+  rng = rf_test_seed();
+  return 0;
+}
+
+static rf_output scalar_in(model *m, const char *name) {
+  return rf_placeholder(m->g, name, m->dt, rf_shape_scalar());
+}
+
+/* n parameters of random shapes (the second one empty) on `device`. */
+static void build(model *m, kind k, rf_dtype dt, int n, const char *device) {
+  memset(m, 0, sizeof *m);
+  m->g = rf_graph_new();
+  m->k = k, m->dt = dt, m->n = n;
+  m->nslots = k == ADAM || k == ADAMW ? 3 : 2;
+  assert_ok(rf_graph_push_device(m->g, device));
+  static const char *const hp_names[] = {"b1p", "b2p", "lr", "b1",
+                                         "b2",  "eps", "wd"};
+  for (int j = 0; j < 7; j++) m->hp[j] = scalar_in(m, hp_names[j]);
+  for (int p = 0; p < n; p++) {
+    int rank = (int)(rf_test_rand(&rng) % 3);
+    int64_t d0 = 1 + (int64_t)(rf_test_rand(&rng) % 40);
+    int64_t d1 = 1 + (int64_t)(rf_test_rand(&rng) % 9);
+    m->shapes[p] = rank == 0   ? rf_shape_scalar()
+                   : rank == 1 ? rf_shape_of(1, d0)
+                               : rf_shape_of(2, d0, d1);
+    if (p == 1) m->shapes[p] = rf_shape_of(2, (int64_t)0, d1);
+    rf_output vars[3];
+    for (int s = 0; s < m->nslots; s++) {
+      char name[32];
+      snprintf(name, sizeof name, "p%d_%d", p, s);
+      vars[s] = rf_variable(m->g, name, dt, m->shapes[p]);
+      snprintf(name, sizeof name, "p%d_%d_init", p, s);
+      m->init[p][s] = rf_placeholder(m->g, name, dt, m->shapes[p]);
+      m->assign[p * m->nslots + s] =
+          rf_assign(m->g, NULL, vars[s], m->init[p][s]);
+      m->read[p][s] = rf_read_variable(m->g, NULL, vars[s]);
+    }
+    char name[32];
+    snprintf(name, sizeof name, "g%d", p);
+    m->grad[p] = rf_placeholder(m->g, name, dt, m->shapes[p]);
+    rf_output *h = m->hp;
+    if (k == ADAM)
+      m->update[p] = rf_apply_adam(m->g, NULL, vars[0], vars[1], vars[2], h[0],
+                                   h[1], h[2], h[3], h[4], h[5], m->grad[p]);
+    else if (k == ADAMW)
+      m->update[p] =
+          rf_apply_adamw(m->g, NULL, vars[0], vars[1], vars[2], h[0], h[1],
+                         h[2], h[3], h[4], h[5], h[6], m->grad[p]);
+    else
+      m->update[p] = rf_apply_momentum(m->g, NULL, vars[0], vars[1], h[2],
+                                       m->grad[p], h[3], k == NESTEROV);
+  }
+  rf_graph_pop_device(m->g);
+  assert_graph_ok(m->g);
+}
+
+/* The _MultiApply* nodes after lowering with grouping on; *members gets
+ * their N summed. */
+static int multi_nodes(const rf_graph *g, const rf_session_options *o,
+                       int64_t *members) {
+  rf_graph *low = NULL;
+  assert_ok(rf_graph_lower(g, o, &low));
+  int count = 0;
+  *members = 0;
+  for (int i = 0; i < rf_graph_num_nodes(low); i++) {
+    const rf_node *n = rf_graph_node(low, i);
+    if (strncmp(rf_node_op(n), "_MultiApply", 11) != 0) continue;
+    int64_t k = 0;
+    assert_ok(rf_node_attr_int(n, "N", &k));
+    count++;
+    *members += k;
+  }
+  rf_graph_free(low);
+  return count;
+}
+
+/* Random data for `steps` steps: initial values, then per step the
+ * gradients and scalars (b1p, b2p follow the step; lr changes). */
+typedef struct data {
+  rf_tensor *init[MAXP][3], *grad[4][MAXP], *hp[4][7];
+  int steps;
+} data;
+
+static rf_tensor *scalar(rf_dtype dt, double v) {
+  rf_tensor *t = NULL;
+  assert_ok(rf_tensor_new_scalar(dt, v, &t));
+  return t;
+}
+
+static void make_data(const model *m, data *d, int steps) {
+  d->steps = steps;
+  for (int p = 0; p < m->n; p++) {
+    for (int s = 0; s < m->nslots; s++) /* v >= 0 */
+      d->init[p][s] = rf_test_random_tensor(&rng, m->dt, m->shapes[p],
+                                            s == 2 ? 0.0 : -1.0, 1.0);
+    for (int t = 0; t < steps; t++)
+      d->grad[t][p] = rf_test_random_tensor(&rng, m->dt, m->shapes[p], -1, 1);
+  }
+  for (int t = 0; t < steps; t++) {
+    double lr = rf_test_uniform(&rng, 0.001, 0.1);
+    double hp[7] = {0.9, 0.999, lr, 0.9, 0.999, 1e-7, 0.01};
+    for (int i = 0; i <= t; i++) hp[0] *= 0.9, hp[1] *= 0.999;
+    if (m->k == MOMENTUM || m->k == NESTEROV) hp[3] = 0.85; /* mu */
+    for (int j = 0; j < 7; j++) d->hp[t][j] = scalar(m->dt, hp[j]);
+  }
+}
+
+static void free_data(const model *m, data *d) {
+  for (int p = 0; p < m->n; p++) {
+    for (int s = 0; s < m->nslots; s++) rf_tensor_release(d->init[p][s]);
+    for (int t = 0; t < d->steps; t++) rf_tensor_release(d->grad[t][p]);
+  }
+  for (int t = 0; t < d->steps; t++)
+    for (int j = 0; j < 7; j++) rf_tensor_release(d->hp[t][j]);
+}
+
+static rf_session_options options(int group, int cpus, int gpus) {
+  rf_session_options o;
+  rf_session_options_init(&o);
+  o.num_cpu_devices = cpus;
+  o.num_gpu_devices = gpus;
+  o.group_optimizer_updates = group;
+  return o;
+}
+
+static void init_vars(rf_session *sess, const model *m, const data *d) {
+  rf_feed feeds[3 * MAXP];
+  int nf = 0;
+  for (int p = 0; p < m->n; p++)
+    for (int s = 0; s < m->nslots; s++)
+      feeds[nf++] = (rf_feed){m->init[p][s], d->init[p][s]};
+  assert_ok(rf_session_run(sess, feeds, nf, NULL, 0, m->assign, nf, NULL));
+}
+
+/* Step t: every update as a target. */
+static rf_status *step(rf_session *s, const model *m, const data *d, int t) {
+  rf_feed feeds[MAXP + 7];
+  int nf = 0;
+  for (int p = 0; p < m->n; p++)
+    feeds[nf++] = (rf_feed){m->grad[p], d->grad[t][p]};
+  for (int j = 0; j < 7; j++) feeds[nf++] = (rf_feed){m->hp[j], d->hp[t][j]};
+  return rf_session_run(s, feeds, nf, NULL, 0, m->update, m->n, NULL);
+}
+
+/* Every variable after the steps: out[p * 3 + s]. */
+static void read_all(rf_session *sess, const model *m, rf_tensor **out) {
+  rf_output fetches[3 * MAXP];
+  int nf = 0;
+  for (int p = 0; p < m->n; p++)
+    for (int s = 0; s < m->nslots; s++) fetches[nf++] = m->read[p][s];
+  assert_ok(rf_session_run(sess, NULL, 0, fetches, nf, NULL, 0, out));
+}
+
+static void train(const model *m, const data *d, rf_session_options o,
+                  rf_tensor **out) {
+  rf_session *s = NULL;
+  assert_ok(rf_session_new(m->g, &o, &s));
+  init_vars(s, m, d);
+  for (int t = 0; t < d->steps; t++) assert_ok(step(s, m, d, t));
+  read_all(s, m, out);
+  rf_session_free(s);
+}
+
+/* Same bytes (the same bits for floats, NaNs included). */
+static bool same(const rf_tensor *a, const rf_tensor *b) {
+  size_t n = rf_tensor_nbytes(a);
+  return n == rf_tensor_nbytes(b) &&
+         (!n || memcmp(rf_tensor_data(a), rf_tensor_data(b), n) == 0);
+}
+
+static void assert_same_bits(const model *m, rf_tensor **a, rf_tensor **b,
+                             const char *what) {
+  for (int i = 0; i < m->n * m->nslots; i++) {
+    if (!same(a[i], b[i]))
+      fail_msg("%s %s %s: variable %d differs grouped and ungrouped", what,
+               kind_names[m->k], rf_dtype_name(m->dt), i);
+  }
+}
+
+static void release_all(rf_tensor **t, int n) {
+  for (int i = 0; i < n; i++) rf_tensor_release(t[i]);
+}
+
+static void test_bit_identical(void **state) {
+  (void)state;
+  static const rf_dtype dts[] = {RF_FLOAT32, RF_FLOAT64};
+  for (int k = ADAM; k <= NESTEROV; k++)
+    for (int di = 0; di < 2; di++) {
+      model m;
+      data d;
+      build(&m, (kind)k, dts[di], 7, "cpu:0");
+      make_data(&m, &d, 3);
+      rf_session_options on = options(1, 1, 0), off = options(0, 1, 0);
+      int64_t members;
+      assert_int_equal(multi_nodes(m.g, &on, &members), 1);
+      assert_int_equal(members, 7);
+      assert_int_equal(multi_nodes(m.g, &off, &members), 0);
+      rf_tensor *a[3 * MAXP], *b[3 * MAXP];
+      train(&m, &d, on, a);
+      train(&m, &d, off, b);
+      assert_same_bits(&m, a, b, "cpu:0");
+      release_all(a, m.n * m.nslots);
+      release_all(b, m.n * m.nslots);
+      free_data(&m, &d);
+      rf_graph_free(m.g);
+    }
+}
+
+/* Adds one more update of kind `k` of a fresh parameter p, reading scalar
+ * input 2 (lr) from `lr` instead of the model's. */
+static rf_node *extra_update(model *m, kind k, rf_output lr, bool nesterov,
+                             const char *name) {
+  rf_shape sh = rf_shape_of(1, (int64_t)5);
+  rf_output v[3];
+  for (int s = 0; s < 3; s++) {
+    char buf[48];
+    snprintf(buf, sizeof buf, "%s_%d", name, s);
+    v[s] = rf_variable(m->g, buf, m->dt, sh);
+  }
+  rf_output g = rf_placeholder(m->g, NULL, m->dt, sh), *h = m->hp;
+  if (k == ADAM)
+    return rf_apply_adam(m->g, name, v[0], v[1], v[2], h[0], h[1], lr, h[3],
+                         h[4], h[5], g);
+  return rf_apply_momentum(m->g, name, v[0], v[1], lr, g, h[3], nesterov);
+}
+
+static void test_never_grouped(void **state) {
+  (void)state;
+  rf_session_options on = options(1, 2, 0);
+  int64_t members;
+  /* A different lr: two groups of one key each, the odd one alone. */
+  model m;
+  build(&m, ADAM, RF_FLOAT32, 3, "cpu:0");
+  rf_output lr2 = scalar_in(&m, "lr2");
+  extra_update(&m, ADAM, lr2, false, "odd");
+  assert_int_equal(multi_nodes(m.g, &on, &members), 1);
+  assert_int_equal(members, 3);
+  rf_graph_free(m.g);
+  /* Another device: cpu:1's update stays alone. */
+  build(&m, ADAM, RF_FLOAT32, 3, "cpu:0");
+  assert_ok(rf_graph_push_device(m.g, "cpu:1"));
+  extra_update(&m, ADAM, m.hp[2], false, "far");
+  rf_graph_pop_device(m.g);
+  assert_int_equal(multi_nodes(m.g, &on, &members), 1);
+  assert_int_equal(members, 3);
+  rf_graph_free(m.g);
+  /* Nesterov and plain momentum never share a node. */
+  build(&m, MOMENTUM, RF_FLOAT64, 2, "cpu:0");
+  extra_update(&m, MOMENTUM, m.hp[2], true, "nest");
+  assert_int_equal(multi_nodes(m.g, &on, &members), 1);
+  assert_int_equal(members, 2);
+  rf_graph_free(m.g);
+  /* Another dtype: float32 and float64 updates in their own groups. */
+  build(&m, MOMENTUM, RF_FLOAT32, 2, "cpu:0");
+  model m64 = m;
+  m64.dt = RF_FLOAT64;
+  for (int j = 0; j < 7; j++) m64.hp[j] = scalar_in(&m64, NULL);
+  extra_update(&m64, MOMENTUM, m64.hp[2], false, "wide1");
+  extra_update(&m64, MOMENTUM, m64.hp[2], false, "wide2");
+  assert_int_equal(multi_nodes(m.g, &on, &members), 2);
+  assert_int_equal(members, 4);
+  rf_graph_free(m.g);
+  /* A dependent pair: the second update waits for the first (a control
+   * edge), so the two never share a node; the others still do. */
+  build(&m, ADAM, RF_FLOAT32, 3, "cpu:0");
+  rf_node *late = extra_update(&m, ADAM, m.hp[2], false, "late");
+  assert_ok(rf_graph_add_control_edge(m.g, m.update[0], late));
+  assert_graph_ok(m.g);
+  assert_int_equal(multi_nodes(m.g, &on, &members), 1);
+  assert_int_equal(members, 3);
+  /* ... and with grouping off nothing is grouped. */
+  rf_session_options off = options(0, 2, 0);
+  assert_int_equal(multi_nodes(m.g, &off, &members), 0);
+  off.group_optimizer_updates = 2;
+  rf_session *s = NULL;
+  rf_status *st = rf_session_new(m.g, &off, &s);
+  assert_int_equal(rf_status_code(st), RF_INVALID_ARGUMENT);
+  assert_non_null(strstr(rf_status_message(st), "group_optimizer_updates"));
+  rf_status_free(st);
+  rf_graph_free(m.g);
+}
+
+/* Scalars given as a Const per update (as tools/mlp.c builds them): equal
+ * values group, another value does not. */
+static void test_equal_consts_group(void **state) {
+  (void)state;
+  rf_graph *g = rf_graph_new();
+  rf_shape sh = rf_shape_of(1, (int64_t)4);
+  for (int p = 0; p < 4; p++) {
+    rf_output var = rf_variable(g, NULL, RF_FLOAT32, sh);
+    rf_output acc = rf_variable(g, NULL, RF_FLOAT32, sh);
+    rf_output grad = rf_placeholder(g, NULL, RF_FLOAT32, sh);
+    double mu = p == 3 ? 0.8 : 0.9; /* the last one differs */
+    rf_apply_momentum(g, NULL, var, acc,
+                      rf_const_scalar(g, NULL, RF_FLOAT32, 0.01), grad,
+                      rf_const_scalar(g, NULL, RF_FLOAT32, mu), false);
+  }
+  assert_graph_ok(g);
+  rf_session_options on = options(1, 1, 0);
+  int64_t members;
+  assert_int_equal(multi_nodes(g, &on, &members), 1);
+  assert_int_equal(members, 3);
+  rf_graph_free(g);
+}
+
+/* ---- allocation failures: the group moves together ---- */
+
+typedef struct fault_case {
+  model m;
+  data d;
+  rf_session *s;
+  rf_tensor *before[3 * MAXP], *after[3 * MAXP];
+} fault_case;
+
+static void fault_prepare(void *arg) {
+  fault_case *c = arg;
+  init_vars(c->s, &c->m, &c->d);
+}
+
+static rf_status *fault_attempt(void *arg) {
+  fault_case *c = arg;
+  rf_status *st = step(c->s, &c->m, &c->d, 0);
+  rf_debug_fail_allocation_after(0); /* the check reads with no failures */
+  rf_tensor *now[3 * MAXP];
+  read_all(c->s, &c->m, now);
+  int nv = c->m.n * c->m.nslots, old = 0, updated = 0;
+  for (int i = 0; i < nv; i++) {
+    if (rf_tensor_nbytes(c->before[i]) == 0) continue; /* the empty parameter */
+    if (same(now[i], c->before[i]))
+      old++;
+    else if (same(now[i], c->after[i]))
+      updated++;
+    else
+      fail_msg("variable %d is neither its old value nor its update", i);
+  }
+  if (old && updated)
+    fail_msg(
+        "%d variables updated, %d not: a grouped update is all or "
+        "nothing",
+        updated, old);
+  if (!st && old) fail_msg("the step succeeded but left variables old");
+  release_all(now, nv);
+  return st;
+}
+
+static void test_all_or_nothing_under_faults(void **state) {
+  (void)state;
+  fault_case c;
+  build(&c.m, ADAM, RF_FLOAT32, 5, "cpu:0");
+  make_data(&c.m, &c.d, 1);
+  rf_session_options o = options(1, 1, 0);
+  int64_t members;
+  assert_int_equal(multi_nodes(c.m.g, &o, &members), 1);
+  assert_ok(rf_session_new(c.m.g, &o, &c.s));
+  init_vars(c.s, &c.m, &c.d);
+  read_all(c.s, &c.m, c.before);
+  assert_ok(step(c.s, &c.m, &c.d, 0));
+  read_all(c.s, &c.m, c.after);
+  /* A reader holding the old values makes the update copy every value:
+   * the allocations the sweep fails. */
+  fs_plan plan = {.what = "grouped Adam step",
+                  .attempt = fault_attempt,
+                  .arg = &c,
+                  .first_n = 200,
+                  .max_attempts = 100,
+                  .check_leaks = true,
+                  .warm_up = true,
+                  .prepare = fault_prepare};
+  fs_result r = fs_sweep(&plan, FS_AFTER);
+  assert_true(r.failures > 0);
+  r = fs_sweep(&plan, FS_ONCE);
+  assert_true(r.failures > 0);
+  int nv = c.m.n * c.m.nslots;
+  release_all(c.before, nv);
+  release_all(c.after, nv);
+  rf_session_free(c.s);
+  free_data(&c.m, &c.d);
+  rf_graph_free(c.m.g);
+}
+
+/* ---- GPU: grouped on gpu:0 against ungrouped on gpu:0 (bit-identical,
+ * one kernel) and against the CPU (float tolerance) ---- */
+
+static void test_gpu(void **state) {
+  (void)state;
+  rf_test_need_gpu();
+  for (int k = ADAM; k <= NESTEROV; k++) {
+    model mg, mc;
+    data d;
+    uint64_t saved = rng;
+    build(&mg, (kind)k, RF_FLOAT32, 7, "gpu:0");
+    rng = saved;
+    build(&mc, (kind)k, RF_FLOAT32, 7, "cpu:0");
+    make_data(&mg, &d, 3);
+    rf_tensor *a[3 * MAXP], *b[3 * MAXP], *c[3 * MAXP];
+    train(&mg, &d, options(1, 1, 1), a);
+    train(&mg, &d, options(0, 1, 1), b);
+    train(&mc, &d, options(0, 1, 0), c);
+    assert_same_bits(&mg, a, b, "gpu:0");
+    for (int i = 0; i < mg.n * mg.nslots; i++) {
+      double *want = rf_test_to_doubles(c[i]);
+      assert_tensor_near(a[i], rf_tensor_shape(c[i]), want, 1e-5);
+      free(want);
+    }
+    int nv = mg.n * mg.nslots;
+    release_all(a, nv), release_all(b, nv), release_all(c, nv);
+    free_data(&mg, &d);
+    rf_graph_free(mg.g);
+    rf_graph_free(mc.g);
+  }
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup(test_bit_identical, setup),
+      cmocka_unit_test_setup(test_never_grouped, setup),
+      cmocka_unit_test_setup(test_equal_consts_group, setup),
+      cmocka_unit_test_setup(test_all_or_nothing_under_faults, setup),
+      cmocka_unit_test_setup(test_gpu, setup),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
