@@ -80,6 +80,43 @@ static void no_release(void *data, void *arg) {
 
 enum { PER = 16 };
 
+/* ms per op of ops[0..PER) of g (on gpu:0) fed feeds[0..nfeeds): steps
+ * enqueued back to back after two untimed ones, then waited for once.
+ * Frees g. */
+static double time_session(rf_graph *g, const rf_feed *feeds, int nfeeds,
+                           rf_node *const *ops, int reps) {
+  check(rf_graph_status(g), "graph");
+  rf_session_options o;
+  rf_session_options_init(&o);
+  o.num_gpu_devices = 1;
+  o.gpu_sync_on_finish = 0;
+  rf_session *sess;
+  check(rf_session_new(g, &o, &sess), "session");
+  int steps = reps / PER > 2 ? reps / PER : 2;
+  double t0 = 0;
+  for (int r = 0; r < steps + 2; r++) {
+    if (r == 2) {
+      check(rf_session_sync(sess), "sync");
+      t0 = now_s();
+    }
+    check(rf_session_run(sess, feeds, nfeeds, NULL, 0, ops, PER, NULL), "run");
+  }
+  check(rf_session_sync(sess), "sync");
+  double ms = (now_s() - t0) * 1e3 / (steps * PER);
+  rf_session_free(sess);
+  rf_graph_free(g);
+  return ms;
+}
+
+/* Device tensors over x, y, z (borrowed) of the shapes given. */
+static void wrap3(rf_dtype dt, const rf_shape *s, void *const *p,
+                  rf_tensor **t) {
+  for (int i = 0; i < 3; i++)
+    check(
+        rf_tensor_new_external_gpu(dt, &s[i], 0, p[i], no_release, NULL, &t[i]),
+        "external tensor");
+}
+
 /* ms per op for kinds 0 (forward), 1 (input grad), 2 (filter grad). */
 static void time_ringflow(const layer *L, rf_dtype dt, int reps, void *x,
                           void *w, void *dy, double ms[3]) {
@@ -108,35 +145,13 @@ static void time_ringflow(const layer *L, rf_dtype dt, int reps, void *x,
                                       pdy, s, "SAME", NULL);
       ops[i] = o.node;
     }
-    check(rf_graph_status(g), "graph");
-    rf_session_options o;
-    rf_session_options_init(&o);
-    o.num_gpu_devices = 1;
-    o.gpu_sync_on_finish = 0;
-    rf_session *sess;
-    check(rf_session_new(g, &o, &sess), "session");
+    rf_shape shapes[3] = {xs, ws, ys};
+    void *ptrs[3] = {x, w, dy};
     rf_tensor *t[3];
-    check(rf_tensor_new_external_gpu(dt, &xs, 0, x, no_release, NULL, &t[0]),
-          "x");
-    check(rf_tensor_new_external_gpu(dt, &ws, 0, w, no_release, NULL, &t[1]),
-          "w");
-    check(rf_tensor_new_external_gpu(dt, &ys, 0, dy, no_release, NULL, &t[2]),
-          "dy");
+    wrap3(dt, shapes, ptrs, t);
     rf_feed feeds[3] = {{px, t[0]}, {pw, t[1]}, {pdy, t[2]}};
-    int steps = reps / PER > 2 ? reps / PER : 2;
-    double t0 = 0;
-    for (int r = 0; r < steps + 2; r++) {
-      if (r == 2) {
-        check(rf_session_sync(sess), "sync");
-        t0 = now_s();
-      }
-      check(rf_session_run(sess, feeds, 3, NULL, 0, ops, PER, NULL), "run");
-    }
-    check(rf_session_sync(sess), "sync");
-    ms[kind] = (now_s() - t0) * 1e3 / (steps * PER);
+    ms[kind] = time_session(g, feeds, 3, ops, reps);
     for (int i = 0; i < 3; i++) rf_tensor_release(t[i]);
-    rf_session_free(sess);
-    rf_graph_free(g);
   }
 }
 
@@ -274,36 +289,13 @@ static void time_ringflow_pool(const layer *L, rf_dtype dt, int reps, void *x,
       rf_node_builder_attr_string(b, "padding", "SAME");
       check(rf_node_builder_finish(b, &ops[i]), "MaxPoolGrad");
     }
-    check(rf_graph_status(g), "graph");
-    rf_session_options o;
-    rf_session_options_init(&o);
-    o.num_gpu_devices = 1;
-    o.gpu_sync_on_finish = 0;
-    rf_session *sess;
-    check(rf_session_new(g, &o, &sess), "session");
+    rf_shape shapes[3] = {xs, ys, ys};
+    void *ptrs[3] = {x, y, dy};
     rf_tensor *t[3];
-    check(rf_tensor_new_external_gpu(dt, &xs, 0, x, no_release, NULL, &t[0]),
-          "x");
-    check(rf_tensor_new_external_gpu(dt, &ys, 0, y, no_release, NULL, &t[1]),
-          "y");
-    check(rf_tensor_new_external_gpu(dt, &ys, 0, dy, no_release, NULL, &t[2]),
-          "dy");
+    wrap3(dt, shapes, ptrs, t);
     rf_feed feeds[3] = {{px, t[0]}, {py, t[1]}, {pdy, t[2]}};
-    int steps = reps / PER > 2 ? reps / PER : 2;
-    double t0 = 0;
-    for (int r = 0; r < steps + 2; r++) {
-      if (r == 2) {
-        check(rf_session_sync(sess), "sync");
-        t0 = now_s();
-      }
-      check(rf_session_run(sess, feeds, kind ? 3 : 1, NULL, 0, ops, PER, NULL),
-            "run");
-    }
-    check(rf_session_sync(sess), "sync");
-    ms[kind] = (now_s() - t0) * 1e3 / (steps * PER);
+    ms[kind] = time_session(g, feeds, kind ? 3 : 1, ops, reps);
     for (int i = 0; i < 3; i++) rf_tensor_release(t[i]);
-    rf_session_free(sess);
-    rf_graph_free(g);
   }
 }
 

@@ -53,6 +53,13 @@ rf_status *rf__gpu_runtime_new(rf__device *devices, int n,
  * ignored. */
 void rf__gpu_runtime_free(rf__gpu_runtime *r);
 
+/* Process-wide state that kernels keep for GPUs (the cuDNN algorithm cache
+ * of kernels/cuda/conv_dnn.cu) is dropped by `fn`, called when the last
+ * GPU runtime of the process has been freed: no GPU kernel can run then,
+ * and a later session starts afresh. fn must not make or free a runtime.
+ * Setting it again replaces it. */
+void rf__gpu_set_idle_hook(void (*fn)(void));
+
 /* The calling thread's current CUDA device (-1 when unknown), and setting it
  * back (ignored for -1): the session's entry points leave the caller's
  * current device as they found it. */
