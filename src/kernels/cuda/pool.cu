@@ -11,6 +11,7 @@
 #include <type_traits>
 
 #include "kernels/cuda/gpu_common.cuh"
+#include "kernels/cuda/window.cuh"
 
 extern "C" {
 #include "kernels/conv_prepare.h"
@@ -21,16 +22,6 @@ namespace rf_gpu {
 namespace {
 
 using G = rf__conv_geom;
-
-/* Output (oh, ow)'s window clipped to the input. */
-__device__ void window(const G &g, int64_t oh, int64_t ow, int64_t *h0,
-                       int64_t *h1, int64_t *w0, int64_t *w1) {
-  int64_t hs = oh * g.sh - g.pt, ws = ow * g.sw - g.pl;
-  *h0 = hs < 0 ? 0 : hs;
-  *w0 = ws < 0 ? 0 : ws;
-  *h1 = hs + g.kh < g.h ? hs + g.kh : g.h;
-  *w1 = ws + g.kw < g.w ? ws + g.kw : g.w;
-}
 
 /* The CPU's argmax: the image's (h * w + w) of the window's first maximum
  * for channel k (NaN wins), -1 when empty. x is the image. */
@@ -75,29 +66,15 @@ struct alignas(sizeof(T) * V) Vec {
   T v[V];
 };
 
-/* Output (oh, ow)'s window clipped to the input (window's, in type I). */
-template <typename I>
-__device__ __forceinline__ void pwindow(const PG<I> &g, I oh, I ow, I *h0,
-                                        I *h1, I *w0, I *w1) {
-  I hs = oh * g.sh - g.pt, ws = ow * g.sw - g.pl;
-  *h0 = hs < 0 ? 0 : hs;
-  *w0 = ws < 0 ? 0 : ws;
-  *h1 = hs + g.kh < g.h ? hs + g.kh : g.h;
-  *w1 = ws + g.kw < g.w ? ws + g.kw : g.w;
-}
-
 /* Item e (V channels of one output position): its image offset (in
  * vectors), window and channel vector. */
 template <typename I>
 __device__ __forceinline__ void item(const PG<I> &g, I e, I *img, I *kv, I *h0,
                                      I *h1, I *w0, I *w1) {
-  *kv = e % g.cv;
-  I r = e / g.cv;
-  I ow = r % g.ow;
-  r /= g.ow;
-  I oh = r % g.oh, b = r / g.oh;
+  I b, oh, ow;
+  split4(e, g.oh, g.ow, g.cv, &b, &oh, &ow, kv);
   *img = b * g.h * g.w * g.cv;
-  pwindow(g, oh, ow, h0, h1, w0, w1);
+  window(g, oh, ow, h0, h1, w0, w1);
 }
 
 /* The CPU's argmax per lane: the window's first maximum in (row, column)
@@ -205,10 +182,8 @@ rf_status *vector_launch(const G &g, const void *const *ptrs, int nptrs,
 template <typename T, bool kMax>
 __global__ void pool_grad(G g, const T *x, const T *dy, T *dx, int64_t n) {
   RF_GPU_LOOP(e, n) {
-    int64_t k = e % g.c, r = e / g.c;
-    int64_t iw = r % g.w;
-    r /= g.w;
-    int64_t ih = r % g.h, b = r / g.h;
+    int64_t b, ih, iw, k;
+    split4<int64_t>(e, g.h, g.w, g.c, &b, &ih, &iw, &k);
     /* outputs whose window [o s - p, o s - p + k) holds i */
     int64_t t = ih + g.pt - g.kh + 1;
     int64_t oh0 = t <= 0 ? 0 : (t + g.sh - 1) / g.sh;
