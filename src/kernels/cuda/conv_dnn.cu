@@ -171,33 +171,125 @@ bool usable(const Perf &p, rf_dtype dtype) {
          p.mathType == CUDNN_DEFAULT_MATH;
 }
 
-/* Per-kind calls: workspace size of an algorithm, search, heuristics, run. */
+/* Each kind's cuDNN calls, with one signature across kinds: (a, b, out) as
+ * dnn_conv's, the filter in KRSC. */
+struct Fwd {
+  using Perf = cudnnConvolutionFwdAlgoPerf_t;
+  using Algo = cudnnConvolutionFwdAlgo_t;
+  static constexpr int kCount = CUDNN_CONVOLUTION_FWD_ALGO_COUNT;
+  static cudnnStatus_t workspace(cudnnHandle_t h, const Entry *e, int algo,
+                                 size_t *bytes) {
+    return cudnnGetConvolutionForwardWorkspaceSize(h, e->x, e->f, e->conv, e->y,
+                                                   (Algo)algo, bytes);
+  }
+  static cudnnStatus_t find(cudnnHandle_t h, const Entry *e, const void *a,
+                            const void *b, void *out, int *got, Perf *p,
+                            void *ws, size_t bytes) {
+    return cudnnFindConvolutionForwardAlgorithmEx(
+        h, e->x, a, e->f, b, e->conv, e->y, out, kCount, got, p, ws, bytes);
+  }
+  static cudnnStatus_t heuristics(cudnnHandle_t h, const Entry *e, int *got,
+                                  Perf *p) {
+    return cudnnGetConvolutionForwardAlgorithm_v7(h, e->x, e->f, e->conv, e->y,
+                                                  kCount, got, p);
+  }
+  static cudnnStatus_t run(cudnnHandle_t h, const Entry *e, const void *a,
+                           const void *b, void *out, void *ws) {
+    const float one = 1.0f, zero = 0.0f;
+    return cudnnConvolutionForward(h, &one, e->x, a, e->f, b, e->conv,
+                                   (Algo)e->algo, ws, e->workspace, &zero, e->y,
+                                   out);
+  }
+};
+
+struct BwdData {
+  using Perf = cudnnConvolutionBwdDataAlgoPerf_t;
+  using Algo = cudnnConvolutionBwdDataAlgo_t;
+  static constexpr int kCount = CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT;
+  static cudnnStatus_t workspace(cudnnHandle_t h, const Entry *e, int algo,
+                                 size_t *bytes) {
+    return cudnnGetConvolutionBackwardDataWorkspaceSize(
+        h, e->f, e->y, e->conv, e->x, (Algo)algo, bytes);
+  }
+  static cudnnStatus_t find(cudnnHandle_t h, const Entry *e, const void *a,
+                            const void *b, void *out, int *got, Perf *p,
+                            void *ws, size_t bytes) {
+    return cudnnFindConvolutionBackwardDataAlgorithmEx(
+        h, e->f, a, e->y, b, e->conv, e->x, out, kCount, got, p, ws, bytes);
+  }
+  static cudnnStatus_t heuristics(cudnnHandle_t h, const Entry *e, int *got,
+                                  Perf *p) {
+    return cudnnGetConvolutionBackwardDataAlgorithm_v7(h, e->f, e->y, e->conv,
+                                                       e->x, kCount, got, p);
+  }
+  static cudnnStatus_t run(cudnnHandle_t h, const Entry *e, const void *a,
+                           const void *b, void *out, void *ws) {
+    const float one = 1.0f, zero = 0.0f;
+    return cudnnConvolutionBackwardData(h, &one, e->f, a, e->y, b, e->conv,
+                                        (Algo)e->algo, ws, e->workspace, &zero,
+                                        e->x, out);
+  }
+};
+
+struct BwdFilter {
+  using Perf = cudnnConvolutionBwdFilterAlgoPerf_t;
+  using Algo = cudnnConvolutionBwdFilterAlgo_t;
+  static constexpr int kCount = CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT;
+  static cudnnStatus_t workspace(cudnnHandle_t h, const Entry *e, int algo,
+                                 size_t *bytes) {
+    return cudnnGetConvolutionBackwardFilterWorkspaceSize(
+        h, e->x, e->y, e->conv, e->f, (Algo)algo, bytes);
+  }
+  static cudnnStatus_t find(cudnnHandle_t h, const Entry *e, const void *a,
+                            const void *b, void *out, int *got, Perf *p,
+                            void *ws, size_t bytes) {
+    return cudnnFindConvolutionBackwardFilterAlgorithmEx(
+        h, e->x, a, e->y, b, e->conv, e->f, out, kCount, got, p, ws, bytes);
+  }
+  static cudnnStatus_t heuristics(cudnnHandle_t h, const Entry *e, int *got,
+                                  Perf *p) {
+    return cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, e->x, e->y, e->conv,
+                                                         e->f, kCount, got, p);
+  }
+  static cudnnStatus_t run(cudnnHandle_t h, const Entry *e, const void *a,
+                           const void *b, void *out, void *ws) {
+    const float one = 1.0f, zero = 0.0f;
+    return cudnnConvolutionBackwardFilter(h, &one, e->x, a, e->y, b, e->conv,
+                                          (Algo)e->algo, ws, e->workspace,
+                                          &zero, e->f, out);
+  }
+};
+
+/* An entry's calls for its kind: each method dispatches to Fwd, BwdData
+ * or BwdFilter once. */
 struct Ops {
   cudnnHandle_t h;
   Entry *e;
   ConvKind kind;
 
-  cudnnStatus_t workspace(int algo, size_t *bytes) const {
+  template <typename F>
+  cudnnStatus_t with_kind(F &&f) const {
     switch (kind) {
-      case ConvKind::kForward:
-        return cudnnGetConvolutionForwardWorkspaceSize(
-            h, e->x, e->f, e->conv, e->y, (cudnnConvolutionFwdAlgo_t)algo,
-            bytes);
-      case ConvKind::kBackwardData:
-        return cudnnGetConvolutionBackwardDataWorkspaceSize(
-            h, e->f, e->y, e->conv, e->x, (cudnnConvolutionBwdDataAlgo_t)algo,
-            bytes);
-      default:
-        return cudnnGetConvolutionBackwardFilterWorkspaceSize(
-            h, e->x, e->y, e->conv, e->f, (cudnnConvolutionBwdFilterAlgo_t)algo,
-            bytes);
+      case ConvKind::kForward: return f(Fwd{});
+      case ConvKind::kBackwardData: return f(BwdData{});
+      default: return f(BwdFilter{});
     }
   }
-  int algo_count() const {
-    return kind == ConvKind::kForward ? (int)CUDNN_CONVOLUTION_FWD_ALGO_COUNT
-           : kind == ConvKind::kBackwardData
-               ? (int)CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT
-               : (int)CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT;
+
+  /* The most workspace any algorithm asks for. */
+  size_t most_workspace() const {
+    size_t most = 0;
+    (void)with_kind([&](auto k) {
+      using K = decltype(k);
+      for (int algo = 0; algo < K::kCount; algo++) {
+        size_t bytes = 0;
+        if (K::workspace(h, e, algo, &bytes) == CUDNN_STATUS_SUCCESS &&
+            bytes > most)
+          most = bytes;
+      }
+      return CUDNN_STATUS_SUCCESS;
+    });
+    return most;
   }
 
   /* The perf list (best first) of a search or of the heuristics; picks the
@@ -222,112 +314,44 @@ struct Ops {
   }
 
   /* One warm-up search, then kTimedSearches merged (merge, sort_by_time),
-   * and the pick. search(p, &got) runs one cudnnFind*Ex. */
-  template <typename Perf, int kCount, typename Search>
-  cudnnStatus_t find_rounds(Search &&search, rf_dtype dtype) const {
-    Perf p[kCount], best[2 * kCount];
-    int n = 0;
-    for (int round = 0; round <= kTimedSearches; round++) {
-      int got = 0;
-      cudnnStatus_t s = search(p, &got);
-      if (s != CUDNN_STATUS_SUCCESS) return s;
-      if (round > 0) merge(p, got, best, &n, 2 * kCount);
-    }
-    sort_by_time(best, n);
-    return pick(best, n, dtype);
-  }
-
+   * and the pick. */
   cudnnStatus_t find(const void *a, const void *b, void *out, void *ws,
                      size_t ws_bytes, rf_dtype dtype) const {
-    const int count = algo_count();
-    switch (kind) {
-      case ConvKind::kForward:
-        return find_rounds<cudnnConvolutionFwdAlgoPerf_t,
-                           CUDNN_CONVOLUTION_FWD_ALGO_COUNT>(
-            [&](cudnnConvolutionFwdAlgoPerf_t *p, int *got) {
-              return cudnnFindConvolutionForwardAlgorithmEx(
-                  h, e->x, a, e->f, b, e->conv, e->y, out, count, got, p, ws,
-                  ws_bytes);
-            },
-            dtype);
-      case ConvKind::kBackwardData:
-        return find_rounds<cudnnConvolutionBwdDataAlgoPerf_t,
-                           CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT>(
-            [&](cudnnConvolutionBwdDataAlgoPerf_t *p, int *got) {
-              return cudnnFindConvolutionBackwardDataAlgorithmEx(
-                  h, e->f, a, e->y, b, e->conv, e->x, out, count, got, p, ws,
-                  ws_bytes);
-            },
-            dtype);
-      default:
-        return find_rounds<cudnnConvolutionBwdFilterAlgoPerf_t,
-                           CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT>(
-            [&](cudnnConvolutionBwdFilterAlgoPerf_t *p, int *got) {
-              return cudnnFindConvolutionBackwardFilterAlgorithmEx(
-                  h, e->x, a, e->y, b, e->conv, e->f, out, count, got, p, ws,
-                  ws_bytes);
-            },
-            dtype);
-    }
+    return with_kind([&](auto k) {
+      using K = decltype(k);
+      typename K::Perf p[K::kCount], best[2 * K::kCount];
+      int n = 0;
+      for (int round = 0; round <= kTimedSearches; round++) {
+        int got = 0;
+        cudnnStatus_t s = K::find(h, e, a, b, out, &got, p, ws, ws_bytes);
+        if (s != CUDNN_STATUS_SUCCESS) return s;
+        if (round > 0) merge(p, got, best, &n, 2 * K::kCount);
+      }
+      sort_by_time(best, n);
+      return pick(best, n, dtype);
+    });
   }
 
   cudnnStatus_t heuristics(rf_dtype dtype) const {
-    int got = 0;
-    cudnnStatus_t s;
-    switch (kind) {
-      case ConvKind::kForward: {
-        cudnnConvolutionFwdAlgoPerf_t p[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-        s = cudnnGetConvolutionForwardAlgorithm_v7(h, e->x, e->f, e->conv, e->y,
-                                                   algo_count(), &got, p);
-        return s != CUDNN_STATUS_SUCCESS ? s : pick(p, got, dtype);
-      }
-      case ConvKind::kBackwardData: {
-        cudnnConvolutionBwdDataAlgoPerf_t
-            p[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
-        s = cudnnGetConvolutionBackwardDataAlgorithm_v7(
-            h, e->f, e->y, e->conv, e->x, algo_count(), &got, p);
-        return s != CUDNN_STATUS_SUCCESS ? s : pick(p, got, dtype);
-      }
-      default: {
-        cudnnConvolutionBwdFilterAlgoPerf_t
-            p[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
-        s = cudnnGetConvolutionBackwardFilterAlgorithm_v7(
-            h, e->x, e->y, e->conv, e->f, algo_count(), &got, p);
-        return s != CUDNN_STATUS_SUCCESS ? s : pick(p, got, dtype);
-      }
-    }
+    return with_kind([&](auto k) {
+      using K = decltype(k);
+      typename K::Perf p[K::kCount];
+      int got = 0;
+      cudnnStatus_t s = K::heuristics(h, e, &got, p);
+      return s != CUDNN_STATUS_SUCCESS ? s : pick(p, got, dtype);
+    });
   }
 
   cudnnStatus_t run(const void *a, const void *b, void *out, void *ws) const {
-    const float one = 1.0f, zero = 0.0f;
-    switch (kind) {
-      case ConvKind::kForward:
-        return cudnnConvolutionForward(h, &one, e->x, a, e->f, b, e->conv,
-                                       (cudnnConvolutionFwdAlgo_t)e->algo, ws,
-                                       e->workspace, &zero, e->y, out);
-      case ConvKind::kBackwardData:
-        return cudnnConvolutionBackwardData(
-            h, &one, e->f, a, e->y, b, e->conv,
-            (cudnnConvolutionBwdDataAlgo_t)e->algo, ws, e->workspace, &zero,
-            e->x, out);
-      default:
-        return cudnnConvolutionBackwardFilter(
-            h, &one, e->x, a, e->y, b, e->conv,
-            (cudnnConvolutionBwdFilterAlgo_t)e->algo, ws, e->workspace, &zero,
-            e->f, out);
-    }
+    return with_kind(
+        [&](auto k) { return decltype(k)::run(h, e, a, b, out, ws); });
   }
 };
 
 /* Runs the search for e (a, b, out as dnn_conv's, the filter in KRSC). */
 rf_status *search(rf__kernel_ctx *ctx, const Ops &ops, rf_dtype dtype,
                   const void *a, const void *b, void *out) {
-  size_t most = 0;
-  for (int algo = 0; algo < ops.algo_count(); algo++) {
-    size_t bytes = 0;
-    if (ops.workspace(algo, &bytes) == CUDNN_STATUS_SUCCESS && bytes > most)
-      most = bytes;
-  }
+  size_t most = ops.most_workspace();
   if (most > kFindWorkspaceCap) most = kFindWorkspaceCap;
   rf_tensor *ws = nullptr;
   if (most > 0) {
