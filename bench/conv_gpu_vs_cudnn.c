@@ -157,8 +157,11 @@ static void time_ringflow(const layer *L, rf_dtype dt, int reps, void *x,
 
 /* ---- cuDNN ---- */
 
-static void time_cudnn(cudnnHandle_t h, const layer *L, rf_dtype dt, int reps,
-                       void *x, void *w, void *dy, double ms[3]) {
+/* fmt: CUDNN_TENSOR_NHWC (ringflow's layout; filter KRSC) or
+ * CUDNN_TENSOR_NCHW (PyTorch's; filter KCRS), over the same buffers. */
+static void time_cudnn(cudnnHandle_t h, cudnnTensorFormat_t fmt, const layer *L,
+                       rf_dtype dt, int reps, void *x, void *w, void *dy,
+                       double ms[3]) {
   cudnnDataType_t t = dt == RF_FLOAT32 ? CUDNN_DATA_FLOAT : CUDNN_DATA_BFLOAT16;
   cudnnTensorDescriptor_t xd, yd;
   cudnnFilterDescriptor_t wd;
@@ -167,15 +170,9 @@ static void time_cudnn(cudnnHandle_t h, const layer *L, rf_dtype dt, int reps,
   dcheck(cudnnCreateTensorDescriptor(&yd), "desc");
   dcheck(cudnnCreateFilterDescriptor(&wd), "desc");
   dcheck(cudnnCreateConvolutionDescriptor(&cd), "desc");
-  dcheck(cudnnSetTensor4dDescriptor(xd, CUDNN_TENSOR_NHWC, t, L->n, L->c, L->h,
-                                    L->w),
-         "x");
-  dcheck(cudnnSetTensor4dDescriptor(yd, CUDNN_TENSOR_NHWC, t, L->n, L->oc, L->h,
-                                    L->w),
-         "y");
-  dcheck(cudnnSetFilter4dDescriptor(wd, t, CUDNN_TENSOR_NHWC, L->oc, L->c, L->k,
-                                    L->k),
-         "w");
+  dcheck(cudnnSetTensor4dDescriptor(xd, fmt, t, L->n, L->c, L->h, L->w), "x");
+  dcheck(cudnnSetTensor4dDescriptor(yd, fmt, t, L->n, L->oc, L->h, L->w), "y");
+  dcheck(cudnnSetFilter4dDescriptor(wd, t, fmt, L->oc, L->c, L->k, L->k), "w");
   int p = L->k / 2;
   dcheck(cudnnSetConvolution2dDescriptor(
              cd, p, p, 1, 1, 1, 1, CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
@@ -368,10 +365,13 @@ int main(int argc, char **argv) {
       "# cuDNN %zu, %d reps; ms per call: ringflow / cuDNN direct "
       "(ratio = cuDNN / ringflow)\n",
       cudnnGetVersion(), reps);
+  printf(
+      "# the NCHW column: cuDNN direct in PyTorch's layout (forward / input "
+      "grad / filter grad, ms), for reference only\n");
   printf("# summary\n");
   printf(
       "| layer | dtype | forward | ratio | input grad | ratio | filter grad "
-      "| ratio |\n|---|---|---|---|---|---|---|---|\n");
+      "| ratio | cuDNN NCHW |\n|---|---|---|---|---|---|---|---|---|\n");
   double worst = 1e9;
   for (int d = 0; d < 2; d++)
     for (int i = 0; i < 4; i++) {
@@ -379,16 +379,17 @@ int main(int argc, char **argv) {
       void *x = dev_random(dts[d], (int64_t)L->n * L->h * L->w * L->c);
       void *w = dev_random(dts[d], (int64_t)L->k * L->k * L->c * L->oc);
       void *dy = dev_random(dts[d], (int64_t)L->n * L->h * L->w * L->oc);
-      double r[3], c[3];
+      double r[3], c[3], nchw[3];
       time_ringflow(L, dts[d], reps, x, w, dy, r);
-      time_cudnn(h, L, dts[d], reps, x, w, dy, c);
+      time_cudnn(h, CUDNN_TENSOR_NHWC, L, dts[d], reps, x, w, dy, c);
+      time_cudnn(h, CUDNN_TENSOR_NCHW, L, dts[d], reps, x, w, dy, nchw);
       printf("| b%d %dx%dx%d k%d oc%d | %s", L->n, L->h, L->w, L->c, L->k,
              L->oc, rf_dtype_name(dts[d]));
       for (int k = 0; k < 3; k++) {
         printf(" | %.3f / %.3f | %.2fx", r[k], c[k], c[k] / r[k]);
         if (c[k] / r[k] < worst) worst = c[k] / r[k];
       }
-      printf(" |\n");
+      printf(" | %.3f / %.3f / %.3f |\n", nchw[0], nchw[1], nchw[2]);
       fflush(stdout);
       cudaFree(x), cudaFree(w), cudaFree(dy);
     }
