@@ -14,9 +14,11 @@
  * (gpu_sync_on_finish 0) then waited for once: ms per op = wall time /
  * (steps x per), after two untimed steps. cuDNN: `reps` calls between two
  * CUDA events after three untimed ones. The ratio is cuDNN's time over
- * ringflow's (>= 1: ringflow as fast). A second table does the same for
- * the network's 2x2 max pools (MaxPool and MaxPoolGrad, ringflow's direct
- * kernels against cudnnPoolingForward / cudnnPoolingBackward). */
+ * ringflow's (>= 1: ringflow as fast). The last column times cuDNN direct
+ * once more in NCHW (PyTorch's layout, filter KCRS) on the same buffers:
+ * whether NCHW's float32 algorithms beat NHWC's here. A second table does the
+ * same for the network's 2x2 max pools (MaxPool and MaxPoolGrad, ringflow's
+ * direct kernels against cudnnPoolingForward / cudnnPoolingBackward). */
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
 #include <stdio.h>
