@@ -14,9 +14,11 @@
  * (gpu_sync_on_finish 0) then waited for once: ms per op = wall time /
  * (steps x per), after two untimed steps. cuDNN: `reps` calls between two
  * CUDA events after three untimed ones. The ratio is cuDNN's time over
- * ringflow's (>= 1: ringflow as fast). A second table does the same for
- * the network's 2x2 max pools (MaxPool and MaxPoolGrad, ringflow's direct
- * kernels against cudnnPoolingForward / cudnnPoolingBackward). */
+ * ringflow's (>= 1: ringflow as fast). The last column times cuDNN direct
+ * once more in NCHW (PyTorch's layout, filter KCRS) on the same buffers:
+ * whether NCHW's float32 algorithms beat NHWC's here. A second table does the
+ * same for the network's 2x2 max pools (MaxPool and MaxPoolGrad, ringflow's
+ * direct kernels against cudnnPoolingForward / cudnnPoolingBackward). */
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
 #include <stdio.h>
@@ -80,6 +82,43 @@ static void no_release(void *data, void *arg) {
 
 enum { PER = 16 };
 
+/* ms per op of ops[0..PER) of g (on gpu:0) fed feeds[0..nfeeds): steps
+ * enqueued back to back after two untimed ones, then waited for once.
+ * Frees g. */
+static double time_session(rf_graph *g, const rf_feed *feeds, int nfeeds,
+                           rf_node *const *ops, int reps) {
+  check(rf_graph_status(g), "graph");
+  rf_session_options o;
+  rf_session_options_init(&o);
+  o.num_gpu_devices = 1;
+  o.gpu_sync_on_finish = 0;
+  rf_session *sess;
+  check(rf_session_new(g, &o, &sess), "session");
+  int steps = reps / PER > 2 ? reps / PER : 2;
+  double t0 = 0;
+  for (int r = 0; r < steps + 2; r++) {
+    if (r == 2) {
+      check(rf_session_sync(sess), "sync");
+      t0 = now_s();
+    }
+    check(rf_session_run(sess, feeds, nfeeds, NULL, 0, ops, PER, NULL), "run");
+  }
+  check(rf_session_sync(sess), "sync");
+  double ms = (now_s() - t0) * 1e3 / (steps * PER);
+  rf_session_free(sess);
+  rf_graph_free(g);
+  return ms;
+}
+
+/* Device tensors over x, y, z (borrowed) of the shapes given. */
+static void wrap3(rf_dtype dt, const rf_shape *s, void *const *p,
+                  rf_tensor **t) {
+  for (int i = 0; i < 3; i++)
+    check(
+        rf_tensor_new_external_gpu(dt, &s[i], 0, p[i], no_release, NULL, &t[i]),
+        "external tensor");
+}
+
 /* ms per op for kinds 0 (forward), 1 (input grad), 2 (filter grad). */
 static void time_ringflow(const layer *L, rf_dtype dt, int reps, void *x,
                           void *w, void *dy, double ms[3]) {
@@ -108,42 +147,23 @@ static void time_ringflow(const layer *L, rf_dtype dt, int reps, void *x,
                                       pdy, s, "SAME", NULL);
       ops[i] = o.node;
     }
-    check(rf_graph_status(g), "graph");
-    rf_session_options o;
-    rf_session_options_init(&o);
-    o.num_gpu_devices = 1;
-    o.gpu_sync_on_finish = 0;
-    rf_session *sess;
-    check(rf_session_new(g, &o, &sess), "session");
+    rf_shape shapes[3] = {xs, ws, ys};
+    void *ptrs[3] = {x, w, dy};
     rf_tensor *t[3];
-    check(rf_tensor_new_external_gpu(dt, &xs, 0, x, no_release, NULL, &t[0]),
-          "x");
-    check(rf_tensor_new_external_gpu(dt, &ws, 0, w, no_release, NULL, &t[1]),
-          "w");
-    check(rf_tensor_new_external_gpu(dt, &ys, 0, dy, no_release, NULL, &t[2]),
-          "dy");
+    wrap3(dt, shapes, ptrs, t);
     rf_feed feeds[3] = {{px, t[0]}, {pw, t[1]}, {pdy, t[2]}};
-    int steps = reps / PER > 2 ? reps / PER : 2;
-    double t0 = 0;
-    for (int r = 0; r < steps + 2; r++) {
-      if (r == 2) {
-        check(rf_session_sync(sess), "sync");
-        t0 = now_s();
-      }
-      check(rf_session_run(sess, feeds, 3, NULL, 0, ops, PER, NULL), "run");
-    }
-    check(rf_session_sync(sess), "sync");
-    ms[kind] = (now_s() - t0) * 1e3 / (steps * PER);
+    ms[kind] = time_session(g, feeds, 3, ops, reps);
     for (int i = 0; i < 3; i++) rf_tensor_release(t[i]);
-    rf_session_free(sess);
-    rf_graph_free(g);
   }
 }
 
 /* ---- cuDNN ---- */
 
-static void time_cudnn(cudnnHandle_t h, const layer *L, rf_dtype dt, int reps,
-                       void *x, void *w, void *dy, double ms[3]) {
+/* fmt: CUDNN_TENSOR_NHWC (ringflow's layout; filter KRSC) or
+ * CUDNN_TENSOR_NCHW (PyTorch's; filter KCRS), over the same buffers. */
+static void time_cudnn(cudnnHandle_t h, cudnnTensorFormat_t fmt, const layer *L,
+                       rf_dtype dt, int reps, void *x, void *w, void *dy,
+                       double ms[3]) {
   cudnnDataType_t t = dt == RF_FLOAT32 ? CUDNN_DATA_FLOAT : CUDNN_DATA_BFLOAT16;
   cudnnTensorDescriptor_t xd, yd;
   cudnnFilterDescriptor_t wd;
@@ -152,15 +172,9 @@ static void time_cudnn(cudnnHandle_t h, const layer *L, rf_dtype dt, int reps,
   dcheck(cudnnCreateTensorDescriptor(&yd), "desc");
   dcheck(cudnnCreateFilterDescriptor(&wd), "desc");
   dcheck(cudnnCreateConvolutionDescriptor(&cd), "desc");
-  dcheck(cudnnSetTensor4dDescriptor(xd, CUDNN_TENSOR_NHWC, t, L->n, L->c, L->h,
-                                    L->w),
-         "x");
-  dcheck(cudnnSetTensor4dDescriptor(yd, CUDNN_TENSOR_NHWC, t, L->n, L->oc, L->h,
-                                    L->w),
-         "y");
-  dcheck(cudnnSetFilter4dDescriptor(wd, t, CUDNN_TENSOR_NHWC, L->oc, L->c, L->k,
-                                    L->k),
-         "w");
+  dcheck(cudnnSetTensor4dDescriptor(xd, fmt, t, L->n, L->c, L->h, L->w), "x");
+  dcheck(cudnnSetTensor4dDescriptor(yd, fmt, t, L->n, L->oc, L->h, L->w), "y");
+  dcheck(cudnnSetFilter4dDescriptor(wd, t, fmt, L->oc, L->c, L->k, L->k), "w");
   int p = L->k / 2;
   dcheck(cudnnSetConvolution2dDescriptor(
              cd, p, p, 1, 1, 1, 1, CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
@@ -274,36 +288,13 @@ static void time_ringflow_pool(const layer *L, rf_dtype dt, int reps, void *x,
       rf_node_builder_attr_string(b, "padding", "SAME");
       check(rf_node_builder_finish(b, &ops[i]), "MaxPoolGrad");
     }
-    check(rf_graph_status(g), "graph");
-    rf_session_options o;
-    rf_session_options_init(&o);
-    o.num_gpu_devices = 1;
-    o.gpu_sync_on_finish = 0;
-    rf_session *sess;
-    check(rf_session_new(g, &o, &sess), "session");
+    rf_shape shapes[3] = {xs, ys, ys};
+    void *ptrs[3] = {x, y, dy};
     rf_tensor *t[3];
-    check(rf_tensor_new_external_gpu(dt, &xs, 0, x, no_release, NULL, &t[0]),
-          "x");
-    check(rf_tensor_new_external_gpu(dt, &ys, 0, y, no_release, NULL, &t[1]),
-          "y");
-    check(rf_tensor_new_external_gpu(dt, &ys, 0, dy, no_release, NULL, &t[2]),
-          "dy");
+    wrap3(dt, shapes, ptrs, t);
     rf_feed feeds[3] = {{px, t[0]}, {py, t[1]}, {pdy, t[2]}};
-    int steps = reps / PER > 2 ? reps / PER : 2;
-    double t0 = 0;
-    for (int r = 0; r < steps + 2; r++) {
-      if (r == 2) {
-        check(rf_session_sync(sess), "sync");
-        t0 = now_s();
-      }
-      check(rf_session_run(sess, feeds, kind ? 3 : 1, NULL, 0, ops, PER, NULL),
-            "run");
-    }
-    check(rf_session_sync(sess), "sync");
-    ms[kind] = (now_s() - t0) * 1e3 / (steps * PER);
+    ms[kind] = time_session(g, feeds, kind ? 3 : 1, ops, reps);
     for (int i = 0; i < 3; i++) rf_tensor_release(t[i]);
-    rf_session_free(sess);
-    rf_graph_free(g);
   }
 }
 
@@ -376,10 +367,13 @@ int main(int argc, char **argv) {
       "# cuDNN %zu, %d reps; ms per call: ringflow / cuDNN direct "
       "(ratio = cuDNN / ringflow)\n",
       cudnnGetVersion(), reps);
+  printf(
+      "# the NCHW column: cuDNN direct in PyTorch's layout (forward / input "
+      "grad / filter grad, ms), for reference only\n");
   printf("# summary\n");
   printf(
       "| layer | dtype | forward | ratio | input grad | ratio | filter grad "
-      "| ratio |\n|---|---|---|---|---|---|---|---|\n");
+      "| ratio | cuDNN NCHW |\n|---|---|---|---|---|---|---|---|---|\n");
   double worst = 1e9;
   for (int d = 0; d < 2; d++)
     for (int i = 0; i < 4; i++) {
@@ -387,16 +381,17 @@ int main(int argc, char **argv) {
       void *x = dev_random(dts[d], (int64_t)L->n * L->h * L->w * L->c);
       void *w = dev_random(dts[d], (int64_t)L->k * L->k * L->c * L->oc);
       void *dy = dev_random(dts[d], (int64_t)L->n * L->h * L->w * L->oc);
-      double r[3], c[3];
+      double r[3], c[3], nchw[3];
       time_ringflow(L, dts[d], reps, x, w, dy, r);
-      time_cudnn(h, L, dts[d], reps, x, w, dy, c);
+      time_cudnn(h, CUDNN_TENSOR_NHWC, L, dts[d], reps, x, w, dy, c);
+      time_cudnn(h, CUDNN_TENSOR_NCHW, L, dts[d], reps, x, w, dy, nchw);
       printf("| b%d %dx%dx%d k%d oc%d | %s", L->n, L->h, L->w, L->c, L->k,
              L->oc, rf_dtype_name(dts[d]));
       for (int k = 0; k < 3; k++) {
         printf(" | %.3f / %.3f | %.2fx", r[k], c[k], c[k] / r[k]);
         if (c[k] / r[k] < worst) worst = c[k] / r[k];
       }
-      printf(" |\n");
+      printf(" | %.3f / %.3f / %.3f |\n", nchw[0], nchw[1], nchw[2]);
       fflush(stdout);
       cudaFree(x), cudaFree(w), cudaFree(dy);
     }

@@ -30,6 +30,11 @@ static const wcase cases[] = {
     {4, 14, 14, 16, 5, 5, 8, 2, 2, 1, 1, true},
     {3, 8, 6, 5, 2, 2, 4, 2, 2, 1, 1, true}, /* 2x2 windows tiling */
     {2, 7, 9, 3, 2, 3, 2, 2, 3, 1, 1, true}, /* disjoint, SAME padded */
+    /* channels filling 16-byte vectors (the pools' vector path) */
+    {2, 8, 8, 8, 2, 2, 4, 2, 2, 1, 1, true},  /* 2x2 windows tiling */
+    {2, 7, 9, 16, 3, 3, 8, 2, 2, 1, 1, true}, /* overlapping, padded */
+    {1, 5, 7, 8, 2, 3, 4, 2, 3, 1, 1, true},  /* disjoint, SAME padded */
+    {2, 9, 7, 8, 2, 2, 4, 3, 3, 1, 1, false}, /* disjoint, gaps */
 };
 #define NCASES ((int)(sizeof cases / sizeof cases[0]))
 
@@ -271,6 +276,50 @@ static void test_pool_half(void **state) {
     }
 }
 
+/* Inputs of -1, 0, 1 and NaN only: windows with ties (the gradient goes to
+ * the first maximum), with NaN (it wins and passes through) and all-NaN,
+ * per channel of a vector as of a scalar. */
+static rf_tensor *ties_and_nans(uint64_t *rng, rf_dtype dt, rf_shape shape) {
+  int64_t n = rf_shape_num_elements(&shape);
+  double *v = malloc(sizeof(double) * (size_t)(n > 0 ? n : 1));
+  float *f = malloc(sizeof(float) * (size_t)(n > 0 ? n : 1));
+  assert_true(v && f);
+  for (int64_t i = 0; i < n; i++) {
+    uint64_t r = rf_test_rand(rng) % 8; /* NaN 1 in 8 */
+    v[i] = r == 0 ? NAN : (double)(r % 3) - 1.0;
+    f[i] = (float)v[i];
+  }
+  rf_tensor *t;
+  assert_ok(rf_tensor_new_copy(
+      dt, &shape, dt == RF_FLOAT64 ? (const void *)v : (const void *)f, &t));
+  free(v);
+  free(f);
+  return t;
+}
+
+static void test_pool_ties_and_nans(void **state) {
+  (void)state;
+  gc_need_gpu();
+  uint64_t rng = gc_rng(25);
+  gc_set *set = gc_new();
+  static const rf_dtype dts[] = {RF_FLOAT32, RF_FLOAT64};
+  for (int d = 0; d < 2; d++)
+    for (int k = 0; k < NCASES; k++) {
+      const wcase *c = &cases[k];
+      if (c->dh != 1 || c->dw != 1) continue;
+      int64_t oh = out_dim(c->h, c->kh, c->sh, 1, c->same);
+      int64_t ow = out_dim(c->w, c->kw, c->sw, 1, c->same);
+      rf_tensor *in[2] = {
+          ties_and_nans(&rng, dts[d], rf_shape_of(4, c->n, c->h, c->w, c->c)),
+          gc_random(&rng, dts[d], rf_shape_of(4, c->n, oh, ow, c->c), -1, 1)};
+      char label[64];
+      snprintf(label, sizeof label, "pool ties/NaN case %d %s", k,
+               rf_dtype_name(dts[d]));
+      gc_add(set, label, build_pool, &k, sizeof k, -1, 2, in);
+    }
+  gc_run(set);
+}
+
 /* CPU devices have no half-precision convolution or pooling: every op of
  * the family fails the run with UNIMPLEMENTED naming the dtype and the op. */
 static void test_half_on_cpu_refused(void **state) {
@@ -313,6 +362,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_conv),
       cmocka_unit_test(test_pool),
+      cmocka_unit_test(test_pool_ties_and_nans),
       cmocka_unit_test(test_conv_half),
       cmocka_unit_test(test_pool_half),
       cmocka_unit_test(test_half_on_cpu_refused),

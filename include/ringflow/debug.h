@@ -46,6 +46,13 @@ RF_API int64_t rf_debug_live_allocations(void);
  * the collectives' data): a collective agreed in an earlier step sends
  * none. Atomic, any thread; 0 without MPI. */
 RF_API int64_t rf_debug_control_messages(void);
+/* Times this process has chosen the cuDNN algorithm of a GPU convolution
+ * (Conv2D, Conv2DBackpropInput, Conv2DBackpropFilter) since start-up: once
+ * per (GPU, op, dtype, input and filter geometry) while any session with a
+ * GPU device lives; the choice is cached and forgotten when the last such
+ * session is freed (docs/GPU_KERNELS.md). Atomic, any thread; -1 in builds
+ * without cuDNN. */
+RF_API int64_t rf_debug_conv_algorithm_searches(void);
 
 #ifdef __cplusplus
 }

@@ -6,6 +6,7 @@
  * runs anything and freed after its last step, so no lock guards it. */
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
+#include <pthread.h>
 #ifdef RF_HAVE_CUDNN
 #include <cudnn.h>
 #endif
@@ -32,6 +33,17 @@ struct rf__gpu_runtime {
   rf__gpu_order *order; /* the devices' order */
   void **workspaces;    /* cuBLAS workspaces (rf__gpu_blas_workspaces) */
 };
+
+/* GPU runtimes alive in the process, and what to call when none is left. */
+static pthread_mutex_t live_mu = PTHREAD_MUTEX_INITIALIZER;
+static int live_runtimes;
+static void (*idle_hook)(void);
+
+void rf__gpu_set_idle_hook(void (*fn)(void)) {
+  pthread_mutex_lock(&live_mu);
+  idle_hook = fn;
+  pthread_mutex_unlock(&live_mu);
+}
 
 rf_status *rf__gpu_count(int *out) {
   int n = 0;
@@ -188,6 +200,9 @@ rf_status *rf__gpu_runtime_new(rf__device *devices, int n,
   RF_CHECK_ALLOC(r);
   r->devices = devices;
   r->num_devices = n;
+  pthread_mutex_lock(&live_mu); /* counted before any kernel can run */
+  live_runtimes++;
+  pthread_mutex_unlock(&live_mu);
   int prev = rf__gpu_current();
   rf_status *st = make_all(r, count);
   if (st) rf__gpu_runtime_free(r);
@@ -238,6 +253,9 @@ void rf__gpu_runtime_free(rf__gpu_runtime *r) {
   rf__free(r->order);
   rf__free(r->workspaces);
   rf__free(r);
+  pthread_mutex_lock(&live_mu);
+  if (--live_runtimes == 0 && idle_hook) idle_hook();
+  pthread_mutex_unlock(&live_mu);
 }
 
 rf_status *rf__gpu_blas_workspaces(rf__gpu_runtime *r, size_t bytes) {

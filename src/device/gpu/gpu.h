@@ -63,6 +63,13 @@ rf_status *rf__gpu_blas_workspaces(rf__gpu_runtime *r, size_t bytes);
 /* cuBLAS's recommended workspace on Hopper (32 MiB; 4 MiB elsewhere). */
 #define RF_GPU_BLAS_WORKSPACE_BYTES ((size_t)32 << 20)
 
+/* Process-wide state that kernels keep for GPUs (the cuDNN algorithm cache
+ * of kernels/cuda/conv_dnn.cu) is dropped by `fn`, called when the last
+ * GPU runtime of the process has been freed: no GPU kernel can run then,
+ * and a later session starts afresh. fn must not make or free a runtime.
+ * Setting it again replaces it. */
+void rf__gpu_set_idle_hook(void (*fn)(void));
+
 /* The calling thread's current CUDA device (-1 when unknown), and setting it
  * back (ignored for -1): the session's entry points leave the caller's
  * current device as they found it. */

@@ -13,6 +13,7 @@
 
 #ifdef RF_HAVE_CUDNN
 #include "kernels/cuda/conv_dnn.cuh"
+#include "kernels/cuda/window.cuh"
 #endif
 
 extern "C" {
@@ -29,10 +30,8 @@ using G = rf__conv_geom;
 template <typename T>
 __global__ void conv_forward(G g, const T *x, const T *f, T *y, int64_t n) {
   RF_GPU_LOOP(e, n) {
-    int64_t o = e % g.oc, r = e / g.oc;
-    int64_t ow = r % g.ow;
-    r /= g.ow;
-    int64_t oh = r % g.oh, b = r / g.oh;
+    int64_t b, oh, ow, o;
+    split4<int64_t>(e, g.oh, g.ow, g.oc, &b, &oh, &ow, &o);
     typename Num<T>::C s = 0;
     for (int64_t i = 0; i < g.kh; i++) {
       int64_t ih = oh * g.sh - g.pt + i * g.dh;
@@ -56,10 +55,8 @@ template <typename T>
 __global__ void conv_input_grad(G g, const T *f, const T *dy, T *dx,
                                 int64_t n) {
   RF_GPU_LOOP(e, n) {
-    int64_t k = e % g.c, r = e / g.c;
-    int64_t iw = r % g.w;
-    r /= g.w;
-    int64_t ih = r % g.h, b = r / g.h;
+    int64_t b, ih, iw, k;
+    split4<int64_t>(e, g.h, g.w, g.c, &b, &ih, &iw, &k);
     typename Num<T>::C s = 0;
     for (int64_t i = 0; i < g.kh; i++) {
       int64_t th = ih + g.pt - i * g.dh;
@@ -87,10 +84,8 @@ __global__ void conv_filter_grad(G g, const T *x, const T *dy, T *dw,
   __shared__ C part[kThreads];
   int64_t positions = g.n * g.oh * g.ow;
   for (int64_t e = blockIdx.x; e < n; e += gridDim.x) {
-    int64_t o = e % g.oc, r = e / g.oc;
-    int64_t k = r % g.c;
-    r /= g.c;
-    int64_t j = r % g.kw, i = r / g.kw;
+    int64_t i, j, k, o;
+    split4<int64_t>(e, g.kw, g.c, g.oc, &i, &j, &k, &o);
     C s = 0;
     for (int64_t p = threadIdx.x; p < positions; p += blockDim.x) {
       int64_t ow = p % g.ow, q = p / g.ow;

@@ -6,11 +6,16 @@
  * process-wide cache (cuDNN's own state is process-wide too), one entry per
  * GPU, kind, dtype and geometry, found once: cudnnFind*Ex times the
  * algorithms on the device's stream with a workspace from the device's
- * allocator and waits for them (the first step of each shape only). While
- * the stream is being captured into a CUDA graph nothing may wait, so
- * cuDNN's heuristics choose instead, for good (run one step uncaptured
- * first to have the search). A step itself only enqueues: scratch from the
- * device's allocator, the transposes and the cuDNN call. */
+ * allocator and waits for them (the first step of each shape only); the
+ * first search is a warm-up whose times are dropped (under CUDA's lazy
+ * module loading the first launch of each cuDNN kernel loads it, which made
+ * cold searches pick slow algorithms for small layers), and each algorithm
+ * keeps its best time of the timed searches after it. While the stream is
+ * being captured into a CUDA graph nothing may wait, so cuDNN's heuristics
+ * choose instead, for good (run one step uncaptured first to have the
+ * search). The cache is emptied when the last GPU runtime of the process
+ * goes (rf__gpu_set_idle_hook). A step itself only enqueues: scratch from
+ * the device's allocator, the transposes and the cuDNN call. */
 #ifdef RF_HAVE_CUDNN
 
 #include <cudnn.h>
@@ -21,6 +26,7 @@
 #include "kernels/cuda/conv_dnn.cuh"
 
 extern "C" {
+#include "core/debug_counters.h"
 #include "core/hash.h"
 }
 
@@ -34,6 +40,8 @@ constexpr size_t kFindWorkspaceCap = size_t(1) << 30;
  * slower by more than this factor: a 6x slower filter gradient (seen on the
  * CNN's first layer, docs/PERFORMANCE.md) is not worth the bits. */
 constexpr float kDeterministicSlack = 1.1f;
+/* Timed searches after the warm-up one; an algorithm's time is its best. */
+constexpr int kTimedSearches = 2;
 
 rf_status *dnn_error(const rf__kernel_ctx *ctx, cudnnStatus_t s,
                      const char *expr) {
@@ -69,7 +77,7 @@ struct Entry {
 };
 
 std::mutex cache_mu;
-Entry *cache = nullptr; /* never freed: process-wide, as cuDNN's state */
+Entry *cache = nullptr; /* process-wide; emptied by cache_clear */
 
 cudnnDataType_t data_type(rf_dtype dt) {
   return dt == RF_FLOAT16    ? CUDNN_DATA_HALF
@@ -83,6 +91,47 @@ void entry_free(Entry *e) {
   if (e->f) cudnnDestroyFilterDescriptor(e->f);
   if (e->conv) cudnnDestroyConvolutionDescriptor(e->conv);
   delete e;
+}
+
+/* The idle hook: no GPU runtime is left, so no kernel uses an entry. */
+void cache_clear(void) {
+  std::lock_guard<std::mutex> lock(cache_mu);
+  Entry *e, *tmp;
+  HASH_ITER(hh, cache, e, tmp) {
+    HASH_DEL(cache, e);
+    entry_free(e);
+  }
+}
+
+/* Merges one search's results into best[0..*n) (at most cap): an
+ * algorithm (with its math type) that ran keeps its lowest time. */
+template <typename Perf>
+void merge(const Perf *p, int got, Perf *best, int *n, int cap) {
+  for (int i = 0; i < got; i++) {
+    if (p[i].status != CUDNN_STATUS_SUCCESS) continue;
+    int j = 0;
+    while (j < *n &&
+           (best[j].algo != p[i].algo || best[j].mathType != p[i].mathType))
+      j++;
+    if (j == *n) {
+      if (*n == cap) continue;
+      best[(*n)++] = p[i];
+    } else if (p[i].time < best[j].time) {
+      best[j].time = p[i].time;
+    }
+  }
+}
+
+/* best[0..n) sorted by time, fastest first (stable: ties keep cuDNN's
+ * order). */
+template <typename Perf>
+void sort_by_time(Perf *best, int n) {
+  for (int i = 1; i < n; i++) {
+    Perf v = best[i];
+    int j = i;
+    for (; j > 0 && best[j - 1].time > v.time; j--) best[j] = best[j - 1];
+    best[j] = v;
+  }
 }
 
 rf_status *describe(const rf__kernel_ctx *ctx, const rf__conv_geom &g,
@@ -122,33 +171,125 @@ bool usable(const Perf &p, rf_dtype dtype) {
          p.mathType == CUDNN_DEFAULT_MATH;
 }
 
-/* Per-kind calls: workspace size of an algorithm, search, heuristics, run. */
+/* Each kind's cuDNN calls, with one signature across kinds: (a, b, out) as
+ * dnn_conv's, the filter in KRSC. */
+struct Fwd {
+  using Perf = cudnnConvolutionFwdAlgoPerf_t;
+  using Algo = cudnnConvolutionFwdAlgo_t;
+  static constexpr int kCount = CUDNN_CONVOLUTION_FWD_ALGO_COUNT;
+  static cudnnStatus_t workspace(cudnnHandle_t h, const Entry *e, int algo,
+                                 size_t *bytes) {
+    return cudnnGetConvolutionForwardWorkspaceSize(h, e->x, e->f, e->conv, e->y,
+                                                   (Algo)algo, bytes);
+  }
+  static cudnnStatus_t find(cudnnHandle_t h, const Entry *e, const void *a,
+                            const void *b, void *out, int *got, Perf *p,
+                            void *ws, size_t bytes) {
+    return cudnnFindConvolutionForwardAlgorithmEx(
+        h, e->x, a, e->f, b, e->conv, e->y, out, kCount, got, p, ws, bytes);
+  }
+  static cudnnStatus_t heuristics(cudnnHandle_t h, const Entry *e, int *got,
+                                  Perf *p) {
+    return cudnnGetConvolutionForwardAlgorithm_v7(h, e->x, e->f, e->conv, e->y,
+                                                  kCount, got, p);
+  }
+  static cudnnStatus_t run(cudnnHandle_t h, const Entry *e, const void *a,
+                           const void *b, void *out, void *ws) {
+    const float one = 1.0f, zero = 0.0f;
+    return cudnnConvolutionForward(h, &one, e->x, a, e->f, b, e->conv,
+                                   (Algo)e->algo, ws, e->workspace, &zero, e->y,
+                                   out);
+  }
+};
+
+struct BwdData {
+  using Perf = cudnnConvolutionBwdDataAlgoPerf_t;
+  using Algo = cudnnConvolutionBwdDataAlgo_t;
+  static constexpr int kCount = CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT;
+  static cudnnStatus_t workspace(cudnnHandle_t h, const Entry *e, int algo,
+                                 size_t *bytes) {
+    return cudnnGetConvolutionBackwardDataWorkspaceSize(
+        h, e->f, e->y, e->conv, e->x, (Algo)algo, bytes);
+  }
+  static cudnnStatus_t find(cudnnHandle_t h, const Entry *e, const void *a,
+                            const void *b, void *out, int *got, Perf *p,
+                            void *ws, size_t bytes) {
+    return cudnnFindConvolutionBackwardDataAlgorithmEx(
+        h, e->f, a, e->y, b, e->conv, e->x, out, kCount, got, p, ws, bytes);
+  }
+  static cudnnStatus_t heuristics(cudnnHandle_t h, const Entry *e, int *got,
+                                  Perf *p) {
+    return cudnnGetConvolutionBackwardDataAlgorithm_v7(h, e->f, e->y, e->conv,
+                                                       e->x, kCount, got, p);
+  }
+  static cudnnStatus_t run(cudnnHandle_t h, const Entry *e, const void *a,
+                           const void *b, void *out, void *ws) {
+    const float one = 1.0f, zero = 0.0f;
+    return cudnnConvolutionBackwardData(h, &one, e->f, a, e->y, b, e->conv,
+                                        (Algo)e->algo, ws, e->workspace, &zero,
+                                        e->x, out);
+  }
+};
+
+struct BwdFilter {
+  using Perf = cudnnConvolutionBwdFilterAlgoPerf_t;
+  using Algo = cudnnConvolutionBwdFilterAlgo_t;
+  static constexpr int kCount = CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT;
+  static cudnnStatus_t workspace(cudnnHandle_t h, const Entry *e, int algo,
+                                 size_t *bytes) {
+    return cudnnGetConvolutionBackwardFilterWorkspaceSize(
+        h, e->x, e->y, e->conv, e->f, (Algo)algo, bytes);
+  }
+  static cudnnStatus_t find(cudnnHandle_t h, const Entry *e, const void *a,
+                            const void *b, void *out, int *got, Perf *p,
+                            void *ws, size_t bytes) {
+    return cudnnFindConvolutionBackwardFilterAlgorithmEx(
+        h, e->x, a, e->y, b, e->conv, e->f, out, kCount, got, p, ws, bytes);
+  }
+  static cudnnStatus_t heuristics(cudnnHandle_t h, const Entry *e, int *got,
+                                  Perf *p) {
+    return cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, e->x, e->y, e->conv,
+                                                         e->f, kCount, got, p);
+  }
+  static cudnnStatus_t run(cudnnHandle_t h, const Entry *e, const void *a,
+                           const void *b, void *out, void *ws) {
+    const float one = 1.0f, zero = 0.0f;
+    return cudnnConvolutionBackwardFilter(h, &one, e->x, a, e->y, b, e->conv,
+                                          (Algo)e->algo, ws, e->workspace,
+                                          &zero, e->f, out);
+  }
+};
+
+/* An entry's calls for its kind: each method dispatches to Fwd, BwdData
+ * or BwdFilter once. */
 struct Ops {
   cudnnHandle_t h;
   Entry *e;
   ConvKind kind;
 
-  cudnnStatus_t workspace(int algo, size_t *bytes) const {
+  template <typename F>
+  cudnnStatus_t with_kind(F &&f) const {
     switch (kind) {
-      case ConvKind::kForward:
-        return cudnnGetConvolutionForwardWorkspaceSize(
-            h, e->x, e->f, e->conv, e->y, (cudnnConvolutionFwdAlgo_t)algo,
-            bytes);
-      case ConvKind::kBackwardData:
-        return cudnnGetConvolutionBackwardDataWorkspaceSize(
-            h, e->f, e->y, e->conv, e->x, (cudnnConvolutionBwdDataAlgo_t)algo,
-            bytes);
-      default:
-        return cudnnGetConvolutionBackwardFilterWorkspaceSize(
-            h, e->x, e->y, e->conv, e->f, (cudnnConvolutionBwdFilterAlgo_t)algo,
-            bytes);
+      case ConvKind::kForward: return f(Fwd{});
+      case ConvKind::kBackwardData: return f(BwdData{});
+      default: return f(BwdFilter{});
     }
   }
-  int algo_count() const {
-    return kind == ConvKind::kForward ? (int)CUDNN_CONVOLUTION_FWD_ALGO_COUNT
-           : kind == ConvKind::kBackwardData
-               ? (int)CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT
-               : (int)CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT;
+
+  /* The most workspace any algorithm asks for. */
+  size_t most_workspace() const {
+    size_t most = 0;
+    (void)with_kind([&](auto k) {
+      using K = decltype(k);
+      for (int algo = 0; algo < K::kCount; algo++) {
+        size_t bytes = 0;
+        if (K::workspace(h, e, algo, &bytes) == CUDNN_STATUS_SUCCESS &&
+            bytes > most)
+          most = bytes;
+      }
+      return CUDNN_STATUS_SUCCESS;
+    });
+    return most;
   }
 
   /* The perf list (best first) of a search or of the heuristics; picks the
@@ -172,94 +313,45 @@ struct Ops {
     return cudnnSetConvolutionMathType(e->conv, p[best].mathType);
   }
 
+  /* One warm-up search, then kTimedSearches merged (merge, sort_by_time),
+   * and the pick. */
   cudnnStatus_t find(const void *a, const void *b, void *out, void *ws,
                      size_t ws_bytes, rf_dtype dtype) const {
-    int got = 0;
-    cudnnStatus_t s;
-    switch (kind) {
-      case ConvKind::kForward: {
-        cudnnConvolutionFwdAlgoPerf_t p[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-        s = cudnnFindConvolutionForwardAlgorithmEx(h, e->x, a, e->f, b, e->conv,
-                                                   e->y, out, algo_count(),
-                                                   &got, p, ws, ws_bytes);
-        return s != CUDNN_STATUS_SUCCESS ? s : pick(p, got, dtype);
+    return with_kind([&](auto k) {
+      using K = decltype(k);
+      typename K::Perf p[K::kCount], best[2 * K::kCount];
+      int n = 0;
+      for (int round = 0; round <= kTimedSearches; round++) {
+        int got = 0;
+        cudnnStatus_t s = K::find(h, e, a, b, out, &got, p, ws, ws_bytes);
+        if (s != CUDNN_STATUS_SUCCESS) return s;
+        if (round > 0) merge(p, got, best, &n, 2 * K::kCount);
       }
-      case ConvKind::kBackwardData: {
-        cudnnConvolutionBwdDataAlgoPerf_t
-            p[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
-        s = cudnnFindConvolutionBackwardDataAlgorithmEx(
-            h, e->f, a, e->y, b, e->conv, e->x, out, algo_count(), &got, p, ws,
-            ws_bytes);
-        return s != CUDNN_STATUS_SUCCESS ? s : pick(p, got, dtype);
-      }
-      default: {
-        cudnnConvolutionBwdFilterAlgoPerf_t
-            p[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
-        s = cudnnFindConvolutionBackwardFilterAlgorithmEx(
-            h, e->x, a, e->y, b, e->conv, e->f, out, algo_count(), &got, p, ws,
-            ws_bytes);
-        return s != CUDNN_STATUS_SUCCESS ? s : pick(p, got, dtype);
-      }
-    }
+      sort_by_time(best, n);
+      return pick(best, n, dtype);
+    });
   }
 
   cudnnStatus_t heuristics(rf_dtype dtype) const {
-    int got = 0;
-    cudnnStatus_t s;
-    switch (kind) {
-      case ConvKind::kForward: {
-        cudnnConvolutionFwdAlgoPerf_t p[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-        s = cudnnGetConvolutionForwardAlgorithm_v7(h, e->x, e->f, e->conv, e->y,
-                                                   algo_count(), &got, p);
-        return s != CUDNN_STATUS_SUCCESS ? s : pick(p, got, dtype);
-      }
-      case ConvKind::kBackwardData: {
-        cudnnConvolutionBwdDataAlgoPerf_t
-            p[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
-        s = cudnnGetConvolutionBackwardDataAlgorithm_v7(
-            h, e->f, e->y, e->conv, e->x, algo_count(), &got, p);
-        return s != CUDNN_STATUS_SUCCESS ? s : pick(p, got, dtype);
-      }
-      default: {
-        cudnnConvolutionBwdFilterAlgoPerf_t
-            p[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
-        s = cudnnGetConvolutionBackwardFilterAlgorithm_v7(
-            h, e->x, e->y, e->conv, e->f, algo_count(), &got, p);
-        return s != CUDNN_STATUS_SUCCESS ? s : pick(p, got, dtype);
-      }
-    }
+    return with_kind([&](auto k) {
+      using K = decltype(k);
+      typename K::Perf p[K::kCount];
+      int got = 0;
+      cudnnStatus_t s = K::heuristics(h, e, &got, p);
+      return s != CUDNN_STATUS_SUCCESS ? s : pick(p, got, dtype);
+    });
   }
 
   cudnnStatus_t run(const void *a, const void *b, void *out, void *ws) const {
-    const float one = 1.0f, zero = 0.0f;
-    switch (kind) {
-      case ConvKind::kForward:
-        return cudnnConvolutionForward(h, &one, e->x, a, e->f, b, e->conv,
-                                       (cudnnConvolutionFwdAlgo_t)e->algo, ws,
-                                       e->workspace, &zero, e->y, out);
-      case ConvKind::kBackwardData:
-        return cudnnConvolutionBackwardData(
-            h, &one, e->f, a, e->y, b, e->conv,
-            (cudnnConvolutionBwdDataAlgo_t)e->algo, ws, e->workspace, &zero,
-            e->x, out);
-      default:
-        return cudnnConvolutionBackwardFilter(
-            h, &one, e->x, a, e->y, b, e->conv,
-            (cudnnConvolutionBwdFilterAlgo_t)e->algo, ws, e->workspace, &zero,
-            e->f, out);
-    }
+    return with_kind(
+        [&](auto k) { return decltype(k)::run(h, e, a, b, out, ws); });
   }
 };
 
 /* Runs the search for e (a, b, out as dnn_conv's, the filter in KRSC). */
 rf_status *search(rf__kernel_ctx *ctx, const Ops &ops, rf_dtype dtype,
                   const void *a, const void *b, void *out) {
-  size_t most = 0;
-  for (int algo = 0; algo < ops.algo_count(); algo++) {
-    size_t bytes = 0;
-    if (ops.workspace(algo, &bytes) == CUDNN_STATUS_SUCCESS && bytes > most)
-      most = bytes;
-  }
+  size_t most = ops.most_workspace();
   if (most > kFindWorkspaceCap) most = kFindWorkspaceCap;
   rf_tensor *ws = nullptr;
   if (most > 0) {
@@ -274,6 +366,7 @@ rf_status *search(rf__kernel_ctx *ctx, const Ops &ops, rf_dtype dtype,
   }
   cudnnStatus_t s = ops.find(a, b, out, ws ? ws->data : nullptr, most, dtype);
   rf_tensor_release(ws);
+  rf__debug_count_conv_search();
   RF_DNN_CHECK(ctx, s);
   ops.e->chosen = true;
   return NULL;
@@ -373,6 +466,8 @@ rf_status *dnn_conv(rf__kernel_ctx *ctx, ConvKind kind, const rf__conv_geom &g,
   if (!h)
     return rf__kernel_error(ctx, RF_INTERNAL,
                             "the GPU device has no cuDNN handle");
+  static std::once_flag hooked; /* outside cache_mu: the hook takes it */
+  std::call_once(hooked, [] { rf__gpu_set_idle_hook(cache_clear); });
   Entry *e;
   RF_CHECK(lookup(ctx, kind, g, dtype, &e));
   Ops ops{h, e, kind};
@@ -403,6 +498,7 @@ rf_status *dnn_conv(rf__kernel_ctx *ctx, ConvKind kind, const rf__conv_geom &g,
         err = search(ctx, ops, dtype, fa, fb, fout);
       } else {
         cudnnStatus_t s = ops.heuristics(dtype);
+        rf__debug_count_conv_search();
         if (s != CUDNN_STATUS_SUCCESS)
           err = dnn_error(ctx, s, "cudnnGetConvolution*Algorithm_v7");
         else

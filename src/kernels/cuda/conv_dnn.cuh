@@ -25,8 +25,9 @@ bool dnn_conv_fits(const rf__conv_geom &g, rf_dtype dtype);
  *   kBackwardData:   a = filter, b = dy, out = dx
  *   kBackwardFilter: a = x, b = dy, out = dfilter
  * float16 and bfloat16 accumulate in float32; float32 never uses TF32. The
- * algorithm of each (GPU, kind, dtype, geometry) is chosen once per process
- * by cudnnFind*Ex and cached: the fastest deterministic algorithm unless
+ * algorithm of each (GPU, kind, dtype, geometry) is chosen once by
+ * cudnnFind*Ex (after a warm-up search) and cached while any GPU runtime
+ * lives: the fastest deterministic algorithm unless
  * one that is not (atomics: the last bits may differ from run to run) is
  * more than 1.1x faster. */
 rf_status *dnn_conv(rf__kernel_ctx *ctx, ConvKind kind, const rf__conv_geom &g,

@@ -8,7 +8,10 @@
  * order and no atomics are needed (MaxPoolGrad over disjoint windows, the
  * CNN's 2x2 stride 2, scatters instead: max_pool_grad_disjoint).
  * float16/bfloat16 (GPU only) compute in float (Num<T>) and round once. */
+#include <type_traits>
+
 #include "kernels/cuda/gpu_common.cuh"
+#include "kernels/cuda/window.cuh"
 
 extern "C" {
 #include "kernels/conv_prepare.h"
@@ -19,16 +22,6 @@ namespace rf_gpu {
 namespace {
 
 using G = rf__conv_geom;
-
-/* Output (oh, ow)'s window clipped to the input. */
-__device__ void window(const G &g, int64_t oh, int64_t ow, int64_t *h0,
-                       int64_t *h1, int64_t *w0, int64_t *w1) {
-  int64_t hs = oh * g.sh - g.pt, ws = ow * g.sw - g.pl;
-  *h0 = hs < 0 ? 0 : hs;
-  *w0 = ws < 0 ? 0 : ws;
-  *h1 = hs + g.kh < g.h ? hs + g.kh : g.h;
-  *w1 = ws + g.kw < g.w ? ws + g.kw : g.w;
-}
 
 /* The CPU's argmax: the image's (h * w + w) of the window's first maximum
  * for channel k (NaN wins), -1 when empty. x is the image. */
@@ -49,40 +42,148 @@ __device__ int64_t argmax(const G &g, const T *x, int64_t oh, int64_t ow,
   return best;
 }
 
-/* e = ((b * oh + y) * ow + x) * c + k of the output. */
-template <typename T, bool kMax>
-__global__ void pool_forward(G g, const T *x, T *y, int64_t n) {
-  RF_GPU_LOOP(e, n) {
-    int64_t k = e % g.c, r = e / g.c;
-    int64_t ow = r % g.ow;
-    r /= g.ow;
-    int64_t oh = r % g.oh, b = r / g.oh;
-    const T *img = x + b * g.h * g.w * g.c;
-    if (kMax) {
-      int64_t a = argmax(g, img, oh, ow, k);
-      y[e] = a < 0 ? Num<T>::store(0) : img[a * g.c + k];
-      continue;
+/* The forward kernels and the disjoint MaxPoolGrad are bound by memory when
+ * their index arithmetic is cheap: a thread takes V adjacent channels of
+ * one output position (a 16-byte vector when the channels and pointers
+ * allow, so loads and stores are whole and coalesced), and the indices are
+ * 32-bit when every offset fits (a 64-bit division costs tens of
+ * instructions). Each lane computes exactly what a thread per element
+ * would, in the same order, so the results are bit-identical. */
+template <typename I>
+struct PG {
+  I n, h, w, cv; /* cv: channels / V */
+  I oh, ow, kh, kw, sh, sw, pt, pl;
+};
+
+template <typename I>
+PG<I> pg(const G &g, int v) {
+  return PG<I>{(I)g.n,  (I)g.h,  (I)g.w,  (I)(g.c / v), (I)g.oh, (I)g.ow,
+               (I)g.kh, (I)g.kw, (I)g.sh, (I)g.sw,      (I)g.pt, (I)g.pl};
+}
+
+template <typename T, int V>
+struct alignas(sizeof(T) * V) Vec {
+  T v[V];
+};
+
+/* Item e (V channels of one output position): its image offset (in
+ * vectors), window and channel vector. */
+template <typename I>
+__device__ __forceinline__ void item(const PG<I> &g, I e, I *img, I *kv, I *h0,
+                                     I *h1, I *w0, I *w1) {
+  I b, oh, ow;
+  split4(e, g.oh, g.ow, g.cv, &b, &oh, &ow, kv);
+  *img = b * g.h * g.w * g.cv;
+  window(g, oh, ow, h0, h1, w0, w1);
+}
+
+/* The CPU's argmax per lane: the window's first maximum in (row, column)
+ * order, NaN winning; pos = ih * w + iw, -1 for an empty window. m holds
+ * the maximum's own bits. */
+template <typename T, int V, typename I>
+__device__ __forceinline__ void vargmax(const PG<I> &g, const Vec<T, V> *x,
+                                        I kv, I h0, I h1, I w0, I w1,
+                                        Vec<T, V> *m, I pos[V]) {
+  using C = typename Num<T>::C;
+  C best[V];
+  for (int l = 0; l < V; l++) pos[l] = -1, best[l] = 0;
+  for (I ih = h0; ih < h1; ih++)
+    for (I iw = w0; iw < w1; iw++) {
+      Vec<T, V> v = x[(ih * g.w + iw) * g.cv + kv];
+      for (int l = 0; l < V; l++) {
+        C a = Num<T>::load(v.v[l]);
+        if (pos[l] < 0 || (!isnan(best[l]) && (a > best[l] || isnan(a)))) {
+          best[l] = a;
+          m->v[l] = v.v[l];
+          pos[l] = ih * g.w + iw;
+        }
+      }
     }
-    int64_t h0, h1, w0, w1;
-    window(g, oh, ow, &h0, &h1, &w0, &w1);
-    using C = typename Num<T>::C;
-    C s = 0;
-    for (int64_t ih = h0; ih < h1; ih++)
-      for (int64_t iw = w0; iw < w1; iw++)
-        s += Num<T>::load(img[(ih * g.w + iw) * g.c + k]);
-    int64_t cnt = (h1 - h0) * (w1 - w0);
-    y[e] = Num<T>::store(cnt > 0 ? s / (C)cnt : s);
+}
+
+/* n items of V channels each. */
+template <typename T, int V, typename I, bool kMax>
+__global__ void pool_forward(PG<I> g, const Vec<T, V> *x, Vec<T, V> *y, I n) {
+  for (I e = (I)blockIdx.x * blockDim.x + threadIdx.x; e < n;
+       e += (I)blockDim.x * gridDim.x) {
+    I img, kv, h0, h1, w0, w1;
+    item(g, e, &img, &kv, &h0, &h1, &w0, &w1);
+    Vec<T, V> out;
+    if (kMax) {
+      I pos[V];
+      vargmax(g, x + img, kv, h0, h1, w0, w1, &out, pos);
+      for (int l = 0; l < V; l++)
+        if (pos[l] < 0) out.v[l] = Num<T>::store(0);
+    } else {
+      using C = typename Num<T>::C;
+      C s[V];
+      for (int l = 0; l < V; l++) s[l] = 0;
+      for (I ih = h0; ih < h1; ih++)
+        for (I iw = w0; iw < w1; iw++) {
+          Vec<T, V> v = x[img + (ih * g.w + iw) * g.cv + kv];
+          for (int l = 0; l < V; l++) s[l] += Num<T>::load(v.v[l]);
+        }
+      I cnt = (h1 - h0) * (w1 - w0);
+      for (int l = 0; l < V; l++)
+        out.v[l] = Num<T>::store(cnt > 0 ? s[l] / (C)cnt : s[l]);
+    }
+    y[e] = out;
   }
+}
+
+/* MaxPoolGrad when no two windows share an input element (stride >= window
+ * on both axes): an item finds its window's argmax once and writes the
+ * whole window, dy at the argmax and 0 elsewhere, so x is read once rather
+ * than once per window visit. Elements in no window are zeroed before (by
+ * the caller) unless the windows tile the input. */
+template <typename T, int V, typename I>
+__global__ void max_pool_grad_disjoint(PG<I> g, const Vec<T, V> *x,
+                                       const Vec<T, V> *dy, Vec<T, V> *dx,
+                                       I n) {
+  for (I e = (I)blockIdx.x * blockDim.x + threadIdx.x; e < n;
+       e += (I)blockDim.x * gridDim.x) {
+    I img, kv, h0, h1, w0, w1, pos[V];
+    item(g, e, &img, &kv, &h0, &h1, &w0, &w1);
+    Vec<T, V> m;
+    vargmax(g, x + img, kv, h0, h1, w0, w1, &m, pos);
+    Vec<T, V> v = dy[e], out;
+    T zero = Num<T>::store(0);
+    for (I ih = h0; ih < h1; ih++)
+      for (I iw = w0; iw < w1; iw++) {
+        for (int l = 0; l < V; l++)
+          out.v[l] = ih * g.w + iw == pos[l] ? v.v[l] : zero;
+        dx[img + (ih * g.w + iw) * g.cv + kv] = out;
+      }
+  }
+}
+
+/* Calls f(std::integral_constant<int, V>{}, I{}) for a pass over tensors
+ * (ptrs, nptrs of them) of g.c channels of T: V fills 16 bytes when every
+ * pointer is aligned to that and the channels fill whole vectors, else 1;
+ * I is int32_t when every offset (at most `most` elements, the window and
+ * stride bounded) and the grid-stride loop's index fit, else int64_t. */
+template <typename T, typename F>
+rf_status *vector_launch(const G &g, const void *const *ptrs, int nptrs,
+                         int64_t most, F &&f) {
+  constexpr int kV = (int)(16 / sizeof(T));
+  bool vec = g.c % kV == 0;
+  for (int i = 0; i < nptrs && vec; i++)
+    vec = (uintptr_t)ptrs[i] % (sizeof(T) * kV) == 0;
+  const int64_t small = int64_t(1) << 20;
+  bool i32 = most <= INT32_MAX / 2 && g.kh <= small && g.kw <= small &&
+             g.sh <= small && g.sw <= small && g.pt <= small && g.pl <= small;
+  using One = std::integral_constant<int, 1>;
+  using Wide = std::integral_constant<int, kV>;
+  if (vec) return i32 ? f(Wide{}, int32_t{}) : f(Wide{}, int64_t{});
+  return i32 ? f(One{}, int32_t{}) : f(One{}, int64_t{});
 }
 
 /* dx (n, h, w, c) gathered from the windows holding each element. */
 template <typename T, bool kMax>
 __global__ void pool_grad(G g, const T *x, const T *dy, T *dx, int64_t n) {
   RF_GPU_LOOP(e, n) {
-    int64_t k = e % g.c, r = e / g.c;
-    int64_t iw = r % g.w;
-    r /= g.w;
-    int64_t ih = r % g.h, b = r / g.h;
+    int64_t b, ih, iw, k;
+    split4<int64_t>(e, g.h, g.w, g.c, &b, &ih, &iw, &k);
     /* outputs whose window [o s - p, o s - p + k) holds i */
     int64_t t = ih + g.pt - g.kh + 1;
     int64_t oh0 = t <= 0 ? 0 : (t + g.sh - 1) / g.sh;
@@ -112,30 +213,6 @@ __global__ void pool_grad(G g, const T *x, const T *dy, T *dx, int64_t n) {
 }
 
 /* Calls f(Tag<T>{}) for the float dtypes the ops allow on GPUs. */
-/* MaxPoolGrad when no two windows share an input element (stride >= window
- * on both axes): a thread per output element finds its window's argmax once
- * and writes the whole window, dy at the argmax and 0 elsewhere, so x is
- * read once rather than once per window visit. Elements in no window are
- * zeroed before (by the caller) unless the windows tile the input. */
-template <typename T>
-__global__ void max_pool_grad_disjoint(G g, const T *x, const T *dy, T *dx,
-                                       int64_t n) {
-  RF_GPU_LOOP(e, n) {
-    int64_t k = e % g.c, r = e / g.c;
-    int64_t ow = r % g.ow;
-    r /= g.ow;
-    int64_t oh = r % g.oh, b = r / g.oh;
-    int64_t off = b * g.h * g.w * g.c;
-    int64_t a = argmax(g, x + off, oh, ow, k);
-    int64_t h0, h1, w0, w1;
-    window(g, oh, ow, &h0, &h1, &w0, &w1);
-    T v = dy[e], zero = Num<T>::store(0);
-    for (int64_t ih = h0; ih < h1; ih++)
-      for (int64_t iw = w0; iw < w1; iw++)
-        dx[off + (ih * g.w + iw) * g.c + k] = ih * g.w + iw == a ? v : zero;
-  }
-}
-
 template <typename F>
 rf_status *visit(rf_dtype dt, F &&f) {
   switch (dt) {
@@ -159,10 +236,18 @@ rf_status *forward(rf__kernel_ctx *ctx) {
   if (n == 0) return NULL;
   return visit(x->dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    pool_forward<T, kMax><<<grid(ctx, n), kThreads, 0, stream(ctx)>>>(
-        g, (const T *)x->data, (T *)y->data, n);
-    RF_GPU_LAUNCHED(ctx);
-    return (rf_status *)NULL;
+    const void *p[2] = {x->data, y->data};
+    return vector_launch<T>(g, p, 2, x->num_elements, [&](auto v, auto i) {
+      constexpr int V = decltype(v)::value;
+      using I = decltype(i);
+      I items = (I)(n / V);
+      pool_forward<T, V, I, kMax>
+          <<<grid(ctx, items), kThreads, 0, stream(ctx)>>>(
+              pg<I>(g, V), (const Vec<T, V> *)x->data, (Vec<T, V> *)y->data,
+              items);
+      RF_GPU_LAUNCHED(ctx);
+      return (rf_status *)NULL;
+    });
   });
 }
 
@@ -188,10 +273,18 @@ rf_status *backward(rf__kernel_ctx *ctx, const G &g, const rf_tensor *x,
     if (m == 0) return NULL;
     return visit(dy->dtype, [&](auto tag) {
       using T = typename decltype(tag)::type;
-      max_pool_grad_disjoint<T><<<grid(ctx, m), kThreads, 0, stream(ctx)>>>(
-          g, (const T *)x->data, (const T *)dy->data, (T *)dx->data, m);
-      RF_GPU_LAUNCHED(ctx);
-      return (rf_status *)NULL;
+      const void *p[3] = {x->data, dy->data, dx->data};
+      return vector_launch<T>(g, p, 3, n, [&](auto v, auto i) {
+        constexpr int V = decltype(v)::value;
+        using I = decltype(i);
+        I items = (I)(m / V);
+        max_pool_grad_disjoint<T, V, I>
+            <<<grid(ctx, items), kThreads, 0, stream(ctx)>>>(
+                pg<I>(g, V), (const Vec<T, V> *)x->data,
+                (const Vec<T, V> *)dy->data, (Vec<T, V> *)dx->data, items);
+        RF_GPU_LAUNCHED(ctx);
+        return (rf_status *)NULL;
+      });
     });
   }
   return visit(dy->dtype, [&](auto tag) {
