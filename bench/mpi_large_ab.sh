@@ -17,8 +17,8 @@
 # Environment: NPS (default "2 4"), REPS (2), MIN_TIME (0.05), SIZES
 # ("--min 1M --max 64M"), BENCH_ARGS (more bench options, e.g.
 # "--collective broadcast"), CPUS (a taskset list for the ranks, e.g. 2-7),
-# OUT (a folder for the raw CSV; default a temporary one). About 2.5 minutes
-# on a quiet 16-core machine with the defaults.
+# OUT (a folder for the raw CSV; default a temporary one). Estimated at
+# 2-3 minutes on a quiet 16-core machine with the defaults (16 runs).
 set -euo pipefail
 if [ $# -lt 1 ] || [ ! -x "$1" ]; then
   echo "usage: $0 RINGFLOW [OLD_RINGFLOW]" >&2
