@@ -286,6 +286,40 @@ static void test_both_sides_of_thresholds(void **state) {
   }
 }
 
+/* What an issued collective moves through this process, the engine's spin
+ * budget while its nonblocking call is in flight, is the whole vector on
+ * every side: a broadcast's root (no output of its own: its buffer is its
+ * input) and a reduce-scatter with one participant (its output is one
+ * share) counted as moving nothing or a share, and the root's engine slept
+ * between the MPI calls that push a large broadcast on. */
+static void test_in_flight_bytes_are_the_whole_vector(void **state) {
+  int64_t elems = 1 << 20; /* 4 MiB of float32 */
+  rf_shape shape = rf_shape_of(1, elems);
+  rf__mpi_op root = {.num_devices = 4, .shape = shape};
+  root.g.kind = RF_COLL_BROADCAST;
+  root.g.dtype = RF_FLOAT32;
+  root.g.root = 0;
+  root.g.n = 1;
+  assert_int_equal(rf__mpi_op_bytes(&root), elems * 4);
+  rf__mpi_op receiver = root;
+  receiver.g.root = -1;
+  receiver.shape = rf_shape_of(1, -1); /* known from the root at GO */
+  receiver.root_shape = shape;
+  assert_int_equal(rf__mpi_op_bytes(&receiver), elems * 4);
+  rf__mpi_op rs = root;
+  rs.g.kind = RF_COLL_REDUCE_SCATTER;
+  rs.g.root = -1;
+  assert_int_equal(rf__mpi_op_bytes(&rs), elems * 4);
+  rf__mpi_op wide = rs; /* bfloat16 reduced as float32 */
+  wide.g.dtype = RF_BFLOAT16;
+  wide.wide = true;
+  assert_int_equal(rf__mpi_op_bytes(&wide), elems * 4);
+  rf__mpi_op ag = root; /* each of 4 participants gives its rows */
+  ag.g.kind = RF_COLL_ALL_GATHER;
+  ag.g.root = -1;
+  assert_int_equal(rf__mpi_op_bytes(&ag), elems * 4 * 4);
+}
+
 /* An unknown RF_MPI_ALGORITHM fails the collective in every process,
  * naming the variable (the ctest entry test_mpi_algorithms_bad_env sets it
  * to "bad"; the library reads it once, so this runs alone). */
@@ -325,6 +359,7 @@ int main(void) {
     return cmocka_run_group_tests(bad, NULL, NULL);
   }
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_in_flight_bytes_are_the_whole_vector),
       cmocka_unit_test(test_small_every_dtype),
       cmocka_unit_test(test_both_sides_of_thresholds),
   };

@@ -365,9 +365,7 @@ static void issue_data(rf__job *j, rf__mpi_agreed *a, rf__mpi_op *op,
   op->state = RF_OP_IN_FLIGHT;
   op->deadline_ns = now + op->timeout_ms * 1000000;
   op->issued_ns = now;
-  size_t in = op->partial ? rf_tensor_nbytes(op->partial) : 0,
-         out = op->out ? rf_tensor_nbytes(op->out) : 0;
-  op->bytes = (int64_t)(in > out ? in : out);
+  op->bytes = rf__mpi_op_bytes(op);
   j->fast_in_flight++;
 }
 

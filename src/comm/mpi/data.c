@@ -272,6 +272,12 @@ void rf__mpi_op_prepare(rf__mpi_op *op) {
 
 /* ---- the MPI call ---- */
 
+int64_t rf__mpi_op_bytes(const rf__mpi_op *op) {
+  int64_t es = op->wide ? 4 : (int64_t)rf_dtype_size(op->g.dtype);
+  int64_t bytes = input_elems(op) * es;
+  return op->g.kind == RF_COLL_ALL_GATHER ? bytes * op->num_devices : bytes;
+}
+
 /* Per task of the set: count participants' worth of `unit` each. */
 static void per_task(const rf__mpi_op *op, int64_t unit, int *counts,
                      int *displs) {

@@ -373,9 +373,7 @@ static int issue(rf__job *j, rf__mpi_op *op, int64_t now) {
   op->state = RF_OP_IN_FLIGHT;
   op->deadline_ns = now + op->timeout_ms * 1000000;
   op->issued_ns = now;
-  size_t in = op->partial ? rf_tensor_nbytes(op->partial) : 0,
-         out = op->out ? rf_tensor_nbytes(op->out) : 0;
-  op->bytes = (int64_t)(in > out ? in : out);
+  op->bytes = rf__mpi_op_bytes(op);
   j->in_flight++;
   return 1;
 }

@@ -137,6 +137,10 @@ rf_status *rf__mpi_op_alloc(rf__mpi_op *op);
 void rf__mpi_op_prepare(rf__mpi_op *op);
 /* Starts the MPI collective on comm (engine thread). */
 rf_status *rf__mpi_op_issue(rf__mpi_op *op, MPI_Comm comm);
+/* The bytes op's collective moves through this process once issued (the
+ * whole vector: a broadcast's root included, whose buffer is its input):
+ * the engine's spin budget while its data are in flight. */
+int64_t rf__mpi_op_bytes(const rf__mpi_op *op);
 /* The algorithm of op (algorithm.c: by kind and size, or RF_MPI_ALGORITHM),
  * decided once when its buffers are allocated; INVALID_ARGUMENT for an
  * unknown RF_MPI_ALGORITHM. */

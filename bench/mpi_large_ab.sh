@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# bench/mpi_large_ab.sh - ringflow's collectives across processes from 1 MiB
+# up against MPI's own call, per algorithm (src/comm/mpi/algorithm.c): the
+# table's choice ("auto") and each algorithm forced by RF_MPI_ALGORITHM
+# (nbc, blocking, ring), and optionally the same "auto" of a second binary
+# (the A of an A/B: an older build). For np 2 and 4, REPS repetitions; in
+# each the variants run one after the other in a rotated order, so a
+# change of load hits them alike. Each run is
+#   mpirun --bind-to none --mca btl self,vader -np N \
+#     env RF_MPI_ALGORITHM=ALG RINGFLOW bench --min 1M --max 64M --no-gloo \
+#     --min-time MIN_TIME --rounds 3 --csv
+# and its ratio is MPI's time / ringflow's (>= 1: ringflow as fast). The
+# summary: per np, collective and size, the median ratio of each variant
+# over the repetitions, and the fastest variant (what the table should
+# choose there). The load average is printed before and after.
+#   bash bench/mpi_large_ab.sh build-nc/tools/ringflow [OLD_RINGFLOW]
+# Environment: NPS (default "2 4"), REPS (2), MIN_TIME (0.05), SIZES
+# ("--min 1M --max 64M"), BENCH_ARGS (more bench options, e.g.
+# "--collective broadcast"), CPUS (a taskset list for the ranks, e.g. 2-7),
+# OUT (a folder for the raw CSV; default a temporary one). Estimated at
+# 2-3 minutes on a quiet 16-core machine with the defaults (16 runs).
+set -euo pipefail
+if [ $# -lt 1 ] || [ ! -x "$1" ]; then
+  echo "usage: $0 RINGFLOW [OLD_RINGFLOW]" >&2
+  exit 2
+fi
+RF=$(readlink -f "$1")
+OLD=${2:+$(readlink -f "$2")}
+NPS=${NPS:-"2 4"}
+REPS=${REPS:-2}
+MIN_TIME=${MIN_TIME:-0.05}
+SIZES=${SIZES:-"--min 1M --max 64M"}
+OUT=${OUT:-$(mktemp -d /tmp/mpi_large_ab.XXXXXX)}
+mkdir -p "$OUT"
+PIN=()
+[ -n "${CPUS:-}" ] && PIN=(taskset -c "$CPUS")
+variants=(auto nbc blocking ring)
+[ -n "$OLD" ] && variants+=(old)
+
+echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+raw="$OUT/raw.csv"
+echo "np,variant,rep,collective,tasks,devices,bytes,iters,rounds,ringflow_us,mpi_us,gloo_us,rf_bw,mpi_bw,gloo_bw,ratio_vs_mpi,ratio_vs_gloo" >"$raw"
+for rep in $(seq 1 "$REPS"); do
+  for np in $NPS; do
+    n=${#variants[@]}
+    for k in $(seq 0 $((n - 1))); do
+      v=${variants[$(((k + rep + np) % n))]}
+      bin=$RF alg=$v
+      [ "$v" = old ] && bin=$OLD alg=auto
+      # shellcheck disable=SC2086
+      "${PIN[@]}" mpirun --allow-run-as-root --oversubscribe --bind-to none \
+        --mca btl self,vader -np "$np" env RF_MPI_ALGORITHM="$alg" \
+        "$bin" bench $SIZES ${BENCH_ARGS:-} --no-gloo --min-time "$MIN_TIME" --rounds 3 \
+        --csv 2>"$OUT/err.$np.$v.$rep" |
+        awk -v p="$np,$v,$rep," -F, 'NR > 1 && NF > 5 {print p $0}' >>"$raw"
+    done
+  done
+done
+echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "raw CSV: $raw"
+python3 - "$raw" <<'EOF'
+import csv, statistics, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+cells = {}
+for r in rows:
+    key = (int(r["np"]), r["collective"], float(r["bytes"]))
+    cells.setdefault(key, {}).setdefault(r["variant"], []).append(
+        (float(r["ratio_vs_mpi"]), float(r["ringflow_us"]), float(r["mpi_us"])))
+order = ["auto", "nbc", "blocking", "ring", "old"]
+seen = [v for v in order if any(v in c for c in cells.values())]
+print("median MPI/ringflow ratio (>= 1: ringflow as fast); best = fastest variant")
+print("%-3s %-15s %9s " % ("np", "collective", "MiB") +
+      " ".join("%9s" % v for v in seen) + "  best   auto_us    mpi_us")
+for key in sorted(cells):
+    c = cells[key]
+    med = {v: statistics.median(x[0] for x in c[v]) for v in c}
+    best = max(med, key=med.get)
+    au = c.get("auto", [(0, 0, 0)])
+    print("%-3d %-15s %9.0f " % (key[0], key[1], key[2] / 2**20) +
+          " ".join("%9s" % ("%.2f" % med[v] if v in med else "-") for v in seen) +
+          "  %-6s %8.0f %9.0f" % (best, statistics.median(x[1] for x in au),
+                                 statistics.median(x[2] for x in au)))
+EOF
