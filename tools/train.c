@@ -897,6 +897,7 @@ int cmd_train(int argc, char **argv) {
   sopts.collective_timeout_ms = llround(o.collective_timeout * 1000);
   if (sopts.collective_timeout_ms < 1) sopts.collective_timeout_ms = 1;
   one_opts.collective_timeout_ms = sopts.collective_timeout_ms;
+  one_opts.collective_bucket_bytes = 0; /* --check's reference: unfused */
   sopts.allow_tf32 = one_opts.allow_tf32 = o.tf32;
   train_job job;
   if ((rc = train_job_init(&job, &o.devices, &cfg))) return rc;
