@@ -317,6 +317,11 @@ void rf__mpi_member_free(rf__job *j);
 
 /* ---- participant sets' communicators (sets.c) ---- */
 
+/* Makes the record of the set of tasks[0..n) (no communicator yet), so
+ * that rf__mpi_set_get after GO allocates nothing of ringflow's: a member
+ * that could not record the set there would leave the others in
+ * MPI_Comm_create_group. RESOURCE_EXHAUSTED without memory. */
+rf_status *rf__mpi_set_reserve(rf__job *j, int n, const int *tasks);
 /* The communicator of the set of tasks[0..n) (a new one is made on first
  * use, in GO order, so every member makes it at the same point). */
 rf_status *rf__mpi_set_get(rf__job *j, int n, const int *tasks,

@@ -178,7 +178,13 @@ static rf_status *attach_exchange(rf__job *j) {
   j->ngpu = rf__calloc((size_t)j->ntasks, sizeof(int));
   j->attach_all = rf__calloc((size_t)j->ntasks * 3, sizeof(int));
   j->peers = rf__calloc((size_t)j->ntasks, 1);
-  if (!j->ncpu || !j->ngpu || !j->attach_all || !j->peers) return rf__oom();
+  /* The receive buffer, made now: a verdict (GO) dropped for want of memory
+   * would leave the others in the MPI collective. It grows only for
+   * messages longer than this (collective names of about 4 KiB). */
+  j->recv_cap = 4096;
+  j->recv_buf = rf__malloc(j->recv_cap);
+  if (!j->ncpu || !j->ngpu || !j->attach_all || !j->peers || !j->recv_buf)
+    return rf__oom();
   return RF_MPI_STATUS(MPI_Iallgather(j->attach_mine, 3, MPI_INT, j->attach_all,
                                       3, MPI_INT, j->ctl, &j->attach_req[0]));
 }
