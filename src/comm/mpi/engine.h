@@ -181,6 +181,7 @@ struct rf__job {
     int64_t step, job_step;
   } * steps;
   int num_steps, cap_steps;
+  int unrecorded_steps; /* begun without a record (no memory) */
   /* Steps of this session running here: while any does, the engine looks
    * at the network at least every millisecond (messages for the coordinator
    * can come before this process's own part of a collective). */
@@ -250,6 +251,9 @@ bool rf__mpi_job_may_leave(const rf__job *j, int64_t now);
  * *busy: data in flight (keep polling); *waiting: answers awaited. */
 int rf__mpi_job_poll(rf__job *j, int64_t now, bool *busy, bool *waiting);
 void rf__mpi_job_command(rf__mpi_cmd *c);
+/* Whether step step_id of this process is recorded (rf__job_begin_step),
+ * so that its cancellation can reach the other processes; any thread. */
+bool rf__mpi_job_step_recorded(rf__job *j, int64_t step_id);
 
 /* ---- messages (protocol.c) ---- */
 

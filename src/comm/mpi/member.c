@@ -185,6 +185,13 @@ void rf__job_coll_run(rf__job *j, rf__coll_group *g, const char *devices,
         "collective '%s': %d participants here, the group's "
         "devices %s say otherwise",
         op->name, g->n, op->devices);
+  /* A step begun without its record could not tell the others if it were
+   * cancelled later: its collectives fail now, which tells them. */
+  if (!st && !rf__mpi_job_step_recorded(j, op->step_id))
+    st = rf__error(RF_RESOURCE_EXHAUSTED,
+                   "collective '%s' (job step %lld): out of memory recording "
+                   "this step of task %d in the job",
+                   op->name, (long long)job_step, j->task);
   if (!st) st = op->gpu ? rf__mpi_gpu_alloc(op) : rf__mpi_op_alloc(op);
   rf__mpi_cmd *c = st ? NULL : rf__calloc(1, sizeof *c);
   if (!st && !c) st = rf__oom();
