@@ -306,6 +306,8 @@ bool rf__mpi_agree_once(void);
 void rf__mpi_coord_handle(rf__job *j, const rf__mpi_msg_view *v, int64_t now);
 /* Deadlines and forgetting; true while collectives are being agreed. */
 bool rf__mpi_coord_poll(rf__job *j, int64_t now);
+/* A PONG to task 0's probe of a collective that timed out waiting. */
+void rf__mpi_coord_pong(rf__job *j, const rf__mpi_msg_view *v);
 void rf__mpi_coord_free(rf__job *j);
 
 /* ---- this task's collectives (member.c) ---- */

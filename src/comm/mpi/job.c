@@ -286,7 +286,10 @@ static void dispatch(rf__job *j, const rf__mpi_msg_view *v, int64_t now) {
       rf__mpi_send_msg(j, from, &h, v->name, NULL, NULL);
       break;
     }
-    case RF_MSG_PONG: rf__mpi_member_pong(j, v); break;
+    case RF_MSG_PONG:
+      rf__mpi_member_pong(j, v);
+      if (j->task == 0) rf__mpi_coord_pong(j, v);
+      break;
     default:
       if (j->task == 0) rf__mpi_coord_handle(j, v, now);
   }
