@@ -95,6 +95,7 @@ static void sweep(job *j, rf__mpi_algorithm algo) {
   int attempts = 0, failures = 0, lates = 0;
   const char *only = getenv("RF_TEST_K");
   for (int64_t k = only ? atoll(only) : 1;; k++) {
+    MPI_Barrier(MPI_COMM_WORLD); /* every process makes it within its timeout */
     s = session(j);
     MPI_Barrier(MPI_COMM_WORLD);
     int64_t count = rf_debug_allocation_count();
