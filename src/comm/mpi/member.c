@@ -364,6 +364,14 @@ static void break_job(rf__job *j, const rf__mpi_op *op, int64_t now) {
 /* 1: issued (or failed and dropped); 0: not yet (GPU communicators being
  * made), the op stays first in the GO queue. */
 static int issue(rf__job *j, rf__mpi_op *op, int64_t now) {
+  /* What it moves, read before a data thread may allocate its output. */
+  int64_t bytes = rf_shape_num_elements(&op->root_shape) *
+                  (int64_t)rf_dtype_size(op->g.dtype);
+  if (bytes < 0) bytes = 0;
+  if (op->partial && (int64_t)rf_tensor_nbytes(op->partial) > bytes)
+    bytes = (int64_t)rf_tensor_nbytes(op->partial);
+  if (op->out && (int64_t)rf_tensor_nbytes(op->out) > bytes)
+    bytes = (int64_t)rf_tensor_nbytes(op->out);
   rf__mpi_set *set = NULL;
   rf_status *st = rf__mpi_set_get(j, op->nset, op->tasks, &set);
   if (!st && op->gpu) {
@@ -387,9 +395,7 @@ static int issue(rf__job *j, rf__mpi_op *op, int64_t now) {
   op->state = RF_OP_IN_FLIGHT;
   op->deadline_ns = now + op->timeout_ms * 1000000;
   op->issued_ns = now;
-  size_t in = op->partial ? rf_tensor_nbytes(op->partial) : 0,
-         out = op->out ? rf_tensor_nbytes(op->out) : 0;
-  op->bytes = (int64_t)(in > out ? in : out);
+  op->bytes = bytes;
   j->in_flight++;
   return 1;
 }
