@@ -7,7 +7,8 @@
  *    every process fails naming 'dtype'; in dtype, reduction or the
  *    collective: the error names both values, nodes and devices;
  *  - a task skips the step: the others fail within the collective timeout
- *    naming the missing task and its devices;
+ *    (and task 0's 1 s probe) naming the missing task and its devices, and
+ *    that it answered (alive, not at the collective);
  *  - a kernel fails on task 1 before its collective: the others fail at
  *    once (not at the timeout) with task 1's error;
  *  - last, a task leaves (frees its session and exits; task NT-1, or the one
@@ -168,8 +169,8 @@ static void test_task_skips_the_step(void **state) {
     rf_tensor_release(out);
     rf_tensor_release(a);
     /* until the others have given up on this step (the next one's deadline
-     * runs from the first task there) */
-    struct timespec ts = {2, 500000000};
+     * runs from the first task there): the timeout and task 0's 1 s probe */
+    struct timespec ts = {3, 500000000};
     nanosleep(&ts, NULL);
   } else {
     double t0 = now_ms();
@@ -179,6 +180,13 @@ static void test_task_skips_the_step(void **state) {
              "waiting for task %d (/task:%d/cpu:0, /task:%d/cpu:1)", skip, skip,
              skip);
     assert_contains(rf_status_message(st), "2 of");
+    /* alive (its communication thread answered task 0's PING), not dead */
+    snprintf(want, sizeof want,
+             "(task %d answers: it has not reached this collective", skip);
+    assert_contains(rf_status_message(st), want);
+    snprintf(want, sizeof want,
+             "waiting for task %d (/task:%d/cpu:0, /task:%d/cpu:1)", skip, skip,
+             skip);
     assert_status(st, RF_DEADLINE_EXCEEDED, want);
     assert_true(now_ms() - t0 < 15000);
   }

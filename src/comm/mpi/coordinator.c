@@ -20,6 +20,7 @@
 #include "core/status.h"
 
 #define FORGET_MIN_NS 10000000000LL /* 10 s */
+#define PROBE_MS 1000 /* how long a timed-out group waits for PONGs */
 
 struct rf__mpi_centry {
   char *key, *name, *devices;
@@ -34,6 +35,11 @@ struct rf__mpi_centry {
   rf_code code;
   char *msg;
   int64_t forget_ns;
+  /* Past the deadline: the missing tasks were PINGed until probe_ns;
+   * answered[i]: 0 silent, else task tasks[i] answered (2: it has not
+   * reached the collective). */
+  int64_t probe_ns;
+  unsigned char *answered;
   UT_hash_handle hh;
 };
 
@@ -55,6 +61,7 @@ static void entry_free(rf__mpi_centry *e) {
   rf__free(e->name);
   rf__free(e->devices);
   rf__free(e->msg);
+  rf__free(e->answered);
   rf__free(e);
 }
 
@@ -436,14 +443,77 @@ void rf__mpi_coord_handle(rf__job *j, const rf__mpi_msg_view *v, int64_t now) {
   }
 }
 
+/* The deadline passed: asks every missing task whether it is there (its
+ * communication thread answers even while it is stuck in an earlier
+ * collective); false when it cannot ask (no memory: fail at once). */
+static bool probe(rf__job *j, rf__mpi_centry *e, int64_t now) {
+  e->answered = rf__calloc((size_t)e->n, 1);
+  if (!e->answered) return false;
+  e->probe_ns = now + PROBE_MS * 1000000LL;
+  rf__mpi_msg h = {.type = RF_MSG_PING, .job_step = e->job_step};
+  for (int i = 0; i < e->n; i++) {
+    if (e->tasks[i] == j->task) e->answered[i] = 2; /* here: not reached */
+    if (!e->descs[i].type && e->tasks[i] != j->task)
+      rf__mpi_send_msg(j, e->tasks[i], &h, e->name, NULL, NULL);
+  }
+  return true;
+}
+
+void rf__mpi_coord_pong(rf__job *j, const rf__mpi_msg_view *v) {
+  char buf[256];
+  char *key = rf__mpi_key(v->name, v->h->job_step, buf, sizeof buf);
+  rf__mpi_centry *e = NULL;
+  if (key) HASH_FIND_STR(j->centries, key, e);
+  rf__mpi_key_free(key, buf);
+  int i = e && e->answered ? index_of(e, v->h->task) : -1;
+  if (i >= 0) e->answered[i] = v->h->code == 2 ? 2 : 1;
+}
+
+/* Of the missing tasks: " (task 2 did not answer within 1000 ms: died or
+ * stopped; task 1 answers: it has not reached this collective, maybe
+ * held up by an earlier one)"; silent ones are marked lost (not waited for
+ * when task 0 leaves). */
+static void probe_text(rf__job *j, rf__mpi_centry *e, char *buf, size_t len) {
+  char silent[1024] = "", alive[1024] = "";
+  size_t ns = 0, na = 0;
+  for (int i = 0; e->answered && i < e->n; i++) {
+    if (e->descs[i].type) continue;
+    int t = e->tasks[i];
+    bool quiet = !e->answered[i];
+    char *b = quiet ? silent : alive;
+    size_t *u = quiet ? &ns : &na;
+    if (*u < sizeof silent)
+      *u += (size_t)snprintf(b + *u, sizeof silent - *u, "%stask %d",
+                             *u ? ", " : "", t);
+    if (quiet && t > 0 && t < j->ntasks && j->peers[t] == RF_PEER_OK)
+      j->peers[t] = RF_PEER_LOST; /* until it is heard from again */
+  }
+  char a[1200] = "", b[1200] = "";
+  if (silent[0])
+    snprintf(a, sizeof a, "%s did not answer within %d ms: died or stopped",
+             silent, PROBE_MS);
+  if (alive[0])
+    snprintf(b, sizeof b,
+             "%s answers: it has not reached this collective, maybe held up "
+             "by an earlier one",
+             alive);
+  if (a[0] || b[0])
+    snprintf(buf, len, " (%s%s%s)", a, a[0] && b[0] ? "; " : "", b);
+}
+
 bool rf__mpi_coord_poll(rf__job *j, int64_t now) {
   bool pending = false;
   rf__mpi_centry *e, *tmp;
   HASH_ITER(hh, j->centries, e, tmp) {
-    if (!e->failed && e->n && now >= e->deadline_ns) {
-      char missing[2048], present[2048];
+    if (!e->failed && e->n && now >= e->deadline_ns && !e->probe_ns &&
+        probe(j, e, now))
+      continue; /* pending */
+    if (!e->failed && e->n && now >= e->deadline_ns &&
+        (!e->probe_ns || now >= e->probe_ns)) {
+      char missing[2048], present[2048], why[2200] = "";
       list_tasks(e, false, missing, sizeof missing);
       list_tasks(e, true, present, sizeof present);
+      probe_text(j, e, why, sizeof why);
       int absent = 0;
       for (int i = 0; i < e->n; i++)
         if (!e->descs[i].type) absent += e->counts[i];
@@ -451,16 +521,16 @@ bool rf__mpi_coord_poll(rf__job *j, int64_t now) {
       for (int i = 0; i < e->n; i++) {
         all += e->counts[i];
         int t = e->tasks[i];
-        if (!e->descs[i].type && t > 0 && t < j->ntasks &&
+        if (!e->answered && !e->descs[i].type && t > 0 && t < j->ntasks &&
             j->peers[t] == RF_PEER_OK)
-          j->peers[t] = RF_PEER_LOST; /* until it is heard from again */
+          j->peers[t] = RF_PEER_LOST; /* not asked: may be dead */
       }
       rf__mpi_peer_suspect(j, now);
       fail(j, e, now, RF_DEADLINE_EXCEEDED,
            "collective '%s' (job step %lld): timed out after %lld ms "
-           "waiting for %s: %d of %d participants missing; arrived: %s",
+           "waiting for %s: %d of %d participants missing; arrived: %s%s",
            e->name, (long long)e->job_step, (long long)e->timeout_ms, missing,
-           absent, all, present[0] ? present : "none");
+           absent, all, present[0] ? present : "none", why);
     }
     if (e->failed && now >= e->forget_ns) {
       HASH_DEL(j->centries, e);

@@ -17,6 +17,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "comm/cpu/reduce_kernels.h"
 #include "comm/mpi/mpi_status.h"
@@ -133,14 +134,46 @@ static rf_status *too_large(const rf__mpi_op *op, int64_t n, const char *unit) {
                    op->name, (long long)n, unit, INT_MAX);
 }
 
-/* Allocates the receiving side of a broadcast receiver (root shape known). */
-static rf_status *alloc_broadcast_out(rf__mpi_op *op) {
-  if (op->out || op->g.root >= 0) return NULL;
-  RF_CHECK(too_large(op,
-                     rf_shape_num_elements(&op->root_shape) *
-                         (int64_t)rf_dtype_size(op->g.dtype),
-                     "bytes"));
-  return alloc(op, op->g.dtype, &op->root_shape, &op->out);
+/* Allocates the receiving side of a broadcast receiver (root shape known).
+ * After GO (the shape was not known before), the other processes
+ * are then in (or entering) the MPI call, so an output that cannot be
+ * allocated does not keep this one out: it receives into scratch memory
+ * mapped for this call alone (not a library allocation: the error is kept
+ * for its participants, op->late), and only when even that cannot be
+ * mapped does it fail here (the others then time out). */
+static rf_status *alloc_broadcast_out(rf__mpi_op *op, bool after_go) {
+  if (op->out || op->scratch || op->g.root >= 0) return NULL;
+  int64_t bytes = rf_shape_num_elements(&op->root_shape) *
+                  (int64_t)rf_dtype_size(op->g.dtype);
+  RF_CHECK(too_large(op, bytes, "bytes"));
+  rf_status *st = alloc(op, op->g.dtype, &op->root_shape, &op->out);
+  if (!st || !after_go) return st;
+  size_t len = bytes > 0 ? (size_t)bytes : 1;
+  void *p = mmap(NULL, len, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) return st;
+  op->scratch = p;
+  op->scratch_len = len;
+  /* Named whatever st says (out of memory comes without a name). */
+  op->late =
+      rf__error(rf_status_code(st),
+                "collective '%s' (job step %lld) on %s: the %lld-byte "
+                "output could not be allocated after GO (%s); this "
+                "task took part in the MPI call through scratch memory",
+                op->name, (long long)op->job_step, op->g.p[0].device->canonical,
+                (long long)bytes, rf_status_message(st));
+  rf_status_free(st);
+  return NULL;
+}
+
+void rf__mpi_op_scratch_free(rf__mpi_op *op) {
+  if (op->scratch) munmap(op->scratch, op->scratch_len);
+  op->scratch = NULL;
+}
+
+/* Where a broadcast receiver's data go: its output, or the scratch. */
+static void *broadcast_out(rf__mpi_op *op) {
+  return op->out ? rf_tensor_mutable_data(op->out) : op->scratch;
 }
 
 rf_status *rf__mpi_op_alloc(rf__mpi_op *op) {
@@ -185,7 +218,7 @@ rf_status *rf__mpi_op_alloc(rf__mpi_op *op) {
       if (g->root >= 0) return too_large(op, elems * (int64_t)esize, "bytes");
       if (!rf_shape_is_fully_defined(&op->shape)) return NULL; /* at GO */
       op->root_shape = op->shape;
-      return alloc_broadcast_out(op);
+      return alloc_broadcast_out(op, false);
     default: return rf__internal("collective '%s': unknown kind", op->name);
   }
 }
@@ -340,10 +373,9 @@ rf_status *rf__mpi_op_issue(rf__mpi_op *op, MPI_Comm comm) {
                                            counts, displs, MPI_BYTE, comm,
                                            &op->req));
     case RF_COLL_BROADCAST: {
-      RF_CHECK(alloc_broadcast_out(op));
+      RF_CHECK(alloc_broadcast_out(op, true));
       int bytes = (int)(input_elems(op) * (int64_t)rf_dtype_size(g->dtype));
-      void *buf =
-          g->root >= 0 ? (void *)op->send : rf_tensor_mutable_data(op->out);
+      void *buf = g->root >= 0 ? (void *)op->send : broadcast_out(op);
       return RF_MPI_STATUS(
           MPI_Ibcast(buf, bytes, MPI_BYTE, op->root_index, comm, &op->req));
     }
@@ -414,8 +446,11 @@ rf_status *rf__mpi_op_run_blocking(rf__mpi_op *op, MPI_Comm comm) {
   int counts[64 * 8], displs[64 * 8];
   if (op->nset > (int)(sizeof counts / sizeof *counts))
     return rf__internal("collective '%s': too many tasks", op->name);
-  if (g->kind == RF_COLL_BROADCAST) RF_CHECK(alloc_broadcast_out(op));
   void *out = op->out ? rf_tensor_mutable_data(op->out) : NULL;
+  if (g->kind == RF_COLL_BROADCAST) {
+    RF_CHECK(alloc_broadcast_out(op, true));
+    out = broadcast_out(op);
+  }
   rf__mpi_algorithm_count(op->algo);
   int rc = op->algo == RF_MPI_RING
                ? run_ring(op, out, count, type, mop, comm, counts, displs)
@@ -476,6 +511,11 @@ static rf_status *convert(rf__mpi_op *op, const rf_tensor *src,
 rf_status *rf__mpi_op_outputs(rf__mpi_op *op, rf_tensor **outs) {
   rf__coll_group *g = &op->g;
   for (int i = 0; i < g->n; i++) outs[i] = NULL;
+  if (op->late) { /* took part through scratch */
+    rf_status *st = op->late;
+    op->late = NULL;
+    return st;
+  }
   if (reduces(g->kind) && !op->wide && g->reduction == RF_REDUCE_AVG && op->out)
     finish_avg(op, op->out);
   switch (g->kind) {

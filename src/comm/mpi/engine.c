@@ -167,7 +167,26 @@ typedef struct loop {
   rf__mpi_cmd *leaving;   /* DETACH commands waiting for the others */
 } loop;
 
+/* Whether j is attached (leaving ones included). A notification (FAILED,
+ * STEP_FAILED, CANCEL_STEP) holds a bare rf__job *, and can be queued after
+ * its session detached and freed the job: the session's collective manager
+ * and its watchdog thread, which report failed groups to the job, are freed
+ * after rf__job_detach. Such a command is dropped unread (a READY comes
+ * only from a running step, whose job is attached). */
+static bool attached(const loop *l, const rf__job *j) {
+  for (const rf__job *k = l->jobs; k; k = k->next)
+    if (k == j) return true;
+  return false;
+}
+
 static void take_command(loop *l, rf__mpi_cmd *c) {
+  if (c->kind != RF_CMD_ATTACH && c->kind != RF_CMD_DETACH &&
+      c->kind != RF_CMD_READY && !attached(l, c->job)) {
+    rf__free(c->name);
+    rf__free(c->text);
+    rf__free(c);
+    return;
+  }
   switch (c->kind) {
     case RF_CMD_ATTACH:
       rf__mpi_job_attach_start(c);

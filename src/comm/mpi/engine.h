@@ -181,6 +181,7 @@ struct rf__job {
     int64_t step, job_step;
   } * steps;
   int num_steps, cap_steps;
+  int unrecorded_steps; /* begun without a record (no memory) */
   /* Steps of this session running here: while any does, the engine looks
    * at the network at least every millisecond (messages for the coordinator
    * can come before this process's own part of a collective). */
@@ -250,6 +251,9 @@ bool rf__mpi_job_may_leave(const rf__job *j, int64_t now);
  * *busy: data in flight (keep polling); *waiting: answers awaited. */
 int rf__mpi_job_poll(rf__job *j, int64_t now, bool *busy, bool *waiting);
 void rf__mpi_job_command(rf__mpi_cmd *c);
+/* Whether step step_id of this process is recorded (rf__job_begin_step),
+ * so that its cancellation can reach the other processes; any thread. */
+bool rf__mpi_job_step_recorded(rf__job *j, int64_t step_id);
 
 /* ---- messages (protocol.c) ---- */
 
@@ -302,6 +306,8 @@ bool rf__mpi_agree_once(void);
 void rf__mpi_coord_handle(rf__job *j, const rf__mpi_msg_view *v, int64_t now);
 /* Deadlines and forgetting; true while collectives are being agreed. */
 bool rf__mpi_coord_poll(rf__job *j, int64_t now);
+/* A PONG to task 0's probe of a collective that timed out waiting. */
+void rf__mpi_coord_pong(rf__job *j, const rf__mpi_msg_view *v);
 void rf__mpi_coord_free(rf__job *j);
 
 /* ---- this task's collectives (member.c) ---- */
@@ -317,6 +323,11 @@ void rf__mpi_member_free(rf__job *j);
 
 /* ---- participant sets' communicators (sets.c) ---- */
 
+/* Makes the record of the set of tasks[0..n) (no communicator yet), so
+ * that rf__mpi_set_get after GO allocates nothing of ringflow's: a member
+ * that could not record the set there would leave the others in
+ * MPI_Comm_create_group. RESOURCE_EXHAUSTED without memory. */
+rf_status *rf__mpi_set_reserve(rf__job *j, int n, const int *tasks);
 /* The communicator of the set of tasks[0..n) (a new one is made on first
  * use, in GO order, so every member makes it at the same point). */
 rf_status *rf__mpi_set_get(rf__job *j, int n, const int *tasks,

@@ -114,6 +114,9 @@ void rf__job_step_failed(rf__job *j, int64_t job_step, const rf_status *why) {
   notify(j, RF_CMD_STEP_FAILED, NULL, -1, job_step, why);
 }
 
+/* A step that could not be recorded (no memory) is counted instead: its
+ * cancellation could not reach the other processes, so its collectives
+ * fail at once instead (rf__mpi_job_step_recorded), which tells them. */
 void rf__job_begin_step(rf__job *j, int64_t step_id, int64_t job_step) {
   atomic_fetch_add(&j->active_steps, 1);
   rf__mpi_engine_wake();
@@ -123,6 +126,8 @@ void rf__job_begin_step(rf__job *j, int64_t step_id, int64_t job_step) {
     j->steps[j->num_steps].step = step_id;
     j->steps[j->num_steps].job_step = job_step;
     j->num_steps++;
+  } else {
+    j->unrecorded_steps++;
   }
   pthread_mutex_unlock(&j->mu);
 }
@@ -130,12 +135,22 @@ void rf__job_begin_step(rf__job *j, int64_t step_id, int64_t job_step) {
 void rf__job_end_step(rf__job *j, int64_t step_id) {
   atomic_fetch_sub(&j->active_steps, 1);
   pthread_mutex_lock(&j->mu);
-  for (int i = 0; i < j->num_steps; i++)
-    if (j->steps[i].step == step_id) {
-      j->steps[i] = j->steps[--j->num_steps];
-      break;
-    }
+  int i = 0;
+  while (i < j->num_steps && j->steps[i].step != step_id) i++;
+  if (i < j->num_steps)
+    j->steps[i] = j->steps[--j->num_steps];
+  else if (j->unrecorded_steps > 0)
+    j->unrecorded_steps--;
   pthread_mutex_unlock(&j->mu);
+}
+
+bool rf__mpi_job_step_recorded(rf__job *j, int64_t step_id) {
+  pthread_mutex_lock(&j->mu);
+  bool found = j->unrecorded_steps == 0;
+  for (int i = 0; !found && i < j->num_steps; i++)
+    found = j->steps[i].step == step_id;
+  pthread_mutex_unlock(&j->mu);
+  return found;
 }
 
 void rf__job_cancel_step(rf__job *j, int64_t step_id, const rf_status *why) {
@@ -178,7 +193,13 @@ static rf_status *attach_exchange(rf__job *j) {
   j->ngpu = rf__calloc((size_t)j->ntasks, sizeof(int));
   j->attach_all = rf__calloc((size_t)j->ntasks * 3, sizeof(int));
   j->peers = rf__calloc((size_t)j->ntasks, 1);
-  if (!j->ncpu || !j->ngpu || !j->attach_all || !j->peers) return rf__oom();
+  /* The receive buffer, made now: a verdict (GO) dropped for want of memory
+   * would leave the others in the MPI collective. It grows only for
+   * messages longer than this (collective names of about 4 KiB). */
+  j->recv_cap = 4096;
+  j->recv_buf = rf__malloc(j->recv_cap);
+  if (!j->ncpu || !j->ngpu || !j->attach_all || !j->peers || !j->recv_buf)
+    return rf__oom();
   return RF_MPI_STATUS(MPI_Iallgather(j->attach_mine, 3, MPI_INT, j->attach_all,
                                       3, MPI_INT, j->ctl, &j->attach_req[0]));
 }
@@ -265,7 +286,10 @@ static void dispatch(rf__job *j, const rf__mpi_msg_view *v, int64_t now) {
       rf__mpi_send_msg(j, from, &h, v->name, NULL, NULL);
       break;
     }
-    case RF_MSG_PONG: rf__mpi_member_pong(j, v); break;
+    case RF_MSG_PONG:
+      rf__mpi_member_pong(j, v);
+      if (j->task == 0) rf__mpi_coord_pong(j, v);
+      break;
     default:
       if (j->task == 0) rf__mpi_coord_handle(j, v, now);
   }

@@ -33,6 +33,8 @@ static void op_free(rf__mpi_op *op) {
   for (int i = 0; i < op->g.n; i++) rf_tensor_release(op->parts[i].input);
   rf_tensor_release(op->partial);
   rf_tensor_release(op->out);
+  rf__mpi_op_scratch_free(op);
+  rf_status_free(op->late);
   for (int i = 0; i < op->g.n; i++) rf_tensor_release(op->gpu_outs[i]);
   rf_status_free(op->async_status);
   rf_status_free(op->report);
@@ -183,6 +185,13 @@ void rf__job_coll_run(rf__job *j, rf__coll_group *g, const char *devices,
         "collective '%s': %d participants here, the group's "
         "devices %s say otherwise",
         op->name, g->n, op->devices);
+  /* A step begun without its record could not tell the others if it were
+   * cancelled later: its collectives fail now, which tells them. */
+  if (!st && !rf__mpi_job_step_recorded(j, op->step_id))
+    st = rf__error(RF_RESOURCE_EXHAUSTED,
+                   "collective '%s' (job step %lld): out of memory recording "
+                   "this step of task %d in the job",
+                   op->name, (long long)job_step, j->task);
   if (!st) st = op->gpu ? rf__mpi_gpu_alloc(op) : rf__mpi_op_alloc(op);
   rf__mpi_cmd *c = st ? NULL : rf__calloc(1, sizeof *c);
   if (!st && !c) st = rf__oom();
@@ -255,16 +264,21 @@ void rf__mpi_member_send_ready(rf__job *j, rf__mpi_op *op) {
   char rep[RF_DEVICE_NAME_MAX + 300];
   snprintf(rep, sizeof rep, "%s (node '%.256s')", s->device->canonical,
            s->node);
-  rf_code sent = rf__mpi_send_msg(j, 0, &h, op->name, op->devices, rep);
+  /* What GO needs of ringflow's memory is taken now: after GO the others
+   * are in MPI, waiting for this task. */
+  rf_status *st = rf__mpi_set_reserve(j, op->nset, op->tasks);
+  rf_code sent = st ? RF_RESOURCE_EXHAUSTED
+                    : rf__mpi_send_msg(j, 0, &h, op->name, op->devices, rep);
   if (sent == RF_OK) return;
+  rf_status_free(st);
   /* READY unsent: fail here at once (not after waiting for a verdict that
    * cannot come, as if task 0 had stopped), and tell the job (that needs
    * memory too: else the others time out waiting for this task). */
-  rf_status *st = rf__error(
+  st = rf__error(
       sent,
-      "collective '%s' (job step %lld): could not send "
+      "collective '%s' (job step %lld) on %s: could not send "
       "this task's READY to task 0 (%s)",
-      op->name, (long long)op->job_step,
+      op->name, (long long)op->job_step, s->device->canonical,
       sent == RF_RESOURCE_EXHAUSTED ? "out of memory" : "MPI_Isend failed");
   rf__job_coll_failed(j, op->name, op->job_step, st);
   rf__mpi_agreed_verdict(j, op, false, RF_AGREE_NO); /* not kept */

@@ -47,7 +47,13 @@ struct rf__mpi_op {
   const void *send;    /* what this task contributes */
   rf_tensor *partial;  /* this task's reduction or gathered rows */
   rf_tensor *out;      /* result, or this task's rows of a reduce_scatter */
-  bool wide;           /* float16/bfloat16 reduced as float32 */
+  /* A broadcast receiver's output that could not be allocated after GO:
+   * the call still runs, into scratch (mapped for it alone, scratch_len
+   * bytes), and late is what its participants get (data.c). */
+  void *scratch;
+  size_t scratch_len;
+  rf_status *late;
+  bool wide; /* float16/bfloat16 reduced as float32 */
   /* GPU participants (gpu.c): NCCL moves everything, outputs per
    * participant. */
   bool gpu;
@@ -188,8 +194,12 @@ void rf__mpi_data_thread_run(rf__job *j, rf__mpi_op *op);
  * free itself) when it is stuck in a call that never completed. */
 void rf__mpi_data_thread_stop(rf__job *j);
 /* After completion: participant i's output, a new reference or NULL
- * (post-processing: avg, float16, the rows of reduce_scatter). */
+ * (post-processing: avg, float16, the rows of reduce_scatter); op->late, the
+ * error of an output that could not be allocated after GO, is returned
+ * (handed over) instead. */
 rf_status *rf__mpi_op_outputs(rf__mpi_op *op, rf_tensor **outs);
+/* Unmaps op's scratch (op_free). */
+void rf__mpi_op_scratch_free(rf__mpi_op *op);
 
 /* The MPI operations ringflow defines (NaN-propagating float min/max), made
  * after MPI_Init and freed before MPI_Finalize, on the engine thread. */

@@ -162,11 +162,24 @@ int rf__mpi_recv(rf__job *j, rf__mpi_msg_view *v, rf_status **err) {
   return 1;
 }
 
+/* Buffers of sends abandoned (at detach, or when testing them failed): MPI
+ * may still read them until it finalises, so they are freed when the engine
+ * stops (engine thread). */
+static rf__mpi_send *orphans;
+
 bool rf__mpi_poll_sends(rf__job *j) {
   for (rf__mpi_send **p = &j->sends; *p;) {
     rf__mpi_send *s = *p;
     int done = 0;
-    if (MPI_Test(&s->req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS || done) {
+    if (MPI_Test(&s->req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) {
+      /* The request may still be live in MPI: neither freed (OpenMPI
+       * aborts on freeing an erroneous one) nor tested again; its buffer
+       * is kept to the end. */
+      *p = s->next;
+      s->req = MPI_REQUEST_NULL;
+      s->next = orphans;
+      orphans = s;
+    } else if (done) {
       *p = s->next;
       rf__free(s->buf);
       rf__free(s);
@@ -176,10 +189,6 @@ bool rf__mpi_poll_sends(rf__job *j) {
   }
   return j->sends != NULL;
 }
-
-/* Buffers of sends abandoned at detach: MPI may still read them until it
- * finalises, so they are freed when the engine stops (engine thread). */
-static rf__mpi_send *orphans;
 
 void rf__mpi_drop_messages(rf__job *j) {
   /* Sends to tasks that left may never complete: give them a moment, then

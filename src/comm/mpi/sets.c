@@ -98,8 +98,10 @@ static rf_status *make_comm(rf__job *j, rf__mpi_set *s) {
   return st;
 }
 
-rf_status *rf__mpi_set_get(rf__job *j, int n, const int *tasks,
-                           rf__mpi_set **out) {
+/* The record of the set of tasks[0..n), added when absent (no
+ * communicator yet). */
+static rf_status *find_or_add(rf__job *j, int n, const int *tasks,
+                              rf__mpi_set **out) {
   char key[64 * 8];
   size_t used = 0;
   key[0] = '\0';
@@ -128,6 +130,19 @@ rf_status *rf__mpi_set_get(rf__job *j, int n, const int *tasks,
       return rf__oom();
     }
   }
+  *out = s;
+  return NULL;
+}
+
+rf_status *rf__mpi_set_reserve(rf__job *j, int n, const int *tasks) {
+  rf__mpi_set *s;
+  return find_or_add(j, n, tasks, &s);
+}
+
+rf_status *rf__mpi_set_get(rf__job *j, int n, const int *tasks,
+                           rf__mpi_set **out) {
+  rf__mpi_set *s = NULL;
+  RF_CHECK(find_or_add(j, n, tasks, &s));
   if (s->broken)
     return rf__error(RF_FAILED_PRECONDITION,
                      "the communicator of tasks %s failed earlier (a "
