@@ -35,6 +35,8 @@
  * its check) and its name's later ops wait behind it until it pairs.
  * Blocking (data thread) and GPU collectives are never kept: their checks
  * say "changed" and they always go through task 0. */
+#include <pthread.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,8 +56,8 @@ struct rf__mpi_agreed {
   char *name;
   int state;
   MPI_Comm comm;
-  bool comm_failed;
-  rf__mpi_msg desc; /* this task's descriptor when agreed */
+  atomic_bool comm_failed; /* set by the engine or the direct path */
+  rf__mpi_msg desc;        /* this task's descriptor when agreed */
   char *devices;
   int root_index, root_rank;
   rf_shape root_shape;
@@ -63,7 +65,16 @@ struct rf__mpi_agreed {
   rf__mpi_op *head, *tail; /* its ops, in arrival order */
   rf__mpi_agreed *next;    /* the retired list */
   UT_hash_handle hh;
+  /* The direct path (below), under direct_mu: how many ops are queued here
+   * (the engine's), and whether a thread of the executor runs one. */
+  int queued;
+  atomic_bool taken;
 };
+
+/* Guards what the direct path reads from the engine's side: the job's
+ * table of entries (the engine adds and removes under it; its own reads
+ * need none), an entry's descriptor, state, queue length and `taken`. */
+static pthread_mutex_t direct_mu = PTHREAD_MUTEX_INITIALIZER;
 
 bool rf__mpi_agree_once(void) {
   static int on = -1;
@@ -121,17 +132,23 @@ static void entry_free(rf__mpi_agreed *a) {
 static void enqueue(rf__mpi_agreed *a, rf__mpi_op *op) {
   op->agreed = a;
   op->agreed_next = NULL;
+  pthread_mutex_lock(&direct_mu);
   if (a->tail)
     a->tail->agreed_next = op;
   else
     a->head = op;
   a->tail = op;
+  a->queued++;
+  pthread_mutex_unlock(&direct_mu);
 }
 
 static rf__mpi_op *dequeue(rf__mpi_agreed *a) {
+  pthread_mutex_lock(&direct_mu);
   rf__mpi_op *op = a->head;
   a->head = op->agreed_next;
   if (!a->head) a->tail = NULL;
+  a->queued--;
+  pthread_mutex_unlock(&direct_mu);
   op->agreed_next = NULL;
   op->agreed = NULL;
   return op;
@@ -147,9 +164,12 @@ static void route(rf__job *j, rf__mpi_op *op, int64_t now) {
  * task is past them) go without asking, so later steps need not wait for
  * their verdict. */
 static void unlist(rf__job *j, rf__mpi_agreed *a, int64_t now, int64_t stale) {
+  pthread_mutex_lock(&direct_mu);
   HASH_DEL(j->agreed, a);
   rf__mpi_op *ops = a->head;
   a->head = a->tail = NULL;
+  a->queued = 0;
+  pthread_mutex_unlock(&direct_mu);
   if (a->state == ACTIVE) {
     a->next = j->retired;
     j->retired = a;
@@ -192,8 +212,10 @@ bool rf__mpi_agreed_take(rf__job *j, rf__mpi_op *op, int64_t now) {
     a->comm = MPI_COMM_NULL;
   }
   int rf__hash_oom = 0;
+  pthread_mutex_lock(&direct_mu);
   if (a && a->name && a->devices)
     HASH_ADD_KEYPTR(hh, j->agreed, a->name, strlen(a->name), a);
+  pthread_mutex_unlock(&direct_mu);
   if (!a || !a->name || !a->devices || rf__hash_oom) {
     if (a) entry_free(a);
     return false;
@@ -205,11 +227,13 @@ bool rf__mpi_agreed_take(rf__job *j, rf__mpi_op *op, int64_t now) {
 }
 
 static void keep_descriptor(rf__mpi_agreed *a, const rf__mpi_op *op) {
+  pthread_mutex_lock(&direct_mu);
   rf__mpi_member_describe(op, &a->desc);
   a->root_index = op->root_index;
   a->root_rank = op->root_rank;
   a->root_shape = op->root_shape;
   a->digest = digest(&a->desc, a->devices);
+  pthread_mutex_unlock(&direct_mu);
 }
 
 void rf__mpi_agreed_verdict(rf__job *j, rf__mpi_op *op, bool go, int agree) {
@@ -243,7 +267,15 @@ void rf__mpi_agreed_issued(rf__job *j, rf__mpi_op *op, MPI_Comm set_comm,
     return;
   }
   MPI_Comm_set_errhandler(a->comm, MPI_ERRORS_RETURN);
+  pthread_mutex_lock(&direct_mu);
   a->state = ACTIVE;
+  pthread_mutex_unlock(&direct_mu);
+}
+
+static void fail_comm(rf__mpi_agreed *a) {
+  pthread_mutex_lock(&direct_mu);
+  a->comm_failed = true;
+  pthread_mutex_unlock(&direct_mu);
 }
 
 /* ---- the check ---- */
@@ -271,7 +303,7 @@ static void check_start(rf__job *j, rf__mpi_agreed *a, rf__mpi_op *op,
     op->check_req = MPI_REQUEST_NULL;
     op->state = RF_OP_QUEUED;
     op->deadline_ns = 0;
-    a->comm_failed = true;
+    fail_comm(a);
     rf__mpi_member_report(op, st);
     (void)j;
   }
@@ -356,7 +388,7 @@ static void issue_data(rf__job *j, rf__mpi_agreed *a, rf__mpi_op *op,
   op->root_shape = a->root_shape;
   rf_status *st = rf__mpi_op_issue(op, a->comm);
   if (st) { /* the others wait in their data: they time out, named */
-    a->comm_failed = true;
+    fail_comm(a);
     rf__mpi_member_report(op, st);
     rf__mpi_member_drop(j, op);
     return;
@@ -396,6 +428,13 @@ static void late_queued(rf__mpi_agreed *a, int64_t now, bool *waiting) {
 /* Runs a's queue as far as it goes; 1 when a left the table. */
 static int run_entry(rf__job *j, rf__mpi_agreed *a, int64_t now, int *progress,
                      bool *busy, bool *waiting) {
+  /* A thread of the executor runs one of a's ops: the queue waits for it
+   * to finish or hand its op back (rf__mpi_agreed_resume). */
+  if (atomic_load(&a->taken)) {
+    late_queued(a, now, waiting);
+    *waiting = true;
+    return 0;
+  }
   while (a->head && !a->comm_failed) {
     rf__mpi_op *op = a->head;
     if (op->state == RF_OP_QUEUED) {
@@ -408,7 +447,7 @@ static int run_entry(rf__job *j, rf__mpi_agreed *a, int64_t now, int *progress,
       rf_status *st =
           RF_MPI_STATUS(MPI_Test(&op->check_req, &done, MPI_STATUS_IGNORE));
       if (st) {
-        a->comm_failed = true;
+        fail_comm(a);
         rf__mpi_member_report(op, st);
         break;
       }
@@ -476,7 +515,9 @@ static void entry_release(rf__mpi_agreed *a) {
 void rf__mpi_agreed_free(rf__job *j) {
   rf__mpi_agreed *a, *tmp;
   HASH_ITER(hh, j->agreed, a, tmp) {
+    pthread_mutex_lock(&direct_mu);
     HASH_DEL(j->agreed, a);
+    pthread_mutex_unlock(&direct_mu);
     entry_release(a);
   }
   while (j->retired) {
@@ -484,4 +525,207 @@ void rf__mpi_agreed_free(rf__job *j) {
     j->retired = a->next;
     entry_release(a);
   }
+}
+
+/* ---- the direct path ----
+ *
+ * In the steady state the thread that completed this process's group (the
+ * executor's) runs the op itself when MPI gives MPI_THREAD_MULTIPLE: it
+ * issues the check, computes this task's part while the check travels,
+ * issues the data, and tests both until done, then calls the dones - no
+ * hand-off to the engine and back (two thread wake-ups, most of a small
+ * collective's time on a loaded machine). It takes an entry only when the
+ * engine holds none of its ops (nothing queued) and this task's descriptor
+ * is the agreed one, and marks it taken: the engine runs none of its ops
+ * meanwhile, so the entry's communicator still sees check, data, check,
+ * data in one order. It spins for DIRECT_SPIN_NS (plus the data's size at
+ * the engine's rate); a check that fails, or anything that does not
+ * finish by then (a peer still computing, stopped or dead), goes to the
+ * engine as it stands (rf__mpi_agreed_resume), which times out, probes and
+ * names tasks exactly as for its own ops. */
+
+#define DIRECT_SPIN_NS 2000000LL /* as the engine spins after progress */
+#define DIRECT_NS_PER_BYTE 8
+#define DIRECT_YIELD_EVERY 16
+
+static int direct_env = -1;
+static atomic_llong direct_taken, direct_back; /* tests */
+
+int64_t rf__mpi_direct_taken(void) { return atomic_load(&direct_taken); }
+int64_t rf__mpi_direct_handed_back(void) { return atomic_load(&direct_back); }
+
+/* RF_MPI_DIRECT=0 (in every process, for measuring): the engine runs every
+ * op, as before the direct path. */
+static bool direct_enabled(void) {
+  if (direct_env < 0) {
+    const char *env = getenv("RF_MPI_DIRECT");
+    direct_env = !(env && strcmp(env, "0") == 0);
+  }
+  return direct_env && rf__mpi_thread_multiple() && rf__mpi_agree_once();
+}
+
+/* Tests req until it completes (1), fails (-1) or `until` passes (0). */
+static int spin(MPI_Request *req, int64_t until, rf_status **st) {
+  for (unsigned i = 1;; i++) {
+    int done = 0;
+    *st = RF_MPI_STATUS(MPI_Test(req, &done, MPI_STATUS_IGNORE));
+    if (*st) return -1;
+    if (done) return 1;
+    if (i % DIRECT_YIELD_EVERY == 0) {
+      if (rf__mpi_now_ns() >= until) return 0;
+      sched_yield();
+    }
+  }
+}
+
+/* Gives op (checking or in flight) to the engine, which finds the entry
+ * still taken and lets it go once op is back at the head of its queue. */
+static void hand_back(rf__mpi_op *op, rf__mpi_agreed *a, rf__mpi_cmd *c) {
+  op->direct = a;
+  atomic_fetch_add(&direct_back, 1);
+  rf__mpi_engine_submit(c);
+}
+
+/* The entry taken for op, or NULL. */
+static rf__mpi_agreed *take_direct(rf__job *j, const rf__mpi_op *op,
+                                   rf__mpi_msg *desc, int64_t *dig,
+                                   MPI_Comm *comm, int *root_index,
+                                   int *root_rank, rf_shape *root_shape) {
+  rf__mpi_msg d;
+  rf__mpi_member_describe(op, &d);
+  pthread_mutex_lock(&direct_mu);
+  rf__mpi_agreed *a = NULL;
+  HASH_FIND_STR(j->agreed, op->name, a);
+  if (a && (a->state != ACTIVE || atomic_load(&a->comm_failed) ||
+            atomic_load(&a->taken) || a->queued > 0 || !same(&d, &a->desc) ||
+            strcmp(op->devices, a->devices)))
+    a = NULL;
+  if (a) {
+    atomic_store(&a->taken, true);
+    *desc = d;
+    *dig = a->digest;
+    *comm = a->comm;
+    *root_index = a->root_index;
+    *root_rank = a->root_rank;
+    *root_shape = a->root_shape;
+  }
+  pthread_mutex_unlock(&direct_mu);
+  return a;
+}
+
+static void give_up(rf__mpi_agreed *a) {
+  pthread_mutex_lock(&direct_mu);
+  bool wake = a->queued > 0;
+  atomic_store(&a->taken, false);
+  pthread_mutex_unlock(&direct_mu);
+  if (wake) rf__mpi_engine_wake();
+}
+
+bool rf__mpi_agreed_direct(rf__job *j, rf__mpi_op *op, rf__mpi_cmd *c) {
+  if (op->gpu || op->blocking || !direct_enabled()) return false;
+  rf__mpi_msg desc;
+  int64_t dig;
+  MPI_Comm comm;
+  int root_index, root_rank;
+  rf_shape root_shape;
+  rf__mpi_agreed *a = take_direct(j, op, &desc, &dig, &comm, &root_index,
+                                  &root_rank, &root_shape);
+  if (!a) return false;
+  atomic_fetch_add(&direct_taken, 1);
+  int64_t now = rf__mpi_now_ns();
+  op->arrived_ns = now;
+  op->check[0] = digest(&desc, op->devices);
+  op->check[1] = -op->check[0];
+  op->check[2] = op->job_step;
+  op->check[3] = -op->job_step;
+  op->check[4] = op->check[0] != dig; /* 0: take_direct compared them */
+  int64_t t = op->timeout_ms, early = t / 2 < PROBE_MS ? t / 2 : PROBE_MS;
+  op->deadline_ns = now + (t - early) * 1000000;
+  rf_status *st = RF_MPI_STATUS(MPI_Iallreduce(
+      op->check, op->checked, 5, MPI_INT64_T, MPI_MAX, comm, &op->check_req));
+  rf__mpi_op_prepare(op); /* while the check travels */
+  atomic_store(&op->prepared, 1);
+  int r = st ? -1 : spin(&op->check_req, now + DIRECT_SPIN_NS, &st);
+  if (r == 1) {
+    const int64_t *k = op->checked;
+    if (k[2] != -k[3] || k[0] != -k[1] || k[4]) r = 0; /* the engine says */
+  }
+  if (r == 0) { /* pending, or failed: the engine goes on with it */
+    op->state = RF_OP_CHECK;
+    hand_back(op, a, c);
+    return true;
+  }
+  if (r == 1) {
+    op->root_index = root_index;
+    op->root_rank = root_rank;
+    op->root_shape = root_shape;
+    st = rf__mpi_op_issue(op, comm);
+  }
+  if (st) { /* this task cannot take part: the others time out, named */
+    op->check_req = MPI_REQUEST_NULL;
+    fail_comm(a);
+    give_up(a);
+    rf__mpi_member_report_here(op, st);
+    atomic_fetch_sub(&op->refs, 1); /* the engine's: never submitted */
+    rf__free(c);
+    return true;
+  }
+  size_t in = op->partial ? rf_tensor_nbytes(op->partial) : 0,
+         out = op->out ? rf_tensor_nbytes(op->out) : 0;
+  op->bytes = (int64_t)(in > out ? in : out);
+  op->issued_ns = rf__mpi_now_ns();
+  op->fast = true;
+  r = spin(&op->req,
+           op->issued_ns + DIRECT_SPIN_NS + op->bytes * DIRECT_NS_PER_BYTE,
+           &st);
+  if (r == 0) {
+    op->state = RF_OP_IN_FLIGHT;
+    op->deadline_ns = op->issued_ns + op->timeout_ms * 1000000;
+    hand_back(op, a, c);
+    return true;
+  }
+  give_up(a);
+  rf__mpi_member_report_here(op, st); /* NULL: the results */
+  atomic_fetch_sub(&op->refs, 1);     /* the engine's: never submitted */
+  rf__free(c);
+  return true;
+}
+
+bool rf__mpi_step_cancelled(rf__job *j, int64_t step_id) {
+  bool cancelled = false;
+  pthread_mutex_lock(&j->mu);
+  for (int i = 0; i < j->num_steps; i++)
+    if (j->steps[i].step == step_id) cancelled = j->steps[i].cancelled;
+  pthread_mutex_unlock(&j->mu);
+  return cancelled;
+}
+
+void rf__mpi_agreed_resume(rf__job *j, rf__mpi_op *op) {
+  rf__mpi_agreed *a = op->direct;
+  op->direct = NULL;
+  int rf__hash_oom = 0;
+  HASH_ADD_KEYPTR(hh, j->ops, op->key, strlen(op->key), op);
+  if (rf__hash_oom) /* untracked: MPI may still use it, so it is kept */
+    rf__mpi_member_report(op, rf__oom());
+  if (op->state == RF_OP_IN_FLIGHT) {
+    j->fast_in_flight++;
+  } else { /* its check: first in its queue again */
+    op->agreed = a;
+    pthread_mutex_lock(&direct_mu);
+    op->agreed_next = a->head;
+    a->head = op;
+    if (!a->tail) a->tail = op;
+    a->queued++;
+    pthread_mutex_unlock(&direct_mu);
+  }
+  pthread_mutex_lock(&direct_mu);
+  atomic_store(&a->taken, false);
+  pthread_mutex_unlock(&direct_mu);
+  if (rf__mpi_step_cancelled(j, op->step_id))
+    rf__mpi_member_report(
+        op, rf__error(RF_CANCELLED,
+                      "collective '%s' (job step %lld): the step was "
+                      "cancelled",
+                      op->name, (long long)op->job_step));
+  rf__mpi_engine_wake();
 }

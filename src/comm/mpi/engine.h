@@ -179,6 +179,7 @@ struct rf__job {
   pthread_mutex_t mu;
   struct {
     int64_t step, job_step;
+    bool cancelled; /* rf__job_cancel_step was called */
   } * steps;
   int num_steps, cap_steps;
   /* Steps of this session running here: while any does, the engine looks

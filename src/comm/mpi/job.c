@@ -122,6 +122,7 @@ void rf__job_begin_step(rf__job *j, int64_t step_id, int64_t job_step) {
       0) {
     j->steps[j->num_steps].step = step_id;
     j->steps[j->num_steps].job_step = job_step;
+    j->steps[j->num_steps].cancelled = false;
     j->num_steps++;
   }
   pthread_mutex_unlock(&j->mu);
@@ -142,7 +143,10 @@ void rf__job_cancel_step(rf__job *j, int64_t step_id, const rf_status *why) {
   int64_t job_step = -1;
   pthread_mutex_lock(&j->mu);
   for (int i = 0; i < j->num_steps; i++)
-    if (j->steps[i].step == step_id) job_step = j->steps[i].job_step;
+    if (j->steps[i].step == step_id) {
+      job_step = j->steps[i].job_step;
+      j->steps[i].cancelled = true; /* for ops on the direct path */
+    }
   pthread_mutex_unlock(&j->mu);
   if (job_step >= 0)
     notify(j, RF_CMD_CANCEL_STEP, NULL, step_id, job_step, why);
