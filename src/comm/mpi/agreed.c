@@ -547,6 +547,9 @@ void rf__mpi_agreed_free(rf__job *j) {
 #define DIRECT_SPIN_NS 2000000LL /* as the engine spins after progress */
 #define DIRECT_NS_PER_BYTE 8
 #define DIRECT_YIELD_EVERY 16
+/* Yielding at once let other processes' threads take the core for a slice
+ * while the peer's part was microseconds away (the loaded 2-core VM). */
+#define DIRECT_NOYIELD_NS 100000LL
 
 static int direct_env = -1;
 static atomic_llong direct_taken, direct_back; /* tests */
@@ -566,14 +569,16 @@ static bool direct_enabled(void) {
 
 /* Tests req until it completes (1), fails (-1) or `until` passes (0). */
 static int spin(MPI_Request *req, int64_t until, rf_status **st) {
+  int64_t start = rf__mpi_now_ns();
   for (unsigned i = 1;; i++) {
     int done = 0;
     *st = RF_MPI_STATUS(MPI_Test(req, &done, MPI_STATUS_IGNORE));
     if (*st) return -1;
     if (done) return 1;
     if (i % DIRECT_YIELD_EVERY == 0) {
-      if (rf__mpi_now_ns() >= until) return 0;
-      sched_yield();
+      int64_t now = rf__mpi_now_ns();
+      if (now >= until) return 0;
+      if (now - start >= DIRECT_NOYIELD_NS) sched_yield();
     }
   }
 }

@@ -55,6 +55,7 @@ static struct {
   int world_rank, world_size;
   rf__mpi_cmd *head, *tail;
   atomic_int kicked;  /* a command or an op is waiting */
+  atomic_bool deep;   /* in the long sleep (nothing pending, no step) */
   MPI_Comm exit_comm; /* own_init: the exit barrier's */
   int suspects;       /* engine thread: peers that may be dead */
 } E = {.mu = PTHREAD_MUTEX_INITIALIZER, .exit_comm = MPI_COMM_NULL};
@@ -149,6 +150,10 @@ void rf__mpi_engine_wake(void) {
   pthread_mutex_lock(&E.mu);
   pthread_cond_signal(&E.wake);
   pthread_mutex_unlock(&E.mu);
+}
+
+void rf__mpi_engine_nudge(void) {
+  if (atomic_load(&E.deep)) rf__mpi_engine_wake();
 }
 
 static void reply(rf__mpi_cmd *c) {
@@ -322,7 +327,14 @@ static void run_loop(void) {
     idle++;
     if (!busy && !waiting) {
       sleeps = 0;
-      sleep_for(l.jobs ? IDLE_NS : 0);
+      /* A step that begins (rf__job_begin_step) wakes this sleep only:
+       * either it sees `deep`, or this sees its step (both seq_cst). */
+      atomic_store(&E.deep, true);
+      bool steps = false;
+      for (rf__job *j = l.jobs; j; j = j->next)
+        if (atomic_load(&j->active_steps) > 0) steps = true;
+      if (!steps) sleep_for(l.jobs ? IDLE_NS : 0);
+      atomic_store(&E.deep, false);
     } else if (!busy && (idle < SPINS_BEFORE_SLEEP ||
                          now - last_progress < SPIN_NS || !backoff_enabled())) {
       sched_yield(); /* an answer is due soon: no wake-up to wait for */

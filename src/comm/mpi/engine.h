@@ -226,6 +226,12 @@ void rf__mpi_engine_submit(rf__mpi_cmd *c);
 rf_status *rf__mpi_engine_call(rf__mpi_cmd *c);
 /* Wakes the engine (an op became ready to issue, or completed elsewhere). */
 void rf__mpi_engine_wake(void);
+/* Wakes the engine only from its long sleep (nothing pending, no step
+ * running): a step began, so it should look at the network every
+ * millisecond. Waking it at every step cost a context switch per step, on
+ * the critical path of a small collective (13-22 us on the loaded 2-core
+ * VM, docs/PERFORMANCE.md). */
+void rf__mpi_engine_nudge(void);
 /* Whether MPI gives MPI_THREAD_MULTIPLE (after rf__mpi_engine_start). */
 bool rf__mpi_thread_multiple(void);
 /* A collective of j (NULL: a session's making) timed out waiting for other

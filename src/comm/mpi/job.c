@@ -116,7 +116,7 @@ void rf__job_step_failed(rf__job *j, int64_t job_step, const rf_status *why) {
 
 void rf__job_begin_step(rf__job *j, int64_t step_id, int64_t job_step) {
   atomic_fetch_add(&j->active_steps, 1);
-  rf__mpi_engine_wake();
+  rf__mpi_engine_nudge(); /* from its long sleep only */
   pthread_mutex_lock(&j->mu);
   if (rf__grow(&j->steps, &j->cap_steps, j->num_steps + 1, sizeof *j->steps) ==
       0) {
