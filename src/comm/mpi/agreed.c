@@ -538,18 +538,17 @@ void rf__mpi_agreed_free(rf__job *j) {
  * engine holds none of its ops (nothing queued) and this task's descriptor
  * is the agreed one, and marks it taken: the engine runs none of its ops
  * meanwhile, so the entry's communicator still sees check, data, check,
- * data in one order. It spins for DIRECT_SPIN_NS (plus the data's size at
- * the engine's rate); a check that fails, or anything that does not
- * finish by then (a peer still computing, stopped or dead), goes to the
- * engine as it stands (rf__mpi_agreed_resume), which times out, probes and
- * names tasks exactly as for its own ops. */
+ * data in one order. It tests each for DIRECT_SPIN_NS; a check that
+ * fails, or anything that does not finish by then (a peer still computing,
+ * stopped or dead), goes to the engine as it stands (rf__mpi_agreed_resume),
+ * which times out, probes and names tasks exactly as for its own ops. */
 
-#define DIRECT_SPIN_NS 2000000LL /* as the engine spins after progress */
-#define DIRECT_NS_PER_BYTE 8
-#define DIRECT_YIELD_EVERY 16
-/* Yielding at once let other processes' threads take the core for a slice
- * while the peer's part was microseconds away (the loaded 2-core VM). */
-#define DIRECT_NOYIELD_NS 100000LL
+/* How long the direct path tests a check or data before it hands them
+ * over. Short: the thread is the executor's, which would otherwise run the
+ * step's other kernels meanwhile (training: the backward pass of earlier
+ * layers overlaps the gradients' all-reduces); spinning 2 ms there cut
+ * training across processes to a third (docs/PERFORMANCE.md). */
+#define DIRECT_SPIN_NS 50000LL
 
 static int direct_env = -1;
 static atomic_llong direct_taken, direct_back; /* tests */
@@ -568,18 +567,18 @@ static bool direct_enabled(void) {
 }
 
 /* Tests req until it completes (1), fails (-1) or `until` passes (0). */
+/* Tests req until it completes (1), fails (-1) or `until` passes (0);
+ * yields as the engine does only when the node runs as many ranks as
+ * cores (the peers need this core), else never in so short a spin. */
 static int spin(MPI_Request *req, int64_t until, rf_status **st) {
-  int64_t start = rf__mpi_now_ns();
+  int every = rf__mpi_yield_every();
   for (unsigned i = 1;; i++) {
     int done = 0;
     *st = RF_MPI_STATUS(MPI_Test(req, &done, MPI_STATUS_IGNORE));
     if (*st) return -1;
     if (done) return 1;
-    if (i % DIRECT_YIELD_EVERY == 0) {
-      int64_t now = rf__mpi_now_ns();
-      if (now >= until) return 0;
-      if (now - start >= DIRECT_NOYIELD_NS) sched_yield();
-    }
+    if (i % 16 == 0 && rf__mpi_now_ns() >= until) return 0;
+    if (every <= 4 && i % (unsigned)every == 0) sched_yield();
   }
 }
 
@@ -680,9 +679,7 @@ bool rf__mpi_agreed_direct(rf__job *j, rf__mpi_op *op, rf__mpi_cmd *c) {
   op->bytes = (int64_t)(in > out ? in : out);
   op->issued_ns = rf__mpi_now_ns();
   op->fast = true;
-  r = spin(&op->req,
-           op->issued_ns + DIRECT_SPIN_NS + op->bytes * DIRECT_NS_PER_BYTE,
-           &st);
+  r = spin(&op->req, op->issued_ns + DIRECT_SPIN_NS, &st);
   if (r == 0) {
     op->state = RF_OP_IN_FLIGHT;
     op->deadline_ns = op->issued_ns + op->timeout_ms * 1000000;

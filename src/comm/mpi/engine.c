@@ -249,7 +249,7 @@ static void sleep_for(int64_t ns) {
 /* How many idle spins between yields while data is in flight: 4 when the
  * node runs at least as many ranks as cores, else 64; RF_MPI_YIELD_EVERY
  * overrides. */
-static int yield_every(void) {
+int rf__mpi_yield_every(void) {
   static int every;
   if (every) return every;
   const char *env = getenv("RF_MPI_YIELD_EVERY");
@@ -321,7 +321,7 @@ static void run_loop(void) {
     if (busy &&
         (now - last_progress < SPIN_NS + busy_bytes * BUSY_NS_PER_BYTE ||
          !backoff_enabled())) {
-      if (++spins % yield_every() == 0) sched_yield();
+      if (++spins % rf__mpi_yield_every() == 0) sched_yield();
       continue;
     }
     idle++;

@@ -232,6 +232,9 @@ void rf__mpi_engine_wake(void);
  * the critical path of a small collective (13-22 us on the loaded 2-core
  * VM, docs/PERFORMANCE.md). */
 void rf__mpi_engine_nudge(void);
+/* How many polls between yields while spinning: 4 when the node runs at
+ * least as many ranks as cores, else 64; RF_MPI_YIELD_EVERY overrides. */
+int rf__mpi_yield_every(void);
 /* Whether MPI gives MPI_THREAD_MULTIPLE (after rf__mpi_engine_start). */
 bool rf__mpi_thread_multiple(void);
 /* A collective of j (NULL: a session's making) timed out waiting for other
