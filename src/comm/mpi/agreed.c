@@ -210,6 +210,7 @@ bool rf__mpi_agreed_take(rf__job *j, rf__mpi_op *op, int64_t now) {
     a->name = rf__strdup(op->name);
     a->devices = rf__strdup(op->devices);
     a->comm = MPI_COMM_NULL;
+    a->state = PENDING; /* before the direct path can find it */
   }
   int rf__hash_oom = 0;
   pthread_mutex_lock(&direct_mu);
@@ -220,7 +221,6 @@ bool rf__mpi_agreed_take(rf__job *j, rf__mpi_op *op, int64_t now) {
     if (a) entry_free(a);
     return false;
   }
-  a->state = PENDING;
   op->fresh = a;
   op->agree = RF_AGREE_NEW;
   return false;
