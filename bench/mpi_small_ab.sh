@@ -60,19 +60,16 @@ done
 echo
 echo "summary: ringflow time / MPI's own time (best, median over $reps repetitions; loaded machine?"
 echo "see the load column above); train: samples/s (best, median)"
-sort -k2,2 -k3,3n -k5,5 -k6,6n "$out" | awk '
+# "key value" lines, sorted by key then value: best and median per key
+# (POSIX awk: no asort).
+awk '$1 == "bench" { printf "%s_np%s_%s_%s %.4f\n", $2, $3, $5, $6, ($8 > 0 ? $7 / $8 : 0) }
+     $1 == "train" { printf "%s_np%s_train %s\n", $2, $3, $6 }' "$out" |
+  sort -k1,1 -k2,2g | awk '
   function flush() {
     if (key == "") return
-    n = asort(vals)
-    printf "%-40s best %8.2f  median %8.2f  (n=%d)\n", key, \
-      (kind == "train" ? vals[n] : vals[1]), vals[int((n + 1) / 2)], n
-    delete vals
+    best = key ~ /_train$/ ? v[n] : v[1]
+    printf "%-40s best %10.2f  median %10.2f  (n=%d)\n", key, best, \
+      v[int((n + 1) / 2)], n
   }
-  {
-    kind = $1
-    k = $1 == "bench" ? sprintf("%s np%s %s %s", $2, $3, $5, $6) \
-                      : sprintf("%s np%s train", $2, $3)
-    if (k != key) { flush(); key = k; i = 0 }
-    vals[++i] = $1 == "bench" ? ($8 > 0 ? $7 / $8 : 0) : $6
-  }
+  { if ($1 != key) { flush(); key = $1; n = 0 } v[++n] = $2 }
   END { flush() }'
