@@ -36,7 +36,6 @@
  * Blocking (data thread) and GPU collectives are never kept: their checks
  * say "changed" and they always go through task 0. */
 #include <pthread.h>
-#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -549,6 +548,9 @@ void rf__mpi_agreed_free(rf__job *j) {
  * layers overlaps the gradients' all-reduces); spinning 2 ms there cut
  * training across processes to a third (docs/PERFORMANCE.md). */
 #define DIRECT_SPIN_NS 50000LL
+/* Larger collectives take longer than the spin anyway (their data, not the
+ * hand-offs, is their time): they go to the engine as before. */
+#define DIRECT_MAX_BYTES 65536
 
 static int direct_env = -1;
 static atomic_llong direct_taken, direct_back; /* tests */
@@ -567,18 +569,16 @@ static bool direct_enabled(void) {
 }
 
 /* Tests req until it completes (1), fails (-1) or `until` passes (0). */
-/* Tests req until it completes (1), fails (-1) or `until` passes (0);
- * yields as the engine does only when the node runs as many ranks as
- * cores (the peers need this core), else never in so short a spin. */
+/* Tests req until it completes (1), fails (-1) or `until` passes (0).
+ * No sched_yield: on a loaded machine one yield can give the core away for
+ * a whole scheduler slice, far longer than the spin. */
 static int spin(MPI_Request *req, int64_t until, rf_status **st) {
-  int every = rf__mpi_yield_every();
-  for (unsigned i = 1;; i++) {
+  for (;;) {
     int done = 0;
     *st = RF_MPI_STATUS(MPI_Test(req, &done, MPI_STATUS_IGNORE));
     if (*st) return -1;
     if (done) return 1;
-    if (i % 16 == 0 && rf__mpi_now_ns() >= until) return 0;
-    if (every <= 4 && i % (unsigned)every == 0) sched_yield();
+    if (rf__mpi_now_ns() >= until) return 0;
   }
 }
 
@@ -626,7 +626,9 @@ static void give_up(rf__mpi_agreed *a) {
 }
 
 bool rf__mpi_agreed_direct(rf__job *j, rf__mpi_op *op, rf__mpi_cmd *c) {
-  if (op->gpu || op->blocking || !direct_enabled()) return false;
+  if (op->gpu || op->blocking || !direct_enabled() ||
+      rf__mpi_algorithm_bytes(op) > DIRECT_MAX_BYTES)
+    return false;
   rf__mpi_msg desc;
   int64_t dig;
   MPI_Comm comm;
