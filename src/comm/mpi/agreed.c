@@ -489,8 +489,23 @@ static int run_entry(rf__job *j, rf__mpi_agreed *a, int64_t now, int *progress,
   return 0;
 }
 
+static bool enlist(rf__job *j, rf__mpi_op *op);
+static void settle(rf__job *j, rf__mpi_op *op);
+
 int rf__mpi_agreed_poll(rf__job *j, int64_t now, bool *busy, bool *waiting) {
   int progress = 0;
+  for (rf__mpi_op **p = &j->unlisted; *p;) { /* handed back without memory */
+    rf__mpi_op *op = *p;
+    if (!enlist(j, op)) {
+      *waiting = true;
+      p = &op->go_next;
+      continue;
+    }
+    *p = op->go_next;
+    op->go_next = NULL;
+    settle(j, op);
+    progress++;
+  }
   rf__mpi_agreed *a, *tmp;
   HASH_ITER(hh, j->agreed, a, tmp) {
     if (a->state == PENDING) {
@@ -523,6 +538,16 @@ void rf__mpi_agreed_free(rf__job *j) {
     a = j->retired;
     j->retired = a->next;
     entry_release(a);
+  }
+  while (j->unlisted) { /* never tracked: freed unless MPI still owns them */
+    rf__mpi_op *op = j->unlisted;
+    j->unlisted = op->go_next;
+    int checked = 1, moved = 1;
+    if (op->check_req != MPI_REQUEST_NULL)
+      MPI_Test(&op->check_req, &checked, MPI_STATUS_IGNORE);
+    if (op->req != MPI_REQUEST_NULL)
+      MPI_Test(&op->req, &moved, MPI_STATUS_IGNORE);
+    if (checked && moved) rf__mpi_member_release(op);
   }
 }
 
@@ -704,16 +729,21 @@ bool rf__mpi_step_cancelled(rf__job *j, int64_t step_id) {
   return cancelled;
 }
 
-void rf__mpi_agreed_resume(rf__job *j, rf__mpi_op *op) {
-  rf__mpi_agreed *a = op->direct;
-  op->direct = NULL;
+/* Adds op to the job's ops (what the engine tests, probes and cancels). */
+static bool enlist(rf__job *j, rf__mpi_op *op) {
   int rf__hash_oom = 0;
   HASH_ADD_KEYPTR(hh, j->ops, op->key, strlen(op->key), op);
-  if (rf__hash_oom) /* untracked: MPI may still use it, so it is kept */
-    rf__mpi_member_report(op, rf__oom());
+  return !rf__hash_oom;
+}
+
+/* op is the engine's now: first in its queue again, or in flight; its
+ * entry is no longer taken. */
+static void settle(rf__job *j, rf__mpi_op *op) {
+  rf__mpi_agreed *a = op->direct;
+  op->direct = NULL;
   if (op->state == RF_OP_IN_FLIGHT) {
     j->fast_in_flight++;
-  } else { /* its check: first in its queue again */
+  } else { /* its check */
     op->agreed = a;
     pthread_mutex_lock(&direct_mu);
     op->agreed_next = a->head;
@@ -725,11 +755,23 @@ void rf__mpi_agreed_resume(rf__job *j, rf__mpi_op *op) {
   pthread_mutex_lock(&direct_mu);
   atomic_store(&a->taken, false);
   pthread_mutex_unlock(&direct_mu);
+  rf__mpi_engine_wake();
+}
+
+void rf__mpi_agreed_resume(rf__job *j, rf__mpi_op *op) {
   if (rf__mpi_step_cancelled(j, op->step_id))
     rf__mpi_member_report(
         op, rf__error(RF_CANCELLED,
                       "collective '%s' (job step %lld): the step was "
                       "cancelled",
                       op->name, (long long)op->job_step));
-  rf__mpi_engine_wake();
+  if (enlist(j, op)) {
+    settle(j, op);
+    return;
+  }
+  /* No memory to track it: it fails, and waits (its entry still taken, so
+   * its name's order holds) until the poll can add it; MPI owns it. */
+  rf__mpi_member_report(op, rf__oom());
+  op->go_next = j->unlisted;
+  j->unlisted = op;
 }

@@ -140,6 +140,9 @@ struct rf__job {
   /* Collectives agreed once (agreed.c), by name; retired ones are kept
    * until the job leaves (a check of theirs may still be pending). */
   rf__mpi_agreed *agreed, *retired;
+  /* Ops the direct path handed back that could not join `ops` (no memory):
+   * retried by the poll (agreed.c); linked by go_next. */
+  rf__mpi_op *unlisted;
   rf__mpi_op *blocking; /* on the data thread: nothing else starts */
   rf__mpi_data_thread *data_thread; /* started at the first blocking op */
   rf__mpi_centry *centries;         /* task 0: collectives being agreed */

@@ -101,6 +101,8 @@ static void report(rf__mpi_op *op, rf_status *st) { report_on(op, st, false); }
 
 void rf__mpi_member_report(rf__mpi_op *op, rf_status *st) { report(op, st); }
 
+void rf__mpi_member_release(rf__mpi_op *op) { unref(op); }
+
 void rf__mpi_member_report_here(rf__mpi_op *op, rf_status *st) {
   report_on(op, st, true);
 }

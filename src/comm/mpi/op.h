@@ -102,6 +102,8 @@ void rf__mpi_member_describe(const rf__mpi_op *op, rf__mpi_msg *h);
 void rf__mpi_member_send_ready(rf__job *j, rf__mpi_op *op);
 /* Reports st (consumed) to op's participants once, from a pool task. */
 void rf__mpi_member_report(rf__mpi_op *op, rf_status *st);
+/* Drops the engine's reference to op (one never added to the job's ops). */
+void rf__mpi_member_release(rf__mpi_op *op);
 /* Reports st (consumed; NULL: the results) once, on this thread. */
 void rf__mpi_member_report_here(rf__mpi_op *op, rf_status *st);
 /* Removes op from the job (its engine reference goes). */
