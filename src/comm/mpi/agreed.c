@@ -141,17 +141,21 @@ static void enqueue(rf__mpi_agreed *a, rf__mpi_op *op) {
   pthread_mutex_unlock(&direct_mu);
 }
 
-static rf__mpi_op *dequeue(rf__mpi_agreed *a) {
+/* uncount: the op leaves the count of queued ops too (else the caller
+ * does it once it has issued what it issues on a's communicator). */
+static rf__mpi_op *dequeue_op(rf__mpi_agreed *a, bool uncount) {
   pthread_mutex_lock(&direct_mu);
   rf__mpi_op *op = a->head;
   a->head = op->agreed_next;
   if (!a->head) a->tail = NULL;
-  a->queued--;
+  if (uncount) a->queued--;
   pthread_mutex_unlock(&direct_mu);
   op->agreed_next = NULL;
   op->agreed = NULL;
   return op;
 }
+
+static rf__mpi_op *dequeue(rf__mpi_agreed *a) { return dequeue_op(a, true); }
 
 static void route(rf__job *j, rf__mpi_op *op, int64_t now) {
   if (!rf__mpi_agreed_take(j, op, now)) rf__mpi_member_send_ready(j, op);
@@ -477,8 +481,13 @@ static int run_entry(rf__job *j, rf__mpi_agreed *a, int64_t now, int *progress,
       *waiting = true;
       break;
     }
-    dequeue(a);
+    /* Counted as queued until its data is issued: the direct path must not
+     * issue the next check on a's communicator before this data. */
+    dequeue_op(a, false);
     issue_data(j, a, op, now);
+    pthread_mutex_lock(&direct_mu);
+    a->queued--;
+    pthread_mutex_unlock(&direct_mu);
     (*progress)++;
   }
   if (a->comm_failed && a->head) { /* this task can run none of them */
