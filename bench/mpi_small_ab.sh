@@ -3,8 +3,8 @@
 # docs/PERFORMANCE.md "Small collectives across processes"): `ringflow
 # bench` at 1 and 4 KiB and `ringflow train --bench`, with 2 and 4
 # processes, the variants alternating in every repetition:
-#   direct  NEW as it is (agreed collectives run on the executor's thread)
-#   engine  NEW with RF_MPI_DIRECT=0 (the communication thread runs them)
+#   direct  NEW with RF_MPI_DIRECT=1 (agreed collectives on the executor thread)
+#   engine  NEW as built (RF_MPI_DIRECT=0: the communication thread runs them)
 #   old     OLD, when given (e.g. a build of main before this work)
 # Prints one line per run (with the load average at its start), then for
 # each variant the best and the median over the repetitions of ringflow's

@@ -186,6 +186,7 @@ static void test_task_skipping_a_late_step_is_named(void **state) {
 }
 
 static void test_steady_state_runs_direct(void **state) {
+  rf__mpi_direct_force(true);
   job_graph m;
   build(&m);
   rf_session *s = mt_session(m.g, 2, 30000);
@@ -196,9 +197,11 @@ static void test_steady_state_runs_direct(void **state) {
   assert_int_equal(rf__mpi_direct_taken() - taken, 2 * 5);
   rf_session_free(s);
   rf_graph_free(m.g);
+  rf__mpi_direct_force(false);
 }
 
 static void test_late_task_hands_back(void **state) {
+  rf__mpi_direct_force(true);
   job_graph m;
   build(&m);
   rf_session *s = mt_session(m.g, 2, 30000);
@@ -216,6 +219,7 @@ static void test_late_task_hands_back(void **state) {
   assert_int_equal(rf_debug_control_messages() - msgs, 0); /* still agreed */
   rf_session_free(s);
   rf_graph_free(m.g);
+  rf__mpi_direct_force(false);
 }
 
 int main(void) {
