@@ -14,11 +14,16 @@
  *    every process fails naming the shape, both values and the task, at
  *    once, and the next steps work (and are steady again);
  *  - one task skips a late step: the others fail within the timeout naming
- *    it and its devices, and the next step works. */
+ *    it and its devices, and the next step works;
+ *  - steady-state steps run on the thread that completed the local group
+ *    (the direct path, counted), and one task arriving late makes the
+ *    others hand their ops to the communication thread, with the same
+ *    results. */
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "comm/mpi/op.h"
 #include "mpi_testutil.h"
 #include "ringflow/collectives.h"
 #include "ringflow/debug.h"
@@ -301,6 +306,43 @@ static void test_task_skipping_a_late_step_is_named(void **state) {
   rf_graph_free(m.g);
 }
 
+static void test_steady_state_runs_direct(void **state) {
+  rf__mpi_direct_force(true);
+  job_graph m;
+  build(&m);
+  rf_session *s = mt_session(m.g, 2, 30000);
+  assert_ok(step(&m, s, 0, 8)); /* agreed through task 0 */
+  int64_t taken = rf__mpi_direct_taken();
+  for (int k = 1; k < 6; k++) assert_ok(step(&m, s, k, 8));
+  /* MPI_THREAD_MULTIPLE (mpirun gives it): both collectives, every step */
+  assert_int_equal(rf__mpi_direct_taken() - taken, 2 * 5);
+  rf_session_free(s);
+  rf_graph_free(m.g);
+  rf__mpi_direct_force(false);
+}
+
+static void test_late_task_hands_back(void **state) {
+  rf__mpi_direct_force(true);
+  job_graph m;
+  build(&m);
+  rf_session *s = mt_session(m.g, 2, 30000);
+  for (int k = 0; k < 2; k++) assert_ok(step(&m, s, k, 8));
+  int64_t taken = rf__mpi_direct_taken(), back = rf__mpi_direct_handed_back(),
+          msgs = rf_debug_control_messages();
+  if (T == 0) { /* far longer than the direct path spins (2 ms) */
+    struct timespec ts = {0, 300000000};
+    nanosleep(&ts, NULL);
+  }
+  assert_ok(step(&m, s, 2, 8));
+  assert_int_equal(rf__mpi_direct_taken() - taken, 2);
+  if (T != 0) assert_true(rf__mpi_direct_handed_back() > back);
+  for (int k = 3; k < 6; k++) assert_ok(step(&m, s, k, 8));
+  assert_int_equal(rf_debug_control_messages() - msgs, 0); /* still agreed */
+  rf_session_free(s);
+  rf_graph_free(m.g);
+  rf__mpi_direct_force(false);
+}
+
 int main(void) {
   if (mt_init()) return 1;
   const char *env = getenv("RF_MPI_AGREE_ONCE");
@@ -313,6 +355,8 @@ int main(void) {
       cmocka_unit_test(test_shape_changing_every_step),
       cmocka_unit_test(test_late_change_in_one_task_is_named),
       cmocka_unit_test(test_task_skipping_a_late_step_is_named),
+      cmocka_unit_test(test_steady_state_runs_direct),
+      cmocka_unit_test(test_late_task_hands_back),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -35,6 +35,7 @@
  * its check) and its name's later ops wait behind it until it pairs.
  * Blocking (data thread) and GPU collectives are never kept: their checks
  * say "changed" and they always go through task 0. */
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,8 +55,8 @@ struct rf__mpi_agreed {
   char *name;
   int state;
   MPI_Comm comm;
-  bool comm_failed;
-  rf__mpi_msg desc; /* this task's descriptor when agreed */
+  atomic_bool comm_failed; /* set by the engine or the direct path */
+  rf__mpi_msg desc;        /* this task's descriptor when agreed */
   char *devices;
   int root_index, root_rank;
   rf_shape root_shape;
@@ -63,7 +64,16 @@ struct rf__mpi_agreed {
   rf__mpi_op *head, *tail; /* its ops, in arrival order */
   rf__mpi_agreed *next;    /* the retired list */
   UT_hash_handle hh;
+  /* The direct path (below), under direct_mu: how many ops are queued here
+   * (the engine's), and whether a thread of the executor runs one. */
+  int queued;
+  atomic_bool taken;
 };
+
+/* Guards what the direct path reads from the engine's side: the job's
+ * table of entries (the engine adds and removes under it; its own reads
+ * need none), an entry's descriptor, state, queue length and `taken`. */
+static pthread_mutex_t direct_mu = PTHREAD_MUTEX_INITIALIZER;
 
 bool rf__mpi_agree_once(void) {
   static int on = -1;
@@ -121,21 +131,31 @@ static void entry_free(rf__mpi_agreed *a) {
 static void enqueue(rf__mpi_agreed *a, rf__mpi_op *op) {
   op->agreed = a;
   op->agreed_next = NULL;
+  pthread_mutex_lock(&direct_mu);
   if (a->tail)
     a->tail->agreed_next = op;
   else
     a->head = op;
   a->tail = op;
+  a->queued++;
+  pthread_mutex_unlock(&direct_mu);
 }
 
-static rf__mpi_op *dequeue(rf__mpi_agreed *a) {
+/* uncount: the op leaves the count of queued ops too (else the caller
+ * does it once it has issued what it issues on a's communicator). */
+static rf__mpi_op *dequeue_op(rf__mpi_agreed *a, bool uncount) {
+  pthread_mutex_lock(&direct_mu);
   rf__mpi_op *op = a->head;
   a->head = op->agreed_next;
   if (!a->head) a->tail = NULL;
+  if (uncount) a->queued--;
+  pthread_mutex_unlock(&direct_mu);
   op->agreed_next = NULL;
   op->agreed = NULL;
   return op;
 }
+
+static rf__mpi_op *dequeue(rf__mpi_agreed *a) { return dequeue_op(a, true); }
 
 static void route(rf__job *j, rf__mpi_op *op, int64_t now) {
   if (!rf__mpi_agreed_take(j, op, now)) rf__mpi_member_send_ready(j, op);
@@ -147,9 +167,12 @@ static void route(rf__job *j, rf__mpi_op *op, int64_t now) {
  * task is past them) go without asking, so later steps need not wait for
  * their verdict. */
 static void unlist(rf__job *j, rf__mpi_agreed *a, int64_t now, int64_t stale) {
+  pthread_mutex_lock(&direct_mu);
   HASH_DEL(j->agreed, a);
   rf__mpi_op *ops = a->head;
   a->head = a->tail = NULL;
+  a->queued = 0;
+  pthread_mutex_unlock(&direct_mu);
   if (a->state == ACTIVE) {
     a->next = j->retired;
     j->retired = a;
@@ -190,26 +213,30 @@ bool rf__mpi_agreed_take(rf__job *j, rf__mpi_op *op, int64_t now) {
     a->name = rf__strdup(op->name);
     a->devices = rf__strdup(op->devices);
     a->comm = MPI_COMM_NULL;
+    a->state = PENDING; /* before the direct path can find it */
   }
   int rf__hash_oom = 0;
+  pthread_mutex_lock(&direct_mu);
   if (a && a->name && a->devices)
     HASH_ADD_KEYPTR(hh, j->agreed, a->name, strlen(a->name), a);
+  pthread_mutex_unlock(&direct_mu);
   if (!a || !a->name || !a->devices || rf__hash_oom) {
     if (a) entry_free(a);
     return false;
   }
-  a->state = PENDING;
   op->fresh = a;
   op->agree = RF_AGREE_NEW;
   return false;
 }
 
 static void keep_descriptor(rf__mpi_agreed *a, const rf__mpi_op *op) {
+  pthread_mutex_lock(&direct_mu);
   rf__mpi_member_describe(op, &a->desc);
   a->root_index = op->root_index;
   a->root_rank = op->root_rank;
   a->root_shape = op->root_shape;
   a->digest = digest(&a->desc, a->devices);
+  pthread_mutex_unlock(&direct_mu);
 }
 
 void rf__mpi_agreed_verdict(rf__job *j, rf__mpi_op *op, bool go, int agree) {
@@ -243,7 +270,15 @@ void rf__mpi_agreed_issued(rf__job *j, rf__mpi_op *op, MPI_Comm set_comm,
     return;
   }
   MPI_Comm_set_errhandler(a->comm, MPI_ERRORS_RETURN);
+  pthread_mutex_lock(&direct_mu);
   a->state = ACTIVE;
+  pthread_mutex_unlock(&direct_mu);
+}
+
+static void fail_comm(rf__mpi_agreed *a) {
+  pthread_mutex_lock(&direct_mu);
+  a->comm_failed = true;
+  pthread_mutex_unlock(&direct_mu);
 }
 
 /* ---- the check ---- */
@@ -271,7 +306,7 @@ static void check_start(rf__job *j, rf__mpi_agreed *a, rf__mpi_op *op,
     op->check_req = MPI_REQUEST_NULL;
     op->state = RF_OP_QUEUED;
     op->deadline_ns = 0;
-    a->comm_failed = true;
+    fail_comm(a);
     rf__mpi_member_report(op, st);
     (void)j;
   }
@@ -356,7 +391,7 @@ static void issue_data(rf__job *j, rf__mpi_agreed *a, rf__mpi_op *op,
   op->root_shape = a->root_shape;
   rf_status *st = rf__mpi_op_issue(op, a->comm);
   if (st) { /* the others wait in their data: they time out, named */
-    a->comm_failed = true;
+    fail_comm(a);
     rf__mpi_member_report(op, st);
     rf__mpi_member_drop(j, op);
     return;
@@ -394,6 +429,13 @@ static void late_queued(rf__mpi_agreed *a, int64_t now, bool *waiting) {
 /* Runs a's queue as far as it goes; 1 when a left the table. */
 static int run_entry(rf__job *j, rf__mpi_agreed *a, int64_t now, int *progress,
                      bool *busy, bool *waiting) {
+  /* A thread of the executor runs one of a's ops: the queue waits for it
+   * to finish or hand its op back (rf__mpi_agreed_resume). */
+  if (atomic_load(&a->taken)) {
+    late_queued(a, now, waiting);
+    *waiting = true;
+    return 0;
+  }
   while (a->head && !a->comm_failed) {
     rf__mpi_op *op = a->head;
     if (op->state == RF_OP_QUEUED) {
@@ -406,7 +448,7 @@ static int run_entry(rf__job *j, rf__mpi_agreed *a, int64_t now, int *progress,
       rf_status *st =
           RF_MPI_STATUS(MPI_Test(&op->check_req, &done, MPI_STATUS_IGNORE));
       if (st) {
-        a->comm_failed = true;
+        fail_comm(a);
         rf__mpi_member_report(op, st);
         break;
       }
@@ -437,8 +479,13 @@ static int run_entry(rf__job *j, rf__mpi_agreed *a, int64_t now, int *progress,
       *waiting = true;
       break;
     }
-    dequeue(a);
+    /* Counted as queued until its data is issued: the direct path must not
+     * issue the next check on a's communicator before this data. */
+    dequeue_op(a, false);
     issue_data(j, a, op, now);
+    pthread_mutex_lock(&direct_mu);
+    a->queued--;
+    pthread_mutex_unlock(&direct_mu);
     (*progress)++;
   }
   if (a->comm_failed && a->head) { /* this task can run none of them */
@@ -449,8 +496,23 @@ static int run_entry(rf__job *j, rf__mpi_agreed *a, int64_t now, int *progress,
   return 0;
 }
 
+static bool enlist(rf__job *j, rf__mpi_op *op);
+static void settle(rf__job *j, rf__mpi_op *op);
+
 int rf__mpi_agreed_poll(rf__job *j, int64_t now, bool *busy, bool *waiting) {
   int progress = 0;
+  for (rf__mpi_op **p = &j->unlisted; *p;) { /* handed back without memory */
+    rf__mpi_op *op = *p;
+    if (!enlist(j, op)) {
+      *waiting = true;
+      p = &op->go_next;
+      continue;
+    }
+    *p = op->go_next;
+    op->go_next = NULL;
+    settle(j, op);
+    progress++;
+  }
   rf__mpi_agreed *a, *tmp;
   HASH_ITER(hh, j->agreed, a, tmp) {
     if (a->state == PENDING) {
@@ -474,7 +536,9 @@ static void entry_release(rf__mpi_agreed *a) {
 void rf__mpi_agreed_free(rf__job *j) {
   rf__mpi_agreed *a, *tmp;
   HASH_ITER(hh, j->agreed, a, tmp) {
+    pthread_mutex_lock(&direct_mu);
     HASH_DEL(j->agreed, a);
+    pthread_mutex_unlock(&direct_mu);
     entry_release(a);
   }
   while (j->retired) {
@@ -482,4 +546,239 @@ void rf__mpi_agreed_free(rf__job *j) {
     j->retired = a->next;
     entry_release(a);
   }
+  while (j->unlisted) { /* never tracked: freed unless MPI still owns them */
+    rf__mpi_op *op = j->unlisted;
+    j->unlisted = op->go_next;
+    int checked = 1, moved = 1;
+    if (op->check_req != MPI_REQUEST_NULL)
+      MPI_Test(&op->check_req, &checked, MPI_STATUS_IGNORE);
+    if (op->req != MPI_REQUEST_NULL)
+      MPI_Test(&op->req, &moved, MPI_STATUS_IGNORE);
+    if (checked && moved) rf__mpi_member_release(op);
+  }
+}
+
+/* ---- the direct path ----
+ *
+ * In the steady state the thread that completed this process's group (the
+ * executor's) runs the op itself when MPI gives MPI_THREAD_MULTIPLE: it
+ * issues the check, computes this task's part while the check travels,
+ * issues the data, and tests both until done, then calls the dones - no
+ * hand-off to the engine and back (two thread wake-ups, most of a small
+ * collective's time on a loaded machine). It takes an entry only when the
+ * engine holds none of its ops (nothing queued) and this task's descriptor
+ * is the agreed one, and marks it taken: the engine runs none of its ops
+ * meanwhile, so the entry's communicator still sees check, data, check,
+ * data in one order. It tests each for DIRECT_SPIN_NS; a check that
+ * fails, or anything that does not finish by then (a peer still computing,
+ * stopped or dead), goes to the engine as it stands (rf__mpi_agreed_resume),
+ * which times out, probes and names tasks exactly as for its own ops. */
+
+/* How long the direct path tests a check or data before it hands them
+ * over. Short: the thread is the executor's, which would otherwise run the
+ * step's other kernels meanwhile (training: the backward pass of earlier
+ * layers overlaps the gradients' all-reduces); spinning 2 ms there cut
+ * training across processes to a third (docs/PERFORMANCE.md). */
+#define DIRECT_SPIN_NS 50000LL
+/* Larger collectives take longer than the spin anyway (their data, not the
+ * hand-offs, is their time): they go to the engine as before. */
+#define DIRECT_MAX_BYTES 65536
+
+static int direct_env = -1;
+static atomic_llong direct_taken, direct_back; /* tests */
+
+int64_t rf__mpi_direct_taken(void) { return atomic_load(&direct_taken); }
+void rf__mpi_direct_force(bool on) { direct_env = on; }
+int64_t rf__mpi_direct_handed_back(void) { return atomic_load(&direct_back); }
+
+/* Off unless RF_MPI_DIRECT=1 (in every process) or a test forces it: in
+ * cli_train_mpi_dead_rank an entry's communicator still got two
+ * collectives in different orders (MPI_ERR_TRUNCATE in libnbc, 3
+ * processes x 2 devices, after ~270 steps) - not found yet. */
+static bool direct_enabled(void) {
+  if (direct_env < 0) {
+    const char *env = getenv("RF_MPI_DIRECT");
+    direct_env = env && strcmp(env, "1") == 0;
+  }
+  return direct_env && rf__mpi_thread_multiple() && rf__mpi_agree_once();
+}
+
+/* Tests req until it completes (1), fails (-1) or `until` passes (0).
+ * No sched_yield: on a loaded machine one yield can give the core away for
+ * a whole scheduler slice, far longer than the spin. */
+static int spin(MPI_Request *req, int64_t until, rf_status **st) {
+  for (;;) {
+    int done = 0;
+    *st = RF_MPI_STATUS(MPI_Test(req, &done, MPI_STATUS_IGNORE));
+    if (*st) return -1;
+    if (done) return 1;
+    if (rf__mpi_now_ns() >= until) return 0;
+  }
+}
+
+/* Gives op (checking or in flight) to the engine, which finds the entry
+ * still taken and lets it go once op is back at the head of its queue. */
+static void hand_back(rf__mpi_op *op, rf__mpi_agreed *a, rf__mpi_cmd *c) {
+  op->direct = a;
+  atomic_fetch_add(&direct_back, 1);
+  rf__mpi_engine_submit(c);
+}
+
+/* The entry taken for op, or NULL. */
+static rf__mpi_agreed *take_direct(rf__job *j, const rf__mpi_op *op,
+                                   rf__mpi_msg *desc, int64_t *dig,
+                                   MPI_Comm *comm, int *root_index,
+                                   int *root_rank, rf_shape *root_shape) {
+  rf__mpi_msg d;
+  rf__mpi_member_describe(op, &d);
+  pthread_mutex_lock(&direct_mu);
+  rf__mpi_agreed *a = NULL;
+  HASH_FIND_STR(j->agreed, op->name, a);
+  if (a && (a->state != ACTIVE || atomic_load(&a->comm_failed) ||
+            atomic_load(&a->taken) || a->queued > 0 || !same(&d, &a->desc) ||
+            strcmp(op->devices, a->devices)))
+    a = NULL;
+  if (a) {
+    atomic_store(&a->taken, true);
+    *desc = d;
+    *dig = a->digest;
+    *comm = a->comm;
+    *root_index = a->root_index;
+    *root_rank = a->root_rank;
+    *root_shape = a->root_shape;
+  }
+  pthread_mutex_unlock(&direct_mu);
+  return a;
+}
+
+static void give_up(rf__mpi_agreed *a) {
+  pthread_mutex_lock(&direct_mu);
+  bool wake = a->queued > 0;
+  atomic_store(&a->taken, false);
+  pthread_mutex_unlock(&direct_mu);
+  if (wake) rf__mpi_engine_wake();
+}
+
+bool rf__mpi_agreed_direct(rf__job *j, rf__mpi_op *op, rf__mpi_cmd *c) {
+  if (op->gpu || op->blocking || !direct_enabled() ||
+      rf__mpi_algorithm_bytes(op) > DIRECT_MAX_BYTES)
+    return false;
+  rf__mpi_msg desc;
+  int64_t dig;
+  MPI_Comm comm;
+  int root_index, root_rank;
+  rf_shape root_shape;
+  rf__mpi_agreed *a = take_direct(j, op, &desc, &dig, &comm, &root_index,
+                                  &root_rank, &root_shape);
+  if (!a) return false;
+  atomic_fetch_add(&direct_taken, 1);
+  int64_t now = rf__mpi_now_ns();
+  op->arrived_ns = now;
+  op->check[0] = digest(&desc, op->devices);
+  op->check[1] = -op->check[0];
+  op->check[2] = op->job_step;
+  op->check[3] = -op->job_step;
+  op->check[4] = op->check[0] != dig; /* 0: take_direct compared them */
+  int64_t t = op->timeout_ms, early = t / 2 < PROBE_MS ? t / 2 : PROBE_MS;
+  op->deadline_ns = now + (t - early) * 1000000;
+  rf_status *st = RF_MPI_STATUS(MPI_Iallreduce(
+      op->check, op->checked, 5, MPI_INT64_T, MPI_MAX, comm, &op->check_req));
+  rf__mpi_op_prepare(op); /* while the check travels */
+  atomic_store(&op->prepared, 1);
+  int r = st ? -1 : spin(&op->check_req, now + DIRECT_SPIN_NS, &st);
+  if (r == 1) {
+    const int64_t *k = op->checked;
+    if (k[2] != -k[3] || k[0] != -k[1] || k[4]) r = 0; /* the engine says */
+  }
+  if (r == 0) { /* pending, or failed: the engine goes on with it */
+    op->state = RF_OP_CHECK;
+    hand_back(op, a, c);
+    return true;
+  }
+  if (r == 1) {
+    op->root_index = root_index;
+    op->root_rank = root_rank;
+    op->root_shape = root_shape;
+    st = rf__mpi_op_issue(op, comm);
+  }
+  if (st) { /* this task cannot take part: the others time out, named */
+    op->check_req = MPI_REQUEST_NULL;
+    fail_comm(a);
+    give_up(a);
+    rf__mpi_member_report_here(op, st);
+    atomic_fetch_sub(&op->refs, 1); /* the engine's: never submitted */
+    rf__free(c);
+    return true;
+  }
+  op->bytes = rf__mpi_op_bytes(op); /* the whole vector (a root has no out) */
+  op->issued_ns = rf__mpi_now_ns();
+  op->fast = true;
+  r = spin(&op->req, op->issued_ns + DIRECT_SPIN_NS, &st);
+  if (r == 0) {
+    op->state = RF_OP_IN_FLIGHT;
+    op->deadline_ns = op->issued_ns + op->timeout_ms * 1000000;
+    hand_back(op, a, c);
+    return true;
+  }
+  give_up(a);
+  rf__mpi_member_report_here(op, st); /* NULL: the results */
+  atomic_fetch_sub(&op->refs, 1);     /* the engine's: never submitted */
+  rf__free(c);
+  return true;
+}
+
+bool rf__mpi_step_cancelled(rf__job *j, int64_t step_id) {
+  bool cancelled = false;
+  pthread_mutex_lock(&j->mu);
+  for (int i = 0; i < j->num_steps; i++)
+    if (j->steps[i].step == step_id) cancelled = j->steps[i].cancelled;
+  pthread_mutex_unlock(&j->mu);
+  return cancelled;
+}
+
+/* Adds op to the job's ops (what the engine tests, probes and cancels). */
+static bool enlist(rf__job *j, rf__mpi_op *op) {
+  int rf__hash_oom = 0;
+  HASH_ADD_KEYPTR(hh, j->ops, op->key, strlen(op->key), op);
+  return !rf__hash_oom;
+}
+
+/* op is the engine's now: first in its queue again, or in flight; its
+ * entry is no longer taken. */
+static void settle(rf__job *j, rf__mpi_op *op) {
+  rf__mpi_agreed *a = op->direct;
+  op->direct = NULL;
+  if (op->state == RF_OP_IN_FLIGHT) {
+    j->fast_in_flight++;
+  } else { /* its check */
+    op->agreed = a;
+    pthread_mutex_lock(&direct_mu);
+    op->agreed_next = a->head;
+    a->head = op;
+    if (!a->tail) a->tail = op;
+    a->queued++;
+    pthread_mutex_unlock(&direct_mu);
+  }
+  pthread_mutex_lock(&direct_mu);
+  atomic_store(&a->taken, false);
+  pthread_mutex_unlock(&direct_mu);
+  rf__mpi_engine_wake();
+}
+
+void rf__mpi_agreed_resume(rf__job *j, rf__mpi_op *op) {
+  if (rf__mpi_step_cancelled(j, op->step_id))
+    rf__mpi_member_report(
+        op, rf__error(RF_CANCELLED,
+                      "collective '%s' (job step %lld): the step was "
+                      "cancelled",
+                      op->name, (long long)op->job_step));
+  if (enlist(j, op)) {
+    settle(j, op);
+    return;
+  }
+  /* No memory to track it: it fails, and waits (its entry still taken, so
+   * its name's order holds) until the poll can add it; MPI owns it. */
+  rf__mpi_member_report(op, rf__oom());
+  op->go_next = j->unlisted;
+  j->unlisted = op;
 }

@@ -56,6 +56,7 @@ static struct {
   int world_rank, world_size;
   rf__mpi_cmd *head, *tail;
   atomic_int kicked;  /* a command or an op is waiting */
+  atomic_bool deep;   /* in the long sleep (nothing pending, no step) */
   MPI_Comm exit_comm; /* own_init: the exit barrier's */
   int suspects;       /* engine thread: peers that may be dead */
 } E = {.mu = PTHREAD_MUTEX_INITIALIZER, .exit_comm = MPI_COMM_NULL};
@@ -150,6 +151,10 @@ void rf__mpi_engine_wake(void) {
   pthread_mutex_lock(&E.mu);
   pthread_cond_signal(&E.wake);
   pthread_mutex_unlock(&E.mu);
+}
+
+void rf__mpi_engine_nudge(void) {
+  if (atomic_load(&E.deep)) rf__mpi_engine_wake();
 }
 
 static void reply(rf__mpi_cmd *c) {
@@ -264,7 +269,7 @@ static void sleep_for(int64_t ns) {
 /* How many idle spins between yields while data is in flight: 4 when the
  * node runs at least as many ranks as cores, else 64; RF_MPI_YIELD_EVERY
  * overrides. */
-static int yield_every(void) {
+int rf__mpi_yield_every(void) {
   static int every;
   if (every) return every;
   const char *env = getenv("RF_MPI_YIELD_EVERY");
@@ -336,13 +341,20 @@ static void run_loop(void) {
     if (busy &&
         (now - last_progress < SPIN_NS + busy_bytes * BUSY_NS_PER_BYTE ||
          !backoff_enabled())) {
-      if (++spins % yield_every() == 0) sched_yield();
+      if (++spins % rf__mpi_yield_every() == 0) sched_yield();
       continue;
     }
     idle++;
     if (!busy && !waiting) {
       sleeps = 0;
-      sleep_for(l.jobs ? IDLE_NS : 0);
+      /* A step that begins (rf__job_begin_step) wakes this sleep only:
+       * either it sees `deep`, or this sees its step (both seq_cst). */
+      atomic_store(&E.deep, true);
+      bool steps = false;
+      for (rf__job *j = l.jobs; j; j = j->next)
+        if (atomic_load(&j->active_steps) > 0) steps = true;
+      if (!steps) sleep_for(l.jobs ? IDLE_NS : 0);
+      atomic_store(&E.deep, false);
     } else if (!busy && (idle < SPINS_BEFORE_SLEEP ||
                          now - last_progress < SPIN_NS || !backoff_enabled())) {
       sched_yield(); /* an answer is due soon: no wake-up to wait for */

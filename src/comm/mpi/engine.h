@@ -140,6 +140,9 @@ struct rf__job {
   /* Collectives agreed once (agreed.c), by name; retired ones are kept
    * until the job leaves (a check of theirs may still be pending). */
   rf__mpi_agreed *agreed, *retired;
+  /* Ops the direct path handed back that could not join `ops` (no memory):
+   * retried by the poll (agreed.c); linked by go_next. */
+  rf__mpi_op *unlisted;
   rf__mpi_op *blocking; /* on the data thread: nothing else starts */
   rf__mpi_data_thread *data_thread; /* started at the first blocking op */
   rf__mpi_centry *centries;         /* task 0: collectives being agreed */
@@ -179,6 +182,7 @@ struct rf__job {
   pthread_mutex_t mu;
   struct {
     int64_t step, job_step;
+    bool cancelled; /* rf__job_cancel_step was called */
   } * steps;
   int num_steps, cap_steps;
   int unrecorded_steps; /* begun without a record (no memory) */
@@ -226,6 +230,15 @@ void rf__mpi_engine_submit(rf__mpi_cmd *c);
 rf_status *rf__mpi_engine_call(rf__mpi_cmd *c);
 /* Wakes the engine (an op became ready to issue, or completed elsewhere). */
 void rf__mpi_engine_wake(void);
+/* Wakes the engine only from its long sleep (nothing pending, no step
+ * running): a step began, so it should look at the network every
+ * millisecond. Waking it at every step cost a context switch per step, on
+ * the critical path of a small collective (13-22 us on the loaded 2-core
+ * VM, docs/PERFORMANCE.md). */
+void rf__mpi_engine_nudge(void);
+/* How many polls between yields while spinning: 4 when the node runs at
+ * least as many ranks as cores, else 64; RF_MPI_YIELD_EVERY overrides. */
+int rf__mpi_yield_every(void);
 /* Whether MPI gives MPI_THREAD_MULTIPLE (after rf__mpi_engine_start). */
 bool rf__mpi_thread_multiple(void);
 /* A collective of j (NULL: a session's making) timed out waiting for other

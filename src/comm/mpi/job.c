@@ -119,12 +119,13 @@ void rf__job_step_failed(rf__job *j, int64_t job_step, const rf_status *why) {
  * fail at once instead (rf__mpi_job_step_recorded), which tells them. */
 void rf__job_begin_step(rf__job *j, int64_t step_id, int64_t job_step) {
   atomic_fetch_add(&j->active_steps, 1);
-  rf__mpi_engine_wake();
+  rf__mpi_engine_nudge(); /* from its long sleep only */
   pthread_mutex_lock(&j->mu);
   if (rf__grow(&j->steps, &j->cap_steps, j->num_steps + 1, sizeof *j->steps) ==
       0) {
     j->steps[j->num_steps].step = step_id;
     j->steps[j->num_steps].job_step = job_step;
+    j->steps[j->num_steps].cancelled = false;
     j->num_steps++;
   } else {
     j->unrecorded_steps++;
@@ -157,7 +158,10 @@ void rf__job_cancel_step(rf__job *j, int64_t step_id, const rf_status *why) {
   int64_t job_step = -1;
   pthread_mutex_lock(&j->mu);
   for (int i = 0; i < j->num_steps; i++)
-    if (j->steps[i].step == step_id) job_step = j->steps[i].job_step;
+    if (j->steps[i].step == step_id) {
+      job_step = j->steps[i].job_step;
+      j->steps[i].cancelled = true; /* for ops on the direct path */
+    }
   pthread_mutex_unlock(&j->mu);
   if (job_step >= 0)
     notify(j, RF_CMD_CANCEL_STEP, NULL, step_id, job_step, why);

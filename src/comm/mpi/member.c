@@ -103,6 +103,12 @@ static void report(rf__mpi_op *op, rf_status *st) { report_on(op, st, false); }
 
 void rf__mpi_member_report(rf__mpi_op *op, rf_status *st) { report(op, st); }
 
+void rf__mpi_member_release(rf__mpi_op *op) { unref(op); }
+
+void rf__mpi_member_report_here(rf__mpi_op *op, rf_status *st) {
+  report_on(op, st, true);
+}
+
 int64_t rf__mpi_member_grace_ms(void) { return GRACE_MS; }
 
 static rf_status *copy_status(const rf_status *st) {
@@ -203,6 +209,10 @@ void rf__job_coll_run(rf__job *j, rf__coll_group *g, const char *devices,
   c->kind = RF_CMD_READY;
   c->job = j;
   c->op = op;
+  if (rf__mpi_agreed_direct(j, op, c)) { /* agreed: run here (agreed.c) */
+    unref(op);
+    return;
+  }
   rf__mpi_engine_submit(c);
   if (!op->gpu) rf__mpi_op_prepare(op); /* while READY travels */
   atomic_store(&op->prepared, 1);
@@ -213,6 +223,10 @@ void rf__job_coll_run(rf__job *j, rf__coll_group *g, const char *devices,
 /* ---- the engine's side ---- */
 
 void rf__mpi_member_ready(rf__job *j, rf__mpi_op *op) {
+  if (op->direct) { /* handed back by the direct path (agreed.c) */
+    rf__mpi_agreed_resume(j, op);
+    return;
+  }
   if (j->broken) {
     report(op, copy_status(j->broken));
     unref(op);

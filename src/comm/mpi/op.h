@@ -93,6 +93,8 @@ struct rf__mpi_op {
   int64_t arrived_ns;
   int agree;
   bool fast;
+  /* Handed back by the direct path (agreed.c): the entry it holds taken. */
+  rf__mpi_agreed *direct;
   rf__mpi_op *go_next; /* the job's GO queue */
   UT_hash_handle hh;
 };
@@ -106,6 +108,10 @@ void rf__mpi_member_describe(const rf__mpi_op *op, rf__mpi_msg *h);
 void rf__mpi_member_send_ready(rf__job *j, rf__mpi_op *op);
 /* Reports st (consumed) to op's participants once, from a pool task. */
 void rf__mpi_member_report(rf__mpi_op *op, rf_status *st);
+/* Drops the engine's reference to op (one never added to the job's ops). */
+void rf__mpi_member_release(rf__mpi_op *op);
+/* Reports st (consumed; NULL: the results) once, on this thread. */
+void rf__mpi_member_report_here(rf__mpi_op *op, rf_status *st);
 /* Removes op from the job (its engine reference goes). */
 void rf__mpi_member_drop(rf__job *j, rf__mpi_op *op);
 /* Asks every other task of op's set whether it is there (PING); answered
@@ -128,6 +134,24 @@ void rf__mpi_agreed_verdict(rf__job *j, rf__mpi_op *op, bool go, int agree);
  * NEW makes its name's communicator now, in GO order. */
 void rf__mpi_agreed_issued(rf__job *j, rf__mpi_op *op, MPI_Comm set_comm,
                            const rf_status *st);
+/* The direct path (any thread; c: op's READY command, unsent, and op holds
+ * the engine's reference): when op's name is agreed, nothing of it is
+ * queued and MPI gives MPI_THREAD_MULTIPLE, runs op's check and data on
+ * this thread and reports it here, or hands it to the engine (c) when they
+ * do not finish within a short spin or the check fails: true, and op and c
+ * are taken care of. False: nothing was done (submit c). */
+bool rf__mpi_agreed_direct(rf__job *j, rf__mpi_op *op, rf__mpi_cmd *c);
+/* The engine takes back an op of the direct path (its READY command). */
+void rf__mpi_agreed_resume(rf__job *j, rf__mpi_op *op);
+/* Ops the direct path took, and of them those it handed to the engine,
+ * in this process (tests). */
+int64_t rf__mpi_direct_taken(void);
+/* Turns the direct path on or off in this process (tests; every process
+ * of the job must do the same). */
+void rf__mpi_direct_force(bool on);
+int64_t rf__mpi_direct_handed_back(void);
+/* Whether rf__job_cancel_step was called for step_id (any thread). */
+bool rf__mpi_step_cancelled(rf__job *j, int64_t step_id);
 /* Checks and issues the agreed ops; counts progress. */
 int rf__mpi_agreed_poll(rf__job *j, int64_t now, bool *busy, bool *waiting);
 /* Leaving: frees every entry (communicators with a check that never
