@@ -146,7 +146,10 @@ typedef struct rf_session_options {
    * "gpu graphs: ..."). Errors are reported as without graphs; a capture
    * whose step fails launches what it enqueued, as a run without graphs
    * would have run it, and is tried again on a later run. The memory a
-   * graph's step used stays its own while the plan lives.
+   * graph's step used stays its own while the plan lives. With
+   * gpu_graphs 1 each GPU device's cuBLAS handle gets a 32 MiB workspace
+   * of its own (device memory, freed with the session), so captured
+   * products record no memory allocations.
    * 0: never. Default RF_DEFAULT_GPU_GRAPHS; ignored without GPU devices.
    * Any other value: INVALID_ARGUMENT. For finding faults of replayed
    * steps, the environment variable RF_GPU_GRAPH_DEBUG (comma-separated:
@@ -177,9 +180,11 @@ typedef struct rf_session_options {
  * batch-128 MLP step on gpu:0 is 4.5x faster, but the training step on 4
  * or 8 virtual GPUs of one GPU faulted (cudaErrorIllegalAddress) in 13 of
  * 16 runs of `ringflow train --gpu-graphs on` (docs/PERFORMANCE.md, "CUDA
- * graphs of steps"). The cause is fixed (waits and kernels of the
- * virtual-GPU collectives enqueued while cuBLAS rewrote the same stream's
- * capture dependencies), not yet proven on a GPU: off until it is. */
+ * graphs of steps"). Captures with cuBLAS's default workspace pool record
+ * memory nodes, and with them replays on 8 virtual GPUs still faulted
+ * after the stream-ordering fix; with a workspace per device (now always
+ * given with gpu_graphs) none has faulted so far. Off until that is
+ * proven over many runs. */
 #define RF_DEFAULT_GPU_GRAPHS 0
 
 /* collective_bucket_bytes after rf_session_options_init: 1 MiB. The

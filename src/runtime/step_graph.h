@@ -78,7 +78,8 @@ enum {
   RF__GRAPH_DEBUG_SERIAL = 2,
   /* "workspace": each GPU device's cuBLAS handle gets a workspace of its
    * own (cublasSetWorkspace), so a capture records no cuBLAS memory nodes
-   * (cudaMallocAsync/cudaFreeAsync inside the graph) */
+   * (cudaMallocAsync/cudaFreeAsync inside the graph). Now always so with
+   * gpu_graphs (session.c); the word is still accepted. */
   RF__GRAPH_DEBUG_WORKSPACE = 4,
 };
 /* The flags of text (NULL or empty: 0); INVALID_ARGUMENT naming the word
