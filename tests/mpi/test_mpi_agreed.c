@@ -297,8 +297,10 @@ static void test_task_skipping_a_late_step_is_named(void **state) {
              skip);
     assert_contains(rf_status_message(st), "2 of");
     assert_status(st, RF_DEADLINE_EXCEEDED, want);
-    /* named within the timeout (and some slack for a loaded machine) */
-    assert_true(now_ms() - t0 < (double)timeout + 1000);
+    /* named within the timeout, plus the 1 s probe of the missing tasks
+     * that task 0's coordinator makes on the READY/GO path (and some slack
+     * for a loaded machine) */
+    assert_true(now_ms() - t0 < (double)timeout + (once ? 1000 : 2000));
   }
   assert_ok(step(&m, s, 4, 8)); /* everyone again */
   assert_ok(step(&m, s, 5, 8));
@@ -307,6 +309,10 @@ static void test_task_skipping_a_late_step_is_named(void **state) {
 }
 
 static void test_steady_state_runs_direct(void **state) {
+  if (!once) {
+    skip(); /* no agreed collectives: nothing runs on the direct path */
+    return;
+  }
   rf__mpi_direct_force(true);
   job_graph m;
   build(&m);
@@ -322,6 +328,10 @@ static void test_steady_state_runs_direct(void **state) {
 }
 
 static void test_late_task_hands_back(void **state) {
+  if (!once) {
+    skip(); /* no agreed collectives: nothing runs on the direct path */
+    return;
+  }
   rf__mpi_direct_force(true);
   job_graph m;
   build(&m);
