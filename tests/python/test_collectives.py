@@ -65,7 +65,7 @@ def test_reduce_and_broadcast(reduction, rng):
         got = sess.run([r] + outs, dict(zip(xs, values)))
     want = REFERENCE[reduction](np.array(values))
     for g in got:
-        np.testing.assert_allclose(g, want, rtol=1e-12)
+        np.testing.assert_allclose(g, want, rtol=1e-12, atol=1e-14)
 
 
 @pytest.mark.parametrize("n", [1, 3])
@@ -84,7 +84,8 @@ def test_all_gather_and_reduce_scatter(n, rng):
         np.testing.assert_array_equal(g, np.concatenate(values))
     total = np.sum(big, 0)
     for i, s in enumerate(got_s):
-        np.testing.assert_allclose(s, total[2 * i:2 * i + 2], rtol=1e-12)
+        np.testing.assert_allclose(s, total[2 * i:2 * i + 2], rtol=1e-12,
+                                   atol=1e-14)
 
 
 def test_gradients_through_collectives(rng):

@@ -25,8 +25,8 @@ def test_apply_momentum_matches_numpy(rng, nesterov):
             a = 0.9 * a + g
             x -= rate * g + rate * 0.9 * a if nesterov else rate * a
         got_x, got_a = sess.run([var, accum])
-    np.testing.assert_allclose(got_x, x, rtol=1e-12)
-    np.testing.assert_allclose(got_a, a, rtol=1e-12)
+    np.testing.assert_allclose(got_x, x, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(got_a, a, rtol=1e-12, atol=1e-14)
 
 
 def test_apply_adamw_matches_numpy(rng):
@@ -53,7 +53,7 @@ def test_apply_adamw_matches_numpy(rng):
             x = x - lr * (mh / (np.sqrt(vh) + eps) + wd * x)
         got = sess.run([var, m, v])
     for a, b in zip(got, (x, mm, vv)):
-        np.testing.assert_allclose(a, b, rtol=1e-12)
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
 
 
 def test_optimizer_errors():
