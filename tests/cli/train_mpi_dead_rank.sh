@@ -51,7 +51,18 @@ scenario() { # victim signal
     grep -q "step" "$work/out.0" 2>/dev/null && break
     sleep 0.1
   done
-  grep -q "step" "$work/out.0" || { cat "$work"/err.* "$work/mpirun.out"; exit 1; }
+  if ! grep -q "step" "$work/out.0"; then
+    cat "$work"/err.* "$work/mpirun.out"
+    # The processes must meet in rf_session_new within the timeout (4 s): on
+    # a heavily loaded machine start-up alone can take longer. That is not
+    # what this test is about: the caller runs the scenario again.
+    if grep -q "rf_session_new: not every process" "$work"/err.*; then
+      kill -9 $(cat "$work"/pid.* 2>/dev/null) 2>/dev/null || true
+      wait "$mpirun_pid" || true
+      return 2
+    fi
+    exit 1
+  fi
   sleep 1
   kill -"$sig" "$(cat "$work/pid.$victim")"
   local t0
@@ -79,7 +90,19 @@ scenario() { # victim signal
   wait "$mpirun_pid" || true
 }
 
-scenario 2 KILL  # a member
-scenario 0 KILL  # task 0, the job's coordinator
-scenario 1 STOP  # a member that stops answering
+# scenario, again (up to 3 times) while start-up alone exceeds the timeout
+run_scenario() {
+  local try rc
+  for try in 1 2 3; do
+    rc=0
+    scenario "$@" || rc=$?
+    [ "$rc" = 2 ] || return "$rc"
+    echo "(start-up took longer than ${timeout_s} s on this machine: again)"
+  done
+  echo "start-up took longer than ${timeout_s} s three times"
+  return 1
+}
+run_scenario 2 KILL  # a member
+run_scenario 0 KILL  # task 0, the job's coordinator
+run_scenario 1 STOP  # a member that stops answering
 echo "train_mpi_dead_rank: ok"
