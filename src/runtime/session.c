@@ -468,7 +468,9 @@ static rf_status *resolve(rf_session *s, const rf_feed *feeds, int nfeeds,
     RF_CHECK(find_node(s, targets[i], "target", i, &tn[i]));
     sb_put(key, 't', tn[i]->name, -1);
   }
-  return key->oom ? rf__oom() : NULL;
+  return key->oom
+             ? rf__status_prefix(rf__oom(), "rf_session_run: the run's key")
+             : NULL;
 }
 
 /* The cached plan for sig, compiling it on first use. Two threads may both
@@ -579,8 +581,9 @@ rf_status *rf_session_run(rf_session *s, const rf_feed *feeds, int nfeeds,
   size_t words = (size_t)nfeeds * 3 + (size_t)nfetches * 3 + (size_t)ntargets;
   void **mem = rf__malloc(sizeof(void *) * (words ? words : 1));
   if (!mem) {
-    if (s->job) rf__job_step_failed(s->job, job_step, rf__oom());
-    return rf__oom();
+    rf_status *st = rf__status_prefix(rf__oom(), "rf_session_run");
+    if (s->job) rf__job_step_failed(s->job, job_step, st);
+    return st;
   }
   _Static_assert(sizeof(rf_output) <= 2 * sizeof(void *), "rf_output fits");
   rf_output *fo = (rf_output *)mem;
