@@ -283,14 +283,21 @@ void rf_session_free(rf_session *s) {
     HASH_DEL(s->cache, p);
     rf__plan_free(p);
   }
-  /* Plans first: kernel states may refer to devices or the pool. The job
-   * next: it may still hand completions to the pool. */
+  /* The order (no run is in progress): plans first, kernel states may
+   * refer to devices or the pool. Then stop what still issues calls into
+   * the job: the collective manager's watchdog (a timeout tells the job).
+   * Then detach the job: its engine may still hand completions to the pool,
+   * but nothing calls it afterwards. Then drain the pool (a worker may
+   * still be in a collective's done fan-out after the step's last done),
+   * then free what its tasks touch (the manager, the rendezvous: they hold
+   * tensors of the devices), and the devices last. */
+  rf__collective_manager_stop(s->collectives);
   if (s->job) rf__job_detach(s->job);
   rf__threadpool_free(s->pool);
+  rf__collective_manager_free(s->collectives);
+  rf__rendezvous_free(s->rendezvous);
   for (int i = 0; i < s->num_job_devices; i++)
     rf__device_destroy(&s->devices[i]);
-  rf__rendezvous_free(s->rendezvous);
-  rf__collective_manager_free(s->collectives);
 #ifdef RF_HAVE_CUDA
   /* After everything above, which may still hold device buffers; before the
    * device array goes, since it puts each GPU device back to "no GPU". */
