@@ -11,9 +11,14 @@
 #include "ringflow/debug.h"
 #include "testutil.h"
 
-/* A [2^40] float32 request must come back NULL, not stop the test. */
+/* A [2^40] float32 request must come back NULL, not stop the test, under
+ * AddressSanitizer and ThreadSanitizer too. */
 const char *__asan_default_options(void);
 const char *__asan_default_options(void) {
+  return "allocator_may_return_null=1";
+}
+const char *__tsan_default_options(void);
+const char *__tsan_default_options(void) {
   return "allocator_may_return_null=1";
 }
 
