@@ -176,26 +176,32 @@ static void build_forward(const mlp_config *c, rf_graph *g, int d, vars *vs,
   r->lr = rf_placeholder(g, NULL, RF_FLOAT32, rf_shape_scalar());
   r->beta1_power = rf_placeholder(g, NULL, RF_FLOAT32, rf_shape_scalar());
   r->beta2_power = rf_placeholder(g, NULL, RF_FLOAT32, rf_shape_scalar());
+  if (c->optimizer == OPT_MOMENTUM) {
+    r->hyper[0] = scalar(g, c->momentum);
+  } else {
+    r->hyper[0] = scalar(g, c->beta1);
+    r->hyper[1] = scalar(g, c->beta2);
+    r->hyper[2] = scalar(g, c->epsilon);
+    if (c->optimizer == OPT_ADAMW) r->hyper[3] = scalar(g, c->weight_decay);
+  }
 }
 
 /* The optimizer's update of var (slots m, v) by grad on replica r's device
- * (--optimizer; v unused by momentum). */
+ * (--optimizer; v unused by momentum), with the replica's hyper-parameter
+ * Consts. */
 static rf_node *apply_update(const mlp_config *c, rf_graph *g,
                              const mlp_replica *r, rf_output var, rf_output m,
                              rf_output v, rf_output grad) {
+  const rf_output *h = r->hyper;
   switch (c->optimizer) {
     case OPT_MOMENTUM:
-      return rf_apply_momentum(g, NULL, var, m, r->lr, grad,
-                               scalar(g, c->momentum), false);
+      return rf_apply_momentum(g, NULL, var, m, r->lr, grad, h[0], false);
     case OPT_ADAMW:
       return rf_apply_adamw(g, NULL, var, m, v, r->beta1_power, r->beta2_power,
-                            r->lr, scalar(g, c->beta1), scalar(g, c->beta2),
-                            scalar(g, c->epsilon), scalar(g, c->weight_decay),
-                            grad);
+                            r->lr, h[0], h[1], h[2], h[3], grad);
     default:
       return rf_apply_adam(g, NULL, var, m, v, r->beta1_power, r->beta2_power,
-                           r->lr, scalar(g, c->beta1), scalar(g, c->beta2),
-                           scalar(g, c->epsilon), grad);
+                           r->lr, h[0], h[1], h[2], grad);
   }
 }
 

@@ -65,6 +65,10 @@ typedef struct mlp_replica {
   /* scalar placeholders fed every step: the scheduled learning rate and
    * Adam's bias corrections beta^t (unused by momentum) */
   rf_output lr, beta1_power, beta2_power;
+  /* the optimizer's constant hyper-parameters, one Const each per replica
+   * (shared by every update of its device): beta1, beta2, epsilon, weight
+   * decay for Adam and AdamW; momentum in [0] for momentum */
+  rf_output hyper[4];
   /* with cfg.dropout > 0: a bool scalar placeholder, true in training steps
    * and false when evaluating (else no node) */
   rf_output training;

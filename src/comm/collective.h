@@ -121,6 +121,10 @@ typedef struct rf__collective_manager rf__collective_manager;
 /* pool runs the backends' parallel work (not owned). */
 rf_status *rf__collective_manager_new(rf__threadpool *pool,
                                       rf__collective_manager **out);
+/* Stops the watchdog (no timeout fires after it returns) and forgets the
+ * job, so a session can detach its job while the manager lives on; no run
+ * may be in progress. Idempotent; rf__collective_manager_free calls it. */
+void rf__collective_manager_stop(rf__collective_manager *m);
 /* Fails every pending participant with CANCELLED, then frees. */
 void rf__collective_manager_free(rf__collective_manager *m);
 

@@ -703,13 +703,20 @@ void rf__collective_end_step(rf__collective_manager *m, int64_t step_id) {
   pthread_mutex_unlock(&m->mu);
 }
 
-void rf__collective_manager_free(rf__collective_manager *m) {
+void rf__collective_manager_stop(rf__collective_manager *m) {
   if (!m) return;
   pthread_mutex_lock(&m->mu);
+  bool joined = m->stopping;
   m->stopping = 1;
   pthread_cond_signal(&m->wake);
   pthread_mutex_unlock(&m->mu);
-  pthread_join(m->watchdog, NULL);
+  if (!joined) pthread_join(m->watchdog, NULL);
+  m->job = NULL; /* the watchdog read it; nothing here tells the job now */
+}
+
+void rf__collective_manager_free(rf__collective_manager *m) {
+  if (!m) return;
+  rf__collective_manager_stop(m);
   entry *e, *tmp;
   HASH_ITER(hh, m->table, e, tmp) {
     HASH_DEL(m->table, e);

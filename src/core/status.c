@@ -81,8 +81,11 @@ rf_status *rf__status_copy(const rf_status *st) {
   return rf__status_text(st->code, st->message);
 }
 
+/* The shared out-of-memory status gets a prefix too, in a status of its own:
+ * the allocation that failed is usually not the one this small one needs,
+ * and "out of memory" alone names no node, op or device. */
 rf_status *rf__status_prefix(rf_status *st, const char *fmt, ...) {
-  if (!st || st == &oom_status) return st;
+  if (!st) return st;
   va_list ap;
   va_start(ap, fmt);
   char *prefix = rf__vformat(fmt, ap);
@@ -93,8 +96,12 @@ rf_status *rf__status_prefix(rf_status *st, const char *fmt, ...) {
     memcpy(msg, prefix, np);
     memcpy(msg + np, ": ", 2);
     memcpy(msg + np + 2, st->message, nm + 1);
-    rf__free(st->message);
-    st->message = msg;
+    if (st == &oom_status) {
+      st = status_take(RF_RESOURCE_EXHAUSTED, msg); /* oom_status if none */
+    } else {
+      rf__free(st->message);
+      st->message = msg;
+    }
   }
   rf__free(prefix);
   return st; /* without memory: the message as it was */

@@ -35,9 +35,10 @@ rf_status *rf__status_text(rf_code code, const char *text);
  * RF_STATUS_QUOTE_MAX bytes (core/format.h). */
 rf_status *rf__status_copy(const rf_status *st);
 
-/* Prefixes "<prefix>: " to st's message (st may be NULL) and returns st. The
- * prefix's %s arguments are capped; st's message is kept whole. When memory
- * runs out the message stays as it was. */
+/* Prefixes "<prefix>: " to st's message (st may be NULL) and returns st, or,
+ * for the shared out-of-memory status, a new RESOURCE_EXHAUSTED status with
+ * the prefixed message. The prefix's %s arguments are capped; st's message is
+ * kept whole. When memory runs out the status is returned as it was. */
 rf_status *rf__status_prefix(rf_status *st, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 

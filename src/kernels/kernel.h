@@ -94,7 +94,9 @@ typedef struct rf__kernel_def {
    * devices without a device copy (a _Recv with host_memory=true), placement
    * puts small int32 producers of such inputs on cpu:0, and
    * rf__kernel_alloc_output makes such outputs host tensors. Ignored on CPU
-   * devices (everything is host memory there). */
+   * devices (everything is host memory there). Inputs and outputs past 31
+   * are device memory (every reader checks the index): a variadic op's
+   * host-memory arguments come first. */
   uint32_t host_memory_inputs;
   uint32_t host_memory_outputs;
   /* Optional: RF_COST_EXPENSIVE unless set. Asynchronous kernels should be

@@ -539,26 +539,42 @@ static void start_frames(frame **frames, int n) {
   ready_fini(&other);
 }
 
-/* Frames for every plan, or NULL (none taken) when memory runs out. */
-static frame **acquire_frames(rf__executor *x, frame **few) {
+/* Frames for every plan in *out, or RESOURCE_EXHAUSTED (none taken) naming
+ * the device whose frame could not be made. */
+static rf_status *acquire_frames(rf__executor *x, const rf__step *step,
+                                 frame **few, frame ***out) {
   frame **frames = x->num_plans <= 8
                        ? few
                        : rf__malloc(sizeof(frame *) * (size_t)x->num_plans);
-  if (!frames) return NULL;
+  if (!frames)
+    return rf__status_prefix(rf__oom(),
+                             "step %lld: the executor's frames of "
+                             "%d devices (%s, ...)",
+                             (long long)step->id, x->num_plans,
+                             x->plans[0].device->canonical);
   for (int i = 0; i < x->num_plans; i++) {
     frames[i] = rf__frame_acquire(&x->plans[i]);
     if (frames[i]) continue;
+    const char *dev = x->plans[i].device->canonical;
     while (i-- > 0) rf__frame_release(&x->plans[i], frames[i]);
     if (frames != few) rf__free(frames);
-    return NULL;
+    return rf__status_prefix(rf__oom(), "step %lld: the executor's frame on %s",
+                             (long long)step->id, dev);
   }
-  return frames;
+  *out = frames;
+  return NULL;
 }
 
 rf_status *rf__executor_run(rf__executor *x, rf__step *step) {
-  frame *few[8];
-  frame **frames = acquire_frames(x, few);
-  if (!frames) return rf__oom();
+  frame *few[8], **frames = NULL;
+  rf_status *st = acquire_frames(x, step, few, &frames);
+  if (st) { /* nothing ran: fail the step's collectives as record_error does,
+               which tells the other processes of a job at once */
+    atomic_store(&step->cancelled, 1);
+    rf__rendezvous_abort(step->rendezvous, step->id, st);
+    rf__collective_cancel_step(step->collectives, step->id, st);
+    return st;
+  }
   int n = x->num_plans;
   run r = {.done = n == 0, .first_error = NULL};
   atomic_init(&r.frames_left, n);

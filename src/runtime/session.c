@@ -283,14 +283,21 @@ void rf_session_free(rf_session *s) {
     HASH_DEL(s->cache, p);
     rf__plan_free(p);
   }
-  /* Plans first: kernel states may refer to devices or the pool. The job
-   * next: it may still hand completions to the pool. */
+  /* The order (no run is in progress): plans first, kernel states may
+   * refer to devices or the pool. Then stop what still issues calls into
+   * the job: the collective manager's watchdog (a timeout tells the job).
+   * Then detach the job: its engine may still hand completions to the pool,
+   * but nothing calls it afterwards. Then drain the pool (a worker may
+   * still be in a collective's done fan-out after the step's last done),
+   * then free what its tasks touch (the manager, the rendezvous: they hold
+   * tensors of the devices), and the devices last. */
+  rf__collective_manager_stop(s->collectives);
   if (s->job) rf__job_detach(s->job);
   rf__threadpool_free(s->pool);
+  rf__collective_manager_free(s->collectives);
+  rf__rendezvous_free(s->rendezvous);
   for (int i = 0; i < s->num_job_devices; i++)
     rf__device_destroy(&s->devices[i]);
-  rf__rendezvous_free(s->rendezvous);
-  rf__collective_manager_free(s->collectives);
 #ifdef RF_HAVE_CUDA
   /* After everything above, which may still hold device buffers; before the
    * device array goes, since it puts each GPU device back to "no GPU". */
@@ -468,7 +475,9 @@ static rf_status *resolve(rf_session *s, const rf_feed *feeds, int nfeeds,
     RF_CHECK(find_node(s, targets[i], "target", i, &tn[i]));
     sb_put(key, 't', tn[i]->name, -1);
   }
-  return key->oom ? rf__oom() : NULL;
+  return key->oom
+             ? rf__status_prefix(rf__oom(), "rf_session_run: the run's key")
+             : NULL;
 }
 
 /* The cached plan for sig, compiling it on first use. Two threads may both
@@ -579,8 +588,9 @@ rf_status *rf_session_run(rf_session *s, const rf_feed *feeds, int nfeeds,
   size_t words = (size_t)nfeeds * 3 + (size_t)nfetches * 3 + (size_t)ntargets;
   void **mem = rf__malloc(sizeof(void *) * (words ? words : 1));
   if (!mem) {
-    if (s->job) rf__job_step_failed(s->job, job_step, rf__oom());
-    return rf__oom();
+    rf_status *st = rf__status_prefix(rf__oom(), "rf_session_run");
+    if (s->job) rf__job_step_failed(s->job, job_step, st);
+    return st;
   }
   _Static_assert(sizeof(rf_output) <= 2 * sizeof(void *), "rf_output fits");
   rf_output *fo = (rf_output *)mem;
