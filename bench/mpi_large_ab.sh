@@ -14,11 +14,17 @@
 # over the repetitions, and the fastest variant (what the table should
 # choose there). The load average is printed before and after.
 #   bash bench/mpi_large_ab.sh build-nc/tools/ringflow [OLD_RINGFLOW]
-# Environment: NPS (default "2 4"), REPS (2), MIN_TIME (0.05), SIZES
-# ("--min 1M --max 64M"), BENCH_ARGS (more bench options, e.g.
-# "--collective broadcast"), CPUS (a taskset list for the ranks, e.g. 2-7),
-# OUT (a folder for the raw CSV; default a temporary one). Estimated at
-# 2-3 minutes on a quiet 16-core machine with the defaults (16 runs).
+# Environment: NPS (default "2 4"), REPS (3), MIN_TIME (0.01: a window of
+# the bench lasts at least this long; 3 rounds of ringflow's and MPI's
+# windows per size), SIZES ("--min 1M --max 64M": 1, 4, 16, 64 MiB),
+# VARIANTS (default "auto nbc blocking ring"; "old" is added with a second
+# binary), BENCH_ARGS (more bench options, e.g. "--collective broadcast"),
+# CPUS (a taskset list for the ranks, e.g. 8-15), OUT (a folder for the raw
+# CSV; default a temporary one). With the defaults, 24 runs of mpirun (30
+# with an old binary); the script prints how long it took. On the shared
+# 2-core VM one run of np 2 took 4-6 s of which ~2 s are mpirun's start
+# (docs/PERFORMANCE.md, "Session 10"); about 100 s expected on a quiet
+# 16-core host with CPUS=8-15.
 set -euo pipefail
 if [ $# -lt 1 ] || [ ! -x "$1" ]; then
   echo "usage: $0 RINGFLOW [OLD_RINGFLOW]" >&2
@@ -27,17 +33,18 @@ fi
 RF=$(readlink -f "$1")
 OLD=${2:+$(readlink -f "$2")}
 NPS=${NPS:-"2 4"}
-REPS=${REPS:-2}
-MIN_TIME=${MIN_TIME:-0.05}
+REPS=${REPS:-3}
+MIN_TIME=${MIN_TIME:-0.01}
 SIZES=${SIZES:-"--min 1M --max 64M"}
 OUT=${OUT:-$(mktemp -d /tmp/mpi_large_ab.XXXXXX)}
 mkdir -p "$OUT"
 PIN=()
 [ -n "${CPUS:-}" ] && PIN=(taskset -c "$CPUS")
-variants=(auto nbc blocking ring)
+read -r -a variants <<<"${VARIANTS:-auto nbc blocking ring}"
 [ -n "$OLD" ] && variants+=(old)
 
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+start=$SECONDS
 raw="$OUT/raw.csv"
 echo "np,variant,rep,collective,tasks,devices,bytes,iters,rounds,ringflow_us,mpi_us,gloo_us,rf_bw,mpi_bw,gloo_bw,ratio_vs_mpi,ratio_vs_gloo" >"$raw"
 for rep in $(seq 1 "$REPS"); do
@@ -56,7 +63,7 @@ for rep in $(seq 1 "$REPS"); do
     done
   done
 done
-echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg); $((SECONDS - start)) s"
 echo "raw CSV: $raw"
 python3 - "$raw" <<'EOF'
 import csv, statistics, sys
