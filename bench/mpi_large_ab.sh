@@ -21,10 +21,11 @@
 # binary), BENCH_ARGS (more bench options, e.g. "--collective broadcast"),
 # CPUS (a taskset list for the ranks, e.g. 8-15), OUT (a folder for the raw
 # CSV; default a temporary one). With the defaults, 24 runs of mpirun (30
-# with an old binary); the script prints how long it took. On the shared
-# 2-core VM one run of np 2 took 4-6 s of which ~2 s are mpirun's start
-# (docs/PERFORMANCE.md, "Session 10"); about 100 s expected on a quiet
-# 16-core host with CPUS=8-15.
+# with an old binary); the script prints how long it took. Estimated from
+# the number of calls at about 100 s on a quiet 16-core host with
+# CPUS=8-15, 125 s with an old binary (docs/PERFORMANCE.md, "Session 10";
+# on the loaded 2-core VM one run of np 2 took 60-80 s). A threshold
+# moves only where the summary's `wins` is every repetition.
 set -euo pipefail
 if [ $# -lt 1 ] || [ ! -x "$1" ]; then
   echo "usage: $0 RINGFLOW [OLD_RINGFLOW]" >&2
