@@ -9,13 +9,13 @@
  * Moving kinds (broadcast, all-gather) are bytes. MPI writes into the
  * buffer that becomes the outputs: the participants of one process share
  * it (a reduce-scatter's, views of their rows where aligned), so nothing
- * is copied after the MPI call but float16/bfloat16 roundings. The algorithm is chosen
- * by kind and size (algorithm.c): MPI's nonblocking collective on the
- * communication thread (a reduce is then an all-reduce whose result only
- * the root keeps: OpenMPI 4.1's MPI_Ireduce was slow and erratic here), or
- * MPI's blocking collective or ringflow's ring (ring.c) on the job's data
- * thread (data_thread.c). MPI counts are ints: a collective larger than
- * that is UNIMPLEMENTED. */
+ * is copied after the MPI call but float16/bfloat16 roundings. The
+ * algorithm is chosen by kind and size (algorithm.c): MPI's nonblocking
+ * collective on the communication thread (a reduce is then an all-reduce
+ * whose result only the root keeps: OpenMPI 4.1's MPI_Ireduce was slow and
+ * erratic here), or MPI's blocking collective or ringflow's ring (ring.c)
+ * on the job's data thread (data_thread.c). MPI counts are ints: a
+ * collective larger than that is UNIMPLEMENTED. */
 #include <limits.h>
 #include <stdint.h>
 #include <stdlib.h>
