@@ -320,6 +320,30 @@ static void test_in_flight_bytes_are_the_whole_vector(void **state) {
   assert_int_equal(rf__mpi_op_bytes(&ag), elems * 4 * 4);
 }
 
+/* A reduce-scatter's participants in one process get their rows of the
+ * process's share without a copy: views of the one buffer MPI wrote, each
+ * at its offset (task 0 has two devices), with every algorithm. Rows that
+ * are not a multiple of the buffers' alignment (3 x 7 float32, in
+ * test_small_every_dtype) and float16 (rounded from the float32 sums) are
+ * copies; their values are checked there. */
+static void test_reduce_scatter_shares_without_copy(void **state) {
+  static const rf__mpi_algorithm algos[] = {RF_MPI_AUTO, RF_MPI_NBC,
+                                            RF_MPI_BLOCKING, RF_MPI_RING};
+  kase c = {RF_COLL_REDUCE_SCATTER, RF_FLOAT32, RF_REDUCE_SUM, 4, 16};
+  for (size_t a = 0; a < sizeof algos / sizeof *algos; a++) {
+    rf_tensor *outs[2];
+    run_case(&c, algos[a], 77 + a, outs);
+    if (T == 0) {
+      size_t share = (size_t)(c.rows * c.cols) * sizeof(float);
+      assert_int_equal(rf_tensor_nbytes(outs[0]), share);
+      assert_ptr_equal(rf_tensor_data(outs[1]),
+                       (const char *)rf_tensor_data(outs[0]) + share);
+    }
+    for (int k = 0; k < 2; k++)
+      if (outs[k]) rf_tensor_release(outs[k]);
+  }
+}
+
 /* An unknown RF_MPI_ALGORITHM fails the collective in every process,
  * naming the variable (the ctest entry test_mpi_algorithms_bad_env sets it
  * to "bad"; the library reads it once, so this runs alone). */
@@ -362,6 +386,7 @@ int main(void) {
       cmocka_unit_test(test_in_flight_bytes_are_the_whole_vector),
       cmocka_unit_test(test_small_every_dtype),
       cmocka_unit_test(test_both_sides_of_thresholds),
+      cmocka_unit_test(test_reduce_scatter_shares_without_copy),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

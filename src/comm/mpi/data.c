@@ -6,13 +6,16 @@
  * wrap, as on one process); float min/max propagate NaN like the CPU backend
  * (user-defined MPI ops); float16/bfloat16 are reduced as float32 and
  * rounded once at the end; avg is a sum divided by num_devices at the end.
- * Moving kinds (broadcast, all-gather) are bytes. The algorithm is chosen
- * by kind and size (algorithm.c): MPI's nonblocking collective on the
- * communication thread (a reduce is then an all-reduce whose result only
- * the root keeps: OpenMPI 4.1's MPI_Ireduce was slow and erratic here), or
- * MPI's blocking collective or ringflow's ring (ring.c) on the job's data
- * thread (data_thread.c). MPI counts are ints: a collective larger than
- * that is UNIMPLEMENTED. */
+ * Moving kinds (broadcast, all-gather) are bytes. MPI writes into the
+ * buffer that becomes the outputs: the participants of one process share
+ * it (a reduce-scatter's, views of their rows where aligned), so nothing
+ * is copied after the MPI call but float16/bfloat16 roundings. The
+ * algorithm is chosen by kind and size (algorithm.c): MPI's nonblocking
+ * collective on the communication thread (a reduce is then an all-reduce
+ * whose result only the root keeps: OpenMPI 4.1's MPI_Ireduce was slow and
+ * erratic here), or MPI's blocking collective or ringflow's ring (ring.c)
+ * on the job's data thread (data_thread.c). MPI counts are ints: a
+ * collective larger than that is UNIMPLEMENTED. */
 #include <limits.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -23,6 +26,7 @@
 #include "comm/mpi/mpi_status.h"
 #include "comm/mpi/op.h"
 #include "core/status.h"
+#include "core/tensor.h"
 
 #define BLOCK_ELEMS 16384
 
@@ -542,8 +546,14 @@ rf_status *rf__mpi_op_outputs(rf__mpi_op *op, rf_tensor **outs) {
       rf_shape rows = rf_tensor_shape(op->out);
       rows.dims[0] /= g->n;
       int64_t per = rf_shape_num_elements(&rows);
+      /* Each participant's rows of the process's share: a view where they
+       * start aligned (no copy), else a copy; float16/bfloat16 rounded. */
+      bool views =
+          !op->wide &&
+          per * (int64_t)rf_dtype_size(g->dtype) % RF_TENSOR_ALIGNMENT == 0;
       for (int i = 0; i < g->n; i++)
-        RF_CHECK(convert(op, op->out, &rows, i * per, i, &outs[i]));
+        RF_CHECK(views ? rf__tensor_new_slice(op->out, i * per, &rows, &outs[i])
+                       : convert(op, op->out, &rows, i * per, i, &outs[i]));
       return NULL;
     }
     case RF_COLL_BROADCAST: {
