@@ -477,18 +477,26 @@ static rf_status *assign(bucket_ctx *c, group **ready, int n, int64_t limit,
   return NULL;
 }
 
-/* The groups of c's graph, in readiness order, into buckets (*out gets
- * rf__malloc'ed buckets, *n their count). */
-static rf_status *decide(bucket_ctx *c, bucket **out, int *n) {
+/* The prologue of decide and recorded: c's groups, collected in
+ * topological order, and *buckets allocated for as many buckets. */
+static rf_status *groups_and_room(bucket_ctx *c, bucket **buckets) {
   rf_node **order = NULL;
   int norder = 0;
   RF_CHECK(rf__topological_order(c->g, &order, &norder));
   rf_status *st = collect(c, order, norder);
   rf__free(order);
   RF_CHECK(st);
+  *buckets = rf__malloc(sizeof **buckets * (size_t)(c->num_groups + 1));
+  return *buckets ? NULL : rf__oom();
+}
+
+/* The groups of c's graph, in readiness order, into buckets (*out gets
+ * rf__malloc'ed buckets, *n their count). */
+static rf_status *decide(bucket_ctx *c, bucket **out, int *n) {
+  bucket *buckets = NULL;
+  RF_CHECK(groups_and_room(c, &buckets));
   group **ready = rf__malloc(sizeof *ready * (size_t)(c->num_groups + 1));
-  bucket *buckets = rf__malloc(sizeof *buckets * (size_t)(c->num_groups + 1));
-  if (!ready || !buckets) st = rf__oom();
+  rf_status *st = ready ? NULL : rf__oom();
   int nready = 0;
   *n = 0;
   for (int i = 0; !st && i < c->num_groups; i++)
@@ -532,16 +540,10 @@ static int by_place(const void *a, const void *b) {
 /* In a job: the buckets the plan recorded, of the groups this compile kept,
  * in the recorded order; unrecorded groups alone. */
 static rf_status *recorded(bucket_ctx *c, bucket **out, int *n) {
-  rf_node **order = NULL;
-  int norder = 0;
-  RF_CHECK(rf__topological_order(c->g, &order, &norder));
-  rf_status *st = collect(c, order, norder);
-  rf__free(order);
-  RF_CHECK(st);
+  bucket *buckets = NULL;
+  RF_CHECK(groups_and_room(c, &buckets));
   placed *p = rf__malloc(sizeof *p * (size_t)(c->num_groups + 1));
-  bucket *buckets = rf__malloc(sizeof *buckets * (size_t)(c->num_groups + 1));
-  if (!p || !buckets) {
-    rf__free(p);
+  if (!p) {
     rf__free(buckets);
     return rf__oom();
   }
