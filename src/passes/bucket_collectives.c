@@ -19,7 +19,9 @@
  * compute. Slices start on 64-byte boundaries, so _BucketUnpack's outputs
  * are views of the reduced tensor (no copy out), and the producers of the
  * pack's inputs write straight into their slices (runtime/executor_homes.c);
- * the pack copies only inputs that were forwarded rather than produced.
+ * the pack copies only inputs that were forwarded rather than produced,
+ * and on CPU devices, where such a copy costs more than the collective it
+ * saves, those fuse only when small (CPU_COPY_IN_MAX_BYTES).
  *
  * In a job every process compiles the whole job's graph but prunes it for
  * its own feeds and fetches, so readiness order and paths may differ
