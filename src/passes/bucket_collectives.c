@@ -524,8 +524,11 @@ static rf_status *assign(bucket_ctx *c, group **ready, int n, int64_t limit,
     /* One larger than a bucket, or one whose copy in would cost more than
      * fusing saves, stays alone and leaves the open bucket open for the
      * small ones after it. */
-    if (x->alone) log_alone(c, x);
-    if (x->alone || limit <= 0 || sz > limit / es) continue;
+    if (limit <= 0 || sz > limit / es) continue;
+    if (x->alone) {
+      log_alone(c, x);
+      continue;
+    }
     if (k == nopen) nopen++;
     open[k] = *nbuckets - 1;
   }
