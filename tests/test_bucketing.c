@@ -706,6 +706,66 @@ static void test_log_says_which_copies_happen(void **state) {
   case_free(&c);
 }
 
+/* On CPU devices a bucket's copy in costs about as much memory traffic as
+ * the reduction, far more than the collective it saves (docs/PERFORMANCE.md,
+ * "Session 10"): an all-reduce whose input on some device is forwarded
+ * rather than computed there (a fed placeholder, a producer on another
+ * device) fuses only when that input is small; computed inputs, written in
+ * place, always fuse. The results stay bit-identical either way. */
+static void test_forwarded_inputs_fuse_only_when_small(void **state) {
+  (void)state;
+  enum { K = 4 };
+  rf_session_options o = options(1 << 20);
+  case_graph c;
+  /* 16 KiB placeholders: each would be copied in, so none fuse */
+  independent_case(&c, K, 4096, RF_REDUCE_SUM);
+  assert_int_equal(count_all_reduces(c.g, &o), K);
+  case_free(&c);
+  /* 1 KiB placeholders: copies cheaper than the collectives they save */
+  independent_case(&c, K, 256, RF_REDUCE_SUM);
+  assert_int_equal(count_all_reduces(c.g, &o), 1);
+  case_free(&c);
+  /* 16 KiB computed on their device (x + x): written in place, all fuse */
+  produced_case(&c, K, 4096);
+  assert_int_equal(count_all_reduces(c.g, &o), 1);
+  case_free(&c);
+  /* The same, except that one all-reduce's input on cpu:2 is computed on
+   * cpu:1 (it reaches cpu:2 forwarded by a _Recv): that one stays alone,
+   * the others fuse, and the fetched values equal the unfused graph's. */
+  c = (case_graph){.g = rf_graph_new()};
+  for (int k = 0; k < K; k++) {
+    rf_output in[NDEV], out[NDEV];
+    for (int d = 0; d < NDEV; d++) {
+      rf_output x = feed(&c, RF_FLOAT32, rf_shape_of(1, 4096), d);
+      in[d] = add_on(&c, k == 1 && d == 2 ? 1 : d, x, x);
+    }
+    const char *sn = fresh();
+    for (int d = 0; d < NDEV; d++) { /* each participant on its device */
+      char dev[16], name[48];
+      snprintf(dev, sizeof dev, "cpu:%d", d);
+      snprintf(name, sizeof name, "%s_%d", sn, d);
+      assert_ok(rf_graph_push_device(c.g, dev));
+      out[d] = rf_all_reduce(c.g, name, in[d], RF_REDUCE_MAX, NDEV, sn);
+      rf_graph_pop_device(c.g);
+      c.fetches[c.nfetches++] = out[d];
+    }
+  }
+  assert_int_equal(count_all_reduces(c.g, &o), 2);
+  assert_ok(rf_set_log_callback(RF_LOG_INFO, log_collect, &logs));
+  rf_session_options off = options(0);
+  rf_tensor *a[K * NDEV], *b[K * NDEV];
+  run(&c, &off, a);
+  assert_false(logged("not fused")); /* nothing fuses: nothing to explain */
+  run(&c, &o, b);
+  assert_ok(rf_set_log_callback(RF_LOG_ERROR, NULL, NULL));
+  assert_same_bits(a, b, c.nfetches, "one forwarded input");
+  assert_true(logged("not fused: its input on cpu:2 is forwarded"));
+  logs_clear(&logs);
+  release_all(a, c.nfetches);
+  release_all(b, c.nfetches);
+  case_free(&c);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_random_graphs_fused_match_unfused_bitwise),
@@ -721,6 +781,7 @@ int main(void) {
       cmocka_unit_test(test_every_allocation_failure),
       cmocka_unit_test(test_log_says_which_copies_happen),
       cmocka_unit_test(test_producers_write_into_the_bucket),
+      cmocka_unit_test(test_forwarded_inputs_fuse_only_when_small),
   };
   return cmocka_run_group_tests(tests, setup, NULL);
 }

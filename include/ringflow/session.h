@@ -101,7 +101,11 @@ typedef struct rf_session_options {
    * and ordered device set, have one fully known shape and are joined by
    * no path in the step graph are fused into one all-reduce of at most this
    * many bytes per device (slices padded to 64 bytes), in the order their
-   * inputs become ready. Results are bit-identical to unfused ones on CPU
+   * inputs become ready. On CPU devices an all-reduce of more than 4 KiB
+   * whose input the bucket would have to copy in (not computed on its
+   * device: a fed placeholder, a Const, a variable read, a tensor from
+   * another device) stays unfused: the copy would cost more than fusing
+   * saves. Results are bit-identical to unfused ones on CPU
    * devices and CUDA-kernel GPU groups. 0: no fusion. Default
    * RF_DEFAULT_BUCKET_BYTES; < 0: INVALID_ARGUMENT. In a job of several
    * processes every process fuses alike (decided on the whole job's

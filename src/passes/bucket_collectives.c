@@ -19,7 +19,9 @@
  * compute. Slices start on 64-byte boundaries, so _BucketUnpack's outputs
  * are views of the reduced tensor (no copy out), and the producers of the
  * pack's inputs write straight into their slices (runtime/executor_homes.c);
- * the pack copies only inputs that were forwarded rather than produced.
+ * the pack copies only inputs that were forwarded rather than produced,
+ * and on CPU devices, where such a copy costs more than the collective it
+ * saves, those fuse only when small (CPU_COPY_IN_MAX_BYTES).
  *
  * In a job every process compiles the whole job's graph but prunes it for
  * its own feeds and fetches, so readiness order and paths may differ
@@ -43,6 +45,12 @@
 
 #define MAX_RANKS 64
 #define MAX_PER_BUCKET 64
+/* On CPU devices an input the pack must copy in (forwarded, not computed
+ * into its slice) fuses only up to this many bytes: shared memory has no
+ * wire, so the copy costs about as much memory traffic as the reduction
+ * itself, and from a few KiB up more than the ~1 us a collective that
+ * fusing saves (docs/PERFORMANCE.md, "Session 10: buckets on CPU"). */
+#define CPU_COPY_IN_MAX_BYTES 4096
 
 /* One all-reduce: its participants by rank (device order). */
 typedef struct group {
@@ -55,6 +63,7 @@ typedef struct group {
   int64_t count; /* elements per participant */
   int ready;     /* topological position of its last participant */
   bool fusable;
+  bool alone; /* fusable, but a copy in would cost more than fusing saves */
 } group;
 
 typedef struct bucket_ctx {
@@ -184,6 +193,50 @@ static bool well_formed(const bucket_ctx *c, const group *x) {
   return true;
 }
 
+/* The producer of participant m's input when the pack would have to copy
+ * it in on a CPU device, else NULL: a producer on another device (its
+ * tensor arrives forwarded by a _Recv) or a kernel of constant work
+ * (RF_COST_CHEAP: Placeholder, Const, Identity, a variable read, a
+ * collective), which hands a tensor on rather than writing one
+ * (runtime/executor_homes.c gives slices to allocating producers only). */
+static const rf_node *copied_in(const rf_node *m) {
+  const rf_node *src = m->data_in[0]->src;
+  if (src->assigned_device != m->assigned_device) return src;
+  const rf__kernel_def *k = rf__kernel_find(src->op->name, RF_DEVICE_CPU);
+  return !k || k->cost == RF_COST_CHEAP ? src : NULL;
+}
+
+/* For fusable group x on CPU devices with more than CPU_COPY_IN_MAX_BYTES
+ * a participant: the first rank whose input the pack would copy in, else
+ * -1 (the group fuses). */
+static int copied_rank(const bucket_ctx *c, const group *x) {
+  int64_t bytes = x->count * (int64_t)rf_dtype_size(x->type);
+  if (bytes <= CPU_COPY_IN_MAX_BYTES ||
+      c->pc->devices[x->members[0]->assigned_device].name.type != RF_DEVICE_CPU)
+    return -1;
+  for (int r = 0; r < x->n; r++)
+    if (copied_in(x->members[r])) return r;
+  return -1;
+}
+
+/* Says why group x stays alone, so that RF_LOG=info explains a gradient
+ * that did not fuse. */
+static void log_alone(const bucket_ctx *c, const group *x) {
+  if (!rf__log_on(RF_LOG_INFO)) return;
+  const rf_node *m = x->members[copied_rank(c, x)], *src = copied_in(m);
+  int sd = src->assigned_device;
+  rf__log_write(
+      RF_LOG_INFO,
+      "compile %ld: all-reduce '%.200s' not fused: its input on %s "
+      "is forwarded (%s '%.200s' on %s), and copying its %lld "
+      "bytes into a bucket costs more than a collective on CPU "
+      "devices",
+      c->pc->compile, x->shared_name,
+      c->pc->devices[m->assigned_device].canonical, src->op->name, src->name,
+      sd >= 0 && sd < c->pc->num_devices ? c->pc->devices[sd].canonical : "?",
+      (long long)(x->count * (int64_t)rf_dtype_size(x->type)));
+}
+
 static int by_device(const void *a, const void *b) {
   const rf_node *x = *(rf_node *const *)a, *y = *(rf_node *const *)b;
   return (x->assigned_device > y->assigned_device) -
@@ -241,6 +294,7 @@ static rf_status *collect(bucket_ctx *c, rf_node **order, int norder) {
       if (r > 0 && w != x->wire) x->fusable = false; /* checked later */
       if (r == 0) x->wire = w;
     }
+    x->alone = x->fusable && copied_rank(c, x) >= 0;
   }
   return NULL;
 }
@@ -458,7 +512,7 @@ static rf_status *assign(bucket_ctx *c, group **ready, int n, int64_t limit,
     int k = 0;
     while (k < nopen && !same_key(buckets[open[k]].groups[0], x)) k++;
     bucket *b = k < nopen ? &buckets[open[k]] : NULL;
-    if (b && limit > 0 && b->n < MAX_PER_BUCKET &&
+    if (b && !x->alone && limit > 0 && b->n < MAX_PER_BUCKET &&
         sz <= limit / es - b->elems &&
         independent(c, b->groups[0]->members[0]->id, x->members[0]->id)) {
       b->groups[b->n++] = x;
@@ -467,9 +521,14 @@ static rf_status *assign(bucket_ctx *c, group **ready, int n, int64_t limit,
       continue;
     }
     buckets[(*nbuckets)++] = (bucket){.groups = {x}, .n = 1, .elems = sz};
-    /* One larger than a bucket stays alone and leaves the open bucket open
-     * for the small ones after it. */
+    /* One larger than a bucket, or one whose copy in would cost more than
+     * fusing saves, stays alone and leaves the open bucket open for the
+     * small ones after it. */
     if (limit <= 0 || sz > limit / es) continue;
+    if (x->alone) {
+      log_alone(c, x);
+      continue;
+    }
     if (k == nopen) nopen++;
     open[k] = *nbuckets - 1;
   }
@@ -477,18 +536,26 @@ static rf_status *assign(bucket_ctx *c, group **ready, int n, int64_t limit,
   return NULL;
 }
 
-/* The groups of c's graph, in readiness order, into buckets (*out gets
- * rf__malloc'ed buckets, *n their count). */
-static rf_status *decide(bucket_ctx *c, bucket **out, int *n) {
+/* The prologue of decide and recorded: c's groups, collected in
+ * topological order, and *buckets allocated for as many buckets. */
+static rf_status *groups_and_room(bucket_ctx *c, bucket **buckets) {
   rf_node **order = NULL;
   int norder = 0;
   RF_CHECK(rf__topological_order(c->g, &order, &norder));
   rf_status *st = collect(c, order, norder);
   rf__free(order);
   RF_CHECK(st);
+  *buckets = rf__malloc(sizeof **buckets * (size_t)(c->num_groups + 1));
+  return *buckets ? NULL : rf__oom();
+}
+
+/* The groups of c's graph, in readiness order, into buckets (*out gets
+ * rf__malloc'ed buckets, *n their count). */
+static rf_status *decide(bucket_ctx *c, bucket **out, int *n) {
+  bucket *buckets = NULL;
+  RF_CHECK(groups_and_room(c, &buckets));
   group **ready = rf__malloc(sizeof *ready * (size_t)(c->num_groups + 1));
-  bucket *buckets = rf__malloc(sizeof *buckets * (size_t)(c->num_groups + 1));
-  if (!ready || !buckets) st = rf__oom();
+  rf_status *st = ready ? NULL : rf__oom();
   int nready = 0;
   *n = 0;
   for (int i = 0; !st && i < c->num_groups; i++)
@@ -532,16 +599,10 @@ static int by_place(const void *a, const void *b) {
 /* In a job: the buckets the plan recorded, of the groups this compile kept,
  * in the recorded order; unrecorded groups alone. */
 static rf_status *recorded(bucket_ctx *c, bucket **out, int *n) {
-  rf_node **order = NULL;
-  int norder = 0;
-  RF_CHECK(rf__topological_order(c->g, &order, &norder));
-  rf_status *st = collect(c, order, norder);
-  rf__free(order);
-  RF_CHECK(st);
+  bucket *buckets = NULL;
+  RF_CHECK(groups_and_room(c, &buckets));
   placed *p = rf__malloc(sizeof *p * (size_t)(c->num_groups + 1));
-  bucket *buckets = rf__malloc(sizeof *buckets * (size_t)(c->num_groups + 1));
-  if (!p || !buckets) {
-    rf__free(p);
+  if (!p) {
     rf__free(buckets);
     return rf__oom();
   }
