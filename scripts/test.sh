@@ -71,7 +71,7 @@ fi
 printf '{"version":{"major":1,"minor":0},"local":[{"cpus":[{"id":"0","slots":%d}]}]}\n' \
   "$jobs" > "$dir/ctest_resources.json"
 ctest --test-dir "$dir" --output-on-failure -j "$((jobs + 4))" \
-  --resource-spec-file "$dir/ctest_resources.json" "${args[@]}" "$@"
+  --resource-spec-file "$PWD/$dir/ctest_resources.json" "${args[@]}" "$@"
 [ "$python" = 1 ] || exit 0
 [ "$san" = thread ] && exit 0
 # The Python package and its tests: in .venv on the normal build; under
@@ -89,12 +89,13 @@ if [ -n "$san" ]; then
   pyrun=(env LD_PRELOAD="$(cc -print-file-name=libasan.so)"
          ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:protect_shadow_gap=0)
 fi
+prefix=$(sed -n 's/^CMAKE_INSTALL_PREFIX:PATH=//p' "$dir/CMakeCache.txt")
 VENV=$venv bash scripts/python_env.sh -C build-dir="$dir" \
   -C cmake.build-type=RelWithDebInfo -C cmake.define.RF_WITH_CUDA="$cuda" \
   -C cmake.define.RF_SANITIZE="$san" -C cmake.define.RF_WERROR=ON \
   -C cmake.define.RF_BUILD_TESTS=ON -C cmake.define.RF_BUILD_BENCH=ON \
   -C cmake.define.RF_BUILD_TOOLS=ON -C cmake.define.RF_BUILD_EXAMPLES=ON
-cmake -S . -B "$dir" -DRF_BUILD_PYTHON=OFF >/dev/null
+cmake -S . -B "$dir" -DRF_BUILD_PYTHON=OFF -DCMAKE_INSTALL_PREFIX="$prefix" >/dev/null
 rc=0
 RF_RINGFLOW_BIN="$PWD/$dir/tools/ringflow" \
   "${pyrun[@]}" "$venv/bin/python" -m pytest tests/python -q -rs || rc=$?
