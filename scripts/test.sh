@@ -67,10 +67,10 @@ if [ "$san" = "thread" ]; then
 fi
 # At most $jobs tests that compute run at once (RESOURCE_GROUPS cpus in
 # tests/CMakeLists.txt); those that mostly wait out collective timeouts take
-# no cpus slot and run beside them.
+# no cpus slot and run beside them (5, label waits: all at once).
 printf '{"version":{"major":1,"minor":0},"local":[{"cpus":[{"id":"0","slots":%d}]}]}\n' \
   "$jobs" > "$dir/ctest_resources.json"
-ctest --test-dir "$dir" --output-on-failure -j "$((jobs + 4))" \
+ctest --test-dir "$dir" --output-on-failure -j "$((jobs + 5))" \
   --resource-spec-file "$PWD/$dir/ctest_resources.json" "${args[@]}" "$@"
 [ "$python" = 1 ] || exit 0
 [ "$san" = thread ] && exit 0
