@@ -59,11 +59,28 @@ static void print_update_groups(const rf_graph *g) {
   }
 }
 
+/* One line per MatMul with its epilogue (passes/fuse_epilogues.c). */
+static void print_epilogues(const rf_graph *g) {
+  for (int i = 0; i < rf_graph_num_nodes(g); i++) {
+    const rf_node *n = rf_graph_node(g, i);
+    const char *op = rf_node_op(n);
+    if (strncmp(op, "_FusedMatMul", 12) != 0) continue;
+    const char *what = strcmp(op, "_FusedMatMulBiasRelu") == 0
+                           ? "BiasAdd + Relu"
+                       : strcmp(op, "_FusedMatMulBias") == 0 ? "BiasAdd"
+                                                             : "_BiasAddGrad";
+    printf("epilogue %s: MatMul + %s as one %s '%s'\n", rf_node_device(n), what,
+           op, rf_node_name(n));
+  }
+}
+
 int cmd_lower(int argc, char **argv) {
   const char *dot_dir = NULL;
   int64_t bucket_bytes = RF_DEFAULT_BUCKET_BYTES;
-  int comm = 0, group = 0;
+  int comm = 0, group = 0, epilogues = 0;
   static const char *const group_choices[] = {"on", "off", NULL};
+  /* In RF_MATMUL_EPILOGUES_* order. */
+  static const char *const epilogue_choices[] = {"gpu", "off", "all", NULL};
   static const char *const comm_choices[] = {"fp32", "bf16", "fp16", NULL};
   static const char *const comm_dtypes[] = {"float32", "bfloat16", "float16"};
   tool_devices devices;
@@ -88,13 +105,19 @@ int cmd_lower(int argc, char **argv) {
                   "group the optimizer updates of each device into "
                   "multi-tensor updates (default on)",
                   group_choices),
+      TOOL_CHOICE("matmul-epilogues", &epilogues, "S",
+                  "fuse MatMul with its BiasAdd, Relu or bias gradient on "
+                  "GPU devices (gpu, the default), nowhere (off) or on every "
+                  "device (all)",
+                  epilogue_choices),
   };
   const tool_cmd cmd = {
       "lower",
       "usage: ringflow lower GRAPH.json [options]\n"
       "  prints the graph in GRAPH.json, then the graph after placement on\n"
-      "  --devices, bucketing, update grouping and collective lowering,\n"
-      "  then one line per bucket and per multi-tensor update.\n"
+      "  --devices, MatMul epilogues, bucketing, update grouping and\n"
+      "  collective lowering, then one line per bucket, per multi-tensor\n"
+      "  update and per MatMul with its epilogue.\n"
       "  RF_LOG=debug prints why each node went where and what each\n"
       "  collective became to stderr;\n"
       "  RF_DUMP_GRAPH_DIR=DIR writes the graph before and after each\n"
@@ -113,6 +136,7 @@ int cmd_lower(int argc, char **argv) {
   o.collective_bucket_bytes = bucket_bytes;
   o.collective_comm_dtype = comm_dtypes[comm];
   o.group_optimizer_updates = group == 0;
+  o.matmul_epilogues = epilogues;
   rf_status *st = rf_graph_lower(g, &o, &lowered);
   if (st) {
     rf_graph_free(g);
@@ -122,6 +146,7 @@ int cmd_lower(int argc, char **argv) {
   print_graph(lowered, "after placement and lowering");
   print_buckets(lowered);
   print_update_groups(lowered);
+  print_epilogues(lowered);
   if (dot_dir) {
     st = tool_write_dot(g, dot_dir, "before");
     if (!st) st = tool_write_dot(lowered, dot_dir, "after");

@@ -57,6 +57,7 @@ typedef struct options {
   int bucket_mb, comm_dtype; /* -1: the library's default; comm_choices */
   int gpu_graphs;            /* graph_choices: the session's default, off, on */
   int group_updates;         /* graph_choices: the session's default, off, on */
+  int epilogues;             /* epilogue_choices: RF_MATMUL_EPILOGUES_* */
 } options;
 
 static void dataset_free(dataset *d) {
@@ -583,6 +584,8 @@ static const char *const sync_choices[] = {
 static const char *const schedule_choices[] = {"cosine", "constant", NULL};
 static const char *const comm_choices[] = {"fp32", "bf16", "fp16", NULL};
 static const char *const graph_choices[] = {"default", "off", "on", NULL};
+/* In RF_MATMUL_EPILOGUES_* order. */
+static const char *const epilogue_choices[] = {"gpu", "off", "all", NULL};
 static const char *const comm_dtypes[] = {"float32", "bfloat16", "float16"};
 static const char *const feed_choices[] = {[FEED_AUTO] = "auto",
                                            [FEED_INDICES] = "indices",
@@ -743,6 +746,13 @@ static int parse_options(int argc, char **argv, options *o) {
                   "the session's default (on: "
                   "rf_session_options.group_optimizer_updates)",
                   graph_choices),
+      TOOL_CHOICE("matmul-epilogues", &o->epilogues, "S",
+                  "run each MatMul's bias, ReLU and bias gradient inside the "
+                  "product (one cuBLASLt call) on GPU devices (gpu, the "
+                  "default), on no device (off) or on every device (all; CPU "
+                  "devices run the same kernels one after the other) "
+                  "(rf_session_options.matmul_epilogues)",
+                  epilogue_choices),
   };
   const tool_cmd cmd = {
       "train",
@@ -894,6 +904,7 @@ int cmd_train(int argc, char **argv) {
   sopts.collective_comm_dtype = comm_dtypes[o.comm_dtype];
   if (o.gpu_graphs) sopts.gpu_graphs = o.gpu_graphs == 2;
   if (o.group_updates) sopts.group_optimizer_updates = o.group_updates == 2;
+  sopts.matmul_epilogues = o.epilogues;
   sopts.collective_timeout_ms = llround(o.collective_timeout * 1000);
   if (sopts.collective_timeout_ms < 1) sopts.collective_timeout_ms = 1;
   one_opts.collective_timeout_ms = sopts.collective_timeout_ms;

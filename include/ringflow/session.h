@@ -178,7 +178,38 @@ typedef struct rf_session_options {
    * 0: each update runs as its own kernel. Any other value:
    * INVALID_ARGUMENT. */
   int group_optimizer_updates;
+  /* ---- MatMul epilogues (issue 19) ----
+   * Where a MatMul's bias, ReLU and bias gradient run inside the product
+   * (passes/fuse_epilogues.c; docs/PERFORMANCE.md, "MatMul epilogues"). At
+   * compile time, after placement, on the devices it names:
+   * MatMul -> BiasAdd -> Relu becomes one _FusedMatMulBiasRelu node and
+   * MatMul -> BiasAdd (when more than a Relu reads the sum) one
+   * _FusedMatMulBias, for float16, bfloat16 and float32 products of rank 2
+   * whose product feeds only the BiasAdd (the _ReluGrad nodes that read
+   * the sum read the ReLU's output instead: the same mask); and a
+   * _BiasAddGrad of a rank-2 gradient G together with the MatMul that
+   * reduces G over the same rows (a weight gradient, x^T G) becomes one
+   * _FusedMatMulBiasGrad. On GPU devices each is one cuBLASLt product
+   * with the epilogue CUBLASLT_EPILOGUE_RELU_BIAS, _BIAS or _BGRADA/_BGRADB
+   * (float32 on TF32 tensor cores only with allow_tf32; where cuBLASLt
+   * offers no algorithm the node runs the unfused kernels, saying so
+   * through the log sink once per shape); results match the unfused ones
+   * to float tolerance (the epilogue adds the bias to the float
+   * accumulator before rounding). On CPU devices the node runs the
+   * unfused kernels one after the other: bit-identical results.
+   * RF_MATMUL_EPILOGUES_GPU (0, the default: options left zero fuse on
+   * GPU devices), RF_MATMUL_EPILOGUES_OFF (never) or
+   * RF_MATMUL_EPILOGUES_ALL (CPU devices too: for testing the rewrite).
+   * Any other value: INVALID_ARGUMENT when a step is compiled (the first
+   * run of a signature, or rf_graph_lower). */
+  int matmul_epilogues;
 } rf_session_options;
+
+enum {
+  RF_MATMUL_EPILOGUES_GPU = 0,
+  RF_MATMUL_EPILOGUES_OFF = 1,
+  RF_MATMUL_EPILOGUES_ALL = 2
+};
 
 /* gpu_graphs after rf_session_options_init: off. On one H200 a replayed
  * batch-128 MLP step on gpu:0 is 4.5x faster, but the training step on 4

@@ -174,6 +174,18 @@ void rf__kernel_parallel_for(rf__kernel_ctx *ctx, int64_t n,
                              void (*fn)(void *arg, int64_t begin, int64_t end),
                              void *arg);
 
+/* Runs the synchronous kernel of `op` on ctx's device as a step of ctx's
+ * kernel (a fused op falling back to the ops it fuses): the nested kernel
+ * sees ctx's node and device, takes inputs[0, num_inputs) and makes one
+ * output. out_index >= 0: that output becomes ctx's output out_index (in
+ * the place the executor reserved for it, if any); else the caller owns
+ * *out. *out (optional) gets the tensor. Errors are the nested kernel's;
+ * INTERNAL when the device has no synchronous kernel of op.
+ * kernels/kernel_nested.c. */
+rf_status *rf__kernel_run_nested(rf__kernel_ctx *ctx, const char *op,
+                                 rf_tensor *const *inputs, int num_inputs,
+                                 int out_index, rf_tensor **out);
+
 /* Runs one node's kernel on its own, synchronously, on a scratch CPU device
  * (no step, no variables). For tests and constant folding: inputs borrowed,
  * outputs[] receive new references. The kernel table must be filled

@@ -85,6 +85,31 @@ static rf_status *matmul_shape_fn(rf__shape_ctx *c) {
   return NULL;
 }
 
+/* _FusedMatMulBias(Relu)(a, b, bias): MatMul's product, bias over its
+ * columns (BiasAdd's check). */
+static rf_status *fused_matmul_shape_fn(rf__shape_ctx *c) {
+  RF_CHECK(matmul_shape_fn(c));
+  const rf_shape *bias = &c->input_shapes[2];
+  int64_t n = c->output_shapes[0].dims[1];
+  if (bias->rank >= 0 &&
+      (bias->rank != 1 || (n >= 0 && bias->dims[0] >= 0 && bias->dims[0] != n)))
+    return rf__invalid(
+        "bias of rank %d does not match a product of %lld "
+        "columns",
+        bias->rank, (long long)n);
+  return NULL;
+}
+
+/* _FusedMatMulBiasGrad(a, b): the product, and the bias gradient of the
+ * input bias_input reduced over k (b (k, n): n; a transposed (k, m): m). */
+static rf_status *fused_matmul_bias_grad_shape_fn(rf__shape_ctx *c) {
+  RF_CHECK(matmul_shape_fn(c));
+  int64_t which = 1;
+  RF_CHECK(rf__attrs_get_int(&c->node->attrs, "bias_input", &which));
+  c->output_shapes[1] = rf_shape_of(1, c->output_shapes[0].dims[which ? 1 : 0]);
+  return NULL;
+}
+
 /* `like` must broadcast to x: right-aligned, each of its dims 1 or x's. */
 static rf_status *sum_to_shape_of_shape_fn(rf__shape_ctx *c) {
   const rf_shape *x = &c->input_shapes[0], *like = &c->input_shapes[1];
@@ -138,6 +163,10 @@ static rf_status *broadcast_to_shape_of_shape_fn(rf__shape_ctx *c) {
     .grad = grad_fn                                                \
   }
 
+#define FUSED_MATMUL_ATTRS                                 \
+  "T: type in {float16, bfloat16, float32}; transpose_a: " \
+  "bool = false; transpose_b: bool = false"
+
 static const rf__op_spec math_specs[] = {
     BINARY_SPEC("Add", rf__add_grad),
     BINARY_SPEC("Sub", rf__sub_grad),
@@ -163,6 +192,28 @@ static const rf__op_spec math_specs[] = {
               "transpose_b: bool = false",
      .shape = matmul_shape_fn,
      .grad = rf__matmul_grad},
+    /* A MatMul with its epilogue as one node (passes/fuse_epilogues.c):
+     * one cuBLASLt product on GPU devices. */
+    {.name = "_FusedMatMulBias",
+     .inputs = "a: T, b: T, bias: T",
+     .outputs = "product: T",
+     .attrs = FUSED_MATMUL_ATTRS,
+     .shape = fused_matmul_shape_fn,
+     .flags = RF_OP_NO_GRADIENT},
+    {.name = "_FusedMatMulBiasRelu",
+     .inputs = "a: T, b: T, bias: T",
+     .outputs = "activations: T",
+     .attrs = FUSED_MATMUL_ATTRS,
+     .shape = fused_matmul_shape_fn,
+     .flags = RF_OP_NO_GRADIENT},
+    /* bias_input 1: output 1 is _BiasAddGrad(b) (b not transposed);
+     * 0: _BiasAddGrad(a) (a transposed). */
+    {.name = "_FusedMatMulBiasGrad",
+     .inputs = "a: T, b: T",
+     .outputs = "product: T, bias_grad: T",
+     .attrs = FUSED_MATMUL_ATTRS "; bias_input: int >= 0 = 1",
+     .shape = fused_matmul_bias_grad_shape_fn,
+     .flags = RF_OP_NO_GRADIENT},
     {.name = "Cast",
      .inputs = "x: SrcT",
      .outputs = "y: DstT",

@@ -41,6 +41,8 @@ typedef struct rf__pass_ctx {
   rf_dtype comm_dtype; /* when narrow_comm */
   /* rf_session_options.group_optimizer_updates (passes/group_updates.c). */
   bool group_updates;
+  /* rf_session_options.matmul_epilogues (passes/fuse_epilogues.c). */
+  int matmul_epilogues;
 } rf__pass_ctx;
 
 /* Returns NULL or an error naming the node it concerns (compile fails). */
@@ -60,6 +62,11 @@ rf_status *rf__passes_run(rf__pass_phase phase, rf__pass_ctx *ctx);
  * with no path between them become one _MultiApply* node (when
  * ctx->group_updates). */
 rf_status *rf__group_updates(rf__pass_ctx *ctx);
+
+/* POST_PLACEMENT: MatMul with its BiasAdd (and Relu), and a weight
+ * gradient's MatMul with its _BiasAddGrad, become one _FusedMatMul* node
+ * on the devices ctx->matmul_epilogues names (rf_session_options). */
+rf_status *rf__fuse_epilogues(rf__pass_ctx *ctx);
 
 /* Registers the library's passes (passes/passes.c; the composition root,
  * runtime/registry_init.c, calls it once). */

@@ -21,6 +21,9 @@ static rf_status *lower_collectives_pass(rf__pass_ctx *ctx) {
 }
 
 rf_status *rf__register_passes(void) {
+  /* Epilogues before buckets: a fused node's outputs are what they pack. */
+  RF_CHECK(rf__pass_register(RF_PASS_POST_PLACEMENT, -20, "fuse_epilogues",
+                             rf__fuse_epilogues));
   /* Buckets first: lowering then checks the fused groups like any other. */
   RF_CHECK(rf__pass_register(RF_PASS_POST_PLACEMENT, -10, "bucket_collectives",
                              rf__bucket_collectives));

@@ -153,7 +153,8 @@ static rf__pass_ctx pass_ctx(rf_session *s, rf_graph *g, long compile) {
                         .bucket_bytes = s->opts.collective_bucket_bytes,
                         .narrow_comm = comm_dtype(s) != RF_FLOAT32,
                         .comm_dtype = comm_dtype(s),
-                        .group_updates = s->opts.group_optimizer_updates};
+                        .group_updates = s->opts.group_optimizer_updates,
+                        .matmul_epilogues = s->opts.matmul_epilogues};
 }
 
 rf_status *rf__session_check_devices(rf_session *s) {

@@ -17,9 +17,6 @@ extern "C" {
 namespace rf_gpu {
 namespace {
 
-/* cuBLAS allows no two threads in one handle at once (see matmul.cu). */
-std::mutex locks[16];
-
 rf_status *blas_error(const rf__kernel_ctx *ctx, cublasStatus_t s,
                       const char *what) {
   return rf__kernel_error_at(ctx,
@@ -55,7 +52,7 @@ rf_status *batch_matmul_compute(rf__kernel_ctx *ctx) {
                             "the device has no cuBLAS handle");
   cublasOperation_t oy = p.ay ? CUBLAS_OP_T : CUBLAS_OP_N;
   cublasOperation_t ox = p.ax ? CUBLAS_OP_T : CUBLAS_OP_N;
-  std::lock_guard<std::mutex> lock(locks[((uintptr_t)h >> 4) % 16]);
+  std::lock_guard<std::mutex> lock(blas_lock(h));
   cublasStatus_t s = CUBLAS_STATUS_SUCCESS;
   if (p.strided) {
     s = cublasGemmStridedBatchedEx(

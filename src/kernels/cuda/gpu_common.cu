@@ -7,6 +7,14 @@
 
 namespace rf_gpu {
 
+namespace {
+std::mutex blas_locks[16];
+}  // namespace
+
+std::mutex &blas_lock(const void *handle) {
+  return blas_locks[((uintptr_t)handle >> 4) % 16];
+}
+
 enum { kBlocksPerSm = 8 }; /* 8 x 256 threads: a full multiprocessor */
 
 rf_status *error(const rf__kernel_ctx *ctx, cudaError_t err, const char *expr,

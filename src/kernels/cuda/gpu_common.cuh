@@ -20,6 +20,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <mutex>
 #include <type_traits>
 
 /* core/tensor.h declares its count as a C11 atomic_int; C++ sees the same
@@ -83,6 +84,13 @@ inline cublasHandle_t blas(rf__kernel_ctx *ctx) {
   (void)rf__gpu_kernel_stream(ctx);
   return (cublasHandle_t)ctx->device->blas;
 }
+/* The lock of a cuBLAS handle: cuBLAS allows no two threads in one handle
+ * at once, and two kernels of one device may run at once on different
+ * executor threads. Every call on a device's handle (cuBLAS, and cuBLASLt
+ * through the same handle cast) holds it; handles map onto a fixed set of
+ * locks (a shared lock only costs waiting). */
+std::mutex &blas_lock(const void *handle);
+
 /* The cuBLAS compute type of a float32 product on ctx's device: TF32 tensor
  * cores when its session allows them (rf_session_options.allow_tf32),
  * plain float32 otherwise. */

@@ -11,6 +11,7 @@ rf_status *rf__register_gpu_math_kernels(void) {
   RF_CHECK(rf__register_gpu_nary_kernels());
   RF_CHECK(rf__register_gpu_cast_kernels());
   RF_CHECK(rf__register_gpu_matmul_kernels());
+  RF_CHECK(rf__register_gpu_fused_matmul_kernels());
   RF_CHECK(rf__register_gpu_sum_to_shape_kernels());
   return NULL;
 }

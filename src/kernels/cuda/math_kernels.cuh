@@ -11,6 +11,8 @@ rf_status *rf__register_gpu_binary_kernels(void);
 rf_status *rf__register_gpu_nary_kernels(void);         /* Neg AddN */
 rf_status *rf__register_gpu_cast_kernels(void);         /* Cast */
 rf_status *rf__register_gpu_matmul_kernels(void);       /* MatMul */
+/* _FusedMatMulBias, _FusedMatMulBiasRelu, _FusedMatMulBiasGrad */
+rf_status *rf__register_gpu_fused_matmul_kernels(void);
 rf_status *rf__register_gpu_sum_to_shape_kernels(void); /* _SumToShapeOf */
 
 #endif

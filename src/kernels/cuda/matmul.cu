@@ -21,17 +21,6 @@
 namespace rf_gpu {
 namespace {
 
-/* ---- cuBLAS handles ---- */
-
-/* cuBLAS allows no two threads in one handle at once, and two kernels of one
- * device may run at once on different executor threads; each handle maps to
- * one of these locks (a shared lock only costs waiting). */
-std::mutex blas_locks[16];
-
-std::mutex &blas_lock(const void *handle) {
-  return blas_locks[((uintptr_t)handle >> 4) % 16];
-}
-
 rf_status *blas_error(const rf__kernel_ctx *ctx, cublasStatus_t s,
                       const char *what) {
   rf_status *st = rf__cublas_status(s, what, __FILE__, __LINE__);

@@ -1,0 +1,301 @@
+/* passes/fuse_epilogues.c - the POST_PLACEMENT pass that gives MatMuls
+ * their epilogues (rf_session_options.matmul_epilogues; docs/PERFORMANCE.md,
+ * "MatMul epilogues"), so that a GPU runs one cuBLASLt product where it ran
+ * a GEMM and one to three memory-bound kernels:
+ *
+ *   MatMul -> BiasAdd -> Relu   =>  _FusedMatMulBiasRelu(a, b, bias)
+ *   MatMul -> BiasAdd           =>  _FusedMatMulBias(a, b, bias)
+ *   MatMul(x, G, transpose_a) and _BiasAddGrad(G)
+ *                               =>  _FusedMatMulBiasGrad(x, G): 2 outputs
+ *
+ * The forward rewrite needs the product to feed the BiasAdd alone; the ReLU
+ * joins when every other reader of the sum is a _ReluGrad's features input,
+ * which then reads the ReLU's output instead (x > 0 exactly where
+ * relu(x) > 0). The bias gradient joins the product that reduces G over the
+ * same rows: G as b untransposed (sum over k of the rows of b) or as a
+ * transposed. The pass runs after gradients were built (they are part of
+ * the graph it sees), so the fused ops need no gradient. Nodes are merged
+ * only when no path leaves one of them and comes back to another through
+ * other nodes, so fusing never makes a cycle. */
+#include <stdio.h>
+#include <string.h>
+
+#include "core/log.h"
+#include "core/mem.h"
+#include "ops/op_registry.h"
+#include "passes/pass_registry.h"
+#include "ringflow/session.h"
+
+typedef struct fuse_ctx {
+  rf__pass_ctx *pc;
+  rf_graph *g;
+  char *member; /* per node id: 1 while it is in the group being checked */
+  int *seen;    /* visit stamps */
+  int *stack;
+  int stamp;
+  int fused; /* nodes made */
+} fuse_ctx;
+
+static bool is_op(const rf_node *n, const char *op) {
+  return strcmp(n->op->name, op) == 0;
+}
+
+/* Whether n's device takes epilogues under the session's option. */
+static bool device_ok(const fuse_ctx *c, const rf_node *n) {
+  int d = n->assigned_device;
+  if (d < 0 || d >= c->pc->num_devices || c->pc->devices[d].remote)
+    return false;
+  if (c->pc->matmul_epilogues == RF_MATMUL_EPILOGUES_ALL) return true;
+  return c->pc->matmul_epilogues == RF_MATMUL_EPILOGUES_GPU &&
+         c->pc->devices[d].name.type == RF_DEVICE_GPU;
+}
+
+static bool dtype_ok(rf_dtype t) {
+  return t == RF_FLOAT32 || t == RF_FLOAT16 || t == RF_BFLOAT16;
+}
+
+/* A MatMul that may be fused (all its inputs connected). */
+static bool matmul_ok(const fuse_ctx *c, const rf_node *n) {
+  return n && is_op(n, "MatMul") && device_ok(c, n) && n->data_in[0] &&
+         n->data_in[1] && dtype_ok(n->out_dtypes[0]);
+}
+
+static bool attr_bool(const rf_node *n, const char *name) {
+  bool v = false;
+  rf_status_free(rf__attrs_get_bool(&n->attrs, name, &v));
+  return v;
+}
+
+/* Whether a path leaves a member and reaches a member through a node that is
+ * none: merging the members into one node would make it a cycle. */
+static bool path_outside(fuse_ctx *c, rf_node *const *m, int nm) {
+  int top = 0;
+  c->stamp++;
+  for (int i = 0; i < nm; i++)
+    for (int k = 0; k < m[i]->num_out_edges; k++) {
+      const rf_node *w = m[i]->out_edges[k]->dst;
+      if (!c->member[w->id] && c->seen[w->id] != c->stamp) {
+        c->seen[w->id] = c->stamp;
+        c->stack[top++] = w->id;
+      }
+    }
+  while (top > 0) {
+    const rf_node *v = c->g->nodes[c->stack[--top]];
+    for (int k = 0; k < v->num_out_edges; k++) {
+      const rf_node *w = v->out_edges[k]->dst;
+      if (c->member[w->id]) return true;
+      if (c->seen[w->id] == c->stamp) continue;
+      c->seen[w->id] = c->stamp;
+      c->stack[top++] = w->id;
+    }
+  }
+  return false;
+}
+
+static bool mergeable(fuse_ctx *c, rf_node *const *m, int nm) {
+  for (int i = 0; i < nm; i++) c->member[m[i]->id] = 1;
+  bool ok = !path_outside(c, m, nm);
+  for (int i = 0; i < nm; i++) c->member[m[i]->id] = 0;
+  return ok;
+}
+
+/* Points every data edge leaving output `out` of `from` at (to, to_out). */
+static rf_status *redirect(fuse_ctx *c, rf_node *from, int out, rf_node *to,
+                           int to_out) {
+  int n = 0;
+  rf__edge **edges =
+      rf__malloc(sizeof *edges * (size_t)(from->num_out_edges + 1));
+  RF_CHECK_ALLOC(edges);
+  for (int k = 0; k < from->num_out_edges; k++)
+    if (from->out_edges[k]->src_out == out) edges[n++] = from->out_edges[k];
+  rf_status *st = NULL;
+  for (int k = 0; !st && k < n; k++)
+    st = rf__graph_update_edge(c->g, edges[k]->dst, edges[k]->dst_in, to,
+                               to_out);
+  rf__free(edges);
+  return st;
+}
+
+/* Moves the members' control edges with non-members onto `to`, then
+ * removes the members (their data edges were redirected or are internal). */
+static rf_status *retire(fuse_ctx *c, rf_node *const *m, int nm, rf_node *to) {
+  for (int i = 0; i < nm; i++) c->member[m[i]->id] = 1;
+  rf_status *st = NULL;
+  for (int i = 0; !st && i < nm; i++) {
+    for (int k = 0; !st && k < m[i]->num_in_edges; k++) {
+      rf_node *src = m[i]->in_edges[k]->src;
+      if (m[i]->in_edges[k]->dst_in == RF_CONTROL_SLOT && !c->member[src->id] &&
+          !rf__graph_has_control_edge(src, to))
+        st =
+            rf__graph_add_edge(c->g, src, RF_CONTROL_SLOT, to, RF_CONTROL_SLOT);
+    }
+    for (int k = 0; !st && k < m[i]->num_out_edges; k++) {
+      rf_node *dst = m[i]->out_edges[k]->dst;
+      if (m[i]->out_edges[k]->src_out == RF_CONTROL_SLOT &&
+          !c->member[dst->id] && !rf__graph_has_control_edge(to, dst))
+        st =
+            rf__graph_add_edge(c->g, to, RF_CONTROL_SLOT, dst, RF_CONTROL_SLOT);
+    }
+  }
+  for (int i = 0; i < nm; i++) c->member[m[i]->id] = 0;
+  for (int i = 0; !st && i < nm; i++) rf__graph_remove_node(c->g, m[i]);
+  return st;
+}
+
+/* A node of `op_name` on mm's device with mm's attrs (and bias_input >= 0
+ * for the gradient), inputs in[0, nin). */
+static rf_status *add_fused(fuse_ctx *c, const rf_node *mm, const char *op_name,
+                            const rf_output *in, int nin, int64_t bias_input,
+                            rf_node **out) {
+  const rf__op_def *op = rf__op_find(op_name);
+  if (!op) return rf__internal("op %s is not registered", op_name);
+  size_t len = strlen(mm->name) + strlen(op_name) + 32;
+  char *mem = rf__malloc(2 * len), *stem = mem, *name = mem + len;
+  RF_CHECK_ALLOC(mem);
+  rf__attrs a = {0};
+  rf_status *st = rf__attrs_copy(&mm->attrs, &a);
+  if (!st && bias_input >= 0) {
+    rf__attr_value v = rf__attr_int(bias_input);
+    st = rf__attrs_set(&a, "bias_input", &v);
+  }
+  if (!st) {
+    snprintf(stem, len, "%s/%s", mm->name, op_name);
+    rf__graph_unique_name(c->g, stem, name, len);
+    int d = mm->assigned_device;
+    st = rf__graph_add_node(c->g, op, name, c->pc->devices[d].canonical, in,
+                            nin, &a, out);
+    if (!st) (*out)->assigned_device = d;
+  }
+  rf__attrs_clear(&a);
+  rf__free(mem);
+  return st;
+}
+
+/* The only data edge leaving output 0 of n, or NULL. */
+static rf__edge *only_reader(const rf_node *n) {
+  rf__edge *e = NULL;
+  for (int k = 0; k < n->num_out_edges; k++) {
+    if (n->out_edges[k]->src_out == RF_CONTROL_SLOT) continue;
+    if (e) return NULL;
+    e = n->out_edges[k];
+  }
+  return e;
+}
+
+/* MatMul mm -> BiasAdd [-> Relu]. */
+static rf_status *fuse_forward(fuse_ctx *c, rf_node *mm) {
+  rf__edge *e = only_reader(mm);
+  rf_node *ba = e ? e->dst : NULL;
+  if (!ba || e->dst_in != 0 || !is_op(ba, "BiasAdd") ||
+      ba->assigned_device != mm->assigned_device || !ba->data_in[1])
+    return NULL;
+  /* The ReLU joins when it is the sum's one reader besides _ReluGrads of
+   * the sum as features. */
+  rf_node *relu = NULL;
+  bool relu_ok = true;
+  for (int k = 0; k < ba->num_out_edges; k++) {
+    const rf__edge *o = ba->out_edges[k];
+    if (o->src_out == RF_CONTROL_SLOT) continue;
+    if (is_op(o->dst, "Relu") && !relu &&
+        o->dst->assigned_device == ba->assigned_device)
+      relu = o->dst;
+    else if (!(is_op(o->dst, "_ReluGrad") && o->dst_in == 1))
+      relu_ok = false;
+  }
+  if (!relu_ok) relu = NULL;
+  rf_node *m[3] = {mm, ba, relu};
+  int nm = relu ? 3 : 2;
+  if (!mergeable(c, m, nm)) return NULL;
+  rf_output in[3] = {rf__input(mm, 0), rf__input(mm, 1), rf__input(ba, 1)};
+  const char *op = relu ? "_FusedMatMulBiasRelu" : "_FusedMatMulBias";
+  rf_node *f;
+  RF_CHECK(add_fused(c, mm, op, in, 3, -1, &f));
+  rf_node *last = m[nm - 1];
+  f->out_shapes[0] = last->out_shapes[0];
+  RF_CHECK(redirect(c, last, 0, f, 0));
+  if (relu) RF_CHECK(redirect(c, ba, 0, f, 0)); /* the _ReluGrads */
+  RF__LOG(RF_LOG_INFO,
+          "compile %ld: MatMul '%.200s' + BiasAdd%s on %s as one %s '%.200s'",
+          c->pc->compile, mm->name, relu ? " + Relu" : "",
+          c->pc->devices[f->assigned_device].canonical, op, f->name);
+  c->fused++;
+  return retire(c, m, nm, f);
+}
+
+/* _BiasAddGrad bg of G with a MatMul that reduces G over k. */
+static rf_status *fuse_bias_grad(fuse_ctx *c, rf_node *bg) {
+  if (!bg->data_in[0] || !device_ok(c, bg)) return NULL;
+  rf_node *src = bg->data_in[0]->src;
+  int out = bg->data_in[0]->src_out;
+  for (int k = 0; k < src->num_out_edges; k++) {
+    const rf__edge *e = src->out_edges[k];
+    rf_node *mm = e->dst;
+    if (e->src_out != out || !matmul_ok(c, mm) ||
+        mm->assigned_device != bg->assigned_device)
+      continue;
+    int64_t which;
+    if (e->dst_in == 1 && !attr_bool(mm, "transpose_b"))
+      which = 1;
+    else if (e->dst_in == 0 && attr_bool(mm, "transpose_a"))
+      which = 0;
+    else
+      continue;
+    rf_node *m[2] = {mm, bg};
+    if (!mergeable(c, m, 2)) continue;
+    rf_output in[2] = {rf__input(mm, 0), rf__input(mm, 1)};
+    rf_node *f;
+    RF_CHECK(add_fused(c, mm, "_FusedMatMulBiasGrad", in, 2, which, &f));
+    f->out_shapes[0] = mm->out_shapes[0];
+    f->out_shapes[1] = bg->out_shapes[0];
+    RF_CHECK(redirect(c, mm, 0, f, 0));
+    RF_CHECK(redirect(c, bg, 0, f, 1));
+    RF__LOG(RF_LOG_INFO,
+            "compile %ld: MatMul '%.200s' + _BiasAddGrad '%.200s' on %s as "
+            "one _FusedMatMulBiasGrad '%.200s'",
+            c->pc->compile, mm->name, bg->name,
+            c->pc->devices[f->assigned_device].canonical, f->name);
+    c->fused++;
+    return retire(c, m, 2, f);
+  }
+  return NULL;
+}
+
+static rf_status *run(fuse_ctx *c) {
+  /* Nodes made by the pass get ids past `ids` and are not visited. */
+  int ids = c->g->num_ids;
+  for (int id = 0; id < ids; id++) {
+    rf_node *n = c->g->nodes[id];
+    if (matmul_ok(c, n)) RF_CHECK(fuse_forward(c, n));
+  }
+  for (int id = 0; id < ids; id++) {
+    rf_node *n = c->g->nodes[id];
+    if (n && is_op(n, "_BiasAddGrad") && dtype_ok(n->out_dtypes[0]))
+      RF_CHECK(fuse_bias_grad(c, n));
+  }
+  return NULL;
+}
+
+rf_status *rf__fuse_epilogues(rf__pass_ctx *ctx) {
+  int mode = ctx->matmul_epilogues;
+  if (mode != RF_MATMUL_EPILOGUES_GPU && mode != RF_MATMUL_EPILOGUES_OFF &&
+      mode != RF_MATMUL_EPILOGUES_ALL)
+    return rf__invalid(
+        "session options: matmul_epilogues must be RF_MATMUL_EPILOGUES_GPU "
+        "(0), RF_MATMUL_EPILOGUES_OFF (1) or RF_MATMUL_EPILOGUES_ALL (2), "
+        "got %d",
+        mode);
+  if (mode == RF_MATMUL_EPILOGUES_OFF) return NULL;
+  rf_graph *g = ctx->graph;
+  fuse_ctx c = {.pc = ctx, .g = g};
+  size_t ids = (size_t)g->num_ids + 1;
+  int *mem = rf__calloc(2 * ids, sizeof *mem);
+  c.member = rf__calloc(ids, 1);
+  rf_status *st = mem && c.member ? NULL : rf__oom();
+  if (!st) {
+    c.seen = mem, c.stack = mem + ids;
+    st = run(&c);
+  }
+  rf__free(mem);
+  rf__free(c.member);
+  return st ? rf__status_prefix(st, "fusing MatMul epilogues") : NULL;
+}
