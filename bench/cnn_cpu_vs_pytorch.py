@@ -21,7 +21,11 @@ it (bench/train_vs_pytorch.py's CpuMeter). Exit status 1 when a target is
 missed.
 
 Usage: cnn_cpu_vs_pytorch.py --ringflow build/tools/ringflow [--repeats 3]
-       [--batches 64,256] [--variants eager,cl,compile]
+       [--batches 64,256] [--variants eager,cl,compile] [--im2col]
+
+--im2col adds ringflow with RF_CPU_CONV=im2col (convolutions through
+im2col + OpenBLAS instead of oneDNN) to each repeat: before and after in
+the same run.
 """
 import argparse
 import os
@@ -93,12 +97,13 @@ def torch_bench(x, y, batch, warmup, steps, seed, variant):
     return steps * batch / secs, last
 
 
-def ringflow_bench(binary, data_dir, batch, warmup, steps, seed):
+def ringflow_bench(binary, data_dir, batch, warmup, steps, seed, env=None):
     cmd = [binary, "train", "--model", "cnn", "--bench", "--quiet",
            "--devices", "cpu:0", "--batch", str(batch), "--warmup",
            str(warmup), "--steps", str(steps), "--seed", str(seed), "--data",
            data_dir]
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True,
+                         env=env).stdout
     m = re.search(r"samples_per_sec=([0-9.]+).*loss=([0-9.naif-]+)", out)
     if not m:
         sys.exit(f"no samples_per_sec= line from {' '.join(cmd)}:\n{out}")
@@ -120,6 +125,9 @@ def main():
                     "max(10, samples / batch), the same for both")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--im2col", action="store_true",
+                    help="also run ringflow with RF_CPU_CONV=im2col (its "
+                    "convolutions without oneDNN: the before figure)")
     args = ap.parse_args()
 
     torch.set_num_threads(args.threads)
@@ -136,6 +144,9 @@ def main():
     x, y = load_train(args.data)
     steps = {b: max(10, args.samples // b) for b in batches}
     names = [f"PyTorch {v}" for v in variants] + ["ringflow"]
+    if args.im2col:
+        names.append("ringflow im2col")
+    im2col_env = dict(os.environ, RF_CPU_CONV="im2col")
     best = {(b, n): (0.0, 0.0, 0.0) for b in batches for n in names}
 
     def run(b, name, fn):
@@ -157,6 +168,10 @@ def main():
             run(b, "ringflow", lambda: ringflow_bench(
                 args.ringflow, args.data, b, args.warmup, steps[b],
                 args.seed))
+            if args.im2col:
+                run(b, "ringflow im2col", lambda: ringflow_bench(
+                    args.ringflow, args.data, b, args.warmup, steps[b],
+                    args.seed, im2col_env))
 
     print(f"\nbest of {args.repeats}; steps: " + ", ".join(
         f"batch {b}: {args.warmup} warm-up + {steps[b]} timed"

@@ -145,14 +145,15 @@ static dnnl_memory_t arg_mem(dn *d, const_dnnl_primitive_desc_t pd,
 
 /* blocked: every layout left to oneDNN (format_tag any); the reorders to
  * and from NHWC that ringflow would need are not timed. */
-static void time_onednn(dn *d, const layer *L, bool blocked, int reps,
-                        double *ms, rf_tensor *const *in, void *out_y,
-                        void *out_dx, void *out_dw) {
+static void time_onednn(dn *d, const layer *L, int mode, int reps, double *ms,
+                        rf_tensor *const *in, void *out_y, void *out_dx,
+                        void *out_dw) {
   dnnl_memory_desc_t src, wei, dst;
   dnnl_dims_t sd = {L->n, L->c, L->h, L->w}, wd = {L->oc, L->c, L->k, L->k};
   dnnl_dims_t dd = {L->n, L->oc, L->h, L->w};
+  bool blocked = mode == 2;
   dnnl_format_tag_t act = blocked ? dnnl_format_tag_any : dnnl_nhwc;
-  dnnl_format_tag_t filt = blocked ? dnnl_format_tag_any : dnnl_hwio;
+  dnnl_format_tag_t filt = mode ? dnnl_format_tag_any : dnnl_hwio;
   dcheck(dnnl_memory_desc_init_by_tag(&src, 4, sd, dnnl_f32, act), "md");
   dcheck(dnnl_memory_desc_init_by_tag(&wei, 4, wd, dnnl_f32, filt), "md");
   dcheck(dnnl_memory_desc_init_by_tag(&dst, 4, dd, dnnl_f32, act), "md");
@@ -180,7 +181,7 @@ static void time_onednn(dn *d, const layer *L, bool blocked, int reps,
   /* plain: the NHWC tensors themselves; blocked: oneDNN's own zeroed
    * buffers in the layouts it chose */
   void *px = blocked ? NULL : (void *)rf_tensor_data(in[0]);
-  void *pw = blocked ? NULL : (void *)rf_tensor_data(in[1]);
+  void *pw = mode ? NULL : (void *)rf_tensor_data(in[1]);
   void *pdy = blocked ? NULL : (void *)rf_tensor_data(in[2]);
   dnnl_exec_arg_t fa[3] = {
       {DNNL_ARG_SRC, arg_mem(d, fpd, dnnl_query_src_md, px)},
@@ -196,7 +197,7 @@ static void time_onednn(dn *d, const layer *L, bool blocked, int reps,
       {DNNL_ARG_SRC, arg_mem(d, wpd, dnnl_query_src_md, px)},
       {DNNL_ARG_DIFF_DST, arg_mem(d, wpd, dnnl_query_diff_dst_md, pdy)},
       {DNNL_ARG_DIFF_WEIGHTS,
-       arg_mem(d, wpd, dnnl_query_diff_weights_md, blocked ? NULL : out_dw)}};
+       arg_mem(d, wpd, dnnl_query_diff_weights_md, mode ? NULL : out_dw)}};
   ms[0] = best_of(d, fp, 3, fa, reps);
   ms[1] = best_of(d, bp, 3, ba, reps);
   ms[2] = best_of(d, wp, 3, wa, reps);
@@ -243,6 +244,7 @@ int main(int argc, char **argv) {
                         randn(rf_shape_of(4, L->k, L->k, L->c, L->oc)),
                         randn(rf_shape_of(4, L->n, L->h, L->w, L->oc))};
     double r[3], rc[3], o[3] = {-1, -1, -1}, b[3] = {-1, -1, -1};
+    double m[3] = {-1, -1, -1};
     time_ringflow(L, threads, reps, r, rc, in);
     int64_t ny = L->n * L->h * L->w * L->oc, nx = L->n * L->h * L->w * L->c;
     int64_t nw = L->k * L->k * L->c * L->oc;
@@ -250,8 +252,9 @@ int main(int argc, char **argv) {
     float *dx = malloc(sizeof(float) * (size_t)nx);
     float *dw = malloc(sizeof(float) * (size_t)nw);
     if (!only_rf) {
-      time_onednn(&d, L, false, reps, o, in, y, dx, dw);
-      time_onednn(&d, L, true, reps, b, in, y, dx, dw);
+      time_onednn(&d, L, 0, reps, o, in, y, dx, dw);
+      time_onednn(&d, L, 1, reps, m, in, y, dx, dw);
+      time_onednn(&d, L, 2, reps, b, in, y, dx, dw);
     }
     char name[64];
     snprintf(name, sizeof name, "b%lld %lldx%lldx%lld k%lld oc%lld",
@@ -261,6 +264,11 @@ int main(int argc, char **argv) {
         "%-26s %7.2f / %6.2f / %6.2f %7.2f / %6.2f / %6.2f "
         "%7.2f / %6.2f / %6.2f\n",
         name, r[0], o[0], b[0], r[1], o[1], b[1], r[2], o[2], b[2]);
+    if (!only_rf)
+      printf(
+          "%-26s %7s   %6.2f %17s   %6.2f %17s   %6.2f   (oneDNN: NHWC, "
+          "filter in its layout)\n",
+          "", "", m[0], "", m[1], "", m[2]);
     if (only_rf)
       printf("%-26s %7.2f %24.2f %24.2f   (ringflow: CPU ms, all threads)\n",
              "", rc[0], rc[1], rc[2]);

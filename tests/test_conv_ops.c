@@ -183,6 +183,124 @@ static void test_conv2d_forward(void **state) {
     }
 }
 
+/* ---- float32 gradients through the CPU kernels (oneDNN when built) ---- */
+
+static double *input_grad_ref(const wcase *c, const double *f,
+                              const double *dy) {
+  geo g = geo_of(c);
+  double *dx = calloc((size_t)(c->n * c->h * c->w * c->c) + 1, sizeof *dx);
+  for (int64_t n = 0; n < c->n; n++)
+    for (int64_t oh = 0; oh < g.oh; oh++)
+      for (int64_t ow = 0; ow < g.ow; ow++)
+        for (int64_t i = 0; i < c->kh; i++)
+          for (int64_t j = 0; j < c->kw; j++) {
+            int64_t ih = oh * c->sh - g.pt + i * c->dh;
+            int64_t iw = ow * c->sw - g.pl + j * c->dw;
+            if (ih < 0 || ih >= c->h || iw < 0 || iw >= c->w) continue;
+            for (int64_t k = 0; k < c->c; k++)
+              for (int64_t o = 0; o < c->oc; o++)
+                dx[((n * c->h + ih) * c->w + iw) * c->c + k] +=
+                    dy[((n * g.oh + oh) * g.ow + ow) * c->oc + o] *
+                    f[((i * c->kw + j) * c->c + k) * c->oc + o];
+          }
+  return dx;
+}
+
+static double *filter_grad_ref(const wcase *c, const double *x,
+                               const double *dy) {
+  geo g = geo_of(c);
+  double *dw = calloc((size_t)(c->kh * c->kw * c->c * c->oc) + 1, sizeof *dw);
+  for (int64_t n = 0; n < c->n; n++)
+    for (int64_t oh = 0; oh < g.oh; oh++)
+      for (int64_t ow = 0; ow < g.ow; ow++)
+        for (int64_t i = 0; i < c->kh; i++)
+          for (int64_t j = 0; j < c->kw; j++) {
+            int64_t ih = oh * c->sh - g.pt + i * c->dh;
+            int64_t iw = ow * c->sw - g.pl + j * c->dw;
+            if (ih < 0 || ih >= c->h || iw < 0 || iw >= c->w) continue;
+            for (int64_t k = 0; k < c->c; k++)
+              for (int64_t o = 0; o < c->oc; o++)
+                dw[((i * c->kw + j) * c->c + k) * c->oc + o] +=
+                    x[((n * c->h + ih) * c->w + iw) * c->c + k] *
+                    dy[((n * g.oh + oh) * g.ow + ow) * c->oc + o];
+          }
+  return dw;
+}
+
+/* Shapes oneDNN's direct kernels take (channels of 16 and more, the CNN's
+ * layers), with batches that split unevenly over the pool's threads (the
+ * last block has its own primitive). */
+static const wcase f32_cases[] = {
+    {"CNN layer 1 batch 5", 5, 12, 12, 1, 5, 5, 32, 1, 1, 1, 1, true},
+    {"CNN layer 2 batch 7", 7, 7, 7, 32, 5, 5, 64, 1, 1, 1, 1, true},
+    {"16 ch stride 2 VALID", 3, 9, 8, 16, 3, 3, 16, 2, 2, 1, 1, false},
+    {"16 ch dilation 2 SAME", 4, 8, 8, 16, 3, 3, 32, 1, 1, 2, 2, true},
+};
+
+/* Conv2D and its two gradient ops in float32, on 1, 2 and 3 pool threads,
+ * against float64 references; then run again in the same session (the
+ * cached primitives, fresh data). */
+static void test_conv2d_float32_all_paths(void **state) {
+  (void)state;
+  uint64_t rng = rf_test_rng(11);
+  int ncase = NCONV + (int)(sizeof f32_cases / sizeof f32_cases[0]);
+  for (int threads = 1; threads <= 3; threads++)
+    for (int k = 0; k < ncase; k++) {
+      const wcase *c = k < NCONV ? &conv_cases[k] : &f32_cases[k - NCONV];
+      rf_graph *g = rf_graph_new();
+      rf_output xp = rf_placeholder(g, "x", RF_FLOAT32, x_shape(c));
+      rf_output fp = rf_placeholder(g, "f", RF_FLOAT32, f_shape(c));
+      rf_output dp = rf_placeholder(g, "dy", RF_FLOAT32, y_shape(c, false));
+      int64_t s[4] = {1, c->sh, c->sw, 1}, d[4] = {1, c->dh, c->dw, 1};
+      const char *pad = c->same ? "SAME" : "VALID";
+      rf_output outs[3] = {
+          conv(g, c, xp, fp),
+          rf_conv2d_backprop_input(g, "bpi", sizes_const(g, x_shape(c)), fp, dp,
+                                   s, pad, d),
+          rf_conv2d_backprop_filter(g, "bpf", xp, sizes_const(g, f_shape(c)),
+                                    dp, s, pad, d)};
+      assert_graph_ok(g);
+      rf_session_options o;
+      rf_session_options_init(&o);
+      o.num_threads = threads;
+      rf_session *sess;
+      assert_ok(rf_session_new(g, &o, &sess));
+      for (int rep = 0; rep < 2; rep++) {
+        rf_tensor *x =
+            rf_test_random_tensor(&rng, RF_FLOAT32, x_shape(c), -1, 1);
+        rf_tensor *f =
+            rf_test_random_tensor(&rng, RF_FLOAT32, f_shape(c), -1, 1);
+        rf_tensor *dy =
+            rf_test_random_tensor(&rng, RF_FLOAT32, y_shape(c, false), -1, 1);
+        rf_feed feeds[3] = {{xp, x}, {fp, f}, {dp, dy}};
+        rf_tensor *got[3];
+        assert_ok(rf_session_run(sess, feeds, 3, outs, 3, NULL, 0, got));
+        double *xd = rf_test_to_doubles(x), *fd = rf_test_to_doubles(f);
+        double *dyd = rf_test_to_doubles(dy);
+        double *want[3] = {conv_ref(c, xd, fd), input_grad_ref(c, fd, dyd),
+                           filter_grad_ref(c, xd, dyd)};
+        rf_shape shapes[3] = {y_shape(c, false), x_shape(c), f_shape(c)};
+        print_message("float32 conv %s, %d threads\n", c->name, threads);
+        /* float32 sums of `terms` products in oneDNN's order: the error
+         * grows with the count of terms */
+        geo gg = geo_of(c);
+        double terms[3] = {(double)(c->kh * c->kw * c->c),
+                           (double)(c->kh * c->kw * c->oc),
+                           (double)(c->n * gg.oh * gg.ow)};
+        for (int i = 0; i < 3; i++) {
+          double tol = 1e-7 * terms[i] > 1e-5 ? 1e-7 * terms[i] : 1e-5;
+          assert_tensor_near(got[i], shapes[i], want[i], tol);
+          rf_tensor_release(got[i]);
+          free(want[i]);
+        }
+        free(xd), free(fd), free(dyd);
+        rf_tensor_release(x), rf_tensor_release(f), rf_tensor_release(dy);
+      }
+      rf_session_free(sess);
+      rf_graph_free(g);
+    }
+}
+
 static void test_pool_forward(void **state) {
   (void)state;
   uint64_t rng = rf_test_rng(2);
@@ -615,6 +733,7 @@ static void test_json_round_trip(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_conv2d_forward),
+      cmocka_unit_test(test_conv2d_float32_all_paths),
       cmocka_unit_test(test_pool_forward),
       cmocka_unit_test(test_max_pool_nan),
       cmocka_unit_test(test_max_pool_grad_ties),
