@@ -383,6 +383,10 @@ static void test_unknown_options(void **state) {
   const char *cmd[] = {"frobnicate", NULL};
   const char *cmd_want[] = {"'frobnicate'", "ringflow --help", NULL};
   expect_usage_error(cmd, cmd_want);
+  /* No command at all is a usage error like the others: one line. */
+  const char *none[] = {NULL};
+  const char *none_want[] = {"no command", "ringflow --help", NULL};
+  expect_usage_error(none, none_want);
 }
 
 /* ---- --devices: one syntax in train, lower and bench ---- */

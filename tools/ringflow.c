@@ -37,10 +37,13 @@ static void usage(FILE *f) {
 }
 
 int main(int argc, char **argv) {
-  if (argc < 2 || strcmp(argv[1], "--help") == 0 ||
-      strcmp(argv[1], "help") == 0) {
-    usage(argc < 2 ? stderr : stdout);
-    return argc < 2 ? 2 : 0;
+  /* No command is a usage error like any other: one line on stderr. */
+  if (argc < 2)
+    return tool_fail(
+        "no command (train, lower, bench or version); see ringflow --help");
+  if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "help") == 0) {
+    usage(stdout);
+    return 0;
   }
   if (strcmp(argv[1], "version") == 0 || strcmp(argv[1], "--version") == 0) {
     printf("ringflow %d.%d.%d\n", RINGFLOW_VERSION_MAJOR,

@@ -52,7 +52,9 @@ RF_API rf_output rf_all_reduce(rf_graph *g, const char *name, rf_output input,
 /* All n participants at once: outputs[i] on the device of inputs[i], shared
  * name derived from `name` (participants <name>_0 ... <name>_<n-1>); when
  * NULL, generated: "AllReduce", "AllReduce_1", ... (likewise "AllGather",
- * "ReduceScatter"), the first whose participant names are all free, so every
+ * "ReduceScatter"), the first that is no node's name and whose participant
+ * names are all free (so after a first unnamed all-reduce of 3 inputs,
+ * whose participants are AllReduce_0..2, the next is "AllReduce_3"): every
  * unnamed call is a collective of its own. The inputs must share one
  * dtype (else INVALID_ARGUMENT naming both inputs, their dtypes and devices;
  * likewise for rf_all_gather_n, rf_reduce_scatter_n and rf_reduce). On error

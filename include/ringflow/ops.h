@@ -169,6 +169,23 @@ RF_API rf_output rf_max_pool(rf_graph *g, const char *name, rf_output input,
 RF_API rf_output rf_avg_pool(rf_graph *g, const char *name, rf_output input,
                              const int64_t ksize[4], const int64_t strides[4],
                              const char *padding);
+/* The pools' gradients with respect to their input, as rf_gradients
+ * builds them (TensorFlow's MaxPoolGrad and AvgPoolGrad): grad is the
+ * gradient of the pool's output (n, oh, ow, c); ksize, strides and padding
+ * are the pool's. MaxPoolGrad takes the pool's input and output and gives
+ * (n, h, w, c), each window's grad added at its first maximum;
+ * AvgPoolGrad takes the input's shape as an int32 vector (n, h, w, c) and
+ * spreads each window's grad evenly over its input elements. */
+RF_API rf_output rf_max_pool_grad(rf_graph *g, const char *name,
+                                  rf_output orig_input, rf_output orig_output,
+                                  rf_output grad, const int64_t ksize[4],
+                                  const int64_t strides[4],
+                                  const char *padding);
+RF_API rf_output rf_avg_pool_grad(rf_graph *g, const char *name,
+                                  rf_output orig_input_shape, rf_output grad,
+                                  const int64_t ksize[4],
+                                  const int64_t strides[4],
+                                  const char *padding);
 
 /* ---- reductions and shapes ---- */
 /* Reduce over `axes` (negative counts from the end); naxes < 0: all axes. */

@@ -11,14 +11,16 @@ shapes are known only then."""
 
 from typing import Any, Optional, Sequence, Union
 
+from ringflow import dtypes
 from ringflow._lib import c_name, ffi, lib
 from ringflow.framework import Tensor, convert_to_tensor, graph_of
 from ringflow.ops import (bias_add as _bias_add, relu, sigmoid, softmax,
                           sparse_softmax_cross_entropy_with_logits, tanh)
 
-__all__ = ["avg_pool2d", "bias_add", "conv2d", "max_pool2d", "relu",
-           "sigmoid", "softmax", "sparse_softmax_cross_entropy_with_logits",
-           "tanh"]
+__all__ = ["avg_pool2d", "avg_pool_grad", "bias_add", "conv2d",
+           "conv2d_backprop_filter", "conv2d_backprop_input", "max_pool2d",
+           "max_pool_grad", "relu", "sigmoid", "softmax",
+           "sparse_softmax_cross_entropy_with_logits", "tanh"]
 
 Ints = Union[int, Sequence[int]]
 
@@ -63,6 +65,47 @@ def conv2d(input: Any, filters: Any, strides: Ints, padding: str,
                      _four(strides, "strides"), _padding(padding), d)
 
 
+def conv2d_backprop_input(input_sizes: Any, filter: Any, out_backprop: Any,
+                          strides: Ints, padding: str,
+                          data_format: str = "NHWC",
+                          dilations: Optional[Ints] = None,
+                          name: Optional[str] = None) -> Tensor:
+    """The gradient of conv2d with respect to its input (the node
+    rf.gradients builds): input_sizes (n, h, w, c) an int32 vector or a
+    list, filter (kh, kw, c, out_channels), out_backprop (n, oh, ow,
+    out_channels) of filter's dtype -> (n, h, w, c). strides, padding and
+    dilations as conv2d's."""
+    _nhwc(data_format)
+    g = graph_of([input_sizes, filter, out_backprop])
+    f = convert_to_tensor(filter, graph=g)
+    sizes = convert_to_tensor(input_sizes, dtypes.int32, graph=g)
+    dy = convert_to_tensor(out_backprop, f.dtype, graph=g)
+    d = _four(dilations, "dilations") if dilations is not None else ffi.NULL
+    return g._output(lib.rf_conv2d_backprop_input, c_name(name), sizes._c,
+                     f._c, dy._c, _four(strides, "strides"),
+                     _padding(padding), d)
+
+
+def conv2d_backprop_filter(input: Any, filter_sizes: Any, out_backprop: Any,
+                           strides: Ints, padding: str,
+                           data_format: str = "NHWC",
+                           dilations: Optional[Ints] = None,
+                           name: Optional[str] = None) -> Tensor:
+    """The gradient of conv2d with respect to its filter: input (n, h, w,
+    c), filter_sizes (kh, kw, c, out_channels) an int32 vector or a list,
+    out_backprop (n, oh, ow, out_channels) of input's dtype -> (kh, kw, c,
+    out_channels)."""
+    _nhwc(data_format)
+    g = graph_of([input, filter_sizes, out_backprop])
+    x = convert_to_tensor(input, graph=g)
+    sizes = convert_to_tensor(filter_sizes, dtypes.int32, graph=g)
+    dy = convert_to_tensor(out_backprop, x.dtype, graph=g)
+    d = _four(dilations, "dilations") if dilations is not None else ffi.NULL
+    return g._output(lib.rf_conv2d_backprop_filter, c_name(name), x._c,
+                     sizes._c, dy._c, _four(strides, "strides"),
+                     _padding(padding), d)
+
+
 def _pool(fn, input: Any, ksize: Ints, strides: Ints, padding: str,
           data_format: str, name: Optional[str]) -> Tensor:
     _nhwc(data_format)
@@ -89,6 +132,41 @@ def avg_pool2d(input: Any, ksize: Ints, strides: Ints, padding: str,
     counted, as TensorFlow) -> (n, oh, ow, c)."""
     return _pool(lib.rf_avg_pool, input, ksize, strides, padding,
                  data_format, name)
+
+
+def max_pool_grad(orig_input: Any, orig_output: Any, grad: Any,
+                  ksize: Ints, strides: Ints, padding: str,
+                  data_format: str = "NHWC",
+                  name: Optional[str] = None) -> Tensor:
+    """MaxPool's gradient with respect to its input (TensorFlow's
+    MaxPoolGrad): orig_input (n, h, w, c) and orig_output are the pool's
+    input and output, grad (n, oh, ow, c) its output's gradient, ksize,
+    strides and padding the pool's -> (n, h, w, c), each window's grad
+    added at its first maximum."""
+    _nhwc(data_format)
+    g = graph_of([orig_input, orig_output, grad])
+    x = convert_to_tensor(orig_input, graph=g)
+    y = convert_to_tensor(orig_output, x.dtype, graph=g)
+    dy = convert_to_tensor(grad, x.dtype, graph=g)
+    return g._output(lib.rf_max_pool_grad, c_name(name), x._c, y._c, dy._c,
+                     _four(ksize, "ksize"), _four(strides, "strides"),
+                     _padding(padding))
+
+
+def avg_pool_grad(orig_input_shape: Any, grad: Any, ksize: Ints,
+                  strides: Ints, padding: str, data_format: str = "NHWC",
+                  name: Optional[str] = None) -> Tensor:
+    """AvgPool's gradient with respect to its input (TensorFlow's
+    AvgPoolGrad): orig_input_shape (n, h, w, c) an int32 vector or a list,
+    grad (n, oh, ow, c) -> (n, h, w, c), each window's grad spread evenly
+    over its input elements."""
+    _nhwc(data_format)
+    g = graph_of([orig_input_shape, grad])
+    dy = convert_to_tensor(grad, graph=g)
+    sizes = convert_to_tensor(orig_input_shape, dtypes.int32, graph=g)
+    return g._output(lib.rf_avg_pool_grad, c_name(name), sizes._c, dy._c,
+                     _four(ksize, "ksize"), _four(strides, "strides"),
+                     _padding(padding))
 
 
 def bias_add(value: Any, bias: Any, data_format: Optional[str] = None,

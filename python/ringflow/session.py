@@ -44,7 +44,7 @@ class Session:
       this many bytes per device (0: none; None: the library's default,
       1 MiB; docs/COLLECTIVES.md, "Buckets").
     comm_dtype: the dtype float32 all-reduces travel in: None or "float32"
-      (full precision), "bfloat16" or "float16".
+      (full precision), "bfloat16" or "float16" (a name or a dtype).
     allow_tf32: True lets float32 matrix products on GPU devices use TF32
       tensor cores (rf_session_options.allow_tf32); None: the library's
       default (off). CPU devices ignore it.
@@ -288,6 +288,10 @@ def _options(cpu_devices: int = 1, gpu_devices: int = 0,
     opts.gpu_sync_on_finish = 1 if gpu_sync_on_finish else 0
     if bucket_bytes is not None:
         opts.collective_bucket_bytes = int(bucket_bytes)
+    if comm_dtype is not None and not isinstance(comm_dtype, str):
+        # A dtype, as everywhere a dtype is asked for; the library checks
+        # its name (and refuses the dtypes that cannot be a wire dtype).
+        comm_dtype = dtypes.as_dtype(comm_dtype).name
     wire = ffi.new("char[]", c_name(comm_dtype)) \
         if comm_dtype is not None else ffi.NULL
     opts.collective_comm_dtype = wire

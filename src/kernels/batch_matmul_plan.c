@@ -49,16 +49,19 @@ rf_status *rf__bmm_plan_make(rf__kernel_ctx *ctx, rf__bmm_plan *p) {
   p->k = xs->dims[xs->rank - (p->ax ? 2 : 1)];
   p->lda = xs->dims[xs->rank - 1];
   p->ldb = ys->dims[ys->rank - 1];
-  if (p->m > INT_MAX || p->n > INT_MAX || p->k > INT_MAX)
-    return rf__kernel_error(
-        ctx, RF_UNIMPLEMENTED, "matrix dimensions (%lld, %lld, %lld) past %d",
-        (long long)p->m, (long long)p->n, (long long)p->k, INT_MAX);
   p->brank = p->out.rank - 2;
   p->batch = 1;
   for (int i = 0; i < p->brank; i++) {
     p->bdims[i] = p->out.dims[i];
     p->batch *= p->bdims[i];
   }
+  /* An empty result or empty sums multiply nothing (no BLAS call), so
+   * BLAS's int range applies only to products that do. */
+  bool multiplies = p->batch && p->m && p->n && p->k;
+  if (multiplies && (p->m > INT_MAX || p->n > INT_MAX || p->k > INT_MAX))
+    return rf__kernel_error(
+        ctx, RF_UNIMPLEMENTED, "matrix dimensions (%lld, %lld, %lld) past %d",
+        (long long)p->m, (long long)p->n, (long long)p->k, INT_MAX);
   batch_strides(xs, p->m * p->k, p->brank, p->xstr);
   batch_strides(ys, p->k * p->n, p->brank, p->ystr);
   p->strided = uniform(p, p->xstr, p->m * p->k, &p->xstride) &&

@@ -28,6 +28,9 @@ static rf_status *check_dims(rf__kernel_ctx *ctx, const rf_tensor *a,
         "%lld and %lld",
         sa, d->ta ? " transposed" : "", sb, d->tb ? " transposed" : "",
         (long long)d->k, (long long)kb);
+  /* An empty result or an empty sum multiplies nothing, so no BLAS call
+   * and no int range: such products run whatever their dims. */
+  if (d->m == 0 || d->n == 0 || d->k == 0) return NULL;
   const int64_t dims[] = {a->shape.dims[0], a->shape.dims[1], b->shape.dims[0],
                           b->shape.dims[1]};
   for (int i = 0; i < 4; i++)

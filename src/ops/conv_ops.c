@@ -445,3 +445,29 @@ rf_output rf_avg_pool(rf_graph *g, const char *name, rf_output input,
   return window_node(g, "AvgPool", name, &input, 1, input, ksize, strides,
                      padding, NULL);
 }
+
+rf_output rf_max_pool_grad(rf_graph *g, const char *name, rf_output orig_input,
+                           rf_output orig_output, rf_output grad,
+                           const int64_t ksize[4], const int64_t strides[4],
+                           const char *padding) {
+  if (!ksize && !rf__graph_failed(g)) {
+    rf__graph_record(g, rf__invalid("MaxPoolGrad: ksize is required"));
+    return no_output;
+  }
+  rf_output in[3] = {orig_input, orig_output, grad};
+  return window_node(g, "MaxPoolGrad", name, in, 3, grad, ksize, strides,
+                     padding, NULL);
+}
+
+rf_output rf_avg_pool_grad(rf_graph *g, const char *name,
+                           rf_output orig_input_shape, rf_output grad,
+                           const int64_t ksize[4], const int64_t strides[4],
+                           const char *padding) {
+  if (!ksize && !rf__graph_failed(g)) {
+    rf__graph_record(g, rf__invalid("AvgPoolGrad: ksize is required"));
+    return no_output;
+  }
+  rf_output in[2] = {orig_input_shape, grad};
+  return window_node(g, "AvgPoolGrad", name, in, 2, grad, ksize, strides,
+                     padding, NULL);
+}

@@ -97,3 +97,22 @@ def test_default_device_option():
     assert {op.device for op in lowered.get_operations()} == {"cpu:1"}
     with pytest.raises(TypeError):
         rf.Session(g, cpu_devices=2, default_device=1)
+
+
+@pytest.mark.parametrize("name,dtype", [("bfloat16", rf.bfloat16),
+                                        ("float16", np.float16),
+                                        ("float32", rf.float32)])
+def test_comm_dtype_as_a_dtype(name, dtype, rng):
+    """comm_dtype takes a dtype as every dtype argument does (docs/PYTHON.md
+    "Dtypes"), with the results of its name; it used to raise TypeError."""
+    g, feeds, outs = build(1, 64)
+    values = dict(zip(feeds, [rng.standard_normal(64).astype(np.float32)
+                              for _ in feeds]))
+    with rf.Session(g, cpu_devices=DEVICES, comm_dtype=name) as s:
+        want = s.run(outs, values)[0]
+    with rf.Session(g, cpu_devices=DEVICES, comm_dtype=dtype) as s:
+        got = s.run(outs, values)[0]
+    for d in range(DEVICES):
+        assert np.array_equal(got[d], want[d])
+    with pytest.raises(rf.errors.InvalidArgumentError, match="comm_dtype"):
+        rf.Session(g, cpu_devices=DEVICES, comm_dtype=np.int8)
