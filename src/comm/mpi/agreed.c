@@ -299,9 +299,8 @@ static void check_start(rf__job *j, rf__mpi_agreed *a, rf__mpi_op *op,
   int64_t t = op->timeout_ms, early = t / 2 < PROBE_MS ? t / 2 : PROBE_MS;
   op->deadline_ns = op->arrived_ns + (t - early) * 1000000;
   if (op->deadline_ns < now) op->deadline_ns = now;
-  rf_status *st =
-      RF_MPI_STATUS(MPI_Iallreduce(op->check, op->checked, 5, MPI_INT64_T,
-                                   MPI_MAX, a->comm, &op->check_req));
+  rf_status *st = rf__mpi_nbc_iallreduce(op->check, op->checked, 5, MPI_INT64_T,
+                                         MPI_MAX, a->comm, &op->check_req);
   if (st) { /* this task cannot take part: its check is the others' timeout */
     op->check_req = MPI_REQUEST_NULL;
     op->state = RF_OP_QUEUED;
@@ -681,8 +680,8 @@ bool rf__mpi_agreed_direct(rf__job *j, rf__mpi_op *op, rf__mpi_cmd *c) {
   op->check[4] = op->check[0] != dig; /* 0: take_direct compared them */
   int64_t t = op->timeout_ms, early = t / 2 < PROBE_MS ? t / 2 : PROBE_MS;
   op->deadline_ns = now + (t - early) * 1000000;
-  rf_status *st = RF_MPI_STATUS(MPI_Iallreduce(
-      op->check, op->checked, 5, MPI_INT64_T, MPI_MAX, comm, &op->check_req));
+  rf_status *st = rf__mpi_nbc_iallreduce(op->check, op->checked, 5, MPI_INT64_T,
+                                         MPI_MAX, comm, &op->check_req);
   rf__mpi_op_prepare(op); /* while the check travels */
   atomic_store(&op->prepared, 1);
   int r = st ? -1 : spin(&op->check_req, now + DIRECT_SPIN_NS, &st);

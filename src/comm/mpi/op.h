@@ -231,12 +231,14 @@ void rf__mpi_data_init(void);
 void rf__mpi_data_fini(void);
 
 /* OpenMPI's nonblocking all-reduce algorithm for large all-reduces
- * (nbc_algorithm.c; engine thread): init after MPI_Init, fini before
- * MPI_Finalize; begin before an MPI_Iallreduce of `bytes` (true when it
- * chose the ring), end right after the call with begin's answer. */
+ * (nbc_algorithm.c): init after MPI_Init, fini before MPI_Finalize (engine
+ * thread); every MPI_Iallreduce of ringflow, from any thread, is made by
+ * rf__mpi_nbc_iallreduce (the ring when large), so that each takes the same
+ * algorithm in every process. */
 void rf__mpi_nbc_init(void);
 void rf__mpi_nbc_fini(void);
-bool rf__mpi_nbc_ring_begin(int64_t bytes);
-void rf__mpi_nbc_ring_end(bool began);
+rf_status *rf__mpi_nbc_iallreduce(const void *send, void *recv, int count,
+                                  MPI_Datatype type, MPI_Op op, MPI_Comm comm,
+                                  MPI_Request *req);
 
 #endif
