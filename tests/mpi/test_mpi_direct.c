@@ -123,7 +123,7 @@ static rf_status *step(stress_graph *m, rf_session *s, int k) {
  * fused into buckets as sessions do by default (bucket_bytes < 0) or each
  * on its own (0). */
 static void stress(int64_t bucket_bytes, int64_t min_direct) {
-  rf__mpi_direct_force(true);
+  rf__mpi_direct_force(1);
   stress_graph m;
   build(&m);
   rf_session_options o;
@@ -143,7 +143,7 @@ static void stress(int64_t bucket_bytes, int64_t min_direct) {
   assert_true(rf__mpi_direct_taken() - taken >= min_direct);
   rf_session_free(s);
   rf_graph_free(m.g);
-  rf__mpi_direct_force(false);
+  rf__mpi_direct_force(-1);
 }
 
 static void test_direct_beside_large_all_reduces(void **state) {

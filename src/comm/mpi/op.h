@@ -146,9 +146,10 @@ void rf__mpi_agreed_resume(rf__job *j, rf__mpi_op *op);
 /* Ops the direct path took, and of them those it handed to the engine,
  * in this process (tests). */
 int64_t rf__mpi_direct_taken(void);
-/* Turns the direct path on or off in this process (tests; every process
- * of the job must do the same). */
-void rf__mpi_direct_force(bool on);
+/* Turns the direct path on (1) or off (0) in this process, or back to
+ * RF_MPI_DIRECT (-1; on unless "0") (tests; every process of the job must
+ * do the same). */
+void rf__mpi_direct_force(int on);
 int64_t rf__mpi_direct_handed_back(void);
 /* Whether rf__job_cancel_step was called for step_id (any thread). */
 bool rf__mpi_step_cancelled(rf__job *j, int64_t step_id);
