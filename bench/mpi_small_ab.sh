@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
 # Small collectives across processes, A/B in one go (issue 21,
 # docs/PERFORMANCE.md "Small collectives across processes"): `ringflow
-# bench` at 1 and 4 KiB and `ringflow train --bench`, with 2 and 4
-# processes, the variants alternating in every repetition:
-#   direct  NEW with RF_MPI_DIRECT=1 (agreed collectives on the executor thread)
-#   engine  NEW as built (RF_MPI_DIRECT=0: the communication thread runs them)
+# bench` at 1 and 4 KiB and `ringflow train --devices cpu:0 --bench`, with
+# 2 and 4 processes, the variants alternating in every repetition:
+#   direct  NEW with RF_MPI_DIRECT=1, its default (agreed collectives on
+#           the executor thread)
+#   engine  NEW with RF_MPI_DIRECT=0 (the communication thread runs them)
 #   old     OLD, when given (e.g. a build of main before this work)
+#   single  (train only) NEW in one process, `--devices cpu:0-<NP-1>`, the
+#           same global batch: what training across processes is held to
+#           (issue 21: at least 0.9x its samples/s)
 # Prints one line per run (with the load average at its start), then for
 # each variant the best and the median over the repetitions of ringflow's
 # time / MPI's own in the same run (target: at most 1.5) and of samples/s.
@@ -49,11 +53,21 @@ run() { # variant np: prints "bench VARIANT NP LOAD COLL BYTES RF_US MPI_US"
   fi
 }
 
+single() { # np: one process with np devices, the same global batch
+  local np="$1" load
+  load=$(cut -d' ' -f1 /proc/loadavg)
+  "$new" train --devices "cpu:0-$((np - 1))" --bench --steps "$steps" \
+    2>/dev/null | sed -n 's/.*samples_per_sec=\([0-9.]*\).*/\1/p' | head -1 |
+    awk -v np="$np" -v load="$load" \
+      '{ printf "train single %s %s samples_per_sec %s\n", np, load, $1 }'
+}
+
 for rep in $(seq "$reps"); do
   for np in $nps; do
     for v in $variants; do
       run "$v" "$np" | tee -a "$out"
     done
+    if [ "$steps" -gt 0 ]; then single "$np" | tee -a "$out"; fi
   done
 done
 

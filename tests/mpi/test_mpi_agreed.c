@@ -313,7 +313,7 @@ static void test_steady_state_runs_direct(void **state) {
     skip(); /* no agreed collectives: nothing runs on the direct path */
     return;
   }
-  rf__mpi_direct_force(true);
+  rf__mpi_direct_force(1);
   job_graph m;
   build(&m);
   rf_session *s = mt_session(m.g, 2, 30000);
@@ -324,7 +324,7 @@ static void test_steady_state_runs_direct(void **state) {
   assert_int_equal(rf__mpi_direct_taken() - taken, 2 * 5);
   rf_session_free(s);
   rf_graph_free(m.g);
-  rf__mpi_direct_force(false);
+  rf__mpi_direct_force(-1);
 }
 
 static void test_late_task_hands_back(void **state) {
@@ -332,7 +332,7 @@ static void test_late_task_hands_back(void **state) {
     skip(); /* no agreed collectives: nothing runs on the direct path */
     return;
   }
-  rf__mpi_direct_force(true);
+  rf__mpi_direct_force(1);
   job_graph m;
   build(&m);
   rf_session *s = mt_session(m.g, 2, 30000);
@@ -350,7 +350,7 @@ static void test_late_task_hands_back(void **state) {
   assert_int_equal(rf_debug_control_messages() - msgs, 0); /* still agreed */
   rf_session_free(s);
   rf_graph_free(m.g);
-  rf__mpi_direct_force(false);
+  rf__mpi_direct_force(-1);
 }
 
 int main(void) {

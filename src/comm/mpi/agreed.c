@@ -299,9 +299,8 @@ static void check_start(rf__job *j, rf__mpi_agreed *a, rf__mpi_op *op,
   int64_t t = op->timeout_ms, early = t / 2 < PROBE_MS ? t / 2 : PROBE_MS;
   op->deadline_ns = op->arrived_ns + (t - early) * 1000000;
   if (op->deadline_ns < now) op->deadline_ns = now;
-  rf_status *st =
-      RF_MPI_STATUS(MPI_Iallreduce(op->check, op->checked, 5, MPI_INT64_T,
-                                   MPI_MAX, a->comm, &op->check_req));
+  rf_status *st = rf__mpi_nbc_iallreduce(op->check, op->checked, 5, MPI_INT64_T,
+                                         MPI_MAX, a->comm, &op->check_req);
   if (st) { /* this task cannot take part: its check is the others' timeout */
     op->check_req = MPI_REQUEST_NULL;
     op->state = RF_OP_QUEUED;
@@ -569,7 +568,10 @@ void rf__mpi_agreed_free(rf__job *j) {
  * engine holds none of its ops (nothing queued) and this task's descriptor
  * is the agreed one, and marks it taken: the engine runs none of its ops
  * meanwhile, so the entry's communicator still sees check, data, check,
- * data in one order. It tests each for DIRECT_SPIN_NS; a check that
+ * data in one order. Its all-reduces, like the engine's, go through
+ * rf__mpi_nbc_iallreduce: issued while the engine had libnbc's ring chosen
+ * for a large one, they took the ring here only (MPI_ERR_TRUNCATE). On
+ * unless RF_MPI_DIRECT=0. It tests each for DIRECT_SPIN_NS; a check that
  * fails, or anything that does not finish by then (a peer still computing,
  * stopped or dead), goes to the engine as it stands (rf__mpi_agreed_resume),
  * which times out, probes and names tasks exactly as for its own ops. */
@@ -584,23 +586,24 @@ void rf__mpi_agreed_free(rf__job *j) {
  * hand-offs, is their time): they go to the engine as before. */
 #define DIRECT_MAX_BYTES 65536
 
-static int direct_env = -1;
+static atomic_int direct_env = -1; /* -1: RF_MPI_DIRECT, not read yet */
 static atomic_llong direct_taken, direct_back; /* tests */
 
 int64_t rf__mpi_direct_taken(void) { return atomic_load(&direct_taken); }
-void rf__mpi_direct_force(bool on) { direct_env = on; }
+void rf__mpi_direct_force(int on) {
+  atomic_store(&direct_env, on < 0 ? -1 : on);
+}
 int64_t rf__mpi_direct_handed_back(void) { return atomic_load(&direct_back); }
 
-/* Off unless RF_MPI_DIRECT=1 (in every process) or a test forces it: in
- * cli_train_mpi_dead_rank an entry's communicator still got two
- * collectives in different orders (MPI_ERR_TRUNCATE in libnbc, 3
- * processes x 2 devices, after ~270 steps) - not found yet. */
+/* On unless RF_MPI_DIRECT=0 (in every process) or a test turns it off. */
 static bool direct_enabled(void) {
-  if (direct_env < 0) {
+  int on = atomic_load(&direct_env);
+  if (on < 0) {
     const char *env = getenv("RF_MPI_DIRECT");
-    direct_env = env && strcmp(env, "1") == 0;
+    on = !(env && strcmp(env, "0") == 0);
+    atomic_store(&direct_env, on);
   }
-  return direct_env && rf__mpi_thread_multiple() && rf__mpi_agree_once();
+  return on && rf__mpi_thread_multiple() && rf__mpi_agree_once();
 }
 
 /* Tests req until it completes (1), fails (-1) or `until` passes (0).
@@ -681,8 +684,8 @@ bool rf__mpi_agreed_direct(rf__job *j, rf__mpi_op *op, rf__mpi_cmd *c) {
   op->check[4] = op->check[0] != dig; /* 0: take_direct compared them */
   int64_t t = op->timeout_ms, early = t / 2 < PROBE_MS ? t / 2 : PROBE_MS;
   op->deadline_ns = now + (t - early) * 1000000;
-  rf_status *st = RF_MPI_STATUS(MPI_Iallreduce(
-      op->check, op->checked, 5, MPI_INT64_T, MPI_MAX, comm, &op->check_req));
+  rf_status *st = rf__mpi_nbc_iallreduce(op->check, op->checked, 5, MPI_INT64_T,
+                                         MPI_MAX, comm, &op->check_req);
   rf__mpi_op_prepare(op); /* while the check travels */
   atomic_store(&op->prepared, 1);
   int r = st ? -1 : spin(&op->check_req, now + DIRECT_SPIN_NS, &st);

@@ -332,13 +332,8 @@ static void per_task(const rf__mpi_op *op, int64_t unit, int *counts,
  * libnbc's ring (nbc_algorithm.c). */
 static rf_status *iallreduce(rf__mpi_op *op, void *out, int count,
                              MPI_Datatype type, MPI_Op mop, MPI_Comm comm) {
-  int size = 0;
-  MPI_Type_size(type, &size);
-  bool ring = rf__mpi_nbc_ring_begin((int64_t)count * size);
-  rf_status *st = RF_MPI_STATUS(
-      MPI_Iallreduce(op->send, out, count, type, mop, comm, &op->req));
-  rf__mpi_nbc_ring_end(ring);
-  return st;
+  return rf__mpi_nbc_iallreduce(op->send, out, count, type, mop, comm,
+                                &op->req);
 }
 
 /* Whether every task of the set holds as many participants: then a

@@ -8,12 +8,23 @@
  * computes every element in one process too, so every process still gets
  * the same bits. The choice is OpenMPI's control variable
  * coll_libnbc_iallreduce_algorithm, set through the MPI tool interface
- * around ringflow's own MPI_Iallreduce calls (an MPI_Iallreduce of the
- * program in another thread at that instant takes the ring too: a valid
- * algorithm, another speed). Left alone when the variable is not there
- * (another MPI) or already chosen (--mca, OMPI_MCA_...). Engine thread. */
+ * around ringflow's own MPI_Iallreduce calls. Left alone when the variable
+ * is not there (another MPI) or already chosen (--mca, OMPI_MCA_...).
+ *
+ * The variable is the process's, read by every MPI_Iallreduce when it is
+ * called, and an all-reduce must take the same algorithm in every process:
+ * one issued by another thread while the ring is chosen takes the ring
+ * here and the default elsewhere - its messages then meet the wrong ones
+ * (MPI_ERR_TRUNCATE, a hang or wrong sums; the direct path's threads and
+ * the engine issue all-reduces at once). So every MPI_Iallreduce of
+ * ringflow goes through rf__mpi_nbc_iallreduce, which holds one lock from
+ * the choice to the restore. (An MPI_Iallreduce of the program itself in
+ * another thread at that instant still takes the ring: docs/MULTIPROCESS.md
+ * says not to issue MPI collectives beside ringflow's.) */
+#include <pthread.h>
 #include <stdbool.h>
 
+#include "comm/mpi/mpi_status.h"
 #include "comm/mpi/op.h"
 
 #define RING 1
@@ -21,6 +32,7 @@
 
 static bool tuned; /* the variable is ours to set */
 static MPI_T_cvar_handle cvar;
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER; /* the variable's */
 
 void rf__mpi_nbc_init(void) {
   int provided = 0, index = -1, count = 0, value = -1;
@@ -47,13 +59,21 @@ void rf__mpi_nbc_fini(void) {
   tuned = false;
 }
 
-bool rf__mpi_nbc_ring_begin(int64_t bytes) {
-  int ring = RING;
-  return tuned && bytes >= RING_MIN_BYTES &&
-         MPI_T_cvar_write(cvar, &ring) == MPI_SUCCESS;
-}
-
-void rf__mpi_nbc_ring_end(bool began) {
-  int automatic = 0;
+rf_status *rf__mpi_nbc_iallreduce(const void *send, void *recv, int count,
+                                  MPI_Datatype type, MPI_Op op, MPI_Comm comm,
+                                  MPI_Request *req) {
+  if (!tuned)
+    return RF_MPI_STATUS(
+        MPI_Iallreduce(send, recv, count, type, op, comm, req));
+  int size = 0;
+  MPI_Type_size(type, &size);
+  int ring = RING, automatic = 0;
+  pthread_mutex_lock(&mu);
+  bool began = (int64_t)count * size >= RING_MIN_BYTES &&
+               MPI_T_cvar_write(cvar, &ring) == MPI_SUCCESS;
+  rf_status *st =
+      RF_MPI_STATUS(MPI_Iallreduce(send, recv, count, type, op, comm, req));
   if (began) MPI_T_cvar_write(cvar, &automatic);
+  pthread_mutex_unlock(&mu);
+  return st;
 }

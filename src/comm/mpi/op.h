@@ -146,9 +146,10 @@ void rf__mpi_agreed_resume(rf__job *j, rf__mpi_op *op);
 /* Ops the direct path took, and of them those it handed to the engine,
  * in this process (tests). */
 int64_t rf__mpi_direct_taken(void);
-/* Turns the direct path on or off in this process (tests; every process
- * of the job must do the same). */
-void rf__mpi_direct_force(bool on);
+/* Turns the direct path on (1) or off (0) in this process, or back to
+ * RF_MPI_DIRECT (-1; on unless "0") (tests; every process of the job must
+ * do the same). */
+void rf__mpi_direct_force(int on);
 int64_t rf__mpi_direct_handed_back(void);
 /* Whether rf__job_cancel_step was called for step_id (any thread). */
 bool rf__mpi_step_cancelled(rf__job *j, int64_t step_id);
@@ -231,12 +232,14 @@ void rf__mpi_data_init(void);
 void rf__mpi_data_fini(void);
 
 /* OpenMPI's nonblocking all-reduce algorithm for large all-reduces
- * (nbc_algorithm.c; engine thread): init after MPI_Init, fini before
- * MPI_Finalize; begin before an MPI_Iallreduce of `bytes` (true when it
- * chose the ring), end right after the call with begin's answer. */
+ * (nbc_algorithm.c): init after MPI_Init, fini before MPI_Finalize (engine
+ * thread); every MPI_Iallreduce of ringflow, from any thread, is made by
+ * rf__mpi_nbc_iallreduce (the ring when large), so that each takes the same
+ * algorithm in every process. */
 void rf__mpi_nbc_init(void);
 void rf__mpi_nbc_fini(void);
-bool rf__mpi_nbc_ring_begin(int64_t bytes);
-void rf__mpi_nbc_ring_end(bool began);
+rf_status *rf__mpi_nbc_iallreduce(const void *send, void *recv, int count,
+                                  MPI_Datatype type, MPI_Op op, MPI_Comm comm,
+                                  MPI_Request *req);
 
 #endif
