@@ -200,8 +200,8 @@ typedef struct rf_session_options {
    * RF_MATMUL_EPILOGUES_GPU (0, the default: options left zero fuse on
    * GPU devices), RF_MATMUL_EPILOGUES_OFF (never) or
    * RF_MATMUL_EPILOGUES_ALL (CPU devices too: for testing the rewrite).
-   * Any other value: INVALID_ARGUMENT when a step is compiled (the first
-   * run of a signature, or rf_graph_lower). */
+   * Any other value: INVALID_ARGUMENT from rf_session_new (and from
+   * rf_graph_lower). */
   int matmul_epilogues;
 } rf_session_options;
 

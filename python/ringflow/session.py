@@ -24,6 +24,9 @@ _MAX_CALLS = 256
 
 _JOBS = {"auto": lib.RF_JOB_AUTO, "single": lib.RF_JOB_SINGLE,
          "mpi": lib.RF_JOB_MPI}
+_EPILOGUES = {"gpu": lib.RF_MATMUL_EPILOGUES_GPU,
+              "off": lib.RF_MATMUL_EPILOGUES_OFF,
+              "all": lib.RF_MATMUL_EPILOGUES_ALL}
 
 
 class Session:
@@ -52,6 +55,11 @@ class Session:
       graph (rf_session_options.gpu_graphs; docs/PERFORMANCE.md, "CUDA
       graphs of steps"); None: the library's default (off). Ignored
       without GPU devices; a step that cannot be captured runs as without.
+    matmul_epilogues: "gpu" (None: the library's default) fuses MatMul ->
+      BiasAdd (-> Relu) and weight gradient + bias gradient into one
+      cuBLASLt product on GPU devices (rf_session_options.matmul_epilogues),
+      "off" never, "all" on CPU devices too (the same kernels one after the
+      other: for testing the rewrite); another value raises ValueError.
     Raises InvalidArgumentError when a node requests a device the session
     lacks (naming node, op and device), FailedPreconditionError for GPU
     devices without a usable GPU ("no GPU: <reason>").
@@ -67,12 +75,13 @@ class Session:
                  bucket_bytes: Optional[int] = None,
                  comm_dtype: Optional[str] = None,
                  allow_tf32: Optional[bool] = None,
-                 gpu_graphs: Optional[bool] = None) -> None:
+                 gpu_graphs: Optional[bool] = None,
+                 matmul_epilogues: Optional[str] = None) -> None:
         self._graph = graph if graph is not None else get_default_graph()
         opts, keep = _options(cpu_devices, gpu_devices, timeout, threads,
                               default_device, job, gpu_sync_on_finish,
                               bucket_bytes, comm_dtype, allow_tf32,
-                              gpu_graphs)
+                              gpu_graphs, matmul_epilogues)
         out = ffi.new("rf_session **")
         with self._graph._lock:
             check(lib.rf_session_new(self._graph._c, opts, out))
@@ -267,7 +276,8 @@ def _options(cpu_devices: int = 1, gpu_devices: int = 0,
              bucket_bytes: Optional[int] = None,
              comm_dtype: Optional[str] = None,
              allow_tf32: Optional[bool] = None,
-             gpu_graphs: Optional[bool] = None):
+             gpu_graphs: Optional[bool] = None,
+             matmul_epilogues: Optional[str] = None):
     """rf_session_options (and what its pointers point to, to keep alive
     while they are used)."""
     opts = ffi.new("rf_session_options *")
@@ -301,6 +311,12 @@ def _options(cpu_devices: int = 1, gpu_devices: int = 0,
         opts.allow_tf32 = _switch(allow_tf32)
     if gpu_graphs is not None:
         opts.gpu_graphs = _switch(gpu_graphs)
+    if matmul_epilogues is not None:
+        if matmul_epilogues not in _EPILOGUES:
+            raise ValueError("matmul_epilogues must be one of "
+                             f"{', '.join(_EPILOGUES)}, not "
+                             f"{matmul_epilogues!r}")
+        opts.matmul_epilogues = _EPILOGUES[matmul_epilogues]
     return opts, (dev, wire)
 
 

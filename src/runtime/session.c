@@ -76,6 +76,14 @@ static rf_status *check_options(const rf_session_options *o) {
   if (o->gpu_graphs != 0 && o->gpu_graphs != 1)
     return rf__invalid("session options: gpu_graphs must be 0 or 1, got %d",
                        o->gpu_graphs);
+  if (o->matmul_epilogues != RF_MATMUL_EPILOGUES_GPU &&
+      o->matmul_epilogues != RF_MATMUL_EPILOGUES_OFF &&
+      o->matmul_epilogues != RF_MATMUL_EPILOGUES_ALL)
+    return rf__invalid(
+        "session options: matmul_epilogues must be RF_MATMUL_EPILOGUES_GPU "
+        "(0), RF_MATMUL_EPILOGUES_OFF (1) or RF_MATMUL_EPILOGUES_ALL (2), "
+        "got %d",
+        o->matmul_epilogues);
   if (o->job < RF_JOB_AUTO || o->job > RF_JOB_MPI)
     return rf__invalid(
         "session options: job must be RF_JOB_AUTO, RF_JOB_SINGLE or "

@@ -65,3 +65,36 @@ def test_gpu_graphs_same_bits():
     _, graphed, _, _ = steps("gpu:0", gpu_devices=1, gpu_graphs=True)
     for a, b in zip(plain, graphed):
         assert a.tobytes() == b.tobytes()
+
+
+def test_matmul_epilogues():
+    """"all" rewrites MatMul -> BiasAdd -> Relu into one fused node on CPU
+    devices too, with the unfused graph's bits; "off" and the default
+    (on GPU devices only) leave a CPU graph alone; other values raise."""
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((8, 16)).astype(np.float32)
+    b = rng.standard_normal(16).astype(np.float32)
+    g = rf.Graph()
+    with g.as_default(), rf.device("cpu:0"):
+        x = rf.placeholder(np.float32, (None, 8))
+        y = rf.nn.relu(rf.nn.bias_add(rf.matmul(x, rf.constant(w)),
+                                      rf.constant(b)))
+    kinds = {mode: [op.type for op in
+                    rf.lower(g, matmul_epilogues=mode).get_operations()]
+             for mode in (None, "off", "all")}
+    assert "_FusedMatMulBiasRelu" in kinds["all"]
+    assert "MatMul" not in kinds["all"]
+    for mode in (None, "off"):
+        assert "_FusedMatMulBiasRelu" not in kinds[mode]
+        assert "MatMul" in kinds[mode]
+    v = rng.standard_normal((5, 8)).astype(np.float32)
+    got = {}
+    for mode in ("off", "all"):
+        with rf.Session(g, matmul_epilogues=mode) as s:
+            got[mode] = s.run(y, {x: v})
+    np.testing.assert_array_equal(got["all"], got["off"])
+    want = np.maximum(v.astype(np.float64) @ w + b, 0)
+    np.testing.assert_allclose(got["all"], want, rtol=1e-5, atol=1e-5)
+    for bad in ("on", "GPU", 1):
+        with pytest.raises(ValueError, match="matmul_epilogues"):
+            rf.Session(g, matmul_epilogues=bad)
