@@ -38,7 +38,7 @@ if [ -x build-gpu/tests/test_mpi_collectives ]; then
 fi
 strip "$stage"/bin/* "$stage"/bin-mpi/* 2>/dev/null || true
 for lib in libopenblas.so.0 libjansson.so.4 libcmocka.so.0 libgfortran.so.5 libquadmath.so.0 \
-           libgloo.so.0 libhiredis.so.0.14 libibverbs.so.1; do
+           libgloo.so.0 libhiredis.so.0.14 libibverbs.so.1 libdnnl.so.2 libgomp.so.1; do
   path=$(ldd build-gpu/tools/ringflow build-gpu/tests/test_gpu_runtime 2>/dev/null |
          awk -v l="$lib" '$1 == l {print $3; exit}')
   [ -n "$path" ] && cp -L "$path" "$stage/lib/"

@@ -80,7 +80,7 @@ int cmd_lower(int argc, char **argv) {
   int comm = 0, group = 0, epilogues = 0;
   static const char *const group_choices[] = {"on", "off", NULL};
   /* In RF_MATMUL_EPILOGUES_* order. */
-  static const char *const epilogue_choices[] = {"gpu", "off", "all", NULL};
+  static const char *const epilogue_choices[] = {"off", "gpu", "all", NULL};
   static const char *const comm_choices[] = {"fp32", "bf16", "fp16", NULL};
   static const char *const comm_dtypes[] = {"float32", "bfloat16", "float16"};
   tool_devices devices;
@@ -106,9 +106,9 @@ int cmd_lower(int argc, char **argv) {
                   "multi-tensor updates (default on)",
                   group_choices),
       TOOL_CHOICE("matmul-epilogues", &epilogues, "S",
-                  "fuse MatMul with its BiasAdd, Relu or bias gradient on "
-                  "GPU devices (gpu, the default), nowhere (off) or on every "
-                  "device (all)",
+                  "fuse MatMul with its BiasAdd, Relu or bias gradient "
+                  "nowhere (off, the default), on GPU devices (gpu) or on "
+                  "every device (all)",
                   epilogue_choices),
   };
   const tool_cmd cmd = {

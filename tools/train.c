@@ -585,7 +585,7 @@ static const char *const schedule_choices[] = {"cosine", "constant", NULL};
 static const char *const comm_choices[] = {"fp32", "bf16", "fp16", NULL};
 static const char *const graph_choices[] = {"default", "off", "on", NULL};
 /* In RF_MATMUL_EPILOGUES_* order. */
-static const char *const epilogue_choices[] = {"gpu", "off", "all", NULL};
+static const char *const epilogue_choices[] = {"off", "gpu", "all", NULL};
 static const char *const comm_dtypes[] = {"float32", "bfloat16", "float16"};
 static const char *const feed_choices[] = {[FEED_AUTO] = "auto",
                                            [FEED_INDICES] = "indices",
@@ -748,9 +748,10 @@ static int parse_options(int argc, char **argv, options *o) {
                   graph_choices),
       TOOL_CHOICE("matmul-epilogues", &o->epilogues, "S",
                   "run each MatMul's bias, ReLU and bias gradient inside the "
-                  "product (one cuBLASLt call) on GPU devices (gpu, the "
-                  "default), on no device (off) or on every device (all; CPU "
-                  "devices run the same kernels one after the other) "
+                  "product as one fused node on no device (off, the "
+                  "default), GPU devices (gpu) or every device (all); each "
+                  "runs the unfused kernels one after the other (the "
+                  "cuBLASLt kernel only with RF_CUBLASLT_EPILOGUES=1) "
                   "(rf_session_options.matmul_epilogues)",
                   epilogue_choices),
   };

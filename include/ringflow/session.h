@@ -189,25 +189,24 @@ typedef struct rf_session_options {
    * the sum read the ReLU's output instead: the same mask); and a
    * _BiasAddGrad of a rank-2 gradient G together with the MatMul that
    * reduces G over the same rows (a weight gradient, x^T G) becomes one
-   * _FusedMatMulBiasGrad. On GPU devices each is one cuBLASLt product
-   * with the epilogue CUBLASLT_EPILOGUE_RELU_BIAS, _BIAS or _BGRADA/_BGRADB
-   * (float32 on TF32 tensor cores only with allow_tf32; where cuBLASLt
-   * offers no algorithm the node runs the unfused kernels, saying so
-   * through the log sink once per shape); results match the unfused ones
-   * to float tolerance (the epilogue adds the bias to the float
-   * accumulator before rounding). On CPU devices the node runs the
-   * unfused kernels one after the other: bit-identical results.
-   * RF_MATMUL_EPILOGUES_GPU (0, the default: options left zero fuse on
-   * GPU devices), RF_MATMUL_EPILOGUES_OFF (never) or
-   * RF_MATMUL_EPILOGUES_ALL (CPU devices too: for testing the rewrite).
+   * _FusedMatMulBiasGrad. Each fused node runs the unfused kernels one
+   * after the other (bit-identical results), on CPU and GPU devices. The
+   * one-cuBLASLt-product GPU kernel (epilogues CUBLASLT_EPILOGUE_RELU_BIAS,
+   * _BIAS, _BGRADA/_BGRADB) runs only with the environment variable
+   * RF_CUBLASLT_EPILOGUES=1: experimental, its results differed from the
+   * unfused ones beyond float tolerance in its first H200 test
+   * (docs/PERFORMANCE.md, "MatMul epilogues"). RF_MATMUL_EPILOGUES_OFF (0,
+   * the default: nothing fused), RF_MATMUL_EPILOGUES_GPU (on GPU devices)
+   * or RF_MATMUL_EPILOGUES_ALL (CPU devices too: for testing the
+   * rewrite).
    * Any other value: INVALID_ARGUMENT from rf_session_new (and from
    * rf_graph_lower). */
   int matmul_epilogues;
 } rf_session_options;
 
 enum {
-  RF_MATMUL_EPILOGUES_GPU = 0,
-  RF_MATMUL_EPILOGUES_OFF = 1,
+  RF_MATMUL_EPILOGUES_OFF = 0,
+  RF_MATMUL_EPILOGUES_GPU = 1,
   RF_MATMUL_EPILOGUES_ALL = 2
 };
 

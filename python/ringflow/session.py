@@ -24,8 +24,8 @@ _MAX_CALLS = 256
 
 _JOBS = {"auto": lib.RF_JOB_AUTO, "single": lib.RF_JOB_SINGLE,
          "mpi": lib.RF_JOB_MPI}
-_EPILOGUES = {"gpu": lib.RF_MATMUL_EPILOGUES_GPU,
-              "off": lib.RF_MATMUL_EPILOGUES_OFF,
+_EPILOGUES = {"off": lib.RF_MATMUL_EPILOGUES_OFF,
+              "gpu": lib.RF_MATMUL_EPILOGUES_GPU,
               "all": lib.RF_MATMUL_EPILOGUES_ALL}
 
 
@@ -55,11 +55,12 @@ class Session:
       graph (rf_session_options.gpu_graphs; docs/PERFORMANCE.md, "CUDA
       graphs of steps"); None: the library's default (off). Ignored
       without GPU devices; a step that cannot be captured runs as without.
-    matmul_epilogues: "gpu" (None: the library's default) fuses MatMul ->
-      BiasAdd (-> Relu) and weight gradient + bias gradient into one
-      cuBLASLt product on GPU devices (rf_session_options.matmul_epilogues),
-      "off" never, "all" on CPU devices too (the same kernels one after the
-      other: for testing the rewrite); another value raises ValueError.
+    matmul_epilogues: "off" (None: the library's default) fuses nothing;
+      "gpu" fuses MatMul -> BiasAdd (-> Relu), and a weight gradient with
+      its bias gradient, into one node on GPU devices, "all" on CPU devices
+      too (rf_session_options.matmul_epilogues; each fused node runs the
+      unfused kernels one after the other, the cuBLASLt kernel only with
+      RF_CUBLASLT_EPILOGUES=1); another value raises ValueError.
     Raises InvalidArgumentError when a node requests a device the session
     lacks (naming node, op and device), FailedPreconditionError for GPU
     devices without a usable GPU ("no GPU: <reason>").

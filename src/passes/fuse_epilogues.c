@@ -280,8 +280,8 @@ rf_status *rf__fuse_epilogues(rf__pass_ctx *ctx) {
   if (mode != RF_MATMUL_EPILOGUES_GPU && mode != RF_MATMUL_EPILOGUES_OFF &&
       mode != RF_MATMUL_EPILOGUES_ALL)
     return rf__invalid(
-        "session options: matmul_epilogues must be RF_MATMUL_EPILOGUES_GPU "
-        "(0), RF_MATMUL_EPILOGUES_OFF (1) or RF_MATMUL_EPILOGUES_ALL (2), "
+        "session options: matmul_epilogues must be RF_MATMUL_EPILOGUES_OFF "
+        "(0), RF_MATMUL_EPILOGUES_GPU (1) or RF_MATMUL_EPILOGUES_ALL (2), "
         "got %d",
         mode);
   if (mode == RF_MATMUL_EPILOGUES_OFF) return NULL;

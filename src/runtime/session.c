@@ -80,8 +80,8 @@ static rf_status *check_options(const rf_session_options *o) {
       o->matmul_epilogues != RF_MATMUL_EPILOGUES_OFF &&
       o->matmul_epilogues != RF_MATMUL_EPILOGUES_ALL)
     return rf__invalid(
-        "session options: matmul_epilogues must be RF_MATMUL_EPILOGUES_GPU "
-        "(0), RF_MATMUL_EPILOGUES_OFF (1) or RF_MATMUL_EPILOGUES_ALL (2), "
+        "session options: matmul_epilogues must be RF_MATMUL_EPILOGUES_OFF "
+        "(0), RF_MATMUL_EPILOGUES_GPU (1) or RF_MATMUL_EPILOGUES_ALL (2), "
         "got %d",
         o->matmul_epilogues);
   if (o->job < RF_JOB_AUTO || o->job > RF_JOB_MPI)

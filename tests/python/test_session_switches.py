@@ -70,7 +70,7 @@ def test_gpu_graphs_same_bits():
 def test_matmul_epilogues():
     """"all" rewrites MatMul -> BiasAdd -> Relu into one fused node on CPU
     devices too, with the unfused graph's bits; "off" and the default
-    (on GPU devices only) leave a CPU graph alone; other values raise."""
+    (nothing fused) leave a CPU graph alone; other values raise."""
     rng = np.random.default_rng(3)
     w = rng.standard_normal((8, 16)).astype(np.float32)
     b = rng.standard_normal(16).astype(np.float32)

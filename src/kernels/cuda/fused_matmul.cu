@@ -37,6 +37,7 @@
  * go the unfused way too. */
 #include <cublasLt.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -280,6 +281,18 @@ rf_status *lt_matmul(rf__kernel_ctx *ctx, const Plan &p, bool *fallback) {
   return NULL;
 }
 
+/* The cuBLASLt product only with RF_CUBLASLT_EPILOGUES=1: in its first
+ * H200 test (session 10) its results differed from the unfused kernels'
+ * beyond float tolerance (float32 on exact dyadic data included), so the
+ * fused nodes run the unfused kernels until that is found. */
+bool lt_enabled() {
+  static const bool on = [] {
+    const char *e = getenv("RF_CUBLASLT_EPILOGUES");
+    return e && e[0] == '1' && e[1] == 0;
+  }();
+  return on;
+}
+
 rf_status *unfused(rf__kernel_ctx *ctx, Kind kind) {
   return kind == kBiasGrad
              ? rf__fused_matmul_bias_grad_unfused(ctx)
@@ -305,7 +318,7 @@ rf_status *fused_impl(rf__kernel_ctx *ctx, Kind kind) {
              bias->shape.dims[0] == d.n;
   else
     usable = usable && (which ? !d.tb : d.ta);
-  if (!usable) return unfused(ctx, kind);
+  if (!usable || !lt_enabled()) return unfused(ctx, kind);
   Plan p;
   p.kind = kind;
   p.d = d;
