@@ -32,6 +32,7 @@
  * present members of each bucket, in the recorded order. Every process
  * whose task takes part in a collective keeps it (else unfused it would
  * hang too), so they all fuse alike. */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -176,6 +177,13 @@ static bool well_formed(const bucket_ctx *c, const group *x) {
   const rf__attr_value *red0 = attr(m0, "reduction", RF_ATTR_STRING);
   if (!nd || nd->u.i != x->n || !red0 || x->n > MAX_RANKS ||
       !rf_shape_is_fully_defined(&m0->out_shapes[0]))
+    return false;
+  /* A tensor whose bytes (rounded up to a slice) do not fit int64 never
+   * fuses: it could not be allocated either, which its kernel reports. */
+  int64_t count = rf_shape_num_elements(&m0->out_shapes[0]);
+  int64_t size = (int64_t)rf_dtype_size(m0->out_dtypes[0]);
+  if (count < 0 || size <= 0 ||
+      count > (INT64_MAX - RF_TENSOR_ALIGNMENT) / size)
     return false;
   for (int r = 0; r < x->n; r++) {
     const rf_node *m = x->members[r];
