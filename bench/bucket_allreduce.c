@@ -8,7 +8,10 @@
  * Steps of the five alternate (rounds of `steps` steps each, best round
  * reported, so a busy machine hurts all three alike). Prints per K the time
  * per step of each, fused/one, unfused/fused, and the fixed cost per
- * collective that fusing saved: (unfused - fused) / (K - buckets). Inputs
+ * collective that fusing saved: (unfused - fused) / (K - buckets), and the
+ * process's CPU time per step of each configuration (best round; what a
+ * step costs in work on a machine that others load too) with fused/one and
+ * net (below) by CPU time. Inputs
  * `const`: Consts, so a step is the collectives (and packing) alone; the
  * pack copies every input (a Const is forwarded, not made), which `one`
  * does not: const measures the one-copy-in fallback of forwarded inputs. Inputs
@@ -30,6 +33,8 @@
  *                          [only=all|unfused|fused|one|inK|in1]
  *
  * only: time one configuration (for a profiler; the others print 0).
+ * RF_LOG=info (or debug) prints the library's log to stderr: each bucket
+ * the pass made, and each pack's first step, in place or copied in.
  *
  * type gpu: virtual GPU devices gpu:0..devices-1 (on the physical GPUs in
  * turn; one GPU: the CUDA-kernel collectives). */
@@ -56,11 +61,31 @@ static void check(rf_status *st, const char *what) {
   exit(1);
 }
 
-static double now_s(void) {
+static void log_to_stderr(rf_log_level level, const char *msg, void *user) {
+  (void)user;
+  fprintf(stderr, "%s: %s\n", rf_log_level_name(level), msg);
+}
+
+/* RF_LOG=debug|info|warn|error: the library's log to stderr. */
+static void log_from_env(void) {
+  const char *v = getenv("RF_LOG");
+  for (int l = RF_LOG_DEBUG; v && l <= RF_LOG_ERROR; l++)
+    if (strcmp(v, rf_log_level_name((rf_log_level)l)) == 0)
+      check(rf_set_log_callback((rf_log_level)l, log_to_stderr, NULL), "log");
+}
+
+static double clock_s(clockid_t c) {
   struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
+  clock_gettime(c, &ts);
   return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
+
+static double now_s(void) { return clock_s(CLOCK_MONOTONIC); }
+
+/* CPU time of every thread of the process: what a step costs in work,
+ * whatever else the machine runs (wall time on a loaded machine is mostly
+ * waiting for a core). */
+static double cpu_s(void) { return clock_s(CLOCK_PROCESS_CPUTIME_ID); }
 
 typedef struct setup {
   rf_graph *g;
@@ -152,13 +177,16 @@ int main(int argc, char **argv) {
             argv[0]);
     return 2;
   }
+  log_from_env();
   printf(
       "# %d %s devices, float32 tensors of %.0f..%.0f bytes, bucket %lld "
       "bytes, %s inputs, best of %d rounds of %d steps, us per step\n",
       devices, dev_type, lo, hi, (long long)bucket, inputs, rounds, steps);
-  printf("%5s %10s %9s %9s %9s %9s %9s %10s %6s %12s %9s\n", "K", "bytes",
-         "unfused", "fused", "one", "inK", "in1", "fused/one", "net",
-         "unfused/fus", "saved/us");
+  printf("%5s %10s %9s %9s %9s %9s %9s %10s %6s %12s %9s %9s %9s %9s %9s "
+         "%9s %8s %8s\n",
+         "K", "bytes", "unfused", "fused", "one", "inK", "in1", "fused/one",
+         "net", "unfused/fus", "saved/us", "cpu:unf", "cpu:fus", "cpu:one",
+         "cpu:inK", "cpu:in1", "cpu:f/o", "cpu:net");
   static const int ks[] = {16, 64, 256};
   unsigned seed = 18;
   for (int ki = 0; ki < 3; ki++) {
@@ -181,26 +209,30 @@ int main(int argc, char **argv) {
     build(&x[2], devices, &total, 1, 0, true);
     build(&x[3], devices, counts, K, 0, false);
     build(&x[4], devices, &total, 1, 0, false);
-    double best[NC] = {0};
+    double best[NC] = {0}, cpu[NC] = {0};
     for (int i = 0; i < NC; i++)
       for (int w = 0; timed[i] && w < 5; w++) step(&x[i]);
     for (int i = 0; i < NC; i++)
-      if (timed[i]) best[i] = INFINITY;
+      if (timed[i]) best[i] = cpu[i] = INFINITY;
     for (int r = 0; r < rounds; r++)
       for (int i = 0; i < NC; i++) {
         if (!timed[i]) continue;
-        double t0 = now_s();
+        double t0 = now_s(), c0 = cpu_s();
         for (int s = 0; s < steps; s++) step(&x[i]);
-        double us = (now_s() - t0) / steps * 1e6;
+        double us = (now_s() - t0) / steps * 1e6,
+               cus = (cpu_s() - c0) / steps * 1e6;
         if (us < best[i]) best[i] = us;
+        if (cus < cpu[i]) cpu[i] = cus;
       }
     printf(
         "%5d %10lld %9.1f %9.1f %9.1f %9.1f %9.1f %10.2f %6.2f %12.2f "
-        "%9.2f\n",
+        "%9.2f %9.1f %9.1f %9.1f %9.1f %9.1f %8.2f %8.2f\n",
         K, (long long)total * 4, best[0], best[1], best[2], best[3], best[4],
         best[1] / best[2], (best[1] - best[3]) / (best[2] - best[4]),
         best[0] / best[1],
-        K > buckets ? (best[0] - best[1]) / (double)(K - buckets) : 0.0);
+        K > buckets ? (best[0] - best[1]) / (double)(K - buckets) : 0.0,
+        cpu[0], cpu[1], cpu[2], cpu[3], cpu[4], cpu[1] / cpu[2],
+        (cpu[1] - cpu[3]) / (cpu[2] - cpu[4]));
     for (int i = 0; i < NC; i++) teardown(&x[i]);
     (void)slices;
   }

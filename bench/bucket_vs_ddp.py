@@ -19,6 +19,7 @@ communication), so the difference is what DDP's communication costs.
     python3 bench/bucket_vs_ddp.py \
         --bench build-nc/bench/bench_bucket_allreduce [--type cpu|gpu]
         [--devices 4] [--min 4096] [--max 1048576]
+    (--rows FILE instead of --bench: ringflow's side from that file.)
 """
 
 import argparse
@@ -59,11 +60,15 @@ def sizes(k_values, lo, hi):
 
 
 def ringflow_side(args):
-    cmd = [args.bench, str(args.devices), str(args.min), str(args.max),
-           str(args.steps), str(args.rounds), str(args.bucket), args.type,
-           "computed"]
-    text = subprocess.run(cmd, check=True, capture_output=True,
-                          text=True).stdout
+    if args.rows:  # the bench's output of an earlier run (bucket_gpu.sh)
+        with open(args.rows) as f:
+            text = f.read()
+    else:
+        cmd = [args.bench, str(args.devices), str(args.min), str(args.max),
+               str(args.steps), str(args.rounds), str(args.bucket),
+               args.type, "computed"]
+        text = subprocess.run(cmd, check=True, capture_output=True,
+                              text=True).stdout
     rows = {}
     for line in text.splitlines():
         f = line.split()
@@ -142,8 +147,10 @@ def ddp_side(counts, args):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--bench", required=True,
-                    help="path of bench_bucket_allreduce")
+    ap.add_argument("--bench", help="path of bench_bucket_allreduce")
+    ap.add_argument("--rows", help="read ringflow's side from this output "
+                    "of bench_bucket_allreduce (computed inputs, same "
+                    "--devices, --min and --max) instead of running it")
     ap.add_argument("--type", choices=["cpu", "gpu"], default="cpu")
     ap.add_argument("--devices", type=int, default=4)
     ap.add_argument("--min", type=int, default=4096)
@@ -157,6 +164,8 @@ def main():
                     help="torch threads per DDP process on CPU")
     ap.add_argument("--port", type=int, default=29531)
     args = ap.parse_args()
+    if not args.bench and not args.rows:
+        ap.error("one of --bench and --rows is required")
     header, rows = ringflow_side(args)
     ks = sorted(rows)
     counts = sizes(ks, args.min, args.max)

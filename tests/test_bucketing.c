@@ -280,18 +280,21 @@ static void test_collectives_left_match_the_bucket_size(void **state) {
   o.collective_bucket_bytes = 3999;
   assert_int_equal(count_all_reduces(c.g, &o), 4);
   case_free(&c);
-  /* One too large for a bucket goes alone and leaves the small ones around
-   * it to fuse: 1 KiB, 16 KiB, 1 KiB in 4 KiB buckets are two collectives. */
+  /* One too large for a bucket goes alone and closes the open bucket, so
+   * the small ones ready before it meet without waiting for those ready
+   * after it (in a backward pass: the last layers' gradients, before the
+   * ones the earlier layers still compute): 1 KiB, 16 KiB, 1 KiB, 1 KiB in
+   * 4 KiB buckets are three collectives. */
   c = (case_graph){.g = rf_graph_new()};
-  static const int64_t counts[] = {256, 4096, 256};
-  for (int k = 0; k < 3; k++) {
+  static const int64_t counts[] = {256, 4096, 256, 256};
+  for (int k = 0; k < 4; k++) {
     rf_output in[NDEV], out[NDEV];
     for (int d = 0; d < NDEV; d++)
       in[d] = feed(&c, RF_FLOAT32, rf_shape_of(1, counts[k]), d);
     rf_all_reduce_n(c.g, fresh(), in, NDEV, RF_REDUCE_SUM, out);
   }
   o.collective_bucket_bytes = 4096;
-  assert_int_equal(count_all_reduces(c.g, &o), 2);
+  assert_int_equal(count_all_reduces(c.g, &o), 3);
   case_free(&c);
 }
 

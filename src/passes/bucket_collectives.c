@@ -509,7 +509,8 @@ static rf_status *rewrite(bucket_ctx *c, const bucket *b) {
 }
 
 /* Greedy, in readiness order: a group joins the open bucket of its key when
- * it fits in `limit` bytes and is independent of it, else opens the next. */
+ * it fits in `limit` bytes and is independent of it, else opens the next;
+ * one larger than `limit` goes alone and closes the open bucket. */
 static rf_status *assign(bucket_ctx *c, group **ready, int n, int64_t limit,
                          bucket *buckets, int *nbuckets) {
   int *open = rf__malloc(sizeof *open * (size_t)(n ? n : 1)), nopen = 0;
@@ -529,10 +530,16 @@ static rf_status *assign(bucket_ctx *c, group **ready, int n, int64_t limit,
       continue;
     }
     buckets[(*nbuckets)++] = (bucket){.groups = {x}, .n = 1, .elems = sz};
-    /* One larger than a bucket, or one whose copy in would cost more than
-     * fusing saves, stays alone and leaves the open bucket open for the
-     * small ones after it. */
-    if (limit <= 0 || sz > limit / es) continue;
+    if (limit <= 0) continue;
+    /* One larger than a bucket stays alone and closes the open bucket: the
+     * groups in it meet as soon as they are ready, not when the next small
+     * ones are (in a backward pass the layers before this one's). */
+    if (sz > limit / es) {
+      if (k < nopen) open[k] = open[--nopen];
+      continue;
+    }
+    /* One whose copy in would cost more than fusing saves stays alone and
+     * leaves the open bucket open. */
     if (x->alone) {
       log_alone(c, x);
       continue;

@@ -1,0 +1,174 @@
+#!/usr/bin/env bash
+# bench/bucket_gpu.sh - issue 18's bench (item 5) in one run, on one GPU:
+#   A. bench_bucket_allreduce, K = 16, 64, 256 float32 gradients of 4 KiB-1
+#      MiB on 4 and 8 virtual GPUs: unfused, fused (1 MiB buckets, the
+#      default), one all-reduce of the same total bytes; inputs computed
+#      (c + c, written into the bucket by their producers: the zero-copy
+#      path) and const (forwarded: the one-copy-in fallback); and the
+#      computed row on 4 virtual CPU devices of the same host (its idle
+#      cores: the CPU targets, measured where no one else runs);
+#   B. the bucket size on 4 virtual GPUs (computed): 64 KiB, 4 MiB, 25 MiB
+#      beside A's 1 MiB, so the default is checked by measurement here too;
+#   C. PyTorch DDP with its default buckets over the same K sizes (NCCL, one
+#      rank, bench/bucket_vs_ddp.py), beside A's 4-GPU computed rows;
+#   D. `ringflow train --bench --model cnn --devices gpu:0-3`, buckets off
+#      (--bucket-mb 0) against on (the default), alternating, twice;
+#   E. a Chrome trace of one CNN and one MLP step with buckets, and whether
+#      the first bucket met while the backward pass still computed
+#      (bench/bucket_trace_overlap.py; host times on GPUs).
+# Then one compact table. --cpu runs the same on virtual CPU devices (4 only,
+# fewer steps, DDP through gloo with 4 processes) to check the script where
+# there is no GPU. Parts without their tools (no torch, no data set) are
+# reported as skipped. About 2-3 minutes on the H200; every part has a time
+# limit.
+#
+#   bench/bucket_gpu.sh [--cpu] [--bin DIR] [--data DIR] [--out DIR]
+# --bin: the folder holding bench_bucket_allreduce and ringflow (default: the
+# bundle's bin/ beside this script, else build/ or build-nc/ of the tree);
+# --data: fashion-mnist (default: the bundle's data/, else
+# /usr/share/datasets/fashion-mnist); --out: where the logs and the trace go
+# (default: a new temporary folder). In a scripts/gpu_bundle.sh bundle:
+#   bash DIR/bucket_gpu.sh --out $OUT
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+type=gpu bin= data= out=
+while [ $# -gt 0 ]; do
+  case $1 in
+    --cpu) type=cpu ;;
+    --bin) bin=$2; shift ;;
+    --data) data=$2; shift ;;
+    --out) out=$2; shift ;;
+    -h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *) echo "bucket_gpu.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+  esac
+  shift
+done
+if [ -z "$bin" ]; then
+  for d in "$here/bin" "$here/../build" "$here/../build-gpu" "$here/../build-nc"; do
+    if [ -x "$d/bench_bucket_allreduce" ] && [ -x "$d/ringflow" ]; then bin=$d; break; fi
+    if [ -x "$d/bench/bench_bucket_allreduce" ] && [ -x "$d/tools/ringflow" ] &&
+       { [ $type = cpu ] || [ "$d" != "$here/../build-nc" ]; }; then
+      bin=$d; break
+    fi
+  done
+fi
+if [ -x "$bin/bench/bench_bucket_allreduce" ]; then
+  bench=$bin/bench/bench_bucket_allreduce rf=$bin/tools/ringflow
+else
+  bench=$bin/bench_bucket_allreduce rf=$bin/ringflow
+fi
+if [ ! -x "$bench" ] || [ ! -x "$rf" ]; then
+  echo "bucket_gpu.sh: no bench_bucket_allreduce and ringflow (give --bin DIR)" >&2
+  exit 2
+fi
+[ -z "$data" ] && for d in "$here/data" /usr/share/datasets/fashion-mnist; do
+  [ -f "$d/train-images-idx3-ubyte.gz" ] && { data=$d; break; }
+done
+out=${out:-$(mktemp -d)}
+mkdir -p "$out"
+if [ -d "$here/lib" ]; then # a bundle: its libraries, as gpu_common.sh does
+  export LD_LIBRARY_PATH="$here/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+fi
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+start=$SECONDS
+
+if [ $type = gpu ]; then
+  devsets="4 8" steps=20 rounds=3 tsteps=40 twarm=10 tbatch=512 tdevs=gpu:0-3
+  sweep="65536 4194304 26214400" blimit=60
+else
+  devsets="4" steps=10 rounds=2 tsteps=3 twarm=1 tbatch=64 tdevs=cpu:0-3
+  sweep="65536 26214400" blimit=120
+fi
+min=4096 max=1048576 bucket=1048576
+
+# part NAME LIMIT CMD...: output to $out/NAME.log; a line if it fails.
+part() {
+  local name=$1 limit=$2 rc
+  shift 2
+  timeout -k 5 "$limit" "$@" > "$out/$name.log" 2>&1
+  rc=$?
+  if [ $rc -ne 0 ]; then
+    echo "$name: exit $rc after $((SECONDS - start)) s; its last lines:" >&2
+    tail -5 "$out/$name.log" >&2
+  fi
+  return $rc
+}
+
+echo "# bucket_gpu.sh: $type, bench $bench, $(date -u +%H:%M:%SZ), load $(cut -d' ' -f1-3 /proc/loadavg)"
+# A and B
+for d in $devsets; do
+  for inp in computed const; do
+    part "A_${d}_$inp" 60 "$bench" $d $min $max $steps $rounds $bucket $type $inp
+  done
+done
+for b in $sweep; do
+  part "B_$b" $blimit "$bench" 4 $min $max $steps $rounds $b $type computed
+done
+# The CPU targets on this host's cores too (4 virtual CPU devices).
+[ $type = gpu ] && part A_cpu 60 "$bench" 4 $min $max 10 3 $bucket cpu computed
+# C
+ddp=skipped
+if ! python3 -c "import torch" 2> /dev/null; then
+  ddp="skipped (no torch)"
+elif [ -s "$out/A_4_computed.log" ]; then
+  dargs=(--type $type --devices 4 --min $min --max $max --steps $steps --rounds $rounds
+         --rows "$out/A_4_computed.log")
+  [ $type = cpu ] && dargs+=(--threads 1)
+  part C_ddp 90 python3 "$here/bucket_vs_ddp.py" "${dargs[@]}" && ddp=ok
+fi
+# D and E
+train_ok=0
+if [ -z "$data" ]; then
+  echo "no fashion-mnist (--data DIR): training skipped" >&2
+else
+  for rep in 1 2; do
+    for mb in 0 1; do
+      RF_LOG=info part "D_mb${mb}_$rep" 60 "$rf" train --bench --model cnn --data "$data" \
+        --devices $tdevs --batch $tbatch --warmup $twarm --steps $tsteps --bucket-mb $mb &&
+        train_ok=1
+    done
+  done
+  for m in cnn mlp; do
+    part "E_trace_$m" 60 "$rf" train --model $m --data "$data" --devices $tdevs \
+      --batch $tbatch --steps 12 --epochs 1 --bucket-mb 1 --trace "$out/trace_$m.json" --quiet
+    [ -s "$out/trace_$m.json" ] && python3 "$here/bucket_trace_overlap.py" \
+      "$out/trace_$m.json" > "$out/E_overlap_$m.log" 2>&1
+  done
+fi
+
+# The table.
+row() { # LOG LABEL: one line per K of a bench_bucket_allreduce output
+  [ -s "$1" ] || { printf '%-22s (no output)\n' "$2"; return; }
+  awk -v l="$2" '$1 ~ /^[0-9]+$/ {
+    printf "%-22s %4d %9.1f %9.1f %8.1f %8.2f %6.2f %8.2f %8.2f %8.2f\n", l, $1, $3, $4, $5, $8, $9,
+      $10, $17, $12 / $13 }' "$1"
+}
+echo
+echo "## all-reduces of K float32 tensors of $min-$max bytes, $type, us per step (best of $rounds rounds of $steps)"
+printf '%-22s %4s %9s %9s %8s %8s %6s %8s %8s %8s\n' devices/inputs/bucket K unfused fused one \
+  fused/one net unf/fus cpu:f/o cpu:u/f
+for d in $devsets; do
+  for inp in computed const; do row "$out/A_${d}_$inp.log" "$d $inp 1MiB"; done
+done
+[ $type = gpu ] && row "$out/A_cpu.log" "4 CPU, computed 1MiB"
+for b in $sweep; do row "$out/B_$b.log" "4 computed $((b / 1024))KiB"; done
+echo "(targets, issue 18: fused/one <= 1.3; unf/fus >= 3 at K = 256; net = (fused - inputs) / (one - its input);"
+echo " cpu:f/o and cpu:u/f: fused/one and unfused/fused by the process's CPU time)"
+echo
+echo "## PyTorch DDP, default buckets ($( [ $type = gpu ] && echo 'NCCL, one rank' || echo 'gloo, 4 processes')): $ddp"
+[ "$ddp" = ok ] && grep -v '^#' "$out/C_ddp.log" | sed -n '1,4p'
+echo
+echo "## ringflow train --bench --model cnn --devices $tdevs --batch $tbatch, samples/s"
+for mb in 0 1; do
+  v=$(for rep in 1 2; do
+        grep -ho 'samples_per_sec=[0-9.]*' "$out/D_mb${mb}_$rep.log" 2> /dev/null | cut -d= -f2
+      done | tr '\n' ' ')
+  n=$(grep -c "^.*bucket '.*#bucket'" "$out/D_mb${mb}_1.log" 2> /dev/null)
+  printf -- '--bucket-mb %s: %s(%s buckets logged at compile)\n' $mb "${v:-none }" "${n:-0}"
+done
+echo
+for m in cnn mlp; do
+  echo "## trace of one $m step on $tdevs, batch $tbatch, 1 MiB buckets ($out/trace_$m.json)"
+  if [ -s "$out/E_overlap_$m.log" ]; then cat "$out/E_overlap_$m.log"; else echo "none"; fi
+done
+echo "# done in $((SECONDS - start)) s; logs in $out"
