@@ -182,11 +182,12 @@ int main(int argc, char **argv) {
       "# %d %s devices, float32 tensors of %.0f..%.0f bytes, bucket %lld "
       "bytes, %s inputs, best of %d rounds of %d steps, us per step\n",
       devices, dev_type, lo, hi, (long long)bucket, inputs, rounds, steps);
-  printf("%5s %10s %9s %9s %9s %9s %9s %10s %6s %12s %9s %9s %9s %9s %9s "
-         "%9s %8s %8s\n",
-         "K", "bytes", "unfused", "fused", "one", "inK", "in1", "fused/one",
-         "net", "unfused/fus", "saved/us", "cpu:unf", "cpu:fus", "cpu:one",
-         "cpu:inK", "cpu:in1", "cpu:f/o", "cpu:net");
+  printf(
+      "%5s %10s %9s %9s %9s %9s %9s %10s %6s %12s %9s %9s %9s %9s %9s "
+      "%9s %8s %8s\n",
+      "K", "bytes", "unfused", "fused", "one", "inK", "in1", "fused/one", "net",
+      "unfused/fus", "saved/us", "cpu:unf", "cpu:fus", "cpu:one", "cpu:inK",
+      "cpu:in1", "cpu:f/o", "cpu:net");
   static const int ks[] = {16, 64, 256};
   unsigned seed = 18;
   for (int ki = 0; ki < 3; ki++) {
@@ -230,8 +231,8 @@ int main(int argc, char **argv) {
         K, (long long)total * 4, best[0], best[1], best[2], best[3], best[4],
         best[1] / best[2], (best[1] - best[3]) / (best[2] - best[4]),
         best[0] / best[1],
-        K > buckets ? (best[0] - best[1]) / (double)(K - buckets) : 0.0,
-        cpu[0], cpu[1], cpu[2], cpu[3], cpu[4], cpu[1] / cpu[2],
+        K > buckets ? (best[0] - best[1]) / (double)(K - buckets) : 0.0, cpu[0],
+        cpu[1], cpu[2], cpu[3], cpu[4], cpu[1] / cpu[2],
         (cpu[1] - cpu[3]) / (cpu[2] - cpu[4]));
     for (int i = 0; i < NC; i++) teardown(&x[i]);
     (void)slices;
