@@ -66,8 +66,14 @@ fi
 done
 out=${out:-$(mktemp -d)}
 mkdir -p "$out"
-if [ -d "$here/lib" ]; then # a bundle: its libraries, as gpu_common.sh does
-  export LD_LIBRARY_PATH="$here/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+if [ -f "$here/gpu_common.sh" ]; then # a bundle: its libraries, as gpu_common.sh's
+  . "$here/gpu_common.sh"               # gpu_setup finds them
+  export LD_LIBRARY_PATH="$here/lib:/usr/local/cuda/lib64:/usr/local/cuda/lib:${LD_LIBRARY_PATH:-}"
+  cudnn=$(gpu_cudnn_lib)
+  [ -n "$cudnn" ] && export LD_LIBRARY_PATH="$cudnn:$LD_LIBRARY_PATH"
+  if ! ldconfig -p 2> /dev/null | grep -q 'libmpi\.so\.40 '; then
+    export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$here/lib-mpi"
+  fi
 fi
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 start=$SECONDS
