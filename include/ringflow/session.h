@@ -101,7 +101,9 @@ typedef struct rf_session_options {
    * and ordered device set, have one fully known shape and are joined by
    * no path in the step graph are fused into one all-reduce of at most this
    * many bytes per device (slices padded to 64 bytes), in the order their
-   * inputs become ready. On CPU devices an all-reduce of more than 4 KiB
+   * inputs become ready; one larger than a bucket stays alone and closes the
+   * bucket being filled, so the all-reduces before it meet without waiting
+   * for the ones after it. On CPU devices an all-reduce of more than 4 KiB
    * whose input the bucket would have to copy in (not computed on its
    * device: a fed placeholder, a Const, a variable read, a tensor from
    * another device) stays unfused: the copy would cost more than fusing
