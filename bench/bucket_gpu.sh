@@ -31,7 +31,7 @@
 #   bash DIR/bucket_gpu.sh --out $OUT
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-type=gpu bin= data= out=
+type=gpu bin='' data='' out=''
 while [ $# -gt 0 ]; do
   case $1 in
     --cpu) type=cpu ;;
