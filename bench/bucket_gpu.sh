@@ -117,21 +117,19 @@ ddp=skipped
 if ! python3 -c "import torch" 2> /dev/null; then
   ddp="skipped (no torch)"
 elif [ -s "$out/A_4_computed.log" ]; then
-  dargs=(--type $type --devices 4 --min $min --max $max --steps $steps --rounds $rounds
+  dargs=(--type "$type" --devices 4 --min "$min" --max "$max" --steps "$steps" --rounds "$rounds"
          --rows "$out/A_4_computed.log")
   [ $type = cpu ] && dargs+=(--threads 1)
   part C_ddp 90 python3 "$here/bucket_vs_ddp.py" "${dargs[@]}" && ddp=ok
 fi
 # D and E
-train_ok=0
 if [ -z "$data" ]; then
   echo "no fashion-mnist (--data DIR): training skipped" >&2
 else
   for rep in 1 2; do
     for mb in 0 1; do
       RF_LOG=info part "D_mb${mb}_$rep" 60 "$rf" train --bench --model cnn --data "$data" \
-        --devices $tdevs --batch $tbatch --warmup $twarm --steps $tsteps --bucket-mb $mb &&
-        train_ok=1
+        --devices $tdevs --batch $tbatch --warmup $twarm --steps $tsteps --bucket-mb $mb
     done
   done
   for m in cnn mlp; do
