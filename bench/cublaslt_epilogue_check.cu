@@ -377,7 +377,7 @@ int main(int argc, char **argv) {
   int fails[kNumVars] = {0}, ran[kNumVars] = {0}, none[kNumVars] = {0},
       errs[kNumVars] = {0};
   printf("%-9s %-4s %-14s %-2s", "epilogue", "dt", "m x n x k", "ab");
-  for (int v = 0; v < kNumVars; v++) printf(" %-9s", var_name[v]);
+  for (int v = 0; v < kNumVars; v++) printf(" %-11s", var_name[v]);
   printf("\n");
   for (const auto &kd : kinds)
     for (int dt = 0; dt < 3; dt++)
@@ -411,14 +411,14 @@ int main(int argc, char **argv) {
               snprintf(cell, sizeof cell, "ok");
             else {
               fails[v]++;
-              snprintf(cell, sizeof cell, "%.1e/%.1e", r.err_d, r.err_bg);
+              snprintf(cell, sizeof cell, "%.0e/%.0e", r.err_d, r.err_bg);
             }
             if (verbose)
               dl += snprintf(detail + dl, sizeof detail - dl,
                              "  [%s: ws %zu err %.2e/%.2e]\n", var_name[v],
                              r.ws, r.err_d, r.err_bg);
           }
-          printf(" %-9s", cell);
+          printf(" %-11s", cell);
           if (dl >= sizeof detail) dl = sizeof detail - 1;
         }
         printf("\n%s", detail);
