@@ -669,12 +669,20 @@ static void test_errors(void **state) {
   rf_batch_norm(g, "l", x, c3, c3, (rf_output){NULL, 0}, (rf_output){NULL, 0},
                 true, 1.5, 1e-3, &r);
   expect_graph_error(g, "momentum 1.5");
+  /* unnamed: no empty quotes in the message */
+  rf_batch_norm(g, NULL, x, c3, c3, (rf_output){NULL, 0}, (rf_output){NULL, 0},
+                false, 0.9, 1e-3, &r);
+  expect_graph_error(g, "rf_batch_norm: inference needs moving_mean");
+  rf_moving_average_update(g, NULL, c3, c3, 2);
+  expect_graph_error(g, "rf_moving_average_update: momentum 2 must be");
   rf_output xs[2] = {x, xi}, cs[2] = {c3, c3};
   rf_batch_norm_result rs[2];
   rf_sync_batch_norm_n(g, "s", 2, xs, cs, cs, NULL, NULL, 0.9, 1e-3, rs);
   expect_graph_error(g, "xs[1] ('xi'");
   rf_sync_batch_norm_n(g, "s", 0, xs, cs, cs, NULL, NULL, 0.9, 1e-3, rs);
   expect_graph_error(g, "n must be in 1..1024");
+  rf_sync_batch_norm_n(g, NULL, 0, xs, cs, cs, NULL, NULL, 0.9, 1e-3, rs);
+  expect_graph_error(g, "rf_sync_batch_norm_n: n must be in 1..1024");
   xs[1] = x;
   /* no devices: the collective builder refuses */
   rf_sync_batch_norm_n(g, "s", 2, xs, cs, cs, NULL, NULL, 0.9, 1e-3, rs);

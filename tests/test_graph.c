@@ -203,6 +203,16 @@ static void test_builder_errors(void **state) {
   expect_fail(g, b, RF_INVALID_ARGUMENT,
               "attr 'k' must be of type int, got string");
 
+  /* A type attr given as another attr type is named as such, not as an
+   * input "expected invalid" (also so from a graph file). */
+  b = rf_node_builder_new(g, "TestAdd", "add");
+  rf_node_builder_input(b, x);
+  rf_node_builder_input(b, x);
+  rf_node_builder_attr_string(b, "T", "float32");
+  expect_fail(g, b, RF_INVALID_ARGUMENT,
+              "node 'add' (TestAdd): attr 'T' must be of type type, got "
+              "string");
+
   b = rf_node_builder_new(g, "TestSink", "sink");
   rf_output none = {NULL, 0};
   rf_node_builder_input(b, none);

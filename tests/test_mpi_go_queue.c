@@ -277,10 +277,52 @@ static void test_head_never_prepared(void **state) {
   assert_int_equal(rf_debug_live_allocations(), live);
 }
 
+/* A check of an agreed collective that does not finish (agreed.c): the
+ * text names the tasks that have not reached it; when every task has, it
+ * says so and never "waiting for : 0 of 4 participants missing". */
+static void test_late_check_text(void **state) {
+  (void)state;
+  int tasks[2] = {0, 1}, counts[2] = {2, 2};
+  unsigned char answered[2] = {1, 1};
+  rf__mpi_op op = {.name = "grads",
+                   .job_step = 7,
+                   .timeout_ms = 1000,
+                   .nset = 2,
+                   .tasks = tasks,
+                   .counts = counts,
+                   .answered = answered,
+                   .devices =
+                       "/task:0/cpu:0,/task:0/cpu:1,/task:1/cpu:0,"
+                       "/task:1/cpu:1"};
+  char buf[4096];
+  rf__mpi_agreed_late_text(&op, buf, sizeof buf);
+  assert_null(strstr(buf, "waiting for :"));
+  assert_null(strstr(buf, "0 of 4"));
+  assert_non_null(strstr(buf, "collective 'grads' (job step 7)"));
+  assert_non_null(strstr(buf,
+                         "all 4 participants reached it (task 0 "
+                         "(/task:0/cpu:0, /task:0/cpu:1), task 1 "
+                         "(/task:1/cpu:0, /task:1/cpu:1))"));
+  answered[1] = 0; /* task 1 silent */
+  rf__mpi_agreed_late_text(&op, buf, sizeof buf);
+  assert_non_null(strstr(buf,
+                         "waiting for task 1 (/task:1/cpu:0, "
+                         "/task:1/cpu:1): 2 of 4 participants missing; "
+                         "arrived: task 0 (/task:0/cpu:0, /task:0/cpu:1)"));
+  assert_non_null(strstr(buf, "task 1 did not answer"));
+  op.answered = NULL; /* no memory to ask */
+  rf__mpi_agreed_late_text(&op, buf, sizeof buf);
+  assert_null(strstr(buf, "0 of 4"));
+  assert_non_null(strstr(buf,
+                         "which of the 4 participants are missing is "
+                         "unknown"));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_behind_a_reduce_that_never_returns),
       cmocka_unit_test(test_head_never_prepared),
+      cmocka_unit_test(test_late_check_text),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -64,8 +64,14 @@ static void test_trace_of_one_step(void **state) {
   /* a path that cannot be written fails that run, and only that run */
   assert_ok(rf_session_trace_next_run(s, "/nonexistent-dir/trace.json"));
   out = NULL;
+  assert_status(rf_session_run(s, NULL, 0, &z, 1, NULL, 0, &out), RF_NOT_FOUND,
+                "/nonexistent-dir/trace.json");
+  assert_null(out);
+  /* the code says why (errno): a full disk is RESOURCE_EXHAUSTED, not
+   * PERMISSION_DENIED */
+  assert_ok(rf_session_trace_next_run(s, "/dev/full"));
   assert_status(rf_session_run(s, NULL, 0, &z, 1, NULL, 0, &out),
-                RF_PERMISSION_DENIED, "/nonexistent-dir/trace.json");
+                RF_RESOURCE_EXHAUSTED, "/dev/full");
   assert_null(out);
   assert_ok(rf_session_run(s, NULL, 0, &z, 1, NULL, 0, &out));
   rf_tensor_release(out);

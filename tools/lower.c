@@ -1,6 +1,7 @@
 /* tools/lower.c - `ringflow lower GRAPH.json`: prints a graph before and after
  * placement and the POST_PLACEMENT passes (collective lowering), and with
  * --dot DIR writes both as DOT (and SVG when Graphviz's `dot` is installed). */
+#include <stdbool.h>
 #include <string.h>
 
 #include "devices.h"
@@ -25,8 +26,20 @@ static void print_graph(const rf_graph *g, const char *title) {
   }
 }
 
+/* Ops whose kernel forwards a tensor instead of allocating its output
+ * (docs/COLLECTIVES.md "Copies"): such an input of a bucket cannot be
+ * written in place by its producer, so _BucketPack copies it. */
+static bool forwards(const char *op) {
+  static const char *const ops[] = {"Placeholder", "Const", "Identity",
+                                    "Reshape", "_Recv"};
+  for (size_t i = 0; i < sizeof ops / sizeof *ops; i++)
+    if (strcmp(op, ops[i]) == 0) return true;
+  return false;
+}
+
 /* One line per bucket participant: what it fused and which copies it
- * costs (the pass always lays slices out for zero-copy views out). */
+ * costs (runtime/executor_homes.c: producers that allocate their output
+ * write into the bucket; forwarded inputs are copied in; none out). */
 static void print_buckets(const rf_graph *g) {
   for (int i = 0; i < rf_graph_num_nodes(g); i++) {
     const rf_node *n = rf_graph_node(g, i);
@@ -36,11 +49,22 @@ static void print_buckets(const rf_graph *g) {
     rf_status_free(rf_node_attr_int(n, "N", &k));
     rf_status_free(rf_node_attr_int(n, "total", &total));
     rf_status_free(rf_node_attr_dtype(n, "T", &t));
+    int copied = 0;
+    for (int j = 0; j < rf_node_num_inputs(n); j++)
+      copied += forwards(rf_node_op(rf_node_input(n, j).node));
     printf(
-        "bucket %s: %lld all-reduces, %lld bytes of %s: one copy in "
-        "(_BucketPack), zero-copy views out (_BucketUnpack)\n",
+        "bucket %s: %lld all-reduces, %lld bytes of %s: producers write "
+        "into the bucket, _BucketPack copies in only inputs a kernel "
+        "forwards (here %d of %d",
         rf_node_device(n), (long long)k,
-        (long long)total * (long long)rf_dtype_size(t), rf_dtype_name(t));
+        (long long)total * (long long)rf_dtype_size(t), rf_dtype_name(t),
+        copied, rf_node_num_inputs(n));
+    for (int j = 0, m = 0; j < rf_node_num_inputs(n); j++) {
+      const rf_node *p = rf_node_input(n, j).node;
+      if (forwards(rf_node_op(p)))
+        printf("%s%s", m++ ? ", " : ": ", rf_node_name(p));
+    }
+    printf("), zero-copy views out (_BucketUnpack)\n");
   }
 }
 

@@ -294,8 +294,10 @@ RF_API rf_status *rf_session_sync(rf_session *s);
 /* Arms tracing: the next run records every kernel of its step (sends,
  * receives and collective participants included, one track per device) and
  * writes a Chrome trace (JSON; open it in Perfetto or chrome://tracing) to
- * `path` before it returns; a failure to write is that run's error. Later
- * runs are not traced. The path is copied. */
+ * `path` before it returns; a failure to write is that run's error, its
+ * code from errno (NOT_FOUND: a missing directory; PERMISSION_DENIED;
+ * RESOURCE_EXHAUSTED: disk full; UNKNOWN otherwise, the message naming it).
+ * Later runs are not traced. The path is copied. */
 RF_API rf_status *rf_session_trace_next_run(rf_session *s, const char *path);
 
 /* Runs placement and the PRE/POST_PLACEMENT passes (bucketing by

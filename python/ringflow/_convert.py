@@ -61,8 +61,8 @@ def as_array(value: Any, dtype: Any = None) -> np.ndarray:
         return np.asarray(value, dtype=dtypes.as_dtype(dtype))
     if isinstance(value, (np.ndarray, np.generic)):
         arr = np.asarray(value)
-        dtypes.as_dtype(arr.dtype)  # TypeError for dtypes ringflow lacks
-        return arr
+        # TypeError for dtypes ringflow lacks; another byte order: native
+        return arr.astype(dtypes.as_dtype(arr.dtype), copy=False)
     arr = np.asarray(value)
     if arr.dtype.kind == "f":
         return arr.astype(np.float32)

@@ -21,12 +21,13 @@ UnimplementedError (a dtype ringflow lacks, such as I16),
 ResourceExhaustedError (disk full, out of memory).
 """
 
+import operator
 import os
 from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Union
 
 import numpy as np
 
-from ringflow import dtypes
+from ringflow import dtypes, errors
 from ringflow._convert import as_array, c_shape, feed_to_c, to_numpy
 from ringflow._lib import c_name, check, ffi, lib, text
 
@@ -73,7 +74,11 @@ def save(path: Path, tensors: Mapping[str, Any], step: Optional[int] = None,
         keep.append(t)
         check(lib.rf_checkpoint_add(c, c_name(name), t))
     if step is not None:
-        check(lib.rf_checkpoint_set_step(c, int(step)))
+        step = operator.index(step)  # TypeError for 1.5, not 1
+        if not 0 <= step <= STEP_MAX:  # past int64 cffi would overflow
+            raise errors.InvalidArgumentError(
+                f"checkpoint step {step} is not in 0..{STEP_MAX}")
+        check(lib.rf_checkpoint_set_step(c, step))
     for key, value in (metadata or {}).items():
         check(lib.rf_checkpoint_set_metadata(c, c_name(key), c_name(value)))
     check(lib.rf_checkpoint_save(c, os.fsencode(path)))

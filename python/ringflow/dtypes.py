@@ -63,6 +63,8 @@ def as_dtype(value: Any) -> DType:
         dt = np.dtype(value)
     except TypeError:
         raise TypeError(f"{value!r} is not a dtype") from None
+    if dt.byteorder == ">" or (dt.byteorder == "<" and not dt.isnative):
+        dt = dt.newbyteorder("=")  # '>f4' is float32: values convert
     if dt not in _TO_RF:
         raise TypeError(f"ringflow has no {dt} tensors; its dtypes are "
                         + ", ".join(str(d) for d in _TO_RF))

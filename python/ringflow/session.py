@@ -5,6 +5,7 @@ threads may call run() on one session at once: each call is one step, and
 the C library runs it with the GIL released.
 """
 
+import operator
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ringflow import _convert, _fastrun, dtypes, errors
@@ -283,11 +284,16 @@ def _options(cpu_devices: int = 1, gpu_devices: int = 0,
     while they are used)."""
     opts = ffi.new("rf_session_options *")
     lib.rf_session_options_init(opts)
-    opts.num_cpu_devices = int(cpu_devices)
-    opts.num_gpu_devices = int(gpu_devices)
-    opts.num_threads = int(threads)
+    opts.num_cpu_devices = _c_int("num_cpu_devices", cpu_devices, 32)
+    opts.num_gpu_devices = _c_int("num_gpu_devices", gpu_devices, 32)
+    opts.num_threads = _c_int("num_threads", threads, 32)
     if timeout is not None:
-        opts.collective_timeout_ms = int(round(float(timeout) * 1000))
+        ms = float(timeout) * 1000
+        if not -2.0**63 < ms < 2.0**63:  # inf, nan: the library's error
+            raise errors.InvalidArgumentError(
+                f"session options: timeout must be a finite number of "
+                f"seconds > 0, got {timeout}")
+        opts.collective_timeout_ms = int(round(ms))
     # char arrays that cffi owns: a struct's char * field takes a cdata
     # pointer, not bytes; the caller keeps them alive while opts is used.
     dev = ffi.new("char[]", c_name(default_device)) \
@@ -298,7 +304,8 @@ def _options(cpu_devices: int = 1, gpu_devices: int = 0,
     opts.job = _JOBS[job]
     opts.gpu_sync_on_finish = 1 if gpu_sync_on_finish else 0
     if bucket_bytes is not None:
-        opts.collective_bucket_bytes = int(bucket_bytes)
+        opts.collective_bucket_bytes = _c_int("collective_bucket_bytes",
+                                              bucket_bytes, 64)
     if comm_dtype is not None and not isinstance(comm_dtype, str):
         # A dtype, as everywhere a dtype is asked for; the library checks
         # its name (and refuses the dtypes that cannot be a wire dtype).
@@ -309,9 +316,9 @@ def _options(cpu_devices: int = 1, gpu_devices: int = 0,
     # Switches: the value as an int, checked by the library (0 or 1), so
     # that True/False and 0/1 work and anything else fails as in C.
     if allow_tf32 is not None:
-        opts.allow_tf32 = _switch(allow_tf32)
+        opts.allow_tf32 = _switch("allow_tf32", allow_tf32)
     if gpu_graphs is not None:
-        opts.gpu_graphs = _switch(gpu_graphs)
+        opts.gpu_graphs = _switch("gpu_graphs", gpu_graphs)
     if matmul_epilogues is not None:
         if matmul_epilogues not in _EPILOGUES:
             raise ValueError("matmul_epilogues must be one of "
@@ -321,11 +328,23 @@ def _options(cpu_devices: int = 1, gpu_devices: int = 0,
     return opts, (dev, wire)
 
 
-def _switch(value: Any) -> int:
+def _c_int(name: str, value: Any, bits: int) -> int:
+    """An integer option for a C field of `bits`: an int (NumPy's too; a
+    float is a TypeError, never cut), checked by the library; one past the
+    field is the library's error class, InvalidArgumentError, not an
+    OverflowError."""
+    v = operator.index(value)
+    if not -(1 << (bits - 1)) <= v < 1 << (bits - 1):
+        raise errors.InvalidArgumentError(
+            f"session options: {name} {v} is out of range")
+    return v
+
+
+def _switch(name: str, value: Any) -> int:
     """An on/off option as the C int: bools and ints as they are (the
     library refuses what is not 0 or 1), anything else a TypeError."""
     if isinstance(value, (bool, int)):
-        return int(value)
+        return _c_int(name, value, 32)
     raise TypeError(f"expected True or False, not {type(value).__name__}")
 
 

@@ -212,8 +212,10 @@ rf_status *rf__resolve_signature(const rf__op_def *op, const char *node_name,
                                  const int *arg_sizes, bool strict,
                                  int *num_outputs, rf_dtype **out_dtypes) {
   sig s = {op, node_name, attrs, strict};
-  RF_CHECK(infer_from_inputs(&s, in_dtypes, arg_sizes));
+  /* Given attrs first: a type attr of another attr type is named as such,
+   * not read as an input's "expected invalid" dtype. */
   if (strict) RF_CHECK(check_given(&s));
+  RF_CHECK(infer_from_inputs(&s, in_dtypes, arg_sizes));
   RF_CHECK(fill_defaults(&s));
   for (int k = 0; strict && k < op->num_attrs; k++) {
     const rf__attr_value *v = rf__attrs_find(attrs, op->attrs[k].name);

@@ -19,9 +19,9 @@ rf_node *rf_moving_average_update(rf_graph *g, const char *name,
   rf_output in[2] = {variable, value};
   if (!rf__graph_inputs_ok(g, "rf_moving_average_update", in, 2)) return NULL;
   if (!(momentum >= 0 && momentum <= 1)) {
-    rf__graph_record(g, rf__invalid("rf_moving_average_update '%s': momentum "
+    rf__graph_record(g, rf__invalid("rf_moving_average_update%s%s%s: momentum "
                                     "%g must be in [0, 1]",
-                                    name ? name : "", momentum));
+                                    RF__BN_NAME(name), momentum));
     return NULL;
   }
   rf_dtype dt = rf_output_dtype(value);
@@ -76,7 +76,7 @@ void rf_batch_norm(rf_graph *g, const char *name, rf_output x, rf_output gamma,
   if (valid(moving_mean) != valid(moving_variance) ||
       (!training && !valid(moving_mean))) {
     rf__graph_record(
-        g, rf__invalid("rf_batch_norm '%s': %s", name ? name : "",
+        g, rf__invalid("rf_batch_norm%s%s%s: %s", RF__BN_NAME(name),
                        training ? "give both moving_mean and moving_variance "
                                   "or neither"
                                 : "inference needs moving_mean and "
@@ -84,9 +84,9 @@ void rf_batch_norm(rf_graph *g, const char *name, rf_output x, rf_output gamma,
     return;
   }
   if (!(momentum >= 0 && momentum <= 1)) {
-    rf__graph_record(g, rf__invalid("rf_batch_norm '%s': momentum %g must be "
+    rf__graph_record(g, rf__invalid("rf_batch_norm%s%s%s: momentum %g must be "
                                     "in [0, 1]",
-                                    name ? name : "", momentum));
+                                    RF__BN_NAME(name), momentum));
     return;
   }
   rf_batch_norm_result r = {{NULL, 0}, {NULL, 0}, {NULL, 0}, NULL};

@@ -11,4 +11,10 @@ rf_node *rf__batch_norm_updates(rf_graph *g, rf_output moving_mean,
                                 rf_output moving_variance, rf_output mean,
                                 rf_output variance, double momentum);
 
+/* The three %s arguments of "<builder>%s%s%s: ..." naming the layer: " 'l'"
+ * when a name is given, nothing when it is NULL or empty (never "''"). */
+#define RF__BN_NAME(name)                                  \
+  ((name) && *(name) ? " '" : ""), ((name) ? (name) : ""), \
+      ((name) && *(name) ? "'" : "")
+
 #endif

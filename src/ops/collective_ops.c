@@ -218,14 +218,18 @@ static rf_output participant(rf_graph *g, const char *op, const char *name,
                              bool internal) {
   if (rf__graph_failed(g) || !rf__graph_inputs_ok(g, op, &input, 1))
     return invalid_output();
-  if (!require_device(g, op, name, input)) return invalid_output();
+  /* A gradient's participant goes on its forward participant's device (the
+   * scope rf_gradients pushed), so its input needs none: a loss built
+   * outside any device scope gives gradients without one. */
+  const char *scope = rf__graph_scope_device(g);
+  if (!(internal && scope[0]) && !require_device(g, op, name, input))
+    return invalid_output();
   char fresh[RF_ARG_NAME_MAX + 64]; /* op names are short */
   if (!name) rf__graph_unique_name(g, op, fresh, sizeof fresh);
   const char *nm = name ? name : fresh; /* any length: never cut */
   rf_node_builder *b = rf_node_builder_new(g, op, nm);
   if (internal) rf__node_builder_allow_reserved(b);
   rf_node_builder_input(b, input);
-  const char *scope = rf__graph_scope_device(g);
   rf_node_builder_device(b, scope[0] ? scope : input.node->requested_device);
   if (reduction) rf_node_builder_attr_string(b, "reduction", reduction);
   rf_node_builder_attr_int(b, "num_devices", num_devices);
@@ -368,6 +372,10 @@ rf_output rf_broadcast(rf_graph *g, const char *name, rf_output input) {
 
 /* ---- gradients ---- */
 
+static bool has_device(rf_output o) {
+  return o.node->requested_device && o.node->requested_device[0];
+}
+
 /* The participant of construction c's gradient collective for c->op (and,
  * with what, of one of its helpers): named by ops/collective_names.h. */
 static rf_output grad_participant(rf__grad_ctx *c, const char *op, rf_output x,
@@ -498,9 +506,21 @@ static rf_status *reduce_grad(rf__grad_ctx *c) {
         "No gradient defined for Reduce except sum: node '%s' "
         "uses %s",
         c->op->name, red);
-  rf_output b = rf_broadcast(c->g, NULL, c->dy[0]);
+  /* A gradient without a device (from a consumer with none) is on the
+   * Reduce's device, the scope: an Identity there gives it one. */
+  rf_output dy =
+      has_device(c->dy[0]) ? c->dy[0] : rf_identity(c->g, NULL, c->dy[0]);
+  rf_output b = rf_broadcast(c->g, NULL, dy);
   for (int i = 0; i < c->op->num_inputs; i++) c->dx[i] = b;
   return NULL;
+}
+
+/* Where a consumer's gradient contribution lives: its device, or, with
+ * none (a consumer without a device runs on its placed input's device), the
+ * broadcast's own. */
+static const char *part_device(const rf__grad_ctx *c, rf_output part) {
+  return has_device(part) ? part.node->requested_device
+                          : c->op->requested_device;
 }
 
 /* Broadcast: the gradient is the sum of every consumer's gradient, i.e. a
@@ -520,16 +540,20 @@ static rf_status *broadcast_grad(rf__grad_ctx *c) {
     if (ndev == 64)
       return rf__invalid("Broadcast '%s': consumers on more than 64 devices",
                          c->op->name);
-    const char *dev = parts[i].node->requested_device;
+    const char *dev = part_device(c, parts[i]);
     rf_output group[256];
     int k = 0;
     for (int j = i; j < n; j++)
-      if (!used[j] && strcmp(parts[j].node->requested_device, dev) == 0) {
+      if (!used[j] && strcmp(part_device(c, parts[j]), dev) == 0) {
         used[j] = true;
         group[k++] = parts[j];
       }
     RF_CHECK(rf_graph_push_device(c->g, dev));
-    per_device[ndev++] = k == 1 ? group[0] : rf_add_n(c->g, NULL, group, k);
+    /* one contribution with a device is used as it is; else a node on dev
+     * (Reduce needs each input on a device) */
+    per_device[ndev++] = k == 1 && has_device(group[0]) ? group[0]
+                         : k == 1 ? rf_identity(c->g, NULL, group[0])
+                                  : rf_add_n(c->g, NULL, group, k);
     rf_graph_pop_device(c->g);
     if (strcmp(dev, c->op->requested_device) == 0) own_device = true;
   }

@@ -22,8 +22,8 @@
 #define RF_SYNC_BN_MAX_DEVICES 1024
 
 static void refuse(rf_graph *g, const char *name, const char *what) {
-  rf__graph_record(
-      g, rf__invalid("rf_sync_batch_norm_n '%s': %s", name ? name : "", what));
+  rf__graph_record(g, rf__invalid("rf_sync_batch_norm_n%s%s%s: %s",
+                                  RF__BN_NAME(name), what));
 }
 
 /* Checks what the builders below cannot: n, the arrays, one float dtype and

@@ -86,10 +86,13 @@ rf_status *rf__trace_write(const rf__trace *t, const rf__device *devices,
     json_decref(root);
     return rf__oom();
   }
+  errno = 0;
   int rc = json_dump_file(root, path, JSON_COMPACT);
+  int e = errno; /* before json_decref */
   json_decref(root);
-  if (rc != 0)
-    return rf__error(RF_PERMISSION_DENIED, "cannot write the trace to %s: %s",
-                     path, strerror(errno));
+  if (rc != 0) /* the code from errno: a missing directory is NOT_FOUND */
+    return rf__error(e ? rf__errno_code(e) : RF_UNKNOWN,
+                     "cannot write the trace to %s: %s", path,
+                     e ? strerror(e) : "write failed");
   return NULL;
 }

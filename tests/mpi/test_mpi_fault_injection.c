@@ -107,6 +107,14 @@ static void check_code(const rf_status *st, int inj, const char *what,
   if (!ok)
     fail_msg("task %d, %s, %s k=%lld: %s: %s", T, what, fs_mode_names[mode],
              (long long)k, rf_code_name(c), rf_status_message(st));
+  /* A collective's error names a device (where it failed): never a bare
+   * "out of memory", here or as another task's error. (Persistent failures
+   * leave no memory to write the names: there the bare message is all.) */
+  const char *m = rf_status_message(st);
+  if (mode == FS_ONCE && c != RF_OK && strstr(m, "collective '") &&
+      !strstr(m, "/task:"))
+    fail_msg("task %d, %s, %s k=%lld: %s names no device: %s", T, what,
+             fs_mode_names[mode], (long long)k, rf_code_name(c), m);
 }
 
 typedef rf_status *(*job_attempt)(job *j);

@@ -215,3 +215,27 @@ def test_errors(tmp_path):
     safetensors_numpy.save_file({"s": np.ones(2, np.int16)}, path)
     with pytest.raises(rf.errors.UnimplementedError, match="'I16'"):
         rf.checkpoint.load(path)
+
+
+def test_step_must_be_an_int_in_range(tmp_path):
+    """step is 0..STEP_MAX: a float is a TypeError (not cut to an int), a
+    huge int the library's InvalidArgumentError (not an OverflowError)."""
+    path = str(tmp_path / "s.safetensors")
+    with pytest.raises(TypeError):
+        rf.checkpoint.save(path, {"a": np.ones(1)}, step=1.5)
+    for step in (rf.checkpoint.STEP_MAX + 1, 2**70, -(2**70)):
+        with pytest.raises(rf.errors.InvalidArgumentError, match="step"):
+            rf.checkpoint.save(path, {"a": np.ones(1)}, step=step)
+    assert not os.path.exists(path)
+    rf.checkpoint.save(path, {"a": np.ones(1)}, step=np.int64(12))
+    assert rf.checkpoint.load(path).step == 12
+
+
+def test_byte_swapped_arrays_save_as_their_dtype(tmp_path):
+    """'>f4' is float32 to NumPy, so to ringflow too (values as given)."""
+    path = str(tmp_path / "b.safetensors")
+    w = np.arange(6, dtype=">f4").reshape(2, 3)
+    rf.checkpoint.save(path, {"w": w})
+    got = rf.checkpoint.load(path).tensors["w"]
+    assert got.dtype == np.float32
+    np.testing.assert_array_equal(got, w.astype(np.float32))

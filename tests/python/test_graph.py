@@ -94,6 +94,20 @@ def test_dtype_mapping():
     assert rf.as_dtype(np.int32) == rf.int32
     with pytest.raises(TypeError, match="ringflow has no complex64"):
         rf.as_dtype(np.complex64)
+    # NumPy reads a byte-swapped dtype as the same dtype: so does ringflow
+    assert rf.as_dtype(">f4") == rf.float32
+    assert rf.as_dtype(np.dtype(">i8")) == rf.int64
+
+
+def test_byte_swapped_constant():
+    """An array of another byte order is a constant of its dtype, its values
+    as given."""
+    value = np.arange(6, dtype=">f8").reshape(2, 3)
+    with rf.Graph().as_default() as g:
+        c = rf.constant(value)
+        assert c.dtype == rf.float64
+        with rf.Session(g) as sess:
+            np.testing.assert_array_equal(sess.run(c), value)
 
 
 def test_constant_defaults():

@@ -98,3 +98,26 @@ def test_matmul_epilogues():
     for bad in ("on", "GPU", 1):
         with pytest.raises(ValueError, match="matmul_epilogues"):
             rf.Session(g, matmul_epilogues=bad)
+
+
+@pytest.mark.parametrize("option,value", [
+    ("cpu_devices", 2**40), ("gpu_devices", -(2**40)), ("threads", 2**31),
+    ("bucket_bytes", 2**70), ("allow_tf32", 2**40), ("gpu_graphs", 2**32),
+    ("timeout", float("inf")), ("timeout", float("nan")),
+    ("timeout", 1e300)])
+def test_option_out_of_range_is_invalid_argument(option, value):
+    """A number past what the C option holds is the library's error class
+    (InvalidArgumentError naming the option), not an OverflowError or
+    ValueError from the conversion."""
+    with pytest.raises(errors.InvalidArgumentError, match=option):
+        rf.Session(rf.Graph(), **{option: value})
+
+
+@pytest.mark.parametrize("option", ["cpu_devices", "gpu_devices", "threads",
+                                    "bucket_bytes"])
+def test_count_option_is_not_cut(option):
+    """A count must be an int: 2.7 is a TypeError, not 2."""
+    with pytest.raises(TypeError):
+        rf.Session(rf.Graph(), **{option: 2.7})
+    ok = 0 if option == "gpu_devices" else 1  # no GPU needed
+    rf.Session(rf.Graph(), **{option: np.int64(ok)}).close()

@@ -339,6 +339,52 @@ static int list_tasks(const rf__mpi_op *op, int want, char *buf, size_t len) {
   return count;
 }
 
+/* The text of a check that did not finish (op probed): the tasks that
+ * have not reached the collective or did not answer, or, when every task
+ * has reached it, that MPI did not complete the check (never "waiting for
+ * : 0 of N participants missing"). */
+void rf__mpi_agreed_late_text(const rf__mpi_op *op, char *buf, size_t len) {
+  char missing[2048], present[2048], silent[512], tail[700] = "";
+  size_t used = 0;
+  silent[0] = '\0';
+  int absent = 0, all = 0;
+  for (int i = 0; i < op->nset; i++) all += op->counts[i];
+  if (!op->answered) { /* no memory to ask: no names */
+    snprintf(buf, len,
+             "collective '%.200s' (job step %lld): timed out after %lld ms in "
+             "its check; which of the %d participants are missing is "
+             "unknown (no memory to ask the other tasks)",
+             op->name, (long long)op->job_step, (long long)op->timeout_ms, all);
+    return;
+  }
+  absent = list_tasks(op, 0, missing, sizeof missing);
+  list_tasks(op, 1, present, sizeof present);
+  for (int i = 0; i < op->nset && used < sizeof silent; i++)
+    if (!op->answered[i])
+      used += (size_t)snprintf(silent + used, sizeof silent - used, "%stask %d",
+                               used ? ", " : "", op->tasks[i]);
+  if (silent[0])
+    snprintf(tail, sizeof tail,
+             " (%s did not answer within %d ms: died or stopped)", silent,
+             PROBE_MS);
+  if (absent == 0) {
+    snprintf(
+        buf, len,
+        "collective '%.200s' (job step %lld): timed out after %lld ms: all "
+        "%d participants reached it (%s) but its check did not "
+        "finish: MPI is stuck",
+        op->name, (long long)op->job_step, (long long)op->timeout_ms, all,
+        present);
+    return;
+  }
+  snprintf(
+      buf, len,
+      "collective '%.200s' (job step %lld): timed out after %lld ms waiting "
+      "for %s: %d of %d participants missing; arrived: %s%s",
+      op->name, (long long)op->job_step, (long long)op->timeout_ms, missing,
+      absent, all, present[0] ? present : "none", tail);
+}
+
 /* The check did not finish: probe before the timeout, name at it. */
 static void check_late(rf__job *j, rf__mpi_op *op, int64_t now) {
   if (!op->probe_ns) {
@@ -349,37 +395,11 @@ static void check_late(rf__job *j, rf__mpi_op *op, int64_t now) {
   }
   op->deadline_ns = 0; /* reported once; the op waits for its check */
   rf__mpi_peer_suspect(j, now);
-  char missing[2048], present[2048], silent[512];
-  size_t used = 0;
-  silent[0] = '\0';
-  int absent = 0, all = 0;
-  if (op->answered) {
-    absent = list_tasks(op, 0, missing, sizeof missing);
-    list_tasks(op, 1, present, sizeof present);
-    for (int i = 0; i < op->nset && used < sizeof silent; i++)
-      if (!op->answered[i])
-        used += (size_t)snprintf(silent + used, sizeof silent - used,
-                                 "%stask %d", used ? ", " : "", op->tasks[i]);
-  } else {
-    snprintf(missing, sizeof missing, "other tasks");
-    snprintf(present, sizeof present, "unknown");
-  }
-  for (int i = 0; i < op->nset; i++) all += op->counts[i];
-  char tail[700] = "";
-  if (silent[0])
-    snprintf(tail, sizeof tail,
-             " (%s did not answer within %d ms: died or stopped)", silent,
-             PROBE_MS);
+  char msg[4096];
+  rf__mpi_agreed_late_text(op, msg, sizeof msg);
   rf__mpi_member_report(
-      op, rf__log_status(
-              RF_LOG_WARN, NULL,
-              rf__error(RF_DEADLINE_EXCEEDED,
-                        "collective '%s' (job step %lld): timed out after "
-                        "%lld ms waiting for %s: %d of %d participants "
-                        "missing; arrived: %s%s",
-                        op->name, (long long)op->job_step,
-                        (long long)op->timeout_ms, missing, absent, all,
-                        present[0] ? present : "none", tail)));
+      op, rf__log_status(RF_LOG_WARN, NULL,
+                         rf__status_text(RF_DEADLINE_EXCEEDED, msg)));
 }
 
 /* The data of a passed op, on the entry's communicator. */

@@ -161,6 +161,19 @@ static rf__mpi_op *op_new(rf__job *j, rf__coll_group *g, const char *devices,
   return op;
 }
 
+/* Out of memory for collective (name, job_step) of g: the status names the
+ * collective, this task's device and node, also in the other tasks that
+ * the job tells (a bare "out of memory" names none). */
+static rf_status *oom_in(const rf__coll_group *g, const char *name,
+                         int64_t job_step) {
+  const rf__coll_participant *s = speaker(g);
+  return rf__status_prefix(rf__oom(),
+                           "collective '%s' (job step %lld) on %s "
+                           "(node '%s')",
+                           name, (long long)job_step, s->device->canonical,
+                           s->node);
+}
+
 /* Fails an op that never reached the engine, and tells the job. */
 static void fail_early(rf__job *j, rf__mpi_op *op, rf_status *st) {
   rf__job_coll_failed(j, op->name, op->job_step, st);
@@ -172,13 +185,14 @@ void rf__job_coll_run(rf__job *j, rf__coll_group *g, const char *devices,
                       int64_t job_step) {
   rf__mpi_op *op = op_new(j, g, devices, job_step);
   if (!op) {
-    rf_status *st = rf__oom();
+    rf_status *st = oom_in(g, g->key, job_step);
     rf__job_coll_failed(j, g->key, job_step, st);
     for (int i = 0; i < g->n; i++) {
       rf_tensor_release(g->p[i].input);
       g->p[i].input = NULL;
-      g->p[i].done(g->p[i].arg, rf__oom(), NULL);
+      g->p[i].done(g->p[i].arg, rf__status_copy(st), NULL);
     }
+    rf_status_free(st);
     return;
   }
   rf_status *st =
@@ -200,7 +214,7 @@ void rf__job_coll_run(rf__job *j, rf__coll_group *g, const char *devices,
                    op->name, (long long)job_step, j->task);
   if (!st) st = op->gpu ? rf__mpi_gpu_alloc(op) : rf__mpi_op_alloc(op);
   rf__mpi_cmd *c = st ? NULL : rf__calloc(1, sizeof *c);
-  if (!st && !c) st = rf__oom();
+  if (!st && !c) st = oom_in(&op->g, op->name, job_step);
   if (st) {
     fail_early(j, op, st);
     return;
@@ -239,7 +253,7 @@ void rf__mpi_member_ready(rf__job *j, rf__mpi_op *op) {
   if (dup || rf__hash_oom) {
     report(op, dup ? rf__internal("collective '%s': job step %lld twice",
                                   op->name, (long long)op->job_step)
-                   : rf__oom());
+                   : oom_in(&op->g, op->name, op->job_step));
     unref(op);
     return;
   }

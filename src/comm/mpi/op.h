@@ -153,6 +153,9 @@ void rf__mpi_direct_force(int on);
 int64_t rf__mpi_direct_handed_back(void);
 /* Whether rf__job_cancel_step was called for step_id (any thread). */
 bool rf__mpi_step_cancelled(rf__job *j, int64_t step_id);
+/* The DEADLINE_EXCEEDED text of op, whose check did not finish after the
+ * probe (tests call it too). */
+void rf__mpi_agreed_late_text(const rf__mpi_op *op, char *buf, size_t len);
 /* Checks and issues the agreed ops; counts progress. */
 int rf__mpi_agreed_poll(rf__job *j, int64_t now, bool *busy, bool *waiting);
 /* Leaving: frees every entry (communicators with a check that never
