@@ -1,7 +1,8 @@
 /* runtime/session.c - the public session API: options, devices and pool,
  * resolving a run's feeds/fetches/targets by name, the compile cache (one
- * plan per signature string, under a mutex so concurrent runs are safe), and
- * one step per run with a fresh step id. */
+ * plan per signature string, under a mutex so concurrent runs are safe), the
+ * recent requests (a repeated request finds its plan without a name lookup),
+ * and one step per run with a fresh step id. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
