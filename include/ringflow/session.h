@@ -263,7 +263,9 @@ RF_API rf_status *rf_session_new(const rf_graph *g,
                                  rf_session **out);
 
 /* Runs one step: computes `fetches` and runs `targets` (nodes of the graph the
- * session was made from, looked up by name), with `feeds` replacing outputs.
+ * session was made from, looked up by name; a session remembers its 8 latest
+ * requests, so repeating one with the same nodes skips the lookup, never
+ * the feed checks), with `feeds` replacing outputs.
  * On success outputs[i] holds a new reference to fetch i's value. On error
  * outputs is untouched and the message names the failing node and device;
  * every device of the step has stopped when this returns, and the session

@@ -1,7 +1,8 @@
 /* runtime/session.c - the public session API: options, devices and pool,
  * resolving a run's feeds/fetches/targets by name, the compile cache (one
- * plan per signature string, under a mutex so concurrent runs are safe), and
- * one step per run with a fresh step id. */
+ * plan per signature string, under a mutex so concurrent runs are safe), the
+ * recent requests (a repeated request finds its plan without a name lookup),
+ * and one step per run with a fresh step id. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +23,9 @@
 
 #define MAX_CPU_DEVICES 64
 #define MAX_GPU_DEVICES 64
+/* rf_session_run's arrays fit on the stack up to this many words (about 40
+ * feeds and fetches). */
+#define RUN_STACK_WORDS 128
 
 void rf_session_options_init(rf_session_options *o) {
   if (!o) return;
@@ -286,6 +290,7 @@ void rf_session_free(rf_session *s) {
   /* Work of pipelined steps may still run on the GPUs: wait for it (and
    * drop its errors) before anything it uses goes. */
   rf__session_sync_free(s);
+  for (int i = 0; i < RF__RECENT_REQUESTS; i++) rf__free(s->recent[i]);
   rf__plan *p, *tmp;
   HASH_ITER(hh, s->cache, p, tmp) {
     HASH_DEL(s->cache, p);
@@ -522,6 +527,111 @@ static rf_status *get_plan(rf_session *s, const rf__signature *sig,
   return NULL;
 }
 
+/* ---- recent requests ---- */
+
+/* A request as its caller gave it - the nodes and output indices of its
+ * feeds, fetches and targets (index -1), in that order - with the plan it
+ * resolved to and its feeds' outputs in the session's graph (for the feed
+ * checks). The session's graph never changes and a request resolves by
+ * name, so one with the same nodes, indices and names resolves the same
+ * way; the names are compared too, since a caller's node may be freed and
+ * another made at its address. One block. */
+typedef struct rf__request {
+  int num_feeds, num_fetches, num_targets;
+  rf__plan *plan;
+  const rf_node **user; /* [n] */
+  const char **names;   /* [n]: the session graph's nodes' names */
+  rf_output *feeds;     /* [num_feeds] */
+  int *index;           /* [n] */
+} rf__request;
+
+static bool same_node(const rf__request *r, int k, const rf_node *n,
+                      int index) {
+  return r->user[k] == n && r->index[k] == index &&
+         strcmp(rf_node_name(n), r->names[k]) == 0;
+}
+
+static bool request_is(const rf__request *r, const rf_feed *feeds, int nfeeds,
+                       const rf_output *fetches, int nfetches,
+                       rf_node *const *targets, int ntargets) {
+  if (r->num_feeds != nfeeds || r->num_fetches != nfetches ||
+      r->num_targets != ntargets)
+    return false;
+  int k = 0;
+  for (int i = 0; i < nfeeds; i++, k++)
+    if (!same_node(r, k, feeds[i].output.node, feeds[i].output.index))
+      return false;
+  for (int i = 0; i < nfetches; i++, k++)
+    if (!same_node(r, k, fetches[i].node, fetches[i].index)) return false;
+  for (int i = 0; i < ntargets; i++, k++)
+    if (!same_node(r, k, targets[i], -1)) return false;
+  return true;
+}
+
+/* The plan of a recent run with this request (NULL: none), and its feeds'
+ * outputs in fo. */
+static rf__plan *recent_find(rf_session *s, const rf_feed *feeds, int nfeeds,
+                             const rf_output *fetches, int nfetches,
+                             rf_node *const *targets, int ntargets,
+                             rf_output *fo) {
+  rf__plan *p = NULL;
+  pthread_mutex_lock(&s->cache_mu);
+  for (int i = 0; i < RF__RECENT_REQUESTS && !p; i++) {
+    const rf__request *r = s->recent[i];
+    if (!r ||
+        !request_is(r, feeds, nfeeds, fetches, nfetches, targets, ntargets))
+      continue;
+    p = r->plan;
+    if (nfeeds) memcpy(fo, r->feeds, sizeof(rf_output) * (size_t)nfeeds);
+  }
+  pthread_mutex_unlock(&s->cache_mu);
+  return p;
+}
+
+/* Remembers a request resolved to plan p, in place of the oldest. Without
+ * memory it is not remembered: the next run resolves it again. */
+static void recent_add(rf_session *s, rf__plan *p, const rf_feed *feeds,
+                       const rf_output *fetches, rf_node *const *targets,
+                       const rf__signature *sig) {
+  size_t n = (size_t)sig->num_feeds + (size_t)sig->num_fetches +
+             (size_t)sig->num_targets;
+  rf__request *r =
+      rf__malloc(sizeof *r + n * (2 * sizeof(void *) + sizeof(int)) +
+                 (size_t)sig->num_feeds * sizeof(rf_output));
+  if (!r) return;
+  r->num_feeds = sig->num_feeds;
+  r->num_fetches = sig->num_fetches;
+  r->num_targets = sig->num_targets;
+  r->plan = p;
+  r->user = (const rf_node **)(r + 1);
+  r->names = (const char **)(r->user + n);
+  r->feeds = (rf_output *)(r->names + n);
+  r->index = (int *)(r->feeds + sig->num_feeds);
+  int k = 0;
+  for (int i = 0; i < sig->num_feeds; i++, k++) {
+    r->user[k] = feeds[i].output.node;
+    r->index[k] = feeds[i].output.index;
+    r->names[k] = sig->feeds[i].node->name;
+    r->feeds[i] = sig->feeds[i];
+  }
+  for (int i = 0; i < sig->num_fetches; i++, k++) {
+    r->user[k] = fetches[i].node;
+    r->index[k] = fetches[i].index;
+    r->names[k] = sig->fetches[i].node->name;
+  }
+  for (int i = 0; i < sig->num_targets; i++, k++) {
+    r->user[k] = targets[i];
+    r->index[k] = -1;
+    r->names[k] = sig->targets[i]->name;
+  }
+  pthread_mutex_lock(&s->cache_mu);
+  rf__request *old = s->recent[s->recent_next];
+  s->recent[s->recent_next] = r;
+  s->recent_next = (s->recent_next + 1) % RF__RECENT_REQUESTS;
+  pthread_mutex_unlock(&s->cache_mu);
+  rf__free(old);
+}
+
 /* Runs plan p as one step; on success fetched[] holds new references. */
 static rf_status *run_step(rf_session *s, rf__plan *p, const rf_feed *feeds,
                            rf_tensor **fed, rf_tensor **fetched,
@@ -592,9 +702,12 @@ rf_status *rf_session_run(rf_session *s, const rf_feed *feeds, int nfeeds,
   /* Every run of a job session is a job step, failed or not, so that the
    * processes' counts stay in step. */
   int64_t job_step = s->job ? atomic_fetch_add(&s->next_job_step, 1) : -1;
-  /* One block for the resolved request and the step's tensor arrays. */
+  /* One block for the resolved request and the step's tensor arrays: on
+   * the stack unless the request is large. */
   size_t words = (size_t)nfeeds * 3 + (size_t)nfetches * 3 + (size_t)ntargets;
-  void **mem = rf__malloc(sizeof(void *) * (words ? words : 1));
+  void *small[RUN_STACK_WORDS];
+  void **mem =
+      words <= RUN_STACK_WORDS ? small : rf__malloc(sizeof(void *) * words);
   if (!mem) {
     rf_status *st = rf__status_prefix(rf__oom(), "rf_session_run");
     if (s->job) rf__job_step_failed(s->job, job_step, st);
@@ -607,13 +720,23 @@ rf_status *rf_session_run(rf_session *s, const rf_feed *feeds, int nfeeds,
   rf_tensor **fed = (rf_tensor **)(tn + ntargets);
   rf_tensor **fetched = fed + nfeeds;
   sbuf key = {0};
-  rf__plan *p = NULL;
-  rf_status *st = resolve(s, feeds, nfeeds, fetches, nfetches, targets,
-                          ntargets, fo, xo, tn, &key);
+  rf_status *st = NULL;
+  /* A repeated request: its plan without a name lookup; only the values
+   * fed are new. */
+  rf__plan *p =
+      recent_find(s, feeds, nfeeds, fetches, nfetches, targets, ntargets, fo);
+  for (int i = 0; p && i < nfeeds && !st; i++)
+    st = check_feed(&fo[i], feeds[i].value, i);
+  if (!p)
+    st = resolve(s, feeds, nfeeds, fetches, nfetches, targets, ntargets, fo, xo,
+                 tn, &key);
   rf__signature sig = {fo, nfeeds, xo, nfetches, tn, ntargets};
   /* An error of an earlier pipelined step fails this run instead. */
   if (!st) st = rf__session_take_deferred(s);
-  if (!st) st = get_plan(s, &sig, key.p ? key.p : "", &p);
+  if (!st && !p) {
+    st = get_plan(s, &sig, key.p ? key.p : "", &p);
+    if (!st) recent_add(s, p, feeds, fetches, targets, &sig);
+  }
   if (!st) {
     bool count = p->step_graph != NULL; /* captures wait for no other run */
     if (count) rf__graph_run_begin(s);
@@ -625,6 +748,6 @@ rf_status *rf_session_run(rf_session *s, const rf_feed *feeds, int nfeeds,
   if (!st && nfetches)
     memcpy(outputs, fetched, sizeof(rf_tensor *) * (size_t)nfetches);
   rf__free(key.p);
-  rf__free(mem);
+  if (mem != small) rf__free(mem);
   return st;
 }

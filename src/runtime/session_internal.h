@@ -37,6 +37,10 @@ typedef struct rf__plan {
   UT_hash_handle hh;
 } rf__plan;
 
+/* Requests a session remembers (a training loop alternates a few: the
+ * step, an evaluation, a checkpoint's reads). */
+#define RF__RECENT_REQUESTS 8
+
 struct rf_session {
   rf_graph *graph;         /* the session's copy of the user's graph */
   rf_session_options opts; /* its strings point at the session's copies */
@@ -60,6 +64,11 @@ struct rf_session {
   atomic_llong next_step;
   pthread_mutex_t cache_mu;
   rf__plan *cache; /* uthash by signature */
+  /* The requests of recent runs as their callers gave them, each with its
+   * plan, so a run that repeats one looks up no name (session.c); under
+   * cache_mu, replaced in turn from recent_next. */
+  struct rf__request *recent[RF__RECENT_REQUESTS];
+  int recent_next;
   /* Steps that returned before their GPU work ran (gpu_sync_on_finish off)
    * and whose checks still wait for it, oldest first; the first error of a
    * check run since, not yet reported (runtime/session_sync.c). */
