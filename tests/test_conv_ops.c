@@ -350,13 +350,23 @@ static void test_max_pool_nan(void **state) {
   rf_graph_free(g);
 }
 
-/* MaxPoolGrad with ties and NaNs, over more channels than the CPU kernel
- * handles at once (70) and overlapping windows: each output's gradient goes
- * to the first maximum of its window in (row, column) order, the first NaN
- * when the window holds one, as the kernels document. */
-static void test_max_pool_grad_ties(void **state) {
-  (void)state;
-  const wcase c = {"ties", 2, 5, 6, 70, 3, 3, 0, 2, 2, 1, 1, true};
+/* MaxPoolGrad with ties and NaNs: each output's gradient goes to the first
+ * maximum of its window in (row, column) order, the first NaN when the
+ * window holds one, as the kernels document. Overlapping windows over more
+ * channels than the CPU kernel handles at once (70), and windows that do
+ * not overlap (the float32 kernel of max_pool_grad_disjoint.c): tiling the
+ * input exactly, with padding before, with a stride above the window and a
+ * VALID remainder (elements of no window), channels not a multiple of 16. */
+static const wcase tie_cases[] = {
+    {"overlapping", 2, 5, 6, 70, 3, 3, 0, 2, 2, 1, 1, true},
+    {"2x2 stride 2 (the CNN's)", 3, 8, 6, 32, 2, 2, 0, 2, 2, 1, 1, true},
+    {"3x3 stride 3 SAME, padded", 2, 7, 8, 20, 3, 3, 0, 3, 3, 1, 1, true},
+    {"2x2 stride 3 VALID", 2, 9, 8, 17, 2, 2, 0, 3, 3, 1, 1, false},
+    {"2x3 stride 2x3 VALID remainder", 1, 5, 7, 3, 2, 3, 0, 2, 3, 1, 1, false},
+};
+
+static void check_max_pool_grad_ties(const wcase *cp) {
+  const wcase c = *cp;
   geo ge = geo_of(&c);
   rf_shape xs = x_shape(&c), ys = y_shape(&c, true);
   int64_t nx = c.n * c.h * c.w * c.c, ny = c.n * ge.oh * ge.ow * c.c;
@@ -411,6 +421,12 @@ static void test_max_pool_grad_ties(void **state) {
   rf_tensor_release(out[0]), rf_tensor_release(out[1]);
   rf_tensor_release(x), rf_tensor_release(dy);
   rf_graph_free(g);
+}
+
+static void test_max_pool_grad_ties(void **state) {
+  (void)state;
+  for (size_t i = 0; i < sizeof tie_cases / sizeof tie_cases[0]; i++)
+    check_max_pool_grad_ties(&tie_cases[i]);
 }
 
 /* ---- gradients against finite differences ---- */

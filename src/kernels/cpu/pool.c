@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "kernels/conv_prepare.h"
+#include "kernels/cpu/max_pool_grad_disjoint.h"
 #include "kernels/kernel_families.h"
 
 typedef struct pool_job {
@@ -227,13 +228,26 @@ static rf_status *avg_pool_compute(rf__kernel_ctx *ctx) {
              avg_rows_f32, avg_rows_f64);
 }
 
+/* float32 images whose windows do not overlap (max_pool_grad_disjoint.c) */
+static void max_grad_disjoint_images(void *arg, int64_t n0, int64_t n1) {
+  const pool_job *j = arg;
+  const rf__conv_geom *g = j->g;
+  int64_t in = g->h * g->w * g->c, out = g->oh * g->ow * g->c;
+  for (int64_t n = n0; n < n1; n++)
+    rf__max_pool_grad_disjoint(g, (const float *)j->x + n * in,
+                               (const float *)j->dy + n * out,
+                               (float *)j->out + n * in);
+}
+
 static rf_status *max_pool_grad_compute(rf__kernel_ctx *ctx) {
   rf__conv_geom g;
   RF_CHECK(rf__max_pool_grad_prepare(ctx, &g));
   rf_shape s = ctx->inputs[0]->shape;
   pool_job j = {.x = ctx->inputs[0]->data, .dy = ctx->inputs[2]->data};
-  return run(ctx, &g, &s, &j, g.n, g.oh * g.ow * g.c * g.kh * g.kw,
-             max_grad_images_f32, max_grad_images_f64);
+  part_fn f32 = rf__max_pool_grad_disjoint_fits(&g) ? max_grad_disjoint_images
+                                                    : max_grad_images_f32;
+  return run(ctx, &g, &s, &j, g.n, g.oh * g.ow * g.c * g.kh * g.kw, f32,
+             max_grad_images_f64);
 }
 
 static rf_status *avg_pool_grad_compute(rf__kernel_ctx *ctx) {
