@@ -611,7 +611,8 @@ static int parse_options(int argc, char **argv, options *o) {
                  .seed = 1,
                  .sync = SYNC_ALLREDUCE,
                  .warmup = 10,
-                 .bucket_mb = -1};
+                 .bucket_mb = -1,
+                 .epilogues = RF_MATMUL_EPILOGUES_GPU};
   char why[64];
   tool_devices_parse("cpu:0-3", &o->devices, why, sizeof why);
   int sync = SYNC_ALLREDUCE, schedule = 0, model = MODEL_MLP, feed = FEED_AUTO;
@@ -748,11 +749,10 @@ static int parse_options(int argc, char **argv, options *o) {
                   graph_choices),
       TOOL_CHOICE("matmul-epilogues", &o->epilogues, "S",
                   "run each MatMul's bias, ReLU and bias gradient inside the "
-                  "product as one fused node on no device (off, the "
-                  "default), GPU devices (gpu) or every device (all); each "
-                  "runs the unfused kernels one after the other (the "
-                  "cuBLASLt kernel only with RF_CUBLASLT_EPILOGUES=1) "
-                  "(rf_session_options.matmul_epilogues)",
+                  "product as one fused node on no device (off), GPU "
+                  "devices (gpu, the default: one cuBLASLt product each) or "
+                  "every device (all; on CPU the unfused kernels one after "
+                  "the other) (rf_session_options.matmul_epilogues)",
                   epilogue_choices),
   };
   const tool_cmd cmd = {

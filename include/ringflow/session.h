@@ -191,16 +191,17 @@ typedef struct rf_session_options {
    * the sum read the ReLU's output instead: the same mask); and a
    * _BiasAddGrad of a rank-2 gradient G together with the MatMul that
    * reduces G over the same rows (a weight gradient, x^T G) becomes one
-   * _FusedMatMulBiasGrad. Each fused node runs the unfused kernels one
-   * after the other (bit-identical results), on CPU and GPU devices. The
-   * one-cuBLASLt-product GPU kernel (epilogues CUBLASLT_EPILOGUE_RELU_BIAS,
-   * _BIAS, _BGRADA/_BGRADB) runs only with the environment variable
-   * RF_CUBLASLT_EPILOGUES=1: experimental, its results differed from the
-   * unfused ones beyond float tolerance in its first H200 test
-   * (docs/PERFORMANCE.md, "MatMul epilogues"). RF_MATMUL_EPILOGUES_OFF (0,
-   * the default: nothing fused), RF_MATMUL_EPILOGUES_GPU (on GPU devices)
-   * or RF_MATMUL_EPILOGUES_ALL (CPU devices too: for testing the
-   * rewrite).
+   * _FusedMatMulBiasGrad. On GPU devices a fused node is one cuBLASLt
+   * product with its epilogue (CUBLASLT_EPILOGUE_RELU_BIAS, _BIAS,
+   * _BGRADA/_BGRADB): float32 results agree with the unfused kernels' to
+   * float32 rounding of the sums, not bit for bit (the product's order of
+   * summation differs). Where cuBLASLt offers no algorithm, and with the
+   * environment variable RF_CUBLASLT_EPILOGUES=0, it runs the unfused
+   * kernels one after the other (bit-identical to unfused), as fused nodes
+   * on CPU devices always do. RF_MATMUL_EPILOGUES_OFF (0: nothing fused),
+   * RF_MATMUL_EPILOGUES_GPU (1, the default after rf_session_options_init:
+   * on GPU devices) or RF_MATMUL_EPILOGUES_ALL (2: CPU devices too, for
+   * testing the rewrite).
    * Any other value: INVALID_ARGUMENT from rf_session_new (and from
    * rf_graph_lower). */
   int matmul_epilogues;

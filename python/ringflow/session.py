@@ -56,12 +56,12 @@ class Session:
       graph (rf_session_options.gpu_graphs; docs/PERFORMANCE.md, "CUDA
       graphs of steps"); None: the library's default (off). Ignored
       without GPU devices; a step that cannot be captured runs as without.
-    matmul_epilogues: "off" (None: the library's default) fuses nothing;
-      "gpu" fuses MatMul -> BiasAdd (-> Relu), and a weight gradient with
+    matmul_epilogues: "off" fuses nothing; "gpu" (None: the library's
+      default) fuses MatMul -> BiasAdd (-> Relu), and a weight gradient with
       its bias gradient, into one node on GPU devices, "all" on CPU devices
-      too (rf_session_options.matmul_epilogues; each fused node runs the
-      unfused kernels one after the other, the cuBLASLt kernel only with
-      RF_CUBLASLT_EPILOGUES=1); another value raises ValueError.
+      too (rf_session_options.matmul_epilogues; on a GPU one cuBLASLt
+      product with its epilogue, unfused kernels with
+      RF_CUBLASLT_EPILOGUES=0 and on CPUs); another value raises ValueError.
     Raises InvalidArgumentError when a node requests a device the session
     lacks (naming node, op and device), FailedPreconditionError for GPU
     devices without a usable GPU ("no GPU: <reason>").
