@@ -33,10 +33,11 @@
  * timeout, and at the timeout the op fails naming the tasks that have not
  * reached the collective or did not answer; the op stays queued (MPI owns
  * its check) and its name's later ops wait behind it until it pairs. A
- * task whose step failed before its collective tells every task (FAILED,
- * STEP_FAILED): there is no coordinator to fail the others' checks, so
- * each fails its own ops of that step at once, as at the timeout (the
- * check still pairs later, the steps differ, and it is agreed anew).
+ * task whose step failed before its collective tells the members of its
+ * agreed collectives (FAILED, STEP_FAILED): there is no coordinator to
+ * fail the others' checks, so each fails its own ops of that step at once,
+ * as at the timeout (the check still pairs later, the steps differ, and it
+ * is agreed anew).
  * Blocking (data thread) and GPU collectives are never kept: their checks
  * say "changed" and they always go through task 0. */
 #include <pthread.h>
