@@ -134,10 +134,74 @@ static void test_executor_oom_fails_the_job_step(void **state) {
   rf_graph_free(j.g);
 }
 
+/* A failure told on (np4): task 1 fails a step before it starts (a feed of
+ * the wrong shape); 'sum' spans tasks 0, 1 and 3, 'pair' tasks 0 and 2,
+ * and task 0's part of 'pair' needs its 'sum'. Task 0, told by task 1,
+ * fails 'sum' and never reaches 'pair', so it must tell task 2 in turn
+ * (task 1, not in 'pair', does not): task 2, in 'pair' only, must end that
+ * step within half the timeout naming task 0; the next step works. */
+typedef struct pair_job {
+  rf_output x[4], sum[3], pair[2];
+} pair_job;
+
+static rf_status *pair_step(rf_session *s, const pair_job *p, bool bad) {
+  rf_shape sh = rf_shape_of(1, bad ? 3 : 4);
+  rf_tensor *in = NULL;
+  assert_ok(rf_tensor_new(RF_FLOAT64, &sh, NULL, &in));
+  for (int i = 0; i < sh.dims[0]; i++) rf_tensor_set(in, i, T + 1);
+  rf_feed feed = {p->x[T], in};
+  rf_output fetch[2];
+  int n = 0;
+  if (T != 2) fetch[n++] = p->sum[T == 3 ? 2 : T];
+  if (T == 0 || T == 2) fetch[n++] = p->pair[T == 0 ? 0 : 1];
+  rf_tensor *out[2] = {0};
+  rf_status *st = rf_session_run(s, &feed, 1, fetch, n, NULL, 0, out);
+  for (int i = 0; !st && i < 4; i++) { /* sum 1 + 2 + 4, pair that + 3 */
+    if (T != 2) assert_true(rf_tensor_get(out[0], i) == 7);
+    if (T == 0 || T == 2) assert_true(rf_tensor_get(out[n - 1], i) == 10);
+  }
+  for (int f = 0; f < 2; f++) rf_tensor_release(out[f]);
+  rf_tensor_release(in);
+  return st;
+}
+
+static void test_told_on_to_a_subset(void **state) {
+  if (NT != 4) skip();
+  rf_graph *g = rf_graph_new();
+  pair_job p;
+  for (int t = 0; t < 4; t++) {
+    char dev[MT_DEVICE_LEN];
+    mt_device(t, 0, dev, sizeof dev);
+    assert_ok(rf_graph_push_device(g, dev));
+    p.x[t] = rf_placeholder(g, NULL, RF_FLOAT64, rf_shape_of(1, 4));
+    rf_graph_pop_device(g);
+  }
+  rf_output in[3] = {p.x[0], p.x[1], p.x[3]};
+  rf_all_reduce_n(g, "sum", in, 3, RF_REDUCE_SUM, p.sum);
+  rf_output two[2] = {p.sum[0], p.x[2]}; /* task 0's part waits for sum */
+  rf_all_reduce_n(g, "pair", two, 2, RF_REDUCE_SUM, p.pair);
+  assert_graph_ok(g);
+  rf_session *s = mt_session(g, 1, TIMEOUT_MS);
+  for (int k = 0; k < 2; k++) assert_ok(pair_step(s, &p, false));
+  double t0 = now_ms();
+  rf_status *st = pair_step(s, &p, T == VICTIM);
+  double ms = now_ms() - t0;
+  assert_non_null(st);
+  assert_true(ms < TIMEOUT_MS / 2); /* told, not timed out */
+  if (T == 2) assert_contains(rf_status_message(st), "task 0");
+  if (T == 0 || T == 3) assert_contains(rf_status_message(st), "task 1");
+  rf_status_free(st);
+  MPI_Barrier(MPI_COMM_WORLD);
+  for (int k = 0; k < 2; k++) assert_ok(pair_step(s, &p, false));
+  rf_session_free(s);
+  rf_graph_free(g);
+}
+
 int main(void) {
   if (mt_init()) return 1;
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_executor_oom_fails_the_job_step),
+      cmocka_unit_test(test_told_on_to_a_subset),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
