@@ -152,7 +152,10 @@ typedef struct rf_session_options {
    * "gpu graphs: ..."). Errors are reported as without graphs; a capture
    * whose step fails launches what it enqueued, as a run without graphs
    * would have run it, and is tried again on a later run. The memory a
-   * graph's step used stays its own while the plan lives. With
+   * graph's step used stays its own while the plan lives. A session keeps
+   * at most 16 step graphs (one per (feeds, fetches, targets) that was
+   * captured); other requests run without one (the log says so) until a
+   * graph is dropped (its plan's shapes changed) or the session is freed. With
    * gpu_graphs 1 each GPU device's cuBLAS handle gets a 32 MiB workspace
    * of its own (device memory, freed with the session), so captured
    * products record no memory allocations.

@@ -263,6 +263,7 @@ rf_status *rf_session_new(const rf_graph *g, const rf_session_options *opts,
   pthread_mutex_init(&s->trace_mu, NULL);
   pthread_mutex_init(&s->graph_mu, NULL);
   pthread_cond_init(&s->graph_cv, NULL);
+  atomic_init(&s->graphs_kept, 0);
   rf__session_sync_init(s);
   RF_CHECK_GOTO(make_devices(s, g), st, fail);
   RF_CHECK_GOTO(graph_debug(s), st, fail);
