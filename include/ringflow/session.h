@@ -159,8 +159,12 @@ typedef struct rf_session_options {
    * gpu_graphs 1 each GPU device's cuBLAS handle gets a 32 MiB workspace
    * of its own (device memory, freed with the session), so captured
    * products record no memory allocations.
-   * 0: never. Default RF_DEFAULT_GPU_GRAPHS; ignored without GPU devices.
-   * Any other value: INVALID_ARGUMENT. For finding faults of replayed
+   * 0: never. Default RF_DEFAULT_GPU_GRAPHS, or the environment variable
+   * RF_GPU_GRAPHS when it is set to 0 or 1 (read by
+   * rf_session_options_init; a value set in code wins); ignored without
+   * GPU devices. Any other value, or RF_GPU_GRAPHS set to anything else
+   * (non-empty): INVALID_ARGUMENT from rf_session_new ("... RF_GPU_GRAPHS
+   * is 'x' (0 or 1)"). For finding faults of replayed
    * steps, the environment variable RF_GPU_GRAPH_DEBUG (comma-separated:
    * sync, serial, workspace; docs/PERFORMANCE.md) changes how they are
    * captured and launched, never their values; with gpu_graphs 1 and GPU

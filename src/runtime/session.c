@@ -23,6 +23,15 @@
 #define MAX_CPU_DEVICES 64
 #define MAX_GPU_DEVICES 64
 
+/* RF_GPU_GRAPHS (0 or 1) in the environment sets gpu_graphs' default: an
+ * opt-out for programs that cannot be changed. Another value gives 2, which
+ * rf_session_new refuses naming the variable (env_graphs_note). */
+static int default_gpu_graphs(void) {
+  const char *e = getenv("RF_GPU_GRAPHS");
+  if (!e || !*e) return RF_DEFAULT_GPU_GRAPHS;
+  return !strcmp(e, "0") ? 0 : !strcmp(e, "1") ? 1 : 2;
+}
+
 void rf_session_options_init(rf_session_options *o) {
   if (!o) return;
   memset(o, 0, sizeof *o);
@@ -32,7 +41,7 @@ void rf_session_options_init(rf_session_options *o) {
   o->collective_timeout_ms = 300000;
   o->gpu_sync_on_finish = 1;
   o->collective_bucket_bytes = RF_DEFAULT_BUCKET_BYTES;
-  o->gpu_graphs = RF_DEFAULT_GPU_GRAPHS;
+  o->gpu_graphs = default_gpu_graphs();
   o->group_optimizer_updates = 1;
 }
 
@@ -73,9 +82,16 @@ static rf_status *check_options(const rf_session_options *o) {
   if (o->allow_tf32 != 0 && o->allow_tf32 != 1)
     return rf__invalid("session options: allow_tf32 must be 0 or 1, got %d",
                        o->allow_tf32);
-  if (o->gpu_graphs != 0 && o->gpu_graphs != 1)
+  if (o->gpu_graphs != 0 && o->gpu_graphs != 1) {
+    const char *e = getenv("RF_GPU_GRAPHS");
+    if (default_gpu_graphs() == 2)
+      return rf__invalid(
+          "session options: gpu_graphs must be 0 or 1, got %d: "
+          "RF_GPU_GRAPHS is '%s' (0 or 1)",
+          o->gpu_graphs, e);
     return rf__invalid("session options: gpu_graphs must be 0 or 1, got %d",
                        o->gpu_graphs);
+  }
   if (o->matmul_epilogues != RF_MATMUL_EPILOGUES_GPU &&
       o->matmul_epilogues != RF_MATMUL_EPILOGUES_OFF &&
       o->matmul_epilogues != RF_MATMUL_EPILOGUES_ALL)
