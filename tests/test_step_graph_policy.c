@@ -9,6 +9,7 @@
  * crossing control edges), Dropout; the option's values (0 or 1, else
  * INVALID_ARGUMENT). The GPU side: test_gpu_graphs.c. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/tensor.h"
@@ -188,7 +189,8 @@ static void test_debug_words(void **state) {
                 "'syn' is not one of");
 }
 
-/* gpu_graphs is 0 or 1 (default 0); a session refuses anything else. */
+/* gpu_graphs is 0 or 1 (default RF_DEFAULT_GPU_GRAPHS); a session refuses
+ * anything else. */
 static void test_option_values(void **state) {
   (void)state;
   rf_session_options o;
@@ -218,12 +220,45 @@ static void test_option_values(void **state) {
   rf_graph_free(g);
 }
 
+/* RF_GPU_GRAPHS in the environment sets gpu_graphs' default (0 or 1); an
+ * explicit option wins; another value makes rf_session_new fail naming it. */
+static void test_env_default(void **state) {
+  (void)state;
+  rf_session_options o;
+  rf_graph *g = rf_graph_new();
+  (void)rf_const_scalar(g, "c", RF_FLOAT32, 1);
+  const char *vals[] = {"0", "1"};
+  for (int i = 0; i < 2; i++) {
+    assert_int_equal(setenv("RF_GPU_GRAPHS", vals[i], 1), 0);
+    rf_session_options_init(&o);
+    assert_int_equal(o.gpu_graphs, i);
+    o.gpu_graphs = 1 - i; /* the option set in code wins */
+    rf_session *s = NULL;
+    assert_ok(rf_session_new(g, &o, &s));
+    rf_session_free(s);
+  }
+  assert_int_equal(setenv("RF_GPU_GRAPHS", "off", 1), 0);
+  rf_session_options_init(&o);
+  rf_session *s = NULL;
+  assert_status(rf_session_new(g, &o, &s), RF_INVALID_ARGUMENT,
+                "RF_GPU_GRAPHS is 'off' (0 or 1)");
+  assert_null(s);
+  assert_int_equal(setenv("RF_GPU_GRAPHS", "", 1), 0);
+  rf_session_options_init(&o);
+  assert_int_equal(o.gpu_graphs, RF_DEFAULT_GPU_GRAPHS);
+  assert_int_equal(unsetenv("RF_GPU_GRAPHS"), 0);
+  rf_session_options_init(&o);
+  assert_int_equal(o.gpu_graphs, RF_DEFAULT_GPU_GRAPHS);
+  rf_graph_free(g);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_decide_by_shapes),
       cmocka_unit_test(test_never_captured_reasons),
       cmocka_unit_test(test_option_values),
       cmocka_unit_test(test_debug_words),
+      cmocka_unit_test(test_env_default),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

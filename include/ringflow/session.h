@@ -152,12 +152,19 @@ typedef struct rf_session_options {
    * "gpu graphs: ..."). Errors are reported as without graphs; a capture
    * whose step fails launches what it enqueued, as a run without graphs
    * would have run it, and is tried again on a later run. The memory a
-   * graph's step used stays its own while the plan lives. With
+   * graph's step used stays its own while the plan lives. A session keeps
+   * at most 16 step graphs (one per (feeds, fetches, targets) that was
+   * captured); other requests run without one (the log says so) until a
+   * graph is dropped (its plan's shapes changed) or the session is freed. With
    * gpu_graphs 1 each GPU device's cuBLAS handle gets a 32 MiB workspace
    * of its own (device memory, freed with the session), so captured
    * products record no memory allocations.
-   * 0: never. Default RF_DEFAULT_GPU_GRAPHS; ignored without GPU devices.
-   * Any other value: INVALID_ARGUMENT. For finding faults of replayed
+   * 0: never. Default RF_DEFAULT_GPU_GRAPHS, or the environment variable
+   * RF_GPU_GRAPHS when it is set to 0 or 1 (read by
+   * rf_session_options_init; a value set in code wins); ignored without
+   * GPU devices. Any other value, or RF_GPU_GRAPHS set to anything else
+   * (non-empty): INVALID_ARGUMENT from rf_session_new ("... RF_GPU_GRAPHS
+   * is 'x' (0 or 1)"). For finding faults of replayed
    * steps, the environment variable RF_GPU_GRAPH_DEBUG (comma-separated:
    * sync, serial, workspace; docs/PERFORMANCE.md) changes how they are
    * captured and launched, never their values; with gpu_graphs 1 and GPU
@@ -213,16 +220,16 @@ enum {
   RF_MATMUL_EPILOGUES_ALL = 2
 };
 
-/* gpu_graphs after rf_session_options_init: off. On one H200 a replayed
- * batch-128 MLP step on gpu:0 is 4.5x faster, but the training step on 4
- * or 8 virtual GPUs of one GPU faulted (cudaErrorIllegalAddress) in 13 of
- * 16 runs of `ringflow train --gpu-graphs on` (docs/PERFORMANCE.md, "CUDA
- * graphs of steps"). Captures with cuBLAS's default workspace pool record
- * memory nodes, and with them replays on 8 virtual GPUs still faulted
- * after the stream-ordering fix; with a workspace per device (now always
- * given with gpu_graphs) none has faulted so far. Off until that is
- * proven over many runs. */
-#define RF_DEFAULT_GPU_GRAPHS 0
+/* gpu_graphs after rf_session_options_init: on (RF_GPU_GRAPHS=0 in the
+ * environment, gpu_graphs = 0 in code or `ringflow train --gpu-graphs off`
+ * turn it off). On one H200 a replayed batch-128 MLP step on gpu:0 is 3.4x
+ * faster (docs/PERFORMANCE.md, "CUDA graphs of steps"). It was off while
+ * the training step on 4 or 8 virtual GPUs of one GPU faulted
+ * (cudaErrorIllegalAddress); since the stream-ordering fix and a cuBLAS
+ * workspace per device (given with gpu_graphs), scripts/gpu_graph_stress.sh
+ * passed 24 of 24 runs. A step that cannot be captured runs as without
+ * graphs, and results are the same bits either way. */
+#define RF_DEFAULT_GPU_GRAPHS 1
 
 /* collective_bucket_bytes after rf_session_options_init: 1 MiB. The
  * producers of a bucket's gradients write straight into it (no copy in), so

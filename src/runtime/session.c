@@ -27,6 +27,15 @@
  * feeds and fetches). */
 #define RUN_STACK_WORDS 128
 
+/* RF_GPU_GRAPHS (0 or 1) in the environment sets gpu_graphs' default: an
+ * opt-out for programs that cannot be changed. Another value gives 2, which
+ * rf_session_new refuses naming the variable (env_graphs_note). */
+static int default_gpu_graphs(void) {
+  const char *e = getenv("RF_GPU_GRAPHS");
+  if (!e || !*e) return RF_DEFAULT_GPU_GRAPHS;
+  return !strcmp(e, "0") ? 0 : !strcmp(e, "1") ? 1 : 2;
+}
+
 void rf_session_options_init(rf_session_options *o) {
   if (!o) return;
   memset(o, 0, sizeof *o);
@@ -36,7 +45,7 @@ void rf_session_options_init(rf_session_options *o) {
   o->collective_timeout_ms = 300000;
   o->gpu_sync_on_finish = 1;
   o->collective_bucket_bytes = RF_DEFAULT_BUCKET_BYTES;
-  o->gpu_graphs = RF_DEFAULT_GPU_GRAPHS;
+  o->gpu_graphs = default_gpu_graphs();
   o->group_optimizer_updates = 1;
   o->matmul_epilogues = RF_MATMUL_EPILOGUES_GPU;
 }
@@ -78,9 +87,16 @@ static rf_status *check_options(const rf_session_options *o) {
   if (o->allow_tf32 != 0 && o->allow_tf32 != 1)
     return rf__invalid("session options: allow_tf32 must be 0 or 1, got %d",
                        o->allow_tf32);
-  if (o->gpu_graphs != 0 && o->gpu_graphs != 1)
+  if (o->gpu_graphs != 0 && o->gpu_graphs != 1) {
+    const char *e = getenv("RF_GPU_GRAPHS");
+    if (default_gpu_graphs() == 2)
+      return rf__invalid(
+          "session options: gpu_graphs must be 0 or 1, got %d: "
+          "RF_GPU_GRAPHS is '%s' (0 or 1)",
+          o->gpu_graphs, e);
     return rf__invalid("session options: gpu_graphs must be 0 or 1, got %d",
                        o->gpu_graphs);
+  }
   if (o->matmul_epilogues != RF_MATMUL_EPILOGUES_GPU &&
       o->matmul_epilogues != RF_MATMUL_EPILOGUES_OFF &&
       o->matmul_epilogues != RF_MATMUL_EPILOGUES_ALL)
@@ -268,6 +284,7 @@ rf_status *rf_session_new(const rf_graph *g, const rf_session_options *opts,
   pthread_mutex_init(&s->trace_mu, NULL);
   pthread_mutex_init(&s->graph_mu, NULL);
   pthread_cond_init(&s->graph_cv, NULL);
+  atomic_init(&s->graphs_kept, 0);
   rf__session_sync_init(s);
   RF_CHECK_GOTO(make_devices(s, g), st, fail);
   RF_CHECK_GOTO(graph_debug(s), st, fail);

@@ -83,6 +83,9 @@ struct rf_session {
   pthread_cond_t graph_cv;
   int graph_runs;
   bool graph_capturing;
+  /* Step graphs kept for replay, of all plans (at most RF__GRAPH_MAX_KEPT:
+   * each holds its step's device memory). */
+  atomic_int graphs_kept;
   /* RF_GPU_GRAPH_DEBUG's flags (runtime/step_graph.h), read when the
    * session is made with gpu_graphs on and GPU devices. */
   int graph_debug;

@@ -7,6 +7,13 @@
  *   - a run whose feed shapes equal the previous run's is captured; later
  *     runs with the same shapes replay it; another shape runs without the
  *     graph and says so; that shape repeated is captured in its place.
+ * A session keeps at most RF__GRAPH_MAX_KEPT graphs: each holds the device
+ * memory of its step's temporaries, and a plan is made per (feeds,
+ * fetches, targets), so a program running many signatures would otherwise
+ * hold that memory for each. Plans beyond it run without a graph (said once
+ * through the log); a graph's slot is given back when it is dropped or its
+ * plan freed. No eviction: one that cycles through more signatures would
+ * capture at every run.
  * Invariant: while a step is captured no other run of the session is under
  * way (captures wait for none: they are skipped instead, and the run goes
  * uncaptured). */
@@ -18,6 +25,8 @@
 
 #include "core/tensor.h"
 #include "runtime/session_internal.h"
+
+enum { RF__GRAPH_MAX_KEPT = 16 };
 
 typedef enum {
   RF__GRAPH_EAGER = 0, /* run the executor as without graphs */

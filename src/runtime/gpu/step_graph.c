@@ -47,6 +47,8 @@ struct rf__step_graph {
   const char *never; /* why the plan is never captured (never_buf) */
   char never_buf[512];
   bool told_never;
+  bool told_full;     /* said that the session's graphs are at the limit */
+  atomic_int *kept_n; /* the session's graphs_kept */
   cudaGraphExec_t exec;
   cudaEvent_t ev; /* the capture's fork; then the end of each launch */
   bool kept;      /* this run launched the kept graph: copy its fetches */
@@ -72,6 +74,7 @@ rf_status *rf__step_graph_new(rf_session *s, rf__plan *p,
   g->num_fetches = p->num_fetches;
   g->num_gpus = p->num_gpus;
   g->debug = s->graph_debug;
+  g->kept_n = &s->graphs_kept;
   rf_status *st = rf__graph_shapes_init(&g->shapes, p->num_feeds);
   g->staging = rf__calloc((size_t)p->num_feeds + 1, sizeof(rf_tensor *));
   g->outs = rf__calloc((size_t)p->num_fetches + 1, sizeof(rf_tensor *));
@@ -90,7 +93,10 @@ rf_status *rf__step_graph_new(rf_session *s, rf__plan *p,
  * held; the plan may capture again. */
 static void drop(rf__step_graph *g, int num_gpus) {
   if (g->ev) (void)cudaEventSynchronize(g->ev);
-  if (g->exec) (void)cudaGraphExecDestroy(g->exec);
+  if (g->exec) {
+    (void)cudaGraphExecDestroy(g->exec);
+    atomic_fetch_sub(g->kept_n, 1);
+  }
   (void)cudaGetLastError();
   g->exec = NULL;
   for (int i = 0; i < num_gpus; i++) {
@@ -517,6 +523,16 @@ static bool capture(rf_session *s, rf__plan *p, rf__step_graph *g,
   rf_tensor *const *fed = step->feeds;
   drop(g, p->num_gpus);
   g->launches = 0;
+  if (atomic_load(g->kept_n) >= RF__GRAPH_MAX_KEPT) {
+    if (!g->told_full)
+      RF__LOG(RF_LOG_INFO,
+              "gpu graphs: plan '%s': the session already keeps %d step "
+              "graphs (the most it keeps): this step runs without one",
+              p->signature, RF__GRAPH_MAX_KEPT);
+    g->told_full = true;
+    rf__graph_capture_end(s);
+    return false;
+  }
   rf_status *st = stage_feeds(g, fed, true);
   if (!st) st = snapshot_vars(g, p);
   if (!st) st = begin_capture(g, p);
@@ -603,6 +619,7 @@ static bool capture(rf_session *s, rf__plan *p, rf__step_graph *g,
     return true;
   }
   g->exec = exec;
+  atomic_fetch_add(g->kept_n, 1);
   g->kept = true;
   rf__graph_captured(&g->shapes);
   if (rf__log_on(RF_LOG_INFO)) {
