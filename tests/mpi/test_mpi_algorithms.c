@@ -263,26 +263,62 @@ static void test_small_every_dtype(void **state) {
   }
 }
 
-/* Each kind just below and just above its threshold (512 KiB when it has
- * none), odd element counts. */
+/* Each kind just below and just above each size where the table's choice
+ * changes for this many processes, up to 1 MiB (512 KiB when it never
+ * does; larger ones run the same algorithms as these), odd element
+ * counts. */
 static void test_both_sides_of_thresholds(void **state) {
   uint64_t salt = 1000;
   for (size_t k = 0; k < sizeof kinds / sizeof *kinds; k++) {
-    rf__mpi_algorithm above;
-    int64_t from = rf__mpi_algorithm_threshold(kinds[k], &above);
-    if (from == INT64_MAX) from = 512 << 10;
-    /* the size the choice goes by: all-gather's output, else the input */
-    int64_t per = kinds[k] == RF_COLL_ALL_GATHER ? from / num_devices() : from;
-    int64_t elems[2] = {per / 4 - 3, per / 4 + 5};
-    for (int side = 0; side < 2; side++) {
-      int64_t cols = elems[side] | 1;
-      kase c = {kinds[k], RF_FLOAT32, RF_REDUCE_SUM, 1, cols};
-      if (kinds[k] == RF_COLL_REDUCE_SCATTER)
-        c.cols = (cols / num_devices()) | 1;
-      check_case(&c, salt++);
-      kase i = {kinds[k], RF_INT32, RF_REDUCE_MAX, 1, c.cols};
-      check_case(&i, salt++);
+    int64_t bounds[8];
+    int nb = rf__mpi_algorithm_bounds(kinds[k], NT, bounds, 8);
+    if (nb == 0) bounds[nb++] = 512 << 10;
+    for (int b = 0; b < nb && bounds[b] <= (1 << 20); b++) {
+      /* the size the choice goes by: all-gather's output, else the input */
+      int64_t from = bounds[b];
+      int64_t per =
+          kinds[k] == RF_COLL_ALL_GATHER ? from / num_devices() : from;
+      int64_t elems[2] = {per / 4 - 3, per / 4 + 5};
+      for (int side = 0; side < 2; side++) {
+        int64_t cols = elems[side] | 1;
+        kase c = {kinds[k], RF_FLOAT32, RF_REDUCE_SUM, 1, cols};
+        if (kinds[k] == RF_COLL_REDUCE_SCATTER)
+          c.cols = (cols / num_devices()) | 1;
+        check_case(&c, salt++);
+        kase i = {kinds[k], RF_INT32, RF_REDUCE_MAX, 1, c.cols};
+        check_case(&i, salt++);
+      }
     }
+  }
+}
+
+/* The table's choice is what runs: a 1 MiB reduce is MPI_Reduce on the
+ * data thread across 2 or 3 processes and ringflow's ring from 4 (session
+ * 11 call A on the quiet host: the ring 1.26-1.83x MPI_Reduce's speed at
+ * 1-16 MiB with 4 processes, in every repetition); a 1 MiB reduce-scatter
+ * is the ring, a 1 MiB all-reduce MPI's nonblocking call. */
+static void test_table_choice_runs(void **state) {
+  static const struct {
+    rf__collective_kind kind;
+    rf__mpi_algorithm below4, from4;
+  } want[] = {
+      {RF_COLL_REDUCE, RF_MPI_BLOCKING, RF_MPI_RING},
+      {RF_COLL_REDUCE_SCATTER, RF_MPI_RING, RF_MPI_RING},
+      {RF_COLL_ALL_REDUCE, RF_MPI_NBC, RF_MPI_NBC},
+  };
+  for (size_t k = 0; k < sizeof want / sizeof *want; k++) {
+    rf__mpi_algorithm a = NT >= 4 ? want[k].from4 : want[k].below4;
+    kase c = {want[k].kind, RF_FLOAT32, RF_REDUCE_SUM, 1, (1 << 18) + 5};
+    if (c.kind == RF_COLL_REDUCE_SCATTER)
+      c.cols = (1 << 18) / num_devices() + 1; /* rows of every device */
+    int64_t before = rf__mpi_algorithm_runs(a);
+    rf_tensor *outs[2];
+    run_case(&c, RF_MPI_AUTO, 4000 + k, outs);
+    if (rf__mpi_algorithm_runs(a) <= before)
+      fail_msg("%s of 1 MiB across %d processes did not run %s",
+               rf__collective_kind_name(c.kind), NT, rf__mpi_algorithm_name(a));
+    for (int i = 0; i < 2; i++)
+      if (outs[i]) rf_tensor_release(outs[i]);
   }
 }
 
@@ -386,6 +422,7 @@ int main(void) {
       cmocka_unit_test(test_in_flight_bytes_are_the_whole_vector),
       cmocka_unit_test(test_small_every_dtype),
       cmocka_unit_test(test_both_sides_of_thresholds),
+      cmocka_unit_test(test_table_choice_runs),
       cmocka_unit_test(test_reduce_scatter_shares_without_copy),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
