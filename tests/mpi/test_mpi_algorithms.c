@@ -10,8 +10,10 @@
  * float64 (integer) reference and the other algorithms' bytes exactly, and
  * an all-reduce's bytes must be the same in every process. The counters
  * of the library show that the forced algorithm is the one that ran. */
+#include <malloc.h>
 #include <mpi.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 #include <string.h>
 
 #include "comm/mpi/op.h"
@@ -322,6 +324,64 @@ static void test_table_choice_runs(void **state) {
   }
 }
 
+/* ringflow's ring reuses its scratch (a reduce sender's chunk of sums, a
+ * reduce-scatter's chunks in transit from 3 processes) from step to step:
+ * steady-state steps of a 4 MiB reduce touch no fresh pages. glibc's
+ * threshold is pinned at its default 128 KiB (mallopt), so memory from
+ * malloc would be mapped fresh, and faulted in page by page, every step. */
+static void test_ring_scratch_is_reused(void **state) {
+  mallopt(M_MMAP_THRESHOLD, 128 << 10);
+  mallopt(M_TRIM_THRESHOLD, 128 << 10);
+  rf__mpi_algorithm_force(RF_MPI_RING);
+  int64_t cols = 1 << 20; /* 4 MiB of float32 a participant */
+  int D = num_devices();
+  rf_graph *g = rf_graph_new();
+  rf_output xs[MAX_DEV];
+  rf_tensor *in[2] = {NULL, NULL};
+  rf_feed feeds[2];
+  int nf = 0;
+  rf_shape s = rf_shape_of(2, 1, cols);
+  for (int i = 0; i < D; i++) {
+    char dev[MT_DEVICE_LEN];
+    mt_device(task_of(i), i - first_dev(task_of(i)), dev, sizeof dev);
+    assert_ok(rf_graph_push_device(g, dev));
+    xs[i] = rf_placeholder(g, NULL, RF_FLOAT32, s);
+    rf_graph_pop_device(g);
+    if (task_of(i) != T) continue;
+    assert_ok(rf_tensor_new(RF_FLOAT32, &s, NULL, &in[nf]));
+    for (int64_t e = 0; e < cols; e++) rf_tensor_set(in[nf], e, (e + i) % 5);
+    feeds[nf] = (rf_feed){xs[i], in[nf]};
+    nf++;
+  }
+  char dev[MT_DEVICE_LEN];
+  mt_device(NT - 1, 0, dev, sizeof dev);
+  assert_ok(rf_graph_push_device(g, dev));
+  rf_output y = rf_reduce(g, "c", xs, D, RF_REDUCE_SUM);
+  rf_graph_pop_device(g);
+  assert_graph_ok(g);
+  rf_session *sess = mt_session(g, ndev_of(T), 20000);
+  long faults = 0;
+  for (int step = 0; step < 6; step++) {
+    struct rusage r0, r1;
+    getrusage(RUSAGE_SELF, &r0);
+    assert_ok(rf_session_run(sess, feeds, nf, NULL, 0, &y.node, 1, NULL));
+    getrusage(RUSAGE_SELF, &r1);
+    if (step > 0) faults += r1.ru_minflt - r0.ru_minflt; /* step 0 warms */
+  }
+  /* A sender's chunk of sums is 4 MiB / NT: 512 pages of 4 KiB at NT 2,
+   * 256 at NT 4 (and there two more chunks in transit), a step. */
+  long chunk_pages = (4 << 20) / NT / 4096;
+  if (T != NT - 1 && faults >= 5 * chunk_pages / 2)
+    fail_msg(
+        "5 steps of a 4 MiB ring reduce took %ld minor page faults "
+        "(a chunk of sums is %ld pages)",
+        faults, chunk_pages);
+  rf_session_free(sess);
+  for (int i = 0; i < nf; i++) rf_tensor_release(in[i]);
+  rf_graph_free(g);
+  rf__mpi_algorithm_force(RF_MPI_AUTO);
+}
+
 /* What an issued collective moves through this process, the engine's spin
  * budget while its nonblocking call is in flight, is the whole vector on
  * every side: a broadcast's root (no output of its own: its buffer is its
@@ -423,6 +483,7 @@ int main(void) {
       cmocka_unit_test(test_small_every_dtype),
       cmocka_unit_test(test_both_sides_of_thresholds),
       cmocka_unit_test(test_table_choice_runs),
+      cmocka_unit_test(test_ring_scratch_is_reused),
       cmocka_unit_test(test_reduce_scatter_shares_without_copy),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
