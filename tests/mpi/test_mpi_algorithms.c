@@ -10,8 +10,10 @@
  * float64 (integer) reference and the other algorithms' bytes exactly, and
  * an all-reduce's bytes must be the same in every process. The counters
  * of the library show that the forced algorithm is the one that ran. */
+#include <malloc.h>
 #include <mpi.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 #include <string.h>
 
 #include "comm/mpi/op.h"
@@ -263,27 +265,121 @@ static void test_small_every_dtype(void **state) {
   }
 }
 
-/* Each kind just below and just above its threshold (512 KiB when it has
- * none), odd element counts. */
+/* Each kind just below and just above each size where the table's choice
+ * changes for this many processes, up to 1 MiB (512 KiB when it never
+ * does; larger ones run the same algorithms as these), odd element
+ * counts. */
 static void test_both_sides_of_thresholds(void **state) {
   uint64_t salt = 1000;
   for (size_t k = 0; k < sizeof kinds / sizeof *kinds; k++) {
-    rf__mpi_algorithm above;
-    int64_t from = rf__mpi_algorithm_threshold(kinds[k], &above);
-    if (from == INT64_MAX) from = 512 << 10;
-    /* the size the choice goes by: all-gather's output, else the input */
-    int64_t per = kinds[k] == RF_COLL_ALL_GATHER ? from / num_devices() : from;
-    int64_t elems[2] = {per / 4 - 3, per / 4 + 5};
-    for (int side = 0; side < 2; side++) {
-      int64_t cols = elems[side] | 1;
-      kase c = {kinds[k], RF_FLOAT32, RF_REDUCE_SUM, 1, cols};
-      if (kinds[k] == RF_COLL_REDUCE_SCATTER)
-        c.cols = (cols / num_devices()) | 1;
-      check_case(&c, salt++);
-      kase i = {kinds[k], RF_INT32, RF_REDUCE_MAX, 1, c.cols};
-      check_case(&i, salt++);
+    int64_t bounds[8];
+    int nb = rf__mpi_algorithm_bounds(kinds[k], NT, bounds, 8);
+    if (nb == 0) bounds[nb++] = 512 << 10;
+    for (int b = 0; b < nb && bounds[b] <= (1 << 20); b++) {
+      /* the size the choice goes by: all-gather's output, else the input */
+      int64_t from = bounds[b];
+      int64_t per =
+          kinds[k] == RF_COLL_ALL_GATHER ? from / num_devices() : from;
+      int64_t elems[2] = {per / 4 - 3, per / 4 + 5};
+      for (int side = 0; side < 2; side++) {
+        int64_t cols = elems[side] | 1;
+        kase c = {kinds[k], RF_FLOAT32, RF_REDUCE_SUM, 1, cols};
+        if (kinds[k] == RF_COLL_REDUCE_SCATTER)
+          c.cols = (cols / num_devices()) | 1;
+        check_case(&c, salt++);
+        kase i = {kinds[k], RF_INT32, RF_REDUCE_MAX, 1, c.cols};
+        check_case(&i, salt++);
+      }
     }
   }
+}
+
+/* The table's choice is what runs: a 1 MiB reduce is MPI_Reduce on the
+ * data thread across 2 or 3 processes and ringflow's ring from 4 (session
+ * 11 call A on the quiet host: the ring 1.26-1.83x MPI_Reduce's speed at
+ * 1-16 MiB with 4 processes, in every repetition); a 1 MiB reduce-scatter
+ * is the ring, a 1 MiB all-reduce MPI's nonblocking call. */
+static void test_table_choice_runs(void **state) {
+  static const struct {
+    rf__collective_kind kind;
+    rf__mpi_algorithm below4, from4;
+  } want[] = {
+      {RF_COLL_REDUCE, RF_MPI_BLOCKING, RF_MPI_RING},
+      {RF_COLL_REDUCE_SCATTER, RF_MPI_RING, RF_MPI_RING},
+      {RF_COLL_ALL_REDUCE, RF_MPI_NBC, RF_MPI_NBC},
+  };
+  for (size_t k = 0; k < sizeof want / sizeof *want; k++) {
+    rf__mpi_algorithm a = NT >= 4 ? want[k].from4 : want[k].below4;
+    kase c = {want[k].kind, RF_FLOAT32, RF_REDUCE_SUM, 1, (1 << 18) + 5};
+    if (c.kind == RF_COLL_REDUCE_SCATTER)
+      c.cols = (1 << 18) / num_devices() + 1; /* rows of every device */
+    int64_t before = rf__mpi_algorithm_runs(a);
+    rf_tensor *outs[2];
+    run_case(&c, RF_MPI_AUTO, 4000 + k, outs);
+    if (rf__mpi_algorithm_runs(a) <= before)
+      fail_msg("%s of 1 MiB across %d processes did not run %s",
+               rf__collective_kind_name(c.kind), NT, rf__mpi_algorithm_name(a));
+    for (int i = 0; i < 2; i++)
+      if (outs[i]) rf_tensor_release(outs[i]);
+  }
+}
+
+/* ringflow's ring reuses its scratch (a reduce sender's chunk of sums, a
+ * reduce-scatter's chunks in transit from 3 processes) from step to step:
+ * steady-state steps of a 4 MiB reduce touch no fresh pages. glibc's
+ * threshold is pinned at its default 128 KiB (mallopt), so memory from
+ * malloc would be mapped fresh, and faulted in page by page, every step. */
+static void test_ring_scratch_is_reused(void **state) {
+  mallopt(M_MMAP_THRESHOLD, 128 << 10);
+  mallopt(M_TRIM_THRESHOLD, 128 << 10);
+  rf__mpi_algorithm_force(RF_MPI_RING);
+  int64_t cols = 1 << 20; /* 4 MiB of float32 a participant */
+  int D = num_devices();
+  rf_graph *g = rf_graph_new();
+  rf_output xs[MAX_DEV];
+  rf_tensor *in[2] = {NULL, NULL};
+  rf_feed feeds[2];
+  int nf = 0;
+  rf_shape s = rf_shape_of(2, 1, cols);
+  for (int i = 0; i < D; i++) {
+    char dev[MT_DEVICE_LEN];
+    mt_device(task_of(i), i - first_dev(task_of(i)), dev, sizeof dev);
+    assert_ok(rf_graph_push_device(g, dev));
+    xs[i] = rf_placeholder(g, NULL, RF_FLOAT32, s);
+    rf_graph_pop_device(g);
+    if (task_of(i) != T) continue;
+    assert_ok(rf_tensor_new(RF_FLOAT32, &s, NULL, &in[nf]));
+    for (int64_t e = 0; e < cols; e++) rf_tensor_set(in[nf], e, (e + i) % 5);
+    feeds[nf] = (rf_feed){xs[i], in[nf]};
+    nf++;
+  }
+  char dev[MT_DEVICE_LEN];
+  mt_device(NT - 1, 0, dev, sizeof dev);
+  assert_ok(rf_graph_push_device(g, dev));
+  rf_output y = rf_reduce(g, "c", xs, D, RF_REDUCE_SUM);
+  rf_graph_pop_device(g);
+  assert_graph_ok(g);
+  rf_session *sess = mt_session(g, ndev_of(T), 20000);
+  long faults = 0;
+  for (int step = 0; step < 6; step++) {
+    struct rusage r0, r1;
+    getrusage(RUSAGE_SELF, &r0);
+    assert_ok(rf_session_run(sess, feeds, nf, NULL, 0, &y.node, 1, NULL));
+    getrusage(RUSAGE_SELF, &r1);
+    if (step > 0) faults += r1.ru_minflt - r0.ru_minflt; /* step 0 warms */
+  }
+  /* A sender's chunk of sums is 4 MiB / NT: 512 pages of 4 KiB at NT 2,
+   * 256 at NT 4 (and there two more chunks in transit), a step. */
+  long chunk_pages = (4 << 20) / NT / 4096;
+  if (T != NT - 1 && faults >= 5 * chunk_pages / 2)
+    fail_msg(
+        "5 steps of a 4 MiB ring reduce took %ld minor page faults "
+        "(a chunk of sums is %ld pages)",
+        faults, chunk_pages);
+  rf_session_free(sess);
+  for (int i = 0; i < nf; i++) rf_tensor_release(in[i]);
+  rf_graph_free(g);
+  rf__mpi_algorithm_force(RF_MPI_AUTO);
 }
 
 /* What an issued collective moves through this process, the engine's spin
@@ -386,6 +482,8 @@ int main(void) {
       cmocka_unit_test(test_in_flight_bytes_are_the_whole_vector),
       cmocka_unit_test(test_small_every_dtype),
       cmocka_unit_test(test_both_sides_of_thresholds),
+      cmocka_unit_test(test_table_choice_runs),
+      cmocka_unit_test(test_ring_scratch_is_reused),
       cmocka_unit_test(test_reduce_scatter_shares_without_copy),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

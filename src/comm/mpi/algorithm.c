@@ -7,9 +7,10 @@
  *             job's data thread;
  *   ring      ringflow's own ring over point-to-point messages (ring.c) on
  *             the job's data thread.
- * The size is the collective's whole vector in bytes (an all-gather's
- * output, the others' input), which the coordinator has checked to agree,
- * so every process chooses alike. RF_MPI_ALGORITHM (read once) forces one
+ * The choice goes by the number of processes (tasks) of the collective's
+ * set and the size of its whole vector in bytes (an all-gather's output,
+ * the others' input), which the coordinator has checked to agree, so every
+ * process chooses alike. RF_MPI_ALGORITHM (read once) forces one
  * algorithm for every kind: auto (the default: the table below), nbc,
  * blocking or ring; the data thread's two need MPI_THREAD_MULTIPLE and CPU
  * buffers, and fall back to nbc without them. */
@@ -20,27 +21,57 @@
 #include "comm/mpi/op.h"
 #include "core/status.h"
 
-/* From these sizes on, the data thread's algorithm beats MPI's nonblocking
- * call on the communication thread (below, that call saves the data
- * thread's two hand-offs, 10-80 us). Chosen from the fastest of 30 single
- * runs of each algorithm alone, interleaved, 2 and 4 processes on 2 cores
- * (docs/PERFORMANCE.md, "Per-size algorithms"):
- *   reduce: MPI_Reduce from 256 KiB (4 processes: 111 us against 240-271
- *     for MPI_Ireduce or the all-reduce; 2 processes: 32 against 96-126);
+/* The table: per kind, rows of (processes from, bytes from, algorithm); a
+ * collective takes the last row whose process count and size it reaches,
+ * RF_MPI_NBC below every row (below, MPI's nonblocking call saves the data
+ * thread's two hand-offs, 10-80 us). Every process of a set sees the same
+ * count and size, so every process chooses alike.
+ *   reduce: MPI_Reduce from 256 KiB (the fastest of 30 single runs of each
+ *     algorithm alone, 2 cores, docs/PERFORMANCE.md "Per-size algorithms":
+ *     4 processes 111 us against 240-271 for MPI_Ireduce or the all-reduce;
+ *     2 processes 32 against 96-126). From 4 processes, ringflow's ring
+ *     from 1 MiB and libnbc's all-reduce from 64 MiB: on the quiet 16-core
+ *     host, 8 cores, np 4 (session 11 call A, bench/mpi_large_ab.sh, 3
+ *     repetitions; MPI's time / ringflow's, medians) the ring was 1.26,
+ *     1.37, 1.83 at 1, 4, 16 MiB against MPI_Reduce's 0.84, 0.91, 1.00,
+ *     and the all-reduce 2.43 at 64 MiB against 1.06 and the ring's 1.68,
+ *     each in every repetition (np 8 and more not measured: the same rows);
+ *     at np 2 MPI_Reduce stayed the fastest or within the noise of it;
  *   reduce-scatter: ringflow's ring from 1 MiB (2 processes: 63 us against
  *     176-183 at 1 MiB, 659 against 1,248-2,239 at 4 MiB; 4 processes:
  *     even at 1 MiB, 4,881 against 4,997-5,737 at 4 MiB and 24.2 ms
- *     against 36.6-53.0 at 16 MiB);
+ *     against 36.6-53.0 at 16 MiB; session 11 call A: the ring 1.32-4.08
+ *     from 1 MiB at np 2, 0.89-2.83 at np 4);
  *   all-reduce: never (libnbc's ring, taken from 256 KiB, was as fast as
  *     ringflow's: 1,600 against 1,662 us at 1 MiB, 39.2 against 38.4 ms at
- *     16 MiB, 4 processes), nor all-gather (MPI_Iallgatherv in place was
- *     the fastest or within 10% at every size), nor broadcast (libnbc's
- *     own choice within 10% of the best up to 4 MiB). */
-#define REDUCE_MIN_BYTES (256 << 10)       /* MPI_Reduce */
-#define REDUCE_SCATTER_MIN_BYTES (1 << 20) /* ring */
-#define ALL_GATHER_MIN_BYTES INT64_MAX
-#define ALL_REDUCE_MIN_BYTES INT64_MAX
-#define BROADCAST_MIN_BYTES INT64_MAX
+ *     16 MiB, 4 processes; in call A MPI's blocking call and ringflow's
+ *     ring were slower at every size), nor all-gather (MPI_Iallgatherv in
+ *     place was the fastest or within 10% at every size, in call A too),
+ *     nor broadcast (libnbc's own choice within 10% of the best up to
+ *     4 MiB; in call A the fastest at 16 and 64 MiB, np 4). */
+typedef struct row {
+  int procs;
+  int64_t bytes;
+  rf__mpi_algorithm algo;
+} row;
+
+#define MiB ((int64_t)1 << 20)
+static const row reduce_rows[] = {{1, 256 << 10, RF_MPI_BLOCKING},
+                                  {4, 1 * MiB, RF_MPI_RING},
+                                  {4, 64 * MiB, RF_MPI_NBC}};
+static const row reduce_scatter_rows[] = {{1, 1 * MiB, RF_MPI_RING}};
+
+static const row *rows_of(rf__collective_kind kind, int *n) {
+  switch (kind) {
+    case RF_COLL_REDUCE:
+      *n = (int)(sizeof reduce_rows / sizeof *reduce_rows);
+      return reduce_rows;
+    case RF_COLL_REDUCE_SCATTER:
+      *n = (int)(sizeof reduce_scatter_rows / sizeof *reduce_scatter_rows);
+      return reduce_scatter_rows;
+    default: *n = 0; return NULL; /* all-reduce, all-gather, broadcast */
+  }
+}
 
 static atomic_int forced = -1; /* -1 unread; RF_MPI_AUTO..RF_MPI_RING; -2 bad */
 static atomic_llong runs[RF_MPI_RING + 1];
@@ -71,23 +102,23 @@ int64_t rf__mpi_algorithm_bytes(const rf__mpi_op *op) {
   return op->g.kind == RF_COLL_ALL_GATHER ? bytes * op->num_devices : bytes;
 }
 
-int64_t rf__mpi_algorithm_threshold(rf__collective_kind kind,
-                                    rf__mpi_algorithm *above) {
-  *above = RF_MPI_RING;
-  switch (kind) {
-    case RF_COLL_REDUCE: *above = RF_MPI_BLOCKING; return REDUCE_MIN_BYTES;
-    case RF_COLL_REDUCE_SCATTER: return REDUCE_SCATTER_MIN_BYTES;
-    case RF_COLL_ALL_GATHER: return ALL_GATHER_MIN_BYTES;
-    case RF_COLL_ALL_REDUCE: return ALL_REDUCE_MIN_BYTES;
-    case RF_COLL_BROADCAST: return BROADCAST_MIN_BYTES;
-    default: return INT64_MAX;
-  }
+rf__mpi_algorithm rf__mpi_algorithm_pick(rf__collective_kind kind, int procs,
+                                         int64_t bytes) {
+  int n;
+  const row *r = rows_of(kind, &n);
+  rf__mpi_algorithm a = RF_MPI_NBC;
+  for (int i = 0; i < n; i++)
+    if (procs >= r[i].procs && bytes >= r[i].bytes) a = r[i].algo;
+  return a;
 }
 
-static rf__mpi_algorithm by_size(rf__collective_kind kind, int64_t bytes) {
-  rf__mpi_algorithm above;
-  return bytes >= rf__mpi_algorithm_threshold(kind, &above) ? above
-                                                            : RF_MPI_NBC;
+int rf__mpi_algorithm_bounds(rf__collective_kind kind, int procs,
+                             int64_t *bytes, int max) {
+  int n, k = 0;
+  const row *r = rows_of(kind, &n);
+  for (int i = 0; i < n; i++)
+    if (procs >= r[i].procs && k < max) bytes[k++] = r[i].bytes;
+  return k;
 }
 
 rf_status *rf__mpi_algorithm_choose(const rf__mpi_op *op,
@@ -98,9 +129,10 @@ rf_status *rf__mpi_algorithm_choose(const rf__mpi_op *op,
                      "collective '%s': RF_MPI_ALGORITHM is '%s'; expected "
                      "auto, nbc, blocking or ring",
                      op->name, getenv("RF_MPI_ALGORITHM"));
-  rf__mpi_algorithm a = f == RF_MPI_AUTO
-                            ? by_size(op->g.kind, rf__mpi_algorithm_bytes(op))
-                            : (rf__mpi_algorithm)f;
+  rf__mpi_algorithm a =
+      f == RF_MPI_AUTO ? rf__mpi_algorithm_pick(op->g.kind, op->nset,
+                                                rf__mpi_algorithm_bytes(op))
+                       : (rf__mpi_algorithm)f;
   if (a != RF_MPI_NBC && (op->gpu || !rf__mpi_thread_multiple()))
     a = RF_MPI_NBC;
   *out = a;

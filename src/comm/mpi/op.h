@@ -180,10 +180,14 @@ int64_t rf__mpi_op_bytes(const rf__mpi_op *op);
  * unknown RF_MPI_ALGORITHM. */
 rf_status *rf__mpi_algorithm_choose(const rf__mpi_op *op,
                                     rf__mpi_algorithm *out);
-/* The table: from this size in bytes (INT64_MAX: never) a kind takes
- * *above instead of RF_MPI_NBC. */
-int64_t rf__mpi_algorithm_threshold(rf__collective_kind kind,
-                                    rf__mpi_algorithm *above);
+/* The table: the algorithm of a kind across `procs` processes at `bytes`
+ * (RF_MPI_NBC where no row applies). */
+rf__mpi_algorithm rf__mpi_algorithm_pick(rf__collective_kind kind, int procs,
+                                         int64_t bytes);
+/* The sizes (ascending, at most max) from which the table's choice for a
+ * kind across `procs` processes changes; how many. */
+int rf__mpi_algorithm_bounds(rf__collective_kind kind, int procs,
+                             int64_t *bytes, int max);
 /* The size the choice goes by: the whole vector in bytes. */
 int64_t rf__mpi_algorithm_bytes(const rf__mpi_op *op);
 const char *rf__mpi_algorithm_name(rf__mpi_algorithm a);

@@ -17,12 +17,18 @@
  * Messages use the set's communicator (MPI keeps point-to-point traffic
  * apart from collectives on it) with one tag; the data thread runs one
  * collective of a job at a time, so no two rings share a communicator. An
- * MPI error code, or MPI_ERR_NO_MEM without scratch memory. */
+ * MPI error code, or MPI_ERR_NO_MEM without scratch memory.
+ * Scratch (the reduce-scatter's two chunks in transit from 3 processes, a
+ * reduce sender's chunk of sums) comes from the default caching allocator,
+ * not malloc: chunks of 128 KiB and more are then the same warm blocks step
+ * after step, where glibc maps (or trims and grows back) fresh pages for
+ * them and the ring pays ~10-15 us of first touch per 4 KiB page, every
+ * call (docs/PERFORMANCE.md, "Session 11: mpi1m"). */
 #include <stdlib.h>
 #include <string.h>
 
 #include "comm/mpi/op.h"
-#include "core/mem.h"
+#include "ringflow/tensor.h"
 
 #define TAG 0x52F
 
@@ -34,6 +40,16 @@ void rf__mpi_ring_chunks(int64_t n, int p, int *counts, int *displs) {
     displs[c] = (int)at;
     at += counts[c];
   }
+}
+
+static void *scratch_new(size_t bytes) {
+  rf_allocator *a = rf_default_allocator();
+  return a->alloc(a->state, bytes, RF_TENSOR_ALIGNMENT);
+}
+
+static void scratch_free(void *p, size_t bytes) {
+  rf_allocator *a = rf_default_allocator();
+  a->free(a->state, p, bytes);
 }
 
 static int max_count(const int *counts, int p) {
@@ -60,10 +76,13 @@ int rf__mpi_ring_reduce_scatter(const void *send, void *out, const int *counts,
     if (counts[0] > 0) memcpy(out, send, (size_t)counts[0] * (size_t)esize);
     return MPI_SUCCESS;
   }
+  /* In transit: two chunks (one sent while the next arrives), none with 2
+   * processes, whose one step receives into out. */
   size_t cap = (size_t)max_count(counts, p) * (size_t)esize;
-  char *scratch = rf__malloc(2 * cap + 1);
-  if (!scratch) return MPI_ERR_NO_MEM;
-  char *bufs[2] = {scratch, scratch + cap};
+  size_t len = p > 2 ? 2 * cap : 0;
+  char *scratch = len ? scratch_new(len) : NULL;
+  if (len && !scratch) return MPI_ERR_NO_MEM;
+  char *bufs[2] = {scratch, scratch ? scratch + cap : NULL};
   int right = (r + 1) % p, left = (r + p - 1) % p, rc = MPI_SUCCESS;
   const void *cur = NULL;
   for (int s = 0; s < p - 1 && rc == MPI_SUCCESS; s++) {
@@ -77,7 +96,7 @@ int rf__mpi_ring_reduce_scatter(const void *send, void *out, const int *counts,
                             op);
     cur = rb;
   }
-  rf__free(scratch);
+  if (scratch) scratch_free(scratch, len);
   return rc;
 }
 
@@ -134,8 +153,9 @@ int rf__mpi_ring_reduce(const void *send, void *out, int count,
   MPI_Type_size(type, &esize);
   rf__mpi_ring_chunks(count, p, counts, displs);
   void *mine = NULL;
-  if (r != root && counts[r] > 0) {
-    mine = rf__malloc((size_t)counts[r] * (size_t)esize);
+  size_t len = (size_t)counts[r] * (size_t)esize;
+  if (r != root && len > 0) {
+    mine = scratch_new(len);
     if (!mine) return MPI_ERR_NO_MEM;
   }
   void *dst = r == root ? at(out, displs, r, esize) : mine;
@@ -144,7 +164,7 @@ int rf__mpi_ring_reduce(const void *send, void *out, int count,
   if (rc == MPI_SUCCESS)
     rc = MPI_Gatherv(r == root ? MPI_IN_PLACE : mine, counts[r], type, out,
                      counts, displs, type, root, comm);
-  rf__free(mine);
+  if (mine) scratch_free(mine, len);
   return rc;
 }
 
