@@ -35,6 +35,9 @@ static const wcase cases[] = {
     {2, 7, 9, 16, 3, 3, 8, 2, 2, 1, 1, true}, /* overlapping, padded */
     {1, 5, 7, 8, 2, 3, 4, 2, 3, 1, 1, true},  /* disjoint, SAME padded */
     {2, 9, 7, 8, 2, 2, 4, 3, 3, 1, 1, false}, /* disjoint, gaps */
+    /* filters of several 32 x 32 tiles, partial at both edges (cuDNN's
+     * HWIO <-> KRSC transpose): 81 x 40 */
+    {2, 6, 5, 9, 3, 3, 40, 1, 1, 1, 1, true},
 };
 #define NCASES ((int)(sizeof cases / sizeof cases[0]))
 

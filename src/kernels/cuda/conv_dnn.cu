@@ -372,23 +372,43 @@ rf_status *search(rf__kernel_ctx *ctx, const Ops &ops, rf_dtype dtype,
   return NULL;
 }
 
+/* A tile of the transpose: 32 x 32 elements through shared memory, so that
+ * both the reads of src's rows and the writes of dst's rows are coalesced
+ * (a thread per element wrote dst with a stride of `rows` elements: one
+ * 32-byte sector per element). The extra column keeps the column reads of
+ * a tile of 4-byte elements free of bank conflicts. */
+constexpr int kTile = 32, kTileRows = kThreads / kTile;
+
 template <typename U>
 __global__ void transpose(const U *src, U *dst, int64_t rows, int64_t cols) {
-  RF_GPU_LOOP(i, rows * cols) {
-    int64_t r = i / cols, c = i % cols;
-    dst[c * rows + r] = src[i];
+  __shared__ U tile[kTile][kTile + 1];
+  int64_t tr = (rows + kTile - 1) / kTile, tc = (cols + kTile - 1) / kTile;
+  for (int64_t t = blockIdx.x; t < tr * tc; t += gridDim.x) {
+    int64_t r0 = t / tc * kTile, c0 = t % tc * kTile;
+    for (int j = threadIdx.y; j < kTile; j += kTileRows) {
+      int64_t r = r0 + j, c = c0 + threadIdx.x;
+      if (r < rows && c < cols) tile[j][threadIdx.x] = src[r * cols + c];
+    }
+    __syncthreads();
+    for (int j = threadIdx.y; j < kTile; j += kTileRows) {
+      int64_t c = c0 + j, r = r0 + threadIdx.x;
+      if (r < rows && c < cols) dst[c * rows + r] = tile[threadIdx.x][j];
+    }
+    __syncthreads(); /* the tile is refilled by the next iteration */
   }
 }
 
 /* dst (cols x rows) = src (rows x cols)^T, elements of esize bytes. */
 rf_status *transpose2d(rf__kernel_ctx *ctx, const void *src, void *dst,
                        int64_t rows, int64_t cols, size_t esize) {
-  int64_t n = rows * cols;
+  int64_t tiles = ((rows + kTile - 1) / kTile) * ((cols + kTile - 1) / kTile);
+  unsigned blocks = grid(ctx, tiles * kThreads);
+  dim3 threads(kTile, kTileRows);
   if (esize == 2)
-    transpose<uint16_t><<<grid(ctx, n), kThreads, 0, stream(ctx)>>>(
+    transpose<uint16_t><<<blocks, threads, 0, stream(ctx)>>>(
         (const uint16_t *)src, (uint16_t *)dst, rows, cols);
   else
-    transpose<uint32_t><<<grid(ctx, n), kThreads, 0, stream(ctx)>>>(
+    transpose<uint32_t><<<blocks, threads, 0, stream(ctx)>>>(
         (const uint32_t *)src, (uint32_t *)dst, rows, cols);
   RF_GPU_LAUNCHED(ctx);
   return NULL;
