@@ -101,9 +101,11 @@ typedef struct mlp_graph {
   rf_graph *g;
   int num_params;
   mlp_replica rep[MLP_MAX_DEVICES];
-  rf_node *train_op; /* runs every replica's update */
-  rf_node *init_op;  /* assigns params, m and v from the init placeholders */
-  rf_node *data_op;  /* with data_rows: assigns the replicas' data sets */
+  rf_node *train_op; /* every replica's update; advances the beta powers */
+  /* assigns params, m and v from the init placeholders, and Adam's beta
+   * powers from power_init */
+  rf_node *init_op;
+  rf_node *data_op; /* with data_rows: assigns the replicas' data sets */
 } mlp_graph;
 
 /* Builds the graph; on error everything built is freed. */
