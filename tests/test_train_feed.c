@@ -7,9 +7,7 @@
  *    print the same test accuracy, for the MLP (all-reduce; sharded with the
  *    gathered gradients; --check's one-device reference) and the CNN; with
  *    indices the data goes to the devices once and a step feeds per replica
- *    its indices and the scheduled learning rate, nothing else (Adam's beta
- *    powers advance on the devices), and with --schedule constant only its
- *    indices;
+ *    its indices and the three Adam scalars, nothing else;
  *  - when the copy does not fit (the upload fails with RESOURCE_EXHAUSTED),
  *    auto says so on stderr and trains by batches to the same checkpoint;
  *    indices fails with the error; neither leaks;
@@ -206,9 +204,9 @@ static void accuracy(const char *out, char *buf, size_t len) {
 static char out[1 << 16], err[1 << 16];
 
 /* Both modes on one configuration: the same checkpoint and accuracy.
- * scalars: feeds per device beyond the data (the scheduled learning rate;
- * the CNN's dropout switch). */
-static void same_both_ways(const char *const *args, int devices, int scalars) {
+ * switches: feeds per device beyond the data and the 3 scalars (the CNN's
+ * dropout switch). */
+static void same_both_ways(const char *const *args, int devices, int switches) {
   char acc[2][64], check[2][160];
   const char *feeds[] = {"batches", "indices"},
              *saves[] = {"batches.ckpt", "indices.ckpt"};
@@ -223,13 +221,13 @@ static void same_both_ways(const char *const *args, int devices, int scalars) {
     assert_int_equal(rep->run_leaked, 0);
     if (k == 0) {
       assert_int_equal(rep->uploads, 0);
-      /* x, y, the scalars */
-      assert_int_equal(rep->step_feeds, (2 + scalars) * devices);
+      /* x, y, 3 scalars */
+      assert_int_equal(rep->step_feeds, (5 + switches) * devices);
     } else {
       /* the run's trainer, and --check's */
       assert_int_equal(rep->uploads, strstr(out, "check against") ? 2 : 1);
-      /* idx, the scalars */
-      assert_int_equal(rep->step_feeds, (1 + scalars) * devices);
+      /* idx, 3 scalars */
+      assert_int_equal(rep->step_feeds, (4 + switches) * devices);
     }
   }
   assert_string_equal(acc[0], acc[1]);
@@ -240,14 +238,6 @@ static void same_both_ways(const char *const *args, int devices, int scalars) {
 static void test_mlp_allreduce_same_both_ways(void **state) {
   const char *args[] = {"--devices=cpu:0-1", "--batch=32", "--steps=6",
                         "--quiet", NULL};
-  same_both_ways(args, 2, 1);
-}
-
-/* A constant learning rate is a Const: a step feeds only its rows. */
-static void test_constant_lr_feeds_only_the_rows(void **state) {
-  const char *args[] = {
-      "--devices=cpu:0-1", "--batch=32", "--steps=6", "--schedule=constant",
-      "--optimizer=adamw", "--quiet",    NULL};
   same_both_ways(args, 2, 0);
 }
 
@@ -256,7 +246,7 @@ static void test_mlp_sharded_check_same_both_ways(void **state) {
   const char *args[] = {
       "--devices=cpu:0-3", "--batch=32", "--steps=4", "--sync=sharded",
       "--check",           "--quiet",    NULL};
-  same_both_ways(args, 4, 1);
+  same_both_ways(args, 4, 0);
   assert_non_null(strstr(out, "check against 1 device"));
 }
 
@@ -266,7 +256,7 @@ static void test_cnn_same_both_ways(void **state) {
   const char *args[] = {
       "--devices=cpu:0-1", "--model=cnn", "--batch=8", "--steps=2",
       "--dropout=0",       "--quiet",     NULL};
-  same_both_ways(args, 2, 1);
+  same_both_ways(args, 2, 0);
 }
 
 static void test_does_not_fit(void **state) {
@@ -284,7 +274,7 @@ static void test_does_not_fit(void **state) {
                          "feeding each step's batch from host memory "
                          "instead\n"));
   assert_int_equal(rep->uploads, 1);
-  assert_int_equal(rep->step_feeds, 3 * 2); /* x, y, lr */
+  assert_int_equal(rep->step_feeds, 5 * 2);
   assert_int_equal(rep->run_leaked, 0);
   assert_same_file("batches.ckpt", "auto.ckpt");
   /* indices: the error, no training */
@@ -315,7 +305,6 @@ int main(void) {
   write_data();
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_mlp_allreduce_same_both_ways),
-      cmocka_unit_test(test_constant_lr_feeds_only_the_rows),
       cmocka_unit_test(test_mlp_sharded_check_same_both_ways),
       cmocka_unit_test(test_cnn_same_both_ways),
       cmocka_unit_test(test_does_not_fit),

@@ -2,9 +2,8 @@
  * replica is built under its device's scope; only collectives cross devices
  * (the gradients', and the layer inputs' of gathered_gradient). The
  * optimizer's hyper-parameters are per-device constants; the learning rate
- * is fed each step only under a schedule (else a Const), and Adam's bias
- * corrections (beta^t) are per-device variables the step itself advances,
- * so a step with a constant rate feeds only its batch. */
+ * and Adam's bias corrections (beta^t) are fed each step by the driver, which
+ * counts steps. */
 #include "mlp.h"
 
 #include <math.h>
@@ -25,8 +24,6 @@ typedef struct vars {
   /* layer l: its input (device_batch, sizes[l]) and the product with its
    * weights (device_batch, sizes[l + 1]), for gathered weight gradients */
   rf_output in[MLP_MAX_LAYERS], z[MLP_MAX_LAYERS];
-  /* Adam: the assigns of beta1^t, beta2^t's next values (train_op's) */
-  rf_node *power_step[2];
 } vars;
 
 /* Every per-parameter array is sized for the MLP's largest. */
@@ -176,26 +173,16 @@ static void build_forward(const mlp_config *c, rf_graph *g, int d, vars *vs,
   rf_output pred = rf_argmax(g, NULL, h, 1);
   rf_output right = rf_equal(g, NULL, pred, rf_cast(g, NULL, r->y, RF_INT64));
   r->correct = rf_cast(g, NULL, right, RF_INT32);
-  r->lr = c->lr_fed ? rf_placeholder(g, NULL, RF_FLOAT32, rf_shape_scalar())
-                    : scalar(g, c->lr);
+  r->lr = rf_placeholder(g, NULL, RF_FLOAT32, rf_shape_scalar());
+  r->beta1_power = rf_placeholder(g, NULL, RF_FLOAT32, rf_shape_scalar());
+  r->beta2_power = rf_placeholder(g, NULL, RF_FLOAT32, rf_shape_scalar());
   if (c->optimizer == OPT_MOMENTUM) {
     r->hyper[0] = scalar(g, c->momentum);
-    return;
-  }
-  r->hyper[0] = scalar(g, c->beta1);
-  r->hyper[1] = scalar(g, c->beta2);
-  r->hyper[2] = scalar(g, c->epsilon);
-  if (c->optimizer == OPT_ADAMW) r->hyper[3] = scalar(g, c->weight_decay);
-  /* beta^t = beta^(t-1) beta: the step's updates read the product, which
-   * the step assigns back (the read precedes the assign through the data) */
-  rf_output *power[2] = {&r->beta1_power, &r->beta2_power};
-  for (int k = 0; k < 2; k++) {
-    snprintf(name, sizeof name, "beta%d_power_dev%d", k + 1, d);
-    rf_output var = rf_variable(g, name, RF_FLOAT32, rf_shape_scalar());
-    r->power_init[k] = rf_placeholder(g, NULL, RF_FLOAT32, rf_shape_scalar());
-    inits[(*ninit)++] = rf_assign(g, NULL, var, r->power_init[k]);
-    *power[k] = rf_mul(g, NULL, rf_read_variable(g, NULL, var), r->hyper[k]);
-    vs->power_step[k] = rf_assign(g, NULL, var, *power[k]);
+  } else {
+    r->hyper[0] = scalar(g, c->beta1);
+    r->hyper[1] = scalar(g, c->beta2);
+    r->hyper[2] = scalar(g, c->epsilon);
+    if (c->optimizer == OPT_ADAMW) r->hyper[3] = scalar(g, c->weight_decay);
   }
 }
 
@@ -404,9 +391,8 @@ rf_status *mlp_build(const mlp_config *c, mlp_graph *m) {
   m->num_params = mlp_num_params(c);
   static vars vs[MLP_MAX_DEVICES]; /* large; built once per run */
   static rf_output grads[MLP_MAX_DEVICES][2 * MLP_MAX_LAYERS];
-  /* 4 per param, 2 per device (the beta powers) */
-  rf_node *inits[MLP_MAX_DEVICES * (8 * MLP_MAX_LAYERS + 2)];
-  rf_node *loads[MLP_MAX_DEVICES * 2] = {0}; /* with data_rows */
+  rf_node *inits[MLP_MAX_DEVICES * 8 * MLP_MAX_LAYERS]; /* 4 per param */
+  rf_node *loads[MLP_MAX_DEVICES * 2] = {0};            /* with data_rows */
   int ninit = 0;
   rf_status *st = NULL;
   for (int d = 0; d < c->num_devices && !st; d++) {
@@ -423,11 +409,8 @@ rf_status *mlp_build(const mlp_config *c, mlp_graph *m) {
                         grads[d]);
     rf_graph_pop_device(g);
   }
-  rf_node *updates[MLP_MAX_DEVICES * (2 * MLP_MAX_LAYERS + 2)];
+  rf_node *updates[MLP_MAX_DEVICES * 2 * MLP_MAX_LAYERS];
   int nupd = 0;
-  for (int d = 0; d < c->num_devices && !st && c->optimizer != OPT_MOMENTUM;
-       d++)
-    for (int k = 0; k < 2; k++) updates[nupd++] = vs[d].power_step[k];
   for (int p = 0; p < m->num_params && !st; p++) {
     if (sharded(c, p)) {
       build_sharded(c, g, p, grads, vs, m, updates, &nupd, inits, &ninit);

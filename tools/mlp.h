@@ -47,9 +47,6 @@ typedef struct mlp_config {
   int data_rows;
   sync_mode sync;
   double lr, beta1, beta2, epsilon; /* lr: the schedule's starting value */
-  /* true: the learning rate is a placeholder fed every step (a schedule);
-   * false: a Const of lr (--schedule constant, --bench), never fed */
-  bool lr_fed;
   optimizer_kind optimizer;
   double weight_decay; /* AdamW's */
   double momentum;     /* momentum's */
@@ -65,16 +62,9 @@ typedef struct mlp_replica {
    * placeholders for the data set's images (data_rows, sizes[0]) float32
    * and labels (data_rows) int32, assigned by data_op */
   rf_output idx, data_init[2];
-  /* the learning rate: a scalar placeholder fed every step with cfg.lr_fed,
-   * else a Const of cfg.lr */
-  rf_output lr;
-  /* Adam's bias corrections beta1^t, beta2^t (no node for momentum): kept
-   * on the device, as TensorFlow's Adam does, in float32 variables that
-   * every training step multiplies by beta1 and beta2 (these outputs: the
-   * products, which the step's updates read and assigns back), so a step
-   * feeds nothing for them; power_init: float32 scalar placeholders that
-   * init_op assigns them from (beta^step, 1 at step 0) */
-  rf_output beta1_power, beta2_power, power_init[2];
+  /* scalar placeholders fed every step: the scheduled learning rate and
+   * Adam's bias corrections beta^t (unused by momentum) */
+  rf_output lr, beta1_power, beta2_power;
   /* the optimizer's constant hyper-parameters, one Const each per replica
    * (shared by every update of its device): beta1, beta2, epsilon, weight
    * decay for Adam and AdamW; momentum in [0] for momentum */
@@ -101,11 +91,9 @@ typedef struct mlp_graph {
   rf_graph *g;
   int num_params;
   mlp_replica rep[MLP_MAX_DEVICES];
-  rf_node *train_op; /* every replica's update; advances the beta powers */
-  /* assigns params, m and v from the init placeholders, and Adam's beta
-   * powers from power_init */
-  rf_node *init_op;
-  rf_node *data_op; /* with data_rows: assigns the replicas' data sets */
+  rf_node *train_op; /* runs every replica's update */
+  rf_node *init_op;  /* assigns params, m and v from the init placeholders */
+  rf_node *data_op;  /* with data_rows: assigns the replicas' data sets */
 } mlp_graph;
 
 /* Builds the graph; on error everything built is freed. */
