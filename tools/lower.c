@@ -101,7 +101,7 @@ static void print_epilogues(const rf_graph *g) {
 int cmd_lower(int argc, char **argv) {
   const char *dot_dir = NULL;
   int64_t bucket_bytes = RF_DEFAULT_BUCKET_BYTES;
-  int comm = 0, group = 0, epilogues = RF_MATMUL_EPILOGUES_GPU;
+  int comm = 0, group = 0, epilogues = 0;
   static const char *const group_choices[] = {"on", "off", NULL};
   /* In RF_MATMUL_EPILOGUES_* order. */
   static const char *const epilogue_choices[] = {"off", "gpu", "all", NULL};
@@ -131,7 +131,7 @@ int cmd_lower(int argc, char **argv) {
                   group_choices),
       TOOL_CHOICE("matmul-epilogues", &epilogues, "S",
                   "fuse MatMul with its BiasAdd, Relu or bias gradient "
-                  "nowhere (off), on GPU devices (gpu, the default) or on "
+                  "nowhere (off, the default), on GPU devices (gpu) or on "
                   "every device (all)",
                   epilogue_choices),
   };

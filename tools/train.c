@@ -611,8 +611,7 @@ static int parse_options(int argc, char **argv, options *o) {
                  .seed = 1,
                  .sync = SYNC_ALLREDUCE,
                  .warmup = 10,
-                 .bucket_mb = -1,
-                 .epilogues = RF_MATMUL_EPILOGUES_GPU};
+                 .bucket_mb = -1};
   char why[64];
   tool_devices_parse("cpu:0-3", &o->devices, why, sizeof why);
   int sync = SYNC_ALLREDUCE, schedule = 0, model = MODEL_MLP, feed = FEED_AUTO;
@@ -749,10 +748,10 @@ static int parse_options(int argc, char **argv, options *o) {
                   graph_choices),
       TOOL_CHOICE("matmul-epilogues", &o->epilogues, "S",
                   "run each MatMul's bias, ReLU and bias gradient inside the "
-                  "product as one fused node on no device (off), GPU "
-                  "devices (gpu, the default: one cuBLASLt product each) or "
-                  "every device (all; on CPU the unfused kernels one after "
-                  "the other) (rf_session_options.matmul_epilogues)",
+                  "product as one fused node on no device (off, the "
+                  "default), GPU devices (gpu: one cuBLASLt product each) "
+                  "or every device (all; on CPU the unfused kernels one "
+                  "after the other) (rf_session_options.matmul_epilogues)",
                   epilogue_choices),
   };
   const tool_cmd cmd = {

@@ -57,8 +57,8 @@ class Session:
       graphs of steps"); None: the library's default (off; the
       environment variable RF_GPU_GRAPHS=0 or 1 sets it). Ignored
       without GPU devices; a step that cannot be captured runs as without.
-    matmul_epilogues: "off" fuses nothing; "gpu" (None: the library's
-      default) fuses MatMul -> BiasAdd (-> Relu), and a weight gradient with
+    matmul_epilogues: "off" (None: the library's default) fuses nothing;
+      "gpu" fuses MatMul -> BiasAdd (-> Relu), and a weight gradient with
       its bias gradient, into one node on GPU devices, "all" on CPU devices
       too (rf_session_options.matmul_epilogues; on a GPU one cuBLASLt
       product with its epilogue, unfused kernels with

@@ -47,7 +47,6 @@ void rf_session_options_init(rf_session_options *o) {
   o->collective_bucket_bytes = RF_DEFAULT_BUCKET_BYTES;
   o->gpu_graphs = default_gpu_graphs();
   o->group_optimizer_updates = 1;
-  o->matmul_epilogues = RF_MATMUL_EPILOGUES_GPU;
 }
 
 static rf_status *check_options(const rf_session_options *o) {
