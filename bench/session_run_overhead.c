@@ -1,7 +1,7 @@
 /* bench/session_run_overhead.c - the host cost of one rf_session_run of a
  * tiny training-like step on cpu:0, and its library allocations.
  *
- *   bench_session_run_overhead [runs=200000] [rounds=7] [nodes=0] [cheap]
+ *   bench_session_run_overhead [runs=200000] [rounds=7] [nodes=0]
  *
  * The step: feed "train/indices" (int32 [4]) and "train/x" (float32 [4]),
  * fetch "train/loss" = Sum(x * w) and run the target "train/update"
@@ -10,16 +10,11 @@
  * elements, so what is timed is rf_session_run's own path (request lookup,
  * step setup, executor, fetch hand-back). `nodes` adds that many extra
  * Identity nodes to the graph (not in the step), so the graph's name table
- * is as large as a real model's. `cheap` runs a step of cheap nodes only
- * instead (feed "train/indices", fetch its Identity, target a NoOp): no
- * kernel is handed to the pool, so what is left is the session's and the
- * executor's fixed cost, about what a replayed CUDA graph step pays on the
- * host besides its CUDA calls. Prints, per round, the median and best
+ * is as large as a real model's. Prints, per round, the median and best
  * time of one run in ns and the library allocations per run
  * (rf_debug_allocation_count), then the median of the rounds. */
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 #include <time.h>
 
 #include "ringflow/debug.h"
@@ -47,7 +42,6 @@ int main(int argc, char **argv) {
   int runs = argc > 1 ? atoi(argv[1]) : 200000;
   int rounds = argc > 2 ? atoi(argv[2]) : 7;
   int extra = argc > 3 ? atoi(argv[3]) : 0;
-  int cheap = argc > 4 && strcmp(argv[4], "cheap") == 0;
   if (runs < 100 || rounds < 1) {
     fprintf(stderr, "usage: %s [runs>=100] [rounds>=1] [nodes>=0]\n", argv[0]);
     return 2;
@@ -66,7 +60,6 @@ int main(int argc, char **argv) {
   rf_output fill = rf_add(g, "train/fill", rf_mul(g, "train/x0", x, zeros),
                           rf_const_scalar(g, "train/one", RF_FLOAT32, 1));
   rf_node *init = rf_assign(g, "train/init", w, fill);
-  rf_node *noop = rf_noop(g, "train/noop");
   rf_output sink = rf_identity(g, "train/idx_sink", idx);
   for (int i = 0; i < extra; i++) {
     char name[64];
@@ -86,20 +79,17 @@ int main(int argc, char **argv) {
   check(rf_session_run(s, &feeds[1], 1, NULL, 0, &init, 1, NULL), "init");
   double *per = malloc(sizeof(double) * (size_t)runs);
   double *med = malloc(sizeof(double) * (size_t)rounds);
-  printf("# runs %d, rounds %d, extra nodes %d, %s step\n", runs, rounds, extra,
-         cheap ? "cheap" : "train");
+  printf("# runs %d, rounds %d, extra nodes %d\n", runs, rounds, extra);
   printf("round  median_ns  best_ns  allocs_per_run\n");
   for (int r = 0; r < rounds; r++) {
     int64_t a0 = rf_debug_allocation_count();
     for (int i = 0; i < runs; i++) {
       rf_tensor *out[2];
       double t0 = now_ns();
-      check(cheap ? rf_session_run(s, feeds, 1, &sink, 1, &noop, 1, out)
-                  : rf_session_run(s, feeds, 2, fetches, 2, &update, 1, out),
-            "run");
+      check(rf_session_run(s, feeds, 2, fetches, 2, &update, 1, out), "run");
       per[i] = now_ns() - t0;
       rf_tensor_release(out[0]);
-      if (!cheap) rf_tensor_release(out[1]);
+      rf_tensor_release(out[1]);
     }
     int64_t a1 = rf_debug_allocation_count();
     qsort(per, (size_t)runs, sizeof *per, cmp_double);

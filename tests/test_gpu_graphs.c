@@ -10,8 +10,7 @@
  * goes on with the right values; a CPU device in the step runs without the
  * graph and the log says why; AddN of more inputs than a launch's
  * parameters hold (their pointers in a device array) is captured and its
- * replays read this step's inputs; replays of steps that do not wait
- * (gpu_sync_on_finish 0) each read and fetch their own step's values.
+ * replays read this step's inputs.
  * GPU tests print "GPU tests skipped: <reason>" without a GPU. */
 #include <math.h>
 #include <pthread.h>
@@ -448,67 +447,6 @@ static void test_cpu_device_falls_back(void **state) {
   rf_graph_free(g);
 }
 
-/* Replays that do not wait (gpu_sync_on_finish 0): a step that fetches
- * nothing returns before its graph has run, so the next replay of that plan
- * must let the launch read its feeds before writing the next ones; one that
- * fetches waits for its own launch only. y = 2x + 1 is fetched (A), or
- * assigned to a variable with no fetch (B, twice in a row), then read (C):
- * every value is its own step's. */
-static void test_pipelined_replays(void **state) {
-  (void)state;
-  rf_test_need_gpu();
-  rf_shape sh = rf_shape_of(2, (int64_t)64, (int64_t)64);
-  rf_graph *g = rf_graph_new();
-  assert_ok(rf_graph_push_device(g, "gpu:0"));
-  rf_output x = rf_placeholder(g, "x", RF_FLOAT32, sh);
-  rf_output y = rf_add(
-      g, "y", rf_mul(g, "x2", x, rf_const_scalar(g, "two", RF_FLOAT32, 2.0)),
-      rf_const_scalar(g, "one", RF_FLOAT32, 1.0));
-  rf_output v = rf_variable(g, "v", RF_FLOAT32, sh);
-  rf_node *set = rf_assign(g, "set", v, y);
-  rf_output read = rf_read_variable(g, "read", v);
-  rf_graph_pop_device(g);
-  assert_graph_ok(g);
-  rf_session_options o;
-  rf_session_options_init(&o);
-  o.num_gpu_devices = 1;
-  o.gpu_graphs = 1;
-  o.gpu_sync_on_finish = 0;
-  rf_session *s = NULL;
-  assert_ok(rf_session_new(g, &o, &s));
-  log_start();
-  uint64_t rng = 91;
-  for (int k = 0; k < 12; k++) {
-    rf_tensor *val[3], *out = NULL;
-    for (int j = 0; j < 3; j++) {
-      val[j] = zeros(64, 64);
-      float *p = rf_tensor_mutable_data(val[j]);
-      for (int64_t i = 0; i < 64 * 64; i++)
-        p[i] = (float)(int)(next_rand(&rng) % 100) - 50.0f;
-    }
-    rf_feed f = {x, val[0]};
-    assert_ok(rf_session_run(s, &f, 1, &y, 1, NULL, 0, &out)); /* A */
-    const float *p = rf_tensor_data(val[0]), *q = rf_tensor_data(out);
-    for (int64_t i = 0; i < 64 * 64; i++) assert_true(q[i] == 2 * p[i] + 1);
-    rf_tensor_release(out);
-    for (int j = 1; j < 3; j++) { /* B, B */
-      f.value = val[j];
-      assert_ok(rf_session_run(s, &f, 1, NULL, 0, &set, 1, NULL));
-    }
-    assert_ok(rf_session_run(s, NULL, 0, &read, 1, NULL, 0, &out)); /* C */
-    p = rf_tensor_data(val[2]);
-    q = rf_tensor_data(out);
-    for (int64_t i = 0; i < 64 * 64; i++) assert_true(q[i] == 2 * p[i] + 1);
-    rf_tensor_release(out);
-    for (int j = 0; j < 3; j++) rf_tensor_release(val[j]);
-  }
-  expect_log("captured the step", true);
-  log_stop();
-  assert_ok(rf_session_sync(s));
-  rf_session_free(s);
-  rf_graph_free(g);
-}
-
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_mlp_gpu0),
@@ -519,7 +457,6 @@ int main(void) {
       cmocka_unit_test(test_shape_change_falls_back),
       cmocka_unit_test(test_cpu_device_falls_back),
       cmocka_unit_test(test_add_n_many_inputs),
-      cmocka_unit_test(test_pipelined_replays),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -52,9 +52,6 @@ struct rf__step_graph {
   cudaGraphExec_t exec;
   cudaEvent_t ev; /* the capture's fork; then the end of each launch */
   bool kept;      /* this run launched the kept graph: copy its fetches */
-  /* The last launch has run: its step waited for the plan's streams (or
-   * for ev), so a replay may write the feed buffers without waiting. */
-  bool idle;
   int num_feeds, num_fetches, num_gpus;
   rf_tensor **staging; /* pinned, read by the graph's feed copies */
   rf_tensor **outs;    /* pinned, written by the graph's fetch copies */
@@ -295,7 +292,6 @@ static rf_status *launch(rf__step_graph *g, const rf__plan *p,
   const rf__device *o = origin_of(p);
   RF_CHECK(o->enter(o));
   bracket(p, true);
-  g->idle = false;
   cudaError_t e = link_streams(g, p, true);
   if (e == cudaSuccess) e = cudaGraphLaunch(exec, (cudaStream_t)o->stream);
   if (e == cudaSuccess) e = link_streams(g, p, false);
@@ -651,8 +647,7 @@ static bool replay(rf__plan *p, rf__step_graph *g, rf__step *step,
       return false;
     }
   rf_status *st = NULL;
-  /* the last launch may still read the buffers (a pipelined step) */
-  if (g->num_feeds && !g->idle) {
+  if (g->num_feeds) { /* the last launch may still read the buffers */
     const rf__device *o = origin_of(p);
     st = o->enter(o);
     if (!st) st = RF_CUDA_STATUS(cudaEventSynchronize(g->ev));
@@ -694,20 +689,13 @@ rf_status *rf__step_graph_finish(rf_session *s, rf__plan *p, rf__step *step,
                                  rf_status *st) {
   rf__step_graph *g = p->step_graph;
   (void)s;
-  /* A step that is not pipelined has waited for the plan's streams
-   * (rf__session_end_step), the launch's included: the fetch copies have
-   * run and nothing more is waited for. A pipelined one waits here for the
-   * launch alone, when it fetches. */
-  bool waited = !step->pipelined;
-  if (!st && !waited && p->num_fetches) {
+  if (!st && p->num_fetches) { /* a pipelined step did not wait */
     const rf__device *o = origin_of(p);
     st = o->enter(o);
     if (!st) st = RF_CUDA_STATUS(cudaEventSynchronize(g->ev));
     if (st)
       st = rf__status_prefix(st, "%s: the step's CUDA graph", o->canonical);
-    waited = !st;
   }
-  g->idle = !st && waited;
   for (int i = 0; g->kept && !st && i < g->num_fetches; i++) {
     const rf_tensor *b = g->outs[i];
     if (b && b->nbytes) memcpy(step->fetches[i]->data, b->data, b->nbytes);
