@@ -294,7 +294,7 @@ static cudaError_t add_slot_nodes(rf__step_graph *g, cudaGraph_t graph,
                                w ? &g->slot_set[0] : NULL, (size_t)w, &m);
   }
   for (size_t r = 0; r < nroots && e == cudaSuccess; r++)
-    e = cudaGraphAddDependencies(graph, &g->slot_set[1], &roots[r], 1);
+    e = cudaGraphAddDependencies(graph, &g->slot_set[1], &roots[r], NULL, 1);
   rf__free(roots);
   if (e != cudaSuccess) g->slot_set[0] = g->slot_set[1] = NULL;
   return e;
