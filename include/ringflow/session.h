@@ -144,9 +144,10 @@ typedef struct rf_session_options {
    * shapes runs without the graph (that shape repeated is captured in its
    * place). A step is never captured, and runs as without graphs, when it
    * has a CPU device, GPU devices on several physical GPUs, values passed
-   * between devices (_Send/_Recv), Dropout (its mask follows the step
-   * number), collectives across tasks, a fetched value made on the host,
-   * a feed in device memory, or when its capture fails; traced runs and
+   * between devices (_Send/_Recv), collectives across tasks, a fetched
+   * value made on the host, a feed in device memory, or when its capture
+   * fails (Dropout is captured: each replay draws its own step's mask,
+   * read from device memory the graph writes at launch); traced runs and
    * runs while another run of the session is under way are not captured
    * either. Each reason goes to the log sink (rf_set_log_callback, info:
    * "gpu graphs: ..."). Errors are reported as without graphs; a capture

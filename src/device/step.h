@@ -61,7 +61,19 @@ typedef struct rf__step {
    * switch: RF_GPU_GRAPH_DEBUG=serial, runtime/step_graph.h). */
   bool capture_serial;
   _Atomic(const char *) not_replayable;
+  /* While capturing: device memory on the step's GPU that holds the step's
+   * number (rf__step_number) when each launch of the graph runs (the graph
+   * writes it first). A GPU kernel keyed by the step reads it there, not
+   * the value at enqueue, so that a replay gets its own step's number. */
+  const int64_t *number_slot;
+  atomic_bool number_read; /* a kernel of the capture reads number_slot */
 } rf__step;
+
+/* The step's number as Dropout keys it: its number in the job when the
+ * session is a task of one, else the session's run number (its id). */
+static inline int64_t rf__step_number(const rf__step *s) {
+  return s->job_step >= 0 ? s->job_step : s->id;
+}
 
 /* Adds c (filled by the caller, unlinked) to the step's checks. Any thread,
  * while the step runs (before the done of the kernel that adds it). */

@@ -14,9 +14,16 @@ rf_status *rf__dropout_prepare(rf__kernel_ctx *ctx, rf__dropout_key *k) {
   if (st) return rf__kernel_error_at(ctx, st);
   k->seed = (uint64_t)seed;
   k->scale = 1.0 / (1.0 - k->rate);
-  k->step = !ctx->step                 ? 0
-            : ctx->step->job_step >= 0 ? ctx->step->job_step
-                                       : ctx->step->id;
+  k->step = ctx->step ? rf__step_number(ctx->step) : 0;
+  k->step_slot = NULL;
+  if (ctx->step && ctx->step->capturing) {
+    k->step_slot = ctx->step->number_slot;
+    atomic_store(&ctx->step->number_read, true);
+    if (!k->step_slot) /* the graph would repeat this step's mask */
+      atomic_store(&ctx->step->not_replayable,
+                   "a Dropout node's step number has no slot in device "
+                   "memory");
+  }
   k->device = ctx->device ? ctx->device->index : 0;
   return NULL;
 }

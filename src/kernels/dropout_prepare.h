@@ -14,6 +14,9 @@ typedef struct rf__dropout_key {
   double rate, scale; /* scale = 1 / (1 - rate) */
   uint64_t seed;
   int64_t step;
+  /* In a captured step (GPU kernels only): where the step's number is in
+   * device memory at each launch (rf__step.number_slot); else NULL. */
+  const int64_t *step_slot;
   int device;
 } rf__dropout_key;
 

@@ -10,11 +10,6 @@
 #include "ops/op_registry.h"
 #include "runtime/step_graph.h"
 
-/* Ops whose GPU kernels read something of the step on the host when they
- * enqueue (the step number seeds Dropout's mask): a replay would repeat the
- * captured step's value. */
-static const char *const per_step_ops[] = {"Dropout"};
-
 /* A _Send or _Recv of a crossing control edge: its key ends with
  * ":ctl;<device>" (passes/partition.c). It passes an empty host tensor and
  * enqueues nothing on a GPU. */
@@ -96,14 +91,6 @@ static const char *node_reason(const rf_session *s, const rf__plan *p,
              n->name, op);
     return buf;
   }
-  for (size_t i = 0; i < sizeof per_step_ops / sizeof per_step_ops[0]; i++)
-    if (!strcmp(op, per_step_ops[i])) {
-      snprintf(buf, len,
-               "node '%.200s' (%s) reads the step number when it is "
-               "enqueued",
-               n->name, op);
-      return buf;
-    }
   return NULL;
 }
 

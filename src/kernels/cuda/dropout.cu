@@ -1,6 +1,9 @@
 /* kernels/cuda/dropout.cu - Dropout on GPU devices: the same keep decisions
  * as the CPU (kernels/philox.h, keyed as kernels/dropout_prepare.h says),
- * one thread per element; output x * mask and the mask. */
+ * one thread per element; output x * mask and the mask. In a captured step
+ * the step's number is read from the step's slot in device memory
+ * (rf__dropout_key.step_slot, written before each launch of the graph), so that
+ * each replay draws its own step's mask. */
 #include "kernels/cuda/gpu_common.cuh" /* first: the C headers in C++ */
 
 #include "kernels/dropout_prepare.h"
@@ -17,9 +20,10 @@ template <typename T>
 __global__ void dropout_kernel(rf__dropout_key k, const T *x, T *y, T *mask,
                                int64_t n) {
   using C = typename Num<T>::C;
+  int64_t step = k.step_slot ? *k.step_slot : k.step;
   RF_GPU_LOOP(i, n) {
-    C m = rf__dropout_keep(k.seed, k.step, k.device, i, k.rate) ? (C)k.scale
-                                                                : (C)0;
+    C m =
+        rf__dropout_keep(k.seed, step, k.device, i, k.rate) ? (C)k.scale : (C)0;
     mask[i] = Num<T>::store(m);
     y[i] = Num<T>::store(m * Num<T>::load(x[i]));
   }
@@ -35,6 +39,7 @@ rf_status *dropout_compute(rf__kernel_ctx *ctx) {
   RF_CHECK(alloc_output(ctx, 1, x->dtype, &x->shape, &mask));
   int64_t n = x->num_elements;
   if (n == 0) return NULL;
+
   return visit_float(x->dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     dropout_kernel<T><<<grid(ctx, n), kThreads, 0, stream(ctx)>>>(

@@ -18,7 +18,10 @@
  * checks first that every variable of the plan's devices still has the
  * buffer the capture left (else the graph is dropped and the step runs
  * without it); (3) one launch of a graph at a time uses its buffers (mu,
- * held from the launch to the copy of the fetches). */
+ * held from the launch to the copy of the fetches); (4) the graph's kernels
+ * keyed by the step's number (Dropout) read it from the plan's slot in
+ * device memory, which the graph's first nodes write: a replay sets the
+ * value those nodes write to its own step's number before it launches. */
 #include <cuda_runtime_api.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -58,8 +61,11 @@ struct rf__step_graph {
   rf__gpu_held **held; /* per GPU device of the plan */
   var_snap *vars;
   int num_vars, cap_vars;
-  int debug;        /* RF_GPU_GRAPH_DEBUG's flags (step_graph.h) */
-  int64_t launches; /* of the kept graph; 1: the capture's own */
+  int64_t *slot;     /* the step's number, on the plan's GPU (rf__step) */
+  cudaGraph_t graph; /* the kept graph's own, for its slot nodes */
+  cudaGraphNode_t slot_set[2]; /* the low and high words; NULL if unread */
+  int debug;                   /* RF_GPU_GRAPH_DEBUG's flags (step_graph.h) */
+  int64_t launches;            /* of the kept graph; 1: the capture's own */
 };
 
 rf_status *rf__step_graph_new(rf_session *s, rf__plan *p,
@@ -94,6 +100,9 @@ static void drop(rf__step_graph *g, int num_gpus) {
     (void)cudaGraphExecDestroy(g->exec);
     atomic_fetch_sub(g->kept_n, 1);
   }
+  if (g->graph) (void)cudaGraphDestroy(g->graph);
+  g->graph = NULL;
+  g->slot_set[0] = g->slot_set[1] = NULL;
   (void)cudaGetLastError();
   g->exec = NULL;
   for (int i = 0; i < num_gpus; i++) {
@@ -115,6 +124,7 @@ void rf__step_graph_free(rf__step_graph *g) {
   for (int i = 0; g->staging && i < g->num_feeds; i++)
     rf_tensor_release(g->staging[i]);
   if (g->ev) (void)cudaEventDestroy(g->ev);
+  if (g->slot) (void)cudaFree(g->slot);
   rf__gpu_make_current(prev);
   rf__graph_shapes_fini(&g->shapes);
   rf__free(g->staging);
@@ -247,6 +257,65 @@ static const char *pin_vars(rf__step_graph *g, const rf__plan *p,
   rf__free(roots);
   rf__free(from);
   return why;
+}
+
+/* ---- the step's number ---- */
+
+/* The parameters of slot node w (0: low word, 1: high) writing number. */
+static struct cudaMemsetParams slot_params(const rf__step_graph *g, int w,
+                                           int64_t number) {
+  uint64_t u = (uint64_t)number;
+  return (struct cudaMemsetParams){.dst = (uint32_t *)g->slot + w,
+                                   .pitch = sizeof(uint32_t),
+                                   .value = (uint32_t)(w ? u >> 32 : u),
+                                   .elementSize = sizeof(uint32_t),
+                                   .width = 1,
+                                   .height = 1};
+}
+
+/* Two memsets writing the step's number into the slot before everything
+ * else in the graph (a memset's value is one of 32 bits at most). */
+static cudaError_t add_slot_nodes(rf__step_graph *g, cudaGraph_t graph,
+                                  int64_t number) {
+  size_t nroots = 0;
+  cudaGraphNode_t *roots = NULL;
+  cudaError_t e = cudaGraphGetRootNodes(graph, NULL, &nroots);
+  if (e == cudaSuccess) {
+    roots = rf__calloc(nroots + 1, sizeof *roots);
+    e = roots ? cudaGraphGetRootNodes(graph, roots, &nroots)
+              : cudaErrorMemoryAllocation;
+  }
+  for (int w = 0; w < 2 && e == cudaSuccess; w++) {
+    struct cudaMemsetParams m = slot_params(g, w, number);
+    e = cudaGraphAddMemsetNode(&g->slot_set[w], graph,
+                               w ? &g->slot_set[0] : NULL, (size_t)w, &m);
+  }
+  for (size_t r = 0; r < nroots && e == cudaSuccess; r++)
+    e = cudaGraphAddDependencies(graph, &g->slot_set[1], &roots[r], NULL, 1);
+  rf__free(roots);
+  if (e != cudaSuccess) g->slot_set[0] = g->slot_set[1] = NULL;
+  return e;
+}
+
+/* Sets the step's number the next launch of exec writes into the slot. */
+static rf_status *set_number(rf__step_graph *g, const rf__plan *p,
+                             int64_t number) {
+  if (!g->slot_set[0]) return NULL;
+  const rf__device *o = p->gpus[0];
+  RF_CHECK(o->enter(o));
+  for (int w = 0; w < 2; w++) {
+    struct cudaMemsetParams m = slot_params(g, w, number);
+    cudaError_t e =
+        cudaGraphExecMemsetNodeSetParams(g->exec, g->slot_set[w], &m);
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();
+      return rf__error(RF_INTERNAL,
+                       "%s: setting the step's number in the CUDA graph of "
+                       "plan '%s': %s",
+                       o->canonical, p->signature, cudaGetErrorString(e));
+    }
+  }
+  return NULL;
 }
 
 /* ---- launches ---- */
@@ -530,6 +599,12 @@ static bool capture(rf_session *s, rf__plan *p, rf__step_graph *g,
     return false;
   }
   rf_status *st = stage_feeds(g, fed, true);
+  if (!st && !g->slot) {
+    const rf__device *o = origin_of(p);
+    st = o->enter(o);
+    if (!st)
+      st = RF_CUDA_STATUS(cudaMalloc((void **)&g->slot, sizeof(int64_t)));
+  }
   if (!st) st = snapshot_vars(g, p);
   if (!st) st = begin_capture(g, p);
   if (st) {
@@ -542,8 +617,11 @@ static bool capture(rf_session *s, rf__plan *p, rf__step_graph *g,
   step->capturing = true;
   step->capture_serial = (g->debug & RF__GRAPH_DEBUG_SERIAL) != 0;
   step->feeds = g->staging;
+  step->number_slot = g->slot;
+  atomic_store(&step->number_read, false);
   rf_status *run = rf__executor_run(p->executor, step);
   step->capturing = step->capture_serial = false;
+  step->number_slot = NULL;
   step->feeds = fed;
   cudaError_t e;
   rf_status *held_st;
@@ -556,17 +634,31 @@ static bool capture(rf_session *s, rf__plan *p, rf__step_graph *g,
   rf_status *transient = held_st;
   if (graph && !never && !transient)
     never = pin_vars(g, p, graph, why, sizeof why, &transient);
+  if (graph && !never && !transient && atomic_load(&step->number_read)) {
+    e = add_slot_nodes(g, graph, rf__step_number(step));
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();
+      snprintf(why, sizeof why,
+               "adding the write of the step's number failed: %s",
+               cudaGetErrorString(e));
+      never = why;
+    }
+  }
   char nodes[256] = "";
   if (graph && rf__log_on(RF_LOG_INFO)) describe(graph, nodes, sizeof nodes);
   cudaGraphExec_t exec = NULL;
   if (graph) {
     e = cudaGraphInstantiate(&exec, graph, 0);
-    (void)cudaGraphDestroy(graph);
+    if (g->slot_set[0] && e == cudaSuccess)
+      g->graph = graph; /* kept for its slot nodes while exec lives */
+    else
+      (void)cudaGraphDestroy(graph);
     if (e != cudaSuccess) exec = NULL;
     (void)cudaGetLastError();
   }
   if (!exec) {
     rf_status_free(transient);
+    g->slot_set[0] = g->slot_set[1] = NULL;
     /* Nothing of the step ran. Variables the step swapped for new buffers
      * now hold unwritten ones: a failed capture may not go unnoticed. */
     release_held(g, p);
@@ -601,6 +693,9 @@ static bool capture(rf_session *s, rf__plan *p, rf__step_graph *g,
   rf_status *st2 = launch(g, p, exec);
   if (!keep || st2) {
     (void)cudaGraphExecDestroy(exec); /* freed once the launch has run */
+    if (g->graph) (void)cudaGraphDestroy(g->graph);
+    g->graph = NULL;
+    g->slot_set[0] = g->slot_set[1] = NULL;
     release_held(g, p); /* reused only in each device's order after it */
     for (int i = 0; i < g->num_fetches; i++) {
       rf_tensor_release(g->outs[i]);
@@ -654,6 +749,7 @@ static bool replay(rf__plan *p, rf__step_graph *g, rf__step *step,
     if (!st) st = stage_feeds(g, step->feeds, false);
   }
   if (!st) st = new_fetches(g, step);
+  if (!st) st = set_number(g, p, rf__step_number(step));
   if (!st) st = launch(g, p, g->exec);
   g->kept = !st;
   *out = st;
