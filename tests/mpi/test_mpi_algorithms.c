@@ -330,6 +330,12 @@ static void test_table_choice_runs(void **state) {
  * threshold is pinned at its default 128 KiB (mallopt), so memory from
  * malloc would be mapped fresh, and faulted in page by page, every step. */
 static void test_ring_scratch_is_reused(void **state) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  /* The sanitizers' allocators map and fault memory (and its shadow) by
+   * rules of their own: the page count says nothing about the ring. */
+  (void)state;
+  return;
+#endif
   mallopt(M_MMAP_THRESHOLD, 128 << 10);
   mallopt(M_TRIM_THRESHOLD, 128 << 10);
   rf__mpi_algorithm_force(RF_MPI_RING);
