@@ -2,7 +2,8 @@
  * float32 tensors of log-uniform random sizes in [min, max] bytes on
  * `devices` virtual CPU devices, run as one step
  *   unfused  collective_bucket_bytes 0: K collectives
- *   fused    collective_bucket_bytes = bucket (default 1 MiB)
+ *   fused    collective_bucket_bytes = bucket (default -1,
+ *            RF_BUCKET_BYTES_AUTO: 1 MiB on CPU devices, 25 MiB on GPUs)
  *   one      one all-reduce of all K tensors' bytes together
  *   inK, in1 the inputs of unfused and of one alone (below)
  * Steps of the five alternate (rounds of `steps` steps each, best round
@@ -28,7 +29,7 @@
  * one all-reduce of the same bytes.
  *
  *   bench_bucket_allreduce [devices=4] [min=4096] [max=65536] [steps=50]
- *                          [rounds=5] [bucket=RF_DEFAULT_BUCKET_BYTES]
+ *                          [rounds=5] [bucket=-1: by kind]
  *                          [type=cpu|gpu] [inputs=const|computed]
  *                          [only=all|unfused|fused|one|inK|in1]
  *
@@ -167,7 +168,7 @@ int main(int argc, char **argv) {
     any |= timed[i];
   }
   if (devices < 1 || devices > MAXD || lo < 4 || hi < lo || steps < 1 ||
-      rounds < 1 || bucket < 0 ||
+      rounds < 1 || (bucket < 0 && bucket != RF_BUCKET_BYTES_AUTO) ||
       (strcmp(dev_type, "cpu") != 0 && strcmp(dev_type, "gpu") != 0) ||
       (!computed && strcmp(inputs, "const") != 0) || !any) {
     fprintf(stderr,
@@ -178,10 +179,16 @@ int main(int argc, char **argv) {
     return 2;
   }
   log_from_env();
+  /* The size the pass fills buckets to (RF_BUCKET_BYTES_AUTO: by kind). */
+  int64_t limit = bucket != RF_BUCKET_BYTES_AUTO ? bucket
+                  : strcmp(dev_type, "gpu") == 0 ? RF_DEFAULT_BUCKET_BYTES_GPU
+                                                 : RF_DEFAULT_BUCKET_BYTES_CPU;
   printf(
       "# %d %s devices, float32 tensors of %.0f..%.0f bytes, bucket %lld "
-      "bytes, %s inputs, best of %d rounds of %d steps, us per step\n",
-      devices, dev_type, lo, hi, (long long)bucket, inputs, rounds, steps);
+      "bytes%s, %s inputs, best of %d rounds of %d steps, us per step\n",
+      devices, dev_type, lo, hi, (long long)limit,
+      bucket == RF_BUCKET_BYTES_AUTO ? " (the default)" : "", inputs, rounds,
+      steps);
   printf(
       "%5s %10s %9s %9s %9s %9s %9s %10s %6s %12s %9s %9s %9s %9s %9s "
       "%9s %8s %8s\n",
@@ -199,7 +206,7 @@ int main(int argc, char **argv) {
       total += counts[k];
       /* as the pass packs them: 64-byte slices, greedily */
       int64_t b = (counts[k] * 4 + 63) / 64 * 64;
-      if (in_bucket && in_bucket + b > bucket) buckets++, in_bucket = 0;
+      if (in_bucket && in_bucket + b > limit) buckets++, in_bucket = 0;
       in_bucket += b;
       slices += b;
     }

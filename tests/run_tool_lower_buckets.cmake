@@ -32,6 +32,18 @@ expect_contains("${out}" "g3_0 = AllReduce(s0:0)  @cpu:0")
 expect_contains("${out}" "bucket cpu:0: 2 all-reduces, 128 bytes of float32: producers write into the bucket, _BucketPack copies in only inputs a kernel forwards (here 2 of 2: a0, b0), zero-copy views out (_BucketUnpack)")
 expect_lacks("${out}" "one copy in")
 expect_contains("${out}" "bucket cpu:1: 2 all-reduces")
+# The size the pass filled to: the user's for every kind ...
+expect_contains("${out}" "zero-copy views out (_BucketUnpack); buckets of up to 1048576 bytes (--bucket-bytes)")
+
+# ... or, without --bucket-bytes, the default of the devices' kind
+# (RF_BUCKET_BYTES_AUTO: 1 MiB on CPU devices, 25 MiB on GPU devices).
+execute_process(COMMAND ${TOOL} lower ${GRAPH} --devices 2
+                OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "ringflow lower (default size) failed (${rc}):\n${err}")
+endif()
+expect_contains("${out}" "bucket cpu:0: 2 all-reduces, 128 bytes of float32")
+expect_contains("${out}" "zero-copy views out (_BucketUnpack); buckets of up to 1048576 bytes (the default on CPU devices)")
 
 execute_process(COMMAND ${TOOL} lower ${GRAPH} --devices 2 --bucket-bytes 0
                 OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)

@@ -540,9 +540,10 @@ static void test_comm_dtype_errors(void **state) {
   assert_status(rf_session_new(g, &o, &s), RF_INVALID_ARGUMENT,
                 "collective_comm_dtype must be NULL, \"float32\", "
                 "\"bfloat16\" or \"float16\", got \"int32\"");
-  o = options(-1);
+  o = options(-2); /* -1 is RF_BUCKET_BYTES_AUTO */
   assert_status(rf_session_new(g, &o, &s), RF_INVALID_ARGUMENT,
-                "collective_bucket_bytes must be >= 0, got -1");
+                "collective_bucket_bytes must be >= 0 or "
+                "RF_BUCKET_BYTES_AUTO (-1), got -2");
   rf_graph_free(g);
   /* An attr given through the node builder is checked at compile. */
   g = rf_graph_new();
@@ -769,6 +770,69 @@ static void test_forwarded_inputs_fuse_only_when_small(void **state) {
   case_free(&c);
 }
 
+/* The default size depends on the devices' kind (RF_BUCKET_BYTES_AUTO):
+ * 1 MiB on CPU devices, 25 MiB on GPU devices; an explicit size holds for
+ * every kind. Eight 256 KiB gradients (computed, so written in place) are
+ * two 1 MiB buckets or one 25 MiB bucket; the log names the size used. */
+static void default_size_case(int64_t want_default, int64_t want_explicit,
+                              const char *want_log) {
+  enum { K = 8, N = 65536 };
+  case_graph c;
+  produced_case(&c, K, N);
+  rf_session_options o = options(0);
+  rf_session_options init;
+  rf_session_options_init(&init);
+  assert_true(init.collective_bucket_bytes == RF_BUCKET_BYTES_AUTO);
+  assert_true(RF_DEFAULT_BUCKET_BYTES == RF_BUCKET_BYTES_AUTO);
+  o.collective_bucket_bytes = init.collective_bucket_bytes;
+  assert_ok(rf_set_log_callback(RF_LOG_INFO, log_collect, &logs));
+  assert_int_equal(count_all_reduces(c.g, &o), want_default);
+  assert_ok(rf_set_log_callback(RF_LOG_ERROR, NULL, NULL));
+  if (!logged(want_log)) {
+    logs_print();
+    fail_msg("no log line holding \"%s\"", want_log);
+  }
+  logs_clear(&logs);
+  rf_session_options mib = options((int64_t)1 << 20); /* the user's choice */
+  assert_int_equal(count_all_reduces(c.g, &mib), want_explicit);
+  assert_ok(rf_set_log_callback(RF_LOG_INFO, log_collect, &logs));
+  assert_int_equal(count_all_reduces(c.g, &mib), want_explicit);
+  assert_ok(rf_set_log_callback(RF_LOG_ERROR, NULL, NULL));
+  assert_true(
+      logged("buckets of up to 1048576 bytes (collective_bucket_bytes)"));
+  logs_clear(&logs);
+  rf_session_options off = options(0);
+  assert_int_equal(count_all_reduces(c.g, &off), K);
+  rf_tensor *a[2 * K * NDEV], *b[2 * K * NDEV];
+  run(&c, &off, a);
+  run(&c, &o, b);
+  assert_same_bits(a, b, c.nfetches, "default bucket size");
+  release_all(a, c.nfetches);
+  release_all(b, c.nfetches);
+  case_free(&c);
+}
+
+static void test_default_bucket_size_on_cpus(void **state) {
+  (void)state;
+  default_size_case(2, 2,
+                    "4 all-reduces (float32, sum) on 4 devices, 1048576 bytes"
+                    " + 0 padding: producers write into the bucket, zero-copy "
+                    "views out (_BucketUnpack); buckets of up to 1048576 bytes "
+                    "(the default on CPU devices)");
+}
+
+static void test_default_bucket_size_on_gpus(void **state) {
+  (void)state;
+  rf_test_need_gpu();
+  dev_type = "gpu";
+  default_size_case(1, 2,
+                    "8 all-reduces (float32, sum) on 4 devices, 2097152 bytes"
+                    " + 0 padding: producers write into the bucket, zero-copy "
+                    "views out (_BucketUnpack); buckets of up to 26214400 "
+                    "bytes (the default on GPU devices)");
+  dev_type = "cpu";
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_random_graphs_fused_match_unfused_bitwise),
@@ -785,6 +849,8 @@ int main(void) {
       cmocka_unit_test(test_log_says_which_copies_happen),
       cmocka_unit_test(test_producers_write_into_the_bucket),
       cmocka_unit_test(test_forwarded_inputs_fuse_only_when_small),
+      cmocka_unit_test(test_default_bucket_size_on_cpus),
+      cmocka_unit_test(test_default_bucket_size_on_gpus),
   };
   return cmocka_run_group_tests(tests, setup, NULL);
 }

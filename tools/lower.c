@@ -40,7 +40,7 @@ static bool forwards(const char *op) {
 /* One line per bucket participant: what it fused and which copies it
  * costs (runtime/executor_homes.c: producers that allocate their output
  * write into the bucket; forwarded inputs are copied in; none out). */
-static void print_buckets(const rf_graph *g) {
+static void print_buckets(const rf_graph *g, int64_t bucket_bytes) {
   for (int i = 0; i < rf_graph_num_nodes(g); i++) {
     const rf_node *n = rf_graph_node(g, i);
     if (strcmp(rf_node_op(n), "_BucketPack") != 0) continue;
@@ -64,7 +64,17 @@ static void print_buckets(const rf_graph *g) {
       if (forwards(rf_node_op(p)))
         printf("%s%s", m++ ? ", " : ": ", rf_node_name(p));
     }
-    printf("), zero-copy views out (_BucketUnpack)\n");
+    /* The size the pass filled it to (passes/bucket_collectives.c). */
+    bool gpu = strstr(rf_node_device(n), "gpu:") != NULL;
+    printf(
+        "), zero-copy views out (_BucketUnpack); buckets of up to %lld "
+        "bytes (%s)\n",
+        (long long)(bucket_bytes != RF_BUCKET_BYTES_AUTO ? bucket_bytes
+                    : gpu ? RF_DEFAULT_BUCKET_BYTES_GPU
+                          : RF_DEFAULT_BUCKET_BYTES_CPU),
+        bucket_bytes != RF_BUCKET_BYTES_AUTO ? "--bucket-bytes"
+        : gpu                                ? "the default on GPU devices"
+                                             : "the default on CPU devices");
   }
 }
 
@@ -120,7 +130,8 @@ int cmd_lower(int argc, char **argv) {
                   "DIR/after.dot (and SVG with Graphviz)"),
       TOOL_SIZE("bucket-bytes", &bucket_bytes, "N",
                 "fuse independent all-reduces into buckets of up to N bytes "
-                "(0: none; default 1M)",
+                "on every device kind (0: none; default: 1M on CPU devices, "
+                "25M on GPU devices)",
                 0, (double)(INT64_C(1) << 40)),
       TOOL_CHOICE("comm-dtype", &comm, "T",
                   "the wire dtype of float32 all-reduces (default fp32)",
@@ -168,7 +179,7 @@ int cmd_lower(int argc, char **argv) {
   }
   print_graph(g, "before lowering");
   print_graph(lowered, "after placement and lowering");
-  print_buckets(lowered);
+  print_buckets(lowered, bucket_bytes);
   print_update_groups(lowered);
   print_epilogues(lowered);
   if (dot_dir) {

@@ -727,8 +727,8 @@ static int parse_options(int argc, char **argv, options *o) {
                 "devices ignore it)"),
       TOOL_INT("bucket-mb", &o->bucket_mb, "N",
                "fuse independent gradient all-reduces into buckets of up to "
-               "N MiB (0: one all-reduce per gradient; default: the "
-               "session's 1 MiB)",
+               "N MiB on every device kind (0: one all-reduce per gradient; "
+               "default: 1 on CPU devices, 25 on GPU devices)",
                0, 1 << 20),
       TOOL_CHOICE("comm-dtype", &o->comm_dtype, "T",
                   "the dtype gradients travel in with --sync allreduce: fp32 "

@@ -108,10 +108,14 @@ typedef struct rf_session_options {
    * device: a fed placeholder, a Const, a variable read, a tensor from
    * another device) stays unfused: the copy would cost more than fusing
    * saves. Results are bit-identical to unfused ones on CPU
-   * devices and CUDA-kernel GPU groups. 0: no fusion. Default
-   * RF_DEFAULT_BUCKET_BYTES; < 0: INVALID_ARGUMENT. In a job of several
-   * processes every process fuses alike (decided on the whole job's
-   * graph). */
+   * devices and CUDA-kernel GPU groups. 0: no fusion. A value > 0 is the
+   * size for every device kind. RF_BUCKET_BYTES_AUTO (-1, the default,
+   * RF_DEFAULT_BUCKET_BYTES): by the all-reduce's devices (a fusable one
+   * has devices of one kind), RF_DEFAULT_BUCKET_BYTES_CPU (1 MiB) on CPU
+   * devices and RF_DEFAULT_BUCKET_BYTES_GPU (25 MiB) on GPU devices. Any
+   * other value < 0: INVALID_ARGUMENT. Each bucket's log line (info)
+   * names the size it was filled to. In a job of several processes every
+   * process fuses alike (decided on the whole job's graph). */
   int64_t collective_bucket_bytes;
   /* Wire dtype of float32 all-reduces, by name: NULL (default) or
    * "float32": none; "bfloat16" or "float16": each participant casts its
@@ -234,13 +238,22 @@ enum {
  * proven over many runs. */
 #define RF_DEFAULT_GPU_GRAPHS 0
 
-/* collective_bucket_bytes after rf_session_options_init: 1 MiB. The
- * producers of a bucket's gradients write straight into it (no copy in), so
- * fusing costs little at any size; on CPU devices 1-25 MiB buckets ran
- * steps of 4-64 KiB gradients 1.2-1.5x faster than unfused and 4 KiB ones
- * 1.0-1.1x, and a 1 MiB first bucket still starts reducing while earlier
- * layers compute (docs/PERFORMANCE.md, "Gradient buckets"). */
-#define RF_DEFAULT_BUCKET_BYTES ((int64_t)1 << 20)
+/* collective_bucket_bytes after rf_session_options_init: RF_BUCKET_BYTES_AUTO,
+ * the size by device kind, as measured (docs/PERFORMANCE.md, "Gradient
+ * buckets" and "Session 12: the default bucket size"):
+ * - CPU devices, 1 MiB: the producers of a bucket's gradients write
+ *   straight into it (no copy in), and 1-25 MiB buckets ran steps of 4-64
+ *   KiB gradients alike (1.2-1.5x faster than unfused, 4 KiB ones 1.0-1.1x);
+ *   of those the smallest lets a backward pass's first bucket start
+ *   reducing while earlier layers compute.
+ * - GPU devices, 25 MiB (PyTorch DDP's bucket_cap_mb): on 4 virtual GPUs of
+ *   one H200, 256 gradients of 4 KiB-1 MiB took 3,102 us a step in 25 MiB
+ *   buckets against 4,576 us in 1 MiB ones (session 11, call A), as every
+ *   all-reduce there costs a launch and a meeting of the devices' streams. */
+#define RF_BUCKET_BYTES_AUTO ((int64_t)-1)
+#define RF_DEFAULT_BUCKET_BYTES RF_BUCKET_BYTES_AUTO
+#define RF_DEFAULT_BUCKET_BYTES_CPU ((int64_t)1 << 20)
+#define RF_DEFAULT_BUCKET_BYTES_GPU ((int64_t)25 << 20)
 
 enum { RF_JOB_AUTO = 0, RF_JOB_SINGLE = 1, RF_JOB_MPI = 2 };
 

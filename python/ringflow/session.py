@@ -45,8 +45,9 @@ class Session:
     gpu_sync_on_finish: False lets runs return once their GPU work is
       queued (see sync()).
     bucket_bytes: independent all-reduces are fused into buckets of at most
-      this many bytes per device (0: none; None: the library's default,
-      1 MiB; docs/COLLECTIVES.md, "Buckets").
+      this many bytes per device, on every device kind (0: none; None or
+      -1: the library's default by the devices' kind, 1 MiB on CPU devices
+      and 25 MiB on GPU devices; docs/COLLECTIVES.md, "Buckets").
     comm_dtype: the dtype float32 all-reduces travel in: None or "float32"
       (full precision), "bfloat16" or "float16" (a name or a dtype).
     allow_tf32: True lets float32 matrix products on GPU devices use TF32

@@ -21,7 +21,8 @@
  * pack's inputs write straight into their slices (runtime/executor_homes.c);
  * the pack copies only inputs that were forwarded rather than produced,
  * and on CPU devices, where such a copy costs more than the collective it
- * saves, those fuse only when small (CPU_COPY_IN_MAX_BYTES).
+ * saves, those fuse only when small (CPU_COPY_IN_MAX_BYTES). The bucket
+ * size is the session's, or by the devices' kind (RF_BUCKET_BYTES_AUTO).
  *
  * In a job every process compiles the whole job's graph but prunes it for
  * its own feeds and fetches, so readiness order and paths may differ
@@ -43,6 +44,7 @@
 #include "ops/collective_attrs.h"
 #include "ops/op_registry.h"
 #include "passes/bucket_collectives.h"
+#include "ringflow/session.h"
 
 #define MAX_RANKS 64
 #define MAX_PER_BUCKET 64
@@ -324,6 +326,17 @@ static int64_t slice_elems(const group *x) {
   return (x->count + align - 1) / align * align;
 }
 
+/* The bucket size of group x's buckets, in bytes per device: the
+ * session's, or under RF_BUCKET_BYTES_AUTO the default of its devices'
+ * kind (a fusable group's devices are of one kind). */
+static int64_t bucket_limit(const bucket_ctx *c, const group *x) {
+  if (c->pc->bucket_bytes != RF_BUCKET_BYTES_AUTO) return c->pc->bucket_bytes;
+  return c->pc->devices[x->members[0]->assigned_device].name.type ==
+                 RF_DEVICE_GPU
+             ? RF_DEFAULT_BUCKET_BYTES_GPU
+             : RF_DEFAULT_BUCKET_BYTES_CPU;
+}
+
 typedef struct bucket {
   group *groups[MAX_PER_BUCKET];
   int n;
@@ -477,14 +490,22 @@ static void log_bucket(const bucket_ctx *c, const bucket *b,
   if (x->wire != x->type)
     snprintf(cast, sizeof cast, ", cast to %s for the wire and back",
              rf_dtype_name(x->wire));
+  const char *why =
+      c->pc->bucket_bytes != RF_BUCKET_BYTES_AUTO ? "collective_bucket_bytes"
+      : c->pc->devices[x->members[0]->assigned_device].name.type ==
+              RF_DEVICE_GPU
+          ? "the default on GPU devices"
+          : "the default on CPU devices";
   if (b->n > 1)
     rf__log_write(RF_LOG_INFO,
                   "compile %ld: bucket '%.200s': %d all-reduces (%s, %s) on %d "
                   "devices, %lld bytes + %lld padding: producers write into "
-                  "the bucket, zero-copy views out (_BucketUnpack)%s",
+                  "the bucket, zero-copy views out (_BucketUnpack)%s; buckets "
+                  "of up to %lld bytes (%s)",
                   c->pc->compile, shared_name, b->n, rf_dtype_name(x->type),
                   x->reduction, x->n, (long long)(data * (int64_t)es),
-                  (long long)((b->elems - data) * (int64_t)es), cast);
+                  (long long)((b->elems - data) * (int64_t)es), cast,
+                  (long long)bucket_limit(c, x), why);
   else
     rf__log_write(RF_LOG_INFO,
                   "compile %ld: all-reduce '%.200s' (%s, %s) on %d devices, "
@@ -509,14 +530,16 @@ static rf_status *rewrite(bucket_ctx *c, const bucket *b) {
 }
 
 /* Greedy, in readiness order: a group joins the open bucket of its key when
- * it fits in `limit` bytes and is independent of it, else opens the next;
- * one larger than `limit` goes alone and closes the open bucket. */
-static rf_status *assign(bucket_ctx *c, group **ready, int n, int64_t limit,
-                         bucket *buckets, int *nbuckets) {
+ * it fits in its bucket size (bucket_limit) and is independent of it, else
+ * opens the next; one larger than a bucket goes alone and closes the open
+ * bucket. */
+static rf_status *assign(bucket_ctx *c, group **ready, int n, bucket *buckets,
+                         int *nbuckets) {
   int *open = rf__malloc(sizeof *open * (size_t)(n ? n : 1)), nopen = 0;
   RF_CHECK_ALLOC(open);
   for (int i = 0; i < n; i++) {
     group *x = ready[i];
+    int64_t limit = bucket_limit(c, x);
     int64_t es = (int64_t)rf_dtype_size(x->type), sz = slice_elems(x);
     int k = 0;
     while (k < nopen && !same_key(buckets[open[k]].groups[0], x)) k++;
@@ -576,7 +599,7 @@ static rf_status *decide(bucket_ctx *c, bucket **out, int *n) {
   for (int i = 0; !st && i < c->num_groups; i++)
     if (c->groups[i].fusable) ready[nready++] = &c->groups[i];
   if (!st) qsort(ready, (size_t)nready, sizeof *ready, by_ready);
-  if (!st) st = assign(c, ready, nready, c->pc->bucket_bytes, buckets, n);
+  if (!st) st = assign(c, ready, nready, buckets, n);
   rf__free(ready);
   if (st) rf__free(buckets);
   *out = st ? NULL : buckets;

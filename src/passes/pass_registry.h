@@ -33,7 +33,8 @@ typedef struct rf__pass_ctx {
    * this process's. */
   int task, num_tasks;
   long compile; /* this process's compile number, for log messages */
-  /* rf_session_options.collective_bucket_bytes and collective_comm_dtype
+  /* rf_session_options.collective_bucket_bytes (RF_BUCKET_BYTES_AUTO: by
+   * the devices' kind) and collective_comm_dtype
    * (passes/bucket_collectives.h); a context left zero fuses and narrows
    * nothing. */
   int64_t bucket_bytes;

@@ -67,9 +67,11 @@ static rf_status *check_options(const rf_session_options *o) {
         "session options: collective_timeout_ms must be > 0, "
         "got %lld",
         (long long)o->collective_timeout_ms);
-  if (o->collective_bucket_bytes < 0)
+  if (o->collective_bucket_bytes < 0 &&
+      o->collective_bucket_bytes != RF_BUCKET_BYTES_AUTO)
     return rf__invalid(
-        "session options: collective_bucket_bytes must be >= 0, got %lld",
+        "session options: collective_bucket_bytes must be >= 0 or "
+        "RF_BUCKET_BYTES_AUTO (-1), got %lld",
         (long long)o->collective_bucket_bytes);
   rf_dtype comm = o->collective_comm_dtype
                       ? rf_dtype_from_name(o->collective_comm_dtype)

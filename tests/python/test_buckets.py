@@ -80,7 +80,7 @@ def test_errors():
     with pytest.raises(rf.errors.InvalidArgumentError, match="comm_dtype"):
         rf.Session(g, cpu_devices=DEVICES, comm_dtype="int8")
     with pytest.raises(rf.errors.InvalidArgumentError, match="bucket"):
-        rf.Session(g, cpu_devices=DEVICES, bucket_bytes=-1)
+        rf.Session(g, cpu_devices=DEVICES, bucket_bytes=-2)  # -1: default
     with pytest.raises(TypeError):
         rf.Session(g, cpu_devices=DEVICES, comm_dtype=16)
 
