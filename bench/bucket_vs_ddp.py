@@ -157,9 +157,10 @@ def main():
     ap.add_argument("--max", type=int, default=1048576)
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--bucket", type=int, default=1 << 20,
-                    help="ringflow's bucket bytes (default: the library's "
-                         "default, 1 MiB)")
+    ap.add_argument("--bucket", type=int, default=-1,
+                    help="ringflow's bucket bytes (default -1: the "
+                         "library's default by device kind, 1 MiB on CPU "
+                         "devices, 25 MiB on GPU devices)")
     ap.add_argument("--threads", type=int, default=1,
                     help="torch threads per DDP process on CPU")
     ap.add_argument("--port", type=int, default=29531)

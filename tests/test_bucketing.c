@@ -833,6 +833,57 @@ static void test_default_bucket_size_on_gpus(void **state) {
   dev_type = "cpu";
 }
 
+/* Buckets are filled in the order the all-reduces' inputs become ready, not
+ * the order they were built in: built deepest first, as a backward pass
+ * would list its gradients (c_deep reduces x + x doubled three times,
+ * c_mid twice, c_shallow once), the first bucket holds the two ready first
+ * (shallow, mid: it is named after shallow), and the deepest meets alone. */
+static void test_buckets_follow_readiness(void **state) {
+  (void)state;
+  case_graph c = {.g = rf_graph_new()};
+  rf_output depth[3][NDEV];
+  for (int d = 0; d < NDEV; d++) {
+    rf_output x = feed(&c, RF_FLOAT32, rf_shape_of(1, (int64_t)256), d);
+    depth[0][d] = add_on(&c, d, x, x);
+    for (int k = 1; k < 3; k++)
+      depth[k][d] = add_on(&c, d, depth[k - 1][d], depth[k - 1][d]);
+  }
+  static const char *const names[3] = {"c_shallow", "c_mid", "c_deep"};
+  for (int k = 2; k >= 0; k--) { /* deepest first */
+    rf_output out[NDEV];
+    rf_all_reduce_n(c.g, names[k], depth[k], NDEV, RF_REDUCE_SUM, out);
+    for (int d = 0; d < NDEV; d++) c.fetches[c.nfetches++] = out[d];
+  }
+  rf_session_options o = options(2048); /* two 1 KiB slices a bucket */
+  rf_graph *low = NULL;
+  assert_ok(rf_graph_lower(c.g, &o, &low));
+  int fused = 0, alone = 0, other = 0;
+  for (int i = 0; i < rf_graph_num_nodes(low); i++) {
+    rf_node *n = rf_graph_node(low, i);
+    if (strcmp(rf_node_op(n), "AllReduce") != 0) continue;
+    const char *sn;
+    assert_ok(rf_node_attr_string(n, "shared_name", &sn));
+    if (strcmp(sn, "c_shallow#bucket") == 0)
+      fused++;
+    else if (strcmp(sn, "c_deep") == 0)
+      alone++;
+    else
+      other++, fprintf(stderr, "unexpected all-reduce '%s'\n", sn);
+  }
+  rf_graph_free(low);
+  assert_int_equal(fused, NDEV);
+  assert_int_equal(alone, NDEV);
+  assert_int_equal(other, 0);
+  rf_tensor *a[3 * NDEV], *b[3 * NDEV];
+  rf_session_options off = options(0);
+  run(&c, &off, a);
+  run(&c, &o, b);
+  assert_same_bits(a, b, c.nfetches, "readiness order");
+  release_all(a, c.nfetches);
+  release_all(b, c.nfetches);
+  case_free(&c);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_random_graphs_fused_match_unfused_bitwise),
@@ -849,6 +900,7 @@ int main(void) {
       cmocka_unit_test(test_log_says_which_copies_happen),
       cmocka_unit_test(test_producers_write_into_the_bucket),
       cmocka_unit_test(test_forwarded_inputs_fuse_only_when_small),
+      cmocka_unit_test(test_buckets_follow_readiness),
       cmocka_unit_test(test_default_bucket_size_on_cpus),
       cmocka_unit_test(test_default_bucket_size_on_gpus),
   };
