@@ -89,10 +89,10 @@ start=$SECONDS
 
 if [ $type = gpu ]; then
   devsets="4 8" steps=20 rounds=3 tsteps=40 twarm=10 tbatch=512 tdevs=gpu:0-3
-  sweep="65536 1048576 4194304" blimit=60 tmbs="0 1 25" graphs=${graphs:-both}
+  sweep="65536 1048576 4194304" blimit=60 dlimit=90 tmbs="0 1 25" graphs=${graphs:-both}
 else
   devsets="4" steps=10 rounds=2 tsteps=3 twarm=1 tbatch=64 tdevs=cpu:0-3
-  sweep="65536 26214400" blimit=120 tmbs="0 1 25" graphs=${graphs:-off}
+  sweep="65536 26214400" blimit=120 dlimit=240 tmbs="0 1 25" graphs=${graphs:-off}
 fi
 case $graphs in
   off) gmodes="off" ;;
@@ -143,7 +143,7 @@ elif [ -s "$out/A_4_computed_g$g0.log" ]; then
   dargs=(--type "$type" --devices 4 --min "$min" --max "$max" --steps "$steps" --rounds "$rounds"
          --rows "$out/A_4_computed_g$g0.log")
   [ $type = cpu ] && dargs+=(--threads 1)
-  part C_ddp 90 python3 "$here/bucket_vs_ddp.py" "${dargs[@]}" && ddp=ok
+  part C_ddp $dlimit python3 "$here/bucket_vs_ddp.py" "${dargs[@]}" && ddp=ok
 fi
 # D and E
 if [ -z "$data" ]; then
