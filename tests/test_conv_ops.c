@@ -3,7 +3,8 @@
  * against float64 references computed here (float32 and float64), gradients
  * built by rf_gradients against central finite differences in float64, on
  * edge cases (size-1 dims, an input smaller than the window with SAME
- * padding, stride > window, dilation > 1, batch 0, 1x1 windows), and every
+ * padding (more padding than input), stride > window with SAME and VALID
+ * and with dilation, dilation > 1, batch 0, 1x1 windows), and every
  * error at build and at run time naming the node and op. */
 #include <math.h>
 #include <stdio.h>
@@ -32,6 +33,12 @@ static const wcase conv_cases[] = {
     {"1x1 direct", 2, 3, 3, 4, 1, 1, 2, 1, 1, 1, 1, false},
     {"1x1 stride 2", 1, 5, 5, 2, 1, 1, 3, 2, 2, 1, 1, true},
     {"batch 0", 0, 4, 4, 2, 3, 3, 2, 1, 1, 1, 1, true},
+    {"stride > window VALID", 2, 9, 7, 2, 2, 1, 3, 4, 3, 1, 1, false},
+    {"stride > dilated window", 1, 9, 9, 1, 2, 2, 2, 4, 5, 2, 3, true},
+    {"input smaller than window SAME stride 2", 1, 3, 2, 2, 5, 4, 2, 2, 2, 1, 1,
+     true},
+    {"size-1 channels and batch, 1-wide", 1, 6, 1, 1, 3, 1, 1, 2, 1, 1, 1,
+     true},
 };
 #define NCONV ((int)(sizeof conv_cases / sizeof conv_cases[0]))
 
@@ -43,6 +50,10 @@ static const wcase pool_cases[] = {
     {"input smaller than window SAME", 1, 2, 2, 2, 5, 4, 0, 1, 1, 1, 1, true},
     {"size-1 dims", 1, 1, 1, 1, 1, 1, 0, 1, 1, 1, 1, false},
     {"batch 0", 0, 4, 4, 2, 2, 2, 0, 2, 2, 1, 1, true},
+    {"stride > window VALID", 2, 9, 7, 2, 2, 1, 0, 4, 3, 1, 1, false},
+    {"input smaller than window SAME stride 3", 1, 2, 3, 1, 5, 5, 0, 3, 3, 1, 1,
+     true},
+    {"1-wide, size-1 channels", 1, 5, 1, 1, 3, 1, 0, 2, 1, 1, 1, true},
 };
 #define NPOOL ((int)(sizeof pool_cases / sizeof pool_cases[0]))
 
