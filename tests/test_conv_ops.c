@@ -586,6 +586,24 @@ static void test_pool_gradients(void **state) {
   for (int k = 0; k < NPOOL; k++) check_fd(F_AVG_GRAD, &pool_cases[k], 0, &rng);
 }
 
+/* MaxPoolGrad has no gradient: a second-order gradient through MaxPool is
+ * refused naming it, never silently zero (Conv2D's and AvgPool's work:
+ * test_conv2d_backprop_gradients, F_AVG_GRAD). */
+static void test_max_pool_second_order_refused(void **state) {
+  (void)state;
+  rf_graph *g = rf_graph_new();
+  rf_output x = rf_placeholder(g, "x", RF_FLOAT64, rf_shape_of(4, 1, 4, 4, 1));
+  int64_t k[4] = {1, 2, 2, 1};
+  rf_output y = rf_max_pool(g, "mp", x, k, k, "VALID");
+  rf_output l = rf_sum(g, NULL, rf_mul(g, NULL, y, y), NULL, -1, false), dx;
+  assert_ok(rf_gradients(g, &l, 1, &x, 1, NULL, &dx));
+  rf_output l2 = rf_sum(g, NULL, dx, NULL, -1, false), d2 = {NULL, 0};
+  assert_status(rf_gradients(g, &l2, 1, &x, 1, NULL, &d2), RF_NOT_FOUND,
+                "No gradient defined for op 'MaxPoolGrad'");
+  assert_null(d2.node);
+  rf_graph_free(g);
+}
+
 /* ---- errors ---- */
 
 /* Builds Conv2D over placeholders of xs and fs with the attrs given;
@@ -767,6 +785,7 @@ int main(void) {
       cmocka_unit_test(test_conv2d_gradients),
       cmocka_unit_test(test_conv2d_backprop_gradients),
       cmocka_unit_test(test_pool_gradients),
+      cmocka_unit_test(test_max_pool_second_order_refused),
       cmocka_unit_test(test_build_errors),
       cmocka_unit_test(test_run_errors),
       cmocka_unit_test(test_allocation_failures),

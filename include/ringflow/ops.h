@@ -175,7 +175,11 @@ RF_API rf_output rf_avg_pool(rf_graph *g, const char *name, rf_output input,
  * are the pool's. MaxPoolGrad takes the pool's input and output and gives
  * (n, h, w, c), each window's grad added at its first maximum;
  * AvgPoolGrad takes the input's shape as an int32 vector (n, h, w, c) and
- * spreads each window's grad evenly over its input elements. */
+ * spreads each window's grad evenly over its input elements. AvgPoolGrad,
+ * Conv2DBackpropInput and Conv2DBackpropFilter have gradients (second order
+ * through AvgPool and Conv2D works); MaxPoolGrad has none: rf_gradients
+ * through it fails with NOT_FOUND ("No gradient defined for op
+ * 'MaxPoolGrad' ..."). */
 RF_API rf_output rf_max_pool_grad(rf_graph *g, const char *name,
                                   rf_output orig_input, rf_output orig_output,
                                   rf_output grad, const int64_t ksize[4],
