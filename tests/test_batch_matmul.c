@@ -1,9 +1,10 @@
 /* tests/test_batch_matmul.c - BatchMatMul through a session against a
  * float64 reference written here: every adj_x/adj_y combination, batch
  * dims that broadcast (one side, both sides, ranks that differ), size-1 and
- * empty dims, k = 0, for float16/bfloat16/float32/float64 (float tolerance);
- * its gradients against central finite differences in float64 (first and
- * second order, shapes known and unknown); and the errors. */
+ * empty dims, k = 0, for float16/bfloat16/float32/float64 (float tolerance)
+ * and int32/int64 (exact, wrapping around, no gradient); its gradients against
+ * central finite differences in float64 (first and second order, shapes known
+ * and unknown); and the errors. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -121,6 +122,105 @@ static void test_values(void **state) {
       }
 }
 
+/* Integer reference in the dtype's wrap-around arithmetic (two's
+ * complement, as MatMul): out[b, i, j] = sum_q X[bx, i, q] Y[by, q, j]. */
+static int64_t *int_reference(const rf_tensor *x, const rf_tensor *y, bool ax,
+                              bool ay, rf_shape o) {
+  rf_shape xs = rf_tensor_shape(x), ys = rf_tensor_shape(y);
+  bool i32 = rf_tensor_dtype(x) == RF_INT32;
+  int64_t m = o.dims[o.rank - 2], n = o.dims[o.rank - 1];
+  int64_t k = xs.dims[xs.rank - (ax ? 2 : 1)];
+  int br = o.rank - 2;
+  int64_t batch = 1;
+  for (int i = 0; i < br; i++) batch *= o.dims[i];
+  int64_t *r = calloc((size_t)(batch * m * n + 1), sizeof *r);
+  const int32_t *x32 = rf_tensor_data(x), *y32 = rf_tensor_data(y);
+  const int64_t *x64 = rf_tensor_data(x), *y64 = rf_tensor_data(y);
+  for (int64_t b = 0; b < batch; b++) {
+    int64_t bx = 0, by = 0, rest = b, sx = 1, sy = 1;
+    for (int i = br - 1; i >= 0; i--) {
+      int64_t idx = rest % o.dims[i];
+      rest /= o.dims[i];
+      int jx = i - (br - (xs.rank - 2)), jy = i - (br - (ys.rank - 2));
+      if (jx >= 0) {
+        bx += (xs.dims[jx] == 1 ? 0 : idx) * sx;
+        sx *= xs.dims[jx];
+      }
+      if (jy >= 0) {
+        by += (ys.dims[jy] == 1 ? 0 : idx) * sy;
+        sy *= ys.dims[jy];
+      }
+    }
+    for (int64_t i = 0; i < m; i++)
+      for (int64_t j = 0; j < n; j++) {
+        uint64_t s = 0;
+        uint32_t s32 = 0;
+        for (int64_t q = 0; q < k; q++) {
+          int64_t xi = bx * m * k + (ax ? q * m + i : i * k + q);
+          int64_t yi = by * k * n + (ay ? j * k + q : q * n + j);
+          if (i32)
+            s32 += (uint32_t)x32[xi] * (uint32_t)y32[yi];
+          else
+            s += (uint64_t)x64[xi] * (uint64_t)y64[yi];
+        }
+        r[(b * m + i) * n + j] = i32 ? (int64_t)(int32_t)s32 : (int64_t)s;
+      }
+  }
+  return r;
+}
+
+/* int32 and int64: exact products, small values and values over the whole
+ * range (the sums wrap around); no gradient flows through them. */
+static void test_int_values(void **state) {
+  (void)state;
+  uint64_t rng = rf_test_rng(34);
+  const rf_dtype dts[] = {RF_INT32, RF_INT64};
+  for (int d = 0; d < 2; d++)
+    for (int big = 0; big < 2; big++)
+      for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+        for (int adj = 0; adj < 4; adj++) {
+          bool ax = adj & 1, ay = adj & 2;
+          rf_shape xs = stored(cases[c].x, ax), ys = stored(cases[c].y, ay);
+          double hi = !big ? 100 : d ? 9.0e18 : 2147483648.0;
+          rf_tensor *x = rf_test_random_tensor(&rng, dts[d], xs, -hi, hi);
+          rf_tensor *y = rf_test_random_tensor(&rng, dts[d], ys, -hi, hi);
+          rf_graph *g = rf_graph_new();
+          rf_output px = rf_placeholder(g, "x", dts[d], xs);
+          rf_output py = rf_placeholder(g, "y", dts[d], ys);
+          rf_output z = rf_batch_matmul(g, NULL, px, py, ax, ay);
+          assert_graph_ok(g);
+          rf_shape want;
+          free(reference(x, y, ax, ay, &want));
+          int64_t *ref = int_reference(x, y, ax, ay, want);
+          rf_feed f[2] = {{px, x}, {py, y}};
+          rf_tensor *out;
+          rf_test_run(g, 1, f, 2, &z, 1, &out);
+          rf_shape got = rf_tensor_shape(out);
+          assert_true(rf_shape_equal(&got, &want));
+          assert_int_equal(rf_tensor_dtype(out), dts[d]);
+          for (int64_t i = 0; i < rf_tensor_num_elements(out); i++) {
+            int64_t v = d ? ((const int64_t *)rf_tensor_data(out))[i]
+                          : ((const int32_t *)rf_tensor_data(out))[i];
+            if (v != ref[i])
+              fail_msg("%s %s adj %d%d [%lld]: %lld, want %lld",
+                       rf_dtype_name(dts[d]), cases[c].name, ax, ay,
+                       (long long)i, (long long)v, (long long)ref[i]);
+          }
+          /* integers carry no gradient: dx and dy are invalid outputs */
+          rf_output l =
+              rf_sum(g, NULL, rf_cast(g, NULL, z, RF_FLOAT64), NULL, -1, false);
+          rf_output in[2] = {px, py}, dxy[2];
+          assert_ok(rf_gradients(g, &l, 1, in, 2, NULL, dxy));
+          assert_null(dxy[0].node);
+          assert_null(dxy[1].node);
+          free(ref);
+          rf_tensor_release(out);
+          rf_tensor_release(x);
+          rf_tensor_release(y);
+          rf_graph_free(g);
+        }
+}
+
 static double run_y(rf_session *s, rf_feed *f, rf_output y) {
   rf_tensor *v;
   assert_ok(rf_session_run(s, f, 2, &y, 1, NULL, 0, &v));
@@ -213,7 +313,7 @@ static void test_errors(void **state) {
   rf_output v = rf_placeholder(g, "v", RF_FLOAT32, rf_shape_of(1, 4));
   rf_output b = rf_placeholder(g, "b", RF_FLOAT32, rf_shape_of(3, 3, 4, 5));
   rf_output c = rf_placeholder(g, "c", RF_FLOAT32, rf_shape_of(3, 2, 5, 5));
-  rf_output i = rf_placeholder(g, "i", RF_INT32, rf_shape_of(2, 2, 2));
+  rf_output i = rf_placeholder(g, "i", RF_INT8, rf_shape_of(2, 2, 2));
   static const char *subs[] = {"rank >= 2", "do not broadcast",
                                "inner dimensions differ", "attr 'T'"};
   for (int k = 0; k < 4; k++) {
@@ -251,6 +351,7 @@ static void test_errors(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_values),
+      cmocka_unit_test(test_int_values),
       cmocka_unit_test(test_gradients),
       cmocka_unit_test(test_errors),
   };

@@ -3,7 +3,8 @@
  * against float64 references computed here (float32 and float64), gradients
  * built by rf_gradients against central finite differences in float64, on
  * edge cases (size-1 dims, an input smaller than the window with SAME
- * padding, stride > window, dilation > 1, batch 0, 1x1 windows), and every
+ * padding (more padding than input), stride > window with SAME and VALID
+ * and with dilation, dilation > 1, batch 0, 1x1 windows), and every
  * error at build and at run time naming the node and op. */
 #include <math.h>
 #include <stdio.h>
@@ -32,6 +33,12 @@ static const wcase conv_cases[] = {
     {"1x1 direct", 2, 3, 3, 4, 1, 1, 2, 1, 1, 1, 1, false},
     {"1x1 stride 2", 1, 5, 5, 2, 1, 1, 3, 2, 2, 1, 1, true},
     {"batch 0", 0, 4, 4, 2, 3, 3, 2, 1, 1, 1, 1, true},
+    {"stride > window VALID", 2, 9, 7, 2, 2, 1, 3, 4, 3, 1, 1, false},
+    {"stride > dilated window", 1, 9, 9, 1, 2, 2, 2, 4, 5, 2, 3, true},
+    {"input smaller than window SAME stride 2", 1, 3, 2, 2, 5, 4, 2, 2, 2, 1, 1,
+     true},
+    {"size-1 channels and batch, 1-wide", 1, 6, 1, 1, 3, 1, 1, 2, 1, 1, 1,
+     true},
 };
 #define NCONV ((int)(sizeof conv_cases / sizeof conv_cases[0]))
 
@@ -43,6 +50,10 @@ static const wcase pool_cases[] = {
     {"input smaller than window SAME", 1, 2, 2, 2, 5, 4, 0, 1, 1, 1, 1, true},
     {"size-1 dims", 1, 1, 1, 1, 1, 1, 0, 1, 1, 1, 1, false},
     {"batch 0", 0, 4, 4, 2, 2, 2, 0, 2, 2, 1, 1, true},
+    {"stride > window VALID", 2, 9, 7, 2, 2, 1, 0, 4, 3, 1, 1, false},
+    {"input smaller than window SAME stride 3", 1, 2, 3, 1, 5, 5, 0, 3, 3, 1, 1,
+     true},
+    {"1-wide, size-1 channels", 1, 5, 1, 1, 3, 1, 0, 2, 1, 1, 1, true},
 };
 #define NPOOL ((int)(sizeof pool_cases / sizeof pool_cases[0]))
 
@@ -575,6 +586,24 @@ static void test_pool_gradients(void **state) {
   for (int k = 0; k < NPOOL; k++) check_fd(F_AVG_GRAD, &pool_cases[k], 0, &rng);
 }
 
+/* MaxPoolGrad has no gradient: a second-order gradient through MaxPool is
+ * refused naming it, never silently zero (Conv2D's and AvgPool's work:
+ * test_conv2d_backprop_gradients, F_AVG_GRAD). */
+static void test_max_pool_second_order_refused(void **state) {
+  (void)state;
+  rf_graph *g = rf_graph_new();
+  rf_output x = rf_placeholder(g, "x", RF_FLOAT64, rf_shape_of(4, 1, 4, 4, 1));
+  int64_t k[4] = {1, 2, 2, 1};
+  rf_output y = rf_max_pool(g, "mp", x, k, k, "VALID");
+  rf_output l = rf_sum(g, NULL, rf_mul(g, NULL, y, y), NULL, -1, false), dx;
+  assert_ok(rf_gradients(g, &l, 1, &x, 1, NULL, &dx));
+  rf_output l2 = rf_sum(g, NULL, dx, NULL, -1, false), d2 = {NULL, 0};
+  assert_status(rf_gradients(g, &l2, 1, &x, 1, NULL, &d2), RF_NOT_FOUND,
+                "No gradient defined for op 'MaxPoolGrad'");
+  assert_null(d2.node);
+  rf_graph_free(g);
+}
+
 /* ---- errors ---- */
 
 /* Builds Conv2D over placeholders of xs and fs with the attrs given;
@@ -756,6 +785,7 @@ int main(void) {
       cmocka_unit_test(test_conv2d_gradients),
       cmocka_unit_test(test_conv2d_backprop_gradients),
       cmocka_unit_test(test_pool_gradients),
+      cmocka_unit_test(test_max_pool_second_order_refused),
       cmocka_unit_test(test_build_errors),
       cmocka_unit_test(test_run_errors),
       cmocka_unit_test(test_allocation_failures),

@@ -117,11 +117,27 @@ static void test_gradients(void **state) {
                approx ? "gelu tanh second order" : "gelu erf second order",
                &rng);
     }
+  /* size-1 dims and a single element */
+  const rf_shape small[] = {rf_shape_of(2, 1, 5), rf_shape_of(3, 3, 1, 1),
+                            rf_shape_of(1, 1)};
+  for (int k = 0; k < 3; k++)
+    for (int approx = 0; approx < 2; approx++) {
+      check_fd(gelu1, approx, small[k], k == 1, "gelu size-1 dims", &rng);
+      check_fd(gelu2, approx, small[k], false, "gelu size-1 second order",
+               &rng);
+    }
   rf_shape s3 = rf_shape_of(3, 2, 3, 4);
   for (int axis = -3; axis < 3; axis++) {
     char what[48];
     snprintf(what, sizeof what, "softmax axis %d", axis);
     check_fd(softmax_ax, axis, s3, false, what, &rng);
+  }
+  /* an axis of size 1 (softmax 1, gradient 0) and axes beside size-1 dims */
+  rf_shape s1 = rf_shape_of(4, 2, 1, 3, 1);
+  for (int axis = -4; axis < 4; axis++) {
+    char what[48];
+    snprintf(what, sizeof what, "softmax size-1 dims axis %d", axis);
+    check_fd(softmax_ax, axis, s1, false, what, &rng);
   }
 }
 

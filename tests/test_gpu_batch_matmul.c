@@ -1,5 +1,6 @@
 /* tests/test_gpu_batch_matmul.c - BatchMatMul's cuBLAS kernel against the
- * CPU's OpenBLAS one (tests/gpu_compare.h): the float dtypes, every
+ * CPU's OpenBLAS one (tests/gpu_compare.h): the float dtypes (and the
+ * integer kernels of both for int32 and int64, exact), every
  * adj_x/adj_y, batches that take the strided-batched call (equal batches,
  * one side broadcast whole) and the per-batch loop (both sides
  * broadcasting), empty and k = 0 cases. Skips without a GPU;
@@ -40,16 +41,20 @@ static void test_batch_matmul(void **state) {
       {{3, {2, 3, 0}}, {3, {2, 0, 5}}},     /* k = 0 */
       {{3, {3, 64, 96}}, {3, {3, 96, 80}}}, /* bigger */
   };
+  /* the float dtypes, then int32 and int64 over their whole range (the
+   * sums wrap around; exact) */
+  static const rf_dtype dts[] = {RF_FLOAT16, RF_BFLOAT16, RF_FLOAT32,
+                                 RF_FLOAT64, RF_INT32,    RF_INT64};
   char label[96];
-  for (int d = 0; d < GC_COUNT(gc_floats); d++)
+  for (int d = 0; d < GC_COUNT(dts); d++)
     for (int p = 0; p < GC_COUNT(pairs); p++)
       for (int t = 0; t < 4; t++) {
         adj a = {(t & 1) != 0, (t & 2) != 0};
         rf_tensor *in[2] = {
-            gc_random(&rng, gc_floats[d], swap_last(pairs[p][0], a.x), -1, 1),
-            gc_random(&rng, gc_floats[d], swap_last(pairs[p][1], a.y), -1, 1)};
+            gc_random(&rng, dts[d], swap_last(pairs[p][0], a.x), -1, 1),
+            gc_random(&rng, dts[d], swap_last(pairs[p][1], a.y), -1, 1)};
         snprintf(label, sizeof label, "BatchMatMul %d adj %d%d %s", p, a.x, a.y,
-                 rf_dtype_name(gc_floats[d]));
+                 rf_dtype_name(dts[d]));
         gc_add(s, label, build, &a, sizeof a, -1, 2, in);
       }
   gc_run(s);

@@ -4,7 +4,8 @@
  * sum(f(x) * r) for a fixed random r, each element of dy/dx against
  * (y(x + h e_i) - y(x - h e_i)) / 2h. Shapes with size-1 dims and empty
  * tensors; placeholders of known and of unknown shape (gradients then take
- * the run-time shapes of _PadTo, _SliceTo, _SplitLike); and second order
+ * the run-time shapes of _PadTo, _SliceTo, _SplitLike), padding wider than
+ * the input; and second order
  * (the gradient ops' own gradients): f = d sum(op(x)^2 * r1) / dx. */
 #include <math.h>
 #include <stdio.h>
@@ -178,8 +179,12 @@ static const fd_case cases[] = {
      {0, 1, 1, 1, 0, 0},
      {0},
      6},
+    /* more padding than the input has elements along a dim, and a dim of
+     * size 1 padded on both sides */
+    {"Pad/wider than the input", PAD, 1, {S(2, 1, 2)}, {3, 4, 0, 5}, {0}, 4},
     {"Tile", TILE, 1, {S(3, 2, 1, 3)}, {2, 3, 1}, {0}, 3},
     {"Tile/zero multiple", TILE, 1, {S(2, 2, 2)}, {0, 2}, {0}, 2},
+    {"Tile/size-1 dims", TILE, 1, {S(3, 1, 2, 1)}, {3, 1, 4}, {0}, 3},
 };
 
 static void test_first_order(void **state) {

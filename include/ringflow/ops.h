@@ -175,7 +175,11 @@ RF_API rf_output rf_avg_pool(rf_graph *g, const char *name, rf_output input,
  * are the pool's. MaxPoolGrad takes the pool's input and output and gives
  * (n, h, w, c), each window's grad added at its first maximum;
  * AvgPoolGrad takes the input's shape as an int32 vector (n, h, w, c) and
- * spreads each window's grad evenly over its input elements. */
+ * spreads each window's grad evenly over its input elements. AvgPoolGrad,
+ * Conv2DBackpropInput and Conv2DBackpropFilter have gradients (second order
+ * through AvgPool and Conv2D works); MaxPoolGrad has none: rf_gradients
+ * through it fails with NOT_FOUND ("No gradient defined for op
+ * 'MaxPoolGrad' ..."). */
 RF_API rf_output rf_max_pool_grad(rf_graph *g, const char *name,
                                   rf_output orig_input, rf_output orig_output,
                                   rf_output grad, const int64_t ksize[4],
@@ -307,14 +311,17 @@ RF_API rf_output rf_select(rf_graph *g, const char *name, rf_output condition,
                            rf_output t, rf_output e);
 
 /* ---- batched products ---- */
-/* x (..., m, k) times y (..., k, n) -> (batch..., m, n) for float dtypes;
- * adj_x / adj_y transpose x's / y's last two dims first. Ranks >= 2; the
- * batch dims (all but the last two) broadcast numpy-style (TensorFlow's
- * BatchMatMulV2, tf.matmul on batches). CPU: one OpenBLAS sgemm/dgemm per
- * batch (float16/bfloat16 through float32); GPU: cuBLAS, strided-batched
- * when each operand's batch is whole or broadcast as a whole, else one
- * GEMM per batch. Gradients flow to x and y, summed over the broadcast
- * batch dims. */
+/* x (..., m, k) times y (..., k, n) -> (batch..., m, n) for the float
+ * dtypes, int32 and int64 (as rf_matmul; integer sums wrap around, two's
+ * complement); adj_x / adj_y transpose x's / y's last two dims first.
+ * Ranks >= 2; the batch dims (all but the last two) broadcast numpy-style
+ * (TensorFlow's BatchMatMulV2, tf.matmul on batches). CPU: one OpenBLAS
+ * sgemm/dgemm per batch (float16/bfloat16 through float32; integers in
+ * plain loops); GPU: cuBLAS, strided-batched when each operand's batch is
+ * whole or broadcast as a whole, else one GEMM per batch (integers: a
+ * kernel of its own). Gradients flow to float x and y, summed over the
+ * broadcast batch dims; integers carry none (rf_gradients leaves their dx
+ * invalid). */
 RF_API rf_output rf_batch_matmul(rf_graph *g, const char *name, rf_output x,
                                  rf_output y, bool adj_x, bool adj_y);
 

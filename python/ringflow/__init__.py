@@ -68,5 +68,6 @@ __all__ += ["concat", "dropout", "expand_dims", "gather", "gelu",
             "layer_norm", "one_hot", "pad", "slice", "split", "squeeze",
             "strided_slice", "tile", "transpose", "where"]
 from ringflow.batch_norm import (BatchNormResult, batch_norm,  # noqa: E402
-                                 sync_batch_norm)
-__all__ += ["BatchNormResult", "batch_norm", "sync_batch_norm"]
+                                 moving_average_update, sync_batch_norm)
+__all__ += ["BatchNormResult", "batch_norm", "moving_average_update",
+            "sync_batch_norm"]

@@ -16,8 +16,10 @@ from typing import Any, List, NamedTuple, Optional, Sequence
 from ringflow._lib import c_name, ffi, lib
 from ringflow.framework import (Operation, Tensor, convert_to_tensor,
                                 graph_of, outputs_array)
+from ringflow.ops import _handle as _variable_handle
 
-__all__ = ["batch_norm", "sync_batch_norm", "BatchNormResult"]
+__all__ = ["batch_norm", "sync_batch_norm", "moving_average_update",
+           "BatchNormResult"]
 
 
 class BatchNormResult(NamedTuple):
@@ -103,3 +105,19 @@ def sync_batch_norm(xs: Sequence[Any], gammas: Sequence[Any],
         if n == 0 or outs[n - 1].y.node == ffi.NULL:
             raise g._error()
     return [_result(g, outs[i]) for i in range(n)]
+
+
+def moving_average_update(variable: Any, value: Any, momentum: float,
+                          name: Optional[str] = None) -> Operation:
+    """An Operation setting variable = momentum * variable + (1 - momentum)
+    * value when run (rf_moving_average_update), placed on the variable's
+    device: what batch_norm's `update` runs for each moving statistic.
+    value has the variable's dtype and shape. Raises TypeError when
+    variable is not a Variable (or its handle), InvalidArgumentError for
+    momentum outside [0, 1]."""
+    h = _variable_handle(variable)
+    g = h.graph
+    value = convert_to_tensor(value, None if isinstance(value, Tensor)
+                              else getattr(variable, "dtype", None), graph=g)
+    return g._node(lib.rf_moving_average_update, c_name(name), h._c,
+                   value._c, float(momentum))

@@ -156,8 +156,8 @@ def matmul(a: Any, b: Any, transpose_a: bool = False,
     """The matrix product (m, k) x (k, n) -> (m, n), after the optional
     transposes; float dtypes and int32/int64. Operands of a known rank
     other than 2 multiply batch by batch: (..., m, k) x (..., k, n) with
-    the batch dims broadcast (BatchMatMul, float dtypes; the transposes
-    swap the last two dims)."""
+    the batch dims broadcast (BatchMatMul, the same dtypes; the
+    transposes swap the last two dims)."""
     g = graph_of([a, b])
     a, b = (convert_to_tensor(v, graph=g) for v in (a, b))
     fn = lib.rf_matmul

@@ -49,7 +49,9 @@ static const rf__op_spec batch_matmul = {
     .name = "BatchMatMul",
     .inputs = "x: T, y: T",
     .outputs = "output: T",
-    .attrs = "T: type in {@float}; adj_x: bool = false; adj_y: bool = false",
+    .attrs =
+        "T: type in {@float, int32, int64}; adj_x: bool = false; "
+        "adj_y: bool = false",
     .shape = batch_matmul_shape,
     .grad = batch_matmul_grad};
 

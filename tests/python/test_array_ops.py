@@ -190,6 +190,16 @@ def test_batched_matmul(ta, tb, rng):
                      rf.placeholder(rf.float32, (3, 4))).op.type == "MatMul"
 
 
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+def test_batched_matmul_integers(dtype, rng):
+    """Integer batches multiply exactly (the C tests cover wrapping)."""
+    a = rng.integers(-1000, 1000, (2, 1, 3, 4), dtype=dtype)
+    b = rng.integers(-1000, 1000, (3, 4, 5), dtype=dtype)
+    z = rf.matmul(rf.constant(a), rf.constant(b))
+    assert z.op.type == "BatchMatMul" and z.dtype == dtype
+    np.testing.assert_array_equal(_run([z], {})[0], a @ b)
+
+
 def _gelu_np(x, approximate):
     if approximate:
         c = np.sqrt(2 / np.pi)

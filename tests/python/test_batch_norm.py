@@ -129,3 +129,27 @@ def test_errors():
                        match="Device assignment required"):
         rf.sync_batch_norm([px, px], [np.ones(3, np.float32)] * 2,
                            [np.zeros(3, np.float32)] * 2)
+
+
+def test_moving_average_update(rng):
+    """rf_moving_average_update from Python: variable = momentum * variable
+    + (1 - momentum) * value, as often as it runs; momentum outside [0, 1]
+    and a non-variable are refused when built."""
+    start, vals = rng.standard_normal(3), rng.standard_normal((2, 3))
+    v = rf.Variable(start)
+    p = rf.placeholder(rf.float64, (3,))
+    up = rf.moving_average_update(v, p, 0.75, name="mau")
+    assert isinstance(up, rf.Operation) and up.name == "mau"
+    with rf.Session() as sess:
+        sess.run(v.initializer)
+        for val in vals:
+            sess.run(up, {p: val})
+        got = sess.run(v)
+    want = start
+    for val in vals:
+        want = 0.75 * want + 0.25 * val
+    np.testing.assert_allclose(got, want, rtol=1e-15)
+    with pytest.raises(rf.errors.InvalidArgumentError, match="momentum"):
+        rf.moving_average_update(v, p, 1.5)
+    with pytest.raises(TypeError):
+        rf.moving_average_update(p, p, 0.5)

@@ -2,7 +2,8 @@
  * sgemm/dgemm per output batch (kernels/batch_matmul_plan.h says where each
  * batch's matrices start), batches split over the device's pool (OpenBLAS
  * runs single-threaded inside ringflow); float16/bfloat16 widen to float32,
- * multiply and round once per element. */
+ * multiply and round once per element; int32/int64 sum in their unsigned
+ * type, so they wrap around (two's complement) as MatMul's do. */
 #include <cblas.h>
 #include <string.h>
 
@@ -41,6 +42,29 @@ static void bmm_batches(void *arg, int64_t begin, int64_t end) {
   }
 }
 
+/* Integer batches [begin, end): c[i, j] = sum_q op(X)[i, q] op(Y)[q, j]. */
+#define INT_BATCHES_FN(sfx, T, UT)                                       \
+  static void int_batches_##sfx(void *arg, int64_t begin, int64_t end) { \
+    const bmm_job *j = arg;                                              \
+    const rf__bmm_plan *p = j->p;                                        \
+    for (int64_t b = begin; b < end; b++) {                              \
+      int64_t xo, yo;                                                    \
+      rf__bmm_offsets(p, b, &xo, &yo);                                   \
+      const T *x = (const T *)j->x + xo, *y = (const T *)j->y + yo;      \
+      T *c = (T *)j->out + b * p->m * p->n;                              \
+      for (int64_t i = 0; i < p->m; i++)                                 \
+        for (int64_t jj = 0; jj < p->n; jj++) {                          \
+          UT s = 0;                                                      \
+          for (int64_t q = 0; q < p->k; q++)                             \
+            s += (UT)(p->ax ? x[q * p->lda + i] : x[i * p->lda + q]) *   \
+                 (UT)(p->ay ? y[jj * p->ldb + q] : y[q * p->ldb + jj]);  \
+          c[i * p->n + jj] = (T)s;                                       \
+        }                                                                \
+    }                                                                    \
+  }
+INT_BATCHES_FN(i32, int32_t, uint32_t)
+INT_BATCHES_FN(i64, int64_t, uint64_t)
+
 static float *widen(const rf_tensor *t) {
   float *f = rf__malloc(sizeof *f * (size_t)(t->num_elements + 1));
   const uint16_t *h = t->data;
@@ -65,6 +89,12 @@ static rf_status *batch_matmul_compute(rf__kernel_ctx *ctx) {
   int64_t cost = p.m * p.n * p.k + 16;
   if (dt == RF_FLOAT32 || dt == RF_FLOAT64) {
     rf__kernel_parallel_for(ctx, p.batch, cost, bmm_batches, &j);
+    return NULL;
+  }
+  if (dt == RF_INT32 || dt == RF_INT64) {
+    rf__kernel_parallel_for(ctx, p.batch, cost,
+                            dt == RF_INT32 ? int_batches_i32 : int_batches_i64,
+                            &j);
     return NULL;
   }
   float *fx = widen(x), *fy = widen(y);

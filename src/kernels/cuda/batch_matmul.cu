@@ -3,7 +3,9 @@
  * float64 in double): one cublasGemmStridedBatchedEx when each operand's
  * batch is whole or one matrix for all (kernels/batch_matmul_plan.h), else
  * one cublasGemmEx per output batch. Row-major C = op(X) op(Y) is
- * column-major C^T = op(Y)^T op(X)^T, so y goes first. */
+ * column-major C^T = op(Y)^T op(X)^T, so y goes first. int32/int64: a
+ * thread per output element, summing in the unsigned type (wrapping
+ * around as the CPU kernel and MatMul do). */
 #include <mutex>
 
 #include "kernels/cuda/gpu_common.cuh" /* first: the C headers in C++ */
@@ -23,6 +25,37 @@ rf_status *blas_error(const rf__kernel_ctx *ctx, cublasStatus_t s,
                              rf__cublas_status(s, what, __FILE__, __LINE__));
 }
 
+/* Integer products: element e of the output (batch b, row i, column j)
+ * sums op(X)[i, q] op(Y)[q, j] of batch b's matrices (rf__bmm_offsets). */
+template <typename T>
+__global__ void int_bmm_kernel(rf__bmm_plan p, const T *x, const T *y, T *c) {
+  using U = typename Unsigned<T>::type;
+  RF_GPU_LOOP(e, p.batch * p.m * p.n) {
+    int64_t j = e % p.n, i = (e / p.n) % p.m, b = e / (p.m * p.n);
+    int64_t xo = 0, yo = 0;
+    for (int d = p.brank - 1; d >= 0; d--) {
+      int64_t at = b % p.bdims[d];
+      b /= p.bdims[d];
+      xo += at * p.xstr[d];
+      yo += at * p.ystr[d];
+    }
+    U s = 0;
+    for (int64_t q = 0; q < p.k; q++)
+      s += (U)(p.ax ? x[xo + q * p.lda + i] : x[xo + i * p.lda + q]) *
+           (U)(p.ay ? y[yo + j * p.ldb + q] : y[yo + q * p.ldb + j]);
+    c[e] = (T)s;
+  }
+}
+
+template <typename T>
+rf_status *int_bmm(rf__kernel_ctx *ctx, const rf__bmm_plan &p,
+                   const rf_tensor *x, const rf_tensor *y, rf_tensor *out) {
+  int_bmm_kernel<T><<<grid(ctx, out->num_elements), kThreads, 0, stream(ctx)>>>(
+      p, (const T *)x->data, (const T *)y->data, (T *)out->data);
+  RF_GPU_LAUNCHED(ctx);
+  return NULL;
+}
+
 rf_status *batch_matmul_compute(rf__kernel_ctx *ctx) {
   RF_CHECK(begin(ctx));
   rf__bmm_plan p;
@@ -34,6 +67,8 @@ rf_status *batch_matmul_compute(rf__kernel_ctx *ctx) {
   RF_CHECK(alloc_output(ctx, 0, dt, &p.out, &out));
   if (out->num_elements == 0) return NULL;
   if (p.k == 0) return fill_bits(ctx, out->data, es, out->num_elements, 0);
+  if (dt == RF_INT32) return int_bmm<int32_t>(ctx, p, x, y, out);
+  if (dt == RF_INT64) return int_bmm<int64_t>(ctx, p, x, y, out);
   cudaDataType_t type = dt == RF_FLOAT16    ? CUDA_R_16F
                         : dt == RF_BFLOAT16 ? CUDA_R_16BF
                         : dt == RF_FLOAT32  ? CUDA_R_32F
