@@ -61,6 +61,8 @@ static rf_session_options options(int64_t timeout_ms) {
   rf_session_options_init(&o);
   o.num_threads = 4;
   o.collective_timeout_ms = timeout_ms;
+  /* Uncaptured: the participants meet (or time out) in the executor. */
+  o.gpu_graphs = 0;
   if (on_cpu()) {
     o.num_cpu_devices = NDEV;
   } else {
