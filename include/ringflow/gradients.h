@@ -19,7 +19,11 @@ extern "C" {
  * of each y's shape) weights each y. dxs[i] is the invalid output {NULL, 0}
  * when no y depends on xs[i]. On error the nodes already added stay in g
  * (unused), dxs is untouched, and the message names the op that has no
- * gradient. */
+ * gradient. Errors: RF_NOT_FOUND "No gradient defined for op 'X' (node 'N')"
+ * for an op with no gradient function (MaxPoolGrad, _LayerNormGrad, ...);
+ * RF_INVALID_ARGUMENT for a gradient its op refuses for the node's dtype or
+ * attributes ("No gradient defined for AllReduce of int32", a reduction
+ * other than sum) and for a grad_y of the wrong dtype or shape. */
 RF_API rf_status *rf_gradients(rf_graph *g, const rf_output *ys, int ny,
                                const rf_output *xs, int nx,
                                const rf_output *grad_ys, rf_output *dxs);

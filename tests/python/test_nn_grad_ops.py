@@ -133,3 +133,15 @@ def test_grad_op_errors():
                             data_format="NCHW")
     with pytest.raises(ValueError, match="ksize"):
         rf.nn.max_pool_grad(x, y, y, [1, 2, 2], 2, "VALID")
+
+
+def test_gradient_of_op_without_one_is_not_found():
+    # docs/PYTHON.md, rf.gradients: an op with no gradient function at all is
+    # NotFoundError naming it; a gradient refused for a dtype is
+    # InvalidArgumentError (test_collectives covers that one).
+    x = rf.constant(np.ones((1, 4, 4, 1), np.float32))
+    y = rf.nn.max_pool2d(x, 2, 2, "VALID")
+    g = rf.nn.max_pool_grad(x, y, y, 2, 2, "VALID", name="mpg")
+    with pytest.raises(rf.errors.NotFoundError,
+                       match="No gradient defined for op 'MaxPoolGrad'.*'mpg'"):
+        rf.gradients(g, x)
