@@ -63,6 +63,10 @@ class Session:
       too (rf_session_options.matmul_epilogues; on a GPU one cuBLASLt
       product with its epilogue, unfused kernels with
       RF_CUBLASLT_EPILOGUES=0 and on CPUs); another value raises ValueError.
+    group_optimizer_updates: False runs each Adam, AdamW and momentum
+      update as its own kernel instead of one multi-tensor update per
+      device and hyper-parameters (rf_session_options.
+      group_optimizer_updates); None: the library's default (on).
     Raises InvalidArgumentError when a node requests a device the session
     lacks (naming node, op and device), FailedPreconditionError for GPU
     devices without a usable GPU ("no GPU: <reason>").
@@ -79,12 +83,14 @@ class Session:
                  comm_dtype: Optional[str] = None,
                  allow_tf32: Optional[bool] = None,
                  gpu_graphs: Optional[bool] = None,
-                 matmul_epilogues: Optional[str] = None) -> None:
+                 matmul_epilogues: Optional[str] = None,
+                 group_optimizer_updates: Optional[bool] = None) -> None:
         self._graph = graph if graph is not None else get_default_graph()
         opts, keep = _options(cpu_devices, gpu_devices, timeout, threads,
                               default_device, job, gpu_sync_on_finish,
                               bucket_bytes, comm_dtype, allow_tf32,
-                              gpu_graphs, matmul_epilogues)
+                              gpu_graphs, matmul_epilogues,
+                              group_optimizer_updates)
         out = ffi.new("rf_session **")
         with self._graph._lock:
             check(lib.rf_session_new(self._graph._c, opts, out))
@@ -280,7 +286,8 @@ def _options(cpu_devices: int = 1, gpu_devices: int = 0,
              comm_dtype: Optional[str] = None,
              allow_tf32: Optional[bool] = None,
              gpu_graphs: Optional[bool] = None,
-             matmul_epilogues: Optional[str] = None):
+             matmul_epilogues: Optional[str] = None,
+             group_optimizer_updates: Optional[bool] = None):
     """rf_session_options (and what its pointers point to, to keep alive
     while they are used)."""
     opts = ffi.new("rf_session_options *")
@@ -320,6 +327,9 @@ def _options(cpu_devices: int = 1, gpu_devices: int = 0,
         opts.allow_tf32 = _switch("allow_tf32", allow_tf32)
     if gpu_graphs is not None:
         opts.gpu_graphs = _switch("gpu_graphs", gpu_graphs)
+    if group_optimizer_updates is not None:
+        opts.group_optimizer_updates = _switch("group_optimizer_updates",
+                                               group_optimizer_updates)
     if matmul_epilogues is not None:
         if matmul_epilogues not in _EPILOGUES:
             raise ValueError("matmul_epilogues must be one of "
