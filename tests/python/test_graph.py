@@ -360,3 +360,19 @@ def test_integer_gradients(rng):
         with pytest.raises(errors.InvalidArgumentError,
                            match="No gradient defined for AllReduce of int32"):
             rf.gradients(ys, xs)
+
+
+def test_op_without_gradient_is_not_found():
+    """PYTHON.md: an op with no gradient function (LayerNorm's gradient has
+    no gradient of its own) is NotFoundError naming it, as rf_gradients'
+    NOT_FOUND (TensorFlow raises LookupError)."""
+    g = rf.Graph()
+    with g.as_default():
+        x = rf.constant(np.ones((2, 4), np.float32))
+        gamma = rf.constant(np.ones(4, np.float32))
+        y = rf.layer_norm(x, gamma, gamma)
+        (dx,) = rf.gradients(rf.reduce_sum(y * y), [x])
+        with pytest.raises(
+                errors.NotFoundError,
+                match="No gradient defined for op '_LayerNormGrad'"):
+            rf.gradients(rf.reduce_sum(dx * dx), [x])
