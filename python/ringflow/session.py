@@ -6,6 +6,7 @@ the C library runs it with the GIL released.
 """
 
 import operator
+import os
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ringflow import _convert, _fastrun, dtypes, errors
@@ -67,6 +68,10 @@ class Session:
       update as its own kernel instead of one multi-tensor update per
       device and hyper-parameters (rf_session_options.
       group_optimizer_updates); None: the library's default (on).
+    dump_graph_dir: a directory (made when missing) where each compile
+      writes the graph before and after every phase as JSON and DOT
+      (rf_session_options.dump_graph_dir); None: the environment variable
+      RF_DUMP_GRAPH_DIR's, if set; "": none.
     Raises InvalidArgumentError when a node requests a device the session
     lacks (naming node, op and device), FailedPreconditionError for GPU
     devices without a usable GPU ("no GPU: <reason>").
@@ -84,13 +89,14 @@ class Session:
                  allow_tf32: Optional[bool] = None,
                  gpu_graphs: Optional[bool] = None,
                  matmul_epilogues: Optional[str] = None,
-                 group_optimizer_updates: Optional[bool] = None) -> None:
+                 group_optimizer_updates: Optional[bool] = None,
+                 dump_graph_dir: Optional[str] = None) -> None:
         self._graph = graph if graph is not None else get_default_graph()
         opts, keep = _options(cpu_devices, gpu_devices, timeout, threads,
                               default_device, job, gpu_sync_on_finish,
                               bucket_bytes, comm_dtype, allow_tf32,
                               gpu_graphs, matmul_epilogues,
-                              group_optimizer_updates)
+                              group_optimizer_updates, dump_graph_dir)
         out = ffi.new("rf_session **")
         with self._graph._lock:
             check(lib.rf_session_new(self._graph._c, opts, out))
@@ -287,7 +293,8 @@ def _options(cpu_devices: int = 1, gpu_devices: int = 0,
              allow_tf32: Optional[bool] = None,
              gpu_graphs: Optional[bool] = None,
              matmul_epilogues: Optional[str] = None,
-             group_optimizer_updates: Optional[bool] = None):
+             group_optimizer_updates: Optional[bool] = None,
+             dump_graph_dir: Optional[str] = None):
     """rf_session_options (and what its pointers point to, to keep alive
     while they are used)."""
     opts = ffi.new("rf_session_options *")
@@ -321,6 +328,9 @@ def _options(cpu_devices: int = 1, gpu_devices: int = 0,
     wire = ffi.new("char[]", c_name(comm_dtype)) \
         if comm_dtype is not None else ffi.NULL
     opts.collective_comm_dtype = wire
+    dump = ffi.new("char[]", c_name(os.fspath(dump_graph_dir))) \
+        if dump_graph_dir is not None else ffi.NULL
+    opts.dump_graph_dir = dump
     # Switches: the value as an int, checked by the library (0 or 1), so
     # that True/False and 0/1 work and anything else fails as in C.
     if allow_tf32 is not None:
@@ -336,7 +346,7 @@ def _options(cpu_devices: int = 1, gpu_devices: int = 0,
                              f"{', '.join(_EPILOGUES)}, not "
                              f"{matmul_epilogues!r}")
         opts.matmul_epilogues = _EPILOGUES[matmul_epilogues]
-    return opts, (dev, wire)
+    return opts, (dev, wire, dump)
 
 
 def _c_int(name: str, value: Any, bits: int) -> int:

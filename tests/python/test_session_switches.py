@@ -177,3 +177,30 @@ def test_group_optimizer_updates_refused():
             rf.Session(g, group_optimizer_updates=bad)
     with pytest.raises(TypeError):
         rf.Session(g, group_optimizer_updates="off")
+
+
+def test_dump_graph_dir(tmp_path, monkeypatch):
+    """Session(dump_graph_dir=...) is rf_session_options.dump_graph_dir:
+    each compile writes the graph before and after every phase there
+    (the directory made when missing), and "" writes none whatever
+    RF_DUMP_GRAPH_DIR says."""
+    g = rf.Graph()
+    with g.as_default():
+        x = rf.placeholder(np.float32, (3,))
+        y = rf.nn.relu(x)
+    where = tmp_path / "dumps" / "a"
+    with rf.Session(g, dump_graph_dir=str(where)) as s:
+        np.testing.assert_array_equal(
+            s.run(y, {x: np.array([-1, 0, 2], np.float32)}), [0, 0, 2])
+    names = sorted(p.name for p in where.iterdir())
+    assert any(n.endswith("_prune_before.json") for n in names), names
+    assert any(n.endswith("_placement_after.dot") for n in names), names
+    env = tmp_path / "env"
+    monkeypatch.setenv("RF_DUMP_GRAPH_DIR", str(env))
+    with rf.Session(g, dump_graph_dir="") as s:
+        s.run(y, {x: np.zeros(3, np.float32)})
+    assert not env.exists()
+    rf.lower(g, dump_graph_dir=str(tmp_path / "lowered"))
+    assert any((tmp_path / "lowered").iterdir())
+    with pytest.raises(TypeError):
+        rf.Session(g, dump_graph_dir=3)
