@@ -154,7 +154,17 @@ def restore_variables(sess, path: Path,
         check(lib.rf_checkpoint_get(
             c, c_name(v.name), dtypes.to_c(v.dtype), cs,
             lib.RF_CHECKPOINT_FINITE if finite else 0, out))
-        feeds[v.initial_value] = _array(out[0])
+        value = _array(out[0])
+        if not known and shape is not None and (
+                len(value.shape) != len(shape) or
+                any(d is not None and d != e
+                    for d, e in zip(shape, value.shape))):
+            raise errors.InvalidArgumentError(
+                f"checkpoint tensor '{v.name}' has shape {value.shape}; "
+                f"the variable's is {shape}")
+        # What the initializer assigns (the initial value, or with a
+        # relaxed shape a tensor of that shape).
+        feeds[v._assigned] = value
     if variables:
         sess.run([v.initializer for v in variables], feeds)
     step = lib.rf_checkpoint_step(c)

@@ -13,7 +13,8 @@ truncate). Gradients: see ringflow.gradients and docs/COLLECTIVES.md.
 
 from typing import Any, List, Optional, Sequence, Union
 
-from ringflow._lib import c_name, ffi, lib
+from ringflow import dtypes
+from ringflow._lib import c_name, check, ffi, lib
 from ringflow.framework import (Tensor, convert_to_tensor, graph_of,
                                 outputs_array)
 
@@ -53,17 +54,31 @@ def _participants(fn, tensors: Sequence[Any], name: Optional[str],
 
 
 def all_reduce(tensors: Sequence[Any], reduction: Reduction = "sum",
-               name: Optional[str] = None) -> List[Tensor]:
+               name: Optional[str] = None,
+               comm_dtype: Any = None) -> List[Tensor]:
     """The all-reduce of `tensors` (one per device, one dtype and shape).
 
     Returns one tensor per input, on that input's device, each holding the
     reduction of all inputs (bit-identical on every device). `name` names
     the collective (the participants are "<name>_<i>"); generated when
-    None. Raises InvalidArgumentError for no inputs, an input without a
-    device, or inputs of different dtypes (naming them and their devices).
+    None. comm_dtype: the dtype the collective travels in, set on every
+    participant (rf_all_reduce_set_comm_dtype): "bfloat16" or "float16"
+    (or those dtypes) for a float32 all-reduce, "float32" for full
+    precision whatever the session's comm_dtype; None or "auto": the
+    session's. Raises InvalidArgumentError for no inputs, an input without
+    a device, inputs of different dtypes (naming them and their devices),
+    or a comm_dtype the all-reduce cannot take.
     """
-    return _participants(lib.rf_all_reduce_n, tensors, name,
+    wire = lib.RF_DTYPE_INVALID if comm_dtype in (None, "auto") \
+        else dtypes.to_c(comm_dtype)
+    outs = _participants(lib.rf_all_reduce_n, tensors, name,
                          _reduction(reduction))
+    if wire != lib.RF_DTYPE_INVALID:
+        # Each participant is checked alike, so the first refuses or none.
+        for t in outs:
+            with t.graph._lock:
+                check(lib.rf_all_reduce_set_comm_dtype(t.op._c, wire))
+    return outs
 
 
 def reduce(tensors: Sequence[Any], reduction: Reduction = "sum",

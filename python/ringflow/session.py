@@ -6,6 +6,7 @@ the C library runs it with the GIL released.
 """
 
 import operator
+import os
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ringflow import _convert, _fastrun, dtypes, errors
@@ -64,6 +65,14 @@ class Session:
       too (rf_session_options.matmul_epilogues; on a GPU one cuBLASLt
       product with its epilogue, unfused kernels with
       RF_CUBLASLT_EPILOGUES=0 and on CPUs); another value raises ValueError.
+    group_optimizer_updates: False runs each Adam, AdamW and momentum
+      update as its own kernel instead of one multi-tensor update per
+      device and hyper-parameters (rf_session_options.
+      group_optimizer_updates); None: the library's default (on).
+    dump_graph_dir: a directory (made when missing) where each compile
+      writes the graph before and after every phase as JSON and DOT
+      (rf_session_options.dump_graph_dir); None: the environment variable
+      RF_DUMP_GRAPH_DIR's, if set; "": none.
     Raises InvalidArgumentError when a node requests a device the session
     lacks (naming node, op and device), FailedPreconditionError for GPU
     devices without a usable GPU ("no GPU: <reason>").
@@ -80,12 +89,15 @@ class Session:
                  comm_dtype: Optional[str] = None,
                  allow_tf32: Optional[bool] = None,
                  gpu_graphs: Optional[bool] = None,
-                 matmul_epilogues: Optional[str] = None) -> None:
+                 matmul_epilogues: Optional[str] = None,
+                 group_optimizer_updates: Optional[bool] = None,
+                 dump_graph_dir: Optional[str] = None) -> None:
         self._graph = graph if graph is not None else get_default_graph()
         opts, keep = _options(cpu_devices, gpu_devices, timeout, threads,
                               default_device, job, gpu_sync_on_finish,
                               bucket_bytes, comm_dtype, allow_tf32,
-                              gpu_graphs, matmul_epilogues)
+                              gpu_graphs, matmul_epilogues,
+                              group_optimizer_updates, dump_graph_dir)
         out = ffi.new("rf_session **")
         with self._graph._lock:
             check(lib.rf_session_new(self._graph._c, opts, out))
@@ -281,7 +293,9 @@ def _options(cpu_devices: int = 1, gpu_devices: int = 0,
              comm_dtype: Optional[str] = None,
              allow_tf32: Optional[bool] = None,
              gpu_graphs: Optional[bool] = None,
-             matmul_epilogues: Optional[str] = None):
+             matmul_epilogues: Optional[str] = None,
+             group_optimizer_updates: Optional[bool] = None,
+             dump_graph_dir: Optional[str] = None):
     """rf_session_options (and what its pointers point to, to keep alive
     while they are used)."""
     opts = ffi.new("rf_session_options *")
@@ -315,19 +329,25 @@ def _options(cpu_devices: int = 1, gpu_devices: int = 0,
     wire = ffi.new("char[]", c_name(comm_dtype)) \
         if comm_dtype is not None else ffi.NULL
     opts.collective_comm_dtype = wire
+    dump = ffi.new("char[]", c_name(os.fspath(dump_graph_dir))) \
+        if dump_graph_dir is not None else ffi.NULL
+    opts.dump_graph_dir = dump
     # Switches: the value as an int, checked by the library (0 or 1), so
     # that True/False and 0/1 work and anything else fails as in C.
     if allow_tf32 is not None:
         opts.allow_tf32 = _switch("allow_tf32", allow_tf32)
     if gpu_graphs is not None:
         opts.gpu_graphs = _switch("gpu_graphs", gpu_graphs)
+    if group_optimizer_updates is not None:
+        opts.group_optimizer_updates = _switch("group_optimizer_updates",
+                                               group_optimizer_updates)
     if matmul_epilogues is not None:
         if matmul_epilogues not in _EPILOGUES:
             raise ValueError("matmul_epilogues must be one of "
                              f"{', '.join(_EPILOGUES)}, not "
                              f"{matmul_epilogues!r}")
         opts.matmul_epilogues = _EPILOGUES[matmul_epilogues]
-    return opts, (dev, wire)
+    return opts, (dev, wire, dump)
 
 
 def _c_int(name: str, value: Any, bits: int) -> int:

@@ -40,10 +40,22 @@ class Variable:
             c_shape(init.shape if shape is None else shape))
         base = self._handle.op.name
         self._initial_value = init
-        self._initializer = graph._node(
-            lib.rf_assign, c_name(base + "/Assign"), self._handle._c, init._c)
         self._value = graph._output(
             lib.rf_read_variable, c_name(base + "/read"), self._handle._c)
+        # What the initializer assigns, and restore_variables feeds: with a
+        # relaxed shape, the initial value reshaped to its own run-time
+        # shape, whose static shape is unknown, so that a value of another
+        # size along an unknown dim can be fed (a Const's cannot).
+        self._assigned = init
+        if self.shape != init.shape:
+            self._assigned = graph._output(
+                lib.rf_reshape, c_name(base + "/initial_value"), init._c,
+                graph._output(lib.rf_shape_of_op,
+                              c_name(base + "/initial_shape"), init._c,
+                              lib.RF_INT64)._c)
+        self._initializer = graph._node(
+            lib.rf_assign, c_name(base + "/Assign"), self._handle._c,
+            self._assigned._c)
         graph._variables.append(self)
 
     @property

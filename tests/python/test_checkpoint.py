@@ -239,3 +239,32 @@ def test_byte_swapped_arrays_save_as_their_dtype(tmp_path):
     got = rf.checkpoint.load(path).tensors["w"]
     assert got.dtype == np.float32
     np.testing.assert_array_equal(got, w.astype(np.float32))
+
+
+def test_restore_relaxed_shape(tmp_path, rng):
+    """A Variable whose shape was relaxed (shape=(None, 3)) restores a
+    checkpoint value of another size along the unknown dim, and a value
+    whose known dims differ is refused naming both shapes, before anything
+    is assigned (PYTHON.md: the known shape must match)."""
+    g = rf.Graph()
+    with g.as_default():
+        v = rf.Variable(np.zeros((2, 3), np.float32), name="v",
+                        shape=(None, 3))
+        w = rf.Variable(np.ones(4), name="w")
+        init = rf.global_variables_initializer()
+    assert v.shape == (None, 3)
+    wider = rng.standard_normal((5, 3)).astype(np.float32)
+    w_new = rng.standard_normal(4)
+    rf.checkpoint.save(tmp_path / "a", {"v": wider, "w": w_new}, step=4)
+    rf.checkpoint.save(tmp_path / "b", {"v": np.ones((5, 2), np.float32),
+                                        "w": w_new})
+    with rf.Session(g) as s:
+        s.run(init)
+        np.testing.assert_array_equal(s.run(v), np.zeros((2, 3)))
+        with pytest.raises(rf.errors.InvalidArgumentError,
+                           match=r"'v'.*\(5, 2\).*\(None, 3\)"):
+            rf.checkpoint.restore_variables(s, tmp_path / "b")
+        np.testing.assert_array_equal(s.run(w), np.ones(4))
+        assert rf.checkpoint.restore_variables(s, tmp_path / "a") == 4
+        np.testing.assert_array_equal(s.run(v), wider)
+        np.testing.assert_array_equal(s.run(w), w_new)

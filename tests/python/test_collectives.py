@@ -130,3 +130,46 @@ def test_argument_errors():
     with rf.Session(cpu_devices=2) as sess:
         got = sess.run(outs, {xs[0]: [1, 2], xs[1]: [3, 4]})
     np.testing.assert_array_equal(got[1], [4, 6])
+
+
+@pytest.mark.parametrize("wire", ["bfloat16", rf.float16])
+def test_all_reduce_comm_dtype(wire, rng):
+    """all_reduce(..., comm_dtype=) is rf_all_reduce_set_comm_dtype on
+    every participant: a narrowing wire dtype rounds a float32 input to it
+    (1 + 2**-12 is 1 in bfloat16 and float16) whatever the session says;
+    "float32" keeps full precision under a session's narrowing
+    comm_dtype."""
+    g = rf.Graph()
+    with g.as_default():
+        xs = []
+        for d in range(2):
+            with rf.device(f"cpu:{d}"):
+                xs.append(rf.placeholder(rf.float32, (3,)))
+        narrow = collectives.all_reduce(xs, comm_dtype=wire)
+        full = collectives.all_reduce(xs, comm_dtype="float32")
+        plain = collectives.all_reduce(xs)
+    assert [t.op.get_attr("comm_dtype") for t in narrow] == \
+        [rf.as_dtype(wire).name] * 2
+    a = np.array([1 + 2.0**-12, 2, -3], np.float32)
+    b = np.zeros(3, np.float32)
+    for session_wire, plain_exact in ((None, True), ("bfloat16", False)):
+        with rf.Session(g, cpu_devices=2, comm_dtype=session_wire) as s:
+            n, f, p = s.run([narrow, full, plain], {xs[0]: a, xs[1]: b})
+        for d in range(2):
+            np.testing.assert_array_equal(n[d], [1, 2, -3])
+            np.testing.assert_array_equal(f[d], a)
+            np.testing.assert_array_equal(p[d], a if plain_exact
+                                          else [1, 2, -3])
+
+
+def test_all_reduce_comm_dtype_refused():
+    g = rf.Graph()
+    with g.as_default():
+        xs = []
+        for d in range(2):
+            with rf.device(f"cpu:{d}"):
+                xs.append(rf.placeholder(rf.int32, (3,)))
+        with pytest.raises(rf.errors.InvalidArgumentError):
+            collectives.all_reduce(xs, comm_dtype="bfloat16")
+        with pytest.raises(rf.errors.InvalidArgumentError):
+            collectives.all_reduce(xs, comm_dtype="int8")

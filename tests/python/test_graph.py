@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import ringflow as rf
+from ringflow import errors
 
 
 def run(fetches, feeds=None, **session):
@@ -336,3 +337,42 @@ def test_fetch_structures():
     assert isinstance(got["t"], tuple) and got["t"][0] == 1.0
     with pytest.raises(TypeError, match="cannot fetch"):
         sess.run("x:0")
+
+
+def test_integer_gradients(rng):
+    """PYTHON.md: gradients of integer tensors are computed by the same
+    rules in the tensors' integer dtype (d sum(p * p) / dp = 2 p, int32),
+    except through collectives, which have none for integers."""
+    p0 = rng.integers(-50, 50, size=5).astype(np.int32)
+    g = rf.Graph()
+    with g.as_default():
+        p = rf.placeholder(rf.int32, (5,))
+        (dp,) = rf.gradients(rf.reduce_sum(p * p), [p])
+        assert dp.dtype == np.int32
+        with rf.Session(g) as s:
+            got = s.run(dp, {p: p0})
+        np.testing.assert_array_equal(got, 2 * p0.astype(np.int64))
+        xs = []
+        for d in range(2):
+            with rf.device(f"cpu:{d}"):
+                xs.append(rf.constant(p0))
+        ys = rf.nccl.all_sum(xs)
+        with pytest.raises(errors.InvalidArgumentError,
+                           match="No gradient defined for AllReduce of int32"):
+            rf.gradients(ys, xs)
+
+
+def test_op_without_gradient_is_not_found():
+    """PYTHON.md: an op with no gradient function (LayerNorm's gradient has
+    no gradient of its own) is NotFoundError naming it, as rf_gradients'
+    NOT_FOUND (TensorFlow raises LookupError)."""
+    g = rf.Graph()
+    with g.as_default():
+        x = rf.constant(np.ones((2, 4), np.float32))
+        gamma = rf.constant(np.ones(4, np.float32))
+        y = rf.layer_norm(x, gamma, gamma)
+        (dx,) = rf.gradients(rf.reduce_sum(y * y), [x])
+        with pytest.raises(
+                errors.NotFoundError,
+                match="No gradient defined for op '_LayerNormGrad'"):
+            rf.gradients(rf.reduce_sum(dx * dx), [x])

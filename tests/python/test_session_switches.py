@@ -121,3 +121,86 @@ def test_count_option_is_not_cut(option):
         rf.Session(rf.Graph(), **{option: 2.7})
     ok = 0 if option == "gpu_devices" else 1  # no GPU needed
     rf.Session(rf.Graph(), **{option: np.int64(ok)}).close()
+
+
+def adam_graph():
+    """Two float64 variables, each updated by ApplyAdam with the same
+    scalar inputs: what group_optimizer_updates groups into one node."""
+    rng = np.random.default_rng(17)
+    g = rf.Graph()
+    with g.as_default(), rf.device("cpu:0"):
+        init = [rng.standard_normal(s) for s in ((3, 4), (5,))]
+        grads = [rng.standard_normal(s) for s in ((3, 4), (5,))]
+        hyper = [rf.constant(v, rf.float64)
+                 for v in (0.9, 0.999, 0.01, 0.9, 0.999, 1e-7)]
+        vs, ops = [], []
+        for i, (v0, gr) in enumerate(zip(init, grads)):
+            v = rf.Variable(v0, name=f"w{i}")
+            m = rf.Variable(np.zeros_like(v0), name=f"m{i}")
+            s = rf.Variable(np.zeros_like(v0), name=f"v{i}")
+            ops.append(rf.apply_adam(v, m, s, *hyper, gr))
+            vs.append(v)
+        step = rf.group(*ops)
+        initializer = rf.global_variables_initializer()
+    return g, vs, step, initializer, init, grads
+
+
+@pytest.mark.parametrize("on", [True, False, 1, 0, None])
+def test_group_optimizer_updates(on):
+    """Session(group_optimizer_updates=...) and lower(...) reach
+    rf_session_options.group_optimizer_updates: on (and the default) the
+    two updates are one _MultiApplyAdam node, off two ApplyAdam nodes; the
+    values are TensorFlow's ApplyAdam either way, against NumPy in
+    float64."""
+    g, vs, step, initializer, init, grads = adam_graph()
+    ops = [o.type for o in rf.lower(g, group_optimizer_updates=on)
+           .get_operations()]
+    grouped = on is None or bool(on)
+    assert ops.count("_MultiApplyAdam") == (1 if grouped else 0)
+    assert ops.count("ApplyAdam") == (0 if grouped else 2)
+    with rf.Session(g, group_optimizer_updates=on) as s:
+        s.run(initializer)
+        s.run(step)
+        got = s.run(vs)
+    lr_t = 0.01 * np.sqrt(1 - 0.999) / (1 - 0.9)
+    for v0, gr, v in zip(init, grads, got):
+        m, s2 = 0.1 * gr, 0.001 * gr * gr
+        np.testing.assert_allclose(v, v0 - lr_t * m / (np.sqrt(s2) + 1e-7),
+                                   rtol=1e-12, atol=1e-12)
+
+
+def test_group_optimizer_updates_refused():
+    g, _, _, _, _, _ = adam_graph()
+    for bad in (2, -1):
+        with pytest.raises(errors.InvalidArgumentError,
+                           match="group_optimizer_updates must be 0 or 1"):
+            rf.Session(g, group_optimizer_updates=bad)
+    with pytest.raises(TypeError):
+        rf.Session(g, group_optimizer_updates="off")
+
+
+def test_dump_graph_dir(tmp_path, monkeypatch):
+    """Session(dump_graph_dir=...) is rf_session_options.dump_graph_dir:
+    each compile writes the graph before and after every phase there
+    (the directory made when missing), and "" writes none whatever
+    RF_DUMP_GRAPH_DIR says."""
+    g = rf.Graph()
+    with g.as_default():
+        x = rf.placeholder(np.float32, (3,))
+        y = rf.nn.relu(x)
+    where = tmp_path / "dumps" / "a"
+    with rf.Session(g, dump_graph_dir=str(where)) as s:
+        np.testing.assert_array_equal(
+            s.run(y, {x: np.array([-1, 0, 2], np.float32)}), [0, 0, 2])
+    names = sorted(p.name for p in where.iterdir())
+    assert any(n.endswith("_prune_before.json") for n in names), names
+    assert any(n.endswith("_placement_after.dot") for n in names), names
+    env = tmp_path / "env"
+    monkeypatch.setenv("RF_DUMP_GRAPH_DIR", str(env))
+    with rf.Session(g, dump_graph_dir="") as s:
+        s.run(y, {x: np.zeros(3, np.float32)})
+    assert not env.exists()
+    rf.lower(g, dump_graph_dir=str(tmp_path / "lowered"))
+    assert any((tmp_path / "lowered").iterdir())
+    with pytest.raises(TypeError):
+        rf.Session(g, dump_graph_dir=3)
