@@ -1,0 +1,33 @@
+/* kernels/fused_conv.c - _FusedConv2DBiasRelu as its unfused kernels
+ * (fused_conv.h), and its CPU kernel, which is exactly that: on a CPU the
+ * rewrite changes no result, so the CPU build tests it. */
+#include "kernels/fused_conv.h"
+
+#include "core/status.h"
+#include "device/device.h"
+
+rf_status *rf__fused_conv_bias_relu_unfused(rf__kernel_ctx *ctx) {
+  rf_tensor *conv = NULL, *sum = NULL;
+  rf_status *st =
+      rf__kernel_run_nested(ctx, "Conv2D", ctx->inputs, 2, -1, &conv);
+  if (!st) {
+    rf_tensor *in[2] = {conv, ctx->inputs[2]};
+    st = rf__kernel_run_nested(ctx, "BiasAdd", in, 2, -1, &sum);
+  }
+  if (!st) st = rf__kernel_run_nested(ctx, "Relu", &sum, 1, 0, NULL);
+  rf_tensor_release(conv);
+  rf_tensor_release(sum);
+  if (st) rf__kernel_drop_outputs(ctx);
+  return st;
+}
+
+static const rf__kernel_def defs[] = {
+    {.op = "_FusedConv2DBiasRelu",
+     .device_type = RF_DEVICE_CPU,
+     .compute = rf__fused_conv_bias_relu_unfused,
+     .cost = RF_COST_EXPENSIVE},
+};
+
+rf_status *rf__register_cpu_fused_conv_kernels(void) {
+  return rf__kernel_register_all(defs, sizeof defs / sizeof *defs);
+}

@@ -1,0 +1,26 @@
+/* kernels/fused_conv.h - _FusedConv2DBiasRelu (passes/fuse_epilogues.c) as
+ * the unfused kernels it replaces, Conv2D, BiasAdd and Relu run one after
+ * the other through rf__kernel_run_nested: the CPU kernel, and the GPU
+ * kernel where cuDNN does not take the convolution. Results are those of
+ * the unfused graph, bit for bit. Usable from C and CUDA C++. */
+#ifndef RF_KERNELS_FUSED_CONV_H
+#define RF_KERNELS_FUSED_CONV_H
+
+#include "kernels/kernel.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Relu(BiasAdd(Conv2D(input, filter), bias)) into output 0. */
+rf_status *rf__fused_conv_bias_relu_unfused(rf__kernel_ctx *ctx);
+
+/* The CPU kernel (kernels/fused_conv.c); the GPU one is
+ * kernels/cuda/conv.cu's, registered with the conv family. */
+rf_status *rf__register_cpu_fused_conv_kernels(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
