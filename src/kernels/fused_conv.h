@@ -15,6 +15,10 @@ extern "C" {
 /* Relu(BiasAdd(Conv2D(input, filter), bias)) into output 0. */
 rf_status *rf__fused_conv_bias_relu_unfused(rf__kernel_ctx *ctx);
 
+/* Says through the log sink (warning) that ctx's fused node runs its
+ * unfused kernels, and why (once per shape, not per step). */
+void rf__fused_conv_log_fallback(const rf__kernel_ctx *ctx, const char *why);
+
 /* The CPU kernel (kernels/fused_conv.c); the GPU one is
  * kernels/cuda/conv.cu's, registered with the conv family. */
 rf_status *rf__register_cpu_fused_conv_kernels(void);

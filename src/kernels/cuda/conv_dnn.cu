@@ -28,6 +28,7 @@
 extern "C" {
 #include "core/debug_counters.h"
 #include "core/hash.h"
+#include "kernels/fused_conv.h"
 }
 
 namespace rf_gpu {
@@ -77,6 +78,9 @@ struct Entry {
   int algo;         /* the kind's cudnnConvolution*Algo_t */
   size_t workspace; /* bytes the algorithm needs */
   bool chosen;      /* algo and workspace are set: the entry is fixed */
+  /* cudnnConvolutionBiasActivationForward said NOT_SUPPORTED for algo:
+   * the fused node runs the unfused kernels from then on. */
+  bool no_bias_act;
   UT_hash_handle hh;
 };
 
@@ -506,6 +510,7 @@ rf_status *dnn_conv(rf__kernel_ctx *ctx, ConvKind kind, const rf__conv_geom &g,
   std::call_once(hooked, [] { rf__gpu_set_idle_hook(cache_clear); });
   Entry *e;
   RF_CHECK(lookup(ctx, kind, g, dtype, &e));
+  if (bias && e->chosen && e->no_bias_act) return NULL; /* *fused false */
   Ops ops{h, e, kind};
 
   size_t esize = rf_dtype_size(dtype);
@@ -558,10 +563,19 @@ rf_status *dnn_conv(rf__kernel_ctx *ctx, ConvKind kind, const rf__conv_geom &g,
         h, &one, e->x, fa, e->f, fb, e->conv,
         (cudnnConvolutionFwdAlgo_t)e->algo, ws ? ws->data : nullptr,
         e->workspace, &zero, e->y, fout, e->bias, bias, e->act, e->y, fout);
-    if (s == CUDNN_STATUS_SUCCESS)
+    if (s == CUDNN_STATUS_SUCCESS) {
       *fused = true;
-    else if (s != CUDNN_STATUS_NOT_SUPPORTED)
+    } else if (s != CUDNN_STATUS_NOT_SUPPORTED) {
       err = dnn_error(ctx, s, "cudnnConvolutionBiasActivationForward");
+    } else {
+      std::lock_guard<std::mutex> lock(cache_mu);
+      if (!e->no_bias_act)
+        rf__fused_conv_log_fallback(
+            ctx,
+            "cuDNN does not take the bias and ReLU with the forward "
+            "search's algorithm");
+      e->no_bias_act = true;
+    }
   } else if (!err) {
     cudnnStatus_t s = ops.run(fa, fb, fout, ws ? ws->data : nullptr);
     if (s != CUDNN_STATUS_SUCCESS) err = dnn_error(ctx, s, "cudnnConvolution*");
