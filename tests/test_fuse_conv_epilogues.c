@@ -3,11 +3,14 @@
  * block (Conv2D -> BiasAdd -> Relu -> 2x2 MaxPool, a squared-sum loss) and
  * its gradients, built through the public API, on fresh random data of
  * random geometry. With RF_CONV_EPILOGUES_ALL on a CPU device the lowered
- * graph holds one _FusedConv2DBiasRelu (no BiasAdd or Relu left), the run
+ * graph holds one _FusedConv2DBiasRelu (no BiasAdd or Relu left) and one
+ * _MaxPoolGradRelu (no MaxPoolGrad or _ReluGrad left), the run
  * gives the unfused run's results bit for bit (float32, float64) and its
  * activations match a float64 reference; RF_CONV_EPILOGUES_GPU (on a CPU
  * device), OFF and the default fuse nothing. A convolution read elsewhere,
- * or a sum read by more than the ReLU, is left unfused; a bad option value
+ * or a sum read by more than the ReLU, is left unfused (the pool's gradient
+ * and the ReLU's still fuse); a pool gradient read elsewhere is left
+ * unfused; a bad option value
  * is INVALID_ARGUMENT; a bias of the wrong length fed at run time fails
  * naming the fused node. The GPU path is tests/test_gpu_fuse_conv.c. */
 #include <math.h>
@@ -175,6 +178,11 @@ static void check_block(rf_dtype dt) {
     assert_int_equal(count(&m, all, "BiasAdd"), 0);
     assert_int_equal(count(&m, all, "Relu"), 0);
     assert_int_equal(count(&m, all, "Conv2D"), 0);
+    assert_int_equal(count(&m, all, "_MaxPoolGradRelu"), 1);
+    assert_int_equal(count(&m, all, "MaxPoolGrad"), 0);
+    assert_int_equal(count(&m, all, "_ReluGrad"), 0);
+    assert_int_equal(count(&m, RF_CONV_EPILOGUES_GPU, "_MaxPoolGradRelu"), 0);
+    assert_int_equal(count(&m, RF_CONV_EPILOGUES_OFF, "_MaxPoolGradRelu"), 0);
     /* GPU devices only (none here), and off: nothing. */
     assert_int_equal(count(&m, RF_CONV_EPILOGUES_GPU, "_FusedConv2DBiasRelu"),
                      0);
@@ -215,6 +223,8 @@ static void test_other_readers(void **state) {
     assert_int_equal(count(&m, all, "_FusedConv2DBiasRelu"), 0);
     assert_int_equal(count(&m, all, "BiasAdd"), 1);
     assert_int_equal(count(&m, all, "Relu"), 1);
+    assert_int_equal(count(&m, all, "_MaxPoolGradRelu"), 1);
+    assert_int_equal(count(&m, all, "_ReluGrad"), 0);
     rf_tensor *fused[NFETCH] = {0}, *plain[NFETCH] = {0};
     run(&m, all, fused);
     run(&m, RF_CONV_EPILOGUES_OFF, plain);
@@ -222,6 +232,33 @@ static void test_other_readers(void **state) {
     release_all(fused), release_all(plain);
     free_block(&m);
   }
+}
+
+/* The pool's gradient fetched too (a second reader): it stays a
+ * MaxPoolGrad with its _ReluGrad; the convolution still fuses. */
+static void test_pool_grad_read_elsewhere(void **state) {
+  (void)state;
+  block m;
+  build(&m, RF_FLOAT32, 0, false);
+  rf_node *rg = NULL;
+  for (int i = 0; i < rf_graph_num_nodes(m.g) && !rg; i++)
+    if (strcmp(rf_node_op(rf_graph_node(m.g, i)), "_ReluGrad") == 0)
+      rg = rf_graph_node(m.g, i);
+  assert_non_null(rg);
+  rf_output pg = rf_node_input(rg, 0);
+  rf_output both = rf_add(m.g, NULL, pg, (rf_output){rg, 0});
+  assert_graph_ok(m.g);
+  m.fetch[1] = both;
+  int all = RF_CONV_EPILOGUES_ALL;
+  assert_int_equal(count(&m, all, "_MaxPoolGradRelu"), 0);
+  assert_int_equal(count(&m, all, "MaxPoolGrad"), 1);
+  assert_int_equal(count(&m, all, "_FusedConv2DBiasRelu"), 1);
+  rf_tensor *fused[NFETCH] = {0}, *plain[NFETCH] = {0};
+  run(&m, all, fused);
+  run(&m, RF_CONV_EPILOGUES_OFF, plain);
+  assert_same_bits(fused, plain);
+  release_all(fused), release_all(plain);
+  free_block(&m);
 }
 
 static void test_bad_option(void **state) {
@@ -274,6 +311,7 @@ int main(void) {
       cmocka_unit_test(test_block_float32),
       cmocka_unit_test(test_block_float64),
       cmocka_unit_test(test_other_readers),
+      cmocka_unit_test(test_pool_grad_read_elsewhere),
       cmocka_unit_test(test_bad_option),
       cmocka_unit_test(test_bias_mismatch_names_fused_node),
   };

@@ -5,13 +5,15 @@
  * fresh random data, at the geometries of `ringflow train --model cnn`
  * (28x28x1 -> 32 and 14x14x32 -> 64, 5x5 SAME: cuDNN's
  * cudnnConvolutionBiasActivationForward) and one with TensorFlow's
- * asymmetric SAME padding (4x4 window: the unfused kernels nested). With
- * RF_CONV_EPILOGUES_GPU the lowered graph holds one _FusedConv2DBiasRelu
- * (none with OFF); the fused run matches the same graph on cpu:0 and the
- * unfused GPU run, each element within 1e-4 of its fetch's largest value
- * (cuDNN's algorithms sum in their own order), and a step replayed as a
- * CUDA graph (gpu_graphs) gives the uncaptured fused step's bits. Skips
- * without a GPU ("GPU tests skipped: ..."); RF_GPU_TEST_ON_CPU=1 runs it
+ * asymmetric SAME padding (4x4 window: the unfused kernels nested) and a
+ * 3x3 stride-2 pool (overlapping windows: MaxPoolGrad's gather kernel;
+ * the CNN's 2x2 pools take the disjoint one). With RF_CONV_EPILOGUES_GPU
+ * the lowered graph holds one _FusedConv2DBiasRelu and one
+ * _MaxPoolGradRelu (none with OFF); the fused run matches the same graph on
+ * cpu:0 and the unfused GPU run, each element within 1e-4 of its fetch's
+ * largest value (cuDNN's algorithms sum in their own order), and a step
+ * replayed as a CUDA graph (gpu_graphs) gives the uncaptured fused step's bits.
+ * Skips without a GPU ("GPU tests skipped: ..."); RF_GPU_TEST_ON_CPU=1 runs it
  * with cpu:1 standing in for gpu:0 (and RF_CONV_EPILOGUES_ALL for GPU),
  * which checks the test itself on a machine without a GPU. */
 #include <math.h>
@@ -40,6 +42,7 @@ enum { NFETCH = 5 }; /* loss, relu, dx, df, db */
 
 typedef struct geo {
   int64_t n, h, w, c, k, oc;
+  int64_t pk, ps; /* the pool's window and stride */
 } geo;
 
 typedef struct block {
@@ -57,10 +60,11 @@ static void build(block *m, const geo *q, const char *dev) {
   m->f = rf_placeholder(g, "f", RF_FLOAT32,
                         rf_shape_of(4, q->k, q->k, q->c, q->oc));
   m->b = rf_placeholder(g, "b", RF_FLOAT32, rf_shape_of(1, q->oc));
-  const int64_t one[4] = {1, 1, 1, 1}, two[4] = {1, 2, 2, 1};
+  const int64_t one[4] = {1, 1, 1, 1}, pk[4] = {1, q->pk, q->pk, 1},
+                ps[4] = {1, q->ps, q->ps, 1};
   rf_output y = rf_conv2d(g, "conv", m->x, m->f, one, "SAME", NULL);
   rf_output r = rf_relu(g, "relu", rf_bias_add(g, "bias", y, m->b));
-  rf_output p = rf_max_pool(g, "pool", r, two, two, "SAME");
+  rf_output p = rf_max_pool(g, "pool", r, pk, ps, "SAME");
   rf_output loss = rf_sum(g, "loss", rf_mul(g, NULL, p, p), NULL, -1, false);
   assert_graph_ok(g);
   rf_output xs[3] = {m->x, m->f, m->b}, dxs[3];
@@ -95,12 +99,12 @@ static void run(const block *m, rf_session_options o, rf_tensor *const *in,
   rf_session_free(s);
 }
 
-static int count_fused(const block *m, rf_session_options o) {
+static int count_op(const block *m, rf_session_options o, const char *op) {
   rf_graph *low = NULL;
   assert_ok(rf_graph_lower(m->g, &o, &low));
   int n = 0;
   for (int i = 0; i < rf_graph_num_nodes(low); i++)
-    n += strcmp(rf_node_op(rf_graph_node(low, i)), "_FusedConv2DBiasRelu") == 0;
+    n += strcmp(rf_node_op(rf_graph_node(low, i)), op) == 0;
   rf_graph_free(low);
   return n;
 }
@@ -140,10 +144,13 @@ static void check(const geo *q) {
   block gm, cm;
   build(&gm, q, device());
   build(&cm, q, "cpu:0");
-  assert_int_equal(count_fused(&gm, options(true, RF_CONV_EPILOGUES_GPU, 0)),
-                   1);
-  assert_int_equal(count_fused(&gm, options(true, RF_CONV_EPILOGUES_OFF, 0)),
-                   0);
+  rf_session_options on = options(true, RF_CONV_EPILOGUES_GPU, 0);
+  rf_session_options off = options(true, RF_CONV_EPILOGUES_OFF, 0);
+  assert_int_equal(count_op(&gm, on, "_FusedConv2DBiasRelu"), 1);
+  assert_int_equal(count_op(&gm, on, "_MaxPoolGradRelu"), 1);
+  assert_int_equal(count_op(&gm, on, "_ReluGrad"), 0);
+  assert_int_equal(count_op(&gm, off, "_FusedConv2DBiasRelu"), 0);
+  assert_int_equal(count_op(&gm, off, "_MaxPoolGradRelu"), 0);
   rf_tensor *in[3] = {
       rf_test_random_tensor(&rng, RF_FLOAT32,
                             rf_shape_of(4, q->n, q->h, q->w, q->c), -1, 1),
@@ -170,20 +177,21 @@ static void check(const geo *q) {
 
 static void test_cnn_first_layer(void **state) {
   (void)state;
-  const geo q = {4, 28, 28, 1, 5, 32};
+  const geo q = {4, 28, 28, 1, 5, 32, 2, 2};
   check(&q);
 }
 
 static void test_cnn_second_layer(void **state) {
   (void)state;
-  const geo q = {3, 14, 14, 32, 5, 64};
+  const geo q = {3, 14, 14, 32, 5, 64, 2, 2};
   check(&q);
 }
 
-/* SAME with a 4x4 window pads 1 before and 2 after: not cuDNN's. */
+/* SAME with a 4x4 window pads 1 before and 2 after: not cuDNN's; the
+ * pool's windows overlap. */
 static void test_asymmetric_padding_unfused(void **state) {
   (void)state;
-  const geo q = {2, 9, 7, 3, 4, 5};
+  const geo q = {2, 9, 7, 3, 4, 5, 3, 2};
   check(&q);
 }
 

@@ -227,7 +227,11 @@ typedef struct rf_session_options {
    * Conv2D's search chose (same float32 results as the unfused kernels:
    * the bias is added to the convolution's float32 sum, then the ReLU);
    * elsewhere, and on CPU devices always, it runs Conv2D, BiasAdd and
-   * Relu one after the other (bit-identical to unfused).
+   * Relu one after the other (bit-identical to unfused). In the backward
+   * pass a MaxPoolGrad whose only reader is the _ReluGrad of the ReLU the
+   * pool read becomes one _MaxPoolGradRelu (on GPU devices one kernel that
+   * keeps the pool's gradient where the pool's input is positive; on CPU
+   * devices the two kernels one after the other).
    * RF_CONV_EPILOGUES_OFF (0, the default after rf_session_options_init:
    * nothing fused; to be chosen by measurement), RF_CONV_EPILOGUES_GPU
    * (1: on GPU devices) or RF_CONV_EPILOGUES_ALL (2: CPU devices too, for

@@ -368,6 +368,15 @@ static const rf__op_spec specs[] = {
      .outputs = "output: T",
      .attrs = POOL_ATTRS,
      .shape = max_pool_grad_shape},
+    /* MaxPoolGrad -> _ReluGrad of the ReLU the pool read as one node
+     * (passes/fuse_epilogues.c, rf_session_options.conv_epilogues): the
+     * gradient kept where orig_input > 0. */
+    {.name = "_MaxPoolGradRelu",
+     .inputs = "orig_input: T, orig_output: T, grad: T",
+     .outputs = "output: T",
+     .attrs = POOL_ATTRS,
+     .shape = max_pool_grad_shape,
+     .flags = RF_OP_NO_GRADIENT},
     {.name = "AvgPool",
      .inputs = "value: T",
      .outputs = "output: T",

@@ -8,7 +8,9 @@
  *   MatMul(x, G, transpose_a) and _BiasAddGrad(G)
  *                               =>  _FusedMatMulBiasGrad(x, G): 2 outputs
  *   Conv2D -> BiasAdd -> Relu   =>  _FusedConv2DBiasRelu(x, f, bias)
- *                                   (rf_session_options.conv_epilogues)
+ *   MaxPoolGrad(r, p, dp) -> _ReluGrad(., z), r = Relu(z) (or r itself)
+ *                               =>  _MaxPoolGradRelu(r, p, dp)
+ *                                   (both: rf_session_options.conv_epilogues)
  *
  * The forward rewrites need the product to feed the BiasAdd alone; the ReLU
  * joins when every other reader of the sum is a _ReluGrad's features input,
@@ -275,6 +277,44 @@ static rf_status *fuse_bias_grad(fuse_ctx *c, rf_node *bg) {
   return NULL;
 }
 
+/* Whether edges a and b carry the same tensor. */
+static bool same_tensor(const rf__edge *a, const rf__edge *b) {
+  return a && b && a->src == b->src && a->src_out == b->src_out;
+}
+
+/* _ReluGrad rg of a MaxPoolGrad's result, masked by the ReLU the pool read:
+ * rg's features are the pool's input r, or z where r = Relu(z) (z > 0
+ * exactly where r > 0). */
+static rf_status *fuse_pool_relu_grad(fuse_ctx *c, rf_node *rg) {
+  if (!rg->data_in[0] || !rg->data_in[1] ||
+      !device_ok(c, rg, c->pc->conv_epilogues))
+    return NULL;
+  rf_node *pg = rg->data_in[0]->src;
+  if (!is_op(pg, "MaxPoolGrad") || rg->data_in[0]->src_out != 0 ||
+      pg->assigned_device != rg->assigned_device || !pg->data_in[0] ||
+      !pg->data_in[1] || !pg->data_in[2] || only_reader(pg) != rg->data_in[0])
+    return NULL;
+  const rf__edge *r = pg->data_in[0], *z = rg->data_in[1];
+  const rf_node *relu = r->src;
+  bool masked = same_tensor(r, z) || (r->src_out == 0 && is_op(relu, "Relu") &&
+                                      same_tensor(relu->data_in[0], z));
+  if (!masked) return NULL;
+  rf_node *m[2] = {pg, rg};
+  if (!mergeable(c, m, 2)) return NULL;
+  rf_output in[3] = {rf__input(pg, 0), rf__input(pg, 1), rf__input(pg, 2)};
+  rf_node *f;
+  RF_CHECK(add_fused(c, pg, "_MaxPoolGradRelu", in, 3, -1, &f));
+  f->out_shapes[0] = rg->out_shapes[0];
+  RF_CHECK(redirect(c, rg, 0, f, 0));
+  RF__LOG(RF_LOG_INFO,
+          "compile %ld: MaxPoolGrad '%.200s' + _ReluGrad '%.200s' on %s as "
+          "one _MaxPoolGradRelu '%.200s'",
+          c->pc->compile, pg->name, rg->name,
+          c->pc->devices[f->assigned_device].canonical, f->name);
+  c->fused++;
+  return retire(c, m, 2, f);
+}
+
 static rf_status *run(fuse_ctx *c) {
   /* Nodes made by the pass get ids past `ids` and are not visited. */
   int ids = c->g->num_ids;
@@ -286,6 +326,10 @@ static rf_status *run(fuse_ctx *c) {
     rf_node *n = c->g->nodes[id];
     if (n && is_op(n, "_BiasAddGrad") && dtype_ok(n->out_dtypes[0]))
       RF_CHECK(fuse_bias_grad(c, n));
+  }
+  for (int id = 0; id < ids; id++) {
+    rf_node *n = c->g->nodes[id];
+    if (n && is_op(n, "_ReluGrad")) RF_CHECK(fuse_pool_relu_grad(c, n));
   }
   return NULL;
 }
