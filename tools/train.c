@@ -755,11 +755,12 @@ static int parse_options(int argc, char **argv, options *o) {
                   "after the other) (rf_session_options.matmul_epilogues)",
                   epilogue_choices),
       TOOL_CHOICE("conv-epilogues", &o->conv_epilogues, "S",
-                  "run each Conv2D's bias and ReLU inside the convolution as "
-                  "one fused node on no device (off, the default), GPU "
-                  "devices (gpu: one cuDNN call each in float32) or every "
-                  "device (all; on CPU the unfused kernels one after the "
-                  "other) (rf_session_options.conv_epilogues)",
+                  "run each Conv2D's bias and ReLU inside the convolution, "
+                  "and each MaxPoolGrad with the ReLU's gradient, as one "
+                  "fused node on no device (off, the default), GPU devices "
+                  "(gpu: one cuDNN call each in float32, one pool gradient "
+                  "kernel) or every device (all; on CPU the unfused kernels "
+                  "one after the other) (rf_session_options.conv_epilogues)",
                   epilogue_choices),
   };
   const tool_cmd cmd = {
