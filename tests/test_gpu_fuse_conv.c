@@ -12,11 +12,14 @@
  * _MaxPoolGradRelu (none with OFF); the fused run matches the same graph on
  * cpu:0 and the unfused GPU run, each element within 1e-4 of its fetch's
  * largest value (cuDNN's algorithms sum in their own order), and a step
- * replayed as a CUDA graph (gpu_graphs) gives the uncaptured fused step's bits.
- * Skips without a GPU ("GPU tests skipped: ..."); RF_GPU_TEST_ON_CPU=1 runs it
- * with cpu:1 standing in for gpu:0 (and RF_CONV_EPILOGUES_ALL for GPU),
- * which checks the test itself on a machine without a GPU. */
+ * replayed as a CUDA graph (gpu_graphs) gives the uncaptured fused step's
+ * bits. The CNN's layers must take cuDNN's fused call (no "runs the unfused
+ * kernels" warning in the log). Skips without a GPU ("GPU tests skipped: ...");
+ * RF_GPU_TEST_ON_CPU=1 runs it with cpu:1 standing in for gpu:0 (and
+ * RF_CONV_EPILOGUES_ALL for GPU), which checks the test itself on a machine
+ * without a GPU. */
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +40,19 @@ static bool on_cpu(void) {
 }
 
 static const char *device(void) { return on_cpu() ? "cpu:1" : "gpu:0"; }
+
+/* Fallbacks of _FusedConv2DBiasRelu said through the log sink. */
+static pthread_mutex_t log_mu = PTHREAD_MUTEX_INITIALIZER;
+static int fallbacks;
+
+static void on_log(rf_log_level level, const char *msg, void *user) {
+  (void)level, (void)user;
+  if (!strstr(msg, "runs the unfused kernels")) return;
+  printf("  log: %s\n", msg);
+  pthread_mutex_lock(&log_mu);
+  fallbacks++;
+  pthread_mutex_unlock(&log_mu);
+}
 
 enum { NFETCH = 5 }; /* loss, relu, dx, df, db */
 
@@ -139,7 +155,9 @@ static void release_all(rf_tensor **t) {
   for (int i = 0; i < NFETCH; i++) rf_tensor_release(t[i]);
 }
 
-static void check(const geo *q) {
+/* must_fuse: no fallback may be logged (a real GPU; without cuDNN in the
+ * build the kernel runs the unfused kernels without saying so). */
+static void check(const geo *q, bool must_fuse) {
   if (!on_cpu()) rf_test_need_gpu();
   block gm, cm;
   build(&gm, q, device());
@@ -160,7 +178,13 @@ static void check(const geo *q) {
                             0.5)};
   rf_tensor *fused[NFETCH] = {0}, *plain[NFETCH] = {0}, *cpu[NFETCH] = {0};
   rf_tensor *replayed[NFETCH] = {0};
+  pthread_mutex_lock(&log_mu);
+  fallbacks = 0;
+  pthread_mutex_unlock(&log_mu);
+  rf_set_log_callback(RF_LOG_WARN, on_log, NULL);
   run(&gm, options(true, RF_CONV_EPILOGUES_GPU, 0), in, 1, fused);
+  rf_set_log_callback(RF_LOG_WARN, NULL, NULL);
+  if (must_fuse && !on_cpu()) assert_int_equal(fallbacks, 0);
   run(&gm, options(true, RF_CONV_EPILOGUES_OFF, 0), in, 1, plain);
   run(&cm, options(false, RF_CONV_EPILOGUES_OFF, 0), in, 1, cpu);
   assert_close(fused, cpu, "fused GPU against CPU");
@@ -178,13 +202,13 @@ static void check(const geo *q) {
 static void test_cnn_first_layer(void **state) {
   (void)state;
   const geo q = {4, 28, 28, 1, 5, 32, 2, 2};
-  check(&q);
+  check(&q, true);
 }
 
 static void test_cnn_second_layer(void **state) {
   (void)state;
   const geo q = {3, 14, 14, 32, 5, 64, 2, 2};
-  check(&q);
+  check(&q, true);
 }
 
 /* SAME with a 4x4 window pads 1 before and 2 after: not cuDNN's; the
@@ -192,7 +216,7 @@ static void test_cnn_second_layer(void **state) {
 static void test_asymmetric_padding_unfused(void **state) {
   (void)state;
   const geo q = {2, 9, 7, 3, 4, 5, 3, 2};
-  check(&q);
+  check(&q, false);
 }
 
 int main(void) {
