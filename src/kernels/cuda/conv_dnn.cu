@@ -20,6 +20,7 @@
 
 #include <cudnn.h>
 
+#include <atomic>
 #include <cstring>
 #include <mutex>
 
@@ -79,8 +80,9 @@ struct Entry {
   size_t workspace; /* bytes the algorithm needs */
   bool chosen;      /* algo and workspace are set: the entry is fixed */
   /* cudnnConvolutionBiasActivationForward said NOT_SUPPORTED for algo:
-   * the fused node runs the unfused kernels from then on. */
-  bool no_bias_act;
+   * the fused node runs the unfused kernels from then on (read without
+   * the lock). */
+  std::atomic<bool> no_bias_act;
   UT_hash_handle hh;
 };
 
@@ -510,7 +512,7 @@ rf_status *dnn_conv(rf__kernel_ctx *ctx, ConvKind kind, const rf__conv_geom &g,
   std::call_once(hooked, [] { rf__gpu_set_idle_hook(cache_clear); });
   Entry *e;
   RF_CHECK(lookup(ctx, kind, g, dtype, &e));
-  if (bias && e->chosen && e->no_bias_act) return NULL; /* *fused false */
+  if (bias && e->no_bias_act.load()) return NULL; /* *fused stays false */
   Ops ops{h, e, kind};
 
   size_t esize = rf_dtype_size(dtype);
@@ -567,14 +569,10 @@ rf_status *dnn_conv(rf__kernel_ctx *ctx, ConvKind kind, const rf__conv_geom &g,
       *fused = true;
     } else if (s != CUDNN_STATUS_NOT_SUPPORTED) {
       err = dnn_error(ctx, s, "cudnnConvolutionBiasActivationForward");
-    } else {
-      std::lock_guard<std::mutex> lock(cache_mu);
-      if (!e->no_bias_act)
-        rf__fused_conv_log_fallback(
-            ctx,
-            "cuDNN does not take the bias and ReLU with the forward "
-            "search's algorithm");
-      e->no_bias_act = true;
+    } else if (!e->no_bias_act.exchange(true)) { /* said once */
+      rf__fused_conv_log_fallback(ctx,
+                                  "cuDNN does not take the bias and ReLU with "
+                                  "the forward search's algorithm");
     }
   } else if (!err) {
     cudnnStatus_t s = ops.run(fa, fb, fout, ws ? ws->data : nullptr);
