@@ -7,7 +7,14 @@
  * float32 and bfloat16. cuDNN takes the filter in its own KRSC layout here;
  * ringflow transposes its HWIO filter on every call, which is counted.
  *
- *   bench_conv_gpu_vs_cudnn [reps=50]
+ *   bench_conv_gpu_vs_cudnn [reps=50] [graphs=0]
+ *
+ * graphs 1: ringflow's sessions run with gpu_graphs 1, so the timed steps
+ * are replays of a captured step (as `ringflow train --gpu-graphs on`):
+ * the executor's and cuDNN's host costs per node drop out, and what is
+ * left against cuDNN direct is the GPU's work (the filter transposes, the
+ * algorithm chosen, the feeds' device copies into the graph's buffers).
+ * Compare the two runs to tell host cost from GPU cost per call.
  *
  * ringflow: one step holds `per` copies of the op over the same inputs (fed
  * once a step as device tensors) and steps are enqueued back to back
@@ -85,6 +92,8 @@ enum { PER = 16 };
 /* ms per op of ops[0..PER) of g (on gpu:0) fed feeds[0..nfeeds): steps
  * enqueued back to back after two untimed ones, then waited for once.
  * Frees g. */
+static int graphs; /* rf_session_options.gpu_graphs of ringflow's sessions */
+
 static double time_session(rf_graph *g, const rf_feed *feeds, int nfeeds,
                            rf_node *const *ops, int reps) {
   check(rf_graph_status(g), "graph");
@@ -92,12 +101,14 @@ static double time_session(rf_graph *g, const rf_feed *feeds, int nfeeds,
   rf_session_options_init(&o);
   o.num_gpu_devices = 1;
   o.gpu_sync_on_finish = 0;
+  o.gpu_graphs = graphs;
   rf_session *sess;
   check(rf_session_new(g, &o, &sess), "session");
   int steps = reps / PER > 2 ? reps / PER : 2;
+  int warm = graphs ? 4 : 2; /* with graphs: searched, captured, replayed */
   double t0 = 0;
-  for (int r = 0; r < steps + 2; r++) {
-    if (r == 2) {
+  for (int r = 0; r < steps + warm; r++) {
+    if (r == warm) {
       check(rf_session_sync(sess), "sync");
       t0 = now_s();
     }
@@ -351,6 +362,7 @@ static void time_cudnn_pool(cudnnHandle_t h, const layer *L, rf_dtype dt,
 
 int main(int argc, char **argv) {
   int reps = argc > 1 ? atoi(argv[1]) : 50;
+  graphs = argc > 2 ? atoi(argv[2]) != 0 : 0;
   int ngpu = 0;
   if (cudaGetDeviceCount(&ngpu) != cudaSuccess || ngpu < 1) {
     printf("bench_conv_gpu_vs_cudnn: skipped, no GPU\n");
@@ -364,9 +376,9 @@ int main(int argc, char **argv) {
                                  {1024, 14, 14, 32, 5, 64}};
   static const rf_dtype dts[] = {RF_FLOAT32, RF_BFLOAT16};
   printf(
-      "# cuDNN %zu, %d reps; ms per call: ringflow / cuDNN direct "
-      "(ratio = cuDNN / ringflow)\n",
-      cudnnGetVersion(), reps);
+      "# cuDNN %zu, %d reps, ringflow gpu_graphs %d; ms per call: ringflow / "
+      "cuDNN direct (ratio = cuDNN / ringflow)\n",
+      cudnnGetVersion(), reps, graphs);
   printf(
       "# the NCHW column: cuDNN direct in PyTorch's layout (forward / input "
       "grad / filter grad, ms), for reference only\n");

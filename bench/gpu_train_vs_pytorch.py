@@ -25,7 +25,8 @@ the issue's target (1.5x PyTorch eager at every batch) is missed.
 
 With --model cnn both train `ringflow train --model cnn`'s network instead
 (tools/cnn.c: conv 5x5x32 SAME + bias + ReLU, max pool 2x2, conv 5x5x64,
-max pool, dense 1024 + ReLU, dense 10; PyTorch in its default NCHW layout),
+max pool, dense 1024 + ReLU + dropout 0.5 (ringflow's default --dropout),
+dense 10; PyTorch in its default NCHW layout),
 float32 convolutions on both sides without TF32 (ringflow never uses it;
 torch.backends.cudnn.allow_tf32 is turned off), against issue 17's target
 of 1.0x PyTorch eager at batch 128 and 1024.
@@ -80,7 +81,9 @@ class Cnn(torch.nn.Module):
         h = x.view(-1, 1, 28, 28)
         h = F.max_pool2d(F.relu(self.c1(h)), 2)
         h = F.max_pool2d(F.relu(self.c2(h)), 2)
-        h = F.relu(self.d1(h.flatten(1)))
+        # ringflow train --model cnn drops out half the dense layer's
+        # activations while training (--dropout 0.5, the default): so here.
+        h = F.dropout(F.relu(self.d1(h.flatten(1))), 0.5, self.training)
         return self.d2(h)
 
 

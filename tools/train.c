@@ -58,6 +58,7 @@ typedef struct options {
   int gpu_graphs;            /* graph_choices: the session's default, off, on */
   int group_updates;         /* graph_choices: the session's default, off, on */
   int epilogues;             /* epilogue_choices: RF_MATMUL_EPILOGUES_* */
+  int conv_epilogues;        /* epilogue_choices: RF_CONV_EPILOGUES_* */
 } options;
 
 static void dataset_free(dataset *d) {
@@ -753,6 +754,14 @@ static int parse_options(int argc, char **argv, options *o) {
                   "or every device (all; on CPU the unfused kernels one "
                   "after the other) (rf_session_options.matmul_epilogues)",
                   epilogue_choices),
+      TOOL_CHOICE("conv-epilogues", &o->conv_epilogues, "S",
+                  "run each Conv2D's bias and ReLU inside the convolution, "
+                  "and each MaxPoolGrad with the ReLU's gradient, as one "
+                  "fused node on no device (off, the default), GPU devices "
+                  "(gpu: one cuDNN call each in float32, one pool gradient "
+                  "kernel) or every device (all; on CPU the unfused kernels "
+                  "one after the other) (rf_session_options.conv_epilogues)",
+                  epilogue_choices),
   };
   const tool_cmd cmd = {
       "train",
@@ -905,6 +914,7 @@ int cmd_train(int argc, char **argv) {
   if (o.gpu_graphs) sopts.gpu_graphs = o.gpu_graphs == 2;
   if (o.group_updates) sopts.group_optimizer_updates = o.group_updates == 2;
   sopts.matmul_epilogues = o.epilogues;
+  sopts.conv_epilogues = o.conv_epilogues;
   sopts.collective_timeout_ms = llround(o.collective_timeout * 1000);
   if (sopts.collective_timeout_ms < 1) sopts.collective_timeout_ms = 1;
   one_opts.collective_timeout_ms = sopts.collective_timeout_ms;

@@ -219,12 +219,41 @@ typedef struct rf_session_options {
    * Any other value: INVALID_ARGUMENT from rf_session_new (and from
    * rf_graph_lower). */
   int matmul_epilogues;
+  /* ---- Convolution epilogues (issue 17, item 7) ----
+   * Where a Conv2D's bias and ReLU run inside the convolution (the same
+   * pass as matmul_epilogues; docs/PERFORMANCE.md, "Convolution
+   * epilogues"). At compile time, after placement, on the devices it
+   * names, Conv2D -> BiasAdd -> Relu becomes one _FusedConv2DBiasRelu node
+   * when the convolution feeds only the BiasAdd and the sum only the Relu
+   * and _ReluGrad nodes (which then read the ReLU's output: the same
+   * mask). On GPU devices, for float32 convolutions that cuDNN takes, the
+   * node is one cudnnConvolutionBiasActivationForward with the algorithm
+   * Conv2D's search chose (same float32 results as the unfused kernels:
+   * the bias is added to the convolution's float32 sum, then the ReLU);
+   * elsewhere, and on CPU devices always, it runs Conv2D, BiasAdd and
+   * Relu one after the other (bit-identical to unfused). In the backward
+   * pass a MaxPoolGrad whose only reader is the _ReluGrad of the ReLU the
+   * pool read becomes one _MaxPoolGradRelu (on GPU devices one kernel that
+   * keeps the pool's gradient where the pool's input is positive; on CPU
+   * devices the two kernels one after the other).
+   * RF_CONV_EPILOGUES_OFF (0, the default after rf_session_options_init:
+   * nothing fused; to be chosen by measurement), RF_CONV_EPILOGUES_GPU
+   * (1: on GPU devices) or RF_CONV_EPILOGUES_ALL (2: CPU devices too, for
+   * testing the rewrite). Any other value: INVALID_ARGUMENT from
+   * rf_session_new (and from rf_graph_lower). */
+  int conv_epilogues;
 } rf_session_options;
 
 enum {
   RF_MATMUL_EPILOGUES_OFF = 0,
   RF_MATMUL_EPILOGUES_GPU = 1,
   RF_MATMUL_EPILOGUES_ALL = 2
+};
+
+enum {
+  RF_CONV_EPILOGUES_OFF = 0,
+  RF_CONV_EPILOGUES_GPU = 1,
+  RF_CONV_EPILOGUES_ALL = 2
 };
 
 /* gpu_graphs after rf_session_options_init: off. On one H200 a replayed

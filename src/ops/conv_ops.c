@@ -102,6 +102,19 @@ static rf_status *conv2d_shape(rf__shape_ctx *c) {
   return window_out(&wa, in, dim(f, 3), &c->output_shapes[0]);
 }
 
+/* _FusedConv2DBiasRelu(input, filter, bias): Conv2D's output, the bias
+ * over its channels (BiasAdd's check). */
+static rf_status *fused_conv2d_shape(rf__shape_ctx *c) {
+  RF_CHECK(conv2d_shape(c));
+  const rf_shape *bias = &c->input_shapes[2];
+  int64_t oc = dim(&c->output_shapes[0], 3);
+  if (bias->rank >= 0 && (bias->rank != 1 || (oc >= 0 && bias->dims[0] >= 0 &&
+                                              bias->dims[0] != oc)))
+    return rf__invalid("bias of rank %d does not match %lld output channels",
+                       bias->rank, (long long)oc);
+  return NULL;
+}
+
 /* Conv2DBackpropInput(input_sizes, filter, out_backprop) -> input_sizes. */
 static rf_status *conv2d_backprop_input_shape(rf__shape_ctx *c) {
   const rf_shape *f = &c->input_shapes[1], *dy = &c->input_shapes[2];
@@ -324,6 +337,14 @@ static const rf__op_spec specs[] = {
      .attrs = CONV_ATTRS,
      .shape = conv2d_shape,
      .grad = conv2d_grad},
+    /* Conv2D -> BiasAdd -> Relu as one node (passes/fuse_epilogues.c,
+     * rf_session_options.conv_epilogues): one cuDNN call on GPU devices. */
+    {.name = "_FusedConv2DBiasRelu",
+     .inputs = "input: T, filter: T, bias: T",
+     .outputs = "activations: T",
+     .attrs = CONV_ATTRS,
+     .shape = fused_conv2d_shape,
+     .flags = RF_OP_NO_GRADIENT},
     {.name = "Conv2DBackpropInput",
      .inputs = "input_sizes: int32, filter: T, out_backprop: T",
      .outputs = "output: T",
@@ -347,6 +368,15 @@ static const rf__op_spec specs[] = {
      .outputs = "output: T",
      .attrs = POOL_ATTRS,
      .shape = max_pool_grad_shape},
+    /* MaxPoolGrad -> _ReluGrad of the ReLU the pool read as one node
+     * (passes/fuse_epilogues.c, rf_session_options.conv_epilogues): the
+     * gradient kept where orig_input > 0. */
+    {.name = "_MaxPoolGradRelu",
+     .inputs = "orig_input: T, orig_output: T, grad: T",
+     .outputs = "output: T",
+     .attrs = POOL_ATTRS,
+     .shape = max_pool_grad_shape,
+     .flags = RF_OP_NO_GRADIENT},
     {.name = "AvgPool",
      .inputs = "value: T",
      .outputs = "output: T",

@@ -7,8 +7,12 @@
  *   MatMul -> BiasAdd           =>  _FusedMatMulBias(a, b, bias)
  *   MatMul(x, G, transpose_a) and _BiasAddGrad(G)
  *                               =>  _FusedMatMulBiasGrad(x, G): 2 outputs
+ *   Conv2D -> BiasAdd -> Relu   =>  _FusedConv2DBiasRelu(x, f, bias)
+ *   MaxPoolGrad(r, p, dp) -> _ReluGrad(., z), r = Relu(z) (or r itself)
+ *                               =>  _MaxPoolGradRelu(r, p, dp)
+ *                                   (both: rf_session_options.conv_epilogues)
  *
- * The forward rewrite needs the product to feed the BiasAdd alone; the ReLU
+ * The forward rewrites need the product to feed the BiasAdd alone; the ReLU
  * joins when every other reader of the sum is a _ReluGrad's features input,
  * which then reads the ReLU's output instead (x > 0 exactly where
  * relu(x) > 0). The bias gradient joins the product that reduces G over the
@@ -40,13 +44,14 @@ static bool is_op(const rf_node *n, const char *op) {
   return strcmp(n->op->name, op) == 0;
 }
 
-/* Whether n's device takes epilogues under the session's option. */
-static bool device_ok(const fuse_ctx *c, const rf_node *n) {
+/* Whether n's device takes epilogues under `mode`, the session's
+ * matmul_epilogues or conv_epilogues (their values are the same). */
+static bool device_ok(const fuse_ctx *c, const rf_node *n, int mode) {
   int d = n->assigned_device;
   if (d < 0 || d >= c->pc->num_devices || c->pc->devices[d].remote)
     return false;
-  if (c->pc->matmul_epilogues == RF_MATMUL_EPILOGUES_ALL) return true;
-  return c->pc->matmul_epilogues == RF_MATMUL_EPILOGUES_GPU &&
+  if (mode == RF_MATMUL_EPILOGUES_ALL) return true;
+  return mode == RF_MATMUL_EPILOGUES_GPU &&
          c->pc->devices[d].name.type == RF_DEVICE_GPU;
 }
 
@@ -56,8 +61,15 @@ static bool dtype_ok(rf_dtype t) {
 
 /* A MatMul that may be fused (all its inputs connected). */
 static bool matmul_ok(const fuse_ctx *c, const rf_node *n) {
-  return n && is_op(n, "MatMul") && device_ok(c, n) && n->data_in[0] &&
-         n->data_in[1] && dtype_ok(n->out_dtypes[0]);
+  return n && is_op(n, "MatMul") && device_ok(c, n, c->pc->matmul_epilogues) &&
+         n->data_in[0] && n->data_in[1] && dtype_ok(n->out_dtypes[0]);
+}
+
+/* A Conv2D that may be fused (all its inputs connected; any of its dtypes:
+ * the fused kernel runs the unfused ones where its fast path cannot). */
+static bool conv_ok(const fuse_ctx *c, const rf_node *n) {
+  return n && is_op(n, "Conv2D") && device_ok(c, n, c->pc->conv_epilogues) &&
+         n->data_in[0] && n->data_in[1];
 }
 
 static bool attr_bool(const rf_node *n, const char *name) {
@@ -182,8 +194,9 @@ static rf__edge *only_reader(const rf_node *n) {
   return e;
 }
 
-/* MatMul mm -> BiasAdd [-> Relu]. */
+/* MatMul or Conv2D mm -> BiasAdd [-> Relu]; a Conv2D only with its Relu. */
 static rf_status *fuse_forward(fuse_ctx *c, rf_node *mm) {
+  bool conv = is_op(mm, "Conv2D");
   rf__edge *e = only_reader(mm);
   rf_node *ba = e ? e->dst : NULL;
   if (!ba || e->dst_in != 0 || !is_op(ba, "BiasAdd") ||
@@ -203,11 +216,14 @@ static rf_status *fuse_forward(fuse_ctx *c, rf_node *mm) {
       relu_ok = false;
   }
   if (!relu_ok) relu = NULL;
+  if (conv && !relu) return NULL;
   rf_node *m[3] = {mm, ba, relu};
   int nm = relu ? 3 : 2;
   if (!mergeable(c, m, nm)) return NULL;
   rf_output in[3] = {rf__input(mm, 0), rf__input(mm, 1), rf__input(ba, 1)};
-  const char *op = relu ? "_FusedMatMulBiasRelu" : "_FusedMatMulBias";
+  const char *op = conv   ? "_FusedConv2DBiasRelu"
+                   : relu ? "_FusedMatMulBiasRelu"
+                          : "_FusedMatMulBias";
   rf_node *f;
   RF_CHECK(add_fused(c, mm, op, in, 3, -1, &f));
   rf_node *last = m[nm - 1];
@@ -215,8 +231,8 @@ static rf_status *fuse_forward(fuse_ctx *c, rf_node *mm) {
   RF_CHECK(redirect(c, last, 0, f, 0));
   if (relu) RF_CHECK(redirect(c, ba, 0, f, 0)); /* the _ReluGrads */
   RF__LOG(RF_LOG_INFO,
-          "compile %ld: MatMul '%.200s' + BiasAdd%s on %s as one %s '%.200s'",
-          c->pc->compile, mm->name, relu ? " + Relu" : "",
+          "compile %ld: %s '%.200s' + BiasAdd%s on %s as one %s '%.200s'",
+          c->pc->compile, mm->op->name, mm->name, relu ? " + Relu" : "",
           c->pc->devices[f->assigned_device].canonical, op, f->name);
   c->fused++;
   return retire(c, m, nm, f);
@@ -224,7 +240,8 @@ static rf_status *fuse_forward(fuse_ctx *c, rf_node *mm) {
 
 /* _BiasAddGrad bg of G with a MatMul that reduces G over k. */
 static rf_status *fuse_bias_grad(fuse_ctx *c, rf_node *bg) {
-  if (!bg->data_in[0] || !device_ok(c, bg)) return NULL;
+  if (!bg->data_in[0] || !device_ok(c, bg, c->pc->matmul_epilogues))
+    return NULL;
   rf_node *src = bg->data_in[0]->src;
   int out = bg->data_in[0]->src_out;
   for (int k = 0; k < src->num_out_edges; k++) {
@@ -260,17 +277,59 @@ static rf_status *fuse_bias_grad(fuse_ctx *c, rf_node *bg) {
   return NULL;
 }
 
+/* Whether edges a and b carry the same tensor. */
+static bool same_tensor(const rf__edge *a, const rf__edge *b) {
+  return a && b && a->src == b->src && a->src_out == b->src_out;
+}
+
+/* _ReluGrad rg of a MaxPoolGrad's result, masked by the ReLU the pool read:
+ * rg's features are the pool's input r, or z where r = Relu(z) (z > 0
+ * exactly where r > 0). */
+static rf_status *fuse_pool_relu_grad(fuse_ctx *c, rf_node *rg) {
+  if (!rg->data_in[0] || !rg->data_in[1] ||
+      !device_ok(c, rg, c->pc->conv_epilogues))
+    return NULL;
+  rf_node *pg = rg->data_in[0]->src;
+  if (!is_op(pg, "MaxPoolGrad") || rg->data_in[0]->src_out != 0 ||
+      pg->assigned_device != rg->assigned_device || !pg->data_in[0] ||
+      !pg->data_in[1] || !pg->data_in[2] || only_reader(pg) != rg->data_in[0])
+    return NULL;
+  const rf__edge *r = pg->data_in[0], *z = rg->data_in[1];
+  const rf_node *relu = r->src;
+  bool masked = same_tensor(r, z) || (r->src_out == 0 && is_op(relu, "Relu") &&
+                                      same_tensor(relu->data_in[0], z));
+  if (!masked) return NULL;
+  rf_node *m[2] = {pg, rg};
+  if (!mergeable(c, m, 2)) return NULL;
+  rf_output in[3] = {rf__input(pg, 0), rf__input(pg, 1), rf__input(pg, 2)};
+  rf_node *f;
+  RF_CHECK(add_fused(c, pg, "_MaxPoolGradRelu", in, 3, -1, &f));
+  f->out_shapes[0] = rg->out_shapes[0];
+  RF_CHECK(redirect(c, rg, 0, f, 0));
+  RF__LOG(RF_LOG_INFO,
+          "compile %ld: MaxPoolGrad '%.200s' + _ReluGrad '%.200s' on %s as "
+          "one _MaxPoolGradRelu '%.200s'",
+          c->pc->compile, pg->name, rg->name,
+          c->pc->devices[f->assigned_device].canonical, f->name);
+  c->fused++;
+  return retire(c, m, 2, f);
+}
+
 static rf_status *run(fuse_ctx *c) {
   /* Nodes made by the pass get ids past `ids` and are not visited. */
   int ids = c->g->num_ids;
   for (int id = 0; id < ids; id++) {
     rf_node *n = c->g->nodes[id];
-    if (matmul_ok(c, n)) RF_CHECK(fuse_forward(c, n));
+    if (matmul_ok(c, n) || conv_ok(c, n)) RF_CHECK(fuse_forward(c, n));
   }
   for (int id = 0; id < ids; id++) {
     rf_node *n = c->g->nodes[id];
     if (n && is_op(n, "_BiasAddGrad") && dtype_ok(n->out_dtypes[0]))
       RF_CHECK(fuse_bias_grad(c, n));
+  }
+  for (int id = 0; id < ids; id++) {
+    rf_node *n = c->g->nodes[id];
+    if (n && is_op(n, "_ReluGrad")) RF_CHECK(fuse_pool_relu_grad(c, n));
   }
   return NULL;
 }
@@ -284,7 +343,15 @@ rf_status *rf__fuse_epilogues(rf__pass_ctx *ctx) {
         "(0), RF_MATMUL_EPILOGUES_GPU (1) or RF_MATMUL_EPILOGUES_ALL (2), "
         "got %d",
         mode);
-  if (mode == RF_MATMUL_EPILOGUES_OFF) return NULL;
+  int conv = ctx->conv_epilogues;
+  if (conv != RF_CONV_EPILOGUES_GPU && conv != RF_CONV_EPILOGUES_OFF &&
+      conv != RF_CONV_EPILOGUES_ALL)
+    return rf__invalid(
+        "session options: conv_epilogues must be RF_CONV_EPILOGUES_OFF (0), "
+        "RF_CONV_EPILOGUES_GPU (1) or RF_CONV_EPILOGUES_ALL (2), got %d",
+        conv);
+  if (mode == RF_MATMUL_EPILOGUES_OFF && conv == RF_CONV_EPILOGUES_OFF)
+    return NULL;
   rf_graph *g = ctx->graph;
   fuse_ctx c = {.pc = ctx, .g = g};
   size_t ids = (size_t)g->num_ids + 1;
@@ -297,5 +364,5 @@ rf_status *rf__fuse_epilogues(rf__pass_ctx *ctx) {
   }
   rf__free(mem);
   rf__free(c.member);
-  return st ? rf__status_prefix(st, "fusing MatMul epilogues") : NULL;
+  return st ? rf__status_prefix(st, "fusing epilogues") : NULL;
 }

@@ -44,6 +44,8 @@ typedef struct rf__pass_ctx {
   bool group_updates;
   /* rf_session_options.matmul_epilogues (passes/fuse_epilogues.c). */
   int matmul_epilogues;
+  /* rf_session_options.conv_epilogues (passes/fuse_epilogues.c). */
+  int conv_epilogues;
 } rf__pass_ctx;
 
 /* Returns NULL or an error naming the node it concerns (compile fails). */
@@ -66,7 +68,9 @@ rf_status *rf__group_updates(rf__pass_ctx *ctx);
 
 /* POST_PLACEMENT: MatMul with its BiasAdd (and Relu), and a weight
  * gradient's MatMul with its _BiasAddGrad, become one _FusedMatMul* node
- * on the devices ctx->matmul_epilogues names (rf_session_options). */
+ * on the devices ctx->matmul_epilogues names; Conv2D with its BiasAdd and
+ * Relu one _FusedConv2DBiasRelu on those ctx->conv_epilogues names
+ * (rf_session_options). */
 rf_status *rf__fuse_epilogues(rf__pass_ctx *ctx);
 
 /* Registers the library's passes (passes/passes.c; the composition root,

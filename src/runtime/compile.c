@@ -154,7 +154,8 @@ static rf__pass_ctx pass_ctx(rf_session *s, rf_graph *g, long compile) {
                         .narrow_comm = comm_dtype(s) != RF_FLOAT32,
                         .comm_dtype = comm_dtype(s),
                         .group_updates = s->opts.group_optimizer_updates,
-                        .matmul_epilogues = s->opts.matmul_epilogues};
+                        .matmul_epilogues = s->opts.matmul_epilogues,
+                        .conv_epilogues = s->opts.conv_epilogues};
 }
 
 rf_status *rf__session_check_devices(rf_session *s) {

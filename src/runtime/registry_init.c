@@ -3,6 +3,7 @@
  * never registers a higher one). The tables are read-only afterwards, so
  * lookups need no lock. */
 #include "core/once.h"
+#include "kernels/fused_conv.h"
 #include "kernels/kernel_families.h"
 #include "ops/op_families.h"
 #include "passes/pass_registry.h"
@@ -19,6 +20,7 @@ static const rf__init_fn families[] = {
     rf__register_cpu_collective_kernels,
     /* conv */
     rf__register_cpu_conv_kernels,
+    rf__register_cpu_fused_conv_kernels,
     rf__register_cpu_pool_kernels,
     rf__register_cpu_bucket_kernels,
     rf__register_cpu_shape_kernels,

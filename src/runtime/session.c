@@ -106,6 +106,13 @@ static rf_status *check_options(const rf_session_options *o) {
         "(0), RF_MATMUL_EPILOGUES_GPU (1) or RF_MATMUL_EPILOGUES_ALL (2), "
         "got %d",
         o->matmul_epilogues);
+  if (o->conv_epilogues != RF_CONV_EPILOGUES_GPU &&
+      o->conv_epilogues != RF_CONV_EPILOGUES_OFF &&
+      o->conv_epilogues != RF_CONV_EPILOGUES_ALL)
+    return rf__invalid(
+        "session options: conv_epilogues must be RF_CONV_EPILOGUES_OFF (0), "
+        "RF_CONV_EPILOGUES_GPU (1) or RF_CONV_EPILOGUES_ALL (2), got %d",
+        o->conv_epilogues);
   if (o->job < RF_JOB_AUTO || o->job > RF_JOB_MPI)
     return rf__invalid(
         "session options: job must be RF_JOB_AUTO, RF_JOB_SINGLE or "

@@ -36,6 +36,13 @@ echo "$out" | grep -q "replicas bit-identical"
 diff=$(echo "$out" | sed -n 's/.*largest loss difference \([^,]*\),.*/\1/p')
 awk -v d="$diff" 'BEGIN { exit !(d != "" && d < 1e-4) }' ||
   { echo "oneDNN: loss difference '$diff' too large"; exit 1; }
+# --conv-epilogues all: both conv blocks fused (on CPU the unfused kernels
+# nested), the replicas still bit-identical and the check within tolerance.
+out=$(RF_LOG=info "$ringflow" train --model cnn --devices cpu:0-1 --steps 5 \
+  --epochs 1 --batch 32 --check --quiet --conv-epilogues all 2>&1)
+echo "$out" | grep -q "replicas bit-identical"
+[ "$(echo "$out" | grep -c "BiasAdd + Relu on cpu:0 as one _FusedConv2DBiasRelu")" -ge 2 ] ||
+  { echo "--conv-epilogues all fused fewer than 2 conv blocks"; exit 1; }
 # the checkpoint: the CNN's parameters and both Adam moments, by shape
 python3 - "$tmp/allreduce.ckpt" <<'PY'
 import json, struct, sys

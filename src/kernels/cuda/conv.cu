@@ -8,7 +8,10 @@
  * outputs its windows reach for the input gradient, and a block per filter
  * element summing over every output position for the filter gradient (a
  * fixed tree in shared memory). Nothing is added atomically, so results are
- * the same from run to run. float16/bfloat16 sum in float (Num<T>). */
+ * the same from run to run. float16/bfloat16 sum in float (Num<T>).
+ * _FusedConv2DBiasRelu (passes/fuse_epilogues.c) is one
+ * cudnnConvolutionBiasActivationForward for float32 where cuDNN takes the
+ * convolution, else Conv2D, BiasAdd and Relu nested (kernels/fused_conv.h). */
 #include "kernels/cuda/gpu_common.cuh"
 
 #ifdef RF_HAVE_CUDNN
@@ -18,6 +21,7 @@
 
 extern "C" {
 #include "kernels/conv_prepare.h"
+#include "kernels/fused_conv.h"
 #include "kernels/kernel_families.h"
 }
 
@@ -198,7 +202,33 @@ rf_status *conv2d_backprop_filter_compute(rf__kernel_ctx *ctx) {
   });
 }
 
-const rf__kernel_def defs[] = {RF_CONV_KERNELS(RF__GPU_KERNEL)};
+/* relu(conv(x, f) + bias) in one cuDNN call; float32 only (the halves
+ * would round once instead of after the convolution and after the bias,
+ * unlike the unfused kernels). A bias that is not oc long, and whatever
+ * cuDNN does not take, goes to the unfused kernels (BiasAdd's errors). */
+rf_status *fused_conv2d_bias_relu_compute(rf__kernel_ctx *ctx) {
+  RF_CHECK(begin(ctx));
+#ifdef RF_HAVE_CUDNN
+  const rf_tensor *x = ctx->inputs[0], *f = ctx->inputs[1], *b = ctx->inputs[2];
+  G g;
+  RF_CHECK(rf__conv2d_prepare(ctx, &g));
+  if (x->dtype == RF_FLOAT32 && b->dtype == RF_FLOAT32 && b->shape.rank == 1 &&
+      b->shape.dims[0] == g.oc && use_dnn(g, x->dtype)) {
+    rf_shape s = rf_shape_of(4, g.n, g.oh, g.ow, g.oc);
+    rf_tensor *y;
+    RF_CHECK(alloc_output(ctx, 0, x->dtype, &s, &y));
+    bool fused = false;
+    RF_CHECK(dnn_conv(ctx, ConvKind::kForward, g, x->dtype, x->data, f->data,
+                      y->data, b->data, &fused));
+    if (fused) return NULL;
+  }
+#endif
+  return rf__fused_conv_bias_relu_unfused(ctx);
+}
+
+const rf__kernel_def defs[] = {RF_CONV_KERNELS(RF__GPU_KERNEL) RF__GPU_KERNEL(
+    "_FusedConv2DBiasRelu", fused_conv2d_bias_relu_compute, 0, 0,
+    RF_COST_EXPENSIVE)};
 
 }  // namespace
 }  // namespace rf_gpu

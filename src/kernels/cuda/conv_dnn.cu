@@ -20,6 +20,7 @@
 
 #include <cudnn.h>
 
+#include <atomic>
 #include <cstring>
 #include <mutex>
 
@@ -28,6 +29,7 @@
 extern "C" {
 #include "core/debug_counters.h"
 #include "core/hash.h"
+#include "kernels/fused_conv.h"
 }
 
 namespace rf_gpu {
@@ -70,9 +72,17 @@ struct Entry {
   cudnnTensorDescriptor_t x, y;
   cudnnFilterDescriptor_t f;
   cudnnConvolutionDescriptor_t conv;
+  /* Forward entries: the bias (1, oc, 1, 1) and the ReLU of
+   * cudnnConvolutionBiasActivationForward (_FusedConv2DBiasRelu). */
+  cudnnTensorDescriptor_t bias;
+  cudnnActivationDescriptor_t act;
   int algo;         /* the kind's cudnnConvolution*Algo_t */
   size_t workspace; /* bytes the algorithm needs */
   bool chosen;      /* algo and workspace are set: the entry is fixed */
+  /* cudnnConvolutionBiasActivationForward said NOT_SUPPORTED for algo:
+   * the fused node runs the unfused kernels from then on (read without
+   * the lock). */
+  std::atomic<bool> no_bias_act;
   UT_hash_handle hh;
 };
 
@@ -90,6 +100,8 @@ void entry_free(Entry *e) {
   if (e->y) cudnnDestroyTensorDescriptor(e->y);
   if (e->f) cudnnDestroyFilterDescriptor(e->f);
   if (e->conv) cudnnDestroyConvolutionDescriptor(e->conv);
+  if (e->bias) cudnnDestroyTensorDescriptor(e->bias);
+  if (e->act) cudnnDestroyActivationDescriptor(e->act);
   delete e;
 }
 
@@ -134,8 +146,8 @@ void sort_by_time(Perf *best, int n) {
   }
 }
 
-rf_status *describe(const rf__kernel_ctx *ctx, const rf__conv_geom &g,
-                    rf_dtype dtype, Entry *e) {
+rf_status *describe(const rf__kernel_ctx *ctx, ConvKind kind,
+                    const rf__conv_geom &g, rf_dtype dtype, Entry *e) {
   cudnnDataType_t t = data_type(dtype);
   RF_DNN_CHECK(ctx, cudnnCreateTensorDescriptor(&e->x));
   RF_DNN_CHECK(ctx, cudnnCreateTensorDescriptor(&e->y));
@@ -160,6 +172,14 @@ rf_status *describe(const rf__kernel_ctx *ctx, const rf__conv_geom &g,
   RF_DNN_CHECK(ctx, cudnnSetConvolutionMathType(
                         e->conv, dtype == RF_FLOAT32 ? CUDNN_FMA_MATH
                                                      : CUDNN_TENSOR_OP_MATH));
+  if (kind != ConvKind::kForward) return NULL;
+  RF_DNN_CHECK(ctx, cudnnCreateTensorDescriptor(&e->bias));
+  RF_DNN_CHECK(ctx, cudnnSetTensor4dDescriptor(e->bias, CUDNN_TENSOR_NHWC, t, 1,
+                                               (int)g.oc, 1, 1));
+  RF_DNN_CHECK(ctx, cudnnCreateActivationDescriptor(&e->act));
+  /* NaN in, 0 out: as the Relu kernels' x > 0 ? x : 0. */
+  RF_DNN_CHECK(ctx, cudnnSetActivationDescriptor(e->act, CUDNN_ACTIVATION_RELU,
+                                                 CUDNN_NOT_PROPAGATE_NAN, 0.0));
   return NULL;
 }
 
@@ -443,7 +463,7 @@ rf_status *lookup(rf__kernel_ctx *ctx, ConvKind kind, const rf__conv_geom &g,
     if (!e)
       return rf__kernel_error(ctx, RF_RESOURCE_EXHAUSTED, "out of memory");
     e->key = k;
-    rf_status *st = describe(ctx, g, dtype, e);
+    rf_status *st = describe(ctx, kind, g, dtype, e);
     if (st) {
       entry_free(e);
       return st;
@@ -480,7 +500,9 @@ bool dnn_conv_fits(const rf__conv_geom &g, rf_dtype dtype) {
 }
 
 rf_status *dnn_conv(rf__kernel_ctx *ctx, ConvKind kind, const rf__conv_geom &g,
-                    rf_dtype dtype, const void *a, const void *b, void *out) {
+                    rf_dtype dtype, const void *a, const void *b, void *out,
+                    const void *bias, bool *fused) {
+  if (fused) *fused = false;
   cudaStream_t st = stream(ctx); /* counts the enqueue */
   cudnnHandle_t h = (cudnnHandle_t)ctx->device->dnn;
   if (!h)
@@ -490,6 +512,7 @@ rf_status *dnn_conv(rf__kernel_ctx *ctx, ConvKind kind, const rf__conv_geom &g,
   std::call_once(hooked, [] { rf__gpu_set_idle_hook(cache_clear); });
   Entry *e;
   RF_CHECK(lookup(ctx, kind, g, dtype, &e));
+  if (bias && e->no_bias_act.load()) return NULL; /* *fused stays false */
   Ops ops{h, e, kind};
 
   size_t esize = rf_dtype_size(dtype);
@@ -532,7 +555,26 @@ rf_status *dnn_conv(rf__kernel_ctx *ctx, ConvKind kind, const rf__conv_geom &g,
     rf_shape s = rf_shape_of(1, (int64_t)bytes);
     err = new_tensor(ctx, RF_UINT8, &s, &ws);
   }
-  if (!err) {
+  if (!err && bias) {
+    /* relu(conv + bias) with the forward search's algorithm; alpha2 = 0,
+     * so z (the output itself) is not read. NOT_SUPPORTED (for this
+     * algorithm or geometry): *fused stays false and the caller runs the
+     * unfused kernels. */
+    const float one = 1.0f, zero = 0.0f;
+    cudnnStatus_t s = cudnnConvolutionBiasActivationForward(
+        h, &one, e->x, fa, e->f, fb, e->conv,
+        (cudnnConvolutionFwdAlgo_t)e->algo, ws ? ws->data : nullptr,
+        e->workspace, &zero, e->y, fout, e->bias, bias, e->act, e->y, fout);
+    if (s == CUDNN_STATUS_SUCCESS) {
+      *fused = true;
+    } else if (s != CUDNN_STATUS_NOT_SUPPORTED) {
+      err = dnn_error(ctx, s, "cudnnConvolutionBiasActivationForward");
+    } else if (!e->no_bias_act.exchange(true)) { /* said once */
+      rf__fused_conv_log_fallback(ctx,
+                                  "cuDNN does not take the bias and ReLU with "
+                                  "the forward search's algorithm");
+    }
+  } else if (!err) {
     cudnnStatus_t s = ops.run(fa, fb, fout, ws ? ws->data : nullptr);
     if (s != CUDNN_STATUS_SUCCESS) err = dnn_error(ctx, s, "cudnnConvolution*");
   }

@@ -29,9 +29,16 @@ bool dnn_conv_fits(const rf__conv_geom &g, rf_dtype dtype);
  * cudnnFind*Ex (after a warm-up search) and cached while any GPU runtime
  * lives: the fastest deterministic algorithm unless
  * one that is not (atomics: the last bits may differ from run to run) is
- * more than 1.1x faster. */
+ * more than 1.1x faster.
+ *
+ * bias (kForward only; fused non-null): out = relu(conv + bias), bias of
+ * g.oc elements, in one cudnnConvolutionBiasActivationForward with the
+ * algorithm the forward search chose (_FusedConv2DBiasRelu). *fused says
+ * whether cuDNN took it; false (NOT_SUPPORTED) with no error: nothing was
+ * written, and the caller runs the unfused kernels. */
 rf_status *dnn_conv(rf__kernel_ctx *ctx, ConvKind kind, const rf__conv_geom &g,
-                    rf_dtype dtype, const void *a, const void *b, void *out);
+                    rf_dtype dtype, const void *a, const void *b, void *out,
+                    const void *bias = nullptr, bool *fused = nullptr);
 
 }  // namespace rf_gpu
 

@@ -7,7 +7,10 @@
  * order in which the CPU scatters, so both add the same terms in the same
  * order and no atomics are needed (MaxPoolGrad over disjoint windows, the
  * CNN's 2x2 stride 2, scatters instead: max_pool_grad_disjoint).
- * float16/bfloat16 (GPU only) compute in float (Num<T>) and round once. */
+ * float16/bfloat16 (GPU only) compute in float (Num<T>) and round once.
+ * _MaxPoolGradRelu (passes/fuse_epilogues.c) is MaxPoolGrad whose result
+ * is kept only where the original input is positive: the _ReluGrad of the
+ * ReLU the pool read, in the same pass (kRelu). */
 #include <type_traits>
 
 #include "kernels/cuda/gpu_common.cuh"
@@ -136,7 +139,7 @@ __global__ void pool_forward(PG<I> g, const Vec<T, V> *x, Vec<T, V> *y, I n) {
  * whole window, dy at the argmax and 0 elsewhere, so x is read once rather
  * than once per window visit. Elements in no window are zeroed before (by
  * the caller) unless the windows tile the input. */
-template <typename T, int V, typename I>
+template <typename T, int V, typename I, bool kRelu>
 __global__ void max_pool_grad_disjoint(PG<I> g, const Vec<T, V> *x,
                                        const Vec<T, V> *dy, Vec<T, V> *dx,
                                        I n) {
@@ -148,6 +151,10 @@ __global__ void max_pool_grad_disjoint(PG<I> g, const Vec<T, V> *x,
     vargmax(g, x + img, kv, h0, h1, w0, w1, &m, pos);
     Vec<T, V> v = dy[e], out;
     T zero = Num<T>::store(0);
+    /* ReLU's gradient: the argmax is the element, x there its value. */
+    if (kRelu)
+      for (int l = 0; l < V; l++)
+        if (!(Num<T>::load(m.v[l]) > 0)) v.v[l] = zero;
     for (I ih = h0; ih < h1; ih++)
       for (I iw = w0; iw < w1; iw++) {
         for (int l = 0; l < V; l++)
@@ -179,7 +186,7 @@ rf_status *vector_launch(const G &g, const void *const *ptrs, int nptrs,
 }
 
 /* dx (n, h, w, c) gathered from the windows holding each element. */
-template <typename T, bool kMax>
+template <typename T, bool kMax, bool kRelu>
 __global__ void pool_grad(G g, const T *x, const T *dy, T *dx, int64_t n) {
   RF_GPU_LOOP(e, n) {
     int64_t b, ih, iw, k;
@@ -208,6 +215,7 @@ __global__ void pool_grad(G g, const T *x, const T *dy, T *dx, int64_t n) {
           s += v / (C)((h1 - h0) * (w1 - w0));
         }
       }
+    if (kRelu && !(Num<T>::load(x[e]) > 0)) s = 0;
     dx[e] = Num<T>::store(s);
   }
 }
@@ -254,8 +262,9 @@ rf_status *forward(rf__kernel_ctx *ctx) {
 rf_status *max_pool_compute(rf__kernel_ctx *ctx) { return forward<true>(ctx); }
 rf_status *avg_pool_compute(rf__kernel_ctx *ctx) { return forward<false>(ctx); }
 
-/* x: the original input (MaxPoolGrad) or NULL; dy: the output gradient. */
-template <bool kMax>
+/* x: the original input (MaxPoolGrad) or NULL; dy: the output gradient;
+ * kRelu: kept where x > 0 (_MaxPoolGradRelu). */
+template <bool kMax, bool kRelu = false>
 rf_status *backward(rf__kernel_ctx *ctx, const G &g, const rf_tensor *x,
                     const rf_tensor *dy) {
   rf_shape s = rf_shape_of(4, g.n, g.h, g.w, g.c);
@@ -278,7 +287,7 @@ rf_status *backward(rf__kernel_ctx *ctx, const G &g, const rf_tensor *x,
         constexpr int V = decltype(v)::value;
         using I = decltype(i);
         I items = (I)(m / V);
-        max_pool_grad_disjoint<T, V, I>
+        max_pool_grad_disjoint<T, V, I, kRelu>
             <<<grid(ctx, items), kThreads, 0, stream(ctx)>>>(
                 pg<I>(g, V), (const Vec<T, V> *)x->data,
                 (const Vec<T, V> *)dy->data, (Vec<T, V> *)dx->data, items);
@@ -289,7 +298,7 @@ rf_status *backward(rf__kernel_ctx *ctx, const G &g, const rf_tensor *x,
   }
   return visit(dy->dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    pool_grad<T, kMax><<<grid(ctx, n), kThreads, 0, stream(ctx)>>>(
+    pool_grad<T, kMax, kRelu><<<grid(ctx, n), kThreads, 0, stream(ctx)>>>(
         g, x ? (const T *)x->data : nullptr, (const T *)dy->data, (T *)dx->data,
         n);
     RF_GPU_LAUNCHED(ctx);
@@ -304,6 +313,13 @@ rf_status *max_pool_grad_compute(rf__kernel_ctx *ctx) {
   return backward<true>(ctx, g, ctx->inputs[0], ctx->inputs[2]);
 }
 
+rf_status *max_pool_grad_relu_compute(rf__kernel_ctx *ctx) {
+  RF_CHECK(begin(ctx));
+  G g;
+  RF_CHECK(rf__max_pool_grad_prepare(ctx, &g));
+  return backward<true, true>(ctx, g, ctx->inputs[0], ctx->inputs[2]);
+}
+
 rf_status *avg_pool_grad_compute(rf__kernel_ctx *ctx) {
   RF_CHECK(begin(ctx));
   G g;
@@ -311,7 +327,8 @@ rf_status *avg_pool_grad_compute(rf__kernel_ctx *ctx) {
   return backward<false>(ctx, g, nullptr, ctx->inputs[1]);
 }
 
-const rf__kernel_def defs[] = {RF_POOL_KERNELS(RF__GPU_KERNEL)};
+const rf__kernel_def defs[] = {RF_POOL_KERNELS(RF__GPU_KERNEL) RF__GPU_KERNEL(
+    "_MaxPoolGradRelu", max_pool_grad_relu_compute, 0, 0, RF_COST_EXPENSIVE)};
 
 }  // namespace
 }  // namespace rf_gpu
