@@ -353,6 +353,45 @@ static void test_late_task_hands_back(void **state) {
   rf__mpi_direct_force(-1);
 }
 
+/* Steady-state steps issue each collective's data with its check (one MPI
+ * round, not check then data): small ones on the direct path, large ones
+ * (128 KiB and 1 MiB a vector, past the direct path's 64 KiB) on the
+ * communication thread; a shape changed in one task in a late large step
+ * (its data a stand-in of the agreed call) is still named at once, and the
+ * collectives are steady again after. */
+static void test_data_go_with_the_check(void **state) {
+  if (!once) {
+    skip(); /* no agreed collectives: no checks */
+    return;
+  }
+  rf__mpi_direct_force(1);
+  job_graph m;
+  build(&m);
+  rf_session *s = mt_session(m.g, 2, 30000);
+  const int64_t sizes[2] = {8, 4096}; /* x 8 bytes x 2 x NT devices */
+  for (int z = 0; z < 2; z++) {
+    int64_t n = sizes[z];
+    assert_ok(step(&m, s, 3 * z, n == 8 ? 8 : 12)); /* a new shape */
+    assert_ok(step(&m, s, 3 * z + 1, n)); /* agreed through task 0 */
+    int64_t with = rf__mpi_agreed_with_check();
+    assert_int_equal(counted_step(&m, s, 3 * z + 2, n), 0);
+    assert_int_equal(rf__mpi_agreed_with_check() - with, 2);
+  }
+  int64_t k = 6, n = sizes[1];
+  for (; k < 9; k++) assert_ok(step(&m, s, k, n));
+  double t0 = now_ms();
+  rf_status *st = step(&m, s, k++, T == NT - 1 ? n + 4 : n);
+  assert_status(st, RF_INVALID_ARGUMENT, "participants disagree on shape");
+  assert_true(now_ms() - t0 < 15000); /* at once, not at the timeout */
+  assert_ok(step(&m, s, k++, n));
+  int64_t with = rf__mpi_agreed_with_check();
+  assert_int_equal(counted_step(&m, s, k++, n), 0);
+  assert_int_equal(rf__mpi_agreed_with_check() - with, 2);
+  rf_session_free(s);
+  rf_graph_free(m.g);
+  rf__mpi_direct_force(-1);
+}
+
 int main(void) {
   if (mt_init()) return 1;
   const char *env = getenv("RF_MPI_AGREE_ONCE");
@@ -367,6 +406,7 @@ int main(void) {
       cmocka_unit_test(test_task_skipping_a_late_step_is_named),
       cmocka_unit_test(test_steady_state_runs_direct),
       cmocka_unit_test(test_late_task_hands_back),
+      cmocka_unit_test(test_data_go_with_the_check),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
