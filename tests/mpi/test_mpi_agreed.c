@@ -355,7 +355,8 @@ static void test_late_task_hands_back(void **state) {
 
 /* Steady-state steps issue each collective's data with its check (one MPI
  * round, not check then data): small ones on the direct path, large ones
- * (128 KiB and 1 MiB a vector, past the direct path's 64 KiB) on the
+ * (a 128 KiB all-reduce, a 512 KiB or 1 MiB all-gather: past the direct
+ * path's 64 KiB) on the
  * communication thread; a shape changed in one task in a late large step
  * (its data a stand-in of the agreed call) is still named at once, and the
  * collectives are steady again after. */
@@ -368,7 +369,7 @@ static void test_data_go_with_the_check(void **state) {
   job_graph m;
   build(&m);
   rf_session *s = mt_session(m.g, 2, 30000);
-  const int64_t sizes[2] = {8, 4096}; /* x 8 bytes x 2 x NT devices */
+  const int64_t sizes[2] = {8, 16384}; /* float64s a device */
   for (int z = 0; z < 2; z++) {
     int64_t n = sizes[z];
     assert_ok(step(&m, s, 3 * z, n == 8 ? 8 : 12)); /* a new shape */
