@@ -76,9 +76,9 @@ struct rf__mpi_agreed {
  * need none), an entry's descriptor, state, queue length and `taken`. */
 static pthread_mutex_t direct_mu = PTHREAD_MUTEX_INITIALIZER;
 
-/* Ops whose data went with their check and passed (tests). */
-static atomic_llong spec_passed;
-int64_t rf__mpi_agreed_with_check(void) { return atomic_load(&spec_passed); }
+/* Data issued while their check was still running (tests). */
+static atomic_llong with_check;
+int64_t rf__mpi_agreed_with_check(void) { return atomic_load(&with_check); }
 
 bool rf__mpi_agree_once(void) {
   static int on = -1;
@@ -465,6 +465,7 @@ static bool spec_issue(rf__mpi_agreed *a, rf__mpi_op *op, int64_t now) {
   }
   op->spec = true;
   op->issued_ns = now;
+  if (op->check_req != MPI_REQUEST_NULL) atomic_fetch_add(&with_check, 1);
   return true;
 }
 
@@ -587,7 +588,6 @@ static int run_entry(rf__job *j, rf__mpi_agreed *a, int64_t now, int *progress,
       op->deadline_ns = now + op->timeout_ms * 1000000;
       op->bytes = rf__mpi_op_bytes(op);
       j->fast_in_flight++;
-      atomic_fetch_add(&spec_passed, 1);
     } else {
       if (!atomic_load(&op->prepared)) { /* its data: being computed */
         *waiting = true;
@@ -812,6 +812,7 @@ bool rf__mpi_agreed_direct(rf__job *j, rf__mpi_op *op, rf__mpi_cmd *c) {
     st = rf__mpi_op_issue(op, comm);
     op->spec = !st;
     op->issued_ns = rf__mpi_now_ns();
+    if (!st) atomic_fetch_add(&with_check, 1);
   }
   int r = st ? -1 : spin(&op->check_req, now + DIRECT_SPIN_NS, &st);
   if (r == 1) {
@@ -835,7 +836,6 @@ bool rf__mpi_agreed_direct(rf__job *j, rf__mpi_op *op, rf__mpi_cmd *c) {
   op->bytes = rf__mpi_op_bytes(op); /* the whole vector (a root has no out) */
   op->spec = false;
   op->fast = true;
-  atomic_fetch_add(&spec_passed, 1);
   r = spin(&op->req, rf__mpi_now_ns() + DIRECT_SPIN_NS, &st);
   if (r == 0) {
     op->state = RF_OP_IN_FLIGHT;

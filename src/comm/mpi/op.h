@@ -159,8 +159,8 @@ int64_t rf__mpi_direct_taken(void);
  * do the same). */
 void rf__mpi_direct_force(int on);
 int64_t rf__mpi_direct_handed_back(void);
-/* Agreed ops whose data went with their check and passed, in this process
- * (tests). */
+/* Agreed ops whose data were issued while their check still ran, in this
+ * process (tests). */
 int64_t rf__mpi_agreed_with_check(void);
 /* Whether rf__job_cancel_step was called for step_id (any thread). */
 bool rf__mpi_step_cancelled(rf__job *j, int64_t step_id);
