@@ -805,11 +805,15 @@ bool rf__mpi_agreed_direct(rf__job *j, rf__mpi_op *op, rf__mpi_cmd *c) {
                                          MPI_MAX, comm, &op->check_req);
   rf__mpi_op_prepare(op); /* while the check travels */
   atomic_store(&op->prepared, 1);
-  if (!st) { /* the data go with the check: one round, not two */
+  /* The data go with the check: one round, not two. checking: the check
+   * runs but the data could not go. */
+  bool checking = false;
+  if (!st) {
     op->root_index = root_index;
     op->root_rank = root_rank;
     op->root_shape = root_shape;
     st = rf__mpi_op_issue(op, comm);
+    checking = st != NULL;
     op->spec = !st;
     op->issued_ns = rf__mpi_now_ns();
     if (!st) atomic_fetch_add(&with_check, 1);
@@ -824,7 +828,15 @@ bool rf__mpi_agreed_direct(rf__job *j, rf__mpi_op *op, rf__mpi_cmd *c) {
     hand_back(op, a, c);
     return true;
   }
-  if (st) { /* this task cannot take part: the others time out, named */
+  /* This task cannot take part: the others time out, named. */
+  if (st) {
+    if (checking) { /* MPI writes op->checked until the check completes */
+      rf_status *cst = NULL;
+      int w = spin(&op->check_req, rf__mpi_now_ns() + op->timeout_ms * 1000000,
+                   &cst);
+      rf_status_free(cst);
+      if (w != 1) atomic_fetch_add(&op->refs, 1); /* kept: MPI owns it */
+    }
     op->check_req = MPI_REQUEST_NULL;
     fail_comm(a);
     give_up(a);
