@@ -353,6 +353,54 @@ static void test_late_task_hands_back(void **state) {
   rf__mpi_direct_force(-1);
 }
 
+/* Steady-state data go with their check (one MPI round, not the check's
+ * and then the data's): with task 0 300 ms late, every other task issues
+ * both collectives' data while their checks wait for task 0 - small ones
+ * on the direct path, large ones (a 128 KiB all-reduce, a 512 KiB or 1 MiB
+ * all-gather: past the direct path's 64 KiB) on the communication thread;
+ * no control message. A shape changed in one task in a late large step
+ * (its data a stand-in of the agreed call) is still named at once, and the
+ * collectives are steady again after. */
+static void late_task_0(job_graph *m, rf_session *s, int k, int64_t n) {
+  int64_t with = rf__mpi_agreed_with_check(),
+          msgs = rf_debug_control_messages();
+  if (T == 0) { /* far longer than a local reduction takes */
+    struct timespec ts = {0, 300000000};
+    nanosleep(&ts, NULL);
+  }
+  assert_ok(step(m, s, k, n));
+  assert_int_equal(rf_debug_control_messages() - msgs, 0);
+  if (T != 0) assert_int_equal(rf__mpi_agreed_with_check() - with, 2);
+}
+
+static void test_data_go_with_the_check(void **state) {
+  if (!once) {
+    skip(); /* no agreed collectives: no checks */
+    return;
+  }
+  rf__mpi_direct_force(1);
+  job_graph m;
+  build(&m);
+  rf_session *s = mt_session(m.g, 2, 30000);
+  int k = 0;
+  const int64_t sizes[2] = {8, 16384}; /* float64s a device */
+  for (int z = 0; z < 2; z++) {
+    assert_ok(step(&m, s, k++, sizes[z])); /* agreed through task 0 */
+    assert_ok(step(&m, s, k++, sizes[z]));
+    late_task_0(&m, s, k++, sizes[z]);
+  }
+  int64_t n = sizes[1];
+  double t0 = now_ms();
+  rf_status *st = step(&m, s, k++, T == NT - 1 ? n + 4 : n);
+  assert_status(st, RF_INVALID_ARGUMENT, "participants disagree on shape");
+  assert_true(now_ms() - t0 < 15000); /* at once, not at the timeout */
+  assert_ok(step(&m, s, k++, n));
+  late_task_0(&m, s, k++, n);
+  rf_session_free(s);
+  rf_graph_free(m.g);
+  rf__mpi_direct_force(-1);
+}
+
 int main(void) {
   if (mt_init()) return 1;
   const char *env = getenv("RF_MPI_AGREE_ONCE");
@@ -367,6 +415,7 @@ int main(void) {
       cmocka_unit_test(test_task_skipping_a_late_step_is_named),
       cmocka_unit_test(test_steady_state_runs_direct),
       cmocka_unit_test(test_late_task_hands_back),
+      cmocka_unit_test(test_data_go_with_the_check),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -60,6 +60,7 @@ struct rf__mpi_agreed {
   char *devices;
   int root_index, root_rank;
   rf_shape root_shape;
+  int nset, *counts; /* the agreed set: participants per task */
   int64_t digest;
   rf__mpi_op *head, *tail; /* its ops, in arrival order */
   rf__mpi_agreed *next;    /* the retired list */
@@ -74,6 +75,10 @@ struct rf__mpi_agreed {
  * table of entries (the engine adds and removes under it; its own reads
  * need none), an entry's descriptor, state, queue length and `taken`. */
 static pthread_mutex_t direct_mu = PTHREAD_MUTEX_INITIALIZER;
+
+/* Data issued while their check was still running (tests). */
+static atomic_llong with_check;
+int64_t rf__mpi_agreed_with_check(void) { return atomic_load(&with_check); }
 
 bool rf__mpi_agree_once(void) {
   static int on = -1;
@@ -123,6 +128,7 @@ static rf__mpi_agreed *find(rf__job *j, const char *name) {
 }
 
 static void entry_free(rf__mpi_agreed *a) {
+  rf__free(a->counts);
   rf__free(a->name);
   rf__free(a->devices);
   rf__free(a);
@@ -230,6 +236,13 @@ bool rf__mpi_agreed_take(rf__job *j, rf__mpi_op *op, int64_t now) {
 }
 
 static void keep_descriptor(rf__mpi_agreed *a, const rf__mpi_op *op) {
+  /* No memory: a changed descriptor cannot make the stand-in (its task
+   * fails the op; the others time out, named). */
+  int *counts = rf__malloc(sizeof *counts * (size_t)op->nset);
+  if (counts) memcpy(counts, op->counts, sizeof *counts * (size_t)op->nset);
+  rf__free(a->counts);
+  a->counts = counts;
+  a->nset = op->nset;
   pthread_mutex_lock(&direct_mu);
   rf__mpi_member_describe(op, &a->desc);
   a->root_index = op->root_index;
@@ -423,11 +436,44 @@ static void issue_data(rf__job *j, rf__mpi_agreed *a, rf__mpi_op *op,
   j->fast_in_flight++;
 }
 
+/* The data with the check, before its verdict (one round instead of
+ * two): op's own when its descriptor is the agreed one, once computed;
+ * when it changed, the agreed call from scratch (the others' data go with
+ * their checks and must pair), thrown away. Every process thus issues one
+ * data call per check, passed or not. False when it could not be issued
+ * (reported: the others time out, named). */
+static bool spec_issue(rf__mpi_agreed *a, rf__mpi_op *op, int64_t now) {
+  rf_status *st;
+  if (op->check[4]) {
+    st = a->counts ? rf__mpi_op_issue_standin(op, &a->desc, a->nset, a->counts,
+                                              a->root_index, &a->root_shape,
+                                              a->comm, &op->standin, &op->req)
+                   : rf__oom();
+  } else {
+    if (!atomic_load(&op->prepared)) return true; /* being computed */
+    op->root_index = a->root_index;
+    op->root_rank = a->root_rank;
+    op->root_shape = a->root_shape;
+    st = rf__mpi_op_issue(op, a->comm);
+  }
+  if (st) {
+    rf__free(op->standin);
+    op->standin = NULL;
+    fail_comm(a);
+    rf__mpi_member_report(op, st);
+    return false;
+  }
+  op->spec = true;
+  op->issued_ns = now;
+  if (op->check_req != MPI_REQUEST_NULL) atomic_fetch_add(&with_check, 1);
+  return true;
+}
+
 /* Ops waiting behind the head (or behind a verdict): bounded like the GO
  * queue, reported once and kept in order. */
 static void late_queued(rf__mpi_agreed *a, int64_t now, bool *waiting) {
   for (rf__mpi_op *op = a->head; op; op = op->agreed_next) {
-    if (op->state == RF_OP_CHECK) continue;
+    if (op->state == RF_OP_CHECK || op->state == RF_OP_DRAIN) continue;
     *waiting = true;
     int64_t limit =
         op->arrived_ns + (op->timeout_ms + rf__mpi_member_grace_ms()) * 1000000;
@@ -463,6 +509,7 @@ static int run_entry(rf__job *j, rf__mpi_agreed *a, int64_t now, int *progress,
       if (op->state != RF_OP_CHECK) break;
     }
     if (op->state == RF_OP_CHECK) {
+      if (!op->spec && !spec_issue(a, op, now)) break;
       int done = 0;
       rf_status *st =
           RF_MPI_STATUS(MPI_Test(&op->check_req, &done, MPI_STATUS_IGNORE));
@@ -480,28 +527,77 @@ static int run_entry(rf__job *j, rf__mpi_agreed *a, int64_t now, int *progress,
         if (op->deadline_ns && now >= op->deadline_ns) check_late(j, op, now);
         break;
       }
+      const int64_t *c = op->checked;
+      if (c[2] == -c[3] && c[0] == -c[1] && !c[4]) {
+        op->state = RF_OP_PASSED;
+      } else if (!op->spec) { /* its data first: the others issued theirs */
+        *waiting = true;
+        break;
+      } else {
+        op->state = RF_OP_DRAIN;
+        op->deadline_ns = now + op->timeout_ms * 1000000;
+      }
+      (*progress)++;
+    }
+    if (op->state == RF_OP_DRAIN) { /* a failed check's data, thrown away */
+      int done = 0;
+      rf_status *st =
+          RF_MPI_STATUS(MPI_Test(&op->req, &done, MPI_STATUS_IGNORE));
+      if (st) {
+        fail_comm(a);
+        rf__mpi_member_report(op, st);
+        break;
+      }
+      if (!done) {
+        *busy = true; /* every task reached it: MPI moves them */
+        if (op->deadline_ns && now >= op->deadline_ns) {
+          op->deadline_ns = 0; /* reported once; MPI owns the buffers */
+          rf__mpi_peer_suspect(j, now);
+          rf__mpi_member_report(
+              op, rf__log_status(
+                      RF_LOG_WARN, NULL,
+                      rf__error(RF_DEADLINE_EXCEEDED,
+                                "collective '%s' (job step %lld): the MPI "
+                                "collective did not finish within %lld ms "
+                                "(its check failed; a process may have died)",
+                                op->name, (long long)op->job_step,
+                                (long long)op->timeout_ms)));
+        }
+        break;
+      }
+      rf__free(op->standin);
+      op->standin = NULL;
+      op->spec = false;
       (*progress)++;
       const int64_t *c = op->checked;
       if (c[2] != -c[3]) { /* steps differ: every member retires it */
         unlist(j, a, now, c[2]);
         return 1;
       }
-      if (c[0] != -c[1] || c[4]) { /* a descriptor differs: task 0 */
-        dequeue(a);
-        op->agree = keepable(op) ? RF_AGREE_UPDATE : RF_AGREE_NO;
-        rf__mpi_member_send_ready(j, op);
-        continue;
+      /* a descriptor differs: task 0 */
+      dequeue(a);
+      op->agree = keepable(op) ? RF_AGREE_UPDATE : RF_AGREE_NO;
+      rf__mpi_member_send_ready(j, op);
+      continue;
+    }
+    if (op->spec) { /* passed: its data, issued with the check, go on */
+      dequeue_op(a, false);
+      op->spec = false;
+      op->fast = true;
+      op->state = RF_OP_IN_FLIGHT;
+      op->deadline_ns = now + op->timeout_ms * 1000000;
+      op->bytes = rf__mpi_op_bytes(op);
+      j->fast_in_flight++;
+    } else {
+      if (!atomic_load(&op->prepared)) { /* its data: being computed */
+        *waiting = true;
+        break;
       }
-      op->state = RF_OP_PASSED;
+      /* Counted as queued until its data is issued: the direct path must
+       * not issue the next check on a's communicator before this data. */
+      dequeue_op(a, false);
+      issue_data(j, a, op, now);
     }
-    if (!atomic_load(&op->prepared)) { /* its data: being computed */
-      *waiting = true;
-      break;
-    }
-    /* Counted as queued until its data is issued: the direct path must not
-     * issue the next check on a's communicator before this data. */
-    dequeue_op(a, false);
-    issue_data(j, a, op, now);
     pthread_mutex_lock(&direct_mu);
     a->queued--;
     pthread_mutex_unlock(&direct_mu);
@@ -544,10 +640,11 @@ int rf__mpi_agreed_poll(rf__job *j, int64_t now, bool *busy, bool *waiting) {
 }
 
 static void entry_release(rf__mpi_agreed *a) {
-  /* An unfinished check keeps the communicator (MPI owns it). */
+  /* An unfinished check (or its data) keeps the communicator (MPI owns
+   * it). */
   bool stuck = false;
   for (rf__mpi_op *op = a->head; op; op = op->agreed_next)
-    if (op->state == RF_OP_CHECK) stuck = true;
+    if (op->state == RF_OP_CHECK || op->state == RF_OP_DRAIN) stuck = true;
   if (!stuck && a->comm != MPI_COMM_NULL) MPI_Comm_free(&a->comm);
   entry_free(a);
 }
@@ -708,6 +805,19 @@ bool rf__mpi_agreed_direct(rf__job *j, rf__mpi_op *op, rf__mpi_cmd *c) {
                                          MPI_MAX, comm, &op->check_req);
   rf__mpi_op_prepare(op); /* while the check travels */
   atomic_store(&op->prepared, 1);
+  /* The data go with the check: one round, not two. checking: the check
+   * runs but the data could not go. */
+  bool checking = false;
+  if (!st) {
+    op->root_index = root_index;
+    op->root_rank = root_rank;
+    op->root_shape = root_shape;
+    st = rf__mpi_op_issue(op, comm);
+    checking = st != NULL;
+    op->spec = !st;
+    op->issued_ns = rf__mpi_now_ns();
+    if (!st) atomic_fetch_add(&with_check, 1);
+  }
   int r = st ? -1 : spin(&op->check_req, now + DIRECT_SPIN_NS, &st);
   if (r == 1) {
     const int64_t *k = op->checked;
@@ -718,13 +828,15 @@ bool rf__mpi_agreed_direct(rf__job *j, rf__mpi_op *op, rf__mpi_cmd *c) {
     hand_back(op, a, c);
     return true;
   }
-  if (r == 1) {
-    op->root_index = root_index;
-    op->root_rank = root_rank;
-    op->root_shape = root_shape;
-    st = rf__mpi_op_issue(op, comm);
-  }
-  if (st) { /* this task cannot take part: the others time out, named */
+  /* This task cannot take part: the others time out, named. */
+  if (st) {
+    if (checking) { /* MPI writes op->checked until the check completes */
+      rf_status *cst = NULL;
+      int w = spin(&op->check_req, rf__mpi_now_ns() + op->timeout_ms * 1000000,
+                   &cst);
+      rf_status_free(cst);
+      if (w != 1) atomic_fetch_add(&op->refs, 1); /* kept: MPI owns it */
+    }
     op->check_req = MPI_REQUEST_NULL;
     fail_comm(a);
     give_up(a);
@@ -734,9 +846,9 @@ bool rf__mpi_agreed_direct(rf__job *j, rf__mpi_op *op, rf__mpi_cmd *c) {
     return true;
   }
   op->bytes = rf__mpi_op_bytes(op); /* the whole vector (a root has no out) */
-  op->issued_ns = rf__mpi_now_ns();
+  op->spec = false;
   op->fast = true;
-  r = spin(&op->req, op->issued_ns + DIRECT_SPIN_NS, &st);
+  r = spin(&op->req, rf__mpi_now_ns() + DIRECT_SPIN_NS, &st);
   if (r == 0) {
     op->state = RF_OP_IN_FLIGHT;
     op->deadline_ns = op->issued_ns + op->timeout_ms * 1000000;

@@ -25,6 +25,7 @@
 #include "comm/cpu/reduce_kernels.h"
 #include "comm/mpi/mpi_status.h"
 #include "comm/mpi/op.h"
+#include "core/mem.h"
 #include "core/status.h"
 #include "core/tensor.h"
 
@@ -378,6 +379,70 @@ rf_status *rf__mpi_op_issue(rf__mpi_op *op, MPI_Comm comm) {
       return RF_MPI_STATUS(
           MPI_Ibcast(buf, bytes, MPI_BYTE, op->root_index, comm, &op->req));
     }
+    default: return rf__internal("collective '%s': unknown kind", op->name);
+  }
+}
+
+/* The agreed data call of an op whose descriptor changed (agreed.c): the
+ * others issue their data with their check, so this task makes the same
+ * call - the agreed kind, dtype, reduction and shape, the agreed tasks'
+ * counts and root - from and into scratch of its own (*buf, the caller's
+ * to free once the call completed); the result is thrown away. */
+rf_status *rf__mpi_op_issue_standin(const rf__mpi_op *op, const rf__mpi_msg *d,
+                                    int nset, const int *tcounts,
+                                    int root_index, const rf_shape *root_shape,
+                                    MPI_Comm comm, void **buf,
+                                    MPI_Request *req) {
+  rf__collective_kind kind = (rf__collective_kind)d->kind;
+  MPI_Datatype type = MPI_BYTE;
+  MPI_Op mop = MPI_SUM;
+  if (reduces(kind) && !mpi_reduction((rf_dtype)d->dtype,
+                                      (rf_reduction)d->reduction, &type, &mop))
+    return rf__internal("collective '%s': no agreed reduction", op->name);
+  int64_t es = reduces(kind) && is_16((rf_dtype)d->dtype)
+                   ? 4
+                   : (int64_t)rf_dtype_size((rf_dtype)d->dtype);
+  int64_t count = 1;
+  for (int i = 0; i < d->rank && i < RF_MAX_RANK; i++) count *= d->dims[i];
+  if (kind == RF_COLL_BROADCAST) count = rf_shape_num_elements(root_shape);
+  int64_t total =
+      count * es * (kind == RF_COLL_ALL_GATHER ? d->num_devices : 1);
+  int counts[64 * 8], displs[64 * 8];
+  if (nset > (int)(sizeof counts / sizeof *counts) || total > INT_MAX)
+    return rf__internal("collective '%s': no stand-in of its agreed call",
+                        op->name);
+  char *send = rf__calloc(2, total > 0 ? (size_t)total : 1);
+  if (!send) return rf__oom();
+  char *out = send + total;
+  *buf = send;
+  bool same_counts = true;
+  int64_t at = 0;
+  for (int t = 0; t < nset; t++) {
+    same_counts = same_counts && tcounts[t] == tcounts[0];
+    int64_t unit =
+        kind == RF_COLL_ALL_GATHER ? count * es : count / d->num_devices;
+    counts[t] = (int)(tcounts[t] * unit);
+    displs[t] = (int)at;
+    at += tcounts[t] * unit;
+  }
+  switch (kind) {
+    case RF_COLL_ALL_REDUCE:
+    case RF_COLL_REDUCE:
+      return rf__mpi_nbc_iallreduce(send, out, (int)count, type, mop, comm,
+                                    req);
+    case RF_COLL_REDUCE_SCATTER:
+      if (same_counts)
+        return RF_MPI_STATUS(MPI_Ireduce_scatter_block(
+            send, out, (int)count / nset, type, mop, comm, req));
+      return RF_MPI_STATUS(
+          MPI_Ireduce_scatter(send, out, counts, type, mop, comm, req));
+    case RF_COLL_ALL_GATHER:
+      return RF_MPI_STATUS(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_BYTE, send,
+                                           counts, displs, MPI_BYTE, comm,
+                                           req));
+    case RF_COLL_BROADCAST:
+      return RF_MPI_STATUS(
+          MPI_Ibcast(send, (int)total, MPI_BYTE, root_index, comm, req));
     default: return rf__internal("collective '%s': unknown kind", op->name);
   }
 }

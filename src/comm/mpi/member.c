@@ -34,6 +34,7 @@ static void op_free(rf__mpi_op *op) {
   rf_tensor_release(op->partial);
   rf_tensor_release(op->out);
   rf__mpi_op_scratch_free(op);
+  rf__free(op->standin);
   rf_status_free(op->late);
   for (int i = 0; i < op->g.n; i++) rf_tensor_release(op->gpu_outs[i]);
   rf_status_free(op->async_status);
@@ -544,7 +545,8 @@ int rf__mpi_member_poll(rf__job *j, int64_t now, bool *busy, bool *waiting) {
     switch (op->state) {
       case RF_OP_QUEUED:
       case RF_OP_CHECK:
-      case RF_OP_PASSED: break; /* agreed.c */
+      case RF_OP_PASSED:
+      case RF_OP_DRAIN: break; /* agreed.c */
       case RF_OP_GO: /* not issued yet: the earlier ones hold it back */
         if (!atomic_load(&op->reported) && !j->broken && now >= op->deadline_ns)
           rf__mpi_peer_suspect(j, now);
@@ -607,10 +609,14 @@ void rf__mpi_member_free(rf__job *j) {
     HASH_DEL(j->ops, op);
     report(op, rf__error(RF_CANCELLED, "collective '%s': the session closed",
                          op->name));
-    if (op->state == RF_OP_CHECK) { /* MPI may still write its check */
-      int done = 0;
+    if (op->state == RF_OP_CHECK || op->state == RF_OP_DRAIN) {
+      /* MPI may still write its check, or the data issued with it */
+      int done = 0, moved = 1;
+      if (op->spec && op->req != MPI_REQUEST_NULL &&
+          MPI_Test(&op->req, &moved, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+        moved = 0;
       if (MPI_Test(&op->check_req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS ||
-          !done) {
+          !done || !moved) {
         op->go_next = abandoned;
         abandoned = op;
         continue;

@@ -16,7 +16,10 @@ enum {
    * its check passed (the data go next on the entry's communicator). */
   RF_OP_QUEUED,
   RF_OP_CHECK,
-  RF_OP_PASSED
+  RF_OP_PASSED,
+  /* Its check failed while its data (issued with the check) run: they
+   * finish before it goes on (agreed.c). */
+  RF_OP_DRAIN
 };
 
 /* How a collective's data moves (algorithm.c); RF_MPI_AUTO only as the
@@ -93,6 +96,11 @@ struct rf__mpi_op {
   int64_t arrived_ns;
   int agree;
   bool fast;
+  /* Its data (or, when its descriptor changed, a stand-in from scratch,
+   * standin) were issued with its check, before the check's verdict: spec;
+   * the data run in req. */
+  bool spec;
+  void *standin;
   /* Handed back by the direct path (agreed.c): the entry it holds taken. */
   rf__mpi_agreed *direct;
   rf__mpi_op *go_next; /* the job's GO queue */
@@ -151,6 +159,9 @@ int64_t rf__mpi_direct_taken(void);
  * do the same). */
 void rf__mpi_direct_force(int on);
 int64_t rf__mpi_direct_handed_back(void);
+/* Agreed ops whose data were issued while their check still ran, in this
+ * process (tests). */
+int64_t rf__mpi_agreed_with_check(void);
 /* Whether rf__job_cancel_step was called for step_id (any thread). */
 bool rf__mpi_step_cancelled(rf__job *j, int64_t step_id);
 /* The DEADLINE_EXCEEDED text of op, whose check did not finish after the
@@ -175,6 +186,15 @@ rf_status *rf__mpi_op_issue(rf__mpi_op *op, MPI_Comm comm);
  * whole vector: a broadcast's root included, whose buffer is its input):
  * the engine's spin budget while its data are in flight. */
 int64_t rf__mpi_op_bytes(const rf__mpi_op *op);
+/* Issues, on comm, the data call of the agreed descriptor d (the set's
+ * nset tasks holding counts participants each, root_index and root_shape
+ * as agreed) from and into scratch (*buf: rf__free it once req completed):
+ * what a task whose descriptor changed makes while the others' data go
+ * with their check (agreed.c). */
+rf_status *rf__mpi_op_issue_standin(const rf__mpi_op *op, const rf__mpi_msg *d,
+                                    int nset, const int *counts, int root_index,
+                                    const rf_shape *root_shape, MPI_Comm comm,
+                                    void **buf, MPI_Request *req);
 /* The algorithm of op (algorithm.c: by kind and size, or RF_MPI_ALGORITHM),
  * decided once when its buffers are allocated; INVALID_ARGUMENT for an
  * unknown RF_MPI_ALGORITHM. */
