@@ -142,6 +142,6 @@ def test_gradient_of_op_without_one_is_not_found():
     x = rf.constant(np.ones((1, 4, 4, 1), np.float32))
     y = rf.nn.max_pool2d(x, 2, 2, "VALID")
     g = rf.nn.max_pool_grad(x, y, y, 2, 2, "VALID", name="mpg")
-    with pytest.raises(rf.errors.NotFoundError,
-                       match="No gradient defined for op 'MaxPoolGrad'.*'mpg'"):
+    want = "No gradient defined for op 'MaxPoolGrad'.*'mpg'"
+    with pytest.raises(rf.errors.NotFoundError, match=want):
         rf.gradients(g, x)
