@@ -71,17 +71,13 @@ static int64_t pad_after(int64_t in, int64_t out, int64_t k, int64_t s,
 
 /* The implementation oneDNN lists first, unless it is one measured slower
  * on ringflow's blocks (one thread, NHWC) than a later one in the list; the
- * list is fixed for a build and CPU, so the choice is too. With fewer than
- * 8 input channels (the CNN's first layer, 1 channel; bench_conv_cpu_vs_
- * onednn, 32 images, one thread): forward brgconv 0.43 ms against
- * jit:avx512_core's 0.34; input gradient jit:avx512_core 5.2 ms and
- * jit:avx2 3.4 against x64:gemm:jit's 1.8 (im2col + OpenBLAS: 2.8). */
+ * list is fixed for a build and CPU, so the choice is too. Forward with
+ * fewer than 8 input channels (the CNN's first layer, 1 channel; 32 NHWC
+ * images, one thread, oneDNN 2.6): brgconv, listed first, 0.43 ms against
+ * jit:avx512_core's 0.34. NULL: the first. */
 static const char *slower_impl(rf__conv_dnnl_kind kind,
                                const rf__conv_geom *g) {
-  if (g->c >= 8) return NULL;
-  if (kind == RF_CONV_DNNL_FORWARD) return "brgconv";
-  if (kind == RF_CONV_DNNL_INPUT_GRAD) return "jit";
-  return NULL;
+  return kind == RF_CONV_DNNL_FORWARD && g->c < 8 ? "brgconv" : NULL;
 }
 
 /* dnnl_primitive_desc_create, skipping implementations whose name starts
@@ -358,6 +354,12 @@ rf_status *rf__conv_dnnl_run(rf__kernel_ctx *ctx, rf__conv_dnnl_kind kind,
                              bool *done) {
   *done = false;
   if (!want_dnnl() || g->n <= 0) return NULL;
+  /* oneDNN's input gradient vectorises over the input's channels: with one
+   * channel (the CNN's first layer) its jit:avx512_core took 2.7x im2col's
+   * CPU time (bench_conv_cpu_vs_onednn, 11.3 against 4.2 ms at batch 64),
+   * and the fastest it lists, x64:gemm:jit, 1.84 against im2col's 1.64 ms
+   * (batch 64, 2 pool threads; session 12) */
+  if (kind == RF_CONV_DNNL_INPUT_GRAD && g->c < 8) return NULL;
   int64_t threads = ctx->device && ctx->device->pool
                         ? rf__threadpool_size(ctx->device->pool)
                         : 1;
