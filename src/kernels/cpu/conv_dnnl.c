@@ -69,6 +69,49 @@ static int64_t pad_after(int64_t in, int64_t out, int64_t k, int64_t s,
   return p > 0 ? p : 0;
 }
 
+/* The implementation oneDNN lists first, unless it is one measured slower
+ * on ringflow's blocks (one thread, NHWC) than a later one in the list; the
+ * list is fixed for a build and CPU, so the choice is too. Forward with
+ * fewer than 8 input channels (the CNN's first layer, 1 channel; 32 NHWC
+ * images, one thread, oneDNN 2.6): brgconv, listed first, 0.43 ms against
+ * jit:avx512_core's 0.34. NULL: the first. */
+static const char *slower_impl(rf__conv_dnnl_kind kind,
+                               const rf__conv_geom *g) {
+  return kind == RF_CONV_DNNL_FORWARD && g->c < 8 ? "brgconv" : NULL;
+}
+
+/* dnnl_primitive_desc_create, skipping implementations whose name starts
+ * with `avoid` (NULL: none) and the reference one; the first in oneDNN's
+ * order when every implementation is skipped. */
+static dnnl_status_t pd_create(dnnl_primitive_desc_t *pd,
+                               const_dnnl_op_desc_t d,
+                               const_dnnl_primitive_attr_t attr,
+                               const_dnnl_primitive_desc_t hint,
+                               const char *avoid) {
+  if (!avoid) return dnnl_primitive_desc_create(pd, d, attr, engine, hint);
+  dnnl_primitive_desc_iterator_t it;
+  dnnl_status_t st =
+      dnnl_primitive_desc_iterator_create(&it, d, attr, engine, hint);
+  if (st != dnnl_success) return st;
+  *pd = NULL;
+  do {
+    dnnl_primitive_desc_t c = dnnl_primitive_desc_iterator_fetch(it);
+    const char *impl = NULL;
+    if (!c) break;
+    if (dnnl_primitive_desc_query(c, dnnl_query_impl_info_str, 0, &impl) ==
+            dnnl_success &&
+        impl && strncmp(impl, avoid, strlen(avoid)) != 0 &&
+        strncmp(impl, "ref", 3) != 0) {
+      *pd = c;
+      break;
+    }
+    dnnl_primitive_desc_destroy(c);
+  } while (dnnl_primitive_desc_iterator_next(it) == dnnl_success);
+  dnnl_primitive_desc_iterator_destroy(it);
+  if (*pd) return dnnl_success;
+  return dnnl_primitive_desc_create(pd, d, attr, engine, hint);
+}
+
 /* Fills p's primitives; false when oneDNN has none for it. Runs with this
  * thread's OpenMP threads at 1 so the kernels are generated for one. */
 static bool prim_make(prim *p) {
@@ -87,6 +130,7 @@ static bool prim_make(prim *p) {
   dnnl_primitive_desc_t fpd = NULL, pd = NULL, rpd = NULL;
   bool ok = false;
   dnnl_convolution_desc_t fd, cd;
+  const char *avoid = slower_impl(p->kind, g);
   if (dnnl_primitive_attr_create(&attr) != dnnl_success) return false;
   if (dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user))
     goto out;
@@ -94,7 +138,8 @@ static bool prim_make(prim *p) {
   if (dnnl_dilated_convolution_forward_desc_init(
           &fd, dnnl_forward_training, dnnl_convolution_direct, &src, &wany,
           NULL, &dst, st, dil, pl, pr) ||
-      dnnl_primitive_desc_create(&fpd, &fd, attr, engine, NULL))
+      pd_create(&fpd, &fd, attr, NULL,
+                p->kind == RF_CONV_DNNL_FORWARD ? avoid : NULL))
     goto out;
   if (p->kind == RF_CONV_DNNL_FORWARD) {
     pd = fpd;
@@ -102,13 +147,13 @@ static bool prim_make(prim *p) {
   } else if (p->kind == RF_CONV_DNNL_INPUT_GRAD) {
     if (dnnl_dilated_convolution_backward_data_desc_init(
             &cd, dnnl_convolution_direct, &src, &wany, &dst, st, dil, pl, pr) ||
-        dnnl_primitive_desc_create(&pd, &cd, attr, engine, fpd))
+        pd_create(&pd, &cd, attr, fpd, avoid))
       goto out;
   } else {
     if (dnnl_dilated_convolution_backward_weights_desc_init(
             &cd, dnnl_convolution_direct, &src, &wany, NULL, &dst, st, dil, pl,
             pr) ||
-        dnnl_primitive_desc_create(&pd, &cd, attr, engine, fpd))
+        pd_create(&pd, &cd, attr, fpd, avoid))
       goto out;
   }
   dnnl_query_t wq = p->kind == RF_CONV_DNNL_FILTER_GRAD
@@ -310,8 +355,10 @@ rf_status *rf__conv_dnnl_run(rf__kernel_ctx *ctx, rf__conv_dnnl_kind kind,
   *done = false;
   if (!want_dnnl() || g->n <= 0) return NULL;
   /* oneDNN's input gradient vectorises over the input's channels: with one
-   * channel (the CNN's first layer) it took 2.7x im2col's CPU time
-   * (bench_conv_cpu_vs_onednn, 11.3 against 4.2 ms at batch 64) */
+   * channel (the CNN's first layer) its jit:avx512_core took 2.7x im2col's
+   * CPU time (bench_conv_cpu_vs_onednn, 11.3 against 4.2 ms at batch 64),
+   * and the fastest it lists, x64:gemm:jit, 1.84 against im2col's 1.64 ms
+   * (batch 64, 2 pool threads; session 12) */
   if (kind == RF_CONV_DNNL_INPUT_GRAD && g->c < 8) return NULL;
   int64_t threads = ctx->device && ctx->device->pool
                         ? rf__threadpool_size(ctx->device->pool)
