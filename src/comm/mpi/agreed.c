@@ -322,6 +322,9 @@ static void fail_comm(rf__mpi_agreed *a) {
 void rf__mpi_agreed_told(rf__job *j, const rf__mpi_msg_view *v, int64_t now) {
   const rf__mpi_msg *h = v->h;
   if (h->task == j->task || !rf__mpi_agree_once()) return;
+  /* Timed out there waiting for some task: it may be dead (task 0 too, so
+   * no ABORT says so), and this task's exit must not wait for it. */
+  if (h->code == RF_DEADLINE_EXCEEDED) rf__mpi_peer_suspect(j, now);
   rf__mpi_told *f = rf__calloc(1, sizeof *f);
   if (!f) return; /* no memory: the ops time out, naming the task */
   f->text = rf__strdup(v->text);
