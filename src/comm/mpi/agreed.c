@@ -32,7 +32,12 @@
  * A check that does not finish: the others are asked (PING) before the
  * timeout, and at the timeout the op fails naming the tasks that have not
  * reached the collective or did not answer; the op stays queued (MPI owns
- * its check) and its name's later ops wait behind it until it pairs.
+ * its check) and its name's later ops wait behind it until it pairs. A
+ * task whose step failed before its collective tells the members of its
+ * agreed collectives (FAILED, STEP_FAILED): there is no coordinator to
+ * fail the others' checks, so each fails its own ops of that step at once,
+ * as at the timeout (the check still pairs later, the steps differ, and it
+ * is agreed anew).
  * Blocking (data thread) and GPU collectives are never kept: their checks
  * say "changed" and they always go through task 0. */
 #include <pthread.h>
@@ -48,6 +53,18 @@
 #include "core/status.h"
 
 #define PROBE_MS 1000 /* the probe ends at the timeout, at most this early */
+#define TOLD_MIN_NS 10000000000LL /* a told failure is kept at least 10 s */
+
+/* A failure another task told this one: its job step (and collective, for
+ * FAILED) failed there before its check was issued. */
+struct rf__mpi_told {
+  int64_t job_step, forget_ns;
+  int task;
+  rf_code code;
+  char *name; /* FAILED: the collective; STEP_FAILED: NULL, all of them */
+  char *text;
+  rf__mpi_told *next;
+};
 
 enum { PENDING, ACTIVE };
 
@@ -58,6 +75,7 @@ struct rf__mpi_agreed {
   atomic_bool comm_failed; /* set by the engine or the direct path */
   rf__mpi_msg desc;        /* this task's descriptor when agreed */
   char *devices;
+  int nmembers, *tasks; /* its tasks (sorted): whom a failure here concerns */
   int root_index, root_rank;
   rf_shape root_shape;
   int nset, *counts; /* the agreed set: participants per task */
@@ -131,6 +149,7 @@ static void entry_free(rf__mpi_agreed *a) {
   rf__free(a->counts);
   rf__free(a->name);
   rf__free(a->devices);
+  rf__free(a->tasks);
   rf__free(a);
 }
 
@@ -218,15 +237,19 @@ bool rf__mpi_agreed_take(rf__job *j, rf__mpi_op *op, int64_t now) {
   if (a) {
     a->name = rf__strdup(op->name);
     a->devices = rf__strdup(op->devices);
+    a->tasks = rf__malloc(sizeof *a->tasks * (size_t)(op->nset ? op->nset : 1));
+    if (a->tasks)
+      memcpy(a->tasks, op->tasks, sizeof *a->tasks * (size_t)op->nset);
+    a->nmembers = op->nset;
     a->comm = MPI_COMM_NULL;
     a->state = PENDING; /* before the direct path can find it */
   }
+  bool made = a && a->name && a->devices && a->tasks;
   int rf__hash_oom = 0;
   pthread_mutex_lock(&direct_mu);
-  if (a && a->name && a->devices)
-    HASH_ADD_KEYPTR(hh, j->agreed, a->name, strlen(a->name), a);
+  if (made) HASH_ADD_KEYPTR(hh, j->agreed, a->name, strlen(a->name), a);
   pthread_mutex_unlock(&direct_mu);
-  if (!a || !a->name || !a->devices || rf__hash_oom) {
+  if (!made || rf__hash_oom) {
     if (a) entry_free(a);
     return false;
   }
@@ -292,6 +315,113 @@ static void fail_comm(rf__mpi_agreed *a) {
   pthread_mutex_lock(&direct_mu);
   a->comm_failed = true;
   pthread_mutex_unlock(&direct_mu);
+}
+
+/* ---- failures told by other tasks ---- */
+
+void rf__mpi_agreed_told(rf__job *j, const rf__mpi_msg_view *v, int64_t now) {
+  const rf__mpi_msg *h = v->h;
+  if (h->task == j->task || !rf__mpi_agree_once()) return;
+  /* Timed out there waiting for some task: it may be dead (task 0 too, so
+   * no ABORT says so), and this task's exit must not wait for it. */
+  if (h->code == RF_DEADLINE_EXCEEDED) rf__mpi_peer_suspect(j, now);
+  rf__mpi_told *f = rf__calloc(1, sizeof *f);
+  if (!f) return; /* no memory: the ops time out, naming the task */
+  f->text = rf__strdup(v->text);
+  f->name = h->type == RF_MSG_FAILED ? rf__strdup(v->name) : NULL;
+  if (!f->text || (h->type == RF_MSG_FAILED && !f->name)) {
+    rf__free(f->text);
+    rf__free(f->name);
+    rf__free(f);
+    return;
+  }
+  f->job_step = h->job_step;
+  f->task = h->task;
+  f->code = (rf_code)h->code;
+  int64_t keep = 2 * j->timeout_ms * 1000000;
+  f->forget_ns = now + (keep > TOLD_MIN_NS ? keep : TOLD_MIN_NS);
+  f->next = j->told;
+  j->told = f;
+}
+
+static bool has_task(const int *tasks, int n, int t) {
+  for (int i = 0; i < n; i++)
+    if (tasks[i] == t) return true;
+  return false;
+}
+
+/* Whether a's members were told of a failure of job_step already, by one
+ * of them (which told every member of its agreed collectives). */
+static bool covered(const rf__job *j, const rf__mpi_agreed *a,
+                    int64_t job_step) {
+  for (const rf__mpi_told *f = j->told; f; f = f->next)
+    if (f->job_step == job_step && has_task(a->tasks, a->nmembers, f->task) &&
+        (!f->name || strcmp(f->name, a->name) == 0))
+      return true;
+  return false;
+}
+
+void rf__mpi_agreed_tell(rf__job *j, const rf__mpi_msg *h, const char *name,
+                         const char *text) {
+  if (!rf__mpi_agree_once()) return;
+  unsigned char *to = rf__calloc((size_t)j->ntasks, 1);
+  for (int t = 0; !to && t < j->ntasks; t++) /* no memory: tell every task */
+    if (t != 0 && t != j->task) rf__mpi_send_msg(j, t, h, name, NULL, text);
+  if (!to) return;
+  rf__mpi_agreed *a, *tmp;
+  HASH_ITER(hh, j->agreed, a, tmp) {
+    if ((name && strcmp(name, a->name)) || covered(j, a, h->job_step)) continue;
+    for (int i = 0; i < a->nmembers; i++)
+      if (a->tasks[i] >= 0 && a->tasks[i] < j->ntasks) to[a->tasks[i]] = 1;
+  }
+  for (int t = 1; t < j->ntasks; t++) /* task 0: the caller */
+    if (to[t] && t != j->task) rf__mpi_send_msg(j, t, h, name, NULL, text);
+  rf__free(to);
+}
+
+static void told_free(rf__mpi_told *f) {
+  rf__free(f->name);
+  rf__free(f->text);
+  rf__free(f);
+}
+
+/* Fails op (unreported, not past its check) when a task of its set told
+ * that op's step, or op itself, failed there: its check cannot pair in
+ * this step. MPI's side is unchanged: the check is (or will be) issued and
+ * pairs with that task's next one (the steps differ: agreed anew). */
+static void told_check(rf__job *j, rf__mpi_op *op) {
+  if (!j->told || atomic_load(&op->reported)) return;
+  for (rf__mpi_told *f = j->told; f; f = f->next) {
+    if (f->job_step != op->job_step || (f->name && strcmp(f->name, op->name)))
+      continue;
+    bool in_set = false;
+    for (int i = 0; i < op->nset && !in_set; i++)
+      in_set = op->tasks[i] == f->task;
+    if (!in_set) continue;
+    char msg[4096];
+    if (f->name)
+      snprintf(msg, sizeof msg,
+               "collective '%s' (job step %lld) failed on task %d: %s",
+               op->name, (long long)op->job_step, f->task, f->text);
+    else
+      snprintf(msg, sizeof msg,
+               "collective '%s' (job step %lld): task %d failed that step: %s",
+               op->name, (long long)op->job_step, f->task, f->text);
+    rf__mpi_member_report(op, rf__status_text(f->code, msg));
+    return;
+  }
+}
+
+static void told_forget(rf__job *j, int64_t now) {
+  for (rf__mpi_told **p = &j->told; *p;) {
+    rf__mpi_told *f = *p;
+    if (now < f->forget_ns) {
+      p = &f->next;
+      continue;
+    }
+    *p = f->next;
+    told_free(f);
+  }
 }
 
 /* ---- the check ---- */
@@ -471,10 +601,12 @@ static bool spec_issue(rf__mpi_agreed *a, rf__mpi_op *op, int64_t now) {
 
 /* Ops waiting behind the head (or behind a verdict): bounded like the GO
  * queue, reported once and kept in order. */
-static void late_queued(rf__mpi_agreed *a, int64_t now, bool *waiting) {
+static void late_queued(rf__job *j, rf__mpi_agreed *a, int64_t now,
+                        bool *waiting) {
   for (rf__mpi_op *op = a->head; op; op = op->agreed_next) {
     if (op->state == RF_OP_CHECK || op->state == RF_OP_DRAIN) continue;
     *waiting = true;
+    if (op->state == RF_OP_QUEUED) told_check(j, op);
     int64_t limit =
         op->arrived_ns + (op->timeout_ms + rf__mpi_member_grace_ms()) * 1000000;
     if (now >= limit && !atomic_load(&op->reported))
@@ -497,7 +629,7 @@ static int run_entry(rf__job *j, rf__mpi_agreed *a, int64_t now, int *progress,
   /* A thread of the executor runs one of a's ops: the queue waits for it
    * to finish or hand its op back (rf__mpi_agreed_resume). */
   if (atomic_load(&a->taken)) {
-    late_queued(a, now, waiting);
+    late_queued(j, a, now, waiting);
     *waiting = true;
     return 0;
   }
@@ -524,6 +656,7 @@ static int run_entry(rf__job *j, rf__mpi_agreed *a, int64_t now, int *progress,
          * slower training); like a wait for GO, it spins 2 ms, then backs
          * off. */
         *waiting = true;
+        told_check(j, op);
         if (op->deadline_ns && now >= op->deadline_ns) check_late(j, op, now);
         break;
       }
@@ -607,7 +740,7 @@ static int run_entry(rf__job *j, rf__mpi_agreed *a, int64_t now, int *progress,
     unlist(j, a, now, INT64_MIN);
     return 1;
   }
-  late_queued(a, now, waiting);
+  late_queued(j, a, now, waiting);
   return 0;
 }
 
@@ -616,6 +749,7 @@ static void settle(rf__job *j, rf__mpi_op *op);
 
 int rf__mpi_agreed_poll(rf__job *j, int64_t now, bool *busy, bool *waiting) {
   int progress = 0;
+  told_forget(j, now);
   for (rf__mpi_op **p = &j->unlisted; *p;) { /* handed back without memory */
     rf__mpi_op *op = *p;
     if (!enlist(j, op)) {
@@ -631,7 +765,7 @@ int rf__mpi_agreed_poll(rf__job *j, int64_t now, bool *busy, bool *waiting) {
   rf__mpi_agreed *a, *tmp;
   HASH_ITER(hh, j->agreed, a, tmp) {
     if (a->state == PENDING) {
-      late_queued(a, now, waiting);
+      late_queued(j, a, now, waiting);
       continue;
     }
     if (a->head) run_entry(j, a, now, &progress, busy, waiting);
@@ -661,6 +795,11 @@ void rf__mpi_agreed_free(rf__job *j) {
     a = j->retired;
     j->retired = a->next;
     entry_release(a);
+  }
+  while (j->told) {
+    rf__mpi_told *f = j->told;
+    j->told = f->next;
+    told_free(f);
   }
   while (j->unlisted) { /* never tracked: freed unless MPI still owns them */
     rf__mpi_op *op = j->unlisted;

@@ -119,6 +119,7 @@ typedef struct rf__mpi_fstep rf__mpi_fstep;
 typedef struct rf__mpi_send rf__mpi_send;
 typedef struct rf__mpi_data_thread rf__mpi_data_thread;
 typedef struct rf__mpi_agreed rf__mpi_agreed;
+typedef struct rf__mpi_told rf__mpi_told;
 
 struct rf__job {
   /* Fixed after attach; any thread reads them. */
@@ -140,6 +141,10 @@ struct rf__job {
   /* Collectives agreed once (agreed.c), by name; retired ones are kept
    * until the job leaves (a check of theirs may still be pending). */
   rf__mpi_agreed *agreed, *retired;
+  /* Failures other tasks told this one (FAILED, STEP_FAILED): an agreed
+   * collective waits in its check with no coordinator to fail it, so each
+   * member fails it itself (agreed.c). */
+  rf__mpi_told *told;
   /* Ops the direct path handed back that could not join `ops` (no memory):
    * retried by the poll (agreed.c); linked by go_next. */
   rf__mpi_op *unlisted;
@@ -313,6 +318,18 @@ enum { RF_AGREE_NO, RF_AGREE_NEW, RF_AGREE_UPDATE };
 
 /* Whether collectives are kept agreed (RF_MPI_AGREE_ONCE=0: never). */
 bool rf__mpi_agree_once(void);
+/* Another task's FAILED or STEP_FAILED (engine thread): this task's agreed
+ * collectives of that job step that wait for the sender's check fail with
+ * its error (they would wait out the timeout); kept a while for those that
+ * have not come yet. */
+void rf__mpi_agreed_told(rf__job *j, const rf__mpi_msg_view *v, int64_t now);
+/* Sends this task's FAILED or STEP_FAILED (h; name: FAILED's collective)
+ * to the tasks other than 0 that may wait in a check for it: the members
+ * of its agreed collectives (of that name, for FAILED), but not of one
+ * whose members were told of that step's failure by one of them already
+ * (else a failure would echo N^2 messages through the job). */
+void rf__mpi_agreed_tell(rf__job *j, const rf__mpi_msg *h, const char *name,
+                         const char *text);
 
 /* ---- the coordinator, task 0 (coordinator.c) ---- */
 

@@ -294,6 +294,11 @@ static void dispatch(rf__job *j, const rf__mpi_msg_view *v, int64_t now) {
       rf__mpi_member_pong(j, v);
       if (j->task == 0) rf__mpi_coord_pong(j, v);
       break;
+    case RF_MSG_FAILED:
+    case RF_MSG_STEP_FAILED:
+      rf__mpi_agreed_told(j, v, now); /* this task's agreed collectives */
+      if (j->task == 0) rf__mpi_coord_handle(j, v, now);
+      break;
     default:
       if (j->task == 0) rf__mpi_coord_handle(j, v, now);
   }
@@ -321,9 +326,13 @@ int rf__mpi_job_poll(rf__job *j, int64_t now, bool *busy, bool *waiting) {
   return progress;
 }
 
+/* To task 0, which fails the collectives being agreed, and to the members
+ * of agreed ones: those wait in a check that no coordinator answers, so
+ * each member fails its own (agreed.c). */
 static void send_failure(rf__job *j, int type, const rf__mpi_cmd *c) {
   rf__mpi_msg h = {.type = type, .job_step = c->job_step, .code = c->code};
   rf__mpi_send_msg(j, 0, &h, c->name, NULL, c->text);
+  rf__mpi_agreed_tell(j, &h, c->name, c->text);
 }
 
 void rf__mpi_job_command(rf__mpi_cmd *c) {
