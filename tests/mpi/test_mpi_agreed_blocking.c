@@ -126,7 +126,7 @@ static const rf__mpi_algorithm algos[] = {RF_MPI_BLOCKING, RF_MPI_RING,
 /* rows for algorithm a: small when forced; 1 MiB of float64 (the
  * reduce-scatter's ring, the reduce's MPI_Reduce or ring) for the table. */
 static int64_t rows_for(rf__mpi_algorithm a) {
-  return a == RF_MPI_AUTO ? (int64_t)NT * 16384 : (int64_t)NT * 3;
+  return a == RF_MPI_AUTO ? 65536 : (int64_t)NT * 3;
 }
 
 static void test_steady_state_sends_no_message(void **state) {
@@ -140,11 +140,9 @@ static void test_steady_state_sends_no_message(void **state) {
     int64_t ran[4];
     for (int a = RF_MPI_NBC; a <= RF_MPI_RING; a++)
       ran[a] = rf__mpi_algorithm_runs((rf__mpi_algorithm)a);
-    for (int k = 1; k < 6; k++)
-      assert_int_equal(rd_counted(&m, s, k, rows), 0);
+    for (int k = 1; k < 6; k++) assert_int_equal(rd_counted(&m, s, k, rows), 0);
     if (algos[i] != RF_MPI_AUTO) { /* both, every step, by the data thread */
-      assert_int_equal(rf__mpi_algorithm_runs(algos[i]) - ran[algos[i]],
-                       2 * 5);
+      assert_int_equal(rf__mpi_algorithm_runs(algos[i]) - ran[algos[i]], 2 * 5);
     } else { /* the reduce-scatter's ring at least */
       assert_true(rf__mpi_algorithm_runs(RF_MPI_RING) - ran[RF_MPI_RING] >= 5);
     }
@@ -198,7 +196,8 @@ static rf_status *xy_step(xy_graph *m, rf_session *s, int k) {
   rf_tensor *in[3], *out[2] = {0};
   for (int f = 0; f < 3; f++)
     assert_ok(rf_tensor_new(RF_FLOAT64, &sh, NULL, &in[f]));
-  double *px = rf_tensor_mutable_data(in[0]), *py = rf_tensor_mutable_data(in[1]),
+  double *px = rf_tensor_mutable_data(in[0]),
+         *py = rf_tensor_mutable_data(in[1]),
          *pe = rf_tensor_mutable_data(in[2]);
   for (int64_t e = 0; e < R * R; e++) {
     px[e] = value(T, e, k, seed);
@@ -208,9 +207,9 @@ static rf_status *xy_step(xy_graph *m, rf_session *s, int k) {
   rf_feed feeds[3] = {{m->x[T], in[0]}, {m->y[T], in[1]}, {m->eye[T], in[2]}};
   rf_output fetch[2] = {m->X, m->Y};
   rf_node *targets[2] = {m->X.node, m->Y.node};
-  rf_status *st = T == 0 ? rf_session_run(s, feeds, 2, fetch, 2, NULL, 0, out)
-                         : rf_session_run(s, feeds, 3, NULL, 0, targets, 2,
-                                          NULL);
+  rf_status *st = T == 0
+                      ? rf_session_run(s, feeds, 2, fetch, 2, NULL, 0, out)
+                      : rf_session_run(s, feeds, 3, NULL, 0, targets, 2, NULL);
   if (!st && T == 0) {
     const double *x = rf_tensor_data(out[0]), *y = rf_tensor_data(out[1]);
     for (int64_t e = 0; e < R * R; e++) {

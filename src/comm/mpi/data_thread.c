@@ -6,11 +6,15 @@
  * in opposite orders (each session's GO order is its own) would wait on each
  * other forever. The engine hands a job's thread an op only when no other
  * collective of that job is in flight, and starts none of the job's until it
- * is done, so no communicator is ever used by two threads at once. Needs
- * MPI_THREAD_MULTIPLE (the engine calls MPI meanwhile). Invariant: an op
- * handed over completes exactly once (async_done, then the engine is woken),
- * unless the job leaves while it runs: then the thread is left to finish on
- * its own and frees itself. */
+ * is done, so no communicator is ever used by two threads at once.
+ * A collective agreed once (agreed.c) has a thread of its own for the same
+ * calls in the steady state, on a communicator of its own: collectives of
+ * different names then wait on nothing of each other's, whatever order
+ * each process reaches them in. Needs MPI_THREAD_MULTIPLE (the engine
+ * calls MPI meanwhile). Invariant: an op handed over completes exactly once
+ * (async_done, then the engine is woken), unless the thread is stopped
+ * while it runs (its job left): then it is left to finish on its own and
+ * frees itself. */
 #include <pthread.h>
 
 #include "comm/mpi/op.h"
@@ -22,6 +26,7 @@ struct rf__mpi_data_thread {
   pthread_cond_t wake;
   pthread_t thread;
   rf__mpi_op *op; /* handed over, not yet taken */
+  MPI_Comm comm;  /* op's communicator */
   bool busy;      /* in an MPI call */
   bool stop;
   bool orphaned; /* its job left during a call: it frees itself */
@@ -40,10 +45,11 @@ static void *data_main(void *arg) {
     while (!d->op && !d->stop) pthread_cond_wait(&d->wake, &d->mu);
     if (d->stop) break;
     rf__mpi_op *op = d->op;
+    MPI_Comm comm = d->comm;
     d->op = NULL;
     d->busy = true;
     pthread_mutex_unlock(&d->mu);
-    finish(op, rf__mpi_op_run_blocking(op, op->set->comm));
+    finish(op, rf__mpi_op_run_blocking(op, comm));
     pthread_mutex_lock(&d->mu);
     d->busy = false;
   }
@@ -71,6 +77,14 @@ static rf__mpi_data_thread *start(void) {
   return d;
 }
 
+static void hand(rf__mpi_data_thread *d, rf__mpi_op *op, MPI_Comm comm) {
+  pthread_mutex_lock(&d->mu);
+  d->op = op;
+  d->comm = comm;
+  pthread_cond_signal(&d->wake);
+  pthread_mutex_unlock(&d->mu);
+}
+
 void rf__mpi_data_thread_run(rf__job *j, rf__mpi_op *op) {
   if (!j->data_thread) j->data_thread = start();
   rf__mpi_data_thread *d = j->data_thread;
@@ -78,16 +92,27 @@ void rf__mpi_data_thread_run(rf__job *j, rf__mpi_op *op) {
     finish(op, rf__mpi_op_run_blocking(op, op->set->comm));
     return;
   }
-  pthread_mutex_lock(&d->mu);
-  d->op = op;
-  pthread_cond_signal(&d->wake);
-  pthread_mutex_unlock(&d->mu);
+  hand(d, op, op->set->comm);
 }
 
-void rf__mpi_data_thread_stop(rf__job *j) {
-  rf__mpi_data_thread *d = j->data_thread;
-  if (!d) return;
-  j->data_thread = NULL;
+rf_status *rf__mpi_data_thread_hand(rf__mpi_data_thread **d, rf__mpi_op *op,
+                                    MPI_Comm comm) {
+  if (!*d) *d = start();
+  /* Never on the engine: a blocking call there, outside the GO order,
+   * could wait on a process whose engine waits on this one. */
+  if (!*d)
+    return rf__error(RF_RESOURCE_EXHAUSTED,
+                     "collective '%s' (job step %lld): no thread could be "
+                     "started for its blocking MPI calls",
+                     op->name, (long long)op->job_step);
+  hand(*d, op, comm);
+  return NULL;
+}
+
+bool rf__mpi_data_thread_free(rf__mpi_data_thread **dp) {
+  rf__mpi_data_thread *d = *dp;
+  if (!d) return false;
+  *dp = NULL;
   pthread_mutex_lock(&d->mu);
   d->stop = true;
   d->op = NULL; /* not started: it never will (the op stays unfinished) */
@@ -99,10 +124,15 @@ void rf__mpi_data_thread_stop(rf__job *j) {
   pthread_mutex_unlock(&d->mu);
   if (stuck) {
     pthread_detach(thread);
-    return;
+    return true;
   }
   pthread_join(thread, NULL);
   pthread_mutex_destroy(&d->mu);
   pthread_cond_destroy(&d->wake);
   rf__free(d);
+  return false;
+}
+
+void rf__mpi_data_thread_stop(rf__job *j) {
+  rf__mpi_data_thread_free(&j->data_thread);
 }
