@@ -25,9 +25,10 @@ struct rf__mpi_data_thread {
   pthread_mutex_t mu;
   pthread_cond_t wake;
   pthread_t thread;
-  rf__mpi_op *op; /* handed over, not yet taken */
-  MPI_Comm comm;  /* op's communicator */
-  bool busy;      /* in an MPI call */
+  /* Handed over, not yet taken, in order (an agreed collective's next op
+   * can come while one runs): linked by data_next, each with its comm. */
+  rf__mpi_op *head, *tail;
+  bool busy; /* in an MPI call */
   bool stop;
   bool orphaned; /* its job left during a call: it frees itself */
 };
@@ -42,11 +43,13 @@ static void *data_main(void *arg) {
   rf__mpi_data_thread *d = arg;
   pthread_mutex_lock(&d->mu);
   for (;;) {
-    while (!d->op && !d->stop) pthread_cond_wait(&d->wake, &d->mu);
+    while (!d->head && !d->stop) pthread_cond_wait(&d->wake, &d->mu);
     if (d->stop) break;
-    rf__mpi_op *op = d->op;
-    MPI_Comm comm = d->comm;
-    d->op = NULL;
+    rf__mpi_op *op = d->head;
+    MPI_Comm comm = op->data_comm;
+    d->head = op->data_next;
+    if (!d->head) d->tail = NULL;
+    op->data_next = NULL;
     d->busy = true;
     pthread_mutex_unlock(&d->mu);
     finish(op, rf__mpi_op_run_blocking(op, comm));
@@ -78,9 +81,14 @@ static rf__mpi_data_thread *start(void) {
 }
 
 static void hand(rf__mpi_data_thread *d, rf__mpi_op *op, MPI_Comm comm) {
+  op->data_comm = comm;
+  op->data_next = NULL;
   pthread_mutex_lock(&d->mu);
-  d->op = op;
-  d->comm = comm;
+  if (d->tail)
+    d->tail->data_next = op;
+  else
+    d->head = op;
+  d->tail = op;
   pthread_cond_signal(&d->wake);
   pthread_mutex_unlock(&d->mu);
 }
@@ -115,7 +123,8 @@ bool rf__mpi_data_thread_free(rf__mpi_data_thread **dp) {
   *dp = NULL;
   pthread_mutex_lock(&d->mu);
   d->stop = true;
-  d->op = NULL; /* not started: it never will (the op stays unfinished) */
+  /* not started: they never will (the ops stay unfinished) */
+  d->head = d->tail = NULL;
   bool stuck = d->busy;
   d->orphaned = stuck;
   /* Read before unlocking: an orphaned thread frees d once it sees stop. */

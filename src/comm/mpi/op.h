@@ -107,6 +107,10 @@ struct rf__mpi_op {
    * the entry's and the entry has no data communicator yet: it is made
    * when op is issued, in GO order (agreed.c). */
   bool dup_data;
+  /* Handed to a data thread, not yet taken (data_thread.c): the next op
+   * of its queue, and the communicator of its call. */
+  rf__mpi_op *data_next;
+  MPI_Comm data_comm;
   rf__mpi_op *go_next; /* the job's GO queue */
   UT_hash_handle hh;
 };
