@@ -8,6 +8,9 @@
  *  - after the first step a reduce and a reduce-scatter send no control
  *    message (rf_debug_control_messages), give the float64 reference and
  *    ran with the forced algorithm;
+ *  - with the table's choice, a shape changed in every task that moves
+ *    the reduce-scatter from MPI's nonblocking call to the ring and back
+ *    goes through task 0 once per change and is then kept;
  *  - two reduces of different names reached in opposite orders: task 0
  *    reaches "X" first (its input of "Y" waits for X's result), every
  *    other task "Y" first (its input of "X" comes through a chain of
@@ -150,6 +153,30 @@ static void test_steady_state_sends_no_message(void **state) {
     rf_graph_free(m.g);
   }
   rf__mpi_algorithm_force(RF_MPI_AUTO);
+}
+
+/* The table's choice, a shape changed in every task: a reduce-scatter of
+ * 512 KiB (MPI's nonblocking call) grows to 1 MiB (the ring, on the data
+ * thread) and back, the reduce stays on the data thread: each change goes
+ * through task 0 once and is then kept (the ring's communicator made at
+ * that GO). */
+static void test_shape_change_across_the_threshold(void **state) {
+  rf__mpi_algorithm_force(RF_MPI_AUTO);
+  rd_graph m;
+  build_rd(&m);
+  rf_session *s = mt_session(m.g, 1, 30000);
+  const int64_t rows[3] = {32768, 65536, 32768}; /* x 2 float64s */
+  int k = 0;
+  for (int z = 0; z < 3; z++) {
+    int64_t ring = rf__mpi_algorithm_runs(RF_MPI_RING);
+    assert_int_equal(rd_counted(&m, s, k++, rows[z]), round_trip(2));
+    for (int i = 0; i < 3; i++)
+      assert_int_equal(rd_counted(&m, s, k++, rows[z]), 0);
+    if (rows[z] == 65536) /* the reduce-scatter's ring, every step */
+      assert_true(rf__mpi_algorithm_runs(RF_MPI_RING) - ring >= 4);
+  }
+  rf_session_free(s);
+  rf_graph_free(m.g);
 }
 
 /* ---- two reduces to task 0 reached in opposite orders ---- */
@@ -315,6 +342,7 @@ int main(void) {
   if (mt_init()) return 1;
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_steady_state_sends_no_message),
+      cmocka_unit_test(test_shape_change_across_the_threshold),
       cmocka_unit_test(test_opposite_orders_complete),
       cmocka_unit_test(test_late_change_in_one_task_is_named),
       cmocka_unit_test(test_task_skipping_a_late_step_is_named),
