@@ -25,8 +25,9 @@
  *
  * That is a collective's first step. Once agreed (agreed.c), its later
  * steps skip READY/GO: the engine runs a check all-reduce and then the data
- * on the collective's own communicator, and falls back to READY when the
- * check finds a difference.
+ * on the collective's own communicator (blocking data: on a thread and a
+ * second communicator of the collective's own), and falls back to READY
+ * when the check finds a difference.
  *
  * Ownership: commands belong to the engine once submitted; an op is shared
  * by its preparing thread, the engine and its report task (refs). */

@@ -401,6 +401,8 @@ static int issue(rf__job *j, rf__mpi_op *op, int64_t now) {
     if (j->in_flight > 0) return 0; /* alone on its communicators */
     op->set = set;
     j->blocking = op;
+    /* kept agreed: its communicators, before the data thread uses set's */
+    rf__mpi_agreed_issued(j, op, set->comm, NULL);
     rf__mpi_data_thread_run(j, op);
   } else if (!st) {
     st = rf__mpi_op_issue(op, set->comm);
