@@ -186,6 +186,13 @@ rf_status *rf__kernel_run_nested(rf__kernel_ctx *ctx, const char *op,
                                  rf_tensor *const *inputs, int num_inputs,
                                  int out_index, rf_tensor **out);
 
+/* Says through the log sink (warning) that ctx's fused node runs its
+ * unfused kernels (named in `unfused`, e.g. "Conv2D, BiasAdd, Relu"), and
+ * why: a GPU kernel's fallback, called once per shape, not per step.
+ * kernels/kernel_nested.c. */
+void rf__kernel_log_unfused(const rf__kernel_ctx *ctx, const char *unfused,
+                            const char *why);
+
 /* Runs one node's kernel on its own, synchronously, on a scratch CPU device
  * (no step, no variables). For tests and constant folding: inputs borrowed,
  * outputs[] receive new references. The kernel table must be filled

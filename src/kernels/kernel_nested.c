@@ -2,12 +2,15 @@
  * of its own: a fused op (passes/fuse_epilogues.c) computes exactly what
  * the ops it replaced would, on CPU devices and wherever its GPU fast path
  * is unavailable. The nested kernel sees the fused node (its attrs; errors
- * name it) and the fused kernel's device, stream and step. */
+ * name it) and the fused kernel's device, stream and step; the fused
+ * kernel says through the log sink when it falls back. */
 #include <stddef.h>
 
+#include "core/log.h"
 #include "core/status.h"
 #include "device/device.h"
 #include "kernels/kernel.h"
+#include "ops/op_registry.h"
 
 /* The nested context, and where its output goes in the fused one. */
 typedef struct nested {
@@ -57,4 +60,13 @@ rf_status *rf__kernel_run_nested(rf__kernel_ctx *ctx, const char *op,
   }
   if (out) *out = result;
   return NULL;
+}
+
+void rf__kernel_log_unfused(const rf__kernel_ctx *ctx, const char *unfused,
+                            const char *why) {
+  RF__LOG(RF_LOG_WARN,
+          "node '%.200s' (%s) on %s: %s; it runs the unfused kernels (%s) at "
+          "this shape",
+          ctx->node->name, ctx->node->op->name,
+          ctx->device ? ctx->device->canonical : "?", why, unfused);
 }
