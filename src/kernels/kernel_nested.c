@@ -32,8 +32,10 @@ static rf_tensor *nested_home(rf__kernel_ctx *ctx, int i, rf_dtype dtype,
 rf_status *rf__kernel_run_nested(rf__kernel_ctx *ctx, const char *op,
                                  rf_tensor *const *inputs, int num_inputs,
                                  int out_index, rf_tensor **out) {
+  /* No device is the CPU, as for the other context helpers (a kernel run
+   * alone, rf__kernel_run_single). */
   const rf__kernel_def *def =
-      ctx->device ? rf__kernel_find(op, ctx->device->name.type) : NULL;
+      rf__kernel_find(op, ctx->device ? ctx->device->name.type : RF_DEVICE_CPU);
   if (!def || !def->compute)
     return rf__kernel_error(ctx, RF_INTERNAL,
                             "no synchronous %s kernel to run nested", op);
