@@ -15,7 +15,8 @@
  * naming the fused node. The GPU kernel's fallback where cuDNN refuses the
  * fused call (output 0 already allocated, a warning through the log sink,
  * then the unfused kernels) runs here on a CPU device, and the fused
- * kernels fail under allocation faults without leaking. The GPU path is
+ * kernels fail under allocation faults without leaking, as does lowering
+ * with the pass on (or it fuses both ops all the same). The GPU path is
  * tests/test_gpu_fuse_conv.c. */
 #include <math.h>
 #include <stdio.h>
@@ -23,6 +24,7 @@
 #include <string.h>
 
 #include "device/device.h"
+#include "fault_sweep.h"
 #include "kernels/conv_prepare.h"
 #include "kernels/fused_conv.h"
 #include "ringflow/debug.h"
@@ -423,6 +425,50 @@ static void test_fused_kernels_under_faults(void **state) {
   }
 }
 
+/* Lowering under RF_CONV_EPILOGUES_ALL: the graph with both fused ops. */
+static rf_status *lower_attempt(void *arg) {
+  const block *m = arg;
+  rf_session_options o;
+  options(&o, RF_CONV_EPILOGUES_ALL);
+  rf_graph *low = NULL;
+  rf_status *st = rf_graph_lower(m->g, &o, &low);
+  if (st) {
+    assert_null(low);
+    return st;
+  }
+  int conv = 0, pool = 0, left = 0;
+  for (int i = 0; i < rf_graph_num_nodes(low); i++) {
+    const char *op = rf_node_op(rf_graph_node(low, i));
+    conv += strcmp(op, "_FusedConv2DBiasRelu") == 0;
+    pool += strcmp(op, "_MaxPoolGradRelu") == 0;
+    left += strcmp(op, "Relu") == 0 || strcmp(op, "_ReluGrad") == 0;
+  }
+  rf_graph_free(low);
+  if (conv != 1 || pool != 1 || left != 0)
+    fail_msg(
+        "lowered with %d _FusedConv2DBiasRelu, %d _MaxPoolGradRelu and "
+        "%d Relu or _ReluGrad",
+        conv, pool, left);
+  return NULL;
+}
+
+/* Every allocation of lowering with the pass on fails once, and from then
+ * on: RESOURCE_EXHAUSTED without a leak, or the fused graph. */
+static void test_lowering_under_faults(void **state) {
+  (void)state;
+  block m;
+  build(&m, RF_FLOAT32, 0, false);
+  fs_plan p = {.what = "lowering with conv epilogues",
+               .attempt = lower_attempt,
+               .arg = &m,
+               .first_n = 100000,
+               .max_attempts = 1,
+               .check_leaks = true};
+  fs_result after = fs_sweep(&p, FS_AFTER), once = fs_sweep(&p, FS_ONCE);
+  assert_true(after.failures > 0 && once.failures > 0);
+  free_block(&m);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_block_float32),
@@ -433,6 +479,7 @@ int main(void) {
       cmocka_unit_test(test_bias_mismatch_names_fused_node),
       cmocka_unit_test(test_fallback_after_fused_call_refused),
       cmocka_unit_test(test_fused_kernels_under_faults),
+      cmocka_unit_test(test_lowering_under_faults),
   };
   return cmocka_run_group_tests(tests, setup, NULL);
 }
