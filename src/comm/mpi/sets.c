@@ -6,12 +6,14 @@
  * makes its sets' communicators in the same relative order (no two members
  * can wait on each other). The wait is blocking, but every member has just
  * reported READY. */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "comm/mpi/engine.h"
 #include "comm/mpi/mpi_status.h"
+#include "core/hash.h"
 #include "core/mem.h"
 #include "core/status.h"
 
@@ -20,8 +22,8 @@ static int by_int(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-rf_status *rf__mpi_parse_set(const char *devices, int *n, int **tasks,
-                             int **counts) {
+static rf_status *parse_set(const char *devices, int *n, int **tasks,
+                            int **counts) {
   int cap = 1;
   for (const char *c = devices; *c; c++) cap += *c == ',';
   int *all = rf__malloc(sizeof(int) * (size_t)cap);
@@ -64,6 +66,86 @@ rf_status *rf__mpi_parse_set(const char *devices, int *n, int **tasks,
   *tasks = t;
   *counts = cnt;
   rf__free(all);
+  return NULL;
+}
+
+/* Sets already parsed, by their devices string: every step of a
+ * collective parses the same string, and parsing (a device name a task)
+ * was a tenth of a 1 KiB collective's step across 2 processes
+ * (docs/PERFORMANCE.md, "Session 13: mpilat"). Process-wide, never
+ * freed, at most SET_CACHE_MAX entries (a graph's collectives; past that
+ * strings are parsed each time). Only sets that parsed are kept: a bad
+ * string fails every time, with its message. */
+#define SET_CACHE_MAX 1024
+typedef struct parsed_set {
+  char *devices;
+  int n, *tasks, *counts;
+  UT_hash_handle hh;
+} parsed_set;
+static parsed_set *set_cache;
+static int set_cache_size;
+static pthread_mutex_t set_cache_mu = PTHREAD_MUTEX_INITIALIZER;
+
+/* Copies of e's arrays, or out of memory (*tasks, *counts untouched). */
+static rf_status *copy_set(const parsed_set *e, int *n, int **tasks,
+                           int **counts) {
+  int *t = rf__malloc(sizeof(int) * (size_t)e->n);
+  int *cnt = rf__malloc(sizeof(int) * (size_t)e->n);
+  if (!t || !cnt) {
+    rf__free(t);
+    rf__free(cnt);
+    return rf__oom();
+  }
+  memcpy(t, e->tasks, sizeof(int) * (size_t)e->n);
+  memcpy(cnt, e->counts, sizeof(int) * (size_t)e->n);
+  *n = e->n;
+  *tasks = t;
+  *counts = cnt;
+  return NULL;
+}
+
+rf_status *rf__mpi_parse_set(const char *devices, int *n, int **tasks,
+                             int **counts) {
+  pthread_mutex_lock(&set_cache_mu);
+  parsed_set *e = NULL;
+  HASH_FIND_STR(set_cache, devices, e);
+  rf_status *st = e ? copy_set(e, n, tasks, counts) : NULL;
+  pthread_mutex_unlock(&set_cache_mu);
+  if (e) return st;
+  st = parse_set(devices, n, tasks, counts);
+  if (st) return st;
+  /* Kept for the next step; without memory for it, the next parses. */
+  parsed_set *k = rf__calloc(1, sizeof *k);
+  if (k) {
+    k->devices = rf__strdup(devices);
+    k->n = *n;
+    k->tasks = k->devices ? rf__malloc(sizeof(int) * (size_t)*n) : NULL;
+    k->counts = k->tasks ? rf__malloc(sizeof(int) * (size_t)*n) : NULL;
+  }
+  if (!k || !k->counts) {
+    if (k) {
+      rf__free(k->devices);
+      rf__free(k->tasks);
+      rf__free(k);
+    }
+    return NULL;
+  }
+  memcpy(k->tasks, *tasks, sizeof(int) * (size_t)*n);
+  memcpy(k->counts, *counts, sizeof(int) * (size_t)*n);
+  int rf__hash_oom = 0;
+  pthread_mutex_lock(&set_cache_mu);
+  HASH_FIND_STR(set_cache, devices, e);
+  if (!e && set_cache_size < SET_CACHE_MAX) {
+    HASH_ADD_KEYPTR(hh, set_cache, k->devices, strlen(k->devices), k);
+    if (!rf__hash_oom) set_cache_size++, k = NULL;
+  }
+  pthread_mutex_unlock(&set_cache_mu);
+  if (k) { /* another thread's, the cache full, or no memory */
+    rf__free(k->devices);
+    rf__free(k->tasks);
+    rf__free(k->counts);
+    rf__free(k);
+  }
   return NULL;
 }
 
