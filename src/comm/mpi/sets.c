@@ -22,8 +22,8 @@ static int by_int(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-static rf_status *parse_set(const char *devices, int *n, int **tasks,
-                            int **counts) {
+rf_status *rf__mpi_parse_set(const char *devices, int *n, int **tasks,
+                             int **counts) {
   int cap = 1;
   for (const char *c = devices; *c; c++) cap += *c == ',';
   int *all = rf__malloc(sizeof(int) * (size_t)cap);
@@ -69,22 +69,28 @@ static rf_status *parse_set(const char *devices, int *n, int **tasks,
   return NULL;
 }
 
-/* Sets already parsed, by their devices string: every step of a
- * collective parses the same string, and parsing (a device name a task)
+/* Sets already parsed, by their devices string, per job: every step of
+ * a collective parses the same string, and parsing (a device name a task)
  * was a tenth of a 1 KiB collective's step across 2 processes
- * (docs/PERFORMANCE.md, "Session 13: mpilat"). Process-wide, never
- * freed, at most SET_CACHE_MAX entries (a graph's collectives; past that
- * strings are parsed each time). Only sets that parsed are kept: a bad
- * string fails every time, with its message. */
+ * (docs/PERFORMANCE.md, "Session 13: mpilat"). At most SET_CACHE_MAX
+ * strings a job (a graph's collectives; past that they are parsed each
+ * time), freed with the job's sets. Steps run on any executor thread:
+ * parsed_mu guards every job's. */
 #define SET_CACHE_MAX 1024
-typedef struct parsed_set {
+typedef struct rf__mpi_parsed_set {
   char *devices;
   int n, *tasks, *counts;
   UT_hash_handle hh;
 } parsed_set;
-static parsed_set *set_cache;
-static int set_cache_size;
-static pthread_mutex_t set_cache_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t parsed_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static void parsed_free(parsed_set *e) {
+  if (!e) return;
+  rf__free(e->devices);
+  rf__free(e->tasks);
+  rf__free(e->counts);
+  rf__free(e);
+}
 
 /* Copies of e's arrays, or out of memory (*tasks, *counts untouched). */
 static rf_status *copy_set(const parsed_set *e, int *n, int **tasks,
@@ -104,48 +110,39 @@ static rf_status *copy_set(const parsed_set *e, int *n, int **tasks,
   return NULL;
 }
 
-rf_status *rf__mpi_parse_set(const char *devices, int *n, int **tasks,
-                             int **counts) {
-  pthread_mutex_lock(&set_cache_mu);
+rf_status *rf__mpi_job_parse_set(rf__job *j, const char *devices, int *n,
+                                 int **tasks, int **counts) {
+  pthread_mutex_lock(&parsed_mu);
   parsed_set *e = NULL;
-  HASH_FIND_STR(set_cache, devices, e);
+  HASH_FIND_STR(j->parsed, devices, e);
   rf_status *st = e ? copy_set(e, n, tasks, counts) : NULL;
-  pthread_mutex_unlock(&set_cache_mu);
+  pthread_mutex_unlock(&parsed_mu);
   if (e) return st;
-  st = parse_set(devices, n, tasks, counts);
+  st = rf__mpi_parse_set(devices, n, tasks, counts);
   if (st) return st;
   /* Kept for the next step; without memory for it, the next parses. */
   parsed_set *k = rf__calloc(1, sizeof *k);
   if (k) {
     k->devices = rf__strdup(devices);
     k->n = *n;
-    k->tasks = k->devices ? rf__malloc(sizeof(int) * (size_t)*n) : NULL;
-    k->counts = k->tasks ? rf__malloc(sizeof(int) * (size_t)*n) : NULL;
+    k->tasks = rf__malloc(sizeof(int) * (size_t)*n);
+    k->counts = rf__malloc(sizeof(int) * (size_t)*n);
   }
-  if (!k || !k->counts) {
-    if (k) {
-      rf__free(k->devices);
-      rf__free(k->tasks);
-      rf__free(k);
-    }
+  if (!k || !k->devices || !k->tasks || !k->counts) {
+    parsed_free(k);
     return NULL;
   }
   memcpy(k->tasks, *tasks, sizeof(int) * (size_t)*n);
   memcpy(k->counts, *counts, sizeof(int) * (size_t)*n);
   int rf__hash_oom = 0;
-  pthread_mutex_lock(&set_cache_mu);
-  HASH_FIND_STR(set_cache, devices, e);
-  if (!e && set_cache_size < SET_CACHE_MAX) {
-    HASH_ADD_KEYPTR(hh, set_cache, k->devices, strlen(k->devices), k);
-    if (!rf__hash_oom) set_cache_size++, k = NULL;
+  pthread_mutex_lock(&parsed_mu);
+  HASH_FIND_STR(j->parsed, devices, e);
+  if (!e && j->num_parsed < SET_CACHE_MAX) {
+    HASH_ADD_KEYPTR(hh, j->parsed, k->devices, strlen(k->devices), k);
+    if (!rf__hash_oom) j->num_parsed++, k = NULL;
   }
-  pthread_mutex_unlock(&set_cache_mu);
-  if (k) { /* another thread's, the cache full, or no memory */
-    rf__free(k->devices);
-    rf__free(k->tasks);
-    rf__free(k->counts);
-    rf__free(k);
-  }
+  pthread_mutex_unlock(&parsed_mu);
+  parsed_free(k); /* another thread's, the job's full, or no memory */
   return NULL;
 }
 
@@ -248,4 +245,12 @@ void rf__mpi_sets_free(rf__job *j) {
     HASH_DEL(j->sets, s);
     set_free(s);
   }
+  parsed_set *e, *etmp;
+  pthread_mutex_lock(&parsed_mu);
+  HASH_ITER(hh, j->parsed, e, etmp) {
+    HASH_DEL(j->parsed, e);
+    parsed_free(e);
+  }
+  j->num_parsed = 0;
+  pthread_mutex_unlock(&parsed_mu);
 }
