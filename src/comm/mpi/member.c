@@ -197,7 +197,7 @@ void rf__job_coll_run(rf__job *j, rf__coll_group *g, const char *devices,
     return;
   }
   rf_status *st =
-      rf__mpi_parse_set(op->devices, &op->nset, &op->tasks, &op->counts);
+      rf__mpi_job_parse_set(j, op->devices, &op->nset, &op->tasks, &op->counts);
   op->me = -1;
   for (int i = 0; !st && i < op->nset; i++)
     if (op->tasks[i] == j->task) op->me = i;
