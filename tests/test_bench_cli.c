@@ -123,6 +123,26 @@ static void csv_run(void **state) {
   free(out);
 }
 
+/* --no-floor --no-mpi: the floor and OpenMPI columns are empty, not 0. */
+static void csv_run_without_baselines(void **state) {
+  (void)state;
+  char *out;
+  int rc = run_tool(
+      "bench --csv --devices 2 --min 1K --max 1K --min-time 0.002 --no-mpi "
+      "--no-floor",
+      &out);
+  assert_int_equal(rc, 0);
+  int rows = 0;
+  for (const char *l = strchr(out, '\n') + 1; *l; l = strchr(l, '\n') + 1) {
+    const char *f = l; /* the 8th field: floor_busbw_gbs */
+    for (int k = 0; k < 7; k++) f = strchr(f, ',') + 1;
+    assert_memory_equal(f, ",,,,\n", 5);
+    rows++;
+  }
+  assert_int_equal(rows, 5);
+  free(out);
+}
+
 /* The GPU collectives table: name bytes time raw wait base ovh algbw busbw
  * ratio raw_busbw mem, consistent with each other, for 2 devices. */
 static void check_gpu_rows(const char *out, int want_rows) {
@@ -231,6 +251,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(quick_text_run),
       cmocka_unit_test(csv_run),
+      cmocka_unit_test(csv_run_without_baselines),
       cmocka_unit_test(gpu_run),
       cmocka_unit_test(bad_options),
   };

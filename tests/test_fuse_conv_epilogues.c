@@ -12,12 +12,22 @@
  * and the ReLU's still fuse); a pool gradient read elsewhere is left
  * unfused; a bad option value
  * is INVALID_ARGUMENT; a bias of the wrong length fed at run time fails
- * naming the fused node. The GPU path is tests/test_gpu_fuse_conv.c. */
+ * naming the fused node. The GPU kernel's fallback where cuDNN refuses the
+ * fused call (output 0 already allocated, a warning through the log sink,
+ * then the unfused kernels) runs here on a CPU device, and the fused
+ * kernels fail under allocation faults without leaking, as does lowering
+ * with the pass on (or it fuses both ops all the same). The GPU path is
+ * tests/test_gpu_fuse_conv.c. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "device/device.h"
+#include "fault_sweep.h"
+#include "kernels/conv_prepare.h"
+#include "kernels/fused_conv.h"
+#include "ringflow/debug.h"
 #include "testutil.h"
 
 static uint64_t rng;
@@ -306,6 +316,159 @@ static void test_bias_mismatch_names_fused_node(void **state) {
   free_block(&m);
 }
 
+/* ---- the fused kernels' fallback and error paths ---- */
+
+/* The node of `op` in the graph lowered under RF_CONV_EPILOGUES_ALL; *low
+ * owns it. */
+static rf_node *lowered_node(const block *m, const char *op, rf_graph **low) {
+  rf_session_options o;
+  options(&o, RF_CONV_EPILOGUES_ALL);
+  assert_ok(rf_graph_lower(m->g, &o, low));
+  for (int i = 0; i < rf_graph_num_nodes(*low); i++)
+    if (strcmp(rf_node_op(rf_graph_node(*low, i)), op) == 0)
+      return rf_graph_node(*low, i);
+  fail_msg("no %s in the lowered graph", op);
+  return NULL;
+}
+
+static char last_warning[1024];
+static int warnings;
+
+static void on_warning(rf_log_level level, const char *msg, void *user) {
+  (void)user;
+  if (level != RF_LOG_WARN) return;
+  snprintf(last_warning, sizeof last_warning, "%s", msg);
+  warnings++;
+}
+
+/* One fallback as conv.cu's _FusedConv2DBiasRelu takes it where cuDNN says
+ * NOT_SUPPORTED: output 0 allocated for the fused call, the warning, then
+ * the unfused kernels, which put their result in output 0's place. */
+static void fall_back(rf__kernel_ctx *ctx, rf_tensor **out) {
+  rf__conv_geom geo;
+  assert_ok(rf__conv2d_prepare(ctx, &geo));
+  rf_shape s = rf_shape_of(4, geo.n, geo.oh, geo.ow, geo.oc);
+  assert_ok(rf__kernel_alloc_output(ctx, 0, RF_FLOAT32, &s, out));
+  rf__kernel_log_unfused(ctx, "Conv2D, BiasAdd, Relu",
+                         "cuDNN does not take the bias and ReLU");
+  assert_ok(rf__fused_conv_bias_relu_unfused(ctx));
+}
+
+/* The fallback gives relu(conv + b) (float64 reference), says so once a
+ * call through the log sink naming the node, op, device, reason and the
+ * unfused kernels, and leaks nothing (the output allocated for the fused
+ * call is released when the unfused one takes its place). */
+static void test_fallback_after_fused_call_refused(void **state) {
+  (void)state;
+  block m;
+  build(&m, RF_FLOAT32, 0, false);
+  rf_graph *low = NULL;
+  rf_node *node = lowered_node(&m, "_FusedConv2DBiasRelu", &low);
+  rf__device dev;
+  memset(&dev, 0, sizeof dev);
+  strcpy(dev.canonical, "gpu:7");
+  dev.allocator = rf_default_allocator();
+  rf_tensor *out = NULL;
+  rf__kernel_ctx ctx = {.node = node,
+                        .num_inputs = 3,
+                        .inputs = m.in,
+                        .num_outputs = 1,
+                        .outputs = &out,
+                        .device = &dev};
+  fall_back(&ctx, &out); /* first: oneDNN's cached primitives stay */
+  rf_tensor_release(out);
+  out = NULL;
+  rf_default_allocator_trim();
+  int64_t live = rf_debug_live_allocations();
+  warnings = 0;
+  assert_ok(rf_set_log_callback(RF_LOG_WARN, on_warning, NULL));
+  fall_back(&ctx, &out);
+  assert_ok(rf_set_log_callback(RF_LOG_WARN, NULL, NULL));
+  assert_int_equal(warnings, 1);
+  char want[512];
+  snprintf(want, sizeof want,
+           "node '%s' (_FusedConv2DBiasRelu) on gpu:7: cuDNN does not take "
+           "the bias and ReLU; it runs the unfused kernels (Conv2D, BiasAdd, "
+           "Relu) at this shape",
+           rf_node_name(node));
+  assert_string_equal(last_warning, want);
+  check_activations(&m, out, 1e-5);
+  rf_tensor_release(out);
+  rf_default_allocator_trim();
+  assert_int_equal(rf_debug_live_allocations(), live);
+  rf_graph_free(low);
+  free_block(&m);
+}
+
+/* Both fused kernels under allocation faults: RESOURCE_EXHAUSTED, no
+ * output and no leak at every failure point (the nested kernels'
+ * intermediates are released). */
+static void test_fused_kernels_under_faults(void **state) {
+  (void)state;
+  for (int d = 0; d < 2; d++) {
+    rf_dtype dt = d ? RF_FLOAT64 : RF_FLOAT32;
+    block m;
+    build(&m, dt, 0, false);
+    rf_graph *low = NULL;
+    rf_node *conv = lowered_node(&m, "_FusedConv2DBiasRelu", &low);
+    rf_test_kernel_under_faults(conv, m.in);
+    rf_graph_free(low);
+    rf_node *pool = lowered_node(&m, "_MaxPoolGradRelu", &low);
+    rf_tensor *in[3]; /* orig_input, orig_output, grad */
+    for (int i = 0; i < 3; i++)
+      in[i] = rf_test_random_tensor(
+          &rng, dt, rf_output_shape(rf_node_input(pool, i)), -1, 1);
+    rf_test_kernel_under_faults(pool, in);
+    for (int i = 0; i < 3; i++) rf_tensor_release(in[i]);
+    rf_graph_free(low);
+    free_block(&m);
+  }
+}
+
+/* Lowering under RF_CONV_EPILOGUES_ALL: the graph with both fused ops. */
+static rf_status *lower_attempt(void *arg) {
+  const block *m = arg;
+  rf_session_options o;
+  options(&o, RF_CONV_EPILOGUES_ALL);
+  rf_graph *low = NULL;
+  rf_status *st = rf_graph_lower(m->g, &o, &low);
+  if (st) {
+    assert_null(low);
+    return st;
+  }
+  int conv = 0, pool = 0, left = 0;
+  for (int i = 0; i < rf_graph_num_nodes(low); i++) {
+    const char *op = rf_node_op(rf_graph_node(low, i));
+    conv += strcmp(op, "_FusedConv2DBiasRelu") == 0;
+    pool += strcmp(op, "_MaxPoolGradRelu") == 0;
+    left += strcmp(op, "Relu") == 0 || strcmp(op, "_ReluGrad") == 0;
+  }
+  rf_graph_free(low);
+  if (conv != 1 || pool != 1 || left != 0)
+    fail_msg(
+        "lowered with %d _FusedConv2DBiasRelu, %d _MaxPoolGradRelu and "
+        "%d Relu or _ReluGrad",
+        conv, pool, left);
+  return NULL;
+}
+
+/* Every allocation of lowering with the pass on fails once, and from then
+ * on: RESOURCE_EXHAUSTED without a leak, or the fused graph. */
+static void test_lowering_under_faults(void **state) {
+  (void)state;
+  block m;
+  build(&m, RF_FLOAT32, 0, false);
+  fs_plan p = {.what = "lowering with conv epilogues",
+               .attempt = lower_attempt,
+               .arg = &m,
+               .first_n = 100000,
+               .max_attempts = 1,
+               .check_leaks = true};
+  fs_result after = fs_sweep(&p, FS_AFTER), once = fs_sweep(&p, FS_ONCE);
+  assert_true(after.failures > 0 && once.failures > 0);
+  free_block(&m);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_block_float32),
@@ -314,6 +477,9 @@ int main(void) {
       cmocka_unit_test(test_pool_grad_read_elsewhere),
       cmocka_unit_test(test_bad_option),
       cmocka_unit_test(test_bias_mismatch_names_fused_node),
+      cmocka_unit_test(test_fallback_after_fused_call_refused),
+      cmocka_unit_test(test_fused_kernels_under_faults),
+      cmocka_unit_test(test_lowering_under_faults),
   };
   return cmocka_run_group_tests(tests, setup, NULL);
 }

@@ -10,7 +10,8 @@
  * the default fuses nothing on CPU devices, nor does RF_MATMUL_EPILOGUES_OFF,
  * nor float64. A product or sum read elsewhere is left unfused (or fused
  * without the ReLU), a bad option value is INVALID_ARGUMENT, and a bias of
- * the wrong length fed at run time fails naming the fused node. The GPU
+ * the wrong length fed at run time fails naming the fused node. The fused
+ * kernels fail under allocation faults without output or leak. The GPU
  * path is tests/test_gpu_fuse_epilogues.c. */
 #include <math.h>
 #include <stdio.h>
@@ -340,6 +341,36 @@ static void test_bias_mismatch_names_fused_node(void **state) {
   free_mlp(&m);
 }
 
+/* Each fused node's kernel under allocation faults: RESOURCE_EXHAUSTED, no
+ * output and no leak at every failure point (the nested kernels'
+ * intermediates are released). */
+static void test_fused_kernels_under_faults(void **state) {
+  (void)state;
+  mlp m;
+  build(&m, RF_FLOAT32, false, 0, false);
+  rf_session_options o;
+  options(&o, RF_MATMUL_EPILOGUES_ALL);
+  rf_graph *low = NULL;
+  assert_ok(rf_graph_lower(m.g, &o, &low));
+  int fused = 0;
+  for (int i = 0; i < rf_graph_num_nodes(low); i++) {
+    rf_node *n = rf_graph_node(low, i);
+    if (strncmp(rf_node_op(n), "_FusedMatMul", 12) != 0) continue;
+    rf_tensor *in[3];
+    int k = rf_node_num_inputs(n);
+    assert_true(k <= 3);
+    for (int j = 0; j < k; j++)
+      in[j] = rf_test_random_tensor(
+          &rng, RF_FLOAT32, rf_output_shape(rf_node_input(n, j)), -1, 1);
+    rf_test_kernel_under_faults(n, in);
+    for (int j = 0; j < k; j++) rf_tensor_release(in[j]);
+    fused++;
+  }
+  assert_int_equal(fused, 4);
+  rf_graph_free(low);
+  free_mlp(&m);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_mlp_float32),
@@ -350,6 +381,7 @@ int main(void) {
       cmocka_unit_test(test_other_readers),
       cmocka_unit_test(test_bad_option),
       cmocka_unit_test(test_bias_mismatch_names_fused_node),
+      cmocka_unit_test(test_fused_kernels_under_faults),
   };
   return cmocka_run_group_tests(tests, setup, NULL);
 }

@@ -197,6 +197,45 @@ static void test_parallel_for_small_loops_run_inline(void **state) {
   rf__threadpool_free(p);
 }
 
+/* A parallel_for's helper is not left to a spinner on the caller's own
+ * core: that spinner runs only once the caller stops, after it has claimed
+ * every chunk itself, so a sleeper (free to run on another core) is woken.
+ * Every thread pinned to one core puts the spinner on the caller's; a long
+ * spin keeps it spinning. */
+static void note_task(void *arg) { atomic_store((atomic_int *)arg, 1); }
+
+static void nothing_fn(void *arg, int64_t b, int64_t e) {
+  atomic_fetch_add((atomic_int *)arg, (int)(e - b));
+}
+
+static void test_parallel_for_wakes_past_a_spinner_on_its_core(void **state) {
+  cpu_set_t old, one;
+  assert_int_equal(sched_getaffinity(0, sizeof old, &old), 0);
+  int first = 0;
+  while (!CPU_ISSET(first, &old)) first++;
+  CPU_ZERO(&one);
+  CPU_SET(first, &one);
+  assert_int_equal(sched_setaffinity(0, sizeof one, &one), 0);
+  rf__threadpool *p;
+  assert_ok(rf__threadpool_new(2, &p)); /* its threads inherit the core */
+  rf__threadpool_set_spin_ns(p, 60LL * 1000000000);
+  /* One worker runs a task and then spins (60 s), the other sleeps. */
+  atomic_int ran = 0;
+  assert_ok(rf__threadpool_schedule(p, note_task, &ran));
+  for (int i = 0; i < 2000000 && !atomic_load(&ran); i++) sched_yield();
+  assert_int_equal(atomic_load(&ran), 1);
+  for (int i = 0; i < 2000000 && rf__threadpool_idle(p) < 2; i++) sched_yield();
+  assert_int_equal(rf__threadpool_idle(p), 2);
+  int64_t before = rf__threadpool_wakeups(p);
+  atomic_int items = 0;
+  rf__threadpool_parallel_for(p, 2, 1000000000, nothing_fn, &items);
+  int64_t woken = rf__threadpool_wakeups(p) - before;
+  rf__threadpool_free(p); /* stops the spinner */
+  assert_int_equal(sched_setaffinity(0, sizeof old, &old), 0);
+  assert_int_equal(atomic_load(&items), 2);
+  assert_int_equal(woken, 1);
+}
+
 /* A parallel_for inside tasks that occupy every worker must still finish:
  * the callers run all chunks themselves. */
 typedef struct busy {
@@ -320,6 +359,7 @@ int main(void) {
       cmocka_unit_test(test_idle_count),
       cmocka_unit_test(test_parallel_for_covers_each_index_once),
       cmocka_unit_test(test_parallel_for_small_loops_run_inline),
+      cmocka_unit_test(test_parallel_for_wakes_past_a_spinner_on_its_core),
       cmocka_unit_test(test_parallel_for_from_pool_threads),
       cmocka_unit_test(test_nested_parallel_for),
       cmocka_unit_test(test_schedule_out_of_memory),

@@ -289,6 +289,13 @@ static const char *fmt_or_dash(char buf[16], double v, const char *fmt) {
   return buf;
 }
 
+/* v formatted with fmt, or "" when there is no value (v <= 0). */
+static const char *csv_or_empty(char buf[16], double v, const char *fmt) {
+  if (v <= 0) return "";
+  snprintf(buf, 16, fmt, v);
+  return buf;
+}
+
 static void print_summary(const opts *o, const results *r) {
   if (o->csv)
     printf(
@@ -309,18 +316,14 @@ static void print_summary(const opts *o, const results *r) {
       double best = mpi_best(r, c, i), fl = floor_busbw(o, r, c, i);
       double d = r->mpi[0][c][i].valid ? r->mpi[0][c][i].busbw : 0;
       double m = r->mpi[1][c][i].valid ? r->mpi[1][c][i].busbw : 0;
-      if (o->csv) {
-        printf("%s,%d,%.0f,%d,%.3f,%.4f,%.4f,%.4f,",
+      if (o->csv) { /* a value not measured is an empty field */
+        char cf[16], cd[16], cm[16], cr[16], cq[16];
+        printf("%s,%d,%.0f,%d,%.3f,%.4f,%.4f,%s,%s,%s,%s,%s\n",
                bench_coll_name((bench_coll)c), o->devices.n, x->bytes, x->iters,
-               x->time_us, x->algbw, x->busbw, fl);
-        if (best > 0)
-          printf("%.4f,%.4f,%.3f,", d, m, x->busbw / best);
-        else
-          printf(",,,");
-        if (fl > 0)
-          printf("%.3f\n", x->busbw / fl);
-        else
-          printf("\n");
+               x->time_us, x->algbw, x->busbw, csv_or_empty(cf, fl, "%.4f"),
+               csv_or_empty(cd, d, "%.4f"), csv_or_empty(cm, m, "%.4f"),
+               csv_or_empty(cr, best > 0 ? x->busbw / best : 0, "%.3f"),
+               csv_or_empty(cq, fl > 0 ? x->busbw / fl : 0, "%.3f"));
         continue;
       }
       char cd[16], cm[16], cr[16], cf[16], cq[16];

@@ -129,7 +129,12 @@ RF_API void rf_node_builder_attr_float_list(rf_node_builder *b,
 /* Checks arity, dtypes, attributes (defaults filled in) and shapes against the
  * op's registration, then adds the node. Consumes the builder whatever
  * happens. On error nothing is added, *out is untouched and the message names
- * the node and op. */
+ * the node and op. Codes: NOT_FOUND for an op that is not registered ("Op
+ * type not registered 'X'"); ALREADY_EXISTS for a name already used in the
+ * graph; INVALID_ARGUMENT for the rest (a NULL graph, a name that is not
+ * valid, wrong arity, dtypes, attr types or values, a missing required attr,
+ * shapes, a device name that does not parse); RESOURCE_EXHAUSTED without
+ * memory. */
 RF_API rf_status *rf_node_builder_finish(rf_node_builder *b, rf_node **out);
 
 #ifdef __cplusplus

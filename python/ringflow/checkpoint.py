@@ -74,6 +74,8 @@ def save(path: Path, tensors: Mapping[str, Any], step: Optional[int] = None,
         keep.append(t)
         check(lib.rf_checkpoint_add(c, c_name(name), t))
     if step is not None:
+        if isinstance(step, bool):  # an int to operator.index: True is 1
+            raise TypeError("checkpoint step must be an int, not bool")
         step = operator.index(step)  # TypeError for 1.5, not 1
         if not 0 <= step <= STEP_MAX:  # past int64 cffi would overflow
             raise errors.InvalidArgumentError(

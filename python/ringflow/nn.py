@@ -13,12 +13,14 @@ from typing import Any, Optional, Sequence, Union
 
 from ringflow import dtypes
 from ringflow._lib import c_name, ffi, lib
+from ringflow.array_ops import dropout, gelu
 from ringflow.framework import Tensor, convert_to_tensor, graph_of
 from ringflow.ops import (bias_add as _bias_add, relu, sigmoid, softmax,
                           sparse_softmax_cross_entropy_with_logits, tanh)
 
 __all__ = ["avg_pool2d", "avg_pool_grad", "bias_add", "conv2d",
-           "conv2d_backprop_filter", "conv2d_backprop_input", "max_pool2d",
+           "conv2d_backprop_filter", "conv2d_backprop_input", "dropout",
+           "gelu", "max_pool2d",
            "max_pool_grad", "relu", "sigmoid", "softmax",
            "sparse_softmax_cross_entropy_with_logits", "tanh"]
 

@@ -58,6 +58,24 @@ rf_status *rf__shape_check(const rf_shape *s) {
   return rf__invalid("shape %s: element count overflows int64", buf);
 }
 
+bool rf__shape_compatible(const rf_shape *a, const rf_shape *b) {
+  if (a->rank < 0 || b->rank < 0) return true;
+  if (a->rank != b->rank) return false;
+  for (int i = 0; i < a->rank; i++)
+    if (a->dims[i] >= 0 && b->dims[i] >= 0 && a->dims[i] != b->dims[i])
+      return false;
+  return true;
+}
+
+rf_status *rf__shape_agree(const char *an, const rf_shape *a, const char *bn,
+                           const rf_shape *b) {
+  if (rf__shape_compatible(a, b)) return NULL;
+  char x[96], y[96];
+  rf_shape_format(a, x, sizeof x);
+  rf_shape_format(b, y, sizeof y);
+  return rf__invalid("%s %s and %s %s differ", an, x, bn, y);
+}
+
 rf_shape rf_shape_make(int rank, const int64_t *dims) {
   rf_shape s;
   memset(&s, 0, sizeof s);

@@ -1,4 +1,5 @@
-/* core/shape.h - the one overflow-checked helper for dim arithmetic. Every
+/* core/shape.h - the one overflow-checked helper for dim arithmetic, and
+ * the one test of whether two partly known shapes can be the same. Every
  * product of dims in the library (shape functions, loaders, kernels' prepare
  * steps, collectives) goes through it, so a hostile shape is an
  * INVALID_ARGUMENT, never a signed overflow or a wrapped dim.
@@ -24,5 +25,14 @@ bool rf__dim_mul(int64_t a, int64_t b, int64_t *out);
  * ("shape (4611686018427387904, 4): element count overflows int64"). The
  * caller prefixes the node, attr or argument. */
 rf_status *rf__shape_check(const rf_shape *s);
+
+/* Whether a and b can be one shape: equal ranks and dims where both are
+ * known. */
+bool rf__shape_compatible(const rf_shape *a, const rf_shape *b);
+
+/* NULL when a and b are compatible (above); else INVALID_ARGUMENT "<an> <a>
+ * and <bn> <b> differ" ("dy (2, 3) and x (2, 4) differ"). */
+rf_status *rf__shape_agree(const char *an, const rf_shape *a, const char *bn,
+                           const rf_shape *b);
 
 #endif

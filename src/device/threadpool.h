@@ -18,6 +18,11 @@ int rf__threadpool_size(const rf__threadpool *p);
 /* Queues fn(arg). RESOURCE_EXHAUSTED if the queue cannot grow (fn not run). */
 rf_status *rf__threadpool_schedule(rf__threadpool *p, void (*fn)(void *),
                                    void *arg);
+/* How long an idle worker spins (yielding its core) before it sleeps;
+ * default 50 us. For tests. */
+void rf__threadpool_set_spin_ns(rf__threadpool *p, int64_t ns);
+/* Sleeping workers signalled for work so far. For tests. */
+int64_t rf__threadpool_wakeups(rf__threadpool *p);
 /* Workers currently waiting for work (a hint). */
 int rf__threadpool_idle(const rf__threadpool *p);
 /* See rf__kernel_parallel_for. p may be NULL: runs inline. */

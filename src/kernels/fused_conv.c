@@ -4,7 +4,6 @@
  * rewrite changes no result, so the CPU build tests it. */
 #include "kernels/fused_conv.h"
 
-#include "core/log.h"
 #include "core/status.h"
 #include "device/device.h"
 #include "ops/op_registry.h"
@@ -35,14 +34,6 @@ rf_status *rf__max_pool_grad_relu_unfused(rf__kernel_ctx *ctx) {
   rf_tensor_release(grad);
   if (st) rf__kernel_drop_outputs(ctx);
   return st;
-}
-
-void rf__fused_conv_log_fallback(const rf__kernel_ctx *ctx, const char *why) {
-  RF__LOG(RF_LOG_WARN,
-          "node '%.200s' (%s) on %s: %s; it runs the unfused kernels (Conv2D, "
-          "BiasAdd, Relu) at this shape",
-          ctx->node->name, ctx->node->op->name,
-          ctx->device ? ctx->device->canonical : "?", why);
 }
 
 static const rf__kernel_def defs[] = {

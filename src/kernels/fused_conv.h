@@ -20,10 +20,6 @@ rf_status *rf__fused_conv_bias_relu_unfused(rf__kernel_ctx *ctx);
  * orig_input) into output 0. */
 rf_status *rf__max_pool_grad_relu_unfused(rf__kernel_ctx *ctx);
 
-/* Says through the log sink (warning) that ctx's fused node runs its
- * unfused kernels, and why (once per shape, not per step). */
-void rf__fused_conv_log_fallback(const rf__kernel_ctx *ctx, const char *why);
-
 /* The CPU kernels (kernels/fused_conv.c); the GPU ones are
  * kernels/cuda/conv.cu's and pool.cu's, registered with the conv family. */
 rf_status *rf__register_cpu_fused_conv_kernels(void);

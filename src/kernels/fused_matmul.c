@@ -3,7 +3,6 @@
  * CPU the rewrite changes no result, so the CPU build tests it. */
 #include "kernels/fused_matmul.h"
 
-#include "core/log.h"
 #include "core/status.h"
 #include "device/device.h"
 #include "ops/op_registry.h"
@@ -33,14 +32,6 @@ rf_status *rf__fused_matmul_bias_grad_unfused(rf__kernel_ctx *ctx) {
                                1, 1, NULL);
   if (st) rf__kernel_drop_outputs(ctx);
   return st;
-}
-
-void rf__fused_matmul_log_fallback(const rf__kernel_ctx *ctx, const char *why) {
-  RF__LOG(RF_LOG_WARN,
-          "node '%.200s' (%s) on %s: %s; it runs the unfused kernels (MatMul, "
-          "then its epilogue) at this shape",
-          ctx->node->name, ctx->node->op->name,
-          ctx->device ? ctx->device->canonical : "?", why);
 }
 
 static rf_status *bias_compute(rf__kernel_ctx *ctx) {

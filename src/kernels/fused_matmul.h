@@ -21,11 +21,6 @@ rf_status *rf__fused_matmul_bias_unfused(rf__kernel_ctx *ctx, bool relu);
  * _BiasAddGrad(input bias_input) into output 1. */
 rf_status *rf__fused_matmul_bias_grad_unfused(rf__kernel_ctx *ctx);
 
-/* Says through the log sink (warning) that ctx's fused node runs its
- * unfused kernels, and why (the GPU kernel's fallback; called once per
- * shape, not per step). */
-void rf__fused_matmul_log_fallback(const rf__kernel_ctx *ctx, const char *why);
-
 /* The CPU kernels of the three ops (kernels/fused_matmul.c); the GPU ones
  * are kernels/cuda/fused_matmul.cu's, registered with the math family. */
 rf_status *rf__register_cpu_fused_matmul_kernels(void);

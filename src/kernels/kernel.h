@@ -174,8 +174,9 @@ void rf__kernel_parallel_for(rf__kernel_ctx *ctx, int64_t n,
                              void (*fn)(void *arg, int64_t begin, int64_t end),
                              void *arg);
 
-/* Runs the synchronous kernel of `op` on ctx's device as a step of ctx's
- * kernel (a fused op falling back to the ops it fuses): the nested kernel
+/* Runs the synchronous kernel of `op` on ctx's device (the CPU where ctx
+ * has none, as in rf__kernel_run_single) as a step of ctx's kernel (a fused
+ * op falling back to the ops it fuses): the nested kernel
  * sees ctx's node and device, takes inputs[0, num_inputs) and makes one
  * output. out_index >= 0: that output becomes ctx's output out_index (in
  * the place the executor reserved for it, if any); else the caller owns
@@ -185,6 +186,13 @@ void rf__kernel_parallel_for(rf__kernel_ctx *ctx, int64_t n,
 rf_status *rf__kernel_run_nested(rf__kernel_ctx *ctx, const char *op,
                                  rf_tensor *const *inputs, int num_inputs,
                                  int out_index, rf_tensor **out);
+
+/* Says through the log sink (warning) that ctx's fused node runs its
+ * unfused kernels (named in `unfused`, e.g. "Conv2D, BiasAdd, Relu"), and
+ * why: a GPU kernel's fallback, called once per shape, not per step.
+ * kernels/kernel_nested.c. */
+void rf__kernel_log_unfused(const rf__kernel_ctx *ctx, const char *unfused,
+                            const char *why);
 
 /* Runs one node's kernel on its own, synchronously, on a scratch CPU device
  * (no step, no variables). For tests and constant folding: inputs borrowed,

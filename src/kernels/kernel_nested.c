@@ -2,12 +2,15 @@
  * of its own: a fused op (passes/fuse_epilogues.c) computes exactly what
  * the ops it replaced would, on CPU devices and wherever its GPU fast path
  * is unavailable. The nested kernel sees the fused node (its attrs; errors
- * name it) and the fused kernel's device, stream and step. */
+ * name it) and the fused kernel's device, stream and step; the fused
+ * kernel says through the log sink when it falls back. */
 #include <stddef.h>
 
+#include "core/log.h"
 #include "core/status.h"
 #include "device/device.h"
 #include "kernels/kernel.h"
+#include "ops/op_registry.h"
 
 /* The nested context, and where its output goes in the fused one. */
 typedef struct nested {
@@ -29,8 +32,10 @@ static rf_tensor *nested_home(rf__kernel_ctx *ctx, int i, rf_dtype dtype,
 rf_status *rf__kernel_run_nested(rf__kernel_ctx *ctx, const char *op,
                                  rf_tensor *const *inputs, int num_inputs,
                                  int out_index, rf_tensor **out) {
+  /* No device is the CPU, as for the other context helpers (a kernel run
+   * alone, rf__kernel_run_single). */
   const rf__kernel_def *def =
-      ctx->device ? rf__kernel_find(op, ctx->device->name.type) : NULL;
+      rf__kernel_find(op, ctx->device ? ctx->device->name.type : RF_DEVICE_CPU);
   if (!def || !def->compute)
     return rf__kernel_error(ctx, RF_INTERNAL,
                             "no synchronous %s kernel to run nested", op);
@@ -57,4 +62,13 @@ rf_status *rf__kernel_run_nested(rf__kernel_ctx *ctx, const char *op,
   }
   if (out) *out = result;
   return NULL;
+}
+
+void rf__kernel_log_unfused(const rf__kernel_ctx *ctx, const char *unfused,
+                            const char *why) {
+  RF__LOG(RF_LOG_WARN,
+          "node '%.200s' (%s) on %s: %s; it runs the unfused kernels (%s) at "
+          "this shape",
+          ctx->node->name, ctx->node->op->name,
+          ctx->device ? ctx->device->canonical : "?", why, unfused);
 }

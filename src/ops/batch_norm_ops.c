@@ -13,6 +13,7 @@
  *     that reach BatchNorm's own mean and variance outputs (zeros if none);
  *   _BatchNormInferenceGrad(dy, x, gamma, mean, variance)
  *     -> dx, dgamma, dbeta, dmean, dvariance. */
+#include "core/shape.h"
 #include "ops/op_families.h"
 #include "ops/op_registry.h"
 #include "ringflow/ops.h"
@@ -71,15 +72,7 @@ static rf_status *batch_norm_inference_shape(rf__shape_ctx *c) {
 
 /* dy (input 0) and x (input 1) of one shape where known. */
 static rf_status *check_dy(rf__shape_ctx *c) {
-  const rf_shape *a = &c->input_shapes[0], *b = &c->input_shapes[1];
-  bool ok = a->rank < 0 || b->rank < 0 || a->rank == b->rank;
-  for (int i = 0; ok && a->rank >= 0 && b->rank >= 0 && i < a->rank; i++)
-    ok = a->dims[i] < 0 || b->dims[i] < 0 || a->dims[i] == b->dims[i];
-  if (ok) return NULL;
-  char x[96], y[96];
-  rf_shape_format(a, x, sizeof x);
-  rf_shape_format(b, y, sizeof y);
-  return rf__invalid("dy %s and x %s differ", x, y);
+  return rf__shape_agree("dy", &c->input_shapes[0], "x", &c->input_shapes[1]);
 }
 
 /* _BatchNormGrad(dy, x, gamma, dmean, dvariance) */

@@ -4,6 +4,7 @@
  * (dy * gelu'(x)) and _GeluSecond (gelu''(x), for gradients of gradients),
  * and Softmax along any axis, built from Transpose and the last-axis
  * Softmax. */
+#include "core/shape.h"
 #include "ops/op_families.h"
 #include "ops/op_registry.h"
 #include "ringflow/ops.h"
@@ -16,15 +17,7 @@ static rf_status *same_shape(rf__shape_ctx *c) {
 /* _GeluGrad(dy, x): dy and x of one shape (where both are known). */
 static rf_status *grad_shape(rf__shape_ctx *c) {
   const rf_shape *a = &c->input_shapes[0], *b = &c->input_shapes[1];
-  bool ok = a->rank < 0 || b->rank < 0 || a->rank == b->rank;
-  for (int i = 0; ok && a->rank >= 0 && b->rank >= 0 && i < a->rank; i++)
-    ok = a->dims[i] < 0 || b->dims[i] < 0 || a->dims[i] == b->dims[i];
-  if (!ok) {
-    char x[96], y[96];
-    rf_shape_format(a, x, sizeof x);
-    rf_shape_format(b, y, sizeof y);
-    return rf__invalid("dy %s and x %s differ", x, y);
-  }
+  RF_CHECK(rf__shape_agree("dy", a, "x", b));
   c->output_shapes[0] = b->rank >= 0 ? *b : *a;
   return NULL;
 }

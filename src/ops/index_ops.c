@@ -3,6 +3,7 @@
  * Select (TensorFlow's SelectV2: where(condition, t, e) with numpy
  * broadcasting). Registrations, shape functions (ops/index_shapes.h),
  * gradients and the public builders of ringflow/ops.h. */
+#include "core/shape.h"
 #include "ops/index_shapes.h"
 #include "ops/math_ops.h"
 #include "ops/op_families.h"
@@ -29,10 +30,7 @@ static rf_status *gather_grad_shape(rf__shape_ctx *c) {
   RF_CHECK(
       rf__gather_shape(&c->input_shapes[2], &c->input_shapes[1], &axis, &want));
   const rf_shape *dy = &c->input_shapes[0];
-  bool ok = want.rank < 0 || dy->rank < 0 || want.rank == dy->rank;
-  for (int i = 0; ok && want.rank >= 0 && dy->rank >= 0 && i < dy->rank; i++)
-    ok = want.dims[i] < 0 || dy->dims[i] < 0 || want.dims[i] == dy->dims[i];
-  if (!ok) {
+  if (!rf__shape_compatible(dy, &want)) {
     char a[96], b[96];
     rf_shape_format(dy, a, sizeof a);
     rf_shape_format(&want, b, sizeof b);

@@ -3,6 +3,7 @@
  * torch.nn.LayerNorm, epsilon 1e-5 by default), and its gradient op
  * _LayerNormGrad (dy, x, gamma -> dx, dgamma, dbeta), which recomputes each
  * row's mean and variance rather than keeping them from the forward pass. */
+#include "core/shape.h"
 #include "ops/op_families.h"
 #include "ops/op_registry.h"
 #include "ringflow/ops.h"
@@ -41,15 +42,7 @@ static rf_status *layer_norm_shape(rf__shape_ctx *c) {
  * checked as in LayerNorm. */
 static rf_status *layer_norm_grad_shape(rf__shape_ctx *c) {
   const rf_shape *a = &c->input_shapes[0], *b = &c->input_shapes[1];
-  bool ok = a->rank < 0 || b->rank < 0 || a->rank == b->rank;
-  for (int i = 0; ok && a->rank >= 0 && b->rank >= 0 && i < a->rank; i++)
-    ok = a->dims[i] < 0 || b->dims[i] < 0 || a->dims[i] == b->dims[i];
-  if (!ok) {
-    char x[96], y[96];
-    rf_shape_format(a, x, sizeof x);
-    rf_shape_format(b, y, sizeof y);
-    return rf__invalid("dy %s and x %s differ", x, y);
-  }
+  RF_CHECK(rf__shape_agree("dy", a, "x", b));
   RF_CHECK(check_params(c, 1, 2, 1));
   c->output_shapes[0] = b->rank >= 0 ? *b : *a;
   c->output_shapes[1] = c->output_shapes[2] = c->input_shapes[2];

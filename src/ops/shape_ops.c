@@ -25,12 +25,18 @@ static rf_status *ints(const rf_node *n, const char *attr, const int64_t **v,
 
 /* ---- shape functions ---- */
 
-static rf_status *transpose_shape(rf__shape_ctx *c) {
-  const int64_t *perm;
+/* Output 0 as fn makes it from input 0 and the int-list attr `attr`. */
+static rf_status *list_shape(rf__shape_ctx *c, const char *attr,
+                             rf_status *(*fn)(const rf_shape *, const int64_t *,
+                                              int, rf_shape *)) {
+  const int64_t *v;
   int n;
-  RF_CHECK(ints(c->node, "perm", &perm, &n));
-  return rf__transpose_shape(&c->input_shapes[0], perm, n,
-                             &c->output_shapes[0]);
+  RF_CHECK(ints(c->node, attr, &v, &n));
+  return fn(&c->input_shapes[0], v, n, &c->output_shapes[0]);
+}
+
+static rf_status *transpose_shape(rf__shape_ctx *c) {
+  return list_shape(c, "perm", rf__transpose_shape);
 }
 
 static rf_status *concat_shape(rf__shape_ctx *c) {
@@ -66,24 +72,15 @@ static rf_status *expand_dims_shape(rf__shape_ctx *c) {
 }
 
 static rf_status *squeeze_shape(rf__shape_ctx *c) {
-  const int64_t *dims;
-  int n;
-  RF_CHECK(ints(c->node, "squeeze_dims", &dims, &n));
-  return rf__squeeze_shape(&c->input_shapes[0], dims, n, &c->output_shapes[0]);
+  return list_shape(c, "squeeze_dims", rf__squeeze_shape);
 }
 
 static rf_status *pad_shape(rf__shape_ctx *c) {
-  const int64_t *p;
-  int n;
-  RF_CHECK(ints(c->node, "paddings", &p, &n));
-  return rf__pad_shape(&c->input_shapes[0], p, n, &c->output_shapes[0]);
+  return list_shape(c, "paddings", rf__pad_shape);
 }
 
 static rf_status *tile_shape(rf__shape_ctx *c) {
-  const int64_t *m;
-  int n;
-  RF_CHECK(ints(c->node, "multiples", &m, &n));
-  return rf__tile_shape(&c->input_shapes[0], m, n, &c->output_shapes[0]);
+  return list_shape(c, "multiples", rf__tile_shape);
 }
 
 static rf_status *tile_grad_shape(rf__shape_ctx *c) {
@@ -94,26 +91,23 @@ static rf_status *tile_grad_shape(rf__shape_ctx *c) {
                              &c->output_shapes[0]);
 }
 
-/* _PadTo(x, like): x placed at begin inside zeros of like's shape. */
-static rf_status *pad_to_shape(rf__shape_ctx *c) {
+/* _PadTo(x, like) and _SliceTo(x, like): like's shape, input `inner` a
+ * window at begin inside input 1 - inner. _PadTo places x inside zeros of
+ * like's shape (inner 0); _SliceTo takes like's window out of x (inner 1). */
+static rf_status *window_shape(rf__shape_ctx *c, int inner) {
   const int64_t *begin;
   int n;
   RF_CHECK(ints(c->node, "begin", &begin, &n));
-  RF_CHECK(
-      rf__window_check(&c->input_shapes[1], &c->input_shapes[0], begin, n));
+  RF_CHECK(rf__window_check(&c->input_shapes[1 - inner],
+                            &c->input_shapes[inner], begin, n));
   c->output_shapes[0] = c->input_shapes[1];
   return NULL;
 }
 
-/* _SliceTo(x, like): the window of like's shape at begin inside x. */
+static rf_status *pad_to_shape(rf__shape_ctx *c) { return window_shape(c, 0); }
+
 static rf_status *slice_to_shape(rf__shape_ctx *c) {
-  const int64_t *begin;
-  int n;
-  RF_CHECK(ints(c->node, "begin", &begin, &n));
-  RF_CHECK(
-      rf__window_check(&c->input_shapes[0], &c->input_shapes[1], begin, n));
-  c->output_shapes[0] = c->input_shapes[1];
-  return NULL;
+  return window_shape(c, 1);
 }
 
 /* _SplitLike(value, like[N]): output i is value's slab along axis as wide
@@ -161,18 +155,11 @@ static rf_node_builder *internal(rf_graph *g, const char *op,
   return b;
 }
 
-static rf_output pad_to(rf_graph *g, rf_output x, rf_output like,
-                        const int64_t *begin, int n) {
+/* op (_PadTo or _SliceTo) of x to like's shape at begin[0, n). */
+static rf_output window_to(rf_graph *g, const char *op, rf_output x,
+                           rf_output like, const int64_t *begin, int n) {
   rf_output in[2] = {x, like};
-  rf_node_builder *b = internal(g, "_PadTo", in, 2);
-  rf_node_builder_attr_int_list(b, "begin", begin, n);
-  return rf__finish_output(g, b);
-}
-
-static rf_output slice_to(rf_graph *g, rf_output x, rf_output like,
-                          const int64_t *begin, int n) {
-  rf_output in[2] = {x, like};
-  rf_node_builder *b = internal(g, "_SliceTo", in, 2);
+  rf_node_builder *b = internal(g, op, in, 2);
   rf_node_builder_attr_int_list(b, "begin", begin, n);
   return rf__finish_output(g, b);
 }
@@ -227,15 +214,6 @@ static rf_status *split_grad(rf__grad_ctx *c) {
   return NULL;
 }
 
-static rf_status *slice_grad(rf__grad_ctx *c) {
-  if (!c->dy[0].node) return NULL;
-  const int64_t *begin;
-  int n;
-  RF_CHECK(ints(c->op, "begin", &begin, &n));
-  c->dx[0] = pad_to(c->g, c->dy[0], rf__input(c->op, 0), begin, n);
-  return NULL;
-}
-
 /* ExpandDims, Squeeze: dy reshaped to x's run-time shape. */
 static rf_status *reshape_like_grad(rf__grad_ctx *c) {
   if (!c->dy[0].node) return NULL;
@@ -251,7 +229,8 @@ static rf_status *pad_grad(rf__grad_ctx *c) {
   RF_CHECK(ints(c->op, "paddings", &p, &n));
   int64_t begin[RF_MAX_RANK];
   for (int i = 0; i < n / 2; i++) begin[i] = p[2 * i];
-  c->dx[0] = slice_to(c->g, c->dy[0], rf__input(c->op, 0), begin, n / 2);
+  c->dx[0] =
+      window_to(c->g, "_SliceTo", c->dy[0], rf__input(c->op, 0), begin, n / 2);
   return NULL;
 }
 
@@ -277,22 +256,24 @@ static rf_status *tile_grad_grad(rf__grad_ctx *c) {
   return NULL;
 }
 
-static rf_status *pad_to_grad(rf__grad_ctx *c) {
+/* Slice, _PadTo and _SliceTo: x's gradient is dy through `other` (the
+ * window op that undoes the node's), to x's shape at the same begin. */
+static rf_status *window_grad(rf__grad_ctx *c, const char *other) {
   if (!c->dy[0].node) return NULL;
   const int64_t *begin;
   int n;
   RF_CHECK(ints(c->op, "begin", &begin, &n));
-  c->dx[0] = slice_to(c->g, c->dy[0], rf__input(c->op, 0), begin, n);
+  c->dx[0] = window_to(c->g, other, c->dy[0], rf__input(c->op, 0), begin, n);
   return NULL;
 }
 
-static rf_status *slice_to_grad(rf__grad_ctx *c) {
-  if (!c->dy[0].node) return NULL;
-  const int64_t *begin;
-  int n;
-  RF_CHECK(ints(c->op, "begin", &begin, &n));
-  c->dx[0] = pad_to(c->g, c->dy[0], rf__input(c->op, 0), begin, n);
-  return NULL;
+static rf_status *pad_to_grad(rf__grad_ctx *c) {
+  return window_grad(c, "_SliceTo");
+}
+
+/* Slice and _SliceTo: dy placed at begin inside zeros of x's shape. */
+static rf_status *slice_grad(rf__grad_ctx *c) {
+  return window_grad(c, "_PadTo");
 }
 
 /* ---- registration ---- */
@@ -361,7 +342,7 @@ static const rf__op_spec shape_ops[] = {
      .outputs = "y: T",
      .attrs = "T: type in {@all}; begin: list(int)",
      .shape = slice_to_shape,
-     .grad = slice_to_grad},
+     .grad = slice_grad},
     {.name = "_SplitLike",
      .inputs = "value: T, like: N * T",
      .outputs = "output: N * T",

@@ -8,6 +8,7 @@
  * again at run time. */
 #include <string.h>
 
+#include "core/shape.h"
 #include "ops/op_families.h"
 #include "ops/op_registry.h"
 #include "ringflow/ops.h"
@@ -159,16 +160,6 @@ rf_status *rf__register_state_ops(void) {
 
 /* ---- public builders ---- */
 
-/* Shapes that could be equal: unknown ranks and dims match anything. */
-static bool shapes_compatible(const rf_shape *a, const rf_shape *b) {
-  if (a->rank < 0 || b->rank < 0) return true;
-  if (a->rank != b->rank) return false;
-  for (int i = 0; i < a->rank; i++)
-    if (a->dims[i] >= 0 && b->dims[i] >= 0 && a->dims[i] != b->dims[i])
-      return false;
-  return true;
-}
-
 /* The dtype and shape of the Variable behind `var`. Returns false (and
  * records an error) when var is not a resource; *known is false when var does
  * not come straight from a Variable node (only run time can check then). */
@@ -208,7 +199,7 @@ static bool value_fits(rf_graph *g, const char *op, const char *what,
                                     vname, rf_dtype_name(dtype)));
     return false;
   }
-  if (!shapes_compatible(&shape, &vshape)) {
+  if (!rf__shape_compatible(&shape, &vshape)) {
     char a[128], b[128];
     rf_shape_format(&vshape, a, sizeof a);
     rf_shape_format(&shape, b, sizeof b);

@@ -19,6 +19,19 @@ typedef struct builder {
   int max_out;
 } builder;
 
+/* A frame and its arrays (tensors in them already released). */
+static void frame_free(frame *f) {
+  rf__free(f->slots);
+  rf__free(f->outs);
+  rf__free(f->pending);
+  rf__free(f->actx);
+  rf__free(f->refs);
+  rf__free(f->handoff);
+  rf__free(f->batches);
+  rf__free(f->bucket_tensors);
+  rf__free(f);
+}
+
 static void plan_destroy(dplan *p) {
   for (int i = 0; p->nodes && i < p->num_nodes; i++) {
     xnode *x = &p->nodes[i];
@@ -28,15 +41,7 @@ static void plan_destroy(dplan *p) {
   while (p->free_frames) {
     frame *f = p->free_frames;
     p->free_frames = f->next;
-    rf__free(f->slots);
-    rf__free(f->outs);
-    rf__free(f->pending);
-    rf__free(f->actx);
-    rf__free(f->refs);
-    rf__free(f->handoff);
-    rf__free(f->batches);
-    rf__free(f->bucket_tensors);
-    rf__free(f);
+    frame_free(f);
   }
   pthread_mutex_destroy(&p->frames_mu);
   rf__free(p->buckets);
@@ -288,15 +293,7 @@ static frame *frame_new(dplan *p) {
                                  (size_t)(p->num_buckets ? p->num_buckets : 1));
   if (!f->slots || !f->outs || !f->pending || !f->actx || !f->refs ||
       !f->handoff || !f->batches || !f->bucket_tensors) {
-    rf__free(f->slots);
-    rf__free(f->outs);
-    rf__free(f->pending);
-    rf__free(f->actx);
-    rf__free(f->refs);
-    rf__free(f->handoff);
-    rf__free(f->batches);
-    rf__free(f->bucket_tensors);
-    rf__free(f);
+    frame_free(f);
     return NULL;
   }
   for (int b = 0; b < p->num_buckets; b++)

@@ -245,6 +245,18 @@ def test_dropout(rng):
         np.testing.assert_array_equal(sess.run(y, {px: x}), a)
 
 
+def test_nn_aliases(rng):
+    """rf.nn.gelu and rf.nn.dropout, as tf.nn has them: the same ops."""
+    x = rng.uniform(0.5, 2, (8, 8))
+    px = rf.placeholder(rf.float64, x.shape)
+    y = rf.nn.gelu(px, approximate=True)
+    d = rf.nn.dropout(px, 0.25, seed=5)
+    assert y.op.type == "Gelu" and d.op.type == "Dropout"
+    got, mask = _run([y, d.op.outputs[1]], {px: x})
+    np.testing.assert_allclose(got, _gelu_np(x, True), rtol=1e-13)
+    assert set(np.unique(mask)) <= {0.0, 1 / 0.75}
+
+
 def _layer_norm_np(x, gamma, beta, eps):
     m = x.mean(axis=-1, keepdims=True)
     v = ((x - m) ** 2).mean(axis=-1, keepdims=True)

@@ -223,6 +223,8 @@ def test_step_must_be_an_int_in_range(tmp_path):
     path = str(tmp_path / "s.safetensors")
     with pytest.raises(TypeError):
         rf.checkpoint.save(path, {"a": np.ones(1)}, step=1.5)
+    with pytest.raises(TypeError, match="bool"):  # not saved as step 1
+        rf.checkpoint.save(path, {"a": np.ones(1)}, step=True)
     for step in (rf.checkpoint.STEP_MAX + 1, 2**70, -(2**70)):
         with pytest.raises(rf.errors.InvalidArgumentError, match="step"):
             rf.checkpoint.save(path, {"a": np.ones(1)}, step=step)

@@ -32,14 +32,35 @@
  * A check that does not finish: the others are asked (PING) before the
  * timeout, and at the timeout the op fails naming the tasks that have not
  * reached the collective or did not answer; the op stays queued (MPI owns
- * its check) and its name's later ops wait behind it until it pairs. A
- * task whose step failed before its collective tells the members of its
+ * its check) and its name's later ops wait behind it until it pairs.
+ * GPU collectives are never kept: their checks say "changed" and they
+ * always go through task 0.
+ *
+ * A task whose step failed before its collective tells the members of its
  * agreed collectives (FAILED, STEP_FAILED): there is no coordinator to
  * fail the others' checks, so each fails its own ops of that step at once,
  * as at the timeout (the check still pairs later, the steps differ, and it
  * is agreed anew).
- * Blocking (data thread) and GPU collectives are never kept: their checks
- * say "changed" and they always go through task 0. */
+ *
+ * Blocking data (MPI's blocking calls, ringflow's ring: algorithm.c) run
+ * on a thread of the entry's own, on a second communicator of its own
+ * (dcomm), never on the session's data thread: there, two names whose
+ * checks pass at about the same time can be handed over in opposite
+ * orders by two processes (each sees its checks complete in its own
+ * order), and each thread then waits in the call the other process has
+ * not started (test_mpi_agreed_blocking hangs so within a few steps). Why
+ * this cannot deadlock: an entry's k-th data call waits only for the k-th
+ * data call of that name in the other members; each member issues it on
+ * the name's own thread once its k-th check passed (so every member has
+ * reached op k) and its (k-1)-th data call returned, and the checks of a
+ * name pair in the same sequence everywhere; no other name's call and no
+ * engine call stands in front of it (the engine only hands it over), so by
+ * induction on k every call completes once every member reached it. The
+ * communicators are made only at a GO, in GO order (one order for the
+ * whole job), never at a check. Such data do not go with their check (a
+ * blocking call cannot wait beside it): a failed check issues no data
+ * anywhere, which every member decides alike
+ * from the entry's `blocking`, not from its own op. */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -81,7 +102,12 @@ struct rf__mpi_agreed {
   int nset, *counts; /* the agreed set: participants per task */
   int64_t digest;
   rf__mpi_op *head, *tail; /* its ops, in arrival order */
-  rf__mpi_agreed *next;    /* the retired list */
+  /* The agreed descriptor's data run by blocking calls (op->blocking):
+   * on `thread`, on dcomm (MPI_COMM_NULL until made at a GO). */
+  bool blocking;
+  MPI_Comm dcomm;
+  rf__mpi_data_thread *thread;
+  rf__mpi_agreed *next; /* the retired list */
   UT_hash_handle hh;
   /* The direct path (below), under direct_mu: how many ops are queued here
    * (the engine's), and whether a thread of the executor runs one. */
@@ -137,7 +163,7 @@ static bool same(const rf__mpi_msg *a, const rf__mpi_msg *b) {
   return true;
 }
 
-static bool keepable(const rf__mpi_op *op) { return !op->gpu && !op->blocking; }
+static bool keepable(const rf__mpi_op *op) { return !op->gpu; }
 
 static rf__mpi_agreed *find(rf__job *j, const char *name) {
   rf__mpi_agreed *a = NULL;
@@ -146,6 +172,8 @@ static rf__mpi_agreed *find(rf__job *j, const char *name) {
 }
 
 static void entry_free(rf__mpi_agreed *a) {
+  if (!rf__mpi_data_thread_free(&a->thread) && a->dcomm != MPI_COMM_NULL)
+    MPI_Comm_free(&a->dcomm); /* kept while its thread is stuck in it */
   rf__free(a->counts);
   rf__free(a->name);
   rf__free(a->devices);
@@ -242,6 +270,7 @@ bool rf__mpi_agreed_take(rf__job *j, rf__mpi_op *op, int64_t now) {
       memcpy(a->tasks, op->tasks, sizeof *a->tasks * (size_t)op->nset);
     a->nmembers = op->nset;
     a->comm = MPI_COMM_NULL;
+    a->dcomm = MPI_COMM_NULL;
     a->state = PENDING; /* before the direct path can find it */
   }
   bool made = a && a->name && a->devices && a->tasks;
@@ -272,6 +301,13 @@ static void keep_descriptor(rf__mpi_agreed *a, const rf__mpi_op *op) {
   a->root_rank = op->root_rank;
   a->root_shape = op->root_shape;
   a->digest = digest(&a->desc, a->devices);
+  a->blocking = op->blocking;
+  pthread_mutex_unlock(&direct_mu);
+}
+
+static void fail_comm(rf__mpi_agreed *a) {
+  pthread_mutex_lock(&direct_mu);
+  a->comm_failed = true;
   pthread_mutex_unlock(&direct_mu);
 }
 
@@ -287,13 +323,35 @@ void rf__mpi_agreed_verdict(rf__job *j, rf__mpi_op *op, bool go, int agree) {
     return;
   }
   a = find(j, op->name);
-  if (go && agree == RF_AGREE_UPDATE && a && a->state == ACTIVE)
+  if (go && agree == RF_AGREE_UPDATE && a && a->state == ACTIVE) {
     keep_descriptor(a, op); /* every task changed alike */
+    op->dup_data = op->blocking && a->dcomm == MPI_COMM_NULL;
+  }
+}
+
+/* The communicator of a's blocking data, from set_comm at op's GO (every
+ * member is there now); false when MPI could not make it. */
+static bool dup_data(rf__mpi_agreed *a, MPI_Comm set_comm) {
+  if (MPI_Comm_dup(set_comm, &a->dcomm) != MPI_SUCCESS) {
+    a->dcomm = MPI_COMM_NULL;
+    return false;
+  }
+  MPI_Comm_set_errhandler(a->dcomm, MPI_ERRORS_RETURN);
+  return true;
 }
 
 void rf__mpi_agreed_issued(rf__job *j, rf__mpi_op *op, MPI_Comm set_comm,
                            const rf_status *st) {
   rf__mpi_agreed *a = op->fresh;
+  if (!a && op->dup_data && !st) { /* kept an UPDATE: its data's comm */
+    op->dup_data = false;
+    a = find(j, op->name);
+    /* Not made: the others' data time out, named. */
+    if (a && a->state == ACTIVE && a->dcomm == MPI_COMM_NULL &&
+        !dup_data(a, set_comm))
+      fail_comm(a);
+    return;
+  }
   if (!a || st) return; /* a failed issue: rf__mpi_agreed_verdict */
   op->fresh = NULL;
   /* Blocking, like sets.c's MPI_Comm_create_group: every member is at this
@@ -306,14 +364,13 @@ void rf__mpi_agreed_issued(rf__job *j, rf__mpi_op *op, MPI_Comm set_comm,
     return;
   }
   MPI_Comm_set_errhandler(a->comm, MPI_ERRORS_RETURN);
+  if (op->blocking && !dup_data(a, set_comm)) {
+    MPI_Comm_free(&a->comm); /* the others' checks time out, named */
+    unlist(j, a, rf__mpi_now_ns(), INT64_MIN);
+    return;
+  }
   pthread_mutex_lock(&direct_mu);
   a->state = ACTIVE;
-  pthread_mutex_unlock(&direct_mu);
-}
-
-static void fail_comm(rf__mpi_agreed *a) {
-  pthread_mutex_lock(&direct_mu);
-  a->comm_failed = true;
   pthread_mutex_unlock(&direct_mu);
 }
 
@@ -430,8 +487,8 @@ static void check_start(rf__job *j, rf__mpi_agreed *a, rf__mpi_op *op,
                         int64_t now) {
   rf__mpi_msg d;
   rf__mpi_member_describe(op, &d);
-  bool changed =
-      !keepable(op) || !same(&d, &a->desc) || strcmp(op->devices, a->devices);
+  bool changed = !keepable(op) || op->blocking != a->blocking ||
+                 !same(&d, &a->desc) || strcmp(op->devices, a->devices);
   int64_t x = digest(&d, op->devices);
   op->check[0] = x;
   op->check[1] = -x;
@@ -551,7 +608,11 @@ static void issue_data(rf__job *j, rf__mpi_agreed *a, rf__mpi_op *op,
   op->root_index = a->root_index;
   op->root_rank = a->root_rank;
   op->root_shape = a->root_shape;
-  rf_status *st = rf__mpi_op_issue(op, a->comm);
+  /* Blocking: on the entry's own thread and communicator, so that no
+   * other collective's call waits behind it (see the top). */
+  rf_status *st = op->blocking
+                      ? rf__mpi_data_thread_hand(&a->thread, op, a->dcomm)
+                      : rf__mpi_op_issue(op, a->comm);
   if (st) { /* the others wait in their data: they time out, named */
     fail_comm(a);
     rf__mpi_member_report(op, st);
@@ -641,7 +702,7 @@ static int run_entry(rf__job *j, rf__mpi_agreed *a, int64_t now, int *progress,
       if (op->state != RF_OP_CHECK) break;
     }
     if (op->state == RF_OP_CHECK) {
-      if (!op->spec && !spec_issue(a, op, now)) break;
+      if (!op->spec && !a->blocking && !spec_issue(a, op, now)) break;
       int done = 0;
       rf_status *st =
           RF_MPI_STATUS(MPI_Test(&op->check_req, &done, MPI_STATUS_IGNORE));
@@ -663,6 +724,9 @@ static int run_entry(rf__job *j, rf__mpi_agreed *a, int64_t now, int *progress,
       const int64_t *c = op->checked;
       if (c[2] == -c[3] && c[0] == -c[1] && !c[4]) {
         op->state = RF_OP_PASSED;
+      } else if (!op->spec && a->blocking) { /* no data went anywhere */
+        op->state = RF_OP_DRAIN;             /* op->req is null: done at once */
+        op->deadline_ns = now + op->timeout_ms * 1000000;
       } else if (!op->spec) { /* its data first: the others issued theirs */
         *waiting = true;
         break;
@@ -722,7 +786,10 @@ static int run_entry(rf__job *j, rf__mpi_agreed *a, int64_t now, int *progress,
       op->bytes = rf__mpi_op_bytes(op);
       j->fast_in_flight++;
     } else {
-      if (!atomic_load(&op->prepared)) { /* its data: being computed */
+      /* its data being computed, or their communicator made at a GO
+       * still to come (a kept UPDATE) */
+      if (!atomic_load(&op->prepared) ||
+          (op->blocking && a->dcomm == MPI_COMM_NULL)) {
         *waiting = true;
         break;
       }
@@ -894,8 +961,8 @@ static rf__mpi_agreed *take_direct(rf__job *j, const rf__mpi_op *op,
   rf__mpi_agreed *a = NULL;
   HASH_FIND_STR(j->agreed, op->name, a);
   if (a && (a->state != ACTIVE || atomic_load(&a->comm_failed) ||
-            atomic_load(&a->taken) || a->queued > 0 || !same(&d, &a->desc) ||
-            strcmp(op->devices, a->devices)))
+            atomic_load(&a->taken) || a->queued > 0 || a->blocking ||
+            !same(&d, &a->desc) || strcmp(op->devices, a->devices)))
     a = NULL;
   if (a) {
     atomic_store(&a->taken, true);

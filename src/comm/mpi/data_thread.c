@@ -6,11 +6,15 @@
  * in opposite orders (each session's GO order is its own) would wait on each
  * other forever. The engine hands a job's thread an op only when no other
  * collective of that job is in flight, and starts none of the job's until it
- * is done, so no communicator is ever used by two threads at once. Needs
- * MPI_THREAD_MULTIPLE (the engine calls MPI meanwhile). Invariant: an op
- * handed over completes exactly once (async_done, then the engine is woken),
- * unless the job leaves while it runs: then the thread is left to finish on
- * its own and frees itself. */
+ * is done, so no communicator is ever used by two threads at once.
+ * A collective agreed once (agreed.c) has a thread of its own for the same
+ * calls in the steady state, on a communicator of its own: collectives of
+ * different names then wait on nothing of each other's, whatever order
+ * each process reaches them in. Needs MPI_THREAD_MULTIPLE (the engine
+ * calls MPI meanwhile). Invariant: an op handed over completes exactly once
+ * (async_done, then the engine is woken), unless the thread is stopped
+ * while it runs (its job left): then it is left to finish on its own and
+ * frees itself. */
 #include <pthread.h>
 
 #include "comm/mpi/op.h"
@@ -21,8 +25,10 @@ struct rf__mpi_data_thread {
   pthread_mutex_t mu;
   pthread_cond_t wake;
   pthread_t thread;
-  rf__mpi_op *op; /* handed over, not yet taken */
-  bool busy;      /* in an MPI call */
+  /* Handed over, not yet taken, in order (an agreed collective's next op
+   * can come while one runs): linked by data_next, each with its comm. */
+  rf__mpi_op *head, *tail;
+  bool busy; /* in an MPI call */
   bool stop;
   bool orphaned; /* its job left during a call: it frees itself */
 };
@@ -37,13 +43,16 @@ static void *data_main(void *arg) {
   rf__mpi_data_thread *d = arg;
   pthread_mutex_lock(&d->mu);
   for (;;) {
-    while (!d->op && !d->stop) pthread_cond_wait(&d->wake, &d->mu);
+    while (!d->head && !d->stop) pthread_cond_wait(&d->wake, &d->mu);
     if (d->stop) break;
-    rf__mpi_op *op = d->op;
-    d->op = NULL;
+    rf__mpi_op *op = d->head;
+    MPI_Comm comm = op->data_comm;
+    d->head = op->data_next;
+    if (!d->head) d->tail = NULL;
+    op->data_next = NULL;
     d->busy = true;
     pthread_mutex_unlock(&d->mu);
-    finish(op, rf__mpi_op_run_blocking(op, op->set->comm));
+    finish(op, rf__mpi_op_run_blocking(op, comm));
     pthread_mutex_lock(&d->mu);
     d->busy = false;
   }
@@ -71,6 +80,19 @@ static rf__mpi_data_thread *start(void) {
   return d;
 }
 
+static void hand(rf__mpi_data_thread *d, rf__mpi_op *op, MPI_Comm comm) {
+  op->data_comm = comm;
+  op->data_next = NULL;
+  pthread_mutex_lock(&d->mu);
+  if (d->tail)
+    d->tail->data_next = op;
+  else
+    d->head = op;
+  d->tail = op;
+  pthread_cond_signal(&d->wake);
+  pthread_mutex_unlock(&d->mu);
+}
+
 void rf__mpi_data_thread_run(rf__job *j, rf__mpi_op *op) {
   if (!j->data_thread) j->data_thread = start();
   rf__mpi_data_thread *d = j->data_thread;
@@ -78,19 +100,31 @@ void rf__mpi_data_thread_run(rf__job *j, rf__mpi_op *op) {
     finish(op, rf__mpi_op_run_blocking(op, op->set->comm));
     return;
   }
-  pthread_mutex_lock(&d->mu);
-  d->op = op;
-  pthread_cond_signal(&d->wake);
-  pthread_mutex_unlock(&d->mu);
+  hand(d, op, op->set->comm);
 }
 
-void rf__mpi_data_thread_stop(rf__job *j) {
-  rf__mpi_data_thread *d = j->data_thread;
-  if (!d) return;
-  j->data_thread = NULL;
+rf_status *rf__mpi_data_thread_hand(rf__mpi_data_thread **d, rf__mpi_op *op,
+                                    MPI_Comm comm) {
+  if (!*d) *d = start();
+  /* Never on the engine: a blocking call there, outside the GO order,
+   * could wait on a process whose engine waits on this one. */
+  if (!*d)
+    return rf__error(RF_RESOURCE_EXHAUSTED,
+                     "collective '%s' (job step %lld): no thread could be "
+                     "started for its blocking MPI calls",
+                     op->name, (long long)op->job_step);
+  hand(*d, op, comm);
+  return NULL;
+}
+
+bool rf__mpi_data_thread_free(rf__mpi_data_thread **dp) {
+  rf__mpi_data_thread *d = *dp;
+  if (!d) return false;
+  *dp = NULL;
   pthread_mutex_lock(&d->mu);
   d->stop = true;
-  d->op = NULL; /* not started: it never will (the op stays unfinished) */
+  /* not started: they never will (the ops stay unfinished) */
+  d->head = d->tail = NULL;
   bool stuck = d->busy;
   d->orphaned = stuck;
   /* Read before unlocking: an orphaned thread frees d once it sees stop. */
@@ -99,10 +133,15 @@ void rf__mpi_data_thread_stop(rf__job *j) {
   pthread_mutex_unlock(&d->mu);
   if (stuck) {
     pthread_detach(thread);
-    return;
+    return true;
   }
   pthread_join(thread, NULL);
   pthread_mutex_destroy(&d->mu);
   pthread_cond_destroy(&d->wake);
   rf__free(d);
+  return false;
+}
+
+void rf__mpi_data_thread_stop(rf__job *j) {
+  rf__mpi_data_thread_free(&j->data_thread);
 }

@@ -25,8 +25,9 @@
  *
  * That is a collective's first step. Once agreed (agreed.c), its later
  * steps skip READY/GO: the engine runs a check all-reduce and then the data
- * on the collective's own communicator, and falls back to READY when the
- * check finds a difference.
+ * on the collective's own communicator (blocking data: on a thread and a
+ * second communicator of the collective's own), and falls back to READY
+ * when the check finds a difference.
  *
  * Ownership: commands belong to the engine once submitted; an op is shared
  * by its preparing thread, the engine and its report task (refs). */
@@ -111,6 +112,12 @@ typedef struct rf__mpi_set {
 rf_status *rf__mpi_parse_set(const char *devices, int *n, int **tasks,
                              int **counts);
 
+/* The same, for a collective of job j at a step: the string's first parse
+ * is kept in j (its every step parses the same string) and copied after.
+ * Errors are not kept. */
+rf_status *rf__mpi_job_parse_set(rf__job *j, const char *devices, int *n,
+                                 int **tasks, int **counts);
+
 /* ---- a job's state (engine.c, job.c) ---- */
 
 typedef struct rf__mpi_op rf__mpi_op;
@@ -159,7 +166,9 @@ struct rf__job {
     uint64_t name_hash;
   } oom[8];
   int num_oom;
-  rf__mpi_set *sets; /* by key */
+  rf__mpi_set *sets;                 /* by key */
+  struct rf__mpi_parsed_set *parsed; /* sets.c: by devices string */
+  int num_parsed;
   rf_status *broken; /* set: no more collectives */
   /* A peer may be dead: a collective timed out waiting for other tasks
    * (rf__mpi_peer_suspect), and none spanning every task has completed

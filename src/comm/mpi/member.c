@@ -197,7 +197,7 @@ void rf__job_coll_run(rf__job *j, rf__coll_group *g, const char *devices,
     return;
   }
   rf_status *st =
-      rf__mpi_parse_set(op->devices, &op->nset, &op->tasks, &op->counts);
+      rf__mpi_job_parse_set(j, op->devices, &op->nset, &op->tasks, &op->counts);
   op->me = -1;
   for (int i = 0; !st && i < op->nset; i++)
     if (op->tasks[i] == j->task) op->me = i;
@@ -401,6 +401,8 @@ static int issue(rf__job *j, rf__mpi_op *op, int64_t now) {
     if (j->in_flight > 0) return 0; /* alone on its communicators */
     op->set = set;
     j->blocking = op;
+    /* kept agreed: its communicators, before the data thread uses set's */
+    rf__mpi_agreed_issued(j, op, set->comm, NULL);
     rf__mpi_data_thread_run(j, op);
   } else if (!st) {
     st = rf__mpi_op_issue(op, set->comm);

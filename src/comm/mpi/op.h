@@ -103,6 +103,14 @@ struct rf__mpi_op {
   void *standin;
   /* Handed back by the direct path (agreed.c): the entry it holds taken. */
   rf__mpi_agreed *direct;
+  /* GO kept a changed descriptor (UPDATE) whose data run on a thread of
+   * the entry's and the entry has no data communicator yet: it is made
+   * when op is issued, in GO order (agreed.c). */
+  bool dup_data;
+  /* Handed to a data thread, not yet taken (data_thread.c): the next op
+   * of its queue, and the communicator of its call. */
+  rf__mpi_op *data_next;
+  MPI_Comm data_comm;
   rf__mpi_op *go_next; /* the job's GO queue */
   UT_hash_handle hh;
 };
@@ -245,6 +253,16 @@ void rf__mpi_data_thread_run(rf__job *j, rf__mpi_op *op);
 /* The job is leaving: joins its data thread, or leaves it to finish (and
  * free itself) when it is stuck in a call that never completed. */
 void rf__mpi_data_thread_stop(rf__job *j);
+/* Hands op to the data thread *d (an agreed collective's own, agreed.c;
+ * started here on first use) to run its blocking call on comm: completes
+ * as rf__mpi_data_thread_run. RESOURCE_EXHAUSTED when no thread can be
+ * started (nothing was run: never on the calling thread). */
+rf_status *rf__mpi_data_thread_hand(rf__mpi_data_thread **d, rf__mpi_op *op,
+                                    MPI_Comm comm);
+/* Stops *d (NULL afterwards) like rf__mpi_data_thread_stop; true when it
+ * was left running a call that never completed (its communicator must
+ * then be kept). */
+bool rf__mpi_data_thread_free(rf__mpi_data_thread **d);
 /* After completion: participant i's output, a new reference or NULL
  * (post-processing: avg, float16, the rows of reduce_scatter); op->late, the
  * error of an output that could not be allocated after GO, is returned

@@ -6,12 +6,14 @@
  * makes its sets' communicators in the same relative order (no two members
  * can wait on each other). The wait is blocking, but every member has just
  * reported READY. */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "comm/mpi/engine.h"
 #include "comm/mpi/mpi_status.h"
+#include "core/hash.h"
 #include "core/mem.h"
 #include "core/status.h"
 
@@ -64,6 +66,83 @@ rf_status *rf__mpi_parse_set(const char *devices, int *n, int **tasks,
   *tasks = t;
   *counts = cnt;
   rf__free(all);
+  return NULL;
+}
+
+/* Sets already parsed, by their devices string, per job: every step of
+ * a collective parses the same string, and parsing (a device name a task)
+ * was a tenth of a 1 KiB collective's step across 2 processes
+ * (docs/PERFORMANCE.md, "Session 13: mpilat"). At most SET_CACHE_MAX
+ * strings a job (a graph's collectives; past that they are parsed each
+ * time), freed with the job's sets. Steps run on any executor thread:
+ * parsed_mu guards every job's. */
+#define SET_CACHE_MAX 1024
+typedef struct rf__mpi_parsed_set {
+  char *devices;
+  int n, *tasks, *counts;
+  UT_hash_handle hh;
+} parsed_set;
+static pthread_mutex_t parsed_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static void parsed_free(parsed_set *e) {
+  if (!e) return;
+  rf__free(e->devices);
+  rf__free(e->tasks);
+  rf__free(e->counts);
+  rf__free(e);
+}
+
+/* Copies of e's arrays, or out of memory (*tasks, *counts untouched). */
+static rf_status *copy_set(const parsed_set *e, int *n, int **tasks,
+                           int **counts) {
+  int *t = rf__malloc(sizeof(int) * (size_t)e->n);
+  int *cnt = rf__malloc(sizeof(int) * (size_t)e->n);
+  if (!t || !cnt) {
+    rf__free(t);
+    rf__free(cnt);
+    return rf__oom();
+  }
+  memcpy(t, e->tasks, sizeof(int) * (size_t)e->n);
+  memcpy(cnt, e->counts, sizeof(int) * (size_t)e->n);
+  *n = e->n;
+  *tasks = t;
+  *counts = cnt;
+  return NULL;
+}
+
+rf_status *rf__mpi_job_parse_set(rf__job *j, const char *devices, int *n,
+                                 int **tasks, int **counts) {
+  pthread_mutex_lock(&parsed_mu);
+  parsed_set *e = NULL;
+  HASH_FIND_STR(j->parsed, devices, e);
+  rf_status *st = e ? copy_set(e, n, tasks, counts) : NULL;
+  pthread_mutex_unlock(&parsed_mu);
+  if (e) return st;
+  st = rf__mpi_parse_set(devices, n, tasks, counts);
+  if (st) return st;
+  /* Kept for the next step; without memory for it, the next parses. */
+  parsed_set *k = rf__calloc(1, sizeof *k);
+  if (k) {
+    k->devices = rf__strdup(devices);
+    k->n = *n;
+    k->tasks = rf__malloc(sizeof(int) * (size_t)*n);
+    k->counts = rf__malloc(sizeof(int) * (size_t)*n);
+  }
+  if (!k || !k->devices || !k->tasks || !k->counts) {
+    parsed_free(k);
+    return NULL;
+  }
+  memcpy(k->tasks, *tasks, sizeof(int) * (size_t)*n);
+  memcpy(k->counts, *counts, sizeof(int) * (size_t)*n);
+  int rf__hash_oom = 0;
+  pthread_mutex_lock(&parsed_mu);
+  HASH_FIND_STR(j->parsed, devices, e);
+  if (!e && j->num_parsed < SET_CACHE_MAX) {
+    HASH_ADD_KEYPTR(hh, j->parsed, k->devices, strlen(k->devices), k);
+    if (!rf__hash_oom) j->num_parsed++, k = NULL;
+  }
+  pthread_mutex_unlock(&parsed_mu);
+  parsed_free(k); /* another thread's, the job's full, or no memory */
   return NULL;
 }
 
@@ -166,4 +245,12 @@ void rf__mpi_sets_free(rf__job *j) {
     HASH_DEL(j->sets, s);
     set_free(s);
   }
+  parsed_set *e, *etmp;
+  pthread_mutex_lock(&parsed_mu);
+  HASH_ITER(hh, j->parsed, e, etmp) {
+    HASH_DEL(j->parsed, e);
+    parsed_free(e);
+  }
+  j->num_parsed = 0;
+  pthread_mutex_unlock(&parsed_mu);
 }

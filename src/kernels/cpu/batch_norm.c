@@ -11,24 +11,6 @@
 #include "kernels/kernel.h"
 #include "kernels/kernel_families.h"
 
-static double load(rf_dtype dt, const void *p, int64_t i) {
-  switch (dt) {
-    case RF_FLOAT16: return rf__h2f(((const uint16_t *)p)[i]);
-    case RF_BFLOAT16: return rf__bf2f(((const uint16_t *)p)[i]);
-    case RF_FLOAT32: return ((const float *)p)[i];
-    default: return ((const double *)p)[i];
-  }
-}
-
-static void store(rf_dtype dt, void *p, int64_t i, double v) {
-  switch (dt) {
-    case RF_FLOAT16: ((uint16_t *)p)[i] = rf__f2h((float)v); break;
-    case RF_BFLOAT16: ((uint16_t *)p)[i] = rf__f2bf((float)v); break;
-    case RF_FLOAT32: ((float *)p)[i] = (float)v; break;
-    default: ((double *)p)[i] = v; break;
-  }
-}
-
 /* Elements [off, off + n) as doubles, and back: one dtype switch per run
  * of elements, so the loops over them vectorize. */
 static void load_run(rf_dtype dt, const void *p, int64_t off, int n,
@@ -41,7 +23,7 @@ static void load_run(rf_dtype dt, const void *p, int64_t off, int n,
       for (int i = 0; i < n; i++) out[i] = ((const double *)p)[off + i];
       break;
     default:
-      for (int i = 0; i < n; i++) out[i] = load(dt, p, off + i);
+      for (int i = 0; i < n; i++) out[i] = rf__float_load(dt, p, off + i);
       break;
   }
 }
@@ -56,7 +38,7 @@ static void store_run(rf_dtype dt, void *p, int64_t off, int n,
       for (int i = 0; i < n; i++) ((double *)p)[off + i] = v[i];
       break;
     default:
-      for (int i = 0; i < n; i++) store(dt, p, off + i, v[i]);
+      for (int i = 0; i < n; i++) rf__float_store(dt, p, off + i, v[i]);
       break;
   }
 }
@@ -153,8 +135,8 @@ static void channel_stats(rf__kernel_ctx *ctx, bn_args *a) {
   double R = (double)a->rows;
   if (a->m == BN_INFER || a->m == BN_INFER_GRAD) {
     for (int64_t j = 0; j < c; j++) {
-      a->st[4 * j] = load(dt, a->mean, j);
-      a->st[4 * j + 1] = 1.0 / sqrt(load(dt, a->var, j) + a->eps);
+      a->st[4 * j] = rf__float_load(dt, a->mean, j);
+      a->st[4 * j + 1] = 1.0 / sqrt(rf__float_load(dt, a->var, j) + a->eps);
     }
   } else {
     run_pass(ctx, a, PASS_SUM, 0);
@@ -164,8 +146,8 @@ static void channel_stats(rf__kernel_ctx *ctx, bn_args *a) {
       double v = a->st[4 * j + 1] / R;
       a->st[4 * j + 1] = 1.0 / sqrt(v + a->eps);
       if (a->m == BN_TRAIN) {
-        store(dt, a->o1, j, a->st[4 * j]);
-        store(dt, a->o2, j, v);
+        rf__float_store(dt, a->o1, j, a->st[4 * j]);
+        rf__float_store(dt, a->o2, j, v);
       }
     }
   }
@@ -174,12 +156,12 @@ static void channel_stats(rf__kernel_ctx *ctx, bn_args *a) {
   for (int64_t j = 0; j < c; j++) {
     double rs = a->st[4 * j + 1], sdy = a->st[4 * j + 2],
            sdyx = a->st[4 * j + 3];
-    store(dt, a->o1, j, sdyx); /* dgamma */
-    store(dt, a->o2, j, sdy);  /* dbeta */
+    rf__float_store(dt, a->o1, j, sdyx); /* dgamma */
+    rf__float_store(dt, a->o2, j, sdy);  /* dbeta */
     if (a->m == BN_INFER_GRAD) {
-      double gm = load(dt, a->gamma, j);
-      store(dt, a->o3, j, -gm * rs * sdy);             /* dmean */
-      store(dt, a->o4, j, -0.5 * gm * rs * rs * sdyx); /* dvariance */
+      double gm = rf__float_load(dt, a->gamma, j);
+      rf__float_store(dt, a->o3, j, -gm * rs * sdy);             /* dmean */
+      rf__float_store(dt, a->o4, j, -0.5 * gm * rs * rs * sdyx); /* dvariance */
     }
   }
 }

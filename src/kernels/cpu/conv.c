@@ -242,11 +242,44 @@ static void job_free(conv_job *j) {
   rf__free(j->partial);
 }
 
-static void run_blocks(rf__kernel_ctx *ctx, conv_job *j,
-                       void (*fn)(void *, int64_t, int64_t)) {
-  const rf__conv_geom *g = j->g;
-  int64_t cost = j->per * pixels(g) * patch(g) * g->oc;
-  rf__kernel_parallel_for(ctx, j->n_blocks, cost > 0 ? cost : 1, fn, j);
+/* The op of kind on g into out, its inputs x, w, dy (NULL where it has
+ * none): through oneDNN where that takes it (float32), else as blocks of
+ * images on the pool; the filter gradient then adds its blocks' partial
+ * sums in block order. On error ctx's outputs are dropped. */
+static rf_status *conv_run(rf__kernel_ctx *ctx, rf__conv_dnnl_kind kind,
+                           const rf__conv_geom *g, rf_tensor *out,
+                           const void *x, const void *w, const void *dy) {
+  bool done = false;
+  rf_status *st = NULL;
+  if (out->dtype == RF_FLOAT32)
+    st = rf__conv_dnnl_run(ctx, kind, g, x, w, dy, out->data, &done);
+  conv_job j;
+  bool filter = kind == RF_CONV_DNNL_FILTER_GRAD;
+  if (!st && !done) st = job_make(ctx, g, out->dtype, filter, &j);
+  if (st) rf__kernel_drop_outputs(ctx);
+  if (st || done) return st;
+  j.x = x;
+  j.w = w;
+  j.dy = dy;
+  j.y = out->data;
+  void (*fn)(void *, int64_t, int64_t) =
+      kind == RF_CONV_DNNL_FORWARD      ? forward_blocks
+      : kind == RF_CONV_DNNL_INPUT_GRAD ? input_grad_blocks
+                                        : filter_grad_blocks;
+  int64_t cost = j.per * pixels(g) * patch(g) * g->oc;
+  rf__kernel_parallel_for(ctx, j.n_blocks, cost > 0 ? cost : 1, fn, &j);
+  int64_t m = out->num_elements;
+  for (int64_t b = 1; filter && b < j.n_blocks; b++) {
+    const void *p = elem(&j, j.partial, (b - 1) * m);
+    if (j.f64)
+      for (int64_t i = 0; i < m; i++)
+        ((double *)out->data)[i] += ((const double *)p)[i];
+    else
+      for (int64_t i = 0; i < m; i++)
+        ((float *)out->data)[i] += ((const float *)p)[i];
+  }
+  job_free(&j);
+  return NULL;
 }
 
 static rf_status *conv2d_compute(rf__kernel_ctx *ctx) {
@@ -261,27 +294,7 @@ static rf_status *conv2d_compute(rf__kernel_ctx *ctx) {
     memset(y->data, 0, (size_t)y->num_elements * rf_dtype_size(x->dtype));
     return NULL;
   }
-  bool done = false;
-  if (x->dtype == RF_FLOAT32) {
-    rf_status *st = rf__conv_dnnl_run(ctx, RF_CONV_DNNL_FORWARD, &g, x->data,
-                                      w->data, NULL, y->data, &done);
-    if (st || done) {
-      if (st) rf__kernel_drop_outputs(ctx);
-      return st;
-    }
-  }
-  conv_job j;
-  rf_status *st = job_make(ctx, &g, x->dtype, false, &j);
-  if (st) {
-    rf__kernel_drop_outputs(ctx);
-    return st;
-  }
-  j.x = x->data;
-  j.w = w->data;
-  j.y = y->data;
-  run_blocks(ctx, &j, forward_blocks);
-  job_free(&j);
-  return NULL;
+  return conv_run(ctx, RF_CONV_DNNL_FORWARD, &g, y, x->data, w->data, NULL);
 }
 
 static rf_status *conv2d_backprop_input_compute(rf__kernel_ctx *ctx) {
@@ -296,27 +309,8 @@ static rf_status *conv2d_backprop_input_compute(rf__kernel_ctx *ctx) {
     memset(dx->data, 0, (size_t)dx->num_elements * rf_dtype_size(w->dtype));
     return NULL;
   }
-  bool done = false;
-  if (w->dtype == RF_FLOAT32) {
-    rf_status *st = rf__conv_dnnl_run(ctx, RF_CONV_DNNL_INPUT_GRAD, &g, NULL,
-                                      w->data, dy->data, dx->data, &done);
-    if (st || done) {
-      if (st) rf__kernel_drop_outputs(ctx);
-      return st;
-    }
-  }
-  conv_job j;
-  rf_status *st = job_make(ctx, &g, w->dtype, false, &j);
-  if (st) {
-    rf__kernel_drop_outputs(ctx);
-    return st;
-  }
-  j.w = w->data;
-  j.dy = dy->data;
-  j.y = dx->data;
-  run_blocks(ctx, &j, input_grad_blocks);
-  job_free(&j);
-  return NULL;
+  return conv_run(ctx, RF_CONV_DNNL_INPUT_GRAD, &g, dx, NULL, w->data,
+                  dy->data);
 }
 
 static rf_status *conv2d_backprop_filter_compute(rf__kernel_ctx *ctx) {
@@ -326,43 +320,13 @@ static rf_status *conv2d_backprop_filter_compute(rf__kernel_ctx *ctx) {
   rf_shape s = rf_shape_of(4, g.kh, g.kw, g.c, g.oc);
   rf_tensor *dw;
   RF_CHECK(rf__kernel_alloc_output(ctx, 0, x->dtype, &s, &dw));
-  size_t bytes = (size_t)dw->num_elements * rf_dtype_size(x->dtype);
   if (dw->num_elements == 0) return NULL;
   if (g.n == 0 || pixels(&g) == 0) {
-    memset(dw->data, 0, bytes);
+    memset(dw->data, 0, (size_t)dw->num_elements * rf_dtype_size(x->dtype));
     return NULL;
   }
-  bool done = false;
-  if (x->dtype == RF_FLOAT32) {
-    rf_status *st = rf__conv_dnnl_run(ctx, RF_CONV_DNNL_FILTER_GRAD, &g,
-                                      x->data, NULL, dy->data, dw->data, &done);
-    if (st || done) {
-      if (st) rf__kernel_drop_outputs(ctx);
-      return st;
-    }
-  }
-  conv_job j;
-  rf_status *st = job_make(ctx, &g, x->dtype, true, &j);
-  if (st) {
-    rf__kernel_drop_outputs(ctx);
-    return st;
-  }
-  j.x = x->data;
-  j.dy = dy->data;
-  j.y = dw->data;
-  run_blocks(ctx, &j, filter_grad_blocks);
-  int64_t m = dw->num_elements;
-  for (int64_t b = 1; b < j.n_blocks; b++) {
-    const void *p = elem(&j, j.partial, (b - 1) * m);
-    if (j.f64)
-      for (int64_t i = 0; i < m; i++)
-        ((double *)dw->data)[i] += ((const double *)p)[i];
-    else
-      for (int64_t i = 0; i < m; i++)
-        ((float *)dw->data)[i] += ((const float *)p)[i];
-  }
-  job_free(&j);
-  return NULL;
+  return conv_run(ctx, RF_CONV_DNNL_FILTER_GRAD, &g, dw, x->data, NULL,
+                  dy->data);
 }
 
 /* ---- registration ---- */

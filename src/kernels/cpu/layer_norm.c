@@ -10,24 +10,6 @@
 #include "kernels/kernel.h"
 #include "kernels/kernel_families.h"
 
-static double load(rf_dtype dt, const void *p, int64_t i) {
-  switch (dt) {
-    case RF_FLOAT16: return rf__h2f(((const uint16_t *)p)[i]);
-    case RF_BFLOAT16: return rf__bf2f(((const uint16_t *)p)[i]);
-    case RF_FLOAT32: return ((const float *)p)[i];
-    default: return ((const double *)p)[i];
-  }
-}
-
-static void store(rf_dtype dt, void *p, int64_t i, double v) {
-  switch (dt) {
-    case RF_FLOAT16: ((uint16_t *)p)[i] = rf__f2h((float)v); break;
-    case RF_BFLOAT16: ((uint16_t *)p)[i] = rf__f2bf((float)v); break;
-    case RF_FLOAT32: ((float *)p)[i] = (float)v; break;
-    default: ((double *)p)[i] = v; break;
-  }
-}
-
 typedef struct ln_args {
   rf_dtype dt;
   const void *x, *dy, *gamma, *beta; /* dy NULL: the forward pass */
@@ -40,10 +22,11 @@ typedef struct ln_args {
 
 static void row_stats(const ln_args *a, int64_t r, double *mean, double *rstd) {
   double s = 0, v = 0;
-  for (int64_t j = 0; j < a->c; j++) s += load(a->dt, a->x, r * a->c + j);
+  for (int64_t j = 0; j < a->c; j++)
+    s += rf__float_load(a->dt, a->x, r * a->c + j);
   double m = s / (double)a->c;
   for (int64_t j = 0; j < a->c; j++) {
-    double d = load(a->dt, a->x, r * a->c + j) - m;
+    double d = rf__float_load(a->dt, a->x, r * a->c + j) - m;
     v += d * d;
   }
   *mean = m;
@@ -60,25 +43,28 @@ static void rows_range(void *arg, int64_t begin, int64_t end) {
     int64_t o = r * a->c;
     if (!a->dy) {
       for (int64_t j = 0; j < a->c; j++)
-        store(dt, a->out, o + j,
-              (load(dt, a->x, o + j) - m) * rs * load(dt, a->gamma, j) +
-                  load(dt, a->beta, j));
+        rf__float_store(dt, a->out, o + j,
+                        (rf__float_load(dt, a->x, o + j) - m) * rs *
+                                rf__float_load(dt, a->gamma, j) +
+                            rf__float_load(dt, a->beta, j));
       continue;
     }
     a->stats[2 * r] = m;
     a->stats[2 * r + 1] = rs;
     double sg = 0, sgx = 0;
     for (int64_t j = 0; j < a->c; j++) {
-      double g = load(dt, a->dy, o + j) * load(dt, a->gamma, j);
+      double g =
+          rf__float_load(dt, a->dy, o + j) * rf__float_load(dt, a->gamma, j);
       sg += g;
-      sgx += g * (load(dt, a->x, o + j) - m) * rs;
+      sgx += g * (rf__float_load(dt, a->x, o + j) - m) * rs;
     }
     sg /= (double)a->c;
     sgx /= (double)a->c;
     for (int64_t j = 0; j < a->c; j++) {
-      double g = load(dt, a->dy, o + j) * load(dt, a->gamma, j);
-      double xh = (load(dt, a->x, o + j) - m) * rs;
-      store(dt, a->out, o + j, rs * (g - sg - xh * sgx));
+      double g =
+          rf__float_load(dt, a->dy, o + j) * rf__float_load(dt, a->gamma, j);
+      double xh = (rf__float_load(dt, a->x, o + j) - m) * rs;
+      rf__float_store(dt, a->out, o + j, rs * (g - sg - xh * sgx));
     }
   }
 }
@@ -95,13 +81,13 @@ static void cols_range(void *arg, int64_t begin, int64_t end) {
   for (int64_t j = begin; j < end; j++) {
     double dg = 0, db = 0;
     for (int64_t r = 0; r < ca->rows; r++) {
-      double d = load(a->dt, a->dy, r * a->c + j);
-      dg += d * (load(a->dt, a->x, r * a->c + j) - a->stats[2 * r]) *
+      double d = rf__float_load(a->dt, a->dy, r * a->c + j);
+      dg += d * (rf__float_load(a->dt, a->x, r * a->c + j) - a->stats[2 * r]) *
             a->stats[2 * r + 1];
       db += d;
     }
-    store(a->dt, a->dgamma, j, dg);
-    store(a->dt, a->dbeta, j, db);
+    rf__float_store(a->dt, a->dgamma, j, dg);
+    rf__float_store(a->dt, a->dbeta, j, db);
   }
 }
 

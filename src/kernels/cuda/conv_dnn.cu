@@ -570,9 +570,9 @@ rf_status *dnn_conv(rf__kernel_ctx *ctx, ConvKind kind, const rf__conv_geom &g,
     } else if (s != CUDNN_STATUS_NOT_SUPPORTED) {
       err = dnn_error(ctx, s, "cudnnConvolutionBiasActivationForward");
     } else if (!e->no_bias_act.exchange(true)) { /* said once */
-      rf__fused_conv_log_fallback(ctx,
-                                  "cuDNN does not take the bias and ReLU with "
-                                  "the forward search's algorithm");
+      rf__kernel_log_unfused(ctx, "Conv2D, BiasAdd, Relu",
+                             "cuDNN does not take the bias and ReLU with "
+                             "the forward search's algorithm");
     }
   } else if (!err) {
     cudnnStatus_t s = ops.run(fa, fb, fout, ws ? ws->data : nullptr);

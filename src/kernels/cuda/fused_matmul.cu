@@ -75,6 +75,8 @@ std::map<Key, Choice> cache; /* process-wide: plain data, no handles */
 /* The most workspace an algorithm may ask for (cuBLAS's recommendation on
  * Hopper); only what the chosen one needs is allocated. */
 constexpr uint64_t kMaxWorkspace = uint64_t(32) << 20;
+/* What a fused node runs where cuBLASLt does not take it. */
+constexpr const char *kUnfused = "MatMul, then its epilogue";
 
 /* The largest power of two up to 256 dividing p's address. */
 uint32_t alignment(const void *p) {
@@ -241,7 +243,7 @@ rf_status *lt_matmul(rf__kernel_ctx *ctx, const Plan &p, bool *fallback) {
       std::lock_guard<std::mutex> lock(cache_mu);
       cache[key] = c;
     }
-    rf__fused_matmul_log_fallback(ctx, why);
+    rf__kernel_log_unfused(ctx, kUnfused, why);
     *fallback = true;
     return NULL;
   }
@@ -268,8 +270,8 @@ rf_status *lt_matmul(rf__kernel_ctx *ctx, const Plan &p, bool *fallback) {
       std::lock_guard<std::mutex> lock(cache_mu);
       cache[key] = c;
     }
-    rf__fused_matmul_log_fallback(
-        ctx,
+    rf__kernel_log_unfused(
+        ctx, kUnfused,
         "cublasLtMatmul: CUBLAS_STATUS_NOT_SUPPORTED for the algorithm "
         "its heuristic chose");
     *fallback = true;
