@@ -734,7 +734,8 @@ static int parse_options(int argc, char **argv, options *o) {
       TOOL_CHOICE("gpu-graphs", &o->gpu_graphs, "S",
                   "GPU devices: replay each training step as one CUDA graph "
                   "(on), or run its kernels one by one (off); default: the "
-                  "session's default (rf_session_options.gpu_graphs)",
+                  "session's default (rf_session_options.gpu_graphs: on, "
+                  "or RF_GPU_GRAPHS from the environment)",
                   graph_choices),
       TOOL_CHOICE("group-updates", &o->group_updates, "S",
                   "run the optimizer updates of a device as one multi-tensor "
