@@ -3,12 +3,13 @@
  * test_step_graph_policy.c). On a GPU: MLP training steps (`ringflow train`'s
  * graph: Adam, loss fetched, new batch and learning rate every step) on gpu:0
  * and on virtual gpu:0-3 with all-reduce (a small MLP, and `ringflow train`'s
- * own at batch 128) give bit-identical losses and parameters with and without
- * graphs, and the log says the step was captured; a shape change falls back
- * (the log says so) and is then captured anew; a step that fails during its
- * capture or its replay (out of memory, injected) is reported and the session
- * goes on with the right values; a CPU device in the step runs without the
- * graph and the log says why; AddN of more inputs than a launch's
+ * own at batch 128; Adam's beta powers advanced on the devices by AssignMul,
+ * in place, so the step is captured) give bit-identical losses and parameters
+ * with and without graphs, and the log says the step was captured; a shape
+ * change falls back (the log says so) and is then captured anew; a step that
+ * fails during its capture or its replay (out of memory, injected) is reported
+ * and the session goes on with the right values; a CPU device in the step runs
+ * without the graph and the log says why; AddN of more inputs than a launch's
  * parameters hold (their pointers in a device array) is captured and its
  * replays read this step's inputs.
  * GPU tests print "GPU tests skipped: <reason>" without a GPU. */
@@ -141,22 +142,25 @@ static void train(int ndev, int graphs, int fail_at, bool inject, bool full,
   rf_tensor *state[3][2 * MLP_MAX_LAYERS];
   assert_ok(mlp_initial_values(&cfg, 5, state[0]));
   assert_ok(mlp_zero_moments(&cfg, state[1]));
-  rf_feed init[8 * 3 * 2 * MLP_MAX_LAYERS];
+  rf_feed init[8 * (3 * 2 * MLP_MAX_LAYERS + 2)];
+  rf_tensor *power[2]; /* beta^0: Adam's beta powers start on the devices */
+  assert_ok(mlp_beta_powers(&cfg, 0, power));
   int ni = 0;
-  for (int d = 0; d < ndev; d++)
+  for (int d = 0; d < ndev; d++) {
     for (int k = 0; k < 3; k++)
       for (int p = 0; p < m.num_params; p++)
         init[ni++] = (rf_feed){m.rep[d].init[k][p], state[k < 2 ? k : 1][p]};
+    for (int k = 0; k < 2; k++)
+      init[ni++] = (rf_feed){m.rep[d].power_init[k], power[k]};
+  }
   assert_ok(rf_session_run(s, init, ni, NULL, 0, &m.init_op, 1, NULL));
   uint64_t rng = 0x9e3779b97f4a7c15ull;
   for (int step = 0; step < STEPS; step++) {
     if (fail_at && step == fail_at) /* fail_at is 1-based: the next step */
       assert_ok(rf_session_run(s, init, ni, NULL, 0, &m.init_op, 1, NULL));
-    rf_feed feeds[5 * 8];
+    rf_feed feeds[3 * 8];
     rf_output fetches[8];
     rf_tensor *x[8], *y[8], *lossv[8];
-    rf_tensor *b1 = scalar(pow(0.9, step + 1)),
-              *b2 = scalar(pow(0.999, step + 1));
     rf_tensor *lr = scalar(0.01 / (1 + step));
     for (int d = 0; d < ndev; d++) {
       int64_t xd[2] = {rows, in}, yd[1] = {rows};
@@ -170,17 +174,15 @@ static void train(int ndev, int graphs, int fail_at, bool inject, bool full,
       for (int i = 0; i < rows; i++)
         yp[i] = (int32_t)(next_rand(&rng) % CLASSES);
       const mlp_replica *rep = &m.rep[d];
-      feeds[5 * d] = (rf_feed){rep->x, x[d]};
-      feeds[5 * d + 1] = (rf_feed){rep->y, y[d]};
-      feeds[5 * d + 2] = (rf_feed){rep->beta1_power, b1};
-      feeds[5 * d + 3] = (rf_feed){rep->beta2_power, b2};
-      feeds[5 * d + 4] = (rf_feed){rep->lr, lr};
+      feeds[3 * d] = (rf_feed){rep->x, x[d]};
+      feeds[3 * d + 1] = (rf_feed){rep->y, y[d]};
+      feeds[3 * d + 2] = (rf_feed){rep->lr, lr};
       fetches[d] = rep->loss;
     }
     rf_status *st = NULL;
     for (int64_t k = 1; inject && step + 1 == fail_at; k++) {
       rf_debug_fail_allocation_once(k);
-      st = rf_session_run(s, feeds, 5 * ndev, fetches, ndev, &m.train_op, 1,
+      st = rf_session_run(s, feeds, 3 * ndev, fetches, ndev, &m.train_op, 1,
                           lossv);
       rf_debug_fail_allocation_once(0);
       if (!st) break;
@@ -189,7 +191,7 @@ static void train(int ndev, int graphs, int fail_at, bool inject, bool full,
       assert_true(k < 100000);
     }
     if (!inject || step + 1 != fail_at)
-      assert_ok(rf_session_run(s, feeds, 5 * ndev, fetches, ndev, &m.train_op,
+      assert_ok(rf_session_run(s, feeds, 3 * ndev, fetches, ndev, &m.train_op,
                                1, lossv));
     for (int d = 0; d < ndev; d++) {
       r->loss[step][d] = ((const float *)rf_tensor_data(lossv[d]))[0];
@@ -197,10 +199,10 @@ static void train(int ndev, int graphs, int fail_at, bool inject, bool full,
       rf_tensor_release(x[d]);
       rf_tensor_release(y[d]);
     }
-    rf_tensor_release(b1);
-    rf_tensor_release(b2);
     rf_tensor_release(lr);
   }
+  rf_tensor_release(power[0]);
+  rf_tensor_release(power[1]);
   for (int k = 0; k < 2; k++)
     for (int p = 0; p < m.num_params; p++) rf_tensor_release(state[k][p]);
   rf_output reads[8 * 2 * MLP_MAX_LAYERS];

@@ -2,10 +2,11 @@
  * variables assigned, read and updated by ApplyGradientDescent and ApplyAdam
  * over several steps (every float dtype), a snapshot read before an update in
  * the same step keeping its value (copy-on-write of a device value), an
- * uninitialised variable, a Const read by many steps, and the gradients of a
- * small network through rf_gradients (MatMul, BiasAdd, activations,
- * broadcasting arithmetic, Reshape, softmax, cross-entropy, Sum, Mean)
- * matching the CPU's. Skips without a GPU (tests/gpu_compare.h). */
+ * uninitialised variable, AssignMul (the same bits as the CPU's), a Const
+ * read by many steps, and the gradients of a small network through
+ * rf_gradients (MatMul, BiasAdd, activations, broadcasting arithmetic,
+ * Reshape, softmax, cross-entropy, Sum, Mean) matching the CPU's. Skips without
+ * a GPU (tests/gpu_compare.h). */
 #include "gpu_compare.h"
 
 static rf_session *session(rf_graph *g, int gpu) {
@@ -168,6 +169,61 @@ static void test_uninitialized(void **state) {
   rf_graph_free(g);
 }
 
+/* AssignMul (var *= value in place) on the GPU and on cpu:0: three steps
+ * of the same random factors give the same bits (one rounding a step, in
+ * float for 16-bit floats), and the output is the variable's new value. */
+static void assign_mul_steps(int gpu, rf_dtype dt, rf_tensor **out) {
+  uint64_t rng = gc_rng(70 + (uint64_t)dt);
+  rf_shape sh = rf_shape_of(1, 4099); /* a partial last block */
+  rf_graph *g = rf_graph_new();
+  assert_ok(rf_graph_push_device(g, gpu ? gc_device() : "cpu:0"));
+  rf_output v = rf_variable(g, "w", dt, sh);
+  rf_output init = rf_placeholder(g, "init", dt, sh);
+  rf_node *assign = rf_assign(g, "assign", v, init);
+  rf_output by = rf_placeholder(g, "by", dt, sh);
+  rf_output product = rf_assign_mul(g, "mul", v, by);
+  rf_output read = rf_read_variable(g, "read", v);
+  rf_graph_pop_device(g);
+  rf_session *s = session(g, gpu);
+  rf_tensor *x = gc_random(&rng, dt, sh, -2, 2);
+  rf_feed f = {init, x};
+  assert_ok(rf_session_run(s, &f, 1, NULL, 0, &assign, 1, NULL));
+  rf_tensor_release(x);
+  for (int step = 0; step < 3; step++) {
+    rf_tensor *b = gc_random(&rng, dt, sh, -1.5, 1.5), *p = NULL, *r = NULL;
+    rf_feed fb = {by, b};
+    assert_ok(rf_session_run(s, &fb, 1, &product, 1, NULL, 0, &p));
+    assert_ok(rf_session_run(s, NULL, 0, &read, 1, NULL, 0, &r));
+    assert_int_equal(rf_tensor_nbytes(p), rf_tensor_nbytes(r));
+    assert_memory_equal(rf_tensor_data(p), rf_tensor_data(r),
+                        rf_tensor_nbytes(r));
+    rf_tensor_release(p);
+    rf_tensor_release(b);
+    if (step < 2)
+      rf_tensor_release(r);
+    else
+      *out = r;
+  }
+  rf_session_free(s);
+  rf_graph_free(g);
+}
+
+static void test_assign_mul(void **state) {
+  (void)state;
+  gc_need_gpu();
+  for (int d = 0; d < GC_COUNT(gc_floats); d++) {
+    rf_tensor *cpu = NULL, *gpu = NULL;
+    assign_mul_steps(0, gc_floats[d], &cpu);
+    assign_mul_steps(1, gc_floats[d], &gpu);
+    assert_int_equal(rf_tensor_nbytes(cpu), rf_tensor_nbytes(gpu));
+    if (memcmp(rf_tensor_data(cpu), rf_tensor_data(gpu), rf_tensor_nbytes(cpu)))
+      fail_msg("AssignMul %s: the GPU's values differ from the CPU's",
+               rf_dtype_name(gc_floats[d]));
+    rf_tensor_release(cpu);
+    rf_tensor_release(gpu);
+  }
+}
+
 /* A Const's device copy is made by the first step and served to later ones
  * (and to concurrent readers within a step). */
 static void test_const_reuse(void **state) {
@@ -264,9 +320,8 @@ static void test_gradients(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_optimizers),
-      cmocka_unit_test(test_uninitialized),
-      cmocka_unit_test(test_const_reuse),
+      cmocka_unit_test(test_optimizers), cmocka_unit_test(test_uninitialized),
+      cmocka_unit_test(test_assign_mul), cmocka_unit_test(test_const_reuse),
       cmocka_unit_test(test_gradients),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -7,7 +7,8 @@
  *    print the same test accuracy, for the MLP (all-reduce; sharded with the
  *    gathered gradients; --check's one-device reference) and the CNN; with
  *    indices the data goes to the devices once and a step feeds per replica
- *    its indices and the three Adam scalars, nothing else;
+ *    its indices and the learning rate, nothing else (Adam's beta powers
+ *    live on the devices);
  *  - when the copy does not fit (the upload fails with RESOURCE_EXHAUSTED),
  *    auto says so on stderr and trains by batches to the same checkpoint;
  *    indices fails with the error; neither leaks;
@@ -221,13 +222,13 @@ static void same_both_ways(const char *const *args, int devices, int switches) {
     assert_int_equal(rep->run_leaked, 0);
     if (k == 0) {
       assert_int_equal(rep->uploads, 0);
-      /* x, y, 3 scalars */
-      assert_int_equal(rep->step_feeds, (5 + switches) * devices);
+      /* x, y, the learning rate */
+      assert_int_equal(rep->step_feeds, (3 + switches) * devices);
     } else {
       /* the run's trainer, and --check's */
       assert_int_equal(rep->uploads, strstr(out, "check against") ? 2 : 1);
-      /* idx, 3 scalars */
-      assert_int_equal(rep->step_feeds, (4 + switches) * devices);
+      /* idx, the learning rate */
+      assert_int_equal(rep->step_feeds, (2 + switches) * devices);
     }
   }
   assert_string_equal(acc[0], acc[1]);
@@ -274,7 +275,7 @@ static void test_does_not_fit(void **state) {
                          "feeding each step's batch from host memory "
                          "instead\n"));
   assert_int_equal(rep->uploads, 1);
-  assert_int_equal(rep->step_feeds, 5 * 2);
+  assert_int_equal(rep->step_feeds, 3 * 2); /* x, y, the learning rate */
   assert_int_equal(rep->run_leaked, 0);
   assert_same_file("batches.ckpt", "auto.ckpt");
   /* indices: the error, no training */

@@ -2,8 +2,8 @@
  * replica is built under its device's scope; only collectives cross devices
  * (the gradients', and the layer inputs' of gathered_gradient). The
  * optimizer's hyper-parameters are per-device constants; the learning rate
- * and Adam's bias corrections (beta^t) are fed each step by the driver, which
- * counts steps. */
+ * is fed each step by the driver, and Adam's bias corrections (beta^t) are
+ * per-device variables that every training step advances itself. */
 #include "mlp.h"
 
 #include <math.h>
@@ -117,6 +117,30 @@ static void build_inputs(const mlp_config *c, rf_graph *g, int d,
   r->y = rows[1];
 }
 
+/* Adam's bias corrections beta1^t, beta2^t on replica d's device: float64
+ * variables (assigned beta^step by init_op) that each training step
+ * multiplies by beta in place, then read as float32 by the updates.
+ * AssignMul keeps a variable's buffer, so the step stays capturable as one
+ * CUDA graph (an Assign of a new product would give the variable a new
+ * buffer each step, which a replay cannot follow). The float64 products
+ * rounded to float32 are float32(pow(beta, t)), which the driver fed before,
+ * for every t up to 2 million with beta 0.9 and 0.999 (checked on this
+ * machine; pow's and the products' errors stay far below float32's). */
+static void build_powers(const mlp_config *c, rf_graph *g, int d,
+                         mlp_replica *r, rf_node **inits, int *ninit) {
+  rf_output *power[2] = {&r->beta1_power, &r->beta2_power};
+  const double beta[2] = {c->beta1, c->beta2};
+  for (int k = 0; k < 2; k++) {
+    char name[64];
+    snprintf(name, sizeof name, "beta%d_power_dev%d", k + 1, d);
+    rf_output var = rf_variable(g, name, RF_FLOAT64, rf_shape_scalar());
+    r->power_init[k] = rf_placeholder(g, NULL, RF_FLOAT64, rf_shape_scalar());
+    inits[(*ninit)++] = rf_assign(g, NULL, var, r->power_init[k]);
+    rf_output by = rf_const_scalar(g, NULL, RF_FLOAT64, beta[k]);
+    *power[k] = rf_cast(g, NULL, rf_assign_mul(g, NULL, var, by), RF_FLOAT32);
+  }
+}
+
 /* One replica's variables, forward pass, loss and accuracy. Sharded
  * parameters' rows, m and v are initialised by build_sharded. */
 static void build_forward(const mlp_config *c, rf_graph *g, int d, vars *vs,
@@ -174,8 +198,6 @@ static void build_forward(const mlp_config *c, rf_graph *g, int d, vars *vs,
   rf_output right = rf_equal(g, NULL, pred, rf_cast(g, NULL, r->y, RF_INT64));
   r->correct = rf_cast(g, NULL, right, RF_INT32);
   r->lr = rf_placeholder(g, NULL, RF_FLOAT32, rf_shape_scalar());
-  r->beta1_power = rf_placeholder(g, NULL, RF_FLOAT32, rf_shape_scalar());
-  r->beta2_power = rf_placeholder(g, NULL, RF_FLOAT32, rf_shape_scalar());
   if (c->optimizer == OPT_MOMENTUM) {
     r->hyper[0] = scalar(g, c->momentum);
   } else {
@@ -183,6 +205,7 @@ static void build_forward(const mlp_config *c, rf_graph *g, int d, vars *vs,
     r->hyper[1] = scalar(g, c->beta2);
     r->hyper[2] = scalar(g, c->epsilon);
     if (c->optimizer == OPT_ADAMW) r->hyper[3] = scalar(g, c->weight_decay);
+    build_powers(c, g, d, r, inits, ninit);
   }
 }
 
@@ -391,8 +414,9 @@ rf_status *mlp_build(const mlp_config *c, mlp_graph *m) {
   m->num_params = mlp_num_params(c);
   static vars vs[MLP_MAX_DEVICES]; /* large; built once per run */
   static rf_output grads[MLP_MAX_DEVICES][2 * MLP_MAX_LAYERS];
-  rf_node *inits[MLP_MAX_DEVICES * 8 * MLP_MAX_LAYERS]; /* 4 per param */
-  rf_node *loads[MLP_MAX_DEVICES * 2] = {0};            /* with data_rows */
+  /* 4 per param, 2 per device (Adam's beta powers) */
+  rf_node *inits[MLP_MAX_DEVICES * (8 * MLP_MAX_LAYERS + 2)];
+  rf_node *loads[MLP_MAX_DEVICES * 2] = {0}; /* with data_rows */
   int ninit = 0;
   rf_status *st = NULL;
   for (int d = 0; d < c->num_devices && !st; d++) {
@@ -496,6 +520,15 @@ rf_status *mlp_zero_moments(const mlp_config *c, rf_tensor **out) {
     memset(rf_tensor_mutable_data(out[p]), 0, rf_tensor_nbytes(out[p]));
   }
   return NULL;
+}
+
+rf_status *mlp_beta_powers(const mlp_config *c, int64_t step, rf_tensor **out) {
+  rf_status *st =
+      rf_tensor_new_scalar(RF_FLOAT64, pow(c->beta1, (double)step), &out[0]);
+  if (st) return st;
+  st = rf_tensor_new_scalar(RF_FLOAT64, pow(c->beta2, (double)step), &out[1]);
+  if (st) rf_tensor_release(out[0]);
+  return st;
 }
 
 void mlp_state_name(const mlp_config *c, int kind, int p, char *buf,

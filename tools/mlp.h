@@ -62,9 +62,17 @@ typedef struct mlp_replica {
    * placeholders for the data set's images (data_rows, sizes[0]) float32
    * and labels (data_rows) int32, assigned by data_op */
   rf_output idx, data_init[2];
-  /* scalar placeholders fed every step: the scheduled learning rate and
-   * Adam's bias corrections beta^t (unused by momentum) */
-  rf_output lr, beta1_power, beta2_power;
+  /* a float32 scalar placeholder fed every step: the scheduled learning
+   * rate */
+  rf_output lr;
+  /* Adam's bias corrections beta1^t, beta2^t (no node for momentum): kept
+   * on the device, as TensorFlow's Adam does, in float64 variables that
+   * every training step multiplies by beta1 and beta2 in place
+   * (rf_assign_mul); these outputs are the products as float32, which the
+   * step's updates read, so a step feeds nothing for them. power_init:
+   * float64 scalar placeholders init_op assigns them from (beta^step, 1 at
+   * step 0; mlp_beta_powers makes them). */
+  rf_output beta1_power, beta2_power, power_init[2];
   /* the optimizer's constant hyper-parameters, one Const each per replica
    * (shared by every update of its device): beta1, beta2, epsilon, weight
    * decay for Adam and AdamW; momentum in [0] for momentum */
@@ -92,7 +100,7 @@ typedef struct mlp_graph {
   int num_params;
   mlp_replica rep[MLP_MAX_DEVICES];
   rf_node *train_op; /* runs every replica's update */
-  rf_node *init_op;  /* assigns params, m and v from the init placeholders */
+  rf_node *init_op;  /* assigns params, m, v and Adam's beta powers */
   rf_node *data_op;  /* with data_rows: assigns the replicas' data sets */
 } mlp_graph;
 
@@ -111,6 +119,11 @@ rf_status *mlp_initial_values(const mlp_config *cfg, uint64_t seed,
 int mlp_num_slots(const mlp_config *cfg);
 /* Zero tensors shaped like each parameter (the slots' initial values). */
 rf_status *mlp_zero_moments(const mlp_config *cfg, rf_tensor **out);
+/* power_init's values to go on from step `step`: out[0], out[1] receive
+ * new float64 scalars beta1^step, beta2^step (pow, as the driver fed the
+ * powers before they lived on the devices). */
+rf_status *mlp_beta_powers(const mlp_config *cfg, int64_t step,
+                           rf_tensor **out);
 /* The checkpoint name of param p of kind k (0 param, then the slots: 1 m,
  * 2 v, or 1 accum): "W0", "m_b1", "accum_W2". */
 void mlp_state_name(const mlp_config *cfg, int kind, int p, char *buf,

@@ -218,16 +218,28 @@ static void trainer_prefetch(trainer *t, const dataset *d) {
 }
 
 /* Assigns every replica's params and optimizer slots from
- * state[0..slots][p]. */
+ * state[0..slots][p], and Adam's beta powers for a run that goes on from
+ * step `step` (mlp.h: power_init; a checkpoint keeps only the step). */
 static rf_status *assign_state(trainer *t,
-                               rf_tensor *state[3][2 * MLP_MAX_LAYERS]) {
-  static rf_feed feeds[MLP_MAX_DEVICES * 6 * MLP_MAX_LAYERS];
+                               rf_tensor *state[3][2 * MLP_MAX_LAYERS],
+                               int64_t step) {
+  static rf_feed feeds[MLP_MAX_DEVICES * (6 * MLP_MAX_LAYERS + 2)];
   int nf = 0;
-  for (int d = t->first; d < t->first + t->nlocal; d++)
+  rf_tensor *power[2] = {NULL, NULL};
+  bool adam = t->cfg.optimizer != OPT_MOMENTUM;
+  if (adam) RF_TOOL_CHECK(mlp_beta_powers(&t->cfg, step, power));
+  for (int d = t->first; d < t->first + t->nlocal; d++) {
     for (int k = 0; k <= mlp_num_slots(&t->cfg); k++)
       for (int p = 0; p < t->m.num_params; p++)
         feeds[nf++] = (rf_feed){t->m.rep[d].init[k][p], state[k][p]};
-  return rf_session_run(t->s, feeds, nf, NULL, 0, &t->m.init_op, 1, NULL);
+    for (int k = 0; k < 2 && adam; k++)
+      feeds[nf++] = (rf_feed){t->m.rep[d].power_init[k], power[k]};
+  }
+  rf_status *st =
+      rf_session_run(t->s, feeds, nf, NULL, 0, &t->m.init_op, 1, NULL);
+  rf_tensor_release(power[0]);
+  rf_tensor_release(power[1]);
+  return st;
 }
 
 /* job: this process's replicas (NULL: all of them, one process). */
@@ -249,7 +261,7 @@ static rf_status *trainer_init(trainer *t, const mlp_config *cfg, uint64_t seed,
     for (int k = 2; k <= nslots; k++)
       for (int p = 0; p < t->m.num_params; p++)
         state[k][p] = rf_tensor_retain(state[1][p]);
-    st = assign_state(t, state);
+    st = assign_state(t, state, 0);
     for (int k = 1; k <= nslots; k++)
       for (int p = 0; p < t->m.num_params; p++) rf_tensor_release(state[k][p]);
   }
@@ -328,7 +340,7 @@ static rf_status *trainer_load(trainer *t, const char *path) {
     rf_status_free(st);
     st = w;
   }
-  if (!st) st = assign_state(t, state);
+  if (!st) st = assign_state(t, state, rf_checkpoint_step(c));
   if (!st) t->step = rf_checkpoint_step(c);
   rf_checkpoint_free(c);
   return st;
@@ -402,26 +414,13 @@ static rf_status *feed_training(const trainer *t, bool on, rf_feed *feeds,
 static rf_status *train_step(trainer *t, const dataset *d, const int *idx,
                              const int *next_idx, double lr, double *loss) {
   int nd = t->nlocal;
-  rf_tensor *x[MLP_MAX_DEVICES], *y[MLP_MAX_DEVICES], *b1, *b2, *lrt, *on;
-  rf_feed feeds[6 * MLP_MAX_DEVICES];
+  rf_tensor *x[MLP_MAX_DEVICES], *y[MLP_MAX_DEVICES], *lrt, *on;
+  rf_feed feeds[4 * MLP_MAX_DEVICES];
   rf_output fetches[MLP_MAX_DEVICES];
   rf_tensor *losses[MLP_MAX_DEVICES];
-  t->step++;
-  rf_status *st =
-      rf_tensor_new_scalar(RF_FLOAT32, pow(t->cfg.beta1, (double)t->step), &b1);
+  t->step++; /* Adam's beta powers: the step advances them on the devices */
+  rf_status *st = rf_tensor_new_scalar(RF_FLOAT32, lr, &lrt);
   if (st) return st;
-  st =
-      rf_tensor_new_scalar(RF_FLOAT32, pow(t->cfg.beta2, (double)t->step), &b2);
-  if (st) {
-    rf_tensor_release(b1);
-    return st;
-  }
-  st = rf_tensor_new_scalar(RF_FLOAT32, lr, &lrt);
-  if (st) {
-    rf_tensor_release(b1);
-    rf_tensor_release(b2);
-    return st;
-  }
   if (!t->pf || !prefetch_take(t->pf, idx, &st, x, y))
     st = replica_batches(t, d, idx, x, y);
   if (st) { /* out of memory, here or on the prefetch thread */
@@ -436,8 +435,6 @@ static rf_status *train_step(trainer *t, const dataset *d, const int *idx,
   for (int i = 0; i < made; i++) {
     mlp_replica *r = &t->m.rep[t->first + i];
     nf += input_feeds(r, x[i], y[i], &feeds[nf]);
-    feeds[nf++] = (rf_feed){r->beta1_power, b1};
-    feeds[nf++] = (rf_feed){r->beta2_power, b2};
     feeds[nf++] = (rf_feed){r->lr, lrt};
     fetches[i] = r->loss;
   }
@@ -464,8 +461,6 @@ static rf_status *train_step(trainer *t, const dataset *d, const int *idx,
     rf_tensor_release(x[i]);
     rf_tensor_release(y[i]);
   }
-  rf_tensor_release(b1);
-  rf_tensor_release(b2);
   rf_tensor_release(lrt);
   rf_tensor_release(on);
   return st;
@@ -739,7 +734,8 @@ static int parse_options(int argc, char **argv, options *o) {
       TOOL_CHOICE("gpu-graphs", &o->gpu_graphs, "S",
                   "GPU devices: replay each training step as one CUDA graph "
                   "(on), or run its kernels one by one (off); default: the "
-                  "session's default (rf_session_options.gpu_graphs)",
+                  "session's default (rf_session_options.gpu_graphs: on, "
+                  "or RF_GPU_GRAPHS from the environment)",
                   graph_choices),
       TOOL_CHOICE("group-updates", &o->group_updates, "S",
                   "run the optimizer updates of a device as one multi-tensor "

@@ -29,19 +29,31 @@ RF_API rf_node *rf_noop(rf_graph *g, const char *name);
 /* A variable: state on its device that lives across the session's steps.
  * Output 0 is a resource handle; read it with rf_read_variable. Reading before
  * the first assign fails with FAILED_PRECONDITION naming the variable.
- * Updates (rf_assign, rf_apply_gradient_descent, rf_apply_adam,
- * rf_apply_adamw, rf_apply_momentum) are each all or nothing: an update op
- * that fails (out of memory, a bad input) leaves every variable it names as
- * it was, and an update's var and slots (m and v; accum) change together. A
- * failed step may have applied some of its update ops and not others. The
- * Adam, AdamW and momentum updates a session groups into one node
- * (rf_session_options.group_optimizer_updates) are all or nothing
+ * Updates (rf_assign, rf_assign_mul, rf_apply_gradient_descent,
+ * rf_apply_adam, rf_apply_adamw, rf_apply_momentum) are each all or nothing:
+ * an update op that fails (out of memory, a bad input) leaves every variable
+ * it names as it was, and an update's var and slots (m and v; accum) change
+ * together. A failed step may have applied some of its update ops and not
+ * others. The Adam, AdamW and momentum updates a session groups into one
+ * node (rf_session_options.group_optimizer_updates) are all or nothing
  * together: every variable of the group is updated, or none is. */
 RF_API rf_output rf_variable(rf_graph *g, const char *name, rf_dtype dtype,
                              rf_shape shape);
 RF_API rf_output rf_read_variable(rf_graph *g, const char *name, rf_output var);
 RF_API rf_node *rf_assign(rf_graph *g, const char *name, rf_output var,
                           rf_output value);
+/* var *= value, elementwise, in place: value has var's float dtype and
+ * shape. Output 0 is the variable's new value (what rf_read_variable would
+ * read right after). While nothing else holds the variable's value (no
+ * snapshot of an earlier read still in use) it is updated in its own
+ * buffer, so a step that multiplies a variable keeps it where a CUDA graph
+ * of the step (rf_session_options.gpu_graphs) finds it; otherwise, as every
+ * update, it writes a copy and swaps it in. Errors: INVALID_ARGUMENT at
+ * build time for a dtype or shape other than the Variable's (at run time
+ * when var is not straight from one), FAILED_PRECONDITION at run time
+ * before the variable's first assign. */
+RF_API rf_output rf_assign_mul(rf_graph *g, const char *name, rf_output var,
+                               rf_output value);
 /* var -= alpha * delta (alpha a scalar). */
 RF_API rf_node *rf_apply_gradient_descent(rf_graph *g, const char *name,
                                           rf_output var, rf_output alpha,

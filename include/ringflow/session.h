@@ -256,16 +256,16 @@ enum {
   RF_CONV_EPILOGUES_ALL = 2
 };
 
-/* gpu_graphs after rf_session_options_init: off. On one H200 a replayed
- * batch-128 MLP step on gpu:0 is 4.5x faster, but the training step on 4
- * or 8 virtual GPUs of one GPU faulted (cudaErrorIllegalAddress) in 13 of
- * 16 runs of `ringflow train --gpu-graphs on` (docs/PERFORMANCE.md, "CUDA
- * graphs of steps"). Captures with cuBLAS's default workspace pool record
- * memory nodes, and with them replays on 8 virtual GPUs still faulted
- * after the stream-ordering fix; with a workspace per device (now always
- * given with gpu_graphs) none has faulted so far. Off until that is
- * proven over many runs. */
-#define RF_DEFAULT_GPU_GRAPHS 0
+/* gpu_graphs after rf_session_options_init: on (RF_GPU_GRAPHS=0 in the
+ * environment, gpu_graphs = 0 in code or `ringflow train --gpu-graphs off`
+ * turn it off). On one H200 a replayed batch-128 MLP step on gpu:0 is 3.4x
+ * faster (docs/PERFORMANCE.md, "CUDA graphs of steps"). It was off while
+ * the training step on 4 or 8 virtual GPUs of one GPU faulted
+ * (cudaErrorIllegalAddress); since the stream-ordering fix and a cuBLAS
+ * workspace per device (given with gpu_graphs), scripts/gpu_graph_stress.sh
+ * passed 24 of 24 runs. A step that cannot be captured runs as without
+ * graphs, and results are the same bits either way. */
+#define RF_DEFAULT_GPU_GRAPHS 1
 
 /* collective_bucket_bytes after rf_session_options_init: RF_BUCKET_BYTES_AUTO,
  * the size by device kind, as measured (docs/PERFORMANCE.md, "Gradient

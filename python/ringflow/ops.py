@@ -311,6 +311,17 @@ def assign(ref: Any, value: Any, name: Optional[str] = None) -> Operation:
     return h.graph._node(lib.rf_assign, c_name(name), h._c, value._c)
 
 
+def assign_mul(ref: Any, value: Any, name: Optional[str] = None) -> Tensor:
+    """Multiplies variable `ref` by `value` elementwise, in place, when run;
+    the result is the variable's new value. value has the variable's float
+    dtype and shape (an InvalidArgumentError otherwise, now or from the run).
+    While nothing else holds the variable's value its buffer stays, so a
+    step that advances it can be replayed as a CUDA graph."""
+    h = _handle(ref)
+    value = convert_to_tensor(value, _value_dtype(ref, value), graph=h.graph)
+    return h.graph._output(lib.rf_assign_mul, c_name(name), h._c, value._c)
+
+
 def _value_dtype(var: Any, value: Any) -> Any:
     """The dtype a Python value given for variable `var` takes."""
     if _is_tensor(value):

@@ -56,7 +56,7 @@ class Session:
       default (off). CPU devices ignore it.
     gpu_graphs: True replays a repeated step on GPU devices as one CUDA
       graph (rf_session_options.gpu_graphs; docs/PERFORMANCE.md, "CUDA
-      graphs of steps"); None: the library's default (off; the
+      graphs of steps"); None: the library's default (on; the
       environment variable RF_GPU_GRAPHS=0 or 1 sets it). Ignored
       without GPU devices; a step that cannot be captured runs as without.
     matmul_epilogues: "off" (None: the library's default) fuses nothing;

@@ -230,6 +230,28 @@ rf_status *rf__state_update_run(rf__kernel_ctx *ctx, bool on_gpu,
   return st;
 }
 
+rf_status *rf__state_assign_mul_run(rf__kernel_ctx *ctx, bool on_gpu,
+                                    rf__state_writable_fn writable,
+                                    rf__state_mul_fn mul) {
+  rf__variable *v = NULL;
+  const rf_tensor *value = ctx->inputs[1];
+  RF_CHECK(rf__state_get_variable(ctx, 0, &v));
+  rf_tensor *dst = NULL;
+  pthread_mutex_lock(&v->mu);
+  rf_status *st = rf__state_check_update(ctx, v, value->dtype, &value->shape,
+                                         "value", on_gpu);
+  if (!st) st = writable(ctx, v, &dst);
+  if (!st) st = mul(ctx, dst, value);
+  if (!st) {
+    rf__state_install_value(v, dst);
+    ctx->outputs[0] = rf_tensor_retain(dst);
+  } else {
+    rf__state_drop_value(v, dst);
+  }
+  pthread_mutex_unlock(&v->mu);
+  return st;
+}
+
 /* ---- Variable, ReadVariable, Assign ---- */
 
 rf_status *rf__state_variable_compute(rf__kernel_ctx *ctx, bool on_gpu) {

@@ -22,6 +22,7 @@
   X("Variable", variable_compute, 0, 1u << 0, RF_COST_CHEAP)                 \
   X("ReadVariable", read_variable_compute, 1u << 0, 0, RF_COST_CHEAP)        \
   X("Assign", assign_compute, 1u << 0, 0, RF_COST_CHEAP)                     \
+  X("AssignMul", assign_mul_compute, 1u << 0, 0, RF_COST_CHEAP)              \
   X("ApplyGradientDescent", apply_gd_compute, 1u << 0, 0, RF_COST_EXPENSIVE) \
   X("ApplyAdam", apply_adam_compute, 0x7u, 0, RF_COST_EXPENSIVE)             \
   X("ApplyMomentum", apply_momentum_compute, 0x3u, 0, RF_COST_EXPENSIVE)     \
@@ -124,6 +125,18 @@ rf_status *rf__state_update_run(rf__kernel_ctx *ctx, bool on_gpu,
                                 const rf__state_update_spec *spec,
                                 rf__state_writable_fn writable,
                                 rf__state_compute_fn compute, const void *arg);
+
+/* dst *= value elementwise (dst: the variable's writable value, of value's
+ * dtype and shape); may fail only before writing anything. */
+typedef rf_status *(*rf__state_mul_fn)(rf__kernel_ctx *ctx, rf_tensor *dst,
+                                       const rf_tensor *value);
+/* AssignMul: checks the variable against input 1 (dtype, initialized,
+ * shape), multiplies its writable value by `mul` under its mutex - in
+ * place when it holds the only reference, so its buffer stays - installs
+ * it and outputs a new reference to it. */
+rf_status *rf__state_assign_mul_run(rf__kernel_ctx *ctx, bool on_gpu,
+                                    rf__state_writable_fn writable,
+                                    rf__state_mul_fn mul);
 
 /* The kernels that touch no element. Variable outputs its handle in host
  * memory; ReadVariable outputs a snapshot (a new reference to the value);

@@ -1,11 +1,10 @@
 /* ops/state_ops.c - variables and their updates: Variable, ReadVariable,
- * Assign, ApplyGradientDescent, ApplyAdam, ApplyAdamW, ApplyMomentum (and
- * the internal _MultiApply* forms of the last three). All are
- * stateful (never pruned as duplicates, never folded) and not differentiable:
- * users take gradients with respect to a ReadVariable's output. The builders
- * check dtypes and shapes against the Variable node when the handle comes
- * straight from one, so most mistakes fail at build time; the kernels check
- * again at run time. */
+ * Assign, AssignMul, ApplyGradientDescent, ApplyAdam, ApplyAdamW, ApplyMomentum
+ * (and the internal _MultiApply* forms of the last three). All are stateful
+ * (never pruned as duplicates, never folded) and not differentiable: users take
+ * gradients with respect to a ReadVariable's output. The builders check dtypes
+ * and shapes against the Variable node when the handle comes straight from one,
+ * so most mistakes fail at build time; the kernels check again at run time. */
 #include <string.h>
 
 #include "core/shape.h"
@@ -36,6 +35,11 @@ static rf_status *check_scalars(rf__shape_ctx *c, int first, int n) {
       return rf__invalid("input %d must be a scalar, got shape %s", k, buf);
     }
   }
+  return NULL;
+}
+
+static rf_status *assign_mul_shape(rf__shape_ctx *c) {
+  c->output_shapes[0] = c->input_shapes[1]; /* the value's: the variable's */
   return NULL;
 }
 
@@ -110,6 +114,12 @@ static const rf__op_spec state_ops[] = {
     {.name = "Assign",
      .inputs = "resource: resource, value: dtype",
      .attrs = "dtype: type in {@all}",
+     .flags = RF_OP_STATEFUL | RF_OP_NO_GRADIENT},
+    {.name = "AssignMul",
+     .inputs = "resource: resource, value: dtype",
+     .outputs = "new_value: dtype",
+     .attrs = "dtype: type in {@float}",
+     .shape = assign_mul_shape,
      .flags = RF_OP_STATEFUL | RF_OP_NO_GRADIENT},
     {.name = "ApplyGradientDescent",
      .inputs = "var: resource, alpha: T, delta: T",
@@ -250,6 +260,18 @@ rf_node *rf_assign(rf_graph *g, const char *name, rf_output var,
   rf_node_builder_input(b, var);
   rf_node_builder_input(b, value);
   return rf__finish_node(g, b);
+}
+
+rf_output rf_assign_mul(rf_graph *g, const char *name, rf_output var,
+                        rf_output value) {
+  rf_output in[2] = {var, value};
+  if (rf__graph_failed(g) || !rf__graph_inputs_ok(g, "AssignMul", in, 2) ||
+      !value_fits(g, "AssignMul", "value", var, value))
+    return invalid_output;
+  rf_node_builder *b = rf_node_builder_new(g, "AssignMul", name);
+  rf_node_builder_input(b, var);
+  rf_node_builder_input(b, value);
+  return rf__finish_output(g, b);
 }
 
 rf_node *rf_apply_gradient_descent(rf_graph *g, const char *name, rf_output var,

@@ -1,5 +1,6 @@
 """apply_momentum and apply_adamw from Python against NumPy in float64 over
-several steps, and their errors."""
+several steps, and their errors; assign_mul (Adam's beta powers kept in a
+variable) likewise."""
 import numpy as np
 import pytest
 
@@ -73,3 +74,31 @@ def test_optimizer_errors():
         with pytest.raises(rf.errors.InvalidArgumentError,
                            match="two different variables"):
             sess.run(op)
+
+
+def test_assign_mul_matches_numpy(rng):
+    shape = (2, 5)
+    x0 = rng.standard_normal(shape)
+    var = rf.Variable(x0, name="power")
+    by = rf.placeholder(rf.float64, shape)
+    new = rf.assign_mul(var, by)
+    x = x0.copy()
+    init = rf.global_variables_initializer()
+    with rf.Session() as sess:
+        sess.run(init)
+        for _ in range(3):
+            b = rng.uniform(0.5, 1.5, shape)
+            x = x * b
+            got = sess.run(new, {by: b})
+            assert got.tobytes() == x.tobytes()
+        assert sess.run(var).tobytes() == x.tobytes()
+
+
+def test_assign_mul_errors():
+    var = rf.Variable(np.ones(3, np.float32), name="v")
+    with pytest.raises(rf.errors.InvalidArgumentError,
+                       match="value has shape"):
+        rf.assign_mul(var, np.ones(4, np.float32))
+    ints = rf.Variable(np.ones(3, np.int32), name="n")
+    with pytest.raises(rf.errors.InvalidArgumentError, match="int32"):
+        rf.assign_mul(ints, np.ones(3, np.int32))

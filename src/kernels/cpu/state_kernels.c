@@ -138,6 +138,34 @@ static void half_conv(rf_dtype dt, to_float_fn *to, from_float_fn *from) {
   *from = dt == RF_FLOAT16 ? rf_float_to_half : rf_float_to_bfloat16;
 }
 
+/* AssignMul: dst *= value, 16-bit floats through float. */
+static rf_status *mul_in_place(rf__kernel_ctx *ctx, rf_tensor *dst,
+                               const rf_tensor *value) {
+  (void)ctx;
+  int64_t n = dst->num_elements;
+  if (dst->dtype == RF_FLOAT32) {
+    float *x = dst->data;
+    const float *y = value->data;
+    for (int64_t i = 0; i < n; i++) x[i] *= y[i];
+  } else if (dst->dtype == RF_FLOAT64) {
+    double *x = dst->data;
+    const double *y = value->data;
+    for (int64_t i = 0; i < n; i++) x[i] *= y[i];
+  } else {
+    to_float_fn to;
+    from_float_fn from;
+    half_conv(dst->dtype, &to, &from);
+    uint16_t *x = dst->data;
+    const uint16_t *y = value->data;
+    for (int64_t i = 0; i < n; i++) x[i] = from(to(x[i]) * to(y[i]));
+  }
+  return NULL;
+}
+
+static rf_status *assign_mul_compute(rf__kernel_ctx *ctx) {
+  return rf__state_assign_mul_run(ctx, false, writable_value, mul_in_place);
+}
+
 static void gd_chunk(void *arg, int64_t b, int64_t e) {
   const update_args *a = arg;
   if (a->dtype == RF_FLOAT32) {

@@ -64,6 +64,36 @@ rf_status *assign_compute(rf__kernel_ctx *ctx) {
   return rf__state_assign_compute(ctx, true);
 }
 
+/* ---- AssignMul ---- */
+
+/* x *= y, in T's compute type (float for 16-bit floats). */
+template <typename T>
+__global__ void mul_kernel(T *x, const T *y, int64_t n) {
+  RF_GPU_LOOP(i, n) {
+    x[i] = Num<T>::store(Num<T>::load(x[i]) * Num<T>::load(y[i]));
+  }
+}
+
+rf_status *mul_in_place(rf__kernel_ctx *ctx, rf_tensor *dst,
+                        const rf_tensor *value) {
+  int64_t n = dst->num_elements;
+  if (n == 0) return NULL;
+  return visit_float(dst->dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    mul_kernel<T><<<grid(ctx, n), kThreads, 0, stream(ctx)>>>(
+        (T *)dst->data, (const T *)value->data, n);
+    RF_GPU_LAUNCHED(ctx);
+    return (rf_status *)NULL;
+  });
+}
+
+/* The multiply is a kernel on the variable device's stream: in place it
+ * keeps the variable's buffer, so a captured step replays it there. */
+rf_status *assign_mul_compute(rf__kernel_ctx *ctx) {
+  RF_CHECK(begin(ctx));
+  return rf__state_assign_mul_run(ctx, true, writable_value, mul_in_place);
+}
+
 /* ---- update kernels ---- */
 
 /* x -= alpha * d, in T's compute type (float for 16-bit floats). */
