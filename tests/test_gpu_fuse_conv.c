@@ -102,16 +102,18 @@ static rf_session_options options(bool gpu, int mode, int graphs) {
 }
 
 /* steps runs of one session on the same inputs; out gets the last's and,
- * when second is not NULL, second gets the second step's. */
+ * when first is not NULL, first and second get the first two steps'. */
 static void run_keep(const block *m, rf_session_options o, rf_tensor *const *in,
-                     int steps, rf_tensor **out, rf_tensor **second) {
+                     int steps, rf_tensor **out, rf_tensor **first,
+                     rf_tensor **second) {
   rf_session *s = NULL;
   assert_ok(rf_session_new(m->g, &o, &s));
   rf_feed feeds[3] = {{m->x, in[0]}, {m->f, in[1]}, {m->b, in[2]}};
   for (int t = 0; t < steps; t++) {
-    if (t > 0 && !(t == 2 && second))
+    if (first && t == 1) memcpy(first, out, sizeof *out * NFETCH);
+    if (first && t == 2) memcpy(second, out, sizeof *out * NFETCH);
+    if (t > 0 && !(first && t <= 2))
       for (int i = 0; i < NFETCH; i++) rf_tensor_release(out[i]);
-    if (t == 2 && second) memcpy(second, out, sizeof *out * NFETCH);
     assert_ok(rf_session_run(s, feeds, 3, m->fetch, NFETCH, NULL, 0, out));
   }
   rf_session_free(s);
@@ -119,7 +121,7 @@ static void run_keep(const block *m, rf_session_options o, rf_tensor *const *in,
 
 static void run(const block *m, rf_session_options o, rf_tensor *const *in,
                 int steps, rf_tensor **out) {
-  run_keep(m, o, in, steps, out, NULL);
+  run_keep(m, o, in, steps, out, NULL, NULL);
 }
 
 static int count_op(const block *m, rf_session_options o, const char *op) {
@@ -151,11 +153,27 @@ static void assert_close(rf_tensor *const *a, rf_tensor *const *b,
   }
 }
 
-static void assert_same_bits(rf_tensor *const *a, rf_tensor *const *b) {
-  for (int i = 0; i < NFETCH; i++)
-    if (memcmp(rf_tensor_data(a[i]), rf_tensor_data(b[i]),
-               rf_tensor_nbytes(a[i])) != 0)
+static bool same_bits(const rf_tensor *a, const rf_tensor *b) {
+  return memcmp(rf_tensor_data(a), rf_tensor_data(b), rf_tensor_nbytes(a)) == 0;
+}
+
+/* A replay has an uncaptured step's bits wherever two uncaptured steps
+ * agree bit for bit: cuDNN's filter gradients may add with atomics (taken
+ * when the deterministic algorithms are more than 1.1x slower,
+ * conv_dnn.cu), and then no two steps are alike, captured or not. */
+static void assert_same_bits(rf_tensor *const *a, rf_tensor *const *b,
+                             rf_tensor *const *b2) {
+  for (int i = 0; i < NFETCH; i++) {
+    if (!same_bits(b[i], b2[i])) {
+      printf(
+          "fetch %d: two uncaptured steps differ (an algorithm with "
+          "atomics): compared within tolerance\n",
+          i);
+      continue;
+    }
+    if (!same_bits(a[i], b[i]))
       fail_msg("fetch %d differs between a replayed and an uncaptured step", i);
+  }
 }
 
 static void release_all(rf_tensor **t) {
@@ -197,16 +215,17 @@ static void check(const geo *q, bool must_fuse) {
   assert_close(fused, cpu, "fused GPU against CPU");
   assert_close(fused, plain, "fused GPU against unfused GPU");
   /* Two uncaptured steps, then replays: the last a replay, the same bits as
-   * the second (uncaptured) step of its session. Not compared bit for bit
-   * with another session's: each session picks its cuDNN algorithms by
-   * timing them (conv_dnn.cu), and the filter gradient's can differ, which
-   * on the H200 changed the last bits of the second layer's. */
-  rf_tensor *uncaptured[NFETCH] = {0};
-  run_keep(&gm, options(true, RF_CONV_EPILOGUES_GPU, 1), in, 4, replayed,
-           uncaptured);
-  assert_same_bits(replayed, uncaptured);
+   * the uncaptured steps of its session where those agree. Not compared
+   * bit for bit with another session's: each session picks its cuDNN
+   * algorithms by timing them (conv_dnn.cu). */
+  rf_tensor *first[NFETCH] = {0}, *second[NFETCH] = {0};
+  run_keep(&gm, options(true, RF_CONV_EPILOGUES_GPU, 1), in, 4, replayed, first,
+           second);
+  assert_same_bits(replayed, second, first);
+  assert_close(replayed, second, "replayed against uncaptured");
+  release_all(first);
+  release_all(second);
   assert_close(replayed, fused, "replayed against another session's step");
-  release_all(uncaptured);
   release_all(fused), release_all(plain), release_all(cpu);
   release_all(replayed);
   for (int i = 0; i < 3; i++) rf_tensor_release(in[i]);
