@@ -180,9 +180,11 @@ def gather(params: Any, indices: Any, axis: int = 0,
 def one_hot(indices: Any, depth: int, on_value: Any = 1, off_value: Any = 0,
             axis: int = -1, dtype: Any = dtypes.float32,
             name: Optional[str] = None) -> Tensor:
-    """indices (uint8, int32 or int64) with a new dim of `depth` at axis
-    (-1: last): on_value where the index equals the position, off_value
-    elsewhere (an index outside [0, depth): all off), as `dtype`."""
+    """indices (uint8, int32 or int64) of rank r with a new dim of `depth`
+    at `axis` of the output, in [-(r+1), r] (negative from the output's
+    end, -1 last, as expand_dims): on_value where the index equals the
+    position, off_value elsewhere (an index outside [0, depth): all off),
+    as `dtype`."""
     g, x = _one(indices)
     return g._output(lib.rf_one_hot, c_name(name), x._c, int(depth),
                      float(on_value), float(off_value), int(axis),

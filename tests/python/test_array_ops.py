@@ -328,3 +328,24 @@ def test_strided_slice_errors():
         rf.strided_slice(x, [0], [1], [0])
     with pytest.raises(ValueError, match="entries"):
         rf.strided_slice(x, [0, 1], [1], [1])
+
+
+@pytest.mark.parametrize("axis", [-3, -2, -1, 0, 1, 2])
+def test_one_hot_every_axis(axis, rng):
+    """docs/PYTHON.md: the new dim goes at `axis` of the output, in
+    [-(r+1), r] for indices of rank r, negative counting from the output's
+    end (as expand_dims); indices outside [0, depth) are all off."""
+    idx = rng.integers(-1, 5, (2, 3)).astype(np.int64)
+    got = _run(rf.one_hot(idx, 4, on_value=3, off_value=-1, axis=axis,
+                          dtype=rf.int32), {})
+    hot = np.where(idx[..., None] == np.arange(4), 3, -1).astype(np.int32)
+    want = np.moveaxis(hot, -1, axis)
+    assert got.shape == want.shape
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("axis", [-4, 3])
+def test_one_hot_axis_out_of_range(axis):
+    idx = rf.placeholder(rf.int32, (2, 3))
+    with pytest.raises(rf.errors.InvalidArgumentError, match="axis"):
+        rf.one_hot(idx, 4, axis=axis)
