@@ -264,7 +264,9 @@ enum {
  * (cudaErrorIllegalAddress); since the stream-ordering fix and a cuBLAS
  * workspace per device (given with gpu_graphs), scripts/gpu_graph_stress.sh
  * passed 24 of 24 runs. A step that cannot be captured runs as without
- * graphs, and results are the same bits either way. */
+ * graphs, and results are the same bits either way (but for kernels that
+ * differ from step to step anyway: a cuDNN filter gradient that adds with
+ * atomics, docs/GPU_KERNELS.md). */
 #define RF_DEFAULT_GPU_GRAPHS 1
 
 /* collective_bucket_bytes after rf_session_options_init: RF_BUCKET_BYTES_AUTO,
