@@ -566,6 +566,44 @@ static void test_comm_dtype_errors(void **state) {
   rf_graph_free(g);
 }
 
+/* comm_dtype float32 asks for no narrowing, so any all-reduce takes it, as
+ * the graph-file attr and COLLECTIVES.md have it: only bfloat16 and float16
+ * are refused for one that is not float32. The result stays exact. */
+static void test_float32_comm_dtype_on_any_dtype(void **state) {
+  rf_graph *g = rf_graph_new();
+  rf_output x[2], y[2];
+  for (int i = 0; i < 2; i++) {
+    char dev[8];
+    snprintf(dev, sizeof dev, "cpu:%d", i);
+    assert_ok(rf_graph_push_device(g, dev));
+    x[i] = rf_const_scalar(g, i ? "b" : "a", RF_INT64,
+                           (double)((int64_t)1 << 40) + i);
+    rf_graph_pop_device(g);
+  }
+  rf_all_reduce_n(g, "ar", x, 2, RF_REDUCE_SUM, y);
+  assert_graph_ok(g);
+  for (int i = 0; i < 2; i++)
+    assert_ok(rf_all_reduce_set_comm_dtype(y[i].node, RF_FLOAT32));
+  const char *v;
+  assert_ok(rf_node_attr_string(y[0].node, "comm_dtype", &v));
+  assert_string_equal(v, "float32");
+  assert_status(rf_all_reduce_set_comm_dtype(y[0].node, RF_FLOAT16),
+                RF_INVALID_ARGUMENT, "node 'ar_0' (AllReduce) on cpu:0");
+  rf_session_options o = options(1 << 20);
+  o.collective_comm_dtype = "bfloat16"; /* the attr wins; int64 never narrows */
+  rf_session *s;
+  assert_ok(rf_session_new(g, &o, &s));
+  rf_tensor *out[2];
+  assert_ok(rf_session_run(s, NULL, 0, y, 2, NULL, 0, out));
+  for (int i = 0; i < 2; i++) {
+    assert_int_equal(*(const int64_t *)rf_tensor_data(out[i]),
+                     ((int64_t)1 << 41) + 1);
+    rf_tensor_release(out[i]);
+  }
+  rf_session_free(s);
+  rf_graph_free(g);
+}
+
 /* ---- running out of memory ---- */
 
 /* Fails the k-th allocation (and all after it) of making a session and
@@ -903,6 +941,7 @@ int main(void) {
       cmocka_unit_test(test_buckets_follow_readiness),
       cmocka_unit_test(test_default_bucket_size_on_cpus),
       cmocka_unit_test(test_default_bucket_size_on_gpus),
+      cmocka_unit_test(test_float32_comm_dtype_on_any_dtype),
   };
   return cmocka_run_group_tests(tests, setup, NULL);
 }

@@ -51,3 +51,18 @@ lacks off "#bucket"
 
 run bf16 --comm-dtype bf16
 has bf16 "cast to bfloat16 for the wire and back; buckets of up to 1048576 bytes"
+
+# A narrowing --comm-dtype casts the all-reduced gradients, which the other
+# --sync modes have none of: a usage error (exit 2), not a flag ignored.
+for sync in reduce-broadcast sharded; do
+  for t in bf16 fp16; do
+    set +e
+    "$ringflow" train --data "$tmp" --devices cpu:0-3 --batch 16 --steps 1 \
+      --sync "$sync" --comm-dtype "$t" > "$tmp/out" 2> "$tmp/err"
+    rc=$?
+    set -e
+    [ "$rc" = 2 ] || { echo "--sync $sync --comm-dtype $t exited $rc, not 2"; cat "$tmp/err"; exit 1; }
+    grep -qF -- "--comm-dtype $t needs --sync allreduce" "$tmp/err" || { cat "$tmp/err"; exit 1; }
+  done
+  run "fp32_$sync" --sync "$sync" --comm-dtype fp32
+done
