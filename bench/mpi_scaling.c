@@ -280,11 +280,16 @@ int main(int argc, char **argv) {
         load[0] = -1;
       fclose(f);
     }
+    /* RF_MPI_ALGORITHM forced (blocking, ring) joins the path's name: the
+     * collectives with blocking data run their own thread and communicator
+     * in the steady state (docs/SCALING.md). */
+    const char *alg = getenv("RF_MPI_ALGORITHM");
     printf(
-        "N=%d path=%s steps=%d collectives=%d bytes/device=%d "
+        "N=%d path=%s%s%s steps=%d collectives=%d bytes/device=%d "
         "load=%.2f READY-header=%zu\n",
-        N, env && strcmp(env, "0") == 0 ? "ready-go" : "agree-once", steps,
-        NCOLL, N * COLS * 4, load[0], sizeof(rf__mpi_msg));
+        N, env && strcmp(env, "0") == 0 ? "ready-go" : "agree-once",
+        alg && *alg ? "+" : "", alg && *alg ? alg : "", steps, NCOLL,
+        N * COLS * 4, load[0], sizeof(rf__mpi_msg));
     const char *phase[3] = {"create", "first", "steady"};
     for (int ph = 0; ph < 3; ph++) {
       double mean[3] = {0}, max[3] = {0}, sent_others = 0;

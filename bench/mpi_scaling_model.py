@@ -9,7 +9,7 @@ Two uses:
 
   python3 bench/mpi_scaling_model.py model [--alpha US] [--recv US]
       [--send US] [--round US] [--dup US] [--beta GBPS] [--coll C]
-      [--skew US]
+      [--skew US] [--blocking]
       the protocol of each path (docs/MULTIPROCESS.md, "How a collective
       runs") replayed for N = 2 .. 1,024 processes, one device each, as a
       discrete-event simulation fed by per-message costs (defaults: the
@@ -31,8 +31,9 @@ What the model assumes:
     OpenMPI 4.1 picks it below 64 KiB: reduce to rank 0 (task 0), then
     broadcast, 2 ceil(log2 N) rounds, each alpha + `round` µs of CPU;
     task 0, the root, receives ceil(log2 N) messages and sends as many;
-  - MPI_Comm_dup (the first step's communicator of each kept collective,
-    and the session's own) is two blocking all-reductions (recursive
+  - MPI_Comm_dup (the first step's communicator of each kept collective -
+    two, one after the other, with --blocking: its data's own - and the
+    session's own) is two blocking all-reductions (recursive
     doubling: log2 N rounds, 2 more when N is not a power of two; OpenMPI's
     context id agreement, more when ids collide) plus `dup` µs of local
     work;
@@ -137,9 +138,9 @@ def model(a):
     rng = random.Random(1)
     print("model: alpha %.2f us, beta %.1f GB/s, task 0 recv %.2f us send "
           "%.2f us a message, check round %.2f us, dup %.1f us + 2 "
-          "all-reduces, skew %.1f us, %d collectives a step"
+          "all-reduces, skew %.1f us, %d collectives a step%s"
           % (a.alpha, a.beta, a.recv, a.send, a.round, a.dup, a.skew,
-             a.coll))
+             a.coll, ", blocking data (2 dups each)" if a.blocking else ""))
     print()
     print("| N | path | task 0 msgs/coll (in+out) | task 0 bytes in/coll "
           "| task 0 CPU/coll µs | other task msgs/coll | latency/coll µs |")
@@ -148,7 +149,9 @@ def model(a):
     for n in [2, 4, 8, 16, 64, 256, 1024]:
         lat_s, cpu_s = star(n, a, rng)
         lat_c, cpu_c = check(n, a, rng)
-        lat_d = dup(n, a)
+        # two duplicates for a collective with blocking data (its data's
+        # own communicator), made one after the other at the GO
+        lat_d = dup(n, a) * (2 if a.blocking else 1)
         r = tree(n)
         rows[n] = (lat_s, cpu_s, lat_c, cpu_c, lat_d)
         # first step, either path: READY/GO (+ the dup when kept)
@@ -248,6 +251,9 @@ def main():
     m.add_argument("--beta", type=float, default=5.0)
     m.add_argument("--coll", type=int, default=5)
     m.add_argument("--skew", type=float, default=0.0)
+    m.add_argument("--blocking", action="store_true",
+                   help="every collective's data by blocking calls: two "
+                   "MPI_Comm_dup at its first step")
     a = p.parse_args()
     if a.cmd == "summary":
         summary(a.files)
