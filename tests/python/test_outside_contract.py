@@ -121,3 +121,20 @@ def test_one_hot_axis_counts_in_the_result(axis, rng):
     for bad in (3, -4):
         with pytest.raises(errors.InvalidArgumentError, match="axis"):
             rf.one_hot(rf.constant(idx.astype(np.int32)), 4, axis=bad)
+
+
+def test_nn_max_pool_and_avg_pool_are_tf_names(rng):
+    """tf.nn.max_pool / tf.nn.avg_pool (rf.nn has TensorFlow's tf.nn
+    names) are the 2-D pools, checked against NumPy."""
+    x = rng.standard_normal((2, 4, 6, 3))
+    px = rf.placeholder(rf.float64, x.shape)
+    mx = rf.nn.max_pool(px, ksize=2, strides=2, padding="VALID")
+    av = rf.nn.avg_pool(px, [1, 2, 2, 1], [1, 2, 2, 1], "VALID",
+                        data_format=None)
+    assert mx.op.type == "MaxPool" and av.op.type == "AvgPool"
+    with rf.Session() as sess:
+        got_max, got_avg = sess.run([mx, av], {px: x})
+    windows = x.reshape(2, 2, 2, 3, 2, 3)
+    np.testing.assert_array_equal(got_max, windows.max(axis=(2, 4)))
+    np.testing.assert_allclose(got_avg, windows.mean(axis=(2, 4)),
+                               rtol=1e-14)
