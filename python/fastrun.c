@@ -629,10 +629,27 @@ static PyTypeObject RunnerType = {
     .tp_new = PyType_GenericNew,
 };
 
+/* bfloat16_as_uint16(capsule) -> bool: relabels an unused "dltensor"
+ * capsule of bfloat16 as uint16 (the same bits), which np.from_dlpack
+ * reads (NumPy has no bfloat16: the caller views the array as
+ * ml_dtypes.bfloat16). False, the capsule unchanged, for another dtype. */
+static PyObject *bfloat16_as_uint16(PyObject *mod, PyObject *capsule) {
+  (void)mod;
+  DLManagedTensor *m = PyCapsule_GetPointer(capsule, "dltensor");
+  if (!m) return NULL; /* ValueError: not an unused DLPack capsule */
+  DLDataType *t = &m->dl_tensor.dtype;
+  if (t->code != kDLBfloat || t->bits != 16 || t->lanes != 1) Py_RETURN_FALSE;
+  t->code = kDLUInt;
+  Py_RETURN_TRUE;
+}
+
 static PyMethodDef fastrun_functions[] = {
     {"gpu_tensor_from_capsule", gpu_tensor_from_capsule, METH_VARARGS,
      "gpu_tensor_from_capsule(capsule, dtypes, cls): a kDLCUDA capsule's "
      "memory as a GpuTensor, without a copy"},
+    {"bfloat16_as_uint16", bfloat16_as_uint16, METH_O,
+     "bfloat16_as_uint16(capsule): relabels a bfloat16 DLPack capsule as "
+     "uint16 for np.from_dlpack; whether it did"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -7,6 +7,7 @@ for them (when the last reference to their tensor goes, from whichever
 thread drops it: cffi takes the GIL for the callback)."""
 
 import itertools
+import reprlib
 from typing import Any, Optional, Sequence, Tuple
 
 import numpy as np
@@ -55,26 +56,61 @@ def py_shape(s) -> Shape:
 
 def as_array(value: Any, dtype: Any = None) -> np.ndarray:
     """`value` as an array of a ringflow dtype: `dtype` when given (converted
-    by NumPy); else an array's own dtype, and for Python values
-    TensorFlow's defaults (float32, int32 unless out of its range, bool)."""
+    by NumPy, except that a Python float that is not a whole number is not
+    truncated to an integer dtype: TypeError, as TensorFlow); else an
+    array's own dtype, and for Python values TensorFlow's defaults
+    (float32, int32 unless out of its range, then int64; past int64's range
+    a TypeError), bool)."""
+    python = not isinstance(value, (np.ndarray, np.generic))
     if dtype is not None:
-        return np.asarray(value, dtype=dtypes.as_dtype(dtype))
-    if isinstance(value, (np.ndarray, np.generic)):
+        dt = dtypes.as_dtype(dtype)
+        arr = np.asarray(value, dtype=dt)
+        if python and dt.kind in "iu":
+            given = np.asarray(value)
+            if given.dtype.kind in "fc" and not np.array_equal(arr, given):
+                raise TypeError(f"cannot make a {dt} tensor of "
+                                f"{reprlib.repr(value)}: not whole numbers")
+        return arr
+    if not python:
         arr = np.asarray(value)
         # TypeError for dtypes ringflow lacks; another byte order: native
         return arr.astype(dtypes.as_dtype(arr.dtype), copy=False)
     arr = np.asarray(value)
+    if arr.dtype.kind in "uifO":
+        ints = _python_ints(value, arr)
+        if ints is not None:
+            return ints
     if arr.dtype.kind == "f":
         return arr.astype(np.float32)
-    if arr.dtype.kind in "iu":
-        info = np.iinfo(np.int32)
-        small = arr.size == 0 or (arr.min() >= info.min and
-                                  arr.max() <= info.max)
-        return arr.astype(np.int32 if small else np.int64)
     if arr.dtype.kind == "b":
         return arr
-    raise TypeError(f"cannot make a ringflow tensor of {value!r} "
-                    f"(NumPy reads it as {arr.dtype})")
+    raise TypeError(f"cannot make a ringflow tensor of "
+                    f"{reprlib.repr(value)} (NumPy reads it as {arr.dtype})")
+
+
+_INT32 = np.iinfo(np.int32)
+_INT64 = np.iinfo(np.int64)
+
+
+def _python_ints(value: Any, arr: np.ndarray) -> Optional[np.ndarray]:
+    """Python integers (NumPy's `arr` of them) as int32, or int64 when
+    past int32's range; None when they are not all integers. NumPy reads
+    ints past int64 as uint64, float64 or objects: TypeError."""
+    if arr.dtype.kind == "i" and arr.dtype.itemsize <= 8:
+        exact = arr  # NumPy held them all in int64: no search needed
+    else:
+        items = np.asarray(value, dtype=object).ravel()
+        if not all(isinstance(x, (int, np.integer)) and
+                   not isinstance(x, (bool, np.bool_)) for x in items):
+            return None
+        if items.size and (min(items) < _INT64.min or
+                           max(items) > _INT64.max):
+            raise TypeError(f"cannot make a ringflow tensor of "
+                            f"{reprlib.repr(value)}: past int64's range")
+        exact = np.asarray(value, dtype=object).astype(np.int64)
+    small = exact.size == 0 or (exact.min() >= _INT32.min and
+                                exact.max() <= _INT32.max)
+    return exact.astype(np.int32 if small else np.int64)
 
 
 def _c_contiguous(arr: np.ndarray) -> np.ndarray:

@@ -181,14 +181,17 @@ def one_hot(indices: Any, depth: int, on_value: Any = 1, off_value: Any = 0,
             axis: int = -1, dtype: Any = dtypes.float32,
             name: Optional[str] = None) -> Tensor:
     """indices (uint8, int32 or int64) of rank r with a new dim of `depth`
-    at `axis` of the output, in [-(r+1), r] (negative from the output's
-    end, -1 last, as expand_dims): on_value where the index equals the
-    position, off_value elsewhere (an index outside [0, depth): all off),
-    as `dtype`."""
+    at axis of the result, in [-(r + 1), r] (negative counts from the
+    result's end: -1 last, as tf.one_hot; -2 and below TensorFlow
+    refuses): on_value where the index equals the position, off_value
+    elsewhere (an index outside [0, depth): all off), as `dtype` (None:
+    float32). on_value and off_value pass through a C double: integers
+    past 2**53 are rounded."""
     g, x = _one(indices)
     return g._output(lib.rf_one_hot, c_name(name), x._c, int(depth),
                      float(on_value), float(off_value), int(axis),
-                     dtypes.to_c(dtype))
+                     dtypes.to_c(dtypes.float32 if dtype is None
+                                 else dtype))
 
 
 def where(condition: Any, x: Any = None, y: Any = None,
@@ -218,17 +221,17 @@ def gelu(features: Any, approximate: bool = False,
     return g._output(lib.rf_gelu, c_name(name), x._c, bool(approximate))
 
 
-def dropout(x: Any, rate: float, seed: int = 0,
+def dropout(x: Any, rate: float, seed: Optional[int] = 0,
             name: Optional[str] = None) -> Tensor:
     """x with each element kept (scaled by 1 / (1 - rate)) or zeroed, rate
     in [0, 1); float dtypes. The decisions are a pure function of (seed,
     the session's step, the device), reproducible across runs and replicas
     (include/ringflow/ops.h gives the exact key); the node's output 1 is
     the mask. Unlike tf.nn.dropout, `seed` is required to vary the
-    pattern between layers."""
+    pattern between layers (None is 0)."""
     g, t = _one(x)
     return g._output(lib.rf_dropout, c_name(name), t._c, float(rate),
-                     int(seed))
+                     0 if seed is None else int(seed))
 
 
 def layer_norm(x: Any, gamma: Any, beta: Any, epsilon: float = 1e-5,

@@ -64,8 +64,11 @@ def save(path: Path, tensors: Mapping[str, Any], step: Optional[int] = None,
     otherwise; C-contiguous arrays are not copied) to `path` in that order,
     with `step` (0..STEP_MAX) and string `metadata` (keys not starting with
     "ringflow."). Dtypes: float16, bfloat16, float32, float64, int8, uint8,
-    int32, int64, bool. The file's mode is 0644. Raises InvalidArgumentError
-    for a bad name, step, key or dtype and the errors of the module doc."""
+    int32, int64, bool. The file's mode is 0644. Raises TypeError for a
+    step that is not an int (a bool, 1.5) and for values ringflow has no
+    dtype for (uint16, strings, ints past int64), InvalidArgumentError for
+    a bad name, a step out of range or a reserved metadata key, and the
+    errors of the module doc."""
     c = _new()
     keep = []
     for name, value in tensors.items():

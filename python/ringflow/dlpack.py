@@ -3,7 +3,9 @@ ringflow without a copy, and back out.
 
 Host memory: a value with `__dlpack__` fed to Session.run is taken through
 np.from_dlpack, a view of the producer's memory, which the fed tensor then
-wraps (no copy when it is C-contiguous and of the placeholder's dtype).
+wraps (no copy when it is C-contiguous and of the placeholder's dtype);
+bfloat16, which NumPy's DLPack lacks, as uint16 viewed as
+ml_dtypes.bfloat16.
 Fetched arrays are NumPy arrays, which export DLPack themselves: they are
 read-only, so consumers must accept DLPack 1.0's read-only flag
 (np.from_dlpack does; PyTorch may copy or refuse).
@@ -47,6 +49,21 @@ class GpuTensor(_fastrun.GpuTensor):
                 f"dtype={self.dtype} gpu={self.gpu}>")
 
 
+class _Capsule:
+    """A DLPack capsule already made, as a producer for np.from_dlpack."""
+
+    __slots__ = ("_capsule",)
+
+    def __init__(self, capsule: Any) -> None:
+        self._capsule = capsule
+
+    def __dlpack__(self, **kwargs: Any) -> Any:
+        return self._capsule
+
+    def __dlpack_device__(self) -> Any:
+        return (1, 0)  # kDLCPU
+
+
 def is_gpu_producer(x: Any) -> bool:
     """Whether `x` exports CUDA device memory through DLPack."""
     device = getattr(x, "__dlpack_device__", None)
@@ -64,7 +81,14 @@ def from_dlpack(x: Any) -> Union[np.ndarray, GpuTensor]:
     if not hasattr(x, "__dlpack__"):
         raise TypeError(f"{type(x).__name__} has no __dlpack__")
     if not is_gpu_producer(x):
-        return np.from_dlpack(x)
+        try:
+            return np.from_dlpack(x)
+        except (RuntimeError, BufferError, TypeError):
+            # NumPy has no bfloat16: the same bits as uint16, viewed.
+            capsule = x.__dlpack__()
+            if not _fastrun.bfloat16_as_uint16(capsule):
+                raise
+            return np.from_dlpack(_Capsule(capsule)).view(dtypes.bfloat16)
     try:
         capsule = x.__dlpack__(stream=1)  # ordered before the legacy stream
     except TypeError:  # a producer that takes no stream

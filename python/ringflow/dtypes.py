@@ -51,10 +51,13 @@ del _code, _name
 
 def as_dtype(value: Any) -> DType:
     """The ringflow dtype for `value`: a NumPy dtype (or anything NumPy reads
-    as one), a C dtype name ("bfloat16"), or `resource`. Raises TypeError
-    for a dtype ringflow has no tensors of (complex, str, uint16 ...)."""
+    as one, except None), a C dtype name ("bfloat16"), or `resource`.
+    Raises TypeError for None and for a dtype ringflow has no tensors of
+    (complex, str, uint16 ...)."""
     if value is resource or value == "resource":
         return resource
+    if value is None:  # np.dtype(None) is float64: a dtype left out
+        raise TypeError("None is not a dtype")
     if isinstance(value, str):
         code = lib.rf_dtype_from_name(value.encode())
         if code != lib.RF_DTYPE_INVALID:

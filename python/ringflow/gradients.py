@@ -36,8 +36,13 @@ def gradients(ys: Any, xs: Any, grad_ys: Any = None,
     Returns one Tensor per x, None for an x no y depends on. Gradient nodes
     go on the devices of the forward ops (colocate_gradients_with_ops is
     always on; the argument is accepted for TensorFlow's signature).
-    Raises InvalidArgumentError naming the op without a gradient (integer
-    dtypes have none) or a grad_y whose dtype or shape does not match.
+    Raises NotFoundError "No gradient defined for op 'X' (node 'N')" for
+    an op without a gradient function (MaxPoolGrad, _LayerNormGrad),
+    InvalidArgumentError for a gradient the op refuses for its inputs
+    (collectives of integer dtypes: "No gradient defined for AllReduce of
+    int32"; other integer tensors get gradients by the same rules in their
+    dtype) or a grad_y whose dtype or shape does not match, and ValueError
+    for a grad_ys list of another length or holding None.
     """
     ys, xs = _as_list(ys), _as_list(xs)
     g = graph_of(ys + xs + (_as_list(grad_ys) if grad_ys is not None else []))

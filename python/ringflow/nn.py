@@ -18,9 +18,9 @@ from ringflow.framework import Tensor, convert_to_tensor, graph_of
 from ringflow.ops import (bias_add as _bias_add, relu, sigmoid, softmax,
                           sparse_softmax_cross_entropy_with_logits, tanh)
 
-__all__ = ["avg_pool2d", "avg_pool_grad", "bias_add", "conv2d",
+__all__ = ["avg_pool", "avg_pool2d", "avg_pool_grad", "bias_add", "conv2d",
            "conv2d_backprop_filter", "conv2d_backprop_input", "dropout",
-           "gelu", "max_pool2d",
+           "gelu", "max_pool", "max_pool2d",
            "max_pool_grad", "relu", "sigmoid", "softmax",
            "sparse_softmax_cross_entropy_with_logits", "tanh"]
 
@@ -134,6 +134,12 @@ def avg_pool2d(input: Any, ksize: Ints, strides: Ints, padding: str,
     counted, as TensorFlow) -> (n, oh, ow, c)."""
     return _pool(lib.rf_avg_pool, input, ksize, strides, padding,
                  data_format, name)
+
+
+# TensorFlow's other names of the 2-D pools (tf.nn.max_pool / avg_pool
+# take NHWC input of rank 4 as these do).
+max_pool = max_pool2d
+avg_pool = avg_pool2d
 
 
 def max_pool_grad(orig_input: Any, orig_output: Any, grad: Any,

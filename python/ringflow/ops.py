@@ -4,7 +4,9 @@ Each adds a node to the graph of its tensor inputs (else the default graph)
 on the device of the current device scope, and returns its output Tensor
 (or, for ops without outputs, its Operation). Inputs may be Tensors,
 Variables, NumPy arrays or Python values; a non-Tensor input becomes a
-Const node (of the other input's dtype for binary ops). Shape and dtype
+Const node (of the other input's dtype for binary ops; a Python float
+that is not a whole number meeting an integer tensor is a TypeError, as in
+TensorFlow, rather than truncated). Shape and dtype
 checks are the C library's: a refused node raises InvalidArgumentError (a
 ValueError) naming the node and op, and adds nothing. Values are computed
 only when a Session runs the graph; run-time errors are raised by
@@ -248,10 +250,11 @@ def reduce_mean(input_tensor: Any, axis: Axis = None,
     return _unary(lib.rf_mean, input_tensor, name, axes, n, bool(keepdims))
 
 
-def argmax(input: Any, axis: int = 0, name: Optional[str] = None) -> Tensor:
-    """The index (int64) of the largest element along `axis`, the first one
-    on ties."""
-    return _unary(lib.rf_argmax, input, name, int(axis))
+def argmax(input: Any, axis: Optional[int] = 0,
+           name: Optional[str] = None) -> Tensor:
+    """The index (int64) of the largest element along `axis` (None: 0, as
+    tf.argmax), the first one on ties."""
+    return _unary(lib.rf_argmax, input, name, 0 if axis is None else int(axis))
 
 
 def reshape(tensor: Any, shape: Any, name: Optional[str] = None) -> Tensor:

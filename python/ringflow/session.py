@@ -140,7 +140,9 @@ class Session:
         Raises the OpError subclass of the failure, naming the node and
         device (InvalidArgumentError for a fed value of the wrong shape,
         FailedPreconditionError for an uninitialised variable,
-        DeadlineExceededError for a collective missing participants...).
+        NotFoundError for a node not in the session's graph or a fetch or
+        feed key of another graph, DeadlineExceededError for a collective
+        missing participants...).
         The session stays usable after an error.
         """
         feeds = feed_dict if feed_dict is not None else {}
@@ -197,6 +199,14 @@ class Session:
             if not isinstance(key, Tensor):
                 raise TypeError(f"feed_dict keys must be Tensors, not "
                                 f"{key!r}")
+        for item in tensors + targets + feed_keys:
+            # The C library finds nodes by name: one of another graph would
+            # silently stand for the session's node of that name.
+            if item.graph is not self._graph:
+                node = item.op if isinstance(item, Tensor) else item
+                raise errors.NotFoundError(
+                    f"node '{node.name}' is from another graph than the "
+                    "session's", errors.NOT_FOUND, node.name)
         for t in tensors:
             if t.dtype is dtypes.resource:
                 raise TypeError(f"cannot fetch {t.name}: a resource (a "

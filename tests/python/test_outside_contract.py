@@ -1,0 +1,140 @@
+"""What a user of docs/PYTHON.md relies on that once did not hold (found
+testing the package from outside): values are never silently wrapped,
+truncated or taken from another graph."""
+
+import numpy as np
+import pytest
+
+import ringflow as rf
+from ringflow import errors
+
+
+def test_fetch_of_another_graph_is_refused_even_with_a_shared_name():
+    """A session runs its own graph: a tensor, target or feed key of another
+    graph is NotFoundError, even when a node of that name exists in the
+    session's graph (it ran that node instead)."""
+    with rf.Graph().as_default() as g:
+        mine = rf.placeholder(rf.float32, (), name="y")
+        doubled = mine * 2.0
+    with rf.Graph().as_default():
+        other = rf.constant(7.0, name="y")
+        other_op = rf.no_op(name="Mul")
+    with rf.Session(g) as sess:
+        assert sess.run(doubled, {mine: 1.5}) == 3.0
+        with pytest.raises(errors.NotFoundError, match="another graph"):
+            sess.run(other, {mine: 1.5})
+        with pytest.raises(errors.NotFoundError, match="another graph"):
+            sess.run([doubled, other_op], {mine: 1.5})
+        with pytest.raises(errors.NotFoundError, match="another graph"):
+            sess.run(doubled, {other: 1.5})
+        with pytest.raises(errors.NotFoundError, match="another graph"):
+            sess.make_callable(other)
+        with pytest.raises(errors.NotFoundError, match="another graph"):
+            sess.make_callable(doubled, [other])
+        # the session stays usable
+        assert sess.run(doubled, {mine: 2.0}) == 4.0
+
+
+@pytest.mark.parametrize("value", [2**63, [1, 2**63], [-1, 2**63 + 5],
+                                   -2**63 - 1, [[0], [2**64]]])
+def test_python_ints_past_int64_are_refused(value, tmp_path):
+    """PYTHON.md: Python ints are int32, int64 past its range; past int64's
+    they are a TypeError (2**63 was wrapped to -2**63, [-1, 2**63 + 5]
+    became float32)."""
+    with pytest.raises(TypeError, match="int64"):
+        rf.constant(value)
+    with pytest.raises(TypeError, match="int64"):
+        rf.checkpoint.save(tmp_path / "x.safetensors", {"x": value})
+
+
+def test_python_ints_at_the_int64_limits(rng):
+    lo, hi = -2**63, 2**63 - 1
+    a = rf.constant([lo, hi])
+    b = rf.constant([[1, 2**31]])
+    c = rf.constant([-2**31, 2**31 - 1])
+    with rf.Session() as sess:
+        av, bv, cv = sess.run([a, b, c])
+    assert a.dtype == rf.int64 and av.tolist() == [lo, hi]
+    assert b.dtype == rf.int64 and bv.tolist() == [[1, 2**31]]
+    assert c.dtype == rf.int32 and cv.tolist() == [-2**31, 2**31 - 1]
+
+
+def test_none_is_not_a_dtype():
+    """np.dtype(None) is float64; ringflow's dtype arguments refuse None
+    (placeholder(None), cast(x, None) made float64 tensors)."""
+    with pytest.raises(TypeError, match="None"):
+        rf.as_dtype(None)
+    with pytest.raises(TypeError):
+        rf.placeholder(None, (2,))
+    with pytest.raises(TypeError):
+        rf.cast(rf.constant([1.0]), None)
+    # where None means "the default", it still does
+    assert rf.constant(1.5, dtype=None).dtype == rf.float32
+
+
+def test_python_float_operand_of_an_integer_tensor_is_refused():
+    """A Python float meeting an integer tensor becomes a constant of its
+    dtype only when it is a whole number; 0.5 was truncated to 0, so
+    `int_tensor * 0.5` gave zeros (TensorFlow raises TypeError too)."""
+    x = rf.constant([3, 4])
+    with pytest.raises(TypeError, match="0.5"):
+        x * 0.5
+    with pytest.raises(TypeError):
+        rf.add(x, [1.0, 2.5])
+    with pytest.raises(TypeError):
+        rf.where(rf.constant([True, False]), x, 1.5)
+    y = x * 2.0  # a whole number is fine
+    with rf.Session() as sess:
+        assert sess.run(y).tolist() == [6, 8]
+
+
+def test_argmax_axis_none_is_axis_0():
+    """tf.argmax's axis=None means axis 0."""
+    x = rf.constant([[1, 5], [3, 4]])
+    a = rf.argmax(x, axis=None)
+    with rf.Session() as sess:
+        assert sess.run(a).tolist() == [1, 0]
+
+
+def test_dropout_seed_none_is_seed_0():
+    """tf.nn.dropout's seed defaults to None: the same as seed=0 here."""
+    x = rf.constant(np.ones((8, 8), np.float32))
+    a = rf.nn.dropout(x, rate=0.5, seed=None)
+    b = rf.nn.dropout(x, rate=0.5)
+    with rf.Session() as sess:
+        av, bv = sess.run([a, b])
+    np.testing.assert_array_equal(av, bv)
+
+
+@pytest.mark.parametrize("axis", [0, 1, 2, -1, -2, -3])
+def test_one_hot_axis_counts_in_the_result(axis, rng):
+    """PYTHON.md: the new dim is at `axis` of the result (rank r + 1),
+    negative from its end; outside [-(r+1), r] InvalidArgumentError."""
+    idx = rng.integers(-1, 5, size=(3, 4))
+    t = rf.one_hot(rf.constant(idx.astype(np.int32)), 4, on_value=2,
+                   off_value=-1, axis=axis, dtype=None)
+    assert t.dtype == rf.float32  # dtype None: float32 (was float64)
+    ref = np.where(idx[..., None] == np.arange(4), 2.0, -1.0)
+    ref = np.moveaxis(ref, -1, axis)
+    with rf.Session() as sess:
+        np.testing.assert_array_equal(sess.run(t), ref)
+    for bad in (3, -4):
+        with pytest.raises(errors.InvalidArgumentError, match="axis"):
+            rf.one_hot(rf.constant(idx.astype(np.int32)), 4, axis=bad)
+
+
+def test_nn_max_pool_and_avg_pool_are_tf_names(rng):
+    """tf.nn.max_pool / tf.nn.avg_pool (rf.nn has TensorFlow's tf.nn
+    names) are the 2-D pools, checked against NumPy."""
+    x = rng.standard_normal((2, 4, 6, 3))
+    px = rf.placeholder(rf.float64, x.shape)
+    mx = rf.nn.max_pool(px, ksize=2, strides=2, padding="VALID")
+    av = rf.nn.avg_pool(px, [1, 2, 2, 1], [1, 2, 2, 1], "VALID",
+                        data_format=None)
+    assert mx.op.type == "MaxPool" and av.op.type == "AvgPool"
+    with rf.Session() as sess:
+        got_max, got_avg = sess.run([mx, av], {px: x})
+    windows = x.reshape(2, 2, 2, 3, 2, 3)
+    np.testing.assert_array_equal(got_max, windows.max(axis=(2, 4)))
+    np.testing.assert_allclose(got_avg, windows.mean(axis=(2, 4)),
+                               rtol=1e-14)
