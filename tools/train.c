@@ -795,6 +795,10 @@ static int parse_options(int argc, char **argv, options *o) {
   if (o->check) o->dropout = 0;
   if (o->save_every && !o->save)
     return tool_usage_error(&cmd, "--save-every needs --save FILE");
+  /* only --sync allreduce reduces gradients by all-reduce */
+  if (o->comm_dtype != 0 && o->sync != SYNC_ALLREDUCE)
+    return tool_usage_error(&cmd, "--comm-dtype %s needs --sync allreduce",
+                            comm_choices[o->comm_dtype]);
   return 0;
 }
 
