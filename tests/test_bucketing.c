@@ -604,6 +604,70 @@ static void test_float32_comm_dtype_on_any_dtype(void **state) {
   rf_graph_free(g);
 }
 
+/* RF_FLOAT32 never narrows, so every all-reduce takes it, as a graph file's
+ * comm_dtype "float32" loads and compiles on any all-reduce (GRAPH_FORMAT.md):
+ * only a narrowing dtype is refused for one that is not float32. The values
+ * stay exact under a session that narrows float32 ones. */
+static void test_float32_comm_dtype_on_any_all_reduce(void **state) {
+  (void)state;
+  const rf_dtype types[] = {RF_FLOAT64, RF_INT32, RF_FLOAT16, RF_INT64};
+  uint64_t r = rf_test_rng(41);
+  for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
+    rf_graph *g = rf_graph_new();
+    rf_output in[2], out[2];
+    rf_tensor *v[2];
+    for (int d = 0; d < 2; d++) {
+      char dev[8];
+      snprintf(dev, sizeof dev, "cpu:%d", d);
+      assert_ok(rf_graph_push_device(g, dev));
+      v[d] = rf_test_random_tensor(&r, types[k], rf_shape_of(1, (int64_t)9), -4,
+                                   4);
+      in[d] = rf_const(g, NULL, v[d]);
+      rf_graph_pop_device(g);
+    }
+    rf_all_reduce_n(g, "ar", in, 2, RF_REDUCE_SUM, out);
+    assert_graph_ok(g);
+    for (int d = 0; d < 2; d++)
+      assert_ok(rf_all_reduce_set_comm_dtype(out[d].node, RF_FLOAT32));
+    assert_status(rf_all_reduce_set_comm_dtype(out[0].node, RF_BFLOAT16),
+                  RF_INVALID_ARGUMENT,
+                  "only float32 all-reduces take a narrowing");
+    rf_session_options o = options(1 << 20);
+    o.collective_comm_dtype = "bfloat16";
+    rf_session *s = NULL;
+    assert_ok(rf_session_new(g, &o, &s));
+    rf_tensor *got[2];
+    assert_ok(rf_session_run(s, NULL, 0, out, 2, NULL, 0, got));
+    double *a = rf_test_to_doubles(v[0]), *b = rf_test_to_doubles(v[1]);
+    double want[9];
+    for (int i = 0; i < 9; i++) want[i] = a[i] + b[i];
+    for (int d = 0; d < 2; d++) {
+      assert_int_equal(rf_tensor_dtype(got[d]), types[k]);
+      assert_tensor_near(got[d], rf_shape_of(1, (int64_t)9), want,
+                         types[k] == RF_FLOAT16 ? 1e-2 : 0);
+      rf_tensor_release(got[d]);
+    }
+    free(a);
+    free(b);
+    rf_tensor_release(v[0]);
+    rf_tensor_release(v[1]);
+    rf_session_free(s);
+    rf_graph_free(g);
+  }
+}
+
+/* A node without a device is named without an empty "on" (an AllReduce
+ * always has one). */
+static void test_comm_dtype_error_without_device(void **state) {
+  (void)state;
+  rf_graph *g = rf_graph_new();
+  rf_node *n = rf_noop(g, "nop");
+  rf_status *st = rf_all_reduce_set_comm_dtype(n, RF_BFLOAT16);
+  assert_non_null(strstr(rf_status_message(st), "node 'nop' (NoOp) is not"));
+  rf_status_free(st);
+  rf_graph_free(g);
+}
+
 /* ---- running out of memory ---- */
 
 /* Fails the k-th allocation (and all after it) of making a session and
@@ -934,6 +998,8 @@ int main(void) {
       cmocka_unit_test(test_comm_dtype_equals_casts_by_hand),
       cmocka_unit_test(test_disagreeing_comm_dtype_stays_float32),
       cmocka_unit_test(test_comm_dtype_errors),
+      cmocka_unit_test(test_float32_comm_dtype_on_any_all_reduce),
+      cmocka_unit_test(test_comm_dtype_error_without_device),
       cmocka_unit_test(test_every_allocation_failure),
       cmocka_unit_test(test_log_says_which_copies_happen),
       cmocka_unit_test(test_producers_write_into_the_bucket),

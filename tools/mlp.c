@@ -371,6 +371,15 @@ static void build_sharded(const mlp_config *c, rf_graph *g, int p,
   }
 }
 
+/* Keeps the all-reduce whose participants are out[0, n) in float32 whatever
+ * the session's collective_comm_dtype (--comm-dtype narrows gradients only). */
+static rf_status *full_precision(rf_graph *g, const rf_output *out, int n) {
+  rf_status *st = rf_graph_status(g); /* after an error out is unset */
+  for (int d = 0; d < n && !st; d++)
+    st = rf_all_reduce_set_comm_dtype(out[d].node, RF_FLOAT32);
+  return st;
+}
+
 /* What processes of a job exchange besides gradients (mlp.h); pruned away
  * unless fetched. */
 static rf_status *build_job_collectives(const mlp_config *c, rf_graph *g,
@@ -378,7 +387,9 @@ static rf_status *build_job_collectives(const mlp_config *c, rf_graph *g,
   int nd = c->num_devices;
   rf_output in[MLP_MAX_DEVICES], out[MLP_MAX_DEVICES];
   for (int d = 0; d < nd; d++) in[d] = m->rep[d].loss;
+  rf_status *st;
   rf_all_reduce_n(g, "job_loss", in, nd, RF_REDUCE_AVG, out);
+  if ((st = full_precision(g, out, nd))) return st;
   for (int d = 0; d < nd; d++) {
     m->rep[d].loss_avg = out[d];
     rf_graph_push_device(g, c->devices[d]);
@@ -395,9 +406,11 @@ static rf_status *build_job_collectives(const mlp_config *c, rf_graph *g,
     for (int d = 0; d < nd; d++) in[d] = m->rep[d].params[p];
     snprintf(name, sizeof name, "job_pmax_%d", p);
     rf_all_reduce_n(g, name, in, nd, RF_REDUCE_MAX, out);
+    if ((st = full_precision(g, out, nd))) return st;
     for (int d = 0; d < nd; d++) m->rep[d].pmax[p] = out[d];
     snprintf(name, sizeof name, "job_pmin_%d", p);
     rf_all_reduce_n(g, name, in, nd, RF_REDUCE_MIN, out);
+    if ((st = full_precision(g, out, nd))) return st;
     for (int d = 0; d < nd; d++) m->rep[d].pmin[p] = out[d];
   }
   return rf_graph_status(g);

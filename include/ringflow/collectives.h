@@ -91,7 +91,8 @@ RF_API void rf_reduce_scatter_n(rf_graph *g, const char *name,
  * set it on every participant of the collective alike): RF_BFLOAT16 or
  * RF_FLOAT16 cast a float32 all-reduce's input to that dtype for the
  * collective and its result back to float32; RF_FLOAT32 keeps full
- * precision whatever rf_session_options.collective_comm_dtype says;
+ * precision whatever rf_session_options.collective_comm_dtype says (any
+ * all-reduce takes it: it narrows nothing);
  * RF_DTYPE_INVALID ("auto", the default) follows that option. Returns
  * NULL, or INVALID_ARGUMENT naming the node (not an AllReduce, another
  * dtype, or a narrowing dtype for a non-float32 all-reduce) and leaves the
