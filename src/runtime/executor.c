@@ -166,8 +166,8 @@ static void let_go(frame *f) {
 
 /* ---- errors ---- */
 
-/* Keeps st if it is the step's first error (then cancels the step and aborts
- * its rendezvous), else frees it. */
+/* Cancels the step; keeps st if it is the step's first error (then aborts
+ * its rendezvous and collectives), else frees it. */
 static void record_error(frame *f, rf_status *st) {
   run *r = f->run;
   bool first = false;
@@ -176,12 +176,19 @@ static void record_error(frame *f, rf_status *st) {
     r->first_error = st;
     first = true;
   }
+  /* Marked under mu, after first_error: an error a kernel derives from the
+   * mark (CANCELLED) can never be taken for the first. And by every error,
+   * not only the first: a frame whose node failed second could otherwise
+   * run out of work and be done before the first error's thread had marked
+   * the step, and frame_done would skip the scrub, leaving the pending
+   * counts and slots of the nodes it never reached to the frame's next step
+   * (nodes run early with missing inputs; tensors leaked). */
+  atomic_store(&f->step->cancelled, 1);
   pthread_mutex_unlock(&r->mu);
   if (!first) {
     rf_status_free(st);
     return;
   }
-  atomic_store(&f->step->cancelled, 1);
   /* first_error lives until the run ends, after every frame is done. */
   rf__rendezvous_abort(f->step->rendezvous, f->step->id, st);
   rf__collective_cancel_step(f->step->collectives, f->step->id, st);
