@@ -208,7 +208,10 @@ if [ $type = gpu ]; then
 fi
 echo
 echo "## PyTorch DDP, default buckets ($( [ $type = gpu ] && echo 'NCCL, one rank' || echo 'gloo, 4 processes')): $ddp"
-[ "$ddp" = ok ] && grep -v '^#' "$out/C_ddp.log" | sed -n '1,4p'
+# the table only: its header and one row per K (the log also holds
+# PyTorch's warnings and the session's info lines, which once took the
+# place of the rows here)
+[ "$ddp" = ok ] && grep -E '^ *(K|[0-9]+) ' "$out/C_ddp.log"
 echo
 echo "## ringflow train --bench --model cnn --devices $tdevs --batch $tbatch, samples/s"
 for g in $gmodes; do

@@ -84,9 +84,11 @@ def ddp_worker(rank, world, counts, args, queue):
     os.environ.setdefault("MASTER_PORT", str(args.port))
     torch.set_num_threads(args.threads)
     gpu = args.type == "gpu"
-    dist.init_process_group("nccl" if gpu else "gloo", rank=rank,
-                            world_size=world)
     dev = torch.device("cuda", 0) if gpu else torch.device("cpu")
+    # device_id: NCCL binds the rank's GPU at once (barrier() warns without)
+    dist.init_process_group("nccl" if gpu else "gloo", rank=rank,
+                            world_size=world,
+                            device_id=dev if gpu else None)
 
     class Grads(torch.nn.Module):
         def __init__(self):
