@@ -550,6 +550,34 @@ static int setup(void **state) {
   return fclose(f);
 }
 
+/* Options that a context makes meaningless are refused, not ignored:
+ * bench's across-process options in one process, a bucket size where no
+ * all-reduce fuses; lower takes train's --conv-epilogues. */
+static void test_options_out_of_context(void **state) {
+  (void)state;
+  const char *rounds[] = {"bench", "--rounds", "3", NULL};
+  const char *rounds_want[] = {"--rounds", "only across processes", NULL};
+  expect_usage_error(rounds, rounds_want);
+  const char *gloo[] = {"bench", "--no-gloo", NULL};
+  const char *gloo_want[] = {"--no-gloo", "only across processes", NULL};
+  expect_usage_error(gloo, gloo_want);
+  static const char *const syncs[] = {"sharded", "reduce-broadcast"};
+  for (int i = 0; i < 2; i++) {
+    const char *bucket[] = {"train",  "--bucket-mb", "2",
+                            "--sync", syncs[i],      NULL};
+    const char *bucket_want[] = {"--bucket-mb 2 needs --sync allreduce", NULL};
+    expect_usage_error(bucket, bucket_want);
+  }
+  const char *epi[] = {"lower", graph_path, "--conv-epilogues", "all", NULL};
+  run r = run_argv(epi);
+  if (r.rc != 0) show("expected lower --conv-epilogues all to run", epi, &r);
+  assert_int_equal(r.rc, 0);
+  run_free(&r);
+  const char *bad[] = {"lower", graph_path, "--conv-epilogues", "some", NULL};
+  const char *bad_want[] = {"--conv-epilogues", "'some'", NULL};
+  expect_usage_error(bad, bad_want);
+}
+
 static int teardown(void **state) {
   (void)state;
   char cmd[128];
@@ -565,6 +593,7 @@ int main(void) {
       cmocka_unit_test(test_devices_accepted_alike),
       cmocka_unit_test(test_devices_rejected_alike),
       cmocka_unit_test(test_docs_quote_help),
+      cmocka_unit_test(test_options_out_of_context),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -3,6 +3,7 @@
  * missing kernels and feeds, step checks and gpu_sync_on_finish /
  * rf_session_sync on CPU devices, and that a session keeps working after a
  * failed run and frees everything. */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -155,7 +156,26 @@ static void test_options(void **state) {
   o.num_cpu_devices = 4;
   o.num_threads = -1;
   assert_status(rf_session_new(g, &o, &s), RF_INVALID_ARGUMENT, "num_threads");
+  o.num_threads = 4097; /* capped: no attempt to start them */
+  assert_status(rf_session_new(g, &o, &s), RF_INVALID_ARGUMENT,
+                "num_threads must be in 0..4096 (0: one per core), got 4097");
+  o.num_threads = INT_MAX;
+  assert_status(rf_session_new(g, &o, &s), RF_INVALID_ARGUMENT, "num_threads");
   o.num_threads = 1;
+  /* a user string quoted in the message is cut */
+  char *long_dtype = malloc(5001);
+  assert_non_null(long_dtype);
+  memset(long_dtype, 'x', 5000);
+  long_dtype[5000] = 0;
+  o.collective_comm_dtype = long_dtype;
+  assert_status(rf_session_new(g, &o, &s), RF_INVALID_ARGUMENT,
+                "collective_comm_dtype");
+  rf_status *cst = rf_session_new(g, &o, &s);
+  assert_true(strlen(rf_status_message(cst)) < 400);
+  assert_non_null(strstr(rf_status_message(cst), "(cut)"));
+  rf_status_free(cst);
+  free(long_dtype);
+  o.collective_comm_dtype = NULL;
   o.default_device = "cpu:4";
   assert_status(rf_session_new(g, &o, &s), RF_INVALID_ARGUMENT,
                 "default_device cpu:4 is not a device of the session "

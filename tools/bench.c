@@ -26,7 +26,8 @@ typedef struct opts {
   int64_t lo, hi;
   double min_time;
   bool quick, csv, no_mpi, no_floor, no_gloo, devices_given;
-  int only; /* a bench_coll, or -1 for all */
+  bool rounds_given; /* --rounds: across processes only */
+  int only;          /* a bench_coll, or -1 for all */
   const char *mpi_program;
 } opts;
 
@@ -130,10 +131,13 @@ static int parse_args(int argc, char **argv, opts *o, bool *stop) {
                "wait (default 20; 0: not)",
                0, 1000, .given = &pipeline_given),
       TOOL_INT("rounds", &o->rounds, "R",
-               "under mpirun: the rounds whose medians are printed (default "
+               "under mpirun (in one process a usage error): the rounds "
+               "whose medians are printed (default "
                "5; 3 with --quick)",
                1, 15, .given = &rounds_given),
-      TOOL_FLAG("no-gloo", &o->no_gloo, "under mpirun: no Gloo baseline"),
+      TOOL_FLAG("no-gloo", &o->no_gloo,
+                "under mpirun (in one process a usage error): no Gloo "
+                "baseline"),
   };
   const tool_cmd cmd = {"bench", synopsis, footer, table,
                         (int)(sizeof table / sizeof *table)};
@@ -148,6 +152,7 @@ static int parse_args(int argc, char **argv, opts *o, bool *stop) {
   if (!max_given) o->hi = o->quick ? 4 << 20 : gpu ? 512 << 20 : 256 << 20;
   if (!time_given) o->min_time = o->quick ? 0.02 : 0.2;
   if (o->quick && !rounds_given) o->rounds = 3;
+  o->rounds_given = rounds_given;
   tool_format_size(o->lo, a, sizeof a);
   tool_format_size(o->hi, b, sizeof b);
   if (o->hi < o->lo)
@@ -366,6 +371,13 @@ int cmd_bench(int argc, char **argv) {
     return bench_job(&a);
   }
 #endif
+  /* In one process they would change nothing: say so rather than run a
+   * bench that silently ignores them. */
+  if (o.rounds_given || o.no_gloo)
+    return tool_fail(
+        "bench: %s only across processes (mpirun -np N ringflow bench); "
+        "see ringflow bench --help",
+        o.rounds_given ? "--rounds applies" : "--no-gloo applies");
   results *r = calloc(1, sizeof *r);
   if (!r) return tool_fail("bench: out of memory");
   for (int64_t s = o.lo; s <= o.hi && r->nsizes < BENCH_MAX_SIZES;

@@ -93,11 +93,20 @@ static void print_update_groups(const rf_graph *g) {
   }
 }
 
-/* One line per MatMul with its epilogue (passes/fuse_epilogues.c). */
+/* One line per MatMul, Conv2D or MaxPoolGrad with its epilogue
+ * (passes/fuse_epilogues.c). */
 static void print_epilogues(const rf_graph *g) {
   for (int i = 0; i < rf_graph_num_nodes(g); i++) {
     const rf_node *n = rf_graph_node(g, i);
     const char *op = rf_node_op(n);
+    if (strcmp(op, "_FusedConv2DBiasRelu") == 0 ||
+        strcmp(op, "_MaxPoolGradRelu") == 0) {
+      bool conv = op[1] == 'F';
+      printf("epilogue %s: %s as one %s '%s'\n", rf_node_device(n),
+             conv ? "Conv2D + BiasAdd + Relu" : "MaxPoolGrad + _ReluGrad", op,
+             rf_node_name(n));
+      continue;
+    }
     if (strncmp(op, "_FusedMatMul", 12) != 0) continue;
     const char *what = strcmp(op, "_FusedMatMulBiasRelu") == 0
                            ? "BiasAdd + Relu"
@@ -111,7 +120,7 @@ static void print_epilogues(const rf_graph *g) {
 int cmd_lower(int argc, char **argv) {
   const char *dot_dir = NULL;
   int64_t bucket_bytes = RF_DEFAULT_BUCKET_BYTES;
-  int comm = 0, group = 0, epilogues = 0;
+  int comm = 0, group = 0, epilogues = 0, conv_epilogues = 0;
   static const char *const group_choices[] = {"on", "off", NULL};
   /* In RF_MATMUL_EPILOGUES_* order. */
   static const char *const epilogue_choices[] = {"off", "gpu", "all", NULL};
@@ -145,14 +154,20 @@ int cmd_lower(int argc, char **argv) {
                   "nowhere (off, the default), on GPU devices (gpu) or on "
                   "every device (all)",
                   epilogue_choices),
+      TOOL_CHOICE("conv-epilogues", &conv_epilogues, "S",
+                  "fuse Conv2D with its BiasAdd and Relu, and MaxPoolGrad "
+                  "with the Relu's gradient, nowhere (off, the default), on "
+                  "GPU devices (gpu) or on every device (all), as ringflow "
+                  "train --conv-epilogues does",
+                  epilogue_choices),
   };
   const tool_cmd cmd = {
       "lower",
       "usage: ringflow lower GRAPH.json [options]\n"
       "  prints the graph in GRAPH.json, then the graph after placement on\n"
-      "  --devices, MatMul epilogues, bucketing, update grouping and\n"
-      "  collective lowering, then one line per bucket, per multi-tensor\n"
-      "  update and per MatMul with its epilogue.\n"
+      "  --devices, MatMul and Conv2D epilogues, bucketing, update grouping\n"
+      "  and collective lowering, then one line per bucket, per multi-tensor\n"
+      "  update and per MatMul, Conv2D or MaxPoolGrad with its epilogue.\n"
       "  RF_LOG=debug prints why each node went where and what each\n"
       "  collective became to stderr;\n"
       "  RF_DUMP_GRAPH_DIR=DIR writes the graph before and after each\n"
@@ -172,6 +187,7 @@ int cmd_lower(int argc, char **argv) {
   o.collective_comm_dtype = comm_dtypes[comm];
   o.group_optimizer_updates = group == 0;
   o.matmul_epilogues = epilogues;
+  o.conv_epilogues = conv_epilogues;
   rf_status *st = rf_graph_lower(g, &o, &lowered);
   if (st) {
     rf_graph_free(g);

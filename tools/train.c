@@ -715,7 +715,11 @@ static int parse_options(int argc, char **argv, options *o) {
       TOOL_FLAG("allow-nonfinite", &o->allow_nonfinite,
                 "keep training after a NaN or infinite loss (default: stop "
                 "with an error naming the step)"),
-      TOOL_FLAG("quiet", &o->quiet, "no progress output"),
+      TOOL_FLAG("quiet", &o->quiet,
+                "no per-step progress, and no notices of --trace or "
+                "--save-every; the summary lines (the first line, one per "
+                "epoch, --check's, the final --save's, --bench's) and "
+                "errors are still printed"),
       TOOL_FLAG("tf32", &o->tf32,
                 "let float32 matrix products on GPU devices use TF32 tensor "
                 "cores (rf_session_options.allow_tf32: faster, about 3 "
@@ -724,7 +728,9 @@ static int parse_options(int argc, char **argv, options *o) {
       TOOL_INT("bucket-mb", &o->bucket_mb, "N",
                "fuse independent gradient all-reduces into buckets of up to "
                "N MiB on every device kind (0: one all-reduce per gradient; "
-               "default: 1 on CPU devices, 25 on GPU devices)",
+               "default: 1 on CPU devices, 25 on GPU devices; only --sync "
+               "allreduce has all-reduces to fuse: N > 0 with another --sync "
+               "is a usage error)",
                0, 1 << 20),
       TOOL_CHOICE("comm-dtype", &o->comm_dtype, "T",
                   "the dtype gradients travel in with --sync allreduce: fp32 "
@@ -800,6 +806,10 @@ static int parse_options(int argc, char **argv, options *o) {
   if (o->comm_dtype > 0 && o->sync != SYNC_ALLREDUCE)
     return tool_usage_error(&cmd, "--comm-dtype %s needs --sync allreduce",
                             comm_choices[o->comm_dtype]);
+  /* Only all-reduces fuse into buckets: elsewhere a size would be ignored. */
+  if (o->bucket_mb > 0 && o->sync != SYNC_ALLREDUCE)
+    return tool_usage_error(&cmd, "--bucket-mb %d needs --sync allreduce",
+                            o->bucket_mb);
   return 0;
 }
 

@@ -39,7 +39,8 @@ typedef struct rf_session_options {
                           cpusets and container limits count), divided by the
                           processes an MPI launcher started on this node when
                           it did not bind them (OMPI_COMM_WORLD_LOCAL_SIZE or
-                          MPI_LOCALNRANKS), at least 1 */
+                          MPI_LOCALNRANKS), at least 1; at most 4096
+                          (rf_session_new: INVALID_ARGUMENT beyond) */
   const char *default_device; /* for nodes with no device and no placed
                                  input; default "cpu:0" */
   /* How long a collective waits for its participants (default 300000, 5

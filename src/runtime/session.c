@@ -22,6 +22,7 @@
 #endif
 
 #define MAX_CPU_DEVICES 64
+#define MAX_THREADS 4096 /* worker threads: beyond any machine's cores */
 #define MAX_GPU_DEVICES 64
 /* rf_session_run's arrays fit on the stack up to this many words (about 40
  * feeds and fetches). */
@@ -59,9 +60,11 @@ static rf_status *check_options(const rf_session_options *o) {
     return rf__invalid(
         "session options: num_gpu_devices must be in 0..%d, got %d",
         MAX_GPU_DEVICES, o->num_gpu_devices);
-  if (o->num_threads < 0)
-    return rf__invalid("session options: num_threads must be >= 0, got %d",
-                       o->num_threads);
+  if (o->num_threads < 0 || o->num_threads > MAX_THREADS)
+    return rf__invalid(
+        "session options: num_threads must be in 0..%d (0: one per core), "
+        "got %d",
+        MAX_THREADS, o->num_threads);
   if (o->collective_timeout_ms <= 0)
     return rf__invalid(
         "session options: collective_timeout_ms must be > 0, "
@@ -79,8 +82,9 @@ static rf_status *check_options(const rf_session_options *o) {
   if (comm != RF_FLOAT32 && comm != RF_BFLOAT16 && comm != RF_FLOAT16)
     return rf__invalid(
         "session options: collective_comm_dtype must be NULL, \"float32\", "
-        "\"bfloat16\" or \"float16\", got \"%s\"",
-        o->collective_comm_dtype);
+        "\"bfloat16\" or \"float16\", got \"%.64s\"%s",
+        o->collective_comm_dtype,
+        strlen(o->collective_comm_dtype) > 64 ? " (cut)" : "");
   if (o->group_optimizer_updates != 0 && o->group_optimizer_updates != 1)
     return rf__invalid(
         "session options: group_optimizer_updates must be 0 or 1, got %d",
