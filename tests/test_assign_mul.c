@@ -195,7 +195,8 @@ static void test_build_errors(void **state) {
   rf_output wrong = rf_placeholder(g, "d", RF_FLOAT64, rf_shape_of(1, 3));
   assert_null(rf_assign_mul(g, "m", v, wrong).node);
   assert_status(rf_graph_status(g), RF_INVALID_ARGUMENT,
-                "AssignMul: value is float64 but variable 'v' is float32");
+                "node 'm' (AssignMul): value is float64 but variable 'v' is "
+                "float32");
   rf_graph_free(g);
 
   g = rf_graph_new();
@@ -203,7 +204,8 @@ static void test_build_errors(void **state) {
   wrong = rf_placeholder(g, "s", RF_FLOAT32, rf_shape_of(1, 4));
   assert_null(rf_assign_mul(g, "m", v, wrong).node);
   assert_status(rf_graph_status(g), RF_INVALID_ARGUMENT,
-                "AssignMul: value has shape (4) but variable 'v' has shape "
+                "node 'm' (AssignMul): value has shape (4) but variable 'v' "
+                "has shape "
                 "(3)");
   rf_graph_free(g);
 

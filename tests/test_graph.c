@@ -753,10 +753,17 @@ static void test_sticky_errors(void **state) {
   rf_output none = {NULL, 0};
   assert_false(rf__graph_failed(g));
   assert_true(rf__graph_failed(NULL));
-  assert_true(rf__graph_inputs_ok(g, "Add", &x, 1));
-  assert_false(rf__graph_inputs_ok(g, "Add", &none, 1));
+  assert_true(rf__graph_inputs_ok(g, "Add", "sum", &x, 1));
+  assert_false(rf__graph_inputs_ok(g, "Add", "sum", &none, 1));
   assert_status(rf_graph_status(g), RF_INVALID_ARGUMENT,
-                "Add: input 0 is invalid");
+                "node 'sum' (Add): input 0 is invalid");
+  rf_graph_clear_status(g);
+  /* no name given; inside a device scope the device is named too */
+  assert_ok(rf_graph_push_device(g, "cpu:1"));
+  assert_false(rf__graph_inputs_ok(g, "Add", NULL, &none, 1));
+  assert_status(rf_graph_status(g), RF_INVALID_ARGUMENT,
+                "a new Add node on cpu:1: input 0 is invalid");
+  rf_graph_pop_device(g);
   rf_graph_clear_status(g);
   assert_null(rf_graph_status(g));
   rf_node_builder *b = rf_node_builder_new(g, "TestAdd", "bad");
@@ -771,7 +778,7 @@ static void test_sticky_errors(void **state) {
   o = rf__finish_output(g, b);
   assert_null(o.node);
   assert_null(rf_graph_find_node(g, "later"));
-  assert_false(rf__graph_inputs_ok(g, "Add", &x, 1));
+  assert_false(rf__graph_inputs_ok(g, "Add", NULL, &x, 1));
   assert_status(rf_graph_status(g), RF_INVALID_ARGUMENT,
                 "node 'bad' (TestAdd): expected 2 inputs");
   rf__graph_record(g, rf_status_new(RF_INTERNAL, "second"));
@@ -783,7 +790,7 @@ static void test_sticky_errors(void **state) {
   assert_null(rf_graph_status(g));
   rf_graph *other = rf_graph_new();
   rf_output y = src_node(other, "y", RF_FLOAT32, rf_shape_scalar());
-  assert_false(rf__graph_inputs_ok(g, "Neg", &y, 1));
+  assert_false(rf__graph_inputs_ok(g, "Neg", NULL, &y, 1));
   assert_status(rf_graph_status(g), RF_INVALID_ARGUMENT, "another graph");
   rf__graph_record(NULL, rf_status_new(RF_INTERNAL, "dropped"));
   rf_graph_free(other);

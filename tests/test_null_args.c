@@ -312,6 +312,54 @@ static void test_graph_files(void **state) {
   rf_string_free(NULL);
 }
 
+/* A refusal names the node the call would have made (its name, or "a new
+ * OP node" without one), its op and the device scope, and adds no node. */
+static void expect_refused(rf_graph *g, int nodes, const char *want) {
+  assert_status(rf_graph_status(g), RF_INVALID_ARGUMENT, want);
+  assert_int_equal(rf_graph_num_nodes(g), nodes);
+  rf_graph_clear_status(g);
+}
+
+static void test_refusals_name_the_node(void **state) {
+  (void)state;
+  rf_graph *g = rf_graph_new();
+  rf_output x = rf_placeholder(g, "x", RF_FLOAT32, rf_shape_of(4, 1, 4, 4, 1));
+  rf_output f = rf_placeholder(g, "f", RF_FLOAT32, rf_shape_of(4, 1, 1, 1, 1));
+  rf_output bad = {NULL, 0};
+  int n = rf_graph_num_nodes(g);
+  NO_OUTPUT(rf_add_n(g, "total", NULL, 0));
+  expect_refused(g, n, "node 'total' (AddN): needs at least one input, got 0");
+  NO_OUTPUT(rf_concat(g, NULL, NULL, 0, 0));
+  expect_refused(g, n, "a new Concat node: needs n >= 1 values, got 0");
+  static const int64_t ones[4] = {1, 1, 1, 1};
+  NO_OUTPUT(rf_conv2d(g, "conv1", x, f, NULL, "SAME", NULL));
+  expect_refused(g, n,
+                 "node 'conv1' (Conv2D): strides and padding are "
+                 "required (got no strides)");
+  NO_OUTPUT(rf_max_pool(g, "pool1", x, NULL, ones, "SAME"));
+  expect_refused(g, n, "node 'pool1' (MaxPool): ksize is required");
+  assert_ok(rf_graph_push_device(g, "cpu:2"));
+  NO_OUTPUT(rf_add(g, "plus", x, bad));
+  expect_refused(g, n, "node 'plus' (Add) on cpu:2: input 1 is invalid");
+  NO_OUTPUT(rf_reduce(g, NULL, NULL, 0, RF_REDUCE_SUM));
+  expect_refused(g, n, "a new Reduce node on cpu:2: need n >= 1 inputs");
+  rf_graph_pop_device(g);
+  /* rf_reshape_to makes a shape Const first: a refused Reshape takes it back */
+  static const int64_t nine[2] = {3, 3};
+  NO_OUTPUT(rf_reshape_to(g, "r", x, 2, nine));
+  expect_refused(g, n, "node 'r' (Reshape): cannot reshape");
+  /* a long name is cut in the message */
+  char *longname = malloc(10001);
+  assert_non_null(longname);
+  memset(longname, 'n', 10000);
+  longname[10000] = 0;
+  NO_OUTPUT(rf_add_n(g, longname, NULL, 0));
+  assert_true(strlen(rf_status_message(rf_graph_status(g))) < 1000);
+  expect_refused(g, n, "(AddN): needs at least one input");
+  free(longname);
+  rf_graph_free(g);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_status_and_dtype),
@@ -322,6 +370,7 @@ int main(void) {
       cmocka_unit_test(test_op_functions),
       cmocka_unit_test(test_session_and_gradients),
       cmocka_unit_test(test_graph_files),
+      cmocka_unit_test(test_refusals_name_the_node),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

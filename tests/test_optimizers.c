@@ -289,11 +289,13 @@ static void test_build_errors(void **state) {
   rf_graph_clear_status(g);
   assert_null(rf_apply_momentum(g, "c", x, acc, one, g64, one, false));
   assert_status(rf_graph_status(g), RF_INVALID_ARGUMENT,
-                "ApplyMomentum: grad is float64 but variable 'x' is float32");
+                "node 'c' (ApplyMomentum): grad is float64 but variable 'x' "
+                "is float32");
   rf_graph_clear_status(g);
   assert_null(rf_apply_momentum(g, "d", x, acc, one, g3, one, false));
   assert_status(rf_graph_status(g), RF_INVALID_ARGUMENT,
-                "ApplyMomentum: grad has shape (3) but variable 'x' has shape "
+                "node 'd' (ApplyMomentum): grad has shape (3) but variable 'x' "
+                "has shape "
                 "(2, 3)");
   rf_graph_clear_status(g);
   rf_output value = rf_read_variable(g, "xr", x);
@@ -309,7 +311,8 @@ static void test_build_errors(void **state) {
   assert_null(
       rf_apply_adamw(g, "h", x, m, v, one, one, one, one, one, one, one, g3));
   assert_status(rf_graph_status(g), RF_INVALID_ARGUMENT,
-                "ApplyAdamW: grad has shape (3) but variable 'x' has shape "
+                "node 'h' (ApplyAdamW): grad has shape (3) but variable 'x' "
+                "has shape "
                 "(2, 3)");
   rf_graph_clear_status(g);
 

@@ -301,7 +301,7 @@ static void test_graph_with_error_is_refused(void **state) {
   rt_const_node(g, "c", NULL, 1, rf_shape_scalar());
   /* A failing op function records the graph's sticky error. */
   rf_output bad = {NULL, 0};
-  rf__graph_inputs_ok(g, "TestAddOne", &bad, 1);
+  rf__graph_inputs_ok(g, "TestAddOne", NULL, &bad, 1);
   rf_status *recorded = rf_graph_status(g);
   assert_non_null(recorded);
   rf_session *s = NULL;

@@ -39,7 +39,12 @@ RF_API rf_graph *rf_graph_new(void);
 RF_API void rf_graph_free(rf_graph *g);
 
 /* The first error recorded by an op function, as a new status the caller owns;
- * NULL if none. INVALID_ARGUMENT for a NULL graph. */
+ * NULL if none. INVALID_ARGUMENT for a NULL graph. A call the op function
+ * refuses adds no node, and its message names the node it would have made
+ * and the op: "node 'NAME' (OP)", NAME as given or generated (quoted up to
+ * 200 bytes), or "a new OP node" when it was refused before a name was
+ * chosen; such early refusals also name the device scope (" on DEVICE",
+ * rf_graph_push_device). */
 RF_API rf_status *rf_graph_status(const rf_graph *g);
 /* Forgets the recorded error so building can go on. */
 RF_API void rf_graph_clear_status(rf_graph *g);

@@ -114,10 +114,16 @@ void rf__graph_remove_nodes(rf_graph *g, const char *remove);
 bool rf__graph_failed(const rf_graph *g);
 /* Keeps st as g's error if it has none yet, else frees st. */
 void rf__graph_record(rf_graph *g, rf_status *st);
-/* Checks each input is valid; records an INVALID_ARGUMENT naming op otherwise.
- */
-bool rf__graph_inputs_ok(rf_graph *g, const char *op, const rf_output *in,
-                         int n);
+/* Records INVALID_ARGUMENT for a node refused before it was built: the
+ * message starts "node 'NAME' (OP)" - NAME cut at 200 bytes; with no name
+ * given "a new OP node" - and " on DEVICE" inside a device scope. */
+void rf__graph_refuse(rf_graph *g, const char *op, const char *name,
+                      const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* Checks each input is valid; records an INVALID_ARGUMENT naming the node
+ * (name: as the caller's op function got it, NULL: none) and op otherwise. */
+bool rf__graph_inputs_ok(rf_graph *g, const char *op, const char *name,
+                         const rf_output *in, int n);
 /* Finishes b; on error records it in g and returns the invalid output. */
 rf_output rf__finish_output(rf_graph *g, rf_node_builder *b);
 rf_node *rf__finish_node(rf_graph *g, rf_node_builder *b);

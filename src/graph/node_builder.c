@@ -4,6 +4,7 @@
  * kept and reported by finish. When even the builder cannot be allocated, a
  * static sentinel stands in; finish reports it as RESOURCE_EXHAUSTED. Also the
  * sticky-error helpers the op functions use. */
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -399,11 +400,29 @@ rf_node *rf__finish_node(rf_graph *g, rf_node_builder *b) {
   return n;
 }
 
-bool rf__graph_inputs_ok(rf_graph *g, const char *op, const rf_output *in,
-                         int n) {
+void rf__graph_refuse(rf_graph *g, const char *op, const char *name,
+                      const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  rf_status *st = rf__status_vnew(RF_INVALID_ARGUMENT, fmt, ap);
+  va_end(ap);
+  const char *dev = rf__graph_scope_device(g); /* "": no scope */
+  if (!*dev) dev = NULL;
+  if (name && *name)
+    st = rf__status_prefix(st, "node '%s' (%s)%s%s", name, op,
+                           dev ? " on " : "", dev ? dev : "");
+  else
+    st = rf__status_prefix(st, "a new %s node%s%s", op, dev ? " on " : "",
+                           dev ? dev : "");
+  rf__graph_record(g, st);
+}
+
+bool rf__graph_inputs_ok(rf_graph *g, const char *op, const char *name,
+                         const rf_output *in, int n) {
   if (rf__graph_failed(g)) return false;
   if (n < 0 || (n > 0 && !in)) {
-    rf__graph_record(g, rf__invalid("%s: bad input list", op));
+    rf__graph_refuse(g, op, name, "bad input list (%d inputs%s)", n,
+                     in ? "" : ", NULL array");
     return false;
   }
   for (int k = 0; k < n; k++) {
@@ -415,7 +434,7 @@ bool rf__graph_inputs_ok(rf_graph *g, const char *op, const rf_output *in,
     else if (in[k].index < 0 || in[k].index >= in[k].node->num_outputs)
       why = "names an output its node does not have";
     if (why) {
-      rf__graph_record(g, rf__invalid("%s: input %d %s", op, k, why));
+      rf__graph_refuse(g, op, name, "input %d %s", k, why);
       return false;
     }
   }

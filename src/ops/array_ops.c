@@ -177,7 +177,8 @@ rf_status *rf__register_array_ops(void) {
 /* A builder for a one-input op, or NULL when g failed or x is invalid. */
 static rf_node_builder *unary(rf_graph *g, const char *op, const char *name,
                               rf_output x) {
-  if (rf__graph_failed(g) || !rf__graph_inputs_ok(g, op, &x, 1)) return NULL;
+  if (rf__graph_failed(g) || !rf__graph_inputs_ok(g, op, name, &x, 1))
+    return NULL;
   rf_node_builder *b = rf_node_builder_new(g, op, name);
   rf_node_builder_input(b, x);
   return b;
@@ -186,7 +187,7 @@ static rf_node_builder *unary(rf_graph *g, const char *op, const char *name,
 rf_output rf_const(rf_graph *g, const char *name, rf_tensor *value) {
   if (rf__graph_failed(g)) return invalid_output;
   if (!value) {
-    rf__graph_record(g, rf__invalid("rf_const: NULL value tensor"));
+    rf__graph_refuse(g, "Const", name, "NULL value tensor");
     return invalid_output;
   }
   rf_node_builder *b = rf_node_builder_new(g, "Const", name);
@@ -231,7 +232,7 @@ rf_node *rf_noop(rf_graph *g, const char *name) {
 rf_output rf_reshape(rf_graph *g, const char *name, rf_output x,
                      rf_output shape) {
   rf_output in[2] = {x, shape};
-  if (rf__graph_failed(g) || !rf__graph_inputs_ok(g, "Reshape", in, 2))
+  if (rf__graph_failed(g) || !rf__graph_inputs_ok(g, "Reshape", name, in, 2))
     return invalid_output;
   rf_node_builder *b = rf_node_builder_new(g, "Reshape", name);
   rf_node_builder_input(b, x);
@@ -243,9 +244,10 @@ rf_output rf_reshape_to(rf_graph *g, const char *name, rf_output x, int rank,
                         const int64_t *dims) {
   if (rf__graph_failed(g)) return invalid_output;
   if (rank < 0 || rank > RF_MAX_RANK || (rank > 0 && !dims)) {
-    rf__graph_record(g, rf__invalid("rf_reshape_to: rank %d must be in 0..%d "
-                                    "with dims given",
-                                    rank, RF_MAX_RANK));
+    rf__graph_refuse(g, "Reshape", name,
+                     "rank %d must be in 0..%d "
+                     "with dims given",
+                     rank, RF_MAX_RANK);
     return invalid_output;
   }
   rf_shape vec = rf_shape_of(1, (int64_t)rank);
@@ -266,7 +268,10 @@ rf_output rf_reshape_to(rf_graph *g, const char *name, rf_output x, int rank,
   }
   rf_output shape = rf_const(g, NULL, t);
   rf_tensor_release(t);
-  return rf_reshape(g, name, x, shape);
+  rf_output out = rf_reshape(g, name, x, shape);
+  /* a refused Reshape leaves no orphan shape Const behind */
+  if (!out.node && shape.node) rf__graph_remove_node(g, shape.node);
+  return out;
 }
 
 rf_output rf_shape_of_op(rf_graph *g, const char *name, rf_output x,
@@ -280,7 +285,7 @@ rf_output rf_shape_of_op(rf_graph *g, const char *name, rf_output x,
 rf_output rf_fill(rf_graph *g, const char *name, rf_output dims,
                   rf_output value) {
   rf_output in[2] = {dims, value};
-  if (rf__graph_failed(g) || !rf__graph_inputs_ok(g, "Fill", in, 2))
+  if (rf__graph_failed(g) || !rf__graph_inputs_ok(g, "Fill", name, in, 2))
     return invalid_output;
   rf_node_builder *b = rf_node_builder_new(g, "Fill", name);
   rf_node_builder_input(b, dims);

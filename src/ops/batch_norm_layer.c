@@ -17,7 +17,8 @@ rf_node *rf_moving_average_update(rf_graph *g, const char *name,
                                   double momentum) {
   if (rf__graph_failed(g)) return NULL;
   rf_output in[2] = {variable, value};
-  if (!rf__graph_inputs_ok(g, "rf_moving_average_update", in, 2)) return NULL;
+  if (!rf__graph_inputs_ok(g, "rf_moving_average_update", name, in, 2))
+    return NULL;
   if (!(momentum >= 0 && momentum <= 1)) {
     rf__graph_record(g, rf__invalid("rf_moving_average_update%s%s%s: momentum "
                                     "%g must be in [0, 1]",

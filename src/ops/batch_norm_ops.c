@@ -109,7 +109,7 @@ static rf_status *batch_norm_grad(rf__grad_ctx *c) {
   RF_CHECK(rf__attrs_get_float(&c->op->attrs, "epsilon", &eps));
   rf_output in[5] = {dy_or_zeros(c, 0), rf__input(c->op, 0),
                      rf__input(c->op, 1), dy_or_zeros(c, 1), dy_or_zeros(c, 2)};
-  if (!rf__graph_inputs_ok(c->g, "_BatchNormGrad", in, 5))
+  if (!rf__graph_inputs_ok(c->g, "_BatchNormGrad", NULL, in, 5))
     return NULL; /* recorded in the graph */
   rf_node_builder *b = rf_node_builder_new(c->g, "_BatchNormGrad", NULL);
   for (int i = 0; i < 5; i++) rf_node_builder_input(b, in[i]);
@@ -178,7 +178,7 @@ rf_output rf_batch_norm_training(rf_graph *g, const char *name, rf_output x,
                                  double epsilon, rf_output *batch_mean,
                                  rf_output *batch_variance) {
   rf_output in[3] = {x, gamma, beta};
-  if (rf__graph_failed(g) || !rf__graph_inputs_ok(g, "BatchNorm", in, 3))
+  if (rf__graph_failed(g) || !rf__graph_inputs_ok(g, "BatchNorm", name, in, 3))
     return (rf_output){NULL, 0};
   rf_node_builder *b = rf_node_builder_new(g, "BatchNorm", name);
   for (int i = 0; i < 3; i++) rf_node_builder_input(b, in[i]);
@@ -196,7 +196,7 @@ rf_output rf_batch_norm_inference(rf_graph *g, const char *name, rf_output x,
                                   double epsilon) {
   rf_output in[5] = {x, gamma, beta, mean, variance};
   if (rf__graph_failed(g) ||
-      !rf__graph_inputs_ok(g, "BatchNormInference", in, 5))
+      !rf__graph_inputs_ok(g, "BatchNormInference", name, in, 5))
     return (rf_output){NULL, 0};
   rf_node_builder *b = rf_node_builder_new(g, "BatchNormInference", name);
   for (int i = 0; i < 5; i++) rf_node_builder_input(b, in[i]);

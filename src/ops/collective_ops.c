@@ -216,7 +216,7 @@ static rf_output participant(rf_graph *g, const char *op, const char *name,
                              rf_output input, const char *reduction,
                              int num_devices, const char *shared_name,
                              bool internal) {
-  if (rf__graph_failed(g) || !rf__graph_inputs_ok(g, op, &input, 1))
+  if (rf__graph_failed(g) || !rf__graph_inputs_ok(g, op, name, &input, 1))
     return invalid_output();
   /* A gradient's participant goes on its forward participant's device (the
    * scope rf_gradients pushed), so its input needs none: a loss built
@@ -289,7 +289,7 @@ static void participants_n(rf_graph *g, const char *op, const char *name,
         g, rf__invalid("%s: need n >= 1 inputs and an outputs array", op));
     return;
   }
-  if (!rf__graph_inputs_ok(g, op, inputs, n)) return;
+  if (!rf__graph_inputs_ok(g, op, name, inputs, n)) return;
   char fresh[RF_ARG_NAME_MAX + 64];
   if (!name) fresh_shared_name(g, op, n, fresh, sizeof fresh);
   const char *shared = name ? name : fresh;
@@ -340,10 +340,11 @@ rf_output rf_reduce(rf_graph *g, const char *name, const rf_output *inputs,
                     int n, rf_reduction reduction) {
   if (rf__graph_failed(g)) return invalid_output();
   if (!inputs || n < 1) {
-    rf__graph_record(g, rf__invalid("Reduce: need n >= 1 inputs"));
+    rf__graph_refuse(g, "Reduce", name, "need n >= 1 inputs");
     return invalid_output();
   }
-  if (!rf__graph_inputs_ok(g, "Reduce", inputs, n)) return invalid_output();
+  if (!rf__graph_inputs_ok(g, "Reduce", name, inputs, n))
+    return invalid_output();
   for (int i = 0; i < n; i++)
     if (!require_device(g, "Reduce", name, inputs[i])) return invalid_output();
   const char *scope = rf__graph_scope_device(g);
@@ -359,7 +360,8 @@ rf_output rf_reduce(rf_graph *g, const char *name, const rf_output *inputs,
 }
 
 rf_output rf_broadcast(rf_graph *g, const char *name, rf_output input) {
-  if (rf__graph_failed(g) || !rf__graph_inputs_ok(g, "Broadcast", &input, 1))
+  if (rf__graph_failed(g) ||
+      !rf__graph_inputs_ok(g, "Broadcast", name, &input, 1))
     return invalid_output();
   if (!require_device(g, "Broadcast", name, input)) return invalid_output();
   rf_node_builder *b = rf_node_builder_new(g, "Broadcast", name);

@@ -407,11 +407,13 @@ static rf_output window_node(rf_graph *g, const char *op, const char *name,
                              const rf_output *in, int n, rf_output t,
                              const int64_t *ksize, const int64_t *strides,
                              const char *padding, const int64_t *dilations) {
-  if (rf__graph_failed(g) || !rf__graph_inputs_ok(g, op, in, n))
+  if (rf__graph_failed(g) || !rf__graph_inputs_ok(g, op, name, in, n))
     return no_output;
   if (!strides || !padding) {
-    rf__graph_record(g,
-                     rf__invalid("%s: strides and padding are required", op));
+    rf__graph_refuse(g, op, name, "strides and padding are required (got %s)",
+                     !strides && !padding ? "neither"
+                     : !strides           ? "no strides"
+                                          : "no padding");
     return no_output;
   }
   rf_node_builder *b = rf_node_builder_new(g, op, name);
@@ -458,7 +460,7 @@ rf_output rf_max_pool(rf_graph *g, const char *name, rf_output input,
                       const int64_t ksize[4], const int64_t strides[4],
                       const char *padding) {
   if (!ksize && !rf__graph_failed(g)) {
-    rf__graph_record(g, rf__invalid("MaxPool: ksize is required"));
+    rf__graph_refuse(g, "MaxPool", name, "ksize is required");
     return no_output;
   }
   return window_node(g, "MaxPool", name, &input, 1, input, ksize, strides,
@@ -469,7 +471,7 @@ rf_output rf_avg_pool(rf_graph *g, const char *name, rf_output input,
                       const int64_t ksize[4], const int64_t strides[4],
                       const char *padding) {
   if (!ksize && !rf__graph_failed(g)) {
-    rf__graph_record(g, rf__invalid("AvgPool: ksize is required"));
+    rf__graph_refuse(g, "AvgPool", name, "ksize is required");
     return no_output;
   }
   return window_node(g, "AvgPool", name, &input, 1, input, ksize, strides,
@@ -481,7 +483,7 @@ rf_output rf_max_pool_grad(rf_graph *g, const char *name, rf_output orig_input,
                            const int64_t ksize[4], const int64_t strides[4],
                            const char *padding) {
   if (!ksize && !rf__graph_failed(g)) {
-    rf__graph_record(g, rf__invalid("MaxPoolGrad: ksize is required"));
+    rf__graph_refuse(g, "MaxPoolGrad", name, "ksize is required");
     return no_output;
   }
   rf_output in[3] = {orig_input, orig_output, grad};
@@ -494,7 +496,7 @@ rf_output rf_avg_pool_grad(rf_graph *g, const char *name,
                            const int64_t ksize[4], const int64_t strides[4],
                            const char *padding) {
   if (!ksize && !rf__graph_failed(g)) {
-    rf__graph_record(g, rf__invalid("AvgPoolGrad: ksize is required"));
+    rf__graph_refuse(g, "AvgPoolGrad", name, "ksize is required");
     return no_output;
   }
   rf_output in[2] = {orig_input_shape, grad};

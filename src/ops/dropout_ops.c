@@ -37,7 +37,7 @@ rf_status *rf__register_dropout_ops(void) { return rf__op_register(&dropout); }
 
 rf_output rf_dropout(rf_graph *g, const char *name, rf_output x, double rate,
                      int64_t seed) {
-  if (rf__graph_failed(g) || !rf__graph_inputs_ok(g, "Dropout", &x, 1))
+  if (rf__graph_failed(g) || !rf__graph_inputs_ok(g, "Dropout", name, &x, 1))
     return (rf_output){NULL, 0};
   rf_node_builder *b = rf_node_builder_new(g, "Dropout", name);
   rf_node_builder_input(b, x);

@@ -81,7 +81,7 @@ rf_status *rf__register_gelu_ops(void) {
 
 rf_output rf_gelu(rf_graph *g, const char *name, rf_output x,
                   bool approximate) {
-  if (rf__graph_failed(g) || !rf__graph_inputs_ok(g, "Gelu", &x, 1))
+  if (rf__graph_failed(g) || !rf__graph_inputs_ok(g, "Gelu", name, &x, 1))
     return (rf_output){NULL, 0};
   rf_node_builder *b = rf_node_builder_new(g, "Gelu", name);
   rf_node_builder_input(b, x);
@@ -91,14 +91,15 @@ rf_output rf_gelu(rf_graph *g, const char *name, rf_output x,
 
 rf_output rf_softmax_axis(rf_graph *g, const char *name, rf_output x,
                           int64_t axis) {
-  if (rf__graph_failed(g) || !rf__graph_inputs_ok(g, "Softmax", &x, 1))
+  if (rf__graph_failed(g) || !rf__graph_inputs_ok(g, "Softmax", name, &x, 1))
     return (rf_output){NULL, 0};
   rf_shape s = rf_output_shape(x);
   if (s.rank < 1 || axis < -s.rank || axis >= s.rank) {
-    rf__graph_record(g, rf__invalid("rf_softmax_axis: axis %lld needs x's "
-                                    "rank known and >= 1, and the axis in "
-                                    "[-rank, rank) (rank %d)",
-                                    (long long)axis, s.rank));
+    rf__graph_refuse(g, "Softmax", name,
+                     "axis %lld needs x's "
+                     "rank known and >= 1, and the axis in "
+                     "[-rank, rank) (rank %d)",
+                     (long long)axis, s.rank);
     return (rf_output){NULL, 0};
   }
   if (axis < 0) axis += s.rank;

@@ -142,7 +142,7 @@ rf_status *rf__register_index_ops(void) {
 rf_output rf_gather(rf_graph *g, const char *name, rf_output params,
                     rf_output indices, int64_t axis) {
   rf_output in[2] = {params, indices};
-  if (rf__graph_failed(g) || !rf__graph_inputs_ok(g, "Gather", in, 2))
+  if (rf__graph_failed(g) || !rf__graph_inputs_ok(g, "Gather", name, in, 2))
     return invalid_output;
   rf_node_builder *b = rf_node_builder_new(g, "Gather", name);
   rf_node_builder_input(b, params);
@@ -154,7 +154,8 @@ rf_output rf_gather(rf_graph *g, const char *name, rf_output params,
 rf_output rf_one_hot(rf_graph *g, const char *name, rf_output indices,
                      int64_t depth, double on_value, double off_value,
                      int64_t axis, rf_dtype dtype) {
-  if (rf__graph_failed(g) || !rf__graph_inputs_ok(g, "OneHot", &indices, 1))
+  if (rf__graph_failed(g) ||
+      !rf__graph_inputs_ok(g, "OneHot", name, &indices, 1))
     return invalid_output;
   rf_node_builder *b = rf_node_builder_new(g, "OneHot", name);
   rf_node_builder_input(b, indices);
@@ -169,7 +170,7 @@ rf_output rf_one_hot(rf_graph *g, const char *name, rf_output indices,
 rf_output rf_select(rf_graph *g, const char *name, rf_output condition,
                     rf_output t, rf_output e) {
   rf_output in[3] = {condition, t, e};
-  if (rf__graph_failed(g) || !rf__graph_inputs_ok(g, "Select", in, 3))
+  if (rf__graph_failed(g) || !rf__graph_inputs_ok(g, "Select", name, in, 3))
     return invalid_output;
   rf_node_builder *b = rf_node_builder_new(g, "Select", name);
   for (int i = 0; i < 3; i++) rf_node_builder_input(b, in[i]);

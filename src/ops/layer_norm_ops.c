@@ -88,7 +88,7 @@ rf_status *rf__register_layer_norm_ops(void) {
 rf_output rf_layer_norm(rf_graph *g, const char *name, rf_output x,
                         rf_output gamma, rf_output beta, double epsilon) {
   rf_output in[3] = {x, gamma, beta};
-  if (rf__graph_failed(g) || !rf__graph_inputs_ok(g, "LayerNorm", in, 3))
+  if (rf__graph_failed(g) || !rf__graph_inputs_ok(g, "LayerNorm", name, in, 3))
     return (rf_output){NULL, 0};
   rf_node_builder *b = rf_node_builder_new(g, "LayerNorm", name);
   for (int i = 0; i < 3; i++) rf_node_builder_input(b, in[i]);

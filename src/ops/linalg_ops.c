@@ -62,7 +62,8 @@ rf_status *rf__register_linalg_ops(void) {
 rf_output rf_batch_matmul(rf_graph *g, const char *name, rf_output x,
                           rf_output y, bool adj_x, bool adj_y) {
   rf_output in[2] = {x, y};
-  if (rf__graph_failed(g) || !rf__graph_inputs_ok(g, "BatchMatMul", in, 2))
+  if (rf__graph_failed(g) ||
+      !rf__graph_inputs_ok(g, "BatchMatMul", name, in, 2))
     return (rf_output){NULL, 0};
   rf_node_builder *b = rf_node_builder_new(g, "BatchMatMul", name);
   rf_node_builder_input(b, x);

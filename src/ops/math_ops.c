@@ -254,7 +254,7 @@ static const rf_output invalid_output = {NULL, 0};
  * the builder reports a second input of another dtype). */
 static rf_output build_typed(rf_graph *g, const char *op, const char *name,
                              const rf_output *in, int n) {
-  if (rf__graph_failed(g) || !rf__graph_inputs_ok(g, op, in, n))
+  if (rf__graph_failed(g) || !rf__graph_inputs_ok(g, op, name, in, n))
     return invalid_output;
   rf_node_builder *b = rf_node_builder_new(g, op, name);
   for (int i = 0; i < n; i++) rf_node_builder_input(b, in[i]);
@@ -295,11 +295,11 @@ rf_output rf_neg(rf_graph *g, const char *name, rf_output x) {
 rf_output rf_add_n(rf_graph *g, const char *name, const rf_output *xs, int n) {
   if (rf__graph_failed(g)) return invalid_output;
   if (!xs || n < 1) {
-    rf__graph_record(
-        g, rf__invalid("AddN needs at least one input, got %d", xs ? n : 0));
+    rf__graph_refuse(g, "AddN", name, "needs at least one input, got %d",
+                     xs ? n : 0);
     return invalid_output;
   }
-  if (!rf__graph_inputs_ok(g, "AddN", xs, n)) return invalid_output;
+  if (!rf__graph_inputs_ok(g, "AddN", name, xs, n)) return invalid_output;
   rf_node_builder *b = rf_node_builder_new(g, "AddN", name);
   rf_node_builder_input_list(b, xs, n);
   rf_node_builder_attr_int(b, "N", n);
@@ -310,7 +310,7 @@ rf_output rf_add_n(rf_graph *g, const char *name, const rf_output *xs, int n) {
 rf_output rf_matmul(rf_graph *g, const char *name, rf_output a, rf_output b,
                     bool transpose_a, bool transpose_b) {
   rf_output in[2] = {a, b};
-  if (rf__graph_failed(g) || !rf__graph_inputs_ok(g, "MatMul", in, 2))
+  if (rf__graph_failed(g) || !rf__graph_inputs_ok(g, "MatMul", name, in, 2))
     return invalid_output;
   rf_node_builder *nb = rf_node_builder_new(g, "MatMul", name);
   rf_node_builder_input(nb, a);
@@ -322,7 +322,7 @@ rf_output rf_matmul(rf_graph *g, const char *name, rf_output a, rf_output b,
 }
 
 rf_output rf_cast(rf_graph *g, const char *name, rf_output x, rf_dtype to) {
-  if (rf__graph_failed(g) || !rf__graph_inputs_ok(g, "Cast", &x, 1))
+  if (rf__graph_failed(g) || !rf__graph_inputs_ok(g, "Cast", name, &x, 1))
     return invalid_output;
   rf_node_builder *b = rf_node_builder_new(g, "Cast", name);
   rf_node_builder_input(b, x);
@@ -335,7 +335,7 @@ rf_output rf_cast(rf_graph *g, const char *name, rf_output x, rf_dtype to) {
 static rf_output shape_of_op(rf_graph *g, const char *op, const char *name,
                              rf_output x, rf_output like) {
   rf_output in[2] = {x, like};
-  if (rf__graph_failed(g) || !rf__graph_inputs_ok(g, op, in, 2))
+  if (rf__graph_failed(g) || !rf__graph_inputs_ok(g, op, name, in, 2))
     return invalid_output;
   rf_node_builder *b = rf_node_builder_new(g, op, name);
   rf_node_builder_input(b, x);

@@ -383,7 +383,7 @@ rf_status *rf__register_nn_ops(void) {
 
 static rf_output unary(rf_graph *g, const char *op, const char *name,
                        rf_output x) {
-  if (rf__graph_failed(g) || !rf__graph_inputs_ok(g, op, &x, 1))
+  if (rf__graph_failed(g) || !rf__graph_inputs_ok(g, op, name, &x, 1))
     return no_output;
   rf_node_builder *b = rf_node_builder_new(g, op, name);
   rf_node_builder_input(b, x);
@@ -394,7 +394,7 @@ static rf_output unary(rf_graph *g, const char *op, const char *name,
 rf_output rf_bias_add(rf_graph *g, const char *name, rf_output x,
                       rf_output bias) {
   rf_output in[2] = {x, bias};
-  if (rf__graph_failed(g) || !rf__graph_inputs_ok(g, "BiasAdd", in, 2))
+  if (rf__graph_failed(g) || !rf__graph_inputs_ok(g, "BiasAdd", name, in, 2))
     return no_output;
   rf_node_builder *b = rf_node_builder_new(g, "BiasAdd", name);
   rf_node_builder_input(b, x);
@@ -423,7 +423,7 @@ rf_output rf_sparse_softmax_cross_entropy(rf_graph *g, const char *name,
                                           rf_output logits, rf_output labels) {
   rf_output in[2] = {logits, labels};
   const char *op = "SparseSoftmaxCrossEntropyWithLogits";
-  if (rf__graph_failed(g) || !rf__graph_inputs_ok(g, op, in, 2))
+  if (rf__graph_failed(g) || !rf__graph_inputs_ok(g, op, name, in, 2))
     return no_output;
   rf_node_builder *b = rf_node_builder_new(g, op, name);
   rf_node_builder_input(b, logits);

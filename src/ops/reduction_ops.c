@@ -187,7 +187,7 @@ rf_status *rf__register_reduction_ops(void) {
 static rf_output reduce(rf_graph *g, const char *op, const char *name,
                         rf_output x, const int64_t *axes, int naxes,
                         bool keep_dims) {
-  if (rf__graph_failed(g) || !rf__graph_inputs_ok(g, op, &x, 1))
+  if (rf__graph_failed(g) || !rf__graph_inputs_ok(g, op, name, &x, 1))
     return no_output;
   if (naxes > 0 && !axes) {
     rf__graph_record(
@@ -213,7 +213,7 @@ rf_output rf_mean(rf_graph *g, const char *name, rf_output x,
 }
 
 rf_output rf_argmax(rf_graph *g, const char *name, rf_output x, int64_t axis) {
-  if (rf__graph_failed(g) || !rf__graph_inputs_ok(g, "ArgMax", &x, 1))
+  if (rf__graph_failed(g) || !rf__graph_inputs_ok(g, "ArgMax", name, &x, 1))
     return no_output;
   rf_node_builder *b = rf_node_builder_new(g, "ArgMax", name);
   rf_node_builder_input(b, x);

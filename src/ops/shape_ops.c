@@ -364,7 +364,8 @@ rf_status *rf__register_shape_ops(void) {
 static rf_node_builder *with_list(rf_graph *g, const char *op, const char *name,
                                   rf_output x, const char *attr,
                                   const int64_t *v, int n) {
-  if (rf__graph_failed(g) || !rf__graph_inputs_ok(g, op, &x, 1)) return NULL;
+  if (rf__graph_failed(g) || !rf__graph_inputs_ok(g, op, name, &x, 1))
+    return NULL;
   if (n < 0 || (n > 0 && !v)) {
     rf__graph_record(
         g, rf__invalid("%s: %s must hold n >= 0 entries, got %d", op, attr, n));
@@ -384,11 +385,12 @@ rf_output rf_transpose(rf_graph *g, const char *name, rf_output x,
                        const int64_t *perm, int n) {
   int64_t rev[RF_MAX_RANK];
   if (!perm && !rf__graph_failed(g) &&
-      rf__graph_inputs_ok(g, "Transpose", &x, 1)) {
+      rf__graph_inputs_ok(g, "Transpose", name, &x, 1)) {
     rf_shape s = rf_output_shape(x);
     if (s.rank < 0) {
-      rf__graph_record(g, rf__invalid("rf_transpose: perm NULL needs x's "
-                                      "rank known when the graph is built"));
+      rf__graph_refuse(g, "Transpose", name,
+                       "perm NULL needs x's "
+                       "rank known when the graph is built");
       return invalid_output;
     }
     n = s.rank;
@@ -402,11 +404,11 @@ rf_output rf_concat(rf_graph *g, const char *name, const rf_output *values,
                     int n, int64_t axis) {
   if (rf__graph_failed(g)) return invalid_output;
   if (n < 1 || !values) {
-    rf__graph_record(g,
-                     rf__invalid("rf_concat: needs n >= 1 values, got %d", n));
+    rf__graph_refuse(g, "Concat", name, "needs n >= 1 values, got %d%s", n,
+                     values ? "" : " (NULL values)");
     return invalid_output;
   }
-  if (!rf__graph_inputs_ok(g, "Concat", values, n)) return invalid_output;
+  if (!rf__graph_inputs_ok(g, "Concat", name, values, n)) return invalid_output;
   rf_node_builder *b = rf_node_builder_new(g, "Concat", name);
   rf_node_builder_input_list(b, values, n);
   rf_node_builder_attr_int(b, "axis", axis);
@@ -419,9 +421,10 @@ rf_node *rf_split_v(rf_graph *g, const char *name, rf_output x,
   for (int i = 0; outputs && i < num_split; i++) outputs[i] = invalid_output;
   if (rf__graph_failed(g)) return NULL;
   if (num_split < 1 || !outputs) {
-    rf__graph_record(g, rf__invalid("rf_split: needs num_split >= 1 and an "
-                                    "outputs array, got %d",
-                                    num_split));
+    rf__graph_refuse(g, "Split", name,
+                     "needs num_split >= 1 and an "
+                     "outputs array, got %d",
+                     num_split);
     return NULL;
   }
   rf_node_builder *b = with_list(g, "Split", name, x, "size_splits",
@@ -442,9 +445,10 @@ rf_node *rf_split(rf_graph *g, const char *name, rf_output x, int num_split,
 rf_output rf_slice(rf_graph *g, const char *name, rf_output x,
                    const int64_t *begin, const int64_t *size, int n) {
   if (!rf__graph_failed(g) && n > 0 && !size) {
-    rf__graph_record(g, rf__invalid("Slice: size must hold n = %d entries, "
-                                    "got NULL",
-                                    n));
+    rf__graph_refuse(g, "Slice", name,
+                     "size must hold n = %d entries, "
+                     "got NULL",
+                     n);
     return invalid_output;
   }
   rf_node_builder *b = with_list(g, "Slice", name, x, "begin", begin, n);

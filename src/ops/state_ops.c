@@ -173,14 +173,14 @@ rf_status *rf__register_state_ops(void) {
 /* The dtype and shape of the Variable behind `var`. Returns false (and
  * records an error) when var is not a resource; *known is false when var does
  * not come straight from a Variable node (only run time can check then). */
-static bool variable_info(rf_graph *g, const char *op, rf_output var,
-                          bool *known, rf_dtype *dtype, rf_shape *shape) {
+static bool variable_info(rf_graph *g, const char *op, const char *name,
+                          rf_output var, bool *known, rf_dtype *dtype,
+                          rf_shape *shape) {
   *known = false;
   if (rf_output_dtype(var) != RF_RESOURCE) {
-    rf__graph_record(g, rf__invalid("%s: the variable input of %s is a %s "
-                                    "tensor, not a resource",
-                                    op, rf_node_name(var.node),
-                                    rf_dtype_name(rf_output_dtype(var))));
+    rf__graph_refuse(
+        g, op, name, "the variable input %s is a %s tensor, not a resource",
+        rf_node_name(var.node), rf_dtype_name(rf_output_dtype(var)));
     return false;
   }
   if (strcmp(rf_node_op(var.node), "Variable") != 0) return true;
@@ -195,27 +195,27 @@ static bool variable_info(rf_graph *g, const char *op, rf_output var,
 }
 
 /* Records an error when `value` cannot be stored in the variable `var`. */
-static bool value_fits(rf_graph *g, const char *op, const char *what,
-                       rf_output var, rf_output value) {
+static bool value_fits(rf_graph *g, const char *op, const char *name,
+                       const char *what, rf_output var, rf_output value) {
   bool known;
   rf_dtype dtype;
   rf_shape shape, vshape = rf_output_shape(value);
-  if (!variable_info(g, op, var, &known, &dtype, &shape)) return false;
+  if (!variable_info(g, op, name, var, &known, &dtype, &shape)) return false;
   if (!known) return true;
   const char *vname = rf_node_name(var.node);
   if (rf_output_dtype(value) != dtype) {
-    rf__graph_record(g, rf__invalid("%s: %s is %s but variable '%s' is %s", op,
-                                    what, rf_dtype_name(rf_output_dtype(value)),
-                                    vname, rf_dtype_name(dtype)));
+    rf__graph_refuse(g, op, name, "%s is %s but variable '%s' is %s", what,
+                     rf_dtype_name(rf_output_dtype(value)), vname,
+                     rf_dtype_name(dtype));
     return false;
   }
   if (!rf__shape_compatible(&shape, &vshape)) {
     char a[128], b[128];
     rf_shape_format(&vshape, a, sizeof a);
     rf_shape_format(&shape, b, sizeof b);
-    rf__graph_record(g, rf__invalid("%s: %s has shape %s but variable '%s' "
-                                    "has shape %s",
-                                    op, what, a, vname, b));
+    rf__graph_refuse(g, op, name,
+                     "%s has shape %s but variable '%s' has shape %s", what, a,
+                     vname, b);
     return false;
   }
   return true;
@@ -234,13 +234,14 @@ rf_output rf_read_variable(rf_graph *g, const char *name, rf_output var) {
   bool known;
   rf_dtype dtype;
   rf_shape shape;
-  if (rf__graph_failed(g) || !rf__graph_inputs_ok(g, "ReadVariable", &var, 1) ||
-      !variable_info(g, "ReadVariable", var, &known, &dtype, &shape))
+  if (rf__graph_failed(g) ||
+      !rf__graph_inputs_ok(g, "ReadVariable", name, &var, 1) ||
+      !variable_info(g, "ReadVariable", name, var, &known, &dtype, &shape))
     return invalid_output;
   if (!known) {
-    rf__graph_record(g, rf__invalid("ReadVariable: input %s is not a Variable "
-                                    "node, so its dtype is unknown",
-                                    rf_node_name(var.node)));
+    rf__graph_refuse(g, "ReadVariable", name,
+                     "input %s is not a Variable node, so its dtype is unknown",
+                     rf_node_name(var.node));
     return invalid_output;
   }
   rf_node_builder *b = rf_node_builder_new(g, "ReadVariable", name);
@@ -253,8 +254,8 @@ rf_output rf_read_variable(rf_graph *g, const char *name, rf_output var) {
 rf_node *rf_assign(rf_graph *g, const char *name, rf_output var,
                    rf_output value) {
   rf_output in[2] = {var, value};
-  if (rf__graph_failed(g) || !rf__graph_inputs_ok(g, "Assign", in, 2) ||
-      !value_fits(g, "Assign", "value", var, value))
+  if (rf__graph_failed(g) || !rf__graph_inputs_ok(g, "Assign", name, in, 2) ||
+      !value_fits(g, "Assign", name, "value", var, value))
     return NULL;
   rf_node_builder *b = rf_node_builder_new(g, "Assign", name);
   rf_node_builder_input(b, var);
@@ -265,8 +266,9 @@ rf_node *rf_assign(rf_graph *g, const char *name, rf_output var,
 rf_output rf_assign_mul(rf_graph *g, const char *name, rf_output var,
                         rf_output value) {
   rf_output in[2] = {var, value};
-  if (rf__graph_failed(g) || !rf__graph_inputs_ok(g, "AssignMul", in, 2) ||
-      !value_fits(g, "AssignMul", "value", var, value))
+  if (rf__graph_failed(g) ||
+      !rf__graph_inputs_ok(g, "AssignMul", name, in, 2) ||
+      !value_fits(g, "AssignMul", name, "value", var, value))
     return invalid_output;
   rf_node_builder *b = rf_node_builder_new(g, "AssignMul", name);
   rf_node_builder_input(b, var);
@@ -278,8 +280,8 @@ rf_node *rf_apply_gradient_descent(rf_graph *g, const char *name, rf_output var,
                                    rf_output alpha, rf_output delta) {
   rf_output in[3] = {var, alpha, delta};
   if (rf__graph_failed(g) ||
-      !rf__graph_inputs_ok(g, "ApplyGradientDescent", in, 3) ||
-      !value_fits(g, "ApplyGradientDescent", "delta", var, delta))
+      !rf__graph_inputs_ok(g, "ApplyGradientDescent", name, in, 3) ||
+      !value_fits(g, "ApplyGradientDescent", name, "delta", var, delta))
     return NULL;
   rf_node_builder *b = rf_node_builder_new(g, "ApplyGradientDescent", name);
   for (int i = 0; i < 3; i++) rf_node_builder_input(b, in[i]);
@@ -292,10 +294,11 @@ rf_node *rf_apply_adam(rf_graph *g, const char *name, rf_output var,
                        rf_output beta2, rf_output epsilon, rf_output grad) {
   rf_output in[10] = {var, m,     v,     beta1_power, beta2_power,
                       lr,  beta1, beta2, epsilon,     grad};
-  if (rf__graph_failed(g) || !rf__graph_inputs_ok(g, "ApplyAdam", in, 10) ||
-      !value_fits(g, "ApplyAdam", "grad", var, grad) ||
-      !value_fits(g, "ApplyAdam", "grad", m, grad) ||
-      !value_fits(g, "ApplyAdam", "grad", v, grad))
+  if (rf__graph_failed(g) ||
+      !rf__graph_inputs_ok(g, "ApplyAdam", name, in, 10) ||
+      !value_fits(g, "ApplyAdam", name, "grad", var, grad) ||
+      !value_fits(g, "ApplyAdam", name, "grad", m, grad) ||
+      !value_fits(g, "ApplyAdam", name, "grad", v, grad))
     return NULL;
   rf_node_builder *b = rf_node_builder_new(g, "ApplyAdam", name);
   for (int i = 0; i < 10; i++) rf_node_builder_input(b, in[i]);
@@ -309,10 +312,11 @@ rf_node *rf_apply_adamw(rf_graph *g, const char *name, rf_output var,
                         rf_output weight_decay, rf_output grad) {
   rf_output in[11] = {var,   m,     v,       beta1_power,  beta2_power, lr,
                       beta1, beta2, epsilon, weight_decay, grad};
-  if (rf__graph_failed(g) || !rf__graph_inputs_ok(g, "ApplyAdamW", in, 11) ||
-      !value_fits(g, "ApplyAdamW", "grad", var, grad) ||
-      !value_fits(g, "ApplyAdamW", "grad", m, grad) ||
-      !value_fits(g, "ApplyAdamW", "grad", v, grad))
+  if (rf__graph_failed(g) ||
+      !rf__graph_inputs_ok(g, "ApplyAdamW", name, in, 11) ||
+      !value_fits(g, "ApplyAdamW", name, "grad", var, grad) ||
+      !value_fits(g, "ApplyAdamW", name, "grad", m, grad) ||
+      !value_fits(g, "ApplyAdamW", name, "grad", v, grad))
     return NULL;
   rf_node_builder *b = rf_node_builder_new(g, "ApplyAdamW", name);
   for (int i = 0; i < 11; i++) rf_node_builder_input(b, in[i]);
@@ -323,9 +327,10 @@ rf_node *rf_apply_momentum(rf_graph *g, const char *name, rf_output var,
                            rf_output accum, rf_output lr, rf_output grad,
                            rf_output momentum, bool use_nesterov) {
   rf_output in[5] = {var, accum, lr, grad, momentum};
-  if (rf__graph_failed(g) || !rf__graph_inputs_ok(g, "ApplyMomentum", in, 5) ||
-      !value_fits(g, "ApplyMomentum", "grad", var, grad) ||
-      !value_fits(g, "ApplyMomentum", "grad", accum, grad))
+  if (rf__graph_failed(g) ||
+      !rf__graph_inputs_ok(g, "ApplyMomentum", name, in, 5) ||
+      !value_fits(g, "ApplyMomentum", name, "grad", var, grad) ||
+      !value_fits(g, "ApplyMomentum", name, "grad", accum, grad))
     return NULL;
   rf_node_builder *b = rf_node_builder_new(g, "ApplyMomentum", name);
   for (int i = 0; i < 5; i++) rf_node_builder_input(b, in[i]);

@@ -107,13 +107,15 @@ rf_output rf_strided_slice(rf_graph *g, const char *name, rf_output x,
                            const int64_t *begin, const int64_t *end,
                            const int64_t *strides, int n, int64_t begin_mask,
                            int64_t end_mask, int64_t shrink_axis_mask) {
-  if (rf__graph_failed(g) || !rf__graph_inputs_ok(g, "StridedSlice", &x, 1))
+  if (rf__graph_failed(g) ||
+      !rf__graph_inputs_ok(g, "StridedSlice", name, &x, 1))
     return invalid_output;
   if (n < 0 || n > RF_MAX_RANK || (n > 0 && (!begin || !end))) {
-    rf__graph_record(g, rf__invalid("StridedSlice: begin and end must hold "
-                                    "n entries each (0 <= n <= %d), got n = "
-                                    "%d",
-                                    RF_MAX_RANK, n));
+    rf__graph_refuse(g, "StridedSlice", name,
+                     "begin and end must hold "
+                     "n entries each (0 <= n <= %d), got n = "
+                     "%d",
+                     RF_MAX_RANK, n);
     return invalid_output;
   }
   int64_t ones[RF_MAX_RANK];

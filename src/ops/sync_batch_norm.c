@@ -46,8 +46,8 @@ static bool check(rf_graph *g, const char *name, int n, const rf_output *xs,
   for (int i = 0; i < n; i++) {
     rf_output in[4] = {xs[i], gammas[i], betas[i], mm ? mm[i] : xs[i]};
     rf_output in5 = mv ? mv[i] : xs[i];
-    if (!rf__graph_inputs_ok(g, "SyncBatchNorm", in, 4) ||
-        !rf__graph_inputs_ok(g, "SyncBatchNorm", &in5, 1))
+    if (!rf__graph_inputs_ok(g, "SyncBatchNorm", name, in, 4) ||
+        !rf__graph_inputs_ok(g, "SyncBatchNorm", name, &in5, 1))
       return false;
     rf_shape s = rf_output_shape(xs[i]), s0 = rf_output_shape(xs[0]);
     rf_dtype dt = rf_output_dtype(xs[i]);
