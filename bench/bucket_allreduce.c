@@ -34,6 +34,9 @@
  *                          [only=all|unfused|fused|one|inK|in1]
  *
  * only: time one configuration (for a profiler; the others print 0).
+ * RF_BENCH_TRACE=DIR: after the timed rounds of each K, one more step of each
+ * timed configuration is traced (rf_session_trace_next_run) into
+ * DIR/K<K>_<configuration>.json; bench/bucket_trace_ops.py sums them by op.
  * RF_LOG=info (or debug) prints the library's log to stderr: each bucket
  * the pass made, and each pack's first step, in place or copied in.
  *
@@ -232,6 +235,14 @@ int main(int argc, char **argv) {
         if (us < best[i]) best[i] = us;
         if (cus < cpu[i]) cpu[i] = cus;
       }
+    const char *tdir = getenv("RF_BENCH_TRACE");
+    for (int i = 0; tdir && *tdir && i < NC; i++) {
+      if (!timed[i]) continue;
+      char path[512];
+      snprintf(path, sizeof path, "%s/K%d_%s.json", tdir, K, names[i]);
+      check(rf_session_trace_next_run(x[i].s, path), "trace");
+      step(&x[i]);
+    }
     printf(
         "%5d %10lld %9.1f %9.1f %9.1f %9.1f %9.1f %10.2f %6.2f %12.2f "
         "%9.2f %9.1f %9.1f %9.1f %9.1f %9.1f %8.2f %8.2f\n",

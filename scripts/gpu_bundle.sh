@@ -53,7 +53,7 @@ cp /usr/share/datasets/fashion-mnist/*.gz "$stage/data/" 2>/dev/null || true
 cp scripts/gpu_run.sh scripts/gpu_multi_run.sh scripts/gpu_common.sh \
   scripts/gpu_step_profile.sh scripts/gpu_graph_stress.sh \
   bench/torch_nccl_overhead.py bench/bucket_gpu.sh bench/bucket_vs_ddp.py \
-  bench/bucket_trace_overlap.py \
+  bench/bucket_trace_overlap.py bench/bucket_trace_ops.py \
   bench/gpu_train_vs_pytorch.py bench/ncu_step_table.py "$stage/"
 case $out in
   *.xz) XZ_OPT=-9 tar -C "$stage" -cJf "$out" . ;;

@@ -22,6 +22,6 @@ fi
 .venv/bin/pip install -q --disable-pip-version-check "ruff>=0.4"
 .venv/bin/ruff check python tests/python examples/python \
   bench/python_run_overhead.py bench/gpu_train_vs_pytorch.py bench/ncu_step_table.py \
-  bench/bucket_vs_ddp.py bench/bucket_trace_overlap.py \
+  bench/bucket_vs_ddp.py bench/bucket_trace_overlap.py bench/bucket_trace_ops.py \
   bench/mpi_scaling_model.py
 echo "lint: clang-format, cppcheck, no shell and ruff clean"
