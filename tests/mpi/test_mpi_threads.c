@@ -115,9 +115,10 @@ static void check_after_free(rf__mpi_algorithm algo, bool adds_threads) {
   if (adds_threads) assert_true(during > base); /* its threads ran */
   int after = threads_settled(base);
   if (after != base)
-    fail_msg("%d threads after the session was freed, %d before it (%d while "
-             "it lived)",
-             after, base, during);
+    fail_msg(
+        "%d threads after the session was freed, %d before it (%d while "
+        "it lived)",
+        after, base, during);
   double c = idle_cpu_s();
   if (c > 0.3)
     fail_msg("%.3f s of CPU over 1 s of sleep after the session was freed", c);
