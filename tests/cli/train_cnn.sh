@@ -25,8 +25,16 @@ for sync in allreduce reduce-broadcast sharded; do
   echo "$out"
   echo "$out" | grep -q "CNN 28x28x1-c32-p-c64-p-1024-10 on 4 devices"
   echo "$out" | grep -q "replicas bit-identical"
+  # The loss to 1e-4; the parameters to 5 updates of lr: on a CPU without
+  # AVX-512 (session 14) OpenBLAS's AVX2 sgemm sums a 4-device step's
+  # products (8 images) in another order than one device's (32), and even
+  # im2col's parameters ended 1.04e-3 apart (loss 1.8e-5); a wrong gradient
+  # sync is off by far more, and the replicas are checked bit-identical.
+  loss=$(echo "$out" | sed -n 's/.*largest loss difference \([^,]*\),.*/\1/p')
+  awk -v d="$loss" 'BEGIN { exit !(d != "" && d < 1e-4) }' ||
+    { echo "loss difference '$loss' too large"; exit 1; }
   diff=$(echo "$out" | sed -n 's/.*largest parameter difference \([^ ]*\).*/\1/p')
-  awk -v d="$diff" 'BEGIN { exit !(d != "" && d < 1e-4) }' ||
+  awk -v d="$diff" 'BEGIN { exit !(d != "" && d < 5e-3) }' ||
     { echo "difference '$diff' too large"; exit 1; }
 done
 out=$("$ringflow" train --model cnn --devices cpu:0-3 --steps 20 --epochs 1 \
