@@ -190,8 +190,7 @@ static rf_output reduce(rf_graph *g, const char *op, const char *name,
   if (rf__graph_failed(g) || !rf__graph_inputs_ok(g, op, name, &x, 1))
     return no_output;
   if (naxes > 0 && !axes) {
-    rf__graph_record(
-        g, rf__invalid("%s: axes is NULL but naxes is %d", op, naxes));
+    rf__graph_refuse(g, op, name, "axes is NULL but naxes is %d", naxes);
     return no_output;
   }
   rf__reduction_attrs r = {axes, naxes < 0 ? 0 : naxes, naxes < 0, keep_dims};
