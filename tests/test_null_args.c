@@ -344,6 +344,10 @@ static void test_refusals_name_the_node(void **state) {
   NO_OUTPUT(rf_reduce(g, NULL, NULL, 0, RF_REDUCE_SUM));
   expect_refused(g, n, "a new Reduce node on cpu:2: need n >= 1 inputs");
   rf_graph_pop_device(g);
+  NO_OUTPUT(rf_slice(g, "cut", x, NULL, ones, 4));
+  expect_refused(g, n, "node 'cut' (Slice): begin must hold n >= 0 entries");
+  rf_all_reduce_n(g, "sum_all", &x, 1, RF_REDUCE_SUM, NULL);
+  expect_refused(g, n, "node 'sum_all' (AllReduce): need n >= 1 inputs");
   /* rf_reshape_to makes a shape Const first: a refused Reshape takes it back */
   static const int64_t nine[2] = {3, 3};
   NO_OUTPUT(rf_reshape_to(g, "r", x, 2, nine));

@@ -450,8 +450,9 @@ static void fail_doomed(rf__collective_manager *m, entry *list) {
      * may then count live allocations or free the session: the array goes
      * first (test_fault_injection's timeout sweep saw it freed after the
      * run had returned, 1 allocation "leaked" under load). A session has
-     * at most 128 devices; a larger group keeps the old order. */
-    rf__coll_participant local[128];
+     * at most 64 CPU and 64 GPU devices; a larger group keeps the old
+     * order. */
+    rf__coll_participant local[64 + 64];
     if (n <= (int)(sizeof local / sizeof *local)) {
       memcpy(local, parts, sizeof *parts * (size_t)n);
       rf__free(parts);

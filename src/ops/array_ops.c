@@ -245,9 +245,8 @@ rf_output rf_reshape_to(rf_graph *g, const char *name, rf_output x, int rank,
   if (rf__graph_failed(g)) return invalid_output;
   if (rank < 0 || rank > RF_MAX_RANK || (rank > 0 && !dims)) {
     rf__graph_refuse(g, "Reshape", name,
-                     "rank %d must be in 0..%d "
-                     "with dims given",
-                     rank, RF_MAX_RANK);
+                     "rank %d must be in 0..%d with dims given", rank,
+                     RF_MAX_RANK);
     return invalid_output;
   }
   rf_shape vec = rf_shape_of(1, (int64_t)rank);

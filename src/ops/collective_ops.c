@@ -285,8 +285,7 @@ static void participants_n(rf_graph *g, const char *op, const char *name,
                            const char *reduction, rf_output *outputs) {
   if (rf__graph_failed(g)) return;
   if (!inputs || !outputs || n < 1) {
-    rf__graph_record(
-        g, rf__invalid("%s: need n >= 1 inputs and an outputs array", op));
+    rf__graph_refuse(g, op, name, "need n >= 1 inputs and an outputs array");
     return;
   }
   if (!rf__graph_inputs_ok(g, op, name, inputs, n)) return;

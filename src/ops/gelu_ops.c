@@ -96,9 +96,8 @@ rf_output rf_softmax_axis(rf_graph *g, const char *name, rf_output x,
   rf_shape s = rf_output_shape(x);
   if (s.rank < 1 || axis < -s.rank || axis >= s.rank) {
     rf__graph_refuse(g, "Softmax", name,
-                     "axis %lld needs x's "
-                     "rank known and >= 1, and the axis in "
-                     "[-rank, rank) (rank %d)",
+                     "axis %lld needs x's rank known and >= 1, and the "
+                     "axis in [-rank, rank) (rank %d)",
                      (long long)axis, s.rank);
     return (rf_output){NULL, 0};
   }

@@ -367,8 +367,8 @@ static rf_node_builder *with_list(rf_graph *g, const char *op, const char *name,
   if (rf__graph_failed(g) || !rf__graph_inputs_ok(g, op, name, &x, 1))
     return NULL;
   if (n < 0 || (n > 0 && !v)) {
-    rf__graph_record(
-        g, rf__invalid("%s: %s must hold n >= 0 entries, got %d", op, attr, n));
+    rf__graph_refuse(g, op, name, "%s must hold n >= 0 entries, got %d", attr,
+                     n);
     return NULL;
   }
   rf_node_builder *b = rf_node_builder_new(g, op, name);
@@ -389,8 +389,8 @@ rf_output rf_transpose(rf_graph *g, const char *name, rf_output x,
     rf_shape s = rf_output_shape(x);
     if (s.rank < 0) {
       rf__graph_refuse(g, "Transpose", name,
-                       "perm NULL needs x's "
-                       "rank known when the graph is built");
+                       "perm NULL needs x's rank known when the graph is "
+                       "built");
       return invalid_output;
     }
     n = s.rank;
@@ -422,8 +422,7 @@ rf_node *rf_split_v(rf_graph *g, const char *name, rf_output x,
   if (rf__graph_failed(g)) return NULL;
   if (num_split < 1 || !outputs) {
     rf__graph_refuse(g, "Split", name,
-                     "needs num_split >= 1 and an "
-                     "outputs array, got %d",
+                     "needs num_split >= 1 and an outputs array, got %d",
                      num_split);
     return NULL;
   }
@@ -446,9 +445,7 @@ rf_output rf_slice(rf_graph *g, const char *name, rf_output x,
                    const int64_t *begin, const int64_t *size, int n) {
   if (!rf__graph_failed(g) && n > 0 && !size) {
     rf__graph_refuse(g, "Slice", name,
-                     "size must hold n = %d entries, "
-                     "got NULL",
-                     n);
+                     "size must hold n = %d entries, got NULL", n);
     return invalid_output;
   }
   rf_node_builder *b = with_list(g, "Slice", name, x, "begin", begin, n);

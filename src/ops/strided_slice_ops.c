@@ -112,9 +112,8 @@ rf_output rf_strided_slice(rf_graph *g, const char *name, rf_output x,
     return invalid_output;
   if (n < 0 || n > RF_MAX_RANK || (n > 0 && (!begin || !end))) {
     rf__graph_refuse(g, "StridedSlice", name,
-                     "begin and end must hold "
-                     "n entries each (0 <= n <= %d), got n = "
-                     "%d",
+                     "begin and end must hold n entries each (0 <= n <= "
+                     "%d), got n = %d",
                      RF_MAX_RANK, n);
     return invalid_output;
   }
