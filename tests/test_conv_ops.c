@@ -4,7 +4,8 @@
  * built by rf_gradients against central finite differences in float64, on
  * edge cases (size-1 dims, an input smaller than the window with SAME
  * padding (more padding than input), stride > window with SAME and VALID
- * and with dilation, dilation > 1, batch 0, 1x1 windows), and every
+ * and with dilation, dilation > 1, batch 0, 1x1 windows, 1x1 strided on
+ * an even input with few channels), and every
  * error at build and at run time naming the node and op. */
 #include <math.h>
 #include <stdio.h>
@@ -39,6 +40,13 @@ static const wcase conv_cases[] = {
      true},
     {"size-1 channels and batch, 1-wide", 1, 6, 1, 1, 3, 1, 1, 2, 1, 1, 1,
      true},
+    /* 1x1, strided, an even input and fewer channels than oneDNN's block
+     * (8 on AVX2, 16 on AVX-512): its filter gradient wrote past its
+     * scratchpad (oneDNN issue #6035); ringflow must route around it */
+    {"1x1 stride 2, even input, 3 channels", 2, 6, 8, 3, 1, 1, 5, 2, 2, 1, 1,
+     false},
+    {"1x1 stride 2, even input, 12 channels", 1, 8, 4, 12, 1, 1, 16, 2, 2, 1,
+     1, true},
 };
 #define NCONV ((int)(sizeof conv_cases / sizeof conv_cases[0]))
 
