@@ -45,8 +45,8 @@ static const wcase conv_cases[] = {
      * scratchpad (oneDNN issue #6035); ringflow must route around it */
     {"1x1 stride 2, even input, 3 channels", 2, 6, 8, 3, 1, 1, 5, 2, 2, 1, 1,
      false},
-    {"1x1 stride 2, even input, 12 channels", 1, 8, 4, 12, 1, 1, 16, 2, 2, 1,
-     1, true},
+    {"1x1 stride 2, even input, 12 channels", 1, 8, 4, 12, 1, 1, 16, 2, 2, 1, 1,
+     true},
 };
 #define NCONV ((int)(sizeof conv_cases / sizeof conv_cases[0]))
 
