@@ -10,10 +10,10 @@
  * persistent mode), DEADLINE_EXCEEDED after the collective timeout (1 s
  * here; RF_TEST_TIMEOUT_MS sets another: the sanitizer builds take 3 s, so
  * that a task slowed by the sanitizer and the tests beside it is not taken
- * for a failed one in the steps that must succeed). Then, after an MPI barrier, a clean step must succeed in every
- * process. Leaks: live allocations are equal before the session and after
- * it is freed (per attempt the counts differ between processes; ASan's
- * LeakSanitizer also checks at exit).
+ * for a failed one in the steps that must succeed). Then, after an MPI barrier,
+ * a clean step must succeed in every process. Leaks: live allocations are equal
+ * before the session and after it is freed (per attempt the counts differ
+ * between processes; ASan's LeakSanitizer also checks at exit).
  *
  * RF_TEST_INJECT_TASK=0 (ctest: test_mpi_fault_injection_coordinator):
  * failures in the job's coordinator, which must fail the collective at once
