@@ -122,6 +122,20 @@ static void fail_parts(rf__coll_participant *parts, int n,
   rf__coll_report(parts, n, st, NULL);
 }
 
+/* Like fail_parts, but consumes st: the last participant's done gets st
+ * itself, so that nothing of this call stays allocated once that done has
+ * run (it may end the step and return its run to the user, who may then
+ * count live allocations or free the session). */
+static void fail_parts_give(rf__coll_participant *parts, int n, rf_status *st) {
+  for (int i = 0; i < n; i++) { /* before the dones: see collective.h */
+    rf_tensor_release(parts[i].input);
+    parts[i].input = NULL;
+  }
+  for (int i = 0; i < n; i++)
+    parts[i].done(parts[i].arg, i == n - 1 ? st : rf__status_copy(st), NULL);
+  if (n == 0) rf_status_free(st);
+}
+
 static void entry_free(entry *e) {
   rf__free(e->key);
   rf__free(e->shared_name);
@@ -353,37 +367,55 @@ static void launch(rf__collective_manager *m, entry *e) {
   if (!st) st = check_roots(&g, e->cross);
   if (!st) st = check_shapes(&g);
   if (!st && rf__log_on(RF_LOG_DEBUG)) log_formed(&g, e);
-  if (e->cross && m->job) {
+  bool cross = e->cross && m->job;
+  int64_t job_step = e->job_step;
+  /* The dones may end the step and return its run to the user, who may then
+   * count live allocations or free the session: the entry and its array go
+   * before the first done, the group's participants and name onto the
+   * stack where they fit (a session has at most 64 CPU and 64 GPU devices;
+   * names are mostly short). Otherwise they go after, as fail_doomed's. */
+  rf__coll_participant local[64 + 64];
+  char name[256];
+  size_t len = strlen(e->shared_name);
+  bool early = g.n <= (int)(sizeof local / sizeof *local) && len < sizeof name;
+  if (early) {
+    memcpy(local, g.p, sizeof *g.p * (size_t)g.n);
+    memcpy(name, e->shared_name, len + 1);
+    g.p = local;
+    g.key = name;
+    entry_free(e); /* and the array copied above */
+    e = NULL;
+  } else {
+    e->parts = NULL; /* g.p freed below with e */
+  }
+  if (cross) {
     if (st) {
-      rf__job_coll_failed(m->job, e->shared_name, e->job_step, st);
-      fail_parts(g.p, g.n, st); /* releases the inputs */
-      rf_status_free(st);
+      rf__job_coll_failed(m->job, g.key, job_step, st);
+      fail_parts_give(g.p, g.n, st); /* releases the inputs */
     } else {
-      rf__job_coll_run(m->job, &g, g.p[0].group_devices, e->job_step);
+      rf__job_coll_run(m->job, &g, g.p[0].group_devices, job_step);
       for (int i = 0; i < g.n; i++) rf_tensor_release(g.p[i].input);
     }
-    e->parts = NULL;
+  } else {
+    const rf__coll_backend *be = NULL;
+    for (size_t i = 0; !st && i < sizeof backends / sizeof *backends; i++)
+      if (backends[i]->device_type == g.p[0].device->name.type)
+        be = backends[i];
+    if (!st && !be)
+      st = rf__error(RF_UNIMPLEMENTED,
+                     "collective '%s': no collective backend for %s devices",
+                     g.key, rf__device_type_name(g.p[0].device->name.type));
+    if (st) {
+      fail_parts_give(g.p, g.n, st);
+    } else {
+      be->run(&g); /* calls each done (maybe later); may release inputs */
+      for (int i = 0; i < g.n; i++) rf_tensor_release(g.p[i].input);
+    }
+  }
+  if (!early) {
     rf__free(g.p);
     entry_free(e);
-    return;
   }
-  const rf__coll_backend *be = NULL;
-  for (size_t i = 0; !st && i < sizeof backends / sizeof *backends; i++)
-    if (backends[i]->device_type == g.p[0].device->name.type) be = backends[i];
-  if (!st && !be)
-    st = rf__error(RF_UNIMPLEMENTED,
-                   "collective '%s': no collective backend for %s devices",
-                   g.key, rf__device_type_name(g.p[0].device->name.type));
-  if (st) {
-    fail_parts(g.p, g.n, st);
-    rf_status_free(st);
-  } else {
-    be->run(&g); /* calls each done (maybe later); may release inputs */
-    for (int i = 0; i < g.n; i++) rf_tensor_release(g.p[i].input);
-  }
-  e->parts = NULL; /* g.p freed below with e */
-  rf__free(g.p);
-  entry_free(e);
 }
 
 /* ---- the table ---- */
@@ -528,8 +560,7 @@ static rf_status *join(rf__collective_manager *m, const char *key,
     pthread_mutex_unlock(&m->mu);
     rf__coll_participant copy = *p;
     copy.input = rf_tensor_retain(p->input);
-    fail_parts(&copy, 1, fail_now);
-    rf_status_free(fail_now);
+    fail_parts_give(&copy, 1, fail_now);
     return NULL;
   }
   if (p->num_devices != e->num_devices || expected != e->expected) {
