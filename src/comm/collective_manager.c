@@ -113,19 +113,10 @@ void rf__coll_report(rf__coll_participant *parts, int n, const rf_status *st,
   }
 }
 
-static void fail_parts(rf__coll_participant *parts, int n,
-                       const rf_status *st) {
-  for (int i = 0; i < n; i++) { /* before the dones: see collective.h */
-    rf_tensor_release(parts[i].input);
-    parts[i].input = NULL;
-  }
-  rf__coll_report(parts, n, st, NULL);
-}
-
-/* Like fail_parts, but consumes st: the last participant's done gets st
- * itself, so that nothing of this call stays allocated once that done has
- * run (it may end the step and return its run to the user, who may then
- * count live allocations or free the session). */
+/* Releases the participants' inputs, then calls their dones with st; the
+ * last done gets st itself, so that nothing of this call stays allocated
+ * once that done has run (it may end the step and return its run to the
+ * user, who may then count live allocations or free the session). */
 static void fail_parts_give(rf__coll_participant *parts, int n, rf_status *st) {
   for (int i = 0; i < n; i++) { /* before the dones: see collective.h */
     rf_tensor_release(parts[i].input);
@@ -134,6 +125,12 @@ static void fail_parts_give(rf__coll_participant *parts, int n, rf_status *st) {
   for (int i = 0; i < n; i++)
     parts[i].done(parts[i].arg, i == n - 1 ? st : rf__status_copy(st), NULL);
   if (n == 0) rf_status_free(st);
+}
+
+/* fail_parts_give with a copy of st (which stays the caller's). */
+static void fail_parts(rf__coll_participant *parts, int n,
+                       const rf_status *st) {
+  fail_parts_give(parts, n, rf__status_copy(st));
 }
 
 static void entry_free(entry *e) {

@@ -384,7 +384,7 @@ rf_status *rf__conv_dnnl_run(rf__kernel_ctx *ctx, rf__conv_dnnl_kind kind,
    * copy of the input) writes past the scratchpad it asks for when the
    * input has fewer channels than its block, 8 (jit:avx2) or 16 (avx512),
    * and is NHWC: oneDNN issue #6035, open upstream and present in Debian's
-   * 2.6. Measured here (session 15, AVX2): 16 to 64 bytes past, for every
+   * 2.6. Measured here (session 15, AVX2): 16 to 88 bytes past, for every
    * such geometry with an even input size in a sweep of 4032 geometries,
    * and never for another geometry or kind; it corrupted the heap in
    * test_fuse_conv_epilogues. Those take im2col. */
