@@ -11,6 +11,9 @@
  *    that it answered (alive, not at the collective);
  *  - a kernel fails on task 1 before its collective: the others fail at
  *    once (not at the timeout) with task 1's error;
+ *  - a task comes late to a session: every process's rf_session_new fails
+ *    (the late one's naming task 0, which gave up), and the next session
+ *    works;
  *  - last, a task leaves (frees its session and exits; task NT-1, or the one
  *    in RF_TEST_EXIT_TASK: 0 is the coordinator): the others fail within the
  *    timeout, naming the task. */
@@ -216,6 +219,46 @@ static void test_kernel_fails_on_one_task(void **state) {
   rf_graph_free(m.g);
 }
 
+/* The last task comes 1.5 s late to a session whose timeout is 0.5 s: the
+ * others' rf_session_new fails at their timeout (DEADLINE_EXCEEDED, "not
+ * every process"); their engines finish the given-up set-up in the
+ * background, so the late one's fails at once, naming task 0, which gave
+ * up ("task 0 gave up"), and MPI stays matched: the next session, with a
+ * timeout that covers the wait, works everywhere. (Before session 16 MPI
+ * wrote the late duplicates into the freed sessions, no later session
+ * could be made, and MPI_Finalize crashed.) */
+static void test_late_session(void **state) {
+  job_graph m;
+  build(&m, RF_FLOAT32);
+  rf_session_options o;
+  rf_session_options_init(&o);
+  o.num_cpu_devices = 2;
+  o.collective_timeout_ms = 500;
+  int late = NT - 1;
+  if (T == late) {
+    struct timespec ts = {1, 500000000};
+    nanosleep(&ts, NULL);
+  }
+  rf_session *s = NULL;
+  double t0 = now_ms();
+  rf_status *st = rf_session_new(m.g, &o, &s);
+  assert_null(s);
+  if (T == late)
+    assert_status(st, RF_DEADLINE_EXCEEDED,
+                  "task 0 gave up on this session before this process made "
+                  "it (its collective timeout passed first;");
+  else
+    assert_status(st, RF_DEADLINE_EXCEEDED,
+                  "not every process of the job made this session within 500 "
+                  "ms (every process must make the same sessions in the same "
+                  "order)");
+  assert_true(now_ms() - t0 < 10000);
+  s = mt_session(m.g, 2, 20000); /* all of them now */
+  assert_ok(step(&m, s, RF_FLOAT32, 4, 4));
+  rf_session_free(s);
+  rf_graph_free(m.g);
+}
+
 static void test_task_exits(void **state) {
   const char *env = getenv("RF_TEST_EXIT_TASK");
   int gone = env ? atoi(env) : NT - 1;
@@ -247,6 +290,7 @@ int main(void) {
       cmocka_unit_test(test_disagreements_name_both_sides),
       cmocka_unit_test(test_task_skips_the_step),
       cmocka_unit_test(test_kernel_fails_on_one_task),
+      cmocka_unit_test(test_late_session),
       cmocka_unit_test(test_task_exits),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -218,8 +218,6 @@ static int poll_attaching(loop *l, int64_t now) {
     *p = c->next;
     progress++;
     if (c->result) {
-      if (c->job->attach_stage < 2) /* the duplicates may not exist */
-        c->job->ctl = c->job->data = MPI_COMM_NULL;
       rf__mpi_job_detach(c->job); /* frees what was made */
     } else {
       c->job->next = l->jobs;
@@ -323,8 +321,10 @@ static void run_loop(void) {
     int64_t now = rf__mpi_now_ns();
     bool busy = false, waiting = l.attaching || l.leaving;
     int64_t busy_bytes = 0;
+    bool gave_up = false; /* attaches finishing in the background */
     progress += poll_attaching(&l, now);
     progress += poll_leaving(&l, now);
+    progress += rf__mpi_attach_poll_abandoned(&gave_up);
     for (rf__job *j = l.jobs; j; j = j->next) {
       progress += rf__mpi_job_poll(j, now, &busy, &waiting);
       if (j->busy_bytes > busy_bytes) busy_bytes = j->busy_bytes;
@@ -353,7 +353,7 @@ static void run_loop(void) {
       bool steps = false;
       for (rf__job *j = l.jobs; j; j = j->next)
         if (atomic_load(&j->active_steps) > 0) steps = true;
-      if (!steps) sleep_for(l.jobs ? IDLE_NS : 0);
+      if (!steps) sleep_for(l.jobs || gave_up ? IDLE_NS : 0);
       atomic_store(&E.deep, false);
     } else if (!busy && (idle < SPINS_BEFORE_SLEEP ||
                          now - last_progress < SPIN_NS || !backoff_enabled())) {
@@ -375,18 +375,31 @@ static void run_loop(void) {
 }
 
 /* Whether every process reached its exit (own_init): a barrier, waited for
- * as long as it takes, or RF_MPI_EXIT_WAIT_MS once a peer may be dead. */
+ * as long as it takes, or RF_MPI_EXIT_WAIT_MS once a peer may be dead; and
+ * then whether the attaches given up on finished in the background (every
+ * process is here: they can), within RF_MPI_EXIT_WAIT_MS. MPI_Finalize on
+ * a half-made duplicate crashed in OpenMPI (session 16). */
 static bool all_at_exit(void) {
   MPI_Request req;
   if (E.exit_comm == MPI_COMM_NULL ||
       MPI_Ibarrier(E.exit_comm, &req) != MPI_SUCCESS)
     return false;
   int64_t until = rf__mpi_now_ns() + RF_MPI_EXIT_WAIT_MS * 1000000LL;
+  bool pending = true, at_exit = false;
   for (int sleeps = 0;; sleeps++) {
     int done = 0;
-    if (MPI_Test(&req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) return false;
-    if (done) return true;
-    if (E.suspects > 0 && rf__mpi_now_ns() >= until) return false;
+    rf__mpi_attach_poll_abandoned(&pending);
+    if (!at_exit) {
+      if (MPI_Test(&req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) return false;
+      if (done) {
+        at_exit = true;
+        until = rf__mpi_now_ns() + RF_MPI_EXIT_WAIT_MS * 1000000LL;
+      } else if (E.suspects > 0 && rf__mpi_now_ns() >= until) {
+        return false;
+      }
+    }
+    if (at_exit && !pending) return true;
+    if (at_exit && rf__mpi_now_ns() >= until) return false;
     struct timespec ts = {0, backoff_ns(sleeps)};
     nanosleep(&ts, NULL);
   }
@@ -415,7 +428,7 @@ static void *engine_main(void *arg) {
       RF__LOG(RF_LOG_WARN,
               "not finalising MPI: a process of the job did not reach its "
               "exit within %d ms after a collective timed out (it may have "
-              "died)",
+              "died), or a session given up on did not finish",
               RF_MPI_EXIT_WAIT_MS);
     }
   } else {

@@ -187,11 +187,8 @@ struct rf__job {
   unsigned char *peers; /* [ntasks]: RF_PEER_* (task 0) */
   int64_t leave_deadline;
   /* Attaching (job.c): the duplicates, then the exchange of device counts
-   * and of each process's next epoch. */
-  MPI_Request attach_req[2];
-  int attach_stage, attach_mine[3];
-  int *attach_all;
-  int64_t attach_deadline;
+   * and of each process's next epoch; NULL once attached. */
+  struct rf__mpi_attach *attach;
   /* Steps of this process in the job (rf__job_begin_step); any thread. */
   pthread_mutex_t mu;
   struct {
@@ -266,10 +263,18 @@ void rf__mpi_peer_resolved(rf__job *j, int64_t issued_ns);
 /* ---- jobs on the engine thread (job.c) ---- */
 
 /* Attach/detach steps: start (nonblocking duplicates and exchange), poll
- * (true when finished; c->result set), detach. */
+ * (true when finished: c->result is the error, or the job holds its
+ * communicators), detach (frees what the job holds; after a failed attach
+ * too). */
 void rf__mpi_job_attach_start(rf__mpi_cmd *c);
 bool rf__mpi_job_attach_poll(rf__mpi_cmd *c, int64_t now);
 void rf__mpi_job_detach(rf__job *j);
+/* Attaches this process gave up on (their timeout passed) finish in the
+ * background, so that every process's MPI calls stay matched: a late
+ * process's duplicates complete against them, and the exchange tells it
+ * that this one gave up. Returns how many progressed; *pending says
+ * whether any is left. Engine thread. */
+int rf__mpi_attach_poll_abandoned(bool *pending);
 /* Leaving: members send BYE and may go at once (true); task 0 may go once
  * every other task's BYE came or the session's timeout passed. */
 void rf__mpi_job_leave_start(rf__job *j);

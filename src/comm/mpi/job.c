@@ -34,7 +34,6 @@ static void job_free(rf__job *j) {
   rf__free(j->ncpu);
   rf__free(j->ngpu);
   rf__free(j->recv_buf);
-  rf__free(j->attach_all);
   rf__free(j->peers);
   rf__free(j->steps);
   rf_status_free(j->broken);
@@ -172,78 +171,231 @@ void rf__job_cancel_step(rf__job *j, int64_t step_id, const rf_status *why) {
 /* The next session's epoch in this process (engine thread only). */
 static int next_epoch = 1;
 
+/* Attaching, apart from the job: the duplicates MPI writes when they
+ * complete, then the exchange of device counts and epochs. */
+typedef struct rf__mpi_attach {
+  MPI_Comm parent, ctl, data;
+  MPI_Request req[2];
+  int stage, mine[3]; /* stage 0: waiting for an abandoned one (below) */
+  int *all;           /* [3 * ntasks] */
+  int64_t deadline;
+  struct rf__mpi_attach *next;
+} rf__mpi_attach;
+
+/* Attaches that failed with requests still pending (a timeout: a process
+ * did not come), apart from their jobs, which go: MPI writes the
+ * duplicates and counts here if the late process comes. They are finished
+ * in the background (rf__mpi_attach_poll_abandoned): the exchange sends
+ * GAVE_UP in place of the device counts, and the late process fails its
+ * attach naming this one. Reachable from here, so no leak checker counts
+ * those that never finish. Engine thread. */
+static rf__mpi_attach *abandoned;
+enum { GAVE_UP = -1 };
+
+/* Whether an abandoned attach's duplicates of parent are still pending:
+ * MPI matches the rounds of nonblocking duplicates of one communicator in
+ * the order they are issued, so a new attach's must wait for them (issued
+ * before the late process issues its own, they would be matched against
+ * its rounds of the old one). */
+static bool parent_busy(MPI_Comm parent) {
+  for (const rf__mpi_attach *a = abandoned; a; a = a->next)
+    if (a->stage == 1 && a->parent == parent) return true;
+  return false;
+}
+
+static void attach_duplicate(rf__mpi_cmd *c, rf__mpi_attach *a) {
+  a->stage = 1;
+  c->result = RF_MPI_STATUS(MPI_Comm_idup(a->parent, &a->ctl, &a->req[0]));
+  if (!c->result)
+    c->result = RF_MPI_STATUS(MPI_Comm_idup(a->parent, &a->data, &a->req[1]));
+}
+
 void rf__mpi_job_attach_start(rf__mpi_cmd *c) {
   rf__job *j = c->job;
-  j->attach_mine[0] = c->ncpu;
-  j->attach_mine[1] = c->ngpu;
-  j->attach_mine[2] = next_epoch;
-  j->attach_req[0] = j->attach_req[1] = MPI_REQUEST_NULL;
-  j->attach_deadline = rf__mpi_now_ns() + j->timeout_ms * 1000000;
-  c->result =
-      RF_MPI_STATUS(MPI_Comm_idup(c->parent, &j->ctl, &j->attach_req[0]));
-  if (!c->result)
-    c->result =
-        RF_MPI_STATUS(MPI_Comm_idup(c->parent, &j->data, &j->attach_req[1]));
-  j->attach_stage = 1;
+  rf__mpi_attach *a = rf__calloc(1, sizeof *a);
+  if (!a) {
+    c->result = rf__oom();
+    return;
+  }
+  j->attach = a;
+  a->parent = c->parent;
+  a->ctl = a->data = MPI_COMM_NULL;
+  a->mine[0] = c->ncpu;
+  a->mine[1] = c->ngpu;
+  a->mine[2] = next_epoch;
+  a->req[0] = a->req[1] = MPI_REQUEST_NULL;
+  a->deadline = rf__mpi_now_ns() + j->timeout_ms * 1000000;
+  if (!parent_busy(a->parent)) attach_duplicate(c, a);
 }
 
 /* The duplicates exist: learn rank and size, exchange device counts. */
-static rf_status *attach_exchange(rf__job *j) {
-  MPI_Comm_set_errhandler(j->ctl, MPI_ERRORS_RETURN);
-  MPI_Comm_set_errhandler(j->data, MPI_ERRORS_RETURN);
-  MPI_Comm_rank(j->ctl, &j->task);
-  MPI_Comm_size(j->ctl, &j->ntasks);
+static rf_status *attach_exchange(rf__job *j, rf__mpi_attach *a) {
+  MPI_Comm_set_errhandler(a->ctl, MPI_ERRORS_RETURN);
+  MPI_Comm_set_errhandler(a->data, MPI_ERRORS_RETURN);
+  MPI_Comm_rank(a->ctl, &j->task);
+  MPI_Comm_size(a->ctl, &j->ntasks);
   j->ncpu = rf__calloc((size_t)j->ntasks, sizeof(int));
   j->ngpu = rf__calloc((size_t)j->ntasks, sizeof(int));
-  j->attach_all = rf__calloc((size_t)j->ntasks * 3, sizeof(int));
+  a->all = rf__calloc((size_t)j->ntasks * 3, sizeof(int));
   j->peers = rf__calloc((size_t)j->ntasks, 1);
   /* The receive buffer, made now: a verdict (GO) dropped for want of memory
    * would leave the others in the MPI collective. It grows only for
    * messages longer than this (collective names of about 4 KiB). */
   j->recv_cap = 4096;
   j->recv_buf = rf__malloc(j->recv_cap);
-  if (!j->ncpu || !j->ngpu || !j->attach_all || !j->peers || !j->recv_buf)
+  if (!j->ncpu || !j->ngpu || !a->all || !j->peers || !j->recv_buf)
     return rf__oom();
-  return RF_MPI_STATUS(MPI_Iallgather(j->attach_mine, 3, MPI_INT, j->attach_all,
-                                      3, MPI_INT, j->ctl, &j->attach_req[0]));
+  return RF_MPI_STATUS(MPI_Iallgather(a->mine, 3, MPI_INT, a->all, 3, MPI_INT,
+                                      a->ctl, &a->req[0]));
+}
+
+/* The attach finished: the job takes the duplicates, or, after a failure,
+ * what MPI may still write stays alive (see abandoned). */
+static void attach_settle(rf__job *j, rf__mpi_attach *a, bool failed) {
+  j->attach = NULL;
+  bool pending = false;
+  for (int i = 0; i < 2; i++)
+    if (a->req[i] != MPI_REQUEST_NULL) {
+      int done = 0;
+      if (!failed ||
+          MPI_Test(&a->req[i], &done, MPI_STATUS_IGNORE) != MPI_SUCCESS ||
+          !done)
+        pending = true;
+    }
+  if (failed && pending) {
+    a->next = abandoned;
+    abandoned = a;
+    return;
+  }
+  j->ctl = a->ctl; /* the job's detach frees them */
+  j->data = a->data;
+  rf__free(a->all);
+  rf__free(a);
 }
 
 bool rf__mpi_job_attach_poll(rf__mpi_cmd *c, int64_t now) {
   rf__job *j = c->job;
-  if (c->result) return true;
+  rf__mpi_attach *a = j->attach;
+  if (!a) return true; /* no memory to start */
   int done = 0;
-  if (j->attach_stage == 1) {
-    c->result = RF_MPI_STATUS(
-        MPI_Testall(2, j->attach_req, &done, MPI_STATUSES_IGNORE));
-    if (!c->result && done) {
-      c->result = attach_exchange(j);
-      j->attach_stage = 2;
+  if (!c->result && a->stage == 0 && !parent_busy(a->parent))
+    attach_duplicate(c, a);
+  if (!c->result && a->stage == 0) {
+    if (now >= a->deadline) {
+      rf__mpi_peer_suspect(NULL, now);
+      c->result = rf__log_status(
+          RF_LOG_WARN, "job",
+          rf__error(RF_DEADLINE_EXCEEDED,
+                    "not every process of the job came to an earlier "
+                    "session that this process gave up on, within this "
+                    "session's %lld ms (every process must make the same "
+                    "sessions in the same order)",
+                    (long long)j->timeout_ms));
+      attach_settle(j, a, true);
+      return true;
     }
-  } else {
+    return false;
+  } else if (!c->result && a->stage == 1) {
     c->result =
-        RF_MPI_STATUS(MPI_Test(&j->attach_req[0], &done, MPI_STATUS_IGNORE));
+        RF_MPI_STATUS(MPI_Testall(2, a->req, &done, MPI_STATUSES_IGNORE));
     if (!c->result && done) {
+      a->stage = 2;
+      c->result = attach_exchange(j, a);
+    }
+  } else if (!c->result) {
+    c->result = RF_MPI_STATUS(MPI_Test(&a->req[0], &done, MPI_STATUS_IGNORE));
+    if (!c->result && done) {
+      for (int t = 0; t < j->ntasks; t++)
+        if (a->all[3 * t] == GAVE_UP) {
+          c->result = rf__error(
+              RF_DEADLINE_EXCEEDED,
+              "task %d gave up on this session before this process made it "
+              "(its collective timeout passed first; every process must "
+              "make the same sessions in the same order)",
+              t);
+          attach_settle(j, a, true);
+          return true;
+        }
       for (int t = 0; t < j->ntasks; t++) {
-        j->ncpu[t] = j->attach_all[3 * t];
-        j->ngpu[t] = j->attach_all[3 * t + 1];
-        if (j->attach_all[3 * t + 2] > j->epoch)
-          j->epoch = j->attach_all[3 * t + 2];
+        j->ncpu[t] = a->all[3 * t];
+        j->ngpu[t] = a->all[3 * t + 1];
+        if (a->all[3 * t + 2] > j->epoch) j->epoch = a->all[3 * t + 2];
       }
       next_epoch = (int)j->epoch + 1;
+      attach_settle(j, a, false);
       return true;
     }
   }
-  if (!c->result && now >= j->attach_deadline) {
+  if (!c->result && now >= a->deadline) {
     rf__mpi_peer_suspect(NULL, now); /* MPI is left mid-collective */
     c->result = rf__log_status(
         RF_LOG_WARN, "job",
         rf__error(RF_DEADLINE_EXCEEDED,
                   "not every process of the job made this session within "
                   "%lld ms (every process must make the same sessions in the "
-                  "same order); MPI may be unusable now",
+                  "same order); a process that comes later is told that "
+                  "this one gave up",
                   (long long)j->timeout_ms));
   }
+  if (c->result) attach_settle(j, a, true);
   return c->result != NULL;
+}
+
+static void abandoned_free(rf__mpi_attach *a) {
+  if (a->ctl != MPI_COMM_NULL) MPI_Comm_free(&a->ctl);
+  if (a->data != MPI_COMM_NULL) MPI_Comm_free(&a->data);
+  rf__free(a->all);
+  rf__free(a);
+}
+
+int rf__mpi_attach_poll_abandoned(bool *pending) {
+  int progress = 0;
+  for (rf__mpi_attach **p = &abandoned; *p;) {
+    rf__mpi_attach *a = *p;
+    int done = 0;
+    if (a->stage == 3) { /* testing it failed: kept, never tested again */
+      p = &a->next;
+      continue;
+    }
+    if (a->stage == 1) { /* the late process made its duplicates too */
+      if (MPI_Testall(2, a->req, &done, MPI_STATUSES_IGNORE) != MPI_SUCCESS ||
+          !done) {
+        p = &a->next;
+        continue;
+      }
+      progress++;
+      int n = 0;
+      MPI_Comm_set_errhandler(a->ctl, MPI_ERRORS_RETURN);
+      MPI_Comm_set_errhandler(a->data, MPI_ERRORS_RETURN);
+      MPI_Comm_size(a->ctl, &n);
+      a->all = rf__calloc((size_t)n * 3, sizeof(int));
+      a->mine[0] = a->mine[1] = a->mine[2] = GAVE_UP;
+      a->stage = 2;
+      if (!a->all || MPI_Iallgather(a->mine, 3, MPI_INT, a->all, 3, MPI_INT,
+                                    a->ctl, &a->req[0]) != MPI_SUCCESS) {
+        a->req[0] = MPI_REQUEST_NULL; /* the late one waits out its own */
+        *p = a->next;
+        abandoned_free(a);
+        continue;
+      }
+    }
+    if (MPI_Test(&a->req[0], &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) {
+      p = &a->next;
+      a->stage = 3;
+      continue;
+    }
+    if (!done) {
+      p = &a->next;
+      continue;
+    }
+    progress++;
+    *p = a->next;
+    abandoned_free(a);
+  }
+  *pending = false;
+  for (rf__mpi_attach *a = abandoned; a; a = a->next)
+    if (a->stage != 3) *pending = true;
+  return progress;
 }
 
 void rf__mpi_job_detach(rf__job *j) {
