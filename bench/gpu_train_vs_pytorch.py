@@ -15,9 +15,11 @@ happens once per batch size and costs tens of seconds. The table gives each
 and ringflow's ratio against PyTorch eager (the issue's target) and against
 the best of them.
 
---tf32 lets float32 matrix products use TF32 tensor cores on both sides:
-`ringflow train --tf32` and torch.backends.cuda.matmul.allow_tf32 (both off
-by default, so the default compares plain float32 with plain float32).
+--tf32 lets float32 matrix products and convolutions use TF32 tensor cores
+on both sides: `ringflow train --tf32`, torch.backends.cuda.matmul.allow_tf32
+and torch.backends.cudnn.allow_tf32 (without it both are turned off, so the
+default compares plain float32 with plain float32; PyTorch's own default
+is TF32 for convolutions only).
 
 Each configuration runs --warmup untimed steps then --steps timed steps, and
 the figure is the best of --repeats runs (interleaved). Exit status 1 when
@@ -27,8 +29,8 @@ With --model cnn both train `ringflow train --model cnn`'s network instead
 (tools/cnn.c: conv 5x5x32 SAME + bias + ReLU, max pool 2x2, conv 5x5x64,
 max pool, dense 1024 + ReLU + dropout 0.5 (ringflow's default --dropout),
 dense 10; PyTorch in its default NCHW layout),
-float32 convolutions on both sides without TF32 (ringflow never uses it;
-torch.backends.cudnn.allow_tf32 is turned off), against issue 17's target
+float32 convolutions on both sides without TF32 unless --tf32
+(torch.backends.cudnn.allow_tf32 is turned off), against issue 17's target
 of 1.0x PyTorch eager at batch 128 and 1024.
 
 Usage: gpu_train_vs_pytorch.py --ringflow PATH [--data DIR]

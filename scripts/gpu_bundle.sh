@@ -25,7 +25,7 @@ trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/bin" "$stage/lib" "$stage/data"
 for t in build-gpu/tests/test_gpu_* build-gpu/tests/test_collectives \
          build-gpu/tests/test_bucketing build-gpu/tests/test_external_tensor \
-         build-gpu/tests/test_group_updates \
+         build-gpu/tests/test_group_updates build-gpu/tests/test_tf32 \
          build-gpu/tools/ringflow build-gpu/bench/bench_*; do
   [ -x "$t" ] && cp "$t" "$stage/bin/"
 done

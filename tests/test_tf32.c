@@ -5,7 +5,11 @@
  * without one): off, both products are plain float32 (within float32's
  * bound of the float64 reference); on, they differ from that float32 result
  * and stay within TF32's bound (inputs rounded to 10 mantissa bits:
- * |error| <= 2^-10 * sum_k |a_ik b_kj|, plus float32's share). */
+ * |error| <= 2^-10 * sum_k |a_ik b_kj|, plus float32's share). The same
+ * for cuDNN's convolutions (Conv2D and its filter gradient): off within
+ * float32's bound; on within TF32's, and at least one of the two differs
+ * from float32 (cuDNN's default math may still pick an FMA algorithm for
+ * one of them). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -170,12 +174,138 @@ static void test_gpu_tf32(void **state) {
   release(&p);
 }
 
+/* Conv2D (VALID, stride 1) of x (CN, CH, CW, CC) with f (CK, CK, CC, CO),
+ * and its filter gradient for dy (CN, OH, OW, CO). */
+enum { CN = 4, CH = 12, CW = 12, CC = 32, CK = 3, CO = 32 };
+enum { OH = CH - CK + 1, OW = CW - CK + 1 };
+
+typedef struct convs {
+  rf_graph *g;
+  rf_output x, f, dy, out[2]; /* Conv2D, Conv2DBackpropFilter */
+  rf_tensor *in[3];
+} convs;
+
+static void build_convs(convs *p, uint64_t *rng) {
+  p->g = rf_graph_new();
+  assert_ok(rf_graph_push_device(p->g, "gpu:0"));
+  rf_shape s[3] = {rf_shape_of(4, CN, CH, CW, CC),
+                   rf_shape_of(4, CK, CK, CC, CO),
+                   rf_shape_of(4, CN, OH, OW, CO)};
+  rf_output *ph[3] = {&p->x, &p->f, &p->dy};
+  for (int i = 0; i < 3; i++) {
+    *ph[i] = rf_placeholder(p->g, NULL, RF_FLOAT32, s[i]);
+    p->in[i] = rf_test_random_tensor(rng, RF_FLOAT32, s[i], -1, 1);
+  }
+  const int64_t ones[4] = {1, 1, 1, 1};
+  p->out[0] = rf_conv2d(p->g, NULL, p->x, p->f, ones, "VALID", ones);
+  int32_t fs[4] = {CK, CK, CC, CO};
+  rf_shape v = rf_shape_of(1, 4);
+  rf_tensor *t;
+  assert_ok(rf_tensor_new_copy(RF_INT32, &v, fs, &t));
+  rf_output sizes = rf_const(p->g, NULL, t);
+  rf_tensor_release(t);
+  p->out[1] = rf_conv2d_backprop_filter(p->g, NULL, p->x, sizes, p->dy, ones,
+                                        "VALID", ones);
+  rf_graph_pop_device(p->g);
+  assert_graph_ok(p->g);
+}
+
+static void run_convs(const convs *p, int tf32, rf_tensor **out) {
+  rf_session_options o;
+  rf_session_options_init(&o);
+  o.num_gpu_devices = 1;
+  o.allow_tf32 = tf32;
+  rf_session *s;
+  assert_ok(rf_session_new(p->g, &o, &s));
+  rf_feed feeds[3] = {{p->x, p->in[0]}, {p->f, p->in[1]}, {p->dy, p->in[2]}};
+  assert_ok(rf_session_run(s, feeds, 3, p->out, 2, NULL, 0, out));
+  rf_session_free(s);
+}
+
+/* The largest |out - reference| / sum |terms| of the forward (which 0) or
+ * the filter gradient (1). */
+static double conv_error(const convs *p, int which, const rf_tensor *out) {
+  const float *x = rf_tensor_data(p->in[0]), *f = rf_tensor_data(p->in[1]),
+              *dy = rf_tensor_data(p->in[2]), *o = rf_tensor_data(out);
+  double worst = 0;
+  if (which == 0) {
+    for (int n = 0; n < CN; n++)
+      for (int oh = 0; oh < OH; oh++)
+        for (int ow = 0; ow < OW; ow++)
+          for (int co = 0; co < CO; co++) {
+            double sum = 0, mag = 0;
+            for (int kh = 0; kh < CK; kh++)
+              for (int kw = 0; kw < CK; kw++)
+                for (int c = 0; c < CC; c++) {
+                  double t =
+                      (double)x[((n * CH + oh + kh) * CW + ow + kw) * CC + c] *
+                      (double)f[((kh * CK + kw) * CC + c) * CO + co];
+                  sum += t;
+                  mag += fabs(t);
+                }
+            double e = fabs(o[((n * OH + oh) * OW + ow) * CO + co] - sum) / mag;
+            if (e > worst) worst = e;
+          }
+    return worst;
+  }
+  for (int kh = 0; kh < CK; kh++)
+    for (int kw = 0; kw < CK; kw++)
+      for (int c = 0; c < CC; c++)
+        for (int co = 0; co < CO; co++) {
+          double sum = 0, mag = 0;
+          for (int n = 0; n < CN; n++)
+            for (int oh = 0; oh < OH; oh++)
+              for (int ow = 0; ow < OW; ow++) {
+                double t =
+                    (double)x[((n * CH + oh + kh) * CW + ow + kw) * CC + c] *
+                    (double)dy[((n * OH + oh) * OW + ow) * CO + co];
+                sum += t;
+                mag += fabs(t);
+              }
+          double e = fabs(o[((kh * CK + kw) * CC + c) * CO + co] - sum) / mag;
+          if (e > worst) worst = e;
+        }
+  return worst;
+}
+
+static void test_gpu_conv_tf32(void **state) {
+  (void)state;
+  rf_test_need_gpu();
+  uint64_t rng = rf_test_rng(34);
+  convs p;
+  build_convs(&p, &rng);
+  rf_tensor *off[2], *on[2];
+  run_convs(&p, 0, off);
+  run_convs(&p, 1, on);
+  /* the longest sum: the filter gradient's CN * OH * OW terms */
+  const double f32 = CN * OH * OW * 0x1p-24, tf32 = 0x1p-10 + f32;
+  bool differs = false;
+  for (int w = 0; w < 2; w++) {
+    double e_off = conv_error(&p, w, off[w]), e_on = conv_error(&p, w, on[w]);
+    bool d = !same_bits(off[w], on[w]);
+    printf(
+        "%s: worst error / sum |terms|: float32 %.3g, TF32 allowed %.3g "
+        "(%s)\n",
+        w ? "filter gradient" : "Conv2D", e_off, e_on,
+        d ? "differs" : "the same bits");
+    assert_true(e_off <= f32);
+    assert_true(e_on <= tf32);
+    differs = differs || d;
+  }
+  assert_true(differs);
+  for (int w = 0; w < 2; w++) {
+    rf_tensor_release(off[w]);
+    rf_tensor_release(on[w]);
+  }
+  for (int i = 0; i < 3; i++) rf_tensor_release(p.in[i]);
+  rf_graph_free(p.g);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_default_off),
-      cmocka_unit_test(test_bad_values),
-      cmocka_unit_test(test_cpu_unchanged),
-      cmocka_unit_test(test_gpu_tf32),
+      cmocka_unit_test(test_default_off),   cmocka_unit_test(test_bad_values),
+      cmocka_unit_test(test_cpu_unchanged), cmocka_unit_test(test_gpu_tf32),
+      cmocka_unit_test(test_gpu_conv_tf32),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

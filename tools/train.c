@@ -721,10 +721,11 @@ static int parse_options(int argc, char **argv, options *o) {
                 "epoch, --check's, the final --save's, --bench's) and "
                 "errors are still printed"),
       TOOL_FLAG("tf32", &o->tf32,
-                "let float32 matrix products on GPU devices use TF32 tensor "
-                "cores (rf_session_options.allow_tf32: faster, about 3 "
-                "decimal digits per input; default off, as in PyTorch; CPU "
-                "devices ignore it)"),
+                "let float32 matrix products and cuDNN's convolutions on GPU "
+                "devices use TF32 tensor cores (rf_session_options."
+                "allow_tf32: faster, about 3 decimal digits per input; "
+                "default off, as PyTorch's matrix products; CPU devices "
+                "ignore it)"),
       TOOL_INT("bucket-mb", &o->bucket_mb, "N",
                "fuse independent gradient all-reduces into buckets of up to "
                "N MiB on every device kind (0: one all-reduce per gradient; "

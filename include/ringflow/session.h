@@ -127,17 +127,21 @@ typedef struct rf_session_options {
    * string: INVALID_ARGUMENT. Need not outlive rf_session_new. */
   const char *collective_comm_dtype;
 
-  /* ---- TF32 matrix products ----
+  /* ---- TF32 matrix products and convolutions ----
    * GPU devices: 1 lets float32 matrix products (MatMul and BatchMatMul,
    * so also their gradients) use TF32 tensor cores (cuBLAS compute type
-   * CUBLAS_COMPUTE_32F_FAST_TF32): the inputs are rounded to 10 mantissa
-   * bits and the products summed in float32, so a result may differ from
-   * the float32 one by up to about 2^-10 times the sum of |a_ik * b_kj|
-   * over its k terms, for several times the speed on large products.
-   * 0 (default): plain float32, as PyTorch's default
-   * (torch.backends.cuda.matmul.allow_tf32 = False). Other dtypes, and CPU
-   * devices (whose float32 products are float32), ignore it. Any other
-   * value: INVALID_ARGUMENT. */
+   * CUBLAS_COMPUTE_32F_FAST_TF32), and so the float32 convolutions that
+   * cuDNN runs (Conv2D, its input and filter gradients and
+   * _FusedConv2DBiasRelu: cuDNN's default math, which may pick TF32
+   * algorithms): the inputs are rounded to 10 mantissa bits and the
+   * products summed in float32, so a result may differ from the float32
+   * one by up to about 2^-10 times the sum of |a_ik * b_kj| over its k
+   * terms, for several times the speed on large products.
+   * 0 (default): plain float32, as PyTorch's default for matrix products
+   * (torch.backends.cuda.matmul.allow_tf32 = False; PyTorch's
+   * torch.backends.cudnn.allow_tf32, for convolutions, defaults to True).
+   * Other dtypes, and CPU devices (whose float32 products are float32),
+   * ignore it. Any other value: INVALID_ARGUMENT. */
   int allow_tf32;
   /* ---- CUDA graphs of steps (issue 19) ----
    * GPU devices: 1 replays a step as one CUDA graph. The second run of a

@@ -51,9 +51,9 @@ class Session:
       and 25 MiB on GPU devices; docs/COLLECTIVES.md, "Buckets").
     comm_dtype: the dtype float32 all-reduces travel in: None or "float32"
       (full precision), "bfloat16" or "float16" (a name or a dtype).
-    allow_tf32: True lets float32 matrix products on GPU devices use TF32
-      tensor cores (rf_session_options.allow_tf32); None: the library's
-      default (off). CPU devices ignore it.
+    allow_tf32: True lets float32 matrix products and cuDNN's convolutions
+      on GPU devices use TF32 tensor cores (rf_session_options.allow_tf32);
+      None: the library's default (off). CPU devices ignore it.
     gpu_graphs: True replays a repeated step on GPU devices as one CUDA
       graph (rf_session_options.gpu_graphs; docs/PERFORMANCE.md, "CUDA
       graphs of steps"); None: the library's default (on; the

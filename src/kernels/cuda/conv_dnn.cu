@@ -63,7 +63,7 @@ rf_status *dnn_error(const rf__kernel_ctx *ctx, cudnnStatus_t s,
 
 /* All int64, so the key has no padding bytes. */
 struct Key {
-  int64_t ordinal, kind, dtype;
+  int64_t ordinal, kind, dtype, tf32;
   int64_t n, h, w, c, kh, kw, oc, sh, sw, dh, dw, pt, pl;
 };
 
@@ -168,10 +168,12 @@ rf_status *describe(const rf__kernel_ctx *ctx, ConvKind kind,
       ctx, cudnnSetConvolution2dDescriptor(
                e->conv, (int)g.pt, (int)g.pl, (int)g.sh, (int)g.sw, (int)g.dh,
                (int)g.dw, CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
-  /* float32 in plain fp32 (as MatMul: no TF32); halves on tensor cores. */
+  /* float32 in plain fp32 unless the session allows TF32 (as MatMul);
+   * halves on tensor cores. */
   RF_DNN_CHECK(ctx, cudnnSetConvolutionMathType(
-                        e->conv, dtype == RF_FLOAT32 ? CUDNN_FMA_MATH
-                                                     : CUDNN_TENSOR_OP_MATH));
+                        e->conv, dtype != RF_FLOAT32 ? CUDNN_TENSOR_OP_MATH
+                                 : e->key.tf32       ? CUDNN_DEFAULT_MATH
+                                                     : CUDNN_FMA_MATH));
   if (kind != ConvKind::kForward) return NULL;
   RF_DNN_CHECK(ctx, cudnnCreateTensorDescriptor(&e->bias));
   RF_DNN_CHECK(ctx, cudnnSetTensor4dDescriptor(e->bias, CUDNN_TENSOR_NHWC, t, 1,
@@ -183,11 +185,12 @@ rf_status *describe(const rf__kernel_ctx *ctx, ConvKind kind,
   return NULL;
 }
 
-/* Whether a search result may be used: ran and, for float32, no TF32. */
+/* Whether a search result may be used: ran and, for float32, no TF32
+ * unless the session allows it (tf32). */
 template <typename Perf>
-bool usable(const Perf &p, rf_dtype dtype) {
+bool usable(const Perf &p, rf_dtype dtype, bool tf32) {
   if (p.status != CUDNN_STATUS_SUCCESS) return false;
-  return dtype != RF_FLOAT32 || p.mathType == CUDNN_FMA_MATH ||
+  return dtype != RF_FLOAT32 || tf32 || p.mathType == CUDNN_FMA_MATH ||
          p.mathType == CUDNN_DEFAULT_MATH;
 }
 
@@ -321,7 +324,7 @@ struct Ops {
   cudnnStatus_t pick(const Perf *p, int got, rf_dtype dtype) const {
     int best = -1, det = -1;
     for (int i = 0; i < got; i++) {
-      if (!usable(p[i], dtype)) continue;
+      if (!usable(p[i], dtype, e->key.tf32 != 0)) continue;
       if (best < 0) best = i;
       if (det < 0 && p[i].determinism == CUDNN_DETERMINISTIC) det = i;
     }
@@ -442,6 +445,7 @@ rf_status *lookup(rf__kernel_ctx *ctx, ConvKind kind, const rf__conv_geom &g,
   k = Key{ctx->device->gpu_ordinal,
           (int64_t)kind,
           (int64_t)dtype,
+          dtype == RF_FLOAT32 && ctx->device->allow_tf32,
           g.n,
           g.h,
           g.w,
@@ -462,7 +466,7 @@ rf_status *lookup(rf__kernel_ctx *ctx, ConvKind kind, const rf__conv_geom &g,
     e = new (std::nothrow) Entry();
     if (!e)
       return rf__kernel_error(ctx, RF_RESOURCE_EXHAUSTED, "out of memory");
-    e->key = k;
+    e->key = k; /* before describe, which reads tf32 */
     rf_status *st = describe(ctx, kind, g, dtype, e);
     if (st) {
       entry_free(e);

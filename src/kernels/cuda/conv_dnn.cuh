@@ -24,8 +24,10 @@ bool dnn_conv_fits(const rf__conv_geom &g, rf_dtype dtype);
  *   kForward:        a = x, b = filter, out = y
  *   kBackwardData:   a = filter, b = dy, out = dx
  *   kBackwardFilter: a = x, b = dy, out = dfilter
- * float16 and bfloat16 accumulate in float32; float32 never uses TF32. The
- * algorithm of each (GPU, kind, dtype, geometry) is chosen once by
+ * float16 and bfloat16 accumulate in float32; float32 uses TF32 tensor
+ * cores only where the session allows it (rf_session_options.allow_tf32),
+ * as MatMul. The algorithm of each (GPU, kind, dtype, TF32 or not,
+ * geometry) is chosen once by
  * cudnnFind*Ex (after a warm-up search) and cached while any GPU runtime
  * lives: the fastest deterministic algorithm unless
  * one that is not (atomics: the last bits may differ from run to run) is
