@@ -219,11 +219,13 @@ static void test_kernel_fails_on_one_task(void **state) {
   rf_graph_free(m.g);
 }
 
-/* The last task comes 1.5 s late to a session whose timeout is 0.5 s: the
+/* The last task comes 3 s late to a session whose timeout is 0.5 s: the
  * others' rf_session_new fails at their timeout (DEADLINE_EXCEEDED, "not
- * every process"); their engines finish the given-up set-up in the
- * background, so the late one's fails at once, naming task 0, which gave
- * up ("task 0 gave up"), and MPI stays matched: the next session, with a
+ * every process"), and so does their next one, which waits for the late
+ * task to come to the first ("came to an earlier session"); their engines
+ * finish the given-up set-up in the background, so the late one's fails
+ * at once, naming task 0, which gave up ("task 0 gave up"), and MPI stays
+ * matched: the next session, with a
  * timeout that covers the wait, works everywhere. (Before session 16 MPI
  * wrote the late duplicates into the freed sessions, no later session
  * could be made, and MPI_Finalize crashed.) */
@@ -236,7 +238,7 @@ static void test_late_session(void **state) {
   o.collective_timeout_ms = 500;
   int late = NT - 1;
   if (T == late) {
-    struct timespec ts = {1, 500000000};
+    struct timespec ts = {3, 0};
     nanosleep(&ts, NULL);
   }
   rf_session *s = NULL;
@@ -253,6 +255,13 @@ static void test_late_session(void **state) {
                   "ms (every process must make the same sessions in the same "
                   "order)");
   assert_true(now_ms() - t0 < 10000);
+  if (T != late) { /* waits behind the first for its own 0.5 s */
+    assert_status(rf_session_new(m.g, &o, &s), RF_DEADLINE_EXCEEDED,
+                  "not every process of the job came to an earlier session "
+                  "that this process gave up on, within this session's 500 "
+                  "ms");
+    assert_null(s);
+  }
   s = mt_session(m.g, 2, 20000); /* all of them now */
   assert_ok(step(&m, s, RF_FLOAT32, 4, 4));
   rf_session_free(s);
