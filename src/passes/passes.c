@@ -5,6 +5,7 @@
 #include "passes/bucket_collectives.h"
 #include "passes/lower_collectives.h"
 #include "passes/pass_registry.h"
+#include "passes/single_collectives.h"
 
 /* Replaces Reduce and Broadcast by per-device participants, then checks every
  * collective's participants before anything runs. */
@@ -21,6 +22,9 @@ static rf_status *lower_collectives_pass(rf__pass_ctx *ctx) {
 }
 
 rf_status *rf__register_passes(void) {
+  /* One participant first: what is left for buckets is communicated. */
+  RF_CHECK(rf__pass_register(RF_PASS_POST_PLACEMENT, -30, "single_collectives",
+                             rf__single_collectives));
   /* Epilogues before buckets: a fused node's outputs are what they pack. */
   RF_CHECK(rf__pass_register(RF_PASS_POST_PLACEMENT, -20, "fuse_epilogues",
                              rf__fuse_epilogues));

@@ -1,0 +1,153 @@
+/* passes/single_collectives.c - the POST_PLACEMENT pass, run before buckets
+ * and lowering, that turns a collective with one participant into Identity
+ * (docs/COLLECTIVES.md, "One participant"). A model written for N devices
+ * and run on one (`ringflow train --devices gpu:0`) all-reduces each
+ * gradient over a single device: the result is the input (sum, prod, min,
+ * max and avg of one value are that value, bit for bit; all-gather and
+ * reduce-scatter over one device keep the whole tensor), so nothing needs
+ * to run. Before this pass such a step still ran the collective: a copy of
+ * every gradient, one kernel on a GPU, each step.
+ *
+ * Rewritten, in a session of one process only (a job's processes decide
+ * their collectives together, before pruning):
+ *   - AllReduce, AllGather and ReduceScatter whose num_devices is 1 and
+ *     whose shared_name no other participant of the graph has;
+ *   - Reduce with one input on its own device.
+ * Left alone, for the checks after lowering to report or the bucket pass to
+ * narrow: a group whose count disagrees with num_devices, a Reduce whose
+ * input is elsewhere, and a float32 all-reduce that a narrower wire dtype
+ * (the session's collective_comm_dtype or its own comm_dtype attr) would
+ * round. The node keeps its name, device and edges and becomes Identity,
+ * which forwards its input tensor: no copy, no kernel. Environment variable
+ * RF_SINGLE_COLLECTIVES=keep turns the pass off (for measuring it). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/log.h"
+#include "core/mem.h"
+#include "graph/graph.h"
+#include "ops/op_registry.h"
+#include "passes/lower_collectives.h"
+#include "passes/single_collectives.h"
+
+/* How many participants share each shared_name (uthash). */
+typedef struct name_count {
+  const char *name; /* borrowed from a node's attrs */
+  int n;
+  UT_hash_handle hh;
+} name_count;
+
+static void counts_free(name_count **table) {
+  name_count *c, *tmp;
+  HASH_ITER(hh, *table, c, tmp) {
+    HASH_DEL(*table, c);
+    rf__free(c);
+  }
+}
+
+static rf_status *count_names(const rf_graph *g, name_count **table) {
+  *table = NULL;
+  for (int id = 0; id < g->num_ids; id++) {
+    const rf_node *n = g->nodes[id];
+    if (!n || !rf__is_collective_participant(n)) continue;
+    const char *name;
+    rf_status *st = rf__attrs_get_string(&n->attrs, "shared_name", &name);
+    if (st) {
+      counts_free(table);
+      return st;
+    }
+    name_count *c = NULL;
+    HASH_FIND_STR(*table, name, c);
+    if (!c) {
+      int rf__hash_oom = 0;
+      c = rf__calloc(1, sizeof *c);
+      if (c) {
+        c->name = name;
+        HASH_ADD_KEYPTR(hh, *table, c->name, strlen(name), c);
+      }
+      if (!c || rf__hash_oom) {
+        rf__free(c);
+        counts_free(table);
+        return rf__oom();
+      }
+    }
+    c->n++;
+  }
+  return NULL;
+}
+
+static bool is_op(const rf_node *n, const char *op) {
+  return strcmp(n->op->name, op) == 0;
+}
+
+/* Whether a float32 all-reduce's values would pass through a narrower wire
+ * dtype (the bucket pass's rule: its comm_dtype attr, "auto" the session's). */
+static bool narrows(const rf__pass_ctx *ctx, const rf_node *n) {
+  const rf__attr_value *v = rf__attrs_find(&n->attrs, "comm_dtype");
+  const char *attr = "auto";
+  if (v && v->type == RF_ATTR_STRING) attr = v->u.s;
+  if (strcmp(attr, "auto") == 0) return ctx->narrow_comm;
+  return strcmp(attr, "float32") != 0; /* the bucket pass checks the name */
+}
+
+/* Whether n is a collective of one participant that may become Identity. */
+static bool single(const rf__pass_ctx *ctx, const rf_node *n,
+                   name_count *counts) {
+  if (is_op(n, "Reduce")) {
+    const rf__edge *e = n->num_inputs == 1 ? n->data_in[0] : NULL;
+    return e && e->src->assigned_device == n->assigned_device &&
+           n->assigned_device >= 0;
+  }
+  bool all_reduce = is_op(n, "AllReduce");
+  if (!all_reduce && !is_op(n, "AllGather") && !is_op(n, "ReduceScatter"))
+    return false;
+  int64_t want = 0;
+  const char *name = NULL;
+  rf_status *st = rf__attrs_get_int(&n->attrs, "num_devices", &want);
+  if (!st) st = rf__attrs_get_string(&n->attrs, "shared_name", &name);
+  if (st) { /* malformed: the group checks report it */
+    rf_status_free(st);
+    return false;
+  }
+  name_count *c = NULL;
+  HASH_FIND_STR(counts, name, c);
+  if (want != 1 || !c || c->n != 1 || n->assigned_device < 0) return false;
+  return !(all_reduce && narrows(ctx, n));
+}
+
+static rf_status *to_identity(rf_node *n, const rf__op_def *identity) {
+  rf__attrs a = {0};
+  rf__attr_value t = rf__attr_type_value(n->out_dtypes[0]);
+  rf_status *st = rf__attrs_set(&a, "T", &t);
+  if (st) {
+    rf__attrs_clear(&a);
+    return st;
+  }
+  RF__LOG(RF_LOG_INFO,
+          "collective '%.200s' (%s) on its one device runs as Identity: its "
+          "output is its input, nothing is communicated",
+          n->name, n->op->name);
+  rf__attrs_clear(&n->attrs);
+  n->attrs = a;
+  n->op = identity;
+  return NULL;
+}
+
+rf_status *rf__single_collectives(rf__pass_ctx *ctx) {
+  if (ctx->num_tasks > 1) return NULL;
+  const char *env = getenv("RF_SINGLE_COLLECTIVES");
+  if (env && strcmp(env, "keep") == 0) return NULL;
+  const rf__op_def *identity = rf__op_find("Identity");
+  if (!identity) return rf__internal("op Identity is not registered");
+  rf_graph *g = ctx->graph;
+  name_count *counts;
+  RF_CHECK(count_names(g, &counts));
+  rf_status *st = NULL;
+  for (int id = 0; id < g->num_ids && !st; id++) {
+    rf_node *n = g->nodes[id];
+    if (n && n->num_outputs == 1 && single(ctx, n, counts))
+      st = to_identity(n, identity);
+  }
+  counts_free(&counts);
+  return st;
+}
