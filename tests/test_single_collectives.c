@@ -85,8 +85,8 @@ static void check_kinds(rf_dtype dt, rf_reduction r, uint64_t *rng) {
 static void test_every_kind_reduction_and_dtype(void **state) {
   (void)state;
   uint64_t rng = rf_test_rng(1);
-  const rf_dtype dts[] = {RF_FLOAT32, RF_FLOAT64, RF_FLOAT16, RF_BFLOAT16,
-                          RF_INT32,   RF_INT64};
+  const rf_dtype dts[] = {RF_FLOAT32,  RF_FLOAT64, RF_FLOAT16,
+                          RF_BFLOAT16, RF_INT32,   RF_INT64};
   const rf_reduction rs[] = {RF_REDUCE_SUM, RF_REDUCE_PROD, RF_REDUCE_MIN,
                              RF_REDUCE_MAX};
   for (size_t d = 0; d < sizeof dts / sizeof *dts; d++)
@@ -218,8 +218,10 @@ static void test_log_and_keep(void **state) {
   logs_start(RF_LOG_INFO);
   rf_tensor *got = NULL;
   rf_test_run(g, 1, &feed, 1, &y, 1, &got);
-  assert_int_equal(logs_count(RF_LOG_INFO, "collective '", "' (AllReduce) on "
-                              "its one device runs as Identity", NULL),
+  assert_int_equal(logs_count(RF_LOG_INFO, "collective '",
+                              "' (AllReduce) on "
+                              "its one device runs as Identity",
+                              NULL),
                    1);
   assert_int_equal(logs_count(-1, rf_node_name(y.node), "Identity", NULL), 1);
   assert_ok(rf_set_log_callback(RF_LOG_INFO, NULL, NULL));
