@@ -72,6 +72,35 @@ static rf_status *build_groups(const rf_graph *graph, group **table) {
   return NULL;
 }
 
+struct rf__collective_groups {
+  group *table;
+};
+
+rf_status *rf__collective_groups_new(const rf_graph *graph,
+                                     rf__collective_groups **out) {
+  *out = rf__calloc(1, sizeof **out);
+  RF_CHECK_ALLOC(*out);
+  rf_status *st = build_groups(graph, &(*out)->table);
+  if (st) {
+    rf__free(*out);
+    *out = NULL;
+  }
+  return st;
+}
+
+int rf__collective_group_size(const rf__collective_groups *t,
+                              const char *shared_name) {
+  group *g = NULL;
+  HASH_FIND_STR(t->table, shared_name, g);
+  return g ? g->n : 0;
+}
+
+void rf__collective_groups_free(rf__collective_groups *t) {
+  if (!t) return;
+  groups_free(&t->table);
+  rf__free(t);
+}
+
 rf_status *rf__collective_mark_peers(const rf_graph *graph, char *keep,
                                      bool *added) {
   *added = false;

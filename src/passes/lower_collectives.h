@@ -25,6 +25,15 @@ bool rf__is_collective_participant(const rf_node *n);
 rf_status *rf__collective_mark_peers(const rf_graph *g, char *keep,
                                      bool *added);
 
+/* The graph's participants grouped by shared_name, for asking how many a
+ * collective has (0 for a name no participant has). */
+typedef struct rf__collective_groups rf__collective_groups;
+rf_status *rf__collective_groups_new(const rf_graph *g,
+                                     rf__collective_groups **out);
+int rf__collective_group_size(const rf__collective_groups *t,
+                              const char *shared_name);
+void rf__collective_groups_free(rf__collective_groups *t);
+
 /* Checks every group of participants sharing a shared_name: as many as
  * num_devices, agreeing on the collective, T and reduction, on distinct
  * devices of one type. Errors name the group and nodes. Then sets attrs

@@ -24,57 +24,10 @@
 #include <string.h>
 
 #include "core/log.h"
-#include "core/mem.h"
 #include "graph/graph.h"
 #include "ops/op_registry.h"
 #include "passes/lower_collectives.h"
 #include "passes/single_collectives.h"
-
-/* How many participants share each shared_name (uthash). */
-typedef struct name_count {
-  const char *name; /* borrowed from a node's attrs */
-  int n;
-  UT_hash_handle hh;
-} name_count;
-
-static void counts_free(name_count **table) {
-  name_count *c, *tmp;
-  HASH_ITER(hh, *table, c, tmp) {
-    HASH_DEL(*table, c);
-    rf__free(c);
-  }
-}
-
-static rf_status *count_names(const rf_graph *g, name_count **table) {
-  *table = NULL;
-  for (int id = 0; id < g->num_ids; id++) {
-    const rf_node *n = g->nodes[id];
-    if (!n || !rf__is_collective_participant(n)) continue;
-    const char *name;
-    rf_status *st = rf__attrs_get_string(&n->attrs, "shared_name", &name);
-    if (st) {
-      counts_free(table);
-      return st;
-    }
-    name_count *c = NULL;
-    HASH_FIND_STR(*table, name, c);
-    if (!c) {
-      int rf__hash_oom = 0;
-      c = rf__calloc(1, sizeof *c);
-      if (c) {
-        c->name = name;
-        HASH_ADD_KEYPTR(hh, *table, c->name, strlen(name), c);
-      }
-      if (!c || rf__hash_oom) {
-        rf__free(c);
-        counts_free(table);
-        return rf__oom();
-      }
-    }
-    c->n++;
-  }
-  return NULL;
-}
 
 static bool is_op(const rf_node *n, const char *op) {
   return strcmp(n->op->name, op) == 0;
@@ -92,7 +45,7 @@ static bool narrows(const rf__pass_ctx *ctx, const rf_node *n) {
 
 /* Whether n is a collective of one participant that may become Identity. */
 static bool single(const rf__pass_ctx *ctx, const rf_node *n,
-                   name_count *counts) {
+                   const rf__collective_groups *groups) {
   if (is_op(n, "Reduce")) {
     const rf__edge *e = n->num_inputs == 1 ? n->data_in[0] : NULL;
     return e && e->src->assigned_device == n->assigned_device &&
@@ -109,9 +62,9 @@ static bool single(const rf__pass_ctx *ctx, const rf_node *n,
     rf_status_free(st);
     return false;
   }
-  name_count *c = NULL;
-  HASH_FIND_STR(counts, name, c);
-  if (want != 1 || !c || c->n != 1 || n->assigned_device < 0) return false;
+  if (want != 1 || rf__collective_group_size(groups, name) != 1 ||
+      n->assigned_device < 0)
+    return false;
   return !(all_reduce && narrows(ctx, n));
 }
 
@@ -140,14 +93,14 @@ rf_status *rf__single_collectives(rf__pass_ctx *ctx) {
   const rf__op_def *identity = rf__op_find("Identity");
   if (!identity) return rf__internal("op Identity is not registered");
   rf_graph *g = ctx->graph;
-  name_count *counts;
-  RF_CHECK(count_names(g, &counts));
+  rf__collective_groups *groups;
+  RF_CHECK(rf__collective_groups_new(g, &groups));
   rf_status *st = NULL;
   for (int id = 0; id < g->num_ids && !st; id++) {
     rf_node *n = g->nodes[id];
-    if (n && n->num_outputs == 1 && single(ctx, n, counts))
+    if (n && n->num_outputs == 1 && single(ctx, n, groups))
       st = to_identity(n, identity);
   }
-  counts_free(&counts);
+  rf__collective_groups_free(groups);
   return st;
 }
