@@ -96,6 +96,19 @@ static void test_every_kind_reduction_and_dtype(void **state) {
   check_kinds(RF_FLOAT64, RF_REDUCE_AVG, &rng);
 }
 
+/* A graph of x (placeholder of dt and shape on cpu:0) and y, its sum
+ * all-reduced over that one device under `name`. */
+static rf_graph *one_all_reduce(const char *name, rf_dtype dt, rf_shape shape,
+                                rf_output *x, rf_output *y) {
+  rf_graph *g = rf_graph_new();
+  assert_ok(rf_graph_push_device(g, "cpu:0"));
+  *x = rf_placeholder(g, "x", dt, shape);
+  rf_all_reduce_n(g, name, x, 1, RF_REDUCE_SUM, y);
+  rf_graph_pop_device(g);
+  assert_graph_ok(g);
+  return g;
+}
+
 /* bfloat16's rounding of a float32 (to nearest, ties to even). */
 static float to_bf16(float f) {
   uint32_t u;
@@ -109,14 +122,9 @@ static float to_bf16(float f) {
  * participant's values pass through bfloat16, as with two. */
 static void test_narrow_wire_dtype_still_rounds(void **state) {
   (void)state;
-  rf_graph *g = rf_graph_new();
-  assert_ok(rf_graph_push_device(g, "cpu:0"));
   rf_shape shape = rf_shape_of(1, 64);
-  rf_output x = rf_placeholder(g, "x", RF_FLOAT32, shape);
-  rf_output y;
-  rf_all_reduce_n(g, "ar", &x, 1, RF_REDUCE_SUM, &y);
-  rf_graph_pop_device(g);
-  assert_graph_ok(g);
+  rf_output x, y;
+  rf_graph *g = one_all_reduce("ar", RF_FLOAT32, shape, &x, &y);
   uint64_t rng = rf_test_rng(2);
   rf_tensor *xv = rf_test_random_tensor(&rng, RF_FLOAT32, shape, -3, 3);
   rf_session_options o = one_cpu();
@@ -202,14 +210,9 @@ static void test_gradients_twice(void **state) {
  * keeps the collective, with the same result. */
 static void test_log_and_keep(void **state) {
   (void)state;
-  rf_graph *g = rf_graph_new();
-  assert_ok(rf_graph_push_device(g, "cpu:0"));
   rf_shape shape = rf_shape_of(1, 10);
-  rf_output x = rf_placeholder(g, "x", RF_INT32, shape);
-  rf_output y;
-  rf_all_reduce_n(g, "the_sum", &x, 1, RF_REDUCE_SUM, &y);
-  rf_graph_pop_device(g);
-  assert_graph_ok(g);
+  rf_output x, y;
+  rf_graph *g = one_all_reduce("the_sum", RF_INT32, shape, &x, &y);
   uint64_t rng = rf_test_rng(5);
   rf_tensor *xv = rf_test_random_tensor(&rng, RF_INT32, shape, -100, 100);
   rf_feed feed = {x, xv};
