@@ -150,6 +150,42 @@ static void test_narrow_wire_dtype_still_rounds(void **state) {
   rf_graph_free(g);
 }
 
+/* The wire dtype narrows float32 only: in a bfloat16 session an int32
+ * all-reduce over one device is Identity and exact. A float32 one whose own
+ * comm_dtype attr is bfloat16 stays a collective in a float32 session. */
+static void test_what_the_wire_leaves(void **state) {
+  (void)state;
+  rf_shape shape = rf_shape_of(1, 32);
+  rf_output x, y;
+  rf_graph *g = one_all_reduce("ints", RF_INT32, shape, &x, &y);
+  rf_session_options o = one_cpu();
+  o.collective_comm_dtype = "bfloat16";
+  char *op = lowered_op(g, &o, rf_node_name(y.node));
+  assert_non_null(op);
+  assert_string_equal(op, "Identity");
+  free(op);
+  uint64_t rng = rf_test_rng(6);
+  rf_tensor *xv = rf_test_random_tensor(&rng, RF_INT32, shape, -1e6, 1e6);
+  rf_session *s;
+  assert_ok(rf_session_new(g, &o, &s));
+  rf_feed feed = {x, xv};
+  rf_tensor *got = NULL;
+  assert_ok(rf_session_run(s, &feed, 1, &y, 1, NULL, 0, &got));
+  assert_same_bytes(got, xv);
+  rf_tensor_release(got);
+  rf_session_free(s);
+  rf_tensor_release(xv);
+  rf_graph_free(g);
+
+  g = one_all_reduce("own_wire", RF_FLOAT32, shape, &x, &y);
+  assert_ok(rf_all_reduce_set_comm_dtype(y.node, RF_BFLOAT16));
+  o = one_cpu();
+  op = lowered_op(g, &o, rf_node_name(y.node));
+  assert_true(op == NULL || strcmp(op, "Identity") != 0);
+  free(op);
+  rf_graph_free(g);
+}
+
 /* num_devices 2 with one participant in the graph is still the group
  * check's error, not an Identity. */
 static void test_short_group_still_an_error(void **state) {
@@ -275,6 +311,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_every_kind_reduction_and_dtype),
       cmocka_unit_test(test_narrow_wire_dtype_still_rounds),
+      cmocka_unit_test(test_what_the_wire_leaves),
       cmocka_unit_test(test_short_group_still_an_error),
       cmocka_unit_test(test_gradients_twice),
       cmocka_unit_test(test_log_and_keep),

@@ -15,11 +15,13 @@
  *   - Reduce with one input on its own device.
  * Left alone, for the checks after lowering to report or the bucket pass to
  * narrow: a group whose count disagrees with num_devices, a Reduce whose
- * input is elsewhere, and a float32 all-reduce that a narrower wire dtype
- * (the session's collective_comm_dtype or its own comm_dtype attr) would
- * round. The node keeps its name, device and edges and becomes Identity,
- * which forwards its input tensor: no copy, no kernel. Environment variable
- * RF_SINGLE_COLLECTIVES=keep turns the pass off (for measuring it). */
+ * input is elsewhere, a float32 all-reduce that a narrower wire dtype (the
+ * session's collective_comm_dtype or its own comm_dtype attr) would round,
+ * and any all-reduce with a comm_dtype attr other than float32 (which the
+ * bucket pass refuses on one not of float32). The node keeps its name, device
+ * and edges and becomes Identity, which forwards its input tensor: no copy, no
+ * kernel. Environment variable RF_SINGLE_COLLECTIVES=keep turns the pass off
+ * (for measuring it). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -33,14 +35,17 @@ static bool is_op(const rf_node *n, const char *op) {
   return strcmp(n->op->name, op) == 0;
 }
 
-/* Whether a float32 all-reduce's values would pass through a narrower wire
- * dtype (the bucket pass's rule: its comm_dtype attr, "auto" the session's). */
-static bool narrows(const rf__pass_ctx *ctx, const rf_node *n) {
+/* Whether the bucket pass has business with all-reduce n: a float32 one
+ * whose values a narrower wire dtype would round (its comm_dtype attr;
+ * "auto": the session's), or a comm_dtype attr other than float32, which
+ * that pass checks (INVALID_ARGUMENT on an all-reduce not of float32). */
+static bool for_the_wire(const rf__pass_ctx *ctx, const rf_node *n) {
   const rf__attr_value *v = rf__attrs_find(&n->attrs, "comm_dtype");
   const char *attr = "auto";
   if (v && v->type == RF_ATTR_STRING) attr = v->u.s;
-  if (strcmp(attr, "auto") == 0) return ctx->narrow_comm;
-  return strcmp(attr, "float32") != 0; /* the bucket pass checks the name */
+  if (strcmp(attr, "auto") == 0)
+    return ctx->narrow_comm && n->out_dtypes[0] == RF_FLOAT32;
+  return strcmp(attr, "float32") != 0;
 }
 
 /* Whether n is a collective of one participant that may become Identity. */
@@ -65,7 +70,7 @@ static bool single(const rf__pass_ctx *ctx, const rf_node *n,
   if (want != 1 || rf__collective_group_size(groups, name) != 1 ||
       n->assigned_device < 0)
     return false;
-  return !(all_reduce && narrows(ctx, n));
+  return !(all_reduce && for_the_wire(ctx, n));
 }
 
 static rf_status *to_identity(rf_node *n, const rf__op_def *identity) {
