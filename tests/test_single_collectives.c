@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fault_sweep.h"
 #include "log_collector.h"
 #include "testutil.h"
 
@@ -307,6 +308,58 @@ static void test_two_participants_stay(void **state) {
   rf_graph_free(g);
 }
 
+/* Out of memory anywhere in compiling (the pass included) and running a
+ * step of one-device collectives: RESOURCE_EXHAUSTED, nothing leaked, and
+ * the input back when the attempt succeeds. */
+typedef struct oom_case {
+  rf_graph *g;
+  rf_output x, y[3];
+  rf_tensor *xv;
+} oom_case;
+
+static rf_status *oom_attempt(void *arg) {
+  oom_case *c = arg;
+  rf_session_options o = one_cpu();
+  rf_session *s = NULL;
+  rf_status *st = rf_session_new(c->g, &o, &s);
+  rf_tensor *got[3] = {0};
+  rf_feed feed = {c->x, c->xv};
+  if (!st) st = rf_session_run(s, &feed, 1, c->y, 3, NULL, 0, got);
+  for (int i = 0; i < 3; i++) {
+    if (!st) assert_same_bytes(got[i], c->xv);
+    rf_tensor_release(got[i]);
+  }
+  rf_session_free(s);
+  return st;
+}
+
+static void test_out_of_memory(void **state) {
+  (void)state;
+  oom_case c;
+  c.g = rf_graph_new();
+  assert_ok(rf_graph_push_device(c.g, "cpu:0"));
+  rf_shape shape = rf_shape_of(1, 40);
+  c.x = rf_placeholder(c.g, "x", RF_FLOAT32, shape);
+  rf_all_reduce_n(c.g, "ar", &c.x, 1, RF_REDUCE_SUM, &c.y[0]);
+  rf_all_gather_n(c.g, "ag", &c.x, 1, &c.y[1]);
+  c.y[2] = rf_reduce(c.g, "red", &c.x, 1, RF_REDUCE_MAX);
+  rf_graph_pop_device(c.g);
+  assert_graph_ok(c.g);
+  uint64_t rng = rf_test_rng(7);
+  c.xv = rf_test_random_tensor(&rng, RF_FLOAT32, shape, -1, 1);
+  assert_ok(oom_attempt(&c)); /* warm-up: registries filled */
+  fs_plan p = {.what = "one-device collectives",
+               .attempt = oom_attempt,
+               .arg = &c,
+               .first_n = 300,
+               .max_attempts = 200,
+               .check_leaks = true};
+  assert_true(fs_sweep(&p, FS_AFTER).failures > 50);
+  assert_true(fs_sweep(&p, FS_ONCE).failures > 50);
+  rf_tensor_release(c.xv);
+  rf_graph_free(c.g);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_every_kind_reduction_and_dtype),
@@ -316,6 +369,7 @@ int main(void) {
       cmocka_unit_test(test_gradients_twice),
       cmocka_unit_test(test_log_and_keep),
       cmocka_unit_test(test_two_participants_stay),
+      cmocka_unit_test(test_out_of_memory),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
