@@ -11,30 +11,16 @@
  *   mpicc -O2 bench/mpi_call_floor.c -o /tmp/mpi_call_floor
  *   mpirun -np 2 --mca btl self,vader /tmp/mpi_call_floor [ITERS]
  */
-#include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-static void waitall(MPI_Request *r, int n) {
-  for (;;) {
-    int d = 0;
-    MPI_Testall(n, r, &d, MPI_STATUSES_IGNORE);
-    if (d) return;
-  }
-}
-static int cmp(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
+
+#include "mpi_floor.h"
+
 int main(int argc, char **argv) {
-  int prov;
-  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &prov);
   int rank, np;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &np);
   MPI_Comm c1, c2;
-  MPI_Comm_dup(MPI_COMM_WORLD, &c1);
-  MPI_Comm_dup(MPI_COMM_WORLD, &c2);
+  floor_init(&argc, &argv, &rank, &np, &c1, &c2);
   int iters = argc > 1 ? atoi(argv[1]) : 20000;
   if (iters < 10 || iters > 200000) iters = 20000;
   float in[4096], out[4096 * 4];
