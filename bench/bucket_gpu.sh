@@ -80,7 +80,7 @@ if [ -f "$here/gpu_common.sh" ]; then # a bundle: its libraries, as gpu_common.s
   export LD_LIBRARY_PATH="$here/lib:/usr/local/cuda/lib64:/usr/local/cuda/lib:${LD_LIBRARY_PATH:-}"
   cudnn=$(gpu_cudnn_lib)
   [ -n "$cudnn" ] && export LD_LIBRARY_PATH="$cudnn:$LD_LIBRARY_PATH"
-  if ! ldconfig -p 2> /dev/null | grep -q 'libmpi\.so\.40 '; then
+  if ! grep -q 'libmpi\.so\.40 ' <<< "$(ldconfig -p 2>/dev/null)"; then
     export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$here/lib-mpi"
   fi
 fi

@@ -31,7 +31,7 @@ gpu_setup() {
   [ -n "$cudnn" ] && export LD_LIBRARY_PATH="$cudnn:$LD_LIBRARY_PATH"
   # Builds with MPI link libmpi: the machine's own when it has one (its
   # plugins match it), else the copy the bundle carries.
-  if ! ldconfig -p 2>/dev/null | grep -q 'libmpi\.so\.40 '; then
+  if ! grep -q 'libmpi\.so\.40 ' <<< "$(ldconfig -p 2>/dev/null)"; then
     export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$here/lib-mpi"
   fi
   rf="$here/bin/ringflow"

@@ -27,7 +27,7 @@ budget=${BUDGET:-220}
 mkdir -p "$out"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export LD_LIBRARY_PATH="$here/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
-if ! ldconfig -p 2>/dev/null | grep -q 'libmpi\.so\.40 '; then
+if ! grep -q 'libmpi\.so\.40 ' <<< "$(ldconfig -p 2>/dev/null)"; then
   export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$here/lib-mpi"
 fi
 rf="$here/bin/ringflow"

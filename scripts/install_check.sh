@@ -32,7 +32,7 @@ if [ "$(realpath "$prefix")" = "$(realpath -m "$configured")" ]; then
 fi
 # Runs a program built here; a static one must not need libringflow.so.
 run() {
-  if [[ $1 == *static* ]] && readelf -d "$work/$1" | grep -q 'libringflow\.so'; then
+  if [[ $1 == *static* ]] && grep -q 'libringflow\.so' <<< "$(readelf -d "$work/$1")"; then
     echo "install_check: $1 needs libringflow.so" >&2
     exit 1
   fi

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "crash_report.h"
 #include "tools.h"
 
 static const struct {
@@ -33,10 +34,13 @@ static void usage(FILE *f) {
   fprintf(f,
           "\nexit status: 0 done, 1 an error while running (its message on "
           "stderr),\n2 a usage error (one line on stderr naming the option "
-          "or argument)\n");
+          "or argument);\na crash prints the signal and a backtrace on "
+          "stderr and ends the process by that\nsignal (exit status 128 + "
+          "its number in a shell)\n");
 }
 
 int main(int argc, char **argv) {
+  crash_report_install();
   /* No command is a usage error like any other: one line on stderr. */
   if (argc < 2)
     return tool_fail(

@@ -9,8 +9,8 @@ ringflow="$1"
 mpirun_sh="$(dirname "$0")/../mpi/mpirun.sh"
 out=$(bash "$mpirun_sh" 2 "$ringflow" bench --quick --max 1K)
 echo "$out"
-if echo "$out" | grep -q "MPI tests skipped"; then exit 0; fi
-echo "$out" | grep -q "^ringflow bench across processes: 2 processes x 1 device"
+if grep -q "MPI tests skipped" <<< "$out"; then exit 0; fi
+grep -q "^ringflow bench across processes: 2 processes x 1 device" <<< "$out"
 [ "$(echo "$out" | grep -c "^ringflow bench across")" -eq 1 ]
 for c in all_reduce reduce broadcast all_gather reduce_scatter; do
   echo "$out" | grep -Eq "^$c +1024 +[0-9]+ +[0-9.]+ +[0-9.]+ "
@@ -23,5 +23,5 @@ echo "$csv" | grep -Eq "^all_reduce,2,2,1024,[0-9]+,3,[0-9.]+,[0-9.]+,,"
 if err=$(bash "$mpirun_sh" 2 "$ringflow" bench --quick --devices gpu:0-1 2>&1); then
   echo "bench across processes on GPU devices should fail"; exit 1
 fi
-echo "$err" | grep -q "across processes only on CPU devices"
+grep -q "across processes only on CPU devices" <<< "$err"
 echo "bench_mpi: ok"

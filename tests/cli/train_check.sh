@@ -13,15 +13,18 @@ set -euo pipefail
 ringflow="$1"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+# has PATTERN: a line of stdin matches. It reads all of stdin: `cmd | grep -q`
+# stops at the match, and under pipefail cmd's SIGPIPE would fail the test.
+has() { local all; all=$(cat); grep -q -- "$1" <<< "$all"; }
 for sync in allreduce reduce-broadcast sharded; do
   out=$("$ringflow" train --steps 30 --epochs 1 --batch 64 --check --sync "$sync" --quiet)
   echo "$out"
-  echo "$out" | grep -q "replicas bit-identical"
+  grep -q "replicas bit-identical" <<< "$out"
   diff=$(echo "$out" | sed -n 's/.*largest parameter difference \([^ ]*\).*/\1/p')
   awk -v d="$diff" 'BEGIN { exit !(d < 1e-4) }' || { echo "difference $diff too large"; exit 1; }
 done
-"$ringflow" train --steps 20 --epochs 1 --quiet --save "$tmp/a.ckpt" | grep -q "saved"
-"$ringflow" train --steps 5 --epochs 1 --quiet --load "$tmp/a.ckpt" | grep -q "loaded .* (step 20)"
+"$ringflow" train --steps 20 --epochs 1 --quiet --save "$tmp/a.ckpt" | has "saved"
+"$ringflow" train --steps 5 --epochs 1 --quiet --load "$tmp/a.ckpt" | has "loaded .* (step 20)"
 head -c 1000 "$tmp/a.ckpt" > "$tmp/cut.ckpt"
 if "$ringflow" train --steps 5 --quiet --load "$tmp/cut.ckpt" 2> "$tmp/err"; then
   echo "a truncated checkpoint was accepted"; exit 1
@@ -30,9 +33,9 @@ grep -q "DATA_LOSS" "$tmp/err"
 # --save-every: a checkpoint every N steps and at the end, each one whole
 out=$("$ringflow" train --steps 12 --epochs 1 --save "$tmp/e.ckpt" --save-every 5)
 for s in 5 10 12; do
-  echo "$out" | grep -q "saved $tmp/e.ckpt (step $s)" || { echo "no save at step $s"; exit 1; }
+  grep -q "saved $tmp/e.ckpt (step $s)" <<< "$out" || { echo "no save at step $s"; exit 1; }
 done
-"$ringflow" train --steps 1 --epochs 1 --quiet --load "$tmp/e.ckpt" | grep -q "loaded .* (step 12)"
+"$ringflow" train --steps 1 --epochs 1 --quiet --load "$tmp/e.ckpt" | has "loaded .* (step 12)"
 # the save path is checked before training starts
 for bad in "$tmp/missing/x.ckpt" "$tmp"; do
   if "$ringflow" train --steps 5 --save "$bad" > "$tmp/out" 2> "$tmp/err"; then
@@ -69,7 +72,7 @@ expect_load_error() { # FILE MESSAGE
   grep -qF "$2" "$tmp/err" || { echo "want '$2', got:"; cat "$tmp/err"; exit 1; }
 }
 edit "$tmp/a.ckpt" "$tmp/ok.ckpt" W0 0 0.5
-"$ringflow" train --steps 1 --epochs 1 --quiet --load "$tmp/ok.ckpt" | grep -q "loaded"
+"$ringflow" train --steps 1 --epochs 1 --quiet --load "$tmp/ok.ckpt" | has "loaded"
 edit "$tmp/a.ckpt" "$tmp/nan.ckpt" W1 7 nan
 expect_load_error "$tmp/nan.ckpt" "tensor 'W1' element 7 is nan"
 edit "$tmp/a.ckpt" "$tmp/inf.ckpt" m_b0 3 -inf
@@ -96,15 +99,15 @@ grep -q "more than the 60000 training rows" "$tmp/err"
   grep -q "on 2 devices (cpu:0-1)"
 for sync in allreduce sharded; do
   "$ringflow" train --steps 20 --batch 128 --sync "$sync" --quiet \
-    --save "$tmp/$sync.ckpt" | grep -q "saved"
+    --save "$tmp/$sync.ckpt" | has "saved"
 done
 cmp "$tmp/allreduce.ckpt" "$tmp/sharded.ckpt"
 # --tf32 changes nothing on CPU devices: the same checkpoint, bit for bit
 "$ringflow" train --steps 20 --batch 128 --quiet --tf32 \
-  --save "$tmp/tf32.ckpt" | grep -q "saved"
+  --save "$tmp/tf32.ckpt" | has "saved"
 cmp "$tmp/allreduce.ckpt" "$tmp/tf32.ckpt"
 "$ringflow" train --devices cpu:0-1 --sync sharded --steps 5 --quiet \
-  --load "$tmp/allreduce.ckpt" | grep -q "loaded .* (step 20)"
+  --load "$tmp/allreduce.ckpt" | has "loaded .* (step 20)"
 "$ringflow" train --bench --devices cpu:0-1 --batch 32 --warmup 1 --steps 3 |
   grep -Eq "^samples_per_sec=[0-9.]+ batch=32 devices=2 steps=3 "
 if "$ringflow" train --bench --check 2> "$tmp/err"; then

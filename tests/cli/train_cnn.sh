@@ -23,8 +23,8 @@ for sync in allreduce reduce-broadcast sharded; do
   out=$(RF_CPU_CONV=im2col "$ringflow" train --model cnn --devices cpu:0-3 --steps 20 --epochs 1 \
     --batch 32 --check --sync "$sync" --quiet --save "$tmp/$sync.ckpt")
   echo "$out"
-  echo "$out" | grep -q "CNN 28x28x1-c32-p-c64-p-1024-10 on 4 devices"
-  echo "$out" | grep -q "replicas bit-identical"
+  grep -q "CNN 28x28x1-c32-p-c64-p-1024-10 on 4 devices" <<< "$out"
+  grep -q "replicas bit-identical" <<< "$out"
   # The loss to 1e-4; the parameters to 5 updates of lr: on a CPU without
   # AVX-512 (session 14) OpenBLAS's AVX2 sgemm sums a 4-device step's
   # products (8 images) in another order than one device's (32), and even
@@ -40,7 +40,7 @@ done
 out=$("$ringflow" train --model cnn --devices cpu:0-3 --steps 20 --epochs 1 \
   --batch 32 --check --quiet)
 echo "$out"
-echo "$out" | grep -q "replicas bit-identical"
+grep -q "replicas bit-identical" <<< "$out"
 diff=$(echo "$out" | sed -n 's/.*largest loss difference \([^,]*\),.*/\1/p')
 awk -v d="$diff" 'BEGIN { exit !(d != "" && d < 1e-4) }' ||
   { echo "oneDNN: loss difference '$diff' too large"; exit 1; }
@@ -48,7 +48,7 @@ awk -v d="$diff" 'BEGIN { exit !(d != "" && d < 1e-4) }' ||
 # nested), the replicas still bit-identical and the check within tolerance.
 out=$(RF_LOG=info "$ringflow" train --model cnn --devices cpu:0-1 --steps 5 \
   --epochs 1 --batch 32 --check --quiet --conv-epilogues all 2>&1)
-echo "$out" | grep -q "replicas bit-identical"
+grep -q "replicas bit-identical" <<< "$out"
 [ "$(echo "$out" | grep -c "BiasAdd + Relu on cpu:0 as one _FusedConv2DBiasRelu")" -ge 2 ] ||
   { echo "--conv-epilogues all fused fewer than 2 conv blocks"; exit 1; }
 # the checkpoint: the CNN's parameters and both Adam moments, by shape

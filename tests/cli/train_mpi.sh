@@ -11,9 +11,9 @@ for run in "4 allreduce" "4 sharded" "2 reduce-broadcast"; do
   out=$(bash "$mpirun_sh" "$1" "$ringflow" train --devices cpu:0-1 --check \
           --steps 20 --epochs 1 --batch 64 --quiet --sync "$2")
   echo "$out"
-  if echo "$out" | grep -q "MPI tests skipped"; then exit 0; fi
-  echo "$out" | grep -q "on $(( $1 * 2 )) devices ($1 processes x cpu:0-1)"
-  echo "$out" | grep -q "replicas bit-identical"
+  if grep -q "MPI tests skipped" <<< "$out"; then exit 0; fi
+  grep -q "on $(( $1 * 2 )) devices ($1 processes x cpu:0-1)" <<< "$out"
+  grep -q "replicas bit-identical" <<< "$out"
   [ "$(echo "$out" | grep -c "^ringflow train:")" -eq 1 ] # task 0 alone prints
   diff=$(echo "$out" | sed -n 's/.*largest parameter difference \([^ ]*\).*/\1/p')
   awk -v d="$diff" 'BEGIN { exit !(d < 1e-4) }' ||

@@ -10,16 +10,30 @@ set -euo pipefail
 ringflow="$1"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+# has PATTERN: a line of stdin matches. It reads all of stdin: `cmd | grep -q`
+# stops at the match, and under pipefail cmd's SIGPIPE would fail the test.
+has() { local all; all=$(cat); grep -q -- "$1" <<< "$all"; }
+# ringflow train with these options, its stdout on ours; a failure prints
+# its stderr and exit status (a crash inside $(...) would print nothing)
+train() {
+  local rc=0
+  "$ringflow" train "$@" 2> "$tmp/train_err" || rc=$?
+  if [ "$rc" != 0 ]; then
+    cat "$tmp/train_err" >&2
+    echo "ringflow train $*: exit status $rc" >&2
+    return 1
+  fi
+}
 for opt in adam adamw momentum; do
   # momentum's default lr (0.1) is 100x Adam's: so are the rounding
   # differences its steps carry from the 4-device sums to the parameters
   tol=1e-4
   [ "$opt" = momentum ] && tol=1e-3
   for sync in allreduce sharded; do
-    out=$("$ringflow" train --optimizer "$opt" --sync "$sync" --steps 10 \
-      --epochs 1 --batch 128 --check --quiet --save "$tmp/$opt-$sync.ckpt")
+    out=$(train --optimizer "$opt" --sync "$sync" --steps 10 --epochs 1 \
+      --batch 128 --check --quiet --save "$tmp/$opt-$sync.ckpt")
     echo "$out"
-    echo "$out" | grep -q "replicas bit-identical"
+    grep -q "replicas bit-identical" <<< "$out"
     diff=$(echo "$out" | sed -n 's/.*largest parameter difference \([^ ]*\).*/\1/p')
     awk -v d="$diff" -v t="$tol" 'BEGIN { exit !(d != "" && d < t) }' ||
       { echo "$opt $sync: difference '$diff' too large"; exit 1; }
@@ -28,10 +42,10 @@ for opt in adam adamw momentum; do
   # device: the same arithmetic as all-reduce's, see train_check.sh)
   cmp "$tmp/$opt-allreduce.ckpt" "$tmp/$opt-sharded.ckpt" ||
     { echo "$opt: sharded and all-reduce checkpoints differ"; exit 1; }
-  out=$("$ringflow" train --optimizer "$opt" --steps 5 --epochs 1 --batch 128 \
+  out=$(train --optimizer "$opt" --steps 5 --epochs 1 --batch 128 \
     --quiet --load "$tmp/$opt-allreduce.ckpt" --save "$tmp/$opt-resumed.ckpt")
-  echo "$out" | grep -q "loaded .* (step 10)"
-  echo "$out" | grep -q "saved .* (step 15)"
+  grep -q "loaded .* (step 10)" <<< "$out"
+  grep -q "saved .* (step 15)" <<< "$out"
 done
 python3 - "$tmp" <<'PY'
 import json, struct, sys
@@ -56,7 +70,7 @@ PY
 cmp "$tmp/default.ckpt" "$tmp/adam-allreduce.ckpt"
 # AdamW goes on from Adam's state; momentum has other slots
 "$ringflow" train --optimizer adamw --steps 1 --epochs 1 --quiet \
-  --load "$tmp/adam-allreduce.ckpt" | grep -q "loaded .* (step 10)"
+  --load "$tmp/adam-allreduce.ckpt" | has "loaded .* (step 10)"
 if "$ringflow" train --optimizer momentum --steps 1 --quiet \
   --load "$tmp/adam-allreduce.ckpt" 2> "$tmp/err"; then
   echo "momentum loaded Adam's checkpoint"; exit 1
@@ -79,7 +93,7 @@ usage "--momentum '1.5': out of range" --optimizer momentum --momentum 1.5
 usage "allowed: a finite number >= 0" --optimizer adamw --weight-decay -1
 # the ends of the ranges: plain SGD, AdamW without decay
 "$ringflow" train --optimizer momentum --momentum 0 --steps 2 --epochs 1 \
-  --quiet | grep -q "replicas bit-identical"
+  --quiet | has "replicas bit-identical"
 "$ringflow" train --optimizer adamw --weight-decay 0 --steps 2 --epochs 1 \
-  --quiet | grep -q "replicas bit-identical"
+  --quiet | has "replicas bit-identical"
 echo "train_optimizers: ok"
