@@ -3,6 +3,7 @@
  * placement, pruning and partitioning are fixed compile stages, not passes. */
 #include "core/mem.h"
 #include "passes/bucket_collectives.h"
+#include "passes/fold_constants.h"
 #include "passes/lower_collectives.h"
 #include "passes/pass_registry.h"
 #include "passes/single_collectives.h"
@@ -22,6 +23,10 @@ static rf_status *lower_collectives_pass(rf__pass_ctx *ctx) {
 }
 
 rf_status *rf__register_passes(void) {
+  /* Values the static shapes decide become Consts before anything else
+   * looks at the graph. */
+  RF_CHECK(rf__pass_register(RF_PASS_POST_PLACEMENT, -40, "fold_constants",
+                             rf__fold_constants));
   /* One participant first: what is left for buckets is communicated. */
   RF_CHECK(rf__pass_register(RF_PASS_POST_PLACEMENT, -30, "single_collectives",
                              rf__single_collectives));
