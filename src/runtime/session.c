@@ -3,6 +3,7 @@
  * plan per signature string, under a mutex so concurrent runs are safe), the
  * recent requests (a repeated request finds its plan without a name lookup),
  * and one step per run with a fresh step id. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -210,7 +211,23 @@ static rf_status *graph_debug(rf_session *s) {
   RF_CHECK(
       rf__graph_debug_parse(getenv("RF_GPU_GRAPH_DEBUG"), &s->graph_debug));
 #ifdef RF_HAVE_CUDA
-  RF_CHECK(rf__gpu_blas_workspaces(s->gpu, RF_GPU_BLAS_WORKSPACE_BYTES));
+  /* RF_GPU_BLAS_WORKSPACE=BYTES: another size, for measuring (0: cuBLAS
+   * may pick no algorithm that needs a workspace, such as split-K with a
+   * separate reduction). */
+  size_t ws = RF_GPU_BLAS_WORKSPACE_BYTES;
+  const char *env = getenv("RF_GPU_BLAS_WORKSPACE");
+  if (env) {
+    char *end = NULL;
+    errno = 0;
+    unsigned long long v = strtoull(env, &end, 10);
+    if (!*env || *end || errno || env[0] == '-' || v > ((size_t)1 << 32))
+      return rf__invalid(
+          "environment variable RF_GPU_BLAS_WORKSPACE='%.40s': expected a "
+          "number of bytes from 0 to 4294967296",
+          env);
+    ws = (size_t)v;
+  }
+  RF_CHECK(rf__gpu_blas_workspaces(s->gpu, ws));
 #endif
   if (s->graph_debug)
     RF__LOG(RF_LOG_INFO, "gpu graphs: RF_GPU_GRAPH_DEBUG=%s",
