@@ -8,7 +8,9 @@
  * use_nesterov or device, or that a path joins, are never grouped; a
  * grouped update under allocation failures (tests/fault_sweep.h) moves
  * every variable of the group together or none; a GPU run (skipped without
- * one) matches the CPU. */
+ * one) matches the CPU. Float64 beta powers behind Casts (as ringflow
+ * train keeps them) are read straight by the grouped node, rounded as the
+ * Casts would, bit for bit. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +33,10 @@ typedef struct model {
   rf_output init[MAXP][3], read[MAXP][3], grad[MAXP];
   rf_output hp[7]; /* b1p, b2p, lr, b1, b2, eps, wd; momentum: lr, mu */
   rf_node *assign[3 * MAXP], *update[MAXP];
+  /* f64_powers: b1p and b2p are Casts of these float64 placeholders (as
+   * ringflow train keeps them: float64 variables) */
+  bool f64_powers;
+  rf_output pw[2];
 } model;
 
 static uint64_t rng;
@@ -45,16 +51,24 @@ static rf_output scalar_in(model *m, const char *name) {
   return rf_placeholder(m->g, name, m->dt, rf_shape_scalar());
 }
 
-/* n parameters of random shapes (the second one empty) on `device`. */
-static void build(model *m, kind k, rf_dtype dt, int n, const char *device) {
+/* n parameters of random shapes (the second one empty) on `device`;
+ * f64_powers: the beta powers come from float64 placeholders by Casts. */
+static void build_with(model *m, kind k, rf_dtype dt, int n, const char *device,
+                       bool f64_powers) {
   memset(m, 0, sizeof *m);
   m->g = rf_graph_new();
   m->k = k, m->dt = dt, m->n = n;
   m->nslots = k == ADAM || k == ADAMW ? 3 : 2;
+  m->f64_powers = f64_powers;
   assert_ok(rf_graph_push_device(m->g, device));
   static const char *const hp_names[] = {"b1p", "b2p", "lr", "b1",
                                          "b2",  "eps", "wd"};
   for (int j = 0; j < 7; j++) m->hp[j] = scalar_in(m, hp_names[j]);
+  for (int j = 0; f64_powers && j < 2; j++) {
+    m->pw[j] = rf_placeholder(m->g, j ? "b2p64" : "b1p64", RF_FLOAT64,
+                              rf_shape_scalar());
+    m->hp[j] = rf_cast(m->g, j ? "b2p_cast" : "b1p_cast", m->pw[j], dt);
+  }
   for (int p = 0; p < n; p++) {
     int rank = (int)(rf_test_rand(&rng) % 3);
     int64_t d0 = 1 + (int64_t)(rf_test_rand(&rng) % 40);
@@ -91,6 +105,10 @@ static void build(model *m, kind k, rf_dtype dt, int n, const char *device) {
   }
   rf_graph_pop_device(m->g);
   assert_graph_ok(m->g);
+}
+
+static void build(model *m, kind k, rf_dtype dt, int n, const char *device) {
+  build_with(m, k, dt, n, device, false);
 }
 
 /* The _MultiApply* nodes after lowering with grouping on; *members gets
@@ -140,7 +158,8 @@ static void make_data(const model *m, data *d, int steps) {
     double hp[7] = {0.9, 0.999, lr, 0.9, 0.999, 1e-7, 0.01};
     for (int i = 0; i <= t; i++) hp[0] *= 0.9, hp[1] *= 0.999;
     if (m->k == MOMENTUM || m->k == NESTEROV) hp[3] = 0.85; /* mu */
-    for (int j = 0; j < 7; j++) d->hp[t][j] = scalar(m->dt, hp[j]);
+    for (int j = 0; j < 7; j++)
+      d->hp[t][j] = scalar(j < 2 && m->f64_powers ? RF_FLOAT64 : m->dt, hp[j]);
   }
 }
 
@@ -177,7 +196,9 @@ static rf_status *step(rf_session *s, const model *m, const data *d, int t) {
   int nf = 0;
   for (int p = 0; p < m->n; p++)
     feeds[nf++] = (rf_feed){m->grad[p], d->grad[t][p]};
-  for (int j = 0; j < 7; j++) feeds[nf++] = (rf_feed){m->hp[j], d->hp[t][j]};
+  for (int j = 0; j < 7; j++)
+    feeds[nf++] =
+        (rf_feed){j < 2 && m->f64_powers ? m->pw[j] : m->hp[j], d->hp[t][j]};
   return rf_session_run(s, feeds, nf, NULL, 0, m->update, m->n, NULL);
 }
 
@@ -243,6 +264,152 @@ static void test_bit_identical(void **state) {
       free_data(&m, &d);
       rf_graph_free(m.g);
     }
+}
+
+/* The lowered graph's _MultiApply* node (one expected), its Tpower, and
+ * how many Cast nodes are left. */
+static void lowered_powers(const model *m, rf_dtype *tpower, int *casts) {
+  rf_session_options on = options(1, 1, 0);
+  rf_graph *low = NULL;
+  assert_ok(rf_graph_lower(m->g, &on, &low));
+  int multis = 0;
+  *casts = 0;
+  for (int i = 0; i < rf_graph_num_nodes(low); i++) {
+    const rf_node *n = rf_graph_node(low, i);
+    if (strcmp(rf_node_op(n), "Cast") == 0) (*casts)++;
+    if (strncmp(rf_node_op(n), "_MultiApply", 11) != 0) continue;
+    multis++;
+    assert_ok(rf_node_attr_dtype(n, "Tpower", tpower));
+  }
+  assert_int_equal(multis, 1);
+  rf_graph_free(low);
+}
+
+/* ringflow train's beta powers: float64 values cast to float32 for Adam.
+ * Grouped, the multi-tensor node reads the float64 values (Tpower float64)
+ * and the two Casts go; the kernels round as the Casts did, so every
+ * variable is bit-identical to the ungrouped run with its Casts, over
+ * steps whose powers (0.9^t, 0.999^t) round in float32. A Cast read
+ * elsewhere too stays; float64 updates keep theirs (no rounding to drop). */
+static void test_float64_powers(void **state) {
+  (void)state;
+  static const kind kinds[] = {ADAM, ADAMW};
+  for (int ki = 0; ki < 2; ki++)
+    for (int di = 0; di < 2; di++) {
+      rf_dtype dt = di ? RF_FLOAT64 : RF_FLOAT32;
+      model m;
+      data d;
+      build_with(&m, kinds[ki], dt, 5, "cpu:0", true);
+      make_data(&m, &d, 4);
+      rf_dtype tpower = RF_DTYPE_INVALID;
+      int casts = -1;
+      lowered_powers(&m, &tpower, &casts);
+      assert_int_equal(tpower, RF_FLOAT64);
+      assert_int_equal(casts, dt == RF_FLOAT32 ? 0 : 2);
+      rf_tensor *a[3 * MAXP], *b[3 * MAXP];
+      train(&m, &d, options(1, 1, 0), a);
+      train(&m, &d, options(0, 1, 0), b);
+      assert_same_bits(&m, a, b, "float64 powers");
+      release_all(a, m.n * m.nslots);
+      release_all(b, m.n * m.nslots);
+      /* the first power's Cast read by another node too: it stays, the
+       * update still reads the float64 value */
+      rf_output twice = rf_mul(m.g, "twice", m.hp[0], m.hp[0]);
+      (void)twice;
+      assert_graph_ok(m.g);
+      lowered_powers(&m, &tpower, &casts);
+      assert_int_equal(tpower, RF_FLOAT64);
+      assert_int_equal(casts, dt == RF_FLOAT32 ? 1 : 2);
+      train(&m, &d, options(1, 1, 0), a);
+      train(&m, &d, options(0, 1, 0), b);
+      assert_same_bits(&m, a, b, "float64 powers, a Cast kept");
+      release_all(a, m.n * m.nslots);
+      release_all(b, m.n * m.nslots);
+      free_data(&m, &d);
+      rf_graph_free(m.g);
+    }
+  /* one power from a Cast, the other not: nothing is wired past a Cast */
+  model m;
+  build(&m, ADAM, RF_FLOAT32, 3, "cpu:0");
+  rf_output p64 = rf_placeholder(m.g, "p64", RF_FLOAT64, rf_shape_scalar());
+  rf_output c = rf_cast(m.g, "only_one", p64, RF_FLOAT32);
+  rf_output *h = m.hp;
+  for (int p = 0; p < 2; p++) {
+    char name[16];
+    snprintf(name, sizeof name, "one%d", p);
+    rf_shape sh = rf_shape_of(1, (int64_t)4);
+    rf_output v[3];
+    for (int s = 0; s < 3; s++) {
+      char vn[24];
+      snprintf(vn, sizeof vn, "%s_%d", name, s);
+      v[s] = rf_variable(m.g, vn, RF_FLOAT32, sh);
+    }
+    rf_apply_adam(m.g, name, v[0], v[1], v[2], c, h[1], h[2], h[3], h[4], h[5],
+                  rf_placeholder(m.g, NULL, RF_FLOAT32, sh));
+  }
+  assert_graph_ok(m.g);
+  rf_session_options on = options(1, 1, 0);
+  rf_graph *low = NULL;
+  assert_ok(rf_graph_lower(m.g, &on, &low));
+  int f32_multis = 0;
+  for (int i = 0; i < rf_graph_num_nodes(low); i++) {
+    const rf_node *n = rf_graph_node(low, i);
+    rf_dtype tp;
+    if (strncmp(rf_node_op(n), "_MultiApply", 11) != 0) continue;
+    assert_ok(rf_node_attr_dtype(n, "Tpower", &tp));
+    f32_multis += tp == RF_FLOAT32;
+  }
+  assert_int_equal(f32_multis, 2); /* the model's and the two "one" */
+  assert_non_null(rf_graph_find_node(low, "only_one"));
+  rf_graph_free(low);
+  rf_graph_free(m.g);
+}
+
+/* A float64 power is taken only by float32 updates: a float16 one is
+ * INVALID_ARGUMENT naming the power and both dtypes. */
+static void test_float64_power_of_float16_refused(void **state) {
+  (void)state;
+  rf_graph *g = rf_graph_new();
+  rf_shape sh = rf_shape_of(1, (int64_t)3);
+  rf_output v[3];
+  rf_node *assign[3];
+  rf_tensor *zeros = NULL;
+  assert_ok(rf_tensor_new(RF_FLOAT16, &sh, NULL, &zeros));
+  memset(rf_tensor_mutable_data(zeros), 0, 6);
+  for (int s = 0; s < 3; s++) {
+    char name[8];
+    snprintf(name, sizeof name, "v%d", s);
+    v[s] = rf_variable(g, name, RF_FLOAT16, sh);
+    assign[s] = rf_assign(g, NULL, v[s], rf_const(g, NULL, zeros));
+  }
+  rf_tensor_release(zeros);
+  rf_node_builder *b = rf_node_builder_new(g, "_MultiApplyAdam", "bad");
+  for (int s = 0; s < 3; s++) rf_node_builder_input(b, v[s]);
+  for (int j = 0; j < 2; j++)
+    rf_node_builder_input(b, rf_const_scalar(g, NULL, RF_FLOAT64, 0.5));
+  for (int j = 0; j < 4; j++)
+    rf_node_builder_input(b, rf_const_scalar(g, NULL, RF_FLOAT16, 0.5));
+  rf_output grad = rf_placeholder(g, "grad", RF_FLOAT16, sh);
+  rf_node_builder_input(b, grad);
+  rf_node_builder_attr_int(b, "N", 1);
+  rf_node *bad = NULL;
+  assert_ok(rf_node_builder_finish(b, &bad));
+  assert_graph_ok(g);
+  rf_session_options o = options(1, 1, 0);
+  rf_session *s = NULL;
+  assert_ok(rf_session_new(g, &o, &s));
+  assert_ok(rf_session_run(s, NULL, 0, NULL, 0, assign, 3, NULL));
+  rf_tensor *gv = NULL;
+  assert_ok(rf_tensor_new(RF_FLOAT16, &sh, NULL, &gv));
+  memset(rf_tensor_mutable_data(gv), 0, 6);
+  rf_feed feed = {grad, gv};
+  rf_status *st = rf_session_run(s, &feed, 1, NULL, 0, &bad, 1, NULL);
+  assert_status(st, RF_INVALID_ARGUMENT,
+                "beta1_power (float64) and grad (float16) must share a float "
+                "dtype");
+  rf_tensor_release(gv);
+  rf_session_free(s);
+  rf_graph_free(g);
 }
 
 /* Adds one more update of kind `k` of a fresh parameter p, reading scalar
@@ -423,13 +590,17 @@ static void test_all_or_nothing_under_faults(void **state) {
 static void test_gpu(void **state) {
   (void)state;
   rf_test_need_gpu();
-  for (int k = ADAM; k <= NESTEROV; k++) {
+  /* the four kinds, then Adam and AdamW with float64 powers (the GPU
+   * kernel rounds them as the ungrouped run's Casts do) */
+  for (int r = 0; r < 6; r++) {
+    kind k = r < 4 ? (kind)r : (kind)(r - 4);
+    bool f64 = r >= 4;
     model mg, mc;
     data d;
     uint64_t saved = rng;
-    build(&mg, (kind)k, RF_FLOAT32, 7, "gpu:0");
+    build_with(&mg, k, RF_FLOAT32, 7, "gpu:0", f64);
     rng = saved;
-    build(&mc, (kind)k, RF_FLOAT32, 7, "cpu:0");
+    build_with(&mc, k, RF_FLOAT32, 7, "cpu:0", f64);
     make_data(&mg, &d, 3);
     rf_tensor *a[3 * MAXP], *b[3 * MAXP], *c[3 * MAXP];
     train(&mg, &d, options(1, 1, 1), a);
@@ -452,6 +623,8 @@ static void test_gpu(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup(test_bit_identical, setup),
+      cmocka_unit_test_setup(test_float64_powers, setup),
+      cmocka_unit_test_setup(test_float64_power_of_float16_refused, setup),
       cmocka_unit_test_setup(test_never_grouped, setup),
       cmocka_unit_test_setup(test_equal_consts_group, setup),
       cmocka_unit_test_setup(test_all_or_nothing_under_faults, setup),

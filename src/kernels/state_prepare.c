@@ -130,6 +130,17 @@ const rf__state_update_spec rf__state_momentum_spec = {
     3,
     "var and accum must be two different variables"};
 
+bool rf__state_is_power(const rf__state_update_spec *spec, int j) {
+  return spec != &rf__state_momentum_spec && (j == 3 || j == 4);
+}
+
+bool rf__state_power_f64(const rf__kernel_ctx *ctx, const rf__state_update *u,
+                         int j) {
+  if (!rf__state_is_power(u->spec, j)) return false;
+  return rf__state_scalar(ctx, u, j)->dtype == RF_FLOAT64 &&
+         rf__state_grad(ctx, u, 0)->dtype == RF_FLOAT32;
+}
+
 int rf__state_input(const rf__state_update_spec *spec, int n, int j, int i) {
   if (j < spec->nvars) return j * n + i;
   int k = spec->nvars * n + (j - spec->nvars); /* lists before j count once */
@@ -179,7 +190,8 @@ static rf_status *update_prepare(rf__kernel_ctx *ctx, bool on_gpu,
   for (int k = 0; k < spec->nscalars; k++) {
     int in = rf__state_input(spec, n, spec->scalar_inputs[k], 0);
     RF_CHECK(rf__state_check_scalar(ctx, in, spec->scalar_names[k]));
-    if (on_gpu)
+    if (rf__state_power_f64(ctx, u, spec->scalar_inputs[k])) continue;
+    if (on_gpu || rf__state_is_power(spec, spec->scalar_inputs[k]))
       RF_CHECK(same_float_dtype(ctx, in, spec->scalar_names[k], grad0, "grad"));
   }
   return NULL;

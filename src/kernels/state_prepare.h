@@ -105,6 +105,16 @@ const rf_tensor *rf__state_grad(const rf__kernel_ctx *ctx,
 const rf_tensor *rf__state_scalar(const rf__kernel_ctx *ctx,
                                   const rf__state_update *u, int j);
 
+/* Whether input j of spec's op is a beta power (Adam's and AdamW's inputs
+ * 3 and 4). */
+bool rf__state_is_power(const rf__state_update_spec *spec, int j);
+/* Whether scalar j of u is a float64 beta power of a float32 update (the
+ * _MultiApplyAdam* forms with Tpower float64): the kernels round it to
+ * float32 before using it, as a Cast to float32 would. Otherwise a power
+ * has the gradient's dtype (INVALID_ARGUMENT from the update's checks). */
+bool rf__state_power_f64(const rf__kernel_ctx *ctx, const rf__state_update *u,
+                         int j);
+
 /* A writable copy of v's value (or the value, when v holds the only
  * reference); v->mu held. */
 typedef rf_status *(*rf__state_writable_fn)(rf__kernel_ctx *ctx,

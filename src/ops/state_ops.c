@@ -94,10 +94,14 @@ static rf_status *multi_momentum_shape(rf__shape_ctx *c) {
   "beta2_power: T, lr: T, beta1: T, beta2: T, epsilon: T, "   \
   "weight_decay: T, grad: T"
 
+/* The multi-tensor forms take the beta powers in their own dtype Tpower:
+ * T, or float64 with T float32 (the grouping pass then reads a float64
+ * power straight from its variable; the kernels round it to float32 as the
+ * Cast it replaces did). */
 #define MULTI_ADAM_INPUTS(extra)                                          \
-  "var: N * resource, m: N * resource, v: N * resource, beta1_power: T, " \
-  "beta2_power: T, lr: T, beta1: T, beta2: T, epsilon: T, " extra         \
-  "grad: N * T"
+  "var: N * resource, m: N * resource, v: N * resource, "                 \
+  "beta1_power: Tpower, beta2_power: Tpower, lr: T, beta1: T, beta2: T, " \
+  "epsilon: T, " extra "grad: N * T"
 
 static const rf__op_spec state_ops[] = {
     {.name = "Variable",
@@ -146,7 +150,7 @@ static const rf__op_spec state_ops[] = {
      * the scalars stay single, in the order of the op above. */
     {.name = "_MultiApplyAdam",
      .inputs = MULTI_ADAM_INPUTS(""),
-     .attrs = "T: type in {@float}; N: int >= 1",
+     .attrs = "T: type in {@float}; Tpower: type in {@float}; N: int >= 1",
      .shape = multi_adam_shape,
      .flags = RF_OP_STATEFUL | RF_OP_NO_GRADIENT},
     {.name = "_MultiApplyMomentum",
@@ -157,7 +161,7 @@ static const rf__op_spec state_ops[] = {
      .flags = RF_OP_STATEFUL | RF_OP_NO_GRADIENT},
     {.name = "_MultiApplyAdamW",
      .inputs = MULTI_ADAM_INPUTS("weight_decay: T, "),
-     .attrs = "T: type in {@float}; N: int >= 1",
+     .attrs = "T: type in {@float}; Tpower: type in {@float}; N: int >= 1",
      .shape = multi_adamw_shape,
      .flags = RF_OP_STATEFUL | RF_OP_NO_GRADIENT},
 };

@@ -187,6 +187,38 @@ static rf_status *replace(group_ctx *c, rf_node *m, rf_node *to) {
   return NULL;
 }
 
+/* A float64 -> float32 Cast on the update's device, of no control inputs,
+ * feeding update m0's input j, or NULL. */
+static rf_node *f64_cast(const rf_node *m0, int j) {
+  const rf__edge *e = m0->data_in[j];
+  rf_node *c = e->src;
+  if (strcmp(c->op->name, "Cast") != 0 || e->src_out != 0 ||
+      c->num_inputs != 1 || !c->data_in[0] || c->num_in_edges != 1 ||
+      c->assigned_device != m0->assigned_device ||
+      c->out_dtypes[0] != RF_FLOAT32)
+    return NULL;
+  const rf__edge *x = c->data_in[0];
+  return x->src->out_dtypes[x->src_out] == RF_FLOAT64 ? c : NULL;
+}
+
+/* Adam's and AdamW's float32 updates whose beta powers are both Casts of
+ * float64 values (ringflow train's MLP keeps them in float64 variables):
+ * the node reads the float64 values (Tpower float64; the kernels round
+ * them to float32 as the Casts did, kernels/state_prepare.h), and the
+ * Casts, two kernels a step, go once nothing else reads them. casts[0,2)
+ * get the Casts, or NULL. */
+static bool f64_powers(const rf_node *m0, const rf__state_update_spec *spec,
+                       rf_node **casts) {
+  casts[0] = casts[1] = NULL;
+  if (spec == &rf__state_momentum_spec || attr_number(m0, "T") != RF_FLOAT32)
+    return false;
+  casts[0] = f64_cast(m0, 3);
+  casts[1] = f64_cast(m0, 4);
+  if (casts[0] && casts[1]) return true;
+  casts[0] = casts[1] = NULL;
+  return false;
+}
+
 /* The node of group `gid` (members m[0, n)): the handle lists, the first
  * member's scalars, the gradient list, in the op's input order. */
 static rf_status *rewrite(group_ctx *c, rf_node **m, int n) {
@@ -207,9 +239,19 @@ static rf_status *rewrite(group_ctx *c, rf_node **m, int n) {
       if (!list && i > 0) break;
       in[rf__state_input(spec, n, j, i)] = rf__input(m[list ? i : 0], j);
     }
+  rf_node *casts[2];
+  bool f64 = f64_powers(m[0], spec, casts);
+  for (int k = 0; f64 && !st && k < 2; k++)
+    in[rf__state_input(spec, n, 3 + k, 0)] = rf__input(casts[k], 0);
   if (!st) st = rf__attrs_copy(&m[0]->attrs, &a);
   rf__attr_value nv = rf__attr_int(n);
   if (!st) st = rf__attrs_set(&a, "N", &nv);
+  if (!st && spec != &rf__state_momentum_spec) {
+    rf__attr_value tp =
+        f64 ? rf__attr_type_value(RF_FLOAT64)
+            : rf__attr_type_value((rf_dtype)attr_number(m[0], "T"));
+    st = rf__attrs_set(&a, "Tpower", &tp);
+  }
   if (!st) {
     snprintf(stem, len, "%s/%s", m[0]->name, op_name);
     rf__graph_unique_name(c->g, stem, name, len);
@@ -229,6 +271,15 @@ static rf_status *rewrite(group_ctx *c, rf_node **m, int n) {
                         ->src->out_dtypes[m[0]->data_in[spec->grad]->src_out]),
       c->pc->devices[node->assigned_device].canonical, op_name, node->name);
   for (int i = 0; i < n; i++) RF_CHECK(replace(c, m[i], node));
+  for (int k = 0; f64 && k < 2; k++) {
+    if (k == 1 && casts[1] == casts[0]) break;
+    if (casts[k]->num_out_edges > 0) continue; /* read elsewhere too */
+    RF__LOG(RF_LOG_DEBUG,
+            "compile %ld: Cast '%.200s' removed: '%.200s' reads its float64 "
+            "input",
+            c->pc->compile, casts[k]->name, node->name);
+    rf__graph_remove_node(c->g, casts[k]);
+  }
   return NULL;
 }
 

@@ -263,7 +263,9 @@ static rf_status *apply_gd_compute(rf__kernel_ctx *ctx) {
 /* Scalar j (the single op's input index) of an update, as double. */
 static double input_scalar(rf__kernel_ctx *ctx, const rf__state_update *u,
                            int j) {
-  return rf_tensor_get(rf__state_scalar(ctx, u, j), 0);
+  double v = rf_tensor_get(rf__state_scalar(ctx, u, j), 0);
+  /* a float64 beta power of a float32 update, as its Cast would give it */
+  return rf__state_power_f64(ctx, u, j) ? (double)(float)v : v;
 }
 
 /* Each update's scalars, read after the checks (rf__state_update_run). */

@@ -136,8 +136,13 @@ static_assert(sizeof(TensorList<double, 4>) + 128 <= 4096,
 template <typename T, bool W>
 struct AdamOp {
   using C = typename Num<T>::C;
-  const T *beta1_power, *beta2_power, *lr, *beta1, *beta2, *epsilon;
+  /* The powers are T, or float64 where f64_1 / f64_2 (float32 updates of a
+   * _MultiApplyAdam* with Tpower float64): rounded to float then, as the
+   * Cast they replace did (kernels/state_prepare.h). */
+  const void *beta1_power, *beta2_power;
+  const T *lr, *beta1, *beta2, *epsilon;
   const T *weight_decay; /* W only */
+  bool f64_1, f64_2;     /* beta1_power, beta2_power are float64 */
   struct Run {
     C step, b1, b2, eps, c1, c2, decay, bc2;
     /* Adam: lr_t = lr sqrt(1 - beta2_power) / (1 - beta1_power), then
@@ -160,7 +165,12 @@ struct AdamOp {
   };
   __device__ Run load() const {
     auto rd = [](const T *q) { return (double)Num<T>::load(*q); };
-    const double b1p = rd(beta1_power), b2p = rd(beta2_power), l = rd(lr);
+    auto power = [&](const void *q, bool f64) {
+      return f64 ? (double)(float)*(const double *)q : rd((const T *)q);
+    };
+    const double b1p = power(beta1_power, f64_1);
+    const double b2p = power(beta2_power, f64_2);
+    const double l = rd(lr);
     Run r;
     r.b1 = (C)rd(beta1), r.b2 = (C)rd(beta2), r.eps = (C)rd(epsilon);
     r.c1 = 1 - r.b1, r.c2 = 1 - r.b2;
@@ -261,13 +271,18 @@ rf_status *update_compute(rf__kernel_ctx *ctx, const rf__state_update *u,
     };
     if (spec == &rf__state_momentum_spec)
       return multi_launch<T, 3>(ctx, u, MomentumOp<T>{in(2), in(4), nesterov});
+    auto raw = [&](int j) {
+      return (const void *)rf__state_scalar(ctx, u, j)->data;
+    };
+    bool f1 = rf__state_power_f64(ctx, u, 3),
+         f2 = rf__state_power_f64(ctx, u, 4);
     if (spec == &rf__state_adamw_spec)
-      return multi_launch<T, 4>(
-          ctx, u,
-          AdamOp<T, true>{in(3), in(4), in(5), in(6), in(7), in(8), in(9)});
-    return multi_launch<T, 4>(
-        ctx, u,
-        AdamOp<T, false>{in(3), in(4), in(5), in(6), in(7), in(8), nullptr});
+      return multi_launch<T, 4>(ctx, u,
+                                AdamOp<T, true>{raw(3), raw(4), in(5), in(6),
+                                                in(7), in(8), in(9), f1, f2});
+    return multi_launch<T, 4>(ctx, u,
+                              AdamOp<T, false>{raw(3), raw(4), in(5), in(6),
+                                               in(7), in(8), nullptr, f1, f2});
   });
 }
 
