@@ -65,15 +65,6 @@ static void run(rf_graph *g, const rf_feed *feeds, int nf,
   unsetenv("RF_FOLD_CONSTANTS");
 }
 
-static void assert_same_bytes(const rf_tensor *a, const rf_tensor *b) {
-  assert_int_equal(rf_tensor_dtype(a), rf_tensor_dtype(b));
-  rf_shape sa = rf_tensor_shape(a), sb = rf_tensor_shape(b);
-  assert_true(rf_shape_equal(&sa, &sb));
-  size_t bytes =
-      (size_t)rf_tensor_num_elements(a) * rf_dtype_size(rf_tensor_dtype(a));
-  if (bytes) assert_memory_equal(rf_tensor_data(a), rf_tensor_data(b), bytes);
-}
-
 /* Element i of t as a double, read independently of the library. */
 static double element(const rf_tensor *t, int64_t i) {
   const void *p = rf_tensor_data(t);

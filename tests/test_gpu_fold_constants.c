@@ -42,14 +42,6 @@ static void run(const built *b, int gpu, bool fold, rf_tensor *xv,
   unsetenv("RF_FOLD_CONSTANTS");
 }
 
-static void assert_same_bytes(const rf_tensor *a, const rf_tensor *b) {
-  assert_int_equal(rf_tensor_dtype(a), rf_tensor_dtype(b));
-  assert_int_equal(rf_tensor_num_elements(a), rf_tensor_num_elements(b));
-  size_t bytes =
-      (size_t)rf_tensor_num_elements(a) * rf_dtype_size(rf_tensor_dtype(a));
-  assert_memory_equal(rf_tensor_data(a), rf_tensor_data(b), bytes);
-}
-
 static void test_folded_on_gpu(void **state) {
   (void)state;
   gc_need_gpu();

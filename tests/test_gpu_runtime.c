@@ -229,17 +229,6 @@ static void assert_scaled(const rf_tensor *t, const rf_tensor *x,
   assert_scaled_by(t, x, &scale, 1);
 }
 
-static void assert_same_bytes(const rf_tensor *got, const rf_tensor *want) {
-  assert_non_null(got);
-  assert_int_equal(rf_tensor_dtype(got), rf_tensor_dtype(want));
-  rf_shape a = rf_tensor_shape(got), b = rf_tensor_shape(want);
-  assert_true(rf_shape_equal(&a, &b));
-  if (rf_tensor_nbytes(want) == 0) return;
-  assert_non_null(rf_tensor_data(got)); /* fetched values are host tensors */
-  assert_memory_equal(rf_tensor_data(got), rf_tensor_data(want),
-                      rf_tensor_nbytes(want));
-}
-
 static double now_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);

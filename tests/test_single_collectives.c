@@ -40,14 +40,6 @@ static rf_session_options one_cpu(void) {
   return o;
 }
 
-static void assert_same_bytes(const rf_tensor *got, const rf_tensor *want) {
-  assert_int_equal(rf_tensor_dtype(got), rf_tensor_dtype(want));
-  assert_int_equal(rf_tensor_num_elements(got), rf_tensor_num_elements(want));
-  size_t bytes = (size_t)rf_tensor_num_elements(want) *
-                 rf_dtype_size(rf_tensor_dtype(want));
-  assert_memory_equal(rf_tensor_data(got), rf_tensor_data(want), bytes);
-}
-
 /* Every kind over one device, for one dtype and reduction: the fetched
  * results are the fed tensor, and each node lowers to Identity. */
 static void check_kinds(rf_dtype dt, rf_reduction r, uint64_t *rng) {

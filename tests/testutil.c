@@ -97,6 +97,34 @@ double rf_test_tolerance(rf_dtype dtype) {
   }
 }
 
+void rf_test_assert_same_bytes(const rf_tensor *got, const rf_tensor *want,
+                               const char *file, int line) {
+  if (!got || !want) {
+    fprintf(stderr, "%s:%d: tensor is NULL\n", file, line);
+    _fail(file, line);
+  }
+  rf_shape a = rf_tensor_shape(got), b = rf_tensor_shape(want);
+  if (rf_tensor_dtype(got) != rf_tensor_dtype(want) ||
+      !rf_shape_equal(&a, &b)) {
+    char sa[128], sb[128];
+    rf_shape_format(&a, sa, sizeof sa);
+    rf_shape_format(&b, sb, sizeof sb);
+    fprintf(stderr, "%s:%d: %s %s, want %s %s\n", file, line,
+            rf_dtype_name(rf_tensor_dtype(got)), sa,
+            rf_dtype_name(rf_tensor_dtype(want)), sb);
+    _fail(file, line);
+  }
+  size_t n = rf_tensor_nbytes(want);
+  if (n && memcmp(rf_tensor_data(got), rf_tensor_data(want), n) != 0) {
+    const unsigned char *x = rf_tensor_data(got), *y = rf_tensor_data(want);
+    size_t i = 0;
+    while (x[i] == y[i]) i++;
+    fprintf(stderr, "%s:%d: bytes differ first at byte %zu of %zu\n", file,
+            line, i, n);
+    _fail(file, line);
+  }
+}
+
 void rf_test_assert_near(const rf_tensor *t, rf_shape shape, const double *want,
                          double tol, const char *file, int line) {
   if (!t) {

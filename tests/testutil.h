@@ -51,6 +51,13 @@ double rf_test_tolerance(rf_dtype dtype);
 void rf_test_assert_near(const rf_tensor *t, rf_shape shape, const double *want,
                          double tol, const char *file, int line);
 
+/* Asserts got has want's dtype and shape and the same bytes (the same
+ * bits for floats, NaNs included). */
+#define assert_same_bytes(got, want) \
+  rf_test_assert_same_bytes((got), (want), __FILE__, __LINE__)
+void rf_test_assert_same_bytes(const rf_tensor *got, const rf_tensor *want,
+                               const char *file, int line);
+
 /* A session of num_cpu_devices CPU devices (default options otherwise) on g,
  * which must hold no error; fails the test when it cannot be made. */
 rf_session *rf_test_cpu_session(const rf_graph *g, int num_cpu_devices);
