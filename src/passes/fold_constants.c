@@ -29,26 +29,8 @@
 #include "graph/attrs.h"
 #include "graph/graph.h"
 #include "ops/op_registry.h"
+#include "passes/node_match.h"
 #include "passes/fold_constants.h"
-
-static bool is_op(const rf_node *n, const char *op) {
-  return strcmp(n->op->name, op) == 0;
-}
-
-static bool attr_bool(const rf_node *n, const char *name) {
-  bool v = false;
-  rf_status_free(rf__attrs_get_bool(&n->attrs, name, &v));
-  return v;
-}
-
-/* The Const value of output 0 of n, or NULL. Not retained. */
-static const rf_tensor *const_value(const rf_node *n) {
-  if (!is_op(n, "Const")) return NULL;
-  rf_tensor *t = NULL;
-  rf_status *st = rf__attrs_get_tensor(&n->attrs, "value", &t);
-  rf_status_free(st);
-  return st ? NULL : t;
-}
 
 /* Stores v as one element of dtype t at p, as a Cast from float64 would
  * (the element value of OnesLike and ZerosLike: 0 or 1 in every dtype). */
@@ -103,14 +85,14 @@ static bool foldable_shape(const rf_shape *s, rf_dtype t) {
 /* For _SumGrad / _MeanGrad: dy's Const value when it is the one element
  * that all_axes reduces x to, else NULL. */
 static const rf_tensor *reduced_scalar(const rf_node *n) {
-  if (!attr_bool(n, "all_axes") || !n->data_in[0] || !n->data_in[1])
+  if (!rf__node_flag(n, "all_axes") || !n->data_in[0] || !n->data_in[1])
     return NULL;
-  const rf_tensor *dy = const_value(n->data_in[0]->src);
+  const rf_tensor *dy = rf__node_const_value(n->data_in[0]->src);
   const rf_shape *x = &n->out_shapes[0];
   if (!dy || dy->dtype != n->out_dtypes[0] || x->rank == RF_UNKNOWN_RANK)
     return NULL;
   rf_shape want = rf_shape_scalar();
-  if (attr_bool(n, "keep_dims")) {
+  if (rf__node_flag(n, "keep_dims")) {
     want.rank = x->rank;
     for (int i = 0; i < x->rank; i++) want.dims[i] = 1;
   }
@@ -123,8 +105,8 @@ static rf_status *fold_value(const rf_node *n, rf_tensor **out) {
   if (n->num_outputs != 1 || n->assigned_device < 0) return NULL;
   rf_dtype t = n->out_dtypes[0];
   const rf_shape *shape = &n->out_shapes[0];
-  bool ones = is_op(n, "OnesLike"), zeros = is_op(n, "ZerosLike");
-  bool sum = is_op(n, "_SumGrad"), mean = is_op(n, "_MeanGrad");
+  bool ones = rf__node_is(n, "OnesLike"), zeros = rf__node_is(n, "ZerosLike");
+  bool sum = rf__node_is(n, "_SumGrad"), mean = rf__node_is(n, "_MeanGrad");
   if ((!ones && !zeros && !sum && !mean) || t == RF_RESOURCE) return NULL;
   if (!foldable_shape(shape, t)) return NULL;
   const rf_tensor *dy = NULL;

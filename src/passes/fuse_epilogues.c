@@ -27,6 +27,7 @@
 #include "core/log.h"
 #include "core/mem.h"
 #include "ops/op_registry.h"
+#include "passes/node_match.h"
 #include "passes/pass_registry.h"
 #include "ringflow/session.h"
 
@@ -39,10 +40,6 @@ typedef struct fuse_ctx {
   int stamp;
   int fused; /* nodes made */
 } fuse_ctx;
-
-static bool is_op(const rf_node *n, const char *op) {
-  return strcmp(n->op->name, op) == 0;
-}
 
 /* Whether n's device takes epilogues under `mode`, the session's
  * matmul_epilogues or conv_epilogues (their values are the same). */
@@ -61,21 +58,17 @@ static bool dtype_ok(rf_dtype t) {
 
 /* A MatMul that may be fused (all its inputs connected). */
 static bool matmul_ok(const fuse_ctx *c, const rf_node *n) {
-  return n && is_op(n, "MatMul") && device_ok(c, n, c->pc->matmul_epilogues) &&
-         n->data_in[0] && n->data_in[1] && dtype_ok(n->out_dtypes[0]);
+  return n && rf__node_is(n, "MatMul") &&
+         device_ok(c, n, c->pc->matmul_epilogues) && n->data_in[0] &&
+         n->data_in[1] && dtype_ok(n->out_dtypes[0]);
 }
 
 /* A Conv2D that may be fused (all its inputs connected; any of its dtypes:
  * the fused kernel runs the unfused ones where its fast path cannot). */
 static bool conv_ok(const fuse_ctx *c, const rf_node *n) {
-  return n && is_op(n, "Conv2D") && device_ok(c, n, c->pc->conv_epilogues) &&
-         n->data_in[0] && n->data_in[1];
-}
-
-static bool attr_bool(const rf_node *n, const char *name) {
-  bool v = false;
-  rf_status_free(rf__attrs_get_bool(&n->attrs, name, &v));
-  return v;
+  return n && rf__node_is(n, "Conv2D") &&
+         device_ok(c, n, c->pc->conv_epilogues) && n->data_in[0] &&
+         n->data_in[1];
 }
 
 /* Whether a path leaves a member and reaches a member through a node that is
@@ -196,10 +189,10 @@ static rf__edge *only_reader(const rf_node *n) {
 
 /* MatMul or Conv2D mm -> BiasAdd [-> Relu]; a Conv2D only with its Relu. */
 static rf_status *fuse_forward(fuse_ctx *c, rf_node *mm) {
-  bool conv = is_op(mm, "Conv2D");
+  bool conv = rf__node_is(mm, "Conv2D");
   rf__edge *e = only_reader(mm);
   rf_node *ba = e ? e->dst : NULL;
-  if (!ba || e->dst_in != 0 || !is_op(ba, "BiasAdd") ||
+  if (!ba || e->dst_in != 0 || !rf__node_is(ba, "BiasAdd") ||
       ba->assigned_device != mm->assigned_device || !ba->data_in[1])
     return NULL;
   /* The ReLU joins when it is the sum's one reader besides _ReluGrads of
@@ -209,10 +202,10 @@ static rf_status *fuse_forward(fuse_ctx *c, rf_node *mm) {
   for (int k = 0; k < ba->num_out_edges; k++) {
     const rf__edge *o = ba->out_edges[k];
     if (o->src_out == RF_CONTROL_SLOT) continue;
-    if (is_op(o->dst, "Relu") && !relu &&
+    if (rf__node_is(o->dst, "Relu") && !relu &&
         o->dst->assigned_device == ba->assigned_device)
       relu = o->dst;
-    else if (!(is_op(o->dst, "_ReluGrad") && o->dst_in == 1))
+    else if (!(rf__node_is(o->dst, "_ReluGrad") && o->dst_in == 1))
       relu_ok = false;
   }
   if (!relu_ok) relu = NULL;
@@ -251,9 +244,9 @@ static rf_status *fuse_bias_grad(fuse_ctx *c, rf_node *bg) {
         mm->assigned_device != bg->assigned_device)
       continue;
     int64_t which;
-    if (e->dst_in == 1 && !attr_bool(mm, "transpose_b"))
+    if (e->dst_in == 1 && !rf__node_flag(mm, "transpose_b"))
       which = 1;
-    else if (e->dst_in == 0 && attr_bool(mm, "transpose_a"))
+    else if (e->dst_in == 0 && rf__node_flag(mm, "transpose_a"))
       which = 0;
     else
       continue;
@@ -290,14 +283,15 @@ static rf_status *fuse_pool_relu_grad(fuse_ctx *c, rf_node *rg) {
       !device_ok(c, rg, c->pc->conv_epilogues))
     return NULL;
   rf_node *pg = rg->data_in[0]->src;
-  if (!is_op(pg, "MaxPoolGrad") || rg->data_in[0]->src_out != 0 ||
+  if (!rf__node_is(pg, "MaxPoolGrad") || rg->data_in[0]->src_out != 0 ||
       pg->assigned_device != rg->assigned_device || !pg->data_in[0] ||
       !pg->data_in[1] || !pg->data_in[2] || only_reader(pg) != rg->data_in[0])
     return NULL;
   const rf__edge *r = pg->data_in[0], *z = rg->data_in[1];
   const rf_node *relu = r->src;
-  bool masked = same_tensor(r, z) || (r->src_out == 0 && is_op(relu, "Relu") &&
-                                      same_tensor(relu->data_in[0], z));
+  bool masked =
+      same_tensor(r, z) || (r->src_out == 0 && rf__node_is(relu, "Relu") &&
+                            same_tensor(relu->data_in[0], z));
   if (!masked) return NULL;
   rf_node *m[2] = {pg, rg};
   if (!mergeable(c, m, 2)) return NULL;
@@ -324,12 +318,12 @@ static rf_status *run(fuse_ctx *c) {
   }
   for (int id = 0; id < ids; id++) {
     rf_node *n = c->g->nodes[id];
-    if (n && is_op(n, "_BiasAddGrad") && dtype_ok(n->out_dtypes[0]))
+    if (n && rf__node_is(n, "_BiasAddGrad") && dtype_ok(n->out_dtypes[0]))
       RF_CHECK(fuse_bias_grad(c, n));
   }
   for (int id = 0; id < ids; id++) {
     rf_node *n = c->g->nodes[id];
-    if (n && is_op(n, "_ReluGrad")) RF_CHECK(fuse_pool_relu_grad(c, n));
+    if (n && rf__node_is(n, "_ReluGrad")) RF_CHECK(fuse_pool_relu_grad(c, n));
   }
   return NULL;
 }

@@ -18,6 +18,7 @@
 #include "core/mem.h"
 #include "kernels/state_prepare.h"
 #include "ops/op_registry.h"
+#include "passes/node_match.h"
 #include "passes/pass_registry.h"
 
 /* The ops grouped: each op's handle count and the op it becomes. */
@@ -75,14 +76,8 @@ static int64_t attr_number(const rf_node *n, const char *name) {
 /* Whether x and y are Const nodes of one value, bit for bit (a model
  * builder's scalar(g, beta1) per update: the same hyper-parameter). */
 static bool same_const(const rf_node *x, const rf_node *y) {
-  rf_tensor *a = NULL, *b = NULL;
-  if (strcmp(x->op->name, "Const") != 0 || strcmp(y->op->name, "Const") != 0)
-    return false;
-  rf_status *st = rf__attrs_get_tensor(&x->attrs, "value", &a);
-  if (!st) st = rf__attrs_get_tensor(&y->attrs, "value", &b);
-  bool found = !st;
-  rf_status_free(st);
-  return found && a && b && a->dtype == b->dtype &&
+  const rf_tensor *a = rf__node_const_value(x), *b = rf__node_const_value(y);
+  return a && b && a->dtype == b->dtype &&
          rf_shape_equal(&a->shape, &b->shape) && a->nbytes == b->nbytes &&
          memcmp(a->data, b->data, a->nbytes) == 0;
 }
@@ -192,8 +187,8 @@ static rf_status *replace(group_ctx *c, rf_node *m, rf_node *to) {
 static rf_node *f64_cast(const rf_node *m0, int j) {
   const rf__edge *e = m0->data_in[j];
   rf_node *c = e->src;
-  if (strcmp(c->op->name, "Cast") != 0 || e->src_out != 0 ||
-      c->num_inputs != 1 || !c->data_in[0] || c->num_in_edges != 1 ||
+  if (!rf__node_is(c, "Cast") || e->src_out != 0 || c->num_inputs != 1 ||
+      !c->data_in[0] || c->num_in_edges != 1 ||
       c->assigned_device != m0->assigned_device ||
       c->out_dtypes[0] != RF_FLOAT32)
     return NULL;

@@ -28,12 +28,9 @@
 #include "core/log.h"
 #include "graph/graph.h"
 #include "ops/op_registry.h"
+#include "passes/node_match.h"
 #include "passes/lower_collectives.h"
 #include "passes/single_collectives.h"
-
-static bool is_op(const rf_node *n, const char *op) {
-  return strcmp(n->op->name, op) == 0;
-}
 
 /* Whether the bucket pass has business with all-reduce n: a float32 one
  * whose values a narrower wire dtype would round (its comm_dtype attr;
@@ -51,13 +48,14 @@ static bool for_the_wire(const rf__pass_ctx *ctx, const rf_node *n) {
 /* Whether n is a collective of one participant that may become Identity. */
 static bool single(const rf__pass_ctx *ctx, const rf_node *n,
                    const rf__collective_groups *groups) {
-  if (is_op(n, "Reduce")) {
+  if (rf__node_is(n, "Reduce")) {
     const rf__edge *e = n->num_inputs == 1 ? n->data_in[0] : NULL;
     return e && e->src->assigned_device == n->assigned_device &&
            n->assigned_device >= 0;
   }
-  bool all_reduce = is_op(n, "AllReduce");
-  if (!all_reduce && !is_op(n, "AllGather") && !is_op(n, "ReduceScatter"))
+  bool all_reduce = rf__node_is(n, "AllReduce");
+  if (!all_reduce && !rf__node_is(n, "AllGather") &&
+      !rf__node_is(n, "ReduceScatter"))
     return false;
   int64_t want = 0;
   const char *name = NULL;
