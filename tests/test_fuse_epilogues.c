@@ -7,7 +7,8 @@
  * (no BiasAdd, Relu or _BiasAddGrad left), the run gives the unfused run's
  * results bit for bit (float32, float16, bfloat16; the second layer's
  * weights plain and transposed) and matches a float64 reference (float32);
- * the default fuses nothing on CPU devices, nor does RF_MATMUL_EPILOGUES_OFF,
+ * the default (RF_MATMUL_EPILOGUES_AUTO: float32 on GPU devices) fuses
+ * nothing on CPU devices, nor do RF_MATMUL_EPILOGUES_GPU and _OFF,
  * nor float64. A product or sum read elsewhere is left unfused (or fused
  * without the ReLU), a bad option value is INVALID_ARGUMENT, and a bias of
  * the wrong length fed at run time fails naming the fused node. The fused
@@ -230,7 +231,11 @@ static void check_mlp(rf_dtype dt, bool tb2) {
   assert_int_equal(count(&m, RF_MATMUL_EPILOGUES_ALL, "BiasAdd"), 0);
   assert_int_equal(count(&m, RF_MATMUL_EPILOGUES_ALL, "Relu"), 0);
   assert_int_equal(count(&m, RF_MATMUL_EPILOGUES_ALL, "_BiasAddGrad"), 0);
-  /* The default fuses on GPU devices only; OFF nowhere. */
+  /* The default (AUTO) and GPU fuse on GPU devices only; OFF nowhere. */
+  rf_session_options dflt_opts;
+  rf_session_options_init(&dflt_opts);
+  assert_int_equal(dflt_opts.matmul_epilogues, RF_MATMUL_EPILOGUES_AUTO);
+  assert_int_equal(fused_count(&m, RF_MATMUL_EPILOGUES_AUTO), 0);
   assert_int_equal(fused_count(&m, RF_MATMUL_EPILOGUES_GPU), 0);
   assert_int_equal(fused_count(&m, RF_MATMUL_EPILOGUES_OFF), 0);
   assert_int_equal(count(&m, RF_MATMUL_EPILOGUES_OFF, "_BiasAddGrad"), 2);
@@ -300,7 +305,7 @@ static void test_bad_option(void **state) {
   mlp m;
   build(&m, RF_FLOAT32, false, 0, false);
   rf_session_options o;
-  options(&o, 3);
+  options(&o, 4);
   rf_graph *low = NULL;
   assert_status(rf_graph_lower(m.g, &o, &low), RF_INVALID_ARGUMENT,
                 "matmul_epilogues must be");

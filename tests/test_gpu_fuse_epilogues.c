@@ -1,9 +1,10 @@
 /* tests/test_gpu_fuse_epilogues.c - MatMul epilogues on a GPU
  * (rf_session_options.matmul_epilogues, kernels/cuda/fused_matmul.cu): a
  * two-layer MLP (ReLU after the first layer, squared-sum loss) and its
- * gradients on gpu:0, on fresh random data. With the default options the
+ * gradients on gpu:0, on fresh random data. With RF_MATMUL_EPILOGUES_GPU the
  * lowered graph holds one _FusedMatMulBiasRelu, one _FusedMatMulBias and
- * two _FusedMatMulBiasGrad (none with RF_MATMUL_EPILOGUES_OFF); the fused
+ * two _FusedMatMulBiasGrad (none with RF_MATMUL_EPILOGUES_OFF; with the
+ * default, RF_MATMUL_EPILOGUES_AUTO, the same in float32 only); the fused
  * run matches the same graph on cpu:0 and the unfused GPU run, each element
  * within a tolerance of its fetch's largest value (near: a sum's rounding is
  * relative to its terms) (float32: every fetch, with TF32 off at 1e-4, with
@@ -237,6 +238,13 @@ static void check(rf_dtype dt, bool tb2, dims d, bool aligned) {
   build(&cm, "cpu:0", dt, tb2, d);
   assert_int_equal(count_fused(&gm, RF_MATMUL_EPILOGUES_GPU), 4);
   assert_int_equal(count_fused(&gm, RF_MATMUL_EPILOGUES_OFF), 0);
+  /* The default (AUTO) fuses float32 products alone, on GPU devices. */
+  rf_session_options dflt;
+  rf_session_options_init(&dflt);
+  assert_int_equal(dflt.matmul_epilogues, RF_MATMUL_EPILOGUES_AUTO);
+  if (!on_cpu())
+    assert_int_equal(count_fused(&gm, RF_MATMUL_EPILOGUES_AUTO),
+                     dt == RF_FLOAT32 ? 4 : 0);
   int fallbacks = compare(&gm, &cm, false);
   if (dt == RF_FLOAT32) fallbacks += compare(&gm, &cm, true);
   if (aligned) assert_int_equal(fallbacks, 0);

@@ -120,10 +120,14 @@ static void print_epilogues(const rf_graph *g) {
 int cmd_lower(int argc, char **argv) {
   const char *dot_dir = NULL;
   int64_t bucket_bytes = RF_DEFAULT_BUCKET_BYTES;
-  int comm = 0, group = 0, epilogues = 0, conv_epilogues = 0;
+  int comm = 0, group = 0, epilogues = RF_MATMUL_EPILOGUES_AUTO,
+      conv_epilogues = 0;
   static const char *const group_choices[] = {"on", "off", NULL};
   /* In RF_MATMUL_EPILOGUES_* order. */
-  static const char *const epilogue_choices[] = {"off", "gpu", "all", NULL};
+  static const char *const epilogue_choices[] = {"off", "gpu", "all", "auto",
+                                                 NULL};
+  /* In RF_CONV_EPILOGUES_* order. */
+  static const char *const conv_choices[] = {"off", "gpu", "all", NULL};
   static const char *const comm_choices[] = {"fp32", "bf16", "fp16", NULL};
   static const char *const comm_dtypes[] = {"float32", "bfloat16", "float16"};
   tool_devices devices;
@@ -150,8 +154,9 @@ int cmd_lower(int argc, char **argv) {
                   "multi-tensor updates (default on)",
                   group_choices),
       TOOL_CHOICE("matmul-epilogues", &epilogues, "S",
-                  "fuse MatMul with its BiasAdd, Relu or bias gradient "
-                  "nowhere (off, the default), on GPU devices (gpu) or on "
+                  "fuse MatMul with its BiasAdd, Relu or bias gradient: "
+                  "float32 products on GPU devices (auto, the default), "
+                  "nowhere (off), every dtype's on GPU devices (gpu) or on "
                   "every device (all)",
                   epilogue_choices),
       TOOL_CHOICE("conv-epilogues", &conv_epilogues, "S",
@@ -159,7 +164,7 @@ int cmd_lower(int argc, char **argv) {
                   "with the Relu's gradient, nowhere (off, the default), on "
                   "GPU devices (gpu) or on every device (all), as ringflow "
                   "train --conv-epilogues does",
-                  epilogue_choices),
+                  conv_choices),
   };
   const tool_cmd cmd = {
       "lower",

@@ -58,7 +58,7 @@ typedef struct options {
   int gpu_graphs;            /* graph_choices: the session's default, off, on */
   int group_updates;         /* graph_choices: the session's default, off, on */
   int epilogues;             /* epilogue_choices: RF_MATMUL_EPILOGUES_* */
-  int conv_epilogues;        /* epilogue_choices: RF_CONV_EPILOGUES_* */
+  int conv_epilogues;        /* conv_choices: RF_CONV_EPILOGUES_* */
 } options;
 
 static void dataset_free(dataset *d) {
@@ -581,7 +581,10 @@ static const char *const schedule_choices[] = {"cosine", "constant", NULL};
 static const char *const comm_choices[] = {"fp32", "bf16", "fp16", NULL};
 static const char *const graph_choices[] = {"default", "off", "on", NULL};
 /* In RF_MATMUL_EPILOGUES_* order. */
-static const char *const epilogue_choices[] = {"off", "gpu", "all", NULL};
+static const char *const epilogue_choices[] = {"off", "gpu", "all", "auto",
+                                               NULL};
+/* In RF_CONV_EPILOGUES_* order. */
+static const char *const conv_choices[] = {"off", "gpu", "all", NULL};
 static const char *const comm_dtypes[] = {"float32", "bfloat16", "float16"};
 static const char *const feed_choices[] = {[FEED_AUTO] = "auto",
                                            [FEED_INDICES] = "indices",
@@ -607,6 +610,7 @@ static int parse_options(int argc, char **argv, options *o) {
                  .seed = 1,
                  .sync = SYNC_ALLREDUCE,
                  .warmup = 10,
+                 .epilogues = RF_MATMUL_EPILOGUES_AUTO,
                  .bucket_mb = -1};
   char why[64];
   tool_devices_parse("cpu:0-3", &o->devices, why, sizeof why);
@@ -752,8 +756,9 @@ static int parse_options(int argc, char **argv, options *o) {
                   graph_choices),
       TOOL_CHOICE("matmul-epilogues", &o->epilogues, "S",
                   "run each MatMul's bias, ReLU and bias gradient inside the "
-                  "product as one fused node on no device (off, the "
-                  "default), GPU devices (gpu: one cuBLASLt product each) "
+                  "product as one fused node: float32 products on GPU "
+                  "devices (auto, the default), no device (off), every "
+                  "dtype's on GPU devices (gpu: one cuBLASLt product each) "
                   "or every device (all; on CPU the unfused kernels one "
                   "after the other) (rf_session_options.matmul_epilogues)",
                   epilogue_choices),
@@ -764,7 +769,7 @@ static int parse_options(int argc, char **argv, options *o) {
                   "(gpu: one cuDNN call each in float32, one pool gradient "
                   "kernel) or every device (all; on CPU the unfused kernels "
                   "one after the other) (rf_session_options.conv_epilogues)",
-                  epilogue_choices),
+                  conv_choices),
   };
   const tool_cmd cmd = {
       "train",

@@ -215,14 +215,17 @@ typedef struct rf_session_options {
    * summation differs). Where cuBLASLt offers no algorithm, and with the
    * environment variable RF_CUBLASLT_EPILOGUES=0, it runs the unfused
    * kernels one after the other (bit-identical to unfused), as fused nodes
-   * on CPU devices always do. RF_MATMUL_EPILOGUES_OFF (0, the default after
-   * rf_session_options_init: nothing fused), RF_MATMUL_EPILOGUES_GPU (1: on
-   * GPU devices) or RF_MATMUL_EPILOGUES_ALL (2: CPU devices too, for
-   * testing the rewrite). Off by default because training in float16 on a
-   * GPU then no longer follows the CPU's unfused rounding within the GPU
-   * tests' tolerances (session 11; docs/PERFORMANCE.md).
-   * Any other value: INVALID_ARGUMENT from rf_session_new (and from
-   * rf_graph_lower). */
+   * on CPU devices always do. RF_MATMUL_EPILOGUES_AUTO (3, the default
+   * after rf_session_options_init: float32 products on GPU devices; a
+   * batch-128 MLP step on one GPU runs 8 kernels fewer),
+   * RF_MATMUL_EPILOGUES_OFF (0: nothing fused), RF_MATMUL_EPILOGUES_GPU (1:
+   * float32, float16 and bfloat16 products on GPU devices) or
+   * RF_MATMUL_EPILOGUES_ALL (2: CPU devices too, for testing the rewrite).
+   * float16 and bfloat16 products are left out of the default because training
+   * in them on a GPU then no longer follows the CPU's unfused rounding within
+   * the GPU tests' tolerances (session 11; docs/PERFORMANCE.md, "MatMul
+   * epilogues"). Any other value: INVALID_ARGUMENT from rf_session_new (and
+   * from rf_graph_lower). */
   int matmul_epilogues;
   /* ---- Convolution epilogues (issue 17, item 7) ----
    * Where a Conv2D's bias and ReLU run inside the convolution (the same
@@ -252,7 +255,8 @@ typedef struct rf_session_options {
 enum {
   RF_MATMUL_EPILOGUES_OFF = 0,
   RF_MATMUL_EPILOGUES_GPU = 1,
-  RF_MATMUL_EPILOGUES_ALL = 2
+  RF_MATMUL_EPILOGUES_ALL = 2,
+  RF_MATMUL_EPILOGUES_AUTO = 3
 };
 
 enum {

@@ -28,7 +28,8 @@ _JOBS = {"auto": lib.RF_JOB_AUTO, "single": lib.RF_JOB_SINGLE,
          "mpi": lib.RF_JOB_MPI}
 _EPILOGUES = {"off": lib.RF_MATMUL_EPILOGUES_OFF,
               "gpu": lib.RF_MATMUL_EPILOGUES_GPU,
-              "all": lib.RF_MATMUL_EPILOGUES_ALL}
+              "all": lib.RF_MATMUL_EPILOGUES_ALL,
+              "auto": lib.RF_MATMUL_EPILOGUES_AUTO}
 
 
 class Session:
@@ -59,11 +60,12 @@ class Session:
       graphs of steps"); None: the library's default (on; the
       environment variable RF_GPU_GRAPHS=0 or 1 sets it). Ignored
       without GPU devices; a step that cannot be captured runs as without.
-    matmul_epilogues: "off" (None: the library's default) fuses nothing;
-      "gpu" fuses MatMul -> BiasAdd (-> Relu), and a weight gradient with
-      its bias gradient, into one node on GPU devices, "all" on CPU devices
-      too (rf_session_options.matmul_epilogues; on a GPU one cuBLASLt
-      product with its epilogue, unfused kernels with
+    matmul_epilogues: "auto" (None: the library's default) fuses
+      MatMul -> BiasAdd (-> Relu), and a weight gradient with its bias
+      gradient, into one node for float32 products on GPU devices; "gpu"
+      does so for float16 and bfloat16 products too, "all" on CPU devices
+      too, "off" nowhere (rf_session_options.matmul_epilogues; on a GPU
+      one cuBLASLt product with its epilogue, unfused kernels with
       RF_CUBLASLT_EPILOGUES=0 and on CPUs); another value raises ValueError.
     group_optimizer_updates: False runs each Adam, AdamW and momentum
       update as its own kernel instead of one multi-tensor update per

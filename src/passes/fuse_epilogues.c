@@ -48,11 +48,16 @@ static bool device_ok(const fuse_ctx *c, const rf_node *n, int mode) {
   if (d < 0 || d >= c->pc->num_devices || c->pc->devices[d].remote)
     return false;
   if (mode == RF_MATMUL_EPILOGUES_ALL) return true;
-  return mode == RF_MATMUL_EPILOGUES_GPU &&
+  return (mode == RF_MATMUL_EPILOGUES_GPU ||
+          mode == RF_MATMUL_EPILOGUES_AUTO) &&
          c->pc->devices[d].name.type == RF_DEVICE_GPU;
 }
 
-static bool dtype_ok(rf_dtype t) {
+/* Whether products of dtype t fuse under the session's matmul_epilogues:
+ * RF_MATMUL_EPILOGUES_AUTO (the default) takes float32 alone. */
+static bool dtype_ok(const fuse_ctx *c, rf_dtype t) {
+  if (c->pc->matmul_epilogues == RF_MATMUL_EPILOGUES_AUTO)
+    return t == RF_FLOAT32;
   return t == RF_FLOAT32 || t == RF_FLOAT16 || t == RF_BFLOAT16;
 }
 
@@ -60,7 +65,7 @@ static bool dtype_ok(rf_dtype t) {
 static bool matmul_ok(const fuse_ctx *c, const rf_node *n) {
   return n && rf__node_is(n, "MatMul") &&
          device_ok(c, n, c->pc->matmul_epilogues) && n->data_in[0] &&
-         n->data_in[1] && dtype_ok(n->out_dtypes[0]);
+         n->data_in[1] && dtype_ok(c, n->out_dtypes[0]);
 }
 
 /* A Conv2D that may be fused (all its inputs connected; any of its dtypes:
@@ -318,7 +323,7 @@ static rf_status *run(fuse_ctx *c) {
   }
   for (int id = 0; id < ids; id++) {
     rf_node *n = c->g->nodes[id];
-    if (n && rf__node_is(n, "_BiasAddGrad") && dtype_ok(n->out_dtypes[0]))
+    if (n && rf__node_is(n, "_BiasAddGrad") && dtype_ok(c, n->out_dtypes[0]))
       RF_CHECK(fuse_bias_grad(c, n));
   }
   for (int id = 0; id < ids; id++) {
@@ -328,22 +333,26 @@ static rf_status *run(fuse_ctx *c) {
   return NULL;
 }
 
-rf_status *rf__fuse_epilogues(rf__pass_ctx *ctx) {
-  int mode = ctx->matmul_epilogues;
-  if (mode != RF_MATMUL_EPILOGUES_GPU && mode != RF_MATMUL_EPILOGUES_OFF &&
-      mode != RF_MATMUL_EPILOGUES_ALL)
+rf_status *rf__epilogue_options_check(int matmul, int conv) {
+  if (matmul != RF_MATMUL_EPILOGUES_GPU && matmul != RF_MATMUL_EPILOGUES_OFF &&
+      matmul != RF_MATMUL_EPILOGUES_ALL && matmul != RF_MATMUL_EPILOGUES_AUTO)
     return rf__invalid(
         "session options: matmul_epilogues must be RF_MATMUL_EPILOGUES_OFF "
-        "(0), RF_MATMUL_EPILOGUES_GPU (1) or RF_MATMUL_EPILOGUES_ALL (2), "
-        "got %d",
-        mode);
-  int conv = ctx->conv_epilogues;
+        "(0), RF_MATMUL_EPILOGUES_GPU (1), RF_MATMUL_EPILOGUES_ALL (2) or "
+        "RF_MATMUL_EPILOGUES_AUTO (3), got %d",
+        matmul);
   if (conv != RF_CONV_EPILOGUES_GPU && conv != RF_CONV_EPILOGUES_OFF &&
       conv != RF_CONV_EPILOGUES_ALL)
     return rf__invalid(
         "session options: conv_epilogues must be RF_CONV_EPILOGUES_OFF (0), "
         "RF_CONV_EPILOGUES_GPU (1) or RF_CONV_EPILOGUES_ALL (2), got %d",
         conv);
+  return NULL;
+}
+
+rf_status *rf__fuse_epilogues(rf__pass_ctx *ctx) {
+  int mode = ctx->matmul_epilogues, conv = ctx->conv_epilogues;
+  RF_CHECK(rf__epilogue_options_check(mode, conv));
   if (mode == RF_MATMUL_EPILOGUES_OFF && conv == RF_CONV_EPILOGUES_OFF)
     return NULL;
   rf_graph *g = ctx->graph;

@@ -11,6 +11,7 @@
 #include "core/log.h"
 #include "core/mem.h"
 #include "ops/op_registry.h"
+#include "passes/pass_registry.h"
 #include "runtime/families.h"
 #include "runtime/session_internal.h"
 #include "comm/collective.h"
@@ -49,6 +50,7 @@ void rf_session_options_init(rf_session_options *o) {
   o->collective_bucket_bytes = RF_DEFAULT_BUCKET_BYTES;
   o->gpu_graphs = default_gpu_graphs();
   o->group_optimizer_updates = 1;
+  o->matmul_epilogues = RF_MATMUL_EPILOGUES_AUTO;
 }
 
 static rf_status *check_options(const rf_session_options *o) {
@@ -103,21 +105,7 @@ static rf_status *check_options(const rf_session_options *o) {
     return rf__invalid("session options: gpu_graphs must be 0 or 1, got %d",
                        o->gpu_graphs);
   }
-  if (o->matmul_epilogues != RF_MATMUL_EPILOGUES_GPU &&
-      o->matmul_epilogues != RF_MATMUL_EPILOGUES_OFF &&
-      o->matmul_epilogues != RF_MATMUL_EPILOGUES_ALL)
-    return rf__invalid(
-        "session options: matmul_epilogues must be RF_MATMUL_EPILOGUES_OFF "
-        "(0), RF_MATMUL_EPILOGUES_GPU (1) or RF_MATMUL_EPILOGUES_ALL (2), "
-        "got %d",
-        o->matmul_epilogues);
-  if (o->conv_epilogues != RF_CONV_EPILOGUES_GPU &&
-      o->conv_epilogues != RF_CONV_EPILOGUES_OFF &&
-      o->conv_epilogues != RF_CONV_EPILOGUES_ALL)
-    return rf__invalid(
-        "session options: conv_epilogues must be RF_CONV_EPILOGUES_OFF (0), "
-        "RF_CONV_EPILOGUES_GPU (1) or RF_CONV_EPILOGUES_ALL (2), got %d",
-        o->conv_epilogues);
+  RF_CHECK(rf__epilogue_options_check(o->matmul_epilogues, o->conv_epilogues));
   if (o->job < RF_JOB_AUTO || o->job > RF_JOB_MPI)
     return rf__invalid(
         "session options: job must be RF_JOB_AUTO, RF_JOB_SINGLE or "

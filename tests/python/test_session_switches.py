@@ -69,8 +69,9 @@ def test_gpu_graphs_same_bits():
 
 def test_matmul_epilogues():
     """"all" rewrites MatMul -> BiasAdd -> Relu into one fused node on CPU
-    devices too, with the unfused graph's bits; "off" and the default
-    (nothing fused) leave a CPU graph alone; other values raise."""
+    devices too, with the unfused graph's bits; "off", "gpu", "auto" and the
+    default ("auto": float32 on GPU devices) leave a CPU graph alone; other
+    values raise."""
     rng = np.random.default_rng(3)
     w = rng.standard_normal((8, 16)).astype(np.float32)
     b = rng.standard_normal(16).astype(np.float32)
@@ -81,10 +82,10 @@ def test_matmul_epilogues():
                                       rf.constant(b)))
     kinds = {mode: [op.type for op in
                     rf.lower(g, matmul_epilogues=mode).get_operations()]
-             for mode in (None, "off", "all")}
+             for mode in (None, "off", "gpu", "auto", "all")}
     assert "_FusedMatMulBiasRelu" in kinds["all"]
     assert "MatMul" not in kinds["all"]
-    for mode in (None, "off"):
+    for mode in (None, "off", "gpu", "auto"):
         assert "_FusedMatMulBiasRelu" not in kinds[mode]
         assert "MatMul" in kinds[mode]
     v = rng.standard_normal((5, 8)).astype(np.float32)
@@ -95,7 +96,7 @@ def test_matmul_epilogues():
     np.testing.assert_array_equal(got["all"], got["off"])
     want = np.maximum(v.astype(np.float64) @ w + b, 0)
     np.testing.assert_allclose(got["all"], want, rtol=1e-5, atol=1e-5)
-    for bad in ("on", "GPU", 1):
+    for bad in ("on", "GPU", "AUTO", 1):
         with pytest.raises(ValueError, match="matmul_epilogues"):
             rf.Session(g, matmul_epilogues=bad)
 
