@@ -449,8 +449,63 @@ static void test_cpu_device_falls_back(void **state) {
   rf_graph_free(g);
 }
 
+/* RF_GPU_BLAS_WORKSPACE=BYTES (docs/ARCHITECTURE.md): 0 and 4294967296 are
+ * taken (a step runs and is right), anything else is INVALID_ARGUMENT from
+ * rf_session_new naming the variable; unset, the default. */
+static void test_blas_workspace_variable(void **state) {
+  (void)state;
+  rf_test_need_gpu();
+  int64_t dims[2] = {4, 4};
+  rf_shape sh = rf_shape_make(2, dims);
+  rf_graph *g = rf_graph_new();
+  assert_ok(rf_graph_push_device(g, "gpu:0"));
+  rf_output x = rf_placeholder(g, "x", RF_FLOAT32, sh);
+  rf_output y = rf_matmul(g, "y", x, x, false, false);
+  rf_graph_pop_device(g);
+  rf_session_options o;
+  rf_session_options_init(&o);
+  o.num_gpu_devices = 1;
+  o.gpu_graphs = 1;
+  static const char *const good[] = {"0", "4294967296", "1048576"};
+  for (int k = 0; k < 3; k++) {
+    assert_int_equal(setenv("RF_GPU_BLAS_WORKSPACE", good[k], 1), 0);
+    rf_session *s = NULL;
+    assert_ok(rf_session_new(g, &o, &s));
+    rf_tensor *v = NULL, *out = NULL;
+    assert_ok(rf_tensor_new(RF_FLOAT32, &sh, NULL, &v));
+    for (int i = 0; i < 16; i++)
+      ((float *)rf_tensor_mutable_data(v))[i] = (float)(i % 5) - 2.0f;
+    rf_feed f = {x, v};
+    for (int step = 0; step < 3; step++) {
+      assert_ok(rf_session_run(s, &f, 1, &y, 1, NULL, 0, &out));
+      const float *a = rf_tensor_data(v), *c = rf_tensor_data(out);
+      for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 4; j++) {
+          float want = 0;
+          for (int t = 0; t < 4; t++) want += a[i * 4 + t] * a[t * 4 + j];
+          assert_true(c[i * 4 + j] == want); /* small integers: exact */
+        }
+      rf_tensor_release(out);
+    }
+    rf_tensor_release(v);
+    rf_session_free(s);
+  }
+  static const char *const bad[] = {"",    "-1",  "4294967297",
+                                    "12k", "1e6", "99999999999999999999999"};
+  for (int k = 0; k < 6; k++) {
+    assert_int_equal(setenv("RF_GPU_BLAS_WORKSPACE", bad[k], 1), 0);
+    rf_session *s = NULL;
+    assert_status(rf_session_new(g, &o, &s), RF_INVALID_ARGUMENT,
+                  "RF_GPU_BLAS_WORKSPACE");
+    assert_null(s);
+  }
+  assert_int_equal(unsetenv("RF_GPU_BLAS_WORKSPACE"), 0);
+  rf_graph_free(g);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_blas_workspace_variable),
       cmocka_unit_test(test_mlp_gpu0),
       cmocka_unit_test(test_mlp_gpu0_3_allreduce),
       cmocka_unit_test(test_mlp_gpu0_3_full_size),

@@ -147,6 +147,18 @@ cublasStatus_t describe(Descs &ds, const Plan &p, const char **what) {
 }
 
 /* The heuristic's first algorithm for p (found false: none). */
+/* RF_CUBLASLT_SPLITK=0 in the environment (read once; for measuring,
+ * docs/ARCHITECTURE.md): take the heuristic's first algorithm that does not
+ * split the sum over k (one kernel, no separate reduction), where it offers
+ * one among its first 16. */
+bool no_split_k() {
+  static const bool no = [] {
+    const char *e = std::getenv("RF_CUBLASLT_SPLITK");
+    return e && std::strcmp(e, "0") == 0;
+  }();
+  return no;
+}
+
 cublasStatus_t choose(cublasLtHandle_t h, Descs &ds, const Plan &p, Choice *c,
                       const char **what) {
   LT_TRY(cublasLtMatmulPreferenceCreate(&ds.pref));
@@ -163,14 +175,29 @@ cublasStatus_t choose(cublasLtHandle_t h, Descs &ds, const Plan &p, Choice *c,
       ds.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_d, sizeof al_d));
   LT_TRY(cublasLtMatmulPreferenceSetAttribute(
       ds.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof al_d));
-  cublasLtMatmulHeuristicResult_t r;
-  std::memset(&r, 0, sizeof r);
+  constexpr int kAsk = 16;
+  cublasLtMatmulHeuristicResult_t r[kAsk];
+  std::memset(r, 0, sizeof r);
   int count = 0;
   LT_TRY(cublasLtMatmulAlgoGetHeuristic(h, ds.op, ds.a, ds.b, ds.d, ds.d,
-                                        ds.pref, 1, &r, &count));
-  c->found = count > 0 && r.state == CUBLAS_STATUS_SUCCESS;
-  c->algo = r.algo;
-  c->workspace = r.workspaceSize;
+                                        ds.pref, no_split_k() ? kAsk : 1, r,
+                                        &count));
+  int pick = 0; /* the heuristic's first, or its first without split-K */
+  for (int i = 0; no_split_k() && i < count; i++) {
+    int32_t splits = 1;
+    size_t got = 0;
+    if (r[i].state == CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatmulAlgoConfigGetAttribute(
+            &r[i].algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splits,
+            sizeof splits, &got) == CUBLAS_STATUS_SUCCESS &&
+        splits <= 1) {
+      pick = i;
+      break;
+    }
+  }
+  c->found = count > 0 && r[pick].state == CUBLAS_STATUS_SUCCESS;
+  c->algo = r[pick].algo;
+  c->workspace = r[pick].workspaceSize;
   return CUBLAS_STATUS_SUCCESS;
 }
 
