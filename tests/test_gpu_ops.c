@@ -350,6 +350,22 @@ static int build_xent(rf_graph *g, const rf_output *in, const void *arg,
   return 2;
 }
 
+/* The fused cross-entropy with its gradient (passes/fuse_xent_grad.c
+ * makes it; built by name here): loss and backprop * dloss. */
+static int build_xent_with_grad(rf_graph *g, const rf_output *in,
+                                const void *arg, rf_output *out) {
+  (void)arg;
+  rf_node_builder *b = rf_node_builder_new(g, "_SparseXentWithGrad", NULL);
+  for (int i = 0; i < 3; i++) rf_node_builder_input(b, in[i]);
+  rf_node_builder_attr_dtype(b, "T", rf_output_dtype(in[0]));
+  rf_node_builder_attr_dtype(b, "Tlabels", rf_output_dtype(in[1]));
+  rf_node *n = NULL;
+  assert_ok(rf_node_builder_finish(b, &n));
+  out[0] = (rf_output){n, 0};
+  out[1] = (rf_output){n, 1};
+  return 2;
+}
+
 static void test_nn(void **state) {
   gc_need_gpu();
   uint64_t rng = gc_rng(6);
@@ -389,6 +405,13 @@ static void test_nn(void **state) {
                                   shp(1, xs[k]), 0, (double)xs[k][1])};
         gc_add(s, "SparseSoftmaxCrossEntropyWithLogits", build_xent, NULL, 0,
                -1, 2, in);
+        rf_tensor *fin[3] = {
+            gc_random(&rng, dt, shp(2, xs[k]), -5, 5),
+            rf_test_random_tensor(&rng, l64 ? RF_INT64 : RF_INT32,
+                                  shp(1, xs[k]), 0, (double)xs[k][1]),
+            gc_random(&rng, dt, shp(1, xs[k]), -2, 2)};
+        gc_add(s, "_SparseXentWithGrad", build_xent_with_grad, NULL, 0, -1, 3,
+               fin);
       }
       add_op(s, "_SparseXentGrad", gc_random(&rng, dt, shp(1, xs[k]), -2, 2),
              gc_random(&rng, dt, shp(2, xs[k]), -1, 1));

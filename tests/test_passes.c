@@ -137,9 +137,9 @@ static void test_pass_registration_errors(void **state) {
                 RF_ALREADY_EXISTS, "pass 'post_a' is already registered");
   assert_int_equal(rf__passes_count(RF_PASS_PRE_PLACEMENT), 1);
   /* the test's 4 plus the library's fold_constants, single_collectives,
-   * fuse_epilogues, bucket_collectives, group_updates and
+   * fuse_epilogues, fuse_xent_grad, bucket_collectives, group_updates and
    * lower_collectives */
-  assert_int_equal(rf__passes_count(RF_PASS_POST_PLACEMENT), 10);
+  assert_int_equal(rf__passes_count(RF_PASS_POST_PLACEMENT), 11);
   assert_int_equal(rf__passes_count(RF_PASS_POST_PARTITION), 2);
 }
 

@@ -94,11 +94,19 @@ static void print_update_groups(const rf_graph *g) {
 }
 
 /* One line per MatMul, Conv2D or MaxPoolGrad with its epilogue
- * (passes/fuse_epilogues.c). */
+ * (passes/fuse_epilogues.c) and per cross-entropy with its gradient
+ * (passes/fuse_xent_grad.c). */
 static void print_epilogues(const rf_graph *g) {
   for (int i = 0; i < rf_graph_num_nodes(g); i++) {
     const rf_node *n = rf_graph_node(g, i);
     const char *op = rf_node_op(n);
+    if (strcmp(op, "_SparseXentWithGrad") == 0) {
+      printf(
+          "epilogue %s: SparseSoftmaxCrossEntropyWithLogits + "
+          "_SparseXentGrad as one %s '%s'\n",
+          rf_node_device(n), op, rf_node_name(n));
+      continue;
+    }
     if (strcmp(op, "_FusedConv2DBiasRelu") == 0 ||
         strcmp(op, "_MaxPoolGradRelu") == 0) {
       bool conv = op[1] == 'F';
@@ -172,7 +180,8 @@ int cmd_lower(int argc, char **argv) {
       "  prints the graph in GRAPH.json, then the graph after placement on\n"
       "  --devices, MatMul and Conv2D epilogues, bucketing, update grouping\n"
       "  and collective lowering, then one line per bucket, per multi-tensor\n"
-      "  update and per MatMul, Conv2D or MaxPoolGrad with its epilogue.\n"
+      "  update, per MatMul, Conv2D or MaxPoolGrad with its epilogue and per\n"
+      "  cross-entropy fused with its gradient (RF_FUSE_XENT_GRAD=0: not).\n"
       "  RF_LOG=debug prints why each node went where and what each\n"
       "  collective became to stderr;\n"
       "  RF_DUMP_GRAPH_DIR=DIR writes the graph before and after each\n"

@@ -120,6 +120,13 @@ rf_status *rf__xent_prepare(rf__kernel_ctx *ctx, rf_shape *loss_shape,
   return NULL;
 }
 
+rf_status *rf__xent_with_grad_prepare(rf__kernel_ctx *ctx, rf_shape *loss_shape,
+                                      int64_t *c) {
+  RF_CHECK(rf__xent_prepare(ctx, loss_shape, c));
+  RF_CHECK(float_inputs(ctx, 5));
+  return check_rows(ctx, "dloss", ctx->inputs[2], "logits", ctx->inputs[0]);
+}
+
 rf_status *rf__xent_grad_prepare(rf__kernel_ctx *ctx, int64_t *c) {
   const rf_tensor *dloss = ctx->inputs[0], *bp = ctx->inputs[1];
   RF_CHECK(float_inputs(ctx, 3));

@@ -21,7 +21,8 @@
   X("_SoftmaxGrad", softmax_grad_compute, 0, 0, RF_COST_PER_ELEMENT)  \
   X("SparseSoftmaxCrossEntropyWithLogits", xent_compute, 0, 0,        \
     RF_COST_PER_ELEMENT)                                              \
-  X("_SparseXentGrad", xent_grad_compute, 0, 0, RF_COST_PER_ELEMENT)
+  X("_SparseXentGrad", xent_grad_compute, 0, 0, RF_COST_PER_ELEMENT)  \
+  X("_SparseXentWithGrad", xent_with_grad_compute, 0, 0, RF_COST_PER_ELEMENT)
 #define RF_ACTIVATION_KERNELS(X)                                     \
   X("Relu", relu_compute, 0, 0, RF_COST_PER_ELEMENT)                 \
   X("Sigmoid", sigmoid_compute, 0, 0, RF_COST_PER_ELEMENT)           \
@@ -53,6 +54,10 @@ rf_status *rf__xent_prepare(rf__kernel_ctx *ctx, rf_shape *loss_shape,
                             int64_t *c);
 /* _SparseXentGrad(dloss (b), backprop (b, c)): one float dtype. */
 rf_status *rf__xent_grad_prepare(rf__kernel_ctx *ctx, int64_t *c);
+/* _SparseXentWithGrad(logits (b, c), labels (b), dloss (b)): as
+ * rf__xent_prepare, and dloss of the logits' dtype, one value a row. */
+rf_status *rf__xent_with_grad_prepare(rf__kernel_ctx *ctx, rf_shape *loss_shape,
+                                      int64_t *c);
 
 /* Relu, Sigmoid, Tanh and their gradients: a float input (with `ints`, as
  * for Relu and _ReluGrad, int8/int32/int64 too; else UNIMPLEMENTED "no

@@ -1,6 +1,7 @@
 /* ops/nn_ops.c - neural-network ops: BiasAdd, Relu, Sigmoid, Tanh, Softmax,
  * SparseSoftmaxCrossEntropyWithLogits, their internal gradient ops (_ReluGrad,
- * _SigmoidGrad, _TanhGrad, _SoftmaxGrad, _BiasAddGrad, _SparseXentGrad), shape
+ * _SigmoidGrad, _TanhGrad, _SoftmaxGrad, _BiasAddGrad, _SparseXentGrad), the
+ * fused cross-entropy with its gradient (_SparseXentWithGrad), shape
  * functions, gradients and the public builders. Shape checks here run only on
  * what is known at build time; the kernels repeat them on the real shapes. */
 #include "core/status.h"
@@ -144,6 +145,12 @@ static rf_status *xent_shape(rf__shape_ctx *c) {
   c->output_shapes[0] = rf_shape_of(1, b);
   c->output_shapes[1] = rf_shape_of(2, b, classes);
   return NULL;
+}
+
+static rf_status *xent_with_grad_shape(rf__shape_ctx *c) {
+  RF_CHECK(xent_shape(c));
+  return rows_match(&c->input_shapes[2], "dloss", &c->input_shapes[0],
+                    "logits");
 }
 
 static rf_status *xent_grad_shape(rf__shape_ctx *c) {
@@ -371,6 +378,15 @@ static const rf__op_spec specs[] = {
      .attrs = FLOATS,
      .shape = xent_grad_shape,
      .grad = xent_grad_grad},
+    /* SparseSoftmaxCrossEntropyWithLogits with the _SparseXentGrad of its
+     * backprop as one node (passes/fuse_xent_grad.c): output 1 is
+     * backprop * dloss[:, None], rounded as the two ops round. */
+    {.name = "_SparseXentWithGrad",
+     .inputs = "features: T, labels: Tlabels, dloss: T",
+     .outputs = "loss: T, grad: T",
+     .attrs = FLOATS "; Tlabels: type in {int32, int64} = int64",
+     .shape = xent_with_grad_shape,
+     .flags = RF_OP_NO_GRADIENT},
 };
 
 rf_status *rf__register_nn_ops(void) {

@@ -28,16 +28,14 @@
 #include "core/mem.h"
 #include "ops/op_registry.h"
 #include "passes/node_match.h"
+#include "passes/node_merge.h"
 #include "passes/pass_registry.h"
 #include "ringflow/session.h"
 
 typedef struct fuse_ctx {
   rf__pass_ctx *pc;
   rf_graph *g;
-  char *member; /* per node id: 1 while it is in the group being checked */
-  int *seen;    /* visit stamps */
-  int *stack;
-  int stamp;
+  rf__merge_ctx merge;
   int fused; /* nodes made */
 } fuse_ctx;
 
@@ -76,82 +74,6 @@ static bool conv_ok(const fuse_ctx *c, const rf_node *n) {
          n->data_in[1];
 }
 
-/* Whether a path leaves a member and reaches a member through a node that is
- * none: merging the members into one node would make it a cycle. */
-static bool path_outside(fuse_ctx *c, rf_node *const *m, int nm) {
-  int top = 0;
-  c->stamp++;
-  for (int i = 0; i < nm; i++)
-    for (int k = 0; k < m[i]->num_out_edges; k++) {
-      const rf_node *w = m[i]->out_edges[k]->dst;
-      if (!c->member[w->id] && c->seen[w->id] != c->stamp) {
-        c->seen[w->id] = c->stamp;
-        c->stack[top++] = w->id;
-      }
-    }
-  while (top > 0) {
-    const rf_node *v = c->g->nodes[c->stack[--top]];
-    for (int k = 0; k < v->num_out_edges; k++) {
-      const rf_node *w = v->out_edges[k]->dst;
-      if (c->member[w->id]) return true;
-      if (c->seen[w->id] == c->stamp) continue;
-      c->seen[w->id] = c->stamp;
-      c->stack[top++] = w->id;
-    }
-  }
-  return false;
-}
-
-static bool mergeable(fuse_ctx *c, rf_node *const *m, int nm) {
-  for (int i = 0; i < nm; i++) c->member[m[i]->id] = 1;
-  bool ok = !path_outside(c, m, nm);
-  for (int i = 0; i < nm; i++) c->member[m[i]->id] = 0;
-  return ok;
-}
-
-/* Points every data edge leaving output `out` of `from` at (to, to_out). */
-static rf_status *redirect(fuse_ctx *c, rf_node *from, int out, rf_node *to,
-                           int to_out) {
-  int n = 0;
-  rf__edge **edges =
-      rf__malloc(sizeof *edges * (size_t)(from->num_out_edges + 1));
-  RF_CHECK_ALLOC(edges);
-  for (int k = 0; k < from->num_out_edges; k++)
-    if (from->out_edges[k]->src_out == out) edges[n++] = from->out_edges[k];
-  rf_status *st = NULL;
-  for (int k = 0; !st && k < n; k++)
-    st = rf__graph_update_edge(c->g, edges[k]->dst, edges[k]->dst_in, to,
-                               to_out);
-  rf__free(edges);
-  return st;
-}
-
-/* Moves the members' control edges with non-members onto `to`, then
- * removes the members (their data edges were redirected or are internal). */
-static rf_status *retire(fuse_ctx *c, rf_node *const *m, int nm, rf_node *to) {
-  for (int i = 0; i < nm; i++) c->member[m[i]->id] = 1;
-  rf_status *st = NULL;
-  for (int i = 0; !st && i < nm; i++) {
-    for (int k = 0; !st && k < m[i]->num_in_edges; k++) {
-      rf_node *src = m[i]->in_edges[k]->src;
-      if (m[i]->in_edges[k]->dst_in == RF_CONTROL_SLOT && !c->member[src->id] &&
-          !rf__graph_has_control_edge(src, to))
-        st =
-            rf__graph_add_edge(c->g, src, RF_CONTROL_SLOT, to, RF_CONTROL_SLOT);
-    }
-    for (int k = 0; !st && k < m[i]->num_out_edges; k++) {
-      rf_node *dst = m[i]->out_edges[k]->dst;
-      if (m[i]->out_edges[k]->src_out == RF_CONTROL_SLOT &&
-          !c->member[dst->id] && !rf__graph_has_control_edge(to, dst))
-        st =
-            rf__graph_add_edge(c->g, to, RF_CONTROL_SLOT, dst, RF_CONTROL_SLOT);
-    }
-  }
-  for (int i = 0; i < nm; i++) c->member[m[i]->id] = 0;
-  for (int i = 0; !st && i < nm; i++) rf__graph_remove_node(c->g, m[i]);
-  return st;
-}
-
 /* A node of `op_name` on mm's device with mm's attrs (and bias_input >= 0
  * for the gradient), inputs in[0, nin). */
 static rf_status *add_fused(fuse_ctx *c, const rf_node *mm, const char *op_name,
@@ -181,21 +103,10 @@ static rf_status *add_fused(fuse_ctx *c, const rf_node *mm, const char *op_name,
   return st;
 }
 
-/* The only data edge leaving output 0 of n, or NULL. */
-static rf__edge *only_reader(const rf_node *n) {
-  rf__edge *e = NULL;
-  for (int k = 0; k < n->num_out_edges; k++) {
-    if (n->out_edges[k]->src_out == RF_CONTROL_SLOT) continue;
-    if (e) return NULL;
-    e = n->out_edges[k];
-  }
-  return e;
-}
-
 /* MatMul or Conv2D mm -> BiasAdd [-> Relu]; a Conv2D only with its Relu. */
 static rf_status *fuse_forward(fuse_ctx *c, rf_node *mm) {
   bool conv = rf__node_is(mm, "Conv2D");
-  rf__edge *e = only_reader(mm);
+  rf__edge *e = rf__merge_only_reader(mm, 0);
   rf_node *ba = e ? e->dst : NULL;
   if (!ba || e->dst_in != 0 || !rf__node_is(ba, "BiasAdd") ||
       ba->assigned_device != mm->assigned_device || !ba->data_in[1])
@@ -217,7 +128,7 @@ static rf_status *fuse_forward(fuse_ctx *c, rf_node *mm) {
   if (conv && !relu) return NULL;
   rf_node *m[3] = {mm, ba, relu};
   int nm = relu ? 3 : 2;
-  if (!mergeable(c, m, nm)) return NULL;
+  if (!rf__merge_ok(&c->merge, m, nm)) return NULL;
   rf_output in[3] = {rf__input(mm, 0), rf__input(mm, 1), rf__input(ba, 1)};
   const char *op = conv   ? "_FusedConv2DBiasRelu"
                    : relu ? "_FusedMatMulBiasRelu"
@@ -226,14 +137,15 @@ static rf_status *fuse_forward(fuse_ctx *c, rf_node *mm) {
   RF_CHECK(add_fused(c, mm, op, in, 3, -1, &f));
   rf_node *last = m[nm - 1];
   f->out_shapes[0] = last->out_shapes[0];
-  RF_CHECK(redirect(c, last, 0, f, 0));
-  if (relu) RF_CHECK(redirect(c, ba, 0, f, 0)); /* the _ReluGrads */
+  RF_CHECK(rf__merge_redirect(c->g, last, 0, f, 0));
+  if (relu)
+    RF_CHECK(rf__merge_redirect(c->g, ba, 0, f, 0)); /* the _ReluGrads */
   RF__LOG(RF_LOG_INFO,
           "compile %ld: %s '%.200s' + BiasAdd%s on %s as one %s '%.200s'",
           c->pc->compile, mm->op->name, mm->name, relu ? " + Relu" : "",
           c->pc->devices[f->assigned_device].canonical, op, f->name);
   c->fused++;
-  return retire(c, m, nm, f);
+  return rf__merge_retire(&c->merge, m, nm, f);
 }
 
 /* _BiasAddGrad bg of G with a MatMul that reduces G over k. */
@@ -256,21 +168,21 @@ static rf_status *fuse_bias_grad(fuse_ctx *c, rf_node *bg) {
     else
       continue;
     rf_node *m[2] = {mm, bg};
-    if (!mergeable(c, m, 2)) continue;
+    if (!rf__merge_ok(&c->merge, m, 2)) continue;
     rf_output in[2] = {rf__input(mm, 0), rf__input(mm, 1)};
     rf_node *f;
     RF_CHECK(add_fused(c, mm, "_FusedMatMulBiasGrad", in, 2, which, &f));
     f->out_shapes[0] = mm->out_shapes[0];
     f->out_shapes[1] = bg->out_shapes[0];
-    RF_CHECK(redirect(c, mm, 0, f, 0));
-    RF_CHECK(redirect(c, bg, 0, f, 1));
+    RF_CHECK(rf__merge_redirect(c->g, mm, 0, f, 0));
+    RF_CHECK(rf__merge_redirect(c->g, bg, 0, f, 1));
     RF__LOG(RF_LOG_INFO,
             "compile %ld: MatMul '%.200s' + _BiasAddGrad '%.200s' on %s as "
             "one _FusedMatMulBiasGrad '%.200s'",
             c->pc->compile, mm->name, bg->name,
             c->pc->devices[f->assigned_device].canonical, f->name);
     c->fused++;
-    return retire(c, m, 2, f);
+    return rf__merge_retire(&c->merge, m, 2, f);
   }
   return NULL;
 }
@@ -290,7 +202,8 @@ static rf_status *fuse_pool_relu_grad(fuse_ctx *c, rf_node *rg) {
   rf_node *pg = rg->data_in[0]->src;
   if (!rf__node_is(pg, "MaxPoolGrad") || rg->data_in[0]->src_out != 0 ||
       pg->assigned_device != rg->assigned_device || !pg->data_in[0] ||
-      !pg->data_in[1] || !pg->data_in[2] || only_reader(pg) != rg->data_in[0])
+      !pg->data_in[1] || !pg->data_in[2] ||
+      rf__merge_only_reader(pg, 0) != rg->data_in[0])
     return NULL;
   const rf__edge *r = pg->data_in[0], *z = rg->data_in[1];
   const rf_node *relu = r->src;
@@ -299,19 +212,19 @@ static rf_status *fuse_pool_relu_grad(fuse_ctx *c, rf_node *rg) {
                             same_tensor(relu->data_in[0], z));
   if (!masked) return NULL;
   rf_node *m[2] = {pg, rg};
-  if (!mergeable(c, m, 2)) return NULL;
+  if (!rf__merge_ok(&c->merge, m, 2)) return NULL;
   rf_output in[3] = {rf__input(pg, 0), rf__input(pg, 1), rf__input(pg, 2)};
   rf_node *f;
   RF_CHECK(add_fused(c, pg, "_MaxPoolGradRelu", in, 3, -1, &f));
   f->out_shapes[0] = rg->out_shapes[0];
-  RF_CHECK(redirect(c, rg, 0, f, 0));
+  RF_CHECK(rf__merge_redirect(c->g, rg, 0, f, 0));
   RF__LOG(RF_LOG_INFO,
           "compile %ld: MaxPoolGrad '%.200s' + _ReluGrad '%.200s' on %s as "
           "one _MaxPoolGradRelu '%.200s'",
           c->pc->compile, pg->name, rg->name,
           c->pc->devices[f->assigned_device].canonical, f->name);
   c->fused++;
-  return retire(c, m, 2, f);
+  return rf__merge_retire(&c->merge, m, 2, f);
 }
 
 static rf_status *run(fuse_ctx *c) {
@@ -355,17 +268,9 @@ rf_status *rf__fuse_epilogues(rf__pass_ctx *ctx) {
   RF_CHECK(rf__epilogue_options_check(mode, conv));
   if (mode == RF_MATMUL_EPILOGUES_OFF && conv == RF_CONV_EPILOGUES_OFF)
     return NULL;
-  rf_graph *g = ctx->graph;
-  fuse_ctx c = {.pc = ctx, .g = g};
-  size_t ids = (size_t)g->num_ids + 1;
-  int *mem = rf__calloc(2 * ids, sizeof *mem);
-  c.member = rf__calloc(ids, 1);
-  rf_status *st = mem && c.member ? NULL : rf__oom();
-  if (!st) {
-    c.seen = mem, c.stack = mem + ids;
-    st = run(&c);
-  }
-  rf__free(mem);
-  rf__free(c.member);
+  fuse_ctx c = {.pc = ctx, .g = ctx->graph};
+  rf_status *st = rf__merge_ctx_init(&c.merge, ctx->graph);
+  if (!st) st = run(&c);
+  rf__merge_ctx_free(&c.merge);
   return st ? rf__status_prefix(st, "fusing epilogues") : NULL;
 }

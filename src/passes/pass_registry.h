@@ -72,6 +72,10 @@ rf_status *rf__group_updates(rf__pass_ctx *ctx);
  * Relu one _FusedConv2DBiasRelu on those ctx->conv_epilogues names
  * (rf_session_options). */
 rf_status *rf__fuse_epilogues(rf__pass_ctx *ctx);
+/* POST_PLACEMENT: SparseSoftmaxCrossEntropyWithLogits with the
+ * _SparseXentGrad that alone reads its backprop become one
+ * _SparseXentWithGrad node (passes/fuse_xent_grad.c). */
+rf_status *rf__fuse_xent_grad(rf__pass_ctx *ctx);
 /* INVALID_ARGUMENT unless matmul is an RF_MATMUL_EPILOGUES_* value and conv
  * an RF_CONV_EPILOGUES_* one (rf_session_new and rf_graph_lower check the
  * options with it before compiling). */

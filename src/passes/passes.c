@@ -33,6 +33,8 @@ rf_status *rf__register_passes(void) {
   /* Epilogues before buckets: a fused node's outputs are what they pack. */
   RF_CHECK(rf__pass_register(RF_PASS_POST_PLACEMENT, -20, "fuse_epilogues",
                              rf__fuse_epilogues));
+  RF_CHECK(rf__pass_register(RF_PASS_POST_PLACEMENT, -15, "fuse_xent_grad",
+                             rf__fuse_xent_grad));
   /* Buckets first: lowering then checks the fused groups like any other. */
   RF_CHECK(rf__pass_register(RF_PASS_POST_PLACEMENT, -10, "bucket_collectives",
                              rf__bucket_collectives));

@@ -29,55 +29,62 @@
  *   softmax: y = exp(x - max) / sum
  *   smgrad:  out = (dy - sum(dy * y)) * y
  *   xent:    loss = log(sum) - (x[label] - max); bp = softmax - onehot(label)
- *   xgrad:   out = bp * dloss */
-#define DEFINE_ROWS(NAME, T, C, LOAD, STORE, EXP, EXACT)                     \
-  static void bias_##NAME(const T *x, const T *bias, T *y, int64_t c) {      \
-    for (int64_t j = 0; j < c; j++) STORE(y, j, LOAD(x, j) + LOAD(bias, j)); \
-  }                                                                          \
-  static C rowmax_##NAME(const T *x, int64_t c) {                            \
-    C m = LOAD(x, 0);                                                        \
-    for (int64_t j = 1; j < c; j++) {                                        \
-      C v = LOAD(x, j);                                                      \
-      m = v > m ? v : m;                                                     \
-    }                                                                        \
-    return m;                                                                \
-  }                                                                          \
-  /* Sum of exp(x - m); stored into e when EXACT. */                         \
-  static double sumexp_##NAME(const T *x, C m, T *e, int64_t c) {            \
-    double s = 0;                                                            \
-    for (int64_t j = 0; j < c; j++) {                                        \
-      C v = EXP(LOAD(x, j) - m);                                             \
-      if (EXACT) STORE(e, j, v);                                             \
-      s += v;                                                                \
-    }                                                                        \
-    return s;                                                                \
-  }                                                                          \
-  static void softmax_##NAME(const T *x, T *y, int64_t c) {                  \
-    C m = rowmax_##NAME(x, c);                                               \
-    C inv = (C)(1.0 / sumexp_##NAME(x, m, y, c));                            \
-    for (int64_t j = 0; j < c; j++)                                          \
-      STORE(y, j, (EXACT ? LOAD(y, j) : EXP(LOAD(x, j) - m)) * inv);         \
-  }                                                                          \
-  static void smgrad_##NAME(const T *dy, const T *y, T *out, int64_t c) {    \
-    double s = 0;                                                            \
-    for (int64_t j = 0; j < c; j++) s += (double)LOAD(dy, j) * LOAD(y, j);   \
-    for (int64_t j = 0; j < c; j++)                                          \
-      STORE(out, j, (C)((LOAD(dy, j) - (C)s) * LOAD(y, j)));                 \
-  }                                                                          \
-  static void xent_##NAME(const T *x, int64_t label, T *loss, T *bp,         \
-                          int64_t c) {                                       \
-    C m = rowmax_##NAME(x, c);                                               \
-    double s = sumexp_##NAME(x, m, bp, c);                                   \
-    STORE(loss, 0, (C)(log(s) - (double)(LOAD(x, label) - m)));              \
-    C inv = (C)(1.0 / s);                                                    \
-    for (int64_t j = 0; j < c; j++) {                                        \
-      C p = (EXACT ? LOAD(bp, j) : EXP(LOAD(x, j) - m)) * inv;               \
-      STORE(bp, j, j == label ? p - (C)1 : p);                               \
-    }                                                                        \
-  }                                                                          \
-  static void xgrad_##NAME(const T *bp, const T *dloss, T *out, int64_t c) { \
-    C d = LOAD(dloss, 0);                                                    \
-    for (int64_t j = 0; j < c; j++) STORE(out, j, LOAD(bp, j) * d);          \
+ *   xgrad:   out = bp * dloss
+ *   xboth:   xent with out for bp, then xgrad in place: the fused node's
+ *            loss and gradient, rounded as the two ops round */
+#define DEFINE_ROWS(NAME, T, C, LOAD, STORE, EXP, EXACT)                       \
+  static void bias_##NAME(const T *x, const T *bias, T *y, int64_t c) {        \
+    for (int64_t j = 0; j < c; j++) STORE(y, j, LOAD(x, j) + LOAD(bias, j));   \
+  }                                                                            \
+  static C rowmax_##NAME(const T *x, int64_t c) {                              \
+    C m = LOAD(x, 0);                                                          \
+    for (int64_t j = 1; j < c; j++) {                                          \
+      C v = LOAD(x, j);                                                        \
+      m = v > m ? v : m;                                                       \
+    }                                                                          \
+    return m;                                                                  \
+  }                                                                            \
+  /* Sum of exp(x - m); stored into e when EXACT. */                           \
+  static double sumexp_##NAME(const T *x, C m, T *e, int64_t c) {              \
+    double s = 0;                                                              \
+    for (int64_t j = 0; j < c; j++) {                                          \
+      C v = EXP(LOAD(x, j) - m);                                               \
+      if (EXACT) STORE(e, j, v);                                               \
+      s += v;                                                                  \
+    }                                                                          \
+    return s;                                                                  \
+  }                                                                            \
+  static void softmax_##NAME(const T *x, T *y, int64_t c) {                    \
+    C m = rowmax_##NAME(x, c);                                                 \
+    C inv = (C)(1.0 / sumexp_##NAME(x, m, y, c));                              \
+    for (int64_t j = 0; j < c; j++)                                            \
+      STORE(y, j, (EXACT ? LOAD(y, j) : EXP(LOAD(x, j) - m)) * inv);           \
+  }                                                                            \
+  static void smgrad_##NAME(const T *dy, const T *y, T *out, int64_t c) {      \
+    double s = 0;                                                              \
+    for (int64_t j = 0; j < c; j++) s += (double)LOAD(dy, j) * LOAD(y, j);     \
+    for (int64_t j = 0; j < c; j++)                                            \
+      STORE(out, j, (C)((LOAD(dy, j) - (C)s) * LOAD(y, j)));                   \
+  }                                                                            \
+  static void xent_##NAME(const T *x, int64_t label, T *loss, T *bp,           \
+                          int64_t c) {                                         \
+    C m = rowmax_##NAME(x, c);                                                 \
+    double s = sumexp_##NAME(x, m, bp, c);                                     \
+    STORE(loss, 0, (C)(log(s) - (double)(LOAD(x, label) - m)));                \
+    C inv = (C)(1.0 / s);                                                      \
+    for (int64_t j = 0; j < c; j++) {                                          \
+      C p = (EXACT ? LOAD(bp, j) : EXP(LOAD(x, j) - m)) * inv;                 \
+      STORE(bp, j, j == label ? p - (C)1 : p);                                 \
+    }                                                                          \
+  }                                                                            \
+  static void xgrad_##NAME(const T *bp, const T *dloss, T *out, int64_t c) {   \
+    C d = LOAD(dloss, 0);                                                      \
+    for (int64_t j = 0; j < c; j++) STORE(out, j, LOAD(bp, j) * d);            \
+  }                                                                            \
+  static void xboth_##NAME(const T *x, int64_t label, const T *dloss, T *loss, \
+                           T *out, int64_t c) {                                \
+    xent_##NAME(x, label, loss, out, c);                                       \
+    xgrad_##NAME(out, dloss, out, c);                                          \
   }
 
 DEFINE_ROWS(f16, uint16_t, float, LOAD_F16, STORE_F16, expf, 0)
@@ -149,6 +156,17 @@ static void run_xent(void *arg, int64_t b, int64_t e) {
   for (int64_t r = b; r < e; r++)
     DISPATCH(p->dtype, xent, crow(p, p->a, r),
              label_at(p->labels, p->labels64, r),
+             (void *)(p->y + (size_t)r * p->es), row(p, p->y2, r), p->c);
+}
+
+/* a: logits, b: dloss (one element a row), y: loss (one element a row),
+ * y2: gradient. */
+static void run_xboth(void *arg, int64_t b, int64_t e) {
+  const rows *p = arg;
+  for (int64_t r = b; r < e; r++)
+    DISPATCH(p->dtype, xboth, crow(p, p->a, r),
+             label_at(p->labels, p->labels64, r),
+             (const void *)(p->b + (size_t)r * p->es),
              (void *)(p->y + (size_t)r * p->es), row(p, p->y2, r), p->c);
 }
 
@@ -239,14 +257,14 @@ static rf_status *check_labels(rf__kernel_ctx *ctx, const rf_tensor *labels,
   return NULL;
 }
 
-static rf_status *xent_compute(rf__kernel_ctx *ctx) {
+/* The cross-entropy's loss and second output (the backprop, or with dloss
+ * its product with dloss: _SparseXentWithGrad). */
+static rf_status *xent_run(rf__kernel_ctx *ctx, const rf_tensor *dloss,
+                           const rf_shape *bshape, int64_t c) {
   const rf_tensor *x = ctx->inputs[0], *labels = ctx->inputs[1];
-  rf_shape bshape;
-  int64_t c;
-  RF_CHECK(rf__xent_prepare(ctx, &bshape, &c));
   RF_CHECK(check_labels(ctx, labels, c));
   rf_tensor *loss, *bp;
-  RF_CHECK(rf__kernel_alloc_output(ctx, 0, x->dtype, &bshape, &loss));
+  RF_CHECK(rf__kernel_alloc_output(ctx, 0, x->dtype, bshape, &loss));
   rf_status *st = rf__kernel_alloc_output(ctx, 1, x->dtype, &x->shape, &bp);
   if (st) {
     rf_tensor_release(loss);
@@ -257,13 +275,27 @@ static rf_status *xent_compute(rf__kernel_ctx *ctx) {
             rf_dtype_size(x->dtype),
             c,
             x->data,
-            NULL,
+            dloss ? dloss->data : NULL,
             loss->data,
             bp->data,
             labels->data,
             labels->dtype == RF_INT64};
-  for_rows(ctx, &p, x->num_elements, 20, run_xent);
+  for_rows(ctx, &p, x->num_elements, 20, dloss ? run_xboth : run_xent);
   return NULL;
+}
+
+static rf_status *xent_compute(rf__kernel_ctx *ctx) {
+  rf_shape bshape;
+  int64_t c;
+  RF_CHECK(rf__xent_prepare(ctx, &bshape, &c));
+  return xent_run(ctx, NULL, &bshape, c);
+}
+
+static rf_status *xent_with_grad_compute(rf__kernel_ctx *ctx) {
+  rf_shape bshape;
+  int64_t c;
+  RF_CHECK(rf__xent_with_grad_prepare(ctx, &bshape, &c));
+  return xent_run(ctx, ctx->inputs[2], &bshape, c);
 }
 
 static rf_status *xent_grad_compute(rf__kernel_ctx *ctx) {

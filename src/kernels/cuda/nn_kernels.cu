@@ -66,6 +66,22 @@ __device__ __forceinline__ void row_stats(const T *x, int64_t c, int lane,
   *s = warp_sum(sum);
 }
 
+/* Products and differences rounded as written (never contracted into an
+ * fma), so the fused cross-entropy with its gradient rounds as the two
+ * kernels it replaces do. */
+__device__ __forceinline__ float mul_rn(float a, float b) {
+  return __fmul_rn(a, b);
+}
+__device__ __forceinline__ double mul_rn(double a, double b) {
+  return __dmul_rn(a, b);
+}
+__device__ __forceinline__ float sub_rn(float a, float b) {
+  return __fsub_rn(a, b);
+}
+__device__ __forceinline__ double sub_rn(double a, double b) {
+  return __dsub_rn(a, b);
+}
+
 /* ---- kernels ---- */
 
 template <typename T>
@@ -108,10 +124,12 @@ __global__ void softmax_grad_kernel(const T *dy, const T *y, T *out,
   }
 }
 
-/* loss = log(sum) - (x[label] - max); backprop = softmax - onehot(label). */
+/* loss = log(sum) - (x[label] - max); backprop = softmax - onehot(label).
+ * With dloss (_SparseXentWithGrad) the second output is backprop, rounded
+ * to T, times dloss[row]: what xent_grad_kernel makes of the backprop. */
 template <typename T, typename L>
-__global__ void xent_kernel(const T *x, const L *labels, T *loss, T *bp,
-                            int64_t rows, int64_t c) {
+__global__ void xent_kernel(const T *x, const L *labels, const T *dloss,
+                            T *loss, T *bp, int64_t rows, int64_t c) {
   using C = typename Num<T>::C;
   RF_WARP_ROWS(w, lane, rows) {
     const T *xr = x + w * c;
@@ -131,8 +149,11 @@ __global__ void xent_kernel(const T *x, const L *labels, T *loss, T *bp,
           Num<T>::store((C)(log(s) - (double)(Num<T>::load(xr[label]) - m)));
     C inv = (C)(1.0 / s);
     for (int64_t j = lane; j < c; j += 32) {
-      C p = exp_c(Num<T>::load(xr[j]) - m) * inv;
-      br[j] = Num<T>::store(j == label ? p - (C)1 : p);
+      C p = mul_rn(exp_c(Num<T>::load(xr[j]) - m), inv);
+      T b = Num<T>::store(j == label ? sub_rn(p, (C)1) : p);
+      br[j] =
+          dloss ? Num<T>::store(mul_rn(Num<T>::load(b), Num<T>::load(dloss[w])))
+                : b;
     }
   }
 }
@@ -142,7 +163,8 @@ template <typename T>
 __global__ void xent_grad_kernel(const T *bp, const T *dloss, T *out, int64_t n,
                                  int64_t c) {
   RF_GPU_LOOP(i, n) {
-    out[i] = Num<T>::store(Num<T>::load(bp[i]) * Num<T>::load(dloss[i / c]));
+    out[i] =
+        Num<T>::store(mul_rn(Num<T>::load(bp[i]), Num<T>::load(dloss[i / c])));
   }
 }
 
@@ -218,34 +240,50 @@ rf_status *softmax_grad_compute(rf__kernel_ctx *ctx) {
 
 template <typename T, typename L>
 rf_status *xent_launch(rf__kernel_ctx *ctx, const rf_tensor *x,
-                       const rf_tensor *labels, rf_tensor *loss,
-                       rf_tensor *bp) {
+                       const rf_tensor *labels, const rf_tensor *dloss,
+                       rf_tensor *loss, rf_tensor *bp) {
   int64_t rows = x->shape.dims[0], c = x->shape.dims[1];
   xent_kernel<T, L><<<grid(ctx, rows * 32), kThreads, 0, stream(ctx)>>>(
-      (const T *)x->data, (const L *)labels->data, (T *)loss->data,
-      (T *)bp->data, rows, c);
+      (const T *)x->data, (const L *)labels->data,
+      dloss ? (const T *)dloss->data : nullptr, (T *)loss->data, (T *)bp->data,
+      rows, c);
   RF_LAUNCHED_OK;
 }
 
-rf_status *xent_compute(rf__kernel_ctx *ctx) {
-  RF_CHECK(begin(ctx));
+/* The cross-entropy's loss and second output: the backprop, or with dloss
+ * its product with dloss (_SparseXentWithGrad). */
+rf_status *xent_run(rf__kernel_ctx *ctx, const rf_tensor *dloss,
+                    const rf_shape *bshape) {
   const rf_tensor *x = ctx->inputs[0], *labels = ctx->inputs[1];
-  rf_shape bshape;
-  int64_t c;
-  RF_CHECK(rf__xent_prepare(ctx, &bshape, &c));
   rf_tensor *loss, *bp;
-  RF_CHECK(alloc_output(ctx, 0, x->dtype, &bshape, &loss));
+  RF_CHECK(alloc_output(ctx, 0, x->dtype, bshape, &loss));
   rf_status *st = alloc_output(ctx, 1, x->dtype, &x->shape, &bp);
   if (!st && x->shape.dims[0] > 0) {
     bool l64 = labels->dtype == RF_INT64;
     st = visit_float(x->dtype, [&](auto tag) {
       using T = typename decltype(tag)::type;
-      return l64 ? xent_launch<T, int64_t>(ctx, x, labels, loss, bp)
-                 : xent_launch<T, int32_t>(ctx, x, labels, loss, bp);
+      return l64 ? xent_launch<T, int64_t>(ctx, x, labels, dloss, loss, bp)
+                 : xent_launch<T, int32_t>(ctx, x, labels, dloss, loss, bp);
     });
   }
   if (st) rf__kernel_drop_outputs(ctx);
   return st;
+}
+
+rf_status *xent_compute(rf__kernel_ctx *ctx) {
+  RF_CHECK(begin(ctx));
+  rf_shape bshape;
+  int64_t c;
+  RF_CHECK(rf__xent_prepare(ctx, &bshape, &c));
+  return xent_run(ctx, NULL, &bshape);
+}
+
+rf_status *xent_with_grad_compute(rf__kernel_ctx *ctx) {
+  RF_CHECK(begin(ctx));
+  rf_shape bshape;
+  int64_t c;
+  RF_CHECK(rf__xent_with_grad_prepare(ctx, &bshape, &c));
+  return xent_run(ctx, ctx->inputs[2], &bshape);
 }
 
 rf_status *xent_grad_compute(rf__kernel_ctx *ctx) {
