@@ -10,7 +10,11 @@
  * every variable of the group together or none; a GPU run (skipped without
  * one) matches the CPU. Float64 beta powers behind Casts (as ringflow
  * train keeps them) are read straight by the grouped node, rounded as the
- * Casts would, bit for bit. */
+ * Casts would, bit for bit. AssignMuls of one device and dtype (Adam's beta
+ * powers) become one _MultiAssignMul: its outputs and the variables are bit
+ * for bit the ungrouped ones for every float dtype, on the CPU and the GPU;
+ * dependent ones, other dtypes and two of one variable stay apart; under
+ * allocation failures all or nothing. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -620,6 +624,264 @@ static void test_gpu(void **state) {
   }
 }
 
+/* ---- AssignMul: _MultiAssignMul ---- */
+
+typedef struct mul_model {
+  rf_graph *g;
+  rf_dtype dt;
+  int n;
+  rf_shape shapes[MAXP];
+  rf_output init[MAXP], value[MAXP], out[MAXP], read[MAXP];
+  rf_node *assign[MAXP];
+} mul_model;
+
+/* n AssignMuls of variables of random shapes (the second one empty) by
+ * fed values, on `device`. */
+static void build_mul(mul_model *m, rf_dtype dt, int n, const char *device) {
+  memset(m, 0, sizeof *m);
+  m->g = rf_graph_new();
+  m->dt = dt, m->n = n;
+  assert_ok(rf_graph_push_device(m->g, device));
+  for (int p = 0; p < n; p++) {
+    int rank = (int)(rf_test_rand(&rng) % 3);
+    int64_t d0 = 1 + (int64_t)(rf_test_rand(&rng) % 30);
+    m->shapes[p] = rank == 0   ? rf_shape_scalar()
+                   : rank == 1 ? rf_shape_of(1, d0)
+                               : rf_shape_of(2, d0, (int64_t)3);
+    if (p == 1) m->shapes[p] = rf_shape_of(1, (int64_t)0);
+    char name[32];
+    snprintf(name, sizeof name, "w%d", p);
+    rf_output var = rf_variable(m->g, name, dt, m->shapes[p]);
+    m->init[p] = rf_placeholder(m->g, NULL, dt, m->shapes[p]);
+    m->assign[p] = rf_assign(m->g, NULL, var, m->init[p]);
+    m->value[p] = rf_placeholder(m->g, NULL, dt, m->shapes[p]);
+    snprintf(name, sizeof name, "mul%d", p);
+    m->out[p] = rf_assign_mul(m->g, name, var, m->value[p]);
+    m->read[p] = rf_read_variable(m->g, NULL, var);
+  }
+  rf_graph_pop_device(m->g);
+  assert_graph_ok(m->g);
+}
+
+/* The _MultiAssignMul nodes after lowering; *members gets their N summed. */
+static int multi_mul_nodes(const rf_graph *g, const rf_session_options *o,
+                           int64_t *members) {
+  rf_graph *low = NULL;
+  assert_ok(rf_graph_lower(g, o, &low));
+  int count = 0;
+  *members = 0;
+  for (int i = 0; i < rf_graph_num_nodes(low); i++) {
+    const rf_node *n = rf_graph_node(low, i);
+    if (strcmp(rf_node_op(n), "_MultiAssignMul") != 0) continue;
+    int64_t k = 0;
+    assert_ok(rf_node_attr_int(n, "N", &k));
+    count++;
+    *members += k;
+  }
+  rf_graph_free(low);
+  return count;
+}
+
+/* Three steps; out[t * n + p]: step t's new values, then out[3n + p] the
+ * variables read at the end. */
+static void run_muls(const mul_model *m, rf_session_options o,
+                     rf_tensor *const *init, rf_tensor *const *vals,
+                     rf_tensor **out) {
+  rf_session *s = NULL;
+  assert_ok(rf_session_new(m->g, &o, &s));
+  rf_feed feeds[MAXP];
+  for (int p = 0; p < m->n; p++) feeds[p] = (rf_feed){m->init[p], init[p]};
+  assert_ok(rf_session_run(s, feeds, m->n, NULL, 0, m->assign, m->n, NULL));
+  for (int t = 0; t < 3; t++) {
+    for (int p = 0; p < m->n; p++)
+      feeds[p] = (rf_feed){m->value[p], vals[t * m->n + p]};
+    assert_ok(
+        rf_session_run(s, feeds, m->n, m->out, m->n, NULL, 0, out + t * m->n));
+  }
+  assert_ok(rf_session_run(s, NULL, 0, m->read, m->n, NULL, 0, out + 3 * m->n));
+  rf_session_free(s);
+}
+
+static void check_muls(const char *device, int gpus) {
+  static const rf_dtype dts[] = {RF_FLOAT16, RF_BFLOAT16, RF_FLOAT32,
+                                 RF_FLOAT64};
+  for (int di = 0; di < 4; di++) {
+    mul_model m, mc; /* mc: the same model on cpu:0, for a GPU run */
+    uint64_t saved = rng;
+    build_mul(&m, dts[di], 6, device);
+    if (gpus) {
+      uint64_t after = rng;
+      rng = saved;
+      build_mul(&mc, dts[di], 6, "cpu:0");
+      rng = after;
+    }
+    rf_session_options on = options(1, 1, gpus), off = options(0, 1, gpus);
+    int64_t members;
+    assert_int_equal(multi_mul_nodes(m.g, &on, &members), 1);
+    assert_int_equal(members, 6);
+    assert_int_equal(multi_mul_nodes(m.g, &off, &members), 0);
+    rf_tensor *init[MAXP], *vals[3 * MAXP];
+    for (int p = 0; p < m.n; p++) {
+      init[p] = rf_test_random_tensor(&rng, m.dt, m.shapes[p], -2, 2);
+      for (int t = 0; t < 3; t++)
+        vals[t * m.n + p] =
+            rf_test_random_tensor(&rng, m.dt, m.shapes[p], -1.5, 1.5);
+    }
+    rf_tensor *a[4 * MAXP], *b[4 * MAXP], *c[4 * MAXP];
+    run_muls(&m, on, init, vals, a);
+    run_muls(&m, off, init, vals, b);
+    int nout = 4 * m.n;
+    for (int i = 0; i < nout; i++) assert_same_bytes(a[i], b[i]);
+    if (gpus) { /* the CPU's multiplications, bit for bit */
+      run_muls(&mc, options(1, 1, 0), init, vals, c);
+      for (int i = 0; i < nout; i++) assert_same_bytes(a[i], c[i]);
+      release_all(c, nout);
+      rf_graph_free(mc.g);
+    }
+    /* against float64 math: init * v0 * v1 * v2, each product rounded */
+    for (int p = 0; p < m.n; p++) {
+      int64_t ne = rf_shape_num_elements(&m.shapes[p]);
+      double *want = malloc(sizeof *want * (size_t)(ne + 1));
+      for (int64_t i = 0; i < ne; i++) {
+        double v = rf_tensor_get(init[p], i);
+        for (int t = 0; t < 3; t++) v *= rf_tensor_get(vals[t * m.n + p], i);
+        want[i] = v;
+      }
+      assert_tensor_near(a[3 * m.n + p], m.shapes[p], want,
+                         4 * rf_test_tolerance(m.dt));
+      free(want);
+    }
+    release_all(a, nout);
+    release_all(b, nout);
+    release_all(init, m.n);
+    release_all(vals, 3 * m.n);
+    rf_graph_free(m.g);
+  }
+}
+
+static void test_assign_mul_grouped(void **state) {
+  (void)state;
+  check_muls("cpu:0", 0);
+}
+
+/* Never together: a dependent AssignMul (its value is another's new
+ * value), another dtype, two AssignMuls of one variable. */
+static void test_assign_mul_never_grouped(void **state) {
+  (void)state;
+  rf_session_options on = options(1, 1, 0);
+  int64_t members;
+  mul_model m;
+  build_mul(&m, RF_FLOAT32, 4, "cpu:0");
+  rf_output var = rf_variable(m.g, "dep", RF_FLOAT32, m.shapes[0]);
+  rf_assign_mul(m.g, "dep_mul", var, m.out[0]);
+  rf_output v64 = rf_variable(m.g, "wide", RF_FLOAT64, rf_shape_scalar());
+  rf_assign_mul(m.g, "wide_mul", v64,
+                rf_const_scalar(m.g, NULL, RF_FLOAT64, 0.5));
+  assert_graph_ok(m.g);
+  /* the four, and "dep_mul" alone; "wide_mul" alone */
+  assert_int_equal(multi_mul_nodes(m.g, &on, &members), 1);
+  assert_int_equal(members, 4);
+  rf_graph_free(m.g);
+  build_mul(&m, RF_FLOAT32, 3, "cpu:0");
+  rf_output w0 = {rf_graph_find_node(m.g, "w0"), 0};
+  assert_non_null(w0.node);
+  rf_assign_mul(m.g, "again", w0,
+                rf_placeholder(m.g, NULL, RF_FLOAT32, m.shapes[0]));
+  assert_graph_ok(m.g);
+  /* w0's second AssignMul opens a group of its own */
+  assert_int_equal(multi_mul_nodes(m.g, &on, &members), 1);
+  assert_int_equal(members, 3);
+  rf_graph_free(m.g);
+}
+
+/* Allocation failures: a reader holds the old values, so each variable is
+ * copied; the group's variables move together or not at all. */
+typedef struct mul_fault {
+  mul_model m;
+  rf_session *s;
+  rf_tensor *init[MAXP], *vals[MAXP], *before[MAXP], *after[MAXP];
+} mul_fault;
+
+static void mul_fault_prepare(void *arg) {
+  mul_fault *c = arg;
+  rf_feed feeds[MAXP];
+  for (int p = 0; p < c->m.n; p++)
+    feeds[p] = (rf_feed){c->m.init[p], c->init[p]};
+  assert_ok(
+      rf_session_run(c->s, feeds, c->m.n, NULL, 0, c->m.assign, c->m.n, NULL));
+}
+
+static rf_status *mul_fault_attempt(void *arg) {
+  mul_fault *c = arg;
+  rf_feed feeds[MAXP];
+  for (int p = 0; p < c->m.n; p++)
+    feeds[p] = (rf_feed){c->m.value[p], c->vals[p]};
+  rf_tensor *outs[MAXP] = {NULL};
+  rf_status *st =
+      rf_session_run(c->s, feeds, c->m.n, c->m.out, c->m.n, NULL, 0, outs);
+  rf_debug_fail_allocation_after(0);
+  if (!st) release_all(outs, c->m.n);
+  rf_tensor *now[MAXP];
+  assert_ok(rf_session_run(c->s, NULL, 0, c->m.read, c->m.n, NULL, 0, now));
+  int old = 0, updated = 0;
+  for (int p = 0; p < c->m.n; p++) {
+    if (rf_tensor_nbytes(c->before[p]) == 0) continue;
+    if (same(now[p], c->before[p]))
+      old++;
+    else if (same(now[p], c->after[p]))
+      updated++;
+    else
+      fail_msg("variable %d is neither its old value nor its product", p);
+  }
+  if (old && updated)
+    fail_msg("%d variables multiplied, %d not: all or nothing", updated, old);
+  if (!st && old) fail_msg("the step succeeded but left variables old");
+  release_all(now, c->m.n);
+  return st;
+}
+
+static void test_assign_mul_all_or_nothing(void **state) {
+  (void)state;
+  mul_fault c;
+  build_mul(&c.m, RF_FLOAT32, 5, "cpu:0");
+  for (int p = 0; p < c.m.n; p++) {
+    c.init[p] = rf_test_random_tensor(&rng, RF_FLOAT32, c.m.shapes[p], -2, 2);
+    c.vals[p] = rf_test_random_tensor(&rng, RF_FLOAT32, c.m.shapes[p], -2, 2);
+  }
+  rf_session_options o = options(1, 1, 0);
+  assert_ok(rf_session_new(c.m.g, &o, &c.s));
+  mul_fault_prepare(&c);
+  assert_ok(rf_session_run(c.s, NULL, 0, c.m.read, c.m.n, NULL, 0, c.before));
+  rf_tensor *outs[MAXP];
+  rf_feed feeds[MAXP];
+  for (int p = 0; p < c.m.n; p++) feeds[p] = (rf_feed){c.m.value[p], c.vals[p]};
+  assert_ok(rf_session_run(c.s, feeds, c.m.n, c.m.out, c.m.n, NULL, 0, outs));
+  release_all(outs, c.m.n);
+  assert_ok(rf_session_run(c.s, NULL, 0, c.m.read, c.m.n, NULL, 0, c.after));
+  fs_plan plan = {.what = "grouped AssignMul step",
+                  .attempt = mul_fault_attempt,
+                  .arg = &c,
+                  .first_n = 200,
+                  .max_attempts = 100,
+                  .check_leaks = true,
+                  .warm_up = true,
+                  .prepare = mul_fault_prepare};
+  assert_true(fs_sweep(&plan, FS_AFTER).failures > 0);
+  assert_true(fs_sweep(&plan, FS_ONCE).failures > 0);
+  release_all(c.before, c.m.n);
+  release_all(c.after, c.m.n);
+  release_all(c.init, c.m.n);
+  release_all(c.vals, c.m.n);
+  rf_session_free(c.s);
+  rf_graph_free(c.m.g);
+}
+
+static void test_assign_mul_gpu(void **state) {
+  (void)state;
+  rf_test_need_gpu();
+  check_muls("gpu:0", 1);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup(test_bit_identical, setup),
@@ -629,6 +891,10 @@ int main(void) {
       cmocka_unit_test_setup(test_equal_consts_group, setup),
       cmocka_unit_test_setup(test_all_or_nothing_under_faults, setup),
       cmocka_unit_test_setup(test_gpu, setup),
+      cmocka_unit_test_setup(test_assign_mul_grouped, setup),
+      cmocka_unit_test_setup(test_assign_mul_never_grouped, setup),
+      cmocka_unit_test_setup(test_assign_mul_all_or_nothing, setup),
+      cmocka_unit_test_setup(test_assign_mul_gpu, setup),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

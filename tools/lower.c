@@ -78,18 +78,21 @@ static void print_buckets(const rf_graph *g, int64_t bucket_bytes) {
   }
 }
 
-/* One line per multi-tensor optimizer update (passes/group_updates.c). */
+/* One line per multi-tensor optimizer update and grouped AssignMuls
+ * (passes/group_updates.c). */
 static void print_update_groups(const rf_graph *g) {
   for (int i = 0; i < rf_graph_num_nodes(g); i++) {
     const rf_node *n = rf_graph_node(g, i);
-    if (strncmp(rf_node_op(n), "_MultiApply", 11) != 0) continue;
+    const char *op = rf_node_op(n);
+    bool mul = strcmp(op, "_MultiAssignMul") == 0;
+    if (strncmp(op, "_MultiApply", 11) != 0 && !mul) continue;
     int64_t k = 0;
     rf_dtype t = RF_FLOAT32;
     rf_status_free(rf_node_attr_int(n, "N", &k));
-    rf_status_free(rf_node_attr_dtype(n, "T", &t));
+    rf_status_free(rf_node_attr_dtype(n, mul ? "dtype" : "T", &t));
     printf("updates %s: %lld %s updates of %s as one %s\n", rf_node_device(n),
-           (long long)k, rf_node_op(n) + strlen("_MultiApply"),
-           rf_dtype_name(t), rf_node_op(n));
+           (long long)k, mul ? "AssignMul" : op + strlen("_MultiApply"),
+           rf_dtype_name(t), op);
   }
 }
 

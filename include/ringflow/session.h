@@ -194,6 +194,9 @@ typedef struct rf_session_options {
    * variables keep their names (checkpoints see no difference). The
    * grouped updates are applied all or nothing together: a failed one
    * leaves every variable of its group as it was (see rf_variable).
+   * AssignMul nodes of one dtype and device (Adam's beta powers), each of
+   * its own variable and with no path between them, are grouped the same
+   * way (_MultiAssignMul, whose outputs are their new values).
    * 0: each update runs as its own kernel. Any other value:
    * INVALID_ARGUMENT. */
   int group_optimizer_updates;

@@ -117,21 +117,35 @@ static const int momentum_scalars[2] = {2, 4};
 static const char *const momentum_names[2] = {"lr", "momentum"};
 
 const rf__state_update_spec rf__state_adam_spec = {
-    3,          6, adam_scalars,
-    adam_names, 9, "var, m and v must be three different variables"};
+    3,
+    6,
+    adam_scalars,
+    adam_names,
+    9,
+    "grad",
+    "var, m and v must be three different variables"};
 const rf__state_update_spec rf__state_adamw_spec = {
-    3,          7,  adam_scalars,
-    adam_names, 10, "var, m and v must be three different variables"};
+    3,
+    7,
+    adam_scalars,
+    adam_names,
+    10,
+    "grad",
+    "var, m and v must be three different variables"};
 const rf__state_update_spec rf__state_momentum_spec = {
     2,
     2,
     momentum_scalars,
     momentum_names,
     3,
+    "grad",
     "var and accum must be two different variables"};
+const rf__state_update_spec rf__state_assign_mul_spec = {
+    1, 0, NULL, NULL, 1, "value", "one variable per tensor"};
 
 bool rf__state_is_power(const rf__state_update_spec *spec, int j) {
-  return spec != &rf__state_momentum_spec && (j == 3 || j == 4);
+  return (spec == &rf__state_adam_spec || spec == &rf__state_adamw_spec) &&
+         (j == 3 || j == 4);
 }
 
 bool rf__state_power_f64(const rf__kernel_ctx *ctx, const rf__state_update *u,
@@ -226,8 +240,8 @@ rf_status *rf__state_update_run(rf__kernel_ctx *ctx, bool on_gpu,
   lock_all(u.sorted, nv, true);
   for (int k = 0; k < nv && !st; k++) {
     const rf_tensor *g = rf__state_grad(ctx, &u, k % u.n);
-    st = rf__state_check_update(ctx, u.vars[k], g->dtype, &g->shape, "grad",
-                                on_gpu);
+    st = rf__state_check_update(ctx, u.vars[k], g->dtype, &g->shape,
+                                spec->grad_name, on_gpu);
   }
   for (int k = 0; k < nv && !st; k++) st = writable(ctx, u.vars[k], &u.dst[k]);
   if (!st) st = compute(ctx, &u, arg);

@@ -29,7 +29,8 @@
   X("ApplyAdamW", apply_adamw_compute, 0x7u, 0, RF_COST_EXPENSIVE)           \
   X("_MultiApplyAdam", apply_adam_compute, 0, 0, RF_COST_EXPENSIVE)          \
   X("_MultiApplyAdamW", apply_adamw_compute, 0, 0, RF_COST_EXPENSIVE)        \
-  X("_MultiApplyMomentum", apply_momentum_compute, 0, 0, RF_COST_EXPENSIVE)
+  X("_MultiApplyMomentum", apply_momentum_compute, 0, 0, RF_COST_EXPENSIVE)  \
+  X("_MultiAssignMul", multi_assign_mul_compute, 0, 0, RF_COST_CHEAP)
 
 #ifdef __cplusplus
 extern "C" {
@@ -68,15 +69,19 @@ typedef struct rf__state_update_spec {
   const int *scalar_inputs;
   const char *const *scalar_names;
   int grad;
+  const char *grad_name; /* in messages: "grad", or AssignMul's "value" */
   const char *distinct;
 } rf__state_update_spec;
 
 /* The specs of ApplyAdam (var, m, v; beta1_power, beta2_power, lr, beta1,
  * beta2, epsilon; grad), ApplyAdamW (ApplyAdam's, then weight_decay before
- * grad) and ApplyMomentum (var, accum; lr, grad, momentum). */
+ * grad), ApplyMomentum (var, accum; lr, grad, momentum) and AssignMul
+ * (resource; value in the gradient's place: _MultiAssignMul runs as an
+ * update whose compute multiplies and outputs the new values). */
 extern const rf__state_update_spec rf__state_adam_spec;
 extern const rf__state_update_spec rf__state_adamw_spec;
 extern const rf__state_update_spec rf__state_momentum_spec;
+extern const rf__state_update_spec rf__state_assign_mul_spec;
 
 /* The most tensors one update node takes: the grouping pass puts at most
  * this many into a _MultiApply* node, the kernels keep their operands on

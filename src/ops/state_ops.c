@@ -1,10 +1,11 @@
 /* ops/state_ops.c - variables and their updates: Variable, ReadVariable,
  * Assign, AssignMul, ApplyGradientDescent, ApplyAdam, ApplyAdamW, ApplyMomentum
- * (and the internal _MultiApply* forms of the last three). All are stateful
- * (never pruned as duplicates, never folded) and not differentiable: users take
- * gradients with respect to a ReadVariable's output. The builders check dtypes
- * and shapes against the Variable node when the handle comes straight from one,
- * so most mistakes fail at build time; the kernels check again at run time. */
+ * (and the internal _MultiApply* forms of the last three, and _MultiAssignMul).
+ * All are stateful (never pruned as duplicates, never folded) and not
+ * differentiable: users take gradients with respect to a ReadVariable's output.
+ * The builders check dtypes and shapes against the Variable node when the
+ * handle comes straight from one, so most mistakes fail at build time; the
+ * kernels check again at run time. */
 #include <string.h>
 
 #include "core/shape.h"
@@ -40,6 +41,13 @@ static rf_status *check_scalars(rf__shape_ctx *c, int first, int n) {
 
 static rf_status *assign_mul_shape(rf__shape_ctx *c) {
   c->output_shapes[0] = c->input_shapes[1]; /* the value's: the variable's */
+  return NULL;
+}
+
+/* N handles then N values: each new value has its value's shape. */
+static rf_status *multi_assign_mul_shape(rf__shape_ctx *c) {
+  int n = c->num_outputs;
+  for (int i = 0; i < n; i++) c->output_shapes[i] = c->input_shapes[n + i];
   return NULL;
 }
 
@@ -124,6 +132,14 @@ static const rf__op_spec state_ops[] = {
      .outputs = "new_value: dtype",
      .attrs = "dtype: type in {@float}",
      .shape = assign_mul_shape,
+     .flags = RF_OP_STATEFUL | RF_OP_NO_GRADIENT},
+    /* N AssignMuls of one device and dtype as one node
+     * (passes/group_updates.c): one kernel on a GPU. */
+    {.name = "_MultiAssignMul",
+     .inputs = "resource: N * resource, value: N * dtype",
+     .outputs = "new_value: N * dtype",
+     .attrs = "dtype: type in {@float}; N: int >= 1",
+     .shape = multi_assign_mul_shape,
      .flags = RF_OP_STATEFUL | RF_OP_NO_GRADIENT},
     {.name = "ApplyGradientDescent",
      .inputs = "var: resource, alpha: T, delta: T",

@@ -5,7 +5,9 @@
  * node's output, or Consts of one value) and use_nesterov become one
  * _MultiApplyAdam / _MultiApplyAdamW / _MultiApplyMomentum, which updates every
  * tensor in one kernel (one launch on a GPU) with the element loops of the
- * single op, so the results are bit-identical. Only updates whose handles come
+ * single op, so the results are bit-identical; AssignMuls (Adam's beta powers
+ * in `ringflow train`) likewise become one _MultiAssignMul whose output i is
+ * member i's new value. Only updates whose handles come
  * straight from Variable nodes of their own device join (distinct variables,
  * handles in host memory), and a group grows only by an update that no path
  * joins to it in the graph where every group made so far is one vertex, so
@@ -19,6 +21,7 @@
 #include "kernels/state_prepare.h"
 #include "ops/op_registry.h"
 #include "passes/node_match.h"
+#include "passes/node_merge.h"
 #include "passes/pass_registry.h"
 
 /* The ops grouped: each op's handle count and the op it becomes. */
@@ -29,6 +32,7 @@ static const struct {
     {"ApplyAdam", "_MultiApplyAdam", &rf__state_adam_spec},
     {"ApplyAdamW", "_MultiApplyAdamW", &rf__state_adamw_spec},
     {"ApplyMomentum", "_MultiApplyMomentum", &rf__state_momentum_spec},
+    {"AssignMul", "_MultiAssignMul", &rf__state_assign_mul_spec},
 };
 #define NUM_KINDS ((int)(sizeof kinds / sizeof *kinds))
 
@@ -83,11 +87,12 @@ static bool same_const(const rf_node *x, const rf_node *y) {
 }
 
 /* Whether a and b (updates of one kind) may share a node: same device,
- * dtype, use_nesterov and scalar inputs. */
+ * dtype (AssignMul's attr is "dtype"), use_nesterov and scalar inputs. */
 static bool same_key(const rf_node *a, const rf_node *b,
                      const rf__state_update_spec *spec) {
   if (a->assigned_device != b->assigned_device ||
       attr_number(a, "T") != attr_number(b, "T") ||
+      attr_number(a, "dtype") != attr_number(b, "dtype") ||
       attr_number(a, "use_nesterov") != attr_number(b, "use_nesterov"))
     return false;
   for (int k = 0; k < spec->nscalars; k++) {
@@ -129,6 +134,19 @@ static bool reaches(group_ctx *c, int from, int to, bool forward) {
   return false;
 }
 
+/* Whether update x names a variable (a Variable node) that a member of
+ * `group` names too: one node updates each variable once. */
+static bool shares_variable(const group_ctx *c, int group, const rf_node *x,
+                            const rf__state_update_spec *spec) {
+  for (int y = group; y >= 0; y = c->next[y]) {
+    const rf_node *m = c->g->nodes[y];
+    for (int j = 0; j < spec->nvars; j++)
+      for (int k = 0; k < spec->nvars; k++)
+        if (m->data_in[j]->src == x->data_in[k]->src) return true;
+  }
+  return false;
+}
+
 static void join(group_ctx *c, int group, int x) {
   c->group[x] = group;
   c->next[c->last[group]] = x;
@@ -151,6 +169,7 @@ static rf_status *assign(group_ctx *c, rf_node **order, int n) {
       j++;
     int gid = j < nopen ? open[j] : -1;
     if (gid >= 0 && c->count[gid] < RF_STATE_MAX_TENSORS &&
+        !shares_variable(c, gid, x, kinds[k].spec) &&
         !reaches(c, gid, x->id, true) && !reaches(c, gid, x->id, false)) {
       join(c, gid, x->id);
       continue;
@@ -163,9 +182,11 @@ static rf_status *assign(group_ctx *c, rf_node **order, int n) {
   return NULL;
 }
 
-/* Moves member m's control edges onto `to`, then removes m (updates have
- * no outputs, so control edges are all that leaves them). */
-static rf_status *replace(group_ctx *c, rf_node *m, rf_node *to) {
+/* Points member m's readers at output `out` of `to` (AssignMul's new
+ * value; the Apply* updates have no outputs), moves its control edges onto
+ * `to`, then removes m. */
+static rf_status *replace(group_ctx *c, rf_node *m, rf_node *to, int out) {
+  if (m->num_outputs > 0) RF_CHECK(rf__merge_redirect(c->g, m, 0, to, out));
   for (int i = 0; i < m->num_in_edges; i++) {
     const rf__edge *e = m->in_edges[i];
     if (e->dst_in == RF_CONTROL_SLOT && !rf__graph_has_control_edge(e->src, to))
@@ -205,7 +226,8 @@ static rf_node *f64_cast(const rf_node *m0, int j) {
 static bool f64_powers(const rf_node *m0, const rf__state_update_spec *spec,
                        rf_node **casts) {
   casts[0] = casts[1] = NULL;
-  if (spec == &rf__state_momentum_spec || attr_number(m0, "T") != RF_FLOAT32)
+  if ((spec != &rf__state_adam_spec && spec != &rf__state_adamw_spec) ||
+      attr_number(m0, "T") != RF_FLOAT32)
     return false;
   casts[0] = f64_cast(m0, 3);
   casts[1] = f64_cast(m0, 4);
@@ -241,7 +263,7 @@ static rf_status *rewrite(group_ctx *c, rf_node **m, int n) {
   if (!st) st = rf__attrs_copy(&m[0]->attrs, &a);
   rf__attr_value nv = rf__attr_int(n);
   if (!st) st = rf__attrs_set(&a, "N", &nv);
-  if (!st && spec != &rf__state_momentum_spec) {
+  if (!st && (spec == &rf__state_adam_spec || spec == &rf__state_adamw_spec)) {
     rf__attr_value tp =
         f64 ? rf__attr_type_value(RF_FLOAT64)
             : rf__attr_type_value((rf_dtype)attr_number(m[0], "T"));
@@ -254,6 +276,8 @@ static rf_status *rewrite(group_ctx *c, rf_node **m, int n) {
     st = rf__graph_add_node(c->g, op, name, c->pc->devices[d].canonical, in,
                             nin, &a, &node);
     if (!st) node->assigned_device = d;
+    for (int i = 0; !st && i < n && m[i]->num_outputs > 0; i++)
+      node->out_shapes[i] = m[i]->out_shapes[0]; /* AssignMul's new values */
   }
   rf__attrs_clear(&a);
   rf__free(in);
@@ -265,7 +289,7 @@ static rf_status *rewrite(group_ctx *c, rf_node **m, int n) {
       rf_dtype_name(m[0]->data_in[spec->grad]
                         ->src->out_dtypes[m[0]->data_in[spec->grad]->src_out]),
       c->pc->devices[node->assigned_device].canonical, op_name, node->name);
-  for (int i = 0; i < n; i++) RF_CHECK(replace(c, m[i], node));
+  for (int i = 0; i < n; i++) RF_CHECK(replace(c, m[i], node, i));
   for (int k = 0; f64 && k < 2; k++) {
     if (k == 1 && casts[1] == casts[0]) break;
     if (casts[k]->num_out_edges > 0) continue; /* read elsewhere too */

@@ -166,6 +166,22 @@ static rf_status *assign_mul_compute(rf__kernel_ctx *ctx) {
   return rf__state_assign_mul_run(ctx, false, writable_value, mul_in_place);
 }
 
+/* _MultiAssignMul: every tensor as AssignMul multiplies it; the new values
+ * (installed once this returns) are the outputs. */
+static rf_status *multi_mul(rf__kernel_ctx *ctx, const rf__state_update *u,
+                            const void *arg) {
+  (void)arg;
+  for (int i = 0; i < u->n; i++)
+    RF_CHECK(mul_in_place(ctx, u->dst[i], rf__state_grad(ctx, u, i)));
+  for (int i = 0; i < u->n; i++) ctx->outputs[i] = rf_tensor_retain(u->dst[i]);
+  return NULL;
+}
+
+static rf_status *multi_assign_mul_compute(rf__kernel_ctx *ctx) {
+  return rf__state_update_run(ctx, false, &rf__state_assign_mul_spec,
+                              writable_value, multi_mul, NULL);
+}
+
 static void gd_chunk(void *arg, int64_t b, int64_t e) {
   const update_args *a = arg;
   if (a->dtype == RF_FLOAT32) {

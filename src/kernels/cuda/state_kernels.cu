@@ -208,6 +208,17 @@ struct MomentumOp {
   }
 };
 
+/* _MultiAssignMul: x *= value, as mul_kernel computes it. */
+template <typename T>
+struct MulOp {
+  struct Run {
+    __device__ void operator()(T *const *p, int64_t i) const {
+      p[0][i] = Num<T>::store(Num<T>::load(p[0][i]) * Num<T>::load(p[1][i]));
+    }
+  };
+  __device__ Run load() const { return Run{}; }
+};
+
 template <typename T, int D, typename Op>
 __global__ void multi_kernel(const __grid_constant__ TensorList<T, D> l,
                              const Op op) {
@@ -257,7 +268,8 @@ rf_status *multi_launch(rf__kernel_ctx *ctx, const rf__state_update *u,
   return NULL;
 }
 
-/* The launch of an update's kind (spec) in grad's dtype. */
+/* The launch of an update's kind (spec) in grad's dtype (_MultiAssignMul's
+ * value's), with its outputs (_MultiAssignMul's new values). */
 rf_status *update_compute(rf__kernel_ctx *ctx, const rf__state_update *u,
                           const void *) {
   const rf__state_update_spec *spec = u->spec;
@@ -269,6 +281,12 @@ rf_status *update_compute(rf__kernel_ctx *ctx, const rf__state_update *u,
     auto in = [&](int j) {
       return (const T *)rf__state_scalar(ctx, u, j)->data;
     };
+    if (spec == &rf__state_assign_mul_spec) {
+      RF_CHECK(multi_launch<T, 2>(ctx, u, MulOp<T>{}));
+      for (int i = 0; i < u->n; i++) /* installed once this returns */
+        ctx->outputs[i] = rf_tensor_retain(u->dst[i]);
+      return (rf_status *)NULL;
+    }
     if (spec == &rf__state_momentum_spec)
       return multi_launch<T, 3>(ctx, u, MomentumOp<T>{in(2), in(4), nesterov});
     auto raw = [&](int j) {
@@ -337,6 +355,9 @@ rf_status *apply_adamw_compute(rf__kernel_ctx *ctx) {
 }
 rf_status *apply_momentum_compute(rf__kernel_ctx *ctx) {
   return apply_update(ctx, &rf__state_momentum_spec);
+}
+rf_status *multi_assign_mul_compute(rf__kernel_ctx *ctx) {
+  return apply_update(ctx, &rf__state_assign_mul_spec);
 }
 
 const rf__kernel_def defs[] = {RF_STATE_KERNELS(RF__GPU_KERNEL)};
