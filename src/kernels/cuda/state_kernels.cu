@@ -282,7 +282,7 @@ rf_status *update_compute(rf__kernel_ctx *ctx, const rf__state_update *u,
       return (const T *)rf__state_scalar(ctx, u, j)->data;
     };
     if (spec == &rf__state_assign_mul_spec) {
-      RF_CHECK(multi_launch<T, 2>(ctx, u, MulOp<T>{}));
+      RF_CHECK((multi_launch<T, 2>(ctx, u, MulOp<T>{})));
       for (int i = 0; i < u->n; i++) /* installed once this returns */
         ctx->outputs[i] = rf_tensor_retain(u->dst[i]);
       return (rf_status *)NULL;
