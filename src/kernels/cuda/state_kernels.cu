@@ -13,6 +13,7 @@
  * device scalars read by the update kernels themselves, in double as the CPU
  * reads them. */
 #include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kernels/cuda/gpu_common.cuh" /* first: the C headers in C++ */
@@ -111,18 +112,34 @@ __global__ void gd_kernel(T *x, const T *d, const T *alpha, int64_t n) {
  * ApplyAdam, ApplyAdamW, ApplyMomentum and their _MultiApply* forms (N
  * tensors, passes/group_updates.c) all launch multi_kernel once: its
  * argument holds each tensor's arrays (var, its slots, grad) and the first
- * of its chunks of kChunk elements; each block takes chunks in turn, finds
- * their tensor by binary search and runs the one element function of its
+ * of its chunks of chunk_elements() elements; each block takes chunks in turn,
+ * finds their tensor by binary search and runs the one element function of its
  * update. One node's tensors in one launch keep the update all or nothing:
  * RF_STATE_MAX_TENSORS of them fit the 4 KB of kernel parameters every
  * CUDA device takes (PyTorch's multi_tensor_apply splits a list the same
  * way; the grouping pass splits longer lists into several nodes). */
 
-constexpr int64_t kChunk = 8 * kThreads;
+/* Elements per chunk: 2 per thread by default, so a model of half a
+ * million parameters fills the GPU with blocks (each thread's elements are
+ * dependent round trips to memory: the updates write what the next element's
+ * loads might alias). RF_GPU_UPDATE_CHUNK (a multiple of 256; read once, for
+ * measuring) sets another size. */
+int64_t chunk_elements() {
+  static const int64_t chunk = [] { /* a thread-safe static */
+                                    const char *env =
+                                        getenv("RF_GPU_UPDATE_CHUNK");
+                                    long long c = env ? atoll(env) : 0;
+                                    return c >= kThreads && c % kThreads == 0
+                                               ? (int64_t)c
+                                               : (int64_t)(2 * kThreads);
+  }();
+  return chunk;
+}
 
 template <typename T, int D>
 struct TensorList {
   T *p[D][RF_STATE_MAX_TENSORS]; /* var, its slots, then grad (read only) */
+  int64_t chunk;                 /* elements per chunk */
   int64_t n[RF_STATE_MAX_TENSORS];
   int64_t chunk_start[RF_STATE_MAX_TENSORS + 1];
   int count;
@@ -235,8 +252,8 @@ __global__ void multi_kernel(const __grid_constant__ TensorList<T, D> l,
     }
     T *p[D];
     for (int d = 0; d < D; d++) p[d] = l.p[d][lo];
-    const int64_t b = (c - l.chunk_start[lo]) * kChunk;
-    const int64_t e = b + kChunk < l.n[lo] ? b + kChunk : l.n[lo];
+    const int64_t b = (c - l.chunk_start[lo]) * l.chunk;
+    const int64_t e = b + l.chunk < l.n[lo] ? b + l.chunk : l.n[lo];
     for (int64_t i = b + threadIdx.x; i < e; i += blockDim.x) run(p, i);
   }
 }
@@ -247,6 +264,7 @@ template <typename T, int D, typename Op>
 rf_status *multi_launch(rf__kernel_ctx *ctx, const rf__state_update *u,
                         const Op &op) {
   TensorList<T, D> l;
+  l.chunk = chunk_elements();
   int n = u->n, count = 0;
   int64_t chunks = 0;
   for (int i = 0; i < n; i++) {
@@ -257,7 +275,7 @@ rf_status *multi_launch(rf__kernel_ctx *ctx, const rf__state_update *u,
     l.p[D - 1][count] = (T *)g->data;
     l.n[count] = g->num_elements;
     l.chunk_start[count++] = chunks;
-    chunks += (g->num_elements + kChunk - 1) / kChunk;
+    chunks += (g->num_elements + l.chunk - 1) / l.chunk;
   }
   if (count == 0) return NULL;
   l.count = count;
