@@ -357,6 +357,56 @@ static void test_shape_change_falls_back(void **state) {
   rf_graph_free(g);
 }
 
+/* Feeds and fetches of 1 byte to past 16 KiB (small copies between pinned
+ * memory and the GPU run as kernels: device/gpu/stream.c), odd sizes
+ * included, through a captured step and its replays, with and without
+ * RF_GPU_SMALL_COPY=0: y = x + 1 (uint8, wrapping), every byte right. */
+static void test_small_copies_replayed(void **state) {
+  (void)state;
+  rf_test_need_gpu();
+  const int64_t sizes[] = {1, 7, 4096, 16383, 16384, 16385, 70001};
+  for (int off = 0; off < 2; off++) {
+    if (off) setenv("RF_GPU_SMALL_COPY", "0", 1);
+    for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++) {
+      rf_graph *g = rf_graph_new();
+      assert_ok(rf_graph_push_device(g, "gpu:0"));
+      rf_shape sh = rf_shape_of(1, sizes[k]);
+      rf_output x = rf_placeholder(g, "x", RF_UINT8, sh);
+      rf_output y = rf_add(g, "y", x, rf_const_scalar(g, "one", RF_UINT8, 1));
+      rf_graph_pop_device(g);
+      rf_session_options o;
+      rf_session_options_init(&o);
+      o.num_gpu_devices = 1;
+      o.gpu_graphs = 1;
+      rf_session *s = NULL;
+      assert_ok(rf_session_new(g, &o, &s));
+      log_start();
+      uint64_t rng = 501 + k;
+      for (int step = 0; step < 4; step++) {
+        rf_tensor *v = NULL, *out = NULL;
+        assert_ok(rf_tensor_new(RF_UINT8, &sh, NULL, &v));
+        uint8_t *p = rf_tensor_mutable_data(v);
+        for (int64_t i = 0; i < sizes[k]; i++) p[i] = (uint8_t)next_rand(&rng);
+        rf_feed f = {x, v};
+        assert_ok(rf_session_run(s, &f, 1, &y, 1, NULL, 0, &out));
+        const uint8_t *q = rf_tensor_data(out);
+        for (int64_t i = 0; i < sizes[k]; i++)
+          if (q[i] != (uint8_t)(p[i] + 1))
+            fail_msg("%lld bytes, step %d: byte %lld is %d, want %d",
+                     (long long)sizes[k], step, (long long)i, q[i],
+                     (uint8_t)(p[i] + 1));
+        rf_tensor_release(out);
+        rf_tensor_release(v);
+      }
+      expect_log("captured the step", true);
+      log_stop();
+      rf_session_free(s);
+      rf_graph_free(g);
+    }
+    unsetenv("RF_GPU_SMALL_COPY");
+  }
+}
+
 /* y = AddN(x * 1, x * 2, ..., x * 40) = 820 x on gpu:0: more inputs than
  * AddN passes in its launch's parameters (32). Their pointers used to be
  * copied from a host array freed at once, which a capture recorded and each
@@ -514,6 +564,7 @@ int main(void) {
       cmocka_unit_test(test_shape_change_falls_back),
       cmocka_unit_test(test_cpu_device_falls_back),
       cmocka_unit_test(test_add_n_many_inputs),
+      cmocka_unit_test(test_small_copies_replayed),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -164,11 +164,19 @@ int rf__gpu_tensor_ordinal(const rf_tensor *t);
 
 /* Enqueues on d's stream a copy of src's bytes into dst (same byte size):
  * host to device, device to host, or device to device (a peer copy when the
- * two are on different physical GPUs). The copy reads src and writes dst when
- * the stream gets there: both must live until then (see rf__gpu_notify).
- * The caller has entered d. Errors name d and the direction. */
+ * two are on different physical GPUs). Up to 16 KiB between pinned host
+ * memory and d's GPU it is a one-block kernel (rf__gpu_small_copy_launch),
+ * cheaper than a memcpy node in a captured step. The copy reads src and writes
+ * dst when the stream gets there: both must live until then (see
+ * rf__gpu_notify). The caller has entered d. Errors name d and the direction.
+ */
 rf_status *rf__gpu_copy(const rf__device *d, rf_tensor *dst,
                         const rf_tensor *src);
+/* small_copy.cu: copies `bytes` (at most a few KiB) from src to dst with a
+ * one-block kernel on `stream` (the current device's); one side is pinned
+ * host memory. Returns the launch's cudaError_t. */
+int rf__gpu_small_copy_launch(void *dst, const void *src, size_t bytes,
+                              void *stream);
 
 /* Makes d's stream wait (on the GPU, not the host) for the work queued so
  * far on the legacy default stream of physical GPU `gpu`: what a producer

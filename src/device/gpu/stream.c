@@ -1,7 +1,11 @@
 /* device/gpu/stream.c - work on a GPU device's stream: copies between host
- * and device memory (and between GPUs), and tensors for them. Completion of
+ * and device memory (and between GPUs; small ones with pinned host memory as
+ * a kernel, small_copy.cu), and tensors for them. Completion of
  * that work is reported by device/gpu/completion.c. */
 #include <cuda_runtime_api.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/cuda_check.h"
@@ -11,6 +15,34 @@
 
 static const char *where(const rf_tensor *t) {
   return t->on_gpu ? "device" : "host";
+}
+
+/* Copies of at most this many bytes between pinned host memory and the
+ * device's GPU run as a kernel (small_copy.cu); RF_GPU_SMALL_COPY=0 in the
+ * environment (read once, for measuring) keeps them memcpys. */
+#define SMALL_COPY_BYTES 16384
+
+static bool small_copies_on(void) {
+  static atomic_int on = -1;
+  int v = atomic_load(&on);
+  if (v < 0) {
+    const char *env = getenv("RF_GPU_SMALL_COPY");
+    v = !(env && strcmp(env, "0") == 0);
+    atomic_store(&on, v);
+  }
+  return v;
+}
+
+/* Whether a copy between host tensor h and device tensor g of d's GPU may
+ * be a kernel: small, and h in pinned memory (mapped at its own address on
+ * every GPU under unified addressing). */
+static bool small_pinned(const rf__device *d, const rf_tensor *h,
+                         const rf_tensor *g) {
+  const rf_tensor *root = h;
+  while (root->base) root = root->base;
+  return h->nbytes <= SMALL_COPY_BYTES && !h->external &&
+         root->allocator == rf__gpu_pinned_allocator() &&
+         rf__gpu_tensor_ordinal(g) == d->gpu_ordinal && small_copies_on();
 }
 
 rf_status *rf__gpu_copy(const rf__device *d, rf_tensor *dst,
@@ -32,6 +64,11 @@ rf_status *rf__gpu_copy(const rf__device *d, rf_tensor *dst,
     else
       st = RF_CUDA_STATUS(
           cudaMemcpyPeerAsync(dst->data, to, src->data, from, src->nbytes, s));
+  } else if (dst->on_gpu ? small_pinned(d, src, dst)
+                         : small_pinned(d, dst, src)) {
+    (void)cudaGetLastError(); /* not this launch's: see kernels' begin() */
+    st = RF_CUDA_STATUS((cudaError_t)rf__gpu_small_copy_launch(
+        dst->data, src->data, src->nbytes, s));
   } else {
     /* Default: the pointers say the direction (unified addressing), which
      * also covers reading another GPU's memory from this stream. */
