@@ -115,17 +115,17 @@ static void build(model *m, kind k, rf_dtype dt, int n, const char *device) {
   build_with(m, k, dt, n, device, false);
 }
 
-/* The _MultiApply* nodes after lowering with grouping on; *members gets
+/* The nodes whose op starts with `prefix` after lowering; *members gets
  * their N summed. */
-static int multi_nodes(const rf_graph *g, const rf_session_options *o,
-                       int64_t *members) {
+static int prefixed_nodes(const rf_graph *g, const rf_session_options *o,
+                          const char *prefix, int64_t *members) {
   rf_graph *low = NULL;
   assert_ok(rf_graph_lower(g, o, &low));
   int count = 0;
   *members = 0;
   for (int i = 0; i < rf_graph_num_nodes(low); i++) {
     const rf_node *n = rf_graph_node(low, i);
-    if (strncmp(rf_node_op(n), "_MultiApply", 11) != 0) continue;
+    if (strncmp(rf_node_op(n), prefix, strlen(prefix)) != 0) continue;
     int64_t k = 0;
     assert_ok(rf_node_attr_int(n, "N", &k));
     count++;
@@ -133,6 +133,18 @@ static int multi_nodes(const rf_graph *g, const rf_session_options *o,
   }
   rf_graph_free(low);
   return count;
+}
+
+/* The _MultiApply* nodes (grouped optimizer updates). */
+static int multi_nodes(const rf_graph *g, const rf_session_options *o,
+                       int64_t *members) {
+  return prefixed_nodes(g, o, "_MultiApply", members);
+}
+
+/* The _MultiAssignMul nodes. */
+static int multi_mul_nodes(const rf_graph *g, const rf_session_options *o,
+                           int64_t *members) {
+  return prefixed_nodes(g, o, "_MultiAssignMul", members);
 }
 
 /* Random data for `steps` steps: initial values, then per step the
@@ -661,25 +673,6 @@ static void build_mul(mul_model *m, rf_dtype dt, int n, const char *device) {
   }
   rf_graph_pop_device(m->g);
   assert_graph_ok(m->g);
-}
-
-/* The _MultiAssignMul nodes after lowering; *members gets their N summed. */
-static int multi_mul_nodes(const rf_graph *g, const rf_session_options *o,
-                           int64_t *members) {
-  rf_graph *low = NULL;
-  assert_ok(rf_graph_lower(g, o, &low));
-  int count = 0;
-  *members = 0;
-  for (int i = 0; i < rf_graph_num_nodes(low); i++) {
-    const rf_node *n = rf_graph_node(low, i);
-    if (strcmp(rf_node_op(n), "_MultiAssignMul") != 0) continue;
-    int64_t k = 0;
-    assert_ok(rf_node_attr_int(n, "N", &k));
-    count++;
-    *members += k;
-  }
-  rf_graph_free(low);
-  return count;
 }
 
 /* Three steps; out[t * n + p]: step t's new values, then out[3n + p] the
