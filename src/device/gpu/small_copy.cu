@@ -1,8 +1,8 @@
 /* device/gpu/small_copy.cu - see gpu.h: a small copy between pinned host
  * memory and the device as a kernel. In a captured step a memcpy node costs
  * about 3.8 µs where a one-block kernel node costs about 2.2 µs (H100,
- * .gpu/copynode.cu in session 20), and every step has its feeds and its
- * fetched values to copy. Pinned host memory (cudaHostAlloc) is mapped at
+ * bench/graph_copy_nodes.cu in session 20), and every step has its feeds and
+ * its fetched values to copy. Pinned host memory (cudaHostAlloc) is mapped at
  * the same address on every device under unified addressing, so a kernel
  * reads and writes it directly. */
 #include <cuda_runtime_api.h>
