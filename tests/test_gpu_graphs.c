@@ -16,6 +16,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,7 +35,8 @@ static size_t log_len;
 static void on_log(rf_log_level level, const char *msg, void *user) {
   (void)level;
   (void)user;
-  if (strncmp(msg, "gpu graphs:", 11) != 0) return;
+  if (strncmp(msg, "gpu graphs:", 11) != 0 && strncmp(msg, "gpu: ", 5) != 0)
+    return;
   pthread_mutex_lock(&log_mu);
   int n = snprintf(log_text + log_len, sizeof log_text - log_len, "%s\n", msg);
   if (n > 0 && log_len + (size_t)n < sizeof log_text) log_len += (size_t)n;
@@ -67,6 +69,17 @@ static void expect_log(const char *sub, bool want) {
     fprintf(stderr, "log:\n%s", log_text);
     fail_msg("the log %s \"%s\"", want ? "lacks" : "holds", sub);
   }
+}
+
+/* The copy nodes of the graph captured since log_start, from its log line
+ * ("N nodes: K kernels, C copies, ..."); SIZE_MAX when none was logged. */
+static size_t graph_copies(void) {
+  pthread_mutex_lock(&log_mu);
+  const char *p = strstr(log_text, " kernels, ");
+  size_t copies = SIZE_MAX;
+  if (p && sscanf(p, " kernels, %zu copies", &copies) != 1) copies = SIZE_MAX;
+  pthread_mutex_unlock(&log_mu);
+  return copies;
 }
 
 static rf_tensor *zeros(int64_t rows, int64_t cols) {
@@ -399,6 +412,15 @@ static void test_small_copies_replayed(void **state) {
         rf_tensor_release(v);
       }
       expect_log("captured the step", true);
+      /* The graph's copies: the feed's and the fetch's are kernels when
+       * small and on, memcpy nodes otherwise (the switch is read when the
+       * session's GPU runtime is made). */
+      bool kernels = !off && sizes[k] <= 16384;
+      size_t copies = graph_copies();
+      if (kernels ? copies != 0 : copies < 2 || copies == SIZE_MAX)
+        fail_msg("%lld bytes, small copies %s: %zu copy nodes, want %s",
+                 (long long)sizes[k], off ? "off" : "on", copies,
+                 kernels ? "0" : "the feed's and the fetch's");
       log_stop();
       rf_session_free(s);
       rf_graph_free(g);
@@ -553,9 +575,95 @@ static void test_blas_workspace_variable(void **state) {
   rf_graph_free(g);
 }
 
+/* The GPU runtime's measuring knobs (docs/ARCHITECTURE.md): values they
+ * take, values that fail rf_session_new naming the variable, and the SM
+ * share of virtual devices on one GPU, as the log reports it. */
+static void test_gpu_knobs(void **state) {
+  (void)state;
+  rf_test_need_gpu();
+  rf_graph *g = rf_graph_new();
+  rf_output y[4];
+  int64_t dims[2] = {64, 64};
+  rf_shape sh = rf_shape_make(2, dims);
+  for (int d = 0; d < 4; d++) {
+    char dev[16], name[16];
+    snprintf(dev, sizeof dev, "gpu:%d", d);
+    snprintf(name, sizeof name, "y%d", d);
+    assert_ok(rf_graph_push_device(g, dev));
+    rf_tensor *v = NULL;
+    assert_ok(rf_tensor_new(RF_FLOAT32, &sh, NULL, &v));
+    float *p = rf_tensor_mutable_data(v);
+    for (int i = 0; i < 64 * 64; i++) p[i] = 0.5f;
+    rf_output x = rf_const(g, NULL, v);
+    rf_tensor_release(v);
+    y[d] = rf_matmul(g, name, x, x, false, false);
+    rf_graph_pop_device(g);
+  }
+  rf_session_options o;
+  rf_session_options_init(&o);
+  o.num_gpu_devices = 4;
+  static const struct {
+    const char *name, *value;
+    bool ok;
+  } cases[] = {
+      {"RF_GPU_SM_SHARE", "0", true},
+      {"RF_GPU_SM_SHARE", "1", true},
+      {"RF_GPU_SM_SHARE", "", false},
+      {"RF_GPU_SM_SHARE", "2", false},
+      {"RF_GPU_SMALL_COPY", "0", true},
+      {"RF_GPU_SMALL_COPY", "no", false},
+      {"RF_GPU_UPDATE_CHUNK", "256", true},
+      {"RF_GPU_UPDATE_CHUNK", "1048576", true},
+      {"RF_GPU_UPDATE_CHUNK", "0", false},
+      {"RF_GPU_UPDATE_CHUNK", "300", false},
+      {"RF_GPU_UPDATE_CHUNK", "1048832", false},
+      {"RF_GPU_UPDATE_CHUNK", "5e2", false},
+  };
+  for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+    assert_int_equal(setenv(cases[k].name, cases[k].value, 1), 0);
+    rf_session *s = NULL;
+    log_start();
+    rf_status *st = rf_session_new(g, &o, &s);
+    log_stop();
+    if (!cases[k].ok) {
+      assert_status(st, RF_INVALID_ARGUMENT, cases[k].name);
+      assert_null(s);
+    } else {
+      assert_ok(st);
+      bool share = strcmp(cases[k].name, "RF_GPU_SM_SHARE") != 0 ||
+                   strcmp(cases[k].value, "0") != 0;
+      expect_log("gpu: 4 virtual devices on physical GPU 0", true);
+      /* Each device plans for a quarter of the GPU, or for all of it. */
+      int sms = 0, each = 0;
+      pthread_mutex_lock(&log_mu);
+      const char *at = strstr(log_text, "multiprocessors), each");
+      const char *open = at;
+      while (open && open > log_text && *open != ',') open--;
+      bool parsed = open && sscanf(open,
+                                   ", %d multiprocessors), each sizing "
+                                   "its kernels for %d",
+                                   &sms, &each) == 2;
+      pthread_mutex_unlock(&log_mu);
+      assert_true(parsed);
+      assert_int_equal(each, share ? (sms / 4 > 0 ? sms / 4 : 1) : sms);
+      rf_tensor *out[4] = {0};
+      assert_ok(rf_session_run(s, NULL, 0, y, 4, NULL, 0, out));
+      for (int d = 0; d < 4; d++) {
+        const float *v = rf_tensor_data(out[d]);
+        for (int i = 0; i < 64 * 64; i++) assert_true(v[i] == 16.0f);
+        rf_tensor_release(out[d]);
+      }
+      rf_session_free(s);
+    }
+    assert_int_equal(unsetenv(cases[k].name), 0);
+  }
+  rf_graph_free(g);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_blas_workspace_variable),
+      cmocka_unit_test(test_gpu_knobs),
       cmocka_unit_test(test_mlp_gpu0),
       cmocka_unit_test(test_mlp_gpu0_3_allreduce),
       cmocka_unit_test(test_mlp_gpu0_3_full_size),

@@ -74,6 +74,21 @@ typedef struct rf__device {
   void *order_event;
   void *gpu; /* struct rf__gpu_context: the physical GPU's shared state
                 (properties; shared by its virtual devices) */
+  /* The multiprocessors this device's kernels size their grids for, and
+   * that its cuBLAS and cuBLASLt heuristics target: the physical GPU's
+   * count divided by the number of the session's virtual devices on it, so
+   * that the devices' concurrent kernels share the GPU rather than each
+   * filling it (RF_GPU_SM_SHARE=0: the whole GPU for each). 0 on CPU
+   * devices. */
+  int gpu_sms;
+  /* Copies of at most 16 KiB between pinned host memory and this device's
+   * GPU run as a kernel (device/gpu/stream.c); RF_GPU_SMALL_COPY=0 when the
+   * runtime is made keeps them memcpys (for measuring). */
+  bool gpu_small_copies;
+  /* Elements per chunk of the multi-tensor update kernel
+   * (kernels/cuda/state_kernels.cu): 512, or RF_GPU_UPDATE_CHUNK when the
+   * runtime is made (for measuring). */
+  int64_t gpu_update_chunk;
   /* cublasHandle_t of this virtual device, bound to `stream` once when the
    * device is made: kernels use it as it is and never call cublasSetStream
    * (one handle per virtual device, so concurrent kernels of different

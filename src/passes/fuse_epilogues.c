@@ -79,27 +79,17 @@ static bool conv_ok(const fuse_ctx *c, const rf_node *n) {
 static rf_status *add_fused(fuse_ctx *c, const rf_node *mm, const char *op_name,
                             const rf_output *in, int nin, int64_t bias_input,
                             rf_node **out) {
-  const rf__op_def *op = rf__op_find(op_name);
-  if (!op) return rf__internal("op %s is not registered", op_name);
-  size_t len = strlen(mm->name) + strlen(op_name) + 32;
-  char *mem = rf__malloc(2 * len), *stem = mem, *name = mem + len;
-  RF_CHECK_ALLOC(mem);
   rf__attrs a = {0};
   rf_status *st = rf__attrs_copy(&mm->attrs, &a);
   if (!st && bias_input >= 0) {
     rf__attr_value v = rf__attr_int(bias_input);
     st = rf__attrs_set(&a, "bias_input", &v);
   }
-  if (!st) {
-    snprintf(stem, len, "%s/%s", mm->name, op_name);
-    rf__graph_unique_name(c->g, stem, name, len);
-    int d = mm->assigned_device;
-    st = rf__graph_add_node(c->g, op, name, c->pc->devices[d].canonical, in,
-                            nin, &a, out);
-    if (!st) (*out)->assigned_device = d;
-  }
+  if (!st)
+    st = rf__merge_add_node(c->g, mm,
+                            c->pc->devices[mm->assigned_device].canonical,
+                            op_name, in, nin, &a, out);
   rf__attrs_clear(&a);
-  rf__free(mem);
   return st;
 }
 

@@ -31,25 +31,6 @@ static bool local(const rf__pass_ctx *pc, const rf_node *n) {
   return d >= 0 && d < pc->num_devices && !pc->devices[d].remote;
 }
 
-/* A node of _SparseXentWithGrad on x's device with x's attrs. */
-static rf_status *add_fused(rf__pass_ctx *pc, const rf_node *x,
-                            const rf_output *in, rf_node **out) {
-  const char *op_name = "_SparseXentWithGrad";
-  const rf__op_def *op = rf__op_find(op_name);
-  if (!op) return rf__internal("op %s is not registered", op_name);
-  size_t len = strlen(x->name) + strlen(op_name) + 32;
-  char *mem = rf__malloc(2 * len), *stem = mem, *name = mem + len;
-  RF_CHECK_ALLOC(mem);
-  snprintf(stem, len, "%s/%s", x->name, op_name);
-  rf__graph_unique_name(pc->graph, stem, name, len);
-  int d = x->assigned_device;
-  rf_status *st = rf__graph_add_node(
-      pc->graph, op, name, pc->devices[d].canonical, in, 3, &x->attrs, out);
-  if (!st) (*out)->assigned_device = d;
-  rf__free(mem);
-  return st;
-}
-
 /* Cross-entropy x with the gradient op that is its backprop's one reader. */
 static rf_status *fuse(rf__pass_ctx *pc, rf__merge_ctx *mc, rf_node *x,
                        int *fused) {
@@ -63,7 +44,9 @@ static rf_status *fuse(rf__pass_ctx *pc, rf__merge_ctx *mc, rf_node *x,
   if (!rf__merge_ok(mc, m, 2)) return NULL;
   rf_output in[3] = {rf__input(x, 0), rf__input(x, 1), rf__input(gr, 0)};
   rf_node *f;
-  RF_CHECK(add_fused(pc, x, in, &f));
+  RF_CHECK(rf__merge_add_node(pc->graph, x,
+                              pc->devices[x->assigned_device].canonical,
+                              "_SparseXentWithGrad", in, 3, &x->attrs, &f));
   f->out_shapes[0] = x->out_shapes[0];
   f->out_shapes[1] = gr->out_shapes[0];
   RF_CHECK(rf__merge_redirect(pc->graph, x, 0, f, 0));

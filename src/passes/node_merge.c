@@ -1,8 +1,12 @@
 /* passes/node_merge.c - see node_merge.h. */
 #include "passes/node_merge.h"
 
+#include <stdio.h>
+#include <string.h>
+
 #include "core/mem.h"
 #include "core/status.h"
+#include "ops/op_registry.h"
 
 rf_status *rf__merge_ctx_init(rf__merge_ctx *c, rf_graph *g) {
   size_t ids = (size_t)g->num_ids + 1;
@@ -105,4 +109,21 @@ rf__edge *rf__merge_only_reader(const rf_node *n, int out) {
     e = n->out_edges[k];
   }
   return e;
+}
+
+rf_status *rf__merge_add_node(rf_graph *g, const rf_node *like,
+                              const char *device, const char *op_name,
+                              const rf_output *in, int nin,
+                              const rf__attrs *attrs, rf_node **out) {
+  const rf__op_def *op = rf__op_find(op_name);
+  if (!op) return rf__internal("op %s is not registered", op_name);
+  size_t len = strlen(like->name) + strlen(op_name) + 32;
+  char *mem = rf__malloc(2 * len), *stem = mem, *name = mem + len;
+  RF_CHECK_ALLOC(mem);
+  snprintf(stem, len, "%s/%s", like->name, op_name);
+  rf__graph_unique_name(g, stem, name, len);
+  rf_status *st = rf__graph_add_node(g, op, name, device, in, nin, attrs, out);
+  if (!st) (*out)->assigned_device = like->assigned_device;
+  rf__free(mem);
+  return st;
 }

@@ -37,6 +37,14 @@ rf_status *rf__merge_redirect(rf_graph *g, rf_node *from, int out, rf_node *to,
 rf_status *rf__merge_retire(rf__merge_ctx *c, rf_node *const *m, int nm,
                             rf_node *to);
 
+/* A node of `op_name` on like's assigned device (named `device`), inputs
+ * in[0, nin) and `attrs` (copied), named "<like's name>/<op_name>" made
+ * unique in g: the node that replaces a group led by `like`. */
+rf_status *rf__merge_add_node(rf_graph *g, const rf_node *like,
+                              const char *device, const char *op_name,
+                              const rf_output *in, int nin,
+                              const rf__attrs *attrs, rf_node **out);
+
 /* The only data edge leaving output `out` of n, or NULL (none, or several). */
 rf__edge *rf__merge_only_reader(const rf_node *n, int out);
 

@@ -10,10 +10,13 @@
 #ifdef RF_HAVE_CUDNN
 #include <cudnn.h>
 #endif
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/cuda_check.h"
+#include "core/log.h"
 #include "core/mem.h"
 #include "core/status.h"
 #include "device/gpu/gpu.h"
@@ -124,10 +127,58 @@ static rf_status *enable_peer_access(rf__gpu_runtime *r) {
   return NULL;
 }
 
+/* The GPU runtime's measuring knobs, read from the environment when it is
+ * made (docs/ARCHITECTURE.md): a knob set to a value it does not take fails
+ * the session, naming it, rather than being ignored. */
+typedef struct knobs {
+  bool sm_share, small_copies;
+  int64_t update_chunk;
+} knobs;
+
+/* A switch: unset or "1" on, "0" off. */
+static rf_status *switch_env(const char *name, bool *on) {
+  const char *env = getenv(name);
+  *on = !env || strcmp(env, "1") == 0;
+  if (env && !*on && strcmp(env, "0") != 0)
+    return rf__invalid("environment variable %s='%.40s': expected 0 or 1", name,
+                       env);
+  return NULL;
+}
+
+static rf_status *read_knobs(knobs *k) {
+  RF_CHECK(switch_env("RF_GPU_SM_SHARE", &k->sm_share));
+  RF_CHECK(switch_env("RF_GPU_SMALL_COPY", &k->small_copies));
+  k->update_chunk = 512;
+  const char *env = getenv("RF_GPU_UPDATE_CHUNK");
+  if (env) {
+    char *end = NULL;
+    errno = 0;
+    long long v = strtoll(env, &end, 10);
+    if (!*env || *end || errno || v < 256 || v > (1 << 20) || v % 256)
+      return rf__invalid(
+          "environment variable RF_GPU_UPDATE_CHUNK='%.40s': expected a "
+          "multiple of 256 from 256 to 1048576",
+          env);
+    k->update_chunk = v;
+  }
+  return NULL;
+}
+
+/* The multiprocessors each of `sharing` virtual devices on ctx plans for
+ * (rf__device.gpu_sms): an equal part of the GPU, or all of it where
+ * RF_GPU_SM_SHARE=0. */
+static int sm_share(const rf__gpu_context *ctx, int sharing, bool share) {
+  int sms = ctx->multiprocessors > 0 ? ctx->multiprocessors : 32;
+  if (!share || sharing <= 1) return sms;
+  return sms / sharing > 0 ? sms / sharing : 1;
+}
+
 /* Stream, handle and cache of virtual device i. */
-static rf_status *make_device(rf__gpu_runtime *r, int i) {
+static rf_status *make_device(rf__gpu_runtime *r, int i, const knobs *k) {
   rf__device *d = &r->devices[i];
-  rf__gpu_context *ctx = &r->contexts[i % r->num_contexts];
+  int p = i % r->num_contexts;
+  rf__gpu_context *ctx = &r->contexts[p];
+  int sharing = (r->num_devices - p + r->num_contexts - 1) / r->num_contexts;
   RF_CUDA_CHECK(cudaSetDevice(ctx->ordinal));
   RF_CUDA_CHECK(
       cudaStreamCreateWithFlags(&r->streams[i], cudaStreamNonBlocking));
@@ -135,6 +186,13 @@ static rf_status *make_device(rf__gpu_runtime *r, int i) {
       cudaEventCreateWithFlags(&r->events[i], cudaEventDisableTiming));
   RF_CUBLAS_CHECK(cublasCreate(&r->handles[i]));
   RF_CUBLAS_CHECK(cublasSetStream(r->handles[i], r->streams[i]));
+  d->gpu_sms = sm_share(ctx, sharing, k->sm_share);
+  d->gpu_small_copies = k->small_copies;
+  d->gpu_update_chunk = k->update_chunk;
+  /* cuBLAS's heuristics then pick kernels that leave room for the other
+   * devices' concurrent ones (0: the whole GPU, cuBLAS's default). */
+  if (d->gpu_sms < ctx->multiprocessors)
+    RF_CUBLAS_CHECK(cublasSetSmCountTarget(r->handles[i], d->gpu_sms));
 #ifdef RF_HAVE_CUDNN
   cudnnHandle_t dnn = NULL;
   cudnnStatus_t ds = cudnnCreate(&dnn);
@@ -164,6 +222,8 @@ static rf_status *make_device(rf__gpu_runtime *r, int i) {
 }
 
 static rf_status *make_all(rf__gpu_runtime *r, int count) {
+  knobs k;
+  RF_CHECK(read_knobs(&k));
   r->num_contexts = r->num_devices < count ? r->num_devices : count;
   r->contexts = rf__calloc((size_t)r->num_contexts, sizeof(rf__gpu_context));
   r->caches = rf__calloc((size_t)r->num_devices, sizeof(rf__gpu_cache *));
@@ -184,10 +244,19 @@ static rf_status *make_all(rf__gpu_runtime *r, int count) {
   }
   RF_CHECK(enable_peer_access(r));
   for (int i = 0; i < r->num_devices; i++) {
-    rf_status *st = make_device(r, i);
+    rf_status *st = make_device(r, i, &k);
     if (st)
       return rf__status_prefix(st, "%s (physical GPU %d)",
                                r->devices[i].canonical, i % r->num_contexts);
+  }
+  for (int p = 0; p < r->num_contexts; p++) {
+    const rf__gpu_context *ctx = &r->contexts[p];
+    if (ctx->num_caches > 1)
+      RF__LOG(RF_LOG_INFO,
+              "gpu: %d virtual devices on physical GPU %d (%.100s, %d "
+              "multiprocessors), each sizing its kernels for %d",
+              ctx->num_caches, ctx->ordinal, ctx->name, ctx->multiprocessors,
+              r->devices[p].gpu_sms);
   }
   return NULL;
 }
@@ -220,6 +289,9 @@ static void clear_device(rf__device *d) {
   d->allocator = rf_default_allocator();
   d->host_allocator = rf_default_allocator();
   d->enter = NULL;
+  d->gpu_sms = 0;
+  d->gpu_small_copies = false;
+  d->gpu_update_chunk = 0;
 }
 
 void rf__gpu_runtime_free(rf__gpu_runtime *r) {

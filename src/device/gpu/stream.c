@@ -3,7 +3,6 @@
  * a kernel, small_copy.cu), and tensors for them. Completion of
  * that work is reported by device/gpu/completion.c. */
 #include <cuda_runtime_api.h>
-#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,20 +17,9 @@ static const char *where(const rf_tensor *t) {
 }
 
 /* Copies of at most this many bytes between pinned host memory and the
- * device's GPU run as a kernel (small_copy.cu); RF_GPU_SMALL_COPY=0 in the
- * environment (read once, for measuring) keeps them memcpys. */
+ * device's GPU run as a kernel (small_copy.cu) where the device allows it
+ * (rf__device.gpu_small_copies). */
 #define SMALL_COPY_BYTES 16384
-
-static bool small_copies_on(void) {
-  static atomic_int on = -1;
-  int v = atomic_load(&on);
-  if (v < 0) {
-    const char *env = getenv("RF_GPU_SMALL_COPY");
-    v = !(env && strcmp(env, "0") == 0);
-    atomic_store(&on, v);
-  }
-  return v;
-}
 
 /* Whether a copy between host tensor h and device tensor g of d's GPU may
  * be a kernel: small, and h in pinned memory (mapped at its own address on
@@ -42,7 +30,7 @@ static bool small_pinned(const rf__device *d, const rf_tensor *h,
   while (root->base) root = root->base;
   return h->nbytes <= SMALL_COPY_BYTES && !h->external &&
          root->allocator == rf__gpu_pinned_allocator() &&
-         rf__gpu_tensor_ordinal(g) == d->gpu_ordinal && small_copies_on();
+         rf__gpu_tensor_ordinal(g) == d->gpu_ordinal && d->gpu_small_copies;
 }
 
 rf_status *rf__gpu_copy(const rf__device *d, rf_tensor *dst,

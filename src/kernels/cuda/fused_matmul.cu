@@ -58,6 +58,7 @@ struct Key {
   int64_t ordinal, kind, which, dtype, compute;
   int64_t m, n, k, ta, tb, lda, ldb;
   int64_t align_a, align_b, align_d, align_bias;
+  int64_t sms; /* the SM count targeted (0: the whole GPU) */
 };
 bool operator<(const Key &x, const Key &y) {
   return std::memcmp(&x, &y, sizeof x) < 0;
@@ -110,6 +111,7 @@ struct Plan {
   void *out;
   void *bias;   /* the bias (read) or the bias gradient (written) */
   bool bgrad_a; /* kBiasGrad: cuBLASLt's A (our b) is reduced */
+  int32_t sms;  /* CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET; 0: the whole GPU */
 };
 
 #define LT_TRY(expr)                      \
@@ -138,6 +140,9 @@ cublasStatus_t describe(Descs &ds, const Plan &p, const char **what) {
                                         &epi, sizeof epi));
   LT_TRY(cublasLtMatmulDescSetAttribute(
       ds.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p.bias, sizeof p.bias));
+  if (p.sms > 0)
+    LT_TRY(cublasLtMatmulDescSetAttribute(
+        ds.op, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, &p.sms, sizeof p.sms));
   LT_TRY(cublasLtMatrixLayoutCreate(&ds.a, p.type, d.tb ? d.k : d.n,
                                     d.tb ? d.n : d.k, d.ldb));
   LT_TRY(cublasLtMatrixLayoutCreate(&ds.b, p.type, d.ta ? d.m : d.k,
@@ -188,8 +193,8 @@ cublasStatus_t choose(cublasLtHandle_t h, Descs &ds, const Plan &p, Choice *c,
     size_t got = 0;
     if (r[i].state == CUBLAS_STATUS_SUCCESS &&
         cublasLtMatmulAlgoConfigGetAttribute(
-            &r[i].algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splits,
-            sizeof splits, &got) == CUBLAS_STATUS_SUCCESS &&
+            &r[i].algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splits, sizeof splits,
+            &got) == CUBLAS_STATUS_SUCCESS &&
         splits <= 1) {
       pick = i;
       break;
@@ -220,7 +225,8 @@ Key key_of(const rf__kernel_ctx *ctx, const Plan &p) {
              alignment(p.b),
              alignment(p.a),
              alignment(p.out),
-             alignment(p.bias)};
+             alignment(p.bias),
+             p.sms};
 }
 
 /* Enqueues p's product; *fallback set (and nothing enqueued) when cuBLASLt
@@ -361,6 +367,7 @@ rf_status *fused_impl(rf__kernel_ctx *ctx, Kind kind) {
   p.a = a->data;
   p.b = b->data;
   p.bgrad_a = which == 1;
+  p.sms = sm_count_target(ctx);
   rf_tensor *out, *bgrad = NULL;
   RF_CHECK(alloc_output(ctx, 0, dt, &cs, &out));
   if (kind == kBiasGrad) {

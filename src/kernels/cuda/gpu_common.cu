@@ -36,12 +36,19 @@ rf_status *begin(const rf__kernel_ctx *ctx) {
 }
 
 unsigned grid(const rf__kernel_ctx *ctx, int64_t n) {
-  const rf__gpu_context *g = (const rf__gpu_context *)ctx->device->gpu;
-  int sms = g && g->multiprocessors > 0 ? g->multiprocessors : 32;
+  /* The device's share of the GPU: virtual devices on one GPU run their
+   * kernels side by side (rf__device.gpu_sms). */
+  int sms = ctx->device->gpu_sms > 0 ? ctx->device->gpu_sms : 32;
   int64_t cap = (int64_t)sms * kBlocksPerSm;
   int64_t blocks = (n + kThreads - 1) / kThreads;
   if (blocks > cap) blocks = cap;
   return blocks < 1 ? 1u : (unsigned)blocks;
+}
+
+int sm_count_target(const rf__kernel_ctx *ctx) {
+  const rf__gpu_context *g = (const rf__gpu_context *)ctx->device->gpu;
+  int share = ctx->device->gpu_sms;
+  return g && share > 0 && share < g->multiprocessors ? share : 0;
 }
 
 rf_status *alloc_output(rf__kernel_ctx *ctx, int i, rf_dtype dtype,

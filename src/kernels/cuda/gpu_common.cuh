@@ -104,9 +104,13 @@ inline cublasComputeType_t gemm_compute_32f(const rf__kernel_ctx *ctx) {
  * the device's GPU current: rf__device.enter.) */
 rf_status *begin(const rf__kernel_ctx *ctx);
 
-/* Blocks for n items: one item a thread, at most what the GPU keeps
- * resident (8 blocks of 256 per multiprocessor); at least 1. */
+/* Blocks for n items: one item a thread, at most what the device's share
+ * of the GPU keeps resident (8 blocks of 256 per multiprocessor of
+ * rf__device.gpu_sms); at least 1. */
 unsigned grid(const rf__kernel_ctx *ctx, int64_t n);
+/* The SM count a library's heuristic should target for ctx's device: its
+ * share of the GPU (rf__device.gpu_sms), or 0 when that is the whole GPU. */
+int sm_count_target(const rf__kernel_ctx *ctx);
 
 /* ---- memory ---- */
 

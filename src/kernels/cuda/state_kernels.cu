@@ -112,29 +112,12 @@ __global__ void gd_kernel(T *x, const T *d, const T *alpha, int64_t n) {
  * ApplyAdam, ApplyAdamW, ApplyMomentum and their _MultiApply* forms (N
  * tensors, passes/group_updates.c) all launch multi_kernel once: its
  * argument holds each tensor's arrays (var, its slots, grad) and the first
- * of its chunks of chunk_elements() elements; each block takes chunks in turn,
+ * of its chunks of l.chunk elements; each block takes chunks in turn,
  * finds their tensor by binary search and runs the one element function of its
  * update. One node's tensors in one launch keep the update all or nothing:
  * RF_STATE_MAX_TENSORS of them fit the 4 KB of kernel parameters every
  * CUDA device takes (PyTorch's multi_tensor_apply splits a list the same
  * way; the grouping pass splits longer lists into several nodes). */
-
-/* Elements per chunk: 2 per thread by default, so a model of half a
- * million parameters fills the GPU with blocks (each thread's elements are
- * dependent round trips to memory: the updates write what the next element's
- * loads might alias). RF_GPU_UPDATE_CHUNK (a multiple of 256; read once, for
- * measuring) sets another size. */
-int64_t chunk_elements() {
-  static const int64_t chunk = [] { /* a thread-safe static */
-                                    const char *env =
-                                        getenv("RF_GPU_UPDATE_CHUNK");
-                                    long long c = env ? atoll(env) : 0;
-                                    return c >= kThreads && c % kThreads == 0
-                                               ? (int64_t)c
-                                               : (int64_t)(2 * kThreads);
-  }();
-  return chunk;
-}
 
 template <typename T, int D>
 struct TensorList {
@@ -264,7 +247,12 @@ template <typename T, int D, typename Op>
 rf_status *multi_launch(rf__kernel_ctx *ctx, const rf__state_update *u,
                         const Op &op) {
   TensorList<T, D> l;
-  l.chunk = chunk_elements();
+  /* 512 elements (2 per thread) by default, so a model of half a million
+   * parameters fills the GPU with blocks: each thread's elements are
+   * dependent round trips to memory (the updates write what the next
+   * element's loads might alias). RF_GPU_UPDATE_CHUNK sets another size. */
+  l.chunk = ctx->device->gpu_update_chunk > 0 ? ctx->device->gpu_update_chunk
+                                              : 2 * kThreads;
   int n = u->n, count = 0;
   int64_t chunks = 0;
   for (int i = 0; i < n; i++) {

@@ -24,7 +24,9 @@
  * value those nodes write to its own step's number before it launches. */
 #include <cuda_runtime_api.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/cuda_check.h"
@@ -381,15 +383,97 @@ static rf_status *launch(rf__step_graph *g, const rf__plan *p,
 
 /* ---- capture ---- */
 
+/* A graph node and its index in the node list, sorted by node. */
+typedef struct node_at {
+  cudaGraphNode_t node;
+  size_t at;
+} node_at;
+
+static int node_at_cmp(const void *a, const void *b) {
+  uintptr_t x = (uintptr_t)((const node_at *)a)->node,
+            y = (uintptr_t)((const node_at *)b)->node;
+  return x < y ? -1 : x > y;
+}
+
+static size_t index_of(const node_at *by, size_t n, cudaGraphNode_t node) {
+  node_at key = {node, 0};
+  const node_at *f = bsearch(&key, by, n, sizeof *by, node_at_cmp);
+  return f ? f->at : SIZE_MAX;
+}
+
+/* The most kernel nodes on one path through the graph (nodes[0, n), types
+ * in kernel[]): what the step's dependencies serialise, however many
+ * streams the GPU runs at once. 0 when the edges cannot be read. */
+static size_t longest_chain(cudaGraph_t graph, cudaGraphNode_t *nodes,
+                            const bool *kernel, size_t n) {
+  size_t ne = 0, best = 0;
+  if (cudaGraphGetEdges(graph, NULL, NULL, NULL, &ne) != cudaSuccess) return 0;
+  cudaGraphNode_t *from = rf__calloc(ne + 1, sizeof *from),
+                  *to = rf__calloc(ne + 1, sizeof *to);
+  node_at *by = rf__calloc(n + 1, sizeof *by);
+  size_t *indeg = rf__calloc(n + 1, sizeof *indeg),
+         *depth = rf__calloc(n + 1, sizeof *depth),
+         *queue = rf__calloc(n + 1, sizeof *queue);
+  /* The edges by source (first[i] .. first[i + 1] in succ). */
+  size_t *first = rf__calloc(n + 2, sizeof *first),
+         *succ = rf__calloc(ne + 1, sizeof *succ),
+         *dst = rf__calloc(ne + 1, sizeof *dst);
+  if (!from || !to || !by || !indeg || !depth || !queue || !first || !succ ||
+      !dst || cudaGraphGetEdges(graph, from, to, NULL, &ne) != cudaSuccess)
+    goto out;
+  for (size_t i = 0; i < n; i++) by[i] = (node_at){nodes[i], i};
+  qsort(by, n, sizeof *by, node_at_cmp);
+  for (size_t k = 0; k < ne; k++) {
+    size_t a = index_of(by, n, from[k]);
+    dst[k] = index_of(by, n, to[k]);
+    if (a == SIZE_MAX || dst[k] == SIZE_MAX) goto out;
+    first[a + 2]++;
+    indeg[dst[k]]++;
+  }
+  for (size_t i = 2; i < n + 2; i++) first[i] += first[i - 1];
+  for (size_t k = 0; k < ne; k++)
+    succ[first[index_of(by, n, from[k]) + 1]++] = dst[k];
+  /* Kahn's order; depth[i]: kernels on the longest path ending at i. */
+  size_t head = 0, tail = 0;
+  for (size_t i = 0; i < n; i++)
+    if (!indeg[i]) queue[tail++] = i;
+  while (head < tail) {
+    size_t i = queue[head++];
+    depth[i] += kernel[i];
+    if (depth[i] > best) best = depth[i];
+    for (size_t k = first[i]; k < first[i + 1]; k++) {
+      size_t j = succ[k];
+      if (depth[i] > depth[j]) depth[j] = depth[i];
+      if (--indeg[j] == 0) queue[tail++] = j;
+    }
+  }
+out:
+  rf__free(from);
+  rf__free(to);
+  rf__free(by);
+  rf__free(indeg);
+  rf__free(depth);
+  rf__free(queue);
+  rf__free(first);
+  rf__free(succ);
+  rf__free(dst);
+  (void)cudaGetLastError();
+  return best;
+}
+
 /* What the captured graph holds, for the log: its nodes by type (memory
- * nodes would be cuBLAS's workspaces: RF_GPU_GRAPH_DEBUG=workspace). */
+ * nodes would be cuBLAS's workspaces: RF_GPU_GRAPH_DEBUG=workspace), and
+ * the longest chain of dependent kernels. */
 static void describe(cudaGraph_t graph, char *buf, size_t len) {
   size_t n = 0;
   cudaGraphNode_t *nodes = NULL;
+  bool *kernel = NULL;
   cudaError_t e = cudaGraphGetNodes(graph, NULL, &n);
   if (e == cudaSuccess && n) {
     nodes = rf__calloc(n, sizeof *nodes);
-    e = nodes ? cudaGraphGetNodes(graph, nodes, &n) : cudaErrorMemoryAllocation;
+    kernel = rf__calloc(n, sizeof *kernel);
+    e = nodes && kernel ? cudaGraphGetNodes(graph, nodes, &n)
+                        : cudaErrorMemoryAllocation;
   }
   size_t kernels = 0, copies = 0, sets = 0, allocs = 0, frees = 0, empty = 0,
          other = 0;
@@ -397,6 +481,7 @@ static void describe(cudaGraph_t graph, char *buf, size_t len) {
     enum cudaGraphNodeType t = cudaGraphNodeTypeCount;
     if (cudaGraphNodeGetType(nodes[i], &t) != cudaSuccess)
       t = cudaGraphNodeTypeCount;
+    kernel[i] = t == cudaGraphNodeTypeKernel;
     switch (t) {
       case cudaGraphNodeTypeKernel: kernels++; break;
       case cudaGraphNodeTypeMemcpy: copies++; break;
@@ -407,15 +492,19 @@ static void describe(cudaGraph_t graph, char *buf, size_t len) {
       default: other++;
     }
   }
+  size_t chain =
+      e == cudaSuccess && n ? longest_chain(graph, nodes, kernel, n) : 0;
   rf__free(nodes);
+  rf__free(kernel);
   (void)cudaGetLastError();
   if (e != cudaSuccess)
     snprintf(buf, len, "nodes not listed: %s", cudaGetErrorString(e));
   else
     snprintf(buf, len,
              "%zu nodes: %zu kernels, %zu copies, %zu memsets, %zu memory "
-             "allocations, %zu memory frees, %zu empty, %zu other",
-             n, kernels, copies, sets, allocs, frees, empty, other);
+             "allocations, %zu memory frees, %zu empty, %zu other; at most "
+             "%zu kernels on one path",
+             n, kernels, copies, sets, allocs, frees, empty, other, chain);
 }
 
 /* Pinned buffers holding this run's feeds (made anew when a shape moved). */
@@ -644,7 +733,7 @@ static bool capture(rf_session *s, rf__plan *p, rf__step_graph *g,
       never = why;
     }
   }
-  char nodes[256] = "";
+  char nodes[320] = "";
   if (graph && rf__log_on(RF_LOG_INFO)) describe(graph, nodes, sizeof nodes);
   cudaGraphExec_t exec = NULL;
   if (graph) {
