@@ -200,7 +200,10 @@ static void check_block(rf_dtype dt) {
                      0);
     rf_session_options d;
     rf_session_options_init(&d);
-    assert_int_equal(d.conv_epilogues, RF_CONV_EPILOGUES_OFF);
+    /* The default fuses on GPU devices: nothing on these CPU devices. */
+    assert_int_equal(d.conv_epilogues, RF_CONV_EPILOGUES_GPU);
+    assert_int_equal(count(&m, d.conv_epilogues, "_FusedConv2DBiasRelu"), 0);
+    assert_int_equal(count(&m, d.conv_epilogues, "_MaxPoolGradRelu"), 0);
     rf_tensor *fused[NFETCH] = {0}, *plain[NFETCH] = {0};
     run(&m, all, fused);
     run(&m, RF_CONV_EPILOGUES_OFF, plain);

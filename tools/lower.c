@@ -132,7 +132,7 @@ int cmd_lower(int argc, char **argv) {
   const char *dot_dir = NULL;
   int64_t bucket_bytes = RF_DEFAULT_BUCKET_BYTES;
   int comm = 0, group = 0, epilogues = RF_MATMUL_EPILOGUES_AUTO,
-      conv_epilogues = 0;
+      conv_epilogues = RF_CONV_EPILOGUES_GPU;
   static const char *const group_choices[] = {"on", "off", NULL};
   /* In RF_MATMUL_EPILOGUES_* order. */
   static const char *const epilogue_choices[] = {"off", "gpu", "all", "auto",
@@ -172,8 +172,8 @@ int cmd_lower(int argc, char **argv) {
                   epilogue_choices),
       TOOL_CHOICE("conv-epilogues", &conv_epilogues, "S",
                   "fuse Conv2D with its BiasAdd and Relu, and MaxPoolGrad "
-                  "with the Relu's gradient, nowhere (off, the default), on "
-                  "GPU devices (gpu) or on every device (all), as ringflow "
+                  "with the Relu's gradient, nowhere (off), on GPU devices "
+                  "(gpu, the default) or on every device (all), as ringflow "
                   "train --conv-epilogues does",
                   conv_choices),
   };

@@ -611,6 +611,7 @@ static int parse_options(int argc, char **argv, options *o) {
                  .sync = SYNC_ALLREDUCE,
                  .warmup = 10,
                  .epilogues = RF_MATMUL_EPILOGUES_AUTO,
+                 .conv_epilogues = RF_CONV_EPILOGUES_GPU,
                  .bucket_mb = -1};
   char why[64];
   tool_devices_parse("cpu:0-3", &o->devices, why, sizeof why);
@@ -762,14 +763,15 @@ static int parse_options(int argc, char **argv, options *o) {
                   "or every device (all; on CPU the unfused kernels one "
                   "after the other) (rf_session_options.matmul_epilogues)",
                   epilogue_choices),
-      TOOL_CHOICE("conv-epilogues", &o->conv_epilogues, "S",
-                  "run each Conv2D's bias and ReLU inside the convolution, "
-                  "and each MaxPoolGrad with the ReLU's gradient, as one "
-                  "fused node on no device (off, the default), GPU devices "
-                  "(gpu: one cuDNN call each in float32, one pool gradient "
-                  "kernel) or every device (all; on CPU the unfused kernels "
-                  "one after the other) (rf_session_options.conv_epilogues)",
-                  conv_choices),
+      TOOL_CHOICE(
+          "conv-epilogues", &o->conv_epilogues, "S",
+          "run each Conv2D's bias and ReLU inside the convolution, "
+          "and each MaxPoolGrad with the ReLU's gradient, as one "
+          "fused node on no device (off), GPU devices (gpu, the "
+          "default: one cuDNN call each in float32, one pool "
+          "gradient kernel) or every device (all; on CPU the unfused kernels "
+          "one after the other) (rf_session_options.conv_epilogues)",
+          conv_choices),
   };
   const tool_cmd cmd = {
       "train",

@@ -51,6 +51,7 @@ void rf_session_options_init(rf_session_options *o) {
   o->gpu_graphs = default_gpu_graphs();
   o->group_optimizer_updates = 1;
   o->matmul_epilogues = RF_MATMUL_EPILOGUES_AUTO;
+  o->conv_epilogues = RF_CONV_EPILOGUES_GPU;
 }
 
 static rf_status *check_options(const rf_session_options *o) {
