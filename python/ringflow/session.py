@@ -30,6 +30,9 @@ _EPILOGUES = {"off": lib.RF_MATMUL_EPILOGUES_OFF,
               "gpu": lib.RF_MATMUL_EPILOGUES_GPU,
               "all": lib.RF_MATMUL_EPILOGUES_ALL,
               "auto": lib.RF_MATMUL_EPILOGUES_AUTO}
+_CONV_EPILOGUES = {"off": lib.RF_CONV_EPILOGUES_OFF,
+                   "gpu": lib.RF_CONV_EPILOGUES_GPU,
+                   "all": lib.RF_CONV_EPILOGUES_ALL}
 
 
 class Session:
@@ -67,6 +70,12 @@ class Session:
       too, "off" nowhere (rf_session_options.matmul_epilogues; on a GPU
       one cuBLASLt product with its epilogue, unfused kernels with
       RF_CUBLASLT_EPILOGUES=0 and on CPUs); another value raises ValueError.
+    conv_epilogues: "gpu" (None: the library's default) fuses Conv2D ->
+      BiasAdd -> Relu into one node (one cuDNN call in float32), and a
+      MaxPoolGrad with the ReLU's gradient into one kernel, on GPU
+      devices; "all" on CPU devices too (there the unfused kernels one
+      after the other), "off" nowhere (rf_session_options.conv_epilogues);
+      another value raises ValueError.
     group_optimizer_updates: False runs each Adam, AdamW and momentum
       update as its own kernel instead of one multi-tensor update per
       device and hyper-parameters (rf_session_options.
@@ -93,13 +102,15 @@ class Session:
                  gpu_graphs: Optional[bool] = None,
                  matmul_epilogues: Optional[str] = None,
                  group_optimizer_updates: Optional[bool] = None,
-                 dump_graph_dir: Optional[str] = None) -> None:
+                 dump_graph_dir: Optional[str] = None,
+                 conv_epilogues: Optional[str] = None) -> None:
         self._graph = graph if graph is not None else get_default_graph()
         opts, keep = _options(cpu_devices, gpu_devices, timeout, threads,
                               default_device, job, gpu_sync_on_finish,
                               bucket_bytes, comm_dtype, allow_tf32,
                               gpu_graphs, matmul_epilogues,
-                              group_optimizer_updates, dump_graph_dir)
+                              group_optimizer_updates, dump_graph_dir,
+                              conv_epilogues)
         out = ffi.new("rf_session **")
         with self._graph._lock:
             check(lib.rf_session_new(self._graph._c, opts, out))
@@ -307,7 +318,8 @@ def _options(cpu_devices: int = 1, gpu_devices: int = 0,
              gpu_graphs: Optional[bool] = None,
              matmul_epilogues: Optional[str] = None,
              group_optimizer_updates: Optional[bool] = None,
-             dump_graph_dir: Optional[str] = None):
+             dump_graph_dir: Optional[str] = None,
+             conv_epilogues: Optional[str] = None):
     """rf_session_options (and what its pointers point to, to keep alive
     while they are used)."""
     opts = ffi.new("rf_session_options *")
@@ -359,6 +371,12 @@ def _options(cpu_devices: int = 1, gpu_devices: int = 0,
                              f"{', '.join(_EPILOGUES)}, not "
                              f"{matmul_epilogues!r}")
         opts.matmul_epilogues = _EPILOGUES[matmul_epilogues]
+    if conv_epilogues is not None:
+        if conv_epilogues not in _CONV_EPILOGUES:
+            raise ValueError("conv_epilogues must be one of "
+                             f"{', '.join(_CONV_EPILOGUES)}, not "
+                             f"{conv_epilogues!r}")
+        opts.conv_epilogues = _CONV_EPILOGUES[conv_epilogues]
     return opts, (dev, wire, dump)
 
 

@@ -101,6 +101,46 @@ def test_matmul_epilogues():
             rf.Session(g, matmul_epilogues=bad)
 
 
+def test_conv_epilogues():
+    """"all" rewrites Conv2D -> BiasAdd -> Relu into one fused node on CPU
+    devices too, with the unfused graph's bits; "off", "gpu" and the
+    default ("gpu") leave a CPU graph alone; other values raise."""
+    rng = np.random.default_rng(4)
+    f = rng.standard_normal((3, 3, 2, 4)).astype(np.float32)
+    b = rng.standard_normal(4).astype(np.float32)
+    g = rf.Graph()
+    with g.as_default(), rf.device("cpu:0"):
+        x = rf.placeholder(np.float32, (None, 5, 5, 2))
+        y = rf.nn.relu(rf.nn.bias_add(
+            rf.nn.conv2d(x, rf.constant(f), [1, 1, 1, 1], "SAME"),
+            rf.constant(b)))
+    kinds = {mode: [op.type for op in
+                    rf.lower(g, conv_epilogues=mode).get_operations()]
+             for mode in (None, "off", "gpu", "all")}
+    assert "_FusedConv2DBiasRelu" in kinds["all"]
+    assert "Conv2D" not in kinds["all"]
+    for mode in (None, "off", "gpu"):
+        assert "_FusedConv2DBiasRelu" not in kinds[mode]
+        assert "Conv2D" in kinds[mode]
+    v = rng.standard_normal((2, 5, 5, 2)).astype(np.float32)
+    got = {}
+    for mode in ("off", "all"):
+        with rf.Session(g, conv_epilogues=mode) as s:
+            got[mode] = s.run(y, {x: v})
+    np.testing.assert_array_equal(got["all"], got["off"])
+    # float64 reference: SAME padding of 1 for a 3x3 window, stride 1.
+    p = np.pad(v.astype(np.float64), ((0, 0), (1, 1), (1, 1), (0, 0)))
+    want = np.zeros((2, 5, 5, 4))
+    for i in range(3):
+        for j in range(3):
+            want += p[:, i:i + 5, j:j + 5, :] @ f[i, j].astype(np.float64)
+    want = np.maximum(want + b, 0)
+    np.testing.assert_allclose(got["all"], want, rtol=1e-5, atol=1e-5)
+    for bad in ("on", "GPU", "auto", 1):
+        with pytest.raises(ValueError, match="conv_epilogues"):
+            rf.Session(g, conv_epilogues=bad)
+
+
 @pytest.mark.parametrize("option,value", [
     ("cpu_devices", 2**40), ("gpu_devices", -(2**40)), ("threads", 2**31),
     ("bucket_bytes", 2**70), ("allow_tf32", 2**40), ("gpu_graphs", 2**32),
