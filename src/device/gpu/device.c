@@ -190,9 +190,16 @@ static rf_status *make_device(rf__gpu_runtime *r, int i, const knobs *k) {
   d->gpu_small_copies = k->small_copies;
   d->gpu_update_chunk = k->update_chunk;
   /* cuBLAS's heuristics then pick kernels that leave room for the other
-   * devices' concurrent ones (0: the whole GPU, cuBLAS's default). */
-  if (d->gpu_sms < ctx->multiprocessors)
-    RF_CUBLAS_CHECK(cublasSetSmCountTarget(r->handles[i], d->gpu_sms));
+   * devices' concurrent ones (0: the whole GPU, cuBLAS's default). A hint:
+   * a cuBLAS that refuses it keeps its default rather than failing the
+   * session. */
+  if (d->gpu_sms < ctx->multiprocessors &&
+      cublasSetSmCountTarget(r->handles[i], d->gpu_sms) !=
+          CUBLAS_STATUS_SUCCESS)
+    RF__LOG(RF_LOG_INFO,
+            "gpu: %s: cublasSetSmCountTarget(%d) refused; cuBLAS sizes "
+            "its products for the whole GPU",
+            d->canonical, d->gpu_sms);
 #ifdef RF_HAVE_CUDNN
   cudnnHandle_t dnn = NULL;
   cudnnStatus_t ds = cudnnCreate(&dnn);
