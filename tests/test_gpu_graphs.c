@@ -261,6 +261,19 @@ static void check_graphed(run_result *plain, run_result *graphed, int ndev) {
 
 /* `captures` times: a run with graphs (a session of its own, so its step
  * is captured anew) against one without. */
+/* The kernels of the graph captured since log_start and the most of them
+ * on one dependent path, from its log line ("N nodes: K kernels, ...; at
+ * most C kernels on one path"); false when no such line was logged. */
+static bool graph_chain(size_t *kernels, size_t *chain) {
+  pthread_mutex_lock(&log_mu);
+  const char *k = strstr(log_text, " nodes: ");
+  const char *c = strstr(log_text, "; at most ");
+  bool ok = k && c && sscanf(k, " nodes: %zu kernels", kernels) == 1 &&
+            sscanf(c, "; at most %zu kernels on one path", chain) == 1;
+  pthread_mutex_unlock(&log_mu);
+  return ok;
+}
+
 static void mlp_bit_identical_n(int ndev, bool full, int batch, int captures) {
   rf_test_need_gpu();
   static run_result plain, graphed;
@@ -270,6 +283,15 @@ static void mlp_bit_identical_n(int ndev, bool full, int batch, int captures) {
     train(ndev, 1, 0, false, full, batch, &graphed);
     log_stop();
     check_graphed(&plain, &graphed, ndev);
+    /* The devices' kernels are independent up to their all-reduce: the
+     * longest dependent chain holds well under all of them. */
+    size_t kernels = 0, chain = 0;
+    if (!graph_chain(&kernels, &chain))
+      fail_msg("no captured step's node counts in the log:\n%s", log_text);
+    assert_true(chain > 0 && chain <= kernels);
+    if (ndev > 1 && chain * 2 >= kernels)
+      fail_msg("%d devices: %zu of the step's %zu kernels on one path", ndev,
+               chain, kernels);
   }
 }
 
