@@ -366,18 +366,21 @@ def _options(cpu_devices: int = 1, gpu_devices: int = 0,
         opts.group_optimizer_updates = _switch("group_optimizer_updates",
                                                group_optimizer_updates)
     if matmul_epilogues is not None:
-        if matmul_epilogues not in _EPILOGUES:
-            raise ValueError("matmul_epilogues must be one of "
-                             f"{', '.join(_EPILOGUES)}, not "
-                             f"{matmul_epilogues!r}")
-        opts.matmul_epilogues = _EPILOGUES[matmul_epilogues]
+        opts.matmul_epilogues = _choice("matmul_epilogues", matmul_epilogues,
+                                        _EPILOGUES)
     if conv_epilogues is not None:
-        if conv_epilogues not in _CONV_EPILOGUES:
-            raise ValueError("conv_epilogues must be one of "
-                             f"{', '.join(_CONV_EPILOGUES)}, not "
-                             f"{conv_epilogues!r}")
-        opts.conv_epilogues = _CONV_EPILOGUES[conv_epilogues]
+        opts.conv_epilogues = _choice("conv_epilogues", conv_epilogues,
+                                      _CONV_EPILOGUES)
     return opts, (dev, wire, dump)
+
+
+def _choice(name: str, value: Any, choices: dict) -> int:
+    """The C value of option `name` given as one of choices' names;
+    ValueError for anything else."""
+    if not isinstance(value, str) or value not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(choices)}, "
+                         f"not {value!r}")
+    return choices[value]
 
 
 def _c_int(name: str, value: Any, bits: int) -> int:
