@@ -82,6 +82,17 @@ static size_t graph_copies(void) {
   return copies;
 }
 
+/* A session of g on gpu:0 with CUDA graphs on. */
+static rf_session *graphed_session(const rf_graph *g) {
+  rf_session_options o;
+  rf_session_options_init(&o);
+  o.num_gpu_devices = 1;
+  o.gpu_graphs = 1;
+  rf_session *s = NULL;
+  assert_ok(rf_session_new(g, &o, &s));
+  return s;
+}
+
 static rf_tensor *zeros(int64_t rows, int64_t cols) {
   int64_t dims[2] = {rows, cols};
   rf_shape sh = rf_shape_make(2, dims);
@@ -359,12 +370,7 @@ static void test_shape_change_falls_back(void **state) {
   rf_output one = rf_const_scalar(g, "one", RF_FLOAT32, 1.0);
   rf_output y = rf_add(g, "y", rf_mul(g, "x2", x, two), one);
   rf_graph_pop_device(g);
-  rf_session_options o;
-  rf_session_options_init(&o);
-  o.num_gpu_devices = 1;
-  o.gpu_graphs = 1;
-  rf_session *s = NULL;
-  assert_ok(rf_session_new(g, &o, &s));
+  rf_session *s = graphed_session(g);
   log_start();
   const int64_t rows[] = {3, 3, 3, 3, 5, 5, 5, 3};
   uint64_t rng = 77;
@@ -409,12 +415,7 @@ static void test_small_copies_replayed(void **state) {
       rf_output x = rf_placeholder(g, "x", RF_UINT8, sh);
       rf_output y = rf_add(g, "y", x, rf_const_scalar(g, "one", RF_UINT8, 1));
       rf_graph_pop_device(g);
-      rf_session_options o;
-      rf_session_options_init(&o);
-      o.num_gpu_devices = 1;
-      o.gpu_graphs = 1;
-      rf_session *s = NULL;
-      assert_ok(rf_session_new(g, &o, &s));
+      rf_session *s = graphed_session(g);
       log_start();
       uint64_t rng = 501 + k;
       for (int step = 0; step < 4; step++) {
@@ -475,12 +476,7 @@ static void test_add_n_many_inputs(void **state) {
   }
   rf_output y = rf_add_n(g, "y", terms, K);
   rf_graph_pop_device(g);
-  rf_session_options o;
-  rf_session_options_init(&o);
-  o.num_gpu_devices = 1;
-  o.gpu_graphs = 1;
-  rf_session *s = NULL;
-  assert_ok(rf_session_new(g, &o, &s));
+  rf_session *s = graphed_session(g);
   log_start();
   uint64_t rng = 91;
   for (int step = 0; step < 6; step++) {
@@ -518,12 +514,7 @@ static void test_cpu_device_falls_back(void **state) {
   assert_ok(rf_graph_push_device(g, "gpu:0"));
   rf_output z = rf_neg(g, "z", y);
   rf_graph_pop_device(g);
-  rf_session_options o;
-  rf_session_options_init(&o);
-  o.num_gpu_devices = 1;
-  o.gpu_graphs = 1;
-  rf_session *s = NULL;
-  assert_ok(rf_session_new(g, &o, &s));
+  rf_session *s = graphed_session(g);
   log_start();
   for (int k = 0; k < 3; k++) {
     rf_tensor *v = NULL, *out = NULL;
