@@ -4,8 +4,10 @@
  * search finds (deterministic or not; float32 without TF32 on both sides),
  * for the convolutions of `ringflow train --model cnn` (issue 17): 5x5x32 on
  * 28x28x1 and 5x5x64 on 14x14x32, SAME, stride 1, at batch 128 and 1024, in
- * float32 and bfloat16. cuDNN takes the filter in its own KRSC layout here;
- * ringflow transposes its HWIO filter on every call, which is counted.
+ * float32 and bfloat16. cuDNN takes the filter in its own KRSC layout here.
+ * ringflow runs twice: with HWIO filters (filter_format's default,
+ * TensorFlow's), which it transposes on every call (counted), and with OHWI
+ * filters, which are KRSC and go to cuDNN as they are.
  *
  *   bench_conv_gpu_vs_cudnn [reps=50] [graphs=0]
  *
@@ -130,11 +132,13 @@ static void wrap3(rf_dtype dt, const rf_shape *s, void *const *p,
         "external tensor");
 }
 
-/* ms per op for kinds 0 (forward), 1 (input grad), 2 (filter grad). */
-static void time_ringflow(const layer *L, rf_dtype dt, int reps, void *x,
-                          void *w, void *dy, double ms[3]) {
+/* ms per op for kinds 0 (forward), 1 (input grad), 2 (filter grad), the
+ * filter in the layout `fmt` (HWIO or OHWI). */
+static void time_ringflow(const layer *L, rf_dtype dt, const char *fmt,
+                          int reps, void *x, void *w, void *dy, double ms[3]) {
   rf_shape xs = rf_shape_of(4, L->n, L->h, L->w, L->c);
-  rf_shape ws = rf_shape_of(4, L->k, L->k, L->c, L->oc);
+  rf_shape ws = fmt[0] == 'O' ? rf_shape_of(4, L->oc, L->k, L->k, L->c)
+                              : rf_shape_of(4, L->k, L->k, L->c, L->oc);
   rf_shape ys = rf_shape_of(4, L->n, L->h, L->w, L->oc);
   for (int kind = 0; kind < 3; kind++) {
     rf_graph *g = rf_graph_new();
@@ -147,15 +151,15 @@ static void time_ringflow(const layer *L, rf_dtype dt, int reps, void *x,
     for (int i = 0; i < PER; i++) {
       rf_output o;
       if (kind == 0)
-        o = rf_conv2d(g, NULL, px, pw, s, "SAME", NULL);
+        o = rf_conv2d_with_format(g, NULL, px, pw, s, "SAME", NULL, fmt);
       else if (kind == 1)
-        o = rf_conv2d_backprop_input(g, NULL,
-                                     rf_shape_of_op(g, NULL, px, RF_INT32), pw,
-                                     pdy, s, "SAME", NULL);
+        o = rf_conv2d_backprop_input_with_format(
+            g, NULL, rf_shape_of_op(g, NULL, px, RF_INT32), pw, pdy, s, "SAME",
+            NULL, fmt);
       else
-        o = rf_conv2d_backprop_filter(g, NULL, px,
-                                      rf_shape_of_op(g, NULL, pw, RF_INT32),
-                                      pdy, s, "SAME", NULL);
+        o = rf_conv2d_backprop_filter_with_format(
+            g, NULL, px, rf_shape_of_op(g, NULL, pw, RF_INT32), pdy, s, "SAME",
+            NULL, fmt);
       ops[i] = o.node;
     }
     rf_shape shapes[3] = {xs, ws, ys};
@@ -384,30 +388,36 @@ int main(int argc, char **argv) {
       "grad / filter grad, ms), for reference only\n");
   printf("# summary\n");
   printf(
-      "| layer | dtype | forward | ratio | input grad | ratio | filter grad "
-      "| ratio | cuDNN NCHW |\n|---|---|---|---|---|---|---|---|---|\n");
-  double worst = 1e9;
+      "| layer | dtype | filter | forward | ratio | input grad | ratio | "
+      "filter grad | ratio | cuDNN NCHW |\n"
+      "|---|---|---|---|---|---|---|---|---|---|\n");
+  static const char *const fmts[] = {"HWIO", "OHWI"};
+  double worst[2] = {1e9, 1e9};
   for (int d = 0; d < 2; d++)
     for (int i = 0; i < 4; i++) {
       const layer *L = &layers[i];
       void *x = dev_random(dts[d], (int64_t)L->n * L->h * L->w * L->c);
       void *w = dev_random(dts[d], (int64_t)L->k * L->k * L->c * L->oc);
       void *dy = dev_random(dts[d], (int64_t)L->n * L->h * L->w * L->oc);
-      double r[3], c[3], nchw[3];
-      time_ringflow(L, dts[d], reps, x, w, dy, r);
+      double r[2][3], c[3], nchw[3];
+      time_ringflow(L, dts[d], fmts[0], reps, x, w, dy, r[0]);
       time_cudnn(h, CUDNN_TENSOR_NHWC, L, dts[d], reps, x, w, dy, c);
+      time_ringflow(L, dts[d], fmts[1], reps, x, w, dy, r[1]);
       time_cudnn(h, CUDNN_TENSOR_NCHW, L, dts[d], reps, x, w, dy, nchw);
-      printf("| b%d %dx%dx%d k%d oc%d | %s", L->n, L->h, L->w, L->c, L->k,
-             L->oc, rf_dtype_name(dts[d]));
-      for (int k = 0; k < 3; k++) {
-        printf(" | %.3f / %.3f | %.2fx", r[k], c[k], c[k] / r[k]);
-        if (c[k] / r[k] < worst) worst = c[k] / r[k];
+      for (int f = 0; f < 2; f++) {
+        printf("| b%d %dx%dx%d k%d oc%d | %s | %s", L->n, L->h, L->w, L->c,
+               L->k, L->oc, rf_dtype_name(dts[d]), fmts[f]);
+        for (int k = 0; k < 3; k++) {
+          printf(" | %.3f / %.3f | %.2fx", r[f][k], c[k], c[k] / r[f][k]);
+          if (c[k] / r[f][k] < worst[f]) worst[f] = c[k] / r[f][k];
+        }
+        printf(" | %.3f / %.3f / %.3f |\n", nchw[0], nchw[1], nchw[2]);
       }
-      printf(" | %.3f / %.3f / %.3f |\n", nchw[0], nchw[1], nchw[2]);
       fflush(stdout);
       cudaFree(x), cudaFree(w), cudaFree(dy);
     }
-  printf("worst ratio %.2fx (target >= 0.9x)\n", worst);
+  printf("worst ratio HWIO %.2fx, OHWI %.2fx (target >= 0.9x)\n", worst[0],
+         worst[1]);
   static const layer pools[] = {{128, 28, 28, 32, 2, 32},
                                 {128, 14, 14, 64, 2, 64},
                                 {1024, 28, 28, 32, 2, 32},

@@ -2,7 +2,8 @@
  * Conv2DBackpropFilter, MaxPool, MaxPoolGrad, AvgPool and AvgPoolGrad
  * against the CPU kernels (tests/gpu_compare.h), float32 and float64, over
  * the edge cases of test_conv_ops.c: size-1 dims, an input smaller than the
- * window, stride > window, dilation > 1, batch 0, 1x1 windows. Skips without
+ * window, stride > window, dilation > 1, batch 0, 1x1 windows, with HWIO
+ * and OHWI filters (filter_format). Skips without
  * a GPU; RF_GPU_TEST_ON_CPU=1 runs it with cpu:1 standing in.
  *
  * float16 and bfloat16 run on GPUs only (through cuDNN where it takes the
@@ -58,19 +59,37 @@ static rf_output sizes_const(rf_graph *g, const int64_t *dims) {
   return o;
 }
 
-/* in: x, f, dy (conv's output shape); out: y, dx, df. */
+/* The filter's shape of case c in its layout. */
+static rf_shape filter_shape(const wcase *c, bool ohwi) {
+  return ohwi ? rf_shape_of(4, c->oc, c->kh, c->kw, c->c)
+              : rf_shape_of(4, c->kh, c->kw, c->c, c->oc);
+}
+
+/* in: x, f, dy (conv's output shape); out: y, dx, df; the filter HWIO or
+ * OHWI (filter_format). */
+static int build_conv_in(rf_graph *g, const rf_output *in, int k, bool ohwi,
+                         rf_output *out) {
+  const wcase *c = &cases[k];
+  int64_t s[4] = {1, c->sh, c->sw, 1}, d[4] = {1, c->dh, c->dw, 1};
+  int64_t xs[4] = {c->n, c->h, c->w, c->c};
+  rf_shape fshape = filter_shape(c, ohwi);
+  const char *p = c->same ? "SAME" : "VALID", *fmt = ohwi ? "OHWI" : "HWIO";
+  out[0] = rf_conv2d_with_format(g, NULL, in[0], in[1], s, p, d, fmt);
+  out[1] = rf_conv2d_backprop_input_with_format(g, NULL, sizes_const(g, xs),
+                                                in[1], in[2], s, p, d, fmt);
+  out[2] = rf_conv2d_backprop_filter_with_format(
+      g, NULL, in[0], sizes_const(g, fshape.dims), in[2], s, p, d, fmt);
+  return 3;
+}
+
 static int build_conv(rf_graph *g, const rf_output *in, const void *arg,
                       rf_output *out) {
-  const wcase *c = &cases[*(const int *)arg];
-  int64_t s[4] = {1, c->sh, c->sw, 1}, d[4] = {1, c->dh, c->dw, 1};
-  int64_t xs[4] = {c->n, c->h, c->w, c->c}, fs[4] = {c->kh, c->kw, c->c, c->oc};
-  const char *p = c->same ? "SAME" : "VALID";
-  out[0] = rf_conv2d(g, NULL, in[0], in[1], s, p, d);
-  out[1] = rf_conv2d_backprop_input(g, NULL, sizes_const(g, xs), in[1], in[2],
-                                    s, p, d);
-  out[2] = rf_conv2d_backprop_filter(g, NULL, in[0], sizes_const(g, fs), in[2],
-                                     s, p, d);
-  return 3;
+  return build_conv_in(g, in, *(const int *)arg, false, out);
+}
+
+static int build_conv_ohwi(rf_graph *g, const rf_output *in, const void *arg,
+                           rf_output *out) {
+  return build_conv_in(g, in, *(const int *)arg, true, out);
 }
 
 /* in: x, dy (the pool's output shape); out: max, avg and their grads. */
@@ -103,10 +122,12 @@ static int build_pool(rf_graph *g, const rf_output *in, const void *arg,
   return 4;
 }
 
-static void test_conv(void **state) {
-  (void)state;
+/* Every case, float32 and float64, with HWIO filters (`ohwi` false: cuDNN
+ * through the filter transposes) or OHWI ones (cuDNN reads them as they
+ * are; the direct kernels read either). */
+static void conv_cases_in(bool ohwi, uint64_t seed) {
   gc_need_gpu();
-  uint64_t rng = gc_rng(21);
+  uint64_t rng = gc_rng(seed);
   gc_set *set = gc_new();
   static const rf_dtype dts[] = {RF_FLOAT32, RF_FLOAT64};
   for (int d = 0; d < 2; d++)
@@ -117,12 +138,11 @@ static void test_conv(void **state) {
       rf_tensor *in[3] = {
           gc_random(&rng, dts[d], rf_shape_of(4, c->n, c->h, c->w, c->c), -1,
                     1),
-          gc_random(&rng, dts[d], rf_shape_of(4, c->kh, c->kw, c->c, c->oc), -1,
-                    1),
+          gc_random(&rng, dts[d], filter_shape(c, ohwi), -1, 1),
           gc_random(&rng, dts[d], rf_shape_of(4, c->n, oh, ow, c->oc), -1, 1)};
       char label[64];
-      snprintf(label, sizeof label, "conv case %d %s", k,
-               rf_dtype_name(dts[d]));
+      snprintf(label, sizeof label, "conv case %d %s %s", k,
+               rf_dtype_name(dts[d]), ohwi ? "OHWI" : "HWIO");
       /* Sums in another order: the output's of kh*kw*c terms, the input
        * gradient's of kh*kw*oc, the filter gradient's of n*oh*ow (6272 in
        * case 9). Their terms are ~0.3 and the sums may cancel to ~0.1, so
@@ -133,10 +153,20 @@ static void test_conv(void **state) {
       if (c->kh * c->kw * c->c > terms) terms = c->kh * c->kw * c->c;
       if (c->kh * c->kw * c->oc > terms) terms = c->kh * c->kw * c->oc;
       double tol32 = 1e-7 * (double)terms > 1e-4 ? 1e-7 * (double)terms : 1e-4;
-      gc_add(set, label, build_conv, &k, sizeof k,
+      gc_add(set, label, ohwi ? build_conv_ohwi : build_conv, &k, sizeof k,
              dts[d] == RF_FLOAT32 ? tol32 : 1e-11, 3, in);
     }
   gc_run(set);
+}
+
+static void test_conv(void **state) {
+  (void)state;
+  conv_cases_in(false, 21);
+}
+
+static void test_conv_ohwi(void **state) {
+  (void)state;
+  conv_cases_in(true, 25);
 }
 
 static void test_pool(void **state) {
@@ -260,12 +290,15 @@ static void test_conv_half(void **state) {
       const wcase *c = &cases[k];
       int64_t oh = out_dim(c->h, c->kh, c->sh, c->dh, c->same);
       int64_t ow = out_dim(c->w, c->kw, c->sw, c->dw, c->same);
-      rf_tensor *in[3] = {
-          half_random(&rng, dts[d], rf_shape_of(4, c->n, c->h, c->w, c->c)),
-          half_random(&rng, dts[d], rf_shape_of(4, c->kh, c->kw, c->c, c->oc)),
-          half_random(&rng, dts[d], rf_shape_of(4, c->n, oh, ow, c->oc))};
-      half_check(build_conv, k, dts[d], 3, in, "conv");
-      for (int i = 0; i < 3; i++) rf_tensor_release(in[i]);
+      for (int ohwi = 0; ohwi < 2; ohwi++) {
+        rf_tensor *in[3] = {
+            half_random(&rng, dts[d], rf_shape_of(4, c->n, c->h, c->w, c->c)),
+            half_random(&rng, dts[d], filter_shape(c, ohwi)),
+            half_random(&rng, dts[d], rf_shape_of(4, c->n, oh, ow, c->oc))};
+        half_check(ohwi ? build_conv_ohwi : build_conv, k, dts[d], 3, in,
+                   ohwi ? "conv OHWI" : "conv");
+        for (int i = 0; i < 3; i++) rf_tensor_release(in[i]);
+      }
     }
 }
 
@@ -373,6 +406,7 @@ static void test_half_on_cpu_refused(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_conv),
+      cmocka_unit_test(test_conv_ohwi),
       cmocka_unit_test(test_pool),
       cmocka_unit_test(test_pool_ties_and_nans),
       cmocka_unit_test(test_conv_half),

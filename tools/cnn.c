@@ -16,11 +16,17 @@ rf_shape cnn_input_shape(int rows) {
   return rf_shape_of(4, rows, SIDE, SIDE, 1);
 }
 
-rf_shape cnn_param_shape(int p) {
+/* A KERNEL x KERNEL filter from in to out channels in its layout. */
+static rf_shape filter_shape(int64_t in, int64_t out, bool ohwi) {
+  return ohwi ? rf_shape_of(4, out, (int64_t)KERNEL, (int64_t)KERNEL, in)
+              : rf_shape_of(4, (int64_t)KERNEL, (int64_t)KERNEL, in, out);
+}
+
+rf_shape cnn_param_shape(int p, bool ohwi) {
   switch (p) {
-    case 0: return rf_shape_of(4, KERNEL, KERNEL, 1, C1);
+    case 0: return filter_shape(1, C1, ohwi);
     case 1: return rf_shape_of(1, C1);
-    case 2: return rf_shape_of(4, KERNEL, KERNEL, C1, C2);
+    case 2: return filter_shape(C1, C2, ohwi);
     case 3: return rf_shape_of(1, C2);
     case 4: return rf_shape_of(2, FLAT, HIDDEN);
     case 5: return rf_shape_of(1, HIDDEN);
@@ -39,18 +45,19 @@ void cnn_fans(int p, int *fan_in, int *fan_out) {
 }
 
 /* conv SAME + bias + relu, then a 2x2 max pool of stride 2. */
-static rf_output conv_block(rf_graph *g, rf_output x, rf_output w,
-                            rf_output b) {
+static rf_output conv_block(rf_graph *g, rf_output x, rf_output w, rf_output b,
+                            bool ohwi) {
   static const int64_t one[4] = {1, 1, 1, 1}, two[4] = {1, 2, 2, 1};
-  rf_output h = rf_conv2d(g, NULL, x, w, one, "SAME", NULL);
+  rf_output h = rf_conv2d_with_format(g, NULL, x, w, one, "SAME", NULL,
+                                      ohwi ? "OHWI" : "HWIO");
   h = rf_relu(g, NULL, rf_bias_add(g, NULL, h, b));
   return rf_max_pool(g, NULL, h, two, two, "SAME");
 }
 
 rf_output cnn_logits(rf_graph *g, rf_output x, const rf_output *params,
-                     double dropout, rf_output training) {
-  rf_output h = conv_block(g, x, params[0], params[1]);
-  h = conv_block(g, h, params[2], params[3]);
+                     bool ohwi, double dropout, rf_output training) {
+  rf_output h = conv_block(g, x, params[0], params[1], ohwi);
+  h = conv_block(g, h, params[2], params[3], ohwi);
   const int64_t flat[2] = {-1, FLAT};
   h = rf_reshape_to(g, NULL, h, 2, flat);
   h = rf_matmul(g, NULL, h, params[4], false, false);

@@ -38,7 +38,7 @@ int mlp_num_params(const mlp_config *c) {
 }
 
 static rf_shape param_shape(const mlp_config *c, int p) {
-  if (c->model == MODEL_CNN) return cnn_param_shape(p);
+  if (c->model == MODEL_CNN) return cnn_param_shape(p, c->ohwi);
   int layer = p / 2;
   if (p % 2 == 0) return rf_shape_of(2, c->sizes[layer], c->sizes[layer + 1]);
   return rf_shape_of(1, c->sizes[layer + 1]);
@@ -185,7 +185,7 @@ static void build_forward(const mlp_config *c, rf_graph *g, int d, vars *vs,
   if (c->model == MODEL_CNN && c->dropout > 0)
     r->training = rf_placeholder(g, NULL, RF_BOOL, rf_shape_scalar());
   if (c->model == MODEL_CNN)
-    h = cnn_logits(g, h, r->params, c->dropout, r->training);
+    h = cnn_logits(g, h, r->params, c->ohwi, c->dropout, r->training);
   for (int l = 0; c->model == MODEL_MLP && l < c->num_layers; l++) {
     vs->in[l] = h;
     vs->z[l] = rf_matmul(g, NULL, h, r->params[2 * l], false, false);

@@ -36,6 +36,7 @@ typedef enum model_kind { MODEL_MLP, MODEL_CNN } model_kind;
 typedef struct mlp_config {
   model_kind model; /* MODEL_CNN ignores num_layers and sizes */
   double dropout;   /* MODEL_CNN: the dense layer's dropout rate (0: none) */
+  bool ohwi;        /* MODEL_CNN: filters OHWI (Conv2D's filter_format) */
   int num_devices;
   char devices[MLP_MAX_DEVICES][32]; /* canonical names, e.g. "cpu:2" */
   int num_layers;                    /* sizes[0] inputs .. sizes[n] classes */

@@ -17,6 +17,7 @@
 
 #include "devices.h"
 #include "idx.h"
+#include "cnn.h"
 #include "mlp.h"
 #include "options.h"
 #include "prefetch.h"
@@ -59,6 +60,7 @@ typedef struct options {
   int group_updates;         /* graph_choices: the session's default, off, on */
   int epilogues;             /* epilogue_choices: RF_MATMUL_EPILOGUES_* */
   int conv_epilogues;        /* conv_choices: RF_CONV_EPILOGUES_* */
+  int filter_format;         /* filter_choices: 1 OHWI */
 } options;
 
 static void dataset_free(dataset *d) {
@@ -308,6 +310,19 @@ static rf_status *trainer_save(trainer *t, const char *path, bool write) {
   return st;
 }
 
+/* Whether checkpoint c holds the CNN's first filter in the layout cfg does
+ * not use (a checkpoint of the other --filter-format). */
+static bool other_filter_layout(const rf_checkpoint *c, const mlp_config *cfg) {
+  if (cfg->model != MODEL_CNN) return false;
+  rf_shape other = cnn_param_shape(0, !cfg->ohwi);
+  for (int i = 0; i < rf_checkpoint_count(c); i++)
+    if (strcmp(rf_checkpoint_name(c, i), "W0") == 0) {
+      rf_shape s = rf_tensor_shape(rf_checkpoint_tensor(c, i));
+      return rf_shape_equal(&s, &other);
+    }
+  return false;
+}
+
 /* Restores a checkpoint after checking it fits the model exactly (names,
  * dtypes, shapes, the optimizer's slots) and holds a state training can go
  * on from: finite parameters and slots, second moments >= 0, a step (0..2^53,
@@ -335,8 +350,13 @@ static rf_status *trainer_load(trainer *t, const char *path) {
       st = rf_checkpoint_get(c, name, RF_FLOAT32, &want, checks, &state[k][p]);
     }
   if (st) { /* name the file once: the library's message names the tensor */
-    rf_status *w = rf_status_new(rf_status_code(st), "%s: %s", path,
-                                 rf_status_message(st));
+    bool other = other_filter_layout(c, &t->cfg);
+    rf_status *w = rf_status_new(
+        rf_status_code(st), "%s: %s%s%s", path, rf_status_message(st),
+        other ? "; its convolution filters are in the other layout: load it "
+                "with --filter-format "
+              : "",
+        other ? (t->cfg.ohwi ? "hwio" : "ohwi") : "");
     rf_status_free(st);
     st = w;
   }
@@ -585,6 +605,7 @@ static const char *const epilogue_choices[] = {"off", "gpu", "all", "auto",
                                                NULL};
 /* In RF_CONV_EPILOGUES_* order. */
 static const char *const conv_choices[] = {"off", "gpu", "all", NULL};
+static const char *const filter_choices[] = {"hwio", "ohwi", NULL};
 static const char *const comm_dtypes[] = {"float32", "bfloat16", "float16"};
 static const char *const feed_choices[] = {[FEED_AUTO] = "auto",
                                            [FEED_INDICES] = "indices",
@@ -612,12 +633,13 @@ static int parse_options(int argc, char **argv, options *o) {
                  .warmup = 10,
                  .epilogues = RF_MATMUL_EPILOGUES_AUTO,
                  .conv_epilogues = RF_CONV_EPILOGUES_GPU,
+                 .filter_format = 1,
                  .bucket_mb = -1};
   char why[64];
   tool_devices_parse("cpu:0-3", &o->devices, why, sizeof why);
   int sync = SYNC_ALLREDUCE, schedule = 0, model = MODEL_MLP, feed = FEED_AUTO;
   bool steps_given = false, lr_given = false, wd_given = false,
-       momentum_given = false, dropout_given = false;
+       momentum_given = false, dropout_given = false, filter_given = false;
   const tool_opt opts[] = {
       TOOL_DEVICES("devices", &o->devices,
                    "the devices to train on, one replica each (default "
@@ -772,6 +794,14 @@ static int parse_options(int argc, char **argv, options *o) {
           "gradient kernel) or every device (all; on CPU the unfused kernels "
           "one after the other) (rf_session_options.conv_epilogues)",
           conv_choices),
+      TOOL_CHOICE("filter-format", &o->filter_format, "F",
+                  "the CNN's convolution filters, parameters W0 and W2: "
+                  "ohwi (default), (out, kh, kw, in), the layout cuDNN "
+                  "reads without a transpose; or hwio, (kh, kw, in, out), "
+                  "TensorFlow's (Conv2D's filter_format; a --load "
+                  "checkpoint must have the same layout: those saved "
+                  "before this option existed are hwio)",
+                  filter_choices, .given = &filter_given),
   };
   const tool_cmd cmd = {
       "train",
@@ -806,6 +836,8 @@ static int parse_options(int argc, char **argv, options *o) {
   if (!lr_given && o->optimizer == OPT_MOMENTUM) o->lr = 0.1;
   if (dropout_given && o->model != MODEL_CNN)
     return tool_usage_error(&cmd, "--dropout needs --model cnn");
+  if (filter_given && o->model != MODEL_CNN)
+    return tool_usage_error(&cmd, "--filter-format needs --model cnn");
   if (o->check) o->dropout = 0;
   if (o->save_every && !o->save)
     return tool_usage_error(&cmd, "--save-every needs --save FILE");
@@ -922,6 +954,7 @@ int cmd_train(int argc, char **argv) {
                     .weight_decay = o.weight_decay,
                     .momentum = o.momentum,
                     .dropout = o.dropout,
+                    .ohwi = o.filter_format == 1,
                     .sync = o.sync};
   rf_session_options sopts, one_opts;
   rf_session_options_init(&sopts);

@@ -172,6 +172,31 @@ RF_API rf_output rf_conv2d_backprop_filter(
     rf_graph *g, const char *name, rf_output input, rf_output filter_sizes,
     rf_output out_backprop, const int64_t strides[4], const char *padding,
     const int64_t dilations[4]);
+/* The three above with the filter's layout named (attr filter_format):
+ * "HWIO" (NULL: the default), (kh, kw, c, out_channels), TensorFlow's; or
+ * "OHWI", (out_channels, kh, kw, c): cuDNN's NHWC filter layout (KRSC) and
+ * PyTorch's channels_last weight (its (out, in, kh, kw) weight permuted
+ * (0, 2, 3, 1)). filter_sizes and the filter gradient are in the same
+ * order, and rf_gradients keeps the format. Results are the same in both
+ * layouts up to the summation order of the backend; on GPU devices cuDNN
+ * takes an OHWI filter as it is, where an HWIO one is transposed into a
+ * scratch copy on every call (and the filter gradient back), one small
+ * kernel each; CPU devices read either layout directly. Another string is
+ * INVALID_ARGUMENT naming the node and the attr. */
+RF_API rf_output rf_conv2d_with_format(rf_graph *g, const char *name,
+                                       rf_output input, rf_output filter,
+                                       const int64_t strides[4],
+                                       const char *padding,
+                                       const int64_t dilations[4],
+                                       const char *filter_format);
+RF_API rf_output rf_conv2d_backprop_input_with_format(
+    rf_graph *g, const char *name, rf_output input_sizes, rf_output filter,
+    rf_output out_backprop, const int64_t strides[4], const char *padding,
+    const int64_t dilations[4], const char *filter_format);
+RF_API rf_output rf_conv2d_backprop_filter_with_format(
+    rf_graph *g, const char *name, rf_output input, rf_output filter_sizes,
+    rf_output out_backprop, const int64_t strides[4], const char *padding,
+    const int64_t dilations[4], const char *filter_format);
 /* Max / mean over each window -> (n, oh, ow, c). AvgPool divides by the
  * number of input elements in the window (padding not counted); MaxPool's
  * gradient goes to the first maximum of each window (row-major). */

@@ -44,6 +44,13 @@ def _nhwc(data_format: Optional[str]) -> None:
         raise ValueError(f"data_format must be NHWC, got {data_format!r}")
 
 
+def _filter_format(filter_format: Optional[str]) -> bytes:
+    if filter_format not in (None, "HWIO", "OHWI"):
+        raise ValueError("filter_format must be 'HWIO' or 'OHWI', got "
+                         f"{str(filter_format)[:64]!r}")
+    return (filter_format or "HWIO").encode("utf-8")
+
+
 def _padding(padding: Any) -> bytes:
     if not isinstance(padding, str):
         raise ValueError("padding must be 'SAME' or 'VALID' (explicit "
@@ -53,59 +60,69 @@ def _padding(padding: Any) -> bytes:
 
 def conv2d(input: Any, filters: Any, strides: Ints, padding: str,
            data_format: str = "NHWC", dilations: Optional[Ints] = None,
-           name: Optional[str] = None) -> Tensor:
+           name: Optional[str] = None,
+           filter_format: str = "HWIO") -> Tensor:
     """2-D convolution (cross-correlation, as TensorFlow): input (n, h, w, c)
     and filters (kh, kw, c, out_channels) of one float dtype ->
     (n, oh, ow, out_channels). SAME: oh = ceil(h / stride); VALID:
-    oh = (h - (kh - 1) * dilation - 1) // stride + 1."""
+    oh = (h - (kh - 1) * dilation - 1) // stride + 1. filter_format "OHWI":
+    filters are (out_channels, kh, kw, c), cuDNN's layout (GPU devices then
+    skip a filter transpose per call) and PyTorch's weight permuted
+    (0, 2, 3, 1); gradients keep the format."""
     _nhwc(data_format)
+    fmt = _filter_format(filter_format)
     g = graph_of([input, filters])
     x = convert_to_tensor(input, graph=g)
     f = convert_to_tensor(filters, x.dtype, graph=g)
     d = _four(dilations, "dilations") if dilations is not None else ffi.NULL
-    return g._output(lib.rf_conv2d, c_name(name), x._c, f._c,
-                     _four(strides, "strides"), _padding(padding), d)
+    return g._output(lib.rf_conv2d_with_format, c_name(name), x._c, f._c,
+                     _four(strides, "strides"), _padding(padding), d, fmt)
 
 
 def conv2d_backprop_input(input_sizes: Any, filter: Any, out_backprop: Any,
                           strides: Ints, padding: str,
                           data_format: str = "NHWC",
                           dilations: Optional[Ints] = None,
-                          name: Optional[str] = None) -> Tensor:
+                          name: Optional[str] = None,
+                          filter_format: str = "HWIO") -> Tensor:
     """The gradient of conv2d with respect to its input (the node
     rf.gradients builds): input_sizes (n, h, w, c) an int32 vector or a
     list, filter (kh, kw, c, out_channels), out_backprop (n, oh, ow,
-    out_channels) of filter's dtype -> (n, h, w, c). strides, padding and
-    dilations as conv2d's."""
+    out_channels) of filter's dtype -> (n, h, w, c). strides, padding,
+    dilations and filter_format as conv2d's."""
     _nhwc(data_format)
+    fmt = _filter_format(filter_format)
     g = graph_of([input_sizes, filter, out_backprop])
     f = convert_to_tensor(filter, graph=g)
     sizes = convert_to_tensor(input_sizes, dtypes.int32, graph=g)
     dy = convert_to_tensor(out_backprop, f.dtype, graph=g)
     d = _four(dilations, "dilations") if dilations is not None else ffi.NULL
-    return g._output(lib.rf_conv2d_backprop_input, c_name(name), sizes._c,
-                     f._c, dy._c, _four(strides, "strides"),
-                     _padding(padding), d)
+    return g._output(lib.rf_conv2d_backprop_input_with_format, c_name(name),
+                     sizes._c, f._c, dy._c, _four(strides, "strides"),
+                     _padding(padding), d, fmt)
 
 
 def conv2d_backprop_filter(input: Any, filter_sizes: Any, out_backprop: Any,
                            strides: Ints, padding: str,
                            data_format: str = "NHWC",
                            dilations: Optional[Ints] = None,
-                           name: Optional[str] = None) -> Tensor:
+                           name: Optional[str] = None,
+                           filter_format: str = "HWIO") -> Tensor:
     """The gradient of conv2d with respect to its filter: input (n, h, w,
     c), filter_sizes (kh, kw, c, out_channels) an int32 vector or a list,
     out_backprop (n, oh, ow, out_channels) of input's dtype -> (kh, kw, c,
-    out_channels)."""
+    out_channels). filter_format "OHWI": filter_sizes and the result are
+    (out_channels, kh, kw, c)."""
     _nhwc(data_format)
+    fmt = _filter_format(filter_format)
     g = graph_of([input, filter_sizes, out_backprop])
     x = convert_to_tensor(input, graph=g)
     sizes = convert_to_tensor(filter_sizes, dtypes.int32, graph=g)
     dy = convert_to_tensor(out_backprop, x.dtype, graph=g)
     d = _four(dilations, "dilations") if dilations is not None else ffi.NULL
-    return g._output(lib.rf_conv2d_backprop_filter, c_name(name), x._c,
-                     sizes._c, dy._c, _four(strides, "strides"),
-                     _padding(padding), d)
+    return g._output(lib.rf_conv2d_backprop_filter_with_format, c_name(name),
+                     x._c, sizes._c, dy._c, _four(strides, "strides"),
+                     _padding(padding), d, fmt)
 
 
 def _pool(fn, input: Any, ksize: Ints, strides: Ints, padding: str,

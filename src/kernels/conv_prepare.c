@@ -80,20 +80,25 @@ static rf_status *out_shape(rf__kernel_ctx *ctx, const char *what,
                           (long long)g->ow, (long long)g->oc);
 }
 
-static rf_status *channels(rf__kernel_ctx *ctx, int64_t filter_c,
+static rf_status *channels(rf__kernel_ctx *ctx, int axis, int64_t filter_c,
                            int64_t input_c) {
   if (filter_c == input_c) return NULL;
   return rf__kernel_error(ctx, RF_INVALID_ARGUMENT,
-                          "the filter's in_channels (dim 2) (%lld) does not "
+                          "the filter's in_channels (dim %d) (%lld) does not "
                           "match the input's channels (dim 3) (%lld)",
-                          (long long)filter_c, (long long)input_c);
+                          axis, (long long)filter_c, (long long)input_c);
+}
+
+/* The node's window attrs (the filter's layout for a convolution). */
+static rf_status *attrs(rf__kernel_ctx *ctx, bool pool, rf__window_attrs *wa) {
+  return err(ctx, rf__window_attrs_read(&ctx->node->attrs, pool, wa));
 }
 
 /* Geometry over input dims in[] and a kh x kw window of oc channels. */
-static rf_status *geom(rf__kernel_ctx *ctx, bool pool, const int64_t in[4],
-                       int64_t kh, int64_t kw, int64_t oc, rf__conv_geom *g) {
-  rf__window_attrs wa;
-  RF_CHECK(err(ctx, rf__window_attrs_read(&ctx->node->attrs, pool, &wa)));
+static rf_status *geom(rf__kernel_ctx *ctx, rf__window_attrs wa,
+                       const int64_t in[4], int64_t kh, int64_t kw, int64_t oc,
+                       rf__conv_geom *g) {
+  bool pool = oc < 0;
   if (!pool) {
     if (kh < 1 || kw < 1)
       return rf__kernel_error(ctx, RF_INVALID_ARGUMENT,
@@ -106,14 +111,23 @@ static rf_status *geom(rf__kernel_ctx *ctx, bool pool, const int64_t in[4],
   return err(ctx, rf__conv_geom_make(&wa, in, pool ? in[3] : oc, g));
 }
 
+/* A convolution's geometry over input dims in[] and filter dims fd[] (in
+ * the node's filter_format). */
+static rf_status *conv_geom(rf__kernel_ctx *ctx, const int64_t in[4],
+                            const int64_t fd[4], rf__conv_geom *g) {
+  rf__window_attrs wa;
+  RF_CHECK(attrs(ctx, false, &wa));
+  rf__filter_axes ax = rf__filter_axes_of(wa.ohwi);
+  RF_CHECK(channels(ctx, ax.c, fd[ax.c], in[3]));
+  return geom(ctx, wa, in, fd[ax.kh], fd[ax.kw], fd[ax.oc], g);
+}
+
 rf_status *rf__conv2d_prepare(rf__kernel_ctx *ctx, rf__conv_geom *g) {
   const rf_tensor *x = ctx->inputs[0], *f = ctx->inputs[1];
   RF_CHECK(float_inputs(ctx, 3));
   RF_CHECK(rank4(ctx, "input", x));
   RF_CHECK(rank4(ctx, "filter", f));
-  RF_CHECK(channels(ctx, f->shape.dims[2], x->shape.dims[3]));
-  return geom(ctx, false, x->shape.dims, f->shape.dims[0], f->shape.dims[1],
-              f->shape.dims[3], g);
+  return conv_geom(ctx, x->shape.dims, f->shape.dims, g);
 }
 
 rf_status *rf__conv2d_backprop_input_prepare(rf__kernel_ctx *ctx,
@@ -123,9 +137,7 @@ rf_status *rf__conv2d_backprop_input_prepare(rf__kernel_ctx *ctx,
   RF_CHECK(float_inputs(ctx, 6));
   RF_CHECK(sizes(ctx, "input_sizes", ctx->inputs[0], in));
   RF_CHECK(rank4(ctx, "filter", f));
-  RF_CHECK(channels(ctx, f->shape.dims[2], in[3]));
-  RF_CHECK(geom(ctx, false, in, f->shape.dims[0], f->shape.dims[1],
-                f->shape.dims[3], g));
+  RF_CHECK(conv_geom(ctx, in, f->shape.dims, g));
   return out_shape(ctx, "out_backprop", dy, g);
 }
 
@@ -136,23 +148,30 @@ rf_status *rf__conv2d_backprop_filter_prepare(rf__kernel_ctx *ctx,
   RF_CHECK(float_inputs(ctx, 5));
   RF_CHECK(rank4(ctx, "input", x));
   RF_CHECK(sizes(ctx, "filter_sizes", ctx->inputs[1], fs));
-  RF_CHECK(channels(ctx, fs[2], x->shape.dims[3]));
-  RF_CHECK(geom(ctx, false, x->shape.dims, fs[0], fs[1], fs[3], g));
+  RF_CHECK(conv_geom(ctx, x->shape.dims, fs, g));
   return out_shape(ctx, "out_backprop", dy, g);
+}
+
+/* A pool's geometry over input dims in[]. */
+static rf_status *pool_geom(rf__kernel_ctx *ctx, const int64_t in[4],
+                            rf__conv_geom *g) {
+  rf__window_attrs wa;
+  RF_CHECK(attrs(ctx, true, &wa));
+  return geom(ctx, wa, in, 0, 0, -1, g);
 }
 
 rf_status *rf__pool_prepare(rf__kernel_ctx *ctx, rf__conv_geom *g) {
   const rf_tensor *x = ctx->inputs[0];
   RF_CHECK(float_inputs(ctx, 1));
   RF_CHECK(rank4(ctx, "input", x));
-  return geom(ctx, true, x->shape.dims, 0, 0, 0, g);
+  return pool_geom(ctx, x->shape.dims, g);
 }
 
 rf_status *rf__max_pool_grad_prepare(rf__kernel_ctx *ctx, rf__conv_geom *g) {
   const rf_tensor *x = ctx->inputs[0];
   RF_CHECK(float_inputs(ctx, 7));
   RF_CHECK(rank4(ctx, "orig_input", x));
-  RF_CHECK(geom(ctx, true, x->shape.dims, 0, 0, 0, g));
+  RF_CHECK(pool_geom(ctx, x->shape.dims, g));
   RF_CHECK(out_shape(ctx, "orig_output", ctx->inputs[1], g));
   return out_shape(ctx, "grad", ctx->inputs[2], g);
 }
@@ -161,6 +180,6 @@ rf_status *rf__avg_pool_grad_prepare(rf__kernel_ctx *ctx, rf__conv_geom *g) {
   int64_t in[4];
   RF_CHECK(float_inputs(ctx, 2));
   RF_CHECK(sizes(ctx, "orig_input_shape", ctx->inputs[0], in));
-  RF_CHECK(geom(ctx, true, in, 0, 0, 0, g));
+  RF_CHECK(pool_geom(ctx, in, g));
   return out_shape(ctx, "grad", ctx->inputs[1], g);
 }

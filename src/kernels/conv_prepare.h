@@ -29,15 +29,15 @@ extern "C" {
 #endif
 
 /* Conv2D(input, filter): float32/float64 (GPUs: also float16/bfloat16;
- * CPUs: UNIMPLEMENTED for those), both rank 4, the filter's dim 2
- * the input's channels. */
+ * CPUs: UNIMPLEMENTED for those), both rank 4, the filter's in_channels
+ * (dim 2, or 3 with filter_format OHWI: g->ohwi) the input's channels. */
 rf_status *rf__conv2d_prepare(rf__kernel_ctx *ctx, rf__conv_geom *g);
 /* Conv2DBackpropInput(input_sizes, filter, out_backprop): the output is
  * (g->n, g->h, g->w, g->c); out_backprop must be (n, oh, ow, oc). */
 rf_status *rf__conv2d_backprop_input_prepare(rf__kernel_ctx *ctx,
                                              rf__conv_geom *g);
 /* Conv2DBackpropFilter(input, filter_sizes, out_backprop): the output is
- * (g->kh, g->kw, g->c, g->oc). */
+ * the filter's shape, rf__filter_dims(g). */
 rf_status *rf__conv2d_backprop_filter_prepare(rf__kernel_ctx *ctx,
                                               rf__conv_geom *g);
 /* MaxPool / AvgPool(input): output (n, oh, ow, c). */

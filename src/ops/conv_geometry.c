@@ -31,7 +31,7 @@ static rf_status *read4(const rf__attrs *a, const char *name, int64_t *h,
 
 rf_status *rf__window_attrs_read(const rf__attrs *a, bool pool,
                                  rf__window_attrs *out) {
-  rf__window_attrs r = {1, 1, 1, 1, 1, 1, false};
+  rf__window_attrs r = {1, 1, 1, 1, 1, 1, false, false};
   RF_CHECK(read4(a, "strides", &r.sh, &r.sw));
   if (pool)
     RF_CHECK(read4(a, "ksize", &r.kh, &r.kw));
@@ -40,14 +40,34 @@ rf_status *rf__window_attrs_read(const rf__attrs *a, bool pool,
   const char *pad, *fmt = "NHWC";
   RF_CHECK(rf__attrs_get_string(a, "padding", &pad));
   if (strcmp(pad, "SAME") != 0 && strcmp(pad, "VALID") != 0)
-    return rf__invalid("attr 'padding' must be SAME or VALID, got '%s'", pad);
+    return rf__invalid("attr 'padding' must be SAME or VALID, got '%.64s'",
+                       pad);
   r.same = pad[0] == 'S';
   if (rf__attrs_find(a, "data_format"))
     RF_CHECK(rf__attrs_get_string(a, "data_format", &fmt));
   if (strcmp(fmt, "NHWC") != 0)
-    return rf__invalid("attr 'data_format' must be NHWC, got '%s'", fmt);
+    return rf__invalid("attr 'data_format' must be NHWC, got '%.64s'", fmt);
+  if (!pool && rf__attrs_find(a, "filter_format")) {
+    RF_CHECK(rf__attrs_get_string(a, "filter_format", &fmt));
+    if (strcmp(fmt, "HWIO") != 0 && strcmp(fmt, "OHWI") != 0)
+      return rf__invalid(
+          "attr 'filter_format' must be HWIO or OHWI, got '%.64s'", fmt);
+    r.ohwi = fmt[0] == 'O';
+  }
   *out = r;
   return NULL;
+}
+
+rf__filter_axes rf__filter_axes_of(bool ohwi) {
+  return ohwi ? (rf__filter_axes){1, 2, 3, 0} : (rf__filter_axes){0, 1, 2, 3};
+}
+
+void rf__filter_dims(const rf__conv_geom *g, int64_t out[4]) {
+  rf__filter_axes ax = rf__filter_axes_of(g->ohwi != 0);
+  out[ax.kh] = g->kh;
+  out[ax.kw] = g->kw;
+  out[ax.c] = g->c;
+  out[ax.oc] = g->oc;
 }
 
 rf_status *rf__window_dim(int64_t in, int64_t k, int64_t s, int64_t d,
@@ -98,7 +118,8 @@ rf_status *rf__conv_geom_make(const rf__window_attrs *wa, const int64_t in[4],
                      .sh = wa->sh,
                      .sw = wa->sw,
                      .dh = wa->dh,
-                     .dw = wa->dw};
+                     .dw = wa->dw,
+                     .ohwi = wa->ohwi};
   RF_CHECK(rf__window_dim(r.h, r.kh, r.sh, r.dh, wa->same, &r.oh, &r.pt));
   RF_CHECK(rf__window_dim(r.w, r.kw, r.sw, r.dw, wa->same, &r.ow, &r.pl));
   int64_t t;

@@ -3,8 +3,10 @@
  * MaxPool with MaxPoolGrad, AvgPool with AvgPoolGrad; shape functions,
  * gradients (the backprop ops are differentiable too, so gradients of
  * gradients work through a convolution) and the public builders. Filters are
- * (kh, kw, in_channels, out_channels). The window geometry is
+ * (kh, kw, in_channels, out_channels), or (out_channels, kh, kw,
+ * in_channels) with filter_format OHWI. The window geometry is
  * ops/conv_geometry.h, shared with the kernels. */
+#include <stdio.h>
 #include <string.h>
 
 #include "core/status.h"
@@ -79,27 +81,38 @@ static rf_status *window_out(const rf__window_attrs *wa, const int64_t in[4],
 
 /* ---- shape functions ---- */
 
-/* Conv2D(input (n, h, w, c), filter (kh, kw, c, oc)) -> (n, oh, ow, oc). */
+/* "the filter's <what> (dim k)" for the axis k of a filter layout. */
+static const char *filter_dim_name(char *buf, size_t size, const char *what,
+                                   int k) {
+  snprintf(buf, size, "the filter's %s (dim %d)", what, k);
+  return buf;
+}
+
+/* Conv2D(input (n, h, w, c), filter (kh, kw, c, oc), or (oc, kh, kw, c)
+ * with filter_format OHWI) -> (n, oh, ow, oc). */
 static rf_status *conv2d_shape(rf__shape_ctx *c) {
   const rf_shape *x = &c->input_shapes[0], *f = &c->input_shapes[1];
   RF_CHECK(need_rank4(x, "input"));
   RF_CHECK(need_rank4(f, "filter"));
   rf__window_attrs wa;
   RF_CHECK(rf__window_attrs_read(&c->node->attrs, false, &wa));
+  rf__filter_axes ax = rf__filter_axes_of(wa.ohwi);
+  char name[64];
   int64_t in[4] = {dim(x, 0), dim(x, 1), dim(x, 2), dim(x, 3)}, ch;
-  RF_CHECK(agree(dim(f, 2), "the filter's in_channels (dim 2)", in[3],
+  RF_CHECK(agree(dim(f, ax.c),
+                 filter_dim_name(name, sizeof name, "in_channels", ax.c), in[3],
                  "the input's channels (dim 3)", &ch));
-  if (dim(f, 0) < 0 || dim(f, 1) < 0) {
+  if (dim(f, ax.kh) < 0 || dim(f, ax.kw) < 0) {
     c->output_shapes[0] = rf_shape_of(4, in[0], (int64_t)RF_UNKNOWN_DIM,
-                                      (int64_t)RF_UNKNOWN_DIM, dim(f, 3));
+                                      (int64_t)RF_UNKNOWN_DIM, dim(f, ax.oc));
     return NULL;
   }
-  wa.kh = dim(f, 0);
-  wa.kw = dim(f, 1);
+  wa.kh = dim(f, ax.kh);
+  wa.kw = dim(f, ax.kw);
   if (wa.kh < 1 || wa.kw < 1)
     return rf__invalid("the filter's window must be at least 1x1");
   in[3] = ch;
-  return window_out(&wa, in, dim(f, 3), &c->output_shapes[0]);
+  return window_out(&wa, in, dim(f, ax.oc), &c->output_shapes[0]);
 }
 
 /* _FusedConv2DBiasRelu(input, filter, bias): Conv2D's output, the bias
@@ -122,44 +135,55 @@ static rf_status *conv2d_backprop_input_shape(rf__shape_ctx *c) {
   RF_CHECK(need_rank4(dy, "out_backprop"));
   rf__window_attrs wa;
   RF_CHECK(rf__window_attrs_read(&c->node->attrs, false, &wa));
+  rf__filter_axes ax = rf__filter_axes_of(wa.ohwi);
+  char name[64];
   int64_t s[4], oc;
   bool known;
   RF_CHECK(const_sizes(c, 0, "input_sizes", s, &known));
-  RF_CHECK(agree(dim(f, 3), "the filter's out_channels (dim 3)", dim(dy, 3),
-                 "out_backprop's channels (dim 3)", &oc));
+  RF_CHECK(agree(dim(f, ax.oc),
+                 filter_dim_name(name, sizeof name, "out_channels", ax.oc),
+                 dim(dy, 3), "out_backprop's channels (dim 3)", &oc));
   if (!known) {
     c->output_shapes[0] = rf_shape_of(4, dim(dy, 0), (int64_t)RF_UNKNOWN_DIM,
-                                      (int64_t)RF_UNKNOWN_DIM, dim(f, 2));
+                                      (int64_t)RF_UNKNOWN_DIM, dim(f, ax.c));
     return NULL;
   }
   int64_t ch;
-  RF_CHECK(agree(dim(f, 2), "the filter's in_channels (dim 2)", s[3],
+  RF_CHECK(agree(dim(f, ax.c),
+                 filter_dim_name(name, sizeof name, "in_channels", ax.c), s[3],
                  "input_sizes[3]", &ch));
   c->output_shapes[0] = rf_shape_of(4, s[0], s[1], s[2], s[3]);
   return NULL;
 }
 
-/* Conv2DBackpropFilter(input, filter_sizes, out_backprop) -> filter_sizes. */
+/* Conv2DBackpropFilter(input, filter_sizes, out_backprop) -> filter_sizes
+ * (in the filter_format's order). */
 static rf_status *conv2d_backprop_filter_shape(rf__shape_ctx *c) {
   const rf_shape *x = &c->input_shapes[0], *dy = &c->input_shapes[2];
   RF_CHECK(need_rank4(x, "input"));
   RF_CHECK(need_rank4(dy, "out_backprop"));
   rf__window_attrs wa;
   RF_CHECK(rf__window_attrs_read(&c->node->attrs, false, &wa));
+  rf__filter_axes ax = rf__filter_axes_of(wa.ohwi);
   int64_t s[4];
   bool known;
   RF_CHECK(const_sizes(c, 1, "filter_sizes", s, &known));
   if (!known) {
-    c->output_shapes[0] =
-        rf_shape_of(4, (int64_t)RF_UNKNOWN_DIM, (int64_t)RF_UNKNOWN_DIM,
-                    dim(x, 3), dim(dy, 3));
+    int64_t d[4];
+    d[ax.kh] = d[ax.kw] = RF_UNKNOWN_DIM;
+    d[ax.c] = dim(x, 3);
+    d[ax.oc] = dim(dy, 3);
+    c->output_shapes[0] = rf_shape_of(4, d[0], d[1], d[2], d[3]);
     return NULL;
   }
+  char name[32];
   int64_t ch;
-  RF_CHECK(agree(s[2], "filter_sizes[2]", dim(x, 3),
-                 "the input's channels (dim 3)", &ch));
-  RF_CHECK(agree(s[3], "filter_sizes[3]", dim(dy, 3),
-                 "out_backprop's channels (dim 3)", &ch));
+  snprintf(name, sizeof name, "filter_sizes[%d]", ax.c);
+  RF_CHECK(
+      agree(s[ax.c], name, dim(x, 3), "the input's channels (dim 3)", &ch));
+  snprintf(name, sizeof name, "filter_sizes[%d]", ax.oc);
+  RF_CHECK(agree(s[ax.oc], name, dim(dy, 3), "out_backprop's channels (dim 3)",
+                 &ch));
   c->output_shapes[0] = rf_shape_of(4, s[0], s[1], s[2], s[3]);
   return NULL;
 }
@@ -216,11 +240,17 @@ static void copy_attrs(rf_node_builder *b, const rf_node *from) {
     }
     rf_node_builder_attr_int_list(b, lists[i], v, n);
   }
-  const char *s;
-  if (!rf_node_attr_string(from, "padding", &s))
-    rf_node_builder_attr_string(b, "padding", s);
-  if (!rf_node_attr_string(from, "data_format", &s))
-    rf_node_builder_attr_string(b, "data_format", s);
+  static const char *const strings[] = {"padding", "data_format",
+                                        "filter_format"};
+  for (int i = 0; i < 3; i++) {
+    const char *s;
+    if (!rf__attrs_find(&from->attrs, strings[i])) continue; /* a default */
+    rf_status *st = rf_node_attr_string(from, strings[i], &s);
+    if (st)
+      rf_status_free(st); /* the builder reports the missing attr */
+    else
+      rf_node_builder_attr_string(b, strings[i], s);
+  }
 }
 
 /* A node of op over in[0, n), with T from `t` and the window attrs of
@@ -327,7 +357,10 @@ static rf_status *avg_pool_grad_grad(rf__grad_ctx *c) {
 #define WINDOW                                             \
   "strides: list(int); padding: string in {SAME, VALID}; " \
   "data_format: string in {NHWC} = NHWC"
-#define CONV_ATTRS T_ATTR WINDOW "; dilations: list(int) = [1, 1, 1, 1]"
+#define CONV_ATTRS                              \
+  T_ATTR WINDOW                                 \
+      "; dilations: list(int) = [1, 1, 1, 1]; " \
+      "filter_format: string in {HWIO, OHWI} = HWIO"
 #define POOL_ATTRS T_ATTR "ksize: list(int); " WINDOW
 
 static const rf__op_spec specs[] = {
@@ -402,11 +435,13 @@ rf_status *rf__register_conv_ops(void) {
 static const int64_t ones4[4] = {1, 1, 1, 1};
 
 /* A node of op over in[0, n) with the window attrs given; ksize NULL: none
- * (convolutions), dilations NULL: none (pools). */
+ * (convolutions), dilations NULL: none (pools), filter_format NULL: the
+ * default (HWIO; pools have none). */
 static rf_output window_node(rf_graph *g, const char *op, const char *name,
                              const rf_output *in, int n, rf_output t,
                              const int64_t *ksize, const int64_t *strides,
-                             const char *padding, const int64_t *dilations) {
+                             const char *padding, const int64_t *dilations,
+                             const char *filter_format) {
   if (rf__graph_failed(g) || !rf__graph_inputs_ok(g, op, name, in, n))
     return no_output;
   if (!strides || !padding) {
@@ -423,15 +458,35 @@ static rf_output window_node(rf_graph *g, const char *op, const char *name,
   rf_node_builder_attr_int_list(b, "strides", strides, 4);
   rf_node_builder_attr_string(b, "padding", padding);
   if (dilations) rf_node_builder_attr_int_list(b, "dilations", dilations, 4);
+  if (filter_format)
+    rf_node_builder_attr_string(b, "filter_format", filter_format);
   return rf__finish_output(g, b);
+}
+
+rf_output rf_conv2d_with_format(rf_graph *g, const char *name, rf_output input,
+                                rf_output filter, const int64_t strides[4],
+                                const char *padding, const int64_t dilations[4],
+                                const char *filter_format) {
+  rf_output in[2] = {input, filter};
+  return window_node(g, "Conv2D", name, in, 2, input, NULL, strides, padding,
+                     dilations ? dilations : ones4, filter_format);
 }
 
 rf_output rf_conv2d(rf_graph *g, const char *name, rf_output input,
                     rf_output filter, const int64_t strides[4],
                     const char *padding, const int64_t dilations[4]) {
-  rf_output in[2] = {input, filter};
-  return window_node(g, "Conv2D", name, in, 2, input, NULL, strides, padding,
-                     dilations ? dilations : ones4);
+  return rf_conv2d_with_format(g, name, input, filter, strides, padding,
+                               dilations, NULL);
+}
+
+rf_output rf_conv2d_backprop_input_with_format(
+    rf_graph *g, const char *name, rf_output input_sizes, rf_output filter,
+    rf_output out_backprop, const int64_t strides[4], const char *padding,
+    const int64_t dilations[4], const char *filter_format) {
+  rf_output in[3] = {input_sizes, filter, out_backprop};
+  return window_node(g, "Conv2DBackpropInput", name, in, 3, filter, NULL,
+                     strides, padding, dilations ? dilations : ones4,
+                     filter_format);
 }
 
 rf_output rf_conv2d_backprop_input(rf_graph *g, const char *name,
@@ -440,9 +495,19 @@ rf_output rf_conv2d_backprop_input(rf_graph *g, const char *name,
                                    const int64_t strides[4],
                                    const char *padding,
                                    const int64_t dilations[4]) {
-  rf_output in[3] = {input_sizes, filter, out_backprop};
-  return window_node(g, "Conv2DBackpropInput", name, in, 3, filter, NULL,
-                     strides, padding, dilations ? dilations : ones4);
+  return rf_conv2d_backprop_input_with_format(g, name, input_sizes, filter,
+                                              out_backprop, strides, padding,
+                                              dilations, NULL);
+}
+
+rf_output rf_conv2d_backprop_filter_with_format(
+    rf_graph *g, const char *name, rf_output input, rf_output filter_sizes,
+    rf_output out_backprop, const int64_t strides[4], const char *padding,
+    const int64_t dilations[4], const char *filter_format) {
+  rf_output in[3] = {input, filter_sizes, out_backprop};
+  return window_node(g, "Conv2DBackpropFilter", name, in, 3, input, NULL,
+                     strides, padding, dilations ? dilations : ones4,
+                     filter_format);
 }
 
 rf_output rf_conv2d_backprop_filter(rf_graph *g, const char *name,
@@ -451,9 +516,9 @@ rf_output rf_conv2d_backprop_filter(rf_graph *g, const char *name,
                                     const int64_t strides[4],
                                     const char *padding,
                                     const int64_t dilations[4]) {
-  rf_output in[3] = {input, filter_sizes, out_backprop};
-  return window_node(g, "Conv2DBackpropFilter", name, in, 3, input, NULL,
-                     strides, padding, dilations ? dilations : ones4);
+  return rf_conv2d_backprop_filter_with_format(g, name, input, filter_sizes,
+                                               out_backprop, strides, padding,
+                                               dilations, NULL);
 }
 
 rf_output rf_max_pool(rf_graph *g, const char *name, rf_output input,
@@ -464,7 +529,7 @@ rf_output rf_max_pool(rf_graph *g, const char *name, rf_output input,
     return no_output;
   }
   return window_node(g, "MaxPool", name, &input, 1, input, ksize, strides,
-                     padding, NULL);
+                     padding, NULL, NULL);
 }
 
 rf_output rf_avg_pool(rf_graph *g, const char *name, rf_output input,
@@ -475,7 +540,7 @@ rf_output rf_avg_pool(rf_graph *g, const char *name, rf_output input,
     return no_output;
   }
   return window_node(g, "AvgPool", name, &input, 1, input, ksize, strides,
-                     padding, NULL);
+                     padding, NULL, NULL);
 }
 
 rf_output rf_max_pool_grad(rf_graph *g, const char *name, rf_output orig_input,
@@ -488,7 +553,7 @@ rf_output rf_max_pool_grad(rf_graph *g, const char *name, rf_output orig_input,
   }
   rf_output in[3] = {orig_input, orig_output, grad};
   return window_node(g, "MaxPoolGrad", name, in, 3, grad, ksize, strides,
-                     padding, NULL);
+                     padding, NULL, NULL);
 }
 
 rf_output rf_avg_pool_grad(rf_graph *g, const char *name,
@@ -501,5 +566,5 @@ rf_output rf_avg_pool_grad(rf_graph *g, const char *name,
   }
   rf_output in[2] = {orig_input_shape, grad};
   return window_node(g, "AvgPoolGrad", name, in, 2, grad, ksize, strides,
-                     padding, NULL);
+                     padding, NULL, NULL);
 }

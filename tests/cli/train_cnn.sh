@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # ringflow train --model cnn at small size: for every --sync mode the 4-device
 # data-parallel run must match one device to float tolerance with the
-# replicas bit-identical; its checkpoint holds the CNN's tensors (NHWC
-# filters) and loads back (through --bench, which also times it), and the
-# MLP refuses it; --model mlp names the default; an unknown model is a usage
-# error. --check trains without dropout (one device cannot draw the replicas'
+# replicas bit-identical; its checkpoint holds the CNN's tensors (OHWI
+# filters by default) and loads back (through --bench, which also times it),
+# and the MLP refuses it; a --filter-format hwio checkpoint loads only with
+# that option, and the error says so; --filter-format without --model cnn
+# is a usage error; --model mlp names the default; an unknown model is a
+# usage error. --check trains without dropout (one device cannot draw the replicas'
 # masks); --bench with it trains other values than without (dropout acts
 # while training); --dropout is a usage error outside its range or without
 # --model cnn. Few steps and small
@@ -56,7 +58,7 @@ python3 - "$tmp/allreduce.ckpt" <<'PY'
 import json, struct, sys
 b = open(sys.argv[1], "rb").read()
 h = json.loads(b[8:8 + struct.unpack("<Q", b[:8])[0]])
-want = {"W0": [5, 5, 1, 32], "b0": [32], "W1": [5, 5, 32, 64], "b1": [64],
+want = {"W0": [32, 5, 5, 1], "b0": [32], "W1": [64, 5, 5, 32], "b1": [64],
         "W2": [3136, 1024], "b2": [1024], "W3": [1024, 10], "b3": [10]}
 for k in ("", "m_", "v_"):
     for name, shape in want.items():
@@ -74,6 +76,29 @@ if "$ringflow" train --steps 1 --quiet --load "$tmp/allreduce.ckpt" 2> "$tmp/err
 fi
 grep -q "ckpt: holds 24 tensors; this model has 18" "$tmp/err"
 if grep -q "ckpt: .*ckpt" "$tmp/err"; then echo "the path twice"; exit 1; fi
+# HWIO filters: their own shapes; the default (OHWI) refuses them and names
+# the option that loads them
+"$ringflow" train --model cnn --devices cpu:0 --steps 1 --epochs 1 --batch 8 \
+  --quiet --filter-format hwio --save "$tmp/hwio.ckpt" > /dev/null
+python3 - "$tmp/hwio.ckpt" <<'PY'
+import json, struct, sys
+b = open(sys.argv[1], "rb").read()
+h = json.loads(b[8:8 + struct.unpack("<Q", b[:8])[0]])
+assert h["W0"]["shape"] == [5, 5, 1, 32] and h["W1"]["shape"] == [5, 5, 32, 64], h
+PY
+if "$ringflow" train --model cnn --devices cpu:0 --steps 1 --quiet \
+  --load "$tmp/hwio.ckpt" 2> "$tmp/err"; then
+  echo "an HWIO checkpoint loaded into OHWI filters"; exit 1
+fi
+grep -q "expected float32 \[32,5,5,1\]; its convolution filters are in the other layout: load it with --filter-format hwio" "$tmp/err" ||
+  { cat "$tmp/err"; exit 1; }
+"$ringflow" train --model cnn --devices cpu:0 --bench --warmup 0 --steps 1 \
+  --batch 8 --filter-format hwio --load "$tmp/hwio.ckpt" > "$tmp/out"
+grep -q "loaded .* (step 1)" "$tmp/out"
+if "$ringflow" train --filter-format ohwi --steps 1 2> "$tmp/err"; then
+  echo "--filter-format without --model cnn ran"; exit 1
+fi
+grep -q -- "--filter-format needs --model cnn" "$tmp/err"
 for rate in 0 0.5; do
   "$ringflow" train --model cnn --devices cpu:0-1 --bench --warmup 0 --steps 3 \
     --batch 16 --dropout "$rate" > "$tmp/drop$rate"

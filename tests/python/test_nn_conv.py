@@ -145,3 +145,56 @@ def test_errors():
         rf.nn.conv2d(x, g, strides=1, padding="SAME", data_format="NCHW")
     with pytest.raises(ValueError, match="entries"):
         rf.nn.max_pool2d(x, ksize=[2, 2, 2], strides=1, padding="SAME")
+
+
+@pytest.mark.parametrize("xs, fs, strides, padding, dil", CONV_CASES)
+def test_conv2d_ohwi_against_numpy(xs, fs, strides, padding, dil):
+    """filter_format="OHWI": filters (out, kh, kw, in); the output, both
+    gradients (rf.gradients keeps the format: df comes back OHWI) and the
+    backprop ops against the HWIO reference on the permuted filter."""
+    rng = np.random.default_rng(2)
+    x = rng.uniform(-1, 1, xs)
+    f = rng.uniform(-1, 1, (fs[2], fs[0], fs[1], xs[3]))  # OHWI
+    f_hwio = f.transpose(1, 2, 3, 0)
+    rf.reset_default_graph()
+    xp = rf.placeholder(rf.float64, xs)
+    fc = rf.constant(f)
+    y = rf.nn.conv2d(xp, fc, strides=list(strides), padding=padding,
+                     dilations=list(dil), filter_format="OHWI")
+    want = conv_ref(x, f_hwio, strides, padding, dil)
+    assert tuple(y.shape) == want.shape
+    r = rng.uniform(-1, 1, want.shape)
+    dx, df = rf.gradients(rf.reduce_sum(y * r), [xp, fc])
+    assert tuple(df.shape) == f.shape
+    bpi = rf.nn.conv2d_backprop_input(list(xs), fc, r, strides=list(strides),
+                                      padding=padding, dilations=list(dil),
+                                      filter_format="OHWI")
+    bpf = rf.nn.conv2d_backprop_filter(xp, list(f.shape), r,
+                                       strides=list(strides), padding=padding,
+                                       dilations=list(dil),
+                                       filter_format="OHWI")
+    got, gx, gf, gi, gff = run([y, dx, df, bpi, bpf], {xp: x})
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(gi, gx, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(gff, gf, rtol=1e-12, atol=1e-12)
+    e = rng.uniform(-1, 1, x.shape)
+    np.testing.assert_allclose(np.sum(gx * e),
+                               np.sum(conv_ref(e, f_hwio, strides, padding,
+                                               dil) * r),
+                               rtol=1e-10, atol=1e-10)
+    e = rng.uniform(-1, 1, f.shape)  # OHWI, as gf
+    np.testing.assert_allclose(np.sum(gf * e),
+                               np.sum(conv_ref(x, e.transpose(1, 2, 3, 0),
+                                               strides, padding, dil) * r),
+                               rtol=1e-10, atol=1e-10)
+
+
+def test_filter_format_errors():
+    rf.reset_default_graph()
+    x = rf.placeholder(rf.float32, (1, 8, 8, 3))
+    f = rf.constant(np.zeros((4, 3, 3, 2), np.float32))  # OHWI, in 2 != 3
+    with pytest.raises(rf.errors.InvalidArgumentError,
+                       match=r"in_channels \(dim 3\)"):
+        rf.nn.conv2d(x, f, strides=1, padding="SAME", filter_format="OHWI")
+    with pytest.raises(ValueError, match="HWIO' or 'OHWI"):
+        rf.nn.conv2d(x, f, strides=1, padding="SAME", filter_format="OIHW")

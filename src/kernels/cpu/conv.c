@@ -1,9 +1,11 @@
 /* kernels/cpu/conv.c - Conv2D, Conv2DBackpropInput and Conv2DBackpropFilter
- * on the CPU (NHWC, filter HWIO) as im2col + OpenBLAS gemm, one image at a
- * time: an image's patches form col (oh*ow, kh*kw*c), row-major in the
- * filter's (kh, kw, c) order, so the filter is already the (K, oc) matrix.
+ * on the CPU (NHWC, filter HWIO or OHWI) as im2col + OpenBLAS gemm, one
+ * image at a time: an image's patches form col (oh*ow, kh*kw*c), row-major
+ * in the filter's (kh, kw, c) order, so an HWIO filter is already the
+ * (K, oc) matrix W and an OHWI one is W^T, (oc, K), which the gemms read
+ * transposed (no copy):
  *   forward:  y_n = col_n W;  input grad: dx_n = col2im(dy_n W^T);
- *   filter grad: dW = sum_n col_n^T dy_n.
+ *   filter grad: dW = sum_n col_n^T dy_n (OHWI: dW^T = sum_n dy_n^T col_n).
  * A 1x1 window with stride 1 and no padding uses the image itself as col.
  * OpenBLAS runs single-threaded (blas_threads.c); images are split into one
  * block per pool thread. The filter gradient's blocks each sum their images
@@ -146,8 +148,8 @@ static void forward_blocks(void *arg, int64_t b0, int64_t b1) {
       const void *x = image(j, j->x, n, in_size);
       void *col = j->direct ? (void *)x : col_of(j, blk);
       if (!j->direct) im2col(g, x, col, j->es);
-      gemm(j->f64, false, false, pixels(g), g->oc, patch(g), col, patch(g),
-           j->w, g->oc, 0.0, image(j, j->y, n, out_size));
+      gemm(j->f64, false, g->ohwi, pixels(g), g->oc, patch(g), col, patch(g),
+           j->w, g->ohwi ? patch(g) : g->oc, 0.0, image(j, j->y, n, out_size));
     }
   }
 }
@@ -162,8 +164,9 @@ static void input_grad_blocks(void *arg, int64_t b0, int64_t b1) {
     for (int64_t n = first; n < last; n++) {
       void *dx = image(j, j->y, n, in_size);
       void *col = j->direct ? dx : col_of(j, blk);
-      gemm(j->f64, false, true, pixels(g), patch(g), g->oc,
-           image(j, j->dy, n, out_size), g->oc, j->w, g->oc, 0.0, col);
+      gemm(j->f64, false, !g->ohwi, pixels(g), patch(g), g->oc,
+           image(j, j->dy, n, out_size), g->oc, j->w,
+           g->ohwi ? patch(g) : g->oc, 0.0, col);
       if (j->direct) continue;
       memset(dx, 0, (size_t)in_size * j->es);
       if (j->f64)
@@ -189,8 +192,12 @@ static void filter_grad_blocks(void *arg, int64_t b0, int64_t b1) {
       const void *x = image(j, j->x, n, in_size);
       void *col = j->direct ? (void *)x : col_of(j, blk);
       if (!j->direct) im2col(g, x, col, j->es);
-      gemm(j->f64, true, false, patch(g), g->oc, pixels(g), col, patch(g),
-           image(j, j->dy, n, out_size), g->oc, 1.0, dw);
+      if (g->ohwi)
+        gemm(j->f64, true, false, g->oc, patch(g), pixels(g),
+             image(j, j->dy, n, out_size), g->oc, col, patch(g), 1.0, dw);
+      else
+        gemm(j->f64, true, false, patch(g), g->oc, pixels(g), col, patch(g),
+             image(j, j->dy, n, out_size), g->oc, 1.0, dw);
     }
   }
 }
@@ -317,7 +324,9 @@ static rf_status *conv2d_backprop_filter_compute(rf__kernel_ctx *ctx) {
   const rf_tensor *x = ctx->inputs[0], *dy = ctx->inputs[2];
   rf__conv_geom g;
   RF_CHECK(rf__conv2d_backprop_filter_prepare(ctx, &g));
-  rf_shape s = rf_shape_of(4, g.kh, g.kw, g.c, g.oc);
+  int64_t fd[4];
+  rf__filter_dims(&g, fd);
+  rf_shape s = rf_shape_of(4, fd[0], fd[1], fd[2], fd[3]);
   rf_tensor *dw;
   RF_CHECK(rf__kernel_alloc_output(ctx, 0, x->dtype, &s, &dw));
   if (dw->num_elements == 0) return NULL;

@@ -32,8 +32,9 @@ rf_status *rf__conv_dnnl_run(rf__kernel_ctx *ctx, rf__conv_dnnl_kind kind,
 int omp_get_max_threads(void);
 void omp_set_num_threads(int n);
 
-/* One primitive: the convolution, and the reorder between ringflow's HWIO
- * filter and the layout oneDNN chose (NULL when they are the same). */
+/* One primitive: the convolution, and the reorder between the op's plain
+ * filter (HWIO or OHWI) and the layout oneDNN chose (NULL when they are the
+ * same). */
 typedef struct prim {
   rf__conv_dnnl_kind kind;
   rf__conv_geom g; /* g.n: images a block */
@@ -54,7 +55,8 @@ static bool same_geom(const rf__conv_geom *a, const rf__conv_geom *b) {
   return memcmp(a, b, sizeof *a) == 0;
 }
 
-/* Plain NHWC activation (n, c, h, w logical) and HWIO filter descs. */
+/* Plain NHWC activation (n, c, h, w logical) and HWIO / OHWI filter
+ * descs. */
 static bool md_tag(dnnl_memory_desc_t *md, int64_t a, int64_t b, int64_t c,
                    int64_t d, dnnl_format_tag_t tag) {
   dnnl_dims_t dims = {a, b, c, d};
@@ -116,11 +118,12 @@ static dnnl_status_t pd_create(dnnl_primitive_desc_t *pd,
  * thread's OpenMP threads at 1 so the kernels are generated for one. */
 static bool prim_make(prim *p) {
   const rf__conv_geom *g = &p->g;
-  dnnl_memory_desc_t src, dst, wany, whwio;
+  dnnl_memory_desc_t src, dst, wany, wplain;
   if (!md_tag(&src, g->n, g->c, g->h, g->w, dnnl_nhwc) ||
       !md_tag(&dst, g->n, g->oc, g->oh, g->ow, dnnl_nhwc) ||
       !md_tag(&wany, g->oc, g->c, g->kh, g->kw, dnnl_format_tag_any) ||
-      !md_tag(&whwio, g->oc, g->c, g->kh, g->kw, dnnl_hwio))
+      !md_tag(&wplain, g->oc, g->c, g->kh, g->kw,
+              g->ohwi ? dnnl_ohwi : dnnl_hwio))
     return false;
   dnnl_dims_t st = {g->sh, g->sw}, dil = {g->dh - 1, g->dw - 1};
   dnnl_dims_t pl = {g->pt, g->pl};
@@ -160,7 +163,7 @@ static bool prim_make(prim *p) {
                         ? dnnl_query_diff_weights_md
                         : dnnl_query_weights_md;
   p->filt = *dnnl_primitive_desc_query_md(pd, wq, 0);
-  p->plain_filt = whwio;
+  p->plain_filt = wplain;
   p->scratch = *dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
   p->filt_bytes = dnnl_memory_desc_get_size(&p->filt);
   p->scratch_bytes = dnnl_memory_desc_get_size(&p->scratch);
@@ -183,11 +186,11 @@ static bool prim_make(prim *p) {
                                                                    : &dst))
     goto out;
   if (dnnl_primitive_create(&p->conv, pd)) goto out;
-  if (!dnnl_memory_desc_equal(&p->filt, &whwio)) {
+  if (!dnnl_memory_desc_equal(&p->filt, &wplain)) {
     const dnnl_memory_desc_t *from =
-        p->kind == RF_CONV_DNNL_FILTER_GRAD ? &p->filt : &whwio;
+        p->kind == RF_CONV_DNNL_FILTER_GRAD ? &p->filt : &wplain;
     const dnnl_memory_desc_t *to =
-        p->kind == RF_CONV_DNNL_FILTER_GRAD ? &whwio : &p->filt;
+        p->kind == RF_CONV_DNNL_FILTER_GRAD ? &wplain : &p->filt;
     if (dnnl_reorder_primitive_desc_create(&rpd, from, engine, to, engine,
                                            NULL) ||
         dnnl_primitive_create(&p->reorder, rpd)) {
@@ -333,7 +336,7 @@ static void blocks(void *arg, int64_t b0, int64_t b1) {
   omp_set_num_threads(was); /* the calling thread may be the user's */
 }
 
-/* Reorders between the plain HWIO filter and p's layout (direction as
+/* Reorders between the plain filter (HWIO or OHWI) and p's layout (direction as
  * p->reorder was made); a plain copy when the layouts agree. */
 static bool filt_reorder(prim *p, const void *from, void *to) {
   if (!p->reorder) {
@@ -441,7 +444,7 @@ rf_status *rf__conv_dnnl_run(rf__kernel_ctx *ctx, rf__conv_dnnl_kind kind,
     ok = !j.failed;
   }
   if (ok && grad) {
-    /* each block's dW to HWIO, summed in block order */
+    /* each block's dW to the plain layout, summed in block order */
     int64_t m = g->kh * g->kw * g->c * g->oc;
     float *plain = (float *)((char *)wbuf + fb * (size_t)j.n_blocks);
     for (int64_t b = 0; ok && b < j.n_blocks; b++) {

@@ -21,8 +21,8 @@ typedef enum rf__conv_dnnl_kind {
   RF_CONV_DNNL_FILTER_GRAD, /* out = dw from (x, dy) */
 } rf__conv_dnnl_kind;
 
-/* Runs `kind` for g on float32 buffers (NHWC, filter HWIO; the ones the
- * kind does not read may be NULL) into out. *done false: oneDNN is not
+/* Runs `kind` for g on float32 buffers (NHWC, filter HWIO or OHWI, g->ohwi; the
+ * ones the kind does not read may be NULL) into out. *done false: oneDNN is not
  * built in, turned off, or has no implementation for g; the caller uses
  * im2col. An error only for memory. */
 rf_status *rf__conv_dnnl_run(rf__kernel_ctx *ctx, rf__conv_dnnl_kind kind,

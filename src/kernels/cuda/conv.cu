@@ -1,5 +1,5 @@
 /* kernels/cuda/conv.cu - Conv2D, Conv2DBackpropInput and Conv2DBackpropFilter
- * on the GPU (NHWC, filter HWIO). In builds with cuDNN (RF_WITH_CUDNN)
+ * on the GPU (NHWC, filter HWIO or OHWI). In builds with cuDNN (RF_WITH_CUDNN)
  * float32, float16 and bfloat16 go through cuDNN (conv_dnn.cu) whenever its
  * symmetric padding can express the op's (dnn_conv_fits). Everything else
  * (float64, TensorFlow's asymmetric SAME padding, empty tensors, builds
@@ -30,12 +30,23 @@ namespace {
 
 using G = rf__conv_geom;
 
+/* Element strides of a filter's (kh, kw, c, oc) axes in its layout. */
+struct FilterStrides {
+  int64_t i, j, k, o;
+};
+
+__host__ __device__ FilterStrides filter_strides(const G &g) {
+  if (g.ohwi) return {g.kw * g.c, g.c, 1, g.kh * g.kw * g.c};
+  return {g.kw * g.c * g.oc, g.c * g.oc, g.oc, 1};
+}
+
 /* y (n, oh, ow, oc) = sum over the window and channels of x * f. */
 template <typename T>
 __global__ void conv_forward(G g, const T *x, const T *f, T *y, int64_t n) {
   RF_GPU_LOOP(e, n) {
     int64_t b, oh, ow, o;
     split4<int64_t>(e, g.oh, g.ow, g.oc, &b, &oh, &ow, &o);
+    FilterStrides fs = filter_strides(g);
     typename Num<T>::C s = 0;
     for (int64_t i = 0; i < g.kh; i++) {
       int64_t ih = oh * g.sh - g.pt + i * g.dh;
@@ -44,9 +55,9 @@ __global__ void conv_forward(G g, const T *x, const T *f, T *y, int64_t n) {
         int64_t iw = ow * g.sw - g.pl + j * g.dw;
         if (iw < 0 || iw >= g.w) continue;
         const T *xp = x + ((b * g.h + ih) * g.w + iw) * g.c;
-        const T *fp = f + (i * g.kw + j) * g.c * g.oc + o;
+        const T *fp = f + i * fs.i + j * fs.j + o * fs.o;
         for (int64_t k = 0; k < g.c; k++)
-          s += Num<T>::load(xp[k]) * Num<T>::load(fp[k * g.oc]);
+          s += Num<T>::load(xp[k]) * Num<T>::load(fp[k * fs.k]);
       }
     }
     y[e] = Num<T>::store(s);
@@ -61,6 +72,7 @@ __global__ void conv_input_grad(G g, const T *f, const T *dy, T *dx,
   RF_GPU_LOOP(e, n) {
     int64_t b, ih, iw, k;
     split4<int64_t>(e, g.h, g.w, g.c, &b, &ih, &iw, &k);
+    FilterStrides fs = filter_strides(g);
     typename Num<T>::C s = 0;
     for (int64_t i = 0; i < g.kh; i++) {
       int64_t th = ih + g.pt - i * g.dh;
@@ -71,16 +83,17 @@ __global__ void conv_input_grad(G g, const T *f, const T *dy, T *dx,
         if (tw < 0 || tw % g.sw != 0 || tw / g.sw >= g.ow) continue;
         int64_t ow = tw / g.sw;
         const T *d = dy + ((b * g.oh + oh) * g.ow + ow) * g.oc;
-        const T *fp = f + ((i * g.kw + j) * g.c + k) * g.oc;
+        const T *fp = f + i * fs.i + j * fs.j + k * fs.k;
         for (int64_t o = 0; o < g.oc; o++)
-          s += Num<T>::load(d[o]) * Num<T>::load(fp[o]);
+          s += Num<T>::load(d[o]) * Num<T>::load(fp[o * fs.o]);
       }
     }
     dx[e] = Num<T>::store(s);
   }
 }
 
-/* dw (kh, kw, c, oc): block e sums x * dy over every (n, oh, ow). */
+/* dw: block e, the filter element (i, j, k, o) in HWIO order, sums x * dy
+ * over every (n, oh, ow) into its place in the filter's layout. */
 template <typename T>
 __global__ void conv_filter_grad(G g, const T *x, const T *dy, T *dw,
                                  int64_t n) {
@@ -106,7 +119,10 @@ __global__ void conv_filter_grad(G g, const T *x, const T *dy, T *dw,
       if ((int)threadIdx.x < m) part[threadIdx.x] += part[threadIdx.x + m];
       __syncthreads();
     }
-    if (threadIdx.x == 0) dw[e] = Num<T>::store(part[0]);
+    if (threadIdx.x == 0) {
+      FilterStrides fs = filter_strides(g);
+      dw[i * fs.i + j * fs.j + k * fs.k + o * fs.o] = Num<T>::store(part[0]);
+    }
     __syncthreads();
   }
 }
@@ -185,7 +201,9 @@ rf_status *conv2d_backprop_filter_compute(rf__kernel_ctx *ctx) {
   const rf_tensor *x = ctx->inputs[0], *dy = ctx->inputs[2];
   G g;
   RF_CHECK(rf__conv2d_backprop_filter_prepare(ctx, &g));
-  rf_shape s = rf_shape_of(4, g.kh, g.kw, g.c, g.oc);
+  int64_t fd[4];
+  rf__filter_dims(&g, fd);
+  rf_shape s = rf_shape_of(4, fd[0], fd[1], fd[2], fd[3]);
   rf_tensor *dw;
   RF_CHECK(alloc_output(ctx, 0, x->dtype, &s, &dw));
   int64_t n = dw->num_elements;

@@ -1,8 +1,9 @@
 /* kernels/cuda/conv_dnn.cu - see conv_dnn.cuh. cuDNN takes NHWC data but
- * only KRSC (out, h, w, in) filters, so the ops' HWIO filter, a (kh kw c) x
- * oc matrix, is transposed into a scratch tensor before the forward pass and
- * the input gradient, and the filter gradient is computed in KRSC and
- * transposed back. Descriptors and the chosen algorithm live in a
+ * only KRSC (out, h, w, in) filters: an OHWI filter (filter_format) is one
+ * and goes to cuDNN as it is; an HWIO filter, a (kh kw c) x oc matrix, is
+ * transposed into a scratch tensor before the forward pass and the input
+ * gradient, and its filter gradient is computed in KRSC and transposed
+ * back. Descriptors and the chosen algorithm live in a
  * process-wide cache (cuDNN's own state is process-wide too), one entry per
  * GPU, kind, dtype and geometry, found once: cudnnFind*Ex times the
  * algorithms on the device's stream with a workspace from the device's
@@ -523,8 +524,9 @@ rf_status *dnn_conv(rf__kernel_ctx *ctx, ConvKind kind, const rf__conv_geom &g,
   int64_t rows = g.kh * g.kw * g.c, cols = g.oc; /* HWIO as a matrix */
   rf_shape fs = rf_shape_of(1, rows * cols);
   rf_tensor *krsc = nullptr, *ws = nullptr;
-  rf_status *err = new_tensor(ctx, dtype, &fs, &krsc);
-  if (!err && kind != ConvKind::kBackwardFilter)
+  /* krsc: the HWIO filter's KRSC copy (OHWI filters need none) */
+  rf_status *err = g.ohwi ? nullptr : new_tensor(ctx, dtype, &fs, &krsc);
+  if (!err && krsc && kind != ConvKind::kBackwardFilter)
     err = transpose2d(ctx, kind == ConvKind::kForward ? b : a, krsc->data, rows,
                       cols, esize);
   const void *fa = kind == ConvKind::kBackwardData ? krsc ? krsc->data : a : a;
@@ -582,7 +584,7 @@ rf_status *dnn_conv(rf__kernel_ctx *ctx, ConvKind kind, const rf__conv_geom &g,
     cudnnStatus_t s = ops.run(fa, fb, fout, ws ? ws->data : nullptr);
     if (s != CUDNN_STATUS_SUCCESS) err = dnn_error(ctx, s, "cudnnConvolution*");
   }
-  if (!err && kind == ConvKind::kBackwardFilter)
+  if (!err && krsc && kind == ConvKind::kBackwardFilter)
     err = transpose2d(ctx, krsc->data, out, cols, rows, esize);
   rf_tensor_release(ws);
   rf_tensor_release(krsc);

@@ -19,8 +19,9 @@ enum class ConvKind { kForward, kBackwardData, kBackwardFilter };
  * axes; cuDNN takes one padding per axis, for both sides. */
 bool dnn_conv_fits(const rf__conv_geom &g, rf_dtype dtype);
 
-/* One convolution of geometry g on the device's stream (filter HWIO, as the
- * ops define it):
+/* One convolution of geometry g on the device's stream (filter HWIO or,
+ * with g.ohwi, OHWI, as the ops define them; an HWIO filter costs a
+ * transpose kernel per call):
  *   kForward:        a = x, b = filter, out = y
  *   kBackwardData:   a = filter, b = dy, out = dx
  *   kBackwardFilter: a = x, b = dy, out = dfilter
