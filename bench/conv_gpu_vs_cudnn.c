@@ -9,7 +9,12 @@
  * TensorFlow's), which it transposes on every call (counted), and with OHWI
  * filters, which are KRSC and go to cuDNN as they are.
  *
- *   bench_conv_gpu_vs_cudnn [reps=50] [graphs=0]
+ *   bench_conv_gpu_vs_cudnn [reps=50] [graphs=0] [layer=-1] [chain=0]
+ *
+ * layer (0-3): only that float32 layer, and no pools (for a profiler;
+ * -1: all). chain 1: the ringflow step's PER convolutions form one chain
+ * of control edges, as a training step's do, instead of independent nodes
+ * (measured on an H200: no consistent difference, PERFORMANCE.md).
  *
  * graphs 1: ringflow's sessions run with gpu_graphs 1, so the timed steps
  * are replays of a captured step (as `ringflow train --gpu-graphs on`):
@@ -23,7 +28,11 @@
  * (gpu_sync_on_finish 0) then waited for once: ms per op = wall time /
  * (steps x per), after two untimed steps. cuDNN: `reps` calls between two
  * CUDA events after three untimed ones. The ratio is cuDNN's time over
- * ringflow's (>= 1: ringflow as fast). The last column times cuDNN direct
+ * ringflow's (>= 1: ringflow as fast). cuDNN is timed twice: writing one
+ * output buffer on every call (the ratio before the slash), and rotating
+ * over PER output buffers (after it), as the ringflow step's PER ops write
+ * PER outputs: an output that stays in L2 from one call to the next is
+ * cheaper to write. The last column times cuDNN direct
  * once more in NCHW (PyTorch's layout, filter KCRS) on the same buffers:
  * whether NCHW's float32 algorithms beat NHWC's here. A second table does the
  * same for the network's 2x2 max pools (MaxPool and MaxPoolGrad, ringflow's
@@ -91,10 +100,12 @@ static void no_release(void *data, void *arg) {
 
 enum { PER = 16 };
 
+static int graphs; /* rf_session_options.gpu_graphs of ringflow's sessions */
+static int chain;  /* 1: the ringflow step's ops in one chain */
+
 /* ms per op of ops[0..PER) of g (on gpu:0) fed feeds[0..nfeeds): steps
  * enqueued back to back after two untimed ones, then waited for once.
  * Frees g. */
-static int graphs; /* rf_session_options.gpu_graphs of ringflow's sessions */
 
 static double time_session(rf_graph *g, const rf_feed *feeds, int nfeeds,
                            rf_node *const *ops, int reps) {
@@ -161,6 +172,11 @@ static void time_ringflow(const layer *L, rf_dtype dt, const char *fmt,
             g, NULL, px, rf_shape_of_op(g, NULL, pw, RF_INT32), pdy, s, "SAME",
             NULL, fmt);
       ops[i] = o.node;
+      /* one chain, as a training step's convolutions: independent ops
+       * would be branches the GPU may run at once, where cuDNN direct runs
+       * its calls one after the other */
+      if (chain && i > 0)
+        check(rf_graph_add_control_edge(g, ops[i - 1], ops[i]), "edge");
     }
     rf_shape shapes[3] = {xs, ws, ys};
     void *ptrs[3] = {x, w, dy};
@@ -175,10 +191,11 @@ static void time_ringflow(const layer *L, rf_dtype dt, const char *fmt,
 /* ---- cuDNN ---- */
 
 /* fmt: CUDNN_TENSOR_NHWC (ringflow's layout; filter KRSC) or
- * CUDNN_TENSOR_NCHW (PyTorch's; filter KCRS), over the same buffers. */
+ * CUDNN_TENSOR_NCHW (PyTorch's; filter KCRS), over the same buffers; the
+ * calls write `outs` output buffers in turn (1 or PER). */
 static void time_cudnn(cudnnHandle_t h, cudnnTensorFormat_t fmt, const layer *L,
-                       rf_dtype dt, int reps, void *x, void *w, void *dy,
-                       double ms[3]) {
+                       rf_dtype dt, int reps, int outs, void *x, void *w,
+                       void *dy, double ms[3]) {
   cudnnDataType_t t = dt == RF_FLOAT32 ? CUDNN_DATA_FLOAT : CUDNN_DATA_BFLOAT16;
   cudnnTensorDescriptor_t xd, yd;
   cudnnFilterDescriptor_t wd;
@@ -198,11 +215,14 @@ static void time_cudnn(cudnnHandle_t h, cudnnTensorFormat_t fmt, const layer *L,
              cd, dt == RF_FLOAT32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH),
          "math");
   size_t es = rf_dtype_size(dt);
-  void *y, *dx, *dw, *ws;
+  void *ys[PER], *dxs[PER], *dws[PER], *ws;
   size_t wsb = (size_t)1 << 30;
-  ccheck(cudaMalloc(&y, es * (size_t)L->n * L->h * L->w * L->oc), "y");
-  ccheck(cudaMalloc(&dx, es * (size_t)L->n * L->h * L->w * L->c), "dx");
-  ccheck(cudaMalloc(&dw, es * (size_t)L->k * L->k * L->c * L->oc), "dw");
+  for (int i = 0; i < outs; i++) {
+    ccheck(cudaMalloc(&ys[i], es * (size_t)L->n * L->h * L->w * L->oc), "y");
+    ccheck(cudaMalloc(&dxs[i], es * (size_t)L->n * L->h * L->w * L->c), "dx");
+    ccheck(cudaMalloc(&dws[i], es * (size_t)L->k * L->k * L->c * L->oc), "dw");
+  }
+  void *y = ys[0], *dx = dxs[0], *dw = dws[0];
   ccheck(cudaMalloc(&ws, wsb), "ws");
   const float one = 1, zero = 0;
   cudaEvent_t e0, e1;
@@ -242,6 +262,7 @@ static void time_cudnn(cudnnHandle_t h, cudnnTensorFormat_t fmt, const layer *L,
     dcheck(cudnnSetConvolutionMathType(cd, math), "math");
     for (int r = 0; r < reps + 3; r++) {
       if (r == 3) ccheck(cudaEventRecord(e0, 0), "record");
+      y = ys[r % outs], dx = dxs[r % outs], dw = dws[r % outs];
       if (kind == 0)
         dcheck(cudnnConvolutionForward(h, &one, xd, x, wd, w, cd,
                                        (cudnnConvolutionFwdAlgo_t)algo, ws, mem,
@@ -267,7 +288,9 @@ static void time_cudnn(cudnnHandle_t h, cudnnTensorFormat_t fmt, const layer *L,
   }
   cudaEventDestroy(e0);
   cudaEventDestroy(e1);
-  cudaFree(y), cudaFree(dx), cudaFree(dw), cudaFree(ws);
+  for (int i = 0; i < outs; i++)
+    cudaFree(ys[i]), cudaFree(dxs[i]), cudaFree(dws[i]);
+  cudaFree(ws);
   cudnnDestroyTensorDescriptor(xd);
   cudnnDestroyTensorDescriptor(yd);
   cudnnDestroyFilterDescriptor(wd);
@@ -367,6 +390,8 @@ static void time_cudnn_pool(cudnnHandle_t h, const layer *L, rf_dtype dt,
 int main(int argc, char **argv) {
   int reps = argc > 1 ? atoi(argv[1]) : 50;
   graphs = argc > 2 ? atoi(argv[2]) != 0 : 0;
+  int only = argc > 3 ? atoi(argv[3]) : -1; /* one float32 layer */
+  chain = argc > 4 ? atoi(argv[4]) != 0 : 0;
   int ngpu = 0;
   if (cudaGetDeviceCount(&ngpu) != cudaSuccess || ngpu < 1) {
     printf("bench_conv_gpu_vs_cudnn: skipped, no GPU\n");
@@ -388,36 +413,50 @@ int main(int argc, char **argv) {
       "grad / filter grad, ms), for reference only\n");
   printf("# summary\n");
   printf(
+      "# ms: ringflow / cuDNN writing 1 output / cuDNN rotating %d outputs; "
+      "ratios: cuDNN / ringflow for both\n",
+      (int)PER);
+  printf(
       "| layer | dtype | filter | forward | ratio | input grad | ratio | "
       "filter grad | ratio | cuDNN NCHW |\n"
       "|---|---|---|---|---|---|---|---|---|---|\n");
   static const char *const fmts[] = {"HWIO", "OHWI"};
-  double worst[2] = {1e9, 1e9};
-  for (int d = 0; d < 2; d++)
+  double worst[2][2] = {{1e9, 1e9}, {1e9, 1e9}};
+  for (int d = 0; d < (only >= 0 ? 1 : 2); d++)
     for (int i = 0; i < 4; i++) {
+      if (only >= 0 && i != only) continue;
       const layer *L = &layers[i];
       void *x = dev_random(dts[d], (int64_t)L->n * L->h * L->w * L->c);
       void *w = dev_random(dts[d], (int64_t)L->k * L->k * L->c * L->oc);
       void *dy = dev_random(dts[d], (int64_t)L->n * L->h * L->w * L->oc);
-      double r[2][3], c[3], nchw[3];
+      double r[2][3], c[3], cr[3], nchw[3];
       time_ringflow(L, dts[d], fmts[0], reps, x, w, dy, r[0]);
-      time_cudnn(h, CUDNN_TENSOR_NHWC, L, dts[d], reps, x, w, dy, c);
+      time_cudnn(h, CUDNN_TENSOR_NHWC, L, dts[d], reps, 1, x, w, dy, c);
       time_ringflow(L, dts[d], fmts[1], reps, x, w, dy, r[1]);
-      time_cudnn(h, CUDNN_TENSOR_NCHW, L, dts[d], reps, x, w, dy, nchw);
+      time_cudnn(h, CUDNN_TENSOR_NHWC, L, dts[d], reps, PER, x, w, dy, cr);
+      time_cudnn(h, CUDNN_TENSOR_NCHW, L, dts[d], reps, 1, x, w, dy, nchw);
       for (int f = 0; f < 2; f++) {
         printf("| b%d %dx%dx%d k%d oc%d | %s | %s", L->n, L->h, L->w, L->c,
                L->k, L->oc, rf_dtype_name(dts[d]), fmts[f]);
         for (int k = 0; k < 3; k++) {
-          printf(" | %.3f / %.3f | %.2fx", r[f][k], c[k], c[k] / r[f][k]);
-          if (c[k] / r[f][k] < worst[f]) worst[f] = c[k] / r[f][k];
+          printf(" | %.3f / %.3f / %.3f | %.2fx / %.2fx", r[f][k], c[k], cr[k],
+                 c[k] / r[f][k], cr[k] / r[f][k]);
+          if (c[k] / r[f][k] < worst[f][0]) worst[f][0] = c[k] / r[f][k];
+          if (cr[k] / r[f][k] < worst[f][1]) worst[f][1] = cr[k] / r[f][k];
         }
         printf(" | %.3f / %.3f / %.3f |\n", nchw[0], nchw[1], nchw[2]);
       }
       fflush(stdout);
       cudaFree(x), cudaFree(w), cudaFree(dy);
     }
-  printf("worst ratio HWIO %.2fx, OHWI %.2fx (target >= 0.9x)\n", worst[0],
-         worst[1]);
+  printf(
+      "worst ratio (1 output / %d outputs): HWIO %.2fx / %.2fx, OHWI %.2fx / "
+      "%.2fx (target >= 0.9x)\n",
+      (int)PER, worst[0][0], worst[0][1], worst[1][0], worst[1][1]);
+  if (only >= 0) {
+    cudnnDestroy(h);
+    return 0;
+  }
   static const layer pools[] = {{128, 28, 28, 32, 2, 32},
                                 {128, 14, 14, 64, 2, 64},
                                 {1024, 28, 28, 32, 2, 32},
