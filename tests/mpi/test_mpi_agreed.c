@@ -357,10 +357,10 @@ static void test_late_task_hands_back(void **state) {
  * and then the data's): with task 0 300 ms late, every other task issues
  * both collectives' data while their checks wait for task 0 - small ones
  * on the direct path, large ones (a 128 KiB all-reduce, a 512 KiB or 1 MiB
- * all-gather: past the direct path's 64 KiB) on the communication thread;
- * no control message. A shape changed in one task in a late large step
- * (its data a stand-in of the agreed call) is still named at once, and the
- * collectives are steady again after. */
+ * all-gather: past the direct path's limit, here set to 64 KiB) on the
+ * communication thread; no control message. A shape changed in one task in a
+ * late large step (its data a stand-in of the agreed call) is still named at
+ * once, and the collectives are steady again after. */
 static void late_task_0(job_graph *m, rf_session *s, int k, int64_t n) {
   int64_t with = rf__mpi_agreed_with_check(),
           msgs = rf_debug_control_messages();
@@ -379,6 +379,7 @@ static void test_data_go_with_the_check(void **state) {
     return;
   }
   rf__mpi_direct_force(1);
+  rf__mpi_direct_max_force(65536);
   job_graph m;
   build(&m);
   rf_session *s = mt_session(m.g, 2, 30000);
@@ -399,6 +400,35 @@ static void test_data_go_with_the_check(void **state) {
   rf_session_free(s);
   rf_graph_free(m.g);
   rf__mpi_direct_force(-1);
+  rf__mpi_direct_max_force(-1);
+}
+
+/* Up to 4 MiB (the default limit) the direct path takes the steady state's
+ * collectives too: a 128 KiB all-reduce and a 512 KiB (2 tasks) or 1 MiB
+ * (4 tasks) all-gather, with exact results; with the limit at 64 KiB none
+ * of them. */
+static void test_large_runs_direct_up_to_the_limit(void **state) {
+  if (!once) {
+    skip(); /* no agreed collectives: nothing runs on the direct path */
+    return;
+  }
+  rf__mpi_direct_force(1);
+  job_graph m;
+  build(&m);
+  rf_session *s = mt_session(m.g, 2, 30000);
+  const int64_t n = 16384;      /* float64s a device */
+  assert_ok(step(&m, s, 0, n)); /* agreed through task 0 */
+  int k = 1;
+  for (int pass = 0; pass < 2; pass++) {
+    rf__mpi_direct_max_force(pass ? 65536 : -1); /* -1: the default */
+    int64_t taken = rf__mpi_direct_taken();
+    for (int i = 0; i < 3; i++) assert_ok(step(&m, s, k++, n));
+    assert_int_equal(rf__mpi_direct_taken() - taken, pass ? 0 : 2 * 3);
+  }
+  rf_session_free(s);
+  rf_graph_free(m.g);
+  rf__mpi_direct_force(-1);
+  rf__mpi_direct_max_force(-1);
 }
 
 int main(void) {
@@ -416,6 +446,7 @@ int main(void) {
       cmocka_unit_test(test_steady_state_runs_direct),
       cmocka_unit_test(test_late_task_hands_back),
       cmocka_unit_test(test_data_go_with_the_check),
+      cmocka_unit_test(test_large_runs_direct_up_to_the_limit),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

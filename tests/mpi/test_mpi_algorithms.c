@@ -446,10 +446,12 @@ static void test_reduce_scatter_shares_without_copy(void **state) {
   }
 }
 
-/* An unknown RF_MPI_ALGORITHM fails the collective in every process,
- * naming the variable (the ctest entry test_mpi_algorithms_bad_env sets it
- * to "bad"; the library reads it once, so this runs alone). */
-static void test_unknown_algorithm_is_an_error(void **state) {
+/* An unknown RF_MPI_ALGORITHM (test_mpi_algorithms_bad_env: "bad") or an
+ * RF_MPI_DIRECT_MAX_BYTES that is not a decimal number
+ * (test_mpi_algorithms_bad_direct_env: "4M") fails the collective in every
+ * process, naming the variable (the library reads them once, so this runs
+ * alone). */
+static void bad_env_is_an_error(const char *want) {
   rf_graph *g = rf_graph_new();
   rf_output xs[64], ys[64];
   for (int t = 0; t < NT; t++) {
@@ -468,12 +470,20 @@ static void test_unknown_algorithm_is_an_error(void **state) {
   memset(rf_tensor_mutable_data(x), 0, rf_tensor_nbytes(x));
   rf_feed feed = {xs[T], x};
   assert_status(rf_session_run(s, &feed, 1, &ys[T], 1, NULL, 0, &out),
-                RF_INVALID_ARGUMENT,
-                "RF_MPI_ALGORITHM is 'bad'; expected auto, nbc, blocking or "
-                "ring");
+                RF_INVALID_ARGUMENT, want);
   rf_tensor_release(x);
   rf_session_free(s);
   rf_graph_free(g);
+}
+
+static void test_unknown_algorithm_is_an_error(void **state) {
+  bad_env_is_an_error(
+      "RF_MPI_ALGORITHM is 'bad'; expected auto, nbc, blocking or ring");
+}
+
+static void test_bad_direct_max_is_an_error(void **state) {
+  bad_env_is_an_error(
+      "RF_MPI_DIRECT_MAX_BYTES is '4M'; expected a decimal number of bytes");
 }
 
 int main(void) {
@@ -482,6 +492,11 @@ int main(void) {
   if (e && strcmp(e, "bad") == 0) {
     const struct CMUnitTest bad[] = {
         cmocka_unit_test(test_unknown_algorithm_is_an_error)};
+    return cmocka_run_group_tests(bad, NULL, NULL);
+  }
+  if (getenv("RF_MPI_DIRECT_MAX_BYTES")) {
+    const struct CMUnitTest bad[] = {
+        cmocka_unit_test(test_bad_direct_max_is_an_error)};
     return cmocka_run_group_tests(bad, NULL, NULL);
   }
   const struct CMUnitTest tests[] = {

@@ -61,6 +61,7 @@
  * blocking call cannot wait beside it): a failed check issues no data
  * anywhere, which every member decides alike
  * from the entry's `blocking`, not from its own op. */
+#include <errno.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -894,10 +895,11 @@ void rf__mpi_agreed_free(rf__job *j) {
  * data in one order. Its all-reduces, like the engine's, go through
  * rf__mpi_nbc_iallreduce: issued while the engine had libnbc's ring chosen
  * for a large one, they took the ring here only (MPI_ERR_TRUNCATE). On
- * unless RF_MPI_DIRECT=0. It tests each for DIRECT_SPIN_NS; a check that
- * fails, or anything that does not finish by then (a peer still computing,
- * stopped or dead), goes to the engine as it stands (rf__mpi_agreed_resume),
- * which times out, probes and names tasks exactly as for its own ops. */
+ * unless RF_MPI_DIRECT=0. It tests each for DIRECT_SPIN_NS (large data longer);
+ * a check that fails, or anything that does not finish by then (a peer still
+ * computing, stopped or dead), goes to the engine as it stands
+ * (rf__mpi_agreed_resume), which times out, probes and names tasks exactly as
+ * for its own ops. */
 
 /* How long the direct path tests a check or data before it hands them
  * over. Short: the thread is the executor's, which would otherwise run the
@@ -905,9 +907,37 @@ void rf__mpi_agreed_free(rf__job *j) {
  * layers overlaps the gradients' all-reduces); spinning 2 ms there cut
  * training across processes to a third (docs/PERFORMANCE.md). */
 #define DIRECT_SPIN_NS 50000LL
-/* Larger collectives take longer than the spin anyway (their data, not the
- * hand-offs, is their time): they go to the engine as before. */
-#define DIRECT_MAX_BYTES 65536
+/* The largest collective (its whole vector) the direct path takes. Up to
+ * 64 KiB its hand-offs are most of a collective's time; from 256 KiB to
+ * 4 MiB they still cost broadcasts and all-gathers 5-40% against MPI's own
+ * call (measured on a 16-core host, docs/PERFORMANCE.md, session 22).
+ * RF_MPI_DIRECT_MAX_BYTES overrides it (rf__mpi_direct_max_bytes). */
+#define DIRECT_MAX_BYTES (4LL << 20)
+/* Data over SMALL_BYTES that run direct are tested DIRECT_SPIN_NS plus
+ * this many ns a byte over it (0.25: 4 GB/s, slower than shared memory
+ * moves them) before they are handed over. */
+#define SMALL_BYTES 65536
+#define DIRECT_SPIN_NS_PER_BYTE 0.25
+
+/* RF_MPI_DIRECT_MAX_BYTES once read: -1 not yet, -2 invalid. */
+static atomic_llong direct_max = -1;
+
+int64_t rf__mpi_direct_max_bytes(void) {
+  long long m = atomic_load(&direct_max);
+  if (m == -1) {
+    const char *env = getenv("RF_MPI_DIRECT_MAX_BYTES");
+    char *end = NULL;
+    errno = 0;
+    m = env && *env ? strtoll(env, &end, 10) : DIRECT_MAX_BYTES;
+    if (env && *env && (end == env || *end || m < 0 || errno == ERANGE)) m = -2;
+    atomic_store(&direct_max, m);
+  }
+  return m;
+}
+
+void rf__mpi_direct_max_force(int64_t bytes) {
+  atomic_store(&direct_max, bytes < 0 ? -1 : bytes);
+}
 
 static atomic_int direct_env = -1; /* -1: RF_MPI_DIRECT, not read yet */
 static atomic_llong direct_taken, direct_back; /* tests */
@@ -987,7 +1017,7 @@ static void give_up(rf__mpi_agreed *a) {
 
 bool rf__mpi_agreed_direct(rf__job *j, rf__mpi_op *op, rf__mpi_cmd *c) {
   if (op->gpu || op->blocking || !direct_enabled() ||
-      rf__mpi_algorithm_bytes(op) > DIRECT_MAX_BYTES)
+      rf__mpi_algorithm_bytes(op) > rf__mpi_direct_max_bytes())
     return false;
   rf__mpi_msg desc;
   int64_t dig;
@@ -1054,7 +1084,11 @@ bool rf__mpi_agreed_direct(rf__job *j, rf__mpi_op *op, rf__mpi_cmd *c) {
   op->bytes = rf__mpi_op_bytes(op); /* the whole vector (a root has no out) */
   op->spec = false;
   op->fast = true;
-  r = spin(&op->req, rf__mpi_now_ns() + DIRECT_SPIN_NS, &st);
+  int64_t big = rf__mpi_algorithm_bytes(op) - SMALL_BYTES;
+  int64_t data_spin =
+      DIRECT_SPIN_NS +
+      (big > 0 ? (int64_t)((double)big * DIRECT_SPIN_NS_PER_BYTE) : 0);
+  r = spin(&op->req, rf__mpi_now_ns() + data_spin, &st);
   if (r == 0) {
     op->state = RF_OP_IN_FLIGHT;
     op->deadline_ns = op->issued_ns + op->timeout_ms * 1000000;

@@ -166,6 +166,14 @@ int64_t rf__mpi_direct_taken(void);
  * RF_MPI_DIRECT (-1; on unless "0") (tests; every process of the job must
  * do the same). */
 void rf__mpi_direct_force(int on);
+/* The largest collective (bytes of its whole vector, as
+ * rf__mpi_algorithm_bytes) the direct path takes: RF_MPI_DIRECT_MAX_BYTES
+ * (a decimal count, read once), else 4 MiB; -2 when the variable holds
+ * anything else (rf__mpi_algorithm_choose fails the collective naming
+ * it). rf__mpi_direct_max_force sets it in this process (tests; -1: back to
+ * the variable; every process of the job must do the same). */
+int64_t rf__mpi_direct_max_bytes(void);
+void rf__mpi_direct_max_force(int64_t bytes);
 int64_t rf__mpi_direct_handed_back(void);
 /* Agreed ops whose data were issued while their check still ran, in this
  * process (tests). */
