@@ -65,16 +65,18 @@ static void print_buckets(const rf_graph *g, int64_t bucket_bytes) {
         printf("%s%s", m++ ? ", " : ": ", rf_node_name(p));
     }
     /* The size the pass filled it to (passes/bucket_collectives.c). */
+    int64_t limit = 0;
+    rf_status_free(rf_node_attr_int(n, "limit", &limit));
     bool gpu = strstr(rf_node_device(n), "gpu:") != NULL;
     printf(
         "), zero-copy views out (_BucketUnpack); buckets of up to %lld "
         "bytes (%s)\n",
-        (long long)(bucket_bytes != RF_BUCKET_BYTES_AUTO ? bucket_bytes
-                    : gpu ? RF_DEFAULT_BUCKET_BYTES_GPU
-                          : RF_DEFAULT_BUCKET_BYTES_CPU),
+        (long long)limit,
         bucket_bytes != RF_BUCKET_BYTES_AUTO ? "--bucket-bytes"
         : gpu                                ? "the default on GPU devices"
-                                             : "the default on CPU devices");
+        : limit == RF_DEFAULT_BUCKET_BYTES_CPU_JOB
+            ? "the default on CPU devices of several processes"
+            : "the default on CPU devices");
   }
 }
 

@@ -756,7 +756,8 @@ static int parse_options(int argc, char **argv, options *o) {
       TOOL_INT("bucket-mb", &o->bucket_mb, "N",
                "fuse independent gradient all-reduces into buckets of up to "
                "N MiB on every device kind (0: one all-reduce per gradient; "
-               "default: 1 on CPU devices, 25 on GPU devices; only --sync "
+               "default: 1 on CPU devices, 4 on CPU devices of several "
+               "processes (mpirun), 25 on GPU devices; only --sync "
                "allreduce has all-reduces to fuse: N > 0 with another --sync "
                "is a usage error)",
                0, 1 << 20),

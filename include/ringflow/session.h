@@ -113,7 +113,9 @@ typedef struct rf_session_options {
    * size for every device kind. RF_BUCKET_BYTES_AUTO (-1, the default,
    * RF_DEFAULT_BUCKET_BYTES): by the all-reduce's devices (a fusable one
    * has devices of one kind), RF_DEFAULT_BUCKET_BYTES_CPU (1 MiB) on CPU
-   * devices and RF_DEFAULT_BUCKET_BYTES_GPU (25 MiB) on GPU devices. Any
+   * devices of one process, RF_DEFAULT_BUCKET_BYTES_CPU_JOB (4 MiB) on CPU
+   * devices of several processes (a job's tasks) and
+   * RF_DEFAULT_BUCKET_BYTES_GPU (25 MiB) on GPU devices. Any
    * other value < 0: INVALID_ARGUMENT. Each bucket's log line (info)
    * names the size it was filled to. In a job of several processes every
    * process fuses alike (decided on the whole job's graph). */
@@ -298,6 +300,13 @@ enum {
 #define RF_BUCKET_BYTES_AUTO ((int64_t)-1)
 #define RF_DEFAULT_BUCKET_BYTES RF_BUCKET_BYTES_AUTO
 #define RF_DEFAULT_BUCKET_BYTES_CPU ((int64_t)1 << 20)
+/* - CPU devices of several processes, 4 MiB: each all-reduce across
+ *   processes costs a check and MPI's own latency; the MLP's 2.1 MB of
+ *   gradients in one bucket instead of two trained 7-8% faster under
+ *   `mpirun -np 4` on a 16-core host, and up to 4 MiB a collective runs on
+ *   the calling thread (docs/MULTIPROCESS.md, "The direct path";
+ *   docs/PERFORMANCE.md, "Session 22"). */
+#define RF_DEFAULT_BUCKET_BYTES_CPU_JOB ((int64_t)4 << 20)
 #define RF_DEFAULT_BUCKET_BYTES_GPU ((int64_t)25 << 20)
 
 enum { RF_JOB_AUTO = 0, RF_JOB_SINGLE = 1, RF_JOB_MPI = 2 };

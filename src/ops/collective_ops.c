@@ -638,11 +638,13 @@ static const rf__op_spec specs[] = {
     /* A bucket of fused all-reduces (passes/bucket_collectives.c): Pack
      * copies its N inputs into one flat tensor, each at the element offset
      * `offsets` gives (64-byte aligned; the gaps are zeros), Unpack hands out
-     * zero-copy views of the reduced tensor at the same offsets. */
+     * zero-copy views of the reduced tensor at the same offsets. limit: the
+     * bucket size the pass filled it to (0: not recorded). */
     {.name = "_BucketPack",
      .inputs = "inputs: N * T",
      .outputs = "packed: T",
-     .attrs = COLL_TYPES "; N: int >= 1; offsets: list(int); total: int >= 0",
+     .attrs = COLL_TYPES "; N: int >= 1; offsets: list(int); total: int >= 0; "
+                         "limit: int >= 0 = 0",
      .shape = bucket_pack_shape,
      .flags = RF_OP_NO_GRADIENT},
     {.name = "_BucketUnpack",

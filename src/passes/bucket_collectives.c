@@ -326,15 +326,27 @@ static int64_t slice_elems(const group *x) {
   return (x->count + align - 1) / align * align;
 }
 
+/* Whether group x's devices belong to more than one task (its collective
+ * goes across processes). */
+static bool across_tasks(const bucket_ctx *c, const group *x) {
+  int t0 = c->pc->devices[x->members[0]->assigned_device].name.task;
+  for (int i = 1; i < x->n; i++)
+    if (c->pc->devices[x->members[i]->assigned_device].name.task != t0)
+      return true;
+  return false;
+}
+
 /* The bucket size of group x's buckets, in bytes per device: the
  * session's, or under RF_BUCKET_BYTES_AUTO the default of its devices'
- * kind (a fusable group's devices are of one kind). */
+ * kind (a fusable group's devices are of one kind), and for CPU devices
+ * whether it goes across processes. Every process decides alike: the
+ * group's devices are the whole job's. */
 static int64_t bucket_limit(const bucket_ctx *c, const group *x) {
   if (c->pc->bucket_bytes != RF_BUCKET_BYTES_AUTO) return c->pc->bucket_bytes;
-  return c->pc->devices[x->members[0]->assigned_device].name.type ==
-                 RF_DEVICE_GPU
-             ? RF_DEFAULT_BUCKET_BYTES_GPU
-             : RF_DEFAULT_BUCKET_BYTES_CPU;
+  if (c->pc->devices[x->members[0]->assigned_device].name.type == RF_DEVICE_GPU)
+    return RF_DEFAULT_BUCKET_BYTES_GPU;
+  return across_tasks(c, x) ? RF_DEFAULT_BUCKET_BYTES_CPU_JOB
+                            : RF_DEFAULT_BUCKET_BYTES_CPU;
 }
 
 typedef struct bucket {
@@ -406,9 +418,10 @@ static rf_status *replace(bucket_ctx *c, rf_node *m, rf_node *first,
   return NULL;
 }
 
-/* The attrs of a bucket's pack and unpack: T, N, offsets, and total (pack)
- * or shapes (unpack). */
-static rf_status *layout_attrs(const bucket *b, bool unpack, rf__attrs *a) {
+/* The attrs of a bucket's pack and unpack: T, N, offsets, and total and
+ * limit, the size it was filled to (pack), or shapes (unpack). */
+static rf_status *layout_attrs(const bucket_ctx *c, const bucket *b,
+                               bool unpack, rf__attrs *a) {
   int64_t offsets[MAX_PER_BUCKET], off = 0;
   rf_shape shapes[MAX_PER_BUCKET];
   for (int j = 0; j < b->n; j++) {
@@ -425,8 +438,10 @@ static rf_status *layout_attrs(const bucket *b, bool unpack, rf__attrs *a) {
   RF_CHECK(rf__attrs_set(a, "T", &t));
   RF_CHECK(rf__attrs_set(a, "N", &n));
   RF_CHECK(rf__attrs_set(a, "offsets", &o));
-  return unpack ? rf__attrs_set(a, "shapes", &s)
-                : rf__attrs_set(a, "total", &total);
+  if (unpack) return rf__attrs_set(a, "shapes", &s);
+  rf__attr_value limit = rf__attr_int(bucket_limit(c, b->groups[0]));
+  RF_CHECK(rf__attrs_set(a, "limit", &limit));
+  return rf__attrs_set(a, "total", &total);
 }
 
 /* The all-reduce of one rank of bucket b: pack (k > 1), cast to the wire
@@ -443,7 +458,7 @@ static rf_status *rewrite_rank(bucket_ctx *c, const bucket *b, int r,
   rf__attrs a = {0};
   rf_status *st = NULL;
   if (b->n > 1) {
-    st = layout_attrs(b, false, &a);
+    st = layout_attrs(c, b, false, &a);
     if (!st) st = add(c, "_BucketPack", m0->name, d, ins, b->n, &a, &pack);
     rf__attrs_clear(&a);
     RF_CHECK(st);
@@ -468,7 +483,7 @@ static rf_status *rewrite_rank(bucket_ctx *c, const bucket *b, int r,
   v = (rf_output){ar, 0};
   if (x0->wire != x0->type) RF_CHECK(add_cast(c, m0->name, d, v, x0->type, &v));
   if (b->n > 1) {
-    st = layout_attrs(b, true, &a);
+    st = layout_attrs(c, b, true, &a);
     if (!st) st = add(c, "_BucketUnpack", m0->name, d, &v, 1, &a, &unpack);
     rf__attrs_clear(&a);
     RF_CHECK(st);

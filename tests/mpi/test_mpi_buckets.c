@@ -7,7 +7,8 @@
  * size implies; and a feed in one process that cuts the only path between
  * two collectives does not make that process fuse them alone (the buckets
  * are decided on the whole job's graph, before each process prunes it for
- * its own feeds and fetches). */
+ * its own feeds and fetches); and the default size is 4 MiB across
+ * processes, 1 MiB inside one. */
 #include <string.h>
 
 #include "mpi_testutil.h"
@@ -222,6 +223,41 @@ static void test_collectives_left_match_the_bucket_size(void **state) {
   job_free(&c);
 }
 
+/* The default size (RF_BUCKET_BYTES_AUTO) on CPU devices: 4 MiB for
+ * all-reduces across tasks, 1 MiB inside one task. Five 1 MiB all-reduces
+ * across every device fill two buckets (4 + 1); two inside each task stay
+ * two. */
+static void test_default_size_across_processes(void **state) {
+  uint64_t rng = rf_test_seed();
+  job_graph c = {.g = rf_graph_new()};
+  int devs[64], n = every_device(devs);
+  const int64_t mib = 262144; /* float32s */
+  rf_output in[64];
+  char name[32];
+  for (int k = 0; k < 5; k++) {
+    for (int i = 0; i < n; i++)
+      in[i] = input(&c, &rng, RF_FLOAT32, mib, devs[i] / NDEV, devs[i] % NDEV,
+                    true);
+    snprintf(name, sizeof name, "across%d", k);
+    all_reduce(&c, name, in, devs, n, RF_REDUCE_SUM, NULL);
+  }
+  for (int t = 0; t < NT; t++)
+    for (int k = 0; k < 2; k++) {
+      int local[NDEV];
+      for (int d = 0; d < NDEV; d++) {
+        local[d] = t * NDEV + d;
+        in[d] = input(&c, &rng, RF_FLOAT32, mib, t, d, true);
+      }
+      snprintf(name, sizeof name, "inside%d_%d", t, k);
+      all_reduce(&c, name, in, local, NDEV, RF_REDUCE_SUM, NULL);
+    }
+  assert_graph_ok(c.g);
+  assert_int_equal(count_all_reduces(c.g, RF_BUCKET_BYTES_AUTO), 2 + 2 * NT);
+  assert_int_equal(count_all_reduces(c.g, 1 << 20), 5 + 2 * NT);
+  assert_int_equal(count_all_reduces(c.g, 4 << 20), 2 + NT);
+  job_free(&c);
+}
+
 /* a, then m = a + a on task 0's cpu:0, which b reads there: a and b are
  * joined by a path and never fuse. Task 0 feeds m, which cuts the path in
  * its own pruned graph only; deciding there, it alone would fuse them and
@@ -262,6 +298,7 @@ int main(void) {
       cmocka_unit_test(test_fused_match_unfused_bitwise),
       cmocka_unit_test(test_collectives_left_match_the_bucket_size),
       cmocka_unit_test(test_a_feed_that_cuts_a_path_fuses_alike),
+      cmocka_unit_test(test_default_size_across_processes),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
