@@ -9,6 +9,7 @@
 #include <stdlib.h>
 
 #include "ringflow/ringflow.h"
+#include "testutil.h"
 
 /* One windowed op's case: input (n, h, w, c), window kh x kw (conv: filter
  * (kh, kw, c, oc)), strides, dilations, padding. */
@@ -156,6 +157,18 @@ static rf_shape f_shape(const wcase *c) {
 static rf_shape y_shape(const wcase *c, bool pool) {
   geo g = geo_of(c);
   return rf_shape_of(4, c->n, g.oh, g.ow, pool ? c->c : c->oc);
+}
+
+/* s (4 dims) as an int32 Const: a backprop op's sizes input. */
+static rf_output sizes_const(rf_graph *g, rf_shape s) {
+  int32_t d[4];
+  for (int i = 0; i < 4; i++) d[i] = (int32_t)s.dims[i];
+  rf_shape v = rf_shape_of(1, (int64_t)4);
+  rf_tensor *t;
+  assert_ok(rf_tensor_new_copy(RF_INT32, &v, d, &t));
+  rf_output o = rf_const(g, NULL, t);
+  rf_tensor_release(t);
+  return o;
 }
 
 #endif

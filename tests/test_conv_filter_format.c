@@ -23,41 +23,28 @@ static rf_shape f_shape_ohwi(const wcase *c) {
   return rf_shape_of(4, c->oc, c->kh, c->kw, c->c);
 }
 
-/* The HWIO filter f (kh, kw, c, oc) of case c in OHWI order. */
+/* The filter f of case c in the other layout: HWIO (kh, kw, c, oc) to
+ * OHWI (to_ohwi), or back. */
+static double *permuted(const wcase *c, const double *f, bool to_ohwi) {
+  int64_t n = c->kh * c->kw * c->c * c->oc;
+  double *o = malloc(sizeof *o * (size_t)(n + 1));
+  for (int64_t i = 0; i < c->kh; i++)
+    for (int64_t j = 0; j < c->kw; j++)
+      for (int64_t k = 0; k < c->c; k++)
+        for (int64_t m = 0; m < c->oc; m++) {
+          int64_t at_hwio = ((i * c->kw + j) * c->c + k) * c->oc + m;
+          int64_t at_ohwi = ((m * c->kh + i) * c->kw + j) * c->c + k;
+          o[to_ohwi ? at_ohwi : at_hwio] = f[to_ohwi ? at_hwio : at_ohwi];
+        }
+  return o;
+}
+
 static double *to_ohwi(const wcase *c, const double *f) {
-  int64_t n = c->kh * c->kw * c->c * c->oc;
-  double *o = malloc(sizeof *o * (size_t)(n + 1));
-  for (int64_t i = 0; i < c->kh; i++)
-    for (int64_t j = 0; j < c->kw; j++)
-      for (int64_t k = 0; k < c->c; k++)
-        for (int64_t m = 0; m < c->oc; m++)
-          o[((m * c->kh + i) * c->kw + j) * c->c + k] =
-              f[((i * c->kw + j) * c->c + k) * c->oc + m];
-  return o;
+  return permuted(c, f, true);
 }
 
-/* ... and back. */
 static double *to_hwio(const wcase *c, const double *f) {
-  int64_t n = c->kh * c->kw * c->c * c->oc;
-  double *o = malloc(sizeof *o * (size_t)(n + 1));
-  for (int64_t i = 0; i < c->kh; i++)
-    for (int64_t j = 0; j < c->kw; j++)
-      for (int64_t k = 0; k < c->c; k++)
-        for (int64_t m = 0; m < c->oc; m++)
-          o[((i * c->kw + j) * c->c + k) * c->oc + m] =
-              f[((m * c->kh + i) * c->kw + j) * c->c + k];
-  return o;
-}
-
-static rf_output sizes_const(rf_graph *g, rf_shape s) {
-  int32_t d[4];
-  for (int i = 0; i < 4; i++) d[i] = (int32_t)s.dims[i];
-  rf_shape v = rf_shape_of(1, (int64_t)4);
-  rf_tensor *t;
-  assert_ok(rf_tensor_new_copy(RF_INT32, &v, d, &t));
-  rf_output o = rf_const(g, NULL, t);
-  rf_tensor_release(t);
-  return o;
+  return permuted(c, f, false);
 }
 
 static rf_output conv_ohwi(rf_graph *g, const char *name, const wcase *c,

@@ -69,17 +69,6 @@ static rf_output pool(rf_graph *g, const wcase *c, rf_output x, bool max) {
              : rf_avg_pool(g, NULL, x, k, s, p);
 }
 
-static rf_output sizes_const(rf_graph *g, rf_shape s) {
-  int32_t d[4];
-  for (int i = 0; i < 4; i++) d[i] = (int32_t)s.dims[i];
-  rf_shape v = rf_shape_of(1, (int64_t)4);
-  rf_tensor *t;
-  assert_ok(rf_tensor_new_copy(RF_INT32, &v, d, &t));
-  rf_output o = rf_const(g, NULL, t);
-  rf_tensor_release(t);
-  return o;
-}
-
 /* ---- forward against the references ---- */
 
 static void test_conv2d_forward(void **state) {
