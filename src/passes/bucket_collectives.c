@@ -353,6 +353,8 @@ typedef struct bucket {
   group *groups[MAX_PER_BUCKET];
   int n;
   int64_t elems; /* slices together */
+  int64_t limit; /* bucket_limit of its groups, found before the rewrite
+                  * (which removes the groups' members) */
 } bucket;
 
 /* Adds an internal node on device d named after base. */
@@ -420,8 +422,7 @@ static rf_status *replace(bucket_ctx *c, rf_node *m, rf_node *first,
 
 /* The attrs of a bucket's pack and unpack: T, N, offsets, and total and
  * limit, the size it was filled to (pack), or shapes (unpack). */
-static rf_status *layout_attrs(const bucket_ctx *c, const bucket *b,
-                               bool unpack, rf__attrs *a) {
+static rf_status *layout_attrs(const bucket *b, bool unpack, rf__attrs *a) {
   int64_t offsets[MAX_PER_BUCKET], off = 0;
   rf_shape shapes[MAX_PER_BUCKET];
   for (int j = 0; j < b->n; j++) {
@@ -439,7 +440,7 @@ static rf_status *layout_attrs(const bucket_ctx *c, const bucket *b,
   RF_CHECK(rf__attrs_set(a, "N", &n));
   RF_CHECK(rf__attrs_set(a, "offsets", &o));
   if (unpack) return rf__attrs_set(a, "shapes", &s);
-  rf__attr_value limit = rf__attr_int(bucket_limit(c, b->groups[0]));
+  rf__attr_value limit = rf__attr_int(b->limit);
   RF_CHECK(rf__attrs_set(a, "limit", &limit));
   return rf__attrs_set(a, "total", &total);
 }
@@ -458,7 +459,7 @@ static rf_status *rewrite_rank(bucket_ctx *c, const bucket *b, int r,
   rf__attrs a = {0};
   rf_status *st = NULL;
   if (b->n > 1) {
-    st = layout_attrs(c, b, false, &a);
+    st = layout_attrs(b, false, &a);
     if (!st) st = add(c, "_BucketPack", m0->name, d, ins, b->n, &a, &pack);
     rf__attrs_clear(&a);
     RF_CHECK(st);
@@ -483,7 +484,7 @@ static rf_status *rewrite_rank(bucket_ctx *c, const bucket *b, int r,
   v = (rf_output){ar, 0};
   if (x0->wire != x0->type) RF_CHECK(add_cast(c, m0->name, d, v, x0->type, &v));
   if (b->n > 1) {
-    st = layout_attrs(c, b, true, &a);
+    st = layout_attrs(b, true, &a);
     if (!st) st = add(c, "_BucketUnpack", m0->name, d, &v, 1, &a, &unpack);
     rf__attrs_clear(&a);
     RF_CHECK(st);
@@ -567,7 +568,8 @@ static rf_status *assign(bucket_ctx *c, group **ready, int n, bucket *buckets,
       unite(c, b->groups[0]->members[0]->id, x->members[0]->id);
       continue;
     }
-    buckets[(*nbuckets)++] = (bucket){.groups = {x}, .n = 1, .elems = sz};
+    buckets[(*nbuckets)++] =
+        (bucket){.groups = {x}, .n = 1, .elems = sz, .limit = limit};
     if (limit <= 0) continue;
     /* One larger than a bucket stays alone and closes the open bucket: the
      * groups in it meet as soon as they are ready, not when the next small
