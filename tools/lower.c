@@ -157,7 +157,8 @@ int cmd_lower(int argc, char **argv) {
       TOOL_SIZE("bucket-bytes", &bucket_bytes, "N",
                 "fuse independent all-reduces into buckets of up to N bytes "
                 "on every device kind (0: none; default: 1M on CPU devices, "
-                "25M on GPU devices)",
+                "4M on CPU devices of several processes (mpirun), 25M on "
+                "GPU devices)",
                 0, (double)(INT64_C(1) << 40)),
       TOOL_CHOICE("comm-dtype", &comm, "T",
                   "the wire dtype of float32 all-reduces (default fp32)",

@@ -680,8 +680,10 @@ static rf_status *recorded(bucket_ctx *c, bucket **out, int *n) {
       b->elems += slice_elems(p[i].x);
       continue;
     }
-    buckets[(*n)++] =
-        (bucket){.groups = {p[i].x}, .n = 1, .elems = slice_elems(p[i].x)};
+    buckets[(*n)++] = (bucket){.groups = {p[i].x},
+                               .n = 1,
+                               .elems = slice_elems(p[i].x),
+                               .limit = bucket_limit(c, p[i].x)};
   }
   rf__free(p);
   *out = buckets;

@@ -253,6 +253,24 @@ static void test_default_size_across_processes(void **state) {
     }
   assert_graph_ok(c.g);
   assert_int_equal(count_all_reduces(c.g, RF_BUCKET_BYTES_AUTO), 2 + 2 * NT);
+  /* each _BucketPack records the size it was filled to */
+  rf_session_options o;
+  rf_session_options_init(&o);
+  o.num_cpu_devices = NDEV;
+  rf_graph *low = NULL;
+  assert_ok(rf_graph_lower(c.g, &o, &low));
+  int packs = 0;
+  for (int i = 0; i < rf_graph_num_nodes(low); i++) {
+    rf_node *nd = rf_graph_node(low, i);
+    if (strcmp(rf_node_op(nd), "_BucketPack") != 0) continue;
+    int64_t limit = -1;
+    assert_ok(rf_node_attr_int(nd, "limit", &limit));
+    bool across = strncmp(rf_node_name(nd), "across", 6) == 0;
+    assert_int_equal(limit, across ? 4 << 20 : 1 << 20);
+    packs++;
+  }
+  assert_true(packs > 0);
+  rf_graph_free(low);
   assert_int_equal(count_all_reduces(c.g, 1 << 20), 5 + 2 * NT);
   assert_int_equal(count_all_reduces(c.g, 4 << 20), 2 + NT);
   job_free(&c);
