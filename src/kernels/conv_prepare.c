@@ -94,23 +94,6 @@ static rf_status *attrs(rf__kernel_ctx *ctx, bool pool, rf__window_attrs *wa) {
   return err(ctx, rf__window_attrs_read(&ctx->node->attrs, pool, wa));
 }
 
-/* Geometry over input dims in[] and a kh x kw window of oc channels. */
-static rf_status *geom(rf__kernel_ctx *ctx, rf__window_attrs wa,
-                       const int64_t in[4], int64_t kh, int64_t kw, int64_t oc,
-                       rf__conv_geom *g) {
-  bool pool = oc < 0;
-  if (!pool) {
-    if (kh < 1 || kw < 1)
-      return rf__kernel_error(ctx, RF_INVALID_ARGUMENT,
-                              "the filter's window must be at least 1x1, got "
-                              "%lldx%lld",
-                              (long long)kh, (long long)kw);
-    wa.kh = kh;
-    wa.kw = kw;
-  }
-  return err(ctx, rf__conv_geom_make(&wa, in, pool ? in[3] : oc, g));
-}
-
 /* A convolution's geometry over input dims in[] and filter dims fd[] (in
  * the node's filter_format). */
 static rf_status *conv_geom(rf__kernel_ctx *ctx, const int64_t in[4],
@@ -119,7 +102,14 @@ static rf_status *conv_geom(rf__kernel_ctx *ctx, const int64_t in[4],
   RF_CHECK(attrs(ctx, false, &wa));
   rf__filter_axes ax = rf__filter_axes_of(wa.ohwi);
   RF_CHECK(channels(ctx, ax.c, fd[ax.c], in[3]));
-  return geom(ctx, wa, in, fd[ax.kh], fd[ax.kw], fd[ax.oc], g);
+  wa.kh = fd[ax.kh];
+  wa.kw = fd[ax.kw];
+  if (wa.kh < 1 || wa.kw < 1)
+    return rf__kernel_error(ctx, RF_INVALID_ARGUMENT,
+                            "the filter's window must be at least 1x1, got "
+                            "%lldx%lld",
+                            (long long)wa.kh, (long long)wa.kw);
+  return err(ctx, rf__conv_geom_make(&wa, in, fd[ax.oc], g));
 }
 
 rf_status *rf__conv2d_prepare(rf__kernel_ctx *ctx, rf__conv_geom *g) {
@@ -157,7 +147,7 @@ static rf_status *pool_geom(rf__kernel_ctx *ctx, const int64_t in[4],
                             rf__conv_geom *g) {
   rf__window_attrs wa;
   RF_CHECK(attrs(ctx, true, &wa));
-  return geom(ctx, wa, in, 0, 0, -1, g);
+  return err(ctx, rf__conv_geom_make(&wa, in, in[3], g));
 }
 
 rf_status *rf__pool_prepare(rf__kernel_ctx *ctx, rf__conv_geom *g) {
