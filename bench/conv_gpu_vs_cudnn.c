@@ -23,10 +23,15 @@
  * algorithm chosen, the feeds' device copies into the graph's buffers).
  * Compare the two runs to tell host cost from GPU cost per call.
  *
- * ringflow: one step holds `per` copies of the op over the same inputs (fed
- * once a step as device tensors) and steps are enqueued back to back
- * (gpu_sync_on_finish 0) then waited for once: ms per op = wall time /
- * (steps x per), after two untimed steps. cuDNN: `reps` calls between two
+ * ringflow: one step holds `per` copies of the op over the same inputs and
+ * steps are enqueued back to back (gpu_sync_on_finish 0) then waited for
+ * once: ms per op = wall time / (steps x per), after two untimed steps. The
+ * inputs are variables, assigned once from the device buffers before the
+ * timing: a step that feeds a GPU device waits for its GPU work (the copy
+ * reads the caller's borrowed tensor; runtime/session_sync.c), which left
+ * the GPU idle for a step's launch between steps (a CUPTI timeline,
+ * bench/cupti_trace.c, showed 70-130 us a step), where cuDNN direct's calls
+ * never wait. cuDNN: `reps` calls between two
  * CUDA events after three untimed ones. Each side times WINDOWS (3) such
  * windows in a row and keeps its fastest. The ratio is cuDNN's time over
  * ringflow's (>= 1: ringflow as fast). cuDNN is timed twice: writing one
@@ -108,11 +113,37 @@ enum { WINDOWS = 3 };
 static int graphs; /* rf_session_options.gpu_graphs of ringflow's sessions */
 static int chain;  /* 1: the ringflow step's ops in one chain */
 
-/* ms per op of ops[0..PER) of g (on gpu:0) fed feeds[0..nfeeds): steps
- * enqueued back to back after two untimed ones, then waited for once.
- * Frees g. */
+/* The inputs of a timed step: placeholders p[0..n) (fed once), variables
+ * holding them, the assigns that fill the variables (init) and the reads the
+ * ops take (read). */
+typedef struct held {
+  int n;
+  rf_output p[3], read[3];
+  rf_node *init[3];
+} held;
 
-static double time_session(rf_graph *g, const rf_feed *feeds, int nfeeds,
+static void hold(rf_graph *g, held *h, int n, rf_dtype dt,
+                 const rf_shape *shapes) {
+  static const char *const names[3] = {"a", "b", "c"};
+  h->n = n;
+  for (int i = 0; i < n; i++) {
+    char name[16];
+    snprintf(name, sizeof name, "feed_%s", names[i]);
+    h->p[i] = rf_placeholder(g, name, dt, shapes[i]);
+    snprintf(name, sizeof name, "var_%s", names[i]);
+    rf_output v = rf_variable(g, name, dt, shapes[i]);
+    snprintf(name, sizeof name, "init_%s", names[i]);
+    h->init[i] = rf_assign(g, name, v, h->p[i]);
+    snprintf(name, sizeof name, "read_%s", names[i]);
+    h->read[i] = rf_read_variable(g, name, v);
+  }
+}
+
+/* ms per op of ops[0..PER) of g (on gpu:0) whose inputs h holds, fed once
+ * from dev[0..h->n) (device buffers of h's shapes): steps enqueued back to
+ * back after two untimed ones, then waited for once. Frees g. */
+static double time_session(rf_graph *g, const held *h, rf_dtype dt,
+                           const rf_shape *shapes, void *const *dev,
                            rf_node *const *ops, int reps) {
   check(rf_graph_status(g), "graph");
   rf_session_options o;
@@ -122,17 +153,29 @@ static double time_session(rf_graph *g, const rf_feed *feeds, int nfeeds,
   o.gpu_graphs = graphs;
   rf_session *sess;
   check(rf_session_new(g, &o, &sess), "session");
+  {
+    rf_tensor *t[3];
+    rf_feed feeds[3];
+    for (int i = 0; i < h->n; i++) {
+      check(rf_tensor_new_external_gpu(dt, &shapes[i], 0, dev[i], no_release,
+                                       NULL, &t[i]),
+            "external tensor");
+      feeds[i] = (rf_feed){h->p[i], t[i]};
+    }
+    check(rf_session_run(sess, feeds, h->n, NULL, 0, h->init, h->n, NULL),
+          "init");
+    for (int i = 0; i < h->n; i++) rf_tensor_release(t[i]);
+  }
   int steps = reps / PER > 2 ? reps / PER : 2;
   int warm = graphs ? 4 : 2; /* with graphs: searched, captured, replayed */
   for (int r = 0; r < warm; r++)
-    check(rf_session_run(sess, feeds, nfeeds, NULL, 0, ops, PER, NULL), "run");
+    check(rf_session_run(sess, NULL, 0, NULL, 0, ops, PER, NULL), "run");
   double ms = 1e30;
   for (int w = 0; w < WINDOWS; w++) {
     check(rf_session_sync(sess), "sync");
     double t0 = now_s();
     for (int r = 0; r < steps; r++)
-      check(rf_session_run(sess, feeds, nfeeds, NULL, 0, ops, PER, NULL),
-            "run");
+      check(rf_session_run(sess, NULL, 0, NULL, 0, ops, PER, NULL), "run");
     check(rf_session_sync(sess), "sync");
     double t = (now_s() - t0) * 1e3 / (steps * PER);
     if (t < ms) ms = t;
@@ -140,15 +183,6 @@ static double time_session(rf_graph *g, const rf_feed *feeds, int nfeeds,
   rf_session_free(sess);
   rf_graph_free(g);
   return ms;
-}
-
-/* Device tensors over x, y, z (borrowed) of the shapes given. */
-static void wrap3(rf_dtype dt, const rf_shape *s, void *const *p,
-                  rf_tensor **t) {
-  for (int i = 0; i < 3; i++)
-    check(
-        rf_tensor_new_external_gpu(dt, &s[i], 0, p[i], no_release, NULL, &t[i]),
-        "external tensor");
 }
 
 /* ms per op for kinds 0 (forward), 1 (input grad), 2 (filter grad), the
@@ -162,9 +196,10 @@ static void time_ringflow(const layer *L, rf_dtype dt, const char *fmt,
   for (int kind = 0; kind < 3; kind++) {
     rf_graph *g = rf_graph_new();
     check(rf_graph_push_device(g, "gpu:0"), "device");
-    rf_output px = rf_placeholder(g, "x", dt, xs);
-    rf_output pw = rf_placeholder(g, "w", dt, ws);
-    rf_output pdy = rf_placeholder(g, "dy", dt, ys);
+    rf_shape shapes[3] = {xs, ws, ys};
+    held h = {0};
+    hold(g, &h, 3, dt, shapes);
+    rf_output px = h.read[0], pw = h.read[1], pdy = h.read[2];
     const int64_t s[4] = {1, 1, 1, 1};
     rf_node *ops[PER];
     for (int i = 0; i < PER; i++) {
@@ -186,13 +221,8 @@ static void time_ringflow(const layer *L, rf_dtype dt, const char *fmt,
       if (chain && i > 0)
         check(rf_graph_add_control_edge(g, ops[i - 1], ops[i]), "edge");
     }
-    rf_shape shapes[3] = {xs, ws, ys};
-    void *ptrs[3] = {x, w, dy};
-    rf_tensor *t[3];
-    wrap3(dt, shapes, ptrs, t);
-    rf_feed feeds[3] = {{px, t[0]}, {pw, t[1]}, {pdy, t[2]}};
-    ms[kind] = time_session(g, feeds, 3, ops, reps);
-    for (int i = 0; i < 3; i++) rf_tensor_release(t[i]);
+    void *dev[3] = {x, w, dy};
+    ms[kind] = time_session(g, &h, dt, shapes, dev, ops, reps);
   }
 }
 
@@ -325,9 +355,10 @@ static void time_ringflow_pool(const layer *L, rf_dtype dt, int reps, void *x,
   for (int kind = 0; kind < 2; kind++) {
     rf_graph *g = rf_graph_new();
     check(rf_graph_push_device(g, "gpu:0"), "device");
-    rf_output px = rf_placeholder(g, "x", dt, xs);
-    rf_output py = rf_placeholder(g, "y", dt, ys);
-    rf_output pdy = rf_placeholder(g, "dy", dt, ys);
+    rf_shape shapes[3] = {xs, ys, ys};
+    held h = {0};
+    hold(g, &h, kind ? 3 : 1, dt, shapes);
+    rf_output px = h.read[0], py = h.read[1], pdy = h.read[2];
     rf_node *ops[PER];
     for (int i = 0; i < PER; i++) {
       if (kind == 0) {
@@ -344,13 +375,8 @@ static void time_ringflow_pool(const layer *L, rf_dtype dt, int reps, void *x,
       rf_node_builder_attr_string(b, "padding", "SAME");
       check(rf_node_builder_finish(b, &ops[i]), "MaxPoolGrad");
     }
-    rf_shape shapes[3] = {xs, ys, ys};
-    void *ptrs[3] = {x, y, dy};
-    rf_tensor *t[3];
-    wrap3(dt, shapes, ptrs, t);
-    rf_feed feeds[3] = {{px, t[0]}, {py, t[1]}, {pdy, t[2]}};
-    ms[kind] = time_session(g, feeds, kind ? 3 : 1, ops, reps);
-    for (int i = 0; i < 3; i++) rf_tensor_release(t[i]);
+    void *dev[3] = {x, y, dy};
+    ms[kind] = time_session(g, &h, dt, shapes, dev, ops, reps);
   }
 }
 

@@ -49,12 +49,19 @@ mkdir -p "$stage/lib-mpi"
 ldd build-gpu/tools/ringflow 2>/dev/null |
   awk '$1 ~ /^lib(mpi|open-rte|open-pal|hwloc|event_core|event_pthreads|udev)[.-]/ {print $3}' |
   while read -r path; do cp -L "$path" "$stage/lib-mpi/"; done
+# The CUPTI tracer (bench/cupti_trace.c) and CUPTI itself, for a GPU
+# timeline where there is no Nsight Systems.
+if [ -f build-gpu/bench/libcupti_trace.so ]; then
+  cp build-gpu/bench/libcupti_trace.so "$stage/lib/"
+  cupti=$(ldd build-gpu/bench/libcupti_trace.so | awk '$1 ~ /^libcupti/ {print $3; exit}')
+  [ -n "$cupti" ] && cp -L "$cupti" "$stage/lib/"
+fi
 cp /usr/share/datasets/fashion-mnist/*.gz "$stage/data/" 2>/dev/null || true
 cp scripts/gpu_run.sh scripts/gpu_multi_run.sh scripts/gpu_common.sh \
   scripts/gpu_step_profile.sh scripts/gpu_graph_stress.sh \
   bench/torch_nccl_overhead.py bench/bucket_gpu.sh bench/bucket_vs_ddp.py \
   bench/bucket_trace_overlap.py bench/bucket_trace_ops.py \
-  bench/gpu_train_vs_pytorch.py bench/ncu_step_table.py "$stage/"
+  bench/gpu_train_vs_pytorch.py bench/ncu_step_table.py bench/cupti_trace_table.py "$stage/"
 case $out in
   *.xz) XZ_OPT=-9 tar -C "$stage" -cJf "$out" . ;;
   *) tar -C "$stage" -czf "$out" . ;;
