@@ -628,6 +628,49 @@ static void test_two_participants_on_one_device(void **state) {
       g, 3, "collective 'pair' expects 2 participants but the graph has 3");
 }
 
+/* The participant list of a group's error names every participant with its
+ * device, each name capped on its own: long names (under and over the cap)
+ * do not cut the list short or lose the devices. */
+static void test_group_error_lists_every_participant(void **state) {
+  static const size_t lens[] = {80, 150, 1u << 20};
+  for (size_t k = 0; k < sizeof lens / sizeof *lens; k++) {
+    size_t len = lens[k];
+    rf_graph *g = rf_graph_new();
+    rf_shape s = rf_shape_of(1, (int64_t)3);
+    char *names[4];
+    for (int i = 0; i < 4; i++) {
+      names[i] = malloc(len + 1);
+      memset(names[i], 'a' + i, len);
+      names[i][len] = '\0';
+      char x[8];
+      snprintf(x, sizeof x, "x%d", i);
+      /* participants 1 and 2 share cpu:1 */
+      const char *dev = i == 0 ? "cpu:0" : i < 3 ? "cpu:1" : "cpu:2";
+      rf_all_reduce(g, names[i], ph(g, x, dev, s), RF_REDUCE_SUM, 4, "grp");
+    }
+    assert_graph_ok(g);
+    rf_status *st = lower_status(g, 3);
+    assert_int_equal(rf_status_code(st), RF_INVALID_ARGUMENT);
+    const char *m = rf_status_message(st);
+    assert_non_null(
+        strstr(m, "collective 'grp' has two participants on one device: "));
+    static const char *const devs[] = {"cpu:0", "cpu:1", "cpu:1", "cpu:2"};
+    for (int i = 0; i < 4; i++) {
+      char want[512];
+      if (len <= RF_STATUS_QUOTE_MAX)
+        snprintf(want, sizeof want, "'%s' on %s", names[i], devs[i]);
+      else
+        snprintf(want, sizeof want, "'%.*s... (%zu bytes)' on %s",
+                 RF_STATUS_QUOTE_MAX, names[i], len, devs[i]);
+      assert_non_null(strstr(m, want));
+      free(names[i]);
+    }
+    assert_true(strlen(m) < 4 * (RF_STATUS_QUOTE_MAX + 64) + 128);
+    rf_status_free(st);
+    rf_graph_free(g);
+  }
+}
+
 /* Participants of one group that disagree on num_devices or kind. */
 static void test_group_disagreement_at_compile(void **state) {
   rf_graph *g = rf_graph_new();
@@ -824,6 +867,7 @@ static void test_long_collective_names(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_group_error_lists_every_participant),
       cmocka_unit_test(test_reduce_structure),
       cmocka_unit_test(test_reduce_sums_inputs_per_device),
       cmocka_unit_test(test_reduce_single_device),

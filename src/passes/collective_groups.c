@@ -5,7 +5,10 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/format.h"
 #include "core/log.h"
+#include "core/mem.h"
+#include "core/status.h"
 #include "ops/op_registry.h"
 #include "passes/lower_collectives.h"
 
@@ -175,6 +178,55 @@ static rf_status *check_agreement(const group *g, const rf_node *a,
   return NULL;
 }
 
+/* At most this many participants are listed in a message; the rest are
+ * counted. */
+#define LIST_MAX 64
+
+/* msg + tail in a new buffer (msg is freed); NULL when memory runs out or
+ * msg is NULL. */
+static char *append(char *msg, const char *tail) {
+  if (!msg || !tail) {
+    rf__free(msg);
+    return NULL;
+  }
+  size_t a = strlen(msg), b = strlen(tail);
+  char *next = rf__malloc(a + b + 1);
+  if (next) {
+    memcpy(next, msg, a);
+    memcpy(next + a, tail, b + 1);
+  }
+  rf__free(msg);
+  return next;
+}
+
+/* The error "<head>: 'p0' on cpu:0, 'p1' on cpu:1, ...": every participant
+ * (up to LIST_MAX) with its device, each name capped on its own
+ * (core/format.h) and the list appended whole: a %s would cap the list as
+ * if it were one name. */
+static rf_status *group_error(rf_code code, const rf_graph *graph,
+                              const group *g, const rf__device_name *devices,
+                              int num_devices, const char *head) {
+  char *msg = append(rf__format("%s", ""), head);
+  msg = append(msg, ": ");
+  for (int i = 0; msg && i < g->n && i < LIST_MAX; i++) {
+    const rf_node *n = graph->nodes[g->ids[i]];
+    char dev[RF_DEVICE_NAME_MAX];
+    char *item = rf__format("%s'%s' on %s", i ? ", " : "", n->name,
+                            device_of(n, devices, num_devices, dev));
+    msg = append(msg, item);
+    rf__free(item);
+  }
+  if (g->n > LIST_MAX) {
+    char more[48];
+    snprintf(more, sizeof more, " and %d more", g->n - LIST_MAX);
+    msg = append(msg, more);
+  }
+  if (!msg) return rf__oom();
+  rf_status *st = rf__status_text(code, msg);
+  rf__free(msg);
+  return st;
+}
+
 static rf_status *check_group(const rf_graph *graph, const group *g,
                               const rf__device_name *devices, int num_devices) {
   const rf_node *first = graph->nodes[g->ids[0]];
@@ -183,40 +235,41 @@ static rf_status *check_group(const rf_graph *graph, const group *g,
                              num_devices));
   int64_t want;
   RF_CHECK(rf__attrs_get_int(&first->attrs, "num_devices", &want));
-  char list[1024] = "";
-  size_t used = 0;
-  for (int i = 0; i < g->n && used < sizeof list; i++) {
-    const rf_node *n = graph->nodes[g->ids[i]];
-    char dev[RF_DEVICE_NAME_MAX];
-    used += (size_t)snprintf(list + used, sizeof list - used, "%s'%s' on %s",
-                             i ? ", " : "", n->name,
-                             device_of(n, devices, num_devices, dev));
-  }
-  if (g->n != want)
-    return rf__invalid(
-        "collective '%s' expects %lld participants but the graph "
-        "has %d: %s",
-        g->shared_name, (long long)want, g->n, list);
-  for (int i = 0; i < g->n; i++) {
+  const char *why = NULL;
+  rf_code code = RF_INVALID_ARGUMENT;
+  if (g->n != want) why = "count";
+  for (int i = 0; !why && i < g->n; i++) {
     const rf_node *a = graph->nodes[g->ids[i]];
     if (a->assigned_device < 0 || a->assigned_device >= num_devices)
       return rf__internal("collective '%s': participant '%s' is not placed",
                           g->shared_name, a->name);
-    for (int j = 0; j < i; j++) {
+    for (int j = 0; !why && j < i; j++) {
       const rf_node *b = graph->nodes[g->ids[j]];
-      if (a->assigned_device == b->assigned_device)
-        return rf__invalid(
-            "collective '%s' has two participants on one device: "
-            "%s",
-            g->shared_name, list);
-      if (devices[a->assigned_device].type != devices[b->assigned_device].type)
-        return rf__error(RF_UNIMPLEMENTED,
-                         "collective '%s' mixes device types (%s): no "
-                         "collective backend supports that",
-                         g->shared_name, list);
+      if (a->assigned_device == b->assigned_device) {
+        why = "one device";
+      } else if (devices[a->assigned_device].type !=
+                 devices[b->assigned_device].type) {
+        why = "types";
+        code = RF_UNIMPLEMENTED;
+      }
     }
   }
-  return NULL;
+  if (!why) return NULL;
+  char *head =
+      why[0] == 'c'
+          ? rf__format("collective '%s' expects %lld participants but the "
+                       "graph has %d",
+                       g->shared_name, (long long)want, g->n)
+      : why[0] == 'o'
+          ? rf__format("collective '%s' has two participants on one device",
+                       g->shared_name)
+          : rf__format("collective '%s' mixes device types (no collective "
+                       "backend supports that)",
+                       g->shared_name);
+  if (!head) return rf__oom();
+  rf_status *st = group_error(code, graph, g, devices, num_devices, head);
+  rf__free(head);
+  return st;
 }
 
 /* Sets attr _devices ("cpu:0,cpu:2") on every participant of a checked
