@@ -172,7 +172,13 @@ static void test_options(void **state) {
                 "collective_comm_dtype");
   rf_status *cst = rf_session_new(g, &o, &s);
   assert_true(strlen(rf_status_message(cst)) < 400);
-  assert_non_null(strstr(rf_status_message(cst), "(cut)"));
+  assert_non_null(strstr(rf_status_message(cst), "... (5000 bytes)\""));
+  rf_status_free(cst);
+  long_dtype[80] = 0; /* under the cap: quoted whole */
+  cst = rf_session_new(g, &o, &s);
+  char want[100];
+  snprintf(want, sizeof want, "got \"%s\"", long_dtype);
+  assert_non_null(strstr(rf_status_message(cst), want));
   rf_status_free(cst);
   free(long_dtype);
   o.collective_comm_dtype = NULL;

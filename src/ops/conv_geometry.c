@@ -40,18 +40,18 @@ rf_status *rf__window_attrs_read(const rf__attrs *a, bool pool,
   const char *pad, *fmt = "NHWC";
   RF_CHECK(rf__attrs_get_string(a, "padding", &pad));
   if (strcmp(pad, "SAME") != 0 && strcmp(pad, "VALID") != 0)
-    return rf__invalid("attr 'padding' must be SAME or VALID, got '%.64s'",
+    return rf__invalid("attr 'padding' must be SAME or VALID, got '%s'",
                        pad);
   r.same = pad[0] == 'S';
   if (rf__attrs_find(a, "data_format"))
     RF_CHECK(rf__attrs_get_string(a, "data_format", &fmt));
   if (strcmp(fmt, "NHWC") != 0)
-    return rf__invalid("attr 'data_format' must be NHWC, got '%.64s'", fmt);
+    return rf__invalid("attr 'data_format' must be NHWC, got '%s'", fmt);
   if (!pool && rf__attrs_find(a, "filter_format")) {
     RF_CHECK(rf__attrs_get_string(a, "filter_format", &fmt));
     if (strcmp(fmt, "HWIO") != 0 && strcmp(fmt, "OHWI") != 0)
       return rf__invalid(
-          "attr 'filter_format' must be HWIO or OHWI, got '%.64s'", fmt);
+          "attr 'filter_format' must be HWIO or OHWI, got '%s'", fmt);
     r.ohwi = fmt[0] == 'O';
   }
   *out = r;

@@ -256,16 +256,17 @@ static rf_status *check_group(const rf_graph *graph, const group *g,
   }
   if (!why) return NULL;
   char *head =
-      why[0] == 'c'
-          ? rf__format("collective '%s' expects %lld participants but the "
-                       "graph has %d",
-                       g->shared_name, (long long)want, g->n)
+      why[0] == 'c' ? rf__format(
+                          "collective '%s' expects %lld participants but the "
+                          "graph has %d",
+                          g->shared_name, (long long)want, g->n)
       : why[0] == 'o'
           ? rf__format("collective '%s' has two participants on one device",
                        g->shared_name)
-          : rf__format("collective '%s' mixes device types (no collective "
-                       "backend supports that)",
-                       g->shared_name);
+          : rf__format(
+                "collective '%s' mixes device types (no collective "
+                "backend supports that)",
+                g->shared_name);
   if (!head) return rf__oom();
   rf_status *st = group_error(code, graph, g, devices, num_devices, head);
   rf__free(head);

@@ -86,9 +86,8 @@ static rf_status *check_options(const rf_session_options *o) {
   if (comm != RF_FLOAT32 && comm != RF_BFLOAT16 && comm != RF_FLOAT16)
     return rf__invalid(
         "session options: collective_comm_dtype must be NULL, \"float32\", "
-        "\"bfloat16\" or \"float16\", got \"%.64s\"%s",
-        o->collective_comm_dtype,
-        strlen(o->collective_comm_dtype) > 64 ? " (cut)" : "");
+        "\"bfloat16\" or \"float16\", got \"%s\"",
+        o->collective_comm_dtype);
   if (o->group_optimizer_updates != 0 && o->group_optimizer_updates != 1)
     return rf__invalid(
         "session options: group_optimizer_updates must be 0 or 1, got %d",
@@ -211,7 +210,7 @@ static rf_status *graph_debug(rf_session *s) {
     unsigned long long v = strtoull(env, &end, 10);
     if (!*env || *end || errno || env[0] == '-' || v > ((size_t)1 << 32))
       return rf__invalid(
-          "environment variable RF_GPU_BLAS_WORKSPACE='%.40s': expected a "
+          "environment variable RF_GPU_BLAS_WORKSPACE='%s': expected a "
           "number of bytes from 0 to 4294967296",
           env);
     ws = (size_t)v;

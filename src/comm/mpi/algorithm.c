@@ -126,12 +126,12 @@ rf_status *rf__mpi_algorithm_choose(const rf__mpi_op *op,
   int f = read_forced();
   if (f == -2)
     return rf__error(RF_INVALID_ARGUMENT,
-                     "collective '%s': RF_MPI_ALGORITHM is '%.64s'; expected "
+                     "collective '%s': RF_MPI_ALGORITHM is '%s'; expected "
                      "auto, nbc, blocking or ring",
                      op->name, getenv("RF_MPI_ALGORITHM"));
   if (rf__mpi_direct_max_bytes() == -2)
     return rf__error(RF_INVALID_ARGUMENT,
-                     "collective '%s': RF_MPI_DIRECT_MAX_BYTES is '%.64s'; "
+                     "collective '%s': RF_MPI_DIRECT_MAX_BYTES is '%s'; "
                      "expected a decimal number of bytes (0 or more)",
                      op->name, getenv("RF_MPI_DIRECT_MAX_BYTES"));
   rf__mpi_algorithm a =

@@ -140,7 +140,7 @@ static rf_status *switch_env(const char *name, bool *on) {
   const char *env = getenv(name);
   *on = !env || strcmp(env, "1") == 0;
   if (env && !*on && strcmp(env, "0") != 0)
-    return rf__invalid("environment variable %s='%.40s': expected 0 or 1", name,
+    return rf__invalid("environment variable %s='%s': expected 0 or 1", name,
                        env);
   return NULL;
 }
@@ -156,7 +156,7 @@ static rf_status *read_knobs(knobs *k) {
     long long v = strtoll(env, &end, 10);
     if (!*env || *end || errno || v < 256 || v > (1 << 20) || v % 256)
       return rf__invalid(
-          "environment variable RF_GPU_UPDATE_CHUNK='%.40s': expected a "
+          "environment variable RF_GPU_UPDATE_CHUNK='%s': expected a "
           "multiple of 256 from 256 to 1048576",
           env);
     k->update_chunk = v;
