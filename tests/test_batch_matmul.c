@@ -213,6 +213,11 @@ static void test_int_values(void **state) {
           assert_ok(rf_gradients(g, &l, 1, in, 2, NULL, dxy));
           assert_null(dxy[0].node);
           assert_null(dxy[1].node);
+          /* nor from an integer loss straight through the product */
+          rf_output li = rf_sum(g, NULL, z, NULL, -1, false);
+          assert_ok(rf_gradients(g, &li, 1, in, 2, NULL, dxy));
+          assert_null(dxy[0].node);
+          assert_null(dxy[1].node);
           free(ref);
           rf_tensor_release(out);
           rf_tensor_release(x);

@@ -40,8 +40,7 @@ rf_status *rf__window_attrs_read(const rf__attrs *a, bool pool,
   const char *pad, *fmt = "NHWC";
   RF_CHECK(rf__attrs_get_string(a, "padding", &pad));
   if (strcmp(pad, "SAME") != 0 && strcmp(pad, "VALID") != 0)
-    return rf__invalid("attr 'padding' must be SAME or VALID, got '%s'",
-                       pad);
+    return rf__invalid("attr 'padding' must be SAME or VALID, got '%s'", pad);
   r.same = pad[0] == 'S';
   if (rf__attrs_find(a, "data_format"))
     RF_CHECK(rf__attrs_get_string(a, "data_format", &fmt));
@@ -50,8 +49,8 @@ rf_status *rf__window_attrs_read(const rf__attrs *a, bool pool,
   if (!pool && rf__attrs_find(a, "filter_format")) {
     RF_CHECK(rf__attrs_get_string(a, "filter_format", &fmt));
     if (strcmp(fmt, "HWIO") != 0 && strcmp(fmt, "OHWI") != 0)
-      return rf__invalid(
-          "attr 'filter_format' must be HWIO or OHWI, got '%s'", fmt);
+      return rf__invalid("attr 'filter_format' must be HWIO or OHWI, got '%s'",
+                         fmt);
     r.ohwi = fmt[0] == 'O';
   }
   *out = r;

@@ -21,6 +21,9 @@ static rf_status *batch_matmul_shape(rf__shape_ctx *c) {
  * (broadcast batch dims). g = dy. */
 static rf_status *batch_matmul_grad(rf__grad_ctx *c) {
   if (!c->dy[0].node) return NULL;
+  rf_dtype t;
+  RF_CHECK(rf__attrs_get_type(&c->op->attrs, "T", &t));
+  if (!rf_dtype_is_float(t)) return NULL; /* integers carry no gradient */
   bool ax, ay;
   RF_CHECK(rf__attrs_get_bool(&c->op->attrs, "adj_x", &ax));
   RF_CHECK(rf__attrs_get_bool(&c->op->attrs, "adj_y", &ay));
