@@ -207,6 +207,25 @@ static void test_errors(void **state) {
   rf_output v = rf_placeholder(g, "v", RF_FLOAT32, rf_shape_of(2, 2, 3));
   assert_null(rf_softmax_axis(g, NULL, v, 2).node);
   assert_status(rf_graph_status(g), RF_INVALID_ARGUMENT, "axis 2");
+  rf_graph_clear_status(g);
+  /* A refused softmax on another axis names the node as given and leaves
+   * nothing behind (its transposes): a bad dtype, a name in use. */
+  int before = rf_graph_num_nodes(g);
+  rf_output i3 = rf_placeholder(g, "i3", RF_INT32, rf_shape_of(2, 3, 4));
+  before++;
+  assert_null(rf_softmax_axis(g, "my_softmax", i3, 0).node);
+  assert_status(rf_graph_status(g), RF_INVALID_ARGUMENT,
+                "node 'my_softmax' (Softmax): attr 'T' is int32");
+  assert_int_equal(rf_graph_num_nodes(g), before);
+  rf_graph_clear_status(g);
+  rf_output f3 = rf_placeholder(g, "f3", RF_FLOAT32, rf_shape_of(2, 3, 4));
+  before++;
+  assert_null(rf_softmax_axis(g, "v", f3, 0).node); /* 'v' is taken */
+  assert_status(rf_graph_status(g), RF_ALREADY_EXISTS, "'v'");
+  assert_int_equal(rf_graph_num_nodes(g), before);
+  rf_graph_clear_status(g);
+  assert_non_null(rf_softmax_axis(g, "fresh", f3, 0).node);
+  assert_graph_ok(g);
   rf_graph_free(g);
 }
 

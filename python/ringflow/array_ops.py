@@ -12,11 +12,12 @@ naming the node and op, now when the shapes are known, else from
 Session.run.
 """
 
+import operator
 from typing import Any, List, Optional, Sequence, Union
 
 import numpy as np
 
-from ringflow import dtypes
+from ringflow import dtypes, errors
 from ringflow._lib import c_name, ffi, lib
 from ringflow.framework import (Tensor, convert_to_tensor, graph_of,
                                 outputs_array)
@@ -141,7 +142,9 @@ def pad(tensor: Any, paddings: Sequence[Sequence[int]],
         name: Optional[str] = None) -> Tensor:
     """tensor with paddings[k][0] elements before and paddings[k][1] after
     dim k, set to constant_values (converted to tensor's dtype). Only mode
-    "CONSTANT" (NotImplementedError otherwise)."""
+    "CONSTANT" (NotImplementedError otherwise). A Python float that is not
+    a whole number as constant_values of an integer tensor is a
+    TypeError."""
     if str(mode).upper() != "CONSTANT":
         raise NotImplementedError(f"pad mode {mode!r}: only CONSTANT")
     g, x = _one(tensor)
@@ -150,6 +153,14 @@ def pad(tensor: Any, paddings: Sequence[Sequence[int]],
         raise ValueError(f"paddings must be a list of [before, after] pairs, "
                          f"got shape {p.shape}")
     c, n = _ints(p.reshape(-1))
+    if (isinstance(constant_values, float) and
+            not isinstance(constant_values, np.generic) and
+            x.dtype is not dtypes.resource and x.dtype.kind in "iu" and
+            not constant_values.is_integer()):
+        # As for an operand: a Python float is not truncated (TensorFlow).
+        raise TypeError(f"cannot pad a {x.dtype} tensor with "
+                        f"constant_values {constant_values!r}: not a whole "
+                        "number")
     return g._output(lib.rf_pad, c_name(name), x._c, c, n,
                      float(constant_values))
 
@@ -216,7 +227,11 @@ def gelu(features: Any, approximate: bool = False,
          name: Optional[str] = None) -> Tensor:
     """GELU of a float tensor, as tf.nn.gelu: approximate False, the exact
     0.5 x (1 + erf(x / sqrt(2))); True, the tanh approximation
-    0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))."""
+    0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))). approximate is a
+    bool (NumPy's too): anything else is a TypeError."""
+    if not isinstance(approximate, (bool, np.bool_)):
+        raise TypeError(f"gelu: approximate must be True or False, not "
+                        f"{approximate!r}")
     g, x = _one(features)
     return g._output(lib.rf_gelu, c_name(name), x._c, bool(approximate))
 
@@ -228,10 +243,16 @@ def dropout(x: Any, rate: float, seed: Optional[int] = 0,
     the session's step, the device), reproducible across runs and replicas
     (include/ringflow/ops.h gives the exact key); the node's output 1 is
     the mask. Unlike tf.nn.dropout, `seed` is required to vary the
-    pattern between layers (None is 0)."""
+    pattern between layers (None is 0). seed is the C int64: an int
+    (NumPy's too; a float is a TypeError) in -2**63..2**63-1, else
+    InvalidArgumentError."""
+    seed = 0 if seed is None else operator.index(seed)
+    if not -(1 << 63) <= seed < 1 << 63:
+        raise errors.InvalidArgumentError(
+            f"dropout: seed {seed} is out of range: an int64, "
+            f"-2**63..2**63-1")
     g, t = _one(x)
-    return g._output(lib.rf_dropout, c_name(name), t._c, float(rate),
-                     0 if seed is None else int(seed))
+    return g._output(lib.rf_dropout, c_name(name), t._c, float(rate), seed)
 
 
 def layer_norm(x: Any, gamma: Any, beta: Any, epsilon: float = 1e-5,

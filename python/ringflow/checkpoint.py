@@ -30,6 +30,7 @@ import numpy as np
 from ringflow import dtypes, errors
 from ringflow._convert import as_array, c_shape, feed_to_c, to_numpy
 from ringflow._lib import c_name, check, ffi, lib, text
+from ringflow.variables import Variable
 
 __all__ = ["Checkpoint", "save", "load", "save_variables",
            "restore_variables"]
@@ -120,7 +121,11 @@ def load(path: Path) -> Checkpoint:
 def _variables(sess, variables):
     if variables is None:
         return list(sess.graph._variables)
-    return list(variables)
+    variables = list(variables)
+    for v in variables:
+        if not isinstance(v, Variable):
+            raise TypeError(f"{v!r} is not a Variable")
+    return variables
 
 
 def save_variables(sess, path: Path, variables: Optional[List[Any]] = None,
@@ -128,7 +133,8 @@ def save_variables(sess, path: Path, variables: Optional[List[Any]] = None,
                    metadata: Optional[Mapping[str, str]] = None) -> None:
     """Saves the values the Variables (default: every Variable of the
     session's graph) hold in `sess`, each under its name (Variable.name),
-    as save() does. Raises FailedPreconditionError for a variable not yet
+    as save() does. Raises TypeError for an item of `variables` that is
+    not a Variable, FailedPreconditionError for a variable not yet
     initialised, and the errors of save()."""
     variables = _variables(sess, variables)
     values = sess.run([v.value() for v in variables])
@@ -147,7 +153,8 @@ def restore_variables(sess, path: Path,
     infinity (InvalidArgumentError naming the element). Nothing is
     assigned unless every check passes. The assignment runs the variables'
     initializers with their initial values fed, so it adds nothing to the
-    graph. Returns the checkpoint's step (None when it has none)."""
+    graph. Returns the checkpoint's step (None when it has none). An item
+    of `variables` that is not a Variable is a TypeError."""
     variables = _variables(sess, variables)
     c = _open(path)
     feeds = {}

@@ -33,7 +33,8 @@ def gradients(ys: Any, xs: Any, grad_ys: Any = None,
       them. grad_ys: None (ones of each y's shape) or one tensor per y,
       weighting it (an array or Python value becomes a constant of the
       y's dtype on the y's device).
-    Returns one Tensor per x, None for an x no y depends on. Gradient nodes
+    Returns one Tensor per x, None for an x no y depends on (so [] for
+    xs=[], and all None for ys=[], as TensorFlow). Gradient nodes
     go on the devices of the forward ops (colocate_gradients_with_ops is
     always on; the argument is accepted for TensorFlow's signature).
     Raises NotFoundError "No gradient defined for op 'X' (node 'N')" for
@@ -55,6 +56,10 @@ def gradients(ys: Any, xs: Any, grad_ys: Any = None,
             raise ValueError(f"{len(grad_ys)} grad_ys for {len(ys)} ys")
         if any(gy is None for gy in grad_ys):
             raise ValueError("grad_ys must be all tensors or None")
+    if not xs or not ys:
+        # As TensorFlow: nothing to differentiate, or no y to depend on.
+        return [None] * len(xs)
+    if grad_ys is not None:
         gys = outputs_array([_grad_y(g, gy, y) for gy, y in zip(grad_ys, ys)])
     dxs = ffi.new("rf_output[]", max(len(xs), 1))
     with g._lock:

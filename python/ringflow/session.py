@@ -5,9 +5,13 @@ threads may call run() on one session at once: each call is one step, and
 the C library runs it with the GIL released.
 """
 
+import math
+import numbers
 import operator
 import os
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
 
 from ringflow import _convert, _fastrun, dtypes, errors
 from ringflow._lib import c_name, check, ffi, lib
@@ -33,6 +37,9 @@ _EPILOGUES = {"off": lib.RF_MATMUL_EPILOGUES_OFF,
 _CONV_EPILOGUES = {"off": lib.RF_CONV_EPILOGUES_OFF,
                    "gpu": lib.RF_CONV_EPILOGUES_GPU,
                    "all": lib.RF_CONV_EPILOGUES_ALL}
+# The longest timeout (seconds): the library's deadlines, now plus twice
+# the timeout in nanoseconds, must fit an int64.
+_TIMEOUT_MAX_S = 10**9
 
 
 class Session:
@@ -42,13 +49,18 @@ class Session:
     cpu_devices, gpu_devices: device counts (1..64 and 0..64); gpu:i runs
       on physical GPU i % (number of GPUs).
     timeout: seconds a collective waits for its participants (default 300)
-      before failing with DeadlineExceededError.
+      before failing with DeadlineExceededError: a number > 0 and at most
+      1e9, rounded to whole milliseconds but at least 1 ms.
     threads: worker threads shared by the devices (0: one a core).
     default_device: for nodes with no device and no placed input ("cpu:0").
     job: "auto" (one task of an MPI job when the graph names tasks and the
       process runs under an MPI launcher), "single" or "mpi".
     gpu_sync_on_finish: False lets runs return once their GPU work is
-      queued (see sync()).
+      queued (see sync()); None: the library's default (on).
+    The switches (gpu_sync_on_finish, allow_tf32, gpu_graphs,
+      group_optimizer_updates) take True, False, 0 or 1 (NumPy's bools and
+      ints too); another int raises InvalidArgumentError, another type
+      TypeError.
     bucket_bytes: independent all-reduces are fused into buckets of at most
       this many bytes per device, on every device kind (0: none; None or
       -1: the library's default by the devices' kind, 1 MiB on CPU devices
@@ -95,7 +107,8 @@ class Session:
     def __init__(self, graph: Optional[Graph] = None, cpu_devices: int = 1,
                  gpu_devices: int = 0, timeout: Optional[float] = None,
                  threads: int = 0, default_device: Optional[str] = None,
-                 job: str = "auto", gpu_sync_on_finish: bool = True,
+                 job: str = "auto",
+                 gpu_sync_on_finish: Optional[bool] = True,
                  bucket_bytes: Optional[int] = None,
                  comm_dtype: Optional[str] = None,
                  allow_tf32: Optional[bool] = None,
@@ -311,7 +324,7 @@ def _raise_status(address: int) -> None:
 def _options(cpu_devices: int = 1, gpu_devices: int = 0,
              timeout: Optional[float] = None, threads: int = 0,
              default_device: Optional[str] = None, job: str = "auto",
-             gpu_sync_on_finish: bool = True,
+             gpu_sync_on_finish: Optional[bool] = True,
              bucket_bytes: Optional[int] = None,
              comm_dtype: Optional[str] = None,
              allow_tf32: Optional[bool] = None,
@@ -328,12 +341,7 @@ def _options(cpu_devices: int = 1, gpu_devices: int = 0,
     opts.num_gpu_devices = _c_int("num_gpu_devices", gpu_devices, 32)
     opts.num_threads = _c_int("num_threads", threads, 32)
     if timeout is not None:
-        ms = float(timeout) * 1000
-        if not -2.0**63 < ms < 2.0**63:  # inf, nan: the library's error
-            raise errors.InvalidArgumentError(
-                f"session options: timeout must be a finite number of "
-                f"seconds > 0, got {timeout}")
-        opts.collective_timeout_ms = int(round(ms))
+        opts.collective_timeout_ms = _timeout_ms(timeout)
     # char arrays that cffi owns: a struct's char * field takes a cdata
     # pointer, not bytes; the caller keeps them alive while opts is used.
     dev = ffi.new("char[]", c_name(default_device)) \
@@ -342,7 +350,14 @@ def _options(cpu_devices: int = 1, gpu_devices: int = 0,
     if job not in _JOBS:
         raise ValueError(f"job must be one of {', '.join(_JOBS)}")
     opts.job = _JOBS[job]
-    opts.gpu_sync_on_finish = 1 if gpu_sync_on_finish else 0
+    if gpu_sync_on_finish is not None:
+        # The library takes any int as on: 0 or 1 checked here.
+        on = _switch("gpu_sync_on_finish", gpu_sync_on_finish)
+        if on not in (0, 1):
+            raise errors.InvalidArgumentError(
+                f"session options: gpu_sync_on_finish must be 0 or 1, "
+                f"got {on}")
+        opts.gpu_sync_on_finish = on
     if bucket_bytes is not None:
         opts.collective_bucket_bytes = _c_int("collective_bucket_bytes",
                                               bucket_bytes, 64)
@@ -395,12 +410,43 @@ def _c_int(name: str, value: Any, bits: int) -> int:
     return v
 
 
+def _timeout_ms(timeout: Any) -> int:
+    """collective_timeout_ms for `timeout` seconds: a real number (NumPy's
+    too; a bool or str is a TypeError) > 0 and at most _TIMEOUT_MAX_S
+    (else InvalidArgumentError naming it), rounded to whole milliseconds
+    but at least 1."""
+    if (isinstance(timeout, (bool, np.bool_)) or
+            not isinstance(timeout, numbers.Real)):
+        raise TypeError(f"session options: timeout must be a number of "
+                        f"seconds, not {type(timeout).__name__}")
+    try:
+        s = float(timeout)
+    except OverflowError:  # an int past float's range
+        s = math.inf if timeout > 0 else -math.inf
+    if not s > 0:  # nan too
+        raise errors.InvalidArgumentError(
+            f"session options: timeout must be a number of seconds > 0, "
+            f"got {timeout}")
+    if s > _TIMEOUT_MAX_S:
+        raise errors.InvalidArgumentError(
+            f"session options: timeout must be at most {_TIMEOUT_MAX_S} "
+            f"seconds (about 31 years), got {timeout}")
+    return max(1, round(s * 1000))
+
+
 def _switch(name: str, value: Any) -> int:
-    """An on/off option as the C int: bools and ints as they are (the
-    library refuses what is not 0 or 1), anything else a TypeError."""
-    if isinstance(value, (bool, int)):
-        return _c_int(name, value, 32)
-    raise TypeError(f"expected True or False, not {type(value).__name__}")
+    """An on/off option as the C int: True, False, 0 or 1 (NumPy's bools
+    and ints too); another int is passed on for the library to refuse
+    (InvalidArgumentError "<name> must be 0 or 1, got 2"), anything else
+    (a float, a str) is a TypeError."""
+    if isinstance(value, np.bool_):
+        value = bool(value)
+    try:
+        v = operator.index(value)
+    except TypeError:
+        raise TypeError(f"session options: {name} must be True or False "
+                        f"(or 0 or 1), not {type(value).__name__}") from None
+    return _c_int(name, v, 32)
 
 
 def lower(graph: Optional[Graph] = None, **options: Any) -> Graph:

@@ -103,11 +103,27 @@ rf_output rf_softmax_axis(rf_graph *g, const char *name, rf_output x,
   }
   if (axis < 0) axis += s.rank;
   if (axis == s.rank - 1) return rf_softmax(g, name, x);
+  /* Softmax's own check, made here so that it names this node rather than
+   * the inner Softmax below. */
+  rf_dtype t = rf_output_dtype(x);
+  if (!rf_dtype_is_float(t)) {
+    rf__graph_refuse(g, "Softmax", name,
+                     "attr 'T' is %s, not one of {float16, bfloat16, "
+                     "float32, float64}",
+                     rf_dtype_name(t));
+    return (rf_output){NULL, 0};
+  }
   /* swap axis and the last dim: the permutation is its own inverse */
   int64_t perm[RF_MAX_RANK];
   for (int i = 0; i < s.rank; i++) perm[i] = i;
   perm[axis] = s.rank - 1;
   perm[s.rank - 1] = axis;
-  rf_output t = rf_transpose(g, NULL, x, perm, s.rank);
-  return rf_transpose(g, name, rf_softmax(g, NULL, t), perm, s.rank);
+  int first_new = g->num_ids;
+  rf_output y = rf_transpose(
+      g, name, rf_softmax(g, NULL, rf_transpose(g, NULL, x, perm, s.rank)),
+      perm, s.rank);
+  if (rf__graph_failed(g)) /* nothing half-built stays behind */
+    for (int id = g->num_ids - 1; id >= first_new; id--)
+      if (g->nodes[id]) rf__graph_remove_node(g, g->nodes[id]);
+  return y;
 }

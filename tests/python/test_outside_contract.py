@@ -138,3 +138,81 @@ def test_nn_max_pool_and_avg_pool_are_tf_names(rng):
     np.testing.assert_array_equal(got_max, windows.max(axis=(2, 4)))
     np.testing.assert_allclose(got_avg, windows.mean(axis=(2, 4)),
                                rtol=1e-14)
+
+
+def test_gradients_of_no_xs_or_no_ys():
+    """gradients(y, []) is [] and gradients([], xs) one None per x, as in
+    TensorFlow (both were InvalidArgumentError showing a C pointer)."""
+    x = rf.placeholder(rf.float32, (2,))
+    y = rf.reduce_sum(x * x)
+    n = len(rf.get_default_graph().get_operations())
+    assert rf.gradients(y, []) == []
+    assert rf.gradients([y], [], grad_ys=[1.0]) == []
+    assert rf.gradients([], [x]) == [None]
+    assert len(rf.get_default_graph().get_operations()) == n  # no nodes
+
+
+def test_dropout_seed_is_an_int64():
+    """The seed is the C API's int64: past its range InvalidArgumentError
+    naming the seed and the range (2**64 was a bare OverflowError); a float
+    is a TypeError, not cut; -2**63 and 2**63 - 1 (negative seeds are keys
+    like any other) and NumPy ints are taken."""
+    x = rf.constant(np.ones((4, 4), np.float32))
+    for bad in (2**64, 2**63, -2**63 - 1):
+        with pytest.raises(errors.InvalidArgumentError,
+                           match=rf"seed {bad} is out of range.*-2\*\*63"):
+            rf.dropout(x, 0.5, seed=bad)
+    with pytest.raises(TypeError):
+        rf.dropout(x, 0.5, seed=1.5)
+    ys = [rf.dropout(x, 0.5, seed=s)
+          for s in (-1, -2**63, 2**63 - 1, np.int64(7), 7)]
+    with rf.Session() as sess:
+        got = sess.run(ys)
+    np.testing.assert_array_equal(got[3], got[4])
+
+
+def test_restore_variables_refuses_what_is_not_a_variable(tmp_path):
+    """variables=[an array] was an AttributeError; a TypeError naming it,
+    as moving_average_update's, for save_variables too."""
+    v = rf.Variable(np.ones(2, np.float32))
+    init = rf.global_variables_initializer()
+    path = tmp_path / "v.safetensors"
+    with rf.Session() as sess:
+        sess.run(init)
+        rf.checkpoint.save_variables(sess, path)
+        for bad in (np.ones(2), v.value()):
+            with pytest.raises(TypeError, match="is not a Variable"):
+                rf.checkpoint.restore_variables(sess, path, variables=[bad])
+            with pytest.raises(TypeError, match="is not a Variable"):
+                rf.checkpoint.save_variables(sess, path, variables=[v, bad])
+        assert rf.checkpoint.restore_variables(sess, path,
+                                               variables=[v]) is None
+
+
+def test_pad_of_an_integer_tensor_with_a_fraction_is_refused():
+    """pad's constant_values follows the operands' rule: a Python float
+    that is not a whole number meeting an integer tensor is a TypeError
+    (0.5 padded with 0); a whole one is fine."""
+    x = rf.constant(np.arange(3, dtype=np.int32))
+    with pytest.raises(TypeError, match="0.5"):
+        rf.pad(x, [[1, 1]], constant_values=0.5)
+    with pytest.raises(TypeError):
+        rf.pad(rf.cast(x, rf.int64), [[1, 0]], constant_values=float("nan"))
+    y = rf.pad(x, [[1, 1]], constant_values=7.0)
+    z = rf.pad(rf.cast(x, rf.float32), [[1, 1]], constant_values=0.5)
+    with rf.Session() as sess:
+        yv, zv = sess.run([y, z])
+    assert yv.tolist() == [7, 0, 1, 2, 7]
+    assert zv.tolist() == [0.5, 0, 1, 2, 0.5]
+
+
+def test_gelu_approximate_is_a_bool():
+    """approximate="yes" was taken as true: only bools (NumPy's too)."""
+    x = rf.constant(np.linspace(-2, 2, 5).astype(np.float32))
+    for bad in ("yes", 1, None, 0.0):
+        with pytest.raises(TypeError, match="approximate"):
+            rf.gelu(x, approximate=bad)
+    a, b = rf.gelu(x, approximate=np.True_), rf.gelu(x, approximate=True)
+    with rf.Session() as sess:
+        av, bv = sess.run([a, b])
+    np.testing.assert_array_equal(av, bv)

@@ -154,6 +154,64 @@ def test_option_out_of_range_is_invalid_argument(option, value):
         rf.Session(rf.Graph(), **{option: value})
 
 
+@pytest.mark.parametrize("name", ["gpu_sync_on_finish", "allow_tf32",
+                                  "gpu_graphs", "group_optimizer_updates"])
+def test_every_switch_takes_one_rule(name):
+    """Each on/off option takes True, False, 0 and 1, NumPy's bools and
+    ints too (np.True_ was a TypeError "expected True or False, not
+    bool"); another int is InvalidArgumentError naming the option
+    (gpu_sync_on_finish=2 was taken as on), another type TypeError."""
+    g = rf.Graph()
+    for ok in (True, False, 0, 1, np.True_, np.False_, np.int64(1), None):
+        rf.Session(g, **{name: ok}).close()
+    with pytest.raises(errors.InvalidArgumentError,
+                       match=f"{name} must be 0 or 1, got 2"):
+        rf.Session(g, **{name: 2})
+    for bad in ("on", 1.0, np.float64(0.0)):
+        with pytest.raises(TypeError, match=name):
+            rf.Session(g, **{name: bad})
+
+
+def test_timeout_values():
+    """timeout: a positive number of seconds (NumPy's too), rounded to
+    whole milliseconds but at least 1 ms (1e-4 was 0 ms, refused as
+    "collective_timeout_ms must be > 0"); at most 1e9 seconds, past that
+    InvalidArgumentError saying so (1e30 was "not finite"); a str or bool
+    is a TypeError ("5" was taken)."""
+    g = rf.Graph()
+    for ok in (1e-4, 0.0004, 0.5, 300, np.float32(2.5), np.int64(5), 1e9):
+        rf.Session(g, timeout=ok).close()
+    for bad in (0, 0.0, -1, float("nan")):
+        with pytest.raises(errors.InvalidArgumentError,
+                           match="timeout must be a number of seconds > 0"):
+            rf.Session(g, timeout=bad)
+    for bad in (1e9 + 1, 1e30, float("inf"), 10**400):
+        with pytest.raises(errors.InvalidArgumentError,
+                           match="timeout must be at most 1000000000"):
+            rf.Session(g, timeout=bad)
+    for bad in ("5", True, np.True_, [5]):
+        with pytest.raises(TypeError, match="timeout"):
+            rf.Session(g, timeout=bad)
+
+
+def test_longest_timeout_does_not_expire_at_once():
+    """With the longest timeout the collectives' deadlines (in nanoseconds)
+    do not overflow: steps of an all-reduce succeed (9e15 s, once taken,
+    made a step fail with DeadlineExceededError at once)."""
+    g = rf.Graph()
+    with g.as_default():
+        xs = []
+        for d in range(3):
+            with rf.device(f"cpu:{d}"):
+                xs.append(rf.placeholder(rf.float32, (2,)))
+        sums = rf.collectives.all_reduce(xs)
+    feeds = {x: np.full(2, i + 1, np.float32) for i, x in enumerate(xs)}
+    with rf.Session(g, cpu_devices=3, timeout=1e9) as sess:
+        for _ in range(50):
+            for v in sess.run(sums, feeds):
+                np.testing.assert_array_equal(v, [6, 6])
+
+
 @pytest.mark.parametrize("option", ["cpu_devices", "gpu_devices", "threads",
                                     "bucket_bytes"])
 def test_count_option_is_not_cut(option):
