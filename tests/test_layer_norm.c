@@ -178,6 +178,43 @@ static void test_empty_batch(void **state) {
   rf_graph_free(g);
 }
 
+/* Rows of equal values with epsilon 0 (C == 1, and C == 3 with every value
+ * alike): xhat is 0, so y is beta and dx is 0, dgamma 0 and dbeta the
+ * column sums of dy (1 each here): never NaN. */
+static void test_zero_variance_with_epsilon_0(void **state) {
+  (void)state;
+  for (int c = 1; c <= 3; c += 2) {
+    rf_shape s = rf_shape_of(2, 2, c), cs = rf_shape_of(1, c);
+    rf_graph *g = rf_graph_new();
+    rf_output x = rf_placeholder(g, "x", RF_FLOAT32, s);
+    rf_output gm = rf_placeholder(g, "g", RF_FLOAT32, cs);
+    rf_output bt = rf_placeholder(g, "b", RF_FLOAT32, cs);
+    rf_output y = rf_layer_norm(g, NULL, x, gm, bt, 0.0);
+    rf_output l = rf_sum(g, NULL, y, NULL, -1, false);
+    rf_output in[3] = {x, gm, bt}, d[3];
+    assert_ok(rf_gradients(g, &l, 1, in, 3, NULL, d));
+    float xv[6] = {5, 5, 5, -2, -2, -2}, gv[3] = {2, 3, 4}, bv[3] = {7, 8, 9};
+    rf_tensor *tx, *tg, *tb;
+    assert_ok(rf_tensor_new_copy(RF_FLOAT32, &s, xv, &tx));
+    assert_ok(rf_tensor_new_copy(RF_FLOAT32, &cs, gv, &tg));
+    assert_ok(rf_tensor_new_copy(RF_FLOAT32, &cs, bv, &tb));
+    rf_feed f[3] = {{x, tx}, {gm, tg}, {bt, tb}};
+    rf_output fetch[4] = {y, d[0], d[1], d[2]};
+    rf_tensor *out[4];
+    rf_test_run(g, 1, f, 3, fetch, 4, out);
+    double wy[6], zeros[6] = {0}, twos[3] = {2, 2, 2};
+    for (int r = 0; r < 2; r++)
+      for (int j = 0; j < c; j++) wy[r * c + j] = bv[j];
+    assert_tensor_near(out[0], s, wy, 0);
+    assert_tensor_near(out[1], s, zeros, 0);
+    assert_tensor_near(out[2], cs, zeros, 0);
+    assert_tensor_near(out[3], cs, twos, 0);
+    for (int i = 0; i < 4; i++) rf_tensor_release(out[i]);
+    for (int i = 0; i < 3; i++) rf_tensor_release(f[i].value);
+    rf_graph_free(g);
+  }
+}
+
 /* Saved and loaded, the graph keeps epsilon and gives the same values. */
 static void test_json_round_trip(void **state) {
   (void)state;
@@ -290,6 +327,7 @@ int main(void) {
       cmocka_unit_test(test_values),
       cmocka_unit_test(test_gradients),
       cmocka_unit_test(test_empty_batch),
+      cmocka_unit_test(test_zero_variance_with_epsilon_0),
       cmocka_unit_test(test_json_round_trip),
       cmocka_unit_test(test_second_order_refused),
       cmocka_unit_test(test_errors),

@@ -401,7 +401,9 @@ RF_API rf_output rf_dropout(rf_graph *g, const char *name, rf_output x,
  * and x's dtype; epsilon >= 0 (PyTorch's default is 1e-5; Keras's is 1e-3).
  * Statistics are computed in double and each output rounded once (float16
  * and bfloat16 included). Rows may be 0 (empty batch); C may be 1 (y is
- * then beta). Gradients for x, gamma and beta (dgamma and dbeta summed over
+ * then beta). A row whose variance plus epsilon is 0 (equal values with
+ * epsilon 0; C == 1 with epsilon 0) has xhat 0: y is beta and dx 0, never
+ * NaN. Gradients for x, gamma and beta (dgamma and dbeta summed over
  * the rows in a fixed order, so they are deterministic); no second-order
  * gradient. Errors (INVALID_ARGUMENT): x of rank 0, gamma or beta not [C],
  * epsilon < 0, a non-float dtype. */

@@ -30,7 +30,10 @@ static void row_stats(const ln_args *a, int64_t r, double *mean, double *rstd) {
     v += d * d;
   }
   *mean = m;
-  *rstd = 1.0 / sqrt(v / (double)a->c + a->eps);
+  /* A row of equal values with eps 0 (C == 1 among them): xhat is 0, so y
+   * is beta and dx 0, not 0 * inf. */
+  double var = v / (double)a->c + a->eps;
+  *rstd = var > 0 ? 1.0 / sqrt(var) : 0.0;
 }
 
 /* y, or dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * gamma. */

@@ -41,7 +41,9 @@ __device__ __forceinline__ void row_stats(const T *xr, int64_t c, int lane,
     v += d * d;
   }
   *mean = m;
-  *rstd = 1.0 / sqrt(warp_sum(v) / (double)c + eps);
+  /* equal values with eps 0: xhat 0 (y = beta, dx 0), as on the CPU */
+  double var = warp_sum(v) / (double)c + eps;
+  *rstd = var > 0 ? 1.0 / sqrt(var) : 0.0;
 }
 
 template <typename T>
