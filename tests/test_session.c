@@ -195,6 +195,16 @@ static void test_options(void **state) {
   o.collective_timeout_ms = 0;
   assert_status(rf_session_new(g, &o, &s), RF_INVALID_ARGUMENT,
                 "collective_timeout_ms");
+  /* past the longest (deadlines in int64 nanoseconds would overflow) */
+  o.collective_timeout_ms = RF_COLLECTIVE_TIMEOUT_MS_MAX + 1;
+  assert_status(rf_session_new(g, &o, &s), RF_INVALID_ARGUMENT,
+                "collective_timeout_ms must be in 1..1000000000000");
+  o.collective_timeout_ms = INT64_MAX;
+  assert_status(rf_session_new(g, &o, &s), RF_INVALID_ARGUMENT,
+                "collective_timeout_ms");
+  o.collective_timeout_ms = RF_COLLECTIVE_TIMEOUT_MS_MAX;
+  assert_ok(rf_session_new(g, &o, &s));
+  rf_session_free(s);
   o.collective_timeout_ms = 1000;
   assert_ok(rf_session_new(g, &o, &s));
   assert_int_equal(s->default_device, 3);

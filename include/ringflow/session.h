@@ -32,6 +32,10 @@ extern "C" {
 
 /* Fill with rf_session_options_init before setting fields; fields may be added
  * at the end in later versions. */
+/* The longest collective_timeout_ms: 10^12 ms, about 31 years (deadlines
+ * are kept in int64 nanoseconds). */
+#define RF_COLLECTIVE_TIMEOUT_MS_MAX 1000000000000LL
+
 typedef struct rf_session_options {
   int num_cpu_devices; /* virtual CPU devices cpu:0..N-1; default 1, max 64 */
   int num_threads;     /* worker threads shared by all devices; 0: one per core
@@ -46,7 +50,9 @@ typedef struct rf_session_options {
   /* How long a collective waits for its participants (default 300000, 5
    * minutes): a device that never comes, and in a job a process that died
    * or stopped, fails the step with DEADLINE_EXCEEDED naming it within
-   * this (plus 2 s when the job's task 0 is the one gone). */
+   * this (plus 2 s when the job's task 0 is the one gone). In
+   * 1..RF_COLLECTIVE_TIMEOUT_MS_MAX; another value fails rf_session_new
+   * with INVALID_ARGUMENT. */
   int64_t collective_timeout_ms;
   /* GPU devices gpu:0..N-1 (default 0, max 64), listed after the CPU
    * devices. gpu:i runs on physical GPU i % (number of GPUs), each with its

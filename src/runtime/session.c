@@ -69,10 +69,12 @@ static rf_status *check_options(const rf_session_options *o) {
         "session options: num_threads must be in 0..%d (0: one per core), "
         "got %d",
         MAX_THREADS, o->num_threads);
-  if (o->collective_timeout_ms <= 0)
+  if (o->collective_timeout_ms <= 0 ||
+      o->collective_timeout_ms > RF_COLLECTIVE_TIMEOUT_MS_MAX)
     return rf__invalid(
-        "session options: collective_timeout_ms must be > 0, "
-        "got %lld",
+        "session options: collective_timeout_ms must be in 1..%lld (about "
+        "31 years), got %lld",
+        (long long)RF_COLLECTIVE_TIMEOUT_MS_MAX,
         (long long)o->collective_timeout_ms);
   if (o->collective_bucket_bytes < 0 &&
       o->collective_bucket_bytes != RF_BUCKET_BYTES_AUTO)
