@@ -13,7 +13,7 @@ truncate). Gradients: see ringflow.gradients and docs/COLLECTIVES.md.
 
 from typing import Any, List, Optional, Sequence, Union
 
-from ringflow import dtypes
+from ringflow import dtypes, errors
 from ringflow._lib import c_name, check, ffi, lib
 from ringflow.framework import (Tensor, convert_to_tensor, graph_of,
                                 outputs_array)
@@ -71,10 +71,28 @@ def all_reduce(tensors: Sequence[Any], reduction: Reduction = "sum",
     """
     wire = lib.RF_DTYPE_INVALID if comm_dtype in (None, "auto") \
         else dtypes.to_c(comm_dtype)
+    tensors = list(tensors)
+    if wire != lib.RF_DTYPE_INVALID:
+        # rf_all_reduce_set_comm_dtype's checks, made before any participant
+        # is built: a refused all-reduce adds nothing.
+        wire_name = ffi.string(lib.rf_dtype_name(wire)).decode()
+        if wire not in (lib.RF_FLOAT32, lib.RF_BFLOAT16, lib.RF_FLOAT16):
+            raise errors.InvalidArgumentError(
+                f"all_reduce: comm_dtype must be float32, bfloat16 or "
+                f"float16 (or None or 'auto'), got {wire_name}")
+        if tensors and wire != lib.RF_FLOAT32:
+            if not isinstance(tensors[0], Tensor):
+                g = graph_of(tensors)
+                tensors = [convert_to_tensor(t, graph=g) for t in tensors]
+            first = tensors[0]
+            if first.dtype != dtypes.float32:
+                raise errors.InvalidArgumentError(
+                    f"all_reduce: comm_dtype {wire_name} narrows: only "
+                    f"float32 all-reduces take it, the inputs are "
+                    f"{first.dtype.name}")
     outs = _participants(lib.rf_all_reduce_n, tensors, name,
                          _reduction(reduction))
     if wire != lib.RF_DTYPE_INVALID:
-        # Each participant is checked alike, so the first refuses or none.
         for t in outs:
             with t.graph._lock:
                 check(lib.rf_all_reduce_set_comm_dtype(t.op._c, wire))

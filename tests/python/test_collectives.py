@@ -169,7 +169,14 @@ def test_all_reduce_comm_dtype_refused():
         for d in range(2):
             with rf.device(f"cpu:{d}"):
                 xs.append(rf.placeholder(rf.int32, (3,)))
-        with pytest.raises(rf.errors.InvalidArgumentError):
-            collectives.all_reduce(xs, comm_dtype="bfloat16")
-        with pytest.raises(rf.errors.InvalidArgumentError):
-            collectives.all_reduce(xs, comm_dtype="int8")
+        n = len(g.get_operations())
+        with pytest.raises(rf.errors.InvalidArgumentError,
+                           match="only float32 all-reduces take it"):
+            collectives.all_reduce(xs, name="grads", comm_dtype="bfloat16")
+        with pytest.raises(rf.errors.InvalidArgumentError,
+                           match="float32, bfloat16 or float16"):
+            collectives.all_reduce(xs, name="grads", comm_dtype="int8")
+        # refused: nothing added, so the name is still free
+        assert len(g.get_operations()) == n
+        ys = collectives.all_reduce(xs, name="grads", comm_dtype="float32")
+        assert [y.op.name for y in ys] == ["grads_0", "grads_1"]
