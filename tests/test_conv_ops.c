@@ -524,6 +524,38 @@ static void test_build_errors(void **state) {
   rf_output y = rf_max_pool(g, "mp", x, k0, s1, "SAME");
   assert_null(y.node);
   assert_status(rf_graph_status(g), RF_INVALID_ARGUMENT, "'ksize' must be");
+  rf_graph_clear_status(g);
+  /* The backprop ops with constant sizes: out_backprop must be what the
+   * window gives, checked at build time as the kernels would. */
+  const int32_t in_sz[4] = {2, 7, 7, 3}, f_sz[4] = {3, 3, 3, 4};
+  rf_shape v = rf_shape_of(1, 4);
+  rf_tensor *ti, *tf;
+  assert_ok(rf_tensor_new_copy(RF_INT32, &v, in_sz, &ti));
+  assert_ok(rf_tensor_new_copy(RF_INT32, &v, f_sz, &tf));
+  rf_output isz = rf_const(g, "isz", ti), fsz = rf_const(g, "fsz", tf);
+  rf_tensor_release(ti), rf_tensor_release(tf);
+  rf_output f = rf_placeholder(g, "f", RF_FLOAT32, fs);
+  rf_output dy =
+      rf_placeholder(g, "dy", RF_FLOAT32, rf_shape_of(4, 2, 5, 5, 4));
+  assert_null(
+      rf_conv2d_backprop_input(g, "bi", isz, f, dy, s1, "SAME", NULL).node);
+  assert_status(rf_graph_status(g), RF_INVALID_ARGUMENT,
+                "node 'bi' (Conv2DBackpropInput): out_backprop has shape (2, "
+                "5, 5, 4); the window gives (2, 7, 7, 4)");
+  rf_graph_clear_status(g);
+  assert_non_null(
+      rf_conv2d_backprop_input(g, "bi2", isz, f, dy, s1, "VALID", NULL).node);
+  rf_output x7 =
+      rf_placeholder(g, "x7", RF_FLOAT32, rf_shape_of(4, 2, 7, 7, 3));
+  assert_null(
+      rf_conv2d_backprop_filter(g, "bf", x7, fsz, dy, s1, "SAME", NULL).node);
+  assert_status(rf_graph_status(g), RF_INVALID_ARGUMENT,
+                "node 'bf' (Conv2DBackpropFilter): out_backprop has shape (2, "
+                "5, 5, 4); the window gives (2, 7, 7, 4)");
+  rf_graph_clear_status(g);
+  assert_non_null(
+      rf_conv2d_backprop_filter(g, "bf2", x7, fsz, dy, s1, "VALID", NULL).node);
+  assert_graph_ok(g);
   rf_graph_free(g);
 }
 

@@ -150,6 +150,38 @@ static void test_pool_grad_build_errors(void **state) {
   r = rf_avg_pool_grad(g, "ag2", sz, y, k, s, "FULL");
   assert_null(r.node);
   assert_status(rf_graph_status(g), RF_INVALID_ARGUMENT, "ag2");
+  rf_graph_clear_status(g);
+  /* Shapes known at build time are checked then, as the kernels would:
+   * a grad or orig_output the window does not give. */
+  rf_output g3 =
+      rf_placeholder(g, "g3", RF_FLOAT32, rf_shape_of(4, 1, 2, 2, 3));
+  r = rf_max_pool_grad(g, "mg3", x, y, g3, k, s, "VALID");
+  assert_null(r.node);
+  assert_status(rf_graph_status(g), RF_INVALID_ARGUMENT,
+                "node 'mg3' (MaxPoolGrad): grad has shape (1, 2, 2, 3); the "
+                "window gives (1, 2, 2, 1)");
+  rf_graph_clear_status(g);
+  r = rf_max_pool_grad(g, "mg4", x, g3, y, k, s, "VALID");
+  assert_null(r.node);
+  assert_status(rf_graph_status(g), RF_INVALID_ARGUMENT,
+                "orig_output has shape (1, 2, 2, 3)");
+  rf_graph_clear_status(g);
+  const int32_t dims[4] = {1, 6, 6, 1};
+  rf_tensor *dt;
+  rf_shape v = rf_shape_of(1, 4);
+  assert_ok(rf_tensor_new_copy(RF_INT32, &v, dims, &dt));
+  r = rf_avg_pool_grad(g, "ag3", rf_const(g, "dims", dt), y, k, s, "VALID");
+  rf_tensor_release(dt);
+  assert_null(r.node);
+  assert_status(rf_graph_status(g), RF_INVALID_ARGUMENT,
+                "node 'ag3' (AvgPoolGrad): grad has shape (1, 2, 2, 1); the "
+                "window gives (1, 3, 3, 1)");
+  rf_graph_clear_status(g);
+  /* unknown dims are left to the run */
+  rf_output u = rf_placeholder(g, "u", RF_FLOAT32,
+                               rf_shape_of(4, -1, -1, -1, (int64_t)1));
+  assert_non_null(rf_max_pool_grad(g, "mg5", x, y, u, k, s, "VALID").node);
+  assert_graph_ok(g);
   rf_graph_free(g);
 }
 

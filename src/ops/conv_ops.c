@@ -79,6 +79,28 @@ static rf_status *window_out(const rf__window_attrs *wa, const int64_t in[4],
   return NULL;
 }
 
+/* The run-time check of an out_backprop or grad (`what`, shape dy) against
+ * the output the window gives over input dims in[] with oc channels, made
+ * at build time on the dims known on both sides. */
+static rf_status *window_matches(const rf__window_attrs *wa,
+                                 const int64_t in[4], int64_t oc,
+                                 const rf_shape *dy, const char *what) {
+  if (dy->rank != 4 || wa->kh < 1 || wa->kw < 1) return NULL;
+  int64_t oh, ow, pad;
+  RF_CHECK(rf__window_dim(in[1], wa->kh, wa->sh, wa->dh, wa->same, &oh, &pad));
+  RF_CHECK(rf__window_dim(in[2], wa->kw, wa->sw, wa->dw, wa->same, &ow, &pad));
+  rf_shape want = rf_shape_of(4, in[0], oh, ow, oc);
+  for (int i = 0; i < 4; i++)
+    if (want.dims[i] >= 0 && dy->dims[i] >= 0 && want.dims[i] != dy->dims[i]) {
+      char got[96], gives[96];
+      rf_shape_format(dy, got, sizeof got);
+      rf_shape_format(&want, gives, sizeof gives);
+      return rf__invalid("%s has shape %s; the window gives %s", what, got,
+                         gives);
+    }
+  return NULL;
+}
+
 /* ---- shape functions ---- */
 
 /* "the filter's <what> (dim k)" for the axis k of a filter layout. */
@@ -152,6 +174,9 @@ static rf_status *conv2d_backprop_input_shape(rf__shape_ctx *c) {
   RF_CHECK(agree(dim(f, ax.c),
                  filter_dim_name(name, sizeof name, "in_channels", ax.c), s[3],
                  "input_sizes[3]", &ch));
+  wa.kh = dim(f, ax.kh);
+  wa.kw = dim(f, ax.kw);
+  RF_CHECK(window_matches(&wa, s, oc, dy, "out_backprop"));
   c->output_shapes[0] = rf_shape_of(4, s[0], s[1], s[2], s[3]);
   return NULL;
 }
@@ -184,6 +209,10 @@ static rf_status *conv2d_backprop_filter_shape(rf__shape_ctx *c) {
   snprintf(name, sizeof name, "filter_sizes[%d]", ax.oc);
   RF_CHECK(agree(s[ax.oc], name, dim(dy, 3), "out_backprop's channels (dim 3)",
                  &ch));
+  wa.kh = s[ax.kh];
+  wa.kw = s[ax.kw];
+  int64_t in[4] = {dim(x, 0), dim(x, 1), dim(x, 2), dim(x, 3)};
+  RF_CHECK(window_matches(&wa, in, s[ax.oc], dy, "out_backprop"));
   c->output_shapes[0] = rf_shape_of(4, s[0], s[1], s[2], s[3]);
   return NULL;
 }
@@ -204,6 +233,12 @@ static rf_status *max_pool_grad_shape(rf__shape_ctx *c) {
     RF_CHECK(need_rank4(&c->input_shapes[k], c->node->op->inputs[k].name));
   rf__window_attrs wa;
   RF_CHECK(rf__window_attrs_read(&c->node->attrs, true, &wa));
+  const rf_shape *x = &c->input_shapes[0];
+  int64_t in[4] = {dim(x, 0), dim(x, 1), dim(x, 2), dim(x, 3)};
+  RF_CHECK(window_matches(&wa, in, in[3], &c->input_shapes[1],
+                          c->node->op->inputs[1].name));
+  RF_CHECK(window_matches(&wa, in, in[3], &c->input_shapes[2],
+                          c->node->op->inputs[2].name));
   c->output_shapes[0] = c->input_shapes[0];
   return NULL;
 }
@@ -217,6 +252,7 @@ static rf_status *avg_pool_grad_shape(rf__shape_ctx *c) {
   int64_t s[4];
   bool known;
   RF_CHECK(const_sizes(c, 0, "orig_input_shape", s, &known));
+  if (known) RF_CHECK(window_matches(&wa, s, s[3], dy, "grad"));
   c->output_shapes[0] =
       known ? rf_shape_of(4, s[0], s[1], s[2], s[3])
             : rf_shape_of(4, dim(dy, 0), (int64_t)RF_UNKNOWN_DIM,
