@@ -578,6 +578,42 @@ static void test_options_out_of_context(void **state) {
   expect_usage_error(bad, bad_want);
 }
 
+/* A checkpoint at the largest step a checkpoint holds loads, but a run
+ * that would save past it is refused before it trains (it trained, then
+ * failed at the save: the run's training lost). */
+static void test_load_at_the_last_step(void **state) {
+  (void)state;
+  char a[128], b[128], c[128];
+  snprintf(a, sizeof a, "%s/a.ckpt", work);
+  snprintf(b, sizeof b, "%s/b.ckpt", work);
+  snprintf(c, sizeof c, "%s/c.ckpt", work);
+  const char *save[] = {"train",   "--steps", "1", "--devices", "2",
+                        "--quiet", "--save",  a,   NULL};
+  run r = run_argv(save);
+  assert_int_equal(r.rc, 0);
+  run_free(&r);
+  rf_checkpoint *ck;
+  assert_ok(rf_checkpoint_load(a, &ck));
+  assert_ok(rf_checkpoint_set_step(ck, RF_CHECKPOINT_STEP_MAX));
+  assert_ok(rf_checkpoint_save(ck, b));
+  rf_checkpoint_free(ck);
+  const char *resave[] = {"train",  "--steps", "1",      "--devices",
+                          "2",      "--quiet", "--load", b,
+                          "--save", c,         NULL};
+  r = run_argv(resave);
+  if (r.rc != 1) show("expected exit 1", resave, &r);
+  assert_int_equal(r.rc, 1);
+  assert_non_null(strstr(r.err, "passes the largest step a checkpoint holds"));
+  assert_null(strstr(r.out, "epoch 1")); /* refused before training */
+  assert_int_equal(access(c, F_OK), -1);
+  run_free(&r);
+  const char *load[] = {"train",   "--steps", "1", "--devices", "2",
+                        "--quiet", "--load",  b,   NULL};
+  r = run_argv(load);
+  assert_int_equal(r.rc, 0);
+  run_free(&r);
+}
+
 static int teardown(void **state) {
   (void)state;
   char cmd[128];
@@ -594,6 +630,7 @@ int main(void) {
       cmocka_unit_test(test_devices_rejected_alike),
       cmocka_unit_test(test_docs_quote_help),
       cmocka_unit_test(test_options_out_of_context),
+      cmocka_unit_test(test_load_at_the_last_step),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

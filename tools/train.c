@@ -639,7 +639,8 @@ static int parse_options(int argc, char **argv, options *o) {
   tool_devices_parse("cpu:0-3", &o->devices, why, sizeof why);
   int sync = SYNC_ALLREDUCE, schedule = 0, model = MODEL_MLP, feed = FEED_AUTO;
   bool steps_given = false, lr_given = false, wd_given = false,
-       momentum_given = false, dropout_given = false, filter_given = false;
+       momentum_given = false, dropout_given = false, filter_given = false,
+       warmup_given = false, conv_given = false;
   const tool_opt opts[] = {
       TOOL_DEVICES("devices", &o->devices,
                    "the devices to train on, one replica each (default "
@@ -697,8 +698,9 @@ static int parse_options(int argc, char **argv, options *o) {
                 0, 86400),
       TOOL_REAL("dropout", &o->dropout, "RATE",
                 "--model cnn: the dense 1024 layer's dropout rate while "
-                "training (default 0.5; 0: none; none with --check, whose one "
-                "device cannot draw the replicas' per-device masks)",
+                "training (default 0.5; 0: none; with --check 0, the only "
+                "rate it takes: its one device cannot draw the replicas' "
+                "per-device masks)",
                 0, 0.99, .given = &dropout_given, .min_included = true),
       TOOL_FLAG("check", &o->check,
                 "also train on one device and report the largest "
@@ -738,7 +740,9 @@ static int parse_options(int argc, char **argv, options *o) {
                 "steps at a constant --lr; prints samples_per_sec=<x> "
                 "batch=<b> devices=<n> ... feed=<indices|batches>"),
       TOOL_INT("warmup", &o->warmup, "N",
-               "untimed steps before a --bench (default 10)", 0, 1 << 30),
+               "untimed steps before a --bench (default 10; only with "
+               "--bench)",
+               0, 1 << 30, .given = &warmup_given),
       TOOL_FLAG("allow-nonfinite", &o->allow_nonfinite,
                 "keep training after a NaN or infinite loss (default: stop "
                 "with an error naming the step)"),
@@ -788,15 +792,16 @@ static int parse_options(int argc, char **argv, options *o) {
                   epilogue_choices),
       TOOL_CHOICE(
           "conv-epilogues", &o->conv_epilogues, "S",
-          "run each Conv2D's bias and ReLU inside the convolution, "
+          "--model cnn: run each Conv2D's bias and ReLU inside the "
+          "convolution, "
           "and each MaxPoolGrad with the ReLU's gradient, as one "
           "fused node on no device (off), GPU devices (gpu, the "
           "default: one cuDNN call each in float32, one pool "
           "gradient kernel) or every device (all; on CPU the unfused kernels "
           "one after the other) (rf_session_options.conv_epilogues)",
-          conv_choices),
+          conv_choices, .given = &conv_given),
       TOOL_CHOICE("filter-format", &o->filter_format, "F",
-                  "the CNN's convolution filters, parameters W0 and W2: "
+                  "the CNN's convolution filters, parameters W0 and W1: "
                   "ohwi (default), (out, kh, kw, in), the layout cuDNN "
                   "reads without a transpose; or hwio, (kh, kw, in, out), "
                   "TensorFlow's (Conv2D's filter_format; a --load "
@@ -839,7 +844,16 @@ static int parse_options(int argc, char **argv, options *o) {
     return tool_usage_error(&cmd, "--dropout needs --model cnn");
   if (filter_given && o->model != MODEL_CNN)
     return tool_usage_error(&cmd, "--filter-format needs --model cnn");
+  if (dropout_given && o->check && o->dropout > 0)
+    return tool_usage_error(&cmd,
+                            "--check trains without dropout (its one device "
+                            "cannot draw the replicas' masks): no --dropout "
+                            "above 0");
   if (o->check) o->dropout = 0;
+  if (warmup_given && !o->bench)
+    return tool_usage_error(&cmd, "--warmup needs --bench");
+  if (conv_given && o->model != MODEL_CNN)
+    return tool_usage_error(&cmd, "--conv-epilogues needs --model cnn");
   if (o->save_every && !o->save)
     return tool_usage_error(&cmd, "--save-every needs --save FILE");
   /* Only --sync allreduce all-reduces gradients; elsewhere a narrowing
@@ -1048,6 +1062,14 @@ int cmd_train(int argc, char **argv) {
   int steps_per_epoch = train.n / o.batch;
   int64_t total = (int64_t)steps_per_epoch * o.epochs, done = 0;
   if (o.max_steps && o.max_steps < total) total = o.max_steps;
+  /* Refused before training, not at the first save after it. */
+  if (o.save && t.step > RF_CHECKPOINT_STEP_MAX - total)
+    TRAIN_TRY(rf_status_new(
+        RF_OUT_OF_RANGE,
+        "--save: step %lld plus %lld steps passes the largest step a "
+        "checkpoint holds (2^53 = %lld)",
+        (long long)t.step, (long long)total,
+        (long long)RF_CHECKPOINT_STEP_MAX));
   progress p;
   progress_init(&p, total, o.quiet || !lead);
   double worst_loss_diff = 0;

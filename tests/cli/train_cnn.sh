@@ -99,6 +99,20 @@ if "$ringflow" train --filter-format ohwi --steps 1 2> "$tmp/err"; then
   echo "--filter-format without --model cnn ran"; exit 1
 fi
 grep -q -- "--filter-format needs --model cnn" "$tmp/err"
+# options of another mode are usage errors (exit 2), never ignored
+mode_error() { # expected message, then the options
+  local want="$1" rc
+  shift
+  set +e
+  "$ringflow" train --steps 1 "$@" 2> "$tmp/err"
+  rc=$?
+  set -e
+  [ "$rc" = 2 ] || { echo "$* exited $rc, not 2"; exit 1; }
+  grep -q -- "$want" "$tmp/err" || { cat "$tmp/err"; exit 1; }
+}
+mode_error "--conv-epilogues needs --model cnn" --conv-epilogues all
+mode_error "--warmup needs --bench" --model cnn --warmup 2
+mode_error "no --dropout above 0" --model cnn --check --dropout 0.5
 for rate in 0 0.5; do
   "$ringflow" train --model cnn --devices cpu:0-1 --bench --warmup 0 --steps 3 \
     --batch 16 --dropout "$rate" > "$tmp/drop$rate"
