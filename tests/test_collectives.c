@@ -313,33 +313,39 @@ static void test_reduce_and_broadcast_gradients(void **state) {
   uint64_t rng = rf_test_seed() + 5;
   for (int s = 0; s < NUM_SETS; s++) {
     const devset *ds = &device_sets[s];
-    rf_graph *g = rf_graph_new();
+    rf_graph *g;
     rf_output xs[8], dxs[8];
     rf_tensor *in[8], *out[8];
-    placeholders(g, ds, RF_FLOAT64, xs);
     char dev[16];
-    int recv = (int)(rf_test_rand(&rng) % (uint64_t)ds->n);
-    device_name(ds->ids[recv], dev);
-    assert_ok(rf_graph_push_device(g, dev));
-    rf_output y = rf_reduce(g, "reduce", xs, ds->n, RF_REDUCE_SUM);
-    rf_tensor *rv = rf_test_random_tensor(
-        &rng, RF_FLOAT64, rf_shape_of(2, (int64_t)3, (int64_t)4), -1, 1);
-    rf_output r = rf_const(g, NULL, rv);
-    rf_graph_pop_device(g);
-    assert_ok(rf_gradients(g, &y, 1, xs, ds->n, &r, dxs));
-    for (int i = 0; i < ds->n; i++)
-      in[i] = random_input(&rng, RF_FLOAT64, RF_REDUCE_SUM);
-    run(g, xs, in, ds->n, dxs, ds->n, out);
-    double *want = rf_test_to_doubles(rv);
-    for (int i = 0; i < ds->n; i++) {
-      assert_tensor_near(out[i], rf_shape_of(2, (int64_t)3, (int64_t)4), want,
-                         0);
-      rf_tensor_release(out[i]);
-      rf_tensor_release(in[i]);
+    /* sum: the incoming gradient itself; avg: divided by the inputs */
+    for (int avg = 0; avg < 2; avg++) {
+      g = rf_graph_new();
+      placeholders(g, ds, RF_FLOAT64, xs);
+      int recv = (int)(rf_test_rand(&rng) % (uint64_t)ds->n);
+      device_name(ds->ids[recv], dev);
+      assert_ok(rf_graph_push_device(g, dev));
+      rf_reduction red = avg ? RF_REDUCE_AVG : RF_REDUCE_SUM;
+      rf_output y = rf_reduce(g, "reduce", xs, ds->n, red);
+      rf_tensor *rv = rf_test_random_tensor(
+          &rng, RF_FLOAT64, rf_shape_of(2, (int64_t)3, (int64_t)4), -1, 1);
+      rf_output r = rf_const(g, NULL, rv);
+      rf_graph_pop_device(g);
+      assert_ok(rf_gradients(g, &y, 1, xs, ds->n, &r, dxs));
+      for (int i = 0; i < ds->n; i++)
+        in[i] = random_input(&rng, RF_FLOAT64, red);
+      run(g, xs, in, ds->n, dxs, ds->n, out);
+      double *want = rf_test_to_doubles(rv);
+      for (int k = 0; avg && k < 12; k++) want[k] /= ds->n;
+      for (int i = 0; i < ds->n; i++) {
+        assert_tensor_near(out[i], rf_shape_of(2, (int64_t)3, (int64_t)4), want,
+                           avg ? 1e-15 : 0);
+        rf_tensor_release(out[i]);
+        rf_tensor_release(in[i]);
+      }
+      free(want);
+      rf_tensor_release(rv);
+      rf_graph_free(g);
     }
-    free(want);
-    rf_tensor_release(rv);
-    rf_graph_free(g);
 
     /* broadcast: consumers (two on one device) weighted by r_i */
     g = rf_graph_new();

@@ -20,7 +20,10 @@
  * participant holding the extremum (ties: lowest
  * device index); prod -> summed gradient times the product of the other
  * inputs (zeros handled). Reduce sum -> broadcast of the gradient to every
- * input; broadcast -> reduce sum of the gradients of every consumer (summed
+ * input; reduce avg -> broadcast of the gradient divided by the number of
+ * inputs; reduce prod/min/max and reduce-scatter other than sum have none
+ * (rf_gradients fails with INVALID_ARGUMENT "No gradient defined for ...");
+ * broadcast -> reduce sum of the gradients of every consumer (summed
  * per device first); all-gather and reduce-scatter(sum) are each other's
  * transpose. docs/COLLECTIVES.md has the details.
  *

@@ -498,19 +498,28 @@ static rf_status *reduce_scatter_grad(rf__grad_ctx *c) {
 }
 
 /* Reduce(sum): every input's gradient is the incoming gradient, broadcast
- * from the Reduce's device to wherever the input lives. */
+ * from the Reduce's device to wherever the input lives; Reduce(avg): the
+ * incoming gradient divided by the number of inputs, then broadcast. */
 static rf_status *reduce_grad(rf__grad_ctx *c) {
   const char *red;
   RF_CHECK(rf__attrs_get_string(&c->op->attrs, "reduction", &red));
-  if (strcmp(red, "sum") != 0)
+  bool avg = strcmp(red, "avg") == 0;
+  if (strcmp(red, "sum") != 0 && !avg)
     return rf__invalid(
-        "No gradient defined for Reduce except sum: node '%s' "
+        "No gradient defined for Reduce except sum and avg: node '%s' "
         "uses %s",
         c->op->name, red);
+  rf_dtype t = rf_output_dtype(c->dy[0]);
+  if (avg && !rf_dtype_is_float(t))
+    return rf__invalid("No gradient defined for Reduce(avg) of %s: node '%s'",
+                       rf_dtype_name(t), c->op->name);
   /* A gradient without a device (from a consumer with none) is on the
    * Reduce's device, the scope: an Identity there gives it one. */
   rf_output dy =
       has_device(c->dy[0]) ? c->dy[0] : rf_identity(c->g, NULL, c->dy[0]);
+  if (avg) /* on the Reduce's device, before the broadcast */
+    dy = rf_div(c->g, NULL, dy,
+                rf_const_scalar(c->g, NULL, t, (double)c->op->num_inputs));
   rf_output b = rf_broadcast(c->g, NULL, dy);
   for (int i = 0; i < c->op->num_inputs; i++) c->dx[i] = b;
   return NULL;
