@@ -558,6 +558,19 @@ static void test_options_out_of_context(void **state) {
   const char *rounds[] = {"bench", "--rounds", "3", NULL};
   const char *rounds_want[] = {"--rounds", "only across processes", NULL};
   expect_usage_error(rounds, rounds_want);
+  const char *tiny[] = {"bench",
+                        "--collective",
+                        "reduce_scatter",
+                        "--devices",
+                        "2",
+                        "--min",
+                        "4",
+                        "--max",
+                        "4",
+                        NULL};
+  const char *tiny_want[] = {"--collective reduce_scatter",
+                             "--max must be at least 8 bytes", NULL};
+  expect_usage_error(tiny, tiny_want);
   const char *gloo[] = {"bench", "--no-gloo", NULL};
   const char *gloo_want[] = {"--no-gloo", "only across processes", NULL};
   expect_usage_error(gloo, gloo_want);

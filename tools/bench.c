@@ -168,6 +168,16 @@ static int parse_args(int argc, char **argv, opts *o, bool *stop) {
   if (o->executor_only && o->no_executor)
     return tool_usage_error(&cmd,
                             "--executor and --no-executor exclude each other");
+  /* All-gather and reduce-scatter split the vector over the devices: with
+   * --collective one of them and no size that splits, nothing would run. */
+  if ((o->only == BC_ALL_GATHER || o->only == BC_REDUCE_SCATTER) && !gpu &&
+      o->hi / 4 < o->devices.n)
+    return tool_usage_error(&cmd,
+                            "--collective %s splits the vector over the %d "
+                            "devices: --max must be at least %d bytes (one "
+                            "float32 each)",
+                            bench_coll_name((bench_coll)o->only), o->devices.n,
+                            4 * o->devices.n);
   return 0;
 }
 
@@ -231,6 +241,12 @@ static int measure_ringflow(const opts *o, results *r) {
                  (long long)fresh);
       if (!o->csv && r->rf[c][i].valid)
         print_row(c, &r->rf[c][i]), fflush(stdout);
+      else if (!o->csv) /* no row: say why rather than leave a gap */
+        printf(
+            "%-15s %12lld  (no row: fewer than one float32 per device "
+            "to split over %d devices)\n",
+            bench_coll_name((bench_coll)c), (long long)r->sizes[i],
+            o->devices.n);
     }
     rf_default_allocator_trim(); /* keep memory bounded between collectives */
   }
