@@ -98,9 +98,9 @@ rf_status *rf__window_dim(int64_t in, int64_t k, int64_t s, int64_t d,
   }
   if (eff > in)
     return rf__invalid(
-        "the window (%lld with dilation) is larger than the input (%lld) "
-        "with VALID padding",
-        (long long)eff, (long long)in);
+        "the window (%lld%s) is larger than the input (%lld) with VALID "
+        "padding",
+        (long long)eff, d > 1 ? " with dilation" : "", (long long)in);
   *out = (in - eff) / s + 1;
   return NULL;
 }
