@@ -5,9 +5,11 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "testutil.h"
@@ -53,22 +55,14 @@ static void test_default_size_follows_affinity(void **state) {
   assert_int_equal(size, 1);
 }
 
-/* Under an MPI launcher that left every process the whole machine, the
- * node's ranks share its cores instead of each taking all of them. */
-static void test_default_size_shares_cores_between_local_ranks(void **state) {
-  cpu_set_t set;
-  assert_int_equal(sched_getaffinity(0, sizeof set, &set), 0);
-  long online = sysconf(_SC_NPROCESSORS_ONLN);
-  if (online < 2 || CPU_COUNT(&set) != online) {
-    skip(); /* bound already: the mask is the share */
-    return;
-  }
+/* Default pool size with OMPI_COMM_WORLD_LOCAL_SIZE=2, restored after. */
+static int size_with_two_local_ranks(void) {
   const char *had = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
   char *saved = had ? strdup(had) : NULL;
   setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "2", 1);
   rf__threadpool *p = NULL;
   rf_status *st = rf__threadpool_new(0, &p);
-  int size = rf__threadpool_size(p);
+  int size = p ? rf__threadpool_size(p) : -1;
   rf__threadpool_free(p);
   if (saved)
     setenv("OMPI_COMM_WORLD_LOCAL_SIZE", saved, 1);
@@ -76,7 +70,58 @@ static void test_default_size_shares_cores_between_local_ranks(void **state) {
     unsetenv("OMPI_COMM_WORLD_LOCAL_SIZE");
   free(saved);
   assert_ok(st);
-  assert_int_equal(size, online / 2);
+  return size;
+}
+
+/* Under an MPI launcher that did not bind the ranks (each has its parent's
+ * mask: the whole machine, or what taskset left mpirun), the node's ranks
+ * share those cores instead of each taking all of them; a rank whose mask
+ * is narrower than its parent's (bound) keeps its mask. */
+static void test_default_size_shares_cores_between_local_ranks(void **state) {
+  cpu_set_t set, parent;
+  assert_int_equal(sched_getaffinity(0, sizeof set, &set), 0);
+  assert_int_equal(sched_getaffinity(getppid(), sizeof parent, &parent), 0);
+  int usable = CPU_COUNT(&set);
+  if (usable < 2 || !CPU_EQUAL(&set, &parent)) {
+    skip(); /* bound already: the mask is the share */
+    return;
+  }
+  assert_int_equal(size_with_two_local_ranks(), usable / 2);
+  /* bound to one CPU by "the launcher": narrower than the parent's */
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  for (int c = 0; c < CPU_SETSIZE; c++)
+    if (CPU_ISSET(c, &set)) {
+      CPU_SET(c, &one);
+      break;
+    }
+  assert_int_equal(sched_setaffinity(0, sizeof one, &one), 0);
+  int bound = size_with_two_local_ranks();
+  assert_int_equal(sched_setaffinity(0, sizeof set, &set), 0);
+  assert_int_equal(bound, 1);
+  /* `taskset -c <two CPUs> mpirun --bind-to none`: a parent narrowed to two
+   * of the machine's CPUs, a rank with its mask: one thread each (a mask
+   * narrower than the machine was taken as bound, and each rank ran two). */
+  if (usable < 3) return;
+  cpu_set_t two;
+  CPU_ZERO(&two);
+  for (int c = 0, n = 0; c < CPU_SETSIZE && n < 2; c++)
+    if (CPU_ISSET(c, &set)) CPU_SET(c, &two), n++;
+  fflush(NULL);
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    if (sched_setaffinity(0, sizeof two, &two) != 0) _exit(2);
+    pid_t rank = fork();
+    if (rank < 0) _exit(2);
+    if (rank == 0) _exit(size_with_two_local_ranks() == 1 ? 0 : 1);
+    int st;
+    _exit(waitpid(rank, &st, 0) == rank && WIFEXITED(st) ? WEXITSTATUS(st) : 2);
+  }
+  int st;
+  assert_int_equal(waitpid(pid, &st, 0), pid);
+  assert_true(WIFEXITED(st));
+  assert_int_equal(WEXITSTATUS(st), 0);
 }
 
 static void test_free_runs_every_queued_task(void **state) {

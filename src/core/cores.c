@@ -3,6 +3,7 @@
 #include "core/cores.h"
 
 #include <sched.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -21,12 +22,27 @@ int rf__usable_cores(void) {
   return online_cores();
 }
 
+/* Whether the launcher bound this process to cores of its own: its mask is
+ * narrower than its parent's (mpirun's, or the launch daemon's). Unbound
+ * ranks inherit the parent's mask: the whole machine, or what `taskset`
+ * left mpirun. When the parent's mask cannot be read, a mask narrower than
+ * the machine counts as bound. */
+static bool bound_by_launcher(int usable) {
+  cpu_set_t mine, parent;
+  CPU_ZERO(&mine);
+  CPU_ZERO(&parent);
+  if (sched_getaffinity(0, sizeof mine, &mine) != 0 ||
+      sched_getaffinity(getppid(), sizeof parent, &parent) != 0)
+    return usable < online_cores();
+  return !CPU_EQUAL(&mine, &parent);
+}
+
 int rf__cores_for_this_process(void) {
   int usable = rf__usable_cores();
   const char *local = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
   if (!local) local = getenv("MPI_LOCALNRANKS");
   long ranks = local ? strtol(local, NULL, 10) : 1;
-  if (ranks <= 1 || usable < online_cores()) return usable;
+  if (ranks <= 1 || bound_by_launcher(usable)) return usable;
   long share = usable / ranks;
   return share > 0 ? (int)share : 1;
 }

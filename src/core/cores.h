@@ -11,9 +11,13 @@ int rf__usable_cores(void);
 
 /* This process's share of them: rf__usable_cores() divided by the number
  * of processes the MPI launcher started on this node
- * (OMPI_COMM_WORLD_LOCAL_SIZE or MPI_LOCALNRANKS) when the launcher left
- * every process the whole machine (`--bind-to none`), at least 1. Bound
- * processes already see only their own cores. */
+ * (OMPI_COMM_WORLD_LOCAL_SIZE or MPI_LOCALNRANKS) when the launcher did not
+ * bind them (`--bind-to none`: each rank's mask is its parent's, the whole
+ * machine or what `taskset` left mpirun), at least 1. A bound process
+ * (its mask narrower than its parent's) already sees only its own cores.
+ * (Before, only a mask of the whole machine was divided: under `taskset -c
+ * 8-15 mpirun --bind-to none -np 4` each rank ran 8 threads on the same 8
+ * cores.) */
 int rf__cores_for_this_process(void);
 
 #endif
