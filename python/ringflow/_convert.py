@@ -26,6 +26,15 @@ def _rf_py_release(data, arg):
     _kept.pop(int(ffi.cast("uintptr_t", arg)), None)
 
 
+def flag(what: str, value: Any) -> bool:
+    """A flag argument: True or False (NumPy's bools too); anything else
+    (a string, an int, None) is a TypeError naming it, never read as
+    truthy."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{what} must be True or False, not {value!r}")
+    return bool(value)
+
+
 def c_shape(shape: Any):
     """An rf_shape (cdata struct) from None (unknown rank) or a sequence of
     dims, None or -1 marking an unknown one."""

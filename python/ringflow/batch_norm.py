@@ -13,6 +13,7 @@ beta (through the batch statistics in training).
 
 from typing import Any, List, NamedTuple, Optional, Sequence
 
+from ringflow import _convert
 from ringflow._lib import c_name, ffi, lib
 from ringflow.framework import (Operation, Tensor, convert_to_tensor,
                                 graph_of, outputs_array)
@@ -65,7 +66,8 @@ def batch_norm(x: Any, gamma: Any, beta: Any, moving_mean: Any = None,
     with g._lock:
         lib.rf_batch_norm(g._c, c_name(name), x._c, gamma._c, beta._c,
                           _handle(moving_mean, g),
-                          _handle(moving_variance, g), bool(training),
+                          _handle(moving_variance, g),
+                          _convert.flag("batch_norm: training", training),
                           float(momentum), float(epsilon), out)
         if out.y.node == ffi.NULL:
             raise g._error()

@@ -17,7 +17,7 @@ from typing import Any, Optional, Sequence, Union
 
 import numpy as np
 
-from ringflow import dtypes
+from ringflow import _convert, dtypes
 from ringflow._lib import c_name, ffi, lib
 from ringflow.framework import (Operation, Tensor, constant_in,
                                 convert_to_tensor, get_default_graph,
@@ -165,8 +165,9 @@ def matmul(a: Any, b: Any, transpose_a: bool = False,
     fn = lib.rf_matmul
     if any(t.shape is not None and len(t.shape) != 2 for t in (a, b)):
         fn = lib.rf_batch_matmul
-    return g._output(fn, c_name(name), a._c, b._c, bool(transpose_a),
-                     bool(transpose_b))
+    return g._output(fn, c_name(name), a._c, b._c,
+                     _convert.flag("matmul: transpose_a", transpose_a),
+                     _convert.flag("matmul: transpose_b", transpose_b))
 
 
 def cast(x: Any, dtype: Any, name: Optional[str] = None) -> Tensor:
@@ -240,14 +241,16 @@ def reduce_sum(input_tensor: Any, axis: Axis = None, keepdims: bool = False,
     """The sum over `axis` (an int or ints, negative counting from the end;
     None: every axis), keeping reduced dims as 1 when keepdims."""
     axes, n = _axes(axis)
-    return _unary(lib.rf_sum, input_tensor, name, axes, n, bool(keepdims))
+    return _unary(lib.rf_sum, input_tensor, name, axes, n,
+                  _convert.flag("reduce_sum: keepdims", keepdims))
 
 
 def reduce_mean(input_tensor: Any, axis: Axis = None,
                 keepdims: bool = False, name: Optional[str] = None) -> Tensor:
     """The mean over `axis` (as reduce_sum); integers truncate."""
     axes, n = _axes(axis)
-    return _unary(lib.rf_mean, input_tensor, name, axes, n, bool(keepdims))
+    return _unary(lib.rf_mean, input_tensor, name, axes, n,
+                  _convert.flag("reduce_mean: keepdims", keepdims))
 
 
 def argmax(input: Any, axis: Optional[int] = 0,
@@ -395,7 +398,8 @@ def apply_momentum(var: Any, accum: Any, lr: Any, grad: Any, momentum: Any,
     lr, grad, momentum = (convert_to_tensor(x, _value_dtype(var, x), graph=g)
                           for x in (lr, grad, momentum))
     return g._node(lib.rf_apply_momentum, c_name(name), hs[0]._c, hs[1]._c,
-                   lr._c, grad._c, momentum._c, bool(use_nesterov))
+                   lr._c, grad._c, momentum._c,
+                   _convert.flag("apply_momentum: use_nesterov", use_nesterov))
 
 
 # ---- operators of Tensor (and Variable) ----

@@ -216,3 +216,35 @@ def test_gelu_approximate_is_a_bool():
     with rf.Session() as sess:
         av, bv = sess.run([a, b])
     np.testing.assert_array_equal(av, bv)
+
+
+def test_flags_are_bools():
+    """matmul's transposes, the reductions' keepdims, apply_momentum's
+    use_nesterov and batch_norm's training took any value by its truth
+    ("no" was True): only bools (NumPy's too), else TypeError naming the
+    flag."""
+    g = rf.Graph()
+    with g.as_default():
+        a = rf.constant(np.ones((2, 2), np.float32))
+        for bad in ("no", 1, None):
+            with pytest.raises(TypeError, match="transpose_a"):
+                rf.matmul(a, a, transpose_a=bad)
+            with pytest.raises(TypeError, match="keepdims"):
+                rf.reduce_sum(a, keepdims=bad)
+            with pytest.raises(TypeError, match="keepdims"):
+                rf.reduce_mean(a, keepdims=bad)
+        v = rf.Variable(np.ones(2, np.float32))
+        acc = rf.Variable(np.zeros(2, np.float32))
+        with pytest.raises(TypeError, match="use_nesterov"):
+            rf.apply_momentum(v, acc, 0.1, np.ones(2, np.float32), 0.9,
+                              use_nesterov="yes")
+        x = rf.constant(np.ones((4, 3), np.float32))
+        with pytest.raises(TypeError, match="training"):
+            rf.batch_norm(x, np.ones(3, np.float32), np.zeros(3, np.float32),
+                          training="yes")
+        y = rf.matmul(a, a, transpose_a=np.True_)
+        s = rf.reduce_sum(a, keepdims=np.False_)
+    with rf.Session(g) as sess:
+        yv, sv = sess.run([y, s])
+    np.testing.assert_array_equal(yv, np.full((2, 2), 2, np.float32))
+    assert sv == 4
