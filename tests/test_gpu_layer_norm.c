@@ -6,19 +6,20 @@
 #include "gpu_compare.h"
 
 typedef struct arg {
-  int grad; /* 0 LayerNorm, 1 _LayerNormGrad */
+  int grad;   /* 0 LayerNorm, 1 _LayerNormGrad */
+  double eps; /* epsilon */
 } arg;
 
 static int build(rf_graph *g, const rf_output *in, const void *varg,
                  rf_output *out) {
   const arg *a = varg;
   if (!a->grad) {
-    out[0] = rf_layer_norm(g, NULL, in[0], in[1], in[2], 1e-5);
+    out[0] = rf_layer_norm(g, NULL, in[0], in[1], in[2], a->eps);
     return 1;
   }
   rf_node_builder *b = rf_node_builder_new(g, "_LayerNormGrad", NULL);
   for (int i = 0; i < 3; i++) rf_node_builder_input(b, in[i]);
-  rf_node_builder_attr_float(b, "epsilon", 1e-5);
+  rf_node_builder_attr_float(b, "epsilon", a->eps);
   rf_node *n;
   assert_ok(rf_node_builder_finish(b, &n));
   for (int i = 0; i < 3; i++) out[i] = (rf_output){n, i};
@@ -33,12 +34,14 @@ static void test_layer_norm(void **state) {
   char label[64];
   const rf_shape shapes[] = {rf_shape_of(2, 37, 300), rf_shape_of(3, 4, 5, 7),
                              rf_shape_of(2, 9, 1), rf_shape_of(2, 0, 16)};
+  /* k 4: the size-1 last axis with epsilon 0 (a variance plus epsilon of
+   * 0: y is beta and dx 0 on both sides, not NaN) */
   for (int d = 0; d < GC_COUNT(gc_floats); d++)
-    for (int k = 0; k < 4; k++)
+    for (int k = 0; k < 5; k++)
       for (int grad = 0; grad < 2; grad++) {
-        rf_shape sh = shapes[k];
+        rf_shape sh = shapes[k < 4 ? k : 2];
         rf_shape cs = rf_shape_of(1, sh.dims[sh.rank - 1]);
-        arg a = {grad};
+        arg a = {grad, k < 4 ? 1e-5 : 0.0};
         rf_dtype dt = gc_floats[d];
         rf_tensor *in[3];
         /* LayerNorm: x, gamma, beta; _LayerNormGrad: dy, x, gamma */
