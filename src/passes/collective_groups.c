@@ -202,12 +202,11 @@ static char *append(char *msg, const char *tail) {
 /* The error "<head>: 'p0' on cpu:0, 'p1' on cpu:1, ...": every participant
  * (up to LIST_MAX) with its device, each name capped on its own
  * (core/format.h) and the list appended whole: a %s would cap the list as
- * if it were one name. */
+ * if it were one name. Takes head (from rf__format; NULL: out of memory). */
 static rf_status *group_error(rf_code code, const rf_graph *graph,
                               const group *g, const rf__device_name *devices,
-                              int num_devices, const char *head) {
-  char *msg = append(rf__format("%s", ""), head);
-  msg = append(msg, ": ");
+                              int num_devices, char *head) {
+  char *msg = append(head, ": ");
   for (int i = 0; msg && i < g->n && i < LIST_MAX; i++) {
     const rf_node *n = graph->nodes[g->ids[i]];
     char dev[RF_DEVICE_NAME_MAX];
@@ -227,6 +226,24 @@ static rf_status *group_error(rf_code code, const rf_graph *graph,
   return st;
 }
 
+/* What is wrong with where the participants are: two share a device
+ * (INVALID_ARGUMENT) or they differ in device type (UNIMPLEMENTED); NULL
+ * when neither. */
+static const char *placement_fault(const rf_graph *graph, const group *g,
+                                   const rf__device_name *devices,
+                                   rf_code *code) {
+  for (int i = 0; i < g->n; i++)
+    for (int j = 0; j < i; j++) {
+      int a = graph->nodes[g->ids[i]]->assigned_device;
+      int b = graph->nodes[g->ids[j]]->assigned_device;
+      *code = a == b ? RF_INVALID_ARGUMENT : RF_UNIMPLEMENTED;
+      if (a == b) return "has two participants on one device";
+      if (devices[a].type != devices[b].type)
+        return "mixes device types (no collective backend supports that)";
+    }
+  return NULL;
+}
+
 static rf_status *check_group(const rf_graph *graph, const group *g,
                               const rf__device_name *devices, int num_devices) {
   const rf_node *first = graph->nodes[g->ids[0]];
@@ -235,42 +252,23 @@ static rf_status *check_group(const rf_graph *graph, const group *g,
                              num_devices));
   int64_t want;
   RF_CHECK(rf__attrs_get_int(&first->attrs, "num_devices", &want));
-  const char *why = NULL;
-  rf_code code = RF_INVALID_ARGUMENT;
-  if (g->n != want) why = "count";
-  for (int i = 0; !why && i < g->n; i++) {
+  if (g->n != want)
+    return group_error(
+        RF_INVALID_ARGUMENT, graph, g, devices, num_devices,
+        rf__format("collective '%s' expects %lld participants but the graph "
+                   "has %d",
+                   g->shared_name, (long long)want, g->n));
+  for (int i = 0; i < g->n; i++) {
     const rf_node *a = graph->nodes[g->ids[i]];
     if (a->assigned_device < 0 || a->assigned_device >= num_devices)
       return rf__internal("collective '%s': participant '%s' is not placed",
                           g->shared_name, a->name);
-    for (int j = 0; !why && j < i; j++) {
-      const rf_node *b = graph->nodes[g->ids[j]];
-      if (a->assigned_device == b->assigned_device) {
-        why = "one device";
-      } else if (devices[a->assigned_device].type !=
-                 devices[b->assigned_device].type) {
-        why = "types";
-        code = RF_UNIMPLEMENTED;
-      }
-    }
   }
-  if (!why) return NULL;
-  char *head =
-      why[0] == 'c' ? rf__format(
-                          "collective '%s' expects %lld participants but the "
-                          "graph has %d",
-                          g->shared_name, (long long)want, g->n)
-      : why[0] == 'o'
-          ? rf__format("collective '%s' has two participants on one device",
-                       g->shared_name)
-          : rf__format(
-                "collective '%s' mixes device types (no collective "
-                "backend supports that)",
-                g->shared_name);
-  if (!head) return rf__oom();
-  rf_status *st = group_error(code, graph, g, devices, num_devices, head);
-  rf__free(head);
-  return st;
+  rf_code code;
+  const char *fault = placement_fault(graph, g, devices, &code);
+  if (!fault) return NULL;
+  return group_error(code, graph, g, devices, num_devices,
+                     rf__format("collective '%s' %s", g->shared_name, fault));
 }
 
 /* Sets attr _devices ("cpu:0,cpu:2") on every participant of a checked
