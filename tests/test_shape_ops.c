@@ -576,8 +576,44 @@ static void test_json_round_trip(void **state) {
   rf_graph_free(g);
 }
 
+/* num_split past the outputs one attr may give (2^20 - 1): refused by the
+ * builder and the graph reader, on a known and an unknown dim (it was cut to
+ * 0 outputs: a node without outputs, and a division by 0 in the shape
+ * function). */
+static void test_split_count_limit(void **state) {
+  (void)state;
+  const int64_t dims[2] = {4, -1};
+  for (int k = 0; k < 2; k++) {
+    rf_graph *g = rf_graph_new();
+    rf_output x = rf_placeholder(g, "x", RF_FLOAT32, rf_shape_of(1, dims[k]));
+    int n = 1 << 20;
+    rf_output *o = malloc(sizeof *o * (size_t)n);
+    assert_non_null(o);
+    assert_null(rf_split(g, "b", x, n, 0, o));
+    assert_null(o[0].node);
+    assert_status(rf_graph_status(g), RF_INVALID_ARGUMENT,
+                  "node 'b' (Split): attr 'num_split' is 1048576: at most "
+                  "1048575 outputs");
+    free(o);
+    rf_graph_free(g);
+  }
+  static const char json[] =
+      "{\"format\":\"ringflow-graph\",\"version\":1,\"nodes\":["
+      "{\"name\":\"x\",\"op\":\"Placeholder\",\"attrs\":{\"dtype\":{\"type\":"
+      "\"type\",\"value\":\"float32\"},\"shape\":{\"type\":\"shape\","
+      "\"value\":[4]}}},"
+      "{\"name\":\"b\",\"op\":\"Split\",\"inputs\":[\"x:0\"],\"attrs\":{"
+      "\"num_split\":{\"type\":\"int\",\"value\":4294967298},\"axis\":{"
+      "\"type\":\"int\",\"value\":0}}}]}";
+  rf_graph *h = NULL;
+  rf_status *st = rf_graph_from_json(json, strlen(json), &h);
+  assert_null(h);
+  assert_status(st, RF_INVALID_ARGUMENT, "attr 'num_split' is 4294967298");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_split_count_limit),
       cmocka_unit_test(test_values_every_dtype),
       cmocka_unit_test(test_values_unknown_shapes),
       cmocka_unit_test(test_squeeze_all),

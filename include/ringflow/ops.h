@@ -273,8 +273,9 @@ RF_API rf_output rf_transpose(rf_graph *g, const char *name, rf_output x,
 RF_API rf_output rf_concat(rf_graph *g, const char *name,
                            const rf_output *values, int n, int64_t axis);
 /* x cut along axis into num_split equal pieces (the dim must divide);
- * outputs[0, num_split) receive them. Returns the node, NULL on error
- * (outputs then invalid). */
+ * outputs[0, num_split) receive them. num_split in 1..1048575 (an op has at
+ * most 2^20 - 1 outputs from one attr), else INVALID_ARGUMENT. Returns the
+ * node, NULL on error (outputs then invalid). */
 RF_API rf_node *rf_split(rf_graph *g, const char *name, rf_output x,
                          int num_split, int64_t axis, rf_output *outputs);
 /* Same with piece i size_splits[i] wide (each >= 0, one may be -1: what is

@@ -177,6 +177,9 @@ static rf_status *check_value(sig *s, const rf__attr_def *d,
   return NULL;
 }
 
+/* The most outputs one number attr may give an op. */
+#define MAX_COUNT ((1 << 20) - 1)
+
 static rf_status *outputs(sig *s, int *num, rf_dtype **out) {
   int n = 0, counts[RF_MAX_OP_ARGS];
   for (int i = 0; i < s->op->num_outputs; i++) {
@@ -184,9 +187,13 @@ static rf_status *outputs(sig *s, int *num, rf_dtype **out) {
     counts[i] = 1;
     if (a->number_attr[0]) {
       const rf__attr_value *v = rf__attrs_find(s->attrs, a->number_attr);
-      counts[i] = v && v->type == RF_ATTR_INT && v->u.i >= 0 && v->u.i < 1 << 20
-                      ? (int)v->u.i
-                      : 0;
+      /* A count past the limit is refused, never cut to 0 outputs (a
+       * Split of 2^20 pieces built a node without outputs, and its shape
+       * function divided by 0). */
+      if (v && v->type == RF_ATTR_INT && (v->u.i < 0 || v->u.i > MAX_COUNT))
+        return SIG_ERR(s, "attr '%s' is %lld: at most %d outputs",
+                       a->number_attr, (long long)v->u.i, MAX_COUNT);
+      counts[i] = v && v->type == RF_ATTR_INT ? (int)v->u.i : 0;
     }
     n += counts[i];
   }
