@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include "graph/graph.h"
@@ -266,6 +267,16 @@ static void test_save_and_load_files(void **state) {
   assert_status(rf_graph_load(path, &g2), RF_NOT_FOUND, path);
   assert_ptr_equal(g2, sentinel);
   assert_status(rf_graph_load("/", &g2), RF_DATA_LOSS, "reading / failed");
+  /* A sparse file past 2 GiB is refused from its size, before any read
+   * (it was read into memory up to the limit first). */
+  fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  assert_true(fd >= 0);
+  assert_int_equal(ftruncate(fd, ((off_t)1 << 31) + 1), 0);
+  close(fd);
+  assert_status(rf_graph_load(path, &g2), RF_INVALID_ARGUMENT,
+                "is larger than 2 GiB (2147483649 bytes)");
+  assert_ptr_equal(g2, sentinel);
+  unlink(path);
   assert_status(rf_graph_save(g, "/nonexistent-dir/x.json"), RF_NOT_FOUND,
                 "/nonexistent-dir/x.json");
   assert_status(rf_graph_save(NULL, path), RF_INVALID_ARGUMENT, NULL);

@@ -8,9 +8,11 @@
 #include <errno.h>
 #include <jansson.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "core/shape.h"
 #include "graph/graph.h"
@@ -681,6 +683,15 @@ rf_status *rf_graph_load(const char *path, rf_graph **out) {
   char *buf = NULL;
   size_t len = 0, cap = 0;
   rf_status *st = NULL;
+  /* A regular file's size is known before anything is read: one past 2 GiB
+   * is refused at once (pipes and devices are read up to the limit). */
+  struct stat sb;
+  if (fstat(fileno(f), &sb) == 0 && S_ISREG(sb.st_mode) &&
+      (uint64_t)sb.st_size > ((uint64_t)1 << 31)) {
+    fclose(f);
+    return rf__invalid("%s is larger than 2 GiB (%lld bytes)", path,
+                       (long long)sb.st_size);
+  }
   for (;;) {
     if (len + 65536 > cap) {
       size_t ncap = cap ? cap * 2 : 65536;
@@ -690,7 +701,8 @@ rf_status *rf_graph_load(const char *path, rf_graph **out) {
       }
       char *nb = rf__realloc(buf, ncap);
       if (!nb) {
-        st = rf__oom();
+        st = rf__error(RF_RESOURCE_EXHAUSTED,
+                       "%s: out of memory reading %zu bytes of it", path, ncap);
         break;
       }
       buf = nb;
