@@ -582,6 +582,14 @@ static void get_checks_names_shapes_values(void **state) {
   out = NULL;
   assert_status(rf_checkpoint_get(c, "v", RF_FLOAT32, &s, all, &out),
                 RF_INVALID_ARGUMENT, "'v' element 5 is -0.25; expected >= 0");
+  /* -inf with only the sign check: refused as negative, not as infinite */
+  assert_status(rf_checkpoint_get(c, "inf", RF_FLOAT32, &s,
+                                  RF_CHECKPOINT_NONNEGATIVE, &out),
+                RF_INVALID_ARGUMENT, "'inf' element 2 is -inf; expected >= 0");
+  rf_shape unknown = rf_shape_unknown();
+  assert_status(rf_checkpoint_get(c, "good", RF_FLOAT32, &unknown, 0, &out),
+                RF_INVALID_ARGUMENT,
+                "'good' is float32 [2,3]; expected float32 of unknown rank");
   rf_shape other = rf_shape_of(1, 6);
   assert_status(rf_checkpoint_get(c, "good", RF_FLOAT32, &other, 0, &out),
                 RF_INVALID_ARGUMENT,

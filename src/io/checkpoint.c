@@ -174,6 +174,10 @@ rf_tensor *rf_checkpoint_tensor(const rf_checkpoint *c, int i) {
 }
 
 static void format_shape(const rf_shape *s, char *buf, size_t cap) {
+  if (s->rank < 0) {
+    snprintf(buf, cap, "of unknown rank");
+    return;
+  }
   size_t at = (size_t)snprintf(buf, cap, "[");
   for (int d = 0; d < s->rank && at < cap; d++)
     at += (size_t)snprintf(buf + at, cap - at, "%s%" PRId64, d ? "," : "",
@@ -222,9 +226,11 @@ rf_status *rf_checkpoint_get(const rf_checkpoint *c, const char *name,
   double v = 0;
   int64_t bad = checks ? first_bad(t, checks, &v) : -1;
   if (bad >= 0)
-    return rf__invalid("checkpoint tensor '%s' element %" PRId64
-                       " is %g; expected %s",
-                       name, bad, v, isfinite(v) ? ">= 0" : "a finite number");
+    return rf__invalid(
+        "checkpoint tensor '%s' element %" PRId64 " is %g; expected %s", name,
+        bad, v,
+        (checks & RF_CHECKPOINT_FINITE) && !isfinite(v) ? "a finite number"
+                                                        : ">= 0");
   *out = t;
   return NULL;
 }
