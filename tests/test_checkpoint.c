@@ -428,6 +428,9 @@ static void hostile_headers(void **state) {
        RF_DATA_LOSS, "step"},
       {"{\"__metadata__\":{\"k\":1}}", 0, RF_DATA_LOSS, "not a string"},
       {"{\"__metadata__\":[]}", 0, RF_DATA_LOSS, "not an object"},
+      /* 1.0f is 00 00 80 3f: byte 2 of the data is 0x80 */
+      {"{\"a\":{\"dtype\":\"BOOL\",\"shape\":[16],\"data_offsets\":[0,16]}}",
+       16, RF_DATA_LOSS, "bool tensor 'a' element 2 is 128, not 0 or 1"},
       {"{\"__metadata__\":{\"ringflow.crc32\":\"00000000\"},"
        "\"a\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]}}",
        16, RF_DATA_LOSS, "CRC mismatch"},

@@ -170,6 +170,14 @@ static rf_status *read_data(int fd, const char *path, const entry *e, size_t n,
               "of the file",
               path, e[i].name);
     const unsigned char *p = rf_tensor_data(t);
+    /* A bool is one byte of 0 or 1 (as in graph files): another byte would
+     * be undefined behaviour in a kernel that reads it. */
+    for (size_t k = 0; !st && e[i].dtype == RF_BOOL && k < want; k++)
+      if (p[k] > 1)
+        st =
+            BAD("checkpoint '%s': bool tensor '%s' element %zu is %u, not 0 "
+                "or 1",
+                path, e[i].name, k, p[k]);
     for (size_t left = want; !st && left > 0;) {
       uInt chunk = left > (1u << 30) ? 1u << 30 : (uInt)left;
       crc = crc32(crc, p, chunk);
