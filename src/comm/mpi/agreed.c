@@ -61,6 +61,7 @@
  * blocking call cannot wait beside it): a failed check issues no data
  * anywhere, which every member decides alike
  * from the entry's `blocking`, not from its own op. */
+#include <ctype.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -929,7 +930,10 @@ int64_t rf__mpi_direct_max_bytes(void) {
     char *end = NULL;
     errno = 0;
     m = env && *env ? strtoll(env, &end, 10) : DIRECT_MAX_BYTES;
-    if (env && *env && (end == env || *end || m < 0 || errno == ERANGE)) m = -2;
+    /* digits only: strtoll also takes leading spaces and a sign */
+    if (env && *env &&
+        (!isdigit((unsigned char)env[0]) || *end || m < 0 || errno == ERANGE))
+      m = -2;
     atomic_store(&direct_max, m);
   }
   return m;
