@@ -627,6 +627,24 @@ static void test_load_at_the_last_step(void **state) {
   run_free(&r);
 }
 
+/* --trace into a missing directory is refused before training (it failed
+ * at step 10, and under mpirun the other processes waited out the
+ * timeout). */
+static void test_trace_path_checked_first(void **state) {
+  (void)state;
+  const char *args[] = {"train",   "--trace", "/nonexistent-dir/t.json",
+                        "--steps", "20",      "--quiet",
+                        NULL};
+  run r = run_argv(args);
+  if (r.rc != 1) show("expected exit 1", args, &r);
+  assert_int_equal(r.rc, 1);
+  assert_non_null(strstr(r.err,
+                         "--trace: cannot write the trace to "
+                         "/nonexistent-dir/t.json"));
+  assert_null(strstr(r.out, "epoch"));
+  run_free(&r);
+}
+
 static int teardown(void **state) {
   (void)state;
   char cmd[128];
@@ -644,6 +662,7 @@ int main(void) {
       cmocka_unit_test(test_docs_quote_help),
       cmocka_unit_test(test_options_out_of_context),
       cmocka_unit_test(test_load_at_the_last_step),
+      cmocka_unit_test(test_trace_path_checked_first),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

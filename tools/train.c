@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -868,6 +869,34 @@ static int parse_options(int argc, char **argv, options *o) {
   return 0;
 }
 
+/* --trace FILE can be written: its directory exists and takes files,
+ * checked before training rather than at step 10. */
+static rf_status *check_trace_path(const char *path) {
+  char dir[4096];
+  snprintf(dir, sizeof dir, "%s", path);
+  char *slash = strrchr(dir, '/');
+  if (!slash)
+    snprintf(dir, sizeof dir, ".");
+  else if (slash == dir)
+    dir[1] = '\0';
+  else
+    *slash = '\0';
+  struct stat sb;
+  if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
+    return rf_status_new(RF_NOT_FOUND,
+                         "--trace: cannot write the trace to %s: no "
+                         "directory %s",
+                         path, dir);
+  if (access(dir, W_OK | X_OK) != 0)
+    return rf_status_new(RF_PERMISSION_DENIED,
+                         "--trace: cannot write the trace to %s: %s: %s", path,
+                         dir, strerror(errno));
+  if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
+    return rf_status_new(RF_INVALID_ARGUMENT, "--trace: %s is a directory",
+                         path);
+  return NULL;
+}
+
 /* Cosine decay from --lr to 0 over the run (--schedule constant keeps it):
  * the last epochs settle instead of bouncing around the optimum. */
 static double scheduled_lr(const options *o, int64_t step, int64_t total) {
@@ -1005,6 +1034,8 @@ int cmd_train(int argc, char **argv) {
   int64_t saved_at = -1; /* the step of the last --save */
   /* a run must not end by failing to save: check the path first */
   if (o.save && lead) TRAIN_TRY(rf_checkpoint_check_path(o.save));
+  /* likewise the trace's file, written at step 10 */
+  if (o.trace && lead) TRAIN_TRY(check_trace_path(o.trace));
   TRAIN_TRY(load_split(o.data_dir, "train", cfg.sizes[0], &im[0], &lb[0]));
   if (o.batch > im[0].dims[0]) { /* not one step per epoch */
     rc = tool_fail(
