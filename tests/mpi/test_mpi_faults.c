@@ -42,6 +42,9 @@ typedef struct job_graph {
 
 typedef enum { AR_SUM, AR_MAX, GATHER } coll_kind;
 
+/* The collective's name ("ar"; a long one for test_long_name_mismatch). */
+static const char *coll_name = "ar";
+
 static void build_kind(job_graph *m, rf_dtype dt, coll_kind kind) {
   m->g = rf_graph_new();
   rf_output r[128];
@@ -55,9 +58,9 @@ static void build_kind(job_graph *m, rf_dtype dt, coll_kind kind) {
     rf_graph_pop_device(m->g);
   }
   if (kind == GATHER)
-    rf_all_gather_n(m->g, "ar", r, 2 * NT, m->y);
+    rf_all_gather_n(m->g, coll_name, r, 2 * NT, m->y);
   else
-    rf_all_reduce_n(m->g, "ar", r, 2 * NT,
+    rf_all_reduce_n(m->g, coll_name, r, 2 * NT,
                     kind == AR_MAX ? RF_REDUCE_MAX : RF_REDUCE_SUM, m->y);
   assert_graph_ok(m->g);
 }
@@ -105,6 +108,34 @@ static void test_mismatched_shapes(void **state) {
   assert_ok(step(&m, s, RF_FLOAT32, 4, 4));
   rf_session_free(s);
   rf_graph_free(m.g);
+}
+
+/* A disagreement on a collective with a 5000-byte name: the error names the
+ * field, both values and the tasks, with the name capped as quoted names
+ * are (it was quoted whole and the message cut at 4 KiB, losing the rest). */
+static void test_long_name_mismatch(void **state) {
+  char *name = malloc(5001);
+  assert_non_null(name);
+  memset(name, 'c', 5000);
+  name[5000] = '\0';
+  coll_name = name;
+  job_graph m;
+  build(&m, RF_FLOAT32);
+  coll_name = "ar";
+  rf_session *s = mt_session(m.g, 2, 30000);
+  assert_ok(step(&m, s, RF_FLOAT32, 8, 8));
+  int64_t n = T == 1 ? 12 : 8;
+  rf_status *st = step(&m, s, RF_FLOAT32, n, n);
+  const char *msg = rf_status_message(st);
+  assert_contains(msg, "... (5000 bytes)' (job step");
+  assert_contains(msg, "participants disagree on shape");
+  assert_contains(msg, "(3, 4) on /task:1/cpu:0");
+  assert_true(strlen(msg) < 4096);
+  rf_status_free(st);
+  assert_ok(step(&m, s, RF_FLOAT32, 4, 4));
+  rf_session_free(s);
+  rf_graph_free(m.g);
+  free(name);
 }
 
 static void test_different_graphs(void **state) {
@@ -295,6 +326,7 @@ int main(void) {
   if (mt_init()) return 1;
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_mismatched_shapes),
+      cmocka_unit_test(test_long_name_mismatch),
       cmocka_unit_test(test_different_graphs),
       cmocka_unit_test(test_disagreements_name_both_sides),
       cmocka_unit_test(test_task_skips_the_step),

@@ -72,6 +72,7 @@
 #include "comm/mpi/mpi_status.h"
 #include "comm/mpi/op.h"
 #include "core/log.h"
+#include "core/format.h"
 #include "core/mem.h"
 #include "core/status.h"
 
@@ -457,15 +458,17 @@ static void told_check(rf__job *j, rf__mpi_op *op) {
     for (int i = 0; i < op->nset && !in_set; i++)
       in_set = op->tasks[i] == f->task;
     if (!in_set) continue;
-    char msg[4096];
+    char msg[RF_MPI_TEXT_MAX];
+    char *name = rf__format("%s", op->name); /* capped as quoted names are */
     if (f->name)
       snprintf(msg, sizeof msg,
                "collective '%s' (job step %lld) failed on task %d: %s",
-               op->name, (long long)op->job_step, f->task, f->text);
+               name ? name : "?", (long long)op->job_step, f->task, f->text);
     else
       snprintf(msg, sizeof msg,
                "collective '%s' (job step %lld): task %d failed that step: %s",
-               op->name, (long long)op->job_step, f->task, f->text);
+               name ? name : "?", (long long)op->job_step, f->task, f->text);
+    rf__free(name);
     rf__mpi_member_report(op, rf__status_text(f->code, msg));
     return;
   }
@@ -545,7 +548,8 @@ static int list_tasks(const rf__mpi_op *op, int want, char *buf, size_t len) {
  * have not reached the collective or did not answer, or, when every task
  * has reached it, that MPI did not complete the check (never "waiting for
  * : 0 of N participants missing"). */
-void rf__mpi_agreed_late_text(const rf__mpi_op *op, char *buf, size_t len) {
+static void late_text(const rf__mpi_op *op, const char *name, char *buf,
+                      size_t len) {
   char missing[2048], present[2048], silent[512], tail[700] = "";
   size_t used = 0;
   silent[0] = '\0';
@@ -553,10 +557,10 @@ void rf__mpi_agreed_late_text(const rf__mpi_op *op, char *buf, size_t len) {
   for (int i = 0; i < op->nset; i++) all += op->counts[i];
   if (!op->answered) { /* no memory to ask: no names */
     snprintf(buf, len,
-             "collective '%.200s' (job step %lld): timed out after %lld ms in "
+             "collective '%s' (job step %lld): timed out after %lld ms in "
              "its check; which of the %d participants are missing is "
              "unknown (no memory to ask the other tasks)",
-             op->name, (long long)op->job_step, (long long)op->timeout_ms, all);
+             name, (long long)op->job_step, (long long)op->timeout_ms, all);
     return;
   }
   absent = list_tasks(op, 0, missing, sizeof missing);
@@ -570,21 +574,25 @@ void rf__mpi_agreed_late_text(const rf__mpi_op *op, char *buf, size_t len) {
              " (%s did not answer within %d ms: died or stopped)", silent,
              PROBE_MS);
   if (absent == 0) {
-    snprintf(
-        buf, len,
-        "collective '%.200s' (job step %lld): timed out after %lld ms: all "
-        "%d participants reached it (%s) but its check did not "
-        "finish: MPI is stuck",
-        op->name, (long long)op->job_step, (long long)op->timeout_ms, all,
-        present);
+    snprintf(buf, len,
+             "collective '%s' (job step %lld): timed out after %lld ms: all "
+             "%d participants reached it (%s) but its check did not "
+             "finish: MPI is stuck",
+             name, (long long)op->job_step, (long long)op->timeout_ms, all,
+             present);
     return;
   }
-  snprintf(
-      buf, len,
-      "collective '%.200s' (job step %lld): timed out after %lld ms waiting "
-      "for %s: %d of %d participants missing; arrived: %s%s",
-      op->name, (long long)op->job_step, (long long)op->timeout_ms, missing,
-      absent, all, present[0] ? present : "none", tail);
+  snprintf(buf, len,
+           "collective '%s' (job step %lld): timed out after %lld ms waiting "
+           "for %s: %d of %d participants missing; arrived: %s%s",
+           name, (long long)op->job_step, (long long)op->timeout_ms, missing,
+           absent, all, present[0] ? present : "none", tail);
+}
+
+void rf__mpi_agreed_late_text(const rf__mpi_op *op, char *buf, size_t len) {
+  char *name = rf__format("%s", op->name); /* capped as quoted names are */
+  late_text(op, name ? name : "?", buf, len);
+  rf__free(name);
 }
 
 /* The check did not finish: probe before the timeout, name at it. */
@@ -597,7 +605,7 @@ static void check_late(rf__job *j, rf__mpi_op *op, int64_t now) {
   }
   op->deadline_ns = 0; /* reported once; the op waits for its check */
   rf__mpi_peer_suspect(j, now);
-  char msg[4096];
+  char msg[RF_MPI_TEXT_MAX];
   rf__mpi_agreed_late_text(op, msg, sizeof msg);
   rf__mpi_member_report(
       op, rf__log_status(RF_LOG_WARN, NULL,

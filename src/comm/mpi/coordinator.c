@@ -16,6 +16,7 @@
 
 #include "comm/mpi/engine.h"
 #include "core/log.h"
+#include "core/format.h"
 #include "core/mem.h"
 #include "core/status.h"
 
@@ -24,6 +25,7 @@
 
 struct rf__mpi_centry {
   char *key, *name, *devices;
+  char *shown; /* name as messages quote it: capped (core/format.h) */
   int64_t job_step, timeout_ms;
   int n; /* tasks of the group (0: unknown, a tombstone) */
   int *tasks, *counts;
@@ -59,6 +61,7 @@ static void entry_free(rf__mpi_centry *e) {
   rf__free(e->counts);
   rf__free(e->key);
   rf__free(e->name);
+  rf__free(e->shown);
   rf__free(e->devices);
   rf__free(e->msg);
   rf__free(e->answered);
@@ -144,7 +147,7 @@ static void fail(rf__job *j, rf__mpi_centry *e, int64_t now, rf_code code,
 static void fail(rf__job *j, rf__mpi_centry *e, int64_t now, rf_code code,
                  const char *fmt, ...) {
   if (e->failed) return;
-  char msg[4096];
+  char msg[RF_MPI_TEXT_MAX];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
@@ -191,8 +194,9 @@ static rf__mpi_centry *entry_new(rf__job *j, const char *key, const char *name,
   if (!e) return NULL;
   e->key = rf__strdup(key);
   e->name = rf__strdup(name);
+  e->shown = rf__format("%s", name);
   e->devices = rf__strdup(devices ? devices : "");
-  bool ok = e->key && e->name && e->devices;
+  bool ok = e->key && e->name && e->shown && e->devices;
   if (ok && devices && devices[0]) {
     rf_status *st = rf__mpi_parse_set(devices, &e->n, &e->tasks, &e->counts);
     ok = !st;
@@ -260,7 +264,7 @@ static bool disagree(rf__job *j, rf__mpi_centry *e, int64_t now, int a, int b,
   fail(j, e, now, RF_INVALID_ARGUMENT,
        "collective '%s' (job step %lld): participants disagree on %s: %s on "
        "%s but %s on %s",
-       e->name, (long long)e->job_step, field, va, rep(e, a), vb, rep(e, b));
+       e->shown, (long long)e->job_step, field, va, rep(e, a), vb, rep(e, b));
   return false;
 }
 
@@ -318,7 +322,7 @@ static void decide(rf__job *j, rf__mpi_centry *e, int64_t now) {
     fail(j, e, now, RF_INVALID_ARGUMENT,
          "collective '%s' (job step %lld): %s needs exactly one root (the "
          "%s), found %d",
-         e->name, (long long)e->job_step, rf__collective_kind_name(kind),
+         e->shown, (long long)e->job_step, rf__collective_kind_name(kind),
          kind == RF_COLL_REDUCE ? "receiver" : "sender", roots);
     return;
   }
@@ -359,7 +363,7 @@ static void decide(rf__job *j, rf__mpi_centry *e, int64_t now) {
     fail(j, e, now, RF_RESOURCE_EXHAUSTED,
          "collective '%s' (job step %lld): out of memory on task 0, the "
          "job's coordinator",
-         e->name, (long long)e->job_step);
+         e->shown, (long long)e->job_step);
     return;
   }
   HASH_DEL(j->centries, e);
@@ -386,7 +390,7 @@ static void on_ready(rf__job *j, const rf__mpi_msg_view *v, int64_t now) {
     fail(j, e, now, RF_INTERNAL,
          "collective '%s' (job step %lld): task %d reported for a group of "
          "devices %s",
-         e->name, (long long)e->job_step, h->task, e->devices);
+         e->shown, (long long)e->job_step, h->task, e->devices);
   if (e->failed) {
     send_abort(j, h->task, e);
     return;
@@ -407,7 +411,7 @@ static void on_failed(rf__job *j, const rf__mpi_msg_view *v, int64_t now) {
   rf__mpi_centry *e = find_or_make(j, v->name, h->job_step, NULL, 0, now);
   if (!e) return;
   fail(j, e, now, (rf_code)h->code,
-       "collective '%s' (job step %lld) failed on task %d: %s", e->name,
+       "collective '%s' (job step %lld) failed on task %d: %s", e->shown,
        (long long)e->job_step, h->task, v->text);
 }
 
@@ -430,7 +434,7 @@ static void on_step_failed(rf__job *j, const rf__mpi_msg_view *v, int64_t now) {
     if (e->job_step == f->job_step && !e->failed && index_of(e, f->task) >= 0)
       fail(j, e, now, f->code,
            "collective '%s' (job step %lld): task %d failed that step: %s",
-           e->name, (long long)e->job_step, f->task, f->msg);
+           e->shown, (long long)e->job_step, f->task, f->msg);
   }
 }
 
@@ -529,7 +533,7 @@ bool rf__mpi_coord_poll(rf__job *j, int64_t now) {
       fail(j, e, now, RF_DEADLINE_EXCEEDED,
            "collective '%s' (job step %lld): timed out after %lld ms "
            "waiting for %s: %d of %d participants missing; arrived: %s%s",
-           e->name, (long long)e->job_step, (long long)e->timeout_ms, missing,
+           e->shown, (long long)e->job_step, (long long)e->timeout_ms, missing,
            absent, all, present[0] ? present : "none", why);
     }
     if (e->failed && now >= e->forget_ns) {

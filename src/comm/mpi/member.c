@@ -12,6 +12,7 @@
 
 #include "comm/mpi/mpi_status.h"
 #include "comm/mpi/op.h"
+#include "core/format.h"
 #include "core/mem.h"
 #include "core/log.h"
 #include "core/status.h"
@@ -290,9 +291,12 @@ void rf__mpi_member_send_ready(rf__job *j, rf__mpi_op *op) {
   const rf__coll_participant *s = speaker(&op->g);
   rf__mpi_msg h;
   rf__mpi_member_describe(op, &h);
-  char rep[RF_DEVICE_NAME_MAX + 300];
-  snprintf(rep, sizeof rep, "%s (node '%.256s')", s->device->canonical,
-           s->node);
+  /* the node's name capped as every quoted name is (core/format.h) */
+  char rep[RF_DEVICE_NAME_MAX + RF_STATUS_QUOTE_MAX + 64];
+  char *node = rf__format("%s", s->node);
+  snprintf(rep, sizeof rep, "%s (node '%s')", s->device->canonical,
+           node ? node : "?");
+  rf__free(node);
   /* What GO needs of ringflow's memory is taken now: after GO the others
    * are in MPI, waiting for this task. */
   rf_status *st = rf__mpi_set_reserve(j, op->nset, op->tasks);
