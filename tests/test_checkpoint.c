@@ -426,6 +426,8 @@ static void hostile_headers(void **state) {
        RF_DATA_LOSS, "not an integer in 0..9007199254740992"},
       {"{\"__metadata__\":{\"ringflow.step\":\"9007199254740993\"}}", 0,
        RF_DATA_LOSS, "step"},
+      {"{\"__metadata__\":{\"ringflow.step\":\"012\"}}", 0, RF_DATA_LOSS,
+       "step '012'"},
       {"{\"__metadata__\":{\"k\":1}}", 0, RF_DATA_LOSS, "not a string"},
       {"{\"__metadata__\":[]}", 0, RF_DATA_LOSS, "not an object"},
       /* 1.0f is 00 00 80 3f: byte 2 of the data is 0x80 */

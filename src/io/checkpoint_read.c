@@ -97,10 +97,11 @@ static rf_status *parse_entry(const char *path, const char *name, json_t *v,
   return NULL;
 }
 
-/* A decimal 0..RF_CHECKPOINT_STEP_MAX, nothing else. */
+/* A decimal 0..RF_CHECKPOINT_STEP_MAX as the writer writes it, nothing
+ * else: no leading zeros ("012" would hide a flipped digit). */
 static int parse_step(const char *s, int64_t *step) {
   int64_t v = 0;
-  if (!*s || strlen(s) > 16) return -1;
+  if (!*s || strlen(s) > 16 || (s[0] == '0' && s[1])) return -1;
   for (; *s; s++) {
     if (*s < '0' || *s > '9') return -1;
     v = v * 10 + (*s - '0');
