@@ -52,6 +52,13 @@ if(rc EQUAL 0)
   message(FATAL_ERROR "lower of a malformed file succeeded")
 endif()
 expect_contains("${err}" "unknown op 'Nope'")
+# A --dot directory that cannot be made fails before anything is printed.
+execute_process(COMMAND ${TOOL} lower ${GRAPH} --dot ${WORK}/no/such/dir
+                OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
+if(NOT rc EQUAL 1 OR NOT out STREQUAL "")
+  message(FATAL_ERROR "lower --dot into a missing parent: exit ${rc}:\n${out}\n${err}")
+endif()
+expect_contains("${err}" "cannot create the directory")
 # A bad --devices: a usage error (exit 2), one line naming it.
 foreach(bad 0 65 cpu:3-1 cpu:0,gpu:0)
   execute_process(COMMAND ${TOOL} lower --devices ${bad} ${GRAPH}

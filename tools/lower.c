@@ -199,6 +199,7 @@ int cmd_lower(int argc, char **argv) {
   if (rc) return rc == TOOL_HELP_SHOWN ? 0 : rc;
   if (npos != 1) return tool_usage_error(&cmd, "no graph file given");
   rf_graph *g, *lowered;
+  if (dot_dir) RF_TOOL_TRY(tool_make_dir(dot_dir));
   RF_TOOL_TRY(rf_graph_load(pos[0], &g));
   rf_session_options o;
   rf_session_options_init(&o);

@@ -147,12 +147,18 @@ static void write_svg(const char *dot_path, const char *svg_path) {
 }
 
 /* DIR/STEM.dot, and DIR/STEM.svg when Graphviz's `dot` is installed. */
-rf_status *tool_write_dot(const rf_graph *g, const char *dir,
-                          const char *stem) {
+rf_status *tool_make_dir(const char *dir) {
   if (mkdir(dir, 0755) != 0 && errno != EEXIST)
     return rf_status_new(errno == ENOENT ? RF_NOT_FOUND : RF_PERMISSION_DENIED,
                          "cannot create the directory %s: %s", dir,
                          strerror(errno));
+  return NULL;
+}
+
+rf_status *tool_write_dot(const rf_graph *g, const char *dir,
+                          const char *stem) {
+  rf_status *made = tool_make_dir(dir);
+  if (made) return made;
   char *dot = NULL, *path = dir_file(dir, stem, "dot"),
        *svg = dir_file(dir, stem, "svg");
   rf_status *st = path && svg

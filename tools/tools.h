@@ -57,6 +57,10 @@ double now_seconds(void);
  * `dot` is installed (run without a shell: tools/subprocess.h); prints what
  * it wrote. DIR may be any length and hold any characters. */
 rf_status *tool_write_dot(const rf_graph *g, const char *dir, const char *stem);
+/* mkdir DIR (one level) unless it exists: NOT_FOUND or PERMISSION_DENIED
+ * naming it. Commands call it before their work, so a bad --dot fails
+ * first. */
+rf_status *tool_make_dir(const char *dir);
 
 int cmd_train(int argc, char **argv);
 int cmd_lower(int argc, char **argv);
