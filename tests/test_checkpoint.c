@@ -454,6 +454,65 @@ static void hostile_headers(void **state) {
   rf_checkpoint_free(c);
 }
 
+/* Metadata keys follow rf_checkpoint_set_metadata's rules on load too (1..
+ * RF_CHECKPOINT_NAME_MAX bytes): what can be read can be written again.
+ * Refused keys are DATA_LOSS naming the file and the key, cut at
+ * RF_STATUS_QUOTE_MAX bytes. */
+static void metadata_keys_as_the_writer_takes_them(void **state) {
+  (void)state;
+  const char *p = path_in("meta");
+  size_t longest = RF_CHECKPOINT_NAME_MAX;
+  char *key = malloc(5001), *header = malloc(5100);
+  /* empty key */
+  write_st(p, "{\"__metadata__\":{\"\":\"v\"}}", NULL, 0);
+  assert_load_fails(p, RF_DATA_LOSS, "metadata key '' is 0 bytes; 1..1024");
+  rf_checkpoint *c = NULL;
+  rf_status *st = rf_checkpoint_load(p, &c);
+  assert_non_null(strstr(rf_status_message(st), p));
+  rf_status_free(st);
+  /* one byte too long, and far too long: the key is cut in the message */
+  static const size_t lens[] = {RF_CHECKPOINT_NAME_MAX + 1, 5000};
+  for (int i = 0; i < 2; i++) {
+    size_t len = lens[i];
+    memset(key, 'k', len);
+    key[len] = '\0';
+    snprintf(header, 5100, "{\"__metadata__\":{\"%s\":\"v\"}}", key);
+    write_st(p, header, NULL, 0);
+    char want[96];
+    snprintf(want, sizeof want, "kkk... (%zu bytes)' is %zu bytes; 1..1024",
+             len, len);
+    st = rf_checkpoint_load(p, &c);
+    assert_non_null(st);
+    print_message("%s\n", rf_status_message(st));
+    assert_int_equal(rf_status_code(st), RF_DATA_LOSS);
+    assert_non_null(strstr(rf_status_message(st), want));
+    assert_non_null(strstr(rf_status_message(st), p));
+    assert_true(strlen(rf_status_message(st)) < 600);
+    rf_status_free(st);
+    /* rf_checkpoint_set_metadata refuses the same key */
+    rf_checkpoint *w;
+    assert_ok(rf_checkpoint_new(&w));
+    assert_status(rf_checkpoint_set_metadata(w, key, "v"), RF_INVALID_ARGUMENT,
+                  "1..1024");
+    rf_checkpoint_free(w);
+  }
+  assert_null(c);
+  /* the longest key loads, and saves and loads again */
+  memset(key, 'k', longest);
+  key[longest] = '\0';
+  snprintf(header, 5100, "{\"__metadata__\":{\"%s\":\"v\"}}", key);
+  write_st(p, header, NULL, 0);
+  assert_ok(rf_checkpoint_load(p, &c));
+  assert_string_equal(rf_checkpoint_metadata_key(c, 0), key);
+  assert_ok(rf_checkpoint_save(c, p));
+  rf_checkpoint_free(c);
+  assert_ok(rf_checkpoint_load(p, &c));
+  assert_string_equal(rf_checkpoint_metadata(c, key), "v");
+  rf_checkpoint_free(c);
+  free(header);
+  free(key);
+}
+
 /* Every prefix of a valid file, and every single flipped data byte, is
  * refused. */
 static void truncated_and_corrupt(void **state) {
@@ -704,6 +763,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(failed_write_leaves_old_file, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(hostile_headers, setup, teardown),
+      cmocka_unit_test_setup_teardown(metadata_keys_as_the_writer_takes_them,
+                                      setup, teardown),
       cmocka_unit_test_setup_teardown(truncated_and_corrupt, setup, teardown),
       cmocka_unit_test_setup_teardown(old_format_and_special_files, setup,
                                       teardown),

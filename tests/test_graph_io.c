@@ -3,12 +3,20 @@
  * same bits) over every attr type, tensors of every dtype, variadic inputs,
  * control edges and devices; hostile and malformed files, each an error with
  * a message saying what is wrong (never a crash: this test also runs under
- * ASan); allocation failures; DOT clusters and dashed control edges. */
+ * ASan), non-canonical output indices and variadic arguments written as one
+ * string among them; saves that replace the file atomically (a failed save
+ * leaves the old file and no temporary one); allocation failures; DOT
+ * clusters and dashed control edges. */
+#include <dirent.h>
+#include <fcntl.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <fcntl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "graph/graph.h"
@@ -284,6 +292,148 @@ static void test_save_and_load_files(void **state) {
   rf_graph_free(g);
 }
 
+/* ---- atomic saves ---- */
+
+/* Entries of directory d other than . and .. */
+static int count_entries(const char *d) {
+  DIR *h = opendir(d);
+  assert_non_null(h);
+  int n = 0;
+  for (struct dirent *e; (e = readdir(h));)
+    n += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
+  closedir(h);
+  return n;
+}
+
+/* The file's text (NUL-terminated; free with free). */
+static char *file_text(const char *path) {
+  FILE *f = fopen(path, "rb");
+  assert_non_null(f);
+  size_t cap = 1 << 16, n = 0;
+  char *buf = malloc(cap + 1);
+  for (size_t got; (got = fread(buf + n, 1, cap - n, f)) > 0;) {
+    n += got;
+    if (n == cap) buf = realloc(buf, (cap *= 2) + 1);
+  }
+  fclose(f);
+  buf[n] = '\0';
+  return buf;
+}
+
+static void assert_file_text(const char *path, const char *want) {
+  char *got = file_text(path);
+  assert_string_equal(got, want);
+  free(got);
+}
+
+/* A graph whose JSON is about `bytes` long: one Const of that many bytes. */
+static rf_graph *graph_of_size(size_t bytes, float value) {
+  rf_graph *g = rf_graph_new();
+  rf_shape s = rf_shape_of(1, (int64_t)(bytes / 4 * 3 / 4));
+  rf_tensor *t;
+  assert_ok(rf_tensor_new(RF_FLOAT32, &s, NULL, &t));
+  for (int64_t i = 0; i < rf_tensor_num_elements(t); i++)
+    rf_tensor_set(t, i, value);
+  rf_const(g, "k", t);
+  rf_tensor_release(t);
+  assert_graph_ok(g);
+  return g;
+}
+
+/* rf_graph_save replaces the file as a whole (io/safe_file.c, as
+ * checkpoints): afterwards the file holds the new graph, or, when the save
+ * fails (a write failing half-way, a directory that cannot be written, a
+ * path that names a directory), the old one untouched; no temporary file is
+ * left either way, and a symlink at the path is replaced, never followed. */
+static void test_save_replaces_atomically(void **state) {
+  char dir[] = "/tmp/rf_graph_save_XXXXXX";
+  assert_non_null(mkdtemp(dir));
+  char path[64], other[64], sub[64];
+  snprintf(path, sizeof path, "%s/g.json", dir);
+  snprintf(other, sizeof other, "%s/target", dir);
+  snprintf(sub, sizeof sub, "%s/sub", dir);
+  rf_graph *small = graph_of_size(64, 1), *big = graph_of_size(1 << 16, 2);
+  char *small_text = to_json(small), *big_text = to_json(big);
+  size_t n = strlen(small_text);
+  char *want = malloc(n + 2); /* the file is the text and a newline */
+  memcpy(want, small_text, n);
+  memcpy(want + n, "\n", 2);
+  /* a save over an existing file replaces it whole */
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  assert_true(fd >= 0);
+  assert_int_equal(write(fd, "old", 3), 3);
+  close(fd);
+  assert_ok(rf_graph_save(small, path));
+  assert_file_text(path, want);
+  assert_int_equal(count_entries(dir), 1);
+  /* a write failing half-way (the file size limit standing in for a full
+   * disk) leaves the old file and no temporary one */
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    signal(SIGXFSZ, SIG_IGN);
+    struct rlimit rl = {4096, 4096};
+    setrlimit(RLIMIT_FSIZE, &rl);
+    rf_status *st = rf_graph_save(big, path);
+    int ok = rf_status_code(st) == RF_RESOURCE_EXHAUSTED &&
+             strstr(rf_status_message(st), "write failed") &&
+             strstr(rf_status_message(st), path);
+    if (!ok) fprintf(stderr, "got %s\n", st ? rf_status_message(st) : "OK");
+    _exit(ok ? 0 : 1);
+  }
+  int ws;
+  assert_int_equal(waitpid(pid, &ws, 0), pid);
+  assert_true(WIFEXITED(ws));
+  assert_int_equal(WEXITSTATUS(ws), 0);
+  assert_file_text(path, want);
+  assert_int_equal(count_entries(dir), 1);
+  struct stat sb; /* the replacement's mode, not the old file's */
+  assert_int_equal(stat(path, &sb), 0);
+  assert_int_equal(sb.st_mode & 0777, 0644);
+  /* a directory that cannot be written: the old file stays (root writes
+   * anywhere) */
+  if (geteuid() != 0) {
+    assert_int_equal(chmod(dir, 0500), 0);
+    assert_status(rf_graph_save(big, path), RF_PERMISSION_DENIED, path);
+    assert_int_equal(chmod(dir, 0700), 0);
+    assert_file_text(path, want);
+    assert_int_equal(count_entries(dir), 1);
+  }
+  /* a path naming a directory */
+  assert_int_equal(mkdir(sub, 0700), 0);
+  assert_status(rf_graph_save(small, sub), RF_INVALID_ARGUMENT,
+                "names a directory");
+  assert_int_equal(count_entries(sub), 0);
+  assert_int_equal(rmdir(sub), 0);
+  /* a symlink at the path is replaced; what it pointed to is untouched */
+  assert_int_equal(unlink(path), 0);
+  fd = open(other, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  assert_true(fd >= 0);
+  close(fd);
+  assert_int_equal(symlink(other, path), 0);
+  assert_ok(rf_graph_save(small, path));
+  assert_int_equal(lstat(path, &sb), 0);
+  assert_true(S_ISREG(sb.st_mode));
+  assert_file_text(path, want);
+  assert_file_text(other, "");
+  assert_int_equal(count_entries(dir), 2);
+  /* the saved file loads */
+  rf_graph *back = NULL;
+  assert_ok(rf_graph_load(path, &back));
+  char *back_text = to_json(back);
+  assert_string_equal(back_text, small_text);
+  rf_string_free(back_text);
+  rf_graph_free(back);
+  unlink(path);
+  unlink(other);
+  assert_int_equal(rmdir(dir), 0);
+  free(want);
+  rf_string_free(small_text);
+  rf_string_free(big_text);
+  rf_graph_free(small);
+  rf_graph_free(big);
+}
+
 /* Node names of any length survive (the writer once cut them at 600 bytes
  * and the reader at 512). */
 static void test_long_names(void **state) {
@@ -513,6 +663,44 @@ static const bad_case bad_cases[] = {
     {HDR "[" PH("x") ", {\"name\": \"y\", \"op\": \"Identity\", \"inputs\": "
                      "[\"x:99999999999999999999\"]}]}",
      RF_INVALID_ARGUMENT, "output index out of range"},
+/* output indices only as the writer writes them */
+#define IDX(input) \
+  HDR "[" PH("x") ", {\"name\": \"y\", \"op\": \"Identity\", \"inputs\": " \
+                  "[\"" input "\"]}]}"
+#define BAD_INDEX "the output index must be decimal digits without sign"
+    {IDX("x:00"), RF_INVALID_ARGUMENT, "node 1 'y': input 'x:00': " BAD_INDEX},
+    {IDX("x:01"), RF_INVALID_ARGUMENT, "input 'x:01': " BAD_INDEX},
+    {IDX("x:+0"), RF_INVALID_ARGUMENT, "input 'x:+0': " BAD_INDEX},
+    {IDX("x:-0"), RF_INVALID_ARGUMENT, "input 'x:-0': " BAD_INDEX},
+    {IDX("x: 0"), RF_INVALID_ARGUMENT, "input 'x: 0': " BAD_INDEX},
+    {IDX("x:0 "), RF_INVALID_ARGUMENT, "input 'x:0 ': " BAD_INDEX},
+    {IDX("x:"), RF_INVALID_ARGUMENT, "input 'x:': " BAD_INDEX},
+    {IDX("x:0x0"), RF_INVALID_ARGUMENT, "input 'x:0x0': " BAD_INDEX},
+    {IDX("x:0:0"), RF_INVALID_ARGUMENT, "input 'x:0:0' names no earlier node"},
+    {IDX("x:0000000001"), RF_INVALID_ARGUMENT, BAD_INDEX},
+    /* a variadic argument is a list, any other one string */
+    {HDR "[" PH("x") ", {\"name\": \"s\", \"op\": \"AddN\", \"inputs\": "
+                     "[\"x\"]}]}",
+     RF_INVALID_ARGUMENT,
+     "node 1 's': input 0 'inputs' of AddN is variadic (N * T): it expects a "
+     "list [\"node:index\", ...], got a string"},
+    {HDR "[" PH("x") ", {\"name\": \"c\", \"op\": \"Concat\", \"inputs\": "
+                     "[\"x:0\"], \"attrs\": {\"axis\": {\"type\": \"int\", "
+                     "\"value\": 0}}}]}",
+     RF_INVALID_ARGUMENT, "input 0 'values' of Concat is variadic"},
+    {HDR "[" PH("x") ", {\"name\": \"r\", \"op\": \"Reduce\", \"inputs\": "
+                     "[\"x\"]}]}",
+     RF_INVALID_ARGUMENT, "input 0 'input' of Reduce is variadic (num_devices"},
+    {HDR "[" PH("x") ", {\"name\": \"s\", \"op\": \"AddN\", \"inputs\": "
+                     "[5]}]}",
+     RF_INVALID_ARGUMENT, "expects a list [\"node:index\", ...], got a JSON"},
+    {HDR "[" PH("x") ", {\"name\": \"y\", \"op\": \"Identity\", \"inputs\": "
+                     "[[\"x\", \"x\"]]}]}",
+     RF_INVALID_ARGUMENT,
+     "node 1 'y': input 0 'input' of Identity takes one tensor, got a list"},
+    {HDR "[" PH("x") ", {\"name\": \"y\", \"op\": \"Identity\", \"inputs\": "
+                     "[[]]}]}",
+     RF_INVALID_ARGUMENT, "takes one tensor, got a list"},
     {HDR "[" PH("x") ", {\"name\": \"y\", \"op\": \"Identity\", \"inputs\": "
                      "[5]}]}",
      RF_INVALID_ARGUMENT, "an input must be a string"},
@@ -647,6 +835,34 @@ static void test_hostile_files(void **state) {
   }
 }
 
+/* A malformed input of a long node name is quoted cut at
+ * RF_STATUS_QUOTE_MAX bytes, like every name in a message. */
+static void test_bad_input_is_quoted_capped(void **state) {
+  assert_ok(rf__registry_init());
+  size_t len = 3000;
+  char *name = malloc(len + 1);
+  memset(name, 'n', len);
+  name[len] = '\0';
+#define LONG_FMT \
+  HDR "[" PH_SHAPED("%s", "[2]") ", {\"name\": \"y\", \"op\": \"Identity\", " \
+                                  "\"inputs\": [\"%s:007\"]}]}"
+  size_t cap = sizeof LONG_FMT + 2 * len;
+  char *json = malloc(cap);
+  snprintf(json, cap, LONG_FMT, name, name);
+  rf_graph *g = NULL;
+  rf_status *st = rf_graph_from_json(json, strlen(json), &g);
+  assert_non_null(st);
+  assert_null(g);
+  assert_int_equal(rf_status_code(st), RF_INVALID_ARGUMENT);
+  const char *msg = rf_status_message(st);
+  assert_non_null(strstr(msg, "node 1 'y': input 'nnn"));
+  assert_non_null(strstr(msg, "n... (3004 bytes)': the output index"));
+  assert_true(strlen(msg) < 600);
+  rf_status_free(st);
+  free(json);
+  free(name);
+}
+
 /* Deep nesting, huge lists, NUL bytes, random bytes: errors, no crash. */
 static void test_pathological_inputs(void **state) {
   assert_ok(rf__registry_init());
@@ -770,11 +986,13 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_round_trip_text_is_stable),
       cmocka_unit_test(test_save_and_load_files),
+      cmocka_unit_test(test_save_replaces_atomically),
       cmocka_unit_test(test_long_names),
       cmocka_unit_test(test_non_utf8_string_attr),
       cmocka_unit_test(test_loaded_graph_runs_the_same),
       cmocka_unit_test(test_lowered_graph_round_trips),
       cmocka_unit_test(test_hostile_files),
+      cmocka_unit_test(test_bad_input_is_quoted_capped),
       cmocka_unit_test(test_pathological_inputs),
       cmocka_unit_test(test_allocation_failures),
       cmocka_unit_test(test_dot_export),

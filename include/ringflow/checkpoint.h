@@ -10,7 +10,8 @@
  * order they were added, with no gaps. ringflow adds two metadata keys:
  * "ringflow.step" (the step, decimal) and "ringflow.crc32" (zlib's CRC-32 of
  * the whole data section, 8 lowercase hex digits). Keys starting with
- * "ringflow." are reserved.
+ * "ringflow." are reserved: rf_checkpoint_set_metadata refuses them and
+ * rf_checkpoint_load skips those it does not know.
  *
  * dtypes: float16 F16, bfloat16 BF16, float32 F32, float64 F64, int8 I8,
  * uint8 U8, int32 I32, int64 I64, bool BOOL. Other safetensors dtypes (I16,
@@ -137,8 +138,11 @@ RF_API rf_status *rf_checkpoint_check_path(const char *path);
  * past the file or past RF_CHECKPOINT_HEADER_MAX, JSON that is not a
  * safetensors header, duplicate names, offsets that overlap, leave gaps,
  * pass the end or disagree with shape x dtype size, trailing bytes, CRC
- * mismatch, a "ringflow.step" that is not 0..RF_CHECKPOINT_STEP_MAX, and
- * the old ringflow format, named as such), UNIMPLEMENTED (a dtype ringflow
+ * mismatch, a "ringflow.step" that is not 0..RF_CHECKPOINT_STEP_MAX, a
+ * tensor name or metadata key that is empty or longer than
+ * RF_CHECKPOINT_NAME_MAX - what rf_checkpoint_add and
+ * rf_checkpoint_set_metadata refuse - named in the message, and the old
+ * ringflow format, named as such), UNIMPLEMENTED (a dtype ringflow
  * lacks, rank above RF_MAX_RANK), RESOURCE_EXHAUSTED (out of memory). */
 RF_API rf_status *rf_checkpoint_load(const char *path, rf_checkpoint **out);
 

@@ -104,8 +104,12 @@ typedef struct rf_node_builder rf_node_builder;
  * by rf_node_builder_finish. */
 RF_API rf_node_builder *rf_node_builder_new(rf_graph *g, const char *op,
                                             const char *name);
+/* One argument: an output (node and index, checked by finish). For a
+ * variadic argument it is a list of one; a graph file writes even that as a
+ * list (docs/GRAPH_FORMAT.md, "Inputs"). */
 RF_API void rf_node_builder_input(rf_node_builder *b, rf_output input);
-/* A variadic input (`N * T`): all `n` outputs form one argument. */
+/* A variadic input (`N * T`): all `n` outputs form one argument. A list for
+ * an argument that is not variadic is refused by finish. */
 RF_API void rf_node_builder_input_list(rf_node_builder *b,
                                        const rf_output *inputs, int n);
 RF_API void rf_node_builder_control_input(rf_node_builder *b, rf_node *src);

@@ -26,13 +26,27 @@ RF_API rf_status *rf_graph_to_json(const rf_graph *g, char **out);
  * the message says where (node name or JSON line/column). */
 RF_API rf_status *rf_graph_from_json(const char *json, size_t len,
                                      rf_graph **out);
-/* Files: a failed open takes its code from errno (NOT_FOUND: no such file or
+/* Writes g's JSON text and a newline to `path`, replacing the file atomically
+ * as rf_checkpoint_save does (ringflow/checkpoint.h): a new file with a
+ * random name in path's directory (O_EXCL|O_NOFOLLOW, mode 0600), the text,
+ * fsync, mode 0644, rename over path, fsync of the directory. A reader (or
+ * a crash) sees the old file or the new one, never a part; a symlink at
+ * path is replaced, never followed. On error the temporary file is removed,
+ * path is unchanged, and the code says why (a file's error names the path):
+ * INVALID_ARGUMENT (NULL arguments, empty path, path names a directory, a
+ * component too long; a string attr that is not UTF-8, from
+ * rf_graph_to_json), NOT_FOUND (a directory of path is missing),
+ * PERMISSION_DENIED (the directory is not writable, read-only file system),
+ * RESOURCE_EXHAUSTED (disk full, file too large, out of memory), DATA_LOSS
+ * (an I/O error), UNKNOWN (another errno). Not thread-safe against another
+ * save to the same path. */
+RF_API rf_status *rf_graph_save(const rf_graph *g, const char *path);
+/* A failed open takes its code from errno (NOT_FOUND: no such file or
  * directory; PERMISSION_DENIED: EACCES, EPERM, EROFS; RESOURCE_EXHAUSTED:
- * ENOSPC; UNKNOWN otherwise); a failed read or write is DATA_LOSS; a file
- * larger than 2 GiB is INVALID_ARGUMENT; the contents' errors are those of
+ * ENOSPC; UNKNOWN otherwise); a failed read is DATA_LOSS; a file larger
+ * than 2 GiB is INVALID_ARGUMENT; the contents' errors are those of
  * rf_graph_from_json (NOT_FOUND for an unknown op, ALREADY_EXISTS for a
  * node name used twice, INVALID_ARGUMENT otherwise), prefixed with the path. */
-RF_API rf_status *rf_graph_save(const rf_graph *g, const char *path);
 RF_API rf_status *rf_graph_load(const char *path, rf_graph **out);
 
 /* Graphviz DOT: one cluster per device, collectives highlighted, control

@@ -17,6 +17,7 @@
 #include "core/shape.h"
 #include "graph/graph.h"
 #include "graph/graph_order.h"
+#include "io/safe_file.h"
 #include "ops/op_registry.h"
 #include "ops/op_families.h"
 #include "ringflow/graph_io.h"
@@ -269,23 +270,26 @@ rf_status *rf_graph_to_json(const rf_graph *g, char **out) {
   return st;
 }
 
+typedef struct text_arg {
+  const char *text, *path;
+} text_arg;
+
+static rf_status *write_text(int fd, void *arg) {
+  const text_arg *t = arg;
+  RF_CHECK(rf__file_write_all(fd, t->text, strlen(t->text), t->path));
+  return rf__file_write_all(fd, "\n", 1, t->path);
+}
+
+/* Replaced atomically through io/safe_file.c, as checkpoints are: a reader
+ * (or a crash) sees the old file or the new one, never a part. */
 rf_status *rf_graph_save(const rf_graph *g, const char *path) {
   if (!g || !path) return rf__invalid("rf_graph_save: NULL argument");
   char *text;
   RF_CHECK(rf_graph_to_json(g, &text));
-  FILE *f = fopen(path, "w");
-  if (!f) {
-    int e = errno;
-    rf_string_free(text);
-    return rf__error(rf__errno_code(e), "cannot write %s: %s", path,
-                     strerror(e));
-  }
-  size_t len = strlen(text);
-  bool ok = fwrite(text, 1, len, f) == len && fputc('\n', f) != EOF;
-  ok = (fclose(f) == 0) && ok;
+  text_arg arg = {text, path};
+  rf_status *st = rf__file_replace(path, "graph file", write_text, &arg);
   rf_string_free(text);
-  if (!ok) return rf__error(RF_DATA_LOSS, "writing %s failed", path);
-  return NULL;
+  return st;
 }
 
 /* ---- reading ---- */
@@ -498,7 +502,16 @@ static rf_status *read_attr(loader *l, rf_node_builder *b, const char *name,
   return NULL;
 }
 
-/* "name:3" -> (node, 3); "name" -> (node, 0). Names may be of any length. */
+/* Whether s is an output index as the writer writes it: decimal digits
+ * without a sign, spaces or leading zeros ("0", "12"; not "", "00", "+1",
+ * " 1"). */
+static bool canonical_index(const char *s) {
+  size_t n = strlen(s);
+  return n > 0 && strspn(s, "0123456789") == n && (s[0] != '0' || n == 1);
+}
+
+/* "name:3" -> (node, 3); "name" -> (node, 0), the forms the writer writes and
+ * nothing else. Names may be of any length; a node name holds no ':'. */
 static rf_status *read_output(loader *l, json_t *j, rf_output *out) {
   if (!json_is_string(j))
     return LOAD_ERR(l, "an input must be a string \"node:index\"");
@@ -506,8 +519,13 @@ static rf_status *read_output(loader *l, json_t *j, rf_output *out) {
   size_t len = json_string_length(j), name_len = len;
   long index = 0;
   const char *colon = strrchr(s, ':');
-  if (colon && colon[1] &&
-      strspn(colon + 1, "0123456789") == strlen(colon + 1)) {
+  if (colon) {
+    if (!canonical_index(colon + 1))
+      return LOAD_ERR(l,
+                      "input '%s': the output index must be decimal digits "
+                      "without sign, spaces or leading zeros (\"node:index\" "
+                      "or \"node\" for output 0)",
+                      s);
     if (strlen(colon + 1) > 9)
       return LOAD_ERR(l, "input '%s': output index out of range", s);
     index = strtol(colon + 1, NULL, 10);
@@ -527,10 +545,38 @@ static rf_status *read_output(loader *l, json_t *j, rf_output *out) {
   return NULL;
 }
 
-static rf_status *read_inputs(loader *l, rf_node_builder *b, json_t *inputs) {
+/* An op's argument is written as its signature says: a list for a variadic
+ * one (`N * T`), one string for any other. Entries past the op's arguments
+ * are left to the builder, which counts them. */
+static rf_status *check_arg_form(loader *l, const rf__op_def *op, size_t i,
+                                 json_t *arg) {
+  if (i >= (size_t)op->num_inputs) return NULL;
+  const rf__arg_def *a = &op->inputs[i];
+  bool variadic = a->number_attr[0] != '\0';
+  if (variadic && !json_is_array(arg))
+    return LOAD_ERR(
+        l,
+        "input %zu '%s' of %s is variadic (%s * %s): it expects a "
+        "list [\"node:index\", ...], got %s",
+        i, a->name, op->name, a->number_attr,
+        a->type_attr[0] ? a->type_attr : rf_dtype_name(a->fixed_type),
+        json_is_string(arg)   ? "a string"
+        : json_is_object(arg) ? "an object"
+                              : "a JSON scalar");
+  if (!variadic && json_is_array(arg))
+    return LOAD_ERR(l,
+                    "input %zu '%s' of %s takes one tensor, got a list "
+                    "(write one \"node:index\" string)",
+                    i, a->name, op->name);
+  return NULL;
+}
+
+static rf_status *read_inputs(loader *l, const rf__op_def *op,
+                              rf_node_builder *b, json_t *inputs) {
   size_t i;
   json_t *arg;
   json_array_foreach(inputs, i, arg) {
+    RF_CHECK(check_arg_form(l, op, i, arg));
     if (!json_is_array(arg)) {
       rf_output o;
       RF_CHECK(read_output(l, arg, &o));
@@ -613,7 +659,8 @@ static rf_status *read_node(loader *l, json_t *j) {
   rf_node_builder *b = rf_node_builder_new(l->g, f.op, f.name);
   rf_node_builder_device(b, f.device);
   rf__node_builder_allow_reserved(b); /* a saved graph's gradients */
-  rf_status *st = f.inputs ? read_inputs(l, b, f.inputs) : NULL;
+  rf_status *st =
+      f.inputs ? read_inputs(l, rf__op_find(f.op), b, f.inputs) : NULL;
   if (!st && f.ctrl) st = read_controls(l, b, f.ctrl);
   const char *key;
   json_t *v;

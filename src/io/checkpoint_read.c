@@ -111,7 +111,9 @@ static int parse_step(const char *s, int64_t *step) {
   return 0;
 }
 
-/* __metadata__: a map of strings; ringflow's keys go to step and *crc. */
+/* __metadata__: a map of strings whose keys are 1..RF_CHECKPOINT_NAME_MAX
+ * bytes; ringflow's keys go to step and *crc, other "ringflow." keys are
+ * skipped. */
 static rf_status *parse_meta(const char *path, json_t *meta, rf_checkpoint *c,
                              const char **crc) {
   if (!json_is_object(meta))
@@ -119,6 +121,12 @@ static rf_status *parse_meta(const char *path, json_t *meta, rf_checkpoint *c,
   const char *key;
   json_t *v;
   json_object_foreach(meta, key, v) {
+    /* rf_checkpoint_set_metadata's rules (JSON makes keys and values
+     * UTF-8), so every key read can be written again. */
+    size_t len = strlen(key);
+    if (len == 0 || len > RF_CHECKPOINT_NAME_MAX)
+      return BAD("checkpoint '%s': metadata key '%s' is %zu bytes; 1..%d", path,
+                 key, len, RF_CHECKPOINT_NAME_MAX);
     if (!json_is_string(v))
       return BAD("checkpoint '%s': metadata '%s' is not a string", path, key);
     const char *s = json_string_value(v);
