@@ -706,6 +706,76 @@ static void test_errors(void **state) {
   rf_graph_free(g);
 }
 
+/* rf_moving_average_update with a value of another dtype or shape than the
+ * variable's, or of an integer dtype, is refused naming the update (it
+ * named an inner Mul or Assign and left nodes behind); nothing is
+ * added. */
+static void test_moving_average_update_dtype(void **state) {
+  (void)state;
+  rf_graph *g = rf_graph_new();
+  rf_output mv = rf_variable(g, "mv", RF_FLOAT32, rf_shape_of(1, 3));
+  rf_output iv = rf_variable(g, "iv", RF_INT32, rf_shape_of(1, 3));
+  rf_output d3 = rf_placeholder(g, "d3", RF_FLOAT64, rf_shape_of(1, 3));
+  rf_output i3 = rf_placeholder(g, "i3", RF_INT32, rf_shape_of(1, 3));
+  int before = rf_graph_num_nodes(g);
+  assert_null(rf_moving_average_update(g, "mau", mv, d3, 0.5));
+  assert_status(rf_graph_status(g), RF_INVALID_ARGUMENT,
+                "rf_moving_average_update 'mau': value is float64, the "
+                "variable 'mv' float32");
+  rf_graph_clear_status(g);
+  assert_null(rf_moving_average_update(g, "imau", iv, i3, 0.5));
+  assert_status(rf_graph_status(g), RF_INVALID_ARGUMENT,
+                "rf_moving_average_update 'imau': value is int32");
+  rf_graph_clear_status(g);
+  rf_output f4 = rf_placeholder(g, "f4", RF_FLOAT32, rf_shape_of(1, 4));
+  before = rf_graph_num_nodes(g);
+  assert_null(rf_moving_average_update(g, "smau", mv, f4, 0.5));
+  assert_status(rf_graph_status(g), RF_INVALID_ARGUMENT,
+                "rf_moving_average_update 'smau': value has shape (4) but the "
+                "variable 'mv' has shape (3)");
+  rf_graph_clear_status(g);
+  assert_int_equal(rf_graph_num_nodes(g), before);
+  rf_graph_free(g);
+}
+
+/* "outs[i]: as rf_batch_norm's, on device i": each replica's update (the
+ * NoOp grouping its two moving-average assigns) requests device i too; it
+ * requested none (so ran on the default device, a control edge across
+ * devices per replica). rf_batch_norm's update is on the variables'. */
+static void test_sync_updates_on_replica_devices(void **state) {
+  (void)state;
+  rf_graph *g = rf_graph_new();
+  rf_output xs[3], gs[3], bs[3], mm[3], mv[3];
+  for (int i = 0; i < 3; i++) {
+    char dev[16], n1[16], n2[16];
+    snprintf(dev, sizeof dev, "cpu:%d", i);
+    snprintf(n1, sizeof n1, "mm%d", i);
+    snprintf(n2, sizeof n2, "mv%d", i);
+    assert_ok(rf_graph_push_device(g, dev));
+    xs[i] = rf_placeholder(g, NULL, RF_FLOAT32, rf_shape_of(2, 4, 3));
+    gs[i] = rf_placeholder(g, NULL, RF_FLOAT32, rf_shape_of(1, 3));
+    bs[i] = rf_placeholder(g, NULL, RF_FLOAT32, rf_shape_of(1, 3));
+    mm[i] = rf_variable(g, n1, RF_FLOAT32, rf_shape_of(1, 3));
+    mv[i] = rf_variable(g, n2, RF_FLOAT32, rf_shape_of(1, 3));
+    rf_graph_pop_device(g);
+  }
+  rf_batch_norm_result outs[3];
+  rf_sync_batch_norm_n(g, "sbn", 3, xs, gs, bs, mm, mv, 0.9, 1e-3, outs);
+  assert_graph_ok(g);
+  for (int i = 0; i < 3; i++) {
+    char dev[16];
+    snprintf(dev, sizeof dev, "cpu:%d", i);
+    assert_string_equal(rf_node_device(outs[i].y.node), dev);
+    assert_non_null(outs[i].update);
+    assert_string_equal(rf_node_device(outs[i].update), dev);
+  }
+  rf_batch_norm_result r;
+  rf_batch_norm(g, "l", xs[2], gs[2], bs[2], mm[2], mv[2], true, 0.9, 1e-3, &r);
+  assert_graph_ok(g);
+  assert_string_equal(rf_node_device(r.update), "cpu:2");
+  rf_graph_free(g);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_training_values),
@@ -719,6 +789,8 @@ int main(void) {
       cmocka_unit_test(test_unsynced_per_device),
       cmocka_unit_test(test_second_order_refused),
       cmocka_unit_test(test_errors),
+      cmocka_unit_test(test_moving_average_update_dtype),
+      cmocka_unit_test(test_sync_updates_on_replica_devices),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -593,6 +593,75 @@ static void test_run_errors(void **state) {
   }
 }
 
+/* A dim past INT32_MAX in a tensor small in bytes (no channels): the
+ * gradients of Conv2D and AvgPool build their size vectors as int64 there
+ * (the int32 Shape they used failed the run: "dimension 1 (2147483649)
+ * does not fit in int32"), with the shape known when built or only when
+ * run, and the three size inputs take int64 vectors from users too. */
+static void test_sizes_past_int32(void **state) {
+  (void)state;
+  const int64_t big = ((int64_t)1 << 31) + 1;
+  const int64_t s1[4] = {1, 1, 1, 1}, s2[4] = {1, 2, 1, 1},
+                k3[4] = {1, 3, 1, 1};
+  rf_shape xs = rf_shape_of(4, 1, big, 1, 0);
+  for (int known = 0; known < 2; known++) {
+    rf_graph *g = rf_graph_new();
+    rf_output x =
+        rf_placeholder(g, "x", RF_FLOAT32, known ? xs : rf_shape_unknown());
+    rf_output f =
+        rf_placeholder(g, "f", RF_FLOAT32, rf_shape_of(4, 3, 1, 0, 0));
+    rf_output y = rf_conv2d(g, "c", x, f, s2, "SAME", NULL);
+    rf_output p = rf_avg_pool(g, "p", x, k3, s2, "VALID");
+    rf_output l = rf_add(g, NULL, rf_sum(g, NULL, y, NULL, -1, false),
+                         rf_sum(g, NULL, p, NULL, -1, false));
+    rf_output dx[2], in[2] = {x, f};
+    assert_ok(rf_gradients(g, &l, 1, in, 2, NULL, dx));
+    assert_graph_ok(g);
+    rf_tensor *xv, *fv, *out[2];
+    assert_ok(rf_tensor_new(RF_FLOAT32, &xs, NULL, &xv));
+    rf_shape fs = rf_shape_of(4, 3, 1, 0, 0);
+    assert_ok(rf_tensor_new(RF_FLOAT32, &fs, NULL, &fv));
+    rf_feed feeds[2] = {{x, xv}, {f, fv}};
+    rf_test_run(g, 1, feeds, 2, dx, 2, out);
+    rf_shape got = rf_tensor_shape(out[0]);
+    assert_true(rf_shape_equal(&got, &xs));
+    got = rf_tensor_shape(out[1]);
+    assert_true(rf_shape_equal(&got, &fs));
+    for (int i = 0; i < 2; i++) rf_tensor_release(out[i]);
+    rf_tensor_release(xv);
+    rf_tensor_release(fv);
+    rf_graph_free(g);
+  }
+  /* The ops take int64 size vectors (graphs, rf_node_builder); the
+   * public builders keep to int32, as documented. */
+  rf_graph *g = rf_graph_new();
+  int64_t sz[4] = {1, big, 1, 0};
+  rf_shape v4 = rf_shape_of(1, 4);
+  rf_tensor *st;
+  assert_ok(rf_tensor_new_copy(RF_INT64, &v4, sz, &st));
+  rf_output sizes = rf_const(g, "sizes", st);
+  rf_tensor_release(st);
+  rf_output pdy =
+      rf_placeholder(g, "pdy", RF_FLOAT32, rf_shape_of(4, 1, big - 2, 1, 0));
+  rf_node_builder *b = rf_node_builder_new(g, "AvgPoolGrad", "pg");
+  rf_node_builder_input(b, sizes);
+  rf_node_builder_input(b, pdy);
+  rf_node_builder_attr_dtype(b, "T", RF_FLOAT32);
+  rf_node_builder_attr_int_list(b, "ksize", k3, 4);
+  rf_node_builder_attr_int_list(b, "strides", s1, 4);
+  rf_node_builder_attr_string(b, "padding", "VALID");
+  rf_node *pg;
+  assert_ok(rf_node_builder_finish(b, &pg));
+  rf_shape want = rf_shape_of(4, 1, big, 1, 0);
+  rf_shape a = rf_output_shape((rf_output){pg, 0});
+  assert_true(rf_shape_equal(&a, &want));
+  assert_null(rf_avg_pool_grad(g, "pg2", sizes, pdy, k3, s1, "VALID").node);
+  assert_status(rf_graph_status(g), RF_INVALID_ARGUMENT,
+                "node 'pg2' (AvgPoolGrad): input 'orig_input_shape' has "
+                "dtype int64, expected int32");
+  rf_graph_free(g);
+}
+
 /* Every allocation of the kernels (output, im2col scratch) failing in turn:
  * RESOURCE_EXHAUSTED, no output, nothing leaked. */
 static void test_allocation_failures(void **state) {
@@ -673,6 +742,7 @@ int main(void) {
       cmocka_unit_test(test_max_pool_second_order_refused),
       cmocka_unit_test(test_build_errors),
       cmocka_unit_test(test_run_errors),
+      cmocka_unit_test(test_sizes_past_int32),
       cmocka_unit_test(test_allocation_failures),
       cmocka_unit_test(test_json_round_trip),
   };

@@ -572,8 +572,55 @@ static void test_grad_fn_errors(void **state) {
     assert_non_null(strstr(rf_status_message(st), cases[i].op));
     assert_status(st, cases[i].code, cases[i].msg);
     assert_int_equal(dx.index, 3);
+    /* the error is the returned status's alone: g stays usable (TestSticky
+     * records it in g; sessions could not be made from g after it) */
+    assert_graph_ok(g);
+    rf_session *sess;
+    assert_ok(rf_session_new(g, NULL, &sess));
+    rf_session_free(sess);
     rf_graph_free(g);
   }
+}
+
+/* bool tensors carry no gradient: rf_gradients of a bool y, or through
+ * bool tensors (Tile, Select, Concat of one tensor twice, Gather), leaves
+ * dx invalid instead of failing on _TileGrad, _SumToShapeOf or AddN of
+ * bool; and a failed rf_gradients leaves no error in g, so a session can
+ * still be made from it. */
+static void test_bool_carries_no_gradient(void **state) {
+  (void)state;
+  for (int k = 0; k < 5; k++) {
+    rf_graph *g = rf_graph_new();
+    rf_output b = rf_placeholder(g, "b", RF_BOOL, rf_shape_of(1, 3));
+    rf_output c = rf_placeholder(g, "c", RF_BOOL, rf_shape_of(1, 3));
+    rf_output y;
+    switch (k) {
+      case 0: y = rf_tile(g, "y", b, (int64_t[]){2}, 1); break;
+      case 1: y = rf_select(g, "y", c, b, b); break;
+      case 2: y = rf_concat(g, "y", (rf_output[]){b, b}, 2, 0); break;
+      case 3: y = rf_transpose(g, "y", b, NULL, 0); break;
+      default:
+        y = rf_gather(g, "y", b, rf_const_scalar(g, NULL, RF_INT32, 1), 0);
+        break;
+    }
+    assert_graph_ok(g);
+    rf_output dx = {(rf_node *)1, 5};
+    assert_ok(rf_gradients(g, &y, 1, &b, 1, NULL, &dx));
+    assert_null(dx.node);
+    assert_graph_ok(g);
+    rf_graph_free(g);
+  }
+  /* A float loss through a bool-free path is untouched by the rule. */
+  rf_graph *g = rf_graph_new();
+  rf_output x = rf_placeholder(g, "x", RF_FLOAT32, rf_shape_of(1, 3));
+  rf_output c = rf_placeholder(g, "c", RF_BOOL, rf_shape_of(1, 3));
+  rf_output y = rf_select(g, "y", c, x, rf_zeros_like(g, NULL, x));
+  rf_output dxs[2];
+  rf_output xs[2] = {x, c};
+  assert_ok(rf_gradients(g, &y, 1, xs, 2, NULL, dxs));
+  assert_non_null(dxs[0].node);
+  assert_null(dxs[1].node);
+  rf_graph_free(g);
 }
 
 /* A cycle through data edges (only constructible by editing edges) is an
@@ -658,6 +705,7 @@ int main(void) {
       cmocka_unit_test(test_multi_output_partial),
       cmocka_unit_test(test_argument_errors),
       cmocka_unit_test(test_grad_fn_errors),
+      cmocka_unit_test(test_bool_carries_no_gradient),
       cmocka_unit_test(test_cycle),
       cmocka_unit_test(test_long_chain),
       cmocka_unit_test(test_allocation_failures),

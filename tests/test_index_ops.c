@@ -369,11 +369,32 @@ static void test_errors(void **state) {
   rf_graph_free(g);
 }
 
+/* Gather's params may have any dtype; the gradient is the float params'
+ * alone: rf_gradients through a Gather of integer or bool params leaves dx
+ * invalid (as BatchMatMul's integers) instead of failing on _GatherGrad
+ * and leaving the error in the graph. */
+static void test_gather_non_float_params_no_gradient(void **state) {
+  (void)state;
+  const rf_dtype dts[] = {RF_INT8, RF_UINT8, RF_INT32, RF_INT64, RF_BOOL};
+  for (size_t k = 0; k < sizeof dts / sizeof dts[0]; k++) {
+    rf_graph *g = rf_graph_new();
+    rf_output p = rf_placeholder(g, "p", dts[k], rf_shape_of(2, 3, 2));
+    rf_output i = rf_placeholder(g, "i", RF_INT32, rf_shape_of(1, 2));
+    rf_output y = rf_gather(g, "emb", p, i, 0);
+    rf_output dx = {(rf_node *)1, 7};
+    assert_ok(rf_gradients(g, &y, 1, &p, 1, NULL, &dx));
+    assert_null(dx.node);
+    assert_graph_ok(g);
+    rf_graph_free(g);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_values_every_dtype),
       cmocka_unit_test(test_gradients),
       cmocka_unit_test(test_errors),
+      cmocka_unit_test(test_gather_non_float_params_no_gradient),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

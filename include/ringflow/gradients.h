@@ -17,8 +17,11 @@ extern "C" {
 
 /* Adds nodes computing d(sum of ys)/d(xs[i]) into dxs[i]. grad_ys (NULL: ones
  * of each y's shape) weights each y. dxs[i] is the invalid output {NULL, 0}
- * when no y depends on xs[i]. On error the nodes already added stay in g
- * (unused), dxs is untouched, and the message names the op that has no
+ * when no y depends on xs[i]. bool tensors carry no gradient: a bool y
+ * seeds none and no gradient flows into a bool tensor (a bool x's dx is
+ * invalid). On error the nodes already added stay in g (unused), dxs is
+ * untouched, g records no error (rf_graph_status stays NULL, so sessions
+ * can still be made from it), and the message names the op that has no
  * gradient. Errors: RF_NOT_FOUND "No gradient defined for op 'X' (node 'N')"
  * for an op with no gradient function (MaxPoolGrad, _LayerNormGrad, ...);
  * RF_INVALID_ARGUMENT for a gradient its op refuses for the node's dtype or

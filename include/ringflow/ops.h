@@ -161,7 +161,11 @@ RF_API rf_output rf_conv2d(rf_graph *g, const char *name, rf_output input,
                            rf_output filter, const int64_t strides[4],
                            const char *padding, const int64_t dilations[4]);
 /* The gradient of rf_conv2d with respect to its input: input_sizes is an
- * int32 vector (n, h, w, c); out_backprop (n, oh, ow, out_channels). */
+ * int32 vector (n, h, w, c) (another dtype: INVALID_ARGUMENT naming the
+ * node); out_backprop (n, oh, ow, out_channels). The op itself also takes
+ * an int64 vector (attr Tsizes), which rf_gradients gives it (and
+ * Conv2DBackpropFilter's filter_sizes, AvgPoolGrad's orig_input_shape)
+ * where a dim is past INT32_MAX or the shape is known only at run time. */
 RF_API rf_output rf_conv2d_backprop_input(
     rf_graph *g, const char *name, rf_output input_sizes, rf_output filter,
     rf_output out_backprop, const int64_t strides[4], const char *padding,
@@ -329,10 +333,11 @@ RF_API rf_output rf_tile(rf_graph *g, const char *name, rf_output x,
  * 0): output shape params[:axis] + indices + params[axis+1:]; indices int32
  * or int64, params any dtype. An index outside [0, params dim) fails the run
  * with INVALID_ARGUMENT on CPU devices; on GPU devices that output slice is
- * zeros (as TensorFlow's GPU kernel does). The gradient w.r.t. params is
- * dense: dy scattered back onto params' shape, summed where an index repeats
- * (on GPU devices in an unspecified order: float sums may differ in the last
- * bits from run to run). */
+ * zeros (as TensorFlow's GPU kernel does). The gradient w.r.t. float
+ * params is dense: dy scattered back onto params' shape, summed where an
+ * index repeats (on GPU devices in an unspecified order: float sums may
+ * differ in the last bits from run to run); params of other dtypes carry
+ * none (rf_gradients leaves their dx invalid). */
 RF_API rf_output rf_gather(rf_graph *g, const char *name, rf_output params,
                            rf_output indices, int64_t axis);
 /* indices (uint8, int32 or int64) with a new dim of `depth` (>= 0) at axis
@@ -447,9 +452,11 @@ RF_API rf_output rf_batch_norm_inference(rf_graph *g, const char *name,
                                          rf_output variance, double epsilon);
 /* An assign node (a target: run it with the step) setting the variable
  *   variable = momentum * variable + (1 - momentum) * value,
- * placed on the variable's device; value has the variable's dtype and
- * shape. momentum in [0, 1] (Keras's default is 0.99; PyTorch's momentum m
- * is 1 - m here), else INVALID_ARGUMENT recorded in g and NULL. */
+ * placed on the variable's device; value has the variable's float dtype
+ * and shape. momentum in [0, 1] (Keras's default is 0.99; PyTorch's
+ * momentum m is 1 - m here); otherwise (or a non-float value, or one whose
+ * dtype or known shape is not the variable's) INVALID_ARGUMENT recorded in
+ * g, naming the update, nothing added and NULL. */
 RF_API rf_node *rf_moving_average_update(rf_graph *g, const char *name,
                                          rf_output variable, rf_output value,
                                          double momentum);
@@ -460,10 +467,11 @@ typedef struct rf_batch_norm_result {
    * biased variance; inference, the values read from the moving
    * variables. */
   rf_output mean, variance;
-  /* Training with moving variables: a NoOp target that runs both moving
-   * average updates (rf_moving_average_update with the batch mean and the
-   * batch's biased variance); the user runs it with each training step, it
-   * does not run by itself. NULL otherwise. */
+  /* Training with moving variables: a NoOp target, on moving_mean's
+   * device, that runs both moving average updates
+   * (rf_moving_average_update with the batch mean and the batch's biased
+   * variance); the user runs it with each training step, it does not run
+   * by itself. NULL otherwise. */
   rf_node *update;
 } rf_batch_norm_result;
 

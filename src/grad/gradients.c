@@ -294,6 +294,7 @@ static rf_status *seed_ys(grad_state *s, const rf_output *ys, int ny,
   for (int i = 0; i < ny; i++) {
     rf_node *n = ys[i].node;
     if (!is_between(s, n)) continue;
+    if (n->out_dtypes[ys[i].index] == RF_BOOL) continue; /* no gradient */
     rf_output seed = grad_ys ? grad_ys[i] : (rf_output){NULL, 0};
     if (!grad_ys) {
       RF_CHECK(rf_graph_push_device(s->g, device_of(n)));
@@ -403,6 +404,9 @@ static rf_status *backprop_node(grad_state *s, rf_node *n) {
     rf_output dx = s->dx[k];
     rf__edge *e = n->data_in[k];
     if (!dx.node || !is_between(s, e->src)) continue;
+    /* bool tensors carry no gradient (nothing sums them: AddN, _TileGrad
+     * and _SumToShapeOf refuse bool), as in TensorFlow */
+    if (e->src->out_dtypes[e->src_out] == RF_BOOL) continue;
     RF_CHECK(check_dx(n, k, dx));
     RF_CHECK(add_contrib(grads_of(s, e->src, e->src_out), dx));
   }
@@ -476,6 +480,10 @@ rf_status *rf_gradients(rf_graph *g, const rf_output *ys, int ny,
   }
   if (!st) st = gradients(&s, ys, ny, xs, nx, grad_ys, result);
   if (!st) memcpy(dxs, result, (size_t)nx * sizeof(rf_output));
+  /* The graph held no error on entry (check_args): one a builder recorded
+   * here is the returned status's; the graph stays usable, as after a
+   * NOT_FOUND, with the nodes already added left unused. */
+  if (st && rf__graph_failed(g)) rf_graph_clear_status(g);
   rf__free(result);
   state_free(&s);
   return st;

@@ -48,14 +48,17 @@ static rf_status *rank4(rf__kernel_ctx *ctx, const char *what,
                           "%s must have rank 4 (NHWC), got shape %s", what, s);
 }
 
-/* The 4 sizes of an int32 vector input. */
+/* The 4 sizes of an int32 or int64 vector input (attr Tsizes). */
 static rf_status *sizes(rf__kernel_ctx *ctx, const char *what,
                         const rf_tensor *t, int64_t out[4]) {
-  if (t->dtype != RF_INT32 || t->shape.rank != 1 || t->num_elements != 4)
+  if ((t->dtype != RF_INT32 && t->dtype != RF_INT64) || t->shape.rank != 1 ||
+      t->num_elements != 4)
     return rf__kernel_error(ctx, RF_INVALID_ARGUMENT,
-                            "%s must be an int32 vector of 4 sizes", what);
+                            "%s must be an int32 or int64 vector of 4 sizes",
+                            what);
   for (int i = 0; i < 4; i++) {
-    out[i] = ((const int32_t *)t->data)[i];
+    out[i] = t->dtype == RF_INT64 ? ((const int64_t *)t->data)[i]
+                                  : ((const int32_t *)t->data)[i];
     if (out[i] < 0)
       return rf__kernel_error(ctx, RF_INVALID_ARGUMENT,
                               "%s[%d] is negative (%lld)", what, i,

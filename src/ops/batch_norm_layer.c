@@ -5,7 +5,9 @@
  * The update is a target the user runs with the training step; nothing runs
  * it implicitly. */
 #include <stdio.h>
+#include <string.h>
 
+#include "core/shape.h"
 #include "graph/graph.h"
 #include "ops/batch_norm_layer.h"
 #include "ringflow/ops.h"
@@ -25,7 +27,37 @@ rf_node *rf_moving_average_update(rf_graph *g, const char *name,
                                     RF__BN_NAME(name), momentum));
     return NULL;
   }
-  rf_dtype dt = rf_output_dtype(value);
+  rf_dtype dt = rf_output_dtype(value), vdt = dt;
+  rf_shape vs = rf_output_shape(value), vars = vs;
+  /* The variable's dtype and shape, where it comes straight from a
+   * Variable: checked here so that the message names this update, not an
+   * inner Mul or Assign, and nothing is added. */
+  if (strcmp(rf_node_op(variable.node), "Variable") == 0) {
+    rf_status *ast = rf_node_attr_dtype(variable.node, "dtype", &vdt);
+    if (!ast) ast = rf_node_attr_shape(variable.node, "shape", &vars);
+    if (ast) {
+      rf__graph_record(g, ast);
+      return NULL;
+    }
+  }
+  if (!rf_dtype_is_float(dt) || vdt != dt) {
+    rf__graph_record(
+        g, rf__invalid("rf_moving_average_update%s%s%s: value is %s, the "
+                       "variable '%s' %s (both must be one float dtype)",
+                       RF__BN_NAME(name), rf_dtype_name(dt),
+                       rf_node_name(variable.node), rf_dtype_name(vdt)));
+    return NULL;
+  }
+  if (!rf__shape_compatible(&vs, &vars)) {
+    char a[96], b[96];
+    rf_shape_format(&vs, a, sizeof a);
+    rf_shape_format(&vars, b, sizeof b);
+    rf__graph_record(
+        g, rf__invalid("rf_moving_average_update%s%s%s: value has shape %s "
+                       "but the variable '%s' has shape %s",
+                       RF__BN_NAME(name), a, rf_node_name(variable.node), b));
+    return NULL;
+  }
   /* on the variable's device, where the variable lives */
   rf_status *st = rf_graph_push_device(g, rf_node_device(variable.node));
   if (st) {
@@ -41,12 +73,20 @@ rf_node *rf_moving_average_update(rf_graph *g, const char *name,
   return a;
 }
 
-/* A NoOp running after both updates; NULL (recorded) on error. */
+/* A NoOp running after both updates, on the first one's device (the
+ * moving variables', so a replica's update stays on its device); NULL
+ * (recorded) on error. */
 static rf_node *group(rf_graph *g, rf_node *a, rf_node *b) {
   if (!a || !b) return NULL;
+  rf_status *st = rf_graph_push_device(g, rf_node_device(a));
+  if (st) {
+    rf__graph_record(g, st);
+    return NULL;
+  }
   rf_node *n = rf_noop(g, NULL);
+  rf_graph_pop_device(g);
   if (!n) return NULL;
-  rf_status *st = rf_graph_add_control_edge(g, a, n);
+  st = rf_graph_add_control_edge(g, a, n);
   if (!st) st = rf_graph_add_control_edge(g, b, n);
   if (st) {
     rf__graph_record(g, st);

@@ -55,7 +55,8 @@ static rf_status *const_sizes(rf__shape_ctx *c, int k, const char *what,
   if (t->num_elements != 4)
     return rf__invalid("%s must be a vector of 4 sizes", what);
   for (int i = 0; i < 4; i++) {
-    out[i] = ((const int32_t *)t->data)[i];
+    out[i] = t->dtype == RF_INT64 ? ((const int64_t *)t->data)[i]
+                                  : ((const int32_t *)t->data)[i];
     if (out[i] < 0)
       return rf__invalid("%s[%d] is negative (%lld)", what, i,
                          (long long)out[i]);
@@ -301,20 +302,27 @@ static rf_output build_like(rf_graph *g, const char *op, const rf_output *in,
   return rf__finish_output(g, b);
 }
 
-/* x's shape as an int32 vector: a Const when known at build time (then the
- * consumer's shape is known too), else a Shape node. */
+/* x's shape as a vector: a Const when known at build time (then the
+ * consumer's shape is known too), else a Shape node. int32 (on GPU devices
+ * it stays in host memory by itself), int64 where a dim is past INT32_MAX;
+ * a Shape node of a shape not fully known is int64, so that any run-time
+ * dim fits (an int32 one failed the run for a dim past INT32_MAX). */
 static rf_output sizes_of(rf_graph *g, rf_output x) {
   rf_shape s = rf_output_shape(x);
   if (!rf_shape_is_fully_defined(&s))
-    return rf_shape_of_op(g, NULL, x, RF_INT32);
+    return rf_shape_of_op(g, NULL, x, RF_INT64);
   int32_t d[4] = {0};
+  int64_t d64[4] = {0};
+  bool wide = false;
   for (int i = 0; i < s.rank && i < 4; i++) {
-    if (s.dims[i] > INT32_MAX) return rf_shape_of_op(g, NULL, x, RF_INT32);
-    d[i] = (int32_t)s.dims[i];
+    wide = wide || s.dims[i] > INT32_MAX;
+    d64[i] = s.dims[i];
+    d[i] = (int32_t)(s.dims[i] > INT32_MAX ? 0 : s.dims[i]);
   }
   rf_shape vec = rf_shape_of(1, (int64_t)s.rank);
   rf_tensor *t;
-  rf_status *st = rf_tensor_new_copy(RF_INT32, &vec, d, &t);
+  rf_status *st = wide ? rf_tensor_new_copy(RF_INT64, &vec, d64, &t)
+                       : rf_tensor_new_copy(RF_INT32, &vec, d, &t);
   if (st) {
     rf__graph_record(g, st);
     return no_output;
@@ -398,6 +406,10 @@ static rf_status *avg_pool_grad_grad(rf__grad_ctx *c) {
       "; dilations: list(int) = [1, 1, 1, 1]; " \
       "filter_format: string in {HWIO, OHWI} = HWIO"
 #define POOL_ATTRS T_ATTR "ksize: list(int); " WINDOW
+/* The size vectors (input_sizes, filter_sizes, orig_input_shape): int32,
+ * as TensorFlow's, or int64 for a dim past INT32_MAX (rf_gradients builds
+ * those; the public builders take int32 alone). */
+#define TSIZES_ATTR "; Tsizes: type in {int32, int64} = int32"
 
 static const rf__op_spec specs[] = {
     {.name = "Conv2D",
@@ -415,15 +427,15 @@ static const rf__op_spec specs[] = {
      .shape = fused_conv2d_shape,
      .flags = RF_OP_NO_GRADIENT},
     {.name = "Conv2DBackpropInput",
-     .inputs = "input_sizes: int32, filter: T, out_backprop: T",
+     .inputs = "input_sizes: Tsizes, filter: T, out_backprop: T",
      .outputs = "output: T",
-     .attrs = CONV_ATTRS,
+     .attrs = CONV_ATTRS TSIZES_ATTR,
      .shape = conv2d_backprop_input_shape,
      .grad = conv2d_backprop_input_grad},
     {.name = "Conv2DBackpropFilter",
-     .inputs = "input: T, filter_sizes: int32, out_backprop: T",
+     .inputs = "input: T, filter_sizes: Tsizes, out_backprop: T",
      .outputs = "output: T",
-     .attrs = CONV_ATTRS,
+     .attrs = CONV_ATTRS TSIZES_ATTR,
      .shape = conv2d_backprop_filter_shape,
      .grad = conv2d_backprop_filter_grad},
     {.name = "MaxPool",
@@ -453,9 +465,9 @@ static const rf__op_spec specs[] = {
      .shape = pool_shape,
      .grad = avg_pool_grad},
     {.name = "AvgPoolGrad",
-     .inputs = "orig_input_shape: int32, grad: T",
+     .inputs = "orig_input_shape: Tsizes, grad: T",
      .outputs = "output: T",
-     .attrs = POOL_ATTRS,
+     .attrs = POOL_ATTRS TSIZES_ATTR,
      .shape = avg_pool_grad_shape,
      .grad = avg_pool_grad_grad},
 };
@@ -515,10 +527,26 @@ rf_output rf_conv2d(rf_graph *g, const char *name, rf_output input,
                                dilations, NULL);
 }
 
+/* The public builders take int32 size vectors, as documented (and as
+ * TensorFlow's ops); the ops also take int64 ones (Tsizes), which
+ * rf_gradients builds where a dim is past INT32_MAX. false (recorded) for
+ * another dtype. */
+static bool int32_sizes(rf_graph *g, const char *op, const char *name,
+                        rf_output sizes, const char *arg) {
+  if (rf__graph_failed(g) || !sizes.node) return true; /* reported later */
+  rf_dtype dt = rf_output_dtype(sizes);
+  if (dt == RF_INT32) return true;
+  rf__graph_refuse(g, op, name, "input '%s' has dtype %s, expected int32", arg,
+                   rf_dtype_name(dt));
+  return false;
+}
+
 rf_output rf_conv2d_backprop_input_with_format(
     rf_graph *g, const char *name, rf_output input_sizes, rf_output filter,
     rf_output out_backprop, const int64_t strides[4], const char *padding,
     const int64_t dilations[4], const char *filter_format) {
+  if (!int32_sizes(g, "Conv2DBackpropInput", name, input_sizes, "input_sizes"))
+    return no_output;
   rf_output in[3] = {input_sizes, filter, out_backprop};
   return window_node(g, "Conv2DBackpropInput", name, in, 3, filter, NULL,
                      strides, padding, dilations ? dilations : ones4,
@@ -540,6 +568,9 @@ rf_output rf_conv2d_backprop_filter_with_format(
     rf_graph *g, const char *name, rf_output input, rf_output filter_sizes,
     rf_output out_backprop, const int64_t strides[4], const char *padding,
     const int64_t dilations[4], const char *filter_format) {
+  if (!int32_sizes(g, "Conv2DBackpropFilter", name, filter_sizes,
+                   "filter_sizes"))
+    return no_output;
   rf_output in[3] = {input, filter_sizes, out_backprop};
   return window_node(g, "Conv2DBackpropFilter", name, in, 3, input, NULL,
                      strides, padding, dilations ? dilations : ones4,
@@ -600,6 +631,9 @@ rf_output rf_avg_pool_grad(rf_graph *g, const char *name,
     rf__graph_refuse(g, "AvgPoolGrad", name, "ksize is required");
     return no_output;
   }
+  if (!int32_sizes(g, "AvgPoolGrad", name, orig_input_shape,
+                   "orig_input_shape"))
+    return no_output;
   rf_output in[2] = {orig_input_shape, grad};
   return window_node(g, "AvgPoolGrad", name, in, 2, grad, ksize, strides,
                      padding, NULL, NULL);

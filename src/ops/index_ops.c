@@ -66,9 +66,14 @@ static rf_output gather_grad_node(rf_graph *g, rf_output dy, rf_output indices,
 }
 
 /* dparams: dy scattered back onto the rows it was gathered from, summed
- * where an index repeats (TensorFlow's UnsortedSegmentSum, made dense). */
+ * where an index repeats (TensorFlow's UnsortedSegmentSum, made dense).
+ * Params of a non-float dtype carry none (as BatchMatMul's integers):
+ * _GatherGrad sums floats only. */
 static rf_status *gather_grad(rf__grad_ctx *c) {
   if (!c->dy[0].node) return NULL;
+  rf_dtype t;
+  RF_CHECK(rf__attrs_get_type(&c->op->attrs, "T", &t));
+  if (!rf_dtype_is_float(t)) return NULL;
   int64_t axis;
   RF_CHECK(rf__attrs_get_int(&c->op->attrs, "axis", &axis));
   c->dx[0] = gather_grad_node(c->g, c->dy[0], rf__input(c->op, 1),
