@@ -7,6 +7,8 @@ for them (when the last reference to their tensor goes, from whichever
 thread drops it: cffi takes the GIL for the callback)."""
 
 import itertools
+import numbers
+import operator
 import reprlib
 from typing import Any, Optional, Sequence, Tuple
 
@@ -35,6 +37,48 @@ def flag(what: str, value: Any) -> bool:
     return bool(value)
 
 
+def index(what: str, value: Any, bits: int = 64) -> int:
+    """An index argument (an axis, a dim, a size, a count): a Python or
+    NumPy int, never a float cut to one (TypeError naming it); past the C
+    argument's int64 (or int of `bits`) an InvalidArgumentError naming it,
+    as the library's own range errors, not an OverflowError."""
+    try:
+        v = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{what} must be an int, not "
+                        f"{type(value).__name__} {reprlib.repr(value)}"
+                        ) from None
+    if not -(1 << (bits - 1)) <= v < 1 << (bits - 1):
+        from ringflow import errors
+        raise errors.InvalidArgumentError(
+            f"{what} {v} is out of range: an int{bits}, "
+            f"-2**{bits - 1}..2**{bits - 1}-1")
+    return v
+
+
+def number(what: str, value: Any) -> float:
+    """A real-number argument (a rate, an epsilon, a momentum, a fill
+    value) as the C double: a Python or NumPy number or bool (a 0-d array
+    of one too); a str, None or a complex is a TypeError naming it (float()
+    would read "0.5" as 0.5)."""
+    if isinstance(value, (numbers.Real, np.bool_)) or (
+            isinstance(value, np.ndarray) and value.ndim == 0 and
+            value.dtype.kind in "biuf"):
+        return float(value)
+    raise TypeError(f"{what} must be a number, not "
+                    f"{type(value).__name__} {reprlib.repr(value)}")
+
+
+def indices(what: str, values: Any) -> list:
+    """An int or a sequence of ints (a NumPy int array too) as a list of
+    int64 index arguments (index()'s rules for each)."""
+    if isinstance(values, np.ndarray):
+        values = values.tolist() if values.ndim else values.item()
+    if isinstance(values, (list, tuple)):
+        return [index(what + " entry", v) for v in values]
+    return [index(what, values)]
+
+
 def c_shape(shape: Any):
     """An rf_shape (cdata struct) from None (unknown rank) or a sequence of
     dims, None or -1 marking an unknown one."""
@@ -42,7 +86,7 @@ def c_shape(shape: Any):
     if shape is None:
         s.rank = lib.RF_UNKNOWN_RANK
         return s[0]
-    dims = [-1 if d is None else int(d) for d in shape]
+    dims = [-1 if d is None else index("shape: a dim", d) for d in shape]
     if len(dims) > lib.RF_MAX_RANK:
         raise ValueError(f"shape {tuple(shape)} has rank {len(dims)}; "
                          f"ringflow's ranks go up to {lib.RF_MAX_RANK}")
@@ -73,6 +117,8 @@ def as_array(value: Any, dtype: Any = None) -> np.ndarray:
     python = not isinstance(value, (np.ndarray, np.generic))
     if dtype is not None:
         dt = dtypes.as_dtype(dtype)
+        if python:
+            _check_numbers(value, dt)
         arr = np.asarray(value, dtype=dt)
         if python and dt.kind in "iu":
             given = np.asarray(value)
@@ -95,6 +141,22 @@ def as_array(value: Any, dtype: Any = None) -> np.ndarray:
         return arr
     raise TypeError(f"cannot make a ringflow tensor of "
                     f"{reprlib.repr(value)} (NumPy reads it as {arr.dtype})")
+
+
+def _check_numbers(value: Any, dt: np.dtype) -> None:
+    """TypeError unless the Python value `value` is numbers: bools, ints,
+    floats (nested lists of them). NumPy would read None as NaN and the
+    string "2.5" as 2.5, "False" as True, for a dtype asked for."""
+    kind = np.asarray(value).dtype.kind
+    if kind in "biuf":
+        return
+    if kind == "O" and all(
+            isinstance(x, (int, float, np.bool_, np.integer, np.floating))
+            for x in np.asarray(value, dtype=object).ravel()):
+        return  # ints past int64 (NumPy keeps them as objects)
+    raise TypeError(f"cannot make a {dt} tensor of {reprlib.repr(value)}: "
+                    f"not numbers (NumPy reads it as "
+                    f"{np.asarray(value).dtype})")
 
 
 _INT32 = np.iinfo(np.int32)
@@ -159,9 +221,10 @@ def feed_array(value: Any, dtype: np.dtype) -> Any:
     prepared runs of ringflow/_fastrun call it for values that are not
     such an array already."""
     if not isinstance(value, np.ndarray) and hasattr(value, "__dlpack__"):
-        value = dlpack.from_dlpack(value)  # a view: no copy
-        if isinstance(value, dlpack.GpuTensor):
-            return value
+        if dlpack.is_gpu_producer(value):
+            return dlpack.from_dlpack(value)  # a GpuTensor, fed as it is
+        # a view (no copy), of any dtype: converted below as np.asarray
+        value = dlpack.host_array(value)
     return _c_contiguous(np.asarray(value, dtype=dtype))
 
 

@@ -17,7 +17,7 @@ from typing import Any, List, Optional, Sequence, Union
 
 import numpy as np
 
-from ringflow import dtypes, errors
+from ringflow import _convert, dtypes, errors
 from ringflow._lib import c_name, ffi, lib
 from ringflow.framework import (Tensor, convert_to_tensor, graph_of,
                                 outputs_array)
@@ -28,10 +28,10 @@ __all__ = ["transpose", "concat", "split", "slice", "strided_slice",
            "dropout", "layer_norm"]
 
 
-def _ints(values: Any):
-    """A C int64 array of `values` (an int or int sequence) and its
-    length."""
-    v = [int(x) for x in np.atleast_1d(np.asarray(values, dtype=np.int64))]
+def _ints(values: Any, what: str):
+    """A C int64 array of `values` (an int or int sequence: Python or
+    NumPy ints, TypeError for floats) and its length."""
+    v = _convert.indices(what, values)
     return ffi.new("int64_t[]", v or [0]), len(v)
 
 
@@ -48,7 +48,7 @@ def transpose(a: Any, perm: Optional[Sequence[int]] = None,
     g, a = _one(a)
     if perm is None:
         return g._output(lib.rf_transpose, c_name(name), a._c, ffi.NULL, 0)
-    p, n = _ints(perm)
+    p, n = _ints(perm, "transpose: perm")
     return g._output(lib.rf_transpose, c_name(name), a._c, p, n)
 
 
@@ -60,7 +60,7 @@ def concat(values: Sequence[Any], axis: int,
     g = graph_of(values)
     ts = [convert_to_tensor(v, graph=g) for v in values]
     return g._output(lib.rf_concat, c_name(name), outputs_array(ts), len(ts),
-                     int(axis))
+                     _convert.index("concat: axis", axis))
 
 
 def split(value: Any, num_or_size_splits: Union[int, Sequence[int]],
@@ -70,15 +70,17 @@ def split(value: Any, num_or_size_splits: Union[int, Sequence[int]],
     divide); a list gives pieces of those sizes (one may be -1: what is
     left), adding up to the dim. Returns the list of pieces."""
     g, value = _one(value)
-    if isinstance(num_or_size_splits, (int, np.integer)):
-        n, sizes = int(num_or_size_splits), ffi.NULL
+    if isinstance(num_or_size_splits, (int, np.integer, float, np.floating)):
+        n = _convert.index("split: num_or_size_splits",
+                           num_or_size_splits, 32)
+        sizes = ffi.NULL
     else:
-        sizes, n = _ints(num_or_size_splits)
-        if num is not None and int(num) != n:
+        sizes, n = _ints(num_or_size_splits, "split: a size split")
+        if num is not None and _convert.index("split: num", num) != n:
             raise ValueError(f"num={num} but {n} size splits were given")
     outs = ffi.new("rf_output[]", max(n, 1))
-    op = g._node(lib.rf_split_v, c_name(name), value._c, sizes, n, int(axis),
-                 outs)
+    op = g._node(lib.rf_split_v, c_name(name), value._c, sizes, n,
+                 _convert.index("split: axis", axis), outs)
     return op.outputs
 
 
@@ -87,8 +89,8 @@ def slice(input_: Any, begin: Sequence[int], size: Sequence[int],
     """input_[begin[k] : begin[k] + size[k]] in every dim; size -1: to the
     end of that dim."""
     g, x = _one(input_)
-    b, nb = _ints(begin)
-    s, ns = _ints(size)
+    b, nb = _ints(begin, "slice: begin")
+    s, ns = _ints(size, "slice: size")
     if nb != ns:
         raise ValueError(f"begin has {nb} entries but size {ns}")
     return g._output(lib.rf_slice, c_name(name), x._c, b, s, nb)
@@ -109,20 +111,25 @@ def strided_slice(input_: Any, begin: Sequence[int], end: Sequence[int],
     than input_'s rank, a mask bit at or past them, or a shrunk index
     outside its dim."""
     g, x = _one(input_)
-    b, nb = _ints(begin)
-    e, ne = _ints(end)
-    s, ns = _ints([1] * nb if strides is None else strides)
+    b, nb = _ints(begin, "strided_slice: begin")
+    e, ne = _ints(end, "strided_slice: end")
+    s, ns = _ints([1] * nb if strides is None else strides,
+                  "strided_slice: strides")
     if not nb == ne == ns:
         raise ValueError(f"begin, end and strides have {nb}, {ne} and {ns} "
                          "entries")
     return g._output(lib.rf_strided_slice, c_name(name), x._c, b, e, s, nb,
-                     int(begin_mask), int(end_mask), int(shrink_axis_mask))
+                     _convert.index("strided_slice: begin_mask", begin_mask),
+                     _convert.index("strided_slice: end_mask", end_mask),
+                     _convert.index("strided_slice: shrink_axis_mask",
+                                    shrink_axis_mask))
 
 
 def expand_dims(input: Any, axis: int, name: Optional[str] = None) -> Tensor:
     """input with a dim of size 1 inserted at axis (-1: last). No copy."""
     g, x = _one(input)
-    return g._output(lib.rf_expand_dims, c_name(name), x._c, int(axis))
+    return g._output(lib.rf_expand_dims, c_name(name), x._c,
+                     _convert.index("expand_dims: axis", axis))
 
 
 def squeeze(input: Any, axis: Union[None, int, Sequence[int]] = None,
@@ -130,10 +137,9 @@ def squeeze(input: Any, axis: Union[None, int, Sequence[int]] = None,
     """input without the size-1 dims `axis` (None: every size-1 dim). No
     copy."""
     g, x = _one(input)
-    if axis is None or (not isinstance(axis, (int, np.integer)) and
-                        len(axis) == 0):
+    a, n = (ffi.NULL, 0) if axis is None else _ints(axis, "squeeze: axis")
+    if n == 0:
         return g._output(lib.rf_squeeze, c_name(name), x._c, ffi.NULL, 0)
-    a, n = _ints(axis)
     return g._output(lib.rf_squeeze, c_name(name), x._c, a, n)
 
 
@@ -147,12 +153,13 @@ def pad(tensor: Any, paddings: Sequence[Sequence[int]],
     TypeError."""
     if str(mode).upper() != "CONSTANT":
         raise NotImplementedError(f"pad mode {mode!r}: only CONSTANT")
+    fill = _convert.number("pad: constant_values", constant_values)
     g, x = _one(tensor)
-    p = np.asarray(paddings, dtype=np.int64)
+    p = np.asarray(paddings, dtype=object)
     if p.ndim != 2 or (p.size and p.shape[1] != 2):
         raise ValueError(f"paddings must be a list of [before, after] pairs, "
                          f"got shape {p.shape}")
-    c, n = _ints(p.reshape(-1))
+    c, n = _ints(p.reshape(-1).tolist(), "pad: paddings")
     if (isinstance(constant_values, float) and
             not isinstance(constant_values, np.generic) and
             x.dtype is not dtypes.resource and x.dtype.kind in "iu" and
@@ -161,15 +168,14 @@ def pad(tensor: Any, paddings: Sequence[Sequence[int]],
         raise TypeError(f"cannot pad a {x.dtype} tensor with "
                         f"constant_values {constant_values!r}: not a whole "
                         "number")
-    return g._output(lib.rf_pad, c_name(name), x._c, c, n,
-                     float(constant_values))
+    return g._output(lib.rf_pad, c_name(name), x._c, c, n, fill)
 
 
 def tile(input: Any, multiples: Sequence[int],
          name: Optional[str] = None) -> Tensor:
     """input repeated multiples[k] (>= 0) times along dim k."""
     g, x = _one(input)
-    m, n = _ints(multiples)
+    m, n = _ints(multiples, "tile: multiples")
     return g._output(lib.rf_tile, c_name(name), x._c, m, n)
 
 
@@ -185,7 +191,7 @@ def gather(params: Any, indices: Any, axis: int = 0,
     params = convert_to_tensor(params, graph=g)
     indices = convert_to_tensor(indices, graph=g)
     return g._output(lib.rf_gather, c_name(name), params._c, indices._c,
-                     int(axis))
+                     _convert.index("gather: axis", axis))
 
 
 def one_hot(indices: Any, depth: int, on_value: Any = 1, off_value: Any = 0,
@@ -198,9 +204,13 @@ def one_hot(indices: Any, depth: int, on_value: Any = 1, off_value: Any = 0,
     elsewhere (an index outside [0, depth): all off), as `dtype` (None:
     float32). on_value and off_value pass through a C double: integers
     past 2**53 are rounded."""
+    on = _convert.number("one_hot: on_value", on_value)
+    off = _convert.number("one_hot: off_value", off_value)
     g, x = _one(indices)
-    return g._output(lib.rf_one_hot, c_name(name), x._c, int(depth),
-                     float(on_value), float(off_value), int(axis),
+    return g._output(lib.rf_one_hot, c_name(name), x._c,
+                     _convert.index("one_hot: depth", depth),
+                     on, off,
+                     _convert.index("one_hot: axis", axis),
                      dtypes.to_c(dtypes.float32 if dtype is None
                                  else dtype))
 
@@ -246,13 +256,14 @@ def dropout(x: Any, rate: float, seed: Optional[int] = 0,
     pattern between layers (None is 0). seed is the C int64: an int
     (NumPy's too; a float is a TypeError) in -2**63..2**63-1, else
     InvalidArgumentError."""
+    rate = _convert.number("dropout: rate", rate)
     seed = 0 if seed is None else operator.index(seed)
     if not -(1 << 63) <= seed < 1 << 63:
         raise errors.InvalidArgumentError(
             f"dropout: seed {seed} is out of range: an int64, "
             f"-2**63..2**63-1")
     g, t = _one(x)
-    return g._output(lib.rf_dropout, c_name(name), t._c, float(rate), seed)
+    return g._output(lib.rf_dropout, c_name(name), t._c, rate, seed)
 
 
 def layer_norm(x: Any, gamma: Any, beta: Any, epsilon: float = 1e-5,
@@ -262,9 +273,10 @@ def layer_norm(x: Any, gamma: Any, beta: Any, epsilon: float = 1e-5,
     biased variance; x float of rank >= 1, shape (..., C); gamma and beta
     (C,) of x's dtype; epsilon >= 0 (PyTorch's default 1e-5). Gradients
     for x, gamma and beta."""
+    epsilon = _convert.number("layer_norm: epsilon", epsilon)
     g = graph_of([x, gamma, beta])
     x = convert_to_tensor(x, graph=g)
     gamma = convert_to_tensor(gamma, x.dtype, graph=g)
     beta = convert_to_tensor(beta, x.dtype, graph=g)
     return g._output(lib.rf_layer_norm, c_name(name), x._c, gamma._c,
-                     beta._c, float(epsilon))
+                     beta._c, epsilon)

@@ -58,6 +58,9 @@ def batch_norm(x: Any, gamma: Any, beta: Any, moving_mean: Any = None,
     they are optional (both or neither). Raises InvalidArgumentError for a
     bad rank, a parameter not (C,), a non-float dtype, epsilon < 0 or
     momentum outside [0, 1]."""
+    momentum = _convert.number("batch_norm: momentum", momentum)
+    epsilon = _convert.number("batch_norm: epsilon", epsilon)
+    training = _convert.flag("batch_norm: training", training)
     g = graph_of([x, gamma, beta])
     x = convert_to_tensor(x, graph=g)
     gamma = convert_to_tensor(gamma, x.dtype, graph=g)
@@ -67,8 +70,8 @@ def batch_norm(x: Any, gamma: Any, beta: Any, moving_mean: Any = None,
         lib.rf_batch_norm(g._c, c_name(name), x._c, gamma._c, beta._c,
                           _handle(moving_mean, g),
                           _handle(moving_variance, g),
-                          _convert.flag("batch_norm: training", training),
-                          float(momentum), float(epsilon), out)
+                          training,
+                          momentum, epsilon, out)
         if out.y.node == ffi.NULL:
             raise g._error()
     return _result(g, out[0])
@@ -85,6 +88,8 @@ def sync_batch_norm(xs: Sequence[Any], gammas: Sequence[Any],
     all-reduced through ringflow's collectives (so each x needs a device);
     gradients all-reduce likewise. One result per replica, on its device;
     moving_means/moving_variances are per-replica Variables (or None)."""
+    momentum = _convert.number("sync_batch_norm: momentum", momentum)
+    epsilon = _convert.number("sync_batch_norm: epsilon", epsilon)
     xs = list(xs)
     g = graph_of(xs)
     n = len(xs)
@@ -103,7 +108,7 @@ def sync_batch_norm(xs: Sequence[Any], gammas: Sequence[Any],
     with g._lock:
         lib.rf_sync_batch_norm_n(g._c, c_name(name), n, outputs_array(ts),
                                  outputs_array(gs), outputs_array(bs), mm,
-                                 mv, float(momentum), float(epsilon), outs)
+                                 mv, momentum, epsilon, outs)
         if n == 0 or outs[n - 1].y.node == ffi.NULL:
             raise g._error()
     return [_result(g, outs[i]) for i in range(n)]
@@ -117,9 +122,10 @@ def moving_average_update(variable: Any, value: Any, momentum: float,
     value has the variable's dtype and shape. Raises TypeError when
     variable is not a Variable (or its handle), InvalidArgumentError for
     momentum outside [0, 1]."""
+    momentum = _convert.number("moving_average_update: momentum", momentum)
     h = _variable_handle(variable)
     g = h.graph
     value = convert_to_tensor(value, None if isinstance(value, Tensor)
                               else getattr(variable, "dtype", None), graph=g)
     return g._node(lib.rf_moving_average_update, c_name(name), h._c,
-                   value._c, float(momentum))
+                   value._c, momentum)

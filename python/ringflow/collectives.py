@@ -13,6 +13,8 @@ truncate). Gradients: see ringflow.gradients and docs/COLLECTIVES.md.
 
 from typing import Any, List, Optional, Sequence, Union
 
+import numpy as np
+
 from ringflow import dtypes, errors
 from ringflow._lib import c_name, check, ffi, lib
 from ringflow.framework import (Tensor, convert_to_tensor, graph_of,
@@ -29,7 +31,11 @@ Reduction = Union[str, int]
 
 
 def _reduction(reduction: Reduction) -> int:
-    if reduction in REDUCTIONS.values() and not isinstance(reduction, str):
+    # The C enum's ints are taken too, but never a bool or a float (True
+    # and 1.0 equal RF_REDUCE_PROD's 1).
+    if (isinstance(reduction, (int, np.integer)) and
+            not isinstance(reduction, (bool, np.bool_)) and
+            reduction in REDUCTIONS.values()):
         return int(reduction)
     try:
         return REDUCTIONS[reduction]

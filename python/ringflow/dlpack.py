@@ -70,6 +70,22 @@ def is_gpu_producer(x: Any) -> bool:
     return device is not None and device()[0] == KDL_CUDA
 
 
+def host_array(x: Any) -> np.ndarray:
+    """A NumPy array over the host memory `x` (a DLPack producer of CPU
+    memory) exports, without a copy, whatever its dtype."""
+    if isinstance(x, np.ndarray) and x.dtype == dtypes.bfloat16:
+        # NumPy's own __dlpack__ refuses bfloat16 arrays: the array itself.
+        return x.view()
+    try:
+        return np.from_dlpack(x)
+    except (RuntimeError, BufferError, TypeError):
+        # NumPy has no bfloat16: the same bits as uint16, viewed.
+        capsule = x.__dlpack__()
+        if not _fastrun.bfloat16_as_uint16(capsule):
+            raise
+        return np.from_dlpack(_Capsule(capsule)).view(dtypes.bfloat16)
+
+
 def from_dlpack(x: Any) -> Union[np.ndarray, GpuTensor]:
     """The memory of `x`, an object with `__dlpack__`, without a copy: a
     NumPy array over host memory (a PyTorch or JAX CPU tensor, a NumPy
@@ -81,14 +97,9 @@ def from_dlpack(x: Any) -> Union[np.ndarray, GpuTensor]:
     if not hasattr(x, "__dlpack__"):
         raise TypeError(f"{type(x).__name__} has no __dlpack__")
     if not is_gpu_producer(x):
-        try:
-            return np.from_dlpack(x)
-        except (RuntimeError, BufferError, TypeError):
-            # NumPy has no bfloat16: the same bits as uint16, viewed.
-            capsule = x.__dlpack__()
-            if not _fastrun.bfloat16_as_uint16(capsule):
-                raise
-            return np.from_dlpack(_Capsule(capsule)).view(dtypes.bfloat16)
+        arr = host_array(x)
+        dtypes.as_dtype(arr.dtype)  # TypeError for a dtype ringflow lacks
+        return arr
     try:
         capsule = x.__dlpack__(stream=1)  # ordered before the legacy stream
     except TypeError:  # a producer that takes no stream

@@ -181,7 +181,9 @@ _BY_CODE: Dict[int, Type[OpError]] = {
         FailedPreconditionError, AbortedError, OutOfRangeError,
         UnimplementedError, InternalError, UnavailableError, DataLossError)}
 
-_NODE = re.compile(r"node '([^']*)'")
+# "node 'x'", and the node of "node name 'x' is already used" and of a
+# graph file's "node 3 'x'".
+_NODE = re.compile(r"node (?:name |\d+ )?'([^']*)'")
 
 
 def exception_type_from_error_code(code: int) -> Type[OpError]:

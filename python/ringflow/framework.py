@@ -95,9 +95,17 @@ class Graph:
 
     @classmethod
     def from_json(cls, json: str) -> "Graph":
-        """A graph read from JSON; InvalidArgumentError naming what is wrong
-        (node, or line and column). Variables come back as nodes only."""
-        data = json.encode("utf-8")
+        """A graph read from JSON text (a str, or UTF-8 bytes as read from
+        a file); InvalidArgumentError naming what is wrong (node, or line
+        and column), NotFoundError for an op that is not registered.
+        Variables come back as nodes only."""
+        if isinstance(json, (bytes, bytearray)):
+            data = bytes(json)  # UTF-8, as a file holds it
+        elif isinstance(json, str):
+            data = json.encode("utf-8")
+        else:
+            raise TypeError(f"from_json takes the JSON text (a str or "
+                            f"bytes), not {type(json).__name__}")
         out = ffi.new("rf_graph **")
         check(lib.rf_graph_from_json(data, len(data), out))
         return cls._wrap(out[0])

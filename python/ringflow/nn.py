@@ -11,7 +11,7 @@ shapes are known only then."""
 
 from typing import Any, Optional, Sequence, Union
 
-from ringflow import dtypes
+from ringflow import _convert, dtypes
 from ringflow._lib import c_name, ffi, lib
 from ringflow.array_ops import dropout, gelu
 from ringflow.framework import Tensor, convert_to_tensor, graph_of
@@ -29,7 +29,7 @@ Ints = Union[int, Sequence[int]]
 
 def _four(value: Ints, what: str):
     """TensorFlow's spelling of a window attr as the C library's 4 ints."""
-    v = [int(value)] if isinstance(value, int) else [int(x) for x in value]
+    v = _convert.indices(what, value)
     if len(v) == 1:
         v = [1, v[0], v[0], 1]
     elif len(v) == 2:

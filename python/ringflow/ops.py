@@ -15,8 +15,6 @@ Session.run.
 
 from typing import Any, Optional, Sequence, Union
 
-import numpy as np
-
 from ringflow import _convert, dtypes
 from ringflow._lib import c_name, ffi, lib
 from ringflow.framework import (Operation, Tensor, constant_in,
@@ -108,6 +106,10 @@ def no_op(name: Optional[str] = None) -> Operation:
 def group(*inputs: Any, name: Optional[str] = None) -> Operation:
     """A NoOp that runs after every given op (or tensor's op): running it
     runs them all."""
+    for v in inputs:
+        if not isinstance(v, Operation) and not _is_tensor(v):
+            raise TypeError(f"group takes Operations, Tensors and Variables, "
+                            f"not {type(v).__name__} {v!r:.60}")
     ops = [v if isinstance(v, Operation) else
            convert_to_tensor(v).op for v in inputs]
     g = graph_of(ops)
@@ -161,7 +163,12 @@ def matmul(a: Any, b: Any, transpose_a: bool = False,
     the batch dims broadcast (BatchMatMul, the same dtypes; the
     transposes swap the last two dims)."""
     g = graph_of([a, b])
-    a, b = (convert_to_tensor(v, graph=g) for v in (a, b))
+    # A Python or NumPy operand takes the other's dtype, as for add (so
+    # float64_tensor @ [[1.0], [2.0]] is a float64 product).
+    like = next((v for v in (a, b) if _is_tensor(v)), None)
+    dt = convert_to_tensor(like, graph=g).dtype if like is not None else None
+    a, b = (convert_to_tensor(v, None if _is_tensor(v) else dt, graph=g)
+            for v in (a, b))
     fn = lib.rf_matmul
     if any(t.shape is not None and len(t.shape) != 2 for t in (a, b)):
         fn = lib.rf_batch_matmul
@@ -208,7 +215,8 @@ def softmax(logits: Any, axis: Optional[int] = None,
     rank known when the node is built); float dtypes."""
     if axis is None or axis == -1:
         return _unary(lib.rf_softmax, logits, name)
-    return _unary(lib.rf_softmax_axis, logits, name, int(axis))
+    return _unary(lib.rf_softmax_axis, logits, name,
+                  _convert.index("softmax: axis", axis))
 
 
 def sparse_softmax_cross_entropy_with_logits(
@@ -229,10 +237,10 @@ def sparse_softmax_cross_entropy_with_logits(
 
 # ---- reductions and shapes ----
 
-def _axes(axis: Axis):
+def _axes(axis: Axis, what: str):
     if axis is None:
         return ffi.NULL, -1
-    axes = [int(a) for a in np.atleast_1d(axis)]
+    axes = _convert.indices(what + ": axis", axis)
     return ffi.new("int64_t[]", axes or [0]), len(axes)
 
 
@@ -240,7 +248,7 @@ def reduce_sum(input_tensor: Any, axis: Axis = None, keepdims: bool = False,
                name: Optional[str] = None) -> Tensor:
     """The sum over `axis` (an int or ints, negative counting from the end;
     None: every axis), keeping reduced dims as 1 when keepdims."""
-    axes, n = _axes(axis)
+    axes, n = _axes(axis, "reduce_sum")
     return _unary(lib.rf_sum, input_tensor, name, axes, n,
                   _convert.flag("reduce_sum: keepdims", keepdims))
 
@@ -248,7 +256,7 @@ def reduce_sum(input_tensor: Any, axis: Axis = None, keepdims: bool = False,
 def reduce_mean(input_tensor: Any, axis: Axis = None,
                 keepdims: bool = False, name: Optional[str] = None) -> Tensor:
     """The mean over `axis` (as reduce_sum); integers truncate."""
-    axes, n = _axes(axis)
+    axes, n = _axes(axis, "reduce_mean")
     return _unary(lib.rf_mean, input_tensor, name, axes, n,
                   _convert.flag("reduce_mean: keepdims", keepdims))
 
@@ -257,7 +265,8 @@ def argmax(input: Any, axis: Optional[int] = 0,
            name: Optional[str] = None) -> Tensor:
     """The index (int64) of the largest element along `axis` (None: 0, as
     tf.argmax), the first one on ties."""
-    return _unary(lib.rf_argmax, input, name, 0 if axis is None else int(axis))
+    return _unary(lib.rf_argmax, input, name, 0 if axis is None else
+                  _convert.index("argmax: axis", axis))
 
 
 def reshape(tensor: Any, shape: Any, name: Optional[str] = None) -> Tensor:
@@ -268,7 +277,7 @@ def reshape(tensor: Any, shape: Any, name: Optional[str] = None) -> Tensor:
     tensor = convert_to_tensor(tensor, graph=g)
     if isinstance(shape, Tensor):
         return g._output(lib.rf_reshape, c_name(name), tensor._c, shape._c)
-    dims = [int(d) for d in np.atleast_1d(shape)]  # () is a scalar
+    dims = _convert.indices("reshape: shape", shape)  # () is a scalar
     return g._output(lib.rf_reshape_to, c_name(name), tensor._c, len(dims),
                      ffi.new("int64_t[]", dims or [0]))
 

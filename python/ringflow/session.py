@@ -179,7 +179,11 @@ class Session:
         # prepared from (which the entry keeps alive, so that the ids stay
         # theirs): no flattening or conversion of the request per step.
         kind = type(fetches)
-        if kind is list or kind is tuple:
+        if kind is list or kind is tuple or isinstance(fetches,
+                                                        (list, tuple)):
+            # By the class and the items (which the entry keeps alive),
+            # never by the id of the sequence: a named tuple made for one
+            # run is freed, and its id taken by the next one's.
             key = (kind, *map(id, fetches), None, *map(id, feeds))
         else:
             key = (id(fetches), None, *map(id, feeds))
@@ -237,6 +241,11 @@ class Session:
             if t.dtype is dtypes.resource:
                 raise TypeError(f"cannot fetch {t.name}: a resource (a "
                                 "variable's handle) has no value to fetch")
+        for t in feed_keys:
+            if t.dtype is dtypes.resource:
+                raise TypeError(f"cannot feed {t.name}: a resource (a "
+                                "variable's handle) takes no value; assign "
+                                "the variable instead")
         c_feeds = ffi.new("rf_output[]", [k._c for k in feed_keys] or 1)
         c_fetches = ffi.new("rf_output[]", [t._c for t in tensors] or 1)
         c_targets = ffi.new("rf_node *[]", [op._c for op in targets] or 1)
@@ -476,8 +485,9 @@ def _flatten(fetches: Any, flat: List[Any]) -> Callable[[Callable], Any]:
     if isinstance(fetches, (list, tuple)):
         parts = [_flatten(f, flat) for f in fetches]
         kind = type(fetches)
-        if kind not in (list, tuple):  # a namedtuple
-            return lambda fn: kind(*[p(fn) for p in parts])
+        if issubclass(kind, tuple) and hasattr(kind, "_fields"):
+            return lambda fn: kind(*[p(fn) for p in parts])  # a namedtuple
+        # a list or tuple, or a subclass of one: built from an iterable
         return lambda fn: kind(p(fn) for p in parts)
     if isinstance(fetches, dict):
         parts = [(k, _flatten(v, flat)) for k, v in fetches.items()]

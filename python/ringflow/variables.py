@@ -7,7 +7,9 @@ an op input it stands for that read, so `x @ w` works for a Variable w.
 
 from typing import Any, List, Optional, Sequence
 
-from ringflow import dtypes, ops
+import numpy as np
+
+from ringflow import _convert, dtypes, errors, ops
 from ringflow._convert import Shape, c_shape
 from ringflow._lib import c_name, lib
 from ringflow.framework import (Graph, Operation, Tensor, convert_to_tensor,
@@ -32,6 +34,12 @@ class Variable:
                  shape: Optional[Sequence[Optional[int]]] = None,
                  trainable: bool = True) -> None:
         graph = graph_of([initial_value])
+        if not isinstance(initial_value, Tensor) and not hasattr(
+                initial_value, "_as_tensor"):
+            # converted (and checked) before any node is added
+            initial_value = _convert.as_array(initial_value, dtype)
+        if shape is not None:
+            _check_shape(initial_value, shape, name)
         init = convert_to_tensor(initial_value, dtype, graph=graph)
         self._dtype = init.dtype
         self._trainable = trainable
@@ -134,6 +142,25 @@ class Variable:
 
 
 ops._install_operators(Variable)
+
+
+def _check_shape(value: Any, shape: Sequence[Optional[int]],
+                 name: Optional[str]) -> None:
+    """InvalidArgumentError unless `shape` (None or -1 for unknown dims)
+    relaxes the shape of the initial value `value` (a Tensor, Variable or
+    array): the same rank, and its known dims equal to the value's."""
+    have = value.shape if isinstance(value, np.ndarray) else \
+        convert_to_tensor(value).shape
+    want = _convert.py_shape(c_shape(shape))  # ValueError past rank 8
+    if have is None:
+        return
+    if len(want) != len(have) or any(
+            w is not None and h is not None and w != h
+            for w, h in zip(want, have)):
+        what = f"variable '{name}'" if name is not None else "a new Variable"
+        raise errors.InvalidArgumentError(
+            f"{what}: shape {tuple(shape)} does not fit the initial value's "
+            f"shape {have} (only its dims may be relaxed to None)")
 
 
 def global_variables(graph: Optional[Graph] = None) -> List[Variable]:
