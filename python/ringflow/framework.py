@@ -64,10 +64,17 @@ class Graph:
 
     def get_tensor_by_name(self, name: str) -> "Tensor":
         """The output "node:index" (or "node" for output 0); KeyError when
-        there is no such node or output."""
-        op_name, _, index = name.rpartition(":")
-        if not op_name or not index.isdigit():
+        there is no such node or output, or when the index is not written
+        as graph files write it (ASCII digits, no sign, no leading zeros:
+        "x:00" is refused, as docs/GRAPH_FORMAT.md says)."""
+        op_name, colon, index = name.rpartition(":")
+        if not colon:
             op_name, index = name, "0"
+        elif not (index.isascii() and index.isdigit() and
+                  (index == "0" or not index.startswith("0"))):
+            raise KeyError(f"{name[:200]!r}: the output index must be "
+                           "decimal digits without sign, spaces or leading "
+                           "zeros")
         op = self.get_operation_by_name(op_name)
         if int(index) >= len(op.outputs):
             raise KeyError(f"node {op_name!r} has no output {index}")

@@ -71,6 +71,10 @@ def test_tensor_attributes():
         bool(x)
     assert {x: 1}[rf.get_default_graph().get_tensor_by_name("x:0")] == 1
     assert "x:0" in repr(x)
+    # the index as graph files write it, nothing else (GRAPH_FORMAT.md)
+    for bad in ("y:00", "y:01", "y:+0", "y: 0", "y:", "y:\u0661", "y:1"):
+        with pytest.raises(KeyError):
+            rf.get_default_graph().get_tensor_by_name(bad)
 
 
 @pytest.mark.parametrize("dtype", [rf.float16, rf.bfloat16, rf.float32,
