@@ -615,8 +615,29 @@ static void test_incomplete_group_is_a_compile_error(void **state) {
 static void test_two_participants_on_one_device(void **state) {
   rf_graph *g = rf_graph_new();
   rf_shape s = rf_shape_of(1, (int64_t)3);
+  /* Built together, they are refused at once, nothing added... */
   rf_output xs[2] = {ph(g, "x0", "cpu:1", s), ph(g, "x1", "cpu:1", s)}, ys[2];
+  int before = rf_graph_num_nodes(g);
   rf_all_reduce_n(g, "dup", xs, 2, RF_REDUCE_SUM, ys);
+  assert_status(rf_graph_status(g), RF_INVALID_ARGUMENT,
+                "AllReduce 'dup': participants 0 (input node 'x0') and 1 "
+                "(input node 'x1') would both be on cpu:1");
+  assert_int_equal(rf_graph_num_nodes(g), before);
+  rf_graph_free(g);
+  /* ... and under one device scope too. */
+  g = rf_graph_new();
+  xs[0] = ph(g, "x0", "cpu:0", s);
+  xs[1] = ph(g, "x1", "cpu:1", s);
+  assert_ok(rf_graph_push_device(g, "cpu:1"));
+  rf_all_gather_n(g, "scoped", xs, 2, ys);
+  rf_graph_pop_device(g);
+  assert_status(rf_graph_status(g), RF_INVALID_ARGUMENT,
+                "would both be on cpu:1");
+  rf_graph_free(g);
+  /* Built one by one, only the lowering sees the group. */
+  g = rf_graph_new();
+  rf_all_reduce(g, "d0", ph(g, "x0", "cpu:1", s), RF_REDUCE_SUM, 2, "dup");
+  rf_all_reduce(g, "d1", ph(g, "x1", "cpu:1", s), RF_REDUCE_SUM, 2, "dup");
   expect_lower_error(g, 2,
                      "collective 'dup' has two participants on one device");
   /* A group larger than its num_devices is an error too. */

@@ -60,8 +60,17 @@ RF_API rf_output rf_all_reduce(rf_graph *g, const char *name, rf_output input,
  * whose participants are AllReduce_0..2, the next is "AllReduce_3"): every
  * unnamed call is a collective of its own. The inputs must share one
  * dtype (else INVALID_ARGUMENT naming both inputs, their dtypes and devices;
- * likewise for rf_all_gather_n, rf_reduce_scatter_n and rf_reduce). On error
- * nothing is added, outputs is untouched and the graph keeps the error. */
+ * likewise for rf_all_gather_n, rf_reduce_scatter_n and rf_reduce), must
+ * not have shapes known to differ (both ranks known and different, or a
+ * dim known in both and different: INVALID_ARGUMENT "AllReduce 'NAME':
+ * inputs disagree on shape: input 0 (node 'a') is (2, 3) on cpu:0 but
+ * input 1 (node 'b') is (3, 2) on cpu:1"; likewise for the other three;
+ * shapes known only at run time are checked by the run), and must go on n
+ * different devices (inputs[i]'s, or the device scope's when one is
+ * pushed: INVALID_ARGUMENT "... participants 0 (input node 'a') and 1
+ * (input node 'b') would both be on cpu:1"; not rf_reduce's, whose inputs
+ * the lowering checks). On error nothing is added, outputs is untouched
+ * and the graph keeps the error. */
 RF_API void rf_all_reduce_n(rf_graph *g, const char *name,
                             const rf_output *inputs, int n,
                             rf_reduction reduction, rf_output *outputs);

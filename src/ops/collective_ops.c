@@ -175,6 +175,68 @@ static bool may_be_same_device(const rf__device_name *a,
          (a->task == b->task || a->task < 0 || b->task < 0);
 }
 
+/* Whether two shapes cannot be one: both ranks known and different, or a
+ * dim known in both and different. */
+static bool shapes_conflict(const rf_shape *a, const rf_shape *b) {
+  if (a->rank < 0 || b->rank < 0) return false;
+  if (a->rank != b->rank) return true;
+  for (int k = 0; k < a->rank; k++)
+    if (a->dims[k] >= 0 && b->dims[k] >= 0 && a->dims[k] != b->dims[k])
+      return true;
+  return false;
+}
+
+/* The device participant i goes on: the scope's, else its input's. */
+static const char *participant_device(rf_graph *g, rf_output in) {
+  const char *scope = rf__graph_scope_device(g);
+  return scope[0] ? scope : in.node->requested_device;
+}
+
+/* What the lowering and the run would refuse, refused here where the graph
+ * already shows it: inputs whose shapes are known and differ, and two
+ * participants on one device (the same name, task included). Shapes known
+ * only at run time are the run's to check (COLLECTIVES.md). Records
+ * INVALID_ARGUMENT naming both inputs, their nodes and devices. */
+static bool distinct_and_alike(rf_graph *g, const char *op, const char *name,
+                               const rf_output *in, int n, bool same_device) {
+  for (int i = 1; i < n; i++) {
+    rf_shape a = rf_output_shape(in[0]), b = rf_output_shape(in[i]);
+    if (!shapes_conflict(&a, &b)) continue;
+    char sa[160], sb[160];
+    rf_shape_format(&a, sa, sizeof sa);
+    rf_shape_format(&b, sb, sizeof sb);
+    rf__graph_record(
+        g, rf__invalid("%s '%s': inputs disagree on shape: input 0 (node "
+                       "'%s') is %s on %s but input %d (node '%s') is %s on %s",
+                       op, name ? name : "(unnamed)", in[0].node->name, sa,
+                       in[0].node->requested_device, i, in[i].node->name, sb,
+                       in[i].node->requested_device));
+    return false;
+  }
+  if (!same_device) return true;
+  for (int i = 1; i < n; i++)
+    for (int j = 0; j < i; j++) {
+      rf__device_name a, b;
+      const char *da = participant_device(g, in[j]);
+      const char *db = participant_device(g, in[i]);
+      rf_status *ea = rf__device_name_parse(da, &a);
+      rf_status *eb = rf__device_name_parse(db, &b);
+      bool same = !ea && !eb && a.type == b.type && a.index == b.index &&
+                  a.task == b.task;
+      rf_status_free(ea);
+      rf_status_free(eb);
+      if (!same) continue;
+      rf__graph_record(
+          g, rf__invalid("%s '%s': participants %d (input node '%s') and %d "
+                         "(input node '%s') would both be on %s: each "
+                         "participant needs a device of its own",
+                         op, name ? name : "(unnamed)", j, in[j].node->name, i,
+                         in[i].node->name, db));
+      return false;
+    }
+  return true;
+}
+
 /* A Reduce on `dev` needs an input there (its receiver's): known at build
  * time, since every input has a device. Otherwise records INVALID_ARGUMENT
  * (the lowering checks it again for a device changed later). */
@@ -294,7 +356,9 @@ static void participants_n(rf_graph *g, const char *op, const char *name,
   const char *shared = name ? name : fresh;
   for (int i = 0; i < n; i++)
     if (!require_device(g, op, shared, inputs[i])) return;
-  if (!same_dtype(g, op, shared, inputs, n)) return;
+  if (!same_dtype(g, op, shared, inputs, n) ||
+      !distinct_and_alike(g, op, shared, inputs, n, true))
+    return;
   size_t len = strlen(shared) + 16;
   char *nm = rf__malloc(len);
   if (!nm) {
@@ -349,6 +413,7 @@ rf_output rf_reduce(rf_graph *g, const char *name, const rf_output *inputs,
   const char *scope = rf__graph_scope_device(g);
   const char *dev = scope[0] ? scope : inputs[0].node->requested_device;
   if (!same_dtype(g, "Reduce", name, inputs, n) ||
+      !distinct_and_alike(g, "Reduce", name, inputs, n, false) ||
       !reduce_has_own_input(g, name, dev, inputs, n))
     return invalid_output();
   rf_node_builder *b = rf_node_builder_new(g, "Reduce", name);
