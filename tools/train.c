@@ -1032,10 +1032,16 @@ int cmd_train(int argc, char **argv) {
   int *idx = NULL;
   rf_status *st = NULL;
   int64_t saved_at = -1; /* the step of the last --save */
-  /* a run must not end by failing to save: check the path first */
-  if (o.save && lead) TRAIN_TRY(rf_checkpoint_check_path(o.save));
-  /* likewise the trace's file, written at step 10 */
-  if (o.trace && lead) TRAIN_TRY(check_trace_path(o.trace));
+  /* a run must not end by failing to save: check the path first; likewise
+   * the trace's file, written at step 10. Task 0 checks (it writes them)
+   * and tells the others whether it refused: else they would wait for it
+   * in their first session until the collective timeout. */
+  if (o.save || o.trace) {
+    rf_status *checked = NULL;
+    if (o.save && lead) checked = rf_checkpoint_check_path(o.save);
+    if (!checked && o.trace && lead) checked = check_trace_path(o.trace);
+    TRAIN_TRY(train_job_start(&job, sopts.collective_timeout_ms, checked));
+  }
   TRAIN_TRY(load_split(o.data_dir, "train", cfg.sizes[0], &im[0], &lb[0]));
   if (o.batch > im[0].dims[0]) { /* not one step per epoch */
     rc = tool_fail(

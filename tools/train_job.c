@@ -34,6 +34,64 @@ int train_job_init(train_job *j, const tool_devices *local, mlp_config *cfg) {
   return 0;
 }
 
+rf_status *train_job_start(const train_job *j, int64_t timeout_ms,
+                           rf_status *lead_st) {
+  if (j->ntasks < 2) return lead_st;
+  /* A max all-reduce of task 0's code (0: passed) over cpu:0 of every task:
+   * one session and one step, before the trainer's session. */
+  enum { MAX_TASKS = 64 };
+  if (j->ntasks > MAX_TASKS) return lead_st; /* more replicas are refused */
+  rf_graph *g = rf_graph_new();
+  rf_output in[MAX_TASKS], out[MAX_TASKS];
+  rf_status *st = NULL;
+  for (int t = 0; t < j->ntasks && !st; t++) {
+    char dev[48];
+    snprintf(dev, sizeof dev, "/task:%d/cpu:0", t);
+    st = rf_graph_push_device(g, dev);
+    if (st) break;
+    in[t] = rf_placeholder(g, NULL, RF_INT32, rf_shape_of(1, 1));
+    rf_graph_pop_device(g);
+  }
+  if (!st) {
+    rf_all_reduce_n(g, "ringflow_train_start", in, j->ntasks, RF_REDUCE_MAX,
+                    out);
+    st = rf_graph_status(g);
+  }
+  rf_session *s = NULL;
+  rf_tensor *x = NULL, *y = NULL;
+  if (!st) {
+    rf_session_options o;
+    rf_session_options_init(&o);
+    o.num_cpu_devices = 1;
+    o.num_gpu_devices = 0;
+    o.collective_timeout_ms = timeout_ms;
+    st = rf_session_new(g, &o, &s);
+  }
+  rf_shape shape = rf_shape_of(1, 1);
+  if (!st) st = rf_tensor_new(RF_INT32, &shape, NULL, &x);
+  if (!st) {
+    *(int32_t *)rf_tensor_mutable_data(x) =
+        lead_st ? (int32_t)rf_status_code(lead_st) : 0;
+    rf_feed feed = {in[j->task], x};
+    st = rf_session_run(s, &feed, 1, &out[j->task], 1, NULL, 0, &y);
+  }
+  int32_t code = y ? *(const int32_t *)rf_tensor_data(y) : 0;
+  if (y) rf_tensor_release(y);
+  if (x) rf_tensor_release(x);
+  if (s) rf_session_free(s);
+  rf_graph_free(g);
+  if (lead_st) { /* task 0: its own error comes first */
+    rf_status_free(st);
+    return lead_st;
+  }
+  if (!st && code)
+    st = rf_status_new((rf_code)code,
+                       "task 0 refused its start-up (%s; task 0's message "
+                       "says why): this task stops too",
+                       rf_code_name((rf_code)code));
+  return st;
+}
+
 /* FNV-1a over the tensors' bytes, cut to 48 bits. */
 static double hash48(rf_tensor **t, int n) {
   uint64_t h = 1469598103934665603ULL;

@@ -37,6 +37,17 @@ typedef struct trainer {
  * local). 0, or the command's exit code (reported). */
 int train_job_init(train_job *j, const tool_devices *local, mlp_config *cfg);
 
+/* Task 0's start-up checks (the --save and --trace paths), shared:
+ * collectively, every task learns whether task 0 refused its start-up, so
+ * that the others fail at once instead of waiting for task 0 in their
+ * first session until the collective timeout. lead_st: task 0's result
+ * (NULL: passed; the other tasks pass NULL; taken). timeout_ms: the
+ * collective timeout. Returns lead_st on task 0, on the others an error
+ * saying that task 0 refused (its code; task 0 prints why); or the
+ * exchange's own error. A job of one task returns lead_st at once. */
+rf_status *train_job_start(const train_job *j, int64_t timeout_ms,
+                           rf_status *lead_st);
+
 /* After an epoch, collectively: *right (test rows right here) becomes the
  * job's count, *spread (the largest difference among this process's
  * replicas) the job's, 0 when every replica holds the same bytes. params:

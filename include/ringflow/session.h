@@ -70,7 +70,10 @@ typedef struct rf_session_options {
    * task of an MPI job (FAILED_PRECONDITION in builds without MPI). */
   int job;
   /* The job's processes: a pointer to an MPI_Comm (not owned; the session
-   * duplicates it); NULL: MPI_COMM_WORLD. Task k is rank k of it. */
+   * duplicates it); NULL: MPI_COMM_WORLD. Task k is rank k of it. It must
+   * stay valid until every process has come to every session made on it:
+   * a session that timed out waiting for a late process still duplicates
+   * it in the background when that process comes, in its turn. */
   const void *mpi_comm;
   /* GPU devices: whether a run waits for its steps' GPU work before it
    * returns (TensorFlow's sync_on_finish). 1 (default): it does; an error

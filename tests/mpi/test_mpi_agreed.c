@@ -14,7 +14,9 @@
  *    every process fails naming the shape, both values and the task, at
  *    once, and the next steps work (and are steady again);
  *  - one task skips a late step: the others fail within the timeout naming
- *    it and its devices, and the next step works;
+ *    it and its devices, and the next step works; when it goes on at once
+ *    (its next step's collectives meet the others' skipped ones), the next
+ *    steps work or blame it, never a task that came;
  *  - steady-state steps run on the thread that completed the local group
  *    (the direct path, counted), and one task arriving late makes the
  *    others hand their ops to the communication thread, with the same
@@ -308,6 +310,60 @@ static void test_task_skipping_a_late_step_is_named(void **state) {
   rf_graph_free(m.g);
 }
 
+/* The same, but the task that skips goes on at once (as a program would):
+ * its next step's collectives meet the others' skipped ones. Every
+ * failure must blame the task that skipped, never a task that came (the
+ * others are held up in the skipped step, waiting for it), and the steps
+ * after work. */
+static void test_task_skipping_and_going_on_is_blamed(void **state) {
+  job_graph m;
+  build(&m);
+  const int64_t timeout = 2000;
+  rf_session *s = mt_session(m.g, 2, timeout);
+  for (int k = 0; k < 3; k++) assert_ok(step(&m, s, k, 8));
+  int skip = NT - 1;
+  char skipper[64];
+  snprintf(skipper, sizeof skipper, "task %d", skip);
+  if (T == skip) { /* a step of its own, without the collectives */
+    rf_tensor *a, *out;
+    rf_shape sh = rf_shape_of(1, 4);
+    assert_ok(rf_tensor_new(RF_FLOAT64, &sh, NULL, &a));
+    memset(rf_tensor_mutable_data(a), 0, rf_tensor_nbytes(a));
+    rf_feed feed = {m.x[2 * T], a};
+    assert_ok(rf_session_run(s, &feed, 1, &m.x[2 * T], 1, NULL, 0, &out));
+    rf_tensor_release(out);
+    rf_tensor_release(a);
+  } else {
+    rf_status *st = step(&m, s, 3, 8);
+    char want[128];
+    snprintf(want, sizeof want, "waiting for task %d (/task:%d/cpu:0", skip,
+             skip);
+    assert_status(st, RF_DEADLINE_EXCEEDED, want);
+  }
+  /* The next step: it may work or fail; a failure names the task that
+   * skipped and no other task as missing. */
+  for (int k = 4; k < 6; k++) {
+    rf_status *st = step(&m, s, k, 8);
+    if (getenv("RF_TEST_VERBOSE"))
+      fprintf(stderr, "task %d step %d: %s\n", T, k,
+              st ? rf_status_message(st) : "ok");
+    if (st) {
+      const char *msg = rf_status_message(st);
+      assert_contains(msg, skipper);
+      for (int t = 0; t < NT; t++) {
+        char wrong[64];
+        snprintf(wrong, sizeof wrong, "waiting for task %d (", t);
+        if (t != skip && strstr(msg, wrong))
+          fail_msg("task %d step %d blames task %d: %s", T, k, t, msg);
+      }
+      rf_status_free(st);
+    }
+  }
+  for (int k = 6; k < 8; k++) assert_ok(step(&m, s, k, 8)); /* all again */
+  rf_session_free(s);
+  rf_graph_free(m.g);
+}
+
 static void test_steady_state_runs_direct(void **state) {
   if (!once) {
     skip(); /* no agreed collectives: nothing runs on the direct path */
@@ -443,6 +499,7 @@ int main(void) {
       cmocka_unit_test(test_shape_changing_every_step),
       cmocka_unit_test(test_late_change_in_one_task_is_named),
       cmocka_unit_test(test_task_skipping_a_late_step_is_named),
+      cmocka_unit_test(test_task_skipping_and_going_on_is_blamed),
       cmocka_unit_test(test_steady_state_runs_direct),
       cmocka_unit_test(test_late_task_hands_back),
       cmocka_unit_test(test_data_go_with_the_check),

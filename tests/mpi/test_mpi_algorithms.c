@@ -490,8 +490,96 @@ static void test_bad_direct_max_is_an_error(void **state) {
   bad_env_is_an_error(want);
 }
 
+/* RF_TEST_BAD_ENV names a tuning variable that the test's environment
+ * sets to a bad value (test_mpi_algorithms_bad_<var>: "abc", "-1", "1x",
+ * ""; RF_TEST_BAD_ENV_LONG: 5000 bytes, set here, which the message quotes
+ * capped as every user string, RF_STATUS_QUOTE_MAX bytes and the length):
+ * the first collective fails in every process, naming the variable and the
+ * value (these were ignored before). */
+static void test_bad_tuning_variable_is_an_error(void **state) {
+  const char *var = getenv("RF_TEST_BAD_ENV");
+  const char *val = getenv(var);
+  assert_non_null(val);
+  char want[512];
+  if (strlen(val) > RF_STATUS_QUOTE_MAX)
+    snprintf(want, sizeof want, "%s is '%.*s... (%zu bytes)'; expected", var,
+             RF_STATUS_QUOTE_MAX, val, strlen(val));
+  else
+    snprintf(want, sizeof want, "%s is '%s'; expected", var, val);
+  bad_env_is_an_error(want);
+}
+
+/* RF_TEST_ALGO_MISMATCH (test_mpi_algorithms_mismatch_np2/np4): the last
+ * task alone sets RF_MPI_ALGORITHM=ring, before its first collective (the
+ * library reads it then). A 1 MiB all-reduce is libnbc's ring in the other
+ * processes and ringflow's ring in the last: on one communicator that
+ * crashed inside OpenMPI or hung and blamed the wrong task. Now task 0
+ * finds the difference in the READYs: every process fails each step at once,
+ * naming RF_MPI_ALGORITHM, both values and the tasks. */
+static void test_algorithm_mismatch_is_named(void **state) {
+  enum { ROWS = 512, COLS = 512 }; /* 1 MiB of float32 */
+  rf_graph *g = rf_graph_new();
+  rf_output xs[64], ys[64];
+  for (int t = 0; t < NT; t++) {
+    char dev[MT_DEVICE_LEN];
+    mt_device(t, 0, dev, sizeof dev);
+    assert_ok(rf_graph_push_device(g, dev));
+    xs[t] = rf_placeholder(g, NULL, RF_FLOAT32, rf_shape_of(2, ROWS, COLS));
+    rf_graph_pop_device(g);
+  }
+  rf_all_reduce_n(g, "ar", xs, NT, RF_REDUCE_SUM, ys);
+  assert_graph_ok(g);
+  rf_session *s = mt_session(g, 1, 20000);
+  rf_shape shape = rf_shape_of(2, ROWS, COLS);
+  rf_tensor *x = NULL;
+  assert_ok(rf_tensor_new(RF_FLOAT32, &shape, NULL, &x));
+  memset(rf_tensor_mutable_data(x), 0, rf_tensor_nbytes(x));
+  rf_feed feed = {xs[T], x};
+  char last[64];
+  snprintf(last, sizeof last, "ring on /task:%d/cpu:0", NT - 1);
+  for (int step = 0; step < 3; step++) {
+    rf_tensor *out = NULL;
+    double t0 = rf_test_now_ms();
+    rf_status *st = rf_session_run(s, &feed, 1, &ys[T], 1, NULL, 0, &out);
+    double ms = rf_test_now_ms() - t0;
+    assert_non_null(st);
+    const char *m = rf_status_message(st);
+    if (rf_status_code(st) != RF_INVALID_ARGUMENT ||
+        !strstr(m, "participants disagree on RF_MPI_ALGORITHM: ") ||
+        !strstr(m, last) || !strstr(m, "auto on /task:"))
+      fail_msg("task %d step %d: %s", T, step, m);
+    assert_true(ms < 10000); /* at once, not at the 20 s timeout */
+    rf_status_free(st);
+    if (out) rf_tensor_release(out);
+  }
+  rf_tensor_release(x);
+  rf_session_free(s);
+  rf_graph_free(g);
+}
+
 int main(void) {
+  /* the environment first: the library reads it at the first collective */
+  if (getenv("RF_TEST_ALGO_MISMATCH")) {
+    const char *r = getenv("OMPI_COMM_WORLD_RANK");
+    const char *n = getenv("OMPI_COMM_WORLD_SIZE");
+    if (r && n && atoi(r) == atoi(n) - 1) setenv("RF_MPI_ALGORITHM", "ring", 1);
+  }
+  if (getenv("RF_TEST_BAD_ENV_LONG") && getenv("RF_TEST_BAD_ENV")) {
+    static char longv[5001];
+    memset(longv, 'y', 5000);
+    setenv(getenv("RF_TEST_BAD_ENV"), longv, 1);
+  }
   if (mt_init()) return 0;
+  if (getenv("RF_TEST_ALGO_MISMATCH")) {
+    const struct CMUnitTest t[] = {
+        cmocka_unit_test(test_algorithm_mismatch_is_named)};
+    return cmocka_run_group_tests(t, NULL, NULL);
+  }
+  if (getenv("RF_TEST_BAD_ENV")) {
+    const struct CMUnitTest t[] = {
+        cmocka_unit_test(test_bad_tuning_variable_is_an_error)};
+    return cmocka_run_group_tests(t, NULL, NULL);
+  }
   const char *e = getenv("RF_MPI_ALGORITHM");
   if (e && strcmp(e, "bad") == 0) {
     const struct CMUnitTest bad[] = {

@@ -12,11 +12,12 @@
  *  - a kernel fails on task 1 before its collective: the others fail at
  *    once (not at the timeout) with task 1's error;
  *  - a task comes late to a session: every process's rf_session_new fails
- *    (the late one's naming task 0, which gave up), and the next session
- *    works;
+ *    (the late one's naming task 0, which gave up), twice (the others'
+ *    second one gave up waiting behind the first), and the next session
+ *    works in every process (sessions stay paired);
  *  - last, a task leaves (frees its session and exits; task NT-1, or the one
  *    in RF_TEST_EXIT_TASK: 0 is the coordinator): the others fail within the
- *    timeout, naming the task. */
+ *    timeout, naming the task, and so does their next step. */
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -255,7 +256,9 @@ static void test_kernel_fails_on_one_task(void **state) {
  * every process"), and so does their next one, which waits for the late
  * task to come to the first ("came to an earlier session"); their engines
  * finish the given-up set-up in the background, so the late one's fails
- * at once, naming task 0, which gave up ("task 0 gave up"), and MPI stays
+ * at once, naming task 0, which gave up ("task 0 gave up"), and so does its
+ * second (the others' second, given up before its duplicates were issued,
+ * issues them in its turn and gives up in the exchange), and MPI stays
  * matched: the next session, with a
  * timeout that covers the wait, works everywhere. (Before session 16 MPI
  * wrote the late duplicates into the freed sessions, no later session
@@ -286,13 +289,20 @@ static void test_late_session(void **state) {
                   "ms (every process must make the same sessions in the same "
                   "order)");
   assert_true(now_ms() - t0 < 10000);
-  if (T != late) { /* waits behind the first for its own 0.5 s */
+  /* The second session: the others wait behind the first for their own
+   * 0.5 s and give up; it still takes its round once the late task comes
+   * (before, it did not, and the late task's second session met the
+   * others' third: every later session was paired off by one). */
+  if (T != late)
     assert_status(rf_session_new(m.g, &o, &s), RF_DEADLINE_EXCEEDED,
                   "not every process of the job came to an earlier session "
                   "that this process gave up on, within this session's 500 "
                   "ms");
-    assert_null(s);
-  }
+  else
+    assert_status(rf_session_new(m.g, &o, &s), RF_DEADLINE_EXCEEDED,
+                  "task 0 gave up on this session before this process made "
+                  "it");
+  assert_null(s);
   s = mt_session(m.g, 2, 20000); /* all of them now */
   assert_ok(step(&m, s, RF_FLOAT32, 4, 4));
   rf_session_free(s);
@@ -317,9 +327,29 @@ static void test_task_exits(void **state) {
     if (gone) assert_contains(rf_status_message(st), "waiting for task");
     assert_status(st, RF_DEADLINE_EXCEEDED, want);
     assert_true(now_ms() - t0 < 15000);
+    /* A later step fails too (the agreed collective's check of the step
+     * before never finishes), and names the task that left as the first
+     * failure did, not only "an earlier step's collective of that name
+     * has not finished". */
+    for (int k = 0; k < 1; k++) {
+      t0 = now_ms();
+      st = step(&m, s, RF_FLOAT32, 4, 4);
+      assert_non_null(st);
+      if (!strstr(rf_status_message(st), want))
+        fail_msg("task %d, step %d after: '%s' is not in: %s", T, k + 1, want,
+                 rf_status_message(st));
+      rf_status_free(st);
+      assert_true(now_ms() - t0 < 15000);
+    }
   }
   rf_session_free(s); /* the leaving task goes on to exit */
   rf_graph_free(m.g);
+  if (T == gone) { /* ... once the others are near their exit (the engine
+                    * finalises MPI only if every process exits within 3 s
+                    * of the first, once a peer may be dead) */
+    struct timespec ts = {4, 0};
+    nanosleep(&ts, NULL);
+  }
 }
 
 int main(void) {

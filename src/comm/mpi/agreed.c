@@ -130,8 +130,8 @@ int64_t rf__mpi_agreed_with_check(void) { return atomic_load(&with_check); }
 bool rf__mpi_agree_once(void) {
   static int on = -1;
   if (on < 0) {
-    const char *env = getenv("RF_MPI_AGREE_ONCE");
-    on = !(env && strcmp(env, "0") == 0);
+    on = rf__mpi_env_flag("RF_MPI_AGREE_ONCE") != 0; /* bad: on, and an
+                                                          error (algorithm.c) */
   }
   return on;
 }
@@ -143,8 +143,8 @@ static uint64_t fnv(uint64_t x, const void *p, size_t n) {
 
 /* The fields every task must agree on (coordinator.c's agree()). */
 static int64_t digest(const rf__mpi_msg *d, const char *devices) {
-  int32_t f[5] = {d->kind, d->dtype, d->reduction, d->device_type,
-                  d->num_devices};
+  int32_t f[6] = {d->kind,        d->dtype,       d->reduction,
+                  d->device_type, d->num_devices, d->algo_setting};
   uint64_t x = fnv(14695981039346656037ULL, f, sizeof f);
   x = fnv(x, devices, strlen(devices));
   if (d->has_input) {
@@ -159,7 +159,8 @@ static bool same(const rf__mpi_msg *a, const rf__mpi_msg *b) {
       a->reduction != b->reduction || a->device_type != b->device_type ||
       a->num_devices != b->num_devices || a->local_count != b->local_count ||
       a->local_roots != b->local_roots || a->local_root != b->local_root ||
-      a->has_input != b->has_input || a->rank != b->rank)
+      a->has_input != b->has_input || a->rank != b->rank ||
+      a->algo_setting != b->algo_setting)
     return false;
   for (int i = 0; i < a->rank && i < RF_MAX_RANK; i++)
     if (a->dims[i] != b->dims[i]) return false;
@@ -670,6 +671,35 @@ static bool spec_issue(rf__mpi_agreed *a, rf__mpi_op *op, int64_t now) {
   return true;
 }
 
+/* Why op, queued behind the head, could not start: the head's check did
+ * not finish. When the head was probed and reported (check_late), the
+ * tasks it named (missing, dead or stopped) are named again, as the first
+ * failure named them: after a process died every later step waits here. */
+static rf_status *late_queued_error(const rf__mpi_agreed *a,
+                                    const rf__mpi_op *op) {
+  int64_t ms = op->timeout_ms + rf__mpi_member_grace_ms();
+  const rf__mpi_op *first = a->head;
+  bool named = !atomic_load(&a->taken) && first && first != op &&
+               first->state == RF_OP_CHECK && first->probe_ns &&
+               first->answered && !first->deadline_ns;
+  char *head = rf__format(
+      "collective '%s' (job step %lld): could not start within %lld ms: an "
+      "earlier step's collective of that name has not finished",
+      op->name, (long long)op->job_step, (long long)ms);
+  if (!named || !head) {
+    rf_status *st =
+        head ? rf__status_text(RF_DEADLINE_EXCEEDED, head) : rf__oom();
+    rf__free(head);
+    return st;
+  }
+  /* the head's own message, carried whole (its name capped in it) */
+  char why[RF_MPI_TEXT_MAX], msg[RF_MPI_TEXT_MAX + 512];
+  rf__mpi_agreed_late_text(first, why, sizeof why);
+  snprintf(msg, sizeof msg, "%s: %s", head, why);
+  rf__free(head);
+  return rf__status_text(RF_DEADLINE_EXCEEDED, msg);
+}
+
 /* Ops waiting behind the head (or behind a verdict): bounded like the GO
  * queue, reported once and kept in order. */
 static void late_queued(rf__job *j, rf__mpi_agreed *a, int64_t now,
@@ -682,15 +712,7 @@ static void late_queued(rf__job *j, rf__mpi_agreed *a, int64_t now,
         op->arrived_ns + (op->timeout_ms + rf__mpi_member_grace_ms()) * 1000000;
     if (now >= limit && !atomic_load(&op->reported))
       rf__mpi_member_report(
-          op, rf__log_status(
-                  RF_LOG_WARN, NULL,
-                  rf__error(RF_DEADLINE_EXCEEDED,
-                            "collective '%s' (job step %lld): could not start "
-                            "within %lld ms: an earlier step's collective of "
-                            "that name has not finished",
-                            op->name, (long long)op->job_step,
-                            (long long)(op->timeout_ms +
-                                        rf__mpi_member_grace_ms()))));
+          op, rf__log_status(RF_LOG_WARN, NULL, late_queued_error(a, op)));
   }
 }
 
@@ -964,8 +986,7 @@ int64_t rf__mpi_direct_handed_back(void) { return atomic_load(&direct_back); }
 static bool direct_enabled(void) {
   int on = atomic_load(&direct_env);
   if (on < 0) {
-    const char *env = getenv("RF_MPI_DIRECT");
-    on = !(env && strcmp(env, "0") == 0);
+    on = rf__mpi_env_flag("RF_MPI_DIRECT") != 0; /* bad: on, and an error */
     atomic_store(&direct_env, on);
   }
   return on && rf__mpi_thread_multiple() && rf__mpi_agree_once();

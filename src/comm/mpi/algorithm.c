@@ -14,6 +14,7 @@
  * algorithm for every kind: auto (the default: the table below), nbc,
  * blocking or ring; the data thread's two need MPI_THREAD_MULTIPLE and CPU
  * buffers, and fall back to nbc without them. */
+#include <limits.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -121,19 +122,78 @@ int rf__mpi_algorithm_bounds(rf__collective_kind kind, int procs,
   return k;
 }
 
+/* ---- the tuning variables ---- */
+
+int rf__mpi_env_flag(const char *var) {
+  const char *e = getenv(var);
+  if (!e) return 1;
+  if (strcmp(e, "0") == 0) return 0;
+  if (strcmp(e, "1") == 0) return 1;
+  return -2;
+}
+
+int rf__mpi_env_count(const char *var) {
+  const char *e = getenv(var);
+  if (!e) return -1;
+  if (!*e) return -2;
+  long long v = 0;
+  for (const char *c = e; *c; c++) { /* digits only: no sign, no space */
+    if (*c < '0' || *c > '9') return -2;
+    v = v * 10 + (*c - '0');
+    if (v > INT_MAX) return -2;
+  }
+  return v >= 1 ? (int)v : -2;
+}
+
+/* Which of the flags and counts is bad: -1 not looked at yet, 0 none,
+ * else 1 + its index in env_vars (the first bad one is named). The first
+ * two are looked at on every call: tests override them
+ * (rf__mpi_algorithm_force, rf__mpi_direct_max_force). */
+static atomic_int env_bad = -1;
+
+static const struct {
+  const char *var, *expected;
+} env_vars[] = {
+    {"RF_MPI_ALGORITHM", "auto, nbc, blocking or ring"},
+    {"RF_MPI_DIRECT_MAX_BYTES", "a decimal number of bytes (0 or more)"},
+    {"RF_MPI_DIRECT", "0 or 1"},
+    {"RF_MPI_AGREE_ONCE", "0 or 1"},
+    {"RF_MPI_BACKOFF", "0 or 1"},
+    {"RF_MPI_YIELD_EVERY", "a decimal number from 1 to 2147483647"},
+};
+
+static int first_bad_flag(void) {
+  for (int i = 2; i < 5; i++)
+    if (rf__mpi_env_flag(env_vars[i].var) == -2) return i + 1;
+  if (rf__mpi_env_count("RF_MPI_YIELD_EVERY") == -2) return 6;
+  return 0;
+}
+
+rf_status *rf__mpi_env_error(const char *name) {
+  int bad = read_forced() == -2                ? 1
+            : rf__mpi_direct_max_bytes() == -2 ? 2
+                                               : atomic_load(&env_bad);
+  if (bad < 0) {
+    bad = first_bad_flag();
+    atomic_store(&env_bad, bad);
+  }
+  if (!bad) return NULL;
+  /* the value quoted through %s: capped as every user string is */
+  return rf__error(RF_INVALID_ARGUMENT,
+                   "collective '%s': %s is '%s'; expected %s", name,
+                   env_vars[bad - 1].var, getenv(env_vars[bad - 1].var),
+                   env_vars[bad - 1].expected);
+}
+
+int rf__mpi_algorithm_setting(void) {
+  int f = read_forced();
+  return f < 0 ? RF_MPI_AUTO : f;
+}
+
 rf_status *rf__mpi_algorithm_choose(const rf__mpi_op *op,
                                     rf__mpi_algorithm *out) {
+  RF_CHECK(rf__mpi_env_error(op->name));
   int f = read_forced();
-  if (f == -2)
-    return rf__error(RF_INVALID_ARGUMENT,
-                     "collective '%s': RF_MPI_ALGORITHM is '%s'; expected "
-                     "auto, nbc, blocking or ring",
-                     op->name, getenv("RF_MPI_ALGORITHM"));
-  if (rf__mpi_direct_max_bytes() == -2)
-    return rf__error(RF_INVALID_ARGUMENT,
-                     "collective '%s': RF_MPI_DIRECT_MAX_BYTES is '%s'; "
-                     "expected a decimal number of bytes (0 or more)",
-                     op->name, getenv("RF_MPI_DIRECT_MAX_BYTES"));
   rf__mpi_algorithm a =
       f == RF_MPI_AUTO ? rf__mpi_algorithm_pick(op->g.kind, op->nset,
                                                 rf__mpi_algorithm_bytes(op))

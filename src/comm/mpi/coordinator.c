@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "comm/mpi/engine.h"
+#include "comm/mpi/op.h"
 #include "core/log.h"
 #include "core/format.h"
 #include "core/mem.h"
@@ -42,6 +43,11 @@ struct rf__mpi_centry {
    * reached the collective). */
   int64_t probe_ns;
   unsigned char *answered;
+  /* When its first READY came; whether its deadline was moved once
+   * because a missing task is held up in the previous job step's entry of
+   * the same collective (held_up). */
+  int64_t start_ns;
+  bool extended;
   UT_hash_handle hh;
 };
 
@@ -213,6 +219,7 @@ static rf__mpi_centry *entry_new(rf__job *j, const char *key, const char *name,
   }
   e->job_step = job_step;
   e->timeout_ms = timeout_ms > 0 ? timeout_ms : 300000;
+  e->start_ns = now;
   e->deadline_ns = now + e->timeout_ms * 1000000;
   /* A step that already failed on a task of the group. */
   for (rf__mpi_fstep *f = j->failed; f; f = f->next)
@@ -306,6 +313,13 @@ static bool agree(rf__job *j, rf__mpi_centry *e, int64_t now, int a, int b,
       return disagree(j, e, now, a, b, "shape", sa, sb);
     }
   }
+  /* Every process must pick the same algorithm (algorithm.c): the table
+   * goes by what was checked above, RF_MPI_ALGORITHM by the environment
+   * of each process. */
+  if (x->algo_setting != y->algo_setting)
+    return disagree(j, e, now, a, b, "RF_MPI_ALGORITHM",
+                    rf__mpi_algorithm_name(x->algo_setting),
+                    rf__mpi_algorithm_name(y->algo_setting));
   return true;
 }
 
@@ -505,19 +519,88 @@ static void probe_text(rf__job *j, rf__mpi_centry *e, char *buf, size_t len) {
     snprintf(buf, len, " (%s%s%s)", a, a[0] && b[0] ? "; " : "", b);
 }
 
+/* The entry of e's collective at the job step before e's, while task 0
+ * still holds it (pending, or failed and not yet forgotten). */
+static rf__mpi_centry *previous_step(rf__job *j, const rf__mpi_centry *e) {
+  if (e->job_step <= 0) return NULL;
+  char buf[256];
+  char *key = rf__mpi_key(e->name, e->job_step - 1, buf, sizeof buf);
+  rf__mpi_centry *p = NULL;
+  if (key) HASH_FIND_STR(j->centries, key, p);
+  rf__mpi_key_free(key, buf);
+  return p && p->n ? p : NULL;
+}
+
+/* A task missing from e that has come to p (the same collective's
+ * previous job step), held up there; -1 when none. */
+static int held_up(const rf__mpi_centry *e, const rf__mpi_centry *p) {
+  for (int i = 0; i < e->n; i++) {
+    if (e->descs[i].type) continue;
+    int k = index_of(p, e->tasks[i]);
+    if (k >= 0 && p->descs[k].type) return e->tasks[i];
+  }
+  return -1;
+}
+
+/* When a task missing from e is held up in p (the previous job step of
+ * the collective), the cause first: "job step 4 of this collective failed
+ * waiting for task 1 (...) (which skipped it or failed before it), and
+ * task 0 was held up there" - naming the task that skipped that step,
+ * not the one that came to it; "" otherwise. */
+static void held_text(const rf__mpi_centry *e, const rf__mpi_centry *p,
+                      char *buf, size_t len) {
+  buf[0] = '\0';
+  int t = p ? held_up(e, p) : -1;
+  if (t < 0) return;
+  char waits[2048];
+  list_tasks(p, false, waits, sizeof waits);
+  if (waits[0])
+    snprintf(buf, len,
+             "job step %lld of this collective %s %s (which skipped it or "
+             "failed before it), and task %d %s held up there",
+             (long long)p->job_step,
+             p->failed ? "failed waiting for" : "waits for", waits, t,
+             p->failed ? "was" : "is");
+  else
+    snprintf(buf, len,
+             "job step %lld of this collective failed, and task %d was held "
+             "up there",
+             (long long)p->job_step, t);
+}
+
 bool rf__mpi_coord_poll(rf__job *j, int64_t now) {
   bool pending = false;
   rf__mpi_centry *e, *tmp;
   HASH_ITER(hh, j->centries, e, tmp) {
+    /* A task held up in this collective's previous step (a task skipped
+     * that step, or failed before it, and went on: its READY for this step
+     * came first) comes here once that step fails (at its own deadline and
+     * probe, about this one's): this step waits for it, as long as the
+     * members that came here wait for a verdict (their grace, less the
+     * probe and a margin), instead of failing and blaming it. */
+    if (!e->failed && e->n && now >= e->deadline_ns && !e->probe_ns &&
+        !e->extended) {
+      e->extended = true;
+      rf__mpi_centry *p = previous_step(j, e);
+      int64_t until = e->start_ns + (e->timeout_ms + rf__mpi_member_grace_ms() -
+                                     PROBE_MS - 200) *
+                                        1000000;
+      if (p && !p->failed && held_up(e, p) >= 0 && until > now) {
+        e->deadline_ns = until;
+        pending = true;
+        continue;
+      }
+    }
     if (!e->failed && e->n && now >= e->deadline_ns && !e->probe_ns &&
         probe(j, e, now))
       continue; /* pending */
     if (!e->failed && e->n && now >= e->deadline_ns &&
         (!e->probe_ns || now >= e->probe_ns)) {
-      char missing[2048], present[2048], why[2200] = "";
+      char missing[2048], present[2048], why[2200] = "", held[2300];
       list_tasks(e, false, missing, sizeof missing);
       list_tasks(e, true, present, sizeof present);
       probe_text(j, e, why, sizeof why);
+      held_text(e, previous_step(j, e), held, sizeof held);
       int absent = 0;
       for (int i = 0; i < e->n; i++)
         if (!e->descs[i].type) absent += e->counts[i];
@@ -530,11 +613,18 @@ bool rf__mpi_coord_poll(rf__job *j, int64_t now) {
           j->peers[t] = RF_PEER_LOST; /* not asked: may be dead */
       }
       rf__mpi_peer_suspect(j, now);
-      fail(j, e, now, RF_DEADLINE_EXCEEDED,
-           "collective '%s' (job step %lld): timed out after %lld ms "
-           "waiting for %s: %d of %d participants missing; arrived: %s%s",
-           e->shown, (long long)e->job_step, (long long)e->timeout_ms, missing,
-           absent, all, present[0] ? present : "none", why);
+      if (held[0])
+        fail(j, e, now, RF_DEADLINE_EXCEEDED,
+             "collective '%s' (job step %lld): timed out after %lld ms: %s: "
+             "%d of %d participants missing (%s); arrived: %s%s",
+             e->shown, (long long)e->job_step, (long long)e->timeout_ms, held,
+             absent, all, missing, present[0] ? present : "none", why);
+      else
+        fail(j, e, now, RF_DEADLINE_EXCEEDED,
+             "collective '%s' (job step %lld): timed out after %lld ms "
+             "waiting for %s: %d of %d participants missing; arrived: %s%s",
+             e->shown, (long long)e->job_step, (long long)e->timeout_ms,
+             missing, absent, all, present[0] ? present : "none", why);
     }
     if (e->failed && now >= e->forget_ns) {
       HASH_DEL(j->centries, e);

@@ -187,6 +187,7 @@ rf_status *rf__mpi_op_alloc(rf__mpi_op *op) {
   size_t esize = rf_dtype_size(g->dtype);
   op->wide = reduces(g->kind) && is_16(g->dtype);
   RF_CHECK(rf__mpi_algorithm_choose(op, &op->algo));
+  op->algo_setting = rf__mpi_algorithm_setting();
   op->blocking = op->algo != RF_MPI_NBC;
   rf_dtype work = op->wide ? RF_FLOAT32 : g->dtype;
   MPI_Datatype type;

@@ -270,12 +270,12 @@ static void sleep_for(int64_t ns) {
 int rf__mpi_yield_every(void) {
   static int every;
   if (every) return every;
-  const char *env = getenv("RF_MPI_YIELD_EVERY");
+  int env = rf__mpi_env_count("RF_MPI_YIELD_EVERY"); /* bad: the default */
   const char *local = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
   if (!local) local = getenv("MPI_LOCALNRANKS");
   long cores = rf__usable_cores();
   every = local && atol(local) >= cores ? 4 : 64;
-  if (env && atoi(env) > 0) every = atoi(env);
+  if (env > 0) every = env;
   return every;
 }
 
@@ -285,8 +285,7 @@ int rf__mpi_yield_every(void) {
 static bool backoff_enabled(void) {
   static int enabled = -1;
   if (enabled < 0) {
-    const char *env = getenv("RF_MPI_BACKOFF");
-    enabled = !(env && strcmp(env, "0") == 0);
+    enabled = rf__mpi_env_flag("RF_MPI_BACKOFF") != 0; /* bad: on */
   }
   return enabled;
 }
@@ -324,7 +323,7 @@ static void run_loop(void) {
     bool gave_up = false; /* attaches finishing in the background */
     progress += poll_attaching(&l, now);
     progress += poll_leaving(&l, now);
-    progress += rf__mpi_attach_poll_abandoned(&gave_up);
+    progress += rf__mpi_attach_poll_abandoned(true, &gave_up);
     for (rf__job *j = l.jobs; j; j = j->next) {
       progress += rf__mpi_job_poll(j, now, &busy, &waiting);
       if (j->busy_bytes > busy_bytes) busy_bytes = j->busy_bytes;
@@ -388,7 +387,7 @@ static bool all_at_exit(void) {
   bool pending = true, at_exit = false;
   for (int sleeps = 0;; sleeps++) {
     int done = 0;
-    rf__mpi_attach_poll_abandoned(&pending);
+    rf__mpi_attach_poll_abandoned(false, &pending);
     if (!at_exit) {
       if (MPI_Test(&req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) return false;
       if (done) {

@@ -82,6 +82,10 @@ typedef struct rf__mpi_msg {
   /* READY: whether this task can keep the collective agreed (agreed.c):
    * RF_AGREE_*; GO: the coordinator's decision, the same for every task. */
   int32_t agree;
+  /* READY: this task's RF_MPI_ALGORITHM (rf__mpi_algorithm; RF_MPI_AUTO
+   * unset), which every task must share: one process in MPI's call and
+   * another in ringflow's ring on one communicator crash or hang. */
+  int32_t algo_setting;
   int32_t name_len, devices_len, text_len;
 } rf__mpi_msg;
 
@@ -250,6 +254,21 @@ void rf__mpi_engine_nudge(void);
 /* How many polls between yields while spinning: 4 when the node runs at
  * least as many ranks as cores, else 64; RF_MPI_YIELD_EVERY overrides. */
 int rf__mpi_yield_every(void);
+/* The tuning variables (algorithm.c; docs/MULTIPROCESS.md, "Tuning
+ * variables"), each read once. rf__mpi_env_flag: RF_MPI_DIRECT,
+ * RF_MPI_AGREE_ONCE, RF_MPI_BACKOFF: 1 unset, 0 or 1 as set, -2 anything
+ * else ("", "yes", " 1"). rf__mpi_env_count: RF_MPI_YIELD_EVERY: -1 unset,
+ * the value for a decimal number from 1 to INT_MAX (digits only), -2
+ * anything else. Callers take their default for -2; rf__mpi_env_error
+ * turns it into the collective's error. */
+int rf__mpi_env_flag(const char *var);
+int rf__mpi_env_count(const char *var);
+/* INVALID_ARGUMENT naming the first of RF_MPI_ALGORITHM,
+ * RF_MPI_DIRECT_MAX_BYTES, RF_MPI_DIRECT, RF_MPI_AGREE_ONCE,
+ * RF_MPI_BACKOFF and RF_MPI_YIELD_EVERY that holds a bad value, and the
+ * value, for collective `name`; NULL when all are good (an atomic load
+ * after the first call). */
+rf_status *rf__mpi_env_error(const char *name);
 /* Whether MPI gives MPI_THREAD_MULTIPLE (after rf__mpi_engine_start). */
 bool rf__mpi_thread_multiple(void);
 /* A collective of j (NULL: a session's making) timed out waiting for other
@@ -272,9 +291,12 @@ void rf__mpi_job_detach(rf__job *j);
 /* Attaches this process gave up on (their timeout passed) finish in the
  * background, so that every process's MPI calls stay matched: a late
  * process's duplicates complete against them, and the exchange tells it
- * that this one gave up. Returns how many progressed; *pending says
- * whether any is left. Engine thread. */
-int rf__mpi_attach_poll_abandoned(bool *pending);
+ * that this one gave up. One given up on before it issued its duplicates
+ * (it waited behind an earlier one) issues them in its turn, unless
+ * `issue` is false (at exit: a process that went on differently must not
+ * leave this one in a new MPI call). Returns how many progressed;
+ * *pending says whether any has MPI calls outstanding. Engine thread. */
+int rf__mpi_attach_poll_abandoned(bool issue, bool *pending);
 /* Leaving: members send BYE and may go at once (true); task 0 may go once
  * every other task's BYE came or the session's timeout passed. */
 void rf__mpi_job_leave_start(rf__job *j);

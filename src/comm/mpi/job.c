@@ -192,15 +192,26 @@ typedef struct rf__mpi_attach {
 static rf__mpi_attach *abandoned;
 enum { GAVE_UP = -1 };
 
-/* Whether an abandoned attach's duplicates of parent are still pending:
- * MPI matches the rounds of nonblocking duplicates of one communicator in
- * the order they are issued, so a new attach's must wait for them (issued
- * before the late process issues its own, they would be matched against
- * its rounds of the old one). */
-static bool parent_busy(MPI_Comm parent) {
-  for (const rf__mpi_attach *a = abandoned; a; a = a->next)
-    if (a->stage == 1 && a->parent == parent) return true;
+/* Whether an abandoned attach's duplicates of parent are still pending,
+ * or not even issued (stage 0: it gave up while it waited for an earlier
+ * one, and issues them after it): MPI matches the rounds of nonblocking
+ * duplicates of one communicator in the order they are issued, so a new
+ * attach's must wait for them (issued before the late process issues its
+ * own, they would be matched against its rounds of the old one). Every
+ * session given up on thus still takes its round: a process later than
+ * several timeouts fails as many sessions as the others did, and the
+ * sessions after pair alike (else its second session met the others'
+ * third, and so on). `after`: only abandoned attaches older than it (later
+ * in the list); NULL: all. */
+static bool parent_busy_before(MPI_Comm parent, const rf__mpi_attach *after) {
+  for (const rf__mpi_attach *a = after ? after->next : abandoned; a;
+       a = a->next)
+    if (a->stage <= 1 && a->parent == parent) return true;
   return false;
+}
+
+static bool parent_busy(MPI_Comm parent) {
+  return parent_busy_before(parent, NULL);
 }
 
 static void attach_duplicate(rf__mpi_cmd *c, rf__mpi_attach *a) {
@@ -262,7 +273,9 @@ static void attach_settle(rf__job *j, rf__mpi_attach *a, bool failed) {
           !done)
         pending = true;
     }
-  if (failed && pending) {
+  /* Given up before its duplicates were issued (waiting for an earlier
+   * abandoned one): it still issues them in its turn (parent_busy). */
+  if (failed && (pending || (a->stage == 0 && a->parent != MPI_COMM_NULL))) {
     a->next = abandoned;
     abandoned = a;
     return;
@@ -348,7 +361,7 @@ static void abandoned_free(rf__mpi_attach *a) {
   rf__free(a);
 }
 
-int rf__mpi_attach_poll_abandoned(bool *pending) {
+int rf__mpi_attach_poll_abandoned(bool issue, bool *pending) {
   int progress = 0;
   for (rf__mpi_attach **p = &abandoned; *p;) {
     rf__mpi_attach *a = *p;
@@ -356,6 +369,20 @@ int rf__mpi_attach_poll_abandoned(bool *pending) {
     if (a->stage == 3) { /* testing it failed: kept, never tested again */
       p = &a->next;
       continue;
+    }
+    if (a->stage == 0) { /* its turn: after every older one's duplicates */
+      if (!issue || parent_busy_before(a->parent, a)) {
+        p = &a->next;
+        continue;
+      }
+      progress++;
+      a->stage = 1;
+      if (MPI_Comm_idup(a->parent, &a->ctl, &a->req[0]) != MPI_SUCCESS ||
+          MPI_Comm_idup(a->parent, &a->data, &a->req[1]) != MPI_SUCCESS) {
+        a->stage = 3; /* the late one waits out its own */
+        p = &a->next;
+        continue;
+      }
     }
     if (a->stage == 1) { /* the late process made its duplicates too */
       if (MPI_Testall(2, a->req, &done, MPI_STATUSES_IGNORE) != MPI_SUCCESS ||
@@ -394,7 +421,7 @@ int rf__mpi_attach_poll_abandoned(bool *pending) {
   }
   *pending = false;
   for (rf__mpi_attach *a = abandoned; a; a = a->next)
-    if (a->stage != 3) *pending = true;
+    if (a->stage == 1 || a->stage == 2) *pending = true; /* 0: none issued */
   return progress;
 }
 

@@ -279,7 +279,8 @@ void rf__mpi_member_describe(const rf__mpi_op *op, rf__mpi_msg *h) {
                      .has_input = op->has_input,
                      .rank = op->shape.rank,
                      .timeout_ms = op->timeout_ms,
-                     .agree = op->agree};
+                     .agree = op->agree,
+                     .algo_setting = op->algo_setting};
   for (int i = 0; i < op->shape.rank && i < RF_MAX_RANK; i++)
     h->dims[i] = op->shape.dims[i];
 }

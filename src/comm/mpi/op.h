@@ -66,6 +66,9 @@ struct rf__mpi_op {
    * blocking call, decided at allocation): async_done, then async_status. */
   bool blocking;          /* algo is BLOCKING or RING */
   rf__mpi_algorithm algo; /* decided at allocation (algorithm.c) */
+  /* RF_MPI_ALGORITHM (or the tests' override) when algo was decided:
+   * READY carries it and task 0 checks that every task has the same */
+  int algo_setting;
   atomic_int async_done;
   rf_status *async_status;
   rf__mpi_set *set; /* the set it was issued on */
@@ -212,8 +215,8 @@ rf_status *rf__mpi_op_issue_standin(const rf__mpi_op *op, const rf__mpi_msg *d,
                                     const rf_shape *root_shape, MPI_Comm comm,
                                     void **buf, MPI_Request *req);
 /* The algorithm of op (algorithm.c: by kind and size, or RF_MPI_ALGORITHM),
- * decided once when its buffers are allocated; INVALID_ARGUMENT for an
- * unknown RF_MPI_ALGORITHM. */
+ * decided once when its buffers are allocated; INVALID_ARGUMENT when a
+ * tuning variable holds a bad value (rf__mpi_env_error). */
 rf_status *rf__mpi_algorithm_choose(const rf__mpi_op *op,
                                     rf__mpi_algorithm *out);
 /* The table: the algorithm of a kind across `procs` processes at `bytes`
@@ -227,6 +230,9 @@ int rf__mpi_algorithm_bounds(rf__collective_kind kind, int procs,
 /* The size the choice goes by: the whole vector in bytes. */
 int64_t rf__mpi_algorithm_bytes(const rf__mpi_op *op);
 const char *rf__mpi_algorithm_name(rf__mpi_algorithm a);
+/* RF_MPI_ALGORITHM as this process has it (RF_MPI_AUTO when unset or
+ * bad), or the tests' override. */
+int rf__mpi_algorithm_setting(void);
 /* Forces a (RF_MPI_AUTO: the table) from now on, over RF_MPI_ALGORITHM;
  * collectives allocated later take it (tests). */
 void rf__mpi_algorithm_force(rf__mpi_algorithm a);
