@@ -654,6 +654,19 @@ static void get_checks_names_shapes_values(void **state) {
   assert_status(rf_checkpoint_get(c, "good", RF_FLOAT32, &unknown, 0, &out),
                 RF_INVALID_ARGUMENT,
                 "'good' is float32 [2,3]; expected float32 of unknown rank");
+  /* A shape filled in by hand with a rank past RF_MAX_RANK: refused, and
+   * its message reads no dim past the struct's (it printed what followed
+   * it on the stack). */
+  rf_shape wild;
+  memset(&wild, 0, sizeof wild);
+  wild.rank = 100;
+  assert_status(rf_checkpoint_get(c, "good", RF_FLOAT32, &wild, 0, &out),
+                RF_INVALID_ARGUMENT,
+                "'good' is float32 [2,3]; expected float32 of rank 100 "
+                "(ranks are 0..8)");
+  wild.rank = -7;
+  assert_status(rf_checkpoint_get(c, "good", RF_FLOAT32, &wild, 0, &out),
+                RF_INVALID_ARGUMENT, "expected float32 of rank -7");
   rf_shape other = rf_shape_of(1, 6);
   assert_status(rf_checkpoint_get(c, "good", RF_FLOAT32, &other, 0, &out),
                 RF_INVALID_ARGUMENT,
@@ -704,6 +717,19 @@ static void argument_errors(void **state) {
   assert_null(rf_checkpoint_tensor(c, -1));
   assert_status(rf_checkpoint_save(c, NULL), RF_INVALID_ARGUMENT, NULL);
   assert_status(rf_checkpoint_load(NULL, &c), RF_INVALID_ARGUMENT, NULL);
+  /* A header no reader would take (past RF_CHECKPOINT_HEADER_MAX): refused
+   * before the file is touched. */
+  char *huge = malloc((size_t)RF_CHECKPOINT_HEADER_MAX + 1);
+  assert_non_null(huge);
+  memset(huge, 'x', RF_CHECKPOINT_HEADER_MAX);
+  huge[RF_CHECKPOINT_HEADER_MAX] = '\0';
+  assert_ok(rf_checkpoint_set_metadata(c, "big", huge));
+  free(huge);
+  const char *p = path_in("huge_header");
+  unlink(p);
+  assert_status(rf_checkpoint_save(c, p), RF_INVALID_ARGUMENT,
+                "readers take at most 100000000");
+  assert_int_equal(access(p, F_OK), -1);
   rf_checkpoint_free(c);
   rf_checkpoint_free(NULL);
 }

@@ -230,6 +230,14 @@ static void test_gpu_memory(void **state) {
                 RF_INVALID_ARGUMENT,
                 "fed a float32 device tensor, expected float32 in host memory");
   assert_null(out);
+  /* The message names the caller's node, not the step's internal _Arg
+   * ("node '_arg/x_0' (_Arg)"), on the first run and a repeated one. */
+  for (int i = 0; i < 2; i++)
+    assert_status(rf_session_run(sess, &feed, 1, &y, 1, NULL, 0, &out),
+                  RF_INVALID_ARGUMENT,
+                  "feed for node 'x' (Placeholder) output 0: fed a float32 "
+                  "device tensor, expected float32 in host memory");
+  assert_null(out);
   rf_session_free(sess);
   rf_graph_free(g);
   assert_int_equal(r.calls, 0);

@@ -279,10 +279,21 @@ static void test_gpu_sync_option_on_cpu(void **state) {
   rf_session_options o;
   rf_session_options_init(&o);
   assert_int_equal(o.gpu_sync_on_finish, 1);
-  o.gpu_sync_on_finish = 0;
   o.num_cpu_devices = 2;
   rf_graph *g = rf_graph_new();
   rf_output c = rt_const_node(g, "c", "cpu:1", 2, rf_shape_of(1, (int64_t)3));
+  /* a switch, as allow_tf32 and gpu_graphs: 2 was taken as on */
+  const int not_switch[] = {2, -1, INT_MAX};
+  for (int i = 0; i < 3; i++) {
+    rf_session *none = NULL;
+    o.gpu_sync_on_finish = not_switch[i];
+    char want[80];
+    snprintf(want, sizeof want, "gpu_sync_on_finish must be 0 or 1, got %d",
+             not_switch[i]);
+    assert_status(rf_session_new(g, &o, &none), RF_INVALID_ARGUMENT, want);
+    assert_null(none);
+  }
+  o.gpu_sync_on_finish = 0;
   rf_output ok =
       check_node(g, "ok", rt_unary_node(g, "TestAddOne", "y", "cpu:0", c), "");
   rf_output bad = check_node(g, "bad", c, "cpu trouble");
@@ -385,6 +396,46 @@ static void test_run_argument_errors(void **state) {
   rf_tensor_release(out);
   rf_tensor_release(feed.value);
   rf_tensor_release(f32);
+  rf_session_free(s);
+  rf_graph_free(g);
+}
+
+/* A variable handle cannot be fed: a resource tensor the caller made (or
+ * kept from a fetch) holds any address, which ReadVariable followed (a
+ * segfault. The session runs on afterwards. */
+static void test_resource_feeds_refused(void **state) {
+  rf_graph *g = rf_graph_new();
+  rf_output v = rf_variable(g, "v", RF_FLOAT32, rf_shape_of(1, (int64_t)2));
+  rf_output rv = rf_read_variable(g, "rv", v);
+  assert_ok(rf_graph_status(g));
+  rf_session *s = NULL;
+  assert_ok(rf_session_new(g, NULL, &s));
+  rf_shape sc = rf_shape_scalar();
+  rf_tensor *handle = NULL;
+  assert_ok(rf_tensor_new(RF_RESOURCE, &sc, NULL, &handle));
+  memset(rf_tensor_mutable_data(handle), 0x41, 8);
+  rf_tensor *out = NULL;
+  for (int i = 0; i < 2; i++) { /* resolved, then a recent request */
+    rf_feed feed = {v, handle};
+    assert_status(rf_session_run(s, &feed, 1, &rv, 1, NULL, 0, &out),
+                  RF_INVALID_ARGUMENT,
+                  "feed for node 'v' (Variable) output 0: a resource tensor "
+                  "was fed, but resource outputs (variable handles) cannot "
+                  "be fed");
+    assert_null(out);
+  }
+  /* A handle fetched from the session is refused too. */
+  rf_tensor *fetched = NULL;
+  assert_ok(rf_session_run(s, NULL, 0, &v, 1, NULL, 0, &fetched));
+  rf_feed again = {v, fetched};
+  assert_status(rf_session_run(s, &again, 1, &rv, 1, NULL, 0, &out),
+                RF_INVALID_ARGUMENT, "cannot be fed");
+  rf_tensor_release(fetched);
+  /* Reading it unfed: the documented error for a variable never assigned. */
+  assert_status(rf_session_run(s, NULL, 0, &rv, 1, NULL, 0, &out),
+                RF_FAILED_PRECONDITION,
+                "variable 'v' on cpu:0 is not initialized");
+  rf_tensor_release(handle);
   rf_session_free(s);
   rf_graph_free(g);
 }
@@ -580,6 +631,7 @@ int main(void) {
       cmocka_unit_test_setup(test_gpu_sync_option_on_cpu, setup),
       cmocka_unit_test_setup(test_graph_with_error_is_refused, setup),
       cmocka_unit_test_setup(test_run_argument_errors, setup),
+      cmocka_unit_test_setup(test_resource_feeds_refused, setup),
       cmocka_unit_test_setup(test_missing_feed, setup),
       cmocka_unit_test_setup(test_arg_without_feed, setup),
       cmocka_unit_test_setup(test_placement_errors, setup),

@@ -110,7 +110,9 @@ RF_API rf_status *rf_checkpoint_get(const rf_checkpoint *c, const char *name,
  * (directories are opened one component at a time); a component longer
  * than the file system allows fails with INVALID_ARGUMENT. On error the
  * temporary file is removed, path is unchanged, and the code says why:
- * INVALID_ARGUMENT (NULL or empty path, path names a directory),
+ * INVALID_ARGUMENT (NULL or empty path, path names a directory, a header
+ * - names, shapes and metadata as JSON - past RF_CHECKPOINT_HEADER_MAX
+ * bytes, which no reader would take),
  * NOT_FOUND (a directory of path is missing or not a directory),
  * PERMISSION_DENIED (the directory is not writable, read-only file system),
  * RESOURCE_EXHAUSTED (disk full, out of memory), DATA_LOSS (an I/O error

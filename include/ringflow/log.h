@@ -59,7 +59,8 @@ typedef enum rf_log_level {
  * thread, NCCL's watchdog), from several at once: it must be thread-safe.
  * It must return promptly (it runs on threads the sessions need to make
  * progress) and must not call rf_set_log_callback (that deadlocks) nor any
- * other ringflow function. */
+ * other ringflow function but the name lookups rf_log_level_name,
+ * rf_code_name and rf_dtype_name (as the example above does). */
 typedef void (*rf_log_fn)(rf_log_level level, const char *message, void *user);
 
 /* Makes fn receive every message of `level` and above, process-wide, with

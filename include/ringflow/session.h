@@ -88,7 +88,8 @@ typedef struct rf_session_options {
    * found after a step returned (an NCCL error or collective timeout, a
    * kernel fault) is reported by a later rf_session_run - which then
    * returns it instead of running its step - or by rf_session_sync. Ignored
-   * by sessions without GPU devices. */
+   * by sessions without GPU devices. Any other value: INVALID_ARGUMENT
+   * (also without GPU devices), as for the other switches. */
   int gpu_sync_on_finish;
   /* Graph dumps, for debugging: each compile (of a run's signature, or
    * rf_graph_lower) writes the graph before and after every phase (prune,
@@ -324,7 +325,11 @@ RF_API void rf_session_options_init(rf_session_options *opts);
 
 typedef struct rf_session rf_session;
 
-/* A value for one output (a Placeholder's, or any node's) for one run. */
+/* A value for one output (a Placeholder's, or any node's) for one run. The
+ * value must have the output's dtype and a shape compatible with the one
+ * the graph inferred for it; resource outputs (variable handles) cannot be
+ * fed. Otherwise rf_session_run fails with INVALID_ARGUMENT naming the node
+ * and op. */
 typedef struct rf_feed {
   rf_output output;
   rf_tensor *value; /* borrowed for the run; retained if kept */
@@ -353,8 +358,13 @@ RF_API rf_status *rf_session_new(const rf_graph *g,
  * session was made from, looked up by name; a session remembers its 8 latest
  * requests, so repeating one with the same nodes skips the lookup, never
  * the feed checks), with `feeds` replacing outputs.
- * On success outputs[i] holds a new reference to fetch i's value. On error
- * outputs is untouched and the message names the failing node and device;
+ * On success outputs[i] holds a new reference to fetch i's value (one for
+ * each fetch: a fetch repeated is released once per time it was asked for).
+ * On error outputs is untouched and the message names the failing node and
+ * op, and for an error of the step (a kernel's, a missing feed) the device
+ * it ran on; a request refused before the step (a node not in the session's
+ * graph, an output index out of range, a feed of another dtype or an
+ * incompatible shape, an output fed twice) names the argument or node;
  * every device of the step has stopped when this returns, and the session
  * can run again (out of memory included: RESOURCE_EXHAUSTED); the step's
  * variable updates are each applied whole or not at all (see rf_variable). With

@@ -360,7 +360,7 @@ def _options(cpu_devices: int = 1, gpu_devices: int = 0,
         raise ValueError(f"job must be one of {', '.join(_JOBS)}")
     opts.job = _JOBS[job]
     if gpu_sync_on_finish is not None:
-        # The library takes any int as on: 0 or 1 checked here.
+        # 0 or 1, as the library checks it too (rf_session_new).
         on = _switch("gpu_sync_on_finish", gpu_sync_on_finish)
         if on not in (0, 1):
             raise errors.InvalidArgumentError(

@@ -63,11 +63,24 @@ static void trim_locked(caching_allocator *c) {
 
 static void *cache_alloc(void *state, size_t size, size_t alignment) {
   caching_allocator *c = state;
-  if (alignment > RF_TENSOR_ALIGNMENT)
-    return rf__aligned_alloc(alignment, size);
   size_t rounded;
   int cls = size_class(size, &rounded);
   if (cls < 0) return NULL; /* absurd size */
+  /* A stricter alignment (a power of two) than the cache's blocks have: a
+   * fresh block, of the class's size too, since free caches every block by
+   * its size class and hands it out again as that many bytes. */
+  if (alignment > RF_TENSOR_ALIGNMENT) {
+    if (alignment & (alignment - 1)) return NULL;
+    void *p = rf__aligned_alloc(
+        alignment > HUGE_BYTES || rounded < HUGE_BYTES ? alignment : HUGE_BYTES,
+        rounded);
+    if (p) {
+      pthread_mutex_lock(&c->mu);
+      c->in_use += rounded;
+      pthread_mutex_unlock(&c->mu);
+    }
+    return p;
+  }
   pthread_mutex_lock(&c->mu);
   free_block *b = c->free[cls];
   if (b) {

@@ -173,9 +173,15 @@ rf_tensor *rf_checkpoint_tensor(const rf_checkpoint *c, int i) {
   return c && i >= 0 && i < c->n ? c->e[i].t : NULL;
 }
 
+/* "[2,3]"; a caller's shape may hold any rank: nothing past RF_MAX_RANK
+ * dims is read. */
 static void format_shape(const rf_shape *s, char *buf, size_t cap) {
-  if (s->rank < 0) {
+  if (s->rank == RF_UNKNOWN_RANK) {
     snprintf(buf, cap, "of unknown rank");
+    return;
+  }
+  if (s->rank < 0 || s->rank > RF_MAX_RANK) {
+    snprintf(buf, cap, "of rank %d (ranks are 0..%d)", s->rank, RF_MAX_RANK);
     return;
   }
   size_t at = (size_t)snprintf(buf, cap, "[");

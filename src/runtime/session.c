@@ -94,6 +94,10 @@ static rf_status *check_options(const rf_session_options *o) {
     return rf__invalid(
         "session options: group_optimizer_updates must be 0 or 1, got %d",
         o->group_optimizer_updates);
+  if (o->gpu_sync_on_finish != 0 && o->gpu_sync_on_finish != 1)
+    return rf__invalid(
+        "session options: gpu_sync_on_finish must be 0 or 1, got %d",
+        o->gpu_sync_on_finish);
   if (o->allow_tf32 != 0 && o->allow_tf32 != 1)
     return rf__invalid("session options: allow_tf32 must be 0 or 1, got %d",
                        o->allow_tf32);
@@ -478,12 +482,29 @@ static bool shapes_compatible(const rf_shape *want, const rf_shape *got) {
   return true;
 }
 
-static rf_status *check_feed(const rf_output *o, const rf_tensor *v, int i) {
+static rf_status *check_feed(const rf_session *s, const rf_output *o,
+                             const rf_tensor *v, int i) {
   const rf_node *n = o->node;
   if (!v)
     return rf__invalid("feed %d for node '%s' output %d has no value", i,
                        n->name, o->index);
   rf_dtype want = n->out_dtypes[o->index];
+  /* A handle holds the address of a variable of some session: one the
+   * caller made (rf_tensor_new) or kept from a fetch points anywhere, and
+   * the kernels that read it would follow it. */
+  if (v->dtype == RF_RESOURCE || want == RF_RESOURCE)
+    return rf__invalid(
+        "feed for node '%s' (%s) output %d: a %s tensor was fed, but "
+        "resource outputs (variable handles) cannot be fed",
+        n->name, n->op->name, o->index, rf_dtype_name(v->dtype));
+  /* Device memory is read only by GPU devices: without any, say so naming
+   * the caller's node (the step's _Arg would name itself). */
+  if (v->on_gpu && s->opts.num_gpu_devices == 0)
+    return rf__invalid(
+        "feed for node '%s' (%s) output %d: fed a %s device tensor, expected "
+        "%s in host memory (the session has no GPU devices)",
+        n->name, n->op->name, o->index, rf_dtype_name(v->dtype),
+        rf_dtype_name(want));
   if (v->dtype != want)
     return rf__invalid(
         "feed for node '%s' (%s) output %d: a %s tensor was "
@@ -510,7 +531,7 @@ static rf_status *resolve(rf_session *s, const rf_feed *feeds, int nfeeds,
                           rf_output *xo, rf_node **tn, sbuf *key) {
   for (int i = 0; i < nfeeds; i++) {
     RF_CHECK(find_output(s, feeds[i].output, "feed", i, &fo[i]));
-    RF_CHECK(check_feed(&fo[i], feeds[i].value, i));
+    RF_CHECK(check_feed(s, &fo[i], feeds[i].value, i));
     for (int j = 0; j < i; j++)
       if (fo[j].node == fo[i].node && fo[j].index == fo[i].index)
         return rf__invalid("node '%s' output %d is fed twice", fo[i].node->name,
@@ -763,7 +784,7 @@ rf_status *rf_session_run(rf_session *s, const rf_feed *feeds, int nfeeds,
   rf__plan *p =
       recent_find(s, feeds, nfeeds, fetches, nfetches, targets, ntargets, fo);
   for (int i = 0; p && i < nfeeds && !st; i++)
-    st = check_feed(&fo[i], feeds[i].value, i);
+    st = check_feed(s, &fo[i], feeds[i].value, i);
   if (!p)
     st = resolve(s, feeds, nfeeds, fetches, nfetches, targets, ntargets, fo, xo,
                  tn, &key);
