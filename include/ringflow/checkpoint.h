@@ -112,7 +112,8 @@ RF_API rf_status *rf_checkpoint_get(const rf_checkpoint *c, const char *name,
  * temporary file is removed, path is unchanged, and the code says why:
  * INVALID_ARGUMENT (NULL or empty path, path names a directory, a header
  * - names, shapes and metadata as JSON - past RF_CHECKPOINT_HEADER_MAX
- * bytes, which no reader would take),
+ * bytes, which no reader would take; a bool tensor holding a byte other
+ * than 0 or 1, which rf_checkpoint_load refuses),
  * NOT_FOUND (a directory of path is missing or not a directory),
  * PERMISSION_DENIED (the directory is not writable, read-only file system),
  * RESOURCE_EXHAUSTED (disk full, out of memory), DATA_LOSS (an I/O error

@@ -319,9 +319,29 @@ static rf_status *write_file(int fd, void *arg) {
   return NULL;
 }
 
+/* A bool is one byte of 0 or 1: rf_checkpoint_load refuses any other, so a
+ * save must not write one (the caller may have written it through
+ * rf_tensor_mutable_data). */
+static rf_status *check_bools(const rf_checkpoint *c, const char *path) {
+  for (int i = 0; i < c->n; i++) {
+    const rf_tensor *t = c->e[i].t;
+    if (rf_tensor_dtype(t) != RF_BOOL) continue;
+    const unsigned char *p = rf_tensor_data(t);
+    size_t n = rf_tensor_nbytes(t);
+    for (size_t k = 0; k < n; k++)
+      if (p[k] > 1)
+        return rf__invalid(
+            "checkpoint '%s': bool tensor '%s' element %zu is %u, not 0 or 1 "
+            "(rf_checkpoint_load would refuse the file)",
+            path, c->e[i].name, k, p[k]);
+  }
+  return NULL;
+}
+
 rf_status *rf_checkpoint_save(const rf_checkpoint *c, const char *path) {
   if (!c || !path)
     return rf__invalid("rf_checkpoint_save: NULL checkpoint or path");
+  RF_CHECK(check_bools(c, path));
   char *text = make_header(c);
   if (!text) return rf__oom();
   size_t len = strlen(text), padded = (len + 7) / 8 * 8;
