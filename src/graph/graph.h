@@ -35,11 +35,17 @@ struct rf_node {
   int assigned_device;    /* session device index after placement; -1 before */
   int num_inputs;         /* data inputs, variadic lists flattened */
   rf__edge **data_in;     /* [num_inputs] */
-  int *arg_start;      /* [op->num_inputs + 1]: flattened index of each arg */
+  int *arg_start; /* [op->num_inputs + 1]: flattened index of each arg */
+  /* Edge lists, in the order the edges were linked (removals keep the order
+   * of the rest). Read them freely; change them only through src/graph:
+   * in_edges[0, num_in_edges) starts skip_in_edges slots into its
+   * allocation of cap_in_edges slots, as a removal near the front moves the
+   * edges before it up one slot instead of the ones after it down (so
+   * removing a node's consumers in order is linear, not quadratic). */
   rf__edge **in_edges; /* data and control */
-  int num_in_edges, cap_in_edges;
+  int num_in_edges, cap_in_edges, skip_in_edges;
   rf__edge **out_edges;
-  int num_out_edges, cap_out_edges;
+  int num_out_edges, cap_out_edges, skip_out_edges;
   int num_outputs;
   rf_dtype *out_dtypes; /* [num_outputs] */
   rf_shape *out_shapes; /* [num_outputs] */
@@ -76,12 +82,16 @@ rf_status *rf__graph_add_node(rf_graph *g, const struct rf__op_def *op,
  * edge the slot dst_in must be free. */
 rf_status *rf__graph_add_edge(rf_graph *g, rf_node *src, int src_out,
                               rf_node *dst, int dst_in);
-/* Removes one edge and frees it. */
+/* Removes one edge and frees it. Each edge list keeps the order of the
+ * others; the cost is the smaller of the edge's distances from the two ends
+ * of each list (constant for the first or last edge). */
 void rf__graph_remove_edge(rf_graph *g, rf__edge *e);
 /* Points data input dst_in of dst at (src, src_out) instead. */
 rf_status *rf__graph_update_edge(rf_graph *g, rf_node *dst, int dst_in,
                                  rf_node *src, int src_out);
-/* Removes a node with all its edges. */
+/* Removes a node with all its edges; each costs as in
+ * rf__graph_remove_edge in its other end's list (removing a node's
+ * consumers first to last, or last to first, is linear in all). */
 void rf__graph_remove_node(rf_graph *g, rf_node *n);
 /* Deep copy; node ids are kept, so nodes map by id. */
 rf_status *rf__graph_copy(const rf_graph *g, rf_graph **out);

@@ -1,6 +1,7 @@
 /* graph/graph_bulk.c - edits touching many edges of one node at once. The
- * one-at-a-time edits search and shift a node's edge array per edge, which is
- * quadratic for a node with 100k consumers; these filter each array once. */
+ * one-at-a-time edits search and shift a node's edge array per edge up to
+ * its nearer end, which is quadratic for many edges from the middle of a
+ * node's 100k consumers; these filter each array once. */
 #include "core/mem.h"
 #include "core/status.h"
 #include "graph/graph_internal.h"
@@ -15,9 +16,7 @@ rf_status *rf__graph_redirect_edges(rf_graph *g, rf_node *src,
   int k = 0;
   for (; k < n; k++) {
     rf_node *ns = new_src[k];
-    if (rf__grow(&ns->out_edges, &ns->cap_out_edges, ns->num_out_edges + 1,
-                 sizeof *ns->out_edges))
-      break;
+    if (rf__node_reserve_edges(ns, true, ns->num_out_edges + 1)) break;
     ns->num_out_edges++;
   }
   for (int j = 0; j < k; j++) new_src[j]->num_out_edges--;

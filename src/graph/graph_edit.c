@@ -20,8 +20,8 @@ void rf__node_free(rf_node *n) {
   rf__free(n->requested_device);
   rf__free(n->data_in);
   rf__free(n->arg_start);
-  rf__free(n->in_edges);
-  rf__free(n->out_edges);
+  rf__free(n->in_edges ? n->in_edges - n->skip_in_edges : NULL);
+  rf__free(n->out_edges ? n->out_edges - n->skip_out_edges : NULL);
   rf__free(n->out_dtypes);
   rf__free(n->out_shapes);
   rf__attrs_clear(&n->attrs);
@@ -60,6 +60,73 @@ rf_status *rf__node_alloc(const rf__op_def *op, const char *name,
   return NULL;
 }
 
+/* ---- a node's edge lists ---- */
+
+typedef struct edge_list {
+  rf__edge ***list;
+  int *num, *cap, *skip;
+} edge_list;
+
+static edge_list list_of(rf_node *n, bool out) {
+  if (out)
+    return (edge_list){&n->out_edges, &n->num_out_edges, &n->cap_out_edges,
+                       &n->skip_out_edges};
+  return (edge_list){&n->in_edges, &n->num_in_edges, &n->cap_in_edges,
+                     &n->skip_in_edges};
+}
+
+int rf__node_reserve_edges(rf_node *n, bool out, int need) {
+  edge_list l = list_of(n, out);
+  if (need <= *l.cap - *l.skip) return 0;
+  int num = *l.num;
+  /* Slots freed at the front are taken back once they are at least half as
+   * many as the edges moved for it (so each removal pays for two moves);
+   * fewer stay, and the allocation grows. Callers reserving several edges
+   * ahead count them in num, past what is written: the slots of those
+   * inside the allocation move along. */
+  if (*l.skip > 0 && *l.skip >= num / 2) {
+    rf__edge **base = *l.list - *l.skip;
+    int held = *l.cap - *l.skip;
+    memmove(base, *l.list, sizeof *base * (size_t)(num < held ? num : held));
+    *l.list = base;
+    *l.skip = 0;
+    if (need <= *l.cap) return 0;
+  }
+  rf__edge **base = *l.list ? *l.list - *l.skip : NULL;
+  if (rf__grow(&base, l.cap, need + *l.skip, sizeof *base)) return -1;
+  *l.list = base + *l.skip;
+  return 0;
+}
+
+void rf__node_unlink_edge(rf_node *n, bool out, const rf__edge *e) {
+  edge_list l = list_of(n, out);
+  rf__edge **a = *l.list;
+  int num = *l.num, k = -1;
+  /* from both ends at once: a node's first and last edges go fastest */
+  for (int i = 0, j = num - 1; i <= j; i++, j--) {
+    if (a[i] == e) {
+      k = i;
+      break;
+    }
+    if (a[j] == e) {
+      k = j;
+      break;
+    }
+  }
+  if (k < 0) return;
+  if (k < num - 1 - k) { /* the edges before it move up one slot */
+    memmove(a + 1, a, sizeof *a * (size_t)k);
+    *l.list = a + 1;
+    (*l.skip)++;
+  } else {
+    memmove(a + k, a + k + 1, sizeof *a * (size_t)(num - 1 - k));
+  }
+  if (--*l.num == 0 && *l.skip) {
+    *l.list -= *l.skip;
+    *l.skip = 0;
+  }
+}
+
 static rf__edge *edge_new(rf_node *src, int src_out, rf_node *dst, int dst_in) {
   rf__edge *e = rf__malloc(sizeof *e);
   if (e) *e = (rf__edge){src, src_out, dst, dst_in};
@@ -77,9 +144,7 @@ static void edge_link(rf__edge *e) {
  * repeated sources add up, and must be undone with reserve_undo. */
 static bool reserve_out(rf_node *src) {
   src->num_out_edges++;
-  if (rf__grow(&src->out_edges, &src->cap_out_edges, src->num_out_edges,
-               sizeof *src->out_edges) == 0)
-    return true;
+  if (rf__node_reserve_edges(src, true, src->num_out_edges) == 0) return true;
   src->num_out_edges--;
   return false;
 }
@@ -98,7 +163,7 @@ rf_status *rf__graph_insert(rf_graph *g, rf_node *n, const rf_output *inputs,
   int ne = 0, reserved = 0;
   rf_status *st = NULL;
   if (rf__grow(&g->nodes, &g->cap_ids, g->num_ids + 1, sizeof *g->nodes) ||
-      rf__grow(&n->in_edges, &n->cap_in_edges, total, sizeof *n->in_edges))
+      rf__node_reserve_edges(n, false, total))
     goto oom;
   for (int k = 0; k < n->num_inputs; k++) {
     edges[ne] = edge_new(inputs[k].node, inputs[k].index, n, k);
@@ -189,15 +254,6 @@ done:
 
 /* ---- edges ---- */
 
-static void remove_ptr(rf__edge **arr, int *n, const rf__edge *e) {
-  for (int k = 0; k < *n; k++) {
-    if (arr[k] != e) continue;
-    memmove(&arr[k], &arr[k + 1], sizeof *arr * (size_t)(*n - k - 1));
-    (*n)--;
-    return;
-  }
-}
-
 bool rf__graph_has_control_edge(const rf_node *src, const rf_node *dst) {
   if (!src || !dst) return false;
   for (int k = 0; k < dst->num_in_edges; k++)
@@ -232,10 +288,8 @@ rf_status *rf__graph_add_edge(rf_graph *g, rf_node *src, int src_out,
   }
   rf__edge *e = edge_new(src, src_out, dst, dst_in);
   RF_CHECK_ALLOC(e);
-  if (rf__grow(&dst->in_edges, &dst->cap_in_edges, dst->num_in_edges + 1,
-               sizeof *dst->in_edges) ||
-      rf__grow(&src->out_edges, &src->cap_out_edges, src->num_out_edges + 1,
-               sizeof *src->out_edges)) {
+  if (rf__node_reserve_edges(dst, false, dst->num_in_edges + 1) ||
+      rf__node_reserve_edges(src, true, src->num_out_edges + 1)) {
     rf__free(e);
     return rf__oom();
   }
@@ -246,8 +300,8 @@ rf_status *rf__graph_add_edge(rf_graph *g, rf_node *src, int src_out,
 void rf__graph_remove_edge(rf_graph *g, rf__edge *e) {
   (void)g;
   if (!e) return;
-  remove_ptr(e->src->out_edges, &e->src->num_out_edges, e);
-  remove_ptr(e->dst->in_edges, &e->dst->num_in_edges, e);
+  rf__node_unlink_edge(e->src, true, e);
+  rf__node_unlink_edge(e->dst, false, e);
   if (e->dst_in != RF_CONTROL_SLOT && e->dst->data_in[e->dst_in] == e)
     e->dst->data_in[e->dst_in] = NULL;
   rf__free(e);
@@ -265,11 +319,11 @@ rf_status *rf__graph_update_edge(rf_graph *g, rf_node *dst, int dst_in,
                        rf__node_op_name(src), src_out);
   rf__edge *e = dst->data_in[dst_in];
   if (!e) return rf__graph_add_edge(g, src, src_out, dst, dst_in);
-  if (e->src != src && rf__grow(&src->out_edges, &src->cap_out_edges,
-                                src->num_out_edges + 1, sizeof *src->out_edges))
+  if (e->src != src &&
+      rf__node_reserve_edges(src, true, src->num_out_edges + 1))
     return rf__oom();
   if (e->src != src) {
-    remove_ptr(e->src->out_edges, &e->src->num_out_edges, e);
+    rf__node_unlink_edge(e->src, true, e);
     src->out_edges[src->num_out_edges++] = e;
     e->src = src;
   }
@@ -279,8 +333,23 @@ rf_status *rf__graph_update_edge(rf_graph *g, rf_node *dst, int dst_in,
 
 void rf__graph_remove_node(rf_graph *g, rf_node *n) {
   if (!rf__graph_owns(g, n)) return;
-  while (n->num_in_edges) rf__graph_remove_edge(g, n->in_edges[0]);
-  while (n->num_out_edges) rf__graph_remove_edge(g, n->out_edges[0]);
+  /* Each edge leaves the list of its other end (the order of the rest kept
+   * there); n's own lists go with n. An edge from n to itself is in both
+   * and is freed once, with the in-edges. */
+  for (int k = 0; k < n->num_out_edges; k++) {
+    rf__edge *e = n->out_edges[k];
+    if (e->dst == n) continue;
+    rf__node_unlink_edge(e->dst, false, e);
+    if (e->dst_in != RF_CONTROL_SLOT && e->dst->data_in[e->dst_in] == e)
+      e->dst->data_in[e->dst_in] = NULL;
+    rf__free(e);
+  }
+  for (int k = 0; k < n->num_in_edges; k++) {
+    rf__edge *e = n->in_edges[k];
+    if (e->src != n) rf__node_unlink_edge(e->src, true, e);
+    rf__free(e);
+  }
+  n->num_in_edges = n->num_out_edges = 0;
   rf__name_index_remove(&g->names, n->name, n->id);
   g->nodes[n->id] = NULL;
   g->num_live--;

@@ -18,6 +18,14 @@ rf_status *rf__node_alloc(const rf__op_def *op, const char *name,
                           rf_dtype **out_dtypes, rf_node **out);
 /* Frees a node and its arrays (not the edges themselves). */
 void rf__node_free(rf_node *n);
+/* Makes room for need edges in n's out-edge list (out) or in-edge list; the
+ * edges there stay, in order (the array may move). -1 when out of memory,
+ * with nothing changed. */
+int rf__node_reserve_edges(rf_node *n, bool out, int need);
+/* Takes e out of n's out-edge list (out) or in-edge list, keeping the order
+ * of the rest; nothing when e is not there. Cost: the smaller of e's
+ * distances from the two ends of the list. */
+void rf__node_unlink_edge(rf_node *n, bool out, const rf__edge *e);
 /* Adds n to g with data inputs (n->num_inputs of them) and control inputs;
  * duplicate control sources are dropped. On error g and n are unchanged. */
 rf_status *rf__graph_insert(rf_graph *g, rf_node *n, const rf_output *inputs,
