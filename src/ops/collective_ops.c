@@ -175,17 +175,6 @@ static bool may_be_same_device(const rf__device_name *a,
          (a->task == b->task || a->task < 0 || b->task < 0);
 }
 
-/* Whether two shapes cannot be one: both ranks known and different, or a
- * dim known in both and different. */
-static bool shapes_conflict(const rf_shape *a, const rf_shape *b) {
-  if (a->rank < 0 || b->rank < 0) return false;
-  if (a->rank != b->rank) return true;
-  for (int k = 0; k < a->rank; k++)
-    if (a->dims[k] >= 0 && b->dims[k] >= 0 && a->dims[k] != b->dims[k])
-      return true;
-  return false;
-}
-
 /* The device participant i goes on: the scope's, else its input's. */
 static const char *participant_device(rf_graph *g, rf_output in) {
   const char *scope = rf__graph_scope_device(g);
@@ -201,7 +190,7 @@ static bool distinct_and_alike(rf_graph *g, const char *op, const char *name,
                                const rf_output *in, int n, bool same_device) {
   for (int i = 1; i < n; i++) {
     rf_shape a = rf_output_shape(in[0]), b = rf_output_shape(in[i]);
-    if (!shapes_conflict(&a, &b)) continue;
+    if (rf__shape_compatible(&a, &b)) continue;
     char sa[160], sb[160];
     rf_shape_format(&a, sa, sizeof sa);
     rf_shape_format(&b, sb, sizeof sb);
