@@ -93,10 +93,13 @@ RF_API rf_tensor *rf_checkpoint_tensor(const rf_checkpoint *c, int i);
 /* The tensor named `name`, checked: *out is borrowed from c. dtype
  * (RF_DTYPE_INVALID: any) and shape (NULL: any) must match exactly, and
  * every element must pass `checks` (RF_CHECKPOINT_*, or 0). Errors (*out
- * untouched): NOT_FOUND when there is no such tensor, INVALID_ARGUMENT for
- * a dtype or shape mismatch ("'w' is float64 [3]; expected float32 [2,3]"),
- * or a value that fails a check, naming the tensor, the first bad element's
- * index and its value ("'v' element 7 is -0.5; expected >= 0"). */
+ * untouched): INVALID_ARGUMENT for NULL c, name or out, a dtype that is
+ * neither a dtype nor RF_DTYPE_INVALID, checks holding other bits;
+ * NOT_FOUND when there is no such tensor; INVALID_ARGUMENT for a dtype or
+ * shape mismatch ("'w' is float64 [3]; expected float32 [2,3]"; an unknown
+ * dim, which matches no tensor's, is written '?': "[?,3]"), or a value that
+ * fails a check, naming the tensor, the first bad element's index and its
+ * value ("'v' element 7 is -0.5; expected >= 0"). */
 RF_API rf_status *rf_checkpoint_get(const rf_checkpoint *c, const char *name,
                                     rf_dtype dtype, const rf_shape *shape,
                                     unsigned checks, rf_tensor **out);

@@ -50,9 +50,10 @@ typedef enum rf_log_level {
 
 /* Receives one message: a complete line, without a trailing newline, at
  * most 4095 bytes (a longer one is cut and ends with "..."); names of
- * nodes and collectives in it are cut at 200 characters (except inside an
- * error's message, quoted whole at warn and error). `message` is valid
- * only during the call: copy it to keep it.
+ * nodes and collectives in it are cut to at most 200 bytes (except inside
+ * an error's message, quoted whole at warn and error). Neither cut splits
+ * a UTF-8 character: a character a cut goes through is left out whole.
+ * `message` is valid only during the call: copy it to keep it.
  *
  * It may be called from any thread of the library (the caller's, the
  * session's pool workers, the collective watchdog, the MPI communication

@@ -40,19 +40,26 @@ typedef struct rf_tensor rf_tensor;
 
 /* Makes a tensor of a fully defined shape with uninitialised contents, from
  * `allocator` (NULL: the default). On success *out holds one reference. On
- * error *out is untouched: INVALID_ARGUMENT for a shape that is not fully
- * defined or not valid (rank past RF_MAX_RANK, or nonzero dims multiplying
- * past INT64_MAX, see rf_shape_num_elements), RESOURCE_EXHAUSTED when the
- * bytes cannot be had. */
+ * error *out is untouched: INVALID_ARGUMENT for NULL shape or out, an
+ * invalid dtype, a shape that is not fully defined or not valid (rank past
+ * RF_MAX_RANK, a dim below -1, or nonzero dims multiplying past INT64_MAX,
+ * see rf_shape_num_elements); RESOURCE_EXHAUSTED when the bytes cannot be
+ * had: the allocator fails, or the elements times the dtype's size pass
+ * SIZE_MAX / 2 bytes whatever the allocator (a valid shape, but too large
+ * for the dtype: (2^31, 2^31) of float32, 2^64 bytes). */
 RF_API rf_status *rf_tensor_new(rf_dtype dtype, const rf_shape *shape,
                                 rf_allocator *allocator, rf_tensor **out);
 
 /* Like rf_tensor_new, then copies rf_shape_num_elements * dtype size bytes from
- * `data`. */
+ * `data` (NULL only for 0 elements). Errors: those of rf_tensor_new (naming
+ * rf_tensor_new_copy), and INVALID_ARGUMENT for NULL data. */
 RF_API rf_status *rf_tensor_new_copy(rf_dtype dtype, const rf_shape *shape,
                                      const void *data, rf_tensor **out);
 
-/* A scalar tensor holding `value` converted to dtype (any numeric dtype). */
+/* A scalar tensor holding `value` converted to dtype (any numeric dtype, or
+ * bool) as rf_tensor_set converts. Errors: INVALID_ARGUMENT for NULL out or
+ * an invalid or resource dtype; RESOURCE_EXHAUSTED. *out is untouched on
+ * error. */
 RF_API rf_status *rf_tensor_new_scalar(rf_dtype dtype, double value,
                                        rf_tensor **out);
 
@@ -72,7 +79,9 @@ typedef void (*rf_tensor_release_fn)(void *data, void *arg);
  * one reference. On error *out is untouched and release is not called:
  * INVALID_ARGUMENT for NULL data (whatever the shape), shape or out,
  * misaligned data, a resource or invalid dtype, or a shape rf_tensor_new
- * refuses; RESOURCE_EXHAUSTED when memory runs out.
+ * refuses as INVALID_ARGUMENT; RESOURCE_EXHAUSTED, as from rf_tensor_new,
+ * when the elements times the dtype's size pass SIZE_MAX / 2 bytes (no
+ * memory holds them), and when memory runs out.
  *
  *   static void unpin(void *data, void *arg) { free(data); }
  *   float *buf = malloc(12 * sizeof *buf);   (filled by the caller)

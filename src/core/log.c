@@ -3,7 +3,8 @@
  * setter waits for running callbacks and none runs after it returns. The
  * threshold is also an atomic int that message sites read without the lock
  * (a stale read only costs a formatted message that delivery drops). A line
- * is formatted on the stack: logging never allocates. */
+ * is formatted on the stack: logging never allocates. A line never ends a
+ * name inside a UTF-8 character: what a cut leaves of one is dropped. */
 #include "core/log.h"
 
 #include <pthread.h>
@@ -51,6 +52,30 @@ static void deliver(rf_log_level level, const char *msg) {
   pthread_rwlock_unlock(&sink_lock);
 }
 
+/* Drops each UTF-8 sequence whose continuation bytes stop short: what
+ * "%.200s" or the 4095-byte cut leaves of a character it cut through. Bytes
+ * that were never UTF-8 stay as they are. Returns the new length. */
+static size_t drop_cut_characters(char *s, size_t len) {
+  size_t out = 0;
+  for (size_t i = 0; i < len;) {
+    unsigned char b = (unsigned char)s[i];
+    size_t need = b < 0xc0 ? 0 : b < 0xe0 ? 1 : b < 0xf0 ? 2 : b < 0xf8 ? 3 : 0;
+    size_t k = 0;
+    while (k < need && i + 1 + k < len &&
+           ((unsigned char)s[i + 1 + k] & 0xc0) == 0x80)
+      k++;
+    if (k < need) { /* cut short: drop the lead and what followed of it */
+      i += 1 + k;
+      continue;
+    }
+    memmove(s + out, s + i, 1 + need);
+    out += 1 + need;
+    i += 1 + need;
+  }
+  s[out] = '\0';
+  return out;
+}
+
 void rf__log_write(rf_log_level level, const char *fmt, ...) {
   char line[LINE_MAX_BYTES];
   va_list ap;
@@ -66,6 +91,7 @@ void rf__log_write(rf_log_level level, const char *fmt, ...) {
     line[--len] = '\0';
   for (size_t i = 0; i < len; i++)
     if (line[i] == '\n' || line[i] == '\r') line[i] = ' ';
+  drop_cut_characters(line, len);
   deliver(level, line);
 }
 

@@ -2,7 +2,8 @@
  * site costs one relaxed atomic load while logging is off or below its level:
  * RF__LOG checks the threshold before it evaluates or formats anything.
  * Print names of nodes, devices and collectives with "%.200s" (user strings
- * are capped at 200 characters); rf__log_write cuts a line at 4095 bytes. */
+ * are capped at 200 bytes); rf__log_write cuts a line at 4095 bytes and
+ * drops what either cut leaves of a UTF-8 character. */
 #ifndef RF_CORE_LOG_H
 #define RF_CORE_LOG_H
 

@@ -8,23 +8,33 @@
 #include "core/shape.h"
 #include "core/status.h"
 
-static rf_status *tensor_new(rf_dtype dtype, const rf_shape *shape,
-                             rf_allocator *allocator, int8_t on_gpu,
-                             rf_tensor **out) {
-  if (!shape || !out) return rf__invalid("rf_tensor_new: NULL argument");
+/* RESOURCE_EXHAUSTED when n elements of dtype take more than SIZE_MAX / 2
+ * bytes, for allocated and external tensors alike: the shape is valid (its
+ * count fits int64), only its bytes cannot be had. */
+static rf_status *check_bytes(const char *fn, int64_t n, rf_dtype dtype) {
+  if (n <= (int64_t)(SIZE_MAX / 2 / rf_dtype_size(dtype))) return NULL;
+  return rf__error(RF_RESOURCE_EXHAUSTED,
+                   "%s: %lld elements is too many: their %s bytes pass "
+                   "SIZE_MAX / 2",
+                   fn, (long long)n, rf_dtype_name(dtype));
+}
+
+/* `fn` names the public caller in messages. */
+static rf_status *tensor_new(const char *fn, rf_dtype dtype,
+                             const rf_shape *shape, rf_allocator *allocator,
+                             int8_t on_gpu, rf_tensor **out) {
+  if (!shape || !out) return rf__invalid("%s: NULL argument", fn);
   if (rf_dtype_size(dtype) == 0)
-    return rf__invalid("rf_tensor_new: invalid dtype %d", (int)dtype);
+    return rf__invalid("%s: invalid dtype %d", fn, (int)dtype);
   int64_t n = rf_shape_num_elements(shape); /* -1: unknown or invalid */
   if (n < 0) {
-    RF_CHECK(rf__status_prefix(rf__shape_check(shape), "rf_tensor_new"));
+    RF_CHECK(rf__status_prefix(rf__shape_check(shape), "%s", fn));
     char buf[128];
     rf_shape_format(shape, buf, sizeof buf);
-    return rf__invalid("rf_tensor_new: shape %s is not fully defined", buf);
+    return rf__invalid("%s: shape %s is not fully defined", fn, buf);
   }
   size_t esize = rf_dtype_size(dtype);
-  if (n > (int64_t)(SIZE_MAX / 2 / esize))
-    return rf__error(RF_RESOURCE_EXHAUSTED,
-                     "rf_tensor_new: %lld elements is too many", (long long)n);
+  RF_CHECK(check_bytes(fn, n, dtype));
   if (!allocator) allocator = rf_default_allocator();
   rf_tensor *t = rf__malloc(sizeof *t);
   RF_CHECK_ALLOC(t);
@@ -57,7 +67,7 @@ static rf_status *tensor_new(rf_dtype dtype, const rf_shape *shape,
 
 rf_status *rf_tensor_new(rf_dtype dtype, const rf_shape *shape,
                          rf_allocator *allocator, rf_tensor **out) {
-  return tensor_new(dtype, shape, allocator, 0, out);
+  return tensor_new("rf_tensor_new", dtype, shape, allocator, 0, out);
 }
 
 /* rf_tensor_new_external (gpu -1) and rf_tensor_new_external_gpu; `fn`
@@ -85,8 +95,7 @@ static rf_status *new_external(const char *fn, rf_dtype dtype,
         "%s: data %p is not aligned to "
         "the %zu bytes of a %s",
         fn, data, esize, rf_dtype_name(dtype));
-  if (n > (int64_t)(SIZE_MAX / 2 / esize))
-    return rf__invalid("%s: %lld elements is too many", fn, (long long)n);
+  RF_CHECK(check_bytes(fn, n, dtype));
   rf_tensor *t = rf__malloc(sizeof *t);
   RF_CHECK_ALLOC(t);
   atomic_init(&t->refs, 1);
@@ -126,7 +135,7 @@ rf_status *rf_tensor_new_external_gpu(rf_dtype dtype, const rf_shape *shape,
 rf_status *rf__tensor_new_device(rf_dtype dtype, const rf_shape *shape,
                                  rf_allocator *allocator, rf_tensor **out) {
   if (!allocator) return rf__invalid("rf__tensor_new_device: NULL allocator");
-  return tensor_new(dtype, shape, allocator, 1, out);
+  return tensor_new("rf_tensor_new", dtype, shape, allocator, 1, out);
 }
 
 rf_status *rf__tensor_new_view(rf_tensor *t, const rf_shape *shape,
@@ -176,21 +185,23 @@ rf_status *rf__tensor_new_slice(rf_tensor *t, int64_t offset,
 
 rf_status *rf_tensor_new_copy(rf_dtype dtype, const rf_shape *shape,
                               const void *data, rf_tensor **out) {
+  if (!out) return rf__invalid("rf_tensor_new_copy: NULL argument");
   if (!data && shape && rf_shape_num_elements(shape) > 0)
     return rf__invalid("rf_tensor_new_copy: NULL data");
   rf_tensor *t;
-  RF_CHECK(rf_tensor_new(dtype, shape, NULL, &t));
+  RF_CHECK(tensor_new("rf_tensor_new_copy", dtype, shape, NULL, 0, &t));
   if (t->nbytes) memcpy(t->data, data, t->nbytes);
   *out = t;
   return NULL;
 }
 
 rf_status *rf_tensor_new_scalar(rf_dtype dtype, double value, rf_tensor **out) {
+  if (!out) return rf__invalid("rf_tensor_new_scalar: NULL argument");
   if (dtype == RF_RESOURCE)
     return rf__invalid("rf_tensor_new_scalar: resource is not a numeric dtype");
   rf_shape s = rf_shape_scalar();
   rf_tensor *t;
-  RF_CHECK(rf_tensor_new(dtype, &s, NULL, &t));
+  RF_CHECK(tensor_new("rf_tensor_new_scalar", dtype, &s, NULL, 0, &t));
   rf_tensor_set(t, 0, value);
   *out = t;
   return NULL;

@@ -173,7 +173,8 @@ rf_tensor *rf_checkpoint_tensor(const rf_checkpoint *c, int i) {
   return c && i >= 0 && i < c->n ? c->e[i].t : NULL;
 }
 
-/* "[2,3]"; a caller's shape may hold any rank: nothing past RF_MAX_RANK
+/* "[2,?]" (an unknown dim - any negative one - as '?', as rf_shape_format
+ * writes it); a caller's shape may hold any rank: nothing past RF_MAX_RANK
  * dims is read. */
 static void format_shape(const rf_shape *s, char *buf, size_t cap) {
   if (s->rank == RF_UNKNOWN_RANK) {
@@ -185,9 +186,13 @@ static void format_shape(const rf_shape *s, char *buf, size_t cap) {
     return;
   }
   size_t at = (size_t)snprintf(buf, cap, "[");
-  for (int d = 0; d < s->rank && at < cap; d++)
-    at += (size_t)snprintf(buf + at, cap - at, "%s%" PRId64, d ? "," : "",
-                           s->dims[d]);
+  for (int d = 0; d < s->rank && at < cap; d++) {
+    if (s->dims[d] < 0)
+      at += (size_t)snprintf(buf + at, cap - at, "%s?", d ? "," : "");
+    else
+      at += (size_t)snprintf(buf + at, cap - at, "%s%" PRId64, d ? "," : "",
+                             s->dims[d]);
+  }
   if (at < cap) snprintf(buf + at, cap - at, "]");
 }
 
@@ -211,6 +216,12 @@ rf_status *rf_checkpoint_get(const rf_checkpoint *c, const char *name,
                              unsigned checks, rf_tensor **out) {
   if (!c || !name || !out)
     return rf__invalid("rf_checkpoint_get: NULL checkpoint, name or out");
+  if (dtype != RF_DTYPE_INVALID && rf_dtype_size(dtype) == 0)
+    return rf__invalid("rf_checkpoint_get: dtype %d is not a dtype",
+                       (int)dtype);
+  if (checks & ~(unsigned)(RF_CHECKPOINT_FINITE | RF_CHECKPOINT_NONNEGATIVE))
+    return rf__invalid("rf_checkpoint_get: checks 0x%x hold unknown bits",
+                       checks);
   int i = find(c, name);
   if (i < 0)
     return rf_status_new(RF_NOT_FOUND, "checkpoint has no tensor '%s'", name);
