@@ -340,7 +340,13 @@ typedef struct rf_feed {
  * requested device must be one the session has: otherwise INVALID_ARGUMENT
  * naming the node, op and device and the session's devices ("node 'y'
  * (Identity) requests device cpu:9, but the session has cpu:0..cpu:3 (4
- * devices)"), before any run. A session of an MPI job
+ * devices)"), before any run. An environment variable that switches a pass
+ * or a CPU kernel (RF_BLAS_THREADS, RF_CPU_CONV, RF_CUBLASLT_EPILOGUES,
+ * RF_CUBLASLT_SPLITK, RF_FLUSH_DENORMALS, RF_FOLD_CONSTANTS,
+ * RF_FUSE_XENT_GRAD, RF_SINGLE_COLLECTIVES) set to a value that
+ * docs/ARCHITECTURE.md ("Environment variables") does not accept is
+ * INVALID_ARGUMENT naming it ("environment variable RF_FOLD_CONSTANTS='off':
+ * expected 0 or 1 (or unset)"); empty counts as unset. A session of an MPI job
  * is made collectively: every process of the job calls rf_session_new, in
  * the same order, and each learns the others' device counts; a process
  * that does not come within collective_timeout_ms makes the others fail

@@ -12,6 +12,7 @@
 #include "core/mem.h"
 #include "ops/op_registry.h"
 #include "passes/pass_registry.h"
+#include "runtime/env_knobs.h"
 #include "runtime/families.h"
 #include "runtime/session_internal.h"
 #include "comm/collective.h"
@@ -112,6 +113,7 @@ static rf_status *check_options(const rf_session_options *o) {
                        o->gpu_graphs);
   }
   RF_CHECK(rf__epilogue_options_check(o->matmul_epilogues, o->conv_epilogues));
+  RF_CHECK(rf__env_knobs_check());
   if (o->job < RF_JOB_AUTO || o->job > RF_JOB_MPI)
     return rf__invalid(
         "session options: job must be RF_JOB_AUTO, RF_JOB_SINGLE or "
