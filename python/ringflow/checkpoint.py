@@ -29,7 +29,7 @@ import numpy as np
 
 from ringflow import dtypes, errors
 from ringflow._convert import as_array, c_shape, feed_to_c, to_numpy
-from ringflow._lib import c_name, check, ffi, lib, text
+from ringflow._lib import c_name, c_path, check, ffi, lib, text
 from ringflow.variables import Variable
 
 __all__ = ["Checkpoint", "save", "load", "save_variables",
@@ -87,13 +87,13 @@ def save(path: Path, tensors: Mapping[str, Any], step: Optional[int] = None,
         check(lib.rf_checkpoint_set_step(c, step))
     for key, value in (metadata or {}).items():
         check(lib.rf_checkpoint_set_metadata(c, c_name(key), c_name(value)))
-    check(lib.rf_checkpoint_save(c, os.fsencode(path)))
+    check(lib.rf_checkpoint_save(c, c_path(path)))
     del keep
 
 
 def _open(path: Path):
     out = ffi.new("rf_checkpoint **")
-    check(lib.rf_checkpoint_load(os.fsencode(path), out))
+    check(lib.rf_checkpoint_load(c_path(path), out))
     return ffi.gc(out[0], lib.rf_checkpoint_free)
 
 
@@ -153,11 +153,17 @@ def restore_variables(sess, path: Path,
     infinity (InvalidArgumentError naming the element). Nothing is
     assigned unless every check passes. The assignment runs the variables'
     initializers with their initial values fed, so it adds nothing to the
-    graph. Returns the checkpoint's step (None when it has none). An item
-    of `variables` that is not a Variable is a TypeError."""
+    graph: one run, or one more for each further variable made from the
+    same initial-value Tensor (one run feeds a tensor one value). Returns
+    the checkpoint's step (None when it has none). An item of `variables`
+    that is not a Variable is a TypeError."""
     variables = _variables(sess, variables)
     c = _open(path)
-    feeds = {}
+    # Runs of the initializers, each with the values of its variables fed
+    # to what their initializers assign: variables that share that tensor
+    # (Variable(t) twice for one Tensor t) go to runs of their own, since
+    # one run feeds a tensor one value.
+    runs: List[Dict[Any, Any]] = []
     for v in variables:
         out = ffi.new("rf_tensor **")
         shape = v.shape
@@ -176,8 +182,15 @@ def restore_variables(sess, path: Path,
                 f"the variable's is {shape}")
         # What the initializer assigns (the initial value, or with a
         # relaxed shape a tensor of that shape).
-        feeds[v._assigned] = value
-    if variables:
-        sess.run([v.initializer for v in variables], feeds)
+        for feeds in runs:
+            if v._assigned not in feeds:
+                break
+        else:
+            feeds = {}
+            runs.append(feeds)
+        feeds[v._assigned] = (v, value)
+    for feeds in runs:
+        sess.run([v.initializer for v, _ in feeds.values()],
+                 {t: value for t, (_, value) in feeds.items()})
     step = lib.rf_checkpoint_step(c)
     return None if step < 0 else int(step)

@@ -101,7 +101,8 @@ def all_reduce(tensors: Sequence[Any], reduction: Reduction = "sum",
     if wire != lib.RF_DTYPE_INVALID:
         for t in outs:
             with t.graph._lock:
-                check(lib.rf_all_reduce_set_comm_dtype(t.op._c, wire))
+                check(lib.rf_all_reduce_set_comm_dtype(t.op._c, wire),
+                      t.graph)
     return outs
 
 

@@ -53,7 +53,10 @@ class OpError(Exception):
     Attributes:
       code: the status code (an int, e.g. errors.INVALID_ARGUMENT).
       message: the C status message; it names the node, op and device.
-      node_name: the first node the message names ("node 'x'"), or None.
+      node_name: the first node the message names ("node 'x'"), or None;
+        for a name the message cuts (past 200 bytes: "<first 200>...
+        (N bytes)") the whole name of the graph's one node it fits, else
+        None.
     """
 
     code: int = UNKNOWN
@@ -184,6 +187,9 @@ _BY_CODE: Dict[int, Type[OpError]] = {
 # "node 'x'", and the node of "node name 'x' is already used" and of a
 # graph file's "node 3 'x'".
 _NODE = re.compile(r"node (?:name |\d+ )?'([^']*)'")
+# A name the library's messages cut (past RF_STATUS_QUOTE_MAX, 200 bytes):
+# its first bytes, then "... (N bytes)" (node names hold no spaces).
+_CUT = re.compile(r"(.*)\.\.\. \((\d+) bytes\)", re.S)
 
 
 def exception_type_from_error_code(code: int) -> Type[OpError]:
@@ -191,12 +197,35 @@ def exception_type_from_error_code(code: int) -> Type[OpError]:
     return _BY_CODE.get(code, UnknownError)
 
 
-def _from_status(status) -> OpError:
-    """The exception for a C status, which it frees."""
+def _from_status(status, graph=None) -> OpError:
+    """The exception for a C status, which it frees. `graph` (a Graph, or
+    None) is where a node name the message cuts is looked for."""
     code = lib.rf_status_code(status)
     message = text(lib.rf_status_message(status))
     lib.rf_status_free(status)
     m = _NODE.search(message)
     return exception_type_from_error_code(code)(
-        message, code, m.group(1) if m else None)
+        message, code, _node_name(m.group(1), graph) if m else None)
+
+
+def _node_name(quoted: str, graph) -> Optional[str]:
+    """The node a message quotes: its name, or for a name the message
+    cuts ("<first 200 bytes>... (N bytes)") the one node of `graph` with
+    those first bytes and that length, else None (never the cut text,
+    which no node is named)."""
+    cut = _CUT.fullmatch(quoted)
+    if cut is None:
+        return quoted
+    if graph is None:
+        return None
+    head, size = cut.group(1), int(cut.group(2))
+    found = None
+    with graph._lock:
+        for i in range(lib.rf_graph_num_nodes(graph._c)):
+            name = text(lib.rf_node_name(lib.rf_graph_node(graph._c, i)))
+            if len(name) == size and name.startswith(head):
+                if found is not None:
+                    return None  # two such nodes: not known which
+                found = name
+    return found
 

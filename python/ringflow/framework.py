@@ -56,6 +56,8 @@ class Graph:
 
     def get_operation_by_name(self, name: str) -> "Operation":
         """The node named `name`; KeyError when there is none."""
+        if isinstance(name, str) and "\0" in name:  # names hold no NUL
+            raise KeyError(f"the graph has no node named {name[:200]!r}")
         with self._lock:
             node = lib.rf_graph_find_node(self._c, c_name(name))
         if node == ffi.NULL:
@@ -134,7 +136,7 @@ class Graph:
         lib.rf_graph_clear_status(self._c)
         if st == ffi.NULL:
             return errors.InternalError("an op failed without an error")
-        return errors._from_status(st)
+        return errors._from_status(st, self)
 
     def _output(self, fn, *args) -> "Tensor":
         """Calls the C op function fn(g, *args) under the lock and wraps its
@@ -214,6 +216,9 @@ class Operation:
     def get_attr(self, name: str) -> Any:
         """The value of attribute `name`: an int, float, bool, str, dtype or
         shape tuple. KeyError when the node has no such attribute."""
+        if isinstance(name, str) and "\0" in name:  # names hold no NUL
+            raise KeyError(f"node {self.name!r} ({self.type}) has no "
+                           f"attribute {name[:200]!r}")
         key = c_name(name)
         for ctype, fn, conv in (
                 ("int64_t *", lib.rf_node_attr_int, int),
@@ -236,7 +241,7 @@ class Operation:
     def _add_control_input(self, op: "Operation") -> None:
         with self._graph._lock:
             check(lib.rf_graph_add_control_edge(self._graph._c, op._c,
-                                                self._c))
+                                                self._c), self._graph)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Operation) and other._c == self._c

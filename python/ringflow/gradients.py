@@ -67,6 +67,6 @@ def gradients(ys: Any, xs: Any, grad_ys: Any = None,
                               outputs_array(xs), len(xs), gys, dxs)
         if st != ffi.NULL:
             lib.rf_graph_clear_status(g._c)  # building goes on
-            raise errors._from_status(st)
+            raise errors._from_status(st, g)
     return [None if dxs[i].node == ffi.NULL else
             Tensor(g, dxs[i].node, dxs[i].index) for i in range(len(xs))]

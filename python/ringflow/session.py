@@ -5,16 +5,16 @@ threads may call run() on one session at once: each call is one step, and
 the C library runs it with the GIL released.
 """
 
+import functools
 import math
 import numbers
 import operator
-import os
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from ringflow import _convert, _fastrun, dtypes, errors
-from ringflow._lib import c_name, check, ffi, lib
+from ringflow._lib import c_name, c_path, check, ffi, lib
 from ringflow.framework import Graph, Operation, Tensor, get_default_graph
 
 __all__ = ["Session", "job_tasks", "lower"]
@@ -126,7 +126,7 @@ class Session:
                               conv_epilogues)
         out = ffi.new("rf_session **")
         with self._graph._lock:
-            check(lib.rf_session_new(self._graph._c, opts, out))
+            check(lib.rf_session_new(self._graph._c, opts, out), self._graph)
         del keep
         self._c = out[0]
         # What prepared runs read the rf_session * from (0 once closed):
@@ -261,7 +261,8 @@ class Session:
             tuple(k._code for k in feed_keys),
             tuple(k.dtype for k in feed_keys), _address(c_fetches),
             tuple(t.dtype for t in tensors), _address(c_targets),
-            len(targets), mode, _convert.feed_array, _raise_status,
+            len(targets), mode, _convert.feed_array,
+            functools.partial(_raise_status, graph=self._graph),
             (fetches if leaf else tuple(fetches) if isinstance(
                 fetches, (list, tuple)) else None, tuple(flat),
              tuple(feed_keys), owner))
@@ -279,12 +280,12 @@ class Session:
     def sync(self) -> None:
         """Waits for the GPU work of returned steps (gpu_sync_on_finish
         False) and raises the first error found after its step returned."""
-        check(lib.rf_session_sync(self._live()))
+        check(lib.rf_session_sync(self._live()), self._graph)
 
     def trace_next_run(self, path: str) -> None:
         """Makes the next run write a Chrome trace of its kernels to `path`
         (open it in Perfetto); a failure to write is that run's error."""
-        check(lib.rf_session_trace_next_run(self._live(), c_name(path)))
+        check(lib.rf_session_trace_next_run(self._live(), c_path(path)))
 
     def close(self) -> None:
         """Frees the session (no run may be in progress); idempotent."""
@@ -319,10 +320,11 @@ def _address(cdata) -> int:
     return int(ffi.cast("uintptr_t", cdata))
 
 
-def _raise_status(address: int) -> None:
+def _raise_status(address: int, graph: Optional[Graph] = None) -> None:
     """Raises the exception of the rf_status * at `address` (freeing it);
-    what a prepared run calls when the C library refuses its step."""
-    e = errors._from_status(ffi.cast("rf_status *", address))
+    what a prepared run calls when the C library refuses its step (graph:
+    the session's, where a node whose name the message cuts is found)."""
+    e = errors._from_status(ffi.cast("rf_status *", address), graph)
     if (isinstance(e, errors.NotFoundError) and
             "is not in the session's graph" in e.message):
         e.message += _NOT_IN_SESSION
@@ -377,7 +379,7 @@ def _options(cpu_devices: int = 1, gpu_devices: int = 0,
     wire = ffi.new("char[]", c_name(comm_dtype)) \
         if comm_dtype is not None else ffi.NULL
     opts.collective_comm_dtype = wire
-    dump = ffi.new("char[]", c_name(os.fspath(dump_graph_dir))) \
+    dump = ffi.new("char[]", c_path(dump_graph_dir)) \
         if dump_graph_dir is not None else ffi.NULL
     opts.dump_graph_dir = dump
     # Switches: the value as an int, checked by the library (0 or 1), so
@@ -468,7 +470,7 @@ def lower(graph: Optional[Graph] = None, **options: Any) -> Graph:
     opts, keep = _options(**options)
     out = ffi.new("rf_graph **")
     with graph._lock:
-        check(lib.rf_graph_lower(graph._c, opts, out))
+        check(lib.rf_graph_lower(graph._c, opts, out), graph)
     del keep
     return Graph._wrap(out[0])
 

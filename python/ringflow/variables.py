@@ -11,9 +11,10 @@ import numpy as np
 
 from ringflow import _convert, dtypes, errors, ops
 from ringflow._convert import Shape, c_shape
-from ringflow._lib import c_name, lib
-from ringflow.framework import (Graph, Operation, Tensor, convert_to_tensor,
-                                get_default_graph, graph_of)
+from ringflow._lib import c_name, ffi, lib
+from ringflow.framework import (Graph, Operation, Tensor, constant_in,
+                                convert_to_tensor, get_default_graph,
+                                graph_of)
 
 __all__ = ["Variable", "global_variables", "global_variables_initializer"]
 
@@ -24,9 +25,15 @@ class Variable:
     initial_value: a Tensor, array or Python value (converted as
       ringflow.constant does, or to `dtype`); it fixes the dtype and, unless
       `shape` is given (None marking unknown dims), the shape.
+    dtype: for a Tensor or Variable initial value, its dtype (another one
+      is an InvalidArgumentError: a tensor is not converted).
     The variable is placed by the current device scope. Reading it before
     its initializer (or global_variables_initializer()) has run fails the
-    run with FailedPreconditionError naming the variable.
+    run with FailedPreconditionError naming the variable. It is built
+    whole or not at all: a name already used, the variable's or that of a
+    node it adds ("<name>/read", "<name>/Assign", ...), is an
+    AlreadyExistsError adding nothing; given no name it takes "Variable"
+    or "Variable_<k>", the first whose nodes' names are all free.
     """
 
     def __init__(self, initial_value: Any, dtype: Any = None,
@@ -40,13 +47,47 @@ class Variable:
             initial_value = _convert.as_array(initial_value, dtype)
         if shape is not None:
             _check_shape(initial_value, shape, name)
-        init = convert_to_tensor(initial_value, dtype, graph=graph)
-        self._dtype = init.dtype
+        with graph._lock:
+            self._build(graph, initial_value, dtype, name, shape)
         self._trainable = trainable
+
+    def _build(self, graph: Graph, initial_value: Any, dtype: Any,
+               name: Optional[str],
+               shape: Optional[Sequence[Optional[int]]]) -> None:
+        """Adds the nodes, all or none (the caller holds the graph's lock):
+        the variable node first, whose builder checks the name (its syntax
+        and that it is free), dtype and shape, with the names of the nodes
+        after it checked free before; then nothing left can be refused."""
+        if isinstance(initial_value, np.ndarray):
+            arr = _convert.as_array(initial_value, dtype)
+            init_dtype, init_shape = arr.dtype, arr.shape
+            init = None
+        else:
+            init = convert_to_tensor(initial_value, dtype, graph=graph)
+            init_dtype, init_shape = init.dtype, init.shape
+            if dtype is not None and dtypes.as_dtype(dtype) != init_dtype:
+                # A tensor is not converted (as TensorFlow's Variable).
+                what = f"variable '{name}'" if name is not None else \
+                    "a new Variable"
+                raise errors.InvalidArgumentError(
+                    f"{what}: dtype {dtypes.as_dtype(dtype).name} requested "
+                    f"for the initial value {init.name} of dtype "
+                    f"{getattr(init_dtype, 'name', init_dtype)} (cast it)")
+        var_shape = init_shape if shape is None else shape
+        relaxed = _convert.py_shape(c_shape(var_shape)) != init_shape
+        suffixes = ["/read", "/Assign"] + (
+            ["/initial_shape", "/initial_value"] if relaxed else [])
+        if name is None:
+            name = _free_variable_name(graph, suffixes)
+        else:
+            _check_free(graph, name, suffixes)
+        self._dtype = dtypes.as_dtype(init_dtype)
         self._handle = graph._output(
             lib.rf_variable, c_name(name), dtypes.to_c(self._dtype),
-            c_shape(init.shape if shape is None else shape))
+            c_shape(var_shape))
         base = self._handle.op.name
+        if init is None:
+            init = constant_in(graph, arr)
         self._initial_value = init
         self._value = graph._output(
             lib.rf_read_variable, c_name(base + "/read"), self._handle._c)
@@ -55,7 +96,7 @@ class Variable:
         # shape, whose static shape is unknown, so that a value of another
         # size along an unknown dim can be fed (a Const's cannot).
         self._assigned = init
-        if self.shape != init.shape:
+        if relaxed:
             self._assigned = graph._output(
                 lib.rf_reshape, c_name(base + "/initial_value"), init._c,
                 graph._output(lib.rf_shape_of_op,
@@ -161,6 +202,46 @@ def _check_shape(value: Any, shape: Sequence[Optional[int]],
         raise errors.InvalidArgumentError(
             f"{what}: shape {tuple(shape)} does not fit the initial value's "
             f"shape {have} (only its dims may be relaxed to None)")
+
+
+# The ops of the nodes a Variable adds after its variable node, by suffix.
+_SUFFIX_OPS = {"": "Variable", "/read": "ReadVariable", "/Assign": "Assign",
+               "/initial_shape": "Shape", "/initial_value": "Reshape"}
+
+
+def _check_free(graph: Graph, name: str, suffixes: List[str]) -> None:
+    """AlreadyExistsError, as the C builder words it, when a node the new
+    Variable `name` would add has a name already used (checked before any
+    node is added; the builder of the variable node checks its name's
+    syntax)."""
+    for suffix in [""] + suffixes:
+        if lib.rf_graph_find_node(graph._c, c_name(name + suffix)) != \
+                ffi.NULL:
+            what = f" of Variable '{_cut(name)}'" if suffix else ""
+            raise errors.AlreadyExistsError(
+                f"node name '{_cut(name + suffix)}' is already used (adding "
+                f"a {_SUFFIX_OPS[suffix]} node{what})",
+                errors.ALREADY_EXISTS, name + suffix)
+
+
+def _cut(name: str) -> str:
+    """A name as the library's messages quote it: past 200 bytes (node
+    names are ASCII) its first 200 and "... (N bytes)"."""
+    return name if len(name) <= 200 else \
+        f"{name[:200]}... ({len(name)} bytes)"
+
+
+def _free_variable_name(graph: Graph, suffixes: List[str]) -> str:
+    """A name for a Variable given none: "Variable", else "Variable_<k>"
+    (as the library generates names), whose nodes' names are all free."""
+    k = getattr(graph, "_variable_names_next", 0)
+    while True:
+        name = "Variable" if k == 0 else f"Variable_{k}"
+        k += 1
+        if all(lib.rf_graph_find_node(graph._c, c_name(name + s)) ==
+               ffi.NULL for s in [""] + suffixes):
+            graph._variable_names_next = k
+            return name
 
 
 def global_variables(graph: Optional[Graph] = None) -> List[Variable]:
