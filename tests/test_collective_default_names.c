@@ -1,8 +1,9 @@
 /* tests/test_collective_default_names.c - collectives built without a name
  * (rf_all_reduce_n, rf_all_gather_n and rf_reduce_scatter_n with name NULL)
  * get a generated shared name of their own each time: several in one graph,
- * and one beside a user's collective named like a generated name, each
- * reduce their own inputs, against sums computed here. */
+ * and one beside a user's collective named like a generated name (its
+ * nodes' names, or only its shared name), each reduce their own inputs,
+ * against sums computed here. */
 #include <stdio.h>
 
 #include "ringflow/collectives.h"
@@ -25,6 +26,22 @@ static void all_gather(rf_graph *g, const char *name, const rf_output *in,
 static void reduce_scatter(rf_graph *g, const char *name, const rf_output *in,
                            rf_output *out) {
   rf_reduce_scatter_n(g, name, in, N, RF_REDUCE_SUM, out);
+}
+
+/* A named collective built one participant at a time (rf_all_reduce, nodes
+ * mine_<name>_<d>: no node is named like the shared name); unnamed: as
+ * all_reduce. */
+static void single_all_reduce(rf_graph *g, const char *name,
+                              const rf_output *in, rf_output *out) {
+  if (!name) {
+    all_reduce(g, name, in, out);
+    return;
+  }
+  for (int d = 0; d < N; d++) {
+    char node[64];
+    snprintf(node, sizeof node, "mine_%s_%d", name, d);
+    out[d] = rf_all_reduce(g, node, in[d], RF_REDUCE_SUM, N, name);
+  }
 }
 
 /* Collective c's input on device d: constants distinct per (c, d, row). */
@@ -112,12 +129,22 @@ static void test_beside_user_names(void **state) {
   check(all_reduce, 0, names, 4);
 }
 
+/* Users' collectives whose shared names only (not their nodes' names) are
+ * like generated ones, then unnamed ones: each unnamed call is still a
+ * collective of its own. */
+static void test_beside_user_shared_names(void **state) {
+  (void)state;
+  const char *names[] = {"AllReduce", "AllReduce_1", NULL, NULL};
+  check(single_all_reduce, 0, names, 4);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_two_unnamed_all_reduces),
       cmocka_unit_test(test_two_unnamed_all_gathers),
       cmocka_unit_test(test_two_unnamed_reduce_scatters),
       cmocka_unit_test(test_beside_user_names),
+      cmocka_unit_test(test_beside_user_shared_names),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

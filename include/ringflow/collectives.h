@@ -53,24 +53,24 @@ RF_API rf_output rf_all_reduce(rf_graph *g, const char *name, rf_output input,
                                rf_reduction reduction, int num_devices,
                                const char *shared_name);
 /* All n participants at once: outputs[i] on the device of inputs[i], shared
- * name derived from `name` (participants <name>_0 ... <name>_<n-1>); when
- * NULL, generated: "AllReduce", "AllReduce_1", ... (likewise "AllGather",
- * "ReduceScatter"), the first that is no node's name and whose participant
- * names are all free (so after a first unnamed all-reduce of 3 inputs,
- * whose participants are AllReduce_0..2, the next is "AllReduce_3"): every
- * unnamed call is a collective of its own. The inputs must share one
- * dtype (else INVALID_ARGUMENT naming both inputs, their dtypes and devices;
- * likewise for rf_all_gather_n, rf_reduce_scatter_n and rf_reduce), must
- * not have shapes known to differ (both ranks known and different, or a
- * dim known in both and different: INVALID_ARGUMENT "AllReduce 'NAME':
- * inputs disagree on shape: input 0 (node 'a') is (2, 3) on cpu:0 but
- * input 1 (node 'b') is (3, 2) on cpu:1"; likewise for the other three;
- * shapes known only at run time are checked by the run), and must go on n
- * different devices (inputs[i]'s, or the device scope's when one is
- * pushed: INVALID_ARGUMENT "... participants 0 (input node 'a') and 1
- * (input node 'b') would both be on cpu:1"; not rf_reduce's, whose inputs
- * the lowering checks). On error nothing is added, outputs is untouched
- * and the graph keeps the error. */
+ * name derived from `name` (participants <name>_0 ... <name>_<n-1>); when NULL,
+ * generated: "AllReduce", "AllReduce_1", ... (likewise "AllGather",
+ * "ReduceScatter"), the first that is no node's name nor a collective's
+ * shared_name and whose participant names are all free (so after a first
+ * unnamed all-reduce of 3 inputs, whose participants are AllReduce_0..2, the
+ * next is "AllReduce_3"): every unnamed call is a collective of its own. The
+ * inputs must share one dtype (else INVALID_ARGUMENT naming both inputs, their
+ * dtypes and devices; likewise for rf_all_gather_n, rf_reduce_scatter_n and
+ * rf_reduce), must not have shapes known to differ (both ranks known and
+ * different, or a dim known in both and different: INVALID_ARGUMENT "AllReduce
+ * 'NAME': inputs disagree on shape: input 0 (node 'a') is (2, 3) on cpu:0 but
+ * input 1 (node 'b') is (3, 2) on cpu:1"; likewise for the other three; shapes
+ * known only at run time are checked by the run), and must go on n different
+ * devices (inputs[i]'s, or the device scope's when one is pushed:
+ * INVALID_ARGUMENT "... participants 0 (input node 'a') and 1 (input node 'b')
+ * would both be on cpu:1"; not rf_reduce's, whose inputs the lowering checks).
+ * On error nothing is added, outputs is untouched and the graph keeps the
+ * error. */
 RF_API void rf_all_reduce_n(rf_graph *g, const char *name,
                             const rf_output *inputs, int n,
                             rf_reduction reduction, rf_output *outputs);
@@ -93,8 +93,10 @@ RF_API rf_output rf_broadcast(rf_graph *g, const char *name, rf_output input);
  * participant gets (n*d0, ...), rank order = device order. */
 RF_API void rf_all_gather_n(rf_graph *g, const char *name,
                             const rf_output *inputs, int n, rf_output *outputs);
-/* Participants of a reduce-scatter: inputs (n*d0, ...) -> participant i gets
- * rows [i*d0, (i+1)*d0) of the reduction. */
+/* Participants of a reduce-scatter: inputs (n*d0, ...) -> the participant
+ * of rank r gets rows [r*d0, (r+1)*d0) of the reduction, rank order =
+ * device order (not the order of inputs: outputs[i] holds the rows of the
+ * rank of inputs[i]'s device). */
 RF_API void rf_reduce_scatter_n(rf_graph *g, const char *name,
                                 const rf_output *inputs, int n,
                                 rf_reduction reduction, rf_output *outputs);

@@ -320,6 +320,7 @@ static rf_status *call_grad_fn(grad_state *s, rf_node *n) {
   for (int o = 0; o < n->num_outputs; o++) {
     contribs *cl = grads_of(s, n, o);
     if (np && cl->n == 0) { /* a participant still takes part, with zeros */
+      c.dy_is_filler = true;
       rf_output zeros = rf_zeros_like(s->g, NULL, (rf_output){n, o});
       RF_CHECK_GOTO(graph_error(s->g, n), st, done);
       RF_CHECK_GOTO(add_contrib(cl, zeros), st, done);

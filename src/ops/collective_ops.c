@@ -309,26 +309,61 @@ rf_output rf_reduce_scatter(rf_graph *g, const char *name, rf_output input,
                      false);
 }
 
+/* Marks in used[0, len) each k for which op (k = 0) or op_<k> is the
+ * shared_name of a node of g: a user's collective may be named like one
+ * that fresh_shared_name would make. */
+static void mark_shared_names(const rf_graph *g, const char *op, bool *used,
+                              size_t len) {
+  size_t oplen = strlen(op);
+  for (int id = 0; id < g->num_ids; id++) {
+    const rf_node *n = g->nodes[id];
+    const rf__attr_value *v =
+        n ? rf__attrs_find(&n->attrs, "shared_name") : NULL;
+    if (!v || v->type != RF_ATTR_STRING || strncmp(v->u.s, op, oplen) != 0)
+      continue;
+    const char *d = v->u.s + oplen;
+    if (!*d) {
+      used[0] = true;
+      continue;
+    }
+    if (*d++ != '_' || *d < '1' || *d > '9') continue; /* k as printed */
+    size_t k = 0;
+    for (; *d >= '0' && *d <= '9' && k < len; d++)
+      k = k * 10 + (size_t)(*d - '0');
+    if (!*d && k < len) used[k] = true;
+  }
+}
+
 /* n participants named <name>_<i> sharing <name>; all or nothing. */
 /* A shared name for n participants built without a name: op, op_1, op_2 ...,
- * the first that no node has and whose participant names (<shared>_<i>) are
- * free too. (A node named op never exists - the participants are op_0 ... -
- * so unique-naming op alone gave every unnamed collective the same name.) */
-static void fresh_shared_name(rf_graph *g, const char *op, int n, char *buf,
+ * the first that no node has, no collective has as its shared_name, and
+ * whose participant names (<shared>_<i>) are free too. (A node named op
+ * never exists - the participants are op_0 ... - so unique-naming op alone
+ * gave every unnamed collective the same name.) Each k refused is some
+ * node's name, a participant name or a shared_name, so one of the first
+ * 3 * num_ids + 1 is free. False: out of memory. */
+static bool fresh_shared_name(rf_graph *g, const char *op, int n, char *buf,
                               size_t len) {
+  size_t nk = 3 * (size_t)g->num_ids + 1;
+  bool *used = rf__calloc(nk, sizeof *used);
+  if (!used) return false;
+  mark_shared_names(g, op, used, nk);
   char part[RF_ARG_NAME_MAX + 96];
   for (long long k = 0;; k++) {
     if (k == 0)
       snprintf(buf, len, "%s", op);
     else
       snprintf(buf, len, "%s_%lld", op, k);
-    bool free_name = !rf_graph_find_node(g, buf);
+    bool free_name =
+        !((size_t)k < nk && used[k]) && !rf_graph_find_node(g, buf);
     for (int i = 0; i < n && free_name; i++) {
       snprintf(part, sizeof part, "%s_%d", buf, i);
       free_name = !rf_graph_find_node(g, part);
     }
-    if (free_name) return;
+    if (free_name) break;
   }
+  rf__free(used);
+  return true;
 }
 
 static void participants_n(rf_graph *g, const char *op, const char *name,
@@ -341,7 +376,10 @@ static void participants_n(rf_graph *g, const char *op, const char *name,
   }
   if (!rf__graph_inputs_ok(g, op, name, inputs, n)) return;
   char fresh[RF_ARG_NAME_MAX + 64];
-  if (!name) fresh_shared_name(g, op, n, fresh, sizeof fresh);
+  if (!name && !fresh_shared_name(g, op, n, fresh, sizeof fresh)) {
+    rf__graph_record(g, rf__oom());
+    return;
+  }
   const char *shared = name ? name : fresh;
   for (int i = 0; i < n; i++)
     if (!require_device(g, op, shared, inputs[i])) return;
@@ -509,6 +547,11 @@ static rf_output prod_others(rf__grad_ctx *c) {
 static rf_status *all_reduce_grad(rf__grad_ctx *c) {
   const char *red;
   RF_CHECK(rf__attrs_get_string(&c->op->attrs, "reduction", &red));
+  /* An integer participant reached only through integer casts (the
+   * #winner helper of a max/min gradient, differentiated again) gets no
+   * gradient: nothing flows through an integer (rf__cast_grad). */
+  if (!rf_dtype_is_float(rf_output_dtype(c->dy[0])) && c->dy_is_filler)
+    return NULL;
   if (!rf_dtype_is_float(rf_output_dtype(c->dy[0])))
     return rf__invalid("No gradient defined for AllReduce of %s: node '%s'",
                        rf_dtype_name(rf_output_dtype(c->dy[0])), c->op->name);
@@ -589,30 +632,33 @@ static const char *part_device(const rf__grad_ctx *c, rf_output part) {
 
 /* Broadcast: the gradient is the sum of every consumer's gradient, i.e. a
  * Reduce(sum) on the broadcast's device over the contributions, which are
- * first summed per device so each device takes part once. */
+ * first summed per device so each device takes part once. Any number of
+ * contributions (a consumer reading the broadcast twice gives two). */
 static rf_status *broadcast_grad(rf__grad_ctx *c) {
   int n = c->num_dy_parts[0];
   const rf_output *parts = c->dy_parts[0];
   rf_output per_device[64];
   int ndev = 0;
-  bool used[256] = {false};
-  if (n > 256)
-    return rf__invalid("Broadcast '%s': too many consumers", c->op->name);
+  bool *used = rf__calloc((size_t)n + 1, sizeof *used);
+  rf_output *group = rf__malloc(sizeof *group * ((size_t)n + 1));
+  rf_status *st = used && group ? NULL : rf__oom();
   bool own_device = false;
-  for (int i = 0; i < n; i++) {
+  for (int i = 0; i < n && !st; i++) {
     if (used[i]) continue;
-    if (ndev == 64)
-      return rf__invalid("Broadcast '%s': consumers on more than 64 devices",
-                         c->op->name);
+    if (ndev == 64) {
+      st = rf__invalid("Broadcast '%s': consumers on more than 64 devices",
+                       c->op->name);
+      break;
+    }
     const char *dev = part_device(c, parts[i]);
-    rf_output group[256];
     int k = 0;
     for (int j = i; j < n; j++)
       if (!used[j] && strcmp(part_device(c, parts[j]), dev) == 0) {
         used[j] = true;
         group[k++] = parts[j];
       }
-    RF_CHECK(rf_graph_push_device(c->g, dev));
+    st = rf_graph_push_device(c->g, dev);
+    if (st) break;
     /* one contribution with a device is used as it is; else a node on dev
      * (Reduce needs each input on a device) */
     per_device[ndev++] = k == 1 && has_device(group[0]) ? group[0]
@@ -621,6 +667,9 @@ static rf_status *broadcast_grad(rf__grad_ctx *c) {
     rf_graph_pop_device(c->g);
     if (strcmp(dev, c->op->requested_device) == 0) own_device = true;
   }
+  rf__free(used);
+  rf__free(group);
+  RF_CHECK(st);
   if (!own_device) { /* Reduce needs a participant on its own device */
     if (ndev == 64)
       return rf__invalid("Broadcast '%s': too many devices", c->op->name);

@@ -67,6 +67,9 @@ typedef struct rf__grad_ctx {
   /* This rf_gradients call's number in the graph, for the names of the
    * collectives it makes (ops/collective_names.h). */
   int64_t construction;
+  /* A collective participant into which no gradient flowed: dy holds the
+   * zeros it takes part in its peers' gradient collectives with. */
+  bool dy_is_filler;
 } rf__grad_ctx;
 
 /* Builds gradient nodes in c->g (the builder has already pushed the forward
