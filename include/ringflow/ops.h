@@ -61,7 +61,15 @@ RF_API rf_node *rf_apply_gradient_descent(rf_graph *g, const char *name,
 /* TensorFlow's ApplyAdam: m, v are variables; the rest are scalars except grad.
  *   lr_t = lr * sqrt(1 - beta2_power) / (1 - beta1_power)
  *   m = beta1 m + (1 - beta1) g;  v = beta2 v + (1 - beta2) g^2
- *   var -= lr_t m / (sqrt(v) + epsilon) */
+ *   var -= lr_t m / (sqrt(v) + epsilon)
+ * On CPU devices (x86) the update treats denormal numbers as zero (FTZ and
+ * DAZ, as TensorFlow's CPU kernels; moments decaying into that range made
+ * it ~12x slower): a denormal var, m, v or grad element of the type it is
+ * computed in (float32 for float16 and bfloat16) reads as 0 and a denormal
+ * result is stored as 0, so a denormal var becomes 0 even with lr 0.
+ * RF_FLUSH_DENORMALS=0 in the environment keeps IEEE denormals
+ * (docs/ARCHITECTURE.md), as GPU devices and rf_apply_momentum always do.
+ * rf_apply_adamw likewise. */
 RF_API rf_node *rf_apply_adam(rf_graph *g, const char *name, rf_output var,
                               rf_output m, rf_output v, rf_output beta1_power,
                               rf_output beta2_power, rf_output lr,
@@ -77,6 +85,7 @@ RF_API rf_node *rf_apply_adam(rf_graph *g, const char *name, rf_output var,
  * (sqrt(v) / sqrt(1 - beta2_power) + epsilon). epsilon is added to
  * sqrt(v_hat), not to sqrt(v) as in rf_apply_adam, so weight_decay 0 is
  * PyTorch's Adam, which differs from TensorFlow's in epsilon's place.
+ * Denormal numbers are zero on CPU devices, as in rf_apply_adam.
  * beta1_power, beta2_power: beta1^t, beta2^t at step t >= 1. INVALID_ARGUMENT
  * at build time for a non-scalar scalar input or a grad whose dtype or shape
  * differs from a variable's, at run time also when two handles are one

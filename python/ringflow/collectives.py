@@ -135,13 +135,16 @@ def broadcast(tensor: Any, name: Optional[str] = None) -> Tensor:
 def all_gather(tensors: Sequence[Any],
                name: Optional[str] = None) -> List[Tensor]:
     """Participants of an all-gather: inputs of one shape (d0, ...) ->
-    every participant gets (n * d0, ...), in the order of `tensors`."""
+    every participant gets (n * d0, ...): the blocks in rank order, which
+    is device order (not the order of `tensors`)."""
     return _participants(lib.rf_all_gather_n, tensors, name)
 
 
 def reduce_scatter(tensors: Sequence[Any], reduction: Reduction = "sum",
                    name: Optional[str] = None) -> List[Tensor]:
     """Participants of a reduce-scatter: inputs of one shape (n * d0, ...)
-    -> participant i gets rows [i * d0, (i + 1) * d0) of the reduction."""
+    -> the participant of rank r gets rows [r * d0, (r + 1) * d0) of the
+    reduction, rank order = device order (not the order of `tensors`: the
+    i-th result holds the rows of the rank of tensors[i]'s device)."""
     return _participants(lib.rf_reduce_scatter_n, tensors, name,
                          _reduction(reduction))
