@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -48,8 +49,9 @@ static char *slurp(const char *path) {
 static char work[64];
 
 /* Runs `ringflow args...` (a NULL-terminated list, passed as they are: no
- * shell, so "" and spaces stay one argument). */
-static run run_argv(const char *const *args) {
+ * shell, so "" and spaces stay one argument) with stdout to `to` (NULL: a
+ * file that r.out then holds). */
+static run run_argv_to(const char *const *args, const char *to) {
   char out_path[128], err_path[128];
   snprintf(out_path, sizeof out_path, "%s/out", work);
   snprintf(err_path, sizeof err_path, "%s/err", work);
@@ -65,7 +67,7 @@ static run run_argv(const char *const *args) {
   pid_t pid = fork();
   assert_true(pid >= 0);
   if (pid == 0) {
-    int o = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    int o = open(to ? to : out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     int e = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (o < 0 || e < 0 || dup2(o, 1) < 0 || dup2(e, 2) < 0) _exit(127);
     execv(RF_TOOL, (char *const *)argv);
@@ -73,10 +75,12 @@ static run run_argv(const char *const *args) {
   }
   int status;
   assert_true(waitpid(pid, &status, 0) == pid);
-  run r = {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(out_path),
-           slurp(err_path)};
+  run r = {WIFEXITED(status) ? WEXITSTATUS(status) : -1,
+           to ? strdup("") : slurp(out_path), slurp(err_path)};
   return r;
 }
+
+static run run_argv(const char *const *args) { return run_argv_to(args, NULL); }
 
 static void run_free(run *r) {
   free(r->out);
@@ -645,6 +649,132 @@ static void test_trace_path_checked_first(void **state) {
   run_free(&r);
 }
 
+/* An empty path names no file: a usage error, never a late failure (an
+ * empty --trace failed after training began, as "NULL argument"; an empty
+ * --data read "/train-images-idx3-ubyte.gz"). */
+static void test_empty_paths(void **state) {
+  (void)state;
+  static const char *const cases[][3] = {
+      {"train", "--trace", "--steps=1"},   {"train", "--save", "--steps=1"},
+      {"train", "--load", "--steps=1"},    {"train", "--data", "--steps=1"},
+      {"train", "--graph-dir", "--quiet"}, {"lower", "--dot", NULL},
+      {"bench", "--mpi-baseline", NULL},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    const char *const *c = cases[i];
+    bool lower = strcmp(c[0], "lower") == 0;
+    const char *args[] = {c[0], c[1], "", lower ? graph_path : c[2], NULL};
+    const char *want[] = {c[1], "'': an empty path", NULL};
+    expect_usage_error(args, want);
+  }
+}
+
+/* Output that cannot be written (a full disk: /dev/full) is an error, exit
+ * 1 saying so, never exit 0 with the output lost. */
+static void test_lost_output(void **state) {
+  (void)state;
+  if (access("/dev/full", W_OK) != 0) {
+    fprintf(stderr, "no /dev/full: skipped\n");
+    return;
+  }
+  const char *cases[][3] = {{"--help", NULL, NULL},
+                            {"version", NULL, NULL},
+                            {"train", "--help", NULL},
+                            {"lower", graph_path, NULL}};
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    run r = run_argv_to(cases[i], "/dev/full");
+    bool ok = r.rc == 1 && strstr(r.err, "writing to stdout failed");
+    if (!ok) show("expected exit 1 for output lost", cases[i], &r);
+    assert_true(ok);
+    run_free(&r);
+  }
+  /* a usage error keeps its status */
+  const char *bad[] = {"train", "--frobnicate", NULL};
+  run r = run_argv_to(bad, "/dev/full");
+  assert_int_equal(r.rc, 2);
+  run_free(&r);
+}
+
+/* A directory option naming a file fails before the command's work: lower
+ * printed both graphs first; train loaded its data first. */
+static void test_directory_option_is_a_file(void **state) {
+  (void)state;
+  const char *dot[] = {"lower", graph_path, "--dot", graph_path, NULL};
+  run r = run_argv(dot);
+  bool ok = r.rc == 1 && !r.out[0] && strstr(r.err, "is not a directory");
+  if (!ok) show("expected --dot FILE to fail first", dot, &r);
+  assert_true(ok);
+  run_free(&r);
+  const char *graphs[] = {"train",     "--graph-dir",
+                          graph_path,  "--data=/nonexistent-ringflow-data",
+                          "--steps=1", NULL};
+  r = run_argv(graphs);
+  ok = r.rc == 1 && strstr(r.err, "is not a directory");
+  if (!ok) show("expected --graph-dir FILE to fail first", graphs, &r);
+  assert_true(ok);
+  run_free(&r);
+}
+
+/* --save naming a FIFO (or a device: /dev/null) is refused before training;
+ * it was renamed over after training, so `--save /dev/null` as root
+ * replaced /dev/null with a checkpoint. */
+static void test_save_to_a_fifo(void **state) {
+  (void)state;
+  char fifo[128];
+  snprintf(fifo, sizeof fifo, "%s/fifo", work);
+  assert_int_equal(mkfifo(fifo, 0600), 0);
+  const char *args[] = {"train",   "--steps", "1",  "--devices", "1",
+                        "--quiet", "--save",  fifo, NULL};
+  run r = run_argv(args);
+  bool ok = r.rc == 1 && strstr(r.err, "not a regular file") &&
+            !strstr(r.out, "epoch");
+  if (!ok) show("expected --save FIFO to be refused first", args, &r);
+  assert_true(ok);
+  run_free(&r);
+  struct stat sb;
+  assert_int_equal(lstat(fifo, &sb), 0);
+  assert_true(S_ISFIFO(sb.st_mode));
+  unlink(fifo);
+}
+
+/* Devices listed out of index order: every collective of bench checks its
+ * result against ranks in device order (collectives.h); it expected them in
+ * the list's order, and all_gather and reduce_scatter failed with an
+ * INTERNAL "gave 1 ... expected 0". */
+static void test_bench_devices_out_of_order(void **state) {
+  (void)state;
+  static const char *const lists[] = {"cpu:1,0", "cpu:3-4,0", "cpu:2,0,3,1"};
+  for (size_t i = 0; i < sizeof lists / sizeof *lists; i++) {
+    const char *args[] = {"bench",    "--devices",        lists[i],
+                          "--csv",    "--no-mpi",         "--no-floor",
+                          "--min=64", "--max=256",        "--factor=4",
+                          "--quick",  "--min-time=0.001", NULL};
+    run r = run_argv(args);
+    bool ok = r.rc == 0 && strstr(r.out, "reduce_scatter,") &&
+              strstr(r.out, "all_gather,");
+    if (!ok) show("expected bench to run", args, &r);
+    assert_true(ok);
+    run_free(&r);
+  }
+}
+
+/* `ringflow version` and `ringflow --help` take no argument (they ignored
+ * any); `version --help` prints the help. */
+static void test_command_arguments(void **state) {
+  (void)state;
+  const char *version[] = {"version", "extra", NULL};
+  const char *version_want[] = {"version", "'extra'", "ringflow --help", NULL};
+  expect_usage_error(version, version_want);
+  const char *help[] = {"--help", "train", NULL};
+  const char *help_want[] = {"--help", "'train'", NULL};
+  expect_usage_error(help, help_want);
+  const char *version_help[] = {"version", "--help", NULL};
+  run r = run_argv(version_help);
+  assert_int_equal(r.rc, 0);
+  assert_non_null(strstr(r.out, "usage: ringflow COMMAND"));
+  run_free(&r);
+}
+
 static int teardown(void **state) {
   (void)state;
   char cmd[128];
@@ -663,6 +793,12 @@ int main(void) {
       cmocka_unit_test(test_options_out_of_context),
       cmocka_unit_test(test_load_at_the_last_step),
       cmocka_unit_test(test_trace_path_checked_first),
+      cmocka_unit_test(test_empty_paths),
+      cmocka_unit_test(test_lost_output),
+      cmocka_unit_test(test_directory_option_is_a_file),
+      cmocka_unit_test(test_command_arguments),
+      cmocka_unit_test(test_save_to_a_fifo),
+      cmocka_unit_test(test_bench_devices_out_of_order),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

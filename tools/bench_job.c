@@ -45,6 +45,15 @@ typedef struct setup {
   void *mpi_out;      /* the baseline's receive buffer */
 } setup;
 
+/* The job-wide rank of this task's i-th listed device: ranks follow device
+ * order (task, then index: collectives.h), not the list's (cpu:1,0). */
+static int rank_of(const jb *b, int i) {
+  const tool_devices *d = b->a->devices;
+  int r = b->task * d->n;
+  for (int j = 0; j < d->n; j++) r += d->index[j] < d->index[i];
+  return r;
+}
+
 static void dev_name(const jb *b, int i, char *buf, size_t len) {
   int per = b->a->devices->n;
   snprintf(buf, len, "/task:%d/%s", i / per, b->a->devices->name[i % per]);
@@ -88,7 +97,7 @@ static rf_status *build(const jb *b, setup *su, bench_coll c) {
   for (int i = 0; i < b->a->devices->n; i++) { /* this task's */
     if (first + i < nx) su->feeds[su->nfeeds++].output = xs[first + i];
     if (c == BC_REDUCE) continue;
-    su->ranks[su->nfetches] = first + i;
+    su->ranks[su->nfetches] = rank_of(b, i);
     su->fetches[su->nfetches++] = ys[first + i];
   }
   if (c == BC_REDUCE && b->task == 0) su->fetches[su->nfetches++] = ys[0];
@@ -115,7 +124,7 @@ static rf_status *setup_new(const jb *b, bench_coll c, int64_t bytes,
   for (int i = 0; i < su->nfeeds; i++) { /* the device's rank, as expected */
     RF_TOOL_CHECK(rf_tensor_new(RF_FLOAT32, &shape, NULL, &su->feeds[i].value));
     float *d = rf_tensor_mutable_data(su->feeds[i].value);
-    int g = b->task * b->a->devices->n + i;
+    int g = c == BC_BROADCAST ? 0 : rank_of(b, i); /* broadcast: the root's */
     for (int64_t k = 0; k < su->in_count; k++) d[k] = (float)((k + g) % 7);
   }
   int64_t out = c == BC_ALL_GATHER ? per * b->ntasks : su->in_count;

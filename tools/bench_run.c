@@ -52,13 +52,19 @@ typedef struct setup {
   rf_feed feeds[MAX_DEV];
   rf_output fetches[MAX_DEV];
   int nfeeds, nfetches;
-  int64_t in_count; /* elements of each input */
+  int64_t in_count;  /* elements of each input */
+  int rank[MAX_DEV]; /* of the i-th listed device: ranks follow device order
+                        (collectives.h), not the list's (cpu:1,0) */
 } setup;
 
 static rf_status *build_graph(setup *su, bench_coll c, const tool_devices *d) {
   rf_output xs[MAX_DEV];
   char name[32];
   int n = d->n;
+  for (int i = 0; i < n; i++) {
+    su->rank[i] = 0;
+    for (int j = 0; j < n; j++) su->rank[i] += d->index[j] < d->index[i];
+  }
   su->nfeeds = c == BC_BROADCAST ? 1 : n; /* broadcast: the root's input */
   for (int i = 0; i < su->nfeeds; i++) {
     snprintf(name, sizeof name, "x%d", i);
@@ -99,15 +105,17 @@ static rf_status *build_graph(setup *su, bench_coll c, const tool_devices *d) {
   return rf_graph_status(su->g);
 }
 
-/* Input i holds (k + i) % 7 at element k: small integers, so float sums are
- * exact and the check below is exact too. */
+/* The input of rank r holds (k + r) % 7 at element k (broadcast's root:
+ * r = 0, as bench_expected has it): small integers, so float sums are exact
+ * and the check below is exact too. */
 static rf_status *make_inputs(setup *su) {
   for (int i = 0; i < su->nfeeds; i++) {
     rf_tensor *t;
     rf_shape shape = rf_shape_of(1, su->in_count);
     RF_TOOL_CHECK(rf_tensor_new(RF_FLOAT32, &shape, NULL, &t));
     float *d = rf_tensor_mutable_data(t);
-    for (int64_t k = 0; k < su->in_count; k++) d[k] = (float)((k + i) % 7);
+    int r = su->nfeeds > 1 ? su->rank[i] : 0;
+    for (int64_t k = 0; k < su->in_count; k++) d[k] = (float)((k + r) % 7);
     su->feeds[i].value = t;
   }
   return NULL;
@@ -138,7 +146,7 @@ static rf_status *check_outputs(bench_coll c, int n, const setup *su,
     int64_t m = rf_tensor_num_elements(outs[f]);
     int64_t probes[3] = {0, m / 2, m - 1};
     for (int p = 0; p < 3; p++) {
-      double want = bench_expected(c, n, su->in_count, f, probes[p]);
+      double want = bench_expected(c, n, su->in_count, su->rank[f], probes[p]);
       double got = rf_tensor_get(outs[f], probes[p]);
       if (got != want)
         return rf_status_new(RF_INTERNAL,

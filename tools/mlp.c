@@ -8,6 +8,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cnn.h"
@@ -288,9 +289,14 @@ static void gathered_gradient(const mlp_config *c, rf_graph *g, int p,
   rf_output in[MLP_MAX_DEVICES], xt[MLP_MAX_DEVICES], dz[MLP_MAX_DEVICES];
   char name[64];
   for (int d = 0; d < nd; d++) {
+    /* DZ's rows come in rank order, which is device order (collectives.h),
+     * not replica order (--devices cpu:1,0): x_d^T goes to the columns of
+     * its device's rank. gathered(): every device is "cpu:N". */
+    int rank = 0, index = atoi(c->devices[d] + 4);
+    for (int e = 0; e < nd; e++) rank += atoi(c->devices[e] + 4) < index;
     rf_graph_push_device(g, c->devices[d]);
-    in[d] =
-        rf_matmul(g, NULL, vs[d].in[l], selection(g, rows, nd, d), true, false);
+    in[d] = rf_matmul(g, NULL, vs[d].in[l], selection(g, rows, nd, rank), true,
+                      false);
     rf_graph_pop_device(g);
   }
   snprintf(name, sizeof name, "input_scatter_%d", p);

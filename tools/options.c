@@ -86,7 +86,8 @@ static const char *read_size(const tool_opt *o, const char *s, int64_t *out) {
     if (p == frac) return "not a size";
   }
   double mult = 1;
-  const char *units = "KMG", *u = *p ? strchr(units, toupper(*p)) : NULL;
+  const char *units = "KMG",
+             *u = *p ? strchr(units, toupper((unsigned char)*p)) : NULL;
   if (u) mult = ldexp(1, 10 * (int)(u - units + 1)), p++;
   if (*p == 'B' || *p == 'b') p++;
   if (*p) return "not a size";
@@ -114,7 +115,10 @@ static const char *read_value(const tool_opt *o, const char *s, char *why,
     case TOOL_OPT_CHOICE: return read_choice(o, s, o->out);
     case TOOL_OPT_DEVICES:
       return tool_devices_parse(s, o->out, why, why_len) ? why : NULL;
-    case TOOL_OPT_STRING: *(const char **)o->out = s; return NULL;
+    case TOOL_OPT_STRING: /* a path: "" names no file */
+      if (!*s) return "an empty path";
+      *(const char **)o->out = s;
+      return NULL;
     case TOOL_OPT_FLAG: break;
   }
   return "takes no value";
@@ -244,6 +248,9 @@ static int bad_value(const tool_cmd *cmd, const tool_opt *o, const char *value,
                      const char *why) {
   char allowed[160], q[256];
   tool_opt_allowed(o, allowed, sizeof allowed);
+  if (!allowed[0]) /* a path: no range to state */
+    return tool_usage_error(cmd, "--%s %s: %s", o->name,
+                            quoted(value, q, sizeof q), why);
   return tool_fail("%s: --%s %s: %s; allowed: %s", cmd->name, o->name,
                    quoted(value, q, sizeof q), why, allowed);
 }

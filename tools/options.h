@@ -22,7 +22,7 @@ typedef enum tool_opt_kind {
   TOOL_OPT_REAL,    /* double: a finite number > min (or >= min) and <= max */
   TOOL_OPT_SIZE,    /* int64_t: bytes, as 512, 64K, 1.5M or 8GB (K, M, G:
                        x1024), a whole number in [min, max] */
-  TOOL_OPT_STRING,  /* const char *: any text (a path) */
+  TOOL_OPT_STRING,  /* const char *: a path, any text but "" */
   TOOL_OPT_CHOICE,  /* int: the index of the value in choices */
   TOOL_OPT_DEVICES, /* tool_devices (devices.h) */
 } tool_opt_kind;

@@ -1,5 +1,7 @@
 /* tools/ringflow.c - the `ringflow` command: one binary, one subcommand per
  * job (train, lower, ...). */
+#include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -39,17 +41,25 @@ static void usage(FILE *f) {
           "its number in a shell)\n");
 }
 
-int main(int argc, char **argv) {
-  crash_report_install();
+static int run_command(int argc, char **argv) {
   /* No command is a usage error like any other: one line on stderr. */
   if (argc < 2)
     return tool_fail(
         "no command (train, lower, bench or version); see ringflow --help");
-  if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "help") == 0) {
+  bool help = strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "help") == 0;
+  bool version =
+      strcmp(argv[1], "version") == 0 || strcmp(argv[1], "--version") == 0;
+  /* `version --help` is the help; anything else after them is garbage */
+  if (version && argc == 3 && strcmp(argv[2], "--help") == 0)
+    help = true, version = false, argc = 2;
+  if ((help || version) && argc > 2)
+    return tool_fail("%s takes no argument (got '%.200s'); see ringflow --help",
+                     argv[1], argv[2]);
+  if (help) {
     usage(stdout);
     return 0;
   }
-  if (strcmp(argv[1], "version") == 0 || strcmp(argv[1], "--version") == 0) {
+  if (version) {
     printf("ringflow %d.%d.%d\n", RINGFLOW_VERSION_MAJOR,
            RINGFLOW_VERSION_MINOR, RINGFLOW_VERSION_PATCH);
     return 0;
@@ -60,4 +70,21 @@ int main(int argc, char **argv) {
     return rc ? rc : commands[i].run(argc - 1, argv + 1);
   }
   return tool_fail("unknown command '%.200s'; see ringflow --help", argv[1]);
+}
+
+int main(int argc, char **argv) {
+  crash_report_install();
+  int rc = run_command(argc, argv);
+  /* Output that did not arrive (a full disk, /dev/full) fails the command:
+   * `ringflow bench --csv > f` must not exit 0 with f cut short. */
+  errno = 0;
+  bool lost = fflush(stdout) != 0;
+  int err = errno;
+  if (ferror(stdout) || lost) {
+    rf_status *st = rf_status_new(RF_DATA_LOSS, "writing to stdout failed%s%s",
+                                  err ? ": " : "", err ? strerror(err) : "");
+    int failed = tool_report(st);
+    if (rc == 0) rc = failed;
+  }
+  return rc;
 }

@@ -149,9 +149,15 @@ static void write_svg(const char *dot_path, const char *svg_path) {
 /* DIR/STEM.dot, and DIR/STEM.svg when Graphviz's `dot` is installed. */
 rf_status *tool_make_dir(const char *dir) {
   if (mkdir(dir, 0755) != 0 && errno != EEXIST)
-    return rf_status_new(errno == ENOENT ? RF_NOT_FOUND : RF_PERMISSION_DENIED,
-                         "cannot create the directory %s: %s", dir,
-                         strerror(errno));
+    return rf_status_new(
+        errno == ENOENT || errno == ENOTDIR ? RF_NOT_FOUND
+                                            : RF_PERMISSION_DENIED,
+        "cannot create the directory %s: %s", dir, strerror(errno));
+  /* EEXIST: a file of that name fails here, not after the command's work */
+  struct stat sb;
+  if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
+    return rf_status_new(RF_FAILED_PRECONDITION,
+                         "%s exists and is not a directory", dir);
   return NULL;
 }
 

@@ -69,21 +69,28 @@ static void dataset_free(dataset *d) {
   rf_tensor_release(d->yt);
 }
 
-/* "DIR/PREFIX-KIND", malloc'ed (--data may be of any length), or NULL. */
+/* "DIR/PREFIX-KIND.gz", or "DIR/PREFIX-KIND" when only that file (the
+ * data gunzipped) exists; malloc'ed (--data may be of any length), or
+ * NULL. */
 static char *split_path(const char *dir, const char *prefix, const char *kind) {
-  int len = snprintf(NULL, 0, "%s/%s-%s", dir, prefix, kind);
+  int len = snprintf(NULL, 0, "%s/%s-%s.gz", dir, prefix, kind);
   char *p = len < 0 ? NULL : malloc((size_t)len + 1);
-  if (p) snprintf(p, (size_t)len + 1, "%s/%s-%s", dir, prefix, kind);
+  if (!p) return NULL;
+  snprintf(p, (size_t)len + 1, "%s/%s-%s.gz", dir, prefix, kind);
+  if (access(p, F_OK) != 0) {
+    p[len - 3] = '\0';
+    if (access(p, F_OK) != 0) p[len - 3] = '.'; /* neither: name the .gz */
+  }
   return p;
 }
 
-/* Reads DIR/PREFIX-{images,labels}-*.gz: at least one image, each of
- * `dim` pixels (28x28 for the model), labels 0..9. On error im and lb hold
- * nothing. */
+/* Reads DIR/PREFIX-{images,labels}-* (gzipped or not: split_path): at least
+ * one image, each of `dim` pixels (28x28 for the model), labels 0..9. On
+ * error im and lb hold nothing. */
 static rf_status *load_split(const char *dir, const char *prefix, int dim,
                              idx_array *im, idx_array *lb) {
-  char *ipath = split_path(dir, prefix, "images-idx3-ubyte.gz"),
-       *lpath = split_path(dir, prefix, "labels-idx1-ubyte.gz");
+  char *ipath = split_path(dir, prefix, "images-idx3-ubyte"),
+       *lpath = split_path(dir, prefix, "labels-idx1-ubyte");
   rf_status *st = ipath && lpath
                       ? idx_read(ipath, (size_t)1 << 30, im)
                       : rf_status_new(RF_RESOURCE_EXHAUSTED, "out of memory");
@@ -707,7 +714,9 @@ static int parse_options(int argc, char **argv, options *o) {
                 "also train on one device and report the largest "
                 "differences"),
       TOOL_STRING("data", &o->data_dir, "DIR",
-                  "Fashion-MNIST IDX files (default " DEFAULT_DATA ")"),
+                  "the Fashion-MNIST IDX files "
+                  "{train,t10k}-{images-idx3,labels-idx1}-ubyte, each "
+                  "gzipped (.gz) or not (default " DEFAULT_DATA ")"),
       TOOL_CHOICE("feed", &feed, "MODE",
                   "where each step's rows come from (the same rows and "
                   "results either way, except the CNN's dropout masks: "
@@ -1033,13 +1042,15 @@ int cmd_train(int argc, char **argv) {
   rf_status *st = NULL;
   int64_t saved_at = -1; /* the step of the last --save */
   /* a run must not end by failing to save: check the path first; likewise
-   * the trace's file, written at step 10. Task 0 checks (it writes them)
-   * and tells the others whether it refused: else they would wait for it
-   * in their first session until the collective timeout. */
-  if (o.save || o.trace) {
+   * the trace's file, written at step 10, and --graph-dir, written once the
+   * data is loaded. Task 0 checks (it writes them) and tells the others
+   * whether it refused: else they would wait for it in their first session
+   * until the collective timeout. */
+  if (o.save || o.trace || o.graph_dir) {
     rf_status *checked = NULL;
     if (o.save && lead) checked = rf_checkpoint_check_path(o.save);
     if (!checked && o.trace && lead) checked = check_trace_path(o.trace);
+    if (!checked && o.graph_dir && lead) checked = tool_make_dir(o.graph_dir);
     TRAIN_TRY(train_job_start(&job, sopts.collective_timeout_ms, checked));
   }
   TRAIN_TRY(load_split(o.data_dir, "train", cfg.sizes[0], &im[0], &lb[0]));

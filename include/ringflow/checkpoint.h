@@ -113,10 +113,11 @@ RF_API rf_status *rf_checkpoint_get(const rf_checkpoint *c, const char *name,
  * (directories are opened one component at a time); a component longer
  * than the file system allows fails with INVALID_ARGUMENT. On error the
  * temporary file is removed, path is unchanged, and the code says why:
- * INVALID_ARGUMENT (NULL or empty path, path names a directory, a header
- * - names, shapes and metadata as JSON - past RF_CHECKPOINT_HEADER_MAX
- * bytes, which no reader would take; a bool tensor holding a byte other
- * than 0 or 1, which rf_checkpoint_load refuses),
+ * INVALID_ARGUMENT (NULL or empty path, path names a directory, a device,
+ * a FIFO or a socket, a header - names, shapes and metadata as JSON - past
+ * RF_CHECKPOINT_HEADER_MAX bytes, which no reader would take; a bool
+ * tensor holding a byte other than 0 or 1, which rf_checkpoint_load
+ * refuses),
  * NOT_FOUND (a directory of path is missing or not a directory),
  * PERMISSION_DENIED (the directory is not writable, read-only file system),
  * RESOURCE_EXHAUSTED (disk full, out of memory), DATA_LOSS (an I/O error
@@ -126,8 +127,9 @@ RF_API rf_status *rf_checkpoint_save(const rf_checkpoint *c, const char *path);
 
 /* Checks that rf_checkpoint_save(c, path) can create its file: path's
  * directory exists and a file can be created in it (one is made and
- * removed), and path is not a directory. Returns what that save would
- * return (the codes above), so a program can check before it works. */
+ * removed), and path is not a directory, device, FIFO or socket. Returns
+ * what that save would return (the codes above), so a program can check
+ * before it works. */
 RF_API rf_status *rf_checkpoint_check_path(const char *path);
 
 /* Reads a safetensors file into a new checkpoint (*out; free with

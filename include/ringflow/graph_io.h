@@ -34,8 +34,8 @@ RF_API rf_status *rf_graph_from_json(const char *json, size_t len,
  * path is replaced, never followed. On error the temporary file is removed,
  * path is unchanged, and the code says why (a file's error names the path):
  * INVALID_ARGUMENT (NULL arguments, empty path, path names a directory, a
- * component too long; a string attr that is not UTF-8, from
- * rf_graph_to_json), NOT_FOUND (a directory of path is missing),
+ * device, a FIFO or a socket, a component too long; a string attr that is not
+ * UTF-8, from rf_graph_to_json), NOT_FOUND (a directory of path is missing),
  * PERMISSION_DENIED (the directory is not writable, read-only file system),
  * RESOURCE_EXHAUSTED (disk full, file too large, out of memory), DATA_LOSS
  * (an I/O error), UNKNOWN (another errno). Not thread-safe against another

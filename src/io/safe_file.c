@@ -167,10 +167,17 @@ static rf_status *create_temp(int dirfd, const char *what, const char *path,
 static rf_status *check_target(int dirfd, const char *base, const char *what,
                                const char *path) {
   struct stat sb;
-  if (fstatat(dirfd, base, &sb, AT_SYMLINK_NOFOLLOW) == 0 &&
-      S_ISDIR(sb.st_mode))
+  if (fstatat(dirfd, base, &sb, AT_SYMLINK_NOFOLLOW) != 0) return NULL;
+  if (S_ISDIR(sb.st_mode))
     return rf_status_new(RF_INVALID_ARGUMENT, "%s '%s' names a directory", what,
                          path);
+  /* A device, FIFO or socket is never renamed over: `--save /dev/null` run
+   * as root would replace the system's /dev/null with a file. */
+  if (!S_ISREG(sb.st_mode) && !S_ISLNK(sb.st_mode))
+    return rf_status_new(RF_INVALID_ARGUMENT,
+                         "%s '%s' is not a regular file (a device, FIFO or "
+                         "socket is never replaced)",
+                         what, path);
   return NULL;
 }
 

@@ -19,6 +19,11 @@ csv=$(bash "$mpirun_sh" 2 "$ringflow" bench --quick --max 1K --csv \
         --collective all_reduce --no-gloo)
 echo "$csv"
 echo "$csv" | grep -Eq "^all_reduce,2,2,1024,[0-9]+,3,[0-9.]+,[0-9.]+,,"
+# Devices listed out of index order: the results are checked against ranks
+# in device order (task, then index), not the list's (an INTERNAL "gave 1
+# ... expected 0" from all_gather before).
+bash "$mpirun_sh" 2 "$ringflow" bench --quick --max 1K --devices cpu:1,0 \
+  --no-gloo --csv > /dev/null
 # GPU devices are benchmarked in one process: across processes, a clear error.
 if err=$(bash "$mpirun_sh" 2 "$ringflow" bench --quick --devices gpu:0-1 2>&1); then
   echo "bench across processes on GPU devices should fail"; exit 1
