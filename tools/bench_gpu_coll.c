@@ -432,12 +432,28 @@ void bench_gpu_coll_fresh(const bench_gpu_coll *b, int64_t *blocks) {
   }
 }
 
+/* The listed input (0..n-1, holding its number + 1) whose block is block j
+ * of an all-gather: the raw calls take the list's order; the session's
+ * collectives rank in device order (collectives.h), so there block j is the
+ * j-th lowest GPU index's (--devices gpu:1,0: block 0 is gpu:0's, listed
+ * second). */
+static int gathered_input(const bench_gpu_coll *b, bool session, int j) {
+  if (!session) return j;
+  for (int i = 0; i < b->n; i++) {
+    int rank = 0;
+    for (int e = 0; e < b->n; e++) rank += b->env->index[e] < b->env->index[i];
+    if (rank == j) return i;
+  }
+  return j;
+}
+
 /* Element k of rank r's output. */
-static double expected(const bench_gpu_coll *b, int64_t k) {
+static double expected(const bench_gpu_coll *b, bool session, int64_t k) {
   int n = b->n;
   switch (b->c) {
     case BC_BROADCAST: return 1;
-    case BC_ALL_GATHER: return (double)(k / b->in_count + 1);
+    case BC_ALL_GATHER:
+      return (double)(gathered_input(b, session, (int)(k / b->in_count)) + 1);
     default: return (double)n * (n + 1) / 2; /* sums of 1..n */
   }
 }
@@ -446,8 +462,9 @@ static rf_status *probe(const bench_gpu_coll *b, const char *what, int r,
                         int64_t m, double (*get)(const void *, int64_t),
                         const void *src) {
   int64_t at[3] = {0, m / 2, m - 1};
+  bool session = strcmp(what, "session") == 0;
   for (int p = 0; p < 3; p++) {
-    double got = get(src, at[p]), want = expected(b, at[p]);
+    double got = get(src, at[p]), want = expected(b, session, at[p]);
     if (got != want)
       return rf_status_new(RF_INTERNAL,
                            "bench: %s %s on %d GPUs gave %g at element %lld "
