@@ -394,7 +394,9 @@ RF_API rf_output rf_softmax_axis(rf_graph *g, const char *name, rf_output x,
 /* ---- regularization ---- */
 /* Dropout of a float x: each element kept with probability 1 - rate (rate
  * in [0, 1)) and scaled by 1 / (1 - rate), else 0. Output 1 of the node is
- * the mask (0 or 1 / (1 - rate)); the gradient is dy * mask. The decisions
+ * the mask (0 or 1 / (1 - rate)); the output is x * mask, so a dropped NaN
+ * or infinity gives NaN (as in TensorFlow and PyTorch); the gradient is
+ * dy * mask. The decisions
  * are stateless and reproducible: element i's comes from Philox4x32-10
  * keyed by `seed` (low and high 32 bits) with the counter (i / 4 low and
  * high 32 bits, step bits 0..31, step bits 32..55 | device << 24), word
