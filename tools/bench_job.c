@@ -48,10 +48,7 @@ typedef struct setup {
 /* The job-wide rank of this task's i-th listed device: ranks follow device
  * order (task, then index: collectives.h), not the list's (cpu:1,0). */
 static int rank_of(const jb *b, int i) {
-  const tool_devices *d = b->a->devices;
-  int r = b->task * d->n;
-  for (int j = 0; j < d->n; j++) r += d->index[j] < d->index[i];
-  return r;
+  return b->task * b->a->devices->n + tool_devices_rank(b->a->devices, i);
 }
 
 static void dev_name(const jb *b, int i, char *buf, size_t len) {

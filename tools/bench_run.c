@@ -61,10 +61,7 @@ static rf_status *build_graph(setup *su, bench_coll c, const tool_devices *d) {
   rf_output xs[MAX_DEV];
   char name[32];
   int n = d->n;
-  for (int i = 0; i < n; i++) {
-    su->rank[i] = 0;
-    for (int j = 0; j < n; j++) su->rank[i] += d->index[j] < d->index[i];
-  }
+  for (int i = 0; i < n; i++) su->rank[i] = tool_devices_rank(d, i);
   su->nfeeds = c == BC_BROADCAST ? 1 : n; /* broadcast: the root's input */
   for (int i = 0; i < su->nfeeds; i++) {
     snprintf(name, sizeof name, "x%d", i);

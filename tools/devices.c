@@ -158,3 +158,9 @@ void tool_devices_format(const tool_devices *d, char *buf, size_t len) {
     i = j;
   }
 }
+
+int tool_devices_rank(const tool_devices *d, int i) {
+  int r = 0;
+  for (int j = 0; j < d->n; j++) r += d->index[j] < d->index[i];
+  return r;
+}

@@ -38,6 +38,9 @@ int tool_devices_parse(const char *spec, tool_devices *out, char *why,
 void tool_devices_session(const tool_devices *d, rf_session_options *o);
 /* Whether the list is TYPE:0..TYPE:n-1 in order. */
 bool tool_devices_dense(const tool_devices *d);
+/* The rank of the i-th listed device in a collective over the list: ranks
+ * follow device order (collectives.h), not the list's (cpu:1,0: 1, 0). */
+int tool_devices_rank(const tool_devices *d, int i);
 /* The list in its shortest form ("cpu:0-3", "gpu:0,2"). */
 void tool_devices_format(const tool_devices *d, char *buf, size_t len);
 
