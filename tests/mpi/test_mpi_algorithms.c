@@ -447,8 +447,9 @@ static void test_reduce_scatter_shares_without_copy(void **state) {
 }
 
 /* An unknown RF_MPI_ALGORITHM (test_mpi_algorithms_bad_env: "bad") or an
- * RF_MPI_DIRECT_MAX_BYTES that is not a decimal number
- * (test_mpi_algorithms_bad_direct_env: "4M") fails the collective in every
+ * RF_MPI_DIRECT_MAX_BYTES that is not a decimal number from 0 to INT64_MAX
+ * (test_mpi_algorithms_bad_direct_env: "4M"; _bad_direct_range: 10^20, which
+ * the message's range now says) fails the collective in every
  * process, naming the variable (the library reads them once, so this runs
  * alone). */
 static void bad_env_is_an_error(const char *want) {
@@ -482,10 +483,10 @@ static void test_unknown_algorithm_is_an_error(void **state) {
 }
 
 static void test_bad_direct_max_is_an_error(void **state) {
-  char want[128];
+  char want[192];
   snprintf(want, sizeof want,
            "RF_MPI_DIRECT_MAX_BYTES is '%s'; expected a decimal number of "
-           "bytes",
+           "bytes from 0 to 9223372036854775807",
            getenv("RF_MPI_DIRECT_MAX_BYTES"));
   bad_env_is_an_error(want);
 }

@@ -192,6 +192,83 @@ static void test_disagreements_name_both_sides(void **state) {
   }
 }
 
+/* The processes' graphs put a reduce's or broadcast's root on different
+ * tasks: two tasks hold it (task 1's graph on task 1, the others' on task
+ * 0), or none (task 0's graph on task 1, the others' on task 0). Every
+ * process fails at once naming the root and the devices and nodes of the
+ * sides (it said only "needs exactly one root ..., found 2"). */
+static void test_roots_disagree(void **state) {
+  for (int c = 0; c < 4; c++) {
+    bool reduce = c % 2 == 0, two = c < 2;
+    int root = two ? (T == 1 ? 1 : 0) : (T == 0 ? 1 : 0);
+    rf_graph *g = rf_graph_new();
+    rf_output x[64], y[64];
+    for (int t = 0; t < NT; t++) {
+      char dev[MT_DEVICE_LEN];
+      mt_device(t, 0, dev, sizeof dev);
+      assert_ok(rf_graph_push_device(g, dev));
+      x[t] = rf_placeholder(g, NULL, RF_FLOAT32, rf_shape_of(1, 4));
+      rf_graph_pop_device(g);
+    }
+    rf_output fetch = x[T];
+    rf_node *target = NULL;
+    if (reduce) {
+      char dev[MT_DEVICE_LEN];
+      mt_device(root, 0, dev, sizeof dev);
+      assert_ok(rf_graph_push_device(g, dev));
+      rf_output r = rf_reduce(g, "rt", x, NT, RF_REDUCE_SUM);
+      rf_graph_pop_device(g);
+      if (T == root)
+        fetch = r;
+      else
+        target = r.node;
+    } else {
+      rf_output b = rf_broadcast(g, "rt", x[root]);
+      for (int t = 0; t < NT; t++) {
+        char dev[MT_DEVICE_LEN];
+        mt_device(t, 0, dev, sizeof dev);
+        assert_ok(rf_graph_push_device(g, dev));
+        y[t] = rf_identity(g, NULL, b);
+        rf_graph_pop_device(g);
+      }
+      fetch = y[T];
+    }
+    assert_graph_ok(g);
+    rf_session *s = mt_session(g, 1, 30000);
+    rf_tensor *a = ones(RF_FLOAT32, 4), *out = NULL;
+    rf_feed feed = {x[T], a};
+    double t0 = now_ms();
+    rf_status *st = rf_session_run(
+        s, &feed, 1, &fetch, 1, target ? &target : NULL, target ? 1 : 0, &out);
+    assert_true(now_ms() - t0 < 15000); /* at once, not at the timeout */
+    assert_non_null(st);
+    const char *msg = rf_status_message(st);
+    char want[256];
+    snprintf(want, sizeof want,
+             "participants disagree on the root: %s needs exactly one root "
+             "(the %s), found %d: ",
+             reduce ? "reduce" : "broadcast", reduce ? "receiver" : "sender",
+             two ? 2 : 0);
+    assert_contains(msg, want);
+    const char *node = reduce ? "rt/_ReduceRecv" : "rt/_BroadcastSend";
+    if (two) {
+      snprintf(want, sizeof want,
+               "on /task:0/cpu:0 (node '%s') but on /task:1/cpu:0 (node '%s')",
+               node, node);
+    } else {
+      snprintf(want, sizeof want,
+               "each process's graph puts it on another task (none of "
+               "/task:0/cpu:0 (node '");
+    }
+    assert_contains(msg, want);
+    if (!two) assert_contains(msg, ", /task:1/cpu:0 (node '");
+    assert_status(st, RF_INVALID_ARGUMENT, NULL);
+    rf_tensor_release(a);
+    rf_session_free(s);
+    rf_graph_free(g);
+  }
+}
+
 static void test_task_skips_the_step(void **state) {
   job_graph m;
   build(&m, RF_FLOAT32);
@@ -359,6 +436,7 @@ int main(void) {
       cmocka_unit_test(test_long_name_mismatch),
       cmocka_unit_test(test_different_graphs),
       cmocka_unit_test(test_disagreements_name_both_sides),
+      cmocka_unit_test(test_roots_disagree),
       cmocka_unit_test(test_task_skips_the_step),
       cmocka_unit_test(test_kernel_fails_on_one_task),
       cmocka_unit_test(test_late_session),

@@ -155,7 +155,8 @@ static const struct {
   const char *var, *expected;
 } env_vars[] = {
     {"RF_MPI_ALGORITHM", "auto, nbc, blocking or ring"},
-    {"RF_MPI_DIRECT_MAX_BYTES", "a decimal number of bytes (0 or more)"},
+    {"RF_MPI_DIRECT_MAX_BYTES",
+     "a decimal number of bytes from 0 to 9223372036854775807"},
     {"RF_MPI_DIRECT", "0 or 1"},
     {"RF_MPI_AGREE_ONCE", "0 or 1"},
     {"RF_MPI_BACKOFF", "0 or 1"},

@@ -333,11 +333,28 @@ static void decide(rf__job *j, rf__mpi_centry *e, int64_t now) {
   }
   bool rooted = kind == RF_COLL_REDUCE || kind == RF_COLL_BROADCAST;
   if (rooted && roots != 1) {
+    /* The processes built graphs that place the root on different tasks:
+     * name the sides, as every other disagreement does - two tasks that
+     * each hold it (their READY speaks for the root), or, when none does,
+     * every task (each put it on another task). */
+    const char *role = kind == RF_COLL_REDUCE ? "receiver" : "sender";
+    char sides[2048] = "";
+    size_t used = 0;
+    for (int i = 0, k = 0; i < e->n && used < sizeof sides; i++) {
+      if (roots && !e->descs[i].local_roots) continue;
+      if (roots && k == 2) break;
+      used += (size_t)snprintf(sides + used, sizeof sides - used, "%s%s",
+                               k ? (roots ? " but on " : ", ") : "", rep(e, i));
+      k++;
+    }
     fail(j, e, now, RF_INVALID_ARGUMENT,
-         "collective '%s' (job step %lld): %s needs exactly one root (the "
-         "%s), found %d",
-         e->shown, (long long)e->job_step, rf__collective_kind_name(kind),
-         kind == RF_COLL_REDUCE ? "receiver" : "sender", roots);
+         "collective '%s' (job step %lld): participants disagree on the "
+         "root: %s needs exactly one root (the %s), found %d: %s%s%s",
+         e->shown, (long long)e->job_step, rf__collective_kind_name(kind), role,
+         roots,
+         roots ? "on "
+               : "each process's graph puts it on another task (none of ",
+         sides, roots ? "" : " holds it)");
     return;
   }
   const rf__mpi_msg *ref = &e->descs[root >= 0 ? root : input >= 0 ? input : 0];
