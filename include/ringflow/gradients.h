@@ -26,7 +26,10 @@ extern "C" {
  * for an op with no gradient function (MaxPoolGrad, _LayerNormGrad, ...);
  * RF_INVALID_ARGUMENT for a gradient its op refuses for the node's dtype or
  * attributes ("No gradient defined for AllReduce of int32", a reduction
- * other than sum) and for a grad_y of the wrong dtype or shape. */
+ * other than sum) and for a grad_y of the wrong dtype or shape. A graph that
+ * already holds an error (rf_graph_status) gets a copy of it back, and
+ * nothing is added. The caller's device scope (rf_graph_push_device, at
+ * any depth) does not affect the gradient nodes and is the same afterwards. */
 RF_API rf_status *rf_gradients(rf_graph *g, const rf_output *ys, int ny,
                                const rf_output *xs, int nx,
                                const rf_output *grad_ys, rf_output *dxs);

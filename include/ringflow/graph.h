@@ -51,9 +51,10 @@ RF_API void rf_graph_clear_status(rf_graph *g);
 
 /* Device scope: nodes added while a device is pushed request that device unless
  * they name one. The name is parsed and validated ("cpu:0", "gpu:3", "cpu" for
- * cpu:0; "" pushes "no device"). INVALID_ARGUMENT for a malformed name; the
- * scope is unchanged on error. */
+ * cpu:0; "" pushes "no device"). INVALID_ARGUMENT for a malformed name and
+ * for a scope nested more than 32 deep; the scope is unchanged on error. */
 RF_API rf_status *rf_graph_push_device(rf_graph *g, const char *device);
+/* Pops the innermost scope; does nothing when none is pushed. */
 RF_API void rf_graph_pop_device(rf_graph *g);
 
 RF_API int rf_graph_num_nodes(const rf_graph *g);
@@ -75,9 +76,13 @@ RF_API rf_node *rf_node_control_input(const rf_node *n, int i);
 RF_API rf_dtype rf_output_dtype(rf_output o);
 /* The shape inferred when the node was built (may be partly unknown). */
 RF_API rf_shape rf_output_shape(rf_output o);
-/* Sets the requested device of an existing node. */
+/* Sets the requested device of an existing node, parsed as for
+ * rf_graph_push_device ("" clears it). INVALID_ARGUMENT naming the node and
+ * op for a malformed name; the node is unchanged on error. */
 RF_API rf_status *rf_node_set_device(rf_node *n, const char *device);
-/* Adds a control edge src -> dst (dst runs after src). */
+/* Adds a control edge src -> dst (dst runs after src); one already there is
+ * not added again. INVALID_ARGUMENT for a NULL argument, a node of another
+ * graph, or an edge that would close a cycle (src == dst included). */
 RF_API rf_status *rf_graph_add_control_edge(rf_graph *g, rf_node *src,
                                             rf_node *dst);
 
@@ -99,7 +104,9 @@ RF_API rf_status *rf_node_attr_shape(const rf_node *n, const char *name,
 /* ---- Node builder: TF_OperationDescription's role. ---- */
 typedef struct rf_node_builder rf_node_builder;
 
-/* Starts a node of op `op`. name NULL: a unique name is generated from the op.
+/* Starts a node of op `op`. name NULL: a unique name is generated from the op
+ * ("MatMul", then "MatMul_1", ...). A name given is of any length, of letters,
+ * digits, '_' and '.', and after its first character also '/' and '-'.
  * Never returns NULL: errors (NULL graph, unknown op, no memory) are reported
  * by rf_node_builder_finish. */
 RF_API rf_node_builder *rf_node_builder_new(rf_graph *g, const char *op,

@@ -5,6 +5,7 @@
  * asked for failures, so it stays on in release builds. */
 #include "core/mem.h"
 
+#include <limits.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -84,8 +85,12 @@ char *rf__strdup(const char *s) {
 
 int rf__grow(void *arr_ptr, int *cap, int need, size_t elem) {
   if (need <= *cap) return 0;
+  if (need < 0) return -1; /* a count that overflowed int */
   int ncap = *cap ? *cap : 4;
-  while (ncap < need) ncap *= 2;
+  /* Doubling past INT_MAX / 2 would overflow (and, wrapped to 0, spin
+   * forever): stop at need. */
+  while (ncap < need) ncap = ncap > INT_MAX / 2 ? need : ncap * 2;
+  if ((size_t)ncap > SIZE_MAX / (elem ? elem : 1)) return -1;
   void **arr = arr_ptr;
   void *p = rf__realloc(*arr, (size_t)ncap * elem);
   if (!p) return -1;

@@ -15,8 +15,9 @@ void rf__free(void *p);
 void *rf__aligned_alloc(size_t alignment, size_t size);
 void rf__aligned_free(void *p);
 char *rf__strdup(const char *s);
-/* Grows *arr (element size elem) so it holds at least need elements; doubles.
- * Returns 0 on success, -1 on failure (array untouched). */
+/* Grows *arr (element size elem) so it holds at least need elements; doubles
+ * (up to INT_MAX). Returns 0 on success, -1 on failure (array untouched),
+ * also for a negative need (a count that overflowed int). */
 int rf__grow(void *arr_ptr, int *cap, int need, size_t elem);
 
 #endif

@@ -472,6 +472,13 @@ rf_status *rf_gradients(rf_graph *g, const rf_output *ys, int ny,
                         rf_output *dxs) {
   RF_CHECK(check_args(g, ys, ny, xs, nx, grad_ys, dxs));
   RF_CHECK(rf__ops_init());
+  /* Gradient nodes take their forward node's device whatever the caller's
+   * scope, one pushed at a time: the caller's stack is set aside, so that
+   * one already RF_MAX_DEVICE_SCOPE deep does not refuse them. */
+  char scope[RF_MAX_DEVICE_SCOPE][RF_DEVICE_NAME_MAX];
+  int depth = g->device_depth;
+  memcpy(scope, g->device_scope, sizeof scope);
+  g->device_depth = 0;
   grad_state s;
   rf_status *st = state_init(&s, g);
   rf_output *result = NULL;
@@ -485,6 +492,8 @@ rf_status *rf_gradients(rf_graph *g, const rf_output *ys, int ny,
    * here is the returned status's; the graph stays usable, as after a
    * NOT_FOUND, with the nodes already added left unused. */
   if (st && rf__graph_failed(g)) rf_graph_clear_status(g);
+  memcpy(g->device_scope, scope, sizeof scope);
+  g->device_depth = depth;
   rf__free(result);
   state_free(&s);
   return st;

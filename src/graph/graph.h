@@ -130,6 +130,10 @@ void rf__graph_record(rf_graph *g, rf_status *st);
 void rf__graph_refuse(rf_graph *g, const char *op, const char *name,
                       const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+/* The same for an error st made elsewhere (consumed; its code and whole
+ * message kept under the prefix). */
+void rf__graph_refuse_status(rf_graph *g, const char *op, const char *name,
+                             rf_status *st);
 /* Checks each input is valid; records an INVALID_ARGUMENT naming the node
  * (name: as the caller's op function got it, NULL: none) and op otherwise. */
 bool rf__graph_inputs_ok(rf_graph *g, const char *op, const char *name,

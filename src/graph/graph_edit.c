@@ -388,22 +388,39 @@ static rf_status *reaches(const rf_graph *g, rf_node *from, rf_node *to,
   return NULL;
 }
 
+/* A node in a message: its name, op and requested device, as
+ * "node 'N' (OP on DEVICE)" or "node 'N' (OP)". */
+#define NODE_FMT "node '%s' (%s%s%s)"
+#define NODE_ARGS(n)                                                   \
+  (n)->name, rf__node_op_name(n),                                      \
+      (n)->requested_device && (n)->requested_device[0] ? " on " : "", \
+      (n)->requested_device ? (n)->requested_device : ""
+
 rf_status *rf_graph_add_control_edge(rf_graph *g, rf_node *src, rf_node *dst) {
   if (!g || !src || !dst)
-    return rf__invalid("rf_graph_add_control_edge: NULL argument");
-  if (!rf__graph_owns(g, src) || !rf__graph_owns(g, dst))
-    return rf__invalid(
-        "rf_graph_add_control_edge: node '%s' or '%s' is not "
-        "in this graph",
-        src->name, dst->name);
+    return rf__invalid("rf_graph_add_control_edge: NULL %s",
+                       !g     ? "graph"
+                       : !src ? "source node"
+                              : "destination node");
+  /* Which end is foreign, and what it is: "'a' or 'b'" named neither. */
+  for (int k = 0; k < 2; k++) {
+    const rf_node *n = k ? dst : src;
+    if (!rf__graph_owns(g, n))
+      return rf__invalid("rf_graph_add_control_edge: the %s, " NODE_FMT
+                         ", is not in this graph",
+                         k ? "destination" : "source", NODE_ARGS(n));
+  }
   if (rf__graph_has_control_edge(src, dst)) return NULL;
   bool cycle;
   RF_CHECK(reaches(g, dst, src, &cycle));
   if (cycle)
-    return rf__invalid("control edge '%s' -> '%s' would create a cycle",
-                       src->name, dst->name);
+    return rf__invalid("control edge from " NODE_FMT " to " NODE_FMT
+                       " would create a cycle",
+                       NODE_ARGS(src), NODE_ARGS(dst));
   return rf__graph_add_edge(g, src, RF_CONTROL_SLOT, dst, RF_CONTROL_SLOT);
 }
+#undef NODE_FMT
+#undef NODE_ARGS
 
 /* ---- deep copy ---- */
 

@@ -4,6 +4,7 @@
  * kept and reported by finish. When even the builder cannot be allocated, a
  * static sentinel stands in; finish reports it as RESOURCE_EXHAUSTED. Also the
  * sticky-error helpers the op functions use. */
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -78,6 +79,12 @@ static void add_inputs(rf_node_builder *b, const rf_output *in, int n,
   if (!usable(b)) return;
   if (n < 0 || (n > 0 && !in)) {
     set_error(b, rf__invalid("node builder '%s': bad input list", b->op));
+    return;
+  }
+  if (n > INT_MAX - b->num_inputs) { /* the count would overflow int */
+    set_error(b,
+              rf__invalid("node builder '%s': %d inputs after %d is too many",
+                          b->op, n, b->num_inputs));
     return;
   }
   if (rf__grow(&b->inputs, &b->cap_inputs, b->num_inputs + n,
@@ -406,6 +413,12 @@ void rf__graph_refuse(rf_graph *g, const char *op, const char *name,
   va_start(ap, fmt);
   rf_status *st = rf__status_vnew(RF_INVALID_ARGUMENT, fmt, ap);
   va_end(ap);
+  rf__graph_refuse_status(g, op, name, st);
+}
+
+void rf__graph_refuse_status(rf_graph *g, const char *op, const char *name,
+                             rf_status *st) {
+  if (!st) return;
   const char *dev = rf__graph_scope_device(g); /* "": no scope */
   if (!*dev) dev = NULL;
   if (name && *name)

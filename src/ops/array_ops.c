@@ -202,7 +202,7 @@ rf_output rf_const_scalar(rf_graph *g, const char *name, rf_dtype dtype,
   rf_tensor *t;
   rf_status *st = rf_tensor_new_scalar(dtype, value, &t);
   if (st) {
-    rf__graph_record(g, rf__status_prefix(st, "rf_const_scalar"));
+    rf__graph_refuse_status(g, "Const", name, st);
     return invalid_output;
   }
   rf_output out = rf_const(g, name, t);
@@ -262,7 +262,7 @@ rf_output rf_reshape_to(rf_graph *g, const char *name, rf_output x, int rank,
   rf_status *st = fits ? rf_tensor_new_copy(RF_INT32, &vec, dims32, &t)
                        : rf_tensor_new_copy(RF_INT64, &vec, dims, &t);
   if (st) {
-    rf__graph_record(g, rf__status_prefix(st, "rf_reshape_to"));
+    rf__graph_refuse_status(g, "Reshape", name, st);
     return invalid_output;
   }
   rf_output shape = rf_const(g, NULL, t);
