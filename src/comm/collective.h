@@ -56,6 +56,9 @@ typedef struct rf__coll_participant {
    * ("cpu:0,cpu:2"), so that a timeout names the devices that never came.
    * Not owned; outlives the step. */
   const char *group_devices;
+  /* A reduce's or broadcast's root as this process's graph has it: 1 + its
+   * position in group_devices; 0 unknown. */
+  int root_at;
   rf__collective_done done;
   void *arg;
   /* Several processes (comm/job.h): how many of the num_devices

@@ -30,6 +30,10 @@ rf_reduction rf__reduction_from_name(const char *name);
 /* Set with it: how many of the group's participants are on the node's task
  * (all of them in a session of one process). */
 #define RF_COLLECTIVE_TASK_DEVICES_ATTR "_task_devices"
+/* Set with them on a reduce's or broadcast's participants: 1 + the root's
+ * position in _devices. The processes of a job compare it (their graphs
+ * must put the root on one device), which _devices alone does not show. */
+#define RF_COLLECTIVE_ROOT_ATTR "_root"
 /* On every placed Broadcast of a job's graph, before pruning: the devices of
  * all its consumers, so that every process lowers it with the same
  * receivers. */

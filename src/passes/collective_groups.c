@@ -310,15 +310,23 @@ static rf_status *annotate_group(rf_graph *graph, const group *g,
   RF__LOG(RF_LOG_DEBUG, "collective: '%.200s' (%s): %d participants on %s",
           g->shared_name, collective_of(graph->nodes[g->ids[0]]), g->n, list);
   rf__attr_value v = rf__attr_string_ref(list);
+  int root_at = 0; /* 1 + the root's position; 0: not rooted */
+  for (int i = 0; i < g->n; i++) {
+    const char *op = graph->nodes[g->ids[i]]->op->name;
+    if (!strcmp(op, "_ReduceRecv") || !strcmp(op, "_BroadcastSend"))
+      root_at = i + 1;
+  }
   rf_status *st = NULL;
   for (int i = 0; i < g->n && !st; i++) {
     rf_node *n = graph->nodes[g->ids[i]];
     int task = devices[n->assigned_device].task, same = 0;
     for (int j = 0; j < g->n; j++)
       same += devices[graph->nodes[g->ids[j]]->assigned_device].task == task;
-    rf__attr_value k = rf__attr_int(same);
+    rf__attr_value k = rf__attr_int(same), r = rf__attr_int(root_at);
     st = rf__attrs_set(&n->attrs, RF_COLLECTIVE_DEVICES_ATTR, &v);
     if (!st) st = rf__attrs_set(&n->attrs, RF_COLLECTIVE_TASK_DEVICES_ATTR, &k);
+    if (!st && root_at)
+      st = rf__attrs_set(&n->attrs, RF_COLLECTIVE_ROOT_ATTR, &r);
   }
   rf__free(list);
   return st;

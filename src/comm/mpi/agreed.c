@@ -143,8 +143,8 @@ static uint64_t fnv(uint64_t x, const void *p, size_t n) {
 
 /* The fields every task must agree on (coordinator.c's agree()). */
 static int64_t digest(const rf__mpi_msg *d, const char *devices) {
-  int32_t f[6] = {d->kind,        d->dtype,       d->reduction,
-                  d->device_type, d->num_devices, d->algo_setting};
+  int32_t f[7] = {d->kind,        d->dtype,        d->reduction, d->device_type,
+                  d->num_devices, d->algo_setting, d->root_at};
   uint64_t x = fnv(14695981039346656037ULL, f, sizeof f);
   x = fnv(x, devices, strlen(devices));
   if (d->has_input) {
@@ -160,7 +160,7 @@ static bool same(const rf__mpi_msg *a, const rf__mpi_msg *b) {
       a->num_devices != b->num_devices || a->local_count != b->local_count ||
       a->local_roots != b->local_roots || a->local_root != b->local_root ||
       a->has_input != b->has_input || a->rank != b->rank ||
-      a->algo_setting != b->algo_setting)
+      a->algo_setting != b->algo_setting || a->root_at != b->root_at)
     return false;
   for (int i = 0; i < a->rank && i < RF_MAX_RANK; i++)
     if (a->dims[i] != b->dims[i]) return false;

@@ -275,6 +275,20 @@ static bool disagree(rf__job *j, rf__mpi_centry *e, int64_t now, int a, int b,
   return false;
 }
 
+/* The k-th (from 1) device of the group's list, "?" past its end. */
+static void nth_device(const char *list, int k, char *buf, size_t len) {
+  for (int i = 1; i < k && list; i++) {
+    list = strchr(list, ',');
+    if (list) list++;
+  }
+  size_t n = list ? strcspn(list, ",") : 0;
+  if (!list || !n || k < 1) {
+    snprintf(buf, len, "?");
+    return;
+  }
+  snprintf(buf, len, "%.*s", (int)(n < len ? n : len - 1), list);
+}
+
 /* Task b's descriptor against task a's; false (e failed) on a difference. */
 static bool agree(rf__job *j, rf__mpi_centry *e, int64_t now, int a, int b,
                   const char *devices_b) {
@@ -303,6 +317,17 @@ static bool agree(rf__job *j, rf__mpi_centry *e, int64_t now, int a, int b,
   if (devices_b && strcmp(devices_b, e->devices) != 0)
     return disagree(j, e, now, a, b, "the group's devices", e->devices,
                     devices_b);
+  if (x->root_at && y->root_at && x->root_at != y->root_at) {
+    char ra[RF_DEVICE_NAME_MAX + 16], rb[RF_DEVICE_NAME_MAX + 16];
+    nth_device(e->devices, x->root_at, ra, sizeof ra);
+    nth_device(e->devices, y->root_at, rb, sizeof rb);
+    snprintf(sa, sizeof sa, "%s", ra);
+    snprintf(sb, sizeof sb, "%s", rb);
+    return disagree(j, e, now, a, b,
+                    x->kind == RF_COLL_REDUCE ? "the root (the receiver)"
+                                              : "the root (the sender)",
+                    sa, sb);
+  }
   if (x->has_input && y->has_input) {
     bool same = x->rank == y->rank;
     for (int i = 0; same && i < x->rank && i < RF_MAX_RANK; i++)

@@ -86,6 +86,11 @@ typedef struct rf__mpi_msg {
    * unset), which every task must share: one process in MPI's call and
    * another in ringflow's ring on one communicator crash or hang. */
   int32_t algo_setting;
+  /* READY: a reduce's or broadcast's root as this task's graph places it:
+   * 1 + its position in the group's devices (0: unknown). A task that does
+   * not hold the root says where its graph puts it, so graphs that put it on
+   * different tasks are caught even when only one task holds it. */
+  int32_t root_at;
   int32_t name_len, devices_len, text_len;
 } rf__mpi_msg;
 

@@ -280,7 +280,8 @@ void rf__mpi_member_describe(const rf__mpi_op *op, rf__mpi_msg *h) {
                      .rank = op->shape.rank,
                      .timeout_ms = op->timeout_ms,
                      .agree = op->agree,
-                     .algo_setting = op->algo_setting};
+                     .algo_setting = op->algo_setting,
+                     .root_at = s->root_at};
   for (int i = 0; i < op->shape.rank && i < RF_MAX_RANK; i++)
     h->dims[i] = op->shape.dims[i];
 }

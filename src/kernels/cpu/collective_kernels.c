@@ -24,6 +24,7 @@ typedef struct coll_state {
   char *shared_name;
   char *group_devices; /* from compile's annotation; NULL if absent */
   int task_devices;    /* of the group, on this node's task (0: unknown) */
+  int root_at;         /* 1 + the root's position in group_devices; 0 */
 } coll_state;
 
 static void destroy_state(void *state);
@@ -49,6 +50,10 @@ static rf_status *init_state(const rf_node *n, rf__collective_kind kind,
   if (!st && rf__attrs_find(&n->attrs, RF_COLLECTIVE_TASK_DEVICES_ATTR))
     st = rf__attrs_get_int(&n->attrs, RF_COLLECTIVE_TASK_DEVICES_ATTR, &same);
   s->task_devices = (int)same;
+  int64_t root_at = 0;
+  if (!st && rf__attrs_find(&n->attrs, RF_COLLECTIVE_ROOT_ATTR))
+    st = rf__attrs_get_int(&n->attrs, RF_COLLECTIVE_ROOT_ATTR, &root_at);
+  s->root_at = (int)root_at;
   if (!st) {
     s->num_devices = (int)nd;
     s->reduction = rf__reduction_from_name(red);
@@ -138,6 +143,7 @@ static void participate(rf__kernel_ctx *ctx, rf__done_fn done) {
                             .device = ctx->device,
                             .node = ctx->node->name,
                             .group_devices = s->group_devices,
+                            .root_at = s->root_at,
                             .task_devices = s->task_devices,
                             .step = step};
   if (s->shape_input) {
