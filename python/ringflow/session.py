@@ -209,7 +209,13 @@ class Session:
         session alive, and stays valid until the session is closed
         (RuntimeError after close()).
         """
-        call, _ = self._prepare(fetches, list(feed_list or ()), self)
+        if isinstance(feed_list, (Tensor, str, bytes)) or (
+                feed_list is not None and not hasattr(feed_list, "__iter__")):
+            raise TypeError(
+                "make_callable: feed_list must be a list of Tensors (write "
+                f"[x] for one), not {type(feed_list).__name__}")
+        keys = [] if feed_list is None else list(feed_list)
+        call, _ = self._prepare(fetches, keys, self)
         return call
 
     def _prepare(self, fetches: Any, feed_keys: List[Any],

@@ -497,3 +497,23 @@ def test_error_classes_are_the_status_codes():
              "DATA_LOSS"]
     assert [getattr(errors, n) for n in names] == list(range(1, 16))
     assert issubclass(errors.InvalidArgumentError, ValueError)
+
+
+def test_make_callable_refuses_a_bare_tensor_as_feed_list():
+    """make_callable(y, x) said "no truth value" (bool of a Tensor); it is
+    a TypeError that says to write [x]. A list, a tuple or None work."""
+    g = rf.Graph()
+    with g.as_default():
+        x = rf.placeholder(rf.float32, (2,))
+        y = x * 2.0
+        c = rf.constant(1.5)
+    with rf.Session(graph=g) as s:
+        with pytest.raises(TypeError, match=r"feed_list must be a list"):
+            s.make_callable(y, x)
+        with pytest.raises(TypeError, match=r"feed_list must be a list"):
+            s.make_callable(y, 3)
+        for keys in ([x], (x,)):
+            f = s.make_callable(y, keys)
+            np.testing.assert_array_equal(
+                f(np.array([1, 2], np.float32)), [2, 4])
+        assert s.make_callable(c, None)() == 1.5
