@@ -402,7 +402,11 @@ RF_API rf_status *rf_session_sync(rf_session *s);
  * `path` before it returns; a failure to write is that run's error, its
  * code from errno (NOT_FOUND: a missing directory; PERMISSION_DENIED;
  * RESOURCE_EXHAUSTED: disk full; UNKNOWN otherwise, the message naming it).
- * Later runs are not traced. The path is copied. */
+ * Later runs are not traced. A run refused before its step (a bad feed, a
+ * node not in the graph) leaves tracing armed for the next run; a step
+ * that fails writes no trace (the run returns the step's error) and
+ * disarms it. The path is copied. NULL s or path, or an empty path:
+ * INVALID_ARGUMENT. */
 RF_API rf_status *rf_session_trace_next_run(rf_session *s, const char *path);
 
 /* Runs placement and the PRE/POST_PLACEMENT passes (bucketing by

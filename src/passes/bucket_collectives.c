@@ -63,10 +63,11 @@ typedef struct group {
   rf_dtype type, wire;
   char reduction[8]; /* copies: rewriting removes the participants */
   rf_shape shape;
-  int64_t count; /* elements per participant */
+  int64_t count; /* elements per participant; -1: known at run time */
   int ready;     /* topological position of its last participant */
-  bool fusable;
-  bool alone; /* fusable, but a copy in would cost more than fusing saves */
+  bool castable; /* well formed, and its participants agree on the wire */
+  bool fusable;  /* castable, with one fully known shape */
+  bool alone;    /* fusable, but a copy in would cost more than fusing saves */
 } group;
 
 typedef struct bucket_ctx {
@@ -170,23 +171,16 @@ static const rf__attr_value *attr(const rf_node *n, const char *name,
   return v && v->type == type ? v : NULL;
 }
 
-/* Whether group x can be rewritten at all: complete, consistent, one shape,
- * distinct devices of one type (of any task), at most MAX_RANKS. Anything
- * else is left alone, for the group checks after lowering to report. */
+/* Whether group x can be rewritten at all: complete, consistent, distinct
+ * devices of one type (of any task), at most MAX_RANKS. Anything else is
+ * left alone, for the group checks after lowering to report. Such a group
+ * may be cast to its wire dtype whatever its shape; to fuse it also needs
+ * one_shape. */
 static bool well_formed(const bucket_ctx *c, const group *x) {
   const rf_node *m0 = x->members[0];
   const rf__attr_value *nd = attr(m0, "num_devices", RF_ATTR_INT);
   const rf__attr_value *red0 = attr(m0, "reduction", RF_ATTR_STRING);
-  if (!nd || nd->u.i != x->n || !red0 || x->n > MAX_RANKS ||
-      !rf_shape_is_fully_defined(&m0->out_shapes[0]))
-    return false;
-  /* A tensor whose bytes (rounded up to a slice) do not fit int64 never
-   * fuses: it could not be allocated either, which its kernel reports. */
-  int64_t count = rf_shape_num_elements(&m0->out_shapes[0]);
-  int64_t size = (int64_t)rf_dtype_size(m0->out_dtypes[0]);
-  if (count < 0 || size <= 0 ||
-      count > (INT64_MAX - RF_TENSOR_ALIGNMENT) / size)
-    return false;
+  if (!nd || nd->u.i != x->n || !red0 || x->n > MAX_RANKS) return false;
   for (int r = 0; r < x->n; r++) {
     const rf_node *m = x->members[r];
     const rf__attr_value *red = attr(m, "reduction", RF_ATTR_STRING);
@@ -194,12 +188,29 @@ static bool well_formed(const bucket_ctx *c, const group *x) {
     if (d < 0 || d >= c->pc->num_devices ||
         (r > 0 && x->members[r - 1]->assigned_device >= d) || !red ||
         strcmp(red->u.s, red0->u.s) != 0 ||
-        !rf_shape_equal(&m->out_shapes[0], &m0->out_shapes[0]) ||
         m->out_dtypes[0] != m0->out_dtypes[0] ||
         c->pc->devices[d].name.type !=
             c->pc->devices[m0->assigned_device].name.type)
       return false;
   }
+  return true;
+}
+
+/* Whether well-formed group x may fuse: one fully known shape on every
+ * participant. */
+static bool one_shape(const group *x) {
+  const rf_node *m0 = x->members[0];
+  if (!rf_shape_is_fully_defined(&m0->out_shapes[0])) return false;
+  /* A tensor whose bytes (rounded up to a slice) do not fit int64 never
+   * fuses: it could not be allocated either, which its kernel reports. */
+  int64_t count = rf_shape_num_elements(&m0->out_shapes[0]);
+  int64_t size = (int64_t)rf_dtype_size(m0->out_dtypes[0]);
+  if (count < 0 || size <= 0 ||
+      count > (INT64_MAX - RF_TENSOR_ALIGNMENT) / size)
+    return false;
+  for (int r = 1; r < x->n; r++)
+    if (!rf_shape_equal(&x->members[r]->out_shapes[0], &m0->out_shapes[0]))
+      return false;
   return true;
 }
 
@@ -290,8 +301,8 @@ static rf_status *collect(bucket_ctx *c, rf_node **order, int norder) {
     group *x = &c->groups[i];
     if (x->n > MAX_RANKS) continue;
     qsort(x->members, (size_t)x->n, sizeof x->members[0], by_device);
-    x->fusable = well_formed(c, x);
-    if (!x->fusable) continue;
+    x->castable = well_formed(c, x);
+    if (!x->castable) continue;
     rf_node *m0 = x->members[0];
     x->type = m0->out_dtypes[0];
     snprintf(x->reduction, sizeof x->reduction, "%s",
@@ -301,9 +312,10 @@ static rf_status *collect(bucket_ctx *c, rf_node **order, int norder) {
     for (int r = 0; r < x->n; r++) {
       rf_dtype w;
       RF_CHECK(wire_dtype(c, x->members[r], x->type, &w));
-      if (r > 0 && w != x->wire) x->fusable = false; /* checked later */
+      if (r > 0 && w != x->wire) x->castable = false; /* checked later */
       if (r == 0) x->wire = w;
     }
+    x->fusable = x->castable && one_shape(x);
     x->alone = x->fusable && copied_rank(c, x) >= 0;
   }
   return NULL;
@@ -522,6 +534,12 @@ static void log_bucket(const bucket_ctx *c, const bucket *b,
                   x->reduction, x->n, (long long)(data * (int64_t)es),
                   (long long)((b->elems - data) * (int64_t)es), cast,
                   (long long)bucket_limit(c, x), why);
+  else if (x->count < 0)
+    rf__log_write(RF_LOG_INFO,
+                  "compile %ld: all-reduce '%.200s' (%s, %s) on %d devices, "
+                  "its size known at run time%s",
+                  c->pc->compile, shared_name, rf_dtype_name(x->type),
+                  x->reduction, x->n, cast);
   else
     rf__log_write(RF_LOG_INFO,
                   "compile %ld: all-reduce '%.200s' (%s, %s) on %d devices, "
@@ -702,6 +720,13 @@ static rf_status *run(bucket_ctx *c) {
       st = rewrite(c, b);
   }
   rf__free(buckets);
+  /* A float32 all-reduce whose shape is known only at run time never
+   * fuses, but still travels in its wire dtype. */
+  for (int i = 0; !st && i < c->num_groups; i++) {
+    group *x = &c->groups[i];
+    if (x->castable && !x->fusable && x->wire != x->type)
+      st = rewrite(c, &(bucket){.groups = {x}, .n = 1});
+  }
   return st;
 }
 

@@ -384,8 +384,9 @@ rf_status *rf_job_tasks(int *task, int *num_tasks) {
 }
 
 rf_status *rf_session_trace_next_run(rf_session *s, const char *path) {
-  if (!s || !path || !path[0])
+  if (!s || !path)
     return rf__invalid("rf_session_trace_next_run: NULL argument");
+  if (!path[0]) return rf__invalid("rf_session_trace_next_run: empty path");
   char *copy = rf__strdup(path);
   RF_CHECK_ALLOC(copy);
   pthread_mutex_lock(&s->trace_mu);
