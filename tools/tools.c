@@ -86,7 +86,7 @@ void progress_init(progress *p, int64_t total, bool quiet) {
   p->samples = 0;
 }
 
-void progress_step(progress *p, int epoch, int64_t step, double loss,
+void progress_step(progress *p, int64_t epoch, int64_t step, double loss,
                    int batch) {
   p->samples += batch;
   double now = now_seconds();
@@ -99,23 +99,27 @@ void progress_step(progress *p, int epoch, int64_t step, double loss,
   if (p->tty) {
     int width = 30, filled = (int)(width * step / (p->total ? p->total : 1));
     printf(
-        "\r epoch %d [%.*s%*s] step %lld/%lld  loss %.4f  %.0f samples/s  ETA "
-        "%.0fs ",
-        epoch, filled, "==============================", width - filled, "",
-        (long long)step, (long long)p->total, loss, rate, eta);
+        "\r epoch %lld [%.*s%*s] step %lld/%lld  loss %.4f  %.0f samples/s  "
+        "ETA %.0fs ",
+        (long long)epoch, filled,
+        "==============================", width - filled, "", (long long)step,
+        (long long)p->total, loss, rate, eta);
   } else {
-    printf("epoch %d step %lld/%lld loss %.4f %.0f samples/s ETA %.0fs\n",
-           epoch, (long long)step, (long long)p->total, loss, rate, eta);
+    printf("epoch %lld step %lld/%lld loss %.4f %.0f samples/s ETA %.0fs\n",
+           (long long)epoch, (long long)step, (long long)p->total, loss, rate,
+           eta);
   }
   fflush(stdout);
 }
 
-void progress_epoch(progress *p, int epoch, double accuracy, double spread) {
+void progress_epoch(progress *p, int64_t epoch, double accuracy,
+                    double spread) {
   if (p->tty && !p->quiet) printf("\n");
   printf(
-      "epoch %d: test accuracy %.2f%%, replicas %s (max parameter difference "
-      "%.3g), %.1f s\n",
-      epoch, 100 * accuracy, spread == 0 ? "bit-identical" : "DIFFER", spread,
+      "epoch %lld: test accuracy %.2f%%, replicas %s (max parameter "
+      "difference %.3g), %.1f s\n",
+      (long long)epoch, 100 * accuracy,
+      spread == 0 ? "bit-identical" : "DIFFER", spread,
       now_seconds() - p->start);
   fflush(stdout);
 }

@@ -48,9 +48,9 @@ typedef struct progress {
 } progress;
 
 void progress_init(progress *p, int64_t total_steps, bool quiet);
-void progress_step(progress *p, int epoch, int64_t step, double loss,
+void progress_step(progress *p, int64_t epoch, int64_t step, double loss,
                    int batch);
-void progress_epoch(progress *p, int epoch, double accuracy, double spread);
+void progress_epoch(progress *p, int64_t epoch, double accuracy, double spread);
 double now_seconds(void);
 
 /* Writes g as DIR/STEM.dot (creating DIR), and DIR/STEM.svg when Graphviz's

@@ -736,10 +736,17 @@ static int parse_options(int argc, char **argv, options *o) {
                   "checked at start-up"),
       TOOL_INT("save-every", &o->save_every, "N",
                "with --save, also save every N steps (default 0: only at "
-               "the end)",
+               "the end; each save is a session run, which the CNN's "
+               "dropout key counts: later masks differ)",
                0, 1 << 30),
       TOOL_STRING("load", &o->load, "FILE",
-                  "start from a checkpoint written by --save"),
+                  "start from a checkpoint written by --save: parameters, "
+                  "optimizer state and step, and the batches go on after "
+                  "that step (--epochs and --steps count this run's steps): "
+                  "--steps K --save FILE, then --load FILE --steps M, trains "
+                  "as --steps K+M does, bit-identically with --schedule "
+                  "constant (cosine decays over each run) and without "
+                  "dropout (its key counts session runs)"),
       TOOL_STRING("graph-dir", &o->graph_dir, "DIR",
                   "write the training graph before and after lowering as DOT "
                   "(and SVG with Graphviz)"),
@@ -759,8 +766,8 @@ static int parse_options(int argc, char **argv, options *o) {
       TOOL_FLAG("quiet", &o->quiet,
                 "no per-step progress, and no notices of --trace or "
                 "--save-every; the summary lines (the first line, one per "
-                "epoch, --check's, the final --save's, --bench's) and "
-                "errors are still printed"),
+                "epoch, --load's, --check's, the final --save's, --bench's) "
+                "and errors are still printed"),
       TOOL_FLAG("tf32", &o->tf32,
                 "let float32 matrix products and cuDNN's convolutions on GPU "
                 "devices use TF32 tensor cores (rf_session_options."
@@ -927,10 +934,36 @@ static rf_status *check_loss(const options *o, const trainer *t, double loss) {
                        (long long)t->step);
 }
 
-static void shuffle(int *idx, int n, uint64_t *state) {
+#define LCG_A 6364136223846793005ULL
+#define LCG_C 1442695040888963407ULL
+
+/* The shuffling LCG's state `steps` steps after `state` (steps mod 2^64, its
+ * period), in O(log steps): the map x -> a x + c squared bit by bit. */
+static uint64_t lcg_skip(uint64_t state, uint64_t steps) {
+  uint64_t a = LCG_A, c = LCG_C, ta = 1, tc = 0; /* taken: x -> ta x + tc */
+  for (; steps; steps >>= 1) {
+    if (steps & 1) {
+      ta *= a;
+      tc = tc * a + c;
+    }
+    c *= a + 1;
+    a *= a;
+  }
+  return ta * state + tc;
+}
+
+/* idx[0..n): the training rows in epoch `epoch`'s order (0 first), a
+ * function of the seed and the epoch alone: 0..n-1 shuffled (Fisher-Yates)
+ * by the seed's LCG stream from its draw epoch x (n - 1). So a run that goes
+ * on from a checkpoint's step has the batches the run that wrote it would
+ * have had next. */
+static void epoch_order(int *idx, int n, uint64_t seed, int64_t epoch) {
+  uint64_t state = lcg_skip(seed * 2654435761u + 1,
+                            (uint64_t)epoch * (uint64_t)(n > 0 ? n - 1 : 0));
+  for (int i = 0; i < n; i++) idx[i] = i;
   for (int i = n - 1; i > 0; i--) {
-    *state = *state * 6364136223846793005ULL + 1442695040888963407ULL;
-    int j = (int)((*state >> 33) % (uint64_t)(i + 1));
+    state = state * LCG_A + LCG_C;
+    int j = (int)((state >> 33) % (uint64_t)(i + 1));
     int tmp = idx[i];
     idx[i] = idx[j];
     idx[j] = tmp;
@@ -942,14 +975,12 @@ static void shuffle(int *idx, int n, uint64_t *state) {
  * evaluation; prints one machine-readable line (bench/train_vs_pytorch.py). */
 static rf_status *bench(trainer *t, const dataset *d, const options *o,
                         int *idx) {
-  uint64_t state = o->seed * 2654435761u + 1;
-  int per_epoch = d->n / o->batch, s = per_epoch;
+  int per_epoch = d->n / o->batch;
   double start = now_seconds(), loss = 0;
-  for (int i = 0; i < o->warmup + o->max_steps; i++, s++) {
-    if (s == per_epoch) {
-      shuffle(idx, d->n, &state);
-      s = 0;
-    }
+  for (int i = 0; i < o->warmup + o->max_steps; i++) {
+    /* from a --load checkpoint's step on, as training goes on */
+    int s = (int)(t->step % per_epoch);
+    if (i == 0 || s == 0) epoch_order(idx, d->n, o->seed, t->step / per_epoch);
     if (i == o->warmup) start = now_seconds();
     bool next = s + 1 < per_epoch && i + 1 < o->warmup + o->max_steps;
     RF_TOOL_CHECK(train_step(t, d, idx + (size_t)s * o->batch,
@@ -1098,18 +1129,27 @@ int cmd_train(int argc, char **argv) {
     snprintf(where, sizeof where, "%d processes x %s", job.ntasks, list);
   else
     snprintf(where, sizeof where, "%s", list);
-  if (lead)
-    printf(
-        "ringflow train: %s on %d device%s (%s), %s, global batch %d, %d "
-        "epochs\n",
-        o.model == MODEL_CNN ? "CNN 28x28x1-c32-p-c64-p-1024-10"
-                             : "MLP 784-512-256-10",
-        cfg.num_devices, cfg.num_devices > 1 ? "s" : "", where,
-        sync_names[o.sync], o.batch, o.epochs);
-  uint64_t shuffle_state = o.seed * 2654435761u + 1;
+  /* The run's steps: --epochs' passes (of whole batches: an epoch's last
+   * rows that fill no batch wait for a later epoch's order), or --steps. */
   int steps_per_epoch = train.n / o.batch;
   int64_t total = (int64_t)steps_per_epoch * o.epochs, done = 0;
-  if (o.max_steps && o.max_steps < total) total = o.max_steps;
+  bool cut = o.max_steps && o.max_steps < total;
+  if (cut) total = o.max_steps;
+  if (lead) {
+    printf("ringflow train: %s on %d device%s (%s), %s, global batch %d, ",
+           o.model == MODEL_CNN ? "CNN 28x28x1-c32-p-c64-p-1024-10"
+                                : "MLP 784-512-256-10",
+           cfg.num_devices, cfg.num_devices > 1 ? "s" : "", where,
+           sync_names[o.sync], o.batch);
+    if (cut)
+      printf("%lld step%s (--steps; %d epoch%s %s %lld)\n", (long long)total,
+             total > 1 ? "s" : "", o.epochs, o.epochs > 1 ? "s" : "",
+             o.epochs > 1 ? "are" : "is",
+             (long long)steps_per_epoch * o.epochs);
+    else
+      printf("%d epoch%s (%lld steps)\n", o.epochs, o.epochs > 1 ? "s" : "",
+             (long long)total);
+  }
   /* Refused before training, not at the first save after it. */
   if (o.save && t.step > RF_CHECKPOINT_STEP_MAX - total)
     TRAIN_TRY(rf_status_new(
@@ -1120,41 +1160,49 @@ int cmd_train(int argc, char **argv) {
         (long long)RF_CHECKPOINT_STEP_MAX));
   progress p;
   progress_init(&p, total, o.quiet || !lead);
+  const char *nl = p.tty ? "\n" : ""; /* ends a progress bar's line */
   double worst_loss_diff = 0;
-  for (int e = 0; e < o.epochs && done < total; e++) {
-    shuffle(idx, train.n, &shuffle_state);
-    for (int s = 0; s < steps_per_epoch && done < total; s++, done++) {
-      double loss, ref_loss;
-      /* trace a warm step: the 10th, or the last of a shorter run */
-      bool traced = o.trace && lead && done == (total > 10 ? 9 : total - 1);
-      if (traced) TRAIN_TRY(rf_session_trace_next_run(t.s, o.trace));
-      double lr = scheduled_lr(&o, done, total);
-      const int *next = s + 1 < steps_per_epoch && done + 1 < total
-                            ? idx + (size_t)(s + 1) * o.batch
-                            : NULL;
-      TRAIN_TRY(
-          train_step(&t, &train, idx + (size_t)s * o.batch, next, lr, &loss));
-      TRAIN_TRY(check_loss(&o, &t, loss));
-      if (traced && !o.quiet)
-        printf("\nwrote a trace of step %lld to %s\n", (long long)done + 1,
-               o.trace);
-      if (check) {
-        TRAIN_TRY(train_step(&ref, &train, idx + (size_t)s * o.batch, NULL, lr,
-                             &ref_loss));
-        if (fabs(loss - ref_loss) > worst_loss_diff)
-          worst_loss_diff = fabs(loss - ref_loss);
-      }
-      progress_step(&p, e + 1, done + 1, loss, o.batch);
-      if (o.save_every && (done + 1) % o.save_every == 0) {
-        TRAIN_TRY(trainer_save(&t, o.save, lead));
-        saved_at = t.step;
-        if (lead && !o.quiet)
-          printf("\nsaved %s (step %lld)\n", o.save, (long long)t.step);
-      }
+  /* Step t.step of the data order (0, or a --load checkpoint's: the run goes
+   * on with the batches its writer would have taken next), in epoch e. */
+  for (int64_t e = -1; done < total; done++) {
+    int s = (int)(t.step % steps_per_epoch);
+    if (e != t.step / steps_per_epoch) {
+      e = t.step / steps_per_epoch;
+      epoch_order(idx, train.n, o.seed, e);
     }
-    double acc = 0, spread = 0;
-    TRAIN_TRY(end_epoch(&t, &test, &acc, &spread));
-    if (lead) progress_epoch(&p, e + 1, acc, spread);
+    double loss, ref_loss;
+    /* trace a warm step: the 10th, or the last of a shorter run */
+    bool traced = o.trace && lead && done == (total > 10 ? 9 : total - 1);
+    if (traced) TRAIN_TRY(rf_session_trace_next_run(t.s, o.trace));
+    double lr = scheduled_lr(&o, done, total);
+    const int *next = s + 1 < steps_per_epoch && done + 1 < total
+                          ? idx + (size_t)(s + 1) * o.batch
+                          : NULL;
+    TRAIN_TRY(
+        train_step(&t, &train, idx + (size_t)s * o.batch, next, lr, &loss));
+    TRAIN_TRY(check_loss(&o, &t, loss));
+    if (traced && !o.quiet)
+      printf("%swrote a trace of step %lld to %s\n", nl, (long long)done + 1,
+             o.trace);
+    if (check) {
+      TRAIN_TRY(train_step(&ref, &train, idx + (size_t)s * o.batch, NULL, lr,
+                           &ref_loss));
+      if (fabs(loss - ref_loss) > worst_loss_diff)
+        worst_loss_diff = fabs(loss - ref_loss);
+    }
+    progress_step(&p, e + 1, done + 1, loss, o.batch);
+    if (o.save_every && (done + 1) % o.save_every == 0) {
+      TRAIN_TRY(trainer_save(&t, o.save, lead));
+      saved_at = t.step;
+      if (lead && !o.quiet)
+        printf("%ssaved %s (step %lld)\n", nl, o.save, (long long)t.step);
+    }
+    /* the end of an epoch, or of the run: the test accuracy */
+    if (s + 1 == steps_per_epoch || done + 1 == total) {
+      double acc = 0, spread = 0;
+      TRAIN_TRY(end_epoch(&t, &test, &acc, &spread));
+      if (lead) progress_epoch(&p, e + 1, acc, spread);
+    }
   }
   if (o.save) {
     if (saved_at != t.step) TRAIN_TRY(trainer_save(&t, o.save, lead));

@@ -10,7 +10,8 @@ the replicas' gradients are averaged by an all-reduce
 stay bit-identical. The learning rate decays from --lr to 0 over the run
 (cosine) unless --schedule constant. Weights start Glorot-uniform from the
 seed's splitmix64 stream and biases at zero; every epoch shuffles the
-training rows with the seed's LCG, as the C trainer does.
+training rows 0..n-1 afresh with the seed's LCG stream, which goes on from
+epoch to epoch, as the C trainer does.
 
     python examples/python/train_mnist.py [--devices 4] [--epochs 5]
         [--batch 128] [--lr 0.001] [--schedule cosine] [--seed 1]
@@ -206,7 +207,6 @@ def train(devices: int = 4, epochs: int = 5, batch: int = 128,
         step_fn = sess.make_callable(
             [model.loss, model.train_op],
             model.x + model.y + model.lr + model.b1 + model.b2)
-        idx = list(range(len(train_x)))
         state = (seed * 2654435761 + 1) & MASK
         per_epoch = len(train_x) // batch
         total = per_epoch * epochs
@@ -217,6 +217,7 @@ def train(devices: int = 4, epochs: int = 5, batch: int = 128,
             if done >= total:
                 break
             start = time.monotonic()
+            idx = list(range(len(train_x)))
             state = shuffle(idx, state)
             order = np.array(idx, np.int64)
             for s in range(per_epoch):
