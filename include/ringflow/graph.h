@@ -116,7 +116,10 @@ RF_API rf_node_builder *rf_node_builder_new(rf_graph *g, const char *op,
  * list (docs/GRAPH_FORMAT.md, "Inputs"). */
 RF_API void rf_node_builder_input(rf_node_builder *b, rf_output input);
 /* A variadic input (`N * T`): all `n` outputs form one argument. A list for
- * an argument that is not variadic is refused by finish. */
+ * an argument that is not variadic is refused by finish. finish also
+ * reports INVALID_ARGUMENT for n < 0, NULL inputs with n > 0, or a count
+ * that takes the node's inputs past INT_MAX, and RESOURCE_EXHAUSTED when
+ * memory for the list cannot be had. */
 RF_API void rf_node_builder_input_list(rf_node_builder *b,
                                        const rf_output *inputs, int n);
 RF_API void rf_node_builder_control_input(rf_node_builder *b, rf_node *src);

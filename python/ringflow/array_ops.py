@@ -249,13 +249,14 @@ def gelu(features: Any, approximate: bool = False,
 def dropout(x: Any, rate: float, seed: Optional[int] = 0,
             name: Optional[str] = None) -> Tensor:
     """x with each element kept (scaled by 1 / (1 - rate)) or zeroed, rate
-    in [0, 1); float dtypes. The decisions are a pure function of (seed,
-    the session's step, the device), reproducible across runs and replicas
-    (include/ringflow/ops.h gives the exact key); the node's output 1 is
-    the mask. Unlike tf.nn.dropout, `seed` is required to vary the
-    pattern between layers (None is 0). seed is the C int64: an int
-    (NumPy's too; a float is a TypeError) in -2**63..2**63-1, else
-    InvalidArgumentError."""
+    in [0, 1); float dtypes. The output is x * mask, so a dropped NaN or
+    infinity is NaN (as in TensorFlow and PyTorch). The decisions are a
+    pure function of (seed, the session's step, the device), reproducible
+    across runs and replicas (include/ringflow/ops.h gives the exact key);
+    the node's output 1 is the mask. Unlike tf.nn.dropout, `seed` is
+    required to vary the pattern between layers (None is 0). seed is the C
+    int64: an int (NumPy's too; a float is a TypeError) in
+    -2**63..2**63-1, else InvalidArgumentError."""
     rate = _convert.number("dropout: rate", rate)
     seed = 0 if seed is None else operator.index(seed)
     if not -(1 << 63) <= seed < 1 << 63:

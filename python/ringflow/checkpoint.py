@@ -14,8 +14,9 @@ Writes are atomic (a random temporary name in the target's directory,
 fsync, rename, fsync of the directory; a symlink at the path is replaced,
 not followed) and reads are bounded by the file's size and check its CRC.
 Errors are ringflow.errors classes: NotFoundError (no such file or
-tensor), PermissionDeniedError, InvalidArgumentError (a directory or
-device as the path, a name, dtype, shape or value mismatch),
+tensor), PermissionDeniedError, InvalidArgumentError (a directory,
+device or FIFO as the path, a path or name holding a NUL character, a
+name, dtype, shape or value mismatch),
 DataLossError (truncated or corrupt: bad header, offsets, CRC),
 UnimplementedError (a dtype ringflow lacks, such as I16),
 ResourceExhaustedError (disk full, out of memory).

@@ -8,7 +8,9 @@ Const node (of the other input's dtype for binary ops; a Python float
 that is not a whole number meeting an integer tensor is a TypeError, as in
 TensorFlow, rather than truncated). Shape and dtype
 checks are the C library's: a refused node raises InvalidArgumentError (a
-ValueError) naming the node and op, and adds nothing. Values are computed
+ValueError) naming the node and op, and adds no node of its own (the Const
+nodes made of its non-Tensor inputs stay in the graph, unused, so never
+run). Values are computed
 only when a Session runs the graph; run-time errors are raised by
 Session.run.
 """

@@ -97,8 +97,11 @@ class Session:
       (rf_session_options.dump_graph_dir); None: the environment variable
       RF_DUMP_GRAPH_DIR's, if set; "": none.
     Raises InvalidArgumentError when a node requests a device the session
-    lacks (naming node, op and device), FailedPreconditionError for GPU
-    devices without a usable GPU ("no GPU: <reason>").
+    lacks (naming node, op and device) or an environment switch such as
+    RF_FOLD_CONSTANTS has a value the library does not accept (naming the
+    variable; docs/ARCHITECTURE.md, "Environment variables"),
+    FailedPreconditionError for GPU devices without a usable GPU ("no GPU:
+    <reason>").
 
     Use it as a context manager, or call close(). The graph is copied: ops
     added to it afterwards are not in the session.
@@ -207,7 +210,8 @@ class Session:
         fastest way to run one step many times (bench/python_run_overhead.py
         measures it). Several threads may call it at once. It keeps the
         session alive, and stays valid until the session is closed
-        (RuntimeError after close()).
+        (RuntimeError after close()). feed_list is a list of Tensors: one
+        Tensor (not in a list) is a TypeError that says to write [x].
         """
         if isinstance(feed_list, (Tensor, str, bytes)) or (
                 feed_list is not None and not hasattr(feed_list, "__iter__")):
@@ -290,7 +294,9 @@ class Session:
 
     def trace_next_run(self, path: str) -> None:
         """Makes the next run write a Chrome trace of its kernels to `path`
-        (open it in Perfetto); a failure to write is that run's error."""
+        (a str or path; open it in Perfetto); a failure to write is that
+        run's error. An empty path, or one holding a NUL byte, is an
+        InvalidArgumentError."""
         check(lib.rf_session_trace_next_run(self._live(), c_path(path)))
 
     def close(self) -> None:
