@@ -8,7 +8,9 @@ bfloat16, which NumPy's DLPack lacks, as uint16 viewed as
 ml_dtypes.bfloat16.
 Fetched arrays are NumPy arrays, which export DLPack themselves: they are
 read-only, so consumers must accept DLPack 1.0's read-only flag
-(np.from_dlpack does; PyTorch may copy or refuse).
+(np.from_dlpack does; PyTorch may copy or refuse). bfloat16 ones do not
+(NumPy's DLPack has no bfloat16: BufferError); a.view(np.uint16) exports
+the bits.
 
 GPU memory (a kDLCUDA producer: a CUDA PyTorch tensor, a CuPy array):
 from_dlpack gives a GpuTensor over it (rf_tensor_new_external_gpu), without

@@ -381,7 +381,12 @@ def _default_graph(graph: Graph) -> Iterator[Graph]:
     try:
         yield graph
     finally:
-        stack.pop()
+        # Its own entry, the innermost one for this graph: a block left out
+        # of order (interleaved generators) must not drop another's.
+        for i in range(len(stack) - 1, -1, -1):
+            if stack[i] is graph:
+                del stack[i]
+                break
 
 
 @contextlib.contextmanager
@@ -393,6 +398,18 @@ def _device_scope(graph: Graph, name: Optional[str]) -> Iterator[None]:
     finally:
         with graph._lock:
             lib.rf_graph_pop_device(graph._c)
+
+
+def as_graph(graph: Any, what: str) -> Graph:
+    """`graph` as the Graph an API call works on: the default graph for
+    None; TypeError naming `what` for anything but a Graph (a str, a
+    Session)."""
+    if graph is None:
+        return get_default_graph()
+    if not isinstance(graph, Graph):
+        raise TypeError(f"{what}: graph must be a ringflow.Graph or None, "
+                        f"not {type(graph).__name__}")
+    return graph
 
 
 def device(name: Optional[str]) -> "contextlib.AbstractContextManager[None]":
@@ -455,7 +472,7 @@ def convert_to_tensor(value: Any, dtype: Any = None,
         return value._as_tensor()
     if isinstance(value, Operation):
         raise TypeError(f"{value!r} has no output to use as a tensor")
-    return constant_in(graph or get_default_graph(), value, dtype,
+    return constant_in(as_graph(graph, "convert_to_tensor"), value, dtype,
                        name=name)
 
 

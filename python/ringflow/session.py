@@ -5,6 +5,7 @@ threads may call run() on one session at once: each call is one step, and
 the C library runs it with the GIL released.
 """
 
+import collections
 import functools
 import math
 import numbers
@@ -15,7 +16,7 @@ import numpy as np
 
 from ringflow import _convert, _fastrun, dtypes, errors
 from ringflow._lib import c_name, c_path, check, ffi, lib
-from ringflow.framework import Graph, Operation, Tensor, get_default_graph
+from ringflow.framework import Graph, Operation, Tensor, as_graph
 
 __all__ = ["Session", "job_tasks", "lower"]
 
@@ -120,7 +121,7 @@ class Session:
                  group_optimizer_updates: Optional[bool] = None,
                  dump_graph_dir: Optional[str] = None,
                  conv_epilogues: Optional[str] = None) -> None:
-        self._graph = graph if graph is not None else get_default_graph()
+        self._graph = as_graph(graph, "Session")
         opts, keep = _options(cpu_devices, gpu_devices, timeout, threads,
                               default_device, job, gpu_sync_on_finish,
                               bucket_bytes, comm_dtype, allow_tf32,
@@ -478,7 +479,7 @@ def lower(graph: Optional[Graph] = None, **options: Any) -> Graph:
     the passes that lower collectives, each node's device its assigned one.
     Raises what Session() and compiling would (UnimplementedError for a
     collective joining CPU and GPU devices)."""
-    graph = graph if graph is not None else get_default_graph()
+    graph = as_graph(graph, "lower")
     opts, keep = _options(**options)
     out = ffi.new("rf_graph **")
     with graph._lock:
@@ -506,6 +507,11 @@ def _flatten(fetches: Any, flat: List[Any]) -> Callable[[Callable], Any]:
     if isinstance(fetches, dict):
         parts = [(k, _flatten(v, flat)) for k, v in fetches.items()]
         kind = type(fetches)
+        if isinstance(fetches, collections.defaultdict):
+            # built from its default factory, then the items (as
+            # TensorFlow's fetch mapper): kind(items) is a TypeError
+            factory = fetches.default_factory
+            return lambda fn: kind(factory, ((k, p(fn)) for k, p in parts))
         return lambda fn: kind((k, p(fn)) for k, p in parts)
     if hasattr(fetches, "_as_tensor"):
         fetches = fetches._as_tensor()

@@ -12,9 +12,8 @@ import numpy as np
 from ringflow import _convert, dtypes, errors, ops
 from ringflow._convert import Shape, c_shape
 from ringflow._lib import c_name, ffi, lib
-from ringflow.framework import (Graph, Operation, Tensor, constant_in,
-                                convert_to_tensor, get_default_graph,
-                                graph_of)
+from ringflow.framework import (Graph, Operation, Tensor, as_graph,
+                                constant_in, convert_to_tensor, graph_of)
 
 __all__ = ["Variable", "global_variables", "global_variables_initializer"]
 
@@ -247,13 +246,13 @@ def _free_variable_name(graph: Graph, suffixes: List[str]) -> str:
 def global_variables(graph: Optional[Graph] = None) -> List[Variable]:
     """The Variables made in `graph` (default: the default graph) through
     this module, in order."""
-    return list((graph or get_default_graph())._variables)
+    return list(as_graph(graph, "global_variables")._variables)
 
 
 def global_variables_initializer(graph: Optional[Graph] = None) -> Operation:
     """An op running the initializer of every Variable of `graph` (default:
     the default graph)."""
-    graph = graph or get_default_graph()
+    graph = as_graph(graph, "global_variables_initializer")
     with graph.as_default():
         return ops.group(*[v.initializer for v in graph._variables],
                          name=None)
