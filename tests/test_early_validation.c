@@ -97,6 +97,20 @@ static void test_reduce_without_input_on_its_device_at_build(void **state) {
   assert_contains(m, "cpu:1, cpu:2");
   rf_status_free(st);
   rf_graph_free(g);
+  /* unnamed: no node quoted (it had "node '(unnamed)'", a name no node can
+   * have, which Python's node_name took for one) */
+  g = rf_graph_new();
+  xs[0] = ph(g, "x1", "cpu:1", RF_FLOAT32);
+  xs[1] = ph(g, "x2", "cpu:2", RF_FLOAT32);
+  assert_ok(rf_graph_push_device(g, "cpu:0"));
+  r = rf_reduce(g, NULL, xs, 2, RF_REDUCE_SUM);
+  rf_graph_pop_device(g);
+  assert_null(r.node);
+  m = rf_status_message(st = rf_graph_status(g));
+  assert_contains(m, "the Reduce is on cpu:0, its inputs on cpu:1, cpu:2");
+  if (strstr(m, "'")) fail_msg("a quoted name in: %s", m);
+  rf_status_free(st);
+  rf_graph_free(g);
 }
 
 /* Which device a task-less name means depends on the process: such a pair

@@ -254,10 +254,18 @@ static bool reduce_has_own_input(rf_graph *g, const char *name, const char *dev,
       used += (size_t)snprintf(list + used, sizeof list - used, "%s%s",
                                used ? ", " : "", x);
   }
-  rf__graph_record(g, rf__invalid("No input tensor uses the same device as the "
-                                  "Reduce op: node '%s' is on %s, its inputs "
-                                  "on %s",
-                                  name ? name : "(unnamed)", dev, list));
+  /* An unnamed Reduce has no node name yet: quote none (a name in quotes
+   * is a node's, which callers such as Python's node_name look up). */
+  if (name)
+    rf__graph_record(g, rf__invalid("No input tensor uses the same device as "
+                                    "the Reduce op: node '%s' is on %s, its "
+                                    "inputs on %s",
+                                    name, dev, list));
+  else
+    rf__graph_record(g, rf__invalid("No input tensor uses the same device as "
+                                    "the Reduce op: the Reduce is on %s, its "
+                                    "inputs on %s",
+                                    dev, list));
   return false;
 }
 
