@@ -71,6 +71,20 @@ static void *cache_alloc(void *state, size_t size, size_t alignment) {
    * its size class and hands it out again as that many bytes. */
   if (alignment > RF_TENSOR_ALIGNMENT) {
     if (alignment & (alignment - 1)) return NULL;
+    /* A cached block of the class that is aligned enough: every block such
+     * a request took is one when it comes back. Without this each request
+     * took fresh memory and its free grew the cache without bound. */
+    pthread_mutex_lock(&c->mu);
+    for (free_block **pp = &c->free[cls]; *pp; pp = &(*pp)->next) {
+      free_block *b = *pp;
+      if ((uintptr_t)b & (alignment - 1)) continue;
+      *pp = b->next;
+      c->cached -= rounded;
+      c->in_use += rounded;
+      pthread_mutex_unlock(&c->mu);
+      return b;
+    }
+    pthread_mutex_unlock(&c->mu);
     void *p = rf__aligned_alloc(
         alignment > HUGE_BYTES || rounded < HUGE_BYTES ? alignment : HUGE_BYTES,
         rounded);
