@@ -112,10 +112,20 @@ static json_t *shape_json(const rf_shape *s) {
   return a;
 }
 
+/* The NaN that "nan" stands for (C's NAN); "-nan" is it with the sign bit
+ * set. Another NaN is written with its bits, "nan:0x7ff8000000000001", so
+ * that a kernel converting the attr to its dtype gives the same bits. */
+#define NAN_BITS UINT64_C(0x7ff8000000000000)
+#define SIGN_BIT (UINT64_C(1) << 63)
+
 static json_t *float_json(double v) {
-  if (isnan(v)) return json_string("nan");
   if (isinf(v)) return json_string(v > 0 ? "inf" : "-inf");
-  return json_real(v);
+  if (!isnan(v)) return json_real(v);
+  uint64_t bits;
+  memcpy(&bits, &v, sizeof bits);
+  if (bits == NAN_BITS) return json_string("nan");
+  if (bits == (NAN_BITS | SIGN_BIT)) return json_string("-nan");
+  return json_sprintf("nan:0x%016llx", (unsigned long long)bits);
 }
 
 static json_t *tensor_json(const rf_tensor *t) {
@@ -333,18 +343,41 @@ static rf_status *read_shape(loader *l, json_t *j, rf_shape *out) {
   return NULL;
 }
 
+/* The bits of a NaN written "nan:0x" and 16 hex digits; false for another
+ * string or bits that are not a NaN. */
+static bool nan_bits(const char *s, uint64_t *bits) {
+  if (strncmp(s, "nan:0x", 6) != 0 || strlen(s + 6) != 16 ||
+      strspn(s + 6, "0123456789abcdefABCDEF") != 16)
+    return false;
+  *bits = (uint64_t)strtoull(s + 6, NULL, 16);
+  return (*bits & ~SIGN_BIT) > UINT64_C(0x7ff0000000000000);
+}
+
 static rf_status *read_float(loader *l, json_t *j, double *out) {
   const char *s = json_string_value(j);
-  if (json_is_number(j))
+  uint64_t bits;
+  if (json_is_number(j)) {
     *out = json_number_value(j);
-  else if (s && strcmp(s, "nan") == 0)
-    *out = NAN;
-  else if (s && strcmp(s, "inf") == 0)
+    return NULL;
+  }
+  if (s && strcmp(s, "inf") == 0) {
     *out = INFINITY;
-  else if (s && strcmp(s, "-inf") == 0)
+    return NULL;
+  }
+  if (s && strcmp(s, "-inf") == 0) {
     *out = -INFINITY;
-  else
-    return LOAD_ERR(l, "expected a number (or \"nan\", \"inf\", \"-inf\")");
+    return NULL;
+  }
+  if (s && strcmp(s, "nan") == 0)
+    bits = NAN_BITS;
+  else if (s && strcmp(s, "-nan") == 0)
+    bits = NAN_BITS | SIGN_BIT;
+  else if (!s || !nan_bits(s, &bits))
+    return LOAD_ERR(l,
+                    "expected a number (or \"nan\", \"-nan\", "
+                    "\"nan:0x\" and the 16 hex digits of a NaN, \"inf\", "
+                    "\"-inf\")");
+  memcpy(out, &bits, sizeof bits);
   return NULL;
 }
 
