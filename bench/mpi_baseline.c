@@ -7,7 +7,10 @@
  * library's own allocations (its temporaries) can touch fresh memory.
  *
  *   mpirun -np 4 --mca btl self,vader ringflow-mpi-baseline [--min B] [--max B]
- *          [--min-time S] [--csv]
+ *          [--factor F] [--min-time S] [--csv]
+ *
+ * Sizes are B, B x F, ... up to --max (F: 2..16, default 4), as `ringflow
+ * bench --factor` runs them.
  */
 #include <mpi.h>
 #include <stdio.h>
@@ -96,7 +99,7 @@ static int usage(int rank) {
   if (rank == 0)
     fprintf(stderr,
             "usage: mpirun -np N ringflow-mpi-baseline [--min BYTES] "
-            "[--max BYTES] [--min-time SECONDS] [--csv]\n");
+            "[--max BYTES] [--factor F] [--min-time SECONDS] [--csv]\n");
   return 2;
 }
 
@@ -105,7 +108,7 @@ int main(int argc, char **argv) {
   int rank, n;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &n);
-  long long lo = 1024, hi = 256ll << 20;
+  long long lo = 1024, hi = 256ll << 20, factor = 4;
   double min_time = 0.2;
   int csv = 0;
   for (int i = 1; i < argc; i++) {
@@ -115,6 +118,8 @@ int main(int argc, char **argv) {
       lo = atoll(argv[++i]);
     else if (i + 1 < argc && !strcmp(argv[i], "--max"))
       hi = atoll(argv[++i]);
+    else if (i + 1 < argc && !strcmp(argv[i], "--factor"))
+      factor = atoll(argv[++i]);
     else if (i + 1 < argc && !strcmp(argv[i], "--min-time"))
       min_time = atof(argv[++i]);
     else {
@@ -123,7 +128,7 @@ int main(int argc, char **argv) {
       return rc;
     }
   }
-  if (lo < 4 || hi < lo || hi > (1ll << 31) - 4) {
+  if (lo < 4 || hi < lo || hi > (1ll << 31) - 4 || factor < 2 || factor > 16) {
     int rc = usage(rank);
     MPI_Finalize();
     return rc;
@@ -144,7 +149,7 @@ int main(int argc, char **argv) {
              "time(us)", "algbw(GB/s)", "busbw(GB/s)");
   }
   for (coll c = ALL_REDUCE; c <= REDUCE_SCATTER; c++) {
-    for (long long size = lo; size <= hi; size *= 4) {
+    for (long long size = lo; size <= hi; size *= factor) {
       long long per, count = elements(c, size, n, &per);
       if (per == 0) continue;
       int iters;

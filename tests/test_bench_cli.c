@@ -1,7 +1,9 @@
 /* tests/test_bench_cli.c - `ringflow bench` keeps working: the quick run on 2
  * devices exits 0 and prints every section with the nccl-tests columns, one
  * row per collective and size, busbw = algbw * the nccl-tests factor; the CSV
- * table is complete; bad options exit 2 with one line. On GPU devices it either
+ * table is complete; the first line names the sizes run; OpenMPI runs the
+ * same sizes (--factor), and a failed baseline leaves no empty table; bad
+ * options exit 2 with one line. On GPU devices it either
  * says there is no GPU (exit 1) or prints consistent rows (time, raw time,
  * overhead, ratio) and the executor table. Runs the built binary (RF_TOOL). */
 #include <math.h>
@@ -143,6 +145,75 @@ static void csv_run_without_baselines(void **state) {
   free(out);
 }
 
+/* The first line names the sizes run (the largest, not --max) and the
+ * --min-time asked for, not a rounding of it. */
+static void header_names_sizes_run(void **state) {
+  (void)state;
+  char *out;
+  int rc = run_tool(
+      "bench --min 4K --max 5K --collective reduce --no-mpi --no-floor "
+      "--min-time 0.005",
+      &out);
+  assert_int_equal(rc, 0);
+  if (!strstr(out, "; 4096..4096 bytes (x4); >= 0.005 s per size\n"))
+    fprintf(stderr, "%s", out);
+  assert_non_null(
+      strstr(out, "; 4096..4096 bytes (x4); >= 0.005 s per size\n"));
+  free(out);
+}
+
+/* The OpenMPI baseline runs the sizes ringflow runs, --factor included:
+ * every row has its OpenMPI columns (2048 had none with --factor 2). */
+static void mpi_baseline_follows_factor(void **state) {
+  (void)state;
+  char *out;
+  int rc = run_tool(
+      "bench --csv --factor 2 --min 1K --max 2K --collective reduce "
+      "--no-floor --min-time 0.002",
+      &out);
+  assert_int_equal(rc, 0);
+  if (strstr(out, "OpenMPI baseline: skipped")) {
+    free(out);
+    skip();
+  }
+  int rows = 0;
+  for (const char *l = out; l; l = strchr(l, '\n'), l = l ? l + 1 : NULL) {
+    if (strncmp(l, "reduce,", 7) != 0) continue;
+    /* fields 9 and 10: openmpi_default_busbw_gbs, openmpi_mmap_busbw_gbs */
+    const char *f = l;
+    for (int k = 0; k < 8; k++) f = strchr(f, ',') + 1;
+    size_t dflt = strcspn(f, ","), mmap = strcspn(f + dflt + 1, ",");
+    if (!dflt || !mmap)
+      fprintf(stderr, "no OpenMPI figures: %.*s\n", (int)strcspn(l, "\n"), l);
+    assert_true(dflt > 0 && mmap > 0);
+    rows++;
+  }
+  assert_int_equal(rows, 2); /* 1024, 2048 */
+  free(out);
+}
+
+/* A baseline that fails prints why, and no empty table under it. */
+static void failed_baseline_prints_no_empty_table(void **state) {
+  (void)state;
+  char *out;
+  int rc = run_tool(
+      "bench --min 1K --max 1K --collective reduce --no-floor --min-time "
+      "0.002 --mpi-baseline /bin/false",
+      &out);
+  assert_int_equal(rc, 0);
+  if (strstr(out, "OpenMPI baseline: skipped")) {
+    free(out);
+    skip();
+  }
+  assert_non_null(strstr(out, "OpenMPI baseline: failed"));
+  /* "time(us)" heads ringflow's own table, and no other */
+  const char *first = strstr(out, "time(us)");
+  assert_non_null(first);
+  if (strstr(first + 1, "time(us)")) fprintf(stderr, "%s", out);
+  assert_null(strstr(first + 1, "time(us)"));
+  free(out);
+}
+
 /* The GPU collectives table: name bytes time raw wait base ovh algbw busbw
  * ratio raw_busbw mem, consistent with each other, for 2 devices. */
 static void check_gpu_rows(const char *out, int want_rows) {
@@ -207,6 +278,7 @@ static void gpu_run(void **state) {
 
 static void bad_options(void **state) {
   (void)state;
+  /* The last: --max 12 runs 4 bytes only (x4), which no 3 devices split. */
   const char *bad[] = {"bench --devices 0",
                        "bench --devices 65",
                        "bench --min 2",
@@ -228,7 +300,9 @@ static void bad_options(void **state) {
                        "bench --trace /tmp/x",
                        "bench --per-step 2",
                        "bench --devices gpu:0 --per-step 0",
-                       "bench --devices gpu:0 --per-step 65"};
+                       "bench --devices gpu:0 --per-step 65",
+                       "bench --min 4 --max 12 --devices 3 --collective "
+                       "all_gather"};
   for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
     char *out;
     int rc = run_tool(bad[i], &out);
@@ -252,6 +326,9 @@ int main(void) {
       cmocka_unit_test(quick_text_run),
       cmocka_unit_test(csv_run),
       cmocka_unit_test(csv_run_without_baselines),
+      cmocka_unit_test(header_names_sizes_run),
+      cmocka_unit_test(mpi_baseline_follows_factor),
+      cmocka_unit_test(failed_baseline_prints_no_empty_table),
       cmocka_unit_test(gpu_run),
       cmocka_unit_test(bad_options),
   };

@@ -65,6 +65,13 @@ static const char *const footer =
 
 #define MAX_BYTES (8.0 * (1 << 30)) /* --min, --max */
 
+/* The largest size run: lo x factor^k, at most hi (lo <= hi). */
+static int64_t largest_size(int64_t lo, int64_t hi, int factor) {
+  int64_t s = lo;
+  while (s <= hi / factor) s *= factor;
+  return s;
+}
+
 static const char *const backend_choices[] = {"auto", "cuda", "nccl", NULL};
 static const char *coll_choices[BC_COUNT + 1];
 
@@ -169,15 +176,27 @@ static int parse_args(int argc, char **argv, opts *o, bool *stop) {
     return tool_usage_error(&cmd,
                             "--executor and --no-executor exclude each other");
   /* All-gather and reduce-scatter split the vector over the devices: with
-   * --collective one of them and no size that splits, nothing would run. */
+   * --collective one of them and no size that splits, nothing would run.
+   * The largest size run decides, which may be below --max (--min 4 --max
+   * 12: 4 only). */
+  int64_t largest = largest_size(o->lo, o->hi, o->factor);
+  int split = o->devices.n; /* the participants, in every process */
+#ifdef RF_HAVE_MPI
+  int task = 0, ntasks = 1; /* under mpirun: 1 device a process by default */
+  rf_status_free(rf_job_tasks(&task, &ntasks));
+  if (ntasks > 1) split = ntasks * (o->devices_given ? o->devices.n : 1);
+#endif
   if ((o->only == BC_ALL_GATHER || o->only == BC_REDUCE_SCATTER) && !gpu &&
-      o->hi / 4 < o->devices.n)
+      largest / 4 < split) {
+    tool_format_size(largest, a, sizeof a);
     return tool_usage_error(&cmd,
                             "--collective %s splits the vector over the %d "
-                            "devices: --max must be at least %d bytes (one "
+                            "devices: the largest size (%s: --min x %d^k up "
+                            "to --max %s) must be at least %d bytes (one "
                             "float32 each)",
-                            bench_coll_name((bench_coll)o->only), o->devices.n,
-                            4 * o->devices.n);
+                            bench_coll_name((bench_coll)o->only), split, a,
+                            o->factor, b, 4 * split);
+  }
   return 0;
 }
 
@@ -268,8 +287,8 @@ static void measure_mpi(const opts *o, results *r) {
     return;
   }
   for (int k = 0; k < 2; k++) {
-    bench_mpi_args a = {program,   o->devices.n, r->sizes,
-                        r->nsizes, o->min_time,  k == 1};
+    bench_mpi_args a = {program,   o->devices.n, r->sizes, r->nsizes,
+                        o->factor, o->min_time,  k == 1};
     char command[2048], buf[2048];
     const char *err =
         bench_mpi_run(&a, r->mpi[k], command, sizeof command, buf, sizeof buf);
@@ -279,11 +298,13 @@ static void measure_mpi(const opts *o, results *r) {
             command);
     if (err) fprintf(note, "OpenMPI baseline: failed: %s\n", err);
     if (o->csv) continue;
-    print_header();
+    bool header = false; /* none without a row (a failed run) */
     for (int c = 0; c < BC_COUNT; c++)
       for (int i = 0; i < r->nsizes; i++)
-        if (wanted(o, c) && r->mpi[k][c][i].valid)
+        if (wanted(o, c) && r->mpi[k][c][i].valid) {
+          if (!header) print_header(), header = true;
           print_row(c, &r->mpi[k][c][i]);
+        }
   }
 }
 
@@ -423,10 +444,11 @@ int cmd_bench(int argc, char **argv) {
   if (!o.csv)
     printf(
         "ringflow bench: %d virtual CPU devices %s, float32, sum; "
-        "%lld..%lld bytes (x%d); >= %.2f s per size\nmachine: %ld online "
+        "%lld..%lld bytes (x%d); >= %g s per size\nmachine: %ld online "
         "cores; load average %s (1/5/15 min) at start\n",
-        o.devices.n, list, (long long)o.lo, (long long)o.hi, o.factor,
-        o.min_time, sysconf(_SC_NPROCESSORS_ONLN), load);
+        o.devices.n, list, (long long)r->sizes[0],
+        (long long)r->sizes[r->nsizes - 1], o.factor, o.min_time,
+        sysconf(_SC_NPROCESSORS_ONLN), load);
   rc = o.no_floor ? 0 : measure_floor(&o, r);
   if (!rc) rc = measure_ringflow(&o, r);
   rf_default_allocator_trim();

@@ -76,6 +76,7 @@ typedef struct bench_mpi_args {
   int n;
   const int64_t *sizes; /* nominal sizes, ascending */
   int nsizes;
+  int factor; /* sizes[i + 1] = sizes[i] * factor */
   double min_time;
   bool mmap_threshold;
 } bench_mpi_args;

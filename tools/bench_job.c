@@ -391,16 +391,18 @@ int bench_job(const bench_job_args *a) {
   char load[64];
   tool_load_average(load, sizeof load);
   bool lead = b.task == 0;
+  int64_t largest = a->lo; /* the largest size run, at most a->hi */
+  while (largest <= a->hi / a->factor) largest *= a->factor;
   if (lead && !a->csv)
     printf(
         "ringflow bench across processes: %d processes x %d device%s, "
         "float32, sum; %lld..%lld bytes (x%d)\nmachine: %ld online cores; "
         "load average %s (1/5/15 min) at start\n"
         "each figure: the median of %d rounds; a round times the same number "
-        "of operations each way (>= %.2f s of ringflow)\n"
+        "of operations each way (>= %g s of ringflow)\n"
         "malloc: %s\nGloo: %s\n\n",
         b.ntasks, a->devices->n, a->devices->n > 1 ? "s" : "", (long long)a->lo,
-        (long long)a->hi, a->factor, sysconf(_SC_NPROCESSORS_ONLN), load,
+        (long long)largest, a->factor, sysconf(_SC_NPROCESSORS_ONLN), load,
         a->rounds, a->min_time, malloc_mode,
         b.gloo ? "ring all-reduce, TCP on 127.0.0.1 (1 device per process)"
                : why);
@@ -409,8 +411,14 @@ int bench_job(const bench_job_args *a) {
   for (int c = 0; c < BC_COUNT && !rc; c++) {
     if (a->only >= 0 && a->only != c) continue;
     for (int64_t s = a->lo; s <= a->hi && !rc; s *= a->factor) {
-      if ((c == BC_ALL_GATHER || c == BC_REDUCE_SCATTER) && s / 4 < b.n)
+      if ((c == BC_ALL_GATHER || c == BC_REDUCE_SCATTER) && s / 4 < b.n) {
+        if (lead && !a->csv) /* say why rather than leave a gap */
+          printf(
+              "%-15s %12lld  (no row: fewer than one float32 per device to "
+              "split over %d devices)\n",
+              bench_coll_name((bench_coll)c), (long long)s, b.n);
         continue;
+      }
       result r;
       rf_status *st = measure(&b, (bench_coll)c, s, &r);
       if (st)

@@ -103,10 +103,11 @@ static char **environ_without_mmap_threshold(void) {
  * shell reads the program's path. */
 static FILE *start_mpirun(const bench_mpi_args *a, char *command,
                           size_t command_len, pid_t *pid) {
-  char np[16], lo[32], hi[32], min_time[32];
+  char np[16], lo[32], hi[32], factor[16], min_time[32];
   snprintf(np, sizeof np, "%d", a->n);
   snprintf(lo, sizeof lo, "%lld", (long long)a->sizes[0]);
   snprintf(hi, sizeof hi, "%lld", (long long)a->sizes[a->nsizes - 1]);
+  snprintf(factor, sizeof factor, "%d", a->factor);
   snprintf(min_time, sizeof min_time, "%g", a->min_time);
   const char *argv[] = {"mpirun",
                         "--allow-run-as-root",
@@ -126,9 +127,18 @@ static FILE *start_mpirun(const bench_mpi_args *a, char *command,
                         "--csv",
                         NULL,
                         NULL,
+                        NULL,
+                        NULL,
                         NULL};
+  /* The sizes step by --factor: the baseline's default is 4, and only other
+   * factors are passed, so the usual command line stays as it was. */
+  int argc = 16;
+  if (a->factor != 4) {
+    argv[argc++] = "--factor";
+    argv[argc++] = factor;
+  }
   if (a->mmap_threshold) { /* -x MMAP_ENV before the program */
-    memmove(argv + 10, argv + 8, sizeof *argv * 8);
+    memmove(argv + 10, argv + 8, sizeof *argv * (size_t)(argc - 8));
     argv[8] = "-x";
     argv[9] = MMAP_ENV;
   }

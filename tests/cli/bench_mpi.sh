@@ -24,6 +24,14 @@ echo "$csv" | grep -Eq "^all_reduce,2,2,1024,[0-9]+,3,[0-9.]+,[0-9.]+,,"
 # ... expected 0" from all_gather before).
 bash "$mpirun_sh" 2 "$ringflow" bench --quick --max 1K --devices cpu:1,0 \
   --no-gloo --csv > /dev/null
+# All-gather over 2 processes x 1 device: 4 bytes split nowhere and say so in
+# place of a row, 8 bytes get one (the check once counted bench's default 4
+# devices and refused this as a usage error).
+out=$(bash "$mpirun_sh" 2 "$ringflow" bench --quick --min 4 --max 8 --factor 2 \
+        --collective all_gather --no-gloo)
+echo "$out"
+grep -Eq "^all_gather +4  \(no row: fewer than one float32 per device to split over 2 devices\)" <<< "$out"
+grep -Eq "^all_gather +8 +[0-9]+ " <<< "$out"
 # GPU devices are benchmarked in one process: across processes, a clear error.
 if err=$(bash "$mpirun_sh" 2 "$ringflow" bench --quick --devices gpu:0-1 2>&1); then
   echo "bench across processes on GPU devices should fail"; exit 1
