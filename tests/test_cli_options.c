@@ -573,7 +573,8 @@ static void test_options_out_of_context(void **state) {
                         "4",
                         NULL};
   const char *tiny_want[] = {"--collective reduce_scatter",
-                             "--max must be at least 8 bytes", NULL};
+                             "the largest size (4: --min x 4^k up to --max 4)",
+                             "must be at least 8 bytes", NULL};
   expect_usage_error(tiny, tiny_want);
   const char *gloo[] = {"bench", "--no-gloo", NULL};
   const char *gloo_want[] = {"--no-gloo", "only across processes", NULL};
