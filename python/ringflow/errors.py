@@ -212,10 +212,7 @@ def _node_name(quoted: str, graph) -> Optional[str]:
     """The node a message quotes: its name, or for a name the message
     cuts ("<first 200 bytes>... (N bytes)") the one node of `graph` with
     those first bytes and that length, else None (never the cut text,
-    which no node is named). "(unnamed)", the library's stand-in for a
-    collective refused before it had a name, names no node: None."""
-    if quoted == "(unnamed)":  # node names hold no parentheses
-        return None
+    which no node is named)."""
     cut = _CUT.fullmatch(quoted)
     if cut is None:
         return quoted

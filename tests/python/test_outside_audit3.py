@@ -27,8 +27,9 @@ def _inputs(n):
 def test_a_refused_unnamed_reduce_names_no_node(reduce):
     """PYTHON.md: `.node_name` is the node the message names, None when it
     names none. A reduce on a device none of its inputs is on, with no
-    name, is refused with "node '(unnamed)' is on cpu:2": node_name was
-    "(unnamed)", which no node is (or can be) named."""
+    name, was refused with "node '(unnamed)' is on cpu:2", and node_name
+    was "(unnamed)", which no node is (or can be) named; the message now
+    quotes no node ("the Reduce is on cpu:2")."""
     xs = _inputs(3)
     with rf.device("cpu:2"):
         with pytest.raises(errors.InvalidArgumentError,
