@@ -25,11 +25,16 @@
 #include "comm/cpu/reduce_kernels.h"
 #include "comm/mpi/mpi_status.h"
 #include "comm/mpi/op.h"
+#include "comm/mpi/operator_order.h"
 #include "core/mem.h"
 #include "core/status.h"
 #include "core/tensor.h"
 
 #define BLOCK_ELEMS 16384
+
+#ifdef RF_MPI_TSAN
+atomic_uint rf__mpi_operator_epoch;
+#endif
 
 static MPI_Op nan_min_op = MPI_OP_NULL, nan_max_op = MPI_OP_NULL;
 /* Sums of 8-bit integers wrap: OpenMPI 4.1.4's vectorised MPI_SUM on
@@ -42,6 +47,7 @@ static void sum8(void *in, void *inout, int *len, MPI_Datatype *dt) {
   const uint8_t *a = in;
   uint8_t *b = inout;
   for (int i = 0; i < *len; i++) b[i] = (uint8_t)(a[i] + b[i]);
+  rf__mpi_operator_ran();
 }
 
 #define NAN_MINMAX(T, in, inout, n, LESS)                \
@@ -59,6 +65,7 @@ static void nan_min(void *in, void *inout, int *len, MPI_Datatype *dt) {
     NAN_MINMAX(double, in, inout, *len, LT);
   else
     NAN_MINMAX(float, in, inout, *len, LT);
+  rf__mpi_operator_ran();
 }
 
 static void nan_max(void *in, void *inout, int *len, MPI_Datatype *dt) {
@@ -66,6 +73,7 @@ static void nan_max(void *in, void *inout, int *len, MPI_Datatype *dt) {
     NAN_MINMAX(double, in, inout, *len, GT);
   else
     NAN_MINMAX(float, in, inout, *len, GT);
+  rf__mpi_operator_ran();
 }
 
 void rf__mpi_data_init(void) {

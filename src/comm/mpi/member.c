@@ -12,6 +12,7 @@
 
 #include "comm/mpi/mpi_status.h"
 #include "comm/mpi/op.h"
+#include "comm/mpi/operator_order.h"
 #include "core/format.h"
 #include "core/mem.h"
 #include "core/log.h"
@@ -31,6 +32,7 @@ static int64_t grace_ms(const rf__mpi_op *op) {
 }
 
 static void op_free(rf__mpi_op *op) {
+  rf__mpi_operators_seen();
   for (int i = 0; i < op->g.n; i++) rf_tensor_release(op->parts[i].input);
   rf_tensor_release(op->partial);
   rf_tensor_release(op->out);
@@ -57,6 +59,7 @@ static void unref(rf__mpi_op *op) {
 /* Calls every done: the results, or a copy of op->report. */
 static void report_task(void *arg) {
   rf__mpi_op *op = arg;
+  rf__mpi_operators_seen();
   rf_status *st = op->report;
   op->report = NULL;
   rf_tensor *outs[64] = {0};
