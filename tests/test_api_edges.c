@@ -206,6 +206,80 @@ static void test_control_edge_messages(void **state) {
   rf_graph_free(g);
 }
 
+/* finish's message names the node and op whatever went wrong, also when a
+ * setter saw the problem (ringflow/graph.h, rf_node_builder_finish): these
+ * said only "node builder 'NoOp': ..." or "Op type not registered 'X'". */
+static void expect_builder_error(rf_node_builder *b, rf_code code,
+                                 const char *node, const char *why) {
+  rf_node *n = (rf_node *)&n, *sentinel = n;
+  rf_status *st = rf_node_builder_finish(b, &n);
+  assert_int_equal(rf_status_code(st), code);
+  const char *m = rf_status_message(st);
+  if (!strstr(m, node) || !strstr(m, why))
+    fail_msg("'%s' does not name %s and say %s", m, node, why);
+  assert_ptr_equal(n, sentinel);
+  rf_status_free(st);
+}
+
+static void test_builder_errors_name_the_node(void **state) {
+  (void)state;
+  rf_graph *g = rf_graph_new();
+  rf_output x = rf_placeholder(g, "x", RF_FLOAT32, rf_shape_of(1, 2));
+  rf_node_builder *b = rf_node_builder_new(g, "NoSuchOp", "nso");
+  expect_builder_error(b, RF_NOT_FOUND, "node 'nso'",
+                       "Op type not registered 'NoSuchOp'");
+  b = rf_node_builder_new(g, "AddN", "sum");
+  rf_node_builder_input_list(b, &x, -1);
+  expect_builder_error(b, RF_INVALID_ARGUMENT, "node 'sum' (AddN)",
+                       "bad input list");
+  b = rf_node_builder_new(g, "NoOp", "l");
+  rf_node_builder_attr_int_list(b, "v", NULL, 3);
+  expect_builder_error(b, RF_INVALID_ARGUMENT, "node 'l' (NoOp)",
+                       "bad list for attr 'v'");
+  b = rf_node_builder_new(g, "NoOp", "s");
+  rf_node_builder_attr_string(b, "v", NULL);
+  expect_builder_error(b, RF_INVALID_ARGUMENT, "node 's' (NoOp)",
+                       "attr 'v' is a NULL string");
+  b = rf_node_builder_new(g, "NoOp", "a");
+  rf_node_builder_attr_int(b, NULL, 1);
+  expect_builder_error(b, RF_INVALID_ARGUMENT, "node 'a' (NoOp)",
+                       "NULL attr name");
+  assert_ok(rf_graph_push_device(g, "cpu:2"));
+  b = rf_node_builder_new(g, "NoOp", NULL); /* no name chosen yet */
+  rf_node_builder_attr_float_list(b, "v", NULL, -1);
+  expect_builder_error(b, RF_INVALID_ARGUMENT, "a new NoOp node on cpu:2",
+                       "bad list for attr 'v'");
+  rf_graph_pop_device(g);
+  assert_int_equal(rf_graph_num_nodes(g), 1);
+  rf_graph_free(g);
+}
+
+/* A tensor in device memory (rf_tensor_new_external_gpu) has no host data:
+ * as a Const's value it was taken, and rf_graph_to_json then read its NULL
+ * host pointer (SIGSEGV) and a CPU session handed it out as a fetched
+ * "host" tensor. Tensor attrs now refuse it. */
+static void test_const_refuses_device_tensor(void **state) {
+  (void)state;
+  static float mem[4] __attribute__((aligned(64)));
+  rf_shape s = rf_shape_of(1, 4);
+  rf_tensor *t;
+  assert_ok(rf_tensor_new_external_gpu(RF_FLOAT32, &s, 0, mem, NULL, NULL, &t));
+  rf_graph *g = rf_graph_new();
+  assert_null(rf_const(g, "k", t).node);
+  expect_graph_error(g, RF_INVALID_ARGUMENT, "node 'k' (Const): attr 'value'");
+  rf_node_builder *b = rf_node_builder_new(g, "Const", "k2");
+  rf_node_builder_attr_tensor(b, "value", t);
+  rf_node_builder_attr_dtype(b, "dtype", RF_FLOAT32);
+  expect_builder_error(b, RF_INVALID_ARGUMENT, "node 'k2' (Const)",
+                       "device memory");
+  assert_int_equal(rf_graph_num_nodes(g), 0);
+  char *json = NULL;
+  assert_ok(rf_graph_to_json(g, &json));
+  rf_string_free(json);
+  rf_graph_free(g);
+  rf_tensor_release(t);
+}
+
 int main(void) {
   rf_test_seed();
   const struct CMUnitTest tests[] = {
@@ -213,6 +287,8 @@ int main(void) {
       cmocka_unit_test(test_input_list_counts),
       cmocka_unit_test(test_refusals_before_the_node),
       cmocka_unit_test(test_control_edge_messages),
+      cmocka_unit_test(test_builder_errors_name_the_node),
+      cmocka_unit_test(test_const_refuses_device_tensor),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

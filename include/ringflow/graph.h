@@ -136,7 +136,8 @@ RF_API void rf_node_builder_attr_dtype(rf_node_builder *b, const char *name,
                                        rf_dtype v);
 RF_API void rf_node_builder_attr_shape(rf_node_builder *b, const char *name,
                                        rf_shape v);
-/* The tensor is retained. */
+/* The tensor is retained. A tensor in device memory
+ * (rf_tensor_new_external_gpu) is refused: finish reports INVALID_ARGUMENT. */
 RF_API void rf_node_builder_attr_tensor(rf_node_builder *b, const char *name,
                                         rf_tensor *v);
 RF_API void rf_node_builder_attr_int_list(rf_node_builder *b, const char *name,

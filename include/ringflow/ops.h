@@ -16,7 +16,8 @@ extern "C" {
 #endif
 
 /* ---- sources, state, plumbing ---- */
-/* The tensor is retained. */
+/* The tensor is retained. It must be in host memory: one of
+ * rf_tensor_new_external_gpu is refused (INVALID_ARGUMENT naming the node). */
 RF_API rf_output rf_const(rf_graph *g, const char *name, rf_tensor *value);
 RF_API rf_output rf_const_scalar(rf_graph *g, const char *name, rf_dtype dtype,
                                  double value);

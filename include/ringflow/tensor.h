@@ -100,7 +100,8 @@ RF_API rf_status *rf_tensor_new_external(rf_dtype dtype, const rf_shape *shape,
  * `data` is a device pointer, aligned to the dtype's size, never read or
  * written on the host. Such a tensor can be fed only to outputs on GPU
  * devices (a CPU device's placeholder fails the run with INVALID_ARGUMENT
- * "fed a <dtype> device tensor, expected <dtype> in host memory"): the GPU
+ * "fed a <dtype> device tensor, expected <dtype> in host memory"; nor is it
+ * a Const's value or any tensor attr: INVALID_ARGUMENT): the GPU
  * device copies it into its own memory on its stream (device to device,
  * or peer to peer from another GPU), after the work queued on the GPU's
  * legacy default stream before the run - so a producer that has ordered its

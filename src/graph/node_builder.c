@@ -11,6 +11,7 @@
 
 #include "core/mem.h"
 #include "core/status.h"
+#include "core/tensor.h"
 #include "graph/graph_internal.h"
 #include "ops/op_families.h"
 
@@ -78,13 +79,13 @@ static void add_inputs(rf_node_builder *b, const rf_output *in, int n,
                        bool list) {
   if (!usable(b)) return;
   if (n < 0 || (n > 0 && !in)) {
-    set_error(b, rf__invalid("node builder '%s': bad input list", b->op));
+    set_error(b, rf__invalid("bad input list (%d inputs%s)", n,
+                             in ? "" : ", NULL array"));
     return;
   }
   if (n > INT_MAX - b->num_inputs) { /* the count would overflow int */
     set_error(b,
-              rf__invalid("node builder '%s': %d inputs after %d is too many",
-                          b->op, n, b->num_inputs));
+              rf__invalid("%d inputs after %d is too many", n, b->num_inputs));
     return;
   }
   if (rf__grow(&b->inputs, &b->cap_inputs, b->num_inputs + n,
@@ -132,7 +133,7 @@ static void set_attr(rf_node_builder *b, const char *name,
                      const rf__attr_value *v) {
   if (!usable(b)) return;
   if (!name) {
-    set_error(b, rf__invalid("node builder '%s': NULL attr name", b->op));
+    set_error(b, rf__invalid("NULL attr name"));
     return;
   }
   set_error(b, rf__attrs_set(&b->attrs, name, v));
@@ -167,8 +168,7 @@ void rf_node_builder_attr_string(rf_node_builder *b, const char *name,
                                  const char *v) {
   if (!v) {
     if (usable(b))
-      set_error(b, rf__invalid("node builder '%s': attr '%s' is a NULL string",
-                               b->op, name ? name : ""));
+      set_error(b, rf__invalid("attr '%s' is a NULL string", name ? name : ""));
     return;
   }
   rf__attr_value a = rf__attr_string_ref(v);
@@ -191,8 +191,15 @@ void rf_node_builder_attr_tensor(rf_node_builder *b, const char *name,
                                  rf_tensor *v) {
   if (!v) {
     if (usable(b))
-      set_error(b, rf__invalid("node builder '%s': attr '%s' is a NULL tensor",
-                               b->op, name ? name : ""));
+      set_error(b, rf__invalid("attr '%s' is a NULL tensor", name ? name : ""));
+    return;
+  }
+  if (v->on_gpu) { /* device memory: no host code may read it */
+    if (usable(b))
+      set_error(b, rf__invalid("attr '%s' is a tensor in device memory "
+                               "(rf_tensor_new_external_gpu); an attr "
+                               "needs a host tensor",
+                               name ? name : ""));
     return;
   }
   rf__attr_value a = rf__attr_tensor_ref(v);
@@ -202,8 +209,7 @@ void rf_node_builder_attr_tensor(rf_node_builder *b, const char *name,
 void rf_node_builder_attr_int_list(rf_node_builder *b, const char *name,
                                    const int64_t *v, int n) {
   if ((n < 0 || (n > 0 && !v)) && usable(b)) {
-    set_error(b, rf__invalid("node builder '%s': bad list for attr '%s'", b->op,
-                             name ? name : ""));
+    set_error(b, rf__invalid("bad list for attr '%s'", name ? name : ""));
     return;
   }
   rf__attr_value a = rf__attr_int_list_ref(v, n);
@@ -213,8 +219,7 @@ void rf_node_builder_attr_int_list(rf_node_builder *b, const char *name,
 void rf_node_builder_attr_float_list(rf_node_builder *b, const char *name,
                                      const double *v, int n) {
   if ((n < 0 || (n > 0 && !v)) && usable(b)) {
-    set_error(b, rf__invalid("node builder '%s': bad list for attr '%s'", b->op,
-                             name ? name : ""));
+    set_error(b, rf__invalid("bad list for attr '%s'", name ? name : ""));
     return;
   }
   rf__attr_value a = {.type = RF_ATTR_FLOAT_LIST, .n = n};
@@ -335,7 +340,12 @@ static rf_status *pick_name(rf_node_builder *b, const rf__op_def *op,
 static rf_status *build(rf_node_builder *b, rf_node **out) {
   RF_CHECK(rf__ops_init());
   const rf__op_def *op = rf__op_find(b->op);
-  if (!op) return rf__error(RF_NOT_FOUND, "Op type not registered '%s'", b->op);
+  if (!op)
+    return b->name
+               ? rf__error(RF_NOT_FOUND,
+                           "Op type not registered '%s' (node '%s')", b->op,
+                           b->name)
+               : rf__error(RF_NOT_FOUND, "Op type not registered '%s'", b->op);
   int sizes[RF_MAX_OP_ARGS], num_outputs = 0;
   char *name = NULL, canon[RF_DEVICE_NAME_MAX];
   rf_dtype *in_dt = NULL, *out_dt = NULL;
@@ -378,6 +388,16 @@ rf_status *rf_node_builder_finish(rf_node_builder *b, rf_node **out) {
   if (b == &oom_builder) return rf__oom();
   rf_status *st = b->error;
   b->error = NULL;
+  /* A setter's error names the node and op, as build's do (a NULL graph or
+   * op has neither to name). */
+  if (st && b->g && b->op && b->op[0]) {
+    const char *dev = rf__graph_scope_device(b->g); /* "": no scope */
+    if (b->name)
+      st = rf__status_prefix(st, "node '%s' (%s)", b->name, b->op);
+    else
+      st = rf__status_prefix(st, "a new %s node%s%s", b->op,
+                             dev[0] ? " on " : "", dev);
+  }
   rf_node *n = NULL;
   if (!st) st = build(b, &n);
   builder_free(b);
