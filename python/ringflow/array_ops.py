@@ -156,6 +156,8 @@ def pad(tensor: Any, paddings: Sequence[Sequence[int]],
     fill = _convert.number("pad: constant_values", constant_values)
     g, x = _one(tensor)
     p = np.asarray(paddings, dtype=object)
+    if p.shape == (0,):
+        p = p.reshape(0, 2)     # [] for a rank-0 tensor: no pairs
     if p.ndim != 2 or (p.size and p.shape[1] != 2):
         raise ValueError(f"paddings must be a list of [before, after] pairs, "
                          f"got shape {p.shape}")
