@@ -17,7 +17,8 @@ static const rf_shape vec5 = {1, {5}};
 /* The graph: x0..x3 on cpu:0..3 meet in an all-reduce (grad_sum), a Reduce
  * on cpu:1 (total) and a Broadcast of its result (share) read on every
  * device (use0..use3). follow has no device (its first input is on cpu:2);
- * k has none and no input (the default device, cpu:0); v is a variable on
+ * k, a Const with none, joins its one consumer, scaled (on cpu:2 after
+ * follow); v is a variable on
  * cpu:3, set by init_v and read by read_v, neither with a device. */
 typedef struct net {
   rf_graph *g;
@@ -121,8 +122,8 @@ static void test_debug_and_info_from_compile_and_run(void **state) {
                 ": requested");
   assert_logged(RF_LOG_DEBUG, "node 'follow' (Add) on cpu:2",
                 "its first input 'grad_sum_2' is there", NULL);
-  assert_logged(RF_LOG_DEBUG, "node 'k' (Const) on cpu:0", "default device",
-                NULL);
+  assert_logged(RF_LOG_DEBUG, "node 'k' (Const) on cpu:2",
+                "its consumers 'scaled' is there", NULL);
   assert_logged(RF_LOG_DEBUG, "node 'init_v' (Assign) on cpu:3",
                 "its variable 'v' is there", NULL);
   assert_logged(RF_LOG_DEBUG, "node 'read_v' (ReadVariable) on cpu:3",

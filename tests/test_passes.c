@@ -223,6 +223,81 @@ static rf_node *add(rf_graph *g, const char *op, const char *name,
   return rt_finish(b);
 }
 
+/* The device rf_graph_lower gave node `name` of g (4 CPU devices). */
+static void assert_lowered_on(const rf_graph *low, const char *name,
+                              const char *dev) {
+  rf_node *n = rf_graph_find_node(low, name);
+  if (!n) fail_msg("no node '%s' in the lowered graph", name);
+  if (strcmp(rf_node_device(n), dev))
+    fail_msg("node '%s' on %s, expected %s", name, rf_node_device(n), dev);
+}
+
+/* A node without a device takes its first input that has one (requested,
+ * or derived from one): 2 * x and x * 2 both run where x is, and a Const
+ * with no device joins its consumers when they all run on one device. */
+static void test_floating_inputs_do_not_place(void **state) {
+  (void)state;
+  rf_graph *g = rf_graph_new();
+  const rf_shape s3 = rf_shape_of(1, (int64_t)3);
+  assert_ok(rf_graph_push_device(g, "cpu:1"));
+  rf_output x = rf_placeholder(g, "x", RF_FLOAT32, s3);
+  rf_graph_pop_device(g);
+  assert_ok(rf_graph_push_device(g, "cpu:3"));
+  rf_output z = rf_placeholder(g, "z", RF_FLOAT32, s3);
+  rf_graph_pop_device(g);
+  rf_output two = rf_const_scalar(g, "two", RF_FLOAT32, 2.0);
+  rf_output three = rf_const_scalar(g, "three", RF_FLOAT32, 3.0);
+  rf_output shared = rf_const_scalar(g, "shared", RF_FLOAT32, 4.0);
+  rf_output free_x = rf_placeholder(g, "free_x", RF_FLOAT32, s3);
+  rf_mul(g, "left", two, x);    /* the Const first */
+  rf_mul(g, "right", x, three); /* x first */
+  rf_output l2 = rf_add(g, "l2", rf_neg(g, "neg_two", two), x);
+  rf_mul(g, "s1", shared, x); /* shared: read on cpu:1 and cpu:3 */
+  rf_mul(g, "s3", shared, z);
+  rf_add(g, "mixed", free_x, z); /* a free placeholder first: z's device */
+  rf_add(g, "all_free", free_x, free_x);
+  rf_add(g, "after", l2, l2);
+  assert_graph_ok(g);
+  rf_session_options o;
+  rf_session_options_init(&o);
+  o.num_cpu_devices = 4;
+  rf_graph *low = NULL;
+  assert_ok(rf_graph_lower(g, &o, &low));
+  assert_lowered_on(low, "left", "cpu:1");
+  assert_lowered_on(low, "two", "cpu:0"); /* also read by neg_two */
+  assert_lowered_on(low, "right", "cpu:1");
+  assert_lowered_on(low, "three", "cpu:1");   /* its one consumer's */
+  assert_lowered_on(low, "neg_two", "cpu:0"); /* only a floating input */
+  assert_lowered_on(low, "l2", "cpu:1");      /* x, its input 1 */
+  assert_lowered_on(low, "after", "cpu:1");
+  assert_lowered_on(low, "shared", "cpu:0"); /* consumers disagree */
+  assert_lowered_on(low, "s1", "cpu:1");
+  assert_lowered_on(low, "s3", "cpu:3");
+  assert_lowered_on(low, "mixed", "cpu:3");
+  assert_lowered_on(low, "free_x", "cpu:0"); /* a Placeholder stays */
+  assert_lowered_on(low, "all_free", "cpu:0");
+  rf_graph_free(low);
+  /* And the values: the Mul of a Const on another device is exact. */
+  rf_session *s = NULL;
+  assert_ok(rf_session_new(g, &o, &s));
+  rf_tensor *xv = NULL, *out[2] = {NULL, NULL};
+  assert_ok(rf_tensor_new(RF_FLOAT32, &s3, NULL, &xv));
+  for (int i = 0; i < 3; i++) rf_tensor_set(xv, i, 1.5 * i - 1);
+  rf_feed feed = {x, xv};
+  rf_output fetch[2] = {{rf_graph_find_node(g, "left"), 0},
+                        {rf_graph_find_node(g, "right"), 0}};
+  assert_ok(rf_session_run(s, &feed, 1, fetch, 2, NULL, 0, out));
+  for (int i = 0; i < 3; i++) {
+    assert_true(rf_tensor_get(out[0], i) == 2 * (1.5 * i - 1));
+    assert_true(rf_tensor_get(out[1], i) == 3 * (1.5 * i - 1));
+  }
+  rf_tensor_release(out[0]);
+  rf_tensor_release(out[1]);
+  rf_tensor_release(xv);
+  rf_session_free(s);
+  rf_graph_free(g);
+}
+
 static void test_resource_consumers_follow_their_variable(void **state) {
   rf_graph *g = rf_graph_new();
   rf_node *var = add(g, "TestVar", "var", "cpu:2", NULL, 0);
@@ -374,6 +449,7 @@ int main(void) {
       cmocka_unit_test_setup(test_broken_passes_are_caught, setup),
       cmocka_unit_test_setup(test_resource_consumers_follow_their_variable,
                              setup),
+      cmocka_unit_test_setup(test_floating_inputs_do_not_place, setup),
       cmocka_unit_test_setup(test_cycles_are_reported, setup),
       cmocka_unit_test_setup(test_prune_keeps_data_and_control_ancestors,
                              setup),

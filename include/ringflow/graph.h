@@ -52,7 +52,16 @@ RF_API void rf_graph_clear_status(rf_graph *g);
 /* Device scope: nodes added while a device is pushed request that device unless
  * they name one. The name is parsed and validated ("cpu:0", "gpu:3", "cpu" for
  * cpu:0; "" pushes "no device"). INVALID_ARGUMENT for a malformed name and
- * for a scope nested more than 32 deep; the scope is unchanged on error. */
+ * for a scope nested more than 32 deep; the scope is unchanged on error.
+ * Where a node that requests no device runs (placement, when a session
+ * compiles): a reader or updater of a variable (first input of dtype
+ * resource) where the variable is; else on the device of its first data
+ * input that has a device of its own (requested, or taken from a variable
+ * or an input this way), else of its first data input; else (no inputs) on
+ * the session's default_device. A node that got its device only from the
+ * default has none of its own; last, such a Const whose data consumers all
+ * run on one device moves there. So with x on cpu:1, both x * 2 and 2 * x
+ * (a Const with no device first) run on cpu:1 with their Const. */
 RF_API rf_status *rf_graph_push_device(rf_graph *g, const char *device);
 /* Pops the innermost scope; does nothing when none is pushed. */
 RF_API void rf_graph_pop_device(rf_graph *g);

@@ -6,8 +6,9 @@
  * numbers count the process's compiles, as in graph dump names):
  *   debug  compile: each compile's request, each phase run (nodes before and
  *          after), each pass; place: each node's device and the rule that
- *          chose it (requested, its variable, its first input, the default
- *          device; moved to host memory); lower: each node a Reduce or
+ *          chose it (requested, its variable, its first input or "its
+ *          input K (the first with a device)", the default device, its
+ *          consumers: a Const; moved to host memory); lower: each node a Reduce or
  *          Broadcast became (participants, with their devices); collective:
  *          each collective's participants at compile time, and each group
  *          formed at run time (name, step, collective, dtype, devices);

@@ -45,8 +45,9 @@ typedef struct rf_session_options {
                           it did not bind them (OMPI_COMM_WORLD_LOCAL_SIZE or
                           MPI_LOCALNRANKS), at least 1; at most 4096
                           (rf_session_new: INVALID_ARGUMENT beyond) */
-  const char *default_device; /* for nodes with no device and no placed
-                                 input; default "cpu:0" */
+  const char *default_device; /* for nodes with no device and no input
+                                 with one (graph.h, rf_graph_push_device);
+                                 default "cpu:0" */
   /* How long a collective waits for its participants (default 300000, 5
    * minutes): a device that never comes, and in a job a process that died
    * or stopped, fails the step with DEADLINE_EXCEEDED naming it within

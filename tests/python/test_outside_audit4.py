@@ -44,10 +44,10 @@ def test_pad_constant_values_pass_through_a_c_double():
     assert r[0] == int(float(big))
 
 
-def test_a_node_without_a_device_follows_its_first_input():
-    # PYTHON.md: "A node with none runs on its first input's device": a
-    # Python operand's Const (no device of its own) first puts the node on
-    # the default device, so 2 * x and x * 2 may run on different devices.
+def test_a_node_without_a_device_follows_an_input_with_one():
+    # PYTHON.md: a node without a device runs where its first input with a
+    # device of its own is, and a Python operand's Const (none of its own)
+    # joins its consumers: 2 * x and x * 2 both run on x's device.
     with rf.Graph().as_default() as g:
         with rf.device("cpu:1"):
             x = rf.placeholder(rf.float32, (3,))
@@ -55,4 +55,7 @@ def test_a_node_without_a_device_follows_its_first_input():
         left = 2.0 * x
         low = rf.lower(g, cpu_devices=2)
     assert low.get_operation_by_name(right.op.name).device == "cpu:1"
-    assert low.get_operation_by_name(left.op.name).device == "cpu:0"
+    assert low.get_operation_by_name(left.op.name).device == "cpu:1"
+    for op in (left, right):
+        const = op.op.inputs[0 if op is left else 1].op
+        assert low.get_operation_by_name(const.name).device == "cpu:1"
