@@ -8,11 +8,11 @@
  *          after), each pass; place: each node's device and the rule that
  *          chose it (requested, its variable, its first input or "its
  *          input K (the first with a device)", the default device, its
- *          consumers: a Const; moved to host memory); lower: each node a Reduce or
- *          Broadcast became (participants, with their devices); collective:
- *          each collective's participants at compile time, and each group
- *          formed at run time (name, step, collective, dtype, devices);
- *          dump: each graph dump file written
+ *          consumers: a Const; moved to host memory); lower: each node
+ *          a Reduce or Broadcast became (participants, with their
+ *          devices); collective: each collective's participants at compile
+ *          time, and each group formed at run time (name, step, collective,
+ *          dtype, devices); dump: each graph dump file written
  *   info   session: its devices; place: per compile, how many nodes each
  *          rule placed; compile: nodes per device after partition; nccl:
  *          communicators made (which GPUs, or ranks across processes)
