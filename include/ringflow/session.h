@@ -343,7 +343,7 @@ typedef struct rf_feed {
  * (Identity) requests device cpu:9, but the session has cpu:0..cpu:3 (4
  * devices)"), before any run. An environment variable that switches a pass
  * or a CPU kernel (RF_BLAS_THREADS, RF_CPU_CONV, RF_CUBLASLT_EPILOGUES,
- * RF_CUBLASLT_SPLITK, RF_FLUSH_DENORMALS, RF_FOLD_CONSTANTS,
+ * RF_CUBLASLT_SPLITK, RF_CUDNN_LAYOUT, RF_FLUSH_DENORMALS, RF_FOLD_CONSTANTS,
  * RF_FUSE_XENT_GRAD, RF_SINGLE_COLLECTIVES) set to a value that
  * docs/ARCHITECTURE.md ("Environment variables") does not accept is
  * INVALID_ARGUMENT naming it ("environment variable RF_FOLD_CONSTANTS='off':

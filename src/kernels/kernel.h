@@ -194,6 +194,12 @@ rf_status *rf__kernel_run_nested(rf__kernel_ctx *ctx, const char *op,
 void rf__kernel_log_unfused(const rf__kernel_ctx *ctx, const char *unfused,
                             const char *why);
 
+/* Says "node 'N' (OP) on DEVICE: <what>" through the log sink at INFO: a
+ * choice a kernel made once per shape (a GPU convolution's layout and
+ * algorithm), for C++ kernels, which cannot use core/log.h's macros.
+ * kernels/kernel_nested.c. */
+void rf__kernel_log_info(const rf__kernel_ctx *ctx, const char *what);
+
 /* Runs one node's kernel on its own, synchronously, on a scratch CPU device
  * (no step, no variables). For tests and constant folding: inputs borrowed,
  * outputs[] receive new references. The kernel table must be filled

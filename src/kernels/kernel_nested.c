@@ -64,6 +64,12 @@ rf_status *rf__kernel_run_nested(rf__kernel_ctx *ctx, const char *op,
   return NULL;
 }
 
+void rf__kernel_log_info(const rf__kernel_ctx *ctx, const char *what) {
+  RF__LOG(RF_LOG_INFO, "node '%.200s' (%s) on %s: %s", ctx->node->name,
+          ctx->node->op->name, ctx->device ? ctx->device->canonical : "?",
+          what);
+}
+
 void rf__kernel_log_unfused(const rf__kernel_ctx *ctx, const char *unfused,
                             const char *why) {
   RF__LOG(RF_LOG_WARN,

@@ -9,7 +9,7 @@
 /* One switch: its accepted words (NULL-terminated), or a count range. */
 typedef struct {
   const char *var;
-  const char *words[3];
+  const char *words[4];
   long min, max; /* for counts: words[0] is NULL */
   const char *expected;
 } knob;
@@ -19,6 +19,11 @@ static const knob knobs[] = {
     {"RF_CPU_CONV", {"im2col", "onednn", NULL}, 0, 0, "im2col or onednn"},
     {"RF_CUBLASLT_EPILOGUES", {"0", "1", NULL}, 0, 0, "0 or 1"},
     {"RF_CUBLASLT_SPLITK", {"0", "1", NULL}, 0, 0, "0 or 1"},
+    {"RF_CUDNN_LAYOUT",
+     {"auto", "nhwc", "nchw", NULL},
+     0,
+     0,
+     "auto, nhwc or nchw"},
     {"RF_FLUSH_DENORMALS", {"0", "1", NULL}, 0, 0, "0 or 1"},
     {"RF_FOLD_CONSTANTS", {"0", "1", NULL}, 0, 0, "0 or 1"},
     {"RF_FUSE_XENT_GRAD", {"0", "1", NULL}, 0, 0, "0 or 1"},

@@ -9,10 +9,11 @@
 #include "core/status.h"
 
 /* INVALID_ARGUMENT naming the first of RF_BLAS_THREADS, RF_CPU_CONV,
- * RF_CUBLASLT_EPILOGUES, RF_CUBLASLT_SPLITK, RF_FLUSH_DENORMALS,
- * RF_FOLD_CONSTANTS, RF_FUSE_XENT_GRAD and RF_SINGLE_COLLECTIVES whose value
- * is not one docs/ARCHITECTURE.md ("Environment variables") accepts; NULL
- * when all are unset, empty or accepted. */
+ * RF_CUBLASLT_EPILOGUES, RF_CUBLASLT_SPLITK, RF_CUDNN_LAYOUT,
+ * RF_FLUSH_DENORMALS, RF_FOLD_CONSTANTS, RF_FUSE_XENT_GRAD and
+ * RF_SINGLE_COLLECTIVES whose value is not one docs/ARCHITECTURE.md
+ * ("Environment variables") accepts; NULL when all are unset, empty or
+ * accepted. */
 rf_status *rf__env_knobs_check(void);
 
 #endif

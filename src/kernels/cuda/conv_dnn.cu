@@ -22,8 +22,11 @@
 #include <cudnn.h>
 
 #include <atomic>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <utility>
 
 #include "kernels/cuda/conv_dnn.cuh"
 
@@ -55,6 +58,14 @@ rf_status *dnn_error(const rf__kernel_ctx *ctx, cudnnStatus_t s,
                           cudnnGetErrorString(s));
 }
 
+/* The status of a CUDA call (NULL: it succeeded). */
+#define RF_GPU_STATUS(ctx, expr)                                  \
+  ([&](cudaError_t rf__e_) -> rf_status * {                       \
+    return rf__e_ == cudaSuccess                                  \
+               ? nullptr                                          \
+               : error((ctx), rf__e_, #expr, __FILE__, __LINE__); \
+  }(expr))
+
 #define RF_DNN_CHECK(ctx, expr)                    \
   do {                                             \
     cudnnStatus_t rf__dnn_st_ = (expr);            \
@@ -79,7 +90,11 @@ struct Entry {
   cudnnActivationDescriptor_t act;
   int algo;         /* the kind's cudnnConvolution*Algo_t */
   size_t workspace; /* bytes the algorithm needs */
+  float time;       /* the search's ms for algo (-1: the heuristics chose) */
   bool chosen;      /* algo and workspace are set: the entry is fixed */
+  /* The descriptors are NCHW (filter KCRS): each call transposes the
+   * activations (and filter) around cuDNN (run_nchw). */
+  bool nchw;
   /* cudnnConvolutionBiasActivationForward said NOT_SUPPORTED for algo:
    * the fused node runs the unfused kernels from then on (read without
    * the lock). */
@@ -147,22 +162,23 @@ void sort_by_time(Perf *best, int n) {
   }
 }
 
+/* e's descriptors for g in layout NHWC (filter KRSC) or, with e->nchw,
+ * NCHW (filter KCRS). */
 rf_status *describe(const rf__kernel_ctx *ctx, ConvKind kind,
                     const rf__conv_geom &g, rf_dtype dtype, Entry *e) {
   cudnnDataType_t t = data_type(dtype);
+  cudnnTensorFormat_t fmt = e->nchw ? CUDNN_TENSOR_NCHW : CUDNN_TENSOR_NHWC;
   RF_DNN_CHECK(ctx, cudnnCreateTensorDescriptor(&e->x));
   RF_DNN_CHECK(ctx, cudnnCreateTensorDescriptor(&e->y));
   RF_DNN_CHECK(ctx, cudnnCreateFilterDescriptor(&e->f));
   RF_DNN_CHECK(ctx, cudnnCreateConvolutionDescriptor(&e->conv));
+  RF_DNN_CHECK(ctx, cudnnSetTensor4dDescriptor(e->x, fmt, t, (int)g.n, (int)g.c,
+                                               (int)g.h, (int)g.w));
   RF_DNN_CHECK(ctx,
-               cudnnSetTensor4dDescriptor(e->x, CUDNN_TENSOR_NHWC, t, (int)g.n,
-                                          (int)g.c, (int)g.h, (int)g.w));
-  RF_DNN_CHECK(ctx,
-               cudnnSetTensor4dDescriptor(e->y, CUDNN_TENSOR_NHWC, t, (int)g.n,
-                                          (int)g.oc, (int)g.oh, (int)g.ow));
-  RF_DNN_CHECK(ctx,
-               cudnnSetFilter4dDescriptor(e->f, t, CUDNN_TENSOR_NHWC, (int)g.oc,
-                                          (int)g.c, (int)g.kh, (int)g.kw));
+               cudnnSetTensor4dDescriptor(e->y, fmt, t, (int)g.n, (int)g.oc,
+                                          (int)g.oh, (int)g.ow));
+  RF_DNN_CHECK(ctx, cudnnSetFilter4dDescriptor(e->f, t, fmt, (int)g.oc,
+                                               (int)g.c, (int)g.kh, (int)g.kw));
   /* TensorFlow's Conv2D is a cross-correlation; float accumulation for
    * every dtype (float16/bfloat16: cuDNN's pseudo-half configurations). */
   RF_DNN_CHECK(
@@ -177,8 +193,8 @@ rf_status *describe(const rf__kernel_ctx *ctx, ConvKind kind,
                                                      : CUDNN_FMA_MATH));
   if (kind != ConvKind::kForward) return NULL;
   RF_DNN_CHECK(ctx, cudnnCreateTensorDescriptor(&e->bias));
-  RF_DNN_CHECK(ctx, cudnnSetTensor4dDescriptor(e->bias, CUDNN_TENSOR_NHWC, t, 1,
-                                               (int)g.oc, 1, 1));
+  RF_DNN_CHECK(ctx,
+               cudnnSetTensor4dDescriptor(e->bias, fmt, t, 1, (int)g.oc, 1, 1));
   RF_DNN_CHECK(ctx, cudnnCreateActivationDescriptor(&e->act));
   /* NaN in, 0 out: as the Relu kernels' x > 0 ? x : 0. */
   RF_DNN_CHECK(ctx, cudnnSetActivationDescriptor(e->act, CUDNN_ACTIVATION_RELU,
@@ -334,6 +350,7 @@ struct Ops {
       best = det;
     e->algo = (int)p[best].algo;
     e->workspace = p[best].memory;
+    e->time = p[best].time;
     return cudnnSetConvolutionMathType(e->conv, p[best].mathType);
   }
 
@@ -362,7 +379,9 @@ struct Ops {
       typename K::Perf p[K::kCount];
       int got = 0;
       cudnnStatus_t s = K::heuristics(h, e, &got, p);
-      return s != CUDNN_STATUS_SUCCESS ? s : pick(p, got, dtype);
+      if (s == CUDNN_STATUS_SUCCESS) s = pick(p, got, dtype);
+      e->time = -1.0f;
+      return s;
     });
   }
 
@@ -372,7 +391,9 @@ struct Ops {
   }
 };
 
-/* Runs the search for e (a, b, out as dnn_conv's, the filter in KRSC). */
+/* Runs the search for e in its layout (a, b, out as dnn_conv's, the filter
+ * in KRSC, or in KCRS for an NCHW entry: the same size, and the search
+ * only times). */
 rf_status *search(rf__kernel_ctx *ctx, const Ops &ops, rf_dtype dtype,
                   const void *a, const void *b, void *out) {
   size_t most = ops.most_workspace();
@@ -390,9 +411,7 @@ rf_status *search(rf__kernel_ctx *ctx, const Ops &ops, rf_dtype dtype,
   }
   cudnnStatus_t s = ops.find(a, b, out, ws ? ws->data : nullptr, most, dtype);
   rf_tensor_release(ws);
-  rf__debug_count_conv_search();
   RF_DNN_CHECK(ctx, s);
-  ops.e->chosen = true;
   return NULL;
 }
 
@@ -404,38 +423,63 @@ rf_status *search(rf__kernel_ctx *ctx, const Ops &ops, rf_dtype dtype,
 constexpr int kTile = 32, kTileRows = kThreads / kTile;
 
 template <typename U>
-__global__ void transpose(const U *src, U *dst, int64_t rows, int64_t cols) {
+__global__ void transpose(const U *src, U *dst, int64_t batch, int64_t rows,
+                          int64_t cols) {
   __shared__ U tile[kTile][kTile + 1];
   int64_t tr = (rows + kTile - 1) / kTile, tc = (cols + kTile - 1) / kTile;
-  for (int64_t t = blockIdx.x; t < tr * tc; t += gridDim.x) {
-    int64_t r0 = t / tc * kTile, c0 = t % tc * kTile;
+  for (int64_t t = blockIdx.x; t < batch * tr * tc; t += gridDim.x) {
+    int64_t m = t / (tr * tc), u = t % (tr * tc);
+    const U *s = src + m * rows * cols;
+    U *d = dst + m * rows * cols;
+    int64_t r0 = u / tc * kTile, c0 = u % tc * kTile;
     for (int j = threadIdx.y; j < kTile; j += kTileRows) {
       int64_t r = r0 + j, c = c0 + threadIdx.x;
-      if (r < rows && c < cols) tile[j][threadIdx.x] = src[r * cols + c];
+      if (r < rows && c < cols) tile[j][threadIdx.x] = s[r * cols + c];
     }
     __syncthreads();
     for (int j = threadIdx.y; j < kTile; j += kTileRows) {
       int64_t c = c0 + j, r = r0 + threadIdx.x;
-      if (r < rows && c < cols) dst[c * rows + r] = tile[threadIdx.x][j];
+      if (r < rows && c < cols) d[c * rows + r] = tile[threadIdx.x][j];
     }
     __syncthreads(); /* the tile is refilled by the next iteration */
   }
 }
 
-/* dst (cols x rows) = src (rows x cols)^T, elements of esize bytes. */
+/* For each of `batch` matrices: dst (cols x rows) = src (rows x cols)^T,
+ * elements of esize bytes. */
 rf_status *transpose2d(rf__kernel_ctx *ctx, const void *src, void *dst,
-                       int64_t rows, int64_t cols, size_t esize) {
-  int64_t tiles = ((rows + kTile - 1) / kTile) * ((cols + kTile - 1) / kTile);
+                       int64_t batch, int64_t rows, int64_t cols,
+                       size_t esize) {
+  int64_t tiles =
+      batch * ((rows + kTile - 1) / kTile) * ((cols + kTile - 1) / kTile);
   unsigned blocks = grid(ctx, tiles * kThreads);
   dim3 threads(kTile, kTileRows);
   if (esize == 2)
     transpose<uint16_t><<<blocks, threads, 0, stream(ctx)>>>(
-        (const uint16_t *)src, (uint16_t *)dst, rows, cols);
+        (const uint16_t *)src, (uint16_t *)dst, batch, rows, cols);
   else
     transpose<uint32_t><<<blocks, threads, 0, stream(ctx)>>>(
-        (const uint32_t *)src, (uint32_t *)dst, rows, cols);
+        (const uint32_t *)src, (uint32_t *)dst, batch, rows, cols);
   RF_GPU_LAUNCHED(ctx);
   return NULL;
+}
+
+/* RF_CUDNN_LAYOUT, read once (checked by rf_session_new,
+ * runtime/env_knobs.c): the layout of cuDNN's float32 tensors. float16 and
+ * bfloat16 stay NHWC, their tensor cores' layout: forced to NCHW, a
+ * bfloat16 filter gradient of 6272 terms came back 0.04 off (an algorithm
+ * that rounds partial sums to bfloat16; test_gpu_conv's case 9 on an H100,
+ * where NHWC is within 8e-3). */
+enum class Layout { kAuto, kNhwc, kNchw };
+
+Layout layout_env() {
+  static const Layout l = [] {
+    const char *v = std::getenv("RF_CUDNN_LAYOUT");
+    return v && std::strcmp(v, "nhwc") == 0   ? Layout::kNhwc
+           : v && std::strcmp(v, "nchw") == 0 ? Layout::kNchw
+                                              : Layout::kAuto;
+  }();
+  return l;
 }
 
 /* The cache entry of (ctx's GPU, kind, dtype, g), made on first use. */
@@ -468,6 +512,7 @@ rf_status *lookup(rf__kernel_ctx *ctx, ConvKind kind, const rf__conv_geom &g,
     if (!e)
       return rf__kernel_error(ctx, RF_RESOURCE_EXHAUSTED, "out of memory");
     e->key = k; /* before describe, which reads tf32 */
+    e->nchw = layout_env() == Layout::kNchw && dtype == RF_FLOAT32;
     rf_status *st = describe(ctx, kind, g, dtype, e);
     if (st) {
       entry_free(e);
@@ -482,6 +527,280 @@ rf_status *lookup(rf__kernel_ctx *ctx, ConvKind kind, const rf__conv_geom &g,
   }
   *out = e;
   return NULL;
+}
+
+/* cuDNN's call of e's kind on (fa, fb, fout) in e's layout, with the
+ * workspace its algorithm needs; with bias (forward only), relu(conv +
+ * bias) in one cudnnConvolutionBiasActivationForward, alpha2 = 0 so z (the
+ * output itself) is not read. NOT_SUPPORTED there (for this algorithm or
+ * geometry): *fused stays false, nothing is written, and the caller runs the
+ * unfused kernels. */
+rf_status *run_dnn(rf__kernel_ctx *ctx, const Ops &ops, const void *fa,
+                   const void *fb, void *fout, const void *bias, bool *fused) {
+  Entry *e = ops.e;
+  rf_tensor *ws = nullptr;
+  if (e->workspace > 0) {
+    rf_shape s = rf_shape_of(1, (int64_t)e->workspace);
+    RF_CHECK(new_tensor(ctx, RF_UINT8, &s, &ws));
+  }
+  void *w = ws ? ws->data : nullptr;
+  rf_status *err = nullptr;
+  if (bias) {
+    const float one = 1.0f, zero = 0.0f;
+    cudnnStatus_t s = cudnnConvolutionBiasActivationForward(
+        ops.h, &one, e->x, fa, e->f, fb, e->conv,
+        (cudnnConvolutionFwdAlgo_t)e->algo, w, e->workspace, &zero, e->y, fout,
+        e->bias, bias, e->act, e->y, fout);
+    if (s == CUDNN_STATUS_SUCCESS) {
+      *fused = true;
+    } else if (s != CUDNN_STATUS_NOT_SUPPORTED) {
+      err = dnn_error(ctx, s, "cudnnConvolutionBiasActivationForward");
+    } else if (!e->no_bias_act.exchange(true)) { /* said once */
+      rf__kernel_log_unfused(ctx, "Conv2D, BiasAdd, Relu",
+                             "cuDNN does not take the bias and ReLU with "
+                             "the forward search's algorithm");
+    }
+  } else {
+    cudnnStatus_t s = ops.run(fa, fb, fout, w);
+    if (s != CUDNN_STATUS_SUCCESS) err = dnn_error(ctx, s, "cudnnConvolution*");
+  }
+  rf_tensor_release(ws);
+  return err;
+}
+
+/* Scratch of n elements of dtype from the device's allocator. */
+rf_status *scratch(rf__kernel_ctx *ctx, rf_dtype dtype, int64_t n,
+                   rf_tensor **t) {
+  rf_shape s = rf_shape_of(1, n);
+  return new_tensor(ctx, dtype, &s, t);
+}
+
+/* The HWIO filter's KRSC copy in *krsc (NULL for an OHWI filter, which is
+ * KRSC already); filter: the op's (an input, or NULL for a filter gradient,
+ * which is only written). */
+rf_status *krsc_copy(rf__kernel_ctx *ctx, const rf__conv_geom &g,
+                     rf_dtype dtype, const void *filter, rf_tensor **krsc) {
+  *krsc = nullptr;
+  if (g.ohwi) return NULL;
+  int64_t rows = g.kh * g.kw * g.c; /* HWIO as a (kh kw c) x oc matrix */
+  RF_CHECK(scratch(ctx, dtype, rows * g.oc, krsc));
+  if (!filter) return NULL;
+  return transpose2d(ctx, filter, (*krsc)->data, 1, rows, g.oc,
+                     rf_dtype_size(dtype));
+}
+
+/* e's call in NHWC: the filter in KRSC (an HWIO filter transposed to a
+ * scratch copy and, for its gradient, back). */
+rf_status *run_nhwc(rf__kernel_ctx *ctx, const Ops &ops, ConvKind kind,
+                    const rf__conv_geom &g, rf_dtype dtype, const void *a,
+                    const void *b, void *out, const void *bias, bool *fused) {
+  const void *filter = kind == ConvKind::kForward        ? b
+                       : kind == ConvKind::kBackwardData ? a
+                                                         : nullptr;
+  rf_tensor *krsc;
+  RF_CHECK(krsc_copy(ctx, g, dtype, filter, &krsc));
+  const void *fa = kind == ConvKind::kBackwardData && krsc ? krsc->data : a;
+  const void *fb = kind == ConvKind::kForward && krsc ? krsc->data : b;
+  void *fout = kind == ConvKind::kBackwardFilter && krsc ? krsc->data : out;
+  rf_status *err = run_dnn(ctx, ops, fa, fb, fout, bias, fused);
+  if (!err && krsc && kind == ConvKind::kBackwardFilter)
+    err = transpose2d(ctx, krsc->data, out, 1, g.oc, g.kh * g.kw * g.c,
+                      rf_dtype_size(dtype));
+  rf_tensor_release(krsc);
+  return err;
+}
+
+/* e's call in NCHW: the NHWC activations transposed into NCHW scratch,
+ * the filter into KCRS (from KRSC: an HWIO filter goes through both), cuDNN
+ * on those, and its result transposed back into out. transposes_only: no
+ * cuDNN call (what choose times; out gets what the scratch held). */
+rf_status *run_nchw(rf__kernel_ctx *ctx, const Ops &ops, ConvKind kind,
+                    const rf__conv_geom &g, rf_dtype dtype, const void *a,
+                    const void *b, void *out, const void *bias, bool *fused,
+                    bool transposes_only) {
+  size_t es = rf_dtype_size(dtype);
+  int64_t hw = g.h * g.w, ohw = g.oh * g.ow, khw = g.kh * g.kw;
+  rf_tensor *krsc = nullptr, *kcrs = nullptr, *in = nullptr, *in2 = nullptr,
+            *res = nullptr;
+  const void *filter = kind == ConvKind::kForward        ? b
+                       : kind == ConvKind::kBackwardData ? a
+                                                         : nullptr;
+  rf_status *err = krsc_copy(ctx, g, dtype, filter, &krsc);
+  if (!err) err = scratch(ctx, dtype, khw * g.c * g.oc, &kcrs);
+  /* KRSC (oc, khw, c) -> KCRS (oc, c, khw) */
+  if (!err && filter)
+    err = transpose2d(ctx, krsc ? krsc->data : filter, kcrs->data, g.oc, khw,
+                      g.c, es);
+  const void *fa = nullptr, *fb = nullptr;
+  void *fout = nullptr;
+  switch (kind) {
+    case ConvKind::kForward: /* x (n, hw, c) -> (n, c, hw) */
+      if (!err) err = scratch(ctx, dtype, g.n * hw * g.c, &in);
+      if (!err) err = scratch(ctx, dtype, g.n * ohw * g.oc, &res);
+      if (!err) err = transpose2d(ctx, a, in->data, g.n, hw, g.c, es);
+      if (!err) fa = in->data, fb = kcrs->data, fout = res->data;
+      break;
+    case ConvKind::kBackwardData: /* dy (n, ohw, oc) -> (n, oc, ohw) */
+      if (!err) err = scratch(ctx, dtype, g.n * ohw * g.oc, &in);
+      if (!err) err = scratch(ctx, dtype, g.n * hw * g.c, &res);
+      if (!err) err = transpose2d(ctx, b, in->data, g.n, ohw, g.oc, es);
+      if (!err) fa = kcrs->data, fb = in->data, fout = res->data;
+      break;
+    default: /* x and dy */
+      if (!err) err = scratch(ctx, dtype, g.n * hw * g.c, &in);
+      if (!err) err = scratch(ctx, dtype, g.n * ohw * g.oc, &in2);
+      if (!err) err = transpose2d(ctx, a, in->data, g.n, hw, g.c, es);
+      if (!err) err = transpose2d(ctx, b, in2->data, g.n, ohw, g.oc, es);
+      if (!err) fa = in->data, fb = in2->data, fout = kcrs->data;
+      break;
+  }
+  bool ran = false;
+  if (!err && !transposes_only) {
+    err = run_dnn(ctx, ops, fa, fb, fout, bias, fused);
+    ran = !err && (!bias || *fused);
+  }
+  if (!err && (ran || transposes_only)) {
+    switch (kind) {
+      case ConvKind::kForward: /* y (n, oc, ohw) -> (n, ohw, oc) */
+        err = transpose2d(ctx, res->data, out, g.n, g.oc, ohw, es);
+        break;
+      case ConvKind::kBackwardData: /* dx (n, c, hw) -> (n, hw, c) */
+        err = transpose2d(ctx, res->data, out, g.n, g.c, hw, es);
+        break;
+      default: /* KCRS -> KRSC, then an HWIO filter's (kh kw c) x oc */
+        err = transpose2d(ctx, kcrs->data, krsc ? krsc->data : out, g.oc, g.c,
+                          khw, es);
+        if (!err && krsc)
+          err = transpose2d(ctx, krsc->data, out, 1, g.oc, khw * g.c, es);
+        break;
+    }
+  }
+  rf_tensor_release(krsc);
+  rf_tensor_release(kcrs);
+  rf_tensor_release(in);
+  rf_tensor_release(in2);
+  rf_tensor_release(res);
+  return err;
+}
+
+/* GPU ms of run_nchw's transposes for e's kind (the second of two runs:
+ * the first loads the kernel), in *ms. */
+rf_status *time_transposes(rf__kernel_ctx *ctx, const Ops &ops, ConvKind kind,
+                           const rf__conv_geom &g, rf_dtype dtype,
+                           const void *a, const void *b, void *out, float *ms) {
+  cudaEvent_t ev[2] = {nullptr, nullptr};
+  rf_status *err = nullptr;
+  for (int i = 0; i < 2 && !err; i++)
+    err = RF_GPU_STATUS(ctx, cudaEventCreate(&ev[i]));
+  if (!err)
+    err = run_nchw(ctx, ops, kind, g, dtype, a, b, out, nullptr, nullptr, true);
+  if (!err) err = RF_GPU_STATUS(ctx, cudaEventRecord(ev[0], stream(ctx)));
+  if (!err)
+    err = run_nchw(ctx, ops, kind, g, dtype, a, b, out, nullptr, nullptr, true);
+  if (!err) err = RF_GPU_STATUS(ctx, cudaEventRecord(ev[1], stream(ctx)));
+  if (!err) err = RF_GPU_STATUS(ctx, cudaEventSynchronize(ev[1]));
+  if (!err) err = RF_GPU_STATUS(ctx, cudaEventElapsedTime(ms, ev[0], ev[1]));
+  for (int i = 0; i < 2; i++)
+    if (ev[i]) cudaEventDestroy(ev[i]);
+  return err;
+}
+
+/* Moves n's layout and choice into e (and e's into n, which is freed). */
+void take_choice(Entry *e, Entry *n) {
+  std::swap(e->x, n->x);
+  std::swap(e->y, n->y);
+  std::swap(e->f, n->f);
+  std::swap(e->conv, n->conv);
+  std::swap(e->bias, n->bias);
+  std::swap(e->act, n->act);
+  std::swap(e->algo, n->algo);
+  std::swap(e->workspace, n->workspace);
+  std::swap(e->time, n->time);
+  std::swap(e->nchw, n->nchw);
+}
+
+/* Under RF_CUDNN_LAYOUT=auto, after e's NHWC search: searches NCHW too
+ * and takes it when its time plus its transposes' beats NHWC's. The
+ * FFT and Winograd algorithms that cuDNN offers only there win for large
+ * 5x5 float32 layers (docs/PERFORMANCE.md, session 26). A layout cuDNN
+ * has no usable algorithm for stays out. (fa, fb, fout: the search's
+ * pointers, the filter in KRSC; a, b, out: the op's.) */
+rf_status *try_nchw(rf__kernel_ctx *ctx, const Ops &ops, ConvKind kind,
+                    const rf__conv_geom &g, rf_dtype dtype, const void *a,
+                    const void *b, void *out, const void *fa, const void *fb,
+                    void *fout) {
+  Entry *e = ops.e;
+  Entry *n = new (std::nothrow) Entry();
+  if (!n) return rf__kernel_error(ctx, RF_RESOURCE_EXHAUSTED, "out of memory");
+  n->key = e->key;
+  n->nchw = true;
+  Ops nops{ops.h, n, kind};
+  rf_status *err = describe(ctx, kind, g, dtype, n);
+  if (!err) err = search(ctx, nops, dtype, fa, fb, fout);
+  if (err && rf_status_code(err) == RF_UNIMPLEMENTED) {
+    rf_status_free(err); /* no NCHW algorithm: NHWC stays */
+    err = nullptr;
+  } else if (!err) {
+    float t = -1;
+    if (n->time < e->time)
+      err = time_transposes(ctx, nops, kind, g, dtype, a, b, out, &t);
+    bool nchw = !err && t >= 0 && n->time + t < e->time;
+    char tt[64] = "";
+    if (t >= 0) snprintf(tt, sizeof tt, " + %.3f ms of transposes", (double)t);
+    { /* once per geometry: formatted whether or not a sink listens */
+      char what[256];
+      snprintf(what, sizeof what,
+               "cuDNN NHWC algorithm %d %.3f ms, NCHW algorithm %d %.3f ms%s: "
+               "%s",
+               e->algo, (double)e->time, n->algo, (double)n->time, tt,
+               nchw ? "NCHW" : "NHWC");
+      rf__kernel_log_info(ctx, what);
+    }
+    if (nchw) take_choice(e, n);
+  }
+  entry_free(n);
+  return err;
+}
+
+/* Chooses e's algorithm once (and, under RF_CUDNN_LAYOUT=auto, its layout):
+ * by searching, or by cuDNN's heuristics in e's layout while the stream is
+ * being captured into a CUDA graph (nothing may wait then). Under the
+ * lock, so two devices never search the same entry at once. */
+rf_status *choose(rf__kernel_ctx *ctx, const Ops &ops, ConvKind kind,
+                  const rf__conv_geom &g, rf_dtype dtype, const void *a,
+                  const void *b, void *out) {
+  std::lock_guard<std::mutex> lock(cache_mu);
+  Entry *e = ops.e;
+  if (e->chosen) return NULL;
+  cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream(ctx), &cs) != cudaSuccess) {
+    (void)cudaGetLastError();
+    cs = cudaStreamCaptureStatusActive;
+  }
+  rf__debug_count_conv_search();
+  if (cs != cudaStreamCaptureStatusNone) {
+    cudnnStatus_t s = ops.heuristics(dtype);
+    if (s != CUDNN_STATUS_SUCCESS)
+      return dnn_error(ctx, s, "cudnnGetConvolution*Algorithm_v7");
+    e->chosen = true;
+    return NULL;
+  }
+  /* The search's filter in KRSC (KCRS has its size: the searches only
+   * time, on the op's own buffers). */
+  const void *filter = kind == ConvKind::kForward        ? b
+                       : kind == ConvKind::kBackwardData ? a
+                                                         : nullptr;
+  rf_tensor *krsc;
+  RF_CHECK(krsc_copy(ctx, g, dtype, filter, &krsc));
+  const void *fa = kind == ConvKind::kBackwardData && krsc ? krsc->data : a;
+  const void *fb = kind == ConvKind::kForward && krsc ? krsc->data : b;
+  void *fout = kind == ConvKind::kBackwardFilter && krsc ? krsc->data : out;
+  rf_status *err = search(ctx, ops, dtype, fa, fb, fout);
+  if (!err && layout_env() == Layout::kAuto && dtype == RF_FLOAT32)
+    err = try_nchw(ctx, ops, kind, g, dtype, a, b, out, fa, fb, fout);
+  rf_tensor_release(krsc);
+  if (!err) e->chosen = true;
+  return err;
 }
 
 }  // namespace
@@ -508,7 +827,7 @@ rf_status *dnn_conv(rf__kernel_ctx *ctx, ConvKind kind, const rf__conv_geom &g,
                     rf_dtype dtype, const void *a, const void *b, void *out,
                     const void *bias, bool *fused) {
   if (fused) *fused = false;
-  cudaStream_t st = stream(ctx); /* counts the enqueue */
+  (void)stream(ctx); /* counts the enqueue */
   cudnnHandle_t h = (cudnnHandle_t)ctx->device->dnn;
   if (!h)
     return rf__kernel_error(ctx, RF_INTERNAL,
@@ -519,76 +838,11 @@ rf_status *dnn_conv(rf__kernel_ctx *ctx, ConvKind kind, const rf__conv_geom &g,
   RF_CHECK(lookup(ctx, kind, g, dtype, &e));
   if (bias && e->no_bias_act.load()) return NULL; /* *fused stays false */
   Ops ops{h, e, kind};
-
-  size_t esize = rf_dtype_size(dtype);
-  int64_t rows = g.kh * g.kw * g.c, cols = g.oc; /* HWIO as a matrix */
-  rf_shape fs = rf_shape_of(1, rows * cols);
-  rf_tensor *krsc = nullptr, *ws = nullptr;
-  /* krsc: the HWIO filter's KRSC copy (OHWI filters need none) */
-  rf_status *err = g.ohwi ? nullptr : new_tensor(ctx, dtype, &fs, &krsc);
-  if (!err && krsc && kind != ConvKind::kBackwardFilter)
-    err = transpose2d(ctx, kind == ConvKind::kForward ? b : a, krsc->data, rows,
-                      cols, esize);
-  const void *fa = kind == ConvKind::kBackwardData ? krsc ? krsc->data : a : a;
-  const void *fb = kind == ConvKind::kForward ? krsc ? krsc->data : b : b;
-  void *fout = kind == ConvKind::kBackwardFilter && krsc ? krsc->data : out;
-
-  if (!err) {
-    /* The search and the cache entry's algorithm: under the lock, so two
-     * devices never search the same entry at once. */
-    std::lock_guard<std::mutex> lock(cache_mu);
-    if (!e->chosen) {
-      cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
-      if (cudaStreamIsCapturing(st, &cs) != cudaSuccess) {
-        (void)cudaGetLastError();
-        cs = cudaStreamCaptureStatusActive;
-      }
-      if (cs == cudaStreamCaptureStatusNone) {
-        err = search(ctx, ops, dtype, fa, fb, fout);
-      } else {
-        cudnnStatus_t s = ops.heuristics(dtype);
-        rf__debug_count_conv_search();
-        if (s != CUDNN_STATUS_SUCCESS)
-          err = dnn_error(ctx, s, "cudnnGetConvolution*Algorithm_v7");
-        else
-          e->chosen = true;
-      }
-    }
-  }
+  RF_CHECK(choose(ctx, ops, kind, g, dtype, a, b, out));
   /* Once chosen, an entry never changes: read without the lock. */
-  size_t bytes = e->workspace;
-  if (!err && bytes > 0) {
-    rf_shape s = rf_shape_of(1, (int64_t)bytes);
-    err = new_tensor(ctx, RF_UINT8, &s, &ws);
-  }
-  if (!err && bias) {
-    /* relu(conv + bias) with the forward search's algorithm; alpha2 = 0,
-     * so z (the output itself) is not read. NOT_SUPPORTED (for this
-     * algorithm or geometry): *fused stays false and the caller runs the
-     * unfused kernels. */
-    const float one = 1.0f, zero = 0.0f;
-    cudnnStatus_t s = cudnnConvolutionBiasActivationForward(
-        h, &one, e->x, fa, e->f, fb, e->conv,
-        (cudnnConvolutionFwdAlgo_t)e->algo, ws ? ws->data : nullptr,
-        e->workspace, &zero, e->y, fout, e->bias, bias, e->act, e->y, fout);
-    if (s == CUDNN_STATUS_SUCCESS) {
-      *fused = true;
-    } else if (s != CUDNN_STATUS_NOT_SUPPORTED) {
-      err = dnn_error(ctx, s, "cudnnConvolutionBiasActivationForward");
-    } else if (!e->no_bias_act.exchange(true)) { /* said once */
-      rf__kernel_log_unfused(ctx, "Conv2D, BiasAdd, Relu",
-                             "cuDNN does not take the bias and ReLU with "
-                             "the forward search's algorithm");
-    }
-  } else if (!err) {
-    cudnnStatus_t s = ops.run(fa, fb, fout, ws ? ws->data : nullptr);
-    if (s != CUDNN_STATUS_SUCCESS) err = dnn_error(ctx, s, "cudnnConvolution*");
-  }
-  if (!err && krsc && kind == ConvKind::kBackwardFilter)
-    err = transpose2d(ctx, krsc->data, out, cols, rows, esize);
-  rf_tensor_release(ws);
-  rf_tensor_release(krsc);
-  return err;
+  return e->nchw
+             ? run_nchw(ctx, ops, kind, g, dtype, a, b, out, bias, fused, false)
+             : run_nhwc(ctx, ops, kind, g, dtype, a, b, out, bias, fused);
 }
 
 }  // namespace rf_gpu

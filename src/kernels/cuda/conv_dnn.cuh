@@ -32,7 +32,11 @@ bool dnn_conv_fits(const rf__conv_geom &g, rf_dtype dtype);
  * cudnnFind*Ex (after a warm-up search) and cached while any GPU runtime
  * lives: the fastest deterministic algorithm unless
  * one that is not (atomics: the last bits may differ from run to run) is
- * more than 1.1x faster.
+ * more than 1.1x faster. So is a float32 convolution's layout
+ * (RF_CUDNN_LAYOUT, default auto): cuDNN on the NHWC tensors themselves,
+ * or on NCHW copies (transposed in and out around the call, filter KCRS)
+ * when its NCHW algorithm plus those transposes, timed, is faster; float16
+ * and bfloat16 always run NHWC.
  *
  * bias (kForward only; fused non-null): out = relu(conv + bias), bias of
  * g.oc elements, in one cudnnConvolutionBiasActivationForward with the
