@@ -589,24 +589,49 @@ rf_status *krsc_copy(rf__kernel_ctx *ctx, const rf__conv_geom &g,
                      rf_dtype_size(dtype));
 }
 
+/* The op's filter input: b of a forward, a of an input gradient; NULL for a
+ * filter gradient, whose filter is only written. */
+const void *filter_of(ConvKind kind, const void *a, const void *b) {
+  return kind == ConvKind::kForward        ? b
+         : kind == ConvKind::kBackwardData ? a
+                                           : nullptr;
+}
+
+/* The op's (a, b, out) with its filter in KRSC: an HWIO filter goes
+ * through krsc, a scratch copy the caller releases (NULL for OHWI). */
+struct KrscCall {
+  rf_tensor *krsc;
+  const void *a, *b;
+  void *out;
+};
+
+rf_status *krsc_call(rf__kernel_ctx *ctx, ConvKind kind, const rf__conv_geom &g,
+                     rf_dtype dtype, const void *a, const void *b, void *out,
+                     KrscCall *c) {
+  rf_status *err = krsc_copy(ctx, g, dtype, filter_of(kind, a, b), &c->krsc);
+  if (err) {
+    rf_tensor_release(c->krsc);
+    return err;
+  }
+  const void *k = c->krsc ? c->krsc->data : nullptr;
+  c->a = kind == ConvKind::kBackwardData && k ? k : a;
+  c->b = kind == ConvKind::kForward && k ? k : b;
+  c->out = kind == ConvKind::kBackwardFilter && k ? c->krsc->data : out;
+  return NULL;
+}
+
 /* e's call in NHWC: the filter in KRSC (an HWIO filter transposed to a
  * scratch copy and, for its gradient, back). */
 rf_status *run_nhwc(rf__kernel_ctx *ctx, const Ops &ops, ConvKind kind,
                     const rf__conv_geom &g, rf_dtype dtype, const void *a,
                     const void *b, void *out, const void *bias, bool *fused) {
-  const void *filter = kind == ConvKind::kForward        ? b
-                       : kind == ConvKind::kBackwardData ? a
-                                                         : nullptr;
-  rf_tensor *krsc;
-  RF_CHECK(krsc_copy(ctx, g, dtype, filter, &krsc));
-  const void *fa = kind == ConvKind::kBackwardData && krsc ? krsc->data : a;
-  const void *fb = kind == ConvKind::kForward && krsc ? krsc->data : b;
-  void *fout = kind == ConvKind::kBackwardFilter && krsc ? krsc->data : out;
-  rf_status *err = run_dnn(ctx, ops, fa, fb, fout, bias, fused);
-  if (!err && krsc && kind == ConvKind::kBackwardFilter)
-    err = transpose2d(ctx, krsc->data, out, 1, g.oc, g.kh * g.kw * g.c,
+  KrscCall c;
+  RF_CHECK(krsc_call(ctx, kind, g, dtype, a, b, out, &c));
+  rf_status *err = run_dnn(ctx, ops, c.a, c.b, c.out, bias, fused);
+  if (!err && c.krsc && kind == ConvKind::kBackwardFilter)
+    err = transpose2d(ctx, c.krsc->data, out, 1, g.oc, g.kh * g.kw * g.c,
                       rf_dtype_size(dtype));
-  rf_tensor_release(krsc);
+  rf_tensor_release(c.krsc);
   return err;
 }
 
@@ -622,9 +647,7 @@ rf_status *run_nchw(rf__kernel_ctx *ctx, const Ops &ops, ConvKind kind,
   int64_t hw = g.h * g.w, ohw = g.oh * g.ow, khw = g.kh * g.kw;
   rf_tensor *krsc = nullptr, *kcrs = nullptr, *in = nullptr, *in2 = nullptr,
             *res = nullptr;
-  const void *filter = kind == ConvKind::kForward        ? b
-                       : kind == ConvKind::kBackwardData ? a
-                                                         : nullptr;
+  const void *filter = filter_of(kind, a, b);
   rf_status *err = krsc_copy(ctx, g, dtype, filter, &krsc);
   if (!err) err = scratch(ctx, dtype, khw * g.c * g.oc, &kcrs);
   /* KRSC (oc, khw, c) -> KCRS (oc, c, khw) */
@@ -787,18 +810,12 @@ rf_status *choose(rf__kernel_ctx *ctx, const Ops &ops, ConvKind kind,
   }
   /* The search's filter in KRSC (KCRS has its size: the searches only
    * time, on the op's own buffers). */
-  const void *filter = kind == ConvKind::kForward        ? b
-                       : kind == ConvKind::kBackwardData ? a
-                                                         : nullptr;
-  rf_tensor *krsc;
-  RF_CHECK(krsc_copy(ctx, g, dtype, filter, &krsc));
-  const void *fa = kind == ConvKind::kBackwardData && krsc ? krsc->data : a;
-  const void *fb = kind == ConvKind::kForward && krsc ? krsc->data : b;
-  void *fout = kind == ConvKind::kBackwardFilter && krsc ? krsc->data : out;
-  rf_status *err = search(ctx, ops, dtype, fa, fb, fout);
+  KrscCall c;
+  RF_CHECK(krsc_call(ctx, kind, g, dtype, a, b, out, &c));
+  rf_status *err = search(ctx, ops, dtype, c.a, c.b, c.out);
   if (!err && layout_env() == Layout::kAuto && dtype == RF_FLOAT32)
-    err = try_nchw(ctx, ops, kind, g, dtype, a, b, out, fa, fb, fout);
-  rf_tensor_release(krsc);
+    err = try_nchw(ctx, ops, kind, g, dtype, a, b, out, c.a, c.b, c.out);
+  rf_tensor_release(c.krsc);
   if (!err) e->chosen = true;
   return err;
 }
