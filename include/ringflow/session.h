@@ -371,7 +371,9 @@ RF_API rf_status *rf_session_new(const rf_graph *g,
  * op, and for an error of the step (a kernel's, a missing feed) the device
  * it ran on; a request refused before the step (a node not in the session's
  * graph, an output index out of range, a feed of another dtype or an
- * incompatible shape, an output fed twice) names the argument or node;
+ * incompatible shape, an output fed twice) names the argument or node
+ * (NOT_FOUND for a node not in the session's graph, INVALID_ARGUMENT for
+ * the others);
  * every device of the step has stopped when this returns, and the session
  * can run again (out of memory included: RESOURCE_EXHAUSTED); the step's
  * variable updates are each applied whole or not at all (see rf_variable). With

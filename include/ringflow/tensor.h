@@ -131,7 +131,10 @@ RF_API const void *rf_tensor_data(const rf_tensor *t);
 /* Writable view; only for the creator before the tensor is handed over. */
 RF_API void *rf_tensor_mutable_data(rf_tensor *t);
 
-/* Element i converted to double (any numeric or bool dtype). */
+/* Element i converted to double (any numeric or bool dtype). A NULL t, an
+ * i outside [0, num_elements), or a tensor in device memory
+ * (rf_tensor_new_external_gpu, no host elements): get returns 0 and set
+ * does nothing. */
 RF_API double rf_tensor_get(const rf_tensor *t, int64_t i);
 /* Sets element i from a double (rounding as a C cast; creator only). */
 RF_API void rf_tensor_set(rf_tensor *t, int64_t i, double value);
