@@ -12,8 +12,9 @@
  * into their own buffer, added in block order: the result depends only on
  * the shapes and the pool size, not on scheduling. float32 goes through
  * oneDNN's direct kernels first (conv_dnnl.c: 2-4x faster than this on
- * AVX-512); this path is float64's, and float32's where oneDNN is absent or
- * has no implementation. */
+ * AVX-512), or, with one input channel, ringflow's own direct loops
+ * (conv_direct.c); this path is float64's, and float32's where oneDNN is
+ * absent or has no implementation. */
 #include <cblas.h>
 #include <limits.h>
 #include <string.h>
@@ -21,6 +22,7 @@
 #include "core/mem.h"
 #include "device/device.h"
 #include "kernels/conv_prepare.h"
+#include "kernels/cpu/conv_direct.h"
 #include "kernels/cpu/conv_dnnl.h"
 #include "kernels/kernel_families.h"
 
@@ -258,7 +260,10 @@ static rf_status *conv_run(rf__kernel_ctx *ctx, rf__conv_dnnl_kind kind,
                            const void *x, const void *w, const void *dy) {
   bool done = false;
   rf_status *st = NULL;
-  if (out->dtype == RF_FLOAT32)
+  if (out->dtype == RF_FLOAT32 && rf__conv_direct_fits(kind, g)) {
+    st = rf__conv_direct_run(ctx, kind, g, x, w, dy, out->data);
+    done = true;
+  } else if (out->dtype == RF_FLOAT32)
     st = rf__conv_dnnl_run(ctx, kind, g, x, w, dy, out->data, &done);
   conv_job j;
   bool filter = kind == RF_CONV_DNNL_FILTER_GRAD;
