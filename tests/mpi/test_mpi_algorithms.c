@@ -298,7 +298,8 @@ static void test_both_sides_of_thresholds(void **state) {
  * data thread across 2 or 3 processes and ringflow's ring from 4 (session
  * 11 call A on the quiet host: the ring 1.26-1.83x MPI_Reduce's speed at
  * 1-16 MiB with 4 processes, in every repetition); a 1 MiB reduce-scatter
- * is the ring, a 1 MiB all-reduce MPI's nonblocking call. */
+ * is the ring, a 1 MiB all-reduce MPI's nonblocking call, a 1 MiB
+ * all-gather ringflow's own messages (p2p.c). */
 static void test_table_choice_runs(void **state) {
   static const struct {
     rf__collective_kind kind;
@@ -307,6 +308,7 @@ static void test_table_choice_runs(void **state) {
       {RF_COLL_REDUCE, RF_MPI_BLOCKING, RF_MPI_RING},
       {RF_COLL_REDUCE_SCATTER, RF_MPI_RING, RF_MPI_RING},
       {RF_COLL_ALL_REDUCE, RF_MPI_NBC, RF_MPI_NBC},
+      {RF_COLL_ALL_GATHER, RF_MPI_P2P, RF_MPI_P2P},
   };
   for (size_t k = 0; k < sizeof want / sizeof *want; k++) {
     rf__mpi_algorithm a = NT >= 4 ? want[k].from4 : want[k].below4;
@@ -479,7 +481,7 @@ static void bad_env_is_an_error(const char *want) {
 
 static void test_unknown_algorithm_is_an_error(void **state) {
   bad_env_is_an_error(
-      "RF_MPI_ALGORITHM is 'bad'; expected auto, nbc, blocking or ring");
+      "RF_MPI_ALGORITHM is 'bad'; expected auto, nbc, blocking, ring or p2p");
 }
 
 static void test_bad_direct_max_is_an_error(void **state) {

@@ -757,7 +757,7 @@ static int run_entry(rf__job *j, rf__mpi_agreed *a, int64_t now, int *progress,
       if (c[2] == -c[3] && c[0] == -c[1] && !c[4]) {
         op->state = RF_OP_PASSED;
       } else if (!op->spec && a->blocking) { /* no data went anywhere */
-        op->state = RF_OP_DRAIN;             /* op->req is null: done at once */
+        op->state = RF_OP_DRAIN;             /* op->req is none: done at once */
         op->deadline_ns = now + op->timeout_ms * 1000000;
       } else if (!op->spec) { /* its data first: the others issued theirs */
         *waiting = true;
@@ -770,8 +770,7 @@ static int run_entry(rf__job *j, rf__mpi_agreed *a, int64_t now, int *progress,
     }
     if (op->state == RF_OP_DRAIN) { /* a failed check's data, thrown away */
       int done = 0;
-      rf_status *st =
-          RF_MPI_STATUS(MPI_Test(&op->req, &done, MPI_STATUS_IGNORE));
+      rf_status *st = RF_MPI_STATUS(rf__mpi_reqs_test(&op->req, &done));
       if (st) {
         fail_comm(a);
         rf__mpi_member_report(op, st);
@@ -906,8 +905,7 @@ void rf__mpi_agreed_free(rf__job *j) {
     int checked = 1, moved = 1;
     if (op->check_req != MPI_REQUEST_NULL)
       MPI_Test(&op->check_req, &checked, MPI_STATUS_IGNORE);
-    if (op->req != MPI_REQUEST_NULL)
-      MPI_Test(&op->req, &moved, MPI_STATUS_IGNORE);
+    if (rf__mpi_reqs_pending(&op->req)) rf__mpi_reqs_test(&op->req, &moved);
     if (checked && moved) rf__mpi_member_release(op);
   }
 }
@@ -992,13 +990,14 @@ static bool direct_enabled(void) {
   return on && rf__mpi_thread_multiple() && rf__mpi_agree_once();
 }
 
-/* Tests req until it completes (1), fails (-1) or `until` passes (0).
+/* Tests the n requests req until all complete (1), one fails (-1) or
+ * `until` passes (0).
  * No sched_yield: on a loaded machine one yield can give the core away for
  * a whole scheduler slice, far longer than the spin. */
-static int spin(MPI_Request *req, int64_t until, rf_status **st) {
+static int spin(MPI_Request *req, int n, int64_t until, rf_status **st) {
   for (;;) {
     int done = 0;
-    *st = RF_MPI_STATUS(MPI_Test(req, &done, MPI_STATUS_IGNORE));
+    *st = RF_MPI_STATUS(MPI_Testall(n, req, &done, MPI_STATUSES_IGNORE));
     if (*st) return -1;
     if (done) return 1;
     if (rf__mpi_now_ns() >= until) return 0;
@@ -1087,7 +1086,7 @@ bool rf__mpi_agreed_direct(rf__job *j, rf__mpi_op *op, rf__mpi_cmd *c) {
     op->issued_ns = rf__mpi_now_ns();
     if (!st) atomic_fetch_add(&with_check, 1);
   }
-  int r = st ? -1 : spin(&op->check_req, now + DIRECT_SPIN_NS, &st);
+  int r = st ? -1 : spin(&op->check_req, 1, now + DIRECT_SPIN_NS, &st);
   if (r == 1) {
     const int64_t *k = op->checked;
     if (k[2] != -k[3] || k[0] != -k[1] || k[4]) r = 0; /* the engine says */
@@ -1101,8 +1100,8 @@ bool rf__mpi_agreed_direct(rf__job *j, rf__mpi_op *op, rf__mpi_cmd *c) {
   if (st) {
     if (checking) { /* MPI writes op->checked until the check completes */
       rf_status *cst = NULL;
-      int w = spin(&op->check_req, rf__mpi_now_ns() + op->timeout_ms * 1000000,
-                   &cst);
+      int w = spin(&op->check_req, 1,
+                   rf__mpi_now_ns() + op->timeout_ms * 1000000, &cst);
       rf_status_free(cst);
       if (w != 1) atomic_fetch_add(&op->refs, 1); /* kept: MPI owns it */
     }
@@ -1121,7 +1120,7 @@ bool rf__mpi_agreed_direct(rf__job *j, rf__mpi_op *op, rf__mpi_cmd *c) {
   int64_t data_spin =
       DIRECT_SPIN_NS +
       (big > 0 ? (int64_t)((double)big * DIRECT_SPIN_NS_PER_BYTE) : 0);
-  r = spin(&op->req, rf__mpi_now_ns() + data_spin, &st);
+  r = spin(op->req.r, op->req.n, rf__mpi_now_ns() + data_spin, &st);
   if (r == 0) {
     op->state = RF_OP_IN_FLIGHT;
     op->deadline_ns = op->issued_ns + op->timeout_ms * 1000000;

@@ -196,7 +196,7 @@ rf_status *rf__mpi_op_alloc(rf__mpi_op *op) {
   op->wide = reduces(g->kind) && is_16(g->dtype);
   RF_CHECK(rf__mpi_algorithm_choose(op, &op->algo));
   op->algo_setting = rf__mpi_algorithm_setting();
-  op->blocking = op->algo != RF_MPI_NBC;
+  op->blocking = op->algo == RF_MPI_BLOCKING || op->algo == RF_MPI_RING;
   rf_dtype work = op->wide ? RF_FLOAT32 : g->dtype;
   MPI_Datatype type;
   MPI_Op mop;
@@ -343,7 +343,7 @@ static void per_task(const rf__mpi_op *op, int64_t unit, int *counts,
 static rf_status *iallreduce(rf__mpi_op *op, void *out, int count,
                              MPI_Datatype type, MPI_Op mop, MPI_Comm comm) {
   return rf__mpi_nbc_iallreduce(op->send, out, count, type, mop, comm,
-                                &op->req);
+                                rf__mpi_reqs_one(&op->req));
 }
 
 /* Whether every task of the set holds as many participants: then a
@@ -365,28 +365,35 @@ rf_status *rf__mpi_op_issue(rf__mpi_op *op, MPI_Comm comm) {
   int counts[64 * 8], displs[64 * 8];
   if (op->nset > (int)(sizeof counts / sizeof *counts))
     return rf__internal("collective '%s': too many tasks", op->name);
-  rf__mpi_algorithm_count(RF_MPI_NBC);
+  rf__mpi_algorithm_count(op->algo == RF_MPI_P2P ? RF_MPI_P2P : RF_MPI_NBC);
+  op->req.n = 0;
   switch (g->kind) {
     case RF_COLL_ALL_REDUCE:
     case RF_COLL_REDUCE: return iallreduce(op, out, count, type, mop, comm);
     case RF_COLL_REDUCE_SCATTER:
       if (uniform(op))
-        return RF_MPI_STATUS(MPI_Ireduce_scatter_block(
-            op->send, out, count / op->nset, type, mop, comm, &op->req));
+        return RF_MPI_STATUS(
+            MPI_Ireduce_scatter_block(op->send, out, count / op->nset, type,
+                                      mop, comm, rf__mpi_reqs_one(&op->req)));
       per_task(op, count / op->num_devices, counts, NULL);
-      return RF_MPI_STATUS(MPI_Ireduce_scatter(op->send, out, counts, type, mop,
-                                               comm, &op->req));
+      return RF_MPI_STATUS(MPI_Ireduce_scatter(
+          op->send, out, counts, type, mop, comm, rf__mpi_reqs_one(&op->req)));
     case RF_COLL_ALL_GATHER:
       per_task(op, (int64_t)rf_dtype_size(g->dtype) * count, counts, displs);
+      if (op->algo == RF_MPI_P2P) /* one participant: from its input */
+        return rf__mpi_p2p_all_gather(
+            g->n == 1 ? rf_tensor_data(g->p[0].input)
+                      : (const char *)out + displs[op->me],
+            out, counts, displs, op->nset, op->me, comm, &op->req);
       return RF_MPI_STATUS(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_BYTE, out,
                                            counts, displs, MPI_BYTE, comm,
-                                           &op->req));
+                                           rf__mpi_reqs_one(&op->req)));
     case RF_COLL_BROADCAST: {
       RF_CHECK(alloc_broadcast_out(op, true));
       int bytes = (int)(input_elems(op) * (int64_t)rf_dtype_size(g->dtype));
       void *buf = g->root >= 0 ? (void *)op->send : broadcast_out(op);
-      return RF_MPI_STATUS(
-          MPI_Ibcast(buf, bytes, MPI_BYTE, op->root_index, comm, &op->req));
+      return RF_MPI_STATUS(MPI_Ibcast(buf, bytes, MPI_BYTE, op->root_index,
+                                      comm, rf__mpi_reqs_one(&op->req)));
     }
     default: return rf__internal("collective '%s': unknown kind", op->name);
   }
@@ -401,7 +408,7 @@ rf_status *rf__mpi_op_issue_standin(const rf__mpi_op *op, const rf__mpi_msg *d,
                                     int nset, const int *tcounts,
                                     int root_index, const rf_shape *root_shape,
                                     MPI_Comm comm, void **buf,
-                                    MPI_Request *req) {
+                                    rf__mpi_reqs *reqs) {
   rf__collective_kind kind = (rf__collective_kind)d->kind;
   MPI_Datatype type = MPI_BYTE;
   MPI_Op mop = MPI_SUM;
@@ -424,6 +431,10 @@ rf_status *rf__mpi_op_issue_standin(const rf__mpi_op *op, const rf__mpi_msg *d,
   if (!send) return rf__oom();
   char *out = send + total;
   *buf = send;
+  reqs->n = 0;
+  MPI_Request *req = NULL;
+  if (!(kind == RF_COLL_ALL_GATHER && rf__mpi_all_gather_p2p(nset)))
+    req = rf__mpi_reqs_one(reqs);
   bool same_counts = true;
   int64_t at = 0;
   for (int t = 0; t < nset; t++) {
@@ -446,6 +457,12 @@ rf_status *rf__mpi_op_issue_standin(const rf__mpi_op *op, const rf__mpi_msg *d,
       return RF_MPI_STATUS(
           MPI_Ireduce_scatter(send, out, counts, type, mop, comm, req));
     case RF_COLL_ALL_GATHER:
+      if (!req) { /* the messages the others' p2p all-gather pair with */
+        int me = 0;
+        RF_CHECK(RF_MPI_STATUS(MPI_Comm_rank(comm, &me)));
+        return rf__mpi_p2p_all_gather(send + displs[me], send, counts, displs,
+                                      nset, me, comm, reqs);
+      }
       return RF_MPI_STATUS(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_BYTE, send,
                                            counts, displs, MPI_BYTE, comm,
                                            req));

@@ -153,7 +153,7 @@ static rf__mpi_op *op_new(rf__job *j, rf__coll_group *g, const char *devices,
   op->step_id = g->step_id;
   op->timeout_ms = g->timeout_ms > 0 ? g->timeout_ms : 300000;
   op->num_devices = g->p[0].num_devices;
-  op->req = MPI_REQUEST_NULL;
+  op->req.n = 0;
   op->check_req = MPI_REQUEST_NULL;
   op->root_index = -1;
   const rf__coll_participant *s = speaker(g);
@@ -506,7 +506,7 @@ static int test(rf__job *j, rf__mpi_op *op, int64_t now) {
     done = atomic_load(&op->async_done);
     if (done) st = op->async_status, op->async_status = NULL;
   } else {
-    st = RF_MPI_STATUS(MPI_Test(&op->req, &done, MPI_STATUS_IGNORE));
+    st = RF_MPI_STATUS(rf__mpi_reqs_test(&op->req, &done));
   }
   if (st || done) {
     if (op->fast)
@@ -623,8 +623,8 @@ void rf__mpi_member_free(rf__job *j) {
     if (op->state == RF_OP_CHECK || op->state == RF_OP_DRAIN) {
       /* MPI may still write its check, or the data issued with it */
       int done = 0, moved = 1;
-      if (op->spec && op->req != MPI_REQUEST_NULL &&
-          MPI_Test(&op->req, &moved, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+      if (op->spec && rf__mpi_reqs_pending(&op->req) &&
+          rf__mpi_reqs_test(&op->req, &moved) != MPI_SUCCESS)
         moved = 0;
       if (MPI_Test(&op->check_req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS ||
           !done || !moved) {
@@ -636,8 +636,7 @@ void rf__mpi_member_free(rf__job *j) {
     if (op->state == RF_OP_IN_FLIGHT) { /* MPI may still use its buffers */
       int done = 0;
       if (!op->gpu && !op->blocking &&
-          (MPI_Test(&op->req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS ||
-           !done)) {
+          (rf__mpi_reqs_test(&op->req, &done) != MPI_SUCCESS || !done)) {
         rf__mpi_peer_suspect(NULL, rf__mpi_now_ns()); /* unfinished */
         op->go_next = abandoned;
         abandoned = op;

@@ -28,8 +28,40 @@ typedef enum rf__mpi_algorithm {
   RF_MPI_AUTO,
   RF_MPI_NBC,      /* MPI's nonblocking collective, communication thread */
   RF_MPI_BLOCKING, /* MPI's blocking collective, the job's data thread */
-  RF_MPI_RING      /* ringflow's ring (ring.c), the job's data thread */
+  RF_MPI_RING,     /* ringflow's ring (ring.c), the job's data thread */
+  RF_MPI_P2P       /* all-gather: ringflow's own nonblocking messages
+                    * (p2p.c), as NBC runs */
 } rf__mpi_algorithm;
+
+/* An all-gather as point-to-point messages (RF_MPI_P2P) spans at most this
+ * many processes by default (2 messages a peer: a request each). */
+#define RF_MPI_P2P_MAX_TASKS 16
+
+/* The requests of an op's data: one MPI call's, or an all-gather's
+ * messages, tested together (rf__mpi_reqs_test). n 0: none. */
+typedef struct rf__mpi_reqs {
+  MPI_Request r[2 * (RF_MPI_P2P_MAX_TASKS - 1)];
+  int n;
+} rf__mpi_reqs;
+
+/* Where one MPI call puts its request: q holds it alone. */
+MPI_Request *rf__mpi_reqs_one(rf__mpi_reqs *q);
+/* MPI_Testall over q (done: all completed, or there are none); an MPI
+ * error code. */
+int rf__mpi_reqs_test(rf__mpi_reqs *q, int *done);
+/* Whether any of q is still MPI's. */
+bool rf__mpi_reqs_pending(const rf__mpi_reqs *q);
+/* An all-gather as messages on comm (n processes, this one me): this
+ * process's counts[me] bytes at mine (its input, or its rows of out) to
+ * every other, and theirs (counts[t] bytes at out + displs[t]) from each,
+ * in q; its own rows of out are the caller's. */
+rf_status *rf__mpi_p2p_all_gather(const void *mine, void *out,
+                                  const int *counts, const int *displs, int n,
+                                  int me, MPI_Comm comm, rf__mpi_reqs *q);
+/* Whether an all-gather across procs processes moves as RF_MPI_P2P, for
+ * this process's RF_MPI_ALGORITHM (which every process shares, checked):
+ * the call a stand-in must pair with (agreed.c). */
+bool rf__mpi_all_gather_p2p(int procs);
 
 struct rf__mpi_op {
   rf__job *job;
@@ -85,7 +117,7 @@ struct rf__mpi_op {
   int64_t probe_ns;
   unsigned char *answered;
   int64_t bytes; /* what it moves, about: the engine's spin budget */
-  MPI_Request req;
+  rf__mpi_reqs req;
   rf_status *report; /* the error the report task hands the dones */
   /* Agreed once (agreed.c): the entry it is queued or issued on, the next
    * op of its queue, the check (this task's digest, job step, whether its
@@ -213,7 +245,7 @@ int64_t rf__mpi_op_bytes(const rf__mpi_op *op);
 rf_status *rf__mpi_op_issue_standin(const rf__mpi_op *op, const rf__mpi_msg *d,
                                     int nset, const int *counts, int root_index,
                                     const rf_shape *root_shape, MPI_Comm comm,
-                                    void **buf, MPI_Request *req);
+                                    void **buf, rf__mpi_reqs *req);
 /* The algorithm of op (algorithm.c: by kind and size, or RF_MPI_ALGORITHM),
  * decided once when its buffers are allocated; INVALID_ARGUMENT when a
  * tuning variable holds a bad value (rf__mpi_env_error). */
