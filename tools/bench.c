@@ -60,7 +60,9 @@ static const char *const synopsis =
 static const char *const footer =
     "SIZE: bytes, as 512, 64K, 1.5M or 2G (K, M, G: x1024; a B may follow)\n"
     "Columns follow nccl-tests: algbw = bytes / time, busbw = algbw x the\n"
-    "collective's bus factor.\n"
+    "collective's bus factor. rf/mpi, rf/gloo and rf/floor (CSV: ratio_vs_*)\n"
+    "are ringflow's speed as a multiple of the other's (the other's time /\n"
+    "ringflow's): above 1, ringflow is faster.\n"
     "RF_LOG=debug|info|warn|error prints ringflow's log messages to stderr.\n";
 
 #define MAX_BYTES (8.0 * (1 << 30)) /* --min, --max */
