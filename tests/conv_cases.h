@@ -141,6 +141,13 @@ static const wcase f32_cases[] = {
     {"CNN layer 2 batch 7", 7, 7, 7, 32, 5, 5, 64, 1, 1, 1, 1, true},
     {"16 ch stride 2 VALID", 3, 9, 8, 16, 3, 3, 16, 2, 2, 1, 1, false},
     {"16 ch dilation 2 SAME", 4, 8, 8, 16, 3, 3, 32, 1, 1, 2, 2, true},
+    /* 16 or more channels at stride 1: the input gradient runs as a
+     * forward convolution of dy with the flipped filter (conv_dnnl.c);
+     * padding after > before, windows wider than the input, dilation */
+    {"16 ch 4x3 SAME", 3, 6, 7, 16, 4, 3, 8, 1, 1, 1, 1, true},
+    {"16 ch input smaller than window SAME", 2, 2, 3, 16, 5, 5, 4, 1, 1, 1, 1,
+     true},
+    {"24 ch 3x2 VALID dilation 1x2", 2, 7, 9, 24, 3, 2, 5, 1, 1, 1, 2, false},
     /* fewer than 8 channels: conv_dnnl.c takes oneDNN's jit forward over
      * its first choice; 7 images leave a last block of another size on 2
      * and 3 threads */

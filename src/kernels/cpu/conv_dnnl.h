@@ -5,7 +5,9 @@
  * (a few KiB to a few hundred KiB). Images are split into one block per
  * pool thread and each block runs single-threaded oneDNN (no OpenMP team
  * beside the pool); the filter gradient's blocks are added in block order,
- * so results depend only on the shapes and the pool size. Built when
+ * so results depend only on the shapes and the pool size. A stride-1 input
+ * gradient with 16 or more input channels runs as the forward convolution
+ * of dy with the flipped filter (conv_dnnl.c, flipped_geom). Built when
  * oneDNN is found (RF_HAVE_DNNL); RF_CPU_CONV=im2col turns it off. */
 #ifndef RF_KERNELS_CPU_CONV_DNNL_H
 #define RF_KERNELS_CPU_CONV_DNNL_H
