@@ -281,6 +281,149 @@ static void test_parallel_for_wakes_past_a_spinner_on_its_core(void **state) {
   assert_int_equal(woken, 1);
 }
 
+/* A helper that starts on its caller's core moves off it for the loop and
+ * gets its affinity back afterwards. The caller is pinned to one core (the
+ * workers, made before, keep every core); each chunk spins 300 us and
+ * notes its thread's core as it starts. */
+typedef struct where {
+  pthread_t caller;
+  int caller_cpu;
+  atomic_int helper_chunks, helper_on_callers_core;
+} where;
+
+static void where_fn(void *arg, int64_t b, int64_t e) {
+  where *w = arg;
+  if (!pthread_equal(pthread_self(), w->caller)) {
+    atomic_fetch_add(&w->helper_chunks, 1);
+    if (sched_getcpu() == w->caller_cpu)
+      atomic_fetch_add(&w->helper_on_callers_core, 1);
+  }
+  struct timespec t0, t;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  do clock_gettime(CLOCK_MONOTONIC, &t);
+  while ((t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) <
+         300000 * (e - b));
+}
+
+typedef struct mask_probe {
+  atomic_int arrived, noted, left;
+  cpu_set_t seen[2];
+  pthread_t who[2];
+} mask_probe;
+
+/* Run by each worker at once (each waits for the other): its mask. */
+static void mask_task(void *arg) {
+  mask_probe *m = arg;
+  int i = atomic_fetch_add(&m->arrived, 1);
+  if (i < 2) {
+    m->who[i] = pthread_self();
+    pthread_getaffinity_np(pthread_self(), sizeof m->seen[i], &m->seen[i]);
+    atomic_fetch_add(&m->noted, 1);
+  }
+  struct timespec t0, t;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  do {
+    sched_yield();
+    clock_gettime(CLOCK_MONOTONIC, &t);
+  } while (atomic_load(&m->arrived) < 2 && t.tv_sec - t0.tv_sec < 10);
+  atomic_fetch_add(&m->left, 1);
+}
+
+/* Both workers' masks, each noted while the other waits (so one thread
+ * cannot take both probes). */
+static void probe_masks(rf__threadpool *p, mask_probe *m) {
+  assert_ok(rf__threadpool_schedule(p, mask_task, m));
+  assert_ok(rf__threadpool_schedule(p, mask_task, m));
+  /* both gone before m (on the caller's stack) is reused */
+  struct timespec t0, t;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  do {
+    sched_yield();
+    clock_gettime(CLOCK_MONOTONIC, &t);
+  } while (atomic_load(&m->left) < 2 && t.tv_sec - t0.tv_sec < 10);
+  assert_int_equal(atomic_load(&m->left), 2);
+  assert_int_equal(atomic_load(&m->noted), 2);
+  assert_false(pthread_equal(m->who[0], m->who[1]));
+}
+
+/* rf__thread_leave_core: a thread on the named core leaves it at once and
+ * gets its old mask to restore; on another core, or allowed one core only,
+ * it stays. */
+static void test_thread_leave_core(void **state) {
+  cpu_set_t old, now, saved;
+  assert_int_equal(sched_getaffinity(0, sizeof old, &old), 0);
+  if (CPU_COUNT(&old) < 2) {
+    print_message("skipped: needs 2 cores, this process has 1\n");
+    return;
+  }
+  for (int round = 0; round < 20; round++) {
+    int here = sched_getcpu();
+    if (!rf__thread_leave_core(here, &saved)) {
+      /* the scheduler moved us between the two reads: try again */
+      assert_int_not_equal(sched_getcpu(), here);
+      continue;
+    }
+    assert_int_not_equal(sched_getcpu(), here);
+    assert_int_equal(sched_getaffinity(0, sizeof now, &now), 0);
+    assert_false(CPU_ISSET(here, &now));
+    assert_int_equal(CPU_COUNT(&now), CPU_COUNT(&old) - 1);
+    assert_true(CPU_EQUAL(&saved, &old));
+    assert_int_equal(
+        pthread_setaffinity_np(pthread_self(), sizeof saved, &saved), 0);
+  }
+  /* not on that core: stays, mask untouched */
+  int here = sched_getcpu(), other = 0;
+  while (other == here || !CPU_ISSET(other, &old)) other++;
+  bool moved = rf__thread_leave_core(other, &saved);
+  assert_int_equal(sched_getaffinity(0, sizeof now, &now), 0);
+  if (!moved) /* (moved only if the scheduler put us there meanwhile) */
+    assert_true(CPU_EQUAL(&now, &old));
+  assert_int_equal(sched_setaffinity(0, sizeof old, &old), 0);
+  /* one core allowed: nowhere to go */
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(other, &one);
+  assert_int_equal(sched_setaffinity(0, sizeof one, &one), 0);
+  assert_false(rf__thread_leave_core(sched_getcpu(), &saved));
+  assert_int_equal(sched_getaffinity(0, sizeof now, &now), 0);
+  assert_true(CPU_EQUAL(&now, &one));
+  assert_int_equal(sched_setaffinity(0, sizeof old, &old), 0);
+}
+
+static void test_parallel_for_helper_leaves_callers_core(void **state) {
+  cpu_set_t old, one;
+  assert_int_equal(sched_getaffinity(0, sizeof old, &old), 0);
+  if (CPU_COUNT(&old) < 2) {
+    print_message("skipped: needs 2 cores, this process has 1\n");
+    return;
+  }
+  rf__threadpool *p;
+  assert_ok(rf__threadpool_new(2, &p));
+  /* both workers started (threads start with the first tasks), with every
+   * core, before the pin */
+  mask_probe m0 = {0};
+  probe_masks(p, &m0);
+  for (int i = 0; i < 2; i++) assert_true(CPU_EQUAL(&m0.seen[i], &old));
+  int first = 0;
+  while (!CPU_ISSET(first, &old)) first++;
+  CPU_ZERO(&one);
+  CPU_SET(first, &one);
+  assert_int_equal(sched_setaffinity(0, sizeof one, &one), 0);
+  int helped = 0;
+  for (int round = 0; round < 20; round++) {
+    where w = {.caller = pthread_self(), .caller_cpu = first};
+    rf__threadpool_parallel_for(p, 4, 1000000000, where_fn, &w);
+    assert_int_equal(atomic_load(&w.helper_on_callers_core), 0);
+    helped += atomic_load(&w.helper_chunks) > 0;
+    mask_probe m = {0};
+    probe_masks(p, &m);
+    for (int i = 0; i < 2; i++) assert_true(CPU_EQUAL(&m.seen[i], &old));
+  }
+  rf__threadpool_free(p);
+  assert_int_equal(sched_setaffinity(0, sizeof old, &old), 0);
+  assert_true(helped > 0);
+}
+
 /* A parallel_for inside tasks that occupy every worker must still finish:
  * the callers run all chunks themselves. */
 typedef struct busy {
@@ -405,6 +548,8 @@ int main(void) {
       cmocka_unit_test(test_parallel_for_covers_each_index_once),
       cmocka_unit_test(test_parallel_for_small_loops_run_inline),
       cmocka_unit_test(test_parallel_for_wakes_past_a_spinner_on_its_core),
+      cmocka_unit_test(test_thread_leave_core),
+      cmocka_unit_test(test_parallel_for_helper_leaves_callers_core),
       cmocka_unit_test(test_parallel_for_from_pool_threads),
       cmocka_unit_test(test_nested_parallel_for),
       cmocka_unit_test(test_schedule_out_of_memory),

@@ -302,17 +302,21 @@ static void pfor_work(pfor *w) {
  * core's idle periods are short, as they are between a step's kernels. The
  * caller's mask is restored when the helper is done. Returns whether it
  * moved (saved then holds the old mask). */
-static bool leave_callers_core(const pfor *w, cpu_set_t *saved) {
-  if (w->caller_cpu < 0 || sched_getcpu() != w->caller_cpu ||
-      atomic_load_explicit(&w->next_chunk, memory_order_relaxed) >=
-          w->num_chunks)
-    return false;
-  if (pthread_getaffinity_np(pthread_self(), sizeof *saved, saved) != 0 ||
-      CPU_COUNT(saved) < 2 || !CPU_ISSET(w->caller_cpu, saved))
+bool rf__thread_leave_core(int cpu, void *saved_set) {
+  cpu_set_t *saved = saved_set;
+  if (cpu < 0 || sched_getcpu() != cpu ||
+      pthread_getaffinity_np(pthread_self(), sizeof *saved, saved) != 0 ||
+      CPU_COUNT(saved) < 2 || !CPU_ISSET(cpu, saved))
     return false;
   cpu_set_t others = *saved;
-  CPU_CLR(w->caller_cpu, &others);
+  CPU_CLR(cpu, &others);
   return pthread_setaffinity_np(pthread_self(), sizeof others, &others) == 0;
+}
+
+static bool leave_callers_core(const pfor *w, cpu_set_t *saved) {
+  return atomic_load_explicit(&w->next_chunk, memory_order_relaxed) <
+             w->num_chunks &&
+         rf__thread_leave_core(w->caller_cpu, saved);
 }
 
 static void pfor_helper(void *arg) {
