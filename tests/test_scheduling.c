@@ -354,18 +354,20 @@ static void record_dear(int devices, int steps, pthread_t *ran0,
   rf_graph_free(g);
 }
 
-/* A lone device's expensive work runs on the caller (since session 28: a
- * parallel_for helper that starts on the caller's core moves off it, so
- * the caller computing no longer stacks threads on one core); with two
- * devices the caller keeps the first one's and the second goes to the
- * pool. */
-static void test_lone_device_stays_on_caller(void **state) {
+/* A lone device's expensive work goes to an idle pool worker, the caller
+ * only waits (three threads computing on two cores let the kernel stack two
+ * of them on one core); with two devices the caller keeps the first one's
+ * and the second goes to the pool. Idleness is a race with the previous
+ * step's workers, so one step of ten in the pool is enough for the first. */
+static void test_lone_device_goes_to_the_pool(void **state) {
   (void)state;
   enum { STEPS = 10 };
   pthread_t ran0[STEPS], ran1[STEPS];
   record_dear(1, STEPS, ran0, NULL);
+  int pooled = 0;
   for (int i = 0; i < STEPS; i++)
-    assert_true(pthread_equal(ran0[i], pthread_self()));
+    pooled += !pthread_equal(ran0[i], pthread_self());
+  assert_true(pooled >= 1);
   record_dear(2, STEPS, ran0, ran1);
   for (int i = 0; i < STEPS; i++) {
     assert_true(pthread_equal(ran0[i], pthread_self()));
@@ -426,7 +428,7 @@ int main(void) {
       cmocka_unit_test_setup(test_slow_device_does_not_delay_starts, setup),
       cmocka_unit_test_setup(test_cheap_step_stays_on_caller, setup),
       cmocka_unit_test_setup(test_collective_completions_fan_out, setup),
-      cmocka_unit_test_setup(test_lone_device_stays_on_caller, setup),
+      cmocka_unit_test_setup(test_lone_device_goes_to_the_pool, setup),
       cmocka_unit_test_setup(test_long_cheap_chain, setup),
       cmocka_unit_test_setup(test_cheap_chain_across_devices, setup),
   };

@@ -261,7 +261,6 @@ typedef struct pfor {
   int64_t n, chunk, num_chunks;
   void (*fn)(void *, int64_t, int64_t);
   void *arg;
-  int caller_cpu; /* where the caller started its chunks (-1: unknown) */
   pthread_mutex_t mu;
   pthread_cond_t cv;
 } pfor;
@@ -292,39 +291,9 @@ static void pfor_work(pfor *w) {
   }
 }
 
-/* A helper that starts on the caller's core moves off it: allowed every
- * core it had but that one, the kernel migrates it at once. Left alone the
- * two share the core until the scheduler's balancing moves one, which on
- * these VMs often came after the loop: the CNN's first convolution at batch
- * 64 on 2 threads ran on one core in most calls (0.50-0.54 ms against
- * 0.26-0.31 on two; a trace of which thread ran which chunk on which core).
- * Linux skips pulling a waiting thread to a core that goes idle when the
- * core's idle periods are short, as they are between a step's kernels. The
- * caller's mask is restored when the helper is done. Returns whether it
- * moved (saved then holds the old mask). */
-bool rf__thread_leave_core(int cpu, void *saved_set) {
-  cpu_set_t *saved = saved_set;
-  if (cpu < 0 || sched_getcpu() != cpu ||
-      pthread_getaffinity_np(pthread_self(), sizeof *saved, saved) != 0 ||
-      CPU_COUNT(saved) < 2 || !CPU_ISSET(cpu, saved))
-    return false;
-  cpu_set_t others = *saved;
-  CPU_CLR(cpu, &others);
-  return pthread_setaffinity_np(pthread_self(), sizeof others, &others) == 0;
-}
-
-static bool leave_callers_core(const pfor *w, cpu_set_t *saved) {
-  return atomic_load_explicit(&w->next_chunk, memory_order_relaxed) <
-             w->num_chunks &&
-         rf__thread_leave_core(w->caller_cpu, saved);
-}
-
 static void pfor_helper(void *arg) {
   pfor *w = arg;
-  cpu_set_t saved;
-  bool moved = leave_callers_core(w, &saved);
   pfor_work(w);
-  if (moved) pthread_setaffinity_np(pthread_self(), sizeof saved, &saved);
   pfor_release(w);
 }
 
@@ -358,7 +327,6 @@ void rf__threadpool_parallel_for(rf__threadpool *p, int64_t n,
   w->n = n;
   w->fn = fn;
   w->arg = arg;
-  w->caller_cpu = sched_getcpu();
   atomic_init(&w->next_chunk, 0);
   atomic_init(&w->chunks_done, 0);
   pthread_mutex_init(&w->mu, NULL);

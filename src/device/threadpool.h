@@ -4,7 +4,6 @@
 #ifndef RF_RUNTIME_THREADPOOL_H
 #define RF_RUNTIME_THREADPOOL_H
 
-#include <stdbool.h>
 #include <stdint.h>
 
 #include "ringflow/status.h"
@@ -26,12 +25,6 @@ void rf__threadpool_set_spin_ns(rf__threadpool *p, int64_t ns);
 int64_t rf__threadpool_wakeups(rf__threadpool *p);
 /* Workers currently waiting for work (a hint). */
 int rf__threadpool_idle(const rf__threadpool *p);
-/* When the calling thread is on core `cpu` and may run on another, allows
- * it every core it had but that one (the kernel moves it at once) and
- * stores its old mask in *saved, a cpu_set_t (<sched.h>), to restore with
- * pthread_setaffinity_np. Returns whether it moved. parallel_for's helpers
- * use it to leave their caller's core. */
-bool rf__thread_leave_core(int cpu, void *saved);
 /* See rf__kernel_parallel_for. p may be NULL: runs inline. */
 void rf__threadpool_parallel_for(rf__threadpool *p, int64_t n,
                                  int64_t cost_per_item,

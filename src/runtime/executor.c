@@ -13,7 +13,8 @@
  * completes it (on CPU devices its expensive nodes go to the pool: a
  * collective completes every participant from one thread). A step starts on the
  * calling thread: it runs the cheap start of every device in turn, keeps the
- * first device's expensive work and hands every other device's to the pool,
+ * first device's expensive work (unless that device is the only one with any:
+ * then it goes to an idle worker) and hands every other device's to the pool,
  * so no device's start waits behind another's long kernel while steps of cheap
  * nodes (a small collective) never leave the caller. The frame counts its
  * holders - running drains, queued batches, pending async kernels - and is done
@@ -503,22 +504,22 @@ static void start_cheap(frame *f, ready *rd) {
  * every other device is handed to the pool at once, so none waits behind
  * another device's long kernel. Each frame's initial hold is let go here.
  *
- * That first device's rest runs here even when it is the only device with
- * more to do. Handing it to an idle worker instead (sessions 10-27) avoided
- * woken parallel_for helpers stacked on the caller's core while the other
- * core idled (`ringflow train --devices cpu:0 --batch 1024`: 63-75k
- * against 87-92k samples/s then); since a helper that starts on its
- * caller's core moves off it (device/threadpool.c), keeping the work here
- * measured even in training (80-83k either way on the 2-core VM, CNN and
- * batch 128 too) and saves two thread wake-ups a step: a lone Conv2D at
- * batch 64 took 0.257-0.265 ms against 0.284-0.324 (session 28). Several
- * devices keep the caller busy too (handing all of them over lost 10-15%
- * at 4 devices, batch 256). */
+ * When that first device is the only one with more to do and a worker is
+ * idle, its rest goes to the pool too and this thread only waits: with the
+ * caller computing, three threads (the caller, the worker that takes the
+ * device's next async continuation or handed-off node, and the helper of a
+ * parallel_for) share two cores, and the kernel placed woken helpers on the
+ * caller's core while the other stayed idle until its next tick (perf sched
+ * on an otherwise quiet machine: 25-35 waits of 1.5-4 ms per 80 steps of
+ * `ringflow train --devices cpu:0 --batch 1024`, 63-75k samples/s; handed
+ * over: 4-9 waits, 87-92k). Several devices keep the caller busy (measured:
+ * handing all of them over lost 10-15% at 4 devices, batch 256). */
 static void start_frames(frame **frames, int n) {
   ready held, other; /* the kept device's rest; any other device's */
   ready_init(&held);
   ready_init(&other);
   frame *mine = NULL;
+  bool alone = true; /* no other device has more to do */
   for (int i = 0; i < n; i++) {
     frame *f = frames[i];
     ready *rd = mine ? &other : &held;
@@ -528,13 +529,17 @@ static void start_frames(frame **frames, int n) {
       continue;
     }
     if (ready_count(rd) > 0) {
+      alone = false;
       if (!hand_off(f, rd, rd->cheap.n, rd->dear.n))
         drain(f, rd); /* the pool refused (no memory): run it here */
     }
     let_go(f);
   }
   if (mine) {
-    drain(mine, &held);
+    if (!(alone && held.dear.n > 0 &&
+          rf__threadpool_idle(mine->plan->device->pool) > 0 &&
+          hand_off(mine, &held, held.cheap.n, held.dear.n)))
+      drain(mine, &held);
     let_go(mine);
   }
   ready_fini(&held);
