@@ -131,11 +131,7 @@ static void check_case(const wcase *c, bool ohwi, int threads, uint64_t *rng) {
                            g, "bpf", xp, sizes_const(g, f_shape_as(c, ohwi)),
                            dp, s, pad, d, fmt)};
   assert_graph_ok(g);
-  rf_session_options o;
-  rf_session_options_init(&o);
-  o.num_threads = threads;
-  rf_session *sess;
-  assert_ok(rf_session_new(g, &o, &sess));
+  rf_session *sess = rf_test_threads_session(g, 1, threads);
   for (int rep = 0; rep < 2; rep++) {
     rf_tensor *x = rf_test_random_tensor(rng, RF_FLOAT32, x_shape(c), -1, 1);
     rf_tensor *f =

@@ -90,11 +90,7 @@ static void check_case(const wcase *c, rf_dtype dt, int threads,
   const char *fmt = NULL;
   assert_ok(rf_node_attr_string(outs[4].node, "filter_format", &fmt));
   assert_string_equal(fmt, ohwi); /* rf_gradients kept the format */
-  rf_session_options o;
-  rf_session_options_init(&o);
-  o.num_threads = threads;
-  rf_session *sess;
-  assert_ok(rf_session_new(g, &o, &sess));
+  rf_session *sess = rf_test_threads_session(g, 1, threads);
   for (int rep = 0; rep < 2; rep++) {
     rf_tensor *x = rf_test_random_tensor(rng, dt, x_shape(c), -1, 1);
     rf_tensor *f = rf_test_random_tensor(rng, dt, f_shape_ohwi(c), -1, 1);

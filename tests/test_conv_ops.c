@@ -124,11 +124,7 @@ static void test_conv2d_float32_all_paths(void **state) {
           rf_conv2d_backprop_filter(g, "bpf", xp, sizes_const(g, f_shape(c)),
                                     dp, s, pad, d)};
       assert_graph_ok(g);
-      rf_session_options o;
-      rf_session_options_init(&o);
-      o.num_threads = threads;
-      rf_session *sess;
-      assert_ok(rf_session_new(g, &o, &sess));
+      rf_session *sess = rf_test_threads_session(g, 1, threads);
       for (int rep = 0; rep < 2; rep++) {
         rf_tensor *x =
             rf_test_random_tensor(&rng, RF_FLOAT32, x_shape(c), -1, 1);

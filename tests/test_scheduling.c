@@ -168,13 +168,7 @@ static rf_output unary(rf_graph *g, const char *op, const char *device,
 }
 
 static rf_session *session(const rf_graph *g, int devices, int threads) {
-  rf_session_options o;
-  rf_session_options_init(&o);
-  o.num_cpu_devices = devices;
-  o.num_threads = threads;
-  rf_session *s = NULL;
-  assert_ok(rf_session_new(g, &o, &s));
-  return s;
+  return rf_test_threads_session(g, devices, threads);
 }
 
 /* One device runs a kernel that holds its thread until every other device

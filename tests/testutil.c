@@ -155,14 +155,20 @@ void rf_test_assert_near(const rf_tensor *t, rf_shape shape, const double *want,
   }
 }
 
-rf_session *rf_test_cpu_session(const rf_graph *g, int num_cpu_devices) {
+rf_session *rf_test_threads_session(const rf_graph *g, int num_cpu_devices,
+                                    int num_threads) {
   assert_graph_ok(g);
   rf_session_options o;
   rf_session_options_init(&o);
   o.num_cpu_devices = num_cpu_devices;
+  o.num_threads = num_threads;
   rf_session *s = NULL;
   assert_ok(rf_session_new(g, &o, &s));
   return s;
+}
+
+rf_session *rf_test_cpu_session(const rf_graph *g, int num_cpu_devices) {
+  return rf_test_threads_session(g, num_cpu_devices, 0);
 }
 
 void rf_test_run(rf_graph *g, int num_cpu_devices, const rf_feed *feeds,

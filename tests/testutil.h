@@ -62,6 +62,12 @@ void rf_test_assert_same_bytes(const rf_tensor *got, const rf_tensor *want,
  * which must hold no error; fails the test when it cannot be made. */
 rf_session *rf_test_cpu_session(const rf_graph *g, int num_cpu_devices);
 
+/* A session of num_cpu_devices CPU devices whose pool has num_threads
+ * threads (0: one per core), default options otherwise; g must hold no
+ * error; fails the test when it cannot be made. */
+rf_session *rf_test_threads_session(const rf_graph *g, int num_cpu_devices,
+                                    int num_threads);
+
 /* Makes a session (num_cpu_devices devices), runs once fetching n outputs,
  * frees the session. outs receive new references. */
 void rf_test_run(rf_graph *g, int num_cpu_devices, const rf_feed *feeds,
