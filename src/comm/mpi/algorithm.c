@@ -206,14 +206,18 @@ int rf__mpi_algorithm_setting(void) {
   return f < 0 ? RF_MPI_AUTO : f;
 }
 
+/* The forced setting (f, read_forced's), else the table's pick. */
+static rf__mpi_algorithm forced_or_table(int f, rf__collective_kind kind,
+                                         int procs, int64_t bytes) {
+  return f == RF_MPI_AUTO ? rf__mpi_algorithm_pick(kind, procs, bytes)
+                          : (rf__mpi_algorithm)f;
+}
+
 rf_status *rf__mpi_algorithm_choose(const rf__mpi_op *op,
                                     rf__mpi_algorithm *out) {
   RF_CHECK(rf__mpi_env_error(op->name));
-  int f = read_forced();
-  rf__mpi_algorithm a =
-      f == RF_MPI_AUTO ? rf__mpi_algorithm_pick(op->g.kind, op->nset,
-                                                rf__mpi_algorithm_bytes(op))
-                       : (rf__mpi_algorithm)f;
+  rf__mpi_algorithm a = forced_or_table(read_forced(), op->g.kind, op->nset,
+                                        rf__mpi_algorithm_bytes(op));
   if (a == RF_MPI_P2P && (op->g.kind != RF_COLL_ALL_GATHER || op->gpu))
     a = RF_MPI_NBC;
   if ((a == RF_MPI_BLOCKING || a == RF_MPI_RING) &&
@@ -226,9 +230,7 @@ rf_status *rf__mpi_algorithm_choose(const rf__mpi_op *op,
 bool rf__mpi_all_gather_p2p(int procs) {
   int f = read_forced();
   if (f < 0) return false; /* a bad setting: nothing is issued */
-  return (f == RF_MPI_AUTO
-              ? rf__mpi_algorithm_pick(RF_COLL_ALL_GATHER, procs, 0)
-              : (rf__mpi_algorithm)f) == RF_MPI_P2P;
+  return forced_or_table(f, RF_COLL_ALL_GATHER, procs, 0) == RF_MPI_P2P;
 }
 
 void rf__mpi_algorithm_force(rf__mpi_algorithm a) {
