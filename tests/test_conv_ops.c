@@ -500,6 +500,12 @@ static void test_build_errors(void **state) {
   assert_status(conv_status(xs, rf_shape_of(4, 9, 3, 3, 4), RF_FLOAT32, s1, 4,
                             "VALID", NULL),
                 RF_INVALID_ARGUMENT, "larger than the input");
+  assert_status(
+      conv_status(xs, rf_shape_of(3, 3, 3, 4), RF_FLOAT32, s1, 4, "SAME", NULL),
+      RF_INVALID_ARGUMENT, "filter must have rank 4 (HWIO or OHWI)");
+  assert_status(
+      conv_status(rf_shape_of(3, 2, 5, 5), fs, RF_FLOAT32, s1, 4, "SAME", NULL),
+      RF_INVALID_ARGUMENT, "input must have rank 4 (NHWC)");
   const int64_t dz[4] = {1, 0, 1, 1}, dhuge[4] = {1, INT64_MAX / 2, 1, 1};
   assert_status(conv_status(xs, fs, RF_FLOAT32, s1, 4, "SAME", dz),
                 RF_INVALID_ARGUMENT, "'dilations' must be >= 1");
@@ -569,9 +575,12 @@ static void test_run_errors(void **state) {
        "in_channels"},
       {rf_shape_of(4, 1, 2, 4, 2), rf_shape_of(4, 3, 3, 2, 2), "VALID",
        "larger than the input"},
-      {rf_shape_of(3, 1, 4, 4), rf_shape_of(4, 3, 3, 2, 2), "SAME", "rank 4"},
+      {rf_shape_of(3, 1, 4, 4), rf_shape_of(4, 3, 3, 2, 2), "SAME",
+       "input must have rank 4 (NHWC)"},
+      {rf_shape_of(4, 1, 4, 4, 2), rf_shape_of(3, 3, 3, 2), "SAME",
+       "filter must have rank 4 (HWIO or OHWI)"},
   };
-  for (int k = 0; k < 3; k++) {
+  for (int k = 0; k < 4; k++) {
     rf_graph *g = rf_graph_new();
     rf_output x = rf_placeholder(g, "x", RF_FLOAT32, rf_shape_unknown());
     rf_output f = rf_placeholder(g, "f", RF_FLOAT32, rf_shape_unknown());

@@ -156,12 +156,16 @@ RF_API rf_output rf_sparse_softmax_cross_entropy(rf_graph *g, const char *name,
 /* ---- convolution and pooling (NHWC, as TensorFlow) ----
  * input (n, h, w, c); filter (kh, kw, c, out_channels); strides, ksize and
  * dilations are 4 ints (batch, height, width, channels) with 1 over batch
- * and channels; padding "SAME" (output ceil(h / stride), zeros around, split
- * with the smaller half before) or "VALID" (no padding; a window larger than
- * a nonzero input is an error). float32 and float64; on GPU devices also
- * float16 and bfloat16 (summed in float32, rounded once), which a CPU
- * device refuses when the step runs (UNIMPLEMENTED "... has dtype float16,
- * which runs on GPU devices only ..."). Invalid attrs or sizes
+ * and channels (a stride and a dilation may both exceed 1 in one axis,
+ * which TensorFlow's CPU kernel refuses); padding "SAME" (output
+ * ceil(h / stride), zeros around, split with the smaller half before) or
+ * "VALID" (no padding; a window larger than a nonzero input is an error;
+ * empty inputs, a batch or a spatial size of 0, give empty outputs of the
+ * computed shape). A rank other than 4 is INVALID_ARGUMENT ("input must
+ * have rank 4 (NHWC)", "filter must have rank 4 (HWIO or OHWI)"). float32 and
+ * float64; on GPU devices also float16 and bfloat16 (summed in float32, rounded
+ * once), which a CPU device refuses when the step runs (UNIMPLEMENTED "... has
+ * dtype float16, which runs on GPU devices only ..."). Invalid attrs or sizes
  * (a stride below 1, another padding, a filter whose in_channels differ from
  * the input's, an output over 2^63 - 1 elements) are INVALID_ARGUMENT naming
  * the node and op, at build time where the shapes are known, else at run

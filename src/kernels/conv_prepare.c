@@ -4,6 +4,7 @@
 #include "kernels/conv_prepare.h"
 
 #include <stdio.h>
+#include <string.h>
 
 #include "device/device.h"
 
@@ -44,8 +45,10 @@ static rf_status *rank4(rf__kernel_ctx *ctx, const char *what,
   if (t->shape.rank == 4) return NULL;
   char s[96];
   rf_shape_format(&t->shape, s, sizeof s);
-  return rf__kernel_error(ctx, RF_INVALID_ARGUMENT,
-                          "%s must have rank 4 (NHWC), got shape %s", what, s);
+  /* the filter is HWIO or OHWI (filter_format); the rest NHWC */
+  return rf__kernel_error(
+      ctx, RF_INVALID_ARGUMENT, "%s must have rank 4 (%s), got shape %s", what,
+      strcmp(what, "filter") == 0 ? "HWIO or OHWI" : "NHWC", s);
 }
 
 /* The 4 sizes of an int32 or int64 vector input (attr Tsizes). */

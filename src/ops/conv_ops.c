@@ -25,7 +25,9 @@ static rf_status *need_rank4(const rf_shape *s, const char *what) {
   if (s->rank < 0 || s->rank == 4) return NULL;
   char x[96];
   rf_shape_format(s, x, sizeof x);
-  return rf__invalid("%s must have rank 4 (NHWC), got shape %s", what, x);
+  /* the filter is HWIO or OHWI (filter_format); the rest NHWC */
+  return rf__invalid("%s must have rank 4 (%s), got shape %s", what,
+                     strcmp(what, "filter") == 0 ? "HWIO or OHWI" : "NHWC", x);
 }
 
 static int64_t dim(const rf_shape *s, int i) {
