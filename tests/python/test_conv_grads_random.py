@@ -66,17 +66,17 @@ def random_case(rng):
 
 
 def check_case(c, rng):
-    n, H, W, C, O = c["n"], c["h"], c["w"], c["cin"], c["cout"]
-    kh, kw, fmt = c["kh"], c["kw"], c["fmt"]
+    n, H, W, C, OC = c["n"], c["h"], c["w"], c["cin"], c["cout"]
+    kh, kw, fmt, pad = c["kh"], c["kw"], c["fmt"], c["padding"]
     s4 = [1, *c["strides"], 1]
     d4 = [1, *c["dilations"], 1]
-    oh = out_and_pad(H, kh, c["strides"][0], c["dilations"][0], c["padding"])[0]
-    ow = out_and_pad(W, kw, c["strides"][1], c["dilations"][1], c["padding"])[0]
-    wshape = (kh, kw, C, O) if fmt == "HWIO" else (O, kh, kw, C)
+    oh = out_and_pad(H, kh, c["strides"][0], c["dilations"][0], pad)[0]
+    ow = out_and_pad(W, kw, c["strides"][1], c["dilations"][1], pad)[0]
+    wshape = (kh, kw, C, OC) if fmt == "HWIO" else (OC, kh, kw, C)
     g = rf.Graph()
     with g.as_default():
         x = rf.placeholder(rf.float32, (n, H, W, C))
-        gy = rf.placeholder(rf.float32, (n, oh, ow, O))
+        gy = rf.placeholder(rf.float32, (n, oh, ow, OC))
         w = rf.placeholder(rf.float32, wshape)
         y = rf.nn.conv2d(x, w, s4, c["padding"], dilations=d4,
                          filter_format=fmt)
@@ -87,8 +87,8 @@ def check_case(c, rng):
     with rf.Session(g, threads=c["threads"]) as sess:
         for _ in range(2):  # the second run: cached primitives, fresh data
             xv = rng.uniform(-1, 1, (n, H, W, C)).astype(np.float32)
-            wv = rng.uniform(-1, 1, (kh, kw, C, O)).astype(np.float32)
-            gv = rng.uniform(-1, 1, (n, oh, ow, O)).astype(np.float32)
+            wv = rng.uniform(-1, 1, (kh, kw, C, OC)).astype(np.float32)
+            gv = rng.uniform(-1, 1, (n, oh, ow, OC)).astype(np.float32)
             wfeed = wv if fmt == "HWIO" else wv.transpose(3, 0, 1, 2)
             got = sess.run([y, dx, dw, dx2],
                            {x: xv, w: np.ascontiguousarray(wfeed), gy: gv})
@@ -97,7 +97,7 @@ def check_case(c, rng):
                              c["dilations"], c["padding"])
             got_dw = got[2] if fmt == "HWIO" else got[2].transpose(1, 2, 3, 0)
             # float32 sums of `terms` products of values in [-1, 1]
-            terms = [kh * kw * C, kh * kw * O, n * oh * ow, kh * kw * O]
+            terms = [kh * kw * C, kh * kw * OC, n * oh * ow, kh * kw * OC]
             for name, a, b, t in zip(["y", "dx", "dw", "backprop_input"],
                                      [got[0], got[1], got_dw, got[3]],
                                      [want[0], want[1], want[2], want[1]],
