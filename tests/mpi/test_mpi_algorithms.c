@@ -1,7 +1,8 @@
 /* tests/mpi/test_mpi_algorithms.c - the algorithms that move a collective's
  * data across processes (src/comm/mpi/algorithm.c): every kind run with
  * each algorithm forced in turn (MPI's nonblocking call, MPI's blocking
- * call on the data thread, ringflow's ring) and with the table's own choice,
+ * call on the data thread, ringflow's ring, shared memory) and with the
+ * table's own choice,
  * at sizes on both sides of each kind's threshold, odd sizes that the
  * processes do not divide, empty tensors, every dtype and reduction at a
  * small size. Task 0 has two devices and every other task one, so the
@@ -107,6 +108,10 @@ static double *expected(const kase *c, rf_tensor **in, int i, int root,
   return w;
 }
 
+/* The algorithm whose run counter run_case checks when it is not a's
+ * (RF_MPI_AUTO: a's own). */
+static rf__mpi_algorithm runs_as = RF_MPI_AUTO;
+
 /* Runs c once with algorithm a; this task's outputs (NULL where it fetches
  * nothing) into outs[0..2). */
 static void run_case(const kase *c, rf__mpi_algorithm a, uint64_t salt,
@@ -170,12 +175,14 @@ static void run_case(const kase *c, rf__mpi_algorithm a, uint64_t salt,
   }
   rf_tensor *got[2] = {NULL, NULL};
   outs[0] = outs[1] = NULL;
-  int64_t before = rf__mpi_algorithm_runs(a);
+  rf__mpi_algorithm counted = runs_as != RF_MPI_AUTO ? runs_as : a;
+  int64_t before = rf__mpi_algorithm_runs(counted);
   if (nfetch)
     assert_ok(rf_session_run(s, feeds, nf, fetch, nfetch, NULL, 0, got));
   else
     assert_ok(rf_session_run(s, feeds, nf, NULL, 0, &ys[root].node, 1, NULL));
-  if (a != RF_MPI_AUTO) assert_true(rf__mpi_algorithm_runs(a) > before);
+  if (counted != RF_MPI_AUTO)
+    assert_true(rf__mpi_algorithm_runs(counted) > before);
   for (int k = 0; k < nfetch; k++) {
     int i = first_dev(T) + mine[k];
     int64_t n = 0;
@@ -211,8 +218,8 @@ static uint64_t bytes_hash(const rf_tensor *t) {
 /* c with every algorithm: the same bytes from each (and, for an
  * all-reduce, in every process). */
 static void check_case(const kase *c, uint64_t salt) {
-  static const rf__mpi_algorithm algos[] = {RF_MPI_AUTO, RF_MPI_NBC,
-                                            RF_MPI_BLOCKING, RF_MPI_RING};
+  static const rf__mpi_algorithm algos[] = {
+      RF_MPI_AUTO, RF_MPI_NBC, RF_MPI_BLOCKING, RF_MPI_RING, RF_MPI_SHM};
   rf_tensor *first[2] = {NULL, NULL};
   for (size_t a = 0; a < sizeof algos / sizeof *algos; a++) {
     rf_tensor *outs[2];
@@ -326,6 +333,27 @@ static void test_table_choice_runs(void **state) {
   }
 }
 
+/* Processes that cannot share memory (on other hosts, or a full
+ * /dev/shm): the last task fails to map the segment, every process learns
+ * it from the segment's all-reduce and runs MPI's nonblocking call
+ * instead, alike. Every kind, shared memory forced: the right values, and
+ * no shared-memory exchange anywhere. */
+static void test_shm_unavailable_runs_nbc(void **state) {
+  if (T == NT - 1) rf__mpi_shm_refuse(true);
+  runs_as = RF_MPI_NBC;
+  int64_t shm_runs = rf__mpi_algorithm_runs(RF_MPI_SHM);
+  for (size_t k = 0; k < sizeof kinds / sizeof *kinds; k++) {
+    kase c = {kinds[k], RF_FLOAT32, RF_REDUCE_SUM, 3, 4099};
+    rf_tensor *outs[2];
+    run_case(&c, RF_MPI_SHM, 900 + k, outs);
+    for (int i = 0; i < 2; i++)
+      if (outs[i]) rf_tensor_release(outs[i]);
+  }
+  runs_as = RF_MPI_AUTO;
+  rf__mpi_shm_refuse(false);
+  assert_int_equal(rf__mpi_algorithm_runs(RF_MPI_SHM), shm_runs);
+}
+
 /* ringflow's ring reuses its scratch (a reduce sender's chunk of sums, a
  * reduce-scatter's chunks in transit from 3 processes) from step to step:
  * steady-state steps of a 4 MiB reduce touch no fresh pages. glibc's
@@ -431,8 +459,8 @@ static void test_in_flight_bytes_are_the_whole_vector(void **state) {
  * test_small_every_dtype) and float16 (rounded from the float32 sums) are
  * copies; their values are checked there. */
 static void test_reduce_scatter_shares_without_copy(void **state) {
-  static const rf__mpi_algorithm algos[] = {RF_MPI_AUTO, RF_MPI_NBC,
-                                            RF_MPI_BLOCKING, RF_MPI_RING};
+  static const rf__mpi_algorithm algos[] = {
+      RF_MPI_AUTO, RF_MPI_NBC, RF_MPI_BLOCKING, RF_MPI_RING, RF_MPI_SHM};
   kase c = {RF_COLL_REDUCE_SCATTER, RF_FLOAT32, RF_REDUCE_SUM, 4, 16};
   for (size_t a = 0; a < sizeof algos / sizeof *algos; a++) {
     rf_tensor *outs[2];
@@ -481,7 +509,8 @@ static void bad_env_is_an_error(const char *want) {
 
 static void test_unknown_algorithm_is_an_error(void **state) {
   bad_env_is_an_error(
-      "RF_MPI_ALGORITHM is 'bad'; expected auto, nbc, blocking, ring or p2p");
+      "RF_MPI_ALGORITHM is 'bad'; expected auto, nbc, blocking, ring, p2p or "
+      "shm");
 }
 
 static void test_bad_direct_max_is_an_error(void **state) {
@@ -599,6 +628,7 @@ int main(void) {
       cmocka_unit_test(test_small_every_dtype),
       cmocka_unit_test(test_both_sides_of_thresholds),
       cmocka_unit_test(test_table_choice_runs),
+      cmocka_unit_test(test_shm_unavailable_runs_nbc),
       cmocka_unit_test(test_ring_scratch_is_reused),
       cmocka_unit_test(test_reduce_scatter_shares_without_copy),
   };

@@ -368,6 +368,17 @@ void rf__mpi_agreed_issued(rf__job *j, rf__mpi_op *op, MPI_Comm set_comm,
     return;
   }
   MPI_Comm_set_errhandler(a->comm, MPI_ERRORS_RETURN);
+  /* Shared memory: the collective's own segment, sized for it (a later
+   * descriptor runs in it whatever its size, or MPI's call where it has
+   * none: alike everywhere). */
+  rf__mpi_shm *shm = NULL;
+  if (op->algo == RF_MPI_SHM &&
+      rf__mpi_shm_of(a->comm, rf__mpi_algorithm_bytes(op), &shm) !=
+          MPI_SUCCESS) {
+    MPI_Comm_free(&a->comm); /* the others' checks time out, named */
+    unlist(j, a, rf__mpi_now_ns(), INT64_MIN);
+    return;
+  }
   if (op->blocking && !dup_data(a, set_comm)) {
     MPI_Comm_free(&a->comm); /* the others' checks time out, named */
     unlist(j, a, rf__mpi_now_ns(), INT64_MIN);
@@ -990,19 +1001,22 @@ static bool direct_enabled(void) {
   return on && rf__mpi_thread_multiple() && rf__mpi_agree_once();
 }
 
-/* Tests the n requests req until all complete (1), one fails (-1) or
+/* Tests the n requests req (or, given q, an op's data: MPI's requests or
+ * a shared-memory exchange) until all complete (1), one fails (-1) or
  * `until` passes (0). A test that took over MOVED_NS moved data (MPI_Test
- * progresses every request: a large message's copy runs inside it) or lost
- * the core: its time does not count as waiting, up to `cap` in all.
- * No sched_yield: on a loaded machine one yield can give the core away for
- * a whole scheduler slice, far longer than the spin. */
+ * progresses every request: a large message's copy runs inside it; an
+ * exchange copies inside it) or lost the core: its time does not count as
+ * waiting, up to `cap` in all. No sched_yield: on a loaded machine one
+ * yield can give the core away for a whole scheduler slice, far longer
+ * than the spin. */
 #define MOVED_NS 5000
-static int spin(MPI_Request *req, int n, int64_t until, int64_t cap,
-                rf_status **st) {
+static int spin(MPI_Request *req, int n, rf__mpi_reqs *q, int64_t until,
+                int64_t cap, rf_status **st) {
   int64_t t = rf__mpi_now_ns();
   for (;;) {
     int done = 0;
-    *st = RF_MPI_STATUS(MPI_Testall(n, req, &done, MPI_STATUSES_IGNORE));
+    *st = RF_MPI_STATUS(q ? rf__mpi_reqs_test(q, &done)
+                          : MPI_Testall(n, req, &done, MPI_STATUSES_IGNORE));
     if (*st) return -1;
     if (done) return 1;
     int64_t now = rf__mpi_now_ns();
@@ -1106,8 +1120,8 @@ bool rf__mpi_agreed_direct(rf__job *j, rf__mpi_op *op, rf__mpi_cmd *c) {
       (big > 0 ? (int64_t)((double)big * DIRECT_SPIN_NS_PER_BYTE) : 0);
   int64_t from = rf__mpi_now_ns();
   int r = st ? -1
-             : spin(&op->check_req, 1, from + DIRECT_SPIN_NS, from + data_spin,
-                    &st);
+             : spin(&op->check_req, 1, NULL, from + DIRECT_SPIN_NS,
+                    from + data_spin, &st);
   if (r == 1) {
     const int64_t *k = op->checked;
     if (k[2] != -k[3] || k[0] != -k[1] || k[4]) r = 0; /* the engine says */
@@ -1122,7 +1136,7 @@ bool rf__mpi_agreed_direct(rf__job *j, rf__mpi_op *op, rf__mpi_cmd *c) {
     if (checking) { /* MPI writes op->checked until the check completes */
       rf_status *cst = NULL;
       int64_t end = rf__mpi_now_ns() + op->timeout_ms * 1000000;
-      int w = spin(&op->check_req, 1, end, end, &cst);
+      int w = spin(&op->check_req, 1, NULL, end, end, &cst);
       rf_status_free(cst);
       if (w != 1) atomic_fetch_add(&op->refs, 1); /* kept: MPI owns it */
     }
@@ -1138,7 +1152,7 @@ bool rf__mpi_agreed_direct(rf__job *j, rf__mpi_op *op, rf__mpi_cmd *c) {
   op->spec = false;
   op->fast = true;
   int64_t end = rf__mpi_now_ns() + data_spin;
-  r = spin(op->req.r, op->req.n, end, end, &st);
+  r = spin(NULL, 0, &op->req, end, end, &st);
   if (r == 0) {
     op->state = RF_OP_IN_FLIGHT;
     op->deadline_ns = op->issued_ns + op->timeout_ms * 1000000;

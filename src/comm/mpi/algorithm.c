@@ -9,14 +9,18 @@
  *             the job's data thread;
  *   p2p       all-gathers only: ringflow's own nonblocking messages, one
  *             to and one from every other process (p2p.c), run as nbc
- *             runs (the other kinds take nbc).
+ *             runs (the other kinds take nbc);
+ *   shm       memory shared by the processes of one host (shm.c), run as
+ *             nbc runs; nbc where they cannot share it (other hosts, no
+ *             room in /dev/shm, over 64 processes).
  * The choice goes by the number of processes (tasks) of the collective's
  * set and the size of its whole vector in bytes (an all-gather's output,
  * the others' input), which the coordinator has checked to agree, so every
  * process chooses alike. RF_MPI_ALGORITHM (read once) forces one
  * algorithm for every kind: auto (the default: the table below), nbc,
- * blocking, ring or p2p; all but nbc need CPU buffers (the data thread's
- * two MPI_THREAD_MULTIPLE as well) and fall back to nbc without them. */
+ * blocking, ring, p2p or shm; all but nbc need CPU buffers (blocking and
+ * ring, which run on a data thread, MPI_THREAD_MULTIPLE as well) and fall
+ * back to nbc without them. */
 #include <limits.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -88,10 +92,12 @@ static const row *rows_of(rf__collective_kind kind, int *n) {
   }
 }
 
-static atomic_int forced = -1; /* -1 unread; RF_MPI_AUTO..RF_MPI_P2P; -2 bad */
-static atomic_llong runs[RF_MPI_P2P + 1];
+/* -1 unread; RF_MPI_AUTO..RF_MPI_ALGORITHM_LAST; -2 bad */
+static atomic_int forced = -1;
+static atomic_llong runs[RF_MPI_ALGORITHM_LAST + 1];
 
-static const char *const names[] = {"auto", "nbc", "blocking", "ring", "p2p"};
+static const char *const names[] = {"auto", "nbc", "blocking",
+                                    "ring", "p2p", "shm"};
 
 static int read_forced(void) {
   int f = atomic_load(&forced);
@@ -100,7 +106,7 @@ static int read_forced(void) {
   f = RF_MPI_AUTO;
   if (e && *e) {
     f = -2;
-    for (int a = RF_MPI_AUTO; a <= RF_MPI_P2P; a++)
+    for (int a = RF_MPI_AUTO; a <= RF_MPI_ALGORITHM_LAST; a++)
       if (strcmp(e, names[a]) == 0) f = a;
   }
   atomic_store(&forced, f);
@@ -108,7 +114,7 @@ static int read_forced(void) {
 }
 
 const char *rf__mpi_algorithm_name(rf__mpi_algorithm a) {
-  return a >= RF_MPI_AUTO && a <= RF_MPI_P2P ? names[a] : "?";
+  return a >= RF_MPI_AUTO && a <= RF_MPI_ALGORITHM_LAST ? names[a] : "?";
 }
 
 int64_t rf__mpi_algorithm_bytes(const rf__mpi_op *op) {
@@ -169,7 +175,7 @@ static atomic_int env_bad = -1;
 static const struct {
   const char *var, *expected;
 } env_vars[] = {
-    {"RF_MPI_ALGORITHM", "auto, nbc, blocking, ring or p2p"},
+    {"RF_MPI_ALGORITHM", "auto, nbc, blocking, ring, p2p or shm"},
     {"RF_MPI_DIRECT_MAX_BYTES",
      "a decimal number of bytes from 0 to 9223372036854775807"},
     {"RF_MPI_DIRECT", "0 or 1"},
@@ -220,6 +226,7 @@ rf_status *rf__mpi_algorithm_choose(const rf__mpi_op *op,
                                         rf__mpi_algorithm_bytes(op));
   if (a == RF_MPI_P2P && (op->g.kind != RF_COLL_ALL_GATHER || op->gpu))
     a = RF_MPI_NBC;
+  if (a == RF_MPI_SHM && op->gpu) a = RF_MPI_NBC;
   if ((a == RF_MPI_BLOCKING || a == RF_MPI_RING) &&
       (op->gpu || !rf__mpi_thread_multiple()))
     a = RF_MPI_NBC;
@@ -233,15 +240,23 @@ bool rf__mpi_all_gather_p2p(int procs) {
   return forced_or_table(f, RF_COLL_ALL_GATHER, procs, 0) == RF_MPI_P2P;
 }
 
+bool rf__mpi_shm_chosen(rf__collective_kind kind, int procs, int64_t bytes) {
+  int f = read_forced();
+  if (f < 0) return false; /* a bad setting: nothing is issued */
+  return forced_or_table(f, kind, procs, bytes) == RF_MPI_SHM;
+}
+
 void rf__mpi_algorithm_force(rf__mpi_algorithm a) {
   read_forced(); /* the environment, once, before this overrides it */
   atomic_store(&forced, (int)a);
 }
 
 void rf__mpi_algorithm_count(rf__mpi_algorithm a) {
-  if (a >= RF_MPI_AUTO && a <= RF_MPI_P2P) atomic_fetch_add(&runs[a], 1);
+  if (a >= RF_MPI_AUTO && a <= RF_MPI_ALGORITHM_LAST)
+    atomic_fetch_add(&runs[a], 1);
 }
 
 int64_t rf__mpi_algorithm_runs(rf__mpi_algorithm a) {
-  return a >= RF_MPI_AUTO && a <= RF_MPI_P2P ? atomic_load(&runs[a]) : 0;
+  return a >= RF_MPI_AUTO && a <= RF_MPI_ALGORITHM_LAST ? atomic_load(&runs[a])
+                                                        : 0;
 }

@@ -355,6 +355,42 @@ static bool uniform(const rf__mpi_op *op) {
   return true;
 }
 
+/* The exchange through shared memory (shm.c) that stands for MPI's call
+ * of `kind`: count elements of esize bytes (a broadcast's whole vector,
+ * an all-gather's one participant's), nset tasks holding tcounts
+ * participants of num_devices; send and out as MPI's call takes them (an
+ * all-gather's out holds this task's rows already, a broadcast's send is
+ * its buffer). */
+static void start_shm(rf__mpi_shm *s, rf__mpi_shm_x *x,
+                      rf__collective_kind kind, MPI_Datatype type, MPI_Op mop,
+                      int64_t count, int64_t esize, int nset,
+                      const int *tcounts, int num_devices, int root_index,
+                      const void *send, void *out) {
+  if (kind == RF_COLL_BROADCAST) {
+    rf__mpi_shm_start_broadcast(x, s, (void *)send, count * esize, root_index);
+    return;
+  }
+  int64_t counts[RF_MPI_SHM_MAX_TASKS], displs[RF_MPI_SHM_MAX_TASKS], at = 0;
+  for (int t = 0; t < nset; t++) {
+    if (kind == RF_COLL_ALL_REDUCE || kind == RF_COLL_REDUCE)
+      counts[t] = count / nset + (t < count % nset); /* even chunks */
+    else if (kind == RF_COLL_REDUCE_SCATTER)
+      counts[t] = tcounts[t] * (count / num_devices);
+    else /* all-gather, in bytes */
+      counts[t] = tcounts[t] * count * esize;
+    displs[t] = at;
+    at += counts[t];
+  }
+  if (kind == RF_COLL_ALL_GATHER)
+    rf__mpi_shm_start_all_gather(x, s, out, counts, displs);
+  else
+    rf__mpi_shm_start_reduce(x, s, send, out, counts, displs, type, mop,
+                             kind == RF_COLL_ALL_REDUCE ? RF_MPI_SHM_ALL
+                             : kind == RF_COLL_REDUCE   ? RF_MPI_SHM_ROOT
+                                                        : RF_MPI_SHM_SCATTER,
+                             root_index);
+}
+
 rf_status *rf__mpi_op_issue(rf__mpi_op *op, MPI_Comm comm) {
   rf__coll_group *g = &op->g;
   MPI_Datatype type = MPI_BYTE;
@@ -365,8 +401,25 @@ rf_status *rf__mpi_op_issue(rf__mpi_op *op, MPI_Comm comm) {
   int counts[64 * 8], displs[64 * 8];
   if (op->nset > (int)(sizeof counts / sizeof *counts))
     return rf__internal("collective '%s': too many tasks", op->name);
+  rf__mpi_reqs_clear(&op->req);
+  /* shared memory where comm has a segment (made at a GO, alike in every
+   * process: member.c, agreed.c), else MPI's nonblocking call */
+  rf__mpi_shm *shm = op->algo == RF_MPI_SHM ? rf__mpi_shm_peek(comm) : NULL;
+  if (shm) {
+    int64_t n = count, es = op->wide ? 4 : (int64_t)rf_dtype_size(g->dtype);
+    const void *send = op->send;
+    if (g->kind == RF_COLL_BROADCAST) {
+      RF_CHECK(alloc_broadcast_out(op, true));
+      n = input_elems(op);
+      es = (int64_t)rf_dtype_size(g->dtype);
+      if (g->root < 0) send = broadcast_out(op);
+    }
+    rf__mpi_algorithm_count(RF_MPI_SHM);
+    start_shm(shm, &op->req.shm, g->kind, type, mop, n, es, op->nset,
+              op->counts, op->num_devices, op->root_index, send, out);
+    return NULL;
+  }
   rf__mpi_algorithm_count(op->algo == RF_MPI_P2P ? RF_MPI_P2P : RF_MPI_NBC);
-  op->req.n = 0;
   switch (g->kind) {
     case RF_COLL_ALL_REDUCE:
     case RF_COLL_REDUCE: return iallreduce(op, out, count, type, mop, comm);
@@ -431,7 +484,23 @@ rf_status *rf__mpi_op_issue_standin(const rf__mpi_op *op, const rf__mpi_msg *d,
   if (!send) return rf__oom();
   char *out = send + total;
   *buf = send;
-  reqs->n = 0;
+  rf__mpi_reqs_clear(reqs);
+  /* shared memory where the others' op takes it (the same choice from the
+   * same descriptor: algorithm.c) */
+  int64_t elems = 1;
+  for (int i = 0; i < d->rank && i < RF_MAX_RANK; i++) elems *= d->dims[i];
+  rf__mpi_shm *shm =
+      rf__mpi_shm_chosen(kind, nset,
+                         elems * (int64_t)rf_dtype_size((rf_dtype)d->dtype) *
+                             (kind == RF_COLL_ALL_GATHER ? d->num_devices : 1))
+          ? rf__mpi_shm_peek(comm)
+          : NULL;
+  if (shm) {
+    start_shm(shm, &reqs->shm, kind, type, mop, count, es, nset, tcounts,
+              d->num_devices, root_index, send,
+              kind == RF_COLL_ALL_GATHER ? send : out);
+    return NULL;
+  }
   MPI_Request *req = NULL;
   if (!(kind == RF_COLL_ALL_GATHER && rf__mpi_all_gather_p2p(nset)))
     req = rf__mpi_reqs_one(reqs);

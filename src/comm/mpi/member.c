@@ -153,7 +153,7 @@ static rf__mpi_op *op_new(rf__job *j, rf__coll_group *g, const char *devices,
   op->step_id = g->step_id;
   op->timeout_ms = g->timeout_ms > 0 ? g->timeout_ms : 300000;
   op->num_devices = g->p[0].num_devices;
-  op->req.n = 0;
+  rf__mpi_reqs_clear(&op->req);
   op->check_req = MPI_REQUEST_NULL;
   op->root_index = -1;
   const rf__coll_participant *s = speaker(g);
@@ -414,7 +414,13 @@ static int issue(rf__job *j, rf__mpi_op *op, int64_t now) {
     rf__mpi_agreed_issued(j, op, set->comm, NULL);
     rf__mpi_data_thread_run(j, op);
   } else if (!st) {
-    st = rf__mpi_op_issue(op, set->comm);
+    /* Shared memory: the set's segment, made at the first such GO (every
+     * member is there now, as for sets.c's communicators), for
+     * collectives of any size (the slot's largest). */
+    rf__mpi_shm *shm = NULL;
+    if (op->algo == RF_MPI_SHM)
+      st = RF_MPI_STATUS(rf__mpi_shm_of(set->comm, INT64_MAX, &shm));
+    if (!st) st = rf__mpi_op_issue(op, set->comm);
     rf__mpi_agreed_issued(j, op, set->comm, st);
   }
   if (st) {

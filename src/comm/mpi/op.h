@@ -29,27 +29,95 @@ typedef enum rf__mpi_algorithm {
   RF_MPI_NBC,      /* MPI's nonblocking collective, communication thread */
   RF_MPI_BLOCKING, /* MPI's blocking collective, the job's data thread */
   RF_MPI_RING,     /* ringflow's ring (ring.c), the job's data thread */
-  RF_MPI_P2P       /* all-gather: ringflow's own nonblocking messages
+  RF_MPI_P2P,      /* all-gather: ringflow's own nonblocking messages
                     * (p2p.c), as NBC runs */
+  RF_MPI_SHM       /* memory shared by the processes of one host (shm.c),
+                    * as NBC runs; NBC where they cannot share it */
 } rf__mpi_algorithm;
+#define RF_MPI_ALGORITHM_LAST RF_MPI_SHM
 
 /* An all-gather as point-to-point messages (RF_MPI_P2P) spans at most this
  * many processes by default (2 messages a peer: a request each). */
 #define RF_MPI_P2P_MAX_TASKS 16
 
+/* ---- shared memory (shm.c) ---- */
+
+/* A slot (what one process moves in one round) is at most this many bytes;
+ * a segment holds two per process. */
+#define RF_MPI_SHM_SLOT ((size_t)512 << 10)
+/* Communicators of more processes take MPI's nonblocking call instead. */
+#define RF_MPI_SHM_MAX_TASKS 64
+typedef struct rf__mpi_shm rf__mpi_shm;
+/* comm's segment, made at its first call (collective over comm: at a GO,
+ * where every process calls it in the same order; `bytes`, the vector of
+ * the collectives it is for, sizes its slots); later calls return it.
+ * *out NULL, alike in every process, where they cannot share one (other
+ * hosts, no room in /dev/shm, too many processes). An MPI error code. */
+int rf__mpi_shm_of(MPI_Comm comm, int64_t bytes, rf__mpi_shm **out);
+/* Tests: this process fails to map the segments made from now on (rank 0
+ * still makes them), as a process on another host or with a full
+ * /dev/shm would. */
+void rf__mpi_shm_refuse(bool on);
+/* comm's segment if it has one; no MPI call but an attribute lookup. */
+rf__mpi_shm *rf__mpi_shm_peek(MPI_Comm comm);
+typedef enum rf__mpi_shm_mode {
+  RF_MPI_SHM_ALL,    /* all-reduce: out is the whole vector, everywhere */
+  RF_MPI_SHM_ROOT,   /* reduce: the root's out is the whole vector */
+  RF_MPI_SHM_SCATTER /* reduce-scatter: out is this process's segment */
+} rf__mpi_shm_mode;
+typedef void (*rf__mpi_shm_fused)(const void *const *src, int p, int64_t n,
+                                  void *d1, void *d2);
+/* One collective through a segment, advanced by rf__mpi_shm_test (no
+ * waiting: it moves what the others' flags allow). */
+typedef struct rf__mpi_shm_x {
+  rf__mpi_shm *s;
+  bool active; /* started, not finished */
+  int kind;    /* an rf__mpi_shm_mode, or all-gather / broadcast (shm.c) */
+  int root, esize;
+  const char *in;
+  char *out;
+  MPI_Datatype type;
+  MPI_Op op;
+  rf__mpi_shm_fused fused;
+  int64_t counts[RF_MPI_SHM_MAX_TASKS], displs[RF_MPI_SHM_MAX_TASKS];
+  int64_t piece, rounds, k;
+  uint32_t first;  /* its first round in the segment */
+  int stage, next; /* within round k: its stage, the next process */
+} rf__mpi_shm_x;
+/* Reduces process q's segment (counts[q] elements at displs[q] of each
+ * process's send) over every process, in elements of type. */
+void rf__mpi_shm_start_reduce(rf__mpi_shm_x *x, rf__mpi_shm *s,
+                              const void *send, void *out,
+                              const int64_t *counts, const int64_t *displs,
+                              MPI_Datatype type, MPI_Op op,
+                              rf__mpi_shm_mode mode, int root);
+/* buf: every process's counts[q] bytes at displs[q], this process's own
+ * already there. */
+void rf__mpi_shm_start_all_gather(rf__mpi_shm_x *x, rf__mpi_shm *s, void *buf,
+                                  const int64_t *counts, const int64_t *displs);
+void rf__mpi_shm_start_broadcast(rf__mpi_shm_x *x, rf__mpi_shm *s, void *buf,
+                                 int64_t bytes, int root);
+/* Advances x as far as the others allow: *done when finished. MPI_SUCCESS
+ * or an MPI error code (MPI_Reduce_local's). */
+int rf__mpi_shm_test(rf__mpi_shm_x *x, int *done);
+
 /* The requests of an op's data: one MPI call's, or an all-gather's
- * messages, tested together (rf__mpi_reqs_test). n 0: none. */
+ * messages, tested together (rf__mpi_reqs_test), or an exchange through
+ * shared memory (shm.c; shm.active). n 0 and no exchange: none. */
 typedef struct rf__mpi_reqs {
   MPI_Request r[2 * (RF_MPI_P2P_MAX_TASKS - 1)];
   int n;
+  rf__mpi_shm_x shm;
 } rf__mpi_reqs;
 
+/* q emptied: no requests, no exchange. */
+void rf__mpi_reqs_clear(rf__mpi_reqs *q);
 /* Where one MPI call puts its request: q holds it alone. */
 MPI_Request *rf__mpi_reqs_one(rf__mpi_reqs *q);
-/* MPI_Testall over q (done: all completed, or there are none); an MPI
- * error code. */
+/* MPI_Testall over q, or its exchange advanced (done: all completed, or
+ * there are none); an MPI error code. */
 int rf__mpi_reqs_test(rf__mpi_reqs *q, int *done);
-/* Whether any of q is still MPI's. */
+/* Whether any of q is still MPI's, or its exchange unfinished. */
 bool rf__mpi_reqs_pending(const rf__mpi_reqs *q);
 /* An all-gather as messages on comm (n processes, this one me): this
  * process's counts[me] bytes at mine (its input, or its rows of out) to
@@ -62,6 +130,11 @@ rf_status *rf__mpi_p2p_all_gather(const void *mine, void *out,
  * this process's RF_MPI_ALGORITHM (which every process shares, checked):
  * the call a stand-in must pair with (agreed.c). */
 bool rf__mpi_all_gather_p2p(int procs);
+/* Whether a collective of kind across procs processes with a vector of
+ * `bytes` (rf__mpi_algorithm_bytes) moves as RF_MPI_SHM: the exchange a
+ * stand-in must pair with (agreed.c), where the communicator has a
+ * segment. */
+bool rf__mpi_shm_chosen(rf__collective_kind kind, int procs, int64_t bytes);
 
 struct rf__mpi_op {
   rf__job *job;

@@ -1,5 +1,6 @@
 /* comm/mpi/p2p.c - an all-gather as ringflow's own nonblocking messages
- * (RF_MPI_P2P, algorithm.c), and the requests an op's data run in.
+ * (RF_MPI_P2P, algorithm.c), and the requests an op's data run in (MPI's,
+ * or an exchange through shared memory: shm.c).
  *
  * Why not MPI_Iallgatherv: OpenMPI's libnbc runs its schedule from a
  * low-priority progress callback (every few progress calls), and on one
@@ -33,13 +34,20 @@
 
 #define TAG 0x5A6
 
+void rf__mpi_reqs_clear(rf__mpi_reqs *q) {
+  q->n = 0;
+  q->shm.active = false;
+}
+
 MPI_Request *rf__mpi_reqs_one(rf__mpi_reqs *q) {
+  rf__mpi_reqs_clear(q);
   q->n = 1;
   q->r[0] = MPI_REQUEST_NULL;
   return &q->r[0];
 }
 
 int rf__mpi_reqs_test(rf__mpi_reqs *q, int *done) {
+  if (q->shm.active) return rf__mpi_shm_test(&q->shm, done);
   if (q->n == 0) {
     *done = 1;
     return MPI_SUCCESS;
@@ -48,6 +56,7 @@ int rf__mpi_reqs_test(rf__mpi_reqs *q, int *done) {
 }
 
 bool rf__mpi_reqs_pending(const rf__mpi_reqs *q) {
+  if (q->shm.active) return true;
   for (int i = 0; i < q->n; i++)
     if (q->r[i] != MPI_REQUEST_NULL) return true;
   return false;
@@ -56,7 +65,7 @@ bool rf__mpi_reqs_pending(const rf__mpi_reqs *q) {
 rf_status *rf__mpi_p2p_all_gather(const void *mine, void *out,
                                   const int *counts, const int *displs, int n,
                                   int me, MPI_Comm comm, rf__mpi_reqs *q) {
-  q->n = 0;
+  rf__mpi_reqs_clear(q);
   if (n - 1 > (int)(sizeof q->r / sizeof *q->r) / 2)
     return rf__internal(
         "an all-gather as messages across %d processes (at "
