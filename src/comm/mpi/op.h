@@ -58,7 +58,9 @@ int rf__mpi_shm_of(MPI_Comm comm, int64_t bytes, rf__mpi_shm **out);
  * still makes them), as a process on another host or with a full
  * /dev/shm would. */
 void rf__mpi_shm_refuse(bool on);
-/* comm's segment if it has one; no MPI call but an attribute lookup. */
+/* comm's segment if it has one and may use it (a crowded one only with
+ * RF_MPI_ALGORITHM=shm; alike in every process); no MPI call but an
+ * attribute lookup. */
 rf__mpi_shm *rf__mpi_shm_peek(MPI_Comm comm);
 typedef enum rf__mpi_shm_mode {
   RF_MPI_SHM_ALL,    /* all-reduce: out is the whole vector, everywhere */

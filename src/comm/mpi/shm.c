@@ -54,6 +54,7 @@
 #include <unistd.h>
 
 #include "comm/mpi/op.h"
+#include "core/cores.h"
 #include "core/mem.h"
 
 #define LINE 64
@@ -85,6 +86,9 @@ struct rf__mpi_shm {
    * each round is the same exchange's in every process), and finished
    * here; this process runs them in order, one exchange after another. */
   uint32_t reserved, seq;
+  /* some process had fewer cores than the processes (agreed): only a
+   * forced RF_MPI_ALGORITHM=shm uses it */
+  bool crowded;
 };
 
 /* ---- the segment ---- */
@@ -154,6 +158,25 @@ static uint64_t fresh_token(void) {
   return x | 1;
 }
 
+static char *map(int fd, size_t len) {
+  char *base =
+      mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+  close(fd);
+  return base == MAP_FAILED ? NULL : base;
+}
+
+/* Whether the processes outnumber this process's cores: the communicator's
+ * (all on this host where they share memory) or the launcher's on this
+ * node. A process waiting for a flag then waits for a peer that is not
+ * running. */
+static bool crowded(int p) {
+  const char *local = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  if (!local) local = getenv("MPI_LOCALNRANKS");
+  long n = local ? strtol(local, NULL, 10) : 0;
+  if (n < p) n = p;
+  return n > rf__usable_cores();
+}
+
 /* The collective part: every process of comm maps rank 0's segment or
  * none does. An MPI error code (the others then fail alike or time out). */
 static int attach(MPI_Comm comm, size_t slot, rf__mpi_shm **out) {
@@ -169,50 +192,41 @@ static int attach(MPI_Comm comm, size_t slot, rf__mpi_shm **out) {
     uint64_t token;
     int ok;
   } msg = {{0}, 0, 0};
-  int fd = -1;
-  if (me == 0) {
+  char *base = NULL;
+  if (me == 0) { /* made, mapped and its header written before it is named */
     msg.token = fresh_token();
-    fd = create(msg.name, sizeof msg.name, len, msg.token);
-    msg.ok = fd >= 0;
+    int fd = create(msg.name, sizeof msg.name, len, msg.token);
+    if (fd >= 0) base = map(fd, len);
+    if (base) {
+      header *h = (header *)base;
+      h->magic = MAGIC;
+      h->token = msg.token;
+      h->procs = p;
+    }
+    msg.ok = base != NULL;
   }
   int rc = MPI_Bcast(&msg, (int)sizeof msg, MPI_BYTE, 0, comm);
-  if (rc != MPI_SUCCESS) {
-    if (fd >= 0) close(fd), shm_unlink(msg.name);
-    return rc;
+  if (me != 0 && rc == MPI_SUCCESS && msg.ok && !atomic_load(&refuse)) {
+    int fd = shm_open(msg.name, O_RDWR, 0);
+    if (fd >= 0) base = map(fd, len);
+    const header *h = (const header *)base;
+    /* not the segment rank 0 made (one of another host's): unusable */
+    if (base && (h->magic != MAGIC || h->token != msg.token || h->procs != p))
+      munmap(base, len), base = NULL;
   }
-  if (me != 0 && msg.ok && !atomic_load(&refuse))
-    fd = shm_open(msg.name, O_RDWR, 0);
-  char *base = MAP_FAILED;
-  if (fd >= 0) {
-    base = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE,
-                fd, 0);
-    close(fd);
-  }
-  header *h = base == MAP_FAILED ? NULL : (header *)base;
-  if (h && me == 0) {
-    h->magic = MAGIC;
-    h->token = msg.token;
-    h->procs = p;
-  }
-  /* rank 0 wrote the header before the all-reduce, which orders it */
-  int ok = h != NULL, all = 0;
-  rc = MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, comm);
+  /* [0]: every process mapped it; [1]: none is crowded */
+  int mine[2] = {base != NULL, !crowded(p)}, all[2] = {0, 0};
+  if (rc == MPI_SUCCESS)
+    rc = MPI_Allreduce(mine, all, 2, MPI_INT, MPI_MIN, comm);
   if (me == 0 && msg.ok) shm_unlink(msg.name); /* mapped or given up */
-  if (rc == MPI_SUCCESS && all &&
-      (h->magic != MAGIC || h->token != msg.token || h->procs != p))
-    all = 0, ok = 0; /* not the segment rank 0 made (another host's) */
-  if (rc == MPI_SUCCESS && all) { /* each checked its own: agree again */
-    int mine = ok;
-    rc = MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, comm);
-  }
   rf__mpi_shm *s = NULL;
-  if (rc == MPI_SUCCESS && all) s = rf__calloc(1, sizeof *s);
+  if (rc == MPI_SUCCESS && all[0]) s = rf__calloc(1, sizeof *s);
   if (!s) {
-    if (h) munmap(base, len);
+    if (base) munmap(base, len);
     /* no memory for the record here: the others would use the segment
      * alone. Rare enough to fail the call (MPI_ERR_NO_MEM) in this process
      * and let the others time out, named. */
-    return rc != MPI_SUCCESS ? rc : all ? MPI_ERR_NO_MEM : MPI_SUCCESS;
+    return rc != MPI_SUCCESS ? rc : all[0] ? MPI_ERR_NO_MEM : MPI_SUCCESS;
   }
   s->base = base;
   s->len = len;
@@ -221,6 +235,7 @@ static int attach(MPI_Comm comm, size_t slot, rf__mpi_shm **out) {
   s->data = base + head;
   s->procs = p;
   s->me = me;
+  s->crowded = !all[1];
   *out = s;
   return MPI_SUCCESS;
 }
