@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "comm/mpi/op.h"
+#include "core/cores.h"
 #include "mpi_testutil.h"
 #include "ringflow/collectives.h"
 #include "ringflow/ops.h"
@@ -306,28 +307,39 @@ static void test_both_sides_of_thresholds(void **state) {
  * 11 call A on the quiet host: the ring 1.26-1.83x MPI_Reduce's speed at
  * 1-16 MiB with 4 processes, in every repetition); a 1 MiB reduce-scatter
  * is the ring, a 1 MiB all-reduce MPI's nonblocking call, a 1 MiB
- * all-gather ringflow's own messages (p2p.c). */
+ * all-gather ringflow's own messages (p2p.c). At 64 KiB the all-reduce,
+ * reduce and reduce-scatter go through shared memory - or MPI's
+ * nonblocking call where the processes outnumber this machine's cores
+ * (ctest's 4 processes on a 2-core machine: shm.c's crowded rule). */
 static void test_table_choice_runs(void **state) {
   static const struct {
     rf__collective_kind kind;
+    int64_t bytes;
     rf__mpi_algorithm below4, from4;
   } want[] = {
-      {RF_COLL_REDUCE, RF_MPI_BLOCKING, RF_MPI_RING},
-      {RF_COLL_REDUCE_SCATTER, RF_MPI_RING, RF_MPI_RING},
-      {RF_COLL_ALL_REDUCE, RF_MPI_NBC, RF_MPI_NBC},
-      {RF_COLL_ALL_GATHER, RF_MPI_P2P, RF_MPI_P2P},
+      {RF_COLL_REDUCE, 1 << 20, RF_MPI_BLOCKING, RF_MPI_RING},
+      {RF_COLL_REDUCE_SCATTER, 1 << 20, RF_MPI_RING, RF_MPI_RING},
+      {RF_COLL_ALL_REDUCE, 1 << 20, RF_MPI_NBC, RF_MPI_NBC},
+      {RF_COLL_ALL_GATHER, 1 << 20, RF_MPI_P2P, RF_MPI_P2P},
+      {RF_COLL_ALL_REDUCE, 64 << 10, RF_MPI_SHM, RF_MPI_SHM},
+      {RF_COLL_REDUCE, 64 << 10, RF_MPI_SHM, RF_MPI_SHM},
+      {RF_COLL_REDUCE_SCATTER, 64 << 10, RF_MPI_SHM, RF_MPI_SHM},
   };
+  bool crowded = NT > rf__usable_cores();
   for (size_t k = 0; k < sizeof want / sizeof *want; k++) {
     rf__mpi_algorithm a = NT >= 4 ? want[k].from4 : want[k].below4;
-    kase c = {want[k].kind, RF_FLOAT32, RF_REDUCE_SUM, 1, (1 << 18) + 5};
+    if (a == RF_MPI_SHM && crowded) a = RF_MPI_NBC;
+    int64_t elems = want[k].bytes / 4;
+    kase c = {want[k].kind, RF_FLOAT32, RF_REDUCE_SUM, 1, elems + 5};
     if (c.kind == RF_COLL_REDUCE_SCATTER)
-      c.cols = (1 << 18) / num_devices() + 1; /* rows of every device */
+      c.cols = elems / num_devices() + 1; /* rows of every device */
     int64_t before = rf__mpi_algorithm_runs(a);
     rf_tensor *outs[2];
     run_case(&c, RF_MPI_AUTO, 4000 + k, outs);
     if (rf__mpi_algorithm_runs(a) <= before)
-      fail_msg("%s of 1 MiB across %d processes did not run %s",
-               rf__collective_kind_name(c.kind), NT, rf__mpi_algorithm_name(a));
+      fail_msg("%s of %lld KiB across %d processes did not run %s",
+               rf__collective_kind_name(c.kind),
+               (long long)(want[k].bytes >> 10), NT, rf__mpi_algorithm_name(a));
     for (int i = 0; i < 2; i++)
       if (outs[i]) rf_tensor_release(outs[i]);
   }

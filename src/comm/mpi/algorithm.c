@@ -50,10 +50,11 @@
  *     even at 1 MiB, 4,881 against 4,997-5,737 at 4 MiB and 24.2 ms
  *     against 36.6-53.0 at 16 MiB; session 11 call A: the ring 1.32-4.08
  *     from 1 MiB at np 2, 0.89-2.83 at np 4);
- *   all-reduce: never (libnbc's ring, taken from 256 KiB, was as fast as
- *     ringflow's: 1,600 against 1,662 us at 1 MiB, 39.2 against 38.4 ms at
- *     16 MiB, 4 processes; in call A MPI's blocking call and ringflow's
- *     ring were slower at every size), nor all-gather (MPI_Iallgatherv in
+ *   all-reduce: never the data thread (libnbc's ring, taken from 256 KiB,
+ *     was as fast as ringflow's: 1,600 against 1,662 us at 1 MiB, 39.2
+ *     against 38.4 ms at 16 MiB, 4 processes; in call A MPI's blocking call
+ *     and ringflow's ring were slower at every size), nor all-gather
+ *     (MPI_Iallgatherv in
  *     place was the fastest or within 10% at every size, in call A too),
  *     nor broadcast (libnbc's own choice within 10% of the best up to
  *     4 MiB; in call A the fastest at 16 and 64 MiB, np 4). */
@@ -64,10 +65,29 @@ typedef struct row {
 } row;
 
 #define MiB ((int64_t)1 << 20)
-static const row reduce_rows[] = {{1, 256 << 10, RF_MPI_BLOCKING},
+#define KiB ((int64_t)1 << 10)
+/*   shared memory (shm.c) from 4 KiB for the all-reduce and the reduce up
+ *     to 256 KiB and the reduce-scatter up to 1 MiB: 2-core VM, 2
+ *     processes, two runs each against main's choice (docs/PERFORMANCE.md
+ *     "Session 29"; MPI's time / ringflow's): all-reduce 0.64-0.77 against
+ *     0.43-0.49 at 4 KiB, 1.52-1.57 against 0.74-0.77 at 64 KiB, but
+ *     1.10-1.15 against libnbc's ring's 1.32-1.40 at 256 KiB; reduce
+ *     0.34-0.37 against 0.17-0.21 at 64 KiB, mixed at 256 KiB-1 MiB
+ *     against MPI_Reduce; reduce-scatter 0.97-1.04 against 0.63-0.69 at 64
+ *     KiB and 1.47-1.54 against 0.99-1.00 at 256 KiB, the ring's 2.55-2.70
+ *     against 2.17-2.48 at 4 MiB; even at 1 KiB. Broadcast and all-gather
+ *     never: MPI's single-copy transfer (vader's CMA) of one buffer beats
+ *     copying it in and out (0.24-0.32 against 0.36-0.53 at 16-64 KiB).
+ *     Where the processes cannot share memory, or outnumber some
+ *     process's cores, these rows run nbc (shm.c). */
+static const row reduce_rows[] = {{1, 4 * KiB, RF_MPI_SHM},
+                                  {1, 256 * KiB, RF_MPI_BLOCKING},
                                   {4, 1 * MiB, RF_MPI_RING},
                                   {4, 64 * MiB, RF_MPI_NBC}};
-static const row reduce_scatter_rows[] = {{1, 1 * MiB, RF_MPI_RING}};
+static const row reduce_scatter_rows[] = {{1, 4 * KiB, RF_MPI_SHM},
+                                          {1, 1 * MiB, RF_MPI_RING}};
+static const row all_reduce_rows[] = {{1, 4 * KiB, RF_MPI_SHM},
+                                      {1, 256 * KiB, RF_MPI_NBC}};
 /*   all-gather: messages at every size up to RF_MPI_P2P_MAX_TASKS
  *     processes (p2p.c: against MPI_Iallgatherv in place, 2-core VM, 2
  *     processes 4.9 against 10.4 us at 64 KiB and 47 against 92 at 1 MiB,
@@ -88,7 +108,10 @@ static const row *rows_of(rf__collective_kind kind, int *n) {
     case RF_COLL_ALL_GATHER:
       *n = (int)(sizeof all_gather_rows / sizeof *all_gather_rows);
       return all_gather_rows;
-    default: *n = 0; return NULL; /* all-reduce, broadcast */
+    case RF_COLL_ALL_REDUCE:
+      *n = (int)(sizeof all_reduce_rows / sizeof *all_reduce_rows);
+      return all_reduce_rows;
+    default: *n = 0; return NULL; /* broadcast */
   }
 }
 

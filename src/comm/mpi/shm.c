@@ -278,7 +278,9 @@ rf__mpi_shm *rf__mpi_shm_peek(MPI_Comm comm) {
       MPI_Comm_get_attr(comm, keyval, &val, &found) != MPI_SUCCESS || !found ||
       val == &unavailable)
     return NULL;
-  return val;
+  rf__mpi_shm *s = val;
+  if (s->crowded && rf__mpi_algorithm_setting() != RF_MPI_SHM) return NULL;
+  return s;
 }
 
 /* ---- flags ---- */
