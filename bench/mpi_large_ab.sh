@@ -2,7 +2,8 @@
 # bench/mpi_large_ab.sh - ringflow's collectives across processes from 1 MiB
 # up against MPI's own call, per algorithm (src/comm/mpi/algorithm.c): the
 # table's choice ("auto") and each algorithm forced by RF_MPI_ALGORITHM
-# (nbc, blocking, ring), and optionally the same "auto" of a second binary
+# (nbc, blocking, ring, shm), and optionally the same "auto" of a second
+# binary
 # (the A of an A/B: an older build). For np 2 and 4, REPS repetitions; in
 # each the variants run one after the other in a rotated order, so a
 # change of load hits them alike. Each run is
@@ -17,13 +18,14 @@
 # Environment: NPS (default "2 4"), REPS (3), MIN_TIME (0.01: a window of
 # the bench lasts at least this long), ROUNDS (3: rounds of ringflow's and
 # MPI's windows per size), SIZES ("--min 1M --max 64M": 1, 4, 16, 64 MiB),
-# VARIANTS (default "auto nbc blocking ring"; "old" is added with a second
+# VARIANTS (default "auto nbc blocking ring shm"; "old" is added with a second
 # binary), BENCH_ARGS (more bench options, e.g. "--collective broadcast"),
 # CPUS (a taskset list for the ranks, e.g. 8-15), OUT (a folder for the raw
-# CSV; default a temporary one). With the defaults, 24 runs of mpirun (30
+# CSV; default a temporary one). With the defaults, 30 runs of mpirun (36
 # with an old binary); the script prints how long it took. Estimated from
-# the number of calls at about 100 s on a quiet 16-core host with
-# CPUS=8-15, 125 s with an old binary (docs/PERFORMANCE.md, "Session 10";
+# the number of calls at about 125 s on a quiet 16-core host with
+# CPUS=8-15, 150 s with an old binary (docs/PERFORMANCE.md, "Session 10",
+# for four variants;
 # on the loaded 2-core VM one run of np 2 took 60-80 s). A threshold
 # moves only where the summary's `wins` is every repetition.
 set -euo pipefail
@@ -42,7 +44,7 @@ OUT=${OUT:-$(mktemp -d /tmp/mpi_large_ab.XXXXXX)}
 mkdir -p "$OUT"
 PIN=()
 [ -n "${CPUS:-}" ] && PIN=(taskset -c "$CPUS")
-read -r -a variants <<<"${VARIANTS:-auto nbc blocking ring}"
+read -r -a variants <<<"${VARIANTS:-auto nbc blocking ring shm}"
 [ -n "$OLD" ] && variants+=(old)
 
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -76,7 +78,7 @@ for r in rows:
     cells.setdefault(key, {}).setdefault(r["variant"], []).append(
         (float(r["ratio_vs_mpi"]), float(r["ringflow_us"]), float(r["mpi_us"]),
          r["rep"]))
-order = ["auto", "nbc", "blocking", "ring", "old"]
+order = ["auto", "nbc", "blocking", "ring", "shm", "old"]
 seen = [v for v in order if any(v in c for c in cells.values())]
 print("median MPI/ringflow ratio (>= 1: ringflow as fast); best = fastest "
       "variant; wins = repetitions in which best beat auto (same repetition)")
