@@ -219,6 +219,8 @@ static int attach(MPI_Comm comm, size_t slot, rf__mpi_shm **out) {
   if (rc == MPI_SUCCESS)
     rc = MPI_Allreduce(mine, all, 2, MPI_INT, MPI_MIN, comm);
   if (me == 0 && msg.ok) shm_unlink(msg.name); /* mapped or given up */
+  /* crowded and not forced: never used (peek), so not kept either */
+  if (!all[1] && rf__mpi_algorithm_setting() != RF_MPI_SHM) all[0] = 0;
   rf__mpi_shm *s = NULL;
   if (rc == MPI_SUCCESS && all[0]) s = rf__calloc(1, sizeof *s);
   if (!s) {
