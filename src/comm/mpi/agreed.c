@@ -1002,7 +1002,8 @@ static bool direct_enabled(void) {
 }
 
 /* Tests the n requests req (or, given q, an op's data: MPI's requests or
- * a shared-memory exchange) until all complete (1), one fails (-1) or
+ * a shared-memory exchange), advancing `also`'s exchange beside them,
+ * until all complete (1), one fails (-1) or
  * `until` passes (0). A test that took over MOVED_NS moved data (MPI_Test
  * progresses every request: a large message's copy runs inside it; an
  * exchange copies inside it) or lost the core: its time does not count as
@@ -1010,11 +1011,15 @@ static bool direct_enabled(void) {
  * yield can give the core away for a whole scheduler slice, far longer
  * than the spin. */
 #define MOVED_NS 5000
-static int spin(MPI_Request *req, int n, rf__mpi_reqs *q, int64_t until,
-                int64_t cap, rf_status **st) {
+static int spin(MPI_Request *req, int n, rf__mpi_reqs *q, rf__mpi_reqs *also,
+                int64_t until, int64_t cap, rf_status **st) {
   int64_t t = rf__mpi_now_ns();
   for (;;) {
     int done = 0;
+    /* the check's wait: the data go with it, and a shared-memory exchange
+     * moves only when tested (MPI's own requests move in any MPI call) */
+    int moved = 0;
+    if (also && also->shm.active) (void)rf__mpi_reqs_test(also, &moved);
     *st = RF_MPI_STATUS(q ? rf__mpi_reqs_test(q, &done)
                           : MPI_Testall(n, req, &done, MPI_STATUSES_IGNORE));
     if (*st) return -1;
@@ -1120,7 +1125,7 @@ bool rf__mpi_agreed_direct(rf__job *j, rf__mpi_op *op, rf__mpi_cmd *c) {
       (big > 0 ? (int64_t)((double)big * DIRECT_SPIN_NS_PER_BYTE) : 0);
   int64_t from = rf__mpi_now_ns();
   int r = st ? -1
-             : spin(&op->check_req, 1, NULL, from + DIRECT_SPIN_NS,
+             : spin(&op->check_req, 1, NULL, &op->req, from + DIRECT_SPIN_NS,
                     from + data_spin, &st);
   if (r == 1) {
     const int64_t *k = op->checked;
@@ -1136,7 +1141,7 @@ bool rf__mpi_agreed_direct(rf__job *j, rf__mpi_op *op, rf__mpi_cmd *c) {
     if (checking) { /* MPI writes op->checked until the check completes */
       rf_status *cst = NULL;
       int64_t end = rf__mpi_now_ns() + op->timeout_ms * 1000000;
-      int w = spin(&op->check_req, 1, NULL, end, end, &cst);
+      int w = spin(&op->check_req, 1, NULL, NULL, end, end, &cst);
       rf_status_free(cst);
       if (w != 1) atomic_fetch_add(&op->refs, 1); /* kept: MPI owns it */
     }
@@ -1152,7 +1157,7 @@ bool rf__mpi_agreed_direct(rf__job *j, rf__mpi_op *op, rf__mpi_cmd *c) {
   op->spec = false;
   op->fast = true;
   int64_t end = rf__mpi_now_ns() + data_spin;
-  r = spin(NULL, 0, &op->req, end, end, &st);
+  r = spin(NULL, 0, &op->req, NULL, end, end, &st);
   if (r == 0) {
     op->state = RF_OP_IN_FLIGHT;
     op->deadline_ns = op->issued_ns + op->timeout_ms * 1000000;
