@@ -66,27 +66,28 @@ typedef struct row {
 
 #define MiB ((int64_t)1 << 20)
 #define KiB ((int64_t)1 << 10)
-/*   shared memory (shm.c) from 4 KiB for the all-reduce and the reduce up
- *     to 256 KiB and the reduce-scatter up to 1 MiB: 2-core VM, 2
- *     processes, two runs each against main's choice (docs/PERFORMANCE.md
- *     "Session 29"; MPI's time / ringflow's): all-reduce 0.64-0.77 against
- *     0.43-0.49 at 4 KiB, 1.52-1.57 against 0.74-0.77 at 64 KiB, but
- *     1.10-1.15 against libnbc's ring's 1.32-1.40 at 256 KiB; reduce
- *     0.34-0.37 against 0.17-0.21 at 64 KiB, mixed at 256 KiB-1 MiB
- *     against MPI_Reduce; reduce-scatter 0.97-1.04 against 0.63-0.69 at 64
- *     KiB and 1.47-1.54 against 0.99-1.00 at 256 KiB, the ring's 2.55-2.70
- *     against 2.17-2.48 at 4 MiB; even at 1 KiB. Broadcast and all-gather
- *     never: MPI's single-copy transfer (vader's CMA) of one buffer beats
- *     copying it in and out (0.24-0.32 against 0.36-0.53 at 16-64 KiB).
- *     Where the processes cannot share memory, or outnumber some
- *     process's cores, these rows run nbc (shm.c). */
-static const row reduce_rows[] = {{1, 4 * KiB, RF_MPI_SHM},
+/*   shared memory (shm.c) for the all-reduce and the reduce up to 256 KiB
+ *     and the reduce-scatter up to 1 MiB: 2-core VM, 2 processes, two runs
+ *     each against main's choice (docs/PERFORMANCE.md "Session 29"; MPI's
+ *     time / ringflow's): all-reduce 0.38-0.50 against 0.08-0.30 at 1 KiB,
+ *     0.96-1.03 against 0.35-0.81 at 4 KiB, 1.52-1.57 against 0.74-0.77 at
+ *     64 KiB, but 1.10-1.15 against libnbc's ring's 1.32-1.40 at 256 KiB;
+ *     reduce 0.47 against 0.21-0.28 at 1 KiB, 0.34-0.37 against 0.17-0.21
+ *     at 64 KiB, mixed at 256 KiB-1 MiB against MPI_Reduce;
+ *     reduce-scatter 0.49 against 0.27-0.29 at 1 KiB, 0.97-1.04 against
+ *     0.63-0.69 at 64 KiB and 1.47-1.54 against 0.99-1.00 at 256 KiB, the
+ *     ring's 2.55-2.70 against 2.17-2.48 at 4 MiB. Broadcast and
+ *     all-gather never: MPI's single-copy transfer (vader's CMA) of one
+ *     buffer beats copying it in and out (0.24-0.32 against 0.36-0.53 at
+ *     16-64 KiB). Where the processes cannot share memory, or outnumber
+ *     some process's cores, these rows run nbc (shm.c). */
+static const row reduce_rows[] = {{1, 0, RF_MPI_SHM},
                                   {1, 256 * KiB, RF_MPI_BLOCKING},
                                   {4, 1 * MiB, RF_MPI_RING},
                                   {4, 64 * MiB, RF_MPI_NBC}};
-static const row reduce_scatter_rows[] = {{1, 4 * KiB, RF_MPI_SHM},
+static const row reduce_scatter_rows[] = {{1, 0, RF_MPI_SHM},
                                           {1, 1 * MiB, RF_MPI_RING}};
-static const row all_reduce_rows[] = {{1, 4 * KiB, RF_MPI_SHM},
+static const row all_reduce_rows[] = {{1, 0, RF_MPI_SHM},
                                       {1, 256 * KiB, RF_MPI_NBC}};
 /*   all-gather: messages at every size up to RF_MPI_P2P_MAX_TASKS
  *     processes (p2p.c: against MPI_Iallgatherv in place, 2-core VM, 2
