@@ -7,12 +7,14 @@
  * the slowest process's mean.
  *
  *   mpirun --bind-to none --mca btl self,vader -np N \
- *     build-nc/bench/bench_mpi_shm_floor [ITERS [MAX_BYTES]]
+ *     build-nc/bench/bench_mpi_shm_floor [ITERS [MAX_BYTES [MIN_BYTES]]]
  *
- * ITERS (default 200; a quarter from 4 MiB) calls a loop, sizes 64 KiB to
- * MAX_BYTES (default 16 MiB) by 4. One line per kind and size on rank 0:
- * both times in microseconds and MPI's / the exchange's (above 1: the
- * exchange is faster). Exits 1 when the processes cannot share memory. */
+ * ITERS (default 200; a quarter from 4 MiB) calls a loop, sizes MIN_BYTES
+ * (default 64 KiB, at least 64 bytes) to MAX_BYTES (default 16 MiB) by 4. One
+ * line per kind and size on rank 0: both times in microseconds and MPI's / the
+ * exchange's (above 1: the exchange is faster). Exits 1 when the processes
+ * cannot share memory; runs where they outnumber the cores too (a crowded
+ * job's table would not take the exchange there: docs/MULTIPROCESS.md). */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -79,7 +81,9 @@ int main(int argc, char **argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &me);
   int iters = argc > 1 ? atoi(argv[1]) : 200;
   int64_t max_bytes = argc > 2 ? atoll(argv[2]) : (int64_t)16 << 20;
-  if (iters < 1 || p > RF_MPI_SHM_MAX_TASKS) {
+  int64_t min_bytes = argc > 3 ? atoll(argv[3]) : (int64_t)64 << 10;
+  if (iters < 1 || min_bytes < 64 || min_bytes > max_bytes ||
+      p > RF_MPI_SHM_MAX_TASKS) {
     if (me == 0) fprintf(stderr, "usage: see the file's header\n");
     MPI_Finalize();
     return 2;
@@ -87,14 +91,14 @@ int main(int argc, char **argv) {
   MPI_Comm comm;
   MPI_Comm_dup(MPI_COMM_WORLD, &comm);
   rf__mpi_shm *s = NULL;
-  if (rf__mpi_shm_of(comm, max_bytes, &s) != MPI_SUCCESS || !s) {
+  if (rf__mpi_shm_of(comm, max_bytes, false, &s) != MPI_SUCCESS || !s) {
     if (me == 0) fprintf(stderr, "no shared memory between the processes\n");
     MPI_Finalize();
     return 1;
   }
   static rf__mpi_shm_x x;
   for (int kind = 0; kind < 5; kind++)
-    for (int64_t bytes = 64 << 10; bytes <= max_bytes; bytes *= 4) {
+    for (int64_t bytes = min_bytes; bytes <= max_bytes; bytes *= 4) {
       int n = (int)(bytes / 4);
       float *a = malloc((size_t)bytes), *b = calloc(1, (size_t)bytes);
       if (!a || !b) return 1;

@@ -15,6 +15,7 @@
 #include "testutil.h"
 
 #include "ringflow/debug.h"
+#include "core/cores.h"
 #include "device/threadpool.h"
 
 static void sleep_ms(int ms) {
@@ -71,6 +72,65 @@ static int size_with_two_local_ranks(void) {
   free(saved);
   assert_ok(st);
   return size;
+}
+
+/* rf__cores_crowded with OMPI_COMM_WORLD_LOCAL_SIZE=ranks (NULL: unset),
+ * restored after. */
+static bool crowded_with(const char *ranks) {
+  const char *had = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  char *saved = had ? strdup(had) : NULL;
+  if (ranks)
+    setenv("OMPI_COMM_WORLD_LOCAL_SIZE", ranks, 1);
+  else
+    unsetenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  bool crowded = rf__cores_crowded();
+  if (saved)
+    setenv("OMPI_COMM_WORLD_LOCAL_SIZE", saved, 1);
+  else
+    unsetenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  free(saved);
+  return crowded;
+}
+
+/* A node is crowded when its launcher's ranks outnumber the machine's
+ * CPUs, or, unbound, this process's usable cores; a rank bound to a core
+ * of its own (`--bind-to core`, narrower than its parent's mask) is not,
+ * as long as the node's ranks fit the machine. */
+static void test_crowded_nodes(void **state) {
+  const char *had = getenv("MPI_LOCALNRANKS");
+  if (had) { /* the other launcher's variable would answer instead */
+    skip();
+    return;
+  }
+  cpu_set_t set, parent;
+  assert_int_equal(sched_getaffinity(0, sizeof set, &set), 0);
+  assert_int_equal(sched_getaffinity(getppid(), sizeof parent, &parent), 0);
+  int usable = CPU_COUNT(&set);
+  long online = sysconf(_SC_NPROCESSORS_ONLN);
+  char n[32];
+  assert_false(crowded_with(NULL));
+  assert_false(crowded_with("1"));
+  snprintf(n, sizeof n, "%ld", online + 1);
+  assert_true(crowded_with(n));
+  if (!CPU_EQUAL(&set, &parent) || usable < 1) return; /* bound already */
+  snprintf(n, sizeof n, "%d", usable);
+  assert_false(crowded_with(n));
+  snprintf(n, sizeof n, "%d", usable + 1);
+  /* unbound: usable + 1 ranks share usable cores */
+  if (usable + 1 <= online) assert_true(crowded_with(n));
+  /* bound to one CPU by "the launcher": 2 ranks, a core each */
+  if (online < 2) return;
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  for (int c = 0; c < CPU_SETSIZE; c++)
+    if (CPU_ISSET(c, &set)) {
+      CPU_SET(c, &one);
+      break;
+    }
+  assert_int_equal(sched_setaffinity(0, sizeof one, &one), 0);
+  bool bound2 = crowded_with("2");
+  assert_int_equal(sched_setaffinity(0, sizeof set, &set), 0);
+  assert_false(bound2);
 }
 
 /* Under an MPI launcher that did not bind the ranks (each has its parent's
@@ -399,6 +459,7 @@ int main(void) {
       cmocka_unit_test(test_new_errors),
       cmocka_unit_test(test_default_size_follows_affinity),
       cmocka_unit_test(test_default_size_shares_cores_between_local_ranks),
+      cmocka_unit_test(test_crowded_nodes),
       cmocka_unit_test(test_free_runs_every_queued_task),
       cmocka_unit_test(test_tasks_schedule_tasks),
       cmocka_unit_test(test_idle_count),

@@ -37,11 +37,25 @@ static bool bound_by_launcher(int usable) {
   return !CPU_EQUAL(&mine, &parent);
 }
 
-int rf__cores_for_this_process(void) {
-  int usable = rf__usable_cores();
+/* The processes the MPI launcher started on this node (1 without one). */
+static long node_ranks(void) {
   const char *local = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
   if (!local) local = getenv("MPI_LOCALNRANKS");
   long ranks = local ? strtol(local, NULL, 10) : 1;
+  return ranks > 1 ? ranks : 1;
+}
+
+bool rf__cores_crowded(void) {
+  long ranks = node_ranks();
+  if (ranks <= 1) return false;
+  if (ranks > online_cores()) return true;
+  int usable = rf__usable_cores();
+  return ranks > usable && !bound_by_launcher(usable);
+}
+
+int rf__cores_for_this_process(void) {
+  int usable = rf__usable_cores();
+  long ranks = node_ranks();
   if (ranks <= 1 || bound_by_launcher(usable)) return usable;
   long share = usable / ranks;
   return share > 0 ? (int)share : 1;

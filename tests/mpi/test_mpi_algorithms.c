@@ -281,7 +281,8 @@ static void test_both_sides_of_thresholds(void **state) {
   uint64_t salt = 1000;
   for (size_t k = 0; k < sizeof kinds / sizeof *kinds; k++) {
     int64_t bounds[8];
-    int nb = rf__mpi_algorithm_bounds(kinds[k], NT, bounds, 8);
+    int nb =
+        rf__mpi_algorithm_bounds(kinds[k], NT, !rf__cores_crowded(), bounds, 8);
     if (nb == 0) bounds[nb++] = 512 << 10;
     for (int b = 0; b < nb && bounds[b] <= (1 << 20); b++) {
       /* the size the choice goes by: all-gather's output, else the input */
@@ -302,33 +303,44 @@ static void test_both_sides_of_thresholds(void **state) {
   }
 }
 
-/* The table's choice is what runs: a 1 MiB reduce is MPI_Reduce on the
- * data thread across 2 or 3 processes and ringflow's ring from 4 (session
- * 11 call A on the quiet host: the ring 1.26-1.83x MPI_Reduce's speed at
- * 1-16 MiB with 4 processes, in every repetition); a 1 MiB reduce-scatter
- * is the ring, a 1 MiB all-reduce MPI's nonblocking call, a 1 MiB
- * all-gather ringflow's own messages (p2p.c). At 64 KiB the all-reduce,
- * reduce and reduce-scatter go through shared memory - or MPI's
- * nonblocking call where the processes outnumber this machine's cores
- * (ctest's 4 processes on a 2-core machine: shm.c's crowded rule). */
+/* The table's choice is what runs. On a machine whose cores the
+ * processes do not outnumber (core/cores.h: ctest's 2 processes on 2
+ * cores), shared memory: at 64 KiB for the all-reduce, reduce and
+ * reduce-scatter, and from 4 processes (the 16-core host) for every kind
+ * at every size. Else (ctest's 4 processes on 2 cores: crowded) the rows
+ * without it: a 1 MiB reduce is MPI_Reduce on the data thread across 2 or
+ * 3 processes and ringflow's ring from 4 (session 11 call A on the quiet
+ * host: the ring 1.26-1.83x MPI_Reduce's speed at 1-16 MiB with 4
+ * processes, in every repetition); a 1 MiB reduce-scatter is the ring, a
+ * 1 MiB all-reduce MPI's nonblocking call, a 1 MiB all-gather ringflow's
+ * own messages (p2p.c), the rest MPI's nonblocking calls. */
 static void test_table_choice_runs(void **state) {
   static const struct {
     rf__collective_kind kind;
     int64_t bytes;
-    rf__mpi_algorithm below4, from4;
+    rf__mpi_algorithm below4, from4, shm_below4, shm_from4;
   } want[] = {
-      {RF_COLL_REDUCE, 1 << 20, RF_MPI_BLOCKING, RF_MPI_RING},
-      {RF_COLL_REDUCE_SCATTER, 1 << 20, RF_MPI_RING, RF_MPI_RING},
-      {RF_COLL_ALL_REDUCE, 1 << 20, RF_MPI_NBC, RF_MPI_NBC},
-      {RF_COLL_ALL_GATHER, 1 << 20, RF_MPI_P2P, RF_MPI_P2P},
-      {RF_COLL_ALL_REDUCE, 64 << 10, RF_MPI_SHM, RF_MPI_SHM},
-      {RF_COLL_REDUCE, 64 << 10, RF_MPI_SHM, RF_MPI_SHM},
-      {RF_COLL_REDUCE_SCATTER, 64 << 10, RF_MPI_SHM, RF_MPI_SHM},
+      {RF_COLL_REDUCE, 1 << 20, RF_MPI_BLOCKING, RF_MPI_RING, RF_MPI_BLOCKING,
+       RF_MPI_SHM},
+      {RF_COLL_REDUCE_SCATTER, 1 << 20, RF_MPI_RING, RF_MPI_RING, RF_MPI_RING,
+       RF_MPI_SHM},
+      {RF_COLL_ALL_REDUCE, 1 << 20, RF_MPI_NBC, RF_MPI_NBC, RF_MPI_NBC,
+       RF_MPI_SHM},
+      {RF_COLL_ALL_GATHER, 1 << 20, RF_MPI_P2P, RF_MPI_P2P, RF_MPI_P2P,
+       RF_MPI_SHM},
+      {RF_COLL_ALL_REDUCE, 64 << 10, RF_MPI_NBC, RF_MPI_NBC, RF_MPI_SHM,
+       RF_MPI_SHM},
+      {RF_COLL_REDUCE, 64 << 10, RF_MPI_NBC, RF_MPI_NBC, RF_MPI_SHM,
+       RF_MPI_SHM},
+      {RF_COLL_REDUCE_SCATTER, 64 << 10, RF_MPI_NBC, RF_MPI_NBC, RF_MPI_SHM,
+       RF_MPI_SHM},
+      {RF_COLL_BROADCAST, 64 << 10, RF_MPI_NBC, RF_MPI_NBC, RF_MPI_NBC,
+       RF_MPI_SHM},
   };
-  bool crowded = NT > rf__usable_cores();
+  bool shm = !rf__cores_crowded();
   for (size_t k = 0; k < sizeof want / sizeof *want; k++) {
-    rf__mpi_algorithm a = NT >= 4 ? want[k].from4 : want[k].below4;
-    if (a == RF_MPI_SHM && crowded) a = RF_MPI_NBC;
+    rf__mpi_algorithm a = NT >= 4 ? (shm ? want[k].shm_from4 : want[k].from4)
+                                  : (shm ? want[k].shm_below4 : want[k].below4);
     int64_t elems = want[k].bytes / 4;
     kase c = {want[k].kind, RF_FLOAT32, RF_REDUCE_SUM, 1, elems + 5};
     if (c.kind == RF_COLL_REDUCE_SCATTER)

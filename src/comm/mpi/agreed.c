@@ -373,7 +373,7 @@ void rf__mpi_agreed_issued(rf__job *j, rf__mpi_op *op, MPI_Comm set_comm,
    * none: alike everywhere). */
   rf__mpi_shm *shm = NULL;
   if (op->algo == RF_MPI_SHM &&
-      rf__mpi_shm_of(a->comm, rf__mpi_algorithm_bytes(op), &shm) !=
+      rf__mpi_shm_of(a->comm, rf__mpi_algorithm_bytes(op), j->crowded, &shm) !=
           MPI_SUCCESS) {
     MPI_Comm_free(&a->comm); /* the others' checks time out, named */
     unlist(j, a, rf__mpi_now_ns(), INT64_MIN);
@@ -500,6 +500,23 @@ static void told_forget(rf__job *j, int64_t now) {
 
 /* ---- the check ---- */
 
+/* op's check on comm, into op->check_q: through comm's shared-memory
+ * segment when it has one every process may use (made at the GO that
+ * kept the entry, for its data: alike everywhere, so every process checks
+ * the same way), else MPI's nonblocking all-reduce. The segment's check
+ * takes three flag waits and no message; libnbc's takes MPI's round trips
+ * (most of a 1 KiB collective's time between two processes). */
+static rf_status *check_issue(rf__mpi_op *op, MPI_Comm comm) {
+  rf__mpi_reqs_clear(&op->check_q);
+  rf__mpi_shm *s = rf__mpi_shm_for_checks(comm);
+  if (s) {
+    rf__mpi_shm_start_max(&op->check_q.shm, s, op->check, op->checked, 5);
+    return NULL;
+  }
+  return rf__mpi_nbc_iallreduce(op->check, op->checked, 5, MPI_INT64_T, MPI_MAX,
+                                comm, rf__mpi_reqs_one(&op->check_q));
+}
+
 static void check_start(rf__job *j, rf__mpi_agreed *a, rf__mpi_op *op,
                         int64_t now) {
   rf__mpi_msg d;
@@ -516,10 +533,9 @@ static void check_start(rf__job *j, rf__mpi_agreed *a, rf__mpi_op *op,
   int64_t t = op->timeout_ms, early = t / 2 < PROBE_MS ? t / 2 : PROBE_MS;
   op->deadline_ns = op->arrived_ns + (t - early) * 1000000;
   if (op->deadline_ns < now) op->deadline_ns = now;
-  rf_status *st = rf__mpi_nbc_iallreduce(op->check, op->checked, 5, MPI_INT64_T,
-                                         MPI_MAX, a->comm, &op->check_req);
+  rf_status *st = check_issue(op, a->comm);
   if (st) { /* this task cannot take part: its check is the others' timeout */
-    op->check_req = MPI_REQUEST_NULL;
+    rf__mpi_reqs_clear(&op->check_q);
     op->state = RF_OP_QUEUED;
     op->deadline_ns = 0;
     fail_comm(a);
@@ -678,7 +694,7 @@ static bool spec_issue(rf__mpi_agreed *a, rf__mpi_op *op, int64_t now) {
   }
   op->spec = true;
   op->issued_ns = now;
-  if (op->check_req != MPI_REQUEST_NULL) atomic_fetch_add(&with_check, 1);
+  if (rf__mpi_reqs_pending(&op->check_q)) atomic_fetch_add(&with_check, 1);
   return true;
 }
 
@@ -747,8 +763,7 @@ static int run_entry(rf__job *j, rf__mpi_agreed *a, int64_t now, int *progress,
     if (op->state == RF_OP_CHECK) {
       if (!op->spec && !a->blocking && !spec_issue(a, op, now)) break;
       int done = 0;
-      rf_status *st =
-          RF_MPI_STATUS(MPI_Test(&op->check_req, &done, MPI_STATUS_IGNORE));
+      rf_status *st = RF_MPI_STATUS(rf__mpi_reqs_test(&op->check_q, &done));
       if (st) {
         fail_comm(a);
         rf__mpi_member_report(op, st);
@@ -914,8 +929,8 @@ void rf__mpi_agreed_free(rf__job *j) {
     rf__mpi_op *op = j->unlisted;
     j->unlisted = op->go_next;
     int checked = 1, moved = 1;
-    if (op->check_req != MPI_REQUEST_NULL)
-      MPI_Test(&op->check_req, &checked, MPI_STATUS_IGNORE);
+    if (rf__mpi_reqs_pending(&op->check_q))
+      rf__mpi_reqs_test(&op->check_q, &checked);
     if (rf__mpi_reqs_pending(&op->req)) rf__mpi_reqs_test(&op->req, &moved);
     if (checked && moved) rf__mpi_member_release(op);
   }
@@ -1001,9 +1016,9 @@ static bool direct_enabled(void) {
   return on && rf__mpi_thread_multiple() && rf__mpi_agree_once();
 }
 
-/* Tests the n requests req (or, given q, an op's data: MPI's requests or
- * a shared-memory exchange), advancing `also`'s exchange beside them,
- * until all complete (1), one fails (-1) or
+/* Tests q (an op's check or data: MPI's requests or a shared-memory
+ * exchange), advancing `also`'s exchange beside it, until it completes
+ * (1), fails (-1) or
  * `until` passes (0). A test that took over MOVED_NS moved data (MPI_Test
  * progresses every request: a large message's copy runs inside it; an
  * exchange copies inside it) or lost the core: its time does not count as
@@ -1011,8 +1026,8 @@ static bool direct_enabled(void) {
  * yield can give the core away for a whole scheduler slice, far longer
  * than the spin. */
 #define MOVED_NS 5000
-static int spin(MPI_Request *req, int n, rf__mpi_reqs *q, rf__mpi_reqs *also,
-                int64_t until, int64_t cap, rf_status **st) {
+static int spin(rf__mpi_reqs *q, rf__mpi_reqs *also, int64_t until, int64_t cap,
+                rf_status **st) {
   int64_t t = rf__mpi_now_ns();
   for (;;) {
     int done = 0;
@@ -1020,8 +1035,7 @@ static int spin(MPI_Request *req, int n, rf__mpi_reqs *q, rf__mpi_reqs *also,
      * moves only when tested (MPI's own requests move in any MPI call) */
     int moved = 0;
     if (also && also->shm.active) (void)rf__mpi_reqs_test(also, &moved);
-    *st = RF_MPI_STATUS(q ? rf__mpi_reqs_test(q, &done)
-                          : MPI_Testall(n, req, &done, MPI_STATUSES_IGNORE));
+    *st = RF_MPI_STATUS(rf__mpi_reqs_test(q, &done));
     if (*st) return -1;
     if (done) return 1;
     int64_t now = rf__mpi_now_ns();
@@ -1097,8 +1111,7 @@ bool rf__mpi_agreed_direct(rf__job *j, rf__mpi_op *op, rf__mpi_cmd *c) {
   op->check[4] = op->check[0] != dig; /* 0: take_direct compared them */
   int64_t t = op->timeout_ms, early = t / 2 < PROBE_MS ? t / 2 : PROBE_MS;
   op->deadline_ns = now + (t - early) * 1000000;
-  rf_status *st = rf__mpi_nbc_iallreduce(op->check, op->checked, 5, MPI_INT64_T,
-                                         MPI_MAX, comm, &op->check_req);
+  rf_status *st = check_issue(op, comm);
   rf__mpi_op_prepare(op); /* while the check travels */
   atomic_store(&op->prepared, 1);
   /* The data go with the check: one round, not two. checking: the check
@@ -1125,7 +1138,7 @@ bool rf__mpi_agreed_direct(rf__job *j, rf__mpi_op *op, rf__mpi_cmd *c) {
       (big > 0 ? (int64_t)((double)big * DIRECT_SPIN_NS_PER_BYTE) : 0);
   int64_t from = rf__mpi_now_ns();
   int r = st ? -1
-             : spin(&op->check_req, 1, NULL, &op->req, from + DIRECT_SPIN_NS,
+             : spin(&op->check_q, &op->req, from + DIRECT_SPIN_NS,
                     from + data_spin, &st);
   if (r == 1) {
     const int64_t *k = op->checked;
@@ -1141,11 +1154,11 @@ bool rf__mpi_agreed_direct(rf__job *j, rf__mpi_op *op, rf__mpi_cmd *c) {
     if (checking) { /* MPI writes op->checked until the check completes */
       rf_status *cst = NULL;
       int64_t end = rf__mpi_now_ns() + op->timeout_ms * 1000000;
-      int w = spin(&op->check_req, 1, NULL, NULL, end, end, &cst);
+      int w = spin(&op->check_q, NULL, end, end, &cst);
       rf_status_free(cst);
       if (w != 1) atomic_fetch_add(&op->refs, 1); /* kept: MPI owns it */
     }
-    op->check_req = MPI_REQUEST_NULL;
+    rf__mpi_reqs_clear(&op->check_q);
     fail_comm(a);
     give_up(a);
     rf__mpi_member_report_here(op, st);
@@ -1157,7 +1170,7 @@ bool rf__mpi_agreed_direct(rf__job *j, rf__mpi_op *op, rf__mpi_cmd *c) {
   op->spec = false;
   op->fast = true;
   int64_t end = rf__mpi_now_ns() + data_spin;
-  r = spin(NULL, 0, &op->req, NULL, end, end, &st);
+  r = spin(&op->req, NULL, end, end, &st);
   if (r == 0) {
     op->state = RF_OP_IN_FLIGHT;
     op->deadline_ns = op->issued_ns + op->timeout_ms * 1000000;

@@ -66,9 +66,27 @@ typedef struct row {
 
 #define MiB ((int64_t)1 << 20)
 #define KiB ((int64_t)1 << 10)
-/*   shared memory (shm.c) for the all-reduce and the reduce up to 256 KiB
- *     and the reduce-scatter up to 1 MiB: 2-core VM, 2 processes, two runs
- *     each against main's choice (docs/PERFORMANCE.md "Session 29"; MPI's
+static const row reduce_rows[] = {{1, 256 * KiB, RF_MPI_BLOCKING},
+                                  {4, 1 * MiB, RF_MPI_RING},
+                                  {4, 64 * MiB, RF_MPI_NBC}};
+static const row reduce_scatter_rows[] = {{1, 1 * MiB, RF_MPI_RING}};
+static const row all_reduce_rows[] = {{1, 256 * KiB, RF_MPI_NBC}};
+/*   all-gather: messages at every size up to RF_MPI_P2P_MAX_TASKS
+ *     processes (p2p.c: against MPI_Iallgatherv in place, 2-core VM, 2
+ *     processes 4.9 against 10.4 us at 64 KiB and 47 against 92 at 1 MiB,
+ *     even at 1-4 KiB and 4 MiB; 4 processes 20-30% faster at every size
+ *     from 1 KiB), libnbc's linear exchange (the same messages as one MPI
+ *     schedule) beyond. */
+static const row all_gather_rows[] = {
+    {1, 0, RF_MPI_P2P}, {RF_MPI_P2P_MAX_TASKS + 1, 0, RF_MPI_NBC}};
+
+/* Shared memory (shm.c), before the rows above, for a job on one machine
+ * whose nodes are not crowded (rf__mpi_job_shm_ok; a crowded or spread
+ * job takes the rows above alone), up to RF_MPI_SHM_MAX_TASKS processes:
+ * per kind, ranges of (processes from, bytes from, bytes below).
+ *   2 and 3 processes: the all-reduce and the reduce below 256 KiB, the
+ *     reduce-scatter below 1 MiB (2-core VM, 2 processes, two runs each
+ *     against the rows above, docs/PERFORMANCE.md "Session 29"; MPI's
  *     time / ringflow's): all-reduce 0.38-0.50 against 0.08-0.30 at 1 KiB,
  *     0.96-1.03 against 0.35-0.81 at 4 KiB, 1.52-1.57 against 0.74-0.77 at
  *     64 KiB, but 1.10-1.15 against libnbc's ring's 1.32-1.40 at 256 KiB;
@@ -79,24 +97,43 @@ typedef struct row {
  *     ring's 2.55-2.70 against 2.17-2.48 at 4 MiB. Broadcast and
  *     all-gather never: MPI's single-copy transfer (vader's CMA) of one
  *     buffer beats copying it in and out (0.24-0.32 against 0.36-0.53 at
- *     16-64 KiB). Where the processes cannot share memory, or outnumber
- *     some process's cores, these rows run nbc (shm.c). */
-static const row reduce_rows[] = {{1, 0, RF_MPI_SHM},
-                                  {1, 256 * KiB, RF_MPI_BLOCKING},
-                                  {4, 1 * MiB, RF_MPI_RING},
-                                  {4, 64 * MiB, RF_MPI_NBC}};
-static const row reduce_scatter_rows[] = {{1, 0, RF_MPI_SHM},
-                                          {1, 1 * MiB, RF_MPI_RING}};
-static const row all_reduce_rows[] = {{1, 0, RF_MPI_SHM},
-                                      {1, 256 * KiB, RF_MPI_NBC}};
-/*   all-gather: messages at every size up to RF_MPI_P2P_MAX_TASKS
- *     processes (p2p.c: against MPI_Iallgatherv in place, 2-core VM, 2
- *     processes 4.9 against 10.4 us at 64 KiB and 47 against 92 at 1 MiB,
- *     even at 1-4 KiB and 4 MiB; 4 processes 20-30% faster at every size
- *     from 1 KiB), libnbc's linear exchange (the same messages as one MPI
- *     schedule) beyond. */
-static const row all_gather_rows[] = {
-    {1, 0, RF_MPI_P2P}, {RF_MPI_P2P_MAX_TASKS + 1, 0, RF_MPI_NBC}};
+ *     16-64 KiB).
+ *   4 processes and more: every kind at every size. On the 16-core host
+ *     (docs/PERFORMANCE.md "Session 30"; 8 cores for 4 processes, 16 for
+ *     8) the exchange forced beat every other choice at every size from 16
+ *     KiB and matched them below: from 1 MiB all-reduce 1.37-1.71x MPI's
+ *     speed (libnbc 0.84-1.20x), reduce 1.33-2.20x (the ring 1.46-1.83x),
+ *     broadcast 1.73-3.61x (libnbc 0.77-0.87x at 4 processes), all-gather
+ *     1.16-1.57x (messages 0.81-1.06x), reduce-scatter 1.41-4.29x (the
+ *     ring 1.16-3.20x); the parallel reads of more processes outrun MPI's
+ *     single-copy transfers there. */
+typedef struct shm_range {
+  int procs;
+  int64_t from, below;
+} shm_range;
+static const shm_range reduce_shm[] = {{1, 0, 256 * KiB}, {4, 0, INT64_MAX}};
+static const shm_range all_reduce_shm[] = {{1, 0, 256 * KiB},
+                                           {4, 0, INT64_MAX}};
+static const shm_range reduce_scatter_shm[] = {{1, 0, 1 * MiB},
+                                               {4, 0, INT64_MAX}};
+static const shm_range from4_shm[] = {{4, 0, INT64_MAX}};
+
+static const shm_range *shm_of_kind(rf__collective_kind kind, int *n) {
+  switch (kind) {
+    case RF_COLL_REDUCE:
+      *n = (int)(sizeof reduce_shm / sizeof *reduce_shm);
+      return reduce_shm;
+    case RF_COLL_REDUCE_SCATTER:
+      *n = (int)(sizeof reduce_scatter_shm / sizeof *reduce_scatter_shm);
+      return reduce_scatter_shm;
+    case RF_COLL_ALL_REDUCE:
+      *n = (int)(sizeof all_reduce_shm / sizeof *all_reduce_shm);
+      return all_reduce_shm;
+    case RF_COLL_ALL_GATHER:
+    case RF_COLL_BROADCAST: *n = 1; return from4_shm;
+    default: *n = 0; return NULL;
+  }
+}
 
 static const row *rows_of(rf__collective_kind kind, int *n) {
   switch (kind) {
@@ -148,8 +185,12 @@ int64_t rf__mpi_algorithm_bytes(const rf__mpi_op *op) {
 }
 
 rf__mpi_algorithm rf__mpi_algorithm_pick(rf__collective_kind kind, int procs,
-                                         int64_t bytes) {
+                                         int64_t bytes, bool shm_ok) {
   int n;
+  const shm_range *s = shm_of_kind(kind, &n);
+  for (int i = 0; shm_ok && procs <= RF_MPI_SHM_MAX_TASKS && i < n; i++)
+    if (procs >= s[i].procs && bytes >= s[i].from && bytes < s[i].below)
+      return RF_MPI_SHM;
   const row *r = rows_of(kind, &n);
   rf__mpi_algorithm a = RF_MPI_NBC;
   for (int i = 0; i < n; i++)
@@ -157,13 +198,33 @@ rf__mpi_algorithm rf__mpi_algorithm_pick(rf__collective_kind kind, int procs,
   return a;
 }
 
-int rf__mpi_algorithm_bounds(rf__collective_kind kind, int procs,
+bool rf__mpi_job_shm_ok(const rf__job *j) {
+  return j && j->one_host && !j->crowded;
+}
+
+/* Adds b to the k sorted sizes at bytes (at most max), once. */
+static int add_bound(int64_t *bytes, int k, int max, int64_t b) {
+  int at = 0;
+  while (at < k && bytes[at] < b) at++;
+  if ((at < k && bytes[at] == b) || k >= max) return k;
+  memmove(bytes + at + 1, bytes + at, sizeof *bytes * (size_t)(k - at));
+  bytes[at] = b;
+  return k + 1;
+}
+
+int rf__mpi_algorithm_bounds(rf__collective_kind kind, int procs, bool shm_ok,
                              int64_t *bytes, int max) {
   int n, k = 0;
   const row *r = rows_of(kind, &n);
   for (int i = 0; i < n; i++) /* a row from 0 bytes holds at every size */
-    if (procs >= r[i].procs && r[i].bytes > 0 && k < max)
-      bytes[k++] = r[i].bytes;
+    if (procs >= r[i].procs && r[i].bytes > 0)
+      k = add_bound(bytes, k, max, r[i].bytes);
+  const shm_range *s = shm_of_kind(kind, &n);
+  for (int i = 0; shm_ok && procs <= RF_MPI_SHM_MAX_TASKS && i < n; i++)
+    if (procs >= s[i].procs) {
+      if (s[i].from > 0) k = add_bound(bytes, k, max, s[i].from);
+      if (s[i].below < INT64_MAX) k = add_bound(bytes, k, max, s[i].below);
+    }
   return k;
 }
 
@@ -238,16 +299,18 @@ int rf__mpi_algorithm_setting(void) {
 
 /* The forced setting (f, read_forced's), else the table's pick. */
 static rf__mpi_algorithm forced_or_table(int f, rf__collective_kind kind,
-                                         int procs, int64_t bytes) {
-  return f == RF_MPI_AUTO ? rf__mpi_algorithm_pick(kind, procs, bytes)
+                                         int procs, int64_t bytes,
+                                         bool shm_ok) {
+  return f == RF_MPI_AUTO ? rf__mpi_algorithm_pick(kind, procs, bytes, shm_ok)
                           : (rf__mpi_algorithm)f;
 }
 
 rf_status *rf__mpi_algorithm_choose(const rf__mpi_op *op,
                                     rf__mpi_algorithm *out) {
   RF_CHECK(rf__mpi_env_error(op->name));
-  rf__mpi_algorithm a = forced_or_table(read_forced(), op->g.kind, op->nset,
-                                        rf__mpi_algorithm_bytes(op));
+  rf__mpi_algorithm a =
+      forced_or_table(read_forced(), op->g.kind, op->nset,
+                      rf__mpi_algorithm_bytes(op), rf__mpi_job_shm_ok(op->job));
   if (a == RF_MPI_P2P && (op->g.kind != RF_COLL_ALL_GATHER || op->gpu))
     a = RF_MPI_NBC;
   if (a == RF_MPI_SHM && op->gpu) a = RF_MPI_NBC;
@@ -261,13 +324,14 @@ rf_status *rf__mpi_algorithm_choose(const rf__mpi_op *op,
 bool rf__mpi_all_gather_p2p(int procs) {
   int f = read_forced();
   if (f < 0) return false; /* a bad setting: nothing is issued */
-  return forced_or_table(f, RF_COLL_ALL_GATHER, procs, 0) == RF_MPI_P2P;
+  return forced_or_table(f, RF_COLL_ALL_GATHER, procs, 0, false) == RF_MPI_P2P;
 }
 
-bool rf__mpi_shm_chosen(rf__collective_kind kind, int procs, int64_t bytes) {
+bool rf__mpi_shm_chosen(rf__collective_kind kind, int procs, int64_t bytes,
+                        bool shm_ok) {
   int f = read_forced();
   if (f < 0) return false; /* a bad setting: nothing is issued */
-  return forced_or_table(f, kind, procs, bytes) == RF_MPI_SHM;
+  return forced_or_table(f, kind, procs, bytes, shm_ok) == RF_MPI_SHM;
 }
 
 void rf__mpi_algorithm_force(rf__mpi_algorithm a) {

@@ -492,7 +492,8 @@ rf_status *rf__mpi_op_issue_standin(const rf__mpi_op *op, const rf__mpi_msg *d,
   rf__mpi_shm *shm =
       rf__mpi_shm_chosen(kind, nset,
                          elems * (int64_t)rf_dtype_size((rf_dtype)d->dtype) *
-                             (kind == RF_COLL_ALL_GATHER ? d->num_devices : 1))
+                             (kind == RF_COLL_ALL_GATHER ? d->num_devices : 1),
+                         rf__mpi_job_shm_ok(op->job))
           ? rf__mpi_shm_peek(comm)
           : NULL;
   if (shm) {

@@ -189,6 +189,11 @@ struct rf__job {
   int64_t busy_bytes;
   struct rf__job *next; /* the engine's list */
   int64_t epoch;        /* see rf__mpi_msg */
+  /* Told at attach, alike in every process: some node runs more of the
+   * job's processes than they have cores (core/cores.h), and whether every
+   * process runs on one machine. The table's shared-memory rows need a
+   * job on one machine that is not crowded (algorithm.c). */
+  bool crowded, one_host;
   /* Leaving (task 0): it coordinates until every task said BYE (its last
    * message), so no late task waits for a verdict that never comes; a task
    * that a collective timed out waiting for, and that has sent nothing

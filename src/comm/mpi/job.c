@@ -4,12 +4,16 @@
  * engine thread without blocking it (nonblocking duplicates and exchange,
  * polled against the session's collective timeout), and the calls other
  * threads make, which only queue commands. */
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "comm/mpi/engine.h"
 #include "comm/mpi/mpi_status.h"
 #include "comm/mpi/op.h"
+#include "core/cores.h"
 #include "core/log.h"
 #include "core/mem.h"
 #include "core/status.h"
@@ -171,13 +175,34 @@ void rf__job_cancel_step(rf__job *j, int64_t step_id, const rf_status *why) {
 /* The next session's epoch in this process (engine thread only). */
 static int next_epoch = 1;
 
+/* What each process tells the others when a session attaches: its CPU
+ * and GPU device counts, its next epoch, whether its node is crowded
+ * (core/cores.h) and which machine it runs on (two halves of a hash of
+ * its kernel's boot id, else of its host name). */
+enum { A_CPU, A_GPU, A_EPOCH, A_CROWDED, A_HOST_LO, A_HOST_HI, A_INTS };
+
+/* This machine, as a 64-bit hash: processes with the same one run on one
+ * kernel (so may share memory). */
+static uint64_t host_id(void) {
+  char buf[256] = {0};
+  FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+  if (!f || !fgets(buf, sizeof buf, f)) {
+    if (gethostname(buf, sizeof buf - 1) != 0) buf[0] = 0;
+  }
+  if (f) fclose(f);
+  uint64_t x = 14695981039346656037ULL;
+  for (const unsigned char *c = (const unsigned char *)buf; *c; c++)
+    x = (x ^ *c) * 1099511628211ULL;
+  return x;
+}
+
 /* Attaching, apart from the job: the duplicates MPI writes when they
- * complete, then the exchange of device counts and epochs. */
+ * complete, then the exchange of what each process tells (A_*). */
 typedef struct rf__mpi_attach {
   MPI_Comm parent, ctl, data;
   MPI_Request req[2];
-  int stage, mine[3]; /* stage 0: waiting for an abandoned one (below) */
-  int *all;           /* [3 * ntasks] */
+  int stage, mine[A_INTS]; /* stage 0: waiting for an abandoned one (below) */
+  int *all;                /* [A_INTS * ntasks] */
   int64_t deadline;
   struct rf__mpi_attach *next;
 } rf__mpi_attach;
@@ -231,9 +256,13 @@ void rf__mpi_job_attach_start(rf__mpi_cmd *c) {
   j->attach = a;
   a->parent = c->parent;
   a->ctl = a->data = MPI_COMM_NULL;
-  a->mine[0] = c->ncpu;
-  a->mine[1] = c->ngpu;
-  a->mine[2] = next_epoch;
+  uint64_t host = host_id();
+  a->mine[A_CPU] = c->ncpu;
+  a->mine[A_GPU] = c->ngpu;
+  a->mine[A_EPOCH] = next_epoch;
+  a->mine[A_CROWDED] = rf__cores_crowded();
+  a->mine[A_HOST_LO] = (int)(uint32_t)host;
+  a->mine[A_HOST_HI] = (int)(uint32_t)(host >> 32);
   a->req[0] = a->req[1] = MPI_REQUEST_NULL;
   a->deadline = rf__mpi_now_ns() + j->timeout_ms * 1000000;
   if (!parent_busy(a->parent)) attach_duplicate(c, a);
@@ -247,7 +276,7 @@ static rf_status *attach_exchange(rf__job *j, rf__mpi_attach *a) {
   MPI_Comm_size(a->ctl, &j->ntasks);
   j->ncpu = rf__calloc((size_t)j->ntasks, sizeof(int));
   j->ngpu = rf__calloc((size_t)j->ntasks, sizeof(int));
-  a->all = rf__calloc((size_t)j->ntasks * 3, sizeof(int));
+  a->all = rf__calloc((size_t)j->ntasks * A_INTS, sizeof(int));
   j->peers = rf__calloc((size_t)j->ntasks, 1);
   /* The receive buffer, made now: a verdict (GO) dropped for want of memory
    * would leave the others in the MPI collective. It grows only for
@@ -256,8 +285,8 @@ static rf_status *attach_exchange(rf__job *j, rf__mpi_attach *a) {
   j->recv_buf = rf__malloc(j->recv_cap);
   if (!j->ncpu || !j->ngpu || !a->all || !j->peers || !j->recv_buf)
     return rf__oom();
-  return RF_MPI_STATUS(MPI_Iallgather(a->mine, 3, MPI_INT, a->all, 3, MPI_INT,
-                                      a->ctl, &a->req[0]));
+  return RF_MPI_STATUS(MPI_Iallgather(a->mine, A_INTS, MPI_INT, a->all, A_INTS,
+                                      MPI_INT, a->ctl, &a->req[0]));
 }
 
 /* The attach finished: the job takes the duplicates, or, after a failure,
@@ -319,7 +348,7 @@ bool rf__mpi_job_attach_poll(rf__mpi_cmd *c, int64_t now) {
     c->result = RF_MPI_STATUS(MPI_Test(&a->req[0], &done, MPI_STATUS_IGNORE));
     if (!c->result && done) {
       for (int t = 0; t < j->ntasks; t++)
-        if (a->all[3 * t] == GAVE_UP) {
+        if (a->all[A_INTS * t + A_CPU] == GAVE_UP) {
           c->result = rf__error(
               RF_DEADLINE_EXCEEDED,
               "task %d gave up on this session before this process made it "
@@ -329,10 +358,17 @@ bool rf__mpi_job_attach_poll(rf__mpi_cmd *c, int64_t now) {
           attach_settle(j, a, true);
           return true;
         }
+      j->crowded = false;
+      j->one_host = true;
       for (int t = 0; t < j->ntasks; t++) {
-        j->ncpu[t] = a->all[3 * t];
-        j->ngpu[t] = a->all[3 * t + 1];
-        if (a->all[3 * t + 2] > j->epoch) j->epoch = a->all[3 * t + 2];
+        const int *all = a->all + A_INTS * t;
+        j->ncpu[t] = all[A_CPU];
+        j->ngpu[t] = all[A_GPU];
+        if (all[A_EPOCH] > j->epoch) j->epoch = all[A_EPOCH];
+        if (all[A_CROWDED]) j->crowded = true;
+        if (all[A_HOST_LO] != a->all[A_HOST_LO] ||
+            all[A_HOST_HI] != a->all[A_HOST_HI])
+          j->one_host = false;
       }
       next_epoch = (int)j->epoch + 1;
       attach_settle(j, a, false);
@@ -395,11 +431,12 @@ int rf__mpi_attach_poll_abandoned(bool issue, bool *pending) {
       MPI_Comm_set_errhandler(a->ctl, MPI_ERRORS_RETURN);
       MPI_Comm_set_errhandler(a->data, MPI_ERRORS_RETURN);
       MPI_Comm_size(a->ctl, &n);
-      a->all = rf__calloc((size_t)n * 3, sizeof(int));
-      a->mine[0] = a->mine[1] = a->mine[2] = GAVE_UP;
+      a->all = rf__calloc((size_t)n * A_INTS, sizeof(int));
+      for (int i = 0; i < A_INTS; i++) a->mine[i] = GAVE_UP;
       a->stage = 2;
-      if (!a->all || MPI_Iallgather(a->mine, 3, MPI_INT, a->all, 3, MPI_INT,
-                                    a->ctl, &a->req[0]) != MPI_SUCCESS) {
+      if (!a->all ||
+          MPI_Iallgather(a->mine, A_INTS, MPI_INT, a->all, A_INTS, MPI_INT,
+                         a->ctl, &a->req[0]) != MPI_SUCCESS) {
         a->req[0] = MPI_REQUEST_NULL; /* the late one waits out its own */
         *p = a->next;
         abandoned_free(a);

@@ -154,7 +154,7 @@ static rf__mpi_op *op_new(rf__job *j, rf__coll_group *g, const char *devices,
   op->timeout_ms = g->timeout_ms > 0 ? g->timeout_ms : 300000;
   op->num_devices = g->p[0].num_devices;
   rf__mpi_reqs_clear(&op->req);
-  op->check_req = MPI_REQUEST_NULL;
+  rf__mpi_reqs_clear(&op->check_q);
   op->root_index = -1;
   const rf__coll_participant *s = speaker(g);
   op->shape = s->shape;
@@ -419,7 +419,8 @@ static int issue(rf__job *j, rf__mpi_op *op, int64_t now) {
      * collectives of any size (the slot's largest). */
     rf__mpi_shm *shm = NULL;
     if (op->algo == RF_MPI_SHM)
-      st = RF_MPI_STATUS(rf__mpi_shm_of(set->comm, INT64_MAX, &shm));
+      st =
+          RF_MPI_STATUS(rf__mpi_shm_of(set->comm, INT64_MAX, j->crowded, &shm));
     if (!st) st = rf__mpi_op_issue(op, set->comm);
     rf__mpi_agreed_issued(j, op, set->comm, st);
   }
@@ -632,8 +633,8 @@ void rf__mpi_member_free(rf__job *j) {
       if (op->spec && rf__mpi_reqs_pending(&op->req) &&
           rf__mpi_reqs_test(&op->req, &moved) != MPI_SUCCESS)
         moved = 0;
-      if (MPI_Test(&op->check_req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS ||
-          !done || !moved) {
+      if (rf__mpi_reqs_test(&op->check_q, &done) != MPI_SUCCESS || !done ||
+          !moved) {
         op->go_next = abandoned;
         abandoned = op;
         continue;

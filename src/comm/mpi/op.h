@@ -52,8 +52,11 @@ typedef struct rf__mpi_shm rf__mpi_shm;
  * where every process calls it in the same order; `bytes`, the vector of
  * the collectives it is for, sizes its slots); later calls return it.
  * *out NULL, alike in every process, where they cannot share one (other
- * hosts, no room in /dev/shm, too many processes). An MPI error code. */
-int rf__mpi_shm_of(MPI_Comm comm, int64_t bytes, rf__mpi_shm **out);
+ * hosts, no room in /dev/shm, too many processes). crowded: the job's
+ * (rf__job's, alike everywhere): such a segment is used only where
+ * RF_MPI_ALGORITHM=shm forces it. An MPI error code. */
+int rf__mpi_shm_of(MPI_Comm comm, int64_t bytes, bool crowded,
+                   rf__mpi_shm **out);
 /* Tests: this process fails to map the segments made from now on (rank 0
  * still makes them), as a process on another host or with a full
  * /dev/shm would. */
@@ -62,6 +65,10 @@ void rf__mpi_shm_refuse(bool on);
  * RF_MPI_ALGORITHM=shm; alike in every process); no MPI call but an
  * attribute lookup. */
 rf__mpi_shm *rf__mpi_shm_peek(MPI_Comm comm);
+/* comm's segment if it has one that is not crowded, whatever
+ * RF_MPI_ALGORITHM says (alike in every process: agreed checks go
+ * through it, agreed.c), else NULL. */
+rf__mpi_shm *rf__mpi_shm_for_checks(MPI_Comm comm);
 typedef enum rf__mpi_shm_mode {
   RF_MPI_SHM_ALL,    /* all-reduce: out is the whole vector, everywhere */
   RF_MPI_SHM_ROOT,   /* reduce: the root's out is the whole vector */
@@ -99,6 +106,10 @@ void rf__mpi_shm_start_all_gather(rf__mpi_shm_x *x, rf__mpi_shm *s, void *buf,
                                   const int64_t *counts, const int64_t *displs);
 void rf__mpi_shm_start_broadcast(rf__mpi_shm_x *x, rf__mpi_shm *s, void *buf,
                                  int64_t bytes, int root);
+/* out: the element-wise maximum of every process's n int64s at in (an
+ * agreed collective's check). */
+void rf__mpi_shm_start_max(rf__mpi_shm_x *x, rf__mpi_shm *s, const int64_t *in,
+                           int64_t *out, int n);
 /* Advances x as far as the others allow: *done when finished. MPI_SUCCESS
  * or an MPI error code (MPI_Reduce_local's). */
 int rf__mpi_shm_test(rf__mpi_shm_x *x, int *done);
@@ -135,8 +146,10 @@ bool rf__mpi_all_gather_p2p(int procs);
 /* Whether a collective of kind across procs processes with a vector of
  * `bytes` (rf__mpi_algorithm_bytes) moves as RF_MPI_SHM: the exchange a
  * stand-in must pair with (agreed.c), where the communicator has a
- * segment. */
-bool rf__mpi_shm_chosen(rf__collective_kind kind, int procs, int64_t bytes);
+ * segment. shm_ok: the job may take the table's shared-memory rows
+ * (rf__mpi_algorithm_pick). */
+bool rf__mpi_shm_chosen(rf__collective_kind kind, int procs, int64_t bytes,
+                        bool shm_ok);
 
 struct rf__mpi_op {
   rf__job *job;
@@ -202,7 +215,7 @@ struct rf__mpi_op {
   rf__mpi_agreed *agreed, *fresh;
   rf__mpi_op *agreed_next;
   int64_t check[5], checked[5];
-  MPI_Request check_req;
+  rf__mpi_reqs check_q; /* the check in flight (agreed.c: check_issue) */
   int64_t arrived_ns;
   int agree;
   bool fast;
@@ -327,12 +340,17 @@ rf_status *rf__mpi_op_issue_standin(const rf__mpi_op *op, const rf__mpi_msg *d,
 rf_status *rf__mpi_algorithm_choose(const rf__mpi_op *op,
                                     rf__mpi_algorithm *out);
 /* The table: the algorithm of a kind across `procs` processes at `bytes`
- * (RF_MPI_NBC where no row applies). */
+ * (RF_MPI_NBC where no row applies); its shared-memory ranges first when
+ * shm_ok (a job on one machine whose nodes are not crowded: op->job's
+ * rf__mpi_job_shm_ok). */
 rf__mpi_algorithm rf__mpi_algorithm_pick(rf__collective_kind kind, int procs,
-                                         int64_t bytes);
-/* The sizes (ascending, at most max) from which the table's choice for a
- * kind across `procs` processes changes; how many. */
-int rf__mpi_algorithm_bounds(rf__collective_kind kind, int procs,
+                                         int64_t bytes, bool shm_ok);
+/* Whether j's collectives may take the table's shared-memory rows. */
+bool rf__mpi_job_shm_ok(const rf__job *j);
+/* The sizes (ascending, distinct, at most max) from which the table's
+ * choice for a kind across `procs` processes may change, with its
+ * shared-memory ranges when shm_ok; how many. */
+int rf__mpi_algorithm_bounds(rf__collective_kind kind, int procs, bool shm_ok,
                              int64_t *bytes, int max);
 /* The size the choice goes by: the whole vector in bytes. */
 int64_t rf__mpi_algorithm_bytes(const rf__mpi_op *op);

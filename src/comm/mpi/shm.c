@@ -42,7 +42,6 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
-#include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -54,7 +53,6 @@
 #include <unistd.h>
 
 #include "comm/mpi/op.h"
-#include "core/cores.h"
 #include "core/mem.h"
 
 #define LINE 64
@@ -165,21 +163,9 @@ static char *map(int fd, size_t len) {
   return base == MAP_FAILED ? NULL : base;
 }
 
-/* Whether the processes outnumber this process's cores: the communicator's
- * (all on this host where they share memory) or the launcher's on this
- * node. A process waiting for a flag then waits for a peer that is not
- * running. */
-static bool crowded(int p) {
-  const char *local = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-  if (!local) local = getenv("MPI_LOCALNRANKS");
-  long n = local ? strtol(local, NULL, 10) : 0;
-  if (n < p) n = p;
-  return n > rf__usable_cores();
-}
-
 /* The collective part: every process of comm maps rank 0's segment or
  * none does. An MPI error code (the others then fail alike or time out). */
-static int attach(MPI_Comm comm, size_t slot, rf__mpi_shm **out) {
+static int attach(MPI_Comm comm, size_t slot, bool crowded, rf__mpi_shm **out) {
   int p, me;
   MPI_Comm_size(comm, &p);
   MPI_Comm_rank(comm, &me);
@@ -214,8 +200,9 @@ static int attach(MPI_Comm comm, size_t slot, rf__mpi_shm **out) {
     if (base && (h->magic != MAGIC || h->token != msg.token || h->procs != p))
       munmap(base, len), base = NULL;
   }
-  /* [0]: every process mapped it; [1]: none is crowded */
-  int mine[2] = {base != NULL, !crowded(p)}, all[2] = {0, 0};
+  /* [0]: every process mapped it; [1]: none is crowded (the caller's word,
+   * alike everywhere already) */
+  int mine[2] = {base != NULL, !crowded}, all[2] = {0, 0};
   if (rc == MPI_SUCCESS)
     rc = MPI_Allreduce(mine, all, 2, MPI_INT, MPI_MIN, comm);
   if (me == 0 && msg.ok) shm_unlink(msg.name); /* mapped or given up */
@@ -242,7 +229,8 @@ static int attach(MPI_Comm comm, size_t slot, rf__mpi_shm **out) {
   return MPI_SUCCESS;
 }
 
-int rf__mpi_shm_of(MPI_Comm comm, int64_t bytes, rf__mpi_shm **out) {
+int rf__mpi_shm_of(MPI_Comm comm, int64_t bytes, bool crowded,
+                   rf__mpi_shm **out) {
   pthread_once(&keyval_once, make_keyval);
   *out = NULL;
   if (keyval == MPI_KEYVAL_INVALID) return MPI_ERR_KEYVAL;
@@ -258,7 +246,7 @@ int rf__mpi_shm_of(MPI_Comm comm, int64_t bytes, rf__mpi_shm **out) {
   MPI_Comm_size(comm, &p);
   rf__mpi_shm *s = NULL;
   if (p <= RF_MPI_SHM_MAX_TASKS) {
-    rc = attach(comm, slot_for(bytes, p), &s);
+    rc = attach(comm, slot_for(bytes, p), crowded, &s);
     if (rc != MPI_SUCCESS) return rc;
   }
   rc = MPI_Comm_set_attr(comm, keyval, s ? (void *)s : (void *)&unavailable);
@@ -283,6 +271,11 @@ rf__mpi_shm *rf__mpi_shm_peek(MPI_Comm comm) {
   rf__mpi_shm *s = val;
   if (s->crowded && rf__mpi_algorithm_setting() != RF_MPI_SHM) return NULL;
   return s;
+}
+
+rf__mpi_shm *rf__mpi_shm_for_checks(MPI_Comm comm) {
+  rf__mpi_shm *s = rf__mpi_shm_peek(comm);
+  return s && !s->crowded ? s : NULL;
 }
 
 /* ---- flags ---- */
@@ -403,6 +396,19 @@ void rf__mpi_shm_start_broadcast(rf__mpi_shm_x *x, rf__mpi_shm *s, void *buf,
   x->root = root;
   x->counts[0] = bytes;
   x->displs[0] = 0;
+}
+
+void rf__mpi_shm_start_max(rf__mpi_shm_x *x, rf__mpi_shm *s, const int64_t *in,
+                           int64_t *out, int n) {
+  int p = s->procs;
+  int64_t counts[RF_MPI_SHM_MAX_TASKS], displs[RF_MPI_SHM_MAX_TASKS];
+  for (int q = 0, at = 0; q < p; q++) {
+    counts[q] = n / p + (q < n % p);
+    displs[q] = at;
+    at += (int)counts[q];
+  }
+  rf__mpi_shm_start_reduce(x, s, in, out, counts, displs, MPI_INT64_T, MPI_MAX,
+                           RF_MPI_SHM_ALL, 0);
 }
 
 /* Whether process q's flag reached seq. */
