@@ -378,6 +378,38 @@ static void test_shm_unavailable_runs_nbc(void **state) {
   assert_int_equal(rf__mpi_algorithm_runs(RF_MPI_SHM), shm_runs);
 }
 
+/* A job is crowded when any of its nodes is (core/cores.h), and every
+ * process learns it when its session attaches: with the last task's
+ * launcher saying its node runs more processes than the machine has CPUs,
+ * every process takes the table without shared memory (a 64 KiB
+ * all-reduce runs nbc everywhere, the right values), though the others
+ * see an uncrowded node. */
+static void test_one_crowded_node_crowds_the_job(void **state) {
+  const char *var =
+      getenv("MPI_LOCALNRANKS") && !getenv("OMPI_COMM_WORLD_LOCAL_SIZE")
+          ? "MPI_LOCALNRANKS"
+          : "OMPI_COMM_WORLD_LOCAL_SIZE";
+  const char *had = getenv(var);
+  char *saved = had ? strdup(had) : NULL;
+  if (T == NT - 1) setenv(var, "1000000", 1);
+  int64_t shm_runs = rf__mpi_algorithm_runs(RF_MPI_SHM);
+  int64_t nbc_runs = rf__mpi_algorithm_runs(RF_MPI_NBC);
+  kase c = {RF_COLL_ALL_REDUCE, RF_FLOAT32, RF_REDUCE_SUM, 1, (64 << 10) / 4};
+  rf_tensor *outs[2];
+  run_case(&c, RF_MPI_AUTO, 5000, outs);
+  for (int i = 0; i < 2; i++)
+    if (outs[i]) rf_tensor_release(outs[i]);
+  if (T == NT - 1) {
+    if (saved)
+      setenv(var, saved, 1);
+    else
+      unsetenv(var);
+  }
+  free(saved);
+  assert_int_equal(rf__mpi_algorithm_runs(RF_MPI_SHM), shm_runs);
+  assert_true(rf__mpi_algorithm_runs(RF_MPI_NBC) > nbc_runs);
+}
+
 /* ringflow's ring reuses its scratch (a reduce sender's chunk of sums, a
  * reduce-scatter's chunks in transit from 3 processes) from step to step:
  * steady-state steps of a 4 MiB reduce touch no fresh pages. glibc's
@@ -653,6 +685,7 @@ int main(void) {
       cmocka_unit_test(test_both_sides_of_thresholds),
       cmocka_unit_test(test_table_choice_runs),
       cmocka_unit_test(test_shm_unavailable_runs_nbc),
+      cmocka_unit_test(test_one_crowded_node_crowds_the_job),
       cmocka_unit_test(test_ring_scratch_is_reused),
       cmocka_unit_test(test_reduce_scatter_shares_without_copy),
   };
