@@ -321,17 +321,13 @@ rf_status *rf__mpi_algorithm_choose(const rf__mpi_op *op,
   return NULL;
 }
 
-bool rf__mpi_all_gather_p2p(int procs) {
+rf__mpi_algorithm rf__mpi_standin_algorithm(rf__collective_kind kind, int procs,
+                                            int64_t bytes, bool shm_ok) {
   int f = read_forced();
-  if (f < 0) return false; /* a bad setting: nothing is issued */
-  return forced_or_table(f, RF_COLL_ALL_GATHER, procs, 0, false) == RF_MPI_P2P;
-}
-
-bool rf__mpi_shm_chosen(rf__collective_kind kind, int procs, int64_t bytes,
-                        bool shm_ok) {
-  int f = read_forced();
-  if (f < 0) return false; /* a bad setting: nothing is issued */
-  return forced_or_table(f, kind, procs, bytes, shm_ok) == RF_MPI_SHM;
+  if (f < 0) return RF_MPI_NBC; /* a bad setting: nothing is issued */
+  rf__mpi_algorithm a = forced_or_table(f, kind, procs, bytes, shm_ok);
+  if (a == RF_MPI_P2P && kind != RF_COLL_ALL_GATHER) a = RF_MPI_NBC;
+  return a == RF_MPI_P2P || a == RF_MPI_SHM ? a : RF_MPI_NBC;
 }
 
 void rf__mpi_algorithm_force(rf__mpi_algorithm a) {

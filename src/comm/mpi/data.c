@@ -489,13 +489,12 @@ rf_status *rf__mpi_op_issue_standin(const rf__mpi_op *op, const rf__mpi_msg *d,
    * same descriptor: algorithm.c) */
   int64_t elems = 1;
   for (int i = 0; i < d->rank && i < RF_MAX_RANK; i++) elems *= d->dims[i];
-  rf__mpi_shm *shm =
-      rf__mpi_shm_chosen(kind, nset,
-                         elems * (int64_t)rf_dtype_size((rf_dtype)d->dtype) *
-                             (kind == RF_COLL_ALL_GATHER ? d->num_devices : 1),
-                         rf__mpi_job_shm_ok(op->job))
-          ? rf__mpi_shm_peek(comm)
-          : NULL;
+  rf__mpi_algorithm algo = rf__mpi_standin_algorithm(
+      kind, nset,
+      elems * (int64_t)rf_dtype_size((rf_dtype)d->dtype) *
+          (kind == RF_COLL_ALL_GATHER ? d->num_devices : 1),
+      rf__mpi_job_shm_ok(op->job));
+  rf__mpi_shm *shm = algo == RF_MPI_SHM ? rf__mpi_shm_peek(comm) : NULL;
   if (shm) {
     start_shm(shm, &reqs->shm, kind, type, mop, count, es, nset, tcounts,
               d->num_devices, root_index, send,
@@ -503,7 +502,7 @@ rf_status *rf__mpi_op_issue_standin(const rf__mpi_op *op, const rf__mpi_msg *d,
     return NULL;
   }
   MPI_Request *req = NULL;
-  if (!(kind == RF_COLL_ALL_GATHER && rf__mpi_all_gather_p2p(nset)))
+  if (!(kind == RF_COLL_ALL_GATHER && algo == RF_MPI_P2P))
     req = rf__mpi_reqs_one(reqs);
   bool same_counts = true;
   int64_t at = 0;

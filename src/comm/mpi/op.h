@@ -139,17 +139,16 @@ bool rf__mpi_reqs_pending(const rf__mpi_reqs *q);
 rf_status *rf__mpi_p2p_all_gather(const void *mine, void *out,
                                   const int *counts, const int *displs, int n,
                                   int me, MPI_Comm comm, rf__mpi_reqs *q);
-/* Whether an all-gather across procs processes moves as RF_MPI_P2P, for
- * this process's RF_MPI_ALGORITHM (which every process shares, checked):
- * the call a stand-in must pair with (agreed.c). */
-bool rf__mpi_all_gather_p2p(int procs);
-/* Whether a collective of kind across procs processes with a vector of
- * `bytes` (rf__mpi_algorithm_bytes) moves as RF_MPI_SHM: the exchange a
- * stand-in must pair with (agreed.c), where the communicator has a
- * segment. shm_ok: the job may take the table's shared-memory rows
+/* The algorithm of a nonblocking CPU collective of kind across procs
+ * processes with a vector of `bytes` (rf__mpi_algorithm_bytes), as
+ * rf__mpi_algorithm_choose gives it, for this process's RF_MPI_ALGORITHM
+ * (which every process shares, checked): RF_MPI_NBC, RF_MPI_P2P (an
+ * all-gather's messages) or RF_MPI_SHM (where the communicator has no
+ * segment, MPI's nonblocking call). The call a stand-in must pair with
+ * (agreed.c). shm_ok: the job may take the table's shared-memory rows
  * (rf__mpi_algorithm_pick). */
-bool rf__mpi_shm_chosen(rf__collective_kind kind, int procs, int64_t bytes,
-                        bool shm_ok);
+rf__mpi_algorithm rf__mpi_standin_algorithm(rf__collective_kind kind, int procs,
+                                            int64_t bytes, bool shm_ok);
 
 struct rf__mpi_op {
   rf__job *job;
