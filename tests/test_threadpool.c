@@ -118,8 +118,9 @@ static void test_crowded_nodes(void **state) {
   snprintf(n, sizeof n, "%d", usable + 1);
   /* unbound: usable + 1 ranks share usable cores */
   if (usable + 1 <= online) assert_true(crowded_with(n));
-  /* bound to one CPU by "the launcher": 2 ranks, a core each */
-  if (online < 2) return;
+  /* bound to one CPU by "the launcher" (narrower than the parent's mask,
+   * so this needs two): 2 ranks, a core each */
+  if (online < 2 || usable < 2) return;
   cpu_set_t one;
   CPU_ZERO(&one);
   for (int c = 0; c < CPU_SETSIZE; c++)
