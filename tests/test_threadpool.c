@@ -74,6 +74,18 @@ static int size_with_two_local_ranks(void) {
   return size;
 }
 
+/* The first CPU of set, alone: a mask narrower than set's. */
+static cpu_set_t first_cpu_of(const cpu_set_t *set) {
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  for (int c = 0; c < CPU_SETSIZE; c++)
+    if (CPU_ISSET(c, set)) {
+      CPU_SET(c, &one);
+      break;
+    }
+  return one;
+}
+
 /* rf__cores_crowded with OMPI_COMM_WORLD_LOCAL_SIZE=ranks (NULL: unset),
  * restored after. */
 static bool crowded_with(const char *ranks) {
@@ -121,13 +133,7 @@ static void test_crowded_nodes(void **state) {
   /* bound to one CPU by "the launcher" (narrower than the parent's mask,
    * so this needs two): 2 ranks, a core each */
   if (online < 2 || usable < 2) return;
-  cpu_set_t one;
-  CPU_ZERO(&one);
-  for (int c = 0; c < CPU_SETSIZE; c++)
-    if (CPU_ISSET(c, &set)) {
-      CPU_SET(c, &one);
-      break;
-    }
+  cpu_set_t one = first_cpu_of(&set);
   assert_int_equal(sched_setaffinity(0, sizeof one, &one), 0);
   bool bound2 = crowded_with("2");
   assert_int_equal(sched_setaffinity(0, sizeof set, &set), 0);
@@ -149,13 +155,7 @@ static void test_default_size_shares_cores_between_local_ranks(void **state) {
   }
   assert_int_equal(size_with_two_local_ranks(), usable / 2);
   /* bound to one CPU by "the launcher": narrower than the parent's */
-  cpu_set_t one;
-  CPU_ZERO(&one);
-  for (int c = 0; c < CPU_SETSIZE; c++)
-    if (CPU_ISSET(c, &set)) {
-      CPU_SET(c, &one);
-      break;
-    }
+  cpu_set_t one = first_cpu_of(&set);
   assert_int_equal(sched_setaffinity(0, sizeof one, &one), 0);
   int bound = size_with_two_local_ranks();
   assert_int_equal(sched_setaffinity(0, sizeof set, &set), 0);
