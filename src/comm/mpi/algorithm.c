@@ -100,13 +100,13 @@ static const row all_gather_rows[] = {
  *     16-64 KiB).
  *   4 processes and more: every kind at every size. On the 16-core host
  *     (docs/PERFORMANCE.md "Session 30"; 8 cores for 4 processes, 16 for
- *     8) the exchange forced beat every other choice at every size from 16
- *     KiB and matched them below: from 1 MiB all-reduce 1.37-1.71x MPI's
- *     speed (libnbc 0.84-1.20x), reduce 1.33-2.20x (the ring 1.46-1.83x),
- *     broadcast 1.73-3.61x (libnbc 0.77-0.87x at 4 processes), all-gather
- *     1.16-1.57x (messages 0.81-1.06x), reduce-scatter 1.41-4.29x (the
- *     ring 1.16-3.20x); the parallel reads of more processes outrun MPI's
- *     single-copy transfers there. */
+ *     8) the exchange forced was the best choice, or within the runs'
+ *     spread of it, at every size, and from 256 KiB the best by 11% to 4x:
+ *     from 1 MiB all-reduce 1.37-1.71x MPI's speed (libnbc 0.84-1.35x),
+ *     reduce 1.33-2.20x (the ring 1.06-1.83x), broadcast 1.73-3.61x
+ *     (libnbc 0.77-1.64x), all-gather 1.16-1.57x (messages 0.71-1.06x),
+ *     reduce-scatter 1.41-4.29x (the ring 0.82-3.20x); the parallel reads
+ *     of more processes outrun MPI's single-copy transfers there. */
 typedef struct shm_range {
   int procs;
   int64_t from, below;
