@@ -118,38 +118,33 @@ static const shm_range reduce_scatter_shm[] = {{1, 0, 1 * MiB},
                                                {4, 0, INT64_MAX}};
 static const shm_range from4_shm[] = {{4, 0, INT64_MAX}};
 
-static const shm_range *shm_of_kind(rf__collective_kind kind, int *n) {
-  switch (kind) {
-    case RF_COLL_REDUCE:
-      *n = (int)(sizeof reduce_shm / sizeof *reduce_shm);
-      return reduce_shm;
-    case RF_COLL_REDUCE_SCATTER:
-      *n = (int)(sizeof reduce_scatter_shm / sizeof *reduce_scatter_shm);
-      return reduce_scatter_shm;
-    case RF_COLL_ALL_REDUCE:
-      *n = (int)(sizeof all_reduce_shm / sizeof *all_reduce_shm);
-      return all_reduce_shm;
-    case RF_COLL_ALL_GATHER:
-    case RF_COLL_BROADCAST: *n = 1; return from4_shm;
-    default: *n = 0; return NULL;
-  }
-}
+/* A kind's table: its shared-memory ranges, then its rows. */
+typedef struct kind_table {
+  const shm_range *shm;
+  int nshm;
+  const row *rows;
+  int nrows;
+} kind_table;
 
-static const row *rows_of(rf__collective_kind kind, int *n) {
+#define COUNT(a) ((int)(sizeof(a) / sizeof *(a)))
+
+static kind_table table_of(rf__collective_kind kind) {
   switch (kind) {
     case RF_COLL_REDUCE:
-      *n = (int)(sizeof reduce_rows / sizeof *reduce_rows);
-      return reduce_rows;
+      return (kind_table){reduce_shm, COUNT(reduce_shm), reduce_rows,
+                          COUNT(reduce_rows)};
     case RF_COLL_REDUCE_SCATTER:
-      *n = (int)(sizeof reduce_scatter_rows / sizeof *reduce_scatter_rows);
-      return reduce_scatter_rows;
-    case RF_COLL_ALL_GATHER:
-      *n = (int)(sizeof all_gather_rows / sizeof *all_gather_rows);
-      return all_gather_rows;
+      return (kind_table){reduce_scatter_shm, COUNT(reduce_scatter_shm),
+                          reduce_scatter_rows, COUNT(reduce_scatter_rows)};
     case RF_COLL_ALL_REDUCE:
-      *n = (int)(sizeof all_reduce_rows / sizeof *all_reduce_rows);
-      return all_reduce_rows;
-    default: *n = 0; return NULL; /* broadcast */
+      return (kind_table){all_reduce_shm, COUNT(all_reduce_shm),
+                          all_reduce_rows, COUNT(all_reduce_rows)};
+    case RF_COLL_ALL_GATHER:
+      return (kind_table){from4_shm, COUNT(from4_shm), all_gather_rows,
+                          COUNT(all_gather_rows)};
+    case RF_COLL_BROADCAST: /* no rows: nbc */
+      return (kind_table){from4_shm, COUNT(from4_shm), NULL, 0};
+    default: return (kind_table){NULL, 0, NULL, 0};
   }
 }
 
@@ -186,15 +181,15 @@ int64_t rf__mpi_algorithm_bytes(const rf__mpi_op *op) {
 
 rf__mpi_algorithm rf__mpi_algorithm_pick(rf__collective_kind kind, int procs,
                                          int64_t bytes, bool shm_ok) {
-  int n;
-  const shm_range *s = shm_of_kind(kind, &n);
-  for (int i = 0; shm_ok && procs <= RF_MPI_SHM_MAX_TASKS && i < n; i++)
-    if (procs >= s[i].procs && bytes >= s[i].from && bytes < s[i].below)
+  kind_table t = table_of(kind);
+  for (int i = 0; shm_ok && procs <= RF_MPI_SHM_MAX_TASKS && i < t.nshm; i++)
+    if (procs >= t.shm[i].procs && bytes >= t.shm[i].from &&
+        bytes < t.shm[i].below)
       return RF_MPI_SHM;
-  const row *r = rows_of(kind, &n);
   rf__mpi_algorithm a = RF_MPI_NBC;
-  for (int i = 0; i < n; i++)
-    if (procs >= r[i].procs && bytes >= r[i].bytes) a = r[i].algo;
+  for (int i = 0; i < t.nrows; i++)
+    if (procs >= t.rows[i].procs && bytes >= t.rows[i].bytes)
+      a = t.rows[i].algo;
   return a;
 }
 
@@ -214,16 +209,16 @@ static int add_bound(int64_t *bytes, int k, int max, int64_t b) {
 
 int rf__mpi_algorithm_bounds(rf__collective_kind kind, int procs, bool shm_ok,
                              int64_t *bytes, int max) {
-  int n, k = 0;
-  const row *r = rows_of(kind, &n);
-  for (int i = 0; i < n; i++) /* a row from 0 bytes holds at every size */
-    if (procs >= r[i].procs && r[i].bytes > 0)
-      k = add_bound(bytes, k, max, r[i].bytes);
-  const shm_range *s = shm_of_kind(kind, &n);
-  for (int i = 0; shm_ok && procs <= RF_MPI_SHM_MAX_TASKS && i < n; i++)
-    if (procs >= s[i].procs) {
-      if (s[i].from > 0) k = add_bound(bytes, k, max, s[i].from);
-      if (s[i].below < INT64_MAX) k = add_bound(bytes, k, max, s[i].below);
+  int k = 0;
+  kind_table t = table_of(kind);
+  for (int i = 0; i < t.nrows; i++) /* a row from 0 bytes holds at every size */
+    if (procs >= t.rows[i].procs && t.rows[i].bytes > 0)
+      k = add_bound(bytes, k, max, t.rows[i].bytes);
+  for (int i = 0; shm_ok && procs <= RF_MPI_SHM_MAX_TASKS && i < t.nshm; i++)
+    if (procs >= t.shm[i].procs) {
+      const shm_range *s = &t.shm[i];
+      if (s->from > 0) k = add_bound(bytes, k, max, s->from);
+      if (s->below < INT64_MAX) k = add_bound(bytes, k, max, s->below);
     }
   return k;
 }
