@@ -43,8 +43,11 @@ RF_API int64_t rf_debug_allocation_count(void);
 RF_API int64_t rf_debug_live_allocations(void);
 /* Control messages this process has sent to other processes of an MPI job
  * since start-up (READY, GO, ABORT, PING, ... of docs/MULTIPROCESS.md; not
- * the collectives' data): a collective agreed in an earlier step sends
- * none. Atomic, any thread; 0 without MPI. */
+ * the collectives' data), each counted as it is posted: a collective agreed
+ * in an earlier step sends none. A failed rf_session_run returns after its
+ * failure was sent to the others; a collective of that step whose check
+ * was already under way may still send its READY in the next step of its
+ * name. Atomic, any thread; 0 without MPI. */
 RF_API int64_t rf_debug_control_messages(void);
 /* Times this process has chosen the cuDNN algorithm of a GPU convolution
  * (Conv2D, Conv2DBackpropInput, Conv2DBackpropFilter) since start-up: once

@@ -69,5 +69,10 @@ void rf__job_end_step(rf__job *j, int64_t step_id);
 /* A run failed before its step started (a bad feed, a compile error): the
  * other processes fail job step `job_step` at once. */
 void rf__job_step_failed(rf__job *j, int64_t job_step, const rf_status *why);
+/* Returns once every notification above that this process queued so far
+ * was sent: a failed run returns after the other processes were told (the
+ * messages are not left to a communication thread that may not run for a
+ * while, and a caller's next steps are not charged with them). */
+void rf__job_settle(rf__job *j);
 
 #endif

@@ -808,6 +808,7 @@ rf_status *rf_session_run(rf_session *s, const rf_feed *feeds, int nfeeds,
   }
   if (!st && nfetches)
     memcpy(outputs, fetched, sizeof(rf_tensor *) * (size_t)nfetches);
+  if (st && s->job) rf__job_settle(s->job); /* the others were told */
   rf__free(key.p);
   if (mem != small) rf__free(mem);
   return st;

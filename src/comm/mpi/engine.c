@@ -185,6 +185,10 @@ static bool attached(const loop *l, const rf__job *j) {
 }
 
 static void take_command(loop *l, rf__mpi_cmd *c) {
+  if (c->kind == RF_CMD_SETTLE) { /* the queue is in order: all before done */
+    reply(c);
+    return;
+  }
   if (c->kind != RF_CMD_ATTACH && c->kind != RF_CMD_DETACH &&
       c->kind != RF_CMD_READY && !attached(l, c->job)) {
     rf__free(c->name);

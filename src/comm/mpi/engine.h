@@ -227,7 +227,10 @@ typedef enum rf__mpi_cmd_kind {
   RF_CMD_READY,       /* op */
   RF_CMD_FAILED,      /* name, job_step, code, text */
   RF_CMD_STEP_FAILED, /* job_step, code, text */
-  RF_CMD_CANCEL_STEP  /* step_id, job_step, code, text */
+  RF_CMD_CANCEL_STEP, /* step_id, job_step, code, text */
+  /* Nothing to do: its caller waits (rf__mpi_engine_call) until every
+   * command queued before it was handled (rf__job_settle). */
+  RF_CMD_SETTLE
 } rf__mpi_cmd_kind;
 
 typedef struct rf__mpi_cmd {

@@ -117,6 +117,11 @@ void rf__job_step_failed(rf__job *j, int64_t job_step, const rf_status *why) {
   notify(j, RF_CMD_STEP_FAILED, NULL, -1, job_step, why);
 }
 
+void rf__job_settle(rf__job *j) {
+  rf__mpi_cmd c = {.kind = RF_CMD_SETTLE, .job = j};
+  rf_status_free(rf__mpi_engine_call(&c));
+}
+
 /* A step that could not be recorded (no memory) is counted instead: its
  * cancellation could not reach the other processes, so its collectives
  * fail at once instead (rf__mpi_job_step_recorded), which tells them. */

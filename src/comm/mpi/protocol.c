@@ -68,6 +68,9 @@ static rf__mpi_send *send_new(rf__job *j, const rf__mpi_msg *h,
 
 /* Starts s (consumed) to `to`. */
 static rf_code send_post(rf__job *j, int to, rf__mpi_send *s, int len) {
+  /* Counted before it can arrive: once the peer has it, this process's
+   * step may complete and its caller read the count. */
+  rf__debug_count_control_message();
   if (MPI_Isend(s->buf, len, MPI_BYTE, to, RF_MPI_TAG_CTL, j->ctl, &s->req) !=
       MPI_SUCCESS) {
     rf__free(s->buf);
@@ -76,7 +79,6 @@ static rf_code send_post(rf__job *j, int to, rf__mpi_send *s, int len) {
   }
   s->next = j->sends;
   j->sends = s;
-  rf__debug_count_control_message();
   return RF_OK;
 }
 
