@@ -305,34 +305,41 @@ static void test_both_sides_of_thresholds(void **state) {
 
 /* The table's choice is what runs. On a machine whose cores the
  * processes do not outnumber (core/cores.h: ctest's 2 processes on 2
- * cores), shared memory: at 64 KiB for the all-reduce, reduce and
- * reduce-scatter, and from 4 processes (the 16-core host) for every kind
- * at every size. Else (ctest's 4 processes on 2 cores: crowded) the rows
- * without it: a 1 MiB reduce is MPI_Reduce on the data thread across 2 or
- * 3 processes and ringflow's ring from 4 (session 11 call A on the quiet
- * host: the ring 1.26-1.83x MPI_Reduce's speed at 1-16 MiB with 4
- * processes, in every repetition); a 1 MiB reduce-scatter is the ring, a
- * 1 MiB all-reduce MPI's nonblocking call, a 1 MiB all-gather ringflow's
- * own messages (p2p.c), the rest MPI's nonblocking calls. */
+ * cores), shared memory: for the all-reduce, reduce and reduce-scatter at
+ * every size, the all-gather from 64 KiB and the broadcast from 256 KiB
+ * (MPI's call and messages below), and from 4 processes (the 16-core host)
+ * for every kind at every size. Else (ctest's 4 processes on 2 cores:
+ * crowded) the rows without it: a 1 MiB reduce is MPI_Reduce on the data
+ * thread across 2 or 3 processes and ringflow's ring from 4 (session 11
+ * call A on the quiet host: the ring 1.26-1.83x MPI_Reduce's speed at 1-16
+ * MiB with 4 processes, in every repetition); a 1 MiB reduce-scatter is
+ * the ring, a 1 MiB all-reduce MPI's nonblocking call, an all-gather
+ * ringflow's own messages (p2p.c), the rest MPI's nonblocking calls. */
 static void test_table_choice_runs(void **state) {
   static const struct {
     rf__collective_kind kind;
     int64_t bytes;
     rf__mpi_algorithm below4, from4, shm_below4, shm_from4;
   } want[] = {
-      {RF_COLL_REDUCE, 1 << 20, RF_MPI_BLOCKING, RF_MPI_RING, RF_MPI_BLOCKING,
+      {RF_COLL_REDUCE, 1 << 20, RF_MPI_BLOCKING, RF_MPI_RING, RF_MPI_SHM,
        RF_MPI_SHM},
-      {RF_COLL_REDUCE_SCATTER, 1 << 20, RF_MPI_RING, RF_MPI_RING, RF_MPI_RING,
+      {RF_COLL_REDUCE_SCATTER, 1 << 20, RF_MPI_RING, RF_MPI_RING, RF_MPI_SHM,
        RF_MPI_SHM},
-      {RF_COLL_ALL_REDUCE, 1 << 20, RF_MPI_NBC, RF_MPI_NBC, RF_MPI_NBC,
+      {RF_COLL_ALL_REDUCE, 1 << 20, RF_MPI_NBC, RF_MPI_NBC, RF_MPI_SHM,
        RF_MPI_SHM},
-      {RF_COLL_ALL_GATHER, 1 << 20, RF_MPI_P2P, RF_MPI_P2P, RF_MPI_P2P,
+      {RF_COLL_ALL_GATHER, 1 << 20, RF_MPI_P2P, RF_MPI_P2P, RF_MPI_SHM,
+       RF_MPI_SHM},
+      {RF_COLL_BROADCAST, 1 << 20, RF_MPI_NBC, RF_MPI_NBC, RF_MPI_SHM,
        RF_MPI_SHM},
       {RF_COLL_ALL_REDUCE, 64 << 10, RF_MPI_NBC, RF_MPI_NBC, RF_MPI_SHM,
        RF_MPI_SHM},
       {RF_COLL_REDUCE, 64 << 10, RF_MPI_NBC, RF_MPI_NBC, RF_MPI_SHM,
        RF_MPI_SHM},
       {RF_COLL_REDUCE_SCATTER, 64 << 10, RF_MPI_NBC, RF_MPI_NBC, RF_MPI_SHM,
+       RF_MPI_SHM},
+      {RF_COLL_ALL_GATHER, 64 << 10, RF_MPI_P2P, RF_MPI_P2P, RF_MPI_SHM,
+       RF_MPI_SHM},
+      {RF_COLL_ALL_GATHER, 16 << 10, RF_MPI_P2P, RF_MPI_P2P, RF_MPI_P2P,
        RF_MPI_SHM},
       {RF_COLL_BROADCAST, 64 << 10, RF_MPI_NBC, RF_MPI_NBC, RF_MPI_NBC,
        RF_MPI_SHM},
@@ -345,6 +352,8 @@ static void test_table_choice_runs(void **state) {
     kase c = {want[k].kind, RF_FLOAT32, RF_REDUCE_SUM, 1, elems + 5};
     if (c.kind == RF_COLL_REDUCE_SCATTER)
       c.cols = elems / num_devices() + 1; /* rows of every device */
+    if (c.kind == RF_COLL_ALL_GATHER) /* its size: the whole output */
+      c.cols = elems / num_devices() + 1;
     int64_t before = rf__mpi_algorithm_runs(a);
     rf_tensor *outs[2];
     run_case(&c, RF_MPI_AUTO, 4000 + k, outs);

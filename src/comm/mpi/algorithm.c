@@ -84,39 +84,45 @@ static const row all_gather_rows[] = {
  * whose nodes are not crowded (rf__mpi_job_shm_ok; a crowded or spread
  * job takes the rows above alone), up to RF_MPI_SHM_MAX_TASKS processes:
  * per kind, ranges of (processes from, bytes from, bytes below).
- *   2 and 3 processes: the all-reduce and the reduce below 256 KiB, the
- *     reduce-scatter below 1 MiB (2-core VM, 2 processes, two runs each
- *     against the rows above, docs/PERFORMANCE.md "Session 29"; MPI's
- *     time / ringflow's): all-reduce 0.38-0.50 against 0.08-0.30 at 1 KiB,
- *     0.96-1.03 against 0.35-0.81 at 4 KiB, 1.52-1.57 against 0.74-0.77 at
- *     64 KiB, but 1.10-1.15 against libnbc's ring's 1.32-1.40 at 256 KiB;
- *     reduce 0.47 against 0.21-0.28 at 1 KiB, 0.34-0.37 against 0.17-0.21
- *     at 64 KiB, mixed at 256 KiB-1 MiB against MPI_Reduce;
- *     reduce-scatter 0.49 against 0.27-0.29 at 1 KiB, 0.97-1.04 against
- *     0.63-0.69 at 64 KiB and 1.47-1.54 against 0.99-1.00 at 256 KiB, the
- *     ring's 2.55-2.70 against 2.17-2.48 at 4 MiB. Broadcast and
- *     all-gather never: MPI's single-copy transfer (vader's CMA) of one
- *     buffer beats copying it in and out (0.24-0.32 against 0.36-0.53 at
- *     16-64 KiB).
- *   4 processes and more: every kind at every size. On the 16-core host
- *     (docs/PERFORMANCE.md "Session 30"; 8 cores for 4 processes, 16 for
- *     8) the exchange forced was the best choice, or within the runs'
- *     spread of it, at every size, and from 256 KiB the best by 11% to 4x:
- *     from 1 MiB all-reduce 1.37-1.71x MPI's speed (libnbc 0.84-1.35x),
- *     reduce 1.33-2.20x (the ring 1.06-1.83x), broadcast 1.73-3.61x
- *     (libnbc 0.77-1.64x), all-gather 1.16-1.57x (messages 0.71-1.06x),
+ *   The all-reduce, reduce and reduce-scatter at every size, the
+ *     all-gather from 64 KiB and the broadcast from 256 KiB with 2 and 3
+ *     processes; every kind at every size from 4. On the 16-core host
+ *     (docs/PERFORMANCE.md "Session 31"), 2 processes, OpenMPI's default
+ *     binding and unbound, two runs each of the exchange forced against
+ *     the table without it (MPI's time / ringflow's): from 256 KiB
+ *     all-reduce 1.13-1.69 against libnbc's 1.04-1.35, reduce 0.93-1.07
+ *     against MPI_Reduce's 0.63-0.99, broadcast 0.98-1.27 against libnbc's
+ *     0.90-0.99, all-gather 1.05-1.32 against messages' 0.87-1.16,
+ *     reduce-scatter 2.0-2.5 against the ring's 1.4-2.3; at 64 KiB the
+ *     all-gather 0.90-0.92 against 0.73-0.74 and the broadcast 0.73-0.77
+ *     against libnbc's 0.77-0.79. Below 64 KiB the broadcast and the
+ *     all-gather keep MPI's call and messages: on the 2-core AMD VM of
+ *     session 29, 0.24-0.32 against 0.36-0.53 at 16-64 KiB. The all-reduce,
+ *     reduce and reduce-scatter there below 256 KiB (session 29):
+ *     all-reduce 0.38-0.50 against 0.08-0.30 at 1 KiB, 1.52-1.57 against
+ *     0.74-0.77 at 64 KiB; reduce 0.47 against 0.21-0.28 at 1 KiB;
+ *     reduce-scatter 0.97-1.04 against 0.63-0.69 at 64 KiB. That VM's
+ *     exchange alone lost to MPI's single-copy transfers at 2 processes
+ *     from 256 KiB (0.23-0.71), which is why session 30 kept the rows
+ *     there; the host, and session 31's Intel VM (1.4-2.1 from 1 MiB,
+ *     `bench_mpi_shm_floor`), say otherwise, and the host decides.
+ *   4 processes and more (session 30, 8 cores for 4 processes, 16 for 8):
+ *     the exchange forced was the best choice, or within the runs' spread
+ *     of it, at every size, and from 256 KiB the best by 11% to 4x: from
+ *     1 MiB all-reduce 1.37-1.71x MPI's speed (libnbc 0.84-1.35x), reduce
+ *     1.33-2.20x (the ring 1.06-1.83x), broadcast 1.73-3.61x (libnbc
+ *     0.77-1.64x), all-gather 1.16-1.57x (messages 0.71-1.06x),
  *     reduce-scatter 1.41-4.29x (the ring 0.82-3.20x); the parallel reads
  *     of more processes outrun MPI's single-copy transfers there. */
 typedef struct shm_range {
   int procs;
   int64_t from, below;
 } shm_range;
-static const shm_range reduce_shm[] = {{1, 0, 256 * KiB}, {4, 0, INT64_MAX}};
-static const shm_range all_reduce_shm[] = {{1, 0, 256 * KiB},
+static const shm_range every_size_shm[] = {{1, 0, INT64_MAX}};
+static const shm_range all_gather_shm[] = {{1, 64 * KiB, INT64_MAX},
                                            {4, 0, INT64_MAX}};
-static const shm_range reduce_scatter_shm[] = {{1, 0, 1 * MiB},
-                                               {4, 0, INT64_MAX}};
-static const shm_range from4_shm[] = {{4, 0, INT64_MAX}};
+static const shm_range broadcast_shm[] = {{1, 256 * KiB, INT64_MAX},
+                                          {4, 0, INT64_MAX}};
 
 /* A kind's table: its shared-memory ranges, then its rows. */
 typedef struct kind_table {
@@ -131,19 +137,19 @@ typedef struct kind_table {
 static kind_table table_of(rf__collective_kind kind) {
   switch (kind) {
     case RF_COLL_REDUCE:
-      return (kind_table){reduce_shm, COUNT(reduce_shm), reduce_rows,
+      return (kind_table){every_size_shm, COUNT(every_size_shm), reduce_rows,
                           COUNT(reduce_rows)};
     case RF_COLL_REDUCE_SCATTER:
-      return (kind_table){reduce_scatter_shm, COUNT(reduce_scatter_shm),
+      return (kind_table){every_size_shm, COUNT(every_size_shm),
                           reduce_scatter_rows, COUNT(reduce_scatter_rows)};
     case RF_COLL_ALL_REDUCE:
-      return (kind_table){all_reduce_shm, COUNT(all_reduce_shm),
+      return (kind_table){every_size_shm, COUNT(every_size_shm),
                           all_reduce_rows, COUNT(all_reduce_rows)};
     case RF_COLL_ALL_GATHER:
-      return (kind_table){from4_shm, COUNT(from4_shm), all_gather_rows,
-                          COUNT(all_gather_rows)};
+      return (kind_table){all_gather_shm, COUNT(all_gather_shm),
+                          all_gather_rows, COUNT(all_gather_rows)};
     case RF_COLL_BROADCAST: /* no rows: nbc */
-      return (kind_table){from4_shm, COUNT(from4_shm), NULL, 0};
+      return (kind_table){broadcast_shm, COUNT(broadcast_shm), NULL, 0};
     default: return (kind_table){NULL, 0, NULL, 0};
   }
 }
