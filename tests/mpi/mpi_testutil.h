@@ -7,7 +7,10 @@
 #ifndef RF_TESTS_MPI_TESTUTIL_H
 #define RF_TESTS_MPI_TESTUTIL_H
 
+#include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "testutil.h"
 
@@ -32,6 +35,35 @@ static inline rf_session *mt_session(const rf_graph *g, int ncpu,
   assert_int_equal(t, T);
   assert_int_equal(n, NT);
   return s;
+}
+
+/* Makes this process's node look crowded to the sessions made from now
+ * on (its launcher's count of processes on the node, far above the
+ * machine's CPUs: core/cores.h), or puts the count back: such a job takes
+ * the algorithm table without shared memory (docs/MULTIPROCESS.md,
+ * "Crowded"). Crowded in one process crowds the whole job. */
+static inline void mt_crowd(bool on) {
+  static char *saved;
+  static bool had, set;
+  const char *var =
+      getenv("MPI_LOCALNRANKS") && !getenv("OMPI_COMM_WORLD_LOCAL_SIZE")
+          ? "MPI_LOCALNRANKS"
+          : "OMPI_COMM_WORLD_LOCAL_SIZE";
+  if (on && !set) {
+    const char *v = getenv(var);
+    had = v != NULL;
+    saved = v ? strdup(v) : NULL;
+    setenv(var, "1000000", 1);
+    set = true;
+  } else if (!on && set) {
+    if (had)
+      setenv(var, saved, 1);
+    else
+      unsetenv(var);
+    free(saved);
+    saved = NULL;
+    set = false;
+  }
 }
 
 /* Learns T and NT; every test program calls it first. */

@@ -350,9 +350,9 @@ static void test_table_choice_runs(void **state) {
                                   : (shm ? want[k].shm_below4 : want[k].below4);
     int64_t elems = want[k].bytes / 4;
     kase c = {want[k].kind, RF_FLOAT32, RF_REDUCE_SUM, 1, elems + 5};
-    if (c.kind == RF_COLL_REDUCE_SCATTER)
-      c.cols = elems / num_devices() + 1; /* rows of every device */
-    if (c.kind == RF_COLL_ALL_GATHER) /* its size: the whole output */
+    /* a reduce-scatter's rows for every device; an all-gather's size is
+     * its whole output */
+    if (c.kind == RF_COLL_REDUCE_SCATTER || c.kind == RF_COLL_ALL_GATHER)
       c.cols = elems / num_devices() + 1;
     int64_t before = rf__mpi_algorithm_runs(a);
     rf_tensor *outs[2];
@@ -394,13 +394,7 @@ static void test_shm_unavailable_runs_nbc(void **state) {
  * all-reduce runs nbc everywhere, the right values), though the others
  * see an uncrowded node. */
 static void test_one_crowded_node_crowds_the_job(void **state) {
-  const char *var =
-      getenv("MPI_LOCALNRANKS") && !getenv("OMPI_COMM_WORLD_LOCAL_SIZE")
-          ? "MPI_LOCALNRANKS"
-          : "OMPI_COMM_WORLD_LOCAL_SIZE";
-  const char *had = getenv(var);
-  char *saved = had ? strdup(had) : NULL;
-  if (T == NT - 1) setenv(var, "1000000", 1);
+  if (T == NT - 1) mt_crowd(true);
   int64_t shm_runs = rf__mpi_algorithm_runs(RF_MPI_SHM);
   int64_t nbc_runs = rf__mpi_algorithm_runs(RF_MPI_NBC);
   kase c = {RF_COLL_ALL_REDUCE, RF_FLOAT32, RF_REDUCE_SUM, 1, (64 << 10) / 4};
@@ -408,13 +402,7 @@ static void test_one_crowded_node_crowds_the_job(void **state) {
   run_case(&c, RF_MPI_AUTO, 5000, outs);
   for (int i = 0; i < 2; i++)
     if (outs[i]) rf_tensor_release(outs[i]);
-  if (T == NT - 1) {
-    if (saved)
-      setenv(var, saved, 1);
-    else
-      unsetenv(var);
-  }
-  free(saved);
+  mt_crowd(false);
   assert_int_equal(rf__mpi_algorithm_runs(RF_MPI_SHM), shm_runs);
   assert_true(rf__mpi_algorithm_runs(RF_MPI_NBC) > nbc_runs);
 }
