@@ -443,7 +443,10 @@ RF_API rf_status *rf_job_tasks(int *task, int *num_tasks);
  * program that initialised MPI itself finalises it itself: after such a
  * DEADLINE_EXCEEDED it should call MPI_Abort, or exit without
  * MPI_Finalize, instead. rf_session_free does not wait for a process that a
- * timed-out collective of the session was waiting for. */
+ * timed-out collective of the session was waiting for. At exit ringflow
+ * leaves the job of every session still alive; freeing such a session
+ * later (from an exit handler that runs after ringflow's) only frees its
+ * memory; such a session must not be run then. */
 
 /* Frees the session; no run may be in progress. GPU work of pipelined
  * steps (gpu_sync_on_finish 0) is waited for first, and an error it left

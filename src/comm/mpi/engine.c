@@ -51,6 +51,7 @@ static struct {
   pthread_cond_t wake, reply; /* the engine's; the callers' */
   pthread_t thread;
   bool started, ready, stopping, own_init;
+  bool stopped; /* the loop has ended: nothing queued is handled any more */
   bool multiple;         /* MPI_THREAD_MULTIPLE: jobs may have data threads */
   rf_status *init_error; /* why MPI cannot be used */
   int world_rank, world_size;
@@ -141,8 +142,15 @@ void rf__mpi_engine_submit(rf__mpi_cmd *c) {
 rf_status *rf__mpi_engine_call(rf__mpi_cmd *c) {
   rf__mpi_engine_submit(c);
   pthread_mutex_lock(&E.mu);
-  while (!c->done) pthread_cond_wait(&E.reply, &E.mu);
+  while (!c->done && !E.stopped) pthread_cond_wait(&E.reply, &E.mu);
+  bool done = c->done;
   pthread_mutex_unlock(&E.mu);
+  /* Called during the process's exit (an atexit handler that runs after
+   * ringflow's): the command is never read again, so it may go. */
+  if (!done)
+    return rf__error(RF_UNAVAILABLE,
+                     "ringflow's MPI thread has stopped: the process is "
+                     "exiting");
   return c->result;
 }
 
@@ -375,6 +383,10 @@ static void run_loop(void) {
     l.leaving = c->next;
     reply(c);
   }
+  pthread_mutex_lock(&E.mu);
+  E.stopped = true; /* callers waiting on a command queued since return */
+  pthread_cond_broadcast(&E.reply);
+  pthread_mutex_unlock(&E.mu);
 }
 
 /* Whether every process reached its exit (own_init): a barrier, waited for
