@@ -26,8 +26,7 @@ static void late_free(void) {
   rf_session_free(sess);
   rf_graph_free(graph);
   alarm(0);
-  fprintf(stderr, "task %d: the session was freed after ringflow's exit\n",
-          T);
+  fprintf(stderr, "task %d: the session was freed after ringflow's exit\n", T);
 }
 
 int main(void) {

@@ -51,8 +51,8 @@ static struct {
   pthread_cond_t wake, reply; /* the engine's; the callers' */
   pthread_t thread;
   bool started, ready, stopping, own_init;
-  bool stopped; /* the loop has ended: nothing queued is handled any more */
-  bool multiple;         /* MPI_THREAD_MULTIPLE: jobs may have data threads */
+  bool stopped;  /* the loop has ended: nothing queued is handled any more */
+  bool multiple; /* MPI_THREAD_MULTIPLE: jobs may have data threads */
   rf_status *init_error; /* why MPI cannot be used */
   int world_rank, world_size;
   rf__mpi_cmd *head, *tail;
