@@ -126,9 +126,9 @@ void rf__mpi_peer_resolved(rf__job *j, int64_t issued_ns) {
 
 /* ---- commands ---- */
 
-void rf__mpi_engine_submit(rf__mpi_cmd *c) {
+/* Appends c to the queue; E.mu held. */
+static void enqueue(rf__mpi_cmd *c) {
   c->next = NULL;
-  pthread_mutex_lock(&E.mu);
   if (E.tail)
     E.tail->next = c;
   else
@@ -136,17 +136,22 @@ void rf__mpi_engine_submit(rf__mpi_cmd *c) {
   E.tail = c;
   atomic_store(&E.kicked, 1);
   pthread_cond_signal(&E.wake);
+}
+
+void rf__mpi_engine_submit(rf__mpi_cmd *c) {
+  pthread_mutex_lock(&E.mu);
+  enqueue(c); /* after the loop ended: never read (the process is exiting) */
   pthread_mutex_unlock(&E.mu);
 }
 
 rf_status *rf__mpi_engine_call(rf__mpi_cmd *c) {
-  rf__mpi_engine_submit(c);
   pthread_mutex_lock(&E.mu);
+  /* After the loop ended (an exit handler that runs after ringflow's) c
+   * is not queued: the caller's c goes when it returns. */
+  if (!E.stopped) enqueue(c);
   while (!c->done && !E.stopped) pthread_cond_wait(&E.reply, &E.mu);
   bool done = c->done;
   pthread_mutex_unlock(&E.mu);
-  /* Called during the process's exit (an atexit handler that runs after
-   * ringflow's): the command is never read again, so it may go. */
   if (!done)
     return rf__error(RF_UNAVAILABLE,
                      "ringflow's MPI thread has stopped: the process is "
@@ -383,8 +388,11 @@ static void run_loop(void) {
     l.leaving = c->next;
     reply(c);
   }
+  /* Callers waiting on a command queued since return; the queue is never
+   * read again, and its callers' commands (on their stacks) go with them. */
   pthread_mutex_lock(&E.mu);
-  E.stopped = true; /* callers waiting on a command queued since return */
+  E.stopped = true;
+  E.head = E.tail = NULL;
   pthread_cond_broadcast(&E.reply);
   pthread_mutex_unlock(&E.mu);
 }
