@@ -771,7 +771,10 @@ rf_status *rf_session_run(rf_session *s, const rf_feed *feeds, int nfeeds,
       words <= RUN_STACK_WORDS ? small : rf__malloc(sizeof(void *) * words);
   if (!mem) {
     rf_status *st = rf__status_prefix(rf__oom(), "rf_session_run");
-    if (s->job) rf__job_step_failed(s->job, job_step, st);
+    if (s->job) {
+      rf__job_step_failed(s->job, job_step, st);
+      rf__job_settle(s->job); /* the others told before the run returns */
+    }
     return st;
   }
   _Static_assert(sizeof(rf_output) <= 2 * sizeof(void *), "rf_output fits");

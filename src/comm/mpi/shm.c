@@ -82,8 +82,13 @@ struct rf__mpi_shm {
   int procs, me;
   /* Rounds: reserved by the exchanges started (in one order everywhere, so
    * each round is the same exchange's in every process), and finished
-   * here; this process runs them in order, one exchange after another. */
-  uint32_t reserved, seq;
+   * here; this process runs them in order, one exchange after another.
+   * seq is atomic: the engine can still be testing one exchange (data it
+   * took over in flight) while the direct path, on another thread, starts
+   * the next one and waits for seq to reach its first round; the release
+   * in round_out orders the finished round's copies before that wait. */
+  uint32_t reserved;
+  _Atomic uint32_t seq;
   /* some process had fewer cores than the processes (agreed): only a
    * forced RF_MPI_ALGORITHM=shm uses it */
   bool crowded;
@@ -423,7 +428,8 @@ static bool round_in(rf__mpi_shm_x *x) {
   rf__mpi_shm *s = x->s;
   int p = s->procs, me = s->me;
   uint32_t seq = x->first + (uint32_t)x->k;
-  if (s->seq != seq - 1) return false; /* an earlier exchange's round */
+  if (atomic_load_explicit(&s->seq, memory_order_acquire) != seq - 1)
+    return false; /* an earlier exchange's round */
   if (seq > 2)
     for (; x->next < p; x->next++)
       if (x->next != me && !ready(x, x->next, DONE, seq - 2)) return false;
@@ -521,7 +527,7 @@ static bool round_out(rf__mpi_shm_x *x) {
   if (x->kind == X_GATHER || x->kind == X_BCAST) /* unused: kept in step */
     set(flag_of(s, me, REDUCED), seq);
   set(flag_of(s, me, DONE), seq);
-  s->seq = seq;
+  atomic_store_explicit(&s->seq, seq, memory_order_release);
   return true;
 }
 
