@@ -500,8 +500,61 @@ static void test_reserved_character_refused(void **state) {
   }
 }
 
+/* The builders of all participants at once: a name holding '#' is refused
+ * for the reserved character (not as the participant's node name made from
+ * it), and an empty name (participants "_0", ..., gradient "#grad1") is
+ * refused too, as an empty shared_name is; nothing is added. */
+static void test_collective_names_refused_whole(void **state) {
+  rf_shape s = rf_shape_of(1, (int64_t)3);
+  static const char *const names[] = {"a#b", "#", ""};
+  for (int which = 0; which < 3; which++)
+    for (size_t k = 0; k < sizeof names / sizeof *names; k++) {
+      rf_graph *g = rf_graph_new();
+      rf_output x[2];
+      for (int d = 0; d < 2; d++) {
+        char dev[8];
+        snprintf(dev, sizeof dev, "cpu:%d", d);
+        assert_ok(rf_graph_push_device(g, dev));
+        x[d] = rf_placeholder(g, d ? "x1" : "x0", RF_FLOAT32, s);
+        rf_graph_pop_device(g);
+      }
+      rf_output y[2] = {{NULL, 0}, {NULL, 0}};
+      if (which == 0)
+        rf_all_reduce_n(g, names[k], x, 2, RF_REDUCE_SUM, y);
+      else if (which == 1)
+        rf_all_gather_n(g, names[k], x, 2, y);
+      else
+        rf_reduce_scatter_n(g, names[k], x, 2, RF_REDUCE_SUM, y);
+      assert_null(y[0].node);
+      assert_int_equal(rf_graph_num_nodes(g), 2);
+      if (names[k][0]) {
+        assert_status(rf_graph_status(g), RF_INVALID_ARGUMENT,
+                      "holds '#', which is reserved");
+        /* the collective named, no participant's node */
+        assert_null(strstr(rf_status_message(rf_graph_status(g)), "_0"));
+      } else {
+        assert_status(rf_graph_status(g), RF_INVALID_ARGUMENT,
+                      "must not be empty");
+      }
+      rf_graph_free(g);
+    }
+  /* one participant at a time: an empty shared_name */
+  rf_graph *g = rf_graph_new();
+  assert_ok(rf_graph_push_device(g, "cpu:0"));
+  rf_output x = rf_placeholder(g, "x", RF_FLOAT32, s);
+  rf_output y = rf_all_reduce(g, "p", x, RF_REDUCE_SUM, 1, "");
+  rf_graph_pop_device(g);
+  assert_null(y.node);
+  assert_status(rf_graph_status(g), RF_INVALID_ARGUMENT,
+                "shared_name is empty");
+  assert_status(rf_graph_status(g), RF_INVALID_ARGUMENT,
+                "node 'p' (AllReduce)");
+  rf_graph_free(g);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_collective_names_refused_whole),
       cmocka_unit_test(test_two_gradients_through_every_collective),
       cmocka_unit_test(test_gradient_of_gradient),
       cmocka_unit_test(test_names_are_deterministic_and_documented),

@@ -48,7 +48,8 @@ typedef enum rf_reduction {
 
 /* One all-reduce participant on input's device. shared_name NULL: the node's
  * name (then every participant must be given the same explicit name scheme;
- * prefer rf_all_reduce_n). */
+ * prefer rf_all_reduce_n); "" is INVALID_ARGUMENT ("shared_name is
+ * empty"). */
 RF_API rf_output rf_all_reduce(rf_graph *g, const char *name, rf_output input,
                                rf_reduction reduction, int num_devices,
                                const char *shared_name);
@@ -58,7 +59,10 @@ RF_API rf_output rf_all_reduce(rf_graph *g, const char *name, rf_output input,
  * "ReduceScatter"), the first that is no node's name nor a collective's
  * shared_name and whose participant names are all free (so after a first
  * unnamed all-reduce of 3 inputs, whose participants are AllReduce_0..2, the
- * next is "AllReduce_3"): every unnamed call is a collective of its own. The
+ * next is "AllReduce_3"): every unnamed call is a collective of its own. A
+ * name that is empty ("AllReduce: a collective's name must not be empty") or
+ * holds '#' ("AllReduce 'a#b': the name holds '#', which is reserved ...")
+ * is INVALID_ARGUMENT, naming the collective, not a participant. The
  * inputs must share one dtype (else INVALID_ARGUMENT naming both inputs, their
  * dtypes and devices; likewise for rf_all_gather_n, rf_reduce_scatter_n and
  * rf_reduce), must not have shapes known to differ (both ranks known and

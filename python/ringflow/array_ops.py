@@ -12,7 +12,6 @@ naming the node and op, now when the shapes are known, else from
 Session.run.
 """
 
-import operator
 from typing import Any, List, Optional, Sequence, Union
 
 import numpy as np
@@ -260,11 +259,7 @@ def dropout(x: Any, rate: float, seed: Optional[int] = 0,
     int64: an int (NumPy's too; a float is a TypeError) in
     -2**63..2**63-1, else InvalidArgumentError."""
     rate = _convert.number("dropout: rate", rate)
-    seed = 0 if seed is None else operator.index(seed)
-    if not -(1 << 63) <= seed < 1 << 63:
-        raise errors.InvalidArgumentError(
-            f"dropout: seed {seed} is out of range: an int64, "
-            f"-2**63..2**63-1")
+    seed = 0 if seed is None else _convert.index("dropout: seed", seed)
     g, t = _one(x)
     return g._output(lib.rf_dropout, c_name(name), t._c, rate, seed)
 

@@ -81,7 +81,11 @@ def save(path: Path, tensors: Mapping[str, Any], step: Optional[int] = None,
     if step is not None:
         if isinstance(step, bool):  # an int to operator.index: True is 1
             raise TypeError("checkpoint step must be an int, not bool")
-        step = operator.index(step)  # TypeError for 1.5, not 1
+        try:
+            step = operator.index(step)  # TypeError for 1.5, not 1
+        except TypeError:
+            raise TypeError(f"checkpoint step must be an int, not "
+                            f"{type(step).__name__}") from None
         if not 0 <= step <= STEP_MAX:  # past int64 cffi would overflow
             raise errors.InvalidArgumentError(
                 f"checkpoint step {step} is not in 0..{STEP_MAX}")

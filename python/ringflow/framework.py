@@ -14,7 +14,7 @@ from typing import Any, Iterator, List, Optional, Sequence, Union
 
 import numpy as np
 
-from ringflow import _convert, dtypes
+from ringflow import _convert, dtypes, errors
 from ringflow._lib import check, c_name, ffi, lib, text
 
 __all__ = ["Graph", "Operation", "Tensor", "get_default_graph",
@@ -448,8 +448,18 @@ def constant_in(graph: Graph, value: Any, dtype: Any = None,
     """A Const node in `graph` holding `value` (see ringflow.constant)."""
     arr = _convert.as_array(value, dtype)
     if shape is not None:
-        shape = tuple(shape)
-        if arr.size == int(np.prod(shape)):
+        shape = tuple(_convert.index("constant: shape: a dim", d)
+                      for d in shape)
+        count = 1
+        for d in shape:  # Python ints: np.prod wraps past int64
+            if d < 0:
+                raise errors.InvalidArgumentError(
+                    f"constant: shape {shape}: dim {d} is negative")
+            count *= d
+        if count >= 1 << 63:
+            raise errors.InvalidArgumentError(
+                f"constant: shape {shape}: element count overflows int64")
+        if arr.size == count:
             arr = arr.reshape(shape)
         else:
             arr = np.broadcast_to(arr, shape)

@@ -427,7 +427,11 @@ def _c_int(name: str, value: Any, bits: int) -> int:
     float is a TypeError, never cut), checked by the library; one past the
     field is the library's error class, InvalidArgumentError, not an
     OverflowError."""
-    v = operator.index(value)
+    try:
+        v = operator.index(value)
+    except TypeError:
+        raise TypeError(f"session options: {name} must be an int, not "
+                        f"{type(value).__name__}") from None
     if not -(1 << (bits - 1)) <= v < 1 << (bits - 1):
         raise errors.InvalidArgumentError(
             f"session options: {name} {v} is out of range")

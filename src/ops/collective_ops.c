@@ -277,6 +277,11 @@ static rf_output participant(rf_graph *g, const char *op, const char *name,
                              bool internal) {
   if (rf__graph_failed(g) || !rf__graph_inputs_ok(g, op, name, &input, 1))
     return invalid_output();
+  if (shared_name && !shared_name[0]) {
+    rf__graph_refuse(g, op, name,
+                     "shared_name is empty (NULL takes the node's name)");
+    return invalid_output();
+  }
   /* A gradient's participant goes on its forward participant's device (the
    * scope rf_gradients pushed), so its input needs none: a loss built
    * outside any device scope gives gradients without one. */
@@ -374,10 +379,30 @@ static bool fresh_shared_name(rf_graph *g, const char *op, int n, char *buf,
   return true;
 }
 
+/* A collective's name given by the user: not empty (its participants
+ * would be "_0", "_1", ... and its gradient "#grad1") and without the
+ * reserved character (named here, before a participant's node name made
+ * from it is refused for holding it). */
+static bool collective_name_ok(rf_graph *g, const char *op, const char *name) {
+  if (!name) return true;
+  if (!name[0])
+    rf__graph_record(g, rf__invalid("%s: a collective's name must not be "
+                                    "empty (NULL generates one)",
+                                    op));
+  else if (strchr(name, RF_RESERVED_NAME_CHAR))
+    rf__graph_record(g, rf__invalid("%s '%s': the name holds '%c', which is "
+                                    "reserved for the collectives "
+                                    "rf_gradients makes",
+                                    op, name, RF_RESERVED_NAME_CHAR));
+  else
+    return true;
+  return false;
+}
+
 static void participants_n(rf_graph *g, const char *op, const char *name,
                            const rf_output *inputs, int n,
                            const char *reduction, rf_output *outputs) {
-  if (rf__graph_failed(g)) return;
+  if (rf__graph_failed(g) || !collective_name_ok(g, op, name)) return;
   if (!inputs || !outputs || n < 1) {
     rf__graph_refuse(g, op, name, "need n >= 1 inputs and an outputs array");
     return;
