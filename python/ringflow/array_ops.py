@@ -16,7 +16,7 @@ from typing import Any, List, Optional, Sequence, Union
 
 import numpy as np
 
-from ringflow import _convert, dtypes, errors
+from ringflow import _convert, dtypes
 from ringflow._lib import c_name, ffi, lib
 from ringflow.framework import (Tensor, convert_to_tensor, graph_of,
                                 outputs_array)
