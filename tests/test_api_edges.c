@@ -280,6 +280,41 @@ static void test_const_refuses_device_tensor(void **state) {
   rf_tensor_release(t);
 }
 
+/* rf_session_run's argument refusals name the argument. */
+static void test_run_names_its_bad_argument(void **state) {
+  rf_graph *g = rf_graph_new();
+  rf_output c = rf_const_scalar(g, "c", RF_FLOAT32, 1.0);
+  rf_session *s = NULL;
+  assert_ok(rf_session_new(g, NULL, &s));
+  rf_tensor *out[1] = {NULL};
+  rf_feed feed = {c, NULL};
+  rf_node *t = c.node;
+  static const struct {
+    int who, nfeeds, nfetches, ntargets;
+    const char *want;
+  } cases[] = {
+      {0, 0, 1, 0, "session is NULL"},
+      {1, -1, 0, 0, "nfeeds is negative"},
+      {1, 0, -2, 0, "nfetches is negative"},
+      {1, 0, 0, -1, "ntargets is negative"},
+      {2, 1, 0, 0, "feeds is NULL"},
+      {3, 0, 1, 0, "fetches is NULL"},
+      {4, 0, 1, 0, "outputs is NULL"},
+      {5, 0, 0, 1, "targets is NULL"},
+  };
+  for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+    int w = cases[k].who;
+    rf_status *st = rf_session_run(w == 0 ? NULL : s, w == 2 ? NULL : &feed,
+                                   cases[k].nfeeds, w == 3 ? NULL : &c,
+                                   cases[k].nfetches, w == 5 ? NULL : &t,
+                                   cases[k].ntargets, w == 4 ? NULL : out);
+    assert_status(st, RF_INVALID_ARGUMENT, cases[k].want);
+    assert_null(out[0]);
+  }
+  rf_session_free(s);
+  rf_graph_free(g);
+}
+
 int main(void) {
   rf_test_seed();
   const struct CMUnitTest tests[] = {
@@ -289,6 +324,7 @@ int main(void) {
       cmocka_unit_test(test_control_edge_messages),
       cmocka_unit_test(test_builder_errors_name_the_node),
       cmocka_unit_test(test_const_refuses_device_tensor),
+      cmocka_unit_test(test_run_names_its_bad_argument),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

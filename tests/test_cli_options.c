@@ -349,6 +349,26 @@ static void test_missing_values(void **state) {
   }
 }
 
+/* An option given twice takes its last value, each value checked as it is
+ * read (docs/CLI.md). */
+static void test_repeated_option_takes_the_last(void **state) {
+  (void)state;
+  const char *args[] = {"bench",      "--devices", "3",
+                        "--devices",  "2",         "--quick",
+                        "--max",      "1K",        "--collective",
+                        "all_reduce", "--no-mpi",  "--no-floor",
+                        "--csv",      NULL};
+  run r = run_argv(args);
+  if (r.rc != 0 || !strstr(r.out, "\nall_reduce,2,1024,"))
+    show("bench", args, &r);
+  assert_int_equal(r.rc, 0);
+  assert_non_null(strstr(r.out, "\nall_reduce,2,1024,"));
+  run_free(&r);
+  const char *bad[] = {"train", "--steps", "0", "--steps", "3", "--help", NULL};
+  const char *want[] = {"--steps", "'0'", "out of range", NULL};
+  expect_usage_error(bad, want);
+}
+
 /* ---- unknown options and arguments ---- */
 
 static void test_unknown_options(void **state) {
@@ -787,6 +807,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_number_ranges),
       cmocka_unit_test(test_missing_values),
+      cmocka_unit_test(test_repeated_option_takes_the_last),
       cmocka_unit_test(test_unknown_options),
       cmocka_unit_test(test_devices_accepted_alike),
       cmocka_unit_test(test_devices_rejected_alike),

@@ -604,7 +604,8 @@ static void test_incomplete_group_is_a_compile_error(void **state) {
   rf_all_reduce(g, "p1", ph(g, "x1", "cpu:1", s), RF_REDUCE_SUM, 3, "trio");
   assert_graph_ok(g);
   assert_status(lower_status(g, 3), RF_INVALID_ARGUMENT,
-                "collective 'trio' expects 3 participants but the graph has 2");
+                "collective 'trio' (AllReduce) expects 3 participants but the "
+                "graph has 2");
   rf_status *st = run_status(g, 3, a);
   assert_non_null(st);
   assert_non_null(strstr(rf_status_message(st), "'p1' on cpu:1"));
@@ -638,15 +639,16 @@ static void test_two_participants_on_one_device(void **state) {
   g = rf_graph_new();
   rf_all_reduce(g, "d0", ph(g, "x0", "cpu:1", s), RF_REDUCE_SUM, 2, "dup");
   rf_all_reduce(g, "d1", ph(g, "x1", "cpu:1", s), RF_REDUCE_SUM, 2, "dup");
-  expect_lower_error(g, 2,
-                     "collective 'dup' has two participants on one device");
+  expect_lower_error(
+      g, 2, "collective 'dup' (AllReduce) has two participants on one device");
   /* A group larger than its num_devices is an error too. */
   g = rf_graph_new();
   rf_all_reduce(g, "q0", ph(g, "y0", "cpu:0", s), RF_REDUCE_SUM, 2, "pair");
   rf_all_reduce(g, "q1", ph(g, "y1", "cpu:1", s), RF_REDUCE_SUM, 2, "pair");
   rf_all_reduce(g, "q2", ph(g, "y2", "cpu:2", s), RF_REDUCE_SUM, 2, "pair");
-  expect_lower_error(
-      g, 3, "collective 'pair' expects 2 participants but the graph has 3");
+  expect_lower_error(g, 3,
+                     "collective 'pair' (AllReduce) expects 2 participants but "
+                     "the graph has 3");
 }
 
 /* The participant list of a group's error names every participant with its
@@ -673,8 +675,9 @@ static void test_group_error_lists_every_participant(void **state) {
     rf_status *st = lower_status(g, 3);
     assert_int_equal(rf_status_code(st), RF_INVALID_ARGUMENT);
     const char *m = rf_status_message(st);
-    assert_non_null(
-        strstr(m, "collective 'grp' has two participants on one device: "));
+    assert_non_null(strstr(
+        m,
+        "collective 'grp' (AllReduce) has two participants on one device: "));
     static const char *const devs[] = {"cpu:0", "cpu:1", "cpu:1", "cpu:2"};
     for (int i = 0; i < 4; i++) {
       char want[512];
@@ -840,7 +843,7 @@ static void test_mixed_device_types(void **state) {
       want = "node 'mixed_bcast' (Broadcast) connects cpu:0 and gpu:0";
     } else {
       rf_all_reduce_n(g, "mixed_ar", xs, 2, RF_REDUCE_SUM, y);
-      want = "collective 'mixed_ar' mixes device types";
+      want = "collective 'mixed_ar' (AllReduce) mixes device types";
     }
     assert_graph_ok(g);
     place_by_request(g, devs, 2);

@@ -195,7 +195,8 @@ static void test_short_group_still_an_error(void **state) {
   rf_tensor *got = NULL;
   rf_status *st = rf_test_try_run(g, &feed, 1, &y, 1, &got);
   assert_status(st, RF_INVALID_ARGUMENT,
-                "collective 'grp' expects 2 participants but the graph has 1");
+                "collective 'grp' (AllReduce) expects 2 participants but the "
+                "graph has 1");
   assert_null(got);
   rf_tensor_release(xv);
   rf_graph_free(g);

@@ -373,7 +373,9 @@ RF_API rf_status *rf_session_new(const rf_graph *g,
  * graph, an output index out of range, a feed of another dtype or an
  * incompatible shape, an output fed twice) names the argument or node
  * (NOT_FOUND for a node not in the session's graph, INVALID_ARGUMENT for
- * the others);
+ * the others: a NULL s, a negative count, or a NULL feeds, fetches,
+ * outputs or targets with a count above 0 is "rf_session_run: outputs is
+ * NULL (nfeeds 0, nfetches 2, ntargets 0)" and the like);
  * every device of the step has stopped when this returns, and the session
  * can run again (out of memory included: RESOURCE_EXHAUSTED); the step's
  * variable updates are each applied whole or not at all (see rf_variable). With

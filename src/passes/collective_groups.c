@@ -255,9 +255,10 @@ static rf_status *check_group(const rf_graph *graph, const group *g,
   if (g->n != want)
     return group_error(
         RF_INVALID_ARGUMENT, graph, g, devices, num_devices,
-        rf__format("collective '%s' expects %lld participants but the graph "
-                   "has %d",
-                   g->shared_name, (long long)want, g->n));
+        rf__format("collective '%s' (%s) expects %lld participants but the "
+                   "graph has %d",
+                   g->shared_name, collective_of(first), (long long)want,
+                   g->n));
   for (int i = 0; i < g->n; i++) {
     const rf_node *a = graph->nodes[g->ids[i]];
     if (a->assigned_device < 0 || a->assigned_device >= num_devices)
@@ -268,7 +269,8 @@ static rf_status *check_group(const rf_graph *graph, const group *g,
   const char *fault = placement_fault(graph, g, devices, &code);
   if (!fault) return NULL;
   return group_error(code, graph, g, devices, num_devices,
-                     rf__format("collective '%s' %s", g->shared_name, fault));
+                     rf__format("collective '%s' (%s) %s", g->shared_name,
+                                collective_of(first), fault));
 }
 
 /* Sets attr _devices ("cpu:0,cpu:2") on every participant of a checked

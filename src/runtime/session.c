@@ -757,9 +757,20 @@ rf_status *rf_session_run(rf_session *s, const rf_feed *feeds, int nfeeds,
                           const rf_output *fetches, int nfetches,
                           rf_node *const *targets, int ntargets,
                           rf_tensor **outputs) {
-  if (!s || nfeeds < 0 || nfetches < 0 || ntargets < 0 || (nfeeds && !feeds) ||
-      (nfetches && (!fetches || !outputs)) || (ntargets && !targets))
-    return rf__invalid("rf_session_run: NULL or negative argument");
+  const char *bad = !s                     ? "session is NULL"
+                    : nfeeds < 0           ? "nfeeds is negative"
+                    : nfetches < 0         ? "nfetches is negative"
+                    : ntargets < 0         ? "ntargets is negative"
+                    : nfeeds && !feeds     ? "feeds is NULL"
+                    : nfetches && !fetches ? "fetches is NULL"
+                    : nfetches && !outputs ? "outputs is NULL"
+                    : ntargets && !targets ? "targets is NULL"
+                                           : NULL;
+  if (bad)
+    return rf__invalid(
+        "rf_session_run: %s (nfeeds %d, nfetches %d, "
+        "ntargets %d)",
+        bad, nfeeds, nfetches, ntargets);
   /* Every run of a job session is a job step, failed or not, so that the
    * processes' counts stay in step. */
   int64_t job_step = s->job ? atomic_fetch_add(&s->next_job_step, 1) : -1;
