@@ -61,7 +61,8 @@ RF_API rf_output rf_all_reduce(rf_graph *g, const char *name, rf_output input,
  * unnamed all-reduce of 3 inputs, whose participants are AllReduce_0..2, the
  * next is "AllReduce_3"): every unnamed call is a collective of its own. A
  * name that is empty ("AllReduce: a collective's name must not be empty") or
- * holds '#' ("AllReduce 'a#b': the name holds '#', which is reserved ...")
+ * holds '#' ("AllReduce 'a#b': the name is not valid: it holds '#', which
+ * is reserved ...")
  * is INVALID_ARGUMENT, naming the collective, not a participant. The
  * inputs must share one dtype (else INVALID_ARGUMENT naming both inputs, their
  * dtypes and devices; likewise for rf_all_gather_n, rf_reduce_scatter_n and

@@ -390,9 +390,9 @@ static bool collective_name_ok(rf_graph *g, const char *op, const char *name) {
                                     "empty (NULL generates one)",
                                     op));
   else if (strchr(name, RF_RESERVED_NAME_CHAR))
-    rf__graph_record(g, rf__invalid("%s '%s': the name holds '%c', which is "
-                                    "reserved for the collectives "
-                                    "rf_gradients makes",
+    rf__graph_record(g, rf__invalid("%s '%s': the name is not valid: it "
+                                    "holds '%c', which is reserved for the "
+                                    "collectives rf_gradients makes",
                                     op, name, RF_RESERVED_NAME_CHAR));
   else
     return true;

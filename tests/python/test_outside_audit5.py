@@ -38,8 +38,8 @@ def test_a_collective_name_with_the_reserved_character_names_it():
     with rf.Graph().as_default():
         t = _two_inputs()
         with pytest.raises(rf.errors.InvalidArgumentError,
-                           match="'a#b': the name holds '#', which is "
-                                 "reserved") as e:
+                           match="'a#b': the name is not valid: it holds "
+                                 "'#', which is reserved") as e:
             rf.nccl.all_sum(t, name="a#b")
         assert e.value.node_name is None
 
