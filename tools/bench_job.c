@@ -4,8 +4,9 @@
  * (MPI_Allreduce, MPI_Reduce, MPI_Bcast, MPI_Allgather,
  * MPI_Reduce_scatter_block) and, for all-reduce, Gloo over loopback TCP when
  * it was built, in the same processes on the same buffers. Rounds alternate
- * ringflow, MPI, Gloo windows of the same number of operations (each window
- * between two barriers, timed by its slowest process), and each figure is
+ * ringflow, MPI, Gloo windows (each of as many operations as last
+ * --min-time for that way; between two barriers, timed by its slowest
+ * process), and each figure is
  * the median over rounds, so load on the machine hits all alike. Task 0
  * prints. MPI builds only; the library initialises MPI with
  * MPI_THREAD_MULTIPLE, so this thread may call MPI beside ringflow's. */
@@ -232,27 +233,31 @@ static rf_status *measure(const jb *b, bench_coll c, int64_t bytes, result *r) {
   setup su;
   rf_status *st = setup_new(b, c, bytes, &su);
   bool gloo = b->gloo && c == BC_ALL_REDUCE && b->a->devices->n == 1;
-  int ways = gloo ? 3 : 2, k = 1;
+  int ways = gloo ? 3 : 2, k[NUM_WAYS] = {1, 1, 1};
   double t[NUM_WAYS][MAX_ROUNDS];
   memset(r, 0, sizeof *r);
-  /* warm-up (compiles, fills caches), then k so a window lasts min_time */
+  /* warm-up (compiles, fills caches), then for each way the k that makes
+   * its window last min_time: one k for all made the slowest way's windows
+   * last its ratio to ringflow times longer (Gloo at 1 KiB, 1000x: minutes
+   * for --quick) */
   for (int w = 0; !st && w < ways; w++) st = window(b, &su, c, w, 2, &t[w][0]);
-  while (!st) {
-    double s;
-    st = window(b, &su, c, WAY_RF, k, &s);
-    if (st || s * k >= b->a->min_time || k >= (1 << 20)) break;
-    k *= 2;
-  }
+  for (int w = 0; !st && w < ways; w++)
+    while (!st) {
+      double s;
+      st = window(b, &su, c, w, k[w], &s);
+      if (st || s * k[w] >= b->a->min_time || k[w] >= (1 << 20)) break;
+      k[w] *= 2;
+    }
   for (int round = 0; !st && round < b->a->rounds; round++)
     for (int w = 0; !st && w < ways; w++)
-      st = window(b, &su, c, w, k, &t[w][round]);
+      st = window(b, &su, c, w, k[w], &t[w][round]);
   if (!st) {
     for (int w = 0; w < ways; w++) {
       qsort(t[w], (size_t)b->a->rounds, sizeof(double), by_double);
       r->secs[w] = t[w][b->a->rounds / 2];
       r->valid[w] = true;
     }
-    r->iters = k;
+    r->iters = k[WAY_RF];
     r->rounds = b->a->rounds;
   }
   setup_free(&su);
