@@ -51,7 +51,10 @@ typedef struct rf_session_options {
   /* How long a collective waits for its participants (default 300000, 5
    * minutes): a device that never comes, and in a job a process that died
    * or stopped, fails the step with DEADLINE_EXCEEDED naming it within
-   * this (plus 2 s when the job's task 0 is the one gone). In
+   * this; in a job within this plus at most 2 s (1 s asking the missing
+   * tasks whether they are alive where task 0 checks the collective, 2 s
+   * when task 0 is the one gone or the step waits behind an earlier one:
+   * docs/MULTIPROCESS.md), the message giving the timeout itself. In
    * 1..RF_COLLECTIVE_TIMEOUT_MS_MAX; another value fails rf_session_new
    * with INVALID_ARGUMENT. */
   int64_t collective_timeout_ms;
