@@ -94,6 +94,12 @@ enum {
  * refuses it in names users give, so those never meet a gradient's. */
 #define RF_RESERVED_NAME_CHAR '#'
 
+/* A _Retval's attrs (runtime/compile.c): the node and op the caller
+ * fetched, which lowering may replace as the _Retval's input; errors about
+ * the fetch name them. */
+#define RF_FETCH_NODE_ATTR "_fetch_node"
+#define RF_FETCH_OP_ATTR "_fetch_op"
+
 typedef struct rf__op_spec {
   const char *name;
   const char *inputs;  /* may be NULL or "" */

@@ -28,10 +28,15 @@ static const char *dev(const rf__pass_ctx *ctx, const rf_node *n) {
 static rf_status *check_io(const rf__pass_ctx *ctx, const rf_node *n) {
   if (strcmp(n->op->name, "_Retval") == 0 && n->num_inputs > 0) {
     const rf_node *src = rf__input(n, 0).node;
+    const rf__attr_value *f = rf__attrs_find(&n->attrs, RF_FETCH_NODE_ATTR);
+    const rf__attr_value *fop = rf__attrs_find(&n->attrs, RF_FETCH_OP_ATTR);
+    bool asked = f && fop && f->type == RF_ATTR_STRING &&
+                 fop->type == RF_ATTR_STRING;
     return rf__invalid(
         "fetch of node '%s' (%s) on %s: a process fetches only outputs of "
         "its own task (task %d)",
-        src->name, src->op->name, dev(ctx, n), ctx->task);
+        asked ? f->u.s : src->name, asked ? fop->u.s : src->op->name,
+        dev(ctx, n), ctx->task);
   }
   if (strcmp(n->op->name, "_Arg") == 0)
     return rf__invalid(

@@ -79,6 +79,12 @@ static rf_status *add_retvals(rf_graph *g, const rf__signature *sig,
     snprintf(base, sizeof base, "_retval/%s_%d", o.node->name, o.index);
     RF_CHECK(add_indexed(g, "_Retval", base, "", &o, 1,
                          o.node->out_dtypes[o.index], i, &retvals[i]));
+    /* the node asked for, which lowering may replace as the _Retval's
+     * input (a Broadcast's root reads its input): errors name it */
+    rf__attr_value f = rf__attr_string_ref(o.node->name);
+    rf__attr_value fop = rf__attr_string_ref(o.node->op->name);
+    RF_CHECK(rf__attrs_set(&retvals[i]->attrs, RF_FETCH_NODE_ATTR, &f));
+    RF_CHECK(rf__attrs_set(&retvals[i]->attrs, RF_FETCH_OP_ATTR, &fop));
   }
   return NULL;
 }

@@ -252,6 +252,44 @@ static void test_remote_fetch_and_feed_are_errors(void **state) {
   rf_graph_free(m.g);
 }
 
+/* A fetch of a Broadcast whose root is on task 0, from the other tasks: the
+ * error names the Broadcast, not its input, which lowering gives the
+ * root's consumers in its place. Task 0 fetches its own and fails as the
+ * others tell it; then every task runs a good step. */
+static void test_remote_broadcast_fetch_names_it(void **state) {
+  rf_graph *g = rf_graph_new();
+  char dev[MT_DEVICE_LEN];
+  mt_device(0, 0, dev, sizeof dev);
+  assert_ok(rf_graph_push_device(g, dev));
+  rf_output b =
+      rf_broadcast(g, "bcast", rf_const_scalar(g, "c", RF_FLOAT32, 2));
+  rf_graph_pop_device(g);
+  rf_output use[64];
+  for (int t = 0; t < NT; t++) {
+    mt_device(t, 0, dev, sizeof dev);
+    assert_ok(rf_graph_push_device(g, dev));
+    use[t] = rf_identity(g, NULL, b);
+    rf_graph_pop_device(g);
+  }
+  assert_graph_ok(g);
+  rf_session *s = mt_session(g, 1, 20000);
+  rf_tensor *out = NULL;
+  rf_status *st = rf_session_run(s, NULL, 0, &b, 1, NULL, 0, &out);
+  if (T != 0)
+    assert_status(st, RF_INVALID_ARGUMENT,
+                  "fetch of node 'bcast' (Broadcast) on /task:0/cpu:0: a "
+                  "process fetches only outputs of its own task");
+  else if (st)
+    rf_status_free(st);
+  else
+    rf_tensor_release(out);
+  assert_ok(rf_session_run(s, NULL, 0, &use[T], 1, NULL, 0, &out));
+  assert_true(rf_tensor_get(out, 0) == 2);
+  rf_tensor_release(out);
+  rf_session_free(s);
+  rf_graph_free(g);
+}
+
 static void test_data_edge_between_tasks_is_an_error(void **state) {
   small m;
   small_graph(&m);
@@ -382,6 +420,7 @@ int main(void) {
       cmocka_unit_test(test_large_all_reduce_same_bits_everywhere),
       cmocka_unit_test(test_sessions_reduce_concurrently),
       cmocka_unit_test(test_remote_fetch_and_feed_are_errors),
+      cmocka_unit_test(test_remote_broadcast_fetch_names_it),
       cmocka_unit_test(test_data_edge_between_tasks_is_an_error),
       cmocka_unit_test(test_missing_task_or_device_is_an_error),
       cmocka_unit_test(test_long_names_across_tasks),
