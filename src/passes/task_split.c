@@ -30,8 +30,8 @@ static rf_status *check_io(const rf__pass_ctx *ctx, const rf_node *n) {
     const rf_node *src = rf__input(n, 0).node;
     const rf__attr_value *f = rf__attrs_find(&n->attrs, RF_FETCH_NODE_ATTR);
     const rf__attr_value *fop = rf__attrs_find(&n->attrs, RF_FETCH_OP_ATTR);
-    bool asked = f && fop && f->type == RF_ATTR_STRING &&
-                 fop->type == RF_ATTR_STRING;
+    bool asked =
+        f && fop && f->type == RF_ATTR_STRING && fop->type == RF_ATTR_STRING;
     return rf__invalid(
         "fetch of node '%s' (%s) on %s: a process fetches only outputs of "
         "its own task (task %d)",
