@@ -304,6 +304,12 @@ static void test_task_skipping_a_late_step_is_named(void **state) {
              "waiting for task %d (/task:%d/cpu:0, /task:%d/cpu:1)", skip, skip,
              skip);
     assert_contains(rf_status_message(st), "2 of");
+    /* alive (its communication thread answered the PING), not dead: said
+     * on both paths (a member's steady-state check, task 0's) */
+    char alive[128];
+    snprintf(alive, sizeof alive,
+             "(task %d answers: it has not reached this collective", skip);
+    assert_contains(rf_status_message(st), alive);
     assert_status(st, RF_DEADLINE_EXCEEDED, want);
     /* named within the timeout, plus the 1 s probe of the missing tasks
      * that task 0's coordinator makes on the READY/GO path (and some slack

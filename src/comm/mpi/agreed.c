@@ -578,9 +578,9 @@ static int list_tasks(const rf__mpi_op *op, int want, char *buf, size_t len) {
  * : 0 of N participants missing"). */
 static void late_text(const rf__mpi_op *op, const char *name, char *buf,
                       size_t len) {
-  char missing[2048], present[2048], silent[512], tail[700] = "";
-  size_t used = 0;
-  silent[0] = '\0';
+  char missing[2048], present[2048], silent[512], alive[512], tail[1300] = "";
+  size_t used = 0, used_alive = 0;
+  silent[0] = alive[0] = '\0';
   int absent = 0, all = 0;
   for (int i = 0; i < op->nset; i++) all += op->counts[i];
   if (!op->answered) { /* no memory to ask: no names */
@@ -593,14 +593,28 @@ static void late_text(const rf__mpi_op *op, const char *name, char *buf,
   }
   absent = list_tasks(op, 0, missing, sizeof missing);
   list_tasks(op, 1, present, sizeof present);
-  for (int i = 0; i < op->nset && used < sizeof silent; i++)
-    if (!op->answered[i])
+  for (int i = 0; i < op->nset; i++) {
+    /* 0: no answer; 2: answered that it has not reached the collective */
+    if (!op->answered[i] && used < sizeof silent)
       used += (size_t)snprintf(silent + used, sizeof silent - used, "%stask %d",
                                used ? ", " : "", op->tasks[i]);
+    if (op->answered[i] == 2 && used_alive < sizeof alive)
+      used_alive +=
+          (size_t)snprintf(alive + used_alive, sizeof alive - used_alive,
+                           "%stask %d", used_alive ? ", " : "", op->tasks[i]);
+  }
+  /* as task 0's message for the first step's path (coordinator.c) */
+  char a[640] = "", b[640] = "";
   if (silent[0])
-    snprintf(tail, sizeof tail,
-             " (%s did not answer within %d ms: died or stopped)", silent,
-             PROBE_MS);
+    snprintf(a, sizeof a, "%s did not answer within %d ms: died or stopped",
+             silent, PROBE_MS);
+  if (alive[0])
+    snprintf(b, sizeof b,
+             "%s answers: it has not reached this collective, maybe held up "
+             "by an earlier one",
+             alive);
+  if (a[0] || b[0])
+    snprintf(tail, sizeof tail, " (%s%s%s)", a, a[0] && b[0] ? "; " : "", b);
   if (absent == 0) {
     snprintf(buf, len,
              "collective '%s' (job step %lld): timed out after %lld ms: all "
