@@ -51,7 +51,8 @@ static int read_item(const char **p, tool_devices *d, bool *typed, char *why,
   }
   if (strncasecmp(s, "/task:", 6) == 0) {
     snprintf(why, why_len,
-             "no /task:N/ part: --devices names this process's own devices");
+             "a /task:N/ part is not allowed: --devices names this "
+             "process's own devices");
     return -1;
   }
   if (isalpha((unsigned char)*s)) {
