@@ -622,7 +622,9 @@ static const bad_case bad_cases[] = {
      RF_INVALID_ARGUMENT, "not a ringflow graph file"},
     {"{\"format\": \"ringflow-graph\", \"version\": 1, \"nodes\": [], \"x\": "
      "1}",
-     RF_INVALID_ARGUMENT, "not a ringflow graph file"},
+     RF_INVALID_ARGUMENT,
+     "not a ringflow graph file: unknown top-level field 'x' (the top level "
+     "has exactly format, version and nodes)"},
     {"{\"format\": \"ringflow-graph\", \"format\": \"x\", \"version\": 1, "
      "\"nodes\": []}",
      RF_INVALID_ARGUMENT, "duplicate object key"},

@@ -716,6 +716,22 @@ static rf_status *read_graph(json_t *root, rf_graph *g) {
   json_t *format = json_object_get(root, "format");
   json_t *version = json_object_get(root, "version");
   json_t *nodes = json_object_get(root, "nodes");
+  if (json_is_object(root) && json_is_string(format) &&
+      strcmp(json_string_value(format), FORMAT_NAME) == 0 &&
+      json_is_integer(version) && json_is_array(nodes) &&
+      json_object_size(root) != 3) {
+    const char *key;
+    json_t *v;
+    json_object_foreach(root, key, v) {
+      if (strcmp(key, "format") && strcmp(key, "version") &&
+          strcmp(key, "nodes"))
+        return rf__invalid(
+            "not a ringflow graph file: unknown top-level "
+            "field '%s' (the "
+            "top level has exactly format, version and nodes)",
+            key);
+    }
+  }
   if (!json_is_object(root) || !json_is_string(format) ||
       strcmp(json_string_value(format), FORMAT_NAME) != 0 ||
       !json_is_integer(version) || !json_is_array(nodes) ||

@@ -603,18 +603,7 @@ static void late_text(const rf__mpi_op *op, const char *name, char *buf,
           (size_t)snprintf(alive + used_alive, sizeof alive - used_alive,
                            "%stask %d", used_alive ? ", " : "", op->tasks[i]);
   }
-  /* as task 0's message for the first step's path (coordinator.c) */
-  char a[640] = "", b[640] = "";
-  if (silent[0])
-    snprintf(a, sizeof a, "%s did not answer within %d ms: died or stopped",
-             silent, PROBE_MS);
-  if (alive[0])
-    snprintf(b, sizeof b,
-             "%s answers: it has not reached this collective, maybe held up "
-             "by an earlier one",
-             alive);
-  if (a[0] || b[0])
-    snprintf(tail, sizeof tail, " (%s%s%s)", a, a[0] && b[0] ? "; " : "", b);
+  rf__mpi_probe_text(silent, alive, tail, sizeof tail); /* as task 0's */
   if (absent == 0) {
     snprintf(buf, len,
              "collective '%s' (job step %lld): timed out after %lld ms: all "

@@ -548,17 +548,7 @@ static void probe_text(rf__job *j, rf__mpi_centry *e, char *buf, size_t len) {
     if (quiet && t > 0 && t < j->ntasks && j->peers[t] == RF_PEER_OK)
       j->peers[t] = RF_PEER_LOST; /* until it is heard from again */
   }
-  char a[1200] = "", b[1200] = "";
-  if (silent[0])
-    snprintf(a, sizeof a, "%s did not answer within %d ms: died or stopped",
-             silent, PROBE_MS);
-  if (alive[0])
-    snprintf(b, sizeof b,
-             "%s answers: it has not reached this collective, maybe held up "
-             "by an earlier one",
-             alive);
-  if (a[0] || b[0])
-    snprintf(buf, len, " (%s%s%s)", a, a[0] && b[0] ? "; " : "", b);
+  rf__mpi_probe_text(silent, alive, buf, len);
 }
 
 /* The entry of e's collective at the job step before e's, while task 0

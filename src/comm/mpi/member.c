@@ -504,6 +504,22 @@ static void time_out(rf__job *j, rf__mpi_op *op, int64_t now) {
   break_job(j, op, now);
 }
 
+void rf__mpi_probe_text(const char *silent, const char *alive, char *buf,
+                        size_t len) {
+  char a[1200] = "", b[1200] = "";
+  if (silent[0])
+    snprintf(a, sizeof a, "%s did not answer within %d ms: died or stopped",
+             silent, PROBE_MS);
+  if (alive[0])
+    snprintf(b, sizeof b,
+             "%s answers: it has not reached this collective, maybe held up "
+             "by an earlier one",
+             alive);
+  buf[0] = '\0';
+  if (a[0] || b[0])
+    snprintf(buf, len, " (%s%s%s)", a, a[0] && b[0] ? "; " : "", b);
+}
+
 /* An op in flight: tested, or timed out (it stays, reported, until MPI lets
  * go of its buffers). */
 static int test(rf__job *j, rf__mpi_op *op, int64_t now) {

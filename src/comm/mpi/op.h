@@ -255,6 +255,13 @@ void rf__mpi_member_drop(rf__job *j, rf__mpi_op *op);
 /* Asks every other task of op's set whether it is there (PING); answered
  * comes back by PONG (1: it has op, 2: it has not reached it). */
 void rf__mpi_member_probe(rf__job *j, rf__mpi_op *op, int64_t now);
+/* What the PINGs of a collective that timed out learned of its missing
+ * tasks, for its message: " (task 2 did not answer within 1000 ms: died or
+ * stopped; task 1 answers: it has not reached this collective, maybe held
+ * up by an earlier one)", either part alone, or "" when both lists are
+ * empty ("task 1, task 3" each). */
+void rf__mpi_probe_text(const char *silent, const char *alive, char *buf,
+                        size_t len);
 /* Whether this task has reached collective (name, job_step). */
 bool rf__mpi_member_has(rf__job *j, const char *name, int64_t job_step);
 /* How long past its timeout a queued op may wait to start. */
