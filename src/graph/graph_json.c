@@ -716,30 +716,24 @@ static rf_status *read_graph(json_t *root, rf_graph *g) {
   json_t *format = json_object_get(root, "format");
   json_t *version = json_object_get(root, "version");
   json_t *nodes = json_object_get(root, "nodes");
-  if (json_is_object(root) && json_is_string(format) &&
-      strcmp(json_string_value(format), FORMAT_NAME) == 0 &&
-      json_is_integer(version) && json_is_array(nodes) &&
-      json_object_size(root) != 3) {
-    const char *key;
-    json_t *v;
-    json_object_foreach(root, key, v) {
-      if (strcmp(key, "format") && strcmp(key, "version") &&
-          strcmp(key, "nodes"))
-        return rf__invalid(
-            "not a ringflow graph file: unknown top-level "
-            "field '%s' (the "
-            "top level has exactly format, version and nodes)",
-            key);
-    }
-  }
-  if (!json_is_object(root) || !json_is_string(format) ||
-      strcmp(json_string_value(format), FORMAT_NAME) != 0 ||
-      !json_is_integer(version) || !json_is_array(nodes) ||
-      json_object_size(root) != 3)
+  bool ours = json_is_object(root) && json_is_string(format) &&
+              strcmp(json_string_value(format), FORMAT_NAME) == 0 &&
+              json_is_integer(version) && json_is_array(nodes);
+  if (!ours)
     return rf__invalid(
         "not a ringflow graph file (want {\"format\": \"%s\", "
         "\"version\": %d, \"nodes\": [...]})",
         FORMAT_NAME, FORMAT_VERSION);
+  const char *key;
+  json_t *v;
+  json_object_foreach(root, key, v) {
+    if (strcmp(key, "format") && strcmp(key, "version") && strcmp(key, "nodes"))
+      return rf__invalid(
+          "not a ringflow graph file: unknown top-level field "
+          "'%s' (the top level has exactly format, version "
+          "and nodes)",
+          key);
+  }
   if (json_integer_value(version) != FORMAT_VERSION)
     return rf__invalid(
         "graph file version %lld; this ringflow reads version "
