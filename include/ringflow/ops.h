@@ -59,7 +59,10 @@ RF_API rf_output rf_assign_mul(rf_graph *g, const char *name, rf_output var,
 RF_API rf_node *rf_apply_gradient_descent(rf_graph *g, const char *name,
                                           rf_output var, rf_output alpha,
                                           rf_output delta);
-/* TensorFlow's ApplyAdam: m, v are variables; the rest are scalars except grad.
+/* TensorFlow's ApplyAdam: m, v are variables; the rest are scalars except grad,
+ * all of var's dtype (as in TensorFlow; so in bfloat16 beta2 0.999 is 1.0
+ * and v never moves: keep low-precision parameters' optimizer state in
+ * float32).
  *   lr_t = lr * sqrt(1 - beta2_power) / (1 - beta1_power)
  *   m = beta1 m + (1 - beta1) g;  v = beta2 v + (1 - beta2) g^2
  *   var -= lr_t m / (sqrt(v) + epsilon)
