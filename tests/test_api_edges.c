@@ -315,6 +315,19 @@ static void test_run_names_its_bad_argument(void **state) {
   rf_graph_free(g);
 }
 
+/* A status made with an empty or NULL format holds an empty message (the
+ * formatter's buffer was left unterminated: ASan read past it). */
+static void test_status_with_an_empty_message(void **state) {
+  const char *fmts[] = {"", NULL};
+  for (int k = 0; k < 2; k++) {
+    rf_status *st = rf_status_new(RF_INTERNAL, fmts[k]);
+    assert_non_null(st);
+    assert_int_equal(rf_status_code(st), RF_INTERNAL);
+    assert_string_equal(rf_status_message(st), "");
+    rf_status_free(st);
+  }
+}
+
 int main(void) {
   rf_test_seed();
   const struct CMUnitTest tests[] = {
@@ -325,6 +338,7 @@ int main(void) {
       cmocka_unit_test(test_builder_errors_name_the_node),
       cmocka_unit_test(test_const_refuses_device_tensor),
       cmocka_unit_test(test_run_names_its_bad_argument),
+      cmocka_unit_test(test_status_with_an_empty_message),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -409,6 +409,11 @@ static void hostile_headers(void **state) {
       {"{\"a\":{\"dtype\":\"F32\",\"shape\":[4611686018427387904,"
        "4611686018427387904],\"data_offsets\":[0,16]}}",
        16, RF_DATA_LOSS, "larger than the file"},
+      /* empty, but its other dims past int64: named (was "larger than the
+       * file" of a tensor of no bytes) */
+      {"{\"a\":{\"dtype\":\"F32\",\"shape\":[0,4611686018427387904,4],"
+       "\"data_offsets\":[0,0]}}",
+       16, RF_DATA_LOSS, "nonzero dims multiply past INT64_MAX"},
       {"{\"a\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,32]}}", 16,
        RF_DATA_LOSS, "outside"},
       {"{\"a\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[8,4]}}", 16,

@@ -145,7 +145,8 @@ RF_API rf_status *rf_checkpoint_check_path(const char *path);
  * as /dev/zero, a FIFO), DATA_LOSS (truncated or corrupt: header length
  * past the file or past RF_CHECKPOINT_HEADER_MAX, JSON that is not a
  * safetensors header, duplicate names, offsets that overlap, leave gaps,
- * pass the end or disagree with shape x dtype size, trailing bytes, CRC
+ * pass the end or disagree with shape x dtype size, a shape whose nonzero
+ * dims multiply past INT64_MAX (dtype.h), trailing bytes, CRC
  * mismatch, a "ringflow.step" that is not 0..RF_CHECKPOINT_STEP_MAX, a
  * tensor name or metadata key that is empty or longer than
  * RF_CHECKPOINT_NAME_MAX - what rf_checkpoint_add and

@@ -2,7 +2,8 @@
  * messages to a callback the program installs, and without one (the default)
  * it formats nothing and costs one relaxed atomic load per message site.
  *
- * What is logged (each message starts with the part that wrote it; compile
+ * What is logged (each message starts with the part that wrote it, or with
+ * the node, bucket or collective it is about: "node 'x' (Op) ..."; compile
  * numbers count the process's compiles, as in graph dump names):
  *   debug  compile: each compile's request, each phase run (nodes before and
  *          after), each pass; place: each node's device and the rule that
@@ -14,7 +15,13 @@
  *          time, and each group formed at run time (name, step, collective,
  *          dtype, devices); dump: each graph dump file written
  *   info   session: its devices; place: per compile, how many nodes each
- *          rule placed; compile: nodes per device after partition; nccl:
+ *          rule placed; compile: nodes per device after partition, each
+ *          fusion (MatMul or Conv2D epilogues, grouped updates, the
+ *          cross-entropy with its gradient) and each bucket of all-reduces;
+ *          a node folded into a constant at compile time; a collective of
+ *          one participant run as Identity; a bucket's inputs copied in; a
+ *          kernel's choice worth knowing (a node's note); gpu, gpu graphs:
+ *          virtual devices on a GPU, steps not captured; nccl:
  *          communicators made (which GPUs, or ranks across processes)
  *   warn   a collective timed out (collective manager, NCCL's watchdog, an
  *          MPI job; the error its participants fail with), a job's

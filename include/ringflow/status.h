@@ -62,7 +62,8 @@ RF_API void rf_status_free(rf_status *status);
 
 /* Makes a status with a printf-style message (for user kernels and callbacks).
  * Each %s argument is capped as above (RF_STATUS_QUOTE_MAX). Returns NULL
- * when code is RF_OK; a code outside rf_code is kept as given
+ * when code is RF_OK; fmt "" or NULL gives an empty message; a code outside
+ * rf_code is kept as given
  * (rf_code_name: "UNKNOWN_CODE"). If memory runs out, returns a shared static
  * RESOURCE_EXHAUSTED status that rf_status_free ignores. */
 RF_API rf_status *rf_status_new(rf_code code, const char *fmt, ...)

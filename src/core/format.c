@@ -211,7 +211,7 @@ char *rf__vformat(const char *fmt, va_list ap_in) {
   text t = {0};
   va_list ap;
   va_copy(ap, ap_in);
-  reserve(&t, 0);
+  if (reserve(&t, 0)) t.p[0] = '\0'; /* an empty format puts nothing */
   for (const char *p = fmt ? fmt : ""; *p && !t.oom;) {
     const char *pct = strchr(p, '%');
     if (!pct) {

@@ -72,7 +72,12 @@ static rf_status *parse_entry(const char *path, const char *name, json_t *v,
   for (size_t d = 0; d < rank; d++) {
     uint64_t x = (uint64_t)dims[d];
     if (x == 0) continue;
-    if (zero ? count > (uint64_t)INT64_MAX / x : bytes > data_len / x)
+    if (count > (uint64_t)INT64_MAX / x) /* the shape rule (dtype.h) */
+      return BAD(
+          "checkpoint '%s': tensor '%s' has a shape whose nonzero "
+          "dims multiply past INT64_MAX",
+          path, name);
+    if (!zero && bytes > data_len / x)
       return BAD("checkpoint '%s': tensor '%s' is larger than the file", path,
                  name);
     count *= x;
