@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "crash_report.h"
+#include "stop_signal.h"
 #include "tools.h"
 
 static const struct {
@@ -86,5 +87,6 @@ int main(int argc, char **argv) {
     int failed = tool_report(st);
     if (rc == 0) rc = failed;
   }
+  stop_signal_finish(); /* a train run stopped by a signal ends by it */
   return rc;
 }

@@ -10,6 +10,7 @@
 #include <getopt.h>
 #include <math.h>
 #include <stdio.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -22,6 +23,7 @@
 #include "mlp.h"
 #include "options.h"
 #include "prefetch.h"
+#include "stop_signal.h"
 #include "tools.h"
 #include "train_job.h"
 
@@ -1024,6 +1026,9 @@ static rf_status *end_epoch(trainer *t, const dataset *test, double *acc,
   } while (0)
 
 int cmd_train(int argc, char **argv) {
+  /* A log redirected to a file keeps each line as it is printed (a run
+   * killed by a signal it does not catch loses only the line under way). */
+  if (!isatty(fileno(stdout))) setvbuf(stdout, NULL, _IOLBF, 0);
   options o;
   int rc = parse_options(argc, argv, &o);
   if (rc) return rc == TOOL_HELP_SHOWN ? 0 : rc;
@@ -1158,6 +1163,10 @@ int cmd_train(int argc, char **argv) {
         "checkpoint holds (2^53 = %lld)",
         (long long)t.step, (long long)total,
         (long long)RF_CHECKPOINT_STEP_MAX));
+  /* One process: SIGINT and SIGTERM stop the run between steps (not under
+   * mpirun, where the others would wait for this one in a collective) */
+  if (job.ntasks <= 1) stop_signal_install();
+  int stopped = 0;
   progress p;
   progress_init(&p, total, o.quiet || !lead);
   const char *nl = p.tty ? "\n" : ""; /* ends a progress bar's line */
@@ -1165,6 +1174,7 @@ int cmd_train(int argc, char **argv) {
   /* Step t.step of the data order (0, or a --load checkpoint's: the run goes
    * on with the batches its writer would have taken next), in epoch e. */
   for (int64_t e = -1; done < total; done++) {
+    if ((stopped = stop_signal_requested())) break;
     int s = (int)(t.step % steps_per_epoch);
     if (e != t.step / steps_per_epoch) {
       e = t.step / steps_per_epoch;
@@ -1203,6 +1213,19 @@ int cmd_train(int argc, char **argv) {
       TRAIN_TRY(end_epoch(&t, &test, &acc, &spread));
       if (lead) progress_epoch(&p, e + 1, acc, spread);
     }
+  }
+  if (stopped) {
+    fflush(stdout);
+    fprintf(stderr,
+            "%sringflow: train: stopped by %s after %lld of %lld steps (step "
+            "%lld)",
+            nl, stopped == SIGINT ? "SIGINT" : "SIGTERM", (long long)done,
+            (long long)total, (long long)t.step);
+    if (saved_at >= 0)
+      fprintf(stderr, "; %s holds step %lld\n", o.save, (long long)saved_at);
+    else
+      fprintf(stderr, "; nothing saved\n");
+    goto out;
   }
   if (o.save) {
     if (saved_at != t.step) TRAIN_TRY(trainer_save(&t, o.save, lead));

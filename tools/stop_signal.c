@@ -1,0 +1,35 @@
+/* tools/stop_signal.c - Ctrl-C or a scheduler's kill (SIGINT, SIGTERM)
+ * during `ringflow train` stops it between steps instead of wherever it
+ * is: the step and a checkpoint being written finish (no temporary file is
+ * left behind), stdout is flushed (a log redirected to a file was lost
+ * whole: stdio's buffer dies with the process), a line on stderr says
+ * where it stopped, and then the process ends by that signal, so a shell
+ * or scheduler still sees it killed (exit status 128 + the signal). */
+#include "stop_signal.h"
+
+#include <signal.h>
+#include <string.h>
+
+static volatile sig_atomic_t requested;
+
+static void on_stop(int sig) { requested = sig; }
+
+void stop_signal_install(void) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_stop;
+  /* the library's threads may be in a read or a wait: not interrupted */
+  sa.sa_flags = SA_RESETHAND | SA_RESTART;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
+}
+
+int stop_signal_requested(void) { return requested; }
+
+void stop_signal_finish(void) {
+  int sig = requested;
+  if (!sig) return;
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
