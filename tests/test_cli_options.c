@@ -688,6 +688,10 @@ static void test_empty_paths(void **state) {
     const char *want[] = {c[1], "'': an empty path", NULL};
     expect_usage_error(args, want);
   }
+  /* lower's positional graph file likewise (it was NOT_FOUND, exit 1) */
+  const char *args[] = {"lower", "", NULL};
+  const char *want[] = {"GRAPH.json '': an empty path", NULL};
+  expect_usage_error(args, want);
 }
 
 /* Output that cannot be written (a full disk: /dev/full) is an error, exit

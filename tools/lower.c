@@ -198,6 +198,8 @@ int cmd_lower(int argc, char **argv) {
   int npos, rc = tool_parse(&cmd, argc, argv, pos, 1, &npos);
   if (rc) return rc == TOOL_HELP_SHOWN ? 0 : rc;
   if (npos != 1) return tool_usage_error(&cmd, "no graph file given");
+  if (!pos[0][0]) /* as an empty path option is */
+    return tool_usage_error(&cmd, "GRAPH.json '': an empty path");
   rf_graph *g, *lowered;
   if (dot_dir) RF_TOOL_TRY(tool_make_dir(dot_dir));
   RF_TOOL_TRY(rf_graph_load(pos[0], &g));
@@ -220,8 +222,8 @@ int cmd_lower(int argc, char **argv) {
   print_update_groups(lowered);
   print_epilogues(lowered);
   if (dot_dir) {
-    st = tool_write_dot(g, dot_dir, "before");
-    if (!st) st = tool_write_dot(lowered, dot_dir, "after");
+    st = tool_write_dot(g, dot_dir, "before", true);
+    if (!st) st = tool_write_dot(lowered, dot_dir, "after", true);
   }
   rf_graph_free(g);
   rf_graph_free(lowered);

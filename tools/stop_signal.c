@@ -2,7 +2,7 @@
  * during `ringflow train` stops it between steps instead of wherever it
  * is: the step and a checkpoint being written finish (no temporary file is
  * left behind), stdout is flushed (a log redirected to a file was lost
- * whole: stdio's buffer dies with the process), a line on stderr says
+ * whole: stdio's buffer died with the process), a line on stderr says
  * where it stopped, and then the process ends by that signal, so a shell
  * or scheduler still sees it killed (exit status 128 + the signal). */
 #include "stop_signal.h"

@@ -137,17 +137,19 @@ static char *dir_file(const char *dir, const char *stem, const char *ext) {
 
 /* Graphviz's dot renders DOT to SVG, run without a shell. Not installed
  * (ENOENT): no SVG, silently, as documented; any other failure: a note. */
-static void write_svg(const char *dot_path, const char *svg_path) {
+static void write_svg(const char *dot_path, const char *svg_path, bool say) {
   const char *argv[] = {"dot", "-Tsvg", "-o", svg_path, dot_path, NULL};
   pid_t pid;
   int err = tool_spawn(argv, NULL, -1, &pid);
   if (err == ENOENT) return;
   int status = err ? -1 : tool_wait(pid);
-  if (status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 0)
-    printf("wrote %s\n", svg_path);
-  else
+  if (status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+    if (say) printf("wrote %s\n", svg_path);
+  } else {
+    unlink(svg_path); /* what a failed dot wrote is cut short */
     fprintf(stderr, "ringflow: no %s: Graphviz's dot %s\n", svg_path,
             err ? strerror(err) : "failed");
+  }
 }
 
 /* DIR/STEM.dot, and DIR/STEM.svg when Graphviz's `dot` is installed. */
@@ -165,8 +167,8 @@ rf_status *tool_make_dir(const char *dir) {
   return NULL;
 }
 
-rf_status *tool_write_dot(const rf_graph *g, const char *dir,
-                          const char *stem) {
+rf_status *tool_write_dot(const rf_graph *g, const char *dir, const char *stem,
+                          bool say) {
   rf_status *made = tool_make_dir(dir);
   if (made) return made;
   char *dot = NULL, *path = dir_file(dir, stem, "dot"),
@@ -179,15 +181,21 @@ rf_status *tool_write_dot(const rf_graph *g, const char *dir,
     st = rf_status_new(RF_PERMISSION_DENIED, "cannot write %s: %s", path,
                        strerror(errno));
   if (f) {
+    errno = 0;
     bool ok = fputs(dot, f) >= 0;
-    ok = fclose(f) == 0 && ok;
-    if (!ok) st = rf_status_new(RF_DATA_LOSS, "writing %s failed", path);
+    int err = errno;
+    if (fclose(f) != 0 && ok) ok = false, err = errno;
+    if (!ok) {
+      unlink(path); /* no file cut short (a full disk) */
+      st = rf_status_new(RF_DATA_LOSS, "writing %s failed%s%s", path,
+                         err ? ": " : "", err ? strerror(err) : "");
+    }
   }
   rf_string_free(dot);
   if (!st) {
-    printf("wrote %s\n", path);
+    if (say) printf("wrote %s\n", path);
     fflush(stdout); /* before dot's own messages */
-    write_svg(path, svg);
+    write_svg(path, svg, say);
   }
   free(path);
   free(svg);

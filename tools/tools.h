@@ -56,7 +56,8 @@ double now_seconds(void);
 /* Writes g as DIR/STEM.dot (creating DIR), and DIR/STEM.svg when Graphviz's
  * `dot` is installed (run without a shell: tools/subprocess.h); prints what
  * it wrote. DIR may be any length and hold any characters. */
-rf_status *tool_write_dot(const rf_graph *g, const char *dir, const char *stem);
+rf_status *tool_write_dot(const rf_graph *g, const char *dir, const char *stem,
+                          bool say);
 /* mkdir DIR (one level) unless it exists: NOT_FOUND or PERMISSION_DENIED
  * naming it. Commands call it before their work, so a bad --dot fails
  * first. */

@@ -592,12 +592,13 @@ static rf_status *max_param_diff(trainer *a, trainer *b, double *diff) {
 /* The training graph as built and as a session runs it (after placement and
  * collective lowering). */
 static rf_status *write_graphs(trainer *t, const rf_session_options *o,
-                               const char *dir, bool write) {
+                               const char *dir, bool write, bool say) {
   rf_graph *lowered; /* every process of a job lowers (collectively) */
   RF_TOOL_CHECK(rf_graph_lower(t->m.g, o, &lowered));
   rf_status *st =
-      write ? tool_write_dot(t->m.g, dir, "train_before_lowering") : NULL;
-  if (!st && write) st = tool_write_dot(lowered, dir, "train_after_lowering");
+      write ? tool_write_dot(t->m.g, dir, "train_before_lowering", say) : NULL;
+  if (!st && write)
+    st = tool_write_dot(lowered, dir, "train_after_lowering", say);
   rf_graph_free(lowered);
   return st;
 }
@@ -766,8 +767,9 @@ static int parse_options(int argc, char **argv, options *o) {
                 "keep training after a NaN or infinite loss (default: stop "
                 "with an error naming the step)"),
       TOOL_FLAG("quiet", &o->quiet,
-                "no per-step progress, and no notices of --trace or "
-                "--save-every; the summary lines (the first line, one per "
+                "no per-step progress, and no notices of --trace, "
+                "--save-every or --graph-dir; the summary lines (the first "
+                "line, one per "
                 "epoch, --load's, --check's, the final --save's, --bench's) "
                 "and errors are still printed"),
       TOOL_FLAG("tf32", &o->tf32,
@@ -1026,9 +1028,6 @@ static rf_status *end_epoch(trainer *t, const dataset *test, double *acc,
   } while (0)
 
 int cmd_train(int argc, char **argv) {
-  /* A log redirected to a file keeps each line as it is printed (a run
-   * killed by a signal it does not catch loses only the line under way). */
-  if (!isatty(fileno(stdout))) setvbuf(stdout, NULL, _IOLBF, 0);
   options o;
   int rc = parse_options(argc, argv, &o);
   if (rc) return rc == TOOL_HELP_SHOWN ? 0 : rc;
@@ -1104,7 +1103,8 @@ int cmd_train(int argc, char **argv) {
     idx_free(&lb[k]);
   }
   TRAIN_TRY(trainer_start(&t, &cfg, &o, &sopts, &job, &train, lead));
-  if (o.graph_dir) TRAIN_TRY(write_graphs(&t, &sopts, o.graph_dir, lead));
+  if (o.graph_dir)
+    TRAIN_TRY(write_graphs(&t, &sopts, o.graph_dir, lead, !o.quiet));
   if (o.load) {
     TRAIN_TRY(trainer_load(&t, o.load));
     if (lead) printf("loaded %s (step %lld)\n", o.load, (long long)t.step);

@@ -114,4 +114,12 @@ if "$ringflow" train --bench --check 2> "$tmp/err"; then
   echo "--bench --check was accepted"; exit 1
 fi
 grep -q "times training alone" "$tmp/err"
+# --graph-dir writes its graphs; its "wrote" notices go with --quiet (they
+# came before the first line)
+"$ringflow" train --steps 1 --batch 32 --quiet --graph-dir "$tmp/g" > "$tmp/q"
+[ -s "$tmp/g/train_before_lowering.dot" ] && [ -s "$tmp/g/train_after_lowering.dot" ]
+if grep -q "^wrote " "$tmp/q"; then echo "--quiet printed:"; cat "$tmp/q"; exit 1; fi
+head -1 "$tmp/q" | grep -q "^ringflow train: "
+"$ringflow" train --steps 1 --batch 32 --graph-dir "$tmp/g2" |
+  has "^wrote .*/train_after_lowering.dot"
 echo "train_check: ok"
