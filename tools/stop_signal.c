@@ -8,11 +8,14 @@
 #include "stop_signal.h"
 
 #include <signal.h>
+#include <stdatomic.h>
 #include <string.h>
 
-static volatile sig_atomic_t requested;
+/* lock-free, so safe in a handler; atomic, since the signal may land on
+ * any of the library's threads while the training loop reads it */
+static atomic_int requested;
 
-static void on_stop(int sig) { requested = sig; }
+static void on_stop(int sig) { atomic_store(&requested, sig); }
 
 void stop_signal_install(void) {
   struct sigaction sa;
@@ -25,10 +28,10 @@ void stop_signal_install(void) {
   sigaction(SIGTERM, &sa, NULL);
 }
 
-int stop_signal_requested(void) { return requested; }
+int stop_signal_requested(void) { return atomic_load(&requested); }
 
 void stop_signal_finish(void) {
-  int sig = requested;
+  int sig = atomic_load(&requested);
   if (!sig) return;
   signal(sig, SIG_DFL);
   raise(sig);
