@@ -213,11 +213,12 @@ static void labelled_set_checks(void **state) {
                 "im and lb do not describe the same images (ranks 3 and 1, "
                 "counts 3 and 4)");
   idx_array lb2 = array_of(2, (int64_t[]){3, 1}, lab);
+  /* a file of the wrong kind is named as such, not as a count mismatch */
   assert_status(idx_check_labelled(&im, "im", &lb2, "lb", 10), RF_DATA_LOSS,
-                "ranks 3 and 2");
+                "lb: rank 2; a labels file has rank 1");
   idx_array im2 = array_of(2, (int64_t[]){3, 4}, pix);
   assert_status(idx_check_labelled(&im2, "im", &lb, "lb", 10), RF_DATA_LOSS,
-                "ranks 2 and 1");
+                "im: rank 2; an images file has rank 3");
 }
 
 static int setup(void **state) {

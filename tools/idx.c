@@ -171,8 +171,18 @@ rf_status *idx_read(const char *path, size_t max_bytes, idx_array *out) {
 rf_status *idx_check_labelled(const idx_array *images, const char *images_name,
                               const idx_array *labels, const char *labels_name,
                               int classes) {
-  if (images->rank != 3 || labels->rank != 1 ||
-      images->dims[0] != labels->dims[0])
+  /* each file's kind first: a labels file of rank 3 is no count mismatch */
+  if (images->rank != 3)
+    return rf_status_new(RF_DATA_LOSS,
+                         "%s: rank %d; an images file has rank 3 (count, rows, "
+                         "columns: magic 00 00 08 03)",
+                         images_name, images->rank);
+  if (labels->rank != 1)
+    return rf_status_new(RF_DATA_LOSS,
+                         "%s: rank %d; a labels file has rank 1 (count: magic "
+                         "00 00 08 01)",
+                         labels_name, labels->rank);
+  if (images->dims[0] != labels->dims[0])
     return rf_status_new(RF_DATA_LOSS,
                          "%s and %s do not describe the same images (ranks %d "
                          "and %d, counts %lld and %lld)",
