@@ -320,6 +320,14 @@ static rf_status *trainer_save(trainer *t, const char *path, bool write) {
   return st;
 }
 
+/* --optimizer's and --model's values (also named in messages) */
+static const char *const optimizer_choices[] = {[OPT_ADAM] = "adam",
+                                                [OPT_ADAMW] = "adamw",
+                                                [OPT_MOMENTUM] = "momentum",
+                                                NULL};
+static const char *const model_choices[] = {
+    [MODEL_MLP] = "mlp", [MODEL_CNN] = "cnn", NULL};
+
 /* Whether checkpoint c holds the CNN's first filter in the layout cfg does
  * not use (a checkpoint of the other --filter-format). */
 static bool other_filter_layout(const rf_checkpoint *c, const mlp_config *cfg) {
@@ -343,11 +351,41 @@ static rf_status *trainer_load(trainer *t, const char *path) {
   int np = t->m.num_params, nk = 1 + mlp_num_slots(&t->cfg);
   rf_tensor *state[3][2 * MLP_MAX_LAYERS];
   rf_status *st = NULL;
-  if (rf_checkpoint_count(c) != nk * np)
-    st = rf_status_new(RF_INVALID_ARGUMENT,
-                       "holds %d tensors; this model has %d",
-                       rf_checkpoint_count(c), nk * np);
-  else if (rf_checkpoint_step(c) < 0)
+  if (rf_checkpoint_count(c) != nk * np) {
+    /* which tensor tells the models apart: one only the file has, else one
+     * only this model has */
+    char extra[32] = "", missing[32] = "";
+    for (int i = 0; i < rf_checkpoint_count(c) && !extra[0]; i++) {
+      const char *have = rf_checkpoint_name(c, i);
+      bool known = false;
+      for (int k = 0; k < nk && !known; k++)
+        for (int p = 0; p < np && !known; p++) {
+          char name[32];
+          mlp_state_name(&t->cfg, k, p, name, sizeof name);
+          known = strcmp(name, have) == 0;
+        }
+      if (!known) snprintf(extra, sizeof extra, "%.24s", have);
+    }
+    for (int k = 0; k < nk && !extra[0] && !missing[0]; k++)
+      for (int p = 0; p < np && !missing[0]; p++) {
+        char name[32];
+        mlp_state_name(&t->cfg, k, p, name, sizeof name);
+        bool found = false;
+        for (int i = 0; i < rf_checkpoint_count(c) && !found; i++)
+          found = strcmp(rf_checkpoint_name(c, i), name) == 0;
+        if (!found) snprintf(missing, sizeof missing, "%s", name);
+      }
+    st = rf_status_new(
+        RF_INVALID_ARGUMENT,
+        "holds %d tensors; this model (--model %s, --optimizer %s) has %d%s%s%s"
+        ": a checkpoint of another --model or --optimizer?",
+        rf_checkpoint_count(c), model_choices[t->cfg.model],
+        optimizer_choices[t->cfg.optimizer], nk * np,
+        extra[0]     ? " (the file holds '"
+        : missing[0] ? " (it lacks '"
+                     : "",
+        extra[0] ? extra : missing, extra[0] || missing[0] ? "')" : "");
+  } else if (rf_checkpoint_step(c) < 0)
     st = rf_status_new(RF_INVALID_ARGUMENT,
                        "has no step (metadata ringflow.step)");
   for (int k = 0; k < nk && !st; k++)
@@ -622,12 +660,6 @@ static const char *const feed_choices[] = {[FEED_AUTO] = "auto",
                                            [FEED_INDICES] = "indices",
                                            [FEED_BATCHES] = "batches",
                                            NULL};
-static const char *const optimizer_choices[] = {[OPT_ADAM] = "adam",
-                                                [OPT_ADAMW] = "adamw",
-                                                [OPT_MOMENTUM] = "momentum",
-                                                NULL};
-static const char *const model_choices[] = {
-    [MODEL_MLP] = "mlp", [MODEL_CNN] = "cnn", NULL};
 
 /* 0: parsed; otherwise the command's exit code (TOOL_HELP_SHOWN: 0). */
 static int parse_options(int argc, char **argv, options *o) {

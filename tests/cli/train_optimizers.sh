@@ -75,7 +75,7 @@ if "$ringflow" train --optimizer momentum --steps 1 --quiet \
   --load "$tmp/adam-allreduce.ckpt" 2> "$tmp/err"; then
   echo "momentum loaded Adam's checkpoint"; exit 1
 fi
-grep -q "holds 18 tensors; this model has 12" "$tmp/err"
+grep -q "holds 18 tensors; this model (--model mlp, --optimizer momentum) has 12 (the file holds 'm_W0')" "$tmp/err"
 usage() { # expected message, then the options
   local want="$1" rc
   shift
