@@ -1,10 +1,13 @@
 /* tests/test_trace.c - rf_session_trace_next_run: the next step's kernels
  * (sends, receives and collective participants too) land in a Chrome trace
  * with one track per device; only that step is traced; a bad path is that
- * run's error. */
+ * run's error, and a file cut short is removed. */
 #include <jansson.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "ringflow/collectives.h"
@@ -75,6 +78,22 @@ static void test_trace_of_one_step(void **state) {
   assert_null(out);
   assert_ok(rf_session_run(s, NULL, 0, &z, 1, NULL, 0, &out));
   rf_tensor_release(out);
+  struct stat sb; /* a device is written to, never removed */
+  assert_int_equal(stat("/dev/full", &sb), 0);
+  assert_true(S_ISCHR(sb.st_mode));
+  /* a regular file cut short (here by a file size limit, as by a full disk)
+   * is removed, not left half written */
+  struct rlimit was, small = {16, 16};
+  assert_int_equal(getrlimit(RLIMIT_FSIZE, &was), 0);
+  small.rlim_max = was.rlim_max;
+  void (*old_xfsz)(int) = signal(SIGXFSZ, SIG_IGN);
+  assert_ok(rf_session_trace_next_run(s, path));
+  assert_int_equal(setrlimit(RLIMIT_FSIZE, &small), 0);
+  rf_status *cut = rf_session_run(s, NULL, 0, &z, 1, NULL, 0, &out);
+  assert_int_equal(setrlimit(RLIMIT_FSIZE, &was), 0);
+  signal(SIGXFSZ, old_xfsz);
+  assert_status(cut, RF_RESOURCE_EXHAUSTED, "cannot write the trace to");
+  assert_int_equal(access(path, F_OK), -1);
   assert_status(rf_session_trace_next_run(s, NULL), RF_INVALID_ARGUMENT, NULL);
   assert_status(rf_session_trace_next_run(NULL, "x"), RF_INVALID_ARGUMENT,
                 NULL);

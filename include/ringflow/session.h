@@ -409,7 +409,9 @@ RF_API rf_status *rf_session_sync(rf_session *s);
  * writes a Chrome trace (JSON; open it in Perfetto or chrome://tracing) to
  * `path` before it returns; a failure to write is that run's error, its
  * code from errno (NOT_FOUND: a missing directory; PERMISSION_DENIED;
- * RESOURCE_EXHAUSTED: disk full; UNKNOWN otherwise, the message naming it).
+ * RESOURCE_EXHAUSTED: disk full, a quota or a file size limit; UNKNOWN
+ * otherwise, the message naming it), and a regular file cut short by it is
+ * removed (a device such as /dev/full is left as it is).
  * Later runs are not traced. A run refused before its step (a bad feed, a
  * node not in the graph) leaves tracing armed for the next run; a step
  * that fails writes no trace (the run returns the step's error) and

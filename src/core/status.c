@@ -114,7 +114,9 @@ rf_code rf__errno_code(int e) {
     case EACCES:
     case EPERM:
     case EROFS: return RF_PERMISSION_DENIED;
-    case ENOSPC: return RF_RESOURCE_EXHAUSTED;
+    case ENOSPC:
+    case EDQUOT:
+    case EFBIG: return RF_RESOURCE_EXHAUSTED;
     default: return RF_UNKNOWN;
   }
 }

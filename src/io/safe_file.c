@@ -34,8 +34,6 @@ static rf_code code_of(int e) {
     case ENAMETOOLONG:
     case EISDIR:
     case ELOOP: return RF_INVALID_ARGUMENT;
-    case EDQUOT:
-    case EFBIG:
     case ENOMEM: return RF_RESOURCE_EXHAUSTED;
     case EIO: return RF_DATA_LOSS;
     default: return rf__errno_code(e);

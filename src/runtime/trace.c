@@ -3,6 +3,9 @@
 #include "runtime/trace.h"
 
 #include <errno.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <sys/stat.h>
 #include <jansson.h>
 #include <pthread.h>
 #include <string.h>
@@ -61,6 +64,33 @@ static json_t *thread_name(int tid, const char *name) {
                    "M", "pid", 0, "tid", tid, "args", "name", name);
 }
 
+/* root into path. A file cut short (a full disk, a size limit) is removed
+ * rather than left for a viewer to choke on; only a regular file, so a
+ * path such as /dev/full stays. The code comes from errno: a missing
+ * directory is NOT_FOUND. */
+static rf_status *dump(const json_t *root, const char *path) {
+  errno = 0;
+  FILE *f = fopen(path, "w");
+  int e = errno;
+  if (f) {
+    struct stat sb;
+    bool regular = fstat(fileno(f), &sb) == 0 && S_ISREG(sb.st_mode);
+    errno = 0;
+    int rc = json_dumpf(root, f, JSON_COMPACT);
+    if (fflush(f) != 0 || ferror(f)) rc = -1;
+    e = errno;
+    if (fclose(f) != 0) {
+      rc = -1;
+      if (!e) e = errno;
+    }
+    if (rc == 0) return NULL;
+    if (regular) remove(path);
+  }
+  return rf__error(e ? rf__errno_code(e) : RF_UNKNOWN,
+                   "cannot write the trace to %s: %s", path,
+                   e ? strerror(e) : "write failed");
+}
+
 rf_status *rf__trace_write(const rf__trace *t, const rf__device *devices,
                            int num_devices, const char *path) {
   json_t *events = json_array();
@@ -86,13 +116,7 @@ rf_status *rf__trace_write(const rf__trace *t, const rf__device *devices,
     json_decref(root);
     return rf__oom();
   }
-  errno = 0;
-  int rc = json_dump_file(root, path, JSON_COMPACT);
-  int e = errno; /* before json_decref */
+  rf_status *st = dump(root, path);
   json_decref(root);
-  if (rc != 0) /* the code from errno: a missing directory is NOT_FOUND */
-    return rf__error(e ? rf__errno_code(e) : RF_UNKNOWN,
-                     "cannot write the trace to %s: %s", path,
-                     e ? strerror(e) : "write failed");
-  return NULL;
+  return st;
 }
