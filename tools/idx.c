@@ -8,6 +8,7 @@
 #include "idx.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <zlib.h>
@@ -87,9 +88,16 @@ static rf_status *read_header(source *s, size_t max_bytes, idx_array *a,
   for (int i = 0; i < rank; i++) {
     a->dims[i] = be32(h + 4 + 4 * i);
     *count *= (uint64_t)a->dims[i];
-    if (*count > max_bytes)
+    if (*count > max_bytes) {
+      char dims[IDX_MAX_DIMS * 14] = "";
+      for (int k = 0; k <= i; k++)
+        snprintf(dims + strlen(dims), sizeof dims - strlen(dims), "%s%lld",
+                 k ? " x " : "", (long long)a->dims[k]);
       return rf_status_new(RF_RESOURCE_EXHAUSTED,
-                           "IDX: data would exceed %zu bytes", max_bytes);
+                           "IDX: data would exceed %zu bytes (rank %d, dims "
+                           "%s%s)",
+                           max_bytes, rank, dims, i < rank - 1 ? " x ..." : "");
+    }
   }
   return NULL;
 }
