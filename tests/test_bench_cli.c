@@ -192,6 +192,30 @@ static void mpi_baseline_follows_factor(void **state) {
   free(out);
 }
 
+/* A baseline asked for by a path that is not an executable file is an
+ * error before anything is timed, not a note and exit 0; --no-mpi wins. */
+static void missing_baseline_path_is_an_error(void **state) {
+  (void)state;
+  char *out;
+  int rc = run_tool(
+      "bench --min 1K --max 1K --collective reduce --no-floor --min-time "
+      "0.002 --mpi-baseline /nonexistent-dir/baseline",
+      &out);
+  assert_int_equal(rc, 1);
+  assert_non_null(strstr(out,
+                         "ringflow: error (NOT_FOUND): bench: --mpi-baseline "
+                         "'/nonexistent-dir/baseline' is not an executable "
+                         "file: No such file or directory"));
+  assert_null(strstr(out, "time(us)"));
+  free(out);
+  rc = run_tool(
+      "bench --min 1K --max 1K --collective reduce --no-floor --min-time "
+      "0.002 --no-mpi --mpi-baseline /nonexistent-dir/baseline",
+      &out);
+  assert_int_equal(rc, 0);
+  free(out);
+}
+
 /* A baseline that fails prints why, and no empty table under it. */
 static void failed_baseline_prints_no_empty_table(void **state) {
   (void)state;
@@ -328,6 +352,7 @@ int main(void) {
       cmocka_unit_test(csv_run_without_baselines),
       cmocka_unit_test(header_names_sizes_run),
       cmocka_unit_test(mpi_baseline_follows_factor),
+      cmocka_unit_test(missing_baseline_path_is_an_error),
       cmocka_unit_test(failed_baseline_prints_no_empty_table),
       cmocka_unit_test(gpu_run),
       cmocka_unit_test(bad_options),

@@ -5,6 +5,7 @@
  * --devices gpu:0-N, on GPU devices against the raw backend call
  * (bench_gpu.c). Columns follow nccl-tests: algbw = bytes / time, busbw =
  * algbw * factor. */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -177,6 +178,15 @@ static int parse_args(int argc, char **argv, opts *o, bool *stop) {
   if (o->executor_only && o->no_executor)
     return tool_usage_error(&cmd,
                             "--executor and --no-executor exclude each other");
+  /* A baseline asked for by path is not skipped in silence. */
+  if (!gpu && !o->no_mpi && o->mpi_program &&
+      access(o->mpi_program, X_OK) != 0) {
+    int e = errno;
+    return tool_report(rf_status_new(
+        e == ENOENT || e == ENOTDIR ? RF_NOT_FOUND : RF_PERMISSION_DENIED,
+        "bench: --mpi-baseline '%.200s' is not an executable file: %s",
+        o->mpi_program, strerror(e)));
+  }
   /* All-gather and reduce-scatter split the vector over the devices: with
    * --collective one of them and no size that splits, nothing would run.
    * The largest size run decides, which may be below --max (--min 4 --max

@@ -403,8 +403,9 @@ int bench_job(const bench_job_args *a) {
         "ringflow bench across processes: %d processes x %d device%s, "
         "float32, sum; %lld..%lld bytes (x%d)\nmachine: %ld online cores; "
         "load average %s (1/5/15 min) at start\n"
-        "each figure: the median of %d rounds; a round times the same number "
-        "of operations each way (>= %g s of ringflow)\n"
+        "each figure: the median of %d rounds; a round times a window of "
+        "each way, each of its own number of operations (>= %g s; iters: "
+        "ringflow's)\n"
         "malloc: %s\nGloo: %s\n\n",
         b.ntasks, a->devices->n, a->devices->n > 1 ? "s" : "", (long long)a->lo,
         (long long)largest, a->factor, sysconf(_SC_NPROCESSORS_ONLN), load,

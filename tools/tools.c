@@ -1,4 +1,5 @@
 /* tools/tools.c - shared helpers of the `ringflow` command. */
+#define _GNU_SOURCE /* vasprintf */
 #include "tools.h"
 
 #include <errno.h>
@@ -15,11 +16,14 @@
 
 int tool_task = -1;
 
-static void prefix(void) {
+/* One line on stderr in one write (stderr is unbuffered, and one fprintf
+ * of a line that fits glibc's helper buffer is one write): lines of the
+ * processes of an mpirun job then never run into each other. */
+static void line_out(const char *msg) {
   if (tool_task >= 0)
-    fprintf(stderr, "ringflow[task %d]: ", tool_task);
+    fprintf(stderr, "ringflow[task %d]: %s\n", tool_task, msg);
   else
-    fputs("ringflow: ", stderr);
+    fprintf(stderr, "ringflow: %s\n", msg);
 }
 
 void tool_load_average(char *buf, size_t len) {
@@ -35,17 +39,21 @@ void tool_load_average(char *buf, size_t len) {
 int tool_fail(const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  prefix();
-  vfprintf(stderr, fmt, ap);
-  fputc('\n', stderr);
+  char *msg = NULL;
+  if (vasprintf(&msg, fmt, ap) < 0) msg = NULL;
   va_end(ap);
+  line_out(msg ? msg : "out of memory");
+  free(msg);
   return 2;
 }
 
 int tool_report(rf_status *st) {
-  prefix();
-  fprintf(stderr, "error (%s): %s\n", rf_code_name(rf_status_code(st)),
-          rf_status_message(st));
+  char *msg = NULL;
+  if (asprintf(&msg, "error (%s): %s", rf_code_name(rf_status_code(st)),
+               rf_status_message(st)) < 0)
+    msg = NULL;
+  line_out(msg ? msg : rf_status_message(st));
+  free(msg);
   rf_status_free(st);
   return 1;
 }

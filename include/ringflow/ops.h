@@ -89,7 +89,10 @@ RF_API rf_node *rf_apply_adam(rf_graph *g, const char *name, rf_output var,
  * (sqrt(v) / sqrt(1 - beta2_power) + epsilon). epsilon is added to
  * sqrt(v_hat), not to sqrt(v) as in rf_apply_adam, so weight_decay 0 is
  * PyTorch's Adam, which differs from TensorFlow's in epsilon's place.
- * Denormal numbers are zero on CPU devices, as in rf_apply_adam.
+ * Denormal numbers are zero on CPU devices, as in rf_apply_adam. The
+ * scalars are of var's dtype, as rf_apply_adam's: a beta2_power that rounds
+ * to 1 (0.999^t in bfloat16 for small t) makes 1 - beta2_power 0, v_hat 0/0
+ * and var NaN at that step, whatever lr (keep such state in float32).
  * beta1_power, beta2_power: beta1^t, beta2^t at step t >= 1. INVALID_ARGUMENT
  * at build time for a non-scalar scalar input or a grad whose dtype or shape
  * differs from a variable's, at run time also when two handles are one

@@ -109,8 +109,9 @@ def py_shape(s) -> Shape:
 
 def as_array(value: Any, dtype: Any = None) -> np.ndarray:
     """`value` as an array of a ringflow dtype: `dtype` when given (converted
-    by NumPy, except that a Python float that is not a whole number is not
-    truncated to an integer dtype: TypeError, as TensorFlow); else an
+    by NumPy, except that a Python float or NumPy float scalar that is not
+    a whole number is not truncated to an integer dtype: TypeError, as
+    TensorFlow); else an
     array's own dtype, and for Python values TensorFlow's defaults
     (float32, int32 unless out of its range, then int64; past int64's range
     a TypeError), bool)."""
@@ -120,7 +121,9 @@ def as_array(value: Any, dtype: Any = None) -> np.ndarray:
         if python:
             _check_numbers(value, dt)
         arr = np.asarray(value, dtype=dt)
-        if python and dt.kind in "iu":
+        # a NumPy float scalar (np.float64 is a Python float) as a Python one
+        scalar = isinstance(value, (np.floating, np.complexfloating))
+        if (python or scalar) and dt.kind in "iu":
             given = np.asarray(value)
             if given.dtype.kind in "fc" and not np.array_equal(arr, given):
                 raise TypeError(f"cannot make a {dt} tensor of "

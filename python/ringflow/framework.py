@@ -392,7 +392,8 @@ def _default_graph(graph: Graph) -> Iterator[Graph]:
 @contextlib.contextmanager
 def _device_scope(graph: Graph, name: Optional[str]) -> Iterator[None]:
     with graph._lock:
-        check(lib.rf_graph_push_device(graph._c, c_name(name or "")))
+        check(lib.rf_graph_push_device(
+            graph._c, c_name("" if name is None else name)))
     try:
         yield
     finally:
