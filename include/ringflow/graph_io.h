@@ -43,9 +43,9 @@ RF_API rf_status *rf_graph_from_json(const char *json, size_t len,
 RF_API rf_status *rf_graph_save(const rf_graph *g, const char *path);
 /* A failed open takes its code from errno (NOT_FOUND: no such file or
  * directory; PERMISSION_DENIED: EACCES, EPERM, EROFS; RESOURCE_EXHAUSTED:
- * ENOSPC, EDQUOT, EFBIG; UNKNOWN otherwise); a failed read is DATA_LOSS (a path that names
- * a directory too: "reading PATH failed: Is a directory"); a file larger
- * than 2 GiB is INVALID_ARGUMENT; the contents' errors are those of
+ * ENOSPC, EDQUOT, EFBIG; UNKNOWN otherwise); a failed read is DATA_LOSS (a path
+ * that names a directory too: "reading PATH failed: Is a directory"); a file
+ * larger than 2 GiB is INVALID_ARGUMENT; the contents' errors are those of
  * rf_graph_from_json (NOT_FOUND for an unknown op, ALREADY_EXISTS for a
  * node name used twice, INVALID_ARGUMENT otherwise), prefixed with the path. */
 RF_API rf_status *rf_graph_load(const char *path, rf_graph **out);
