@@ -441,6 +441,13 @@ static void hostile_headers(void **state) {
       {"{\"__metadata__\":{\"ringflow.crc32\":\"00000000\"},"
        "\"a\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]}}",
        16, RF_DATA_LOSS, "CRC mismatch"},
+      {"{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4.0]}}", 4,
+       RF_DATA_LOSS, "tensor 'a' has data_offsets that are not two integers"},
+      /* a CRC not as ringflow writes it: named as such, not as corrupt */
+      {"{\"__metadata__\":{\"ringflow.crc32\":\"6522DF69\"}}", 0, RF_DATA_LOSS,
+       "ringflow.crc32 '6522DF69' is not 8 lowercase hex digits"},
+      {"{\"__metadata__\":{\"ringflow.crc32\":\"123\"}}", 0, RF_DATA_LOSS,
+       "'123' is not 8 lowercase hex digits"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     print_message("case %zu: %s\n", i, cases[i].header);

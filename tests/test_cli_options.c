@@ -390,6 +390,13 @@ static void test_unknown_options(void **state) {
     const char *want[] = {"unknown option", name, help, NULL};
     expect_usage_error(args, want);
   }
+  /* a command that takes a file says where one named -x goes */
+  const char *dash[] = {"lower", "-g.json", NULL};
+  const char *dash_want[] = {
+      "unknown option '-g.json'",
+      "(a file whose name starts with '-' goes after --)",
+      "ringflow lower --help", NULL};
+  expect_usage_error(dash, dash_want);
   const char *flag[] = {"train", "--quiet=yes", NULL};
   const char *flag_want[] = {"--quiet", "takes no value", NULL};
   expect_usage_error(flag, flag_want);

@@ -117,6 +117,17 @@ static void bad_files_are_refused(void **state) {
     p = write_file("cap.idx", gz, 3, dims, data, 24, 0);
     assert_status(idx_read(p, 23, &a), RF_RESOURCE_EXHAUSTED,
                   "data would exceed 23 bytes (rank 3, dims 2 x 3 x 4)");
+    /* a file of another kind is named by its rank, before its size cap
+     * and its data: an images file read as labels, and the other way */
+    assert_status(idx_read_rank(p, 23, 1, &a), RF_DATA_LOSS,
+                  "IDX: rank 3; a labels file has rank 1 (magic 00 00 08 01)");
+    p = write_file("rank2.idx", gz, 2, dims, data, 24, 0);
+    assert_status(idx_read_rank(p, 1 << 20, 3, &a), RF_DATA_LOSS,
+                  "IDX: rank 2; an images file has rank 3 (magic 00 00 08 03)");
+    p = write_file("rank3.idx", gz, 3, dims, data, 24, 0);
+    assert_ok(idx_read_rank(p, 1 << 20, 3, &a));
+    assert_int_equal(a.size, 24);
+    idx_free(&a);
   }
   /* a rank out of range, another element type, a short header */
   char path[256];
@@ -230,9 +241,9 @@ static int setup(void **state) {
 static int teardown(void **state) {
   (void)state;
   char cmd[64];
-  const char *names[] = {"ok.idx",      "short.idx", "long.idx", "header.idx",
-                         "huge.idx",    "cap.idx",   "rank.idx", "cut.gz",
-                         "big_dims.gz", "bomb.gz"};
+  const char *names[] = {"ok.idx",      "short.idx", "long.idx",  "header.idx",
+                         "huge.idx",    "cap.idx",   "rank.idx",  "cut.gz",
+                         "big_dims.gz", "bomb.gz",   "rank2.idx", "rank3.idx"};
   for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
     snprintf(cmd, sizeof cmd, "%s/%s", dir, names[i]);
     unlink(cmd);

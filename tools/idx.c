@@ -146,10 +146,21 @@ static rf_status *read_data(source *s, uint64_t count, idx_array *a) {
   return NULL;
 }
 
-static rf_status *read_idx(source *s, size_t max_bytes, idx_array *out) {
-  idx_array a;
+/* rank: the one wanted (0: any), checked before the size and the data, so
+ * a file of another kind is named as such, not as too long or too large. */
+static rf_status *read_idx(source *s, size_t max_bytes, int rank,
+                           idx_array *out) {
+  idx_array a = {0};
   uint64_t count;
-  IDX_CHECK(read_header(s, max_bytes, &a, &count));
+  rf_status *st = read_header(s, max_bytes, &a, &count);
+  if (rank && (!st || rf_status_code(st) == RF_RESOURCE_EXHAUSTED) &&
+      a.rank != rank) {
+    rf_status_free(st);
+    return rf_status_new(
+        RF_DATA_LOSS, "IDX: rank %d; %s has rank %d (magic 00 00 08 %02x)",
+        a.rank, rank == 3 ? "an images file" : "a labels file", rank, rank);
+  }
+  IDX_CHECK(st);
   IDX_CHECK(read_data(s, count, &a));
   *out = a;
   return NULL;
@@ -158,16 +169,21 @@ static rf_status *read_idx(source *s, size_t max_bytes, idx_array *out) {
 rf_status *idx_parse(const uint8_t *buf, size_t len, size_t max_bytes,
                      idx_array *out) {
   source s = {.buf = buf, .len = len};
-  return read_idx(&s, max_bytes, out);
+  return read_idx(&s, max_bytes, 0, out);
 }
 
 rf_status *idx_read(const char *path, size_t max_bytes, idx_array *out) {
+  return idx_read_rank(path, max_bytes, 0, out);
+}
+
+rf_status *idx_read_rank(const char *path, size_t max_bytes, int rank,
+                         idx_array *out) {
   gzFile f = gzopen(path, "rb");
   if (!f)
     return rf_status_new(RF_NOT_FOUND, "cannot open %s: %s", path,
                          strerror(errno));
   source s = {.f = f};
-  rf_status *st = read_idx(&s, max_bytes, out);
+  rf_status *st = read_idx(&s, max_bytes, rank, out);
   gzclose(f);
   if (!st) return NULL;
   rf_status *wrapped =

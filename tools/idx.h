@@ -27,6 +27,11 @@ typedef struct idx_array {
  * never more than max_bytes, whatever the stream or the dims claim. On error
  * *out is untouched. */
 rf_status *idx_read(const char *path, size_t max_bytes, idx_array *out);
+/* idx_read of a file whose rank must be `rank`: 3 (an images file) or 1 (a
+ * labels file); another rank is DATA_LOSS naming both, checked before the
+ * size cap and the data. */
+rf_status *idx_read_rank(const char *path, size_t max_bytes, int rank,
+                         idx_array *out);
 /* Parses an IDX image already in memory (uncompressed), same checks. */
 rf_status *idx_parse(const uint8_t *buf, size_t len, size_t max_bytes,
                      idx_array *out);

@@ -264,12 +264,17 @@ static const tool_opt *find(const tool_cmd *cmd, const char *name, size_t len) {
 }
 
 /* One option at argv[*i] (advanced past its value). */
-static int parse_one(const tool_cmd *cmd, int argc, char **argv, int *i) {
+static int parse_one(const tool_cmd *cmd, int argc, char **argv, int *i,
+                     int max_pos) {
   const char *arg = argv[*i], *name = arg + 2, *eq = strchr(name, '=');
   size_t len = eq ? (size_t)(eq - name) : strlen(name);
   char q[256];
-  if (arg[1] != '-')
-    return tool_usage_error(cmd, "unknown option %s", quoted(arg, q, sizeof q));
+  if (arg[1] != '-') /* options are --name; say how to pass such a path */
+    return tool_usage_error(cmd, "unknown option %s%s",
+                            quoted(arg, q, sizeof q),
+                            max_pos ? " (a file whose name starts with '-' "
+                                      "goes after --)"
+                                    : "");
   if (len == 4 && strncmp(name, "help", 4) == 0) {
     if (eq) return tool_usage_error(cmd, "--help takes no value");
     tool_print_help(cmd);
@@ -316,7 +321,7 @@ int tool_parse(const tool_cmd *cmd, int argc, char **argv, char **pos,
     if (!options_end && strcmp(arg, "--") == 0) {
       options_end = true;
     } else if (!options_end && arg[0] == '-' && arg[1]) {
-      int rc = parse_one(cmd, argc, argv, &i);
+      int rc = parse_one(cmd, argc, argv, &i, max_pos);
       if (rc) return rc;
     } else if (*npos < max_pos) {
       pos[(*npos)++] = argv[i];

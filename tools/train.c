@@ -94,9 +94,9 @@ static rf_status *load_split(const char *dir, const char *prefix, int dim,
   char *ipath = split_path(dir, prefix, "images-idx3-ubyte"),
        *lpath = split_path(dir, prefix, "labels-idx1-ubyte");
   rf_status *st = ipath && lpath
-                      ? idx_read(ipath, (size_t)1 << 30, im)
+                      ? idx_read_rank(ipath, (size_t)1 << 30, 3, im)
                       : rf_status_new(RF_RESOURCE_EXHAUSTED, "out of memory");
-  if (!st) st = idx_read(lpath, (size_t)1 << 26, lb);
+  if (!st) st = idx_read_rank(lpath, (size_t)1 << 26, 1, lb);
   if (!st) st = idx_check_labelled(im, ipath, lb, lpath, 10);
   if (!st && im->dims[0] == 0) /* no step, no accuracy */
     st = rf_status_new(RF_INVALID_ARGUMENT, "%s holds no images", ipath);
@@ -1135,6 +1135,33 @@ int cmd_train(int argc, char **argv) {
     idx_free(&lb[k]);
   }
   TRAIN_TRY(trainer_start(&t, &cfg, &o, &sopts, &job, &train, lead));
+  char where[320], list[256];
+  tool_devices_format(&o.devices, list, sizeof list);
+  if (job.ntasks > 1)
+    snprintf(where, sizeof where, "%d processes x %s", job.ntasks, list);
+  else
+    snprintf(where, sizeof where, "%s", list);
+  /* The run's steps: --epochs' passes (of whole batches: an epoch's last
+   * rows that fill no batch wait for a later epoch's order), or --steps. */
+  int steps_per_epoch = train.n / o.batch;
+  int64_t total = (int64_t)steps_per_epoch * o.epochs, done = 0;
+  bool cut = o.max_steps && o.max_steps < total;
+  if (cut) total = o.max_steps;
+  if (lead && !o.bench) { /* first: before --graph-dir's and --load's lines */
+    printf("ringflow train: %s on %d device%s (%s), %s, global batch %d, ",
+           o.model == MODEL_CNN ? "CNN 28x28x1-c32-p-c64-p-1024-10"
+                                : "MLP 784-512-256-10",
+           cfg.num_devices, cfg.num_devices > 1 ? "s" : "", where,
+           sync_names[o.sync], o.batch);
+    if (cut)
+      printf("%lld step%s (--steps; %d epoch%s %s %lld)\n", (long long)total,
+             total > 1 ? "s" : "", o.epochs, o.epochs > 1 ? "s" : "",
+             o.epochs > 1 ? "are" : "is",
+             (long long)steps_per_epoch * o.epochs);
+    else
+      printf("%d epoch%s (%lld steps)\n", o.epochs, o.epochs > 1 ? "s" : "",
+             (long long)total);
+  }
   if (o.graph_dir)
     TRAIN_TRY(write_graphs(&t, &sopts, o.graph_dir, lead, !o.quiet));
   if (o.load) {
@@ -1159,33 +1186,6 @@ int cmd_train(int argc, char **argv) {
   if (o.bench) {
     st = bench(&t, &train, &o, idx);
     goto out;
-  }
-  char where[320], list[256];
-  tool_devices_format(&o.devices, list, sizeof list);
-  if (job.ntasks > 1)
-    snprintf(where, sizeof where, "%d processes x %s", job.ntasks, list);
-  else
-    snprintf(where, sizeof where, "%s", list);
-  /* The run's steps: --epochs' passes (of whole batches: an epoch's last
-   * rows that fill no batch wait for a later epoch's order), or --steps. */
-  int steps_per_epoch = train.n / o.batch;
-  int64_t total = (int64_t)steps_per_epoch * o.epochs, done = 0;
-  bool cut = o.max_steps && o.max_steps < total;
-  if (cut) total = o.max_steps;
-  if (lead) {
-    printf("ringflow train: %s on %d device%s (%s), %s, global batch %d, ",
-           o.model == MODEL_CNN ? "CNN 28x28x1-c32-p-c64-p-1024-10"
-                                : "MLP 784-512-256-10",
-           cfg.num_devices, cfg.num_devices > 1 ? "s" : "", where,
-           sync_names[o.sync], o.batch);
-    if (cut)
-      printf("%lld step%s (--steps; %d epoch%s %s %lld)\n", (long long)total,
-             total > 1 ? "s" : "", o.epochs, o.epochs > 1 ? "s" : "",
-             o.epochs > 1 ? "are" : "is",
-             (long long)steps_per_epoch * o.epochs);
-    else
-      printf("%d epoch%s (%lld steps)\n", o.epochs, o.epochs > 1 ? "s" : "",
-             (long long)total);
   }
   /* Refused before training, not at the first save after it. */
   if (o.save && t.step > RF_CHECKPOINT_STEP_MAX - total)

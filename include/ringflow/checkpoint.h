@@ -147,7 +147,8 @@ RF_API rf_status *rf_checkpoint_check_path(const char *path);
  * safetensors header, duplicate names, offsets that overlap, leave gaps,
  * pass the end or disagree with shape x dtype size, a shape whose nonzero
  * dims multiply past INT64_MAX (dtype.h), trailing bytes, CRC
- * mismatch, a "ringflow.step" that is not 0..RF_CHECKPOINT_STEP_MAX, a
+ * mismatch or a "ringflow.crc32" that is not 8 lowercase hex digits, a
+ * "ringflow.step" that is not 0..RF_CHECKPOINT_STEP_MAX, a
  * tensor name or metadata key that is empty or longer than
  * RF_CHECKPOINT_NAME_MAX - what rf_checkpoint_add and
  * rf_checkpoint_set_metadata refuse - named in the message, and the old

@@ -54,26 +54,34 @@ static int b64_value(char c) {
   return p ? (int)(p - b64) : -1;
 }
 
-/* Decodes exactly `want` bytes; -1 on malformed input or another length. */
-static int base64_decode(const char *s, unsigned char *out, size_t want) {
+/* Decodes exactly `want` bytes: 0, or why not (B64_*; *at: the offending
+ * character, or the bytes decoded). */
+enum { B64_OK, B64_CHAR, B64_LENGTH, B64_COUNT };
+static int base64_decode(const char *s, unsigned char *out, size_t want,
+                         size_t *at) {
   size_t len = strlen(s), o = 0;
-  if (len % 4 != 0) return -1;
+  for (size_t i = 0; i < len; i++) /* '=' only as the last one or two */
+    if (b64_value(s[i]) < 0 && !(s[i] == '=' && len % 4 == 0 && i + 2 >= len &&
+                                 (i + 1 == len || s[i + 1] == '='))) {
+      *at = i;
+      return B64_CHAR;
+    }
+  if (len % 4 != 0) {
+    *at = len;
+    return B64_LENGTH;
+  }
   for (size_t i = 0; i < len; i += 4) {
     int v[4];
-    for (int k = 0; k < 4; k++) {
-      v[k] =
-          s[i + k] == '=' && i + 4 == len && k >= 2 ? 0 : b64_value(s[i + k]);
-      if (v[k] < 0) return -1;
-    }
+    for (int k = 0; k < 4; k++)
+      v[k] = s[i + k] == '=' ? 0 : b64_value(s[i + k]);
     uint32_t x = (uint32_t)v[0] << 18 | (uint32_t)v[1] << 12 |
                  (uint32_t)v[2] << 6 | (uint32_t)v[3];
     int bytes = 3 - (s[i + 2] == '=') - (s[i + 3] == '=');
-    for (int k = 0; k < bytes; k++) {
-      if (o >= want) return -1;
-      out[o++] = (unsigned char)(x >> (16 - 8 * k));
-    }
+    for (int k = 0; k < bytes; k++, o++)
+      if (o < want) out[o] = (unsigned char)(x >> (16 - 8 * k));
   }
-  return o == want ? 0 : -1;
+  *at = o;
+  return o == want ? B64_OK : B64_COUNT;
 }
 
 /* ---- writing ---- */
@@ -409,7 +417,7 @@ static rf_status *read_tensor(loader *l, json_t *j, rf_tensor **out) {
     return LOAD_ERR(l, "a tensor's shape must be fully defined");
   /* Checked before allocating: the text must hold every byte. */
   int64_t n = rf_shape_num_elements(&s); /* >= 0: read_shape checked it */
-  size_t have = json_string_length(jdata) / 4 * 3;
+  size_t have = (json_string_length(jdata) + 3) / 4 * 3; /* at most */
   if ((uint64_t)n > have / rf_dtype_size(dt))
     return LOAD_ERR(l,
                     "tensor data (%zu base64 chars) cannot hold %lld %s "
@@ -419,8 +427,28 @@ static rf_status *read_tensor(loader *l, json_t *j, rf_tensor **out) {
   RF_CHECK(rf_tensor_new(dt, &s, NULL, &t));
   size_t nbytes = rf_tensor_nbytes(t);
   rf_status *st = NULL;
-  if (base64_decode(data, rf_tensor_mutable_data(t), nbytes))
-    st = LOAD_ERR(l, "tensor data is not base64 of exactly %zu bytes", nbytes);
+  size_t at;
+  switch (base64_decode(data, rf_tensor_mutable_data(t), nbytes, &at)) {
+    case B64_CHAR:
+      st = LOAD_ERR(l,
+                    "tensor data is not base64: character %zu is '%c' "
+                    "(standard base64, A-Z a-z 0-9 + /, '=' padding at the "
+                    "end)",
+                    at, data[at] >= 0x20 && data[at] < 0x7f ? data[at] : '?');
+      break;
+    case B64_LENGTH:
+      st = LOAD_ERR(l,
+                    "tensor data is not base64: %zu characters, not a "
+                    "multiple of 4 (the '=' padding missing?)",
+                    at);
+      break;
+    case B64_COUNT:
+      st = LOAD_ERR(l,
+                    "tensor data is base64 of %zu bytes, not of exactly %zu "
+                    "(the dtype and shape's)",
+                    at, nbytes);
+      break;
+  }
   if (!st && dt == RF_BOOL) st = check_bools(l, t);
   if (st) {
     rf_tensor_release(t);

@@ -85,7 +85,12 @@ static rf_status *parse_entry(const char *path, const char *name, json_t *v,
   }
   if (zero) bytes = 0;
   json_t *b = json_array_get(off, 0), *e = json_array_get(off, 1);
-  if (!json_is_integer(b) || !json_is_integer(e) || json_integer_value(b) < 0 ||
+  if (!json_is_integer(b) || !json_is_integer(e))
+    return BAD(
+        "checkpoint '%s': tensor '%s' has data_offsets that are not two "
+        "integers",
+        path, name);
+  if (json_integer_value(b) < 0 ||
       json_integer_value(e) < json_integer_value(b) ||
       (uint64_t)json_integer_value(e) > data_len)
     return BAD(
@@ -142,6 +147,14 @@ static rf_status *parse_meta(const char *path, json_t *meta, rf_checkpoint *c,
             "0..%" PRId64,
             path, s, RF_CHECKPOINT_STEP_MAX);
     } else if (!strcmp(key, RF__CKPT_CRC_KEY)) {
+      bool hex = strlen(s) == 8;
+      for (int k = 0; hex && k < 8; k++)
+        hex = (s[k] >= '0' && s[k] <= '9') || (s[k] >= 'a' && s[k] <= 'f');
+      if (!hex) /* a format error, not a corrupt file */
+        return BAD(
+            "checkpoint '%s': %s '%s' is not 8 lowercase hex digits (the "
+            "CRC-32 of the data, as ringflow writes it)",
+            path, RF__CKPT_CRC_KEY, s);
       *crc = s;
     } else if (strncmp(key, RF__CKPT_RESERVED, strlen(RF__CKPT_RESERVED))) {
       RF_CHECK(rf__ckpt_put_meta(c, key, s));

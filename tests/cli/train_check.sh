@@ -24,7 +24,12 @@ for sync in allreduce reduce-broadcast sharded; do
   awk -v d="$diff" 'BEGIN { exit !(d < 1e-4) }' || { echo "difference $diff too large"; exit 1; }
 done
 "$ringflow" train --steps 20 --epochs 1 --quiet --save "$tmp/a.ckpt" | has "saved"
-"$ringflow" train --steps 5 --epochs 1 --quiet --load "$tmp/a.ckpt" | has "loaded .* (step 20)"
+out=$("$ringflow" train --steps 5 --epochs 1 --quiet --load "$tmp/a.ckpt")
+has "loaded .* (step 20)" <<< "$out"
+# the summary is the first line (CLI.md), before --load's and --graph-dir's
+head -1 <<< "$out" | grep -q "^ringflow train: MLP" || { echo "$out"; exit 1; }
+out=$("$ringflow" train --steps 1 --epochs 1 --load "$tmp/a.ckpt" --graph-dir "$tmp/graphs")
+head -1 <<< "$out" | grep -q "^ringflow train: MLP" || { echo "$out"; exit 1; }
 head -c 1000 "$tmp/a.ckpt" > "$tmp/cut.ckpt"
 if "$ringflow" train --steps 5 --quiet --load "$tmp/cut.ckpt" 2> "$tmp/err"; then
   echo "a truncated checkpoint was accepted"; exit 1
