@@ -243,7 +243,7 @@ static int measure_floor(const opts *o, results *r) {
       printf("%12lld %12.1f %12.3f %12.1f %12.3f\n", (long long)r->sizes[i],
              r->copy_s[i] * 1e6, b / r->copy_s[i] / 1e9, r->sum_s[i] * 1e6,
              b / r->sum_s[i] / 1e9),
-          fflush(stdout);
+          tool_flush();
   }
   if (!o->csv) printf("(sum = %d buffers of `bytes` into one)\n", o->devices.n);
   bench_floor_free(f);
@@ -271,7 +271,7 @@ static int measure_ringflow(const opts *o, results *r) {
                  bench_coll_name((bench_coll)c), (long long)r->sizes[i],
                  (long long)fresh);
       if (!o->csv && r->rf[c][i].valid)
-        print_row(c, &r->rf[c][i]), fflush(stdout);
+        print_row(c, &r->rf[c][i]), tool_flush();
       else if (!o->csv) /* no row: say why rather than leave a gap */
         printf(
             "%-15s %12lld  (no row: fewer than one float32 per device "

@@ -345,7 +345,7 @@ static void print_coll_row(const bench_gpu_env *env, int c, const coll_row *r,
     printf(" %9.1f %9.1f %6.1f %6.3f %11.1f", r->pipe_us, r->pipe_raw_us, pbus,
            pratio, r->pipe_raw_ev_us);
   printf("\n");
-  fflush(stdout);
+  tool_flush();
 }
 
 /* Per collective: the lowest ratio at >= 32 MiB, and the overhead at

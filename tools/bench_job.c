@@ -309,7 +309,7 @@ static void print_row(const jb *b, bench_coll c, int64_t bytes,
            bench_coll_name(c), counted, r->iters, r->secs[WAY_RF] * 1e6,
            r->secs[WAY_MPI] * 1e6, gt, bw[WAY_RF], bw[WAY_MPI], gb, vs_mpi, gr);
   }
-  fflush(stdout);
+  tool_flush();
 }
 
 #ifndef RF_HAVE_GLOO

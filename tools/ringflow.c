@@ -80,7 +80,7 @@ int main(int argc, char **argv) {
    * `ringflow bench --csv > f` must not exit 0 with f cut short. */
   errno = 0;
   bool lost = fflush(stdout) != 0;
-  int err = errno;
+  int err = errno ? errno : tool_stdout_errno;
   if (ferror(stdout) || lost) {
     rf_status *st = rf_status_new(RF_DATA_LOSS, "writing to stdout failed%s%s",
                                   err ? ": " : "", err ? strerror(err) : "");

@@ -26,6 +26,13 @@ static void line_out(const char *msg) {
     fprintf(stderr, "ringflow: %s\n", msg);
 }
 
+int tool_stdout_errno;
+
+void tool_flush(void) {
+  errno = 0;
+  if (fflush(stdout) != 0 && !tool_stdout_errno) tool_stdout_errno = errno;
+}
+
 void tool_load_average(char *buf, size_t len) {
   FILE *f = fopen("/proc/loadavg", "r");
   double a = 0, b = 0, c = 0;
@@ -117,7 +124,7 @@ void progress_step(progress *p, int64_t epoch, int64_t step, double loss,
            (long long)epoch, (long long)step, (long long)p->total, loss, rate,
            eta);
   }
-  fflush(stdout);
+  tool_flush();
 }
 
 void progress_epoch(progress *p, int64_t epoch, double accuracy,
@@ -129,7 +136,7 @@ void progress_epoch(progress *p, int64_t epoch, double accuracy,
       (long long)epoch, 100 * accuracy,
       spread == 0 ? "bit-identical" : "DIFFER", spread,
       now_seconds() - p->start);
-  fflush(stdout);
+  tool_flush();
 }
 
 /* "DIR/STEM.EXT", malloc'ed (any length), or NULL. A relative DIR starting
@@ -202,7 +209,7 @@ rf_status *tool_write_dot(const rf_graph *g, const char *dir, const char *stem,
   rf_string_free(dot);
   if (!st) {
     if (say) printf("wrote %s\n", path);
-    fflush(stdout); /* before dot's own messages */
+    tool_flush(); /* before dot's own messages */
     write_svg(path, svg, say);
   }
   free(path);

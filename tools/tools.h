@@ -18,6 +18,11 @@ int tool_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* The 1/5/15-minute load averages as "0.12 0.34 0.56", or "unknown": benches
  * print them beside their figures. */
 void tool_load_average(char *buf, size_t len);
+/* fflush(stdout), keeping the errno of the first flush that failed in
+ * tool_stdout_errno: main's last flush then names why (ENOSPC) even when
+ * the bytes were lost in an earlier one. */
+void tool_flush(void);
+extern int tool_stdout_errno;
 /* Prints the status (code and message) and frees it; returns 1. */
 int tool_report(rf_status *st);
 

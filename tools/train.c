@@ -1247,7 +1247,7 @@ int cmd_train(int argc, char **argv) {
     }
   }
   if (stopped) {
-    fflush(stdout);
+    tool_flush();
     fprintf(stderr,
             "%sringflow: train: stopped by %s after %lld of %lld steps (step "
             "%lld)",
@@ -1274,7 +1274,7 @@ int cmd_train(int argc, char **argv) {
 out:
   /* The error first: after a process of the job died, freeing the session
    * may take a moment (or, for a program's own MPI_Finalize, forever). */
-  fflush(stdout);
+  tool_flush();
   if (st) rc = tool_report(st);
   trainer_free(&ref);
   trainer_free(&t);
