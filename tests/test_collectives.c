@@ -563,6 +563,49 @@ static void test_other_reduction_gradients(void **state) {
   }
 }
 
+/* A float32 max/min all-reduce that goes over the wire in bfloat16 or
+ * float16 (its own comm_dtype, set after rf_gradients, or the session's):
+ * its output equals no input, and the summed gradient still goes to the
+ * participant holding the extremum (it went nowhere: all zeros). */
+static void test_extremum_gradient_over_a_narrow_wire(void **state) {
+  (void)state;
+  const float vals[3] = {1.01f, 1.02f, 1.03f}; /* one value in bfloat16 */
+  for (int way = 0; way < 4; way++) {
+    bool max = way % 2 == 0, session_wide = way >= 2;
+    rf_graph *g = rf_graph_new();
+    rf_output xs[3], ys[3], dxs[3];
+    for (int i = 0; i < 3; i++) {
+      char dev[16];
+      device_name(i, dev);
+      assert_ok(rf_graph_push_device(g, dev));
+      xs[i] = rf_const_scalar(g, NULL, RF_FLOAT32, max ? vals[i] : -vals[i]);
+      rf_graph_pop_device(g);
+    }
+    rf_all_reduce_n(g, "ext", xs, 3, max ? RF_REDUCE_MAX : RF_REDUCE_MIN, ys);
+    assert_ok(rf_gradients(g, ys, 3, xs, 3, NULL, dxs));
+    if (!session_wide)
+      for (int i = 0; i < 3; i++)
+        assert_ok(rf_all_reduce_set_comm_dtype(ys[i].node, RF_BFLOAT16));
+    rf_session_options o;
+    rf_session_options_init(&o);
+    o.num_cpu_devices = 3;
+    if (session_wide) o.collective_comm_dtype = "float16";
+    rf_session *s;
+    assert_ok(rf_session_new(g, &o, &s));
+    rf_tensor *out[4];
+    rf_output fetch[4] = {ys[0], dxs[0], dxs[1], dxs[2]};
+    assert_ok(rf_session_run(s, NULL, 0, fetch, 4, NULL, 0, out));
+    assert_true(rf_tensor_get(out[0], 0) != (max ? vals[2] : -vals[2]));
+    /* the 3 outputs' gradients (1 each), summed, to device 2 alone */
+    assert_true(rf_tensor_get(out[1], 0) == 0.0);
+    assert_true(rf_tensor_get(out[2], 0) == 0.0);
+    assert_true(rf_tensor_get(out[3], 0) == 3.0);
+    for (int i = 0; i < 4; i++) rf_tensor_release(out[i]);
+    rf_session_free(s);
+    rf_graph_free(g);
+  }
+}
+
 /* The participants of a collective form one group for gradients: d loss/d x0
  * where the loss reads only device 1's all-reduce output still flows through
  * device 0's participant, and every participant of the gradient's all-reduce
@@ -613,6 +656,7 @@ static void test_gradient_through_peers(void **state) {
       cmocka_unit_test(test_all_reduce_and_reduce_broadcast_agree), \
       cmocka_unit_test(test_fetching_one_participant_runs_all),     \
       cmocka_unit_test(test_other_reduction_gradients),             \
+      cmocka_unit_test(test_extremum_gradient_over_a_narrow_wire),  \
       cmocka_unit_test(test_gradient_through_peers)
 
 #ifndef RF_COLLECTIVES_HOOKS

@@ -12,20 +12,24 @@
  *   rf_all_reduce_n(g, "grads", in, 2, RF_REDUCE_SUM, sum);
  *   // sum[i] lives on in[i]'s device and holds in[0] + in[1]
  *
- * Gradients (float dtypes): all-reduce sum -> all-reduce sum of the incoming
- * gradients, shared_name "X#grad<k>" for collective X, k one more than any
- * k already in the graph's shared names: every rf_gradients call gets
+ * Gradients (float dtypes; an integer all-reduce has none, "No gradient
+ * defined for AllReduce of int32", while the other four's rules below give
+ * integer gradients of integer inputs): all-reduce sum -> all-reduce sum of
+ * the incoming gradients, shared_name "X#grad<k>" for collective X, k one more
+ * than any k already in the graph's shared names: every rf_gradients call gets
  * collectives of its own, the same in every process building the same
  * graph); avg -> all-reduce avg; max/min -> the summed gradient to the
- * participant holding the extremum (ties: lowest
- * device index); prod -> summed gradient times the product of the other
- * inputs (zeros handled). Reduce sum -> broadcast of the gradient to every
- * input; reduce avg -> broadcast of the gradient divided by the number of
- * inputs; reduce prod/min/max and reduce-scatter other than sum have none
- * (rf_gradients fails with INVALID_ARGUMENT "No gradient defined for ...");
- * broadcast -> reduce sum of the gradients of every consumer (summed
- * per device first); all-gather and reduce-scatter(sum) are each other's
- * transpose. docs/COLLECTIVES.md has the details.
+ * participant holding the extremum (ties: lowest device index; a float32
+ * one finds it again with a float32 all-reduce "X#grad<k>#extremum", since
+ * over a bfloat16 or float16 wire its output equals no input); prod -> summed
+ * gradient times the product of the other inputs (zeros handled). Reduce sum ->
+ * broadcast of the gradient to every input; reduce avg -> broadcast of the
+ * gradient divided by the number of inputs; reduce prod/min/max and
+ * reduce-scatter other than sum have none (rf_gradients fails with
+ * INVALID_ARGUMENT "No gradient defined for ..."); broadcast -> reduce sum of
+ * the gradients of every consumer (summed per device first); all-gather and
+ * reduce-scatter(sum) are each other's transpose. docs/COLLECTIVES.md has the
+ * details.
  *
  * '#' is reserved for those names: a shared_name holding it is refused
  * (INVALID_ARGUMENT, recorded in the graph). */

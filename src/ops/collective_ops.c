@@ -531,9 +531,24 @@ static rf_output grad_all_reduce(rf__grad_ctx *c, rf_output x, rf_reduction r,
  * found with one more all-reduce(min) over "my place in that order where I
  * hold the extremum".
  * (PyTorch and Horovod re-apply the forward op here, which is wrong.) */
-static rf_output extremum_mask(rf__grad_ctx *c) {
+static rf_output extremum_mask(rf__grad_ctx *c, rf_reduction r) {
   rf_graph *g = c->g;
   rf_output x = rf__input(c->op, 0), y = {c->op, 0};
+  /* A float32 forward may have gone over the wire in bfloat16 or float16
+   * (its comm_dtype, or the session's; either can be set after this), so
+   * its output need equal no input: the extremum is found again in full
+   * precision (float32 on the wire whatever the session says). Other
+   * dtypes are never narrowed: the output is an input's value. */
+  if (rf_output_dtype(x) == RF_FLOAT32) {
+    y = grad_all_reduce(c, x, r, "extremum");
+    if (y.node) {
+      rf_status *st = rf_all_reduce_set_comm_dtype(y.node, RF_FLOAT32);
+      if (st) {
+        rf__graph_record(g, st);
+        return invalid_output();
+      }
+    }
+  }
   rf__device_name dev;
   rf_status *st = rf__device_name_parse(c->op->requested_device, &dev);
   if (st) {
@@ -603,7 +618,10 @@ static rf_status *all_reduce_grad(rf__grad_ctx *c) {
   if (strcmp(red, "sum") == 0)
     c->dx[0] = sum;
   else if (extremum)
-    c->dx[0] = rf_mul(c->g, NULL, sum, extremum_mask(c));
+    c->dx[0] = rf_mul(c->g, NULL, sum,
+                      extremum_mask(c, strcmp(red, "max") == 0
+                                           ? RF_REDUCE_MAX
+                                           : RF_REDUCE_MIN));
   else
     c->dx[0] = rf_mul(c->g, NULL, sum, prod_others(c));
   return NULL;
