@@ -618,10 +618,10 @@ static rf_status *all_reduce_grad(rf__grad_ctx *c) {
   if (strcmp(red, "sum") == 0)
     c->dx[0] = sum;
   else if (extremum)
-    c->dx[0] = rf_mul(c->g, NULL, sum,
-                      extremum_mask(c, strcmp(red, "max") == 0
-                                           ? RF_REDUCE_MAX
-                                           : RF_REDUCE_MIN));
+    c->dx[0] =
+        rf_mul(c->g, NULL, sum,
+               extremum_mask(
+                   c, strcmp(red, "max") == 0 ? RF_REDUCE_MAX : RF_REDUCE_MIN));
   else
     c->dx[0] = rf_mul(c->g, NULL, sum, prod_others(c));
   return NULL;
