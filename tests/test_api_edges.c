@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <wchar.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -328,6 +329,23 @@ static void test_status_with_an_empty_message(void **state) {
   }
 }
 
+/* printf-style, wide strings too: %ls used to stop the message there, every
+ * argument after it dropped; a long one is capped as %s is. */
+static void test_status_with_wide_strings(void **state) {
+  rf_status *st =
+      rf_status_new(RF_INTERNAL, "kernel %d failed on %ls (%s) %lc%.2ls %ls", 3,
+                    L"cpu:0", "x", (wint_t)L'!', L"abc", (const wchar_t *)NULL);
+  assert_string_equal(rf_status_message(st),
+                      "kernel 3 failed on cpu:0 (x) !ab (null)");
+  rf_status_free(st);
+  wchar_t wide[300];
+  for (int i = 0; i < 299; i++) wide[i] = L'w';
+  wide[299] = 0;
+  st = rf_status_new(RF_INTERNAL, "%ls|", wide);
+  assert_non_null(strstr(rf_status_message(st), "... (299 bytes)|"));
+  rf_status_free(st);
+}
+
 int main(void) {
   rf_test_seed();
   const struct CMUnitTest tests[] = {
@@ -339,6 +357,7 @@ int main(void) {
       cmocka_unit_test(test_const_refuses_device_tensor),
       cmocka_unit_test(test_run_names_its_bad_argument),
       cmocka_unit_test(test_status_with_an_empty_message),
+      cmocka_unit_test(test_status_with_wide_strings),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -92,7 +92,14 @@ static void test_scalar_and_copy_arguments(void **state) {
   rf_shape s = rf_shape_of(1, 2);
   const float v[2] = {1, 2};
   assert_status(rf_tensor_new_copy(RF_FLOAT32, &s, v, NULL),
-                RF_INVALID_ARGUMENT, "rf_tensor_new_copy: NULL argument");
+                RF_INVALID_ARGUMENT, "rf_tensor_new_copy: NULL argument (out)");
+  /* which argument, and a resource dtype said in words */
+  assert_status(rf_tensor_new(RF_FLOAT32, NULL, NULL, &t), RF_INVALID_ARGUMENT,
+                "rf_tensor_new: NULL argument (shape)");
+  float one = 1;
+  assert_status(rf_tensor_new_external(RF_RESOURCE, &s, &one, NULL, NULL, &t),
+                RF_INVALID_ARGUMENT,
+                "rf_tensor_new_external: dtype resource (9) holds no data");
   assert_status(rf_tensor_new_copy((rf_dtype)99, &s, v, &t),
                 RF_INVALID_ARGUMENT, "rf_tensor_new_copy: invalid dtype 99");
   rf_shape big = rf_shape_of(2, (int64_t)1 << 31, (int64_t)1 << 31);

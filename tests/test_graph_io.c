@@ -645,10 +645,10 @@ static const bad_case bad_cases[] = {
     {HDR "[{\"name\": \"a\", \"op\": \"NoOp\", \"device\": \"tpu:x\"}]}",
      RF_INVALID_ARGUMENT, "tpu:x"},
     {HDR "[{\"name\": \"a b\", \"op\": \"NoOp\"}]}", RF_INVALID_ARGUMENT,
-     "node name 'a b' (NoOp) is not valid"},
+     "node 'a b' (NoOp): the name is not valid"},
     {HDR "[{\"name\": \"a\", \"op\": \"NoOp\"}, {\"name\": \"a\", \"op\": "
          "\"NoOp\"}]}",
-     RF_ALREADY_EXISTS, "node name 'a' is already used"},
+     RF_ALREADY_EXISTS, "node 'a' (NoOp): the name is already used"},
     {HDR "[{\"name\": \"a\", \"op\": \"NoOp\", \"inputs\": {}}]}",
      RF_INVALID_ARGUMENT, "field 'inputs' must be an array"},
     {HDR "[{\"name\": \"a\", \"op\": \"NoOp\", \"attrs\": []}]}",

@@ -333,8 +333,12 @@ static void test_graph_with_error_is_refused(void **state) {
   assert_non_null(recorded);
   rf_session *s = NULL;
   assert_status(rf_session_new(g, NULL, &s), rf_status_code(recorded),
-                "the graph holds an error");
+                "rf_session_new: the graph holds an error: ");
   assert_null(s);
+  rf_graph *lowered = NULL; /* named as rf_graph_lower's, not session_new's */
+  assert_status(rf_graph_lower(g, NULL, &lowered), rf_status_code(recorded),
+                "rf_graph_lower: the graph holds an error: ");
+  assert_null(lowered);
   rf_status_free(recorded);
   rf_graph_free(g);
 }

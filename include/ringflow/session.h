@@ -340,8 +340,11 @@ typedef struct rf_feed {
 } rf_feed;
 
 /* Makes a session over a copy of g (opts NULL: defaults). On error *out is
- * untouched. The graph must hold no recorded error, and every node's
- * requested device must be one the session has: otherwise INVALID_ARGUMENT
+ * untouched. The graph must hold no recorded error (rf_graph_status): one it
+ * holds comes back with its own code, as rf_gradients returns it, prefixed
+ * "rf_session_new: the graph holds an error: " (rf_graph_lower's:
+ * "rf_graph_lower: ..."). Every node's requested device must be one the
+ * session has: otherwise INVALID_ARGUMENT
  * naming the node, op and device and the session's devices ("node 'y'
  * (Identity) requests device cpu:9, but the session has cpu:0..cpu:3 (4
  * devices)"), before any run. An environment variable that switches a pass

@@ -184,8 +184,8 @@ _BY_CODE: Dict[int, Type[OpError]] = {
         FailedPreconditionError, AbortedError, OutOfRangeError,
         UnimplementedError, InternalError, UnavailableError, DataLossError)}
 
-# "node 'x'", and the node of "node name 'x' is already used" and of a
-# graph file's "node 3 'x'".
+# "node 'x'", and the node of "node name 'x' ..." and of a graph file's
+# "node 3 'x'".
 _NODE = re.compile(r"node (?:name |\d+ )?'([^']*)'")
 # A name the library's messages cut (past RF_STATUS_QUOTE_MAX, 200 bytes):
 # its first bytes, then "... (N bytes)" (node names hold no spaces).

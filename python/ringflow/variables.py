@@ -218,8 +218,8 @@ def _check_free(graph: Graph, name: str, suffixes: List[str]) -> None:
                 ffi.NULL:
             what = f" of Variable '{_cut(name)}'" if suffix else ""
             raise errors.AlreadyExistsError(
-                f"node name '{_cut(name + suffix)}' is already used (adding "
-                f"a {_SUFFIX_OPS[suffix]} node{what})",
+                f"node '{_cut(name + suffix)}' ({_SUFFIX_OPS[suffix]}"
+                f"{what}): the name is already used",
                 errors.ALREADY_EXISTS, name + suffix)
 
 

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/types.h>
+#include <wchar.h>
 
 #include "core/mem.h"
 #include "ringflow/status.h"
@@ -173,6 +174,36 @@ static void put_unsigned(text *t, const conv *c, va_list *ap) {
     PUT_ONE(t, c->spec, unsigned int, ap);
 }
 
+/* %ls: the wide string in the locale's multibyte encoding (snprintf's),
+ * then capped as %s is; one the locale cannot encode is named so. */
+static bool put_wide(text *t, const conv *c, va_list *ap) {
+  const wchar_t *ws = va_arg(*ap, const wchar_t *);
+  if (!ws) {
+    quote(t, NULL, c->prec, c->width, c->left);
+    return true;
+  }
+  char spec[24];
+  if (c->prec >= 0)
+    snprintf(spec, sizeof spec, "%%.%dls", c->prec);
+  else
+    snprintf(spec, sizeof spec, "%%ls");
+  int n = snprintf(NULL, 0, spec, ws);
+  if (n < 0) {
+    quote(t, "(a wide string this locale cannot encode)", -1, c->width,
+          c->left);
+    return true;
+  }
+  char *mb = rf__malloc((size_t)n + 1);
+  if (!mb) {
+    t->oom = true;
+    return true;
+  }
+  snprintf(mb, (size_t)n + 1, spec, ws);
+  quote(t, mb, -1, c->width, c->left);
+  rf__free(mb);
+  return true;
+}
+
 /* One conversion; false when the format cannot be followed further. */
 static bool put_conv(text *t, const conv *c, va_list *ap) {
   switch (c->type) {
@@ -183,7 +214,13 @@ static bool put_conv(text *t, const conv *c, va_list *ap) {
     case 'o':
     case 'x':
     case 'X': put_unsigned(t, c, ap); return true;
-    case 'c': PUT_ONE(t, c->spec, int, ap); return true;
+    case 'c':
+      if (len_is(c, "l")) {
+        PUT_ONE(t, c->spec, wint_t, ap); /* nothing when not representable */
+        return true;
+      }
+      PUT_ONE(t, c->spec, int, ap);
+      return true;
     case 'e':
     case 'E':
     case 'f':
@@ -199,7 +236,8 @@ static bool put_conv(text *t, const conv *c, va_list *ap) {
       return true;
     case 'p': PUT_ONE(t, c->spec, void *, ap); return true;
     case 's':
-      if (c->length[0]) return false; /* wide strings: never used */
+      if (len_is(c, "l")) return put_wide(t, c, ap);
+      if (c->length[0]) return false;
       quote(t, va_arg(*ap, const char *), c->prec, c->width, c->left);
       return true;
     case 'n': (void)va_arg(*ap, void *); return true;

@@ -23,7 +23,8 @@ static rf_status *check_bytes(const char *fn, int64_t n, rf_dtype dtype) {
 static rf_status *tensor_new(const char *fn, rf_dtype dtype,
                              const rf_shape *shape, rf_allocator *allocator,
                              int8_t on_gpu, rf_tensor **out) {
-  if (!shape || !out) return rf__invalid("%s: NULL argument", fn);
+  if (!shape || !out)
+    return rf__invalid("%s: NULL argument (%s)", fn, !shape ? "shape" : "out");
   if (rf_dtype_size(dtype) == 0)
     return rf__invalid("%s: invalid dtype %d", fn, (int)dtype);
   int64_t n = rf_shape_num_elements(shape); /* -1: unknown or invalid */
@@ -44,9 +45,10 @@ static rf_status *tensor_new(const char *fn, rf_dtype dtype,
   if (!data) {
     rf__free(t);
     return rf__error(RF_RESOURCE_EXHAUSTED,
-                     "could not allocate %zu bytes of %s memory for a %s "
+                     "%s: could not allocate %zu bytes of %s memory for a %s "
                      "tensor",
-                     nbytes, on_gpu ? "device" : "host", rf_dtype_name(dtype));
+                     fn, nbytes, on_gpu ? "device" : "host",
+                     rf_dtype_name(dtype));
   }
   atomic_init(&t->refs, 1);
   t->dtype = dtype;
@@ -77,11 +79,17 @@ static rf_status *new_external(const char *fn, rf_dtype dtype,
                                rf_tensor_release_fn release, void *arg,
                                rf_tensor **out) {
   if (!shape || !out || !data)
-    return rf__invalid("%s: NULL %s", fn, !data ? "data" : "argument");
+    return rf__invalid("%s: NULL %s", fn,
+                       !data    ? "data"
+                       : !shape ? "argument (shape)"
+                                : "argument (out)");
   size_t esize = rf_dtype_size(dtype);
   if (esize == 0 || dtype == RF_RESOURCE)
-    return rf__invalid("%s: %s dtype %d", fn,
-                       esize ? "the resource" : "invalid", (int)dtype);
+    return esize ? rf__invalid(
+                       "%s: dtype resource (%d) holds no data (a variable's "
+                       "handle)",
+                       fn, (int)dtype)
+                 : rf__invalid("%s: invalid dtype %d", fn, (int)dtype);
   int64_t n = rf_shape_num_elements(shape);
   if (n < 0) {
     RF_CHECK(rf__status_prefix(rf__shape_check(shape), "%s", fn));
@@ -185,7 +193,7 @@ rf_status *rf__tensor_new_slice(rf_tensor *t, int64_t offset,
 
 rf_status *rf_tensor_new_copy(rf_dtype dtype, const rf_shape *shape,
                               const void *data, rf_tensor **out) {
-  if (!out) return rf__invalid("rf_tensor_new_copy: NULL argument");
+  if (!out) return rf__invalid("rf_tensor_new_copy: NULL argument (out)");
   if (!data && shape && rf_shape_num_elements(shape) > 0)
     return rf__invalid("rf_tensor_new_copy: NULL data");
   rf_tensor *t;
@@ -196,7 +204,7 @@ rf_status *rf_tensor_new_copy(rf_dtype dtype, const rf_shape *shape,
 }
 
 rf_status *rf_tensor_new_scalar(rf_dtype dtype, double value, rf_tensor **out) {
-  if (!out) return rf__invalid("rf_tensor_new_scalar: NULL argument");
+  if (!out) return rf__invalid("rf_tensor_new_scalar: NULL argument (out)");
   if (dtype == RF_RESOURCE)
     return rf__invalid("rf_tensor_new_scalar: resource is not a numeric dtype");
   rf_shape s = rf_shape_scalar();

@@ -207,7 +207,8 @@ rf_status *rf__graph_add_node(rf_graph *g, const rf__op_def *op,
     rf__graph_unique_name(g, op->name, buf, sizeof buf);
     nm = buf;
   } else if (rf_graph_find_node(g, nm)) {
-    return rf__error(RF_ALREADY_EXISTS, "node name '%s' is already used", nm);
+    return rf__error(RF_ALREADY_EXISTS,
+                     "node '%s' (%s): the name is already used", nm, op->name);
   }
   for (int k = 0; k < num_inputs; k++)
     if (!rf__graph_owns(g, inputs[k].node) || inputs[k].index < 0 ||

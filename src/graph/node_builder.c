@@ -320,14 +320,13 @@ static rf_status *pick_name(rf_node_builder *b, const rf__op_def *op,
   if (b->name) {
     if (!valid_name(b->name))
       return rf__invalid(
-          "node name '%s' (%s) is not valid (letters, digits, "
+          "node '%s' (%s): the name is not valid (letters, digits, "
           "'_', '.', and '/', '-' after the first)",
           b->name, op->name);
     if (rf_graph_find_node(b->g, b->name))
       return rf__error(RF_ALREADY_EXISTS,
-                       "node name '%s' is already used "
-                       "(adding a %s node)",
-                       b->name, op->name);
+                       "node '%s' (%s): the name is already used", b->name,
+                       op->name);
     *out = rf__strdup(b->name);
   } else {
     size_t len = strlen(op->name) + 24;

@@ -329,6 +329,10 @@ fail:
 rf_status *rf_graph_lower(const rf_graph *g, const rf_session_options *opts,
                           rf_graph **out) {
   if (!g || !out) return rf__invalid("rf_graph_lower: NULL argument");
+  rf_status *recorded = rf_graph_status(g); /* named as this call's */
+  if (recorded)
+    return rf__status_prefix(recorded,
+                             "rf_graph_lower: the graph holds an error");
   rf_session *s;
   RF_CHECK(rf_session_new(g, opts, &s));
   long compile = atomic_fetch_add(&next_compile, 1);
