@@ -138,6 +138,75 @@ static void test_beside_user_shared_names(void **state) {
   check(single_all_reduce, 0, names, 4);
 }
 
+/* Two collectives built apart under one name (an all-reduce's, and a
+ * Reduce's or a Broadcast's node name, which lowering makes its pieces'
+ * shared name) are refused when built, ALREADY_EXISTS naming the other; they
+ * used to build and fail every run as one group that disagrees. An unnamed
+ * Reduce or Broadcast skips a name that is a collective's. */
+static void test_one_name_two_collectives(void **state) {
+  (void)state;
+  for (int order = 0; order < 4; order++) {
+    rf_graph *g = rf_graph_new();
+    rf_output in[N], out[N];
+    for (int d = 0; d < N; d++) {
+      char dev[16];
+      snprintf(dev, sizeof dev, "cpu:%d", d);
+      assert_ok(rf_graph_push_device(g, dev));
+      in[d] = rf_const_scalar(g, NULL, RF_FLOAT32, d + 1);
+      rf_graph_pop_device(g);
+    }
+    bool bcast = order % 2 == 1, all_reduce_first = order < 2;
+    const char *other = bcast ? "Broadcast" : "Reduce";
+    if (all_reduce_first) {
+      rf_all_reduce_n(g, "g", in, N, RF_REDUCE_SUM, out);
+      assert_ok(rf_graph_status(g));
+    }
+    rf_output r = bcast ? rf_broadcast(g, "g", in[0])
+                        : rf_reduce(g, "g", in, N, RF_REDUCE_SUM);
+    if (all_reduce_first) {
+      assert_null(r.node);
+      char want[128];
+      snprintf(want, sizeof want,
+               "node 'g' (%s): the name is already another collective's: "
+               "node 'g_0' (AllReduce)",
+               other);
+      assert_status(rf_graph_status(g), RF_ALREADY_EXISTS, want);
+    } else {
+      assert_non_null(r.node);
+      rf_all_reduce_n(g, "g", in, N, RF_REDUCE_SUM, out);
+      char want[128];
+      snprintf(want, sizeof want,
+               "collective 'g' (AllReduce): the name is already another "
+               "collective's: node 'g' (%s)",
+               other);
+      assert_status(rf_graph_status(g), RF_ALREADY_EXISTS, want);
+    }
+    rf_graph_free(g);
+  }
+  /* unnamed: "Reduce" is an all-reduce's name and Reduce_0..2 its nodes' */
+  rf_graph *g = rf_graph_new();
+  rf_output in[N], out[N];
+  for (int d = 0; d < N; d++) {
+    char dev[16];
+    snprintf(dev, sizeof dev, "cpu:%d", d);
+    assert_ok(rf_graph_push_device(g, dev));
+    in[d] = rf_const_scalar(g, NULL, RF_FLOAT32, d + 1);
+    rf_graph_pop_device(g);
+  }
+  rf_all_reduce_n(g, "Reduce", in, N, RF_REDUCE_SUM, out);
+  rf_output r = rf_reduce(g, NULL, in, N, RF_REDUCE_SUM);
+  assert_ok(rf_graph_status(g));
+  assert_string_equal(rf_node_name(r.node), "Reduce_3");
+  rf_tensor *got[2];
+  rf_output fetch[2] = {out[1], r};
+  rf_test_run(g, N, NULL, 0, fetch, 2, got);
+  assert_true(rf_tensor_get(got[0], 0) == 6.0);
+  assert_true(rf_tensor_get(got[1], 0) == 6.0);
+  rf_tensor_release(got[0]);
+  rf_tensor_release(got[1]);
+  rf_graph_free(g);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_two_unnamed_all_reduces),
@@ -145,6 +214,7 @@ int main(void) {
       cmocka_unit_test(test_two_unnamed_reduce_scatters),
       cmocka_unit_test(test_beside_user_names),
       cmocka_unit_test(test_beside_user_shared_names),
+      cmocka_unit_test(test_one_name_two_collectives),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

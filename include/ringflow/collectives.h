@@ -67,7 +67,14 @@ RF_API rf_output rf_all_reduce(rf_graph *g, const char *name, rf_output input,
  * name that is empty ("AllReduce: a collective's name must not be empty") or
  * holds '#' ("AllReduce 'a#b': the name is not valid: it holds '#', which
  * is reserved ...")
- * is INVALID_ARGUMENT, naming the collective, not a participant. The
+ * is INVALID_ARGUMENT, naming the collective, not a participant. A name
+ * that is already another collective's (a shared_name in the graph, or a
+ * Reduce or Broadcast node's name, which lowering makes its pieces' shared
+ * name) is ALREADY_EXISTS ("collective 'g' (AllReduce): the name is already
+ * another collective's: node 'g' (Reduce)"); so are rf_reduce's and
+ * rf_broadcast's names that are ("node 'g' (Reduce): the name is already
+ * another collective's: node 'g_0' (AllReduce)"), and their generated
+ * names ("Reduce", "Reduce_1", ...; "Broadcast", ...) skip them. The
  * inputs must share one dtype (else INVALID_ARGUMENT naming both inputs, their
  * dtypes and devices; likewise for rf_all_gather_n, rf_reduce_scatter_n and
  * rf_reduce), must not have shapes known to differ (both ranks known and

@@ -399,10 +399,43 @@ static bool collective_name_ok(rf_graph *g, const char *op, const char *name) {
   return false;
 }
 
+/* The node whose collective is already called `name`: one with that
+ * shared_name, or a Reduce or Broadcast of that name (lowering gives its
+ * pieces its name as their shared_name); NULL if none. Two collectives
+ * built apart under one name would otherwise pass every build-time check
+ * and fail each run as one group that disagrees. */
+static const rf_node *collective_named(const rf_graph *g, const char *name) {
+  for (int id = 0; id < g->num_ids; id++) {
+    const rf_node *n = g->nodes[id];
+    if (!n) continue;
+    const rf__attr_value *v = rf__attrs_find(&n->attrs, "shared_name");
+    if (v && v->type == RF_ATTR_STRING && strcmp(v->u.s, name) == 0) return n;
+    if ((strcmp(n->op->name, "Reduce") == 0 ||
+         strcmp(n->op->name, "Broadcast") == 0) &&
+        strcmp(n->name, name) == 0)
+      return n;
+  }
+  return NULL;
+}
+
+/* ALREADY_EXISTS when `name` is taken by another collective (above). */
+static bool collective_name_free(rf_graph *g, const char *what, const char *op,
+                                 const char *name) {
+  const rf_node *t = name ? collective_named(g, name) : NULL;
+  if (!t) return true;
+  rf__graph_record(g, rf__error(RF_ALREADY_EXISTS,
+                                "%s '%s' (%s): the name is already another "
+                                "collective's: node '%s' (%s)",
+                                what, name, op, t->name, t->op->name));
+  return false;
+}
+
 static void participants_n(rf_graph *g, const char *op, const char *name,
                            const rf_output *inputs, int n,
                            const char *reduction, rf_output *outputs) {
-  if (rf__graph_failed(g) || !collective_name_ok(g, op, name)) return;
+  if (rf__graph_failed(g) || !collective_name_ok(g, op, name) ||
+      !collective_name_free(g, "collective", op, name))
+    return;
   if (!inputs || !outputs || n < 1) {
     rf__graph_refuse(g, op, name, "need n >= 1 inputs and an outputs array");
     return;
@@ -474,9 +507,15 @@ rf_output rf_reduce(rf_graph *g, const char *name, const rf_output *inputs,
   const char *dev = scope[0] ? scope : inputs[0].node->requested_device;
   if (!same_dtype(g, "Reduce", name, inputs, n) ||
       !distinct_and_alike(g, "Reduce", name, inputs, n, false) ||
-      !reduce_has_own_input(g, name, dev, inputs, n))
+      !reduce_has_own_input(g, name, dev, inputs, n) ||
+      !collective_name_free(g, "node", "Reduce", name))
     return invalid_output();
-  rf_node_builder *b = rf_node_builder_new(g, "Reduce", name);
+  char fresh[64];
+  if (!name && !fresh_shared_name(g, "Reduce", 0, fresh, sizeof fresh)) {
+    rf__graph_record(g, rf__oom());
+    return invalid_output();
+  }
+  rf_node_builder *b = rf_node_builder_new(g, "Reduce", name ? name : fresh);
   rf_node_builder_input_list(b, inputs, n);
   rf_node_builder_device(b, dev);
   rf_node_builder_attr_string(b, "reduction", rf__reduction_name(reduction));
@@ -487,8 +526,15 @@ rf_output rf_broadcast(rf_graph *g, const char *name, rf_output input) {
   if (rf__graph_failed(g) ||
       !rf__graph_inputs_ok(g, "Broadcast", name, &input, 1))
     return invalid_output();
-  if (!require_device(g, "Broadcast", name, input)) return invalid_output();
-  rf_node_builder *b = rf_node_builder_new(g, "Broadcast", name);
+  if (!require_device(g, "Broadcast", name, input) ||
+      !collective_name_free(g, "node", "Broadcast", name))
+    return invalid_output();
+  char fresh[64];
+  if (!name && !fresh_shared_name(g, "Broadcast", 0, fresh, sizeof fresh)) {
+    rf__graph_record(g, rf__oom());
+    return invalid_output();
+  }
+  rf_node_builder *b = rf_node_builder_new(g, "Broadcast", name ? name : fresh);
   rf_node_builder_input(b, input);
   const char *scope = rf__graph_scope_device(g);
   rf_node_builder_device(b, scope[0] ? scope : input.node->requested_device);
