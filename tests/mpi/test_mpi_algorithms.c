@@ -407,6 +407,22 @@ static void test_one_crowded_node_crowds_the_job(void **state) {
   assert_true(rf__mpi_algorithm_runs(RF_MPI_NBC) > nbc_runs);
 }
 
+/* Broadcasts of 2 to 8 shared-memory slots go in quarter-slot pieces
+ * (shm.c, bcast_piece), larger ones in whole slots: sizes on both sides
+ * of each bound, odd ones whose last piece is short, the same bytes from
+ * every algorithm. First in the list, so that the communicator's segment
+ * is made for these sizes (its slot: 512 KiB) and not a smaller one. */
+static void test_broadcast_pieces(void **state) {
+  static const int64_t bytes[] = {
+      (512 << 10) + 4, (600 << 10) + 12, 1 << 20,        (2 << 20) + 36,
+      4 << 20,         (4 << 20) + 4,    (5 << 20) + 132};
+  uint64_t salt = 500;
+  for (size_t b = 0; b < sizeof bytes / sizeof *bytes; b++) {
+    kase c = {RF_COLL_BROADCAST, RF_FLOAT32, RF_REDUCE_SUM, 1, bytes[b] / 4};
+    check_case(&c, salt++);
+  }
+}
+
 /* ringflow's ring reuses its scratch (a reduce sender's chunk of sums, a
  * reduce-scatter's chunks in transit from 3 processes) from step to step:
  * steady-state steps of a 4 MiB reduce touch no fresh pages. glibc's
@@ -677,6 +693,7 @@ int main(void) {
     return cmocka_run_group_tests(bad, NULL, NULL);
   }
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_broadcast_pieces),
       cmocka_unit_test(test_in_flight_bytes_are_the_whole_vector),
       cmocka_unit_test(test_small_every_dtype),
       cmocka_unit_test(test_both_sides_of_thresholds),
