@@ -386,7 +386,7 @@ static int group_size(const rf_graph *g, const char *name) {
 }
 
 /* Construction k of a collective "X" makes "X#grad<k>" (and, for max and
- * prod, "X#grad<k>#winner", "...#zeros", "...#nonzero_prod"), k counting
+ * prod, "X#grad<k>#winner", "...#inputs", "...#places"), k counting
  * the constructions in the graph that made gradient collectives: every
  * process building the same graph in the same order gets the same names. */
 static void test_names_are_deterministic_and_documented(void **state) {
@@ -414,8 +414,8 @@ static void test_names_are_deterministic_and_documented(void **state) {
   fixture f = {.kind = K_PROD, .n = 2};
   build_forward(&f, &rng);
   build_gradient(&f, 0, &rng);
-  assert_int_equal(group_size(f.g, "ar#grad1#zeros"), 2);
-  assert_int_equal(group_size(f.g, "ar#grad1#nonzero_prod"), 2);
+  assert_int_equal(group_size(f.g, "ar#grad1#inputs"), 2);
+  assert_int_equal(group_size(f.g, "ar#grad1#places"), 2);
   fixture_free(&f);
   f = (fixture){.kind = K_GATHER, .n = 2};
   build_forward(&f, &rng);

@@ -606,6 +606,77 @@ static void test_extremum_gradient_over_a_narrow_wire(void **state) {
     rf_graph_free(g);
   }
 }
+
+/* prod's gradient is the product of the others' inputs, computed from them:
+ * second order through zeros (z = sum_i dL/dx_i, dz/dx_j = n sum_{i != j}
+ * prod_{k != i, j} x_k; it was 0 or wrong at every zero) and a first order
+ * whose forward output overflows (y / x_i was inf). */
+static void test_prod_gradient_at_zeros_and_overflow(void **state) {
+  (void)state;
+  const double points[][3] = {{0, 3, 0}, {0, 0, 0}, {0, 2, 0}, {2, 3, 5}};
+  for (int n = 2; n <= 3; n++)
+    for (size_t p = 0; p < sizeof points / sizeof *points; p++) {
+      rf_graph *g = rf_graph_new();
+      rf_output xs[3], ys[3], d1[3], d2[3];
+      for (int i = 0; i < n; i++) {
+        char dev[16];
+        device_name(i, dev);
+        assert_ok(rf_graph_push_device(g, dev));
+        xs[i] = rf_const_scalar(g, NULL, RF_FLOAT64, points[p][i]);
+        rf_graph_pop_device(g);
+      }
+      rf_all_reduce_n(g, "pr", xs, n, RF_REDUCE_PROD, ys);
+      assert_ok(rf_gradients(g, ys, n, xs, n, NULL, d1));
+      assert_ok(rf_gradients(g, d1, n, xs, n, NULL, d2));
+      rf_tensor *out[6];
+      rf_output fetch[6];
+      for (int i = 0; i < n; i++) fetch[i] = d1[i], fetch[n + i] = d2[i];
+      rf_test_run(g, 8, NULL, 0, fetch, 2 * n, out);
+      const double *x = points[p];
+      for (int j = 0; j < n; j++) {
+        double first = n, second = 0;
+        for (int k = 0; k < n; k++)
+          if (k != j) first *= x[k];
+        for (int i = 0; i < n; i++) {
+          if (i == j) continue;
+          double t = n;
+          for (int k = 0; k < n; k++)
+            if (k != i && k != j) t *= x[k];
+          second += t;
+        }
+        if (rf_tensor_get(out[j], 0) != first ||
+            rf_tensor_get(out[n + j], 0) != second)
+          fail_msg(
+              "n %d, x (%g, %g, %g), j %d: first %g want %g, second %g "
+              "want %g",
+              n, x[0], x[1], n > 2 ? x[2] : 0.0, j, rf_tensor_get(out[j], 0),
+              first, rf_tensor_get(out[n + j], 0), second);
+      }
+      for (int i = 0; i < 2 * n; i++) rf_tensor_release(out[i]);
+      rf_graph_free(g);
+    }
+  /* float32 whose product overflows: d/dx_0 = 3 * 1e30 * 1e-30 */
+  rf_graph *g = rf_graph_new();
+  const float big[3] = {1e30f, 1e30f, 1e-30f};
+  rf_output xs[3], ys[3], d1[3];
+  for (int i = 0; i < 3; i++) {
+    char dev[16];
+    device_name(i, dev);
+    assert_ok(rf_graph_push_device(g, dev));
+    xs[i] = rf_const_scalar(g, NULL, RF_FLOAT32, big[i]);
+    rf_graph_pop_device(g);
+  }
+  rf_all_reduce_n(g, "big", xs, 3, RF_REDUCE_PROD, ys);
+  assert_ok(rf_gradients(g, ys, 3, xs, 3, NULL, d1));
+  rf_tensor *out[2];
+  rf_output fetch[2] = {ys[0], d1[0]};
+  rf_test_run(g, 8, NULL, 0, fetch, 2, out);
+  assert_true(isinf(rf_tensor_get(out[0], 0)));
+  assert_true(fabs(rf_tensor_get(out[1], 0) - 3.0) < 1e-5);
+  rf_tensor_release(out[0]);
+  rf_tensor_release(out[1]);
+  rf_graph_free(g);
+}
 #endif
 
 /* The participants of a collective form one group for gradients: d loss/d x0
@@ -664,7 +735,8 @@ static void test_gradient_through_peers(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       RF_COLLECTIVES_TESTS,
-      cmocka_unit_test(test_extremum_gradient_over_a_narrow_wire)};
+      cmocka_unit_test(test_extremum_gradient_over_a_narrow_wire),
+      cmocka_unit_test(test_prod_gradient_at_zeros_and_overflow)};
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
 #endif

@@ -22,7 +22,8 @@
  * participant holding the extremum (ties: lowest device index; a float32
  * one finds it again with a float32 all-reduce "X#grad<k>#extremum", since
  * over a bfloat16 or float16 wire its output equals no input); prod -> summed
- * gradient times the product of the other inputs (zeros handled). Reduce sum ->
+ * gradient times the product of the other inputs (all-gathered and
+ * multiplied: exact at zeros, and again differentiable). Reduce sum ->
  * broadcast of the gradient to every input; reduce avg -> broadcast of the
  * gradient divided by the number of inputs; reduce prod/min/max and
  * reduce-scatter other than sum have none (rf_gradients fails with

@@ -572,6 +572,20 @@ static rf_output grad_all_reduce(rf__grad_ctx *c, rf_output x, rf_reduction r,
   return grad_participant(c, "AllReduce", x, rf__reduction_name(r), what);
 }
 
+/* This participant's place in device order (task, then index; the
+ * participants share one device type), the order of an all-gather's rows
+ * and of a tie's winner. False (recorded) if its device does not parse. */
+static bool device_order(rf__grad_ctx *c, int *order) {
+  rf__device_name dev;
+  rf_status *st = rf__device_name_parse(c->op->requested_device, &dev);
+  if (st) {
+    rf__graph_record(c->g, st);
+    return false;
+  }
+  *order = (dev.task > 0 ? dev.task : 0) * 1024 + dev.index;
+  return true;
+}
+
 /* max/min: the summed gradient goes to the participant holding the extremum;
  * on ties to the one first in device order (task, then index). The winner is
  * found with one more all-reduce(min) over "my place in that order where I
@@ -595,16 +609,9 @@ static rf_output extremum_mask(rf__grad_ctx *c, rf_reduction r) {
       }
     }
   }
-  rf__device_name dev;
-  rf_status *st = rf__device_name_parse(c->op->requested_device, &dev);
-  if (st) {
-    rf__graph_record(g, st);
-    rf_output none = {NULL, 0};
-    return none;
-  }
-  /* Device order: task, then index (participants share one type). */
+  int order;
+  if (!device_order(c, &order)) return invalid_output();
   const double big = 2147483647.0;
-  int order = (dev.task > 0 ? dev.task : 0) * 1024 + dev.index;
   rf_output key = rf_const_scalar(g, NULL, RF_INT32, order);
   rf_output holds = rf_cast(g, NULL, rf_equal(g, NULL, x, y), RF_INT32);
   /* holds ? key : big, in int32 arithmetic */
@@ -616,26 +623,49 @@ static rf_output extremum_mask(rf__grad_ctx *c, rf_reduction r) {
   return rf_cast(g, NULL, rf_equal(g, NULL, winner, key), rf_output_dtype(x));
 }
 
-/* prod: d/dx_i = (sum of dy) * prod_{k != i} x_k, computed as y / x_i where
- * x_i != 0; where x_i == 0 it is the product of the others' non-zeros if x_i
- * is the only zero, else 0 (two all-reduces count zeros and multiply the
- * non-zeros). */
+/* prod: d/dx_i = (sum of dy) * prod_{k != i} x_k, the product of the
+ * others' inputs, computed from them: every participant all-gathers the
+ * inputs and its place in device order, and multiplies the rows, its own
+ * replaced by 1 (row (1 - mine) + mine). Dividing the output by x_i is
+ * wrong where x_i is 0 and where the output overflowed; and branches for
+ * zeros (one zero: the product of the non-zeros; two: 0) were constants to
+ * a second derivative, which was wrong at every zero. Products and sums of
+ * the inputs differentiate again exactly; the cost is n rows a
+ * participant, for a reduction that is rarely large. */
 static rf_output prod_others(rf__grad_ctx *c) {
   rf_graph *g = c->g;
-  rf_output x = rf__input(c->op, 0), y = {c->op, 0};
+  rf_output x = rf__input(c->op, 0);
+  int order;
+  if (!device_order(c, &order)) return invalid_output();
+  rf_output key = rf_const_scalar(g, NULL, RF_INT32, order);
+  int64_t n = 0;
+  rf_status *st = rf__attrs_get_int(&c->op->attrs, "num_devices", &n);
+  rf_output *rows = st ? NULL : rf__calloc(2 * (size_t)n, sizeof *rows);
+  if (!rows) {
+    rf__graph_record(g, st ? st : rf__oom());
+    return invalid_output();
+  }
+  rf_output *places = rows + n;
   rf_dtype t = rf_output_dtype(x);
-  rf_output one = rf_const_scalar(g, NULL, t, 1.0);
-  rf_output is_zero = rf_cast(
-      g, NULL, rf_equal(g, NULL, x, rf_const_scalar(g, NULL, t, 0.0)), t);
-  rf_output safe = rf_add(g, NULL, x, is_zero);
-  rf_output zeros = grad_all_reduce(c, is_zero, RF_REDUCE_SUM, "zeros");
-  rf_output nz_prod = grad_all_reduce(c, safe, RF_REDUCE_PROD, "nonzero_prod");
-  rf_output one_zero = rf_cast(g, NULL, rf_equal(g, NULL, zeros, one), t);
-  rf_output ratio =
-      rf_mul(g, NULL, rf_div(g, NULL, y, safe), rf_sub(g, NULL, one, is_zero));
-  rf_output at_zero =
-      rf_mul(g, NULL, rf_mul(g, NULL, is_zero, one_zero), nz_prod);
-  return rf_add(g, NULL, ratio, at_zero);
+  rf_output all = grad_participant(
+      c, "AllGather", rf_expand_dims(g, NULL, x, 0), NULL, "inputs");
+  rf_output where = grad_participant(
+      c, "AllGather", rf_expand_dims(g, NULL, key, 0), NULL, "places");
+  rf_split(g, NULL, all, (int)n, 0, rows);
+  rf_split(g, NULL, where, (int)n, 0, places);
+  rf_output one = rf_const_scalar(g, NULL, t, 1.0), acc = {NULL, 0};
+  const int64_t first = 0;
+  for (int64_t j = 0; j < n && !rf__graph_failed(g); j++) {
+    rf_output row = rf_squeeze(g, NULL, rows[j], &first, 1);
+    rf_output mine = rf_cast(
+        g, NULL,
+        rf_equal(g, NULL, rf_squeeze(g, NULL, places[j], &first, 1), key), t);
+    rf_output term =
+        rf_add(g, NULL, rf_mul(g, NULL, row, rf_sub(g, NULL, one, mine)), mine);
+    acc = j == 0 ? term : rf_mul(g, NULL, acc, term);
+  }
+  rf__free(rows);
+  return rf__graph_failed(g) ? invalid_output() : acc;
 }
 
 static rf_status *all_reduce_grad(rf__grad_ctx *c) {
