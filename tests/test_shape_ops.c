@@ -611,9 +611,32 @@ static void test_split_count_limit(void **state) {
   assert_status(st, RF_INVALID_ARGUMENT, "attr 'num_split' is 4294967298");
 }
 
+/* A new axis (ExpandDims, OneHot) out of range is named against the
+ * input's rank: it was "axis 3 is out of range for rank 3" of a rank-2
+ * input. */
+static void test_new_axis_names_the_input_rank(void **state) {
+  (void)state;
+  for (int k = 0; k < 2; k++) {
+    rf_graph *g = rf_graph_new();
+    rf_output x =
+        rf_placeholder(g, "x", k ? RF_INT32 : RF_FLOAT32, rf_shape_of(2, 2, 3));
+    rf_output y = k ? rf_one_hot(g, "e", x, 4, 1.0, 0.0, 3, RF_FLOAT32)
+                    : rf_expand_dims(g, "e", x, -4);
+    assert_null(y.node);
+    char want[160];
+    snprintf(want, sizeof want,
+             "node 'e' (%s): axis %d is out of range for a new axis of a "
+             "rank-2 input (must be in [-3, 2])",
+             k ? "OneHot" : "ExpandDims", k ? 3 : -4);
+    assert_status(rf_graph_status(g), RF_INVALID_ARGUMENT, want);
+    rf_graph_free(g);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_split_count_limit),
+      cmocka_unit_test(test_new_axis_names_the_input_rank),
       cmocka_unit_test(test_values_every_dtype),
       cmocka_unit_test(test_values_unknown_shapes),
       cmocka_unit_test(test_squeeze_all),

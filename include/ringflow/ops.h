@@ -361,9 +361,11 @@ RF_API rf_output rf_tile(rf_graph *g, const char *name, rf_output x,
 RF_API rf_output rf_gather(rf_graph *g, const char *name, rf_output params,
                            rf_output indices, int64_t axis);
 /* indices (uint8, int32 or int64) with a new dim of `depth` (>= 0) at axis
- * (-1: last), on_value where the index equals the position and off_value
- * elsewhere (an index outside [0, depth): all off), as `dtype`. No
- * gradient. */
+ * in [-rank-1, rank] as rf_expand_dims' (-1: last; TensorFlow takes only
+ * -1 of the negatives; outside: INVALID_ARGUMENT "axis 3 is out of range
+ * for a new axis of a rank-2 input (must be in [-3, 2])"), on_value where the
+ * index equals the position and off_value elsewhere (an index outside [0,
+ * depth): all off), as `dtype`. No gradient. */
 RF_API rf_output rf_one_hot(rf_graph *g, const char *name, rf_output indices,
                             int64_t depth, double on_value, double off_value,
                             int64_t axis, rf_dtype dtype);

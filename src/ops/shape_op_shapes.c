@@ -186,7 +186,14 @@ rf_status *rf__expand_dims_shape(const rf_shape *in, int64_t axis,
   if (in->rank == RF_MAX_RANK)
     return rf__invalid("the input already has rank %d, the most allowed",
                        RF_MAX_RANK);
-  RF_CHECK(rf__normalize_axis(&axis, in->rank + 1, "axis"));
+  /* a new axis: rank + 1 places, named by the input's rank (the message
+   * said "for rank 3" of a rank-2 input) */
+  if (axis < -(in->rank + 1) || axis > in->rank)
+    return rf__invalid(
+        "axis %lld is out of range for a new axis of a rank-%d input (must "
+        "be in [%d, %d])",
+        (long long)axis, in->rank, -(in->rank + 1), in->rank);
+  if (axis < 0) axis += in->rank + 1;
   rf_shape s = blank(in->rank + 1);
   for (int i = 0, j = 0; i < s.rank; i++)
     s.dims[i] = i == axis ? 1 : in->dims[j++];
