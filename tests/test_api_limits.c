@@ -93,6 +93,10 @@ static void test_scalar_and_copy_arguments(void **state) {
   const float v[2] = {1, 2};
   assert_status(rf_tensor_new_copy(RF_FLOAT32, &s, v, NULL),
                 RF_INVALID_ARGUMENT, "rf_tensor_new_copy: NULL argument (out)");
+  /* an allocator without its functions is refused, not called */
+  rf_allocator none = {NULL, NULL, NULL};
+  assert_status(rf_tensor_new(RF_FLOAT32, &s, &none, &t), RF_INVALID_ARGUMENT,
+                "rf_tensor_new: the allocator's alloc function is NULL");
   /* which argument, and a resource dtype said in words */
   assert_status(rf_tensor_new(RF_FLOAT32, NULL, NULL, &t), RF_INVALID_ARGUMENT,
                 "rf_tensor_new: NULL argument (shape)");

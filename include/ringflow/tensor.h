@@ -41,6 +41,7 @@ typedef struct rf_tensor rf_tensor;
 /* Makes a tensor of a fully defined shape with uninitialised contents, from
  * `allocator` (NULL: the default). On success *out holds one reference. On
  * error *out is untouched: INVALID_ARGUMENT for NULL shape or out, an
+ * allocator whose alloc or free is NULL, an
  * invalid dtype, a shape that is not fully defined or not valid (rank past
  * RF_MAX_RANK, a dim below -1, or nonzero dims multiplying past INT64_MAX,
  * see rf_shape_num_elements); RESOURCE_EXHAUSTED when the bytes cannot be

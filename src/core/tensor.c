@@ -37,6 +37,9 @@ static rf_status *tensor_new(const char *fn, rf_dtype dtype,
   size_t esize = rf_dtype_size(dtype);
   RF_CHECK(check_bytes(fn, n, dtype));
   if (!allocator) allocator = rf_default_allocator();
+  if (!allocator->alloc || !allocator->free)
+    return rf__invalid("%s: the allocator's %s function is NULL", fn,
+                       !allocator->alloc ? "alloc" : "free");
   rf_tensor *t = rf__malloc(sizeof *t);
   RF_CHECK_ALLOC(t);
   size_t nbytes = (size_t)n * esize;
