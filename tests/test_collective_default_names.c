@@ -138,6 +138,17 @@ static void test_beside_user_shared_names(void **state) {
   check(single_all_reduce, 0, names, 4);
 }
 
+/* in[d]: the scalar d + 1 on cpu:d. */
+static void scalars_on_devices(rf_graph *g, rf_output *in) {
+  for (int d = 0; d < N; d++) {
+    char dev[16];
+    snprintf(dev, sizeof dev, "cpu:%d", d);
+    assert_ok(rf_graph_push_device(g, dev));
+    in[d] = rf_const_scalar(g, NULL, RF_FLOAT32, d + 1);
+    rf_graph_pop_device(g);
+  }
+}
+
 /* Two collectives built apart under one name (an all-reduce's, and a
  * Reduce's or a Broadcast's node name, which lowering makes its pieces'
  * shared name) are refused when built, ALREADY_EXISTS naming the other; they
@@ -148,13 +159,7 @@ static void test_one_name_two_collectives(void **state) {
   for (int order = 0; order < 4; order++) {
     rf_graph *g = rf_graph_new();
     rf_output in[N], out[N];
-    for (int d = 0; d < N; d++) {
-      char dev[16];
-      snprintf(dev, sizeof dev, "cpu:%d", d);
-      assert_ok(rf_graph_push_device(g, dev));
-      in[d] = rf_const_scalar(g, NULL, RF_FLOAT32, d + 1);
-      rf_graph_pop_device(g);
-    }
+    scalars_on_devices(g, in);
     bool bcast = order % 2 == 1, all_reduce_first = order < 2;
     const char *other = bcast ? "Broadcast" : "Reduce";
     if (all_reduce_first) {
@@ -186,13 +191,7 @@ static void test_one_name_two_collectives(void **state) {
   /* unnamed: "Reduce" is an all-reduce's name and Reduce_0..2 its nodes' */
   rf_graph *g = rf_graph_new();
   rf_output in[N], out[N];
-  for (int d = 0; d < N; d++) {
-    char dev[16];
-    snprintf(dev, sizeof dev, "cpu:%d", d);
-    assert_ok(rf_graph_push_device(g, dev));
-    in[d] = rf_const_scalar(g, NULL, RF_FLOAT32, d + 1);
-    rf_graph_pop_device(g);
-  }
+  scalars_on_devices(g, in);
   rf_all_reduce_n(g, "Reduce", in, N, RF_REDUCE_SUM, out);
   rf_output r = rf_reduce(g, NULL, in, N, RF_REDUCE_SUM);
   assert_ok(rf_graph_status(g));

@@ -492,6 +492,21 @@ void rf_reduce_scatter_n(rf_graph *g, const char *name, const rf_output *inputs,
                  rf__reduction_name(reduction), outputs);
 }
 
+/* The builder of a Reduce or Broadcast node, whose name lowering makes its
+ * pieces' shared name: `name` if no other collective has it (else
+ * ALREADY_EXISTS, recorded), or the first generated one that neither a node
+ * nor a collective has. NULL when refused. */
+static rf_node_builder *one_node_builder(rf_graph *g, const char *op,
+                                         const char *name) {
+  if (!collective_name_free(g, "node", op, name)) return NULL;
+  char fresh[64];
+  if (!name && !fresh_shared_name(g, op, 0, fresh, sizeof fresh)) {
+    rf__graph_record(g, rf__oom());
+    return NULL;
+  }
+  return rf_node_builder_new(g, op, name ? name : fresh);
+}
+
 rf_output rf_reduce(rf_graph *g, const char *name, const rf_output *inputs,
                     int n, rf_reduction reduction) {
   if (rf__graph_failed(g)) return invalid_output();
@@ -507,15 +522,10 @@ rf_output rf_reduce(rf_graph *g, const char *name, const rf_output *inputs,
   const char *dev = scope[0] ? scope : inputs[0].node->requested_device;
   if (!same_dtype(g, "Reduce", name, inputs, n) ||
       !distinct_and_alike(g, "Reduce", name, inputs, n, false) ||
-      !reduce_has_own_input(g, name, dev, inputs, n) ||
-      !collective_name_free(g, "node", "Reduce", name))
+      !reduce_has_own_input(g, name, dev, inputs, n))
     return invalid_output();
-  char fresh[64];
-  if (!name && !fresh_shared_name(g, "Reduce", 0, fresh, sizeof fresh)) {
-    rf__graph_record(g, rf__oom());
-    return invalid_output();
-  }
-  rf_node_builder *b = rf_node_builder_new(g, "Reduce", name ? name : fresh);
+  rf_node_builder *b = one_node_builder(g, "Reduce", name);
+  if (!b) return invalid_output();
   rf_node_builder_input_list(b, inputs, n);
   rf_node_builder_device(b, dev);
   rf_node_builder_attr_string(b, "reduction", rf__reduction_name(reduction));
@@ -526,15 +536,9 @@ rf_output rf_broadcast(rf_graph *g, const char *name, rf_output input) {
   if (rf__graph_failed(g) ||
       !rf__graph_inputs_ok(g, "Broadcast", name, &input, 1))
     return invalid_output();
-  if (!require_device(g, "Broadcast", name, input) ||
-      !collective_name_free(g, "node", "Broadcast", name))
-    return invalid_output();
-  char fresh[64];
-  if (!name && !fresh_shared_name(g, "Broadcast", 0, fresh, sizeof fresh)) {
-    rf__graph_record(g, rf__oom());
-    return invalid_output();
-  }
-  rf_node_builder *b = rf_node_builder_new(g, "Broadcast", name ? name : fresh);
+  if (!require_device(g, "Broadcast", name, input)) return invalid_output();
+  rf_node_builder *b = one_node_builder(g, "Broadcast", name);
+  if (!b) return invalid_output();
   rf_node_builder_input(b, input);
   const char *scope = rf__graph_scope_device(g);
   rf_node_builder_device(b, scope[0] ? scope : input.node->requested_device);
