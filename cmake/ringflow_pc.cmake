@@ -84,10 +84,9 @@ if(RF_HAVE_MPI)
   rf_pc_dependency(RF_PC_MPI "ompi-c;mpich;mpi-c" "${MPI_C_LIBRARIES}")
 endif()
 if(RF_HAVE_CUDA)
-  # The shared runtime, cuBLAS and cuBLASLt (CUDA ships no .pc where
-  # pkg-config looks).
-  rf_pc_libs(${CUDA_cudart_LIBRARY} ${CUDA_cublas_LIBRARY}
-             ${CUDA_cublasLt_LIBRARY})
+  # The shared runtime (CUDA ships no .pc where pkg-config looks); cuBLAS
+  # and cuBLASLt are opened at their first call (dlopen).
+  rf_pc_libs(${CUDA_cudart_LIBRARY} ${CMAKE_DL_LIBS})
   if(RF_HAVE_NCCL)
     rf_pc_libs(${NCCL_LIBRARY})
   endif()

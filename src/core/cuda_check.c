@@ -2,6 +2,7 @@
  * core/cuda_check.h). Compiled to nothing without RF_HAVE_CUDA. */
 #ifdef RF_HAVE_CUDA
 #include "core/cuda_check.h"
+#include "core/cublas_load.h"
 
 #include <string.h>
 
@@ -43,6 +44,11 @@ static const char *cublas_name(cublasStatus_t s) {
 rf_status *rf__cublas_status(cublasStatus_t s, const char *expr,
                              const char *file, int line) {
   if (s == CUBLAS_STATUS_SUCCESS) return NULL;
+  const char *unloaded =
+      s == CUBLAS_STATUS_NOT_INITIALIZED ? rf__cublas_load_error() : NULL;
+  if (unloaded) /* the library, not the call */
+    return rf__error(RF_UNAVAILABLE, "%s failed: cuBLAS: %s at %s:%d", expr,
+                     unloaded, base_name(file), line);
   rf_code code =
       s == CUBLAS_STATUS_ALLOC_FAILED ? RF_RESOURCE_EXHAUSTED : RF_INTERNAL;
   return rf__error(code, "%s failed: %s (%d) at %s:%d", expr, cublas_name(s),
