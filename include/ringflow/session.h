@@ -64,7 +64,11 @@ typedef struct rf_session_options {
    * eight devices sharing its memory. Values computed on a GPU are copied to
    * host memory when fetched (every fetched tensor is a host tensor). With
    * N > 0 and no usable GPU (a build without CUDA, no device, no driver)
-   * rf_session_new fails with FAILED_PRECONDITION "... no GPU: <reason>". */
+   * rf_session_new fails with FAILED_PRECONDITION "... no GPU: <reason>".
+   * cuBLAS is opened when the first GPU device is made: if
+   * libcublas.so.13 or libcublasLt.so.13 cannot be opened, rf_session_new
+   * fails with UNAVAILABLE "gpu:0 (physical GPU 0): ... cuBLAS:
+   * libcublas.so.13 could not be loaded (<the loader's reason>) ...". */
   int num_gpu_devices;
   /* Several processes (docs/MULTIPROCESS.md). RF_JOB_AUTO (default): the
    * session is one task of an MPI job when its graph names a task
