@@ -368,13 +368,90 @@ static void unpin_array(void *data, void *arg) {
   PyGILState_Release(g);
 }
 
+/* ---- the session's handle ---- */
+
+/* An open session's rf_session * as its runners see it (NULL once closed),
+ * and how many of their rf_session_run calls are in progress. Read and
+ * written only with the GIL held: Session.close() sets addr to NULL, so no
+ * run starts after it, and waits for runs to reach 0 before freeing the
+ * session (a run in progress holds no GIL). */
+typedef struct {
+  PyObject_HEAD void *addr;
+  Py_ssize_t runs;
+} Handle;
+
+static PyObject *handle_get_addr(Handle *self, void *closure) {
+  (void)closure;
+  return PyLong_FromVoidPtr(self->addr);
+}
+
+static int handle_set_addr(Handle *self, PyObject *v, void *closure) {
+  (void)closure;
+  if (!v) {
+    PyErr_SetString(PyExc_AttributeError, "_addr cannot be deleted");
+    return -1;
+  }
+  void *p = PyLong_AsVoidPtr(v);
+  if (!p && PyErr_Occurred()) return -1;
+  self->addr = p;
+  return 0;
+}
+
+static PyObject *handle_get_runs(Handle *self, void *closure) {
+  (void)closure;
+  return PyLong_FromSsize_t(self->runs);
+}
+
+/* take() -> the address, counted as a run in progress until give();
+ * RuntimeError when closed. For Session's own calls into the library. */
+static PyObject *handle_take(Handle *self, PyObject *unused) {
+  (void)unused;
+  if (!self->addr) {
+    PyErr_SetString(PyExc_RuntimeError, "the session is closed");
+    return NULL;
+  }
+  self->runs++;
+  return PyLong_FromVoidPtr(self->addr);
+}
+
+static PyObject *handle_give(Handle *self, PyObject *unused) {
+  (void)unused;
+  if (self->runs > 0) self->runs--;
+  Py_RETURN_NONE;
+}
+
+static PyGetSetDef handle_getset[] = {
+    {"_addr", (getter)handle_get_addr, (setter)handle_set_addr,
+     "the rf_session * as an int, 0 once closed", NULL},
+    {"_runs", (getter)handle_get_runs, NULL,
+     "calls into the session in progress", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyMethodDef handle_methods[] = {
+    {"take", (PyCFunction)handle_take, METH_NOARGS,
+     "the rf_session * as an int, counted in progress until give()"},
+    {"give", (PyCFunction)handle_give, METH_NOARGS, "ends a take()"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject HandleType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "ringflow._fastrun.Handle",
+    .tp_basicsize = sizeof(Handle),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "an open session's rf_session * and its calls in progress",
+    .tp_getset = handle_getset,
+    .tp_methods = handle_methods,
+    .tp_new = PyType_GenericNew,
+};
+
 /* ---- the prepared signature ---- */
 
 typedef struct {
-  PyObject_HEAD PyObject *session; /* its _addr: the rf_session *, 0 closed */
-  PyObject *convert;               /* convert(value, dtype) -> ndarray */
-  PyObject *raise_status;          /* raise_status(address) raises */
-  PyObject *keep;                  /* what the rf_node pointers live in */
+  PyObject_HEAD Handle *session;
+  PyObject *convert;      /* convert(value, dtype) -> ndarray */
+  PyObject *raise_status; /* raise_status(address) raises */
+  PyObject *keep;         /* what the rf_node pointers live in */
   int num_feeds, num_fetches, num_targets;
   int mode; /* 0: a list of the fetched arrays, 1: the one array, 2: None */
   rf_output *feed_outputs;
@@ -386,7 +463,7 @@ typedef struct {
 } Runner;
 
 static void runner_dealloc(Runner *self) {
-  Py_XDECREF(self->session);
+  Py_XDECREF((PyObject *)self->session);
   Py_XDECREF(self->convert);
   Py_XDECREF(self->raise_status);
   Py_XDECREF(self->keep);
@@ -441,7 +518,7 @@ static int runner_init(Runner *self, PyObject *args, PyObject *kw) {
   PyObject *targets, *convert, *raise_status, *keep;
   int ntargets, mode;
   (void)kw;
-  if (!PyArg_ParseTuple(args, "OOO!O!OO!OiiOOO", &session, &feeds,
+  if (!PyArg_ParseTuple(args, "O!OO!O!OO!OiiOOO", &HandleType, &session, &feeds,
                         &PyTuple_Type, &codes, &PyTuple_Type, &feed_dtypes,
                         &fetches, &PyTuple_Type, &fetch_dtypes, &targets,
                         &ntargets, &mode, &convert, &raise_status, &keep))
@@ -472,7 +549,7 @@ static int runner_init(Runner *self, PyObject *args, PyObject *kw) {
   if (!(self->feed_descrs = take_descrs(feed_dtypes, nf))) return -1;
   if (!(self->fetch_descrs = take_descrs(fetch_dtypes, nx))) return -1;
   Py_INCREF(session);
-  self->session = session;
+  self->session = (Handle *)session;
   Py_INCREF(convert);
   self->convert = convert;
   Py_INCREF(raise_status);
@@ -484,12 +561,8 @@ static int runner_init(Runner *self, PyObject *args, PyObject *kw) {
 
 /* The session's rf_session *, or NULL with RuntimeError when closed. */
 static rf_session *live_session(Runner *self) {
-  PyObject *addr = PyObject_GetAttrString(self->session, "_addr");
-  if (!addr) return NULL;
-  void *p = PyLong_AsVoidPtr(addr);
-  Py_DECREF(addr);
-  if (!p && !PyErr_Occurred())
-    PyErr_SetString(PyExc_RuntimeError, "the session is closed");
+  void *p = self->session->addr;
+  if (!p) PyErr_SetString(PyExc_RuntimeError, "the session is closed");
   return p;
 }
 
@@ -585,11 +658,17 @@ static PyObject *runner_call(Runner *self, PyObject *args, PyObject *kw) {
         feed_tensor(self, (PyArrayObject *)a, made, &feeds[made].value) < 0)
       goto done;
   }
+  /* Again: converting the feeds ran Python code, which may have let
+   * another thread close the session. From here to the run's return no
+   * Python code runs in this thread: counted, the session stays. */
+  if (!(s = live_session(self))) goto done;
   rf_status *st;
+  self->session->runs++;
   Py_BEGIN_ALLOW_THREADS;
   st = rf_session_run(s, feeds, nf, self->fetches, nx, self->targets,
                       self->num_targets, outs);
   Py_END_ALLOW_THREADS;
+  self->session->runs--;
   if (st) {
     PyObject *r =
         PyObject_CallFunction(self->raise_status, "N", PyLong_FromVoidPtr(st));
@@ -664,14 +743,16 @@ static struct PyModuleDef fastrun_module = {
 PyMODINIT_FUNC PyInit__fastrun(void) {
   import_array();
   if (PyType_Ready(&TensorRefType) < 0 || PyType_Ready(&RunnerType) < 0 ||
-      PyType_Ready(&GpuTensorType) < 0)
+      PyType_Ready(&GpuTensorType) < 0 || PyType_Ready(&HandleType) < 0)
     return NULL;
   PyObject *m = PyModule_Create(&fastrun_module);
   if (!m) return NULL;
   Py_INCREF(&RunnerType);
   Py_INCREF(&TensorRefType);
   Py_INCREF(&GpuTensorType);
+  Py_INCREF(&HandleType);
   if (PyModule_AddObject(m, "Runner", (PyObject *)&RunnerType) < 0 ||
+      PyModule_AddObject(m, "Handle", (PyObject *)&HandleType) < 0 ||
       PyModule_AddObject(m, "TensorRef", (PyObject *)&TensorRefType) < 0 ||
       PyModule_AddObject(m, "GpuTensor", (PyObject *)&GpuTensorType) < 0) {
     Py_DECREF(m);

@@ -41,7 +41,11 @@ def index(what: str, value: Any, bits: int = 64) -> int:
     """An index argument (an axis, a dim, a size, a count): a Python or
     NumPy int, never a float cut to one (TypeError naming it); past the C
     argument's int64 (or int of `bits`) an InvalidArgumentError naming it,
-    as the library's own range errors, not an OverflowError."""
+    as the library's own range errors, not an OverflowError. A bool is a
+    TypeError too (True is not the index 1: reduce_sum(x, True) meant
+    keepdims)."""
+    if isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{what} must be an int, not bool {value!r}")
     try:
         v = operator.index(value)
     except TypeError:

@@ -71,6 +71,17 @@ def save(path: Path, tensors: Mapping[str, Any], step: Optional[int] = None,
     dtype for (uint16, strings, ints past int64), InvalidArgumentError for
     a bad name, a step out of range or a reserved metadata key, and the
     errors of the module doc."""
+    if not isinstance(tensors, Mapping):
+        raise TypeError(f"save: tensors must be a mapping of name -> array "
+                        f"(a dict), not {type(tensors).__name__}")
+    if metadata is not None and not isinstance(metadata, Mapping):
+        raise TypeError(f"save: metadata must be a mapping of str -> str "
+                        f"(a dict), not {type(metadata).__name__}")
+    for key, value in (metadata or {}).items():
+        for what, v in (("key", key), ("value", value)):
+            if not isinstance(v, str):
+                raise TypeError(f"save: metadata {what} {v!r} "
+                                f"must be a str, not {type(v).__name__}")
     c = _new()
     keep = []
     for name, value in tensors.items():

@@ -52,8 +52,15 @@ def _participants(fn, tensors: Sequence[Any], name: Optional[str],
     ins = [convert_to_tensor(t, graph=g) for t in tensors]
     outs = ffi.new("rf_output[]", max(len(ins), 1))
     with g._lock:
-        fn(g._c, c_name(name), outputs_array(ins), len(ins), *reduction,
-           outs)
+        # Participant i on tensors[i]'s device whatever the device scope,
+        # as TensorFlow's nccl.all_sum (the C builders take the scope's):
+        # "" scopes no device.
+        check(lib.rf_graph_push_device(g._c, b""))
+        try:
+            fn(g._c, c_name(name), outputs_array(ins), len(ins), *reduction,
+               outs)
+        finally:
+            lib.rf_graph_pop_device(g._c)
         if outs[0].node == ffi.NULL:
             raise g._error()
     return [Tensor(g, outs[i].node, outs[i].index) for i in range(len(ins))]

@@ -33,6 +33,7 @@ class Graph:
         self._c = ffi.gc(g, lib.rf_graph_free)
         self._lock = threading.RLock()
         self._variables: List[Any] = []
+        self._scopes: List[List[str]] = []  # the C graph's device scopes
 
     def as_default(self) -> "contextlib.AbstractContextManager[Graph]":
         """A context manager making this graph the default of this thread:
@@ -126,6 +127,7 @@ class Graph:
         g._c = ffi.gc(c_graph, lib.rf_graph_free)
         g._lock = threading.RLock()
         g._variables = []
+        g._scopes = []
         return g
 
     def _error(self) -> Exception:
@@ -391,14 +393,29 @@ def _default_graph(graph: Graph) -> Iterator[Graph]:
 
 @contextlib.contextmanager
 def _device_scope(graph: Graph, name: Optional[str]) -> Iterator[None]:
+    entry = ["" if name is None else name]  # this scope, by identity
     with graph._lock:
-        check(lib.rf_graph_push_device(
-            graph._c, c_name("" if name is None else name)))
+        check(lib.rf_graph_push_device(graph._c, c_name(entry[0])))
+        graph._scopes.append(entry)
     try:
         yield
     finally:
+        # Its own entry: a scope left out of order (interleaved generators
+        # or threads) must not take another's with it. The C graph keeps
+        # one stack: pop down to this entry, then push the later ones back.
         with graph._lock:
-            lib.rf_graph_pop_device(graph._c)
+            stack = graph._scopes
+            for i in range(len(stack) - 1, -1, -1):
+                if stack[i] is entry:
+                    later = stack[i + 1:]
+                    for _ in range(len(stack) - i):
+                        lib.rf_graph_pop_device(graph._c)
+                    del stack[i:]
+                    for e in later:  # valid and no deeper than before
+                        check(lib.rf_graph_push_device(graph._c,
+                                                       c_name(e[0])))
+                        stack.append(e)
+                    break
 
 
 def as_graph(graph: Any, what: str) -> Graph:

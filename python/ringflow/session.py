@@ -6,11 +6,14 @@ the C library runs it with the GIL released.
 """
 
 import collections
+import contextlib
 import functools
 import math
 import numbers
 import operator
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+import time
+from typing import (Any, Callable, Dict, Iterator, List, Optional, Sequence,
+                    Tuple)
 
 import numpy as np
 
@@ -135,7 +138,7 @@ class Session:
         self._c = out[0]
         # What prepared runs read the rf_session * from (0 once closed):
         # they hold it, not the Session, which they would keep alive.
-        self._handle = _Handle()
+        self._handle = _fastrun.Handle()
         self._handle._addr = int(ffi.cast("uintptr_t", self._c))
         self._calls: Dict[Any, Callable[..., Any]] = {}
 
@@ -149,7 +152,8 @@ class Session:
         """(task, number of tasks) of this session's MPI job; (0, 1) for one
         process."""
         task, n = ffi.new("int *"), ffi.new("int *")
-        lib.rf_session_task(self._live(), task, n)
+        with self._using() as c:
+            lib.rf_session_task(c, task, n)
         return task[0], n[0]
 
     def run(self, fetches: Any, feed_dict: Optional[Dict[Any, Any]] = None
@@ -291,27 +295,47 @@ class Session:
     def sync(self) -> None:
         """Waits for the GPU work of returned steps (gpu_sync_on_finish
         False) and raises the first error found after its step returned."""
-        check(lib.rf_session_sync(self._live()), self._graph)
+        with self._using() as c:
+            st = lib.rf_session_sync(c)
+        check(st, self._graph)
 
     def trace_next_run(self, path: str) -> None:
         """Makes the next run write a Chrome trace of its kernels to `path`
         (a str or path; open it in Perfetto); a failure to write is that
         run's error. An empty path, or one holding a NUL byte, is an
         InvalidArgumentError."""
-        check(lib.rf_session_trace_next_run(self._live(), c_path(path)))
+        p = c_path(path)
+        with self._using() as c:
+            st = lib.rf_session_trace_next_run(c, p)
+        check(st)
 
     def close(self) -> None:
-        """Frees the session (no run may be in progress); idempotent."""
+        """Frees the session; idempotent. Runs in progress in other
+        threads (run, make_callable's functions, sync) are waited for
+        first; any call after close() raises RuntimeError."""
         c, self._c = getattr(self, "_c", None), None
         if c is not None:
-            self._handle._addr = 0
+            h = self._handle
+            h._addr = 0  # no call starts from here on
             self._calls = {}
+            while h._runs:  # calls in progress hold no GIL: wait them out
+                time.sleep(0.0005)
             lib.rf_session_free(c)
 
     def _live(self):
         if self._c is None:
             raise RuntimeError("the session is closed")
         return self._c
+
+    @contextlib.contextmanager
+    def _using(self) -> Iterator[Any]:
+        """The rf_session *, which close() waits for until the block ends
+        (cffi calls hold no GIL: another thread may close meanwhile)."""
+        addr = self._handle.take()  # RuntimeError when closed
+        try:
+            yield ffi.cast("rf_session *", addr)
+        finally:
+            self._handle.give()
 
     def __enter__(self) -> "Session":
         return self
@@ -321,12 +345,6 @@ class Session:
 
     def __del__(self) -> None:
         self.close()
-
-
-class _Handle:
-    """The rf_session * of an open session as an int, 0 once closed."""
-
-    __slots__ = ("_addr",)
 
 
 def _address(cdata) -> int:
@@ -426,8 +444,10 @@ def _c_int(name: str, value: Any, bits: int) -> int:
     """An integer option for a C field of `bits`: an int (NumPy's too; a
     float is a TypeError, never cut), checked by the library; one past the
     field is the library's error class, InvalidArgumentError, not an
-    OverflowError."""
+    OverflowError. A bool is a TypeError (cpu_devices=True is not 1)."""
     try:
+        if isinstance(value, (bool, np.bool_)):
+            raise TypeError
         v = operator.index(value)
     except TypeError:
         raise TypeError(f"session options: {name} must be an int, not "
