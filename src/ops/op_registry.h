@@ -99,6 +99,10 @@ enum {
  * the fetch name them. */
 #define RF_FETCH_NODE_ATTR "_fetch_node"
 #define RF_FETCH_OP_ATTR "_fetch_op"
+/* An _Arg's attrs: the node and op whose output it feeds (it stands for
+ * them in the graph being compiled); errors about its edges name them. */
+#define RF_FEED_NODE_ATTR "_feed_node"
+#define RF_FEED_OP_ATTR "_feed_op"
 
 typedef struct rf__op_spec {
   const char *name;

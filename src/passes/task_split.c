@@ -4,10 +4,11 @@
  * on every process. Then the other tasks' nodes leave, before partition.
  * Control edges between tasks are dropped (a process orders only its own
  * nodes; collectives are what synchronises processes); a data edge between
- * tasks is an error: tensors cross processes only through collectives. A
- * target on another task is fine: it asks this process for its part of
- * what the target needs (a Reduce's senders, say). Linear in nodes plus
- * edges. */
+ * tasks is an error: tensors cross processes only through collectives,
+ * checked on every edge (between two other tasks' nodes too), so every
+ * process of the job refuses the same graph. A target on another task is
+ * fine: it asks this process for its part of what the target needs (a
+ * Reduce's senders, say). Linear in nodes plus edges. */
 #include <stdio.h>
 #include <string.h>
 
@@ -46,27 +47,35 @@ static rf_status *check_io(const rf__pass_ctx *ctx, const rf_node *n) {
   return NULL;
 }
 
-/* A data edge between n (remote) and a node of this task. */
+static int task_of(const rf__pass_ctx *ctx, const rf_node *n) {
+  return n->assigned_device >= 0 && n->assigned_device < ctx->num_devices
+             ? ctx->devices[n->assigned_device].name.task
+             : ctx->task;
+}
+
+/* The node the caller knows: a fed output's _Arg stands for the fed node. */
+static void shown(const rf_node *n, const char **name, const char **op) {
+  const rf__attr_value *f = rf__attrs_find(&n->attrs, RF_FEED_NODE_ATTR);
+  const rf__attr_value *fop = rf__attrs_find(&n->attrs, RF_FEED_OP_ATTR);
+  bool fed =
+      f && fop && f->type == RF_ATTR_STRING && fop->type == RF_ATTR_STRING;
+  *name = fed ? f->u.s : n->name;
+  *op = fed ? fop->u.s : n->op->name;
+}
+
+/* A data edge into n from a node of another task. */
 static rf_status *check_edges(const rf__pass_ctx *ctx, const rf_node *n) {
   for (int i = 0; i < n->num_in_edges; i++) {
     const rf__edge *e = n->in_edges[i];
-    if (e->dst_in == RF_CONTROL_SLOT || is_remote(ctx, e->src)) continue;
+    if (e->dst_in == RF_CONTROL_SLOT || task_of(ctx, e->src) == task_of(ctx, n))
+      continue;
+    const char *src, *src_op;
+    shown(e->src, &src, &src_op);
     return rf__invalid(
         "node '%s' (%s) on %s reads node '%s' (%s) on %s: tensors cross "
         "processes only through collectives (AllReduce, Reduce, Broadcast, "
         "AllGather, ReduceScatter)",
-        n->name, n->op->name, dev(ctx, n), e->src->name, e->src->op->name,
-        dev(ctx, e->src));
-  }
-  for (int i = 0; i < n->num_out_edges; i++) {
-    const rf__edge *e = n->out_edges[i];
-    if (e->src_out == RF_CONTROL_SLOT || is_remote(ctx, e->dst)) continue;
-    return rf__invalid(
-        "node '%s' (%s) on %s reads node '%s' (%s) on %s: tensors cross "
-        "processes only through collectives (AllReduce, Reduce, Broadcast, "
-        "AllGather, ReduceScatter)",
-        e->dst->name, e->dst->op->name, dev(ctx, e->dst), n->name, n->op->name,
-        dev(ctx, n));
+        n->name, n->op->name, dev(ctx, n), src, src_op, dev(ctx, e->src));
   }
   return NULL;
 }
@@ -91,9 +100,10 @@ rf_status *rf__split_tasks(rf__pass_ctx *ctx) {
   int n_remove = 0;
   for (int id = 0; id < g->num_ids && !st; id++) {
     const rf_node *n = g->nodes[id];
-    if (!n || !is_remote(ctx, n)) continue;
+    if (!n) continue;
+    st = check_edges(ctx, n);
+    if (st || !is_remote(ctx, n)) continue;
     st = check_io(ctx, n);
-    if (!st) st = check_edges(ctx, n);
     remove[id] = 1;
     n_remove++;
   }

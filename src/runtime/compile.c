@@ -101,6 +101,10 @@ static rf_status *add_arg(rf_graph *g, const rf__signature *sig, int i,
   RF_CHECK(add_indexed(g, "_Arg", base, src->requested_device, NULL, 0,
                        src->out_dtypes[idx], i, &arg));
   arg->out_shapes[0] = src->out_shapes[idx];
+  rf__attr_value f = rf__attr_string_ref(src->name);
+  rf__attr_value fop = rf__attr_string_ref(src->op->name);
+  RF_CHECK(rf__attrs_set(&arg->attrs, RF_FEED_NODE_ATTR, &f));
+  RF_CHECK(rf__attrs_set(&arg->attrs, RF_FEED_OP_ATTR, &fop));
   int n = 0;
   for (int k = 0; k < src->num_out_edges; k++) {
     if (src->out_edges[k]->src_out != idx) continue;

@@ -17,7 +17,8 @@
  *    works in every process (sessions stay paired);
  *  - last, a task leaves (frees its session and exits; task NT-1, or the one
  *    in RF_TEST_EXIT_TASK: 0 is the coordinator): the others fail within the
- *    timeout, naming the task, and so does their next step. */
+ *    timeout, naming the task (task 0: that it left, freeing its session),
+ *    and so does their next step. */
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -399,6 +400,13 @@ static void test_task_exits(void **state) {
     snprintf(want, sizeof want, gone ? "task %d (/task:%d/" : "task %d", gone,
              gone);
     if (gone) assert_contains(rf_status_message(st), "waiting for task");
+    /* Task 0 was told it freed its session (BYE): not "died or stopped" */
+    char left[96];
+    snprintf(left, sizeof left,
+             "task %d left before reaching it: it freed its session or "
+             "exited",
+             gone);
+    if (T == 0) assert_contains(rf_status_message(st), left);
     assert_status(st, RF_DEADLINE_EXCEEDED, want);
     assert_true(now_ms() - t0 < 15000);
     /* A later step fails too (the agreed collective's check of the step

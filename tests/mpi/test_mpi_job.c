@@ -316,6 +316,27 @@ static void test_data_edge_between_tasks_is_an_error(void **state) {
     rf_tensor_release(out);
   }
   rf_session_free(s);
+  rf_graph_free(m.g);
+
+  /* zf on task 1 reads task 0's placeholder, which task 0 feeds: every
+   * task runs zf as its target and every one refuses it alike (task 2 too,
+   * where both ends are other tasks' nodes), naming the placeholder, not
+   * the _Arg that stands for the fed value in task 0. */
+  small_graph(&m);
+  assert_ok(rf_graph_push_device(m.g, dev));
+  rf_output zf = rf_add(m.g, "zf", m.x[0], m.x[1]);
+  rf_graph_pop_device(m.g);
+  assert_graph_ok(m.g);
+  s = mt_session(m.g, 1, 20000);
+  own = (rf_feed){m.x[T], v};
+  char want[200];
+  snprintf(want, sizeof want,
+           "node 'zf' (Add) on /task:1/cpu:0 reads node "
+           "'%s' (Placeholder) on /task:0/cpu:0: tensors cross processes",
+           rf_node_name(m.x[0].node));
+  st = rf_session_run(s, &own, 1, NULL, 0, &zf.node, 1, NULL);
+  assert_status(st, RF_INVALID_ARGUMENT, want);
+  rf_session_free(s);
   rf_tensor_release(v);
   rf_graph_free(m.g);
 }

@@ -578,9 +578,10 @@ static int list_tasks(const rf__mpi_op *op, int want, char *buf, size_t len) {
  * : 0 of N participants missing"). */
 static void late_text(const rf__mpi_op *op, const char *name, char *buf,
                       size_t len) {
-  char missing[2048], present[2048], silent[512], alive[512], tail[1300] = "";
-  size_t used = 0, used_alive = 0;
-  silent[0] = alive[0] = '\0';
+  char missing[2048], present[2048], silent[512], alive[512], left[512];
+  char tail[1900] = "";
+  size_t used = 0, used_alive = 0, used_left = 0;
+  silent[0] = alive[0] = left[0] = '\0';
   int absent = 0, all = 0;
   for (int i = 0; i < op->nset; i++) all += op->counts[i];
   if (!op->answered) { /* no memory to ask: no names */
@@ -594,8 +595,14 @@ static void late_text(const rf__mpi_op *op, const char *name, char *buf,
   absent = list_tasks(op, 0, missing, sizeof missing);
   list_tasks(op, 1, present, sizeof present);
   for (int i = 0; i < op->nset; i++) {
-    /* 0: no answer; 2: answered that it has not reached the collective */
-    if (!op->answered[i] && used < sizeof silent)
+    /* 0: no answer (left: task 0 knows it freed its session); 2:
+     * answered that it has not reached the collective */
+    bool gone = !op->answered[i] && rf__mpi_peer_left(op->job, op->tasks[i]);
+    if (gone && used_left < sizeof left)
+      used_left +=
+          (size_t)snprintf(left + used_left, sizeof left - used_left,
+                           "%stask %d", used_left ? ", " : "", op->tasks[i]);
+    if (!op->answered[i] && !gone && used < sizeof silent)
       used += (size_t)snprintf(silent + used, sizeof silent - used, "%stask %d",
                                used ? ", " : "", op->tasks[i]);
     if (op->answered[i] == 2 && used_alive < sizeof alive)
@@ -603,7 +610,8 @@ static void late_text(const rf__mpi_op *op, const char *name, char *buf,
           (size_t)snprintf(alive + used_alive, sizeof alive - used_alive,
                            "%stask %d", used_alive ? ", " : "", op->tasks[i]);
   }
-  rf__mpi_probe_text(silent, alive, tail, sizeof tail); /* as task 0's */
+  rf__mpi_probe_text(silent, alive, left, op->job && op->job->task == 0, tail,
+                     sizeof tail); /* as task 0's */
   if (absent == 0) {
     snprintf(buf, len,
              "collective '%s' (job step %lld): timed out after %lld ms: all "

@@ -534,21 +534,21 @@ void rf__mpi_coord_pong(rf__job *j, const rf__mpi_msg_view *v) {
  * held up by an earlier one)"; silent ones are marked lost (not waited for
  * when task 0 leaves). */
 static void probe_text(rf__job *j, rf__mpi_centry *e, char *buf, size_t len) {
-  char silent[1024] = "", alive[1024] = "";
-  size_t ns = 0, na = 0;
+  char silent[1024] = "", alive[1024] = "", left[1024] = "";
+  size_t ns = 0, na = 0, nl = 0;
   for (int i = 0; e->answered && i < e->n; i++) {
     if (e->descs[i].type) continue;
     int t = e->tasks[i];
-    bool quiet = !e->answered[i];
-    char *b = quiet ? silent : alive;
-    size_t *u = quiet ? &ns : &na;
+    bool quiet = !e->answered[i], gone = quiet && rf__mpi_peer_left(j, t);
+    char *b = gone ? left : quiet ? silent : alive;
+    size_t *u = gone ? &nl : quiet ? &ns : &na;
     if (*u < sizeof silent)
       *u += (size_t)snprintf(b + *u, sizeof silent - *u, "%stask %d",
                              *u ? ", " : "", t);
     if (quiet && t > 0 && t < j->ntasks && j->peers[t] == RF_PEER_OK)
       j->peers[t] = RF_PEER_LOST; /* until it is heard from again */
   }
-  rf__mpi_probe_text(silent, alive, buf, len);
+  rf__mpi_probe_text(silent, alive, left, true, buf, len);
 }
 
 /* The entry of e's collective at the job step before e's, while task 0

@@ -459,17 +459,26 @@ void rf__mpi_member_pong(rf__job *j, const rf__mpi_msg_view *v) {
     if (op->tasks[i] == v->h->task) op->answered[i] = v->h->code == 2 ? 2 : 1;
 }
 
-/* "task 2, task 5" of op's set that did not answer the probe; on task 0
- * they are marked lost (not waited for when it leaves). */
+bool rf__mpi_peer_left(const rf__job *j, int t) {
+  return j && j->task == 0 && j->peers && t > 0 && t < j->ntasks &&
+         j->peers[t] == RF_PEER_LEFT;
+}
+
+/* "task 2, task 5" of op's set that did not answer the probe, in `buf`,
+ * or in `left` those that task 0 knows freed their session; on task 0 the
+ * others are marked lost (not waited for when it leaves). */
 static void silent_tasks(rf__job *j, const rf__mpi_op *op, char *buf,
-                         size_t len) {
-  size_t used = 0;
-  buf[0] = '\0';
-  for (int i = 0; op->answered && i < op->nset && used < len; i++) {
+                         char *left, size_t len) {
+  size_t used = 0, used_left = 0;
+  buf[0] = left[0] = '\0';
+  for (int i = 0; op->answered && i < op->nset; i++) {
     if (op->answered[i]) continue;
     int t = op->tasks[i];
-    used += (size_t)snprintf(buf + used, len - used, "%stask %d",
-                             used ? ", " : "", t);
+    bool gone = rf__mpi_peer_left(j, t);
+    char *b = gone ? left : buf;
+    size_t *u = gone ? &used_left : &used;
+    if (*u < len)
+      *u += (size_t)snprintf(b + *u, len - *u, "%stask %d", *u ? ", " : "", t);
     if (j->task == 0 && t > 0 && t < j->ntasks && j->peers &&
         j->peers[t] == RF_PEER_OK)
       j->peers[t] = RF_PEER_LOST;
@@ -484,12 +493,15 @@ static void time_out(rf__job *j, rf__mpi_op *op, int64_t now) {
     return;
   }
   op->deadline_ns = 0;
-  char silent[512], why[640];
-  silent_tasks(j, op, silent, sizeof silent);
-  if (silent[0])
-    snprintf(why, sizeof why, "%s did not answer within %d ms: died or stopped",
-             silent, PROBE_MS);
-  else
+  char silent[512], left[512], why[1400];
+  silent_tasks(j, op, silent, left, sizeof silent);
+  if (silent[0] || left[0]) {
+    rf__mpi_probe_text(silent, "", left, j->task == 0, why, sizeof why);
+    /* " (...)": without the parentheses, which the message adds */
+    size_t n = strlen(why);
+    memmove(why, why + 2, n - 2);
+    why[n - 3] = '\0';
+  } else
     snprintf(why, sizeof why, "%s",
              op->answered ? "every task of it still answers: MPI is stuck"
                           : "a process may have died");
@@ -504,20 +516,28 @@ static void time_out(rf__job *j, rf__mpi_op *op, int64_t now) {
   break_job(j, op, now);
 }
 
-void rf__mpi_probe_text(const char *silent, const char *alive, char *buf,
-                        size_t len) {
-  char a[1200] = "", b[1200] = "";
+void rf__mpi_probe_text(const char *silent, const char *alive, const char *left,
+                        bool knows_left, char *buf, size_t len) {
+  char a[1200] = "", b[1200] = "", c[1200] = "";
   if (silent[0])
-    snprintf(a, sizeof a, "%s did not answer within %d ms: died or stopped",
-             silent, PROBE_MS);
+    snprintf(a, sizeof a, "%s did not answer within %d ms: %s", silent,
+             PROBE_MS,
+             knows_left ? "died or stopped"
+                        : "died, stopped or freed its "
+                          "session");
   if (alive[0])
     snprintf(b, sizeof b,
              "%s answers: it has not reached this collective, maybe held up "
              "by an earlier one",
              alive);
+  if (left[0])
+    snprintf(c, sizeof c,
+             "%s left before reaching it: it freed its session or exited",
+             left);
   buf[0] = '\0';
-  if (a[0] || b[0])
-    snprintf(buf, len, " (%s%s%s)", a, a[0] && b[0] ? "; " : "", b);
+  if (a[0] || b[0] || c[0])
+    snprintf(buf, len, " (%s%s%s%s%s)", a, a[0] && (b[0] || c[0]) ? "; " : "",
+             b, b[0] && c[0] ? "; " : "", c);
 }
 
 /* An op in flight: tested, or timed out (it stays, reported, until MPI lets

@@ -258,10 +258,17 @@ void rf__mpi_member_probe(rf__job *j, rf__mpi_op *op, int64_t now);
 /* What the PINGs of a collective that timed out learned of its missing
  * tasks, for its message: " (task 2 did not answer within 1000 ms: died or
  * stopped; task 1 answers: it has not reached this collective, maybe held
- * up by an earlier one)", either part alone, or "" when both lists are
- * empty ("task 1, task 3" each). */
-void rf__mpi_probe_text(const char *silent, const char *alive, char *buf,
-                        size_t len);
+ * up by an earlier one; task 3 left before reaching it: it freed its
+ * session or exited)", any part alone, or "" when every list is empty
+ * ("task 1, task 3" each). Only task 0 learns that a task left (BYE): on
+ * the others (knows_left false) a silent task "died, stopped or freed its
+ * session". */
+void rf__mpi_probe_text(const char *silent, const char *alive, const char *left,
+                        bool knows_left, char *buf, size_t len);
+/* Whether task 0 (j's task) was told by task t that it freed its session
+ * (BYE) and has not been heard from since: a silent task that left, not one
+ * that died. False on the other tasks, which are not told. */
+bool rf__mpi_peer_left(const rf__job *j, int t);
 /* Whether this task has reached collective (name, job_step). */
 bool rf__mpi_member_has(rf__job *j, const char *name, int64_t job_step);
 /* How long past its timeout a queued op may wait to start. */
