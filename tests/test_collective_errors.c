@@ -349,6 +349,37 @@ typedef struct worker {
 
 /* Each step feeds its own values and checks its own sums; an all-reduce and
  * a reduce+broadcast of the same inputs must both match. */
+/* Scalars fed where the graph could not tell (unknown rank): all-gather
+ * and reduce-scatter need rank >= 1 and say so, not "a first dimension
+ * divisible by 2 devices, got ()". */
+static void test_scalars_to_gather_and_scatter(void **state) {
+  (void)state;
+  rt_register();
+  uint64_t rng = rf_test_seed() + 5;
+  rf_graph *g = rf_graph_new();
+  rf_output xs[2], gs[2], rs[2];
+  placeholders(g, 2, rf_shape_unknown(), xs);
+  rf_all_gather_n(g, "gs", xs, 2, gs);
+  rf_reduce_scatter_n(g, "rs", xs, 2, RF_REDUCE_SUM, rs);
+  assert_graph_ok(g);
+  rf_session *s = session(g, 2, 60000);
+  rf_tensor *a = rf_test_random_tensor(&rng, RF_FLOAT64, rf_shape_of(0), -1, 1);
+  rf_tensor *b = rf_test_random_tensor(&rng, RF_FLOAT64, rf_shape_of(0), -1, 1);
+  rf_feed feeds[2] = {{xs[0], a}, {xs[1], b}};
+  const char *want_rs[] = {"(ReduceScatter)", "collective 'rs'",
+                           "reduce_scatter needs inputs of rank >= 1, got a "
+                           "scalar"};
+  rf_test_expect_run_error(s, feeds, 2, rs, 2, RF_INVALID_ARGUMENT, want_rs, 3);
+  const char *want_gs[] = {"(AllGather)", "collective 'gs'",
+                           "all_gather needs inputs of rank >= 1, got a "
+                           "scalar"};
+  rf_test_expect_run_error(s, feeds, 2, gs, 2, RF_INVALID_ARGUMENT, want_gs, 3);
+  rf_tensor_release(a);
+  rf_tensor_release(b);
+  rf_session_free(s);
+  rf_graph_free(g);
+}
+
 static void *good_worker(void *arg) {
   worker *w = arg;
   for (int k = 0; k < w->steps; k++) {
@@ -487,6 +518,7 @@ int main(void) {
       cmocka_unit_test(test_missing_participant_times_out),
       cmocka_unit_test(test_late_sender_times_out),
       cmocka_unit_test(test_mismatched_shapes_fail_at_run_time),
+      cmocka_unit_test(test_scalars_to_gather_and_scatter),
       cmocka_unit_test(test_concurrent_steps_without_cross_talk),
       cmocka_unit_test(test_eight_devices_one_thread),
   };

@@ -270,9 +270,14 @@ static rf_status *check_shapes(const rf__coll_group *g) {
       return disagree("shape", g->key, g->step_id, ref, sa, p, sb);
     }
   }
+  if (g->kind == RF_COLL_REDUCE_SCATTER && ref->shape.rank == 0)
+    return rf__invalid(
+        "collective '%s' (step %lld): reduce_scatter needs inputs of "
+        "rank >= 1, got a scalar",
+        g->key, (long long)g->step_id);
   if (g->kind == RF_COLL_REDUCE_SCATTER) {
-    int64_t rows = ref->shape.rank > 0 ? ref->shape.dims[0] : 1;
-    if (ref->shape.rank == 0 || rows % n != 0)
+    int64_t rows = ref->shape.dims[0];
+    if (rows % n != 0)
       return rf__invalid(
           "collective '%s' (step %lld): reduce_scatter needs a "
           "first dimension divisible by %d devices, got %s",
@@ -282,7 +287,7 @@ static rf_status *check_shapes(const rf__coll_group *g) {
   if (g->kind == RF_COLL_ALL_GATHER && ref->shape.rank == 0)
     return rf__invalid(
         "collective '%s' (step %lld): all_gather needs inputs of "
-        "rank >= 1",
+        "rank >= 1, got a scalar",
         g->key, (long long)g->step_id);
   /* Checked once here: every backend multiplies the rows by n. */
   if (g->kind == RF_COLL_ALL_GATHER && !gather_fits(&ref->shape, n))

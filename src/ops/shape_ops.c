@@ -389,8 +389,8 @@ rf_output rf_transpose(rf_graph *g, const char *name, rf_output x,
     rf_shape s = rf_output_shape(x);
     if (s.rank < 0) {
       rf__graph_refuse(g, "Transpose", name,
-                       "perm NULL needs x's rank known when the graph is "
-                       "built");
+                       "no perm (the dims reversed) needs x's rank known "
+                       "when the node is built");
       return invalid_output;
     }
     n = s.rank;
