@@ -192,8 +192,9 @@ static void mpi_baseline_follows_factor(void **state) {
   free(out);
 }
 
-/* A baseline asked for by a path that is not an executable file is an
- * error before anything is timed, not a note and exit 0; --no-mpi wins. */
+/* A baseline asked for by a path that is not an executable file (or a
+ * directory) is an error before anything is timed, not a note and exit 0;
+ * with --no-mpi it is a usage error (an option never ignored). */
 static void missing_baseline_path_is_an_error(void **state) {
   (void)state;
   char *out;
@@ -212,7 +213,20 @@ static void missing_baseline_path_is_an_error(void **state) {
       "bench --min 1K --max 1K --collective reduce --no-floor --min-time "
       "0.002 --no-mpi --mpi-baseline /nonexistent-dir/baseline",
       &out);
-  assert_int_equal(rc, 0);
+  assert_int_equal(rc, 2);
+  assert_non_null(
+      strstr(out, "--mpi-baseline and --no-mpi exclude each other"));
+  free(out);
+  rc = run_tool(
+      "bench --min 1K --max 1K --collective reduce --no-floor --min-time "
+      "0.002 --mpi-baseline /tmp",
+      &out);
+  assert_int_equal(rc, 1);
+  assert_non_null(strstr(out,
+                         "ringflow: error (INVALID_ARGUMENT): bench: "
+                         "--mpi-baseline '/tmp' is not an executable file: "
+                         "Is a directory"));
+  assert_null(strstr(out, "time(us)"));
   free(out);
 }
 

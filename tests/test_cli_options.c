@@ -207,6 +207,10 @@ static const value_case bad_values[] = {
     {"bench", "--min", "-4K"},
     {"bench", "--min", "4.5"},
     {"bench", "--min", "99999999999999999999999G"},
+    /* not whole, past a double's digits (strtod read them as 1K and 4) */
+    {"bench", "--min", "1.00000000000000000001K"},
+    {"bench", "--min", "4.00000000000000000000000001"},
+    {"bench", "--min", "1.0000000000000000000000000000001G"},
     {"bench", "--max", "8G1"},
     {"bench", "--max", "1T"},
     {"bench", "--max", "inf"},
@@ -260,6 +264,10 @@ static const value_case good_values[] = {
     {"bench", "--min", "16k"},
     {"bench", "--min", "1.5M"},
     {"bench", "--min", "64KB"},
+    {"bench", "--min", "0.0048828125K"}, /* 5 bytes, exactly */
+    {"bench", "--min", "1.000000000000000000000000000000000G"},
+    {"train", "--lr", "4.9e-324"}, /* a subnormal: strtod's ERANGE */
+    {"train", "--lr", "1e-310"},
     {"bench", "--max", "8589934592"},
     {"bench", "--min-time", "0.001"},
     {"bench", "--min-time", "3600"},
@@ -603,6 +611,17 @@ static void test_options_out_of_context(void **state) {
                              "the largest size (4: --min x 4^k up to --max 4)",
                              "must be at least 8 bytes", NULL};
   expect_usage_error(tiny, tiny_want);
+  static const char *const bench_only[][2] = {{"--epochs", "1"},
+                                              {"--schedule", "constant"}};
+  for (int i = 0; i < 2; i++) {
+    const char *args[] = {"train", "--bench", bench_only[i][0],
+                          bench_only[i][1], NULL};
+    const char *want[] = {
+        "--bench times --steps steps at a constant --lr: "
+        "no --epochs or --schedule",
+        NULL};
+    expect_usage_error(args, want);
+  }
   const char *gloo[] = {"bench", "--no-gloo", NULL};
   const char *gloo_want[] = {"--no-gloo", "only across processes", NULL};
   expect_usage_error(gloo, gloo_want);
@@ -675,6 +694,40 @@ static void test_trace_path_checked_first(void **state) {
                          "/nonexistent-dir/t.json"));
   assert_null(strstr(r.out, "epoch"));
   run_free(&r);
+}
+
+/* A path past PATH_MAX: INVALID_ARGUMENT "File name too long" whichever
+ * option takes it (it was UNKNOWN, PERMISSION_DENIED or NOT_FOUND). */
+static void test_paths_too_long(void **state) {
+  (void)state;
+  enum { LEN = 5000 };
+  char *dir = malloc(LEN + 1), *file = malloc(LEN + 16);
+  assert_non_null(dir);
+  assert_non_null(file);
+  memset(dir, 'd', LEN);
+  dir[0] = '/';
+  for (int i = 200; i < LEN; i += 200) dir[i] = '/';
+  dir[LEN] = '\0';
+  snprintf(file, LEN + 16, "%s/g.json", dir);
+  const char *cases[][6] = {
+      {"train", "--steps", "1", "--trace", file, NULL},
+      {"train", "--steps", "1", "--graph-dir", dir, NULL},
+      {"train", "--steps", "1", "--data", dir, NULL},
+      {"lower", file, NULL},
+      {"lower", graph_path, "--dot", dir, NULL},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    run r = run_argv(cases[i]);
+    if (r.rc != 1 || !strstr(r.err, "error (INVALID_ARGUMENT)") ||
+        !strstr(r.err, "File name too long"))
+      show("expected INVALID_ARGUMENT: File name too long", cases[i], &r);
+    assert_int_equal(r.rc, 1);
+    assert_non_null(strstr(r.err, "error (INVALID_ARGUMENT)"));
+    assert_non_null(strstr(r.err, "File name too long"));
+    run_free(&r);
+  }
+  free(dir);
+  free(file);
 }
 
 /* An empty path names no file: a usage error, never a late failure (an
@@ -833,6 +886,7 @@ int main(void) {
       cmocka_unit_test(test_load_at_the_last_step),
       cmocka_unit_test(test_trace_path_checked_first),
       cmocka_unit_test(test_empty_paths),
+      cmocka_unit_test(test_paths_too_long),
       cmocka_unit_test(test_lost_output),
       cmocka_unit_test(test_directory_option_is_a_file),
       cmocka_unit_test(test_command_arguments),

@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "core/cores.h"
@@ -166,7 +167,8 @@ static int parse_args(int argc, char **argv, opts *o, bool *stop) {
   tool_format_size(o->lo, a, sizeof a);
   tool_format_size(o->hi, b, sizeof b);
   if (o->hi < o->lo)
-    return tool_usage_error(&cmd, "--max %s is below --min %s", b, a);
+    return tool_usage_error(&cmd, "%s--max %s is below --min %s",
+                            max_given ? "" : "the default ", b, a);
   if (!gpu && o->hi > (1 << 30))
     return tool_usage_error(&cmd, "--max %s: at most 1G on CPU devices", b);
   if (!gpu && (o->backend || o->executor_only || o->no_executor ||
@@ -178,14 +180,24 @@ static int parse_args(int argc, char **argv, opts *o, bool *stop) {
   if (o->executor_only && o->no_executor)
     return tool_usage_error(&cmd,
                             "--executor and --no-executor exclude each other");
+  if (o->no_mpi && o->mpi_program)
+    return tool_usage_error(&cmd,
+                            "--mpi-baseline and --no-mpi exclude each "
+                            "other");
   /* A baseline asked for by path is not skipped in silence. */
-  if (!gpu && !o->no_mpi && o->mpi_program &&
-      access(o->mpi_program, X_OK) != 0) {
-    int e = errno;
-    return tool_report(rf_status_new(
-        e == ENOENT || e == ENOTDIR ? RF_NOT_FOUND : RF_PERMISSION_DENIED,
-        "bench: --mpi-baseline '%.200s' is not an executable file: %s",
-        o->mpi_program, strerror(e)));
+  if (!gpu && o->mpi_program) {
+    struct stat sb;
+    int e = stat(o->mpi_program, &sb) != 0      ? errno
+            : S_ISDIR(sb.st_mode)               ? EISDIR
+            : access(o->mpi_program, X_OK) != 0 ? errno
+                                                : 0;
+    if (e)
+      return tool_report(rf_status_new(
+          e == ENOENT || e == ENOTDIR ? RF_NOT_FOUND
+          : e == EISDIR               ? RF_INVALID_ARGUMENT
+                                      : RF_PERMISSION_DENIED,
+          "bench: --mpi-baseline '%.200s' is not an executable file: %s",
+          o->mpi_program, strerror(e)));
   }
   /* All-gather and reduce-scatter split the vector over the devices: with
    * --collective one of them and no size that splits, nothing would run.

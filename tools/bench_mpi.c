@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -39,7 +40,10 @@ const char *bench_mpi_find(const char *given, const char **why) {
     return NULL;
   }
   if (given) {
-    if (access(given, X_OK) == 0) return given;
+    struct stat sb;
+    if (stat(given, &sb) == 0 && !S_ISDIR(sb.st_mode) &&
+        access(given, X_OK) == 0)
+      return given;
     *why = "--mpi-baseline is not an executable file";
     return NULL;
   }

@@ -13,6 +13,8 @@
 #include <string.h>
 #include <zlib.h>
 
+#include "core/status.h"
+
 #define IDX_CHECK(expr)      \
   do {                       \
     rf_status *st_ = (expr); \
@@ -179,9 +181,12 @@ rf_status *idx_read(const char *path, size_t max_bytes, idx_array *out) {
 rf_status *idx_read_rank(const char *path, size_t max_bytes, int rank,
                          idx_array *out) {
   gzFile f = gzopen(path, "rb");
-  if (!f)
-    return rf_status_new(RF_NOT_FOUND, "cannot open %s: %s", path,
-                         strerror(errno));
+  if (!f) {
+    int e = errno;
+    rf_code code = rf__errno_code(e); /* ENAMETOOLONG: INVALID_ARGUMENT */
+    return rf_status_new(code == RF_UNKNOWN ? RF_NOT_FOUND : code,
+                         "cannot open %s: %s", path, strerror(e));
+  }
   source s = {.f = f};
   rf_status *st = read_idx(&s, max_bytes, rank, out);
   gzclose(f);

@@ -68,32 +68,55 @@ static const char *read_real(const tool_opt *o, const char *s, double *out) {
   double v = strtod(s, &end);
   if (end == s || *end) return "not a number";
   if (!isfinite(v)) return "not finite";
+  /* ERANGE also marks a result below DBL_MIN (a subnormal, or 0 for
+   * 1e-400): strtod's value, as the rule says; only inf is out of range
+   * (refused above). */
   bool low = o->min_included ? !(v >= o->min) : !(v > o->min);
-  if (errno == ERANGE || low || v > o->max) return "out of range";
+  if (low || v > o->max) return "out of range";
   *out = v;
   return NULL;
 }
 
-/* Digits, an optional fraction, an optional K/M/G and an optional B. */
+/* Digits, an optional fraction, an optional K/M/G and an optional B. The
+ * range is checked on the value as a double; whether it is a whole number
+ * of bytes, and the bytes, exactly: I.F x 2^(10u) with F's f digits (its
+ * trailing zeros dropped) is whole when 5^f divides F and f <= 10u (then
+ * F ends in 5: odd, so the 2^f must come from the unit). */
 static const char *read_size(const tool_opt *o, const char *s, int64_t *out) {
   if (!*s) return "empty";
-  const char *p = s;
+  const char *p = s, *frac = NULL;
+  size_t nfrac = 0;
   p += strspn(p, "0123456789");
   if (p == s) return "not a size";
+  const char *int_end = p;
   if (*p == '.') {
-    const char *frac = ++p;
+    frac = ++p;
     p += strspn(p, "0123456789");
     if (p == frac) return "not a size";
+    nfrac = (size_t)(p - frac);
   }
-  double mult = 1;
+  int shift = 0;
   const char *units = "KMG",
              *u = *p ? strchr(units, toupper((unsigned char)*p)) : NULL;
-  if (u) mult = ldexp(1, 10 * (int)(u - units + 1)), p++;
+  if (u) shift = 10 * (int)(u - units + 1), p++;
   if (*p == 'B' || *p == 'b') p++;
   if (*p) return "not a size";
-  double bytes = strtod(s, NULL) * mult; /* exact for the sizes allowed */
-  if (bytes < o->min || bytes > o->max) return "out of range";
-  if (bytes != floor(bytes)) return "not a whole number of bytes";
+  double approx = ldexp(strtod(s, NULL), shift);
+  if (!(approx >= o->min && approx <= o->max)) return "out of range";
+  while (nfrac > 0 && frac[nfrac - 1] == '0') nfrac--;
+  if (nfrac > (size_t)shift) return "not a whole number of bytes";
+  unsigned __int128 whole = 0, f = 0, five = 1;
+  for (const char *d = s; d < int_end; d++) /* < 2^40: approx is in range */
+    whole = whole * 10 + (unsigned)(*d - '0');
+  for (size_t i = 0; i < nfrac; i++) {
+    f = f * 10 + (unsigned)(frac[i] - '0'); /* at most 30 digits */
+    five *= 5;
+  }
+  if (f % five != 0) return "not a whole number of bytes";
+  unsigned __int128 bytes =
+      (whole << shift) + ((f / five) << (shift - (int)nfrac));
+  if (bytes < (unsigned __int128)o->min || bytes > (unsigned __int128)o->max)
+    return "out of range";
   *out = (int64_t)bytes;
   return NULL;
 }

@@ -22,10 +22,14 @@ void stop_signal_install(void) {
   memset(&sa, 0, sizeof sa);
   sa.sa_handler = on_stop;
   /* the library's threads may be in a read or a wait: not interrupted */
-  sa.sa_flags = SA_RESETHAND | SA_RESTART;
+  sa.sa_flags = SA_RESTART;
   sigemptyset(&sa.sa_mask);
-  sigaction(SIGINT, &sa, NULL);
+  /* A second SIGTERM is the same request: coreutils' timeout sends one to
+   * the process and one to its group, which would kill it before its
+   * line and log are out. A second SIGINT (Ctrl-C again) ends it at once. */
   sigaction(SIGTERM, &sa, NULL);
+  sa.sa_flags |= SA_RESETHAND;
+  sigaction(SIGINT, &sa, NULL);
 }
 
 int stop_signal_requested(void) { return atomic_load(&requested); }

@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "core/status.h"
 #include "ringflow/graph_io.h"
 #include "subprocess.h"
 
@@ -169,11 +170,13 @@ static void write_svg(const char *dot_path, const char *svg_path, bool say) {
 
 /* DIR/STEM.dot, and DIR/STEM.svg when Graphviz's `dot` is installed. */
 rf_status *tool_make_dir(const char *dir) {
-  if (mkdir(dir, 0755) != 0 && errno != EEXIST)
-    return rf_status_new(
-        errno == ENOENT || errno == ENOTDIR ? RF_NOT_FOUND
-                                            : RF_PERMISSION_DENIED,
-        "cannot create the directory %s: %s", dir, strerror(errno));
+  if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+    int e = errno;
+    rf_code code = rf__errno_code(e); /* ENAMETOOLONG: INVALID_ARGUMENT */
+    return rf_status_new(code == RF_UNKNOWN ? RF_PERMISSION_DENIED : code,
+                         "cannot create the directory %s: %s", dir,
+                         strerror(e));
+  }
   /* EEXIST: a file of that name fails here, not after the command's work */
   struct stat sb;
   if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))

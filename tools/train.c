@@ -7,6 +7,7 @@
  * graph on its rows of each global batch (train_job.c); task 0 prints and
  * runs --check's single-device reference. */
 #include <errno.h>
+#include <limits.h>
 #include <getopt.h>
 #include <math.h>
 #include <stdio.h>
@@ -683,7 +684,8 @@ static int parse_options(int argc, char **argv, options *o) {
   int sync = SYNC_ALLREDUCE, schedule = 0, model = MODEL_MLP, feed = FEED_AUTO;
   bool steps_given = false, lr_given = false, wd_given = false,
        momentum_given = false, dropout_given = false, filter_given = false,
-       warmup_given = false, conv_given = false;
+       warmup_given = false, conv_given = false, epochs_given = false,
+       schedule_given = false;
   const tool_opt opts[] = {
       TOOL_DEVICES("devices", &o->devices,
                    "the devices to train on, one replica each (default "
@@ -700,7 +702,8 @@ static int parse_options(int argc, char **argv, options *o) {
                   "parameters, an all-gather (one update in all)",
                   sync_choices),
       TOOL_INT("epochs", &o->epochs, "N",
-               "passes over the training set (default 5)", 1, 100000),
+               "passes over the training set (default 5)", 1, 100000,
+               .given = &epochs_given),
       TOOL_INT("batch", &o->batch, "N",
                "global batch size (default 128), divisible by the device "
                "count and at most the training set's rows",
@@ -726,7 +729,7 @@ static int parse_options(int argc, char **argv, options *o) {
       TOOL_CHOICE("schedule", &schedule, "S",
                   "the learning rate over the run (default cosine: decays "
                   "to 0; constant: --lr throughout)",
-                  schedule_choices),
+                  schedule_choices, .given = &schedule_given),
       TOOL_UINT64("seed", &o->seed, "N",
                   "initialisation and shuffling seed (default 1)"),
       TOOL_INT("steps", &o->max_steps, "N",
@@ -887,6 +890,10 @@ static int parse_options(int argc, char **argv, options *o) {
   if (o->bench && (o->check || o->trace || o->save))
     return tool_usage_error(
         &cmd, "--bench times training alone: no --check, --trace or --save");
+  if (o->bench && (epochs_given || schedule_given))
+    return tool_usage_error(&cmd,
+                            "--bench times --steps steps at a constant --lr: "
+                            "no --epochs or --schedule");
   if (o->bench && !steps_given) o->max_steps = 100;
   if (wd_given && o->optimizer != OPT_ADAMW)
     return tool_usage_error(&cmd, "--weight-decay needs --optimizer adamw");
@@ -924,7 +931,11 @@ static int parse_options(int argc, char **argv, options *o) {
 /* --trace FILE can be written: its directory exists and takes files,
  * checked before training rather than at step 10. */
 static rf_status *check_trace_path(const char *path) {
-  char dir[4096];
+  if (strlen(path) >= PATH_MAX)
+    return rf_status_new(RF_INVALID_ARGUMENT,
+                         "--trace: cannot write the trace to %s: %s", path,
+                         strerror(ENAMETOOLONG));
+  char dir[PATH_MAX];
   snprintf(dir, sizeof dir, "%s", path);
   char *slash = strrchr(dir, '/');
   if (!slash)
@@ -934,6 +945,10 @@ static rf_status *check_trace_path(const char *path) {
   else
     *slash = '\0';
   struct stat sb;
+  if (stat(dir, &sb) != 0 && errno == ENAMETOOLONG) /* a part past NAME_MAX */
+    return rf_status_new(RF_INVALID_ARGUMENT,
+                         "--trace: cannot write the trace to %s: %s", path,
+                         strerror(ENAMETOOLONG));
   if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
     return rf_status_new(RF_NOT_FOUND,
                          "--trace: cannot write the trace to %s: no "
@@ -1009,11 +1024,24 @@ static void epoch_order(int *idx, int n, uint64_t seed, int64_t epoch) {
 /* --bench: o->warmup untimed steps, then o->max_steps timed ones over the
  * same shuffled batches as training, at a constant learning rate and without
  * evaluation; prints one machine-readable line (bench/train_vs_pytorch.py). */
+/* --bench; *stopped: the signal that stopped it between steps (nothing
+ * printed then but the stop line), else 0. */
 static rf_status *bench(trainer *t, const dataset *d, const options *o,
-                        int *idx) {
+                        int *idx, int *stopped) {
   int per_epoch = d->n / o->batch;
   double start = now_seconds(), loss = 0;
   for (int i = 0; i < o->warmup + o->max_steps; i++) {
+    if ((*stopped = stop_signal_requested())) {
+      tool_flush();
+      fprintf(
+          stderr,
+          "ringflow: train: stopped by %s after %d of %d steps "
+          "(--bench: %s)\n",
+          *stopped == SIGINT ? "SIGINT" : "SIGTERM", i,
+          o->warmup + o->max_steps,
+          i <= o->warmup ? "in the warm-up, nothing timed" : "nothing printed");
+      return NULL;
+    }
     /* from a --load checkpoint's step on, as training goes on */
     int s = (int)(t->step % per_epoch);
     if (i == 0 || s == 0) epoch_order(idx, d->n, o->seed, t->step / per_epoch);
@@ -1183,8 +1211,12 @@ int cmd_train(int argc, char **argv) {
   idx = malloc(sizeof(int) * (size_t)train.n);
   if (!idx) TRAIN_TRY(rf_status_new(RF_RESOURCE_EXHAUSTED, "out of memory"));
   for (int i = 0; i < train.n; i++) idx[i] = i;
+  /* One process: SIGINT and SIGTERM stop the run between steps (not under
+   * mpirun, where the others would wait for this one in a collective) */
+  if (job.ntasks <= 1) stop_signal_install();
+  int stopped = 0;
   if (o.bench) {
-    st = bench(&t, &train, &o, idx);
+    st = bench(&t, &train, &o, idx, &stopped);
     goto out;
   }
   /* Refused before training, not at the first save after it. */
@@ -1195,10 +1227,6 @@ int cmd_train(int argc, char **argv) {
         "checkpoint holds (2^53 = %lld)",
         (long long)t.step, (long long)total,
         (long long)RF_CHECKPOINT_STEP_MAX));
-  /* One process: SIGINT and SIGTERM stop the run between steps (not under
-   * mpirun, where the others would wait for this one in a collective) */
-  if (job.ntasks <= 1) stop_signal_install();
-  int stopped = 0;
   progress p;
   progress_init(&p, total, o.quiet || !lead);
   const char *nl = p.tty ? "\n" : ""; /* ends a progress bar's line */
@@ -1259,8 +1287,8 @@ int cmd_train(int argc, char **argv) {
       fprintf(stderr, "; nothing saved\n");
     goto out;
   }
-  if (o.save) {
-    if (saved_at != t.step) TRAIN_TRY(trainer_save(&t, o.save, lead));
+  if (o.save && saved_at != t.step) { /* else --save-every's save said it */
+    TRAIN_TRY(trainer_save(&t, o.save, lead));
     if (lead) printf("saved %s (step %lld)\n", o.save, (long long)t.step);
   }
   if (check) {

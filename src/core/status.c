@@ -117,6 +117,7 @@ rf_code rf__errno_code(int e) {
     case ENOSPC:
     case EDQUOT:
     case EFBIG: return RF_RESOURCE_EXHAUSTED;
+    case ENAMETOOLONG: return RF_INVALID_ARGUMENT; /* the path given */
     default: return RF_UNKNOWN;
   }
 }
