@@ -563,6 +563,9 @@ static void test_reduce_without_input_on_its_device(void **state) {
   assert_status(lower_status(g, 3), RF_INVALID_ARGUMENT,
                 "No input tensor uses the same device as the Reduce op");
   assert_status(lower_status(g, 3), RF_INVALID_ARGUMENT, "'misplaced'");
+  /* worded as rf_reduce words it: the inputs' devices too */
+  assert_status(lower_status(g, 3), RF_INVALID_ARGUMENT,
+                "node 'misplaced' is on cpu:0, its inputs on cpu:1, cpu:2");
   /* A session reports it before anything runs. */
   assert_status(run_status(g, 3, r), RF_INVALID_ARGUMENT,
                 "No input tensor uses the same device");

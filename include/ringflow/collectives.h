@@ -48,7 +48,9 @@ typedef enum rf_reduction {
   RF_REDUCE_PROD,
   RF_REDUCE_MIN,
   RF_REDUCE_MAX,
-  RF_REDUCE_AVG, /* sum / num_devices; integers truncate */
+  RF_REDUCE_AVG, /* sum / num_devices; integers: the wrapped sum (in the
+                   dtype), then divided, truncating: int8 {100, 100, 100}
+                   averages to 14 (300 wraps to 44) */
 } rf_reduction;
 
 /* One all-reduce participant on input's device. shared_name NULL: the node's

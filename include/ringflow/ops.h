@@ -469,7 +469,9 @@ RF_API rf_output rf_batch_norm_training(rf_graph *g, const char *name,
                                         rf_output *batch_variance);
 /* Inference mode (BatchNormInference): normalise with given statistics,
  * usually the moving averages. Gradients for x, gamma, beta, mean and
- * variance (the statistics taken as inputs, not recomputed). */
+ * variance (the statistics taken as inputs, not recomputed); no
+ * second-order gradient (RF_NOT_FOUND "No gradient defined for op
+ * '_BatchNormInferenceGrad'"). */
 RF_API rf_output rf_batch_norm_inference(rf_graph *g, const char *name,
                                          rf_output x, rf_output gamma,
                                          rf_output beta, rf_output mean,

@@ -121,6 +121,9 @@ def as_array(value: Any, dtype: Any = None) -> np.ndarray:
     a TypeError), bool)."""
     python = not isinstance(value, (np.ndarray, np.generic))
     if dtype is not None:
+        if dtype is dtypes.resource:
+            raise TypeError("a constant cannot be of dtype resource (a "
+                            "variable's handle holds no data)")
         dt = dtypes.as_dtype(dtype)
         if python:
             _check_numbers(value, dt)

@@ -69,7 +69,11 @@ class Graph:
         """The output "node:index" (or "node" for output 0); KeyError when
         there is no such node or output, or when the index is not written
         as graph files write it (ASCII digits, no sign, no leading zeros:
-        "x:00" is refused, as docs/GRAPH_FORMAT.md says)."""
+        "x:00" is refused, as docs/GRAPH_FORMAT.md says); TypeError when
+        name is not a str."""
+        if not isinstance(name, str):
+            raise TypeError(f"get_tensor_by_name takes a str, not "
+                            f"{type(name).__name__}")
         op_name, colon, index = name.rpartition(":")
         if not colon:
             op_name, index = name, "0"

@@ -175,11 +175,21 @@ static rf_status *lower_reduce(lower_ctx *c, rf_node *r) {
   int own = -1;
   for (int j = 0; j < n; j++)
     if (groups[j].device == D) own = j;
-  if (own < 0)
+  if (own < 0) { /* as the builder says it (ops/collective_ops.c) */
+    char list[512];
+    size_t used = 0;
+    list[0] = '\0';
+    for (int j = 0; j < n && used < sizeof list; j++) {
+      char gd[RF_DEVICE_NAME_MAX];
+      used +=
+          (size_t)snprintf(list + used, sizeof list - used, "%s%s",
+                           j ? ", " : "", dev_name(c, groups[j].device, gd));
+    }
     return rf__invalid(
         "No input tensor uses the same device as the Reduce op: "
-        "node '%s' is on %s",
-        r->name, dev_name(c, D, dd));
+        "node '%s' is on %s, its inputs on %s",
+        r->name, dev_name(c, D, dd), list);
+  }
   rf__attrs a = {0};
   rf_status *st = participant_attrs(r, n, &a);
   rf_node *recv = NULL, *sends[RF_MAX_LOWER_INPUTS];

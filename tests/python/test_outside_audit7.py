@@ -159,3 +159,13 @@ def test_transpose_without_perm_of_unknown_rank():
                            match=r"no perm \(the dims reversed\) needs x's "
                                  "rank known"):
             rf.transpose(x)
+
+
+def test_wrong_kinds_are_type_errors():
+    with rf.Graph().as_default() as g:
+        with pytest.raises(TypeError, match="dtype resource"):
+            rf.constant(1.0, dtype=rf.resource)
+        with pytest.raises(TypeError, match="takes a str, not int"):
+            g.get_tensor_by_name(5)
+        with pytest.raises(TypeError, match="must be a str, not int"):
+            g.get_operation_by_name(5)
