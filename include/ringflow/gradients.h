@@ -17,9 +17,9 @@ extern "C" {
 
 /* Adds nodes computing d(sum of ys)/d(xs[i]) into dxs[i]. grad_ys (NULL: ones
  * of each y's shape) weights each y. dxs[i] is the invalid output {NULL, 0}
- * when no y depends on xs[i]; a variable's handle (dtype resource: rf_variable's
- * output) carries no gradient, so it gets the invalid output even when a y
- * reads the variable: differentiate with respect to the read
+ * when no y depends on xs[i]; a variable's handle (dtype resource:
+ * rf_variable's output) carries no gradient, so it gets the invalid output even
+ * when a y reads the variable: differentiate with respect to the read
  * (rf_read_variable's output) instead. bool tensors carry no gradient: a bool y
  * seeds none and no gradient flows into a bool tensor (a bool x's dx is
  * invalid). On error the nodes already added stay in g (unused), dxs is
