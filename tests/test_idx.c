@@ -119,11 +119,13 @@ static void bad_files_are_refused(void **state) {
                   "data would exceed 23 bytes (rank 3, dims 2 x 3 x 4)");
     /* a file of another kind is named by its rank, before its size cap
      * and its data: an images file read as labels, and the other way */
-    assert_status(idx_read_rank(p, 23, 1, &a), RF_DATA_LOSS,
-                  "IDX: rank 3; a labels file has rank 1 (magic 00 00 08 01)");
+    assert_status(
+        idx_read_rank(p, 23, 1, &a), RF_DATA_LOSS,
+        "IDX: rank 3; a labels file has rank 1 (count: magic 00 00 08 01)");
     p = write_file("rank2.idx", gz, 2, dims, data, 24, 0);
     assert_status(idx_read_rank(p, 1 << 20, 3, &a), RF_DATA_LOSS,
-                  "IDX: rank 2; an images file has rank 3 (magic 00 00 08 03)");
+                  "IDX: rank 2; an images file has rank 3 (count, rows, "
+                  "columns: magic 00 00 08 03)");
     p = write_file("rank3.idx", gz, 3, dims, data, 24, 0);
     assert_ok(idx_read_rank(p, 1 << 20, 3, &a));
     assert_int_equal(a.size, 24);

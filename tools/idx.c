@@ -148,6 +148,17 @@ static rf_status *read_data(source *s, uint64_t count, idx_array *a) {
   return NULL;
 }
 
+/* "rank 2; an images file has rank 3 (count, rows, columns: magic 00 00 08
+ * 03)": one wording wherever a file's rank is not its kind's (want 3 or
+ * 1). */
+static rf_status *wrong_rank(const char *prefix, int got, int want) {
+  return rf_status_new(RF_DATA_LOSS, "%s: rank %d; %s", prefix, got,
+                       want == 3 ? "an images file has rank 3 (count, rows, "
+                                   "columns: magic 00 00 08 03)"
+                                 : "a labels file has rank 1 (count: magic 00 "
+                                   "00 08 01)");
+}
+
 /* rank: the one wanted (0: any), checked before the size and the data, so
  * a file of another kind is named as such, not as too long or too large. */
 static rf_status *read_idx(source *s, size_t max_bytes, int rank,
@@ -158,9 +169,7 @@ static rf_status *read_idx(source *s, size_t max_bytes, int rank,
   if (rank && (!st || rf_status_code(st) == RF_RESOURCE_EXHAUSTED) &&
       a.rank != rank) {
     rf_status_free(st);
-    return rf_status_new(
-        RF_DATA_LOSS, "IDX: rank %d; %s has rank %d (magic 00 00 08 %02x)",
-        a.rank, rank == 3 ? "an images file" : "a labels file", rank, rank);
+    return wrong_rank("IDX", a.rank, rank);
   }
   IDX_CHECK(st);
   IDX_CHECK(read_data(s, count, &a));
@@ -201,16 +210,8 @@ rf_status *idx_check_labelled(const idx_array *images, const char *images_name,
                               const idx_array *labels, const char *labels_name,
                               int classes) {
   /* each file's kind first: a labels file of rank 3 is no count mismatch */
-  if (images->rank != 3)
-    return rf_status_new(RF_DATA_LOSS,
-                         "%s: rank %d; an images file has rank 3 (count, rows, "
-                         "columns: magic 00 00 08 03)",
-                         images_name, images->rank);
-  if (labels->rank != 1)
-    return rf_status_new(RF_DATA_LOSS,
-                         "%s: rank %d; a labels file has rank 1 (count: magic "
-                         "00 00 08 01)",
-                         labels_name, labels->rank);
+  if (images->rank != 3) return wrong_rank(images_name, images->rank, 3);
+  if (labels->rank != 1) return wrong_rank(labels_name, labels->rank, 1);
   if (images->dims[0] != labels->dims[0])
     return rf_status_new(RF_DATA_LOSS,
                          "%s and %s do not describe the same images (ranks %d "
