@@ -161,10 +161,9 @@ def pad(tensor: Any, paddings: Sequence[Sequence[int]],
         raise ValueError(f"paddings must be a list of [before, after] pairs, "
                          f"got shape {p.shape}")
     c, n = _ints(p.reshape(-1).tolist(), "pad: paddings")
-    if (isinstance(constant_values, float) and
-            not isinstance(constant_values, np.generic) and
+    if (isinstance(constant_values, (float, np.floating)) and
             x.dtype is not dtypes.resource and x.dtype.kind in "iu" and
-            not constant_values.is_integer()):
+            not float(constant_values).is_integer()):
         # As for an operand: a Python float is not truncated (TensorFlow).
         raise TypeError(f"cannot pad a {x.dtype} tensor with "
                         f"constant_values {constant_values!r}: not a whole "
@@ -204,9 +203,21 @@ def one_hot(indices: Any, depth: int, on_value: Any = 1, off_value: Any = 0,
     refuses): on_value where the index equals the position, off_value
     elsewhere (an index outside [0, depth): all off), as `dtype` (None:
     float32). on_value and off_value pass through a C double: integers
-    past 2**53 are rounded."""
+    past 2**53 are rounded; for an integer dtype a value that is not a
+    whole number is a TypeError and one past the dtype's range an
+    OverflowError (as constant)."""
     on = _convert.number("one_hot: on_value", on_value)
     off = _convert.number("one_hot: off_value", off_value)
+    dt = dtypes.float32 if dtype is None else dtypes.as_dtype(dtype)
+    if dt is not dtypes.resource and dt.kind in "iu":
+        for what, v in (("on_value", on), ("off_value", off)):
+            if not float(v).is_integer():
+                raise TypeError(f"one_hot: {what} {v!r} is not a whole "
+                                f"number, for a {dt} result")
+            info = np.iinfo(dt)
+            if not info.min <= v <= info.max:
+                raise OverflowError(f"one_hot: {what} {v!r} is out of "
+                                    f"{dt}'s range {info.min}..{info.max}")
     g, x = _one(indices)
     return g._output(lib.rf_one_hot, c_name(name), x._c,
                      _convert.index("one_hot: depth", depth),

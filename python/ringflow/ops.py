@@ -340,11 +340,17 @@ def assign_mul(ref: Any, value: Any, name: Optional[str] = None) -> Tensor:
 
 
 def _value_dtype(var: Any, value: Any) -> Any:
-    """The dtype a Python value given for variable `var` takes."""
+    """The dtype a Python value given for variable `var` (a Variable or its
+    handle) takes: the variable's."""
     if _is_tensor(value):
         return None
     dt = getattr(var, "dtype", None)
-    return None if dt is dtypes.resource else dt
+    if dt is dtypes.resource:  # a handle: the variable node's dtype attr
+        try:
+            return dtypes.as_dtype(var.op.get_attr("dtype"))
+        except (KeyError, TypeError, AttributeError):
+            return None
+    return dt
 
 
 def apply_gradient_descent(var: Any, alpha: Any, delta: Any,

@@ -251,7 +251,9 @@ def global_variables(graph: Optional[Graph] = None) -> List[Variable]:
 
 def global_variables_initializer(graph: Optional[Graph] = None) -> Operation:
     """An op running the initializer of every Variable of `graph` (default:
-    the default graph)."""
+    the default graph), in no set order: a Variable whose initial value
+    reads another needs that one's initializer run first, in a step of its
+    own (docs/PYTHON.md)."""
     graph = as_graph(graph, "global_variables_initializer")
     with graph.as_default():
         return ops.group(*[v.initializer for v in graph._variables],

@@ -169,3 +169,35 @@ def test_wrong_kinds_are_type_errors():
             g.get_tensor_by_name(5)
         with pytest.raises(TypeError, match="must be a str, not int"):
             g.get_operation_by_name(5)
+
+
+def test_a_handle_converts_values_as_its_variable():
+    with rf.Graph().as_default():
+        v = rf.Variable(np.zeros(2), dtype=rf.float64)
+        set_ = rf.assign(v.handle, [7, 8])  # int values, float64 variable
+        step = rf.apply_gradient_descent(v.handle, 0.5, np.ones(2))
+        with rf.Session() as s:
+            s.run(v.initializer)
+            s.run(set_)
+            np.testing.assert_array_equal(s.run(v), [7.0, 8.0])
+            s.run(step)
+            np.testing.assert_array_equal(s.run(v), [6.5, 7.5])
+
+
+def test_one_hot_integer_values_are_checked():
+    idx = rf.constant([1, 0])
+    with pytest.raises(TypeError, match="on_value 0.5 is not a whole"):
+        rf.one_hot(idx, 2, on_value=0.5, dtype=rf.int32)
+    with pytest.raises(OverflowError, match="on_value 300"):
+        rf.one_hot(idx, 2, on_value=300, dtype=rf.uint8)
+    with pytest.raises(OverflowError, match="off_value -200"):
+        rf.one_hot(idx, 2, off_value=-200, dtype=rf.int8)
+    y = rf.one_hot(idx, 2, on_value=5, off_value=-1, dtype=rf.int64)
+    with rf.Session() as s:
+        assert s.run(y).tolist() == [[-1, 5], [5, -1]]
+
+
+@pytest.mark.parametrize("fill", [np.float64(0.5), np.float32(2.75)])
+def test_pad_numpy_float_on_integers(fill):
+    with pytest.raises(TypeError, match="not a whole number"):
+        rf.pad(rf.constant([1, 2]), [[1, 1]], constant_values=fill)
