@@ -300,6 +300,11 @@ static void path_errors(void **state) {
   rf_checkpoint *c = small(3);
   assert_status(rf_checkpoint_save(c, path_in("missing/x.ckpt")), RF_NOT_FOUND,
                 "cannot open its directory");
+  /* NULL is named as NULL, not as an empty path */
+  assert_status(rf_checkpoint_check_path(NULL), RF_INVALID_ARGUMENT,
+                "NULL path");
+  assert_status(rf_checkpoint_check_path(""), RF_INVALID_ARGUMENT,
+                "empty path");
   assert_status(rf_checkpoint_check_path(path_in("missing/x.ckpt")),
                 RF_NOT_FOUND, "missing");
   write_bytes(path_in("file"), "x", 1);

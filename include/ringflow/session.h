@@ -191,10 +191,11 @@ typedef struct rf_session_options {
    * products record no memory allocations.
    * 0: never. Default RF_DEFAULT_GPU_GRAPHS, or the environment variable
    * RF_GPU_GRAPHS when it is set to 0 or 1 (read by
-   * rf_session_options_init; a value set in code wins); ignored without
-   * GPU devices. Any other value, or RF_GPU_GRAPHS set to anything else
-   * (non-empty): INVALID_ARGUMENT from rf_session_new ("... RF_GPU_GRAPHS
-   * is 'x' (0 or 1)"). For finding faults of replayed
+   * rf_session_options_init; a value set in code wins); 0 and 1 are
+   * ignored without GPU devices. Any other value, or RF_GPU_GRAPHS set to
+   * anything else (non-empty), is INVALID_ARGUMENT from rf_session_new,
+   * with GPU devices or not, as for the other switches ("session options:
+   * gpu_graphs: RF_GPU_GRAPHS is 'x' (0 or 1)"). For finding faults of replayed
    * steps, the environment variable RF_GPU_GRAPH_DEBUG (comma-separated:
    * sync, serial, workspace; docs/PERFORMANCE.md) changes how they are
    * captured and launched, never their values; with gpu_graphs 1 and GPU

@@ -61,7 +61,10 @@ RF_API const char *rf_code_name(rf_code code);
 RF_API void rf_status_free(rf_status *status);
 
 /* Makes a status with a printf-style message (for user kernels and callbacks).
- * Each %s argument is capped as above (RF_STATUS_QUOTE_MAX). Returns NULL
+ * Each %s argument is capped as above (RF_STATUS_QUOTE_MAX). C99's
+ * conversions are taken (flags, width, precision, * and the length
+ * modifiers), not POSIX's positional ones: "%1$s" is copied into the
+ * message as written and its argument is not read. Returns NULL
  * when code is RF_OK; fmt "" or NULL gives an empty message; a code outside
  * rf_code is kept as given
  * (rf_code_name: "UNKNOWN_CODE"). If memory runs out, returns a shared static

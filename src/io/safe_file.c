@@ -51,7 +51,8 @@ static rf_status *sys_error(int e, const char *what, const char *path,
 static rf_status *open_parent(const char *path, const char *what, int *dirfd,
                               char **base) {
   if (!path || !*path)
-    return rf_status_new(RF_INVALID_ARGUMENT, "%s: empty path", what);
+    return rf_status_new(RF_INVALID_ARGUMENT, "%s: %s path", what,
+                         path ? "empty" : "NULL");
   const char *slash = strrchr(path, '/');
   const char *last = slash ? slash + 1 : path;
   if (!*last || !strcmp(last, ".") || !strcmp(last, ".."))

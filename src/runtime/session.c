@@ -104,11 +104,9 @@ static rf_status *check_options(const rf_session_options *o) {
                        o->allow_tf32);
   if (o->gpu_graphs != 0 && o->gpu_graphs != 1) {
     const char *e = getenv("RF_GPU_GRAPHS");
-    if (default_gpu_graphs() == 2)
+    if (default_gpu_graphs() == 2 && o->gpu_graphs == 2) /* the variable's */
       return rf__invalid(
-          "session options: gpu_graphs must be 0 or 1, got %d: "
-          "RF_GPU_GRAPHS is '%s' (0 or 1)",
-          o->gpu_graphs, e);
+          "session options: gpu_graphs: RF_GPU_GRAPHS is '%s' (0 or 1)", e);
     return rf__invalid("session options: gpu_graphs must be 0 or 1, got %d",
                        o->gpu_graphs);
   }
