@@ -8,7 +8,6 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "core/cores.h"
@@ -186,11 +185,7 @@ static int parse_args(int argc, char **argv, opts *o, bool *stop) {
                             "other");
   /* A baseline asked for by path is not skipped in silence. */
   if (!gpu && o->mpi_program) {
-    struct stat sb;
-    int e = stat(o->mpi_program, &sb) != 0      ? errno
-            : S_ISDIR(sb.st_mode)               ? EISDIR
-            : access(o->mpi_program, X_OK) != 0 ? errno
-                                                : 0;
+    int e = tool_executable_errno(o->mpi_program);
     if (e)
       return tool_report(rf_status_new(
           e == ENOENT || e == ENOTDIR ? RF_NOT_FOUND

@@ -8,12 +8,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "bench.h"
 #include "subprocess.h"
+#include "tools.h"
 
 #define MMAP_ENV "MALLOC_MMAP_THRESHOLD_=1073741824"
 
@@ -40,10 +40,7 @@ const char *bench_mpi_find(const char *given, const char **why) {
     return NULL;
   }
   if (given) {
-    struct stat sb;
-    if (stat(given, &sb) == 0 && !S_ISDIR(sb.st_mode) &&
-        access(given, X_OK) == 0)
-      return given;
+    if (tool_executable_errno(given) == 0) return given;
     *why = "--mpi-baseline is not an executable file";
     return NULL;
   }

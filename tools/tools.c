@@ -168,6 +168,13 @@ static void write_svg(const char *dot_path, const char *svg_path, bool say) {
   }
 }
 
+int tool_executable_errno(const char *path) {
+  struct stat sb;
+  if (stat(path, &sb) != 0) return errno;
+  if (S_ISDIR(sb.st_mode)) return EISDIR;
+  return access(path, X_OK) != 0 ? errno : 0;
+}
+
 /* DIR/STEM.dot, and DIR/STEM.svg when Graphviz's `dot` is installed. */
 rf_status *tool_make_dir(const char *dir) {
   if (mkdir(dir, 0755) != 0 && errno != EEXIST) {

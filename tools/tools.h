@@ -68,6 +68,10 @@ rf_status *tool_write_dot(const rf_graph *g, const char *dir, const char *stem,
  * first. */
 rf_status *tool_make_dir(const char *dir);
 
+/* 0 when path is a file this process may execute; else why not: the errno
+ * of stat or access, or EISDIR for a directory (which access(X_OK) passes). */
+int tool_executable_errno(const char *path);
+
 int cmd_train(int argc, char **argv);
 int cmd_lower(int argc, char **argv);
 int cmd_bench(int argc, char **argv);

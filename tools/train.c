@@ -945,11 +945,12 @@ static rf_status *check_trace_path(const char *path) {
   else
     *slash = '\0';
   struct stat sb;
-  if (stat(dir, &sb) != 0 && errno == ENAMETOOLONG) /* a part past NAME_MAX */
+  bool found = stat(dir, &sb) == 0;
+  if (!found && errno == ENAMETOOLONG) /* a part past NAME_MAX */
     return rf_status_new(RF_INVALID_ARGUMENT,
                          "--trace: cannot write the trace to %s: %s", path,
                          strerror(ENAMETOOLONG));
-  if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
+  if (!found || !S_ISDIR(sb.st_mode))
     return rf_status_new(RF_NOT_FOUND,
                          "--trace: cannot write the trace to %s: no "
                          "directory %s",

@@ -485,38 +485,8 @@ static void silent_tasks(rf__job *j, const rf__mpi_op *op, char *buf,
   }
 }
 
-/* The deadline of an op in flight passed: probe first, then report. */
-static void time_out(rf__job *j, rf__mpi_op *op, int64_t now) {
-  if (!op->probe_ns) {
-    rf__mpi_member_probe(j, op, now);
-    op->deadline_ns = op->probe_ns;
-    return;
-  }
-  op->deadline_ns = 0;
-  char silent[512], left[512], why[1400];
-  silent_tasks(j, op, silent, left, sizeof silent);
-  if (silent[0] || left[0]) {
-    rf__mpi_probe_text(silent, "", left, j->task == 0, why, sizeof why);
-    /* " (...)": without the parentheses, which the message adds */
-    size_t n = strlen(why);
-    memmove(why, why + 2, n - 2);
-    why[n - 3] = '\0';
-  } else
-    snprintf(why, sizeof why, "%s",
-             op->answered ? "every task of it still answers: MPI is stuck"
-                          : "a process may have died");
-  report(op, rf__log_status(
-                 RF_LOG_WARN, NULL,
-                 rf__error(RF_DEADLINE_EXCEEDED,
-                           "collective '%s' (job step %lld): the MPI "
-                           "collective did not finish within %lld ms (%s)",
-                           op->name, (long long)op->job_step,
-                           (long long)op->timeout_ms, why)));
-  if (op->gpu) rf__mpi_gpu_abort(op->set); /* its streams then end */
-  break_job(j, op, now);
-}
-
-void rf__mpi_probe_text(const char *silent, const char *alive, const char *left,
+/* The parts of rf__mpi_probe_text, without its " (...)"; "" when none. */
+static void probe_parts(const char *silent, const char *alive, const char *left,
                         bool knows_left, char *buf, size_t len) {
   char a[1200] = "", b[1200] = "", c[1200] = "";
   if (silent[0])
@@ -534,10 +504,43 @@ void rf__mpi_probe_text(const char *silent, const char *alive, const char *left,
     snprintf(c, sizeof c,
              "%s left before reaching it: it freed its session or exited",
              left);
+  snprintf(buf, len, "%s%s%s%s%s", a, a[0] && (b[0] || c[0]) ? "; " : "", b,
+           b[0] && c[0] ? "; " : "", c);
+}
+
+/* The deadline of an op in flight passed: probe first, then report. */
+static void time_out(rf__job *j, rf__mpi_op *op, int64_t now) {
+  if (!op->probe_ns) {
+    rf__mpi_member_probe(j, op, now);
+    op->deadline_ns = op->probe_ns;
+    return;
+  }
+  op->deadline_ns = 0;
+  char silent[512], left[512], why[1400];
+  silent_tasks(j, op, silent, left, sizeof silent);
+  if (silent[0] || left[0])
+    probe_parts(silent, "", left, j->task == 0, why, sizeof why);
+  else
+    snprintf(why, sizeof why, "%s",
+             op->answered ? "every task of it still answers: MPI is stuck"
+                          : "a process may have died");
+  report(op, rf__log_status(
+                 RF_LOG_WARN, NULL,
+                 rf__error(RF_DEADLINE_EXCEEDED,
+                           "collective '%s' (job step %lld): the MPI "
+                           "collective did not finish within %lld ms (%s)",
+                           op->name, (long long)op->job_step,
+                           (long long)op->timeout_ms, why)));
+  if (op->gpu) rf__mpi_gpu_abort(op->set); /* its streams then end */
+  break_job(j, op, now);
+}
+
+void rf__mpi_probe_text(const char *silent, const char *alive, const char *left,
+                        bool knows_left, char *buf, size_t len) {
+  char parts[3700];
+  probe_parts(silent, alive, left, knows_left, parts, sizeof parts);
   buf[0] = '\0';
-  if (a[0] || b[0] || c[0])
-    snprintf(buf, len, " (%s%s%s%s%s)", a, a[0] && (b[0] || c[0]) ? "; " : "",
-             b, b[0] && c[0] ? "; " : "", c);
+  if (parts[0]) snprintf(buf, len, " (%s)", parts);
 }
 
 /* An op in flight: tested, or timed out (it stays, reported, until MPI lets
